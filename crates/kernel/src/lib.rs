@@ -1,0 +1,101 @@
+//! `tabos-kernel`: the kernel services (layer L3).
+//!
+//! Each service is a module that owns its tables (migration files under
+//! `schema/<dialect>/NNN_*.sql`) and the procedures over them, and talks to the
+//! other services only through the database. Services so far:
+//!
+//! * [`kv`] — the per-realm key-value table.
+//!
+//! [`MIGRATIONS`] is the kernel's schema, in version order, for
+//! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
+
+pub mod kv;
+
+use tabos_store::{Config, Migration, PKey, Store};
+
+/// The kernel schema, one entry per migration file pair.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "kv",
+    sqlite: include_str!("../schema/sqlite/001_kv.sql"),
+    postgres: include_str!("../schema/postgres/001_kv.sql"),
+}];
+
+/// Errors of kernel services.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Store(#[from] tabos_store::Error),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("not found: {0}")]
+    NotFound(String),
+}
+
+impl tabos_store::ProcedureError for Error {
+    fn store_error(&self) -> Option<&tabos_store::Error> {
+        match self {
+            Error::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Opens the kernel database described by `config`, applying the kernel
+/// schema.
+pub fn open(config: &Config) -> Result<Store> {
+    Ok(Store::open(config, MIGRATIONS)?)
+}
+
+/// Longest realm name, in bytes.
+pub const REALM_BYTES_MAX: usize = 64;
+
+/// The partition a realm's rows live on: a stable hash (FNV-1a) of its name,
+/// so every node computes the same answer without asking anyone.
+pub fn realm_partition(realm: &str, partitions: u32) -> PKey {
+    debug_assert!(partitions > 0);
+    let mut h: u32 = 0x811c_9dc5;
+    for b in realm.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    PKey(h % partitions.max(1))
+}
+
+/// Checks a realm name: 1..=REALM_BYTES_MAX bytes of `[A-Za-z0-9_.-]`.
+pub fn validate_realm(realm: &str) -> Result<()> {
+    let ok = !realm.is_empty()
+        && realm.len() <= REALM_BYTES_MAX
+        && realm
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "realm name {realm:?} must be 1..={REALM_BYTES_MAX} characters of A-Z a-z 0-9 _ . -"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn realm_partition_is_stable_and_in_range() {
+        for p in 1..=8 {
+            for r in ["a", "root", "tenant-42"] {
+                let k = realm_partition(r, p);
+                assert!(k.0 < p);
+                assert_eq!(k, realm_partition(r, p));
+            }
+        }
+        assert!(validate_realm("ok-realm_1.x").is_ok());
+        assert!(validate_realm("").is_err());
+        assert!(validate_realm("../x").is_err());
+        assert!(validate_realm(&"a".repeat(REALM_BYTES_MAX + 1)).is_err());
+    }
+}

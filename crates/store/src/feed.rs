@@ -1,0 +1,290 @@
+//! The change feed: notifications published after commit.
+//!
+//! A procedure calls [`Tx::notify`](crate::Tx::notify); the notification is held
+//! with the transaction and handed to [`Feed::publish`] only after the commit
+//! succeeded, never for a procedure that was rolled back. Subscribers of a
+//! channel receive its notifications in commit order (per partition on SQLite;
+//! in PostgreSQL's commit order on the cluster backend).
+//!
+//! Waiting is built on this and never on polling: a waiter subscribes *first*,
+//! then re-reads the state it waits for, then waits on the subscription, so a
+//! change that commits between the read and the wait is not missed.
+//!
+//! Every subscriber has a bounded queue ([`SUBSCRIBER_QUEUE_MAX`]). A subscriber
+//! that falls that far behind is cut off rather than allowed to grow memory
+//! without bound or to stall the writers; its next receive returns
+//! [`Error::Lagged`] and it must re-read and subscribe again.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::mpsc;
+
+use crate::error::{Error, Result};
+
+/// Queue length of one subscriber, in notifications.
+pub const SUBSCRIBER_QUEUE_MAX: usize = 65_536;
+/// Longest channel name, in bytes.
+pub const CHANNEL_BYTES_MAX: usize = 128;
+/// Largest payload, in bytes. PostgreSQL's NOTIFY takes under 8000 bytes
+/// including the channel; the same bound holds on SQLite so that a procedure
+/// behaves identically on both backends.
+pub const NOTIFY_PAYLOAD_BYTES_MAX: usize = 7_680;
+
+/// One notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notification {
+    pub channel: String,
+    pub payload: String,
+}
+
+/// Checks a channel name and payload against the limits. Channels are
+/// non-empty, printable and have no newline (the PostgreSQL backend uses a
+/// newline to frame the channel inside the NOTIFY payload).
+pub fn validate(channel: &str, payload: &str) -> Result<()> {
+    if channel.is_empty() || channel.chars().any(|c| c.is_control()) {
+        return Err(Error::Invalid(format!(
+            "channel name {channel:?} must be non-empty and have no control characters"
+        )));
+    }
+    if channel.len() > CHANNEL_BYTES_MAX {
+        return Err(Error::Limit {
+            what: "channel name",
+            limit: CHANNEL_BYTES_MAX as u64,
+            detail: format!("{} bytes", channel.len()),
+        });
+    }
+    if payload.len() > NOTIFY_PAYLOAD_BYTES_MAX {
+        return Err(Error::Limit {
+            what: "notification payload",
+            limit: NOTIFY_PAYLOAD_BYTES_MAX as u64,
+            detail: format!("{} bytes", payload.len()),
+        });
+    }
+    Ok(())
+}
+
+struct Subscriber {
+    id: u64,
+    tx: mpsc::Sender<Notification>,
+    lagged: Arc<AtomicBool>,
+}
+
+/// The in-process fan-out of committed notifications to subscribers.
+#[derive(Default)]
+pub struct Feed {
+    channels: Mutex<HashMap<String, Vec<Subscriber>>>,
+    next_id: AtomicU64,
+    published: AtomicU64,
+}
+
+impl Feed {
+    pub fn new() -> Arc<Feed> {
+        Arc::new(Feed::default())
+    }
+
+    /// Subscribes to one channel. Notifications committed after this call
+    /// returns are delivered; earlier ones are not.
+    pub fn subscribe(self: &Arc<Self>, channel: &str) -> Subscription {
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE_MAX);
+        let lagged = Arc::new(AtomicBool::new(false));
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(channel.to_string())
+            .or_default()
+            .push(Subscriber {
+                id,
+                tx,
+                lagged: lagged.clone(),
+            });
+        Subscription {
+            rx,
+            lagged,
+            id,
+            channel: channel.to_string(),
+            feed: Arc::downgrade(self),
+        }
+    }
+
+    /// Delivers committed notifications, in the order given. Called by the
+    /// executors after a successful commit and by the PostgreSQL listener.
+    pub fn publish(&self, notes: &[Notification]) {
+        if notes.is_empty() {
+            return;
+        }
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        for note in notes {
+            let Some(subs) = channels.get_mut(&note.channel) else {
+                continue;
+            };
+            subs.retain(|s| match s.tx.try_send(note.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    s.lagged.store(true, Ordering::Release);
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
+            if subs.is_empty() {
+                channels.remove(&note.channel);
+            }
+        }
+        self.published
+            .fetch_add(notes.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Cuts every subscriber off as lagged: used when notifications may have
+    /// been lost (the PostgreSQL listener lost its connection), so that every
+    /// waiter re-reads the state it waits on.
+    pub fn cut_off_all(&self) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        for subs in channels.values() {
+            for s in subs {
+                s.lagged.store(true, Ordering::Release);
+            }
+        }
+        channels.clear();
+    }
+
+    /// Notifications published since start-up (for statistics and tests).
+    pub fn published(&self) -> u64 {
+        self.published.load(Ordering::Relaxed)
+    }
+
+    /// Number of live subscribers of a channel.
+    pub fn subscribers(&self, channel: &str) -> usize {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(channel)
+            .map_or(0, Vec::len)
+    }
+
+    fn unsubscribe(&self, channel: &str, id: u64) {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(subs) = channels.get_mut(channel) {
+            subs.retain(|s| s.id != id);
+            if subs.is_empty() {
+                channels.remove(channel);
+            }
+        }
+    }
+}
+
+/// A live subscription to one channel; dropping it unsubscribes.
+pub struct Subscription {
+    rx: mpsc::Receiver<Notification>,
+    lagged: Arc<AtomicBool>,
+    id: u64,
+    channel: String,
+    feed: Weak<Feed>,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("channel", &self.channel)
+            .finish()
+    }
+}
+
+impl Subscription {
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn ended(&self) -> Error {
+        if self.lagged.load(Ordering::Acquire) {
+            Error::Lagged(SUBSCRIBER_QUEUE_MAX)
+        } else {
+            Error::Closed
+        }
+    }
+
+    /// Waits for the next notification (async).
+    pub async fn recv(&mut self) -> Result<Notification> {
+        match self.rx.recv().await {
+            Some(n) => Ok(n),
+            None => Err(self.ended()),
+        }
+    }
+
+    /// Waits for the next notification, blocking the thread. Must not be
+    /// called from inside an async runtime.
+    pub fn blocking_recv(&mut self) -> Result<Notification> {
+        match self.rx.blocking_recv() {
+            Some(n) => Ok(n),
+            None => Err(self.ended()),
+        }
+    }
+
+    /// The next notification if one is already queued.
+    pub fn try_recv(&mut self) -> Result<Option<Notification>> {
+        match self.rx.try_recv() {
+            Ok(n) => Ok(Some(n)),
+            Err(mpsc::error::TryRecvError::Empty) => Ok(None),
+            Err(mpsc::error::TryRecvError::Disconnected) => Err(self.ended()),
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(feed) = self.feed.upgrade() {
+            feed.unsubscribe(&self.channel, self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(c: &str, p: &str) -> Notification {
+        Notification {
+            channel: c.into(),
+            payload: p.into(),
+        }
+    }
+
+    #[test]
+    fn delivers_in_order_only_to_the_channel_and_unsubscribes_on_drop() {
+        let feed = Feed::new();
+        let mut a = feed.subscribe("a");
+        let b = feed.subscribe("b");
+        feed.publish(&[note("a", "1"), note("b", "x"), note("a", "2")]);
+        assert_eq!(a.try_recv().unwrap().unwrap().payload, "1");
+        assert_eq!(a.try_recv().unwrap().unwrap().payload, "2");
+        assert_eq!(a.try_recv().unwrap(), None);
+        assert_eq!(feed.subscribers("b"), 1);
+        drop(b);
+        assert_eq!(feed.subscribers("b"), 0);
+    }
+
+    #[test]
+    fn a_slow_subscriber_is_cut_off_with_lagged() {
+        let feed = Feed::new();
+        let mut s = feed.subscribe("c");
+        let notes: Vec<_> = (0..=SUBSCRIBER_QUEUE_MAX)
+            .map(|i| note("c", &i.to_string()))
+            .collect();
+        feed.publish(&notes);
+        assert_eq!(feed.subscribers("c"), 0);
+        for _ in 0..SUBSCRIBER_QUEUE_MAX {
+            assert!(s.try_recv().unwrap().is_some());
+        }
+        assert!(matches!(s.try_recv(), Err(Error::Lagged(_))));
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        assert!(validate("ok", "x").is_ok());
+        assert!(validate("", "x").is_err());
+        assert!(validate("a\nb", "x").is_err());
+        assert!(validate(&"c".repeat(CHANNEL_BYTES_MAX + 1), "").is_err());
+        assert!(validate("c", &"p".repeat(NOTIFY_PAYLOAD_BYTES_MAX + 1)).is_err());
+    }
+}

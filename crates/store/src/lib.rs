@@ -1,0 +1,472 @@
+//! `tabos-store`: the kernel database (layer L2).
+//!
+//! Every piece of tabos OS state is a row, and every state change is a
+//! *procedure*: a Rust function that runs inside one transaction against a
+//! [`Tx`] and may [`notify`](Tx::notify) a channel. This crate runs procedures on
+//! one of two backends and guarantees the same behaviour on both:
+//!
+//! * **SQLite (embedded, default)** — [`sqlite`]: one executor thread per
+//!   partition owns that partition's write connection and runs procedures
+//!   serially, many to a commit (group commit), each inside a SAVEPOINT so a
+//!   failing procedure is rolled back alone. Reads run on a pool of
+//!   `query_only` connections and never wait for a writer (WAL).
+//! * **PostgreSQL (cluster)** — [`postgres`]: each procedure in a SERIALIZABLE
+//!   transaction on a pooled connection, retried on SQLSTATE 40001/40P01 with
+//!   bounded, jittered back-off.
+//!
+//! Guarantees, on both backends:
+//! * a procedure's writes and notifications commit together or not at all;
+//! * a notification reaches subscribers only after its commit, never for a
+//!   rolled-back procedure, in commit order per channel ([`feed`]);
+//! * migrations ([`Migration`]) are applied once, in version order, at open;
+//! * every error is a value ([`Error`]); a SQL error carries the statement, the
+//!   backend's code and the position of the bad token.
+//!
+//! Partitions: every table has a `p_key` column; a procedure runs on one
+//! partition, named by its [`PKey`], which must lie in `0..partitions`. On
+//! SQLite each partition is its own database file with its own executor; on
+//! PostgreSQL the same `p_key` is the distribution column.
+
+pub mod error;
+pub mod feed;
+pub mod pg_cluster;
+pub mod postgres;
+pub mod sql;
+pub mod sqlite;
+pub mod value;
+
+mod migrate;
+mod pending;
+
+use std::any::Any;
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
+pub use feed::{Notification, Subscription};
+pub use migrate::Migration;
+pub use pending::Pending;
+pub use value::{FromValue, Row, Rows, Value};
+
+/// Most partitions a store may have. SQLite attaches every partition to each
+/// read connection, and SQLite attaches at most 10 databases.
+pub const PARTITIONS_MAX: u32 = 8;
+/// Most procedures waiting for one executor (SQLite) or for the connection
+/// pool (PostgreSQL); past it, submission fails with [`Error::Overloaded`].
+pub const QUEUE_PROCS_MAX: usize = 65_536;
+/// Most rows a single query may return into memory.
+pub const QUERY_ROWS_MAX: usize = 1_000_000;
+
+/// A partition number: the `p_key` column of every table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PKey(pub u32);
+
+impl fmt::Display for PKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// Which SQL dialect a transaction speaks, for the few statements that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+/// What a committed transaction survives.
+///
+/// | setting  | SQLite (WAL)                  | survives a tabos crash | survives power loss / OS crash |
+/// |----------|-------------------------------|------------------------|--------------------------------|
+/// | `off`    | `synchronous=OFF`             | yes                    | no: recent commits may be lost and the database may be corrupted |
+/// | `normal` | `synchronous=NORMAL`          | yes                    | the database stays consistent, but commits since the last WAL checkpoint may be lost |
+/// | `full`   | `synchronous=FULL`            | yes                    | yes: the WAL is fsynced before each group commit is acknowledged |
+///
+/// On PostgreSQL `off` sets `synchronous_commit=off` (a crash of the database
+/// server may lose the last few hundred milliseconds of commits, never
+/// corrupts); `normal` and `full` set `synchronous_commit=on` (every
+/// acknowledged commit is flushed by the server), since PostgreSQL has no
+/// cheaper setting that survives a server crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    Off,
+    #[default]
+    Normal,
+    Full,
+}
+
+impl FromStr for Durability {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "off" => Ok(Durability::Off),
+            "normal" => Ok(Durability::Normal),
+            "full" => Ok(Durability::Full),
+            other => Err(Error::Config(format!(
+                "durability must be off, normal or full, not {other:?}"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for Durability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Durability::Off => "off",
+            Durability::Normal => "normal",
+            Durability::Full => "full",
+        })
+    }
+}
+
+/// Where the kernel database lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A directory holding one SQLite file per partition.
+    Sqlite(PathBuf),
+    /// A `postgres://` connection URL (PostgreSQL, or a compatible database).
+    Postgres(String),
+}
+
+/// Settings of a store.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub location: Location,
+    /// Number of partitions, `1..=PARTITIONS_MAX`. Fixed when the database is
+    /// created; opening it with another number is refused.
+    pub partitions: u32,
+    pub durability: Durability,
+    /// SQLite: most read connections. PostgreSQL: pooled connections.
+    pub connections: usize,
+}
+
+impl Config {
+    /// An embedded store in `dir`, one partition per core (at most
+    /// [`PARTITIONS_MAX`]), `normal` durability.
+    pub fn sqlite(dir: impl Into<PathBuf>) -> Config {
+        Config {
+            location: Location::Sqlite(dir.into()),
+            partitions: default_partitions(),
+            durability: Durability::Normal,
+            connections: 8,
+        }
+    }
+
+    /// A store on the PostgreSQL server at `url`.
+    pub fn postgres(url: impl Into<String>) -> Config {
+        Config {
+            location: Location::Postgres(url.into()),
+            partitions: default_partitions(),
+            durability: Durability::Normal,
+            connections: 8,
+        }
+    }
+
+    /// `postgres://...` or `postgresql://...` selects PostgreSQL; anything else
+    /// is taken as a directory for the embedded store.
+    pub fn from_url_or_dir(s: &str) -> Config {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            Config::postgres(s)
+        } else {
+            Config::sqlite(s)
+        }
+    }
+
+    pub fn with_partitions(mut self, n: u32) -> Config {
+        self.partitions = n;
+        self
+    }
+
+    pub fn with_durability(mut self, d: Durability) -> Config {
+        self.durability = d;
+        self
+    }
+
+    pub fn with_connections(mut self, n: usize) -> Config {
+        self.connections = n;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !(1..=PARTITIONS_MAX).contains(&self.partitions) {
+            return Err(Error::Config(format!(
+                "partitions must be 1..={PARTITIONS_MAX}, not {}",
+                self.partitions
+            )));
+        }
+        if !(1..=256).contains(&self.connections) {
+            return Err(Error::Config(format!(
+                "connections must be 1..=256, not {}",
+                self.connections
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn default_partitions() -> u32 {
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get() as u32)
+        .clamp(1, PARTITIONS_MAX)
+}
+
+/// Which backend a store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    Sqlite,
+    Postgres,
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Sqlite => "sqlite",
+            BackendKind::Postgres => "postgres",
+        })
+    }
+}
+
+/// The handle a procedure works through: one open transaction.
+///
+/// Statements use `$1`, `$2`, ... for parameters on both backends.
+pub trait Tx {
+    /// The partition this transaction runs on.
+    fn p_key(&self) -> PKey;
+    fn dialect(&self) -> Dialect;
+    /// Runs a statement; returns the number of rows it changed.
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64>;
+    /// Runs a query; returns all its rows (at most [`QUERY_ROWS_MAX`]).
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows>;
+    /// Queues a notification, delivered to `channel`'s subscribers after the
+    /// commit, and dropped if the procedure rolls back.
+    fn notify(&mut self, channel: &str, payload: &str) -> Result<()>;
+}
+
+impl dyn Tx + '_ {
+    /// The single row of a query, or `None`; more than one row is an error.
+    pub fn query_opt(&mut self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
+        let mut rows = self.query(sql, params)?.rows;
+        match rows.len() {
+            0 => Ok(None),
+            1 => Ok(rows.pop()),
+            n => Err(Error::Invalid(format!(
+                "expected at most one row, got {n}: {sql}"
+            ))),
+        }
+    }
+
+    /// The single row of a query; none or several is an error.
+    pub fn query_one(&mut self, sql: &str, params: &[Value]) -> Result<Row> {
+        self.query_opt(sql, params)?
+            .ok_or_else(|| Error::Invalid(format!("expected one row, got none: {sql}")))
+    }
+
+    /// The first column of the single row of a query.
+    pub fn query_scalar<T: FromValue>(&mut self, sql: &str, params: &[Value]) -> Result<T> {
+        self.query_one(sql, params)?.get(0)
+    }
+}
+
+/// Counters kept by a store since it was opened.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Procedures that committed.
+    pub committed: AtomicU64,
+    /// Procedures that failed and were rolled back.
+    pub failed: AtomicU64,
+    /// Commits (on SQLite one commit covers a batch of procedures).
+    pub commits: AtomicU64,
+    /// Serialization-failure retries (PostgreSQL).
+    pub retries: AtomicU64,
+}
+
+/// A plain copy of [`Stats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    pub committed: u64,
+    pub failed: u64,
+    pub commits: u64,
+    pub retries: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            committed: self.committed.load(Ordering::Relaxed),
+            failed: self.failed.load(Ordering::Relaxed),
+            commits: self.commits.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The type-erased result of a procedure: the boxed `T` or the boxed `E`.
+pub(crate) type Outcome = std::result::Result<Box<dyn Any + Send>, Failure>;
+
+pub(crate) struct Failure {
+    /// The boxed procedure error type `E`.
+    pub error: Box<dyn Any + Send>,
+    /// Whether this is a serialization conflict the executor should retry.
+    pub retryable: bool,
+}
+
+/// A procedure on its way to an executor.
+pub struct Job {
+    pub(crate) p_key: PKey,
+    pub(crate) run: Box<dyn FnMut(&mut dyn Tx) -> Outcome + Send>,
+    /// Builds the caller's error type from a store error (commit failures).
+    pub(crate) fail: fn(Error) -> Box<dyn Any + Send>,
+    pub(crate) done: tokio::sync::oneshot::Sender<Outcome>,
+}
+
+impl Job {
+    /// Completes the job with a store-level failure.
+    pub(crate) fn finish_err(self, e: Error) {
+        let error = (self.fail)(e);
+        let _ = self.done.send(Err(Failure {
+            error,
+            retryable: false,
+        }));
+    }
+}
+
+/// What each backend implements. Procedures reach it only through [`Store`].
+pub trait Backend: Send + Sync {
+    fn kind(&self) -> BackendKind;
+    fn partitions(&self) -> u32;
+    fn durability(&self) -> Durability;
+    /// Queues a procedure; on a full queue the job is completed with
+    /// [`Error::Overloaded`].
+    fn submit(&self, job: Job);
+    /// A read-only query over all partitions.
+    fn query(&self, sql: &str, params: &[Value]) -> Result<Rows>;
+    fn feed(&self) -> &Arc<feed::Feed>;
+    fn stats(&self) -> &Stats;
+}
+
+/// A kernel database: the one handle services use. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    backend: Arc<dyn Backend>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.backend.kind())
+            .field("partitions", &self.backend.partitions())
+            .finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the database that `config` names and applies
+    /// the pending `migrations`, in version order.
+    pub fn open(config: &Config, migrations: &[Migration]) -> Result<Store> {
+        config.validate()?;
+        migrate::check_sequence(migrations)?;
+        let backend: Arc<dyn Backend> = match &config.location {
+            Location::Sqlite(_) => Arc::new(sqlite::SqliteBackend::open(config, migrations)?),
+            Location::Postgres(_) => Arc::new(postgres::PgBackend::open(config, migrations)?),
+        };
+        Ok(Store { backend })
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    pub fn partitions(&self) -> u32 {
+        self.backend.partitions()
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.backend.durability()
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        self.backend.stats().snapshot()
+    }
+
+    /// Checks that `p_key` names a partition of this store.
+    pub fn check_partition(&self, p_key: PKey) -> Result<()> {
+        let partitions = self.partitions();
+        if p_key.0 >= partitions {
+            return Err(Error::UnknownPartition {
+                p_key: p_key.0,
+                partitions,
+            });
+        }
+        Ok(())
+    }
+
+    /// Submits procedure `f` to partition `p_key` and returns at once. The
+    /// [`Pending`] resolves after the commit (or the rollback); wait on it with
+    /// `.wait()` from a thread or `.await` it from async code.
+    ///
+    /// `f` may run more than once (PostgreSQL retries serialization
+    /// failures), so it must be deterministic given the database state and
+    /// must not act outside the transaction.
+    pub fn submit<T, E, F>(&self, p_key: PKey, mut f: F) -> Pending<T, E>
+    where
+        T: Send + 'static,
+        E: ProcedureError,
+        F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
+    {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job = Job {
+            p_key,
+            run: Box::new(move |tx| match f(tx) {
+                Ok(v) => Ok(Box::new(v) as Box<dyn Any + Send>),
+                Err(e) => {
+                    let retryable = e.store_error().is_some_and(Error::is_retryable);
+                    Err(Failure {
+                        error: Box::new(e),
+                        retryable,
+                    })
+                }
+            }),
+            fail: |e| Box::new(E::from(e)),
+            done,
+        };
+        match self.check_partition(p_key) {
+            Ok(()) => self.backend.submit(job),
+            Err(e) => job.finish_err(e),
+        }
+        Pending::new(rx)
+    }
+
+    /// Runs procedure `f` and blocks the calling thread until it committed or
+    /// rolled back. Not for use inside an async runtime: `.await` a
+    /// [`submit`](Store::submit) there.
+    pub fn call<T, E, F>(&self, p_key: PKey, f: F) -> std::result::Result<T, E>
+    where
+        T: Send + 'static,
+        E: ProcedureError,
+        F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
+    {
+        self.submit(p_key, f).wait()
+    }
+
+    /// Runs a read-only query over all partitions and returns its rows. A
+    /// statement that would write is refused with [`Error::ReadOnly`]. Blocks;
+    /// from async code call it inside `spawn_blocking`.
+    pub fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.backend.query(sql, params)
+    }
+
+    /// Subscribes to a change-feed channel (see [`feed`]).
+    pub fn subscribe(&self, channel: &str) -> Subscription {
+        self.backend.feed().subscribe(channel)
+    }
+}
+
+/// Microseconds since the Unix epoch, the unit of every tabos timestamp.
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}

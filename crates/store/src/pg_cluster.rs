@@ -1,0 +1,269 @@
+//! A throwaway PostgreSQL cluster, for tests and benchmarks.
+//!
+//! [`TempCluster::start`] runs the system's `initdb` and `pg_ctl` (found via
+//! `pg_config --bindir`, then `/usr/lib/postgresql/*/bin`, then `PATH`) on a
+//! fresh directory under the temp dir, listening on 127.0.0.1 on a free port
+//! with trust authentication. As root it runs the server as the `postgres`
+//! user, since PostgreSQL refuses to run as root.
+//!
+//! Clean-up does not depend on anyone calling a destructor: a small watchdog
+//! shell process holds the read end of a pipe whose write end only this
+//! process holds. When this process exits — normally, by panic or by SIGKILL —
+//! the pipe closes, the watchdog's `read` returns, and it stops the server and
+//! deletes the directory. No polling is involved.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use crate::error::{Error, Result};
+
+/// The Debian package that provides `initdb` and `pg_ctl`.
+pub const PACKAGE_HINT: &str =
+    "install the PostgreSQL server binaries (Debian/Ubuntu: apt-get install postgresql)";
+
+/// A running throwaway cluster.
+pub struct TempCluster {
+    dir: PathBuf,
+    port: u16,
+    bindir: PathBuf,
+    run_as: Option<(u32, u32)>,
+    watchdog: Option<Child>,
+}
+
+impl std::fmt::Debug for TempCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TempCluster")
+            .field("dir", &self.dir)
+            .field("port", &self.port)
+            .finish()
+    }
+}
+
+/// Options for [`TempCluster::start`].
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// `fsync=off` makes tests fast; benchmarks keep the server default (on).
+    pub fsync: bool,
+    pub max_connections: u32,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        ClusterOptions {
+            fsync: false,
+            max_connections: 200,
+        }
+    }
+}
+
+/// Where the PostgreSQL server binaries are, or `None`.
+pub fn find_bindir() -> Option<PathBuf> {
+    let has_initdb = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
+    if let Ok(out) = Command::new("pg_config").arg("--bindir").output() {
+        let d = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if out.status.success() && has_initdb(&d) {
+            return Some(d);
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|d| has_initdb(d))
+            .collect();
+        dirs.sort();
+        if let Some(d) = dirs.pop() {
+            return Some(d);
+        }
+    }
+    std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).find(|d| has_initdb(d)))
+}
+
+/// uid and gid of the `postgres` user, from /etc/passwd.
+fn postgres_user() -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() > 3 && f[0] == "postgres")
+            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+            .flatten()
+    })
+}
+
+fn is_root() -> bool {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
+        .unwrap_or(false)
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::Io(format!("cannot find a free port: {e}")))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::Io(e.to_string()))
+}
+
+impl TempCluster {
+    /// Creates and starts a cluster. Fails with a message naming the package
+    /// to install when the server binaries are missing.
+    pub fn start(options: &ClusterOptions) -> Result<TempCluster> {
+        let bindir = find_bindir().ok_or_else(|| {
+            Error::Config(format!(
+                "PostgreSQL server binaries (initdb, pg_ctl) not found: {PACKAGE_HINT}"
+            ))
+        })?;
+        let run_as = if is_root() {
+            Some(postgres_user().ok_or_else(|| {
+                Error::Config(format!(
+                    "running as root but there is no `postgres` user to run the server: {PACKAGE_HINT}"
+                ))
+            })?)
+        } else {
+            None
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "tabos-pg-{}-{}",
+            std::process::id(),
+            crate::now_us()
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Io(e.to_string()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| Error::Io(e.to_string()))?;
+        if let Some((uid, gid)) = run_as {
+            std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
+                .map_err(|e| Error::Io(format!("chown {}: {e}", dir.display())))?;
+        }
+        let mut cluster = TempCluster {
+            dir,
+            port: free_port()?,
+            bindir,
+            run_as,
+            watchdog: None,
+        };
+        cluster.init_and_start(options)?;
+        Ok(cluster)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut c = Command::new(self.bindir.join(program));
+        if let Some((uid, gid)) = self.run_as {
+            c.uid(uid).gid(gid);
+        }
+        c.env("LC_ALL", "C").current_dir(&self.dir);
+        c
+    }
+
+    fn run(&self, mut c: Command, what: &str) -> Result<()> {
+        let out = c
+            .output()
+            .map_err(|e| Error::Io(format!("{what}: cannot run: {e}")))?;
+        if !out.status.success() {
+            return Err(Error::Io(format!(
+                "{what} failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn init_and_start(&mut self, options: &ClusterOptions) -> Result<()> {
+        let mut init = self.command("initdb");
+        init.arg("-D").arg(self.data()).args([
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ]);
+        self.run(init, "initdb")?;
+        let server_opts = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections={} \
+             -c shared_buffers=128MB",
+            self.port,
+            self.dir.display(),
+            if options.fsync { "on" } else { "off" },
+            options.max_connections
+        );
+        let mut start = self.command("pg_ctl");
+        start
+            .arg("-D")
+            .arg(self.data())
+            .args(["-w", "-t", "60", "-l"])
+            .arg(self.dir.join("server.log"))
+            .args(["-o", &server_opts, "start"]);
+        self.run(start, "pg_ctl start")?;
+
+        // The watchdog: stop and delete when our end of its stdin closes.
+        let script = format!(
+            "read _ignored; '{}' -D '{}' -m immediate stop >/dev/null 2>&1; rm -rf '{}'",
+            self.bindir.join("pg_ctl").display(),
+            self.data().display(),
+            self.dir.display()
+        );
+        let mut wd = Command::new("/bin/sh");
+        wd.args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some((uid, gid)) = self.run_as {
+            wd.uid(uid).gid(gid);
+        }
+        // Not in our process group, so a Ctrl-C to the tests does not kill the
+        // watchdog before it has cleaned up.
+        wd.process_group(0);
+        self.watchdog = Some(
+            wd.spawn()
+                .map_err(|e| Error::Io(format!("cannot start watchdog: {e}")))?,
+        );
+        Ok(())
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Connection URL of database `db`.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates a fresh database and returns its URL.
+    pub fn create_database(&self, name: &str) -> Result<String> {
+        let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls)
+            .map_err(|e| Error::Io(format!("connect to temp cluster: {e}")))?;
+        let sql = format!("CREATE DATABASE \"{}\"", name.replace('"', ""));
+        c.batch_execute(&sql)
+            .map_err(|e| crate::postgres::map_err(&e, &sql))?;
+        Ok(self.url(name))
+    }
+
+    /// Server version string, for benchmark reports.
+    pub fn version(&self) -> String {
+        Command::new(self.bindir.join("postgres"))
+            .arg("--version")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for TempCluster {
+    fn drop(&mut self) {
+        if let Some(mut wd) = self.watchdog.take() {
+            // Closing stdin triggers the clean-up; wait for it to finish.
+            if let Some(mut stdin) = wd.stdin.take() {
+                let _ = stdin.write_all(b"\n");
+            }
+            let _ = wd.wait();
+        }
+    }
+}

@@ -1,0 +1,824 @@
+//! The cluster backend: PostgreSQL (or a wire-compatible database).
+//!
+//! ## Execution
+//! A fixed pool of worker threads, each owning one connection, takes jobs from
+//! one bounded queue. A procedure runs in a SERIALIZABLE transaction; if it
+//! (or its COMMIT) fails with SQLSTATE 40001 (serialization failure) or 40P01
+//! (deadlock), the transaction is rolled back and the procedure run again after
+//! a jittered, exponentially growing pause, at most [`RETRIES_MAX`] times —
+//! the contract CockroachDB and YugabyteDB impose as well. Procedures are
+//! deterministic and act only through their transaction, so a retry is safe.
+//!
+//! ## Change feed
+//! A procedure's notifications are sent with `pg_notify` inside its own
+//! transaction, so PostgreSQL delivers them only if and when it commits, in
+//! commit order. All tabos channels share one PostgreSQL channel,
+//! [`PG_CHANNEL`], with the tabos channel framed before a newline in the
+//! payload; a dedicated listener connection (LISTEN before `open` returns)
+//! feeds them into the in-process [`Feed`]. Should the listener lose its
+//! connection, every subscriber is cut off as lagged (they may have missed
+//! notifications and must re-read) and the listener reconnects.
+//!
+//! ## Types
+//! Values cross as the five store types; see [`crate::value`].
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use postgres::fallible_iterator::FallibleIterator;
+use postgres::types::{FromSql, IsNull, ToSql, Type};
+use postgres::{Client, IsolationLevel, NoTls, Statement};
+
+use crate::error::{Error, Result, SqlCode};
+use crate::feed::{self, Feed, Notification};
+use crate::migrate::{self, Migration};
+use crate::value::{Row, Rows, Value};
+use crate::{
+    Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
+    Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+};
+
+/// The PostgreSQL channel all tabos notifications travel on.
+pub const PG_CHANNEL: &str = "tabos_feed";
+/// Most times one procedure is retried after a serialization failure.
+pub const RETRIES_MAX: u32 = 100;
+/// First retry pause, in microseconds; doubles per retry up to the cap.
+const RETRY_PAUSE_MIN_US: u64 = 100;
+const RETRY_PAUSE_MAX_US: u64 = 10_000;
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE_MAX: usize = 256;
+/// Attempts to (re)connect a worker or the listener before giving up.
+const CONNECT_ATTEMPTS_MAX: u32 = 5;
+
+enum PgJob {
+    Proc(Job),
+    Read {
+        sql: String,
+        params: Vec<Value>,
+        done: tokio::sync::oneshot::Sender<Result<Rows>>,
+    },
+}
+
+pub struct PgBackend {
+    partitions: u32,
+    durability: Durability,
+    sender: Mutex<Option<SyncSender<PgJob>>>,
+    workers: Vec<JoinHandle<()>>,
+    listener: Option<JoinHandle<()>>,
+    url: String,
+    stop_token: String,
+    feed: Arc<Feed>,
+    stats: Arc<Stats>,
+}
+
+fn connect(url: &str, durability: Durability) -> Result<Client> {
+    let mut last = None;
+    for attempt in 0..CONNECT_ATTEMPTS_MAX {
+        match Client::connect(url, NoTls) {
+            Ok(mut c) => {
+                let sync = match durability {
+                    Durability::Off => "off",
+                    Durability::Normal | Durability::Full => "on",
+                };
+                let setup = format!(
+                    "SET synchronous_commit = {sync}; \
+                     SET default_transaction_isolation = 'serializable'"
+                );
+                c.batch_execute(&setup).map_err(|e| map_err(&e, &setup))?;
+                return Ok(c);
+            }
+            Err(e) => {
+                last = Some(e);
+                std::thread::sleep(Duration::from_millis(50 << attempt));
+            }
+        }
+    }
+    let e = last.map_or_else(|| "no attempt made".to_string(), |e| e.to_string());
+    Err(Error::Io(format!(
+        "cannot connect to PostgreSQL at {}: {e}",
+        redact(url)
+    )))
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(colon) => format!("{}:***{}", &url[..s + 3 + colon], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+impl PgBackend {
+    pub fn open(config: &Config, migrations: &[Migration]) -> Result<PgBackend> {
+        let Location::Postgres(url) = &config.location else {
+            return Err(Error::Config("not a PostgreSQL location".into()));
+        };
+        let mut first = connect(url, config.durability)?;
+        init_database(&mut first, config.partitions, migrations)?;
+
+        let feed = Feed::new();
+        let stop_token = format!("stop-{}-{}", std::process::id(), crate::now_us());
+        let listener = start_listener(url.clone(), feed.clone(), stop_token.clone())?;
+
+        let stats = Arc::new(Stats::default());
+        let (tx, rx) = sync_channel(QUEUE_PROCS_MAX);
+        let rx = Arc::new(Mutex::new(rx));
+        let mut workers = Vec::new();
+        let mut clients = vec![first];
+        for _ in 1..config.connections {
+            clients.push(connect(url, config.durability)?);
+        }
+        for (i, client) in clients.into_iter().enumerate() {
+            let worker = Worker {
+                client,
+                url: url.clone(),
+                durability: config.durability,
+                statements: HashMap::new(),
+                stats: stats.clone(),
+            };
+            let rx = rx.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("tabos-pg-{i}"))
+                .spawn(move || worker.run(&rx))
+                .map_err(|e| Error::Io(format!("cannot start worker thread: {e}")))?;
+            workers.push(h);
+        }
+        Ok(PgBackend {
+            partitions: config.partitions,
+            durability: config.durability,
+            sender: Mutex::new(Some(tx)),
+            workers,
+            listener: Some(listener),
+            url: url.clone(),
+            stop_token,
+            feed,
+            stats,
+        })
+    }
+
+    fn send(&self, job: PgJob) -> std::result::Result<(), (PgJob, Error)> {
+        let guard = self.sender.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(sender) = guard.as_ref() else {
+            return Err((job, Error::Closed));
+        };
+        match sender.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(job)) => Err((
+                job,
+                Error::Overloaded(format!(
+                    "{QUEUE_PROCS_MAX} requests queued for the connection pool"
+                )),
+            )),
+            Err(TrySendError::Disconnected(job)) => Err((job, Error::Closed)),
+        }
+    }
+}
+
+impl Drop for PgBackend {
+    fn drop(&mut self) {
+        self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
+        for h in self.workers.drain(..) {
+            let _ = h.join();
+        }
+        // Wake the listener with its own stop token; it exits on seeing it.
+        if let Ok(mut c) = Client::connect(&self.url, NoTls) {
+            let payload = format!("\n{}", self.stop_token);
+            let _ = c.execute("SELECT pg_notify($1, $2)", &[&PG_CHANNEL, &payload]);
+            if let Some(h) = self.listener.take() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Backend for PgBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Postgres
+    }
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+    fn submit(&self, job: Job) {
+        if let Err((PgJob::Proc(job), e)) = self.send(PgJob::Proc(job)) {
+            job.finish_err(e);
+        }
+    }
+    fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job = PgJob::Read {
+            sql: sql.to_string(),
+            params: params.to_vec(),
+            done,
+        };
+        if let Err((_, e)) = self.send(job) {
+            return Err(e);
+        }
+        rx.blocking_recv().unwrap_or(Err(Error::Closed))
+    }
+    fn feed(&self) -> &Arc<Feed> {
+        &self.feed
+    }
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+/// Creates the bookkeeping tables, checks the partition count and applies
+/// pending migrations, under an advisory lock so that nodes starting together
+/// do not race.
+fn init_database(client: &mut Client, partitions: u32, migrations: &[Migration]) -> Result<()> {
+    let mut t = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .map_err(|e| map_err(&e, "BEGIN"))?;
+    let lock = "SELECT pg_advisory_xact_lock(7070707070)";
+    t.execute(lock, &[]).map_err(|e| map_err(&e, lock))?;
+    let meta = "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
+    t.batch_execute(meta).map_err(|e| map_err(&e, meta))?;
+    let sql = "SELECT value FROM store_meta WHERE key = 'partitions'";
+    let existing: Option<String> = t
+        .query_opt(sql, &[])
+        .map_err(|e| map_err(&e, sql))?
+        .map(|r| r.get(0));
+    match existing {
+        None => {
+            let sql = "INSERT INTO store_meta (key, value) VALUES ('partitions', $1)";
+            t.execute(sql, &[&partitions.to_string()])
+                .map_err(|e| map_err(&e, sql))?;
+        }
+        Some(v) if v == partitions.to_string() => {}
+        Some(v) => {
+            return Err(Error::Config(format!(
+                "database was created with {v} partitions, not {partitions}"
+            )))
+        }
+    }
+    t.batch_execute(migrate::SCHEMA_VERSION_DDL)
+        .map_err(|e| map_err(&e, migrate::SCHEMA_VERSION_DDL))?;
+    let sql = "SELECT version, name FROM schema_version ORDER BY version";
+    let recorded: Vec<(u32, String)> = t
+        .query(sql, &[])
+        .map_err(|e| map_err(&e, sql))?
+        .iter()
+        .map(|r| (r.get::<_, i64>(0) as u32, r.get::<_, String>(1)))
+        .collect();
+    for m in migrate::pending(&recorded, migrations)? {
+        t.batch_execute(m.postgres).map_err(|e| {
+            Error::Migration(format!(
+                "{} {}: {}",
+                m.version,
+                m.name,
+                map_err(&e, m.postgres)
+            ))
+        })?;
+        let sql = "INSERT INTO schema_version (version, name, applied_us) VALUES ($1, $2, $3)";
+        t.execute(sql, &[&i64::from(m.version), &m.name, &crate::now_us()])
+            .map_err(|e| map_err(&e, sql))?;
+    }
+    t.commit().map_err(|e| map_err(&e, "COMMIT"))
+}
+
+fn start_listener(url: String, feed: Arc<Feed>, stop_token: String) -> Result<JoinHandle<()>> {
+    let mut client = Client::connect(&url, NoTls)
+        .map_err(|e| Error::Io(format!("listener cannot connect: {e}")))?;
+    let listen = format!("LISTEN {PG_CHANNEL}");
+    client
+        .batch_execute(&listen)
+        .map_err(|e| map_err(&e, &listen))?;
+    std::thread::Builder::new()
+        .name("tabos-pg-listen".into())
+        .spawn(move || loop {
+            let lost = {
+                let mut notes = client.notifications();
+                let mut it = notes.blocking_iter();
+                loop {
+                    match it.next() {
+                        Ok(Some(n)) => {
+                            let Some((channel, payload)) = n.payload().split_once('\n') else {
+                                continue;
+                            };
+                            if channel.is_empty() {
+                                if payload == stop_token {
+                                    return;
+                                }
+                                continue;
+                            }
+                            feed.publish(&[Notification {
+                                channel: channel.to_string(),
+                                payload: payload.to_string(),
+                            }]);
+                        }
+                        Ok(None) | Err(_) => break true,
+                    }
+                }
+            };
+            if lost {
+                // Notifications may have been missed: tell every subscriber.
+                feed.cut_off_all();
+                // A bounded pause between reconnection attempts, not a poll:
+                // nothing can wake us while the server is unreachable.
+                match Client::connect(&url, NoTls) {
+                    Ok(mut c) => match c.batch_execute(&listen) {
+                        Ok(()) => client = c,
+                        Err(_) => std::thread::sleep(Duration::from_millis(500)),
+                    },
+                    Err(_) => std::thread::sleep(Duration::from_millis(500)),
+                }
+            }
+        })
+        .map_err(|e| Error::Io(format!("cannot start listener thread: {e}")))
+}
+
+struct Worker {
+    client: Client,
+    url: String,
+    durability: Durability,
+    statements: HashMap<String, Statement>,
+    stats: Arc<Stats>,
+}
+
+impl Worker {
+    fn run(mut self, rx: &Mutex<Receiver<PgJob>>) {
+        loop {
+            let job = {
+                let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                rx.recv()
+            };
+            let Ok(job) = job else { return };
+            if self.client.is_closed() {
+                self.statements.clear();
+                match connect(&self.url, self.durability) {
+                    Ok(c) => self.client = c,
+                    Err(e) => {
+                        match job {
+                            PgJob::Proc(j) => j.finish_err(e),
+                            PgJob::Read { done, .. } => {
+                                let _ = done.send(Err(e));
+                            }
+                        }
+                        continue;
+                    }
+                }
+            }
+            match job {
+                PgJob::Proc(job) => self.run_proc(job),
+                PgJob::Read { sql, params, done } => {
+                    let _ = done.send(self.read(&sql, &params));
+                }
+            }
+        }
+    }
+
+    fn read(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        let mut t = self
+            .client
+            .build_transaction()
+            .read_only(true)
+            .start()
+            .map_err(|e| map_err(&e, "BEGIN READ ONLY"))?;
+        let rows = {
+            let mut tx = PgTx {
+                t: &mut t,
+                statements: &mut self.statements,
+                p_key: PKey(0),
+                notes: Vec::new(),
+            };
+            tx.query(sql, params)
+        };
+        let _ = t.rollback();
+        rows.map_err(|e| match e {
+            Error::Sql(s) if s.code == SqlCode::Sqlstate("25006".into()) => {
+                Error::ReadOnly(format!(
+                    "this statement would change the database; queries here are read-only: {sql}"
+                ))
+            }
+            other => other,
+        })
+    }
+
+    fn run_proc(&mut self, mut job: Job) {
+        let mut retries = 0u32;
+        let mut pause_us = RETRY_PAUSE_MIN_US;
+        loop {
+            match self.attempt(&mut job) {
+                Attempt::Done(outcome) => {
+                    let counter = if outcome.is_ok() {
+                        &self.stats.committed
+                    } else {
+                        &self.stats.failed
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    if outcome.is_ok() {
+                        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let _ = job.done.send(outcome);
+                    return;
+                }
+                Attempt::Conflict(last) => {
+                    if retries >= RETRIES_MAX {
+                        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                        let e = match last {
+                            Error::Sql(s) => Error::RetriesExhausted { retries, last: s },
+                            other => other,
+                        };
+                        job.finish_err(e);
+                        return;
+                    }
+                    retries += 1;
+                    self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(jitter(pause_us)));
+                    pause_us = (pause_us * 2).min(RETRY_PAUSE_MAX_US);
+                }
+            }
+        }
+    }
+
+    /// One try of a procedure: run it, send its notifications, commit.
+    fn attempt(&mut self, job: &mut Job) -> Attempt {
+        let begin = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::Serializable)
+            .start();
+        let mut t = match begin {
+            Ok(t) => t,
+            Err(e) => return Attempt::failed(job, map_err(&e, "BEGIN")),
+        };
+        let mut tx = PgTx {
+            t: &mut t,
+            statements: &mut self.statements,
+            p_key: job.p_key,
+            notes: Vec::new(),
+        };
+        let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
+            Ok(o) => o,
+            Err(panic) => Err(Failure {
+                error: (job.fail)(Error::Internal(format!(
+                    "procedure panicked: {}",
+                    crate::sqlite::panic_message(&panic)
+                ))),
+                retryable: false,
+            }),
+        };
+        let notes = std::mem::take(&mut tx.notes);
+        match outcome {
+            Ok(v) => {
+                for n in &notes {
+                    let framed = format!("{}\n{}", n.channel, n.payload);
+                    let sql = "SELECT pg_notify($1, $2)";
+                    if let Err(e) = t.execute(sql, &[&PG_CHANNEL, &framed]) {
+                        let _ = t.rollback();
+                        return Attempt::failed(job, map_err(&e, sql));
+                    }
+                }
+                match t.commit() {
+                    Ok(()) => Attempt::Done(Ok(v)),
+                    Err(e) => Attempt::failed(job, map_err(&e, "COMMIT")),
+                }
+            }
+            Err(f) => {
+                let _ = t.rollback();
+                if f.retryable {
+                    // Rebuild the store error from the boxed E is not possible
+                    // in general; the retry only needs to know it conflicted.
+                    Attempt::Conflict(Error::sql(
+                        "procedure",
+                        SqlCode::Sqlstate("40001".into()),
+                        "serialization failure",
+                        None,
+                    ))
+                } else {
+                    Attempt::Done(Err(f))
+                }
+            }
+        }
+    }
+}
+
+enum Attempt {
+    Done(Outcome),
+    Conflict(Error),
+}
+
+impl Attempt {
+    fn failed(job: &Job, e: Error) -> Attempt {
+        if e.is_retryable() {
+            Attempt::Conflict(e)
+        } else {
+            Attempt::Done(Err(Failure {
+                error: (job.fail)(e),
+                retryable: false,
+            }))
+        }
+    }
+}
+
+/// A pause in `[base/2, 3·base/2)` microseconds, so that conflicting
+/// retries spread out instead of colliding again.
+fn jitter(base_us: u64) -> u64 {
+    use std::cell::Cell;
+    thread_local!(static SEED: Cell<u64> = Cell::new(
+        crate::now_us() as u64 ^ (std::process::id() as u64) << 32 | 1));
+    SEED.with(|s| {
+        // xorshift64*: plenty for spreading back-off.
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        base_us / 2 + r % base_us.max(1)
+    })
+}
+
+struct PgTx<'a, 'c> {
+    t: &'a mut postgres::Transaction<'c>,
+    statements: &'a mut HashMap<String, Statement>,
+    p_key: PKey,
+    notes: Vec<Notification>,
+}
+
+impl PgTx<'_, '_> {
+    fn statement(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.statements.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.t.prepare(sql).map_err(|e| map_err(&e, sql))?;
+        if self.statements.len() >= STATEMENT_CACHE_MAX {
+            self.statements.clear();
+        }
+        self.statements.insert(sql.to_string(), s.clone());
+        Ok(s)
+    }
+}
+
+fn as_params(params: &[Value]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
+impl Tx for PgTx<'_, '_> {
+    fn p_key(&self) -> PKey {
+        self.p_key
+    }
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let stmt = self.statement(sql)?;
+        self.t
+            .execute(&stmt, &as_params(params))
+            .map_err(|e| map_err(&e, sql))
+    }
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        let stmt = self.statement(sql)?;
+        let columns: Vec<String> = stmt
+            .columns()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
+        let shared: Arc<[String]> = columns.clone().into();
+        let mut it = self
+            .t
+            .query_raw(&stmt, params.iter())
+            .map_err(|e| map_err(&e, sql))?;
+        let mut rows = Vec::new();
+        while let Some(r) = it.next().map_err(|e| map_err(&e, sql))? {
+            if rows.len() >= QUERY_ROWS_MAX {
+                return Err(Error::Limit {
+                    what: "query result",
+                    limit: QUERY_ROWS_MAX as u64,
+                    detail: format!("rows from: {sql}"),
+                });
+            }
+            let mut values = Vec::with_capacity(columns.len());
+            for i in 0..columns.len() {
+                let v: PgValue = r.try_get(i).map_err(|e| {
+                    Error::Type(format!("column {}: {}", columns[i], source_message(&e)))
+                })?;
+                values.push(v.0);
+            }
+            rows.push(Row::new(shared.clone(), values));
+        }
+        Ok(Rows { columns, rows })
+    }
+    fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
+        feed::validate(channel, payload)?;
+        self.notes.push(Notification {
+            channel: channel.to_string(),
+            payload: payload.to_string(),
+        });
+        Ok(())
+    }
+}
+
+fn source_message(e: &postgres::Error) -> String {
+    match e.source() {
+        Some(s) => s.to_string(),
+        None => e.to_string(),
+    }
+}
+
+/// Converts a driver error, keeping the statement, SQLSTATE and position.
+pub(crate) fn map_err(e: &postgres::Error, statement: &str) -> Error {
+    match e.as_db_error() {
+        Some(db) => {
+            let position = match db.position() {
+                // PostgreSQL counts characters from 1; the store reports bytes from 0.
+                Some(postgres::error::ErrorPosition::Original(p)) => statement
+                    .char_indices()
+                    .nth((*p as usize).saturating_sub(1))
+                    .map(|(b, _)| b),
+                _ => None,
+            };
+            let mut message = db.message().to_string();
+            if let Some(detail) = db.detail() {
+                message.push_str(": ");
+                message.push_str(detail);
+            }
+            Error::sql(
+                statement,
+                SqlCode::Sqlstate(db.code().code().to_string()),
+                message,
+                position,
+            )
+        }
+        None => Error::sql(statement, SqlCode::None, source_message(e), None),
+    }
+}
+
+type BoxError = Box<dyn StdError + Sync + Send>;
+
+fn cannot(v: &Value, ty: &Type) -> BoxError {
+    format!(
+        "cannot pass a {} value as PostgreSQL type {ty}",
+        v.type_name()
+    )
+    .into()
+}
+
+impl ToSql for Value {
+    fn to_sql(&self, ty: &Type, out: &mut BytesMut) -> std::result::Result<IsNull, BoxError> {
+        match self {
+            Value::Null => Ok(IsNull::Yes),
+            Value::Int(i) => match *ty {
+                Type::INT8 => i.to_sql(ty, out),
+                Type::INT4 => i32::try_from(*i)?.to_sql(ty, out),
+                Type::INT2 => i16::try_from(*i)?.to_sql(ty, out),
+                Type::OID => u32::try_from(*i)?.to_sql(ty, out),
+                Type::BOOL => (*i != 0).to_sql(ty, out),
+                Type::FLOAT8 => (*i as f64).to_sql(ty, out),
+                Type::FLOAT4 => (*i as f32).to_sql(ty, out),
+                Type::TEXT | Type::VARCHAR | Type::UNKNOWN => i.to_string().to_sql(ty, out),
+                _ => Err(cannot(self, ty)),
+            },
+            Value::Real(r) => match *ty {
+                Type::FLOAT8 => r.to_sql(ty, out),
+                Type::FLOAT4 => (*r as f32).to_sql(ty, out),
+                _ => Err(cannot(self, ty)),
+            },
+            Value::Text(s) => match *ty {
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    s.to_sql(ty, out)
+                }
+                Type::BYTEA => s.as_bytes().to_sql(ty, out),
+                _ => Err(cannot(self, ty)),
+            },
+            Value::Blob(b) => match *ty {
+                Type::BYTEA => b.to_sql(ty, out),
+                _ => Err(cannot(self, ty)),
+            },
+        }
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+
+    postgres::types::to_sql_checked!();
+}
+
+/// Reads any supported PostgreSQL column into a [`Value`].
+struct PgValue(Value);
+
+impl<'a> FromSql<'a> for PgValue {
+    fn from_sql(ty: &Type, raw: &'a [u8]) -> std::result::Result<Self, BoxError> {
+        let v = match *ty {
+            Type::INT8 => Value::Int(i64::from_sql(ty, raw)?),
+            Type::INT4 => Value::Int(i32::from_sql(ty, raw)?.into()),
+            Type::INT2 => Value::Int(i16::from_sql(ty, raw)?.into()),
+            Type::OID => Value::Int(u32::from_sql(ty, raw)?.into()),
+            Type::BOOL => Value::Int(bool::from_sql(ty, raw)?.into()),
+            Type::FLOAT8 => Value::Real(f64::from_sql(ty, raw)?),
+            Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)?.into()),
+            Type::NUMERIC => decode_numeric(raw)?,
+            Type::BYTEA => Value::Blob(raw.to_vec()),
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                Value::Text(std::str::from_utf8(raw)?.to_string())
+            }
+            _ => {
+                return Err(format!(
+                    "PostgreSQL type {ty} is not one of the store's types; cast it (e.g. ::text)"
+                )
+                .into())
+            }
+        };
+        Ok(PgValue(v))
+    }
+
+    fn from_sql_null(_ty: &Type) -> std::result::Result<Self, BoxError> {
+        Ok(PgValue(Value::Null))
+    }
+
+    fn accepts(_ty: &Type) -> bool {
+        true
+    }
+}
+
+/// Decodes PostgreSQL's binary NUMERIC (base-10000 digits): to `Int` when it
+/// has no fraction and fits, else to `Real`. `sum(bigint)` returns NUMERIC,
+/// so this is needed for ordinary aggregates.
+fn decode_numeric(raw: &[u8]) -> std::result::Result<Value, BoxError> {
+    let word = |i: usize| -> std::result::Result<u16, BoxError> {
+        raw.get(i..i + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| "truncated NUMERIC".into())
+    };
+    let ndigits = word(0)? as usize;
+    let weight = word(2)? as i16 as i32;
+    let sign = word(4)?;
+    let dscale = word(6)?;
+    if sign == 0xC000 {
+        return Ok(Value::Real(f64::NAN));
+    }
+    let mut int: Option<i128> = Some(0);
+    let mut real = 0f64;
+    for i in 0..ndigits {
+        let d = word(8 + 2 * i)? as i32;
+        let exp = weight - i as i32;
+        real += f64::from(d) * 10000f64.powi(exp);
+        int = match (int, exp) {
+            (Some(acc), e) if e >= 0 => 10000i128
+                .checked_pow(e as u32)
+                .and_then(|m| acc.checked_add(i128::from(d) * m)),
+            (acc, _) if d == 0 => acc,
+            _ => None,
+        };
+    }
+    let negative = sign == 0x4000;
+    if dscale == 0 {
+        if let Some(i) = int.and_then(|i| i64::try_from(if negative { -i } else { i }).ok()) {
+            return Ok(Value::Int(i));
+        }
+    }
+    Ok(Value::Real(if negative { -real } else { real }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numeric_decoding() {
+        // 12345678 = digits [1234, 5678], weight 1, scale 0
+        let raw = [0u8, 2, 0, 1, 0, 0, 0, 0, 0x04, 0xD2, 0x16, 0x2E];
+        assert_eq!(decode_numeric(&raw).unwrap(), Value::Int(12_345_678));
+        // -1.5 = digits [1, 5000], weight 0, negative, scale 1
+        let raw = [0u8, 2, 0, 0, 0x40, 0, 0, 1, 0, 1, 0x13, 0x88];
+        assert_eq!(decode_numeric(&raw).unwrap(), Value::Real(-1.5));
+        // zero: no digits
+        let raw = [0u8, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(decode_numeric(&raw).unwrap(), Value::Int(0));
+        assert!(decode_numeric(&[0u8, 1]).is_err());
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[test]
+    fn jitter_stays_in_range() {
+        for _ in 0..1000 {
+            let j = jitter(1000);
+            assert!((500..1500).contains(&j));
+        }
+    }
+}

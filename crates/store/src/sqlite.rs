@@ -1,0 +1,702 @@
+//! The embedded backend: SQLite in WAL mode, one executor thread per partition.
+//!
+//! ## Files
+//! A store directory holds `LOCK` (an exclusive `flock` held while a store has
+//! it open, so two processes never write the same files) and `p<N>.db` for
+//! each partition `N`, each with the full schema.
+//!
+//! ## Executor (one per partition)
+//! ```text
+//!   wait for a job ──► take it and every job already queued (≤ BATCH_PROCS_MAX)
+//!        ▲             BEGIN IMMEDIATE
+//!        │             for each job:  SAVEPOINT p; run; RELEASE p   (ok)
+//!        │                            ROLLBACK TO p; RELEASE p      (error)
+//!        │             COMMIT
+//!        └──────────── publish the committed jobs' notifications, in order;
+//!                      then answer every job
+//! ```
+//! Procedures of one partition therefore run strictly one after another (no
+//! locks, no aborts — the H-Store model), jobs that arrive during a commit
+//! form the next batch (group commit), and a failing procedure undoes only its
+//! own savepoint. Invariant: a job is answered exactly once, and only after
+//! the commit that contains it succeeded (or with the error that stopped it).
+//! If the COMMIT itself fails every job of the batch is answered with that
+//! error and nothing of the batch is published.
+//!
+//! ## Readers
+//! Read-only queries run on a pool of connections that open partition 0 as
+//! `main`, attach the others, and define a TEMP view per table that is the
+//! `UNION ALL` of that table over all partitions; they are `query_only` and,
+//! thanks to WAL, never wait for a writer.
+
+use std::any::Any;
+use std::fs::File;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Error, Result, SqlCode};
+use crate::feed::{self, Feed, Notification};
+use crate::migrate::{self, Migration};
+use crate::sql::to_sqlite;
+use crate::value::{Row, Rows, Value};
+use crate::{
+    Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
+    Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+};
+
+/// Most procedures in one group commit.
+pub const BATCH_PROCS_MAX: usize = 4_096;
+/// Prepared statements cached per connection.
+const STATEMENT_CACHE_MAX: usize = 256;
+/// How long a connection waits on a lock held by SQLite's own housekeeping
+/// (checkpoints) before failing, in milliseconds.
+const BUSY_TIMEOUT_MS: u64 = 5_000;
+
+pub struct SqliteBackend {
+    dir: PathBuf,
+    partitions: u32,
+    durability: Durability,
+    senders: Vec<SyncSender<Job>>,
+    executors: Vec<JoinHandle<()>>,
+    readers: ReadPool,
+    feed: Arc<Feed>,
+    stats: Arc<Stats>,
+    _lock: File,
+}
+
+impl SqliteBackend {
+    pub fn open(config: &Config, migrations: &[Migration]) -> Result<SqliteBackend> {
+        let Location::Sqlite(dir) = &config.location else {
+            return Err(Error::Config("not a SQLite location".into()));
+        };
+        std::fs::create_dir_all(dir).map_err(|e| {
+            Error::Io(format!(
+                "cannot create data directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let lock = File::create(dir.join("LOCK"))
+            .map_err(|e| Error::Io(format!("cannot create {}/LOCK: {e}", dir.display())))?;
+        lock.try_lock().map_err(|_| {
+            Error::Config(format!(
+                "data directory {} is in use by another tabos process",
+                dir.display()
+            ))
+        })?;
+        check_partition_files(dir, config.partitions)?;
+
+        let feed = Feed::new();
+        let stats = Arc::new(Stats::default());
+        let mut conns = Vec::new();
+        for p in 0..config.partitions {
+            let conn = open_writer(&partition_path(dir, p), config.durability)?;
+            init_partition(&conn, p, config.partitions, migrations)?;
+            conns.push(conn);
+        }
+        let mut senders = Vec::new();
+        let mut executors = Vec::new();
+        for (p, conn) in conns.into_iter().enumerate() {
+            let (tx, rx) = sync_channel(QUEUE_PROCS_MAX);
+            let feed = feed.clone();
+            let stats = stats.clone();
+            let handle = std::thread::Builder::new()
+                .name(format!("tabos-exec-p{p}"))
+                .spawn(move || Executor::new(conn, PKey(p as u32), feed, stats).run(rx))
+                .map_err(|e| Error::Io(format!("cannot start executor thread: {e}")))?;
+            senders.push(tx);
+            executors.push(handle);
+        }
+        Ok(SqliteBackend {
+            dir: dir.clone(),
+            partitions: config.partitions,
+            durability: config.durability,
+            senders,
+            executors,
+            readers: ReadPool::new(dir.clone(), config.partitions, config.connections),
+            feed,
+            stats,
+            _lock: lock,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for SqliteBackend {
+    fn drop(&mut self) {
+        // Closing the queues lets each executor finish what is queued and exit.
+        self.senders.clear();
+        for h in self.executors.drain(..) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Backend for SqliteBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Sqlite
+    }
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+    fn durability(&self) -> Durability {
+        self.durability
+    }
+    fn submit(&self, job: Job) {
+        let Some(sender) = self.senders.get(job.p_key.0 as usize) else {
+            let p_key = job.p_key.0;
+            job.finish_err(Error::UnknownPartition {
+                p_key,
+                partitions: self.partitions,
+            });
+            return;
+        };
+        match sender.try_send(job) {
+            Ok(()) => {}
+            Err(TrySendError::Full(job)) => {
+                let p_key = job.p_key;
+                job.finish_err(Error::Overloaded(format!(
+                    "partition {p_key} has {QUEUE_PROCS_MAX} procedures queued"
+                )))
+            }
+            Err(TrySendError::Disconnected(job)) => job.finish_err(Error::Closed),
+        }
+    }
+    fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
+        let conn = self.readers.get()?;
+        let rows = read_query(&conn, sql, params);
+        self.readers.put(conn);
+        rows
+    }
+    fn feed(&self) -> &Arc<Feed> {
+        &self.feed
+    }
+    fn stats(&self) -> &Stats {
+        &self.stats
+    }
+}
+
+pub(crate) fn partition_path(dir: &Path, p: u32) -> PathBuf {
+    dir.join(format!("p{p}.db"))
+}
+
+/// Refuses a directory created with a different number of partitions.
+fn check_partition_files(dir: &Path, partitions: u32) -> Result<()> {
+    let existing = (0..=crate::PARTITIONS_MAX)
+        .filter(|p| partition_path(dir, *p).exists())
+        .count() as u32;
+    if existing != 0 && existing != partitions {
+        return Err(Error::Config(format!(
+            "data directory {} was created with {existing} partitions, not {partitions}",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| map_err(e, "open"))?;
+    let sync = match durability {
+        Durability::Off => "OFF",
+        Durability::Normal => "NORMAL",
+        Durability::Full => "FULL",
+    };
+    let pragmas = format!(
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; \
+         PRAGMA temp_store=MEMORY;"
+    );
+    conn.execute_batch(&pragmas)
+        .map_err(|e| map_err(e, &pragmas))?;
+    conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))
+        .map_err(|e| map_err(e, "busy_timeout"))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+    Ok(conn)
+}
+
+/// Records the partition layout and applies pending migrations, atomically.
+fn init_partition(
+    conn: &Connection,
+    p: u32,
+    partitions: u32,
+    migrations: &[Migration],
+) -> Result<()> {
+    let tx = conn
+        .unchecked_transaction()
+        .map_err(|e| map_err(e, "BEGIN"))?;
+    let meta = "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
+    tx.execute_batch(meta).map_err(|e| map_err(e, meta))?;
+    for (key, value) in [("partition", p), ("partitions", partitions)] {
+        let existing: Option<String> = tx
+            .query_row("SELECT value FROM store_meta WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .ok();
+        match existing {
+            None => {
+                tx.execute(
+                    "INSERT INTO store_meta (key, value) VALUES (?1, ?2)",
+                    rusqlite::params![key, value.to_string()],
+                )
+                .map_err(|e| map_err(e, "INSERT INTO store_meta"))?;
+            }
+            Some(v) if v == value.to_string() => {}
+            Some(v) => {
+                return Err(Error::Config(format!(
+                    "partition file {p} records {key} = {v}, expected {value}"
+                )))
+            }
+        }
+    }
+    tx.execute_batch(migrate::SCHEMA_VERSION_DDL)
+        .map_err(|e| map_err(e, migrate::SCHEMA_VERSION_DDL))?;
+    let recorded: Vec<(u32, String)> = {
+        let sql = "SELECT version, name FROM schema_version ORDER BY version";
+        let mut stmt = tx.prepare(sql).map_err(|e| map_err(e, sql))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, String>(1)?)))
+            .map_err(|e| map_err(e, sql))?;
+        rows.collect::<rusqlite::Result<_>>()
+            .map_err(|e| map_err(e, sql))?
+    };
+    for m in migrate::pending(&recorded, migrations)? {
+        tx.execute_batch(m.sqlite).map_err(|e| {
+            Error::Migration(format!(
+                "{} {}: {}",
+                m.version,
+                m.name,
+                map_err(e, m.sqlite)
+            ))
+        })?;
+        tx.execute(
+            "INSERT INTO schema_version (version, name, applied_us) VALUES (?1, ?2, ?3)",
+            rusqlite::params![m.version, m.name, crate::now_us()],
+        )
+        .map_err(|e| map_err(e, "INSERT INTO schema_version"))?;
+    }
+    tx.commit().map_err(|e| map_err(e, "COMMIT"))
+}
+
+/// Converts a rusqlite error, keeping the statement, code and position.
+pub(crate) fn map_err(e: rusqlite::Error, statement: &str) -> Error {
+    match e {
+        rusqlite::Error::SqliteFailure(err, msg) => Error::sql(
+            statement,
+            SqlCode::Sqlite {
+                primary: err.extended_code & 0xff,
+                extended: err.extended_code,
+            },
+            msg.unwrap_or_else(|| err.to_string()),
+            None,
+        ),
+        rusqlite::Error::SqlInputError {
+            error, msg, offset, ..
+        } => Error::sql(
+            statement,
+            SqlCode::Sqlite {
+                primary: error.extended_code & 0xff,
+                extended: error.extended_code,
+            },
+            msg,
+            usize::try_from(offset).ok(),
+        ),
+        other => Error::sql(statement, SqlCode::None, other.to_string(), None),
+    }
+}
+
+struct Param<'a>(&'a Value);
+
+impl rusqlite::ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match self.0 {
+            Value::Null => ValueRef::Null,
+            Value::Int(i) => ValueRef::Integer(*i),
+            Value::Real(r) => ValueRef::Real(*r),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
+}
+
+fn to_value(v: ValueRef<'_>) -> Value {
+    match v {
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(i) => Value::Int(i),
+        ValueRef::Real(r) => Value::Real(r),
+        ValueRef::Text(t) => Value::Text(String::from_utf8_lossy(t).into_owned()),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    }
+}
+
+fn bind_params(params: &[Value]) -> impl rusqlite::Params + '_ {
+    rusqlite::params_from_iter(params.iter().map(Param))
+}
+
+fn run_query(stmt: &mut rusqlite::Statement<'_>, sql: &str, params: &[Value]) -> Result<Rows> {
+    let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
+    let shared: Arc<[String]> = columns.clone().into();
+    let n = columns.len();
+    let mut rows = stmt
+        .query(bind_params(params))
+        .map_err(|e| map_err(e, sql))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(|e| map_err(e, sql))? {
+        if out.len() >= QUERY_ROWS_MAX {
+            return Err(Error::Limit {
+                what: "query result",
+                limit: QUERY_ROWS_MAX as u64,
+                detail: format!("rows from: {sql}"),
+            });
+        }
+        let mut values = Vec::with_capacity(n);
+        for i in 0..n {
+            values.push(to_value(row.get_ref(i).map_err(|e| map_err(e, sql))?));
+        }
+        out.push(Row::new(shared.clone(), values));
+    }
+    Ok(Rows { columns, rows: out })
+}
+
+/// A procedure's transaction on the executor's connection.
+struct SqliteTx<'c> {
+    conn: &'c Connection,
+    p_key: PKey,
+    notes: Vec<Notification>,
+}
+
+impl Tx for SqliteTx<'_> {
+    fn p_key(&self) -> PKey {
+        self.p_key
+    }
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&to_sqlite(sql))
+            .map_err(|e| map_err(e, sql))?;
+        let n = stmt
+            .execute(bind_params(params))
+            .map_err(|e| map_err(e, sql))?;
+        Ok(n as u64)
+    }
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&to_sqlite(sql))
+            .map_err(|e| map_err(e, sql))?;
+        run_query(&mut stmt, sql, params)
+    }
+    fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
+        feed::validate(channel, payload)?;
+        self.notes.push(Notification {
+            channel: channel.to_string(),
+            payload: payload.to_string(),
+        });
+        Ok(())
+    }
+}
+
+struct Executor {
+    conn: Connection,
+    p_key: PKey,
+    feed: Arc<Feed>,
+    stats: Arc<Stats>,
+}
+
+/// A job that has run and waits for the commit before it is answered.
+struct Ran {
+    done: tokio::sync::oneshot::Sender<Outcome>,
+    fail: fn(Error) -> Box<dyn Any + Send>,
+    outcome: Outcome,
+}
+
+impl Executor {
+    fn new(conn: Connection, p_key: PKey, feed: Arc<Feed>, stats: Arc<Stats>) -> Executor {
+        Executor {
+            conn,
+            p_key,
+            feed,
+            stats,
+        }
+    }
+
+    fn run(self, rx: Receiver<Job>) {
+        let mut batch: Vec<Job> = Vec::with_capacity(BATCH_PROCS_MAX);
+        while let Ok(first) = rx.recv() {
+            batch.push(first);
+            while batch.len() < BATCH_PROCS_MAX {
+                match rx.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.run_batch(&mut batch);
+            debug_assert!(batch.is_empty());
+        }
+    }
+
+    fn exec(&self, sql: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(|_| ())
+            .map_err(|e| map_err(e, sql))
+    }
+
+    fn run_batch(&self, batch: &mut Vec<Job>) {
+        if let Err(e) = self.exec("BEGIN IMMEDIATE") {
+            for job in batch.drain(..) {
+                job.finish_err(e.clone());
+            }
+            return;
+        }
+        let mut ran = Vec::with_capacity(batch.len());
+        let mut notes = Vec::new();
+        for mut job in batch.drain(..) {
+            let outcome = self.run_one(&mut job, &mut notes);
+            ran.push(Ran {
+                done: job.done,
+                fail: job.fail,
+                outcome,
+            });
+        }
+        let committed = self.exec("COMMIT");
+        match committed {
+            Ok(()) => {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+                self.feed.publish(&notes);
+                for r in ran {
+                    let counter = if r.outcome.is_ok() {
+                        &self.stats.committed
+                    } else {
+                        &self.stats.failed
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    let _ = r.done.send(r.outcome);
+                }
+            }
+            Err(e) => {
+                let _ = self.exec("ROLLBACK");
+                for r in ran {
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    let error = (r.fail)(e.clone());
+                    let _ = r.done.send(Err(Failure {
+                        error,
+                        retryable: false,
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Runs one procedure inside its own savepoint; on success its
+    /// notifications are appended to `notes`.
+    fn run_one(&self, job: &mut Job, notes: &mut Vec<Notification>) -> Outcome {
+        if let Err(e) = self.exec("SAVEPOINT proc") {
+            return Err(Failure {
+                error: (job.fail)(e),
+                retryable: false,
+            });
+        }
+        let mut tx = SqliteTx {
+            conn: &self.conn,
+            p_key: self.p_key,
+            notes: Vec::new(),
+        };
+        let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
+            Ok(o) => o,
+            Err(panic) => Err(Failure {
+                error: (job.fail)(Error::Internal(format!(
+                    "procedure panicked: {}",
+                    panic_message(&panic)
+                ))),
+                retryable: false,
+            }),
+        };
+        let tx_notes = std::mem::take(&mut tx.notes);
+        let closed = match &outcome {
+            Ok(_) => self.exec("RELEASE proc"),
+            Err(_) => self
+                .exec("ROLLBACK TO proc")
+                .and_then(|()| self.exec("RELEASE proc")),
+        };
+        match (outcome, closed) {
+            (Ok(v), Ok(())) => {
+                notes.extend(tx_notes);
+                Ok(v)
+            }
+            (Ok(_), Err(e)) => Err(Failure {
+                error: (job.fail)(e),
+                retryable: false,
+            }),
+            (Err(f), _) => Err(f),
+        }
+    }
+}
+
+pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic".to_string()
+    }
+}
+
+/// A bounded pool of read-only connections over all partitions.
+struct ReadPool {
+    dir: PathBuf,
+    partitions: u32,
+    max: usize,
+    state: Mutex<(Vec<Connection>, usize)>,
+    freed: Condvar,
+}
+
+impl ReadPool {
+    fn new(dir: PathBuf, partitions: u32, max: usize) -> ReadPool {
+        ReadPool {
+            dir,
+            partitions,
+            max,
+            state: Mutex::new((Vec::new(), 0)),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn get(&self) -> Result<Connection> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(c) = state.0.pop() {
+                return Ok(c);
+            }
+            if state.1 < self.max {
+                state.1 += 1;
+                drop(state);
+                let opened = self.open_reader();
+                if opened.is_err() {
+                    self.state.lock().unwrap_or_else(|p| p.into_inner()).1 -= 1;
+                }
+                return opened;
+            }
+            state = self.freed.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn put(&self, conn: Connection) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .push(conn);
+        self.freed.notify_one();
+    }
+
+    fn open_reader(&self) -> Result<Connection> {
+        let conn = Connection::open_with_flags(
+            partition_path(&self.dir, 0),
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| map_err(e, "open reader"))?;
+        conn.busy_timeout(std::time::Duration::from_millis(BUSY_TIMEOUT_MS))
+            .map_err(|e| map_err(e, "busy_timeout"))?;
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+        if self.partitions > 1 {
+            for p in 1..self.partitions {
+                let path = partition_path(&self.dir, p);
+                let sql = "ATTACH DATABASE ?1 AS ?2";
+                conn.execute(
+                    sql,
+                    rusqlite::params![path.to_string_lossy(), format!("p{p}")],
+                )
+                .map_err(|e| map_err(e, sql))?;
+            }
+            let tables: Vec<String> = {
+                let sql = "SELECT name FROM main.sqlite_master WHERE type = 'table' \
+                           AND name NOT LIKE 'sqlite_%' ORDER BY name";
+                let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
+                let names = stmt
+                    .query_map([], |r| r.get(0))
+                    .map_err(|e| map_err(e, sql))?;
+                names
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(|e| map_err(e, sql))?
+            };
+            for t in tables {
+                let quoted = t.replace('"', "\"\"");
+                let mut view =
+                    format!("CREATE TEMP VIEW \"{quoted}\" AS SELECT * FROM main.\"{quoted}\"");
+                for p in 1..self.partitions {
+                    view.push_str(&format!(" UNION ALL SELECT * FROM p{p}.\"{quoted}\""));
+                }
+                conn.execute_batch(&view).map_err(|e| map_err(e, &view))?;
+            }
+        }
+        conn.execute_batch("PRAGMA query_only = 1")
+            .map_err(|e| map_err(e, "PRAGMA query_only"))?;
+        Ok(conn)
+    }
+}
+
+fn read_only_refusal(sql: &str) -> Error {
+    Error::ReadOnly(format!(
+        "this statement would change the database; queries here are read-only: {sql}"
+    ))
+}
+
+/// On a multi-partition reader every table name resolves to a TEMP view, so
+/// a write is refused at prepare time as "cannot modify X because it is a
+/// view"; `query_only` refuses the rest with SQLITE_READONLY (8). Both are
+/// the caller trying to write, and are reported as such.
+fn is_write_refusal(e: &Error) -> bool {
+    e.as_sql().is_some_and(|s| {
+        s.message.contains("because it is a view")
+            || matches!(s.code, SqlCode::Sqlite { primary: 8, .. })
+    })
+}
+
+fn read_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
+    if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
+        return Err(read_only_refusal(sql));
+    }
+    let translated = to_sqlite(sql);
+    let mut stmt = match conn.prepare_cached(&translated) {
+        Ok(s) => s,
+        Err(e) => {
+            let e = map_err(e, sql);
+            return Err(if is_write_refusal(&e) {
+                read_only_refusal(sql)
+            } else {
+                e
+            });
+        }
+    };
+    if !stmt.readonly() {
+        return Err(read_only_refusal(sql));
+    }
+    // A read transaction left open would pin the WAL; rusqlite resets the
+    // statement when it is returned to the cache, which ends it.
+    run_query(&mut stmt, sql, params).map_err(|e| {
+        if is_write_refusal(&e) {
+            read_only_refusal(sql)
+        } else {
+            e
+        }
+    })
+}

@@ -1,0 +1,294 @@
+//! Typed parameters and typed rows, the same on both backends.
+//!
+//! The store speaks five value types — the SQLite storage classes — and maps
+//! PostgreSQL's richer types onto them (`BOOL` → `Int`, `NUMERIC` → `Int` or
+//! `Real`, `VARCHAR` → `Text`, ...). Keeping one small type set is what lets a
+//! procedure run unchanged on SQLite and PostgreSQL.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// One SQL value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+impl Value {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Null => "null",
+            Value::Int(_) => "integer",
+            Value::Real(_) => "real",
+            Value::Text(_) => "text",
+            Value::Blob(_) => "blob",
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => write!(f, "NULL"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Real(r) => write!(f, "{r}"),
+            Value::Text(s) => write!(f, "{s}"),
+            Value::Blob(b) => {
+                write!(f, "x'")?;
+                for byte in b {
+                    write!(f, "{byte:02x}")?;
+                }
+                write!(f, "'")
+            }
+        }
+    }
+}
+
+macro_rules! from_int {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Value {
+            fn from(v: $t) -> Value { Value::Int(i64::from(v)) }
+        }
+    )*};
+}
+from_int!(i8, i16, i32, i64, u8, u16, u32, bool);
+
+impl From<f64> for Value {
+    fn from(v: f64) -> Value {
+        Value::Real(v)
+    }
+}
+impl From<&str> for Value {
+    fn from(v: &str) -> Value {
+        Value::Text(v.to_string())
+    }
+}
+impl From<String> for Value {
+    fn from(v: String) -> Value {
+        Value::Text(v)
+    }
+}
+impl From<&String> for Value {
+    fn from(v: &String) -> Value {
+        Value::Text(v.clone())
+    }
+}
+impl From<Vec<u8>> for Value {
+    fn from(v: Vec<u8>) -> Value {
+        Value::Blob(v)
+    }
+}
+impl From<&[u8]> for Value {
+    fn from(v: &[u8]) -> Value {
+        Value::Blob(v.to_vec())
+    }
+}
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(v: Option<T>) -> Value {
+        v.map_or(Value::Null, Into::into)
+    }
+}
+
+/// Builds a `&[Value]` parameter list: `params![pid, "name", 3.5]`.
+#[macro_export]
+macro_rules! params {
+    () => { &[] as &[$crate::Value] };
+    ($($v:expr),+ $(,)?) => { &[$($crate::Value::from($v)),+] as &[$crate::Value] };
+}
+
+/// Conversion of a column value into a Rust type.
+pub trait FromValue: Sized {
+    fn from_value(v: &Value) -> Result<Self>;
+}
+
+fn mismatch(want: &str, got: &Value) -> Error {
+    Error::Type(format!(
+        "expected {want}, found {} ({got})",
+        got.type_name()
+    ))
+}
+
+impl FromValue for i64 {
+    fn from_value(v: &Value) -> Result<Self> {
+        match v {
+            Value::Int(i) => Ok(*i),
+            other => Err(mismatch("integer", other)),
+        }
+    }
+}
+impl FromValue for u32 {
+    fn from_value(v: &Value) -> Result<Self> {
+        let i = i64::from_value(v)?;
+        u32::try_from(i).map_err(|_| Error::Type(format!("{i} does not fit in u32")))
+    }
+}
+impl FromValue for i32 {
+    fn from_value(v: &Value) -> Result<Self> {
+        let i = i64::from_value(v)?;
+        i32::try_from(i).map_err(|_| Error::Type(format!("{i} does not fit in i32")))
+    }
+}
+impl FromValue for u64 {
+    fn from_value(v: &Value) -> Result<Self> {
+        let i = i64::from_value(v)?;
+        u64::try_from(i).map_err(|_| Error::Type(format!("{i} does not fit in u64")))
+    }
+}
+impl FromValue for bool {
+    fn from_value(v: &Value) -> Result<Self> {
+        Ok(i64::from_value(v)? != 0)
+    }
+}
+impl FromValue for f64 {
+    fn from_value(v: &Value) -> Result<Self> {
+        match v {
+            Value::Real(r) => Ok(*r),
+            Value::Int(i) => Ok(*i as f64),
+            other => Err(mismatch("real", other)),
+        }
+    }
+}
+impl FromValue for String {
+    fn from_value(v: &Value) -> Result<Self> {
+        match v {
+            Value::Text(s) => Ok(s.clone()),
+            other => Err(mismatch("text", other)),
+        }
+    }
+}
+impl FromValue for Vec<u8> {
+    fn from_value(v: &Value) -> Result<Self> {
+        match v {
+            Value::Blob(b) => Ok(b.clone()),
+            Value::Text(s) => Ok(s.as_bytes().to_vec()),
+            other => Err(mismatch("blob", other)),
+        }
+    }
+}
+impl FromValue for Value {
+    fn from_value(v: &Value) -> Result<Self> {
+        Ok(v.clone())
+    }
+}
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(v: &Value) -> Result<Self> {
+        match v {
+            Value::Null => Ok(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+
+/// One result row; the column names are shared by all rows of a result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    columns: Arc<[String]>,
+    values: Vec<Value>,
+}
+
+impl Row {
+    pub fn new(columns: Arc<[String]>, values: Vec<Value>) -> Row {
+        debug_assert_eq!(columns.len(), values.len());
+        Row { columns, values }
+    }
+
+    /// The value of column `idx`, converted.
+    pub fn get<T: FromValue>(&self, idx: usize) -> Result<T> {
+        let v = self.values.get(idx).ok_or_else(|| {
+            Error::Invalid(format!(
+                "column index {idx} out of range ({} columns)",
+                self.values.len()
+            ))
+        })?;
+        T::from_value(v).map_err(|e| Error::Type(format!("column {}: {e}", self.columns[idx])))
+    }
+
+    /// The value of the column called `name`, converted.
+    pub fn get_named<T: FromValue>(&self, name: &str) -> Result<T> {
+        let idx = self
+            .columns
+            .iter()
+            .position(|c| c == name)
+            .ok_or_else(|| Error::Invalid(format!("no column named {name:?}")))?;
+        self.get(idx)
+    }
+
+    pub fn values(&self) -> &[Value] {
+        &self.values
+    }
+
+    pub fn into_values(self) -> Vec<Value> {
+        self.values
+    }
+
+    pub fn columns(&self) -> &[String] {
+        &self.columns
+    }
+}
+
+/// The rows of one query, with their column names.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Rows {
+    pub columns: Vec<String>,
+    pub rows: Vec<Row>,
+}
+
+impl Rows {
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+    pub fn iter(&self) -> std::slice::Iter<'_, Row> {
+        self.rows.iter()
+    }
+}
+
+impl IntoIterator for Rows {
+    type Item = Row;
+    type IntoIter = std::vec::IntoIter<Row>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.rows.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Rows {
+    type Item = &'a Row;
+    type IntoIter = std::slice::Iter<'a, Row>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.rows.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_round_trip_and_mismatch_is_an_error() {
+        let cols: Arc<[String]> = vec!["a".to_string(), "b".to_string(), "c".to_string()].into();
+        let row = Row::new(
+            cols,
+            vec![Value::Int(7), Value::Null, Value::Text("x".into())],
+        );
+        assert_eq!(row.get::<i64>(0).unwrap(), 7);
+        assert_eq!(row.get::<Option<i64>>(1).unwrap(), None);
+        assert_eq!(row.get_named::<String>("c").unwrap(), "x");
+        assert!(matches!(row.get::<i64>(2), Err(Error::Type(_))));
+        assert!(matches!(row.get::<i64>(9), Err(Error::Invalid(_))));
+        assert!(matches!(row.get_named::<i64>("zz"), Err(Error::Invalid(_))));
+        assert_eq!(Value::from(Some(3u32)), Value::Int(3));
+        assert_eq!(Value::from(None::<i64>), Value::Null);
+    }
+}

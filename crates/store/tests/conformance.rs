@@ -1,0 +1,459 @@
+//! The backend conformance suite: every test runs on SQLite and on PostgreSQL
+//! and must behave identically on both.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use common::Backend;
+use tabos_store::{params, Error, Migration, PKey, Rows, Store, Value};
+
+const SCHEMA: &[Migration] = &[Migration {
+    version: 1,
+    name: "test",
+    sqlite: "CREATE TABLE item (p_key INTEGER NOT NULL, id INTEGER NOT NULL, v TEXT, \
+             PRIMARY KEY (p_key, id));
+             CREATE TABLE counter (p_key INTEGER NOT NULL, id INTEGER NOT NULL, n INTEGER NOT NULL, \
+             PRIMARY KEY (p_key, id));
+             CREATE TABLE typed (p_key INTEGER NOT NULL, i INTEGER, r REAL, t TEXT, b BLOB);",
+    postgres: "CREATE TABLE item (p_key INTEGER NOT NULL, id BIGINT NOT NULL, v TEXT, \
+               PRIMARY KEY (p_key, id));
+               CREATE TABLE counter (p_key INTEGER NOT NULL, id BIGINT NOT NULL, n BIGINT NOT NULL, \
+               PRIMARY KEY (p_key, id));
+               CREATE TABLE typed (p_key INTEGER NOT NULL, i BIGINT, r DOUBLE PRECISION, t TEXT, b BYTEA);",
+}];
+
+fn ids(store: &Store) -> Vec<i64> {
+    let rows = store.query("SELECT id FROM item ORDER BY id", &[]).unwrap();
+    rows.iter().map(|r| r.get::<i64>(0).unwrap()).collect()
+}
+
+fn insert(store: &Store, p: u32, id: i64) -> tabos_store::Pending<(), Error> {
+    store.submit(PKey(p), move |tx| {
+        tx.execute(
+            "INSERT INTO item (p_key, id, v) VALUES ($1, $2, 'x')",
+            params![p, id],
+        )?;
+        Ok(())
+    })
+}
+
+fn atomicity(backend: Backend) {
+    let Some(t) = backend.open("atomicity", SCHEMA) else {
+        return;
+    };
+    let store = &t.store;
+    // Committed beforehand, so that `d` below conflicts with it on both
+    // backends whatever order the pool runs a..d in.
+    insert(store, 0, 10).wait().unwrap();
+    // Hold the executor inside a first procedure so that the following ones
+    // queue up and are committed together as one batch on SQLite.
+    let entered = Arc::new(Barrier::new(2));
+    let gate = Arc::new(Barrier::new(2));
+    let (e2, g2) = (entered.clone(), gate.clone());
+    let mut first = true;
+    let blocker = store.submit(PKey(0), move |_tx| {
+        if std::mem::take(&mut first) {
+            e2.wait();
+            g2.wait();
+        }
+        Ok::<_, Error>(())
+    });
+    entered.wait();
+    let before = store.stats();
+    let a = insert(store, 0, 1);
+    let b = store.submit(PKey(0), |tx| {
+        tx.execute("INSERT INTO item (p_key, id, v) VALUES (0, 2, 'x')", &[])?;
+        tx.notify("atomicity", "from-b")?;
+        Err::<(), _>(Error::Aborted("b changes its mind".into()))
+    });
+    let c = insert(store, 0, 3);
+    let d = insert(store, 0, 10); // duplicate: constraint violation
+    gate.wait();
+    blocker.wait().unwrap();
+    a.wait().unwrap();
+    assert!(matches!(b.wait(), Err(Error::Aborted(_))));
+    c.wait().unwrap();
+    let e = d.wait().unwrap_err();
+    assert!(e.is_unique_violation(), "{e}");
+    assert!(
+        e.to_string().contains("INSERT INTO item"),
+        "error names its statement: {e}"
+    );
+    assert_eq!(ids(store), vec![1, 3, 10]);
+    let after = store.stats();
+    assert_eq!(after.committed - before.committed, 3, "blocker, a and c");
+    assert_eq!(after.failed - before.failed, 2, "b and d");
+    if store.kind() == tabos_store::BackendKind::Sqlite {
+        // a..d arrived during the blocker's batch and were committed as one.
+        assert_eq!(after.commits - before.commits, 2);
+    }
+}
+
+/// Read-then-write increments: a lost update would show as a short count.
+fn isolation(backend: Backend) {
+    let Some(t) = backend.open("isolation", SCHEMA) else {
+        return;
+    };
+    let store = t.store.clone();
+    store
+        .call(PKey(1), |tx| {
+            tx.execute("INSERT INTO counter (p_key, id, n) VALUES (1, 1, 0)", &[])
+        })
+        .unwrap();
+    let threads = 8;
+    let per_thread = 10_000;
+    let handles: Vec<_> = (0..threads)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for _ in 0..per_thread {
+                    store
+                        .call(PKey(1), |tx| {
+                            let n: i64 = tx.query_scalar(
+                                "SELECT n FROM counter WHERE p_key = 1 AND id = 1",
+                                &[],
+                            )?;
+                            tx.execute(
+                                "UPDATE counter SET n = $1 WHERE p_key = 1 AND id = 1",
+                                params![n + 1],
+                            )
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let n: i64 = store
+        .query("SELECT n FROM counter WHERE id = 1", &[])
+        .unwrap()
+        .rows[0]
+        .get(0)
+        .unwrap();
+    assert_eq!(n, threads * per_thread);
+}
+
+fn notifications(backend: Backend) {
+    let Some(t) = backend.open("notify", SCHEMA) else {
+        return;
+    };
+    let store = t.store.clone();
+    let mut sub = store.subscribe("chan");
+
+    // Not before the commit: while the procedure is inside its transaction,
+    // nothing has been delivered.
+    let inside = Arc::new(Barrier::new(2));
+    let release = Arc::new(Barrier::new(2));
+    let (i2, r2) = (inside.clone(), release.clone());
+    let mut first = true;
+    let pending = store.submit(PKey(0), move |tx| {
+        tx.notify("chan", "committed-1")?;
+        if std::mem::take(&mut first) {
+            i2.wait();
+            r2.wait();
+        }
+        Ok::<_, Error>(())
+    });
+    inside.wait();
+    assert_eq!(sub.try_recv().unwrap(), None, "delivered before commit");
+    release.wait();
+    pending.wait().unwrap();
+    assert_eq!(sub.blocking_recv().unwrap().payload, "committed-1");
+
+    // Never for a rollback: the rolled-back one must not arrive before the
+    // next committed one.
+    let r = store.call(PKey(0), |tx| {
+        tx.notify("chan", "rolled-back")?;
+        Err::<(), _>(Error::Aborted("no".into()))
+    });
+    assert!(r.is_err());
+    let r = store.call(PKey(0), |tx| {
+        tx.notify("chan", "fails-in-sql")?;
+        tx.execute("INSERT INTO nonexistent VALUES (1)", &[])?;
+        Ok::<_, Error>(())
+    });
+    assert!(r.is_err());
+    store
+        .call(PKey(0), |tx| tx.notify("chan", "committed-2"))
+        .unwrap();
+    assert_eq!(sub.blocking_recv().unwrap().payload, "committed-2");
+
+    // In commit order, under concurrent writers: each procedure increments a
+    // counter and notifies the value it wrote, so commit order is value order.
+    store
+        .call(PKey(0), |tx| {
+            tx.execute("INSERT INTO counter (p_key, id, n) VALUES (0, 7, 0)", &[])
+        })
+        .unwrap();
+    let writers = 4;
+    let each = 250;
+    let handles: Vec<_> = (0..writers)
+        .map(|_| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for _ in 0..each {
+                    store
+                        .call(PKey(0), |tx| {
+                            let n: i64 = tx.query_scalar(
+                                "SELECT n FROM counter WHERE p_key = 0 AND id = 7",
+                                &[],
+                            )?;
+                            tx.execute(
+                                "UPDATE counter SET n = $1 WHERE p_key = 0 AND id = 7",
+                                params![n + 1],
+                            )?;
+                            tx.notify("chan", &(n + 1).to_string())
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    for expected in 1..=(writers * each) {
+        let got = sub.blocking_recv().unwrap().payload;
+        assert_eq!(
+            got,
+            expected.to_string(),
+            "notifications out of commit order"
+        );
+    }
+    assert_eq!(sub.try_recv().unwrap(), None);
+
+    // Bad channel names and oversized payloads are errors, and roll back.
+    let big = "x".repeat(tabos_store::feed::NOTIFY_PAYLOAD_BYTES_MAX + 1);
+    let e = store
+        .call(PKey(0), move |tx| tx.notify("chan", &big))
+        .unwrap_err();
+    assert!(matches!(e, Error::Limit { .. }), "{e}");
+    let e = store.call(PKey(0), |tx| tx.notify("", "x")).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+}
+
+fn types_round_trip(backend: Backend) {
+    let Some(t) = backend.open("types", SCHEMA) else {
+        return;
+    };
+    let store = &t.store;
+    let blob = vec![0u8, 1, 2, 255];
+    let b2 = blob.clone();
+    store
+        .call(PKey(0), move |tx| {
+            tx.execute(
+                "INSERT INTO typed (p_key, i, r, t, b) VALUES (0, $1, $2, $3, $4)",
+                params![-42i64, 2.5, "héllo", b2.clone()],
+            )?;
+            tx.execute(
+                "INSERT INTO typed (p_key, i, r, t, b) VALUES (0, $1, $2, $3, $4)",
+                &[Value::Null, Value::Null, Value::Null, Value::Null],
+            )
+        })
+        .unwrap();
+    let rows = store
+        .query("SELECT i, r, t, b FROM typed ORDER BY i NULLS LAST", &[])
+        .unwrap();
+    assert_eq!(rows.columns, vec!["i", "r", "t", "b"]);
+    assert_eq!(
+        rows.rows[0].values(),
+        &[
+            Value::Int(-42),
+            Value::Real(2.5),
+            Value::Text("héllo".into()),
+            Value::Blob(blob)
+        ]
+    );
+    assert!(rows.rows[1].values().iter().all(Value::is_null));
+    // Aggregates come back as integers on both backends.
+    let r = store
+        .query("SELECT count(*) AS c, sum(i) AS s FROM typed", &[])
+        .unwrap();
+    assert_eq!(r.rows[0].values(), &[Value::Int(2), Value::Int(-42)]);
+    // Parameters may be written out of order.
+    let r = store
+        .query("SELECT $2 || '-' || $1 AS s", params!["a", "b"])
+        .unwrap();
+    assert_eq!(r.rows[0].get::<String>(0).unwrap(), "b-a");
+}
+
+fn bad_input(backend: Backend) {
+    let Some(t) = backend.open("badinput", SCHEMA) else {
+        return;
+    };
+    let store = &t.store;
+    insert(store, 0, 1).wait().unwrap();
+
+    // A syntax error names its statement and the position of the bad token.
+    let sql = "SELECT id FROM item WHERE id = 1 AND AND v = 'x'";
+    let e = store.query(sql, &[]).unwrap_err();
+    let s = e.as_sql().unwrap_or_else(|| panic!("not a SQL error: {e}"));
+    assert_eq!(s.statement, sql);
+    assert_eq!(s.position, Some(sql.find("AND v").unwrap()), "{e}");
+    assert!(e.to_string().contains("syntax error"), "{e}");
+    // The same inside a procedure, which then changes nothing.
+    let e = store
+        .call(PKey(0), |tx| {
+            tx.execute("INSERT INTO item (p_key, id, v) VALUES (0, 5, 'y')", &[])?;
+            tx.execute("UPDATE item SET v = WHERE id = 1", &[])
+        })
+        .unwrap_err();
+    assert!(e.as_sql().is_some_and(|s| s.position.is_some()), "{e}");
+
+    // Unknown partition.
+    let e = insert(store, 99, 9).wait().unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::UnknownPartition {
+                p_key: 99,
+                partitions: 2
+            }
+        ),
+        "{e}"
+    );
+
+    // Writes through the read-only query path are refused.
+    for w in [
+        "INSERT INTO item (p_key, id, v) VALUES (0, 7, 'z')",
+        "DELETE FROM item",
+        "UPDATE item SET v = 'w'",
+        "DROP TABLE item",
+        "CREATE TABLE sneaky (x INTEGER)",
+    ] {
+        let e = store.query(w, &[]).unwrap_err();
+        assert!(matches!(e, Error::ReadOnly(_)), "{w}: {e}");
+    }
+    // A wrong parameter count is an error, not a panic.
+    assert!(store.query("SELECT $1", &[]).is_err());
+    // Nothing changed.
+    assert_eq!(ids(store), vec![1]);
+    let v: String = store.query("SELECT v FROM item", &[]).unwrap().rows[0]
+        .get(0)
+        .unwrap();
+    assert_eq!(v, "x");
+}
+
+fn panicking_procedure_is_an_error(backend: Backend) {
+    let Some(t) = backend.open("panic", SCHEMA) else {
+        return;
+    };
+    let store = &t.store;
+    let e = store
+        .call(PKey(0), |tx| -> Result<(), Error> {
+            tx.execute("INSERT INTO item (p_key, id, v) VALUES (0, 1, 'p')", &[])?;
+            panic!("bug in a procedure");
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("bug in a procedure"), "{e}");
+    // The executor survived and the panicking procedure left nothing.
+    insert(store, 0, 2).wait().unwrap();
+    assert_eq!(ids(store), vec![2]);
+}
+
+fn migrations_apply_once_and_mismatch_is_refused(backend: Backend) {
+    let Some((config, _dir)) = backend.config("migrate") else {
+        return;
+    };
+    let v2: Vec<Migration> = SCHEMA
+        .iter()
+        .copied()
+        .chain([Migration {
+            version: 2,
+            name: "second",
+            sqlite: "ALTER TABLE item ADD COLUMN w INTEGER",
+            postgres: "ALTER TABLE item ADD COLUMN w BIGINT",
+        }])
+        .collect();
+    {
+        let store = Store::open(&config, SCHEMA).unwrap();
+        insert(&store, 0, 1).wait().unwrap();
+    }
+    {
+        // Reopening with one more migration applies just that one.
+        let store = Store::open(&config, &v2).unwrap();
+        let rows: Rows = store
+            .query(
+                "SELECT version, name FROM schema_version ORDER BY version",
+                &[],
+            )
+            .unwrap();
+        let names: Vec<String> = rows.iter().map(|r| r.get(1).unwrap()).collect();
+        // SQLite records migrations per partition file; the view unions them.
+        assert!(names.iter().all(|n| n == "test" || n == "second"));
+        assert!(names.contains(&"second".to_string()));
+        assert_eq!(ids(&store), vec![1]);
+        store
+            .query("SELECT w FROM item", &[])
+            .expect("column from migration 2");
+    }
+    // A build whose migration 2 has another name is refused.
+    let mut renamed = v2.clone();
+    renamed[1].name = "other";
+    let e = Store::open(&config, &renamed).unwrap_err();
+    assert!(matches!(e, Error::Migration(_)), "{e}");
+    // So is an older build that does not know migration 2.
+    let e = Store::open(&config, SCHEMA).unwrap_err();
+    assert!(matches!(e, Error::Migration(_)), "{e}");
+    // And another partition count.
+    let e = Store::open(&config.clone().with_partitions(3), &v2).unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    // A gap in versions is refused before touching anything.
+    let mut gap = v2.clone();
+    gap[1].version = 3;
+    assert!(matches!(
+        Store::open(&config, &gap),
+        Err(Error::Migration(_))
+    ));
+}
+
+fn async_submit_and_partitions(backend: Backend) {
+    let Some(t) = backend.open("async", SCHEMA) else {
+        return;
+    };
+    let store = t.store.clone();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut pending = Vec::new();
+        for i in 0..200i64 {
+            let p = (i % 2) as u32;
+            pending.push(store.submit(PKey(p), move |tx| {
+                tx.execute(
+                    "INSERT INTO item (p_key, id, v) VALUES ($1, $2, 'a')",
+                    params![p, i],
+                )
+            }));
+        }
+        for p in pending {
+            assert_eq!(p.await.unwrap(), 1);
+        }
+    });
+    let r = t
+        .store
+        .query(
+            "SELECT p_key, count(*) FROM item GROUP BY p_key ORDER BY p_key",
+            &[],
+        )
+        .unwrap();
+    let counts: Vec<(i64, i64)> = r
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+        .collect();
+    assert_eq!(counts, vec![(0, 100), (1, 100)]);
+}
+
+conformance!(
+    atomicity,
+    isolation,
+    notifications,
+    types_round_trip,
+    bad_input,
+    panicking_procedure_is_an_error,
+    migrations_apply_once_and_mismatch_is_refused,
+    async_submit_and_partitions,
+);
