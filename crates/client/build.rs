@@ -1,1 +1,12 @@
-fn main() {}
+//! Generates the gRPC code from proto/tabos.proto with the vendored protoc,
+//! so a fresh machine needs no protobuf compiler installed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // prost-build finds protoc through this variable; a build script is
+    // single-threaded, so setting it here races with nothing.
+    std::env::set_var("PROTOC", protoc);
+    tonic_prost_build::configure().compile_protos(&["proto/tabos.proto"], &["proto"])?;
+    println!("cargo:rerun-if-changed=proto/tabos.proto");
+    Ok(())
+}

@@ -1,1 +1,24 @@
-//! placeholder
+//! `tabos-bench`: benchmark suites, each measuring tabos and its peer in the
+//! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
+//! "Benchmarks"). Benchmarks never run inside the test suite.
+//!
+//! Suites: [`store`].
+
+pub mod machine;
+pub mod measure;
+pub mod report;
+pub mod store;
+
+use std::path::Path;
+
+/// Runs suite `name`, prints its table and writes its result file into `out`.
+pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
+    let report = match name {
+        "store" => store::run(quick)?,
+        other => anyhow::bail!("unknown benchmark suite {other:?}; suites: store"),
+    };
+    report.print();
+    let path = report.write(out)?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

@@ -1,1 +1,75 @@
-fn main() {}
+//! `tabos`: the command-line tool, a thin client of the node API.
+//!
+//! One file per command. Client commands find the node through `--addr` or
+//! `TABOS_ADDR` (default 127.0.0.1:7070).
+
+mod bench;
+mod demo;
+mod output;
+mod sql;
+mod status;
+mod up;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "tabos",
+    version,
+    about = "tabos: a database-oriented operating system for clusters",
+    long_about = "tabos keeps every piece of OS state in a transactional database and \
+                  runs every OS service as short transactions over it.\n\n\
+                  Start a node with `tabos up`, then talk to it with the other commands; \
+                  `tabos demo` shows the whole thing on a throwaway embedded node."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where client commands find the node.
+#[derive(clap::Args, Clone)]
+struct NodeAddr {
+    /// Address of the tabos node (host:port)
+    #[arg(long, env = "TABOS_ADDR", default_value = tabos_client::DEFAULT_ADDR)]
+    addr: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a node: open the kernel database and serve the gRPC API
+    Up(up::Args),
+    /// Run a read-only SQL query on the node and print the result
+    Sql(sql::Args),
+    /// Show what the node runs on and what it has done
+    Status(status::Args),
+    /// Start a throwaway embedded node, run a workload on it and query what it did
+    Demo(demo::Args),
+    /// Run a benchmark suite against its peer and write bench/results/<suite>.json
+    Bench(bench::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Up(a) => up::run(a),
+        Command::Sql(a) => sql::run(a),
+        Command::Status(a) => status::run(a),
+        Command::Demo(a) => demo::run(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A multi-threaded runtime for the commands that need one.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}

@@ -212,10 +212,9 @@ impl Subscription {
         }
     }
 
-    /// Waits for the next notification, blocking the thread. Must not be
-    /// called from inside an async runtime.
+    /// Waits for the next notification, blocking the thread.
     pub fn blocking_recv(&mut self) -> Result<Notification> {
-        match self.rx.blocking_recv() {
+        match crate::block_on(self.rx.recv()) {
             Some(n) => Ok(n),
             None => Err(self.ended()),
         }

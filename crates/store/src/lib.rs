@@ -306,6 +306,9 @@ impl Stats {
 /// The type-erased result of a procedure: the boxed `T` or the boxed `E`.
 pub(crate) type Outcome = std::result::Result<Box<dyn Any + Send>, Failure>;
 
+/// A type-erased procedure body, as the executors run it.
+pub(crate) type ErasedProc = Box<dyn FnMut(&mut dyn Tx) -> Outcome + Send>;
+
 pub(crate) struct Failure {
     /// The boxed procedure error type `E`.
     pub error: Box<dyn Any + Send>,
@@ -316,7 +319,7 @@ pub(crate) struct Failure {
 /// A procedure on its way to an executor.
 pub struct Job {
     pub(crate) p_key: PKey,
-    pub(crate) run: Box<dyn FnMut(&mut dyn Tx) -> Outcome + Send>,
+    pub(crate) run: ErasedProc,
     /// Builds the caller's error type from a store error (commit failures).
     pub(crate) fail: fn(Error) -> Box<dyn Any + Send>,
     pub(crate) done: tokio::sync::oneshot::Sender<Outcome>,
@@ -440,8 +443,7 @@ impl Store {
     }
 
     /// Runs procedure `f` and blocks the calling thread until it committed or
-    /// rolled back. Not for use inside an async runtime: `.await` a
-    /// [`submit`](Store::submit) there.
+    /// rolled back. In async code `.await` a [`submit`](Store::submit) instead.
     pub fn call<T, E, F>(&self, p_key: PKey, f: F) -> std::result::Result<T, E>
     where
         T: Send + 'static,
@@ -461,6 +463,35 @@ impl Store {
     /// Subscribes to a change-feed channel (see [`feed`]).
     pub fn subscribe(&self, channel: &str) -> Subscription {
         self.backend.feed().subscribe(channel)
+    }
+}
+
+/// Runs a future to completion on the calling thread, parking it between
+/// wake-ups. Used for the store's blocking waits so that they work on any
+/// thread — a plain thread, a `spawn_blocking` thread or (blocking it, which
+/// is the caller's choice) an async worker — and never panic the way tokio's
+/// own `blocking_recv` does inside a runtime.
+pub(crate) fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            // A spurious unpark just polls again; the waker unparks us when
+            // the future can make progress.
+            Poll::Pending => std::thread::park(),
+        }
     }
 }
 

@@ -44,10 +44,10 @@ impl<T: 'static, E: ProcedureError> Pending<T, E> {
         }
     }
 
-    /// Blocks the calling thread until the procedure finished. Must not be
-    /// called inside an async runtime; `.await` the `Pending` there.
+    /// Blocks the calling thread until the procedure finished. In async code
+    /// `.await` the `Pending` instead, so as not to block a worker.
     pub fn wait(self) -> Result<T, E> {
-        Self::unpack(self.rx.blocking_recv())
+        Self::unpack(crate::block_on(self.rx))
     }
 }
 

@@ -118,8 +118,22 @@ fn redact(url: &str) -> String {
     }
 }
 
+/// Runs `f` on a fresh thread. The synchronous `postgres` client drives a
+/// tokio runtime of its own and refuses to run on a thread that is already
+/// inside one, which a caller (an async `main`, a test) may well be.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| match s.spawn(f).join() {
+        Ok(v) => v,
+        Err(panic) => std::panic::resume_unwind(panic),
+    })
+}
+
 impl PgBackend {
     pub fn open(config: &Config, migrations: &[Migration]) -> Result<PgBackend> {
+        off_runtime(|| PgBackend::open_here(config, migrations))
+    }
+
+    fn open_here(config: &Config, migrations: &[Migration]) -> Result<PgBackend> {
         let Location::Postgres(url) = &config.location else {
             return Err(Error::Config("not a PostgreSQL location".into()));
         };
@@ -191,13 +205,16 @@ impl Drop for PgBackend {
             let _ = h.join();
         }
         // Wake the listener with its own stop token; it exits on seeing it.
-        if let Ok(mut c) = Client::connect(&self.url, NoTls) {
-            let payload = format!("\n{}", self.stop_token);
-            let _ = c.execute("SELECT pg_notify($1, $2)", &[&PG_CHANNEL, &payload]);
-            if let Some(h) = self.listener.take() {
-                let _ = h.join();
+        let (url, token, listener) = (&self.url, &self.stop_token, self.listener.take());
+        off_runtime(move || {
+            if let Ok(mut c) = Client::connect(url, NoTls) {
+                let payload = format!("\n{token}");
+                let _ = c.execute("SELECT pg_notify($1, $2)", &[&PG_CHANNEL, &payload]);
+                if let Some(h) = listener {
+                    let _ = h.join();
+                }
             }
-        }
+        });
     }
 }
 
@@ -226,7 +243,7 @@ impl Backend for PgBackend {
         if let Err((_, e)) = self.send(job) {
             return Err(e);
         }
-        rx.blocking_recv().unwrap_or(Err(Error::Closed))
+        crate::block_on(rx).unwrap_or(Err(Error::Closed))
     }
     fn feed(&self) -> &Arc<Feed> {
         &self.feed
@@ -605,10 +622,10 @@ impl Tx for PgTx<'_, '_> {
                 });
             }
             let mut values = Vec::with_capacity(columns.len());
-            for i in 0..columns.len() {
-                let v: PgValue = r.try_get(i).map_err(|e| {
-                    Error::Type(format!("column {}: {}", columns[i], source_message(&e)))
-                })?;
+            for (i, name) in columns.iter().enumerate() {
+                let v: PgValue = r
+                    .try_get(i)
+                    .map_err(|e| Error::Type(format!("column {name}: {}", source_message(&e))))?;
                 values.push(v.0);
             }
             rows.push(Row::new(shared.clone(), values));

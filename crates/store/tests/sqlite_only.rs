@@ -162,3 +162,29 @@ fn bad_settings_are_refused() {
     assert!("sometimes".parse::<Durability>().is_err());
     assert_eq!("full".parse::<Durability>().unwrap(), Durability::Full);
 }
+
+#[test]
+fn blocking_waits_work_on_any_thread_and_never_panic() {
+    let dir = TempDir::new("runtime");
+    let store = Store::open(&Config::sqlite(dir.path()).with_partitions(1), SCHEMA).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Inside a runtime thread a blocking wait blocks (the caller's choice)
+        // but completes: the executor is a thread of its own.
+        let mut sub = store.subscribe("x");
+        store.call(PKey(0), |tx| tx.notify("x", "1")).unwrap();
+        assert_eq!(sub.blocking_recv().unwrap().payload, "1");
+        store.query("SELECT 1", &[]).unwrap();
+        // The async path.
+        store
+            .submit(PKey(0), |_tx| Ok::<_, Error>(()))
+            .await
+            .unwrap();
+        tokio::task::spawn_blocking(move || store.call(PKey(0), |_tx| Ok::<_, Error>(())))
+            .await
+            .unwrap()
+            .unwrap();
+    });
+}

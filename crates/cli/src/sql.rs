@@ -1,0 +1,31 @@
+//! `tabos sql`: a read-only query through the node.
+
+use anyhow::Context;
+
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The query (one read-only statement)
+    query: String,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+    /// Most rows to print (the node caps it)
+    #[arg(long, default_value_t = 1000)]
+    max_rows: u32,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::runtime()?.block_on(async {
+        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let result = client
+            .sql_limited(&args.query, vec![], args.max_rows)
+            .await
+            .context("query failed")?;
+        crate::output::print_result(&result, args.json);
+        Ok(())
+    })
+}

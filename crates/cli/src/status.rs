@@ -1,0 +1,47 @@
+//! `tabos status`: what the node runs on.
+
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print JSON instead of a table
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::runtime()?.block_on(async {
+        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let s = client.status().await?;
+        let pairs = [
+            ("version", s.version.clone()),
+            ("backend", s.backend.clone()),
+            ("partitions", s.partitions.to_string()),
+            ("durability", s.durability.clone()),
+            ("procedures committed", s.procedures_committed.to_string()),
+            ("procedures failed", s.procedures_failed.to_string()),
+            ("commits", s.commits.to_string()),
+            ("retries", s.retries.to_string()),
+            ("started (us since epoch)", s.started_us.to_string()),
+        ];
+        if args.json {
+            let obj: serde_json::Map<String, serde_json::Value> = pairs
+                .iter()
+                .map(|(k, v)| (k.replace(' ', "_"), serde_json::Value::from(v.clone())))
+                .collect();
+            println!("{}", serde_json::Value::Object(obj));
+        } else {
+            let rows: Vec<Vec<String>> = pairs
+                .iter()
+                .map(|(k, v)| vec![k.to_string(), v.clone()])
+                .collect();
+            print!(
+                "{}",
+                crate::output::table(&["field".into(), "value".into()], &rows)
+            );
+        }
+        Ok(())
+    })
+}

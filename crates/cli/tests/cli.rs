@@ -1,0 +1,218 @@
+//! The `tabos` binary end to end: `up`, `sql`, `status`, `demo`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+
+const TABOS: &str = env!("CARGO_BIN_EXE_tabos");
+
+struct TempDir(std::path::PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "tabos-cli-test-{tag}-{}-{}",
+            std::process::id(),
+            tabos_store::now_us()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A `tabos up` child on a free port; killed on drop.
+struct Node {
+    child: Child,
+    addr: String,
+}
+
+impl Node {
+    fn start(args: &[&str]) -> Node {
+        let mut child = Command::new(TABOS)
+            .arg("up")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        // The first line names the bound address; it is printed after the
+        // listener is bound, so connections from here on are accepted.
+        let mut first = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let addr = first
+            .strip_prefix("tabos node on ")
+            .and_then(|r| r.split(':').take(2).collect::<Vec<_>>().join(":").into())
+            .unwrap_or_else(|| panic!("unexpected first line: {first:?}"));
+        Node { child, addr }
+    }
+
+    fn tabos(&self, args: &[&str]) -> Output {
+        Command::new(TABOS)
+            .args(args)
+            .env("TABOS_ADDR", &self.addr)
+            .output()
+            .unwrap()
+    }
+
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn up_sql_status_and_refusals() {
+    let dir = TempDir::new("up");
+    let data = dir.0.join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap(), "--partitions", "2"]);
+
+    let o = node.tabos(&[
+        "sql",
+        "SELECT version, name FROM schema_version ORDER BY version",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("version  name"), "{out}");
+    assert!(out.contains("kv"), "{out}");
+    assert!(out.contains("rows)"), "{out}");
+
+    let o = node.tabos(&["sql", "--json", "SELECT 1 AS one, 'a' AS letter"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"][0]["one"], 1);
+    assert_eq!(v["rows"][0]["letter"], "a");
+
+    // A write is refused with a clear message and a failing exit code.
+    let o = node.tabos(&["sql", "DELETE FROM schema_version"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+    // A syntax error points at the token.
+    let o = node.tabos(&["sql", "SELEC 1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("syntax error"), "{}", stderr(&o));
+    // Nothing was changed by either.
+    let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"][0]["n"], 2, "one kv migration per partition file");
+
+    let o = node.tabos(&["status", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["backend"], "sqlite");
+    assert_eq!(v["partitions"], "2");
+
+    // SIGTERM stops the node cleanly.
+    assert!(node.stop().success());
+}
+
+#[test]
+fn a_second_node_on_the_same_data_directory_is_refused() {
+    let dir = TempDir::new("twice");
+    let data = dir.0.join("data");
+    let _node = Node::start(&["--data", data.to_str().unwrap()]);
+    let o = Command::new(TABOS)
+        .args([
+            "up",
+            "--listen",
+            "127.0.0.1:0",
+            "--data",
+            data.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("in use"), "{}", stderr(&o));
+}
+
+#[test]
+fn client_commands_without_a_node_say_how_to_start_one() {
+    let o = Command::new(TABOS)
+        .args(["sql", "--addr", "127.0.0.1:1", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("tabos up"), "{}", stderr(&o));
+}
+
+#[test]
+fn bad_flags_are_refused() {
+    let o = Command::new(TABOS)
+        .args(["up", "--durability", "sometimes"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("durability"), "{}", stderr(&o));
+    let o = Command::new(TABOS)
+        .args(["up", "--db", "mysql://x", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("postgres://"), "{}", stderr(&o));
+}
+
+#[test]
+fn demo_runs_and_reports() {
+    let o = Command::new(TABOS)
+        .args(["demo", "--transfers", "2000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Money is conserved"), "{out}");
+    // Every realm still holds 250 accounts x 1000.
+    assert_eq!(out.matches("250  250000").count(), 4, "{out}");
+    assert!(out.contains("read-only"), "{out}");
+}
+
+/// `tabos up --db postgres://...`: the same node over the cluster backend.
+#[test]
+fn up_on_postgres_serves_sql() {
+    let cluster;
+    let url = match std::env::var("TABOS_TEST_PG") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            match tabos_store::pg_cluster::TempCluster::start(&Default::default()) {
+                Ok(c) => cluster = c,
+                Err(e) if std::env::var("TABOS_SKIP_PG").as_deref() == Ok("1") => {
+                    eprintln!("skipping (TABOS_SKIP_PG=1): {e}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            }
+            cluster.create_database("cli").unwrap()
+        }
+    };
+    let node = Node::start(&["--db", &url, "--partitions", "2"]);
+    let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["rows"][0]["n"].as_i64().unwrap() >= 1);
+    let o = node.tabos(&["sql", "INSERT INTO kv VALUES (0, 'r', 'k', 'v', 1, 0)"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+    let o = node.tabos(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["backend"], "postgres");
+    assert!(node.stop().success());
+}

@@ -1,0 +1,111 @@
+//! The `Sql` service: read-only SQL over the node's OS state.
+//!
+//! A query runs on the store's read path (SQLite `query_only` readers, or a
+//! PostgreSQL READ ONLY transaction), so a statement that would write is
+//! refused with PERMISSION_DENIED and changes nothing. Inputs are bounded:
+//! [`SQL_BYTES_MAX`], [`PARAMS_MAX`], and at most [`ROWS_MAX`] rows returned
+//! (the response says when it was truncated).
+
+use tabos_client::proto::{self, value::Kind};
+use tabos_store::Value;
+use tonic::{Request, Response, Status};
+
+use crate::{status_of, Node};
+
+/// Longest statement accepted, in bytes.
+pub const SQL_BYTES_MAX: usize = 64 * 1024;
+/// Most parameters of one statement.
+pub const PARAMS_MAX: usize = 1_000;
+/// Rows returned when the request does not say.
+pub const ROWS_DEFAULT: u32 = 10_000;
+/// Most rows one response carries.
+pub const ROWS_MAX: u32 = 100_000;
+
+pub struct SqlService {
+    node: Node,
+}
+
+impl SqlService {
+    pub fn new(node: Node) -> SqlService {
+        SqlService { node }
+    }
+}
+
+pub fn value_from_proto(v: proto::Value, index: usize) -> Result<Value, Status> {
+    match v.kind {
+        None => Err(Status::invalid_argument(format!(
+            "parameter ${} has no value",
+            index + 1
+        ))),
+        Some(Kind::Null(_)) => Ok(Value::Null),
+        Some(Kind::Int(i)) => Ok(Value::Int(i)),
+        Some(Kind::Real(r)) => Ok(Value::Real(r)),
+        Some(Kind::Text(t)) => Ok(Value::Text(t)),
+        Some(Kind::Blob(b)) => Ok(Value::Blob(b)),
+    }
+}
+
+pub fn value_to_proto(v: &Value) -> proto::Value {
+    let kind = match v {
+        Value::Null => Kind::Null(true),
+        Value::Int(i) => Kind::Int(*i),
+        Value::Real(r) => Kind::Real(*r),
+        Value::Text(t) => Kind::Text(t.clone()),
+        Value::Blob(b) => Kind::Blob(b.clone()),
+    };
+    proto::Value { kind: Some(kind) }
+}
+
+#[tonic::async_trait]
+impl proto::sql_server::Sql for SqlService {
+    async fn query(
+        &self,
+        request: Request<proto::SqlRequest>,
+    ) -> Result<Response<proto::SqlResponse>, Status> {
+        let req = request.into_inner();
+        if req.sql.trim().is_empty() {
+            return Err(Status::invalid_argument("empty SQL statement"));
+        }
+        if req.sql.len() > SQL_BYTES_MAX {
+            return Err(Status::invalid_argument(format!(
+                "statement of {} bytes exceeds the limit of {SQL_BYTES_MAX}",
+                req.sql.len()
+            )));
+        }
+        if req.params.len() > PARAMS_MAX {
+            return Err(Status::invalid_argument(format!(
+                "{} parameters exceed the limit of {PARAMS_MAX}",
+                req.params.len()
+            )));
+        }
+        let params = req
+            .params
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| value_from_proto(v, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        let max_rows = match req.max_rows {
+            0 => ROWS_DEFAULT,
+            n => n.min(ROWS_MAX),
+        } as usize;
+        let store = self.node.store.clone();
+        let sql = req.sql;
+        let rows = tokio::task::spawn_blocking(move || store.query(&sql, &params))
+            .await
+            .map_err(|e| Status::internal(format!("query task failed: {e}")))?
+            .map_err(|e| status_of(&e))?;
+        let truncated = rows.rows.len() > max_rows;
+        Ok(Response::new(proto::SqlResponse {
+            columns: rows.columns,
+            rows: rows
+                .rows
+                .iter()
+                .take(max_rows)
+                .map(|r| proto::SqlRow {
+                    values: r.values().iter().map(value_to_proto).collect(),
+                })
+                .collect(),
+            truncated,
+        }))
+    }
+}

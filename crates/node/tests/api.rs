@@ -1,0 +1,196 @@
+//! The node's gRPC API, served in-process on port 0 over an embedded store.
+
+use std::path::PathBuf;
+
+use tabos_client::proto::{self, value::Kind};
+use tabos_client::{Client, Error as ClientError, Value};
+use tabos_store::{Config, PKey};
+
+struct TempDir(PathBuf);
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "tabos-node-test-{tag}-{}-{}",
+            std::process::id(),
+            tabos_store::now_us()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A node serving on a free loopback port until the returned sender fires.
+async fn start(config: &Config) -> (tabos_node::Node, String, tokio::sync::oneshot::Sender<()>) {
+    let node = tabos_node::Node::open(config).unwrap();
+    let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
+    let addr = tabos_node::local_addr(&listener).unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(tabos_node::serve(node.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    (node, addr, stop)
+}
+
+fn code(e: &ClientError) -> tonic::Code {
+    match e {
+        ClientError::Status(s) => s.code(),
+        other => panic!("expected a status, got {other}"),
+    }
+}
+
+fn seed(node: &tabos_node::Node) {
+    for (i, realm) in ["alpha", "beta"].iter().enumerate() {
+        tabos_kernel::kv::put(
+            &node.store,
+            realm,
+            "greeting",
+            format!("hello {i}").as_bytes(),
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_queries_run_and_bad_input_is_refused_without_change() {
+    let dir = TempDir::new("sql");
+    let (node, addr, stop) = start(&Config::sqlite(&dir.0).with_partitions(2)).await;
+    let n2 = node.clone();
+    tokio::task::spawn_blocking(move || seed(&n2))
+        .await
+        .unwrap();
+    let mut client = Client::connect(&addr).await.unwrap();
+
+    let r = client
+        .sql(
+            "SELECT realm, CAST(value AS TEXT) AS v FROM kv WHERE key = $1 ORDER BY realm",
+            vec![Value::Text("greeting".into())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.columns, vec!["realm", "v"]);
+    assert_eq!(r.rows.len(), 2);
+    assert_eq!(r.rows[0][0], Some(Kind::Text("alpha".into())));
+    assert_eq!(r.rows[1][1], Some(Kind::Text("hello 1".into())));
+    assert!(!r.truncated);
+
+    // Truncation is reported.
+    let r = client
+        .sql_limited("SELECT key FROM kv", vec![], 1)
+        .await
+        .unwrap();
+    assert_eq!(r.rows.len(), 1);
+    assert!(r.truncated);
+
+    // Writes are refused, and change nothing.
+    for w in [
+        "DELETE FROM kv",
+        "UPDATE kv SET value = x'00'",
+        "DROP TABLE kv",
+    ] {
+        let e = client.sql(w, vec![]).await.unwrap_err();
+        assert_eq!(code(&e), tonic::Code::PermissionDenied, "{w}: {e}");
+        assert!(e.to_string().contains("read-only"), "{e}");
+    }
+    // A syntax error names the position.
+    let e = client.sql("SELECT * FORM kv", vec![]).await.unwrap_err();
+    assert_eq!(code(&e), tonic::Code::InvalidArgument);
+    assert!(e.to_string().contains("at byte"), "{e}");
+    // Empty and oversized statements, a parameter without a value.
+    assert_eq!(
+        code(&client.sql("  ", vec![]).await.unwrap_err()),
+        tonic::Code::InvalidArgument
+    );
+    let huge = format!("SELECT '{}'", "x".repeat(tabos_node::sql::SQL_BYTES_MAX));
+    assert_eq!(
+        code(&client.sql(&huge, vec![]).await.unwrap_err()),
+        tonic::Code::InvalidArgument
+    );
+
+    let n: i64 = match &client
+        .sql("SELECT count(*) FROM kv", vec![])
+        .await
+        .unwrap()
+        .rows[0][0]
+    {
+        Some(Kind::Int(n)) => *n,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(n, 2, "nothing changed");
+
+    let status = client.status().await.unwrap();
+    assert_eq!(status.backend, "sqlite");
+    assert_eq!(status.partitions, 2);
+    assert_eq!(status.durability, "normal");
+    assert!(status.procedures_committed >= 2);
+    let _ = stop.send(());
+}
+
+/// A request whose bytes do not decode as a SqlRequest, and one that decodes
+/// but has a parameter with no value: both are refused with a clear status,
+/// and the node keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_a_clear_error() {
+    let dir = TempDir::new("malformed");
+    let (_node, addr, stop) = start(&Config::sqlite(&dir.0).with_partitions(1)).await;
+
+    // Field 1 of SqlRequest is a string; send a varint there instead.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Garbage {
+        #[prost(uint64, tag = "1")]
+        sql: u64,
+    }
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let path = http::uri::PathAndQuery::from_static("/tabos.v1.Sql/Query");
+    let codec: tonic_prost::ProstCodec<Garbage, proto::SqlResponse> =
+        tonic_prost::ProstCodec::default();
+    let status = grpc
+        .unary(tonic::Request::new(Garbage { sql: 42 }), path, codec)
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
+    assert!(status.message().contains("decode"), "{status:?}");
+
+    let mut sql = proto::sql_client::SqlClient::new(channel);
+    let status = sql
+        .query(proto::SqlRequest {
+            sql: "SELECT $1".into(),
+            params: vec![proto::Value { kind: None }],
+            max_rows: 0,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("$1 has no value"), "{status:?}");
+
+    // Still serving.
+    let mut client = Client::connect(&addr).await.unwrap();
+    client.sql("SELECT 1", vec![]).await.unwrap();
+    let _ = stop.send(());
+}
+
+#[tokio::test]
+async fn connecting_to_nothing_says_how_to_fix_it() {
+    let e = Client::connect("127.0.0.1:1").await.unwrap_err();
+    assert!(e.to_string().contains("tabos up"), "{e}");
+}
+
+#[test]
+fn unknown_partition_maps_to_not_found() {
+    let e = tabos_store::Error::UnknownPartition {
+        p_key: 9,
+        partitions: 2,
+    };
+    assert_eq!(tabos_node::status_of(&e).code(), tonic::Code::NotFound);
+    let _ = PKey(0);
+}
