@@ -55,13 +55,29 @@ use crate::{
 pub const BATCH_PROCS_MAX: usize = 4_096;
 /// Prepared statements cached per connection.
 const STATEMENT_CACHE_MAX: usize = 256;
-/// The executor asks its checkpointer for a WAL checkpoint every this many
-/// commits, so that checkpoints (which fsync the database file) run beside
-/// the executor instead of stalling a commit.
-const CHECKPOINT_EVERY_COMMITS: u64 = 1024;
-/// Backstop: SQLite checkpoints inside a commit only if the WAL has grown
-/// past this many pages, i.e. if the checkpointer cannot keep up.
-const WAL_AUTOCHECKPOINT_PAGES: u32 = 16_384;
+/// The executor asks its checkpointer for a WAL checkpoint once the WAL holds
+/// this many pages (16 MiB at 4 KiB pages). Checkpoints run beside the
+/// executor rather than inside a commit, and rarely: each one fsyncs, and on
+/// ext4 an fsync makes concurrent WAL writes wait for the journal commit —
+/// the main source of multi-millisecond commit stalls.
+const CHECKPOINT_WAL_PAGES: i32 = 4_096;
+/// Backstop: if the WAL still grows past this many pages (the checkpointer
+/// cannot keep up, e.g. a reader pins old frames), the executor checkpoints
+/// inline.
+const WAL_PAGES_MAX: i32 = 65_536;
+
+thread_local! {
+    /// Pages in this thread's WAL after its last commit, set by [`wal_hook`].
+    static WAL_PAGES: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
+/// Called by SQLite on the executor's thread after each commit with the WAL's
+/// page count. (Installing it turns off SQLite's own auto-checkpoint; the
+/// checkpointer and the backstop above take its place.)
+fn wal_hook(_wal: &rusqlite::hooks::Wal, pages: std::os::raw::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.with(|p| p.set(pages));
+    Ok(())
+}
 /// How long a connection waits on a lock held by SQLite's own housekeeping
 /// (a checkpoint, a WAL restart) before failing, in milliseconds.
 const BUSY_TIMEOUT_MS: u64 = 5_000;
@@ -260,7 +276,7 @@ fn start_checkpointer(
         .spawn(move || {
             while rx.recv().is_ok() {
                 // A failed passive checkpoint is retried at the next request;
-                // the WAL_AUTOCHECKPOINT_PAGES backstop bounds the WAL.
+                // the WAL_PAGES_MAX backstop in the executor bounds the WAL.
                 let _ = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
             }
         })
@@ -284,12 +300,13 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     };
     let pragmas = format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; \
-         PRAGMA temp_store=MEMORY; PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES};"
+         PRAGMA temp_store=MEMORY;"
     );
     conn.execute_batch(&pragmas)
         .map_err(|e| map_err(e, &pragmas))?;
     set_busy_handler(&conn)?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+    conn.wal_hook(Some(wal_hook));
     Ok(conn)
 }
 
@@ -483,7 +500,6 @@ struct Executor {
     feed: Arc<Feed>,
     stats: Arc<Stats>,
     checkpoints: SyncSender<()>,
-    commits: std::cell::Cell<u64>,
 }
 
 /// A job that has run and waits for the commit before it is answered.
@@ -507,7 +523,6 @@ impl Executor {
             feed,
             stats,
             checkpoints,
-            commits: std::cell::Cell::new(0),
         }
     }
 
@@ -555,9 +570,12 @@ impl Executor {
         match committed {
             Ok(()) => {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                let n = self.commits.get() + 1;
-                self.commits.set(n);
-                if n.is_multiple_of(CHECKPOINT_EVERY_COMMITS) {
+                let pages = WAL_PAGES.with(std::cell::Cell::get);
+                if pages >= WAL_PAGES_MAX {
+                    let _ = self
+                        .conn
+                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                } else if pages >= CHECKPOINT_WAL_PAGES {
                     // Full means one is already pending: nothing to add.
                     let _ = self.checkpoints.try_send(());
                 }
