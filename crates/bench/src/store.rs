@@ -147,6 +147,10 @@ fn closed_loop(
     })
 }
 
+/// A submitted procedure on its way to a collector: when it was submitted,
+/// whether it falls in the measured window, and its result.
+type Sent = (Instant, bool, Pending<u64, Error>);
+
 /// Offers `rate` procedures/s for `t.run` (open loop). The calling thread
 /// paces: every [`PACER_TICK`] it submits the procedures that have come due,
 /// so arrivals are spread evenly rather than in bursts. One collector thread
@@ -154,7 +158,6 @@ fn closed_loop(
 /// an executor answers its procedures in that order — and records each
 /// latency, from submission to acknowledgement.
 fn open_loop(store: &Store, w: Workload, rate: f64, t: &Timing) -> anyhow::Result<Samples> {
-    type Sent = (Instant, bool, Pending<u64, Error>);
     let mut queues = Vec::new();
     let mut collectors = Vec::new();
     for _ in 0..store.partitions() {
@@ -197,7 +200,7 @@ fn pace(
     w: Workload,
     rate: f64,
     t: &Timing,
-    queues: &[std::sync::mpsc::Sender<(Instant, bool, Pending<u64, Error>)>],
+    queues: &[std::sync::mpsc::Sender<Sent>],
 ) -> anyhow::Result<()> {
     let start = Instant::now();
     let mut sent = 0u64;
