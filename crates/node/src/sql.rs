@@ -90,22 +90,20 @@ impl proto::sql_server::Sql for SqlService {
         } as usize;
         let store = self.node.store.clone();
         let sql = req.sql;
-        let rows = tokio::task::spawn_blocking(move || store.query(&sql, &params))
+        let rows = tokio::task::spawn_blocking(move || store.query_capped(&sql, &params, max_rows))
             .await
             .map_err(|e| Status::internal(format!("query task failed: {e}")))?
             .map_err(|e| status_of(&e))?;
-        let truncated = rows.rows.len() > max_rows;
         Ok(Response::new(proto::SqlResponse {
             columns: rows.columns,
+            truncated: rows.truncated,
             rows: rows
                 .rows
                 .iter()
-                .take(max_rows)
                 .map(|r| proto::SqlRow {
                     values: r.values().iter().map(value_to_proto).collect(),
                 })
                 .collect(),
-            truncated,
         }))
     }
 }

@@ -49,7 +49,7 @@ pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
 pub use feed::{Notification, Subscription};
 pub use migrate::Migration;
 pub use pending::Pending;
-pub use value::{FromValue, Row, Rows, Value};
+pub use value::{Cap, FromValue, Row, Rows, Value};
 
 /// Most partitions a store may have. SQLite attaches every partition to each
 /// read connection, and SQLite attaches at most 10 databases.
@@ -344,8 +344,8 @@ pub trait Backend: Send + Sync {
     /// Queues a procedure; on a full queue the job is completed with
     /// [`Error::Overloaded`].
     fn submit(&self, job: Job);
-    /// A read-only query over all partitions.
-    fn query(&self, sql: &str, params: &[Value]) -> Result<Rows>;
+    /// A read-only query over all partitions, capped as `cap` says.
+    fn query(&self, sql: &str, params: &[Value], cap: value::Cap) -> Result<Rows>;
     fn feed(&self) -> &Arc<feed::Feed>;
     fn stats(&self) -> &Stats;
 }
@@ -457,7 +457,18 @@ impl Store {
     /// statement that would write is refused with [`Error::ReadOnly`]. Blocks;
     /// from async code call it inside `spawn_blocking`.
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.backend.query(sql, params)
+        self.backend
+            .query(sql, params, value::Cap::Fail(QUERY_ROWS_MAX))
+    }
+
+    /// Like [`query`](Store::query), but returns at most `max_rows` rows and
+    /// sets [`Rows::truncated`] when there were more, without reading them.
+    pub fn query_capped(&self, sql: &str, params: &[Value], max_rows: usize) -> Result<Rows> {
+        self.backend.query(
+            sql,
+            params,
+            value::Cap::Truncate(max_rows.min(QUERY_ROWS_MAX)),
+        )
     }
 
     /// Subscribes to a change-feed channel (see [`feed`]).

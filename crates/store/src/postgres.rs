@@ -39,7 +39,7 @@ use postgres::{Client, IsolationLevel, NoTls, Statement};
 use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
-use crate::value::{Row, Rows, Value};
+use crate::value::{Cap, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
     Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
@@ -62,6 +62,7 @@ enum PgJob {
     Read {
         sql: String,
         params: Vec<Value>,
+        cap: Cap,
         done: tokio::sync::oneshot::Sender<Result<Rows>>,
     },
 }
@@ -233,11 +234,12 @@ impl Backend for PgBackend {
             job.finish_err(e);
         }
     }
-    fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
+    fn query(&self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
         let (done, rx) = tokio::sync::oneshot::channel();
         let job = PgJob::Read {
             sql: sql.to_string(),
             params: params.to_vec(),
+            cap,
             done,
         };
         if let Err((_, e)) = self.send(job) {
@@ -393,14 +395,19 @@ impl Worker {
             }
             match job {
                 PgJob::Proc(job) => self.run_proc(job),
-                PgJob::Read { sql, params, done } => {
-                    let _ = done.send(self.read(&sql, &params));
+                PgJob::Read {
+                    sql,
+                    params,
+                    cap,
+                    done,
+                } => {
+                    let _ = done.send(self.read(&sql, &params, cap));
                 }
             }
         }
     }
 
-    fn read(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+    fn read(&mut self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
         let mut t = self
             .client
             .build_transaction()
@@ -414,7 +421,7 @@ impl Worker {
                 p_key: PKey(0),
                 notes: Vec::new(),
             };
-            tx.query(sql, params)
+            tx.query_capped(sql, params, cap)
         };
         let _ = t.rollback();
         rows.map_err(|e| match e {
@@ -601,6 +608,20 @@ impl Tx for PgTx<'_, '_> {
             .map_err(|e| map_err(&e, sql))
     }
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.query_capped(sql, params, Cap::Fail(QUERY_ROWS_MAX))
+    }
+    fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
+        feed::validate(channel, payload)?;
+        self.notes.push(Notification {
+            channel: channel.to_string(),
+            payload: payload.to_string(),
+        });
+        Ok(())
+    }
+}
+
+impl PgTx<'_, '_> {
+    fn query_capped(&mut self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
         let stmt = self.statement(sql)?;
         let columns: Vec<String> = stmt
             .columns()
@@ -612,33 +633,25 @@ impl Tx for PgTx<'_, '_> {
             .t
             .query_raw(&stmt, params.iter())
             .map_err(|e| map_err(&e, sql))?;
-        let mut rows = Vec::new();
+        let mut out = Rows {
+            columns,
+            ..Rows::default()
+        };
         while let Some(r) = it.next().map_err(|e| map_err(&e, sql))? {
-            if rows.len() >= QUERY_ROWS_MAX {
-                return Err(Error::Limit {
-                    what: "query result",
-                    limit: QUERY_ROWS_MAX as u64,
-                    detail: format!("rows from: {sql}"),
-                });
+            if out.rows.len() >= cap.rows() {
+                cap.exceeded(sql, &mut out)?;
+                break;
             }
-            let mut values = Vec::with_capacity(columns.len());
-            for (i, name) in columns.iter().enumerate() {
+            let mut values = Vec::with_capacity(out.columns.len());
+            for (i, name) in out.columns.iter().enumerate() {
                 let v: PgValue = r
                     .try_get(i)
                     .map_err(|e| Error::Type(format!("column {name}: {}", source_message(&e))))?;
                 values.push(v.0);
             }
-            rows.push(Row::new(shared.clone(), values));
+            out.rows.push(Row::new(shared.clone(), values));
         }
-        Ok(Rows { columns, rows })
-    }
-    fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
-        feed::validate(channel, payload)?;
-        self.notes.push(Notification {
-            channel: channel.to_string(),
-            payload: payload.to_string(),
-        });
-        Ok(())
+        Ok(out)
     }
 }
 

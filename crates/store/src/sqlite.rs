@@ -45,7 +45,7 @@ use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::sql::to_sqlite;
-use crate::value::{Row, Rows, Value};
+use crate::value::{Cap, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
     Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
@@ -224,9 +224,9 @@ impl Backend for SqliteBackend {
             Err(TrySendError::Disconnected(job)) => job.finish_err(Error::Closed),
         }
     }
-    fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
+    fn query(&self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
         let conn = self.readers.get()?;
-        let rows = read_query(&conn, sql, params);
+        let rows = read_query(&conn, sql, params, cap);
         self.readers.put(conn);
         rows
     }
@@ -428,29 +428,34 @@ fn bind_params(params: &[Value]) -> impl rusqlite::Params + '_ {
     rusqlite::params_from_iter(params.iter().map(Param))
 }
 
-fn run_query(stmt: &mut rusqlite::Statement<'_>, sql: &str, params: &[Value]) -> Result<Rows> {
+fn run_query(
+    stmt: &mut rusqlite::Statement<'_>,
+    sql: &str,
+    params: &[Value],
+    cap: Cap,
+) -> Result<Rows> {
     let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
     let shared: Arc<[String]> = columns.clone().into();
     let n = columns.len();
     let mut rows = stmt
         .query(bind_params(params))
         .map_err(|e| map_err(e, sql))?;
-    let mut out = Vec::new();
+    let mut out = Rows {
+        columns,
+        ..Rows::default()
+    };
     while let Some(row) = rows.next().map_err(|e| map_err(e, sql))? {
-        if out.len() >= QUERY_ROWS_MAX {
-            return Err(Error::Limit {
-                what: "query result",
-                limit: QUERY_ROWS_MAX as u64,
-                detail: format!("rows from: {sql}"),
-            });
+        if out.rows.len() >= cap.rows() {
+            cap.exceeded(sql, &mut out)?;
+            break;
         }
         let mut values = Vec::with_capacity(n);
         for i in 0..n {
             values.push(to_value(row.get_ref(i).map_err(|e| map_err(e, sql))?));
         }
-        out.push(Row::new(shared.clone(), values));
+        out.rows.push(Row::new(shared.clone(), values));
     }
-    Ok(Rows { columns, rows: out })
+    Ok(out)
 }
 
 /// A procedure's transaction on the executor's connection.
@@ -482,7 +487,7 @@ impl Tx for SqliteTx<'_> {
             .conn
             .prepare_cached(&to_sqlite(sql))
             .map_err(|e| map_err(e, sql))?;
-        run_query(&mut stmt, sql, params)
+        run_query(&mut stmt, sql, params, Cap::Fail(QUERY_ROWS_MAX))
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::validate(channel, payload)?;
@@ -809,7 +814,7 @@ fn is_write_refusal(e: &Error) -> bool {
     })
 }
 
-fn read_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
+fn read_query(conn: &Connection, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
     if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
         return Err(read_only_refusal(sql));
     }
@@ -830,7 +835,7 @@ fn read_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
     }
     // A read transaction left open would pin the WAL; rusqlite resets the
     // statement when it is returned to the cache, which ends it.
-    run_query(&mut stmt, sql, params).map_err(|e| {
+    run_query(&mut stmt, sql, params, cap).map_err(|e| {
         if is_write_refusal(&e) {
             read_only_refusal(sql)
         } else {

@@ -241,6 +241,41 @@ impl Row {
 pub struct Rows {
     pub columns: Vec<String>,
     pub rows: Vec<Row>,
+    /// The query had more rows than were asked for
+    /// ([`Store::query_capped`](crate::Store::query_capped)).
+    pub truncated: bool,
+}
+
+/// What to do when a query has more rows than its cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cap {
+    /// Fail with [`Error::Limit`]: a procedure must see all of its rows.
+    Fail(usize),
+    /// Stop there and mark the result truncated: a person browsing.
+    Truncate(usize),
+}
+
+impl Cap {
+    pub(crate) fn rows(self) -> usize {
+        match self {
+            Cap::Fail(n) | Cap::Truncate(n) => n,
+        }
+    }
+
+    /// Called when one more row than the cap exists.
+    pub(crate) fn exceeded(self, sql: &str, rows: &mut Rows) -> Result<()> {
+        match self {
+            Cap::Fail(n) => Err(Error::Limit {
+                what: "query result",
+                limit: n as u64,
+                detail: format!("rows from: {sql}"),
+            }),
+            Cap::Truncate(_) => {
+                rows.truncated = true;
+                Ok(())
+            }
+        }
+    }
 }
 
 impl Rows {

@@ -457,3 +457,27 @@ conformance!(
     migrations_apply_once_and_mismatch_is_refused,
     async_submit_and_partitions,
 );
+
+fn capped_queries_truncate(backend: Backend) {
+    let Some(t) = backend.open("capped", SCHEMA) else {
+        return;
+    };
+    for id in 0..5 {
+        insert(&t.store, 0, id).wait().unwrap();
+    }
+    let r = t
+        .store
+        .query_capped("SELECT id FROM item ORDER BY id", &[], 3)
+        .unwrap();
+    assert_eq!(r.len(), 3);
+    assert!(r.truncated);
+    let r = t
+        .store
+        .query_capped("SELECT id FROM item ORDER BY id", &[], 5)
+        .unwrap();
+    assert_eq!(r.len(), 5);
+    assert!(!r.truncated);
+    assert!(!t.store.query("SELECT id FROM item", &[]).unwrap().truncated);
+}
+
+conformance!(capped_queries_truncate);
