@@ -5,23 +5,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 const TABOS: &str = env!("CARGO_BIN_EXE_tabos");
 
-struct TempDir(std::path::PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "tabos-cli-test-{tag}-{}-{}",
-            std::process::id(),
-            tabos_store::now_us()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use tabos_store::testing::TempDir;
 
 /// A `tabos up` child on a free port; killed on drop.
 struct Node {
@@ -84,7 +68,7 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn up_sql_status_and_refusals() {
     let dir = TempDir::new("up");
-    let data = dir.0.join("data");
+    let data = dir.path().join("data");
     let node = Node::start(&["--data", data.to_str().unwrap(), "--partitions", "2"]);
 
     let o = node.tabos(&[
@@ -129,7 +113,7 @@ fn up_sql_status_and_refusals() {
 #[test]
 fn a_second_node_on_the_same_data_directory_is_refused() {
     let dir = TempDir::new("twice");
-    let data = dir.0.join("data");
+    let data = dir.path().join("data");
     let _node = Node::start(&["--data", data.to_str().unwrap()]);
     let o = Command::new(TABOS)
         .args([
@@ -188,20 +172,8 @@ fn demo_runs_and_reports() {
 /// `tabos up --db postgres://...`: the same node over the cluster backend.
 #[test]
 fn up_on_postgres_serves_sql() {
-    let cluster;
-    let url = match std::env::var("TABOS_TEST_PG") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            match tabos_store::pg_cluster::TempCluster::start(&Default::default()) {
-                Ok(c) => cluster = c,
-                Err(e) if std::env::var("TABOS_SKIP_PG").as_deref() == Ok("1") => {
-                    eprintln!("skipping (TABOS_SKIP_PG=1): {e}");
-                    return;
-                }
-                Err(e) => panic!("{e}"),
-            }
-            cluster.create_database("cli").unwrap()
-        }
+    let Some(url) = tabos_store::testing::pg_database() else {
+        return;
     };
     let node = Node::start(&["--db", &url, "--partitions", "2"]);
     let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);

@@ -1,28 +1,10 @@
 //! The node's gRPC API, served in-process on port 0 over an embedded store.
 
-use std::path::PathBuf;
-
 use tabos_client::proto::{self, value::Kind};
 use tabos_client::{Client, Error as ClientError, Value};
 use tabos_store::{Config, PKey};
 
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!(
-            "tabos-node-test-{tag}-{}-{}",
-            std::process::id(),
-            tabos_store::now_us()
-        ));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use tabos_store::testing::TempDir;
 
 /// A node serving on a free loopback port until the returned sender fires.
 async fn start(config: &Config) -> (tabos_node::Node, String, tokio::sync::oneshot::Sender<()>) {
@@ -58,7 +40,7 @@ fn seed(node: &tabos_node::Node) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sql_queries_run_and_bad_input_is_refused_without_change() {
     let dir = TempDir::new("sql");
-    let (node, addr, stop) = start(&Config::sqlite(&dir.0).with_partitions(2)).await;
+    let (node, addr, stop) = start(&Config::sqlite(dir.path()).with_partitions(2)).await;
     let n2 = node.clone();
     tokio::task::spawn_blocking(move || seed(&n2))
         .await
@@ -136,7 +118,7 @@ async fn sql_queries_run_and_bad_input_is_refused_without_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_requests_get_a_clear_error() {
     let dir = TempDir::new("malformed");
-    let (_node, addr, stop) = start(&Config::sqlite(&dir.0).with_partitions(1)).await;
+    let (_node, addr, stop) = start(&Config::sqlite(dir.path()).with_partitions(1)).await;
 
     // Field 1 of SqlRequest is a string; send a varint there instead.
     #[derive(Clone, PartialEq, prost::Message)]

@@ -65,6 +65,17 @@ pub fn validate(channel: &str, payload: &str) -> Result<()> {
     Ok(())
 }
 
+/// Validates a notification and queues it with its transaction's others;
+/// the backends publish the queue after the commit.
+pub(crate) fn queue(notes: &mut Vec<Notification>, channel: &str, payload: &str) -> Result<()> {
+    validate(channel, payload)?;
+    notes.push(Notification {
+        channel: channel.to_string(),
+        payload: payload.to_string(),
+    });
+    Ok(())
+}
+
 struct Subscriber {
     id: u64,
     tx: mpsc::Sender<Notification>,

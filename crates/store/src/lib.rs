@@ -33,6 +33,7 @@ pub mod pg_cluster;
 pub mod postgres;
 pub mod sql;
 pub mod sqlite;
+pub mod testing;
 pub mod value;
 
 mod migrate;

@@ -490,12 +490,7 @@ impl Tx for SqliteTx<'_> {
         run_query(&mut stmt, sql, params, Cap::Fail(QUERY_ROWS_MAX))
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
-        feed::validate(channel, payload)?;
-        self.notes.push(Notification {
-            channel: channel.to_string(),
-            payload: payload.to_string(),
-        });
-        Ok(())
+        feed::queue(&mut self.notes, channel, payload)
     }
 }
 
