@@ -5,21 +5,36 @@
 //! other services only through the database. Services so far:
 //!
 //! * [`kv`] — the per-realm key-value table.
+//! * [`realms`] — realms and their scheduler.
+//! * [`sched`] — workers and the DBOS schedulers (FIFO, locality, least-loaded).
+//! * [`procs`] — the σOS proc lifecycle: spawn, claim, started, exited, evict, waits.
 //!
 //! [`MIGRATIONS`] is the kernel's schema, in version order, for
 //! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
 
+pub mod ids;
 pub mod kv;
+pub mod procs;
+pub mod realms;
+pub mod sched;
 
 use tabos_store::{Config, Migration, PKey, Store};
 
 /// The kernel schema, one entry per migration file pair.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "kv",
-    sqlite: include_str!("../schema/sqlite/001_kv.sql"),
-    postgres: include_str!("../schema/postgres/001_kv.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "kv",
+        sqlite: include_str!("../schema/sqlite/001_kv.sql"),
+        postgres: include_str!("../schema/postgres/001_kv.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "procs",
+        sqlite: include_str!("../schema/sqlite/002_procs.sql"),
+        postgres: include_str!("../schema/postgres/002_procs.sql"),
+    },
+];
 
 /// Errors of kernel services.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -30,6 +45,8 @@ pub enum Error {
     Invalid(String),
     #[error("not found: {0}")]
     NotFound(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
 }
 
 impl tabos_store::ProcedureError for Error {

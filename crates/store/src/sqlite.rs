@@ -776,6 +776,17 @@ impl ReadPool {
                     .collect::<rusqlite::Result<_>>()
                     .map_err(|e| map_err(e, sql))?
             };
+            // Views over those tables must read the union views too: recreate
+            // each as a TEMP view, which resolves names in the temp schema.
+            let views: Vec<String> = {
+                let sql = "SELECT sql FROM main.sqlite_master WHERE type = 'view' ORDER BY name";
+                let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
+                let defs = stmt
+                    .query_map([], |r| r.get(0))
+                    .map_err(|e| map_err(e, sql))?;
+                defs.collect::<rusqlite::Result<_>>()
+                    .map_err(|e| map_err(e, sql))?
+            };
             for t in tables {
                 let quoted = t.replace('"', "\"\"");
                 let mut view =
@@ -784,6 +795,12 @@ impl ReadPool {
                     view.push_str(&format!(" UNION ALL SELECT * FROM p{p}.\"{quoted}\""));
                 }
                 conn.execute_batch(&view).map_err(|e| map_err(e, &view))?;
+            }
+            for def in views {
+                if let Some(rest) = def.strip_prefix("CREATE VIEW") {
+                    let temp = format!("CREATE TEMP VIEW{rest}");
+                    conn.execute_batch(&temp).map_err(|e| map_err(e, &temp))?;
+                }
             }
         }
         conn.execute_batch("PRAGMA query_only = 1")

@@ -1,0 +1,710 @@
+//! Procs: the σOS process model as rows (thesis §3.3, Figure 3-3).
+//!
+//! Table `proc` (schema/*/002_procs.sql) holds one row per proc, on its
+//! realm's partition; `proc_event` keeps one provenance row per lifecycle
+//! event. The lifecycle:
+//!
+//! ```text
+//!            spawn                claim (procd)      started
+//!   ───────► spawned ──────────► claimed ──────────► running
+//!            │  (worker_id NULL = deferred,           │
+//!            │   assigned when capacity frees)        │ exited(status)
+//!            │                                        ▼
+//!            ├── evict (while deferred) ──► evicted   exited | evicted | failed
+//!            └── exited / failed from any live state ─┘
+//! ```
+//!
+//! Invariants: a proc leaves a live state (spawned, claimed, running) exactly
+//! once, and the transaction that makes it leave gives its cores back to its
+//! worker and assigns deferred procs; so a proc never runs twice and capacity
+//! is conserved. Every transition notifies `proc/<realm>/<pid>` with the new
+//! state, which is what [`wait_start`], [`wait_exit`] and [`wait_evict`] wait
+//! on; an assignment notifies `worker/<realm>/<worker>` so its procd claims.
+
+use std::fmt;
+use std::str::FromStr;
+
+use tabos_store::{params, PKey, Row, Store, Tx};
+
+use crate::ids::{Pid, WorkerId};
+use crate::sched::{self, Need};
+use crate::{realm_partition, validate_realm, Error, Result};
+
+/// Most procs in one SpawnBurst.
+pub const BURST_PROCS_MAX: usize = 10_000;
+/// Longest program path, argument list or environment, in bytes (JSON).
+pub const DESCRIPTOR_BYTES_MAX: usize = 64 * 1024;
+/// Most cores or MB a proc may ask for.
+pub const CORES_MAX: i64 = 1_024;
+pub const MEM_MB_MAX: i64 = 1 << 24;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Native,
+    Wasm,
+    Js,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Latency-critical: reserves its cores.
+    Lc,
+    /// Best-effort.
+    Be,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Spawned,
+    Claimed,
+    Running,
+    Exited,
+    Evicted,
+    Failed,
+}
+
+macro_rules! text_enum {
+    ($t:ty, $what:expr, $($v:path => $s:expr),*) => {
+        impl $t {
+            pub fn as_str(self) -> &'static str {
+                match self { $($v => $s),* }
+            }
+        }
+        impl FromStr for $t {
+            type Err = Error;
+            fn from_str(s: &str) -> Result<Self> {
+                match s {
+                    $($s => Ok($v),)*
+                    other => Err(Error::Invalid(format!(concat!($what, " {:?} is not one of: ", $($s, " "),*), other))),
+                }
+            }
+        }
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+text_enum!(Kind, "kind", Kind::Native => "native", Kind::Wasm => "wasm", Kind::Js => "js");
+text_enum!(Class, "class", Class::Lc => "LC", Class::Be => "BE");
+text_enum!(State, "state",
+    State::Spawned => "spawned", State::Claimed => "claimed", State::Running => "running",
+    State::Exited => "exited", State::Evicted => "evicted", State::Failed => "failed");
+
+impl State {
+    /// Exited, evicted or failed: the proc will not run (again).
+    pub fn is_terminal(self) -> bool {
+        matches!(self, State::Exited | State::Evicted | State::Failed)
+    }
+}
+
+/// What to run: σOS's proc descriptor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Descriptor {
+    /// Caller-chosen pid; `None` to have one generated.
+    pub pid: Option<Pid>,
+    pub parent: Option<Pid>,
+    pub kind: Kind,
+    pub class: Class,
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cores: i64,
+    pub mem_mb: i64,
+    /// Node to prefer (locality scheduler).
+    pub home_node: Option<String>,
+    /// Re-queue instead of failing when its node is lost.
+    pub restartable: bool,
+}
+
+impl Descriptor {
+    /// A one-core best-effort native proc running `program`.
+    pub fn native(program: impl Into<String>) -> Descriptor {
+        Descriptor {
+            pid: None,
+            parent: None,
+            kind: Kind::Native,
+            class: Class::Be,
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cores: 1,
+            mem_mb: 0,
+            home_node: None,
+            restartable: false,
+        }
+    }
+
+    /// Checks everything that can be checked without the database.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(p) = &self.pid {
+            crate::ids::validate_name("pid", p.as_str())?;
+        }
+        if let Some(p) = &self.parent {
+            crate::ids::validate_name("parent pid", p.as_str())?;
+        }
+        if let Some(h) = &self.home_node {
+            crate::ids::validate_name("home node", h)?;
+        }
+        if self.program.is_empty() || self.program.contains('\0') {
+            return Err(Error::Invalid(
+                "program must be non-empty and have no NUL".into(),
+            ));
+        }
+        if !(1..=CORES_MAX).contains(&self.cores) {
+            return Err(Error::Invalid(format!(
+                "cores must be 1..={CORES_MAX}, not {}",
+                self.cores
+            )));
+        }
+        if !(0..=MEM_MB_MAX).contains(&self.mem_mb) {
+            return Err(Error::Invalid(format!(
+                "mem_mb must be 0..={MEM_MB_MAX}, not {}",
+                self.mem_mb
+            )));
+        }
+        if self
+            .args
+            .iter()
+            .chain(self.env.iter().flat_map(|(k, v)| [k, v]))
+            .any(|s| s.contains('\0'))
+            || self
+                .env
+                .iter()
+                .any(|(k, _)| k.is_empty() || k.contains('='))
+        {
+            return Err(Error::Invalid(
+                "arguments and environment must have no NUL, and variable names no '='".into(),
+            ));
+        }
+        let size = self.program.len() + self.args_json().len() + self.env_json().len();
+        if size > DESCRIPTOR_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "descriptor of {size} bytes exceeds {DESCRIPTOR_BYTES_MAX}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn args_json(&self) -> String {
+        serde_json::Value::from(self.args.clone()).to_string()
+    }
+
+    fn env_json(&self) -> String {
+        let obj: serde_json::Map<String, serde_json::Value> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
+            .collect();
+        serde_json::Value::Object(obj).to_string()
+    }
+
+    fn need(&self) -> Need {
+        Need {
+            cores: self.cores,
+            mem_mb: self.mem_mb,
+            home_node: self.home_node.clone(),
+        }
+    }
+}
+
+/// A proc's row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcInfo {
+    pub realm: String,
+    pub pid: Pid,
+    pub parent: Option<Pid>,
+    pub kind: Kind,
+    pub class: Class,
+    pub program: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cores: i64,
+    pub mem_mb: i64,
+    pub state: State,
+    pub worker: Option<WorkerId>,
+    pub evict_requested: bool,
+    pub spawn_us: i64,
+    pub start_us: Option<i64>,
+    pub exit_us: Option<i64>,
+    pub exit_status: Option<i64>,
+    pub error: Option<String>,
+}
+
+const PROC_COLUMNS: &str =
+    "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
+     state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error";
+
+fn proc_from_row(r: &Row) -> Result<ProcInfo> {
+    let args: Vec<String> = serde_json::from_str(&r.get::<String>(6)?)
+        .map_err(|e| Error::Invalid(format!("stored args: {e}")))?;
+    let env: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(&r.get::<String>(7)?)
+            .map_err(|e| Error::Invalid(format!("stored env: {e}")))?;
+    Ok(ProcInfo {
+        realm: r.get(0)?,
+        pid: Pid(r.get(1)?),
+        parent: r.get::<Option<String>>(2)?.map(Pid),
+        kind: r.get::<String>(3)?.parse()?,
+        class: r.get::<String>(4)?.parse()?,
+        program: r.get(5)?,
+        args,
+        env: env
+            .into_iter()
+            .map(|(k, v)| (k, v.as_str().unwrap_or_default().to_string()))
+            .collect(),
+        cores: r.get(8)?,
+        mem_mb: r.get(9)?,
+        state: r.get::<String>(10)?.parse()?,
+        worker: r.get::<Option<String>>(11)?.map(WorkerId),
+        evict_requested: r.get(12)?,
+        spawn_us: r.get(13)?,
+        start_us: r.get(14)?,
+        exit_us: r.get(15)?,
+        exit_status: r.get(16)?,
+        error: r.get(17)?,
+    })
+}
+
+/// The change-feed channel of one proc.
+pub fn proc_channel(realm: &str, pid: &str) -> String {
+    format!("proc/{realm}/{pid}")
+}
+
+/// The change-feed channel a worker's procd listens on for assignments.
+pub fn worker_channel(realm: &str, worker: &WorkerId) -> String {
+    format!("worker/{realm}/{worker}")
+}
+
+pub(crate) fn notify_assigned(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &str,
+    worker: &WorkerId,
+) -> Result<()> {
+    tx.notify(&worker_channel(realm, worker), pid)?;
+    Ok(())
+}
+
+/// Procedure body: appends a provenance row for `pid`.
+pub fn event_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &str,
+    event: &str,
+    detail: Option<&str>,
+    now_us: i64,
+) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let seq = crate::realms::next_seq_tx(tx, realm, 1)?;
+    tx.execute(
+        "INSERT INTO proc_event (p_key, realm, pid, seq, at_us, event, detail) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        params![p, realm, pid, seq, now_us, event, detail],
+    )?;
+    Ok(())
+}
+
+fn get_tx(tx: &mut dyn Tx, realm: &str, pid: &str) -> Result<ProcInfo> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx
+        .query_opt(
+            &format!(
+                "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3"
+            ),
+            params![p, realm, pid],
+        )?
+        .ok_or_else(|| Error::NotFound(format!("no proc {pid:?} in realm {realm:?}")))?;
+    proc_from_row(&row)
+}
+
+/// Procedure body: spawns one proc: inserts its row, lets the realm's
+/// scheduler pick a worker (or defers it), and notifies.
+pub fn spawn_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    d: &Descriptor,
+    now_us: i64,
+) -> Result<Option<WorkerId>> {
+    d.validate()?;
+    let scheduler = crate::realms::scheduler_tx(tx, realm)?;
+    let p = i64::from(tx.p_key().0);
+    if let Some(parent) = &d.parent {
+        let live = tx.query_opt(
+            "SELECT state FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",
+            params![p, realm, parent.as_str()],
+        )?;
+        if live.is_none() {
+            return Err(Error::NotFound(format!(
+                "parent {parent} does not exist in realm {realm:?}"
+            )));
+        }
+    }
+    let seq = crate::realms::next_seq_tx(tx, realm, 1)?;
+    tx.execute(
+        "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
+                           cores, mem_mb, home_node, restartable, state, spawn_us) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15)",
+        params![
+            p,
+            realm,
+            pid.as_str(),
+            seq,
+            d.parent.as_ref().map(Pid::as_str),
+            d.kind.as_str(),
+            d.class.as_str(),
+            d.program.as_str(),
+            d.args_json(),
+            d.env_json(),
+            d.cores,
+            d.mem_mb,
+            d.home_node.as_deref(),
+            d.restartable,
+            now_us
+        ],
+    )
+    .map_err(|e| {
+        if e.is_unique_violation() {
+            Error::AlreadyExists(format!("proc {pid} in realm {realm:?}"))
+        } else {
+            Error::Store(e)
+        }
+    })?;
+    event_tx(tx, realm, pid.as_str(), "spawn", None, now_us)?;
+    let need = d.need();
+    let worker = sched::pick_tx(tx, scheduler, realm, &need)?;
+    if let Some(w) = &worker {
+        sched::reserve_tx(tx, realm, w, &need)?;
+        tx.execute(
+            "UPDATE proc SET worker_id = $4 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+            params![p, realm, pid.as_str(), w.as_str()],
+        )?;
+        event_tx(tx, realm, pid.as_str(), "assign", Some(w.as_str()), now_us)?;
+        notify_assigned(tx, realm, pid.as_str(), w)?;
+    }
+    tx.notify(&proc_channel(realm, pid.as_str()), State::Spawned.as_str())?;
+    Ok(worker)
+}
+
+/// Procedure body: a worker's procd takes up to `max` procs assigned to it.
+pub fn claim_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    max: i64,
+    now_us: i64,
+) -> Result<Vec<ProcInfo>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        &format!(
+            "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+             AND state = 'spawned' ORDER BY seq LIMIT $4"
+        ),
+        params![p, realm, worker.as_str(), max],
+    )?;
+    let mut claimed = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let mut info = proc_from_row(r)?;
+        tx.execute(
+            "UPDATE proc SET state = 'claimed', claim_us = $4 \
+             WHERE p_key = $1 AND realm = $2 AND pid = $3 AND state = 'spawned'",
+            params![p, realm, info.pid.as_str(), now_us],
+        )?;
+        event_tx(
+            tx,
+            realm,
+            info.pid.as_str(),
+            "claim",
+            Some(worker.as_str()),
+            now_us,
+        )?;
+        tx.notify(
+            &proc_channel(realm, info.pid.as_str()),
+            State::Claimed.as_str(),
+        )?;
+        info.state = State::Claimed;
+        claimed.push(info);
+    }
+    Ok(claimed)
+}
+
+/// Procedure body: σOS `Started`: claimed → running.
+pub fn started_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let info = get_tx(tx, realm, pid.as_str())?;
+    if info.state != State::Claimed {
+        return Err(Error::Invalid(format!(
+            "proc {pid} is {}, not claimed: it cannot start",
+            info.state
+        )));
+    }
+    tx.execute(
+        "UPDATE proc SET state = 'running', start_us = $4 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![p, realm, pid.as_str(), now_us],
+    )?;
+    event_tx(tx, realm, pid.as_str(), "start", None, now_us)?;
+    tx.notify(&proc_channel(realm, pid.as_str()), State::Running.as_str())?;
+    Ok(())
+}
+
+/// Procedure body: σOS `Exited` (and eviction and failure): a live proc
+/// becomes `state` (exited, evicted or failed); its worker gets its cores
+/// back and deferred procs are assigned to them. Returns the procs assigned.
+pub fn exited_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    state: State,
+    status: Option<i64>,
+    error: Option<&str>,
+    now_us: i64,
+) -> Result<Vec<(String, WorkerId)>> {
+    if !state.is_terminal() {
+        return Err(Error::Invalid(format!("{state} is not a final state")));
+    }
+    let p = i64::from(tx.p_key().0);
+    let info = get_tx(tx, realm, pid.as_str())?;
+    if info.state.is_terminal() {
+        return Err(Error::Invalid(format!(
+            "proc {pid} has already {}",
+            info.state
+        )));
+    }
+    tx.execute(
+        "UPDATE proc SET state = $4, exit_us = $5, exit_status = $6, error = $7 \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![
+            p,
+            realm,
+            pid.as_str(),
+            state.as_str(),
+            now_us,
+            status,
+            error
+        ],
+    )?;
+    event_tx(tx, realm, pid.as_str(), state.as_str(), error, now_us)?;
+    tx.notify(&proc_channel(realm, pid.as_str()), state.as_str())?;
+    match &info.worker {
+        Some(w) => {
+            sched::release_tx(tx, realm, w, info.cores, info.mem_mb)?;
+            sched::assign_deferred_tx(tx, realm, now_us)
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Procedure body: σOS `Evict`. A deferred proc is evicted at once; a
+/// proc on a worker is marked and its procd told, which stops it and records
+/// `evicted`. Evicting a finished proc is a no-op.
+pub fn evict_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let info = get_tx(tx, realm, pid.as_str())?;
+    if info.state.is_terminal() {
+        return Ok(());
+    }
+    match &info.worker {
+        None => {
+            exited_tx(
+                tx,
+                realm,
+                pid,
+                State::Evicted,
+                None,
+                Some("evicted before it was scheduled"),
+                now_us,
+            )?;
+        }
+        Some(w) => {
+            tx.execute(
+                "UPDATE proc SET evict_requested = 1 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                params![p, realm, pid.as_str()],
+            )?;
+            event_tx(tx, realm, pid.as_str(), "evict-requested", None, now_us)?;
+            tx.notify(&worker_channel(realm, w), &format!("evict {pid}"))?;
+            tx.notify(&proc_channel(realm, pid.as_str()), "evict-requested")?;
+        }
+    }
+    Ok(())
+}
+
+fn partition(store: &Store, realm: &str) -> Result<PKey> {
+    validate_realm(realm)?;
+    Ok(realm_partition(realm, store.partitions()))
+}
+
+static PID_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A fresh pid: time, process and a counter, unique on this machine.
+pub fn generate_pid() -> Pid {
+    let n = PID_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Pid(format!(
+        "p{:x}-{:x}-{n:x}",
+        tabos_store::now_us(),
+        std::process::id()
+    ))
+}
+
+/// Spawns a proc; returns its pid and, if the scheduler placed it at once,
+/// its worker. Awaitable; the pid is chosen before the transaction so a retry
+/// cannot spawn twice.
+pub async fn spawn(store: &Store, realm: &str, d: Descriptor) -> Result<(Pid, Option<WorkerId>)> {
+    d.validate()?;
+    let p = partition(store, realm)?;
+    let pid = d.pid.clone().unwrap_or_else(generate_pid);
+    let (r, pid2) = (realm.to_string(), pid.clone());
+    let now = tabos_store::now_us();
+    let worker = store
+        .submit(p, move |tx| spawn_tx(tx, &r, &pid2, &d, now))
+        .await?;
+    Ok((pid, worker))
+}
+
+/// σOS `SpawnBurst`: many procs in one transaction, all or none.
+pub async fn spawn_burst(
+    store: &Store,
+    realm: &str,
+    ds: Vec<Descriptor>,
+) -> Result<Vec<(Pid, Option<WorkerId>)>> {
+    if ds.len() > BURST_PROCS_MAX {
+        return Err(Error::Invalid(format!(
+            "a burst of {} procs exceeds {BURST_PROCS_MAX}",
+            ds.len()
+        )));
+    }
+    for d in &ds {
+        d.validate()?;
+    }
+    let p = partition(store, realm)?;
+    let with_pids: Vec<(Pid, Descriptor)> = ds
+        .into_iter()
+        .map(|d| (d.pid.clone().unwrap_or_else(generate_pid), d))
+        .collect();
+    let r = realm.to_string();
+    let now = tabos_store::now_us();
+    store
+        .submit(p, move |tx| {
+            with_pids
+                .iter()
+                .map(|(pid, d)| Ok((pid.clone(), spawn_tx(tx, &r, pid, d, now)?)))
+                .collect::<Result<Vec<_>>>()
+        })
+        .await
+}
+
+/// Runs one of this module's procedures for `realm` and awaits it.
+async fn call<T: Send + 'static>(
+    store: &Store,
+    realm: &str,
+    f: impl FnMut(&mut dyn Tx, &str, i64) -> Result<T> + Send + 'static,
+) -> Result<T> {
+    let p = partition(store, realm)?;
+    let r = realm.to_string();
+    let now = tabos_store::now_us();
+    let mut f = f;
+    store.submit(p, move |tx| f(tx, &r, now)).await
+}
+
+pub async fn claim(
+    store: &Store,
+    realm: &str,
+    worker: &WorkerId,
+    max: i64,
+) -> Result<Vec<ProcInfo>> {
+    let w = worker.clone();
+    call(store, realm, move |tx, r, now| {
+        claim_tx(tx, r, &w, max, now)
+    })
+    .await
+}
+
+pub async fn started(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
+    let pid = pid.clone();
+    call(store, realm, move |tx, r, now| started_tx(tx, r, &pid, now)).await
+}
+
+pub async fn exited(
+    store: &Store,
+    realm: &str,
+    pid: &Pid,
+    state: State,
+    status: Option<i64>,
+    error: Option<String>,
+) -> Result<()> {
+    let pid = pid.clone();
+    call(store, realm, move |tx, r, now| {
+        exited_tx(tx, r, &pid, state, status, error.as_deref(), now).map(|_| ())
+    })
+    .await
+}
+
+pub async fn evict(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
+    let pid = pid.clone();
+    call(store, realm, move |tx, r, now| evict_tx(tx, r, &pid, now)).await
+}
+
+/// The proc's current row, read on the read path.
+pub fn get(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
+    validate_realm(realm)?;
+    let rows = store.query(
+        &format!("SELECT {PROC_COLUMNS} FROM proc WHERE realm = $1 AND pid = $2"),
+        params![realm, pid.as_str()],
+    )?;
+    let row = rows
+        .rows
+        .first()
+        .ok_or_else(|| Error::NotFound(format!("no proc {pid} in realm {realm:?}")))?;
+    proc_from_row(row)
+}
+
+/// Waits until `done` holds for the proc, woken by the change feed: it
+/// subscribes first, then reads (inside a procedure, so the read is async and
+/// sees every committed transition), then sleeps until the next transition.
+pub async fn wait_until(
+    store: &Store,
+    realm: &str,
+    pid: &Pid,
+    done: impl Fn(&ProcInfo) -> bool,
+) -> Result<ProcInfo> {
+    let channel = proc_channel(realm, pid.as_str());
+    let mut sub = store.subscribe(&channel);
+    loop {
+        let pid2 = pid.clone();
+        let info = call(store, realm, move |tx, r, _| get_tx(tx, r, pid2.as_str())).await?;
+        if done(&info) {
+            return Ok(info);
+        }
+        match sub.recv().await {
+            Ok(_) => {}
+            // Cut off (lagged, or the listener reconnected): transitions may
+            // have been missed, so resubscribe and re-read.
+            Err(tabos_store::Error::Lagged(_)) => sub = store.subscribe(&channel),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// σOS `WaitStart`: until the proc runs (or has already finished).
+pub async fn wait_start(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
+    wait_until(store, realm, pid, |i| {
+        i.state == State::Running || i.state.is_terminal()
+    })
+    .await
+}
+
+/// σOS `WaitExit`: until the proc has finished; returns its row with the
+/// exit status.
+pub async fn wait_exit(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
+    wait_until(store, realm, pid, |i| i.state.is_terminal()).await
+}
+
+/// σOS `WaitEvict`: until the proc has been asked to leave (or has finished).
+pub async fn wait_evict(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
+    wait_until(store, realm, pid, |i| {
+        i.evict_requested || i.state.is_terminal()
+    })
+    .await
+}

@@ -1,0 +1,88 @@
+//! Realms: a tenant's slice of the system.
+//!
+//! Table `realm(p_key, realm, scheduler, next_seq, created_us)`; a realm's row
+//! and everything else of the realm (workers, procs, kv) live on
+//! [`realm_partition`](crate::realm_partition). `next_seq` orders the realm's
+//! spawns and proc events.
+
+use tabos_store::{params, Store, Tx};
+
+use crate::sched::Scheduler;
+use crate::{realm_partition, validate_realm, Error, Result};
+
+/// Procedure body: creates `realm` with the given scheduler.
+pub fn create_tx(tx: &mut dyn Tx, realm: &str, scheduler: Scheduler, now_us: i64) -> Result<()> {
+    validate_realm(realm)?;
+    let p = i64::from(tx.p_key().0);
+    tx.execute(
+        "INSERT INTO realm (p_key, realm, scheduler, next_seq, created_us) VALUES ($1, $2, $3, 1, $4)",
+        params![p, realm, scheduler.as_str(), now_us],
+    )
+    .map_err(|e| {
+        if e.is_unique_violation() {
+            Error::AlreadyExists(format!("realm {realm}"))
+        } else {
+            Error::Store(e)
+        }
+    })?;
+    Ok(())
+}
+
+/// Procedure body: the realm's scheduler, or `UnknownRealm`.
+pub fn scheduler_tx(tx: &mut dyn Tx, realm: &str) -> Result<Scheduler> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx.query_opt(
+        "SELECT scheduler FROM realm WHERE p_key = $1 AND realm = $2",
+        params![p, realm],
+    )?;
+    let name: String = row
+        .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?
+        .get(0)?;
+    name.parse()
+}
+
+/// Procedure body: sets the realm's scheduler.
+pub fn set_scheduler_tx(tx: &mut dyn Tx, realm: &str, scheduler: Scheduler) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE realm SET scheduler = $3 WHERE p_key = $1 AND realm = $2",
+        params![p, realm, scheduler.as_str()],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    Ok(())
+}
+
+/// Procedure body: takes `n` consecutive sequence numbers of the realm and
+/// returns the first.
+pub fn next_seq_tx(tx: &mut dyn Tx, realm: &str, n: i64) -> Result<i64> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx.query_opt(
+        "UPDATE realm SET next_seq = next_seq + $3 WHERE p_key = $1 AND realm = $2 \
+         RETURNING next_seq - $3",
+        params![p, realm, n],
+    )?;
+    Ok(row
+        .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?
+        .get(0)?)
+}
+
+/// Creates a realm; blocks until committed.
+pub fn create(store: &Store, realm: &str, scheduler: Scheduler) -> Result<()> {
+    validate_realm(realm)?;
+    let r = realm.to_string();
+    let now = tabos_store::now_us();
+    store.call(realm_partition(realm, store.partitions()), move |tx| {
+        create_tx(tx, &r, scheduler, now)
+    })
+}
+
+/// Changes a realm's scheduler; blocks until committed.
+pub fn set_scheduler(store: &Store, realm: &str, scheduler: Scheduler) -> Result<()> {
+    validate_realm(realm)?;
+    let r = realm.to_string();
+    store.call(realm_partition(realm, store.partitions()), move |tx| {
+        set_scheduler_tx(tx, &r, scheduler)
+    })
+}

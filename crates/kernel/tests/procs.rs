@@ -1,0 +1,449 @@
+//! Procs and schedulers, on SQLite and on PostgreSQL.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tabos_kernel::ids::{Pid, WorkerId};
+use tabos_kernel::procs::{self, Descriptor, State};
+use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
+use tabos_kernel::{realms, Error};
+use tabos_store::testing::{pg_database, TempDir};
+use tabos_store::{Config, Store};
+
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+struct Fixture {
+    store: Store,
+    _dir: Option<TempDir>,
+}
+
+impl Backend {
+    fn open(&self) -> Option<Fixture> {
+        let (config, dir) = match self {
+            Backend::Sqlite => {
+                let dir = TempDir::new("procs");
+                (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
+            }
+            Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
+        };
+        Some(Fixture {
+            store: tabos_kernel::open(&config).unwrap(),
+            _dir: dir,
+        })
+    }
+}
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sqlite() { super::$name(super::Backend::Sqlite); }
+            #[test]
+            fn postgres() { super::$name(super::Backend::Postgres); }
+        }
+    )*};
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn worker(id: &str, node: &str, cores: i64) -> WorkerSpec {
+    WorkerSpec {
+        worker_id: WorkerId::new(id).unwrap(),
+        node_id: node.to_string(),
+        cores,
+        mem_mb: 1024,
+    }
+}
+
+fn named(pid: &str) -> Descriptor {
+    Descriptor {
+        pid: Some(Pid::new(pid).unwrap()),
+        ..Descriptor::native("/bin/true")
+    }
+}
+
+fn unused(store: &Store, realm: &str) -> HashMap<String, i64> {
+    store
+        .query(
+            "SELECT worker_id, unused_capacity FROM worker WHERE realm = $1",
+            tabos_store::params![realm],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+        .collect()
+}
+
+fn w(s: &str) -> Option<WorkerId> {
+    Some(WorkerId(s.to_string()))
+}
+
+/// The three schedulers differ exactly where the paper says.
+fn schedulers_choose_as_the_paper_says(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        for (realm, sch) in [
+            ("fifo", Scheduler::Fifo),
+            ("loc", Scheduler::Locality),
+            ("least", Scheduler::LeastLoaded),
+        ] {
+            realms::create(s, realm, sch).unwrap();
+            sched::register_worker(s, realm, &worker("w1", "n1", 2)).unwrap();
+            sched::register_worker(s, realm, &worker("w2", "n2", 4)).unwrap();
+        }
+        // FIFO: the first worker with room, until it is full.
+        let (_, a) = procs::spawn(s, "fifo", named("a")).await.unwrap();
+        let (_, b) = procs::spawn(s, "fifo", named("b")).await.unwrap();
+        let (_, c) = procs::spawn(s, "fifo", named("c")).await.unwrap();
+        assert_eq!((a, b, c), (w("w1"), w("w1"), w("w2")));
+        // Least-loaded: the worker with the most unused capacity.
+        let (_, a) = procs::spawn(s, "least", named("a")).await.unwrap();
+        assert_eq!(a, w("w2"));
+        // Locality: only the home node; deferred when it is full.
+        let at_n1 = |pid: &str| Descriptor {
+            home_node: Some("n1".into()),
+            ..named(pid)
+        };
+        let (_, a) = procs::spawn(s, "loc", at_n1("a")).await.unwrap();
+        let (_, b) = procs::spawn(s, "loc", at_n1("b")).await.unwrap();
+        let (_, c) = procs::spawn(s, "loc", at_n1("c")).await.unwrap();
+        assert_eq!((a, b, c), (w("w1"), w("w1"), None), "c waits for n1");
+        assert_eq!(unused(s, "loc")["w2"], 4, "n2 stays free");
+        // The exit of `a` is the transaction that assigns `c`.
+        let a = Pid::new("a").unwrap();
+        procs::claim(s, "loc", &WorkerId::new("w1").unwrap(), 10)
+            .await
+            .unwrap();
+        procs::started(s, "loc", &a).await.unwrap();
+        procs::exited(s, "loc", &a, State::Exited, Some(0), None)
+            .await
+            .unwrap();
+        let c = procs::get(s, "loc", &Pid::new("c").unwrap()).unwrap();
+        assert_eq!(c.worker, w("w1"));
+        assert_eq!(c.state, State::Spawned);
+        assert_eq!(unused(s, "loc")["w1"], 0);
+    });
+}
+
+fn lifecycle_and_waits(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        // Spawned before any worker exists: deferred.
+        let (pid, placed) = procs::spawn(&s, "r", Descriptor::native("/bin/echo"))
+            .await
+            .unwrap();
+        assert_eq!(placed, None);
+        let waiter = {
+            let (s, pid) = (s.clone(), pid.clone());
+            tokio::spawn(async move { procs::wait_exit(&s, "r", &pid).await })
+        };
+        let starter = {
+            let (s, pid) = (s.clone(), pid.clone());
+            tokio::spawn(async move { procs::wait_start(&s, "r", &pid).await })
+        };
+        // A worker registers: its registration assigns the deferred proc.
+        let assigned = {
+            let s = s.clone();
+            tokio::task::spawn_blocking(move || {
+                sched::register_worker(&s, "r", &worker("w", "n", 1))
+            })
+            .await
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(
+            assigned,
+            vec![(pid.to_string(), WorkerId::new("w").unwrap())]
+        );
+        let wid = WorkerId::new("w").unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert!(
+            procs::claim(&s, "r", &wid, 10).await.unwrap().is_empty(),
+            "claimed once"
+        );
+        procs::started(&s, "r", &pid).await.unwrap();
+        assert_eq!(starter.await.unwrap().unwrap().state, State::Running);
+        procs::exited(&s, "r", &pid, State::Exited, Some(7), None)
+            .await
+            .unwrap();
+        let info = waiter.await.unwrap().unwrap();
+        assert_eq!((info.state, info.exit_status), (State::Exited, Some(7)));
+        // A second exit is refused; the capacity was returned exactly once.
+        assert!(procs::exited(&s, "r", &pid, State::Exited, Some(0), None)
+            .await
+            .is_err());
+        assert_eq!(unused(&s, "r")["w"], 1);
+        // Provenance and the ps view.
+        let events = s
+            .query(
+                "SELECT event FROM proc_event WHERE realm = 'r' AND pid = $1 ORDER BY seq",
+                tabos_store::params![pid.as_str()],
+            )
+            .unwrap();
+        let events: Vec<String> = events.iter().map(|r| r.get(0).unwrap()).collect();
+        assert_eq!(events, ["spawn", "assign", "claim", "start", "exited"]);
+        let ps = s
+            .query("SELECT pid, state FROM ps WHERE realm = 'r'", &[])
+            .unwrap();
+        assert_eq!(ps.len(), 1);
+    });
+}
+
+fn eviction(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || sched::register_worker(&s2, "r", &worker("w", "n", 1)))
+            .await
+            .unwrap()
+            .unwrap();
+        let (running, _) = procs::spawn(&s, "r", named("running")).await.unwrap();
+        let (deferred, placed) = procs::spawn(&s, "r", named("deferred")).await.unwrap();
+        assert_eq!(placed, None);
+        // A deferred proc is evicted at once.
+        procs::evict(&s, "r", &deferred).await.unwrap();
+        assert_eq!(
+            procs::wait_exit(&s, "r", &deferred).await.unwrap().state,
+            State::Evicted
+        );
+        // A placed one is asked; its procd then records the eviction.
+        let waiter = {
+            let (s, pid) = (s.clone(), running.clone());
+            tokio::spawn(async move { procs::wait_evict(&s, "r", &pid).await })
+        };
+        procs::evict(&s, "r", &running).await.unwrap();
+        assert!(waiter.await.unwrap().unwrap().evict_requested);
+        procs::exited(
+            &s,
+            "r",
+            &running,
+            State::Evicted,
+            None,
+            Some("SIGTERM".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(unused(&s, "r")["w"], 1);
+    });
+}
+
+fn bad_descriptors_write_nothing(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        procs::spawn(&s, "r", named("dup")).await.unwrap();
+        let before = s.query("SELECT count(*) FROM proc", &[]).unwrap().rows[0]
+            .get::<i64>(0)
+            .unwrap();
+        let cases: Vec<(&str, Descriptor, &str)> = vec![
+            (
+                "r",
+                Descriptor {
+                    cores: 0,
+                    ..named("x1")
+                },
+                "cores",
+            ),
+            (
+                "r",
+                Descriptor {
+                    cores: -3,
+                    ..named("x2")
+                },
+                "cores",
+            ),
+            (
+                "r",
+                Descriptor {
+                    cores: 1 << 40,
+                    ..named("x3")
+                },
+                "cores",
+            ),
+            (
+                "r",
+                Descriptor {
+                    mem_mb: -1,
+                    ..named("x4")
+                },
+                "mem_mb",
+            ),
+            (
+                "r",
+                Descriptor {
+                    program: String::new(),
+                    ..named("x5")
+                },
+                "program",
+            ),
+            (
+                "r",
+                Descriptor {
+                    parent: Some(Pid::new("ghost").unwrap()),
+                    ..named("x6")
+                },
+                "parent",
+            ),
+            ("r", named("dup"), "already exists"),
+            ("nowhere", named("x7"), "unknown realm"),
+            ("bad/realm", named("x8"), "realm name"),
+            (
+                "r",
+                Descriptor {
+                    pid: Some(Pid("../x".into())),
+                    ..named("x9")
+                },
+                "pid",
+            ),
+            (
+                "r",
+                Descriptor {
+                    env: vec![("A=B".into(), "1".into())],
+                    ..named("x10")
+                },
+                "'='",
+            ),
+        ];
+        for (realm, d, expect) in cases {
+            let e = procs::spawn(&s, realm, d).await.unwrap_err();
+            assert!(
+                e.to_string().contains(expect),
+                "expected {expect:?} in: {e}"
+            );
+        }
+        let after = s.query("SELECT count(*) FROM proc", &[]).unwrap().rows[0]
+            .get::<i64>(0)
+            .unwrap();
+        assert_eq!(before, after, "nothing written");
+        // A burst with one bad descriptor writes none of them.
+        let e = procs::spawn_burst(&s, "r", vec![named("ok1"), named("dup")])
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists(_)), "{e}");
+        assert!(procs::get(&s, "r", &Pid::new("ok1").unwrap()).is_err());
+        // Bad workers.
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || {
+            assert!(sched::register_worker(&s2, "r", &worker("w", "n", 0)).is_err());
+            assert!(sched::register_worker(&s2, "nowhere", &worker("w", "n", 1)).is_err());
+        })
+        .await
+        .unwrap();
+    });
+}
+
+/// Many concurrent spawners and two nodes claiming and exiting procs at
+/// random: every proc is claimed exactly once, capacity never goes negative
+/// (a CHECK constraint would abort the transaction) and all of it comes back.
+fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    let procs_total: usize = std::env::var("TABOS_STRESS_PROCS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::LeastLoaded).unwrap();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || {
+            sched::register_worker(&s2, "r", &worker("a0", "node-a", 3)).unwrap();
+            sched::register_worker(&s2, "r", &worker("b0", "node-b", 2)).unwrap();
+        })
+        .await
+        .unwrap();
+        let spawners = 8;
+        let mut tasks = Vec::new();
+        for t in 0..spawners {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..procs_total / spawners {
+                    let d = Descriptor {
+                        cores: 1 + ((t + i) % 2) as i64,
+                        ..named(&format!("p{t}-{i}"))
+                    };
+                    procs::spawn(&s, "r", d).await.unwrap();
+                }
+            }));
+        }
+        let exited = Arc::new(AtomicUsize::new(0));
+        let all_done = Arc::new(tokio::sync::Notify::new());
+        let mut nodes = Vec::new();
+        for wid in ["a0", "b0"] {
+            let (s, exited, all_done) = (s.clone(), exited.clone(), all_done.clone());
+            nodes.push(tokio::spawn(async move {
+                let wid = WorkerId::new(wid).unwrap();
+                let mut sub = s.subscribe(&procs::worker_channel("r", &wid));
+                let mut seed = wid.as_str().len() as u64 + 17;
+                while exited.load(Ordering::SeqCst) < procs_total {
+                    let claimed = procs::claim(&s, "r", &wid, 4).await.unwrap();
+                    if claimed.is_empty() {
+                        // Woken by the next assignment to this worker, or by
+                        // the last exit anywhere.
+                        let done = all_done.notified();
+                        if exited.load(Ordering::SeqCst) >= procs_total {
+                            break;
+                        }
+                        tokio::select! {
+                            _ = sub.recv() => {}
+                            _ = done => {}
+                        }
+                        continue;
+                    }
+                    for p in claimed {
+                        procs::started(&s, "r", &p.pid).await.unwrap();
+                        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                        let state = if seed >> 62 == 0 { State::Failed } else { State::Exited };
+                        procs::exited(&s, "r", &p.pid, state, Some(0), None).await.unwrap();
+                        if exited.fetch_add(1, Ordering::SeqCst) + 1 == procs_total {
+                            all_done.notify_waiters();
+                        }
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        for n in nodes {
+            n.await.unwrap();
+        }
+        let claims = s
+            .query(
+                "SELECT pid, count(*) FROM proc_event WHERE realm = 'r' AND event = 'claim' GROUP BY pid HAVING count(*) > 1",
+                &[],
+            )
+            .unwrap();
+        assert!(claims.is_empty(), "claimed twice: {:?}", claims.rows);
+        let live = s
+            .query("SELECT count(*) FROM proc WHERE realm = 'r' AND state NOT IN ('exited', 'failed')", &[])
+            .unwrap();
+        assert_eq!(live.rows[0].get::<i64>(0).unwrap(), 0);
+        let u = unused(&s, "r");
+        assert_eq!((u["a0"], u["b0"]), (3, 2), "all capacity returned");
+    });
+}
+
+both!(
+    schedulers_choose_as_the_paper_says,
+    lifecycle_and_waits,
+    eviction,
+    bad_descriptors_write_nothing,
+    no_proc_runs_twice_and_capacity_is_conserved,
+);
