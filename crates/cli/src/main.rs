@@ -6,6 +6,7 @@
 mod bench;
 mod demo;
 mod output;
+mod procs;
 mod sql;
 mod status;
 mod up;
@@ -47,6 +48,18 @@ enum Command {
     Demo(demo::Args),
     /// Run a benchmark suite against its peer and write bench/results/<suite>.json
     Bench(bench::Args),
+    /// Spawn a proc: tabos spawn [--wait] -- PROGRAM ARGS...
+    Spawn(procs::SpawnArgs),
+    /// List procs (a query of the ps view)
+    Ps(procs::PsArgs),
+    /// Wait for a proc to exit; exits with its status
+    Wait(procs::PidArgs),
+    /// Ask a proc to leave (SIGTERM, then SIGKILL after a grace period)
+    Evict(procs::PidArgs),
+    /// Print a native proc's kept stdout (or --stderr)
+    Logs(procs::LogsArgs),
+    /// Manage realms
+    Realm(procs::RealmArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -57,6 +70,12 @@ fn main() -> std::process::ExitCode {
         Command::Status(a) => status::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Spawn(a) => procs::spawn(a),
+        Command::Ps(a) => procs::ps(a),
+        Command::Wait(a) => procs::wait(a),
+        Command::Evict(a) => procs::evict(a),
+        Command::Logs(a) => procs::logs(a),
+        Command::Realm(a) => procs::realm(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -20,6 +20,15 @@ pub struct Args {
     /// What a commit survives: off, normal (a crash of tabos) or full (power loss)
     #[arg(long, default_value = "normal")]
     durability: Durability,
+    /// This node's name (default: node-<pid>)
+    #[arg(long)]
+    node_id: Option<String>,
+    /// Realm this node runs procs for (created if missing)
+    #[arg(long, default_value = "default")]
+    realm: String,
+    /// Cores this node offers to procs (default: all)
+    #[arg(long)]
+    cores: Option<i64>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -40,7 +49,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(_) => "PostgreSQL".to_string(),
         None => format!("SQLite in {}", args.data),
     };
-    let node = tabos_node::Node::open(&config).context("cannot open the kernel database")?;
+    let mut settings = tabos_node::NodeSettings::defaults();
+    if let Some(id) = &args.node_id {
+        settings.node_id = id.clone();
+    }
+    settings.realm = args.realm.clone();
+    if let Some(c) = args.cores {
+        settings.cores = c;
+    }
+    // procs' stdout and stderr are kept beside the embedded database, or in
+    // the temp dir when the database is PostgreSQL.
+    settings.logs = match &args.db {
+        Some(_) => std::env::temp_dir().join(format!("tabos-logs-{}", settings.node_id)),
+        None => std::path::Path::new(&args.data).join("logs"),
+    };
+    let node = tabos_node::Node::open_with(&config, settings)
+        .context("cannot open the kernel database")?;
     let rt = crate::runtime()?;
     rt.block_on(async move {
         let listener = tabos_node::bind(&args.listen).await?;

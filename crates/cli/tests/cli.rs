@@ -98,7 +98,8 @@ fn up_sql_status_and_refusals() {
     // Nothing was changed by either.
     let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    assert_eq!(v["rows"][0]["n"], 2, "one kv migration per partition file");
+    let expected = 2 * tabos_kernel::MIGRATIONS.len();
+    assert_eq!(v["rows"][0]["n"], expected, "each migration once per partition file");
 
     let o = node.tabos(&["status", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -187,4 +188,43 @@ fn up_on_postgres_serves_sql() {
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["backend"], "postgres");
     assert!(node.stop().success());
+}
+
+#[test]
+fn spawn_wait_ps_and_logs() {
+    let dir = TempDir::new("spawn");
+    let data = dir.path().join("data");
+    let node = Node::start(&[
+        "--data",
+        data.to_str().unwrap(),
+        "--node-id",
+        "n1",
+        "--cores",
+        "2",
+    ]);
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "job1",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo hi; exit 4",
+    ]);
+    assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
+    let o = node.tabos(&["logs", "job1"]);
+    assert_eq!(stdout(&o), "hi\n");
+    let o = node.tabos(&["ps", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"][0]["pid"], "job1");
+    assert_eq!(v["rows"][0]["state"], "exited");
+    assert_eq!(v["rows"][0]["exit_status"], 4);
+    assert_eq!(v["rows"][0]["worker"], "n1.w0");
+    let o = node.tabos(&["spawn", "--cores", "0", "--", "true"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("cores"), "{}", stderr(&o));
+    let o = node.tabos(&["wait", "nobody"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no proc"), "{}", stderr(&o));
 }

@@ -16,6 +16,7 @@ pub mod proto {
 }
 
 use proto::node_client::NodeClient;
+use proto::procs_client::ProcsClient;
 use proto::sql_client::SqlClient;
 use tonic::transport::Channel;
 
@@ -35,8 +36,17 @@ pub enum Error {
     },
     #[error("invalid node address {0:?}")]
     Address(String),
+    /// The node answered with an error; its message says what was wrong.
     #[error("{}: {}", code_name(.0.code()), .0.message())]
-    Status(#[from] tonic::Status),
+    Status(tonic::Status),
+}
+
+// Not `#[from]`: that would also make the status the error's source, and
+// error reports would print its message twice.
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Error {
+        Error::Status(s)
+    }
 }
 
 fn code_name(code: tonic::Code) -> &'static str {
@@ -71,6 +81,7 @@ pub struct QueryResult {
 pub struct Client {
     sql: SqlClient<Channel>,
     node: NodeClient<Channel>,
+    procs: ProcsClient<Channel>,
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -101,7 +112,10 @@ impl Client {
             sql: SqlClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            node: NodeClient::new(channel)
+            node: NodeClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            procs: ProcsClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
         }
@@ -138,6 +152,135 @@ impl Client {
                 .collect(),
             truncated: response.truncated,
         })
+    }
+
+    /// Creates a realm with the given scheduler (fifo, locality, least_loaded).
+    pub async fn create_realm(&mut self, realm: &str, scheduler: &str) -> Result<(), Error> {
+        self.procs
+            .create_realm(proto::CreateRealmRequest {
+                realm: realm.into(),
+                scheduler: scheduler.into(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// σOS Spawn: returns the pid and the worker chosen (empty if deferred).
+    pub async fn spawn(
+        &mut self,
+        realm: &str,
+        proc: proto::ProcDescriptor,
+    ) -> Result<proto::Spawned, Error> {
+        Ok(self
+            .procs
+            .spawn(proto::SpawnRequest {
+                realm: realm.into(),
+                proc: Some(proc),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// σOS SpawnBurst: all of `procs` in one transaction.
+    pub async fn spawn_burst(
+        &mut self,
+        realm: &str,
+        procs: Vec<proto::ProcDescriptor>,
+    ) -> Result<Vec<proto::Spawned>, Error> {
+        Ok(self
+            .procs
+            .spawn_burst(proto::SpawnBurstRequest {
+                realm: realm.into(),
+                procs,
+            })
+            .await?
+            .into_inner()
+            .procs)
+    }
+
+    fn pid(realm: &str, pid: &str) -> proto::PidRequest {
+        proto::PidRequest {
+            realm: realm.into(),
+            pid: pid.into(),
+        }
+    }
+
+    /// σOS WaitStart.
+    pub async fn wait_start(&mut self, realm: &str, pid: &str) -> Result<proto::ProcStatus, Error> {
+        Ok(self
+            .procs
+            .wait_start(Self::pid(realm, pid))
+            .await?
+            .into_inner())
+    }
+
+    /// σOS WaitExit: the final status, with the exit status.
+    pub async fn wait_exit(&mut self, realm: &str, pid: &str) -> Result<proto::ProcStatus, Error> {
+        Ok(self
+            .procs
+            .wait_exit(Self::pid(realm, pid))
+            .await?
+            .into_inner())
+    }
+
+    /// σOS WaitEvict.
+    pub async fn wait_evict(&mut self, realm: &str, pid: &str) -> Result<proto::ProcStatus, Error> {
+        Ok(self
+            .procs
+            .wait_evict(Self::pid(realm, pid))
+            .await?
+            .into_inner())
+    }
+
+    /// σOS Started, for a proc that reports for itself.
+    pub async fn started(&mut self, realm: &str, pid: &str) -> Result<(), Error> {
+        self.procs.started(Self::pid(realm, pid)).await?;
+        Ok(())
+    }
+
+    /// σOS Exited, for a proc that reports for itself.
+    pub async fn exited(&mut self, realm: &str, pid: &str, status: i64) -> Result<(), Error> {
+        self.procs
+            .exited(proto::ExitedRequest {
+                realm: realm.into(),
+                pid: pid.into(),
+                status,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// σOS Evict.
+    pub async fn evict(&mut self, realm: &str, pid: &str) -> Result<(), Error> {
+        self.procs.evict(Self::pid(realm, pid)).await?;
+        Ok(())
+    }
+
+    /// A proc's current status.
+    pub async fn proc_status(
+        &mut self,
+        realm: &str,
+        pid: &str,
+    ) -> Result<proto::ProcStatus, Error> {
+        Ok(self.procs.status(Self::pid(realm, pid)).await?.into_inner())
+    }
+
+    /// A native proc's captured stdout or stderr.
+    pub async fn logs(
+        &mut self,
+        realm: &str,
+        pid: &str,
+        stream: &str,
+    ) -> Result<proto::LogsResponse, Error> {
+        Ok(self
+            .procs
+            .logs(proto::LogsRequest {
+                realm: realm.into(),
+                pid: pid.into(),
+                stream: stream.into(),
+            })
+            .await?
+            .into_inner())
     }
 
     /// The node's status.

@@ -3,17 +3,25 @@
 //! A node opens the kernel database ([`tabos_kernel::open`]) and serves the
 //! gRPC API of `proto/tabos.proto` on a listener it is given ([`serve`]), until
 //! a shutdown future completes — the mini-redis shape, so that tests run a
-//! node in-process on port 0. One file per RPC family: [`sql`], [`status`].
+//! node in-process on port 0. One file per RPC family: [`sql`], [`status`],
+//! [`procs`]; and [`procd`], which runs the procs scheduled onto this node's
+//! worker.
 
+pub mod procd;
+pub mod procs;
 pub mod sql;
 pub mod status;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use tabos_client::proto::node_server::NodeServer;
+use tabos_client::proto::procs_server::ProcsServer;
 use tabos_client::proto::sql_server::SqlServer;
 use tabos_client::MESSAGE_BYTES_MAX;
+use tabos_kernel::ids::WorkerId;
+use tabos_kernel::sched::{Scheduler, WorkerSpec};
 use tabos_store::{Config, Store};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -31,22 +39,88 @@ pub enum Error {
     },
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error("node start-up failed: {0}")]
+    Startup(String),
 }
 
-/// A node: its database and when it started.
+/// What a node is and offers to its realm.
+#[derive(Debug, Clone)]
+pub struct NodeSettings {
+    pub node_id: String,
+    /// Where procd keeps procs' stdout and stderr.
+    pub logs: PathBuf,
+    /// The realm this node's worker serves (created if missing).
+    pub realm: String,
+    /// Cores and memory the worker offers.
+    pub cores: i64,
+    pub mem_mb: i64,
+}
+
+impl NodeSettings {
+    /// One worker with every core of this machine, serving realm `default`;
+    /// logs under the system temp dir.
+    pub fn defaults() -> NodeSettings {
+        let node_id = format!("node-{}", std::process::id());
+        NodeSettings {
+            logs: std::env::temp_dir().join(format!("tabos-logs-{node_id}")),
+            node_id,
+            realm: "default".into(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as i64),
+            mem_mb: 1024,
+        }
+    }
+}
+
+/// A node: its database, settings and start time.
 #[derive(Debug, Clone)]
 pub struct Node {
     pub store: Store,
     pub started_us: i64,
+    pub settings: NodeSettings,
+    pub logs: PathBuf,
 }
 
 impl Node {
-    /// Opens the kernel database for a node.
+    /// Opens the kernel database for a node with default settings.
     pub fn open(config: &Config) -> Result<Node, Error> {
+        Node::open_with(config, NodeSettings::defaults())
+    }
+
+    /// Opens the kernel database for a node.
+    pub fn open_with(config: &Config, settings: NodeSettings) -> Result<Node, Error> {
+        tabos_kernel::ids::validate_name("node id", &settings.node_id)?;
+        tabos_kernel::validate_realm(&settings.realm)?;
         Ok(Node {
             store: tabos_kernel::open(config)?,
             started_us: tabos_store::now_us(),
+            logs: settings.logs.clone(),
+            settings,
         })
+    }
+
+    /// This node's worker id in its realm.
+    pub fn worker_id(&self) -> WorkerId {
+        WorkerId(format!("{}.w0", self.settings.node_id))
+    }
+
+    /// Creates the node's realm if needed and registers its worker.
+    fn register(&self) -> Result<(), tabos_kernel::Error> {
+        let s = &self.settings;
+        match tabos_kernel::realms::create(&self.store, &s.realm, Scheduler::Fifo) {
+            Ok(()) | Err(tabos_kernel::Error::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        tabos_kernel::sched::register_worker(
+            &self.store,
+            &s.realm,
+            &WorkerSpec {
+                worker_id: self.worker_id(),
+                node_id: s.node_id.clone(),
+                cores: s.cores,
+                mem_mb: s.mem_mb,
+            },
+        )?;
+        Ok(())
     }
 }
 
@@ -69,16 +143,51 @@ pub async fn serve(
     let sql = SqlServer::new(sql::SqlService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let status = NodeServer::new(status::StatusService::new(node))
+    let status = NodeServer::new(status::StatusService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    tonic::transport::Server::builder()
+    let procs_service = ProcsServer::new(procs::ProcsService::new(node.clone()))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+
+    // Register the worker, then run its procd beside the server.
+    let addr = local_addr(&listener).map_or_else(String::new, |a| a.to_string());
+    let n2 = node.clone();
+    tokio::task::spawn_blocking(move || n2.register())
+        .await
+        .map_err(|e| Error::Startup(e.to_string()))??;
+    let (stop_procd, procd_stopped) = tokio::sync::watch::channel(false);
+    let procd = procd::Procd::new(
+        node.store.clone(),
+        &node.settings.realm,
+        node.worker_id(),
+        node.logs.clone(),
+        addr,
+    );
+    let procd_task = tokio::spawn(procd.run(procd_stopped));
+
+    let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(sql)
         .add_service(status)
+        .add_service(procs_service)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await?;
+        .await;
+    let _ = stop_procd.send(true);
+    let _ = procd_task.await;
+    served?;
     Ok(())
+}
+
+/// Maps a kernel error onto a gRPC status.
+pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
+    use tabos_kernel::Error as K;
+    match e {
+        K::Store(s) => status_of(s),
+        K::Invalid(m) => tonic::Status::invalid_argument(m.clone()),
+        K::NotFound(m) => tonic::Status::not_found(m.clone()),
+        K::AlreadyExists(m) => tonic::Status::already_exists(m.clone()),
+    }
 }
 
 /// The address a bound listener actually listens on.

@@ -1,0 +1,264 @@
+//! procd: runs the procs the schedulers assign to this node's worker.
+//!
+//! A procd owns one worker of one realm. It subscribes to the worker's
+//! change-feed channel *before* it first claims, so an assignment that
+//! commits between a claim and the wait still wakes it; it never polls.
+//!
+//! * `native` procs are Linux processes: program, args and env from the
+//!   descriptor, plus `TABOS_PID`, `TABOS_REALM` and `TABOS_ADDR` so that the
+//!   proc can call the API. stdout and stderr are kept, up to
+//!   [`LOG_BYTES_MAX`] each, under `<logs>/<realm>/<pid>.{stdout,stderr}`.
+//!   The exit status is recorded (128 + signal number for a signal).
+//!   Evict sends SIGTERM, then SIGKILL after [`EVICT_GRACE`].
+//! * `wasm` and `js` procs are refused with a clear error until the sandbox
+//!   (issue 7) lands; the proc is marked failed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tabos_kernel::ids::{Pid, WorkerId};
+use tabos_kernel::procs::{self, Kind, ProcInfo, State};
+use tabos_store::Store;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// Bytes of stdout (and of stderr) kept per proc.
+pub const LOG_BYTES_MAX: u64 = 16 << 20;
+/// Time an evicted proc gets to exit after SIGTERM before SIGKILL.
+pub const EVICT_GRACE: Duration = Duration::from_secs(2);
+/// Procs claimed per claim transaction.
+const CLAIM_BATCH_MAX: i64 = 64;
+
+/// One worker's procd.
+pub struct Procd {
+    pub store: Store,
+    pub realm: String,
+    pub worker: WorkerId,
+    pub logs: PathBuf,
+    /// The node's API address, passed to procs as TABOS_ADDR.
+    pub addr: String,
+    running: Mutex<HashMap<Pid, u32>>,
+}
+
+impl Procd {
+    pub fn new(
+        store: Store,
+        realm: &str,
+        worker: WorkerId,
+        logs: PathBuf,
+        addr: String,
+    ) -> Arc<Procd> {
+        Arc::new(Procd {
+            store,
+            realm: realm.to_string(),
+            worker,
+            logs,
+            addr,
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Where a proc's captured stream lives.
+    pub fn log_path(logs: &Path, realm: &str, pid: &str, stream: &str) -> PathBuf {
+        logs.join(realm).join(format!("{pid}.{stream}"))
+    }
+
+    /// Claims and runs assigned procs until `shutdown` resolves.
+    pub async fn run(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut shutdown = shutdown;
+        let mut sub = self
+            .store
+            .subscribe(&procs::worker_channel(&self.realm, &self.worker));
+        loop {
+            match procs::claim(&self.store, &self.realm, &self.worker, CLAIM_BATCH_MAX).await {
+                Ok(claimed) => {
+                    for p in claimed {
+                        tokio::spawn(self.clone().run_proc(p));
+                    }
+                }
+                Err(e) => eprintln!("procd {}: claim failed: {e}", self.worker),
+            }
+            // Wait for the next assignment or eviction request.
+            loop {
+                tokio::select! {
+                    _ = shutdown.changed() => return,
+                    note = sub.recv() => match note {
+                        Ok(n) => match n.payload.strip_prefix("evict ") {
+                            Some(pid) => self.evict(pid).await,
+                            None => break,
+                        },
+                        Err(tabos_store::Error::Lagged(_)) => {
+                            sub = self.store.subscribe(&procs::worker_channel(&self.realm, &self.worker));
+                            break;
+                        }
+                        Err(_) => return,
+                    },
+                }
+            }
+        }
+    }
+
+    async fn record_exit(
+        &self,
+        pid: &Pid,
+        state: State,
+        status: Option<i64>,
+        error: Option<String>,
+    ) {
+        if let Err(e) = procs::exited(&self.store, &self.realm, pid, state, status, error).await {
+            eprintln!("procd {}: cannot record the end of {pid}: {e}", self.worker);
+        }
+    }
+
+    async fn run_proc(self: Arc<Self>, p: ProcInfo) {
+        match p.kind {
+            Kind::Native => self.run_native(p).await,
+            Kind::Wasm | Kind::Js => {
+                let msg = format!("{} procs are not supported by this node yet", p.kind);
+                self.record_exit(&p.pid, State::Failed, None, Some(msg))
+                    .await;
+            }
+        }
+    }
+
+    async fn run_native(self: Arc<Self>, p: ProcInfo) {
+        let dir = self.logs.join(&self.realm);
+        if let Err(e) = tokio::fs::create_dir_all(&dir).await {
+            let msg = format!("cannot create log directory {}: {e}", dir.display());
+            return self
+                .record_exit(&p.pid, State::Failed, None, Some(msg))
+                .await;
+        }
+        let mut cmd = tokio::process::Command::new(&p.program);
+        cmd.args(&p.args)
+            .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("TABOS_PID", p.pid.as_str())
+            .env("TABOS_REALM", &self.realm)
+            .env("TABOS_ADDR", &self.addr)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!("cannot start {}: {e}", p.program);
+                return self
+                    .record_exit(&p.pid, State::Failed, None, Some(msg))
+                    .await;
+            }
+        };
+        if let Some(os_pid) = child.id() {
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(p.pid.clone(), os_pid);
+        }
+        let out = child.stdout.take().map(|s| {
+            let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stdout");
+            tokio::spawn(keep_log(s, path))
+        });
+        let err = child.stderr.take().map(|s| {
+            let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stderr");
+            tokio::spawn(keep_log(s, path))
+        });
+        if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
+            eprintln!("procd {}: cannot mark {} started: {e}", self.worker, p.pid);
+        }
+        let status = child.wait().await;
+        for h in [out, err].into_iter().flatten() {
+            let _ = h.await;
+        }
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&p.pid);
+        let evicted = procs::get(&self.store, &self.realm, &p.pid)
+            .map(|i| i.evict_requested)
+            .unwrap_or(false);
+        match status {
+            Ok(s) => {
+                use std::os::unix::process::ExitStatusExt;
+                let code = s
+                    .code()
+                    .map(i64::from)
+                    .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)));
+                let state = if evicted {
+                    State::Evicted
+                } else {
+                    State::Exited
+                };
+                self.record_exit(&p.pid, state, code, None).await;
+            }
+            Err(e) => {
+                let msg = format!("waiting for the process failed: {e}");
+                self.record_exit(&p.pid, State::Failed, None, Some(msg))
+                    .await;
+            }
+        }
+    }
+
+    /// SIGTERM now, SIGKILL after the grace period if it is still running.
+    async fn evict(self: &Arc<Self>, pid: &str) {
+        let Some(os_pid) = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&Pid(pid.to_string()))
+            .copied()
+        else {
+            return;
+        };
+        signal(os_pid, libc::SIGTERM);
+        let me = self.clone();
+        let pid = Pid(pid.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(EVICT_GRACE).await;
+            let still = me
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&pid)
+                .copied();
+            if still == Some(os_pid) {
+                signal(os_pid, libc::SIGKILL);
+            }
+        });
+    }
+}
+
+fn signal(os_pid: u32, sig: libc::c_int) {
+    // SAFETY: kill takes no pointers; os_pid is a child this procd started
+    // and still tracks as running, so the signal reaches that process.
+    unsafe {
+        libc::kill(os_pid as libc::pid_t, sig);
+    }
+}
+
+/// Copies a child's stream into `path`, keeping the first LOG_BYTES_MAX
+/// bytes and draining (and dropping) the rest so the child never blocks.
+async fn keep_log(mut from: impl AsyncRead + Unpin, path: PathBuf) {
+    let Ok(mut file) = tokio::fs::File::create(&path).await else {
+        let _ = tokio::io::copy(&mut from, &mut tokio::io::sink()).await;
+        return;
+    };
+    let mut kept = 0u64;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let room = LOG_BYTES_MAX.saturating_sub(kept) as usize;
+        if room > 0 {
+            let take = n.min(room);
+            if file.write_all(&buf[..take]).await.is_err() {
+                break;
+            }
+            kept += take as u64;
+        }
+    }
+    let _ = file.flush().await;
+}

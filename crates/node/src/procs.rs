@@ -1,0 +1,300 @@
+//! The `Procs` service: the σOS proc API over gRPC.
+//!
+//! Requests are validated before anything is written: names, resources, and
+//! for native procs that the program exists and is executable on this node.
+//! Waits are answered when the change feed reports the transition; a client
+//! that disconnects simply drops its wait.
+
+use std::path::{Path, PathBuf};
+
+use tabos_client::proto;
+use tabos_kernel::ids::Pid;
+use tabos_kernel::procs::{self, Class, Descriptor, Kind, ProcInfo, State};
+use tabos_kernel::sched::Scheduler;
+use tonic::{Request, Response, Status};
+
+use crate::procd::{Procd, LOG_BYTES_MAX};
+use crate::{kernel_status, Node};
+
+pub struct ProcsService {
+    node: Node,
+}
+
+impl ProcsService {
+    pub fn new(node: Node) -> ProcsService {
+        ProcsService { node }
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+/// Resolves a native program the way execvp would, or says why it cannot run.
+pub fn resolve_program(program: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    };
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        return if runnable(&p) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "program {program} does not exist or is not executable"
+            ))
+        };
+    }
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(program))
+                .find(|p| runnable(p))
+        })
+        .ok_or_else(|| format!("program {program:?} not found in PATH"))
+}
+
+pub fn descriptor_from_proto(d: proto::ProcDescriptor) -> Result<Descriptor, Status> {
+    let pid = match d.pid.as_str() {
+        "" => None,
+        s => Some(Pid::new(s).map_err(invalid)?),
+    };
+    let parent = match d.parent.as_str() {
+        "" => None,
+        s => Some(Pid::new(s).map_err(invalid)?),
+    };
+    let kind: Kind = if d.kind.is_empty() {
+        Kind::Native
+    } else {
+        d.kind.parse().map_err(invalid)?
+    };
+    let class: Class = if d.class.is_empty() {
+        Class::Be
+    } else {
+        d.class.parse().map_err(invalid)?
+    };
+    let mut env: Vec<(String, String)> = d.env.into_iter().collect();
+    env.sort();
+    let desc = Descriptor {
+        pid,
+        parent,
+        kind,
+        class,
+        program: d.program,
+        args: d.args,
+        env,
+        cores: d.cores.unwrap_or(1),
+        mem_mb: d.mem_mb.unwrap_or(0),
+        home_node: (!d.home_node.is_empty()).then_some(d.home_node),
+        restartable: d.restartable,
+    };
+    desc.validate().map_err(invalid)?;
+    if desc.kind == Kind::Native {
+        resolve_program(&desc.program).map_err(Status::invalid_argument)?;
+    }
+    Ok(desc)
+}
+
+pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
+    proto::ProcStatus {
+        realm: i.realm.clone(),
+        pid: i.pid.to_string(),
+        state: i.state.to_string(),
+        worker: i.worker.as_ref().map(|w| w.to_string()).unwrap_or_default(),
+        evict_requested: i.evict_requested,
+        exit_status: i.exit_status,
+        error: i.error.clone().unwrap_or_default(),
+        spawn_us: i.spawn_us,
+        start_us: i.start_us,
+        exit_us: i.exit_us,
+    }
+}
+
+fn pid_of(r: &proto::PidRequest) -> Result<Pid, Status> {
+    Pid::new(r.pid.clone()).map_err(invalid)
+}
+
+#[tonic::async_trait]
+impl proto::procs_server::Procs for ProcsService {
+    async fn create_realm(
+        &self,
+        request: Request<proto::CreateRealmRequest>,
+    ) -> Result<Response<proto::CreateRealmResponse>, Status> {
+        let r = request.into_inner();
+        let scheduler: Scheduler = if r.scheduler.is_empty() {
+            Scheduler::Fifo
+        } else {
+            r.scheduler.parse().map_err(invalid)?
+        };
+        let store = self.node.store.clone();
+        tokio::task::spawn_blocking(move || {
+            tabos_kernel::realms::create(&store, &r.realm, scheduler)
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::CreateRealmResponse {}))
+    }
+
+    async fn spawn(
+        &self,
+        request: Request<proto::SpawnRequest>,
+    ) -> Result<Response<proto::Spawned>, Status> {
+        let r = request.into_inner();
+        let d = descriptor_from_proto(
+            r.proc
+                .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
+        )?;
+        let (pid, worker) = procs::spawn(&self.node.store, &r.realm, d)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::Spawned {
+            pid: pid.to_string(),
+            worker: worker.map(|w| w.to_string()).unwrap_or_default(),
+        }))
+    }
+
+    async fn spawn_burst(
+        &self,
+        request: Request<proto::SpawnBurstRequest>,
+    ) -> Result<Response<proto::SpawnBurstResponse>, Status> {
+        let r = request.into_inner();
+        let ds = r
+            .procs
+            .into_iter()
+            .map(descriptor_from_proto)
+            .collect::<Result<Vec<_>, _>>()?;
+        let spawned = procs::spawn_burst(&self.node.store, &r.realm, ds)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::SpawnBurstResponse {
+            procs: spawned
+                .into_iter()
+                .map(|(pid, w)| proto::Spawned {
+                    pid: pid.to_string(),
+                    worker: w.map(|w| w.to_string()).unwrap_or_default(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn wait_start(
+        &self,
+        request: Request<proto::PidRequest>,
+    ) -> Result<Response<proto::ProcStatus>, Status> {
+        let r = request.into_inner();
+        let i = procs::wait_start(&self.node.store, &r.realm, &pid_of(&r)?)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(status_to_proto(&i)))
+    }
+
+    async fn wait_exit(
+        &self,
+        request: Request<proto::PidRequest>,
+    ) -> Result<Response<proto::ProcStatus>, Status> {
+        let r = request.into_inner();
+        let i = procs::wait_exit(&self.node.store, &r.realm, &pid_of(&r)?)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(status_to_proto(&i)))
+    }
+
+    async fn wait_evict(
+        &self,
+        request: Request<proto::PidRequest>,
+    ) -> Result<Response<proto::ProcStatus>, Status> {
+        let r = request.into_inner();
+        let i = procs::wait_evict(&self.node.store, &r.realm, &pid_of(&r)?)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(status_to_proto(&i)))
+    }
+
+    async fn started(
+        &self,
+        request: Request<proto::PidRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = request.into_inner();
+        procs::started(&self.node.store, &r.realm, &pid_of(&r)?)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn exited(
+        &self,
+        request: Request<proto::ExitedRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = request.into_inner();
+        let pid = Pid::new(r.pid).map_err(invalid)?;
+        procs::exited(
+            &self.node.store,
+            &r.realm,
+            &pid,
+            State::Exited,
+            Some(r.status),
+            None,
+        )
+        .await
+        .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn evict(
+        &self,
+        request: Request<proto::PidRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let r = request.into_inner();
+        procs::evict(&self.node.store, &r.realm, &pid_of(&r)?)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::Empty {}))
+    }
+
+    async fn status(
+        &self,
+        request: Request<proto::PidRequest>,
+    ) -> Result<Response<proto::ProcStatus>, Status> {
+        let r = request.into_inner();
+        let pid = pid_of(&r)?;
+        let store = self.node.store.clone();
+        let i = tokio::task::spawn_blocking(move || procs::get(&store, &r.realm, &pid))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(status_to_proto(&i)))
+    }
+
+    async fn logs(
+        &self,
+        request: Request<proto::LogsRequest>,
+    ) -> Result<Response<proto::LogsResponse>, Status> {
+        let r = request.into_inner();
+        tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
+        let pid = Pid::new(r.pid).map_err(invalid)?;
+        let stream = match r.stream.as_str() {
+            "" | "stdout" => "stdout",
+            "stderr" => "stderr",
+            other => {
+                return Err(invalid(format!(
+                    "stream must be stdout or stderr, not {other:?}"
+                )))
+            }
+        };
+        let path = Procd::log_path(&self.node.logs, &r.realm, pid.as_str(), stream);
+        let data = tokio::fs::read(&path).await.map_err(|_| {
+            Status::not_found(format!(
+                "no {stream} kept for proc {pid} in realm {} on this node",
+                r.realm
+            ))
+        })?;
+        Ok(Response::new(proto::LogsResponse {
+            truncated: data.len() as u64 >= LOG_BYTES_MAX,
+            data,
+        }))
+    }
+}
