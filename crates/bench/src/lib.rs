@@ -2,11 +2,12 @@
 //! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
-//! Suites: [`store`].
+//! Suites: [`store`], [`sched`].
 
 pub mod machine;
 pub mod measure;
 pub mod report;
+pub mod sched;
 pub mod store;
 
 use std::path::Path;
@@ -15,7 +16,8 @@ use std::path::Path;
 pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
     let report = match name {
         "store" => store::run(quick)?,
-        other => anyhow::bail!("unknown benchmark suite {other:?}; suites: store"),
+        "sched" => sched::run(quick)?,
+        other => anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched"),
     };
     report.print();
     let path = report.write(out)?;

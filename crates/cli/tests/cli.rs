@@ -99,7 +99,10 @@ fn up_sql_status_and_refusals() {
     let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     let expected = 2 * tabos_kernel::MIGRATIONS.len();
-    assert_eq!(v["rows"][0]["n"], expected, "each migration once per partition file");
+    assert_eq!(
+        v["rows"][0]["n"], expected,
+        "each migration once per partition file"
+    );
 
     let o = node.tabos(&["status", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));

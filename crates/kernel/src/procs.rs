@@ -297,8 +297,22 @@ pub fn event_tx(
     detail: Option<&str>,
     now_us: i64,
 ) -> Result<()> {
-    let p = i64::from(tx.p_key().0);
     let seq = crate::realms::next_seq_tx(tx, realm, 1)?;
+    event_at_tx(tx, realm, pid, seq, event, detail, now_us)
+}
+
+/// Procedure body: appends a provenance row with a sequence number the
+/// caller already took from the realm.
+fn event_at_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &str,
+    seq: i64,
+    event: &str,
+    detail: Option<&str>,
+    now_us: i64,
+) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
     tx.execute(
         "INSERT INTO proc_event (p_key, realm, pid, seq, at_us, event, detail) \
          VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -343,11 +357,18 @@ pub fn spawn_tx(
             )));
         }
     }
-    let seq = crate::realms::next_seq_tx(tx, realm, 1)?;
+    // Choose and reserve first, so the row is written once with its worker.
+    let need = d.need();
+    let worker = sched::pick_tx(tx, scheduler, realm, &need)?;
+    if let Some(w) = &worker {
+        sched::reserve_tx(tx, realm, w, &need)?;
+    }
+    // One sequence number for the proc (spawn order), one for its event.
+    let seq = crate::realms::next_seq_tx(tx, realm, 2)?;
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
-                           cores, mem_mb, home_node, restartable, state, spawn_us) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15)",
+                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, $16)",
         params![
             p,
             realm,
@@ -363,6 +384,7 @@ pub fn spawn_tx(
             d.mem_mb,
             d.home_node.as_deref(),
             d.restartable,
+            worker.as_ref().map(WorkerId::as_str),
             now_us
         ],
     )
@@ -373,16 +395,11 @@ pub fn spawn_tx(
             Error::Store(e)
         }
     })?;
-    event_tx(tx, realm, pid.as_str(), "spawn", None, now_us)?;
-    let need = d.need();
-    let worker = sched::pick_tx(tx, scheduler, realm, &need)?;
+    // The spawn event names the worker; a deferred proc gets an `assign`
+    // event when it is placed later.
+    let detail = worker.as_ref().map(WorkerId::as_str);
+    event_at_tx(tx, realm, pid.as_str(), seq + 1, "spawn", detail, now_us)?;
     if let Some(w) = &worker {
-        sched::reserve_tx(tx, realm, w, &need)?;
-        tx.execute(
-            "UPDATE proc SET worker_id = $4 WHERE p_key = $1 AND realm = $2 AND pid = $3",
-            params![p, realm, pid.as_str(), w.as_str()],
-        )?;
-        event_tx(tx, realm, pid.as_str(), "assign", Some(w.as_str()), now_us)?;
         notify_assigned(tx, realm, pid.as_str(), w)?;
     }
     tx.notify(&proc_channel(realm, pid.as_str()), State::Spawned.as_str())?;

@@ -1,0 +1,506 @@
+//! Suite `sched`: scheduling and spawning (issue 3).
+//!
+//! * DBOS Figure 5 on this machine: schedule-only decisions per second and
+//!   p50/p99 latency against offered load, for each scheduler, with 1 and 2
+//!   partitions. A decision is the real `spawn` procedure — insert the proc,
+//!   pick a worker by the realm's scheduler, reserve its capacity, record
+//!   provenance — on workers large enough never to fill; procs are scheduled,
+//!   not run.
+//! * spawn-to-start latency of `/bin/true` as a native proc on an in-process
+//!   node (spawn → procd claims → process started → Started committed).
+//! * σOS Table 6.2: burst-spawn 720 native procs and wait for all to exit.
+//! * Peers in the same run: a raw spawn+wait loop of `/bin/true` (std's
+//!   Command, which uses posix_spawn) as the floor for native procs, and Ray
+//!   (pip-installed into a virtualenv by this benchmark, version recorded)
+//!   running no-op tasks and the 720 burst.
+//!
+//! WebAssembly procs are not implemented yet; their figures are reported with
+//! no value and a note rather than left out.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tabos_kernel::ids::WorkerId;
+use tabos_kernel::procs::{self, Descriptor};
+use tabos_kernel::realms;
+use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
+use tabos_store::{Config, Store};
+
+use crate::measure::Samples;
+use crate::report::{round, Better, Figure, Report};
+
+/// Workers per realm in the schedule-only runs, and their (never filled) size.
+const WORKERS: usize = 8;
+const WORKER_CORES: i64 = 1 << 40;
+const BURST: usize = 720;
+
+fn scheduler_name(s: Scheduler) -> &'static str {
+    s.as_str()
+}
+
+/// Realm names that land on each of `partitions` partitions, `per` of each.
+fn realms_for(partitions: u32, per: usize, tag: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let mut n = 0;
+        let mut i = 0;
+        while n < per {
+            let name = format!("{tag}-{i}");
+            if tabos_kernel::realm_partition(&name, partitions).0 == p {
+                out.push(name);
+                n += 1;
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+fn setup(store: &Store, realms: &[String], s: Scheduler) -> anyhow::Result<()> {
+    for r in realms {
+        realms::create(store, r, s)?;
+        for w in 0..WORKERS {
+            sched::register_worker(
+                store,
+                r,
+                &WorkerSpec {
+                    worker_id: WorkerId::new(format!("w{w}"))?,
+                    node_id: format!("n{}", w % 2),
+                    cores: WORKER_CORES,
+                    mem_mb: 1 << 30,
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn descriptor(s: Scheduler, i: u64) -> Descriptor {
+    Descriptor {
+        home_node: (s == Scheduler::Locality).then(|| format!("n{}", i % 2)),
+        ..Descriptor::native("/bin/true")
+    }
+}
+
+/// Closed loop: `clients` tasks spawning as fast as they can for `run`.
+fn decisions_closed(
+    rt: &tokio::runtime::Runtime,
+    store: &Store,
+    realms: &[String],
+    s: Scheduler,
+    clients: usize,
+    run: Duration,
+) -> anyhow::Result<(f64, Samples)> {
+    rt.block_on(async {
+        let until = Instant::now() + run;
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let store = store.clone();
+            let realm = realms[c % realms.len()].clone();
+            tasks.push(tokio::spawn(async move {
+                let mut samples = Samples::default();
+                let mut i = 0u64;
+                while Instant::now() < until {
+                    let t0 = Instant::now();
+                    procs::spawn(&store, &realm, descriptor(s, i)).await?;
+                    samples.push(t0.elapsed().as_nanos() as u64);
+                    i += 1;
+                }
+                Ok::<_, tabos_kernel::Error>(samples)
+            }));
+        }
+        let mut all = Samples::default();
+        for t in tasks {
+            all.extend(t.await??);
+        }
+        Ok((all.len() as f64 / run.as_secs_f64(), all))
+    })
+}
+
+/// Open loop at `rate` decisions/s: a pacer submits what has come due every
+/// 100 us; each decision's latency runs from its submission to its commit.
+fn decisions_open(
+    rt: &tokio::runtime::Runtime,
+    store: &Store,
+    realms: &[String],
+    s: Scheduler,
+    rate: f64,
+    run: Duration,
+) -> anyhow::Result<Samples> {
+    let handle = rt.handle().clone();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    let mut tasks = Vec::new();
+    while start.elapsed() < run {
+        let due = (start.elapsed().as_secs_f64() * rate) as u64;
+        while sent < due {
+            let (store, realm) = (store.clone(), realms[sent as usize % realms.len()].clone());
+            let i = sent;
+            let t0 = Instant::now();
+            tasks.push(handle.spawn(async move {
+                procs::spawn(&store, &realm, descriptor(s, i)).await?;
+                Ok::<_, tabos_kernel::Error>(t0.elapsed().as_nanos() as u64)
+            }));
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_micros(100));
+    }
+    rt.block_on(async {
+        let mut samples = Samples::default();
+        for t in tasks {
+            samples.push(t.await??);
+        }
+        Ok(samples)
+    })
+}
+
+/// The floor for native procs: spawn `/bin/true` and wait, `n` times.
+fn raw_spawn_wait(n: usize) -> anyhow::Result<Samples> {
+    let mut s = Samples::default();
+    for _ in 0..n {
+        let t0 = Instant::now();
+        let status = Command::new("/bin/true").status()?;
+        anyhow::ensure!(status.success());
+        s.push(t0.elapsed().as_nanos() as u64);
+    }
+    Ok(s)
+}
+
+/// The floor for the burst: 720 `/bin/true`, `width` at a time.
+fn raw_burst(width: usize) -> anyhow::Result<f64> {
+    let t0 = Instant::now();
+    let mut running = std::collections::VecDeque::new();
+    for _ in 0..BURST {
+        if running.len() >= width {
+            let mut c: std::process::Child = running.pop_front().context("queue")?;
+            c.wait()?;
+        }
+        running.push_back(Command::new("/bin/true").spawn()?);
+    }
+    for mut c in running {
+        c.wait()?;
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e3)
+}
+
+/// Spawn-to-start and the 720 burst on an in-process node with procd.
+fn native_on_node(quick: bool, dir: &Path) -> anyhow::Result<(Samples, f64, usize)> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as i64);
+    let settings = tabos_node::NodeSettings {
+        node_id: "bench".into(),
+        logs: dir.join("logs"),
+        realm: "default".into(),
+        cores,
+        mem_mb: 1024,
+    };
+    let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("node")), settings)?;
+    // The node creates its realm when it starts serving; creating it here
+    // first lets the warm-up spawn below go in before that.
+    match realms::create(&node.store, "default", Scheduler::Fifo) {
+        Ok(()) | Err(tabos_kernel::Error::AlreadyExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tabos_node::bind("127.0.0.1:0").await?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let store = node.store.clone();
+        let server = tokio::spawn(tabos_node::serve(node, listener, async {
+            let _ = stopped.await;
+        }));
+        // A warm-up proc, not measured: spawned perhaps before the node has
+        // registered its worker, it waits deferred and the registration
+        // itself assigns it — no readiness polling needed.
+        let (pid, _) = procs::spawn(&store, "default", Descriptor::native("/bin/true")).await?;
+        procs::wait_exit(&store, "default", &pid).await?;
+        let n = if quick { 50 } else { 300 };
+        let mut latency = Samples::default();
+        for _ in 0..n {
+            let t0 = Instant::now();
+            let (pid, _) = procs::spawn(&store, "default", Descriptor::native("/bin/true")).await?;
+            procs::wait_start(&store, "default", &pid).await?;
+            latency.push(t0.elapsed().as_nanos() as u64);
+            procs::wait_exit(&store, "default", &pid).await?;
+        }
+        let t0 = Instant::now();
+        let ds = (0..BURST)
+            .map(|_| Descriptor::native("/bin/true"))
+            .collect();
+        let spawned = procs::spawn_burst(&store, "default", ds).await?;
+        for (pid, _) in &spawned {
+            procs::wait_exit(&store, "default", pid).await?;
+        }
+        let burst_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let _ = stop.send(());
+        server.await??;
+        Ok::<_, anyhow::Error>((latency, burst_ms, spawned.len()))
+    })
+}
+
+/// Ray, installed with pip into a virtualenv under `venv`; returns
+/// (version, no-op tasks/s, 720-burst ms) or why it could not run.
+fn ray_peer(venv: &Path, tasks: usize) -> Result<(String, f64, f64), String> {
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        println!("installing Ray into {} (pip, once) ...", venv.display());
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .status()
+            .map_err(|e| format!("python3 -m venv: {e}"))?;
+        if !ok.success() {
+            return Err("python3 -m venv failed".into());
+        }
+        let ok = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "ray"])
+            .status()
+            .map_err(|e| format!("pip install ray: {e}"))?;
+        if !ok.success() {
+            return Err("pip install ray failed".into());
+        }
+    }
+    let script = format!(
+        r#"
+import time, ray
+ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+@ray.remote
+def noop():
+    return None
+ray.get([noop.remote() for _ in range(200)])  # warm the workers
+t = time.perf_counter(); ray.get([noop.remote() for _ in range({tasks})]); tput = {tasks} / (time.perf_counter() - t)
+t = time.perf_counter(); ray.get([noop.remote() for _ in range({BURST})]); burst = (time.perf_counter() - t) * 1e3
+print(ray.__version__, tput, burst)
+ray.shutdown()
+"#
+    );
+    let out = Command::new(&python)
+        .args(["-c", &script])
+        .output()
+        .map_err(|e| format!("running Ray: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    let f: Vec<&str> = line.split_whitespace().collect();
+    match f.as_slice() {
+        [v, t, b] => Ok((
+            v.to_string(),
+            t.parse().map_err(|_| format!("bad Ray output {line:?}"))?,
+            b.parse().map_err(|_| format!("bad Ray output {line:?}"))?,
+        )),
+        _ => Err(format!(
+            "Ray did not report: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or_default()
+        )),
+    }
+}
+
+pub fn run(quick: bool) -> anyhow::Result<Report> {
+    let mut report = Report::new("sched", quick);
+    let run = if quick {
+        Duration::from_millis(400)
+    } else {
+        Duration::from_secs(2)
+    };
+    let base: PathBuf =
+        std::env::temp_dir().join(format!("tabos-bench-sched-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+
+    // DBOS Figure 5.
+    let mut best: Option<(f64, String)> = None;
+    let only_fig5 = std::env::var("TABOS_BENCH_FILTER").is_ok_and(|f| f == "decisions");
+    for partitions in [1u32, 2] {
+        for s in [Scheduler::Fifo, Scheduler::Locality, Scheduler::LeastLoaded] {
+            let dir = base.join(format!("fig5-{partitions}-{}", scheduler_name(s)));
+            let store = tabos_kernel::open(&Config::sqlite(&dir).with_partitions(partitions))?;
+            let realms = realms_for(partitions, 4, "r");
+            setup(&store, &realms, s)?;
+            let (peak, mut closed) = decisions_closed(&rt, &store, &realms, s, 64, run)?;
+            let name = format!("decisions.{}.{partitions}p", scheduler_name(s));
+            println!(
+                "  {name:<32} peak {peak:>9.0}/s  p50 {:>7.1} us  p99 {:>7.1} us (64 clients)",
+                closed.quantile_us(0.5),
+                closed.quantile_us(0.99)
+            );
+            report.figures.push(
+                Figure::new(
+                    format!("{name}.peak_per_s"),
+                    round(peak, 0),
+                    "decisions/s",
+                    Better::Higher,
+                )
+                .peer(
+                    "DBOS on VoltDB, per core (paper: 750000/s on 80 cores)",
+                    Some(9_400.0),
+                )
+                .target("value >= 100000"),
+            );
+            for frac in [0.25, 0.5, 0.75] {
+                let mut s_open = decisions_open(&rt, &store, &realms, s, peak * frac, run)?;
+                let (p50, p99) = (s_open.quantile_us(0.5), s_open.quantile_us(0.99));
+                println!(
+                    "  {name:<32} at {:>3.0}% load: p50 {p50:>7.1} us  p99 {p99:>7.1} us",
+                    frac * 100.0
+                );
+                let mut fig = Figure::new(
+                    format!("{name}.load{:.0}.p99_us", frac * 100.0),
+                    round(p99, 1),
+                    "us",
+                    Better::Lower,
+                )
+                .peer("DBOS paper: sub-millisecond tail", Some(1000.0))
+                .note(format!(
+                    "open loop at {:.0} decisions/s, p50 {p50:.1} us",
+                    peak * frac
+                ));
+                if frac == 0.5 {
+                    fig = fig.target("value <= 1000");
+                }
+                report.figures.push(fig);
+            }
+            if best.as_ref().is_none_or(|(b, _)| peak > *b) {
+                best = Some((peak, name));
+            }
+            drop(store);
+        }
+    }
+
+    if only_fig5 {
+        report
+            .notes
+            .push("filtered to the decision figures (TABOS_BENCH_FILTER=decisions)".into());
+        return Ok(report);
+    }
+    // Native procs: spawn-to-start, the 720 burst, and the raw floor.
+    let n = if quick { 50 } else { 300 };
+    let mut floor = raw_spawn_wait(n)?;
+    let floor_p50 = floor.quantile_us(0.5);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let floor_burst = raw_burst(cores)?;
+    let (mut start, burst_ms, spawned) = native_on_node(quick, &base.join("node"))?;
+    anyhow::ensure!(spawned == BURST);
+    println!(
+        "  native spawn-to-start p50 {:.0} us p99 {:.0} us (raw spawn+wait p50 {floor_p50:.0} us); 720 burst {burst_ms:.0} ms (raw {floor_burst:.0} ms)",
+        start.quantile_us(0.5),
+        start.quantile_us(0.99)
+    );
+    report.figures.push(
+        Figure::new(
+            "spawn_to_start.native.p50_us",
+            round(start.quantile_us(0.5), 1),
+            "us",
+            Better::Lower,
+        )
+        .peer(
+            "raw posix_spawn+waitpid of /bin/true (p50)",
+            Some(round(floor_p50, 1)),
+        )
+        .target("ratio <= 2"),
+    );
+    report.figures.push(
+        Figure::new(
+            "spawn_to_start.native.p50_us.absolute",
+            round(start.quantile_us(0.5), 1),
+            "us",
+            Better::Lower,
+        )
+        .peer(
+            "raw posix_spawn+waitpid of /bin/true (p50)",
+            Some(round(floor_p50, 1)),
+        )
+        .target("value <= 2000"),
+    );
+    report.figures.push(
+        Figure::new(
+            "spawn_to_start.native.p99_us",
+            round(start.quantile_us(0.99), 1),
+            "us",
+            Better::Lower,
+        )
+        .peer(
+            "raw posix_spawn+waitpid of /bin/true (p99)",
+            Some(round(floor.quantile_us(0.99), 1)),
+        ),
+    );
+
+    let venv = PathBuf::from(
+        std::env::var("TABOS_BENCH_VENV").unwrap_or_else(|_| "target/bench-venv".into()),
+    );
+    let ray_tasks = if quick { 2_000 } else { 10_000 };
+    let ray = ray_peer(&venv, ray_tasks);
+    let (ray_name, ray_tput, ray_burst, ray_note) = match &ray {
+        Ok((v, t, b)) => (
+            format!("ray {v} (num_cpus=2)"),
+            Some(round(*t, 0)),
+            Some(round(*b, 1)),
+            None,
+        ),
+        Err(e) => ("ray".to_string(), None, None, Some(e.clone())),
+    };
+    if let Some(v) = &ray_tput {
+        println!(
+            "  ray: {v:.0} no-op tasks/s, 720 burst {:.0} ms",
+            ray_burst.unwrap_or(f64::NAN)
+        );
+    }
+    let mut burst_fig = Figure::new(
+        "burst720.native.wall_ms",
+        round(burst_ms, 1),
+        "ms",
+        Better::Lower,
+    )
+    .peer(&ray_name, ray_burst)
+    .note(format!(
+        "raw spawn+wait floor, {cores} at a time: {floor_burst:.1} ms"
+    ));
+    if let Some(n) = &ray_note {
+        burst_fig = burst_fig.note(format!("Ray not measured: {n}"));
+    }
+    report.figures.push(burst_fig);
+    let native_tput = BURST as f64 / (burst_ms / 1e3);
+    let mut tput_fig = Figure::new(
+        "noop_tasks.native.per_s",
+        round(native_tput, 0),
+        "tasks/s",
+        Better::Higher,
+    )
+    .peer(&ray_name, ray_tput)
+    .target("ratio >= 10")
+    .note("tabos no-op task = a native /bin/true proc (wasm procs not implemented yet)");
+    if let Some(n) = &ray_note {
+        tput_fig = tput_fig.note(format!("Ray not measured: {n}"));
+    }
+    report.figures.push(tput_fig);
+
+    for (name, target) in [
+        ("spawn_to_start.wasm.p50_us", "value <= 100"),
+        ("burst720.wasm.wall_ms", "value <= 100"),
+    ] {
+        report.figures.push(
+            Figure::new(
+                name,
+                f64::NAN,
+                if name.ends_with("_ms") { "ms" } else { "us" },
+                Better::Lower,
+            )
+            .peer("none", None)
+            .target(target)
+            .note("wasm procs are not implemented yet (procd marks them failed)"),
+        );
+    }
+    if let Some((_, name)) = best {
+        report.notes.push(format!("highest decision rate: {name}"));
+    }
+    let _ = std::fs::remove_dir_all(&base);
+    Ok(report)
+}
