@@ -418,11 +418,24 @@ fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
                 }
             }));
         }
-        for t in tasks {
-            t.await.unwrap();
+        // Join as a set, so that a task that fails fails the test at once
+        // instead of leaving the others waiting for it.
+        let mut all = tokio::task::JoinSet::new();
+        for t in tasks.into_iter().chain(nodes) {
+            all.spawn(t);
         }
-        for n in nodes {
-            n.await.unwrap();
+        while let Some(r) = all.join_next().await {
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    all.abort_all();
+                    panic!("a spawner or node task panicked: {e}");
+                }
+                Err(e) => {
+                    all.abort_all();
+                    panic!("join failed: {e}");
+                }
+            }
         }
         let claims = s
             .query(

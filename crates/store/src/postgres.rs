@@ -9,6 +9,13 @@
 //! the contract CockroachDB and YugabyteDB impose as well. Procedures are
 //! deterministic and act only through their transaction, so a retry is safe.
 //!
+//! Within one node, procedures of the same partition take turns (a mutex
+//! per partition), as they do on the SQLite executor: they touch the same hot
+//! rows (a realm's counters, its workers), and running them concurrently
+//! would only make SERIALIZABLE abort all but one of them, over and over.
+//! Serialization failures then arise only between nodes, where retrying is
+//! the right answer. Reads do not take turns.
+//!
 //! ## Change feed
 //! A procedure's notifications are sent with `pg_notify` inside its own
 //! transaction, so PostgreSQL delivers them only if and when it commits, in
@@ -153,8 +160,11 @@ impl PgBackend {
         for _ in 1..config.connections {
             clients.push(connect(url, config.durability)?);
         }
+        let partition_locks: Arc<Vec<Mutex<()>>> =
+            Arc::new((0..config.partitions).map(|_| Mutex::new(())).collect());
         for (i, client) in clients.into_iter().enumerate() {
             let worker = Worker {
+                partition_locks: partition_locks.clone(),
                 client,
                 url: url.clone(),
                 durability: config.durability,
@@ -363,6 +373,9 @@ fn start_listener(url: String, feed: Arc<Feed>, stop_token: String) -> Result<Jo
 }
 
 struct Worker {
+    /// One per partition: on one node, procedures of a partition run one at
+    /// a time (see the module doc).
+    partition_locks: Arc<Vec<Mutex<()>>>,
     client: Client,
     url: String,
     durability: Durability,
@@ -435,6 +448,10 @@ impl Worker {
     }
 
     fn run_proc(&mut self, mut job: Job) {
+        let locks = self.partition_locks.clone();
+        let _turn = locks
+            .get(job.p_key.0 as usize)
+            .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
         let mut retries = 0u32;
         let mut pause_us = RETRY_PAUSE_MIN_US;
         loop {
