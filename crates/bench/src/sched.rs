@@ -394,32 +394,21 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         start.quantile_us(0.5),
         start.quantile_us(0.99)
     );
-    report.figures.push(
-        Figure::new(
-            "spawn_to_start.native.p50_us",
-            round(start.quantile_us(0.5), 1),
-            "us",
-            Better::Lower,
-        )
-        .peer(
-            "raw posix_spawn+waitpid of /bin/true (p50)",
-            Some(round(floor_p50, 1)),
-        )
-        .target("ratio <= 2"),
+    // One measurement, held to both of the targets.
+    let p50 = Figure::new(
+        "spawn_to_start.native.p50_us",
+        round(start.quantile_us(0.5), 1),
+        "us",
+        Better::Lower,
+    )
+    .peer(
+        "raw posix_spawn+waitpid of /bin/true (p50)",
+        Some(round(floor_p50, 1)),
     );
-    report.figures.push(
-        Figure::new(
-            "spawn_to_start.native.p50_us.absolute",
-            round(start.quantile_us(0.5), 1),
-            "us",
-            Better::Lower,
-        )
-        .peer(
-            "raw posix_spawn+waitpid of /bin/true (p50)",
-            Some(round(floor_p50, 1)),
-        )
-        .target("value <= 2000"),
-    );
+    let mut absolute = p50.clone().target("value <= 2000");
+    absolute.name.push_str(".absolute");
+    report.figures.push(p50.target("ratio <= 2"));
+    report.figures.push(absolute);
     report.figures.push(
         Figure::new(
             "spawn_to_start.native.p99_us",
