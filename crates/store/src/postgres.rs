@@ -9,12 +9,14 @@
 //! the contract CockroachDB and YugabyteDB impose as well. Procedures are
 //! deterministic and act only through their transaction, so a retry is safe.
 //!
-//! Within one node, procedures of the same partition take turns (a mutex
-//! per partition), as they do on the SQLite executor: they touch the same hot
-//! rows (a realm's counters, its workers), and running them concurrently
-//! would only make SERIALIZABLE abort all but one of them, over and over.
-//! Serialization failures then arise only between nodes, where retrying is
-//! the right answer. Reads do not take turns.
+//! A procedure's first attempt runs concurrently with everything else, which
+//! keeps independent procedures parallel (and PostgreSQL's group commit
+//! busy). After a serialization failure it retries holding its partition's
+//! turn (a mutex per partition, within this node), and while any procedure of
+//! the partition is retrying, new ones take the turn too: procedures of a
+//! partition share hot rows (a realm's counters, its workers), and running
+//! them all at once under contention would only make SERIALIZABLE abort all
+//! but one of them, over and over. Reads never take turns.
 //!
 //! ## Change feed
 //! A procedure's notifications are sent with `pg_notify` inside its own
@@ -160,8 +162,8 @@ impl PgBackend {
         for _ in 1..config.connections {
             clients.push(connect(url, config.durability)?);
         }
-        let partition_locks: Arc<Vec<Mutex<()>>> =
-            Arc::new((0..config.partitions).map(|_| Mutex::new(())).collect());
+        let partition_locks: Arc<Vec<Turn>> =
+            Arc::new((0..config.partitions).map(|_| Turn::default()).collect());
         for (i, client) in clients.into_iter().enumerate() {
             let worker = Worker {
                 partition_locks: partition_locks.clone(),
@@ -372,10 +374,34 @@ fn start_listener(url: String, feed: Arc<Feed>, stop_token: String) -> Result<Jo
         .map_err(|e| Error::Io(format!("cannot start listener thread: {e}")))
 }
 
+/// A partition's turn within this node (see the module doc): while any of
+/// its procedures is retrying, they all run one at a time.
+#[derive(Default)]
+struct Turn {
+    lock: Mutex<()>,
+    /// Procedures of the partition currently retrying after a conflict.
+    retrying: std::sync::atomic::AtomicU32,
+}
+
+/// Counts a procedure as retrying for as long as it lives.
+struct Retrying<'a>(&'a Turn);
+
+impl<'a> Retrying<'a> {
+    fn new(t: &'a Turn) -> Retrying<'a> {
+        t.retrying.fetch_add(1, Ordering::AcqRel);
+        Retrying(t)
+    }
+}
+
+impl Drop for Retrying<'_> {
+    fn drop(&mut self) {
+        self.0.retrying.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 struct Worker {
-    /// One per partition: on one node, procedures of a partition run one at
-    /// a time (see the module doc).
-    partition_locks: Arc<Vec<Mutex<()>>>,
+    /// One per partition (see [`Turn`]).
+    partition_locks: Arc<Vec<Turn>>,
     client: Client,
     url: String,
     durability: Durability,
@@ -449,9 +475,13 @@ impl Worker {
 
     fn run_proc(&mut self, mut job: Job) {
         let locks = self.partition_locks.clone();
-        let _turn = locks
-            .get(job.p_key.0 as usize)
-            .map(|l| l.lock().unwrap_or_else(|p| p.into_inner()));
+        let part = locks.get(job.p_key.0 as usize);
+        // Held until the procedure ends: taken at once while the partition is
+        // contended, otherwise after this procedure's first conflict.
+        let mut turn = part
+            .filter(|t| t.retrying.load(Ordering::Acquire) > 0)
+            .map(|t| t.lock.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut counted = None;
         let mut retries = 0u32;
         let mut pause_us = RETRY_PAUSE_MIN_US;
         loop {
@@ -481,6 +511,12 @@ impl Worker {
                     }
                     retries += 1;
                     self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                    if counted.is_none() {
+                        counted = part.map(Retrying::new);
+                    }
+                    if turn.is_none() {
+                        turn = part.map(|t| t.lock.lock().unwrap_or_else(|p| p.into_inner()));
+                    }
                     std::thread::sleep(Duration::from_micros(jitter(pause_us)));
                     pause_us = (pause_us * 2).min(RETRY_PAUSE_MAX_US);
                 }
