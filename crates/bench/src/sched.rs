@@ -194,6 +194,7 @@ fn native_on_node(quick: bool, dir: &Path) -> anyhow::Result<(Samples, f64, usiz
         realm: "default".into(),
         cores,
         mem_mb: 1024,
+        heartbeat: std::time::Duration::from_secs(1),
     };
     let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("node")), settings)?;
     // The node creates its realm when it starts serving; creating it here

@@ -29,6 +29,9 @@ pub struct Args {
     /// Cores this node offers to procs (default: all)
     #[arg(long)]
     cores: Option<i64>,
+    /// Heartbeat period in ms; a node silent for 3 periods is declared lost
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    heartbeat_ms: u64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -57,6 +60,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(c) = args.cores {
         settings.cores = c;
     }
+    settings.heartbeat = std::time::Duration::from_millis(args.heartbeat_ms);
     // procs' stdout and stderr are kept beside the embedded database, or in
     // the temp dir when the database is PostgreSQL.
     settings.logs = match &args.db {

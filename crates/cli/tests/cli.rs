@@ -231,3 +231,45 @@ fn spawn_wait_ps_and_logs() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no proc"), "{}", stderr(&o));
 }
+
+/// Two nodes on one PostgreSQL database; the one running a proc is killed
+/// with SIGKILL; the other declares it lost after its lease lapses, and the
+/// proc's waiter learns it failed.
+#[test]
+fn a_killed_node_has_its_procs_failed() {
+    let Some(url) = tabos_store::testing::pg_database() else {
+        return;
+    };
+    let common = [
+        "--db",
+        url.as_str(),
+        "--partitions",
+        "1",
+        "--heartbeat-ms",
+        "100",
+    ];
+    let a = Node::start(&[&common[..], &["--node-id", "a", "--cores", "1"]].concat());
+    let b = Node::start(&[&common[..], &["--node-id", "b", "--cores", "1"]].concat());
+    // FIFO takes the first worker with room: a.w0.
+    let o = a.tabos(&["spawn", "--pid", "victim", "--", "sleep", "30"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("a.w0"), "{}", stdout(&o));
+    let o = a.tabos(&[
+        "sql",
+        "--json",
+        "SELECT state FROM proc WHERE pid = 'victim'",
+    ]);
+    assert!(
+        stdout(&o).contains("spawned")
+            || stdout(&o).contains("claimed")
+            || stdout(&o).contains("running")
+    );
+    let mut a = a;
+    a.child.kill().unwrap(); // SIGKILL
+    a.child.wait().unwrap();
+    // Ask b: WaitExit returns once b has declared a lost.
+    let o = b.tabos(&["wait", "victim"]);
+    assert!(!o.status.success());
+    assert!(stdout(&o).contains("failed"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("lost"), "{}", stdout(&o));
+}

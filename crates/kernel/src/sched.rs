@@ -272,3 +272,84 @@ pub fn register_worker(
         register_worker_tx(tx, &r, &w, now)
     })
 }
+
+/// Procedure body: records that `worker` is alive at `now_us`.
+pub fn heartbeat_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId, now_us: i64) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE worker SET heartbeat_us = $4 WHERE p_key = $1 AND realm = $2 AND worker_id = $3",
+        params![p, realm, worker.as_str(), now_us],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!(
+            "no worker {worker} in realm {realm:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// What [`expire_tx`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expired {
+    pub workers: Vec<WorkerId>,
+    /// Live procs of those workers marked failed.
+    pub failed: Vec<String>,
+    /// Restartable procs put back in the queue.
+    pub requeued: Vec<String>,
+}
+
+/// Procedure body: every worker of `realm` whose last heartbeat is older than
+/// `now_us - ttl_us` is marked down; its live procs are failed ("node lost")
+/// and their waiters woken, or — if spawned restartable — re-queued and
+/// placed again by the realm's scheduler.
+pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Result<Expired> {
+    let p = i64::from(tx.p_key().0);
+    let lapsed = tx.query(
+        "SELECT worker_id FROM worker WHERE p_key = $1 AND realm = $2 AND state = 'up' \
+           AND heartbeat_us < $3",
+        params![p, realm, now_us - ttl_us],
+    )?;
+    let mut out = Expired::default();
+    for row in &lapsed {
+        let worker = WorkerId(row.get(0)?);
+        tx.execute(
+            "UPDATE worker SET state = 'down' WHERE p_key = $1 AND realm = $2 AND worker_id = $3",
+            params![p, realm, worker.as_str()],
+        )?;
+        let live = tx.query(
+            "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+               AND state IN ('spawned', 'claimed', 'running')",
+            params![p, realm, worker.as_str()],
+        )?;
+        for r in &live {
+            let pid: String = r.get(0)?;
+            if r.get::<bool>(1)? {
+                tx.execute(
+                    "UPDATE proc SET state = 'spawned', worker_id = NULL, claim_us = NULL, start_us = NULL \
+                     WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                    params![p, realm, pid.as_str()],
+                )?;
+                crate::procs::event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
+                tx.notify(&crate::procs::proc_channel(realm, &pid), "spawned")?;
+                out.requeued.push(pid);
+            } else {
+                let detail = format!("node of worker {worker} lost (no heartbeat)");
+                crate::procs::exited_tx(
+                    tx,
+                    realm,
+                    &crate::ids::Pid(pid.clone()),
+                    crate::procs::State::Failed,
+                    None,
+                    Some(&detail),
+                    now_us,
+                )?;
+                out.failed.push(pid);
+            }
+        }
+        out.workers.push(worker);
+    }
+    if !out.workers.is_empty() {
+        assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(out)
+}

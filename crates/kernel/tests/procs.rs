@@ -460,3 +460,70 @@ both!(
     bad_descriptors_write_nothing,
     no_proc_runs_twice_and_capacity_is_conserved,
 );
+
+/// A worker whose heartbeat lapses is marked down: its procs fail (waiters
+/// woken) or, if restartable, are placed again on a live worker.
+fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || {
+            sched::register_worker(&s2, "r", &worker("a", "node-a", 2)).unwrap();
+        })
+        .await
+        .unwrap();
+        let plain = procs::spawn(&s, "r", named("plain")).await.unwrap().0;
+        let again = Descriptor {
+            restartable: true,
+            ..named("again")
+        };
+        let again = procs::spawn(&s, "r", again).await.unwrap().0;
+        let wa = WorkerId::new("a").unwrap();
+        procs::claim(&s, "r", &wa, 10).await.unwrap();
+        procs::started(&s, "r", &plain).await.unwrap();
+        let waiter = {
+            let (s, pid) = (s.clone(), plain.clone());
+            tokio::spawn(async move { procs::wait_exit(&s, "r", &pid).await })
+        };
+        // A second node registers; later only it heartbeats.
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || {
+            sched::register_worker(&s2, "r", &worker("b", "node-b", 2)).unwrap();
+        })
+        .await
+        .unwrap();
+        let p = tabos_kernel::realm_partition("r", s.partitions());
+        let far = tabos_store::now_us() + 60_000_000;
+        let expired = s
+            .submit(p, move |tx| {
+                sched::heartbeat_tx(tx, "r", &WorkerId("b".into()), far)?;
+                sched::expire_tx(tx, "r", far, 5_000_000)
+            })
+            .await
+            .unwrap();
+        assert_eq!(expired.workers, vec![wa.clone()]);
+        assert_eq!(expired.failed, vec!["plain".to_string()]);
+        assert_eq!(expired.requeued, vec!["again".to_string()]);
+        let done = waiter.await.unwrap().unwrap();
+        assert_eq!(done.state, State::Failed);
+        assert!(done.error.unwrap().contains("lost"));
+        let again = procs::get(&s, "r", &again).unwrap();
+        assert_eq!(
+            (again.state, again.worker),
+            (State::Spawned, w("b")),
+            "placed on the live node"
+        );
+        // Heartbeats for unknown workers are errors.
+        let e = s
+            .submit(p, |tx| {
+                sched::heartbeat_tx(tx, "r", &WorkerId("ghost".into()), 1)
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::NotFound(_)), "{e}");
+    });
+}
+
+both!(lapsed_workers_fail_or_requeue_their_procs);

@@ -54,7 +54,13 @@ pub struct NodeSettings {
     /// Cores and memory the worker offers.
     pub cores: i64,
     pub mem_mb: i64,
+    /// How often the node renews its worker's lease; a worker whose lease is
+    /// [`LEASE_HEARTBEATS`] heartbeats old is declared lost by the others.
+    pub heartbeat: std::time::Duration,
 }
+
+/// Missed heartbeats after which a worker is declared lost.
+pub const LEASE_HEARTBEATS: u32 = 3;
 
 impl NodeSettings {
     /// One worker with every core of this machine, serving realm `default`;
@@ -67,6 +73,7 @@ impl NodeSettings {
             realm: "default".into(),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as i64),
             mem_mb: 1024,
+            heartbeat: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -164,7 +171,8 @@ pub async fn serve(
         node.logs.clone(),
         addr,
     );
-    let procd_task = tokio::spawn(procd.run(procd_stopped));
+    let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
+    let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped));
 
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -175,8 +183,45 @@ pub async fn serve(
         .await;
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
+    let _ = lease_task.await;
     served?;
     Ok(())
+}
+
+/// The node's lease: every heartbeat it renews its worker's `heartbeat_us`
+/// and, in the same transaction, declares lost the realm's workers whose
+/// lease lapsed (failing or re-queuing their procs, which wakes their
+/// waiters). Leases are the one place time itself is the event, so this is
+/// a timer, not a wait on the change feed.
+async fn keep_lease(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let every = node.settings.heartbeat;
+    let ttl_us = every.as_micros() as i64 * i64::from(LEASE_HEARTBEATS);
+    let p = tabos_kernel::realm_partition(&node.settings.realm, node.store.partitions());
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let (realm, worker) = (node.settings.realm.clone(), node.worker_id());
+        let now = tabos_store::now_us();
+        let renewed = node
+            .store
+            .submit(p, move |tx| {
+                tabos_kernel::sched::heartbeat_tx(tx, &realm, &worker, now)?;
+                tabos_kernel::sched::expire_tx(tx, &realm, now, ttl_us)
+            })
+            .await;
+        match renewed {
+            Ok(e) if !e.workers.is_empty() => eprintln!(
+                "node {}: lost workers {:?}; failed {:?}, re-queued {:?}",
+                node.settings.node_id, e.workers, e.failed, e.requeued
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("node {}: heartbeat failed: {e}", node.settings.node_id),
+        }
+    }
 }
 
 /// Maps a kernel error onto a gRPC status.

@@ -13,6 +13,7 @@ async fn start(dir: &TempDir, cores: i64) -> (Node, String, tokio::sync::oneshot
         realm: "default".into(),
         cores,
         mem_mb: 1024,
+        heartbeat: std::time::Duration::from_secs(1),
     };
     let node = Node::open_with(
         &Config::sqlite(dir.path().join("db")).with_partitions(2),
