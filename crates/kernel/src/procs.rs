@@ -663,7 +663,14 @@ pub async fn evict(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
     call(store, realm, move |tx, r, now| evict_tx(tx, r, &pid, now)).await
 }
 
-/// The proc's current row, read on the read path.
+/// The proc's current row, read inside a procedure: awaitable, never blocks
+/// the caller's thread, and sees every committed transition.
+pub async fn status(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
+    let pid = pid.clone();
+    call(store, realm, move |tx, r, _| get_tx(tx, r, pid.as_str())).await
+}
+
+/// The proc's current row, read on the (blocking) read path.
 pub fn get(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
     validate_realm(realm)?;
     let rows = store.query(
@@ -689,8 +696,7 @@ pub async fn wait_until(
     let channel = proc_channel(realm, pid.as_str());
     let mut sub = store.subscribe(&channel);
     loop {
-        let pid2 = pid.clone();
-        let info = call(store, realm, move |tx, r, _| get_tx(tx, r, pid2.as_str())).await?;
+        let info = status(store, realm, pid).await?;
         if done(&info) {
             return Ok(info);
         }

@@ -175,7 +175,8 @@ impl Procd {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&p.pid);
-        let evicted = procs::get(&self.store, &self.realm, &p.pid)
+        let evicted = procs::status(&self.store, &self.realm, &p.pid)
+            .await
             .map(|i| i.evict_requested)
             .unwrap_or(false);
         match status {

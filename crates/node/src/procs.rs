@@ -260,11 +260,8 @@ impl proto::procs_server::Procs for ProcsService {
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
         let r = request.into_inner();
-        let pid = pid_of(&r)?;
-        let store = self.node.store.clone();
-        let i = tokio::task::spawn_blocking(move || procs::get(&store, &r.realm, &pid))
+        let i = procs::status(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
-            .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(status_to_proto(&i)))
     }
