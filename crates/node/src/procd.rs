@@ -24,8 +24,10 @@ use tabos_kernel::procs::{self, Kind, ProcInfo, State};
 use tabos_store::Store;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-/// Bytes of stdout (and of stderr) kept per proc.
-pub const LOG_BYTES_MAX: u64 = 16 << 20;
+/// Bytes of stdout (and of stderr) kept per proc: half the gRPC message
+/// limit, so that `tabos logs` can always return what was kept.
+pub const LOG_BYTES_MAX: u64 = (tabos_client::MESSAGE_BYTES_MAX / 2) as u64;
+const _: () = assert!(LOG_BYTES_MAX < tabos_client::MESSAGE_BYTES_MAX as u64);
 /// Time an evicted proc gets to exit after SIGTERM before SIGKILL.
 pub const EVICT_GRACE: Duration = Duration::from_secs(2);
 /// Procs claimed per claim transaction.
