@@ -30,6 +30,8 @@ pub const LOG_BYTES_MAX: u64 = (tabos_client::MESSAGE_BYTES_MAX / 2) as u64;
 const _: () = assert!(LOG_BYTES_MAX < tabos_client::MESSAGE_BYTES_MAX as u64);
 /// Time an evicted proc gets to exit after SIGTERM before SIGKILL.
 pub const EVICT_GRACE: Duration = Duration::from_secs(2);
+/// Bytes read from a proc's stdout or stderr at a time.
+const LOG_CHUNK_BYTES: usize = 64 * 1024;
 /// Procs claimed per claim transaction.
 const CLAIM_BATCH_MAX: i64 = 64;
 
@@ -248,7 +250,7 @@ async fn keep_log(mut from: impl AsyncRead + Unpin, path: PathBuf) {
         return;
     };
     let mut kept = 0u64;
-    let mut buf = vec![0u8; 64 * 1024];
+    let mut buf = vec![0u8; LOG_CHUNK_BYTES];
     loop {
         let n = match from.read(&mut buf).await {
             Ok(0) | Err(_) => break,

@@ -87,7 +87,6 @@ struct Subscriber {
 pub struct Feed {
     channels: Mutex<HashMap<String, Vec<Subscriber>>>,
     next_id: AtomicU64,
-    published: AtomicU64,
 }
 
 impl Feed {
@@ -143,8 +142,6 @@ impl Feed {
                 channels.remove(&note.channel);
             }
         }
-        self.published
-            .fetch_add(notes.len() as u64, Ordering::Relaxed);
     }
 
     /// Cuts every subscriber off as lagged: used when notifications may have
@@ -158,11 +155,6 @@ impl Feed {
             }
         }
         channels.clear();
-    }
-
-    /// Notifications published since start-up (for statistics and tests).
-    pub fn published(&self) -> u64 {
-        self.published.load(Ordering::Relaxed)
     }
 
     /// Number of live subscribers of a channel.

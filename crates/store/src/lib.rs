@@ -166,16 +166,6 @@ impl Config {
         }
     }
 
-    /// `postgres://...` or `postgresql://...` selects PostgreSQL; anything else
-    /// is taken as a directory for the embedded store.
-    pub fn from_url_or_dir(s: &str) -> Config {
-        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
-            Config::postgres(s)
-        } else {
-            Config::sqlite(s)
-        }
-    }
-
     pub fn with_partitions(mut self, n: u32) -> Config {
         self.partitions = n;
         self

@@ -109,7 +109,6 @@ fn set_busy_handler(conn: &Connection) -> Result<()> {
 }
 
 pub struct SqliteBackend {
-    dir: PathBuf,
     partitions: u32,
     durability: Durability,
     senders: Vec<SyncSender<Job>>,
@@ -167,7 +166,6 @@ impl SqliteBackend {
             executors.push(handle);
         }
         Ok(SqliteBackend {
-            dir: dir.clone(),
             partitions: config.partitions,
             durability: config.durability,
             senders,
@@ -177,10 +175,6 @@ impl SqliteBackend {
             stats,
             _lock: lock,
         })
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
 
