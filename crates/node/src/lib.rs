@@ -85,6 +85,9 @@ pub struct Node {
     pub started_us: i64,
     pub settings: NodeSettings,
     pub logs: PathBuf,
+    /// Runs the node's wasm procs; its module cache is shared with the
+    /// Spawn RPC, which compiles (and so validates) modules before spawning.
+    pub sandbox: tabos_sandbox::Sandbox,
 }
 
 impl Node {
@@ -97,7 +100,10 @@ impl Node {
     pub fn open_with(config: &Config, settings: NodeSettings) -> Result<Node, Error> {
         tabos_kernel::ids::validate_name("node id", &settings.node_id)?;
         tabos_kernel::validate_realm(&settings.realm)?;
+        let sandbox = tabos_sandbox::Sandbox::new()
+            .map_err(|e| Error::Startup(format!("cannot start the wasm runtime: {e}")))?;
         Ok(Node {
+            sandbox,
             store: tabos_kernel::open(config)?,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -170,6 +176,7 @@ pub async fn serve(
         node.worker_id(),
         node.logs.clone(),
         addr,
+        node.sandbox.clone(),
     );
     let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
     let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped));

@@ -10,7 +10,14 @@
 //!   [`LOG_BYTES_MAX`] each, under `<logs>/<realm>/<pid>.{stdout,stderr}`.
 //!   The exit status is recorded (128 + signal number for a signal).
 //!   Evict sends SIGTERM, then SIGKILL after [`EVICT_GRACE`].
-//! * `wasm` and `js` procs are refused with a clear error until the sandbox
+//! * `wasm` procs are WASI commands run in-process by the node's
+//!   [`Sandbox`] on a blocking worker thread: the module comes from the
+//!   node's compile cache (the Spawn RPC already compiled it), stdout and
+//!   stderr go to the same log files as a native proc's (created on the
+//!   first write, same cap), the exit status is `proc_exit`'s, a trap fails
+//!   the proc with the trap's message, and Evict stops it at once through
+//!   epoch interruption (there is nothing to clean up, so no grace period).
+//! * `js` procs are refused with a clear error until the JavaScript runtime
 //!   (issue 7) lands; the proc is marked failed.
 
 use std::collections::HashMap;
@@ -21,6 +28,7 @@ use std::time::Duration;
 
 use tabos_kernel::ids::{Pid, WorkerId};
 use tabos_kernel::procs::{self, Kind, ProcInfo, State};
+use tabos_sandbox::{Outcome, RunSpec, Sandbox, StopHandle};
 use tabos_store::Store;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -43,7 +51,16 @@ pub struct Procd {
     pub logs: PathBuf,
     /// The node's API address, passed to procs as TABOS_ADDR.
     pub addr: String,
-    running: Mutex<HashMap<Pid, u32>>,
+    sandbox: Sandbox,
+    running: Mutex<HashMap<Pid, Running>>,
+}
+
+/// How to stop a running proc.
+#[derive(Debug, Clone)]
+enum Running {
+    /// A Linux process id.
+    Native(u32),
+    Wasm(StopHandle),
 }
 
 impl Procd {
@@ -53,6 +70,7 @@ impl Procd {
         worker: WorkerId,
         logs: PathBuf,
         addr: String,
+        sandbox: Sandbox,
     ) -> Arc<Procd> {
         Arc::new(Procd {
             store,
@@ -60,8 +78,31 @@ impl Procd {
             worker,
             logs,
             addr,
+            sandbox,
             running: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn track(&self, pid: &Pid, r: Running) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(pid.clone(), r);
+    }
+
+    fn untrack(&self, pid: &Pid) {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pid);
+    }
+
+    fn tracked(&self, pid: &Pid) -> Option<Running> {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(pid)
+            .cloned()
     }
 
     /// Where a proc's captured stream lives.
@@ -119,7 +160,8 @@ impl Procd {
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
         match p.kind {
             Kind::Native => self.run_native(p).await,
-            Kind::Wasm | Kind::Js => {
+            Kind::Wasm => self.run_wasm(p).await,
+            Kind::Js => {
                 let msg = format!("{} procs are not supported by this node yet", p.kind);
                 self.record_exit(&p.pid, State::Failed, None, Some(msg))
                     .await;
@@ -155,10 +197,7 @@ impl Procd {
             }
         };
         if let Some(os_pid) = child.id() {
-            self.running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(p.pid.clone(), os_pid);
+            self.track(&p.pid, Running::Native(os_pid));
         }
         let out = child.stdout.take().map(|s| {
             let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stdout");
@@ -175,10 +214,7 @@ impl Procd {
         for h in [out, err].into_iter().flatten() {
             let _ = h.await;
         }
-        self.running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&p.pid);
+        self.untrack(&p.pid);
         let evicted = procs::status(&self.store, &self.realm, &p.pid)
             .await
             .map(|i| i.evict_requested)
@@ -205,30 +241,81 @@ impl Procd {
         }
     }
 
-    /// SIGTERM now, SIGKILL after the grace period if it is still running.
+    async fn run_wasm(self: Arc<Self>, p: ProcInfo) {
+        let stop = self.sandbox.stop_handle();
+        self.track(&p.pid, Running::Wasm(stop.clone()));
+        if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
+            eprintln!("procd {}: cannot mark {} started: {e}", self.worker, p.pid);
+        }
+        let me = self.clone();
+        let proc_ = p.clone();
+        let ran = tokio::task::spawn_blocking(move || {
+            let program = me
+                .sandbox
+                .compile_file(Path::new(&proc_.program))
+                .map_err(|e| format!("wasm program {}: {e}", proc_.program))?;
+            let log = |stream| {
+                Box::new(LazyLog::new(Self::log_path(
+                    &me.logs,
+                    &me.realm,
+                    proc_.pid.as_str(),
+                    stream,
+                ))) as Box<dyn std::io::Write + Send>
+            };
+            let mut args = vec![proc_.program.clone()];
+            args.extend(proc_.args.iter().cloned());
+            let mut env = proc_.env.clone();
+            env.push(("TABOS_PID".into(), proc_.pid.to_string()));
+            env.push(("TABOS_REALM".into(), me.realm.clone()));
+            env.push(("TABOS_ADDR".into(), me.addr.clone()));
+            let spec = RunSpec {
+                args,
+                env,
+                stdout: log("stdout"),
+                stderr: log("stderr"),
+                memory_bytes: wasm_memory_bytes(proc_.mem_mb),
+            };
+            me.sandbox
+                .run(&program, spec, &stop)
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the wasm worker thread failed: {e}")));
+        self.untrack(&p.pid);
+        match ran {
+            Ok(Outcome::Exited(code)) => {
+                self.record_exit(&p.pid, State::Exited, Some(i64::from(code)), None)
+                    .await
+            }
+            Ok(Outcome::Stopped) => {
+                let msg = "stopped by evict".to_string();
+                self.record_exit(&p.pid, State::Evicted, None, Some(msg))
+                    .await
+            }
+            Ok(Outcome::Trapped(msg)) | Err(msg) => {
+                self.record_exit(&p.pid, State::Failed, None, Some(msg))
+                    .await
+            }
+        }
+    }
+
+    /// A native proc gets SIGTERM now and SIGKILL after the grace period if
+    /// it is still running; a wasm proc is stopped at its next epoch check.
     async fn evict(self: &Arc<Self>, pid: &str) {
-        let Some(os_pid) = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&Pid(pid.to_string()))
-            .copied()
-        else {
-            return;
+        let pid = Pid(pid.to_string());
+        let os_pid = match self.tracked(&pid) {
+            None => return,
+            Some(Running::Wasm(stop)) => return stop.stop(),
+            Some(Running::Native(os_pid)) => os_pid,
         };
         signal(os_pid, libc::SIGTERM);
         let me = self.clone();
-        let pid = Pid(pid.to_string());
         tokio::spawn(async move {
             tokio::time::sleep(EVICT_GRACE).await;
-            let still = me
-                .running
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&pid)
-                .copied();
-            if still == Some(os_pid) {
-                signal(os_pid, libc::SIGKILL);
+            if let Some(Running::Native(still)) = me.tracked(&pid) {
+                if still == os_pid {
+                    signal(os_pid, libc::SIGKILL);
+                }
             }
         });
     }
@@ -266,4 +353,76 @@ async fn keep_log(mut from: impl AsyncRead + Unpin, path: PathBuf) {
         }
     }
     let _ = file.flush().await;
+}
+
+/// Linear memory a wasm proc may use: its `mem_mb`, or the sandbox's
+/// default when it asked for none.
+fn wasm_memory_bytes(mem_mb: i64) -> usize {
+    if mem_mb <= 0 {
+        WASM_MEMORY_DEFAULT
+    } else {
+        (mem_mb as usize).saturating_mul(1 << 20)
+    }
+}
+
+/// Linear memory of a wasm proc that asked for no memory (mem_mb 0).
+pub const WASM_MEMORY_DEFAULT: usize = 256 << 20;
+
+/// A wasm proc's stdout or stderr: the file is created on the first write
+/// (most procs never write to stderr), the first [`LOG_BYTES_MAX`] bytes are
+/// kept and the rest dropped, like a native proc's.
+struct LazyLog {
+    path: PathBuf,
+    file: Option<std::io::BufWriter<std::fs::File>>,
+    kept: u64,
+    failed: bool,
+}
+
+impl LazyLog {
+    fn new(path: PathBuf) -> LazyLog {
+        LazyLog {
+            path,
+            file: None,
+            kept: 0,
+            failed: false,
+        }
+    }
+}
+
+impl std::io::Write for LazyLog {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let room = LOG_BYTES_MAX.saturating_sub(self.kept) as usize;
+        let take = buf.len().min(room);
+        if take == 0 || self.failed {
+            return Ok(buf.len());
+        }
+        if self.file.is_none() {
+            let opened = self
+                .path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| std::fs::File::create(&self.path));
+            match opened {
+                Ok(f) => self.file = Some(std::io::BufWriter::new(f)),
+                Err(_) => {
+                    self.failed = true;
+                    return Ok(buf.len());
+                }
+            }
+        }
+        if let Some(f) = &mut self.file {
+            if f.write_all(&buf[..take]).is_err() {
+                self.failed = true;
+            }
+        }
+        self.kept += take as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut self.file {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
 }

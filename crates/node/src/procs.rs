@@ -92,10 +92,54 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor) -> Result<Descriptor, Sta
         restartable: d.restartable,
     };
     desc.validate().map_err(invalid)?;
-    if desc.kind == Kind::Native {
-        resolve_program(&desc.program).map_err(Status::invalid_argument)?;
+    match desc.kind {
+        Kind::Native => {
+            resolve_program(&desc.program).map_err(Status::invalid_argument)?;
+        }
+        Kind::Wasm => {}
+        Kind::Js => {
+            return Err(Status::unimplemented(
+                "js procs are not supported yet: the JavaScript runtime arrives with \
+                 stored procedures (issue 7)",
+            ))
+        }
     }
     Ok(desc)
+}
+
+impl ProcsService {
+    /// Whether `pid` was placed on this node's worker.
+    async fn ran_here(&self, realm: &str, pid: &Pid) -> bool {
+        matches!(procs::status(&self.node.store, realm, pid).await,
+                 Ok(i) if i.worker == Some(self.node.worker_id()))
+    }
+
+    /// Compiles the wasm modules of `ds` (once per distinct program, into
+    /// the node's cache, so procd finds them compiled), refusing the request
+    /// if any is missing or invalid. Nothing has been written yet.
+    async fn check_modules(&self, ds: &[Descriptor]) -> Result<(), Status> {
+        let mut programs: Vec<String> = ds
+            .iter()
+            .filter(|d| d.kind == Kind::Wasm)
+            .map(|d| d.program.clone())
+            .collect();
+        programs.sort();
+        programs.dedup();
+        if programs.is_empty() {
+            return Ok(());
+        }
+        let sandbox = self.node.sandbox.clone();
+        tokio::task::spawn_blocking(move || {
+            programs.iter().try_for_each(|p| {
+                sandbox
+                    .compile_file(Path::new(p))
+                    .map(drop)
+                    .map_err(|e| invalid(format!("wasm program {p}: {e}")))
+            })
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+    }
 }
 
 pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
@@ -148,6 +192,7 @@ impl proto::procs_server::Procs for ProcsService {
             r.proc
                 .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
         )?;
+        self.check_modules(std::slice::from_ref(&d)).await?;
         let (pid, worker) = procs::spawn(&self.node.store, &r.realm, d)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -167,6 +212,7 @@ impl proto::procs_server::Procs for ProcsService {
             .into_iter()
             .map(descriptor_from_proto)
             .collect::<Result<Vec<_>, _>>()?;
+        self.check_modules(&ds).await?;
         let spawned = procs::spawn_burst(&self.node.store, &r.realm, ds)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -283,12 +329,22 @@ impl proto::procs_server::Procs for ProcsService {
             }
         };
         let path = Procd::log_path(&self.node.logs, &r.realm, pid.as_str(), stream);
-        let data = tokio::fs::read(&path).await.map_err(|_| {
-            Status::not_found(format!(
-                "no {stream} kept for proc {pid} in realm {} on this node",
-                r.realm
-            ))
-        })?;
+        let data = match tokio::fs::read(&path).await {
+            Ok(d) => d,
+            // A proc that never wrote to the stream has no file.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && self.ran_here(&r.realm, &pid).await =>
+            {
+                Vec::new()
+            }
+            Err(_) => {
+                return Err(Status::not_found(format!(
+                    "no {stream} kept for proc {pid} in realm {} on this node",
+                    r.realm
+                )))
+            }
+        };
         Ok(Response::new(proto::LogsResponse {
             truncated: data.len() as u64 >= LOG_BYTES_MAX,
             data,

@@ -37,6 +37,99 @@ fn native(program: &str, args: &[&str]) -> proto::ProcDescriptor {
     }
 }
 
+fn wasm(program: &str) -> proto::ProcDescriptor {
+    proto::ProcDescriptor {
+        kind: "wasm".into(),
+        program: program.into(),
+        ..Default::default()
+    }
+}
+
+/// Prints its first argument and `TABOS_PID`'s presence, then exits with 42.
+const WASM_ECHO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "args_sizes_get" (func $as (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "args_get" (func $ag (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (func $strlen (param $p i32) (result i32) (local $n i32)
+    (block $done (loop $l
+      (br_if $done (i32.eqz (i32.load8_u (i32.add (local.get $p) (local.get $n)))))
+      (local.set $n (i32.add (local.get $n) (i32.const 1))) (br $l)))
+    (local.get $n))
+  (func (export "_start") (local $arg i32)
+    ;; argc, size at 0, 4; argv at 64; strings at 256
+    (drop (call $as (i32.const 0) (i32.const 4)))
+    (drop (call $ag (i32.const 64) (i32.const 256)))
+    (local.set $arg (i32.load (i32.const 68)))       ;; argv[1]
+    (i32.store (i32.const 16) (local.get $arg))
+    (i32.store (i32.const 20) (call $strlen (local.get $arg)))
+    (drop (call $fd_write (i32.const 1) (i32.const 16) (i32.const 1) (i32.const 8)))
+    (call $exit (i32.const 42))))"#;
+
+const WASM_SPIN: &str = r#"(module (memory (export "memory") 1)
+  (func (export "_start") (loop $l (br $l))))"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wasm_procs_run_report_status_keep_logs_and_are_evicted() {
+    let dir = TempDir::new("wasmproc");
+    let (node, addr, stop) = start(&dir, 2).await;
+    let echo = dir.path().join("echo.wat");
+    std::fs::write(&echo, WASM_ECHO).unwrap();
+    let spin = dir.path().join("spin.wat");
+    std::fs::write(&spin, WASM_SPIN).unwrap();
+    let mut c = connect(&addr).await;
+
+    let d = proto::ProcDescriptor {
+        args: vec!["hello-wasm".into()],
+        ..wasm(echo.to_str().unwrap())
+    };
+    let s = c.spawn("default", d).await.unwrap();
+    let done = c.wait_exit("default", &s.pid).await.unwrap();
+    assert_eq!(
+        (done.state.as_str(), done.exit_status),
+        ("exited", Some(42)),
+        "{done:?}"
+    );
+    let out = c.logs("default", &s.pid, "stdout").await.unwrap();
+    assert_eq!(out.data, b"hello-wasm");
+    // It wrote nothing to stderr: an empty log, not an error.
+    assert!(c
+        .logs("default", &s.pid, "stderr")
+        .await
+        .unwrap()
+        .data
+        .is_empty());
+
+    // An infinite loop runs until evicted, and the eviction stops it.
+    let looping = c
+        .spawn("default", wasm(spin.to_str().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.wait_start("default", &looping.pid).await.unwrap().state,
+        "running"
+    );
+    c.evict("default", &looping.pid).await.unwrap();
+    let gone = c.wait_exit("default", &looping.pid).await.unwrap();
+    assert_eq!(gone.state, "evicted", "{gone:?}");
+
+    // A trap fails the proc with the trap's message.
+    let trap = dir.path().join("trap.wat");
+    std::fs::write(&trap, r#"(module (func (export "_start") unreachable))"#).unwrap();
+    let t = c
+        .spawn("default", wasm(trap.to_str().unwrap()))
+        .await
+        .unwrap();
+    let failed = c.wait_exit("default", &t.pid).await.unwrap();
+    assert_eq!(failed.state, "failed");
+    assert!(failed.error.contains("unreachable"), "{failed:?}");
+
+    // Each module was compiled once, by the Spawn RPC.
+    assert_eq!(node.sandbox.cached_modules(), 3);
+    let _ = stop.send(());
+}
+
 fn code(e: &ClientError) -> tonic::Code {
     match e {
         ClientError::Status(s) => s.code(),
@@ -145,7 +238,34 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
     )
     .await
     .unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"\0asm\x01\0\0\0 not really").unwrap();
+    let no_start = dir.path().join("lib.wat");
+    std::fs::write(&no_start, "(module (memory 1))").unwrap();
     let cases = [
+        (
+            "default",
+            wasm(garbage.to_str().unwrap()),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "default",
+            wasm(no_start.to_str().unwrap()),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "default",
+            wasm("/no/such/module.wasm"),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "default",
+            proto::ProcDescriptor {
+                kind: "js".into(),
+                ..native("main.js", &[])
+            },
+            tonic::Code::Unimplemented,
+        ),
         (
             "default",
             native("/no/such/binary", &[]),

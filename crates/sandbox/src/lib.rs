@@ -1,0 +1,373 @@
+//! tabos-sandbox: the one home of the runtimes that run tenant code.
+//!
+//! Today: WebAssembly with wasmtime, for `wasm` procs (issue 3). Stored
+//! procedures and JavaScript (issue 7) build on the same [`Sandbox`].
+//!
+//! * One shared [`wasmtime::Engine`] per sandbox, with the pooling instance
+//!   allocator (instance slots, memories and tables are preallocated and
+//!   recycled, so instantiation is a few microseconds) and epoch
+//!   interruption (so a running module can be stopped from another thread).
+//! * Modules are compiled once and cached by content ([`Sandbox::compile`]):
+//!   the cache key is the module's bytes, found by their hash, so two
+//!   different modules can never share an entry. The cache is bounded.
+//! * Each run gets its own [`wasmtime::Store`] with a memory limit, the
+//!   WASI preview1 subset of [`wasi`] (arguments, environment, stdout and
+//!   stderr captured into the caller's sinks, clocks, randomness,
+//!   `proc_exit`), and a [`StopHandle`] that ends it at the next epoch check.
+//!
+//! Nothing a module does can panic the host: traps, bad pointers, exhausted
+//! memory and stack overflows all come back as an [`Outcome`] or an
+//! [`Error`].
+
+mod wasi;
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
+    PoolingAllocationConfig, Store, StoreLimits, StoreLimitsBuilder, UpdateDeadline,
+};
+
+/// Largest module file accepted, in bytes.
+pub const MODULE_BYTES_MAX: usize = 64 << 20;
+/// Compiled modules kept in the cache; the oldest is dropped past this.
+pub const CACHE_MODULES_MAX: usize = 256;
+/// Instances that may exist at once in one sandbox (pool slots).
+pub const INSTANCES_MAX: u32 = 1_000;
+/// Linear memory one instance may grow to, unless a run asks for less.
+pub const MEMORY_BYTES_MAX: usize = 1 << 30;
+/// Bytes of arguments plus environment handed to one run.
+pub const ARGS_BYTES_MAX: usize = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The module is not valid WebAssembly, or not a WASI command tabos can
+    /// run; the message is the compiler's or the linker's.
+    #[error("invalid module: {0}")]
+    InvalidModule(String),
+    #[error("{0}")]
+    Limit(String),
+    #[error("cannot read module {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    /// The runtime itself failed (e.g. the pool is exhausted).
+    #[error("sandbox: {0}")]
+    Runtime(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// `_start` returned (status 0) or the module called `proc_exit(status)`.
+    Exited(i32),
+    /// Stopped through its [`StopHandle`].
+    Stopped,
+    /// A trap (unreachable, out-of-bounds access, stack overflow, …) or a
+    /// failing host call; the message says which.
+    Trapped(String),
+}
+
+/// A compiled module, ready to instantiate: a WASI command (`_start`).
+#[derive(Clone)]
+pub struct Program {
+    pre: InstancePre<RunState>,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+/// Stops a run from another thread: sets the run's flag and bumps the
+/// engine's epoch, so the run's next epoch check (at every loop back-edge and
+/// function entry) traps. Cheap to clone.
+#[derive(Clone)]
+pub struct StopHandle {
+    flag: Arc<AtomicBool>,
+    engine: Engine,
+}
+
+impl std::fmt::Debug for StopHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StopHandle")
+            .field("stopped", &self.is_stopped())
+            .finish()
+    }
+}
+
+impl StopHandle {
+    pub fn stop(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        // Every running store reaches its deadline; only this run's callback
+        // sees its flag set, the others extend their deadline and go on.
+        self.engine.increment_epoch();
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+}
+
+/// What one run gets.
+pub struct RunSpec {
+    /// argv, program name first.
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub stdout: Box<dyn Write + Send>,
+    pub stderr: Box<dyn Write + Send>,
+    /// Linear memory limit in bytes (at most [`MEMORY_BYTES_MAX`]).
+    pub memory_bytes: usize,
+}
+
+impl std::fmt::Debug for RunSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunSpec")
+            .field("args", &self.args)
+            .field("env", &self.env)
+            .field("memory_bytes", &self.memory_bytes)
+            .finish()
+    }
+}
+
+/// Per-run state kept in the wasmtime store.
+pub(crate) struct RunState {
+    pub(crate) wasi: wasi::Ctx,
+    limits: StoreLimits,
+    stop: Arc<AtomicBool>,
+}
+
+/// The WebAssembly runtime of one node: engine, linker and module cache.
+#[derive(Clone)]
+pub struct Sandbox {
+    engine: Engine,
+    linker: Arc<Linker<RunState>>,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox").finish_non_exhaustive()
+    }
+}
+
+/// A cached program with the bytes it was compiled from.
+type Cached = (Arc<[u8]>, Program);
+
+#[derive(Default)]
+struct Cache {
+    /// Content hash → the modules with that hash (almost always one), each
+    /// kept with its bytes so a hash collision cannot return the wrong one.
+    by_hash: HashMap<u64, Vec<Cached>>,
+    /// Insertion order, for dropping the oldest.
+    order: std::collections::VecDeque<u64>,
+    len: usize,
+}
+
+fn content_hash(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+impl Sandbox {
+    pub fn new() -> Result<Sandbox> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_core_instances(INSTANCES_MAX)
+            .total_memories(INSTANCES_MAX)
+            .total_tables(INSTANCES_MAX)
+            .max_memory_size(MEMORY_BYTES_MAX);
+        let mut config = Config::new();
+        config
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| Error::Runtime(format!("{e:#}")))?;
+        let mut linker = Linker::new(&engine);
+        wasi::add_to_linker(&mut linker).map_err(|e| Error::Runtime(format!("{e:#}")))?;
+        Ok(Sandbox {
+            engine,
+            linker: Arc::new(linker),
+            cache: Arc::new(Mutex::new(Cache::default())),
+        })
+    }
+
+    /// A handle to stop one run; create it before [`Sandbox::run`].
+    pub fn stop_handle(&self) -> StopHandle {
+        StopHandle {
+            flag: Arc::new(AtomicBool::new(false)),
+            engine: self.engine.clone(),
+        }
+    }
+
+    /// Compiles `bytes` (binary WebAssembly, or WAT text), or returns the
+    /// cached program for the same bytes. Validates that it is a WASI
+    /// command whose imports tabos provides.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Program> {
+        if bytes.len() > MODULE_BYTES_MAX {
+            return Err(Error::Limit(format!(
+                "module of {} bytes exceeds {MODULE_BYTES_MAX}",
+                bytes.len()
+            )));
+        }
+        let hash = content_hash(bytes);
+        if let Some(p) = self.lookup(hash, bytes) {
+            return Ok(p);
+        }
+        // Compile outside the lock: it takes milliseconds, and two threads
+        // compiling the same new module at once only waste work.
+        let module =
+            Module::new(&self.engine, bytes).map_err(|e| Error::InvalidModule(format!("{e:#}")))?;
+        match module.get_export("_start") {
+            Some(wasmtime::ExternType::Func(f))
+                if f.params().len() == 0 && f.results().len() == 0 => {}
+            _ => {
+                return Err(Error::InvalidModule(
+                    "not a WASI command: it exports no `_start` function of type [] -> []".into(),
+                ))
+            }
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&module)
+            .map_err(|e| Error::InvalidModule(format!("{e:#}")))?;
+        let program = Program {
+            pre,
+            bytes: bytes.len(),
+        };
+        self.insert(hash, bytes, program.clone());
+        Ok(program)
+    }
+
+    /// Reads and compiles a module file (see [`Sandbox::compile`]).
+    pub fn compile_file(&self, path: &Path) -> Result<Program> {
+        let io = |source| Error::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let len = std::fs::metadata(path).map_err(io)?.len();
+        if len > MODULE_BYTES_MAX as u64 {
+            return Err(Error::Limit(format!(
+                "module {} of {len} bytes exceeds {MODULE_BYTES_MAX}",
+                path.display()
+            )));
+        }
+        let bytes = std::fs::read(path).map_err(io)?;
+        self.compile(&bytes)
+    }
+
+    /// Compiled modules in the cache.
+    pub fn cached_modules(&self) -> usize {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).len
+    }
+
+    fn lookup(&self, hash: u64, bytes: &[u8]) -> Option<Program> {
+        let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .by_hash
+            .get(&hash)?
+            .iter()
+            .find(|(b, _)| &b[..] == bytes)
+            .map(|(_, p)| p.clone())
+    }
+
+    fn insert(&self, hash: u64, bytes: &[u8], program: Program) {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = cache.by_hash.entry(hash).or_default();
+        if entry.iter().any(|(b, _)| &b[..] == bytes) {
+            return; // another thread compiled it first
+        }
+        entry.push((Arc::from(bytes), program));
+        cache.order.push_back(hash);
+        cache.len += 1;
+        while cache.len > CACHE_MODULES_MAX {
+            let Some(old) = cache.order.pop_front() else {
+                break;
+            };
+            let mut dropped = 0;
+            if let Some(v) = cache.by_hash.get_mut(&old) {
+                if !v.is_empty() {
+                    v.remove(0);
+                    dropped = 1;
+                }
+                if v.is_empty() {
+                    cache.by_hash.remove(&old);
+                }
+            }
+            cache.len -= dropped;
+        }
+        debug_assert!(cache.len <= CACHE_MODULES_MAX);
+    }
+
+    /// Runs `program`'s `_start` to the end on the calling thread (a worker
+    /// thread: this blocks for as long as the module runs).
+    pub fn run(&self, program: &Program, spec: RunSpec, stop: &StopHandle) -> Result<Outcome> {
+        let env_bytes: usize = spec.args.iter().map(|a| a.len() + 1).sum::<usize>()
+            + spec
+                .env
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 2)
+                .sum::<usize>();
+        if env_bytes > ARGS_BYTES_MAX {
+            return Err(Error::Limit(format!(
+                "arguments and environment of {env_bytes} bytes exceed {ARGS_BYTES_MAX}"
+            )));
+        }
+        let memory = spec.memory_bytes.min(MEMORY_BYTES_MAX);
+        let ctx = wasi::Ctx::new(spec.args, spec.env, spec.stdout, spec.stderr);
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(memory)
+            .instances(1)
+            .build();
+        let state = RunState {
+            wasi: ctx,
+            limits,
+            stop: stop.flag.clone(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|ctx| {
+            if ctx.data().stop.load(Ordering::SeqCst) {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Continue(1))
+            }
+        });
+        if stop.is_stopped() {
+            return Ok(Outcome::Stopped);
+        }
+        let result = (|| {
+            let instance = program.pre.instantiate(&mut store)?;
+            let start = instance.get_typed_func::<(), ()>(&mut store, "_start")?;
+            start.call(&mut store, ())
+        })();
+        let outcome = match result {
+            Ok(()) => Outcome::Exited(0),
+            Err(e) => {
+                if let Some(wasi::Exit(code)) = e.downcast_ref::<wasi::Exit>() {
+                    Outcome::Exited(*code)
+                } else if stop.is_stopped() {
+                    Outcome::Stopped
+                } else if let Some(trap) = e.downcast_ref::<wasmtime::Trap>() {
+                    Outcome::Trapped(format!("wasm trap: {trap}"))
+                } else {
+                    Outcome::Trapped(e.to_string())
+                }
+            }
+        };
+        store.data_mut().wasi.flush();
+        Ok(outcome)
+    }
+}

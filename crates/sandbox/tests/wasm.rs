@@ -1,0 +1,235 @@
+//! The WebAssembly runtime on its own: WASI commands written as WAT.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use tabos_sandbox::{Error, Outcome, RunSpec, Sandbox};
+
+/// A sink the test can read after the run.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+struct Run {
+    outcome: Outcome,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_with(sb: &Sandbox, wat: &str, args: &[&str], memory_bytes: usize) -> Run {
+    let program = sb.compile(wat.as_bytes()).expect("compiles");
+    let (out, err) = (Captured::default(), Captured::default());
+    let spec = RunSpec {
+        args: args.iter().map(|s| s.to_string()).collect(),
+        env: vec![("GREETING".into(), "hi".into())],
+        stdout: Box::new(out.clone()),
+        stderr: Box::new(err.clone()),
+        memory_bytes,
+    };
+    let outcome = sb.run(&program, spec, &sb.stop_handle()).expect("runs");
+    Run {
+        outcome,
+        stdout: out.text(),
+        stderr: err.text(),
+    }
+}
+
+fn run(sb: &Sandbox, wat: &str) -> Run {
+    run_with(sb, wat, &["prog"], 16 << 20)
+}
+
+const HELLO: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 16) "hello\n")
+  (data (i32.const 32) "oops\n")
+  (func (export "_start")
+    ;; iovec at 0: {16, 6}; then stderr iovec at 8: {32, 5}
+    (i32.store (i32.const 0) (i32.const 16)) (i32.store (i32.const 4) (i32.const 6))
+    (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 100)))
+    (i32.store (i32.const 8) (i32.const 32)) (i32.store (i32.const 12) (i32.const 5))
+    (drop (call $fd_write (i32.const 2) (i32.const 8) (i32.const 1) (i32.const 100)))))"#;
+
+#[test]
+fn stdout_and_stderr_are_captured_and_start_returning_is_status_zero() {
+    let sb = Sandbox::new().unwrap();
+    let r = run(&sb, HELLO);
+    assert_eq!(r.outcome, Outcome::Exited(0));
+    assert_eq!(r.stdout, "hello\n");
+    assert_eq!(r.stderr, "oops\n");
+}
+
+#[test]
+fn proc_exit_gives_the_status() {
+    let sb = Sandbox::new().unwrap();
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_start") (call $exit (i32.const 7)) unreachable))"#;
+    assert_eq!(run(&sb, wat).outcome, Outcome::Exited(7));
+}
+
+#[test]
+fn arguments_and_environment_are_seen() {
+    let sb = Sandbox::new().unwrap();
+    // Exits with argc * 100 + the length of the first environment string
+    // ("GREETING=hi" plus its NUL = 12).
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "args_sizes_get" (func $as (param i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "environ_sizes_get" (func $es (param i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (drop (call $as (i32.const 0) (i32.const 4)))
+        (drop (call $es (i32.const 8) (i32.const 12)))
+        (call $exit (i32.add (i32.mul (i32.load (i32.const 0)) (i32.const 100))
+                             (i32.load (i32.const 12))))))"#;
+    let r = run_with(&sb, wat, &["prog", "a", "b"], 16 << 20);
+    assert_eq!(r.outcome, Outcome::Exited(312));
+}
+
+#[test]
+fn a_bad_pointer_in_a_host_call_is_efault_not_a_crash() {
+    let sb = Sandbox::new().unwrap();
+    // The iovec points past the end of the one-page memory.
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (i32.store (i32.const 0) (i32.const 65530)) (i32.store (i32.const 4) (i32.const 100))
+        (call $exit (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 8)))))"#;
+    let r = run(&sb, wat);
+    assert_eq!(r.outcome, Outcome::Exited(21), "EFAULT");
+    assert_eq!(r.stdout, "");
+}
+
+#[test]
+fn unsupported_wasi_functions_link_and_return_enosys() {
+    let sb = Sandbox::new().unwrap();
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "path_open"
+        (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (call $exit (call $open (i32.const 3) (i32.const 0) (i32.const 0) (i32.const 0)
+                                (i32.const 0) (i64.const 0) (i64.const 0) (i32.const 0) (i32.const 0)))))"#;
+    assert_eq!(run(&sb, wat).outcome, Outcome::Exited(52), "ENOSYS");
+}
+
+#[test]
+fn traps_and_stack_overflow_are_outcomes() {
+    let sb = Sandbox::new().unwrap();
+    let unreachable =
+        r#"(module (memory (export "memory") 1) (func (export "_start") unreachable))"#;
+    match run(&sb, unreachable).outcome {
+        Outcome::Trapped(m) => assert!(m.contains("unreachable"), "{m}"),
+        o => panic!("{o:?}"),
+    }
+    let recurse = r#"(module (memory (export "memory") 1)
+      (func $f (call $f)) (func (export "_start") (call $f)))"#;
+    match run(&sb, recurse).outcome {
+        Outcome::Trapped(m) => assert!(m.contains("call stack exhausted"), "{m}"),
+        o => panic!("{o:?}"),
+    }
+}
+
+#[test]
+fn memory_beyond_the_limit_is_refused_to_the_guest() {
+    let sb = Sandbox::new().unwrap();
+    // Grows by 32 pages (2 MiB) and exits with memory.grow's result + 10:
+    // 11 if it grew from 1 page, 9 if refused (-1).
+    let wat = r#"(module
+      (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+      (memory (export "memory") 1)
+      (func (export "_start")
+        (call $exit (i32.add (memory.grow (i32.const 32)) (i32.const 10)))))"#;
+    assert_eq!(
+        run_with(&sb, wat, &["p"], 1 << 20).outcome,
+        Outcome::Exited(9)
+    );
+    assert_eq!(
+        run_with(&sb, wat, &["p"], 4 << 20).outcome,
+        Outcome::Exited(11)
+    );
+}
+
+const SPIN: &str = r#"(module (memory (export "memory") 1)
+  (func (export "_start") (loop $l (br $l))))"#;
+
+#[test]
+fn an_infinite_loop_is_stopped_from_another_thread() {
+    let sb = Sandbox::new().unwrap();
+    let program = sb.compile(SPIN.as_bytes()).unwrap();
+    let stop = sb.stop_handle();
+    let (sb2, stop2) = (sb.clone(), stop.clone());
+    let t = std::thread::spawn(move || {
+        let spec = RunSpec {
+            args: vec!["spin".into()],
+            env: vec![],
+            stdout: Box::new(std::io::sink()),
+            stderr: Box::new(std::io::sink()),
+            memory_bytes: 1 << 20,
+        };
+        sb2.run(&program, spec, &stop2).unwrap()
+    });
+    // Another run on the same engine is not disturbed by the epoch bump.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    stop.stop();
+    assert_eq!(t.join().unwrap(), Outcome::Stopped);
+    assert_eq!(run(&sb, HELLO).outcome, Outcome::Exited(0));
+}
+
+#[test]
+fn bad_modules_are_refused_with_the_compilers_message() {
+    let sb = Sandbox::new().unwrap();
+    match sb.compile(b"\0asm\x01\0\0\0garbage") {
+        Err(Error::InvalidModule(m)) => assert!(!m.is_empty()),
+        r => panic!("{r:?}"),
+    }
+    match sb.compile(b"(module (func $f (result i32) (i64.const 1)))") {
+        Err(Error::InvalidModule(m)) => assert!(m.contains("type mismatch"), "{m}"),
+        r => panic!("{r:?}"),
+    }
+    match sb.compile(b"(module (memory 1))") {
+        Err(Error::InvalidModule(m)) => assert!(m.contains("_start"), "{m}"),
+        r => panic!("{r:?}"),
+    }
+    let unknown_import = r#"(module (import "env" "launch_missiles" (func))
+      (func (export "_start")))"#;
+    match sb.compile(unknown_import.as_bytes()) {
+        Err(Error::InvalidModule(m)) => assert!(m.contains("launch_missiles"), "{m}"),
+        r => panic!("{r:?}"),
+    }
+    match sb.compile_file(std::path::Path::new("/nonexistent/prog.wasm")) {
+        Err(Error::Io { .. }) => {}
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(sb.cached_modules(), 0, "nothing invalid is cached");
+}
+
+#[test]
+fn modules_are_compiled_once_per_content() {
+    let sb = Sandbox::new().unwrap();
+    sb.compile(HELLO.as_bytes()).unwrap();
+    sb.compile(HELLO.as_bytes()).unwrap();
+    assert_eq!(sb.cached_modules(), 1);
+    sb.compile(SPIN.as_bytes()).unwrap();
+    assert_eq!(sb.cached_modules(), 2);
+}
