@@ -195,6 +195,7 @@ fn native_on_node(quick: bool, dir: &Path) -> anyhow::Result<(Samples, f64, usiz
         cores,
         mem_mb: 1024,
         heartbeat: std::time::Duration::from_secs(1),
+        ..tabos_node::NodeSettings::defaults()
     };
     let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("node")), settings)?;
     // The node creates its realm when it starts serving; creating it here

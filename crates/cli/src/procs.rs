@@ -24,8 +24,9 @@ pub struct SpawnArgs {
     /// native, wasm or js
     #[arg(long, default_value = "native")]
     kind: String,
-    /// LC (latency-critical, reserves cores) or BE (best-effort)
-    #[arg(long, default_value = "BE")]
+    /// LC (latency-critical: reserves its cores) or BE (best-effort: runs
+    /// while the node's utilization is under its target)
+    #[arg(long, default_value = "LC")]
     class: String,
     /// Cores to reserve
     #[arg(long, default_value_t = 1)]

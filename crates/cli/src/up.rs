@@ -32,6 +32,13 @@ pub struct Args {
     /// Heartbeat period in ms; a node silent for 3 periods is declared lost
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     heartbeat_ms: u64,
+    /// Best-effort procs run while the node's busy cores are under this
+    /// percentage of its cores; latency-critical procs reserve theirs
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=tabos_node::procd::BE_UTIL_PCT_MAX as i64))]
+    be_util_pct: u32,
+    /// A proc left unclaimed on another node this long is stolen by this one
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    steal_after_ms: u64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -61,6 +68,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         settings.cores = c;
     }
     settings.heartbeat = std::time::Duration::from_millis(args.heartbeat_ms);
+    settings.be_util_pct = args.be_util_pct;
+    settings.steal_after = std::time::Duration::from_millis(args.steal_after_ms);
     // procs' stdout and stderr are kept beside the embedded database, or in
     // the temp dir when the database is PostgreSQL.
     settings.logs = match &args.db {

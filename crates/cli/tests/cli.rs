@@ -230,6 +230,24 @@ fn spawn_wait_ps_and_logs() {
     let o = node.tabos(&["wait", "nobody"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("no proc"), "{}", stderr(&o));
+    // A wasm proc: a WASI command given as WAT, exiting with 5.
+    let wat = dir.path().join("exit5.wat");
+    std::fs::write(
+        &wat,
+        r#"(module (import "wasi_snapshot_preview1" "proc_exit" (func $e (param i32)))
+             (memory (export "memory") 1) (func (export "_start") (call $e (i32.const 5))))"#,
+    )
+    .unwrap();
+    let wat = wat.to_str().unwrap();
+    let o = node.tabos(&[
+        "spawn", "--kind", "wasm", "--pid", "w1", "--wait", "--", wat,
+    ]);
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    let bad = dir.path().join("bad.wasm");
+    std::fs::write(&bad, b"not wasm").unwrap();
+    let o = node.tabos(&["spawn", "--kind", "wasm", "--", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("invalid module"), "{}", stderr(&o));
 }
 
 /// Two nodes on one PostgreSQL database; the one running a proc is killed
@@ -247,6 +265,9 @@ fn a_killed_node_has_its_procs_failed() {
         "1",
         "--heartbeat-ms",
         "100",
+        // This test is about leases: b must not steal a's proc.
+        "--steal-after-ms",
+        "3600000",
     ];
     let a = Node::start(&[&common[..], &["--node-id", "a", "--cores", "1"]].concat());
     let b = Node::start(&[&common[..], &["--node-id", "b", "--cores", "1"]].concat());

@@ -34,6 +34,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/002_procs.sql"),
         postgres: include_str!("../schema/postgres/002_procs.sql"),
     },
+    Migration {
+        version: 3,
+        name: "steal",
+        sqlite: include_str!("../schema/sqlite/003_steal.sql"),
+        postgres: include_str!("../schema/postgres/003_steal.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -120,13 +120,13 @@ pub struct Descriptor {
 }
 
 impl Descriptor {
-    /// A one-core best-effort native proc running `program`.
+    /// A one-core latency-critical native proc running `program`.
     pub fn native(program: impl Into<String>) -> Descriptor {
         Descriptor {
             pid: None,
             parent: None,
             kind: Kind::Native,
-            class: Class::Be,
+            class: Class::Lc,
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
@@ -209,12 +209,11 @@ impl Descriptor {
         serde_json::Value::Object(obj).to_string()
     }
 
+    /// What the scheduler must find and reserve: an LC proc's cores and
+    /// memory; nothing for a BE proc, which only needs a live worker and
+    /// runs when that worker's procd admits it (σOS Figure 3-5).
     fn need(&self) -> Need {
-        Need {
-            cores: self.cores,
-            mem_mb: self.mem_mb,
-            home_node: self.home_node.clone(),
-        }
+        Need::of(self.class, self.cores, self.mem_mb, self.home_node.clone())
     }
 }
 
@@ -286,6 +285,13 @@ pub fn worker_channel(realm: &str, worker: &WorkerId) -> String {
     format!("worker/{realm}/{worker}")
 }
 
+/// The change-feed channel on which every placement of a proc in `realm`
+/// is announced (payload: the worker), so that idle procds can arm a
+/// timer to steal it if it stays unclaimed (σOS Figure 3-6).
+pub fn queue_channel(realm: &str) -> String {
+    format!("queue/{realm}")
+}
+
 pub(crate) fn notify_assigned(
     tx: &mut dyn Tx,
     realm: &str,
@@ -293,6 +299,7 @@ pub(crate) fn notify_assigned(
     worker: &WorkerId,
 ) -> Result<()> {
     tx.notify(&worker_channel(realm, worker), pid)?;
+    tx.notify(&queue_channel(realm), worker.as_str())?;
     Ok(())
 }
 
@@ -375,8 +382,8 @@ pub fn spawn_tx(
     let seq = crate::realms::next_seq_tx(tx, realm, 2)?;
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
-                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, $16)",
+                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, assign_us) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, $16, $17)",
         params![
             p,
             realm,
@@ -393,7 +400,8 @@ pub fn spawn_tx(
             d.home_node.as_deref(),
             d.restartable,
             worker.as_ref().map(WorkerId::as_str),
-            now_us
+            now_us,
+            worker.as_ref().map(|_| now_us)
         ],
     )
     .map_err(|e| {
@@ -414,46 +422,184 @@ pub fn spawn_tx(
     Ok(worker)
 }
 
-/// Procedure body: a worker's procd takes up to `max` procs assigned to it.
+/// How many best-effort procs a procd may admit now (σOS Figure 3-5): BE
+/// procs are admitted, oldest first, while the node's utilization — the
+/// cores of the procs it runs, LC and BE, over its cores — is under a
+/// target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Admission {
+    /// Cores of the procs the procd is running now.
+    pub busy_cores: i64,
+    /// Utilization target in cores (cores × target fraction).
+    pub target_cores: f64,
+}
+
+impl Admission {
+    /// Whether another BE proc may start now.
+    pub fn admits(&self) -> bool {
+        (self.busy_cores as f64) < self.target_cores
+    }
+}
+
+/// Marks `info` claimed by `worker` (its current worker, or a thief).
+fn claim_one_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    info: &mut ProcInfo,
+    worker: &WorkerId,
+    event: &str,
+    detail: &str,
+    now_us: i64,
+) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE proc SET state = 'claimed', claim_us = $4, worker_id = $5 \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND state = 'spawned'",
+        params![p, realm, info.pid.as_str(), now_us, worker.as_str()],
+    )?;
+    debug_assert_eq!(n, 1, "only spawned procs are claimed");
+    event_tx(tx, realm, info.pid.as_str(), event, Some(detail), now_us)?;
+    tx.notify(
+        &proc_channel(realm, info.pid.as_str()),
+        State::Claimed.as_str(),
+    )?;
+    info.state = State::Claimed;
+    info.worker = Some(worker.clone());
+    Ok(())
+}
+
+/// Procedure body: a worker's procd takes the procs assigned to it: every
+/// LC proc (their cores are already reserved), then BE procs in spawn order
+/// while `admission` admits them; at most `max` in all.
 pub fn claim_tx(
     tx: &mut dyn Tx,
     realm: &str,
     worker: &WorkerId,
     max: i64,
+    admission: Admission,
     now_us: i64,
 ) -> Result<Vec<ProcInfo>> {
     let p = i64::from(tx.p_key().0);
-    let rows = tx.query(
-        &format!(
-            "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-             AND state = 'spawned' ORDER BY seq LIMIT $4"
-        ),
-        params![p, realm, worker.as_str(), max],
-    )?;
-    let mut claimed = Vec::with_capacity(rows.len());
-    for r in &rows {
+    let select = format!(
+        "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+         AND state = 'spawned' AND class = $4 ORDER BY seq LIMIT $5"
+    );
+    let mut claimed = Vec::new();
+    let lc = tx.query(&select, params![p, realm, worker.as_str(), "LC", max])?;
+    let mut admission = admission;
+    for r in &lc {
         let mut info = proc_from_row(r)?;
-        tx.execute(
-            "UPDATE proc SET state = 'claimed', claim_us = $4 \
-             WHERE p_key = $1 AND realm = $2 AND pid = $3 AND state = 'spawned'",
-            params![p, realm, info.pid.as_str(), now_us],
-        )?;
-        event_tx(
+        claim_one_tx(
             tx,
             realm,
-            info.pid.as_str(),
+            &mut info,
+            worker,
             "claim",
-            Some(worker.as_str()),
+            worker.as_str(),
             now_us,
         )?;
-        tx.notify(
-            &proc_channel(realm, info.pid.as_str()),
-            State::Claimed.as_str(),
-        )?;
-        info.state = State::Claimed;
+        admission.busy_cores += info.cores;
         claimed.push(info);
     }
+    let room = max - claimed.len() as i64;
+    if room > 0 && admission.admits() {
+        let be = tx.query(&select, params![p, realm, worker.as_str(), "BE", room])?;
+        for r in &be {
+            if !admission.admits() {
+                break;
+            }
+            let mut info = proc_from_row(r)?;
+            claim_one_tx(
+                tx,
+                realm,
+                &mut info,
+                worker,
+                "claim",
+                worker.as_str(),
+                now_us,
+            )?;
+            admission.busy_cores += info.cores;
+            claimed.push(info);
+        }
+    }
+    debug_assert!(claimed.len() as i64 <= max);
     Ok(claimed)
+}
+
+/// What [`steal_tx`] took and when to look again.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stolen {
+    pub procs: Vec<ProcInfo>,
+    /// When the oldest proc of another worker that is still unclaimed, but
+    /// not yet stealable, becomes stealable.
+    pub next_us: Option<i64>,
+}
+
+/// Procedures scanned per steal.
+pub const STEAL_SCAN_MAX: i64 = 64;
+
+/// Procedure body: σOS work stealing (Figure 3-6). `thief` takes procs that
+/// were placed on other workers at least `steal_after_us` ago and are still
+/// unclaimed: an LC proc if the thief has room for it (its reservation
+/// moves from the victim to the thief, and the victim's freed room goes to
+/// deferred procs), a BE proc while `admission` admits it.
+pub fn steal_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    thief: &WorkerId,
+    admission: Admission,
+    steal_after_us: i64,
+    now_us: i64,
+) -> Result<Stolen> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        &format!(
+            "SELECT {PROC_COLUMNS}, assign_us FROM proc \
+             WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
+               AND worker_id <> $3 \
+             ORDER BY assign_us LIMIT $4"
+        ),
+        params![p, realm, thief.as_str(), STEAL_SCAN_MAX],
+    )?;
+    let mut out = Stolen::default();
+    let mut admission = admission;
+    let mut victims_freed = false;
+    for r in &rows {
+        let assign_us: i64 = r.get::<Option<i64>>(18)?.unwrap_or(0);
+        if assign_us + steal_after_us > now_us {
+            // Ordered by assign_us: this and every later one are too young.
+            out.next_us = Some(assign_us + steal_after_us);
+            break;
+        }
+        let mut info = proc_from_row(r)?;
+        let victim = info
+            .worker
+            .clone()
+            .ok_or_else(|| Error::Invalid(format!("unclaimed proc {} has no worker", info.pid)))?;
+        match info.class {
+            Class::Lc => {
+                let need = Need::of(Class::Lc, info.cores, info.mem_mb, None);
+                if !sched::try_reserve_tx(tx, realm, thief, &need)? {
+                    continue;
+                }
+                sched::release_tx(tx, realm, &victim, info.cores, info.mem_mb)?;
+                victims_freed = true;
+            }
+            Class::Be => {
+                if !admission.admits() {
+                    continue;
+                }
+            }
+        }
+        let detail = format!("{thief} from {victim}");
+        claim_one_tx(tx, realm, &mut info, thief, "steal", &detail, now_us)?;
+        admission.busy_cores += info.cores;
+        out.procs.push(info);
+    }
+    if victims_freed {
+        sched::assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(out)
 }
 
 /// Procedure body: σOS `Started`: claimed → running.
@@ -513,12 +659,13 @@ pub fn exited_tx(
     )?;
     event_tx(tx, realm, pid.as_str(), state.as_str(), error, now_us)?;
     tx.notify(&proc_channel(realm, pid.as_str()), state.as_str())?;
-    match &info.worker {
-        Some(w) => {
+    match (&info.worker, info.class) {
+        (Some(w), Class::Lc) => {
             sched::release_tx(tx, realm, w, info.cores, info.mem_mb)?;
             sched::assign_deferred_tx(tx, realm, now_us)
         }
-        None => Ok(Vec::new()),
+        // A BE proc held no reservation; its procd admits the next one.
+        _ => Ok(Vec::new()),
     }
 }
 
@@ -636,10 +783,25 @@ pub async fn claim(
     realm: &str,
     worker: &WorkerId,
     max: i64,
+    admission: Admission,
 ) -> Result<Vec<ProcInfo>> {
     let w = worker.clone();
     call(store, realm, move |tx, r, now| {
-        claim_tx(tx, r, &w, max, now)
+        claim_tx(tx, r, &w, max, admission, now)
+    })
+    .await
+}
+
+pub async fn steal(
+    store: &Store,
+    realm: &str,
+    thief: &WorkerId,
+    admission: Admission,
+    steal_after_us: i64,
+) -> Result<Stolen> {
+    let w = thief.clone();
+    call(store, realm, move |tx, r, now| {
+        steal_tx(tx, r, &w, admission, steal_after_us, now)
     })
     .await
 }

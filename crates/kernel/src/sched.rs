@@ -95,6 +95,35 @@ pub struct Need {
     pub home_node: Option<String>,
 }
 
+impl Need {
+    /// What a proc of `class` must be given: LC procs reserve their cores
+    /// and memory; BE procs reserve nothing (any live worker will do).
+    pub fn of(
+        class: crate::procs::Class,
+        cores: i64,
+        mem_mb: i64,
+        home_node: Option<String>,
+    ) -> Need {
+        match class {
+            crate::procs::Class::Lc => Need {
+                cores,
+                mem_mb,
+                home_node,
+            },
+            crate::procs::Class::Be => Need {
+                cores: 0,
+                mem_mb: 0,
+                home_node,
+            },
+        }
+    }
+
+    /// Whether there is anything to reserve.
+    pub fn reserves(&self) -> bool {
+        self.cores > 0 || self.mem_mb > 0
+    }
+}
+
 /// Procedure body: the scheduler's choice of worker for `need`, or `None`
 /// (defer). Does not reserve anything; see [`reserve_tx`].
 pub fn pick_tx(
@@ -123,20 +152,34 @@ pub fn pick_tx(
 /// Procedure body: takes `need`'s cores and memory from `worker`. Fails if it
 /// no longer has room (the guard keeps capacity from going negative).
 pub fn reserve_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId, need: &Need) -> Result<()> {
-    let p = i64::from(tx.p_key().0);
-    let n = tx.execute(
-        "UPDATE worker SET unused_capacity = unused_capacity - $4, unused_mem_mb = unused_mem_mb - $5 \
-         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-           AND unused_capacity >= $4 AND unused_mem_mb >= $5",
-        params![p, realm, worker.as_str(), need.cores, need.mem_mb],
-    )?;
-    if n != 1 {
+    if !try_reserve_tx(tx, realm, worker, need)? {
         return Err(Error::Invalid(format!(
             "worker {worker} has no room for {} cores and {} MB",
             need.cores, need.mem_mb
         )));
     }
     Ok(())
+}
+
+/// Procedure body: [`reserve_tx`], answering `false` when there is no room
+/// (or the worker is down) instead of failing.
+pub fn try_reserve_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    need: &Need,
+) -> Result<bool> {
+    if !need.reserves() {
+        return Ok(true);
+    }
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE worker SET unused_capacity = unused_capacity - $4, unused_mem_mb = unused_mem_mb - $5 \
+         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 AND state = 'up' \
+           AND unused_capacity >= $4 AND unused_mem_mb >= $5",
+        params![p, realm, worker.as_str(), need.cores, need.mem_mb],
+    )?;
+    Ok(n == 1)
 }
 
 /// Procedure body: gives `cores` and `mem_mb` back to `worker` (capped at its
@@ -173,7 +216,7 @@ pub fn assign_deferred_tx(
     let p = i64::from(tx.p_key().0);
     let scheduler = crate::realms::scheduler_tx(tx, realm)?;
     let deferred = tx.query(
-        "SELECT pid, cores, mem_mb, home_node FROM proc \
+        "SELECT pid, cores, mem_mb, home_node, class FROM proc \
          WHERE p_key = $1 AND realm = $2 AND worker_id IS NULL AND state = 'spawned' \
          ORDER BY seq LIMIT $3",
         params![p, realm, DEFERRED_SCAN_MAX],
@@ -181,16 +224,14 @@ pub fn assign_deferred_tx(
     let mut assigned = Vec::new();
     for row in &deferred {
         let pid: String = row.get(0)?;
-        let need = Need {
-            cores: row.get(1)?,
-            mem_mb: row.get(2)?,
-            home_node: row.get(3)?,
-        };
+        let class: crate::procs::Class = row.get::<String>(4)?.parse()?;
+        let need = Need::of(class, row.get(1)?, row.get(2)?, row.get(3)?);
         if let Some(worker) = pick_tx(tx, scheduler, realm, &need)? {
             reserve_tx(tx, realm, &worker, &need)?;
             tx.execute(
-                "UPDATE proc SET worker_id = $4 WHERE p_key = $1 AND realm = $2 AND pid = $3",
-                params![p, realm, pid.as_str(), worker.as_str()],
+                "UPDATE proc SET worker_id = $4, assign_us = $5 \
+                 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                params![p, realm, pid.as_str(), worker.as_str(), now_us],
             )?;
             crate::procs::event_tx(tx, realm, &pid, "assign", Some(worker.as_str()), now_us)?;
             crate::procs::notify_assigned(tx, realm, &pid, &worker)?;
@@ -229,7 +270,7 @@ pub fn register_worker_tx(
     let p = i64::from(tx.p_key().0);
     let held = tx.query_one(
         "SELECT COALESCE(SUM(cores), 0), COALESCE(SUM(mem_mb), 0) FROM proc \
-         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 AND class = 'LC' \
            AND state IN ('spawned', 'claimed', 'running')",
         params![p, realm, w.worker_id.as_str()],
     )?;
@@ -325,7 +366,8 @@ pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Resu
             let pid: String = r.get(0)?;
             if r.get::<bool>(1)? {
                 tx.execute(
-                    "UPDATE proc SET state = 'spawned', worker_id = NULL, claim_us = NULL, start_us = NULL \
+                    "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
+                       claim_us = NULL, start_us = NULL \
                      WHERE p_key = $1 AND realm = $2 AND pid = $3",
                     params![p, realm, pid.as_str()],
                 )?;

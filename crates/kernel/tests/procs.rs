@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tabos_kernel::ids::{Pid, WorkerId};
-use tabos_kernel::procs::{self, Descriptor, State};
+use tabos_kernel::procs::{self, Admission, Class, Descriptor, State};
 use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
 use tabos_kernel::{realms, Error};
 use tabos_store::testing::{pg_database, TempDir};
@@ -72,6 +72,12 @@ fn named(pid: &str) -> Descriptor {
     }
 }
 
+/// Admits every BE proc (the LC tests do not care).
+const ANY: Admission = Admission {
+    busy_cores: 0,
+    target_cores: f64::MAX,
+};
+
 fn unused(store: &Store, realm: &str) -> HashMap<String, i64> {
     store
         .query(
@@ -122,7 +128,7 @@ fn schedulers_choose_as_the_paper_says(b: Backend) {
         assert_eq!(unused(s, "loc")["w2"], 4, "n2 stays free");
         // The exit of `a` is the transaction that assigns `c`.
         let a = Pid::new("a").unwrap();
-        procs::claim(s, "loc", &WorkerId::new("w1").unwrap(), 10)
+        procs::claim(s, "loc", &WorkerId::new("w1").unwrap(), 10, ANY)
             .await
             .unwrap();
         procs::started(s, "loc", &a).await.unwrap();
@@ -169,10 +175,13 @@ fn lifecycle_and_waits(b: Backend) {
             vec![(pid.to_string(), WorkerId::new("w").unwrap())]
         );
         let wid = WorkerId::new("w").unwrap();
-        let claimed = procs::claim(&s, "r", &wid, 10).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap();
         assert_eq!(claimed.len(), 1);
         assert!(
-            procs::claim(&s, "r", &wid, 10).await.unwrap().is_empty(),
+            procs::claim(&s, "r", &wid, 10, ANY)
+                .await
+                .unwrap()
+                .is_empty(),
             "claimed once"
         );
         procs::started(&s, "r", &pid).await.unwrap();
@@ -374,8 +383,10 @@ fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
             let s = s.clone();
             tasks.push(tokio::spawn(async move {
                 for i in 0..procs_total / spawners {
+                    // Mostly LC procs of one or two cores; every fifth BE.
                     let d = Descriptor {
                         cores: 1 + ((t + i) % 2) as i64,
+                        class: if (t + i) % 5 == 0 { Class::Be } else { Class::Lc },
                         ..named(&format!("p{t}-{i}"))
                     };
                     procs::spawn(&s, "r", d).await.unwrap();
@@ -392,7 +403,12 @@ fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
                 let mut sub = s.subscribe(&procs::worker_channel("r", &wid));
                 let mut seed = wid.as_str().len() as u64 + 17;
                 while exited.load(Ordering::SeqCst) < procs_total {
-                    let claimed = procs::claim(&s, "r", &wid, 4).await.unwrap();
+                    let mut claimed = procs::claim(&s, "r", &wid, 4, ANY).await.unwrap();
+                    // Now and then also steal from the other node at once.
+                    seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    if seed >> 61 == 0 {
+                        claimed.extend(procs::steal(&s, "r", &wid, ANY, 0).await.unwrap().procs);
+                    }
                     if claimed.is_empty() {
                         // Woken by the next assignment to this worker, or by
                         // the last exit anywhere.
@@ -439,7 +455,8 @@ fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
         }
         let claims = s
             .query(
-                "SELECT pid, count(*) FROM proc_event WHERE realm = 'r' AND event = 'claim' GROUP BY pid HAVING count(*) > 1",
+                "SELECT pid, count(*) FROM proc_event WHERE realm = 'r' AND event IN ('claim', 'steal') \
+                 GROUP BY pid HAVING count(*) > 1",
                 &[],
             )
             .unwrap();
@@ -481,7 +498,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         };
         let again = procs::spawn(&s, "r", again).await.unwrap().0;
         let wa = WorkerId::new("a").unwrap();
-        procs::claim(&s, "r", &wa, 10).await.unwrap();
+        procs::claim(&s, "r", &wa, 10, ANY).await.unwrap();
         procs::started(&s, "r", &plain).await.unwrap();
         let waiter = {
             let (s, pid) = (s.clone(), plain.clone());
@@ -527,3 +544,117 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
 }
 
 both!(lapsed_workers_fail_or_requeue_their_procs);
+
+/// σOS Figure 3-5: LC procs reserve cores; BE procs reserve nothing and are
+/// claimed only while the procd's utilization is under its target.
+fn be_procs_are_admitted_by_utilization(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        sched::register_worker(&s, "r", &worker("w", "n", 1)).unwrap();
+        let wid = WorkerId::new("w").unwrap();
+        let be = |pid: &str| Descriptor {
+            class: Class::Be,
+            ..named(pid)
+        };
+        for pid in ["be1", "be2", "be3"] {
+            let (_, placed) = procs::spawn(&s, "r", be(pid)).await.unwrap();
+            assert_eq!(placed, w("w"), "a BE proc needs only a live worker");
+        }
+        assert_eq!(unused(&s, "r")["w"], 1, "BE procs reserve nothing");
+        let (_, placed) = procs::spawn(&s, "r", named("lc")).await.unwrap();
+        assert_eq!(placed, w("w"));
+        assert_eq!(unused(&s, "r")["w"], 0);
+        // Idle, target one core: the LC proc fills it, so no BE proc starts.
+        let idle = Admission {
+            busy_cores: 0,
+            target_cores: 1.0,
+        };
+        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
+        let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
+        assert_eq!(pids, ["lc"]);
+        // One core busy, target two: exactly one more, the oldest BE proc.
+        let half = Admission {
+            busy_cores: 1,
+            target_cores: 2.0,
+        };
+        let claimed = procs::claim(&s, "r", &wid, 10, half).await.unwrap();
+        let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
+        assert_eq!(pids, ["be1"]);
+        // A BE exit gives back nothing; the LC exit gives back its core.
+        let be1 = Pid::new("be1").unwrap();
+        procs::exited(&s, "r", &be1, State::Exited, Some(0), None)
+            .await
+            .unwrap();
+        assert_eq!(unused(&s, "r")["w"], 0);
+        let lc = Pid::new("lc").unwrap();
+        procs::exited(&s, "r", &lc, State::Exited, Some(0), None)
+            .await
+            .unwrap();
+        assert_eq!(unused(&s, "r")["w"], 1);
+        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
+        let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
+        assert_eq!(
+            pids,
+            ["be2"],
+            "admitted in spawn order, one under a one-core target"
+        );
+    });
+}
+
+/// σOS Figure 3-6: a proc left unclaimed past the timeout is taken by
+/// another worker; an LC proc's reservation moves with it.
+fn unclaimed_procs_are_stolen_after_the_timeout(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Locality).unwrap();
+        sched::register_worker(&s, "r", &worker("w1", "n1", 1)).unwrap();
+        sched::register_worker(&s, "r", &worker("w2", "n2", 2)).unwrap();
+        let at_n1 = |pid: &str, class| Descriptor {
+            home_node: Some("n1".into()),
+            class,
+            ..named(pid)
+        };
+        procs::spawn(&s, "r", at_n1("lc", Class::Lc)).await.unwrap();
+        procs::spawn(&s, "r", at_n1("be", Class::Be)).await.unwrap();
+        assert_eq!(unused(&s, "r")["w1"], 0);
+        let (w1, w2) = (WorkerId::new("w1").unwrap(), WorkerId::new("w2").unwrap());
+        // Too young to steal: nothing taken, and the thief learns when.
+        let hour = 3_600_000_000;
+        let none = procs::steal(&s, "r", &w2, ANY, hour).await.unwrap();
+        assert!(none.procs.is_empty());
+        let next = none.next_us.expect("a deadline for the oldest unclaimed proc");
+        assert!(next > tabos_store::now_us() + hour / 2);
+        // Past the timeout: both are stolen.
+        let stolen = procs::steal(&s, "r", &w2, ANY, 0).await.unwrap();
+        let mut pids: Vec<&str> = stolen.procs.iter().map(|p| p.pid.as_str()).collect();
+        pids.sort();
+        assert_eq!(pids, ["be", "lc"]);
+        assert!(stolen.procs.iter().all(|p| p.worker == w("w2") && p.state == State::Claimed));
+        let room = unused(&s, "r");
+        assert_eq!((room["w1"], room["w2"]), (1, 1), "the LC reservation moved");
+        // The victim finds nothing left to claim: nothing runs twice.
+        assert!(procs::claim(&s, "r", &w1, 10, ANY).await.unwrap().is_empty());
+        assert!(procs::steal(&s, "r", &w1, ANY, 0).await.unwrap().procs.is_empty());
+        let events = s
+            .query(
+                "SELECT detail FROM proc_event WHERE realm = 'r' AND pid = 'lc' AND event = 'steal'",
+                &[],
+            )
+            .unwrap();
+        assert_eq!(events.rows[0].get::<String>(0).unwrap(), "w2 from w1");
+        // A thief without room leaves an LC proc where it is.
+        procs::spawn(&s, "r", at_n1("lc2", Class::Lc)).await.unwrap();
+        procs::spawn(&s, "r", Descriptor { cores: 1, ..at_n1("lc3", Class::Lc) }).await.unwrap();
+        let took = procs::steal(&s, "r", &w2, ANY, 0).await.unwrap();
+        assert_eq!(took.procs.len(), 1, "w2 had one core left");
+        assert_eq!(unused(&s, "r")["w2"], 0);
+    });
+}
+
+both!(
+    be_procs_are_admitted_by_utilization,
+    unclaimed_procs_are_stolen_after_the_timeout
+);

@@ -57,6 +57,12 @@ pub struct NodeSettings {
     /// How often the node renews its worker's lease; a worker whose lease is
     /// [`LEASE_HEARTBEATS`] heartbeats old is declared lost by the others.
     pub heartbeat: std::time::Duration,
+    /// BE procs run while the worker's busy cores are under this percentage
+    /// of its cores (σOS Figure 3-5); at most [`procd::BE_UTIL_PCT_MAX`].
+    pub be_util_pct: u32,
+    /// A proc left unclaimed on another worker this long may be stolen by
+    /// this node (σOS Figure 3-6).
+    pub steal_after: std::time::Duration,
 }
 
 /// Missed heartbeats after which a worker is declared lost.
@@ -74,6 +80,8 @@ impl NodeSettings {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get() as i64),
             mem_mb: 1024,
             heartbeat: std::time::Duration::from_secs(1),
+            be_util_pct: 100,
+            steal_after: std::time::Duration::from_millis(50),
         }
     }
 }
@@ -100,6 +108,12 @@ impl Node {
     pub fn open_with(config: &Config, settings: NodeSettings) -> Result<Node, Error> {
         tabos_kernel::ids::validate_name("node id", &settings.node_id)?;
         tabos_kernel::validate_realm(&settings.realm)?;
+        if settings.cores <= 0 || settings.be_util_pct > procd::BE_UTIL_PCT_MAX {
+            return Err(Error::Startup(format!(
+                "a node needs cores > 0 and a BE utilization target of at most {}%",
+                procd::BE_UTIL_PCT_MAX
+            )));
+        }
         let sandbox = tabos_sandbox::Sandbox::new()
             .map_err(|e| Error::Startup(format!("cannot start the wasm runtime: {e}")))?;
         Ok(Node {
@@ -177,6 +191,11 @@ pub async fn serve(
         node.logs.clone(),
         addr,
         node.sandbox.clone(),
+        procd::Policy {
+            cores: node.settings.cores,
+            be_util_pct: node.settings.be_util_pct,
+            steal_after: node.settings.steal_after,
+        },
     );
     let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
     let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped));

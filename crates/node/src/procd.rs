@@ -23,11 +23,12 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tabos_kernel::ids::{Pid, WorkerId};
-use tabos_kernel::procs::{self, Kind, ProcInfo, State};
+use tabos_kernel::procs::{self, Admission, Kind, ProcInfo, State};
 use tabos_sandbox::{Outcome, RunSpec, Sandbox, StopHandle};
 use tabos_store::Store;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
@@ -52,8 +53,29 @@ pub struct Procd {
     /// The node's API address, passed to procs as TABOS_ADDR.
     pub addr: String,
     sandbox: Sandbox,
+    policy: Policy,
     running: Mutex<HashMap<Pid, Running>>,
+    /// Cores of the procs this procd runs now (claimed and not yet ended).
+    busy_cores: AtomicI64,
+    /// Signalled when one of its procs ends.
+    freed: tokio::sync::Notify,
 }
+
+/// How a procd admits and steals work.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// The worker's cores.
+    pub cores: i64,
+    /// BE procs are admitted while busy cores are under this percentage of
+    /// `cores` (σOS Figure 3-5). 100: fill the idle cores.
+    pub be_util_pct: u32,
+    /// A proc placed on another worker and still unclaimed this long after
+    /// may be stolen (σOS Figure 3-6).
+    pub steal_after: Duration,
+}
+
+/// Most a BE utilization target may be, in percent (oversubscription of 4×).
+pub const BE_UTIL_PCT_MAX: u32 = 400;
 
 /// How to stop a running proc.
 #[derive(Debug, Clone)]
@@ -71,7 +93,9 @@ impl Procd {
         logs: PathBuf,
         addr: String,
         sandbox: Sandbox,
+        policy: Policy,
     ) -> Arc<Procd> {
+        assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
             store,
             realm: realm.to_string(),
@@ -79,7 +103,10 @@ impl Procd {
             logs,
             addr,
             sandbox,
+            policy,
             running: Mutex::new(HashMap::new()),
+            busy_cores: AtomicI64::new(0),
+            freed: tokio::sync::Notify::new(),
         })
     }
 
@@ -110,23 +137,69 @@ impl Procd {
         logs.join(realm).join(format!("{pid}.{stream}"))
     }
 
+    /// What BE admission allows now.
+    fn admission(&self) -> Admission {
+        Admission {
+            busy_cores: self.busy_cores.load(Ordering::SeqCst),
+            target_cores: self.policy.cores as f64 * f64::from(self.policy.be_util_pct) / 100.0,
+        }
+    }
+
+    /// Whether this procd could take another proc: a core free, or BE
+    /// admission open.
+    fn has_room(&self) -> bool {
+        self.busy_cores.load(Ordering::SeqCst) < self.policy.cores || self.admission().admits()
+    }
+
+    fn launch(self: &Arc<Self>, procs: Vec<ProcInfo>) {
+        for p in procs {
+            self.busy_cores.fetch_add(p.cores, Ordering::SeqCst);
+            tokio::spawn(self.clone().run_proc(p));
+        }
+    }
+
     /// Claims and runs assigned procs until `shutdown` resolves.
+    ///
+    /// Woken by: an assignment or eviction on the worker's channel; one of
+    /// its procs ending (BE admission may open); a placement on another
+    /// worker (announced on the realm's queue channel), which arms a timer
+    /// to steal that proc if it is still unclaimed `steal_after` later
+    /// (σOS Figure 3-6). Nothing here polls.
     pub async fn run(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut shutdown = shutdown;
-        let mut sub = self
-            .store
-            .subscribe(&procs::worker_channel(&self.realm, &self.worker));
+        let worker_channel = procs::worker_channel(&self.realm, &self.worker);
+        let queue_channel = procs::queue_channel(&self.realm);
+        let mut sub = self.store.subscribe(&worker_channel);
+        let mut queue = self.store.subscribe(&queue_channel);
+        // Procs left unclaimed on other workers before this procd started
+        // (or while it was busy) are looked for right away.
+        let mut steal_at = Some(tokio::time::Instant::now());
+        let mut missed_placements = false;
         loop {
-            match procs::claim(&self.store, &self.realm, &self.worker, CLAIM_BATCH_MAX).await {
-                Ok(claimed) => {
-                    for p in claimed {
-                        tokio::spawn(self.clone().run_proc(p));
-                    }
-                }
+            match procs::claim(
+                &self.store,
+                &self.realm,
+                &self.worker,
+                CLAIM_BATCH_MAX,
+                self.admission(),
+            )
+            .await
+            {
+                Ok(claimed) => self.launch(claimed),
                 Err(e) => eprintln!("procd {}: claim failed: {e}", self.worker),
             }
-            // Wait for the next assignment or eviction request.
+            if missed_placements && self.has_room() {
+                missed_placements = false;
+                steal_at = Some(tokio::time::Instant::now());
+            }
+            // Wait for the next reason to claim.
             loop {
+                let timer = async {
+                    match steal_at {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = shutdown.changed() => return,
                     note = sub.recv() => match note {
@@ -135,13 +208,58 @@ impl Procd {
                             None => break,
                         },
                         Err(tabos_store::Error::Lagged(_)) => {
-                            sub = self.store.subscribe(&procs::worker_channel(&self.realm, &self.worker));
+                            sub = self.store.subscribe(&worker_channel);
                             break;
                         }
                         Err(_) => return,
                     },
+                    () = self.freed.notified() => break,
+                    note = queue.recv() => match note {
+                        Ok(n) if n.payload == self.worker.as_str() => {}
+                        Ok(_) if !self.has_room() => missed_placements = true,
+                        Ok(_) => {
+                            let at = tokio::time::Instant::now() + self.policy.steal_after;
+                            steal_at = Some(steal_at.map_or(at, |t| t.min(at)));
+                        }
+                        Err(tabos_store::Error::Lagged(_)) => {
+                            queue = self.store.subscribe(&queue_channel);
+                            missed_placements = true;
+                        }
+                        Err(_) => return,
+                    },
+                    () = timer => {
+                        steal_at = None;
+                        self.steal(&mut steal_at).await;
+                    }
                 }
             }
+        }
+    }
+
+    /// Steals what is stealable now and re-arms the timer for the next
+    /// proc that will become stealable.
+    async fn steal(self: &Arc<Self>, steal_at: &mut Option<tokio::time::Instant>) {
+        if !self.has_room() {
+            return;
+        }
+        let after_us = self.policy.steal_after.as_micros() as i64;
+        match procs::steal(
+            &self.store,
+            &self.realm,
+            &self.worker,
+            self.admission(),
+            after_us,
+        )
+        .await
+        {
+            Ok(stolen) => {
+                self.launch(stolen.procs);
+                if let Some(next_us) = stolen.next_us {
+                    let wait = (next_us - tabos_store::now_us()).max(0) as u64;
+                    *steal_at = Some(tokio::time::Instant::now() + Duration::from_micros(wait));
+                }
+            }
+            Err(e) => eprintln!("procd {}: steal failed: {e}", self.worker),
         }
     }
 
@@ -158,6 +276,14 @@ impl Procd {
     }
 
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
+        let cores = p.cores;
+        self.clone().run_kind(p).await;
+        let left = self.busy_cores.fetch_sub(cores, Ordering::SeqCst) - cores;
+        debug_assert!(left >= 0, "busy cores went negative");
+        self.freed.notify_one();
+    }
+
+    async fn run_kind(self: Arc<Self>, p: ProcInfo) {
         match p.kind {
             Kind::Native => self.run_native(p).await,
             Kind::Wasm => self.run_wasm(p).await,

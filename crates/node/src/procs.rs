@@ -72,7 +72,7 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor) -> Result<Descriptor, Sta
         d.kind.parse().map_err(invalid)?
     };
     let class: Class = if d.class.is_empty() {
-        Class::Be
+        Class::Lc
     } else {
         d.class.parse().map_err(invalid)?
     };

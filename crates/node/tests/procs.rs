@@ -7,19 +7,32 @@ use tabos_store::testing::TempDir;
 use tabos_store::Config;
 
 async fn start(dir: &TempDir, cores: i64) -> (Node, String, tokio::sync::oneshot::Sender<()>) {
+    start_with(dir, cores, |_| Ok(())).await
+}
+
+/// Opens a node, runs `prepare` on its store, then serves.
+async fn start_with(
+    dir: &TempDir,
+    cores: i64,
+    prepare: impl FnOnce(&tabos_store::Store) -> tabos_kernel::Result<()>,
+) -> (Node, String, tokio::sync::oneshot::Sender<()>) {
     let settings = NodeSettings {
         node_id: "test-node".into(),
         logs: dir.path().join("logs"),
         realm: "default".into(),
         cores,
         mem_mb: 1024,
-        heartbeat: std::time::Duration::from_secs(1),
+        // Long enough that a worker registered by a test without a procd
+        // keeps its lease for the whole test.
+        heartbeat: std::time::Duration::from_secs(10),
+        ..tabos_node::NodeSettings::defaults()
     };
     let node = Node::open_with(
         &Config::sqlite(dir.path().join("db")).with_partitions(2),
         settings,
     )
     .unwrap();
+    prepare(&node.store).unwrap();
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -351,5 +364,102 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
         code(&c.logs("default", "taken", "stdin").await.unwrap_err()),
         tonic::Code::InvalidArgument
     );
+    let _ = stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn be_procs_wait_for_utilization_and_lc_procs_do_not() {
+    let dir = TempDir::new("lcbe");
+    let (_node, addr, stop) = start(&dir, 1).await;
+    let mut c = connect(&addr).await;
+    let be = |pid: &str, program: &str, args: &[&str]| proto::ProcDescriptor {
+        pid: pid.into(),
+        class: "BE".into(),
+        ..native(program, args)
+    };
+    c.spawn("default", be("be1", "sleep", &["100"]))
+        .await
+        .unwrap();
+    c.wait_start("default", "be1").await.unwrap();
+    // The one core is busy: the next BE proc is placed but not admitted...
+    c.spawn("default", be("be2", "true", &[])).await.unwrap();
+    // ...while an LC proc, which reserved its core, starts at once.
+    let lc = proto::ProcDescriptor {
+        pid: "lc".into(),
+        ..native("sleep", &["100"])
+    };
+    c.spawn("default", lc).await.unwrap();
+    c.wait_start("default", "lc").await.unwrap();
+    assert_eq!(
+        c.proc_status("default", "be2").await.unwrap().state,
+        "spawned"
+    );
+    // be1 ends, but the LC proc still fills the target: be2 keeps waiting.
+    c.evict("default", "be1").await.unwrap();
+    c.wait_exit("default", "be1").await.unwrap();
+    assert_eq!(
+        c.proc_status("default", "be2").await.unwrap().state,
+        "spawned"
+    );
+    // The LC proc ends: utilization drops under the target and be2 runs.
+    c.evict("default", "lc").await.unwrap();
+    let be2 = c.wait_exit("default", "be2").await.unwrap();
+    assert_eq!((be2.state.as_str(), be2.exit_status), ("exited", Some(0)));
+    let lc = c.proc_status("default", "lc").await.unwrap();
+    assert!(be2.start_us.unwrap() >= lc.exit_us.unwrap());
+    let _ = stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn procs_left_on_a_stuck_worker_are_stolen() {
+    let dir = TempDir::new("steal");
+    // A worker whose node never claims anything (it has no procd), and a
+    // realm whose locality scheduler sends procs there.
+    let (node, addr, stop) = start_with(&dir, 2, |store| {
+        tabos_kernel::realms::create(store, "default", tabos_kernel::sched::Scheduler::Locality)?;
+        tabos_kernel::sched::register_worker(
+            store,
+            "default",
+            &tabos_kernel::sched::WorkerSpec {
+                worker_id: tabos_kernel::ids::WorkerId("stuck.w0".into()),
+                node_id: "stuck".into(),
+                cores: 4,
+                mem_mb: 1024,
+            },
+        )?;
+        Ok(())
+    })
+    .await;
+    let mut c = connect(&addr).await;
+    for (pid, class) in [("lc", "LC"), ("be", "BE")] {
+        let d = proto::ProcDescriptor {
+            pid: pid.into(),
+            class: class.into(),
+            home_node: "stuck".into(),
+            ..native("true", &[])
+        };
+        assert_eq!(c.spawn("default", d).await.unwrap().worker, "stuck.w0");
+    }
+    for pid in ["lc", "be"] {
+        let done = c.wait_exit("default", pid).await.unwrap();
+        assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+        assert_eq!(
+            done.worker,
+            node.worker_id().to_string(),
+            "run by the thief"
+        );
+    }
+    let store = node.store.clone();
+    let steals = tokio::task::spawn_blocking(move || {
+        store
+            .query("SELECT count(*) FROM proc_event WHERE event = 'steal'", &[])
+            .unwrap()
+            .rows[0]
+            .get::<i64>(0)
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(steals, 2);
     let _ = stop.send(());
 }
