@@ -441,7 +441,17 @@ impl Admission {
     }
 }
 
-/// Marks `info` claimed by `worker` (its current worker, or a thief).
+impl Kind {
+    /// Wasm and js procs run inside procd, which starts them the moment it
+    /// has claimed them: for these, claiming *is* starting, and the claim
+    /// transaction records both (one transaction less on the start path).
+    pub fn starts_when_claimed(self) -> bool {
+        matches!(self, Kind::Wasm | Kind::Js)
+    }
+}
+
+/// Marks `info` claimed by `worker` (its current worker, or a thief), and
+/// running as well if its kind starts when claimed.
 fn claim_one_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -452,18 +462,33 @@ fn claim_one_tx(
     now_us: i64,
 ) -> Result<()> {
     let p = i64::from(tx.p_key().0);
+    let start = info.kind.starts_when_claimed();
+    let state = if start {
+        State::Running
+    } else {
+        State::Claimed
+    };
     let n = tx.execute(
-        "UPDATE proc SET state = 'claimed', claim_us = $4, worker_id = $5 \
+        "UPDATE proc SET state = $6, claim_us = $4, worker_id = $5, start_us = $7 \
          WHERE p_key = $1 AND realm = $2 AND pid = $3 AND state = 'spawned'",
-        params![p, realm, info.pid.as_str(), now_us, worker.as_str()],
+        params![
+            p,
+            realm,
+            info.pid.as_str(),
+            now_us,
+            worker.as_str(),
+            state.as_str(),
+            start.then_some(now_us)
+        ],
     )?;
     debug_assert_eq!(n, 1, "only spawned procs are claimed");
     event_tx(tx, realm, info.pid.as_str(), event, Some(detail), now_us)?;
-    tx.notify(
-        &proc_channel(realm, info.pid.as_str()),
-        State::Claimed.as_str(),
-    )?;
-    info.state = State::Claimed;
+    if start {
+        event_tx(tx, realm, info.pid.as_str(), "start", None, now_us)?;
+        info.start_us = Some(now_us);
+    }
+    tx.notify(&proc_channel(realm, info.pid.as_str()), state.as_str())?;
+    info.state = state;
     info.worker = Some(worker.clone());
     Ok(())
 }
@@ -480,14 +505,17 @@ pub fn claim_tx(
     now_us: i64,
 ) -> Result<Vec<ProcInfo>> {
     let p = i64::from(tx.p_key().0);
+    let max = max.clamp(0, CLAIM_MAX);
+    // LIMIT in the text: a bound LIMIT makes SQLite re-prepare every call.
+    const _: () = assert!(CLAIM_MAX == 64);
     let select = format!(
         "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-         AND state = 'spawned' AND class = $4 ORDER BY seq LIMIT $5"
+         AND state = 'spawned' AND class = $4 ORDER BY seq LIMIT 64"
     );
     let mut claimed = Vec::new();
-    let lc = tx.query(&select, params![p, realm, worker.as_str(), "LC", max])?;
+    let lc = tx.query(&select, params![p, realm, worker.as_str(), "LC"])?;
     let mut admission = admission;
-    for r in &lc {
+    for r in lc.iter().take(max as usize) {
         let mut info = proc_from_row(r)?;
         claim_one_tx(
             tx,
@@ -503,8 +531,8 @@ pub fn claim_tx(
     }
     let room = max - claimed.len() as i64;
     if room > 0 && admission.admits() {
-        let be = tx.query(&select, params![p, realm, worker.as_str(), "BE", room])?;
-        for r in &be {
+        let be = tx.query(&select, params![p, realm, worker.as_str(), "BE"])?;
+        for r in be.iter().take(room as usize) {
             if !admission.admits() {
                 break;
             }
@@ -535,8 +563,12 @@ pub struct Stolen {
     pub next_us: Option<i64>,
 }
 
-/// Procedures scanned per steal.
+/// Procs looked at per steal (the LIMIT in `steal_tx`'s query).
 pub const STEAL_SCAN_MAX: i64 = 64;
+const _: () = assert!(STEAL_SCAN_MAX == 64);
+
+/// Most procs one claim takes (the LIMIT in `claim_tx`'s query).
+pub const CLAIM_MAX: i64 = 64;
 
 /// Procedure body: σOS work stealing (Figure 3-6). `thief` takes procs that
 /// were placed on other workers at least `steal_after_us` ago and are still
@@ -557,9 +589,9 @@ pub fn steal_tx(
             "SELECT {PROC_COLUMNS}, assign_us FROM proc \
              WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
                AND worker_id <> $3 \
-             ORDER BY assign_us LIMIT $4"
+             ORDER BY assign_us LIMIT 64"
         ),
-        params![p, realm, thief.as_str(), STEAL_SCAN_MAX],
+        params![p, realm, thief.as_str()],
     )?;
     let mut out = Stolen::default();
     let mut admission = admission;
@@ -787,6 +819,29 @@ pub async fn claim(
 ) -> Result<Vec<ProcInfo>> {
     let w = worker.clone();
     call(store, realm, move |tx, r, now| {
+        claim_tx(tx, r, &w, max, admission, now)
+    })
+    .await
+}
+
+/// A procd's proc ended: records it ([`exited_tx`]) and, in the same
+/// transaction, claims what the worker may run next ([`claim_tx`]) — so a
+/// core freed by an exit is refilled without another round trip.
+#[allow(clippy::too_many_arguments)]
+pub async fn exited_and_claim(
+    store: &Store,
+    realm: &str,
+    pid: &Pid,
+    state: State,
+    status: Option<i64>,
+    error: Option<String>,
+    worker: &WorkerId,
+    max: i64,
+    admission: Admission,
+) -> Result<Vec<ProcInfo>> {
+    let (pid, w) = (pid.clone(), worker.clone());
+    call(store, realm, move |tx, r, now| {
+        exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
         claim_tx(tx, r, &w, max, admission, now)
     })
     .await

@@ -215,18 +215,34 @@ pub fn assign_deferred_tx(
 ) -> Result<Vec<(String, WorkerId)>> {
     let p = i64::from(tx.p_key().0);
     let scheduler = crate::realms::scheduler_tx(tx, realm)?;
+    // The LIMIT is in the text, not a parameter: SQLite (3.47+) plans with a
+    // bound LIMIT's value and so re-prepares such a statement on every call.
+    const _: () = assert!(DEFERRED_SCAN_MAX == 64);
     let deferred = tx.query(
         "SELECT pid, cores, mem_mb, home_node, class FROM proc \
          WHERE p_key = $1 AND realm = $2 AND worker_id IS NULL AND state = 'spawned' \
-         ORDER BY seq LIMIT $3",
-        params![p, realm, DEFERRED_SCAN_MAX],
+         ORDER BY seq LIMIT 64",
+        params![p, realm],
     )?;
     let mut assigned = Vec::new();
+    // Needs that found no worker: a later proc needing at least as much
+    // (with the same home) cannot fit either, so it is not asked again.
+    // Keeps an exit behind a long queue of equal procs at two picks.
+    let mut unplaceable: Vec<Need> = Vec::new();
     for row in &deferred {
         let pid: String = row.get(0)?;
         let class: crate::procs::Class = row.get::<String>(4)?.parse()?;
         let need = Need::of(class, row.get(1)?, row.get(2)?, row.get(3)?);
-        if let Some(worker) = pick_tx(tx, scheduler, realm, &need)? {
+        if unplaceable.iter().any(|u| {
+            u.home_node == need.home_node && need.cores >= u.cores && need.mem_mb >= u.mem_mb
+        }) {
+            continue;
+        }
+        let Some(worker) = pick_tx(tx, scheduler, realm, &need)? else {
+            unplaceable.push(need);
+            continue;
+        };
+        {
             reserve_tx(tx, realm, &worker, &need)?;
             tx.execute(
                 "UPDATE proc SET worker_id = $4, assign_us = $5 \

@@ -59,7 +59,13 @@ pub struct Procd {
     busy_cores: AtomicI64,
     /// Signalled when one of its procs ends.
     freed: tokio::sync::Notify,
+    /// Procs claimed by an exit transaction whose assignment notification
+    /// has not been read yet: that notification needs no claim of its own.
+    claimed_on_exit: Mutex<std::collections::HashSet<String>>,
 }
+
+/// Bound on `claimed_on_exit`.
+const CLAIMED_ON_EXIT_MAX: usize = 4096;
 
 /// How a procd admits and steals work.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -107,6 +113,7 @@ impl Procd {
             running: Mutex::new(HashMap::new()),
             busy_cores: AtomicI64::new(0),
             freed: tokio::sync::Notify::new(),
+            claimed_on_exit: Mutex::new(Default::default()),
         })
     }
 
@@ -135,6 +142,14 @@ impl Procd {
     /// Where a proc's captured stream lives.
     pub fn log_path(logs: &Path, realm: &str, pid: &str, stream: &str) -> PathBuf {
         logs.join(realm).join(format!("{pid}.{stream}"))
+    }
+
+    /// Whether `pid` was claimed by an exit transaction (and forgets it).
+    fn forget_claimed(&self, pid: &str) -> bool {
+        self.claimed_on_exit
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(pid)
     }
 
     /// What BE admission allows now.
@@ -205,6 +220,8 @@ impl Procd {
                     note = sub.recv() => match note {
                         Ok(n) => match n.payload.strip_prefix("evict ") {
                             Some(pid) => self.evict(pid).await,
+                            // Already claimed by the exit that assigned it.
+                            None if self.forget_claimed(&n.payload) => {}
                             None => break,
                         },
                         Err(tabos_store::Error::Lagged(_)) => {
@@ -263,24 +280,59 @@ impl Procd {
         }
     }
 
+    /// Records the end of `p` (called exactly once per proc) and, in the
+    /// same transaction, claims what may run next on the freed cores; wakes
+    /// the claim loop only if nothing was claimed (there may be room to
+    /// steal into).
     async fn record_exit(
-        &self,
-        pid: &Pid,
+        self: &Arc<Self>,
+        p: &ProcInfo,
         state: State,
         status: Option<i64>,
         error: Option<String>,
     ) {
-        if let Err(e) = procs::exited(&self.store, &self.realm, pid, state, status, error).await {
-            eprintln!("procd {}: cannot record the end of {pid}: {e}", self.worker);
+        let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
+        debug_assert!(left >= 0, "busy cores went negative");
+        let next = procs::exited_and_claim(
+            &self.store,
+            &self.realm,
+            &p.pid,
+            state,
+            status,
+            error,
+            &self.worker,
+            CLAIM_BATCH_MAX,
+            self.admission(),
+        )
+        .await;
+        match next {
+            Ok(claimed) if !claimed.is_empty() => {
+                let mut set = self
+                    .claimed_on_exit
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if set.len() >= CLAIMED_ON_EXIT_MAX {
+                    // Entries whose notification was read before they were
+                    // added; dropping them costs at most one empty claim.
+                    set.clear();
+                }
+                set.extend(claimed.iter().map(|p| p.pid.to_string()));
+                drop(set);
+                self.launch(claimed)
+            }
+            Ok(_) => self.freed.notify_one(),
+            Err(e) => {
+                eprintln!(
+                    "procd {}: cannot record the end of {}: {e}",
+                    self.worker, p.pid
+                );
+                self.freed.notify_one();
+            }
         }
     }
 
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
-        let cores = p.cores;
-        self.clone().run_kind(p).await;
-        let left = self.busy_cores.fetch_sub(cores, Ordering::SeqCst) - cores;
-        debug_assert!(left >= 0, "busy cores went negative");
-        self.freed.notify_one();
+        self.run_kind(p).await;
     }
 
     async fn run_kind(self: Arc<Self>, p: ProcInfo) {
@@ -289,8 +341,7 @@ impl Procd {
             Kind::Wasm => self.run_wasm(p).await,
             Kind::Js => {
                 let msg = format!("{} procs are not supported by this node yet", p.kind);
-                self.record_exit(&p.pid, State::Failed, None, Some(msg))
-                    .await;
+                self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         }
     }
@@ -299,9 +350,7 @@ impl Procd {
         let dir = self.logs.join(&self.realm);
         if let Err(e) = tokio::fs::create_dir_all(&dir).await {
             let msg = format!("cannot create log directory {}: {e}", dir.display());
-            return self
-                .record_exit(&p.pid, State::Failed, None, Some(msg))
-                .await;
+            return self.record_exit(&p, State::Failed, None, Some(msg)).await;
         }
         let mut cmd = tokio::process::Command::new(&p.program);
         cmd.args(&p.args)
@@ -317,9 +366,7 @@ impl Procd {
             Ok(c) => c,
             Err(e) => {
                 let msg = format!("cannot start {}: {e}", p.program);
-                return self
-                    .record_exit(&p.pid, State::Failed, None, Some(msg))
-                    .await;
+                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
         if let Some(os_pid) = child.id() {
@@ -357,22 +404,20 @@ impl Procd {
                 } else {
                     State::Exited
                 };
-                self.record_exit(&p.pid, state, code, None).await;
+                self.record_exit(&p, state, code, None).await;
             }
             Err(e) => {
                 let msg = format!("waiting for the process failed: {e}");
-                self.record_exit(&p.pid, State::Failed, None, Some(msg))
-                    .await;
+                self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         }
     }
 
     async fn run_wasm(self: Arc<Self>, p: ProcInfo) {
+        // Claiming a wasm proc marked it running (Kind::starts_when_claimed).
+        debug_assert_eq!(p.state, State::Running);
         let stop = self.sandbox.stop_handle();
         self.track(&p.pid, Running::Wasm(stop.clone()));
-        if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
-            eprintln!("procd {}: cannot mark {} started: {e}", self.worker, p.pid);
-        }
         let me = self.clone();
         let proc_ = p.clone();
         let ran = tokio::task::spawn_blocking(move || {
@@ -410,17 +455,15 @@ impl Procd {
         self.untrack(&p.pid);
         match ran {
             Ok(Outcome::Exited(code)) => {
-                self.record_exit(&p.pid, State::Exited, Some(i64::from(code)), None)
+                self.record_exit(&p, State::Exited, Some(i64::from(code)), None)
                     .await
             }
             Ok(Outcome::Stopped) => {
                 let msg = "stopped by evict".to_string();
-                self.record_exit(&p.pid, State::Evicted, None, Some(msg))
-                    .await
+                self.record_exit(&p, State::Evicted, None, Some(msg)).await
             }
             Ok(Outcome::Trapped(msg)) | Err(msg) => {
-                self.record_exit(&p.pid, State::Failed, None, Some(msg))
-                    .await
+                self.record_exit(&p, State::Failed, None, Some(msg)).await
             }
         }
     }

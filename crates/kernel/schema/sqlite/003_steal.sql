@@ -5,3 +5,8 @@ ALTER TABLE proc ADD COLUMN assign_us INTEGER;
 
 CREATE INDEX proc_unclaimed ON proc (p_key, realm, assign_us)
     WHERE state = 'spawned' AND worker_id IS NOT NULL;
+
+-- What a procd claims: its worker's spawned procs of one class, in spawn
+-- order. (Without it SQLite's planner scans the realm's whole history.)
+CREATE INDEX proc_claimable ON proc (p_key, realm, worker_id, class, seq)
+    WHERE state = 'spawned';
