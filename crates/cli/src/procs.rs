@@ -21,7 +21,8 @@ pub struct SpawnArgs {
     /// Parent pid
     #[arg(long)]
     parent: Option<String>,
-    /// native, wasm or js
+    /// native (a program on the node) or wasm (a WASI module's path on the
+    /// node, .wasm or .wat); js is refused until the JavaScript runtime lands
     #[arg(long, default_value = "native")]
     kind: String,
     /// LC (latency-critical: reserves its cores) or BE (best-effort: runs
@@ -31,7 +32,7 @@ pub struct SpawnArgs {
     /// Cores to reserve
     #[arg(long, default_value_t = 1)]
     cores: i64,
-    /// Memory to reserve, in MB
+    /// Memory to reserve, in MB (a wasm proc's memory limit; 0: 256 MiB)
     #[arg(long, default_value_t = 0)]
     mem_mb: i64,
     /// Node to prefer (locality scheduler)
