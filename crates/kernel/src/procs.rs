@@ -513,27 +513,17 @@ pub fn claim_tx(
          AND state = 'spawned' AND class = $4 ORDER BY seq LIMIT 64"
     );
     let mut claimed = Vec::new();
-    let lc = tx.query(&select, params![p, realm, worker.as_str(), "LC"])?;
     let mut admission = admission;
-    for r in lc.iter().take(max as usize) {
-        let mut info = proc_from_row(r)?;
-        claim_one_tx(
-            tx,
-            realm,
-            &mut info,
-            worker,
-            "claim",
-            worker.as_str(),
-            now_us,
-        )?;
-        admission.busy_cores += info.cores;
-        claimed.push(info);
-    }
-    let room = max - claimed.len() as i64;
-    if room > 0 && admission.admits() {
-        let be = tx.query(&select, params![p, realm, worker.as_str(), "BE"])?;
-        for r in be.iter().take(room as usize) {
-            if !admission.admits() {
+    // LC procs first (their cores are reserved), then BE procs while admitted.
+    for class in [Class::Lc, Class::Be] {
+        let room = max - claimed.len() as i64;
+        let admits = |a: &Admission| class == Class::Lc || a.admits();
+        if room <= 0 || !admits(&admission) {
+            continue;
+        }
+        let rows = tx.query(&select, params![p, realm, worker.as_str(), class.as_str()])?;
+        for r in rows.iter().take(room as usize) {
+            if !admits(&admission) {
                 break;
             }
             let mut info = proc_from_row(r)?;

@@ -332,10 +332,6 @@ impl Procd {
     }
 
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
-        self.run_kind(p).await;
-    }
-
-    async fn run_kind(self: Arc<Self>, p: ProcInfo) {
         match p.kind {
             Kind::Native => self.run_native(p).await,
             Kind::Wasm => self.run_wasm(p).await,

@@ -189,11 +189,7 @@ fn fd_write(caller: &mut Caller<'_, RunState>, fd: i32, iovs: i32, n: i32, writt
         let _ = sink.write_all(&mem[r]);
         total = total.saturating_add(len);
     }
-    if put_u32(mem, written, total) {
-        SUCCESS
-    } else {
-        EFAULT
-    }
+    ok_or_fault(put_u32(mem, written, total))
 }
 
 fn clock_time_get(caller: &mut Caller<'_, RunState>, id: i32, out: i32) -> i32 {
@@ -218,11 +214,7 @@ fn clock_time_get(caller: &mut Caller<'_, RunState>, id: i32, out: i32) -> i32 {
     let Some((mem, _)) = memory(caller) else {
         return EFAULT;
     };
-    if put_u64(mem, out, ns) {
-        SUCCESS
-    } else {
-        EFAULT
-    }
+    ok_or_fault(put_u64(mem, out, ns))
 }
 
 fn random_get(caller: &mut Caller<'_, RunState>, buf: i32, len: i32) -> i32 {
@@ -274,56 +266,34 @@ fn fdstat_get(caller: &mut Caller<'_, RunState>, fd: i32, out: i32) -> i32 {
 
 /// Adds the preview1 functions to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
-    linker.func_wrap(
-        MODULE,
-        "args_sizes_get",
-        |mut c: Caller<'_, RunState>, argc: i32, size: i32| -> i32 {
-            let Some((mem, s)) = memory(&mut c) else {
-                return EFAULT;
-            };
-            let (n, bytes) = sizes(&s.wasi.args);
-            if put_u32(mem, argc, n) && put_u32(mem, size, bytes) {
-                SUCCESS
-            } else {
-                EFAULT
-            }
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "args_get",
-        |mut c: Caller<'_, RunState>, ptrs: i32, buf: i32| -> i32 {
-            let Some((mem, s)) = memory(&mut c) else {
-                return EFAULT;
-            };
-            put_strings(mem, &s.wasi.args, ptrs, buf)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "environ_sizes_get",
-        |mut c: Caller<'_, RunState>, count: i32, size: i32| -> i32 {
-            let Some((mem, s)) = memory(&mut c) else {
-                return EFAULT;
-            };
-            let (n, bytes) = sizes(&s.wasi.env);
-            if put_u32(mem, count, n) && put_u32(mem, size, bytes) {
-                SUCCESS
-            } else {
-                EFAULT
-            }
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "environ_get",
-        |mut c: Caller<'_, RunState>, ptrs: i32, buf: i32| -> i32 {
-            let Some((mem, s)) = memory(&mut c) else {
-                return EFAULT;
-            };
-            put_strings(mem, &s.wasi.env, ptrs, buf)
-        },
-    )?;
+    // args_* and environ_* are the same two calls over different strings.
+    type Strings = fn(&Ctx) -> &[String];
+    for (prefix, strings) in [
+        ("args", (|c: &Ctx| &c.args[..]) as Strings),
+        ("environ", |c: &Ctx| &c.env[..]),
+    ] {
+        linker.func_wrap(
+            MODULE,
+            &format!("{prefix}_sizes_get"),
+            move |mut c: Caller<'_, RunState>, count: i32, size: i32| -> i32 {
+                let Some((mem, s)) = memory(&mut c) else {
+                    return EFAULT;
+                };
+                let (n, bytes) = sizes(strings(&s.wasi));
+                ok_or_fault(put_u32(mem, count, n) && put_u32(mem, size, bytes))
+            },
+        )?;
+        linker.func_wrap(
+            MODULE,
+            &format!("{prefix}_get"),
+            move |mut c: Caller<'_, RunState>, ptrs: i32, buf: i32| -> i32 {
+                let Some((mem, s)) = memory(&mut c) else {
+                    return EFAULT;
+                };
+                put_strings(mem, strings(&s.wasi), ptrs, buf)
+            },
+        )?;
+    }
     linker.func_wrap(
         MODULE,
         "fd_write",
