@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod ipc;
 mod output;
 mod procs;
 mod sql;
@@ -60,6 +61,12 @@ enum Command {
     Logs(procs::LogsArgs),
     /// Manage realms
     Realm(procs::RealmArgs),
+    /// Send a message to a mailbox (or proc/<pid>): tabos send TO [DATA]
+    Send(ipc::SendArgs),
+    /// Receive (take) messages from a mailbox; --follow streams them
+    Recv(ipc::RecvArgs),
+    /// Create, remove or show named mailboxes
+    Mailbox(ipc::MailboxArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -76,6 +83,9 @@ fn main() -> std::process::ExitCode {
         Command::Evict(a) => procs::evict(a),
         Command::Logs(a) => procs::logs(a),
         Command::Realm(a) => procs::realm(a),
+        Command::Send(a) => ipc::send(a),
+        Command::Recv(a) => ipc::recv(a),
+        Command::Mailbox(a) => ipc::mailbox(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

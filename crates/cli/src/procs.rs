@@ -10,7 +10,7 @@ use crate::NodeAddr;
 pub struct RealmArg {
     /// Realm to act in
     #[arg(long, env = "TABOS_REALM", default_value = "default")]
-    realm: String,
+    pub realm: String,
 }
 
 #[derive(clap::Args)]

@@ -39,6 +39,14 @@ pub struct Args {
     /// A proc left unclaimed on another node this long is stolen by this one
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
     steal_after_ms: u64,
+    /// Bound on a mailbox's queued bytes, for mailboxes created without one
+    /// and for procs' mailboxes; a send past it is refused as "mailbox full"
+    #[arg(long, default_value_t = tabos_kernel::ipc::MAILBOX_BYTES_DEFAULT, value_parser = clap::value_parser!(i64).range(1..=tabos_kernel::ipc::MAILBOX_BYTES_MAX))]
+    mailbox_bytes_max: i64,
+    /// Keep delivered messages in the message_log table (for provenance
+    /// queries), for mailboxes that do not say otherwise
+    #[arg(long)]
+    log_messages: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -70,6 +78,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     settings.heartbeat = std::time::Duration::from_millis(args.heartbeat_ms);
     settings.be_util_pct = args.be_util_pct;
     settings.steal_after = std::time::Duration::from_millis(args.steal_after_ms);
+    settings.mailbox = tabos_kernel::ipc::MailboxOptions {
+        bytes_max: args.mailbox_bytes_max,
+        log_delivered: args.log_messages,
+    };
     // procs' stdout and stderr are kept beside the embedded database, or in
     // the temp dir when the database is PostgreSQL.
     settings.logs = match &args.db {

@@ -15,6 +15,7 @@ pub mod proto {
     tonic::include_proto!("tabos.v1");
 }
 
+use proto::ipc_client::IpcClient;
 use proto::node_client::NodeClient;
 use proto::procs_client::ProcsClient;
 use proto::sql_client::SqlClient;
@@ -82,6 +83,7 @@ pub struct Client {
     sql: SqlClient<Channel>,
     node: NodeClient<Channel>,
     procs: ProcsClient<Channel>,
+    ipc: IpcClient<Channel>,
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -115,7 +117,10 @@ impl Client {
             node: NodeClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            procs: ProcsClient::new(channel)
+            procs: ProcsClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            ipc: IpcClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
         }
@@ -288,6 +293,170 @@ impl Client {
         Ok(self
             .node
             .status(proto::StatusRequest {})
+            .await?
+            .into_inner())
+    }
+
+    /// Creates named mailbox `name`; `bytes_max` 0 takes the node's default
+    /// bound, `log_delivered` `None` the node's default.
+    pub async fn create_mailbox(
+        &mut self,
+        realm: &str,
+        name: &str,
+        bytes_max: i64,
+        log_delivered: Option<bool>,
+    ) -> Result<(), Error> {
+        self.ipc
+            .create_mailbox(proto::CreateMailboxRequest {
+                realm: realm.into(),
+                name: name.into(),
+                bytes_max,
+                log_delivered,
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Removes named mailbox `name`; returns how many queued messages went with it.
+    pub async fn remove_mailbox(&mut self, realm: &str, name: &str) -> Result<u64, Error> {
+        Ok(self
+            .ipc
+            .remove_mailbox(proto::RemoveMailboxRequest {
+                realm: realm.into(),
+                name: name.into(),
+            })
+            .await?
+            .into_inner()
+            .dropped)
+    }
+
+    /// Sends one message from `from` (empty: anonymous) to `to`; returns its seq.
+    pub async fn send(
+        &mut self,
+        realm: &str,
+        from: &str,
+        to: &str,
+        payload: Vec<u8>,
+    ) -> Result<i64, Error> {
+        let sent = self
+            .send_many(
+                realm,
+                from,
+                vec![proto::Outgoing {
+                    to: to.into(),
+                    payload,
+                    message_id: String::new(),
+                }],
+            )
+            .await?;
+        Ok(sent.first().map_or(0, |s| s.seq))
+    }
+
+    /// Sends a batch (to one or several mailboxes) in one transaction.
+    pub async fn send_many(
+        &mut self,
+        realm: &str,
+        from: &str,
+        messages: Vec<proto::Outgoing>,
+    ) -> Result<Vec<proto::SentMessage>, Error> {
+        Ok(self
+            .ipc
+            .send(proto::SendRequest {
+                realm: realm.into(),
+                from: from.into(),
+                messages,
+            })
+            .await?
+            .into_inner()
+            .sent)
+    }
+
+    /// Sends the same payload to every mailbox in `to`, in one transaction.
+    pub async fn multicast(
+        &mut self,
+        realm: &str,
+        from: &str,
+        to: &[String],
+        payload: Vec<u8>,
+    ) -> Result<Vec<proto::SentMessage>, Error> {
+        let messages = to
+            .iter()
+            .map(|t| proto::Outgoing {
+                to: t.clone(),
+                payload: payload.clone(),
+                message_id: String::new(),
+            })
+            .collect();
+        self.send_many(realm, from, messages).await
+    }
+
+    fn recv_request(realm: &str, mailbox: &str, max: u32, timeout_ms: u32) -> proto::RecvRequest {
+        proto::RecvRequest {
+            realm: realm.into(),
+            mailbox: mailbox.into(),
+            max,
+            timeout_ms,
+        }
+    }
+
+    /// Takes up to `max` messages (0: the most the node gives), waiting up to
+    /// `timeout_ms` for the first; empty when the wait ran out.
+    pub async fn recv(
+        &mut self,
+        realm: &str,
+        mailbox: &str,
+        max: u32,
+        timeout_ms: u32,
+    ) -> Result<Vec<proto::Message>, Error> {
+        Ok(self
+            .ipc
+            .recv(Self::recv_request(realm, mailbox, max, timeout_ms))
+            .await?
+            .into_inner()
+            .messages)
+    }
+
+    /// Streams batches of messages as they arrive, until dropped.
+    pub async fn recv_stream(
+        &mut self,
+        realm: &str,
+        mailbox: &str,
+        max: u32,
+    ) -> Result<tonic::Streaming<proto::RecvResponse>, Error> {
+        Ok(self
+            .ipc
+            .recv_stream(Self::recv_request(realm, mailbox, max, 0))
+            .await?
+            .into_inner())
+    }
+
+    /// The first `max` messages, left in the mailbox.
+    pub async fn peek(
+        &mut self,
+        realm: &str,
+        mailbox: &str,
+        max: u32,
+    ) -> Result<Vec<proto::Message>, Error> {
+        Ok(self
+            .ipc
+            .peek(Self::recv_request(realm, mailbox, max, 0))
+            .await?
+            .into_inner()
+            .messages)
+    }
+
+    /// A mailbox's counters and settings.
+    pub async fn mailbox(
+        &mut self,
+        realm: &str,
+        mailbox: &str,
+    ) -> Result<proto::MailboxInfo, Error> {
+        Ok(self
+            .ipc
+            .mailbox(proto::MailboxRequest {
+                realm: realm.into(),
+                mailbox: mailbox.into(),
+            })
             .await?
             .into_inner())
     }

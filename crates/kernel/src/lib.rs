@@ -8,11 +8,13 @@
 //! * [`realms`] — realms and their scheduler.
 //! * [`sched`] — workers and the DBOS schedulers (FIFO, locality, least-loaded).
 //! * [`procs`] — the σOS proc lifecycle: spawn, claim, started, exited, evict, waits.
+//! * [`ipc`] — mailboxes and messages: send, multicast, receive, peek.
 //!
 //! [`MIGRATIONS`] is the kernel's schema, in version order, for
 //! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
 
 pub mod ids;
+pub mod ipc;
 pub mod kv;
 pub mod procs;
 pub mod realms;
@@ -40,6 +42,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/003_steal.sql"),
         postgres: include_str!("../schema/postgres/003_steal.sql"),
     },
+    Migration {
+        version: 4,
+        name: "ipc",
+        sqlite: include_str!("../schema/sqlite/004_ipc.sql"),
+        postgres: include_str!("../schema/postgres/004_ipc.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -53,6 +61,13 @@ pub enum Error {
     NotFound(String),
     #[error("already exists: {0}")]
     AlreadyExists(String),
+    /// A bound was reached (a full mailbox); retry after the receiver drains.
+    #[error("{0}")]
+    Full(String),
+    /// The request is valid but the object's state refuses it (a finished
+    /// proc's mailbox).
+    #[error("{0}")]
+    Precondition(String),
 }
 
 impl tabos_store::ProcedureError for Error {

@@ -4,9 +4,11 @@
 //! gRPC API of `proto/tabos.proto` on a listener it is given ([`serve`]), until
 //! a shutdown future completes — the mini-redis shape, so that tests run a
 //! node in-process on port 0. One file per RPC family: [`sql`], [`status`],
-//! [`procs`]; and [`procd`], which runs the procs scheduled onto this node's
-//! worker.
+//! [`procs`], [`ipc`]; [`procd`], which runs the procs scheduled onto this
+//! node's worker; and [`host`], the kernel behind wasm procs' host calls.
 
+pub mod host;
+pub mod ipc;
 pub mod procd;
 pub mod procs;
 pub mod sql;
@@ -16,6 +18,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use tabos_client::proto::ipc_server::IpcServer;
 use tabos_client::proto::node_server::NodeServer;
 use tabos_client::proto::procs_server::ProcsServer;
 use tabos_client::proto::sql_server::SqlServer;
@@ -63,6 +66,9 @@ pub struct NodeSettings {
     /// A proc left unclaimed on another worker this long may be stolen by
     /// this node (σOS Figure 3-6).
     pub steal_after: std::time::Duration,
+    /// Bound and logging of the mailboxes this node creates (named ones
+    /// without their own bound, and procs' mailboxes).
+    pub mailbox: tabos_kernel::ipc::MailboxOptions,
 }
 
 /// Missed heartbeats after which a worker is declared lost.
@@ -82,6 +88,7 @@ impl NodeSettings {
             heartbeat: std::time::Duration::from_secs(1),
             be_util_pct: 100,
             steal_after: std::time::Duration::from_millis(50),
+            mailbox: tabos_kernel::ipc::MailboxOptions::default(),
         }
     }
 }
@@ -114,6 +121,7 @@ impl Node {
                 procd::BE_UTIL_PCT_MAX
             )));
         }
+        settings.mailbox.validate()?;
         let sandbox = tabos_sandbox::Sandbox::new()
             .map_err(|e| Error::Startup(format!("cannot start the wasm runtime: {e}")))?;
         Ok(Node {
@@ -176,6 +184,9 @@ pub async fn serve(
     let procs_service = ProcsServer::new(procs::ProcsService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let ipc_service = IpcServer::new(ipc::IpcService::new(node.clone()))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
 
     // Register the worker, then run its procd beside the server.
     let addr = local_addr(&listener).map_or_else(String::new, |a| a.to_string());
@@ -195,6 +206,7 @@ pub async fn serve(
             cores: node.settings.cores,
             be_util_pct: node.settings.be_util_pct,
             steal_after: node.settings.steal_after,
+            mailbox: node.settings.mailbox,
         },
     );
     let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
@@ -205,6 +217,7 @@ pub async fn serve(
         .add_service(sql)
         .add_service(status)
         .add_service(procs_service)
+        .add_service(ipc_service)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     let _ = stop_procd.send(true);
@@ -258,6 +271,8 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Invalid(m) => tonic::Status::invalid_argument(m.clone()),
         K::NotFound(m) => tonic::Status::not_found(m.clone()),
         K::AlreadyExists(m) => tonic::Status::already_exists(m.clone()),
+        K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
+        K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
     }
 }
 

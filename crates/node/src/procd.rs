@@ -30,6 +30,8 @@ use std::time::Duration;
 use tabos_kernel::ids::{Pid, WorkerId};
 use tabos_kernel::procs::{self, Admission, Kind, ProcInfo, State};
 use tabos_sandbox::{Outcome, RunSpec, Sandbox, StopHandle};
+
+use crate::host::ProcHost;
 use tabos_store::Store;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -78,6 +80,8 @@ pub struct Policy {
     /// A proc placed on another worker and still unclaimed this long after
     /// may be stolen (σOS Figure 3-6).
     pub steal_after: Duration,
+    /// Bound and logging of the mailboxes of the procs this procd runs.
+    pub mailbox: tabos_kernel::ipc::MailboxOptions,
 }
 
 /// Most a BE utilization target may be, in percent (oversubscription of 4×).
@@ -88,7 +92,8 @@ pub const BE_UTIL_PCT_MAX: u32 = 400;
 enum Running {
     /// A Linux process id.
     Native(u32),
-    Wasm(StopHandle),
+    /// A wasm run's stop handle, and the notify that ends a host call's wait.
+    Wasm(StopHandle, Arc<tokio::sync::Notify>),
 }
 
 impl Procd {
@@ -413,7 +418,10 @@ impl Procd {
         // Claiming a wasm proc marked it running (Kind::starts_when_claimed).
         debug_assert_eq!(p.state, State::Running);
         let stop = self.sandbox.stop_handle();
-        self.track(&p.pid, Running::Wasm(stop.clone()));
+        let woken = Arc::new(tokio::sync::Notify::new());
+        self.track(&p.pid, Running::Wasm(stop.clone(), woken.clone()));
+        let rt = tokio::runtime::Handle::current();
+        let evicted = stop.clone();
         let me = self.clone();
         let proc_ = p.clone();
         let ran = tokio::task::spawn_blocking(move || {
@@ -441,6 +449,15 @@ impl Procd {
                 stdout: log("stdout"),
                 stderr: log("stderr"),
                 memory_bytes: wasm_memory_bytes(proc_.mem_mb),
+                host: Some(Box::new(ProcHost::new(
+                    me.store.clone(),
+                    &me.realm,
+                    &proc_.pid,
+                    me.policy.mailbox,
+                    rt,
+                    stop.clone(),
+                    woken,
+                ))),
             };
             me.sandbox
                 .run(&program, spec, &stop)
@@ -450,6 +467,13 @@ impl Procd {
         .unwrap_or_else(|e| Err(format!("the wasm worker thread failed: {e}")));
         self.untrack(&p.pid);
         match ran {
+            // Asked to leave, it exited by itself (a host call it was
+            // blocked in returned ECANCELED): evicted, like a native proc
+            // that exits on SIGTERM.
+            Ok(Outcome::Exited(code)) if evicted.is_stopped() => {
+                self.record_exit(&p, State::Evicted, Some(i64::from(code)), None)
+                    .await
+            }
             Ok(Outcome::Exited(code)) => {
                 self.record_exit(&p, State::Exited, Some(i64::from(code)), None)
                     .await
@@ -470,7 +494,11 @@ impl Procd {
         let pid = Pid(pid.to_string());
         let os_pid = match self.tracked(&pid) {
             None => return,
-            Some(Running::Wasm(stop)) => return stop.stop(),
+            Some(Running::Wasm(stop, woken)) => {
+                stop.stop();
+                woken.notify_one();
+                return;
+            }
             Some(Running::Native(os_pid)) => os_pid,
         };
         signal(os_pid, libc::SIGTERM);

@@ -14,12 +14,18 @@
 //!   WASI preview1 subset of [`wasi`] (arguments, environment, stdout and
 //!   stderr captured into the caller's sinks, clocks, randomness,
 //!   `proc_exit`), and a [`StopHandle`] that ends it at the next epoch check.
+//! * The tabos host functions of [`host`] (IPC: send and receive), which the
+//!   embedder implements through the [`Host`] trait.
 //!
 //! Nothing a module does can panic the host: traps, bad pointers, exhausted
 //! memory and stack overflows all come back as an [`Outcome`] or an
 //! [`Error`].
 
+pub mod host;
+pub mod programs;
 mod wasi;
+
+pub use host::{Host, HostError};
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -130,6 +136,8 @@ pub struct RunSpec {
     pub stderr: Box<dyn Write + Send>,
     /// Linear memory limit in bytes (at most [`MEMORY_BYTES_MAX`]).
     pub memory_bytes: usize,
+    /// What the tabos host functions do; `None` makes them return ENOSYS.
+    pub host: Option<Box<dyn Host>>,
 }
 
 impl std::fmt::Debug for RunSpec {
@@ -145,6 +153,7 @@ impl std::fmt::Debug for RunSpec {
 /// Per-run state kept in the wasmtime store.
 pub(crate) struct RunState {
     pub(crate) wasi: wasi::Ctx,
+    pub(crate) host: Option<Box<dyn Host>>,
     limits: StoreLimits,
     stop: Arc<AtomicBool>,
 }
@@ -196,6 +205,7 @@ impl Sandbox {
         let engine = Engine::new(&config).map_err(|e| Error::Runtime(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
         wasi::add_to_linker(&mut linker).map_err(|e| Error::Runtime(format!("{e:#}")))?;
+        host::add_to_linker(&mut linker).map_err(|e| Error::Runtime(format!("{e:#}")))?;
         Ok(Sandbox {
             engine,
             linker: Arc::new(linker),
@@ -332,6 +342,7 @@ impl Sandbox {
             .build();
         let state = RunState {
             wasi: ctx,
+            host: spec.host,
             limits,
             stop: stop.flag.clone(),
         };

@@ -75,6 +75,11 @@ impl Ctx {
         }
     }
 
+    /// Writes one line to the run's stderr (host-side diagnostics).
+    pub fn stderr_line(&mut self, line: &str) {
+        let _ = writeln!(self.stderr, "{line}");
+    }
+
     pub fn flush(&mut self) {
         let _ = self.stdout.flush();
         let _ = self.stderr.flush();
@@ -82,20 +87,22 @@ impl Ctx {
 }
 
 /// The guest's exported memory and the run state, borrowed together.
-fn memory<'a>(caller: &'a mut Caller<'_, RunState>) -> Option<(&'a mut [u8], &'a mut RunState)> {
+pub(crate) fn memory<'a>(
+    caller: &'a mut Caller<'_, RunState>,
+) -> Option<(&'a mut [u8], &'a mut RunState)> {
     match caller.get_export("memory") {
         Some(Extern::Memory(m)) => Some(m.data_and_store_mut(caller)),
         _ => None,
     }
 }
 
-fn range(mem: &[u8], ptr: i32, len: u32) -> Option<std::ops::Range<usize>> {
+pub(crate) fn range(mem: &[u8], ptr: i32, len: u32) -> Option<std::ops::Range<usize>> {
     let start = ptr as u32 as usize;
     let end = start.checked_add(len as usize)?;
     (end <= mem.len()).then_some(start..end)
 }
 
-fn put_u32(mem: &mut [u8], ptr: i32, v: u32) -> bool {
+pub(crate) fn put_u32(mem: &mut [u8], ptr: i32, v: u32) -> bool {
     match range(mem, ptr, 4) {
         Some(r) => {
             mem[r].copy_from_slice(&v.to_le_bytes());

@@ -40,6 +40,7 @@ fn run_with(sb: &Sandbox, wat: &str, args: &[&str], memory_bytes: usize) -> Run 
         stdout: Box::new(out.clone()),
         stderr: Box::new(err.clone()),
         memory_bytes,
+        host: None,
     };
     let outcome = sb.run(&program, spec, &sb.stop_handle()).expect("runs");
     Run {
@@ -186,6 +187,7 @@ fn an_infinite_loop_is_stopped_from_another_thread() {
             stdout: Box::new(std::io::sink()),
             stderr: Box::new(std::io::sink()),
             memory_bytes: 1 << 20,
+            host: None,
         };
         sb2.run(&program, spec, &stop2).unwrap()
     });

@@ -1,0 +1,891 @@
+//! IPC through the `message` table (DBOS section 4.3).
+//!
+//! Sending is an insert, receiving is a read-and-delete in one transaction,
+//! so a message is durable once `send` returns, is received at most once by
+//! exactly one receiver, and per mailbox comes out in the order its sends
+//! committed (hence in send order per sender). A waiting receiver is woken by
+//! the change feed after the sender's commit; nothing polls.
+//!
+//! Tables (migration `004_ipc`), all on the receiver's partition — its
+//! realm's, where its procs live — so a send, a receive and a multicast to
+//! mailboxes of one realm are each one single-partition transaction:
+//!
+//! * `mailbox(p_key, realm, address, next_seq, queued, queued_bytes,
+//!   bytes_max, log_delivered, created_us)`: one row per mailbox, with the
+//!   counters that enforce its bound in O(1) per send.
+//! * `message(p_key, realm, receiver, seq, sender, message_id, sent_us,
+//!   payload)`: messages not yet received.
+//! * `message_dedup(…, sender, message_id, seq, sent_us)`: the message ids a
+//!   receiver has seen from each sender in the last [`DEDUP_WINDOW_US`].
+//! * `message_log(…, recv_us, payload)`: delivered messages of mailboxes
+//!   created with `log_delivered`, for provenance queries.
+//!
+//! Addresses ([`Address`]): `proc/<pid>` is a proc's mailbox, which exists
+//! while the proc does (it is made on first use; sending to a proc that has
+//! finished is refused); a bare `<name>` is a named mailbox, made by
+//! [`create_mailbox`] and removed by [`remove_mailbox`]. A send to, or a
+//! receive on, a mailbox that does not exist fails at once with
+//! [`Error::NotFound`]; a receiver waiting on a named mailbox that is removed
+//! gets the same error.
+//!
+//! Delivery: a receive commits the deletion before the messages leave the
+//! node, so a receiver that disappears between that commit and reading the
+//! reply loses what it received (at-most-once in that window, exactly-once
+//! otherwise). Every send notifies [`channel`]`(realm, address)` with the
+//! mailbox's last seq after commit, and removing a mailbox notifies it with
+//! `removed`; receives notify nothing, so receivers never wake each other.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use tabos_store::{params, PKey, Row, Store, Tx};
+
+use crate::ids::{validate_name, Pid};
+use crate::{realm_partition, validate_realm, Error, Result};
+
+/// Largest payload of one message, in bytes.
+pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
+/// Default bound on a mailbox's queued payload bytes.
+pub const MAILBOX_BYTES_DEFAULT: i64 = 64 << 20;
+/// Largest bound a mailbox may be given, in bytes.
+pub const MAILBOX_BYTES_MAX: i64 = 1 << 30;
+/// Most messages queued in one mailbox, whatever their size.
+pub const MAILBOX_MESSAGES_MAX: i64 = 1_000_000;
+/// Longest message id, in bytes.
+pub const MESSAGE_ID_BYTES_MAX: usize = 128;
+/// Most messages one receive returns. A constant so that the statement's
+/// LIMIT is a literal: SQLite re-prepares a statement whose LIMIT is bound.
+pub const RECV_MESSAGES_MAX: usize = 64;
+/// Most payload bytes one receive returns (more than [`PAYLOAD_BYTES_MAX`],
+/// so that any single message fits).
+pub const RECV_BYTES_MAX: usize = 4 << 20;
+/// Most messages in one `send` (a batch or a multicast).
+pub const SEND_MESSAGES_MAX: usize = 1_024;
+/// Most payload bytes in one `send`.
+pub const SEND_BYTES_MAX: usize = 8 << 20;
+/// How long a message id is remembered: a resend with the same id from the
+/// same sender within this window is stored once.
+pub const DEDUP_WINDOW_US: i64 = 3_600 * 1_000_000;
+/// Expired message ids deleted per send, so pruning is bounded work.
+const DEDUP_PRUNE_MAX: usize = 16;
+/// Longest a receive may wait.
+pub const RECV_WAIT_MAX: Duration = Duration::from_secs(3_600);
+
+/// Where a message goes, or who sent it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Address {
+    /// A proc's own mailbox: `proc/<pid>`.
+    Proc(Pid),
+    /// A named mailbox: `<name>`.
+    Named(String),
+}
+
+impl Address {
+    /// Parses `proc/<pid>` or a mailbox name (the characters of a pid, no `/`).
+    pub fn parse(s: &str) -> Result<Address> {
+        match s.split_once('/') {
+            Some(("proc", pid)) => Ok(Address::Proc(Pid::new(pid)?)),
+            Some(_) => Err(Error::Invalid(format!(
+                "address {s:?} must be proc/<pid> or a mailbox name without '/'"
+            ))),
+            None => {
+                validate_name("mailbox name", s)?;
+                Ok(Address::Named(s.to_string()))
+            }
+        }
+    }
+
+    /// A proc's address.
+    pub fn proc(pid: &Pid) -> Address {
+        Address::Proc(pid.clone())
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Proc(p) => write!(f, "proc/{p}"),
+            Address::Named(n) => f.write_str(n),
+        }
+    }
+}
+
+/// The change-feed channel of one mailbox. Long names are hashed to keep
+/// within the channel limit; two mailboxes sharing a channel only cost a
+/// spurious wake-up.
+pub fn channel(realm: &str, address: &Address) -> String {
+    let plain = format!("mail/{realm}/{address}");
+    if plain.len() <= tabos_store::feed::CHANNEL_BYTES_MAX {
+        return plain;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in plain.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("mail/{realm}/#{h:016x}")
+}
+
+/// Settings of a node's IPC service, applied to mailboxes it creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MailboxOptions {
+    /// Bound on queued payload bytes; a send past it fails with "mailbox full".
+    pub bytes_max: i64,
+    /// Move delivered messages to `message_log` instead of deleting them.
+    pub log_delivered: bool,
+}
+
+impl Default for MailboxOptions {
+    fn default() -> MailboxOptions {
+        MailboxOptions {
+            bytes_max: MAILBOX_BYTES_DEFAULT,
+            log_delivered: false,
+        }
+    }
+}
+
+impl MailboxOptions {
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAILBOX_BYTES_MAX).contains(&self.bytes_max) {
+            return Err(Error::Invalid(format!(
+                "a mailbox bound must be 1..={MAILBOX_BYTES_MAX} bytes, not {}",
+                self.bytes_max
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One message to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub to: Address,
+    pub payload: Vec<u8>,
+    /// Idempotency key: a second send with the same id from the same sender
+    /// to the same mailbox (within [`DEDUP_WINDOW_US`]) is stored once.
+    pub message_id: Option<String>,
+}
+
+/// What a send did with one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// The message's place in its mailbox (the first send's, for a duplicate).
+    pub seq: i64,
+    /// A message with the same id was already sent; nothing was stored.
+    pub duplicate: bool,
+}
+
+/// A received (or peeked) message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub seq: i64,
+    /// The sender's address, or empty for an anonymous client.
+    pub sender: String,
+    pub message_id: Option<String>,
+    pub sent_us: i64,
+    pub payload: Vec<u8>,
+}
+
+/// The result of a receive.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Received {
+    /// In mailbox order.
+    pub messages: Vec<Message>,
+    /// Set when the next message is larger than the receive's byte budget:
+    /// its size. Nothing was taken; receive again with a larger budget.
+    pub next_bytes: Option<usize>,
+}
+
+/// How much one receive takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Take {
+    /// 1..=[`RECV_MESSAGES_MAX`] messages.
+    pub max: usize,
+    /// Payload bytes, at most [`RECV_BYTES_MAX`].
+    pub bytes_max: usize,
+}
+
+impl Default for Take {
+    fn default() -> Take {
+        Take {
+            max: RECV_MESSAGES_MAX,
+            bytes_max: RECV_BYTES_MAX,
+        }
+    }
+}
+
+impl Take {
+    /// `max` messages (clamped to 1..=[`RECV_MESSAGES_MAX`], 0 meaning the
+    /// most), up to [`RECV_BYTES_MAX`] bytes.
+    pub fn messages(max: usize) -> Take {
+        Take {
+            max: if max == 0 {
+                RECV_MESSAGES_MAX
+            } else {
+                max.min(RECV_MESSAGES_MAX)
+            },
+            bytes_max: RECV_BYTES_MAX,
+        }
+    }
+}
+
+/// A mailbox's row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MailboxInfo {
+    pub address: String,
+    pub queued: i64,
+    pub queued_bytes: i64,
+    pub bytes_max: i64,
+    pub log_delivered: bool,
+    pub next_seq: i64,
+}
+
+fn check_message_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MESSAGE_ID_BYTES_MAX || id.contains('\0') {
+        return Err(Error::Invalid(format!(
+            "a message id must be 1..={MESSAGE_ID_BYTES_MAX} bytes without NUL"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a batch before any database work.
+pub fn validate_outgoing(msgs: &[Outgoing]) -> Result<()> {
+    if msgs.is_empty() || msgs.len() > SEND_MESSAGES_MAX {
+        return Err(Error::Invalid(format!(
+            "a send carries 1..={SEND_MESSAGES_MAX} messages, not {}",
+            msgs.len()
+        )));
+    }
+    let mut total = 0usize;
+    for m in msgs {
+        if m.payload.len() > PAYLOAD_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "payload of {} bytes exceeds the {PAYLOAD_BYTES_MAX}-byte message limit",
+                m.payload.len()
+            )));
+        }
+        if let Some(id) = &m.message_id {
+            check_message_id(id)?;
+        }
+        total += m.payload.len();
+    }
+    if total > SEND_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "a send of {total} payload bytes exceeds {SEND_BYTES_MAX}"
+        )));
+    }
+    Ok(())
+}
+
+fn p(tx: &dyn Tx) -> i64 {
+    i64::from(tx.p_key().0)
+}
+
+/// Procedure body: creates named mailbox `name`.
+pub fn create_mailbox_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    name: &str,
+    opts: &MailboxOptions,
+    now_us: i64,
+) -> Result<()> {
+    validate_realm(realm)?;
+    let Address::Named(name) = Address::parse(name)? else {
+        return Err(Error::Invalid(
+            "a proc's mailbox is made with the proc; name a mailbox without '/'".into(),
+        ));
+    };
+    opts.validate()?;
+    let n = tx.execute(
+        "INSERT INTO mailbox (p_key, realm, address, bytes_max, log_delivered, created_us) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, address) DO NOTHING",
+        params![
+            p(tx),
+            realm,
+            name.as_str(),
+            opts.bytes_max,
+            i64::from(opts.log_delivered),
+            now_us
+        ],
+    )?;
+    if n == 0 {
+        return Err(Error::AlreadyExists(format!(
+            "mailbox {name:?} in realm {realm:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// Procedure body: removes named mailbox `name` and its queued messages;
+/// returns how many were dropped. Waiting receivers are woken and get
+/// [`Error::NotFound`].
+pub fn remove_mailbox_tx(tx: &mut dyn Tx, realm: &str, name: &str) -> Result<u64> {
+    validate_realm(realm)?;
+    let address = Address::parse(name)?;
+    if matches!(address, Address::Proc(_)) {
+        return Err(Error::Invalid(
+            "a proc's mailbox goes with the proc; only named mailboxes are removed".into(),
+        ));
+    }
+    let pk = p(tx);
+    let n = tx.execute(
+        "DELETE FROM mailbox WHERE p_key = $1 AND realm = $2 AND address = $3",
+        params![pk, realm, name],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!(
+            "mailbox {name:?} in realm {realm:?}"
+        )));
+    }
+    let dropped = tx.execute(
+        "DELETE FROM message WHERE p_key = $1 AND realm = $2 AND receiver = $3",
+        params![pk, realm, name],
+    )?;
+    tx.execute(
+        "DELETE FROM message_dedup WHERE p_key = $1 AND realm = $2 AND receiver = $3",
+        params![pk, realm, name],
+    )?;
+    tx.notify(&channel(realm, &address), "removed")?;
+    Ok(dropped)
+}
+
+/// Makes a proc's mailbox row if the proc exists and has not finished.
+fn open_proc_mailbox(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    opts: &MailboxOptions,
+    now_us: i64,
+) -> Result<()> {
+    proc_live(tx, realm, pid)?;
+    tx.execute(
+        "INSERT INTO mailbox (p_key, realm, address, bytes_max, log_delivered, created_us) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, address) DO NOTHING",
+        params![
+            p(tx),
+            realm,
+            Address::Proc(pid.clone()).to_string(),
+            opts.bytes_max,
+            i64::from(opts.log_delivered),
+            now_us
+        ],
+    )?;
+    Ok(())
+}
+
+/// Fails unless `pid` exists in `realm` and has not finished.
+fn proc_live(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<()> {
+    let state = proc_state(tx, realm, pid)?;
+    match state.as_deref() {
+        None => Err(Error::NotFound(format!(
+            "no proc {pid} in realm {realm:?}, so no mailbox proc/{pid}"
+        ))),
+        Some("exited" | "evicted" | "failed") => Err(Error::Precondition(format!(
+            "proc {pid} has finished; its mailbox takes no more messages"
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+fn proc_state(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<Option<String>> {
+    let row = tx.query_opt(
+        "SELECT state FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![p(tx), realm, pid.as_str()],
+    )?;
+    Ok(row.map(|r| r.get::<String>(0)).transpose()?)
+}
+
+/// Procedure body: sends a batch — several messages, to one or several
+/// mailboxes of `realm` (a multicast is the same payload to several) — all
+/// or nothing. Returns what happened to each message, in order.
+pub fn send_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    from: Option<&Address>,
+    msgs: &[Outgoing],
+    opts: &MailboxOptions,
+    now_us: i64,
+) -> Result<Vec<Sent>> {
+    validate_realm(realm)?;
+    validate_outgoing(msgs)?;
+    let pk = p(tx);
+    let sender = from.map(Address::to_string).unwrap_or_default();
+    let mut out = Vec::with_capacity(msgs.len());
+    // The last seq per receiver, for one notification each after the batch.
+    let mut last: BTreeMap<&Address, i64> = BTreeMap::new();
+    for m in msgs {
+        let receiver = m.to.to_string();
+        if let Some(id) = &m.message_id {
+            // Bounded pruning of this mailbox's expired ids, then the check.
+            prune_dedup(tx, realm, &receiver, now_us)?;
+            let seen = tx.query_opt(
+                "SELECT seq FROM message_dedup WHERE p_key = $1 AND realm = $2 \
+                 AND receiver = $3 AND sender = $4 AND message_id = $5",
+                params![pk, realm, receiver.as_str(), sender.as_str(), id.as_str()],
+            )?;
+            if let Some(row) = seen {
+                out.push(Sent {
+                    seq: row.get(0)?,
+                    duplicate: true,
+                });
+                continue;
+            }
+        }
+        let seq = reserve(tx, realm, &m.to, &receiver, m.payload.len(), opts, now_us)?;
+        tx.execute(
+            "INSERT INTO message (p_key, realm, receiver, seq, sender, message_id, sent_us, payload) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            params![
+                pk,
+                realm,
+                receiver.as_str(),
+                seq,
+                sender.as_str(),
+                m.message_id.as_deref(),
+                now_us,
+                m.payload.as_slice()
+            ],
+        )?;
+        if let Some(id) = &m.message_id {
+            tx.execute(
+                "INSERT INTO message_dedup (p_key, realm, receiver, sender, message_id, seq, sent_us) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                params![pk, realm, receiver.as_str(), sender.as_str(), id.as_str(), seq, now_us],
+            )?;
+        }
+        last.insert(&m.to, seq);
+        out.push(Sent {
+            seq,
+            duplicate: false,
+        });
+    }
+    for (to, seq) in last {
+        tx.notify(&channel(realm, to), &seq.to_string())?;
+    }
+    debug_assert_eq!(out.len(), msgs.len());
+    Ok(out)
+}
+
+/// Takes the next seq of mailbox `to` and accounts `len` queued bytes,
+/// failing if the mailbox is missing, closed or full.
+fn reserve(
+    tx: &mut dyn Tx,
+    realm: &str,
+    to: &Address,
+    receiver: &str,
+    len: usize,
+    opts: &MailboxOptions,
+    now_us: i64,
+) -> Result<i64> {
+    let pk = p(tx);
+    if let Address::Proc(pid) = to {
+        // A proc's mailbox closes when the proc finishes.
+        proc_live(tx, realm, pid)?;
+    }
+    for attempt in 0..2 {
+        let row = tx.query_opt(
+            "UPDATE mailbox SET next_seq = next_seq + 1, queued = queued + 1, \
+             queued_bytes = queued_bytes + $4 \
+             WHERE p_key = $1 AND realm = $2 AND address = $3 \
+             RETURNING next_seq - 1, queued, queued_bytes, bytes_max",
+            params![pk, realm, receiver, len as i64],
+        )?;
+        let Some(row) = row else {
+            match to {
+                Address::Proc(pid) if attempt == 0 => {
+                    open_proc_mailbox(tx, realm, pid, opts, now_us)?;
+                    continue;
+                }
+                _ => {
+                    return Err(Error::NotFound(format!(
+                        "mailbox {receiver:?} in realm {realm:?} (create it first)"
+                    )))
+                }
+            }
+        };
+        let (seq, queued, bytes, bytes_max): (i64, i64, i64, i64) =
+            (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+        if bytes > bytes_max || queued > MAILBOX_MESSAGES_MAX {
+            // The procedure fails, so the counters' update rolls back.
+            return Err(Error::Full(format!(
+                "mailbox {receiver:?} is full: {} messages of {} bytes queued, \
+                 bound {bytes_max} bytes and {MAILBOX_MESSAGES_MAX} messages; \
+                 a {len}-byte message does not fit",
+                queued - 1,
+                bytes - len as i64
+            )));
+        }
+        return Ok(seq);
+    }
+    unreachable!("a proc mailbox exists after open_proc_mailbox")
+}
+
+fn prune_dedup(tx: &mut dyn Tx, realm: &str, receiver: &str, now_us: i64) -> Result<()> {
+    // LIMIT as a literal (see RECV_MESSAGES_MAX).
+    const PRUNE: &str = "DELETE FROM message_dedup WHERE p_key = $1 AND realm = $2 \
+         AND receiver = $3 AND (sender, message_id) IN (SELECT sender, message_id \
+         FROM message_dedup WHERE p_key = $1 AND realm = $2 AND receiver = $3 \
+         AND sent_us < $4 ORDER BY sent_us LIMIT 16)";
+    debug_assert!(PRUNE.ends_with(&format!("LIMIT {DEDUP_PRUNE_MAX})")));
+    tx.execute(
+        PRUNE,
+        params![p(tx), realm, receiver, now_us - DEDUP_WINDOW_US],
+    )?;
+    Ok(())
+}
+
+/// Whether the mailbox exists: a named mailbox's row, or a proc's row.
+/// Returns its `log_delivered` flag (false for a proc without a row yet).
+fn mailbox_exists(tx: &mut dyn Tx, realm: &str, address: &Address) -> Result<Option<(i64, bool)>> {
+    let row = tx.query_opt(
+        "SELECT queued, log_delivered FROM mailbox WHERE p_key = $1 AND realm = $2 AND address = $3",
+        params![p(tx), realm, address.to_string()],
+    )?;
+    if let Some(r) = row {
+        return Ok(Some((r.get(0)?, r.get::<i64>(1)? != 0)));
+    }
+    match address {
+        Address::Proc(pid) if proc_state(tx, realm, pid)?.is_some() => Ok(Some((0, false))),
+        _ => Ok(None),
+    }
+}
+
+fn not_found(realm: &str, address: &Address) -> Error {
+    match address {
+        Address::Proc(pid) => Error::NotFound(format!(
+            "no proc {pid} in realm {realm:?}, so no mailbox proc/{pid}"
+        )),
+        Address::Named(n) => Error::NotFound(format!("mailbox {n:?} in realm {realm:?}")),
+    }
+}
+
+fn check_take(take: &Take) -> Result<()> {
+    if !(1..=RECV_MESSAGES_MAX).contains(&take.max) || take.bytes_max > RECV_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "a receive takes 1..={RECV_MESSAGES_MAX} messages and at most {RECV_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// How many of the head messages (seq, length) fit `take`: the count and the
+/// last seq, or the size of the first if even it does not fit.
+fn fit(head: &[(i64, usize)], take: &Take) -> std::result::Result<(usize, i64, usize), usize> {
+    let mut bytes = 0;
+    let mut n = 0;
+    let mut last = 0;
+    for &(seq, len) in head.iter().take(take.max) {
+        if bytes + len > take.bytes_max {
+            break;
+        }
+        bytes += len;
+        n += 1;
+        last = seq;
+    }
+    match (n, head.first()) {
+        (0, Some(&(_, len))) => Err(len),
+        _ => Ok((n, last, bytes)),
+    }
+}
+
+fn head(tx: &mut dyn Tx, realm: &str, receiver: &str) -> Result<Vec<(i64, usize)>> {
+    const HEAD: &str = "SELECT seq, length(payload) FROM message \
+         WHERE p_key = $1 AND realm = $2 AND receiver = $3 ORDER BY seq LIMIT 64";
+    debug_assert!(HEAD.ends_with(&format!("LIMIT {RECV_MESSAGES_MAX}")));
+    let rows = tx.query(HEAD, params![p(tx), realm, receiver])?;
+    rows.iter()
+        .map(|r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)? as usize)))
+        .collect()
+}
+
+fn message_from_row(r: &Row) -> Result<Message> {
+    Ok(Message {
+        seq: r.get(0)?,
+        sender: r.get(1)?,
+        message_id: r.get(2)?,
+        sent_us: r.get(3)?,
+        payload: r.get(4)?,
+    })
+}
+
+/// Procedure body: takes the mailbox's first messages (as many as `take`
+/// allows), deleting them — or moving them to `message_log` — in the same
+/// transaction. Returns nothing when the mailbox is empty.
+pub fn recv_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    address: &Address,
+    take: &Take,
+    now_us: i64,
+) -> Result<Received> {
+    validate_realm(realm)?;
+    check_take(take)?;
+    let Some((queued, log)) = mailbox_exists(tx, realm, address)? else {
+        return Err(not_found(realm, address));
+    };
+    if queued == 0 {
+        return Ok(Received::default());
+    }
+    let receiver = address.to_string();
+    let head = head(tx, realm, &receiver)?;
+    let (n, last, bytes) = match fit(&head, take) {
+        Ok(f) => f,
+        Err(len) => {
+            return Ok(Received {
+                messages: Vec::new(),
+                next_bytes: Some(len),
+            })
+        }
+    };
+    let pk = p(tx);
+    if log {
+        tx.execute(
+            "INSERT INTO message_log (p_key, realm, receiver, seq, sender, message_id, sent_us, recv_us, payload) \
+             SELECT p_key, realm, receiver, seq, sender, message_id, sent_us, $5, payload FROM message \
+             WHERE p_key = $1 AND realm = $2 AND receiver = $3 AND seq <= $4",
+            params![pk, realm, receiver.as_str(), last, now_us],
+        )?;
+    }
+    let rows = tx.query(
+        "DELETE FROM message WHERE p_key = $1 AND realm = $2 AND receiver = $3 AND seq <= $4 \
+         RETURNING seq, sender, message_id, sent_us, payload",
+        params![pk, realm, receiver.as_str(), last],
+    )?;
+    let mut messages = rows
+        .iter()
+        .map(message_from_row)
+        .collect::<Result<Vec<_>>>()?;
+    // RETURNING promises no order.
+    messages.sort_by_key(|m| m.seq);
+    // The head read and the delete ran in one transaction: same rows.
+    debug_assert_eq!(messages.len(), n);
+    tx.execute(
+        "UPDATE mailbox SET queued = queued - $4, queued_bytes = queued_bytes - $5 \
+         WHERE p_key = $1 AND realm = $2 AND address = $3",
+        params![
+            pk,
+            realm,
+            receiver.as_str(),
+            messages.len() as i64,
+            bytes as i64
+        ],
+    )?;
+    Ok(Received {
+        messages,
+        next_bytes: None,
+    })
+}
+
+/// Procedure body: the mailbox's first messages, left in place.
+pub fn peek_tx(tx: &mut dyn Tx, realm: &str, address: &Address, take: &Take) -> Result<Received> {
+    validate_realm(realm)?;
+    check_take(take)?;
+    if mailbox_exists(tx, realm, address)?.is_none() {
+        return Err(not_found(realm, address));
+    }
+    let receiver = address.to_string();
+    let head = head(tx, realm, &receiver)?;
+    let (_, last) = match fit(&head, take) {
+        Ok((n, last, _)) => (n, last),
+        Err(len) => {
+            return Ok(Received {
+                messages: Vec::new(),
+                next_bytes: Some(len),
+            })
+        }
+    };
+    let rows = tx.query(
+        "SELECT seq, sender, message_id, sent_us, payload FROM message \
+         WHERE p_key = $1 AND realm = $2 AND receiver = $3 AND seq <= $4 ORDER BY seq",
+        params![p(tx), realm, receiver.as_str(), last],
+    )?;
+    Ok(Received {
+        messages: rows
+            .iter()
+            .map(message_from_row)
+            .collect::<Result<Vec<_>>>()?,
+        next_bytes: None,
+    })
+}
+
+/// Procedure body: a mailbox's row (a proc's mailbox not yet used reads as
+/// empty with the default bound).
+pub fn mailbox_tx(tx: &mut dyn Tx, realm: &str, address: &Address) -> Result<MailboxInfo> {
+    validate_realm(realm)?;
+    let receiver = address.to_string();
+    let row = tx.query_opt(
+        "SELECT queued, queued_bytes, bytes_max, log_delivered, next_seq FROM mailbox \
+         WHERE p_key = $1 AND realm = $2 AND address = $3",
+        params![p(tx), realm, receiver.as_str()],
+    )?;
+    match row {
+        Some(r) => Ok(MailboxInfo {
+            address: receiver,
+            queued: r.get(0)?,
+            queued_bytes: r.get(1)?,
+            bytes_max: r.get(2)?,
+            log_delivered: r.get::<i64>(3)? != 0,
+            next_seq: r.get(4)?,
+        }),
+        None if mailbox_exists(tx, realm, address)?.is_some() => Ok(MailboxInfo {
+            address: receiver,
+            queued: 0,
+            queued_bytes: 0,
+            bytes_max: MailboxOptions::default().bytes_max,
+            log_delivered: false,
+            next_seq: 1,
+        }),
+        None => Err(not_found(realm, address)),
+    }
+}
+
+fn partition(store: &Store, realm: &str) -> Result<PKey> {
+    validate_realm(realm)?;
+    Ok(realm_partition(realm, store.partitions()))
+}
+
+/// Creates named mailbox `name` in `realm`.
+pub async fn create_mailbox(
+    store: &Store,
+    realm: &str,
+    name: &str,
+    opts: MailboxOptions,
+) -> Result<()> {
+    let (r, n) = (realm.to_string(), name.to_string());
+    let now = tabos_store::now_us();
+    store
+        .submit(partition(store, realm)?, move |tx| {
+            create_mailbox_tx(tx, &r, &n, &opts, now)
+        })
+        .await
+}
+
+/// Removes named mailbox `name` and its messages; returns how many were dropped.
+pub async fn remove_mailbox(store: &Store, realm: &str, name: &str) -> Result<u64> {
+    let (r, n) = (realm.to_string(), name.to_string());
+    store
+        .submit(partition(store, realm)?, move |tx| {
+            remove_mailbox_tx(tx, &r, &n)
+        })
+        .await
+}
+
+/// Sends a batch in one transaction (see [`send_tx`]). `opts` applies to
+/// proc mailboxes made by this send.
+pub async fn send(
+    store: &Store,
+    realm: &str,
+    from: Option<Address>,
+    msgs: Vec<Outgoing>,
+    opts: MailboxOptions,
+) -> Result<Vec<Sent>> {
+    validate_outgoing(&msgs)?;
+    let r = realm.to_string();
+    let now = tabos_store::now_us();
+    store
+        .submit(partition(store, realm)?, move |tx| {
+            send_tx(tx, &r, from.as_ref(), &msgs, &opts, now)
+        })
+        .await
+}
+
+/// Receives from `address`: returns at once what is queued, or waits up to
+/// `wait` for the next send to commit, woken by the change feed (never by
+/// polling). Returns an empty [`Received`] when the wait ran out or `stop`
+/// completed first. `stop` and the deadline are only looked at between
+/// transactions, so a receive that committed is always returned.
+pub async fn recv(
+    store: &Store,
+    realm: &str,
+    address: &Address,
+    take: Take,
+    wait: Duration,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<Received> {
+    let pk = partition(store, realm)?;
+    check_take(&take)?;
+    let wait = wait.min(RECV_WAIT_MAX);
+    let deadline = tokio::time::Instant::now() + wait;
+    let chan = channel(realm, address);
+    let mut sub = store.subscribe(&chan);
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let (r, a) = (realm.to_string(), address.clone());
+        let now = tabos_store::now_us();
+        let got = store
+            .submit(pk, move |tx| recv_tx(tx, &r, &a, &take, now))
+            .await?;
+        if !got.messages.is_empty() || got.next_bytes.is_some() || wait.is_zero() {
+            return Ok(got);
+        }
+        tokio::select! {
+            note = sub.recv() => match note {
+                Ok(_) => {}
+                // Cut off: sends may have been missed; resubscribe, re-read.
+                Err(tabos_store::Error::Lagged(_)) => sub = store.subscribe(&chan),
+                Err(e) => return Err(e.into()),
+            },
+            () = tokio::time::sleep_until(deadline) => return Ok(Received::default()),
+            () = &mut stop => return Ok(Received::default()),
+        }
+    }
+}
+
+/// The mailbox's first messages, left in place.
+pub async fn peek(store: &Store, realm: &str, address: &Address, take: Take) -> Result<Received> {
+    let (r, a) = (realm.to_string(), address.clone());
+    store
+        .submit(partition(store, realm)?, move |tx| {
+            peek_tx(tx, &r, &a, &take)
+        })
+        .await
+}
+
+/// A mailbox's row.
+pub async fn mailbox(store: &Store, realm: &str, address: &Address) -> Result<MailboxInfo> {
+    let (r, a) = (realm.to_string(), address.clone());
+    store
+        .submit(partition(store, realm)?, move |tx| mailbox_tx(tx, &r, &a))
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_and_print() {
+        assert_eq!(
+            Address::parse("proc/p1").unwrap(),
+            Address::Proc(Pid("p1".into()))
+        );
+        assert_eq!(Address::parse("inbox").unwrap().to_string(), "inbox");
+        assert_eq!(Address::parse("proc/p1").unwrap().to_string(), "proc/p1");
+        for bad in ["", "a/b", "proc/", "proc/a/b", "x y", "..", "nul\0"] {
+            assert!(Address::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn channels_fit_the_feed_limit() {
+        let long = Address::Named("m".repeat(crate::ids::NAME_BYTES_MAX));
+        let realm = "r".repeat(crate::REALM_BYTES_MAX);
+        let c = channel(&realm, &long);
+        assert!(c.len() <= tabos_store::feed::CHANNEL_BYTES_MAX);
+        assert_ne!(c, channel(&realm, &Address::Named("other".into())));
+        assert_eq!(channel("r", &long), format!("mail/r/{long}"));
+    }
+
+    #[test]
+    fn fit_takes_a_prefix_within_budget() {
+        let head = [(1, 10), (2, 10), (3, 10)];
+        let t = |max, bytes_max| Take { max, bytes_max };
+        assert_eq!(fit(&head, &t(64, 100)), Ok((3, 3, 30)));
+        assert_eq!(fit(&head, &t(2, 100)), Ok((2, 2, 20)));
+        assert_eq!(fit(&head, &t(64, 25)), Ok((2, 2, 20)));
+        assert_eq!(fit(&head, &t(64, 5)), Err(10));
+        assert_eq!(fit(&[], &t(64, 5)), Ok((0, 0, 0)));
+    }
+}

@@ -1,0 +1,638 @@
+//! IPC through the message table, on SQLite and on PostgreSQL.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tabos_kernel::ids::Pid;
+use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
+use tabos_kernel::procs::{self, Descriptor};
+use tabos_kernel::sched::Scheduler;
+use tabos_kernel::{realms, Error};
+use tabos_store::testing::{pg_database, TempDir};
+use tabos_store::{Config, Store};
+
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+struct Fixture {
+    store: Store,
+    config: Config,
+    _dir: Option<TempDir>,
+}
+
+impl Backend {
+    fn open(&self) -> Option<Fixture> {
+        let (config, dir) = match self {
+            Backend::Sqlite => {
+                let dir = TempDir::new("ipc");
+                (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
+            }
+            Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
+        };
+        Some(Fixture {
+            store: tabos_kernel::open(&config).unwrap(),
+            config,
+            _dir: dir,
+        })
+    }
+}
+
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sqlite() { super::$name(super::Backend::Sqlite); }
+            #[test]
+            fn postgres() { super::$name(super::Backend::Postgres); }
+        }
+    )*};
+}
+
+both!(
+    send_receive_peek_and_order,
+    exactly_once_with_concurrent_receivers,
+    messages_survive_a_restart,
+    idempotent_send,
+    bad_sends_change_nothing,
+    unknown_and_proc_mailboxes,
+    waiting_receivers_are_woken,
+    delivered_messages_can_be_logged,
+);
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const REALM: &str = "r";
+const OPTS: MailboxOptions = MailboxOptions {
+    bytes_max: ipc::MAILBOX_BYTES_DEFAULT,
+    log_delivered: false,
+};
+
+fn named(s: &str) -> Address {
+    Address::parse(s).unwrap()
+}
+
+fn msg(to: &str, payload: &[u8]) -> Outgoing {
+    Outgoing {
+        to: named(to),
+        payload: payload.to_vec(),
+        message_id: None,
+    }
+}
+
+async fn send1(store: &Store, from: &str, to: &str, payload: &[u8]) -> tabos_kernel::Result<i64> {
+    let sent = ipc::send(
+        store,
+        REALM,
+        Some(named(from)),
+        vec![msg(to, payload)],
+        OPTS,
+    )
+    .await?;
+    Ok(sent[0].seq)
+}
+
+async fn recv_now(store: &Store, to: &str, max: usize) -> tabos_kernel::Result<Vec<ipc::Message>> {
+    Ok(ipc::recv(
+        store,
+        REALM,
+        &named(to),
+        Take::messages(max),
+        Duration::ZERO,
+        std::future::pending(),
+    )
+    .await?
+    .messages)
+}
+
+/// Every message left in a mailbox (so counters can be checked against rows).
+fn queued_rows(store: &Store, to: &str) -> i64 {
+    store
+        .query(
+            "SELECT count(*) FROM message WHERE realm = $1 AND receiver = $2",
+            &[REALM.into(), to.into()],
+        )
+        .unwrap()
+        .rows[0]
+        .get(0)
+        .unwrap()
+}
+
+fn send_receive_peek_and_order(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        ipc::create_mailbox(s, REALM, "inbox", OPTS).await.unwrap();
+        assert!(matches!(
+            ipc::create_mailbox(s, REALM, "inbox", OPTS).await,
+            Err(Error::AlreadyExists(_))
+        ));
+        for i in 0..5u8 {
+            assert_eq!(
+                send1(s, "a", "inbox", &[i]).await.unwrap(),
+                i64::from(i) + 1
+            );
+        }
+        let peeked = ipc::peek(s, REALM, &named("inbox"), Take::messages(2))
+            .await
+            .unwrap();
+        assert_eq!(peeked.messages.len(), 2);
+        assert_eq!(queued_rows(s, "inbox"), 5, "peek takes nothing");
+
+        let got = recv_now(s, "inbox", 3).await.unwrap();
+        let payloads: Vec<u8> = got.iter().map(|m| m.payload[0]).collect();
+        assert_eq!(payloads, [0, 1, 2]);
+        assert!(got.iter().all(|m| m.sender == "a"));
+        assert_eq!(recv_now(s, "inbox", 0).await.unwrap().len(), 2);
+        assert!(recv_now(s, "inbox", 0).await.unwrap().is_empty());
+        let info = ipc::mailbox(s, REALM, &named("inbox")).await.unwrap();
+        assert_eq!((info.queued, info.queued_bytes, info.next_seq), (0, 0, 6));
+
+        // A byte budget smaller than the next message takes nothing and
+        // says how much is needed.
+        send1(s, "a", "inbox", &[7; 100]).await.unwrap();
+        let small = ipc::recv(
+            s,
+            REALM,
+            &named("inbox"),
+            Take {
+                max: 1,
+                bytes_max: 10,
+            },
+            Duration::from_secs(1),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert_eq!((small.messages.len(), small.next_bytes), (0, Some(100)));
+        assert_eq!(recv_now(s, "inbox", 1).await.unwrap()[0].payload.len(), 100);
+
+        // Several concurrent senders: each one's messages arrive in its order.
+        let senders = 4;
+        let per = 50u32;
+        let mut tasks = Vec::new();
+        for w in 0..senders {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..per {
+                    send1(&s, &format!("s{w}"), "inbox", &i.to_le_bytes())
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut next: HashMap<String, u32> = HashMap::new();
+        let mut total = 0;
+        loop {
+            let got = recv_now(s, "inbox", 7).await.unwrap();
+            if got.is_empty() {
+                break;
+            }
+            for m in got {
+                let i = u32::from_le_bytes(m.payload[..4].try_into().unwrap());
+                let want = next.entry(m.sender.clone()).or_insert(0);
+                assert_eq!(i, *want, "out of order from {}", m.sender);
+                *want += 1;
+                total += 1;
+            }
+        }
+        assert_eq!(total, senders * per);
+    });
+}
+
+fn exactly_once_with_concurrent_receivers(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    // The issue's figure; TABOS_STRESS_MESSAGES lowers it on slow machines.
+    let total: u32 = std::env::var("TABOS_STRESS_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let senders = 4u32;
+    let receivers = 4;
+    let batch = 100u32;
+    rt().block_on(async {
+        ipc::create_mailbox(s, REALM, "work", OPTS).await.unwrap();
+        let mut send_tasks = Vec::new();
+        for w in 0..senders {
+            let s = s.clone();
+            send_tasks.push(tokio::spawn(async move {
+                let mine: Vec<u32> = (0..total).filter(|i| i % senders == w).collect();
+                for chunk in mine.chunks(batch as usize) {
+                    let msgs = chunk
+                        .iter()
+                        .map(|i| msg("work", &i.to_le_bytes()))
+                        .collect();
+                    ipc::send(&s, REALM, Some(named(&format!("s{w}"))), msgs, OPTS)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        let seen = Arc::new(std::sync::Mutex::new(vec![0u8; total as usize]));
+        let count = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        // Set by the receiver that takes the last message; stops the others.
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let stop_tx = Arc::new(stop_tx);
+        let mut recv_tasks = Vec::new();
+        for _ in 0..receivers {
+            let (s, seen, count) = (s.clone(), seen.clone(), count.clone());
+            let (stop_tx, stop_rx) = (stop_tx.clone(), stop_rx.clone());
+            recv_tasks.push(tokio::spawn(async move {
+                let mut last: HashMap<String, u32> = HashMap::new();
+                let mut n = 0u64;
+                loop {
+                    let mut stop_rx = stop_rx.clone();
+                    let stop = async move {
+                        let _ = stop_rx.wait_for(|v| *v).await;
+                    };
+                    let got = ipc::recv(
+                        &s,
+                        REALM,
+                        &named("work"),
+                        Take::default(),
+                        Duration::from_secs(60),
+                        stop,
+                    )
+                    .await
+                    .unwrap();
+                    if got.messages.is_empty() {
+                        return n;
+                    }
+                    for m in got.messages {
+                        let i = u32::from_le_bytes(m.payload[..4].try_into().unwrap());
+                        // Each receiver sees any one sender's messages in order.
+                        if let Some(prev) = last.insert(m.sender.clone(), i) {
+                            assert!(prev < i, "{} sent {prev} before {i}", m.sender);
+                        }
+                        seen.lock().unwrap()[i as usize] += 1;
+                        n += 1;
+                        if count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == total {
+                            stop_tx.send_replace(true);
+                        }
+                    }
+                }
+            }));
+        }
+        for t in send_tasks {
+            t.await.unwrap();
+        }
+        let mut received = 0;
+        for t in recv_tasks {
+            received += t.await.unwrap();
+        }
+        assert_eq!(received, u64::from(total));
+        let wrong: Vec<usize> = {
+            let seen = seen.lock().unwrap();
+            (0..seen.len()).filter(|&i| seen[i] != 1).collect()
+        };
+        assert!(
+            wrong.is_empty(),
+            "messages not received exactly once: {:?}",
+            &wrong[..wrong.len().min(10)]
+        );
+        assert_eq!(queued_rows(s, "work"), 0);
+        let info = ipc::mailbox(s, REALM, &named("work")).await.unwrap();
+        assert_eq!((info.queued, info.queued_bytes), (0, 0));
+    });
+}
+
+fn messages_survive_a_restart(b: Backend) {
+    let Some(f) = b.open() else { return };
+    rt().block_on(async {
+        ipc::create_mailbox(&f.store, REALM, "keep", OPTS)
+            .await
+            .unwrap();
+        for i in 0..3u8 {
+            send1(&f.store, "a", "keep", &[i]).await.unwrap();
+        }
+    });
+    let Fixture {
+        store,
+        config,
+        _dir,
+    } = f;
+    drop(store);
+    let store = tabos_kernel::open(&config).unwrap();
+    rt().block_on(async {
+        let got = recv_now(&store, "keep", 0).await.unwrap();
+        assert_eq!(
+            got.iter().map(|m| m.payload[0]).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        // Sequence numbers go on from where they were.
+        assert_eq!(send1(&store, "a", "keep", b"x").await.unwrap(), 4);
+    });
+}
+
+fn idempotent_send(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        ipc::create_mailbox(s, REALM, "idem", OPTS).await.unwrap();
+        let with_id = |id: &str, p: &[u8]| Outgoing {
+            to: named("idem"),
+            payload: p.to_vec(),
+            message_id: Some(id.to_string()),
+        };
+        let a = ipc::send(
+            s,
+            REALM,
+            Some(named("a")),
+            vec![with_id("m1", b"one")],
+            OPTS,
+        )
+        .await
+        .unwrap();
+        let again = ipc::send(
+            s,
+            REALM,
+            Some(named("a")),
+            vec![with_id("m1", b"one")],
+            OPTS,
+        )
+        .await
+        .unwrap();
+        assert!(!a[0].duplicate);
+        assert!(again[0].duplicate);
+        assert_eq!(a[0].seq, again[0].seq);
+        // Same id from another sender is another message; so is a new id.
+        let other = ipc::send(
+            s,
+            REALM,
+            Some(named("b")),
+            vec![with_id("m1", b"two")],
+            OPTS,
+        )
+        .await
+        .unwrap();
+        assert!(!other[0].duplicate);
+        assert_eq!(queued_rows(s, "idem"), 2);
+        // A resend after delivery is still recognised within the window.
+        assert_eq!(recv_now(s, "idem", 0).await.unwrap().len(), 2);
+        let late = ipc::send(
+            s,
+            REALM,
+            Some(named("a")),
+            vec![with_id("m1", b"one")],
+            OPTS,
+        )
+        .await
+        .unwrap();
+        assert!(late[0].duplicate);
+        assert_eq!(queued_rows(s, "idem"), 0);
+    });
+}
+
+fn bad_sends_change_nothing(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        let small = MailboxOptions {
+            bytes_max: 1_000,
+            log_delivered: false,
+        };
+        ipc::create_mailbox(s, REALM, "small", small).await.unwrap();
+        ipc::create_mailbox(s, REALM, "big", OPTS).await.unwrap();
+        // Oversized payload.
+        let huge = vec![0u8; ipc::PAYLOAD_BYTES_MAX + 1];
+        let e = send1(s, "a", "big", &huge).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Invalid(m) if m.contains("exceeds")),
+            "{e}"
+        );
+        // Full mailbox: 600 fits, the next 600 does not.
+        send1(s, "a", "small", &[1; 600]).await.unwrap();
+        let e = send1(s, "a", "small", &[2; 600]).await.unwrap_err();
+        assert!(matches!(&e, Error::Full(m) if m.contains("full")), "{e}");
+        // A multicast with one full receiver sends nothing at all.
+        let e = ipc::send(
+            s,
+            REALM,
+            None,
+            vec![msg("big", &[3; 600]), msg("small", &[3; 600])],
+            OPTS,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, Error::Full(_)));
+        assert_eq!(queued_rows(s, "big"), 0);
+        assert_eq!(queued_rows(s, "small"), 1);
+        let info = ipc::mailbox(s, REALM, &named("small")).await.unwrap();
+        assert_eq!((info.queued, info.queued_bytes, info.next_seq), (1, 600, 2));
+        // Draining makes room again.
+        recv_now(s, "small", 0).await.unwrap();
+        send1(s, "a", "small", &[2; 600]).await.unwrap();
+        // Bad batches and bounds.
+        assert!(ipc::send(s, REALM, None, vec![], OPTS).await.is_err());
+        assert!(ipc::create_mailbox(
+            s,
+            REALM,
+            "zero",
+            MailboxOptions {
+                bytes_max: 0,
+                log_delivered: false
+            }
+        )
+        .await
+        .is_err());
+        assert!(ipc::create_mailbox(s, REALM, "a/b", OPTS).await.is_err());
+        assert!(ipc::create_mailbox(s, "bad realm", "x", OPTS)
+            .await
+            .is_err());
+        let bad_id = Outgoing {
+            to: named("big"),
+            payload: vec![],
+            message_id: Some("x".repeat(ipc::MESSAGE_ID_BYTES_MAX + 1)),
+        };
+        assert!(ipc::send(s, REALM, None, vec![bad_id], OPTS).await.is_err());
+        assert_eq!(queued_rows(s, "big"), 0);
+    });
+}
+
+fn unknown_and_proc_mailboxes(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        // Unknown named mailbox: send and receive fail at once.
+        assert!(matches!(
+            send1(s, "a", "nobody", b"x").await,
+            Err(Error::NotFound(_))
+        ));
+        assert!(matches!(
+            ipc::recv(
+                s,
+                REALM,
+                &named("nobody"),
+                Take::default(),
+                Duration::from_secs(60),
+                std::future::pending()
+            )
+            .await,
+            Err(Error::NotFound(_))
+        ));
+        // Removing drops queued messages and wakes a waiting receiver.
+        ipc::create_mailbox(s, REALM, "gone", OPTS).await.unwrap();
+        send1(s, "a", "gone", b"x").await.unwrap();
+        assert_eq!(ipc::remove_mailbox(s, REALM, "gone").await.unwrap(), 1);
+        assert_eq!(queued_rows(s, "gone"), 0);
+        ipc::create_mailbox(s, REALM, "gone", OPTS).await.unwrap();
+        let waiter = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                ipc::recv(
+                    &s,
+                    REALM,
+                    &named("gone"),
+                    Take::default(),
+                    Duration::from_secs(60),
+                    std::future::pending(),
+                )
+                .await
+            })
+        };
+        // The waiter has subscribed once its first (empty) receive is done;
+        // a remove committed before that makes its first receive fail the same way.
+        ipc::remove_mailbox(s, REALM, "gone").await.unwrap();
+        assert!(matches!(waiter.await.unwrap(), Err(Error::NotFound(_))));
+        assert!(matches!(
+            ipc::remove_mailbox(s, REALM, "gone").await,
+            Err(Error::NotFound(_))
+        ));
+
+        // A proc's mailbox: exists while the proc does.
+        realms::create(s, REALM, Scheduler::Fifo).unwrap();
+        assert!(matches!(
+            send1(s, "a", "proc/p1", b"x").await,
+            Err(Error::NotFound(_))
+        ));
+        let mut d = Descriptor::native("/bin/true");
+        d.pid = Some(Pid::new("p1").unwrap());
+        procs::spawn(s, REALM, d).await.unwrap();
+        assert!(recv_now(s, "proc/p1", 0).await.unwrap().is_empty());
+        send1(s, "a", "proc/p1", b"hello").await.unwrap();
+        assert_eq!(
+            recv_now(s, "proc/p1", 0).await.unwrap()[0].payload,
+            b"hello"
+        );
+        procs::evict(s, REALM, &Pid::new("p1").unwrap())
+            .await
+            .unwrap();
+        let e = send1(s, "a", "proc/p1", b"late").await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Precondition(m) if m.contains("finished")),
+            "{e}"
+        );
+        assert!(ipc::create_mailbox(s, REALM, "proc/p2", OPTS)
+            .await
+            .is_err());
+    });
+}
+
+fn waiting_receivers_are_woken(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        ipc::create_mailbox(s, REALM, "ping", OPTS).await.unwrap();
+        ipc::create_mailbox(s, REALM, "pong", OPTS).await.unwrap();
+        // An echo task: whatever arrives on ping goes back on pong.
+        let echo = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for _ in 0..100 {
+                    let got = ipc::recv(
+                        &s,
+                        REALM,
+                        &named("ping"),
+                        Take::messages(1),
+                        Duration::from_secs(60),
+                        std::future::pending(),
+                    )
+                    .await
+                    .unwrap();
+                    let m = &got.messages[0];
+                    send1(&s, "echo", "pong", &m.payload).await.unwrap();
+                }
+            })
+        };
+        for i in 0..100u32 {
+            send1(s, "main", "ping", &i.to_le_bytes()).await.unwrap();
+            let got = ipc::recv(
+                s,
+                REALM,
+                &named("pong"),
+                Take::messages(1),
+                Duration::from_secs(60),
+                std::future::pending(),
+            )
+            .await
+            .unwrap();
+            assert_eq!(got.messages[0].payload, i.to_le_bytes());
+            assert_eq!(got.messages[0].sender, "echo");
+        }
+        echo.await.unwrap();
+        // A receive that times out returns nothing; one that is stopped too.
+        let none = ipc::recv(
+            s,
+            REALM,
+            &named("pong"),
+            Take::default(),
+            Duration::from_millis(20),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert!(none.messages.is_empty());
+        let stopped = ipc::recv(
+            s,
+            REALM,
+            &named("pong"),
+            Take::default(),
+            Duration::from_secs(60),
+            std::future::ready(()),
+        )
+        .await
+        .unwrap();
+        assert!(stopped.messages.is_empty());
+    });
+}
+
+fn delivered_messages_can_be_logged(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        let logged = MailboxOptions {
+            bytes_max: 1 << 20,
+            log_delivered: true,
+        };
+        ipc::create_mailbox(s, REALM, "audited", logged).await.unwrap();
+        ipc::create_mailbox(s, REALM, "plain", OPTS).await.unwrap();
+        send1(s, "alice", "audited", b"one").await.unwrap();
+        send1(s, "alice", "plain", b"two").await.unwrap();
+        recv_now(s, "audited", 0).await.unwrap();
+        recv_now(s, "plain", 0).await.unwrap();
+        let rows = s
+            .query(
+                "SELECT receiver, sender, payload, recv_us >= sent_us FROM message_log WHERE realm = $1",
+                &[REALM.into()],
+            )
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+        let r = &rows.rows[0];
+        assert_eq!(r.get::<String>(0).unwrap(), "audited");
+        assert_eq!(r.get::<String>(1).unwrap(), "alice");
+        assert_eq!(r.get::<Vec<u8>>(2).unwrap(), b"one");
+        assert!(r.get::<bool>(3).unwrap());
+    });
+}

@@ -1,0 +1,163 @@
+//! Small wasm programs tabos ships, as WAT text: the IPC echo server and the
+//! pinger that the tests, the `ipc` benchmark and examples run as wasm procs.
+//! Both use only the `tabos` host functions and WASI's clock, `fd_write`
+//! and `proc_exit`.
+
+/// Memory layout shared by both programs (byte offsets).
+const TO: u32 = 0; // receiver list, up to 8 KiB
+const PAYLOAD: u32 = 8_192; // outgoing payload, up to 8 KiB
+const RECV_BUF: u32 = 16_384; // incoming payload, 16 KiB
+const SENDER: u32 = 32_768; // incoming sender, 256 bytes
+const LENS: u32 = 33_024; // payload length, sender length
+const CLOCK: u32 = 33_040;
+const IOVEC: u32 = 33_056;
+const TIMES: u32 = 65_536; // the pinger's per-round durations (u64 ns)
+
+/// Longest receiver list a pinger takes, in bytes.
+pub const PING_TO_BYTES_MAX: usize = 8_192;
+/// Largest payload a pinger sends.
+pub const PING_PAYLOAD_BYTES_MAX: usize = 8_192;
+
+const IMPORTS: &str = r#"
+  (import "tabos" "send" (func $send (param i32 i32 i32 i32) (result i32)))
+  (import "tabos" "recv" (func $recv (param i64 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+"#;
+
+/// An echo server: sends every message it receives back to its sender, and
+/// exits (status 0) on an empty message. A failing host call exits with
+/// 100 + errno (send) or 200 + errno (recv).
+pub fn echo() -> String {
+    format!(
+        r#"(module {IMPORTS}
+  (memory (export "memory") 1)
+  (func (export "_start") (local $rc i32)
+    (loop $next
+      (local.set $rc (call $recv (i64.const -1) (i32.const {RECV_BUF}) (i32.const 16384)
+                                 (i32.const {SENDER}) (i32.const 256) (i32.const {LENS})))
+      (if (local.get $rc) (then (call $exit (i32.add (i32.const 200) (local.get $rc)))))
+      (if (i32.eqz (i32.load (i32.const {LENS}))) (then (return)))
+      (local.set $rc (call $send (i32.const {SENDER}) (i32.load (i32.const {LENS_4}))
+                                 (i32.const {RECV_BUF}) (i32.load (i32.const {LENS}))))
+      (if (local.get $rc) (then (call $exit (i32.add (i32.const 100) (local.get $rc)))))
+      (br $next)))
+)"#,
+        LENS_4 = LENS + 4
+    )
+}
+
+/// What a pinger does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ping {
+    /// Receivers of every send ('\n'-separated in one call: a multicast).
+    pub to: Vec<String>,
+    /// Messages sent per round (to each receiver); the round ends when all
+    /// `burst * to.len()` replies are in.
+    pub burst: u32,
+    pub rounds: u32,
+    pub payload_bytes: usize,
+}
+
+/// A pinger: for each round, sends `burst` messages of `payload_bytes` to
+/// every receiver, takes all their replies, and records the round's
+/// duration; then sends each receiver an empty message (stopping echo
+/// servers) and writes the durations to stdout as little-endian u64
+/// nanoseconds, one per round. Exits like [`echo`] on a failing call.
+pub fn ping(p: &Ping) -> Result<String, String> {
+    let to = p.to.join("\n");
+    if to.is_empty() || to.len() > PING_TO_BYTES_MAX || to.contains('"') || to.contains('\\') {
+        return Err(format!(
+            "a pinger needs 1..={PING_TO_BYTES_MAX} bytes of receivers without quotes"
+        ));
+    }
+    if p.payload_bytes > PING_PAYLOAD_BYTES_MAX || p.rounds == 0 || p.burst == 0 {
+        return Err(format!(
+            "a pinger sends 1.. rounds of 1.. messages of at most {PING_PAYLOAD_BYTES_MAX} bytes"
+        ));
+    }
+    let replies = u64::from(p.burst) * p.to.len() as u64;
+    let times_bytes = u64::from(p.rounds) * 8;
+    let pages = (u64::from(TIMES) + times_bytes).div_ceil(65_536);
+    if pages > 16_384 {
+        return Err("too many rounds to record".into());
+    }
+    let to_len = to.len();
+    let to_text = to.replace('\n', "\\0a");
+    Ok(format!(
+        r#"(module {IMPORTS}
+  (memory (export "memory") {pages})
+  (data (i32.const {TO}) "{to_text}")
+  (func (export "_start") (local $round i32) (local $k i32) (local $rc i32) (local $t0 i64)
+    (loop $rounds
+      (drop (call $clock (i32.const 1) (i64.const 0) (i32.const {CLOCK})))
+      (local.set $t0 (i64.load (i32.const {CLOCK})))
+      (local.set $k (i32.const 0))
+      (loop $sends
+        (local.set $rc (call $send (i32.const {TO}) (i32.const {to_len})
+                                   (i32.const {PAYLOAD}) (i32.const {bytes})))
+        (if (local.get $rc) (then (call $exit (i32.add (i32.const 100) (local.get $rc)))))
+        (local.set $k (i32.add (local.get $k) (i32.const 1)))
+        (br_if $sends (i32.lt_u (local.get $k) (i32.const {burst}))))
+      (local.set $k (i32.const 0))
+      (loop $replies
+        (local.set $rc (call $recv (i64.const -1) (i32.const {RECV_BUF}) (i32.const 16384)
+                                   (i32.const {SENDER}) (i32.const 256) (i32.const {LENS})))
+        (if (local.get $rc) (then (call $exit (i32.add (i32.const 200) (local.get $rc)))))
+        (local.set $k (i32.add (local.get $k) (i32.const 1)))
+        (br_if $replies (i32.lt_u (local.get $k) (i32.const {replies}))))
+      (drop (call $clock (i32.const 1) (i64.const 0) (i32.const {CLOCK})))
+      (i64.store (i32.add (i32.const {TIMES}) (i32.shl (local.get $round) (i32.const 3)))
+                 (i64.sub (i64.load (i32.const {CLOCK})) (local.get $t0)))
+      (local.set $round (i32.add (local.get $round) (i32.const 1)))
+      (br_if $rounds (i32.lt_u (local.get $round) (i32.const {rounds}))))
+    (drop (call $send (i32.const {TO}) (i32.const {to_len}) (i32.const {PAYLOAD}) (i32.const 0)))
+    (i32.store (i32.const {IOVEC}) (i32.const {TIMES}))
+    (i32.store (i32.const {IOVEC_4}) (i32.const {times_bytes}))
+    (drop (call $fd_write (i32.const 1) (i32.const {IOVEC}) (i32.const 1) (i32.const {IOVEC_8}))))
+)"#,
+        bytes = p.payload_bytes,
+        burst = p.burst,
+        rounds = p.rounds,
+        IOVEC_4 = IOVEC + 4,
+        IOVEC_8 = IOVEC + 8,
+    ))
+}
+
+/// Decodes a pinger's stdout: its per-round durations in nanoseconds.
+pub fn ping_times(stdout: &[u8]) -> Vec<u64> {
+    stdout
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_compile() {
+        let sb = crate::Sandbox::new().unwrap();
+        sb.compile(echo().as_bytes()).unwrap();
+        let p = Ping {
+            to: vec!["proc/a".into(), "box".into()],
+            burst: 3,
+            rounds: 10_000,
+            payload_bytes: 64,
+        };
+        sb.compile(ping(&p).unwrap().as_bytes()).unwrap();
+        assert!(ping(&Ping {
+            to: vec![],
+            ..p.clone()
+        })
+        .is_err());
+        assert!(ping(&Ping {
+            payload_bytes: 9_000,
+            ..p
+        })
+        .is_err());
+        assert_eq!(ping_times(&[1, 0, 0, 0, 0, 0, 0, 0, 2]), vec![1]);
+    }
+}
