@@ -2,8 +2,9 @@
 //! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
-//! Suites: [`store`], [`sched`].
+//! Suites: [`store`], [`sched`], [`ipc`].
 
+pub mod ipc;
 pub mod machine;
 pub mod measure;
 pub mod report;
@@ -17,7 +18,8 @@ pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
     let report = match name {
         "store" => store::run(quick)?,
         "sched" => sched::run(quick)?,
-        other => anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched"),
+        "ipc" => ipc::run(quick)?,
+        other => anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc"),
     };
     report.print();
     let path = report.write(out)?;

@@ -294,3 +294,60 @@ fn a_killed_node_has_its_procs_failed() {
     assert!(stdout(&o).contains("failed"), "{}", stdout(&o));
     assert!(stdout(&o).contains("lost"), "{}", stdout(&o));
 }
+
+#[test]
+fn mailboxes_send_and_recv() {
+    let dir = TempDir::new("cli-ipc");
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap(), "--log-messages"]);
+    let o = node.tabos(&["mailbox", "create", "inbox"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["mailbox", "create", "other", "--bytes-max", "10"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["send", "--from", "alice", "inbox", "hello"]);
+    assert_eq!(stdout(&o), "inbox #1\n", "{}", stderr(&o));
+    // Data from stdin; a multicast to two mailboxes.
+    let mut child = Command::new(TABOS)
+        .args(["send", "inbox", "--also", "other"])
+        .env("TABOS_ADDR", &node.addr)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"piped").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(stdout(&o), "inbox #2\nother #1\n");
+    let o = node.tabos(&["recv", "inbox", "--peek", "--max", "5"]);
+    assert_eq!(stdout(&o), "hello\npiped\n");
+    let o = node.tabos(&["recv", "inbox", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        (v["payload"].as_str(), v["sender"].as_str()),
+        (Some("hello"), Some("alice"))
+    );
+    let o = node.tabos(&["mailbox", "show", "inbox"]);
+    assert!(stdout(&o).contains("inbox"), "{}", stdout(&o));
+    let o = node.tabos(&["recv", "inbox", "--max", "5"]);
+    assert_eq!(stdout(&o), "piped\n");
+    // Nothing left: exit status 1 after the wait.
+    let o = node.tabos(&["recv", "inbox", "--timeout-ms", "20"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no message"), "{}", stderr(&o));
+    // Clear refusals.
+    let o = node.tabos(&["send", "other", "this is too long"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("full"), "{}", stderr(&o));
+    let o = node.tabos(&["send", "nobody", "x"]);
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+    let o = node.tabos(&["recv", "nobody"]);
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+    // Delivered messages were logged (--log-messages).
+    let o = node.tabos(&[
+        "sql",
+        "SELECT count(*) AS n FROM message_log WHERE receiver = 'inbox'",
+    ]);
+    assert!(stdout(&o).contains('2'), "{}", stdout(&o));
+    let o = node.tabos(&["mailbox", "rm", "other"]);
+    assert!(stdout(&o).contains("1 queued"), "{}", stdout(&o));
+}

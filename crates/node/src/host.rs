@@ -27,7 +27,14 @@ pub struct ProcHost {
     /// ... and then notified (one permit, so it is not missed by a wait
     /// that starts later), to end a wait.
     woken: Arc<Notify>,
+    /// The proc's receiver, made by its first recv.
+    receiver: Option<ipc::Receiver>,
 }
+
+/// How long a wasm proc's thread looks for a reply before it sleeps: a
+/// sleeping thread takes tens of microseconds to wake on a virtual machine,
+/// longer than most replies take to arrive.
+const SPIN: Duration = Duration::from_micros(200);
 
 impl ProcHost {
     pub fn new(
@@ -47,6 +54,7 @@ impl ProcHost {
             rt,
             stop,
             woken,
+            receiver: None,
         }
     }
 }
@@ -76,14 +84,18 @@ impl Host for ProcHost {
             })
             .collect::<tabos_kernel::Result<Vec<_>>>()
             .map_err(host_error)?;
-        let sent = self.rt.block_on(ipc::send(
-            &self.store,
-            &self.realm,
-            Some(self.me.clone()),
-            msgs,
-            self.opts,
-        ));
-        sent.map(drop).map_err(host_error)
+        ipc::validate_outgoing(&msgs).map_err(host_error)?;
+        let pk = tabos_kernel::realm_partition(&self.realm, self.store.partitions());
+        let (realm, me, opts) = (self.realm.clone(), self.me.clone(), self.opts);
+        let now = tabos_store::now_us();
+        // A blocking wait (it spins briefly): this is the proc's own thread.
+        self.store
+            .submit(pk, move |tx| {
+                ipc::send_tx(tx, &realm, Some(&me), &msgs, &opts, now)
+            })
+            .wait()
+            .map(drop)
+            .map_err(host_error)
     }
 
     fn recv(&mut self, bytes_max: usize, timeout: Option<Duration>) -> Result<Received, HostError> {
@@ -92,18 +104,17 @@ impl Host for ProcHost {
             bytes_max: bytes_max.min(ipc::RECV_BYTES_MAX),
         };
         let wait = timeout.unwrap_or(ipc::RECV_WAIT_MAX);
+        if self.receiver.is_none() {
+            let r = ipc::Receiver::new(&self.store, &self.realm, &self.me).map_err(host_error)?;
+            self.receiver = Some(r.with_spin(SPIN));
+        }
+        let Some(receiver) = self.receiver.as_mut() else {
+            return Err(HostError::Other("no receiver".into()));
+        };
         loop {
             let woken = self.woken.clone();
-            let got = self
-                .rt
-                .block_on(ipc::recv(
-                    &self.store,
-                    &self.realm,
-                    &self.me,
-                    take,
-                    wait,
-                    async move { woken.notified().await },
-                ))
+            let got = receiver
+                .recv_blocking(&self.rt, take, wait, async move { woken.notified().await })
                 .map_err(host_error)?;
             if let Some(len) = got.next_bytes {
                 return Err(HostError::TooBig(len));

@@ -218,7 +218,7 @@ pub async fn serve(
         .add_service(status)
         .add_service(procs_service)
         .add_service(ipc_service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
@@ -274,6 +274,19 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
         K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
     }
+}
+
+/// The connections of `listener`, with Nagle's algorithm off on each (the
+/// server's `tcp_nodelay` applies only to listeners tonic binds itself).
+pub fn incoming(
+    listener: TcpListener,
+) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    use tokio_stream::StreamExt;
+    TcpListenerStream::new(listener).map(|conn| {
+        let conn = conn?;
+        conn.set_nodelay(true)?;
+        Ok(conn)
+    })
 }
 
 /// The address a bound listener actually listens on.

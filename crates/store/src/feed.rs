@@ -223,6 +223,12 @@ impl Subscription {
         }
     }
 
+    /// Whether no notification is queued (a cut-off subscription is not
+    /// empty: its next receive reports why).
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty() && !self.rx.is_closed()
+    }
+
     /// The next notification if one is already queued.
     pub fn try_recv(&mut self) -> Result<Option<Notification>> {
         match self.rx.try_recv() {
