@@ -29,6 +29,10 @@ pub struct ProcHost {
     woken: Arc<Notify>,
     /// The proc's receiver, made by its first recv.
     receiver: Option<ipc::Receiver>,
+    /// Messages already taken from the mailbox (deleted in the receive's
+    /// transaction) and not yet handed to the proc: they go with the proc if
+    /// it ends first, as a batch does with a client that goes away.
+    taken: std::collections::VecDeque<ipc::Message>,
 }
 
 /// How long a wasm proc's thread looks for a reply before it sleeps: a
@@ -55,6 +59,7 @@ impl ProcHost {
             stop,
             woken,
             receiver: None,
+            taken: std::collections::VecDeque::new(),
         }
     }
 }
@@ -99,9 +104,23 @@ impl Host for ProcHost {
     }
 
     fn recv(&mut self, bytes_max: usize, timeout: Option<Duration>) -> Result<Received, HostError> {
+        // Messages taken by an earlier receive come first, in order.
+        if let Some(m) = self.taken.front() {
+            if m.payload.len() > bytes_max {
+                return Err(HostError::TooBig(m.payload.len()));
+            }
+            let m = self.taken.pop_front().expect("front exists");
+            return Ok(Received {
+                sender: m.sender,
+                payload: m.payload,
+            });
+        }
+        // One transaction takes as many as are queued (up to a batch), so
+        // a burst costs one receive, not one per message; the rest wait in
+        // `taken` for the next calls.
         let take = Take {
-            max: 1,
-            bytes_max: bytes_max.min(ipc::RECV_BYTES_MAX),
+            max: ipc::RECV_MESSAGES_MAX,
+            bytes_max: ipc::RECV_BYTES_MAX,
         };
         let wait = timeout.unwrap_or(ipc::RECV_WAIT_MAX);
         if self.receiver.is_none() {
@@ -119,11 +138,10 @@ impl Host for ProcHost {
             if let Some(len) = got.next_bytes {
                 return Err(HostError::TooBig(len));
             }
-            if let Some(m) = got.messages.into_iter().next() {
-                return Ok(Received {
-                    sender: m.sender,
-                    payload: m.payload,
-                });
+            if !got.messages.is_empty() {
+                self.taken.extend(got.messages);
+                debug_assert!(self.taken.len() <= ipc::RECV_MESSAGES_MAX);
+                return self.recv(bytes_max, timeout);
             }
             // Empty: stopped, or the wait ran out. A wait "without limit"
             // is RECV_WAIT_MAX at a time.
