@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tabos_kernel::ids::Pid;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use tabos_sandbox::host::{Host, HostError, Received};
+use tabos_sandbox::host::{Host, HostError, Received, RecvCall};
 use tabos_sandbox::StopHandle;
 use tabos_store::Store;
 use tokio::runtime::Handle;
@@ -33,6 +33,8 @@ pub struct ProcHost {
     /// transaction) and not yet handed to the proc: they go with the proc if
     /// it ends first, as a batch does with a client that goes away.
     taken: std::collections::VecDeque<ipc::Message>,
+    /// The receiver of the last other mailbox the proc received from.
+    others: Option<(Address, ipc::Receiver)>,
 }
 
 /// How long a wasm proc's thread looks for a reply before it sleeps: a
@@ -60,6 +62,7 @@ impl ProcHost {
             woken,
             receiver: None,
             taken: std::collections::VecDeque::new(),
+            others: None,
         }
     }
 }
@@ -77,14 +80,14 @@ fn host_error(e: tabos_kernel::Error) -> HostError {
 }
 
 impl Host for ProcHost {
-    fn send(&mut self, to: &[&str], payload: &[u8]) -> Result<(), HostError> {
+    fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError> {
         let msgs = to
             .iter()
             .map(|t| {
                 Ok(Outgoing {
                     to: Address::parse(t)?,
                     payload: payload.to_vec(),
-                    message_id: None,
+                    message_id: id.map(str::to_string),
                 })
             })
             .collect::<tabos_kernel::Result<Vec<_>>>()
@@ -103,7 +106,102 @@ impl Host for ProcHost {
             .map_err(host_error)
     }
 
-    fn recv(&mut self, bytes_max: usize, timeout: Option<Duration>) -> Result<Received, HostError> {
+    fn recv(&mut self, call: RecvCall<'_>) -> Result<Received, HostError> {
+        match (call.from, call.peek) {
+            (None, false) => self.recv_own(call.bytes_max, call.timeout),
+            (from, true) => self.peek(from, call.bytes_max),
+            (Some(from), false) => self.recv_from(from, call.bytes_max, call.timeout),
+        }
+    }
+}
+
+impl ProcHost {
+    fn received(m: ipc::Message) -> Received {
+        Received {
+            sender: m.sender,
+            payload: m.payload,
+        }
+    }
+
+    /// Looks at the next message of `from` (or the proc's own mailbox,
+    /// where messages already taken come first).
+    fn peek(&mut self, from: Option<&str>, bytes_max: usize) -> Result<Received, HostError> {
+        let address = match from {
+            None => {
+                if let Some(m) = self.taken.front() {
+                    if m.payload.len() > bytes_max {
+                        return Err(HostError::TooBig(m.payload.len()));
+                    }
+                    return Ok(Self::received(m.clone()));
+                }
+                self.me.clone()
+            }
+            Some(f) => Address::parse(f).map_err(host_error)?,
+        };
+        let take = Take {
+            max: 1,
+            bytes_max: bytes_max.min(ipc::RECV_BYTES_MAX),
+        };
+        let got = self
+            .rt
+            .block_on(ipc::peek(&self.store, &self.realm, &address, take))
+            .map_err(host_error)?;
+        if let Some(len) = got.next_bytes {
+            return Err(HostError::TooBig(len));
+        }
+        got.messages
+            .into_iter()
+            .next()
+            .map(Self::received)
+            .ok_or(HostError::Empty)
+    }
+
+    /// Takes one message of another mailbox (a queue shared with other
+    /// receivers, so never more than one at a time).
+    fn recv_from(
+        &mut self,
+        from: &str,
+        bytes_max: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Received, HostError> {
+        let address = Address::parse(from).map_err(host_error)?;
+        let take = Take {
+            max: 1,
+            bytes_max: bytes_max.min(ipc::RECV_BYTES_MAX),
+        };
+        let wait = timeout.unwrap_or(ipc::RECV_WAIT_MAX);
+        if self.others.as_ref().map(|(a, _)| a) != Some(&address) {
+            let r = ipc::Receiver::new(&self.store, &self.realm, &address).map_err(host_error)?;
+            self.others = Some((address, r.with_spin(SPIN)));
+        }
+        let Some((_, receiver)) = self.others.as_mut() else {
+            return Err(HostError::Other("no receiver".into()));
+        };
+        loop {
+            let woken = self.woken.clone();
+            let got = receiver
+                .recv_blocking(&self.rt, take, wait, async move { woken.notified().await })
+                .map_err(host_error)?;
+            if let Some(len) = got.next_bytes {
+                return Err(HostError::TooBig(len));
+            }
+            if let Some(m) = got.messages.into_iter().next() {
+                return Ok(Self::received(m));
+            }
+            if self.stop.is_stopped() {
+                return Err(HostError::Stopped);
+            }
+            if timeout.is_some() {
+                return Err(HostError::TimedOut);
+            }
+        }
+    }
+
+    fn recv_own(
+        &mut self,
+        bytes_max: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Received, HostError> {
         // Messages taken by an earlier receive come first, in order.
         if let Some(m) = self.taken.front() {
             if m.payload.len() > bytes_max {
@@ -141,7 +239,7 @@ impl Host for ProcHost {
             if !got.messages.is_empty() {
                 self.taken.extend(got.messages);
                 debug_assert!(self.taken.len() <= ipc::RECV_MESSAGES_MAX);
-                return self.recv(bytes_max, timeout);
+                return self.recv_own(bytes_max, timeout);
             }
             // Empty: stopped, or the wait ran out. A wait "without limit"
             // is RECV_WAIT_MAX at a time.

@@ -122,6 +122,19 @@ impl Procd {
         })
     }
 
+    /// Stops every wasm proc of this node (it is shutting down): they run on
+    /// its threads, and the runtime waits for those before the process can
+    /// exit. Each ends at its next back-edge or host call.
+    fn stop_wasm(&self) {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        for r in running.values() {
+            if let Running::Wasm(stop, woken) = r {
+                stop.stop();
+                woken.notify_one();
+            }
+        }
+    }
+
     fn track(&self, pid: &Pid, r: Running) {
         self.running
             .lock()
@@ -221,7 +234,7 @@ impl Procd {
                     }
                 };
                 tokio::select! {
-                    _ = shutdown.changed() => return,
+                    _ = shutdown.changed() => return self.stop_wasm(),
                     note = sub.recv() => match note {
                         Ok(n) => match n.payload.strip_prefix("evict ") {
                             Some(pid) => self.evict(pid).await,

@@ -216,6 +216,25 @@ async fn undelivered_messages_survive_a_node_restart() {
     n.shut_down().await;
 }
 
+/// Peeks at its own empty mailbox (must get EAGAIN), then sends "hello" to
+/// mailbox `me` twice with message id `id-1`.
+const IDEM_WAT: &str = r#"(module
+  (import "tabos" "send" (func $send (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "recv" (func $recv (param i32 i32 i32 i64 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "me")
+  (data (i32.const 16) "id-1")
+  (data (i32.const 32) "hello")
+  (func (export "_start") (local $rc i32)
+    (local.set $rc (call $recv (i32.const 0) (i32.const 0) (i32.const 1) (i64.const 0)
+                               (i32.const 1024) (i32.const 1024) (i32.const 2048) (i32.const 256) (i32.const 4096)))
+    (if (i32.ne (local.get $rc) (i32.const 6)) (then (call $exit (i32.add (i32.const 10) (local.get $rc)))))
+    (local.set $rc (call $send (i32.const 0) (i32.const 2) (i32.const 32) (i32.const 5) (i32.const 16) (i32.const 4)))
+    (if (local.get $rc) (then (call $exit (i32.const 2))))
+    (local.set $rc (call $send (i32.const 0) (i32.const 2) (i32.const 32) (i32.const 5) (i32.const 16) (i32.const 4)))
+    (if (local.get $rc) (then (call $exit (i32.const 3))))))"#;
+
 fn wasm_proc(pid: &str, program: &std::path::Path) -> proto::ProcDescriptor {
     proto::ProcDescriptor {
         pid: pid.into(),
@@ -284,6 +303,39 @@ async fn wasm_procs_message_each_other_and_clients() {
     c.evict(REALM, "waiter").await.unwrap();
     let s = c.wait_exit(REALM, "waiter").await.unwrap();
     assert_eq!(s.state, "evicted", "{s:?}");
+
+    // A pool worker: an echo proc serving the shared named mailbox "jobs".
+    c.create_mailbox(REALM, "jobs", 0, None).await.unwrap();
+    let pool = dir.path().join("pool.wat");
+    std::fs::write(&pool, programs::echo_from(Some("jobs")).unwrap()).unwrap();
+    c.spawn(REALM, wasm_proc("worker", &pool)).await.unwrap();
+    c.send(REALM, "me", "jobs", b"job-1".to_vec())
+        .await
+        .unwrap();
+    let reply = c.recv(REALM, "me", 1, 60_000).await.unwrap();
+    assert_eq!(
+        (reply[0].payload.as_slice(), reply[0].sender.as_str()),
+        (&b"job-1"[..], "proc/worker")
+    );
+    c.send(REALM, "me", "jobs", vec![]).await.unwrap();
+    assert_eq!(
+        c.wait_exit(REALM, "worker").await.unwrap().exit_status,
+        Some(0)
+    );
+
+    // Peek (nothing yet: EAGAIN) and an idempotent send, twice, from a proc.
+    let idem = dir.path().join("idem.wat");
+    std::fs::write(&idem, IDEM_WAT).unwrap();
+    c.spawn(REALM, wasm_proc("idem", &idem)).await.unwrap();
+    let s = c.wait_exit(REALM, "idem").await.unwrap();
+    assert_eq!(s.exit_status, Some(0), "{s:?}");
+    let got = c.recv(REALM, "me", 0, 0).await.unwrap();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(
+        (got[0].payload.as_slice(), got[0].sender.as_str()),
+        (&b"hello"[..], "proc/idem")
+    );
+    assert_eq!(got[0].message_id, "id-1");
 
     // A wasm proc sending to a mailbox that does not exist sees ENOENT.
     let lost = dir.path().join("lost.wat");

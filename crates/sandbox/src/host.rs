@@ -6,21 +6,24 @@
 //! A run without a host gets `ENOSYS` from every call.
 //!
 //! ```text
-//! send(to_ptr, to_len, data_ptr, data_len) -> errno
+//! send(to_ptr, to_len, data_ptr, data_len, id_ptr, id_len) -> errno
 //!     `to`: one or more receiver addresses separated by '\n' (a multicast,
-//!     one transaction).
-//! recv(timeout_ms: i64, buf, buf_cap, sender_buf, sender_cap, lens_out) -> errno
-//!     Takes the next message of the proc's own mailbox, waiting up to
-//!     timeout_ms (< 0: without limit). Writes the payload to buf, the
-//!     sender's address to sender_buf (cut to sender_cap) and the two
-//!     lengths as u32 at lens_out. A message longer than buf_cap is left
-//!     queued: E2BIG, with its length at lens_out.
+//!     one transaction). `id` (id_len 0: none) is the message id that makes
+//!     a resend idempotent.
+//! recv(from_ptr, from_len, flags, timeout_ms: i64,
+//!      buf, buf_cap, sender_buf, sender_cap, lens_out) -> errno
+//!     Takes the next message of mailbox `from` (from_len 0: the proc's own),
+//!     waiting up to timeout_ms (< 0: without limit). Writes the payload to
+//!     buf, the sender's address to sender_buf (cut to sender_cap) and the
+//!     two lengths as u32 at lens_out. A message longer than buf_cap is left
+//!     in place: E2BIG, with its length at lens_out. With flags & PEEK (1)
+//!     the message is only looked at, never waited for (EAGAIN if none).
 //! ```
 //!
 //! Results are WASI errno values: 0 success, `ENOENT` no such mailbox,
 //! `ENOSPC` mailbox full, `EPIPE` the receiving proc has finished,
 //! `EMSGSIZE` payload over the message limit, `E2BIG` buffer too small,
-//! `ETIMEDOUT` nothing came in time, `ECANCELED` the proc is being stopped,
+//! `ETIMEDOUT` nothing came in time, `EAGAIN` nothing to peek, `ECANCELED` the proc is being stopped,
 //! `EINVAL` a malformed argument, `EFAULT` a pointer outside memory, `EIO`
 //! anything else (the reason goes to the proc's stderr).
 
@@ -34,6 +37,7 @@ use crate::RunState;
 pub const MODULE: &str = "tabos";
 
 pub const E2BIG: i32 = 1;
+pub const EAGAIN: i32 = 6;
 pub const ECANCELED: i32 = 11;
 pub const EFAULT: i32 = 21;
 pub const EINVAL: i32 = 28;
@@ -47,6 +51,10 @@ pub const ETIMEDOUT: i32 = 73;
 
 /// Longest receiver list of one `send`, in bytes.
 pub const SEND_TO_BYTES_MAX: u32 = 64 << 10;
+/// Longest mailbox name or message id a call takes, in bytes.
+pub const NAME_BYTES_MAX: u32 = 1 << 10;
+/// `recv` flag: look at the next message without taking it.
+pub const PEEK: i32 = 1;
 
 /// Why a host call failed; each maps to one errno.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,6 +67,8 @@ pub enum HostError {
     /// The next message is this long and does not fit the buffer.
     TooBig(usize),
     TimedOut,
+    /// A peek found nothing.
+    Empty,
     Stopped,
     Invalid(String),
     Other(String),
@@ -73,6 +83,7 @@ impl HostError {
             HostError::PayloadTooLarge(_) => EMSGSIZE,
             HostError::TooBig(_) => E2BIG,
             HostError::TimedOut => ETIMEDOUT,
+            HostError::Empty => EAGAIN,
             HostError::Stopped => ECANCELED,
             HostError::Invalid(_) => EINVAL,
             HostError::Other(_) => EIO,
@@ -99,13 +110,26 @@ pub struct Received {
     pub payload: Vec<u8>,
 }
 
+/// What a `recv` call asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecvCall<'a> {
+    /// A mailbox address; `None` for the proc's own.
+    pub from: Option<&'a str>,
+    /// The next message only if it is at most this long.
+    pub bytes_max: usize,
+    /// How long to wait; `None`: no limit. A peek never waits.
+    pub timeout: Option<Duration>,
+    /// Look without taking.
+    pub peek: bool,
+}
+
 /// What tabos does for a proc's host calls; implemented by the node.
 pub trait Host: Send {
-    /// Sends `payload` to every address in `to`, in one transaction.
-    fn send(&mut self, to: &[&str], payload: &[u8]) -> Result<(), HostError>;
-    /// Takes the next message of the proc's mailbox if it is at most
-    /// `bytes_max` long, waiting up to `timeout` (`None`: no limit).
-    fn recv(&mut self, bytes_max: usize, timeout: Option<Duration>) -> Result<Received, HostError>;
+    /// Sends `payload` to every address in `to`, in one transaction, with
+    /// an optional idempotency id.
+    fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError>;
+    /// Takes (or peeks at) the next message of a mailbox.
+    fn recv(&mut self, call: RecvCall<'_>) -> Result<Received, HostError>;
 }
 
 /// Reports a failed call's reason on the proc's stderr, so a proc that only
@@ -117,21 +141,42 @@ fn fail(state: &mut RunState, call: &str, e: &HostError) -> i32 {
     e.errno()
 }
 
-fn send(caller: &mut Caller<'_, RunState>, to: i32, to_len: i32, data: i32, data_len: i32) -> i32 {
-    if to_len as u32 > SEND_TO_BYTES_MAX {
-        return EINVAL;
+/// The text at (ptr, len), at most `max` bytes of UTF-8; `Ok(None)` for len 0.
+fn text(mem: &[u8], ptr: i32, len: i32, max: u32) -> Result<Option<&str>, i32> {
+    if len == 0 {
+        return Ok(None);
     }
+    if len as u32 > max {
+        return Err(EINVAL);
+    }
+    let r = range(mem, ptr, len as u32).ok_or(EFAULT)?;
+    std::str::from_utf8(&mem[r]).map(Some).map_err(|_| EINVAL)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn send(
+    caller: &mut Caller<'_, RunState>,
+    to: i32,
+    to_len: i32,
+    data: i32,
+    data_len: i32,
+    id: i32,
+    id_len: i32,
+) -> i32 {
     let Some((mem, state)) = memory(caller) else {
         return EFAULT;
     };
-    let (Some(to_r), Some(data_r)) = (
-        range(mem, to, to_len as u32),
-        range(mem, data, data_len as u32),
-    ) else {
-        return EFAULT;
+    let to_text = match text(mem, to, to_len, SEND_TO_BYTES_MAX) {
+        Ok(Some(t)) => t,
+        Ok(None) => return EINVAL,
+        Err(e) => return e,
     };
-    let Ok(to_text) = std::str::from_utf8(&mem[to_r]) else {
-        return EINVAL;
+    let id = match text(mem, id, id_len, NAME_BYTES_MAX) {
+        Ok(id) => id,
+        Err(e) => return e,
+    };
+    let Some(data_r) = range(mem, data, data_len as u32) else {
+        return EFAULT;
     };
     let receivers: Vec<&str> = to_text.split('\n').filter(|s| !s.is_empty()).collect();
     if receivers.is_empty() {
@@ -140,7 +185,7 @@ fn send(caller: &mut Caller<'_, RunState>, to: i32, to_len: i32, data: i32, data
     let Some(host) = state.host.as_mut() else {
         return ENOSYS;
     };
-    match host.send(&receivers, &mem[data_r]) {
+    match host.send(&receivers, &mem[data_r], id) {
         Ok(()) => 0,
         Err(e) => fail(state, "send", &e),
     }
@@ -149,6 +194,9 @@ fn send(caller: &mut Caller<'_, RunState>, to: i32, to_len: i32, data: i32, data
 #[allow(clippy::too_many_arguments)]
 fn recv(
     caller: &mut Caller<'_, RunState>,
+    from: i32,
+    from_len: i32,
+    flags: i32,
     timeout_ms: i64,
     buf: i32,
     cap: i32,
@@ -156,9 +204,12 @@ fn recv(
     sender_cap: i32,
     lens: i32,
 ) -> i32 {
+    if flags & !PEEK != 0 {
+        return EINVAL;
+    }
     // Check every pointer before waiting: a message taken and then not
     // deliverable to a bad buffer would be lost.
-    {
+    let from = {
         let Some((mem, _)) = memory(caller) else {
             return EFAULT;
         };
@@ -168,11 +219,20 @@ fn recv(
         {
             return EFAULT;
         }
-    }
-    let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+        match text(mem, from, from_len, NAME_BYTES_MAX) {
+            Ok(f) => f.map(str::to_string),
+            Err(e) => return e,
+        }
+    };
+    let call = RecvCall {
+        from: from.as_deref(),
+        bytes_max: cap as u32 as usize,
+        timeout: (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64)),
+        peek: flags & PEEK != 0,
+    };
     let got = match caller.data_mut().host.as_mut() {
         None => return ENOSYS,
-        Some(h) => h.recv(cap as u32 as usize, timeout),
+        Some(h) => h.recv(call),
     };
     let Some((mem, state)) = memory(caller) else {
         return EFAULT;
@@ -205,21 +265,33 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
     linker.func_wrap(
         MODULE,
         "send",
-        |mut c: Caller<'_, RunState>, to: i32, to_len: i32, data: i32, data_len: i32| -> i32 {
-            send(&mut c, to, to_len, data, data_len)
-        },
+        |mut c: Caller<'_, RunState>,
+         to: i32,
+         to_len: i32,
+         data: i32,
+         data_len: i32,
+         id: i32,
+         id_len: i32|
+         -> i32 { send(&mut c, to, to_len, data, data_len, id, id_len) },
     )?;
     linker.func_wrap(
         MODULE,
         "recv",
         |mut c: Caller<'_, RunState>,
+         from: i32,
+         from_len: i32,
+         flags: i32,
          timeout_ms: i64,
          buf: i32,
          cap: i32,
          sender_buf: i32,
          sender_cap: i32,
          lens: i32|
-         -> i32 { recv(&mut c, timeout_ms, buf, cap, sender_buf, sender_cap, lens) },
+         -> i32 {
+            recv(
+                &mut c, from, from_len, flags, timeout_ms, buf, cap, sender_buf, sender_cap, lens,
+            )
+        },
     )?;
     Ok(())
 }

@@ -25,7 +25,7 @@ pub mod host;
 pub mod programs;
 mod wasi;
 
-pub use host::{Host, HostError};
+pub use host::{Host, HostError, RecvCall};
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};

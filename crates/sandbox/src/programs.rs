@@ -19,8 +19,8 @@ pub const PING_TO_BYTES_MAX: usize = 8_192;
 pub const PING_PAYLOAD_BYTES_MAX: usize = 8_192;
 
 const IMPORTS: &str = r#"
-  (import "tabos" "send" (func $send (param i32 i32 i32 i32) (result i32)))
-  (import "tabos" "recv" (func $recv (param i64 i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "send" (func $send (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "recv" (func $recv (param i32 i32 i32 i64 i32 i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "clock_time_get" (func $clock (param i32 i64 i32) (result i32)))
   (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
   (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
@@ -30,22 +30,35 @@ const IMPORTS: &str = r#"
 /// exits (status 0) on an empty message. A failing host call exits with
 /// 100 + errno (send) or 200 + errno (recv).
 pub fn echo() -> String {
-    format!(
+    echo_from(None).unwrap_or_default()
+}
+
+/// An echo server taking its messages from named mailbox `mailbox` (a pool
+/// of servers sharing one queue), or from its own with `None`.
+pub fn echo_from(mailbox: Option<&str>) -> Result<String, String> {
+    let from = mailbox.unwrap_or("");
+    if from.len() > PING_TO_BYTES_MAX || from.contains('"') || from.contains('\\') {
+        return Err("a mailbox name without quotes, at most 8 KiB".into());
+    }
+    let from_len = from.len();
+    Ok(format!(
         r#"(module {IMPORTS}
   (memory (export "memory") 1)
+  (data (i32.const {TO}) "{from}")
   (func (export "_start") (local $rc i32)
     (loop $next
-      (local.set $rc (call $recv (i64.const -1) (i32.const {RECV_BUF}) (i32.const 16384)
+      (local.set $rc (call $recv (i32.const {TO}) (i32.const {from_len}) (i32.const 0) (i64.const -1) (i32.const {RECV_BUF}) (i32.const 16384)
                                  (i32.const {SENDER}) (i32.const 256) (i32.const {LENS})))
       (if (local.get $rc) (then (call $exit (i32.add (i32.const 200) (local.get $rc)))))
       (if (i32.eqz (i32.load (i32.const {LENS}))) (then (return)))
       (local.set $rc (call $send (i32.const {SENDER}) (i32.load (i32.const {LENS_4}))
-                                 (i32.const {RECV_BUF}) (i32.load (i32.const {LENS}))))
+                                 (i32.const {RECV_BUF}) (i32.load (i32.const {LENS}))
+                                 (i32.const 0) (i32.const 0)))
       (if (local.get $rc) (then (call $exit (i32.add (i32.const 100) (local.get $rc)))))
       (br $next)))
 )"#,
         LENS_4 = LENS + 4
-    )
+    ))
 }
 
 /// What a pinger does.
@@ -96,13 +109,13 @@ pub fn ping(p: &Ping) -> Result<String, String> {
       (local.set $k (i32.const 0))
       (loop $sends
         (local.set $rc (call $send (i32.const {TO}) (i32.const {to_len})
-                                   (i32.const {PAYLOAD}) (i32.const {bytes})))
+                                   (i32.const {PAYLOAD}) (i32.const {bytes}) (i32.const 0) (i32.const 0)))
         (if (local.get $rc) (then (call $exit (i32.add (i32.const 100) (local.get $rc)))))
         (local.set $k (i32.add (local.get $k) (i32.const 1)))
         (br_if $sends (i32.lt_u (local.get $k) (i32.const {burst}))))
       (local.set $k (i32.const 0))
       (loop $replies
-        (local.set $rc (call $recv (i64.const -1) (i32.const {RECV_BUF}) (i32.const 16384)
+        (local.set $rc (call $recv (i32.const 0) (i32.const 0) (i32.const 0) (i64.const -1) (i32.const {RECV_BUF}) (i32.const 16384)
                                    (i32.const {SENDER}) (i32.const 256) (i32.const {LENS})))
         (if (local.get $rc) (then (call $exit (i32.add (i32.const 200) (local.get $rc)))))
         (local.set $k (i32.add (local.get $k) (i32.const 1)))
@@ -112,7 +125,8 @@ pub fn ping(p: &Ping) -> Result<String, String> {
                  (i64.sub (i64.load (i32.const {CLOCK})) (local.get $t0)))
       (local.set $round (i32.add (local.get $round) (i32.const 1)))
       (br_if $rounds (i32.lt_u (local.get $round) (i32.const {rounds}))))
-    (drop (call $send (i32.const {TO}) (i32.const {to_len}) (i32.const {PAYLOAD}) (i32.const 0)))
+    (drop (call $send (i32.const {TO}) (i32.const {to_len}) (i32.const {PAYLOAD}) (i32.const 0)
+                      (i32.const 0) (i32.const 0)))
     (i32.store (i32.const {IOVEC}) (i32.const {TIMES}))
     (i32.store (i32.const {IOVEC_4}) (i32.const {times_bytes}))
     (drop (call $fd_write (i32.const 1) (i32.const {IOVEC}) (i32.const 1) (i32.const {IOVEC_8}))))
@@ -141,6 +155,9 @@ mod tests {
     fn programs_compile() {
         let sb = crate::Sandbox::new().unwrap();
         sb.compile(echo().as_bytes()).unwrap();
+        sb.compile(echo_from(Some("jobs")).unwrap().as_bytes())
+            .unwrap();
+        assert!(echo_from(Some("a\"b")).is_err());
         let p = Ping {
             to: vec!["proc/a".into(), "box".into()],
             burst: 3,

@@ -235,3 +235,54 @@ fn modules_are_compiled_once_per_content() {
     sb.compile(SPIN.as_bytes()).unwrap();
     assert_eq!(sb.cached_modules(), 2);
 }
+
+/// The tabos host calls without a host answer ENOSYS; bad pointers and
+/// flags are refused before any host work.
+#[test]
+fn tabos_host_calls_check_arguments_and_need_a_host() {
+    let sb = Sandbox::new().unwrap();
+    let call = |body: &str| {
+        let wat = format!(
+            r#"(module
+  (import "tabos" "send" (func $send (param i32 i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "recv" (func $recv (param i32 i32 i32 i64 i32 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "inbox")
+  (func (export "_start") (call $exit {body})))"#
+        );
+        run(&sb, &wat).outcome
+    };
+    let send = |to: &str, to_len: &str, data: &str, data_len: &str| {
+        call(&format!(
+            "(call $send (i32.const {to}) (i32.const {to_len}) (i32.const {data}) (i32.const {data_len}) (i32.const 0) (i32.const 0))"
+        ))
+    };
+    let recv = |flags: &str, buf: &str, lens: &str| {
+        call(&format!(
+            "(call $recv (i32.const 0) (i32.const 5) (i32.const {flags}) (i64.const 0) (i32.const {buf}) (i32.const 64) (i32.const 128) (i32.const 16) (i32.const {lens}))"
+        ))
+    };
+    use tabos_sandbox::host::{EFAULT, EINVAL, ENOSYS};
+    assert_eq!(send("0", "5", "16", "8"), Outcome::Exited(ENOSYS));
+    assert_eq!(
+        send("0", "0", "16", "8"),
+        Outcome::Exited(EINVAL),
+        "no receiver"
+    );
+    assert_eq!(send("0", "5", "65530", "100"), Outcome::Exited(EFAULT));
+    assert_eq!(send("65530", "100", "16", "8"), Outcome::Exited(EFAULT));
+    assert_eq!(
+        send("0", "-1", "16", "8"),
+        Outcome::Exited(EINVAL),
+        "too long"
+    );
+    assert_eq!(recv("0", "256", "512"), Outcome::Exited(ENOSYS));
+    assert_eq!(recv("0", "65500", "512"), Outcome::Exited(EFAULT));
+    assert_eq!(recv("0", "256", "65532"), Outcome::Exited(EFAULT));
+    assert_eq!(
+        recv("4", "256", "512"),
+        Outcome::Exited(EINVAL),
+        "unknown flag"
+    );
+}
