@@ -9,6 +9,7 @@
 //! * [`sched`] — workers and the DBOS schedulers (FIFO, locality, least-loaded).
 //! * [`procs`] — the σOS proc lifecycle: spawn, claim, started, exited, evict, waits.
 //! * [`ipc`] — mailboxes and messages: send, multicast, receive, peek.
+//! * [`names`] — the namespace: entries, watches, sessions, epochs, fences.
 //!
 //! [`MIGRATIONS`] is the kernel's schema, in version order, for
 //! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
@@ -16,6 +17,7 @@
 pub mod ids;
 pub mod ipc;
 pub mod kv;
+pub mod names;
 pub mod procs;
 pub mod realms;
 pub mod sched;
@@ -48,6 +50,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/004_ipc.sql"),
         postgres: include_str!("../schema/postgres/004_ipc.sql"),
     },
+    Migration {
+        version: 5,
+        name: "names",
+        sqlite: include_str!("../schema/sqlite/005_names.sql"),
+        postgres: include_str!("../schema/postgres/005_names.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -68,6 +76,18 @@ pub enum Error {
     /// proc's mailbox).
     #[error("{0}")]
     Precondition(String),
+    /// A fenced request carried an epoch older than one already seen for
+    /// its directory (σOS FenceAtEpoch).
+    #[error("stale epoch: {0}")]
+    StaleEpoch(String),
+    /// The path crosses a symlink (a mount): the rest of it is to be
+    /// resolved at the symlink's target (σOS automount).
+    #[error("{path} is mounted at {target}: resolve {rest:?} there")]
+    Mounted {
+        path: String,
+        target: String,
+        rest: String,
+    },
 }
 
 impl tabos_store::ProcedureError for Error {

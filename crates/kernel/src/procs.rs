@@ -336,7 +336,7 @@ fn event_at_tx(
     Ok(())
 }
 
-fn get_tx(tx: &mut dyn Tx, realm: &str, pid: &str) -> Result<ProcInfo> {
+pub(crate) fn get_tx(tx: &mut dyn Tx, realm: &str, pid: &str) -> Result<ProcInfo> {
     let p = i64::from(tx.p_key().0);
     let row = tx
         .query_opt(

@@ -273,6 +273,8 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::AlreadyExists(m) => tonic::Status::already_exists(m.clone()),
         K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
         K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
+        K::StaleEpoch(_) => tonic::Status::aborted(e.to_string()),
+        K::Mounted { .. } => tonic::Status::failed_precondition(e.to_string()),
     }
 }
 

@@ -1,0 +1,1050 @@
+//! The namespace: σOS-style names with watches, sessions, ephemeral entries,
+//! versions, epochs and fences (thesis sections 3.6, 4.1–4.3).
+//!
+//! Tables (migration `005_names`), all on the realm's partition:
+//!
+//! * `name_entry(p_key, realm, path, parent, kind, data, version, owner,
+//!   mode, session, created_us, modified_us)`: one row per entry; the root
+//!   `/` is implicit and always a directory. `version` starts at 1 and grows
+//!   by one with every change of the entry — for a directory, with every
+//!   child created, removed or renamed in or out.
+//! * `name_session(…, session, owner, ttl_us, expires_us)`: a client's
+//!   lease. An ephemeral entry names its session; when the session is closed
+//!   or lapses its ephemeral entries are removed in one transaction.
+//! * `name_fence(…, dir, epoch)`: the highest epoch seen for a fenced
+//!   directory.
+//!
+//! Paths are absolute (`/a/b`), at most [`PATH_BYTES_MAX`] bytes and
+//! [`DEPTH_MAX`] components of at most [`COMPONENT_BYTES_MAX`] bytes, with no
+//! empty, `.` or `..` component and no control character. A symlink's data
+//! is its target — for a service, its endpoint. A path that goes *through* a
+//! symlink is not resolved here: the operation fails with
+//! [`Error::Mounted`], which says which prefix is mounted where and what is
+//! left to resolve there (σOS automount).
+//!
+//! Watches: every change notifies the channel of the entry's parent
+//! directory ([`dir_channel`]) after commit, with payload `op version path`
+//! (`op`: `create`, `set`, `remove`); a rename is a `remove` in the old
+//! parent and a `create` in the new one. Per directory, notifications arrive
+//! in commit order, so a watcher sees each change once, in order.
+//!
+//! Fences: a request may carry a [`Fence`] (`dir`, `epoch`). Checked in the
+//! request's own transaction ([`check_fence_tx`]), it raises the directory's
+//! epoch to the request's, or refuses the request with
+//! [`Error::StaleEpoch`] if a newer epoch has been seen. Services other than
+//! names (ipc sends, proc spawns) accept the same fence.
+//!
+//! `/proc` is a read-only view generated from the proc table: `/proc/<pid>`
+//! files whose data is the proc's state.
+
+use tabos_store::{params, PKey, Row, Store, Tx};
+
+use crate::{realm_partition, validate_realm, Error, Result};
+
+/// Longest path, in bytes.
+pub const PATH_BYTES_MAX: usize = 1_024;
+/// Longest path component, in bytes.
+pub const COMPONENT_BYTES_MAX: usize = 255;
+/// Most components in a path.
+pub const DEPTH_MAX: usize = 64;
+/// Largest data of one entry, in bytes (names hold small data; files go to fs).
+pub const DATA_BYTES_MAX: usize = 1 << 20;
+/// Most entries one readdir returns.
+pub const READDIR_MAX: usize = 10_000;
+/// Longest owner or session name, in bytes.
+pub const OWNER_BYTES_MAX: usize = 128;
+/// Longest session TTL.
+pub const SESSION_TTL_MAX_US: i64 = 3_600 * 1_000_000;
+/// Shortest session TTL.
+pub const SESSION_TTL_MIN_US: i64 = 10_000;
+/// Sessions expired per transaction; the reaper runs again for the rest.
+const EXPIRE_SESSIONS_MAX: usize = 64;
+/// The read-only view of a realm's procs.
+pub const PROC_VIEW: &str = "/proc";
+/// Default mode of new entries.
+pub const MODE_DEFAULT: i64 = 0o644;
+
+/// What an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Dir => "dir",
+            Kind::File => "file",
+            Kind::Symlink => "symlink",
+        }
+    }
+}
+
+impl std::str::FromStr for Kind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Kind> {
+        match s {
+            "dir" => Ok(Kind::Dir),
+            "file" => Ok(Kind::File),
+            "symlink" => Ok(Kind::Symlink),
+            other => Err(Error::Invalid(format!(
+                "kind must be dir, file or symlink, not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// One entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub path: String,
+    pub kind: Kind,
+    pub data: Vec<u8>,
+    pub version: i64,
+    pub owner: String,
+    pub mode: i64,
+    /// The session of an ephemeral entry.
+    pub session: Option<String>,
+    pub created_us: i64,
+    pub modified_us: i64,
+}
+
+/// A fence carried by a request: refuse it if `dir` has seen a newer epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub dir: String,
+    pub epoch: i64,
+}
+
+/// How to create an entry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    pub owner: String,
+    /// 0 for [`MODE_DEFAULT`].
+    pub mode: i64,
+    /// Make the entry ephemeral, owned by this (live) session.
+    pub session: Option<String>,
+}
+
+/// Checks a path (see the module doc).
+pub fn validate_path(path: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::Invalid(format!("path {path:?}: {why}")));
+    if path.len() > PATH_BYTES_MAX {
+        return bad(&format!("longer than {PATH_BYTES_MAX} bytes"));
+    }
+    if !path.starts_with('/') {
+        return bad("must start with /");
+    }
+    if path == "/" {
+        return Ok(());
+    }
+    if path.chars().any(char::is_control) {
+        return bad("has a control character");
+    }
+    let parts: Vec<&str> = path[1..].split('/').collect();
+    if parts.len() > DEPTH_MAX {
+        return bad(&format!("more than {DEPTH_MAX} components"));
+    }
+    for c in parts {
+        match c {
+            "" => return bad("has an empty component"),
+            "." | ".." => return bad("has a . or .. component"),
+            c if c.len() > COMPONENT_BYTES_MAX => {
+                return bad(&format!(
+                    "a component is longer than {COMPONENT_BYTES_MAX} bytes"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The parent directory of a valid path other than `/`.
+pub fn parent_of(path: &str) -> &str {
+    match path.rfind('/') {
+        Some(0) | None => "/",
+        Some(i) => &path[..i],
+    }
+}
+
+/// Whether `path` is `dir` or inside it.
+pub fn is_within(path: &str, dir: &str) -> bool {
+    dir == "/"
+        || path == dir
+        || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// The change-feed channel of a directory's children.
+pub fn dir_channel(realm: &str, dir: &str) -> String {
+    let plain = format!("names/{realm}:{dir}");
+    if plain.len() <= tabos_store::feed::CHANNEL_BYTES_MAX {
+        return plain;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in plain.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("names/{realm}:#{h:016x}")
+}
+
+/// The channel on which session openings are announced (for the reaper).
+pub const SESSIONS_CHANNEL: &str = "names/sessions";
+
+/// A parsed watch notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub op: String,
+    pub version: i64,
+    pub path: String,
+}
+
+impl Change {
+    pub fn parse(payload: &str) -> Option<Change> {
+        let mut it = payload.splitn(3, ' ');
+        Some(Change {
+            op: it.next()?.to_string(),
+            version: it.next()?.parse().ok()?,
+            path: it.next()?.to_string(),
+        })
+    }
+}
+
+fn p(tx: &dyn Tx) -> i64 {
+    i64::from(tx.p_key().0)
+}
+
+fn check_data(data: &[u8]) -> Result<()> {
+    if data.len() > DATA_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "data of {} bytes exceeds the {DATA_BYTES_MAX}-byte limit of a name (use fs for files)",
+            data.len()
+        )));
+    }
+    Ok(())
+}
+
+fn check_owner(owner: &str) -> Result<()> {
+    if owner.len() > OWNER_BYTES_MAX || owner.chars().any(char::is_control) {
+        return Err(Error::Invalid(format!(
+            "an owner or session is at most {OWNER_BYTES_MAX} bytes without control characters"
+        )));
+    }
+    Ok(())
+}
+
+fn writable(path: &str) -> Result<()> {
+    validate_path(path)?;
+    if path == "/" {
+        return Err(Error::Invalid("the root cannot be changed".into()));
+    }
+    if is_within(path, PROC_VIEW) {
+        return Err(Error::Invalid(format!(
+            "{PROC_VIEW} is a read-only view of the realm's procs"
+        )));
+    }
+    Ok(())
+}
+
+fn notify(tx: &mut dyn Tx, realm: &str, op: &str, version: i64, path: &str) -> Result<()> {
+    tx.notify(
+        &dir_channel(realm, parent_of(path)),
+        &format!("{op} {version} {path}"),
+    )?;
+    Ok(())
+}
+
+/// Bumps a directory's version (its children changed); the root has none.
+fn touch_dir(tx: &mut dyn Tx, realm: &str, dir: &str, now_us: i64) -> Result<()> {
+    if dir != "/" {
+        tx.execute(
+            "UPDATE name_entry SET version = version + 1, modified_us = $4 \
+             WHERE p_key = $1 AND realm = $2 AND path = $3",
+            params![p(tx), realm, dir, now_us],
+        )?;
+    }
+    Ok(())
+}
+
+const ENTRY_COLUMNS: &str =
+    "path, kind, data, version, owner, mode, session, created_us, modified_us";
+
+fn entry_from_row(r: &Row) -> Result<Entry> {
+    Ok(Entry {
+        path: r.get(0)?,
+        kind: r.get::<String>(1)?.parse()?,
+        data: r.get(2)?,
+        version: r.get(3)?,
+        owner: r.get(4)?,
+        mode: r.get(5)?,
+        session: r.get(6)?,
+        created_us: r.get(7)?,
+        modified_us: r.get(8)?,
+    })
+}
+
+fn lookup(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Option<Entry>> {
+    let row = tx.query_opt(
+        "SELECT path, kind, data, version, owner, mode, session, created_us, modified_us \
+         FROM name_entry WHERE p_key = $1 AND realm = $2 AND path = $3",
+        params![p(tx), realm, path],
+    )?;
+    debug_assert!(ENTRY_COLUMNS.split(", ").count() == 9);
+    row.as_ref().map(entry_from_row).transpose()
+}
+
+/// Why `path` cannot be reached: the first ancestor that is a symlink (a
+/// mount), missing, or not a directory.
+fn unreachable(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Error> {
+    let mut at = 0;
+    while let Some(i) = path[at + 1..].find('/') {
+        let prefix = &path[..at + 1 + i];
+        match lookup(tx, realm, prefix)? {
+            None => return Ok(Error::NotFound(format!("{prefix} in realm {realm:?}"))),
+            Some(e) if e.kind == Kind::Symlink => {
+                return Ok(Error::Mounted {
+                    path: prefix.to_string(),
+                    target: String::from_utf8_lossy(&e.data).into_owned(),
+                    rest: path[prefix.len()..].to_string(),
+                })
+            }
+            Some(e) if e.kind == Kind::File => {
+                return Ok(Error::Invalid(format!(
+                    "{prefix} is a file, not a directory"
+                )))
+            }
+            Some(_) => at += 1 + i,
+        }
+    }
+    Ok(Error::NotFound(format!("{path} in realm {realm:?}")))
+}
+
+/// The entry at `path`, or why there is none.
+fn must_get(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
+    match lookup(tx, realm, path)? {
+        Some(e) => Ok(e),
+        None => Err(unreachable(tx, realm, path)?),
+    }
+}
+
+/// Procedure body: checks a request's fence, raising the directory's epoch
+/// to the request's. Refuses with [`Error::StaleEpoch`] if the directory
+/// has seen a newer epoch.
+pub fn check_fence_tx(tx: &mut dyn Tx, realm: &str, fence: &Fence, now_us: i64) -> Result<()> {
+    validate_path(&fence.dir)?;
+    if fence.epoch < 0 {
+        return Err(Error::Invalid("an epoch is never negative".into()));
+    }
+    let pk = p(tx);
+    tx.execute(
+        "INSERT INTO name_fence (p_key, realm, dir, epoch, updated_us) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (p_key, realm, dir) DO UPDATE SET epoch = excluded.epoch, \
+         updated_us = excluded.updated_us WHERE name_fence.epoch < excluded.epoch",
+        params![pk, realm, fence.dir.as_str(), fence.epoch, now_us],
+    )?;
+    let seen: i64 = tx.query_scalar(
+        "SELECT epoch FROM name_fence WHERE p_key = $1 AND realm = $2 AND dir = $3",
+        params![pk, realm, fence.dir.as_str()],
+    )?;
+    if seen > fence.epoch {
+        return Err(Error::StaleEpoch(format!(
+            "{} is at epoch {seen}; this request carries epoch {}",
+            fence.dir, fence.epoch
+        )));
+    }
+    Ok(())
+}
+
+/// Checks an optional fence for an operation on `path`.
+fn fenced(
+    tx: &mut dyn Tx,
+    realm: &str,
+    path: &str,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<()> {
+    if let Some(f) = fence {
+        if !is_within(path, &f.dir) {
+            return Err(Error::Invalid(format!(
+                "the fence on {} does not cover {path}",
+                f.dir
+            )));
+        }
+        check_fence_tx(tx, realm, f, now_us)?;
+    }
+    Ok(())
+}
+
+fn live_session(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<()> {
+    let row = tx.query_opt(
+        "SELECT expires_us FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![p(tx), realm, session],
+    )?;
+    match row {
+        Some(r) if r.get::<i64>(0)? > now_us => Ok(()),
+        _ => Err(Error::Precondition(format!(
+            "session {session} is closed or has expired"
+        ))),
+    }
+}
+
+/// Procedure body: creates `path` (exclusive: an existing entry is
+/// [`Error::AlreadyExists`]). `data` is a file's bytes or a symlink's
+/// target, empty for a directory. Returns the new entry's version (1).
+#[allow(clippy::too_many_arguments)]
+pub fn create_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    path: &str,
+    kind: Kind,
+    data: &[u8],
+    opts: &CreateOptions,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<i64> {
+    validate_realm(realm)?;
+    writable(path)?;
+    check_data(data)?;
+    check_owner(&opts.owner)?;
+    if kind == Kind::Dir && !data.is_empty() {
+        return Err(Error::Invalid("a directory has no data".into()));
+    }
+    if !(0..=0o7777).contains(&opts.mode) {
+        return Err(Error::Invalid(format!(
+            "mode {:o} is not a mode",
+            opts.mode
+        )));
+    }
+    if let Some(s) = &opts.session {
+        check_owner(s)?;
+        if kind == Kind::Dir {
+            return Err(Error::Invalid(
+                "only files and symlinks are ephemeral".into(),
+            ));
+        }
+    }
+    fenced(tx, realm, path, fence, now_us)?;
+    if let Some(s) = &opts.session {
+        live_session(tx, realm, s, now_us)?;
+    }
+    let parent = parent_of(path);
+    if parent != "/" {
+        match lookup(tx, realm, parent)? {
+            Some(e) if e.kind == Kind::Dir => {}
+            _ => return Err(unreachable(tx, realm, path)?),
+        }
+    }
+    let mode = if opts.mode == 0 {
+        MODE_DEFAULT
+    } else {
+        opts.mode
+    };
+    let n = tx.execute(
+        "INSERT INTO name_entry (p_key, realm, path, parent, kind, data, version, owner, mode, \
+         session, created_us, modified_us) VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $10) \
+         ON CONFLICT (p_key, realm, path) DO NOTHING",
+        params![
+            p(tx),
+            realm,
+            path,
+            parent,
+            kind.as_str(),
+            data,
+            opts.owner.as_str(),
+            mode,
+            opts.session.as_deref(),
+            now_us
+        ],
+    )?;
+    if n == 0 {
+        return Err(Error::AlreadyExists(format!("{path} in realm {realm:?}")));
+    }
+    touch_dir(tx, realm, parent, now_us)?;
+    notify(tx, realm, "create", 1, path)?;
+    Ok(1)
+}
+
+/// Procedure body: sets a file's data, creating the file if it does not
+/// exist; with `if_version`, only if the file is at that version (0: only if
+/// it does not exist). Returns the new version.
+pub fn set_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    path: &str,
+    data: &[u8],
+    if_version: Option<i64>,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<i64> {
+    validate_realm(realm)?;
+    writable(path)?;
+    check_data(data)?;
+    fenced(tx, realm, path, fence, now_us)?;
+    match lookup(tx, realm, path)? {
+        None => {
+            if let Some(v) = if_version.filter(|v| *v != 0) {
+                return Err(Error::Precondition(format!(
+                    "version mismatch: {path} does not exist, expected version {v}"
+                )));
+            }
+            create_tx(
+                tx,
+                realm,
+                path,
+                Kind::File,
+                data,
+                &CreateOptions::default(),
+                None,
+                now_us,
+            )
+        }
+        Some(e) => {
+            if e.kind != Kind::File {
+                return Err(Error::Invalid(format!(
+                    "{path} is a {}, not a file",
+                    e.kind.as_str()
+                )));
+            }
+            if let Some(v) = if_version {
+                if v != e.version {
+                    return Err(Error::Precondition(format!(
+                        "version mismatch: {path} is at version {}, expected {v}",
+                        e.version
+                    )));
+                }
+            }
+            let version: i64 = tx.query_scalar(
+                "UPDATE name_entry SET data = $4, version = version + 1, modified_us = $5 \
+                 WHERE p_key = $1 AND realm = $2 AND path = $3 RETURNING version",
+                params![p(tx), realm, path, data, now_us],
+            )?;
+            notify(tx, realm, "set", version, path)?;
+            Ok(version)
+        }
+    }
+}
+
+/// Procedure body: the entry at `path` (the `/proc` view included).
+pub fn get_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
+    validate_realm(realm)?;
+    validate_path(path)?;
+    if path == "/" {
+        return Ok(Entry {
+            path: "/".into(),
+            kind: Kind::Dir,
+            data: Vec::new(),
+            version: 0,
+            owner: String::new(),
+            mode: 0o755,
+            session: None,
+            created_us: 0,
+            modified_us: 0,
+        });
+    }
+    if is_within(path, PROC_VIEW) {
+        return proc_view_entry(tx, realm, path);
+    }
+    must_get(tx, realm, path)
+}
+
+/// Procedure body: removes `path` (a directory only when empty); with
+/// `if_version`, only at that version.
+pub fn remove_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    path: &str,
+    if_version: Option<i64>,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<()> {
+    validate_realm(realm)?;
+    writable(path)?;
+    fenced(tx, realm, path, fence, now_us)?;
+    let e = must_get(tx, realm, path)?;
+    if let Some(v) = if_version {
+        if v != e.version {
+            return Err(Error::Precondition(format!(
+                "version mismatch: {path} is at version {}, expected {v}",
+                e.version
+            )));
+        }
+    }
+    if e.kind == Kind::Dir {
+        let child = tx.query_opt(
+            "SELECT path FROM name_entry WHERE p_key = $1 AND realm = $2 AND parent = $3 LIMIT 1",
+            params![p(tx), realm, path],
+        )?;
+        if child.is_some() {
+            return Err(Error::Precondition(format!(
+                "directory {path} is not empty"
+            )));
+        }
+    }
+    remove_entry(tx, realm, &e, now_us)
+}
+
+fn remove_entry(tx: &mut dyn Tx, realm: &str, e: &Entry, now_us: i64) -> Result<()> {
+    tx.execute(
+        "DELETE FROM name_entry WHERE p_key = $1 AND realm = $2 AND path = $3",
+        params![p(tx), realm, e.path.as_str()],
+    )?;
+    touch_dir(tx, realm, parent_of(&e.path), now_us)?;
+    notify(tx, realm, "remove", e.version, &e.path)
+}
+
+/// Procedure body: renames `from` to `to` atomically, with everything under
+/// it. `to` may be an existing file (replaced); not an existing directory.
+pub fn rename_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    from: &str,
+    to: &str,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<()> {
+    validate_realm(realm)?;
+    writable(from)?;
+    writable(to)?;
+    fenced(tx, realm, from, fence, now_us)?;
+    fenced(tx, realm, to, fence, now_us)?;
+    if from == to {
+        must_get(tx, realm, from)?;
+        return Ok(());
+    }
+    if is_within(to, from) {
+        return Err(Error::Invalid(format!(
+            "cannot move {from} into itself ({to})"
+        )));
+    }
+    let e = must_get(tx, realm, from)?;
+    let to_parent = parent_of(to);
+    if to_parent != "/" {
+        match lookup(tx, realm, to_parent)? {
+            Some(d) if d.kind == Kind::Dir => {}
+            _ => return Err(unreachable(tx, realm, to)?),
+        }
+    }
+    if let Some(old) = lookup(tx, realm, to)? {
+        if old.kind == Kind::Dir {
+            return Err(Error::AlreadyExists(format!("{to} is a directory")));
+        }
+        remove_entry(tx, realm, &old, now_us)?;
+    }
+    let pk = p(tx);
+    // Everything under `from` ('/' + 1 is '0', so this range is the subtree).
+    let (lo, hi) = (format!("{from}/"), format!("{from}0"));
+    let cut = from.len() as i64 + 1;
+    tx.execute(
+        "UPDATE name_entry SET path = $4 || substr(path, $6), parent = $4 || substr(parent, $6) \
+         WHERE p_key = $1 AND realm = $2 AND path >= $3 AND path < $5",
+        params![pk, realm, lo.as_str(), to, hi.as_str(), cut],
+    )?;
+    tx.execute(
+        "UPDATE name_entry SET path = $4, parent = $5, version = version + 1, modified_us = $6 \
+         WHERE p_key = $1 AND realm = $2 AND path = $3",
+        params![pk, realm, from, to, to_parent, now_us],
+    )?;
+    touch_dir(tx, realm, parent_of(from), now_us)?;
+    touch_dir(tx, realm, to_parent, now_us)?;
+    notify(tx, realm, "remove", e.version, from)?;
+    notify(tx, realm, "create", e.version + 1, to)?;
+    Ok(())
+}
+
+/// Procedure body: the directory's entries, by name (at most
+/// [`READDIR_MAX`]; the flag says whether there were more), and its version.
+pub fn readdir_tx(tx: &mut dyn Tx, realm: &str, dir: &str) -> Result<(Vec<Entry>, bool, i64)> {
+    validate_realm(realm)?;
+    validate_path(dir)?;
+    if dir == PROC_VIEW {
+        return proc_view_dir(tx, realm);
+    }
+    let d = get_tx(tx, realm, dir)?;
+    if d.kind != Kind::Dir {
+        return Err(Error::Invalid(format!(
+            "{dir} is a {}, not a directory",
+            d.kind.as_str()
+        )));
+    }
+    // LIMIT as a literal (READDIR_MAX + 1, to see whether there are more).
+    const READDIR: &str = "SELECT path, kind, data, version, owner, mode, session, created_us, \
+         modified_us FROM name_entry WHERE p_key = $1 AND realm = $2 AND parent = $3 \
+         ORDER BY path LIMIT 10001";
+    debug_assert!(READDIR.ends_with(&format!("LIMIT {}", READDIR_MAX + 1)));
+    let rows = tx.query(READDIR, params![p(tx), realm, dir])?;
+    let mut entries = rows
+        .iter()
+        .map(entry_from_row)
+        .collect::<Result<Vec<_>>>()?;
+    let more = entries.len() > READDIR_MAX;
+    entries.truncate(READDIR_MAX);
+    Ok((entries, more, d.version))
+}
+
+/// Procedure body: AdvanceEpoch — reads the epoch file at `path` (created
+/// at 0 if missing), increments it, returns the new epoch.
+pub fn advance_epoch_tx(tx: &mut dyn Tx, realm: &str, path: &str, now_us: i64) -> Result<i64> {
+    validate_realm(realm)?;
+    writable(path)?;
+    let current = match lookup(tx, realm, path)? {
+        None => 0,
+        Some(e) if e.kind == Kind::File => std::str::from_utf8(&e.data)
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+            .ok_or_else(|| Error::Invalid(format!("{path} does not hold an epoch number")))?,
+        Some(e) => {
+            return Err(Error::Invalid(format!(
+                "{path} is a {}, not an epoch file",
+                e.kind.as_str()
+            )))
+        }
+    };
+    let next = current + 1;
+    set_tx(
+        tx,
+        realm,
+        path,
+        next.to_string().as_bytes(),
+        None,
+        None,
+        now_us,
+    )?;
+    Ok(next)
+}
+
+// ---- sessions ----
+
+/// Procedure body: opens session `session` for `owner` with a TTL.
+pub fn open_session_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    session: &str,
+    owner: &str,
+    ttl_us: i64,
+    now_us: i64,
+) -> Result<()> {
+    validate_realm(realm)?;
+    crate::ids::validate_name("session", session)?;
+    check_owner(owner)?;
+    if !(SESSION_TTL_MIN_US..=SESSION_TTL_MAX_US).contains(&ttl_us) {
+        return Err(Error::Invalid(format!(
+            "a session TTL is {}..={} ms",
+            SESSION_TTL_MIN_US / 1000,
+            SESSION_TTL_MAX_US / 1000
+        )));
+    }
+    let n = tx.execute(
+        "INSERT INTO name_session (p_key, realm, session, owner, ttl_us, expires_us, created_us) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (p_key, realm, session) DO NOTHING",
+        params![
+            p(tx),
+            realm,
+            session,
+            owner,
+            ttl_us,
+            now_us + ttl_us,
+            now_us
+        ],
+    )?;
+    if n == 0 {
+        return Err(Error::AlreadyExists(format!("session {session}")));
+    }
+    tx.notify(SESSIONS_CHANNEL, &(now_us + ttl_us).to_string())?;
+    Ok(())
+}
+
+/// Procedure body: renews a live session for another TTL; a session that
+/// has lapsed (even if not yet reaped) cannot be renewed.
+pub fn renew_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<i64> {
+    validate_realm(realm)?;
+    let row = tx.query_opt(
+        "UPDATE name_session SET expires_us = $4 + ttl_us \
+         WHERE p_key = $1 AND realm = $2 AND session = $3 AND expires_us > $4 RETURNING expires_us",
+        params![p(tx), realm, session, now_us],
+    )?;
+    match row {
+        Some(r) => Ok(r.get(0)?),
+        None => Err(Error::NotFound(format!(
+            "session {session} is closed or has expired"
+        ))),
+    }
+}
+
+/// Procedure body: closes a session, removing its ephemeral entries.
+pub fn close_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<usize> {
+    validate_realm(realm)?;
+    let n = tx.execute(
+        "DELETE FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![p(tx), realm, session],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("session {session}")));
+    }
+    remove_ephemerals(tx, realm, session, now_us)
+}
+
+fn remove_ephemerals(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<usize> {
+    let rows = tx.query(
+        "SELECT path, kind, data, version, owner, mode, session, created_us, modified_us \
+         FROM name_entry WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![p(tx), realm, session],
+    )?;
+    let entries = rows
+        .iter()
+        .map(entry_from_row)
+        .collect::<Result<Vec<_>>>()?;
+    for e in &entries {
+        remove_entry(tx, realm, e, now_us)?;
+    }
+    Ok(entries.len())
+}
+
+/// What one expiry pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// (realm, session) of every session that lapsed.
+    pub sessions: Vec<(String, String)>,
+    /// Ephemeral entries removed with them.
+    pub entries: usize,
+    /// When the next live session lapses, if any.
+    pub next_us: Option<i64>,
+}
+
+/// Procedure body: ends the partition's lapsed sessions (up to a batch),
+/// removing their ephemeral entries and waking their watchers.
+pub fn expire_sessions_tx(tx: &mut dyn Tx, now_us: i64) -> Result<Expired> {
+    const LAPSED: &str = "SELECT realm, session FROM name_session \
+         WHERE p_key = $1 AND expires_us <= $2 ORDER BY expires_us LIMIT 64";
+    debug_assert!(LAPSED.ends_with(&format!("LIMIT {EXPIRE_SESSIONS_MAX}")));
+    let pk = p(tx);
+    let rows = tx.query(LAPSED, params![pk, now_us])?;
+    let mut out = Expired::default();
+    for r in rows.iter() {
+        let (realm, session): (String, String) = (r.get(0)?, r.get(1)?);
+        tx.execute(
+            "DELETE FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
+            params![pk, realm.as_str(), session.as_str()],
+        )?;
+        out.entries += remove_ephemerals(tx, &realm, &session, now_us)?;
+        out.sessions.push((realm, session));
+    }
+    out.next_us = tx
+        .query_one(
+            "SELECT min(expires_us) FROM name_session WHERE p_key = $1",
+            params![pk],
+        )?
+        .get(0)?;
+    Ok(out)
+}
+
+// ---- the /proc view ----
+
+fn proc_view_entry(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
+    if path == PROC_VIEW {
+        return Ok(Entry {
+            path: PROC_VIEW.into(),
+            kind: Kind::Dir,
+            data: Vec::new(),
+            version: 0,
+            owner: "tabos".into(),
+            mode: 0o555,
+            session: None,
+            created_us: 0,
+            modified_us: 0,
+        });
+    }
+    let pid = &path[PROC_VIEW.len() + 1..];
+    let Ok(pid) = crate::ids::Pid::new(pid) else {
+        return Err(Error::NotFound(format!("{path} in realm {realm:?}")));
+    };
+    let info = match crate::procs::get_tx(tx, realm, pid.as_str()) {
+        Ok(i) => i,
+        Err(Error::NotFound(_)) => {
+            return Err(Error::NotFound(format!("{path} in realm {realm:?}")))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Entry {
+        path: path.to_string(),
+        kind: Kind::File,
+        data: proc_text(&info).into_bytes(),
+        version: 0,
+        owner: "tabos".into(),
+        mode: 0o444,
+        session: None,
+        created_us: info.spawn_us,
+        modified_us: info.exit_us.or(info.start_us).unwrap_or(info.spawn_us),
+    })
+}
+
+fn proc_text(i: &crate::procs::ProcInfo) -> String {
+    let mut t = format!("state {}\n", i.state);
+    if let Some(w) = &i.worker {
+        t.push_str(&format!("worker {w}\n"));
+    }
+    if let Some(s) = i.exit_status {
+        t.push_str(&format!("exit_status {s}\n"));
+    }
+    if let Some(e) = &i.error {
+        t.push_str(&format!("error {e}\n"));
+    }
+    t
+}
+
+fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)> {
+    const PIDS: &str =
+        "SELECT pid FROM proc WHERE p_key = $1 AND realm = $2 ORDER BY pid LIMIT 10001";
+    let rows = tx.query(PIDS, params![p(tx), realm])?;
+    let mut out = Vec::new();
+    for r in rows.iter().take(READDIR_MAX) {
+        let pid: String = r.get(0)?;
+        out.push(proc_view_entry(tx, realm, &format!("{PROC_VIEW}/{pid}"))?);
+    }
+    Ok((out, rows.len() > READDIR_MAX, 0))
+}
+
+// ---- calls ----
+
+fn partition(store: &Store, realm: &str) -> Result<PKey> {
+    validate_realm(realm)?;
+    Ok(realm_partition(realm, store.partitions()))
+}
+
+/// Runs procedure `f` on `realm`'s partition.
+pub async fn call<T, F>(store: &Store, realm: &str, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut dyn Tx) -> Result<T> + Send + 'static,
+{
+    store.submit(partition(store, realm)?, f).await
+}
+
+/// OpenWatch: waits until `path` exists and returns it, woken by the change
+/// feed (subscribe, then look, then wait).
+pub async fn wait_exists(store: &Store, realm: &str, path: &str) -> Result<Entry> {
+    validate_path(path)?;
+    let chan = dir_channel(realm, parent_of(path));
+    let mut sub = store.subscribe(&chan);
+    loop {
+        let (r, pa) = (realm.to_string(), path.to_string());
+        match call(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
+            Ok(e) => return Ok(e),
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        wait_note(store, &chan, &mut sub).await?;
+    }
+}
+
+/// SetRemoveWatch: waits until `path` does not exist (at once if it does
+/// not now).
+pub async fn wait_removed(store: &Store, realm: &str, path: &str) -> Result<()> {
+    validate_path(path)?;
+    let chan = dir_channel(realm, parent_of(path));
+    let mut sub = store.subscribe(&chan);
+    loop {
+        let (r, pa) = (realm.to_string(), path.to_string());
+        match call(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
+            Ok(_) => {}
+            Err(Error::NotFound(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        wait_note(store, &chan, &mut sub).await?;
+    }
+}
+
+async fn wait_note(store: &Store, chan: &str, sub: &mut tabos_store::Subscription) -> Result<()> {
+    match sub.recv().await {
+        Ok(_) => Ok(()),
+        // Cut off: changes may have been missed; resubscribe and look again.
+        Err(tabos_store::Error::Lagged(_)) => {
+            *sub = store.subscribe(chan);
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// SetDirWatch: subscribes to `dir`'s changes and then reads its version,
+/// so every change committed after that version arrives on the
+/// subscription, once and in commit order ([`Change::parse`] reads them).
+pub async fn watch_dir(
+    store: &Store,
+    realm: &str,
+    dir: &str,
+) -> Result<(tabos_store::Subscription, i64)> {
+    validate_path(dir)?;
+    let sub = store.subscribe(&dir_channel(realm, dir));
+    let (r, d) = (realm.to_string(), dir.to_string());
+    let e = call(store, realm, move |tx| get_tx(tx, &r, &d)).await?;
+    if e.kind != Kind::Dir {
+        return Err(Error::Invalid(format!(
+            "{dir} is a {}, not a directory",
+            e.kind.as_str()
+        )));
+    }
+    Ok((sub, e.version))
+}
+
+/// A new session id: unique per process and time.
+pub fn generate_session_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "s-{}-{}-{}",
+        std::process::id(),
+        tabos_store::now_us(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_validated() {
+        for ok in ["/", "/a", "/a/b c/d", "/proc/p1"] {
+            assert!(validate_path(ok).is_ok(), "{ok}");
+        }
+        let long_component = format!("/{}", "x".repeat(COMPONENT_BYTES_MAX + 1));
+        let deep = "/a".repeat(DEPTH_MAX + 1);
+        let long = format!("/{}", "x/".repeat(PATH_BYTES_MAX / 2));
+        for bad in [
+            "",
+            "a",
+            "/a/",
+            "//a",
+            "/a//b",
+            "/a/./b",
+            "/a/../b",
+            "/..",
+            "/a\0b",
+            "/a\nb",
+            &long_component,
+            &deep,
+            &long,
+        ] {
+            assert!(validate_path(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(parent_of("/a/b"), "/a");
+        assert_eq!(parent_of("/a"), "/");
+        assert!(is_within("/a/b", "/a") && is_within("/a", "/a") && is_within("/x", "/"));
+        assert!(!is_within("/ab", "/a"));
+        assert!(
+            dir_channel(&"r".repeat(64), &long[..1000]).len()
+                <= tabos_store::feed::CHANNEL_BYTES_MAX
+        );
+        assert_eq!(
+            Change::parse("create 3 /a/b c"),
+            Some(Change {
+                op: "create".into(),
+                version: 3,
+                path: "/a/b c".into()
+            })
+        );
+    }
+}
