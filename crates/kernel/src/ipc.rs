@@ -42,7 +42,7 @@ use std::time::Duration;
 use tabos_store::{params, PKey, Row, Store, Tx};
 
 use crate::ids::{validate_name, Pid};
-use crate::{realm_partition, validate_realm, Error, Result};
+use crate::{p_key, partition, validate_realm, Error, Result};
 
 /// Largest payload of one message, in bytes.
 pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
@@ -115,16 +115,7 @@ impl fmt::Display for Address {
 /// within the channel limit; two mailboxes sharing a channel only cost a
 /// spurious wake-up.
 pub fn channel(realm: &str, address: &Address) -> String {
-    let plain = format!("mail/{realm}/{address}");
-    if plain.len() <= tabos_store::feed::CHANNEL_BYTES_MAX {
-        return plain;
-    }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in plain.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("mail/{realm}/#{h:016x}")
+    crate::bounded_channel(&format!("mail/{realm}/"), &address.to_string())
 }
 
 /// Settings of a node's IPC service, applied to mailboxes it creates.
@@ -282,10 +273,6 @@ pub fn validate_outgoing(msgs: &[Outgoing]) -> Result<()> {
     Ok(())
 }
 
-fn p(tx: &dyn Tx) -> i64 {
-    i64::from(tx.p_key().0)
-}
-
 /// Procedure body: creates named mailbox `name`.
 pub fn create_mailbox_tx(
     tx: &mut dyn Tx,
@@ -305,7 +292,7 @@ pub fn create_mailbox_tx(
         "INSERT INTO mailbox (p_key, realm, address, bytes_max, log_delivered, created_us) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, address) DO NOTHING",
         params![
-            p(tx),
+            p_key(tx),
             realm,
             name.as_str(),
             opts.bytes_max,
@@ -332,7 +319,7 @@ pub fn remove_mailbox_tx(tx: &mut dyn Tx, realm: &str, name: &str) -> Result<u64
             "a proc's mailbox goes with the proc; only named mailboxes are removed".into(),
         ));
     }
-    let pk = p(tx);
+    let pk = p_key(tx);
     let n = tx.execute(
         "DELETE FROM mailbox WHERE p_key = $1 AND realm = $2 AND address = $3",
         params![pk, realm, name],
@@ -367,7 +354,7 @@ fn open_proc_mailbox(
         "INSERT INTO mailbox (p_key, realm, address, bytes_max, log_delivered, created_us) \
          VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, address) DO NOTHING",
         params![
-            p(tx),
+            p_key(tx),
             realm,
             Address::Proc(pid.clone()).to_string(),
             opts.bytes_max,
@@ -395,7 +382,7 @@ fn proc_live(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<()> {
 fn proc_state(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<Option<String>> {
     let row = tx.query_opt(
         "SELECT state FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",
-        params![p(tx), realm, pid.as_str()],
+        params![p_key(tx), realm, pid.as_str()],
     )?;
     Ok(row.map(|r| r.get::<String>(0)).transpose()?)
 }
@@ -413,7 +400,7 @@ pub fn send_tx(
 ) -> Result<Vec<Sent>> {
     validate_realm(realm)?;
     validate_outgoing(msgs)?;
-    let pk = p(tx);
+    let pk = p_key(tx);
     let sender = from.map(Address::to_string).unwrap_or_default();
     let mut out: Vec<Option<Sent>> = vec![None; msgs.len()];
     // Each receiver's messages, in batch order. A receiver whose messages
@@ -507,7 +494,7 @@ fn reserve(
     opts: &MailboxOptions,
     now_us: i64,
 ) -> Result<i64> {
-    let pk = p(tx);
+    let pk = p_key(tx);
     if let Address::Proc(pid) = to {
         // A proc's mailbox closes when the proc finishes.
         proc_live(tx, realm, pid)?;
@@ -560,7 +547,7 @@ fn prune_dedup(tx: &mut dyn Tx, realm: &str, receiver: &str, now_us: i64) -> Res
     debug_assert!(PRUNE.ends_with(&format!("LIMIT {DEDUP_PRUNE_MAX})")));
     tx.execute(
         PRUNE,
-        params![p(tx), realm, receiver, now_us - DEDUP_WINDOW_US],
+        params![p_key(tx), realm, receiver, now_us - DEDUP_WINDOW_US],
     )?;
     Ok(())
 }
@@ -570,7 +557,7 @@ fn prune_dedup(tx: &mut dyn Tx, realm: &str, receiver: &str, now_us: i64) -> Res
 fn mailbox_exists(tx: &mut dyn Tx, realm: &str, address: &Address) -> Result<Option<(i64, bool)>> {
     let row = tx.query_opt(
         "SELECT queued, log_delivered FROM mailbox WHERE p_key = $1 AND realm = $2 AND address = $3",
-        params![p(tx), realm, address.to_string()],
+        params![p_key(tx), realm, address.to_string()],
     )?;
     if let Some(r) = row {
         return Ok(Some((r.get(0)?, r.get::<i64>(1)? != 0)));
@@ -623,7 +610,7 @@ fn head(tx: &mut dyn Tx, realm: &str, receiver: &str) -> Result<Vec<(i64, usize)
     const HEAD: &str = "SELECT seq, length(payload) FROM message \
          WHERE p_key = $1 AND realm = $2 AND receiver = $3 ORDER BY seq LIMIT 64";
     debug_assert!(HEAD.ends_with(&format!("LIMIT {RECV_MESSAGES_MAX}")));
-    let rows = tx.query(HEAD, params![p(tx), realm, receiver])?;
+    let rows = tx.query(HEAD, params![p_key(tx), realm, receiver])?;
     rows.iter()
         .map(|r| Ok((r.get::<i64>(0)?, r.get::<i64>(1)? as usize)))
         .collect()
@@ -652,7 +639,7 @@ pub fn recv_tx(
     validate_realm(realm)?;
     check_take(take)?;
     let receiver = address.to_string();
-    let pk = p(tx);
+    let pk = p_key(tx);
     // Fast path, two statements: when everything queued fits the take,
     // zero the counters (the row tells whether to log) and take it all.
     let all = tx.query_opt(
@@ -726,7 +713,7 @@ fn take_messages(
     log: bool,
     now_us: i64,
 ) -> Result<Vec<Message>> {
-    let pk = p(tx);
+    let pk = p_key(tx);
     if log {
         tx.execute(
             "INSERT INTO message_log (p_key, realm, receiver, seq, sender, message_id, sent_us, recv_us, payload) \
@@ -771,7 +758,7 @@ pub fn peek_tx(tx: &mut dyn Tx, realm: &str, address: &Address, take: &Take) -> 
     let rows = tx.query(
         "SELECT seq, sender, message_id, sent_us, payload FROM message \
          WHERE p_key = $1 AND realm = $2 AND receiver = $3 AND seq <= $4 ORDER BY seq",
-        params![p(tx), realm, receiver.as_str(), last],
+        params![p_key(tx), realm, receiver.as_str(), last],
     )?;
     Ok(Received {
         messages: rows
@@ -791,7 +778,7 @@ pub fn mailbox_tx(tx: &mut dyn Tx, realm: &str, address: &Address) -> Result<Mai
     let row = tx.query_opt(
         "SELECT queued, queued_bytes, bytes_max, log_delivered, next_seq FROM mailbox \
          WHERE p_key = $1 AND realm = $2 AND address = $3",
-        params![p(tx), realm, receiver.as_str()],
+        params![p_key(tx), realm, receiver.as_str()],
     )?;
     match row {
         Some(r) => Ok(MailboxInfo {
@@ -812,11 +799,6 @@ pub fn mailbox_tx(tx: &mut dyn Tx, realm: &str, address: &Address) -> Result<Mai
         }),
         None => Err(not_found(realm, address)),
     }
-}
-
-fn partition(store: &Store, realm: &str) -> Result<PKey> {
-    validate_realm(realm)?;
-    Ok(realm_partition(realm, store.partitions()))
 }
 
 /// Creates named mailbox `name` in `realm`.

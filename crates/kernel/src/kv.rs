@@ -6,9 +6,9 @@
 //! `version` (starting at 1) and notifies channel `kv/<realm>` with
 //! `<key>=<version>` after commit.
 
-use tabos_store::{params, PKey, Store, Tx};
+use tabos_store::{params, Store, Tx};
 
-use crate::{realm_partition, validate_realm, Error, Result};
+use crate::{partition, validate_realm, Error, Result};
 
 /// Longest key, in bytes.
 pub const KEY_BYTES_MAX: usize = 1_024;
@@ -95,11 +95,6 @@ pub fn delete_tx(tx: &mut dyn Tx, realm: &str, key: &str) -> Result<bool> {
         tx.notify(&channel(realm), &format!("{key}=deleted"))?;
     }
     Ok(n > 0)
-}
-
-fn partition(store: &Store, realm: &str) -> Result<PKey> {
-    validate_realm(realm)?;
-    Ok(realm_partition(realm, store.partitions()))
 }
 
 /// Sets `key` in `realm`; blocks until committed; returns the new version.

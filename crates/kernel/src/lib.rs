@@ -122,6 +122,33 @@ pub fn realm_partition(realm: &str, partitions: u32) -> PKey {
     PKey(h % partitions.max(1))
 }
 
+/// The partition of `realm` in `store`, after checking the realm's name.
+pub(crate) fn partition(store: &Store, realm: &str) -> Result<PKey> {
+    validate_realm(realm)?;
+    Ok(realm_partition(realm, store.partitions()))
+}
+
+/// The `p_key` column value of a transaction's partition.
+pub(crate) fn p_key(tx: &dyn tabos_store::Tx) -> i64 {
+    i64::from(tx.p_key().0)
+}
+
+/// A change-feed channel named `{prefix}{name}`, or, when that is longer
+/// than the feed allows, `{prefix}#{hash}` (FNV-1a 64 of the whole name):
+/// two names sharing a hashed channel only cost a spurious wake-up.
+pub(crate) fn bounded_channel(prefix: &str, name: &str) -> String {
+    let plain = format!("{prefix}{name}");
+    if plain.len() <= tabos_store::feed::CHANNEL_BYTES_MAX {
+        return plain;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in plain.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{prefix}#{h:016x}")
+}
+
 /// Checks a realm name: 1..=REALM_BYTES_MAX bytes of `[A-Za-z0-9_.-]`.
 pub fn validate_realm(realm: &str) -> Result<()> {
     let ok = !realm.is_empty()

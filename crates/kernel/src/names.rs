@@ -37,9 +37,9 @@
 //! `/proc` is a read-only view generated from the proc table: `/proc/<pid>`
 //! files whose data is the proc's state.
 
-use tabos_store::{params, PKey, Row, Store, Tx};
+use tabos_store::{params, Row, Store, Tx};
 
-use crate::{realm_partition, validate_realm, Error, Result};
+use crate::{p_key, partition, validate_realm, Error, Result};
 
 /// Longest path, in bytes.
 pub const PATH_BYTES_MAX: usize = 1_024;
@@ -179,16 +179,7 @@ pub fn is_within(path: &str, dir: &str) -> bool {
 
 /// The change-feed channel of a directory's children.
 pub fn dir_channel(realm: &str, dir: &str) -> String {
-    let plain = format!("names/{realm}:{dir}");
-    if plain.len() <= tabos_store::feed::CHANNEL_BYTES_MAX {
-        return plain;
-    }
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in plain.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("names/{realm}:#{h:016x}")
+    crate::bounded_channel(&format!("names/{realm}:"), dir)
 }
 
 /// The channel on which session openings are announced (for the reaper).
@@ -211,10 +202,6 @@ impl Change {
             path: it.next()?.to_string(),
         })
     }
-}
-
-fn p(tx: &dyn Tx) -> i64 {
-    i64::from(tx.p_key().0)
 }
 
 fn check_data(data: &[u8]) -> Result<()> {
@@ -263,14 +250,11 @@ fn touch_dir(tx: &mut dyn Tx, realm: &str, dir: &str, now_us: i64) -> Result<()>
         tx.execute(
             "UPDATE name_entry SET version = version + 1, modified_us = $4 \
              WHERE p_key = $1 AND realm = $2 AND path = $3",
-            params![p(tx), realm, dir, now_us],
+            params![p_key(tx), realm, dir, now_us],
         )?;
     }
     Ok(())
 }
-
-const ENTRY_COLUMNS: &str =
-    "path, kind, data, version, owner, mode, session, created_us, modified_us";
 
 fn entry_from_row(r: &Row) -> Result<Entry> {
     Ok(Entry {
@@ -290,9 +274,8 @@ fn lookup(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Option<Entry>> {
     let row = tx.query_opt(
         "SELECT path, kind, data, version, owner, mode, session, created_us, modified_us \
          FROM name_entry WHERE p_key = $1 AND realm = $2 AND path = $3",
-        params![p(tx), realm, path],
+        params![p_key(tx), realm, path],
     )?;
-    debug_assert!(ENTRY_COLUMNS.split(", ").count() == 9);
     row.as_ref().map(entry_from_row).transpose()
 }
 
@@ -338,7 +321,7 @@ pub fn check_fence_tx(tx: &mut dyn Tx, realm: &str, fence: &Fence, now_us: i64) 
     if fence.epoch < 0 {
         return Err(Error::Invalid("an epoch is never negative".into()));
     }
-    let pk = p(tx);
+    let pk = p_key(tx);
     tx.execute(
         "INSERT INTO name_fence (p_key, realm, dir, epoch, updated_us) VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (p_key, realm, dir) DO UPDATE SET epoch = excluded.epoch, \
@@ -381,7 +364,7 @@ fn fenced(
 fn live_session(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<()> {
     let row = tx.query_opt(
         "SELECT expires_us FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
-        params![p(tx), realm, session],
+        params![p_key(tx), realm, session],
     )?;
     match row {
         Some(r) if r.get::<i64>(0)? > now_us => Ok(()),
@@ -447,7 +430,7 @@ pub fn create_tx(
          session, created_us, modified_us) VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $10) \
          ON CONFLICT (p_key, realm, path) DO NOTHING",
         params![
-            p(tx),
+            p_key(tx),
             realm,
             path,
             parent,
@@ -519,7 +502,7 @@ pub fn set_tx(
             let version: i64 = tx.query_scalar(
                 "UPDATE name_entry SET data = $4, version = version + 1, modified_us = $5 \
                  WHERE p_key = $1 AND realm = $2 AND path = $3 RETURNING version",
-                params![p(tx), realm, path, data, now_us],
+                params![p_key(tx), realm, path, data, now_us],
             )?;
             notify(tx, realm, "set", version, path)?;
             Ok(version)
@@ -575,7 +558,7 @@ pub fn remove_tx(
     if e.kind == Kind::Dir {
         let child = tx.query_opt(
             "SELECT path FROM name_entry WHERE p_key = $1 AND realm = $2 AND parent = $3 LIMIT 1",
-            params![p(tx), realm, path],
+            params![p_key(tx), realm, path],
         )?;
         if child.is_some() {
             return Err(Error::Precondition(format!(
@@ -589,7 +572,7 @@ pub fn remove_tx(
 fn remove_entry(tx: &mut dyn Tx, realm: &str, e: &Entry, now_us: i64) -> Result<()> {
     tx.execute(
         "DELETE FROM name_entry WHERE p_key = $1 AND realm = $2 AND path = $3",
-        params![p(tx), realm, e.path.as_str()],
+        params![p_key(tx), realm, e.path.as_str()],
     )?;
     touch_dir(tx, realm, parent_of(&e.path), now_us)?;
     notify(tx, realm, "remove", e.version, &e.path)
@@ -633,7 +616,7 @@ pub fn rename_tx(
         }
         remove_entry(tx, realm, &old, now_us)?;
     }
-    let pk = p(tx);
+    let pk = p_key(tx);
     // Everything under `from` ('/' + 1 is '0', so this range is the subtree).
     let (lo, hi) = (format!("{from}/"), format!("{from}0"));
     let cut = from.len() as i64 + 1;
@@ -674,7 +657,7 @@ pub fn readdir_tx(tx: &mut dyn Tx, realm: &str, dir: &str) -> Result<(Vec<Entry>
          modified_us FROM name_entry WHERE p_key = $1 AND realm = $2 AND parent = $3 \
          ORDER BY path LIMIT 10001";
     debug_assert!(READDIR.ends_with(&format!("LIMIT {}", READDIR_MAX + 1)));
-    let rows = tx.query(READDIR, params![p(tx), realm, dir])?;
+    let rows = tx.query(READDIR, params![p_key(tx), realm, dir])?;
     let mut entries = rows
         .iter()
         .map(entry_from_row)
@@ -740,7 +723,7 @@ pub fn open_session_tx(
         "INSERT INTO name_session (p_key, realm, session, owner, ttl_us, expires_us, created_us) \
          VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (p_key, realm, session) DO NOTHING",
         params![
-            p(tx),
+            p_key(tx),
             realm,
             session,
             owner,
@@ -763,7 +746,7 @@ pub fn renew_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64
     let row = tx.query_opt(
         "UPDATE name_session SET expires_us = $4 + ttl_us \
          WHERE p_key = $1 AND realm = $2 AND session = $3 AND expires_us > $4 RETURNING expires_us",
-        params![p(tx), realm, session, now_us],
+        params![p_key(tx), realm, session, now_us],
     )?;
     match row {
         Some(r) => Ok(r.get(0)?),
@@ -778,7 +761,7 @@ pub fn close_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64
     validate_realm(realm)?;
     let n = tx.execute(
         "DELETE FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
-        params![p(tx), realm, session],
+        params![p_key(tx), realm, session],
     )?;
     if n == 0 {
         return Err(Error::NotFound(format!("session {session}")));
@@ -790,7 +773,7 @@ fn remove_ephemerals(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -
     let rows = tx.query(
         "SELECT path, kind, data, version, owner, mode, session, created_us, modified_us \
          FROM name_entry WHERE p_key = $1 AND realm = $2 AND session = $3",
-        params![p(tx), realm, session],
+        params![p_key(tx), realm, session],
     )?;
     let entries = rows
         .iter()
@@ -819,7 +802,7 @@ pub fn expire_sessions_tx(tx: &mut dyn Tx, now_us: i64) -> Result<Expired> {
     const LAPSED: &str = "SELECT realm, session FROM name_session \
          WHERE p_key = $1 AND expires_us <= $2 ORDER BY expires_us LIMIT 64";
     debug_assert!(LAPSED.ends_with(&format!("LIMIT {EXPIRE_SESSIONS_MAX}")));
-    let pk = p(tx);
+    let pk = p_key(tx);
     let rows = tx.query(LAPSED, params![pk, now_us])?;
     let mut out = Expired::default();
     for r in rows.iter() {
@@ -897,7 +880,7 @@ fn proc_text(i: &crate::procs::ProcInfo) -> String {
 fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)> {
     const PIDS: &str =
         "SELECT pid FROM proc WHERE p_key = $1 AND realm = $2 ORDER BY pid LIMIT 10001";
-    let rows = tx.query(PIDS, params![p(tx), realm])?;
+    let rows = tx.query(PIDS, params![p_key(tx), realm])?;
     let mut out = Vec::new();
     for r in rows.iter().take(READDIR_MAX) {
         let pid: String = r.get(0)?;
@@ -907,11 +890,6 @@ fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)
 }
 
 // ---- calls ----
-
-fn partition(store: &Store, realm: &str) -> Result<PKey> {
-    validate_realm(realm)?;
-    Ok(realm_partition(realm, store.partitions()))
-}
 
 /// Runs procedure `f` on `realm`'s partition.
 pub async fn call<T, F>(store: &Store, realm: &str, f: F) -> Result<T>

@@ -24,11 +24,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use tabos_store::{params, PKey, Row, Store, Tx};
+use tabos_store::{params, Row, Store, Tx};
 
 use crate::ids::{Pid, WorkerId};
 use crate::sched::{self, Need};
-use crate::{realm_partition, validate_realm, Error, Result};
+use crate::{partition, validate_realm, Error, Result};
 
 /// Most procs in one SpawnBurst.
 pub const BURST_PROCS_MAX: usize = 10_000;
@@ -723,11 +723,6 @@ pub fn evict_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<
         }
     }
     Ok(())
-}
-
-fn partition(store: &Store, realm: &str) -> Result<PKey> {
-    validate_realm(realm)?;
-    Ok(realm_partition(realm, store.partitions()))
 }
 
 static PID_COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

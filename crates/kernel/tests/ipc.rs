@@ -9,47 +9,10 @@ use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use tabos_kernel::procs::{self, Descriptor};
 use tabos_kernel::sched::Scheduler;
 use tabos_kernel::{realms, Error};
-use tabos_store::testing::{pg_database, TempDir};
-use tabos_store::{Config, Store};
+use tabos_store::Store;
 
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-struct Fixture {
-    store: Store,
-    config: Config,
-    _dir: Option<TempDir>,
-}
-
-impl Backend {
-    fn open(&self) -> Option<Fixture> {
-        let (config, dir) = match self {
-            Backend::Sqlite => {
-                let dir = TempDir::new("ipc");
-                (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
-            }
-            Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
-        };
-        Some(Fixture {
-            store: tabos_kernel::open(&config).unwrap(),
-            config,
-            _dir: dir,
-        })
-    }
-}
-
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn sqlite() { super::$name(super::Backend::Sqlite); }
-            #[test]
-            fn postgres() { super::$name(super::Backend::Postgres); }
-        }
-    )*};
-}
+mod common;
+use common::{rt, Backend, Fixture};
 
 both!(
     send_receive_peek_and_order,
@@ -61,14 +24,6 @@ both!(
     waiting_receivers_are_woken,
     delivered_messages_can_be_logged,
 );
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 const REALM: &str = "r";
 const OPTS: MailboxOptions = MailboxOptions {

@@ -4,45 +4,10 @@ use std::time::Duration;
 
 use tabos_kernel::names::{self, CreateOptions, Entry, Fence, Kind};
 use tabos_kernel::Error;
-use tabos_store::testing::{pg_database, TempDir};
-use tabos_store::{Config, Store};
+use tabos_store::Store;
 
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-struct Fixture {
-    store: Store,
-    _dir: Option<TempDir>,
-}
-
-impl Backend {
-    fn open(&self) -> Option<Fixture> {
-        let (config, dir) = match self {
-            Backend::Sqlite => {
-                let dir = TempDir::new("names");
-                (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
-            }
-            Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
-        };
-        Some(Fixture {
-            store: tabos_kernel::open(&config).unwrap(),
-            _dir: dir,
-        })
-    }
-}
-
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn sqlite() { super::$name(super::Backend::Sqlite); }
-            #[test]
-            fn postgres() { super::$name(super::Backend::Postgres); }
-        }
-    )*};
-}
+mod common;
+use common::{rt, Backend};
 
 both!(
     entries_versions_and_refusals,
@@ -55,14 +20,6 @@ both!(
 );
 
 const R: &str = "r";
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 async fn create(
     s: &Store,

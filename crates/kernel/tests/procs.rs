@@ -8,53 +8,10 @@ use tabos_kernel::ids::{Pid, WorkerId};
 use tabos_kernel::procs::{self, Admission, Class, Descriptor, State};
 use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
 use tabos_kernel::{realms, Error};
-use tabos_store::testing::{pg_database, TempDir};
-use tabos_store::{Config, Store};
+use tabos_store::Store;
 
-enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-struct Fixture {
-    store: Store,
-    _dir: Option<TempDir>,
-}
-
-impl Backend {
-    fn open(&self) -> Option<Fixture> {
-        let (config, dir) = match self {
-            Backend::Sqlite => {
-                let dir = TempDir::new("procs");
-                (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
-            }
-            Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
-        };
-        Some(Fixture {
-            store: tabos_kernel::open(&config).unwrap(),
-            _dir: dir,
-        })
-    }
-}
-
-macro_rules! both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn sqlite() { super::$name(super::Backend::Sqlite); }
-            #[test]
-            fn postgres() { super::$name(super::Backend::Postgres); }
-        }
-    )*};
-}
-
-fn rt() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
+mod common;
+use common::{rt, Backend};
 
 fn worker(id: &str, node: &str, cores: i64) -> WorkerSpec {
     WorkerSpec {

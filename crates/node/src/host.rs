@@ -156,6 +156,36 @@ impl ProcHost {
             .ok_or(HostError::Empty)
     }
 
+    /// Waits on `receiver` until it takes messages: a wait "without limit"
+    /// is RECV_WAIT_MAX at a time; an empty result means the proc is being
+    /// stopped or the timeout ran out.
+    fn take(
+        &self,
+        receiver: &mut ipc::Receiver,
+        take: Take,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<ipc::Message>, HostError> {
+        let wait = timeout.unwrap_or(ipc::RECV_WAIT_MAX);
+        loop {
+            let woken = self.woken.clone();
+            let got = receiver
+                .recv_blocking(&self.rt, take, wait, async move { woken.notified().await })
+                .map_err(host_error)?;
+            if let Some(len) = got.next_bytes {
+                return Err(HostError::TooBig(len));
+            }
+            if !got.messages.is_empty() {
+                return Ok(got.messages);
+            }
+            if self.stop.is_stopped() {
+                return Err(HostError::Stopped);
+            }
+            if timeout.is_some() {
+                return Err(HostError::TimedOut);
+            }
+        }
+    }
+
     /// Takes one message of another mailbox (a queue shared with other
     /// receivers, so never more than one at a time).
     fn recv_from(
@@ -169,32 +199,18 @@ impl ProcHost {
             max: 1,
             bytes_max: bytes_max.min(ipc::RECV_BYTES_MAX),
         };
-        let wait = timeout.unwrap_or(ipc::RECV_WAIT_MAX);
-        if self.others.as_ref().map(|(a, _)| a) != Some(&address) {
-            let r = ipc::Receiver::new(&self.store, &self.realm, &address).map_err(host_error)?;
-            self.others = Some((address, r.with_spin(SPIN)));
-        }
-        let Some((_, receiver)) = self.others.as_mut() else {
-            return Err(HostError::Other("no receiver".into()));
+        let mut receiver = match self.others.take() {
+            Some((a, r)) if a == address => r,
+            _ => ipc::Receiver::new(&self.store, &self.realm, &address)
+                .map_err(host_error)?
+                .with_spin(SPIN),
         };
-        loop {
-            let woken = self.woken.clone();
-            let got = receiver
-                .recv_blocking(&self.rt, take, wait, async move { woken.notified().await })
-                .map_err(host_error)?;
-            if let Some(len) = got.next_bytes {
-                return Err(HostError::TooBig(len));
-            }
-            if let Some(m) = got.messages.into_iter().next() {
-                return Ok(Self::received(m));
-            }
-            if self.stop.is_stopped() {
-                return Err(HostError::Stopped);
-            }
-            if timeout.is_some() {
-                return Err(HostError::TimedOut);
-            }
-        }
+        let got = self.take(&mut receiver, take, timeout);
+        self.others = Some((address, receiver));
+        got?.into_iter()
+            .next()
+            .map(Self::received)
+            .ok_or(HostError::Empty)
     }
 
     fn recv_own(
@@ -202,53 +218,33 @@ impl ProcHost {
         bytes_max: usize,
         timeout: Option<Duration>,
     ) -> Result<Received, HostError> {
+        if self.taken.is_empty() {
+            // One transaction takes as many as are queued (up to a batch), so
+            // a burst costs one receive, not one per message; the rest wait
+            // in `taken` for the next calls.
+            let take = Take {
+                max: ipc::RECV_MESSAGES_MAX,
+                bytes_max: ipc::RECV_BYTES_MAX,
+            };
+            let mut receiver = match self.receiver.take() {
+                Some(r) => r,
+                None => ipc::Receiver::new(&self.store, &self.realm, &self.me)
+                    .map_err(host_error)?
+                    .with_spin(SPIN),
+            };
+            let got = self.take(&mut receiver, take, timeout);
+            self.receiver = Some(receiver);
+            self.taken.extend(got?);
+            debug_assert!(self.taken.len() <= ipc::RECV_MESSAGES_MAX);
+        }
         // Messages taken by an earlier receive come first, in order.
-        if let Some(m) = self.taken.front() {
-            if m.payload.len() > bytes_max {
-                return Err(HostError::TooBig(m.payload.len()));
-            }
-            let m = self.taken.pop_front().expect("front exists");
-            return Ok(Received {
-                sender: m.sender,
-                payload: m.payload,
-            });
-        }
-        // One transaction takes as many as are queued (up to a batch), so
-        // a burst costs one receive, not one per message; the rest wait in
-        // `taken` for the next calls.
-        let take = Take {
-            max: ipc::RECV_MESSAGES_MAX,
-            bytes_max: ipc::RECV_BYTES_MAX,
-        };
-        let wait = timeout.unwrap_or(ipc::RECV_WAIT_MAX);
-        if self.receiver.is_none() {
-            let r = ipc::Receiver::new(&self.store, &self.realm, &self.me).map_err(host_error)?;
-            self.receiver = Some(r.with_spin(SPIN));
-        }
-        let Some(receiver) = self.receiver.as_mut() else {
-            return Err(HostError::Other("no receiver".into()));
-        };
-        loop {
-            let woken = self.woken.clone();
-            let got = receiver
-                .recv_blocking(&self.rt, take, wait, async move { woken.notified().await })
-                .map_err(host_error)?;
-            if let Some(len) = got.next_bytes {
-                return Err(HostError::TooBig(len));
-            }
-            if !got.messages.is_empty() {
-                self.taken.extend(got.messages);
-                debug_assert!(self.taken.len() <= ipc::RECV_MESSAGES_MAX);
-                return self.recv_own(bytes_max, timeout);
-            }
-            // Empty: stopped, or the wait ran out. A wait "without limit"
-            // is RECV_WAIT_MAX at a time.
-            if self.stop.is_stopped() {
-                return Err(HostError::Stopped);
-            }
-            if timeout.is_some() {
-                return Err(HostError::TimedOut);
-            }
+        match self.taken.front() {
+            Some(m) if m.payload.len() > bytes_max => Err(HostError::TooBig(m.payload.len())),
+            _ => self
+                .taken
+                .pop_front()
+                .map(Self::received)
+                .ok_or(HostError::Empty),
         }
     }
 }

@@ -1,0 +1,58 @@
+//! The kernel test fixture: every test runs on SQLite and on PostgreSQL.
+
+#![allow(dead_code)]
+
+use tabos_store::testing::{pg_database, TempDir};
+use tabos_store::{Config, Store};
+
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A kernel database on one backend, with 2 partitions.
+pub struct Fixture {
+    pub store: Store,
+    /// How to open it again (a restart).
+    pub config: Config,
+    pub _dir: Option<TempDir>,
+}
+
+impl Backend {
+    /// `None` when PostgreSQL tests are skipped.
+    pub fn open(&self) -> Option<Fixture> {
+        let (config, dir) = match self {
+            Backend::Sqlite => {
+                let dir = TempDir::new("kernel");
+                (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
+            }
+            Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
+        };
+        Some(Fixture {
+            store: tabos_kernel::open(&config).unwrap(),
+            config,
+            _dir: dir,
+        })
+    }
+}
+
+/// `both!(a, b)`: tests `a::sqlite`, `a::postgres`, … each calling `a(Backend)`.
+#[macro_export]
+macro_rules! both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sqlite() { super::$name(super::common::Backend::Sqlite); }
+            #[test]
+            fn postgres() { super::$name(super::common::Backend::Postgres); }
+        }
+    )*};
+}
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
