@@ -6,6 +6,7 @@
 mod bench;
 mod demo;
 mod ipc;
+mod names;
 mod output;
 mod procs;
 mod sql;
@@ -67,6 +68,18 @@ enum Command {
     Recv(ipc::RecvArgs),
     /// Create, remove or show named mailboxes
     Mailbox(ipc::MailboxArgs),
+    /// List a namespace directory: tabos ls [PATH]
+    Ls(names::LsArgs),
+    /// Print a namespace entry's data (or --stat its metadata)
+    Cat(names::CatArgs),
+    /// Set a namespace file (or create a --dir or --symlink): tabos put PATH [DATA]
+    Put(names::PutArgs),
+    /// Remove a namespace entry
+    Rm(names::RmArgs),
+    /// Rename a namespace entry atomically
+    Mv(names::MvArgs),
+    /// Watch a namespace directory's changes, or wait until a path --exists or is --removed
+    Watch(names::WatchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -86,6 +99,12 @@ fn main() -> std::process::ExitCode {
         Command::Send(a) => ipc::send(a),
         Command::Recv(a) => ipc::recv(a),
         Command::Mailbox(a) => ipc::mailbox(a),
+        Command::Ls(a) => names::ls(a),
+        Command::Cat(a) => names::cat(a),
+        Command::Put(a) => names::put(a),
+        Command::Rm(a) => names::rm(a),
+        Command::Mv(a) => names::mv(a),
+        Command::Watch(a) => names::watch(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -351,3 +351,68 @@ fn mailboxes_send_and_recv() {
     let o = node.tabos(&["mailbox", "rm", "other"]);
     assert!(stdout(&o).contains("1 queued"), "{}", stdout(&o));
 }
+
+#[test]
+fn the_namespace_from_the_command_line() {
+    let dir = TempDir::new("cli-names");
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap()]);
+    // A watcher first: it prints the directory's changes as they commit.
+    node.tabos(&["put", "--dir", "/cfg"]);
+    let mut watcher = Command::new(TABOS)
+        .args(["watch", "/cfg", "--count", "3"])
+        .env("TABOS_ADDR", &node.addr)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut watcher_out = std::io::BufReader::new(watcher.stdout.take().unwrap());
+    let mut first = String::new();
+    use std::io::BufRead;
+    watcher_out.read_line(&mut first).unwrap();
+    assert!(first.starts_with("watching "), "{first}");
+
+    let o = node.tabos(&["put", "/cfg/db", "primary=a"]);
+    assert_eq!(stdout(&o), "/cfg/db version 1\n", "{}", stderr(&o));
+    let o = node.tabos(&["put", "/cfg/db", "primary=b", "--if-version", "1"]);
+    assert_eq!(stdout(&o), "/cfg/db version 2\n", "{}", stderr(&o));
+    // A stale conditional put is refused and changes nothing.
+    let o = node.tabos(&["put", "/cfg/db", "primary=c", "--if-version", "1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("version mismatch"), "{}", stderr(&o));
+    let o = node.tabos(&["cat", "/cfg/db"]);
+    assert_eq!(stdout(&o), "primary=b");
+    let o = node.tabos(&["cat", "--stat", "/cfg/db"]);
+    assert!(stdout(&o).contains("version  2"), "{}", stdout(&o));
+    let o = node.tabos(&["put", "-p", "/svc/kv", "--symlink", "127.0.0.1:9999"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["ls", "/svc"]);
+    assert!(
+        stdout(&o).contains("/svc/kv -> 127.0.0.1:9999"),
+        "{}",
+        stdout(&o)
+    );
+    // Through a mount point: the error says where to go.
+    let o = node.tabos(&["cat", "/svc/kv/x"]);
+    assert!(stderr(&o).contains("127.0.0.1:9999"), "{}", stderr(&o));
+    let o = node.tabos(&["mv", "/cfg/db", "/cfg/db2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["ls", "/cfg"]);
+    assert!(stdout(&o).contains("/cfg/db2"), "{}", stdout(&o));
+    // Bad paths are refused.
+    let o = node.tabos(&["put", "/cfg/../etc", "x"]);
+    assert!(stderr(&o).contains("invalid argument"), "{}", stderr(&o));
+    let o = node.tabos(&["rm", "/cfg"]);
+    assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+    let o = node.tabos(&["rm", "/cfg/db2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // The watcher saw create, set, and the rename's remove (3 changes), in order.
+    let mut rest = String::new();
+    use std::io::Read;
+    watcher_out.read_to_string(&mut rest).unwrap();
+    assert_eq!(
+        rest, "create 1 /cfg/db\nset 2 /cfg/db\nremove 2 /cfg/db\n",
+        "{rest}"
+    );
+    assert!(watcher.wait().unwrap().success());
+}

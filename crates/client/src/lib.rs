@@ -15,7 +15,10 @@ pub mod proto {
     tonic::include_proto!("tabos.v1");
 }
 
+pub mod names;
+
 use proto::ipc_client::IpcClient;
+use proto::names_client::NamesClient;
 use proto::node_client::NodeClient;
 use proto::procs_client::ProcsClient;
 use proto::sql_client::SqlClient;
@@ -25,6 +28,11 @@ use tonic::transport::Channel;
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7070";
 /// Largest gRPC message a client or node accepts, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
+
+/// Metadata keys of a "mounted" error (see [`Error::mount`]).
+pub const MOUNT_PATH: &str = "tabos-mount-path";
+pub const MOUNT_TARGET: &str = "tabos-mount-target";
+pub const MOUNT_REST: &str = "tabos-mount-rest";
 
 /// Errors of the client library.
 #[derive(Debug, thiserror::Error)]
@@ -40,6 +48,35 @@ pub enum Error {
     /// The node answered with an error; its message says what was wrong.
     #[error("{}: {}", code_name(.0.code()), .0.message())]
     Status(tonic::Status),
+}
+
+impl Error {
+    /// The gRPC code of an error the node answered with.
+    pub fn code(&self) -> Option<tonic::Code> {
+        match self {
+            Error::Status(s) => Some(s.code()),
+            _ => None,
+        }
+    }
+
+    /// The request carried a fence older than its directory's epoch.
+    pub fn is_stale_epoch(&self) -> bool {
+        matches!(self, Error::Status(s) if s.code() == tonic::Code::Aborted
+            && s.message().starts_with("stale epoch"))
+    }
+
+    /// For a path that went through a symlink (σOS automount): the symlink,
+    /// its target (a service's endpoint) and what is left to resolve there.
+    pub fn mount(&self) -> Option<names::Mount> {
+        let Error::Status(s) = self else { return None };
+        let md = s.metadata();
+        let get = |k: &str| md.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
+        Some(names::Mount {
+            path: get(MOUNT_PATH)?,
+            target: get(MOUNT_TARGET)?,
+            rest: get(MOUNT_REST)?,
+        })
+    }
 }
 
 // Not `#[from]`: that would also make the status the error's source, and
@@ -84,6 +121,7 @@ pub struct Client {
     node: NodeClient<Channel>,
     procs: ProcsClient<Channel>,
     ipc: IpcClient<Channel>,
+    names: NamesClient<Channel>,
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -120,7 +158,10 @@ impl Client {
             procs: ProcsClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            ipc: IpcClient::new(channel)
+            ipc: IpcClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            names: NamesClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
         }
@@ -176,11 +217,23 @@ impl Client {
         realm: &str,
         proc: proto::ProcDescriptor,
     ) -> Result<proto::Spawned, Error> {
+        self.spawn_fenced(realm, proc, None).await
+    }
+
+    /// [`spawn`](Client::spawn), refused ("stale epoch") if the fence's
+    /// directory has seen a newer epoch.
+    pub async fn spawn_fenced(
+        &mut self,
+        realm: &str,
+        proc: proto::ProcDescriptor,
+        fence: Option<proto::Fence>,
+    ) -> Result<proto::Spawned, Error> {
         Ok(self
             .procs
             .spawn(proto::SpawnRequest {
                 realm: realm.into(),
                 proc: Some(proc),
+                fence,
             })
             .await?
             .into_inner())
@@ -359,12 +412,25 @@ impl Client {
         from: &str,
         messages: Vec<proto::Outgoing>,
     ) -> Result<Vec<proto::SentMessage>, Error> {
+        self.send_fenced(realm, from, messages, None).await
+    }
+
+    /// [`send_many`](Client::send_many), refused ("stale epoch") — nothing
+    /// sent — if the fence's directory has seen a newer epoch.
+    pub async fn send_fenced(
+        &mut self,
+        realm: &str,
+        from: &str,
+        messages: Vec<proto::Outgoing>,
+        fence: Option<proto::Fence>,
+    ) -> Result<Vec<proto::SentMessage>, Error> {
         Ok(self
             .ipc
             .send(proto::SendRequest {
                 realm: realm.into(),
                 from: from.into(),
                 messages,
+                fence,
             })
             .await?
             .into_inner()

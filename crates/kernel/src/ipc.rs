@@ -836,11 +836,28 @@ pub async fn send(
     msgs: Vec<Outgoing>,
     opts: MailboxOptions,
 ) -> Result<Vec<Sent>> {
+    send_fenced(store, realm, from, msgs, opts, None).await
+}
+
+/// [`send`], refused with [`Error::StaleEpoch`](crate::Error::StaleEpoch)
+/// — and nothing sent — if `fence`'s directory has seen a newer epoch
+/// (checked in the send's own transaction).
+pub async fn send_fenced(
+    store: &Store,
+    realm: &str,
+    from: Option<Address>,
+    msgs: Vec<Outgoing>,
+    opts: MailboxOptions,
+    fence: Option<crate::names::Fence>,
+) -> Result<Vec<Sent>> {
     validate_outgoing(&msgs)?;
     let r = realm.to_string();
     let now = tabos_store::now_us();
     store
         .submit(partition(store, realm)?, move |tx| {
+            if let Some(f) = &fence {
+                crate::names::check_fence_tx(tx, &r, f, now)?;
+            }
             send_tx(tx, &r, from.as_ref(), &msgs, &opts, now)
         })
         .await

@@ -741,13 +741,30 @@ pub fn generate_pid() -> Pid {
 /// its worker. Awaitable; the pid is chosen before the transaction so a retry
 /// cannot spawn twice.
 pub async fn spawn(store: &Store, realm: &str, d: Descriptor) -> Result<(Pid, Option<WorkerId>)> {
+    spawn_fenced(store, realm, d, None).await
+}
+
+/// [`spawn`], refused with [`Error::StaleEpoch`] — and nothing spawned — if
+/// `fence`'s directory has seen a newer epoch (checked in the spawn's own
+/// transaction).
+pub async fn spawn_fenced(
+    store: &Store,
+    realm: &str,
+    d: Descriptor,
+    fence: Option<crate::names::Fence>,
+) -> Result<(Pid, Option<WorkerId>)> {
     // `spawn_tx` validates the descriptor; a bad one rolls back, writing nothing.
     let p = partition(store, realm)?;
     let pid = d.pid.clone().unwrap_or_else(generate_pid);
     let (r, pid2) = (realm.to_string(), pid.clone());
     let now = tabos_store::now_us();
     let worker = store
-        .submit(p, move |tx| spawn_tx(tx, &r, &pid2, &d, now))
+        .submit(p, move |tx| {
+            if let Some(f) = &fence {
+                crate::names::check_fence_tx(tx, &r, f, now)?;
+            }
+            spawn_tx(tx, &r, &pid2, &d, now)
+        })
         .await?;
     Ok((pid, worker))
 }

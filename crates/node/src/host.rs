@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tabos_kernel::ids::Pid;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use tabos_sandbox::host::{Host, HostError, Received, RecvCall};
+use tabos_kernel::names::{self, CreateOptions, Kind};
+use tabos_sandbox::host::{Host, HostError, NameEntry, Received, RecvCall};
 use tabos_sandbox::StopHandle;
 use tabos_store::Store;
 use tokio::runtime::Handle;
@@ -79,7 +80,120 @@ fn host_error(e: tabos_kernel::Error) -> HostError {
     }
 }
 
+/// A namespace call's error as a proc sees it.
+fn name_error(e: tabos_kernel::Error) -> HostError {
+    use tabos_kernel::Error as K;
+    match e {
+        K::NotFound(m) => HostError::NotFound(m),
+        K::AlreadyExists(m) => HostError::Exists(m),
+        K::Precondition(m) => HostError::Conflict(m),
+        K::StaleEpoch(m) => HostError::StaleEpoch(m),
+        e @ K::Mounted { .. } => HostError::Mounted(e.to_string()),
+        K::Invalid(m) => HostError::Invalid(m),
+        other => HostError::Other(other.to_string()),
+    }
+}
+
 impl Host for ProcHost {
+    fn name_get(&mut self, path: &str) -> Result<NameEntry, HostError> {
+        let (realm, path) = (self.realm.clone(), path.to_string());
+        let e = self
+            .rt
+            .block_on(names::call(&self.store, &self.realm, move |tx| {
+                names::get_tx(tx, &realm, &path)
+            }))
+            .map_err(name_error)?;
+        Ok(NameEntry {
+            kind: match e.kind {
+                Kind::Dir => 0,
+                Kind::File => 1,
+                Kind::Symlink => 2,
+            },
+            data: e.data,
+            version: e.version,
+        })
+    }
+
+    fn name_put(
+        &mut self,
+        path: &str,
+        data: &[u8],
+        if_version: Option<i64>,
+    ) -> Result<i64, HostError> {
+        let (realm, path, data) = (self.realm.clone(), path.to_string(), data.to_vec());
+        self.rt
+            .block_on(names::call(&self.store, &self.realm, move |tx| {
+                let now = tabos_store::now_us();
+                names::set_tx(tx, &realm, &path, &data, if_version, None, now)
+            }))
+            .map_err(name_error)
+    }
+
+    fn name_mkdir(&mut self, path: &str) -> Result<(), HostError> {
+        let (realm, path) = (self.realm.clone(), path.to_string());
+        let owner = self.me.to_string();
+        self.rt
+            .block_on(names::call(&self.store, &self.realm, move |tx| {
+                let opts = CreateOptions {
+                    owner: owner.clone(),
+                    ..CreateOptions::default()
+                };
+                let now = tabos_store::now_us();
+                names::create_tx(tx, &realm, &path, Kind::Dir, &[], &opts, None, now)
+            }))
+            .map(drop)
+            .map_err(name_error)
+    }
+
+    fn name_remove(&mut self, path: &str) -> Result<(), HostError> {
+        let (realm, path) = (self.realm.clone(), path.to_string());
+        self.rt
+            .block_on(names::call(&self.store, &self.realm, move |tx| {
+                names::remove_tx(tx, &realm, &path, None, None, tabos_store::now_us())
+            }))
+            .map_err(name_error)
+    }
+
+    fn name_wait(
+        &mut self,
+        path: &str,
+        exists: bool,
+        timeout: Option<Duration>,
+    ) -> Result<(), HostError> {
+        let (store, realm, woken) = (self.store.clone(), self.realm.clone(), self.woken.clone());
+        let path = path.to_string();
+        let stop = self.stop.clone();
+        self.rt.block_on(async move {
+            let waited = async {
+                if exists {
+                    names::wait_exists(&store, &realm, &path).await.map(drop)
+                } else {
+                    names::wait_removed(&store, &realm, &path).await
+                }
+            };
+            let limit = async {
+                match timeout {
+                    Some(t) => tokio::time::sleep(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(waited, limit);
+            loop {
+                tokio::select! {
+                    got = &mut waited => return got.map_err(name_error),
+                    () = &mut limit => return Err(HostError::TimedOut),
+                    () = woken.notified() => {
+                        // Notified for a stop; a permit left over from an
+                        // earlier wait ends nothing.
+                        if stop.is_stopped() {
+                            return Err(HostError::Stopped);
+                        }
+                    }
+                }
+            }
+        })
+    }
+
     fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError> {
         let msgs = to
             .iter()

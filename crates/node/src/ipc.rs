@@ -15,11 +15,13 @@ use crate::{kernel_status, Node};
 
 pub struct IpcService {
     node: Node,
+    /// Raised when the node begins to shut down: receive streams end then.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl IpcService {
-    pub fn new(node: Node) -> IpcService {
-        IpcService { node }
+    pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> IpcService {
+        IpcService { node, stopping }
     }
 }
 
@@ -106,12 +108,14 @@ impl proto::ipc_server::Ipc for IpcService {
             s => Some(address(s)?),
         };
         let msgs = outgoing_from_proto(r.messages)?;
-        let sent = ipc::send(
+        let fence = crate::names::fence_from_proto(r.fence)?;
+        let sent = ipc::send_fenced(
             &self.node.store,
             &r.realm,
             from,
             msgs,
             self.node.settings.mailbox,
+            fence,
         )
         .await
         .map_err(|e| kernel_status(&e))?;
@@ -161,13 +165,23 @@ impl proto::ipc_server::Ipc for IpcService {
         // read this one (or the transport has buffered it).
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let store = self.node.store.clone();
+        let stopping = self.stopping.clone();
         tokio::spawn(async move {
             loop {
                 let Ok(permit) = tx.reserve().await else {
                     return; // the client went away
                 };
-                let got =
-                    ipc::recv(&store, &r.realm, &to, take, ipc::RECV_WAIT_MAX, tx.closed()).await;
+                if *stopping.borrow() {
+                    permit.send(Err(Status::unavailable("the node is shutting down")));
+                    return;
+                }
+                let stop = async {
+                    tokio::select! {
+                        () = tx.closed() => {}
+                        () = crate::stopping(stopping.clone()) => {}
+                    }
+                };
+                let got = ipc::recv(&store, &r.realm, &to, take, ipc::RECV_WAIT_MAX, stop).await;
                 match got {
                     Ok(got) if got.messages.is_empty() => {}
                     Ok(got) => permit.send(Ok(response(got))),

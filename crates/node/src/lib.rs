@@ -4,11 +4,13 @@
 //! gRPC API of `proto/tabos.proto` on a listener it is given ([`serve`]), until
 //! a shutdown future completes — the mini-redis shape, so that tests run a
 //! node in-process on port 0. One file per RPC family: [`sql`], [`status`],
-//! [`procs`], [`ipc`]; [`procd`], which runs the procs scheduled onto this
-//! node's worker; and [`host`], the kernel behind wasm procs' host calls.
+//! [`procs`], [`ipc`], [`names`] (with the session reaper); [`procd`], which
+//! runs the procs scheduled onto this node's worker; and [`host`], the kernel
+//! behind wasm procs' host calls.
 
 pub mod host;
 pub mod ipc;
+pub mod names;
 pub mod procd;
 pub mod procs;
 pub mod sql;
@@ -19,6 +21,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use tabos_client::proto::ipc_server::IpcServer;
+use tabos_client::proto::names_server::NamesServer;
 use tabos_client::proto::node_server::NodeServer;
 use tabos_client::proto::procs_server::ProcsServer;
 use tabos_client::proto::sql_server::SqlServer;
@@ -184,7 +187,17 @@ pub async fn serve(
     let procs_service = ProcsServer::new(procs::ProcsService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let ipc_service = IpcServer::new(ipc::IpcService::new(node.clone()))
+    // Raised when shutdown begins: open streams (watches, RecvStream) end
+    // then, since a graceful shutdown waits for every open call.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(true);
+    };
+    let ipc_service = IpcServer::new(ipc::IpcService::new(node.clone(), stopping.clone()))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let names_service = NamesServer::new(names::NamesService::new(node.clone(), stopping.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
 
@@ -210,7 +223,8 @@ pub async fn serve(
         },
     );
     let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
-    let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped));
+    let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped.clone()));
+    let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped));
 
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
@@ -218,11 +232,13 @@ pub async fn serve(
         .add_service(status)
         .add_service(procs_service)
         .add_service(ipc_service)
+        .add_service(names_service)
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
     let _ = lease_task.await;
+    let _ = reaper_task.await;
     served?;
     Ok(())
 }
@@ -263,6 +279,15 @@ async fn keep_lease(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
     }
 }
 
+/// Completes when the node begins to shut down.
+pub async fn stopping(mut s: tokio::sync::watch::Receiver<bool>) {
+    let _ = s.wait_for(|stopping| *stopping).await;
+}
+
+/// Metadata keys of a "mounted" status: the symlink's path, its target and
+/// the rest of the path to resolve there.
+pub use tabos_client::{MOUNT_PATH, MOUNT_REST, MOUNT_TARGET};
+
 /// Maps a kernel error onto a gRPC status.
 pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
     use tabos_kernel::Error as K;
@@ -274,7 +299,20 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
         K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
         K::StaleEpoch(_) => tonic::Status::aborted(e.to_string()),
-        K::Mounted { .. } => tonic::Status::failed_precondition(e.to_string()),
+        K::Mounted { path, target, rest } => {
+            // The parts also as metadata, so clients resolve without parsing.
+            let mut md = tonic::metadata::MetadataMap::new();
+            for (key, value) in [
+                (MOUNT_PATH, path),
+                (MOUNT_TARGET, target),
+                (MOUNT_REST, rest),
+            ] {
+                if let Ok(v) = value.parse() {
+                    md.insert(key, v);
+                }
+            }
+            tonic::Status::with_metadata(tonic::Code::FailedPrecondition, e.to_string(), md)
+        }
     }
 }
 

@@ -193,7 +193,8 @@ impl proto::procs_server::Procs for ProcsService {
                 .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
         )?;
         self.check_modules(std::slice::from_ref(&d)).await?;
-        let (pid, worker) = procs::spawn(&self.node.store, &r.realm, d)
+        let fence = crate::names::fence_from_proto(r.fence)?;
+        let (pid, worker) = procs::spawn_fenced(&self.node.store, &r.realm, d, fence)
             .await
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Spawned {

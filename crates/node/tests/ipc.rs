@@ -1,61 +1,14 @@
 //! IPC over gRPC and between wasm procs, on an in-process node over an
 //! embedded store.
 
-use tabos_client::{proto, Client, Error as ClientError};
-use tabos_node::{Node, NodeSettings};
+mod common;
+
+use common::{code, start};
+use tabos_client::{proto, Client};
 use tabos_sandbox::programs;
 use tabos_store::testing::TempDir;
-use tabos_store::Config;
 
 const REALM: &str = "default";
-
-struct Running {
-    node: Node,
-    addr: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
-}
-
-async fn start(dir: &TempDir) -> Running {
-    let settings = NodeSettings {
-        node_id: "ipc-node".into(),
-        logs: dir.path().join("logs"),
-        cores: 4,
-        ..NodeSettings::defaults()
-    };
-    let node = Node::open_with(
-        &Config::sqlite(dir.path().join("db")).with_partitions(2),
-        settings,
-    )
-    .unwrap();
-    let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
-    let addr = tabos_node::local_addr(&listener).unwrap().to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(tabos_node::serve(node.clone(), listener, async {
-        let _ = stopped.await;
-    }));
-    Running {
-        node,
-        addr,
-        stop,
-        served,
-    }
-}
-
-impl Running {
-    async fn shut_down(self) {
-        let _ = self.stop.send(());
-        self.served.await.unwrap().unwrap();
-        drop(self.node);
-    }
-}
-
-fn code(e: &ClientError) -> tonic::Code {
-    match e {
-        ClientError::Status(s) => s.code(),
-        other => panic!("expected a status, got {other}"),
-    }
-}
 
 fn out(to: &str, payload: &[u8]) -> proto::Outgoing {
     proto::Outgoing {
@@ -68,7 +21,7 @@ fn out(to: &str, payload: &[u8]) -> proto::Outgoing {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_send_receive_stream_and_get_clear_errors() {
     let dir = TempDir::new("ipc-grpc");
-    let n = start(&dir).await;
+    let n = start(&dir, "ipc-node").await;
     let mut c = Client::connect(&n.addr).await.unwrap();
     c.create_mailbox(REALM, "inbox", 0, None).await.unwrap();
     c.create_mailbox(REALM, "tiny", 100, Some(true))
@@ -196,7 +149,7 @@ async fn clients_send_receive_stream_and_get_clear_errors() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undelivered_messages_survive_a_node_restart() {
     let dir = TempDir::new("ipc-restart");
-    let n = start(&dir).await;
+    let n = start(&dir, "ipc-node").await;
     let mut c = Client::connect(&n.addr).await.unwrap();
     c.create_mailbox(REALM, "durable", 0, None).await.unwrap();
     for i in 0..10u8 {
@@ -206,7 +159,7 @@ async fn undelivered_messages_survive_a_node_restart() {
     drop(c);
     n.shut_down().await;
 
-    let n = start(&dir).await;
+    let n = start(&dir, "ipc-node").await;
     let mut c = Client::connect(&n.addr).await.unwrap();
     let rest = c.recv(REALM, "durable", 0, 0).await.unwrap();
     assert_eq!(
@@ -247,7 +200,7 @@ fn wasm_proc(pid: &str, program: &std::path::Path) -> proto::ProcDescriptor {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wasm_procs_message_each_other_and_clients() {
     let dir = TempDir::new("ipc-wasm");
-    let n = start(&dir).await;
+    let n = start(&dir, "ipc-node").await;
     let mut c = Client::connect(&n.addr).await.unwrap();
     let echo = dir.path().join("echo.wat");
     std::fs::write(&echo, programs::echo()).unwrap();

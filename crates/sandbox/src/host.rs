@@ -18,13 +18,32 @@
 //!     two lengths as u32 at lens_out. A message longer than buf_cap is left
 //!     in place: E2BIG, with its length at lens_out. With flags & PEEK (1)
 //!     the message is only looked at, never waited for (EAGAIN if none).
+//!
+//! name_get(path_ptr, path_len, buf, buf_cap, out) -> errno
+//!     Reads the namespace entry at `path`: its data (a file's bytes, a
+//!     symlink's target) to buf, and at `out` 16 bytes: the data length
+//!     (u32), the kind (u32: 0 dir, 1 file, 2 symlink) and the version
+//!     (i64). Data longer than buf_cap: E2BIG, with its length at out.
+//! name_put(path_ptr, path_len, data, data_len, if_version: i64, version_out)
+//!     -> errno
+//!     Sets file `path` (creating it): if_version < 0 always, 0 only if it
+//!     does not exist, n > 0 only at version n (EBUSY otherwise). Writes the
+//!     new version (i64) at version_out.
+//! name_mkdir(path_ptr, path_len) -> errno          EEXIST if anything is there
+//! name_remove(path_ptr, path_len) -> errno         EBUSY for a non-empty dir
+//! name_wait(path_ptr, path_len, mode, timeout_ms: i64) -> errno
+//!     Waits until `path` exists (mode 0) or does not (mode 1), woken by the
+//!     change feed; timeout_ms < 0 waits without limit.
 //! ```
 //!
 //! Results are WASI errno values: 0 success, `ENOENT` no such mailbox,
 //! `ENOSPC` mailbox full, `EPIPE` the receiving proc has finished,
 //! `EMSGSIZE` payload over the message limit, `E2BIG` buffer too small,
 //! `ETIMEDOUT` nothing came in time, `EAGAIN` nothing to peek, `ECANCELED` the proc is being stopped,
-//! `EINVAL` a malformed argument, `EFAULT` a pointer outside memory, `EIO`
+//! `EINVAL` a malformed argument, `EFAULT` a pointer outside memory,
+//! `EEXIST` the name exists, `EBUSY` a version or emptiness condition
+//! failed, `ESTALE` a fence refused the request, `EXDEV` the path goes
+//! through a mount point (a symlink: resolve it at its target), `EIO`
 //! anything else (the reason goes to the proc's stderr).
 
 use std::time::Duration;
@@ -38,7 +57,9 @@ pub const MODULE: &str = "tabos";
 
 pub const E2BIG: i32 = 1;
 pub const EAGAIN: i32 = 6;
+pub const EBUSY: i32 = 10;
 pub const ECANCELED: i32 = 11;
+pub const EEXIST: i32 = 20;
 pub const EFAULT: i32 = 21;
 pub const EINVAL: i32 = 28;
 pub const EIO: i32 = 29;
@@ -47,12 +68,16 @@ pub const ENOENT: i32 = 44;
 pub const ENOSPC: i32 = 51;
 pub const ENOSYS: i32 = 52;
 pub const EPIPE: i32 = 64;
+pub const ESTALE: i32 = 72;
 pub const ETIMEDOUT: i32 = 73;
+pub const EXDEV: i32 = 75;
 
 /// Longest receiver list of one `send`, in bytes.
 pub const SEND_TO_BYTES_MAX: u32 = 64 << 10;
 /// Longest mailbox name or message id a call takes, in bytes.
 pub const NAME_BYTES_MAX: u32 = 1 << 10;
+/// Longest namespace path a call takes, in bytes (the kernel's own limit).
+pub const PATH_BYTES_MAX: u32 = 1_024;
 /// `recv` flag: look at the next message without taking it.
 pub const PEEK: i32 = 1;
 
@@ -71,6 +96,16 @@ pub enum HostError {
     Empty,
     Stopped,
     Invalid(String),
+    /// The name already exists.
+    Exists(String),
+    /// A version or emptiness condition failed.
+    Conflict(String),
+    /// A fence refused the request.
+    StaleEpoch(String),
+    /// The path goes through a mount point.
+    Mounted(String),
+    /// The embedder does not offer this call.
+    Unsupported,
     Other(String),
 }
 
@@ -86,6 +121,11 @@ impl HostError {
             HostError::Empty => EAGAIN,
             HostError::Stopped => ECANCELED,
             HostError::Invalid(_) => EINVAL,
+            HostError::Exists(_) => EEXIST,
+            HostError::Conflict(_) => EBUSY,
+            HostError::StaleEpoch(_) => ESTALE,
+            HostError::Mounted(_) => EXDEV,
+            HostError::Unsupported => ENOSYS,
             HostError::Other(_) => EIO,
         }
     }
@@ -97,6 +137,10 @@ impl HostError {
             | HostError::Closed(m)
             | HostError::PayloadTooLarge(m)
             | HostError::Invalid(m)
+            | HostError::Exists(m)
+            | HostError::Conflict(m)
+            | HostError::StaleEpoch(m)
+            | HostError::Mounted(m)
             | HostError::Other(m) => Some(m),
             _ => None,
         }
@@ -123,13 +167,52 @@ pub struct RecvCall<'a> {
     pub peek: bool,
 }
 
-/// What tabos does for a proc's host calls; implemented by the node.
+/// A namespace entry as a proc sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameEntry {
+    /// 0 directory, 1 file, 2 symlink.
+    pub kind: u32,
+    pub data: Vec<u8>,
+    pub version: i64,
+}
+
+/// What tabos does for a proc's host calls; implemented by the node. The
+/// namespace calls default to "not offered" (`ENOSYS`).
 pub trait Host: Send {
     /// Sends `payload` to every address in `to`, in one transaction, with
     /// an optional idempotency id.
     fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError>;
     /// Takes (or peeks at) the next message of a mailbox.
     fn recv(&mut self, call: RecvCall<'_>) -> Result<Received, HostError>;
+    /// The entry at `path`.
+    fn name_get(&mut self, _path: &str) -> Result<NameEntry, HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Sets file `path`, optionally only at a version (0: only if absent);
+    /// returns the new version.
+    fn name_put(
+        &mut self,
+        _path: &str,
+        _data: &[u8],
+        _if_version: Option<i64>,
+    ) -> Result<i64, HostError> {
+        Err(HostError::Unsupported)
+    }
+    fn name_mkdir(&mut self, _path: &str) -> Result<(), HostError> {
+        Err(HostError::Unsupported)
+    }
+    fn name_remove(&mut self, _path: &str) -> Result<(), HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Waits until `path` exists (or, with `exists` false, does not).
+    fn name_wait(
+        &mut self,
+        _path: &str,
+        _exists: bool,
+        _timeout: Option<Duration>,
+    ) -> Result<(), HostError> {
+        Err(HostError::Unsupported)
+    }
 }
 
 /// Reports a failed call's reason on the proc's stderr, so a proc that only
@@ -260,6 +343,140 @@ fn recv(
     }
 }
 
+/// The path at (ptr, len): non-empty UTF-8 of at most PATH_BYTES_MAX bytes.
+fn path_arg(caller: &mut Caller<'_, RunState>, ptr: i32, len: i32) -> Result<String, i32> {
+    let Some((mem, _)) = memory(caller) else {
+        return Err(EFAULT);
+    };
+    match text(mem, ptr, len, PATH_BYTES_MAX)? {
+        Some(p) => Ok(p.to_string()),
+        None => Err(EINVAL),
+    }
+}
+
+/// Runs a namespace call on the host and turns its error into an errno.
+fn with_host<T>(
+    caller: &mut Caller<'_, RunState>,
+    call: &str,
+    f: impl FnOnce(&mut dyn Host) -> Result<T, HostError>,
+) -> Result<T, i32> {
+    let state = caller.data_mut();
+    let Some(host) = state.host.as_mut() else {
+        return Err(ENOSYS);
+    };
+    f(host.as_mut()).map_err(|e| fail(state, call, &e))
+}
+
+fn name_get(
+    caller: &mut Caller<'_, RunState>,
+    path: i32,
+    len: i32,
+    buf: i32,
+    cap: i32,
+    out: i32,
+) -> i32 {
+    {
+        let Some((mem, _)) = memory(caller) else {
+            return EFAULT;
+        };
+        if range(mem, buf, cap as u32).is_none() || range(mem, out, 16).is_none() {
+            return EFAULT;
+        }
+    }
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let e = match with_host(caller, "name_get", |h| h.name_get(&path)) {
+        Ok(e) => e,
+        Err(errno) => return errno,
+    };
+    let Some((mem, _)) = memory(caller) else {
+        return EFAULT;
+    };
+    // Memory cannot shrink, so the ranges checked above still hold.
+    put_u32(mem, out, e.data.len() as u32);
+    if e.data.len() > cap as u32 as usize {
+        return E2BIG;
+    }
+    let b = buf as u32 as usize;
+    mem[b..b + e.data.len()].copy_from_slice(&e.data);
+    put_u32(mem, out + 4, e.kind);
+    let o = out as u32 as usize + 8;
+    mem[o..o + 8].copy_from_slice(&e.version.to_le_bytes());
+    0
+}
+
+#[allow(clippy::too_many_arguments)]
+fn name_put(
+    caller: &mut Caller<'_, RunState>,
+    path: i32,
+    len: i32,
+    data: i32,
+    data_len: i32,
+    if_version: i64,
+    version_out: i32,
+) -> i32 {
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let Some((mem, state)) = memory(caller) else {
+        return EFAULT;
+    };
+    let (Some(data_r), Some(out_r)) = (
+        range(mem, data, data_len as u32),
+        range(mem, version_out, 8),
+    ) else {
+        return EFAULT;
+    };
+    let Some(host) = state.host.as_mut() else {
+        return ENOSYS;
+    };
+    let cond = (if_version >= 0).then_some(if_version);
+    match host.name_put(&path, &mem[data_r], cond) {
+        Ok(v) => {
+            mem[out_r].copy_from_slice(&v.to_le_bytes());
+            0
+        }
+        Err(e) => fail(state, "name_put", &e),
+    }
+}
+
+fn name_simple(caller: &mut Caller<'_, RunState>, call: &str, path: i32, len: i32) -> i32 {
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let done = with_host(caller, call, |h| match call {
+        "name_mkdir" => h.name_mkdir(&path),
+        _ => h.name_remove(&path),
+    });
+    done.err().unwrap_or(0)
+}
+
+fn name_wait(
+    caller: &mut Caller<'_, RunState>,
+    path: i32,
+    len: i32,
+    mode: i32,
+    timeout_ms: i64,
+) -> i32 {
+    if !(0..=1).contains(&mode) {
+        return EINVAL;
+    }
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let timeout = (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64));
+    with_host(caller, "name_wait", |h| {
+        h.name_wait(&path, mode == 0, timeout)
+    })
+    .err()
+    .unwrap_or(0)
+}
+
 /// Adds the `tabos` functions to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
     linker.func_wrap(
@@ -291,6 +508,46 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
             recv(
                 &mut c, from, from_len, flags, timeout_ms, buf, cap, sender_buf, sender_cap, lens,
             )
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "name_get",
+        |mut c: Caller<'_, RunState>, path: i32, len: i32, buf: i32, cap: i32, out: i32| -> i32 {
+            name_get(&mut c, path, len, buf, cap, out)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "name_put",
+        |mut c: Caller<'_, RunState>,
+         path: i32,
+         len: i32,
+         data: i32,
+         data_len: i32,
+         if_version: i64,
+         out: i32|
+         -> i32 { name_put(&mut c, path, len, data, data_len, if_version, out) },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "name_mkdir",
+        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> i32 {
+            name_simple(&mut c, "name_mkdir", path, len)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "name_remove",
+        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> i32 {
+            name_simple(&mut c, "name_remove", path, len)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "name_wait",
+        |mut c: Caller<'_, RunState>, path: i32, len: i32, mode: i32, timeout_ms: i64| -> i32 {
+            name_wait(&mut c, path, len, mode, timeout_ms)
         },
     )?;
     Ok(())

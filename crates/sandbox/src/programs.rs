@@ -1,7 +1,7 @@
 //! Small wasm programs tabos ships, as WAT text: the IPC echo server and the
-//! pinger that the tests, the `ipc` benchmark and examples run as wasm procs.
-//! Both use only the `tabos` host functions and WASI's clock, `fd_write`
-//! and `proc_exit`.
+//! pinger that the tests, the `ipc` benchmark and examples run as wasm procs,
+//! and a namespace relay. They use only the `tabos` host functions and
+//! WASI's clock, `fd_write` and `proc_exit`.
 
 /// Memory layout shared by both programs (byte offsets).
 const TO: u32 = 0; // receiver list, up to 8 KiB
@@ -58,6 +58,46 @@ pub fn echo_from(mailbox: Option<&str>) -> Result<String, String> {
       (br $next)))
 )"#,
         LENS_4 = LENS + 4
+    ))
+}
+
+/// A namespace relay: creates directory `dir` (if missing), puts "ready"
+/// in `dir/ready`, waits until `dir/go` exists, writes its data to stdout,
+/// removes it and exits 0. A failing call exits with a code that says which
+/// (mkdir 10, put 11, wait 12, get 13, remove 14) times 1,000 plus the errno.
+pub fn name_relay(dir: &str) -> Result<String, String> {
+    if dir.len() > 200 || !dir.starts_with('/') || dir.contains('"') || dir.contains('\\') {
+        return Err("a directory path without quotes, at most 200 bytes".into());
+    }
+    let (ready, go) = (format!("{dir}/ready"), format!("{dir}/go"));
+    let (dl, rl, gl) = (dir.len(), ready.len(), go.len());
+    Ok(format!(
+        r#"(module
+  (import "tabos" "name_get" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "name_put" (func $put (param i32 i32 i32 i32 i64 i32) (result i32)))
+  (import "tabos" "name_mkdir" (func $mkdir (param i32 i32) (result i32)))
+  (import "tabos" "name_remove" (func $remove (param i32 i32) (result i32)))
+  (import "tabos" "name_wait" (func $wait (param i32 i32 i32 i64) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{dir}")
+  (data (i32.const 256) "{ready}")
+  (data (i32.const 512) "{go}")
+  (data (i32.const 768) "ready")
+  (func $check (param $rc i32) (param $what i32)
+    (if (local.get $rc) (then (call $exit (i32.add (i32.mul (local.get $what) (i32.const 1000)) (local.get $rc))))))
+  (func (export "_start") (local $rc i32)
+    (local.set $rc (call $mkdir (i32.const 0) (i32.const {dl})))
+    (if (i32.ne (local.get $rc) (i32.const 20)) (then (call $check (local.get $rc) (i32.const 10))))
+    (call $check (call $put (i32.const 256) (i32.const {rl}) (i32.const 768) (i32.const 5) (i64.const -1) (i32.const 1024)) (i32.const 11))
+    (call $check (call $wait (i32.const 512) (i32.const {gl}) (i32.const 0) (i64.const -1)) (i32.const 12))
+    (call $check (call $get (i32.const 512) (i32.const {gl}) (i32.const 4096) (i32.const 8192) (i32.const 1040)) (i32.const 13))
+    (i32.store (i32.const 1056) (i32.const 4096))
+    (i32.store (i32.const 1060) (i32.load (i32.const 1040)))
+    (drop (call $fd_write (i32.const 1) (i32.const 1056) (i32.const 1) (i32.const 1064)))
+    (call $check (call $remove (i32.const 512) (i32.const {gl})) (i32.const 14)))
+)"#
     ))
 }
 
@@ -158,6 +198,9 @@ mod tests {
         sb.compile(echo_from(Some("jobs")).unwrap().as_bytes())
             .unwrap();
         assert!(echo_from(Some("a\"b")).is_err());
+        sb.compile(name_relay("/relay").unwrap().as_bytes())
+            .unwrap();
+        assert!(name_relay("relative").is_err());
         let p = Ping {
             to: vec!["proc/a".into(), "box".into()],
             burst: 3,

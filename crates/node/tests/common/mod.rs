@@ -1,0 +1,58 @@
+//! What the node's integration tests share: an in-process node over an
+//! embedded store, served on a free loopback port.
+#![allow(dead_code)] // each test binary uses its own part
+
+use tabos_client::Error as ClientError;
+use tabos_node::{Node, NodeSettings};
+use tabos_store::testing::TempDir;
+use tabos_store::Config;
+
+pub struct Running {
+    pub node: Node,
+    pub addr: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
+}
+
+/// Starts node `node_id` (4 cores, 2 partitions) with its database in `dir`.
+pub async fn start(dir: &TempDir, node_id: &str) -> Running {
+    let settings = NodeSettings {
+        node_id: node_id.into(),
+        logs: dir.path().join("logs"),
+        cores: 4,
+        ..NodeSettings::defaults()
+    };
+    let node = Node::open_with(
+        &Config::sqlite(dir.path().join("db")).with_partitions(2),
+        settings,
+    )
+    .unwrap();
+    let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
+    let addr = tabos_node::local_addr(&listener).unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(tabos_node::serve(node.clone(), listener, async {
+        let _ = stopped.await;
+    }));
+    Running {
+        node,
+        addr,
+        stop,
+        served,
+    }
+}
+
+impl Running {
+    pub async fn shut_down(self) {
+        let _ = self.stop.send(());
+        self.served.await.unwrap().unwrap();
+        drop(self.node);
+    }
+}
+
+/// The gRPC code of a client error.
+pub fn code(e: &ClientError) -> tonic::Code {
+    match e {
+        ClientError::Status(s) => s.code(),
+        other => panic!("expected a status, got {other}"),
+    }
+}
