@@ -2,11 +2,12 @@
 //! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
-//! Suites: [`store`], [`sched`], [`ipc`].
+//! Suites: [`store`], [`sched`], [`ipc`], [`names`].
 
 pub mod ipc;
 pub mod machine;
 pub mod measure;
+pub mod names;
 pub mod report;
 pub mod sched;
 pub mod store;
@@ -19,7 +20,10 @@ pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
         "store" => store::run(quick)?,
         "sched" => sched::run(quick)?,
         "ipc" => ipc::run(quick)?,
-        other => anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc"),
+        "names" => names::run(quick)?,
+        other => {
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names")
+        }
     };
     report.print();
     let path = report.write(out)?;

@@ -8,7 +8,7 @@ use clap::Parser;
     about = "Run a tabos benchmark suite against its peer"
 )]
 struct Args {
-    /// Suite to run: store, sched or ipc
+    /// Suite to run: store, sched, ipc or names
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

@@ -286,3 +286,64 @@ fn tabos_host_calls_check_arguments_and_need_a_host() {
         "unknown flag"
     );
 }
+
+/// The namespace host calls check their pointers, paths and modes before
+/// any host work, and answer ENOSYS without a host.
+#[test]
+fn tabos_name_calls_check_arguments_and_need_a_host() {
+    let sb = Sandbox::new().unwrap();
+    let call = |body: &str| {
+        let wat = format!(
+            r#"(module
+  (import "tabos" "name_get" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "name_put" (func $put (param i32 i32 i32 i32 i64 i32) (result i32)))
+  (import "tabos" "name_remove" (func $remove (param i32 i32) (result i32)))
+  (import "tabos" "name_wait" (func $wait (param i32 i32 i32 i64) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "/a/b")
+  (func (export "_start") (call $exit {body})))"#
+        );
+        run(&sb, &wat).outcome
+    };
+    use tabos_sandbox::host::{EFAULT, EINVAL, ENOSYS};
+    let get = |len: &str, buf: &str, out: &str| {
+        call(&format!(
+            "(call $get (i32.const 0) (i32.const {len}) (i32.const {buf}) (i32.const 64) (i32.const {out}))"
+        ))
+    };
+    assert_eq!(get("4", "256", "512"), Outcome::Exited(ENOSYS));
+    assert_eq!(get("4", "65500", "512"), Outcome::Exited(EFAULT));
+    assert_eq!(get("4", "256", "65530"), Outcome::Exited(EFAULT));
+    assert_eq!(
+        get("0", "256", "512"),
+        Outcome::Exited(EINVAL),
+        "empty path"
+    );
+    assert_eq!(
+        get("2000", "256", "512"),
+        Outcome::Exited(EINVAL),
+        "too long"
+    );
+    let put = |data: &str, out: &str| {
+        call(&format!(
+            "(call $put (i32.const 0) (i32.const 4) (i32.const {data}) (i32.const 8) (i64.const -1) (i32.const {out}))"
+        ))
+    };
+    assert_eq!(put("16", "512"), Outcome::Exited(ENOSYS));
+    assert_eq!(put("65532", "512"), Outcome::Exited(EFAULT));
+    assert_eq!(put("16", "65532"), Outcome::Exited(EFAULT));
+    assert_eq!(
+        call("(call $remove (i32.const 65530) (i32.const 100))"),
+        Outcome::Exited(EFAULT)
+    );
+    assert_eq!(
+        call("(call $wait (i32.const 0) (i32.const 4) (i32.const 7) (i64.const 0))"),
+        Outcome::Exited(EINVAL),
+        "unknown mode"
+    );
+    assert_eq!(
+        call("(call $wait (i32.const 0) (i32.const 4) (i32.const 1) (i64.const 0))"),
+        Outcome::Exited(ENOSYS)
+    );
+}
