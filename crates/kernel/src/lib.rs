@@ -14,6 +14,7 @@
 //! [`MIGRATIONS`] is the kernel's schema, in version order, for
 //! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
 
+pub mod fs;
 pub mod ids;
 pub mod ipc;
 pub mod kv;
@@ -55,6 +56,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "names",
         sqlite: include_str!("../schema/sqlite/005_names.sql"),
         postgres: include_str!("../schema/postgres/005_names.sql"),
+    },
+    Migration {
+        version: 6,
+        name: "fs",
+        sqlite: include_str!("../schema/sqlite/006_fs.sql"),
+        postgres: include_str!("../schema/postgres/006_fs.sql"),
     },
 ];
 
