@@ -5,6 +5,7 @@
 
 mod bench;
 mod demo;
+mod fs;
 mod ipc;
 mod names;
 mod output;
@@ -80,6 +81,8 @@ enum Command {
     Mv(names::MvArgs),
     /// Watch a namespace directory's changes, or wait until a path --exists or is --removed
     Watch(names::WatchArgs),
+    /// Files in tables: tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|chmod|chown
+    Fs(fs::FsArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -105,6 +108,7 @@ fn main() -> std::process::ExitCode {
         Command::Rm(a) => names::rm(a),
         Command::Mv(a) => names::mv(a),
         Command::Watch(a) => names::watch(a),
+        Command::Fs(a) => fs::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -416,3 +416,51 @@ fn the_namespace_from_the_command_line() {
     );
     assert!(watcher.wait().unwrap().success());
 }
+
+#[test]
+fn files_from_the_command_line() {
+    let dir = TempDir::new("cli-fs");
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap()]);
+    let local = dir.path().join("in.txt");
+    let content: Vec<u8> = (0..10_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    std::fs::write(&local, &content).unwrap();
+    let fs = |args: &[&str]| {
+        let mut all = vec!["fs", "--user", "root"];
+        all.extend_from_slice(args);
+        node.tabos(&all)
+    };
+    let o = fs(&["mkdir", "-p", "/data/in"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fs(&["put", local.to_str().unwrap(), "/data/in/a.txt"]);
+    assert_eq!(
+        stdout(&o),
+        "/data/in/a.txt: 10000 bytes\n",
+        "{}",
+        stderr(&o)
+    );
+    let o = fs(&["cat", "/data/in/a.txt"]);
+    assert!(o.stdout == content, "cat differs");
+    let out = dir.path().join("out.txt");
+    let o = fs(&["get", "/data/in/a.txt", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(std::fs::read(&out).unwrap() == content);
+    let o = fs(&["mv", "/data/in/a.txt", "/data/b.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fs(&["ls", "/data"]);
+    assert!(stdout(&o).contains("/data/b.txt"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("/data/in"), "{}", stdout(&o));
+    let o = fs(&["stat", "/data/b.txt"]);
+    assert!(stdout(&o).contains("size       10000"), "{}", stdout(&o));
+    let o = fs(&["du", "/data", "--min-size", "5000"]);
+    assert_eq!(stdout(&o), "10000 bytes in 1 files under /data\n");
+    // Refusals.
+    let o = fs(&["rm", "/data"]);
+    assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
+    let o = fs(&["cat", "/data/../etc/passwd"]);
+    assert!(stderr(&o).contains("invalid argument"), "{}", stderr(&o));
+    let o = node.tabos(&["fs", "--user", "mallory", "rm", "/data/b.txt"]);
+    assert!(stderr(&o).contains("permission denied"), "{}", stderr(&o));
+    let o = fs(&["rm", "/data/b.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}

@@ -15,8 +15,10 @@ pub mod proto {
     tonic::include_proto!("tabos.v1");
 }
 
+pub mod fs;
 pub mod names;
 
+use proto::fs_client::FsClient;
 use proto::ipc_client::IpcClient;
 use proto::names_client::NamesClient;
 use proto::node_client::NodeClient;
@@ -122,6 +124,7 @@ pub struct Client {
     procs: ProcsClient<Channel>,
     ipc: IpcClient<Channel>,
     names: NamesClient<Channel>,
+    fs: FsClient<Channel>,
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -161,7 +164,10 @@ impl Client {
             ipc: IpcClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            names: NamesClient::new(channel)
+            names: NamesClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            fs: FsClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
         }

@@ -683,6 +683,39 @@ pub fn chown_tx(
     Ok(())
 }
 
+/// Procedure body: how many files, of how many bytes, are under `path` (or
+/// are `path`), optionally only `owner`'s and only those of at least
+/// `min_size` bytes — one query (DBOS Table 2).
+pub fn du_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    path: &str,
+    owner: Option<&str>,
+    min_size: i64,
+) -> Result<(i64, i64)> {
+    validate_realm(realm)?;
+    validate_path(path)?;
+    // Everything under `path` ('/' + 1 is '0', so this range is the subtree).
+    let (lo, hi) = if path == "/" {
+        ("/".to_string(), "0".to_string())
+    } else {
+        (format!("{path}/"), format!("{path}0"))
+    };
+    let r = tx.query_one(
+        "SELECT count(*), coalesce(sum(f_size), 0) FROM directory          WHERE p_key = $1 AND realm = $2 AND content_type = 'file'          AND (d_name = $3 OR (d_name >= $4 AND d_name < $5))          AND ($6 = '' OR user_name = $6) AND f_size >= $7",
+        params![
+            p_key(tx),
+            realm,
+            path,
+            lo.as_str(),
+            hi.as_str(),
+            owner.unwrap_or(""),
+            min_size
+        ],
+    )?;
+    Ok((r.get(0)?, r.get(1)?))
+}
+
 /// Runs procedure `f` on `realm`'s partition.
 pub async fn call<T, F>(store: &Store, realm: &str, f: F) -> Result<T>
 where

@@ -4,10 +4,11 @@
 //! gRPC API of `proto/tabos.proto` on a listener it is given ([`serve`]), until
 //! a shutdown future completes — the mini-redis shape, so that tests run a
 //! node in-process on port 0. One file per RPC family: [`sql`], [`status`],
-//! [`procs`], [`ipc`], [`names`] (with the session reaper); [`procd`], which
+//! [`procs`], [`ipc`], [`names`] (with the session reaper), [`fs`]; [`procd`], which
 //! runs the procs scheduled onto this node's worker; and [`host`], the kernel
 //! behind wasm procs' host calls.
 
+pub mod fs;
 pub mod host;
 pub mod ipc;
 pub mod names;
@@ -20,6 +21,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use tabos_client::proto::fs_server::FsServer;
 use tabos_client::proto::ipc_server::IpcServer;
 use tabos_client::proto::names_server::NamesServer;
 use tabos_client::proto::node_server::NodeServer;
@@ -197,6 +199,9 @@ pub async fn serve(
     let ipc_service = IpcServer::new(ipc::IpcService::new(node.clone(), stopping.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let fs_service = FsServer::new(fs::FsService::new(node.clone()))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let names_service = NamesServer::new(names::NamesService::new(node.clone(), stopping.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -233,6 +238,7 @@ pub async fn serve(
         .add_service(procs_service)
         .add_service(ipc_service)
         .add_service(names_service)
+        .add_service(fs_service)
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     let _ = stop_procd.send(true);

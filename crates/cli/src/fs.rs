@@ -1,0 +1,233 @@
+//! `tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du`: files in tables.
+
+use std::io::{Read, Write};
+
+use anyhow::Context;
+use tabos_client::fs::CHUNK_BYTES;
+use tabos_client::proto::FsStat;
+
+use crate::procs::RealmArg;
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct FsArgs {
+    #[command(subcommand)]
+    command: FsCommand,
+    /// User to act as (default: TABOS_USER, else USER, else root)
+    #[arg(long, global = true, env = "TABOS_USER")]
+    user: Option<String>,
+    #[command(flatten)]
+    realm: RealmArg,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+#[derive(clap::Subcommand)]
+enum FsCommand {
+    /// List a directory
+    Ls {
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Print a file
+    Cat { path: String },
+    /// Copy a local file (or stdin, with -) into tabos
+    Put {
+        local: String,
+        path: String,
+        /// Mode of a new file (octal)
+        #[arg(long, default_value = "644")]
+        mode: String,
+    },
+    /// Copy a tabos file to a local file (or stdout without LOCAL)
+    Get { path: String, local: Option<String> },
+    /// Remove a file, or an empty directory
+    Rm { path: String },
+    /// Create a directory
+    Mkdir {
+        path: String,
+        /// Create missing parents too
+        #[arg(short, long)]
+        parents: bool,
+        #[arg(long, default_value = "755")]
+        mode: String,
+    },
+    /// Rename atomically (over an existing file)
+    Mv { from: String, to: String },
+    /// Show an entry's metadata
+    Stat { path: String },
+    /// Files and bytes under a path — one SQL query
+    Du {
+        #[arg(default_value = "/")]
+        path: String,
+        /// Only this owner's files
+        #[arg(long, default_value = "")]
+        owner: String,
+        /// Only files of at least this many bytes
+        #[arg(long, default_value_t = 0)]
+        min_size: i64,
+    },
+    /// Change an entry's mode (octal)
+    Chmod { mode: String, path: String },
+    /// Give an entry to another user (root only)
+    Chown { owner: String, path: String },
+}
+
+fn octal(s: &str) -> anyhow::Result<i64> {
+    i64::from_str_radix(s, 8).with_context(|| format!("{s:?} is not an octal mode"))
+}
+
+fn line(e: &FsStat) -> String {
+    format!(
+        "{}{:o} {:<10} {:>12} {}",
+        if e.r#type == "dir" { "d" } else { "-" },
+        e.mode,
+        e.owner,
+        e.size,
+        e.path
+    )
+}
+
+pub fn run(args: FsArgs) -> anyhow::Result<()> {
+    let user = args
+        .user
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "root".into());
+    let realm = args.realm.realm.clone();
+    crate::runtime()?.block_on(async {
+        let mut c = tabos_client::Client::connect(&args.node.addr).await?;
+        match args.command {
+            FsCommand::Ls { path } => {
+                let d = c.fs_readdir(&realm, &user, &path).await?;
+                let mut out = std::io::stdout().lock();
+                for e in &d.entries {
+                    writeln!(out, "{}", line(e))?;
+                }
+                if d.more {
+                    writeln!(out, "(more entries than one listing holds)")?;
+                }
+            }
+            FsCommand::Cat { path } => {
+                c.fs_read_all(&realm, &user, &path, std::io::stdout().lock())
+                    .await?;
+            }
+            FsCommand::Get { path, local } => {
+                let n = match &local {
+                    Some(l) => {
+                        let f = std::fs::File::create(l)
+                            .with_context(|| format!("cannot create {l}"))?;
+                        c.fs_read_all(&realm, &user, &path, std::io::BufWriter::new(f))
+                            .await?
+                    }
+                    None => {
+                        c.fs_read_all(&realm, &user, &path, std::io::stdout().lock())
+                            .await?
+                    }
+                };
+                if local.is_some() {
+                    eprintln!("{path}: {n} bytes");
+                }
+            }
+            FsCommand::Put { local, path, mode } => {
+                let mode = octal(&mode)?;
+                let mut input: Box<dyn Read> = if local == "-" {
+                    Box::new(std::io::stdin())
+                } else {
+                    Box::new(
+                        std::fs::File::open(&local)
+                            .with_context(|| format!("cannot open {local}"))?,
+                    )
+                };
+                // Replace: a new file, or an existing one cut to zero.
+                match c.fs_create(&realm, &user, &path, mode).await {
+                    Ok(_) => {}
+                    Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {
+                        c.fs_truncate(&realm, &user, &path, 0).await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                let mut at = 0i64;
+                let mut buf = vec![0u8; CHUNK_BYTES];
+                loop {
+                    let n = read_full(&mut input, &mut buf)?;
+                    if n == 0 {
+                        break;
+                    }
+                    c.fs_write(&realm, &user, &path, at, buf[..n].to_vec(), false)
+                        .await?;
+                    at += n as i64;
+                }
+                println!("{path}: {at} bytes");
+            }
+            FsCommand::Rm { path } => {
+                let st = c.fs_stat(&realm, &path).await?;
+                if st.r#type == "dir" {
+                    c.fs_rmdir(&realm, &user, &path).await?;
+                } else {
+                    c.fs_unlink(&realm, &user, &path).await?;
+                }
+            }
+            FsCommand::Mkdir {
+                path,
+                parents,
+                mode,
+            } => {
+                let mode = octal(&mode)?;
+                if parents {
+                    let mut at = String::new();
+                    for part in path.split('/').filter(|p| !p.is_empty()) {
+                        at.push('/');
+                        at.push_str(part);
+                        match c.fs_mkdir(&realm, &user, &at, mode).await {
+                            Ok(_) => {}
+                            Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                } else {
+                    c.fs_mkdir(&realm, &user, &path, mode).await?;
+                }
+            }
+            FsCommand::Mv { from, to } => c.fs_rename(&realm, &user, &from, &to).await?,
+            FsCommand::Stat { path } => {
+                let s = c.fs_stat(&realm, &path).await?;
+                println!("path       {}", s.path);
+                println!("type       {}", s.r#type);
+                println!("owner      {}", s.owner);
+                println!("mode       {:o}", s.mode);
+                println!("size       {}", s.size);
+                println!("block size {}", s.block_size);
+                println!("changed    {}", s.ctime_us);
+                println!("modified   {}", s.mtime_us);
+            }
+            FsCommand::Du {
+                path,
+                owner,
+                min_size,
+            } => {
+                let (files, bytes) = c.fs_du(&realm, &path, &owner, min_size).await?;
+                println!("{bytes} bytes in {files} files under {path}");
+            }
+            FsCommand::Chmod { mode, path } => {
+                c.fs_chmod(&realm, &user, &path, octal(&mode)?).await?
+            }
+            FsCommand::Chown { owner, path } => c.fs_chown(&realm, &user, &path, &owner).await?,
+        }
+        Ok(())
+    })
+}
+
+/// Reads until `buf` is full or the input ends.
+fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> anyhow::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("cannot read the input"),
+        }
+    }
+    Ok(n)
+}

@@ -1,0 +1,256 @@
+//! Files in tables from the client side: the `Fs` calls, each acting for a
+//! user of a realm, plus whole-file upload and download in bounded chunks.
+
+use crate::proto::{self, FsStat};
+use crate::{Client, Error};
+
+/// Most bytes one Read or Write carries (the node's limit).
+pub const CHUNK_BYTES: usize = 4 << 20;
+
+fn path_request(realm: &str, user: &str, path: &str) -> proto::FsPathRequest {
+    proto::FsPathRequest {
+        realm: realm.into(),
+        user: user.into(),
+        path: path.into(),
+    }
+}
+
+fn create_request(realm: &str, user: &str, path: &str, mode: i64) -> proto::FsCreateRequest {
+    proto::FsCreateRequest {
+        realm: realm.into(),
+        user: user.into(),
+        path: path.into(),
+        mode,
+    }
+}
+
+impl Client {
+    /// Creates an empty file (exclusive); mode 0: 0644.
+    pub async fn fs_create(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        mode: i64,
+    ) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .create(create_request(realm, user, path, mode))
+            .await?
+            .into_inner())
+    }
+
+    /// Creates a directory (exclusive); mode 0: 0755.
+    pub async fn fs_mkdir(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        mode: i64,
+    ) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .mkdir(create_request(realm, user, path, mode))
+            .await?
+            .into_inner())
+    }
+
+    pub async fn fs_unlink(&mut self, realm: &str, user: &str, path: &str) -> Result<(), Error> {
+        self.fs.unlink(path_request(realm, user, path)).await?;
+        Ok(())
+    }
+
+    pub async fn fs_rmdir(&mut self, realm: &str, user: &str, path: &str) -> Result<(), Error> {
+        self.fs.rmdir(path_request(realm, user, path)).await?;
+        Ok(())
+    }
+
+    /// Renames atomically (over an existing file or empty directory).
+    pub async fn fs_rename(
+        &mut self,
+        realm: &str,
+        user: &str,
+        from: &str,
+        to: &str,
+    ) -> Result<(), Error> {
+        self.fs
+            .rename(proto::FsRenameRequest {
+                realm: realm.into(),
+                user: user.into(),
+                from: from.into(),
+                to: to.into(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn fs_stat(&mut self, realm: &str, path: &str) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .stat(path_request(realm, "", path))
+            .await?
+            .into_inner())
+    }
+
+    pub async fn fs_readdir(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+    ) -> Result<proto::FsReadDirResponse, Error> {
+        Ok(self
+            .fs
+            .read_dir(path_request(realm, user, path))
+            .await?
+            .into_inner())
+    }
+
+    /// Up to `len` (≤ [`CHUNK_BYTES`]) bytes at `offset`.
+    pub async fn fs_read(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        offset: i64,
+        len: u32,
+    ) -> Result<Vec<u8>, Error> {
+        Ok(self
+            .fs
+            .read(proto::FsReadRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                offset,
+                len,
+            })
+            .await?
+            .into_inner()
+            .data)
+    }
+
+    /// Writes `data` (≤ [`CHUNK_BYTES`]) at `offset`, creating the file
+    /// first if `create`; returns the file's size.
+    pub async fn fs_write(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        offset: i64,
+        data: Vec<u8>,
+        create: bool,
+    ) -> Result<i64, Error> {
+        Ok(self
+            .fs
+            .write(proto::FsWriteRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                offset,
+                data,
+                create,
+            })
+            .await?
+            .into_inner()
+            .size)
+    }
+
+    pub async fn fs_truncate(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        size: i64,
+    ) -> Result<(), Error> {
+        self.fs
+            .truncate(proto::FsTruncateRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                size,
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn fs_chmod(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        mode: i64,
+    ) -> Result<(), Error> {
+        self.fs
+            .chmod(proto::FsChmodRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                mode,
+            })
+            .await?;
+        Ok(())
+    }
+
+    pub async fn fs_chown(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        owner: &str,
+    ) -> Result<(), Error> {
+        self.fs
+            .chown(proto::FsChownRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                owner: owner.into(),
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Files and bytes under `path` (optionally one owner's, at least
+    /// `min_size` bytes each).
+    pub async fn fs_du(
+        &mut self,
+        realm: &str,
+        path: &str,
+        owner: &str,
+        min_size: i64,
+    ) -> Result<(i64, i64), Error> {
+        let r = self
+            .fs
+            .du(proto::FsDuRequest {
+                realm: realm.into(),
+                path: path.into(),
+                owner: owner.into(),
+                min_size,
+            })
+            .await?
+            .into_inner();
+        Ok((r.files, r.bytes))
+    }
+
+    /// The whole file, read in chunks (a file changing meanwhile may be
+    /// read partly old, partly new: each chunk is its own transaction).
+    pub async fn fs_read_all(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        mut sink: impl std::io::Write,
+    ) -> Result<i64, Error> {
+        let mut at = 0i64;
+        loop {
+            let chunk = self
+                .fs_read(realm, user, path, at, CHUNK_BYTES as u32)
+                .await?;
+            if chunk.is_empty() {
+                return Ok(at);
+            }
+            sink.write_all(&chunk).map_err(|e| {
+                Error::Status(tonic::Status::internal(format!("cannot write: {e}")))
+            })?;
+            at += chunk.len() as i64;
+        }
+    }
+}
