@@ -12,6 +12,7 @@ fn path_request(realm: &str, user: &str, path: &str) -> proto::FsPathRequest {
         realm: realm.into(),
         user: user.into(),
         path: path.into(),
+        fence: None,
     }
 }
 
@@ -21,6 +22,7 @@ fn create_request(realm: &str, user: &str, path: &str, mode: i64) -> proto::FsCr
         user: user.into(),
         path: path.into(),
         mode,
+        fence: None,
     }
 }
 
@@ -79,6 +81,7 @@ impl Client {
                 user: user.into(),
                 from: from.into(),
                 to: to.into(),
+                fence: None,
             })
             .await?;
         Ok(())
@@ -129,7 +132,8 @@ impl Client {
     }
 
     /// Writes `data` (≤ [`CHUNK_BYTES`]) at `offset`, creating the file
-    /// first if `create`; returns the file's size.
+    /// first if `create`; returns the file's size. For a fenced write, call
+    /// [`fs_write_fenced`](Client::fs_write_fenced).
     pub async fn fs_write(
         &mut self,
         realm: &str,
@@ -148,6 +152,36 @@ impl Client {
                 offset,
                 data,
                 create,
+                fence: None,
+            })
+            .await?
+            .into_inner()
+            .size)
+    }
+
+    /// [`fs_write`](Client::fs_write) carrying a fence: refused ("stale
+    /// epoch"), writing nothing, once the fenced directory has a newer epoch.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fs_write_fenced(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        offset: i64,
+        data: Vec<u8>,
+        create: bool,
+        fence: proto::Fence,
+    ) -> Result<i64, Error> {
+        Ok(self
+            .fs
+            .write(proto::FsWriteRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                offset,
+                data,
+                create,
+                fence: Some(fence),
             })
             .await?
             .into_inner()
@@ -167,6 +201,7 @@ impl Client {
                 user: user.into(),
                 path: path.into(),
                 size,
+                fence: None,
             })
             .await?;
         Ok(())

@@ -1,6 +1,8 @@
 //! The `Fs` service: files in tables over gRPC ([`tabos_kernel::fs`]). Each
 //! request is one kernel transaction on the realm's partition, checked
-//! (realm, user, path, sizes) before any work.
+//! (realm, user, path, sizes) before any work. Changing requests may carry
+//! a fence ([`tabos_kernel::names::check_fence_tx`], in the same
+//! transaction): a stale one is refused and changes nothing.
 
 use tabos_client::proto;
 use tabos_kernel::fs::{self, Caller, Stat};
@@ -52,6 +54,19 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
 
 fn now() -> i64 {
     tabos_store::now_us()
+}
+
+/// Checks a request's fence in the operation's own transaction.
+fn fenced(
+    tx: &mut dyn tabos_store::Tx,
+    realm: &str,
+    fence: &Option<tabos_kernel::names::Fence>,
+    now_us: i64,
+) -> tabos_kernel::Result<()> {
+    match fence {
+        Some(f) => tabos_kernel::names::check_fence_tx(tx, realm, f, now_us),
+        None => Ok(()),
+    }
 }
 
 #[tonic::async_trait]
@@ -119,8 +134,11 @@ impl proto::fs_server::Fs for FsService {
         let r = request.into_inner();
         let (who, from, to) = (caller(&r.user)?, path(&r.from)?, path(&r.to)?);
         let realm = r.realm.clone();
+        let fence = crate::names::fence_from_proto(r.fence)?;
         self.call(&r.realm, move |tx| {
-            fs::rename_tx(tx, &realm, &who, &from, &to, now())
+            let t = now();
+            fenced(tx, &realm, &fence, t)?;
+            fs::rename_tx(tx, &realm, &who, &from, &to, t)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))
@@ -181,9 +199,11 @@ impl proto::fs_server::Fs for FsService {
             )));
         }
         let (offset, data, create) = (r.offset, r.data, r.create);
+        let fence = crate::names::fence_from_proto(r.fence)?;
         let size = self
             .call(&r.realm, move |tx| {
                 let t = now();
+                fenced(tx, &realm, &fence, t)?;
                 if create {
                     match fs::stat_tx(tx, &realm, &p) {
                         Ok(_) => {}
@@ -205,8 +225,11 @@ impl proto::fs_server::Fs for FsService {
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
         let (who, p, realm, size) = (caller(&r.user)?, path(&r.path)?, r.realm.clone(), r.size);
+        let fence = crate::names::fence_from_proto(r.fence)?;
         self.call(&r.realm, move |tx| {
-            fs::truncate_tx(tx, &realm, &who, &p, size, now())
+            let t = now();
+            fenced(tx, &realm, &fence, t)?;
+            fs::truncate_tx(tx, &realm, &who, &p, size, t)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))

@@ -96,6 +96,23 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
     let d = c.fs_readdir(REALM, "root", "/home/alice").await.unwrap();
     let names: Vec<_> = d.entries.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(names, ["/home/alice/big", "/home/alice/diary"]);
+    // A fenced write is refused once its directory has a newer epoch.
+    let fence = |epoch| tabos_client::proto::Fence {
+        dir: "/jobs".into(),
+        epoch,
+    };
+    c.fs_write_fenced(REALM, "root", "/fenced", 0, b"one".to_vec(), true, fence(2))
+        .await
+        .unwrap();
+    let e = c
+        .fs_write_fenced(REALM, "root", "/fenced", 0, b"two".to_vec(), true, fence(1))
+        .await
+        .unwrap_err();
+    assert!(e.is_stale_epoch(), "{e}");
+    assert_eq!(
+        c.fs_read(REALM, "root", "/fenced", 0, 10).await.unwrap(),
+        b"one"
+    );
     // Other realms see nothing of this one.
     let e = c.fs_stat("other", "/home").await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound);
