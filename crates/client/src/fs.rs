@@ -143,20 +143,8 @@ impl Client {
         data: Vec<u8>,
         create: bool,
     ) -> Result<i64, Error> {
-        Ok(self
-            .fs
-            .write(proto::FsWriteRequest {
-                realm: realm.into(),
-                user: user.into(),
-                path: path.into(),
-                offset,
-                data,
-                create,
-                fence: None,
-            })
-            .await?
-            .into_inner()
-            .size)
+        self.write(realm, user, path, offset, data, create, None)
+            .await
     }
 
     /// [`fs_write`](Client::fs_write) carrying a fence: refused ("stale
@@ -172,6 +160,21 @@ impl Client {
         create: bool,
         fence: proto::Fence,
     ) -> Result<i64, Error> {
+        self.write(realm, user, path, offset, data, create, Some(fence))
+            .await
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn write(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        offset: i64,
+        data: Vec<u8>,
+        create: bool,
+        fence: Option<proto::Fence>,
+    ) -> Result<i64, Error> {
         Ok(self
             .fs
             .write(proto::FsWriteRequest {
@@ -181,7 +184,7 @@ impl Client {
                 offset,
                 data,
                 create,
-                fence: Some(fence),
+                fence,
             })
             .await?
             .into_inner()

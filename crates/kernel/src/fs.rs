@@ -25,10 +25,11 @@
 //! absolute, no empty, `.` or `..` component, no control character, at most
 //! 1,024 bytes.
 
-use tabos_store::{params, Row, Store, Tx};
+use tabos_store::{params, Row, Tx};
 
+pub use crate::call;
 use crate::names::{parent_of, validate_path};
-use crate::{p_key, partition, validate_realm, Error, Result};
+use crate::{p_key, subtree_range, validate_realm, Error, Result};
 
 /// The user who may do anything.
 pub const ROOT: &str = "root";
@@ -42,6 +43,10 @@ pub const IO_BYTES_MAX: usize = 4 << 20;
 pub const FILE_BYTES_MAX: i64 = 1 << 40;
 /// Most entries one readdir returns.
 pub const READDIR_MAX: usize = 10_000;
+/// Mode of a new file when the caller gives none.
+pub const MODE_FILE_DEFAULT: i64 = 0o644;
+/// Mode of a new directory when the caller gives none.
+pub const MODE_DIR_DEFAULT: i64 = 0o755;
 /// Longest user name, in bytes.
 pub const USER_BYTES_MAX: usize = 64;
 
@@ -267,7 +272,16 @@ fn insert_entry(
         return Err(Error::AlreadyExists(format!("{path}: file exists")));
     }
     touch(tx, realm, parent_of(path), now_us)?;
-    must(tx, realm, path)
+    Ok(Stat {
+        path: path.into(),
+        file_type: t,
+        owner: who.user.clone(),
+        mode,
+        size: 0,
+        block_size: block,
+        ctime_us: now_us,
+        mtime_us: now_us,
+    })
 }
 
 /// Procedure body: creates an empty file (exclusive).
@@ -406,8 +420,7 @@ pub fn rename_tx(
         delete_entry(tx, realm, &old, now_us)?;
     }
     let pk = p_key(tx);
-    // Everything under `from` ('/' + 1 is '0', so this range is the subtree).
-    let (lo, hi) = (format!("{from}/"), format!("{from}0"));
+    let (lo, hi) = subtree_range(from);
     let cut = from.len() as i64 + 1;
     tx.execute(
         "UPDATE localized_file SET f_name = $4 || substr(f_name, $6) \
@@ -460,6 +473,28 @@ fn a_file(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
         return Err(Error::Invalid(format!("{path} is a directory")));
     }
     Ok(st)
+}
+
+/// A stored block of a localized file (`None`: a hole).
+fn block_at(tx: &mut dyn Tx, realm: &str, path: &str, no: i64) -> Result<Option<Vec<u8>>> {
+    tx.query_opt(
+        "SELECT bytes FROM localized_file WHERE p_key = $1 AND realm = $2 \
+         AND f_name = $3 AND block_no = $4",
+        params![p_key(tx), realm, path, no],
+    )?
+    .map(|r| r.get(0))
+    .transpose()
+    .map_err(Error::from)
+}
+
+/// Records a file's new size and modification time.
+fn set_size(tx: &mut dyn Tx, realm: &str, path: &str, size: i64, now_us: i64) -> Result<()> {
+    tx.execute(
+        "UPDATE directory SET f_size = $4, mtime_us = $5 \
+         WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+        params![p_key(tx), realm, path, size, now_us],
+    )?;
+    Ok(())
 }
 
 /// Procedure body: up to `len` bytes at `offset` (fewer at the end of the
@@ -547,15 +582,7 @@ pub fn write_tx(
         let block = if within == 0 && n == keep_to {
             src.to_vec()
         } else {
-            let old: Option<Vec<u8>> = tx
-                .query_opt(
-                    "SELECT bytes FROM localized_file WHERE p_key = $1 AND realm = $2 \
-                     AND f_name = $3 AND block_no = $4",
-                    params![pk, realm, path, no],
-                )?
-                .map(|r| r.get(0))
-                .transpose()?;
-            let mut b = old.unwrap_or_default();
+            let mut b = block_at(tx, realm, path, no)?.unwrap_or_default();
             b.resize(keep_to.max(within + n), 0);
             b[within..within + n].copy_from_slice(src);
             b
@@ -569,10 +596,7 @@ pub fn write_tx(
         at += n as i64;
     }
     let size = st.size.max(end);
-    tx.execute(
-        "UPDATE directory SET f_size = $4, mtime_us = $5 WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![pk, realm, path, size, now_us],
-    )?;
+    set_size(tx, realm, path, size, now_us)?;
     Ok(size)
 }
 
@@ -602,15 +626,7 @@ pub fn truncate_tx(
         delete_blocks_from(tx, realm, path, (size + bs - 1) / bs)?;
         if size % bs != 0 {
             let no = size / bs;
-            let old: Option<Vec<u8>> = tx
-                .query_opt(
-                    "SELECT bytes FROM localized_file WHERE p_key = $1 AND realm = $2 \
-                     AND f_name = $3 AND block_no = $4",
-                    params![pk, realm, path, no],
-                )?
-                .map(|r| r.get(0))
-                .transpose()?;
-            if let Some(mut b) = old {
+            if let Some(mut b) = block_at(tx, realm, path, no)? {
                 b.truncate((size - no * bs) as usize);
                 tx.execute(
                     "UPDATE localized_file SET bytes = $5 WHERE p_key = $1 AND realm = $2 \
@@ -620,11 +636,7 @@ pub fn truncate_tx(
             }
         }
     }
-    tx.execute(
-        "UPDATE directory SET f_size = $4, mtime_us = $5 WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![pk, realm, path, size, now_us],
-    )?;
-    Ok(())
+    set_size(tx, realm, path, size, now_us)
 }
 
 /// Procedure body: changes an entry's mode (its owner or root only).
@@ -695,12 +707,7 @@ pub fn du_tx(
 ) -> Result<(i64, i64)> {
     validate_realm(realm)?;
     validate_path(path)?;
-    // Everything under `path` ('/' + 1 is '0', so this range is the subtree).
-    let (lo, hi) = if path == "/" {
-        ("/".to_string(), "0".to_string())
-    } else {
-        (format!("{path}/"), format!("{path}0"))
-    };
+    let (lo, hi) = subtree_range(path);
     let r = tx.query_one(
         "SELECT count(*), coalesce(sum(f_size), 0) FROM directory          WHERE p_key = $1 AND realm = $2 AND content_type = 'file'          AND (d_name = $3 OR (d_name >= $4 AND d_name < $5))          AND ($6 = '' OR user_name = $6) AND f_size >= $7",
         params![
@@ -714,13 +721,4 @@ pub fn du_tx(
         ],
     )?;
     Ok((r.get(0)?, r.get(1)?))
-}
-
-/// Runs procedure `f` on `realm`'s partition.
-pub async fn call<T, F>(store: &Store, realm: &str, f: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: FnMut(&mut dyn Tx) -> Result<T> + Send + 'static,
-{
-    store.submit(partition(store, realm)?, f).await
 }

@@ -855,9 +855,7 @@ pub async fn send_fenced(
     let now = tabos_store::now_us();
     store
         .submit(partition(store, realm)?, move |tx| {
-            if let Some(f) = &fence {
-                crate::names::check_fence_tx(tx, &r, f, now)?;
-            }
+            crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
             send_tx(tx, &r, from.as_ref(), &msgs, &opts, now)
         })
         .await

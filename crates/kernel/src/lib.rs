@@ -135,6 +135,27 @@ pub(crate) fn partition(store: &Store, realm: &str) -> Result<PKey> {
     Ok(realm_partition(realm, store.partitions()))
 }
 
+/// Runs procedure `f` on `realm`'s partition: the one way a service's
+/// async API reaches its procedures (re-exported as `names::call`,
+/// `fs::call`).
+pub async fn call<T, F>(store: &Store, realm: &str, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut dyn tabos_store::Tx) -> Result<T> + Send + 'static,
+{
+    store.submit(partition(store, realm)?, f).await
+}
+
+/// The key range `[lo, hi)` of every path strictly under `path` ('/' + 1
+/// is '0', so `path/` ≤ p < `path0` is the subtree); for `/`, every path.
+pub(crate) fn subtree_range(path: &str) -> (String, String) {
+    if path == "/" {
+        ("/".into(), "0".into())
+    } else {
+        (format!("{path}/"), format!("{path}0"))
+    }
+}
+
 /// The `p_key` column value of a transaction's partition.
 pub(crate) fn p_key(tx: &dyn tabos_store::Tx) -> i64 {
     i64::from(tx.p_key().0)

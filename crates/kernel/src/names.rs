@@ -39,7 +39,7 @@
 
 use tabos_store::{params, Row, Store, Tx};
 
-use crate::{p_key, partition, validate_realm, Error, Result};
+use crate::{p_key, validate_realm, Error, Result};
 
 /// Longest path, in bytes.
 pub const PATH_BYTES_MAX: usize = 1_024;
@@ -341,6 +341,20 @@ pub fn check_fence_tx(tx: &mut dyn Tx, realm: &str, fence: &Fence, now_us: i64) 
     Ok(())
 }
 
+/// Procedure body: checks a request's fence if it carries one — for
+/// services whose requests name no path in the namespace (ipc, procs, fs).
+pub fn check_fence_if_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<()> {
+    match fence {
+        Some(f) => check_fence_tx(tx, realm, f, now_us),
+        None => Ok(()),
+    }
+}
+
 /// Checks an optional fence for an operation on `path`.
 fn fenced(
     tx: &mut dyn Tx,
@@ -617,8 +631,7 @@ pub fn rename_tx(
         remove_entry(tx, realm, &old, now_us)?;
     }
     let pk = p_key(tx);
-    // Everything under `from` ('/' + 1 is '0', so this range is the subtree).
-    let (lo, hi) = (format!("{from}/"), format!("{from}0"));
+    let (lo, hi) = crate::subtree_range(from);
     let cut = from.len() as i64 + 1;
     tx.execute(
         "UPDATE name_entry SET path = $4 || substr(path, $6), parent = $4 || substr(parent, $6) \
@@ -891,14 +904,7 @@ fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)
 
 // ---- calls ----
 
-/// Runs procedure `f` on `realm`'s partition.
-pub async fn call<T, F>(store: &Store, realm: &str, f: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: FnMut(&mut dyn Tx) -> Result<T> + Send + 'static,
-{
-    store.submit(partition(store, realm)?, f).await
-}
+pub use crate::call;
 
 /// OpenWatch: waits until `path` exists and returns it, woken by the change
 /// feed (subscribe, then look, then wait).

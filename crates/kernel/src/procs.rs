@@ -760,9 +760,7 @@ pub async fn spawn_fenced(
     let now = tabos_store::now_us();
     let worker = store
         .submit(p, move |tx| {
-            if let Some(f) = &fence {
-                crate::names::check_fence_tx(tx, &r, f, now)?;
-            }
+            crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
             spawn_tx(tx, &r, &pid2, &d, now)
         })
         .await?;

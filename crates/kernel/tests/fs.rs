@@ -22,7 +22,7 @@ fn run<T: Send + 'static>(
     s: &Store,
     f: impl FnMut(&mut dyn Tx) -> tabos_kernel::Result<T> + Send + 'static,
 ) -> tabos_kernel::Result<T> {
-    s.call(tabos_kernel::realm_partition(R, s.partitions()), f)
+    common::call_in(s, R, f)
 }
 
 fn now() -> i64 {

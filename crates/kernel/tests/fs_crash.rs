@@ -10,6 +10,8 @@ use tabos_kernel::fs::{self, Caller, BLOCK_BYTES_LOCAL};
 use tabos_store::testing::TempDir;
 use tabos_store::{Config, Store};
 
+mod common;
+
 const REALM: &str = "r";
 const FILES: u64 = 4;
 
@@ -30,7 +32,7 @@ fn run<T: Send + 'static>(
     s: &Store,
     f: impl FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
 ) -> tabos_kernel::Result<T> {
-    s.call(tabos_kernel::realm_partition(REALM, s.partitions()), f)
+    common::call_in(s, REALM, f)
 }
 
 /// The child: rewrites /f<k % FILES> with write k (create if needed,

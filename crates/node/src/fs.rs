@@ -28,6 +28,28 @@ impl FsService {
             .await
             .map_err(|e| kernel_status(&e))
     }
+
+    /// Runs a changing operation `f(tx, realm, now)` after the request's
+    /// fence, both in one transaction.
+    async fn change<T, F>(
+        &self,
+        realm: &str,
+        fence: Option<proto::Fence>,
+        mut f: F,
+    ) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn tabos_store::Tx, &str, i64) -> tabos_kernel::Result<T> + Send + 'static,
+    {
+        let fence = crate::names::fence_from_proto(fence)?;
+        let r = realm.to_string();
+        self.call(realm, move |tx| {
+            let now = tabos_store::now_us();
+            tabos_kernel::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            f(tx, &r, now)
+        })
+        .await
+    }
 }
 
 fn caller(user: &str) -> Result<Caller, Status> {
@@ -52,23 +74,6 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
     }
 }
 
-fn now() -> i64 {
-    tabos_store::now_us()
-}
-
-/// Checks a request's fence in the operation's own transaction.
-fn fenced(
-    tx: &mut dyn tabos_store::Tx,
-    realm: &str,
-    fence: &Option<tabos_kernel::names::Fence>,
-    now_us: i64,
-) -> tabos_kernel::Result<()> {
-    match fence {
-        Some(f) => tabos_kernel::names::check_fence_tx(tx, realm, f, now_us),
-        None => Ok(()),
-    }
-}
-
 #[tonic::async_trait]
 impl proto::fs_server::Fs for FsService {
     async fn create(
@@ -76,11 +81,15 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsCreateRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
         let r = request.into_inner();
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
-        let mode = if r.mode == 0 { 0o644 } else { r.mode };
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let mode = if r.mode == 0 {
+            fs::MODE_FILE_DEFAULT
+        } else {
+            r.mode
+        };
         let st = self
-            .call(&r.realm, move |tx| {
-                fs::create_tx(tx, &realm, &who, &p, mode, now())
+            .change(&r.realm, r.fence, move |tx, realm, now| {
+                fs::create_tx(tx, realm, &who, &p, mode, now)
             })
             .await?;
         Ok(Response::new(stat_to_proto(st)))
@@ -91,11 +100,15 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsCreateRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
         let r = request.into_inner();
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
-        let mode = if r.mode == 0 { 0o755 } else { r.mode };
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let mode = if r.mode == 0 {
+            fs::MODE_DIR_DEFAULT
+        } else {
+            r.mode
+        };
         let st = self
-            .call(&r.realm, move |tx| {
-                fs::mkdir_tx(tx, &realm, &who, &p, mode, now())
+            .change(&r.realm, r.fence, move |tx, realm, now| {
+                fs::mkdir_tx(tx, realm, &who, &p, mode, now)
             })
             .await?;
         Ok(Response::new(stat_to_proto(st)))
@@ -106,9 +119,9 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
-        self.call(&r.realm, move |tx| {
-            fs::unlink_tx(tx, &realm, &who, &p, now())
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        self.change(&r.realm, r.fence, move |tx, realm, now| {
+            fs::unlink_tx(tx, realm, &who, &p, now)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))
@@ -119,9 +132,9 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
-        self.call(&r.realm, move |tx| {
-            fs::rmdir_tx(tx, &realm, &who, &p, now())
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        self.change(&r.realm, r.fence, move |tx, realm, now| {
+            fs::rmdir_tx(tx, realm, &who, &p, now)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))
@@ -133,12 +146,8 @@ impl proto::fs_server::Fs for FsService {
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
         let (who, from, to) = (caller(&r.user)?, path(&r.from)?, path(&r.to)?);
-        let realm = r.realm.clone();
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        self.call(&r.realm, move |tx| {
-            let t = now();
-            fenced(tx, &realm, &fence, t)?;
-            fs::rename_tx(tx, &realm, &who, &from, &to, t)
+        self.change(&r.realm, r.fence, move |tx, realm, now| {
+            fs::rename_tx(tx, realm, &who, &from, &to, now)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))
@@ -191,7 +200,7 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsWriteRequest>,
     ) -> Result<Response<proto::FsWriteResponse>, Status> {
         let r = request.into_inner();
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
         if r.data.len() > fs::IO_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
                 "a write is at most {} bytes",
@@ -199,21 +208,18 @@ impl proto::fs_server::Fs for FsService {
             )));
         }
         let (offset, data, create) = (r.offset, r.data, r.create);
-        let fence = crate::names::fence_from_proto(r.fence)?;
         let size = self
-            .call(&r.realm, move |tx| {
-                let t = now();
-                fenced(tx, &realm, &fence, t)?;
+            .change(&r.realm, r.fence, move |tx, realm, now| {
                 if create {
-                    match fs::stat_tx(tx, &realm, &p) {
+                    match fs::stat_tx(tx, realm, &p) {
                         Ok(_) => {}
                         Err(tabos_kernel::Error::NotFound(_)) => {
-                            fs::create_tx(tx, &realm, &who, &p, 0o644, t)?;
+                            fs::create_tx(tx, realm, &who, &p, fs::MODE_FILE_DEFAULT, now)?;
                         }
                         Err(e) => return Err(e),
                     }
                 }
-                fs::write_tx(tx, &realm, &who, &p, offset, &data, t)
+                fs::write_tx(tx, realm, &who, &p, offset, &data, now)
             })
             .await?;
         Ok(Response::new(proto::FsWriteResponse { size }))
@@ -224,12 +230,9 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsTruncateRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
-        let (who, p, realm, size) = (caller(&r.user)?, path(&r.path)?, r.realm.clone(), r.size);
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        self.call(&r.realm, move |tx| {
-            let t = now();
-            fenced(tx, &realm, &fence, t)?;
-            fs::truncate_tx(tx, &realm, &who, &p, size, t)
+        let (who, p, size) = (caller(&r.user)?, path(&r.path)?, r.size);
+        self.change(&r.realm, r.fence, move |tx, realm, now| {
+            fs::truncate_tx(tx, realm, &who, &p, size, now)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))
@@ -240,9 +243,9 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsChmodRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
-        let (who, p, realm, mode) = (caller(&r.user)?, path(&r.path)?, r.realm.clone(), r.mode);
-        self.call(&r.realm, move |tx| {
-            fs::chmod_tx(tx, &realm, &who, &p, mode, now())
+        let (who, p, mode) = (caller(&r.user)?, path(&r.path)?, r.mode);
+        self.change(&r.realm, None, move |tx, realm, now| {
+            fs::chmod_tx(tx, realm, &who, &p, mode, now)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))
@@ -253,9 +256,9 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsChownRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
-        let (who, p, realm, owner) = (caller(&r.user)?, path(&r.path)?, r.realm.clone(), r.owner);
-        self.call(&r.realm, move |tx| {
-            fs::chown_tx(tx, &realm, &who, &p, &owner, now())
+        let (who, p, owner) = (caller(&r.user)?, path(&r.path)?, r.owner);
+        self.change(&r.realm, None, move |tx, realm, now| {
+            fs::chown_tx(tx, realm, &who, &p, &owner, now)
         })
         .await?;
         Ok(Response::new(proto::Empty {}))

@@ -443,16 +443,19 @@ fn name_put(
     }
 }
 
-fn name_simple(caller: &mut Caller<'_, RunState>, call: &str, path: i32, len: i32) -> i32 {
+/// A namespace call that takes only a path (`name_mkdir`, `name_remove`).
+fn name_path_call(
+    caller: &mut Caller<'_, RunState>,
+    call: &str,
+    path: i32,
+    len: i32,
+    f: impl FnOnce(&mut dyn Host, &str) -> Result<(), HostError>,
+) -> i32 {
     let path = match path_arg(caller, path, len) {
         Ok(p) => p,
         Err(e) => return e,
     };
-    let done = with_host(caller, call, |h| match call {
-        "name_mkdir" => h.name_mkdir(&path),
-        _ => h.name_remove(&path),
-    });
-    done.err().unwrap_or(0)
+    with_host(caller, call, |h| f(h, &path)).err().unwrap_or(0)
 }
 
 fn name_wait(
@@ -533,14 +536,14 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
         MODULE,
         "name_mkdir",
         |mut c: Caller<'_, RunState>, path: i32, len: i32| -> i32 {
-            name_simple(&mut c, "name_mkdir", path, len)
+            name_path_call(&mut c, "name_mkdir", path, len, |h, p| h.name_mkdir(p))
         },
     )?;
     linker.func_wrap(
         MODULE,
         "name_remove",
         |mut c: Caller<'_, RunState>, path: i32, len: i32| -> i32 {
-            name_simple(&mut c, "name_remove", path, len)
+            name_path_call(&mut c, "name_remove", path, len, |h, p| h.name_remove(p))
         },
     )?;
     linker.func_wrap(

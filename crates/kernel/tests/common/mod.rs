@@ -56,3 +56,12 @@ pub fn rt() -> tokio::runtime::Runtime {
         .build()
         .unwrap()
 }
+
+/// Runs procedure `f` on `realm`'s partition, blocking the thread.
+pub fn call_in<T: Send + 'static>(
+    s: &Store,
+    realm: &str,
+    f: impl FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
+) -> tabos_kernel::Result<T> {
+    s.call(tabos_kernel::realm_partition(realm, s.partitions()), f)
+}
