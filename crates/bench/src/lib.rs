@@ -2,8 +2,9 @@
 //! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
-//! Suites: [`store`], [`sched`], [`ipc`], [`names`].
+//! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`].
 
+pub mod fs;
 pub mod ipc;
 pub mod machine;
 pub mod measure;
@@ -21,8 +22,9 @@ pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
         "sched" => sched::run(quick)?,
         "ipc" => ipc::run(quick)?,
         "names" => names::run(quick)?,
+        "fs" => fs::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs")
         }
     };
     report.print();

@@ -2,7 +2,7 @@
 //! bitmap, then the segment table, then the data blocks (BAIO section 4).
 //!
 //! ```text
-//! block 0                  superblock (first 92 bytes used, CRC-32 at 88)
+//! block 0                  superblock (first 100 bytes used, CRC-32 at 96)
 //! [bitmap_start, +n)       one bit per data block, 1 = allocated
 //! [table_start, +n)        segment entries, 128 bytes each, CRC-32 each
 //! [data_start, total)      data blocks; segment blocks are data-relative
@@ -80,9 +80,11 @@ pub struct Superblock {
     pub entries: u64,
     /// Where the next search for free blocks starts (data-relative).
     pub free_hint: u64,
+    /// Random at format: tells one block store from another.
+    pub device_id: u64,
 }
 
-const SB_CRC_AT: usize = 88;
+const SB_CRC_AT: usize = 96;
 
 impl Superblock {
     /// The layout of a device of `total_blocks` blocks of `block_size`.
@@ -123,6 +125,7 @@ impl Superblock {
             data_blocks: data,
             entries,
             free_hint: 0,
+            device_id: 0,
         };
         sb.check()?;
         Ok(sb)
@@ -163,6 +166,7 @@ impl Superblock {
             self.data_blocks,
             self.entries,
             self.free_hint,
+            self.device_id,
         ]
         .iter()
         .enumerate()
@@ -174,7 +178,7 @@ impl Superblock {
         b
     }
 
-    /// Decodes and verifies block 0 (at least its first 92 bytes).
+    /// Decodes and verifies block 0 (at least its first 100 bytes).
     pub(crate) fn decode(b: &[u8]) -> Result<Superblock> {
         if b.len() < SB_CRC_AT + 4 || &b[0..8] != MAGIC {
             return Err(Error::Corrupt(
@@ -205,6 +209,7 @@ impl Superblock {
             data_blocks: f(6),
             entries: f(7),
             free_hint: f(8),
+            device_id: f(9),
         };
         sb.check()?;
         Ok(sb)

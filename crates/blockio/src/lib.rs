@@ -151,6 +151,7 @@ pub(crate) struct Inner {
     /// Buffered, for the superblock, bitmap and table.
     meta: File,
     pub(crate) block_size: u32,
+    device_id: u64,
     state: Mutex<State>,
     open: RwLock<HashMap<u64, Open>>,
     pub(crate) cache: cache::Cache,
@@ -183,12 +184,23 @@ fn check_name(what: &str, s: &str, max: usize) -> Result<()> {
     Ok(())
 }
 
+fn random_u64() -> Result<u64> {
+    let mut s = [0u8; 8];
+    // SAFETY: writes at most 8 bytes into `s`.
+    let n = unsafe { libc::getrandom(s.as_mut_ptr().cast(), 8, 0) };
+    if n != 8 {
+        return Err(io_err("getrandom")(std::io::Error::last_os_error()));
+    }
+    Ok(u64::from_le_bytes(s))
+}
+
 fn device_bytes(f: &File, path: &Path) -> Result<(u64, bool)> {
     let md = f
         .metadata()
         .map_err(io_err(format!("stat {}", path.display())))?;
     if md.file_type().is_block_device() {
         // A block device's size is where a seek to its end lands.
+        // SAFETY: lseek on a descriptor we own; it touches no memory.
         let end = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_END) };
         if end < 0 {
             return Err(io_err(format!("size of {}", path.display()))(
@@ -204,6 +216,7 @@ fn device_bytes(f: &File, path: &Path) -> Result<(u64, bool)> {
 /// Zeroes `[offset, offset + len)` of `f`: cheaply where the filesystem or
 /// device can (FALLOC_FL_ZERO_RANGE), by writing zeros where it cannot.
 fn zero_range(f: &File, offset: u64, len: u64) -> Result<()> {
+    // SAFETY: fallocate on a descriptor we own; it touches no memory.
     let rc = unsafe {
         libc::fallocate(
             f.as_raw_fd(),
@@ -256,7 +269,8 @@ impl Device {
                 ))
             }
         };
-        let sb = Superblock::layout(opts.block_size, blocks)?;
+        let mut sb = Superblock::layout(opts.block_size, blocks)?;
+        sb.device_id = random_u64()?;
         if !is_dev {
             f.set_len(blocks * bs)
                 .map_err(io_err(format!("size {}", path.display())))?;
@@ -369,14 +383,8 @@ impl Device {
             ),
             Err(e) => return Err(io_err(format!("open {} O_DIRECT", path.display()))(e)),
         };
-        let seed = {
-            let mut s = [0u8; 8];
-            let n = unsafe { libc::getrandom(s.as_mut_ptr().cast(), 8, 0) };
-            if n != 8 {
-                return Err(io_err("getrandom")(std::io::Error::last_os_error()));
-            }
-            u64::from_le_bytes(s)
-        };
+        let seed = random_u64()?;
+        let device_id = sb.device_id;
         Ok(Device {
             inner: Arc::new(Inner {
                 path: path.into(),
@@ -384,6 +392,7 @@ impl Device {
                 direct,
                 meta,
                 block_size: sb.block_size,
+                device_id,
                 state: Mutex::new(State {
                     sb,
                     bitmap,
@@ -400,6 +409,11 @@ impl Device {
 
     pub fn block_size(&self) -> u32 {
         self.inner.block_size
+    }
+
+    /// The random identity written at format (tells block stores apart).
+    pub fn id(&self) -> u64 {
+        self.inner.device_id
     }
 
     /// Whether data I/O bypasses the page cache (O_DIRECT).

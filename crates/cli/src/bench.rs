@@ -2,7 +2,7 @@
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Suite to run: store, sched, ipc or names
+    /// Suite to run: store, sched, ipc, names or fs
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

@@ -38,6 +38,11 @@ enum FsCommand {
         /// Mode of a new file (octal)
         #[arg(long, default_value = "644")]
         mode: String,
+        /// Make a new file a parallel one: its blocks spread over every
+        /// partition by block number (otherwise local blocks, moved to
+        /// block segments once the file passes the node's threshold)
+        #[arg(long)]
+        parallel: bool,
     },
     /// Copy a tabos file to a local file (or stdout without LOCAL)
     Get { path: String, local: Option<String> },
@@ -129,7 +134,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     eprintln!("{path}: {n} bytes");
                 }
             }
-            FsCommand::Put { local, path, mode } => {
+            FsCommand::Put {
+                local,
+                path,
+                mode,
+                parallel,
+            } => {
                 let mode = octal(&mode)?;
                 let mut input: Box<dyn Read> = if local == "-" {
                     Box::new(std::io::stdin())
@@ -140,7 +150,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     )
                 };
                 // Replace: a new file, or an existing one cut to zero.
-                match c.fs_create(&realm, &user, &path, mode).await {
+                let created = if parallel {
+                    c.fs_create_parallel(&realm, &user, &path, mode).await
+                } else {
+                    c.fs_create(&realm, &user, &path, mode).await
+                };
+                match created {
                     Ok(_) => {}
                     Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {
                         c.fs_truncate(&realm, &user, &path, 0).await?;
@@ -198,6 +213,9 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 println!("mode       {:o}", s.mode);
                 println!("size       {}", s.size);
                 println!("block size {}", s.block_size);
+                if s.r#type == "file" {
+                    println!("layout     {}", s.layout);
+                }
                 println!("changed    {}", s.ctime_us);
                 println!("modified   {}", s.mtime_us);
             }

@@ -47,6 +47,20 @@ pub struct Args {
     /// queries), for mailboxes that do not say otherwise
     #[arg(long)]
     log_messages: bool,
+    /// Block store for large files' data: a file (formatted on first use)
+    /// or a block device [default: DATA/blocks.dev; none with --db]
+    #[arg(long, conflicts_with = "no_blocks")]
+    blocks: Option<String>,
+    /// Size of a new file-backed block store, in MiB (sparse until written)
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..=16 << 20))]
+    blocks_mib: u64,
+    /// No block store: every file's data stays in the tables
+    #[arg(long)]
+    no_blocks: bool,
+    /// A file a write takes past this many bytes moves its data to block
+    /// segments
+    #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(i64).range(0..=tabos_kernel::fs::files::SEGMENT_THRESHOLD_MAX))]
+    segment_threshold: i64,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -88,6 +102,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(_) => std::env::temp_dir().join(format!("tabos-logs-{}", settings.node_id)),
         None => std::path::Path::new(&args.data).join("logs"),
     };
+    let blocks = match (&args.blocks, &args.db) {
+        _ if args.no_blocks => None,
+        (Some(p), _) => Some(std::path::PathBuf::from(p)),
+        (None, None) => Some(std::path::Path::new(&args.data).join("blocks.dev")),
+        (None, Some(_)) => None,
+    };
+    settings.blocks = blocks.map(|p| tabos_node::BlockStoreSettings::new(p, args.blocks_mib << 20));
+    settings.fs.segment_threshold = args.segment_threshold;
+    if args.db.is_none() {
+        // The block store goes beside the database, which may not exist yet.
+        std::fs::create_dir_all(&args.data)
+            .with_context(|| format!("cannot create {}", args.data))?;
+    }
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
     let rt = crate::runtime()?;

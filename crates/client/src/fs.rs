@@ -23,6 +23,7 @@ fn create_request(realm: &str, user: &str, path: &str, mode: i64) -> proto::FsCr
         path: path.into(),
         mode,
         fence: None,
+        parallel: false,
     }
 }
 
@@ -40,6 +41,20 @@ impl Client {
             .create(create_request(realm, user, path, mode))
             .await?
             .into_inner())
+    }
+
+    /// Creates an empty parallel file (exclusive): its blocks are spread
+    /// over the partitions by block number; mode 0: 0644.
+    pub async fn fs_create_parallel(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        mode: i64,
+    ) -> Result<FsStat, Error> {
+        let mut req = create_request(realm, user, path, mode);
+        req.parallel = true;
+        Ok(self.fs.create(req).await?.into_inner())
     }
 
     /// Creates a directory (exclusive); mode 0: 0755.

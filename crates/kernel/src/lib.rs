@@ -63,6 +63,18 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/006_fs.sql"),
         postgres: include_str!("../schema/postgres/006_fs.sql"),
     },
+    Migration {
+        version: 7,
+        name: "fs_data",
+        sqlite: include_str!("../schema/sqlite/007_fs_data.sql"),
+        postgres: include_str!("../schema/postgres/007_fs_data.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "fs_blocks_rowid",
+        sqlite: include_str!("../schema/sqlite/008_fs_blocks_rowid.sql"),
+        postgres: include_str!("../schema/postgres/008_fs_blocks_rowid.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -83,6 +95,10 @@ pub enum Error {
     /// proc's mailbox).
     #[error("{0}")]
     Precondition(String),
+    /// The block store under large files failed (an I/O error, a full
+    /// device).
+    #[error("block store: {0}")]
+    Blocks(String),
     /// A fenced request carried an epoch older than one already seen for
     /// its directory (σOS FenceAtEpoch).
     #[error("stale epoch: {0}")]

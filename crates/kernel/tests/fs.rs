@@ -66,7 +66,7 @@ fn stat(s: &Store, path: &str) -> tabos_kernel::Result<Stat> {
 
 fn unlink(s: &Store, who: &Caller, path: &str) -> tabos_kernel::Result<()> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::unlink_tx(tx, R, &w, &p, now()))
+    run(s, move |tx| fs::unlink_tx(tx, R, &w, &p, now())).map(|_| ())
 }
 
 fn rmdir(s: &Store, who: &Caller, path: &str) -> tabos_kernel::Result<()> {
@@ -76,7 +76,7 @@ fn rmdir(s: &Store, who: &Caller, path: &str) -> tabos_kernel::Result<()> {
 
 fn rename(s: &Store, who: &Caller, from: &str, to: &str) -> tabos_kernel::Result<()> {
     let (w, a, b) = (who.clone(), from.to_string(), to.to_string());
-    run(s, move |tx| fs::rename_tx(tx, R, &w, &a, &b, now()))
+    run(s, move |tx| fs::rename_tx(tx, R, &w, &a, &b, now())).map(|_| ())
 }
 
 fn truncate(s: &Store, who: &Caller, path: &str, size: i64) -> tabos_kernel::Result<()> {

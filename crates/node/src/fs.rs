@@ -1,7 +1,10 @@
-//! The `Fs` service: files in tables over gRPC ([`tabos_kernel::fs`]). Each
-//! request is one kernel transaction on the realm's partition, checked
-//! (realm, user, path, sizes) before any work. Changing requests may carry
-//! a fence ([`tabos_kernel::names::check_fence_tx`], in the same
+//! The `Fs` service: files in tables over gRPC ([`tabos_kernel::fs`]).
+//! Metadata requests are one kernel transaction on the realm's partition;
+//! reads, writes, truncates and removals go through the node's
+//! [`tabos_kernel::fs::files::Files`], which also serves parallel files and
+//! files in block segments. Every request is checked (realm, user, path,
+//! sizes) before any work. Changing requests may carry a fence
+//! ([`tabos_kernel::names::check_fence_tx`], checked in the committing
 //! transaction): a stale one is refused and changes nothing.
 
 use tabos_client::proto;
@@ -67,6 +70,7 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
         r#type: s.file_type.as_str().into(),
         owner: s.owner,
         mode: s.mode,
+        layout: s.storage.as_str().into(),
         size: s.size,
         block_size: s.block_size,
         ctime_us: s.ctime_us,
@@ -87,11 +91,13 @@ impl proto::fs_server::Fs for FsService {
         } else {
             r.mode
         };
+        let fence = crate::names::fence_from_proto(r.fence)?;
         let st = self
-            .change(&r.realm, r.fence, move |tx, realm, now| {
-                fs::create_tx(tx, realm, &who, &p, mode, now)
-            })
-            .await?;
+            .node
+            .files
+            .create(&r.realm, &who, &p, mode, r.parallel, fence)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(stat_to_proto(st)))
     }
 
@@ -120,10 +126,12 @@ impl proto::fs_server::Fs for FsService {
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
-        self.change(&r.realm, r.fence, move |tx, realm, now| {
-            fs::unlink_tx(tx, realm, &who, &p, now)
-        })
-        .await?;
+        let fence = crate::names::fence_from_proto(r.fence)?;
+        self.node
+            .files
+            .unlink(&r.realm, &who, &p, fence)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -146,10 +154,12 @@ impl proto::fs_server::Fs for FsService {
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
         let (who, from, to) = (caller(&r.user)?, path(&r.from)?, path(&r.to)?);
-        self.change(&r.realm, r.fence, move |tx, realm, now| {
-            fs::rename_tx(tx, realm, &who, &from, &to, now)
-        })
-        .await?;
+        let fence = crate::names::fence_from_proto(r.fence)?;
+        self.node
+            .files
+            .rename(&r.realm, &who, &from, &to, fence)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -185,13 +195,13 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsReadRequest>,
     ) -> Result<Response<proto::FsReadResponse>, Status> {
         let r = request.into_inner();
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
-        let (offset, len) = (r.offset, r.len as usize);
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
         let data = self
-            .call(&r.realm, move |tx| {
-                fs::read_tx(tx, &realm, &who, &p, offset, len)
-            })
-            .await?;
+            .node
+            .files
+            .read(&r.realm, &who, &p, r.offset, r.len as usize)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::FsReadResponse { data }))
     }
 
@@ -207,21 +217,13 @@ impl proto::fs_server::Fs for FsService {
                 fs::IO_BYTES_MAX
             )));
         }
-        let (offset, data, create) = (r.offset, r.data, r.create);
+        let fence = crate::names::fence_from_proto(r.fence)?;
         let size = self
-            .change(&r.realm, r.fence, move |tx, realm, now| {
-                if create {
-                    match fs::stat_tx(tx, realm, &p) {
-                        Ok(_) => {}
-                        Err(tabos_kernel::Error::NotFound(_)) => {
-                            fs::create_tx(tx, realm, &who, &p, fs::MODE_FILE_DEFAULT, now)?;
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                fs::write_tx(tx, realm, &who, &p, offset, &data, now)
-            })
-            .await?;
+            .node
+            .files
+            .write(&r.realm, &who, &p, r.offset, r.data, r.create, fence)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::FsWriteResponse { size }))
     }
 
@@ -230,11 +232,13 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsTruncateRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let r = request.into_inner();
-        let (who, p, size) = (caller(&r.user)?, path(&r.path)?, r.size);
-        self.change(&r.realm, r.fence, move |tx, realm, now| {
-            fs::truncate_tx(tx, realm, &who, &p, size, now)
-        })
-        .await?;
+        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let fence = crate::names::fence_from_proto(r.fence)?;
+        self.node
+            .files
+            .truncate(&r.realm, &who, &p, r.size, fence)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Empty {}))
     }
 

@@ -5,10 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tabos_kernel::fs::files::Files;
+use tabos_kernel::fs::{Caller, FileType};
 use tabos_kernel::ids::Pid;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use tabos_kernel::names::{self, CreateOptions, Kind};
-use tabos_sandbox::host::{Host, HostError, NameEntry, Received, RecvCall};
+use tabos_sandbox::host::{FileEntry, Host, HostError, NameEntry, Received, RecvCall};
 use tabos_sandbox::StopHandle;
 use tabos_store::Store;
 use tokio::runtime::Handle;
@@ -17,6 +19,8 @@ use tokio::sync::Notify;
 /// One wasm proc's host: its realm, its address, and how to stop its waits.
 pub struct ProcHost {
     store: Store,
+    /// The node's filesystem (its block store included).
+    files: Files,
     realm: String,
     me: Address,
     opts: MailboxOptions,
@@ -44,8 +48,10 @@ pub struct ProcHost {
 const SPIN: Duration = Duration::from_micros(200);
 
 impl ProcHost {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
+        files: Files,
         realm: &str,
         pid: &Pid,
         opts: MailboxOptions,
@@ -55,6 +61,7 @@ impl ProcHost {
     ) -> ProcHost {
         ProcHost {
             store,
+            files,
             realm: realm.to_string(),
             me: Address::proc(pid),
             opts,
@@ -94,7 +101,64 @@ fn name_error(e: tabos_kernel::Error) -> HostError {
     }
 }
 
+/// A file call's error as a proc sees it.
+fn fs_error(e: tabos_kernel::Error) -> HostError {
+    use tabos_kernel::Error as K;
+    match e {
+        K::Precondition(m) if m.starts_with("permission denied") => HostError::Denied(m),
+        K::Full(m) => HostError::Full(m),
+        e => name_error(e),
+    }
+}
+
 impl Host for ProcHost {
+    fn fs_read(&mut self, path: &str, offset: i64, len: usize) -> Result<Vec<u8>, HostError> {
+        self.rt
+            .block_on(
+                self.files
+                    .read(&self.realm, &Caller::root(), path, offset, len),
+            )
+            .map_err(fs_error)
+    }
+
+    fn fs_write(
+        &mut self,
+        path: &str,
+        offset: i64,
+        data: &[u8],
+        create: bool,
+    ) -> Result<i64, HostError> {
+        let who = Caller::root();
+        self.rt
+            .block_on(self.files.write(
+                &self.realm,
+                &who,
+                path,
+                offset,
+                data.to_vec(),
+                create,
+                None,
+            ))
+            .map_err(fs_error)
+    }
+
+    fn fs_stat(&mut self, path: &str) -> Result<FileEntry, HostError> {
+        let (realm, path) = (self.realm.clone(), path.to_string());
+        let st = self
+            .rt
+            .block_on(tabos_kernel::fs::call(
+                &self.store,
+                &self.realm,
+                move |tx| tabos_kernel::fs::stat_tx(tx, &realm, &path),
+            ))
+            .map_err(fs_error)?;
+        Ok(FileEntry {
+            kind: u32::from(st.file_type == FileType::File),
+            mode: st.mode as u32,
+            size: st.size,
+        })
+    }
+
     fn name_get(&mut self, path: &str) -> Result<NameEntry, HostError> {
         let (realm, path) = (self.realm.clone(), path.to_string());
         let e = self

@@ -74,6 +74,59 @@ pub struct NodeSettings {
     /// Bound and logging of the mailboxes this node creates (named ones
     /// without their own bound, and procs' mailboxes).
     pub mailbox: tabos_kernel::ipc::MailboxOptions,
+    /// Block sizes and the threshold past which a file's data moves to
+    /// block segments.
+    pub fs: tabos_kernel::fs::files::FsSettings,
+    /// The block store for large files' data (`None`: every file stays in
+    /// the tables).
+    pub blocks: Option<BlockStoreSettings>,
+}
+
+/// Where a node keeps its block store, and how big.
+#[derive(Debug, Clone)]
+pub struct BlockStoreSettings {
+    /// A file (formatted on first use, sparse) or a block device.
+    pub path: PathBuf,
+    /// Size of a new file-backed store.
+    pub bytes: u64,
+    /// Shared block cache.
+    pub cache_bytes: u64,
+}
+
+/// Block size of a node's block store.
+pub const STORE_BLOCK_BYTES: u32 = 4096;
+
+impl BlockStoreSettings {
+    /// A store of `bytes` in `path`, with a 64 MiB cache.
+    pub fn new(path: impl Into<PathBuf>, bytes: u64) -> BlockStoreSettings {
+        BlockStoreSettings {
+            path: path.into(),
+            bytes,
+            cache_bytes: 64 << 20,
+        }
+    }
+
+    /// Opens the store, formatting it first if `path` does not exist yet.
+    pub fn open(&self) -> Result<tabos_blockio::Device, Error> {
+        let fail = |e: tabos_blockio::Error| {
+            Error::Startup(format!("block store {}: {e}", self.path.display()))
+        };
+        if !self.path.exists() {
+            tabos_blockio::Device::format(
+                &self.path,
+                &tabos_blockio::FormatOptions {
+                    blocks: Some(self.bytes / u64::from(STORE_BLOCK_BYTES)),
+                    block_size: STORE_BLOCK_BYTES,
+                },
+            )
+            .map_err(fail)?;
+        }
+        tabos_blockio::Device::open(
+            &self.path,
+            (self.cache_bytes / u64::from(STORE_BLOCK_BYTES)) as usize,
+        )
+        .map_err(fail)
+    }
 }
 
 /// Missed heartbeats after which a worker is declared lost.
@@ -94,6 +147,8 @@ impl NodeSettings {
             be_util_pct: 100,
             steal_after: std::time::Duration::from_millis(50),
             mailbox: tabos_kernel::ipc::MailboxOptions::default(),
+            fs: tabos_kernel::fs::files::FsSettings::default(),
+            blocks: None,
         }
     }
 }
@@ -108,6 +163,8 @@ pub struct Node {
     /// Runs the node's wasm procs; its module cache is shared with the
     /// Spawn RPC, which compiles (and so validates) modules before spawning.
     pub sandbox: tabos_sandbox::Sandbox,
+    /// The filesystem, with the node's block store.
+    pub files: tabos_kernel::fs::files::Files,
 }
 
 impl Node {
@@ -129,9 +186,14 @@ impl Node {
         settings.mailbox.validate()?;
         let sandbox = tabos_sandbox::Sandbox::new()
             .map_err(|e| Error::Startup(format!("cannot start the wasm runtime: {e}")))?;
+        let store = tabos_kernel::open(config)?;
+        let device = settings.blocks.as_ref().map(|b| b.open()).transpose()?;
+        let files =
+            tabos_kernel::fs::files::Files::new(store.clone(), device, settings.fs.clone())?;
         Ok(Node {
             sandbox,
-            store: tabos_kernel::open(config)?,
+            files,
+            store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
             settings,
@@ -212,9 +274,18 @@ pub async fn serve(
     tokio::task::spawn_blocking(move || n2.register())
         .await
         .map_err(|e| Error::Startup(e.to_string()))??;
+    // Give back file storage a crash left behind, before anyone writes.
+    let orphans = node.files.recover().await?;
+    if orphans > 0 {
+        eprintln!(
+            "node {}: removed {orphans} block segments no file named (a write cut short)",
+            node.settings.node_id
+        );
+    }
     let (stop_procd, procd_stopped) = tokio::sync::watch::channel(false);
     let procd = procd::Procd::new(
         node.store.clone(),
+        node.files.clone(),
         &node.settings.realm,
         node.worker_id(),
         node.logs.clone(),
@@ -305,6 +376,7 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
         K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
         K::StaleEpoch(_) => tonic::Status::aborted(e.to_string()),
+        K::Blocks(_) => tonic::Status::internal(e.to_string()),
         K::Mounted { path, target, rest } => {
             // The parts also as metadata, so clients resolve without parsing.
             let mut md = tonic::metadata::MetadataMap::new();

@@ -49,6 +49,8 @@ const CLAIM_BATCH_MAX: i64 = 64;
 /// One worker's procd.
 pub struct Procd {
     pub store: Store,
+    /// The filesystem wasm procs' file calls use.
+    pub files: tabos_kernel::fs::files::Files,
     pub realm: String,
     pub worker: WorkerId,
     pub logs: PathBuf,
@@ -97,8 +99,10 @@ enum Running {
 }
 
 impl Procd {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
+        files: tabos_kernel::fs::files::Files,
         realm: &str,
         worker: WorkerId,
         logs: PathBuf,
@@ -109,6 +113,7 @@ impl Procd {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
             store,
+            files,
             realm: realm.to_string(),
             worker,
             logs,
@@ -464,6 +469,7 @@ impl Procd {
                 memory_bytes: wasm_memory_bytes(proc_.mem_mb),
                 host: Some(Box::new(ProcHost::new(
                     me.store.clone(),
+                    me.files.clone(),
                     &me.realm,
                     &proc_.pid,
                     me.policy.mailbox,

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{code, start};
-use tabos_client::Client;
+use tabos_client::{proto, Client};
 use tabos_store::testing::TempDir;
 use tonic::Code;
 
@@ -44,6 +44,35 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
         (st.owner.as_str(), st.size, st.mode),
         ("alice", big.len() as i64, 0o644)
     );
+    // Past the 1 MiB threshold its data moved to the node's block store.
+    assert_eq!(st.layout, "segments");
+    let segments = n.node.files.device().unwrap().segments();
+    assert!(!segments.is_empty(), "no segment holds the file");
+
+    // A parallel file: 8 KB blocks spread over both partitions.
+    let st = c
+        .fs_create_parallel(REALM, "alice", "/home/alice/par", 0)
+        .await
+        .unwrap();
+    assert_eq!((st.layout.as_str(), st.block_size), ("parallel", 8192));
+    c.fs_write(
+        REALM,
+        "alice",
+        "/home/alice/par",
+        0,
+        big[..100_000].to_vec(),
+        false,
+    )
+    .await
+    .unwrap();
+    let mut back = Vec::new();
+    c.fs_read_all(REALM, "alice", "/home/alice/par", &mut back)
+        .await
+        .unwrap();
+    assert!(
+        back == big[..100_000],
+        "the parallel file read back differs"
+    );
 
     // A private file: bob can neither read nor change it.
     c.fs_create(REALM, "alice", "/home/alice/diary", 0o600)
@@ -72,9 +101,9 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
 
     // du: one query over the tree.
     let (files, bytes) = c.fs_du(REALM, "/home", "alice", 20 * 1024).await.unwrap();
-    assert_eq!((files, bytes), (1, big.len() as i64));
+    assert_eq!((files, bytes), (2, big.len() as i64 + 100_000));
     let (files, _) = c.fs_du(REALM, "/", "", 0).await.unwrap();
-    assert_eq!(files, 2);
+    assert_eq!(files, 3);
 
     // Refusals, each changing nothing.
     let e = c
@@ -95,7 +124,10 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
     assert_eq!(code(&e), Code::InvalidArgument);
     let d = c.fs_readdir(REALM, "root", "/home/alice").await.unwrap();
     let names: Vec<_> = d.entries.iter().map(|e| e.path.as_str()).collect();
-    assert_eq!(names, ["/home/alice/big", "/home/alice/diary"]);
+    assert_eq!(
+        names,
+        ["/home/alice/big", "/home/alice/diary", "/home/alice/par"]
+    );
     // A fenced write is refused once its directory has a newer epoch.
     let fence = |epoch| tabos_client::proto::Fence {
         dir: "/jobs".into(),
@@ -116,5 +148,59 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
     // Other realms see nothing of this one.
     let e = c.fs_stat("other", "/home").await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound);
+    // Removing the big file gives its segments back.
+    c.fs_unlink(REALM, "alice", "/home/alice/big")
+        .await
+        .unwrap();
+    assert!(n.node.files.device().unwrap().segments().is_empty());
+    n.shut_down().await;
+}
+
+/// A wasm proc reads and writes files through its host calls, on the
+/// node's own filesystem (a file in block segments here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasm_proc_copies_a_file_in_segments() {
+    let dir = TempDir::new("fs-wasm");
+    let n = start(&dir, "fs-wasm-node").await;
+    let mut c = Client::connect(&n.addr).await.unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    for (i, chunk) in data.chunks(1 << 20).enumerate() {
+        c.fs_write(
+            REALM,
+            "root",
+            "/src",
+            (i << 20) as i64,
+            chunk.to_vec(),
+            true,
+        )
+        .await
+        .unwrap();
+    }
+    assert_eq!(c.fs_stat(REALM, "/src").await.unwrap().layout, "segments");
+    let copy = |pid: &str, from: &str, to: &str| {
+        let wat = dir.path().join(format!("{pid}.wat"));
+        std::fs::write(&wat, tabos_sandbox::programs::file_copy(from, to).unwrap()).unwrap();
+        proto::ProcDescriptor {
+            pid: pid.into(),
+            kind: "wasm".into(),
+            program: wat.to_str().unwrap().into(),
+            ..Default::default()
+        }
+    };
+    c.spawn(REALM, copy("cp", "/src", "/dst")).await.unwrap();
+    let st = c.wait_exit(REALM, "cp").await.unwrap();
+    assert_eq!(st.exit_status, Some(0), "{st:?}");
+    let out = c.logs(REALM, "cp", "stdout").await.unwrap();
+    assert_eq!(out.data, b"3000000");
+    let mut back = Vec::new();
+    c.fs_read_all(REALM, "root", "/dst", &mut back)
+        .await
+        .unwrap();
+    assert!(back == data, "the copy differs");
+    assert_eq!(c.fs_stat(REALM, "/dst").await.unwrap().layout, "segments");
+    // A missing source: the proc sees ENOENT (44) from fs_stat.
+    c.spawn(REALM, copy("cp2", "/nope", "/dst2")).await.unwrap();
+    let st = c.wait_exit(REALM, "cp2").await.unwrap();
+    assert_eq!(st.exit_status, Some(10_044), "{st:?}");
     n.shut_down().await;
 }

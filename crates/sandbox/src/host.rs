@@ -34,7 +34,22 @@
 //! name_wait(path_ptr, path_len, mode, timeout_ms: i64) -> errno
 //!     Waits until `path` exists (mode 0) or does not (mode 1), woken by the
 //!     change feed; timeout_ms < 0 waits without limit.
+//!
+//! fs_read(path_ptr, path_len, offset: i64, buf, buf_cap, n_out) -> errno
+//!     Reads up to buf_cap bytes (at most 4 MiB) of file `path` at offset
+//!     into buf; the count (u32) goes to n_out, 0 at or past the end.
+//! fs_write(path_ptr, path_len, offset: i64, data, data_len, flags,
+//!          size_out) -> errno
+//!     Writes data_len bytes (at most 4 MiB) at offset; with flags & CREATE
+//!     (1) a missing file is created first. The file's new size (i64) goes
+//!     to size_out.
+//! fs_stat(path_ptr, path_len, out) -> errno
+//!     At `out` 16 bytes: the size (i64), the kind (u32: 0 dir, 1 file) and
+//!     the mode (u32).
 //! ```
+//!
+//! A proc's file calls act for its realm's administrator (`root`): realms
+//! are what separates tenants; users within a realm are for its people.
 //!
 //! Results are WASI errno values: 0 success, `ENOENT` no such mailbox,
 //! `ENOSPC` mailbox full, `EPIPE` the receiving proc has finished,
@@ -56,6 +71,7 @@ use crate::RunState;
 pub const MODULE: &str = "tabos";
 
 pub const E2BIG: i32 = 1;
+pub const EACCES: i32 = 2;
 pub const EAGAIN: i32 = 6;
 pub const EBUSY: i32 = 10;
 pub const ECANCELED: i32 = 11;
@@ -80,6 +96,10 @@ pub const NAME_BYTES_MAX: u32 = 1 << 10;
 pub const PATH_BYTES_MAX: u32 = 1_024;
 /// `recv` flag: look at the next message without taking it.
 pub const PEEK: i32 = 1;
+/// `fs_write` flag: create the file if it is missing.
+pub const CREATE: i32 = 1;
+/// Most bytes one `fs_read` or `fs_write` moves (the kernel's limit).
+pub const FS_IO_BYTES_MAX: u32 = 4 << 20;
 
 /// Why a host call failed; each maps to one errno.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +124,8 @@ pub enum HostError {
     StaleEpoch(String),
     /// The path goes through a mount point.
     Mounted(String),
+    /// Permission bits refuse the call.
+    Denied(String),
     /// The embedder does not offer this call.
     Unsupported,
     Other(String),
@@ -125,6 +147,7 @@ impl HostError {
             HostError::Conflict(_) => EBUSY,
             HostError::StaleEpoch(_) => ESTALE,
             HostError::Mounted(_) => EXDEV,
+            HostError::Denied(_) => EACCES,
             HostError::Unsupported => ENOSYS,
             HostError::Other(_) => EIO,
         }
@@ -141,6 +164,7 @@ impl HostError {
             | HostError::Conflict(m)
             | HostError::StaleEpoch(m)
             | HostError::Mounted(m)
+            | HostError::Denied(m)
             | HostError::Other(m) => Some(m),
             _ => None,
         }
@@ -176,8 +200,17 @@ pub struct NameEntry {
     pub version: i64,
 }
 
+/// A file's metadata as a proc sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileEntry {
+    /// 0 directory, 1 file.
+    pub kind: u32,
+    pub mode: u32,
+    pub size: i64,
+}
+
 /// What tabos does for a proc's host calls; implemented by the node. The
-/// namespace calls default to "not offered" (`ENOSYS`).
+/// namespace and file calls default to "not offered" (`ENOSYS`).
 pub trait Host: Send {
     /// Sends `payload` to every address in `to`, in one transaction, with
     /// an optional idempotency id.
@@ -211,6 +244,24 @@ pub trait Host: Send {
         _exists: bool,
         _timeout: Option<Duration>,
     ) -> Result<(), HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Up to `len` bytes of file `path` at `offset`.
+    fn fs_read(&mut self, _path: &str, _offset: i64, _len: usize) -> Result<Vec<u8>, HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Writes `data` at `offset` (creating the file first when `create`);
+    /// returns the new size.
+    fn fs_write(
+        &mut self,
+        _path: &str,
+        _offset: i64,
+        _data: &[u8],
+        _create: bool,
+    ) -> Result<i64, HostError> {
+        Err(HostError::Unsupported)
+    }
+    fn fs_stat(&mut self, _path: &str) -> Result<FileEntry, HostError> {
         Err(HostError::Unsupported)
     }
 }
@@ -480,6 +531,108 @@ fn name_wait(
     .unwrap_or(0)
 }
 
+#[allow(clippy::too_many_arguments)]
+fn fs_read(
+    caller: &mut Caller<'_, RunState>,
+    path: i32,
+    len: i32,
+    offset: i64,
+    buf: i32,
+    cap: i32,
+    n_out: i32,
+) -> i32 {
+    {
+        let Some((mem, _)) = memory(caller) else {
+            return EFAULT;
+        };
+        if range(mem, buf, cap as u32).is_none() || range(mem, n_out, 4).is_none() {
+            return EFAULT;
+        }
+    }
+    let want = (cap as u32).min(FS_IO_BYTES_MAX) as usize;
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let data = match with_host(caller, "fs_read", |h| h.fs_read(&path, offset, want)) {
+        Ok(d) => d,
+        Err(errno) => return errno,
+    };
+    let Some((mem, _)) = memory(caller) else {
+        return EFAULT;
+    };
+    // Memory cannot shrink, so the ranges checked above still hold.
+    let n = data.len().min(want);
+    let b = buf as u32 as usize;
+    mem[b..b + n].copy_from_slice(&data[..n]);
+    put_u32(mem, n_out, n as u32);
+    0
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fs_write(
+    caller: &mut Caller<'_, RunState>,
+    path: i32,
+    len: i32,
+    offset: i64,
+    data: i32,
+    data_len: i32,
+    flags: i32,
+    size_out: i32,
+) -> i32 {
+    if flags & !CREATE != 0 || data_len as u32 > FS_IO_BYTES_MAX {
+        return EINVAL;
+    }
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let Some((mem, state)) = memory(caller) else {
+        return EFAULT;
+    };
+    let (Some(data_r), Some(out_r)) = (range(mem, data, data_len as u32), range(mem, size_out, 8))
+    else {
+        return EFAULT;
+    };
+    let Some(host) = state.host.as_mut() else {
+        return ENOSYS;
+    };
+    match host.fs_write(&path, offset, &mem[data_r], flags & CREATE != 0) {
+        Ok(size) => {
+            mem[out_r].copy_from_slice(&size.to_le_bytes());
+            0
+        }
+        Err(e) => fail(state, "fs_write", &e),
+    }
+}
+
+fn fs_stat(caller: &mut Caller<'_, RunState>, path: i32, len: i32, out: i32) -> i32 {
+    {
+        let Some((mem, _)) = memory(caller) else {
+            return EFAULT;
+        };
+        if range(mem, out, 16).is_none() {
+            return EFAULT;
+        }
+    }
+    let path = match path_arg(caller, path, len) {
+        Ok(p) => p,
+        Err(e) => return e,
+    };
+    let e = match with_host(caller, "fs_stat", |h| h.fs_stat(&path)) {
+        Ok(e) => e,
+        Err(errno) => return errno,
+    };
+    let Some((mem, _)) = memory(caller) else {
+        return EFAULT;
+    };
+    let o = out as u32 as usize;
+    mem[o..o + 8].copy_from_slice(&e.size.to_le_bytes());
+    put_u32(mem, out + 8, e.kind);
+    put_u32(mem, out + 12, e.mode);
+    0
+}
+
 /// Adds the `tabos` functions to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
     linker.func_wrap(
@@ -551,6 +704,38 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
         "name_wait",
         |mut c: Caller<'_, RunState>, path: i32, len: i32, mode: i32, timeout_ms: i64| -> i32 {
             name_wait(&mut c, path, len, mode, timeout_ms)
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "fs_read",
+        |mut c: Caller<'_, RunState>,
+         path: i32,
+         len: i32,
+         offset: i64,
+         buf: i32,
+         cap: i32,
+         n_out: i32|
+         -> i32 { fs_read(&mut c, path, len, offset, buf, cap, n_out) },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "fs_write",
+        |mut c: Caller<'_, RunState>,
+         path: i32,
+         len: i32,
+         offset: i64,
+         data: i32,
+         data_len: i32,
+         flags: i32,
+         size_out: i32|
+         -> i32 { fs_write(&mut c, path, len, offset, data, data_len, flags, size_out) },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "fs_stat",
+        |mut c: Caller<'_, RunState>, path: i32, len: i32, out: i32| -> i32 {
+            fs_stat(&mut c, path, len, out)
         },
     )?;
     Ok(())

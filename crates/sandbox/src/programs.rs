@@ -1,6 +1,6 @@
 //! Small wasm programs tabos ships, as WAT text: the IPC echo server and the
 //! pinger that the tests, the `ipc` benchmark and examples run as wasm procs,
-//! and a namespace relay. They use only the `tabos` host functions and
+//! a namespace relay and a file copier. They use only the `tabos` host functions and
 //! WASI's clock, `fd_write` and `proc_exit`.
 
 /// Memory layout shared by both programs (byte offsets).
@@ -97,6 +97,56 @@ pub fn name_relay(dir: &str) -> Result<String, String> {
     (i32.store (i32.const 1060) (i32.load (i32.const 1040)))
     (drop (call $fd_write (i32.const 1) (i32.const 1056) (i32.const 1) (i32.const 1064)))
     (call $check (call $remove (i32.const 512) (i32.const {gl})) (i32.const 14)))
+)"#
+    ))
+}
+
+/// A file copier: copies file `from` to `to` (created if missing) with
+/// `fs_read` and `fs_write` in 64 KiB pieces, prints the byte count and
+/// exits 0. A failing call exits with (stat 10, read 11, write 12) times
+/// 1,000 plus the errno.
+pub fn file_copy(from: &str, to: &str) -> Result<String, String> {
+    for p in [from, to] {
+        if p.len() > 200 || !p.starts_with('/') || p.contains('"') || p.contains('\\') {
+            return Err("paths without quotes, at most 200 bytes".into());
+        }
+    }
+    let (fl, tl) = (from.len(), to.len());
+    Ok(format!(
+        r#"(module
+  (import "tabos" "fs_stat" (func $stat (param i32 i32 i32) (result i32)))
+  (import "tabos" "fs_read" (func $read (param i32 i32 i64 i32 i32 i32) (result i32)))
+  (import "tabos" "fs_write" (func $write (param i32 i32 i64 i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 0) "{from}")
+  (data (i32.const 256) "{to}")
+  (func $check (param $rc i32) (param $what i32)
+    (if (local.get $rc) (then (call $exit (i32.add (i32.mul (local.get $what) (i32.const 1000)) (local.get $rc))))))
+  (func (export "_start") (local $at i64) (local $n i32) (local $d i32) (local $i i32)
+    ;; The source must be a file.
+    (call $check (call $stat (i32.const 0) (i32.const {fl}) (i32.const 512)) (i32.const 10))
+    (if (i32.ne (i32.load (i32.const 520)) (i32.const 1)) (then (call $exit (i32.const 10028))))
+    (loop $more
+      (call $check (call $read (i32.const 0) (i32.const {fl}) (local.get $at) (i32.const 65536) (i32.const 65536) (i32.const 544)) (i32.const 11))
+      (local.set $n (i32.load (i32.const 544)))
+      (if (i32.or (local.get $n) (i64.eqz (local.get $at)))
+        (then
+          (call $check (call $write (i32.const 256) (i32.const {tl}) (local.get $at) (i32.const 65536) (local.get $n) (i32.const 1) (i32.const 552)) (i32.const 12))))
+      (local.set $at (i64.add (local.get $at) (i64.extend_i32_u (local.get $n))))
+      (br_if $more (local.get $n)))
+    ;; Print the count in decimal.
+    (local.set $i (i32.const 1023))
+    (loop $digit
+      (local.set $d (i32.wrap_i64 (i64.rem_u (local.get $at) (i64.const 10))))
+      (i32.store8 (local.get $i) (i32.add (i32.const 48) (local.get $d)))
+      (local.set $at (i64.div_u (local.get $at) (i64.const 10)))
+      (local.set $i (i32.sub (local.get $i) (i32.const 1)))
+      (br_if $digit (i64.ne (local.get $at) (i64.const 0))))
+    (i32.store (i32.const 560) (i32.add (local.get $i) (i32.const 1)))
+    (i32.store (i32.const 564) (i32.sub (i32.const 1023) (local.get $i)))
+    (drop (call $fd_write (i32.const 1) (i32.const 560) (i32.const 1) (i32.const 568))))
 )"#
     ))
 }
@@ -201,6 +251,9 @@ mod tests {
         sb.compile(name_relay("/relay").unwrap().as_bytes())
             .unwrap();
         assert!(name_relay("relative").is_err());
+        sb.compile(file_copy("/a", "/b").unwrap().as_bytes())
+            .unwrap();
+        assert!(file_copy("/a", "b\"").is_err());
         let p = Ping {
             to: vec!["proc/a".into(), "box".into()],
             burst: 3,

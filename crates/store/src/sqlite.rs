@@ -287,14 +287,20 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| map_err(e, "open"))?;
+    const CACHE_KIB: u32 = 32 << 10;
+    const MMAP_BYTES: u64 = 1 << 30;
     let sync = match durability {
         Durability::Off => "OFF",
         Durability::Normal => "NORMAL",
         Durability::Full => "FULL",
     };
+    // A page cache of CACHE_KIB per connection and the database file mapped
+    // (up to MMAP_BYTES): a read of a page the OS holds costs no system
+    // call — on a virtual machine, a pread per page was most of a point
+    // read's time.
     let pragmas = format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; \
-         PRAGMA temp_store=MEMORY;"
+         PRAGMA temp_store=MEMORY; PRAGMA cache_size=-{CACHE_KIB}; PRAGMA mmap_size={MMAP_BYTES};"
     );
     conn.execute_batch(&pragmas)
         .map_err(|e| map_err(e, &pragmas))?;

@@ -20,6 +20,10 @@ pub async fn start(dir: &TempDir, node_id: &str) -> Running {
         node_id: node_id.into(),
         logs: dir.path().join("logs"),
         cores: 4,
+        blocks: Some(tabos_node::BlockStoreSettings::new(
+            dir.path().join("blocks.dev"),
+            256 << 20,
+        )),
         ..NodeSettings::defaults()
     };
     let node = Node::open_with(

@@ -7,7 +7,12 @@
 //! `directory` (one row per file or directory: owner, mode, size, layout,
 //! block size, times), `localized_file` (a file's blocks; a block never
 //! written — a hole — has no row and reads as zeros) and `parallel_file`
-//! (blocks spread over partitions; not used yet: every file is localized).
+//! (a parallel file's blocks, each on the partition its block number
+//! picks). Migration `007_fs_data` adds `fs_extent` (large files' data in
+//! blockio segments) and `fs_reclaim` (storage to give back after a
+//! commit). The procedures here are single transactions on the realm's
+//! partition and serve localized files whole; parallel files and files in
+//! segments take several steps, which [`files::Files`] runs.
 //!
 //! A realm's files, metadata and blocks, are on the realm's partition — the
 //! paper keeps a user's on the user's home partition; a realm's users share
@@ -25,6 +30,8 @@
 //! absolute, no empty, `.` or `..` component, no control character, at most
 //! 1,024 bytes.
 
+pub mod files;
+
 use tabos_store::{params, Row, Tx};
 
 pub use crate::call;
@@ -33,8 +40,12 @@ use crate::{p_key, subtree_range, validate_realm, Error, Result};
 
 /// The user who may do anything.
 pub const ROOT: &str = "root";
-/// Block size of localized files (the paper's 2 KB).
+/// Default block size of localized files (the paper's 2 KB).
 pub const BLOCK_BYTES_LOCAL: i64 = 2_048;
+/// Default block size of parallel files (the paper's 8 KB).
+pub const BLOCK_BYTES_PARALLEL: i64 = 8_192;
+/// Smallest block size a file may have.
+pub const BLOCK_BYTES_MIN: i64 = 512;
 /// Largest block size a file may have.
 pub const BLOCK_BYTES_MAX: i64 = 1 << 20;
 /// Most bytes one read returns or one write takes.
@@ -66,11 +77,45 @@ impl FileType {
     }
 }
 
+/// Where a file's data is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// Block rows on the realm's partition (`localized_file`).
+    Local,
+    /// Block rows spread over partitions by block number (`parallel_file`).
+    Parallel,
+    /// blockio segments, with the extent map in `fs_extent`.
+    Segments,
+}
+
+impl Storage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Storage::Local => "local",
+            Storage::Parallel => "parallel",
+            Storage::Segments => "segments",
+        }
+    }
+
+    pub fn parse(s: &str) -> Result<Storage> {
+        match s {
+            "local" => Ok(Storage::Local),
+            "parallel" => Ok(Storage::Parallel),
+            "segments" => Ok(Storage::Segments),
+            _ => Err(Error::Invalid(format!(
+                "a layout is local, parallel or segments, not {s:?}"
+            ))),
+        }
+    }
+}
+
 /// An entry's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stat {
     pub path: String,
     pub file_type: FileType,
+    /// Where a file's data is ([`Storage::Local`] for a directory).
+    pub storage: Storage,
     pub owner: String,
     pub mode: i64,
     pub size: i64,
@@ -156,6 +201,7 @@ fn root_stat() -> Stat {
     Stat {
         path: "/".into(),
         file_type: FileType::Dir,
+        storage: Storage::Local,
         owner: ROOT.into(),
         mode: 0o777,
         size: 0,
@@ -165,8 +211,8 @@ fn root_stat() -> Stat {
     }
 }
 
-const STAT_COLUMNS: &str =
-    "d_name, content_type, user_name, mode, f_size, block_size, ctime_us, mtime_us";
+const STAT_COLUMNS: &str = "d_name, content_type, user_name, mode, f_size, block_size, \
+     ctime_us, mtime_us, layout, in_segments";
 
 fn stat_from_row(r: &Row) -> Result<Stat> {
     Ok(Stat {
@@ -181,6 +227,11 @@ fn stat_from_row(r: &Row) -> Result<Stat> {
         block_size: r.get(5)?,
         ctime_us: r.get(6)?,
         mtime_us: r.get(7)?,
+        storage: match (r.get::<String>(8)?.as_str(), r.get::<i64>(9)?) {
+            (_, 1) => Storage::Segments,
+            ("parallel", _) => Storage::Parallel,
+            _ => Storage::Local,
+        },
     })
 }
 
@@ -234,27 +285,63 @@ fn writable(path: &str) -> Result<()> {
     Ok(())
 }
 
+/// How a new file keeps its blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// On the realm's partition, in blocks of this size.
+    Local { block_size: i64 },
+    /// Spread over partitions by block number, in blocks of this size; `id`
+    /// keys the blocks (unique: [`files::Files`] makes one).
+    Parallel { block_size: i64, id: String },
+}
+
+impl Layout {
+    fn check(&self) -> Result<()> {
+        let (Layout::Local { block_size: bs } | Layout::Parallel { block_size: bs, .. }) = self;
+        if !(BLOCK_BYTES_MIN..=BLOCK_BYTES_MAX).contains(bs) {
+            return Err(Error::Invalid(format!(
+                "a block size is {BLOCK_BYTES_MIN}..={BLOCK_BYTES_MAX} bytes, not {bs}"
+            )));
+        }
+        if let Layout::Parallel { id, .. } = self {
+            if id.is_empty() || id.len() > 64 {
+                return Err(Error::Invalid(
+                    "a parallel file's id is 1..=64 bytes".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn insert_entry(
     tx: &mut dyn Tx,
     realm: &str,
     path: &str,
     t: FileType,
+    layout: &Layout,
     who: &Caller,
     mode: i64,
     now_us: i64,
 ) -> Result<Stat> {
     writable(path)?;
     check_mode(mode)?;
+    layout.check()?;
     parent_dir(tx, realm, path, who)?;
-    let block = if t == FileType::File {
-        BLOCK_BYTES_LOCAL
-    } else {
-        0
+    let (block, storage, kind, id) = match (t, layout) {
+        (FileType::Dir, _) => (0, Storage::Local, "local", ""),
+        (FileType::File, Layout::Local { block_size }) => {
+            (*block_size, Storage::Local, "local", "")
+        }
+        (FileType::File, Layout::Parallel { block_size, id }) => {
+            (*block_size, Storage::Parallel, "parallel", id.as_str())
+        }
     };
     let n = tx.execute(
         "INSERT INTO directory (p_key, realm, d_name, parent, content_type, user_name, mode, \
-         f_size, layout, block_size, ctime_us, mtime_us) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 'local', $8, $9, $9) \
+         f_size, layout, block_size, ctime_us, mtime_us, f_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $10, $8, $9, $9, $11) \
          ON CONFLICT (p_key, realm, d_name) DO NOTHING",
         params![
             p_key(tx),
@@ -265,7 +352,9 @@ fn insert_entry(
             who.user.as_str(),
             mode,
             block,
-            now_us
+            now_us,
+            kind,
+            id
         ],
     )?;
     if n == 0 {
@@ -275,6 +364,7 @@ fn insert_entry(
     Ok(Stat {
         path: path.into(),
         file_type: t,
+        storage,
         owner: who.user.clone(),
         mode,
         size: 0,
@@ -284,7 +374,8 @@ fn insert_entry(
     })
 }
 
-/// Procedure body: creates an empty file (exclusive).
+/// Procedure body: creates an empty localized file of 2 KB blocks
+/// (exclusive).
 pub fn create_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -293,8 +384,24 @@ pub fn create_tx(
     mode: i64,
     now_us: i64,
 ) -> Result<Stat> {
+    let layout = Layout::Local {
+        block_size: BLOCK_BYTES_LOCAL,
+    };
+    create_with_tx(tx, realm, who, path, mode, &layout, now_us)
+}
+
+/// Procedure body: creates an empty file with `layout` (exclusive).
+pub fn create_with_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    who: &Caller,
+    path: &str,
+    mode: i64,
+    layout: &Layout,
+    now_us: i64,
+) -> Result<Stat> {
     validate_realm(realm)?;
-    insert_entry(tx, realm, path, FileType::File, who, mode, now_us)
+    insert_entry(tx, realm, path, FileType::File, layout, who, mode, now_us)
 }
 
 /// Procedure body: creates a directory (exclusive).
@@ -307,7 +414,10 @@ pub fn mkdir_tx(
     now_us: i64,
 ) -> Result<Stat> {
     validate_realm(realm)?;
-    insert_entry(tx, realm, path, FileType::Dir, who, mode, now_us)
+    let none = Layout::Local {
+        block_size: BLOCK_BYTES_LOCAL,
+    };
+    insert_entry(tx, realm, path, FileType::Dir, &none, who, mode, now_us)
 }
 
 /// Procedure body: an entry's metadata.
@@ -317,33 +427,77 @@ pub fn stat_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
     must(tx, realm, path)
 }
 
-fn delete_blocks_from(tx: &mut dyn Tx, realm: &str, path: &str, first: i64) -> Result<()> {
-    tx.execute(
-        "DELETE FROM localized_file WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4",
-        params![p_key(tx), realm, path, first],
-    )?;
-    Ok(())
+/// A file's id (`''` for a localized file in block rows).
+fn file_id(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<String> {
+    Ok(tx.query_scalar(
+        "SELECT f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+        params![p_key(tx), realm, path],
+    )?)
 }
 
-fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<()> {
+/// Hands a file's parallel blocks or segments to `fs_reclaim` (given back
+/// after the commit by [`files::Files::reclaim`]); how many entries it
+/// queued.
+fn release_data(tx: &mut dyn Tx, realm: &str, st: &Stat, from_offset: i64) -> Result<usize> {
+    let pk = p_key(tx);
+    match st.storage {
+        Storage::Local => {
+            Blocks::local(realm, &st.path).delete_from(tx, 0)?;
+            Ok(0)
+        }
+        Storage::Parallel => {
+            debug_assert_eq!(from_offset, 0, "parallel blocks are cut in place");
+            let id = file_id(tx, realm, &st.path)?;
+            tx.execute(
+                "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
+                 VALUES ($1, $2, 'parallel', $3, '') ON CONFLICT DO NOTHING",
+                params![pk, realm, id],
+            )?;
+            Ok(1)
+        }
+        Storage::Segments => {
+            let id = file_id(tx, realm, &st.path)?;
+            let n = tx.execute(
+                "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
+                 SELECT p_key, realm, 'segment', segment, store_id FROM fs_extent \
+                 WHERE p_key = $1 AND realm = $2 AND f_id = $3 AND file_offset >= $4 \
+                 ON CONFLICT DO NOTHING",
+                params![pk, realm, id.as_str(), from_offset],
+            )?;
+            tx.execute(
+                "DELETE FROM fs_extent WHERE p_key = $1 AND realm = $2 AND f_id = $3 \
+                 AND file_offset >= $4",
+                params![pk, realm, id.as_str(), from_offset],
+            )?;
+            Ok(n as usize)
+        }
+    }
+}
+
+/// Removes an entry; returns how many storage items it queued for reclaim.
+fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<usize> {
+    let queued = if st.file_type == FileType::File {
+        release_data(tx, realm, st, 0)?
+    } else {
+        0
+    };
     tx.execute(
         "DELETE FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
         params![p_key(tx), realm, st.path.as_str()],
     )?;
-    if st.file_type == FileType::File {
-        delete_blocks_from(tx, realm, &st.path, 0)?;
-    }
-    touch(tx, realm, parent_of(&st.path), now_us)
+    touch(tx, realm, parent_of(&st.path), now_us)?;
+    Ok(queued)
 }
 
-/// Procedure body: removes a file (not a directory).
+/// Procedure body: removes a file (not a directory); returns how many
+/// storage items (segments, parallel block sets) wait in `fs_reclaim`.
 pub fn unlink_tx(
     tx: &mut dyn Tx,
     realm: &str,
     who: &Caller,
     path: &str,
     now_us: i64,
-) -> Result<()> {
+) -> Result<usize> {
     validate_realm(realm)?;
     writable(path)?;
     let st = must(tx, realm, path)?;
@@ -375,12 +529,13 @@ pub fn rmdir_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, path: &str, now_us: 
     if has_children(tx, realm, path)? {
         return Err(Error::Precondition(format!("{path}: directory not empty")));
     }
-    delete_entry(tx, realm, &st, now_us)
+    delete_entry(tx, realm, &st, now_us).map(|_| ())
 }
 
 /// Procedure body: renames `from` to `to` atomically, with everything under
 /// it. An existing file at `to` is replaced by a file; an existing empty
-/// directory by a directory.
+/// directory by a directory. Returns how many storage items of a replaced
+/// file wait in `fs_reclaim`.
 pub fn rename_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -388,13 +543,13 @@ pub fn rename_tx(
     from: &str,
     to: &str,
     now_us: i64,
-) -> Result<()> {
+) -> Result<usize> {
     validate_realm(realm)?;
     writable(from)?;
     writable(to)?;
     let st = must(tx, realm, from)?;
     if from == to {
-        return Ok(());
+        return Ok(0);
     }
     if crate::names::is_within(to, from) {
         return Err(Error::Invalid(format!(
@@ -403,6 +558,7 @@ pub fn rename_tx(
     }
     parent_dir(tx, realm, from, who)?;
     parent_dir(tx, realm, to, who)?;
+    let mut queued = 0;
     if let Some(old) = lookup(tx, realm, to)? {
         match (st.file_type, old.file_type) {
             (FileType::File, FileType::File) => {}
@@ -417,7 +573,7 @@ pub fn rename_tx(
                 return Err(Error::Invalid(format!("{to} is not a directory")))
             }
         }
-        delete_entry(tx, realm, &old, now_us)?;
+        queued = delete_entry(tx, realm, &old, now_us)?;
     }
     let pk = p_key(tx);
     let (lo, hi) = subtree_range(from);
@@ -438,7 +594,8 @@ pub fn rename_tx(
         params![pk, realm, from, to, parent_of(to), now_us],
     )?;
     touch(tx, realm, parent_of(from), now_us)?;
-    touch(tx, realm, parent_of(to), now_us)
+    touch(tx, realm, parent_of(to), now_us)?;
+    Ok(queued)
 }
 
 /// Procedure body: a directory's entries by name (at most [`READDIR_MAX`];
@@ -457,8 +614,8 @@ pub fn readdir_tx(
     }
     allowed(&d, who, Need::Read)?;
     const LIST: &str = "SELECT d_name, content_type, user_name, mode, f_size, block_size, \
-         ctime_us, mtime_us FROM directory WHERE p_key = $1 AND realm = $2 AND parent = $3 \
-         ORDER BY d_name LIMIT 10001";
+         ctime_us, mtime_us, layout, in_segments FROM directory \
+         WHERE p_key = $1 AND realm = $2 AND parent = $3 ORDER BY d_name LIMIT 10001";
     debug_assert!(LIST.ends_with(&format!("LIMIT {}", READDIR_MAX + 1)));
     let rows = tx.query(LIST, params![p_key(tx), realm, dir])?;
     let mut out = rows.iter().map(stat_from_row).collect::<Result<Vec<_>>>()?;
@@ -475,30 +632,239 @@ fn a_file(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
     Ok(st)
 }
 
-/// A stored block of a localized file (`None`: a hole).
-fn block_at(tx: &mut dyn Tx, realm: &str, path: &str, no: i64) -> Result<Option<Vec<u8>>> {
-    tx.query_opt(
-        "SELECT bytes FROM localized_file WHERE p_key = $1 AND realm = $2 \
-         AND f_name = $3 AND block_no = $4",
-        params![p_key(tx), realm, path, no],
-    )?
-    .map(|r| r.get(0))
-    .transpose()
-    .map_err(Error::from)
+/// Refuses a file whose data is not in `localized_file`: the single-
+/// transaction read, write and truncate serve only those.
+fn must_be_local(st: &Stat) -> Result<()> {
+    if st.storage != Storage::Local {
+        return Err(Error::Invalid(format!(
+            "{} keeps its data {}: read and write it through fs::files::Files",
+            st.path,
+            match st.storage {
+                Storage::Parallel => "on every partition",
+                _ => "in block segments",
+            }
+        )));
+    }
+    Ok(())
 }
 
-/// Records a file's new size and modification time.
+/// The block rows of one file: `localized_file` keyed by path, or
+/// `parallel_file` keyed by the file's id (on whichever partition the
+/// transaction is on).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Blocks<'a> {
+    pub table: &'static str,
+    pub realm: &'a str,
+    pub key: &'a str,
+}
+
+impl<'a> Blocks<'a> {
+    pub(crate) fn local(realm: &'a str, path: &'a str) -> Blocks<'a> {
+        Blocks {
+            table: "localized_file",
+            realm,
+            key: path,
+        }
+    }
+
+    pub(crate) fn parallel(realm: &'a str, id: &'a str) -> Blocks<'a> {
+        Blocks {
+            table: "parallel_file",
+            realm,
+            key: id,
+        }
+    }
+
+    /// A stored block (`None`: a hole).
+    fn at(&self, tx: &mut dyn Tx, no: i64) -> Result<Option<Vec<u8>>> {
+        tx.query_opt(
+            &format!(
+                "SELECT bytes FROM {} WHERE p_key = $1 AND realm = $2 \
+                 AND f_name = $3 AND block_no = $4",
+                self.table
+            ),
+            params![p_key(tx), self.realm, self.key, no],
+        )?
+        .map(|r| r.get(0))
+        .transpose()
+        .map_err(Error::from)
+    }
+
+    /// Stored blocks numbered `first..=last`, in order.
+    pub(crate) fn range(
+        &self,
+        tx: &mut dyn Tx,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<(i64, Vec<u8>)>> {
+        let rows = tx.query(
+            &format!(
+                "SELECT block_no, bytes FROM {} WHERE p_key = $1 AND realm = $2 \
+                 AND f_name = $3 AND block_no >= $4 AND block_no <= $5 ORDER BY block_no",
+                self.table
+            ),
+            params![p_key(tx), self.realm, self.key, first, last],
+        )?;
+        rows.iter().map(|r| Ok((r.get(0)?, r.get(1)?))).collect()
+    }
+
+    fn delete_from(&self, tx: &mut dyn Tx, first: i64) -> Result<()> {
+        tx.execute(
+            &format!(
+                "DELETE FROM {} WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4",
+                self.table
+            ),
+            params![p_key(tx), self.realm, self.key, first],
+        )?;
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` into the blocks `mine` accepts, for a file
+    /// whose committed size is `old_size` and whose new size is at least
+    /// `offset + data.len()`. Bytes a block holds past `old_size` are
+    /// dropped before the merge: they can only be a failed write's (a
+    /// parallel write whose size never committed), never the file's.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn put(
+        &self,
+        tx: &mut dyn Tx,
+        owner: &str,
+        bs: i64,
+        old_size: i64,
+        new_size: i64,
+        offset: i64,
+        data: &[u8],
+        mine: impl Fn(i64) -> bool,
+    ) -> Result<()> {
+        let end = offset + data.len() as i64;
+        debug_assert!(new_size >= end && bs > 0);
+        let pk = p_key(tx);
+        let mut at = offset;
+        while at < end {
+            let no = at / bs;
+            let block_start = no * bs;
+            let within = (at - block_start) as usize;
+            let n = ((bs - (at - block_start)).min(end - at)) as usize;
+            if mine(no) {
+                let src = &data[(at - offset) as usize..(at - offset) as usize + n];
+                // Bytes this block holds after the write: up to the file's end.
+                let keep_to = (new_size - block_start).min(bs) as usize;
+                let block = if within == 0 && n == keep_to {
+                    src.to_vec()
+                } else {
+                    let mut b = if block_start < old_size {
+                        self.at(tx, no)?.unwrap_or_default()
+                    } else {
+                        Vec::new()
+                    };
+                    b.truncate((old_size - block_start).clamp(0, bs) as usize);
+                    b.resize(keep_to.max(within + n), 0);
+                    b[within..within + n].copy_from_slice(src);
+                    b
+                };
+                tx.execute(
+                    &format!(
+                        "INSERT INTO {} (p_key, realm, f_name, block_no, f_owner, bytes) \
+                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, f_name, block_no) \
+                         DO UPDATE SET bytes = excluded.bytes",
+                        self.table
+                    ),
+                    params![pk, self.realm, self.key, no, owner, block],
+                )?;
+            }
+            at += n as i64;
+        }
+        Ok(())
+    }
+
+    /// Drops every byte at or past `size`: whole blocks go, the block
+    /// holding `size` is cut.
+    pub(crate) fn cut(&self, tx: &mut dyn Tx, bs: i64, size: i64) -> Result<()> {
+        self.delete_from(tx, (size + bs - 1) / bs)?;
+        if size % bs != 0 {
+            let no = size / bs;
+            if let Some(mut b) = self.at(tx, no)? {
+                if b.len() as i64 > size - no * bs {
+                    b.truncate((size - no * bs) as usize);
+                    tx.execute(
+                        &format!(
+                            "UPDATE {} SET bytes = $5 WHERE p_key = $1 AND realm = $2 \
+                             AND f_name = $3 AND block_no = $4",
+                            self.table
+                        ),
+                        params![p_key(tx), self.realm, self.key, no, b],
+                    )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Copies the parts of `blocks` (block number, bytes) that fall in
+/// `[offset, offset + out.len())` into `out`; what no block covers stays
+/// zero (a hole).
+pub(crate) fn assemble(out: &mut [u8], offset: i64, bs: i64, blocks: &[(i64, Vec<u8>)]) {
+    let end = offset + out.len() as i64;
+    for (no, bytes) in blocks {
+        let block_start = no * bs;
+        // Overlap of [block_start, block_start + len) with [offset, end).
+        let lo = block_start.max(offset);
+        let hi = (block_start + bytes.len() as i64).min(end);
+        if lo < hi {
+            out[(lo - offset) as usize..(hi - offset) as usize]
+                .copy_from_slice(&bytes[(lo - block_start) as usize..(hi - block_start) as usize]);
+        }
+    }
+}
+
+/// Records a file's new size and modification time (a data change: the
+/// version moves on).
 fn set_size(tx: &mut dyn Tx, realm: &str, path: &str, size: i64, now_us: i64) -> Result<()> {
     tx.execute(
-        "UPDATE directory SET f_size = $4, mtime_us = $5 \
+        "UPDATE directory SET f_size = $4, mtime_us = $5, f_version = f_version + 1 \
          WHERE p_key = $1 AND realm = $2 AND d_name = $3",
         params![p_key(tx), realm, path, size, now_us],
     )?;
     Ok(())
 }
 
-/// Procedure body: up to `len` bytes at `offset` (fewer at the end of the
-/// file, none past it); holes read as zeros.
+fn check_read(offset: i64, len: usize) -> Result<()> {
+    if offset < 0 || len > IO_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "a read is at offset >= 0 and of at most {IO_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// The end of a write, checked.
+fn check_write(path: &str, offset: i64, len: usize) -> Result<i64> {
+    if offset < 0 || len > IO_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "a write is at offset >= 0 and of at most {IO_BYTES_MAX} bytes"
+        )));
+    }
+    let end = offset.saturating_add(len as i64);
+    if end > FILE_BYTES_MAX {
+        return Err(Error::Full(format!(
+            "{path}: a file is at most {FILE_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(end)
+}
+
+fn check_size(size: i64) -> Result<()> {
+    if !(0..=FILE_BYTES_MAX).contains(&size) {
+        return Err(Error::Invalid(format!(
+            "a size is 0..={FILE_BYTES_MAX} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Procedure body: up to `len` bytes at `offset` of a localized file (fewer
+/// at the end of the file, none past it); holes read as zeros.
 pub fn read_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -509,41 +875,28 @@ pub fn read_tx(
 ) -> Result<Vec<u8>> {
     validate_realm(realm)?;
     validate_path(path)?;
-    if offset < 0 || len > IO_BYTES_MAX {
-        return Err(Error::Invalid(format!(
-            "a read is at offset >= 0 and of at most {IO_BYTES_MAX} bytes"
-        )));
-    }
+    check_read(offset, len)?;
     let st = a_file(tx, realm, path)?;
     allowed(&st, who, Need::Read)?;
+    read_local(tx, realm, &st, offset, len)
+}
+
+/// The read of a localized file whose permission was checked.
+fn read_local(tx: &mut dyn Tx, realm: &str, st: &Stat, offset: i64, len: usize) -> Result<Vec<u8>> {
+    must_be_local(st)?;
     let end = st.size.min(offset.saturating_add(len as i64));
     if end <= offset {
         return Ok(Vec::new());
     }
     let bs = st.block_size;
-    let (first, last) = (offset / bs, (end - 1) / bs);
-    let rows = tx.query(
-        "SELECT block_no, bytes FROM localized_file WHERE p_key = $1 AND realm = $2 \
-         AND f_name = $3 AND block_no >= $4 AND block_no <= $5 ORDER BY block_no",
-        params![p_key(tx), realm, path, first, last],
-    )?;
+    let blocks = Blocks::local(realm, &st.path).range(tx, offset / bs, (end - 1) / bs)?;
     let mut out = vec![0u8; (end - offset) as usize];
-    for r in rows.iter() {
-        let (no, bytes): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
-        let block_start = no * bs;
-        // Overlap of [block_start, block_start + len) with [offset, end).
-        let lo = block_start.max(offset);
-        let hi = (block_start + bytes.len() as i64).min(end);
-        if lo < hi {
-            out[(lo - offset) as usize..(hi - offset) as usize]
-                .copy_from_slice(&bytes[(lo - block_start) as usize..(hi - block_start) as usize]);
-        }
-    }
+    assemble(&mut out, offset, bs, &blocks);
     Ok(out)
 }
 
-/// Procedure body: writes `data` at `offset` (past the end: the gap is a
-/// hole); returns the file's new size.
+/// Procedure body: writes `data` at `offset` of a localized file (past the
+/// end: the gap is a hole); returns the file's new size.
 pub fn write_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -555,53 +908,39 @@ pub fn write_tx(
 ) -> Result<i64> {
     validate_realm(realm)?;
     validate_path(path)?;
-    if offset < 0 || data.len() > IO_BYTES_MAX {
-        return Err(Error::Invalid(format!(
-            "a write is at offset >= 0 and of at most {IO_BYTES_MAX} bytes"
-        )));
-    }
-    let end = offset.saturating_add(data.len() as i64);
-    if end > FILE_BYTES_MAX {
-        return Err(Error::Full(format!(
-            "{path}: a file is at most {FILE_BYTES_MAX} bytes"
-        )));
-    }
+    check_write(path, offset, data.len())?;
     let st = a_file(tx, realm, path)?;
     allowed(&st, who, Need::Write)?;
-    let bs = st.block_size;
-    let pk = p_key(tx);
-    let mut at = offset;
-    while at < end {
-        let no = at / bs;
-        let block_start = no * bs;
-        let within = (at - block_start) as usize;
-        let n = ((bs - (at - block_start)).min(end - at)) as usize;
-        let src = &data[(at - offset) as usize..(at - offset) as usize + n];
-        // Bytes this block holds after the write: up to the file's end.
-        let keep_to = (st.size.max(end) - block_start).min(bs) as usize;
-        let block = if within == 0 && n == keep_to {
-            src.to_vec()
-        } else {
-            let mut b = block_at(tx, realm, path, no)?.unwrap_or_default();
-            b.resize(keep_to.max(within + n), 0);
-            b[within..within + n].copy_from_slice(src);
-            b
-        };
-        tx.execute(
-            "INSERT INTO localized_file (p_key, realm, f_name, block_no, f_owner, bytes) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, f_name, block_no) \
-             DO UPDATE SET bytes = excluded.bytes",
-            params![pk, realm, path, no, st.owner.as_str(), block],
-        )?;
-        at += n as i64;
-    }
-    let size = st.size.max(end);
-    set_size(tx, realm, path, size, now_us)?;
+    write_local(tx, realm, &st, offset, data, now_us)
+}
+
+/// The write to a localized file whose permission was checked.
+fn write_local(
+    tx: &mut dyn Tx,
+    realm: &str,
+    st: &Stat,
+    offset: i64,
+    data: &[u8],
+    now_us: i64,
+) -> Result<i64> {
+    must_be_local(st)?;
+    let size = st.size.max(offset + data.len() as i64);
+    Blocks::local(realm, &st.path).put(
+        tx,
+        &st.owner,
+        st.block_size,
+        st.size,
+        size,
+        offset,
+        data,
+        |_| true,
+    )?;
+    set_size(tx, realm, &st.path, size, now_us)?;
     Ok(size)
 }
 
-/// Procedure body: sets a file's size; bytes past a shrink are gone, a
-/// grow adds a hole.
+/// Procedure body: sets a localized file's size; bytes past a shrink are
+/// gone, a grow adds a hole.
 pub fn truncate_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -612,29 +951,12 @@ pub fn truncate_tx(
 ) -> Result<()> {
     validate_realm(realm)?;
     validate_path(path)?;
-    if !(0..=FILE_BYTES_MAX).contains(&size) {
-        return Err(Error::Invalid(format!(
-            "a size is 0..={FILE_BYTES_MAX} bytes"
-        )));
-    }
+    check_size(size)?;
     let st = a_file(tx, realm, path)?;
     allowed(&st, who, Need::Write)?;
-    let bs = st.block_size;
-    let pk = p_key(tx);
+    must_be_local(&st)?;
     if size < st.size {
-        // Whole blocks past the new end go; the last kept block is cut.
-        delete_blocks_from(tx, realm, path, (size + bs - 1) / bs)?;
-        if size % bs != 0 {
-            let no = size / bs;
-            if let Some(mut b) = block_at(tx, realm, path, no)? {
-                b.truncate((size - no * bs) as usize);
-                tx.execute(
-                    "UPDATE localized_file SET bytes = $5 WHERE p_key = $1 AND realm = $2 \
-                     AND f_name = $3 AND block_no = $4",
-                    params![pk, realm, path, no, b],
-                )?;
-            }
-        }
+        Blocks::local(realm, path).cut(tx, st.block_size, size)?;
     }
     set_size(tx, realm, path, size, now_us)
 }

@@ -1,0 +1,1029 @@
+//! File operations that take more than one transaction, run by [`Files`]:
+//!
+//! * **Parallel files** (DBOS Figure 9's `Parallel_File`): block `n` of a
+//!   file lives on partition `(h(id) + n) mod P`. A write checks
+//!   permission and reads the size on the realm's partition (the *plan*),
+//!   writes its blocks on each partition in one transaction apiece, then
+//!   commits the size on the realm's partition last — if the file's
+//!   version is still the plan's. A crash between leaves blocks past the
+//!   committed size, never a size without blocks; a later write that
+//!   extends the file first cuts what lies past the committed size, so such
+//!   leftovers never show.
+//! * **Files in segments**: a localized file that a write would take past
+//!   the threshold ([`FsSettings::segment_threshold`]) moves its data to
+//!   blockio segments; `fs_extent` maps file offsets to segments. A write
+//!   plans, allocates a new extent if the file outgrows its extents (at
+//!   least doubling them; a new segment reads as zeros), writes and syncs
+//!   the data, then commits extents and size if the version is unchanged.
+//!   Overwrites are in place (as on any POSIX filesystem, a write that has
+//!   not returned may be partly visible); bytes between the old end and a
+//!   write past it are zeroed before the commit, so what lies past a
+//!   file's size in its extents never shows.
+//! * **Reclaim**: removing a file (unlink, rename over it, a shrinking
+//!   truncate) queues its segments or parallel blocks in `fs_reclaim` in
+//!   the same transaction; [`Files::reclaim`] gives them back after the
+//!   commit, and [`Files::recover`] at start-up gives back what a crash
+//!   left queued, and any `fs/` segment no extent names (a write that
+//!   crashed before its commit).
+//!
+//! A conflict (another change committed between a plan and its commit)
+//! retries the whole operation, at most [`ATTEMPTS`] times.
+
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tabos_blockio::{CachePolicy, Device};
+use tabos_store::{params, PKey, Store, Tx};
+
+use super::{
+    a_file, allowed, assemble, check_read, check_size, check_write, insert_entry, lookup, p_key,
+    read_local, release_data, set_size, write_local, Blocks, Caller, FileType, Layout, Need, Stat,
+    Storage, MODE_FILE_DEFAULT,
+};
+use crate::names::{check_fence_if_tx, validate_path, Fence};
+use crate::{partition, validate_realm, Error, Result};
+
+/// Owner of every segment that holds file data (tenants never hold these
+/// capabilities; the fs checks their permissions itself).
+pub const SEGMENT_OWNER: &str = "tabos-fs";
+/// Prefix of those segments' names.
+pub const SEGMENT_PREFIX: &str = "fs/";
+/// Largest segment threshold: a conversion reads the whole file in one
+/// transaction.
+pub const SEGMENT_THRESHOLD_MAX: i64 = 64 << 20;
+/// Smallest extent a file in segments grows by.
+pub const EXTENT_BYTES_MIN: i64 = 1 << 20;
+/// Tries of an operation that meets conflicting changes.
+pub const ATTEMPTS: usize = 8;
+/// Reads of at most this many bytes go through the block cache; larger
+/// ones (streaming) around it.
+pub const CACHED_READ_BYTES_MAX: usize = 256 << 10;
+/// Reclaim entries handled per transaction.
+const RECLAIM_BATCH: usize = 64;
+
+/// The fs's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsSettings {
+    /// Block size of new localized files (the paper: 2 KB).
+    pub local_block: i64,
+    /// Block size of new parallel files (the paper: 8 KB).
+    pub parallel_block: i64,
+    /// A localized file a write takes past this many bytes moves to
+    /// segments (when there is a block store).
+    pub segment_threshold: i64,
+}
+
+impl Default for FsSettings {
+    fn default() -> Self {
+        FsSettings {
+            local_block: super::BLOCK_BYTES_LOCAL,
+            parallel_block: super::BLOCK_BYTES_PARALLEL,
+            segment_threshold: 1 << 20,
+        }
+    }
+}
+
+impl FsSettings {
+    pub fn check(&self) -> Result<()> {
+        for bs in [self.local_block, self.parallel_block] {
+            Layout::Local { block_size: bs }.check()?;
+        }
+        if !(0..=SEGMENT_THRESHOLD_MAX).contains(&self.segment_threshold) {
+            return Err(Error::Invalid(format!(
+                "the segment threshold is 0..={SEGMENT_THRESHOLD_MAX} bytes"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One extent of a file in segments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extent {
+    pub no: i64,
+    pub offset: i64,
+    pub bytes: i64,
+    pub store_id: String,
+    pub segment: String,
+}
+
+fn blocks_err(e: tabos_blockio::Error) -> Error {
+    match e {
+        tabos_blockio::Error::NoSpace(m) => Error::Full(format!("block store full: {m}")),
+        e => Error::Blocks(e.to_string()),
+    }
+}
+
+/// The fs: the store, the block store (if any) and the settings.
+#[derive(Clone)]
+pub struct Files {
+    store: Store,
+    device: Option<Device>,
+    settings: Arc<FsSettings>,
+    /// Per-process random seed of new file ids.
+    seed: u64,
+}
+
+impl std::fmt::Debug for Files {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Files")
+            .field("device", &self.device)
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+static IDS: AtomicU64 = AtomicU64::new(0);
+
+/// What a file's data is, read in a plan.
+#[derive(Debug, Clone)]
+struct Plan {
+    st: Stat,
+    version: i64,
+    id: String,
+    extents: Vec<Extent>,
+}
+
+enum WriteStep {
+    Done(i64),
+    Plan(Plan, Option<Vec<u8>>),
+}
+
+fn plan(tx: &mut dyn Tx, realm: &str, st: Stat) -> Result<Plan> {
+    let r = tx.query_one(
+        "SELECT f_version, f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+        params![p_key(tx), realm, st.path.as_str()],
+    )?;
+    let (version, id): (i64, String) = (r.get(0)?, r.get(1)?);
+    let extents = if st.storage == Storage::Segments {
+        let rows = tx.query(
+            "SELECT ext_no, file_offset, bytes, store_id, segment FROM fs_extent \
+             WHERE p_key = $1 AND realm = $2 AND f_id = $3 ORDER BY ext_no",
+            params![p_key(tx), realm, id.as_str()],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(Extent {
+                    no: r.get(0)?,
+                    offset: r.get(1)?,
+                    bytes: r.get(2)?,
+                    store_id: r.get(3)?,
+                    segment: r.get(4)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(Plan {
+        st,
+        version,
+        id,
+        extents,
+    })
+}
+
+/// Refuses a commit whose plan is out of date (retried by the caller).
+fn still(tx: &mut dyn Tx, realm: &str, p: &Plan) -> Result<()> {
+    let r = tx.query_opt(
+        "SELECT f_version, f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+        params![p_key(tx), realm, p.st.path.as_str()],
+    )?;
+    match r {
+        Some(r) if r.get::<i64>(0)? == p.version && r.get::<String>(1)? == p.id => Ok(()),
+        Some(_) => Err(conflict(&p.st.path)),
+        None => Err(Error::NotFound(format!(
+            "{}: removed during the operation",
+            p.st.path
+        ))),
+    }
+}
+
+const CONFLICT: &str = "changed by another writer during the operation";
+
+fn conflict(path: &str) -> Error {
+    Error::Precondition(format!("{path}: {CONFLICT}"))
+}
+
+fn is_conflict(e: &Error) -> bool {
+    matches!(e, Error::Precondition(m) if m.ends_with(CONFLICT))
+}
+
+/// The partition of block `no` of parallel file `id`.
+fn block_partition(id: &str, no: i64, partitions: u32) -> u32 {
+    let base = crate::realm_partition(id, partitions).0 as i64;
+    ((base + no) % i64::from(partitions)) as u32
+}
+
+/// The pieces of `[offset, offset + len)` in `extents`: (extent index,
+/// offset in the extent's segment, offset in the buffer, length).
+fn pieces(extents: &[Extent], offset: i64, len: i64) -> Vec<(usize, u64, usize, usize)> {
+    let end = offset + len;
+    extents
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let (lo, hi) = (offset.max(e.offset), end.min(e.offset + e.bytes));
+            (lo < hi).then(|| {
+                (
+                    i,
+                    (lo - e.offset) as u64,
+                    (lo - offset) as usize,
+                    (hi - lo) as usize,
+                )
+            })
+        })
+        .collect()
+}
+
+impl Files {
+    /// The fs over `store`, keeping large files in `device` when given.
+    pub fn new(store: Store, device: Option<Device>, settings: FsSettings) -> Result<Files> {
+        settings.check()?;
+        Ok(Files {
+            store,
+            device,
+            settings: Arc::new(settings),
+            seed: std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish(),
+        })
+    }
+
+    pub fn settings(&self) -> &FsSettings {
+        &self.settings
+    }
+
+    pub fn device(&self) -> Option<&Device> {
+        self.device.as_ref()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn store_id(&self) -> String {
+        self.device
+            .as_ref()
+            .map_or_else(String::new, |d| format!("{:016x}", d.id()))
+    }
+
+    /// A new file id: unique across processes (random seed), restarts
+    /// (time) and calls (counter).
+    fn new_id(&self) -> String {
+        format!(
+            "{:08x}{:x}{:x}",
+            self.seed as u32,
+            tabos_store::now_us(),
+            IDS.fetch_add(1, Ordering::Relaxed)
+        )
+    }
+
+    fn threshold(&self) -> Option<i64> {
+        self.device
+            .as_ref()
+            .map(|_| self.settings.segment_threshold)
+    }
+
+    /// Creates an empty file (exclusive), localized or parallel.
+    pub async fn create(
+        &self,
+        realm: &str,
+        who: &Caller,
+        path: &str,
+        mode: i64,
+        parallel: bool,
+        fence: Option<Fence>,
+    ) -> Result<Stat> {
+        let layout = if parallel {
+            Layout::Parallel {
+                block_size: self.settings.parallel_block,
+                id: self.new_id(),
+            }
+        } else {
+            Layout::Local {
+                block_size: self.settings.local_block,
+            }
+        };
+        let (r, who, path) = (realm.to_string(), who.clone(), path.to_string());
+        crate::call(&self.store, realm, move |tx| {
+            let now = tabos_store::now_us();
+            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            insert_entry(tx, &r, &path, FileType::File, &layout, &who, mode, now)
+        })
+        .await
+    }
+
+    /// Up to `len` bytes at `offset` (fewer at the end, none past it).
+    pub async fn read(
+        &self,
+        realm: &str,
+        who: &Caller,
+        path: &str,
+        offset: i64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        validate_realm(realm)?;
+        validate_path(path)?;
+        check_read(offset, len)?;
+        for _ in 0..ATTEMPTS {
+            let (r, who2, p) = (realm.to_string(), who.clone(), path.to_string());
+            let step = crate::call(&self.store, realm, move |tx| {
+                let st = a_file(tx, &r, &p)?;
+                allowed(&st, &who2, Need::Read)?;
+                if st.storage == Storage::Local {
+                    return Ok(Err(read_local(tx, &r, &st, offset, len)?));
+                }
+                Ok(Ok(plan(tx, &r, st)?))
+            })
+            .await?;
+            let p = match step {
+                Err(data) => return Ok(data),
+                Ok(p) => p,
+            };
+            let end = p.st.size.min(offset.saturating_add(len as i64));
+            if end <= offset {
+                return Ok(Vec::new());
+            }
+            let got = match p.st.storage {
+                Storage::Parallel => self.read_parallel(realm, &p, offset, end).await,
+                _ => self.read_segments(&p, offset, end).await,
+            };
+            match got {
+                // A segment deleted under the read: the file changed; the
+                // next plan sees how.
+                Err(Error::Blocks(m)) if m.contains("no segment named") => continue,
+                r => return r,
+            }
+        }
+        Err(conflict(path))
+    }
+
+    async fn read_parallel(&self, realm: &str, p: &Plan, offset: i64, end: i64) -> Result<Vec<u8>> {
+        let bs = p.st.block_size;
+        let (first, last) = (offset / bs, (end - 1) / bs);
+        let parts = self.store.partitions();
+        let mut pending = Vec::new();
+        for part in 0..parts.min((last - first + 1) as u32) {
+            let on = block_partition(&p.id, first + i64::from(part), parts);
+            let (r, id) = (realm.to_string(), p.id.clone());
+            pending.push(self.store.submit(PKey(on), move |tx| {
+                Blocks::parallel(&r, &id).range(tx, first, last)
+            }));
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        for pend in pending {
+            let blocks: Vec<(i64, Vec<u8>)> = pend.await?;
+            assemble(&mut out, offset, bs, &blocks);
+        }
+        Ok(out)
+    }
+
+    fn device_for(&self, p: &Plan) -> Result<Device> {
+        let dev = self.device.clone().ok_or_else(|| {
+            Error::Blocks(format!(
+                "{} keeps its data in block segments, and this node has no block store",
+                p.st.path
+            ))
+        })?;
+        let mine = self.store_id();
+        if let Some(e) = p.extents.iter().find(|e| e.store_id != mine) {
+            return Err(Error::Blocks(format!(
+                "{}'s data is on block store {}, not this node's ({mine})",
+                p.st.path, e.store_id
+            )));
+        }
+        Ok(dev)
+    }
+
+    async fn read_segments(&self, p: &Plan, offset: i64, end: i64) -> Result<Vec<u8>> {
+        let dev = self.device_for(p)?;
+        let extents = p.extents.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut out = vec![0u8; (end - offset) as usize];
+            let policy = if out.len() <= CACHED_READ_BYTES_MAX {
+                CachePolicy::Cached
+            } else {
+                CachePolicy::Uncached
+            };
+            dev.with_queue(|q| {
+                for (i, at, buf_at, n) in pieces(&extents, offset, end - offset) {
+                    let seg = dev.open_segment(&extents[i].segment, SEGMENT_OWNER)?;
+                    let got = q.read_bytes(&seg.capability(), at, n, policy)?;
+                    out[buf_at..buf_at + n].copy_from_slice(&got);
+                }
+                Ok(out)
+            })
+            .map_err(blocks_err)
+        })
+        .await
+        .map_err(|e| Error::Blocks(format!("read task failed: {e}")))?
+    }
+
+    /// Writes `data` at `offset` (creating the file first when `create` and
+    /// it is missing); returns the file's new size.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write(
+        &self,
+        realm: &str,
+        who: &Caller,
+        path: &str,
+        offset: i64,
+        data: Vec<u8>,
+        create: bool,
+        fence: Option<Fence>,
+    ) -> Result<i64> {
+        validate_realm(realm)?;
+        validate_path(path)?;
+        let end = check_write(path, offset, data.len())?;
+        let data = Arc::new(data);
+        let threshold = self.threshold();
+        let local_block = self.settings.local_block;
+        for attempt in 0..ATTEMPTS {
+            let (r, who2, p, d, f) = (
+                realm.to_string(),
+                who.clone(),
+                path.to_string(),
+                data.clone(),
+                fence.clone(),
+            );
+            let step = crate::call(&self.store, realm, move |tx| {
+                let now = tabos_store::now_us();
+                check_fence_if_tx(tx, &r, f.as_ref(), now)?;
+                let st = match lookup(tx, &r, &p)? {
+                    None if create => {
+                        let layout = Layout::Local {
+                            block_size: local_block,
+                        };
+                        let mode = MODE_FILE_DEFAULT;
+                        insert_entry(tx, &r, &p, FileType::File, &layout, &who2, mode, now)?
+                    }
+                    _ => a_file(tx, &r, &p)?,
+                };
+                allowed(&st, &who2, Need::Write)?;
+                match st.storage {
+                    Storage::Local if threshold.is_none_or(|t| st.size.max(end) <= t) => {
+                        Ok(WriteStep::Done(write_local(tx, &r, &st, offset, &d, now)?))
+                    }
+                    Storage::Local => {
+                        let old = read_local(tx, &r, &st, 0, st.size as usize)?;
+                        Ok(WriteStep::Plan(plan(tx, &r, st)?, Some(old)))
+                    }
+                    _ => Ok(WriteStep::Plan(plan(tx, &r, st)?, None)),
+                }
+            })
+            .await?;
+            let r = match step {
+                WriteStep::Done(size) => return Ok(size),
+                WriteStep::Plan(p, old) if p.st.storage == Storage::Parallel => {
+                    debug_assert!(old.is_none());
+                    self.write_parallel(realm, p, offset, data.clone(), fence.clone())
+                        .await
+                }
+                WriteStep::Plan(p, old) => {
+                    self.write_segments(realm, p, old, offset, data.clone(), fence.clone())
+                        .await
+                }
+            };
+            match r {
+                Err(e) if is_conflict(&e) => {
+                    // Let the writer we met finish before the next plan.
+                    tokio::time::sleep(std::time::Duration::from_millis(1 << attempt.min(6))).await;
+                }
+                r => return r,
+            }
+        }
+        Err(conflict(path))
+    }
+
+    async fn write_parallel(
+        &self,
+        realm: &str,
+        p: Plan,
+        offset: i64,
+        data: Arc<Vec<u8>>,
+        fence: Option<Fence>,
+    ) -> Result<i64> {
+        let bs = p.st.block_size;
+        let end = offset + data.len() as i64;
+        let (old, new) = (p.st.size, p.st.size.max(end));
+        let parts = self.store.partitions();
+        let mut pending = Vec::new();
+        for part in 0..parts {
+            let (r, id, owner, d) = (
+                realm.to_string(),
+                p.id.clone(),
+                p.st.owner.clone(),
+                data.clone(),
+            );
+            pending.push(self.store.submit(PKey(part), move |tx| {
+                let b = Blocks::parallel(&r, &id);
+                if end > old {
+                    // Leftovers of a write that never committed its size.
+                    b.cut(tx, bs, old)?;
+                }
+                b.put(tx, &owner, bs, old, new, offset, &d, |no| {
+                    block_partition(&id, no, parts) == part
+                })
+            }));
+        }
+        for pend in pending {
+            pend.await?;
+        }
+        let r = realm.to_string();
+        crate::call(&self.store, realm, move |tx| {
+            let now = tabos_store::now_us();
+            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            still(tx, &r, &p)?;
+            set_size(tx, &r, &p.st.path, new, now)?;
+            Ok(new)
+        })
+        .await
+    }
+
+    /// Makes the extents cover `need` bytes: a new zeroed segment when they
+    /// do not (at least doubling them). Returns it, not yet committed.
+    fn grow(&self, dev: &Device, p: &Plan, id: &str, need: i64) -> Result<Option<Extent>> {
+        let capacity: i64 = p.extents.iter().map(|e| e.bytes).sum();
+        if need <= capacity {
+            return Ok(None);
+        }
+        let bs = i64::from(dev.block_size());
+        let no = p.extents.last().map_or(0, |e| e.no + 1);
+        let segment = format!("{SEGMENT_PREFIX}{id}.{no}");
+        let want = (need - capacity).max(capacity).max(EXTENT_BYTES_MIN);
+        let blocks = (want + bs - 1) / bs;
+        let exact = (need - capacity + bs - 1) / bs;
+        let made = match dev.create_segment(&segment, SEGMENT_OWNER, blocks as u64) {
+            Err(tabos_blockio::Error::NoSpace(_)) if exact < blocks => {
+                dev.create_segment(&segment, SEGMENT_OWNER, exact as u64)
+            }
+            r => r,
+        };
+        let info = match made {
+            Ok(i) => i,
+            // Another writer is growing the same file.
+            Err(tabos_blockio::Error::AlreadyExists(_)) => return Err(conflict(&p.st.path)),
+            Err(e) => return Err(blocks_err(e)),
+        };
+        Ok(Some(Extent {
+            no,
+            offset: capacity,
+            bytes: info.blocks as i64 * bs,
+            store_id: self.store_id(),
+            segment,
+        }))
+    }
+
+    /// Writes `writes` (file offset, bytes) into the extents and syncs.
+    fn put_segments(dev: &Device, extents: &[Extent], writes: &[(i64, &[u8])]) -> Result<()> {
+        dev.with_queue(|q| {
+            for (offset, bytes) in writes {
+                for (i, at, buf_at, n) in pieces(extents, *offset, bytes.len() as i64) {
+                    let seg = dev.open_segment(&extents[i].segment, SEGMENT_OWNER)?;
+                    q.write_bytes(
+                        &seg.capability(),
+                        at,
+                        &bytes[buf_at..buf_at + n],
+                        CachePolicy::Uncached,
+                    )?;
+                }
+            }
+            q.sync_now()
+        })
+        .map_err(blocks_err)
+    }
+
+    /// Sets the file to `size` after `writes`, in segments: grows the
+    /// extents if needed, zeroes what lies between the old size and the
+    /// first write past it, writes, syncs, commits (extents, conversion,
+    /// size) if the plan still holds.
+    async fn commit_segments(
+        &self,
+        realm: &str,
+        p: Plan,
+        old: Option<Vec<u8>>,
+        writes: Vec<(i64, Vec<u8>)>,
+        size: i64,
+        fence: Option<Fence>,
+    ) -> Result<i64> {
+        let dev = self.device_for(&p)?;
+        let id = if old.is_some() {
+            self.new_id()
+        } else {
+            p.id.clone()
+        };
+        let (this, dev2, id2) = (self.clone(), dev.clone(), id.clone());
+        let p2 = p.clone();
+        let added = tokio::task::spawn_blocking(move || -> Result<Option<Extent>> {
+            let added = this.grow(&dev2, &p2, &id2, size)?;
+            let mut extents = p2.extents.clone();
+            extents.extend(added.clone());
+            let capacity: i64 = extents.iter().map(|e| e.bytes).sum();
+            let mut all: Vec<(i64, &[u8])> = Vec::new();
+            if let Some(old) = &old {
+                all.push((0, old));
+            }
+            // Zeros from the old end to where the data starts, within what
+            // existing extents hold (a new extent is zeroed already).
+            let first = writes.iter().map(|w| w.0).min().unwrap_or(size).min(size);
+            let old_capacity: i64 = p2.extents.iter().map(|e| e.bytes).sum();
+            let zero_to = first.min(old_capacity);
+            let zeros = vec![0u8; (zero_to - p2.st.size).max(0) as usize];
+            if !zeros.is_empty() {
+                all.push((p2.st.size, &zeros));
+            }
+            for (o, b) in &writes {
+                all.push((*o, b));
+            }
+            debug_assert!(all.iter().all(|(o, b)| o + b.len() as i64 <= capacity));
+            let r = Files::put_segments(&dev2, &extents, &all);
+            if r.is_err() {
+                if let Some(e) = &added {
+                    let _ = dev2.delete_segment(&e.segment, SEGMENT_OWNER);
+                }
+            }
+            r.map(|()| added)
+        })
+        .await
+        .map_err(|e| Error::Blocks(format!("write task failed: {e}")))??;
+        let (r, added2, converting) = (
+            realm.to_string(),
+            added.clone(),
+            p.st.storage != Storage::Segments,
+        );
+        let committed = crate::call(&self.store, realm, move |tx| {
+            let now = tabos_store::now_us();
+            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            still(tx, &r, &p)?;
+            let pk = p_key(tx);
+            if converting {
+                Blocks::local(&r, &p.st.path).cut(tx, p.st.block_size, 0)?;
+                tx.execute(
+                    "UPDATE directory SET f_id = $4, in_segments = 1 \
+                     WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+                    params![pk, r.as_str(), p.st.path.as_str(), id.as_str()],
+                )?;
+            }
+            if let Some(e) = &added2 {
+                tx.execute(
+                    "INSERT INTO fs_extent (p_key, realm, f_id, ext_no, file_offset, bytes, \
+                     store_id, segment) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                    params![
+                        pk,
+                        r.as_str(),
+                        id.as_str(),
+                        e.no,
+                        e.offset,
+                        e.bytes,
+                        e.store_id.as_str(),
+                        e.segment.as_str()
+                    ],
+                )?;
+            }
+            set_size(tx, &r, &p.st.path, size, now)?;
+            Ok(size)
+        })
+        .await;
+        if committed.is_err() {
+            if let Some(e) = &added {
+                let _ = dev.delete_segment(&e.segment, SEGMENT_OWNER);
+            }
+        }
+        committed
+    }
+
+    async fn write_segments(
+        &self,
+        realm: &str,
+        p: Plan,
+        old: Option<Vec<u8>>,
+        offset: i64,
+        data: Arc<Vec<u8>>,
+        fence: Option<Fence>,
+    ) -> Result<i64> {
+        let size = p.st.size.max(offset + data.len() as i64);
+        let writes = vec![(offset, data.to_vec())];
+        self.commit_segments(realm, p, old, writes, size, fence)
+            .await
+    }
+
+    /// Sets a file's size; bytes past a shrink are gone, a grow reads as
+    /// zeros.
+    pub async fn truncate(
+        &self,
+        realm: &str,
+        who: &Caller,
+        path: &str,
+        size: i64,
+        fence: Option<Fence>,
+    ) -> Result<()> {
+        validate_realm(realm)?;
+        validate_path(path)?;
+        check_size(size)?;
+        let threshold = self.threshold();
+        for attempt in 0..ATTEMPTS {
+            let (r, who2, p, f) = (
+                realm.to_string(),
+                who.clone(),
+                path.to_string(),
+                fence.clone(),
+            );
+            let step = crate::call(&self.store, realm, move |tx| {
+                let now = tabos_store::now_us();
+                check_fence_if_tx(tx, &r, f.as_ref(), now)?;
+                let st = a_file(tx, &r, &p)?;
+                allowed(&st, &who2, Need::Write)?;
+                match st.storage {
+                    Storage::Local if threshold.is_none_or(|t| size <= t) => {
+                        if size < st.size {
+                            Blocks::local(&r, &p).cut(tx, st.block_size, size)?;
+                        }
+                        set_size(tx, &r, &p, size, now)?;
+                        Ok(Err(false))
+                    }
+                    Storage::Local => {
+                        let old = read_local(tx, &r, &st, 0, st.size as usize)?;
+                        Ok(Ok((plan(tx, &r, st)?, Some(old))))
+                    }
+                    // A shrink of a file in segments is one transaction:
+                    // whole extents past the end are let go.
+                    Storage::Segments if size <= st.size => {
+                        let p = plan(tx, &r, st)?;
+                        let from = p
+                            .extents
+                            .iter()
+                            .find(|e| e.offset >= size)
+                            .map(|e| e.offset);
+                        let queued = match from {
+                            Some(from) => release_data(tx, &r, &p.st, from)?,
+                            None => 0,
+                        };
+                        set_size(tx, &r, &p.st.path, size, now)?;
+                        Ok(Err(queued > 0))
+                    }
+                    _ => Ok(Ok((plan(tx, &r, st)?, None))),
+                }
+            })
+            .await?;
+            // Err: done in the one transaction (and whether it let go of
+            // storage); Ok: a plan to carry out.
+            let r = match step {
+                Err(false) => return Ok(()),
+                Err(true) => return self.reclaim(realm).await,
+                Ok((p, old)) if p.st.storage == Storage::Parallel => {
+                    debug_assert!(old.is_none());
+                    self.truncate_parallel(realm, p, size, fence.clone()).await
+                }
+                Ok((p, old)) => self
+                    .commit_segments(realm, p, old, Vec::new(), size, fence.clone())
+                    .await
+                    .map(|_| ()),
+            };
+            match r {
+                Err(e) if is_conflict(&e) => {
+                    tokio::time::sleep(std::time::Duration::from_millis(1 << attempt.min(6))).await;
+                }
+                r => return r,
+            }
+        }
+        Err(conflict(path))
+    }
+
+    async fn truncate_parallel(
+        &self,
+        realm: &str,
+        p: Plan,
+        size: i64,
+        fence: Option<Fence>,
+    ) -> Result<()> {
+        let (bs, cut_at) = (p.st.block_size, p.st.size.min(size));
+        let mut pending = Vec::new();
+        for part in 0..self.store.partitions() {
+            let (r, id) = (realm.to_string(), p.id.clone());
+            pending.push(self.store.submit(PKey(part), move |tx| {
+                Blocks::parallel(&r, &id).cut(tx, bs, cut_at)
+            }));
+        }
+        for pend in pending {
+            pend.await?;
+        }
+        let r = realm.to_string();
+        crate::call(&self.store, realm, move |tx| {
+            let now = tabos_store::now_us();
+            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            still(tx, &r, &p)?;
+            set_size(tx, &r, &p.st.path, size, now)
+        })
+        .await
+    }
+
+    /// Removes a file, then gives back its storage.
+    pub async fn unlink(
+        &self,
+        realm: &str,
+        who: &Caller,
+        path: &str,
+        fence: Option<Fence>,
+    ) -> Result<()> {
+        let (r, who, p) = (realm.to_string(), who.clone(), path.to_string());
+        let queued = crate::call(&self.store, realm, move |tx| {
+            let now = tabos_store::now_us();
+            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            super::unlink_tx(tx, &r, &who, &p, now)
+        })
+        .await?;
+        if queued > 0 {
+            self.reclaim(realm).await?;
+        }
+        Ok(())
+    }
+
+    /// Renames (see [`super::rename_tx`]), then gives back the storage of a
+    /// file it replaced.
+    pub async fn rename(
+        &self,
+        realm: &str,
+        who: &Caller,
+        from: &str,
+        to: &str,
+        fence: Option<Fence>,
+    ) -> Result<()> {
+        let (r, who, f, t) = (
+            realm.to_string(),
+            who.clone(),
+            from.to_string(),
+            to.to_string(),
+        );
+        let queued = crate::call(&self.store, realm, move |tx| {
+            let now = tabos_store::now_us();
+            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            super::rename_tx(tx, &r, &who, &f, &t, now)
+        })
+        .await?;
+        if queued > 0 {
+            self.reclaim(realm).await?;
+        }
+        Ok(())
+    }
+
+    /// Gives back what `fs_reclaim` holds for `realm` on its partition.
+    pub async fn reclaim(&self, realm: &str) -> Result<()> {
+        let pk = partition(&self.store, realm)?;
+        self.reclaim_on(pk, Some(realm.to_string())).await
+    }
+
+    /// Gives back what `fs_reclaim` holds on partition `pk` (for `realm`,
+    /// or every realm): segments of this node's block store, and parallel
+    /// files' blocks on every partition. Segments of another block store
+    /// stay queued for their node.
+    async fn reclaim_on(&self, pk: PKey, realm: Option<String>) -> Result<()> {
+        let mine = self.store_id();
+        loop {
+            let (realm2, mine2) = (realm.clone(), mine.clone());
+            let rows: Vec<(String, String, String, String)> = self
+                .store
+                .submit(pk, move |tx| {
+                    const Q: &str = "SELECT realm, kind, what, store_id FROM fs_reclaim \
+                         WHERE p_key = $1 AND ($2 = '' OR realm = $2) \
+                         AND (kind = 'parallel' OR store_id = $3) \
+                         ORDER BY realm, kind, what LIMIT 64";
+                    debug_assert!(Q.ends_with(&format!("LIMIT {RECLAIM_BATCH}")));
+                    let rows = tx.query(
+                        Q,
+                        params![p_key(tx), realm2.as_deref().unwrap_or(""), mine2.as_str()],
+                    )?;
+                    rows.iter()
+                        .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .await?;
+            if rows.is_empty() {
+                return Ok(());
+            }
+            for (r, kind, what, _) in &rows {
+                if kind == "segment" {
+                    if let Some(dev) = &self.device {
+                        match dev.delete_segment(what, SEGMENT_OWNER) {
+                            Ok(()) | Err(tabos_blockio::Error::NotFound(_)) => {}
+                            Err(e) => return Err(blocks_err(e)),
+                        }
+                    }
+                } else {
+                    let mut pending = Vec::new();
+                    for part in 0..self.store.partitions() {
+                        let (r, id) = (r.clone(), what.clone());
+                        pending.push(self.store.submit(PKey(part), move |tx| {
+                            tx.execute(
+                                "DELETE FROM parallel_file WHERE p_key = $1 AND realm = $2 \
+                                 AND f_name = $3",
+                                params![p_key(tx), r.as_str(), id.as_str()],
+                            )?;
+                            Ok::<_, Error>(())
+                        }));
+                    }
+                    for pend in pending {
+                        pend.await?;
+                    }
+                }
+            }
+            let n = rows.len();
+            self.store
+                .submit(pk, move |tx| {
+                    for (r, kind, what, _) in &rows {
+                        tx.execute(
+                            "DELETE FROM fs_reclaim WHERE p_key = $1 AND realm = $2 \
+                             AND kind = $3 AND what = $4",
+                            params![p_key(tx), r.as_str(), kind.as_str(), what.as_str()],
+                        )?;
+                    }
+                    Ok::<_, Error>(())
+                })
+                .await?;
+            if n < RECLAIM_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    /// At start-up: gives back everything queued for reclaim on every
+    /// partition, then deletes `fs/` segments no extent names (a write that
+    /// crashed between allocating and committing). Run before serving.
+    pub async fn recover(&self) -> Result<usize> {
+        for part in 0..self.store.partitions() {
+            self.reclaim_on(PKey(part), None).await?;
+        }
+        let Some(dev) = &self.device else {
+            return Ok(0);
+        };
+        let mut named = std::collections::HashSet::new();
+        for part in 0..self.store.partitions() {
+            let mine = self.store_id();
+            let segs: Vec<String> = self
+                .store
+                .submit(PKey(part), move |tx| {
+                    let rows = tx.query(
+                        "SELECT segment FROM fs_extent WHERE p_key = $1 AND store_id = $2",
+                        params![p_key(tx), mine.as_str()],
+                    )?;
+                    rows.iter()
+                        .map(|r| r.get(0).map_err(Error::from))
+                        .collect::<Result<Vec<_>>>()
+                })
+                .await?;
+            named.extend(segs);
+        }
+        let mut removed = 0;
+        for s in dev.segments() {
+            if s.owner == SEGMENT_OWNER
+                && s.name.starts_with(SEGMENT_PREFIX)
+                && !named.contains(&s.name)
+            {
+                dev.delete_segment(&s.name, SEGMENT_OWNER)
+                    .map_err(blocks_err)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// The extents of a file in segments (empty for other files).
+    pub async fn extents(&self, realm: &str, path: &str) -> Result<Vec<Extent>> {
+        let (r, p) = (realm.to_string(), path.to_string());
+        crate::call(&self.store, realm, move |tx| {
+            let st = a_file(tx, &r, &p)?;
+            Ok(plan(tx, &r, st)?.extents)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_split_a_range_over_extents() {
+        let ext = |no, offset, bytes| Extent {
+            no,
+            offset,
+            bytes,
+            store_id: String::new(),
+            segment: String::new(),
+        };
+        let e = vec![ext(0, 0, 100), ext(1, 100, 200)];
+        assert_eq!(pieces(&e, 50, 100), vec![(0, 50, 0, 50), (1, 0, 50, 50)]);
+        assert_eq!(pieces(&e, 150, 10), vec![(1, 50, 0, 10)]);
+        assert!(pieces(&e, 300, 10).is_empty());
+    }
+
+    #[test]
+    fn parallel_blocks_spread_over_every_partition() {
+        let mut seen = std::collections::HashSet::new();
+        for no in 0..8 {
+            seen.insert(block_partition("some-id", no, 4));
+        }
+        assert_eq!(seen.len(), 4);
+    }
+}
