@@ -340,8 +340,13 @@ impl Queue {
     /// Submits what is queued, waits for at least `min` completions, and
     /// moves every ready completion to `out`; returns how many it moved.
     pub fn wait(&mut self, min: usize, out: &mut Vec<Completion>) -> Result<usize> {
-        self.submit()?;
-        self.reap_blocking(min)?;
+        self.reap();
+        if self.ready.len() >= min {
+            self.submit()?;
+        } else {
+            // One system call submits what is queued and waits.
+            self.reap_blocking(min)?;
+        }
         let n = self.ready.len();
         out.extend(self.ready.drain(..));
         Ok(n)
