@@ -327,14 +327,11 @@ impl Node {
     }
 }
 
-/// One client per thread over gRPC, each with its own runtime.
-fn drive_grpc(
-    addr: &str,
-    clients: usize,
-    run: Duration,
-    op: impl Fn(&tokio::runtime::Runtime, &mut tabos_client::Client, usize, &mut Rng) + Sync,
-) -> anyhow::Result<f64> {
-    let conns: Vec<_> = (0..clients)
+/// A client connection with the runtime it runs on, one per client thread.
+type Conn = std::sync::Mutex<(tokio::runtime::Runtime, tabos_client::Client)>;
+
+fn connections(addr: &str, n: usize) -> anyhow::Result<Vec<Conn>> {
+    (0..n)
         .map(|_| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -342,7 +339,17 @@ fn drive_grpc(
             let c = rt.block_on(tabos_client::Client::connect(addr))?;
             anyhow::Ok(std::sync::Mutex::new((rt, c)))
         })
-        .collect::<anyhow::Result<_>>()?;
+        .collect()
+}
+
+/// One client per thread over gRPC, each with its own runtime.
+fn drive_grpc(
+    addr: &str,
+    clients: usize,
+    run: Duration,
+    op: impl Fn(&tokio::runtime::Runtime, &mut tabos_client::Client, usize, &mut Rng) + Sync,
+) -> anyhow::Result<f64> {
+    let conns = connections(addr, clients)?;
     Ok(drive(clients, run, |i, rng| {
         let mut g = conns[i].lock().unwrap_or_else(|p| p.into_inner());
         let (rt, c) = &mut *g;
@@ -506,24 +513,14 @@ fn table1(
             } else {
                 std::fs::remove_file(&p).expect("unlink");
             }
-            std::fs::File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .expect("fsync the directory");
+            sync_path(&dir).expect("fsync the directory");
         }
     };
     let ec = timed(THREADS, n, e_op(true));
     let ed = timed(THREADS, n, e_op(false));
     // Over gRPC: one client per thread.
     let grpc = |create: bool| -> anyhow::Result<Latencies> {
-        let conns: Vec<_> = (0..THREADS)
-            .map(|_| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                let c = rt.block_on(tabos_client::Client::connect(&node.addr))?;
-                anyhow::Ok(std::sync::Mutex::new((rt, c)))
-            })
-            .collect::<anyhow::Result<_>>()?;
+        let conns = connections(&node.addr, THREADS)?;
         Ok(timed(THREADS, n, |t, i| {
             let mut g = conns[t].lock().unwrap_or_else(|p| p.into_inner());
             let (rt, c) = &mut *g;

@@ -640,6 +640,9 @@ impl Device {
         Ok(o.first + block)
     }
 
+    /// Depth of the queues [`Device::with_queue`] makes.
+    pub const POOLED_QUEUE_DEPTH: u32 = 64;
+
     /// A queue from this device's pool (made on first use), returned to the
     /// pool when `f` is done: for callers that do a batch and go.
     pub fn with_queue<T>(&self, f: impl FnOnce(&mut Queue) -> Result<T>) -> Result<T> {
@@ -651,7 +654,7 @@ impl Device {
             .pop();
         let mut q = match pooled {
             Some(q) => q,
-            None => Queue::new(self, 64)?,
+            None => Queue::new(self, Self::POOLED_QUEUE_DEPTH)?,
         };
         let r = f(&mut q);
         // A queue with requests still in flight holds buffers the kernel

@@ -59,6 +59,8 @@ pub const ATTEMPTS: usize = 8;
 /// Reads of at most this many bytes go through the block cache; larger
 /// ones (streaming) around it.
 pub const CACHED_READ_BYTES_MAX: usize = 256 << 10;
+/// Zeros are written in pieces of this size.
+const ZERO_PIECE_BYTES: usize = 4 << 20;
 /// Reclaim entries handled per transaction.
 const RECLAIM_BATCH: usize = 64;
 
@@ -111,6 +113,9 @@ pub struct Extent {
 fn blocks_err(e: tabos_blockio::Error) -> Error {
     match e {
         tabos_blockio::Error::NoSpace(m) => Error::Full(format!("block store full: {m}")),
+        // A segment deleted under an operation: the file was removed or
+        // shrunk meanwhile; the operation's next plan sees how.
+        tabos_blockio::Error::NotFound(m) => Error::Precondition(format!("{m}: {CONFLICT}")),
         e => Error::Blocks(e.to_string()),
     }
 }
@@ -198,6 +203,20 @@ fn still(tx: &mut dyn Tx, realm: &str, p: &Plan) -> Result<()> {
             p.st.path
         ))),
     }
+}
+
+/// The time of a changing step, after checking its fence (if any) in the
+/// same transaction.
+fn fenced(tx: &mut dyn Tx, realm: &str, fence: Option<&Fence>) -> Result<i64> {
+    let now = tabos_store::now_us();
+    check_fence_if_tx(tx, realm, fence, now)?;
+    Ok(now)
+}
+
+/// Waits before retry `attempt` of an operation that met a conflict, so
+/// the writer it met can finish (1, 2, 4 … 64 ms).
+async fn back_off(attempt: usize) {
+    tokio::time::sleep(std::time::Duration::from_millis(1 << attempt.min(6))).await;
 }
 
 const CONFLICT: &str = "changed by another writer during the operation";
@@ -308,8 +327,7 @@ impl Files {
         };
         let (r, who, path) = (realm.to_string(), who.clone(), path.to_string());
         crate::call(&self.store, realm, move |tx| {
-            let now = tabos_store::now_us();
-            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            let now = fenced(tx, &r, fence.as_ref())?;
             insert_entry(tx, &r, &path, FileType::File, &layout, &who, mode, now)
         })
         .await
@@ -351,9 +369,7 @@ impl Files {
                 _ => self.read_segments(&p, offset, end).await,
             };
             match got {
-                // A segment deleted under the read: the file changed; the
-                // next plan sees how.
-                Err(Error::Blocks(m)) if m.contains("no segment named") => continue,
+                Err(e) if is_conflict(&e) => continue,
                 r => return r,
             }
         }
@@ -449,8 +465,7 @@ impl Files {
                 fence.clone(),
             );
             let step = crate::call(&self.store, realm, move |tx| {
-                let now = tabos_store::now_us();
-                check_fence_if_tx(tx, &r, f.as_ref(), now)?;
+                let now = fenced(tx, &r, f.as_ref())?;
                 let st = match lookup(tx, &r, &p)? {
                     None if create => {
                         let layout = Layout::Local {
@@ -488,8 +503,7 @@ impl Files {
             };
             match r {
                 Err(e) if is_conflict(&e) => {
-                    // Let the writer we met finish before the next plan.
-                    tokio::time::sleep(std::time::Duration::from_millis(1 << attempt.min(6))).await;
+                    back_off(attempt).await;
                 }
                 r => return r,
             }
@@ -509,8 +523,18 @@ impl Files {
         let end = offset + data.len() as i64;
         let (old, new) = (p.st.size, p.st.size.max(end));
         let parts = self.store.partitions();
+        // A write that extends the file cuts leftovers on every partition;
+        // one within the file only visits the partitions of its blocks.
+        let touched: std::collections::BTreeSet<u32> = if end > old {
+            (0..parts).collect()
+        } else {
+            let (first, last) = (offset / bs, (end - 1).max(offset) / bs);
+            (first..=last.min(first + i64::from(parts) - 1))
+                .map(|no| block_partition(&p.id, no, parts))
+                .collect()
+        };
         let mut pending = Vec::new();
-        for part in 0..parts {
+        for part in touched {
             let (r, id, owner, d) = (
                 realm.to_string(),
                 p.id.clone(),
@@ -533,8 +557,7 @@ impl Files {
         }
         let r = realm.to_string();
         crate::call(&self.store, realm, move |tx| {
-            let now = tabos_store::now_us();
-            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
             set_size(tx, &r, &p.st.path, new, now)?;
             Ok(new)
@@ -630,9 +653,14 @@ impl Files {
             let first = writes.iter().map(|w| w.0).min().unwrap_or(size).min(size);
             let old_capacity: i64 = p2.extents.iter().map(|e| e.bytes).sum();
             let zero_to = first.min(old_capacity);
-            let zeros = vec![0u8; (zero_to - p2.st.size).max(0) as usize];
-            if !zeros.is_empty() {
-                all.push((p2.st.size, &zeros));
+            // In pieces of one shared buffer: the gap may be as large as
+            // the extents.
+            let zeros = vec![0u8; ZERO_PIECE_BYTES];
+            let mut at = p2.st.size;
+            while at < zero_to {
+                let n = (zero_to - at).min(ZERO_PIECE_BYTES as i64);
+                all.push((at, &zeros[..n as usize]));
+                at += n;
             }
             for (o, b) in &writes {
                 all.push((*o, b));
@@ -654,8 +682,7 @@ impl Files {
             p.st.storage != Storage::Segments,
         );
         let committed = crate::call(&self.store, realm, move |tx| {
-            let now = tabos_store::now_us();
-            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
             let pk = p_key(tx);
             if converting {
@@ -731,8 +758,7 @@ impl Files {
                 fence.clone(),
             );
             let step = crate::call(&self.store, realm, move |tx| {
-                let now = tabos_store::now_us();
-                check_fence_if_tx(tx, &r, f.as_ref(), now)?;
+                let now = fenced(tx, &r, f.as_ref())?;
                 let st = a_file(tx, &r, &p)?;
                 allowed(&st, &who2, Need::Write)?;
                 match st.storage {
@@ -783,7 +809,7 @@ impl Files {
             };
             match r {
                 Err(e) if is_conflict(&e) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(1 << attempt.min(6))).await;
+                    back_off(attempt).await;
                 }
                 r => return r,
             }
@@ -811,8 +837,7 @@ impl Files {
         }
         let r = realm.to_string();
         crate::call(&self.store, realm, move |tx| {
-            let now = tabos_store::now_us();
-            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
             set_size(tx, &r, &p.st.path, size, now)
         })
@@ -829,8 +854,7 @@ impl Files {
     ) -> Result<()> {
         let (r, who, p) = (realm.to_string(), who.clone(), path.to_string());
         let queued = crate::call(&self.store, realm, move |tx| {
-            let now = tabos_store::now_us();
-            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            let now = fenced(tx, &r, fence.as_ref())?;
             super::unlink_tx(tx, &r, &who, &p, now)
         })
         .await?;
@@ -857,8 +881,7 @@ impl Files {
             to.to_string(),
         );
         let queued = crate::call(&self.store, realm, move |tx| {
-            let now = tabos_store::now_us();
-            check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+            let now = fenced(tx, &r, fence.as_ref())?;
             super::rename_tx(tx, &r, &who, &f, &t, now)
         })
         .await?;
