@@ -9,6 +9,7 @@ mod fs;
 mod ipc;
 mod names;
 mod output;
+mod procedure;
 mod procs;
 mod sql;
 mod status;
@@ -83,6 +84,9 @@ enum Command {
     Watch(names::WatchArgs),
     /// Files in tables: tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|chmod|chown
     Fs(fs::FsArgs),
+    /// Stored procedures (wasm or js) run next to the data, each call one
+    /// transaction: tabos procedure install|list|remove|call
+    Procedure(procedure::ProcedureArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -109,6 +113,7 @@ fn main() -> std::process::ExitCode {
         Command::Mv(a) => names::mv(a),
         Command::Watch(a) => names::watch(a),
         Command::Fs(a) => fs::run(a),
+        Command::Procedure(a) => procedure::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

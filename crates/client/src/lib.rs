@@ -17,11 +17,13 @@ pub mod proto {
 
 pub mod fs;
 pub mod names;
+pub mod procedures;
 
 use proto::fs_client::FsClient;
 use proto::ipc_client::IpcClient;
 use proto::names_client::NamesClient;
 use proto::node_client::NodeClient;
+use proto::procedures_client::ProceduresClient;
 use proto::procs_client::ProcsClient;
 use proto::sql_client::SqlClient;
 use tonic::transport::Channel;
@@ -125,6 +127,7 @@ pub struct Client {
     ipc: IpcClient<Channel>,
     names: NamesClient<Channel>,
     fs: FsClient<Channel>,
+    procedures: ProceduresClient<Channel>,
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -167,7 +170,10 @@ impl Client {
             names: NamesClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            fs: FsClient::new(channel)
+            fs: FsClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            procedures: ProceduresClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
         }

@@ -97,6 +97,55 @@ pub fn delete_tx(tx: &mut dyn Tx, realm: &str, key: &str) -> Result<bool> {
     Ok(n > 0)
 }
 
+/// The row counts [`scan_tx`] takes as its `limit` (each a literal LIMIT,
+/// so each is one cached statement).
+pub const SCAN_LIMITS: [usize; 4] = [16, 256, 4_096, 10_000];
+
+/// Procedure body: up to `limit` entries (one of [`SCAN_LIMITS`]) in key
+/// order from `start` (inclusive; exclusive with `after`) to `end`
+/// (exclusive; `None`: the last key).
+pub fn scan_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    start: &str,
+    end: Option<&str>,
+    after: bool,
+    limit: usize,
+) -> Result<Vec<(String, Vec<u8>)>> {
+    validate_realm(realm)?;
+    if !SCAN_LIMITS.contains(&limit) {
+        return Err(Error::Invalid(format!(
+            "a scan takes one of {SCAN_LIMITS:?} entries, not {limit}"
+        )));
+    }
+    if start.len() > KEY_BYTES_MAX || end.is_some_and(|e| e.len() > KEY_BYTES_MAX) {
+        return Err(Error::Invalid(format!(
+            "scan bounds are at most {KEY_BYTES_MAX} bytes"
+        )));
+    }
+    let p = i64::from(tx.p_key().0);
+    let op = if after { ">" } else { ">=" };
+    // The statement text is one of 2 × 2 × 4 fixed strings (no tenant text).
+    let sql = match end {
+        Some(_) => format!(
+            "SELECT key, value FROM kv WHERE p_key = $1 AND realm = $2 AND key {op} $3 \
+             AND key < $4 ORDER BY key LIMIT {limit}"
+        ),
+        None => format!(
+            "SELECT key, value FROM kv WHERE p_key = $1 AND realm = $2 AND key {op} $3 \
+             ORDER BY key LIMIT {limit}"
+        ),
+    };
+    let rows = match end {
+        Some(e) => tx.query(&sql, params![p, realm, start, e])?,
+        None => tx.query(&sql, params![p, realm, start])?,
+    };
+    rows.rows
+        .iter()
+        .map(|r| Ok((r.get::<String>(0)?, r.get::<Vec<u8>>(1)?)))
+        .collect()
+}
+
 /// Sets `key` in `realm`; blocks until committed; returns the new version.
 pub fn put(store: &Store, realm: &str, key: &str, value: &[u8]) -> Result<i64> {
     let (r, k, v) = (realm.to_string(), key.to_string(), value.to_vec());

@@ -19,6 +19,7 @@ pub mod ids;
 pub mod ipc;
 pub mod kv;
 pub mod names;
+pub mod procedures;
 pub mod procs;
 pub mod realms;
 pub mod sched;
@@ -75,6 +76,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/008_fs_blocks_rowid.sql"),
         postgres: include_str!("../schema/postgres/008_fs_blocks_rowid.sql"),
     },
+    Migration {
+        version: 9,
+        name: "procedure",
+        sqlite: include_str!("../schema/sqlite/009_procedure.sql"),
+        postgres: include_str!("../schema/postgres/009_procedure.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -110,6 +117,13 @@ pub enum Error {
         path: String,
         target: String,
         rest: String,
+    },
+    /// A stored procedure failed (its transaction was rolled back), or its
+    /// code was refused at install time.
+    #[error("procedure {name}: {error}")]
+    Procedure {
+        name: String,
+        error: tabos_sandbox::ProcError,
     },
 }
 

@@ -4,7 +4,7 @@
 //! gRPC API of `proto/tabos.proto` on a listener it is given ([`serve`]), until
 //! a shutdown future completes — the mini-redis shape, so that tests run a
 //! node in-process on port 0. One file per RPC family: [`sql`], [`status`],
-//! [`procs`], [`ipc`], [`names`] (with the session reaper), [`fs`]; [`procd`], which
+//! [`procs`], [`ipc`], [`names`] (with the session reaper), [`fs`], [`procedures`]; [`procd`], which
 //! runs the procs scheduled onto this node's worker; and [`host`], the kernel
 //! behind wasm procs' host calls.
 
@@ -13,6 +13,7 @@ pub mod host;
 pub mod ipc;
 pub mod names;
 pub mod procd;
+pub mod procedures;
 pub mod procs;
 pub mod sql;
 pub mod status;
@@ -25,6 +26,7 @@ use tabos_client::proto::fs_server::FsServer;
 use tabos_client::proto::ipc_server::IpcServer;
 use tabos_client::proto::names_server::NamesServer;
 use tabos_client::proto::node_server::NodeServer;
+use tabos_client::proto::procedures_server::ProceduresServer;
 use tabos_client::proto::procs_server::ProcsServer;
 use tabos_client::proto::sql_server::SqlServer;
 use tabos_client::MESSAGE_BYTES_MAX;
@@ -267,6 +269,10 @@ pub async fn serve(
     let names_service = NamesServer::new(names::NamesService::new(node.clone(), stopping.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let procedures_service =
+        ProceduresServer::new(procedures::ProceduresService::new(node.clone()))
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX);
 
     // Register the worker, then run its procd beside the server.
     let addr = local_addr(&listener).map_or_else(String::new, |a| a.to_string());
@@ -310,6 +316,7 @@ pub async fn serve(
         .add_service(ipc_service)
         .add_service(names_service)
         .add_service(fs_service)
+        .add_service(procedures_service)
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     let _ = stop_procd.send(true);
@@ -377,6 +384,24 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
         K::StaleEpoch(_) => tonic::Status::aborted(e.to_string()),
         K::Blocks(_) => tonic::Status::internal(e.to_string()),
+        // A failed procedure changed nothing: ABORTED (INVALID_ARGUMENT for
+        // code that does not compile and limits out of range), with its log
+        // after the message.
+        K::Procedure { error, .. } => {
+            let mut msg = e.to_string();
+            for line in &error.log {
+                msg.push_str("\nlog: ");
+                msg.push_str(line);
+            }
+            if matches!(
+                error.kind,
+                tabos_sandbox::FailureKind::Invalid | tabos_sandbox::FailureKind::Limit
+            ) {
+                tonic::Status::invalid_argument(msg)
+            } else {
+                tonic::Status::aborted(msg)
+            }
+        }
         K::Mounted { path, target, rest } => {
             // The parts also as metadata, so clients resolve without parsing.
             let mut md = tonic::metadata::MetadataMap::new();

@@ -132,7 +132,7 @@ pub enum HostError {
 }
 
 impl HostError {
-    fn errno(&self) -> i32 {
+    pub(crate) fn errno(&self) -> i32 {
         match self {
             HostError::NotFound(_) => ENOENT,
             HostError::Full(_) => ENOSPC,
@@ -153,7 +153,7 @@ impl HostError {
         }
     }
 
-    fn message(&self) -> Option<&str> {
+    pub(crate) fn message(&self) -> Option<&str> {
         match self {
             HostError::NotFound(m)
             | HostError::Full(m)
@@ -211,7 +211,7 @@ pub struct FileEntry {
 
 /// What tabos does for a proc's host calls; implemented by the node. The
 /// namespace and file calls default to "not offered" (`ENOSYS`).
-pub trait Host: Send {
+pub trait Host {
     /// Sends `payload` to every address in `to`, in one transaction, with
     /// an optional idempotency id.
     fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError>;
@@ -264,11 +264,66 @@ pub trait Host: Send {
     fn fs_stat(&mut self, _path: &str) -> Result<FileEntry, HostError> {
         Err(HostError::Unsupported)
     }
+    /// The value at `key` of the realm's key-value table, if any.
+    fn kv_get(&mut self, _key: &str) -> Result<Option<Vec<u8>>, HostError> {
+        Err(HostError::Unsupported)
+    }
+    fn kv_put(&mut self, _key: &str, _value: &[u8]) -> Result<(), HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Deletes `key`; whether it existed.
+    fn kv_delete(&mut self, _key: &str) -> Result<bool, HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Up to `max` entries in key order from `start` (inclusive, or
+    /// exclusive with `after`) to `end` (exclusive; `None`: no end).
+    fn kv_scan(
+        &mut self,
+        _start: &str,
+        _end: Option<&str>,
+        _after: bool,
+        _max: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// One statement of SQL over the realm's own tables (`write`: it may
+    /// change them).
+    fn sql(
+        &mut self,
+        _sql: &str,
+        _params: &[SqlValue],
+        _write: bool,
+    ) -> Result<SqlResult, HostError> {
+        Err(HostError::Unsupported)
+    }
+    /// Does nothing: the cost of crossing into the host and back.
+    fn nop(&mut self) -> u64 {
+        0
+    }
+}
+
+/// A SQL value crossing the host boundary.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SqlValue {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    Blob(Vec<u8>),
+}
+
+/// What a SQL call returned.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SqlResult {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<SqlValue>>,
+    /// Rows the statement changed.
+    pub changed: u64,
 }
 
 /// Reports a failed call's reason on the proc's stderr, so a proc that only
 /// sees an errno can still be debugged from its log.
-fn fail(state: &mut RunState, call: &str, e: &HostError) -> i32 {
+pub(crate) fn fail(state: &mut RunState, call: &str, e: &HostError) -> i32 {
     if let Some(m) = e.message() {
         state.wasi.stderr_line(&format!("tabos.{call}: {m}"));
     }
@@ -276,7 +331,7 @@ fn fail(state: &mut RunState, call: &str, e: &HostError) -> i32 {
 }
 
 /// The text at (ptr, len), at most `max` bytes of UTF-8; `Ok(None)` for len 0.
-fn text(mem: &[u8], ptr: i32, len: i32, max: u32) -> Result<Option<&str>, i32> {
+pub(crate) fn text(mem: &[u8], ptr: i32, len: i32, max: u32) -> Result<Option<&str>, i32> {
     if len == 0 {
         return Ok(None);
     }
@@ -316,7 +371,7 @@ fn send(
     if receivers.is_empty() {
         return EINVAL;
     }
-    let Some(host) = state.host.as_mut() else {
+    let Some(host) = state.host_mut() else {
         return ENOSYS;
     };
     match host.send(&receivers, &mem[data_r], id) {
@@ -364,7 +419,7 @@ fn recv(
         timeout: (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64)),
         peek: flags & PEEK != 0,
     };
-    let got = match caller.data_mut().host.as_mut() {
+    let got = match caller.data_mut().host_mut() {
         None => return ENOSYS,
         Some(h) => h.recv(call),
     };
@@ -412,10 +467,10 @@ fn with_host<T>(
     f: impl FnOnce(&mut dyn Host) -> Result<T, HostError>,
 ) -> Result<T, i32> {
     let state = caller.data_mut();
-    let Some(host) = state.host.as_mut() else {
+    let Some(host) = state.host_mut() else {
         return Err(ENOSYS);
     };
-    f(host.as_mut()).map_err(|e| fail(state, call, &e))
+    f(host).map_err(|e| fail(state, call, &e))
 }
 
 fn name_get(
@@ -481,7 +536,7 @@ fn name_put(
     ) else {
         return EFAULT;
     };
-    let Some(host) = state.host.as_mut() else {
+    let Some(host) = state.host_mut() else {
         return ENOSYS;
     };
     let cond = (if_version >= 0).then_some(if_version);
@@ -594,7 +649,7 @@ fn fs_write(
     else {
         return EFAULT;
     };
-    let Some(host) = state.host.as_mut() else {
+    let Some(host) = state.host_mut() else {
         return ENOSYS;
     };
     match host.fs_write(&path, offset, &mem[data_r], flags & CREATE != 0) {
@@ -633,6 +688,18 @@ fn fs_stat(caller: &mut Caller<'_, RunState>, path: i32, len: i32, out: i32) -> 
     0
 }
 
+/// In a stored procedure, a host call given a pointer or length outside
+/// linear memory ends the call (and rolls back its transaction) with a
+/// clear error; a wasm proc gets `EFAULT` to handle.
+pub(crate) fn fault(c: &Caller<'_, RunState>, call: &str, r: i32) -> wasmtime::Result<i32> {
+    if r == EFAULT && c.data().scoped.is_some() {
+        return Err(wasmtime::Error::msg(format!(
+            "tabos.{call}: a pointer or length outside linear memory"
+        )));
+    }
+    Ok(r)
+}
+
 /// Adds the `tabos` functions to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
     linker.func_wrap(
@@ -645,7 +712,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
          data_len: i32,
          id: i32,
          id_len: i32|
-         -> i32 { send(&mut c, to, to_len, data, data_len, id, id_len) },
+         -> wasmtime::Result<i32> {
+            let r = { send(&mut c, to, to_len, data, data_len, id, id_len) };
+            fault(&c, "send", r)
+        },
     )?;
     linker.func_wrap(
         MODULE,
@@ -660,17 +730,28 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
          sender_buf: i32,
          sender_cap: i32,
          lens: i32|
-         -> i32 {
-            recv(
-                &mut c, from, from_len, flags, timeout_ms, buf, cap, sender_buf, sender_cap, lens,
-            )
+         -> wasmtime::Result<i32> {
+            let r = {
+                recv(
+                    &mut c, from, from_len, flags, timeout_ms, buf, cap, sender_buf, sender_cap,
+                    lens,
+                )
+            };
+            fault(&c, "recv", r)
         },
     )?;
     linker.func_wrap(
         MODULE,
         "name_get",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32, buf: i32, cap: i32, out: i32| -> i32 {
-            name_get(&mut c, path, len, buf, cap, out)
+        |mut c: Caller<'_, RunState>,
+         path: i32,
+         len: i32,
+         buf: i32,
+         cap: i32,
+         out: i32|
+         -> wasmtime::Result<i32> {
+            let r = { name_get(&mut c, path, len, buf, cap, out) };
+            fault(&c, "name_get", r)
         },
     )?;
     linker.func_wrap(
@@ -683,27 +764,38 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
          data_len: i32,
          if_version: i64,
          out: i32|
-         -> i32 { name_put(&mut c, path, len, data, data_len, if_version, out) },
+         -> wasmtime::Result<i32> {
+            let r = { name_put(&mut c, path, len, data, data_len, if_version, out) };
+            fault(&c, "name_put", r)
+        },
     )?;
     linker.func_wrap(
         MODULE,
         "name_mkdir",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> i32 {
-            name_path_call(&mut c, "name_mkdir", path, len, |h, p| h.name_mkdir(p))
+        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> wasmtime::Result<i32> {
+            let r = { name_path_call(&mut c, "name_mkdir", path, len, |h, p| h.name_mkdir(p)) };
+            fault(&c, "name_mkdir", r)
         },
     )?;
     linker.func_wrap(
         MODULE,
         "name_remove",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> i32 {
-            name_path_call(&mut c, "name_remove", path, len, |h, p| h.name_remove(p))
+        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> wasmtime::Result<i32> {
+            let r = { name_path_call(&mut c, "name_remove", path, len, |h, p| h.name_remove(p)) };
+            fault(&c, "name_remove", r)
         },
     )?;
     linker.func_wrap(
         MODULE,
         "name_wait",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32, mode: i32, timeout_ms: i64| -> i32 {
-            name_wait(&mut c, path, len, mode, timeout_ms)
+        |mut c: Caller<'_, RunState>,
+         path: i32,
+         len: i32,
+         mode: i32,
+         timeout_ms: i64|
+         -> wasmtime::Result<i32> {
+            let r = { name_wait(&mut c, path, len, mode, timeout_ms) };
+            fault(&c, "name_wait", r)
         },
     )?;
     linker.func_wrap(
@@ -716,7 +808,10 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
          buf: i32,
          cap: i32,
          n_out: i32|
-         -> i32 { fs_read(&mut c, path, len, offset, buf, cap, n_out) },
+         -> wasmtime::Result<i32> {
+            let r = { fs_read(&mut c, path, len, offset, buf, cap, n_out) };
+            fault(&c, "fs_read", r)
+        },
     )?;
     linker.func_wrap(
         MODULE,
@@ -729,13 +824,17 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
          data_len: i32,
          flags: i32,
          size_out: i32|
-         -> i32 { fs_write(&mut c, path, len, offset, data, data_len, flags, size_out) },
+         -> wasmtime::Result<i32> {
+            let r = { fs_write(&mut c, path, len, offset, data, data_len, flags, size_out) };
+            fault(&c, "fs_write", r)
+        },
     )?;
     linker.func_wrap(
         MODULE,
         "fs_stat",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32, out: i32| -> i32 {
-            fs_stat(&mut c, path, len, out)
+        |mut c: Caller<'_, RunState>, path: i32, len: i32, out: i32| -> wasmtime::Result<i32> {
+            let r = { fs_stat(&mut c, path, len, out) };
+            fault(&c, "fs_stat", r)
         },
     )?;
     Ok(())

@@ -1,7 +1,7 @@
-//! tabos-sandbox: the one home of the runtimes that run tenant code.
-//!
-//! Today: WebAssembly with wasmtime, for `wasm` procs (issue 3). Stored
-//! procedures and JavaScript (issue 7) build on the same [`Sandbox`].
+//! tabos-sandbox: the one home of the runtimes that run tenant code:
+//! WebAssembly (wasmtime) for `wasm` procs and stored procedures, and
+//! JavaScript (QuickJS through rquickjs) for stored procedures
+//! ([`procedure`]).
 //!
 //! * One shared [`wasmtime::Engine`] per sandbox, with the pooling instance
 //!   allocator (instance slots, memories and tables are preallocated and
@@ -17,22 +17,32 @@
 //! * The tabos host functions of [`host`] (IPC: send and receive), which the
 //!   embedder implements through the [`Host`] trait.
 //!
+//! * Stored procedures ([`procedure`]): a wasm procedure keeps one Store
+//!   per tenant invocation context, reused from call to call; a JavaScript
+//!   procedure a QuickJS context per tenant in a runtime per worker thread.
+//!   Both get a time limit (wasm: the epoch deadline, advanced by a ticker
+//!   thread every [`EPOCH_TICK`]; JS: an interrupt handler) and a memory
+//!   limit.
+//!
 //! Nothing a module does can panic the host: traps, bad pointers, exhausted
 //! memory and stack overflows all come back as an [`Outcome`] or an
 //! [`Error`].
 
 pub mod host;
+pub mod procedure;
 pub mod programs;
 mod wasi;
 
-pub use host::{Host, HostError, RecvCall};
+pub use host::{Host, HostError, RecvCall, SqlResult, SqlValue};
+pub use procedure::{CallOutput, FailureKind, Language, Limits, ProcError, ProcSpec};
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, InstancePre, Linker, Module,
@@ -49,6 +59,9 @@ pub const INSTANCES_MAX: u32 = 1_000;
 pub const MEMORY_BYTES_MAX: usize = 1 << 30;
 /// Bytes of arguments plus environment handed to one run.
 pub const ARGS_BYTES_MAX: usize = 1 << 20;
+/// How often the engine's epoch advances: the granularity of wasm time
+/// limits (a running module checks its deadline at each tick).
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -137,7 +150,7 @@ pub struct RunSpec {
     /// Linear memory limit in bytes (at most [`MEMORY_BYTES_MAX`]).
     pub memory_bytes: usize,
     /// What the tabos host functions do; `None` makes them return ENOSYS.
-    pub host: Option<Box<dyn Host>>,
+    pub host: Option<Box<dyn Host + Send>>,
 }
 
 impl std::fmt::Debug for RunSpec {
@@ -153,17 +166,64 @@ impl std::fmt::Debug for RunSpec {
 /// Per-run state kept in the wasmtime store.
 pub(crate) struct RunState {
     pub(crate) wasi: wasi::Ctx,
-    pub(crate) host: Option<Box<dyn Host>>,
+    pub(crate) host: Option<Box<dyn Host + Send>>,
+    /// A stored procedure's host, lent for one call (see
+    /// [`procedure::ScopedHost`]); takes precedence over `host`.
+    pub(crate) scoped: Option<procedure::ScopedHost>,
+    /// A stored procedure call's arguments, result and log.
+    pub(crate) call: procedure::CallIo,
     limits: StoreLimits,
     stop: Arc<AtomicBool>,
+    /// A stored procedure call's time limit.
+    pub(crate) deadline: Option<Instant>,
 }
 
-/// The WebAssembly runtime of one node: engine, linker and module cache.
+impl RunState {
+    /// The host the tabos calls go to, if any.
+    pub(crate) fn host_mut(&mut self) -> Option<&mut dyn Host> {
+        if let Some(scoped) = self.scoped.as_mut() {
+            return Some(scoped.get());
+        }
+        match self.host.as_mut() {
+            Some(h) => Some(h.as_mut()),
+            None => None,
+        }
+    }
+
+    /// Whether the epoch callback should interrupt the run.
+    fn interrupted(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}
+
+/// The runtimes of one node: the wasm engine, linker, module cache and
+/// stored-procedure contexts, and the JavaScript settings.
 #[derive(Clone)]
 pub struct Sandbox {
+    /// Tells apart the sandboxes of one process (the JS runtimes of a
+    /// thread are kept per sandbox).
+    id: u64,
     engine: Engine,
     linker: Arc<Linker<RunState>>,
     cache: Arc<Mutex<Cache>>,
+    procs: Arc<Mutex<procedure::wasm::Pool>>,
+    config: SandboxConfig,
+}
+
+/// Settings of a [`Sandbox`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Memory of each worker thread's JavaScript runtime, shared by the
+    /// tenant contexts on that thread.
+    pub js_runtime_bytes: usize,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> SandboxConfig {
+        SandboxConfig {
+            js_runtime_bytes: procedure::JS_RUNTIME_BYTES_DEFAULT,
+        }
+    }
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -193,23 +253,33 @@ fn content_hash(bytes: &[u8]) -> u64 {
 
 impl Sandbox {
     pub fn new() -> Result<Sandbox> {
+        Sandbox::with_config(SandboxConfig::default())
+    }
+
+    pub fn with_config(config: SandboxConfig) -> Result<Sandbox> {
+        static IDS: AtomicU64 = AtomicU64::new(1);
         let mut pool = PoolingAllocationConfig::default();
         pool.total_core_instances(INSTANCES_MAX)
             .total_memories(INSTANCES_MAX)
             .total_tables(INSTANCES_MAX)
             .max_memory_size(MEMORY_BYTES_MAX);
-        let mut config = Config::new();
-        config
-            .epoch_interruption(true)
+        let mut wasm = Config::new();
+        wasm.epoch_interruption(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        let engine = Engine::new(&config).map_err(|e| Error::Runtime(format!("{e:#}")))?;
+        let engine = Engine::new(&wasm).map_err(|e| Error::Runtime(format!("{e:#}")))?;
         let mut linker = Linker::new(&engine);
-        wasi::add_to_linker(&mut linker).map_err(|e| Error::Runtime(format!("{e:#}")))?;
-        host::add_to_linker(&mut linker).map_err(|e| Error::Runtime(format!("{e:#}")))?;
+        let linked = wasi::add_to_linker(&mut linker)
+            .and_then(|()| host::add_to_linker(&mut linker))
+            .and_then(|()| procedure::wasm::add_to_linker(&mut linker));
+        linked.map_err(|e| Error::Runtime(format!("{e:#}")))?;
+        start_ticker(&engine)?;
         Ok(Sandbox {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
             engine,
             linker: Arc::new(linker),
             cache: Arc::new(Mutex::new(Cache::default())),
+            procs: Arc::new(Mutex::new(procedure::wasm::Pool::default())),
+            config,
         })
     }
 
@@ -225,6 +295,22 @@ impl Sandbox {
     /// cached program for the same bytes. Validates that it is a WASI
     /// command whose imports tabos provides.
     pub fn compile(&self, bytes: &[u8]) -> Result<Program> {
+        let program = self.compiled(bytes)?;
+        match program.pre.module().get_export("_start") {
+            Some(wasmtime::ExternType::Func(f))
+                if f.params().len() == 0 && f.results().len() == 0 =>
+            {
+                Ok(program)
+            }
+            _ => Err(Error::InvalidModule(
+                "not a WASI command: it exports no `_start` function of type [] -> []".into(),
+            )),
+        }
+    }
+
+    /// Compiles `bytes` (or finds them in the cache) and links them against
+    /// the host functions, without looking at the exports.
+    pub(crate) fn compiled(&self, bytes: &[u8]) -> Result<Program> {
         if bytes.len() > MODULE_BYTES_MAX {
             return Err(Error::Limit(format!(
                 "module of {} bytes exceeds {MODULE_BYTES_MAX}",
@@ -239,15 +325,6 @@ impl Sandbox {
         // compiling the same new module at once only waste work.
         let module =
             Module::new(&self.engine, bytes).map_err(|e| Error::InvalidModule(format!("{e:#}")))?;
-        match module.get_export("_start") {
-            Some(wasmtime::ExternType::Func(f))
-                if f.params().len() == 0 && f.results().len() == 0 => {}
-            _ => {
-                return Err(Error::InvalidModule(
-                    "not a WASI command: it exports no `_start` function of type [] -> []".into(),
-                ))
-            }
-        }
         let pre = self
             .linker
             .instantiate_pre(&module)
@@ -343,19 +420,13 @@ impl Sandbox {
         let state = RunState {
             wasi: ctx,
             host: spec.host,
+            scoped: None,
+            call: procedure::CallIo::default(),
             limits,
             stop: stop.flag.clone(),
+            deadline: None,
         };
-        let mut store = Store::new(&self.engine, state);
-        store.limiter(|s| &mut s.limits);
-        store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|ctx| {
-            if ctx.data().stop.load(Ordering::SeqCst) {
-                Ok(UpdateDeadline::Interrupt)
-            } else {
-                Ok(UpdateDeadline::Continue(1))
-            }
-        });
+        let mut store = self.new_store(state);
         if stop.is_stopped() {
             return Ok(Outcome::Stopped);
         }
@@ -381,4 +452,37 @@ impl Sandbox {
         store.data_mut().wasi.flush();
         Ok(outcome)
     }
+
+    /// A wasmtime store for `state`: its memory limit, and an epoch deadline
+    /// checked at every tick that interrupts a stopped or late run.
+    pub(crate) fn new_store(&self, state: RunState) -> Store<RunState> {
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|ctx| {
+            if ctx.data().interrupted() {
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Continue(1))
+            }
+        });
+        store
+    }
+}
+
+/// Advances `engine`'s epoch every [`EPOCH_TICK`] until the engine is gone,
+/// so that running modules check their deadlines.
+fn start_ticker(engine: &Engine) -> Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("tabos-wasm-epoch".into())
+        .spawn(move || loop {
+            std::thread::sleep(EPOCH_TICK);
+            match weak.upgrade() {
+                Some(engine) => engine.increment_epoch(),
+                None => return,
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| Error::Runtime(format!("cannot start the epoch ticker: {e}")))
 }

@@ -234,6 +234,37 @@ pub trait Tx {
     /// Queues a notification, delivered to `channel`'s subscribers after the
     /// commit, and dropped if the procedure rolls back.
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()>;
+    /// Runs one statement of untrusted (tenant) SQL that may touch only the
+    /// tables [`Confinement`] allows; returns its rows (at most `max_rows`,
+    /// more is an error) and the number of rows it changed. The backend
+    /// enforces the confinement while the statement is compiled, so nothing
+    /// the text says — other tables, the schema catalogue, PRAGMA, ATTACH,
+    /// transaction control — gets past it.
+    fn confined(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        scope: &Confinement,
+        max_rows: usize,
+    ) -> Result<(Rows, u64)> {
+        let _ = (sql, params, scope, max_rows);
+        Err(Error::Invalid(format!(
+            "tenant SQL is not supported on the {:?} backend yet",
+            self.dialect()
+        )))
+    }
+}
+
+/// The tables a piece of tenant SQL may touch (see [`Tx::confined`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confinement {
+    /// Tables whose names start with this (e.g. `"<realm>/"`); nothing else,
+    /// not even to read. Must be non-empty.
+    pub table_prefix: String,
+    /// Whether the statement may write: INSERT, UPDATE, DELETE, and
+    /// CREATE/DROP TABLE and INDEX, all within the prefix. Without it only
+    /// reads are allowed.
+    pub write: bool,
 }
 
 impl dyn Tx + '_ {

@@ -38,6 +38,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 
@@ -47,8 +48,8 @@ use crate::migrate::{self, Migration};
 use crate::sql::to_sqlite;
 use crate::value::{Cap, Row, Rows, Value};
 use crate::{
-    Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
-    Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+    Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job, Location,
+    Outcome, PKey, Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
 };
 
 /// Most procedures in one group commit.
@@ -279,6 +280,68 @@ fn start_checkpointer(
     Ok(tx)
 }
 
+fn lock(m: &Mutex<Option<Confinement>>) -> std::sync::MutexGuard<'_, Option<Confinement>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Installs the authorizer that confines tenant SQL (see [`Tx::confined`]).
+/// It runs only while statements are compiled; kernel statements (no scope)
+/// are allowed everything, as before.
+fn install_authorizer(conn: &Connection, confine: Arc<Mutex<Option<Confinement>>>) {
+    conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+        let guard = lock(&confine);
+        let Some(scope) = guard.as_ref() else {
+            return Authorization::Allow;
+        };
+        let verdict = authorize(scope, &ctx);
+        if verdict {
+            Authorization::Allow
+        } else {
+            Authorization::Deny
+        }
+    }));
+}
+
+/// Whether tenant SQL under `scope` may do what `ctx` describes.
+///
+/// DDL: SQLite asks to write the schema table before it names the object
+/// (CREATE TABLE: INSERT on sqlite_master, then CREATE_TABLE); the schema
+/// write is allowed to a writing scope because every DDL action is
+/// authorized on its own below (and SQLite itself refuses direct writes to
+/// the schema table without PRAGMA writable_schema, which is denied).
+fn authorize(scope: &Confinement, ctx: &AuthContext<'_>) -> bool {
+    let main = ctx.database_name.is_none_or(|d| d == "main");
+    let ours = |t: &str| main && t.starts_with(&scope.table_prefix);
+    let schema = |t: &str| main && (t == "sqlite_master" || t == "sqlite_schema");
+    let w = scope.write;
+    match ctx.action {
+        AuthAction::Select | AuthAction::Recursive | AuthAction::Function { .. } => true,
+        // DDL also reads the schema table's rowids (nothing a tenant could
+        // learn from).
+        AuthAction::Read {
+            table_name,
+            column_name,
+        } => ours(table_name) || (w && schema(table_name) && column_name == "ROWID"),
+        AuthAction::Insert { table_name }
+        | AuthAction::Delete { table_name }
+        | AuthAction::Update { table_name, .. } => w && (ours(table_name) || schema(table_name)),
+        AuthAction::CreateTable { table_name } | AuthAction::DropTable { table_name } => {
+            w && ours(table_name)
+        }
+        AuthAction::CreateIndex {
+            index_name,
+            table_name,
+        }
+        | AuthAction::DropIndex {
+            index_name,
+            table_name,
+        } => w && ours(table_name) && ours(index_name),
+        // PRAGMA, ATTACH, transactions and savepoints, triggers, views,
+        // temporary objects, virtual tables, ALTER, ANALYZE, REINDEX.
+        _ => false,
+    }
+}
+
 fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
@@ -461,6 +524,7 @@ fn run_query(
 /// A procedure's transaction on the executor's connection.
 struct SqliteTx<'c> {
     conn: &'c Connection,
+    confine: &'c Mutex<Option<Confinement>>,
     p_key: PKey,
     notes: Vec<Notification>,
 }
@@ -489,6 +553,32 @@ impl Tx for SqliteTx<'_> {
             .map_err(|e| map_err(e, sql))?;
         run_query(&mut stmt, sql, params, Cap::Fail(QUERY_ROWS_MAX))
     }
+    fn confined(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        scope: &Confinement,
+        max_rows: usize,
+    ) -> Result<(Rows, u64)> {
+        if scope.table_prefix.is_empty() {
+            return Err(Error::Invalid("a confinement needs a table prefix".into()));
+        }
+        // Compiled under the scope, never from (or into) the statement
+        // cache: a cached statement was authorized for whoever prepared it.
+        *lock(self.confine) = Some(scope.clone());
+        let prepared = self.conn.prepare(&to_sqlite(sql));
+        *lock(self.confine) = None;
+        let mut stmt = prepared.map_err(|e| map_err(e, sql))?;
+        if !scope.write && !stmt.readonly() {
+            return Err(Error::ReadOnly(format!(
+                "this statement would change the database; use a write call: {sql}"
+            )));
+        }
+        let before = self.conn.total_changes();
+        let rows = run_query(&mut stmt, sql, params, Cap::Fail(max_rows))?;
+        let changed = self.conn.total_changes().saturating_sub(before);
+        Ok((rows, changed))
+    }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
     }
@@ -496,6 +586,9 @@ impl Tx for SqliteTx<'_> {
 
 struct Executor {
     conn: Connection,
+    /// What the connection's authorizer allows while tenant SQL is being
+    /// compiled; `None` (kernel SQL) allows everything.
+    confine: Arc<Mutex<Option<Confinement>>>,
     p_key: PKey,
     feed: Arc<Feed>,
     stats: Arc<Stats>,
@@ -517,8 +610,11 @@ impl Executor {
         stats: Arc<Stats>,
         checkpoints: SyncSender<()>,
     ) -> Executor {
+        let confine = Arc::new(Mutex::new(None));
+        install_authorizer(&conn, confine.clone());
         Executor {
             conn,
+            confine,
             p_key,
             feed,
             stats,
@@ -615,6 +711,7 @@ impl Executor {
         }
         let mut tx = SqliteTx {
             conn: &self.conn,
+            confine: &self.confine,
             p_key: self.p_key,
             notes: Vec::new(),
         };
@@ -766,8 +863,10 @@ impl ReadPool {
                 .map_err(|e| map_err(e, sql))?;
             }
             let tables: Vec<String> = {
+                // Tenant tables (`<realm>/<name>`, on their realm's partition
+                // only) are not in the union views: they are the tenant's.
                 let sql = "SELECT name FROM main.sqlite_master WHERE type = 'table' \
-                           AND name NOT LIKE 'sqlite_%' ORDER BY name";
+                           AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%/%' ORDER BY name";
                 let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
                 let names = stmt
                     .query_map([], |r| r.get(0))

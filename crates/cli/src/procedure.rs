@@ -1,0 +1,152 @@
+//! `tabos procedure install|list|remove|call`: stored procedures.
+
+use std::io::{Read, Write};
+
+use anyhow::Context;
+use tabos_client::procedures::ProcedureLimits;
+
+use crate::procs::RealmArg;
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct ProcedureArgs {
+    #[command(subcommand)]
+    command: ProcedureCommand,
+    #[command(flatten)]
+    realm: RealmArg,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+#[derive(clap::Subcommand)]
+enum ProcedureCommand {
+    /// Install (or replace) a procedure from a file: a .wasm or .wat module
+    /// exporting main(i32) -> i32 and memory, or a .js script defining
+    /// function main(arg). Code that does not compile is refused.
+    Install {
+        name: String,
+        /// The code's file (- for stdin)
+        file: String,
+        /// wasm or js (default: from the file's extension)
+        #[arg(long)]
+        language: Option<String>,
+        /// Memory limit in MiB (wasm; default 64)
+        #[arg(long, default_value_t = 0)]
+        memory_mib: u64,
+        /// Time limit of one call in milliseconds (default 1000, at most 60000)
+        #[arg(long, default_value_t = 0)]
+        timeout_ms: u32,
+    },
+    /// List the realm's procedures
+    List,
+    /// Remove a procedure
+    Remove { name: String },
+    /// Call a procedure with ARGS (or --args-file) in one transaction and
+    /// print its result; what it logged goes to stderr
+    Call {
+        name: String,
+        /// The arguments, as text
+        #[arg(default_value = "")]
+        args: String,
+        /// Read the arguments from a file (- for stdin)
+        #[arg(long, conflicts_with = "args")]
+        args_file: Option<String>,
+    },
+}
+
+fn read_input(path: &str) -> anyhow::Result<Vec<u8>> {
+    if path == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf)?;
+        Ok(buf)
+    } else {
+        std::fs::read(path).with_context(|| format!("cannot read {path}"))
+    }
+}
+
+fn language_of(file: &str, given: Option<String>) -> anyhow::Result<String> {
+    if let Some(l) = given {
+        return Ok(l);
+    }
+    match std::path::Path::new(file)
+        .extension()
+        .and_then(|e| e.to_str())
+    {
+        Some("wasm" | "wat") => Ok("wasm".into()),
+        Some("js" | "mjs") => Ok("js".into()),
+        _ => anyhow::bail!("cannot tell the language of {file}: pass --language wasm|js"),
+    }
+}
+
+pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
+    let realm = args.realm.realm.clone();
+    crate::runtime()?.block_on(async {
+        let mut c = tabos_client::Client::connect(&args.node.addr).await?;
+        match args.command {
+            ProcedureCommand::Install {
+                name,
+                file,
+                language,
+                memory_mib,
+                timeout_ms,
+            } => {
+                let language = language_of(&file, language)?;
+                let code = read_input(&file)?;
+                let limits = ProcedureLimits {
+                    memory_bytes: memory_mib.saturating_mul(1 << 20),
+                    timeout_ms,
+                };
+                let i = c
+                    .procedure_install(&realm, &name, &language, code, limits)
+                    .await?;
+                println!(
+                    "installed {} ({}, {} bytes, hash {}) in realm {}",
+                    i.name, i.language, i.code_bytes, i.code_hash, i.realm
+                );
+            }
+            ProcedureCommand::List => {
+                let list = c.procedure_list(&realm).await?;
+                let mut out = std::io::stdout().lock();
+                writeln!(
+                    out,
+                    "{:<24} {:<5} {:>10} {:>10} {:>9}",
+                    "NAME", "LANG", "BYTES", "MEMORY", "TIMEOUT"
+                )?;
+                for i in list {
+                    writeln!(
+                        out,
+                        "{:<24} {:<5} {:>10} {:>9}M {:>7}ms",
+                        i.name,
+                        i.language,
+                        i.code_bytes,
+                        i.memory_bytes >> 20,
+                        i.timeout_ms
+                    )?;
+                }
+            }
+            ProcedureCommand::Remove { name } => {
+                c.procedure_remove(&realm, &name).await?;
+            }
+            ProcedureCommand::Call {
+                name,
+                args,
+                args_file,
+            } => {
+                let input = match args_file {
+                    Some(f) => read_input(&f)?,
+                    None => args.into_bytes(),
+                };
+                let out = c.procedure_call(&realm, &name, input).await?;
+                for line in &out.log {
+                    eprintln!("log: {line}");
+                }
+                let mut stdout = std::io::stdout().lock();
+                stdout.write_all(&out.result)?;
+                if !out.result.is_empty() && out.result.last() != Some(&b'\n') {
+                    stdout.write_all(b"\n")?;
+                }
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,531 @@
+//! Stored procedures: tenant code, installed by name into a realm and called
+//! inside one transaction on the realm's partition (issue 7; the paper's
+//! "tenant code next to the data").
+//!
+//! Table `procedure(p_key, realm, name, language, code, code_hash,
+//! memory_bytes, timeout_ms, installed_us)` (migration `009_procedure`),
+//! on the realm's partition. [`Procedures::install`] checks the code with
+//! the sandbox first (a compile error fails the install with the compiler's
+//! message and writes nothing), then inserts or replaces the row.
+//!
+//! [`call_tx`] runs the procedure in the caller's transaction and lends it a
+//! [`TxHost`]: every host call — the realm's key-value table, SQL over the
+//! realm's own tables, messages, files — is a statement of that same
+//! transaction, so a procedure's effects commit together or not at all: a
+//! trap, an exception, a time-out or a non-zero status rolls all of them
+//! back. A procedure reaches only its own realm: the host is bound to the
+//! realm the procedure was installed in, and its SQL is confined to tables
+//! named `<realm>/<table>` (see [`tabos_store::Confinement`]; the SQLite
+//! backend enforces it — on PostgreSQL SQL from procedures is refused).
+//!
+//! Inside a transaction nothing waits: `recv` takes a message that is there
+//! or reports none; files must be local (one-partition) files.
+
+use std::time::Duration;
+
+use tabos_sandbox::host::{FileEntry, Received, SqlResult, SqlValue};
+use tabos_sandbox::procedure::{code_hash, validate_name, Language, Limits, ProcSpec};
+use tabos_sandbox::{CallOutput, Host, HostError, RecvCall, Sandbox};
+use tabos_store::{params, Confinement, Store, Tx, Value};
+
+use crate::fs::{self, Caller, FileType};
+use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
+use crate::{kv, p_key, partition, validate_realm, Error, Result};
+
+/// What `list` reports about one procedure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub realm: String,
+    pub name: String,
+    pub language: Language,
+    pub code_bytes: usize,
+    /// The sandbox's content hash of the code, in hex.
+    pub code_hash: String,
+    pub memory_bytes: usize,
+    pub timeout: Duration,
+    pub installed_us: i64,
+}
+
+/// What an install asks for.
+#[derive(Debug, Clone)]
+pub struct Install {
+    pub realm: String,
+    pub name: String,
+    pub language: Language,
+    pub code: Vec<u8>,
+    pub limits: Limits,
+}
+
+/// The stored-procedure service of a node: the store and the sandbox.
+#[derive(Debug, Clone)]
+pub struct Procedures {
+    store: Store,
+    sandbox: Sandbox,
+}
+
+fn lang_of(s: &str) -> Result<Language> {
+    s.parse().map_err(Error::Invalid)
+}
+
+fn hex(h: u64) -> String {
+    format!("{h:016x}")
+}
+
+impl Procedures {
+    pub fn new(store: Store, sandbox: Sandbox) -> Procedures {
+        Procedures { store, sandbox }
+    }
+
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
+    /// Checks and installs (or replaces) a procedure; returns what was
+    /// stored.
+    pub async fn install(&self, req: Install) -> Result<Info> {
+        validate_realm(&req.realm)?;
+        validate_name(&req.name).map_err(Error::Invalid)?;
+        // The check compiles (wasm) or evaluates (JS) on a blocking thread:
+        // it can take milliseconds, and a hostile script up to its limit.
+        let sandbox = self.sandbox.clone();
+        let (lang, code, limits) = (req.language, req.code.clone(), req.limits);
+        tokio::task::spawn_blocking(move || sandbox.check_procedure(lang, &code, &limits))
+            .await
+            .map_err(|e| Error::Invalid(format!("procedure check failed: {e}")))?
+            .map_err(|error| Error::Procedure {
+                name: req.name.clone(),
+                error,
+            })?;
+        let info = Info {
+            realm: req.realm.clone(),
+            name: req.name.clone(),
+            language: req.language,
+            code_bytes: req.code.len(),
+            code_hash: hex(code_hash(&req.code)),
+            memory_bytes: req.limits.memory_bytes,
+            timeout: req.limits.timeout,
+            installed_us: tabos_store::now_us(),
+        };
+        let (row, code) = (info.clone(), req.code);
+        self.store
+            .submit(partition(&self.store, &req.realm)?, move |tx| {
+                install_tx(tx, &row, &code)
+            })
+            .await?;
+        Ok(info)
+    }
+
+    /// Removes a procedure; `NotFound` if there is none of that name.
+    pub async fn remove(&self, realm: &str, name: &str) -> Result<()> {
+        validate_name(name).map_err(Error::Invalid)?;
+        let (r, n) = (realm.to_string(), name.to_string());
+        self.store
+            .submit(partition(&self.store, realm)?, move |tx| {
+                let k = p_key(tx);
+                let gone = tx.execute(
+                    "DELETE FROM procedure WHERE p_key = $1 AND realm = $2 AND name = $3",
+                    params![k, r.as_str(), n.as_str()],
+                )?;
+                if gone == 0 {
+                    return Err(Error::NotFound(format!("procedure {n} in realm {r}")));
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// The realm's procedures, by name.
+    pub async fn list(&self, realm: &str) -> Result<Vec<Info>> {
+        let r = realm.to_string();
+        self.store
+            .submit(partition(&self.store, realm)?, move |tx| list_tx(tx, &r))
+            .await
+    }
+
+    /// Calls procedure `name` of `realm` with `args` in one transaction.
+    pub async fn call(&self, realm: &str, name: &str, args: Vec<u8>) -> Result<CallOutput> {
+        validate_name(name).map_err(Error::Invalid)?;
+        let (r, n, sandbox) = (realm.to_string(), name.to_string(), self.sandbox.clone());
+        let now = tabos_store::now_us();
+        self.store
+            .submit(partition(&self.store, realm)?, move |tx| {
+                call_tx(tx, &sandbox, &r, &n, &args, now)
+            })
+            .await
+    }
+}
+
+/// Procedure body: inserts or replaces the procedure row.
+pub fn install_tx(tx: &mut dyn Tx, info: &Info, code: &[u8]) -> Result<()> {
+    let k = p_key(tx);
+    tx.execute(
+        "INSERT INTO procedure (p_key, realm, name, language, code, code_hash, memory_bytes, \
+         timeout_ms, installed_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         ON CONFLICT (p_key, realm, name) DO UPDATE SET language = excluded.language, \
+         code = excluded.code, code_hash = excluded.code_hash, \
+         memory_bytes = excluded.memory_bytes, timeout_ms = excluded.timeout_ms, \
+         installed_us = excluded.installed_us",
+        params![
+            k,
+            info.realm.as_str(),
+            info.name.as_str(),
+            info.language.as_str(),
+            code,
+            info.code_hash.as_str(),
+            info.memory_bytes as i64,
+            info.timeout.as_millis() as i64,
+            info.installed_us
+        ],
+    )?;
+    Ok(())
+}
+
+/// Procedure body: the realm's procedures, by name.
+pub fn list_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Info>> {
+    validate_realm(realm)?;
+    let k = p_key(tx);
+    let rows = tx.query(
+        "SELECT name, language, length(code), code_hash, memory_bytes, timeout_ms, installed_us \
+         FROM procedure WHERE p_key = $1 AND realm = $2 ORDER BY name",
+        params![k, realm],
+    )?;
+    rows.rows
+        .iter()
+        .map(|r| {
+            Ok(Info {
+                realm: realm.to_string(),
+                name: r.get(0)?,
+                language: lang_of(&r.get::<String>(1)?)?,
+                code_bytes: r.get::<i64>(2)? as usize,
+                code_hash: r.get(3)?,
+                memory_bytes: r.get::<i64>(4)? as usize,
+                timeout: Duration::from_millis(r.get::<i64>(5)? as u64),
+                installed_us: r.get(6)?,
+            })
+        })
+        .collect()
+}
+
+/// Procedure body: runs procedure `name` of `realm` in this transaction.
+/// A failing procedure returns [`Error::Procedure`]; the caller's
+/// transaction must then roll back (the store does, for an `Err`).
+pub fn call_tx(
+    tx: &mut dyn Tx,
+    sandbox: &Sandbox,
+    realm: &str,
+    name: &str,
+    args: &[u8],
+    now_us: i64,
+) -> Result<CallOutput> {
+    validate_realm(realm)?;
+    let k = p_key(tx);
+    let row = tx
+        .query_opt(
+            "SELECT language, code_hash, memory_bytes, timeout_ms FROM procedure \
+             WHERE p_key = $1 AND realm = $2 AND name = $3",
+            params![k, realm, name],
+        )?
+        .ok_or_else(|| Error::NotFound(format!("procedure {name} in realm {realm}")))?;
+    let language = lang_of(&row.get::<String>(0)?)?;
+    let hash_hex: String = row.get(1)?;
+    let hash = u64::from_str_radix(&hash_hex, 16)
+        .map_err(|_| Error::Invalid(format!("procedure {name}: bad code hash {hash_hex:?}")))?;
+    let limits = Limits {
+        memory_bytes: row.get::<i64>(2)? as usize,
+        timeout: Duration::from_millis(row.get::<i64>(3)? as u64),
+    };
+    let spec = ProcSpec {
+        tenant: realm,
+        name,
+        language,
+        code_hash: hash,
+        limits,
+    };
+    let mut host = TxHost {
+        tx,
+        realm,
+        name,
+        now_us,
+        failed: None,
+    };
+    let ran = sandbox.call_procedure(&spec, &mut host, &mut TxHost::code, args);
+    // A store error inside a host call (a failed statement, a conflict to
+    // retry) decides the outcome even if the guest swallowed its errno.
+    if let Some(e) = host.failed.take() {
+        return Err(e);
+    }
+    ran.map_err(|error| Error::Procedure {
+        name: name.to_string(),
+        error,
+    })
+}
+
+/// The host a procedure gets: its realm's state, through the transaction
+/// it runs in.
+pub struct TxHost<'a> {
+    tx: &'a mut dyn Tx,
+    realm: &'a str,
+    name: &'a str,
+    now_us: i64,
+    /// The first store error a host call met: the transaction is not to be
+    /// committed (and may be retried).
+    failed: Option<Error>,
+}
+
+use kv::SCAN_LIMITS;
+const _: () = assert!(SCAN_LIMITS[3] == tabos_sandbox::procedure::SCAN_ROWS_MAX);
+
+impl TxHost<'_> {
+    /// The procedure's code (read on a context miss).
+    fn code(&mut self) -> std::result::Result<Vec<u8>, String> {
+        let k = p_key(self.tx);
+        let row = self
+            .tx
+            .query_opt(
+                "SELECT code FROM procedure WHERE p_key = $1 AND realm = $2 AND name = $3",
+                params![k, self.realm, self.name],
+            )
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| format!("procedure {} vanished", self.name))?;
+        row.get::<Vec<u8>>(0).map_err(|e| e.to_string())
+    }
+
+    /// A kernel error as the guest sees it; a store error is also kept to
+    /// fail the call.
+    fn refuse(&mut self, e: Error) -> HostError {
+        match e {
+            Error::NotFound(m) => HostError::NotFound(m),
+            Error::AlreadyExists(m) => HostError::Exists(m),
+            Error::Full(m) => HostError::Full(m),
+            Error::Precondition(m) if m.starts_with("permission denied") => HostError::Denied(m),
+            Error::Precondition(m) => HostError::Conflict(m),
+            Error::Invalid(m) if m.contains("payload") => HostError::PayloadTooLarge(m),
+            Error::Invalid(m) => HostError::Invalid(m),
+            Error::StaleEpoch(m) => HostError::StaleEpoch(m),
+            e @ Error::Mounted { .. } => HostError::Mounted(e.to_string()),
+            Error::Store(se) => {
+                let m = se.to_string();
+                // Bad tenant SQL is the tenant's error; anything else
+                // (I/O, a conflict) fails the whole call.
+                let tenant = matches!(
+                    se,
+                    tabos_store::Error::Sql(_)
+                        | tabos_store::Error::ReadOnly(_)
+                        | tabos_store::Error::Invalid(_)
+                        | tabos_store::Error::Limit { .. }
+                        | tabos_store::Error::Type(_)
+                ) && !se.is_retryable();
+                if !tenant && self.failed.is_none() {
+                    self.failed = Some(Error::Store(se));
+                }
+                HostError::Invalid(m)
+            }
+            other => HostError::Other(other.to_string()),
+        }
+    }
+
+    fn result<T>(&mut self, r: Result<T>) -> std::result::Result<T, HostError> {
+        r.map_err(|e| self.refuse(e))
+    }
+}
+
+fn sql_value(v: &SqlValue) -> Value {
+    match v {
+        SqlValue::Null => Value::Null,
+        SqlValue::Int(i) => Value::Int(*i),
+        SqlValue::Real(r) => Value::Real(*r),
+        SqlValue::Text(t) => Value::Text(t.clone()),
+        SqlValue::Blob(b) => Value::Blob(b.clone()),
+    }
+}
+
+fn host_value(v: &Value) -> SqlValue {
+    match v {
+        Value::Null => SqlValue::Null,
+        Value::Int(i) => SqlValue::Int(*i),
+        Value::Real(r) => SqlValue::Real(*r),
+        Value::Text(t) => SqlValue::Text(t.clone()),
+        Value::Blob(b) => SqlValue::Blob(b.clone()),
+    }
+}
+
+impl Host for TxHost<'_> {
+    fn send(
+        &mut self,
+        to: &[&str],
+        payload: &[u8],
+        id: Option<&str>,
+    ) -> std::result::Result<(), HostError> {
+        let msgs: Result<Vec<Outgoing>> = to
+            .iter()
+            .map(|t| {
+                Ok(Outgoing {
+                    to: Address::parse(t)?,
+                    payload: payload.to_vec(),
+                    message_id: id.map(str::to_string),
+                })
+            })
+            .collect();
+        let msgs = self.result(msgs)?;
+        let sent = ipc::send_tx(
+            self.tx,
+            self.realm,
+            None,
+            &msgs,
+            &MailboxOptions::default(),
+            self.now_us,
+        );
+        self.result(sent).map(|_| ())
+    }
+
+    fn recv(&mut self, call: RecvCall<'_>) -> std::result::Result<Received, HostError> {
+        let Some(from) = call.from else {
+            return Err(HostError::Invalid(
+                "a procedure has no mailbox of its own: name one".into(),
+            ));
+        };
+        let address = self.result(Address::parse(from))?;
+        let take = Take {
+            max: 1,
+            bytes_max: call.bytes_max.min(ipc::RECV_BYTES_MAX),
+        };
+        let got = if call.peek {
+            ipc::peek_tx(self.tx, self.realm, &address, &take)
+        } else {
+            ipc::recv_tx(self.tx, self.realm, &address, &take, self.now_us)
+        };
+        let got = self.result(got)?;
+        if let Some(n) = got.next_bytes {
+            return Err(HostError::TooBig(n));
+        }
+        match got.messages.into_iter().next() {
+            Some(m) => Ok(Received {
+                sender: m.sender,
+                payload: m.payload,
+            }),
+            // Nothing waits inside a transaction.
+            None if call.peek => Err(HostError::Empty),
+            None => Err(HostError::TimedOut),
+        }
+    }
+
+    fn fs_read(
+        &mut self,
+        path: &str,
+        offset: i64,
+        len: usize,
+    ) -> std::result::Result<Vec<u8>, HostError> {
+        let r = fs::read_tx(self.tx, self.realm, &Caller::root(), path, offset, len);
+        self.result(r)
+    }
+
+    fn fs_write(
+        &mut self,
+        path: &str,
+        offset: i64,
+        data: &[u8],
+        create: bool,
+    ) -> std::result::Result<i64, HostError> {
+        let who = Caller::root();
+        if create {
+            let exists = fs::stat_tx(self.tx, self.realm, path);
+            if let Err(Error::NotFound(_)) = exists {
+                let made = fs::create_tx(
+                    self.tx,
+                    self.realm,
+                    &who,
+                    path,
+                    fs::MODE_FILE_DEFAULT,
+                    self.now_us,
+                );
+                self.result(made)?;
+            } else {
+                self.result(exists)?;
+            }
+        }
+        let r = fs::write_tx(self.tx, self.realm, &who, path, offset, data, self.now_us);
+        self.result(r)
+    }
+
+    fn fs_stat(&mut self, path: &str) -> std::result::Result<FileEntry, HostError> {
+        let st = fs::stat_tx(self.tx, self.realm, path);
+        let st = self.result(st)?;
+        Ok(FileEntry {
+            kind: u32::from(st.file_type == FileType::File),
+            mode: st.mode as u32,
+            size: st.size,
+        })
+    }
+
+    fn kv_get(&mut self, key: &str) -> std::result::Result<Option<Vec<u8>>, HostError> {
+        let r = kv::get_tx(self.tx, self.realm, key);
+        self.result(r)
+    }
+
+    fn kv_put(&mut self, key: &str, value: &[u8]) -> std::result::Result<(), HostError> {
+        let r = kv::put_tx(self.tx, self.realm, key, value, self.now_us);
+        self.result(r).map(|_| ())
+    }
+
+    fn kv_delete(&mut self, key: &str) -> std::result::Result<bool, HostError> {
+        let r = kv::delete_tx(self.tx, self.realm, key);
+        self.result(r)
+    }
+
+    fn kv_scan(
+        &mut self,
+        start: &str,
+        end: Option<&str>,
+        after: bool,
+        max: usize,
+    ) -> std::result::Result<Vec<(String, Vec<u8>)>, HostError> {
+        let max = max.clamp(1, SCAN_LIMITS[3]);
+        let limit = SCAN_LIMITS
+            .iter()
+            .copied()
+            .find(|&l| l >= max)
+            .unwrap_or(SCAN_LIMITS[3]);
+        let r = kv::scan_tx(self.tx, self.realm, start, end, after, limit);
+        let mut rows = self.result(r)?;
+        rows.truncate(max);
+        Ok(rows)
+    }
+
+    fn sql(
+        &mut self,
+        sql: &str,
+        params: &[SqlValue],
+        write: bool,
+    ) -> std::result::Result<SqlResult, HostError> {
+        if sql.len() > tabos_sandbox::procedure::SQL_BYTES_MAX {
+            return Err(HostError::Invalid(format!(
+                "statement of {} bytes exceeds {}",
+                sql.len(),
+                tabos_sandbox::procedure::SQL_BYTES_MAX
+            )));
+        }
+        let scope = Confinement {
+            table_prefix: format!("{}/", self.realm),
+            write,
+        };
+        let params: Vec<Value> = params.iter().map(sql_value).collect();
+        let r = self
+            .tx
+            .confined(sql, &params, &scope, tabos_sandbox::procedure::SQL_ROWS_MAX)
+            .map_err(Error::from);
+        let (rows, changed) = self.result(r)?;
+        Ok(SqlResult {
+            columns: rows.columns,
+            rows: rows
+                .rows
+                .iter()
+                .map(|r| r.values().iter().map(host_value).collect())
+                .collect(),
+            changed,
+        })
+    }
+
+    fn nop(&mut self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,409 @@
+//! Stored procedures on SQLite and on PostgreSQL: install, list, call and
+//! remove; atomicity; isolation between realms; every kind of failure;
+//! chase against the same logic done by a client.
+
+use std::time::Duration;
+
+use tabos_kernel::procedures::{Install, Procedures};
+use tabos_kernel::{ipc, kv, Error};
+use tabos_sandbox::procedure::{examples, FailureKind, Language, Limits};
+use tabos_sandbox::Sandbox;
+
+mod common;
+use common::Backend;
+
+both!(
+    install_list_call_remove,
+    failures_roll_back_and_the_node_serves_on,
+    realms_are_isolated,
+    chase_equals_the_client_doing_it,
+    messages_files_and_scans,
+);
+
+fn limits() -> Limits {
+    Limits {
+        memory_bytes: 16 << 20,
+        timeout: Duration::from_millis(300),
+    }
+}
+
+fn install(
+    rt: &tokio::runtime::Runtime,
+    p: &Procedures,
+    realm: &str,
+    name: &str,
+    language: Language,
+    code: &str,
+) -> Result<(), Error> {
+    rt.block_on(p.install(Install {
+        realm: realm.into(),
+        name: name.into(),
+        language,
+        code: code.as_bytes().to_vec(),
+        limits: limits(),
+    }))
+    .map(|_| ())
+}
+
+fn call(
+    rt: &tokio::runtime::Runtime,
+    p: &Procedures,
+    realm: &str,
+    name: &str,
+    args: &[u8],
+) -> Result<Vec<u8>, Error> {
+    rt.block_on(p.call(realm, name, args.to_vec()))
+        .map(|o| o.result)
+}
+
+fn failure_kind(e: &Error) -> FailureKind {
+    match e {
+        Error::Procedure { error, .. } => error.kind,
+        other => panic!("expected a procedure failure, got {other}"),
+    }
+}
+
+fn setup(b: Backend) -> Option<(common::Fixture, Procedures, tokio::runtime::Runtime)> {
+    let f = b.open()?;
+    let p = Procedures::new(f.store.clone(), Sandbox::new().unwrap());
+    Some((f, p, common::rt()))
+}
+
+fn install_list_call_remove(b: Backend) {
+    let Some((_f, p, rt)) = setup(b) else { return };
+    install(&rt, &p, "a", "echo", Language::Js, examples::JS_ECHO).unwrap();
+    install(&rt, &p, "a", "wecho", Language::Wasm, examples::WASM_ECHO).unwrap();
+    let list = rt.block_on(p.list("a")).unwrap();
+    let names: Vec<_> = list.iter().map(|i| (i.name.as_str(), i.language)).collect();
+    assert_eq!(names, [("echo", Language::Js), ("wecho", Language::Wasm)]);
+    assert_eq!(call(&rt, &p, "a", "echo", b"hi").unwrap(), b"hi");
+    assert_eq!(call(&rt, &p, "a", "wecho", b"there").unwrap(), b"there");
+    // Reinstalling replaces the code (and never meets the old context).
+    install(
+        &rt,
+        &p,
+        "a",
+        "echo",
+        Language::Js,
+        "function main(a) { return a + '!'; }",
+    )
+    .unwrap();
+    assert_eq!(call(&rt, &p, "a", "echo", b"hi").unwrap(), b"hi!");
+    // Bad code fails at install time with the compiler's message and
+    // changes nothing.
+    let e = install(&rt, &p, "a", "echo", Language::Js, "function main( {").unwrap_err();
+    assert_eq!(failure_kind(&e), FailureKind::Invalid);
+    assert!(e.to_string().contains("SyntaxError"), "{e}");
+    let e = install(&rt, &p, "a", "bad", Language::Wasm, "(module (func").unwrap_err();
+    assert_eq!(failure_kind(&e), FailureKind::Invalid);
+    assert_eq!(call(&rt, &p, "a", "echo", b"hi").unwrap(), b"hi!");
+    assert_eq!(rt.block_on(p.list("a")).unwrap().len(), 2);
+    // Bad names and unknown procedures.
+    assert!(matches!(
+        install(&rt, &p, "a", "no/slash", Language::Js, examples::JS_ECHO),
+        Err(Error::Invalid(_))
+    ));
+    assert!(matches!(
+        call(&rt, &p, "a", "missing", b""),
+        Err(Error::NotFound(_))
+    ));
+    rt.block_on(p.remove("a", "echo")).unwrap();
+    assert!(matches!(
+        call(&rt, &p, "a", "echo", b""),
+        Err(Error::NotFound(_))
+    ));
+    assert!(matches!(
+        rt.block_on(p.remove("a", "echo")),
+        Err(Error::NotFound(_))
+    ));
+}
+
+fn failures_roll_back_and_the_node_serves_on(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    let cases: &[(&str, Language, &str, FailureKind)] = &[
+        (
+            "throws",
+            Language::Js,
+            "function main() { tabos.put('k', 'js'); throw new Error('after the write'); }",
+            FailureKind::Exception,
+        ),
+        (
+            "spins",
+            Language::Js,
+            "function main() { tabos.put('k', 'js'); for (;;) {} }",
+            FailureKind::Timeout,
+        ),
+        (
+            "grows",
+            Language::Js,
+            "function main() { tabos.put('k', 'js'); const a = []; for (;;) a.push(new ArrayBuffer(1 << 20)); }",
+            FailureKind::OutOfMemory,
+        ),
+        (
+            "recurses",
+            Language::Js,
+            "function f() { return f() + 1; } function main() { tabos.put('k', 'js'); f(); }",
+            FailureKind::StackOverflow,
+        ),
+        (
+            "traps",
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "kv")
+               (func (export "main") (param i32) (result i32)
+                 (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 unreachable))"#,
+            FailureKind::Trap,
+        ),
+        (
+            "loops",
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "kv")
+               (func (export "main") (param i32) (result i32)
+                 (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 (loop $l (br $l)) (i32.const 0)))"#,
+            FailureKind::Timeout,
+        ),
+        (
+            "oom",
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "kv")
+               (func (export "main") (param i32) (result i32)
+                 (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 (drop (memory.grow (i32.const 60000))) (i32.const 0)))"#,
+            FailureKind::OutOfMemory,
+        ),
+        (
+            "deep",
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "kv")
+               (func $f (param i32) (result i32) (i32.add (call $f (local.get 0)) (i32.const 1)))
+               (func (export "main") (param i32) (result i32)
+                 (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 (call $f (i32.const 0))))"#,
+            FailureKind::StackOverflow,
+        ),
+        (
+            "badptr",
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "kv")
+               (func (export "main") (param i32) (result i32)
+                 (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 (call $put (i32.const 0) (i32.const 1) (i32.const 65000) (i32.const 100000))))"#,
+            FailureKind::Trap,
+        ),
+        (
+            "status",
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1) (data (i32.const 0) "kv")
+               (func (export "main") (param i32) (result i32)
+                 (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+                 (i32.const 3)))"#,
+            FailureKind::Status(3),
+        ),
+    ];
+    install(&rt, &p, "b", "echo", Language::Js, examples::JS_ECHO).unwrap();
+    for (name, lang, code, kind) in cases {
+        install(&rt, &p, "a", name, *lang, code).unwrap();
+        let e = call(&rt, &p, "a", name, b"").unwrap_err();
+        assert_eq!(failure_kind(&e), *kind, "{name}: {e}");
+        // The write before the failure was rolled back.
+        assert_eq!(kv::get(&f.store, "a", "k").unwrap(), None, "{name}");
+        // Everyone else is served, and so is the same realm.
+        assert_eq!(call(&rt, &p, "b", "echo", b"ok").unwrap(), b"ok", "{name}");
+    }
+    // A procedure that succeeds commits all of its writes.
+    install(
+        &rt,
+        &p,
+        "a",
+        "two",
+        Language::Js,
+        "function main() { tabos.put('x', '1'); tabos.put('y', '2'); return 'done'; }",
+    )
+    .unwrap();
+    assert_eq!(call(&rt, &p, "a", "two", b"").unwrap(), b"done");
+    assert_eq!(kv::get(&f.store, "a", "x").unwrap(), Some(b"1".to_vec()));
+    assert_eq!(kv::get(&f.store, "a", "y").unwrap(), Some(b"2".to_vec()));
+}
+
+fn realms_are_isolated(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    let sqlite = f.store.kind() == tabos_store::BackendKind::Sqlite;
+    kv::put(&f.store, "b", "secret", b"b's").unwrap();
+    install(
+        &rt,
+        &p,
+        "a",
+        "peek",
+        Language::Js,
+        "function main(k) { return tabos.get(k); }",
+    )
+    .unwrap();
+    assert_eq!(call(&rt, &p, "a", "peek", b"secret").unwrap(), b"");
+    // Procedures are per realm: b cannot call a's.
+    assert!(matches!(
+        call(&rt, &p, "b", "peek", b"x"),
+        Err(Error::NotFound(_))
+    ));
+    // SQL reaches only the realm's own tables.
+    install(
+        &rt,
+        &p,
+        "a",
+        "sql",
+        Language::Js,
+        "function main(q) { try { return JSON.stringify(tabos.query(q)); } \
+         catch (e) { return 'refused: ' + e.message; } }",
+    )
+    .unwrap();
+    install(
+        &rt,
+        &p,
+        "a",
+        "ddl",
+        Language::Js,
+        "function main() { tabos.exec('CREATE TABLE \"a/points\" (x INTEGER, y INTEGER)'); \
+         tabos.exec('INSERT INTO \"a/points\" VALUES ($1, $2), ($3, $4)', [1, 2, 3, 4]); \
+         return JSON.stringify(tabos.query('SELECT x + y AS s FROM \"a/points\" ORDER BY x')); }",
+    )
+    .unwrap();
+    install(
+        &rt,
+        &p,
+        "b",
+        "ddl",
+        Language::Js,
+        "function main() { tabos.exec('CREATE TABLE \"b/t\" (v TEXT)'); \
+         tabos.exec('INSERT INTO \"b/t\" VALUES (\\'hidden\\')'); }",
+    )
+    .unwrap();
+    if sqlite {
+        assert_eq!(
+            call(&rt, &p, "a", "ddl", b"").unwrap(),
+            br#"[{"s":3},{"s":7}]"#
+        );
+        call(&rt, &p, "b", "ddl", b"").unwrap();
+        for q in [
+            "SELECT * FROM kv",
+            "SELECT * FROM \"b/t\"",
+            "SELECT name FROM sqlite_master",
+            "PRAGMA table_info(kv)",
+            "ATTACH DATABASE '/tmp/x.db' AS x",
+        ] {
+            let out = call(&rt, &p, "a", "sql", q.as_bytes()).unwrap();
+            let out = String::from_utf8(out).unwrap();
+            assert!(out.starts_with("refused:"), "{q}: {out}");
+        }
+        // A write through the read-only call is refused.
+        let out = call(&rt, &p, "a", "sql", b"DELETE FROM \"a/points\"").unwrap();
+        assert!(String::from_utf8(out).unwrap().starts_with("refused:"));
+        let out = call(
+            &rt,
+            &p,
+            "a",
+            "sql",
+            b"SELECT count(*) AS n FROM \"a/points\"",
+        )
+        .unwrap();
+        assert_eq!(out, br#"[{"n":2}]"#);
+        // The tenant tables stay out of the operator's union views.
+        assert!(f.store.query("SELECT count(*) FROM kv", &[]).is_ok());
+    } else {
+        let e = call(&rt, &p, "a", "ddl", b"").unwrap_err();
+        assert!(e.to_string().contains("not supported"), "{e}");
+    }
+}
+
+fn chase_equals_the_client_doing_it(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    for i in 0..20 {
+        kv::put(
+            &f.store,
+            "a",
+            &format!("k{i}"),
+            format!("v{}", (i * 7) % 23).as_bytes(),
+        )
+        .unwrap();
+        if i % 3 != 0 {
+            kv::put(
+                &f.store,
+                "a",
+                &format!("v{i}"),
+                format!("value {i}").as_bytes(),
+            )
+            .unwrap();
+        }
+    }
+    install(&rt, &p, "a", "js", Language::Js, examples::JS_CHASE).unwrap();
+    install(&rt, &p, "a", "wasm", Language::Wasm, examples::WASM_CHASE).unwrap();
+    for i in 0..25 {
+        let key = format!("k{i}");
+        let client = kv::get(&f.store, "a", &key)
+            .unwrap()
+            .and_then(|v| kv::get(&f.store, "a", std::str::from_utf8(&v).unwrap()).unwrap())
+            .unwrap_or_default();
+        assert_eq!(
+            call(&rt, &p, "a", "js", key.as_bytes()).unwrap(),
+            client,
+            "{key}"
+        );
+        assert_eq!(
+            call(&rt, &p, "a", "wasm", key.as_bytes()).unwrap(),
+            client,
+            "{key}"
+        );
+    }
+}
+
+fn messages_files_and_scans(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    rt.block_on(ipc::create_mailbox(
+        &f.store,
+        "a",
+        "inbox",
+        ipc::MailboxOptions::default(),
+    ))
+    .unwrap();
+    install(
+        &rt,
+        &p,
+        "a",
+        "relay",
+        Language::Js,
+        "function main(text) { tabos.send('inbox', text); const m = tabos.recv('inbox'); \
+         tabos.write('/note', m.data); const none = tabos.recv('inbox'); \
+         return tabos.read('/note') + (none === null ? ' (then empty)' : ''); }",
+    )
+    .unwrap();
+    assert_eq!(
+        call(&rt, &p, "a", "relay", b"hello").unwrap(),
+        b"hello (then empty)"
+    );
+    for i in 0..1000 {
+        kv::put(&f.store, "a", &format!("s{i:04}"), &[b'x'; 40]).unwrap();
+    }
+    install(&rt, &p, "a", "count", Language::Wasm, examples::WASM_COUNT).unwrap();
+    let n = call(&rt, &p, "a", "count", b"s").unwrap();
+    assert_eq!(u32::from_le_bytes(n.try_into().unwrap()), 1000);
+    let n = call(&rt, &p, "a", "count", b"s0500").unwrap();
+    assert_eq!(u32::from_le_bytes(n.try_into().unwrap()), 500);
+    install(
+        &rt,
+        &p,
+        "a",
+        "first",
+        Language::Js,
+        "function main() { return tabos.scan('s', 't', 3).map(e => e[0]).join(','); }",
+    )
+    .unwrap();
+    assert_eq!(
+        call(&rt, &p, "a", "first", b"").unwrap(),
+        b"s0000,s0001,s0002"
+    );
+}

@@ -1,0 +1,273 @@
+//! Stored procedures on the sandbox alone, with a host over an in-memory
+//! map (the kernel's host over a transaction is tested in tabos-kernel).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tabos_sandbox::procedure::{code_hash, examples, FailureKind, Language, Limits, ProcSpec};
+use tabos_sandbox::{Host, HostError, RecvCall, Sandbox};
+
+#[derive(Default)]
+struct MapHost {
+    kv: BTreeMap<String, Vec<u8>>,
+    nops: u64,
+}
+
+impl Host for MapHost {
+    fn send(&mut self, _: &[&str], _: &[u8], _: Option<&str>) -> Result<(), HostError> {
+        Err(HostError::Unsupported)
+    }
+    fn recv(&mut self, _: RecvCall<'_>) -> Result<tabos_sandbox::host::Received, HostError> {
+        Err(HostError::Unsupported)
+    }
+    fn kv_get(&mut self, key: &str) -> Result<Option<Vec<u8>>, HostError> {
+        Ok(self.kv.get(key).cloned())
+    }
+    fn kv_put(&mut self, key: &str, value: &[u8]) -> Result<(), HostError> {
+        self.kv.insert(key.into(), value.into());
+        Ok(())
+    }
+    fn nop(&mut self) -> u64 {
+        self.nops += 1;
+        0
+    }
+}
+
+fn call(
+    sb: &Sandbox,
+    lang: Language,
+    code: &str,
+    host: &mut MapHost,
+    args: &[u8],
+    limits: Limits,
+) -> Result<tabos_sandbox::CallOutput, tabos_sandbox::ProcError> {
+    let spec = ProcSpec {
+        tenant: "t",
+        name: "p",
+        language: lang,
+        code_hash: code_hash(code.as_bytes()),
+        limits,
+    };
+    let mut load = |_: &mut MapHost| Ok(code.as_bytes().to_vec());
+    sb.call_procedure(&spec, host, &mut load, args)
+}
+
+fn short() -> Limits {
+    Limits {
+        memory_bytes: 16 << 20,
+        timeout: Duration::from_millis(200),
+    }
+}
+
+#[test]
+fn echo_and_chase_in_both_languages() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    host.kv.insert("a".into(), b"b".to_vec());
+    host.kv.insert("b".into(), b"value of b".to_vec());
+    for (lang, echo, chase) in [
+        (Language::Wasm, examples::WASM_ECHO, examples::WASM_CHASE),
+        (Language::Js, examples::JS_ECHO, examples::JS_CHASE),
+    ] {
+        sb.check_procedure(lang, echo.as_bytes(), &Limits::default())
+            .unwrap();
+        let out = call(&sb, lang, echo, &mut host, b"hello", Limits::default()).unwrap();
+        assert_eq!(out.result, b"hello", "{lang}");
+        let out = call(&sb, lang, chase, &mut host, b"a", Limits::default()).unwrap();
+        assert_eq!(out.result, b"value of b", "{lang}");
+        let out = call(&sb, lang, chase, &mut host, b"missing", Limits::default()).unwrap();
+        assert_eq!(out.result, b"", "{lang}");
+    }
+    // The wasm contexts went back to the pool for the next call.
+    assert!(sb.idle_procedure_contexts() >= 2);
+}
+
+#[test]
+fn host_calls_are_counted_once_each() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    call(
+        &sb,
+        Language::Wasm,
+        examples::WASM_NOPS,
+        &mut host,
+        &1000u64.to_le_bytes(),
+        Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(host.nops, 1000);
+    call(
+        &sb,
+        Language::Js,
+        examples::JS_NOPS,
+        &mut host,
+        b"500",
+        Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(host.nops, 1500);
+}
+
+#[test]
+fn invalid_code_is_refused_with_the_compilers_message() {
+    let sb = Sandbox::new().unwrap();
+    let l = Limits::default();
+    let e = sb
+        .check_procedure(Language::Js, b"function main( {", &l)
+        .unwrap_err();
+    assert_eq!(e.kind, FailureKind::Invalid);
+    assert!(
+        e.message.contains("SyntaxError") || e.message.contains("expecting"),
+        "{e}"
+    );
+    let e = sb
+        .check_procedure(Language::Js, b"var x = 1;", &l)
+        .unwrap_err();
+    assert!(e.message.contains("main"), "{e}");
+    let e = sb
+        .check_procedure(Language::Wasm, b"(module (func", &l)
+        .unwrap_err();
+    assert_eq!(e.kind, FailureKind::Invalid);
+    assert!(e.message.contains("invalid module"), "{e}");
+    let e = sb
+        .check_procedure(
+            Language::Wasm,
+            b"(module (memory (export \"memory\") 1))",
+            &l,
+        )
+        .unwrap_err();
+    assert!(e.message.contains("main"), "{e}");
+    // Top-level code may not reach the host.
+    let e = sb
+        .check_procedure(Language::Js, b"tabos.get('x'); function main() {}", &l)
+        .unwrap_err();
+    assert!(e.message.contains("only while main runs"), "{e}");
+}
+
+#[test]
+fn failures_have_their_kind_and_leave_the_sandbox_usable() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    let cases: &[(Language, &str, FailureKind)] = &[
+        (
+            Language::Js,
+            "function main() { throw new Error('boom'); }",
+            FailureKind::Exception,
+        ),
+        (
+            Language::Js,
+            "function main() { for (;;) {} }",
+            FailureKind::Timeout,
+        ),
+        (
+            Language::Js,
+            "function main() { const a = []; for (;;) a.push(new ArrayBuffer(1 << 20)); }",
+            FailureKind::OutOfMemory,
+        ),
+        (
+            Language::Js,
+            "function f(n) { return f(n + 1) + 1; } function main() { f(0); }",
+            FailureKind::StackOverflow,
+        ),
+        (
+            Language::Wasm,
+            r#"(module (memory (export "memory") 1) (func (export "main") (param i32) (result i32) unreachable))"#,
+            FailureKind::Trap,
+        ),
+        (
+            Language::Wasm,
+            r#"(module (memory (export "memory") 1) (func (export "main") (param i32) (result i32) (loop $l (br $l)) (i32.const 0)))"#,
+            FailureKind::Timeout,
+        ),
+        (
+            Language::Wasm,
+            r#"(module (memory (export "memory") 1) (func (export "main") (param i32) (result i32) (drop (memory.grow (i32.const 1000))) (i32.const 0)))"#,
+            FailureKind::OutOfMemory,
+        ),
+        (
+            Language::Wasm,
+            r#"(module (memory (export "memory") 1) (func $f (param i32) (result i32) (i32.add (call $f (local.get 0)) (i32.const 1))) (func (export "main") (param i32) (result i32) (call $f (i32.const 0))))"#,
+            FailureKind::StackOverflow,
+        ),
+        (
+            Language::Wasm,
+            r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+               (memory (export "memory") 1)
+               (data (i32.const 0) "k")
+               (func (export "main") (param i32) (result i32) (call $put (i32.const 0) (i32.const 1) (i32.const 65000) (i32.const 10000))))"#,
+            FailureKind::Trap,
+        ),
+        (
+            Language::Wasm,
+            r#"(module (memory (export "memory") 1) (func (export "main") (param i32) (result i32) (i32.const 7)))"#,
+            FailureKind::Status(7),
+        ),
+    ];
+    for (lang, code, kind) in cases {
+        let e = call(&sb, *lang, code, &mut host, b"", short()).unwrap_err();
+        assert_eq!(e.kind, *kind, "{lang} {code}: {e}");
+        // The next call, of a healthy procedure, works.
+        let out = call(&sb, *lang, examples::JS_ECHO, &mut host, b"ok", short());
+        if *lang == Language::Js {
+            assert_eq!(out.unwrap().result, b"ok");
+        }
+    }
+    let e = call(
+        &sb,
+        Language::Wasm,
+        r#"(module (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+           (memory (export "memory") 1)
+           (func (export "main") (param i32) (result i32) (call $put (i32.const 0) (i32.const 1) (i32.const 65000) (i32.const 10000))))"#,
+        &mut host,
+        b"",
+        short(),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("outside linear memory"), "{e}");
+    assert!(
+        host.kv.is_empty(),
+        "nothing was written by the failed calls"
+    );
+    let out = call(
+        &sb,
+        Language::Wasm,
+        examples::WASM_ECHO,
+        &mut host,
+        b"ok",
+        short(),
+    )
+    .unwrap();
+    assert_eq!(out.result, b"ok");
+}
+
+#[test]
+fn logs_come_back_with_the_result_and_with_an_error() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    let out = call(
+        &sb,
+        Language::Js,
+        "function main(a) { console.log('got', a, {x: 1}); return {n: 2}; }",
+        &mut host,
+        b"arg",
+        Limits::default(),
+    )
+    .unwrap();
+    assert_eq!(out.log, vec![r#"got arg {"x":1}"#.to_string()]);
+    assert_eq!(out.result, br#"{"n":2}"#);
+    let e = call(
+        &sb,
+        Language::Js,
+        "function main() { tabos.log('before'); tabos.put('k', 'v'); null.x; }",
+        &mut host,
+        b"",
+        Limits::default(),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, FailureKind::Exception);
+    assert_eq!(e.log, vec!["before".to_string()]);
+    assert!(
+        e.message.contains("TypeError") || e.message.contains("null"),
+        "{e}"
+    );
+}
