@@ -2,13 +2,14 @@
 //! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
-//! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`].
+//! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`].
 
 pub mod fs;
 pub mod ipc;
 pub mod machine;
 pub mod measure;
 pub mod names;
+pub mod procedures;
 pub mod report;
 pub mod sched;
 pub mod store;
@@ -23,8 +24,9 @@ pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
         "ipc" => ipc::run(quick)?,
         "names" => names::run(quick)?,
         "fs" => fs::run(quick)?,
+        "procedures" => procedures::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures")
         }
     };
     report.print();

@@ -289,8 +289,22 @@ async fn watch_latency(system: System, ends: &Endpoints, n: usize) -> anyhow::Re
 
 /// The etcd binary, installed with apt-get when missing.
 fn etcd_binary() -> anyhow::Result<std::path::PathBuf> {
+    debian_binary(
+        "names",
+        "etcd-server",
+        &["/usr/bin/etcd", "/usr/local/bin/etcd"],
+    )
+}
+
+/// A peer's binary at one of `paths`, installed from Debian `package` with
+/// apt-get when missing (saying so on stderr, as `suite`).
+pub(crate) fn debian_binary(
+    suite: &str,
+    package: &str,
+    paths: &[&str],
+) -> anyhow::Result<std::path::PathBuf> {
     let find = || {
-        ["/usr/bin/etcd", "/usr/local/bin/etcd"]
+        paths
             .iter()
             .map(std::path::PathBuf::from)
             .find(|p| p.exists())
@@ -298,10 +312,13 @@ fn etcd_binary() -> anyhow::Result<std::path::PathBuf> {
     if let Some(p) = find() {
         return Ok(p);
     }
-    eprintln!("names: etcd not found; installing Debian's etcd-server with apt-get");
+    eprintln!(
+        "{suite}: {} not found; installing Debian's {package} with apt-get",
+        paths[0]
+    );
     let install = || {
         std::process::Command::new("apt-get")
-            .args(["install", "-y", "-q", "etcd-server"])
+            .args(["install", "-y", "-q", package])
             .env("DEBIAN_FRONTEND", "noninteractive")
             .status()
     };
@@ -309,12 +326,12 @@ fn etcd_binary() -> anyhow::Result<std::path::PathBuf> {
         std::process::Command::new("apt-get")
             .args(["update", "-q"])
             .status()?;
-        anyhow::ensure!(install()?.success(), "apt-get install etcd-server failed");
+        anyhow::ensure!(install()?.success(), "apt-get install {package} failed");
     }
-    find().context("etcd-server installed but no etcd binary found")
+    find().with_context(|| format!("{package} installed but no binary found at {paths:?}"))
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())

@@ -2,7 +2,7 @@
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Suite to run: store, sched, ipc, names or fs
+    /// Suite to run: store, sched, ipc, names, fs or procedures
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

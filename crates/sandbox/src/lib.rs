@@ -295,22 +295,26 @@ impl Sandbox {
     /// cached program for the same bytes. Validates that it is a WASI
     /// command whose imports tabos provides.
     pub fn compile(&self, bytes: &[u8]) -> Result<Program> {
-        let program = self.compiled(bytes)?;
-        match program.pre.module().get_export("_start") {
+        self.compiled(bytes, &|module| match module.get_export("_start") {
             Some(wasmtime::ExternType::Func(f))
                 if f.params().len() == 0 && f.results().len() == 0 =>
             {
-                Ok(program)
+                Ok(())
             }
             _ => Err(Error::InvalidModule(
                 "not a WASI command: it exports no `_start` function of type [] -> []".into(),
             )),
-        }
+        })
     }
 
-    /// Compiles `bytes` (or finds them in the cache) and links them against
-    /// the host functions, without looking at the exports.
-    pub(crate) fn compiled(&self, bytes: &[u8]) -> Result<Program> {
+    /// Compiles `bytes` (or finds them in the cache), links them against
+    /// the host functions and checks the module with `check` (its exports)
+    /// — before caching it, so nothing refused is cached.
+    pub(crate) fn compiled(
+        &self,
+        bytes: &[u8],
+        check: &dyn Fn(&Module) -> Result<()>,
+    ) -> Result<Program> {
         if bytes.len() > MODULE_BYTES_MAX {
             return Err(Error::Limit(format!(
                 "module of {} bytes exceeds {MODULE_BYTES_MAX}",
@@ -319,12 +323,14 @@ impl Sandbox {
         }
         let hash = content_hash(bytes);
         if let Some(p) = self.lookup(hash, bytes) {
+            check(p.pre.module())?;
             return Ok(p);
         }
         // Compile outside the lock: it takes milliseconds, and two threads
         // compiling the same new module at once only waste work.
         let module =
             Module::new(&self.engine, bytes).map_err(|e| Error::InvalidModule(format!("{e:#}")))?;
+        check(&module)?;
         let pre = self
             .linker
             .instantiate_pre(&module)

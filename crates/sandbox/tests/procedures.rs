@@ -78,8 +78,9 @@ fn echo_and_chase_in_both_languages() {
         let out = call(&sb, lang, chase, &mut host, b"missing", Limits::default()).unwrap();
         assert_eq!(out.result, b"", "{lang}");
     }
-    // The wasm contexts went back to the pool for the next call.
-    assert!(sb.idle_procedure_contexts() >= 2);
+    // The wasm contexts went back to the pool (all but the one this thread
+    // keeps for its next call).
+    assert!(sb.idle_procedure_contexts() >= 1);
 }
 
 #[test]

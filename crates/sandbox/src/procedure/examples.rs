@@ -5,6 +5,7 @@
 //! * `noop`: returns nothing.
 //! * `echo`: returns its arguments.
 //! * `nops`: makes N no-op host calls (N: the arguments as a decimal).
+//! * `get`: the value at `key` — one hop of `chase`, for comparisons.
 //! * `count` (wasm): counts keys through batched scans.
 //! * `chase`: `get(get(key))` — the paper's Figure 1: the value at the key
 //!   named by the value at `key` (the arguments), or nothing when either is
@@ -120,3 +121,19 @@ pub const WASM_COUNT: &str = r#"(module
       (local.set $flags (i32.const 1))
       (br $batch))
     (i32.const 2)))"#;
+
+/// `get` in WebAssembly: values up to 60 KiB.
+pub const WASM_GET: &str = r#"(module
+  (import "tabos" "args" (func $args (param i32 i32) (result i32)))
+  (import "tabos" "result" (func $result (param i32 i32) (result i32)))
+  (import "tabos" "kv_get" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (func (export "main") (param $n i32) (result i32)
+    (local $e i32)
+    (if (i32.gt_u (local.get $n) (i32.const 1024)) (then (return (i32.const 1))))
+    (drop (call $args (i32.const 0) (local.get $n)))
+    (local.set $e (call $get (i32.const 0) (local.get $n) (i32.const 4096) (i32.const 61440) (i32.const 2048)))
+    (if (i32.eq (local.get $e) (i32.const 44)) (then (return (i32.const 0))))
+    (if (local.get $e) (then (return (i32.add (i32.const 100) (local.get $e)))))
+    (drop (call $result (i32.const 4096) (i32.load (i32.const 2048))))
+    (i32.const 0)))"#;
