@@ -327,6 +327,15 @@ impl TxHost<'_> {
     fn result<T>(&mut self, r: Result<T>) -> std::result::Result<T, HostError> {
         r.map_err(|e| self.refuse(e))
     }
+
+    /// Like [`result`](Self::result) for IPC, where a refused precondition
+    /// means the receiving proc has finished (EPIPE, as procs see it).
+    fn ipc_result<T>(&mut self, r: Result<T>) -> std::result::Result<T, HostError> {
+        r.map_err(|e| match e {
+            Error::Precondition(m) => HostError::Closed(m),
+            other => self.refuse(other),
+        })
+    }
 }
 
 fn sql_value(v: &SqlValue) -> Value {
@@ -375,7 +384,7 @@ impl Host for TxHost<'_> {
             &MailboxOptions::default(),
             self.now_us,
         );
-        self.result(sent).map(|_| ())
+        self.ipc_result(sent).map(|_| ())
     }
 
     fn recv(&mut self, call: RecvCall<'_>) -> std::result::Result<Received, HostError> {
@@ -394,7 +403,7 @@ impl Host for TxHost<'_> {
         } else {
             ipc::recv_tx(self.tx, self.realm, &address, &take, self.now_us)
         };
-        let got = self.result(got)?;
+        let got = self.ipc_result(got)?;
         if let Some(n) = got.next_bytes {
             return Err(HostError::TooBig(n));
         }
