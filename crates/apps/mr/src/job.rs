@@ -1,0 +1,241 @@
+//! The built-in jobs as map and reduce functions over bytes.
+//!
+//! * Word count: a word is a maximal run of bytes that are not ASCII
+//!   whitespace (so any encoding, and bytes that are not UTF-8, count);
+//!   the output is each word with its number of occurrences.
+//! * Grep: the output is each input file with the number of its lines that
+//!   contain the pattern (a byte string), like `grep -r -c` without the
+//!   files that have none.
+//!
+//! Mappers see lines in pieces (see [`crate::split::read_lines`]) and keep
+//! what crosses a piece boundary: the unfinished word, or the last
+//! `pattern.len() - 1` bytes. Map output is combined in the mapper (one
+//! count per key and reducer) before it is written.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::{Error, Result};
+
+/// Longest word counted; a longer run of non-space bytes counts as
+/// several words of this length and a rest.
+pub const WORD_BYTES_MAX: usize = 1 << 20;
+/// Longest grep pattern.
+pub const PATTERN_BYTES_MAX: usize = 4 << 10;
+/// Most reducers of one job.
+pub const REDUCERS_MAX: usize = 1_024;
+
+/// A built-in job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    WordCount,
+    Grep { pattern: Vec<u8> },
+}
+
+impl Kind {
+    pub fn grep(pattern: &[u8]) -> Result<Kind> {
+        if pattern.is_empty() || pattern.len() > PATTERN_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "a pattern is 1..={PATTERN_BYTES_MAX} bytes"
+            )));
+        }
+        Ok(Kind::Grep {
+            pattern: pattern.to_vec(),
+        })
+    }
+
+    /// A mapper for the lines of `path`.
+    pub fn mapper(&self, path: &Path) -> Mapper {
+        match self {
+            Kind::WordCount => Mapper::Words {
+                partial: Vec::new(),
+            },
+            Kind::Grep { pattern } => Mapper::Grep {
+                pattern: pattern.clone(),
+                key: path.as_os_str().as_encoded_bytes().to_vec(),
+                tail: Vec::new(),
+                matched: false,
+            },
+        }
+    }
+}
+
+/// The reducer a key goes to: FNV-1a of the key, modulo the reducers.
+pub fn partition(key: &[u8], reducers: usize) -> usize {
+    debug_assert!(reducers > 0);
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (h % reducers.max(1) as u64) as usize
+}
+
+/// Map output, combined: one count per key, per reducer.
+#[derive(Debug)]
+pub struct Combiner {
+    parts: Vec<HashMap<Vec<u8>, u64>>,
+}
+
+impl Combiner {
+    pub fn new(reducers: usize) -> Result<Combiner> {
+        if reducers == 0 || reducers > REDUCERS_MAX {
+            return Err(Error::Invalid(format!(
+                "a job has 1..={REDUCERS_MAX} reducers"
+            )));
+        }
+        Ok(Combiner {
+            parts: (0..reducers).map(|_| HashMap::new()).collect(),
+        })
+    }
+
+    pub fn emit(&mut self, key: &[u8], n: u64) {
+        let r = partition(key, self.parts.len());
+        match self.parts[r].get_mut(key) {
+            Some(c) => *c += n,
+            None => {
+                self.parts[r].insert(key.to_vec(), n);
+            }
+        }
+    }
+
+    /// Each reducer's records, sorted by key.
+    pub fn into_parts(self) -> Vec<Vec<(Vec<u8>, u64)>> {
+        self.parts
+            .into_iter()
+            .map(|m| {
+                let mut v: Vec<_> = m.into_iter().collect();
+                v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+                v
+            })
+            .collect()
+    }
+}
+
+/// The map side of a job over one file's lines.
+#[derive(Debug)]
+pub enum Mapper {
+    Words {
+        /// The word the last piece ended in.
+        partial: Vec<u8>,
+    },
+    Grep {
+        pattern: Vec<u8>,
+        key: Vec<u8>,
+        /// The end of the line so far that a match may start in.
+        tail: Vec<u8>,
+        matched: bool,
+    },
+}
+
+impl Mapper {
+    /// Takes the next piece of a line; `ends` on the line's last piece.
+    pub fn piece(&mut self, bytes: &[u8], ends: bool, out: &mut Combiner) {
+        match self {
+            Mapper::Words { partial } => {
+                let mut rest = bytes;
+                loop {
+                    let start = rest
+                        .iter()
+                        .position(|b| !b.is_ascii_whitespace())
+                        .unwrap_or(rest.len());
+                    if start > 0 && !partial.is_empty() {
+                        out.emit(partial, 1);
+                        partial.clear();
+                    }
+                    rest = &rest[start..];
+                    if rest.is_empty() {
+                        break;
+                    }
+                    let end = rest
+                        .iter()
+                        .position(|b| b.is_ascii_whitespace())
+                        .unwrap_or(rest.len());
+                    let word = &rest[..end];
+                    if end < rest.len() {
+                        if partial.is_empty() {
+                            emit_word(out, word);
+                        } else {
+                            partial.extend_from_slice(word);
+                            let w = std::mem::take(partial);
+                            emit_word(out, &w);
+                        }
+                    } else {
+                        // Runs to the end of the piece: may go on.
+                        partial.extend_from_slice(word);
+                        while partial.len() >= WORD_BYTES_MAX {
+                            out.emit(&partial[..WORD_BYTES_MAX], 1);
+                            partial.drain(..WORD_BYTES_MAX);
+                        }
+                    }
+                    rest = &rest[end..];
+                }
+                if ends && !partial.is_empty() {
+                    out.emit(partial, 1);
+                    partial.clear();
+                }
+            }
+            Mapper::Grep {
+                pattern,
+                key,
+                tail,
+                matched,
+            } => {
+                if !*matched {
+                    tail.extend_from_slice(bytes);
+                    if find(tail, pattern) {
+                        *matched = true;
+                    } else {
+                        let keep = pattern.len() - 1;
+                        if tail.len() > keep {
+                            tail.drain(..tail.len() - keep);
+                        }
+                    }
+                }
+                if ends {
+                    if *matched {
+                        out.emit(key, 1);
+                    }
+                    *matched = false;
+                    tail.clear();
+                }
+            }
+        }
+    }
+}
+
+fn emit_word(out: &mut Combiner, word: &[u8]) {
+    let mut w = word;
+    while w.len() > WORD_BYTES_MAX {
+        out.emit(&w[..WORD_BYTES_MAX], 1);
+        w = &w[WORD_BYTES_MAX..];
+    }
+    if !w.is_empty() {
+        out.emit(w, 1);
+    }
+}
+
+/// Whether `needle` occurs in `hay`.
+pub fn find(hay: &[u8], needle: &[u8]) -> bool {
+    if needle.is_empty() {
+        return true;
+    }
+    let first = needle[0];
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        match hay[i..=hay.len() - needle.len()]
+            .iter()
+            .position(|&b| b == first)
+        {
+            None => return false,
+            Some(p) => {
+                i += p;
+                if &hay[i..i + needle.len()] == needle {
+                    return true;
+                }
+                i += 1;
+            }
+        }
+    }
+    false
+}

@@ -1,0 +1,53 @@
+//! tabos-mr: MapReduce on tabos, after σOS's `mr` (thesis section 5.1).
+//!
+//! This crate is being built in steps (issue 8). What is here is the part
+//! every mapper, reducer and coordinator proc shares and that needs no
+//! node:
+//!
+//! * [`split`] — inputs (files and directories of the machine) cut into
+//!   byte-range splits, and a streaming reader that gives each split the
+//!   lines that *start* inside it (Hadoop's rule), so every line is read by
+//!   exactly one mapper however the cuts fall.
+//! * [`job`] — the built-in jobs (word count, grep) as map and reduce
+//!   functions over bytes (input need not be UTF-8), the partition function
+//!   that sends a key to its reducer, and in-mapper combining.
+//! * [`format`] — the intermediate and output record format: length-prefixed
+//!   keys with a count, sorted by key.
+//! * [`task`] — the work of one mapper (a split to one sorted run per
+//!   reducer) and one reducer (runs merged into its output).
+//! * [`direct`] — the same jobs computed in one process, the reference the
+//!   tests compare with.
+//!
+//! To come: the coordinator, mapper and reducer procs over the tabos API
+//! (intermediate files in tabos, announcements in the namespace, leader
+//! election), `tabos mr`, and the benchmark.
+
+pub mod direct;
+pub mod format;
+pub mod job;
+pub mod split;
+pub mod task;
+
+/// Errors of the MapReduce library.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("corrupt intermediate data: {0}")]
+    Corrupt(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}

@@ -1,0 +1,30 @@
+//! The work of one mapper and one reducer, as functions of bytes: what
+//! the mapper and reducer procs run between reading their inputs and
+//! writing their outputs.
+
+use crate::format;
+use crate::job::{Combiner, Kind};
+use crate::split::{read_lines, Split};
+use crate::Result;
+
+/// Maps one split: its intermediate output, one encoded run per reducer.
+pub fn map_split(kind: &Kind, split: &Split, reducers: usize) -> Result<Vec<Vec<u8>>> {
+    let mut out = Combiner::new(reducers)?;
+    let mut mapper = kind.mapper(&split.path);
+    read_lines(split, |piece, ends| mapper.piece(piece, ends, &mut out))?;
+    Ok(out
+        .into_parts()
+        .iter()
+        .map(|records| format::encode(records))
+        .collect())
+}
+
+/// Reduces one partition: merges the mappers' runs (summing equal keys)
+/// into the partition's encoded output.
+pub fn reduce(runs: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let decoded = runs
+        .iter()
+        .map(|r| format::decode(r))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(format::encode(&format::merge(decoded)))
+}
