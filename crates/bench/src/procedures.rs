@@ -180,7 +180,6 @@ fn table2(report: &mut Report, quick: bool) -> anyhow::Result<()> {
         examples::JS_NOOP,
         b"",
     )?;
-    let tenants: Vec<String> = (0..n).map(|i| format!("tenant{i}")).collect();
     let mut i = 0;
     let wasm_ctx = ns_per(n / 3, || {
         i += 1;
@@ -196,8 +195,7 @@ fn table2(report: &mut Report, quick: bool) -> anyhow::Result<()> {
     let mut i = 0;
     let js_ctx = ns_per(n / 3, || {
         i += 1;
-        let t = &tenants[i % tenants.len()];
-        let t = format!("{t}-{i}");
+        let t = format!("j{i}");
         call(
             &sb,
             &spec(&t, Language::Js, examples::JS_NOOP),
@@ -346,7 +344,7 @@ async fn chase_tabos(
     let mut set = tokio::task::JoinSet::new();
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(clients));
     for c in 0..clients {
-        let mut client = tabos_client::Client::connect(addr).await?;
+        let client = tabos_client::Client::connect(addr).await?;
         let start = start.clone();
         set.spawn(async move {
             let one = |i: usize| {
@@ -391,7 +389,6 @@ async fn chase_tabos(
                 samples.push(t.elapsed().as_nanos() as u64);
                 i += 13;
             }
-            let _ = &mut client;
             anyhow::Ok((samples, t0.elapsed()))
         });
     }

@@ -30,7 +30,8 @@ use tabos_store::{params, Confinement, Store, Tx, Value};
 
 use crate::fs::{self, Caller, FileType};
 use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use crate::{kv, p_key, partition, validate_realm, Error, Result};
+use crate::kv::{self, SCAN_LIMITS};
+use crate::{p_key, partition, validate_realm, Error, Result};
 
 /// What `list` reports about one procedure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,7 +273,7 @@ pub struct TxHost<'a> {
     failed: Option<Error>,
 }
 
-use kv::SCAN_LIMITS;
+// The largest scan a procedure may ask for is one the kernel offers.
 const _: () = assert!(SCAN_LIMITS[3] == tabos_sandbox::procedure::SCAN_ROWS_MAX);
 
 impl TxHost<'_> {

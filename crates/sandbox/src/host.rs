@@ -153,6 +153,28 @@ impl HostError {
         }
     }
 
+    /// The errno's name, for messages (`ENOENT`, …).
+    pub(crate) fn errno_name(&self) -> &'static str {
+        match self.errno() {
+            E2BIG => "E2BIG",
+            EACCES => "EACCES",
+            EAGAIN => "EAGAIN",
+            EBUSY => "EBUSY",
+            ECANCELED => "ECANCELED",
+            EEXIST => "EEXIST",
+            EINVAL => "EINVAL",
+            EMSGSIZE => "EMSGSIZE",
+            ENOENT => "ENOENT",
+            ENOSPC => "ENOSPC",
+            ENOSYS => "ENOSYS",
+            EPIPE => "EPIPE",
+            ESTALE => "ESTALE",
+            ETIMEDOUT => "ETIMEDOUT",
+            EXDEV => "EXDEV",
+            _ => "EIO",
+        }
+    }
+
     pub(crate) fn message(&self) -> Option<&str> {
         match self {
             HostError::NotFound(m)

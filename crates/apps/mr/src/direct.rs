@@ -11,11 +11,11 @@ use crate::{io, Result};
 
 /// The job's output over `inputs`, by key.
 pub fn run(kind: &Kind, inputs: &[PathBuf]) -> Result<BTreeMap<Vec<u8>, u64>> {
-    let mut files: Vec<PathBuf> = plan(inputs, u64::MAX)?
+    // One split per non-empty file.
+    let files: Vec<PathBuf> = plan(inputs, u64::MAX)?
         .into_iter()
         .map(|s| s.path)
         .collect();
-    files.dedup();
     let mut out = BTreeMap::new();
     for f in files {
         let data = std::fs::read(&f).map_err(io(&f))?;

@@ -97,10 +97,16 @@ pub fn read_lines(split: &Split, mut f: impl FnMut(&[u8], bool)) -> Result<()> {
     if split.offset > 0 {
         pos += skip_line(&mut r).map_err(io(path))?;
     }
-    while pos < end {
+    // Inside a line longer than one piece: its rest belongs to this split
+    // even past the split's end.
+    let mut inside = false;
+    while inside || pos < end {
         line.clear();
         let (n, complete) = read_piece(&mut r, &mut line).map_err(io(path))?;
         if n == 0 {
+            if inside {
+                f(&[], true);
+            }
             break;
         }
         pos += n as u64;
@@ -108,23 +114,7 @@ pub fn read_lines(split: &Split, mut f: impl FnMut(&[u8], bool)) -> Result<()> {
             line.pop();
         }
         f(&line, complete);
-        // A piece of a long line: the rest of the line is the same line,
-        // owned by this split even past its end.
-        let mut whole = complete;
-        while !whole {
-            line.clear();
-            let (n, complete) = read_piece(&mut r, &mut line).map_err(io(path))?;
-            if n == 0 {
-                f(&[], true);
-                break;
-            }
-            pos += n as u64;
-            if complete && line.last() == Some(&b'\n') {
-                line.pop();
-            }
-            f(&line, complete);
-            whole = complete;
-        }
+        inside = !complete;
     }
     Ok(())
 }

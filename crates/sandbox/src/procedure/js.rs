@@ -54,6 +54,8 @@ use crate::{Host, Sandbox};
 pub const JS_CONTEXTS_MAX: usize = 64;
 /// Native stack a script may use.
 pub const JS_STACK_BYTES: usize = 256 << 10;
+/// Entries a `scan` returns when it gives no limit.
+pub const SCAN_ROWS_DEFAULT: usize = 1_000;
 /// Largest message a `recv` takes.
 const RECV_BYTES_MAX: usize = 1 << 20;
 
@@ -341,27 +343,6 @@ fn data_arg<'js>(ctx: &Ctx<'js>, call: &str, v: &Value<'js>) -> rquickjs::Result
     })
 }
 
-fn errno_name(e: &HostError) -> &'static str {
-    match e {
-        HostError::NotFound(_) => "ENOENT",
-        HostError::Full(_) => "ENOSPC",
-        HostError::Closed(_) => "EPIPE",
-        HostError::PayloadTooLarge(_) => "EMSGSIZE",
-        HostError::TooBig(_) => "E2BIG",
-        HostError::TimedOut => "ETIMEDOUT",
-        HostError::Empty => "EAGAIN",
-        HostError::Stopped => "ECANCELED",
-        HostError::Invalid(_) => "EINVAL",
-        HostError::Exists(_) => "EEXIST",
-        HostError::Conflict(_) => "EBUSY",
-        HostError::StaleEpoch(_) => "ESTALE",
-        HostError::Mounted(_) => "EXDEV",
-        HostError::Denied(_) => "EACCES",
-        HostError::Unsupported => "ENOSYS",
-        HostError::Other(_) => "EIO",
-    }
-}
-
 /// Runs a host call for the script running on this thread; a failure
 /// becomes a thrown `Error`.
 fn with_host<'js, T>(
@@ -379,7 +360,7 @@ fn with_host<'js, T>(
             let detail = e.message().map(|m| format!(": {m}")).unwrap_or_default();
             Err(Exception::throw_message(
                 ctx,
-                &format!("tabos.{call}: {}{detail}", errno_name(&e)),
+                &format!("tabos.{call}: {}{detail}", e.errno_name()),
             ))
         }
         None => Err(Exception::throw_message(
@@ -508,7 +489,10 @@ fn install_api<'js>(ctx: &Ctx<'js>, tenant: &str) -> rquickjs::Result<()> {
         Function::new(
             ctx.clone(),
             |ctx: Ctx<'js>, start: String, end: Opt<Option<String>>, limit: Opt<f64>| {
-                let limit = limit.0.unwrap_or(1_000.0).clamp(1.0, SCAN_ROWS_MAX as f64) as usize;
+                let limit = limit
+                    .0
+                    .unwrap_or(SCAN_ROWS_DEFAULT as f64)
+                    .clamp(1.0, SCAN_ROWS_MAX as f64) as usize;
                 let end = end.0.flatten();
                 let entries = with_host(&ctx, "scan", |h| {
                     h.kv_scan(&start, end.as_deref(), false, limit)

@@ -44,6 +44,8 @@ pub const LOG_LINE_BYTES_MAX: usize = 4 << 10;
 pub const CODE_BYTES_MAX: usize = 16 << 20;
 /// Time limit of a call unless the procedure sets its own.
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
+/// Shortest time limit a procedure may set.
+pub const TIMEOUT_MIN: Duration = Duration::from_millis(1);
 /// Longest time limit a procedure may set.
 pub const TIMEOUT_MAX: Duration = Duration::from_secs(60);
 /// Memory a wasm procedure may use unless it sets its own.
@@ -329,10 +331,10 @@ fn check_args(args: &[u8]) -> Result<(), ProcError> {
 }
 
 fn check_limits(limits: &Limits) -> Result<(), ProcError> {
-    if limits.timeout.is_zero() || limits.timeout > TIMEOUT_MAX {
+    if limits.timeout < TIMEOUT_MIN || limits.timeout > TIMEOUT_MAX {
         return Err(ProcError::new(
             FailureKind::Limit,
-            format!("a time limit is 1 ms ..= {TIMEOUT_MAX:?}"),
+            format!("a time limit is {TIMEOUT_MIN:?} ..= {TIMEOUT_MAX:?}"),
         ));
     }
     if limits.memory_bytes == 0 || limits.memory_bytes > crate::MEMORY_BYTES_MAX {

@@ -110,7 +110,7 @@ impl Pool {
             let Some(old) = self.order.pop_front() else {
                 break;
             };
-            if let Some(list) = self.idle.get_mut(&old) {
+            if let Some(list) = self.idle.get_mut(&old).filter(|l| !l.is_empty()) {
                 list.remove(0);
                 self.len -= 1;
                 if list.is_empty() {
@@ -188,29 +188,13 @@ fn instantiate(
     memory_bytes: usize,
 ) -> Result<Context, ProcError> {
     let output = Arc::new(Mutex::new(Vec::new()));
-    let state = RunState {
-        wasi: wasi::Ctx::new(
-            vec!["procedure".into()],
-            Vec::new(),
-            Box::new(Shared(output.clone())),
-            Box::new(Shared(output.clone())),
-        ),
-        host: None,
-        scoped: None,
-        call: CallIo::default(),
-        limits: StoreLimitsBuilder::new()
-            .memory_size(memory_bytes)
-            .instances(1)
-            .trap_on_grow_failure(true)
-            .build(),
-        stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        deadline: None,
-    };
-    let mut store = sandbox.new_store(state);
-    let instance = program
-        .pre
-        .instantiate(&mut store)
-        .map_err(|e| classify(&e, false, memory_bytes))?;
+    let (mut store, instance) = instantiate_with(
+        sandbox,
+        program,
+        memory_bytes,
+        Box::new(Shared(output.clone())),
+        Box::new(Shared(output.clone())),
+    )?;
     let main = instance
         .get_typed_func::<i32, i32>(&mut store, "main")
         .map_err(|e| ProcError::new(FailureKind::Invalid, format!("{e:#}")))?;
@@ -824,11 +808,14 @@ impl Sandbox {
         let program = self
             .compiled(code, &|_| Ok(()))
             .map_err(|e| ProcError::new(FailureKind::Invalid, e.to_string()))?;
-        let ctx = instantiate_with(self, &program, memory_bytes)?;
-        Ok(RawInstance {
-            store: ctx.0,
-            instance: ctx.1,
-        })
+        let (store, instance) = instantiate_with(
+            self,
+            &program,
+            memory_bytes,
+            Box::new(std::io::sink()),
+            Box::new(std::io::sink()),
+        )?;
+        Ok(RawInstance { store, instance })
     }
 }
 
@@ -862,18 +849,18 @@ impl RawInstance {
     }
 }
 
+/// A store for `program` with `memory_bytes` of memory (growth past it
+/// traps), stdout and stderr going to the sinks, and no host or deadline
+/// until a call sets them; the instance in it.
 fn instantiate_with(
     sandbox: &Sandbox,
     program: &Program,
     memory_bytes: usize,
+    stdout: Box<dyn std::io::Write + Send>,
+    stderr: Box<dyn std::io::Write + Send>,
 ) -> Result<(Store<RunState>, wasmtime::Instance), ProcError> {
     let state = RunState {
-        wasi: wasi::Ctx::new(
-            vec!["raw".into()],
-            Vec::new(),
-            Box::new(std::io::sink()),
-            Box::new(std::io::sink()),
-        ),
+        wasi: wasi::Ctx::new(vec!["procedure".into()], Vec::new(), stdout, stderr),
         host: None,
         scoped: None,
         call: CallIo::default(),
