@@ -7,6 +7,7 @@ mod bench;
 mod demo;
 mod fs;
 mod ipc;
+mod mr;
 mod names;
 mod output;
 mod procedure;
@@ -87,11 +88,18 @@ enum Command {
     /// Stored procedures (wasm or js) run next to the data, each call one
     /// transaction: tabos procedure install|list|remove|call
     Procedure(procedure::ProcedureArgs),
+    /// Run a MapReduce job on the node: tabos mr wordcount|grep --input PATH...
+    Mr(mr::Args),
+    /// One proc of a MapReduce job (what `tabos mr` spawns)
+    #[command(hide = true)]
+    MrTask(mr::TaskArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::MrTask(a) => return mr::task(a),
+        Command::Mr(a) => mr::run(a),
         Command::Up(a) => up::run(a),
         Command::Sql(a) => sql::run(a),
         Command::Status(a) => status::run(a),

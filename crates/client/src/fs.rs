@@ -140,6 +140,7 @@ impl Client {
                 path: path.into(),
                 offset,
                 len,
+                pid: self.proc_pid.clone(),
             })
             .await?
             .into_inner()
@@ -200,6 +201,7 @@ impl Client {
                 data,
                 create,
                 fence,
+                pid: self.proc_pid.clone(),
             })
             .await?
             .into_inner()

@@ -128,6 +128,9 @@ pub struct Client {
     names: NamesClient<Channel>,
     fs: FsClient<Channel>,
     procedures: ProceduresClient<Channel>,
+    /// The proc this client acts for ([`Client::acting_for`]): its file
+    /// reads and writes are recorded as that proc's provenance.
+    proc_pid: String,
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -176,7 +179,22 @@ impl Client {
             procedures: ProceduresClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            proc_pid: String::new(),
         }
+    }
+
+    /// This client acting for proc `pid` (e.g. a proc's own `TABOS_PID`):
+    /// the node records its file reads and writes as the proc's provenance
+    /// events (`fs_read`, `fs_write`) and refuses them if the proc does
+    /// not exist. An empty pid acts for no proc.
+    pub fn acting_for(mut self, pid: &str) -> Client {
+        self.proc_pid = pid.to_string();
+        self
+    }
+
+    /// The proc this client acts for, if any.
+    pub fn proc_pid(&self) -> Option<&str> {
+        (!self.proc_pid.is_empty()).then_some(self.proc_pid.as_str())
     }
 
     /// Runs a read-only SQL query on the node.

@@ -82,6 +82,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/009_procedure.sql"),
         postgres: include_str!("../schema/postgres/009_procedure.sql"),
     },
+    Migration {
+        version: 10,
+        name: "be_zero_cores",
+        sqlite: include_str!("../schema/sqlite/010_be_zero_cores.sql"),
+        postgres: include_str!("../schema/postgres/010_be_zero_cores.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -153,9 +153,14 @@ impl Descriptor {
                 "program must be non-empty and have no NUL".into(),
             ));
         }
-        if !(1..=CORES_MAX).contains(&self.cores) {
+        // A BE proc may declare 0 cores: a light proc that mostly waits (a
+        // coordinator, a watcher) and counts nothing against its worker's
+        // utilization target.
+        let least = if self.class == Class::Be { 0 } else { 1 };
+        if !(least..=CORES_MAX).contains(&self.cores) {
             return Err(Error::Invalid(format!(
-                "cores must be 1..={CORES_MAX}, not {}",
+                "cores must be {least}..={CORES_MAX} for a {} proc, not {}",
+                self.class.as_str(),
                 self.cores
             )));
         }
@@ -884,6 +889,38 @@ pub async fn exited(
 pub async fn evict(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
     let pid = pid.clone();
     call(store, realm, move |tx, r, now| evict_tx(tx, r, &pid, now)).await
+}
+
+/// Longest detail of a recorded provenance event.
+pub const EVENT_DETAIL_BYTES_MAX: usize = 4_096;
+
+/// Appends provenance event `event` (e.g. `fs_read`) with `detail` for
+/// proc `pid`, which must exist in `realm` (NotFound otherwise): how the
+/// services record what a proc did on its behalf — which file it read or
+/// wrote — beside its lifecycle events.
+pub async fn record(
+    store: &Store,
+    realm: &str,
+    pid: &Pid,
+    event: &str,
+    detail: &str,
+) -> Result<()> {
+    if detail.len() > EVENT_DETAIL_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "an event detail is at most {EVENT_DETAIL_BYTES_MAX} bytes"
+        )));
+    }
+    let (pid, event, detail) = (pid.clone(), event.to_string(), detail.to_string());
+    call(store, realm, move |tx, r, now| {
+        get_tx(tx, r, pid.as_str())?;
+        event_tx(tx, r, pid.as_str(), &event, Some(&detail), now)
+    })
+    .await
+}
+
+/// Fails with NotFound unless proc `pid` exists in `realm`.
+pub async fn check_exists(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
+    status(store, realm, pid).await.map(|_| ())
 }
 
 /// The proc's current row, read inside a procedure: awaitable, never blocks

@@ -611,7 +611,62 @@ fn unclaimed_procs_are_stolen_after_the_timeout(b: Backend) {
     });
 }
 
+/// A BE proc may declare 0 cores (a light proc that mostly waits): it is
+/// still admitted only under the target, but adds nothing to the busy
+/// cores, so a worker's light procs never keep its other BE procs out.
+fn zero_core_be_procs_count_nothing(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        sched::register_worker(&s, "r", &worker("w", "n", 1)).unwrap();
+        let wid = WorkerId::new("w").unwrap();
+        let light = |pid: &str| Descriptor {
+            class: Class::Be,
+            cores: 0,
+            ..named(pid)
+        };
+        for pid in ["c1", "c2", "c3"] {
+            procs::spawn(&s, "r", light(pid)).await.unwrap();
+        }
+        let heavy = Descriptor {
+            class: Class::Be,
+            ..named("be")
+        };
+        procs::spawn(&s, "r", heavy).await.unwrap();
+        let idle = Admission {
+            busy_cores: 0,
+            target_cores: 1.0,
+        };
+        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
+        let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
+        assert_eq!(
+            pids,
+            ["c1", "c2", "c3", "be"],
+            "light procs add no busy cores"
+        );
+        let full = Admission {
+            busy_cores: 1,
+            target_cores: 1.0,
+        };
+        procs::spawn(&s, "r", light("c4")).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, full).await.unwrap();
+        assert!(
+            claimed.is_empty(),
+            "a full worker admits no BE proc, light or not"
+        );
+        // An LC proc must reserve at least one core.
+        let lc = Descriptor {
+            cores: 0,
+            ..named("lc0")
+        };
+        let e = procs::spawn(&s, "r", lc).await.unwrap_err();
+        assert!(e.to_string().contains("cores"), "{e}");
+    });
+}
+
 both!(
     be_procs_are_admitted_by_utilization,
+    zero_core_be_procs_count_nothing,
     unclaimed_procs_are_stolen_after_the_timeout
 );

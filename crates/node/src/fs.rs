@@ -9,6 +9,7 @@
 
 use tabos_client::proto;
 use tabos_kernel::fs::{self, Caller, Stat};
+use tabos_kernel::procs;
 use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
@@ -202,6 +203,14 @@ impl proto::fs_server::Fs for FsService {
             .read(&r.realm, &who, &p, r.offset, r.len as usize)
             .await
             .map_err(|e| kernel_status(&e))?;
+        // Recorded after the read (which changed nothing): an unknown pid
+        // fails the request all the same.
+        if let Some(pid) = reader_pid(&r.pid)? {
+            let detail = format!("{p} @{} +{}", r.offset, data.len());
+            procs::record(&self.node.store, &r.realm, &pid, "fs_read", &detail)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+        }
         Ok(Response::new(proto::FsReadResponse { data }))
     }
 
@@ -218,12 +227,26 @@ impl proto::fs_server::Fs for FsService {
             )));
         }
         let fence = crate::names::fence_from_proto(r.fence)?;
+        // An unknown pid is refused before anything is written.
+        let pid = reader_pid(&r.pid)?;
+        if let Some(pid) = &pid {
+            procs::check_exists(&self.node.store, &r.realm, pid)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+        }
+        let (offset, len) = (r.offset, r.data.len());
         let size = self
             .node
             .files
             .write(&r.realm, &who, &p, r.offset, r.data, r.create, fence)
             .await
             .map_err(|e| kernel_status(&e))?;
+        if let Some(pid) = pid {
+            let detail = format!("{p} @{offset} +{len}");
+            procs::record(&self.node.store, &r.realm, &pid, "fs_write", &detail)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+        }
         Ok(Response::new(proto::FsWriteResponse { size }))
     }
 
@@ -282,4 +305,14 @@ impl proto::fs_server::Fs for FsService {
             .await?;
         Ok(Response::new(proto::FsDuResponse { files, bytes }))
     }
+}
+
+/// The proc a read or write is done for, if the request names one.
+fn reader_pid(pid: &str) -> Result<Option<tabos_kernel::ids::Pid>, Status> {
+    if pid.is_empty() {
+        return Ok(None);
+    }
+    tabos_kernel::ids::Pid::new(pid)
+        .map(Some)
+        .map_err(|e| Status::invalid_argument(e.to_string()))
 }

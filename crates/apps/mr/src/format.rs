@@ -59,3 +59,103 @@ pub fn merge(runs: Vec<Vec<(Vec<u8>, u64)>>) -> Vec<(Vec<u8>, u64)> {
     }
     out
 }
+
+/// The trailer of a sealed file: magic, payload length, FNV-1a-64 hash.
+const SEAL_MAGIC: &[u8; 4] = b"MRv1";
+const SEAL_BYTES: usize = 4 + 8 + 8;
+
+fn fnv64(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Appends the trailer that lets a reader tell a whole intermediate file
+/// from a cut or damaged one.
+pub fn seal(mut payload: Vec<u8>) -> Vec<u8> {
+    let (len, hash) = (payload.len() as u64, fnv64(&payload));
+    payload.extend_from_slice(SEAL_MAGIC);
+    payload.extend_from_slice(&len.to_le_bytes());
+    payload.extend_from_slice(&hash.to_le_bytes());
+    payload
+}
+
+/// The payload of a sealed file, if its trailer checks.
+pub fn unseal(bytes: &[u8]) -> Result<&[u8]> {
+    let bad = |why: &str| Error::Corrupt(format!("intermediate file {why}"));
+    if bytes.len() < SEAL_BYTES {
+        return Err(bad("too short for its trailer"));
+    }
+    let (payload, trailer) = bytes.split_at(bytes.len() - SEAL_BYTES);
+    if &trailer[..4] != SEAL_MAGIC {
+        return Err(bad("has no trailer"));
+    }
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&trailer[4..12]);
+    let mut h = [0u8; 8];
+    h.copy_from_slice(&trailer[12..20]);
+    if u64::from_le_bytes(n) != payload.len() as u64 || u64::from_le_bytes(h) != fnv64(payload) {
+        return Err(bad("fails its length or hash check"));
+    }
+    Ok(payload)
+}
+
+/// Records as text, one `key<TAB>count` line each (Hadoop's part files);
+/// tab, newline, carriage return and backslash in a key are escaped as
+/// `\t`, `\n`, `\r`, `\\`, other bytes are kept as they are.
+pub fn to_text(records: &[(Vec<u8>, u64)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(records.iter().map(|(k, _)| k.len() + 8).sum());
+    for (k, c) in records {
+        for &b in k {
+            match b {
+                b'\t' => out.extend_from_slice(b"\\t"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                _ => out.push(b),
+            }
+        }
+        out.push(b'\t');
+        out.extend_from_slice(c.to_string().as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Parses [`to_text`]'s output.
+pub fn from_text(text: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
+    let mut out = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        if line.is_empty() {
+            continue;
+        }
+        let tab = line
+            .iter()
+            .rposition(|&b| b == b'\t')
+            .ok_or_else(|| Error::Corrupt("an output line has no tab".into()))?;
+        let count = std::str::from_utf8(&line[tab + 1..])
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| Error::Corrupt("an output line's count is not a number".into()))?;
+        let mut key = Vec::with_capacity(tab);
+        let mut it = line[..tab].iter();
+        while let Some(&b) = it.next() {
+            if b != b'\\' {
+                key.push(b);
+                continue;
+            }
+            key.push(match it.next() {
+                Some(b't') => b'\t',
+                Some(b'n') => b'\n',
+                Some(b'r') => b'\r',
+                Some(b'\\') => b'\\',
+                _ => return Err(Error::Corrupt("a bad escape in an output key".into())),
+            });
+        }
+        out.push((key, count));
+    }
+    Ok(out)
+}

@@ -23,8 +23,11 @@
 //! election), `tabos mr`, and the benchmark.
 
 pub mod direct;
+pub mod driver;
 pub mod format;
 pub mod job;
+pub mod procs;
+pub mod spec;
 pub mod split;
 pub mod task;
 
@@ -41,6 +44,18 @@ pub enum Error {
     Invalid(String),
     #[error("corrupt intermediate data: {0}")]
     Corrupt(String),
+    /// The tabos API refused or failed a call.
+    #[error("{0}")]
+    Api(#[from] tabos_client::Error),
+    /// The job failed (a task failed every attempt).
+    #[error("the job failed: {0}")]
+    Failed(String),
+}
+
+impl From<tonic::Status> for Error {
+    fn from(s: tonic::Status) -> Error {
+        Error::Api(s.into())
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -30,9 +30,19 @@ pub struct Split {
     pub len: u64,
 }
 
+/// Bytes at the start of a file looked at to tell text from binary.
+pub const SNIFF_BYTES: usize = 8 << 10;
+
 /// The splits of `inputs`, in order, each about `split_bytes` long (the
 /// last of a file shorter; an empty file gives no split).
 pub fn plan(inputs: &[PathBuf], split_bytes: u64) -> Result<Vec<Split>> {
+    plan_with(inputs, split_bytes, false)
+}
+
+/// [`plan`], leaving out, if `text_only`, files that do not look like
+/// text: a NUL byte in their first [`SNIFF_BYTES`] (grep's test; it also
+/// catches compressed files) — or files that cannot be read.
+pub fn plan_with(inputs: &[PathBuf], split_bytes: u64, text_only: bool) -> Result<Vec<Split>> {
     if split_bytes < SPLIT_BYTES_MIN {
         return Err(Error::Invalid(format!(
             "a split is at least {SPLIT_BYTES_MIN} bytes"
@@ -41,6 +51,9 @@ pub fn plan(inputs: &[PathBuf], split_bytes: u64) -> Result<Vec<Split>> {
     let mut files = Vec::new();
     for input in inputs {
         walk(input, &mut files)?;
+    }
+    if text_only {
+        files.retain(|(path, _)| looks_like_text(path));
     }
     let mut splits = Vec::new();
     for (path, size) in files {
@@ -56,6 +69,81 @@ pub fn plan(inputs: &[PathBuf], split_bytes: u64) -> Result<Vec<Split>> {
         }
     }
     Ok(splits)
+}
+
+fn looks_like_text(path: &Path) -> bool {
+    use std::io::Read;
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
+    match f.take(SNIFF_BYTES as u64).read_to_end(&mut head) {
+        Ok(_) => !head.contains(&0),
+        Err(_) => false,
+    }
+}
+
+/// Splits packed, in order, into map tasks of about `task_bytes` each
+/// (Hadoop's combined input splits): many small files make one task, not
+/// one proc each. A task never has more than [`TASK_SPLITS_MAX`] splits.
+pub fn pack(splits: Vec<Split>, task_bytes: u64) -> Vec<Vec<Split>> {
+    let mut tasks: Vec<Vec<Split>> = Vec::new();
+    let mut bytes = 0u64;
+    for s in splits {
+        let full = tasks
+            .last()
+            .is_none_or(|t| bytes >= task_bytes || t.len() >= TASK_SPLITS_MAX);
+        if full {
+            tasks.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += s.len;
+        tasks.last_mut().expect("pushed above").push(s);
+    }
+    tasks
+}
+
+/// Most splits in one map task.
+pub const TASK_SPLITS_MAX: usize = 100_000;
+
+/// A map task's splits as bytes: per split `[offset u64][len u64]
+/// [path_len u32][path]`, little-endian (paths are bytes, any encoding).
+pub fn encode_task(splits: &[Split]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in splits {
+        let p = s.path.as_os_str().as_encoded_bytes();
+        out.extend_from_slice(&s.offset.to_le_bytes());
+        out.extend_from_slice(&s.len.to_le_bytes());
+        out.extend_from_slice(&(p.len() as u32).to_le_bytes());
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+/// Decodes [`encode_task`]'s bytes.
+pub fn decode_task(mut bytes: &[u8]) -> Result<Vec<Split>> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    let cut = || Error::Corrupt("a map task's split list is cut".into());
+    while !bytes.is_empty() {
+        if bytes.len() < 20 || out.len() >= TASK_SPLITS_MAX {
+            return Err(cut());
+        }
+        let u64_at = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[i..i + 8]);
+            u64::from_le_bytes(b)
+        };
+        let (offset, len) = (u64_at(0), u64_at(8));
+        let n = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]) as usize;
+        if bytes.len() < 20 + n || n == 0 {
+            return Err(cut());
+        }
+        let path = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes[20..20 + n]));
+        out.push(Split { path, offset, len });
+        bytes = &bytes[20 + n..];
+    }
+    Ok(out)
 }
 
 /// Regular files under `path` (itself if a file), with their sizes.

@@ -9,9 +9,17 @@ use crate::Result;
 
 /// Maps one split: its intermediate output, one encoded run per reducer.
 pub fn map_split(kind: &Kind, split: &Split, reducers: usize) -> Result<Vec<Vec<u8>>> {
+    map_task(kind, std::slice::from_ref(split), reducers)
+}
+
+/// Maps one task's splits: one encoded run per reducer, combined over
+/// all of them.
+pub fn map_task(kind: &Kind, splits: &[Split], reducers: usize) -> Result<Vec<Vec<u8>>> {
     let mut out = Combiner::new(reducers)?;
-    let mut mapper = kind.mapper(&split.path);
-    read_lines(split, |piece, ends| mapper.piece(piece, ends, &mut out))?;
+    for split in splits {
+        let mut mapper = kind.mapper(&split.path);
+        read_lines(split, |piece, ends| mapper.piece(piece, ends, &mut out))?;
+    }
     Ok(out
         .into_parts()
         .iter()

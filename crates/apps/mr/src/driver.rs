@@ -1,0 +1,467 @@
+//! Submitting a job and following it: what `tabos mr`, `tabos demo`, the
+//! tests and the benchmark use.
+//!
+//! [`Job::submit`] plans the input (on this machine: the inputs are its
+//! files), writes each map task's split list into tabos fs, lays out the
+//! job's namespace directories, creates the job's mailbox (with its
+//! delivered messages kept, for provenance) and spawns the coordinators — a
+//! leader and, if asked, a standby. [`Job::wait`] follows the task records
+//! with dir watches (no polling) and reports [`Progress`]; should every
+//! coordinator end while the job is not finished, it spawns another (at
+//! most [`COORDINATORS_MAX`]). [`Job::output`] reads the reducers' part
+//! files back.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use tabos_client::names::{CreateOptions, WatchMode};
+use tabos_client::proto;
+use tabos_client::Client;
+use tokio::sync::mpsc;
+
+use crate::job::Kind;
+use crate::spec::{Layout, Pause, Spec, Task, TaskState, FS_USER};
+use crate::{format, split, Error, Result};
+
+/// Most map tasks of one job (a reducer lists its directory in one reply).
+pub const MAPS_MAX: usize = 10_000;
+/// Coordinators one job may start in all.
+pub const COORDINATORS_MAX: u32 = 8;
+/// How long [`Job::wait`] waits for the coordinators to exit after the job.
+pub const COORDINATOR_EXIT_WAIT: Duration = Duration::from_secs(10);
+/// Default bytes of input per map task.
+pub const TASK_BYTES_DEFAULT: u64 = 32 << 20;
+/// Default coordinator session lease.
+pub const SESSION_TTL_DEFAULT: Duration = Duration::from_secs(3);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Submit {
+    pub kind: Kind,
+    pub inputs: Vec<PathBuf>,
+    pub reducers: usize,
+    /// Input bytes per map task (small files are packed together).
+    pub task_bytes: u64,
+    /// Leave out files that do not look like text.
+    pub text_only: bool,
+    /// The executable the procs run, and the arguments before the role.
+    pub program: PathBuf,
+    pub program_args: Vec<String>,
+    /// Start a standby coordinator beside the leader.
+    pub standby: bool,
+    pub session_ttl: Duration,
+    /// Fault injection (tests).
+    pub pause: Option<Pause>,
+}
+
+impl Submit {
+    /// A job with the defaults: 4 reducers, [`TASK_BYTES_DEFAULT`], a
+    /// standby coordinator.
+    pub fn new(
+        kind: Kind,
+        inputs: Vec<PathBuf>,
+        program: PathBuf,
+        program_args: Vec<String>,
+    ) -> Submit {
+        Submit {
+            kind,
+            inputs,
+            reducers: 4,
+            task_bytes: TASK_BYTES_DEFAULT,
+            text_only: false,
+            program,
+            program_args,
+            standby: true,
+            session_ttl: SESSION_TTL_DEFAULT,
+            pause: None,
+        }
+    }
+}
+
+/// How far a job has got.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub maps: usize,
+    pub maps_done: usize,
+    pub reducers: usize,
+    pub reducers_done: usize,
+    pub bytes: u64,
+    pub bytes_mapped: u64,
+    /// Attempts beyond the first, over all tasks.
+    pub retries: u32,
+    pub elapsed: Duration,
+}
+
+/// One phase of a finished job, from the proc table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Phase {
+    pub name: &'static str,
+    /// Procs run (attempts included).
+    pub procs: i64,
+    /// From the phase's first spawn to its last exit.
+    pub span: Duration,
+    /// The procs' run times, summed.
+    pub run: Duration,
+}
+
+/// A job submitted to a node.
+pub struct Job {
+    client: Client,
+    realm: String,
+    pub layout: Layout,
+    pub spec: Spec,
+    /// Input bytes of each map task.
+    task_bytes: Vec<u64>,
+    pub input_files: usize,
+    started: Instant,
+    coordinators: u32,
+}
+
+fn new_job_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    // Microseconds and the process id: unique on the node for any human
+    // rate of submission, and sorted by time.
+    format!("j{:x}-{:x}", now.as_micros(), std::process::id())
+}
+
+fn ok_if_exists<T>(r: Result<T, tabos_client::Error>) -> Result<()> {
+    match r {
+        Err(e) if e.code() != Some(tonic::Code::AlreadyExists) => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+impl Job {
+    /// Plans `s`'s input and starts the job on the node.
+    pub async fn submit(client: &Client, realm: &str, s: Submit) -> Result<Job> {
+        if s.reducers == 0 || s.reducers > crate::job::REDUCERS_MAX {
+            return Err(Error::Invalid(format!(
+                "a job has 1..={} reducers",
+                crate::job::REDUCERS_MAX
+            )));
+        }
+        if s.inputs.is_empty() {
+            return Err(Error::Invalid("a job needs at least one input".into()));
+        }
+        let program = s
+            .program
+            .to_str()
+            .ok_or_else(|| Error::Invalid("the program's path is not UTF-8".into()))?
+            .to_string();
+        let (inputs, text_only, want) = (s.inputs.clone(), s.text_only, s.task_bytes);
+        let (tasks, files) = tokio::task::spawn_blocking(move || -> Result<_> {
+            let splits = split::plan_with(&inputs, want.max(split::SPLIT_BYTES_MIN), text_only)?;
+            let files = splits.iter().filter(|s| s.offset == 0).count();
+            let total: u64 = splits.iter().map(|s| s.len).sum();
+            // Few enough tasks for one directory listing.
+            let per_task = want.max(total / MAPS_MAX as u64 + 1);
+            Ok((split::pack(splits, per_task), files))
+        })
+        .await
+        .map_err(|e| Error::Invalid(format!("planning failed: {e}")))??;
+        let (kind, pattern) = match &s.kind {
+            Kind::WordCount => ("wordcount", Vec::new()),
+            Kind::Grep { pattern } => ("grep", pattern.clone()),
+        };
+        let spec = Spec {
+            id: new_job_id(),
+            kind: kind.into(),
+            pattern,
+            maps: tasks.len(),
+            reducers: s.reducers,
+            session_ttl_ms: s.session_ttl.as_millis() as u64,
+            program,
+            program_args: s.program_args.clone(),
+            pause: s.pause.clone(),
+        };
+        let layout = Layout::new(&spec.id);
+        let mut c = client.clone();
+        // Files: /mr belongs to the `mr` user; the job's tree under it.
+        ok_if_exists(c.fs_mkdir(realm, "root", "/mr", 0o755).await)?;
+        c.fs_chown(realm, "root", "/mr", FS_USER).await?;
+        for d in ["", "/plan", "/inter", "/out"] {
+            c.fs_mkdir(realm, FS_USER, &format!("{}{d}", layout.root()), 0o755)
+                .await?;
+        }
+        for (i, t) in tasks.iter().enumerate() {
+            let plan = split::encode_task(t);
+            for (n, chunk) in plan.chunks(tabos_client::fs::CHUNK_BYTES).enumerate() {
+                let at = (n * tabos_client::fs::CHUNK_BYTES) as i64;
+                c.fs_write(realm, FS_USER, &layout.plan(i), at, chunk.to_vec(), true)
+                    .await?;
+            }
+        }
+        // Names.
+        let mut dirs = vec![layout.tasks(), layout.reruns(), layout.election()];
+        dirs.push(format!("{}/paused", layout.root()));
+        dirs.extend((0..s.reducers).map(|k| layout.reducer_dir(k)));
+        for d in dirs {
+            c.name_mkdir_all(realm, &d).await?;
+        }
+        c.name_create(
+            realm,
+            &layout.spec(),
+            "file",
+            spec.to_json(),
+            CreateOptions::default(),
+        )
+        .await?;
+        c.name_create(
+            realm,
+            &layout.status(),
+            "file",
+            b"running".to_vec(),
+            CreateOptions::default(),
+        )
+        .await?;
+        c.create_mailbox(realm, &layout.mailbox(), 0, Some(true))
+            .await?;
+        let task_bytes = tasks
+            .iter()
+            .map(|t| t.iter().map(|s| s.len).sum())
+            .collect();
+        let mut job = Job {
+            client: client.clone(),
+            realm: realm.into(),
+            layout,
+            spec,
+            task_bytes,
+            input_files: files,
+            started: Instant::now(),
+            coordinators: 0,
+        };
+        job.spawn_coordinator().await?;
+        if s.standby {
+            job.spawn_coordinator().await?;
+        }
+        Ok(job)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.spec.id
+    }
+
+    pub fn input_bytes(&self) -> u64 {
+        self.task_bytes.iter().sum()
+    }
+
+    /// Spawns coordinator number `self.coordinators + 1` (a BE proc of 0
+    /// cores).
+    async fn spawn_coordinator(&mut self) -> Result<String> {
+        if self.coordinators >= COORDINATORS_MAX {
+            return Err(Error::Failed(format!(
+                "{COORDINATORS_MAX} coordinators ended before the job finished"
+            )));
+        }
+        self.coordinators += 1;
+        let pid = self.layout.coordinator_pid(self.coordinators);
+        let mut args = self.spec.program_args.clone();
+        args.extend([
+            "coordinator".to_string(),
+            self.spec.id.clone(),
+            self.coordinators.to_string(),
+        ]);
+        let p = proto::ProcDescriptor {
+            pid: pid.clone(),
+            kind: "native".into(),
+            class: "BE".into(),
+            program: self.spec.program.clone(),
+            args,
+            // Light: it mostly waits, and must never keep a reducer out.
+            cores: Some(0),
+            ..Default::default()
+        };
+        self.client.clone().spawn(&self.realm, p).await?;
+        Ok(pid)
+    }
+
+    /// Follows the job until it finishes, calling `progress` whenever a
+    /// task's record changes. Ok once the job is done; `Error::Failed` if
+    /// it failed.
+    pub async fn wait(&mut self, mut progress: impl FnMut(&Progress)) -> Result<Progress> {
+        enum Ev {
+            Changed,
+            CoordinatorEnded,
+            WatchEnded,
+        }
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut c = self.client.clone();
+        let mut watches = Vec::new();
+        for dir in [self.layout.tasks(), self.layout.root()] {
+            let mut w = c.watch(&self.realm, &dir, WatchMode::Dir).await?;
+            let tx = tx.clone();
+            watches.push(tokio::spawn(async move {
+                while let Ok(Some(_)) = w.message().await {
+                    if tx.send(Ev::Changed).is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(Ev::WatchEnded);
+            }));
+        }
+        let (client, realm) = (self.client.clone(), self.realm.clone());
+        let watch_coordinator = |pid: String| {
+            let (mut c, realm, tx) = (client.clone(), realm.clone(), tx.clone());
+            tokio::spawn(async move {
+                let _ = c.wait_exit(&realm, &pid).await;
+                let _ = tx.send(Ev::CoordinatorEnded);
+            })
+        };
+        let mut live: Vec<String> = (1..=self.coordinators)
+            .map(|n| self.layout.coordinator_pid(n))
+            .collect();
+        for pid in &live {
+            watch_coordinator(pid.clone());
+        }
+        let result = loop {
+            let p = self.progress().await?;
+            progress(&p);
+            let status = c.name_get(&self.realm, &self.layout.status()).await?.data;
+            if status.starts_with(b"done") {
+                break Ok(p);
+            }
+            if let Some(why) = status.strip_prefix(b"failed: ") {
+                break Err(Error::Failed(String::from_utf8_lossy(why).into_owned()));
+            }
+            match rx.recv().await {
+                Some(Ev::Changed) => {}
+                Some(Ev::WatchEnded) | None => {
+                    break Err(Error::Invalid("the watch of the job ended".into()));
+                }
+                Some(Ev::CoordinatorEnded) => {
+                    // Keep at least one coordinator alive while it runs.
+                    let mut still = Vec::new();
+                    for pid in live {
+                        let st = c.proc_status(&self.realm, &pid).await?;
+                        if matches!(st.state.as_str(), "spawned" | "claimed" | "running") {
+                            still.push(pid);
+                        }
+                    }
+                    live = still;
+                    let status = c.name_get(&self.realm, &self.layout.status()).await?.data;
+                    if live.is_empty() && status == b"running" {
+                        let pid = self.spawn_coordinator().await?;
+                        watch_coordinator(pid.clone());
+                        live.push(pid);
+                    }
+                }
+            }
+        };
+        for w in watches {
+            w.abort();
+        }
+        // The coordinators leave right after the job ends (the leader
+        // resigns, a standby finds the job over); wait for them, bounded,
+        // so the proc table tells the whole story.
+        if result.is_ok() {
+            for pid in &live {
+                let wait = c.wait_exit(&self.realm, pid);
+                let _ = tokio::time::timeout(COORDINATOR_EXIT_WAIT, wait).await;
+            }
+        }
+        result
+    }
+
+    /// The job's progress from its task records.
+    pub async fn progress(&self) -> Result<Progress> {
+        let mut c = self.client.clone();
+        let listed = c.name_readdir(&self.realm, &self.layout.tasks()).await?;
+        let mut p = Progress {
+            maps: self.spec.maps,
+            reducers: self.spec.reducers,
+            bytes: self.input_bytes(),
+            elapsed: self.started.elapsed(),
+            ..Progress::default()
+        };
+        for e in listed.entries {
+            let name = e.path.rsplit('/').next().unwrap_or_default();
+            let (Some(t), Ok(s)) = (Task::parse(name), TaskState::decode(&e.data)) else {
+                continue;
+            };
+            p.retries += s.attempt.saturating_sub(1);
+            match t {
+                Task::Map(i) if s.done => {
+                    p.maps_done += 1;
+                    p.bytes_mapped += self.task_bytes.get(i).copied().unwrap_or(0);
+                }
+                Task::Reduce(_) if s.done => p.reducers_done += 1,
+                _ => {}
+            }
+        }
+        Ok(p)
+    }
+
+    /// The job's output: every reducer's part, merged in key order.
+    pub async fn output(&self) -> Result<Vec<(Vec<u8>, u64)>> {
+        let mut runs = Vec::with_capacity(self.spec.reducers);
+        for k in 0..self.spec.reducers {
+            let mut text = Vec::new();
+            self.client
+                .clone()
+                .fs_read_all(&self.realm, FS_USER, &self.layout.output(k), &mut text)
+                .await?;
+            runs.push(format::from_text(&text)?);
+        }
+        Ok(format::merge(runs))
+    }
+
+    /// The job's phases from the proc table, in one SQL query: per phase
+    /// (coordinate, map, reduce) its procs (attempts), the span from its
+    /// first spawn to its last exit, and the procs' summed run time.
+    pub async fn phases(&self) -> Result<Vec<Phase>> {
+        use tabos_client::Value;
+        let sql = "SELECT substr(pid, $3, 1) AS phase, count(*) AS procs, \
+                   min(spawn_us) AS first_spawn_us, max(exit_us) AS last_exit_us, \
+                   sum(exit_us - start_us) AS run_us \
+                   FROM proc WHERE realm = $1 AND pid LIKE $2 GROUP BY substr(pid, $3, 1) \
+                   ORDER BY min(spawn_us)";
+        let params = vec![
+            Value::Text(self.realm.clone()),
+            Value::Text(format!("{}-%", self.spec.id)),
+            Value::Int(self.spec.id.len() as i64 + 2),
+        ];
+        let r = self.client.clone().sql(sql, params).await?;
+        let int = |v: &Option<Value>| match v {
+            Some(Value::Int(n)) => *n,
+            _ => 0,
+        };
+        Ok(r.rows
+            .iter()
+            .map(|row| {
+                let name = match &row[0] {
+                    Some(Value::Text(t)) if t == "m" => "map",
+                    Some(Value::Text(t)) if t == "r" => "reduce",
+                    Some(Value::Text(t)) if t == "c" => "coordinate",
+                    _ => "other",
+                };
+                let (first, last) = (int(&row[2]), int(&row[3]));
+                Phase {
+                    name,
+                    procs: int(&row[1]),
+                    span: Duration::from_micros(last.saturating_sub(first).max(0) as u64),
+                    run: Duration::from_micros(int(&row[4]).max(0) as u64),
+                }
+            })
+            .collect())
+    }
+
+    /// Takes the tasks' reports from the job's mailbox (so they move to
+    /// the message log): each is `(sender pid, text)`.
+    pub async fn reports(&self) -> Result<Vec<(String, String)>> {
+        let mut c = self.client.clone();
+        let mut out = Vec::new();
+        loop {
+            let batch = c.recv(&self.realm, &self.layout.mailbox(), 0, 0).await?;
+            if batch.is_empty() {
+                return Ok(out);
+            }
+            out.extend(
+                batch
+                    .into_iter()
+                    .map(|m| (m.sender, String::from_utf8_lossy(&m.payload).into_owned())),
+            );
+        }
+    }
+}

@@ -1,0 +1,357 @@
+//! MapReduce as procs on a real node (in-process, embedded SQLite, native
+//! procs running the `tabos-mr-task` binary): results equal the direct
+//! computation, and the job finishes correctly when a mapper, a reducer
+//! or the leading coordinator is killed with SIGKILL, and when a reducer
+//! finds an intermediate file damaged.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tabos_client::names::CreateOptions;
+use tabos_client::{Client, Value};
+use tabos_mr::direct;
+use tabos_mr::driver::{Job, Submit};
+use tabos_mr::job::Kind;
+use tabos_mr::spec::{Pause, Task, TaskState, FS_USER};
+use tabos_node::{Node, NodeSettings};
+use tabos_store::testing::TempDir;
+use tabos_store::Config;
+
+const REALM: &str = "default";
+
+struct Running {
+    addr: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
+}
+
+/// A node with 2 cores whose BE procs fill up to 4 (reducers beside mappers).
+async fn start(dir: &TempDir) -> Running {
+    let settings = NodeSettings {
+        node_id: "n1".into(),
+        logs: dir.path().join("logs"),
+        cores: 2,
+        be_util_pct: 400,
+        blocks: Some(tabos_node::BlockStoreSettings::new(
+            dir.path().join("blocks.dev"),
+            256 << 20,
+        )),
+        ..NodeSettings::defaults()
+    };
+    let node = Node::open_with(&Config::sqlite(dir.path().join("db")), settings).unwrap();
+    let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
+    let addr = tabos_node::local_addr(&listener).unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(tabos_node::serve(node, listener, async {
+        let _ = stopped.await;
+    }));
+    Running { addr, stop, served }
+}
+
+impl Running {
+    async fn shut_down(self) {
+        let _ = self.stop.send(());
+        self.served.await.unwrap().unwrap();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Inputs with the awkward cases: an empty file, a line over the piece
+/// size with a word longer than the word limit, bytes that are not UTF-8,
+/// many small files (packed into tasks) and a file cut into several splits.
+fn inputs(dir: &Path) -> Vec<PathBuf> {
+    let root = dir.join("in");
+    std::fs::create_dir_all(root.join("small")).unwrap();
+    std::fs::write(root.join("empty.txt"), b"").unwrap();
+    let mut huge = b"start ".to_vec();
+    huge.extend(std::iter::repeat_n(
+        b'x',
+        tabos_mr::job::WORD_BYTES_MAX + 10,
+    ));
+    huge.extend_from_slice(b" needle end\nnext line\n");
+    std::fs::write(root.join("huge.txt"), &huge).unwrap();
+    std::fs::write(
+        root.join("latin1.txt"),
+        b"caf\xe9 na\xefve \xff\xfe needle\ncaf\xe9\n",
+    )
+    .unwrap();
+    let words = [
+        "alpha", "beta", "gamma", "delta", "needle", "epsilon", "zeta",
+    ];
+    for i in 0..40 {
+        let mut text = String::new();
+        for j in 0..(50 + i * 7) {
+            text.push_str(words[(i * 3 + j) % words.len()]);
+            text.push(if j % 9 == 8 { '\n' } else { ' ' });
+        }
+        std::fs::write(root.join("small").join(format!("f{i:02}.txt")), text).unwrap();
+    }
+    let mut big = String::new();
+    for j in 0..30_000 {
+        big.push_str(words[j % words.len()]);
+        big.push_str(if j % 11 == 10 { "\n" } else { "\t" });
+    }
+    std::fs::write(root.join("big.txt"), big).unwrap();
+    vec![root]
+}
+
+fn submit(kind: Kind, inputs: Vec<PathBuf>) -> Submit {
+    let program = PathBuf::from(env!("CARGO_BIN_EXE_tabos-mr-task"));
+    let mut s = Submit::new(kind, inputs, program, Vec::new());
+    s.reducers = 3;
+    s.task_bytes = 16 << 10; // many map tasks from a small input
+    s.session_ttl = Duration::from_millis(600);
+    s
+}
+
+async fn run_to_end(c: &Client, s: Submit) -> (Job, BTreeMap<Vec<u8>, u64>) {
+    let mut job = Job::submit(c, REALM, s).await.unwrap();
+    job.wait(|_| {}).await.unwrap();
+    let out = job.output().await.unwrap().into_iter().collect();
+    (job, out)
+}
+
+async fn task_state(c: &Client, job: &Job, t: Task) -> TaskState {
+    let e = c
+        .clone()
+        .name_get(REALM, &job.layout.task(t))
+        .await
+        .unwrap();
+    TaskState::decode(&e.data).unwrap()
+}
+
+/// Waits until attempt `t` announces it paused; returns its OS pid.
+async fn paused(c: &Client, job: &Job, t: Task) -> i32 {
+    let e = c
+        .clone()
+        .wait_exists(REALM, &job.layout.paused(t))
+        .await
+        .unwrap();
+    String::from_utf8(e.data).unwrap().parse().unwrap()
+}
+
+fn kill9(os_pid: i32) {
+    let st = std::process::Command::new("kill")
+        .args(["-9", &os_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -9 {os_pid}");
+}
+
+async fn resume(c: &Client, job: &Job) {
+    c.clone()
+        .name_create(
+            REALM,
+            &job.layout.resume(),
+            "file",
+            Vec::new(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn wordcount_and_grep_equal_the_direct_computation() {
+    let dir = TempDir::new("mr-procs");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = Client::connect(&node.addr).await.unwrap();
+        for kind in [Kind::WordCount, Kind::grep(b"needle").unwrap()] {
+            let want = direct::run(&kind, &inputs).unwrap();
+            let (job, got) = run_to_end(&c, submit(kind.clone(), inputs.clone())).await;
+            assert!(job.spec.maps > 3, "the input makes several map tasks");
+            assert_eq!(got, want, "{kind:?}");
+            let p = job.progress().await.unwrap();
+            assert_eq!((p.maps_done, p.reducers_done, p.retries), (p.maps, 3, 0));
+            // Every task reported to the job's mailbox, and taking the
+            // reports moves them to the message log.
+            let reports = job.reports().await.unwrap();
+            assert_eq!(reports.len(), job.spec.maps + 3);
+            assert!(reports.iter().all(|(from, _)| from.starts_with(job.id())));
+        }
+        // Provenance, in SQL: the reducers' reads of map outputs and the
+        // messages the mappers sent.
+        let mut c2 = c.clone();
+        let reads = c2
+            .sql(
+                "SELECT count(*) FROM proc_event WHERE realm = $1 AND event = 'fs_read' \
+                 AND pid LIKE '%-r%' AND detail LIKE '%/inter/%'",
+                vec![Value::Text(REALM.into())],
+            )
+            .await
+            .unwrap();
+        assert!(matches!(reads.rows[0][0], Some(Value::Int(n)) if n > 0));
+        let sent = c2
+            .sql(
+                "SELECT count(*) FROM message_log l JOIN proc p ON p.realm = l.realm \
+                 AND p.pid = l.sender WHERE l.realm = $1 AND p.pid LIKE '%-m%'",
+                vec![Value::Text(REALM.into())],
+            )
+            .await
+            .unwrap();
+        assert!(matches!(sent.rows[0][0], Some(Value::Int(n)) if n > 0));
+        node.shut_down().await;
+    });
+}
+
+#[test]
+fn a_mapper_killed_mid_job_is_run_again() {
+    let dir = TempDir::new("mr-kill-map");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = Client::connect(&node.addr).await.unwrap();
+        let want = direct::run(&Kind::WordCount, &inputs).unwrap();
+        let mut s = submit(Kind::WordCount, inputs);
+        // Map task 1, attempt 1 stops after writing its runs, before
+        // announcing them.
+        s.pause = Some(Pause {
+            task: "m1".into(),
+            attempt: 1,
+            at: "output".into(),
+        });
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        kill9(paused(&c, &job, Task::Map(1)).await);
+        job.wait(|_| {}).await.unwrap();
+        let got: BTreeMap<_, _> = job.output().await.unwrap().into_iter().collect();
+        assert_eq!(got, want);
+        let m1 = task_state(&c, &job, Task::Map(1)).await;
+        assert_eq!((m1.attempt, m1.done), (2, true));
+        let first = c
+            .clone()
+            .proc_status(REALM, &job.layout.pid(Task::Map(1), 1))
+            .await
+            .unwrap();
+        assert_ne!(
+            first.exit_status,
+            Some(0),
+            "the killed attempt did not succeed"
+        );
+        node.shut_down().await;
+    });
+}
+
+#[test]
+fn a_reducer_killed_mid_job_is_run_again() {
+    let dir = TempDir::new("mr-kill-reduce");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = Client::connect(&node.addr).await.unwrap();
+        let kind = Kind::grep(b"needle").unwrap();
+        let want = direct::run(&kind, &inputs).unwrap();
+        let mut s = submit(kind, inputs);
+        // Reducer 0, attempt 1 stops with every run taken, before writing.
+        s.pause = Some(Pause {
+            task: "r0".into(),
+            attempt: 1,
+            at: "output".into(),
+        });
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        kill9(paused(&c, &job, Task::Reduce(0)).await);
+        job.wait(|_| {}).await.unwrap();
+        let got: BTreeMap<_, _> = job.output().await.unwrap().into_iter().collect();
+        assert_eq!(got, want);
+        let r0 = task_state(&c, &job, Task::Reduce(0)).await;
+        assert_eq!((r0.attempt, r0.done), (2, true));
+        node.shut_down().await;
+    });
+}
+
+#[test]
+fn a_damaged_intermediate_file_reruns_its_mapper() {
+    let dir = TempDir::new("mr-damaged");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = Client::connect(&node.addr).await.unwrap();
+        let want = direct::run(&Kind::WordCount, &inputs).unwrap();
+        let mut s = submit(Kind::WordCount, inputs);
+        // Reducer 0 waits before it reads anything.
+        s.pause = Some(Pause {
+            task: "r0".into(),
+            attempt: 1,
+            at: "start".into(),
+        });
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        paused(&c, &job, Task::Reduce(0)).await;
+        // Damage map task 0's run for reducer 0 once it is announced.
+        let mut c2 = c.clone();
+        let a = c2
+            .wait_exists(REALM, &job.layout.announcement(0, 0))
+            .await
+            .unwrap();
+        let a = tabos_mr::spec::Announcement::decode(&a.data).unwrap();
+        let file = a.path.expect("map task 0 has words for reducer 0");
+        c2.fs_write(REALM, FS_USER, &file, 3, b"garbage".to_vec(), false)
+            .await
+            .unwrap();
+        resume(&c, &job).await;
+        job.wait(|_| {}).await.unwrap();
+        let got: BTreeMap<_, _> = job.output().await.unwrap().into_iter().collect();
+        assert_eq!(got, want);
+        let m0 = task_state(&c, &job, Task::Map(0)).await;
+        assert!(m0.attempt >= 2 && m0.done, "{m0:?}");
+        node.shut_down().await;
+    });
+}
+
+#[test]
+fn the_standby_coordinator_finishes_when_the_leader_is_killed() {
+    let dir = TempDir::new("mr-kill-coord");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = Client::connect(&node.addr).await.unwrap();
+        let want = direct::run(&Kind::WordCount, &inputs).unwrap();
+        let mut s = submit(Kind::WordCount, inputs);
+        // Hold map task 0 so the job cannot finish before the kill.
+        s.pause = Some(Pause {
+            task: "m0".into(),
+            attempt: 1,
+            at: "start".into(),
+        });
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        paused(&c, &job, Task::Map(0)).await;
+        let leader = c
+            .clone()
+            .name_get(REALM, &format!("{}/leader", job.layout.election()))
+            .await
+            .unwrap();
+        let leader = String::from_utf8(leader.data).unwrap();
+        let (leader_pid, os_pid) = leader.split_once(' ').unwrap();
+        kill9(os_pid.parse().unwrap());
+        resume(&c, &job).await;
+        job.wait(|_| {}).await.unwrap();
+        let got: BTreeMap<_, _> = job.output().await.unwrap().into_iter().collect();
+        assert_eq!(got, want);
+        let killed = c.clone().proc_status(REALM, leader_pid).await.unwrap();
+        assert_ne!(killed.exit_status, Some(0));
+        // Another coordinator led after it, at a newer epoch.
+        let epoch = c
+            .clone()
+            .name_get(REALM, &format!("{}/epoch", job.layout.election()))
+            .await
+            .unwrap();
+        let epoch: i64 = String::from_utf8(epoch.data)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(epoch >= 2, "epoch {epoch}");
+        // Map task 0's first attempt outlived its coordinator and was adopted.
+        let m0 = task_state(&c, &job, Task::Map(0)).await;
+        assert_eq!((m0.attempt, m0.done), (1, true));
+        node.shut_down().await;
+    });
+}

@@ -1,0 +1,222 @@
+//! `tabos mr wordcount|grep`: a MapReduce job on the node (crates/apps/mr),
+//! with a progress line while it runs and a summary at the end; and the
+//! hidden `tabos mr-task`, which is what the job's procs run.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+
+use anyhow::Context;
+use tabos_mr::driver::{Job, Progress, Submit};
+use tabos_mr::job::Kind;
+
+use crate::procs::RealmArg;
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    job: JobKind,
+}
+
+#[derive(clap::Subcommand)]
+enum JobKind {
+    /// Count the words (runs of non-whitespace bytes) of the input
+    Wordcount(Common),
+    /// Count, per input file, the lines that contain --pattern
+    Grep {
+        /// The byte string to look for
+        #[arg(long)]
+        pattern: String,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct Common {
+    /// Input files or directories of this machine (directories are walked;
+    /// symlinks are not followed); repeatable
+    #[arg(long = "input", required = true, num_args = 1..)]
+    pub inputs: Vec<PathBuf>,
+    /// Reducers (output partitions)
+    #[arg(long, default_value_t = 4)]
+    pub reducers: usize,
+    /// Input per map task, in MiB (small files are packed together)
+    #[arg(long, default_value_t = 32)]
+    pub task_mib: u64,
+    /// Leave out files that do not look like text (a NUL in their first 8 KiB)
+    #[arg(long)]
+    pub text_only: bool,
+    /// Run without a standby coordinator
+    #[arg(long)]
+    pub no_standby: bool,
+    /// Results to print (the most frequent words; for grep, files in order)
+    #[arg(long, default_value_t = 20)]
+    pub top: usize,
+    #[command(flatten)]
+    pub realm: RealmArg,
+    #[command(flatten)]
+    pub node: NodeAddr,
+}
+
+impl Common {
+    /// The job this asks for, with the procs run as `tabos mr-task …`.
+    pub fn submit(&self, kind: Kind) -> anyhow::Result<Submit> {
+        let exe = std::env::current_exe().context("find the tabos executable")?;
+        let mut s = Submit::new(kind, self.inputs.clone(), exe, vec!["mr-task".into()]);
+        s.reducers = self.reducers;
+        s.task_bytes = self.task_mib.max(1) << 20;
+        s.text_only = self.text_only;
+        s.standby = !self.no_standby;
+        Ok(s)
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let (common, kind) = match &args.job {
+        JobKind::Wordcount(c) => (c, Kind::WordCount),
+        JobKind::Grep { pattern, common } => (common, Kind::grep(pattern.as_bytes())?),
+    };
+    let submit = common.submit(kind.clone())?;
+    crate::runtime()?.block_on(async {
+        let client = tabos_client::Client::connect(&common.node.addr).await?;
+        let realm = &common.realm.realm;
+        let (job, done) = run_job(&client, realm, submit).await?;
+        print_summary(&job, &done).await?;
+        print_top(&job, &kind, common.top).await
+    })
+}
+
+/// Submits and follows a job, drawing the progress line on stderr.
+pub async fn run_job(
+    client: &tabos_client::Client,
+    realm: &str,
+    submit: Submit,
+) -> anyhow::Result<(Job, Progress)> {
+    let mut job = Job::submit(client, realm, submit)
+        .await
+        .context("submit the job")?;
+    eprintln!(
+        "job {}: {} files, {:.1} MB in {} map tasks, {} reducers",
+        job.id(),
+        job.input_files,
+        job.input_bytes() as f64 / 1e6,
+        job.spec.maps,
+        job.spec.reducers
+    );
+    let tty = std::io::stderr().is_terminal();
+    let mut last = (usize::MAX, usize::MAX, u32::MAX);
+    let done = job
+        .wait(|p| {
+            let now = (p.maps_done, p.reducers_done, p.retries);
+            if now == last {
+                return;
+            }
+            last = now;
+            let line = progress_line(p);
+            if tty {
+                eprint!("\r{line}\x1b[K");
+            } else {
+                eprintln!("{line}");
+            }
+            let _ = std::io::stderr().flush();
+        })
+        .await;
+    if tty {
+        eprintln!();
+    }
+    Ok((job, done.context("the job did not finish")?))
+}
+
+fn progress_line(p: &Progress) -> String {
+    const WIDTH: usize = 24;
+    let total = (p.maps + p.reducers).max(1);
+    let filled = (p.maps_done + p.reducers_done) * WIDTH / total;
+    let secs = p.elapsed.as_secs_f64().max(1e-3);
+    format!(
+        "[{}{}] maps {}/{}  reduces {}/{}  {:.1} MB/s  {:.1} s{}",
+        "#".repeat(filled),
+        "-".repeat(WIDTH - filled),
+        p.maps_done,
+        p.maps,
+        p.reducers_done,
+        p.reducers,
+        p.bytes_mapped as f64 / 1e6 / secs,
+        secs,
+        if p.retries > 0 {
+            format!("  ({} retried)", p.retries)
+        } else {
+            String::new()
+        }
+    )
+}
+
+/// The job's totals and per-phase timings.
+pub async fn print_summary(job: &Job, p: &Progress) -> anyhow::Result<()> {
+    let secs = p.elapsed.as_secs_f64().max(1e-3);
+    println!(
+        "job {} done in {:.2} s: {:.1} MB at {:.1} MB/s, {} map tasks, {} reducers, {} retried attempts",
+        job.id(),
+        secs,
+        p.bytes as f64 / 1e6,
+        p.bytes as f64 / 1e6 / secs,
+        p.maps,
+        p.reducers,
+        p.retries
+    );
+    println!("  phase        procs    first spawn → last exit    summed run time");
+    for ph in job.phases().await? {
+        println!(
+            "  {:<12} {:>5}    {:>10.3} s                {:>8.3} s",
+            ph.name,
+            ph.procs,
+            ph.span.as_secs_f64(),
+            ph.run.as_secs_f64()
+        );
+    }
+    let reports = job.reports().await?;
+    println!(
+        "  {} task reports taken from mailbox {}; output in tabos fs {}/out/part-0..{} (user mr)",
+        reports.len(),
+        job.layout.mailbox(),
+        job.layout.root(),
+        job.spec.reducers - 1
+    );
+    Ok(())
+}
+
+/// The top `n` results: the most frequent words, or grep's files in order.
+pub async fn print_top(job: &Job, kind: &Kind, n: usize) -> anyhow::Result<()> {
+    let mut out = job.output().await?;
+    let total = out.len();
+    if matches!(kind, Kind::WordCount) {
+        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let words: u64 = out.iter().map(|r| r.1).sum();
+        println!(
+            "\n{words} words, {total} distinct; the {} most frequent:",
+            n.min(total)
+        );
+    } else {
+        let lines: u64 = out.iter().map(|r| r.1).sum();
+        println!(
+            "\n{lines} matching lines in {total} files; the first {}:",
+            n.min(total)
+        );
+    }
+    for (key, count) in out.iter().take(n) {
+        println!("  {count:>12}  {}", String::from_utf8_lossy(key));
+    }
+    Ok(())
+}
+
+/// `tabos mr-task ROLE …`: one of a job's procs.
+#[derive(clap::Args)]
+pub struct TaskArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+pub fn task(args: TaskArgs) -> std::process::ExitCode {
+    let status = tabos_mr::procs::main(&args.args);
+    std::process::ExitCode::from(status.clamp(0, 255) as u8)
+}
