@@ -2,12 +2,14 @@
 //! same run and writing `bench/results/<suite>.json` (format in DESIGN.md,
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
-//! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`].
+//! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
+//! [`mr`].
 
 pub mod fs;
 pub mod ipc;
 pub mod machine;
 pub mod measure;
+pub mod mr;
 pub mod names;
 pub mod procedures;
 pub mod report;
@@ -18,6 +20,21 @@ use std::path::Path;
 
 /// Runs suite `name`, prints its table and writes its result file into `out`.
 pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
+    run_suite_on(name, quick, out, None)
+}
+
+/// [`run_suite`], with the input directory of the suites that read one
+/// (`mr`; others refuse it).
+pub fn run_suite_on(
+    name: &str,
+    quick: bool,
+    out: &Path,
+    input: Option<&Path>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        input.is_none() || name == "mr",
+        "--input is for the mr suite only"
+    );
     let report = match name {
         "store" => store::run(quick)?,
         "sched" => sched::run(quick)?,
@@ -25,8 +42,9 @@ pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
         "names" => names::run(quick)?,
         "fs" => fs::run(quick)?,
         "procedures" => procedures::run(quick)?,
+        "mr" => mr::run(quick, input)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr")
         }
     };
     report.print();

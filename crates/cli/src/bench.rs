@@ -2,7 +2,7 @@
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Suite to run: store, sched, ipc, names, fs or procedures
+    /// Suite to run: store, sched, ipc, names, fs, procedures or mr
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]
@@ -10,8 +10,12 @@ pub struct Args {
     /// Directory for <suite>.json
     #[arg(long, default_value = "bench/results")]
     out: std::path::PathBuf,
+    /// mr only: the directory to count and grep (default: the Linux source,
+    /// Debian's linux-source-6.1, installed and unpacked by the benchmark)
+    #[arg(long)]
+    input: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    tabos_bench::run_suite(&args.suite, args.quick, &args.out)
+    tabos_bench::run_suite_on(&args.suite, args.quick, &args.out, args.input.as_deref())
 }

@@ -1,56 +1,45 @@
-//! `tabos demo`: a newcomer's first run.
+//! `tabos demo`: a newcomer's first run — MapReduce on tabos.
 //!
 //! Starts an embedded node in a temporary directory (nothing to install),
-//! serves its API on a free loopback port, runs a small workload of
-//! procedures on it — bank transfers between accounts kept in the realm
-//! key-value table, some of which fail and roll back — and then asks the node,
-//! through the same gRPC API every client uses, what happened, in SQL.
+//! serves its API on a free loopback port, and runs the main job on it: a
+//! word count (crates/apps/mr) over a text corpus every Linux machine has
+//! (/usr/include and /usr/share, text files only; `--input` overrides) —
+//! a coordinator proc, one mapper proc per map task, one reducer proc per
+//! partition, all real processes talking to the node through its API. It
+//! prints the 20 most frequent words and the job's phases, and then asks
+//! the node, in SQL through the same API, about the OS state the job left
+//! behind: its procs, their timings, and their provenance.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use tabos_kernel::{kv, realm_partition};
-use tabos_store::{Config, Error as StoreError};
+use tabos_client::Value;
+use tabos_mr::driver::Submit;
+use tabos_mr::job::Kind;
+use tabos_store::Config;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Number of transfer procedures to run
-    #[arg(long, default_value_t = 40_000)]
-    transfers: u32,
+    /// Input files or directories (default: /usr/include and /usr/share)
+    #[arg(long = "input", num_args = 1..)]
+    inputs: Vec<PathBuf>,
+    /// Reducers (output partitions)
+    #[arg(long, default_value_t = 4)]
+    reducers: usize,
+    /// Input per map task, in MiB
+    #[arg(long, default_value_t = 16)]
+    task_mib: u64,
     /// Keep the data directory here instead of a temporary one
     #[arg(long)]
-    data: Option<std::path::PathBuf>,
+    data: Option<PathBuf>,
 }
 
-const REALMS: [&str; 4] = ["acme", "globex", "initech", "umbrella"];
-const ACCOUNTS: u32 = 250;
-const OPENING_BALANCE: i64 = 1_000;
-/// Transfers in flight at once (the "clients").
-const CLIENTS: usize = 64;
-
-/// A deterministic generator, so every run does the same work.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-fn balance(tx: &mut dyn tabos_store::Tx, realm: &str, account: &str) -> tabos_kernel::Result<i64> {
-    let v = kv::get_tx(tx, realm, account)?
-        .ok_or_else(|| tabos_kernel::Error::NotFound(format!("account {account}")))?;
-    String::from_utf8_lossy(&v)
-        .parse()
-        .map_err(|_| tabos_kernel::Error::Invalid(format!("account {account} is not a number")))
-}
+/// The default corpus: text every Linux machine has.
+const CORPUS: [&str; 2] = ["/usr/include", "/usr/share"];
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let t0 = Instant::now();
     let tmp;
     let dir = match &args.data {
         Some(d) => d.clone(),
@@ -59,151 +48,137 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             tmp.0.clone()
         }
     };
-    println!("tabos demo: an embedded node in {}", dir.display());
-    let node = tabos_node::Node::open(&Config::sqlite(&dir)).context("open the kernel database")?;
-    let store = node.store.clone();
-    println!(
-        "  kernel database: SQLite, {} partitions, durability {}, group commit",
-        store.partitions(),
-        store.durability()
+    let inputs: Vec<PathBuf> = if args.inputs.is_empty() {
+        CORPUS
+            .iter()
+            .map(PathBuf::from)
+            .filter(|p| p.exists())
+            .collect()
+    } else {
+        args.inputs.clone()
+    };
+    anyhow::ensure!(
+        !inputs.is_empty(),
+        "no input: none of {CORPUS:?} exists; give --input"
     );
+    println!("tabos demo: an embedded node in {}", dir.display());
+    let settings = tabos_node::NodeSettings {
+        logs: dir.join("logs"),
+        blocks: Some(tabos_node::BlockStoreSettings::new(
+            dir.join("blocks.dev"),
+            4 << 30,
+        )),
+        ..tabos_node::NodeSettings::defaults()
+    };
+    let cores = settings.cores;
+    let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("db")), settings)
+        .context("open the kernel database")?;
+    println!(
+        "  kernel database: SQLite, {} partitions; one worker of {cores} cores in realm `default`",
+        node.store.partitions(),
+    );
+    let exe = std::env::current_exe().context("find the tabos executable")?;
+    let mut submit = Submit::new(Kind::WordCount, inputs.clone(), exe, vec!["mr-task".into()]);
+    submit.reducers = args.reducers;
+    submit.task_bytes = args.task_mib.max(1) << 20;
+    submit.text_only = true;
 
-    let rt = crate::runtime()?;
-    rt.block_on(async move {
+    crate::runtime()?.block_on(async move {
         let listener = tabos_node::bind("127.0.0.1:0").await?;
-        let addr = tabos_node::local_addr(&listener).context("listener address")?.to_string();
+        let addr = tabos_node::local_addr(&listener)
+            .context("listener address")?
+            .to_string();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(tabos_node::serve(node, listener, async {
             let _ = stopped.await;
         }));
         println!("  serving the tabos API on {addr}\n");
+        let client = tabos_client::Client::connect(&addr).await?;
 
-        // 1. Open accounts: one procedure per realm, all on the realm's partition.
-        let t0 = Instant::now();
-        let mut opened = Vec::new();
-        for realm in REALMS {
-            let p = realm_partition(realm, store.partitions());
-            let now = tabos_store::now_us();
-            opened.push(store.submit(p, move |tx| {
-                for a in 0..ACCOUNTS {
-                    let v = OPENING_BALANCE.to_string();
-                    kv::put_tx(tx, realm, &format!("acct-{a:03}"), v.as_bytes(), now)?;
-                }
-                Ok::<_, tabos_kernel::Error>(())
-            }));
-        }
-        for p in opened {
-            p.await?;
-        }
+        let shown: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
         println!(
-            "[1/3] opened {} accounts in {} realms with {OPENING_BALANCE} each ({:.1} ms)",
-            ACCOUNTS as usize * REALMS.len(),
-            REALMS.len(),
-            t0.elapsed().as_secs_f64() * 1e3
+            "[1/3] word count over the text files of {} (mappers are LC procs of one core, \
+             reducers and coordinators BE procs; progress on stderr)",
+            shown.join(" ")
         );
+        let (job, done) = crate::mr::run_job(&client, "default", submit).await?;
+        println!();
+        crate::mr::print_summary(&job, &done).await?;
+        crate::mr::print_top(&job, &Kind::WordCount, 20).await?;
 
-        // 2. Transfers: each is one procedure that reads two balances and
-        //    writes both, or aborts (and leaves nothing) if funds are short.
-        println!(
-            "[2/3] running {} transfer procedures from {CLIENTS} concurrent clients ...",
-            args.transfers
-        );
-        let t1 = Instant::now();
-        let per_client = args.transfers as usize / CLIENTS;
-        let mut tasks = Vec::new();
-        for c in 0..CLIENTS {
-            let store = store.clone();
-            tasks.push(tokio::spawn(async move {
-                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1));
-                let (mut ok, mut refused) = (0u64, 0u64);
-                for _ in 0..per_client {
-                    let realm = REALMS[rng.below(REALMS.len() as u64) as usize];
-                    let from = format!("acct-{:03}", rng.below(u64::from(ACCOUNTS)));
-                    let to = format!("acct-{:03}", rng.below(u64::from(ACCOUNTS)));
-                    let amount = 1 + rng.below(300) as i64;
-                    let now = tabos_store::now_us();
-                    let p = realm_partition(realm, store.partitions());
-                    let r = store
-                        .submit(p, move |tx| {
-                            let have = balance(tx, realm, &from)?;
-                            if have < amount {
-                                return Err(tabos_kernel::Error::Store(StoreError::Aborted(
-                                    format!("{from} has {have}, cannot send {amount}"),
-                                )));
-                            }
-                            kv::put_tx(tx, realm, &from, (have - amount).to_string().as_bytes(), now)?;
-                            let theirs = balance(tx, realm, &to)?;
-                            kv::put_tx(tx, realm, &to, (theirs + amount).to_string().as_bytes(), now)?;
-                            Ok(())
-                        })
-                        .await;
-                    match r {
-                        Ok(()) => ok += 1,
-                        Err(tabos_kernel::Error::Store(StoreError::Aborted(_))) => refused += 1,
-                        Err(e) => return Err(e),
-                    }
-                }
-                Ok::<_, tabos_kernel::Error>((ok, refused))
-            }));
-        }
-        let (mut ok, mut refused) = (0, 0);
-        for t in tasks {
-            let (o, r) = t.await??;
-            ok += o;
-            refused += r;
-        }
-        let secs = t1.elapsed().as_secs_f64();
-        println!(
-            "      {ok} committed, {refused} refused for want of funds and rolled back, \
-             in {:.2} s ({:.0} procedures/s)\n",
-            secs,
-            (ok + refused) as f64 / secs
-        );
-
-        // 3. Ask the node what happened, in SQL, over gRPC like any client.
-        println!("[3/3] asking the node in SQL, through its gRPC API:\n");
-        let mut client = tabos_client::Client::connect(&addr).await?;
+        println!("\n[2/3] asking the node about the job, in SQL through its API:\n");
+        let mut c = client.clone();
+        let role = "CASE substr(pid, $2, 1) WHEN 'm' THEN 'mapper' WHEN 'r' THEN 'reducer' \
+                    ELSE 'coordinator' END";
         let queries = [
             (
-                "Money is conserved: every realm still holds accounts x 1000",
-                "SELECT realm, count(*) AS accounts, sum(CAST(value AS INTEGER)) AS total, \
-                 max(version) - 1 AS most_writes_to_one_account \
-                 FROM kv GROUP BY realm ORDER BY realm",
+                "Procs per role, kind, class and state",
+                format!(
+                    "SELECT {role} AS role, kind, class, state, count(*) AS procs \
+                     FROM proc WHERE realm = $1 AND pid LIKE $3 \
+                     GROUP BY 1, 2, 3, 4 ORDER BY 1, 4"
+                ),
             ),
             (
-                "Where the rows live: realms are hashed to partitions, one executor each",
-                "SELECT p_key AS partition, count(DISTINCT realm) AS realms, count(*) AS rows \
-                 FROM kv GROUP BY p_key ORDER BY p_key",
+                "Time from spawn to exit, per phase (ms): queued = spawn to start",
+                format!(
+                    "SELECT {role} AS phase, count(*) AS procs, \
+                     round(avg(start_us - spawn_us) / 1000.0, 1) AS avg_queued, \
+                     round(avg(exit_us - start_us) / 1000.0, 1) AS avg_run, \
+                     round((max(exit_us) - min(spawn_us)) / 1000.0, 1) AS phase_span \
+                     FROM proc WHERE realm = $1 AND pid LIKE $3 \
+                     GROUP BY 1 ORDER BY min(spawn_us)"
+                ),
             ),
             (
-                "The five richest accounts",
-                "SELECT realm, key AS account, CAST(value AS INTEGER) AS balance, version \
-                 FROM kv ORDER BY CAST(value AS INTEGER) DESC, realm, key LIMIT 5",
+                "Provenance: which proc read which file and sent which message",
+                "SELECT e.pid, substr(e.detail, 1, instr(e.detail, ' @') - 1) AS read_file, \
+                 CAST(m.payload AS TEXT) AS sent_message \
+                 FROM proc_event e JOIN message_log m ON m.realm = e.realm AND m.sender = e.pid \
+                 WHERE e.realm = $1 AND e.event = 'fs_read' AND e.pid LIKE $2 \
+                 AND (e.pid LIKE '%-m0-%' OR e.pid LIKE '%-r0-%') \
+                 ORDER BY e.pid, e.seq LIMIT 12"
+                    .to_string(),
             ),
         ];
-        for (title, sql) in queries {
-            println!("-- {title}\n{sql}\n");
-            let result = client.sql(sql, vec![]).await?;
+        let realm = Value::Text("default".into());
+        let procs = Value::Text(format!("{}-%", job.id()));
+        let role_at = Value::Int(job.id().len() as i64 + 2);
+        for (n, (title, sql)) in queries.iter().enumerate() {
+            println!("-- {title}\n{}\n", squeeze(sql));
+            let params = if n < 2 {
+                vec![realm.clone(), role_at.clone(), procs.clone()]
+            } else {
+                vec![realm.clone(), procs.clone()]
+            };
+            let result = c.sql(sql, params).await?;
             crate::output::print_result(&result, false);
             println!();
         }
-        let s = client.status().await?;
+
+        println!("[3/3] the namespace and files the job used:");
+        let listed = c.name_readdir("default", &job.layout.root()).await?;
+        let names: Vec<&str> = listed
+            .entries
+            .iter()
+            .map(|e| e.path.rsplit('/').next().unwrap_or_default())
+            .collect();
+        println!("  tabos ls {}: {}", job.layout.root(), names.join(" "));
+        let (files, bytes) = c.fs_du("default", &job.layout.root(), "", 0).await?;
         println!(
-            "-- The node's own counters (tabos status)\n\
-             procedures committed {}, rolled back {}, in {} commits: {:.1} procedures per group commit",
-            s.procedures_committed,
-            s.procedures_failed,
-            s.commits,
-            (s.procedures_committed + s.procedures_failed) as f64 / s.commits.max(1) as f64
+            "  tabos fs du {}: {files} files, {bytes} bytes",
+            job.layout.root()
         );
-        let refused_write = client.sql("DELETE FROM kv", vec![]).await;
-        if let Err(e) = refused_write {
-            println!("\n-- And `tabos sql` is read-only: DELETE FROM kv -> {e}");
-        }
+        println!("\ndemo finished in {:.1} s", t0.elapsed().as_secs_f64());
         let _ = stop.send(());
         server.await??;
         Ok(())
     })
+}
+
+/// A query on one line, for printing.
+fn squeeze(sql: &str) -> String {
+    sql.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// A temporary directory removed when the demo ends.

@@ -204,12 +204,17 @@ impl proto::fs_server::Fs for FsService {
             .await
             .map_err(|e| kernel_status(&e))?;
         // Recorded after the read (which changed nothing): an unknown pid
-        // fails the request all the same.
+        // fails the request all the same. A read past the end (how a
+        // reader finds the end) read nothing and is not recorded.
         if let Some(pid) = reader_pid(&r.pid)? {
-            let detail = format!("{p} @{} +{}", r.offset, data.len());
-            procs::record(&self.node.store, &r.realm, &pid, "fs_read", &detail)
-                .await
-                .map_err(|e| kernel_status(&e))?;
+            let store = &self.node.store;
+            let done = if data.is_empty() {
+                procs::check_exists(store, &r.realm, &pid).await
+            } else {
+                let detail = format!("{p} @{} +{}", r.offset, data.len());
+                procs::record(store, &r.realm, &pid, "fs_read", &detail).await
+            };
+            done.map_err(|e| kernel_status(&e))?;
         }
         Ok(Response::new(proto::FsReadResponse { data }))
     }

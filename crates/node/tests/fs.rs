@@ -204,3 +204,67 @@ async fn a_wasm_proc_copies_a_file_in_segments() {
     assert_eq!(st.exit_status, Some(10_044), "{st:?}");
     n.shut_down().await;
 }
+
+/// A client acting for a proc has its reads and writes recorded as the
+/// proc's provenance events; a pid the realm does not know is refused and
+/// writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_and_writes_for_a_proc_are_its_provenance() {
+    let dir = TempDir::new("fs-provenance");
+    let n = start(&dir, "fs-node").await;
+    let mut c = Client::connect(&n.addr).await.unwrap();
+    let p = c
+        .spawn(
+            REALM,
+            proto::ProcDescriptor {
+                pid: "reader".into(),
+                kind: "native".into(),
+                class: "BE".into(),
+                program: "/bin/true".into(),
+                cores: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.pid, "reader");
+    let mut as_proc = c.clone().acting_for("reader");
+    as_proc
+        .fs_write(REALM, "root", "/f", 0, b"hello".to_vec(), true)
+        .await
+        .unwrap();
+    let mut back = Vec::new();
+    as_proc
+        .fs_read_all(REALM, "root", "/f", &mut back)
+        .await
+        .unwrap();
+    assert_eq!(back, b"hello");
+    let events = c
+        .sql(
+            "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = 'reader' \
+             AND event LIKE 'fs_%' ORDER BY seq",
+            vec![tabos_client::Value::Text(REALM.into())],
+        )
+        .await
+        .unwrap();
+    let got: Vec<String> = events
+        .rows
+        .iter()
+        .map(|r| format!("{} {}", common::text(&r[0]), common::text(&r[1])))
+        .collect();
+    assert_eq!(got, ["fs_write /f @0 +5", "fs_read /f @0 +5"]);
+    // An unknown pid: refused, and the write did not happen.
+    let mut ghost = c.clone().acting_for("ghost");
+    let e = ghost
+        .fs_write(REALM, "root", "/g", 0, b"x".to_vec(), true)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::NotFound);
+    assert_eq!(
+        code(&c.fs_stat(REALM, "/g").await.unwrap_err()),
+        Code::NotFound
+    );
+    let e = ghost.fs_read(REALM, "root", "/f", 0, 5).await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound);
+    n.shut_down().await;
+}

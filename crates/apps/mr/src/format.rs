@@ -46,6 +46,99 @@ pub fn decode(mut bytes: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
     Ok(out)
 }
 
+/// The records of `bytes`, borrowed, assuming [`check`] passed (a cut
+/// record ends the iteration).
+pub fn records(mut bytes: &[u8]) -> impl Iterator<Item = (&[u8], u64)> {
+    std::iter::from_fn(move || {
+        if bytes.len() < 4 {
+            return None;
+        }
+        let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+        if bytes.len() < 4 + n + 8 {
+            return None;
+        }
+        let key = &bytes[4..4 + n];
+        let mut c = [0u8; 8];
+        c.copy_from_slice(&bytes[4 + n..4 + n + 8]);
+        bytes = &bytes[4 + n + 8..];
+        Some((key, u64::from_le_bytes(c)))
+    })
+}
+
+/// Checks the format of encoded records (lengths, strict key order)
+/// without copying them; returns how many there are.
+pub fn check(bytes: &[u8]) -> Result<usize> {
+    let mut at = 0usize;
+    let mut last: Option<&[u8]> = None;
+    let mut n = 0;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        if rest.len() < 4 {
+            return Err(Error::Corrupt("a record header is cut".into()));
+        }
+        let k = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if k > KEY_BYTES_MAX || rest.len() < 4 + k + 8 {
+            return Err(Error::Corrupt(format!("a record of key length {k} is cut")));
+        }
+        let key = &rest[4..4 + k];
+        if last.is_some_and(|l| l >= key) {
+            return Err(Error::Corrupt("keys out of order".into()));
+        }
+        last = Some(key);
+        at += 4 + k + 8;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Merges checked, encoded runs (a k-way merge over borrowed keys, summing
+/// equal keys) and hands each merged record to `out`, in key order.
+pub fn merge_with(runs: &[&[u8]], mut out: impl FnMut(&[u8], u64)) {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let mut iters: Vec<_> = runs.iter().map(|r| records(r)).collect();
+    let mut heap = BinaryHeap::with_capacity(iters.len());
+    for (i, it) in iters.iter_mut().enumerate() {
+        if let Some((k, c)) = it.next() {
+            heap.push(Reverse((k, i, c)));
+        }
+    }
+    let mut current: Option<(&[u8], u64)> = None;
+    while let Some(Reverse((k, i, c))) = heap.pop() {
+        match &mut current {
+            Some((ck, cc)) if *ck == k => *cc += c,
+            _ => {
+                if let Some((ck, cc)) = current {
+                    out(ck, cc);
+                }
+                current = Some((k, c));
+            }
+        }
+        if let Some((k, c)) = iters[i].next() {
+            heap.push(Reverse((k, i, c)));
+        }
+    }
+    if let Some((ck, cc)) = current {
+        out(ck, cc);
+    }
+}
+
+/// Appends one record as a line of [`to_text`]'s format.
+pub fn put_text(out: &mut Vec<u8>, key: &[u8], count: u64) {
+    for &b in key {
+        match b {
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            _ => out.push(b),
+        }
+    }
+    out.push(b'\t');
+    out.extend_from_slice(count.to_string().as_bytes());
+    out.push(b'\n');
+}
+
 /// Merges sorted runs, summing the counts of equal keys.
 pub fn merge(runs: Vec<Vec<(Vec<u8>, u64)>>) -> Vec<(Vec<u8>, u64)> {
     let mut all: Vec<(Vec<u8>, u64)> = runs.into_iter().flatten().collect();
@@ -62,7 +155,8 @@ pub fn merge(runs: Vec<Vec<(Vec<u8>, u64)>>) -> Vec<(Vec<u8>, u64)> {
 
 /// The trailer of a sealed file: magic, payload length, FNV-1a-64 hash.
 const SEAL_MAGIC: &[u8; 4] = b"MRv1";
-const SEAL_BYTES: usize = 4 + 8 + 8;
+/// Bytes of the trailer [`seal`] appends.
+pub const SEAL_BYTES: usize = 4 + 8 + 8;
 
 fn fnv64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -109,18 +203,7 @@ pub fn unseal(bytes: &[u8]) -> Result<&[u8]> {
 pub fn to_text(records: &[(Vec<u8>, u64)]) -> Vec<u8> {
     let mut out = Vec::with_capacity(records.iter().map(|(k, _)| k.len() + 8).sum());
     for (k, c) in records {
-        for &b in k {
-            match b {
-                b'\t' => out.extend_from_slice(b"\\t"),
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                b'\\' => out.extend_from_slice(b"\\\\"),
-                _ => out.push(b),
-            }
-        }
-        out.push(b'\t');
-        out.extend_from_slice(c.to_string().as_bytes());
-        out.push(b'\n');
+        put_text(&mut out, k, *c);
     }
     out
 }

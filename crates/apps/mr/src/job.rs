@@ -71,10 +71,37 @@ pub fn partition(key: &[u8], reducers: usize) -> usize {
     (h % reducers.max(1) as u64) as usize
 }
 
+/// FNV-1a as a `Hasher`: for short keys like words it is several times
+/// faster than the default SipHash. It is not collision-resistant, but map
+/// keys come from the job's own input, so an input made of colliding keys
+/// slows down only its own job.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Fnv {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl std::hash::Hasher for Fnv {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FnvMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
+
 /// Map output, combined: one count per key, per reducer.
 #[derive(Debug)]
 pub struct Combiner {
-    parts: Vec<HashMap<Vec<u8>, u64>>,
+    parts: Vec<FnvMap<Vec<u8>, u64>>,
 }
 
 impl Combiner {
@@ -85,7 +112,7 @@ impl Combiner {
             )));
         }
         Ok(Combiner {
-            parts: (0..reducers).map(|_| HashMap::new()).collect(),
+            parts: (0..reducers).map(|_| FnvMap::default()).collect(),
         })
     }
 

@@ -257,13 +257,12 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
     }
     drop(watch);
     ctx.pause_point(t, attempt, "output").await?;
-    let Reduction {
-        counts, bytes_in, ..
-    } = r;
+    let Reduction { runs, bytes_in, .. } = r;
     let text = blocking(move || {
-        let mut records: Vec<(Vec<u8>, u64)> = counts.into_iter().collect();
-        records.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        Ok(format::to_text(&records))
+        let runs: Vec<&[u8]> = runs.values().map(|r| r.as_slice()).collect();
+        let mut text = Vec::with_capacity(runs.iter().map(|r| r.len()).sum::<usize>() / 2);
+        format::merge_with(&runs, |key, count| format::put_text(&mut text, key, count));
+        Ok(text)
     })
     .await?;
     let tmp = ctx.layout.output_tmp(k, attempt);
@@ -277,10 +276,11 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
     .await
 }
 
-/// A reducer's state: the runs taken so far, folded into one count per key.
+/// A reducer's state: the runs taken so far (checked, merged at the end).
 #[derive(Default)]
 struct Reduction {
-    counts: HashMap<Vec<u8>, u64>,
+    /// Map task → its run's records, encoded.
+    runs: BTreeMap<usize, Vec<u8>>,
     taken: HashSet<usize>,
     /// Map task → the attempt whose output could not be read.
     bad: HashMap<usize, u32>,
@@ -314,9 +314,11 @@ impl Reduction {
             return Ok(());
         };
         let run = match ctx.read_file(&file).await {
-            Ok(bytes) => format::unseal(&bytes)
-                .and_then(format::decode)
-                .map(|run| (run, bytes.len())),
+            Ok(mut bytes) => format::unseal(&bytes).and_then(format::check).map(|_| {
+                let n = bytes.len();
+                bytes.truncate(n - format::SEAL_BYTES);
+                (bytes, n)
+            }),
             Err(e) if e.code() == Some(tonic::Code::NotFound) => {
                 Err(Error::Corrupt(format!("{file} is gone")))
             }
@@ -324,9 +326,7 @@ impl Reduction {
         };
         match run {
             Ok((run, n)) => {
-                for (key, count) in run {
-                    *self.counts.entry(key).or_insert(0) += count;
-                }
+                self.runs.insert(map, run);
                 self.bytes_in += n;
                 self.taken.insert(map);
             }

@@ -180,7 +180,10 @@ pub fn read_lines(split: &Split, mut f: impl FnMut(&[u8], bool)) -> Result<()> {
     // line boundary; otherwise the partial line belongs to the split before.
     let mut pos = split.offset.saturating_sub(1);
     file.seek(SeekFrom::Start(pos)).map_err(io(path))?;
-    let mut r = BufReader::with_capacity(256 << 10, file);
+    // Most inputs are small files: a buffer no larger than the split
+    // (and what finishing its last line may need) spares the allocator.
+    let want = (split.len + 1).saturating_add(4096).min(256 << 10) as usize;
+    let mut r = BufReader::with_capacity(want, file);
     let mut line = Vec::with_capacity(4096);
     if split.offset > 0 {
         pos += skip_line(&mut r).map_err(io(path))?;

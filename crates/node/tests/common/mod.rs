@@ -60,3 +60,15 @@ pub fn code(e: &ClientError) -> tonic::Code {
         other => panic!("expected a status, got {other}"),
     }
 }
+
+/// A SQL cell as text (NULL as "NULL").
+pub fn text(v: &Option<tabos_client::Value>) -> String {
+    use tabos_client::Value;
+    match v {
+        Some(Value::Text(t)) => t.clone(),
+        Some(Value::Int(n)) => n.to_string(),
+        Some(Value::Real(x)) => x.to_string(),
+        Some(Value::Blob(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(Value::Null(_)) | None => "NULL".into(),
+    }
+}

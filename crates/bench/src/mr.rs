@@ -1,0 +1,514 @@
+//! `tabos bench mr`: MapReduce word count and grep on tabos against the
+//! systems people use for them, in the same run.
+//!
+//! Input: the Linux kernel source (Debian's `linux-source-6.1`, installed
+//! with apt-get if missing and unpacked once under `target/bench-data`), or
+//! a directory given with `--input`; `--quick` takes only its `kernel/`,
+//! `fs/` and `mm/` subdirectories when they exist.
+//!
+//! * tabos: an embedded node in-process (SQLite, block store) whose worker
+//!   has 1 core slot, then 2 (σOS's workers: the cores a node offers its
+//!   realm), running the job through the tabos API with the real procs —
+//!   the coordinators, mappers and reducers are `tabos mr-task` processes.
+//!   Timed from submission (planning included) to the job's `done`.
+//! * The floor: a straightforward word count in Rust (read each file,
+//!   split on ASCII whitespace, count in a `HashMap`), on 1 thread and on
+//!   2 (files dealt out by size, maps merged at the end).
+//! * grep: `grep -r -c` and `rg -c` (ripgrep, installed with apt-get if
+//!   missing) over the same tree, against `tabos mr grep`.
+//! * PySpark `local[2]` (pip-installed into `target/bench-venv`, or
+//!   `TABOS_BENCH_VENV`): `read.text` with recursive lookup, then the
+//!   DataFrame word count (split on ASCII whitespace, explode, `groupBy`
+//!   count) — it runs in the JVM, several times faster than the same job
+//!   with Python lambdas on RDDs — timed inside the script after the
+//!   session is up (so the JVM's start is not counted against Spark).
+//!
+//! Each tabos and floor configuration runs twice in a full run (once in
+//! `--quick`) and the faster run counts; the page cache is warmed first so
+//! every contestant reads from memory.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Context;
+use tabos_mr::driver::{Job, Submit};
+use tabos_mr::job::Kind;
+
+use crate::report::{round, Better, Figure, Report};
+
+/// A job's output: keys and counts.
+type Records = Vec<(Vec<u8>, u64)>;
+
+const PATTERN: &str = "EXPORT_SYMBOL";
+const REDUCERS: usize = 2;
+/// Input per map task: at most 32 MiB, and at least 16 tasks.
+const TASK_BYTES_MAX: u64 = 32 << 20;
+
+/// Runs the suite over `input` (default: the Linux source).
+pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
+    let mut report = Report::new("mr", quick);
+    let root = match input {
+        Some(p) => p.to_path_buf(),
+        None => linux_source()?,
+    };
+    let inputs = if quick {
+        let parts: Vec<PathBuf> = ["kernel", "fs", "mm"]
+            .iter()
+            .map(|d| root.join(d))
+            .filter(|p| p.is_dir())
+            .collect();
+        if parts.is_empty() {
+            vec![root.clone()]
+        } else {
+            parts
+        }
+    } else {
+        vec![root.clone()]
+    };
+    let exe = std::env::current_exe()?;
+    anyhow::ensure!(
+        exe.file_name().is_some_and(|n| n == "tabos"),
+        "run this suite as `tabos bench mr`: its procs are `tabos mr-task`"
+    );
+    let files: Vec<(PathBuf, u64)> = tabos_mr::split::plan(&inputs, u64::MAX)?
+        .into_iter()
+        .map(|s| (s.path, s.len))
+        .collect();
+    let bytes: u64 = files.iter().map(|f| f.1).sum();
+    let mb = bytes as f64 / 1e6;
+    println!(
+        "mr: {} files, {mb:.1} MB under {}",
+        files.len(),
+        inputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    report.notes.push(format!(
+        "input: {} files, {mb:.1} MB under {}",
+        files.len(),
+        inputs
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    let runs = if quick { 1 } else { 2 };
+    let task_bytes = TASK_BYTES_MAX
+        .min(bytes / 16)
+        .max(tabos_mr::split::SPLIT_BYTES_MIN);
+
+    // Warm the page cache: every contestant reads from memory.
+    for (f, _) in &files {
+        let _ = std::fs::read(f);
+    }
+
+    // The floor.
+    let mut floor1 = f64::INFINITY;
+    let mut floor2 = f64::INFINITY;
+    let mut floor_counts = HashMap::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        floor_counts = floor_wordcount(&files, 1);
+        floor1 = floor1.min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let c2 = floor_wordcount(&files, 2);
+        floor2 = floor2.min(t.elapsed().as_secs_f64());
+        anyhow::ensure!(
+            c2 == floor_counts,
+            "the 2-thread floor disagrees with the 1-thread one"
+        );
+    }
+    let floor_words: u64 = floor_counts.values().sum();
+    println!(
+        "  floor: 1 thread {:.1} MB/s, 2 threads {:.1} MB/s",
+        mb / floor1,
+        mb / floor2
+    );
+
+    // tabos, 1 and 2 core slots.
+    let mut tabos = [f64::INFINITY; 2];
+    let mut tabos_grep = f64::INFINITY;
+    let mut grep_total = 0u64;
+    for (slot, cores) in [1i64, 2].into_iter().enumerate() {
+        for _ in 0..runs {
+            let (secs, out) = tabos_job(&exe, &inputs, cores, Kind::WordCount, task_bytes)?;
+            let words: u64 = out.iter().map(|r| r.1).sum();
+            anyhow::ensure!(
+                words == floor_words && out.len() == floor_counts.len(),
+                "tabos counted {words} words ({} distinct), the floor {floor_words} ({})",
+                out.len(),
+                floor_counts.len()
+            );
+            tabos[slot] = tabos[slot].min(secs);
+        }
+        println!(
+            "  tabos wordcount, {cores} core slot(s): {:.1} MB/s",
+            mb / tabos[slot]
+        );
+    }
+    for _ in 0..runs {
+        let (secs, out) = tabos_job(
+            &exe,
+            &inputs,
+            2,
+            Kind::grep(PATTERN.as_bytes())?,
+            task_bytes,
+        )?;
+        grep_total = out.iter().map(|r| r.1).sum();
+        tabos_grep = tabos_grep.min(secs);
+    }
+    println!(
+        "  tabos grep, 2 core slots: {:.1} MB/s ({grep_total} lines)",
+        mb / tabos_grep
+    );
+
+    // grep -r -c and rg -c.
+    let grep = timed_count(
+        Command::new("grep")
+            .args(["-r", "-c", PATTERN])
+            .args(&inputs),
+    )?;
+    let rg_bin = crate::names::debian_binary("mr", "ripgrep", &["/usr/bin/rg"])?;
+    let rg = timed_count(
+        Command::new(rg_bin)
+            .args([
+                "-c",
+                "--no-ignore",
+                "--hidden",
+                "--no-messages",
+                "-j",
+                "2",
+                PATTERN,
+            ])
+            .args(&inputs),
+    )?;
+    for (name, (_, n)) in [("grep -r -c", &grep), ("rg -c", &rg)] {
+        if *n != grep_total {
+            report.notes.push(format!(
+                "{name} counted {n} matching lines, tabos {grep_total} (files it reads differently)"
+            ));
+        }
+    }
+
+    // PySpark local[2].
+    let venv = PathBuf::from(
+        std::env::var("TABOS_BENCH_VENV").unwrap_or_else(|_| "target/bench-venv".into()),
+    );
+    let spark = pyspark_wordcount(&venv, &inputs);
+    match &spark {
+        Ok((v, secs, words)) => {
+            println!(
+                "  PySpark {v} local[2]: {:.1} MB/s ({words} words)",
+                mb / secs
+            );
+            report.notes.push(format!(
+                "PySpark {v} local[2], DataFrame API: {words} words (split on ASCII \
+                 whitespace after UTF-8 decoding; tabos and the floor {floor_words} over bytes); \
+                 timed after the session started"
+            ));
+        }
+        Err(e) => {
+            println!("  PySpark: not measured: {e}");
+            report.notes.push(format!("PySpark not measured: {e}"));
+        }
+    }
+
+    let mbps = |secs: f64| round(mb / secs, 1);
+    let wc2 = mbps(tabos[1]);
+    report.figures.push(
+        Figure::new(
+            "wordcount.2workers_vs_pyspark.mb_per_s",
+            wc2,
+            "MB/s",
+            Better::Higher,
+        )
+        .peer(
+            "PySpark local[2]",
+            spark.as_ref().ok().map(|(_, secs, _)| mbps(*secs)),
+        )
+        .target("ratio >= 5"),
+    );
+    report.figures.push(
+        Figure::new(
+            "wordcount.2workers_vs_floor2.mb_per_s",
+            wc2,
+            "MB/s",
+            Better::Higher,
+        )
+        .peer("Rust wordcount, 2 threads", Some(mbps(floor2)))
+        .target("ratio >= 0.7"),
+    );
+    report.figures.push(
+        Figure::new(
+            "wordcount.1worker_vs_floor1.mb_per_s",
+            mbps(tabos[0]),
+            "MB/s",
+            Better::Higher,
+        )
+        .peer("Rust wordcount, 1 thread", Some(mbps(floor1))),
+    );
+    report.figures.push(
+        Figure::new(
+            "wordcount.2workers_vs_1worker.mb_per_s",
+            wc2,
+            "MB/s",
+            Better::Higher,
+        )
+        .peer("tabos, 1 worker core", Some(mbps(tabos[0])))
+        .target("ratio >= 1.8"),
+    );
+    report.figures.push(
+        Figure::new(
+            "grep.2workers_vs_grep.mb_per_s",
+            mbps(tabos_grep),
+            "MB/s",
+            Better::Higher,
+        )
+        .peer("grep -r -c", Some(mbps(grep.0)))
+        .note(format!("pattern {PATTERN:?}: {grep_total} matching lines")),
+    );
+    report.figures.push(
+        Figure::new(
+            "grep.2workers_vs_rg.mb_per_s",
+            mbps(tabos_grep),
+            "MB/s",
+            Better::Higher,
+        )
+        .peer("rg -c -j 2", Some(mbps(rg.0))),
+    );
+    report.notes.push(format!(
+        "tabos: an embedded node (SQLite, block store) whose worker offers 1 or 2 core slots; \
+         {REDUCERS} reducers, map tasks of {:.1} MiB, coordinator and standby; timed from \
+         submission (planning and writing the split lists included) to the job's done; best of {runs}",
+        task_bytes as f64 / f64::from(1 << 20)
+    ));
+    Ok(report)
+}
+
+/// Runs one job on a fresh embedded node whose worker has `cores`; its
+/// wall time and output.
+fn tabos_job(
+    exe: &Path,
+    inputs: &[PathBuf],
+    cores: i64,
+    kind: Kind,
+    task_bytes: u64,
+) -> anyhow::Result<(f64, Records)> {
+    let dir = tabos_store::testing::TempDir::new("bench-mr");
+    let settings = tabos_node::NodeSettings {
+        logs: dir.path().join("logs"),
+        cores,
+        blocks: Some(tabos_node::BlockStoreSettings::new(
+            dir.path().join("blocks.dev"),
+            8 << 30,
+        )),
+        ..tabos_node::NodeSettings::defaults()
+    };
+    let node = tabos_node::Node::open_with(
+        &tabos_store::Config::sqlite(dir.path().join("db")),
+        settings,
+    )?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let listener = tabos_node::bind("127.0.0.1:0").await?;
+        let addr = tabos_node::local_addr(&listener)
+            .context("listener address")?
+            .to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(tabos_node::serve(node, listener, async {
+            let _ = stopped.await;
+        }));
+        let client = tabos_client::Client::connect(&addr).await?;
+        let mut s = Submit::new(
+            kind,
+            inputs.to_vec(),
+            exe.to_path_buf(),
+            vec!["mr-task".into()],
+        );
+        s.reducers = REDUCERS;
+        s.task_bytes = task_bytes;
+        let t = Instant::now();
+        let mut job = Job::submit(&client, "default", s).await?;
+        job.wait(|_| {}).await?;
+        let secs = t.elapsed().as_secs_f64();
+        let out = job.output().await?;
+        let _ = stop.send(());
+        server.await??;
+        Ok((secs, out))
+    })
+}
+
+/// The floor: a straightforward word count over whole files on `threads`
+/// threads (files dealt out in turn by size).
+fn floor_wordcount(files: &[(PathBuf, u64)], threads: usize) -> HashMap<Vec<u8>, u64> {
+    let mut order: Vec<&(PathBuf, u64)> = files.iter().collect();
+    order.sort_by_key(|f| std::cmp::Reverse(f.1));
+    let shares: Vec<Vec<&PathBuf>> = (0..threads)
+        .map(|t| {
+            order
+                .iter()
+                .skip(t)
+                .step_by(threads)
+                .map(|f| &f.0)
+                .collect()
+        })
+        .collect();
+    let maps: Vec<HashMap<Vec<u8>, u64>> = std::thread::scope(|s| {
+        let handles: Vec<_> = shares
+            .iter()
+            .map(|share| {
+                s.spawn(move || {
+                    let mut m: HashMap<Vec<u8>, u64> = HashMap::new();
+                    for f in share {
+                        let Ok(data) = std::fs::read(f) else { continue };
+                        for w in data
+                            .split(|b| b.is_ascii_whitespace())
+                            .filter(|w| !w.is_empty())
+                        {
+                            *m.entry(w.to_vec()).or_insert(0) += 1;
+                        }
+                    }
+                    m
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut it = maps.into_iter();
+    let mut all = it.next().unwrap_or_default();
+    for m in it {
+        for (k, v) in m {
+            *all.entry(k).or_insert(0) += v;
+        }
+    }
+    all
+}
+
+/// Runs a `-c` grep; its wall time and the sum of its counts.
+fn timed_count(cmd: &mut Command) -> anyhow::Result<(f64, u64)> {
+    let t = Instant::now();
+    let out = cmd.output().with_context(|| format!("run {cmd:?}"))?;
+    let secs = t.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let total = text
+        .lines()
+        .filter_map(|l| l.rsplit(':').next()?.trim().parse::<u64>().ok())
+        .sum();
+    Ok((secs, total))
+}
+
+/// The Linux source tree, unpacked once under target/bench-data.
+fn linux_source() -> anyhow::Result<PathBuf> {
+    let dest = PathBuf::from("target/bench-data");
+    let tree = dest.join("linux-source-6.1");
+    if tree.join("Makefile").exists() {
+        return Ok(tree);
+    }
+    let tarball = crate::names::debian_binary(
+        "mr",
+        "linux-source-6.1",
+        &["/usr/src/linux-source-6.1.tar.xz"],
+    )?;
+    std::fs::create_dir_all(&dest)?;
+    println!(
+        "mr: unpacking {} into {} (once) ...",
+        tarball.display(),
+        dest.display()
+    );
+    let ok = Command::new("tar")
+        .arg("-xJf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&dest)
+        .status()?;
+    anyhow::ensure!(ok.success(), "tar -xJf {} failed", tarball.display());
+    anyhow::ensure!(
+        tree.join("Makefile").exists(),
+        "no {} after unpacking",
+        tree.display()
+    );
+    Ok(tree)
+}
+
+/// PySpark local[2] word count over `inputs`: (version, seconds, words).
+fn pyspark_wordcount(venv: &Path, inputs: &[PathBuf]) -> Result<(String, f64, u64), String> {
+    let python = venv.join("bin/python");
+    let has = |py: &Path| {
+        Command::new(py)
+            .args(["-c", "import pyspark"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !python.exists() {
+        println!("mr: creating a virtualenv at {} ...", venv.display());
+        let ok = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(venv)
+            .status();
+        if !ok.is_ok_and(|s| s.success()) {
+            return Err("python3 -m venv failed".into());
+        }
+    }
+    if !has(&python) {
+        println!(
+            "mr: installing PySpark into {} (pip, once) ...",
+            venv.display()
+        );
+        let ok = Command::new(venv.join("bin/pip"))
+            .args(["install", "--quiet", "pyspark"])
+            .status();
+        if !ok.is_ok_and(|s| s.success()) {
+            return Err("pip install pyspark failed".into());
+        }
+    }
+    let paths: Vec<String> = inputs
+        .iter()
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
+    let script = format!(
+        r#"
+import time, pyspark
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").appName("wc")
+         .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+         .getOrCreate())
+spark.sparkContext.setLogLevel("ERROR")
+from pyspark.sql import functions as F
+t = time.perf_counter()
+text = spark.read.option("recursiveFileLookup", "true").text([{paths}])
+words = text.select(F.explode(F.split(F.col("value"), "[ \\t\\n\\f\\r]+")).alias("w")).where(F.col("w") != "")
+counts = words.groupBy("w").count()
+total = counts.agg(F.sum("count")).collect()[0][0]
+secs = time.perf_counter() - t
+print("RESULT", pyspark.__version__, secs, total)
+spark.stop()
+"#,
+        paths = paths.join(", ")
+    );
+    let out = Command::new(&python)
+        .args(["-c", &script])
+        .output()
+        .map_err(|e| format!("running PySpark: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("RESULT "))
+        .ok_or_else(|| {
+            let err = String::from_utf8_lossy(&out.stderr);
+            let tail: Vec<&str> = err.lines().rev().take(5).collect();
+            format!("PySpark printed no result: {}", tail.join(" | "))
+        })?;
+    let f: Vec<&str> = line.split_whitespace().collect();
+    match f.as_slice() {
+        [_, v, s, w] => Ok((
+            v.to_string(),
+            s.parse().map_err(|_| format!("bad output {line:?}"))?,
+            w.parse().map_err(|_| format!("bad output {line:?}"))?,
+        )),
+        _ => Err(format!("bad output {line:?}")),
+    }
+}
