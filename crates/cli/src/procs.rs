@@ -29,7 +29,8 @@ pub struct SpawnArgs {
     /// while the node's utilization is under its target)
     #[arg(long, default_value = "LC")]
     class: String,
-    /// Cores to reserve
+    /// Cores to reserve (LC), or to count against the utilization target
+    /// (BE; 0 for a light proc that mostly waits)
     #[arg(long, default_value_t = 1)]
     cores: i64,
     /// Memory to reserve, in MB (a wasm proc's memory limit; 0: 256 MiB)

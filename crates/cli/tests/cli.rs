@@ -1,4 +1,4 @@
-//! The `tabos` binary end to end: `up`, `sql`, `status`, `demo`.
+//! The `tabos` binary end to end: `up`, `sql`, `status`, `demo`, `mr`.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
@@ -159,18 +159,99 @@ fn bad_flags_are_refused() {
     assert!(stderr(&o).contains("postgres://"), "{}", stderr(&o));
 }
 
+/// A small corpus: "tabos" 30 times, "node" 20, "the" 10, plus a binary
+/// file the demo leaves out (text files only).
+fn corpus(dir: &TempDir) -> std::path::PathBuf {
+    let root = dir.path().join("corpus");
+    std::fs::create_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join("a.txt"), "tabos node the\n".repeat(10)).unwrap();
+    std::fs::write(root.join("sub/b.txt"), "tabos tabos node\n".repeat(10)).unwrap();
+    std::fs::write(root.join("blob.bin"), b"\0 tabos tabos\n").unwrap();
+    root
+}
+
 #[test]
 fn demo_runs_and_reports() {
+    let dir = TempDir::new("demo");
+    let root = corpus(&dir);
     let o = Command::new(TABOS)
-        .args(["demo", "--transfers", "2000"])
+        .args(["demo", "--input", root.to_str().unwrap()])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("Money is conserved"), "{out}");
-    // Every realm still holds 250 accounts x 1000.
-    assert_eq!(out.matches("250  250000").count(), 4, "{out}");
-    assert!(out.contains("read-only"), "{out}");
+    // The top words, counted over the text files only.
+    assert!(out.contains("60 words, 3 distinct"), "{out}");
+    assert!(out.contains("          30  tabos"), "{out}");
+    // The three queries over the OS state the job left.
+    assert!(
+        out.contains("Procs per role, kind, class and state"),
+        "{out}"
+    );
+    assert!(out.contains("mapper       native  LC     exited"), "{out}");
+    assert!(out.contains("Time from spawn to exit, per phase"), "{out}");
+    assert!(
+        out.contains("Provenance: which proc read which file"),
+        "{out}"
+    );
+    assert!(out.contains("/plan/m0"), "{out}");
+    assert!(out.contains("demo finished"), "{out}");
+}
+
+#[test]
+fn mr_wordcount_and_grep_against_a_node() {
+    let dir = TempDir::new("mr");
+    let root = corpus(&dir);
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap(), "--cores", "2"]);
+    let input = root.to_str().unwrap();
+    let o = node.tabos(&[
+        "mr",
+        "wordcount",
+        "--input",
+        input,
+        "--reducers",
+        "2",
+        "--top",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    // Binary files count too unless --text-only: "\0" and 2 more "tabos".
+    assert!(
+        out.contains("63 words, 4 distinct; the 2 most frequent"),
+        "{out}"
+    );
+    assert!(out.contains("          32  tabos\n"), "{out}");
+    assert!(
+        stderr(&o).contains("maps 1/1  reduces 2/2"),
+        "{}",
+        stderr(&o)
+    );
+    let o = node.tabos(&["mr", "grep", "--pattern", "the", "--input", input]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("10 matching lines in 1 files"),
+        "{}",
+        stdout(&o)
+    );
+    // Refusals: clear errors, no job started.
+    let o = node.tabos(&["mr", "wordcount", "--input", "/no/such/dir"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("/no/such/dir"), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "wordcount", "--input", input, "--reducers", "0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("reducers"), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "grep", "--pattern", "", "--input", input]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("pattern"), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "sql",
+        "--json",
+        "SELECT count(*) AS jobs FROM name_entry WHERE path LIKE '/mr/%/job'",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"][0]["jobs"], 2, "two jobs ran, no more");
 }
 
 /// `tabos up --db postgres://...`: the same node over the cluster backend.

@@ -388,7 +388,9 @@ async fn coordinator(ctx: Ctx, n: u32) -> Result<()> {
     let mut c = ctx.client.clone();
     let status = c.name_get(&ctx.realm, &ctx.layout.status()).await?;
     if status.data.starts_with(b"done") || status.data.starts_with(b"failed") {
+        // The job ended under another leader: nothing to do.
         election.resign(&session).await?;
+        let _ = session.close().await;
         return Ok(());
     }
     let outcome = Leader::new(&ctx, lead.fence).run(&session).await;
@@ -416,6 +418,8 @@ struct Leader<'a> {
     ctx: &'a Ctx,
     fence: Fence,
     state: BTreeMap<Task, TaskState>,
+    /// How each task's last failed attempt ended.
+    last_failure: HashMap<Task, String>,
     tx: mpsc::UnboundedSender<Event>,
     rx: mpsc::UnboundedReceiver<Event>,
 }
@@ -427,6 +431,7 @@ impl<'a> Leader<'a> {
             ctx,
             fence,
             state: BTreeMap::new(),
+            last_failure: HashMap::new(),
             tx,
             rx,
         }
@@ -525,8 +530,15 @@ impl<'a> Leader<'a> {
     /// Starts attempt `attempt` of `t`: records it, then spawns it.
     async fn start(&mut self, t: Task, attempt: u32) -> Result<()> {
         if attempt > ATTEMPTS_MAX {
+            let last = self
+                .state
+                .get(&t)
+                .map(|s| s.pid.clone())
+                .unwrap_or_default();
+            let why = self.last_failure.get(&t).cloned().unwrap_or_default();
             return Err(Error::Failed(format!(
-                "task {} failed {ATTEMPTS_MAX} times",
+                "task {} failed {ATTEMPTS_MAX} times; the last attempt {why} \
+                 (its stderr: tabos logs {last} --stderr)",
                 t.name()
             )));
         }
@@ -635,13 +647,15 @@ impl<'a> Leader<'a> {
         if status.state == "exited" && status.exit_status == Some(0) {
             return self.record(t, TaskState { done: true, ..s }).await;
         }
-        eprintln!(
-            "mr: {pid} ended {} (status {:?}{}{}); starting it again",
+        let why = format!(
+            "ended {} (status {:?}{}{})",
             status.state,
             status.exit_status,
             if status.error.is_empty() { "" } else { ", " },
             status.error
         );
+        eprintln!("mr: {pid} {why}; starting it again");
+        self.last_failure.insert(t, why);
         self.start(t, s.attempt + 1).await
     }
 }
