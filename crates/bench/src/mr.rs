@@ -78,24 +78,14 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
         .collect();
     let bytes: u64 = files.iter().map(|f| f.1).sum();
     let mb = bytes as f64 / 1e6;
-    println!(
-        "mr: {} files, {mb:.1} MB under {}",
-        files.len(),
-        inputs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    report.notes.push(format!(
+    let under: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
+    let input_note = format!(
         "input: {} files, {mb:.1} MB under {}",
         files.len(),
-        inputs
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" ")
-    ));
+        under.join(" ")
+    );
+    println!("mr: {input_note}");
+    report.notes.push(input_note);
     let runs = if quick { 1 } else { 2 };
     let task_bytes = TASK_BYTES_MAX
         .min(bytes / 16)
