@@ -70,11 +70,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )),
         ..tabos_node::NodeSettings::defaults()
     };
-    let cores = settings.cores;
+    let (cores, realm) = (settings.cores, settings.realm.clone());
     let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("db")), settings)
         .context("open the kernel database")?;
     println!(
-        "  kernel database: SQLite, {} partitions; one worker of {cores} cores in realm `default`",
+        "  kernel database: SQLite, {} partitions; one worker of {cores} cores in realm `{realm}`",
         node.store.partitions(),
     );
     let exe = std::env::current_exe().context("find the tabos executable")?;
@@ -101,7 +101,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
              reducers and coordinators BE procs; progress on stderr)",
             shown.join(" ")
         );
-        let (job, done) = crate::mr::run_job(&client, "default", submit).await?;
+        let (job, done) = crate::mr::run_job(&client, &realm, submit).await?;
         println!();
         crate::mr::print_summary(&job, &done).await?;
         crate::mr::print_top(&job, &Kind::WordCount, 20).await?;
@@ -141,15 +141,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .to_string(),
             ),
         ];
-        let realm = Value::Text("default".into());
+        let realm_value = Value::Text(realm.clone());
         let procs = Value::Text(format!("{}-%", job.id()));
         let role_at = Value::Int(job.id().len() as i64 + 2);
         for (n, (title, sql)) in queries.iter().enumerate() {
             println!("-- {title}\n{}\n", squeeze(sql));
             let params = if n < 2 {
-                vec![realm.clone(), role_at.clone(), procs.clone()]
+                vec![realm_value.clone(), role_at.clone(), procs.clone()]
             } else {
-                vec![realm.clone(), procs.clone()]
+                vec![realm_value.clone(), procs.clone()]
             };
             let result = c.sql(sql, params).await?;
             crate::output::print_result(&result, false);
@@ -157,14 +157,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
 
         println!("[3/3] the namespace and files the job used:");
-        let listed = c.name_readdir("default", &job.layout.root()).await?;
+        let listed = c.name_readdir(&realm, &job.layout.root()).await?;
         let names: Vec<&str> = listed
             .entries
             .iter()
             .map(|e| e.path.rsplit('/').next().unwrap_or_default())
             .collect();
         println!("  tabos ls {}: {}", job.layout.root(), names.join(" "));
-        let (files, bytes) = c.fs_du("default", &job.layout.root(), "", 0).await?;
+        let (files, bytes) = c.fs_du(&realm, &job.layout.root(), "", 0).await?;
         println!(
             "  tabos fs du {}: {files} files, {bytes} bytes",
             job.layout.root()

@@ -206,7 +206,7 @@ impl proto::fs_server::Fs for FsService {
         // Recorded after the read (which changed nothing): an unknown pid
         // fails the request all the same. A read past the end (how a
         // reader finds the end) read nothing and is not recorded.
-        if let Some(pid) = reader_pid(&r.pid)? {
+        if let Some(pid) = request_pid(&r.pid)? {
             let store = &self.node.store;
             let done = if data.is_empty() {
                 procs::check_exists(store, &r.realm, &pid).await
@@ -233,7 +233,7 @@ impl proto::fs_server::Fs for FsService {
         }
         let fence = crate::names::fence_from_proto(r.fence)?;
         // An unknown pid is refused before anything is written.
-        let pid = reader_pid(&r.pid)?;
+        let pid = request_pid(&r.pid)?;
         if let Some(pid) = &pid {
             procs::check_exists(&self.node.store, &r.realm, pid)
                 .await
@@ -313,7 +313,7 @@ impl proto::fs_server::Fs for FsService {
 }
 
 /// The proc a read or write is done for, if the request names one.
-fn reader_pid(pid: &str) -> Result<Option<tabos_kernel::ids::Pid>, Status> {
+fn request_pid(pid: &str) -> Result<Option<tabos_kernel::ids::Pid>, Status> {
     if pid.is_empty() {
         return Ok(None);
     }

@@ -20,11 +20,9 @@ use tabos_client::Client;
 use tokio::sync::mpsc;
 
 use crate::job::Kind;
-use crate::spec::{Layout, Pause, Spec, Task, TaskState, FS_USER};
+use crate::spec::{Layout, Pause, Spec, Task, TaskState, FS_USER, MAPS_MAX};
 use crate::{format, split, Error, Result};
 
-/// Most map tasks of one job (a reducer lists its directory in one reply).
-pub const MAPS_MAX: usize = 10_000;
 /// Coordinators one job may start in all.
 pub const COORDINATORS_MAX: u32 = 8;
 /// How long [`Job::wait`] waits for the coordinators to exit after the job.
@@ -157,7 +155,14 @@ impl Job {
             let total: u64 = splits.iter().map(|s| s.len).sum();
             // Few enough tasks for one directory listing.
             let per_task = want.max(total / MAPS_MAX as u64 + 1);
-            Ok((split::pack(splits, per_task), files))
+            let tasks = split::pack(splits, per_task);
+            if tasks.len() > MAPS_MAX {
+                return Err(Error::Invalid(format!(
+                    "{} map tasks (more than {MAPS_MAX}): too many files for one job",
+                    tasks.len()
+                )));
+            }
+            Ok((tasks, files))
         })
         .await
         .map_err(|e| Error::Invalid(format!("planning failed: {e}")))??;
@@ -367,7 +372,7 @@ impl Job {
     /// The job's progress from its task records.
     pub async fn progress(&self) -> Result<Progress> {
         let mut c = self.client.clone();
-        let listed = c.name_readdir(&self.realm, &self.layout.tasks()).await?;
+        let listed = crate::procs::list(&mut c, &self.realm, &self.layout.tasks()).await?;
         let mut p = Progress {
             maps: self.spec.maps,
             reducers: self.spec.reducers,
@@ -375,7 +380,7 @@ impl Job {
             elapsed: self.started.elapsed(),
             ..Progress::default()
         };
-        for e in listed.entries {
+        for e in listed {
             let name = e.path.rsplit('/').next().unwrap_or_default();
             let (Some(t), Ok(s)) = (Task::parse(name), TaskState::decode(&e.data)) else {
                 continue;

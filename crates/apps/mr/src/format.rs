@@ -24,25 +24,10 @@ pub fn encode(records: &[(Vec<u8>, u64)]) -> Vec<u8> {
 }
 
 /// Decodes records, checking the format (lengths, order).
-pub fn decode(mut bytes: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
-    let mut out: Vec<(Vec<u8>, u64)> = Vec::new();
-    while !bytes.is_empty() {
-        if bytes.len() < 4 {
-            return Err(Error::Corrupt("a record header is cut".into()));
-        }
-        let n = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
-        if n > KEY_BYTES_MAX || bytes.len() < 4 + n + 8 {
-            return Err(Error::Corrupt(format!("a record of key length {n} is cut")));
-        }
-        let key = bytes[4..4 + n].to_vec();
-        let mut c = [0u8; 8];
-        c.copy_from_slice(&bytes[4 + n..4 + n + 8]);
-        if out.last().is_some_and(|(k, _)| *k >= key) {
-            return Err(Error::Corrupt("keys out of order".into()));
-        }
-        out.push((key, u64::from_le_bytes(c)));
-        bytes = &bytes[4 + n + 8..];
-    }
+pub fn decode(bytes: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
+    let n = check(bytes)?;
+    let mut out = Vec::with_capacity(n);
+    out.extend(records(bytes).map(|(k, c)| (k.to_vec(), c)));
     Ok(out)
 }
 
@@ -159,12 +144,7 @@ const SEAL_MAGIC: &[u8; 4] = b"MRv1";
 pub const SEAL_BYTES: usize = 4 + 8 + 8;
 
 fn fnv64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    crate::job::fnv1a(crate::job::FNV_OFFSET, bytes)
 }
 
 /// Appends the trailer that lets a reader tell a whole intermediate file

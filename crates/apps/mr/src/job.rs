@@ -60,15 +60,24 @@ impl Kind {
     }
 }
 
-/// The reducer a key goes to: FNV-1a of the key, modulo the reducers.
-pub fn partition(key: &[u8], reducers: usize) -> usize {
-    debug_assert!(reducers > 0);
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in key {
+/// FNV-1a's 64-bit offset basis: the hash of nothing.
+pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a over `bytes`, continuing from hash `h` ([`FNV_OFFSET`] to start):
+/// the one FNV of the crate — partitions, the combiner's maps and the seal
+/// of intermediate files.
+pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (h % reducers.max(1) as u64) as usize
+    h
+}
+
+/// The reducer a key goes to: FNV-1a of the key, modulo the reducers.
+pub fn partition(key: &[u8], reducers: usize) -> usize {
+    debug_assert!(reducers > 0);
+    (fnv1a(FNV_OFFSET, key) % reducers.max(1) as u64) as usize
 }
 
 /// FNV-1a as a `Hasher`: for short keys like words it is several times
@@ -80,16 +89,13 @@ pub struct Fnv(u64);
 
 impl Default for Fnv {
     fn default() -> Fnv {
-        Fnv(0xcbf2_9ce4_8422_2325)
+        Fnv(FNV_OFFSET)
     }
 }
 
 impl std::hash::Hasher for Fnv {
     fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 ^= u64::from(b);
-            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.0 = fnv1a(self.0, bytes);
     }
     fn finish(&self) -> u64 {
         self.0

@@ -237,8 +237,7 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
     // at worst (and taken once), never missed.
     let mut watch = c.watch(&ctx.realm, &dir, WatchMode::Dir).await?;
     let mut r = Reduction::default();
-    let listed = c.name_readdir(&ctx.realm, &dir).await?;
-    for e in listed.entries {
+    for e in list(&mut c, &ctx.realm, &dir).await? {
         r.offer(&ctx, &e.path, &e.data).await?;
     }
     while r.taken.len() < ctx.spec.maps {
@@ -394,11 +393,11 @@ async fn coordinator(ctx: Ctx, n: u32) -> Result<()> {
         return Ok(());
     }
     let outcome = Leader::new(&ctx, lead.fence).run(&session).await;
-    let text = match &outcome {
+    let text = match outcome {
         Ok(()) => "done".to_string(),
-        Err(Error::Failed(why)) => format!("failed: {why}"),
+        Err(Error::Failed(ref why)) => format!("failed: {why}"),
         // Lost the lead or the node: the standby carries on.
-        Err(e) => return Err(Error::Invalid(e.to_string())),
+        Err(e) => return Err(e),
     };
     c.name_set(
         &ctx.realm,
@@ -443,8 +442,7 @@ impl<'a> Leader<'a> {
         let mut reruns = c
             .watch(&ctx.realm, &ctx.layout.reruns(), WatchMode::Dir)
             .await?;
-        let listed = c.name_readdir(&ctx.realm, &ctx.layout.reruns()).await?;
-        for e in listed.entries {
+        for e in list(&mut c, &ctx.realm, &ctx.layout.reruns()).await? {
             if let Some(ev) = rerun_event(&e.path) {
                 let _ = self.tx.send(ev);
             }
@@ -468,16 +466,20 @@ impl<'a> Leader<'a> {
     async fn drive(&mut self, session: &Session) -> Result<()> {
         let ctx = self.ctx;
         let mut c = ctx.client.clone();
-        // Rebuild from the namespace what an earlier leader did.
+        // Rebuild from the namespace what an earlier leader did: the task
+        // records, in one listing.
+        let mut recorded: HashMap<String, Vec<u8>> = list(&mut c, &ctx.realm, &ctx.layout.tasks())
+            .await?
+            .into_iter()
+            .filter_map(|e| Some((e.path.rsplit('/').next()?.to_string(), e.data)))
+            .collect();
         for t in ctx.spec.tasks() {
-            match c.name_get(&ctx.realm, &ctx.layout.task(t)).await {
-                Ok(e) => {
-                    let s = TaskState::decode(&e.data)?;
-                    self.state.insert(t, s);
+            match recorded.remove(&t.name()) {
+                Some(data) => {
+                    self.state.insert(t, TaskState::decode(&data)?);
                     self.adopt(t).await?;
                 }
-                Err(e) if e.code() == Some(tonic::Code::NotFound) => self.start(t, 1).await?,
-                Err(e) => return Err(e.into()),
+                None => self.start(t, 1).await?,
             }
         }
         while self.state.values().any(|s| !s.done) {
@@ -658,6 +660,20 @@ impl<'a> Leader<'a> {
         self.last_failure.insert(t, why);
         self.start(t, s.attempt + 1).await
     }
+}
+
+/// A namespace directory's entries, all of them: a listing cut short
+/// (`more`) is an error, since every caller must see every entry (job
+/// sizes keep the directories within one reply; see
+/// [`MAPS_MAX`](crate::spec::MAPS_MAX)).
+pub(crate) async fn list(c: &mut Client, realm: &str, dir: &str) -> Result<Vec<proto::NameEntry>> {
+    let listed = c.name_readdir(realm, dir).await?;
+    if listed.more {
+        return Err(Error::Invalid(format!(
+            "{dir} has more entries than one listing holds"
+        )));
+    }
+    Ok(listed.entries)
 }
 
 fn rerun_event(path: &str) -> Option<Event> {

@@ -30,6 +30,12 @@ pub const FS_USER: &str = "mr";
 pub const ATTEMPTS_MAX: u32 = 4;
 /// Longest job id.
 pub const JOB_ID_BYTES_MAX: usize = 64;
+/// Most entries one namespace ReadDir reply holds (the node's limit).
+pub const LISTING_MAX: usize = 10_000;
+/// Most map tasks of one job: the records of all its tasks, maps and
+/// reducers, must fit one listing of `/mr/<job>/task` (what a coordinator
+/// taking over and the progress line read).
+pub const MAPS_MAX: usize = LISTING_MAX - crate::job::REDUCERS_MAX;
 
 /// What the coordinator and its tasks need to know about a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +91,9 @@ impl Spec {
         s.job_kind()?;
         if s.reducers == 0 || s.reducers > crate::job::REDUCERS_MAX {
             return Err(Error::Invalid("bad reducer count".into()));
+        }
+        if s.maps > MAPS_MAX {
+            return Err(Error::Invalid(format!("more than {MAPS_MAX} map tasks")));
         }
         Ok(s)
     }

@@ -27,12 +27,15 @@ pub fn map_task(kind: &Kind, splits: &[Split], reducers: usize) -> Result<Vec<Ve
         .collect())
 }
 
-/// Reduces one partition: merges the mappers' runs (summing equal keys)
-/// into the partition's encoded output.
+/// Reduces one partition: checks the mappers' runs and merges them
+/// (summing equal keys) into the partition's encoded output — the reducer
+/// proc's k-way merge ([`format::merge_with`]).
 pub fn reduce(runs: &[Vec<u8>]) -> Result<Vec<u8>> {
-    let decoded = runs
-        .iter()
-        .map(|r| format::decode(r))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(format::encode(&format::merge(decoded)))
+    for r in runs {
+        format::check(r)?;
+    }
+    let runs: Vec<&[u8]> = runs.iter().map(Vec::as_slice).collect();
+    let mut out = Vec::new();
+    format::merge_with(&runs, |key, count| format::put(&mut out, key, count));
+    Ok(out)
 }
