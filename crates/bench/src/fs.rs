@@ -280,7 +280,7 @@ fn grpc_op(
 }
 
 struct Node {
-    addr: String,
+    addr: tabos_client::Endpoint,
     store: Store,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     served: Option<tokio::task::JoinHandle<Result<(), tabos_node::Error>>>,
@@ -303,11 +303,12 @@ fn start_node(rt: &tokio::runtime::Runtime, dir: &Path, blocks: bool) -> anyhow:
             .context("no local address")?
             .to_string();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let operator = node.operator_credential("bench").await?;
         let served = tokio::spawn(tabos_node::serve(node, listener, async {
             let _ = stopped.await;
         }));
         Ok(Node {
-            addr,
+            addr: tabos_client::Endpoint::new(addr, operator.token),
             store,
             stop: Some(stop),
             served: Some(served),
@@ -330,13 +331,13 @@ impl Node {
 /// A client connection with the runtime it runs on, one per client thread.
 type Conn = std::sync::Mutex<(tokio::runtime::Runtime, tabos_client::Client)>;
 
-fn connections(addr: &str, n: usize) -> anyhow::Result<Vec<Conn>> {
+fn connections(addr: &tabos_client::Endpoint, n: usize) -> anyhow::Result<Vec<Conn>> {
     (0..n)
         .map(|_| {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let c = rt.block_on(tabos_client::Client::connect(addr))?;
+            let c = rt.block_on(addr.connect())?;
             anyhow::Ok(std::sync::Mutex::new((rt, c)))
         })
         .collect()
@@ -344,7 +345,7 @@ fn connections(addr: &str, n: usize) -> anyhow::Result<Vec<Conn>> {
 
 /// One client per thread over gRPC, each with its own runtime.
 fn drive_grpc(
-    addr: &str,
+    addr: &tabos_client::Endpoint,
     clients: usize,
     run: Duration,
     op: impl Fn(&tokio::runtime::Runtime, &mut tabos_client::Client, usize, &mut Rng) + Sync,
@@ -673,7 +674,7 @@ fn table2(
     })?;
     let (g_us, g_got) = best(&mut || {
         rt.block_on(async {
-            let mut c = tabos_client::Client::connect(&node.addr).await?;
+            let mut c = node.addr.connect().await?;
             let r = c.sql(query, Vec::new()).await?;
             let row = r.rows.first().context("no row")?;
             let int = |v: &Option<tabos_client::Value>| match v {

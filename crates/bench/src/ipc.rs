@@ -30,7 +30,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use tabos_client::{proto, Client};
+use tabos_client::proto;
 use tabos_sandbox::programs;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
@@ -309,12 +309,12 @@ async fn tcp_run(w: Workload, dur: Duration) -> anyhow::Result<Measured> {
 // ---- tabos through the client ----
 
 async fn tabos_client_run(
-    addr: &str,
+    addr: &tabos_client::Endpoint,
     tag: &str,
     w: Workload,
     dur: Duration,
 ) -> anyhow::Result<Measured> {
-    let mut admin = Client::connect(addr).await?;
+    let mut admin = addr.connect().await?;
     let mut echoes = JoinSet::new();
     let mut set = JoinSet::new();
     for p in 0..w.pairs {
@@ -325,10 +325,10 @@ async fn tabos_client_run(
             let name = format!("{tag}-r{p}.{k}");
             admin.create_mailbox(REALM, &name, 0, None).await?;
             receivers.push(name.clone());
-            let addr = addr.to_string();
+            let addr = addr.clone();
             // A receiver: replies to each batch with one send.
             echoes.spawn(async move {
-                let mut c = Client::connect(&addr).await?;
+                let mut c = addr.connect().await?;
                 let mut stream = c.recv_stream(REALM, &name, 0).await?;
                 while let Some(batch) = stream.message().await? {
                     let replies = batch
@@ -345,9 +345,9 @@ async fn tabos_client_run(
                 Ok::<_, anyhow::Error>(())
             });
         }
-        let addr = addr.to_string();
+        let addr = addr.clone();
         set.spawn(async move {
-            let mut c = Client::connect(&addr).await?;
+            let mut c = addr.connect().await?;
             let mut stream = c.recv_stream(REALM, &me, 0).await?;
             let payload = vec![7u8; w.bytes];
             let round_msgs: Vec<proto::Outgoing> = (0..w.burst)
@@ -382,13 +382,13 @@ async fn tabos_client_run(
 // ---- tabos between wasm procs ----
 
 async fn tabos_wasm_run(
-    addr: &str,
+    addr: &tabos_client::Endpoint,
     dir: &Path,
     tag: &str,
     w: Workload,
     rounds: u32,
 ) -> anyhow::Result<Measured> {
-    let mut c = Client::connect(addr).await?;
+    let mut c = addr.connect().await?;
     let echo_path = dir.join("echo.wat");
     if !echo_path.exists() {
         std::fs::write(&echo_path, programs::echo())?;
@@ -449,7 +449,7 @@ async fn tabos_wasm_run(
 // ---- the suite ----
 
 struct Node {
-    addr: String,
+    addr: tabos_client::Endpoint,
     stop: tokio::sync::oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
 }
@@ -469,10 +469,15 @@ async fn start_node(dir: &Path) -> anyhow::Result<Node> {
         .context("no local address")?
         .to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = node.operator_credential("bench").await?;
     let served = tokio::spawn(tabos_node::serve(node, listener, async {
         let _ = stopped.await;
     }));
-    Ok(Node { addr, stop, served })
+    Ok(Node {
+        addr: tabos_client::Endpoint::new(addr, operator.token),
+        stop,
+        served,
+    })
 }
 
 /// One row of results: the four systems on one workload.

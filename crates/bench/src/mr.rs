@@ -309,10 +309,11 @@ fn tabos_job(
             .context("listener address")?
             .to_string();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let operator = node.operator_credential("bench").await?;
         let server = tokio::spawn(tabos_node::serve(node, listener, async {
             let _ = stopped.await;
         }));
-        let client = tabos_client::Client::connect(&addr).await?;
+        let client = tabos_client::Client::connect(&addr, &operator.token).await?;
         let mut s = Submit::new(
             kind,
             inputs.to_vec(),

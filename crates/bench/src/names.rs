@@ -160,13 +160,13 @@ enum System {
 }
 
 struct Endpoints {
-    tabos: String,
+    tabos: tabos_client::Endpoint,
     etcd: String,
 }
 
 async fn connect(system: System, ends: &Endpoints) -> anyhow::Result<Conn> {
     Ok(match system {
-        System::Tabos => Conn::Tabos(Box::new(tabos_client::Client::connect(&ends.tabos).await?)),
+        System::Tabos => Conn::Tabos(Box::new(ends.tabos.connect().await?)),
         System::Etcd => Conn::Etcd(Box::new(
             etcd_client::Client::connect([format!("http://{}", ends.etcd)], None).await?,
         )),
@@ -413,7 +413,7 @@ async fn start_etcd(dir: &std::path::Path) -> anyhow::Result<Etcd> {
 }
 
 struct TabosNode {
-    addr: String,
+    addr: tabos_client::Endpoint,
     stop: tokio::sync::oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
 }
@@ -433,10 +433,12 @@ async fn start_tabos(dir: &std::path::Path) -> anyhow::Result<TabosNode> {
         .context("no local address")?
         .to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = node.operator_credential("bench").await?;
     let served = tokio::spawn(tabos_node::serve(node, listener, async {
         let _ = stopped.await;
     }));
-    let mut c = tabos_client::Client::connect(&addr).await?;
+    let addr = tabos_client::Endpoint::new(addr, operator.token);
+    let mut c = addr.connect().await?;
     c.name_mkdir_all(REALM, "/bench").await?;
     Ok(TabosNode { addr, stop, served })
 }

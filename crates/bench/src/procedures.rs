@@ -259,7 +259,7 @@ fn table2(report: &mut Report, quick: bool) -> anyhow::Result<()> {
 // ---- Figure 1: chase over gRPC, and Redis --------------------------------
 
 struct Node {
-    addr: String,
+    addr: tabos_client::Endpoint,
     stop: tokio::sync::oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
 }
@@ -298,10 +298,12 @@ async fn start_node(dir: &Path) -> anyhow::Result<Node> {
         .context("no local address")?
         .to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let operator = node.operator_credential("bench").await?;
     let served = tokio::spawn(tabos_node::serve(node, listener, async {
         let _ = stopped.await;
     }));
-    let mut c = tabos_client::Client::connect(&addr).await?;
+    let addr = tabos_client::Endpoint::new(addr, operator.token);
+    let mut c = addr.connect().await?;
     let none = tabos_client::procedures::ProcedureLimits::default();
     for (name, lang, code) in [
         ("chase", "wasm", examples::WASM_CHASE),
@@ -336,7 +338,7 @@ struct Measured {
 }
 
 async fn chase_tabos(
-    addr: &str,
+    addr: &tabos_client::Endpoint,
     how: Chase,
     clients: usize,
     dur: Duration,
@@ -344,7 +346,7 @@ async fn chase_tabos(
     let mut set = tokio::task::JoinSet::new();
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(clients));
     for c in 0..clients {
-        let client = tabos_client::Client::connect(addr).await?;
+        let client = addr.connect().await?;
         let start = start.clone();
         set.spawn(async move {
             let one = |i: usize| {
@@ -611,7 +613,7 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
         .build()?;
     let (node_stop, served, results) = rt.block_on(async {
         let node = start_node(dir).await?;
-        eprintln!("  node serving at {}", node.addr);
+        eprintln!("  node serving at {}", node.addr.addr);
         let mut results = Vec::new();
         for clients in [1usize, 16] {
             eprintln!("  {clients} clients ...");

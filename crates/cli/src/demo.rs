@@ -88,12 +88,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let addr = tabos_node::local_addr(&listener)
             .context("listener address")?
             .to_string();
+        // The demo acts as the operator of its throwaway node.
+        let operator = node.operator_credential("tabos demo").await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(tabos_node::serve(node, listener, async {
             let _ = stopped.await;
         }));
         println!("  serving the tabos API on {addr}\n");
-        let client = tabos_client::Client::connect(&addr).await?;
+        let client = tabos_client::Client::connect(&addr, &operator.token).await?;
 
         let shown: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
         println!(

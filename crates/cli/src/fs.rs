@@ -13,7 +13,8 @@ use crate::NodeAddr;
 pub struct FsArgs {
     #[command(subcommand)]
     command: FsCommand,
-    /// User to act as (default: TABOS_USER, else USER, else root)
+    /// User to act as; only an operator's credential may name one
+    /// [default: the credential's user]
     #[arg(long, global = true, env = "TABOS_USER")]
     user: Option<String>,
     #[command(flatten)]
@@ -94,14 +95,10 @@ fn line(e: &FsStat) -> String {
 }
 
 pub fn run(args: FsArgs) -> anyhow::Result<()> {
-    let user = args
-        .user
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "root".into());
+    let user = args.user.clone().unwrap_or_default();
     let realm = args.realm.realm.clone();
     crate::runtime()?.block_on(async {
-        let mut c = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut c = args.node.connect().await?;
         match args.command {
             FsCommand::Ls { path } => {
                 let d = c.fs_readdir(&realm, &user, &path).await?;

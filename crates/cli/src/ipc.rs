@@ -53,7 +53,7 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
         })
         .collect();
     crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         let sent = client
             .send_many(&args.realm.realm, &args.from, messages.clone())
             .await
@@ -121,7 +121,7 @@ fn print_message(m: &proto::Message, json: bool) -> anyhow::Result<()> {
 /// JSON lines; exits with status 1 when no message came.
 pub fn recv(args: RecvArgs) -> anyhow::Result<()> {
     let got_any = crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         let realm = &args.realm.realm;
         if args.follow {
             let mut stream = client.recv_stream(realm, &args.mailbox, args.max).await?;
@@ -205,19 +205,19 @@ pub fn mailbox(args: MailboxArgs) -> anyhow::Result<()> {
                 realm,
                 node,
             } => {
-                let mut client = tabos_client::Client::connect(&node.addr).await?;
+                let mut client = node.connect().await?;
                 client
                     .create_mailbox(&realm.realm, &name, bytes_max, log.then_some(true))
                     .await?;
                 println!("mailbox {name} created");
             }
             MailboxCommand::Rm { name, realm, node } => {
-                let mut client = tabos_client::Client::connect(&node.addr).await?;
+                let mut client = node.connect().await?;
                 let dropped = client.remove_mailbox(&realm.realm, &name).await?;
                 println!("mailbox {name} removed ({dropped} queued messages dropped)");
             }
             MailboxCommand::Show { name, realm, node } => {
-                let mut client = tabos_client::Client::connect(&node.addr).await?;
+                let mut client = node.connect().await?;
                 let i = client.mailbox(&realm.realm, &name).await?;
                 let columns: Vec<String> =
                     ["mailbox", "queued", "bytes", "bound", "log", "next_seq"]

@@ -1,9 +1,11 @@
 //! `tabos`: the command-line tool, a thin client of the node API.
 //!
-//! One file per command. Client commands find the node through `--addr` or
-//! `TABOS_ADDR` (default 127.0.0.1:7070).
+//! One file per command. Client commands find the node and their
+//! credential through `--addr`/`TABOS_ADDR`, `--token`/`TABOS_TOKEN`, or a
+//! context of the credentials file ([`credentials`]).
 
 mod bench;
+mod credentials;
 mod demo;
 mod fs;
 mod ipc;
@@ -14,6 +16,7 @@ mod procedure;
 mod procs;
 mod sql;
 mod status;
+mod tokens;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -33,12 +36,50 @@ struct Cli {
     command: Command,
 }
 
-/// Where client commands find the node.
+/// Where client commands find the node, and the credential they act with.
 #[derive(clap::Args, Clone)]
 struct NodeAddr {
-    /// Address of the tabos node (host:port)
-    #[arg(long, env = "TABOS_ADDR", default_value = tabos_client::DEFAULT_ADDR)]
-    addr: String,
+    /// Address of the tabos node (host:port) [default: the context's, else 127.0.0.1:7070]
+    #[arg(long, env = "TABOS_ADDR")]
+    addr: Option<String>,
+    /// The credential to act with (a token from `tabos up`, `tabos realm
+    /// create` or `tabos token create`) [default: the context's]
+    #[arg(long, env = "TABOS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Context of the credentials file to use (TABOS_CREDENTIALS, else
+    /// ~/.config/tabos/credentials.json) [default: its current context]
+    #[arg(long, env = "TABOS_CONTEXT")]
+    context: Option<String>,
+}
+
+impl NodeAddr {
+    /// The address and token to use (see [`credentials`] for precedence).
+    fn resolve(&self) -> anyhow::Result<(String, String)> {
+        let file = credentials::File::load()?;
+        let ctx = file.context(self.context.as_deref())?;
+        let addr = self
+            .addr
+            .clone()
+            .or_else(|| ctx.map(|c| c.addr.clone()))
+            .unwrap_or_else(|| tabos_client::DEFAULT_ADDR.to_string());
+        let token = self
+            .token
+            .clone()
+            .or_else(|| ctx.map(|c| c.token.clone()))
+            .unwrap_or_default();
+        Ok((addr, token))
+    }
+
+    /// The node's address.
+    fn addr(&self) -> anyhow::Result<String> {
+        Ok(self.resolve()?.0)
+    }
+
+    /// Connects with the resolved address and credential.
+    async fn connect(&self) -> anyhow::Result<tabos_client::Client> {
+        let (addr, token) = self.resolve()?;
+        Ok(tabos_client::Client::connect(&addr, &token).await?)
+    }
 }
 
 #[derive(Subcommand)]
@@ -63,8 +104,10 @@ enum Command {
     Evict(procs::PidArgs),
     /// Print a native proc's kept stdout (or --stderr)
     Logs(procs::LogsArgs),
-    /// Manage realms
+    /// Manage realms: tabos realm create R (prints the realm's admin credential)
     Realm(procs::RealmArgs),
+    /// Manage credentials: tabos token create|list|revoke|whoami
+    Token(tokens::Args),
     /// Send a message to a mailbox (or proc/<pid>): tabos send TO [DATA]
     Send(ipc::SendArgs),
     /// Receive (take) messages from a mailbox; --follow streams them
@@ -111,6 +154,7 @@ fn main() -> std::process::ExitCode {
         Command::Evict(a) => procs::evict(a),
         Command::Logs(a) => procs::logs(a),
         Command::Realm(a) => procs::realm(a),
+        Command::Token(a) => tokens::run(a),
         Command::Send(a) => ipc::send(a),
         Command::Recv(a) => ipc::recv(a),
         Command::Mailbox(a) => ipc::mailbox(a),

@@ -79,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let submit = common.submit(kind.clone())?;
     crate::runtime()?.block_on(async {
-        let client = tabos_client::Client::connect(&common.node.addr).await?;
+        let client = common.node.connect().await?;
         let realm = &common.realm.realm;
         let (job, done) = run_job(&client, realm, submit).await?;
         print_summary(&job, &done).await?;

@@ -130,7 +130,7 @@ pub struct WatchArgs {
 }
 
 async fn connect(node: &NodeAddr) -> anyhow::Result<tabos_client::Client> {
-    Ok(tabos_client::Client::connect(&node.addr).await?)
+    node.connect().await
 }
 
 /// Adds where to go to an error for a path that crossed a mount point.

@@ -81,7 +81,7 @@ fn language_of(file: &str, given: Option<String>) -> anyhow::Result<String> {
 pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
     let realm = args.realm.realm.clone();
     crate::runtime()?.block_on(async {
-        let mut c = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut c = args.node.connect().await?;
         match args.command {
             ProcedureCommand::Install {
                 name,

@@ -8,8 +8,10 @@ use crate::NodeAddr;
 /// The realm a command acts in.
 #[derive(clap::Args, Clone)]
 pub struct RealmArg {
-    /// Realm to act in
-    #[arg(long, env = "TABOS_REALM", default_value = "default")]
+    /// Realm to act in: the credential's own (the default), or for an
+    /// operator any realm [default: the credential's; an operator's: the
+    /// node's]
+    #[arg(long, env = "TABOS_REALM", default_value = "")]
     pub realm: String,
 }
 
@@ -78,7 +80,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
     };
     let realm = args.realm.realm.clone();
     let code = crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         let spawned = client.spawn(&realm, desc).await.context("spawn failed")?;
         if !args.wait {
             let place = if spawned.worker.is_empty() {
@@ -130,13 +132,18 @@ pub struct PsArgs {
 /// `tabos ps` is a query of the `ps` view.
 pub fn ps(args: PsArgs) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
-        let (sql, params) = if args.all {
+        let mut client = args.node.connect().await?;
+        // Without --realm: the credential's realm; an operator's sees all.
+        let realm = match args.realm.realm.as_str() {
+            "" => client.who_am_i().await?.realm,
+            r => r.to_string(),
+        };
+        let (sql, params) = if args.all || realm.is_empty() {
             ("SELECT realm, pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status FROM ps ORDER BY realm, spawn_us, pid", vec![])
         } else {
             (
                 "SELECT pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status FROM ps WHERE realm = $1 ORDER BY spawn_us, pid",
-                vec![tabos_client::Value::Text(args.realm.realm.clone())],
+                vec![tabos_client::Value::Text(realm)],
             )
         };
         let result = client.sql_limited(sql, params, 10_000).await?;
@@ -158,7 +165,7 @@ pub struct PidArgs {
 /// `tabos wait PID`: WaitExit; exits with the proc's status.
 pub fn wait(args: PidArgs) -> anyhow::Result<()> {
     let s = crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         Ok::<_, anyhow::Error>(client.wait_exit(&args.realm.realm, &args.pid).await?)
     })?;
     println!("{}: {}{}", s.pid, s.state, exit_text(&s));
@@ -172,7 +179,7 @@ pub fn wait(args: PidArgs) -> anyhow::Result<()> {
 /// `tabos evict PID`.
 pub fn evict(args: PidArgs) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         client.evict(&args.realm.realm, &args.pid).await?;
         println!("asked {} to leave", args.pid);
         Ok(())
@@ -196,7 +203,7 @@ pub struct LogsArgs {
 pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
     use std::io::Write;
     crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         let stream = if args.stderr { "stderr" } else { "stdout" };
         let r = client.logs(&args.realm.realm, &args.pid, stream).await?;
         std::io::stdout().write_all(&r.data)?;
@@ -237,9 +244,14 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             scheduler,
             node,
         } => crate::runtime()?.block_on(async {
-            let mut client = tabos_client::Client::connect(&node.addr).await?;
-            client.create_realm(&name, &scheduler).await?;
+            let mut client = node.connect().await?;
+            let created = client.create_realm(&name, &scheduler).await?;
             println!("realm {name} created (scheduler {scheduler})");
+            println!(
+                "its admin credential (id {}; shown once, keep it safe):",
+                created.admin_token_id
+            );
+            println!("{}", created.admin_token);
             Ok(())
         }),
     }

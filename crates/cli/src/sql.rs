@@ -20,7 +20,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         let result = client
             .sql_limited(&args.query, vec![], args.max_rows)
             .await

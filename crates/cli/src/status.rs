@@ -13,9 +13,19 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
-        let mut client = tabos_client::Client::connect(&args.node.addr).await?;
+        let mut client = args.node.connect().await?;
         let s = client.status().await?;
+        let me = client.who_am_i().await?;
+        let acting = if me.realm.is_empty() {
+            format!("operator (user {}, credential {})", me.user, me.id)
+        } else {
+            format!(
+                "realm {} as user {}, role {} (credential {})",
+                me.realm, me.user, me.role, me.id
+            )
+        };
         let pairs = [
+            ("acting as", acting),
             ("version", s.version.clone()),
             ("backend", s.backend.clone()),
             ("partitions", s.partitions.to_string()),

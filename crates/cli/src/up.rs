@@ -5,15 +5,21 @@ use tabos_store::{Config, Durability};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Directory of the embedded SQLite database
-    #[arg(long, default_value = "./tabos-data", conflicts_with = "db")]
+    /// Directory of the embedded SQLite database and of the node's
+    /// operator credential (`operator.token`; with --db, only that)
+    #[arg(long, default_value = "./tabos-data")]
     data: String,
     /// A postgres:// URL: keep the kernel database in PostgreSQL instead
     #[arg(long)]
     db: Option<String>,
-    /// Address to serve the gRPC API on
+    /// Address to serve the gRPC API on (a loopback address: a
+    /// non-loopback one would need TLS, which this build does not serve yet)
     #[arg(long, default_value = tabos_client::DEFAULT_ADDR)]
     listen: String,
+    /// Do not save the operator credential as a context of the credentials
+    /// file (it is always kept in DATA/operator.token)
+    #[arg(long)]
+    no_context: bool,
     /// Number of partitions (fixed when the database is created; default: one per core)
     #[arg(long)]
     partitions: Option<u32>,
@@ -110,11 +116,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     settings.blocks = blocks.map(|p| tabos_node::BlockStoreSettings::new(p, args.blocks_mib << 20));
     settings.fs.segment_threshold = args.segment_threshold;
-    if args.db.is_none() {
-        // The block store goes beside the database, which may not exist yet.
-        std::fs::create_dir_all(&args.data)
-            .with_context(|| format!("cannot create {}", args.data))?;
-    }
+    // The block store and the operator credential go in the data
+    // directory, which may not exist yet.
+    std::fs::create_dir_all(&args.data).with_context(|| format!("cannot create {}", args.data))?;
+    refuse_plaintext_beyond_loopback(&args.listen)?;
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
     let rt = crate::runtime()?;
@@ -126,11 +131,62 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             node.store.partitions(),
             node.store.durability()
         );
-        println!("try: tabos sql --addr {addr} \"SELECT * FROM schema_version\"   (Ctrl-C stops)");
+        // Every call needs a credential: the operator's is kept in the data
+        // directory (mode 0600) and, unless --no-context, saved as the
+        // current context of the credentials file, so that the other
+        // commands find it with no flag.
+        let token_path = std::path::Path::new(&args.data).join(OPERATOR_TOKEN_FILE);
+        let (token, new) = node
+            .operator_credential_file(&token_path)
+            .await
+            .context("cannot set up the operator credential")?;
+        println!(
+            "operator credential: {} ({})",
+            token_path.display(),
+            if new {
+                "new"
+            } else {
+                "kept from an earlier start"
+            }
+        );
+        if !args.no_context {
+            match crate::credentials::File::save_context(
+                &addr,
+                crate::credentials::Context {
+                    addr: addr.clone(),
+                    realm: String::new(),
+                    token,
+                },
+            ) {
+                Ok(path) => println!("saved as context {addr} (current) in {}", path.display()),
+                Err(e) => println!("not saved as a context ({e:#}): use --token or TABOS_TOKEN"),
+            }
+        }
+        println!("try: tabos sql \"SELECT * FROM schema_version\"   (Ctrl-C stops)");
         tabos_node::serve(node, listener, shutdown_signal()).await?;
         println!("tabos node stopped");
         Ok(())
     })
+}
+
+/// The file in the data directory that holds the node's operator credential.
+pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
+
+/// Credentials travel in every request, so a listener others can reach
+/// must be TLS; this build serves plaintext only, on loopback.
+fn refuse_plaintext_beyond_loopback(listen: &str) -> anyhow::Result<()> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<_> = listen
+        .to_socket_addrs()
+        .with_context(|| format!("--listen {listen:?} is not host:port"))?
+        .collect();
+    if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+        anyhow::bail!(
+            "refusing to listen on {listen}: credentials would cross the network in plaintext; \
+             listen on a loopback address (127.0.0.1:PORT) — TLS listeners are not available yet"
+        );
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() {

@@ -11,37 +11,77 @@ use tabos_store::testing::TempDir;
 struct Node {
     child: Child,
     addr: String,
+    /// The node's operator credential (from DATA/operator.token).
+    token: String,
+    /// Holds the credentials file `up` saves its context in (and the data
+    /// directory of a --db node), so no test touches the user's own.
+    home: TempDir,
 }
 
 impl Node {
     fn start(args: &[&str]) -> Node {
-        let mut child = Command::new(TABOS)
-            .arg("up")
+        let home = TempDir::new("cli-home");
+        let mut cmd = Command::new(TABOS);
+        cmd.arg("up")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
+            .env("TABOS_CREDENTIALS", home.path().join("credentials.json"))
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::inherit());
+        if !args.contains(&"--data") {
+            cmd.args(["--data", home.path().join("data").to_str().unwrap()]);
+        }
+        let mut child = cmd.spawn().unwrap();
         // The first line names the bound address; it is printed after the
         // listener is bound, so connections from here on are accepted.
+        let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut first = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        out.read_line(&mut first).unwrap();
         let addr = first
             .strip_prefix("tabos node on ")
             .and_then(|r| r.split(':').take(2).collect::<Vec<_>>().join(":").into())
             .unwrap_or_else(|| panic!("unexpected first line: {first:?}"));
-        Node { child, addr }
+        // Then where the operator credential is.
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let path = line
+            .strip_prefix("operator credential: ")
+            .and_then(|r| r.split(" (").next())
+            .unwrap_or_else(|| panic!("unexpected second line: {line:?}"));
+        let token = std::fs::read_to_string(path).unwrap().trim().to_string();
+        // The last line of start-up comes after the context is saved.
+        loop {
+            let mut l = String::new();
+            assert!(out.read_line(&mut l).unwrap() > 0, "tabos up ended early");
+            if l.starts_with("try:") {
+                break;
+            }
+        }
+        // Keep reading what the node prints, so that it never blocks on a
+        // full pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        Node {
+            child,
+            addr,
+            token,
+            home,
+        }
+    }
+
+    /// A `tabos` command aimed at this node with its operator credential.
+    fn command(&self) -> Command {
+        let mut c = Command::new(TABOS);
+        c.env("TABOS_ADDR", &self.addr)
+            .env("TABOS_TOKEN", &self.token)
+            .env(
+                "TABOS_CREDENTIALS",
+                self.home.path().join("credentials.json"),
+            );
+        c
     }
 
     fn tabos(&self, args: &[&str]) -> Output {
-        Command::new(TABOS)
-            .args(args)
-            .env("TABOS_ADDR", &self.addr)
-            .output()
-            .unwrap()
+        self.command().args(args).output().unwrap()
     }
 
     fn stop(mut self) -> std::process::ExitStatus {
@@ -388,9 +428,9 @@ fn mailboxes_send_and_recv() {
     let o = node.tabos(&["send", "--from", "alice", "inbox", "hello"]);
     assert_eq!(stdout(&o), "inbox #1\n", "{}", stderr(&o));
     // Data from stdin; a multicast to two mailboxes.
-    let mut child = Command::new(TABOS)
+    let mut child = node
+        .command()
         .args(["send", "inbox", "--also", "other"])
-        .env("TABOS_ADDR", &node.addr)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -440,9 +480,9 @@ fn the_namespace_from_the_command_line() {
     let node = Node::start(&["--data", data.to_str().unwrap()]);
     // A watcher first: it prints the directory's changes as they commit.
     node.tabos(&["put", "--dir", "/cfg"]);
-    let mut watcher = Command::new(TABOS)
+    let mut watcher = node
+        .command()
         .args(["watch", "/cfg", "--count", "3"])
-        .env("TABOS_ADDR", &node.addr)
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -544,4 +584,179 @@ fn files_from_the_command_line() {
     assert!(stderr(&o).contains("permission denied"), "{}", stderr(&o));
     let o = fs(&["rm", "/data/b.txt"]);
     assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The last non-empty line of a command's stdout.
+fn last_line(o: &Output) -> String {
+    stdout(o)
+        .lines()
+        .rfind(|l| !l.trim().is_empty())
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn credentials_from_the_command_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("cli-auth");
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap()]);
+    let creds = node.home.path().join("credentials.json");
+
+    // The operator credential is kept in the data directory, mode 0600,
+    // and `up` saved it as the current context: no flag needed.
+    let mode = std::fs::metadata(data.join("operator.token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let mode = std::fs::metadata(&creds).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let o = Command::new(TABOS)
+        .env("TABOS_CREDENTIALS", &creds)
+        .env_remove("TABOS_TOKEN")
+        .env_remove("TABOS_ADDR")
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("operator"), "{}", stdout(&o));
+    // With no credential at all: refused, saying how to give one.
+    let o = Command::new(TABOS)
+        .env("TABOS_CREDENTIALS", dir.path().join("none.json"))
+        .env_remove("TABOS_TOKEN")
+        .args(["status", "--addr", &node.addr])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no credential"), "{}", stderr(&o));
+
+    // A realm comes with its admin credential.
+    let o = node.tabos(&["realm", "create", "acme"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let admin = last_line(&o);
+    assert!(admin.starts_with("tabos_"), "{}", stdout(&o));
+    let as_admin = |args: &[&str]| {
+        node.command()
+            .env("TABOS_TOKEN", &admin)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = as_admin(&["put", "/x", "acme's"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = as_admin(&["cat", "--realm", "default", "/x"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("acts for realm acme"), "{}", stderr(&o));
+    let o = as_admin(&["fs", "ls", "--user", "root", "/"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    // A reader made by the admin, saved as a context of its own.
+    let o = as_admin(&[
+        "token",
+        "create",
+        "--role",
+        "reader",
+        "--user",
+        "rita",
+        "--ttl",
+        "1h",
+        "--save-as",
+        "rita",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rita = last_line(&o);
+    let o = Command::new(TABOS)
+        .env("TABOS_CREDENTIALS", &creds)
+        .env_remove("TABOS_TOKEN")
+        .env_remove("TABOS_ADDR")
+        .args(["token", "whoami"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        (v["realm"].as_str(), v["user"].as_str()),
+        (Some("acme"), Some("rita"))
+    );
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &rita)
+        .args(["put", "/x", "rita's"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("needs member"), "{}", stderr(&o));
+    let o = as_admin(&["token", "list", "--json"]);
+    let list: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let id = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["user"] == "rita")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let o = as_admin(&["token", "revoke", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &rita)
+        .args(["cat", "/x"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("revoked"), "{}", stderr(&o));
+
+    // A proc gets a credential of its own realm (and pid) in its
+    // environment; it cannot act for another realm, and it dies with it.
+    let script = format!(
+        "{TABOS} put /from-proc hi && echo put-ok; \
+         {TABOS} put --realm acme /x mine || echo other-realm-refused; \
+         echo \"$TABOS_TOKEN\""
+    );
+    let o = node.tabos(&["spawn", "--pid", "p1", "--wait", "--", "sh", "-c", &script]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let logs = stdout(&node.tabos(&["logs", "p1"]));
+    assert!(logs.contains("put-ok"), "{logs}");
+    assert!(logs.contains("other-realm-refused"), "{logs}");
+    let proc_token = logs.lines().last().unwrap().trim().to_string();
+    assert!(proc_token.starts_with("tabos_"), "{logs}");
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &proc_token)
+        .args(["cat", "/from-proc"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success(),
+        "a finished proc's credential works no more"
+    );
+    let o = as_admin(&["cat", "/x"]);
+    assert_eq!(stdout(&o), "acme's");
+
+    // The operator credential outlives a restart.
+    assert!(node.stop().success());
+    let again = Node::start(&["--data", data.to_str().unwrap()]);
+    assert_eq!(
+        again.token,
+        std::fs::read_to_string(data.join("operator.token"))
+            .unwrap()
+            .trim()
+    );
+    let o = again.tabos(&["status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn plaintext_beyond_loopback_is_refused() {
+    let dir = TempDir::new("cli-tls");
+    let o = Command::new(TABOS)
+        .args(["up", "--listen", "0.0.0.0:0", "--data"])
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("plaintext"), "{}", stderr(&o));
 }

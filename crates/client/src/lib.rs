@@ -3,7 +3,8 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), tabos_client::Error> {
-//! let mut client = tabos_client::Client::connect("127.0.0.1:7070").await?;
+//! let token = std::env::var("TABOS_TOKEN").unwrap_or_default();
+//! let mut client = tabos_client::Client::connect("127.0.0.1:7070", &token).await?;
 //! let result = client.sql("SELECT count(*) FROM kv", vec![]).await?;
 //! println!("{:?}", result.rows);
 //! # Ok(()) }
@@ -26,6 +27,9 @@ use proto::node_client::NodeClient;
 use proto::procedures_client::ProceduresClient;
 use proto::procs_client::ProcsClient;
 use proto::sql_client::SqlClient;
+use proto::tokens_client::TokensClient;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
 
 /// The address a client uses when neither `--addr` nor `TABOS_ADDR` says otherwise.
@@ -49,6 +53,8 @@ pub enum Error {
     },
     #[error("invalid node address {0:?}")]
     Address(String),
+    #[error("the credential is not a token (it must be printable ASCII)")]
+    Token,
     /// The node answered with an error; its message says what was wrong.
     #[error("{}: {}", code_name(.0.code()), .0.message())]
     Status(tonic::Status),
@@ -118,19 +124,98 @@ pub struct QueryResult {
     pub truncated: bool,
 }
 
-/// A connection to one tabos node.
+/// Sends a client's credential with every call, as
+/// `authorization: Bearer <token>` (no header for an empty token: the node
+/// then refuses the call as UNAUTHENTICATED).
+#[derive(Clone)]
+pub struct Bearer(Option<MetadataValue<Ascii>>);
+
+impl std::fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.write_str(if self.0.is_some() {
+            "Bearer(…)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+impl Bearer {
+    /// The header for `token`.
+    pub fn new(token: &str) -> Result<Bearer, Error> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Ok(Bearer(None));
+        }
+        let mut v: MetadataValue<Ascii> = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Error::Token)?;
+        v.set_sensitive(true);
+        Ok(Bearer(Some(v)))
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(v) = &self.0 {
+            r.metadata_mut().insert(AUTHORIZATION, v.clone());
+        }
+        Ok(r)
+    }
+}
+
+/// Metadata key of the credential.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// A channel that carries the client's credential.
+pub type Transport = InterceptedService<Channel, Bearer>;
+
+/// A connection to one tabos node, acting with one credential.
 #[derive(Debug, Clone)]
 pub struct Client {
-    sql: SqlClient<Channel>,
-    node: NodeClient<Channel>,
-    procs: ProcsClient<Channel>,
-    ipc: IpcClient<Channel>,
-    names: NamesClient<Channel>,
-    fs: FsClient<Channel>,
-    procedures: ProceduresClient<Channel>,
+    sql: SqlClient<Transport>,
+    node: NodeClient<Transport>,
+    tokens: TokensClient<Transport>,
+    procs: ProcsClient<Transport>,
+    ipc: IpcClient<Transport>,
+    names: NamesClient<Transport>,
+    fs: FsClient<Transport>,
+    procedures: ProceduresClient<Transport>,
     /// The proc this client acts for ([`Client::acting_for`]): its file
     /// reads and writes are recorded as that proc's provenance.
     proc_pid: String,
+}
+
+/// Where a node is and the credential to act with there: what a program
+/// that opens many connections passes around.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub addr: String,
+    pub token: String,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.debug_struct("Endpoint")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Endpoint {
+    pub fn new(addr: impl Into<String>, token: impl Into<String>) -> Endpoint {
+        Endpoint {
+            addr: addr.into(),
+            token: token.into(),
+        }
+    }
+
+    /// A new connection acting with the endpoint's credential.
+    pub async fn connect(&self) -> Result<Client, Error> {
+        Client::connect(&self.addr, &self.token).await
+    }
 }
 
 /// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
@@ -143,8 +228,10 @@ pub fn endpoint_uri(addr: &str) -> String {
 }
 
 impl Client {
-    /// Connects to the node at `addr` (`host:port`).
-    pub async fn connect(addr: &str) -> Result<Client, Error> {
+    /// Connects to the node at `addr` (`host:port`), acting with the
+    /// credential `token` (as `tabos token create` printed it).
+    pub async fn connect(addr: &str, token: &str) -> Result<Client, Error> {
+        let bearer = Bearer::new(token)?;
         let endpoint = Channel::from_shared(endpoint_uri(addr))
             .map_err(|_| Error::Address(addr.to_string()))?
             .tcp_nodelay(true);
@@ -152,12 +239,24 @@ impl Client {
             addr: addr.to_string(),
             source,
         })?;
-        Ok(Client::from_channel(channel))
+        Ok(Client::from_channel(channel, bearer))
     }
 
-    /// A client over an existing channel.
-    pub fn from_channel(channel: Channel) -> Client {
+    /// Connects the way a proc does: to `TABOS_ADDR`, with the credential
+    /// its node gave it in `TABOS_TOKEN`.
+    pub async fn connect_env() -> Result<Client, Error> {
+        let addr = std::env::var("TABOS_ADDR").unwrap_or_else(|_| DEFAULT_ADDR.to_string());
+        let token = std::env::var("TABOS_TOKEN").unwrap_or_default();
+        Client::connect(&addr, &token).await
+    }
+
+    /// A client over an existing channel, acting with `bearer`'s credential.
+    pub fn from_channel(channel: Channel, bearer: Bearer) -> Client {
+        let channel = InterceptedService::new(channel, bearer);
         Client {
+            tokens: TokensClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
             sql: SqlClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
@@ -230,15 +329,62 @@ impl Client {
         })
     }
 
-    /// Creates a realm with the given scheduler (fifo, locality, least_loaded).
-    pub async fn create_realm(&mut self, realm: &str, scheduler: &str) -> Result<(), Error> {
-        self.procs
+    /// Creates a realm with the given scheduler (fifo, locality,
+    /// least_loaded); needs an operator credential. The reply holds the
+    /// realm's first admin credential.
+    pub async fn create_realm(
+        &mut self,
+        realm: &str,
+        scheduler: &str,
+    ) -> Result<proto::CreateRealmResponse, Error> {
+        Ok(self
+            .procs
             .create_realm(proto::CreateRealmRequest {
                 realm: realm.into(),
                 scheduler: scheduler.into(),
             })
+            .await?
+            .into_inner())
+    }
+
+    /// Creates a credential (see `proto::CreateTokenRequest`); the token is
+    /// in the reply and nowhere else.
+    pub async fn create_token(
+        &mut self,
+        request: proto::CreateTokenRequest,
+    ) -> Result<proto::CreatedToken, Error> {
+        Ok(self.tokens.create(request).await?.into_inner())
+    }
+
+    /// The credentials of `realm` (empty: the caller's, or for an operator
+    /// every realm's), procs' too when `procs`.
+    pub async fn list_tokens(
+        &mut self,
+        realm: &str,
+        procs: bool,
+    ) -> Result<Vec<proto::TokenInfo>, Error> {
+        Ok(self
+            .tokens
+            .list(proto::ListTokensRequest {
+                realm: realm.into(),
+                procs,
+            })
+            .await?
+            .into_inner()
+            .tokens)
+    }
+
+    /// Revokes credential `id`.
+    pub async fn revoke_token(&mut self, id: &str) -> Result<(), Error> {
+        self.tokens
+            .revoke(proto::RevokeTokenRequest { id: id.into() })
             .await?;
         Ok(())
+    }
+
+    /// The caller's own credential: realm, user, role.
+    pub async fn who_am_i(&mut self) -> Result<proto::TokenInfo, Error> {
+        Ok(self.tokens.who_am_i(proto::Empty {}).await?.into_inner())
     }
 
     /// σOS Spawn: returns the pid and the worker chosen (empty if deferred).

@@ -4,6 +4,7 @@
 //! `schema/<dialect>/NNN_*.sql`) and the procedures over them, and talks to the
 //! other services only through the database. Services so far:
 //!
+//! * [`auth`] — credentials: who a request acts for.
 //! * [`kv`] — the per-realm key-value table.
 //! * [`realms`] — realms and their scheduler.
 //! * [`sched`] — workers and the DBOS schedulers (FIFO, locality, least-loaded).
@@ -14,6 +15,7 @@
 //! [`MIGRATIONS`] is the kernel's schema, in version order, for
 //! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
 
+pub mod auth;
 pub mod fs;
 pub mod ids;
 pub mod ipc;
@@ -87,6 +89,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "be_zero_cores",
         sqlite: include_str!("../schema/sqlite/010_be_zero_cores.sql"),
         postgres: include_str!("../schema/postgres/010_be_zero_cores.sql"),
+    },
+    Migration {
+        version: 11,
+        name: "credentials",
+        sqlite: include_str!("../schema/sqlite/011_credentials.sql"),
+        postgres: include_str!("../schema/postgres/011_credentials.sql"),
     },
 ];
 

@@ -117,6 +117,9 @@ pub struct Descriptor {
     pub home_node: Option<String>,
     /// Re-queue instead of failing when its node is lost.
     pub restartable: bool,
+    /// The user the proc acts for (its files' owner): its spawner's, taken
+    /// from the spawner's credential, never from the request.
+    pub user: String,
 }
 
 impl Descriptor {
@@ -134,6 +137,7 @@ impl Descriptor {
             mem_mb: 0,
             home_node: None,
             restartable: false,
+            user: "root".into(),
         }
     }
 
@@ -148,6 +152,7 @@ impl Descriptor {
         if let Some(h) = &self.home_node {
             crate::ids::validate_name("home node", h)?;
         }
+        crate::auth::validate_user(&self.user)?;
         if self.program.is_empty() || self.program.contains('\0') {
             return Err(Error::Invalid(
                 "program must be non-empty and have no NUL".into(),
@@ -243,11 +248,13 @@ pub struct ProcInfo {
     pub exit_us: Option<i64>,
     pub exit_status: Option<i64>,
     pub error: Option<String>,
+    /// The user the proc acts for.
+    pub user: String,
 }
 
 const PROC_COLUMNS: &str =
     "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
-     state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error";
+     state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, user_name";
 
 fn proc_from_row(r: &Row) -> Result<ProcInfo> {
     let args: Vec<String> = serde_json::from_str(&r.get::<String>(6)?)
@@ -277,6 +284,7 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
         exit_us: r.get(15)?,
         exit_status: r.get(16)?,
         error: r.get(17)?,
+        user: r.get(18)?,
     })
 }
 
@@ -387,8 +395,8 @@ pub fn spawn_tx(
     let seq = crate::realms::next_seq_tx(tx, realm, 2)?;
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
-                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, assign_us) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, $16, $17)",
+                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, assign_us, user_name) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, $16, $17, $18)",
         params![
             p,
             realm,
@@ -406,7 +414,8 @@ pub fn spawn_tx(
             d.restartable,
             worker.as_ref().map(WorkerId::as_str),
             now_us,
-            worker.as_ref().map(|_| now_us)
+            worker.as_ref().map(|_| now_us),
+            d.user.as_str()
         ],
     )
     .map_err(|e| {
@@ -592,7 +601,7 @@ pub fn steal_tx(
     let mut admission = admission;
     let mut victims_freed = false;
     for r in &rows {
-        let assign_us: i64 = r.get::<Option<i64>>(18)?.unwrap_or(0);
+        let assign_us: i64 = r.get::<Option<i64>>(19)?.unwrap_or(0);
         if assign_us + steal_after_us > now_us {
             // Ordered by assign_us: this and every later one are too young.
             out.next_us = Some(assign_us + steal_after_us);

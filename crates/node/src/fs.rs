@@ -8,6 +8,7 @@
 //! transaction): a stale one is refused and changes nothing.
 
 use tabos_client::proto;
+use tabos_kernel::auth::Role;
 use tabos_kernel::fs::{self, Caller, Stat};
 use tabos_kernel::procs;
 use tonic::{Request, Response, Status};
@@ -85,7 +86,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsCreateRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         let mode = if r.mode == 0 {
             fs::MODE_FILE_DEFAULT
@@ -106,7 +110,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsCreateRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         let mode = if r.mode == 0 {
             fs::MODE_DIR_DEFAULT
@@ -125,7 +132,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         let fence = crate::names::fence_from_proto(r.fence)?;
         self.node
@@ -140,7 +150,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         self.change(&r.realm, r.fence, move |tx, realm, now| {
             fs::rmdir_tx(tx, realm, &who, &p, now)
@@ -153,7 +166,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsRenameRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, from, to) = (caller(&r.user)?, path(&r.from)?, path(&r.to)?);
         let fence = crate::names::fence_from_proto(r.fence)?;
         self.node
@@ -168,7 +184,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
+        r.user = access.user(&r.user)?;
         let (p, realm) = (path(&r.path)?, r.realm.clone());
         let st = self
             .call(&r.realm, move |tx| fs::stat_tx(tx, &realm, &p))
@@ -180,7 +199,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::FsReadDirResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
+        r.user = access.user(&r.user)?;
         let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
         let (entries, more) = self
             .call(&r.realm, move |tx| fs::readdir_tx(tx, &realm, &who, &p))
@@ -195,7 +217,13 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsReadRequest>,
     ) -> Result<Response<proto::FsReadResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
+        r.user = access.user(&r.user)?;
+        if !r.pid.is_empty() {
+            access.acting_pid(&r.pid)?;
+        }
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         let data = self
             .node
@@ -223,7 +251,13 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsWriteRequest>,
     ) -> Result<Response<proto::FsWriteResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
+        if !r.pid.is_empty() {
+            access.acting_pid(&r.pid)?;
+        }
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         if r.data.len() > fs::IO_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
@@ -259,7 +293,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsTruncateRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
         let fence = crate::names::fence_from_proto(r.fence)?;
         self.node
@@ -274,7 +311,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsChmodRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p, mode) = (caller(&r.user)?, path(&r.path)?, r.mode);
         self.change(&r.realm, None, move |tx, realm, now| {
             fs::chmod_tx(tx, realm, &who, &p, mode, now)
@@ -287,7 +327,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsChownRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        r.user = access.user(&r.user)?;
         let (who, p, owner) = (caller(&r.user)?, path(&r.path)?, r.owner);
         self.change(&r.realm, None, move |tx, realm, now| {
             fs::chown_tx(tx, realm, &who, &p, &owner, now)
@@ -300,7 +343,9 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsDuRequest>,
     ) -> Result<Response<proto::FsDuResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let (p, realm, owner, min) = (path(&r.path)?, r.realm.clone(), r.owner, r.min_size);
         let (files, bytes) = self
             .call(&r.realm, move |tx| {

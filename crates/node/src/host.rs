@@ -22,6 +22,8 @@ pub struct ProcHost {
     /// The node's filesystem (its block store included).
     files: Files,
     realm: String,
+    /// The user the proc acts for (its spawner's): whose files it may use.
+    caller: Caller,
     me: Address,
     opts: MailboxOptions,
     /// The runtime the kernel's futures run on; the proc's thread blocks on
@@ -54,6 +56,7 @@ impl ProcHost {
         files: Files,
         realm: &str,
         pid: &Pid,
+        user: &str,
         opts: MailboxOptions,
         rt: Handle,
         stop: StopHandle,
@@ -63,6 +66,9 @@ impl ProcHost {
             store,
             files,
             realm: realm.to_string(),
+            caller: Caller {
+                user: user.to_string(),
+            },
             me: Address::proc(pid),
             opts,
             rt,
@@ -116,7 +122,7 @@ impl Host for ProcHost {
         self.rt
             .block_on(
                 self.files
-                    .read(&self.realm, &Caller::root(), path, offset, len),
+                    .read(&self.realm, &self.caller, path, offset, len),
             )
             .map_err(fs_error)
     }
@@ -128,7 +134,7 @@ impl Host for ProcHost {
         data: &[u8],
         create: bool,
     ) -> Result<i64, HostError> {
-        let who = Caller::root();
+        let who = self.caller.clone();
         self.rt
             .block_on(self.files.write(
                 &self.realm,

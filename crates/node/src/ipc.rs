@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use tabos_client::proto;
+use tabos_kernel::auth::Role;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -71,7 +72,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::CreateMailboxRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let defaults = self.node.settings.mailbox;
         let opts = MailboxOptions {
             bytes_max: if r.bytes_max == 0 {
@@ -91,7 +94,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RemoveMailboxRequest>,
     ) -> Result<Response<proto::RemoveMailboxResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let dropped = ipc::remove_mailbox(&self.node.store, &r.realm, &r.name)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -102,7 +107,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::SendRequest>,
     ) -> Result<Response<proto::SendResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let from = match r.from.as_str() {
             "" => None,
             s => Some(address(s)?),
@@ -134,7 +141,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<proto::RecvResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let got = ipc::recv(
             &self.node.store,
             &r.realm,
@@ -154,7 +163,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<Self::RecvStreamStream>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let to = address(&r.mailbox)?;
         let take = take_of(r.max);
         // Fail at once on an unknown mailbox rather than in the stream.
@@ -199,7 +210,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<proto::RecvResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let got = ipc::peek(
             &self.node.store,
             &r.realm,
@@ -215,7 +228,9 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::MailboxRequest>,
     ) -> Result<Response<proto::MailboxInfo>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let i = ipc::mailbox(&self.node.store, &r.realm, &address(&r.mailbox)?)
             .await
             .map_err(|e| kernel_status(&e))?;

@@ -3,11 +3,14 @@
 //! A node opens the kernel database ([`tabos_kernel::open`]) and serves the
 //! gRPC API of `proto/tabos.proto` on a listener it is given ([`serve`]), until
 //! a shutdown future completes — the mini-redis shape, so that tests run a
-//! node in-process on port 0. One file per RPC family: [`sql`], [`status`],
-//! [`procs`], [`ipc`], [`names`] (with the session reaper), [`fs`], [`procedures`]; [`procd`], which
+//! node in-process on port 0. Every request is authenticated by its bearer
+//! credential ([`auth`]) before any service sees it. One file per RPC
+//! family: [`sql`], [`status`], [`tokens`], [`procs`], [`ipc`], [`names`]
+//! (with the session reaper), [`fs`], [`procedures`]; [`procd`], which
 //! runs the procs scheduled onto this node's worker; and [`host`], the kernel
 //! behind wasm procs' host calls.
 
+pub mod auth;
 pub mod fs;
 pub mod host;
 pub mod ipc;
@@ -17,6 +20,7 @@ pub mod procedures;
 pub mod procs;
 pub mod sql;
 pub mod status;
+pub mod tokens;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -29,6 +33,7 @@ use tabos_client::proto::node_server::NodeServer;
 use tabos_client::proto::procedures_server::ProceduresServer;
 use tabos_client::proto::procs_server::ProcsServer;
 use tabos_client::proto::sql_server::SqlServer;
+use tabos_client::proto::tokens_server::TokensServer;
 use tabos_client::MESSAGE_BYTES_MAX;
 use tabos_kernel::ids::WorkerId;
 use tabos_kernel::sched::{Scheduler, WorkerSpec};
@@ -167,6 +172,8 @@ pub struct Node {
     pub sandbox: tabos_sandbox::Sandbox,
     /// The filesystem, with the node's block store.
     pub files: tabos_kernel::fs::files::Files,
+    /// The live credentials every request is checked against.
+    pub auth: auth::Auth,
 }
 
 impl Node {
@@ -192,14 +199,77 @@ impl Node {
         let device = settings.blocks.as_ref().map(|b| b.open()).transpose()?;
         let files =
             tabos_kernel::fs::files::Files::new(store.clone(), device, settings.fs.clone())?;
+        let auth = auth::Auth::open(store.clone())?;
         Ok(Node {
             sandbox,
             files,
+            auth,
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
             settings,
         })
+    }
+
+    /// What the caller of `request` may do (its credential was checked by
+    /// the interceptor every service is wrapped in).
+    pub fn access<T>(&self, request: &tonic::Request<T>) -> Result<auth::Access, tonic::Status> {
+        Ok(auth::Access::new(
+            auth::caller(request)?,
+            &self.settings.realm,
+        ))
+    }
+
+    /// Creates an operator credential (for a node hosted in-process: the
+    /// demo, tests, benchmarks). The token is in the result only.
+    pub async fn operator_credential(
+        &self,
+        note: &str,
+    ) -> Result<tabos_kernel::auth::Minted, Error> {
+        Ok(self
+            .auth
+            .create(tabos_kernel::auth::Spec::operator(note))
+            .await?)
+    }
+
+    /// The operator credential kept in `path` (mode 0600): the one already
+    /// there if it is still live, else a new one written there. Returns the
+    /// token and whether it is new.
+    pub async fn operator_credential_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<(String, bool), Error> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        if let Ok(old) = std::fs::read_to_string(path) {
+            let old = old.trim();
+            if self.auth.check(old).is_some_and(|p| p.is_operator()) {
+                return Ok((old.to_string(), false));
+            }
+        }
+        let minted = self
+            .operator_credential(&format!("operator of node {}", self.settings.node_id))
+            .await?;
+        let fail = |e: std::io::Error| {
+            Error::Startup(format!(
+                "cannot write the operator credential {}: {e}",
+                path.display()
+            ))
+        };
+        // Written to a new file with mode 0600 from the start, then renamed
+        // over the old one: never readable by others, never half-written.
+        let tmp = path.with_extension("tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(fail)?;
+        writeln!(f, "{}", minted.token).map_err(fail)?;
+        f.sync_all().map_err(fail)?;
+        std::fs::rename(&tmp, path).map_err(fail)?;
+        Ok((minted.token, true))
     }
 
     /// This node's worker id in its realm.
@@ -228,6 +298,75 @@ impl Node {
     }
 }
 
+/// A node served in-process on a free loopback port, with an operator
+/// credential: how the demo, tests and benchmarks host a node.
+pub struct Embedded {
+    /// The node's address and its operator credential.
+    pub endpoint: tabos_client::Endpoint,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<Result<(), Error>>>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Embedded {
+    /// Serves `node` on 127.0.0.1 (a free port) until [`Embedded::stop`]
+    /// or drop.
+    pub async fn start(node: Node) -> Result<Embedded, Error> {
+        let operator = node.operator_credential("in-process node").await?;
+        let listener = bind("127.0.0.1:0").await?;
+        let addr = local_addr(&listener)
+            .ok_or_else(|| Error::Startup("the listener has no address".into()))?
+            .to_string();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let served = tokio::spawn(serve(node, listener, async {
+            let _ = stopped.await;
+        }));
+        Ok(Embedded {
+            endpoint: tabos_client::Endpoint::new(addr, operator.token),
+            stop: Some(stop),
+            served: Some(served),
+        })
+    }
+
+    /// The node's address.
+    pub fn addr(&self) -> &str {
+        &self.endpoint.addr
+    }
+
+    /// A client acting as the node's operator.
+    pub async fn client(&self) -> Result<tabos_client::Client, tabos_client::Error> {
+        self.endpoint.connect().await
+    }
+
+    /// Stops the node and waits until it has stopped.
+    pub async fn stop(mut self) -> Result<(), Error> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match self.served.take() {
+            Some(h) => h
+                .await
+                .map_err(|e| Error::Startup(format!("node task: {e}")))?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
 /// Binds `addr` (e.g. `127.0.0.1:7070`, or port 0 for any free port).
 pub async fn bind(addr: &str) -> Result<TcpListener, Error> {
     TcpListener::bind(addr)
@@ -244,6 +383,10 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
+    use tonic::service::interceptor::InterceptedService;
+    let tokens = TokensServer::new(tokens::TokensService::new(node.clone()))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let sql = SqlServer::new(sql::SqlService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -303,26 +446,42 @@ pub async fn serve(
             steal_after: node.settings.steal_after,
             mailbox: node.settings.mailbox,
         },
+        node.auth.clone(),
     );
     let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
     let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped.clone()));
-    let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped));
+    let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
+    let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
     let served = tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(sql)
-        .add_service(status)
-        .add_service(procs_service)
-        .add_service(ipc_service)
-        .add_service(names_service)
-        .add_service(fs_service)
-        .add_service(procedures_service)
+        .add_service(InterceptedService::new(tokens, node.auth.interceptor()))
+        .add_service(InterceptedService::new(sql, node.auth.interceptor()))
+        .add_service(InterceptedService::new(status, node.auth.interceptor()))
+        .add_service(InterceptedService::new(
+            procs_service,
+            node.auth.interceptor(),
+        ))
+        .add_service(InterceptedService::new(
+            ipc_service,
+            node.auth.interceptor(),
+        ))
+        .add_service(InterceptedService::new(
+            names_service,
+            node.auth.interceptor(),
+        ))
+        .add_service(InterceptedService::new(fs_service, node.auth.interceptor()))
+        .add_service(InterceptedService::new(
+            procedures_service,
+            node.auth.interceptor(),
+        ))
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await;
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
     let _ = lease_task.await;
     let _ = reaper_task.await;
+    let _ = auth_task.await;
     served?;
     Ok(())
 }

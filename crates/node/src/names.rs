@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use tabos_client::proto;
+use tabos_kernel::auth::Role;
 use tabos_kernel::names::{self, CreateOptions, Entry, Fence, Kind};
 use tabos_kernel::Error as KError;
 use tokio_stream::wrappers::ReceiverStream;
@@ -81,7 +82,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::CreateNameRequest>,
     ) -> Result<Response<proto::NameVersion>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
         let kind: Kind = r.kind.parse().map_err(|e| kernel_status(&e))?;
         let fence = fence_from_proto(r.fence)?;
@@ -104,7 +107,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::SetNameRequest>,
     ) -> Result<Response<proto::NameVersion>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
         let fence = fence_from_proto(r.fence)?;
         let (realm, path, data, if_version) = (r.realm.clone(), r.path, r.data, r.if_version);
@@ -121,7 +126,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::NameRequest>,
     ) -> Result<Response<proto::NameEntry>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let e = self
@@ -134,7 +141,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::RemoveNameRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
         let fence = fence_from_proto(r.fence)?;
         let (realm, path, if_version) = (r.realm.clone(), r.path, r.if_version);
@@ -150,7 +159,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::RenameNameRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.from)?;
         checked_path(&r.to)?;
         let fence = fence_from_proto(r.fence)?;
@@ -167,7 +178,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::NameRequest>,
     ) -> Result<Response<proto::ReadDirResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let (entries, more, version) = self
@@ -184,7 +197,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::NameRequest>,
     ) -> Result<Response<proto::EpochResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let epoch = self
@@ -199,7 +214,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::FenceRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let fence = fence_from_proto(r.fence)?
             .ok_or_else(|| Status::invalid_argument("Fence needs a fence (dir and epoch)"))?;
         let realm = r.realm.clone();
@@ -214,7 +231,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::OpenSessionRequest>,
     ) -> Result<Response<proto::SessionResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let session = if r.session.is_empty() {
             names::generate_session_id()
         } else {
@@ -239,7 +258,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::SessionRequest>,
     ) -> Result<Response<proto::SessionResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let (realm, s) = (r.realm.clone(), r.session.clone());
         let expires_us = self
             .call(&r.realm, move |tx| {
@@ -256,7 +277,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::SessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let (realm, s) = (r.realm.clone(), r.session);
         let removed = self
             .call(&r.realm, move |tx| {
@@ -274,7 +297,9 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
         tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
         let store = self.node.store.clone();

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tabos_kernel::auth::Role;
 use tabos_kernel::ids::{Pid, WorkerId};
 use tabos_kernel::procs::{self, Admission, Kind, ProcInfo, State};
 use tabos_sandbox::{Outcome, RunSpec, Sandbox, StopHandle};
@@ -58,6 +59,8 @@ pub struct Procd {
     pub addr: String,
     sandbox: Sandbox,
     policy: Policy,
+    /// Mints each native proc's credential, usable on this node at once.
+    auth: crate::auth::Auth,
     running: Mutex<HashMap<Pid, Running>>,
     /// Cores of the procs this procd runs now (claimed and not yet ended).
     busy_cores: AtomicI64,
@@ -109,6 +112,7 @@ impl Procd {
         addr: String,
         sandbox: Sandbox,
         policy: Policy,
+        auth: crate::auth::Auth,
     ) -> Arc<Procd> {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
@@ -120,6 +124,7 @@ impl Procd {
             addr,
             sandbox,
             policy,
+            auth,
             running: Mutex::new(HashMap::new()),
             busy_cores: AtomicI64::new(0),
             freed: tokio::sync::Notify::new(),
@@ -316,6 +321,17 @@ impl Procd {
     ) {
         let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
         debug_assert!(left >= 0, "busy cores went negative");
+        // The proc's credential dies with it (a wasm proc has none).
+        if p.kind == Kind::Native {
+            self.auth
+                .forget(|c| c.realm == self.realm && c.pid.as_ref() == Some(&p.pid));
+            if let Err(e) = tabos_kernel::auth::revoke_pid(&self.store, &self.realm, &p.pid).await {
+                eprintln!(
+                    "procd {}: cannot revoke {}'s credential: {e}",
+                    self.worker, p.pid
+                );
+            }
+        }
         let next = procs::exited_and_claim(
             &self.store,
             &self.realm,
@@ -371,12 +387,27 @@ impl Procd {
             let msg = format!("cannot create log directory {}: {e}", dir.display());
             return self.record_exit(&p, State::Failed, None, Some(msg)).await;
         }
+        // The proc's own credential: its realm, its spawner's user, role
+        // member, and its pid; revoked when the proc ends (record_exit).
+        let spec = tabos_kernel::auth::Spec {
+            pid: Some(p.pid.clone()),
+            note: "proc credential".into(),
+            ..tabos_kernel::auth::Spec::realm(&self.realm, &p.user, Role::Member)
+        };
+        let token = match self.auth.create(spec).await {
+            Ok(m) => m.token,
+            Err(e) => {
+                let msg = format!("cannot make the proc's credential: {e}");
+                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+            }
+        };
         let mut cmd = tokio::process::Command::new(&p.program);
         cmd.args(&p.args)
             .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("TABOS_PID", p.pid.as_str())
             .env("TABOS_REALM", &self.realm)
             .env("TABOS_ADDR", &self.addr)
+            .env("TABOS_TOKEN", token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -472,6 +503,7 @@ impl Procd {
                     me.files.clone(),
                     &me.realm,
                     &proc_.pid,
+                    &proc_.user,
                     me.policy.mailbox,
                     rt,
                     stop.clone(),

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use tabos_client::proto;
+use tabos_kernel::auth::Role;
 use tabos_kernel::procedures::{Info, Install, Procedures};
 use tabos_sandbox::procedure::{Limits, MEMORY_BYTES_DEFAULT, TIMEOUT_DEFAULT};
 use tonic::{Request, Response, Status};
@@ -16,12 +17,14 @@ use crate::{kernel_status, Node};
 
 pub struct ProceduresService {
     procedures: Procedures,
+    node: Node,
 }
 
 impl ProceduresService {
     pub fn new(node: Node) -> ProceduresService {
         ProceduresService {
             procedures: Procedures::new(node.store.clone(), node.sandbox.clone()),
+            node,
         }
     }
 }
@@ -49,7 +52,9 @@ impl proto::procedures_server::Procedures for ProceduresService {
         &self,
         request: Request<proto::InstallProcedureRequest>,
     ) -> Result<Response<proto::ProcedureInfo>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Admin)?;
         let language = r.language.parse().map_err(Status::invalid_argument)?;
         let limits = Limits {
             memory_bytes: match r.memory_bytes {
@@ -79,7 +84,9 @@ impl proto::procedures_server::Procedures for ProceduresService {
         &self,
         request: Request<proto::ListProceduresRequest>,
     ) -> Result<Response<proto::ListProceduresResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let list = self.procedures.list(&r.realm).await.map_err(status)?;
         Ok(Response::new(proto::ListProceduresResponse {
             procedures: list.into_iter().map(info).collect(),
@@ -90,7 +97,9 @@ impl proto::procedures_server::Procedures for ProceduresService {
         &self,
         request: Request<proto::ProcedureRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Admin)?;
         self.procedures
             .remove(&r.realm, &r.name)
             .await
@@ -102,7 +111,9 @@ impl proto::procedures_server::Procedures for ProceduresService {
         &self,
         request: Request<proto::CallProcedureRequest>,
     ) -> Result<Response<proto::CallProcedureResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let out = self
             .procedures
             .call(&r.realm, &r.name, r.args)

@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use tabos_client::proto;
+use tabos_kernel::auth::Role;
 use tabos_kernel::ids::Pid;
 use tabos_kernel::procs::{self, Class, Descriptor, Kind, ProcInfo, State};
 use tabos_kernel::sched::Scheduler;
@@ -57,7 +58,9 @@ pub fn resolve_program(program: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("program {program:?} not found in PATH"))
 }
 
-pub fn descriptor_from_proto(d: proto::ProcDescriptor) -> Result<Descriptor, Status> {
+/// Converts and checks a descriptor; the proc acts for `user` (its
+/// spawner's, from the spawner's credential).
+pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Descriptor, Status> {
     let pid = match d.pid.as_str() {
         "" => None,
         s => Some(Pid::new(s).map_err(invalid)?),
@@ -90,6 +93,7 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor) -> Result<Descriptor, Sta
         mem_mb: d.mem_mb.unwrap_or(0),
         home_node: (!d.home_node.is_empty()).then_some(d.home_node),
         restartable: d.restartable,
+        user: user.to_string(),
     };
     desc.validate().map_err(invalid)?;
     match desc.kind {
@@ -167,30 +171,50 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::CreateRealmRequest>,
     ) -> Result<Response<proto::CreateRealmResponse>, Status> {
+        let access = self.node.access(&request)?;
+        access.require(Role::Operator)?;
         let r = request.into_inner();
         let scheduler: Scheduler = if r.scheduler.is_empty() {
             Scheduler::Fifo
         } else {
             r.scheduler.parse().map_err(invalid)?
         };
-        let store = self.node.store.clone();
-        tokio::task::spawn_blocking(move || {
-            tabos_kernel::realms::create(&store, &r.realm, scheduler)
+        // The realm and its first admin credential commit together.
+        let minted = tabos_kernel::auth::mint().map_err(|e| kernel_status(&e))?;
+        let spec = tabos_kernel::auth::Spec {
+            note: "realm admin (tabos realm create)".into(),
+            ..tabos_kernel::auth::Spec::realm(&r.realm, "root", Role::Admin)
+        };
+        let (realm, s, m, now) = (
+            r.realm.clone(),
+            spec.clone(),
+            minted.clone(),
+            tabos_store::now_us(),
+        );
+        tabos_kernel::call(&self.node.store, &r.realm, move |tx| {
+            tabos_kernel::realms::create_tx(tx, &realm, scheduler, now)?;
+            tabos_kernel::auth::create_tx(tx, &s, &m, now)
         })
         .await
-        .map_err(|e| Status::internal(e.to_string()))?
         .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::CreateRealmResponse {}))
+        self.node.auth.remember(&minted, &spec);
+        Ok(Response::new(proto::CreateRealmResponse {
+            admin_token: minted.token,
+            admin_token_id: minted.id.to_string(),
+        }))
     }
 
     async fn spawn(
         &self,
         request: Request<proto::SpawnRequest>,
     ) -> Result<Response<proto::Spawned>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let d = descriptor_from_proto(
             r.proc
                 .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
+            &access.principal.user,
         )?;
         self.check_modules(std::slice::from_ref(&d)).await?;
         let fence = crate::names::fence_from_proto(r.fence)?;
@@ -207,11 +231,13 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::SpawnBurstRequest>,
     ) -> Result<Response<proto::SpawnBurstResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         let ds = r
             .procs
             .into_iter()
-            .map(descriptor_from_proto)
+            .map(|d| descriptor_from_proto(d, &access.principal.user))
             .collect::<Result<Vec<_>, _>>()?;
         self.check_modules(&ds).await?;
         let spawned = procs::spawn_burst(&self.node.store, &r.realm, ds)
@@ -232,7 +258,9 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let i = procs::wait_start(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -243,7 +271,9 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let i = procs::wait_exit(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -254,7 +284,9 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let i = procs::wait_evict(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -265,7 +297,10 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        access.acting_pid(&r.pid)?;
         procs::started(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -276,7 +311,10 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::ExitedRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        access.acting_pid(&r.pid)?;
         let pid = Pid::new(r.pid).map_err(invalid)?;
         procs::exited(
             &self.node.store,
@@ -295,7 +333,9 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
         procs::evict(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -306,7 +346,9 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         let i = procs::status(&self.node.store, &r.realm, &pid_of(&r)?)
             .await
             .map_err(|e| kernel_status(&e))?;
@@ -317,7 +359,9 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::LogsRequest>,
     ) -> Result<Response<proto::LogsResponse>, Status> {
-        let r = request.into_inner();
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
         tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
         let pid = Pid::new(r.pid).map_err(invalid)?;
         let stream = match r.stream.as_str() {

@@ -1,12 +1,14 @@
 //! The `Sql` service: read-only SQL over the node's OS state.
 //!
-//! A query runs on the store's read path (SQLite `query_only` readers, or a
+//! Only operators may query (tenants' rows are not yet filtered by realm
+//! on the read path). A query runs on the store's read path (SQLite `query_only` readers, or a
 //! PostgreSQL READ ONLY transaction), so a statement that would write is
 //! refused with PERMISSION_DENIED and changes nothing. Inputs are bounded:
 //! [`SQL_BYTES_MAX`], [`PARAMS_MAX`], and at most [`ROWS_MAX`] rows returned
 //! (the response says when it was truncated).
 
 use tabos_client::proto::{self, value::Kind};
+use tabos_kernel::auth::Role;
 use tabos_store::Value;
 use tonic::{Request, Response, Status};
 
@@ -62,6 +64,18 @@ impl proto::sql_server::Sql for SqlService {
         &self,
         request: Request<proto::SqlRequest>,
     ) -> Result<Response<proto::SqlResponse>, Status> {
+        // Until the read path filters every table by the caller's realm,
+        // only an operator may read the OS state: a tenant would see every
+        // realm's rows.
+        self.node
+            .access(&request)?
+            .require(Role::Operator)
+            .map_err(|_| {
+                Status::permission_denied(
+                    "SQL over the OS state needs an operator credential: realm-scoped SQL for \
+                 tenants is not available yet",
+                )
+            })?;
         let req = request.into_inner();
         if req.sql.trim().is_empty() {
             return Err(Status::invalid_argument("empty SQL statement"));

@@ -1,21 +1,22 @@
 //! The node's gRPC API, served in-process on port 0 over an embedded store.
 
 use tabos_client::proto::{self, value::Kind};
-use tabos_client::{Client, Error as ClientError, Value};
+use tabos_client::{Bearer, Client, Endpoint, Error as ClientError, Value};
 use tabos_store::{Config, PKey};
 
 use tabos_store::testing::TempDir;
 
 /// A node serving on a free loopback port until the returned sender fires.
-async fn start(config: &Config) -> (tabos_node::Node, String, tokio::sync::oneshot::Sender<()>) {
+async fn start(config: &Config) -> (tabos_node::Node, Endpoint, tokio::sync::oneshot::Sender<()>) {
     let node = tabos_node::Node::open(config).unwrap();
+    let token = node.operator_credential("test").await.unwrap().token;
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(tabos_node::serve(node.clone(), listener, async {
         let _ = stopped.await;
     }));
-    (node, addr, stop)
+    (node, Endpoint::new(addr, token), stop)
 }
 
 fn code(e: &ClientError) -> tonic::Code {
@@ -45,7 +46,7 @@ async fn sql_queries_run_and_bad_input_is_refused_without_change() {
     tokio::task::spawn_blocking(move || seed(&n2))
         .await
         .unwrap();
-    let mut client = Client::connect(&addr).await.unwrap();
+    let mut client = addr.connect().await.unwrap();
 
     let r = client
         .sql(
@@ -126,7 +127,7 @@ async fn malformed_requests_get_a_clear_error() {
         #[prost(uint64, tag = "1")]
         sql: u64,
     }
-    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", addr.addr))
         .unwrap()
         .connect()
         .await
@@ -136,14 +137,17 @@ async fn malformed_requests_get_a_clear_error() {
     let path = http::uri::PathAndQuery::from_static("/tabos.v1.Sql/Query");
     let codec: tonic_prost::ProstCodec<Garbage, proto::SqlResponse> =
         tonic_prost::ProstCodec::default();
-    let status = grpc
-        .unary(tonic::Request::new(Garbage { sql: 42 }), path, codec)
-        .await
-        .unwrap_err();
+    let mut garbage = tonic::Request::new(Garbage { sql: 42 });
+    garbage.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", addr.token).parse().unwrap(),
+    );
+    let status = grpc.unary(garbage, path, codec).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Internal, "{status:?}");
     assert!(status.message().contains("decode"), "{status:?}");
 
-    let mut sql = proto::sql_client::SqlClient::new(channel);
+    let mut sql =
+        proto::sql_client::SqlClient::with_interceptor(channel, Bearer::new(&addr.token).unwrap());
     let status = sql
         .query(proto::SqlRequest {
             sql: "SELECT $1".into(),
@@ -156,14 +160,14 @@ async fn malformed_requests_get_a_clear_error() {
     assert!(status.message().contains("$1 has no value"), "{status:?}");
 
     // Still serving.
-    let mut client = Client::connect(&addr).await.unwrap();
+    let mut client = addr.connect().await.unwrap();
     client.sql("SELECT 1", vec![]).await.unwrap();
     let _ = stop.send(());
 }
 
 #[tokio::test]
 async fn connecting_to_nothing_says_how_to_fix_it() {
-    let e = Client::connect("127.0.0.1:1").await.unwrap_err();
+    let e = Client::connect("127.0.0.1:1", "").await.unwrap_err();
     assert!(e.to_string().contains("tabos up"), "{e}");
 }
 

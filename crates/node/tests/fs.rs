@@ -14,7 +14,7 @@ const REALM: &str = "default";
 async fn files_over_grpc_with_owners_and_clear_refusals() {
     let dir = TempDir::new("fs-grpc");
     let n = start(&dir, "fs-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.fs_mkdir(REALM, "root", "/home", 0).await.unwrap();
     c.fs_mkdir(REALM, "root", "/home/alice", 0).await.unwrap();
     c.fs_chown(REALM, "root", "/home/alice", "alice")
@@ -162,7 +162,7 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
 async fn a_wasm_proc_copies_a_file_in_segments() {
     let dir = TempDir::new("fs-wasm");
     let n = start(&dir, "fs-wasm-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     for (i, chunk) in data.chunks(1 << 20).enumerate() {
         c.fs_write(
@@ -212,7 +212,7 @@ async fn a_wasm_proc_copies_a_file_in_segments() {
 async fn reads_and_writes_for_a_proc_are_its_provenance() {
     let dir = TempDir::new("fs-provenance");
     let n = start(&dir, "fs-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let p = c
         .spawn(
             REALM,

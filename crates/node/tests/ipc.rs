@@ -22,7 +22,7 @@ fn out(to: &str, payload: &[u8]) -> proto::Outgoing {
 async fn clients_send_receive_stream_and_get_clear_errors() {
     let dir = TempDir::new("ipc-grpc");
     let n = start(&dir, "ipc-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.create_mailbox(REALM, "inbox", 0, None).await.unwrap();
     c.create_mailbox(REALM, "tiny", 100, Some(true))
         .await
@@ -150,7 +150,7 @@ async fn clients_send_receive_stream_and_get_clear_errors() {
 async fn undelivered_messages_survive_a_node_restart() {
     let dir = TempDir::new("ipc-restart");
     let n = start(&dir, "ipc-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.create_mailbox(REALM, "durable", 0, None).await.unwrap();
     for i in 0..10u8 {
         c.send(REALM, "a", "durable", vec![i]).await.unwrap();
@@ -160,7 +160,7 @@ async fn undelivered_messages_survive_a_node_restart() {
     n.shut_down().await;
 
     let n = start(&dir, "ipc-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let rest = c.recv(REALM, "durable", 0, 0).await.unwrap();
     assert_eq!(
         rest.iter().map(|m| m.payload[0]).collect::<Vec<_>>(),
@@ -201,7 +201,7 @@ fn wasm_proc(pid: &str, program: &std::path::Path) -> proto::ProcDescriptor {
 async fn wasm_procs_message_each_other_and_clients() {
     let dir = TempDir::new("ipc-wasm");
     let n = start(&dir, "ipc-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let echo = dir.path().join("echo.wat");
     std::fs::write(&echo, programs::echo()).unwrap();
     let ping = dir.path().join("ping.wat");

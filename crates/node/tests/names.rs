@@ -24,7 +24,7 @@ fn file(data: &[u8]) -> (String, Vec<u8>) {
 async fn the_namespace_over_grpc_with_clear_refusals() {
     let dir = TempDir::new("names-grpc");
     let n = start(&dir, "names-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
 
     c.name_mkdir_all(REALM, "/svc/a").await.unwrap();
     let (kind, data) = file(b"hello");
@@ -140,7 +140,7 @@ async fn the_namespace_over_grpc_with_clear_refusals() {
 async fn fences_refuse_stale_names_sends_and_spawns() {
     let dir = TempDir::new("names-fence");
     let n = start(&dir, "fence-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.name_mkdir_all(REALM, "/app/data").await.unwrap();
     c.create_mailbox(REALM, "jobs", 0, None).await.unwrap();
     let epoch1 = c.advance_epoch(REALM, "/app/epoch").await.unwrap();
@@ -211,7 +211,7 @@ async fn fences_refuse_stale_names_sends_and_spawns() {
 async fn lapsed_sessions_take_their_ephemeral_entries_and_wake_watchers() {
     let dir = TempDir::new("names-session");
     let n = start(&dir, "session-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.name_mkdir_all(REALM, "/live").await.unwrap();
     // A session nobody renews (opened directly, not through Session).
     let s = c
@@ -304,7 +304,7 @@ async fn lapsed_sessions_take_their_ephemeral_entries_and_wake_watchers() {
 async fn semaphores_release_their_waiters() {
     let dir = TempDir::new("names-sem");
     let n = start(&dir, "sem-node").await;
-    let c = Client::connect(&n.addr).await.unwrap();
+    let c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.clone().name_mkdir_all(REALM, "/sem").await.unwrap();
     let started = Semaphore::new(&c, REALM, "/sem/started");
     started.init().await.unwrap();
@@ -343,7 +343,7 @@ async fn dir_watches_see_each_change_once_in_order_under_concurrent_writers() {
     const SETS: i64 = 4;
     let dir = TempDir::new("names-watch");
     let n = start(&dir, "watch-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.name_mkdir_all(REALM, "/w").await.unwrap();
     let mut watch = c.watch(REALM, "/w", WatchMode::Dir).await.unwrap();
     assert_eq!(watch.message().await.unwrap().unwrap().op, "watching");
@@ -395,7 +395,7 @@ async fn dir_watches_see_each_change_once_in_order_under_concurrent_writers() {
 async fn wasm_procs_use_the_namespace() {
     let dir = TempDir::new("names-wasm");
     let n = start(&dir, "wasm-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let relay = dir.path().join("relay.wat");
     std::fs::write(
         &relay,
@@ -452,7 +452,8 @@ fn contender_process() {
     println!();
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let mut c = Client::connect(&addr).await.unwrap();
+        let token = std::env::var("TABOS_CONTENDER_TOKEN").unwrap();
+        let mut c = Client::connect(&addr, &token).await.unwrap();
         let session = Session::open(&c, REALM, &me, CONTENDER_TTL).await.unwrap();
         let election = Election::new(&c, REALM, ELECTION, FENCED);
         let lead = election.campaign(&session, &me).await.unwrap();
@@ -488,7 +489,7 @@ struct Contender {
 }
 
 impl Contender {
-    fn start(addr: &str, name: &str) -> Contender {
+    fn start(addr: &str, token: &str, name: &str) -> Contender {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "contender_process",
@@ -497,6 +498,7 @@ impl Contender {
                 "--test-threads=1",
             ])
             .env("TABOS_CONTENDER_ADDR", addr)
+            .env("TABOS_CONTENDER_TOKEN", token)
             .env("TABOS_CONTENDER_NAME", name)
             .stdout(std::process::Stdio::piped())
             .spawn()
@@ -557,10 +559,10 @@ fn split_brain_a_paused_then_a_killed_leader_is_fenced_and_replaced() {
     let n = rt.block_on(start(&dir, "split-node"));
     let mut log: Vec<(i64, i64)> = Vec::new();
 
-    let a = Contender::start(&n.addr, "a");
+    let a = Contender::start(&n.addr, &n.token, "a");
     assert_eq!(a.expect("leader", &mut log), "leader a 1");
     a.expect("wrote", &mut log);
-    let b = Contender::start(&n.addr, "b");
+    let b = Contender::start(&n.addr, &n.token, "b");
     // Pause the leader: it stops renewing, its session lapses and b wins.
     a.signal(libc::SIGSTOP);
     assert_eq!(b.expect("leader", &mut log), "leader b 2");
@@ -573,7 +575,7 @@ fn split_brain_a_paused_then_a_killed_leader_is_fenced_and_replaced() {
     assert!(a.child.wait().unwrap().success());
 
     // Kill the leader outright; a new contender is elected once its lease lapses.
-    let c = Contender::start(&n.addr, "c");
+    let c = Contender::start(&n.addr, &n.token, "c");
     b.signal(libc::SIGKILL);
     let mut b = b;
     b.child.wait().unwrap();
@@ -597,7 +599,7 @@ fn split_brain_a_paused_then_a_killed_leader_is_fenced_and_replaced() {
     // The log file's last write is the last leader's (perhaps one it had
     // committed but not yet printed when it was killed).
     let last = rt.block_on(async {
-        let mut cl = Client::connect(&n.addr).await.unwrap();
+        let mut cl = Client::connect(&n.addr, &n.token).await.unwrap();
         cl.name_get(REALM, "/election/data/log").await.unwrap()
     });
     assert_eq!(last.data, b"c 3");

@@ -15,7 +15,7 @@ use tonic::Code;
 async fn procedures_over_grpc() {
     let dir = TempDir::new("proc-grpc");
     let n = start(&dir, "proc-node").await;
-    let mut c = Client::connect(&n.addr).await.unwrap();
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let none = ProcedureLimits::default();
     let info = c
         .procedure_install("t", "chase", "js", examples::JS_CHASE.into(), none)

@@ -1,12 +1,12 @@
 //! The proc API over gRPC with procd running native procs, in-process on
 //! port 0 over an embedded store.
 
-use tabos_client::{proto, Client, Error as ClientError};
+use tabos_client::{proto, Client, Endpoint, Error as ClientError};
 use tabos_node::{Node, NodeSettings};
 use tabos_store::testing::TempDir;
 use tabos_store::Config;
 
-async fn start(dir: &TempDir, cores: i64) -> (Node, String, tokio::sync::oneshot::Sender<()>) {
+async fn start(dir: &TempDir, cores: i64) -> (Node, Endpoint, tokio::sync::oneshot::Sender<()>) {
     start_with(dir, cores, |_| Ok(())).await
 }
 
@@ -15,7 +15,7 @@ async fn start_with(
     dir: &TempDir,
     cores: i64,
     prepare: impl FnOnce(&tabos_store::Store) -> tabos_kernel::Result<()>,
-) -> (Node, String, tokio::sync::oneshot::Sender<()>) {
+) -> (Node, Endpoint, tokio::sync::oneshot::Sender<()>) {
     let settings = NodeSettings {
         node_id: "test-node".into(),
         logs: dir.path().join("logs"),
@@ -33,13 +33,14 @@ async fn start_with(
     )
     .unwrap();
     prepare(&node.store).unwrap();
+    let token = node.operator_credential("test").await.unwrap().token;
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(tabos_node::serve(node.clone(), listener, async {
         let _ = stopped.await;
     }));
-    (node, addr, stop)
+    (node, Endpoint::new(addr, token), stop)
 }
 
 fn native(program: &str, args: &[&str]) -> proto::ProcDescriptor {
@@ -152,8 +153,8 @@ fn code(e: &ClientError) -> tonic::Code {
 
 /// The listener is bound before serve() starts, so a connection made now
 /// waits in the backlog until the node has registered its worker and serves.
-async fn connect(addr: &str) -> Client {
-    Client::connect(addr).await.unwrap()
+async fn connect(addr: &Endpoint) -> Client {
+    addr.connect().await.unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -183,9 +183,9 @@ impl Job {
         };
         let layout = Layout::new(&spec.id);
         let mut c = client.clone();
-        // Files: /mr belongs to the `mr` user; the job's tree under it.
-        ok_if_exists(c.fs_mkdir(realm, "root", "/mr", 0o755).await)?;
-        c.fs_chown(realm, "root", "/mr", FS_USER).await?;
+        // Files: /mr is shared by the realm's users (0777: whoever submits
+        // first makes it); the job's tree under it is the submitter's.
+        ok_if_exists(c.fs_mkdir(realm, FS_USER, "/mr", 0o777).await)?;
         for d in ["", "/plan", "/inter", "/out"] {
             c.fs_mkdir(realm, FS_USER, &format!("{}{d}", layout.root()), 0o755)
                 .await?;

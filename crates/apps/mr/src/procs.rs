@@ -110,7 +110,9 @@ impl Ctx {
     async fn from_env(job: &str) -> Result<Ctx> {
         crate::spec::validate_job_id(job)?;
         let (addr, realm, pid) = (env("TABOS_ADDR")?, env("TABOS_REALM")?, env("TABOS_PID")?);
-        let client = Client::connect(&addr).await?.acting_for(&pid);
+        // The proc's own credential, scoped to its realm and pid.
+        let token = env("TABOS_TOKEN")?;
+        let client = Client::connect(&addr, &token).await?.acting_for(&pid);
         let layout = Layout::new(job);
         let mut c = client.clone();
         let spec = Spec::from_json(&c.name_get(&realm, &layout.spec()).await?.data)?;

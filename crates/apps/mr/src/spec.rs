@@ -24,8 +24,11 @@ use serde::{Deserialize, Serialize};
 use crate::job::Kind;
 use crate::{Error, Result};
 
-/// The filesystem user every proc of a job reads and writes as.
-pub const FS_USER: &str = "mr";
+/// The filesystem user a job's files are read and written as: empty, so
+/// that the node takes it from the credential — the submitter's for the
+/// driver, and for the procs their own, which act for their spawner's
+/// user (so every file of a job has one owner).
+pub const FS_USER: &str = "";
 /// Attempts of one task before the job fails.
 pub const ATTEMPTS_MAX: u32 = 4;
 /// Longest job id.

@@ -20,11 +20,7 @@ use tabos_store::Config;
 
 const REALM: &str = "default";
 
-struct Running {
-    addr: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
-}
+struct Running(tabos_node::Embedded);
 
 /// A node with 2 cores whose BE procs fill up to 4 (reducers beside mappers).
 async fn start(dir: &TempDir) -> Running {
@@ -40,19 +36,12 @@ async fn start(dir: &TempDir) -> Running {
         ..NodeSettings::defaults()
     };
     let node = Node::open_with(&Config::sqlite(dir.path().join("db")), settings).unwrap();
-    let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
-    let addr = tabos_node::local_addr(&listener).unwrap().to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(tabos_node::serve(node, listener, async {
-        let _ = stopped.await;
-    }));
-    Running { addr, stop, served }
+    Running(tabos_node::Embedded::start(node).await.unwrap())
 }
 
 impl Running {
     async fn shut_down(self) {
-        let _ = self.stop.send(());
-        self.served.await.unwrap().unwrap();
+        self.0.stop().await.unwrap();
     }
 }
 
@@ -165,7 +154,7 @@ fn wordcount_and_grep_equal_the_direct_computation() {
     let inputs = inputs(dir.path());
     rt().block_on(async {
         let node = start(&dir).await;
-        let c = Client::connect(&node.addr).await.unwrap();
+        let c = node.0.client().await.unwrap();
         for kind in [Kind::WordCount, Kind::grep(b"needle").unwrap()] {
             let want = direct::run(&kind, &inputs).unwrap();
             let (job, got) = run_to_end(&c, submit(kind.clone(), inputs.clone())).await;
@@ -210,7 +199,7 @@ fn a_mapper_killed_mid_job_is_run_again() {
     let inputs = inputs(dir.path());
     rt().block_on(async {
         let node = start(&dir).await;
-        let c = Client::connect(&node.addr).await.unwrap();
+        let c = node.0.client().await.unwrap();
         let want = direct::run(&Kind::WordCount, &inputs).unwrap();
         let mut s = submit(Kind::WordCount, inputs);
         // Map task 1, attempt 1 stops after writing its runs, before
@@ -247,7 +236,7 @@ fn a_reducer_killed_mid_job_is_run_again() {
     let inputs = inputs(dir.path());
     rt().block_on(async {
         let node = start(&dir).await;
-        let c = Client::connect(&node.addr).await.unwrap();
+        let c = node.0.client().await.unwrap();
         let kind = Kind::grep(b"needle").unwrap();
         let want = direct::run(&kind, &inputs).unwrap();
         let mut s = submit(kind, inputs);
@@ -274,7 +263,7 @@ fn a_damaged_intermediate_file_reruns_its_mapper() {
     let inputs = inputs(dir.path());
     rt().block_on(async {
         let node = start(&dir).await;
-        let c = Client::connect(&node.addr).await.unwrap();
+        let c = node.0.client().await.unwrap();
         let want = direct::run(&Kind::WordCount, &inputs).unwrap();
         let mut s = submit(Kind::WordCount, inputs);
         // Reducer 0 waits before it reads anything.
@@ -312,7 +301,7 @@ fn the_standby_coordinator_finishes_when_the_leader_is_killed() {
     let inputs = inputs(dir.path());
     rt().block_on(async {
         let node = start(&dir).await;
-        let c = Client::connect(&node.addr).await.unwrap();
+        let c = node.0.client().await.unwrap();
         let want = direct::run(&Kind::WordCount, &inputs).unwrap();
         let mut s = submit(Kind::WordCount, inputs);
         // Hold map task 0 so the job cannot finish before the kill.

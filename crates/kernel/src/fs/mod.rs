@@ -59,7 +59,7 @@ pub const MODE_FILE_DEFAULT: i64 = 0o644;
 /// Mode of a new directory when the caller gives none.
 pub const MODE_DIR_DEFAULT: i64 = 0o755;
 /// Longest user name, in bytes.
-pub const USER_BYTES_MAX: usize = 64;
+pub use crate::auth::USER_BYTES_MAX;
 
 /// What an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,19 +141,8 @@ impl Caller {
     }
 }
 
-pub fn validate_user(user: &str) -> Result<()> {
-    if user.is_empty()
-        || user.len() > USER_BYTES_MAX
-        || !user
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
-    {
-        return Err(Error::Invalid(format!(
-            "a user name is 1..={USER_BYTES_MAX} bytes of [A-Za-z0-9_.-], not {user:?}"
-        )));
-    }
-    Ok(())
-}
+/// User names are checked where credentials are made: one rule for both.
+pub use crate::auth::validate_user;
 
 fn check_mode(mode: i64) -> Result<()> {
     if !(0..=0o777).contains(&mode) {

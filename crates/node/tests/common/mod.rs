@@ -10,6 +10,8 @@ use tabos_store::Config;
 pub struct Running {
     pub node: Node,
     pub addr: String,
+    /// The node's operator credential.
+    pub token: String,
     stop: tokio::sync::oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
 }
@@ -31,6 +33,7 @@ pub async fn start(dir: &TempDir, node_id: &str) -> Running {
         settings,
     )
     .unwrap();
+    let token = node.operator_credential("test").await.unwrap().token;
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -40,12 +43,27 @@ pub async fn start(dir: &TempDir, node_id: &str) -> Running {
     Running {
         node,
         addr,
+        token,
         stop,
         served,
     }
 }
 
 impl Running {
+    /// A client acting as the operator.
+    pub async fn client(&self) -> tabos_client::Client {
+        tabos_client::Client::connect(&self.addr, &self.token)
+            .await
+            .unwrap()
+    }
+
+    /// A client acting with `token`.
+    pub async fn client_with(&self, token: &str) -> tabos_client::Client {
+        tabos_client::Client::connect(&self.addr, token)
+            .await
+            .unwrap()
+    }
+
     pub async fn shut_down(self) {
         let _ = self.stop.send(());
         self.served.await.unwrap().unwrap();

@@ -1,0 +1,229 @@
+//! `tabos token create|list|revoke|whoami`: credentials.
+
+use tabos_client::proto;
+
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Create a credential and print its token (shown once)
+    Create {
+        /// Realm it acts for [default: yours; operators: any]
+        #[arg(long, default_value = "")]
+        realm: String,
+        /// fs user it acts as [default: root for admin, else the role's name]
+        #[arg(long, default_value = "")]
+        user: String,
+        /// reader, member, admin, or operator (operators only)
+        #[arg(long, default_value = "member")]
+        role: String,
+        /// Lifetime, e.g. 90s, 30m, 12h, 7d [default: until revoked]
+        #[arg(long)]
+        ttl: Option<String>,
+        /// A note shown by `token list`
+        #[arg(long, default_value = "")]
+        note: String,
+        /// Also save it as this context of the credentials file (and make
+        /// it current)
+        #[arg(long)]
+        save_as: Option<String>,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// List credentials (never their tokens)
+    List {
+        /// Only this realm's [default: yours; operators: every realm's]
+        #[arg(long, default_value = "")]
+        realm: String,
+        /// Include procs' credentials
+        #[arg(long)]
+        procs: bool,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Revoke a credential by its id: it authenticates nothing from now on
+    Revoke {
+        /// The credential's id (from `token list`)
+        id: String,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Show the credential in use: realm, user, role
+    Whoami {
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+}
+
+/// Parses a duration such as `90s`, `30m`, `12h`, `7d` or `500ms` into
+/// milliseconds.
+pub fn parse_ttl(s: &str) -> anyhow::Result<u64> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| {
+        anyhow::anyhow!("--ttl {s:?}: expected a number and a unit (ms, s, m, h, d)")
+    })?;
+    let ms = match unit {
+        "ms" => 1,
+        "s" | "" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => anyhow::bail!("--ttl {s:?}: the unit must be ms, s, m, h or d"),
+    };
+    let total = n
+        .checked_mul(ms)
+        .filter(|&t| t > 0)
+        .ok_or_else(|| anyhow::anyhow!("--ttl {s:?} is out of range"))?;
+    Ok(total)
+}
+
+fn time(us: i64) -> String {
+    // Seconds since the epoch: exact, sortable, and what SQL shows.
+    format!("{}", us / 1_000_000)
+}
+
+fn row(t: &proto::TokenInfo) -> Vec<String> {
+    vec![
+        t.id.clone(),
+        if t.realm.is_empty() {
+            "*".into()
+        } else {
+            t.realm.clone()
+        },
+        t.user.clone(),
+        t.role.clone(),
+        t.pid.clone(),
+        time(t.created_us),
+        t.expires_us.map_or_else(|| "never".into(), time),
+        t.revoked_us.map_or_else(String::new, time),
+        t.note.clone(),
+    ]
+}
+
+fn json(t: &proto::TokenInfo) -> serde_json::Value {
+    serde_json::json!({
+        "id": t.id, "realm": t.realm, "user": t.user, "role": t.role,
+        "pid": t.pid, "created_us": t.created_us, "expires_us": t.expires_us,
+        "revoked_us": t.revoked_us, "note": t.note,
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::runtime()?.block_on(async {
+        match args.command {
+            Command::Create {
+                realm,
+                user,
+                role,
+                ttl,
+                note,
+                save_as,
+                json: as_json,
+                node,
+            } => {
+                let ttl_ms = ttl.as_deref().map(parse_ttl).transpose()?.unwrap_or(0);
+                let mut c = node.connect().await?;
+                let created = c
+                    .create_token(proto::CreateTokenRequest {
+                        realm,
+                        user,
+                        role,
+                        ttl_ms,
+                        note,
+                    })
+                    .await?;
+                let info = created.info.unwrap_or_default();
+                if let Some(name) = save_as {
+                    let path = crate::credentials::File::save_context(
+                        &name,
+                        crate::credentials::Context {
+                            addr: node.addr()?,
+                            realm: info.realm.clone(),
+                            token: created.token.clone(),
+                        },
+                    )?;
+                    eprintln!("saved as context {name} in {}", path.display());
+                }
+                if as_json {
+                    let mut v = json(&info);
+                    v["token"] = created.token.into();
+                    println!("{v}");
+                } else {
+                    eprintln!(
+                        "credential {} for realm {} as user {}, role {} (shown once, keep it safe):",
+                        info.id,
+                        if info.realm.is_empty() { "*" } else { &info.realm },
+                        info.user,
+                        info.role
+                    );
+                    println!("{}", created.token);
+                }
+            }
+            Command::List {
+                realm,
+                procs,
+                json: as_json,
+                node,
+            } => {
+                let mut c = node.connect().await?;
+                let list = c.list_tokens(&realm, procs).await?;
+                if as_json {
+                    let v: Vec<_> = list.iter().map(json).collect();
+                    println!("{}", serde_json::Value::Array(v));
+                } else {
+                    let cols: Vec<String> = [
+                        "id", "realm", "user", "role", "pid", "created", "expires", "revoked",
+                        "note",
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    let rows: Vec<_> = list.iter().map(row).collect();
+                    print!("{}", crate::output::table(&cols, &rows));
+                }
+            }
+            Command::Revoke { id, node } => {
+                let mut c = node.connect().await?;
+                c.revoke_token(&id).await?;
+                println!("credential {id} revoked");
+            }
+            Command::Whoami { node } => {
+                let mut c = node.connect().await?;
+                let me = c.who_am_i().await?;
+                println!("{}", serde_json::to_string(&json(&me))?);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ttl;
+
+    #[test]
+    fn ttls_parse() {
+        assert_eq!(parse_ttl("90s").unwrap(), 90_000);
+        assert_eq!(parse_ttl("2h").unwrap(), 7_200_000);
+        assert_eq!(parse_ttl("500ms").unwrap(), 500);
+        assert_eq!(parse_ttl("7d").unwrap(), 604_800_000);
+        assert_eq!(parse_ttl("5").unwrap(), 5_000);
+        for bad in ["", "0s", "h", "3y", "-1s", "99999999999999999999d"] {
+            assert!(parse_ttl(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! Credentials: who a request acts for (issue 17).
+//!
+//! Table `credential` (migration 011), owned by this module: one row per
+//! bearer token, holding only the SHA-256 of the token. A credential acts
+//! for one realm with one [`Role`]; an operator's acts for every realm; a
+//! proc's also names its pid. A realm's credentials live on the realm's
+//! partition (so a realm and its first credential are created in one
+//! transaction), operators' on partition 0.
+//!
+//! A token is `tabos_<id>_<secret>`: `id` is 64 random bits in hex, public
+//! (what `tabos token list` shows and `revoke` takes), `secret` 256 random
+//! bits in hex. Only [`mint`] makes tokens, outside any transaction (a
+//! procedure stays deterministic: it is given the hash, never draws
+//! randomness).
+//!
+//! Every change notifies [`CHANGES_CHANNEL`], so that nodes keep their
+//! in-memory view of the table ([`load`]) current without polling.
+//!
+//! Invariants: a token is never stored, logged or returned after [`mint`];
+//! `id` and `token_hash` are each unique; a revoked or expired credential
+//! authenticates nothing ([`Principal::is_live`]).
+
+use std::fmt;
+
+use sha2::{Digest, Sha256};
+use tabos_store::{params, PKey, Store, Tx};
+
+use crate::ids::Pid;
+use crate::{realm_partition, validate_realm, Error, Result};
+
+/// Change-feed channel told of every created or revoked credential; the
+/// payload is the credential's id.
+pub const CHANGES_CHANNEL: &str = "auth/credentials";
+/// Prefix of every token.
+pub const TOKEN_PREFIX: &str = "tabos_";
+/// Random bytes of a token's public id.
+pub const ID_BYTES: usize = 8;
+/// Random bytes of a token's secret (256 bits).
+pub const SECRET_BYTES: usize = 32;
+/// Longest token accepted for checking, in bytes (a real one is 87).
+pub const TOKEN_BYTES_MAX: usize = 128;
+/// Most live credentials a realm may hold, procs' own not counted (those
+/// are bounded by the realm's procs).
+pub const CREDENTIALS_PER_REALM_MAX: i64 = 1_000;
+/// Longest user name, in bytes.
+pub const USER_BYTES_MAX: usize = 64;
+/// Longest note on a credential, in bytes.
+pub const NOTE_BYTES_MAX: usize = 256;
+
+/// What a credential may do, weakest first: a role admits everything the
+/// ones before it do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Role {
+    /// Reads its realm's state: gets, stats, waits, SQL.
+    Reader,
+    /// Also changes its realm's state: spawns, sends, writes.
+    Member,
+    /// Also manages its realm: credentials, procedures.
+    Admin,
+    /// Every realm, and the node: creates realms and operators.
+    Operator,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Reader => "reader",
+            Role::Member => "member",
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Role> {
+        match s {
+            "reader" => Ok(Role::Reader),
+            "member" => Ok(Role::Member),
+            "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            _ => Err(Error::Invalid(format!(
+                "role must be reader, member, admin or operator, not {s:?}"
+            ))),
+        }
+    }
+}
+
+/// A credential's public id (16 hex digits).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CredentialId(pub String);
+
+impl CredentialId {
+    /// Validates and wraps.
+    pub fn new(s: impl Into<String>) -> Result<CredentialId> {
+        let s = s.into();
+        if s.len() == 2 * ID_BYTES && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Ok(CredentialId(s.to_ascii_lowercase()))
+        } else {
+            Err(Error::Invalid(format!(
+                "credential id {s:?} must be {} hex digits",
+                2 * ID_BYTES
+            )))
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CredentialId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The SHA-256 of a token: what the table keeps.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TokenHash(pub [u8; 32]);
+
+impl fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TokenHash({}…)", &self.hex()[..8])
+    }
+}
+
+impl TokenHash {
+    /// The hash of `token`.
+    pub fn of(token: &str) -> TokenHash {
+        TokenHash(Sha256::digest(token.as_bytes()).into())
+    }
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+    fn from_hex(s: &str) -> Result<TokenHash> {
+        let mut out = [0u8; 32];
+        if s.len() != 64 {
+            return Err(Error::Invalid("credential hash of the wrong length".into()));
+        }
+        for (i, b) in out.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+                .map_err(|_| Error::Invalid("credential hash is not hex".into()))?;
+        }
+        Ok(TokenHash(out))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// Splits a well-formed token into its id; `None` for anything else (so a
+/// caller never hashes arbitrary input of any size).
+pub fn token_id(token: &str) -> Option<CredentialId> {
+    if token.len() > TOKEN_BYTES_MAX {
+        return None;
+    }
+    let rest = token.strip_prefix(TOKEN_PREFIX)?;
+    let (id, secret) = rest.split_once('_')?;
+    if secret.len() != 2 * SECRET_BYTES || !secret.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    CredentialId::new(id).ok()
+}
+
+/// A token just made: shown once to whoever asked for it.
+#[derive(Clone)]
+pub struct Minted {
+    pub id: CredentialId,
+    pub token: String,
+    pub hash: TokenHash,
+}
+
+impl fmt::Debug for Minted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the token itself.
+        f.debug_struct("Minted").field("id", &self.id).finish()
+    }
+}
+
+/// Makes a new token from the operating system's random source.
+pub fn mint() -> Result<Minted> {
+    let mut raw = [0u8; ID_BYTES + SECRET_BYTES];
+    getrandom::fill(&mut raw)
+        .map_err(|e| Error::Invalid(format!("no random source for a credential: {e}")))?;
+    let id = CredentialId(hex(&raw[..ID_BYTES]));
+    let token = format!("{TOKEN_PREFIX}{id}_{}", hex(&raw[ID_BYTES..]));
+    debug_assert_eq!(token_id(&token).as_ref(), Some(&id));
+    let hash = TokenHash::of(&token);
+    Ok(Minted { id, token, hash })
+}
+
+/// Who a credential acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub id: CredentialId,
+    /// The realm; empty for an operator (who acts for any realm).
+    pub realm: String,
+    /// The user within the realm: whose files it reads and writes.
+    pub user: String,
+    pub role: Role,
+    /// A proc's credential: the proc it was made for.
+    pub pid: Option<Pid>,
+    pub expires_us: Option<i64>,
+}
+
+impl Principal {
+    /// Whether the credential is still good at `now_us` (revoked ones are
+    /// never loaded).
+    pub fn is_live(&self, now_us: i64) -> bool {
+        self.expires_us.is_none_or(|e| now_us < e)
+    }
+
+    pub fn is_operator(&self) -> bool {
+        self.role == Role::Operator
+    }
+}
+
+/// A credential to create: everything but the token.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// The realm; empty only for an operator.
+    pub realm: String,
+    pub user: String,
+    pub role: Role,
+    pub pid: Option<Pid>,
+    pub expires_us: Option<i64>,
+    pub note: String,
+}
+
+impl Spec {
+    /// The operator credential of a node.
+    pub fn operator(note: impl Into<String>) -> Spec {
+        Spec {
+            realm: String::new(),
+            user: "root".into(),
+            role: Role::Operator,
+            pid: None,
+            expires_us: None,
+            note: note.into(),
+        }
+    }
+
+    /// A realm's credential for `user` with `role`.
+    pub fn realm(realm: &str, user: &str, role: Role) -> Spec {
+        Spec {
+            realm: realm.into(),
+            user: user.into(),
+            role,
+            pid: None,
+            expires_us: None,
+            note: String::new(),
+        }
+    }
+
+    /// Checks the spec's fields.
+    pub fn validate(&self) -> Result<()> {
+        if self.role == Role::Operator {
+            if !self.realm.is_empty() || self.pid.is_some() {
+                return Err(Error::Invalid(
+                    "an operator credential names no realm and no proc".into(),
+                ));
+            }
+        } else {
+            validate_realm(&self.realm)?;
+        }
+        validate_user(&self.user)?;
+        if self.note.len() > NOTE_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "a credential's note is at most {NOTE_BYTES_MAX} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The partition the credential's row lives on.
+    pub fn partition(&self, partitions: u32) -> PKey {
+        partition_of(&self.realm, partitions)
+    }
+}
+
+fn partition_of(realm: &str, partitions: u32) -> PKey {
+    if realm.is_empty() {
+        PKey(0)
+    } else {
+        realm_partition(realm, partitions)
+    }
+}
+
+/// Checks a user name: 1..=USER_BYTES_MAX bytes of `[A-Za-z0-9_.-]`.
+pub fn validate_user(user: &str) -> Result<()> {
+    let ok = !user.is_empty()
+        && user.len() <= USER_BYTES_MAX
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "user name {user:?} must be 1..={USER_BYTES_MAX} characters of A-Z a-z 0-9 _ . -"
+        )))
+    }
+}
+
+/// Procedure body: records a credential (its hash) made by [`mint`]. A
+/// realm credential needs its realm; a realm holds at most
+/// [`CREDENTIALS_PER_REALM_MAX`] live ones besides its procs'.
+pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> Result<()> {
+    spec.validate()?;
+    let p = crate::p_key(tx);
+    debug_assert!(!spec.realm.is_empty() || tx.p_key() == PKey(0));
+    if spec.role != Role::Operator {
+        crate::realms::scheduler_tx(tx, &spec.realm)?; // NotFound for an unknown realm
+        if spec.pid.is_none() {
+            let live: i64 = tx.query_scalar(
+                "SELECT count(*) FROM credential WHERE p_key = $1 AND realm = $2 \
+                 AND pid IS NULL AND revoked_us IS NULL AND (expires_us IS NULL OR expires_us > $3)",
+                params![p, spec.realm.as_str(), now_us],
+            )?;
+            if live >= CREDENTIALS_PER_REALM_MAX {
+                return Err(Error::Full(format!(
+                    "realm {} is over its credential quota: {live} live of {CREDENTIALS_PER_REALM_MAX}",
+                    spec.realm
+                )));
+            }
+        }
+    }
+    tx.execute(
+        "INSERT INTO credential (p_key, id, token_hash, realm, user_name, role, pid, created_us, \
+                                 expires_us, note) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        params![
+            p,
+            minted.id.as_str(),
+            minted.hash.hex(),
+            spec.realm.as_str(),
+            spec.user.as_str(),
+            spec.role.as_str(),
+            spec.pid.as_ref().map(Pid::as_str),
+            now_us,
+            spec.expires_us,
+            spec.note.as_str()
+        ],
+    )
+    .map_err(|e| {
+        if e.is_unique_violation() {
+            Error::AlreadyExists(format!("credential {}", minted.id))
+        } else {
+            Error::Store(e)
+        }
+    })?;
+    tx.notify(CHANGES_CHANNEL, minted.id.as_str())?;
+    Ok(())
+}
+
+/// Creates a credential: mints its token and records it. The token is in
+/// the result and nowhere else.
+pub async fn create(store: &Store, spec: Spec) -> Result<Minted> {
+    spec.validate()?;
+    let minted = mint()?;
+    let now = tabos_store::now_us();
+    let (s, m) = (spec.clone(), minted.clone());
+    store
+        .submit(spec.partition(store.partitions()), move |tx| {
+            create_tx(tx, &s, &m, now)
+        })
+        .await?;
+    Ok(minted)
+}
+
+/// Procedure body: revokes credential `id` if `realm` is its realm (any
+/// realm when `None`). Revoking twice is not an error; an unknown id (or
+/// another realm's) is NotFound.
+pub fn revoke_tx(
+    tx: &mut dyn Tx,
+    id: &CredentialId,
+    realm: Option<&str>,
+    now_us: i64,
+) -> Result<()> {
+    let p = crate::p_key(tx);
+    let n = tx.execute(
+        "UPDATE credential SET revoked_us = coalesce(revoked_us, $3) \
+         WHERE p_key = $1 AND id = $2 AND ($4 IS NULL OR realm = $4)",
+        params![p, id.as_str(), now_us, realm],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("credential {id}")));
+    }
+    tx.notify(CHANGES_CHANNEL, id.as_str())?;
+    Ok(())
+}
+
+/// Revokes credential `id`, which must belong to `realm` (any realm when
+/// `None`, as for an operator). The credential's partition is found on
+/// the read path first.
+pub async fn revoke(store: &Store, id: &CredentialId, realm: Option<&str>) -> Result<()> {
+    let row = store.query(
+        "SELECT realm FROM credential WHERE id = $1",
+        params![id.as_str()],
+    )?;
+    let Some(owner) = row.rows.first() else {
+        return Err(Error::NotFound(format!("credential {id}")));
+    };
+    let owner: String = owner.get(0)?;
+    if realm.is_some_and(|r| r != owner) {
+        return Err(Error::NotFound(format!("credential {id}")));
+    }
+    let (id2, realm2, now) = (id.clone(), realm.map(str::to_string), tabos_store::now_us());
+    store
+        .submit(partition_of(&owner, store.partitions()), move |tx| {
+            revoke_tx(tx, &id2, realm2.as_deref(), now)
+        })
+        .await
+}
+
+/// Procedure body: revokes every live credential of proc `pid` in `realm`
+/// (when the proc has ended). Returns how many.
+pub fn revoke_pid_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<u64> {
+    let p = crate::p_key(tx);
+    let n = tx.execute(
+        "UPDATE credential SET revoked_us = $4 \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NULL",
+        params![p, realm, pid.as_str(), now_us],
+    )?;
+    if n > 0 {
+        tx.notify(CHANGES_CHANNEL, pid.as_str())?;
+    }
+    Ok(n)
+}
+
+/// Revokes proc `pid`'s credentials.
+pub async fn revoke_pid(store: &Store, realm: &str, pid: &Pid) -> Result<u64> {
+    let (r, p, now) = (realm.to_string(), pid.clone(), tabos_store::now_us());
+    crate::call(store, realm, move |tx| revoke_pid_tx(tx, &r, &p, now)).await
+}
+
+/// A credential as `tabos token list` shows it (never its hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub principal: Principal,
+    pub created_us: i64,
+    pub revoked_us: Option<i64>,
+    pub note: String,
+}
+
+const COLUMNS: &str =
+    "id, realm, user_name, role, pid, expires_us, created_us, revoked_us, note, token_hash";
+
+fn info_of(row: &tabos_store::Row) -> Result<(Info, TokenHash)> {
+    let pid: Option<String> = row.get(4)?;
+    let principal = Principal {
+        id: CredentialId::new(row.get::<String>(0)?)?,
+        realm: row.get(1)?,
+        user: row.get(2)?,
+        role: row.get::<String>(3)?.parse()?,
+        pid: pid.map(Pid::new).transpose()?,
+        expires_us: row.get(5)?,
+    };
+    let info = Info {
+        principal,
+        created_us: row.get(6)?,
+        revoked_us: row.get(7)?,
+        note: row.get(8)?,
+    };
+    Ok((info, TokenHash::from_hex(&row.get::<String>(9)?)?))
+}
+
+/// The credentials of `realm` (every realm's when `None`), procs' included
+/// only when `with_procs`, oldest first, on the read path.
+pub fn list(store: &Store, realm: Option<&str>, with_procs: bool) -> Result<Vec<Info>> {
+    let rows = store.query(
+        &format!(
+            "SELECT {COLUMNS} FROM credential WHERE ($1 IS NULL OR realm = $1) \
+             AND ($2 = 1 OR pid IS NULL) ORDER BY created_us, id"
+        ),
+        params![realm, i64::from(with_procs)],
+    )?;
+    rows.rows
+        .iter()
+        .map(|r| info_of(r).map(|(i, _)| i))
+        .collect()
+}
+
+/// Every credential that is neither revoked nor expired at `now_us`, by
+/// hash: what a node checks tokens against.
+pub fn load(store: &Store, now_us: i64) -> Result<Vec<(TokenHash, Principal)>> {
+    let rows = store.query(
+        &format!(
+            "SELECT {COLUMNS} FROM credential WHERE revoked_us IS NULL \
+             AND (expires_us IS NULL OR expires_us > $1)"
+        ),
+        params![now_us],
+    )?;
+    rows.rows
+        .iter()
+        .map(|r| info_of(r).map(|(i, h)| (h, i.principal)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_well_formed_and_distinct() {
+        let a = mint().unwrap();
+        let b = mint().unwrap();
+        assert_ne!(a.token, b.token);
+        assert_eq!(token_id(&a.token), Some(a.id.clone()));
+        assert_eq!(TokenHash::of(&a.token), a.hash);
+        assert_eq!(TokenHash::from_hex(&a.hash.hex()).unwrap(), a.hash);
+        assert!(!format!("{a:?}").contains(&a.token));
+        for bad in [
+            "",
+            "tabos_",
+            "tabos_0123456789abcdef_short",
+            "bearer 123",
+            &format!("{}x", a.token),
+            &"x".repeat(TOKEN_BYTES_MAX + 1),
+        ] {
+            assert_eq!(token_id(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn roles_are_ordered_and_parsed() {
+        assert!(Role::Reader < Role::Member && Role::Member < Role::Admin);
+        assert!(Role::Admin < Role::Operator);
+        for r in [Role::Reader, Role::Member, Role::Admin, Role::Operator] {
+            assert_eq!(r.as_str().parse::<Role>().unwrap(), r);
+        }
+        assert!("root".parse::<Role>().is_err());
+    }
+
+    #[test]
+    fn specs_are_checked() {
+        assert!(Spec::operator("x").validate().is_ok());
+        assert!(Spec::realm("a", "alice", Role::Member).validate().is_ok());
+        assert!(Spec::realm("", "alice", Role::Member).validate().is_err());
+        assert!(Spec::realm("a", "../x", Role::Member).validate().is_err());
+        let mut op = Spec::operator("x");
+        op.realm = "a".into();
+        assert!(op.validate().is_err());
+    }
+}

@@ -1,0 +1,282 @@
+//! Authentication and authorization of every request (issue 17).
+//!
+//! Every service is wrapped in [`Authenticate`], a tonic interceptor: a
+//! request without an `authorization: Bearer <token>` header, or whose
+//! token is unknown, revoked or expired, is UNAUTHENTICATED before any
+//! handler runs. An accepted request carries its [`Principal`] as a request
+//! extension; handlers take it with [`caller`] and derive the realm and the
+//! user they act for from it ([`Access`]), never from a request field: a
+//! field naming another realm or user is PERMISSION_DENIED.
+//!
+//! The node checks tokens against an in-memory copy of the live
+//! credentials (hash → principal), loaded at start and reloaded whenever
+//! the change feed reports a created or revoked credential
+//! ([`Auth::follow`]), so a check costs one SHA-256 and one hash lookup.
+//! Credentials this node creates or revokes are applied to the copy before
+//! the call returns; another node's are seen when its notification
+//! arrives (after its commit).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use tabos_kernel::auth::{self, Principal, Role, TokenHash};
+use tabos_store::Store;
+use tonic::metadata::MetadataMap;
+use tonic::{Request, Status};
+
+/// Metadata key of the credential.
+pub const AUTHORIZATION: &str = "authorization";
+
+/// The node's view of the live credentials.
+#[derive(Clone)]
+pub struct Auth {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    store: Store,
+    live: RwLock<HashMap<TokenHash, Arc<Principal>>>,
+}
+
+impl Auth {
+    /// Loads the live credentials of `store`.
+    pub fn open(store: Store) -> Result<Auth, tabos_kernel::Error> {
+        let a = Auth {
+            inner: Arc::new(Inner {
+                store,
+                live: RwLock::new(HashMap::new()),
+            }),
+        };
+        a.reload()?;
+        Ok(a)
+    }
+
+    /// Replaces the in-memory copy with the table's live credentials.
+    pub fn reload(&self) -> Result<(), tabos_kernel::Error> {
+        let now = tabos_store::now_us();
+        let loaded: HashMap<_, _> = auth::load(&self.inner.store, now)?
+            .into_iter()
+            .map(|(h, p)| (h, Arc::new(p)))
+            .collect();
+        *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        Ok(())
+    }
+
+    /// The principal of `token`, if it is live now.
+    pub fn check(&self, token: &str) -> Option<Arc<Principal>> {
+        // Only a well-formed token is hashed.
+        auth::token_id(token)?;
+        let hash = TokenHash::of(token);
+        let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
+        let p = live.get(&hash)?;
+        p.is_live(tabos_store::now_us()).then(|| p.clone())
+    }
+
+    /// The principal of a request's metadata, or UNAUTHENTICATED.
+    pub fn authenticate(&self, md: &MetadataMap) -> Result<Arc<Principal>, Status> {
+        let Some(value) = md.get(AUTHORIZATION) else {
+            return Err(Status::unauthenticated(
+                "no credential: send `authorization: Bearer <token>` (the CLI takes --token, \
+                 TABOS_TOKEN or a context of its credentials file)",
+            ));
+        };
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or_else(|| {
+                Status::unauthenticated("the authorization header is not `Bearer <token>`")
+            })?;
+        self.check(token)
+            .ok_or_else(|| Status::unauthenticated("the credential is unknown, revoked or expired"))
+    }
+
+    /// Creates a credential and makes it usable on this node at once.
+    pub async fn create(&self, spec: auth::Spec) -> Result<auth::Minted, tabos_kernel::Error> {
+        let minted = auth::create(&self.inner.store, spec.clone()).await?;
+        self.remember(&minted, &spec);
+        Ok(minted)
+    }
+
+    /// Adds a credential this node has just committed to the in-memory copy.
+    pub fn remember(&self, minted: &auth::Minted, spec: &auth::Spec) {
+        let p = Principal {
+            id: minted.id.clone(),
+            realm: spec.realm.clone(),
+            user: spec.user.clone(),
+            role: spec.role,
+            pid: spec.pid.clone(),
+            expires_us: spec.expires_us,
+        };
+        self.inner
+            .live
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(minted.hash, Arc::new(p));
+    }
+
+    /// Drops credentials from the in-memory copy (after revoking them here).
+    pub fn forget(&self, matches: impl Fn(&Principal) -> bool) {
+        self.inner
+            .live
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|_, p| !matches(p));
+    }
+
+    /// Keeps the in-memory copy current: reloads on every notification of
+    /// a created or revoked credential, and after a lagging subscription is
+    /// cut off, until `stop` is raised.
+    pub async fn follow(self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        loop {
+            let mut sub = self.inner.store.subscribe(auth::CHANGES_CHANNEL);
+            // Anything committed before the subscription is in this load.
+            if let Err(e) = self.reload_blocking().await {
+                eprintln!("credentials: reload failed: {e}");
+            }
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => return,
+                    n = sub.recv() => match n {
+                        Ok(_) => {
+                            // Take every queued notification: one reload serves all.
+                            while let Ok(Some(_)) = sub.try_recv() {}
+                            if let Err(e) = self.reload_blocking().await {
+                                eprintln!("credentials: reload failed: {e}");
+                            }
+                        }
+                        Err(_) => break, // cut off: subscribe again and reload
+                    }
+                }
+            }
+        }
+    }
+
+    async fn reload_blocking(&self) -> Result<(), tabos_kernel::Error> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.reload())
+            .await
+            .unwrap_or_else(|e| Err(tabos_kernel::Error::Invalid(e.to_string())))
+    }
+
+    /// The interceptor that authenticates every request of a service.
+    pub fn interceptor(&self) -> Authenticate {
+        Authenticate(self.clone())
+    }
+}
+
+/// The interceptor every service is wrapped in.
+#[derive(Clone, Debug)]
+pub struct Authenticate(Auth);
+
+impl tonic::service::Interceptor for Authenticate {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let p = self.0.authenticate(request.metadata())?;
+        request.extensions_mut().insert(p);
+        Ok(request)
+    }
+}
+
+/// The principal the interceptor attached to `request`.
+pub fn caller<T>(request: &Request<T>) -> Result<Arc<Principal>, Status> {
+    request
+        .extensions()
+        .get::<Arc<Principal>>()
+        .cloned()
+        // Only reachable if a service were added without the interceptor.
+        .ok_or_else(|| Status::unauthenticated("no credential"))
+}
+
+/// What a caller may do: its principal and the node's default realm (where
+/// an operator acts when its request names none).
+#[derive(Debug, Clone)]
+pub struct Access {
+    pub principal: Arc<Principal>,
+    default_realm: String,
+}
+
+impl Access {
+    pub fn new(principal: Arc<Principal>, default_realm: &str) -> Access {
+        Access {
+            principal,
+            default_realm: default_realm.to_string(),
+        }
+    }
+
+    /// Refuses the call unless the credential has at least `need`.
+    pub fn require(&self, need: Role) -> Result<(), Status> {
+        let p = &self.principal;
+        if p.role >= need {
+            Ok(())
+        } else {
+            Err(Status::permission_denied(format!(
+                "credential {} has role {}; this call needs {need}",
+                p.id, p.role
+            )))
+        }
+    }
+
+    /// The realm a request acts in: the credential's (a request may name
+    /// it, or leave it empty); an operator's request names any realm, or
+    /// acts in the node's. Needs at least role `need`.
+    pub fn realm(&self, requested: &str, need: Role) -> Result<String, Status> {
+        self.require(need)?;
+        let p = &self.principal;
+        if p.is_operator() {
+            return Ok(if requested.is_empty() {
+                self.default_realm.clone()
+            } else {
+                requested.to_string()
+            });
+        }
+        if requested.is_empty() || requested == p.realm {
+            Ok(p.realm.clone())
+        } else {
+            Err(Status::permission_denied(format!(
+                "credential {} acts for realm {}, not {requested}",
+                p.id, p.realm
+            )))
+        }
+    }
+
+    /// The fs user a request acts as: the credential's (an operator's may
+    /// name any, `root` by default).
+    pub fn user(&self, requested: &str) -> Result<String, Status> {
+        let p = &self.principal;
+        if p.is_operator() {
+            return Ok(if requested.is_empty() {
+                p.user.clone()
+            } else {
+                requested.to_string()
+            });
+        }
+        if requested.is_empty() || requested == p.user {
+            Ok(p.user.clone())
+        } else {
+            Err(Status::permission_denied(format!(
+                "credential {} acts as user {}, not {requested}",
+                p.id, p.user
+            )))
+        }
+    }
+
+    /// Refuses a call that names a proc as its caller (Started, Exited, a
+    /// proc's provenance) unless the credential is that proc's or is not
+    /// a proc's.
+    pub fn acting_pid(&self, pid: &str) -> Result<(), Status> {
+        match &self.principal.pid {
+            Some(own) if own.as_str() != pid => Err(Status::permission_denied(format!(
+                "credential {} is proc {own}'s and cannot act for proc {pid}",
+                self.principal.id
+            ))),
+            _ => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,326 @@
+//! Credentials on every call (issue 17): no, bad, revoked and expired
+//! credentials are UNAUTHENTICATED; a realm's credential acting on another
+//! realm, or beyond its role, is PERMISSION_DENIED; and none of these
+//! changes anything.
+
+mod common;
+
+use common::code;
+use tabos_client::{proto, Client};
+use tabos_store::testing::TempDir;
+use tonic::Code;
+
+/// Creates realm `name` as the operator; returns its admin's client.
+async fn realm(n: &common::Running, name: &str) -> (Client, String) {
+    let mut op = n.client().await;
+    let created = op.create_realm(name, "fifo").await.unwrap();
+    assert_eq!(created.admin_token.len(), 87, "tabos_<16 hex>_<64 hex>");
+    (
+        n.client_with(&created.admin_token).await,
+        created.admin_token,
+    )
+}
+
+async fn token(c: &mut Client, role: &str, user: &str, ttl_ms: u64) -> proto::CreatedToken {
+    c.create_token(proto::CreateTokenRequest {
+        realm: String::new(),
+        user: user.into(),
+        role: role.into(),
+        ttl_ms,
+        note: "test".into(),
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_without_a_good_credential_are_unauthenticated_and_change_nothing() {
+    let dir = TempDir::new("auth-none");
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    op.name_set("default", "/kept", b"v1".to_vec(), None, None)
+        .await
+        .unwrap();
+
+    for bad in [
+        "",
+        "garbage",
+        "tabos_0123456789abcdef_0000000000000000000000000000000000000000000000000000000000000000",
+    ] {
+        let mut c = n.client_with(bad).await;
+        let e = c.status().await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated, "{bad:?}: {e}");
+        let e = c.sql("SELECT 1", vec![]).await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c
+            .name_set("default", "/kept", b"v2".to_vec(), None, None)
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c.fs_stat("default", "/").await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c.peek("default", "nobody", 1).await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c.proc_status("default", "p1").await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c.procedure_list("default").await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c.who_am_i().await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+        let e = c.create_realm("sneaky", "fifo").await.unwrap_err();
+        assert_eq!(code(&e), Code::Unauthenticated);
+    }
+    // Nothing changed.
+    assert_eq!(op.name_get("default", "/kept").await.unwrap().data, b"v1");
+    let e = op.who_am_i().await.unwrap();
+    assert_eq!((e.role.as_str(), e.realm.as_str()), ("operator", ""));
+    let r = op
+        .sql("SELECT count(*) FROM realm WHERE realm = 'sneaky'", vec![])
+        .await
+        .unwrap();
+    assert_eq!(r.rows[0][0], Some(tabos_client::Value::Int(0)));
+    n.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realm_credential_acts_for_its_realm_only() {
+    let dir = TempDir::new("auth-realms");
+    let n = common::start(&dir, "n1").await;
+    let (mut a, _) = realm(&n, "alice-co").await;
+    let (mut b, _) = realm(&n, "bob-co").await;
+
+    let me = a.who_am_i().await.unwrap();
+    assert_eq!(
+        (me.realm.as_str(), me.user.as_str(), me.role.as_str()),
+        ("alice-co", "root", "admin")
+    );
+
+    // Each realm's admin works in its own realm, naming it or not.
+    a.name_set("", "/a", b"mine".to_vec(), None, None)
+        .await
+        .unwrap();
+    b.name_set("bob-co", "/secret", b"bob's".to_vec(), None, None)
+        .await
+        .unwrap();
+    b.fs_write("", "", "/secret.txt", 0, b"bob's file".to_vec(), true)
+        .await
+        .unwrap();
+    b.create_mailbox("", "inbox", 0, None).await.unwrap();
+    b.send("", "", "inbox", b"for bob".to_vec()).await.unwrap();
+    assert_eq!(a.name_get("", "/a").await.unwrap().data, b"mine");
+
+    // Realm A's credential naming realm B: refused, whatever the service.
+    let denied = |e: tabos_client::Error| {
+        assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+        assert!(e.to_string().contains("acts for realm alice-co"), "{e}");
+    };
+    denied(a.name_get("bob-co", "/secret").await.unwrap_err());
+    denied(
+        a.name_set("bob-co", "/secret", b"owned".to_vec(), None, None)
+            .await
+            .unwrap_err(),
+    );
+    denied(a.name_readdir("bob-co", "/").await.unwrap_err());
+    denied(a.fs_stat("bob-co", "/secret.txt").await.unwrap_err());
+    denied(
+        a.fs_read("bob-co", "", "/secret.txt", 0, 100)
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        a.fs_write("bob-co", "", "/secret.txt", 0, b"x".to_vec(), false)
+            .await
+            .unwrap_err(),
+    );
+    denied(a.peek("bob-co", "inbox", 10).await.unwrap_err());
+    denied(a.recv("bob-co", "inbox", 10, 0).await.unwrap_err());
+    denied(
+        a.send("bob-co", "", "inbox", b"spam".to_vec())
+            .await
+            .unwrap_err(),
+    );
+    denied(a.proc_status("bob-co", "p1").await.unwrap_err());
+    denied(a.wait_exit("bob-co", "p1").await.unwrap_err());
+    denied(a.evict("bob-co", "p1").await.unwrap_err());
+    denied(a.logs("bob-co", "p1", "stdout").await.unwrap_err());
+    denied(a.procedure_list("bob-co").await.unwrap_err());
+    denied(
+        a.procedure_call("bob-co", "anything", Vec::new())
+            .await
+            .unwrap_err(),
+    );
+    denied(a.list_tokens("bob-co", false).await.unwrap_err());
+    let e = a
+        .create_token(proto::CreateTokenRequest {
+            realm: "bob-co".into(),
+            role: "admin".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    denied(e);
+
+    // Only operators create realms and read the OS state in SQL (until
+    // realm-scoped SQL lands).
+    let e = a.create_realm("carol-co", "fifo").await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    let e = a.sql("SELECT * FROM name_entry", vec![]).await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+
+    // Realm B is as it was: one entry, one file, one queued message.
+    assert_eq!(b.name_get("", "/secret").await.unwrap().data, b"bob's");
+    assert_eq!(
+        b.fs_read("", "", "/secret.txt", 0, 100).await.unwrap(),
+        b"bob's file"
+    );
+    assert_eq!(b.peek("", "inbox", 10).await.unwrap().len(), 1);
+    // A realm's admin sees its own credentials only.
+    let listed = a.list_tokens("", false).await.unwrap();
+    assert!(listed.iter().all(|t| t.realm == "alice-co"), "{listed:?}");
+    n.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_users_revocation_and_expiry() {
+    let dir = TempDir::new("auth-roles");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "team").await;
+    admin
+        .name_set("", "/cfg", b"v1".to_vec(), None, None)
+        .await
+        .unwrap();
+
+    // A reader reads and changes nothing.
+    let reader = token(&mut admin, "reader", "", 0).await;
+    let info = reader.info.clone().unwrap();
+    assert_eq!(
+        (info.role.as_str(), info.user.as_str()),
+        ("reader", "reader")
+    );
+    let mut r = n.client_with(&reader.token).await;
+    assert_eq!(r.name_get("", "/cfg").await.unwrap().data, b"v1");
+    let e = r
+        .name_set("", "/cfg", b"v2".to_vec(), None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("needs member"), "{e}");
+
+    // A member changes state but manages no credentials, and acts as its
+    // own fs user only.
+    let member = token(&mut admin, "member", "alice", 0).await;
+    let mut m = n.client_with(&member.token).await;
+    m.name_set("", "/cfg", b"v2".to_vec(), None, None)
+        .await
+        .unwrap();
+    let e = m
+        .create_token(proto::CreateTokenRequest {
+            role: "reader".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    let e = m.fs_readdir("", "root", "/").await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    assert!(e.to_string().contains("acts as user alice"), "{e}");
+    // Files it makes are its user's.
+    m.fs_write("", "", "/alice.txt", 0, b"hi".to_vec(), true)
+        .await
+        .unwrap();
+    assert_eq!(m.fs_stat("", "/alice.txt").await.unwrap().owner, "alice");
+
+    // An admin cannot mint an operator.
+    let e = admin
+        .create_token(proto::CreateTokenRequest {
+            role: "operator".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+
+    // Revoked: unauthenticated from then on, on this node at once.
+    admin
+        .revoke_token(&member.info.as_ref().unwrap().id)
+        .await
+        .unwrap();
+    let e = m.name_get("", "/cfg").await.unwrap_err();
+    assert_eq!(code(&e), Code::Unauthenticated, "{e}");
+    let listed = admin.list_tokens("", false).await.unwrap();
+    let revoked = listed
+        .iter()
+        .find(|t| t.id == member.info.as_ref().unwrap().id)
+        .unwrap();
+    assert!(revoked.revoked_us.is_some());
+    // Another realm's credential cannot be revoked from here (and is not
+    // told apart from an unknown one).
+    let (mut other, _) = realm(&n, "other").await;
+    let theirs = token(&mut other, "member", "", 0).await;
+    let e = admin
+        .revoke_token(&theirs.info.as_ref().unwrap().id)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "{e}");
+    let mut t = n.client_with(&theirs.token).await;
+    t.who_am_i().await.unwrap();
+
+    // Expired: a credential of 1 ms, used after it lapsed.
+    let brief = token(&mut admin, "member", "", 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let mut b = n.client_with(&brief.token).await;
+    let e = b.name_get("", "/cfg").await.unwrap_err();
+    assert_eq!(code(&e), Code::Unauthenticated, "{e}");
+
+    // Bad requests change nothing and say why.
+    for (role, ttl) in [("root", 0), ("member", u64::MAX)] {
+        let e = admin
+            .create_token(proto::CreateTokenRequest {
+                role: role.into(),
+                ttl_ms: ttl,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), Code::InvalidArgument, "{e}");
+    }
+    let e = admin.revoke_token("not-an-id").await.unwrap_err();
+    assert_eq!(code(&e), Code::InvalidArgument, "{e}");
+    // The table holds hashes, never tokens.
+    let mut op = n.client().await;
+    let rows = op
+        .sql("SELECT token_hash FROM credential", vec![])
+        .await
+        .unwrap();
+    for row in &rows.rows {
+        let Some(tabos_client::Value::Text(h)) = &row[0] else {
+            panic!("{row:?}")
+        };
+        assert_eq!(h.len(), 64);
+        assert!(!h.starts_with("tabos_"));
+    }
+    assert_eq!(admin.name_get("", "/cfg").await.unwrap().data, b"v2");
+    n.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_survives_a_restart_and_its_revocation_too() {
+    let dir = TempDir::new("auth-restart");
+    let (keep, gone) = {
+        let n = common::start(&dir, "n1").await;
+        let (mut admin, _) = realm(&n, "r").await;
+        let keep = token(&mut admin, "member", "", 0).await;
+        let gone = token(&mut admin, "member", "", 0).await;
+        admin
+            .revoke_token(&gone.info.as_ref().unwrap().id)
+            .await
+            .unwrap();
+        n.shut_down().await;
+        (keep.token, gone.token)
+    };
+    let n = common::start(&dir, "n1").await;
+    n.client_with(&keep).await.who_am_i().await.unwrap();
+    let e = n.client_with(&gone).await.who_am_i().await.unwrap_err();
+    assert_eq!(code(&e), Code::Unauthenticated);
+    n.shut_down().await;
+}
