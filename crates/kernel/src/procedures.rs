@@ -247,6 +247,7 @@ pub fn call_tx(
         realm,
         name,
         now_us,
+        deadline: std::time::Instant::now() + limits.timeout,
         failed: None,
     };
     let ran = sandbox.call_procedure(&spec, &mut host, &mut TxHost::code, args);
@@ -268,6 +269,8 @@ pub struct TxHost<'a> {
     realm: &'a str,
     name: &'a str,
     now_us: i64,
+    /// The procedure's deadline: its SQL stops there too.
+    deadline: std::time::Instant,
     /// The first store error a host call met: the transaction is not to be
     /// committed (and may be retried).
     failed: Option<Error>,
@@ -517,6 +520,7 @@ impl Host for TxHost<'_> {
         let scope = Confinement {
             table_prefix: format!("{}/", self.realm),
             write,
+            deadline: Some(self.deadline),
         };
         let params: Vec<Value> = params.iter().map(sql_value).collect();
         let r = self

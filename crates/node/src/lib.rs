@@ -87,6 +87,8 @@ pub struct NodeSettings {
     /// The block store for large files' data (`None`: every file stays in
     /// the tables).
     pub blocks: Option<BlockStoreSettings>,
+    /// Longest a `tabos sql` query may run before it is stopped.
+    pub query_time_max: std::time::Duration,
 }
 
 /// Where a node keeps its block store, and how big.
@@ -156,6 +158,7 @@ impl NodeSettings {
             mailbox: tabos_kernel::ipc::MailboxOptions::default(),
             fs: tabos_kernel::fs::files::FsSettings::default(),
             blocks: None,
+            query_time_max: sql::QUERY_TIME_MAX,
         }
     }
 }
@@ -608,6 +611,8 @@ pub fn status_of(e: &tabos_store::Error) -> tonic::Status {
         E::Limit { .. } | E::Overloaded(_) => Status::resource_exhausted(msg),
         E::Aborted(_) | E::RetriesExhausted { .. } => Status::aborted(msg),
         E::Closed => Status::unavailable(msg),
+        E::Timeout(_) => Status::deadline_exceeded(msg),
+        E::Cancelled(_) => Status::cancelled(msg),
         _ => Status::internal(msg),
     }
 }

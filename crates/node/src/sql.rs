@@ -4,8 +4,11 @@
 //! on the read path). A query runs on the store's read path (SQLite `query_only` readers, or a
 //! PostgreSQL READ ONLY transaction), so a statement that would write is
 //! refused with PERMISSION_DENIED and changes nothing. Inputs are bounded:
-//! [`SQL_BYTES_MAX`], [`PARAMS_MAX`], and at most [`ROWS_MAX`] rows returned
-//! (the response says when it was truncated).
+//! [`SQL_BYTES_MAX`], [`PARAMS_MAX`]; so is the work: at most [`ROWS_MAX`]
+//! rows and [`RESULT_BYTES_MAX`] bytes returned (the response says when it
+//! was truncated), at most the node's `query_time_max` ([`QUERY_TIME_MAX`]) of running (then
+//! DEADLINE_EXCEEDED), no value over the store's `READ_VALUE_BYTES_MAX`,
+//! no PRAGMA; a query whose client went away is stopped.
 
 use tabos_client::proto::{self, value::Kind};
 use tabos_kernel::auth::Role;
@@ -22,6 +25,23 @@ pub const PARAMS_MAX: usize = 1_000;
 pub const ROWS_DEFAULT: u32 = 10_000;
 /// Most rows one response carries.
 pub const ROWS_MAX: u32 = 100_000;
+/// Most bytes of values one response carries (under the message limit,
+/// with room for the encoding).
+pub const RESULT_BYTES_MAX: usize = tabos_client::MESSAGE_BYTES_MAX / 2;
+/// Longest a query may run before it is stopped, unless the node's
+/// settings say otherwise.
+pub const QUERY_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Raises its flag when dropped: a query task whose client went away (the
+/// RPC's future is dropped) stops at its next progress check and gives its
+/// reader back.
+struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 pub struct SqlService {
     node: Node,
@@ -104,7 +124,15 @@ impl proto::sql_server::Sql for SqlService {
         } as usize;
         let store = self.node.store.clone();
         let sql = req.sql;
-        let rows = tokio::task::spawn_blocking(move || store.query_capped(&sql, &params, max_rows))
+        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let _cancel_on_drop = CancelOnDrop(cancel.clone());
+        let limits = tabos_store::ReadLimits {
+            cap: tabos_store::Cap::Truncate(max_rows),
+            bytes_max: RESULT_BYTES_MAX,
+            time_max: Some(self.node.settings.query_time_max),
+            cancel: Some(cancel),
+        };
+        let rows = tokio::task::spawn_blocking(move || store.query_bounded(&sql, &params, &limits))
             .await
             .map_err(|e| Status::internal(format!("query task failed: {e}")))?
             .map_err(|e| status_of(&e))?;

@@ -180,3 +180,77 @@ fn unknown_partition_maps_to_not_found() {
     assert_eq!(tabos_node::status_of(&e).code(), tonic::Code::NotFound);
     let _ = PKey(0);
 }
+
+/// Hostile SQL through the Sql service: an endless recursive CTE is
+/// stopped at the deadline, a huge value or result is refused or cut, a
+/// PRAGMA is refused (so a pooled reader stays read-only), and the node
+/// serves throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_queries_are_bounded_and_change_nothing() {
+    let dir = TempDir::new("hostile-sql");
+    let settings = tabos_node::NodeSettings {
+        query_time_max: std::time::Duration::from_millis(300),
+        ..tabos_node::NodeSettings::defaults()
+    };
+    let node =
+        tabos_node::Node::open_with(&Config::sqlite(dir.path()).with_partitions(2), settings)
+            .unwrap();
+    let n = tabos_node::Embedded::start(node).await.unwrap();
+    let mut c = n.client().await.unwrap();
+
+    // Several endless queries at once: each is stopped; none holds a reader.
+    let endless = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) \
+                   SELECT count(*) FROM r";
+    let mut running = Vec::new();
+    for _ in 0..6 {
+        let mut c = c.clone();
+        running.push(tokio::spawn(async move { c.sql(endless, vec![]).await }));
+    }
+    for r in running {
+        let e = r.await.unwrap().unwrap_err();
+        assert_eq!(code(&e), tonic::Code::DeadlineExceeded, "{e}");
+    }
+    c.sql("SELECT 1", vec![]).await.unwrap();
+
+    // One value larger than any reply: refused before it is built.
+    let e = c
+        .sql("SELECT randomblob(250000000)", vec![])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), tonic::Code::InvalidArgument, "{e}");
+    assert!(e.to_string().contains("too big"), "{e}");
+    // Many large rows: cut at the byte limit, and said so.
+    let r = c
+        .sql(
+            "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 64) \
+             SELECT i, randomblob(1000000) FROM r",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(r.truncated);
+    assert!(r.rows.len() < 64 && !r.rows.is_empty(), "{}", r.rows.len());
+
+    // PRAGMA is refused, and a write is still refused afterwards on every
+    // pooled reader.
+    for _ in 0..4 {
+        let e = c.sql("PRAGMA query_only = 0", vec![]).await.unwrap_err();
+        assert_ne!(code(&e), tonic::Code::Ok);
+    }
+    for _ in 0..4 {
+        let e = c
+            .sql("DELETE FROM schema_version", vec![])
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), tonic::Code::PermissionDenied, "{e}");
+    }
+    let r = c
+        .sql("SELECT count(*) FROM schema_version", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        r.rows[0][0],
+        Some(Kind::Int(2 * tabos_kernel::MIGRATIONS.len() as i64))
+    );
+    n.stop().await.unwrap();
+}

@@ -89,6 +89,14 @@ pub enum Error {
     #[error("store overloaded: {0}")]
     Overloaded(String),
 
+    /// A read ran past its deadline and was stopped.
+    #[error("{0}")]
+    Timeout(String),
+
+    /// A read was given up because nobody waits for it any more.
+    #[error("cancelled: {0}")]
+    Cancelled(String),
+
     #[error("type mismatch: {0}")]
     Type(String),
 

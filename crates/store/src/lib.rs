@@ -50,7 +50,7 @@ pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
 pub use feed::{Notification, Subscription};
 pub use migrate::Migration;
 pub use pending::Pending;
-pub use value::{Cap, FromValue, Row, Rows, Value};
+pub use value::{Cap, FromValue, ReadLimits, Row, Rows, Value, RESULT_BYTES_MAX};
 
 /// Most partitions a store may have. SQLite attaches every partition to each
 /// read connection, and SQLite attaches at most 10 databases.
@@ -239,7 +239,10 @@ pub trait Tx {
     /// more is an error) and the number of rows it changed. The backend
     /// enforces the confinement while the statement is compiled, so nothing
     /// the text says — other tables, the schema catalogue, PRAGMA, ATTACH,
-    /// transaction control — gets past it.
+    /// transaction control — gets past it. It also runs under the scope's
+    /// deadline, builds no value over [`TENANT_VALUE_BYTES_MAX`], and may
+    /// not make a tenant table reference a table outside the scope (a
+    /// foreign key would let tenant rows block kernel updates).
     fn confined(
         &mut self,
         sql: &str,
@@ -265,7 +268,14 @@ pub struct Confinement {
     /// CREATE/DROP TABLE and INDEX, all within the prefix. Without it only
     /// reads are allowed.
     pub write: bool,
+    /// When the statement must stop (the calling procedure's deadline):
+    /// past it the statement is interrupted and fails with
+    /// [`Error::Timeout`].
+    pub deadline: Option<std::time::Instant>,
 }
+
+/// Largest value one statement of tenant SQL may build, in bytes.
+pub const TENANT_VALUE_BYTES_MAX: i32 = 16 << 20;
 
 impl dyn Tx + '_ {
     /// The single row of a query, or `None`; more than one row is an error.
@@ -367,7 +377,7 @@ pub trait Backend: Send + Sync {
     /// [`Error::Overloaded`].
     fn submit(&self, job: Job);
     /// A read-only query over all partitions, capped as `cap` says.
-    fn query(&self, sql: &str, params: &[Value], cap: value::Cap) -> Result<Rows>;
+    fn query(&self, sql: &str, params: &[Value], limits: &value::ReadLimits) -> Result<Rows>;
     fn feed(&self) -> &Arc<feed::Feed>;
     fn stats(&self) -> &Stats;
 }
@@ -479,8 +489,22 @@ impl Store {
     /// statement that would write is refused with [`Error::ReadOnly`]. Blocks;
     /// from async code call it inside `spawn_blocking`.
     pub fn query(&self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.backend
-            .query(sql, params, value::Cap::Fail(QUERY_ROWS_MAX))
+        self.backend.query(
+            sql,
+            params,
+            &value::ReadLimits::rows(value::Cap::Fail(QUERY_ROWS_MAX)),
+        )
+    }
+
+    /// A read-only query under `limits` (rows, result bytes, time, a
+    /// cancel flag): what client-reachable SQL runs as. Blocks.
+    pub fn query_bounded(
+        &self,
+        sql: &str,
+        params: &[Value],
+        limits: &value::ReadLimits,
+    ) -> Result<Rows> {
+        self.backend.query(sql, params, limits)
     }
 
     /// Like [`query`](Store::query), but returns at most `max_rows` rows and
@@ -489,7 +513,7 @@ impl Store {
         self.backend.query(
             sql,
             params,
-            value::Cap::Truncate(max_rows.min(QUERY_ROWS_MAX)),
+            &value::ReadLimits::rows(value::Cap::Truncate(max_rows.min(QUERY_ROWS_MAX))),
         )
     }
 

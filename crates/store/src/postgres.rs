@@ -48,7 +48,7 @@ use postgres::{Client, IsolationLevel, NoTls, Statement};
 use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
-use crate::value::{Cap, Row, Rows, Value};
+use crate::value::{ByteBudget, Cap, ReadLimits, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
     Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
@@ -71,7 +71,7 @@ enum PgJob {
     Read {
         sql: String,
         params: Vec<Value>,
-        cap: Cap,
+        limits: Box<ReadLimits>,
         done: tokio::sync::oneshot::Sender<Result<Rows>>,
     },
 }
@@ -246,12 +246,12 @@ impl Backend for PgBackend {
             job.finish_err(e);
         }
     }
-    fn query(&self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
+    fn query(&self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
         let (done, rx) = tokio::sync::oneshot::channel();
         let job = PgJob::Read {
             sql: sql.to_string(),
             params: params.to_vec(),
-            cap,
+            limits: Box::new(limits.clone()),
             done,
         };
         if let Err((_, e)) = self.send(job) {
@@ -437,22 +437,28 @@ impl Worker {
                 PgJob::Read {
                     sql,
                     params,
-                    cap,
+                    limits,
                     done,
                 } => {
-                    let _ = done.send(self.read(&sql, &params, cap));
+                    let _ = done.send(self.read(&sql, &params, &limits));
                 }
             }
         }
     }
 
-    fn read(&mut self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
+    fn read(&mut self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
         let mut t = self
             .client
             .build_transaction()
             .read_only(true)
             .start()
             .map_err(|e| map_err(&e, "BEGIN READ ONLY"))?;
+        let started = std::time::Instant::now();
+        if let Some(time) = limits.time_max {
+            // The server stops the statement at its deadline (SQLSTATE 57014).
+            let set = format!("SET LOCAL statement_timeout = {}", time.as_millis().max(1));
+            t.batch_execute(&set).map_err(|e| map_err(&e, &set))?;
+        }
         let rows = {
             let mut tx = PgTx {
                 t: &mut t,
@@ -460,10 +466,11 @@ impl Worker {
                 p_key: PKey(0),
                 notes: Vec::new(),
             };
-            tx.query_capped(sql, params, cap)
+            tx.query_limited(sql, params, limits, started)
         };
         let _ = t.rollback();
         rows.map_err(|e| match e {
+            Error::Sql(s) if s.code == SqlCode::Sqlstate("57014".into()) => limits.stopped(sql),
             Error::Sql(s) if s.code == SqlCode::Sqlstate("25006".into()) => {
                 Error::ReadOnly(format!(
                     "this statement would change the database; queries here are read-only: {sql}"
@@ -661,7 +668,12 @@ impl Tx for PgTx<'_, '_> {
             .map_err(|e| map_err(&e, sql))
     }
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.query_capped(sql, params, Cap::Fail(QUERY_ROWS_MAX))
+        self.query_limited(
+            sql,
+            params,
+            &ReadLimits::rows(Cap::Fail(QUERY_ROWS_MAX)),
+            std::time::Instant::now(),
+        )
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
@@ -669,7 +681,15 @@ impl Tx for PgTx<'_, '_> {
 }
 
 impl PgTx<'_, '_> {
-    fn query_capped(&mut self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
+    fn query_limited(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        limits: &ReadLimits,
+        started: std::time::Instant,
+    ) -> Result<Rows> {
+        let cap = limits.cap;
+        let mut budget = ByteBudget::default();
         let stmt = self.statement(sql)?;
         let columns: Vec<String> = stmt
             .columns()
@@ -686,6 +706,10 @@ impl PgTx<'_, '_> {
             ..Rows::default()
         };
         while let Some(r) = it.next().map_err(|e| map_err(&e, sql))? {
+            // Between rows: the cancel flag (the server enforces the time).
+            if limits.stop(started) {
+                return Err(limits.stopped(sql));
+            }
             if out.rows.len() >= cap.rows() {
                 cap.exceeded(sql, &mut out)?;
                 break;
@@ -696,6 +720,9 @@ impl PgTx<'_, '_> {
                     .try_get(i)
                     .map_err(|e| Error::Type(format!("column {name}: {}", source_message(&e))))?;
                 values.push(v.0);
+            }
+            if !budget.admit(limits, &values, sql, &mut out)? {
+                break;
             }
             out.rows.push(Row::new(shared.clone(), values));
         }

@@ -45,8 +45,8 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
-use crate::sql::to_sqlite;
-use crate::value::{Cap, Row, Rows, Value};
+use crate::sql::{first_keyword, to_sqlite};
+use crate::value::{ByteBudget, Cap, ReadLimits, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job, Location,
     Outcome, PKey, Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
@@ -219,9 +219,9 @@ impl Backend for SqliteBackend {
             Err(TrySendError::Disconnected(job)) => job.finish_err(Error::Closed),
         }
     }
-    fn query(&self, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
+    fn query(&self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
         let conn = self.readers.get()?;
-        let rows = read_query(&conn, sql, params, cap);
+        let rows = read_query(&conn, sql, params, limits);
         self.readers.put(conn);
         rows
     }
@@ -282,6 +282,30 @@ fn start_checkpointer(
 
 fn lock(m: &Mutex<Option<Confinement>>) -> std::sync::MutexGuard<'_, Option<Confinement>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// After tenant DDL: refuses (the procedure's transaction then rolls the
+/// DDL back) if a table of `prefix` has a foreign key to a table outside
+/// it. Kernel tables are never a tenant's to reference: with foreign keys
+/// enforced, a tenant's row could block the kernel's updates and deletes.
+fn refuse_foreign_keys_out(conn: &Connection, prefix: &str) -> Result<()> {
+    let sql = "SELECT m.name, f.\"table\" FROM sqlite_master AS m, \
+               pragma_foreign_key_list(m.name) AS f \
+               WHERE m.type = 'table' AND substr(m.name, 1, length(?1)) = ?1 \
+               AND substr(f.\"table\", 1, length(?1)) <> ?1 LIMIT 1";
+    let mut stmt = conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
+    let mut rows = stmt.query([prefix]).map_err(|e| map_err(e, sql))?;
+    if let Some(r) = rows.next().map_err(|e| map_err(e, sql))? {
+        let (table, target): (String, String) = (
+            r.get(0).map_err(|e| map_err(e, sql))?,
+            r.get(1).map_err(|e| map_err(e, sql))?,
+        );
+        return Err(Error::Invalid(format!(
+            "table {table:?} may not reference {target:?}: a tenant's foreign keys stay \
+             within its own tables"
+        )));
+    }
+    Ok(())
 }
 
 /// Installs the authorizer that confines tenant SQL (see [`Tx::confined`]).
@@ -495,8 +519,10 @@ fn run_query(
     stmt: &mut rusqlite::Statement<'_>,
     sql: &str,
     params: &[Value],
-    cap: Cap,
+    limits: &ReadLimits,
 ) -> Result<Rows> {
+    let cap = limits.cap;
+    let mut budget = ByteBudget::default();
     let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
     let shared: Arc<[String]> = columns.clone().into();
     let n = columns.len();
@@ -508,6 +534,9 @@ fn run_query(
         ..Rows::default()
     };
     while let Some(row) = rows.next().map_err(|e| map_err(e, sql))? {
+        if limits.cancelled() {
+            return Err(limits.stopped(sql));
+        }
         if out.rows.len() >= cap.rows() {
             cap.exceeded(sql, &mut out)?;
             break;
@@ -516,10 +545,21 @@ fn run_query(
         for i in 0..n {
             values.push(to_value(row.get_ref(i).map_err(|e| map_err(e, sql))?));
         }
+        if !budget.admit(limits, &values, sql, &mut out)? {
+            break;
+        }
         out.rows.push(Row::new(shared.clone(), values));
     }
     Ok(out)
 }
+
+/// Kernel statements on an executor: every row, no deadline.
+const KERNEL_READ: ReadLimits = ReadLimits {
+    cap: Cap::Fail(QUERY_ROWS_MAX),
+    bytes_max: usize::MAX,
+    time_max: None,
+    cancel: None,
+};
 
 /// A procedure's transaction on the executor's connection.
 struct SqliteTx<'c> {
@@ -551,7 +591,7 @@ impl Tx for SqliteTx<'_> {
             .conn
             .prepare_cached(&to_sqlite(sql))
             .map_err(|e| map_err(e, sql))?;
-        run_query(&mut stmt, sql, params, Cap::Fail(QUERY_ROWS_MAX))
+        run_query(&mut stmt, sql, params, &KERNEL_READ)
     }
     fn confined(
         &mut self,
@@ -575,8 +615,39 @@ impl Tx for SqliteTx<'_> {
             )));
         }
         let before = self.conn.total_changes();
-        let rows = run_query(&mut stmt, sql, params, Cap::Fail(max_rows))?;
-        let changed = self.conn.total_changes().saturating_sub(before);
+        let conn = self.conn;
+        let length = rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH;
+        let kernel_length = conn.limit(length).map_err(|e| map_err(e, sql))?;
+        conn.set_limit(length, crate::TENANT_VALUE_BYTES_MAX)
+            .map_err(|e| map_err(e, sql))?;
+        if let Some(deadline) = scope.deadline {
+            conn.progress_handler(
+                PROGRESS_STEPS,
+                Some(move || std::time::Instant::now() >= deadline),
+            );
+        }
+        let rows = run_query(
+            &mut stmt,
+            sql,
+            params,
+            &ReadLimits::rows(Cap::Fail(max_rows)),
+        );
+        drop(stmt);
+        if scope.deadline.is_some() {
+            conn.progress_handler(0, None::<fn() -> bool>);
+        }
+        conn.set_limit(length, kernel_length)
+            .map_err(|e| map_err(e, sql))?;
+        let rows = rows.map_err(|e| match scope.deadline {
+            Some(d) if std::time::Instant::now() >= d => Error::Timeout(format!(
+                "tenant SQL ran past its procedure's deadline and was stopped: {sql}"
+            )),
+            _ => e,
+        })?;
+        let changed = conn.total_changes().saturating_sub(before);
+        if scope.write && matches!(first_keyword(sql).as_str(), "CREATE" | "ALTER") {
+            refuse_foreign_keys_out(conn, &scope.table_prefix)?;
+        }
         Ok((rows, changed))
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
@@ -904,9 +975,33 @@ impl ReadPool {
         }
         conn.execute_batch("PRAGMA query_only = 1")
             .map_err(|e| map_err(e, "PRAGMA query_only"))?;
+        // No value larger than a reply can carry is ever built (a
+        // `randomblob(250000000)` fails instead of allocating).
+        conn.set_limit(
+            rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
+            READ_VALUE_BYTES_MAX,
+        )
+        .map_err(|e| map_err(e, "set SQLITE_LIMIT_LENGTH"))?;
+        // From here on a reader only reads: every other action — writes,
+        // DDL, PRAGMA (which could turn query_only off), ATTACH, DETACH,
+        // transaction control — is refused while the statement is
+        // compiled, with SQLITE_AUTH.
+        conn.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+            AuthAction::Select
+            | AuthAction::Read { .. }
+            | AuthAction::Function { .. }
+            | AuthAction::Recursive => Authorization::Allow,
+            _ => Authorization::Deny,
+        }));
         Ok(conn)
     }
 }
+
+/// Largest value a read-path query may build, in bytes.
+pub const READ_VALUE_BYTES_MAX: i32 = 16 << 20;
+/// Virtual-machine steps between deadline checks of a read-path query
+/// (about a millisecond of work).
+const PROGRESS_STEPS: i32 = 10_000;
 
 fn read_only_refusal(sql: &str) -> Error {
     Error::ReadOnly(format!(
@@ -914,18 +1009,23 @@ fn read_only_refusal(sql: &str) -> Error {
     ))
 }
 
-/// On a multi-partition reader every table name resolves to a TEMP view, so
-/// a write is refused at prepare time as "cannot modify X because it is a
-/// view"; `query_only` refuses the rest with SQLITE_READONLY (8). Both are
-/// the caller trying to write, and are reported as such.
+/// A reader's authorizer refuses anything but reading with SQLITE_AUTH
+/// (23) when the statement is compiled; `query_only` would refuse a write
+/// that got past it with SQLITE_READONLY (8). Both are the caller trying to
+/// change something, and are reported as such.
 fn is_write_refusal(e: &Error) -> bool {
     e.as_sql().is_some_and(|s| {
-        s.message.contains("because it is a view")
-            || matches!(s.code, SqlCode::Sqlite { primary: 8, .. })
+        matches!(
+            s.code,
+            SqlCode::Sqlite {
+                primary: 8 | 23,
+                ..
+            }
+        )
     })
 }
 
-fn read_query(conn: &Connection, sql: &str, params: &[Value], cap: Cap) -> Result<Rows> {
+fn read_query(conn: &Connection, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
     if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
         return Err(read_only_refusal(sql));
     }
@@ -944,10 +1044,25 @@ fn read_query(conn: &Connection, sql: &str, params: &[Value], cap: Cap) -> Resul
     if !stmt.readonly() {
         return Err(read_only_refusal(sql));
     }
+    // Deadline and cancellation: SQLite calls the handler every
+    // PROGRESS_STEPS steps and interrupts the statement when it says so.
+    let started = std::time::Instant::now();
+    let bounded = limits.time_max.is_some() || limits.cancel.is_some();
+    if bounded {
+        let l = limits.clone();
+        conn.progress_handler(PROGRESS_STEPS, Some(move || l.stop(started)));
+    }
     // A read transaction left open would pin the WAL; rusqlite resets the
     // statement when it is returned to the cache, which ends it.
-    run_query(&mut stmt, sql, params, cap).map_err(|e| {
-        if is_write_refusal(&e) {
+    let rows = run_query(&mut stmt, sql, params, limits);
+    drop(stmt);
+    if bounded {
+        conn.progress_handler(0, None::<fn() -> bool>);
+    }
+    rows.map_err(|e| {
+        if bounded && limits.stop(started) {
+            limits.stopped(sql)
+        } else if is_write_refusal(&e) {
             read_only_refusal(sql)
         } else {
             e

@@ -246,6 +246,104 @@ pub struct Rows {
     pub truncated: bool,
 }
 
+/// Bounds on one read-path query: its rows, the bytes of its result, the
+/// time it may run and a flag that cancels it (its client went away). A
+/// query past its deadline or cancelled stops at SQLite's next progress
+/// check (or PostgreSQL's `statement_timeout`) and fails; one past its
+/// bytes is cut like one past its rows.
+#[derive(Debug, Clone)]
+pub struct ReadLimits {
+    pub cap: Cap,
+    /// Most bytes of values in the result (a number counts 8).
+    pub bytes_max: usize,
+    /// Longest the query may run.
+    pub time_max: Option<std::time::Duration>,
+    /// Raised when nobody waits for the result any more.
+    pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Most bytes of a result when the caller does not say: the largest reply
+/// a node sends.
+pub const RESULT_BYTES_MAX: usize = 16 << 20;
+
+impl ReadLimits {
+    /// Only a cap on rows (the kernel's own queries).
+    pub fn rows(cap: Cap) -> ReadLimits {
+        ReadLimits {
+            cap,
+            bytes_max: usize::MAX,
+            time_max: None,
+            cancel: None,
+        }
+    }
+
+    /// Whether the query should stop now: past its deadline or cancelled.
+    pub(crate) fn stop(&self, started: std::time::Instant) -> bool {
+        self.time_max.is_some_and(|t| started.elapsed() >= t) || self.cancelled()
+    }
+
+    /// Whether nobody waits for the result any more.
+    pub(crate) fn cancelled(&self) -> bool {
+        self.cancel
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The error of a query stopped by [`stop`](ReadLimits::stop).
+    pub(crate) fn stopped(&self, sql: &str) -> Error {
+        if self.cancelled() {
+            Error::Cancelled(format!("the query's client went away: {sql}"))
+        } else {
+            Error::Timeout(format!(
+                "the query ran past its limit of {} ms and was stopped: {sql}",
+                self.time_max.map_or(0, |t| t.as_millis())
+            ))
+        }
+    }
+}
+
+/// Counts a result's bytes against [`ReadLimits::bytes_max`].
+#[derive(Debug, Default)]
+pub(crate) struct ByteBudget {
+    used: usize,
+}
+
+impl ByteBudget {
+    /// Adds a row; `Ok(false)` when the row does not fit a truncating cap
+    /// (the result is marked truncated), an error for a failing one.
+    pub(crate) fn admit(
+        &mut self,
+        limits: &ReadLimits,
+        values: &[Value],
+        sql: &str,
+        rows: &mut Rows,
+    ) -> Result<bool> {
+        let bytes: usize = values
+            .iter()
+            .map(|v| match v {
+                Value::Text(t) => t.len(),
+                Value::Blob(b) => b.len(),
+                _ => 8,
+            })
+            .sum();
+        self.used = self.used.saturating_add(bytes);
+        if self.used <= limits.bytes_max {
+            return Ok(true);
+        }
+        match limits.cap {
+            Cap::Fail(_) => Err(Error::Limit {
+                what: "query result",
+                limit: limits.bytes_max as u64,
+                detail: format!("bytes from: {sql}"),
+            }),
+            Cap::Truncate(_) => {
+                rows.truncated = true;
+                Ok(false)
+            }
+        }
+    }
+}
+
 /// What to do when a query has more rows than its cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cap {

@@ -481,3 +481,56 @@ fn capped_queries_truncate(backend: Backend) {
 }
 
 conformance!(capped_queries_truncate);
+
+/// Client-reachable reads under `ReadLimits`: a query past its deadline is
+/// stopped with `Timeout`, a cancelled one with `Cancelled`, a result past
+/// its bytes is cut (truncating cap) or refused (failing cap); the store
+/// answers the next query as before.
+fn bounded_reads(backend: Backend) {
+    use std::sync::atomic::AtomicBool;
+    use std::time::Duration;
+    use tabos_store::{Cap, ReadLimits};
+    let Some(t) = backend.open("bounded", SCHEMA) else {
+        return;
+    };
+    for id in 0..10 {
+        insert(&t.store, 0, id).wait().unwrap();
+    }
+    let endless = "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) \
+                   SELECT count(*) FROM r";
+    let timed = ReadLimits {
+        time_max: Some(Duration::from_millis(200)),
+        ..ReadLimits::rows(Cap::Truncate(10))
+    };
+    let e = t.store.query_bounded(endless, &[], &timed).unwrap_err();
+    assert!(matches!(e, Error::Timeout(_)), "{e}");
+    // A cancelled query stops at its next check (a row, or SQLite's
+    // progress handler).
+    let cancelled = ReadLimits {
+        cancel: Some(Arc::new(AtomicBool::new(true))),
+        ..timed.clone()
+    };
+    let e = t
+        .store
+        .query_bounded("SELECT id FROM item", &[], &cancelled)
+        .unwrap_err();
+    assert!(matches!(e, Error::Cancelled(_)), "{e}");
+    // 10 rows of 4 bytes of text plus an 8-byte id: 12 bytes each.
+    let sql = "SELECT id, 'abcd' FROM item ORDER BY id";
+    let small = ReadLimits {
+        bytes_max: 30,
+        ..ReadLimits::rows(Cap::Truncate(100))
+    };
+    let r = t.store.query_bounded(sql, &[], &small).unwrap();
+    assert_eq!(r.len(), 2);
+    assert!(r.truncated);
+    let failing = ReadLimits {
+        bytes_max: 30,
+        ..ReadLimits::rows(Cap::Fail(100))
+    };
+    let e = t.store.query_bounded(sql, &[], &failing).unwrap_err();
+    assert!(matches!(e, Error::Limit { .. }), "{e}");
+    assert_eq!(ids(&t.store).len(), 10);
+}
+
+conformance!(bounded_reads);
