@@ -8,8 +8,11 @@
 //!   descriptor, plus `TABOS_PID`, `TABOS_REALM` and `TABOS_ADDR` so that the
 //!   proc can call the API. stdout and stderr are kept, up to
 //!   [`LOG_BYTES_MAX`] each, under `<logs>/<realm>/<pid>.{stdout,stderr}`.
-//!   The exit status is recorded (128 + signal number for a signal).
-//!   Evict sends SIGTERM, then SIGKILL after [`EVICT_GRACE`].
+//!   The exit status is recorded (128 + signal number for a signal). A
+//!   native proc runs in its own process group; it has exited when its
+//!   main process has (waitpid, not the end of its output), and whatever
+//!   it left running in its group is then killed. Evict sends SIGTERM to
+//!   the group, then SIGKILL after [`EVICT_GRACE`].
 //! * `wasm` procs are WASI commands run in-process by the node's
 //!   [`Sandbox`] on a blocking worker thread: the module comes from the
 //!   node's compile cache (the Spawn RPC already compiled it), stdout and
@@ -42,6 +45,10 @@ pub const LOG_BYTES_MAX: u64 = (tabos_client::MESSAGE_BYTES_MAX / 2) as u64;
 const _: () = assert!(LOG_BYTES_MAX < tabos_client::MESSAGE_BYTES_MAX as u64);
 /// Time an evicted proc gets to exit after SIGTERM before SIGKILL.
 pub const EVICT_GRACE: Duration = Duration::from_secs(2);
+/// How long a native proc's output is still read after it exited and its
+/// process group was killed (a process that left the group may hold the
+/// pipe open; its further output is lost).
+pub const LOG_DRAIN_MAX: Duration = Duration::from_secs(1);
 /// Bytes read from a proc's stdout or stderr at a time.
 const LOG_CHUNK_BYTES: usize = 64 * 1024;
 /// Procs claimed per claim transaction.
@@ -411,6 +418,9 @@ impl Procd {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group (pgid = its pid): eviction and the
+            // clean-up after its exit reach every process it started.
+            .process_group(0)
             .kill_on_drop(true);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
@@ -433,10 +443,23 @@ impl Procd {
         if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
             eprintln!("procd {}: cannot mark {} started: {e}", self.worker, p.pid);
         }
+        // The proc is its main process: its exit is the child's (waitpid),
+        // not the end of its output. What it left running in its group
+        // goes with it; output is then drained for a bounded time (a
+        // process that left the group may hold the pipe open).
         let status = child.wait().await;
-        for h in [out, err].into_iter().flatten() {
-            let _ = h.await;
+        if let Some(os_pid) = child.id().or(match self.tracked(&p.pid) {
+            Some(Running::Native(pid)) => Some(pid),
+            _ => None,
+        }) {
+            signal_group(os_pid, libc::SIGKILL);
         }
+        let drained = async {
+            for h in [out, err].into_iter().flatten() {
+                let _ = h.await;
+            }
+        };
+        let _ = tokio::time::timeout(LOG_DRAIN_MAX, drained).await;
         self.untrack(&p.pid);
         let evicted = procs::status(&self.store, &self.realm, &p.pid)
             .await
@@ -552,24 +575,34 @@ impl Procd {
             }
             Some(Running::Native(os_pid)) => os_pid,
         };
-        signal(os_pid, libc::SIGTERM);
+        signal_group(os_pid, libc::SIGTERM);
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(EVICT_GRACE).await;
             if let Some(Running::Native(still)) = me.tracked(&pid) {
                 if still == os_pid {
-                    signal(os_pid, libc::SIGKILL);
+                    signal_group(os_pid, libc::SIGKILL);
                 }
             }
         });
     }
 }
 
-fn signal(os_pid: u32, sig: libc::c_int) {
-    // SAFETY: kill takes no pointers; os_pid is a child this procd started
-    // and still tracks as running, so the signal reaches that process.
+/// Signals every process of a native proc's group (its pgid is its main
+/// process's pid).
+fn signal_group(pgid: u32, sig: libc::c_int) {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return;
+    };
+    if pgid <= 1 {
+        return; // never the whole system or init's group
+    }
+    // SAFETY: kill takes no pointers. The group is one this procd made for
+    // a proc it still tracks (or has just reaped, whose group lives on only
+    // while members of it do), so the signal reaches only that proc's
+    // processes.
     unsafe {
-        libc::kill(os_pid as libc::pid_t, sig);
+        libc::kill(-pgid, sig);
     }
 }
 

@@ -464,3 +464,94 @@ async fn procs_left_on_a_stuck_worker_are_stolen() {
     assert_eq!(steals, 2);
     let _ = stop.send(());
 }
+
+/// Whether OS process `pid` is gone (or a zombie waiting for its reaper):
+/// not running any more.
+fn not_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+    }
+}
+
+/// The OS pids a proc printed, one per line, once it has printed `n`.
+async fn printed_pids(c: &mut Client, pid: &str, n: usize) -> Vec<u32> {
+    for _ in 0..500 {
+        let out = c.logs("default", pid, "stdout").await.unwrap();
+        let text = String::from_utf8_lossy(&out.data).into_owned();
+        let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.len() >= n {
+            return pids;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("proc {pid} did not print {n} pids");
+}
+
+/// A native proc is its process group: it has exited when its main
+/// process has (a background child holding its stdout does not keep it
+/// running), what it left running is killed, and eviction ends every
+/// process of the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_procs_are_process_groups() {
+    let dir = TempDir::new("pgroup");
+    let (_node, addr, stop) = start(&dir, 2).await;
+    let mut c = connect(&addr).await;
+
+    // Exits while its background child (which keeps stdout open) sleeps:
+    // without waitpid this wait would last 600 s.
+    let s = c
+        .spawn(
+            "default",
+            proto::ProcDescriptor {
+                pid: "bg".into(),
+                ..native("/bin/sh", &["-c", "sleep 600 & echo $!; echo done"])
+            },
+        )
+        .await
+        .unwrap();
+    let done = c.wait_exit("default", &s.pid).await.unwrap();
+    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    let left = printed_pids(&mut c, "bg", 1).await;
+    let out = c.logs("default", "bg", "stdout").await.unwrap();
+    assert!(String::from_utf8_lossy(&out.data).contains("done"));
+    // Killed with its group when the proc ended (reaped or a zombie soon).
+    for _ in 0..500 {
+        if not_running(left[0]) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(not_running(left[0]), "the background child survived");
+
+    // Eviction of a shell with two children: no survivor.
+    let s = c
+        .spawn(
+            "default",
+            proto::ProcDescriptor {
+                pid: "family".into(),
+                ..native(
+                    "/bin/sh",
+                    &["-c", "sleep 777 & echo $!; sleep 778 & echo $!; wait"],
+                )
+            },
+        )
+        .await
+        .unwrap();
+    let kids = printed_pids(&mut c, &s.pid, 2).await;
+    c.evict("default", &s.pid).await.unwrap();
+    let gone = c.wait_exit("default", &s.pid).await.unwrap();
+    assert_eq!(gone.state, "evicted");
+    for k in kids {
+        for _ in 0..500 {
+            if not_running(k) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(not_running(k), "child {k} survived the eviction");
+    }
+    let _ = stop.send(());
+}
