@@ -3,8 +3,9 @@
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
-//! [`mr`].
+//! [`mr`], [`auth`].
 
+pub mod auth;
 pub mod fs;
 pub mod ipc;
 pub mod machine;
@@ -43,8 +44,9 @@ pub fn run_suite_on(
         "fs" => fs::run(quick)?,
         "procedures" => procedures::run(quick)?,
         "mr" => mr::run(quick, input)?,
+        "auth" => auth::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth")
         }
     };
     report.print();

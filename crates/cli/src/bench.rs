@@ -2,7 +2,7 @@
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Suite to run: store, sched, ipc, names, fs, procedures or mr
+    /// Suite to run: store, sched, ipc, names, fs, procedures, mr or auth
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]
