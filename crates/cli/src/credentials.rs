@@ -28,6 +28,10 @@ pub struct Context {
     #[serde(default)]
     pub realm: String,
     pub token: String,
+    /// A PEM file of the certificate authority (or the node's self-signed
+    /// certificate) to trust: the node serves TLS. Empty: plaintext.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tls_ca: String,
 }
 
 /// The whole file.

@@ -50,13 +50,31 @@ struct NodeAddr {
     /// ~/.config/tabos/credentials.json) [default: its current context]
     #[arg(long, env = "TABOS_CONTEXT")]
     context: Option<String>,
+    /// Connect with TLS, trusting this PEM certificate authority (or the
+    /// node's self-signed certificate) [default: the context's; none:
+    /// plaintext]
+    #[arg(long, env = "TABOS_TLS_CA")]
+    tls_ca: Option<std::path::PathBuf>,
+}
+
+/// Where a node is, the credential to use there, and the TLS authority to
+/// trust (if it serves TLS).
+struct Target {
+    addr: String,
+    token: String,
+    tls_ca: Option<std::path::PathBuf>,
 }
 
 impl NodeAddr {
-    /// The address and token to use (see [`credentials`] for precedence).
-    fn resolve(&self) -> anyhow::Result<(String, String)> {
+    /// The address, token and TLS authority to use (see [`credentials`]
+    /// for precedence).
+    fn resolve(&self) -> anyhow::Result<Target> {
         let file = credentials::File::load()?;
         let ctx = file.context(self.context.as_deref())?;
+        let tls_ca = self.tls_ca.clone().or_else(|| {
+            ctx.filter(|c| !c.tls_ca.is_empty())
+                .map(|c| std::path::PathBuf::from(&c.tls_ca))
+        });
         let addr = self
             .addr
             .clone()
@@ -67,18 +85,32 @@ impl NodeAddr {
             .clone()
             .or_else(|| ctx.map(|c| c.token.clone()))
             .unwrap_or_default();
-        Ok((addr, token))
+        if addr.starts_with("https://") && tls_ca.is_none() {
+            anyhow::bail!("{addr} serves TLS: say which authority to trust with --tls-ca");
+        }
+        Ok(Target {
+            addr,
+            token,
+            tls_ca,
+        })
     }
 
     /// The node's address.
     fn addr(&self) -> anyhow::Result<String> {
-        Ok(self.resolve()?.0)
+        Ok(self.resolve()?.addr)
     }
 
-    /// Connects with the resolved address and credential.
+    /// Connects with the resolved address, credential and TLS authority.
     async fn connect(&self) -> anyhow::Result<tabos_client::Client> {
-        let (addr, token) = self.resolve()?;
-        Ok(tabos_client::Client::connect(&addr, &token).await?)
+        let t = self.resolve()?;
+        Ok(match &t.tls_ca {
+            Some(ca) => {
+                let pem = std::fs::read(ca)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", ca.display()))?;
+                tabos_client::Client::connect_tls(&t.addr, &t.token, &pem).await?
+            }
+            None => tabos_client::Client::connect(&t.addr, &t.token).await?,
+        })
     }
 }
 

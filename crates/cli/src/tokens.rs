@@ -154,6 +154,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             addr: node.addr()?,
                             realm: info.realm.clone(),
                             token: created.token.clone(),
+                            tls_ca: node
+                                .tls_ca
+                                .as_ref()
+                                .map(|p| p.display().to_string())
+                                .unwrap_or_default(),
                         },
                     )?;
                     eprintln!("saved as context {name} in {}", path.display());

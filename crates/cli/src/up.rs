@@ -12,10 +12,16 @@ pub struct Args {
     /// A postgres:// URL: keep the kernel database in PostgreSQL instead
     #[arg(long)]
     db: Option<String>,
-    /// Address to serve the gRPC API on (a loopback address: a
-    /// non-loopback one would need TLS, which this build does not serve yet)
+    /// Address to serve the gRPC API on; one reachable beyond this machine
+    /// (not loopback) needs --tls-cert and --tls-key
     #[arg(long, default_value = tabos_client::DEFAULT_ADDR)]
     listen: String,
+    /// Serve TLS with this PEM certificate (chain)
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Do not save the operator credential as a context of the credentials
     /// file (it is always kept in DATA/operator.token)
     #[arg(long)]
@@ -119,7 +125,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The block store and the operator credential go in the data
     // directory, which may not exist yet.
     std::fs::create_dir_all(&args.data).with_context(|| format!("cannot create {}", args.data))?;
-    refuse_plaintext_beyond_loopback(&args.listen)?;
+    let tls = args.tls_cert.is_some();
+    if !tls {
+        refuse_plaintext_beyond_loopback(&args.listen)?;
+    }
+    let mut options = tabos_node::ServeOptions::default();
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        options = options.with_tls_files(cert, key)?;
+    }
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
     let rt = crate::runtime()?;
@@ -127,9 +140,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let listener = tabos_node::bind(&args.listen).await?;
         let addr = tabos_node::local_addr(&listener).map_or(args.listen.clone(), |a| a.to_string());
         println!(
-            "tabos node on {addr}: {where_}, {} partitions, durability {}",
+            "tabos node on {addr}: {where_}, {} partitions, durability {}{}",
             node.store.partitions(),
-            node.store.durability()
+            node.store.durability(),
+            if tls { ", TLS" } else { "" }
         );
         // Every call needs a credential: the operator's is kept in the data
         // directory (mode 0600) and, unless --no-context, saved as the
@@ -156,6 +170,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     addr: addr.clone(),
                     realm: String::new(),
                     token,
+                    // A self-signed certificate is its own authority.
+                    tls_ca: args
+                        .tls_cert
+                        .as_ref()
+                        .and_then(|c| std::fs::canonicalize(c).ok())
+                        .map(|c| c.display().to_string())
+                        .unwrap_or_default(),
                 },
             ) {
                 Ok(path) => println!("saved as context {addr} (current) in {}", path.display()),
@@ -163,7 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         println!("try: tabos sql \"SELECT * FROM schema_version\"   (Ctrl-C stops)");
-        tabos_node::serve(node, listener, shutdown_signal()).await?;
+        tabos_node::serve_with(node, listener, shutdown_signal(), options).await?;
         println!("tabos node stopped");
         Ok(())
     })
@@ -173,7 +194,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 
 /// Credentials travel in every request, so a listener others can reach
-/// must be TLS; this build serves plaintext only, on loopback.
+/// must be TLS (--tls-cert, --tls-key); plaintext is for loopback only.
 fn refuse_plaintext_beyond_loopback(listen: &str) -> anyhow::Result<()> {
     use std::net::ToSocketAddrs;
     let addrs: Vec<_> = listen
@@ -182,8 +203,8 @@ fn refuse_plaintext_beyond_loopback(listen: &str) -> anyhow::Result<()> {
         .collect();
     if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
         anyhow::bail!(
-            "refusing to listen on {listen}: credentials would cross the network in plaintext; \
-             listen on a loopback address (127.0.0.1:PORT) — TLS listeners are not available yet"
+            "refusing to listen on {listen} in plaintext: credentials would cross the network \
+             readable; give --tls-cert and --tls-key, or listen on a loopback address (127.0.0.1:PORT)"
         );
     }
     Ok(())

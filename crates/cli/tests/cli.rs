@@ -760,3 +760,99 @@ fn plaintext_beyond_loopback_is_refused() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("plaintext"), "{}", stderr(&o));
 }
+
+/// A self-signed certificate for 127.0.0.1 and localhost, made with the
+/// system's `openssl`; returns (certificate, key).
+fn self_signed(dir: &TempDir) -> (std::path::PathBuf, std::path::PathBuf) {
+    let (cert, key) = (dir.path().join("node.crt"), dir.path().join("node.key"));
+    let o = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=tabos test node",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1,DNS:localhost",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl (installed by .ci/run)");
+    assert!(o.status.success(), "{}", stderr(&o));
+    (cert, key)
+}
+
+#[test]
+fn tls_serves_credentials_encrypted() {
+    let dir = TempDir::new("cli-tls-on");
+    let (cert, key) = self_signed(&dir);
+    let data = dir.path().join("data");
+    let node = Node::start(&[
+        "--data",
+        data.to_str().unwrap(),
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    // Trusting the node's certificate: served.
+    let o = node
+        .command()
+        .env("TABOS_TLS_CA", &cert)
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // `up` saved the certificate in its context: no flag needed.
+    let o = Command::new(TABOS)
+        .env(
+            "TABOS_CREDENTIALS",
+            node.home.path().join("credentials.json"),
+        )
+        .env_remove("TABOS_TOKEN")
+        .env_remove("TABOS_ADDR")
+        .env_remove("TABOS_TLS_CA")
+        .args(["token", "whoami"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // In plaintext (no context to say otherwise): no answer.
+    let o = node
+        .command()
+        .env("TABOS_CREDENTIALS", dir.path().join("none.json"))
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    // Trusting another authority: refused by the client.
+    let other = TempDir::new("cli-tls-other");
+    let (other_cert, _) = self_signed(&other);
+    let o = node
+        .command()
+        .env("TABOS_TLS_CA", &other_cert)
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    // An https address without an authority is refused before connecting.
+    let o = node
+        .command()
+        .env("TABOS_CREDENTIALS", dir.path().join("none.json"))
+        .args(["status", "--addr", &format!("https://{}", node.addr)])
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("--tls-ca"), "{}", stderr(&o));
+}

@@ -229,12 +229,35 @@ pub fn endpoint_uri(addr: &str) -> String {
 
 impl Client {
     /// Connects to the node at `addr` (`host:port`), acting with the
-    /// credential `token` (as `tabos token create` printed it).
+    /// credential `token` (as `tabos token create` printed it), in
+    /// plaintext: for a node on this machine (loopback).
     pub async fn connect(addr: &str, token: &str) -> Result<Client, Error> {
+        Client::connect_with(addr, token, None).await
+    }
+
+    /// Connects over TLS, trusting the certificate authority (or the
+    /// node's self-signed certificate) `ca_pem`.
+    pub async fn connect_tls(addr: &str, token: &str, ca_pem: &[u8]) -> Result<Client, Error> {
+        Client::connect_with(addr, token, Some(ca_pem)).await
+    }
+
+    async fn connect_with(addr: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Client, Error> {
         let bearer = Bearer::new(token)?;
-        let endpoint = Channel::from_shared(endpoint_uri(addr))
+        let uri = match ca_pem {
+            Some(_) if !addr.contains("://") => format!("https://{addr}"),
+            _ => endpoint_uri(addr),
+        };
+        let mut endpoint = Channel::from_shared(uri)
             .map_err(|_| Error::Address(addr.to_string()))?
             .tcp_nodelay(true);
+        if let Some(ca) = ca_pem {
+            let tls = tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            endpoint = endpoint.tls_config(tls).map_err(|source| Error::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        }
         let channel = endpoint.connect().await.map_err(|source| Error::Connect {
             addr: addr.to_string(),
             source,

@@ -386,13 +386,49 @@ pub struct ServeOptions {
     /// Check every request's credential. Off only to measure what checking
     /// costs (`tabos bench auth`): every request then acts as an operator.
     pub check_credentials: bool,
+    /// Serve TLS (rustls) with this certificate chain and key, PEM.
+    pub tls: Option<TlsIdentity>,
+}
+
+impl ServeOptions {
+    /// Serving with TLS from PEM files, as `tabos up --tls-cert --tls-key`.
+    pub fn with_tls_files(
+        mut self,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Result<ServeOptions, Error> {
+        let read = |p: &std::path::Path| {
+            std::fs::read(p)
+                .map_err(|e| Error::Startup(format!("cannot read {}: {e}", p.display())))
+        };
+        self.tls = Some(TlsIdentity {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        });
+        Ok(self)
+    }
 }
 
 impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             check_credentials: true,
+            tls: None,
         }
+    }
+}
+
+/// A server's TLS certificate chain and private key, PEM.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the key.
+        f.debug_struct("TlsIdentity").finish_non_exhaustive()
     }
 }
 
@@ -413,6 +449,15 @@ pub async fn serve_with(
     options: ServeOptions,
 ) -> Result<(), Error> {
     use tonic::service::interceptor::InterceptedService;
+    // TLS first: a bad certificate or key stops the node before it does
+    // anything else.
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &options.tls {
+        let identity = tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem);
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .map_err(|e| Error::Startup(format!("TLS: {e}")))?;
+    }
     let guard = if options.check_credentials {
         node.auth.interceptor()
     } else {
@@ -487,7 +532,7 @@ pub async fn serve_with(
     let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
-    let served = tonic::transport::Server::builder()
+    let served = builder
         .tcp_nodelay(true)
         .add_service(InterceptedService::new(tokens, guard.clone()))
         .add_service(InterceptedService::new(sql, guard.clone()))
