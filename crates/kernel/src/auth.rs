@@ -299,6 +299,31 @@ fn partition_of(realm: &str, partitions: u32) -> PKey {
     }
 }
 
+/// The user who may do anything in a realm's files and names.
+pub const ROOT: &str = "root";
+
+/// Who asks, within a realm: the user a request acts for (from its
+/// credential), checked against owners and modes by fs and names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user: String,
+}
+
+impl Caller {
+    pub fn new(user: &str) -> Result<Caller> {
+        validate_user(user)?;
+        Ok(Caller { user: user.into() })
+    }
+
+    pub fn root() -> Caller {
+        Caller { user: ROOT.into() }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.user == ROOT
+    }
+}
+
 /// Checks a user name: 1..=USER_BYTES_MAX bytes of `[A-Za-z0-9_.-]`.
 pub fn validate_user(user: &str) -> Result<()> {
     let ok = !user.is_empty()

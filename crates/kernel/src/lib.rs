@@ -120,6 +120,10 @@ pub enum Error {
     /// device).
     #[error("block store: {0}")]
     Blocks(String),
+    /// The caller's user may not do this (owner and mode, a sticky
+    /// directory, another user's session).
+    #[error("permission denied: {0}")]
+    Denied(String),
     /// A fenced request carried an epoch older than one already seen for
     /// its directory (σOS FenceAtEpoch).
     #[error("stale epoch: {0}")]

@@ -36,9 +36,21 @@
 //!
 //! `/proc` is a read-only view generated from the proc table: `/proc/<pid>`
 //! files whose data is the proc's state.
+//!
+//! Permissions, as the filesystem's ([`permit_tx`], checked by every entry
+//! point — the Names service and wasm procs' host calls — in the
+//! operation's own transaction): an entry belongs to the user who created
+//! it; its owner and other mode bits say who may read it (`r`: get, list)
+//! and change it (`w`: set, AdvanceEpoch, fence); creating, removing or
+//! renaming needs `w` and `x` on the directory, and in a sticky directory
+//! (mode 01000) removing or renaming another user's entry needs to own the
+//! directory. The root `/` is root's, 0755. A session is its opener's: only
+//! they (or root) renew or close it, or make entries ephemeral on it. Root
+//! may do anything.
 
 use tabos_store::{params, Row, Store, Tx};
 
+use crate::auth::{Caller, ROOT};
 use crate::{p_key, validate_realm, Error, Result};
 
 /// Longest path, in bytes.
@@ -464,12 +476,27 @@ pub fn create_tx(
     Ok(1)
 }
 
-/// Procedure body: sets a file's data, creating the file if it does not
-/// exist; with `if_version`, only if the file is at that version (0: only if
-/// it does not exist). Returns the new version.
+/// Procedure body: sets a file's data, creating the file (owned by root)
+/// if it does not exist; with `if_version`, only if the file is at that
+/// version (0: only if it does not exist). Returns the new version.
 pub fn set_tx(
     tx: &mut dyn Tx,
     realm: &str,
+    path: &str,
+    data: &[u8],
+    if_version: Option<i64>,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<i64> {
+    set_by_tx(tx, realm, ROOT, path, data, if_version, fence, now_us)
+}
+
+/// [`set_tx`], a file it creates owned by `owner`.
+#[allow(clippy::too_many_arguments)]
+pub fn set_by_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    owner: &str,
     path: &str,
     data: &[u8],
     if_version: Option<i64>,
@@ -493,7 +520,10 @@ pub fn set_tx(
                 path,
                 Kind::File,
                 data,
-                &CreateOptions::default(),
+                &CreateOptions {
+                    owner: owner.to_string(),
+                    ..CreateOptions::default()
+                },
                 None,
                 now_us,
             )
@@ -534,8 +564,8 @@ pub fn get_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
             kind: Kind::Dir,
             data: Vec::new(),
             version: 0,
-            owner: String::new(),
-            mode: 0o755,
+            owner: ROOT.into(),
+            mode: ROOT_MODE,
             session: None,
             created_us: 0,
             modified_us: 0,
@@ -545,6 +575,153 @@ pub fn get_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
         return proc_view_entry(tx, realm, path);
     }
     must_get(tx, realm, path)
+}
+
+/// Mode of the implicit root directory.
+pub const ROOT_MODE: i64 = 0o755;
+/// The sticky bit of a directory's mode.
+pub const STICKY: i64 = 0o1000;
+
+/// What a request does to the namespace, for [`permit_tx`].
+#[derive(Debug, Clone, Copy)]
+pub enum NameOp<'a> {
+    /// Get an entry (read its data).
+    Read(&'a str),
+    /// List a directory (or watch it).
+    List(&'a str),
+    /// Create an entry (exclusive).
+    Create(&'a str),
+    /// Set a file's data, creating it if missing (set, AdvanceEpoch).
+    Write(&'a str),
+    Remove(&'a str),
+    Rename(&'a str, &'a str),
+    /// Raise a directory's epoch (FenceAtEpoch).
+    Fence(&'a str),
+    /// Renew, close, or make entries ephemeral on a session.
+    Session(&'a str),
+}
+
+fn may(e: &Entry, who: &Caller, need: i64, what: &str) -> Result<()> {
+    let bits = if e.owner == who.user {
+        (e.mode >> 6) & 7
+    } else {
+        e.mode & 7
+    };
+    if bits & need == need {
+        Ok(())
+    } else {
+        Err(Error::Denied(format!(
+            "{} may not {what} {} (owner {}, mode {:o})",
+            who.user, e.path, e.owner, e.mode
+        )))
+    }
+}
+
+/// An existing directory that `who` may change entries in.
+fn changeable_dir(tx: &mut dyn Tx, realm: &str, path: &str, who: &Caller) -> Result<Option<Entry>> {
+    let parent = parent_of(path);
+    let d = if parent == "/" {
+        get_tx(tx, realm, "/")?
+    } else {
+        match lookup(tx, realm, parent)? {
+            Some(d) if d.kind == Kind::Dir => d,
+            // The operation itself says why (missing, mounted, a file).
+            _ => return Ok(None),
+        }
+    };
+    may(&d, who, 3, "change entries in")?;
+    Ok(Some(d))
+}
+
+fn sticky(d: Option<&Entry>, e: &Entry, who: &Caller) -> Result<()> {
+    match d {
+        Some(d) if d.mode & STICKY != 0 && who.user != e.owner && who.user != d.owner => {
+            Err(Error::Denied(format!(
+                "{} may not remove or rename {} in sticky {} (owner {})",
+                who.user, e.path, d.path, e.owner
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Procedure body: whether `who` may do `op` (see the module's
+/// permissions). Call it in the operation's transaction, before the
+/// operation; a refusal is [`Error::Denied`]. An entry that does not exist
+/// is left for the operation to report.
+pub fn permit_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, op: NameOp<'_>) -> Result<()> {
+    validate_realm(realm)?;
+    if who.is_root() {
+        return Ok(());
+    }
+    match op {
+        NameOp::Read(path) | NameOp::List(path) => {
+            validate_path(path)?;
+            if path == "/" || is_within(path, PROC_VIEW) {
+                return Ok(()); // 0755 and the read-only view
+            }
+            match lookup(tx, realm, path)? {
+                Some(e) => may(&e, who, 4, "read"),
+                None => Ok(()),
+            }
+        }
+        NameOp::Create(path) => {
+            validate_path(path)?;
+            changeable_dir(tx, realm, path, who).map(drop)
+        }
+        NameOp::Write(path) => {
+            validate_path(path)?;
+            match lookup(tx, realm, path)? {
+                Some(e) => may(&e, who, 2, "write"),
+                None => changeable_dir(tx, realm, path, who).map(drop),
+            }
+        }
+        NameOp::Remove(path) => {
+            validate_path(path)?;
+            let d = changeable_dir(tx, realm, path, who)?;
+            match lookup(tx, realm, path)? {
+                Some(e) => sticky(d.as_ref(), &e, who),
+                None => Ok(()),
+            }
+        }
+        NameOp::Rename(from, to) => {
+            validate_path(from)?;
+            validate_path(to)?;
+            let fd = changeable_dir(tx, realm, from, who)?;
+            if let Some(e) = lookup(tx, realm, from)? {
+                sticky(fd.as_ref(), &e, who)?;
+            }
+            let td = changeable_dir(tx, realm, to, who)?;
+            match lookup(tx, realm, to)? {
+                Some(old) => sticky(td.as_ref(), &old, who),
+                None => Ok(()),
+            }
+        }
+        NameOp::Fence(dir) => {
+            validate_path(dir)?;
+            match lookup(tx, realm, dir)? {
+                Some(e) => may(&e, who, 2, "fence"),
+                None if dir == "/" => Err(Error::Denied(format!(
+                    "{} may not fence / (root's)",
+                    who.user
+                ))),
+                None => Ok(()),
+            }
+        }
+        NameOp::Session(session) => {
+            let row = tx.query_opt(
+                "SELECT owner FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
+                params![p_key(tx), realm, session],
+            )?;
+            match row {
+                Some(r) if r.get::<String>(0)? != who.user => Err(Error::Denied(format!(
+                    "session {session} is not {}'s",
+                    who.user
+                ))),
+                _ => Ok(()),
+            }
+        }
+    }
 }
 
 /// Procedure body: removes `path` (a directory only when empty); with
@@ -681,8 +858,19 @@ pub fn readdir_tx(tx: &mut dyn Tx, realm: &str, dir: &str) -> Result<(Vec<Entry>
 }
 
 /// Procedure body: AdvanceEpoch — reads the epoch file at `path` (created
-/// at 0 if missing), increments it, returns the new epoch.
+/// at 0 if missing, owned by root), increments it, returns the new epoch.
 pub fn advance_epoch_tx(tx: &mut dyn Tx, realm: &str, path: &str, now_us: i64) -> Result<i64> {
+    advance_epoch_by_tx(tx, realm, ROOT, path, now_us)
+}
+
+/// [`advance_epoch_tx`], an epoch file it creates owned by `owner`.
+pub fn advance_epoch_by_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    owner: &str,
+    path: &str,
+    now_us: i64,
+) -> Result<i64> {
     validate_realm(realm)?;
     writable(path)?;
     let current = match lookup(tx, realm, path)? {
@@ -699,9 +887,10 @@ pub fn advance_epoch_tx(tx: &mut dyn Tx, realm: &str, path: &str, now_us: i64) -
         }
     };
     let next = current + 1;
-    set_tx(
+    set_by_tx(
         tx,
         realm,
+        owner,
         path,
         next.to_string().as_bytes(),
         None,

@@ -301,7 +301,7 @@ impl TxHost<'_> {
             Error::NotFound(m) => HostError::NotFound(m),
             Error::AlreadyExists(m) => HostError::Exists(m),
             Error::Full(m) => HostError::Full(m),
-            Error::Precondition(m) if m.starts_with("permission denied") => HostError::Denied(m),
+            Error::Denied(m) => HostError::Denied(m),
             Error::Precondition(m) => HostError::Conflict(m),
             Error::Invalid(m) if m.contains("payload") => HostError::PayloadTooLarge(m),
             Error::Invalid(m) => HostError::Invalid(m),

@@ -107,7 +107,7 @@ fn check(step: &str, got: tabos_kernel::Result<()>, want: Want) {
         (Err(Error::AlreadyExists(_)), Want::Exists) => true,
         (Err(Error::NotFound(_)), Want::NotFound) => true,
         (Err(Error::Invalid(_)), Want::Invalid) => true,
-        (Err(Error::Precondition(m)), Want::Denied) => m.contains("permission denied"),
+        (Err(Error::Denied(m)), Want::Denied) => !m.is_empty(),
         (Err(Error::Precondition(m)), Want::NotEmpty) => m.contains("not empty"),
         _ => false,
     };
@@ -402,6 +402,37 @@ fn private_files_and_permissions(b: Backend) {
         read(s, &root, "/home/alice/diary", 0, 10).unwrap(),
         b"secret"
     );
+    // The root directory is root's, 0755: users create in directories
+    // made for them.
+    check(
+        "bob creates in /",
+        create(s, &bob, "/bobs", 0o644).map(drop),
+        Want::Denied,
+    );
+    assert_eq!(stat(s, "/").unwrap().mode, 0o755);
+    // A shared sticky directory: everyone creates, only owners remove.
+    mkdir(s, &root, "/tmp", 0o1777).unwrap();
+    create(s, &alice, "/tmp/a", 0o666).unwrap();
+    create(s, &bob, "/tmp/b", 0o666).unwrap();
+    check(
+        "bob unlinks alice's file in /tmp",
+        unlink(s, &bob, "/tmp/a"),
+        Want::Denied,
+    );
+    check(
+        "bob renames alice's file in /tmp",
+        rename(s, &bob, "/tmp/a", "/tmp/c"),
+        Want::Denied,
+    );
+    check(
+        "bob replaces alice's file in /tmp",
+        rename(s, &bob, "/tmp/b", "/tmp/a"),
+        Want::Denied,
+    );
+    write(s, &bob, "/tmp/a", 0, b"shared").unwrap(); // 0666: writable by all
+    unlink(s, &alice, "/tmp/a").unwrap();
+    unlink(s, &root, "/tmp/b").unwrap();
+    assert_eq!(names(s, &root, "/tmp").unwrap().len(), 0);
 }
 
 fn bad_paths_and_arguments_change_nothing(b: Backend) {
@@ -430,8 +461,9 @@ fn bad_paths_and_arguments_change_nothing(b: Backend) {
         assert!(matches!(stat(s, bad), Err(Error::Invalid(_))), "{bad:?}");
     }
     create(s, &root, "/f", 0o644).unwrap();
+    // Permission bits and the sticky bit, nothing more.
     assert!(matches!(
-        create(s, &root, "/g", 0o1777),
+        create(s, &root, "/g", 0o2777),
         Err(Error::Invalid(_))
     ));
     assert!(matches!(

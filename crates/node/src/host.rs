@@ -9,7 +9,7 @@ use tabos_kernel::fs::files::Files;
 use tabos_kernel::fs::{Caller, FileType};
 use tabos_kernel::ids::Pid;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use tabos_kernel::names::{self, CreateOptions, Kind};
+use tabos_kernel::names::{self, CreateOptions, Kind, NameOp};
 use tabos_sandbox::host::{FileEntry, Host, HostError, NameEntry, Received, RecvCall};
 use tabos_sandbox::StopHandle;
 use tabos_store::Store;
@@ -100,6 +100,7 @@ fn name_error(e: tabos_kernel::Error) -> HostError {
         K::NotFound(m) => HostError::NotFound(m),
         K::AlreadyExists(m) => HostError::Exists(m),
         K::Precondition(m) => HostError::Conflict(m),
+        K::Denied(m) => HostError::Denied(m),
         K::StaleEpoch(m) => HostError::StaleEpoch(m),
         e @ K::Mounted { .. } => HostError::Mounted(e.to_string()),
         K::Invalid(m) => HostError::Invalid(m),
@@ -111,7 +112,7 @@ fn name_error(e: tabos_kernel::Error) -> HostError {
 fn fs_error(e: tabos_kernel::Error) -> HostError {
     use tabos_kernel::Error as K;
     match e {
-        K::Precondition(m) if m.starts_with("permission denied") => HostError::Denied(m),
+        K::Denied(m) => HostError::Denied(m),
         K::Full(m) => HostError::Full(m),
         e => name_error(e),
     }
@@ -166,10 +167,11 @@ impl Host for ProcHost {
     }
 
     fn name_get(&mut self, path: &str) -> Result<NameEntry, HostError> {
-        let (realm, path) = (self.realm.clone(), path.to_string());
+        let (realm, path, who) = (self.realm.clone(), path.to_string(), self.caller.clone());
         let e = self
             .rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
                 names::get_tx(tx, &realm, &path)
             }))
             .map_err(name_error)?;
@@ -191,24 +193,26 @@ impl Host for ProcHost {
         if_version: Option<i64>,
     ) -> Result<i64, HostError> {
         let (realm, path, data) = (self.realm.clone(), path.to_string(), data.to_vec());
+        let who = self.caller.clone();
         self.rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
                 let now = tabos_store::now_us();
-                names::set_tx(tx, &realm, &path, &data, if_version, None, now)
+                names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
+                names::set_by_tx(tx, &realm, &who.user, &path, &data, if_version, None, now)
             }))
             .map_err(name_error)
     }
 
     fn name_mkdir(&mut self, path: &str) -> Result<(), HostError> {
-        let (realm, path) = (self.realm.clone(), path.to_string());
-        let owner = self.me.to_string();
+        let (realm, path, who) = (self.realm.clone(), path.to_string(), self.caller.clone());
         self.rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
                 let opts = CreateOptions {
-                    owner: owner.clone(),
+                    owner: who.user.clone(),
                     ..CreateOptions::default()
                 };
                 let now = tabos_store::now_us();
+                names::permit_tx(tx, &realm, &who, NameOp::Create(&path))?;
                 names::create_tx(tx, &realm, &path, Kind::Dir, &[], &opts, None, now)
             }))
             .map(drop)
@@ -216,9 +220,10 @@ impl Host for ProcHost {
     }
 
     fn name_remove(&mut self, path: &str) -> Result<(), HostError> {
-        let (realm, path) = (self.realm.clone(), path.to_string());
+        let (realm, path, who) = (self.realm.clone(), path.to_string(), self.caller.clone());
         self.rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
                 names::remove_tx(tx, &realm, &path, None, None, tabos_store::now_us())
             }))
             .map_err(name_error)
@@ -232,6 +237,12 @@ impl Host for ProcHost {
     ) -> Result<(), HostError> {
         let (store, realm, woken) = (self.store.clone(), self.realm.clone(), self.woken.clone());
         let path = path.to_string();
+        let (r2, p2, who) = (realm.clone(), path.clone(), self.caller.clone());
+        self.rt
+            .block_on(names::call(&self.store, &self.realm, move |tx| {
+                names::permit_tx(tx, &r2, &who, NameOp::List(names::parent_of(&p2)))
+            }))
+            .map_err(name_error)?;
         let stop = self.stop.clone();
         self.rt.block_on(async move {
             let waited = async {

@@ -608,6 +608,7 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::AlreadyExists(m) => tonic::Status::already_exists(m.clone()),
         K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
         K::Precondition(m) => tonic::Status::failed_precondition(m.clone()),
+        K::Denied(_) => tonic::Status::permission_denied(e.to_string()),
         K::StaleEpoch(_) => tonic::Status::aborted(e.to_string()),
         K::Blocks(_) => tonic::Status::internal(e.to_string()),
         // A failed procedure changed nothing: ABORTED (INVALID_ARGUMENT for

@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use tabos_client::proto;
-use tabos_kernel::auth::Role;
-use tabos_kernel::names::{self, CreateOptions, Entry, Fence, Kind};
+use tabos_kernel::auth::{Caller, Role};
+use tabos_kernel::names::{self, CreateOptions, Entry, Fence, Kind, NameOp};
 use tabos_kernel::Error as KError;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -72,6 +72,13 @@ pub fn entry_to_proto(e: Entry) -> proto::NameEntry {
     }
 }
 
+/// The user a request acts as in the namespace (its credential's).
+fn caller(access: &crate::auth::Access) -> Result<Caller, Status> {
+    Ok(Caller {
+        user: access.user("")?,
+    })
+}
+
 fn checked_path(path: &str) -> Result<(), Status> {
     names::validate_path(path).map_err(|e| kernel_status(&e))
 }
@@ -88,8 +95,10 @@ impl proto::names_server::Names for NamesService {
         checked_path(&r.path)?;
         let kind: Kind = r.kind.parse().map_err(|e| kernel_status(&e))?;
         let fence = fence_from_proto(r.fence)?;
+        let who = caller(&access)?;
+        // The entry is the caller's, whatever the request says.
         let opts = CreateOptions {
-            owner: r.owner,
+            owner: who.user.clone(),
             mode: r.mode,
             session: (!r.session.is_empty()).then_some(r.session),
         };
@@ -97,6 +106,10 @@ impl proto::names_server::Names for NamesService {
         let version = self
             .call(&r.realm, move |tx| {
                 let now = tabos_store::now_us();
+                names::permit_tx(tx, &realm, &who, NameOp::Create(&path))?;
+                if let Some(s) = &opts.session {
+                    names::permit_tx(tx, &realm, &who, NameOp::Session(s))?;
+                }
                 names::create_tx(tx, &realm, &path, kind, &data, &opts, fence.as_ref(), now)
             })
             .await?;
@@ -112,11 +125,14 @@ impl proto::names_server::Names for NamesService {
         r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
         let fence = fence_from_proto(r.fence)?;
+        let who = caller(&access)?;
         let (realm, path, data, if_version) = (r.realm.clone(), r.path, r.data, r.if_version);
         let version = self
             .call(&r.realm, move |tx| {
                 let now = tabos_store::now_us();
-                names::set_tx(tx, &realm, &path, &data, if_version, fence.as_ref(), now)
+                names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
+                let (owner, f) = (who.user.as_str(), fence.as_ref());
+                names::set_by_tx(tx, &realm, owner, &path, &data, if_version, f, now)
             })
             .await?;
         Ok(Response::new(proto::NameVersion { version }))
@@ -130,9 +146,13 @@ impl proto::names_server::Names for NamesService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
+        let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let e = self
-            .call(&r.realm, move |tx| names::get_tx(tx, &realm, &path))
+            .call(&r.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
+                names::get_tx(tx, &realm, &path)
+            })
             .await?;
         Ok(Response::new(entry_to_proto(e)))
     }
@@ -146,9 +166,11 @@ impl proto::names_server::Names for NamesService {
         r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
         let fence = fence_from_proto(r.fence)?;
+        let who = caller(&access)?;
         let (realm, path, if_version) = (r.realm.clone(), r.path, r.if_version);
         self.call(&r.realm, move |tx| {
             let now = tabos_store::now_us();
+            names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
             names::remove_tx(tx, &realm, &path, if_version, fence.as_ref(), now)
         })
         .await?;
@@ -165,9 +187,11 @@ impl proto::names_server::Names for NamesService {
         checked_path(&r.from)?;
         checked_path(&r.to)?;
         let fence = fence_from_proto(r.fence)?;
+        let who = caller(&access)?;
         let (realm, from, to) = (r.realm.clone(), r.from, r.to);
         self.call(&r.realm, move |tx| {
             let now = tabos_store::now_us();
+            names::permit_tx(tx, &realm, &who, NameOp::Rename(&from, &to))?;
             names::rename_tx(tx, &realm, &from, &to, fence.as_ref(), now)
         })
         .await?;
@@ -182,9 +206,13 @@ impl proto::names_server::Names for NamesService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
+        let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let (entries, more, version) = self
-            .call(&r.realm, move |tx| names::readdir_tx(tx, &realm, &path))
+            .call(&r.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::List(&path))?;
+                names::readdir_tx(tx, &realm, &path)
+            })
             .await?;
         Ok(Response::new(proto::ReadDirResponse {
             entries: entries.into_iter().map(entry_to_proto).collect(),
@@ -201,10 +229,12 @@ impl proto::names_server::Names for NamesService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
+        let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let epoch = self
             .call(&r.realm, move |tx| {
-                names::advance_epoch_tx(tx, &realm, &path, tabos_store::now_us())
+                names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
+                names::advance_epoch_by_tx(tx, &realm, &who.user, &path, tabos_store::now_us())
             })
             .await?;
         Ok(Response::new(proto::EpochResponse { epoch }))
@@ -219,8 +249,10 @@ impl proto::names_server::Names for NamesService {
         r.realm = access.realm(&r.realm, Role::Member)?;
         let fence = fence_from_proto(r.fence)?
             .ok_or_else(|| Status::invalid_argument("Fence needs a fence (dir and epoch)"))?;
+        let who = caller(&access)?;
         let realm = r.realm.clone();
         self.call(&r.realm, move |tx| {
+            names::permit_tx(tx, &realm, &who, NameOp::Fence(&fence.dir))?;
             names::check_fence_tx(tx, &realm, &fence, tabos_store::now_us())
         })
         .await?;
@@ -240,7 +272,8 @@ impl proto::names_server::Names for NamesService {
             r.session
         };
         let ttl_us = r.ttl_ms.saturating_mul(1000);
-        let (realm, s, owner) = (r.realm.clone(), session.clone(), r.owner);
+        // The session is the caller's, whatever the request says.
+        let (realm, s, owner) = (r.realm.clone(), session.clone(), caller(&access)?.user);
         let expires_us = self
             .call(&r.realm, move |tx| {
                 let now = tabos_store::now_us();
@@ -261,9 +294,11 @@ impl proto::names_server::Names for NamesService {
         let access = self.node.access(&request)?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
+        let who = caller(&access)?;
         let (realm, s) = (r.realm.clone(), r.session.clone());
         let expires_us = self
             .call(&r.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::Session(&s))?;
                 names::renew_session_tx(tx, &realm, &s, tabos_store::now_us())
             })
             .await?;
@@ -280,9 +315,11 @@ impl proto::names_server::Names for NamesService {
         let access = self.node.access(&request)?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
+        let who = caller(&access)?;
         let (realm, s) = (r.realm.clone(), r.session);
         let removed = self
             .call(&r.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::Session(&s))?;
                 names::close_session_tx(tx, &realm, &s, tabos_store::now_us())
             })
             .await?;
@@ -302,6 +339,19 @@ impl proto::names_server::Names for NamesService {
         r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
         tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
+        // Watching a directory is listing it; waiting for a path is reading
+        // its directory.
+        let who = caller(&access)?;
+        let (realm, path, dir_mode) = (r.realm.clone(), r.path.clone(), r.mode == "dir");
+        self.call(&r.realm, move |tx| {
+            let dir = if dir_mode {
+                path.as_str()
+            } else {
+                names::parent_of(&path)
+            };
+            names::permit_tx(tx, &realm, &who, NameOp::List(dir))
+        })
+        .await?;
         let store = self.node.store.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let stopping = self.stopping.clone();

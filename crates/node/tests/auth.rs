@@ -185,8 +185,13 @@ async fn roles_users_revocation_and_expiry() {
     let dir = TempDir::new("auth-roles");
     let n = common::start(&dir, "n1").await;
     let (mut admin, _) = realm(&n, "team").await;
+    // Writable by every user of the realm (names check modes too).
+    let shared = tabos_client::names::CreateOptions {
+        mode: 0o666,
+        ..Default::default()
+    };
     admin
-        .name_set("", "/cfg", b"v1".to_vec(), None, None)
+        .name_create("", "/cfg", "file", b"v1".to_vec(), shared)
         .await
         .unwrap();
 
@@ -224,11 +229,21 @@ async fn roles_users_revocation_and_expiry() {
     let e = m.fs_readdir("", "root", "/").await.unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
     assert!(e.to_string().contains("acts as user alice"), "{e}");
-    // Files it makes are its user's.
-    m.fs_write("", "", "/alice.txt", 0, b"hi".to_vec(), true)
+    // Files it makes are its user's, in a directory made for them (/ is
+    // root's, 0755).
+    let e = m
+        .fs_write("", "", "/alice.txt", 0, b"hi".to_vec(), true)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    admin.fs_mkdir("", "", "/home", 0o1777).await.unwrap();
+    m.fs_write("", "", "/home/alice.txt", 0, b"hi".to_vec(), true)
         .await
         .unwrap();
-    assert_eq!(m.fs_stat("", "/alice.txt").await.unwrap().owner, "alice");
+    assert_eq!(
+        m.fs_stat("", "/home/alice.txt").await.unwrap().owner,
+        "alice"
+    );
 
     // An admin cannot mint an operator.
     let e = admin
@@ -322,5 +337,115 @@ async fn a_credential_survives_a_restart_and_its_revocation_too() {
     n.client_with(&keep).await.who_am_i().await.unwrap();
     let e = n.client_with(&gone).await.who_am_i().await.unwrap_err();
     assert_eq!(code(&e), Code::Unauthenticated);
+    n.shut_down().await;
+}
+
+/// Names enforce owner and mode as fs does: `/` is root's 0755, a sticky
+/// shared directory lets users remove only their own entries, and a
+/// session is renewed, closed or used only by its opener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_enforce_owners_modes_and_session_owners() {
+    use tabos_client::names::CreateOptions;
+    let dir = TempDir::new("auth-names");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "team").await;
+    let dir_mode = |mode| CreateOptions {
+        mode,
+        ..Default::default()
+    };
+    admin
+        .name_create("", "/shared", "dir", vec![], dir_mode(0o1777))
+        .await
+        .unwrap();
+    admin
+        .name_create("", "/private", "dir", vec![], dir_mode(0o700))
+        .await
+        .unwrap();
+    admin
+        .name_set("", "/cfg", b"v1".to_vec(), None, None)
+        .await
+        .unwrap();
+    let alice = token(&mut admin, "member", "alice", 0).await;
+    let bob = token(&mut admin, "member", "bob", 0).await;
+    let (mut a, mut b) = (
+        n.client_with(&alice.token).await,
+        n.client_with(&bob.token).await,
+    );
+    let denied = |e: tabos_client::Error| assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+
+    assert_eq!(a.name_get("", "/cfg").await.unwrap().data, b"v1");
+    denied(
+        a.name_set("", "/cfg", b"v2".to_vec(), None, None)
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        a.name_set("", "/top", b"x".to_vec(), None, None)
+            .await
+            .unwrap_err(),
+    );
+    denied(a.name_readdir("", "/private").await.unwrap_err());
+    // In the shared sticky directory: alice's entry is alice's, whatever
+    // the request claims.
+    let claims_root = CreateOptions {
+        owner: "root".into(),
+        ..Default::default()
+    };
+    a.name_create("", "/shared/a", "file", b"mine".to_vec(), claims_root)
+        .await
+        .unwrap();
+    assert_eq!(a.name_get("", "/shared/a").await.unwrap().owner, "alice");
+    denied(
+        b.name_remove("", "/shared/a", None, None)
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        b.name_set("", "/shared/a", b"bob's".to_vec(), None, None)
+            .await
+            .unwrap_err(),
+    );
+    denied(
+        b.name_rename("", "/shared/a", "/shared/b", None)
+            .await
+            .unwrap_err(),
+    );
+    b.name_set("", "/shared/b", b"bob's".to_vec(), None, None)
+        .await
+        .unwrap();
+    denied(
+        b.name_rename("", "/shared/b", "/shared/a", None)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(a.name_get("", "/shared/a").await.unwrap().data, b"mine");
+
+    // Sessions are their opener's.
+    let s = a
+        .open_session("", "alice-s", "root", std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    denied(b.renew_session("", &s.session).await.unwrap_err());
+    denied(b.close_session("", &s.session).await.unwrap_err());
+    let ephemeral = CreateOptions {
+        session: Some(s.session.clone()),
+        ..Default::default()
+    };
+    denied(
+        b.name_create("", "/shared/e", "file", vec![], ephemeral.clone())
+            .await
+            .unwrap_err(),
+    );
+    a.name_create("", "/shared/e", "file", vec![], ephemeral)
+        .await
+        .unwrap();
+    a.renew_session("", &s.session).await.unwrap();
+    assert_eq!(a.close_session("", &s.session).await.unwrap(), 1);
+    // Root may do anything, and alice removes her own.
+    admin
+        .name_remove("", "/shared/b", None, None)
+        .await
+        .unwrap();
+    a.name_remove("", "/shared/a", None, None).await.unwrap();
     n.shut_down().await;
 }

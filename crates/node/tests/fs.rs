@@ -92,12 +92,12 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
         .fs_read(REALM, "bob", "/home/alice/diary", 0, 10)
         .await
         .unwrap_err();
-    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
     let e = c
         .fs_unlink(REALM, "bob", "/home/alice/diary")
         .await
         .unwrap_err();
-    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
 
     // du: one query over the tree.
     let (files, bytes) = c.fs_du(REALM, "/home", "alice", 20 * 1024).await.unwrap();

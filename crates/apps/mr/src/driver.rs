@@ -183,9 +183,10 @@ impl Job {
         };
         let layout = Layout::new(&spec.id);
         let mut c = client.clone();
-        // Files: /mr is shared by the realm's users (0777: whoever submits
-        // first makes it); the job's tree under it is the submitter's.
-        ok_if_exists(c.fs_mkdir(realm, FS_USER, "/mr", 0o777).await)?;
+        // Files: /mr is shared by the realm's users (01777, sticky: whoever
+        // submits first makes it, and each job's tree under it is its
+        // submitter's alone to remove).
+        ok_if_exists(c.fs_mkdir(realm, FS_USER, "/mr", 0o1777).await)?;
         for d in ["", "/plan", "/inter", "/out"] {
             c.fs_mkdir(realm, FS_USER, &format!("{}{d}", layout.root()), 0o755)
                 .await?;

@@ -22,9 +22,12 @@
 //! Permissions: POSIX owner and other bits (group bits are not used: there
 //! are no groups). Reading a file needs `r` on it, writing `w`; creating,
 //! removing or renaming an entry needs `w` and `x` on its directory;
-//! listing a directory needs `r`. Only the owner (or [`ROOT`]) may chmod;
-//! only [`ROOT`] may chown. [`ROOT`] may do anything. The root directory
-//! `/` is implicit, owned by [`ROOT`], mode 0777.
+//! listing a directory needs `r`. In a directory with the sticky bit
+//! ([`STICKY`], mode 01777 for a shared one) only an entry's owner, the
+//! directory's owner or [`ROOT`] may remove or rename the entry. Only the
+//! owner (or [`ROOT`]) may chmod; only [`ROOT`] may chown. [`ROOT`] may do
+//! anything. The root directory `/` is implicit, owned by [`ROOT`], mode
+//! 0755: the realm's root makes the directories its users share.
 //!
 //! Paths follow the namespace's rules ([`crate::names::validate_path`]):
 //! absolute, no empty, `.` or `..` component, no control character, at most
@@ -39,7 +42,12 @@ use crate::names::{parent_of, validate_path};
 use crate::{p_key, subtree_range, validate_realm, Error, Result};
 
 /// The user who may do anything.
-pub const ROOT: &str = "root";
+pub use crate::auth::ROOT;
+/// The sticky bit of a directory's mode: its entries are removed or
+/// renamed only by their owner, the directory's owner or root.
+pub const STICKY: i64 = 0o1000;
+/// Mode of the implicit root directory.
+pub const ROOT_DIR_MODE: i64 = 0o755;
 /// Default block size of localized files (the paper's 2 KB).
 pub const BLOCK_BYTES_LOCAL: i64 = 2_048;
 /// Default block size of parallel files (the paper's 8 KB).
@@ -124,29 +132,17 @@ pub struct Stat {
     pub mtime_us: i64,
 }
 
-/// Who asks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub user: String,
-}
-
-impl Caller {
-    pub fn new(user: &str) -> Result<Caller> {
-        validate_user(user)?;
-        Ok(Caller { user: user.into() })
-    }
-
-    pub fn root() -> Caller {
-        Caller { user: ROOT.into() }
-    }
-}
+/// Who asks: defined with the credentials a caller's user comes from.
+pub use crate::auth::Caller;
 
 /// User names are checked where credentials are made: one rule for both.
 pub use crate::auth::validate_user;
 
 fn check_mode(mode: i64) -> Result<()> {
-    if !(0..=0o777).contains(&mode) {
-        return Err(Error::Invalid(format!("mode {mode:o} is not 0..=0777")));
+    if !(0..=0o1777).contains(&mode) {
+        return Err(Error::Invalid(format!(
+            "mode {mode:o} is not 0..=01777 (permission bits and the sticky bit)"
+        )));
     }
     Ok(())
 }
@@ -170,8 +166,8 @@ fn allowed(st: &Stat, who: &Caller, need: Need) -> Result<()> {
     };
     let need = need as i64;
     if bits & need != need {
-        return Err(Error::Precondition(format!(
-            "permission denied: {} may not {} {} (owner {}, mode {:o})",
+        return Err(Error::Denied(format!(
+            "{} may not {} {} (owner {}, mode {:o})",
             who.user,
             match need {
                 4 => "read",
@@ -192,7 +188,7 @@ fn root_stat() -> Stat {
         file_type: FileType::Dir,
         storage: Storage::Local,
         owner: ROOT.into(),
-        mode: 0o777,
+        mode: ROOT_DIR_MODE,
         size: 0,
         block_size: 0,
         ctime_us: 0,
@@ -252,6 +248,18 @@ fn parent_dir(tx: &mut dyn Tx, realm: &str, path: &str, who: &Caller) -> Result<
     }
     allowed(&d, who, Need::WriteSearch)?;
     Ok(d)
+}
+
+/// In a sticky directory `d`, only `entry`'s owner, `d`'s owner or root
+/// may remove or rename `entry`.
+fn sticky_allows(d: &Stat, entry: &Stat, who: &Caller) -> Result<()> {
+    if d.mode & STICKY == 0 || who.user == ROOT || who.user == entry.owner || who.user == d.owner {
+        return Ok(());
+    }
+    Err(Error::Denied(format!(
+        "{} may not remove or rename {} in {} (sticky; owner {})",
+        who.user, entry.path, d.path, entry.owner
+    )))
 }
 
 fn touch(tx: &mut dyn Tx, realm: &str, dir: &str, now_us: i64) -> Result<()> {
@@ -493,7 +501,8 @@ pub fn unlink_tx(
     if st.file_type == FileType::Dir {
         return Err(Error::Invalid(format!("{path} is a directory (use rmdir)")));
     }
-    parent_dir(tx, realm, path, who)?;
+    let d = parent_dir(tx, realm, path, who)?;
+    sticky_allows(&d, &st, who)?;
     delete_entry(tx, realm, &st, now_us)
 }
 
@@ -514,7 +523,8 @@ pub fn rmdir_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, path: &str, now_us: 
     if st.file_type != FileType::Dir {
         return Err(Error::Invalid(format!("{path} is not a directory")));
     }
-    parent_dir(tx, realm, path, who)?;
+    let d = parent_dir(tx, realm, path, who)?;
+    sticky_allows(&d, &st, who)?;
     if has_children(tx, realm, path)? {
         return Err(Error::Precondition(format!("{path}: directory not empty")));
     }
@@ -545,10 +555,12 @@ pub fn rename_tx(
             "cannot move {from} into itself ({to})"
         )));
     }
-    parent_dir(tx, realm, from, who)?;
-    parent_dir(tx, realm, to, who)?;
+    let from_dir = parent_dir(tx, realm, from, who)?;
+    sticky_allows(&from_dir, &st, who)?;
+    let to_dir = parent_dir(tx, realm, to, who)?;
     let mut queued = 0;
     if let Some(old) = lookup(tx, realm, to)? {
+        sticky_allows(&to_dir, &old, who)?;
         match (st.file_type, old.file_type) {
             (FileType::File, FileType::File) => {}
             (FileType::Dir, FileType::Dir) if !has_children(tx, realm, to)? => {}
@@ -964,8 +976,8 @@ pub fn chmod_tx(
     check_mode(mode)?;
     let st = must(tx, realm, path)?;
     if who.user != ROOT && who.user != st.owner {
-        return Err(Error::Precondition(format!(
-            "permission denied: only {} (the owner) or root may chmod {path}",
+        return Err(Error::Denied(format!(
+            "only {} (the owner) or root may chmod {path}",
             st.owner
         )));
     }
@@ -990,9 +1002,7 @@ pub fn chown_tx(
     validate_user(owner)?;
     must(tx, realm, path)?;
     if who.user != ROOT {
-        return Err(Error::Precondition(format!(
-            "permission denied: only root may chown {path}"
-        )));
+        return Err(Error::Denied(format!("only root may chown {path}")));
     }
     let pk = p_key(tx);
     tx.execute(
