@@ -143,14 +143,28 @@ impl Procedures {
             .await
     }
 
-    /// Calls procedure `name` of `realm` with `args` in one transaction.
+    /// Calls procedure `name` of `realm` with `args` in one transaction,
+    /// its file calls acting for the realm's root.
     pub async fn call(&self, realm: &str, name: &str, args: Vec<u8>) -> Result<CallOutput> {
+        self.call_as(realm, &Caller::root(), name, args).await
+    }
+
+    /// [`call`](Procedures::call), its file calls acting for `who` (the
+    /// caller's user: a procedure never has more rights than its caller).
+    pub async fn call_as(
+        &self,
+        realm: &str,
+        who: &Caller,
+        name: &str,
+        args: Vec<u8>,
+    ) -> Result<CallOutput> {
         validate_name(name).map_err(Error::Invalid)?;
         let (r, n, sandbox) = (realm.to_string(), name.to_string(), self.sandbox.clone());
+        let who = who.clone();
         let now = tabos_store::now_us();
         self.store
             .submit(partition(&self.store, realm)?, move |tx| {
-                call_tx(tx, &sandbox, &r, &n, &args, now)
+                call_tx(tx, &sandbox, &r, &who, &n, &args, now)
             })
             .await
     }
@@ -214,6 +228,7 @@ pub fn call_tx(
     tx: &mut dyn Tx,
     sandbox: &Sandbox,
     realm: &str,
+    who: &Caller,
     name: &str,
     args: &[u8],
     now_us: i64,
@@ -245,6 +260,7 @@ pub fn call_tx(
     let mut host = TxHost {
         tx,
         realm,
+        who,
         name,
         now_us,
         deadline: std::time::Instant::now() + limits.timeout,
@@ -267,6 +283,8 @@ pub fn call_tx(
 pub struct TxHost<'a> {
     tx: &'a mut dyn Tx,
     realm: &'a str,
+    /// The caller's user: whose files the procedure reads and writes.
+    who: &'a Caller,
     name: &'a str,
     now_us: i64,
     /// The procedure's deadline: its SQL stops there too.
@@ -428,7 +446,7 @@ impl Host for TxHost<'_> {
         offset: i64,
         len: usize,
     ) -> std::result::Result<Vec<u8>, HostError> {
-        let r = fs::read_tx(self.tx, self.realm, &Caller::root(), path, offset, len);
+        let r = fs::read_tx(self.tx, self.realm, self.who, path, offset, len);
         self.result(r)
     }
 
@@ -439,7 +457,7 @@ impl Host for TxHost<'_> {
         data: &[u8],
         create: bool,
     ) -> std::result::Result<i64, HostError> {
-        let who = Caller::root();
+        let who = self.who.clone();
         if create {
             let exists = fs::stat_tx(self.tx, self.realm, path);
             if let Err(Error::NotFound(_)) = exists {

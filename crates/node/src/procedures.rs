@@ -114,9 +114,13 @@ impl proto::procedures_server::Procedures for ProceduresService {
         let access = self.node.access(&request)?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
+        // The procedure's file calls act for the caller's user.
+        let who = tabos_kernel::auth::Caller {
+            user: access.user("")?,
+        };
         let out = self
             .procedures
-            .call(&r.realm, &r.name, r.args)
+            .call_as(&r.realm, &who, &r.name, r.args)
             .await
             .map_err(status)?;
         Ok(Response::new(proto::CallProcedureResponse {

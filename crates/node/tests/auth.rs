@@ -449,3 +449,41 @@ async fn names_enforce_owners_modes_and_session_owners() {
     a.name_remove("", "/shared/a", None, None).await.unwrap();
     n.shut_down().await;
 }
+
+/// A stored procedure's file calls act for its caller's user: it never has
+/// more rights than whoever calls it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_procedure_acts_for_its_caller() {
+    let dir = TempDir::new("auth-proc-user");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "team").await;
+    admin
+        .fs_write("", "", "/secret.txt", 0, b"root only".to_vec(), true)
+        .await
+        .unwrap();
+    admin.fs_chmod("", "", "/secret.txt", 0o600).await.unwrap();
+    admin
+        .procedure_install(
+            "",
+            "peek",
+            "js",
+            b"function main() { return tabos.read('/secret.txt'); }".to_vec(),
+            tabos_client::procedures::ProcedureLimits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        admin
+            .procedure_call("", "peek", vec![])
+            .await
+            .unwrap()
+            .result,
+        b"root only"
+    );
+    let alice = token(&mut admin, "member", "alice", 0).await;
+    let mut a = n.client_with(&alice.token).await;
+    let e = a.procedure_call("", "peek", vec![]).await.unwrap_err();
+    assert_eq!(code(&e), Code::Aborted, "{e}");
+    assert!(e.to_string().contains("EACCES"), "{e}");
+    n.shut_down().await;
+}

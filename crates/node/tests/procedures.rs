@@ -66,6 +66,23 @@ async fn procedures_over_grpc() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::InvalidArgument);
+    // Nothing may hold its partition's executor (every realm's there)
+    // longer than TIMEOUT_MAX.
+    let over = tabos_sandbox::procedure::TIMEOUT_MAX.as_millis() as u32 + 1;
+    let e = c
+        .procedure_install(
+            "t",
+            "long",
+            "js",
+            examples::JS_ECHO.into(),
+            ProcedureLimits {
+                memory_bytes: 0,
+                timeout_ms: over,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::InvalidArgument, "{e}");
     assert_eq!(c.procedure_list("t").await.unwrap().len(), 2);
 
     // A failing call is ABORTED with its log, writes nothing, and the node

@@ -46,8 +46,11 @@ pub const CODE_BYTES_MAX: usize = 16 << 20;
 pub const TIMEOUT_DEFAULT: Duration = Duration::from_secs(1);
 /// Shortest time limit a procedure may set.
 pub const TIMEOUT_MIN: Duration = Duration::from_millis(1);
-/// Longest time limit a procedure may set.
-pub const TIMEOUT_MAX: Duration = Duration::from_secs(60);
+/// Longest time limit a procedure may set. A call runs on its realm's
+/// partition executor, which serves every realm on that partition: this
+/// is how long one tenant's call may hold the others' calls, sends and
+/// name changes there (issue 17).
+pub const TIMEOUT_MAX: Duration = Duration::from_secs(1);
 /// Memory a wasm procedure may use unless it sets its own.
 pub const MEMORY_BYTES_DEFAULT: usize = 64 << 20;
 /// Memory of a worker thread's JavaScript runtime by default.
