@@ -856,3 +856,74 @@ fn tls_serves_credentials_encrypted() {
         .unwrap();
     assert!(stderr(&o).contains("--tls-ca"), "{}", stderr(&o));
 }
+
+/// Out of file descriptors (a low `ulimit -n` and many idle connections),
+/// the node pauses accepting instead of spinning, and serves again once
+/// connections close.
+#[test]
+fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
+    let dir = TempDir::new("cli-fds");
+    let data = dir.path().join("data");
+    let creds = dir.path().join("credentials.json");
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 96 && exec {TABOS} up --listen 127.0.0.1:0 --no-blocks --data {}",
+            data.display()
+        ))
+        .env("TABOS_CREDENTIALS", &creds)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let addr: String = first
+        .strip_prefix("tabos node on ")
+        .and_then(|r| r.split(':').take(2).collect::<Vec<_>>().join(":").into())
+        .unwrap_or_else(|| panic!("unexpected first line: {first:?}"));
+    loop {
+        let mut l = String::new();
+        assert!(out.read_line(&mut l).unwrap() > 0, "tabos up ended early");
+        if l.starts_with("try:") {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let (tx, errs) = std::sync::mpsc::channel();
+    let err = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let token = std::fs::read_to_string(data.join("operator.token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    // More idle connections than descriptors: the node runs out (and the
+    // listen backlog fills: connecting stops at the first that times out).
+    let to: std::net::SocketAddr = addr.parse().unwrap();
+    let idle: Vec<_> = (0..300)
+        .map_while(|_| {
+            std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_secs(1)).ok()
+        })
+        .collect();
+    assert!(idle.len() > 96, "only {} connections", idle.len());
+    let line = errs
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the node says it paused accepting");
+    assert!(line.contains("accept failed"), "{line}");
+    drop(idle);
+    let o = Command::new(TABOS)
+        .env("TABOS_CREDENTIALS", &creds)
+        .env("TABOS_ADDR", &addr)
+        .env("TABOS_TOKEN", &token)
+        .args(["status"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let _ = child.kill();
+    let _ = child.wait();
+}

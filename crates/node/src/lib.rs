@@ -39,7 +39,6 @@ use tabos_kernel::ids::WorkerId;
 use tabos_kernel::sched::{Scheduler, WorkerSpec};
 use tabos_store::{Config, Store};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 
 /// Errors of the node.
 #[derive(Debug, thiserror::Error)]
@@ -534,6 +533,9 @@ pub async fn serve_with(
 
     let served = builder
         .tcp_nodelay(true)
+        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(InterceptedService::new(tokens, guard.clone()))
         .add_service(InterceptedService::new(sql, guard.clone()))
         .add_service(InterceptedService::new(status, guard.clone()))
@@ -646,17 +648,128 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
     }
 }
 
-/// The connections of `listener`, with Nagle's algorithm off on each (the
-/// server's `tcp_nodelay` applies only to listeners tonic binds itself).
-pub fn incoming(
-    listener: TcpListener,
-) -> impl tokio_stream::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
-    use tokio_stream::StreamExt;
-    TcpListenerStream::new(listener).map(|conn| {
-        let conn = conn?;
-        conn.set_nodelay(true)?;
-        Ok(conn)
-    })
+/// Most connections a node holds open; past it the node accepts no more
+/// until one closes (the kernel's backlog holds the rest).
+pub const CONNECTIONS_MAX: usize = 1_024;
+/// Most concurrent calls (HTTP/2 streams) on one connection; a client
+/// opening more waits for one to end. With the largest message
+/// (`MESSAGE_BYTES_MAX`), what one connection can make the node buffer.
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 128;
+/// Every so often the node pings an idle connection; one that does not
+/// answer within [`KEEPALIVE_TIMEOUT`] is closed, and its calls with it.
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+/// Longest pause before accepting again when accept fails (out of file
+/// descriptors): the pause doubles from 10 ms up to this.
+pub const ACCEPT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// An accepted connection, holding one of the node's [`CONNECTIONS_MAX`]
+/// slots until it is dropped.
+#[derive(Debug)]
+pub struct Conn {
+    stream: tokio::net::TcpStream,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl tokio::io::AsyncRead for Conn {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for Conn {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.stream.connect_info()
+    }
+}
+
+/// The connections of `listener`, each with Nagle's algorithm off (the
+/// server's `tcp_nodelay` applies only to listeners tonic binds itself),
+/// at most [`CONNECTIONS_MAX`] open at once. A failed accept — out of file
+/// descriptors — is not handed to the server (which would retry at once,
+/// spinning): the accept loop pauses, doubling up to
+/// [`ACCEPT_BACKOFF_MAX`], and tries again.
+pub fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    tokio::spawn(async move {
+        let mut backoff = std::time::Duration::from_millis(10);
+        loop {
+            let slot = tokio::select! {
+                () = tx.closed() => return, // the server stopped
+                s = slots.clone().acquire_owned() => match s {
+                    Ok(s) => s,
+                    Err(_) => return,
+                },
+            };
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                a = listener.accept() => a,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    backoff = std::time::Duration::from_millis(10);
+                    if stream.set_nodelay(true).is_err() {
+                        continue; // already gone
+                    }
+                    let conn = Conn {
+                        stream,
+                        _slot: slot,
+                    };
+                    if tx.send(Ok(conn)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("accept failed ({e}); pausing {backoff:?}");
+                    drop(slot);
+                    tokio::select! {
+                        () = tx.closed() => return,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// The address a bound listener actually listens on.
