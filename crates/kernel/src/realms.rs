@@ -7,6 +7,10 @@
 
 use tabos_store::{params, Store, Tx};
 
+/// Change-feed channel told of every realm created; the payload is its
+/// name (nodes start serving it).
+pub const CREATED_CHANNEL: &str = "realms/created";
+
 use crate::sched::Scheduler;
 use crate::{realm_partition, validate_realm, Error, Result};
 
@@ -25,7 +29,14 @@ pub fn create_tx(tx: &mut dyn Tx, realm: &str, scheduler: Scheduler, now_us: i64
             Error::Store(e)
         }
     })?;
+    tx.notify(CREATED_CHANNEL, realm)?;
     Ok(())
+}
+
+/// Every realm's name, on the read path.
+pub fn list(store: &Store) -> Result<Vec<String>> {
+    let rows = store.query("SELECT realm FROM realm ORDER BY realm", &[])?;
+    rows.rows.iter().map(|r| Ok(r.get(0)?)).collect()
 }
 
 /// Procedure body: the realm's scheduler, or `UnknownRealm`.

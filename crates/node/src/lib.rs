@@ -279,16 +279,19 @@ impl Node {
         WorkerId(format!("{}.w0", self.settings.node_id))
     }
 
-    /// Creates the node's realm if needed and registers its worker.
-    fn register(&self) -> Result<(), tabos_kernel::Error> {
+    /// Registers the node's worker in `realm`, creating the realm first if
+    /// it is the node's own and missing.
+    fn register_in(&self, realm: &str) -> Result<(), tabos_kernel::Error> {
         let s = &self.settings;
-        match tabos_kernel::realms::create(&self.store, &s.realm, Scheduler::Fifo) {
-            Ok(()) | Err(tabos_kernel::Error::AlreadyExists(_)) => {}
-            Err(e) => return Err(e),
+        if realm == s.realm {
+            match tabos_kernel::realms::create(&self.store, &s.realm, Scheduler::Fifo) {
+                Ok(()) | Err(tabos_kernel::Error::AlreadyExists(_)) => {}
+                Err(e) => return Err(e),
+            }
         }
         tabos_kernel::sched::register_worker(
             &self.store,
-            &s.realm,
+            realm,
             &WorkerSpec {
                 worker_id: self.worker_id(),
                 node_id: s.node_id.clone(),
@@ -495,10 +498,11 @@ pub async fn serve_with(
             .max_decoding_message_size(MESSAGE_BYTES_MAX)
             .max_encoding_message_size(MESSAGE_BYTES_MAX);
 
-    // Register the worker, then run its procd beside the server.
+    // The node's own realm exists before anyone is served; its worker and
+    // every other realm's are registered by serve_realms.
     let addr = local_addr(&listener).map_or_else(String::new, |a| a.to_string());
-    let n2 = node.clone();
-    tokio::task::spawn_blocking(move || n2.register())
+    let (n2, own) = (node.clone(), node.settings.realm.clone());
+    tokio::task::spawn_blocking(move || n2.register_in(&own))
         .await
         .map_err(|e| Error::Startup(e.to_string()))??;
     // Give back file storage a crash left behind, before anyone writes.
@@ -510,24 +514,18 @@ pub async fn serve_with(
         );
     }
     let (stop_procd, procd_stopped) = tokio::sync::watch::channel(false);
-    let procd = procd::Procd::new(
-        node.store.clone(),
-        node.files.clone(),
-        &node.settings.realm,
-        node.worker_id(),
-        node.logs.clone(),
+    let served_realms = ServedRealms::default();
+    let procd_task = tokio::spawn(serve_realms(
+        node.clone(),
         addr,
-        node.sandbox.clone(),
-        procd::Policy {
-            cores: node.settings.cores,
-            be_util_pct: node.settings.be_util_pct,
-            steal_after: node.settings.steal_after,
-            mailbox: node.settings.mailbox,
-        },
-        node.auth.clone(),
-    );
-    let procd_task = tokio::spawn(procd.run(procd_stopped.clone()));
-    let lease_task = tokio::spawn(keep_lease(node.clone(), procd_stopped.clone()));
+        served_realms.clone(),
+        procd_stopped.clone(),
+    ));
+    let lease_task = tokio::spawn(keep_lease(
+        node.clone(),
+        served_realms,
+        procd_stopped.clone(),
+    ));
     let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
@@ -555,15 +553,127 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// The node's lease: every heartbeat it renews its worker's `heartbeat_us`
-/// and, in the same transaction, declares lost the realm's workers whose
-/// lease lapsed (failing or re-queuing their procs, which wakes their
+/// The realms this node serves (has a worker and a procd in).
+#[derive(Debug, Clone, Default)]
+pub struct ServedRealms(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl ServedRealms {
+    fn list(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Adds `realm`; false if it was served already.
+    fn add(&self, realm: &str) -> bool {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if v.iter().any(|r| r == realm) {
+            return false;
+        }
+        v.push(realm.to_string());
+        true
+    }
+}
+
+/// One node serves every realm: a worker and a procd in each, all sharing
+/// the node's cores (one busy-cores count, so BE admission is the node's).
+/// Started for every realm that exists, and for each realm created later
+/// (its creation is announced on the change feed), until `stop`.
+async fn serve_realms(
+    node: Node,
+    addr: String,
+    served: ServedRealms,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let mut procds = tokio::task::JoinSet::new();
+    let mut created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
+    let procd_stop = stop.clone();
+    let start = |realm: String, procds: &mut tokio::task::JoinSet<()>| {
+        if !served.add(&realm) {
+            return;
+        }
+        let (node, addr, busy, stop) =
+            (node.clone(), addr.clone(), busy.clone(), procd_stop.clone());
+        procds.spawn(async move {
+            let n2 = node.clone();
+            let r2 = realm.clone();
+            match tokio::task::spawn_blocking(move || n2.register_in(&r2)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    eprintln!(
+                        "node {}: cannot serve realm {realm}: {e}",
+                        node.settings.node_id
+                    );
+                    return;
+                }
+                Err(_) => return,
+            }
+            let procd = procd::Procd::new(
+                node.store.clone(),
+                node.files.clone(),
+                &realm,
+                node.worker_id(),
+                node.logs.clone(),
+                addr,
+                node.sandbox.clone(),
+                procd::Policy {
+                    cores: node.settings.cores,
+                    be_util_pct: node.settings.be_util_pct,
+                    steal_after: node.settings.steal_after,
+                    mailbox: node.settings.mailbox,
+                },
+                node.auth.clone(),
+                busy,
+            );
+            procd.run(stop).await;
+        });
+    };
+    // The node's own realm first (created if missing), then every other.
+    start(node.settings.realm.clone(), &mut procds);
+    let store = node.store.clone();
+    match tokio::task::spawn_blocking(move || tabos_kernel::realms::list(&store)).await {
+        Ok(Ok(realms)) => {
+            for r in realms {
+                start(r, &mut procds);
+            }
+        }
+        Ok(Err(e)) => eprintln!("node {}: cannot list realms: {e}", node.settings.node_id),
+        Err(_) => {}
+    }
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            n = created.recv() => match n {
+                Ok(n) => start(n.payload, &mut procds),
+                Err(_) => {
+                    // Cut off: subscribe again, and look for what was missed.
+                    created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
+                    let store = node.store.clone();
+                    if let Ok(Ok(realms)) =
+                        tokio::task::spawn_blocking(move || tabos_kernel::realms::list(&store)).await
+                    {
+                        for r in realms {
+                            start(r, &mut procds);
+                        }
+                    }
+                }
+            },
+        }
+    }
+    while procds.join_next().await.is_some() {}
+}
+
+/// The node's lease: every heartbeat it renews its worker in each realm it
+/// serves and, in the same transaction, declares lost the realm's workers
+/// whose lease lapsed (failing or re-queuing their procs, which wakes their
 /// waiters). Leases are the one place time itself is the event, so this is
 /// a timer, not a wait on the change feed.
-async fn keep_lease(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
+async fn keep_lease(
+    node: Node,
+    served: ServedRealms,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
     let every = node.settings.heartbeat;
     let ttl_us = every.as_micros() as i64 * i64::from(LEASE_HEARTBEATS);
-    let p = tabos_kernel::realm_partition(&node.settings.realm, node.store.partitions());
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -571,22 +681,30 @@ async fn keep_lease(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
         }
-        let (realm, worker) = (node.settings.realm.clone(), node.worker_id());
-        let now = tabos_store::now_us();
-        let renewed = node
-            .store
-            .submit(p, move |tx| {
-                tabos_kernel::sched::heartbeat_tx(tx, &realm, &worker, now)?;
-                tabos_kernel::sched::expire_tx(tx, &realm, now, ttl_us)
-            })
-            .await;
-        match renewed {
-            Ok(e) if !e.workers.is_empty() => eprintln!(
-                "node {}: lost workers {:?}; failed {:?}, re-queued {:?}",
-                node.settings.node_id, e.workers, e.failed, e.requeued
-            ),
-            Ok(_) => {}
-            Err(e) => eprintln!("node {}: heartbeat failed: {e}", node.settings.node_id),
+        for realm in served.list() {
+            let p = tabos_kernel::realm_partition(&realm, node.store.partitions());
+            let (r, worker) = (realm.clone(), node.worker_id());
+            let now = tabos_store::now_us();
+            let renewed = node
+                .store
+                .submit(p, move |tx| {
+                    tabos_kernel::sched::heartbeat_tx(tx, &r, &worker, now)?;
+                    tabos_kernel::sched::expire_tx(tx, &r, now, ttl_us)
+                })
+                .await;
+            match renewed {
+                Ok(e) if !e.workers.is_empty() => eprintln!(
+                    "node {}: lost workers {:?} in realm {realm}; failed {:?}, re-queued {:?}",
+                    node.settings.node_id, e.workers, e.failed, e.requeued
+                ),
+                Ok(_) => {}
+                // Not yet registered there (its procd is starting).
+                Err(tabos_kernel::Error::NotFound(_)) => {}
+                Err(e) => eprintln!(
+                    "node {}: heartbeat in realm {realm} failed: {e}",
+                    node.settings.node_id
+                ),
+            }
         }
     }
 }

@@ -69,8 +69,10 @@ pub struct Procd {
     /// Mints each native proc's credential, usable on this node at once.
     auth: crate::auth::Auth,
     running: Mutex<HashMap<Pid, Running>>,
-    /// Cores of the procs this procd runs now (claimed and not yet ended).
-    busy_cores: AtomicI64,
+    /// Cores of the procs the node's procds run now (claimed and not yet
+    /// ended), shared by the procds of every realm the node serves: BE
+    /// admission and room are the node's.
+    busy_cores: Arc<AtomicI64>,
     /// Signalled when one of its procs ends.
     freed: tokio::sync::Notify,
     /// Procs claimed by an exit transaction whose assignment notification
@@ -120,6 +122,7 @@ impl Procd {
         sandbox: Sandbox,
         policy: Policy,
         auth: crate::auth::Auth,
+        busy_cores: Arc<AtomicI64>,
     ) -> Arc<Procd> {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
@@ -133,7 +136,7 @@ impl Procd {
             policy,
             auth,
             running: Mutex::new(HashMap::new()),
-            busy_cores: AtomicI64::new(0),
+            busy_cores,
             freed: tokio::sync::Notify::new(),
             claimed_on_exit: Mutex::new(Default::default()),
         })

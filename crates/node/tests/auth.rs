@@ -487,3 +487,34 @@ async fn a_procedure_acts_for_its_caller() {
     assert!(e.to_string().contains("EACCES"), "{e}");
     n.shut_down().await;
 }
+
+/// One node serves every realm: a realm created while it runs gets a
+/// worker there at once, and its admin's procs run as that realm's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_realm_is_served_by_the_running_node() {
+    let dir = TempDir::new("auth-realm-procs");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "fresh").await;
+    let s = admin
+        .spawn(
+            "",
+            proto::ProcDescriptor {
+                program: "/bin/sh".into(),
+                args: vec!["-c".into(), "echo $TABOS_REALM".into()],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let done = admin.wait_exit("", &s.pid).await.unwrap();
+    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    let out = admin.logs("", &s.pid, "stdout").await.unwrap();
+    assert_eq!(out.data, b"fresh\n");
+    // Another realm's admin does not see it.
+    let (mut other, _) = realm(&n, "other").await;
+    let e = other.proc_status("fresh", &s.pid).await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied);
+    let e = other.proc_status("", &s.pid).await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "{e}");
+    n.shut_down().await;
+}
