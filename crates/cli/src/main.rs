@@ -69,7 +69,14 @@ impl NodeAddr {
     /// The address, token and TLS authority to use (see [`credentials`]
     /// for precedence).
     fn resolve(&self) -> anyhow::Result<Target> {
-        let file = credentials::File::load()?;
+        // The file is read only when flags and environment leave something
+        // to it (a proc has TABOS_ADDR and TABOS_TOKEN, and may not be able
+        // to read its node's file).
+        let file = if self.addr.is_some() && self.token.is_some() && self.context.is_none() {
+            credentials::File::default()
+        } else {
+            credentials::File::load()?
+        };
         let ctx = file.context(self.context.as_deref())?;
         let tls_ca = self.tls_ca.clone().or_else(|| {
             ctx.filter(|c| !c.tls_ca.is_empty())

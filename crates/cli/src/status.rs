@@ -35,6 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("commits", s.commits.to_string()),
             ("retries", s.retries.to_string()),
             ("started (us since epoch)", s.started_us.to_string()),
+            ("protections", s.protections.join("; ")),
         ];
         if args.json {
             let obj: serde_json::Map<String, serde_json::Value> = pairs

@@ -149,6 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // directory (mode 0600) and, unless --no-context, saved as the
         // current context of the credentials file, so that the other
         // commands find it with no flag.
+        let node_protections = node.confine.describe();
         let token_path = std::path::Path::new(&args.data).join(OPERATOR_TOKEN_FILE);
         let (token, new) = node
             .operator_credential_file(&token_path)
@@ -163,6 +164,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "kept from an earlier start"
             }
         );
+        for line in node_protections.iter() {
+            println!("confinement: {line}");
+        }
         if !args.no_context {
             match crate::credentials::File::save_context(
                 &addr,

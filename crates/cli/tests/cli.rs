@@ -622,6 +622,9 @@ fn credentials_from_the_command_line() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("operator"), "{}", stdout(&o));
+    // It says how procs are confined, and what is not done.
+    assert!(stdout(&o).contains("protections"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("seccomp"), "{}", stdout(&o));
     // With no credential at all: refused, saying how to give one.
     let o = Command::new(TABOS)
         .env("TABOS_CREDENTIALS", dir.path().join("none.json"))

@@ -96,6 +96,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/011_credentials.sql"),
         postgres: include_str!("../schema/postgres/011_credentials.sql"),
     },
+    Migration {
+        version: 12,
+        name: "proc_usage",
+        sqlite: include_str!("../schema/sqlite/012_proc_usage.sql"),
+        postgres: include_str!("../schema/postgres/012_proc_usage.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -751,6 +751,28 @@ pub fn generate_pid() -> Pid {
     ))
 }
 
+/// Records what a proc used (CPU time, peak memory), measured by its node
+/// when it ended; `None` leaves a figure unmeasured.
+pub async fn record_usage(
+    store: &Store,
+    realm: &str,
+    pid: &Pid,
+    cpu_us: Option<i64>,
+    peak_mem_bytes: Option<i64>,
+) -> Result<()> {
+    let (r, p) = (realm.to_string(), pid.clone());
+    crate::call(store, realm, move |tx| {
+        let k = crate::p_key(tx);
+        tx.execute(
+            "UPDATE proc SET cpu_us = $4, peak_mem_bytes = $5 \
+             WHERE p_key = $1 AND realm = $2 AND pid = $3",
+            params![k, r.as_str(), p.as_str(), cpu_us, peak_mem_bytes],
+        )?;
+        Ok(())
+    })
+    .await
+}
+
 /// Spawns a proc; returns its pid and, if the scheduler placed it at once,
 /// its worker. Awaitable; the pid is chosen before the transaction so a retry
 /// cannot spawn twice.

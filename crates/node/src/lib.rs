@@ -11,6 +11,7 @@
 //! behind wasm procs' host calls.
 
 pub mod auth;
+pub mod confine;
 pub mod fs;
 pub mod host;
 pub mod ipc;
@@ -88,6 +89,9 @@ pub struct NodeSettings {
     pub blocks: Option<BlockStoreSettings>,
     /// Longest a `tabos sql` query may run before it is stopped.
     pub query_time_max: std::time::Duration,
+    /// Confine native procs (their realm's uid, cgroups) where the node
+    /// can (it runs as root, the controllers are mounted).
+    pub confine: bool,
 }
 
 /// Where a node keeps its block store, and how big.
@@ -158,6 +162,7 @@ impl NodeSettings {
             fs: tabos_kernel::fs::files::FsSettings::default(),
             blocks: None,
             query_time_max: sql::QUERY_TIME_MAX,
+            confine: true,
         }
     }
 }
@@ -176,6 +181,8 @@ pub struct Node {
     pub files: tabos_kernel::fs::files::Files,
     /// The live credentials every request is checked against.
     pub auth: auth::Auth,
+    /// How native procs are confined.
+    pub confine: std::sync::Arc<confine::Confine>,
 }
 
 impl Node {
@@ -202,10 +209,27 @@ impl Node {
         let files =
             tabos_kernel::fs::files::Files::new(store.clone(), device, settings.fs.clone())?;
         let auth = auth::Auth::open(store.clone())?;
+        let confine = std::sync::Arc::new(if settings.confine {
+            confine::Confine::detect(&settings.node_id)
+        } else {
+            confine::Confine::none("confinement is off (node settings)")
+        });
+        // Procs run as other uids: the database, block store and logs are
+        // the node's alone.
+        if let tabos_store::Location::Sqlite(dir) = &config.location {
+            restrict_to_owner(dir)
+                .map_err(|e| Error::Startup(format!("data directory {}: {e}", dir.display())))?;
+        }
+        std::fs::create_dir_all(&settings.logs)
+            .and_then(|()| restrict_to_owner(&settings.logs))
+            .map_err(|e| {
+                Error::Startup(format!("log directory {}: {e}", settings.logs.display()))
+            })?;
         Ok(Node {
             sandbox,
             files,
             auth,
+            confine,
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -370,6 +394,12 @@ impl Drop for Embedded {
             let _ = s.send(());
         }
     }
+}
+
+/// Makes a directory the node's alone (mode 0700).
+fn restrict_to_owner(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 /// Binds `addr` (e.g. `127.0.0.1:7070`, or port 0 for any free port).
@@ -623,6 +653,7 @@ async fn serve_realms(
                 },
                 node.auth.clone(),
                 busy,
+                node.confine.clone(),
             );
             procd.run(stop).await;
         });

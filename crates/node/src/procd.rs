@@ -73,6 +73,8 @@ pub struct Procd {
     /// ended), shared by the procds of every realm the node serves: BE
     /// admission and room are the node's.
     busy_cores: Arc<AtomicI64>,
+    /// How native procs are confined (uid, cgroups).
+    confine: Arc<crate::confine::Confine>,
     /// Signalled when one of its procs ends.
     freed: tokio::sync::Notify,
     /// Procs claimed by an exit transaction whose assignment notification
@@ -123,6 +125,7 @@ impl Procd {
         policy: Policy,
         auth: crate::auth::Auth,
         busy_cores: Arc<AtomicI64>,
+        confine: Arc<crate::confine::Confine>,
     ) -> Arc<Procd> {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
@@ -137,6 +140,7 @@ impl Procd {
             auth,
             running: Mutex::new(HashMap::new()),
             busy_cores,
+            confine,
             freed: tokio::sync::Notify::new(),
             claimed_on_exit: Mutex::new(Default::default()),
         })
@@ -425,9 +429,24 @@ impl Procd {
             // clean-up after its exit reach every process it started.
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = match cmd.spawn() {
+        let mut confined =
+            match self
+                .confine
+                .prepare(&self.realm, p.pid.as_str(), p.cores, p.mem_mb)
+            {
+                Ok(c) => c,
+                Err(e) => {
+                    let msg = format!("cannot confine the proc (cgroups): {e}");
+                    return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+                }
+            };
+        confined.apply(&mut cmd);
+        let spawned = cmd.spawn();
+        confined.spawned();
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
+                let _ = tokio::task::spawn_blocking(move || confined.finish()).await;
                 let msg = format!("cannot start {}: {e}", p.program);
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
@@ -463,6 +482,24 @@ impl Procd {
             }
         };
         let _ = tokio::time::timeout(LOG_DRAIN_MAX, drained).await;
+        // What is left in its cgroups goes too; then what it used.
+        let usage = tokio::task::spawn_blocking(move || confined.finish())
+            .await
+            .unwrap_or_default();
+        if let Err(e) = procs::record_usage(
+            &self.store,
+            &self.realm,
+            &p.pid,
+            usage.cpu_us,
+            usage.peak_mem_bytes,
+        )
+        .await
+        {
+            eprintln!(
+                "procd {}: cannot record {}'s usage: {e}",
+                self.worker, p.pid
+            );
+        }
         self.untrack(&p.pid);
         let evicted = procs::status(&self.store, &self.realm, &p.pid)
             .await
@@ -475,6 +512,13 @@ impl Procd {
                     .code()
                     .map(i64::from)
                     .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)));
+                if usage.oom_killed && !evicted {
+                    let msg = format!(
+                        "killed for memory: over its limit of {} MiB",
+                        usage.mem_limit.unwrap_or(0) >> 20
+                    );
+                    return self.record_exit(&p, State::Failed, code, Some(msg)).await;
+                }
                 let state = if evicted {
                     State::Evicted
                 } else {

@@ -33,6 +33,7 @@ impl proto::node_server::Node for StatusService {
             commits: stats.commits,
             retries: stats.retries,
             started_us: self.node.started_us,
+            protections: self.node.confine.describe(),
         }))
     }
 }

@@ -555,3 +555,140 @@ async fn native_procs_are_process_groups() {
     }
     let _ = stop.send(());
 }
+
+/// A proc's stdout, once it has exited.
+async fn finished_output(
+    c: &mut Client,
+    realm: &str,
+    d: proto::ProcDescriptor,
+) -> (proto::ProcStatus, String, String) {
+    let s = c.spawn(realm, d).await.unwrap();
+    let done = c.wait_exit(realm, &s.pid).await.unwrap();
+    let out = c.logs(realm, &s.pid, "stdout").await.unwrap();
+    let err = c.logs(realm, &s.pid, "stderr").await.unwrap();
+    (
+        done,
+        String::from_utf8_lossy(&out.data).into_owned(),
+        String::from_utf8_lossy(&err.data).into_owned(),
+    )
+}
+
+fn sh(script: &str) -> proto::ProcDescriptor {
+    native("/bin/sh", &["-c", script])
+}
+
+/// Confinement (as root, on a machine with the v1 cgroup controllers): a
+/// native proc runs as its realm's uid, cannot read the node's data
+/// directory or signal another realm's proc, is killed for memory past its
+/// limit (and recorded so), cannot fork past the pids limit, and its CPU
+/// time and peak memory are recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_procs_are_confined() {
+    let dir = TempDir::new("confined");
+    let (node, addr, stop) = start(&dir, 2).await;
+    if !node.confine.describe().iter().any(|l| l.contains("uid")) {
+        eprintln!("not root: confinement is off, nothing to test");
+        let _ = stop.send(());
+        return;
+    }
+    let mut c = connect(&addr).await;
+    let uid = tabos_node::confine::uid_for("default");
+
+    let (done, out, _) = finished_output(&mut c, "default", sh("id -u; id -G")).await;
+    assert_eq!(done.exit_status, Some(0));
+    assert_eq!(out, format!("{uid}\n{uid}\n"));
+
+    let data = dir.path().join("db");
+    let (_, out, _) = finished_output(
+        &mut c,
+        "default",
+        sh(&format!(
+            "ls {} >/dev/null 2>&1 && echo read || echo refused",
+            data.display()
+        )),
+    )
+    .await;
+    assert_eq!(out, "refused\n");
+
+    // Another realm's proc cannot be signalled.
+    c.create_realm("other", "fifo").await.unwrap();
+    let victim = c
+        .spawn(
+            "other",
+            proto::ProcDescriptor {
+                pid: "victim".into(),
+                ..sh("echo $$; exec sleep 600")
+            },
+        )
+        .await
+        .unwrap();
+    let mut os_pid = None;
+    for _ in 0..500 {
+        let out = c.logs("other", &victim.pid, "stdout").await.unwrap();
+        if let Ok(p) = String::from_utf8_lossy(&out.data).trim().parse::<u32>() {
+            os_pid = Some(p);
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let os_pid = os_pid.expect("the victim printed its pid");
+    let (_, out, _) = finished_output(
+        &mut c,
+        "default",
+        sh(&format!(
+            "kill -KILL {os_pid} 2>/dev/null && echo killed || echo refused"
+        )),
+    )
+    .await;
+    assert_eq!(out, "refused\n");
+    assert_eq!(
+        c.proc_status("other", "victim").await.unwrap().state,
+        "running"
+    );
+    c.evict("other", "victim").await.unwrap();
+    c.wait_exit("other", "victim").await.unwrap();
+
+    // Past its memory: killed, and recorded as killed for memory.
+    let hog = proto::ProcDescriptor {
+        mem_mb: Some(32),
+        ..sh("a=$(head -c 200000000 /dev/zero | tr '\\0' x); echo ${#a}")
+    };
+    let (done, _, _) = finished_output(&mut c, "default", hog).await;
+    assert_eq!(done.state, "failed", "{done:?}");
+    assert!(done.error.contains("killed for memory"), "{done:?}");
+
+    // A fork bomb stops at the pids limit, and nothing of it survives.
+    let bomb = format!(
+        "i=0; while [ $i -lt {} ]; do sleep 3 & i=$((i+1)); done; echo forked",
+        tabos_node::confine::PIDS_MAX + 100
+    );
+    let (done, _, err) = finished_output(&mut c, "default", sh(&bomb)).await;
+    assert!(err.to_lowercase().contains("fork"), "{done:?} {err}");
+
+    // Usage is in the proc row.
+    let (done, _, _) = finished_output(
+        &mut c,
+        "default",
+        proto::ProcDescriptor {
+            pid: "busy".into(),
+            ..sh("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done")
+        },
+    )
+    .await;
+    assert_eq!(done.exit_status, Some(0));
+    let r = c
+        .sql(
+            "SELECT cpu_us, peak_mem_bytes FROM proc WHERE realm = 'default' AND pid = 'busy'",
+            vec![],
+        )
+        .await
+        .unwrap();
+    for v in &r.rows[0] {
+        assert!(
+            matches!(v, Some(tabos_client::Value::Int(n)) if *n > 0),
+            "{:?}",
+            r.rows
+        );
+    }
+    let _ = stop.send(());
+}

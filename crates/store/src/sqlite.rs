@@ -133,12 +133,20 @@ impl SqliteBackend {
         })?;
         let lock = File::create(dir.join("LOCK"))
             .map_err(|e| Error::Io(format!("cannot create {}/LOCK: {e}", dir.display())))?;
-        lock.try_lock().map_err(|_| {
-            Error::Config(format!(
-                "data directory {} is in use by another tabos process",
-                dir.display()
-            ))
-        })?;
+        // A lock just let go may still be held for an instant by a child
+        // process forked before its holder closed it (until that child's
+        // exec closes its copy): wait up to LOCK_WAIT_MAX before saying the
+        // directory is in use.
+        let waited = std::time::Instant::now();
+        while lock.try_lock().is_err() {
+            if waited.elapsed() >= LOCK_WAIT_MAX {
+                return Err(Error::Config(format!(
+                    "data directory {} is in use by another tabos process",
+                    dir.display()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
         check_partition_files(dir, config.partitions)?;
 
         let feed = Feed::new();
@@ -996,6 +1004,9 @@ impl ReadPool {
         Ok(conn)
     }
 }
+
+/// How long opening a data directory waits for another holder's lock.
+pub const LOCK_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Largest value a read-path query may build, in bytes.
 pub const READ_VALUE_BYTES_MAX: i32 = 16 << 20;
