@@ -390,6 +390,16 @@ pub fn spawn_tx(
     let worker = sched::pick_tx(tx, scheduler, realm, &need)?;
     if let Some(w) = &worker {
         sched::reserve_tx(tx, realm, w, &need)?;
+    } else if let Some((cores, mem_mb)) = sched::largest_worker_tx(tx, realm)? {
+        // Deferred procs wait for room; one no live worker could ever hold
+        // would wait forever.
+        if need.cores > cores || need.mem_mb > mem_mb {
+            return Err(Error::Invalid(format!(
+                "proc needs {} cores and {} MB, more than any live worker of realm {realm:?} \
+                 has (at most {cores} cores and {mem_mb} MB)",
+                need.cores, need.mem_mb
+            )));
+        }
     }
     // One sequence number for the proc (spawn order), one for its event.
     let seq = crate::realms::next_seq_tx(tx, realm, 2)?;

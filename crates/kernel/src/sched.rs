@@ -411,3 +411,18 @@ pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Resu
     }
     Ok(out)
 }
+
+/// Procedure body: the most cores and memory any live worker of `realm`
+/// has (`None`: no live worker).
+pub fn largest_worker_tx(tx: &mut dyn Tx, realm: &str) -> Result<Option<(i64, i64)>> {
+    let row = tx.query_one(
+        "SELECT max(cores), max(mem_mb) FROM worker WHERE p_key = $1 AND realm = $2 AND state = 'up'",
+        params![crate::p_key(tx), realm],
+    )?;
+    Ok(
+        match (row.get::<Option<i64>>(0)?, row.get::<Option<i64>>(1)?) {
+            (Some(c), Some(m)) => Some((c, m)),
+            _ => None,
+        },
+    )
+}

@@ -88,7 +88,19 @@ impl Confine {
         let mut controller = |name: &str| -> Option<PathBuf> {
             let dir = Path::new(CGROUP_V1).join(name).join("tabos").join(node_id);
             match std::fs::create_dir_all(&dir) {
-                Ok(()) => Some(dir),
+                Ok(()) => {
+                    // A node killed earlier leaves its procs' cgroups
+                    // behind, empty once their tasks died: remove them (a
+                    // cgroup with tasks refuses, and stays).
+                    if let Ok(entries) = std::fs::read_dir(&dir) {
+                        for e in entries.flatten() {
+                            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                                let _ = std::fs::remove_dir(e.path());
+                            }
+                        }
+                    }
+                    Some(dir)
+                }
                 Err(e) => {
                     c.off
                         .push(format!("no {name} cgroup ({}: {e})", dir.display()));

@@ -692,3 +692,29 @@ async fn native_procs_are_confined() {
     }
     let _ = stop.send(());
 }
+
+/// A spawn no live worker of the realm could ever hold is refused (it would
+/// wait forever), and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawn_larger_than_every_worker_is_refused() {
+    let dir = TempDir::new("too-big");
+    let (_node, addr, stop) = start(&dir, 2).await;
+    let mut c = connect(&addr).await;
+    // The worker is registered before the node serves: a small proc runs.
+    let s = c.spawn("default", native("true", &[])).await.unwrap();
+    c.wait_exit("default", &s.pid).await.unwrap();
+    for (cores, mem_mb) in [(3, 0), (1, 1 << 20)] {
+        let d = proto::ProcDescriptor {
+            pid: "huge".into(),
+            cores: Some(cores),
+            mem_mb: Some(mem_mb),
+            ..native("true", &[])
+        };
+        let e = c.spawn("default", d).await.unwrap_err();
+        assert_eq!(code(&e), tonic::Code::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("more than any live worker"), "{e}");
+    }
+    let e = c.proc_status("default", "huge").await.unwrap_err();
+    assert_eq!(code(&e), tonic::Code::NotFound);
+    let _ = stop.send(());
+}
