@@ -143,7 +143,7 @@ enum Command {
     Evict(procs::PidArgs),
     /// Print a native proc's kept stdout (or --stderr)
     Logs(procs::LogsArgs),
-    /// Manage realms: tabos realm create R (prints the realm's admin credential)
+    /// Manage realms: tabos realm create R (prints its admin credential) | set R --procs N ... | list | show R
     Realm(procs::RealmArgs),
     /// Manage credentials: tabos token create|list|revoke|whoami
     Token(tokens::Args),

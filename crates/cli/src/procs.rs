@@ -235,6 +235,93 @@ enum RealmCommand {
         #[command(flatten)]
         node: NodeAddr,
     },
+    /// Set a realm's quotas (operators): a number, or `none` to remove one
+    Set {
+        /// Realm name
+        name: String,
+        /// Most live procs
+        #[arg(long)]
+        procs: Option<String>,
+        /// Most cores of its live procs
+        #[arg(long)]
+        cores: Option<String>,
+        /// Most memory of its live procs, in MiB
+        #[arg(long)]
+        memory_mib: Option<String>,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Realms with their usage and quotas (an operator sees all)
+    List {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// One realm's usage and quotas
+    Show {
+        /// Realm name
+        name: String,
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+}
+
+/// `N` or `none` (no quota).
+fn quota_arg(what: &str, v: &Option<String>) -> anyhow::Result<(Option<i64>, bool)> {
+    match v.as_deref() {
+        None => Ok((None, false)),
+        Some("none") => Ok((None, true)),
+        Some(n) => {
+            let n: i64 = n
+                .parse()
+                .ok()
+                .filter(|n: &i64| *n >= 0)
+                .with_context(|| format!("--{what} takes a number ≥ 0 or `none`, not {n:?}"))?;
+            Ok((Some(n), false))
+        }
+    }
+}
+
+fn print_realms(realms: &[proto::RealmInfo], json: bool) {
+    let q = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
+    if json {
+        let v: Vec<_> = realms
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "realm": r.realm, "live_procs": r.live_procs, "quota_procs": r.quota_procs,
+                    "cores": r.cores, "quota_cores": r.quota_cores,
+                    "mem_mb": r.mem_mb, "quota_mem_mb": r.quota_mem_mb,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+        return;
+    }
+    let cols: Vec<String> = ["realm", "procs", "of", "cores", "of", "memory MB", "of"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows: Vec<Vec<String>> = realms
+        .iter()
+        .map(|r| {
+            vec![
+                r.realm.clone(),
+                r.live_procs.to_string(),
+                q(r.quota_procs),
+                r.cores.to_string(),
+                q(r.quota_cores),
+                r.mem_mb.to_string(),
+                q(r.quota_mem_mb),
+            ]
+        })
+        .collect();
+    print!("{}", crate::output::table(&cols, &rows));
 }
 
 pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
@@ -252,6 +339,53 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 created.admin_token_id
             );
             println!("{}", created.admin_token);
+            Ok(())
+        }),
+        RealmCommand::Set {
+            name,
+            procs,
+            cores,
+            memory_mib,
+            node,
+        } => {
+            let (procs, clear_procs) = quota_arg("procs", &procs)?;
+            let (cores, clear_cores) = quota_arg("cores", &cores)?;
+            let (mem, clear_mem) = quota_arg("memory-mib", &memory_mib)?;
+            let clear = [
+                ("procs", clear_procs),
+                ("cores", clear_cores),
+                ("memory", clear_mem),
+            ]
+            .iter()
+            .filter(|(_, c)| *c)
+            .map(|(n, _)| n.to_string())
+            .collect();
+            crate::runtime()?.block_on(async {
+                let mut client = node.connect().await?;
+                let info = client
+                    .set_realm(proto::SetRealmRequest {
+                        realm: name,
+                        procs,
+                        cores,
+                        mem_mb: mem,
+                        clear,
+                    })
+                    .await?;
+                print_realms(&[info], false);
+                Ok(())
+            })
+        }
+        RealmCommand::List { json, node } => crate::runtime()?.block_on(async {
+            let mut client = node.connect().await?;
+            print_realms(&client.list_realms().await?, json);
+            Ok(())
+        }),
+        RealmCommand::Show { name, json, node } => crate::runtime()?.block_on(async {
+            let mut client = node.connect().await?;
+            let all = client.list_realms().await?;
+            let one: Vec<_> = all.into_iter().filter(|r| r.realm == name).collect();
+            anyhow::ensure!(!one.is_empty(), "no realm {name:?} (or not yours)");
+            print_realms(&one, json);
             Ok(())
         }),
     }

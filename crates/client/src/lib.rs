@@ -370,6 +370,24 @@ impl Client {
             .into_inner())
     }
 
+    /// Sets a realm's quotas (operators only).
+    pub async fn set_realm(
+        &mut self,
+        request: proto::SetRealmRequest,
+    ) -> Result<proto::RealmInfo, Error> {
+        Ok(self.procs.set_realm(request).await?.into_inner())
+    }
+
+    /// Realms with their usage and quotas (an operator's: all).
+    pub async fn list_realms(&mut self) -> Result<Vec<proto::RealmInfo>, Error> {
+        Ok(self
+            .procs
+            .list_realms(proto::ListRealmsRequest {})
+            .await?
+            .into_inner()
+            .realms)
+    }
+
     /// Creates a credential (see `proto::CreateTokenRequest`); the token is
     /// in the reply and nowhere else.
     pub async fn create_token(

@@ -102,6 +102,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/012_proc_usage.sql"),
         postgres: include_str!("../schema/postgres/012_proc_usage.sql"),
     },
+    Migration {
+        version: 13,
+        name: "realm_quota",
+        sqlite: include_str!("../schema/sqlite/013_realm_quota.sql"),
+        postgres: include_str!("../schema/postgres/013_realm_quota.sql"),
+    },
 ];
 
 /// Errors of kernel services.

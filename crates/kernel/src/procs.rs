@@ -362,6 +362,32 @@ pub(crate) fn get_tx(tx: &mut dyn Tx, realm: &str, pid: &str) -> Result<ProcInfo
     proc_from_row(&row)
 }
 
+/// Refuses a spawn that would take `realm` past a quota (checked in the
+/// spawn's transaction, so concurrent spawns cannot both pass it).
+fn check_quota_tx(tx: &mut dyn Tx, realm: &str, d: &Descriptor) -> Result<()> {
+    let q = crate::realms::quota_tx(tx, realm)?;
+    if q == crate::realms::Quota::default() {
+        return Ok(()); // no quota: nothing to count
+    }
+    let row = tx.query_one(
+        "SELECT count(*), coalesce(sum(cores), 0), coalesce(sum(mem_mb), 0) FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND state IN ('spawned', 'claimed', 'running')",
+        params![crate::p_key(tx), realm],
+    )?;
+    let (procs, cores, mem): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+    let over = |what: &str, used: i64, adding: i64, quota: Option<i64>, unit: &str| match quota {
+        Some(q) if used + adding > q => Err(Error::Full(format!(
+            "realm {realm} is over its {what} quota: {used}{unit} used of {q}{unit}, this spawn \
+             adds {adding}{unit}"
+        ))),
+        _ => Ok(()),
+    };
+    over("procs", procs, 1, q.procs, "")?;
+    over("cores", cores, d.cores, q.cores, "")?;
+    over("memory", mem, d.mem_mb, q.mem_mb, " MB")?;
+    Ok(())
+}
+
 /// Procedure body: spawns one proc: inserts its row, lets the realm's
 /// scheduler pick a worker (or defers it), and notifies.
 pub fn spawn_tx(
@@ -374,6 +400,7 @@ pub fn spawn_tx(
     d.validate()?;
     let scheduler = crate::realms::scheduler_tx(tx, realm)?;
     let p = i64::from(tx.p_key().0);
+    check_quota_tx(tx, realm, d)?;
     if let Some(parent) = &d.parent {
         let live = tx.query_opt(
             "SELECT state FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",

@@ -33,6 +33,58 @@ pub fn create_tx(tx: &mut dyn Tx, realm: &str, scheduler: Scheduler, now_us: i64
     Ok(())
 }
 
+/// A realm's quotas; `None` is no quota.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quota {
+    /// Live procs (spawned, claimed or running).
+    pub procs: Option<i64>,
+    /// Cores of its live procs.
+    pub cores: Option<i64>,
+    /// Memory of its live procs, in MB.
+    pub mem_mb: Option<i64>,
+}
+
+/// Procedure body: sets the quotas of `realm` (every field: `None` clears).
+pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
+    for (what, v) in [("procs", q.procs), ("cores", q.cores), ("memory", q.mem_mb)] {
+        if v.is_some_and(|v| v < 0) {
+            return Err(Error::Invalid(format!("a {what} quota is never negative")));
+        }
+    }
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE realm SET quota_procs = $3, quota_cores = $4, quota_mem_mb = $5 \
+         WHERE p_key = $1 AND realm = $2",
+        params![p, realm, q.procs, q.cores, q.mem_mb],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    Ok(())
+}
+
+/// Procedure body: the quotas of `realm`.
+pub fn quota_tx(tx: &mut dyn Tx, realm: &str) -> Result<Quota> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx
+        .query_opt(
+            "SELECT quota_procs, quota_cores, quota_mem_mb FROM realm WHERE p_key = $1 AND realm = $2",
+            params![p, realm],
+        )?
+        .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?;
+    Ok(Quota {
+        procs: row.get(0)?,
+        cores: row.get(1)?,
+        mem_mb: row.get(2)?,
+    })
+}
+
+/// Sets the quotas of `realm`.
+pub async fn set_quota(store: &Store, realm: &str, q: Quota) -> Result<()> {
+    let r = realm.to_string();
+    crate::call(store, realm, move |tx| set_quota_tx(tx, &r, &q)).await
+}
+
 /// Every realm's name, on the read path.
 pub fn list(store: &Store) -> Result<Vec<String>> {
     let rows = store.query("SELECT realm FROM realm ORDER BY realm", &[])?;

@@ -453,6 +453,14 @@ impl Procd {
         };
         if let Some(os_pid) = child.id() {
             self.track(&p.pid, Running::Native(os_pid));
+            // An eviction requested before the proc was tracked found
+            // nothing to signal: honour it now.
+            let early = procs::status(&self.store, &self.realm, &p.pid)
+                .await
+                .is_ok_and(|i| i.evict_requested);
+            if early {
+                self.clone().evict(p.pid.as_str()).await;
+            }
         }
         let out = child.stdout.take().map(|s| {
             let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stdout");

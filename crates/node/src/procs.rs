@@ -161,6 +161,38 @@ pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
     }
 }
 
+impl ProcsService {
+    /// Usage and quotas of one realm, or of all, from the `realm_usage` view.
+    async fn realm_infos(&self, realm: Option<String>) -> Result<Vec<proto::RealmInfo>, Status> {
+        let store = self.node.store.clone();
+        let rows = tokio::task::spawn_blocking(move || {
+            store.query(
+                "SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb, quota_mem_mb \
+                 FROM realm_usage WHERE $1 IS NULL OR realm = $1 ORDER BY realm",
+                &[tabos_store::Value::from(realm)],
+            )
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))?
+        .map_err(|e| crate::status_of(&e))?;
+        rows.rows
+            .iter()
+            .map(|r| {
+                Ok(proto::RealmInfo {
+                    realm: r.get(0)?,
+                    live_procs: r.get(1)?,
+                    quota_procs: r.get(2)?,
+                    cores: r.get(3)?,
+                    quota_cores: r.get(4)?,
+                    mem_mb: r.get(5)?,
+                    quota_mem_mb: r.get(6)?,
+                })
+            })
+            .collect::<Result<Vec<_>, tabos_store::Error>>()
+            .map_err(|e| crate::status_of(&e))
+    }
+}
+
 fn pid_of(r: &proto::PidRequest) -> Result<Pid, Status> {
     Pid::new(r.pid.clone()).map_err(invalid)
 }
@@ -201,6 +233,63 @@ impl proto::procs_server::Procs for ProcsService {
         Ok(Response::new(proto::CreateRealmResponse {
             admin_token: minted.token,
             admin_token_id: minted.id.to_string(),
+        }))
+    }
+
+    async fn set_realm(
+        &self,
+        request: Request<proto::SetRealmRequest>,
+    ) -> Result<Response<proto::RealmInfo>, Status> {
+        let access = self.node.access(&request)?;
+        access.require(Role::Operator)?;
+        let r = request.into_inner();
+        tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
+        for c in &r.clear {
+            if !matches!(c.as_str(), "procs" | "cores" | "memory") {
+                return Err(invalid(format!(
+                    "a quota to clear is procs, cores or memory, not {c:?}"
+                )));
+            }
+        }
+        let realm = r.realm.clone();
+        tabos_kernel::call(&self.node.store, &r.realm, move |tx| {
+            use tabos_kernel::realms;
+            let mut q = realms::quota_tx(tx, &realm)?;
+            let cleared = |what: &str| r.clear.iter().any(|c| c == what);
+            q.procs = if cleared("procs") {
+                None
+            } else {
+                r.procs.or(q.procs)
+            };
+            q.cores = if cleared("cores") {
+                None
+            } else {
+                r.cores.or(q.cores)
+            };
+            q.mem_mb = if cleared("memory") {
+                None
+            } else {
+                r.mem_mb.or(q.mem_mb)
+            };
+            realms::set_quota_tx(tx, &realm, &q)
+        })
+        .await
+        .map_err(|e| kernel_status(&e))?;
+        let mut infos = self.realm_infos(Some(r.realm)).await?;
+        infos
+            .pop()
+            .map(Response::new)
+            .ok_or_else(|| Status::not_found("the realm went away"))
+    }
+
+    async fn list_realms(
+        &self,
+        request: Request<proto::ListRealmsRequest>,
+    ) -> Result<Response<proto::ListRealmsResponse>, Status> {
+        let access = self.node.access(&request)?;
+        let only = (!access.principal.is_operator()).then(|| access.principal.realm.clone());
+        Ok(Response::new(proto::ListRealmsResponse {
+            realms: self.realm_infos(only).await?,
         }))
     }
 

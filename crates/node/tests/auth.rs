@@ -518,3 +518,67 @@ async fn a_new_realm_is_served_by_the_running_node() {
     assert_eq!(code(&e), Code::NotFound, "{e}");
     n.shut_down().await;
 }
+
+/// Quotas on live procs, cores and memory: set by an operator, checked in
+/// the spawn's own transaction with an error naming quota and usage, and
+/// nothing spawned past them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proc_quotas_are_checked_at_spawn() {
+    let dir = TempDir::new("auth-quota");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "q").await;
+    let mut op = n.client().await;
+    let set = |procs, cores, clear: Vec<&str>| proto::SetRealmRequest {
+        realm: "q".into(),
+        procs,
+        cores,
+        mem_mb: None,
+        clear: clear.into_iter().map(String::from).collect(),
+    };
+    let e = admin
+        .set_realm(set(Some(5), None, vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    let info = op.set_realm(set(Some(1), Some(1), vec![])).await.unwrap();
+    assert_eq!((info.quota_procs, info.quota_cores), (Some(1), Some(1)));
+    let sleeper = |pid: &str, cores: i64| proto::ProcDescriptor {
+        pid: pid.into(),
+        program: "sleep".into(),
+        args: vec!["600".into()],
+        cores: Some(cores),
+        ..Default::default()
+    };
+    admin.spawn("", sleeper("s1", 1)).await.unwrap();
+    let e = admin.spawn("", sleeper("s2", 1)).await.unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    assert!(
+        e.to_string()
+            .contains("realm q is over its procs quota: 1 used of 1"),
+        "{e}"
+    );
+    let e = admin.proc_status("", "s2").await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "nothing was spawned");
+    // Raise procs, keep cores at 1: now the cores quota refuses.
+    op.set_realm(set(Some(10), None, vec![])).await.unwrap();
+    let e = admin.spawn("", sleeper("s3", 1)).await.unwrap_err();
+    assert!(e.to_string().contains("over its cores quota"), "{e}");
+    // Usage as the realm sees it (its own realm only).
+    let seen = admin.list_realms().await.unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        (seen[0].realm.as_str(), seen[0].live_procs, seen[0].cores),
+        ("q", 1, 1)
+    );
+    assert!(op.list_realms().await.unwrap().len() >= 2);
+    // Cleared: room again.
+    op.set_realm(set(None, None, vec!["cores"])).await.unwrap();
+    admin.spawn("", sleeper("s4", 1)).await.unwrap();
+    for pid in ["s1", "s4"] {
+        admin.evict("", pid).await.unwrap();
+        admin.wait_exit("", pid).await.unwrap();
+    }
+    let e = op.set_realm(set(Some(-1), None, vec![])).await.unwrap_err();
+    assert_eq!(code(&e), Code::InvalidArgument, "{e}");
+    n.shut_down().await;
+}
