@@ -45,8 +45,34 @@ pub fn uid_for(realm: &str) -> u32 {
     UID_BASE + h % UID_RANGE
 }
 
+/// Removes what node instances whose process is gone left under `base`
+/// (their procs' cgroups once empty, then their own directory); a cgroup
+/// that still has tasks refuses, and stays.
+fn remove_dead_instances(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        // `<node-id>.<os pid>.<n>`: the os pid is the second field from the end.
+        let os_pid = name.rsplit('.').nth(1).and_then(|p| p.parse::<u32>().ok());
+        let Some(os_pid) = os_pid else { continue };
+        if Path::new(&format!("/proc/{os_pid}")).exists() {
+            continue; // a live node (this one included)
+        }
+        if let Ok(groups) = std::fs::read_dir(e.path()) {
+            for g in groups.flatten() {
+                if g.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = std::fs::remove_dir(g.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(e.path());
+    }
+}
+
 /// What confinement this node applies.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Confine {
     /// Run procs as their realm's uid (the node is root).
     uids: bool,
@@ -85,20 +111,20 @@ impl Confine {
             return c;
         }
         c.uids = true;
+        // One directory per node instance (node ids repeat across
+        // processes, and within one in tests): `<node-id>.<os pid>.<n>`.
+        static INSTANCE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let me = format!(
+            "{node_id}.{}.{}",
+            std::process::id(),
+            INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         let mut controller = |name: &str| -> Option<PathBuf> {
-            let dir = Path::new(CGROUP_V1).join(name).join("tabos").join(node_id);
+            let base = Path::new(CGROUP_V1).join(name).join("tabos");
+            let dir = base.join(&me);
             match std::fs::create_dir_all(&dir) {
                 Ok(()) => {
-                    // A node killed earlier leaves its procs' cgroups
-                    // behind, empty once their tasks died: remove them (a
-                    // cgroup with tasks refuses, and stays).
-                    if let Ok(entries) = std::fs::read_dir(&dir) {
-                        for e in entries.flatten() {
-                            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                                let _ = std::fs::remove_dir(e.path());
-                            }
-                        }
-                    }
+                    remove_dead_instances(&base);
                     Some(dir)
                 }
                 Err(e) => {
@@ -211,6 +237,20 @@ impl Confine {
         p.pids = pids;
         p.cpuacct = cpuacct;
         Ok(p)
+    }
+}
+
+impl Drop for Confine {
+    /// The node's own cgroup directories go with it (once its procs' are
+    /// gone: a directory with children or tasks refuses, and stays for the
+    /// next node to remove).
+    fn drop(&mut self) {
+        for d in [&self.memory, &self.pids, &self.cpu, &self.cpuacct]
+            .into_iter()
+            .flatten()
+        {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 }
 
