@@ -18,6 +18,34 @@ struct Node {
     home: TempDir,
 }
 
+/// Reads `tabos up`'s start-up lines from `child`: the first names the
+/// bound address (printed once the listener is bound, so connections from
+/// then on are accepted), the last (`try: …`) comes after the credential
+/// and its context are saved. Returns the address and every line; the rest
+/// of its output is drained so that it never blocks on a full pipe.
+fn started(child: &mut Child) -> (String, Vec<String>) {
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        assert!(
+            out.read_line(&mut l).unwrap() > 0,
+            "tabos up ended early: {lines:?}"
+        );
+        let last = l.starts_with("try:");
+        lines.push(l.trim_end().to_string());
+        if last {
+            break;
+        }
+    }
+    let addr = lines[0]
+        .strip_prefix("tabos node on ")
+        .and_then(|r| r.split(':').take(2).collect::<Vec<_>>().join(":").into())
+        .unwrap_or_else(|| panic!("unexpected first line: {:?}", lines[0]));
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (addr, lines)
+}
+
 impl Node {
     fn start(args: &[&str]) -> Node {
         let home = TempDir::new("cli-home");
@@ -32,34 +60,13 @@ impl Node {
             cmd.args(["--data", home.path().join("data").to_str().unwrap()]);
         }
         let mut child = cmd.spawn().unwrap();
-        // The first line names the bound address; it is printed after the
-        // listener is bound, so connections from here on are accepted.
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut first = String::new();
-        out.read_line(&mut first).unwrap();
-        let addr = first
-            .strip_prefix("tabos node on ")
-            .and_then(|r| r.split(':').take(2).collect::<Vec<_>>().join(":").into())
-            .unwrap_or_else(|| panic!("unexpected first line: {first:?}"));
-        // Then where the operator credential is.
-        let mut line = String::new();
-        out.read_line(&mut line).unwrap();
-        let path = line
+        let (addr, lines) = started(&mut child);
+        // The second line says where the operator credential is.
+        let path = lines[1]
             .strip_prefix("operator credential: ")
             .and_then(|r| r.split(" (").next())
-            .unwrap_or_else(|| panic!("unexpected second line: {line:?}"));
+            .unwrap_or_else(|| panic!("unexpected second line: {:?}", lines[1]));
         let token = std::fs::read_to_string(path).unwrap().trim().to_string();
-        // The last line of start-up comes after the context is saved.
-        loop {
-            let mut l = String::new();
-            assert!(out.read_line(&mut l).unwrap() > 0, "tabos up ended early");
-            if l.starts_with("try:") {
-                break;
-            }
-        }
-        // Keep reading what the node prints, so that it never blocks on a
-        // full pipe.
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         Node {
             child,
             addr,
@@ -879,21 +886,7 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr: String = first
-        .strip_prefix("tabos node on ")
-        .and_then(|r| r.split(':').take(2).collect::<Vec<_>>().join(":").into())
-        .unwrap_or_else(|| panic!("unexpected first line: {first:?}"));
-    loop {
-        let mut l = String::new();
-        assert!(out.read_line(&mut l).unwrap() > 0, "tabos up ended early");
-        if l.starts_with("try:") {
-            break;
-        }
-    }
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let (addr, _) = started(&mut child);
     let (tx, errs) = std::sync::mpsc::channel();
     let err = child.stderr.take().unwrap();
     std::thread::spawn(move || {

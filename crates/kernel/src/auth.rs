@@ -29,7 +29,7 @@ use crate::ids::Pid;
 use crate::{realm_partition, validate_realm, Error, Result};
 
 /// Change-feed channel told of every created or revoked credential; the
-/// payload is the credential's id.
+/// payload is the credential's id (one notification per credential).
 pub const CHANGES_CHANNEL: &str = "auth/credentials";
 /// Prefix of every token.
 pub const TOKEN_PREFIX: &str = "tabos_";
@@ -418,7 +418,7 @@ pub fn revoke_tx(
     let p = crate::p_key(tx);
     let n = tx.execute(
         "UPDATE credential SET revoked_us = coalesce(revoked_us, $3) \
-         WHERE p_key = $1 AND id = $2 AND ($4 IS NULL OR realm = $4)",
+         WHERE p_key = $1 AND id = $2 AND (CAST($4 AS TEXT) IS NULL OR realm = $4)",
         params![p, id.as_str(), now_us, realm],
     )?;
     if n == 0 {
@@ -432,11 +432,17 @@ pub fn revoke_tx(
 /// `None`, as for an operator). The credential's partition is found on
 /// the read path first.
 pub async fn revoke(store: &Store, id: &CredentialId, realm: Option<&str>) -> Result<()> {
-    let row = store.query(
-        "SELECT realm FROM credential WHERE id = $1",
-        params![id.as_str()],
-    )?;
-    let Some(owner) = row.rows.first() else {
+    // A read on the read path, off the async runtime's threads.
+    let (s, i) = (store.clone(), id.clone());
+    let owner = tokio::task::spawn_blocking(move || {
+        s.query(
+            "SELECT realm FROM credential WHERE id = $1",
+            params![i.as_str()],
+        )
+    })
+    .await
+    .map_err(|e| Error::Invalid(format!("credential look-up failed: {e}")))??;
+    let Some(owner) = owner.rows.first() else {
         return Err(Error::NotFound(format!("credential {id}")));
     };
     let owner: String = owner.get(0)?;
@@ -452,22 +458,30 @@ pub async fn revoke(store: &Store, id: &CredentialId, realm: Option<&str>) -> Re
 }
 
 /// Procedure body: revokes every live credential of proc `pid` in `realm`
-/// (when the proc has ended). Returns how many.
-pub fn revoke_pid_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<u64> {
+/// (when the proc has ended). Returns their ids.
+pub fn revoke_pid_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    now_us: i64,
+) -> Result<Vec<CredentialId>> {
     let p = crate::p_key(tx);
-    let n = tx.execute(
+    let rows = tx.query(
         "UPDATE credential SET revoked_us = $4 \
-         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NULL",
+         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NULL RETURNING id",
         params![p, realm, pid.as_str(), now_us],
     )?;
-    if n > 0 {
-        tx.notify(CHANGES_CHANNEL, pid.as_str())?;
+    let mut ids = Vec::with_capacity(rows.len());
+    for r in rows.iter() {
+        let id = CredentialId::new(r.get::<String>(0)?)?;
+        tx.notify(CHANGES_CHANNEL, id.as_str())?;
+        ids.push(id);
     }
-    Ok(n)
+    Ok(ids)
 }
 
-/// Revokes proc `pid`'s credentials.
-pub async fn revoke_pid(store: &Store, realm: &str, pid: &Pid) -> Result<u64> {
+/// Revokes proc `pid`'s credentials; returns their ids.
+pub async fn revoke_pid(store: &Store, realm: &str, pid: &Pid) -> Result<Vec<CredentialId>> {
     let (r, p, now) = (realm.to_string(), pid.clone(), tabos_store::now_us());
     crate::call(store, realm, move |tx| revoke_pid_tx(tx, &r, &p, now)).await
 }
@@ -508,7 +522,7 @@ fn info_of(row: &tabos_store::Row) -> Result<(Info, TokenHash)> {
 pub fn list(store: &Store, realm: Option<&str>, with_procs: bool) -> Result<Vec<Info>> {
     let rows = store.query(
         &format!(
-            "SELECT {COLUMNS} FROM credential WHERE ($1 IS NULL OR realm = $1) \
+            "SELECT {COLUMNS} FROM credential WHERE (CAST($1 AS TEXT) IS NULL OR realm = $1) \
              AND ($2 = 1 OR pid IS NULL) ORDER BY created_us, id"
         ),
         params![realm, i64::from(with_procs)],
@@ -517,6 +531,27 @@ pub fn list(store: &Store, realm: Option<&str>, with_procs: bool) -> Result<Vec<
         .iter()
         .map(|r| info_of(r).map(|(i, _)| i))
         .collect()
+}
+
+/// Credential `id` with its hash if it is neither revoked nor expired at
+/// `now_us` (`None`: unknown, revoked or expired), on the read path: how a
+/// node applies one change notification.
+pub fn load_one(
+    store: &Store,
+    id: &CredentialId,
+    now_us: i64,
+) -> Result<Option<(TokenHash, Principal)>> {
+    let rows = store.query(
+        &format!(
+            "SELECT {COLUMNS} FROM credential WHERE id = $1 AND revoked_us IS NULL \
+             AND (expires_us IS NULL OR expires_us > $2)"
+        ),
+        params![id.as_str(), now_us],
+    )?;
+    rows.rows
+        .first()
+        .map(|r| info_of(r).map(|(i, h)| (h, i.principal)))
+        .transpose()
 }
 
 /// Every credential that is neither revoked nor expired at `now_us`, by

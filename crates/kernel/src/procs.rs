@@ -364,9 +364,13 @@ pub(crate) fn get_tx(tx: &mut dyn Tx, realm: &str, pid: &str) -> Result<ProcInfo
 
 /// Refuses a spawn that would take `realm` past a quota (checked in the
 /// spawn's transaction, so concurrent spawns cannot both pass it).
-fn check_quota_tx(tx: &mut dyn Tx, realm: &str, d: &Descriptor) -> Result<()> {
-    let q = crate::realms::quota_tx(tx, realm)?;
-    if q == crate::realms::Quota::default() {
+fn check_quota_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    q: &crate::realms::Quota,
+    d: &Descriptor,
+) -> Result<()> {
+    if *q == crate::realms::Quota::default() {
         return Ok(()); // no quota: nothing to count
     }
     let row = tx.query_one(
@@ -398,9 +402,9 @@ pub fn spawn_tx(
     now_us: i64,
 ) -> Result<Option<WorkerId>> {
     d.validate()?;
-    let scheduler = crate::realms::scheduler_tx(tx, realm)?;
+    let (scheduler, quota) = crate::realms::spawn_policy_tx(tx, realm)?;
     let p = i64::from(tx.p_key().0);
-    check_quota_tx(tx, realm, d)?;
+    check_quota_tx(tx, realm, &quota, d)?;
     if let Some(parent) = &d.parent {
         let live = tx.query_opt(
             "SELECT state FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",

@@ -65,18 +65,62 @@ pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
 
 /// Procedure body: the quotas of `realm`.
 pub fn quota_tx(tx: &mut dyn Tx, realm: &str) -> Result<Quota> {
+    Ok(spawn_policy_tx(tx, realm)?.1)
+}
+
+/// Procedure body: what a spawn in `realm` needs of its row, in one
+/// statement: its scheduler and its quotas.
+pub fn spawn_policy_tx(tx: &mut dyn Tx, realm: &str) -> Result<(Scheduler, Quota)> {
     let p = i64::from(tx.p_key().0);
     let row = tx
         .query_opt(
-            "SELECT quota_procs, quota_cores, quota_mem_mb FROM realm WHERE p_key = $1 AND realm = $2",
+            "SELECT scheduler, quota_procs, quota_cores, quota_mem_mb FROM realm \
+             WHERE p_key = $1 AND realm = $2",
             params![p, realm],
         )?
         .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?;
-    Ok(Quota {
-        procs: row.get(0)?,
-        cores: row.get(1)?,
-        mem_mb: row.get(2)?,
-    })
+    let quota = Quota {
+        procs: row.get(1)?,
+        cores: row.get(2)?,
+        mem_mb: row.get(3)?,
+    };
+    Ok((row.get::<String>(0)?.parse()?, quota))
+}
+
+/// A realm's usage against its quotas (the `realm_usage` view).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    pub realm: String,
+    pub live_procs: i64,
+    pub cores: i64,
+    pub mem_mb: i64,
+    pub quota: Quota,
+}
+
+/// Usage of `realm`, or of every realm when `None`, by name, on the read
+/// path.
+pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
+    let rows = store.query(
+        "SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb, quota_mem_mb \
+         FROM realm_usage WHERE CAST($1 AS TEXT) IS NULL OR realm = $1 ORDER BY realm",
+        params![realm],
+    )?;
+    rows.rows
+        .iter()
+        .map(|r| {
+            Ok(Usage {
+                realm: r.get(0)?,
+                live_procs: r.get(1)?,
+                cores: r.get(3)?,
+                mem_mb: r.get(5)?,
+                quota: Quota {
+                    procs: r.get(2)?,
+                    cores: r.get(4)?,
+                    mem_mb: r.get(6)?,
+                },
+            })
+        })
+        .collect()
 }
 
 /// Sets the quotas of `realm`.

@@ -9,9 +9,11 @@
 //! field naming another realm or user is PERMISSION_DENIED.
 //!
 //! The node checks tokens against an in-memory copy of the live
-//! credentials (hash → principal), loaded at start and reloaded whenever
-//! the change feed reports a created or revoked credential
-//! ([`Auth::follow`]), so a check costs one SHA-256 and one hash lookup.
+//! credentials (hash → principal), loaded at start and kept current by the
+//! change feed: each created or revoked credential's id is notified, and
+//! the node re-reads that one row ([`Auth::follow`]; the whole table only
+//! after a lagging subscription was cut off). A check costs one SHA-256 and
+//! one hash look-up.
 //! Credentials this node creates or revokes are applied to the copy before
 //! the call returns; another node's are seen when its notification
 //! arrives (after its commit).
@@ -19,7 +21,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use tabos_kernel::auth::{self, Principal, Role, TokenHash};
+use tabos_kernel::auth::{self, CredentialId, Principal, Role, TokenHash};
 use tabos_store::Store;
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
@@ -41,7 +43,27 @@ impl std::fmt::Debug for Auth {
 
 struct Inner {
     store: Store,
-    live: RwLock<HashMap<TokenHash, Arc<Principal>>>,
+    live: RwLock<Live>,
+}
+
+/// The live credentials, by token hash and by id (to drop one by id).
+#[derive(Default)]
+struct Live {
+    by_hash: HashMap<TokenHash, Arc<Principal>>,
+    by_id: HashMap<CredentialId, TokenHash>,
+}
+
+impl Live {
+    fn insert(&mut self, hash: TokenHash, p: Principal) {
+        self.by_id.insert(p.id.clone(), hash);
+        self.by_hash.insert(hash, Arc::new(p));
+    }
+
+    fn remove(&mut self, id: &CredentialId) {
+        if let Some(h) = self.by_id.remove(id) {
+            self.by_hash.remove(&h);
+        }
+    }
 }
 
 impl Auth {
@@ -50,7 +72,7 @@ impl Auth {
         let a = Auth {
             inner: Arc::new(Inner {
                 store,
-                live: RwLock::new(HashMap::new()),
+                live: RwLock::new(Live::default()),
             }),
         };
         a.reload()?;
@@ -60,12 +82,27 @@ impl Auth {
     /// Replaces the in-memory copy with the table's live credentials.
     pub fn reload(&self) -> Result<(), tabos_kernel::Error> {
         let now = tabos_store::now_us();
-        let loaded: HashMap<_, _> = auth::load(&self.inner.store, now)?
-            .into_iter()
-            .map(|(h, p)| (h, Arc::new(p)))
-            .collect();
-        *self.inner.live.write().unwrap_or_else(|e| e.into_inner()) = loaded;
+        let mut loaded = Live::default();
+        for (h, p) in auth::load(&self.inner.store, now)? {
+            loaded.insert(h, p);
+        }
+        *self.write() = loaded;
         Ok(())
+    }
+
+    /// Re-reads credential `id` (created or revoked elsewhere).
+    fn refresh(&self, id: &CredentialId) -> Result<(), tabos_kernel::Error> {
+        let one = auth::load_one(&self.inner.store, id, tabos_store::now_us())?;
+        let mut live = self.write();
+        live.remove(id);
+        if let Some((h, p)) = one {
+            live.insert(h, p);
+        }
+        Ok(())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Live> {
+        self.inner.live.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The principal of `token`, if it is live now.
@@ -74,7 +111,7 @@ impl Auth {
         auth::token_id(token)?;
         let hash = TokenHash::of(token);
         let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
-        let p = live.get(&hash)?;
+        let p = live.by_hash.get(&hash)?;
         p.is_live(tabos_store::now_us()).then(|| p.clone())
     }
 
@@ -115,55 +152,42 @@ impl Auth {
             pid: spec.pid.clone(),
             expires_us: spec.expires_us,
         };
-        self.inner
-            .live
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(minted.hash, Arc::new(p));
+        self.write().insert(minted.hash, p);
     }
 
-    /// Drops credentials from the in-memory copy (after revoking them here).
-    pub fn forget(&self, matches: impl Fn(&Principal) -> bool) {
-        self.inner
-            .live
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|_, p| !matches(p));
+    /// Drops credential `id` from the in-memory copy (after revoking it
+    /// here).
+    pub fn forget(&self, id: &CredentialId) {
+        self.write().remove(id);
     }
 
-    /// Keeps the in-memory copy current: reloads on every notification of
-    /// a created or revoked credential, and after a lagging subscription is
-    /// cut off, until `stop` is raised.
+    /// Keeps the in-memory copy current until `stop` is raised: re-reads
+    /// each credential the change feed names, and the whole table after
+    /// subscribing (anything committed before is in that load) — also
+    /// after a lagging subscription is cut off.
     pub async fn follow(self, mut stop: tokio::sync::watch::Receiver<bool>) {
         loop {
             let mut sub = self.inner.store.subscribe(auth::CHANGES_CHANNEL);
-            // Anything committed before the subscription is in this load.
-            if let Err(e) = self.reload_blocking().await {
+            let me = self.clone();
+            if let Err(e) = blocking(move || me.reload()).await {
                 eprintln!("credentials: reload failed: {e}");
             }
             loop {
-                tokio::select! {
+                let n = tokio::select! {
                     _ = stop.changed() => return,
-                    n = sub.recv() => match n {
-                        Ok(_) => {
-                            // Take every queued notification: one reload serves all.
-                            while let Ok(Some(_)) = sub.try_recv() {}
-                            if let Err(e) = self.reload_blocking().await {
-                                eprintln!("credentials: reload failed: {e}");
-                            }
-                        }
-                        Err(_) => break, // cut off: subscribe again and reload
-                    }
+                    n = sub.recv() => n,
+                };
+                let Ok(n) = n else { break }; // cut off: subscribe again, reload
+                                              // A payload that is not an id cannot name a credential.
+                let Ok(id) = CredentialId::new(n.payload) else {
+                    continue;
+                };
+                let me = self.clone();
+                if let Err(e) = blocking(move || me.refresh(&id)).await {
+                    eprintln!("credentials: refresh failed: {e}");
                 }
             }
         }
-    }
-
-    async fn reload_blocking(&self) -> Result<(), tabos_kernel::Error> {
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || me.reload())
-            .await
-            .unwrap_or_else(|e| Err(tabos_kernel::Error::Invalid(e.to_string())))
     }
 
     /// The interceptor that authenticates every request of a service.
@@ -184,6 +208,15 @@ impl Auth {
             expires_us: None,
         })))
     }
+}
+
+/// Runs a store read off the async runtime's threads.
+async fn blocking(
+    f: impl FnOnce() -> Result<(), tabos_kernel::Error> + Send + 'static,
+) -> Result<(), tabos_kernel::Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(tabos_kernel::Error::Invalid(e.to_string())))
 }
 
 /// The interceptor every service is wrapped in.

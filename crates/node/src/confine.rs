@@ -32,6 +32,11 @@ pub const UID_RANGE: u32 = 100_000;
 pub const PIDS_MAX: i64 = 512;
 /// CPU bandwidth period of a proc's `cpu` cgroup, in microseconds.
 pub const CPU_PERIOD_US: i64 = 100_000;
+/// After a proc ended: how many times its cgroup is swept for processes
+/// that outlived it (each killed), and the pause between sweeps for the
+/// kernel to reap them.
+const SWEEPS_MAX: usize = 8;
+const SWEEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
 /// Where the v1 controllers are mounted.
 const CGROUP_V1: &str = "/sys/fs/cgroup";
 
@@ -317,7 +322,7 @@ impl Prepared {
     /// cgroups.
     pub fn finish(self) -> Usage {
         if let Some(pids) = &self.pids {
-            for _ in 0..8 {
+            for _ in 0..SWEEPS_MAX {
                 let left = std::fs::read_to_string(pids.join("cgroup.procs")).unwrap_or_default();
                 let mut any = false;
                 for pid in left
@@ -336,7 +341,7 @@ impl Prepared {
                 if !any {
                     break;
                 }
-                std::thread::sleep(std::time::Duration::from_millis(5));
+                std::thread::sleep(SWEEP_PAUSE);
             }
         }
         let read = |dir: &Option<PathBuf>, file: &str| -> Option<String> {

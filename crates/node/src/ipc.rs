@@ -114,6 +114,10 @@ impl proto::ipc_server::Ipc for IpcService {
             "" => None,
             s => Some(address(s)?),
         };
+        // A proc's credential sends as that proc, never as another.
+        if let Some(Address::Proc(pid)) = &from {
+            access.acting_pid(pid.as_str())?;
+        }
         let msgs = outgoing_from_proto(r.messages)?;
         let fence = crate::names::fence_from_proto(r.fence)?;
         let sent = ipc::send_fenced(

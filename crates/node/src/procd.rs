@@ -337,13 +337,14 @@ impl Procd {
         debug_assert!(left >= 0, "busy cores went negative");
         // The proc's credential dies with it (a wasm proc has none).
         if p.kind == Kind::Native {
-            self.auth
-                .forget(|c| c.realm == self.realm && c.pid.as_ref() == Some(&p.pid));
-            if let Err(e) = tabos_kernel::auth::revoke_pid(&self.store, &self.realm, &p.pid).await {
-                eprintln!(
-                    "procd {}: cannot revoke {}'s credential: {e}",
-                    self.worker, p.pid
-                );
+            match tabos_kernel::auth::revoke_pid(&self.store, &self.realm, &p.pid).await {
+                Ok(ids) => ids.iter().for_each(|id| self.auth.forget(id)),
+                Err(e) => {
+                    eprintln!(
+                        "procd {}: cannot revoke {}'s credential: {e}",
+                        self.worker, p.pid
+                    )
+                }
             }
         }
         let next = procs::exited_and_claim(
@@ -429,17 +430,21 @@ impl Procd {
             // clean-up after its exit reach every process it started.
             .process_group(0)
             .kill_on_drop(true);
-        let mut confined =
-            match self
-                .confine
-                .prepare(&self.realm, p.pid.as_str(), p.cores, p.mem_mb)
-            {
-                Ok(c) => c,
-                Err(e) => {
-                    let msg = format!("cannot confine the proc (cgroups): {e}");
-                    return self.record_exit(&p, State::Failed, None, Some(msg)).await;
-                }
-            };
+        // cgroupfs writes are system calls: off the runtime's threads.
+        let (confine, realm, pid) = (self.confine.clone(), self.realm.clone(), p.pid.clone());
+        let (cores, mem_mb) = (p.cores, p.mem_mb);
+        let prepared = tokio::task::spawn_blocking(move || {
+            confine.prepare(&realm, pid.as_str(), cores, mem_mb)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        let mut confined = match prepared {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!("cannot confine the proc (cgroups): {e}");
+                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+            }
+        };
         confined.apply(&mut cmd);
         let spawned = cmd.spawn();
         confined.spawned();

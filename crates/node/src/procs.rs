@@ -162,34 +162,27 @@ pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
 }
 
 impl ProcsService {
-    /// Usage and quotas of one realm, or of all, from the `realm_usage` view.
+    /// Usage and quotas of one realm, or of all.
     async fn realm_infos(&self, realm: Option<String>) -> Result<Vec<proto::RealmInfo>, Status> {
         let store = self.node.store.clone();
-        let rows = tokio::task::spawn_blocking(move || {
-            store.query(
-                "SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb, quota_mem_mb \
-                 FROM realm_usage WHERE $1 IS NULL OR realm = $1 ORDER BY realm",
-                &[tabos_store::Value::from(realm)],
-            )
+        let usage = tokio::task::spawn_blocking(move || {
+            tabos_kernel::realms::usage(&store, realm.as_deref())
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(|e| crate::status_of(&e))?;
-        rows.rows
-            .iter()
-            .map(|r| {
-                Ok(proto::RealmInfo {
-                    realm: r.get(0)?,
-                    live_procs: r.get(1)?,
-                    quota_procs: r.get(2)?,
-                    cores: r.get(3)?,
-                    quota_cores: r.get(4)?,
-                    mem_mb: r.get(5)?,
-                    quota_mem_mb: r.get(6)?,
-                })
+        .map_err(|e| kernel_status(&e))?;
+        Ok(usage
+            .into_iter()
+            .map(|u| proto::RealmInfo {
+                realm: u.realm,
+                live_procs: u.live_procs,
+                quota_procs: u.quota.procs,
+                cores: u.cores,
+                quota_cores: u.quota.cores,
+                mem_mb: u.mem_mb,
+                quota_mem_mb: u.quota.mem_mb,
             })
-            .collect::<Result<Vec<_>, tabos_store::Error>>()
-            .map_err(|e| crate::status_of(&e))
+            .collect())
     }
 }
 

@@ -153,7 +153,7 @@ impl proto::tokens_server::Tokens for TokensService {
         auth::revoke(&self.node.store, &id, realm.as_deref())
             .await
             .map_err(|e| kernel_status(&e))?;
-        self.node.auth.forget(|p| p.id == id);
+        self.node.auth.forget(&id);
         Ok(Response::new(proto::Empty {}))
     }
 
