@@ -332,7 +332,21 @@ impl Client {
         params: Vec<Value>,
         max_rows: u32,
     ) -> Result<QueryResult, Error> {
+        self.sql_in("", sql, params, max_rows).await
+    }
+
+    /// Like [`sql_limited`](Client::sql_limited), seeing what `realm`'s
+    /// admin sees: its rows of the OS-state views and its tenant tables
+    /// ("": the credential's own scope — everything for an operator).
+    pub async fn sql_in(
+        &mut self,
+        realm: &str,
+        sql: &str,
+        params: Vec<Value>,
+        max_rows: u32,
+    ) -> Result<QueryResult, Error> {
         let request = proto::SqlRequest {
+            realm: realm.to_string(),
             sql: sql.to_string(),
             params: params
                 .into_iter()

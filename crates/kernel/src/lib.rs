@@ -108,6 +108,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/013_realm_quota.sql"),
         postgres: include_str!("../schema/postgres/013_realm_quota.sql"),
     },
+    Migration {
+        version: 14,
+        name: "tenant_view",
+        sqlite: include_str!("../schema/sqlite/014_tenant_view.sql"),
+        postgres: include_str!("../schema/postgres/014_tenant_view.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -933,7 +933,7 @@ pub fn status_of(e: &tabos_store::Error) -> tonic::Status {
     let msg = e.to_string();
     match e {
         E::Sql(_) | E::Invalid(_) | E::Type(_) => Status::invalid_argument(msg),
-        E::ReadOnly(_) => Status::permission_denied(msg),
+        E::ReadOnly(_) | E::OutOfScope(_) => Status::permission_denied(msg),
         E::UnknownPartition { .. } => Status::not_found(msg),
         E::Limit { .. } | E::Overloaded(_) => Status::resource_exhausted(msg),
         E::Aborted(_) | E::RetriesExhausted { .. } => Status::aborted(msg),

@@ -1,7 +1,12 @@
 //! The `Sql` service: read-only SQL over the node's OS state.
 //!
-//! Only operators may query (tenants' rows are not yet filtered by realm
-//! on the read path). A query runs on the store's read path (SQLite `query_only` readers, or a
+//! An operator sees every row of every table. A realm's admin sees its
+//! realm only: the OS-state tables and views the schema's `tenant_view`
+//! names, holding only the realm's rows, and the realm's tenant tables —
+//! nothing else, whatever the statement says (`tabos_store::ReadScope`).
+//! Members and readers may not query: SQL reads files' blocks and
+//! names' values past their owners' modes, which only the admin may
+//! bypass. A query runs on the store's read path (SQLite `query_only` readers, or a
 //! PostgreSQL READ ONLY transaction), so a statement that would write is
 //! refused with PERMISSION_DENIED and changes nothing. Inputs are bounded:
 //! [`SQL_BYTES_MAX`], [`PARAMS_MAX`]; so is the work: at most [`ROWS_MAX`]
@@ -84,19 +89,16 @@ impl proto::sql_server::Sql for SqlService {
         &self,
         request: Request<proto::SqlRequest>,
     ) -> Result<Response<proto::SqlResponse>, Status> {
-        // Until the read path filters every table by the caller's realm,
-        // only an operator may read the OS state: a tenant would see every
-        // realm's rows.
-        self.node
-            .access(&request)?
-            .require(Role::Operator)
-            .map_err(|_| {
-                Status::permission_denied(
-                    "SQL over the OS state needs an operator credential: realm-scoped SQL for \
-                 tenants is not available yet",
-                )
-            })?;
+        let access = self.node.access(&request)?;
         let req = request.into_inner();
+        let scope = if access.principal.is_operator() && req.realm.is_empty() {
+            tabos_store::ReadScope::All
+        } else {
+            // A realm's admin, or an operator looking as one.
+            let realm = access.realm(&req.realm, Role::Admin)?;
+            tabos_kernel::validate_realm(&realm).map_err(|e| crate::kernel_status(&e))?;
+            tabos_store::ReadScope::Realm(realm)
+        };
         if req.sql.trim().is_empty() {
             return Err(Status::invalid_argument("empty SQL statement"));
         }
@@ -131,6 +133,7 @@ impl proto::sql_server::Sql for SqlService {
             bytes_max: RESULT_BYTES_MAX,
             time_max: Some(self.node.settings.query_time_max),
             cancel: Some(cancel),
+            scope,
         };
         let rows = tokio::task::spawn_blocking(move || store.query_bounded(&sql, &params, &limits))
             .await

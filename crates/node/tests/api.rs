@@ -153,6 +153,7 @@ async fn malformed_requests_get_a_clear_error() {
             sql: "SELECT $1".into(),
             params: vec![proto::Value { kind: None }],
             max_rows: 0,
+            realm: String::new(),
         })
         .await
         .unwrap_err();

@@ -160,12 +160,50 @@ async fn a_realm_credential_acts_for_its_realm_only() {
         .unwrap_err();
     denied(e);
 
-    // Only operators create realms and read the OS state in SQL (until
-    // realm-scoped SQL lands).
+    // Only operators create realms.
     let e = a.create_realm("carol-co", "fifo").await.unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
-    let e = a.sql("SELECT * FROM name_entry", vec![]).await.unwrap_err();
+    // A realm's admin reads its own realm's OS state in SQL, nobody else's.
+    let realms_of = |r: tabos_client::QueryResult| -> Vec<String> {
+        r.rows.iter().map(|row| common::text(&row[0])).collect()
+    };
+    let mine = a
+        .sql("SELECT DISTINCT realm FROM name_entry", vec![])
+        .await
+        .unwrap();
+    assert_eq!(realms_of(mine), ["alice-co"]);
+    let none = a
+        .sql("SELECT realm FROM message WHERE realm = 'bob-co'", vec![])
+        .await
+        .unwrap();
+    assert!(none.rows.is_empty());
+    let e = a
+        .sql_in("bob-co", "SELECT 1", vec![], 0)
+        .await
+        .unwrap_err();
+    denied(e);
+    let e = a
+        .sql("SELECT token_hash FROM credential", vec![])
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    // A member may not: SQL reads past files' and names' modes.
+    let member = token(&mut a, "member", "alice", 0).await;
+    let mut m = n.client_with(&member.token).await;
+    let e = m.sql("SELECT 1", vec![]).await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    // An operator sees every realm, or one as its admin does.
+    let mut op = n.client().await;
+    let every = op
+        .sql("SELECT DISTINCT realm FROM name_entry ORDER BY realm", vec![])
+        .await
+        .unwrap();
+    assert!(realms_of(every).len() >= 2);
+    let as_bob = op
+        .sql_in("bob-co", "SELECT DISTINCT realm FROM name_entry", vec![], 0)
+        .await
+        .unwrap();
+    assert_eq!(realms_of(as_bob), ["bob-co"]);
 
     // Realm B is as it was: one entry, one file, one queued message.
     assert_eq!(b.name_get("", "/secret").await.unwrap().data, b"bob's");

@@ -76,6 +76,11 @@ pub enum Error {
     #[error("read-only: {0}")]
     ReadOnly(String),
 
+    /// A realm-scoped read named a table, view or action outside its
+    /// realm's scope ([`ReadScope::Realm`](crate::ReadScope::Realm)).
+    #[error("not in this realm's view: {0}")]
+    OutOfScope(String),
+
     #[error("invalid argument: {0}")]
     Invalid(String),
 

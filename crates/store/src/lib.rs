@@ -33,6 +33,7 @@ pub mod pg_cluster;
 pub mod postgres;
 pub mod sql;
 pub mod sqlite;
+mod scoped;
 pub mod testing;
 pub mod value;
 
@@ -50,7 +51,7 @@ pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
 pub use feed::{Notification, Subscription};
 pub use migrate::Migration;
 pub use pending::Pending;
-pub use value::{Cap, FromValue, ReadLimits, Row, Rows, Value, RESULT_BYTES_MAX};
+pub use value::{Cap, FromValue, ReadLimits, ReadScope, Row, Rows, Value, RESULT_BYTES_MAX};
 
 /// Most partitions a store may have. SQLite attaches every partition to each
 /// read connection, and SQLite attaches at most 10 databases.

@@ -48,7 +48,7 @@ use postgres::{Client, IsolationLevel, NoTls, Statement};
 use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
-use crate::value::{ByteBudget, Cap, ReadLimits, Row, Rows, Value};
+use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
     Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
@@ -171,6 +171,7 @@ impl PgBackend {
                 url: url.clone(),
                 durability: config.durability,
                 statements: HashMap::new(),
+                scoped_ready: std::collections::HashSet::new(),
                 stats: stats.clone(),
             };
             let rx = rx.clone();
@@ -406,7 +407,22 @@ struct Worker {
     url: String,
     durability: Durability,
     statements: HashMap<String, Statement>,
+    /// Realm schemas known to be up to date (see `realm_schema`).
+    scoped_ready: std::collections::HashSet<String>,
     stats: Arc<Stats>,
+}
+
+/// Realm schemas a worker remembers as ready before it checks again.
+const SCOPED_REALMS_CACHED: usize = 1_024;
+
+/// FNV-1a, 64 bits: a realm's schema name.
+fn fnv64(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 impl Worker {
@@ -447,6 +463,10 @@ impl Worker {
     }
 
     fn read(&mut self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
+        let scope = match &limits.scope {
+            ReadScope::All => None,
+            ReadScope::Realm(realm) => Some(self.realm_schema(realm)?),
+        };
         let mut t = self
             .client
             .build_transaction()
@@ -459,10 +479,25 @@ impl Worker {
             let set = format!("SET LOCAL statement_timeout = {}", time.as_millis().max(1));
             t.batch_execute(&set).map_err(|e| map_err(&e, &set))?;
         }
+        if let Some(schema) = &scope {
+            // The realm's role may read only its schema's views (see
+            // `realm_schema`); `SET LOCAL` ends with this transaction.
+            let set = format!(
+                "SET LOCAL ROLE {schema}; SET LOCAL search_path = {schema}, pg_catalog"
+            );
+            t.batch_execute(&set).map_err(|e| map_err(&e, &set))?;
+        }
+        // A scoped statement is prepared afresh: it was checked for the
+        // role of this transaction.
+        let mut fresh = HashMap::new();
         let rows = {
             let mut tx = PgTx {
                 t: &mut t,
-                statements: &mut self.statements,
+                statements: if scope.is_some() {
+                    &mut fresh
+                } else {
+                    &mut self.statements
+                },
                 p_key: PKey(0),
                 notes: Vec::new(),
             };
@@ -476,8 +511,122 @@ impl Worker {
                     "this statement would change the database; queries here are read-only: {sql}"
                 ))
             }
+            // insufficient_privilege, undefined_table: outside the realm's view.
+            Error::Sql(s)
+                if scope.is_some()
+                    && (s.code == SqlCode::Sqlstate("42501".into())
+                        || s.code == SqlCode::Sqlstate("42P01".into())) =>
+            {
+                Error::OutOfScope(format!("{}: {sql}", s.message))
+            }
             other => other,
         })
+    }
+
+    /// The schema (and role of the same name) holding `realm`'s views,
+    /// created or brought up to date with the schema's `tenant_view` table
+    /// when this connection first needs it.
+    ///
+    /// Each view is `SELECT * FROM public.<name> WHERE realm = '<realm>'`
+    /// with the realm a literal, owned by the node's role, with
+    /// `security_barrier` (a tenant's functions never see rows the filter
+    /// drops). The role may use its schema and read its views, nothing else
+    /// of the database. What keeps a tenant in its role: the statement is
+    /// one SELECT in a READ ONLY transaction (no SET, no DDL), and
+    /// `set_config` — the one function that could change `role` mid-query —
+    /// is not executable by non-superusers in this database. Creating roles
+    /// and revoking that function need the node's role to be a superuser;
+    /// without one a scoped query is refused.
+    fn realm_schema(&mut self, realm: &str) -> Result<String> {
+        let name = format!("tabos_r_{:016x}", fnv64(realm));
+        if self.scoped_ready.contains(&name) {
+            return Ok(name);
+        }
+        let mut t = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
+            .map_err(|e| map_err(&e, "BEGIN"))?;
+        let sql = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user";
+        let superuser: bool = t
+            .query_one(sql, &[])
+            .map_err(|e| map_err(&e, sql))?
+            .get(0);
+        if !superuser {
+            return Err(Error::Config(
+                "realm-scoped SQL on PostgreSQL needs the node's database role to be a superuser \
+                 (it creates a role per realm and revokes set_config from PUBLIC)"
+                    .into(),
+            ));
+        }
+        let lock = "SELECT pg_advisory_xact_lock(7070707071)";
+        t.execute(lock, &[]).map_err(|e| map_err(&e, lock))?;
+        let sql = "CREATE TABLE IF NOT EXISTS tenant_schema (
+                       schema_name TEXT PRIMARY KEY,
+                       realm TEXT NOT NULL UNIQUE,
+                       version BIGINT NOT NULL)";
+        t.batch_execute(sql).map_err(|e| map_err(&e, sql))?;
+        let sql = "SELECT coalesce(max(version), 0) FROM schema_version";
+        let version: i64 = t.query_one(sql, &[]).map_err(|e| map_err(&e, sql))?.get(0);
+        let sql = "SELECT realm, version FROM tenant_schema WHERE schema_name = $1";
+        let existing = t
+            .query_opt(sql, &[&name])
+            .map_err(|e| map_err(&e, sql))?
+            .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)));
+        match existing {
+            Some((other, _)) if other != realm => {
+                return Err(Error::Internal(format!(
+                    "realms {other:?} and {realm:?} hash to the same schema {name}"
+                )))
+            }
+            Some((_, v)) if v == version => {}
+            _ => {
+                let sql = format!(
+                    "REVOKE EXECUTE ON FUNCTION pg_catalog.set_config(text, text, boolean) FROM PUBLIC;
+                     DROP SCHEMA IF EXISTS {name} CASCADE;
+                     CREATE SCHEMA {name};
+                     DO $$ BEGIN CREATE ROLE {name} NOLOGIN;
+                        EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+                     GRANT USAGE ON SCHEMA {name} TO {name};"
+                );
+                t.batch_execute(&sql).map_err(|e| map_err(&e, &sql))?;
+                // Only what this dialect's schema has (some tables are SQLite's own).
+                let sql = format!(
+                    "SELECT name FROM {} WHERE to_regclass('public.' || quote_ident(name)) IS NOT NULL \
+                     ORDER BY name",
+                    crate::scoped::TENANT_VIEW_TABLE
+                );
+                let views: Vec<String> = t
+                    .query(&sql, &[])
+                    .map_err(|e| map_err(&e, &sql))?
+                    .iter()
+                    .map(|r| r.get(0))
+                    .collect();
+                // Realm names are [A-Za-z0-9_.-] (kernel::validate_realm);
+                // quoting keeps the literal a literal whatever they are.
+                let literal = format!("'{}'", realm.replace('\'', "''"));
+                for v in views {
+                    let sql = format!(
+                        "CREATE VIEW {name}.\"{v}\" WITH (security_barrier) AS \
+                         SELECT * FROM public.\"{v}\" WHERE realm = {literal}"
+                    );
+                    t.batch_execute(&sql).map_err(|e| map_err(&e, &sql))?;
+                }
+                let sql = format!("GRANT SELECT ON ALL TABLES IN SCHEMA {name} TO {name}");
+                t.batch_execute(&sql).map_err(|e| map_err(&e, &sql))?;
+                let sql = "INSERT INTO tenant_schema (schema_name, realm, version) VALUES ($1, $2, $3)
+                           ON CONFLICT (schema_name) DO UPDATE SET version = excluded.version";
+                t.execute(sql, &[&name, &realm, &version])
+                    .map_err(|e| map_err(&e, sql))?;
+            }
+        }
+        t.commit().map_err(|e| map_err(&e, "COMMIT"))?;
+        if self.scoped_ready.len() >= SCOPED_REALMS_CACHED {
+            self.scoped_ready.clear();
+        }
+        self.scoped_ready.insert(name.clone());
+        Ok(name)
     }
 
     fn run_proc(&mut self, mut job: Job) {

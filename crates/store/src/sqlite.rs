@@ -27,7 +27,8 @@
 //! Read-only queries run on a pool of connections that open partition 0 as
 //! `main`, attach the others, and define a TEMP view per table that is the
 //! `UNION ALL` of that table over all partitions; they are `query_only` and,
-//! thanks to WAL, never wait for a writer.
+//! thanks to WAL, never wait for a writer. A tenant's queries run on a
+//! second, smaller pool of realm-scoped readers ([`crate::scoped`]).
 
 use std::any::Any;
 use std::fs::File;
@@ -46,7 +47,8 @@ use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::sql::{first_keyword, to_sqlite};
-use crate::value::{ByteBudget, Cap, ReadLimits, Row, Rows, Value};
+use crate::scoped::ScopedReader;
+use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job, Location,
     Outcome, PKey, Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
@@ -54,6 +56,8 @@ use crate::{
 
 /// Most procedures in one group commit.
 pub const BATCH_PROCS_MAX: usize = 4_096;
+/// Realm-scoped readers open at once (tenants' `tabos sql`), at most.
+const SCOPED_READERS_MAX: usize = 4;
 /// Prepared statements cached per connection.
 const STATEMENT_CACHE_MAX: usize = 256;
 /// The executor asks its checkpointer for a WAL checkpoint once the WAL holds
@@ -114,7 +118,8 @@ pub struct SqliteBackend {
     durability: Durability,
     senders: Vec<SyncSender<Job>>,
     executors: Vec<JoinHandle<()>>,
-    readers: ReadPool,
+    readers: ReadPool<Connection>,
+    scoped: ReadPool<ScopedReader>,
     feed: Arc<Feed>,
     stats: Arc<Stats>,
     _lock: File,
@@ -179,7 +184,13 @@ impl SqliteBackend {
             durability: config.durability,
             senders,
             executors,
-            readers: ReadPool::new(dir.clone(), config.partitions, config.connections),
+            readers: ReadPool::new(dir.clone(), config.partitions, config.connections, open_reader),
+            scoped: ReadPool::new(
+                dir.clone(),
+                config.partitions,
+                config.connections.min(SCOPED_READERS_MAX),
+                ScopedReader::open,
+            ),
             feed,
             stats,
             _lock: lock,
@@ -228,10 +239,20 @@ impl Backend for SqliteBackend {
         }
     }
     fn query(&self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
-        let conn = self.readers.get()?;
-        let rows = read_query(&conn, sql, params, limits);
-        self.readers.put(conn);
-        rows
+        match &limits.scope {
+            ReadScope::All => {
+                let conn = self.readers.get()?;
+                let rows = read_query(&conn, sql, params, limits);
+                self.readers.put(conn);
+                rows
+            }
+            ReadScope::Realm(realm) => {
+                let reader = self.scoped.get()?;
+                let rows = scoped_query(&reader, realm, sql, params, limits);
+                self.scoped.put(reader);
+                rows
+            }
+        }
     }
     fn feed(&self) -> &Arc<Feed> {
         &self.feed
@@ -567,6 +588,7 @@ const KERNEL_READ: ReadLimits = ReadLimits {
     bytes_max: usize::MAX,
     time_max: None,
     cancel: None,
+    scope: ReadScope::All,
 };
 
 /// A procedure's transaction on the executor's connection.
@@ -875,27 +897,30 @@ pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     }
 }
 
-/// A bounded pool of read-only connections over all partitions.
-struct ReadPool {
+/// A bounded pool of read-only connections over all partitions: plain
+/// readers (`Connection`) or realm-scoped ones ([`ScopedReader`]).
+struct ReadPool<T> {
     dir: PathBuf,
     partitions: u32,
     max: usize,
-    state: Mutex<(Vec<Connection>, usize)>,
+    open: fn(&Path, u32) -> Result<T>,
+    state: Mutex<(Vec<T>, usize)>,
     freed: Condvar,
 }
 
-impl ReadPool {
-    fn new(dir: PathBuf, partitions: u32, max: usize) -> ReadPool {
+impl<T> ReadPool<T> {
+    fn new(dir: PathBuf, partitions: u32, max: usize, open: fn(&Path, u32) -> Result<T>) -> Self {
         ReadPool {
             dir,
             partitions,
             max,
+            open,
             state: Mutex::new((Vec::new(), 0)),
             freed: Condvar::new(),
         }
     }
 
-    fn get(&self) -> Result<Connection> {
+    fn get(&self) -> Result<T> {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(c) = state.0.pop() {
@@ -904,7 +929,7 @@ impl ReadPool {
             if state.1 < self.max {
                 state.1 += 1;
                 drop(state);
-                let opened = self.open_reader();
+                let opened = (self.open)(&self.dir, self.partitions);
                 if opened.is_err() {
                     self.state.lock().unwrap_or_else(|p| p.into_inner()).1 -= 1;
                 }
@@ -914,7 +939,7 @@ impl ReadPool {
         }
     }
 
-    fn put(&self, conn: Connection) {
+    fn put(&self, conn: T) {
         self.state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -922,87 +947,94 @@ impl ReadPool {
             .push(conn);
         self.freed.notify_one();
     }
+}
 
-    fn open_reader(&self) -> Result<Connection> {
-        let conn = Connection::open_with_flags(
-            partition_path(&self.dir, 0),
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| map_err(e, "open reader"))?;
-        set_busy_handler(&conn)?;
-        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
-        if self.partitions > 1 {
-            for p in 1..self.partitions {
-                let path = partition_path(&self.dir, p);
-                let sql = "ATTACH DATABASE ?1 AS ?2";
-                conn.execute(
-                    sql,
-                    rusqlite::params![path.to_string_lossy(), format!("p{p}")],
-                )
+/// What every reader sets up: the busy handler, and no value larger than a
+/// reply can carry ever built (a `randomblob(250000000)` fails instead of
+/// allocating).
+pub(crate) fn prepare_reader(conn: &Connection) -> Result<()> {
+    set_busy_handler(conn)?;
+    conn.set_limit(
+        rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
+        READ_VALUE_BYTES_MAX,
+    )
+    .map_err(|e| map_err(e, "set SQLITE_LIMIT_LENGTH"))?;
+    Ok(())
+}
+
+/// Opens a plain reader: partition 0 as `main`, the others attached.
+fn open_reader(dir: &Path, partitions: u32) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        partition_path(dir, 0),
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| map_err(e, "open reader"))?;
+    prepare_reader(&conn)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+    if partitions > 1 {
+        for p in 1..partitions {
+            let path = partition_path(dir, p);
+            let sql = "ATTACH DATABASE ?1 AS ?2";
+            conn.execute(
+                sql,
+                rusqlite::params![path.to_string_lossy(), format!("p{p}")],
+            )
+            .map_err(|e| map_err(e, sql))?;
+        }
+        let tables: Vec<String> = {
+            // Tenant tables (`<realm>/<name>`, on their realm's partition
+            // only) are not in the union views: they are the tenant's.
+            let sql = "SELECT name FROM main.sqlite_master WHERE type = 'table' \
+                       AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%/%' ORDER BY name";
+            let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
+            let names = stmt
+                .query_map([], |r| r.get(0))
                 .map_err(|e| map_err(e, sql))?;
+            names
+                .collect::<rusqlite::Result<_>>()
+                .map_err(|e| map_err(e, sql))?
+        };
+        // Views over those tables must read the union views too: recreate
+        // each as a TEMP view, which resolves names in the temp schema.
+        let views: Vec<String> = {
+            let sql = "SELECT sql FROM main.sqlite_master WHERE type = 'view' ORDER BY name";
+            let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
+            let defs = stmt
+                .query_map([], |r| r.get(0))
+                .map_err(|e| map_err(e, sql))?;
+            defs.collect::<rusqlite::Result<_>>()
+                .map_err(|e| map_err(e, sql))?
+        };
+        for t in tables {
+            let quoted = t.replace('"', "\"\"");
+            let mut view =
+                format!("CREATE TEMP VIEW \"{quoted}\" AS SELECT * FROM main.\"{quoted}\"");
+            for p in 1..partitions {
+                view.push_str(&format!(" UNION ALL SELECT * FROM p{p}.\"{quoted}\""));
             }
-            let tables: Vec<String> = {
-                // Tenant tables (`<realm>/<name>`, on their realm's partition
-                // only) are not in the union views: they are the tenant's.
-                let sql = "SELECT name FROM main.sqlite_master WHERE type = 'table' \
-                           AND name NOT LIKE 'sqlite_%' AND name NOT LIKE '%/%' ORDER BY name";
-                let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
-                let names = stmt
-                    .query_map([], |r| r.get(0))
-                    .map_err(|e| map_err(e, sql))?;
-                names
-                    .collect::<rusqlite::Result<_>>()
-                    .map_err(|e| map_err(e, sql))?
-            };
-            // Views over those tables must read the union views too: recreate
-            // each as a TEMP view, which resolves names in the temp schema.
-            let views: Vec<String> = {
-                let sql = "SELECT sql FROM main.sqlite_master WHERE type = 'view' ORDER BY name";
-                let mut stmt = conn.prepare(sql).map_err(|e| map_err(e, sql))?;
-                let defs = stmt
-                    .query_map([], |r| r.get(0))
-                    .map_err(|e| map_err(e, sql))?;
-                defs.collect::<rusqlite::Result<_>>()
-                    .map_err(|e| map_err(e, sql))?
-            };
-            for t in tables {
-                let quoted = t.replace('"', "\"\"");
-                let mut view =
-                    format!("CREATE TEMP VIEW \"{quoted}\" AS SELECT * FROM main.\"{quoted}\"");
-                for p in 1..self.partitions {
-                    view.push_str(&format!(" UNION ALL SELECT * FROM p{p}.\"{quoted}\""));
-                }
-                conn.execute_batch(&view).map_err(|e| map_err(e, &view))?;
-            }
-            for def in views {
-                if let Some(rest) = def.strip_prefix("CREATE VIEW") {
-                    let temp = format!("CREATE TEMP VIEW{rest}");
-                    conn.execute_batch(&temp).map_err(|e| map_err(e, &temp))?;
-                }
+            conn.execute_batch(&view).map_err(|e| map_err(e, &view))?;
+        }
+        for def in views {
+            if let Some(rest) = def.strip_prefix("CREATE VIEW") {
+                let temp = format!("CREATE TEMP VIEW{rest}");
+                conn.execute_batch(&temp).map_err(|e| map_err(e, &temp))?;
             }
         }
-        conn.execute_batch("PRAGMA query_only = 1")
-            .map_err(|e| map_err(e, "PRAGMA query_only"))?;
-        // No value larger than a reply can carry is ever built (a
-        // `randomblob(250000000)` fails instead of allocating).
-        conn.set_limit(
-            rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
-            READ_VALUE_BYTES_MAX,
-        )
-        .map_err(|e| map_err(e, "set SQLITE_LIMIT_LENGTH"))?;
-        // From here on a reader only reads: every other action — writes,
-        // DDL, PRAGMA (which could turn query_only off), ATTACH, DETACH,
-        // transaction control — is refused while the statement is
-        // compiled, with SQLITE_AUTH.
-        conn.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
-            AuthAction::Select
-            | AuthAction::Read { .. }
-            | AuthAction::Function { .. }
-            | AuthAction::Recursive => Authorization::Allow,
-            _ => Authorization::Deny,
-        }));
-        Ok(conn)
     }
+    conn.execute_batch("PRAGMA query_only = 1")
+        .map_err(|e| map_err(e, "PRAGMA query_only"))?;
+    // From here on a reader only reads: every other action — writes,
+    // DDL, PRAGMA (which could turn query_only off), ATTACH, DETACH,
+    // transaction control — is refused while the statement is
+    // compiled, with SQLITE_AUTH.
+    conn.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+        AuthAction::Select
+        | AuthAction::Read { .. }
+        | AuthAction::Function { .. }
+        | AuthAction::Recursive => Authorization::Allow,
+        _ => Authorization::Deny,
+    }));
+    Ok(conn)
 }
 
 /// How long opening a data directory waits for another holder's lock.
@@ -1055,6 +1087,55 @@ fn read_query(conn: &Connection, sql: &str, params: &[Value], limits: &ReadLimit
     if !stmt.readonly() {
         return Err(read_only_refusal(sql));
     }
+    bounded_run(conn, &mut stmt, sql, params, limits)
+}
+
+/// A query for one realm on a scoped reader (see [`crate::scoped`]).
+fn scoped_query(
+    reader: &ScopedReader,
+    realm: &str,
+    sql: &str,
+    params: &[Value],
+    limits: &ReadLimits,
+) -> Result<Rows> {
+    if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
+        return Err(read_only_refusal(sql));
+    }
+    reader.enter(realm);
+    let rows = (|| {
+        // Never from the statement cache: the authorizer runs when a
+        // statement is compiled, for the realm of that moment.
+        let mut stmt = match reader.conn.prepare(&to_sqlite(sql)) {
+            Ok(s) => s,
+            Err(e) => {
+                return Err(match reader.refusal() {
+                    Some(why) => Error::OutOfScope(format!("{why}: {sql}")),
+                    None => map_err(e, sql),
+                })
+            }
+        };
+        if !stmt.readonly() {
+            return Err(read_only_refusal(sql));
+        }
+        if stmt.is_explain() != 0 {
+            return Err(Error::OutOfScope(format!(
+                "EXPLAIN is refused in realm-scoped SQL: {sql}"
+            )));
+        }
+        bounded_run(&reader.conn, &mut stmt, sql, params, limits)
+    })();
+    reader.leave();
+    rows
+}
+
+/// Runs a prepared read under `limits`' deadline and cancel flag.
+fn bounded_run(
+    conn: &Connection,
+    stmt: &mut rusqlite::Statement<'_>,
+    sql: &str,
+    params: &[Value],
+    limits: &ReadLimits,
+) -> Result<Rows> {
     // Deadline and cancellation: SQLite calls the handler every
     // PROGRESS_STEPS steps and interrupts the statement when it says so.
     let started = std::time::Instant::now();
@@ -1063,10 +1144,9 @@ fn read_query(conn: &Connection, sql: &str, params: &[Value], limits: &ReadLimit
         let l = limits.clone();
         conn.progress_handler(PROGRESS_STEPS, Some(move || l.stop(started)));
     }
-    // A read transaction left open would pin the WAL; rusqlite resets the
-    // statement when it is returned to the cache, which ends it.
-    let rows = run_query(&mut stmt, sql, params, limits);
-    drop(stmt);
+    // A read transaction left open would pin the WAL; the statement is
+    // reset when it is dropped or returned to the cache, which ends it.
+    let rows = run_query(stmt, sql, params, limits);
     if bounded {
         conn.progress_handler(0, None::<fn() -> bool>);
     }

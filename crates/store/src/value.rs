@@ -260,6 +260,23 @@ pub struct ReadLimits {
     pub time_max: Option<std::time::Duration>,
     /// Raised when nobody waits for the result any more.
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Whose rows the query sees.
+    pub scope: ReadScope,
+}
+
+/// Whose rows a read-path query sees.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ReadScope {
+    /// Every row of every table: the kernel's own reads and an operator's.
+    #[default]
+    All,
+    /// One realm's: the tables and views the schema's `tenant_view` table
+    /// names, each holding only the rows whose `realm` column is this
+    /// realm, and the realm's tenant tables (`<realm>/<name>`, SQLite).
+    /// Nothing else is there — not other tables, not the catalogue — and
+    /// nothing in the statement's text reaches past it (see
+    /// ARCHITECTURE.md, "Realm-scoped SQL").
+    Realm(String),
 }
 
 /// Most bytes of a result when the caller does not say: the largest reply
@@ -274,6 +291,7 @@ impl ReadLimits {
             bytes_max: usize::MAX,
             time_max: None,
             cancel: None,
+            scope: ReadScope::All,
         }
     }
 
