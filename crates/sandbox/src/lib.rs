@@ -213,8 +213,8 @@ pub struct Sandbox {
 /// Settings of a [`Sandbox`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SandboxConfig {
-    /// Memory of each worker thread's JavaScript runtime, shared by the
-    /// tenant contexts on that thread.
+    /// Memory of each tenant's JavaScript runtime on a worker thread,
+    /// shared by that tenant's contexts there.
     pub js_runtime_bytes: usize,
 }
 

@@ -272,3 +272,129 @@ fn logs_come_back_with_the_result_and_with_an_error() {
         "{e}"
     );
 }
+
+/// Built-ins that walk a huge sparse or fake array — C loops QuickJS does
+/// not interrupt — and ones that build huge strings end with an error
+/// (a RangeError, the time limit or the memory limit), and the sandbox
+/// serves the next call.
+#[test]
+fn javascript_built_ins_cannot_run_past_their_limits() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    let bodies = [
+        "new Array(2**32-1).join('')",
+        "String(new Array(2**32-1))",
+        "Array.prototype.join.call({length: 2**53-1}, '')",
+        "[].concat({length: 2**32-1, [Symbol.isConcatSpreadable]: true})",
+        "Array.prototype.reverse.call({length: 2**32})",
+        "Array.prototype.copyWithin.call({length: 2**32}, 0, 1)",
+        "Array.prototype.lastIndexOf.call({length: 2**53-1}, 1)",
+        "Array.prototype.toLocaleString.call({length: 2**32})",
+        "Array.from({length: 2**32-1})",
+        "JSON.stringify(new Array(2**32-1))",
+        "(() => { let a = []; for (let i = 0; i < 40; i++) a = [a, a]; return JSON.stringify(a); })()",
+        "'x'.repeat(2**28)",
+        "(() => { const O = Object; Object = () => ({length: 0}); return new Array(2**32-1).join(''); })()",
+    ];
+    for body in bodies {
+        let code = format!("function main() {{ return {body}; }}");
+        let e = call(&sb, Language::Js, &code, &mut host, b"", short()).unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                FailureKind::Timeout | FailureKind::OutOfMemory | FailureKind::Exception
+            ),
+            "{body}: {e}"
+        );
+        let out = call(&sb, Language::Js, examples::JS_ECHO, &mut host, b"ok", short()).unwrap();
+        assert_eq!(out.result, b"ok", "after {body}");
+    }
+    // Ordinary arrays and JSON still work through the wrapped built-ins,
+    // replacers and spacing included.
+    let ok = r#"function main() {
+        const a = [3, 1, 2]; a.sort();
+        const o = {b: 1, a: [1, {a: 2, c: 3}], c: new Number(4), d: {toJSON() { return {a: 5, z: 6}; }}};
+        return [
+          a.concat([4]).map(x => x * 2).join(','),
+          Array.from('ab').join(''),
+          JSON.stringify(o),
+          JSON.stringify(o, ['c', 'a']),
+          JSON.stringify(o, (k, v) => typeof v === 'number' ? v + 1 : v),
+          JSON.stringify([1, [2]], null, 1),
+          String(JSON.stringify(undefined)),
+        ].join('|');
+    }"#;
+    let out = call(&sb, Language::Js, ok, &mut host, b"", short()).unwrap();
+    assert_eq!(
+        String::from_utf8(out.result).unwrap(),
+        concat!(
+            r#"2,4,6,8|ab|{"b":1,"a":[1,{"a":2,"c":3}],"c":4,"d":{"a":5,"z":6}}|"#,
+            r#"{"c":4,"a":[1,{"c":3,"a":2}]}|"#,
+            r#"{"b":2,"a":[2,{"a":3,"c":4}],"c":4,"d":{"a":6,"z":7}}|"#,
+            "[\n 1,\n [\n  2\n ]\n]|undefined"
+        )
+    );
+}
+
+/// One tenant's retained globals count against its own runtime only: a
+/// tenant that holds most of its memory does not make another fail.
+#[test]
+fn a_tenant_holding_javascript_memory_hurts_only_itself() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    let hog = "var kept = []; function main() { \
+               for (let i = 0; i < 48; i++) kept.push(new ArrayBuffer(1 << 20)); return kept.length; }";
+    let spec = |tenant: &'static str, code: &'static str| ProcSpec {
+        tenant,
+        name: "p",
+        language: Language::Js,
+        code_hash: code_hash(code.as_bytes()),
+        limits: short(),
+    };
+    let mut load_hog = |_: &mut MapHost| Ok(hog.as_bytes().to_vec());
+    let held = sb
+        .call_procedure(&spec("hog", hog), &mut host, &mut load_hog, b"")
+        .unwrap();
+    assert_eq!(held.result, b"48");
+    let grow = "var more = []; function main() { \
+                for (let i = 0; i < 48; i++) more.push(new ArrayBuffer(1 << 20)); return more.length; }";
+    let mut load_grow = |_: &mut MapHost| Ok(grow.as_bytes().to_vec());
+    // The same amount in another tenant's runtime fits.
+    let other = sb
+        .call_procedure(&spec("other", grow), &mut host, &mut load_grow, b"")
+        .unwrap();
+    assert_eq!(other.result, b"48");
+    // More of it in the hog's own runtime does not.
+    let e = sb
+        .call_procedure(&spec("hog", grow), &mut host, &mut load_grow, b"")
+        .unwrap_err();
+    assert_eq!(e.kind, FailureKind::OutOfMemory, "{e}");
+}
+
+
+/// A wasm context whose call grew its memory past IDLE_MEMORY_BYTES_MAX is
+/// not kept for reuse; smaller ones are.
+#[test]
+fn big_wasm_contexts_give_their_memory_back() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    let limits = Limits {
+        memory_bytes: 64 << 20,
+        timeout: Duration::from_secs(1),
+    };
+    let grower = |pages: u32| {
+        format!(
+            r#"(module (memory (export "memory") 1) (func (export "main") (param i32) (result i32) (drop (memory.grow (i32.const {pages}))) (i32.const 0)))"#
+        )
+    };
+    let run = |code: &str, host: &mut MapHost| {
+        call(&sb, Language::Wasm, code, host, b"", limits).unwrap();
+    };
+    run(examples::WASM_ECHO, &mut host);
+    // 32 MiB: dropped after its call, so the echo stays this thread's.
+    run(&grower(512), &mut host);
+    assert_eq!(sb.idle_procedure_contexts(), 0);
+    // 64 KiB more: kept, and the echo goes back to the pool.
+    run(&grower(1), &mut host);
+    assert_eq!(sb.idle_procedure_contexts(), 1);
+}

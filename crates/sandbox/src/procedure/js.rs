@@ -32,10 +32,26 @@
 //! A failing host call throws an `Error` whose message starts with the call
 //! and the errno name (`tabos.get: ENOENT: …`); the procedure may catch it.
 //!
-//! Runtimes: one per worker thread and sandbox, with the sandbox's memory
-//! limit ([`crate::SandboxConfig::js_runtime_bytes`]), a stack limit of
-//! [`JS_STACK_BYTES`], and an interrupt handler that stops a call at its
-//! deadline. A runtime keeps at most [`JS_CONTEXTS_MAX`] contexts.
+//! Runtimes: one per worker thread, sandbox and tenant — a tenant's
+//! retained globals count against its own memory limit, never another's —
+//! with the sandbox's memory limit ([`crate::SandboxConfig::js_runtime_bytes`]),
+//! a stack limit of [`JS_STACK_BYTES`], and an interrupt handler that stops
+//! a call at its deadline. A thread keeps at most [`JS_RUNTIMES_MAX`]
+//! runtimes (the least recently used goes, with its contexts), a runtime
+//! at most [`JS_CONTEXTS_MAX`] contexts.
+//!
+//! Built-ins: QuickJS checks the interrupt handler in the interpreter and
+//! in most array built-ins, but not in every C loop — `new
+//! Array(2**32-1).join('')` allocates nothing and would loop for minutes
+//! past any deadline. Before a tenant's script runs, [`PRELUDE`] wraps
+//! every `Array.prototype` method and `Array.from` so that one called on
+//! an object whose `length` exceeds [`JS_ARRAY_LENGTH_MAX`] throws a
+//! `RangeError`: no dense array that long fits the memory limit, so only a
+//! sparse or fake one can be that long, and walking it is the attack.
+//! `JSON.stringify` is wrapped to pass a replacer function always (it
+//! then calls JavaScript, which is interruptible, at every value). What
+//! the built-ins build (strings, JSON) is bounded by the memory limit, and by [`DeadlineAllocator`], which fails allocations once the
+//! call is past its deadline.
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -50,8 +66,93 @@ use super::{
 use crate::host::{HostError, RecvCall, SqlValue};
 use crate::{Host, Sandbox};
 
-/// Most contexts one worker thread's runtime keeps (the oldest goes).
+/// Most contexts one runtime keeps (the oldest goes).
 pub const JS_CONTEXTS_MAX: usize = 64;
+/// Most runtimes (one per tenant) one worker thread keeps (the least
+/// recently used goes).
+pub const JS_RUNTIMES_MAX: usize = 8;
+/// Longest array (or array-like) an `Array.prototype` built-in walks.
+pub const JS_ARRAY_LENGTH_MAX: u32 = 1 << 22;
+
+/// Runs before a tenant's script in each context: see the module doc. The
+/// wrappers hold what they use in closures, so a script that replaces
+/// `Object`, `Reflect` or `Number` later does not change them.
+const PRELUDE: &str = r#"(() => {
+  "use strict";
+  const MAX = __MAX__;
+  const O = Object, apply = Reflect.apply, define = Object.defineProperty;
+  const describe = Object.getOwnPropertyDescriptor, names = Object.getOwnPropertyNames;
+  const tooLong = (v) => v != null && (typeof v === "object" || typeof v === "function")
+      && +O(v).length > MAX;
+  const guard = (holder, label, name, f, checkArgs) => {
+    const wrapped = { [name](...args) {
+      if (tooLong(this)) throw new RangeError(`${label}.${name}: length over ${MAX}`);
+      if (checkArgs) for (const a of args)
+        if (tooLong(a)) throw new RangeError(`${label}.${name}: argument length over ${MAX}`);
+      return apply(f, this, args);
+    } }[name];
+    define(holder, name, { value: wrapped, writable: true, configurable: true, enumerable: false });
+  };
+  for (const name of names(Array.prototype)) {
+    const d = describe(Array.prototype, name);
+    if (name !== "constructor" && typeof d.value === "function")
+      guard(Array.prototype, "Array.prototype", name, d.value, name === "concat");
+  }
+  guard(Array, "Array", "from", Array.from, true);
+
+  // JSON.stringify walks its value in C without asking the interrupt
+  // handler, and goes on walking after its output buffer fails. With a
+  // replacer function it calls JavaScript at every value, which is
+  // interruptible: always give it one. An array replacer (a list of
+  // property names) becomes a function that returns each plain object
+  // reduced to the listed names in the list's order.
+  const stringify = JSON.stringify, isArray = Array.isArray;
+  const Num = Number, Str = String, Bool = Boolean, Big = BigInt;
+  const boxed = (v) => v instanceof Num || v instanceof Str || v instanceof Bool || v instanceof Big;
+  const checked = (v) => {
+    if (isArray(v) && v.length > MAX) throw new RangeError(`JSON.stringify: array length over ${MAX}`);
+    return v;
+  };
+  const toList = (replacer) => {
+    const list = [];
+    for (let i = 0; i < replacer.length; i++) {
+      const item = replacer[i];
+      if (typeof item === "string" || typeof item === "number" || item instanceof Str || item instanceof Num) {
+        const key = Str(item);
+        let seen = false;
+        for (let j = 0; j < list.length; j++) if (list[j] === key) seen = true;
+        if (!seen) list[list.length] = key;
+      }
+    }
+    return list;
+  };
+  const guardedStringify = { stringify(value, replacer, space) {
+    let r;
+    if (typeof replacer === "function") {
+      r = function (k, v) { return checked(apply(replacer, this, [k, v])); };
+    } else if (isArray(replacer)) {
+      checked(replacer);
+      const list = toList(replacer);
+      r = function (k, v) {
+        checked(v);
+        if (v === null || typeof v !== "object" || isArray(v) || boxed(v)) return v;
+        if (typeof v.toJSON === "function") v = v.toJSON(k);
+        if (v === null || typeof v !== "object" || isArray(v) || boxed(v)) return checked(v);
+        const o = {};
+        for (let i = 0; i < list.length; i++) {
+          const key = list[i];
+          const x = v[key];
+          if (x !== undefined) define(o, key, { value: x, enumerable: true, writable: true, configurable: true });
+        }
+        return o;
+      };
+    } else {
+      r = function (k, v) { return checked(v); };
+    }
+    return apply(stringify, JSON, [value, r, space]);
+  } }.stringify;
+  define(JSON, "stringify", { value: guardedStringify, writable: true, configurable: true, enumerable: false });
+})();"#;
 /// Native stack a script may use.
 pub const JS_STACK_BYTES: usize = 256 << 10;
 /// Entries a `scan` returns when it gives no limit.
@@ -80,16 +181,91 @@ struct Current {
     io: CallIo,
 }
 
+/// Whose runtime: a sandbox's id and a tenant.
+type RuntimeKey = (u64, String);
+
+/// A thread's runtimes, most recently used last.
+#[derive(Default)]
+struct Workers {
+    by_key: HashMap<RuntimeKey, Worker>,
+    order: VecDeque<RuntimeKey>,
+}
+
 thread_local! {
-    /// This thread's runtimes, by sandbox id.
-    static WORKERS: RefCell<HashMap<u64, Worker>> = RefCell::new(HashMap::new());
+    /// This thread's runtimes, by sandbox id and tenant.
+    static WORKERS: RefCell<Workers> = RefCell::new(Workers::default());
     static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
     /// When the running script must stop (read by the interrupt handler).
     static DEADLINE: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
+/// Small allocations between two looks at the clock by [`DeadlineAllocator`].
+const ALLOC_CHECK_EVERY: u32 = 32;
+/// Allocations at least this large always look at the clock: a growing
+/// buffer (a string being built) allocates rarely, but ever larger.
+const ALLOC_CHECK_BYTES: usize = 64 << 10;
+
+/// QuickJS's allocator: Rust's, except that once the call running on this
+/// thread is past its deadline it fails allocations (one small allocation
+/// in [`ALLOC_CHECK_EVERY`], and every one of [`ALLOC_CHECK_BYTES`] or
+/// more, looks at the clock). A built-in's C loop that
+/// allocates as it goes — `JSON.stringify` of a sparse array, an atom per
+/// large index — then ends with QuickJS's out-of-memory exception, reported
+/// as the time limit, instead of running on where the interrupt handler is
+/// never asked.
+struct DeadlineAllocator {
+    inner: rquickjs::allocator::RustAllocator,
+    calls: u32,
+}
+
+impl DeadlineAllocator {
+    fn expired(&mut self, size: usize) -> bool {
+        self.calls = self.calls.wrapping_add(1);
+        (size >= ALLOC_CHECK_BYTES || self.calls.is_multiple_of(ALLOC_CHECK_EVERY)) && late()
+    }
+}
+
+// SAFETY: every allocation is RustAllocator's, unchanged; this only
+// returns null (which the trait allows) instead of allocating.
+unsafe impl rquickjs::allocator::Allocator for DeadlineAllocator {
+    fn alloc(&mut self, size: usize) -> *mut u8 {
+        if self.expired(size) {
+            return std::ptr::null_mut();
+        }
+        self.inner.alloc(size)
+    }
+
+    fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
+        if self.expired(count.saturating_mul(size)) {
+            return std::ptr::null_mut();
+        }
+        self.inner.calloc(count, size)
+    }
+
+    unsafe fn dealloc(&mut self, ptr: *mut u8) {
+        // SAFETY: `ptr` came from `inner` (the caller's contract).
+        unsafe { self.inner.dealloc(ptr) }
+    }
+
+    unsafe fn realloc(&mut self, ptr: *mut u8, new_size: usize) -> *mut u8 {
+        if self.expired(new_size) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: as for `dealloc`.
+        unsafe { self.inner.realloc(ptr, new_size) }
+    }
+
+    unsafe fn usable_size(ptr: *mut u8) -> usize {
+        // SAFETY: as for `dealloc`.
+        unsafe { rquickjs::allocator::RustAllocator::usable_size(ptr) }
+    }
+}
+
 fn new_worker(sandbox: &Sandbox) -> Result<Worker, ProcError> {
-    let runtime = Runtime::new()
+    let runtime = Runtime::new_with_alloc(DeadlineAllocator {
+        inner: rquickjs::allocator::RustAllocator,
+        calls: 0,
+    })
         .map_err(|e| ProcError::new(FailureKind::Runtime, format!("JavaScript runtime: {e}")))?;
     runtime.set_memory_limit(sandbox.config.js_runtime_bytes);
     runtime.set_max_stack_size(JS_STACK_BYTES);
@@ -103,18 +279,33 @@ fn new_worker(sandbox: &Sandbox) -> Result<Worker, ProcError> {
     })
 }
 
-/// Runs `f` with this thread's runtime for `sandbox`.
+/// Runs `f` with this thread's runtime for `tenant` in `sandbox`.
 fn with_worker<T>(
     sandbox: &Sandbox,
+    tenant: &str,
     f: impl FnOnce(&mut Worker) -> Result<T, ProcError>,
 ) -> Result<T, ProcError> {
     WORKERS.with(|w| {
         let mut workers = w.borrow_mut();
-        let worker = match workers.entry(sandbox.id) {
-            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-            std::collections::hash_map::Entry::Vacant(v) => v.insert(new_worker(sandbox)?),
-        };
-        f(worker)
+        let workers = &mut *workers;
+        let key: RuntimeKey = (sandbox.id, tenant.to_string());
+        if workers.by_key.contains_key(&key) {
+            workers.order.retain(|k| k != &key);
+        } else {
+            while workers.by_key.len() >= JS_RUNTIMES_MAX {
+                let Some(old) = workers.order.pop_front() else {
+                    break;
+                };
+                workers.by_key.remove(&old);
+            }
+            workers.by_key.insert(key.clone(), new_worker(sandbox)?);
+        }
+        workers.order.push_back(key.clone());
+        debug_assert_eq!(workers.order.len(), workers.by_key.len());
+        match workers.by_key.get_mut(&key) {
+            Some(worker) => f(worker),
+            None => Err(ProcError::new(FailureKind::Runtime, "runtime missing")),
+        }
     })
 }
 
@@ -131,6 +322,28 @@ impl Deadline {
 impl Drop for Deadline {
     fn drop(&mut self) {
         DEADLINE.with(|d| d.set(None));
+    }
+}
+
+/// The call's host and I/O installed in [`CURRENT`] for one call: taken
+/// back by [`take`](Installed::take), or cleared when dropped (an unwinding
+/// call), so the host pointer never outlives the borrow it came from.
+struct Installed;
+
+impl Installed {
+    fn new(current: Current) -> Installed {
+        CURRENT.with(|c| *c.borrow_mut() = Some(current));
+        Installed
+    }
+
+    fn take(self) -> Option<Current> {
+        CURRENT.with(|c| c.borrow_mut().take())
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.borrow_mut().take());
     }
 }
 
@@ -189,6 +402,8 @@ fn make_context(runtime: &Runtime, tenant: &str, code: &[u8]) -> Result<JsContex
     let context = Context::full(runtime)
         .map_err(|e| ProcError::new(FailureKind::Runtime, format!("JavaScript context: {e}")))?;
     let main = context.with(|ctx| -> Result<_, ProcError> {
+        ctx.eval::<(), _>(PRELUDE.replace("__MAX__", &JS_ARRAY_LENGTH_MAX.to_string()))
+            .map_err(|e| failure(&ctx, e))?;
         install_api(&ctx, tenant).map_err(|e| failure(&ctx, e))?;
         ctx.eval::<(), _>(code.to_vec())
             .map_err(|e| failure(&ctx, e))?;
@@ -206,7 +421,7 @@ fn make_context(runtime: &Runtime, tenant: &str, code: &[u8]) -> Result<JsContex
 
 pub(crate) fn check(sandbox: &Sandbox, code: &[u8], limits: &Limits) -> Result<(), ProcError> {
     let _deadline = Deadline::set(Instant::now() + limits.timeout);
-    let made = with_worker(sandbox, |w| {
+    let made = with_worker(sandbox, "check", |w| {
         make_context(&w.runtime, "check", code).map(|_| ())
     });
     made.map_err(|mut e| {
@@ -230,7 +445,7 @@ pub(crate) fn call(
         spec.code_hash,
     );
     let _deadline = Deadline::set(deadline);
-    with_worker(sandbox, |w| {
+    with_worker(sandbox, spec.tenant, |w| {
         if !w.contexts.contains_key(&key) {
             let code = lend.load()?;
             let made = make_context(&w.runtime, spec.tenant, &code)?;
@@ -254,7 +469,7 @@ pub(crate) fn call(
             host: unsafe { ScopedHost::new(lend.host()) },
             io,
         };
-        CURRENT.with(|c| *c.borrow_mut() = Some(current));
+        let installed = Installed::new(current);
         let ran = jc.context.with(|ctx| -> Result<Vec<u8>, ProcError> {
             let main = jc
                 .main
@@ -272,10 +487,7 @@ pub(crate) fn call(
             let ret: Value = main.call((arg,)).map_err(|e| failure(&ctx, e))?;
             result_bytes(&ctx, ret).map_err(|e| failure(&ctx, e))
         });
-        let mut io = CURRENT
-            .with(|c| c.borrow_mut().take())
-            .map(|c| c.io)
-            .unwrap_or_default();
+        let mut io = installed.take().map(|c| c.io).unwrap_or_default();
         match ran {
             Ok(result) => {
                 io.set_result(&result).map_err(|mut e| {

@@ -53,8 +53,8 @@ pub const TIMEOUT_MIN: Duration = Duration::from_millis(1);
 pub const TIMEOUT_MAX: Duration = Duration::from_secs(1);
 /// Memory a wasm procedure may use unless it sets its own.
 pub const MEMORY_BYTES_DEFAULT: usize = 64 << 20;
-/// Memory of a worker thread's JavaScript runtime by default.
-pub const JS_RUNTIME_BYTES_DEFAULT: usize = 256 << 20;
+/// Memory of one tenant's JavaScript runtime on a worker thread by default.
+pub const JS_RUNTIME_BYTES_DEFAULT: usize = 64 << 20;
 /// Most entries one scan returns.
 pub const SCAN_ROWS_MAX: usize = 10_000;
 /// Most rows one SQL call returns.

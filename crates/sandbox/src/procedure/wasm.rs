@@ -59,6 +59,12 @@ use crate::{Host, Program, RunState, Sandbox};
 pub const AFTER: i32 = 1;
 /// Idle contexts kept in a sandbox's pool, over all procedures.
 pub const IDLE_CONTEXTS_MAX: usize = 256;
+/// Largest linear memory a context may have and still be kept for reuse
+/// after its call: a call that grew its memory past this gives it back
+/// (linear memory never shrinks, so the instance is dropped) rather than
+/// hold it while idle — four finished 960 MiB calls once left a node at
+/// 4 GiB.
+pub const IDLE_MEMORY_BYTES_MAX: usize = 16 << 20;
 /// Longest key a call takes (the kernel's limit).
 const KEY_BYTES_MAX: u32 = 1_024;
 /// Largest value a call writes (the kernel's limit).
@@ -73,6 +79,15 @@ struct Context {
     /// What the module wrote to stdout and stderr.
     output: Arc<Mutex<Vec<u8>>>,
     memory_bytes: usize,
+    /// The instance's exported linear memory, if it has one.
+    memory: Option<wasmtime::Memory>,
+}
+
+impl Context {
+    /// Bytes of linear memory the instance holds now.
+    fn memory_size(&self) -> usize {
+        self.memory.map_or(0, |m| m.data_size(&self.store))
+    }
 }
 
 /// Idle contexts, by procedure.
@@ -198,11 +213,13 @@ fn instantiate(
     let main = instance
         .get_typed_func::<i32, i32>(&mut store, "main")
         .map_err(|e| ProcError::new(FailureKind::Invalid, format!("{e:#}")))?;
+    let memory = instance.get_memory(&mut store, "memory");
     Ok(Context {
         store,
         main,
         output,
         memory_bytes,
+        memory,
     })
 }
 
@@ -331,6 +348,11 @@ pub(crate) fn call(
         }
     };
     state.call.args.clear();
+    if ctx.memory_size() > IDLE_MEMORY_BYTES_MAX {
+        // Too big to hold while idle: give its memory back.
+        drop(ctx);
+        return out;
+    }
     // Keep it for this thread's next call; the one held before goes back to
     // its pool (or is dropped, if its sandbox is another).
     let before = HELD.with(|h| h.borrow_mut().replace((sandbox.id, key, ctx)));
