@@ -11,6 +11,7 @@
 //! behind wasm procs' host calls.
 
 pub mod auth;
+pub mod budget;
 pub mod confine;
 pub mod fs;
 pub mod host;
@@ -560,6 +561,7 @@ pub async fn serve_with(
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
     let served = builder
+        .layer(budget::RequestBytes::new(budget::REQUEST_BYTES_MAX))
         .tcp_nodelay(true)
         .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
