@@ -139,10 +139,10 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
             r => r.to_string(),
         };
         let (sql, params) = if args.all || realm.is_empty() {
-            ("SELECT realm, pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status FROM ps ORDER BY realm, spawn_us, pid", vec![])
+            ("SELECT realm, pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status, waiting FROM ps ORDER BY realm, spawn_us, pid", vec![])
         } else {
             (
-                "SELECT pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status FROM ps WHERE realm = $1 ORDER BY spawn_us, pid",
+                "SELECT pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status, waiting FROM ps WHERE realm = $1 ORDER BY spawn_us, pid",
                 vec![tabos_client::Value::Text(realm)],
             )
         };

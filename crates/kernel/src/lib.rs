@@ -114,6 +114,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/014_tenant_view.sql"),
         postgres: include_str!("../schema/postgres/014_tenant_view.sql"),
     },
+    Migration {
+        version: 15,
+        name: "ps_waiting",
+        sqlite: include_str!("../schema/sqlite/015_ps_waiting.sql"),
+        postgres: include_str!("../schema/postgres/015_ps_waiting.sql"),
+    },
 ];
 
 /// Errors of kernel services.

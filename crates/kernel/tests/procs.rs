@@ -670,3 +670,51 @@ both!(
     zero_core_be_procs_count_nothing,
     unclaimed_procs_are_stolen_after_the_timeout
 );
+
+both!(unplaced_procs_say_why);
+
+/// The ps view says why a proc waits to be placed, and nothing once placed.
+fn unplaced_procs_say_why(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    let waiting = |pid: &str| -> Option<String> {
+        s.query(
+            "SELECT waiting FROM ps WHERE realm = 'r' AND pid = $1",
+            tabos_store::params![pid],
+        )
+        .unwrap()
+        .rows[0]
+            .get(0)
+            .unwrap()
+    };
+    rt().block_on(async {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let big = Descriptor {
+            cores: 2,
+            ..named("big")
+        };
+        procs::spawn(&s, "r", big).await.unwrap();
+        assert_eq!(
+            waiting("big").as_deref(),
+            Some("no live worker in the realm")
+        );
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || sched::register_worker(&s2, "r", &worker("w", "n", 1)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            waiting("big").as_deref(),
+            Some("larger than every live worker")
+        );
+        let (_, placed) = procs::spawn(&s, "r", named("fits")).await.unwrap();
+        assert!(placed.is_some());
+        assert_eq!(waiting("fits"), None);
+        let (_, placed) = procs::spawn(&s, "r", named("queued")).await.unwrap();
+        assert_eq!(placed, None);
+        assert_eq!(
+            waiting("queued").as_deref(),
+            Some("waiting for free cores or memory")
+        );
+    });
+}
