@@ -255,7 +255,7 @@ pub fn validate_outgoing(msgs: &[Outgoing]) -> Result<()> {
     let mut total = 0usize;
     for m in msgs {
         if m.payload.len() > PAYLOAD_BYTES_MAX {
-            return Err(Error::Invalid(format!(
+            return Err(Error::TooLarge(format!(
                 "payload of {} bytes exceeds the {PAYLOAD_BYTES_MAX}-byte message limit",
                 m.payload.len()
             )));
@@ -266,7 +266,7 @@ pub fn validate_outgoing(msgs: &[Outgoing]) -> Result<()> {
         total += m.payload.len();
     }
     if total > SEND_BYTES_MAX {
-        return Err(Error::Invalid(format!(
+        return Err(Error::TooLarge(format!(
             "a send of {total} payload bytes exceeds {SEND_BYTES_MAX}"
         )));
     }

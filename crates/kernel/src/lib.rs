@@ -129,6 +129,10 @@ pub enum Error {
     Store(#[from] tabos_store::Error),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A payload (a message, a send) larger than its limit: invalid, and
+    /// told apart so a proc's host call can answer EMSGSIZE.
+    #[error("invalid argument: {0}")]
+    TooLarge(String),
     #[error("not found: {0}")]
     NotFound(String),
     #[error("already exists: {0}")]

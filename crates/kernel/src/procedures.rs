@@ -321,7 +321,7 @@ impl TxHost<'_> {
             Error::Full(m) => HostError::Full(m),
             Error::Denied(m) => HostError::Denied(m),
             Error::Precondition(m) => HostError::Conflict(m),
-            Error::Invalid(m) if m.contains("payload") => HostError::PayloadTooLarge(m),
+            Error::TooLarge(m) => HostError::PayloadTooLarge(m),
             Error::Invalid(m) => HostError::Invalid(m),
             Error::StaleEpoch(m) => HostError::StaleEpoch(m),
             e @ Error::Mounted { .. } => HostError::Mounted(e.to_string()),

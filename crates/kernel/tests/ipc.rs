@@ -364,7 +364,7 @@ fn bad_sends_change_nothing(b: Backend) {
         let huge = vec![0u8; ipc::PAYLOAD_BYTES_MAX + 1];
         let e = send1(s, "a", "big", &huge).await.unwrap_err();
         assert!(
-            matches!(&e, Error::Invalid(m) if m.contains("exceeds")),
+            matches!(&e, Error::TooLarge(m) if m.contains("exceeds")),
             "{e}"
         );
         // Full mailbox: 600 fits, the next 600 does not.

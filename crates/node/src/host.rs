@@ -87,7 +87,7 @@ fn host_error(e: tabos_kernel::Error) -> HostError {
         K::NotFound(m) => HostError::NotFound(m),
         K::Full(m) => HostError::Full(m),
         K::Precondition(m) => HostError::Closed(m),
-        K::Invalid(m) if m.contains("payload") => HostError::PayloadTooLarge(m),
+        K::TooLarge(m) => HostError::PayloadTooLarge(m),
         K::Invalid(m) => HostError::Invalid(m),
         other => HostError::Other(other.to_string()),
     }

@@ -756,7 +756,7 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
     use tabos_kernel::Error as K;
     match e {
         K::Store(s) => status_of(s),
-        K::Invalid(m) => tonic::Status::invalid_argument(m.clone()),
+        K::Invalid(m) | K::TooLarge(m) => tonic::Status::invalid_argument(m.clone()),
         K::NotFound(m) => tonic::Status::not_found(m.clone()),
         K::AlreadyExists(m) => tonic::Status::already_exists(m.clone()),
         K::Full(m) => tonic::Status::resource_exhausted(m.clone()),
