@@ -177,10 +177,7 @@ async fn a_realm_credential_acts_for_its_realm_only() {
         .await
         .unwrap();
     assert!(none.rows.is_empty());
-    let e = a
-        .sql_in("bob-co", "SELECT 1", vec![], 0)
-        .await
-        .unwrap_err();
+    let e = a.sql_in("bob-co", "SELECT 1", vec![], 0).await.unwrap_err();
     denied(e);
     let e = a
         .sql("SELECT token_hash FROM credential", vec![])
@@ -195,7 +192,10 @@ async fn a_realm_credential_acts_for_its_realm_only() {
     // An operator sees every realm, or one as its admin does.
     let mut op = n.client().await;
     let every = op
-        .sql("SELECT DISTINCT realm FROM name_entry ORDER BY realm", vec![])
+        .sql(
+            "SELECT DISTINCT realm FROM name_entry ORDER BY realm",
+            vec![],
+        )
         .await
         .unwrap();
     assert!(realms_of(every).len() >= 2);

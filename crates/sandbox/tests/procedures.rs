@@ -306,7 +306,15 @@ fn javascript_built_ins_cannot_run_past_their_limits() {
             ),
             "{body}: {e}"
         );
-        let out = call(&sb, Language::Js, examples::JS_ECHO, &mut host, b"ok", short()).unwrap();
+        let out = call(
+            &sb,
+            Language::Js,
+            examples::JS_ECHO,
+            &mut host,
+            b"ok",
+            short(),
+        )
+        .unwrap();
         assert_eq!(out.result, b"ok", "after {body}");
     }
     // Ordinary arrays and JSON still work through the wrapped built-ins,
@@ -370,7 +378,6 @@ fn a_tenant_holding_javascript_memory_hurts_only_itself() {
         .unwrap_err();
     assert_eq!(e.kind, FailureKind::OutOfMemory, "{e}");
 }
-
 
 /// A wasm context whose call grew its memory past IDLE_MEMORY_BYTES_MAX is
 /// not kept for reuse; smaller ones are.

@@ -31,9 +31,9 @@ pub mod error;
 pub mod feed;
 pub mod pg_cluster;
 pub mod postgres;
+mod scoped;
 pub mod sql;
 pub mod sqlite;
-mod scoped;
 pub mod testing;
 pub mod value;
 

@@ -482,9 +482,8 @@ impl Worker {
         if let Some(schema) = &scope {
             // The realm's role may read only its schema's views (see
             // `realm_schema`); `SET LOCAL` ends with this transaction.
-            let set = format!(
-                "SET LOCAL ROLE {schema}; SET LOCAL search_path = {schema}, pg_catalog"
-            );
+            let set =
+                format!("SET LOCAL ROLE {schema}; SET LOCAL search_path = {schema}, pg_catalog");
             t.batch_execute(&set).map_err(|e| map_err(&e, &set))?;
         }
         // A scoped statement is prepared afresh: it was checked for the
@@ -549,10 +548,7 @@ impl Worker {
             .start()
             .map_err(|e| map_err(&e, "BEGIN"))?;
         let sql = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user";
-        let superuser: bool = t
-            .query_one(sql, &[])
-            .map_err(|e| map_err(&e, sql))?
-            .get(0);
+        let superuser: bool = t.query_one(sql, &[]).map_err(|e| map_err(&e, sql))?.get(0);
         if !superuser {
             return Err(Error::Config(
                 "realm-scoped SQL on PostgreSQL needs the node's database role to be a superuser \
@@ -615,7 +611,8 @@ impl Worker {
                 }
                 let sql = format!("GRANT SELECT ON ALL TABLES IN SCHEMA {name} TO {name}");
                 t.batch_execute(&sql).map_err(|e| map_err(&e, &sql))?;
-                let sql = "INSERT INTO tenant_schema (schema_name, realm, version) VALUES ($1, $2, $3)
+                let sql =
+                    "INSERT INTO tenant_schema (schema_name, realm, version) VALUES ($1, $2, $3)
                            ON CONFLICT (schema_name) DO UPDATE SET version = excluded.version";
                 t.execute(sql, &[&name, &realm, &version])
                     .map_err(|e| map_err(&e, sql))?;

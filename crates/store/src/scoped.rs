@@ -119,12 +119,9 @@ impl ScopedReader {
         let realm = Arc::new(Mutex::new(String::new()));
         {
             let realm = realm.clone();
-            conn.create_scalar_function(
-                "tabos_realm",
-                0,
-                FunctionFlags::SQLITE_UTF8,
-                move |_| Ok(lock(&realm).clone()),
-            )
+            conn.create_scalar_function("tabos_realm", 0, FunctionFlags::SQLITE_UTF8, move |_| {
+                Ok(lock(&realm).clone())
+            })
             .map_err(|e| sql_err(e, "create function tabos_realm"))?;
         }
         let shown = Self::define_views(&conn, &prefix, partitions)?;
@@ -229,7 +226,8 @@ fn admit(
             match ctx.database_name {
                 Some("temp") if shown.contains(table_name) => Ok(()),
                 Some(db) if db.starts_with(prefix) => {
-                    if tenant_table || (shown.is_table(table_name) && ctx.accessor == Some(table_name))
+                    if tenant_table
+                        || (shown.is_table(table_name) && ctx.accessor == Some(table_name))
                     {
                         Ok(())
                     } else {

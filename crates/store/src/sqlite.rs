@@ -46,8 +46,8 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
-use crate::sql::{first_keyword, to_sqlite};
 use crate::scoped::ScopedReader;
+use crate::sql::{first_keyword, to_sqlite};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
     Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job, Location,
@@ -184,7 +184,12 @@ impl SqliteBackend {
             durability: config.durability,
             senders,
             executors,
-            readers: ReadPool::new(dir.clone(), config.partitions, config.connections, open_reader),
+            readers: ReadPool::new(
+                dir.clone(),
+                config.partitions,
+                config.connections,
+                open_reader,
+            ),
             scoped: ReadPool::new(
                 dir.clone(),
                 config.partitions,

@@ -266,7 +266,7 @@ fn new_worker(sandbox: &Sandbox) -> Result<Worker, ProcError> {
         inner: rquickjs::allocator::RustAllocator,
         calls: 0,
     })
-        .map_err(|e| ProcError::new(FailureKind::Runtime, format!("JavaScript runtime: {e}")))?;
+    .map_err(|e| ProcError::new(FailureKind::Runtime, format!("JavaScript runtime: {e}")))?;
     runtime.set_memory_limit(sandbox.config.js_runtime_bytes);
     runtime.set_max_stack_size(JS_STACK_BYTES);
     runtime.set_interrupt_handler(Some(Box::new(|| {
