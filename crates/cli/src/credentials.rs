@@ -97,23 +97,11 @@ impl File {
     }
 
     fn write(&self, path: &std::path::Path) -> anyhow::Result<()> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
-        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        f.write_all(serde_json::to_string_pretty(self)?.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-        Ok(())
+        tabos_node::write_secret(path, serde_json::to_string_pretty(self)?.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))
     }
 }

@@ -266,8 +266,6 @@ impl Node {
         &self,
         path: &std::path::Path,
     ) -> Result<(String, bool), Error> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         if let Ok(old) = std::fs::read_to_string(path) {
             let old = old.trim();
             if self.auth.check(old).is_some_and(|p| p.is_operator()) {
@@ -283,19 +281,7 @@ impl Node {
                 path.display()
             ))
         };
-        // Written to a new file with mode 0600 from the start, then renamed
-        // over the old one: never readable by others, never half-written.
-        let tmp = path.with_extension("tmp");
-        let _ = std::fs::remove_file(&tmp);
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(fail)?;
-        writeln!(f, "{}", minted.token).map_err(fail)?;
-        f.sync_all().map_err(fail)?;
-        std::fs::rename(&tmp, path).map_err(fail)?;
+        write_secret(path, format!("{}\n", minted.token).as_bytes()).map_err(fail)?;
         Ok((minted.token, true))
     }
 
@@ -921,6 +907,25 @@ pub fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// Writes `bytes` to `path` as a secret: to a new file with mode 0600 from
+/// the start, synced, then renamed over the old one — never readable by
+/// others, never half-written. (The operator credential, the CLI's
+/// credentials file.)
+pub fn write_secret(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// The address a bound listener actually listens on.

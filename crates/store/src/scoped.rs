@@ -93,10 +93,6 @@ fn secret_hex() -> Result<String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-fn quote(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 impl ScopedReader {
     /// Opens a scoped reader over the partitions of the store in `dir`.
     pub(crate) fn open(dir: &Path, partitions: u32) -> Result<ScopedReader> {
@@ -166,24 +162,18 @@ impl ScopedReader {
         };
         let mut shown = Shown::default();
         // Tables first: the views' definitions read them.
-        for (name, kind, _) in declared.iter().filter(|d| d.1 == "table") {
-            let q = quote(name);
-            let union = (0..partitions)
-                .map(|p| format!("SELECT * FROM {prefix}{p}.{q} WHERE realm = tabos_realm()"))
-                .collect::<Vec<_>>()
-                .join(" UNION ALL ");
-            let ddl = format!("CREATE TEMP VIEW {q} AS {union}");
+        let schemas: Vec<String> = (0..partitions).map(|p| format!("{prefix}{p}")).collect();
+        for (name, _, _) in declared.iter().filter(|d| d.1 == "table") {
+            let ddl = crate::sqlite::union_view(name, &schemas, " WHERE realm = tabos_realm()");
             conn.execute_batch(&ddl).map_err(|e| sql_err(e, &ddl))?;
-            debug_assert_eq!(kind, "table");
             shown.tables.push(name.clone());
         }
         for (name, _, def) in declared.iter().filter(|d| d.1 == "view") {
-            let Some(rest) = def.as_deref().and_then(|d| d.strip_prefix("CREATE VIEW")) else {
+            let Some(ddl) = def.as_deref().and_then(crate::sqlite::temp_view) else {
                 return Err(Error::Internal(format!(
                     "view {name} has no CREATE VIEW definition"
                 )));
             };
-            let ddl = format!("CREATE TEMP VIEW{rest}");
             conn.execute_batch(&ddl).map_err(|e| sql_err(e, &ddl))?;
             shown.views.push(name.clone());
         }

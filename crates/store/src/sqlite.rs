@@ -1010,18 +1010,15 @@ fn open_reader(dir: &Path, partitions: u32) -> Result<Connection> {
             defs.collect::<rusqlite::Result<_>>()
                 .map_err(|e| map_err(e, sql))?
         };
+        let schemas: Vec<String> = std::iter::once("main".to_string())
+            .chain((1..partitions).map(|p| format!("p{p}")))
+            .collect();
         for t in tables {
-            let quoted = t.replace('"', "\"\"");
-            let mut view =
-                format!("CREATE TEMP VIEW \"{quoted}\" AS SELECT * FROM main.\"{quoted}\"");
-            for p in 1..partitions {
-                view.push_str(&format!(" UNION ALL SELECT * FROM p{p}.\"{quoted}\""));
-            }
+            let view = union_view(&t, &schemas, "");
             conn.execute_batch(&view).map_err(|e| map_err(e, &view))?;
         }
         for def in views {
-            if let Some(rest) = def.strip_prefix("CREATE VIEW") {
-                let temp = format!("CREATE TEMP VIEW{rest}");
+            if let Some(temp) = temp_view(&def) {
                 conn.execute_batch(&temp).map_err(|e| map_err(e, &temp))?;
             }
         }
@@ -1040,6 +1037,26 @@ fn open_reader(dir: &Path, partitions: u32) -> Result<Connection> {
         _ => Authorization::Deny,
     }));
     Ok(conn)
+}
+
+/// `CREATE TEMP VIEW "<table>"`: the union of `table` over `schemas`, each
+/// part with `filter` (a `WHERE` clause, or empty) — how a reader sees a
+/// table over every partition as one.
+pub(crate) fn union_view(table: &str, schemas: &[String], filter: &str) -> String {
+    let q = format!("\"{}\"", table.replace('"', "\"\""));
+    let union = schemas
+        .iter()
+        .map(|schema| format!("SELECT * FROM {schema}.{q}{filter}"))
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    format!("CREATE TEMP VIEW {q} AS {union}")
+}
+
+/// A view's definition re-created in the temp schema, where its names
+/// resolve to the temp views first; `None` if `def` is not a CREATE VIEW.
+pub(crate) fn temp_view(def: &str) -> Option<String> {
+    def.strip_prefix("CREATE VIEW")
+        .map(|rest| format!("CREATE TEMP VIEW{rest}"))
 }
 
 /// How long opening a data directory waits for another holder's lock.
