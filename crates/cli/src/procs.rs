@@ -248,6 +248,25 @@ enum RealmCommand {
         /// Most memory of its live procs, in MiB
         #[arg(long)]
         memory_mib: Option<String>,
+        /// Most bytes stored, in MiB: kv, names, files, logged messages,
+        /// procedures' code and tenant tables
+        #[arg(long)]
+        storage_mib: Option<String>,
+        /// Most bytes of messages queued in its mailboxes, in MiB
+        #[arg(long)]
+        mailbox_mib: Option<String>,
+        /// Most procedures installed
+        #[arg(long)]
+        procedures: Option<String>,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Remove a realm and everything of it — names, files, kv, mailboxes,
+    /// procedures, tenant tables, finished procs, credentials (operators;
+    /// refused while it has live procs)
+    Rm {
+        /// Realm name
+        name: String,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -288,7 +307,6 @@ fn quota_arg(what: &str, v: &Option<String>) -> anyhow::Result<(Option<i64>, boo
 }
 
 fn print_realms(realms: &[proto::RealmInfo], json: bool) {
-    let q = |v: Option<i64>| v.map_or_else(|| "-".to_string(), |v| v.to_string());
     if json {
         let v: Vec<_> = realms
             .iter()
@@ -297,27 +315,44 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
                     "realm": r.realm, "live_procs": r.live_procs, "quota_procs": r.quota_procs,
                     "cores": r.cores, "quota_cores": r.quota_cores,
                     "mem_mb": r.mem_mb, "quota_mem_mb": r.quota_mem_mb,
+                    "stored_bytes": r.stored_bytes, "quota_storage_mb": r.quota_storage_mb,
+                    "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
+                    "procedures": r.procedures, "quota_procedures": r.quota_procedures,
                 })
             })
             .collect();
         println!("{}", serde_json::Value::Array(v));
         return;
     }
-    let cols: Vec<String> = ["realm", "procs", "of", "cores", "of", "memory MB", "of"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    // Each usage beside its quota: "3/8", or "3" with no quota.
+    let of = |used: String, quota: Option<i64>| match quota {
+        Some(q) => format!("{used}/{q}"),
+        None => used,
+    };
+    let mib = |bytes: i64| format!("{:.1}", bytes as f64 / f64::from(1 << 20));
+    let cols: Vec<String> = [
+        "realm",
+        "procs",
+        "cores",
+        "memory MB",
+        "stored MiB",
+        "mailboxes MiB",
+        "procedures",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     let rows: Vec<Vec<String>> = realms
         .iter()
         .map(|r| {
             vec![
                 r.realm.clone(),
-                r.live_procs.to_string(),
-                q(r.quota_procs),
-                r.cores.to_string(),
-                q(r.quota_cores),
-                r.mem_mb.to_string(),
-                q(r.quota_mem_mb),
+                of(r.live_procs.to_string(), r.quota_procs),
+                of(r.cores.to_string(), r.quota_cores),
+                of(r.mem_mb.to_string(), r.quota_mem_mb),
+                of(mib(r.stored_bytes), r.quota_storage_mb),
+                of(mib(r.mailbox_bytes), r.quota_mailbox_mb),
+                of(r.procedures.to_string(), r.quota_procedures),
             ]
         })
         .collect();
@@ -346,35 +381,43 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             procs,
             cores,
             memory_mib,
+            storage_mib,
+            mailbox_mib,
+            procedures,
             node,
         } => {
-            let (procs, clear_procs) = quota_arg("procs", &procs)?;
-            let (cores, clear_cores) = quota_arg("cores", &cores)?;
-            let (mem, clear_mem) = quota_arg("memory-mib", &memory_mib)?;
-            let clear = [
-                ("procs", clear_procs),
-                ("cores", clear_cores),
-                ("memory", clear_mem),
-            ]
-            .iter()
-            .filter(|(_, c)| *c)
-            .map(|(n, _)| n.to_string())
-            .collect();
+            let mut clear = Vec::new();
+            let mut arg = |flag: &str, quota: &str, v: &Option<String>| {
+                let (n, cleared) = quota_arg(flag, v)?;
+                if cleared {
+                    clear.push(quota.to_string());
+                }
+                anyhow::Ok(n)
+            };
+            let request = proto::SetRealmRequest {
+                realm: name,
+                procs: arg("procs", "procs", &procs)?,
+                cores: arg("cores", "cores", &cores)?,
+                mem_mb: arg("memory-mib", "memory", &memory_mib)?,
+                storage_mb: arg("storage-mib", "storage", &storage_mib)?,
+                mailbox_mb: arg("mailbox-mib", "mailbox", &mailbox_mib)?,
+                procedures: arg("procedures", "procedures", &procedures)?,
+                clear: Vec::new(),
+            };
+            let request = proto::SetRealmRequest { clear, ..request };
             crate::runtime()?.block_on(async {
                 let mut client = node.connect().await?;
-                let info = client
-                    .set_realm(proto::SetRealmRequest {
-                        realm: name,
-                        procs,
-                        cores,
-                        mem_mb: mem,
-                        clear,
-                    })
-                    .await?;
+                let info = client.set_realm(request).await?;
                 print_realms(&[info], false);
                 Ok(())
             })
         }
+        RealmCommand::Rm { name, node } => crate::runtime()?.block_on(async {
+            let mut client = node.connect().await?;
+            let rows = client.remove_realm(&name).await?;
+            println!("realm {name} removed ({rows} rows)");
+            Ok(())
+        }),
         RealmCommand::List { json, node } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             print_realms(&client.list_realms().await?, json);

@@ -392,6 +392,19 @@ impl Client {
         Ok(self.procs.set_realm(request).await?.into_inner())
     }
 
+    /// Deletes a realm and everything of it (operators only); returns the
+    /// rows deleted.
+    pub async fn remove_realm(&mut self, realm: &str) -> Result<i64, Error> {
+        Ok(self
+            .procs
+            .remove_realm(proto::RemoveRealmRequest {
+                realm: realm.into(),
+            })
+            .await?
+            .into_inner()
+            .rows)
+    }
+
     /// Realms with their usage and quotas (an operator's: all).
     pub async fn list_realms(&mut self) -> Result<Vec<proto::RealmInfo>, Error> {
         Ok(self

@@ -570,6 +570,22 @@ pub fn load(store: &Store, now_us: i64) -> Result<Vec<(TokenHash, Principal)>> {
         .collect()
 }
 
+/// Procedure body: deletes `realm`'s credentials, its procs' too (the
+/// realm's removal, [`crate::teardown`]); every node forgets them on the
+/// change feed. Returns the rows deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    let p = crate::p_key(tx);
+    let rows = tx.query(
+        "DELETE FROM credential WHERE p_key = $1 AND realm = $2 RETURNING id",
+        params![p, realm],
+    )?;
+    for r in rows.iter() {
+        let id: String = r.get(0)?;
+        tx.notify(CHANGES_CHANNEL, &id)?;
+    }
+    Ok(rows.len() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -400,6 +400,20 @@ pub fn send_tx(
 ) -> Result<Vec<Sent>> {
     validate_realm(realm)?;
     validate_outgoing(msgs)?;
+    crate::realms::metered(tx, realm, |tx| {
+        send_unmetered_tx(tx, realm, from, msgs, opts, now_us)
+    })
+}
+
+/// [`send_tx`] without the realm's mailbox quota check.
+fn send_unmetered_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    from: Option<&Address>,
+    msgs: &[Outgoing],
+    opts: &MailboxOptions,
+    now_us: i64,
+) -> Result<Vec<Sent>> {
     let pk = p_key(tx);
     let sender = from.map(Address::to_string).unwrap_or_default();
     let mut out: Vec<Option<Sent>> = vec![None; msgs.len()];
@@ -1075,6 +1089,17 @@ pub async fn mailbox(store: &Store, realm: &str, address: &Address) -> Result<Ma
     store
         .submit(partition(store, realm)?, move |tx| mailbox_tx(tx, &r, &a))
         .await
+}
+
+/// Procedure body: deletes `realm`'s mailboxes with their messages, logs and
+/// deduplication state (the realm's removal, [`crate::teardown`]); returns
+/// the rows deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    crate::delete_realm_rows(
+        tx,
+        realm,
+        &["message", "message_dedup", "message_log", "mailbox"],
+    )
 }
 
 #[cfg(test)]

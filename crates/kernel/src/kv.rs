@@ -41,14 +41,16 @@ pub fn put_tx(tx: &mut dyn Tx, realm: &str, key: &str, value: &[u8], now_us: i64
         )));
     }
     let p = i64::from(tx.p_key().0);
-    let version: i64 = tx.query_scalar(
-        "INSERT INTO kv (p_key, realm, key, value, version, updated_us) \
-         VALUES ($1, $2, $3, $4, 1, $5) \
-         ON CONFLICT (p_key, realm, key) DO UPDATE \
-         SET value = excluded.value, version = kv.version + 1, updated_us = excluded.updated_us \
-         RETURNING version",
-        params![p, realm, key, value, now_us],
-    )?;
+    let version: i64 = crate::realms::metered(tx, realm, |tx| {
+        Ok(tx.query_scalar(
+            "INSERT INTO kv (p_key, realm, key, value, version, updated_us) \
+             VALUES ($1, $2, $3, $4, 1, $5) \
+             ON CONFLICT (p_key, realm, key) DO UPDATE \
+             SET value = excluded.value, version = kv.version + 1, \
+             updated_us = excluded.updated_us RETURNING version",
+            params![p, realm, key, value, now_us],
+        )?)
+    })?;
     tx.notify(&channel(realm), &format!("{key}={version}"))?;
     Ok(version)
 }
@@ -174,4 +176,10 @@ pub fn incr(store: &Store, realm: &str, key: &str, delta: i64) -> Result<i64> {
 pub fn delete(store: &Store, realm: &str, key: &str) -> Result<bool> {
     let (r, k) = (realm.to_string(), key.to_string());
     store.call(partition(store, realm)?, move |tx| delete_tx(tx, &r, &k))
+}
+
+/// Procedure body: deletes `realm`'s keys (the realm's removal,
+/// [`crate::teardown`]); returns the rows deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    crate::delete_realm_rows(tx, realm, &["kv"])
 }

@@ -25,8 +25,9 @@ pub mod procedures;
 pub mod procs;
 pub mod realms;
 pub mod sched;
+pub mod teardown;
 
-use tabos_store::{Config, Migration, PKey, Store};
+use tabos_store::{Config, Migration, PKey, Store, Tx};
 
 /// The kernel schema, one entry per migration file pair.
 pub const MIGRATIONS: &[Migration] = &[
@@ -119,6 +120,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "ps_waiting",
         sqlite: include_str!("../schema/sqlite/015_ps_waiting.sql"),
         postgres: include_str!("../schema/postgres/015_ps_waiting.sql"),
+    },
+    Migration {
+        version: 16,
+        name: "realm_storage",
+        sqlite: include_str!("../schema/sqlite/016_realm_storage.sql"),
+        postgres: include_str!("../schema/postgres/016_realm_storage.sql"),
     },
 ];
 
@@ -230,6 +237,22 @@ pub(crate) fn subtree_range(path: &str) -> (String, String) {
     } else {
         (format!("{path}/"), format!("{path}0"))
     }
+}
+
+/// Procedure body: deletes every row of `realm` from each of `tables` on
+/// the transaction's partition (a realm's removal; each owning module
+/// names its own tables); returns the rows deleted.
+pub(crate) fn delete_realm_rows(tx: &mut dyn Tx, realm: &str, tables: &[&str]) -> Result<u64> {
+    let p = p_key(tx);
+    let mut n = 0;
+    for t in tables {
+        debug_assert!(t.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+        n += tx.execute(
+            &format!("DELETE FROM {t} WHERE p_key = $1 AND realm = $2"),
+            tabos_store::params![p, realm],
+        )?;
+    }
+    Ok(n)
 }
 
 /// The `p_key` column value of a transaction's partition.

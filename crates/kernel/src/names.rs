@@ -451,23 +451,26 @@ pub fn create_tx(
     } else {
         opts.mode
     };
-    let n = tx.execute(
-        "INSERT INTO name_entry (p_key, realm, path, parent, kind, data, version, owner, mode, \
-         session, created_us, modified_us) VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $10) \
-         ON CONFLICT (p_key, realm, path) DO NOTHING",
-        params![
-            p_key(tx),
-            realm,
-            path,
-            parent,
-            kind.as_str(),
-            data,
-            opts.owner.as_str(),
-            mode,
-            opts.session.as_deref(),
-            now_us
-        ],
-    )?;
+    let n = crate::realms::metered(tx, realm, |tx| {
+        Ok(tx.execute(
+            "INSERT INTO name_entry (p_key, realm, path, parent, kind, data, version, owner, \
+             mode, session, created_us, modified_us) \
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7, $8, $9, $10, $10) \
+             ON CONFLICT (p_key, realm, path) DO NOTHING",
+            params![
+                p_key(tx),
+                realm,
+                path,
+                parent,
+                kind.as_str(),
+                data,
+                opts.owner.as_str(),
+                mode,
+                opts.session.as_deref(),
+                now_us
+            ],
+        )?)
+    })?;
     if n == 0 {
         return Err(Error::AlreadyExists(format!("{path} in realm {realm:?}")));
     }
@@ -543,11 +546,13 @@ pub fn set_by_tx(
                     )));
                 }
             }
-            let version: i64 = tx.query_scalar(
-                "UPDATE name_entry SET data = $4, version = version + 1, modified_us = $5 \
-                 WHERE p_key = $1 AND realm = $2 AND path = $3 RETURNING version",
-                params![p_key(tx), realm, path, data, now_us],
-            )?;
+            let version: i64 = crate::realms::metered(tx, realm, |tx| {
+                Ok(tx.query_scalar(
+                    "UPDATE name_entry SET data = $4, version = version + 1, modified_us = $5 \
+                     WHERE p_key = $1 AND realm = $2 AND path = $3 RETURNING version",
+                    params![p_key(tx), realm, path, data, now_us],
+                )?)
+            })?;
             notify(tx, realm, "set", version, path)?;
             Ok(version)
         }
@@ -810,16 +815,21 @@ pub fn rename_tx(
     let pk = p_key(tx);
     let (lo, hi) = crate::subtree_range(from);
     let cut = from.len() as i64 + 1;
-    tx.execute(
-        "UPDATE name_entry SET path = $4 || substr(path, $6), parent = $4 || substr(parent, $6) \
-         WHERE p_key = $1 AND realm = $2 AND path >= $3 AND path < $5",
-        params![pk, realm, lo.as_str(), to, hi.as_str(), cut],
-    )?;
-    tx.execute(
-        "UPDATE name_entry SET path = $4, parent = $5, version = version + 1, modified_us = $6 \
-         WHERE p_key = $1 AND realm = $2 AND path = $3",
-        params![pk, realm, from, to, to_parent, now_us],
-    )?;
+    // Paths are stored bytes: a longer name for a subtree may pass a quota.
+    crate::realms::metered(tx, realm, |tx| {
+        tx.execute(
+            "UPDATE name_entry SET path = $4 || substr(path, $6), \
+             parent = $4 || substr(parent, $6) \
+             WHERE p_key = $1 AND realm = $2 AND path >= $3 AND path < $5",
+            params![pk, realm, lo.as_str(), to, hi.as_str(), cut],
+        )?;
+        tx.execute(
+            "UPDATE name_entry SET path = $4, parent = $5, version = version + 1, \
+             modified_us = $6 WHERE p_key = $1 AND realm = $2 AND path = $3",
+            params![pk, realm, from, to, to_parent, now_us],
+        )?;
+        Ok(())
+    })?;
     touch_dir(tx, realm, parent_of(from), now_us)?;
     touch_dir(tx, realm, to_parent, now_us)?;
     notify(tx, realm, "remove", e.version, from)?;
@@ -1172,6 +1182,12 @@ pub fn generate_session_id() -> String {
         tabos_store::now_us(),
         N.fetch_add(1, Ordering::Relaxed)
     )
+}
+
+/// Procedure body: deletes `realm`'s namespace — entries, sessions, fences
+/// (the realm's removal, [`crate::teardown`]); returns the rows deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    crate::delete_realm_rows(tx, realm, &["name_entry", "name_session", "name_fence"])
 }
 
 #[cfg(test)]

@@ -173,6 +173,12 @@ impl Procedures {
 /// Procedure body: inserts or replaces the procedure row.
 pub fn install_tx(tx: &mut dyn Tx, info: &Info, code: &[u8]) -> Result<()> {
     let k = p_key(tx);
+    crate::realms::metered(tx, &info.realm, |tx| {
+        install_unmetered_tx(tx, k, info, code)
+    })
+}
+
+fn install_unmetered_tx(tx: &mut dyn Tx, k: i64, info: &Info, code: &[u8]) -> Result<()> {
     tx.execute(
         "INSERT INTO procedure (p_key, realm, name, language, code, code_hash, memory_bytes, \
          timeout_ms, installed_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
@@ -257,24 +263,33 @@ pub fn call_tx(
         code_hash: hash,
         limits,
     };
-    let mut host = TxHost {
-        tx,
-        realm,
-        who,
-        name,
-        now_us,
-        deadline: std::time::Instant::now() + limits.timeout,
-        failed: None,
-    };
-    let ran = sandbox.call_procedure(&spec, &mut host, &mut TxHost::code, args);
-    // A store error inside a host call (a failed statement, a conflict to
-    // retry) decides the outcome even if the guest swallowed its errno.
-    if let Some(e) = host.failed.take() {
-        return Err(e);
-    }
-    ran.map_err(|error| Error::Procedure {
-        name: name.to_string(),
-        error,
+    // The whole call is metered: a guest that swallowed a quota error of
+    // one host call still does not commit past the quota.
+    crate::realms::metered(tx, realm, |tx| {
+        let mut host = TxHost {
+            tx: &mut *tx,
+            realm,
+            who,
+            name,
+            now_us,
+            deadline: std::time::Instant::now() + limits.timeout,
+            failed: None,
+            wrote_tables: false,
+        };
+        let ran = sandbox.call_procedure(&spec, &mut host, &mut TxHost::code, args);
+        // A store error inside a host call (a failed statement, a conflict to
+        // retry) decides the outcome even if the guest swallowed its errno.
+        if let Some(e) = host.failed.take() {
+            return Err(e);
+        }
+        let out = ran.map_err(|error| Error::Procedure {
+            name: name.to_string(),
+            error,
+        })?;
+        if host.wrote_tables {
+            crate::realms::measure_tenant_tables_tx(tx, realm)?;
+        }
+        Ok(out)
     })
 }
 
@@ -292,6 +307,9 @@ pub struct TxHost<'a> {
     /// The first store error a host call met: the transaction is not to be
     /// committed (and may be retried).
     failed: Option<Error>,
+    /// Whether tenant SQL may have changed the realm's tables (their size
+    /// is measured again for the storage quota after the call).
+    wrote_tables: bool,
 }
 
 // The largest scan a procedure may ask for is one the kernel offers.
@@ -535,8 +553,9 @@ impl Host for TxHost<'_> {
                 tabos_sandbox::procedure::SQL_BYTES_MAX
             )));
         }
+        self.wrote_tables |= write;
         let scope = Confinement {
-            table_prefix: format!("{}/", self.realm),
+            table_prefix: crate::realms::tenant_prefix(self.realm),
             write,
             deadline: Some(self.deadline),
         };
@@ -560,4 +579,12 @@ impl Host for TxHost<'_> {
     fn nop(&mut self) -> u64 {
         0
     }
+}
+
+/// Procedure body: deletes `realm`'s procedures and drops its tenant tables
+/// (the realm's removal, [`crate::teardown`]); returns the rows and tables
+/// deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    let rows = crate::delete_realm_rows(tx, realm, &["procedure"])?;
+    Ok(rows + tx.drop_tables(&crate::realms::tenant_prefix(realm))?)
 }

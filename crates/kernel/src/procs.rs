@@ -1063,3 +1063,21 @@ pub async fn wait_evict(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInf
     })
     .await
 }
+
+/// Procedure body: deletes `realm`'s procs, their events and its workers
+/// (the realm's removal, [`crate::teardown`]); refused while a proc is
+/// live — spawned, claimed or running — since a removal must not strand a
+/// running process. Returns the rows deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    let live: i64 = tx.query_scalar(
+        "SELECT count(*) FROM proc WHERE p_key = $1 AND realm = $2 \
+         AND state IN ('spawned', 'claimed', 'running')",
+        params![crate::p_key(tx), realm],
+    )?;
+    if live > 0 {
+        return Err(Error::Precondition(format!(
+            "realm {realm} has {live} live procs: evict them (or wait for them) first"
+        )));
+    }
+    crate::delete_realm_rows(tx, realm, &["proc_event", "proc", "worker"])
+}

@@ -42,25 +42,113 @@ pub struct Quota {
     pub cores: Option<i64>,
     /// Memory of its live procs, in MB.
     pub mem_mb: Option<i64>,
+    /// Bytes stored (kv, names, files, logged messages, procedures' code,
+    /// tenant tables), in MiB.
+    pub storage_mb: Option<i64>,
+    /// Bytes of messages queued in the realm's mailboxes, in MiB.
+    pub mailbox_mb: Option<i64>,
+    /// Procedures installed.
+    pub procedures: Option<i64>,
 }
 
+impl Quota {
+    fn fields(&self) -> [(&'static str, Option<i64>); 6] {
+        [
+            ("procs", self.procs),
+            ("cores", self.cores),
+            ("memory", self.mem_mb),
+            ("storage", self.storage_mb),
+            ("mailbox", self.mailbox_mb),
+            ("procedures", self.procedures),
+        ]
+    }
+}
+
+/// The names [`Quota`]'s fields go by (in `tabos realm set --clear`).
+pub const QUOTA_NAMES: [&str; 6] = [
+    "procs",
+    "cores",
+    "memory",
+    "storage",
+    "mailbox",
+    "procedures",
+];
+
+/// Largest quota of any kind: far past any machine, and small enough that
+/// a quota in MiB converted to bytes cannot overflow.
+pub const QUOTA_MAX: i64 = 1 << 40;
+
+const MIB: i64 = 1 << 20;
+
 /// Procedure body: sets the quotas of `realm` (every field: `None` clears).
+/// A storage, mailbox or procedures quota that was not set starts its
+/// counter here, counted from the tables in this transaction (kept by the
+/// triggers of migration 016 from then on).
 pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
-    for (what, v) in [("procs", q.procs), ("cores", q.cores), ("memory", q.mem_mb)] {
-        if v.is_some_and(|v| v < 0) {
-            return Err(Error::Invalid(format!("a {what} quota is never negative")));
+    for (what, v) in q.fields() {
+        if v.is_some_and(|v| !(0..=QUOTA_MAX).contains(&v)) {
+            return Err(Error::Invalid(format!(
+                "a {what} quota is between 0 and {QUOTA_MAX}"
+            )));
         }
     }
+    let before = quota_tx(tx, realm)?;
     let p = i64::from(tx.p_key().0);
-    let n = tx.execute(
-        "UPDATE realm SET quota_procs = $3, quota_cores = $4, quota_mem_mb = $5 \
+    tx.execute(
+        "UPDATE realm SET quota_procs = $3, quota_cores = $4, quota_mem_mb = $5, \
+         quota_storage_mb = $6, quota_mailbox_mb = $7, quota_procedures = $8 \
          WHERE p_key = $1 AND realm = $2",
-        params![p, realm, q.procs, q.cores, q.mem_mb],
+        params![
+            p,
+            realm,
+            q.procs,
+            q.cores,
+            q.mem_mb,
+            q.storage_mb,
+            q.mailbox_mb,
+            q.procedures
+        ],
     )?;
-    if n == 0 {
-        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    if before.storage_mb.is_none() && q.storage_mb.is_some() {
+        let tenant = tx.tables_bytes(&tenant_prefix(realm))?;
+        tx.execute(
+            "UPDATE realm SET tenant_bytes = $3, stored_bytes = \
+               (SELECT coalesce(sum(length(key) + length(value)), 0) FROM kv \
+                 WHERE p_key = $1 AND realm = $2) \
+             + (SELECT coalesce(sum(length(path) + length(data)), 0) FROM name_entry \
+                 WHERE p_key = $1 AND realm = $2) \
+             + (SELECT coalesce(sum(f_size), 0) FROM directory WHERE p_key = $1 AND realm = $2) \
+             + (SELECT coalesce(sum(length(payload)), 0) FROM message_log \
+                 WHERE p_key = $1 AND realm = $2) \
+             + (SELECT coalesce(sum(length(code)), 0) FROM procedure \
+                 WHERE p_key = $1 AND realm = $2) \
+             WHERE p_key = $1 AND realm = $2",
+            params![p, realm, tenant],
+        )?;
+    }
+    if before.mailbox_mb.is_none() && q.mailbox_mb.is_some() {
+        tx.execute(
+            "UPDATE realm SET mailbox_bytes = \
+               (SELECT coalesce(sum(length(payload)), 0) FROM message \
+                 WHERE p_key = $1 AND realm = $2) \
+             WHERE p_key = $1 AND realm = $2",
+            params![p, realm],
+        )?;
+    }
+    if before.procedures.is_none() && q.procedures.is_some() {
+        tx.execute(
+            "UPDATE realm SET procedures = \
+               (SELECT count(*) FROM procedure WHERE p_key = $1 AND realm = $2) \
+             WHERE p_key = $1 AND realm = $2",
+            params![p, realm],
+        )?;
     }
     Ok(())
+}
+
+/// The prefix of `realm`'s tenant tables (`<realm>/<name>`).
+pub fn tenant_prefix(realm: &str) -> String {
+    format!("{realm}/")
 }
 
 /// Procedure body: the quotas of `realm`.
@@ -74,8 +162,8 @@ pub fn spawn_policy_tx(tx: &mut dyn Tx, realm: &str) -> Result<(Scheduler, Quota
     let p = i64::from(tx.p_key().0);
     let row = tx
         .query_opt(
-            "SELECT scheduler, quota_procs, quota_cores, quota_mem_mb FROM realm \
-             WHERE p_key = $1 AND realm = $2",
+            "SELECT scheduler, quota_procs, quota_cores, quota_mem_mb, quota_storage_mb, \
+             quota_mailbox_mb, quota_procedures FROM realm WHERE p_key = $1 AND realm = $2",
             params![p, realm],
         )?
         .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?;
@@ -83,8 +171,153 @@ pub fn spawn_policy_tx(tx: &mut dyn Tx, realm: &str) -> Result<(Scheduler, Quota
         procs: row.get(1)?,
         cores: row.get(2)?,
         mem_mb: row.get(3)?,
+        storage_mb: row.get(4)?,
+        mailbox_mb: row.get(5)?,
+        procedures: row.get(6)?,
     };
     Ok((row.get::<String>(0)?.parse()?, quota))
+}
+
+/// A realm's metered counters with their quotas, read in a transaction.
+#[derive(Debug, Clone, Copy)]
+struct Meter {
+    stored: i64,
+    mailbox: i64,
+    procedures: i64,
+    quota: Quota,
+}
+
+/// The realm's counters, or `None` when it has no storage, mailbox or
+/// procedures quota (nothing is counted then: see migration 016).
+fn meter_tx(tx: &mut dyn Tx, realm: &str) -> Result<Option<Meter>> {
+    let p = i64::from(tx.p_key().0);
+    let Some(row) = tx.query_opt(
+        "SELECT stored_bytes + tenant_bytes, mailbox_bytes, procedures, quota_storage_mb, \
+         quota_mailbox_mb, quota_procedures FROM realm WHERE p_key = $1 AND realm = $2 \
+         AND (quota_storage_mb IS NOT NULL OR quota_mailbox_mb IS NOT NULL \
+              OR quota_procedures IS NOT NULL)",
+        params![p, realm],
+    )?
+    else {
+        return Ok(None);
+    };
+    Ok(Some(Meter {
+        stored: row.get(0)?,
+        mailbox: row.get(1)?,
+        procedures: row.get(2)?,
+        quota: Quota {
+            storage_mb: row.get(3)?,
+            mailbox_mb: row.get(4)?,
+            procedures: row.get(5)?,
+            ..Quota::default()
+        },
+    }))
+}
+
+/// `bytes` in MiB for a message: whole when whole, else to a tenth.
+fn mib(bytes: i64) -> String {
+    if bytes % MIB == 0 {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    }
+}
+
+/// Runs `change` — a change of `realm`'s stored bytes, queued messages or
+/// procedures — in this transaction and refuses it (an error: the caller's
+/// transaction rolls back, so nothing changes) if it grew a metered usage
+/// past its quota. A change that shrinks usage, or leaves it alone, passes
+/// even over quota (an operator may lower a quota below what is used).
+/// Nested calls are fine: each compares its own before and after.
+pub fn metered<T>(
+    tx: &mut dyn Tx,
+    realm: &str,
+    change: impl FnOnce(&mut dyn Tx) -> Result<T>,
+) -> Result<T> {
+    let Some(before) = meter_tx(tx, realm)? else {
+        return change(tx);
+    };
+    let out = change(tx)?;
+    let Some(after) = meter_tx(tx, realm)? else {
+        return Ok(out);
+    };
+    let over = |what: &str, used: i64, was: i64, quota: Option<i64>, unit: i64| match quota {
+        Some(q) if used > was && used > q.saturating_mul(unit) => {
+            let (used, limit) = if unit == MIB {
+                (mib(used), mib(q * MIB))
+            } else {
+                (used.to_string(), q.to_string())
+            };
+            Err(Error::Full(format!(
+                "realm {realm} is over its {what} quota: {used} used of {limit}"
+            )))
+        }
+        _ => Ok(()),
+    };
+    over(
+        "storage",
+        after.stored,
+        before.stored,
+        after.quota.storage_mb,
+        MIB,
+    )?;
+    over(
+        "mailbox",
+        after.mailbox,
+        before.mailbox,
+        after.quota.mailbox_mb,
+        MIB,
+    )?;
+    over(
+        "procedures",
+        after.procedures,
+        before.procedures,
+        after.quota.procedures,
+        1,
+    )?;
+    Ok(out)
+}
+
+/// Procedure body: refuses, before a change of several steps begins, one
+/// that will add `bytes` to `realm`'s stored bytes past its storage quota
+/// (its last step is [`metered`] too; this spares the work in between and
+/// keeps the first step from committing anything). `bytes` ≤ 0 passes.
+pub fn check_room_tx(tx: &mut dyn Tx, realm: &str, bytes: i64) -> Result<()> {
+    if bytes <= 0 {
+        return Ok(());
+    }
+    let Some(m) = meter_tx(tx, realm)? else {
+        return Ok(());
+    };
+    match m.quota.storage_mb {
+        Some(q) if m.stored.saturating_add(bytes) > q.saturating_mul(MIB) => {
+            Err(Error::Full(format!(
+                "realm {realm} is over its storage quota: {} used of {}, this change adds {}",
+                mib(m.stored),
+                mib(q * MIB),
+                mib(bytes)
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Procedure body: measures `realm`'s tenant tables again (after a
+/// procedure call wrote to them), when the realm has a storage quota.
+pub fn measure_tenant_tables_tx(tx: &mut dyn Tx, realm: &str) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let metered = tx.query_opt(
+        "SELECT 1 FROM realm WHERE p_key = $1 AND realm = $2 AND quota_storage_mb IS NOT NULL",
+        params![p, realm],
+    )?;
+    if metered.is_some() {
+        let bytes = tx.tables_bytes(&tenant_prefix(realm))?;
+        tx.execute(
+            "UPDATE realm SET tenant_bytes = $3 WHERE p_key = $1 AND realm = $2",
+            params![p, realm, bytes],
+        )?;
+    }
+    Ok(())
 }
 
 /// A realm's usage against its quotas (the `realm_usage` view).
@@ -94,6 +327,12 @@ pub struct Usage {
     pub live_procs: i64,
     pub cores: i64,
     pub mem_mb: i64,
+    /// Bytes stored (see [`Quota::storage_mb`]).
+    pub stored_bytes: i64,
+    /// Bytes queued in mailboxes.
+    pub mailbox_bytes: i64,
+    /// Procedures installed.
+    pub procedures: i64,
     pub quota: Quota,
 }
 
@@ -101,8 +340,10 @@ pub struct Usage {
 /// path.
 pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
     let rows = store.query(
-        "SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb, quota_mem_mb \
-         FROM realm_usage WHERE CAST($1 AS TEXT) IS NULL OR realm = $1 ORDER BY realm",
+        "SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb, quota_mem_mb, \
+         stored_bytes, quota_storage_mb, mailbox_bytes, quota_mailbox_mb, procedures, \
+         quota_procedures FROM realm_usage WHERE CAST($1 AS TEXT) IS NULL OR realm = $1 \
+         ORDER BY realm",
         params![realm],
     )?;
     rows.rows
@@ -113,10 +354,16 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
                 live_procs: r.get(1)?,
                 cores: r.get(3)?,
                 mem_mb: r.get(5)?,
+                stored_bytes: r.get(7)?,
+                mailbox_bytes: r.get(9)?,
+                procedures: r.get(11)?,
                 quota: Quota {
                     procs: r.get(2)?,
                     cores: r.get(4)?,
                     mem_mb: r.get(6)?,
+                    storage_mb: r.get(8)?,
+                    mailbox_mb: r.get(10)?,
+                    procedures: r.get(12)?,
                 },
             })
         })
@@ -192,4 +439,19 @@ pub fn set_scheduler(store: &Store, realm: &str, scheduler: Scheduler) -> Result
     store.call(realm_partition(realm, store.partitions()), move |tx| {
         set_scheduler_tx(tx, &r, scheduler)
     })
+}
+
+/// Change-feed channel told of every realm removed; the payload is its
+/// name (nodes stop serving it).
+pub const REMOVED_CHANNEL: &str = "realms/removed";
+
+/// Procedure body: deletes `realm`'s row, last of the realm's removal
+/// ([`crate::teardown`]), and announces it.
+pub fn remove_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    let n = crate::delete_realm_rows(tx, realm, &["realm"])?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    tx.notify(REMOVED_CHANNEL, realm)?;
+    Ok(n)
 }

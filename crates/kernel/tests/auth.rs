@@ -23,6 +23,7 @@ fn quotas_and_usage(b: Backend) {
         procs: Some(3),
         cores: None,
         mem_mb: Some(512),
+        ..realms::Quota::default()
     };
     rt.block_on(realms::set_quota(s, "r", q)).unwrap();
     let one = realms::usage(s, Some("r")).unwrap();

@@ -580,6 +580,12 @@ impl ServedRealms {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Removes `realm` (no longer served).
+    fn remove(&self, realm: &str) {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|r| r != realm);
+    }
+
     /// Adds `realm`; false if it was served already.
     fn add(&self, realm: &str) -> bool {
         let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -594,7 +600,8 @@ impl ServedRealms {
 /// One node serves every realm: a worker and a procd in each, all sharing
 /// the node's cores (one busy-cores count, so BE admission is the node's).
 /// Started for every realm that exists, and for each realm created later
-/// (its creation is announced on the change feed), until `stop`.
+/// (its creation is announced on the change feed), until `stop`; a realm
+/// removed (announced likewise) is no longer served.
 async fn serve_realms(
     node: Node,
     addr: String,
@@ -604,13 +611,20 @@ async fn serve_realms(
     let busy = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
     let mut procds = tokio::task::JoinSet::new();
     let mut created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
-    let procd_stop = stop.clone();
-    let start = |realm: String, procds: &mut tokio::task::JoinSet<()>| {
+    let mut removed = node.store.subscribe(tabos_kernel::realms::REMOVED_CHANNEL);
+    // Each realm's procd stops on its own (the realm was removed) or with
+    // the node.
+    let mut stops: std::collections::HashMap<String, tokio::sync::watch::Sender<bool>> =
+        std::collections::HashMap::new();
+    let start = |realm: String,
+                 procds: &mut tokio::task::JoinSet<()>,
+                 stops: &mut std::collections::HashMap<String, _>| {
         if !served.add(&realm) {
             return;
         }
-        let (node, addr, busy, stop) =
-            (node.clone(), addr.clone(), busy.clone(), procd_stop.clone());
+        let (stop_tx, realm_stop) = tokio::sync::watch::channel(false);
+        stops.insert(realm.clone(), stop_tx);
+        let (node, addr, busy) = (node.clone(), addr.clone(), busy.clone());
         procds.spawn(async move {
             let n2 = node.clone();
             let r2 = realm.clone();
@@ -643,16 +657,19 @@ async fn serve_realms(
                 busy,
                 node.confine.clone(),
             );
-            procd.run(stop).await;
+            procd.run(realm_stop).await;
         });
     };
+    let list = |node: &Node| {
+        let store = node.store.clone();
+        tokio::task::spawn_blocking(move || tabos_kernel::realms::list(&store))
+    };
     // The node's own realm first (created if missing), then every other.
-    start(node.settings.realm.clone(), &mut procds);
-    let store = node.store.clone();
-    match tokio::task::spawn_blocking(move || tabos_kernel::realms::list(&store)).await {
+    start(node.settings.realm.clone(), &mut procds, &mut stops);
+    match list(&node).await {
         Ok(Ok(realms)) => {
             for r in realms {
-                start(r, &mut procds);
+                start(r, &mut procds, &mut stops);
             }
         }
         Ok(Err(e)) => eprintln!("node {}: cannot list realms: {e}", node.settings.node_id),
@@ -662,21 +679,48 @@ async fn serve_realms(
         tokio::select! {
             _ = stop.changed() => break,
             n = created.recv() => match n {
-                Ok(n) => start(n.payload, &mut procds),
+                Ok(n) => start(n.payload, &mut procds, &mut stops),
                 Err(_) => {
                     // Cut off: subscribe again, and look for what was missed.
                     created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
-                    let store = node.store.clone();
-                    if let Ok(Ok(realms)) =
-                        tokio::task::spawn_blocking(move || tabos_kernel::realms::list(&store)).await
-                    {
+                    if let Ok(Ok(realms)) = list(&node).await {
                         for r in realms {
-                            start(r, &mut procds);
+                            start(r, &mut procds, &mut stops);
                         }
                     }
                 }
             },
+            n = removed.recv() => match n {
+                Ok(n) => {
+                    if let Some(s) = stops.remove(&n.payload) {
+                        let _ = s.send(true);
+                    }
+                    served.remove(&n.payload);
+                }
+                Err(_) => {
+                    // Cut off: stop serving whatever no longer exists.
+                    removed = node.store.subscribe(tabos_kernel::realms::REMOVED_CHANNEL);
+                    if let Ok(Ok(realms)) = list(&node).await {
+                        let gone: Vec<String> = stops
+                            .keys()
+                            .filter(|r| !realms.contains(r) && **r != node.settings.realm)
+                            .cloned()
+                            .collect();
+                        for r in gone {
+                            if let Some(s) = stops.remove(&r) {
+                                let _ = s.send(true);
+                            }
+                            served.remove(&r);
+                        }
+                    }
+                }
+            },
+            // A procd that ended is reaped here, so the set does not grow.
+            Some(_) = procds.join_next(), if !procds.is_empty() => {}
         }
+    }
+    for s in stops.values() {
+        let _ = s.send(true);
     }
     while procds.join_next().await.is_some() {}
 }

@@ -181,6 +181,12 @@ impl ProcsService {
                 quota_cores: u.quota.cores,
                 mem_mb: u.mem_mb,
                 quota_mem_mb: u.quota.mem_mb,
+                stored_bytes: u.stored_bytes,
+                quota_storage_mb: u.quota.storage_mb,
+                mailbox_bytes: u.mailbox_bytes,
+                quota_mailbox_mb: u.quota.mailbox_mb,
+                procedures: u.procedures,
+                quota_procedures: u.quota.procedures,
             })
             .collect())
     }
@@ -237,10 +243,12 @@ impl proto::procs_server::Procs for ProcsService {
         access.require(Role::Operator)?;
         let r = request.into_inner();
         tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
+        use tabos_kernel::realms::QUOTA_NAMES;
         for c in &r.clear {
-            if !matches!(c.as_str(), "procs" | "cores" | "memory") {
+            if !QUOTA_NAMES.contains(&c.as_str()) {
                 return Err(invalid(format!(
-                    "a quota to clear is procs, cores or memory, not {c:?}"
+                    "a quota to clear is one of {}, not {c:?}",
+                    QUOTA_NAMES.join(", ")
                 )));
             }
         }
@@ -249,21 +257,19 @@ impl proto::procs_server::Procs for ProcsService {
             use tabos_kernel::realms;
             let mut q = realms::quota_tx(tx, &realm)?;
             let cleared = |what: &str| r.clear.iter().any(|c| c == what);
-            q.procs = if cleared("procs") {
-                None
-            } else {
-                r.procs.or(q.procs)
+            let pick = |what: &str, new: Option<i64>, old: Option<i64>| {
+                if cleared(what) {
+                    None
+                } else {
+                    new.or(old)
+                }
             };
-            q.cores = if cleared("cores") {
-                None
-            } else {
-                r.cores.or(q.cores)
-            };
-            q.mem_mb = if cleared("memory") {
-                None
-            } else {
-                r.mem_mb.or(q.mem_mb)
-            };
+            q.procs = pick("procs", r.procs, q.procs);
+            q.cores = pick("cores", r.cores, q.cores);
+            q.mem_mb = pick("memory", r.mem_mb, q.mem_mb);
+            q.storage_mb = pick("storage", r.storage_mb, q.storage_mb);
+            q.mailbox_mb = pick("mailbox", r.mailbox_mb, q.mailbox_mb);
+            q.procedures = pick("procedures", r.procedures, q.procedures);
             realms::set_quota_tx(tx, &realm, &q)
         })
         .await
@@ -273,6 +279,21 @@ impl proto::procs_server::Procs for ProcsService {
             .pop()
             .map(Response::new)
             .ok_or_else(|| Status::not_found("the realm went away"))
+    }
+
+    async fn remove_realm(
+        &self,
+        request: Request<proto::RemoveRealmRequest>,
+    ) -> Result<Response<proto::RemoveRealmResponse>, Status> {
+        let access = self.node.access(&request)?;
+        access.require(Role::Operator)?;
+        let r = request.into_inner();
+        let rows = tabos_kernel::teardown::remove_realm(&self.node.files, &r.realm)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::RemoveRealmResponse {
+            rows: rows as i64,
+        }))
     }
 
     async fn list_realms(

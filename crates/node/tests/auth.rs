@@ -572,6 +572,7 @@ async fn proc_quotas_are_checked_at_spawn() {
         cores,
         mem_mb: None,
         clear: clear.into_iter().map(String::from).collect(),
+        ..Default::default()
     };
     let e = admin
         .set_realm(set(Some(5), None, vec![]))
@@ -618,5 +619,113 @@ async fn proc_quotas_are_checked_at_spawn() {
     }
     let e = op.set_realm(set(Some(-1), None, vec![])).await.unwrap_err();
     assert_eq!(code(&e), Code::InvalidArgument, "{e}");
+    n.shut_down().await;
+}
+
+/// Storage and mailbox quotas over the API: the change that would pass one
+/// is RESOURCE_EXHAUSTED naming quota and usage, and nothing changes; then
+/// `realm rm`: operators only, refused while a proc lives, and afterwards
+/// the realm's credentials are dead, nothing of it is left, and the node
+/// serves the name again once it is created anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_quotas_and_realm_removal() {
+    let dir = TempDir::new("auth-storage");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "sq").await;
+    let mut op = n.client().await;
+    let info = op
+        .set_realm(proto::SetRealmRequest {
+            realm: "sq".into(),
+            storage_mb: Some(1),
+            mailbox_mb: Some(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (info.quota_storage_mb, info.quota_mailbox_mb),
+        (Some(1), Some(1))
+    );
+    let chunk = vec![7u8; 600 << 10];
+    admin
+        .fs_write("", "", "/a", 0, chunk.clone(), true)
+        .await
+        .unwrap();
+    let e = admin
+        .fs_write("", "", "/b", 0, chunk.clone(), true)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    assert!(
+        e.to_string()
+            .contains("realm sq is over its storage quota: 0.6 MiB used of 1 MiB"),
+        "{e}"
+    );
+    let e = admin.fs_stat("", "/b").await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "nothing was created");
+    let e = admin
+        .name_set("", "/n", chunk.clone(), None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    admin
+        .create_mailbox("", "box", 8 << 20, None)
+        .await
+        .unwrap();
+    admin.send("", "", "box", chunk.clone()).await.unwrap();
+    let e = admin.send("", "", "box", chunk.clone()).await.unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    assert!(e.to_string().contains("over its mailbox quota"), "{e}");
+    let seen = admin.list_realms().await.unwrap();
+    assert_eq!(seen[0].mailbox_bytes, 600 << 10);
+    assert!(seen[0].stored_bytes >= 600 << 10);
+
+    // Removal.
+    let e = admin.remove_realm("sq").await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    let sleeper = proto::ProcDescriptor {
+        pid: "s".into(),
+        program: "sleep".into(),
+        args: vec!["600".into()],
+        ..Default::default()
+    };
+    admin.spawn("", sleeper.clone()).await.unwrap();
+    let e = op.remove_realm("sq").await.unwrap_err();
+    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+    admin.fs_stat("", "/a").await.unwrap();
+    admin.evict("", "s").await.unwrap();
+    admin.wait_exit("", "s").await.unwrap();
+    assert!(op.remove_realm("sq").await.unwrap() > 5);
+    let e = admin.fs_stat("", "/a").await.unwrap_err();
+    assert_eq!(code(&e), Code::Unauthenticated, "{e}");
+    let e = op.remove_realm("sq").await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "{e}");
+    let rows = op
+        .sql(
+            "SELECT (SELECT count(*) FROM directory WHERE realm = 'sq') \
+             + (SELECT count(*) FROM message WHERE realm = 'sq') \
+             + (SELECT count(*) FROM proc WHERE realm = 'sq') \
+             + (SELECT count(*) FROM credential WHERE realm = 'sq') \
+             + (SELECT count(*) FROM realm WHERE realm = 'sq')",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows.rows[0][0],
+        Some(tabos_client::proto::value::Kind::Int(0))
+    );
+    // The name again, from nothing: the node serves it (the spawn runs).
+    let (mut again, _) = realm(&n, "sq").await;
+    let e = again.fs_stat("", "/a").await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "{e}");
+    let quick = proto::ProcDescriptor {
+        pid: "t".into(),
+        program: "true".into(),
+        ..Default::default()
+    };
+    again.spawn("", quick).await.unwrap();
+    let done = again.wait_exit("", "t").await.unwrap();
+    assert_eq!(done.exit_status, Some(0));
     n.shut_down().await;
 }

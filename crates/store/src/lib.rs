@@ -257,6 +257,20 @@ pub trait Tx {
             self.dialect()
         )))
     }
+    /// Bytes of the database pages that hold the tables whose names start
+    /// with `prefix` (tenant tables: see [`Confinement::table_prefix`]) and
+    /// their indexes. A backend without tenant tables holds none: 0.
+    fn tables_bytes(&mut self, prefix: &str) -> Result<i64> {
+        let _ = prefix;
+        Ok(0)
+    }
+    /// Drops the tables whose names start with `prefix` (a realm's tenant
+    /// tables, when the realm is removed), with their indexes; returns how
+    /// many. A backend without tenant tables has none to drop.
+    fn drop_tables(&mut self, prefix: &str) -> Result<u64> {
+        let _ = prefix;
+        Ok(0)
+    }
 }
 
 /// The tables a piece of tenant SQL may touch (see [`Tx::confined`]).

@@ -685,6 +685,39 @@ impl Tx for SqliteTx<'_> {
         }
         Ok((rows, changed))
     }
+    fn drop_tables(&mut self, prefix: &str) -> Result<u64> {
+        if prefix.is_empty() {
+            return Err(Error::Invalid("dropping tables needs a prefix".into()));
+        }
+        let sql = "SELECT name FROM sqlite_master WHERE type = 'table' \
+                   AND substr(name, 1, length(?1)) = ?1";
+        let names: Vec<String> = {
+            let mut stmt = self.conn.prepare(sql).map_err(|e| map_err(e, sql))?;
+            let rows = stmt
+                .query_map([prefix], |r| r.get::<_, String>(0))
+                .map_err(|e| map_err(e, sql))?;
+            rows.collect::<rusqlite::Result<_>>()
+                .map_err(|e| map_err(e, sql))?
+        };
+        for name in &names {
+            // A quoted identifier: the name is the tenant's text.
+            let drop = format!("DROP TABLE \"{}\"", name.replace('"', "\"\""));
+            self.conn
+                .execute(&drop, [])
+                .map_err(|e| map_err(e, &drop))?;
+        }
+        Ok(names.len() as u64)
+    }
+    fn tables_bytes(&mut self, prefix: &str) -> Result<i64> {
+        // dbstat in aggregate mode, one row per b-tree, looked up by name:
+        // the work is the pages of the prefix's tables, not the file's.
+        let sql = "SELECT coalesce(sum(d.pgsize), 0) FROM sqlite_master AS m, \
+                   dbstat('main', 1) AS d \
+                   WHERE substr(m.tbl_name, 1, length(?1)) = ?1 AND d.name = m.name";
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
+        stmt.query_row([prefix], |r| r.get::<_, i64>(0))
+            .map_err(|e| map_err(e, sql))
+    }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
     }

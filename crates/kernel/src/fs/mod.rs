@@ -821,13 +821,17 @@ pub(crate) fn assemble(out: &mut [u8], offset: i64, bs: i64, blocks: &[(i64, Vec
 
 /// Records a file's new size and modification time (a data change: the
 /// version moves on).
+/// Every change of a file's size comes here, so the realm's storage quota
+/// is checked here (a file's size is what it stores, holes included).
 fn set_size(tx: &mut dyn Tx, realm: &str, path: &str, size: i64, now_us: i64) -> Result<()> {
-    tx.execute(
-        "UPDATE directory SET f_size = $4, mtime_us = $5, f_version = f_version + 1 \
-         WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, path, size, now_us],
-    )?;
-    Ok(())
+    crate::realms::metered(tx, realm, |tx| {
+        tx.execute(
+            "UPDATE directory SET f_size = $4, mtime_us = $5, f_version = f_version + 1 \
+             WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+            params![p_key(tx), realm, path, size, now_us],
+        )?;
+        Ok(())
+    })
 }
 
 fn check_read(offset: i64, len: usize) -> Result<()> {
@@ -1042,4 +1046,31 @@ pub fn du_tx(
         ],
     )?;
     Ok((r.get(0)?, r.get(1)?))
+}
+
+/// Procedure body: deletes `realm`'s filesystem — its files' metadata and
+/// block rows, with their segments and parallel blocks queued in
+/// `fs_reclaim` (given back after the commit by
+/// [`files::Files::reclaim`]) — for the realm's removal
+/// ([`crate::teardown`]). Returns the rows deleted.
+pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
+    let pk = p_key(tx);
+    tx.execute(
+        "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
+         SELECT p_key, realm, 'parallel', f_id, '' FROM directory \
+         WHERE p_key = $1 AND realm = $2 AND content_type = 'file' AND layout = 'parallel' \
+         AND in_segments = 0 ON CONFLICT DO NOTHING",
+        params![pk, realm],
+    )?;
+    tx.execute(
+        "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
+         SELECT p_key, realm, 'segment', segment, store_id FROM fs_extent \
+         WHERE p_key = $1 AND realm = $2 ON CONFLICT DO NOTHING",
+        params![pk, realm],
+    )?;
+    crate::delete_realm_rows(
+        tx,
+        realm,
+        &["fs_extent", "localized_file", "directory", "fs_user"],
+    )
 }
