@@ -96,6 +96,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }));
         println!("  serving the tabos API on {addr}\n");
         let client = tabos_client::Client::connect(&addr, &operator.token).await?;
+        // The mappers read the inputs in their jails: as the operator, the
+        // demo lets its realm's procs see them (read-only).
+        let mut allowed = Vec::new();
+        for p in &inputs {
+            let p = std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()))?;
+            allowed.push(p.display().to_string());
+        }
+        client
+            .clone()
+            .set_realm(tabos_client::proto::SetRealmRequest {
+                realm: realm.clone(),
+                host_paths: allowed,
+                ..Default::default()
+            })
+            .await
+            .context("allow the realm's procs to see the inputs")?;
 
         let shown: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
         println!(

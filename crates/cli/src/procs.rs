@@ -44,6 +44,11 @@ pub struct SpawnArgs {
     /// Environment variable NAME=VALUE (repeatable)
     #[arg(long = "env", value_name = "NAME=VALUE")]
     env: Vec<String>,
+    /// A host path the proc sees read-only (repeatable; native procs; each
+    /// within a path the realm's operator allows: `realm set
+    /// --allow-host-path`)
+    #[arg(long = "host-path", value_name = "PATH")]
+    host_paths: Vec<String>,
     /// Wait for the proc to exit and exit with its status
     #[arg(long)]
     wait: bool,
@@ -77,6 +82,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         mem_mb: Some(args.mem_mb),
         home_node: args.home_node.clone().unwrap_or_default(),
         restartable: false,
+        host_paths: args.host_paths.clone(),
     };
     let realm = args.realm.realm.clone();
     let code = crate::runtime()?.block_on(async {
@@ -258,6 +264,10 @@ enum RealmCommand {
         /// Most procedures installed
         #[arg(long)]
         procedures: Option<String>,
+        /// A host path (or directory) the realm's native procs may ask to
+        /// see read-only (repeatable; replaces the list; `none` empties it)
+        #[arg(long = "allow-host-path", value_name = "PATH")]
+        allow_host_paths: Vec<String>,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -318,6 +328,7 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
                     "stored_bytes": r.stored_bytes, "quota_storage_mb": r.quota_storage_mb,
                     "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
                     "procedures": r.procedures, "quota_procedures": r.quota_procedures,
+                    "host_paths": r.host_paths,
                 })
             })
             .collect();
@@ -384,9 +395,20 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             storage_mib,
             mailbox_mib,
             procedures,
+            allow_host_paths,
             node,
         } => {
             let mut clear = Vec::new();
+            let host_paths = if allow_host_paths.iter().any(|p| p == "none") {
+                anyhow::ensure!(
+                    allow_host_paths.len() == 1,
+                    "--allow-host-path none cannot be given with paths"
+                );
+                clear.push("host-paths".to_string());
+                Vec::new()
+            } else {
+                allow_host_paths
+            };
             let mut arg = |flag: &str, quota: &str, v: &Option<String>| {
                 let (n, cleared) = quota_arg(flag, v)?;
                 if cleared {
@@ -403,6 +425,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 mailbox_mb: arg("mailbox-mib", "mailbox", &mailbox_mib)?,
                 procedures: arg("procedures", "procedures", &procedures)?,
                 clear: Vec::new(),
+                host_paths,
             };
             let request = proto::SetRealmRequest { clear, ..request };
             crate::runtime()?.block_on(async {

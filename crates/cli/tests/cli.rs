@@ -252,6 +252,13 @@ fn mr_wordcount_and_grep_against_a_node() {
     let data = dir.path().join("data");
     let node = Node::start(&["--data", data.to_str().unwrap(), "--cores", "2"]);
     let input = root.to_str().unwrap();
+    // Mappers read the inputs in their jails: refused until the realm's
+    // operator lets its procs see them.
+    let o = node.tabos(&["mr", "wordcount", "--input", input]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--allow-host-path"), "{}", stderr(&o));
+    let o = node.tabos(&["realm", "set", "default", "--allow-host-path", input]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = node.tabos(&[
         "mr",
         "wordcount",

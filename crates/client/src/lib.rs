@@ -116,6 +116,10 @@ fn code_name(code: tonic::Code) -> &'static str {
 /// One SQL value on the client side.
 pub type Value = proto::value::Kind;
 
+/// Most host paths one proc may ask to see (`ProcDescriptor.host_paths`);
+/// the node's limit, which it asserts equal to its own.
+pub const HOST_PATHS_MAX: usize = 32;
+
 /// A query result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryResult {

@@ -127,6 +127,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/016_realm_storage.sql"),
         postgres: include_str!("../schema/postgres/016_realm_storage.sql"),
     },
+    Migration {
+        version: 17,
+        name: "host_paths",
+        sqlite: include_str!("../schema/sqlite/017_host_paths.sql"),
+        postgres: include_str!("../schema/postgres/017_host_paths.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -276,9 +282,14 @@ pub(crate) fn bounded_channel(prefix: &str, name: &str) -> String {
     format!("{prefix}#{h:016x}")
 }
 
-/// Checks a realm name: 1..=REALM_BYTES_MAX bytes of `[A-Za-z0-9_.-]`.
+/// Checks a realm name: 1..=REALM_BYTES_MAX bytes of `[A-Za-z0-9_.-]`,
+/// the first a letter or digit (a realm names directories on nodes: never
+/// `.`, `..` or hidden).
 pub fn validate_realm(realm: &str) -> Result<()> {
-    let ok = !realm.is_empty()
+    let ok = realm
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_alphanumeric())
         && realm.len() <= REALM_BYTES_MAX
         && realm
             .bytes()
@@ -287,7 +298,8 @@ pub fn validate_realm(realm: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::Invalid(format!(
-            "realm name {realm:?} must be 1..={REALM_BYTES_MAX} characters of A-Z a-z 0-9 _ . -"
+            "realm name {realm:?} must be 1..={REALM_BYTES_MAX} characters of A-Z a-z 0-9 _ . -, \
+             the first a letter or digit"
         )))
     }
 }

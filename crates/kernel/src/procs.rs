@@ -120,6 +120,43 @@ pub struct Descriptor {
     /// The user the proc acts for (its files' owner): its spawner's, taken
     /// from the spawner's credential, never from the request.
     pub user: String,
+    /// Host paths a native proc sees, read-only, besides its working
+    /// directory and the system's (e.g. MapReduce inputs); each must be
+    /// within one its realm allows ([`crate::realms::host_paths_tx`]).
+    pub host_paths: Vec<String>,
+}
+
+/// Most host paths one proc may ask for.
+pub const HOST_PATHS_MAX: usize = 32;
+/// Longest host path.
+pub const HOST_PATH_BYTES_MAX: usize = 4_096;
+
+/// Checks a host path: absolute, normal (no `.`, `..` or empty component,
+/// no trailing `/` but for `/` itself), no NUL, at most
+/// [`HOST_PATH_BYTES_MAX`] bytes.
+pub fn validate_host_path(path: &str) -> Result<()> {
+    let normal = path.starts_with('/')
+        && !path.contains('\0')
+        && path.len() <= HOST_PATH_BYTES_MAX
+        && (path == "/"
+            || path[1..]
+                .split('/')
+                .all(|c| !c.is_empty() && c != "." && c != ".."));
+    if normal {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "host path {path:?} must be absolute and normal (no ., .. or empty component), \
+             at most {HOST_PATH_BYTES_MAX} bytes"
+        )))
+    }
+}
+
+/// Whether `path` is `prefix` or under it (both valid host paths).
+pub fn host_path_within(path: &str, prefix: &str) -> bool {
+    prefix == "/"
+        || path == prefix
+        || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
 impl Descriptor {
@@ -138,6 +175,7 @@ impl Descriptor {
             home_node: None,
             restartable: false,
             user: "root".into(),
+            host_paths: Vec::new(),
         }
     }
 
@@ -189,6 +227,18 @@ impl Descriptor {
                 "arguments and environment must have no NUL, and variable names no '='".into(),
             ));
         }
+        if self.host_paths.len() > HOST_PATHS_MAX {
+            return Err(Error::Invalid(format!(
+                "at most {HOST_PATHS_MAX} host paths, not {}",
+                self.host_paths.len()
+            )));
+        }
+        for p in &self.host_paths {
+            validate_host_path(p)?;
+        }
+        if !self.host_paths.is_empty() && self.kind != Kind::Native {
+            return Err(Error::Invalid("only a native proc sees host paths".into()));
+        }
         // Counted without serializing: the JSON adds a few bytes of quoting
         // per item, which the limit's margin absorbs.
         let size = self.program.len()
@@ -197,13 +247,18 @@ impl Descriptor {
                 .env
                 .iter()
                 .map(|(k, v)| k.len() + v.len() + 6)
-                .sum::<usize>();
+                .sum::<usize>()
+            + self.host_paths.iter().map(|p| p.len() + 3).sum::<usize>();
         if size > DESCRIPTOR_BYTES_MAX {
             return Err(Error::Invalid(format!(
                 "descriptor of {size} bytes exceeds {DESCRIPTOR_BYTES_MAX}"
             )));
         }
         Ok(())
+    }
+
+    fn host_paths_json(&self) -> String {
+        serde_json::Value::from(self.host_paths.clone()).to_string()
     }
 
     fn args_json(&self) -> String {
@@ -250,11 +305,14 @@ pub struct ProcInfo {
     pub error: Option<String>,
     /// The user the proc acts for.
     pub user: String,
+    /// Host paths it sees read-only ([`Descriptor::host_paths`]).
+    pub host_paths: Vec<String>,
 }
 
 const PROC_COLUMNS: &str =
     "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
-     state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, user_name";
+     state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, user_name, \
+     host_paths";
 
 fn proc_from_row(r: &Row) -> Result<ProcInfo> {
     let args: Vec<String> = serde_json::from_str(&r.get::<String>(6)?)
@@ -285,6 +343,8 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
         exit_status: r.get(16)?,
         error: r.get(17)?,
         user: r.get(18)?,
+        host_paths: serde_json::from_str(&r.get::<String>(19)?)
+            .map_err(|e| Error::Invalid(format!("stored host paths: {e}")))?,
     })
 }
 
@@ -405,6 +465,23 @@ pub fn spawn_tx(
     let (scheduler, quota) = crate::realms::spawn_policy_tx(tx, realm)?;
     let p = i64::from(tx.p_key().0);
     check_quota_tx(tx, realm, &quota, d)?;
+    if !d.host_paths.is_empty() {
+        let allowed = crate::realms::host_paths_tx(tx, realm)?;
+        if let Some(p) = d
+            .host_paths
+            .iter()
+            .find(|p| !allowed.iter().any(|a| host_path_within(p, a)))
+        {
+            return Err(Error::Denied(format!(
+                "realm {realm} may not see host path {p} (its operator allows: {})",
+                if allowed.is_empty() {
+                    "none".to_string()
+                } else {
+                    allowed.join(", ")
+                }
+            )));
+        }
+    }
     if let Some(parent) = &d.parent {
         let live = tx.query_opt(
             "SELECT state FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",
@@ -436,8 +513,10 @@ pub fn spawn_tx(
     let seq = crate::realms::next_seq_tx(tx, realm, 2)?;
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
-                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, assign_us, user_name) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, $16, $17, $18)",
+                           cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, \
+                           assign_us, user_name, host_paths) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, \
+                 $16, $17, $18, $19)",
         params![
             p,
             realm,
@@ -456,7 +535,8 @@ pub fn spawn_tx(
             worker.as_ref().map(WorkerId::as_str),
             now_us,
             worker.as_ref().map(|_| now_us),
-            d.user.as_str()
+            d.user.as_str(),
+            d.host_paths_json()
         ],
     )
     .map_err(|e| {
@@ -642,7 +722,8 @@ pub fn steal_tx(
     let mut admission = admission;
     let mut victims_freed = false;
     for r in &rows {
-        let assign_us: i64 = r.get::<Option<i64>>(19)?.unwrap_or(0);
+        // The column after PROC_COLUMNS' 20.
+        let assign_us: i64 = r.get::<Option<i64>>(20)?.unwrap_or(0);
         if assign_us + steal_after_us > now_us {
             // Ordered by assign_us: this and every later one are too young.
             out.next_us = Some(assign_us + steal_after_us);

@@ -146,6 +146,47 @@ pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
     Ok(())
 }
 
+/// Procedure body: the host paths `realm`'s native procs may ask to see
+/// (read-only), as its operator set them.
+pub fn host_paths_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<String>> {
+    let p = i64::from(tx.p_key().0);
+    let json: String = tx
+        .query_opt(
+            "SELECT host_paths FROM realm WHERE p_key = $1 AND realm = $2",
+            params![p, realm],
+        )?
+        .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?
+        .get(0)?;
+    serde_json::from_str(&json).map_err(|e| Error::Invalid(format!("stored host paths: {e}")))
+}
+
+/// Procedure body: sets the host paths `realm`'s native procs may ask to
+/// see (replacing the list; empty: none).
+pub fn set_host_paths_tx(tx: &mut dyn Tx, realm: &str, paths: &[String]) -> Result<()> {
+    if paths.len() > crate::procs::HOST_PATHS_MAX {
+        return Err(Error::Invalid(format!(
+            "at most {} host paths per realm",
+            crate::procs::HOST_PATHS_MAX
+        )));
+    }
+    for path in paths {
+        crate::procs::validate_host_path(path)?;
+    }
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE realm SET host_paths = $3 WHERE p_key = $1 AND realm = $2",
+        params![
+            p,
+            realm,
+            serde_json::Value::from(paths.to_vec()).to_string()
+        ],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    Ok(())
+}
+
 /// The prefix of `realm`'s tenant tables (`<realm>/<name>`).
 pub fn tenant_prefix(realm: &str) -> String {
     format!("{realm}/")
@@ -334,16 +375,18 @@ pub struct Usage {
     /// Procedures installed.
     pub procedures: i64,
     pub quota: Quota,
+    /// Host paths its native procs may ask to see.
+    pub host_paths: Vec<String>,
 }
 
 /// Usage of `realm`, or of every realm when `None`, by name, on the read
 /// path.
 pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
     let rows = store.query(
-        "SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb, quota_mem_mb, \
-         stored_bytes, quota_storage_mb, mailbox_bytes, quota_mailbox_mb, procedures, \
-         quota_procedures FROM realm_usage WHERE CAST($1 AS TEXT) IS NULL OR realm = $1 \
-         ORDER BY realm",
+        "SELECT u.realm, u.live_procs, u.quota_procs, u.cores, u.quota_cores, u.mem_mb, \
+         u.quota_mem_mb, u.stored_bytes, u.quota_storage_mb, u.mailbox_bytes, \
+         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths FROM realm_usage u JOIN realm r ON r.realm = u.realm \
+         WHERE CAST($1 AS TEXT) IS NULL OR u.realm = $1 ORDER BY u.realm",
         params![realm],
     )?;
     rows.rows
@@ -365,6 +408,8 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
                     mailbox_mb: r.get(10)?,
                     procedures: r.get(12)?,
                 },
+                host_paths: serde_json::from_str(&r.get::<String>(13)?)
+                    .map_err(|e| Error::Invalid(format!("stored host paths: {e}")))?,
             })
         })
         .collect()

@@ -18,8 +18,11 @@
 //! read (CPU time, peak memory, whether the kernel killed it for memory)
 //! and its cgroups are removed.
 //!
-//! What is not done yet, and said so by [`Confine::describe`]: mount and
-//! pid namespaces, and a seccomp allow-list.
+//! And, where the node is root on x86-64 Linux, in a jail of its own
+//! ([`crate::jail`]): its own mount, pid, IPC and UTS namespaces, seeing
+//! its working directory, the system's directories read-only and the host
+//! paths its realm allows, under a seccomp allow-list. [`Confine::describe`]
+//! says what is on and what is off.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -86,6 +89,9 @@ pub struct Confine {
     pids: Option<PathBuf>,
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
+    /// Where jails' roots and working directories are made (`None`: no
+    /// jails).
+    jails: Option<PathBuf>,
     /// Why what is off is off.
     off: Vec<String>,
 }
@@ -99,12 +105,14 @@ impl Confine {
             pids: None,
             cpu: None,
             cpuacct: None,
+            jails: None,
             off: vec![why.to_string()],
         }
     }
 
-    /// What this machine and process allow, for node `node_id`.
-    pub fn detect(node_id: &str) -> Confine {
+    /// What this machine and process allow, for node `node_id`, making
+    /// jails under `run` (a directory of the node's own).
+    pub fn detect(node_id: &str, run: &Path) -> Confine {
         let mut c = Confine::none("");
         c.off.clear();
         // SAFETY: geteuid takes no arguments and cannot fail.
@@ -149,7 +157,29 @@ impl Confine {
         c.pids = pids;
         c.cpu = cpu;
         c.cpuacct = cpuacct;
+        if !cfg!(target_arch = "x86_64") {
+            c.off
+                .push("no jail (namespaces, seccomp): its filter is written for x86-64".into());
+        } else if !Path::new("/proc/self/ns/pid").exists()
+            || !Path::new("/proc/self/ns/mnt").exists()
+        {
+            c.off
+                .push("no jail: the kernel offers no mount or pid namespaces".into());
+        } else {
+            // Runs of an earlier instance of this node may have left roots
+            // and working directories behind.
+            let _ = std::fs::remove_dir_all(run);
+            match std::fs::create_dir_all(run) {
+                Ok(()) => c.jails = Some(run.to_path_buf()),
+                Err(e) => c.off.push(format!("no jail ({}: {e})", run.display())),
+            }
+        }
         c
+    }
+
+    /// Whether native procs run jailed.
+    pub fn jailed(&self) -> bool {
+        self.jails.is_some()
     }
 
     /// One line per protection: what is on, and what is off and why.
@@ -174,8 +204,19 @@ impl Confine {
         if !on.is_empty() {
             lines.push(format!("in cgroups of their own (v1: {})", on.join(", ")));
         }
+        if self.jails.is_some() {
+            lines.push(format!(
+                "in their own mount, pid, IPC and UTS namespaces: they see their working \
+                 directory ({}), the system's directories read-only and the host paths their \
+                 realm allows",
+                crate::jail::WORK_DIR
+            ));
+            lines.push(format!(
+                "under a seccomp allow-list of {} system calls",
+                crate::jail::ALLOWED.len()
+            ));
+        }
         lines.extend(self.off.iter().cloned());
-        lines.push("not yet: mount and pid namespaces, a seccomp allow-list".to_string());
         lines
     }
 
@@ -187,10 +228,20 @@ impl Confine {
         pid: &str,
         cores: i64,
         mem_mb: i64,
+        program: &str,
+        host_paths: &[String],
     ) -> std::io::Result<Prepared> {
         let name = format!("{realm}.{pid}");
+        let uid = self.uids.then(|| uid_for(realm));
+        let jail = match &self.jails {
+            Some(run) => Some(std::sync::Arc::new(crate::jail::Plan::new(
+                run, &name, uid, program, host_paths,
+            )?)),
+            None => None,
+        };
         let mut p = Prepared {
-            uid: self.uids.then(|| uid_for(realm)),
+            jail,
+            uid,
             dirs: Vec::new(),
             procs: Vec::new(),
             memory: None,
@@ -259,9 +310,10 @@ impl Drop for Confine {
     }
 }
 
-/// A proc's cgroups and uid, ready for its child.
+/// A proc's cgroups, uid and jail, ready for its child.
 #[derive(Debug)]
 pub struct Prepared {
+    jail: Option<std::sync::Arc<crate::jail::Plan>>,
     uid: Option<u32>,
     dirs: Vec<PathBuf>,
     /// `cgroup.procs` of each, open for the child to write itself into.
@@ -283,14 +335,20 @@ pub struct Usage {
 }
 
 impl Prepared {
-    /// Has the child join its cgroups and drop to its uid before exec.
+    /// Has the child join its cgroups, enter its jail and drop to its uid
+    /// before exec.
     pub fn apply(&self, cmd: &mut tokio::process::Command) {
         let fds: Vec<i32> = self.procs.iter().map(|f| f.as_raw_fd()).collect();
         let uid = self.uid;
+        let jail = self.jail.clone();
+        if jail.is_some() {
+            cmd.env("HOME", crate::jail::WORK_DIR).env("TMPDIR", "/tmp");
+        }
         // SAFETY: the closure runs in the child between fork and exec and
         // calls only async-signal-safe functions (write, setgroups, setgid,
-        // setuid, and errno through last_os_error) on values prepared
-        // before the fork; it allocates nothing (the Vec was built before).
+        // setuid, the jail's system calls, and errno through
+        // last_os_error) on values prepared before the fork; it allocates
+        // nothing (the Vec and the plan were built before).
         unsafe {
             cmd.pre_exec(move || {
                 for &fd in &fds {
@@ -298,6 +356,10 @@ impl Prepared {
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                         return Err(std::io::Error::last_os_error());
                     }
+                }
+                if let Some(jail) = &jail {
+                    // Drops to `uid` inside, after building the root.
+                    return jail.enter(uid);
                 }
                 if let Some(uid) = uid {
                     if libc::setgroups(0, std::ptr::null()) != 0
@@ -363,6 +425,11 @@ impl Prepared {
         };
         for d in &self.dirs {
             let _ = std::fs::remove_dir(d);
+        }
+        if let Some(jail) = &self.jail {
+            for d in &jail.made {
+                let _ = std::fs::remove_dir_all(d);
+            }
         }
         usage
     }

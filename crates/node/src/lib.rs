@@ -16,6 +16,7 @@ pub mod confine;
 pub mod fs;
 pub mod host;
 pub mod ipc;
+pub mod jail;
 pub mod names;
 pub mod procd;
 pub mod procedures;
@@ -58,6 +59,10 @@ pub enum Error {
     #[error("node start-up failed: {0}")]
     Startup(String),
 }
+
+/// Where, under its logs directory, a node makes its procs' jails (roots
+/// and working directories); not a realm's name, which has no dot.
+pub const JAILS_DIR: &str = ".jails";
 
 /// What a node is and offers to its realm.
 #[derive(Debug, Clone)]
@@ -211,7 +216,7 @@ impl Node {
             tabos_kernel::fs::files::Files::new(store.clone(), device, settings.fs.clone())?;
         let auth = auth::Auth::open(store.clone())?;
         let confine = std::sync::Arc::new(if settings.confine {
-            confine::Confine::detect(&settings.node_id)
+            confine::Confine::detect(&settings.node_id, &settings.logs.join(JAILS_DIR))
         } else {
             confine::Confine::none("confinement is off (node settings)")
         });

@@ -433,15 +433,16 @@ impl Procd {
         // cgroupfs writes are system calls: off the runtime's threads.
         let (confine, realm, pid) = (self.confine.clone(), self.realm.clone(), p.pid.clone());
         let (cores, mem_mb) = (p.cores, p.mem_mb);
+        let (program, host_paths) = (p.program.clone(), p.host_paths.clone());
         let prepared = tokio::task::spawn_blocking(move || {
-            confine.prepare(&realm, pid.as_str(), cores, mem_mb)
+            confine.prepare(&realm, pid.as_str(), cores, mem_mb, &program, &host_paths)
         })
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
         let mut confined = match prepared {
             Ok(c) => c,
             Err(e) => {
-                let msg = format!("cannot confine the proc (cgroups): {e}");
+                let msg = format!("cannot confine the proc (cgroups, jail): {e}");
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };

@@ -58,6 +58,9 @@ pub fn resolve_program(program: &str) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("program {program:?} not found in PATH"))
 }
 
+// The client's copy of the limit is the kernel's.
+const _: () = assert!(tabos_client::HOST_PATHS_MAX == tabos_kernel::procs::HOST_PATHS_MAX);
+
 /// Converts and checks a descriptor; the proc acts for `user` (its
 /// spawner's, from the spawner's credential).
 pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Descriptor, Status> {
@@ -94,6 +97,7 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Des
         home_node: (!d.home_node.is_empty()).then_some(d.home_node),
         restartable: d.restartable,
         user: user.to_string(),
+        host_paths: d.host_paths,
     };
     desc.validate().map_err(invalid)?;
     match desc.kind {
@@ -187,6 +191,7 @@ impl ProcsService {
                 quota_mailbox_mb: u.quota.mailbox_mb,
                 procedures: u.procedures,
                 quota_procedures: u.quota.procedures,
+                host_paths: u.host_paths,
             })
             .collect())
     }
@@ -245,9 +250,9 @@ impl proto::procs_server::Procs for ProcsService {
         tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
         use tabos_kernel::realms::QUOTA_NAMES;
         for c in &r.clear {
-            if !QUOTA_NAMES.contains(&c.as_str()) {
+            if !QUOTA_NAMES.contains(&c.as_str()) && c != "host-paths" {
                 return Err(invalid(format!(
-                    "a quota to clear is one of {}, not {c:?}",
+                    "what to clear is host-paths or a quota: {}, not {c:?}",
                     QUOTA_NAMES.join(", ")
                 )));
             }
@@ -270,6 +275,11 @@ impl proto::procs_server::Procs for ProcsService {
             q.storage_mb = pick("storage", r.storage_mb, q.storage_mb);
             q.mailbox_mb = pick("mailbox", r.mailbox_mb, q.mailbox_mb);
             q.procedures = pick("procedures", r.procedures, q.procedures);
+            if cleared("host-paths") {
+                realms::set_host_paths_tx(tx, &realm, &[])?;
+            } else if !r.host_paths.is_empty() {
+                realms::set_host_paths_tx(tx, &realm, &r.host_paths)?;
+            }
             realms::set_quota_tx(tx, &realm, &q)
         })
         .await

@@ -476,6 +476,33 @@ fn not_running(pid: u32) -> bool {
     }
 }
 
+/// Whether a process whose command line is `argv` runs on this machine
+/// (zombies aside). A jailed proc's own pids are its pid namespace's, so
+/// its processes are found by what they run.
+fn alive(argv: &[&str]) -> bool {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|p| p.parse::<u32>().ok()) else {
+            return false;
+        };
+        std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want) && !not_running(pid)
+    })
+}
+
+/// Waits (boundedly) until no process runs `argv`; whether none does.
+async fn gone(argv: &[&str]) -> bool {
+    for _ in 0..500 {
+        if !alive(argv) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    false
+}
+
 /// The OS pids a proc printed, one per line, once it has printed `n`.
 async fn printed_pids(c: &mut Client, pid: &str, n: usize) -> Vec<u32> {
     for _ in 0..500 {
@@ -507,24 +534,22 @@ async fn native_procs_are_process_groups() {
             "default",
             proto::ProcDescriptor {
                 pid: "bg".into(),
-                ..native("/bin/sh", &["-c", "sleep 600 & echo $!; echo done"])
+                ..native("/bin/sh", &["-c", "sleep 6002 & echo $!; echo done"])
             },
         )
         .await
         .unwrap();
     let done = c.wait_exit("default", &s.pid).await.unwrap();
     assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
-    let left = printed_pids(&mut c, "bg", 1).await;
+    // It printed the child's pid: the child was started.
+    printed_pids(&mut c, "bg", 1).await;
     let out = c.logs("default", "bg", "stdout").await.unwrap();
     assert!(String::from_utf8_lossy(&out.data).contains("done"));
     // Killed with its group when the proc ended (reaped or a zombie soon).
-    for _ in 0..500 {
-        if not_running(left[0]) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert!(not_running(left[0]), "the background child survived");
+    assert!(
+        gone(&["sleep", "6002"]).await,
+        "the background child survived"
+    );
 
     // Eviction of a shell with two children: no survivor.
     let s = c
@@ -534,24 +559,22 @@ async fn native_procs_are_process_groups() {
                 pid: "family".into(),
                 ..native(
                     "/bin/sh",
-                    &["-c", "sleep 777 & echo $!; sleep 778 & echo $!; wait"],
+                    &["-c", "sleep 7771 & echo $!; sleep 7781 & echo $!; wait"],
                 )
             },
         )
         .await
         .unwrap();
-    let kids = printed_pids(&mut c, &s.pid, 2).await;
+    printed_pids(&mut c, &s.pid, 2).await;
+    assert!(alive(&["sleep", "7771"]) && alive(&["sleep", "7781"]));
     c.evict("default", &s.pid).await.unwrap();
-    let gone = c.wait_exit("default", &s.pid).await.unwrap();
-    assert_eq!(gone.state, "evicted");
-    for k in kids {
-        for _ in 0..500 {
-            if not_running(k) {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert!(not_running(k), "child {k} survived the eviction");
+    let evicted = c.wait_exit("default", &s.pid).await.unwrap();
+    assert_eq!(evicted.state, "evicted");
+    for k in ["7771", "7781"] {
+        assert!(
+            gone(&["sleep", k]).await,
+            "child sleep {k} survived the eviction"
+        );
     }
     let _ = stop.send(());
 }
@@ -610,37 +633,47 @@ async fn native_procs_are_confined() {
     .await;
     assert_eq!(out, "refused\n");
 
-    // Another realm's proc cannot be signalled.
+    // Another realm's proc cannot be signalled: it is not even there to
+    // see (its own pid namespace), and by its host pid not reachable.
     c.create_realm("other", "fifo").await.unwrap();
     let victim = c
         .spawn(
             "other",
             proto::ProcDescriptor {
                 pid: "victim".into(),
-                ..sh("echo $$; exec sleep 600")
+                ..native("sleep", &["601"])
             },
         )
         .await
         .unwrap();
+    c.wait_start("other", &victim.pid).await.unwrap();
     let mut os_pid = None;
     for _ in 0..500 {
-        let out = c.logs("other", &victim.pid, "stdout").await.unwrap();
-        if let Ok(p) = String::from_utf8_lossy(&out.data).trim().parse::<u32>() {
-            os_pid = Some(p);
+        os_pid = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            (cmd == b"sleep\x00601\x00")
+                .then(|| e.file_name().to_str()?.parse::<u32>().ok())
+                .flatten()
+        });
+        if os_pid.is_some() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let os_pid = os_pid.expect("the victim printed its pid");
+    let os_pid = os_pid.expect("the victim is running");
     let (_, out, _) = finished_output(
         &mut c,
         "default",
         sh(&format!(
-            "kill -KILL {os_pid} 2>/dev/null && echo killed || echo refused"
+            "kill -KILL {os_pid} 2>/dev/null && echo killed || echo refused; \
+             ls /proc | grep -c '^[0-9]'"
         )),
     )
     .await;
-    assert_eq!(out, "refused\n");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("refused"));
+    let seen: u32 = lines.next().unwrap().parse().unwrap();
+    assert!(seen <= 4, "its /proc shows its own processes only: {out}");
     assert_eq!(
         c.proc_status("other", "victim").await.unwrap().state,
         "running"
@@ -690,6 +723,93 @@ async fn native_procs_are_confined() {
             r.rows
         );
     }
+    let _ = stop.send(());
+}
+
+/// The jail (as root): a native proc sees its working directory, the
+/// system's directories read-only and the host paths its realm allows —
+/// nothing of the node's — and its seccomp filter refuses what would
+/// leave the jail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_procs_are_jailed() {
+    let dir = TempDir::new("jailed");
+    let (node, addr, stop) = start(&dir, 2).await;
+    if !node.confine.jailed() {
+        eprintln!(
+            "no jail here ({:?}): nothing to test",
+            node.confine.describe()
+        );
+        let _ = stop.send(());
+        return;
+    }
+    let mut c = connect(&addr).await;
+    let script = "pwd; ls / | tr '\\n' ' '; echo; \
+                  echo kept > f && cat f; \
+                  touch /new 2>/dev/null && echo root-writable || echo root-read-only; \
+                  touch /usr/new 2>/dev/null && echo usr-writable || echo usr-read-only; \
+                  unshare -U true 2>/dev/null && echo escaped || echo unshare-refused";
+    let (done, out, err) = finished_output(&mut c, "default", sh(script)).await;
+    assert_eq!(done.exit_status, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], tabos_node::jail::WORK_DIR);
+    // The node's own executable is there too (a proc may run the CLI):
+    // the directory it is under, and nothing else.
+    let exe = std::env::current_exe().unwrap();
+    let exe_top = exe.iter().nth(1).unwrap().to_str().unwrap().to_string();
+    for seen in lines[1].split_whitespace() {
+        assert!(
+            [
+                "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt", "proc", "sbin",
+                "tabos", "tmp", "usr", &exe_top,
+            ]
+            .contains(&seen),
+            "the jail's root shows {seen}: {}",
+            lines[1]
+        );
+    }
+    assert_eq!(
+        &lines[2..],
+        ["kept", "root-read-only", "usr-read-only", "unshare-refused"]
+    );
+
+    // Host paths: refused unless the realm's operator allows them.
+    let inputs = dir.path().join("inputs");
+    std::fs::create_dir_all(&inputs).unwrap();
+    std::fs::write(inputs.join("in.txt"), "the input\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    for p in [dir.path(), inputs.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let reader = proto::ProcDescriptor {
+        host_paths: vec![inputs.display().to_string()],
+        ..native("cat", &[&inputs.join("in.txt").display().to_string()])
+    };
+    let e = c.spawn("default", reader.clone()).await.unwrap_err();
+    assert_eq!(e.code(), Some(tonic::Code::PermissionDenied), "{e}");
+    c.set_realm(proto::SetRealmRequest {
+        realm: "default".into(),
+        host_paths: vec![dir.path().display().to_string()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let (done, out, err) = finished_output(&mut c, "default", reader).await;
+    assert_eq!(
+        (done.exit_status, out.as_str()),
+        (Some(0), "the input\n"),
+        "{err}"
+    );
+    // Without asking, the same file is not there.
+    let (_, out, _) = finished_output(
+        &mut c,
+        "default",
+        sh(&format!(
+            "cat {} 2>/dev/null || echo absent",
+            inputs.join("in.txt").display()
+        )),
+    )
+    .await;
+    assert_eq!(out, "absent\n");
     let _ = stop.send(());
 }
 

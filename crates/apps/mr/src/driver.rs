@@ -11,7 +11,7 @@
 //! most [`COORDINATORS_MAX`]). [`Job::output`] reads the reducers' part
 //! files back.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tabos_client::names::{CreateOptions, WatchMode};
@@ -148,7 +148,42 @@ impl Job {
             .to_str()
             .ok_or_else(|| Error::Invalid("the program's path is not UTF-8".into()))?
             .to_string();
-        let (inputs, text_only, want) = (s.inputs.clone(), s.text_only, s.task_bytes);
+        // Absolute, so that a mapper finds them from its own working
+        // directory, and so that they can be asked for as host paths.
+        let inputs = s
+            .inputs
+            .iter()
+            .map(|p| {
+                std::fs::canonicalize(p)
+                    .map_err(|e| Error::Invalid(format!("input {}: {e}", p.display())))
+            })
+            .collect::<Result<Vec<PathBuf>>>()?;
+        let host_paths = host_paths_of(&inputs)?;
+        // Refused now, not by the first mapper's spawn: the realm must let
+        // its procs see the inputs.
+        // (An operator naming no realm acts in the node's: not known here,
+        // so then the mappers' spawns check.)
+        let realms = client.clone().list_realms().await?;
+        let mine = match realm {
+            "" if realms.len() == 1 => realms.first(),
+            "" => None,
+            r => realms.iter().find(|i| i.realm == r),
+        };
+        let allowed: Option<&Vec<String>> = mine.map(|r| &r.host_paths);
+        let within = |p: &str, a: &str| {
+            a == "/" || p == a || (p.starts_with(a) && p.as_bytes().get(a.len()) == Some(&b'/'))
+        };
+        if let Some(p) = allowed.and_then(|allowed| {
+            host_paths
+                .iter()
+                .find(|p| !allowed.iter().any(|a| within(p, a)))
+        }) {
+            return Err(Error::Invalid(format!(
+                "realm {realm:?} does not let its procs see input {p}; its operator can \
+                 allow it: tabos realm set {realm} --allow-host-path DIR"
+            )));
+        }
+        let (text_only, want) = (s.text_only, s.task_bytes);
         let (tasks, files) = tokio::task::spawn_blocking(move || -> Result<_> {
             let splits = split::plan_with(&inputs, want.max(split::SPLIT_BYTES_MIN), text_only)?;
             let files = splits.iter().filter(|s| s.offset == 0).count();
@@ -180,6 +215,7 @@ impl Job {
             program,
             program_args: s.program_args.clone(),
             pause: s.pause.clone(),
+            host_paths,
         };
         let layout = Layout::new(&spec.id);
         let mut c = client.clone();
@@ -470,4 +506,33 @@ impl Job {
             );
         }
     }
+}
+
+/// The host paths mappers ask to see for `inputs` (absolute): the inputs
+/// themselves, or — past the most a proc may ask for — their directories.
+fn host_paths_of(inputs: &[PathBuf]) -> Result<Vec<String>> {
+    let text = |p: &Path| {
+        p.to_str()
+            .map(str::to_string)
+            .ok_or_else(|| Error::Invalid(format!("input {} is not UTF-8", p.display())))
+    };
+    let mut paths: Vec<String> = inputs.iter().map(|p| text(p)).collect::<Result<_>>()?;
+    paths.sort();
+    paths.dedup();
+    if paths.len() > tabos_client::HOST_PATHS_MAX {
+        paths = inputs
+            .iter()
+            .map(|p| text(p.parent().unwrap_or(Path::new("/"))))
+            .collect::<Result<_>>()?;
+        paths.sort();
+        paths.dedup();
+    }
+    if paths.len() > tabos_client::HOST_PATHS_MAX {
+        return Err(Error::Invalid(format!(
+            "inputs in {} directories: at most {} (give their common directory)",
+            paths.len(),
+            tabos_client::HOST_PATHS_MAX
+        )));
+    }
+    Ok(paths)
 }

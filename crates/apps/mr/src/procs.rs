@@ -596,6 +596,12 @@ impl<'a> Leader<'a> {
             program: ctx.spec.program.clone(),
             args,
             cores: Some(1),
+            // A mapper reads the job's inputs on the machine (read-only, in
+            // its jail); nothing else does.
+            host_paths: match t {
+                Task::Map(_) => ctx.spec.host_paths.clone(),
+                Task::Reduce(_) => Vec::new(),
+            },
             ..Default::default()
         };
         let spawned = ctx

@@ -62,10 +62,16 @@ pub struct Spec {
     /// Fault injection for tests: a task attempt that stops and waits.
     #[serde(default)]
     pub pause: Option<Pause>,
+    /// The inputs' host paths (absolute), which mappers are spawned to see
+    /// read-only: their realm must allow them (`tabos realm set
+    /// --allow-host-path`).
+    #[serde(default)]
+    pub host_paths: Vec<String>,
 }
 
 /// Stops attempt `attempt` of task `task` at `at` (`start` or `output`):
-/// it announces itself in `/mr/<job>/paused/<task>` (its OS pid as data)
+/// it announces itself in `/mr/<job>/paused/<task>` (its OS pid as it sees
+/// it — in a jail, its pid namespace's — as data)
 /// and waits for `/mr/<job>/resume` — a test kills it meanwhile.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Pause {

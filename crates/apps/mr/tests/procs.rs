@@ -36,7 +36,21 @@ async fn start(dir: &TempDir) -> Running {
         ..NodeSettings::defaults()
     };
     let node = Node::open_with(&Config::sqlite(dir.path().join("db")), settings).unwrap();
-    Running(tabos_node::Embedded::start(node).await.unwrap())
+    let running = tabos_node::Embedded::start(node).await.unwrap();
+    // Mappers see the inputs (read-only, in their jails): the realm's
+    // operator allows them.
+    running
+        .client()
+        .await
+        .unwrap()
+        .set_realm(tabos_client::proto::SetRealmRequest {
+            realm: REALM.into(),
+            host_paths: vec![dir.path().join("in").display().to_string()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    Running(running)
 }
 
 impl Running {
@@ -117,14 +131,36 @@ async fn task_state(c: &Client, job: &Job, t: Task) -> TaskState {
     TaskState::decode(&e.data).unwrap()
 }
 
-/// Waits until attempt `t` announces it paused; returns its OS pid.
+/// Waits until attempt `t` announces it paused; returns its OS pid on
+/// this machine. (The pid it announces is the one it sees, which in its
+/// jail's pid namespace is not the host's: the host's is found by its
+/// command line, which names role, job and task.)
 async fn paused(c: &Client, job: &Job, t: Task) -> i32 {
-    let e = c
-        .clone()
+    c.clone()
         .wait_exists(REALM, &job.layout.paused(t))
         .await
         .unwrap();
-    String::from_utf8(e.data).unwrap().parse().unwrap()
+    let (role, index) = match t {
+        Task::Map(i) => ("map", i),
+        Task::Reduce(i) => ("reduce", i),
+    };
+    host_pid(&format!("\0{role}\0{}\0{index}\0", job.layout.job))
+}
+
+/// The OS pid on this machine of the one process whose command line
+/// holds `tail`.
+fn host_pid(tail: &str) -> i32 {
+    let found: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            String::from_utf8_lossy(&cmd).contains(tail).then_some(pid)
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one process of {tail:?}: {found:?}");
+    found[0]
 }
 
 fn kill9(os_pid: i32) {
@@ -318,8 +354,14 @@ fn the_standby_coordinator_finishes_when_the_leader_is_killed() {
             .await
             .unwrap();
         let leader = String::from_utf8(leader.data).unwrap();
-        let (leader_pid, os_pid) = leader.split_once(' ').unwrap();
-        kill9(os_pid.parse().unwrap());
+        // "<proc pid> <os pid as it sees it>"; the proc pid ends in its
+        // coordinator number, which its command line holds.
+        let (leader_pid, _) = leader.split_once(' ').unwrap();
+        let n = leader_pid.rsplit('-').next().unwrap();
+        kill9(host_pid(&format!(
+            "\0coordinator\0{}\0{n}\0",
+            job.layout.job
+        )));
         resume(&c, &job).await;
         job.wait(|_| {}).await.unwrap();
         let got: BTreeMap<_, _> = job.output().await.unwrap().into_iter().collect();
