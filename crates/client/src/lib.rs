@@ -120,6 +120,12 @@ pub type Value = proto::value::Kind;
 /// the node's limit, which it asserts equal to its own.
 pub const HOST_PATHS_MAX: usize = 32;
 
+/// Whether host path `path` is `prefix` or under it: the node's rule for a
+/// spawn's host paths against those its realm allows.
+pub fn host_path_within(path: &str, prefix: &str) -> bool {
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
 /// A query result.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QueryResult {

@@ -131,32 +131,31 @@ pub const HOST_PATHS_MAX: usize = 32;
 /// Longest host path.
 pub const HOST_PATH_BYTES_MAX: usize = 4_096;
 
-/// Checks a host path: absolute, normal (no `.`, `..` or empty component,
-/// no trailing `/` but for `/` itself), no NUL, at most
-/// [`HOST_PATH_BYTES_MAX`] bytes.
+/// Checks a host path: absolute, below `/` (never `/` itself: it would
+/// cover the jail's own root), normal (no `.`, `..` or empty component, no
+/// trailing `/`), no NUL, at most [`HOST_PATH_BYTES_MAX`] bytes.
 pub fn validate_host_path(path: &str) -> Result<()> {
-    let normal = path.starts_with('/')
+    let normal = path.len() > 1
+        && path.starts_with('/')
         && !path.contains('\0')
         && path.len() <= HOST_PATH_BYTES_MAX
-        && (path == "/"
-            || path[1..]
-                .split('/')
-                .all(|c| !c.is_empty() && c != "." && c != ".."));
+        && path[1..]
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
     if normal {
         Ok(())
     } else {
         Err(Error::Invalid(format!(
-            "host path {path:?} must be absolute and normal (no ., .. or empty component), \
-             at most {HOST_PATH_BYTES_MAX} bytes"
+            "host path {path:?} must be absolute, below / and normal (no ., .. or empty \
+             component), at most {HOST_PATH_BYTES_MAX} bytes"
         )))
     }
 }
 
-/// Whether `path` is `prefix` or under it (both valid host paths).
+/// Whether `path` is `prefix` or under it (both valid host paths). The
+/// client has the same rule (`tabos_client::host_path_within`).
 pub fn host_path_within(path: &str, prefix: &str) -> bool {
-    prefix == "/"
-        || path == prefix
-        || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }
 
 impl Descriptor {

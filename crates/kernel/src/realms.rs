@@ -53,13 +53,14 @@ pub struct Quota {
 
 impl Quota {
     fn fields(&self) -> [(&'static str, Option<i64>); 6] {
+        let [procs, cores, memory, storage, mailbox, procedures] = QUOTA_NAMES;
         [
-            ("procs", self.procs),
-            ("cores", self.cores),
-            ("memory", self.mem_mb),
-            ("storage", self.storage_mb),
-            ("mailbox", self.mailbox_mb),
-            ("procedures", self.procedures),
+            (procs, self.procs),
+            (cores, self.cores),
+            (memory, self.mem_mb),
+            (storage, self.storage_mb),
+            (mailbox, self.mailbox_mb),
+            (procedures, self.procedures),
         ]
     }
 }

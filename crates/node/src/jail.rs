@@ -192,6 +192,13 @@ impl Plan {
         asked.sort_by_key(|p| p.len()); // a directory before what is under it
         for h in asked {
             let p = PathBuf::from(h);
+            // The realm's allowance is checked on the path's text; a
+            // symlink on the way would bind whatever it points to.
+            if std::fs::canonicalize(&p).is_ok_and(|c| c != p) {
+                return Err(std::io::Error::other(format!(
+                    "host path {h} goes through a symlink: ask for the path it leads to"
+                )));
+            }
             if is_system(&p) || p.starts_with(WORK_DIR) {
                 continue; // seen already, or the working directory's place
             }

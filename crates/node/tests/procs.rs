@@ -810,6 +810,24 @@ async fn native_procs_are_jailed() {
     )
     .await;
     assert_eq!(out, "absent\n");
+    // Within the allowance by its text, but a symlink to elsewhere: the
+    // proc fails and sees nothing. `/` is never a host path.
+    let secret = dir.path().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::os::unix::fs::symlink(&secret, inputs.join("link")).unwrap();
+    let sneaky = proto::ProcDescriptor {
+        host_paths: vec![inputs.join("link").display().to_string()],
+        ..native("true", &[])
+    };
+    let (done, _, _) = finished_output(&mut c, "default", sneaky).await;
+    assert_eq!(done.state, "failed", "{done:?}");
+    assert!(done.error.contains("symlink"), "{done:?}");
+    let root = proto::ProcDescriptor {
+        host_paths: vec!["/".into()],
+        ..native("true", &[])
+    };
+    let e = c.spawn("default", root).await.unwrap_err();
+    assert_eq!(e.code(), Some(tonic::Code::InvalidArgument), "{e}");
     let _ = stop.send(());
 }
 

@@ -170,13 +170,10 @@ impl Job {
             r => realms.iter().find(|i| i.realm == r),
         };
         let allowed: Option<&Vec<String>> = mine.map(|r| &r.host_paths);
-        let within = |p: &str, a: &str| {
-            a == "/" || p == a || (p.starts_with(a) && p.as_bytes().get(a.len()) == Some(&b'/'))
-        };
         if let Some(p) = allowed.and_then(|allowed| {
             host_paths
                 .iter()
-                .find(|p| !allowed.iter().any(|a| within(p, a)))
+                .find(|p| !allowed.iter().any(|a| tabos_client::host_path_within(p, a)))
         }) {
             return Err(Error::Invalid(format!(
                 "realm {realm:?} does not let its procs see input {p}; its operator can \
