@@ -26,7 +26,7 @@ use anyhow::Context;
 use tabos_kernel::ids::WorkerId;
 use tabos_kernel::procs::{self, Descriptor};
 use tabos_kernel::realms;
-use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
+use tabos_kernel::sched::{Scheduler, WorkerSpec};
 use tabos_store::{Config, Store};
 
 use crate::measure::Samples;
@@ -63,7 +63,7 @@ fn setup(store: &Store, realms: &[String], s: Scheduler) -> anyhow::Result<()> {
     for r in realms {
         realms::create(store, r, s)?;
         for w in 0..WORKERS {
-            sched::register_worker(
+            procs::register_worker(
                 store,
                 r,
                 &WorkerSpec {

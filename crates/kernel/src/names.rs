@@ -1055,38 +1055,41 @@ fn proc_view_entry(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
     let Ok(pid) = crate::ids::Pid::new(pid) else {
         return Err(Error::NotFound(format!("{path} in realm {realm:?}")));
     };
-    let info = match crate::procs::get_tx(tx, realm, pid.as_str()) {
-        Ok(i) => i,
-        Err(Error::NotFound(_)) => {
-            return Err(Error::NotFound(format!("{path} in realm {realm:?}")))
-        }
-        Err(e) => return Err(e),
+    // The view reads `proc` itself, read-only: procs (above names in the
+    // kernel's layers) owns the table and is its only writer.
+    let row = tx.query_opt(
+        "SELECT state, worker_id, exit_status, error, spawn_us, start_us, exit_us FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![p_key(tx), realm, pid.as_str()],
+    )?;
+    let Some(r) = row else {
+        return Err(Error::NotFound(format!("{path} in realm {realm:?}")));
     };
+    let (state, worker, status, error): (String, Option<String>, Option<i64>, Option<String>) =
+        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+    let (spawn_us, start_us, exit_us): (i64, Option<i64>, Option<i64>) =
+        (r.get(4)?, r.get(5)?, r.get(6)?);
+    let mut text = format!("state {state}\n");
+    if let Some(w) = worker {
+        text.push_str(&format!("worker {w}\n"));
+    }
+    if let Some(s) = status {
+        text.push_str(&format!("exit_status {s}\n"));
+    }
+    if let Some(e) = error {
+        text.push_str(&format!("error {e}\n"));
+    }
     Ok(Entry {
         path: path.to_string(),
         kind: Kind::File,
-        data: proc_text(&info).into_bytes(),
+        data: text.into_bytes(),
         version: 0,
         owner: "tabos".into(),
         mode: 0o444,
         session: None,
-        created_us: info.spawn_us,
-        modified_us: info.exit_us.or(info.start_us).unwrap_or(info.spawn_us),
+        created_us: spawn_us,
+        modified_us: exit_us.or(start_us).unwrap_or(spawn_us),
     })
-}
-
-fn proc_text(i: &crate::procs::ProcInfo) -> String {
-    let mut t = format!("state {}\n", i.state);
-    if let Some(w) = &i.worker {
-        t.push_str(&format!("worker {w}\n"));
-    }
-    if let Some(s) = i.exit_status {
-        t.push_str(&format!("exit_status {s}\n"));
-    }
-    if let Some(e) = &i.error {
-        t.push_str(&format!("error {e}\n"));
-    }
-    t
 }
 
 fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)> {

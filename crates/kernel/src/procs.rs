@@ -27,7 +27,7 @@ use std::str::FromStr;
 use tabos_store::{params, Row, Store, Tx};
 
 use crate::ids::{Pid, WorkerId};
-use crate::sched::{self, Need};
+use crate::sched::{self, Need, WorkerSpec};
 use crate::{partition, validate_realm, Error, Result};
 
 /// Most procs in one SpawnBurst.
@@ -126,37 +126,9 @@ pub struct Descriptor {
     pub host_paths: Vec<String>,
 }
 
-/// Most host paths one proc may ask for.
-pub const HOST_PATHS_MAX: usize = 32;
-/// Longest host path.
-pub const HOST_PATH_BYTES_MAX: usize = 4_096;
-
-/// Checks a host path: absolute, below `/` (never `/` itself: it would
-/// cover the jail's own root), normal (no `.`, `..` or empty component, no
-/// trailing `/`), no NUL, at most [`HOST_PATH_BYTES_MAX`] bytes.
-pub fn validate_host_path(path: &str) -> Result<()> {
-    let normal = path.len() > 1
-        && path.starts_with('/')
-        && !path.contains('\0')
-        && path.len() <= HOST_PATH_BYTES_MAX
-        && path[1..]
-            .split('/')
-            .all(|c| !c.is_empty() && c != "." && c != "..");
-    if normal {
-        Ok(())
-    } else {
-        Err(Error::Invalid(format!(
-            "host path {path:?} must be absolute, below / and normal (no ., .. or empty \
-             component), at most {HOST_PATH_BYTES_MAX} bytes"
-        )))
-    }
-}
-
-/// Whether `path` is `prefix` or under it (both valid host paths). The
-/// client has the same rule (`tabos_client::host_path_within`).
-pub fn host_path_within(path: &str, prefix: &str) -> bool {
-    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
-}
+pub use crate::realms::{
+    host_path_within, validate_host_path, HOST_PATHS_MAX, HOST_PATH_BYTES_MAX,
+};
 
 impl Descriptor {
     /// A one-core latency-critical native proc running `program`.
@@ -277,7 +249,7 @@ impl Descriptor {
     /// memory; nothing for a BE proc, which only needs a live worker and
     /// runs when that worker's procd admits it (σOS Figure 3-5).
     fn need(&self) -> Need {
-        Need::of(self.class, self.cores, self.mem_mb, self.home_node.clone())
+        need_of(self.class, self.cores, self.mem_mb, self.home_node.clone())
     }
 }
 
@@ -735,7 +707,7 @@ pub fn steal_tx(
             .ok_or_else(|| Error::Invalid(format!("unclaimed proc {} has no worker", info.pid)))?;
         match info.class {
             Class::Lc => {
-                let need = Need::of(Class::Lc, info.cores, info.mem_mb, None);
+                let need = need_of(Class::Lc, info.cores, info.mem_mb, None);
                 if !sched::try_reserve_tx(tx, realm, thief, &need)? {
                     continue;
                 }
@@ -754,9 +726,173 @@ pub fn steal_tx(
         out.procs.push(info);
     }
     if victims_freed {
-        sched::assign_deferred_tx(tx, realm, now_us)?;
+        assign_deferred_tx(tx, realm, now_us)?;
     }
     Ok(out)
+}
+
+/// Most deferred procs one transaction looks at when capacity frees.
+pub const DEFERRED_SCAN_MAX: i64 = 64;
+
+/// Procedure body: assigns deferred procs of `realm`, oldest first, to
+/// workers with room; returns the `(pid, worker)` pairs assigned. Called by
+/// every transaction that frees capacity.
+pub fn assign_deferred_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    now_us: i64,
+) -> Result<Vec<(String, WorkerId)>> {
+    let p = i64::from(tx.p_key().0);
+    let scheduler = crate::realms::scheduler_tx(tx, realm)?;
+    // The LIMIT is in the text, not a parameter: SQLite (3.47+) plans with a
+    // bound LIMIT's value and so re-prepares such a statement on every call.
+    const _: () = assert!(DEFERRED_SCAN_MAX == 64);
+    let deferred = tx.query(
+        "SELECT pid, cores, mem_mb, home_node, class FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND worker_id IS NULL AND state = 'spawned' \
+         ORDER BY seq LIMIT 64",
+        params![p, realm],
+    )?;
+    let mut assigned = Vec::new();
+    // Needs that found no worker: a later proc needing at least as much
+    // (with the same home) cannot fit either, so it is not asked again.
+    // Keeps an exit behind a long queue of equal procs at two picks.
+    let mut unplaceable: Vec<Need> = Vec::new();
+    for row in &deferred {
+        let pid: String = row.get(0)?;
+        let class: Class = row.get::<String>(4)?.parse()?;
+        let need = need_of(class, row.get(1)?, row.get(2)?, row.get(3)?);
+        if unplaceable.iter().any(|u| {
+            u.home_node == need.home_node && need.cores >= u.cores && need.mem_mb >= u.mem_mb
+        }) {
+            continue;
+        }
+        let Some(worker) = sched::pick_tx(tx, scheduler, realm, &need)? else {
+            unplaceable.push(need);
+            continue;
+        };
+        {
+            sched::reserve_tx(tx, realm, &worker, &need)?;
+            tx.execute(
+                "UPDATE proc SET worker_id = $4, assign_us = $5 \
+                 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                params![p, realm, pid.as_str(), worker.as_str(), now_us],
+            )?;
+            event_tx(tx, realm, &pid, "assign", Some(worker.as_str()), now_us)?;
+            notify_assigned(tx, realm, &pid, &worker)?;
+            assigned.push((pid, worker));
+        }
+    }
+    Ok(assigned)
+}
+
+/// Procedure body: registers (or re-registers) a worker of `realm`. Its free
+/// capacity is its size minus what the realm's live LC procs on it hold;
+/// then deferred procs are assigned to the new room.
+pub fn register_worker_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    w: &WorkerSpec,
+    now_us: i64,
+) -> Result<Vec<(String, WorkerId)>> {
+    let p = i64::from(tx.p_key().0);
+    let held = tx.query_one(
+        "SELECT COALESCE(SUM(cores), 0), COALESCE(SUM(mem_mb), 0) FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 AND class = 'LC' \
+           AND state IN ('spawned', 'claimed', 'running')",
+        params![p, realm, w.worker_id.as_str()],
+    )?;
+    sched::upsert_worker_tx(tx, realm, w, held.get(0)?, held.get(1)?, now_us)?;
+    assign_deferred_tx(tx, realm, now_us)
+}
+
+/// Registers a worker; blocks until committed.
+pub fn register_worker(
+    store: &Store,
+    realm: &str,
+    w: &WorkerSpec,
+) -> Result<Vec<(String, WorkerId)>> {
+    validate_realm(realm)?;
+    let (r, w) = (realm.to_string(), w.clone());
+    let now = tabos_store::now_us();
+    store.call(
+        crate::realm_partition(realm, store.partitions()),
+        move |tx| register_worker_tx(tx, &r, &w, now),
+    )
+}
+
+/// What [`expire_tx`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expired {
+    pub workers: Vec<WorkerId>,
+    /// Live procs of those workers marked failed.
+    pub failed: Vec<String>,
+    /// Restartable procs put back in the queue.
+    pub requeued: Vec<String>,
+}
+
+/// Procedure body: every worker of `realm` whose last heartbeat is older than
+/// `now_us - ttl_us` is marked down ([`sched::lapse_workers_tx`]); its live
+/// procs are failed ("node lost") and their waiters woken, or — if spawned
+/// restartable — re-queued and placed again by the realm's scheduler.
+pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Result<Expired> {
+    let p = i64::from(tx.p_key().0);
+    let mut out = Expired::default();
+    for worker in sched::lapse_workers_tx(tx, realm, now_us - ttl_us)? {
+        let live = tx.query(
+            "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+               AND state IN ('spawned', 'claimed', 'running')",
+            params![p, realm, worker.as_str()],
+        )?;
+        for r in &live {
+            let pid: String = r.get(0)?;
+            if r.get::<bool>(1)? {
+                tx.execute(
+                    "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
+                       claim_us = NULL, start_us = NULL \
+                     WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                    params![p, realm, pid.as_str()],
+                )?;
+                event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
+                tx.notify(&proc_channel(realm, &pid), "spawned")?;
+                out.requeued.push(pid);
+            } else {
+                let detail = format!("node of worker {worker} lost (no heartbeat)");
+                exited_tx(
+                    tx,
+                    realm,
+                    &Pid(pid.clone()),
+                    State::Failed,
+                    None,
+                    Some(&detail),
+                    now_us,
+                )?;
+                out.failed.push(pid);
+            }
+        }
+        out.workers.push(worker);
+    }
+    if !out.workers.is_empty() {
+        assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(out)
+}
+
+/// What a proc of `class` must be given: LC procs reserve their cores and
+/// memory; BE procs reserve nothing (any live worker will do).
+fn need_of(class: Class, cores: i64, mem_mb: i64, home_node: Option<String>) -> Need {
+    match class {
+        Class::Lc => Need {
+            cores,
+            mem_mb,
+            home_node,
+        },
+        Class::Be => Need {
+            cores: 0,
+            mem_mb: 0,
+            home_node,
+        },
+    }
 }
 
 /// Procedure body: σOS `Started`: claimed → running.
@@ -819,7 +955,7 @@ pub fn exited_tx(
     match (&info.worker, info.class) {
         (Some(w), Class::Lc) => {
             sched::release_tx(tx, realm, w, info.cores, info.mem_mb)?;
-            sched::assign_deferred_tx(tx, realm, now_us)
+            assign_deferred_tx(tx, realm, now_us)
         }
         // A BE proc held no reservation; its procd admits the next one.
         _ => Ok(Vec::new()),

@@ -5,14 +5,54 @@
 //! [`realm_partition`](crate::realm_partition). `next_seq` orders the realm's
 //! spawns and proc events.
 
+use std::fmt;
+use std::str::FromStr;
+
 use tabos_store::{params, Store, Tx};
 
 /// Change-feed channel told of every realm created; the payload is its
 /// name (nodes start serving it).
 pub const CREATED_CHANNEL: &str = "realms/created";
 
-use crate::sched::Scheduler;
 use crate::{realm_partition, validate_realm, Error, Result};
+
+/// Which scheduler a realm uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduler {
+    Fifo,
+    Locality,
+    LeastLoaded,
+}
+
+impl Scheduler {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scheduler::Fifo => "fifo",
+            Scheduler::Locality => "locality",
+            Scheduler::LeastLoaded => "least_loaded",
+        }
+    }
+}
+
+impl fmt::Display for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scheduler {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "fifo" => Ok(Scheduler::Fifo),
+            "locality" => Ok(Scheduler::Locality),
+            "least_loaded" | "least-loaded" => Ok(Scheduler::LeastLoaded),
+            other => Err(Error::Invalid(format!(
+                "scheduler must be fifo, locality or least_loaded, not {other:?}"
+            ))),
+        }
+    }
+}
 
 /// Procedure body: creates `realm` with the given scheduler.
 pub fn create_tx(tx: &mut dyn Tx, realm: &str, scheduler: Scheduler, now_us: i64) -> Result<()> {
@@ -164,14 +204,14 @@ pub fn host_paths_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<String>> {
 /// Procedure body: sets the host paths `realm`'s native procs may ask to
 /// see (replacing the list; empty: none).
 pub fn set_host_paths_tx(tx: &mut dyn Tx, realm: &str, paths: &[String]) -> Result<()> {
-    if paths.len() > crate::procs::HOST_PATHS_MAX {
+    if paths.len() > HOST_PATHS_MAX {
         return Err(Error::Invalid(format!(
             "at most {} host paths per realm",
-            crate::procs::HOST_PATHS_MAX
+            HOST_PATHS_MAX
         )));
     }
     for path in paths {
-        crate::procs::validate_host_path(path)?;
+        validate_host_path(path)?;
     }
     let p = i64::from(tx.p_key().0);
     let n = tx.execute(
@@ -500,4 +540,36 @@ pub fn remove_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     }
     tx.notify(REMOVED_CHANNEL, realm)?;
     Ok(n)
+}
+
+/// Most host paths one proc may ask for.
+pub const HOST_PATHS_MAX: usize = 32;
+/// Longest host path.
+pub const HOST_PATH_BYTES_MAX: usize = 4_096;
+
+/// Checks a host path a proc asks to see: absolute, below `/` (never `/` itself: it would
+/// cover the jail's own root), normal (no `.`, `..` or empty component, no
+/// trailing `/`), no NUL, at most [`HOST_PATH_BYTES_MAX`] bytes.
+pub fn validate_host_path(path: &str) -> Result<()> {
+    let normal = path.len() > 1
+        && path.starts_with('/')
+        && !path.contains('\0')
+        && path.len() <= HOST_PATH_BYTES_MAX
+        && path[1..]
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if normal {
+        Ok(())
+    } else {
+        Err(Error::Invalid(format!(
+            "host path {path:?} must be absolute, below / and normal (no ., .. or empty \
+             component), at most {HOST_PATH_BYTES_MAX} bytes"
+        )))
+    }
+}
+
+/// Whether `path` is `prefix` or under it (both valid host paths). The
+/// client has the same rule (`tabos_client::host_path_within`).
+pub fn host_path_within(path: &str, prefix: &str) -> bool {
+    path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
 }

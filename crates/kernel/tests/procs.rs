@@ -62,8 +62,8 @@ fn schedulers_choose_as_the_paper_says(b: Backend) {
             ("least", Scheduler::LeastLoaded),
         ] {
             realms::create(s, realm, sch).unwrap();
-            sched::register_worker(s, realm, &worker("w1", "n1", 2)).unwrap();
-            sched::register_worker(s, realm, &worker("w2", "n2", 4)).unwrap();
+            procs::register_worker(s, realm, &worker("w1", "n1", 2)).unwrap();
+            procs::register_worker(s, realm, &worker("w2", "n2", 4)).unwrap();
         }
         // FIFO: the first worker with room, until it is full.
         let (_, a) = procs::spawn(s, "fifo", named("a")).await.unwrap();
@@ -121,7 +121,7 @@ fn lifecycle_and_waits(b: Backend) {
         let assigned = {
             let s = s.clone();
             tokio::task::spawn_blocking(move || {
-                sched::register_worker(&s, "r", &worker("w", "n", 1))
+                procs::register_worker(&s, "r", &worker("w", "n", 1))
             })
             .await
             .unwrap()
@@ -175,7 +175,7 @@ fn eviction(b: Backend) {
     rt().block_on(async move {
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
         let s2 = s.clone();
-        tokio::task::spawn_blocking(move || sched::register_worker(&s2, "r", &worker("w", "n", 1)))
+        tokio::task::spawn_blocking(move || procs::register_worker(&s2, "r", &worker("w", "n", 1)))
             .await
             .unwrap()
             .unwrap();
@@ -307,8 +307,8 @@ fn bad_descriptors_write_nothing(b: Backend) {
         // Bad workers.
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
-            assert!(sched::register_worker(&s2, "r", &worker("w", "n", 0)).is_err());
-            assert!(sched::register_worker(&s2, "nowhere", &worker("w", "n", 1)).is_err());
+            assert!(procs::register_worker(&s2, "r", &worker("w", "n", 0)).is_err());
+            assert!(procs::register_worker(&s2, "nowhere", &worker("w", "n", 1)).is_err());
         })
         .await
         .unwrap();
@@ -329,8 +329,8 @@ fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
         realms::create(&s, "r", Scheduler::LeastLoaded).unwrap();
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
-            sched::register_worker(&s2, "r", &worker("a0", "node-a", 3)).unwrap();
-            sched::register_worker(&s2, "r", &worker("b0", "node-b", 2)).unwrap();
+            procs::register_worker(&s2, "r", &worker("a0", "node-a", 3)).unwrap();
+            procs::register_worker(&s2, "r", &worker("b0", "node-b", 2)).unwrap();
         })
         .await
         .unwrap();
@@ -444,7 +444,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
-            sched::register_worker(&s2, "r", &worker("a", "node-a", 2)).unwrap();
+            procs::register_worker(&s2, "r", &worker("a", "node-a", 2)).unwrap();
         })
         .await
         .unwrap();
@@ -464,7 +464,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         // A second node registers; later only it heartbeats.
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
-            sched::register_worker(&s2, "r", &worker("b", "node-b", 2)).unwrap();
+            procs::register_worker(&s2, "r", &worker("b", "node-b", 2)).unwrap();
         })
         .await
         .unwrap();
@@ -473,7 +473,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         let expired = s
             .submit(p, move |tx| {
                 sched::heartbeat_tx(tx, "r", &WorkerId("b".into()), far)?;
-                sched::expire_tx(tx, "r", far, 5_000_000)
+                procs::expire_tx(tx, "r", far, 5_000_000)
             })
             .await
             .unwrap();
@@ -509,7 +509,7 @@ fn be_procs_are_admitted_by_utilization(b: Backend) {
     let s = f.store.clone();
     rt().block_on(async move {
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
-        sched::register_worker(&s, "r", &worker("w", "n", 1)).unwrap();
+        procs::register_worker(&s, "r", &worker("w", "n", 1)).unwrap();
         let wid = WorkerId::new("w").unwrap();
         let be = |pid: &str| Descriptor {
             class: Class::Be,
@@ -567,8 +567,8 @@ fn unclaimed_procs_are_stolen_after_the_timeout(b: Backend) {
     let s = f.store.clone();
     rt().block_on(async move {
         realms::create(&s, "r", Scheduler::Locality).unwrap();
-        sched::register_worker(&s, "r", &worker("w1", "n1", 1)).unwrap();
-        sched::register_worker(&s, "r", &worker("w2", "n2", 2)).unwrap();
+        procs::register_worker(&s, "r", &worker("w1", "n1", 1)).unwrap();
+        procs::register_worker(&s, "r", &worker("w2", "n2", 2)).unwrap();
         let at_n1 = |pid: &str, class| Descriptor {
             home_node: Some("n1".into()),
             class,
@@ -619,7 +619,7 @@ fn zero_core_be_procs_count_nothing(b: Backend) {
     let s = f.store.clone();
     rt().block_on(async move {
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
-        sched::register_worker(&s, "r", &worker("w", "n", 1)).unwrap();
+        procs::register_worker(&s, "r", &worker("w", "n", 1)).unwrap();
         let wid = WorkerId::new("w").unwrap();
         let light = |pid: &str| Descriptor {
             class: Class::Be,
@@ -699,7 +699,7 @@ fn unplaced_procs_say_why(b: Backend) {
             Some("no live worker in the realm")
         );
         let s2 = s.clone();
-        tokio::task::spawn_blocking(move || sched::register_worker(&s2, "r", &worker("w", "n", 1)))
+        tokio::task::spawn_blocking(move || procs::register_worker(&s2, "r", &worker("w", "n", 1)))
             .await
             .unwrap()
             .unwrap();

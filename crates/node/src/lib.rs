@@ -305,7 +305,7 @@ impl Node {
                 Err(e) => return Err(e),
             }
         }
-        tabos_kernel::sched::register_worker(
+        tabos_kernel::procs::register_worker(
             &self.store,
             realm,
             &WorkerSpec {
@@ -757,7 +757,7 @@ async fn keep_lease(
                 .store
                 .submit(p, move |tx| {
                     tabos_kernel::sched::heartbeat_tx(tx, &r, &worker, now)?;
-                    tabos_kernel::sched::expire_tx(tx, &r, now, ttl_us)
+                    tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)
                 })
                 .await;
             match renewed {

@@ -418,7 +418,7 @@ async fn procs_left_on_a_stuck_worker_are_stolen() {
     // realm whose locality scheduler sends procs there.
     let (node, addr, stop) = start_with(&dir, 2, |store| {
         tabos_kernel::realms::create(store, "default", tabos_kernel::sched::Scheduler::Locality)?;
-        tabos_kernel::sched::register_worker(
+        tabos_kernel::procs::register_worker(
             store,
             "default",
             &tabos_kernel::sched::WorkerSpec {
