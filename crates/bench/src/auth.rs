@@ -76,7 +76,7 @@ async fn start(check: bool) -> anyhow::Result<Served> {
         },
         tabos_node::ServeOptions {
             check_credentials: check,
-            tls: None,
+            ..Default::default()
         },
     ));
     Ok(Served {

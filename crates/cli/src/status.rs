@@ -36,6 +36,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("retries", s.retries.to_string()),
             ("started (us since epoch)", s.started_us.to_string()),
             ("protections", s.protections.join("; ")),
+            ("busy cores (measured)", format!("{:.2}", s.busy_cores)),
+            ("BE admission measures", s.load_source.clone()),
+            ("connections", s.connections.to_string()),
+            ("request bytes held", s.request_bytes_held.to_string()),
         ];
         if args.json {
             let obj: serde_json::Map<String, serde_json::Value> = pairs

@@ -44,8 +44,9 @@ pub struct Args {
     /// Heartbeat period in ms; a node silent for 3 periods is declared lost
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     heartbeat_ms: u64,
-    /// Best-effort procs run while the node's busy cores are under this
-    /// percentage of its cores; latency-critical procs reserve theirs
+    /// Best-effort procs run while the node's measured busy cores (CPU used
+    /// by its procs and itself) are under this percentage of its cores;
+    /// latency-critical procs reserve theirs
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=tabos_node::procd::BE_UTIL_PCT_MAX as i64))]
     be_util_pct: u32,
     /// A proc left unclaimed on another node this long is stolen by this one

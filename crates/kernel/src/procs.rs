@@ -528,14 +528,15 @@ pub fn spawn_tx(
     Ok(worker)
 }
 
-/// How many best-effort procs a procd may admit now (σOS Figure 3-5): BE
-/// procs are admitted, oldest first, while the node's utilization — the
-/// cores of the procs it runs, LC and BE, over its cores — is under a
-/// target.
+/// What BE admission allows a procd now (σOS Figure 3-5): BE procs start
+/// while the worker's busy cores are under its target. The procd measures
+/// busy cores (the CPU its procs and the node use, plus the declared cores
+/// of procs started too recently to show in a measurement); each BE proc a
+/// claim takes adds its declared cores, so one claim does not overshoot.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Admission {
-    /// Cores of the procs the procd is running now.
-    pub busy_cores: i64,
+    /// Cores busy now, measured.
+    pub busy_cores: f64,
     /// Utilization target in cores (cores × target fraction).
     pub target_cores: f64,
 }
@@ -543,8 +544,18 @@ pub struct Admission {
 impl Admission {
     /// Whether another BE proc may start now.
     pub fn admits(&self) -> bool {
-        (self.busy_cores as f64) < self.target_cores
+        self.busy_cores < self.target_cores
     }
+}
+
+/// What [`claim_tx`] took.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Claimed {
+    pub procs: Vec<ProcInfo>,
+    /// BE procs assigned to the worker are still waiting because admission
+    /// closed: the procd claims again when its measured load falls (and
+    /// only then — an idle node with nothing waiting is not woken).
+    pub be_waiting: bool,
 }
 
 impl Kind {
@@ -609,7 +620,7 @@ pub fn claim_tx(
     max: i64,
     admission: Admission,
     now_us: i64,
-) -> Result<Vec<ProcInfo>> {
+) -> Result<Claimed> {
     let p = i64::from(tx.p_key().0);
     let max = max.clamp(0, CLAIM_MAX);
     // LIMIT in the text: a bound LIMIT makes SQLite re-prepare every call.
@@ -619,17 +630,29 @@ pub fn claim_tx(
          AND state = 'spawned' AND class = $4 ORDER BY seq LIMIT 64"
     );
     let mut claimed = Vec::new();
+    let mut be_waiting = false;
     let mut admission = admission;
     // LC procs first (their cores are reserved), then BE procs while admitted.
     for class in [Class::Lc, Class::Be] {
         let room = max - claimed.len() as i64;
         let admits = |a: &Admission| class == Class::Lc || a.admits();
-        if room <= 0 || !admits(&admission) {
+        if room <= 0 {
+            continue;
+        }
+        if !admits(&admission) {
+            be_waiting = tx
+                .query_opt(
+                    "SELECT 1 FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+                       AND state = 'spawned' AND class = 'BE' LIMIT 1",
+                    params![p, realm, worker.as_str()],
+                )?
+                .is_some();
             continue;
         }
         let rows = tx.query(&select, params![p, realm, worker.as_str(), class.as_str()])?;
         for r in rows.iter().take(room as usize) {
             if !admits(&admission) {
+                be_waiting = true;
                 break;
             }
             let mut info = proc_from_row(r)?;
@@ -642,12 +665,15 @@ pub fn claim_tx(
                 worker.as_str(),
                 now_us,
             )?;
-            admission.busy_cores += info.cores;
+            admission.busy_cores += info.cores as f64;
             claimed.push(info);
         }
     }
     debug_assert!(claimed.len() as i64 <= max);
-    Ok(claimed)
+    Ok(Claimed {
+        procs: claimed,
+        be_waiting,
+    })
 }
 
 /// What [`steal_tx`] took and when to look again.
@@ -722,7 +748,7 @@ pub fn steal_tx(
         }
         let detail = format!("{thief} from {victim}");
         claim_one_tx(tx, realm, &mut info, thief, "steal", &detail, now_us)?;
-        admission.busy_cores += info.cores;
+        admission.busy_cores += info.cores as f64;
         out.procs.push(info);
     }
     if victims_freed {
@@ -1109,7 +1135,7 @@ pub async fn claim(
     worker: &WorkerId,
     max: i64,
     admission: Admission,
-) -> Result<Vec<ProcInfo>> {
+) -> Result<Claimed> {
     let w = worker.clone();
     call(store, realm, move |tx, r, now| {
         claim_tx(tx, r, &w, max, admission, now)
@@ -1131,7 +1157,7 @@ pub async fn exited_and_claim(
     worker: &WorkerId,
     max: i64,
     admission: Admission,
-) -> Result<Vec<ProcInfo>> {
+) -> Result<Claimed> {
     let (pid, w) = (pid.clone(), worker.clone());
     call(store, realm, move |tx, r, now| {
         exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;

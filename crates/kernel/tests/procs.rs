@@ -31,7 +31,7 @@ fn named(pid: &str) -> Descriptor {
 
 /// Admits every BE proc (the LC tests do not care).
 const ANY: Admission = Admission {
-    busy_cores: 0,
+    busy_cores: 0.0,
     target_cores: f64::MAX,
 };
 
@@ -132,12 +132,13 @@ fn lifecycle_and_waits(b: Backend) {
             vec![(pid.to_string(), WorkerId::new("w").unwrap())]
         );
         let wid = WorkerId::new("w").unwrap();
-        let claimed = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap().procs;
         assert_eq!(claimed.len(), 1);
         assert!(
             procs::claim(&s, "r", &wid, 10, ANY)
                 .await
                 .unwrap()
+                .procs
                 .is_empty(),
             "claimed once"
         );
@@ -360,7 +361,7 @@ fn no_proc_runs_twice_and_capacity_is_conserved(b: Backend) {
                 let mut sub = s.subscribe(&procs::worker_channel("r", &wid));
                 let mut seed = wid.as_str().len() as u64 + 17;
                 while exited.load(Ordering::SeqCst) < procs_total {
-                    let mut claimed = procs::claim(&s, "r", &wid, 4, ANY).await.unwrap();
+                    let mut claimed = procs::claim(&s, "r", &wid, 4, ANY).await.unwrap().procs;
                     // Now and then also steal from the other node at once.
                     seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
                     if seed >> 61 == 0 {
@@ -525,18 +526,19 @@ fn be_procs_are_admitted_by_utilization(b: Backend) {
         assert_eq!(unused(&s, "r")["w"], 0);
         // Idle, target one core: the LC proc fills it, so no BE proc starts.
         let idle = Admission {
-            busy_cores: 0,
+            busy_cores: 0.0,
             target_cores: 1.0,
         };
         let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
-        let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
+        assert!(claimed.be_waiting, "three BE procs wait for admission");
+        let pids: Vec<&str> = claimed.procs.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(pids, ["lc"]);
         // One core busy, target two: exactly one more, the oldest BE proc.
         let half = Admission {
-            busy_cores: 1,
+            busy_cores: 1.0,
             target_cores: 2.0,
         };
-        let claimed = procs::claim(&s, "r", &wid, 10, half).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, half).await.unwrap().procs;
         let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(pids, ["be1"]);
         // A BE exit gives back nothing; the LC exit gives back its core.
@@ -550,13 +552,24 @@ fn be_procs_are_admitted_by_utilization(b: Backend) {
             .await
             .unwrap();
         assert_eq!(unused(&s, "r")["w"], 1);
-        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap().procs;
         let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(
             pids,
             ["be2"],
             "admitted in spawn order, one under a one-core target"
         );
+        // Admission open and nothing left: nothing waits, so the procd is
+        // not woken when its load falls.
+        let all = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap();
+        assert_eq!(all.procs.len(), 1, "be3");
+        assert!(!all.be_waiting);
+        let closed = Admission {
+            busy_cores: 2.0,
+            target_cores: 1.0,
+        };
+        let none = procs::claim(&s, "r", &wid, 10, closed).await.unwrap();
+        assert!(none.procs.is_empty() && !none.be_waiting, "{none:?}");
     });
 }
 
@@ -593,7 +606,7 @@ fn unclaimed_procs_are_stolen_after_the_timeout(b: Backend) {
         let room = unused(&s, "r");
         assert_eq!((room["w1"], room["w2"]), (1, 1), "the LC reservation moved");
         // The victim finds nothing left to claim: nothing runs twice.
-        assert!(procs::claim(&s, "r", &w1, 10, ANY).await.unwrap().is_empty());
+        assert!(procs::claim(&s, "r", &w1, 10, ANY).await.unwrap().procs.is_empty());
         assert!(procs::steal(&s, "r", &w1, ANY, 0).await.unwrap().procs.is_empty());
         let events = s
             .query(
@@ -635,10 +648,10 @@ fn zero_core_be_procs_count_nothing(b: Backend) {
         };
         procs::spawn(&s, "r", heavy).await.unwrap();
         let idle = Admission {
-            busy_cores: 0,
+            busy_cores: 0.0,
             target_cores: 1.0,
         };
-        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap().procs;
         let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(
             pids,
@@ -646,11 +659,11 @@ fn zero_core_be_procs_count_nothing(b: Backend) {
             "light procs add no busy cores"
         );
         let full = Admission {
-            busy_cores: 1,
+            busy_cores: 1.0,
             target_cores: 1.0,
         };
         procs::spawn(&s, "r", light("c4")).await.unwrap();
-        let claimed = procs::claim(&s, "r", &wid, 10, full).await.unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, full).await.unwrap().procs;
         assert!(
             claimed.is_empty(),
             "a full worker admits no BE proc, light or not"

@@ -1,15 +1,24 @@
-//! The node-wide budget of partly received request bytes.
+//! The budget of partly received request bytes, node-wide and per
+//! connection, and the call count each connection's idle limit needs.
 //!
 //! A unary call's message is buffered until it is whole, so a client that
 //! sends most of many large messages and then stalls makes the node hold
 //! all of them (257 half-sent 16 MiB messages on one connection once held
 //! 4.1 GiB). [`RequestBytes`] wraps every request's body and counts the
-//! bytes it has delivered against one node-wide budget,
-//! [`REQUEST_BYTES_MAX`], until the body is dropped — which tonic does as
-//! soon as the message is decoded. A frame that would take the node past
-//! the budget fails its request with RESOURCE_EXHAUSTED instead of being
-//! held; other requests, and the next ones, go on.
+//! bytes it has delivered against the node's budget,
+//! [`REQUEST_BYTES_MAX`], and its connection's share,
+//! [`crate::conn::Limits::connection_request_bytes`], until the body is
+//! dropped — which tonic does as soon as the message is decoded. A frame
+//! that would take either past its limit fails its request with
+//! RESOURCE_EXHAUSTED instead of being held, and so does a request whose
+//! next bytes do not come for [`crate::conn::Limits::request_stall`];
+//! other requests, and the next ones, go on.
+//!
+//! The same layer counts each connection's open calls, from a request's
+//! headers to the end of its response ([`crate::conn::ConnState`]), so that
+//! only a connection with none is closed as idle.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,11 +28,13 @@ use tonic::body::Body;
 use tonic::codegen::http;
 use tonic::codegen::Service;
 
+use crate::conn::{CallGuard, ConnInfo, ConnState};
+
 /// Most bytes of requests not yet decoded the node holds at once, over
 /// every connection: sixteen largest messages.
 pub const REQUEST_BYTES_MAX: usize = 16 * tabos_client::MESSAGE_BYTES_MAX;
 
-/// The budget, shared by every connection of one server.
+/// The node-wide budget, shared by every connection of its servers.
 #[derive(Clone, Debug)]
 pub struct RequestBytes {
     held: Arc<AtomicUsize>,
@@ -61,27 +72,76 @@ pub struct Budgeted<S> {
     budget: RequestBytes,
 }
 
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
 impl<S> Service<http::Request<Body>> for Budgeted<S>
 where
-    S: Service<http::Request<Body>>,
+    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = http::Response<Body>;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = BoxFuture<Result<http::Response<Body>, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let budget = self.budget.clone();
-        self.inner.call(request.map(|body| {
+        // Served from `conn::incoming`, every request knows its connection;
+        // the plain TCP info goes in too, for tonic's `remote_addr`.
+        let conn = request.extensions().get::<ConnInfo>().cloned();
+        let call = conn.as_ref().map(|c| c.state.call());
+        let state = conn.as_ref().map(|c| c.state.clone());
+        if let Some(c) = conn {
+            request.extensions_mut().insert(c.tcp);
+        }
+        let stall = state.as_ref().map(|s| s.limits.request_stall);
+        let request = request.map(|body| {
             Body::new(Counted {
                 body,
                 budget,
+                conn: state,
                 own: 0,
+                stall: stall.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
             })
-        }))
+        });
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await?;
+            // The call stays open until its response's last byte is sent.
+            Ok(match call {
+                Some(call) => response.map(|body| Body::new(Tracked { body, _call: call })),
+                None => response,
+            })
+        })
+    }
+}
+
+/// A response body that keeps its call counted until it is dropped.
+struct Tracked {
+    body: Body,
+    _call: CallGuard,
+}
+
+impl http_body::Body for Tracked {
+    type Data = tonic::codegen::Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -89,8 +149,43 @@ where
 struct Counted {
     body: Body,
     budget: RequestBytes,
-    /// What this body has added to the budget.
+    /// Its connection's state (none when served without `conn::incoming`).
+    conn: Option<Arc<ConnState>>,
+    /// What this body has added to the budget (and to its connection's).
     own: usize,
+    /// The stall limit, and the timer that fires that long after the last
+    /// frame.
+    stall: Option<(std::time::Duration, Pin<Box<tokio::time::Sleep>>)>,
+}
+
+impl Counted {
+    /// Counts `n` more bytes; the error says which limit they would pass.
+    fn take(&mut self, n: usize) -> Result<(), tonic::Status> {
+        let before = self.budget.held.fetch_add(n, Ordering::AcqRel);
+        let conn_before = self
+            .conn
+            .as_ref()
+            .map(|c| c.held.fetch_add(n, Ordering::AcqRel));
+        self.own += n;
+        if before + n > self.budget.max {
+            return Err(tonic::Status::resource_exhausted(format!(
+                "the node holds {before} bytes of requests still arriving, and this one's next \
+                 {n} would pass its limit of {}; retry when fewer large requests are in flight",
+                self.budget.max
+            )));
+        }
+        if let (Some(c), Some(held)) = (&self.conn, conn_before) {
+            let max = c.limits.connection_request_bytes;
+            if held + n > max {
+                return Err(tonic::Status::resource_exhausted(format!(
+                    "this connection's requests still arriving hold {held} bytes, and this \
+                     one's next {n} would pass a connection's limit of {max}; finish sending \
+                     the others first, or use another connection"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl http_body::Body for Counted {
@@ -103,20 +198,29 @@ impl http_body::Body for Counted {
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.body).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                let n = data.len();
-                let before = this.budget.held.fetch_add(n, Ordering::AcqRel);
-                this.own += n;
-                if before + n > this.budget.max {
-                    return Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
-                        "the node holds {before} bytes of requests still arriving, and this \
-                         one's next {n} would pass its limit of {}; retry when fewer large \
-                         requests are in flight",
-                        this.budget.max
-                    )))));
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some((limit, timer)) = &mut this.stall {
+                    timer.as_mut().reset(tokio::time::Instant::now() + *limit);
+                }
+                if let Some(data) = frame.data_ref() {
+                    if let Err(e) = this.take(data.len()) {
+                        return Poll::Ready(Some(Err(e)));
+                    }
                 }
             }
+            Poll::Pending => {
+                if let Some((limit, timer)) = &mut this.stall {
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
+                            "no bytes of this request came for {limit:?} (after {} bytes); \
+                             it was dropped and what it held given back",
+                            this.own
+                        )))));
+                    }
+                }
+            }
+            _ => {}
         }
         polled
     }
@@ -134,6 +238,10 @@ impl Drop for Counted {
     fn drop(&mut self) {
         let before = self.budget.held.fetch_sub(self.own, Ordering::AcqRel);
         debug_assert!(before >= self.own, "the budget gives back what it took");
+        if let Some(c) = &self.conn {
+            let before = c.held.fetch_sub(self.own, Ordering::AcqRel);
+            debug_assert!(before >= self.own, "the connection gives back what it took");
+        }
     }
 }
 
@@ -146,7 +254,9 @@ mod tests {
         Counted {
             body: Body::new(text.to_string()),
             budget: budget.clone(),
+            conn: None,
             own: 0,
+            stall: None,
         }
     }
 
@@ -173,5 +283,39 @@ mod tests {
         assert_eq!(next(&mut c).await.unwrap().unwrap(), 5);
         drop((a, c));
         assert_eq!(budget.held(), 0);
+    }
+
+    #[tokio::test]
+    async fn one_connection_holds_at_most_its_share() {
+        let budget = RequestBytes::new(100);
+        let limits = crate::conn::Limits {
+            connection_request_bytes: 8,
+            ..Default::default()
+        };
+        let (one, other) = (
+            Arc::new(ConnState::new(limits)),
+            Arc::new(ConnState::new(limits)),
+        );
+        let on = |text: &str, conn: &Arc<ConnState>| {
+            let mut c = counted(text, &budget);
+            c.conn = Some(conn.clone());
+            c
+        };
+        let mut a = on("hello", &one);
+        assert_eq!(next(&mut a).await.unwrap().unwrap(), 5);
+        let mut b = on("abcd", &one);
+        let e = next(&mut b).await.unwrap().unwrap_err();
+        assert_eq!(e.code(), tonic::Code::ResourceExhausted, "{e:?}");
+        assert!(e.message().contains("a connection's limit of 8"), "{e:?}");
+        // Another connection has its own share of the node's budget.
+        let mut c = on("abcd", &other);
+        assert_eq!(next(&mut c).await.unwrap().unwrap(), 4);
+        drop(b);
+        assert_eq!(one.held.load(Ordering::Relaxed), 5);
+        assert_eq!(budget.held(), 9);
+        drop((a, c));
+        assert_eq!(budget.held(), 0);
+        assert_eq!(one.held.load(Ordering::Relaxed), 0);
+        assert_eq!(other.held.load(Ordering::Relaxed), 0);
     }
 }

@@ -177,6 +177,12 @@ impl Confine {
         c
     }
 
+    /// The node's own `cpuacct` cgroup, which counts the CPU time of all of
+    /// its native procs (what BE admission measures).
+    pub fn cpuacct_dir(&self) -> Option<&Path> {
+        self.cpuacct.as_deref()
+    }
+
     /// Whether native procs run jailed.
     pub fn jailed(&self) -> bool {
         self.jails.is_some()

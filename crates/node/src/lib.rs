@@ -13,10 +13,13 @@
 pub mod auth;
 pub mod budget;
 pub mod confine;
+pub mod conn;
+pub use conn::{incoming, Conn};
 pub mod fs;
 pub mod host;
 pub mod ipc;
 pub mod jail;
+pub mod load;
 pub mod names;
 pub mod procd;
 pub mod procedures;
@@ -78,8 +81,9 @@ pub struct NodeSettings {
     /// How often the node renews its worker's lease; a worker whose lease is
     /// [`LEASE_HEARTBEATS`] heartbeats old is declared lost by the others.
     pub heartbeat: std::time::Duration,
-    /// BE procs run while the worker's busy cores are under this percentage
-    /// of its cores (σOS Figure 3-5); at most [`procd::BE_UTIL_PCT_MAX`].
+    /// BE procs run while the node's measured busy cores ([`load::Load`])
+    /// are under this percentage of its cores (σOS Figure 3-5); at most
+    /// [`procd::BE_UTIL_PCT_MAX`].
     pub be_util_pct: u32,
     /// A proc left unclaimed on another worker this long may be stolen by
     /// this node (σOS Figure 3-6).
@@ -189,6 +193,10 @@ pub struct Node {
     pub auth: auth::Auth,
     /// How native procs are confined.
     pub confine: std::sync::Arc<confine::Confine>,
+    /// Bytes of requests still arriving, over every connection.
+    pub request_bytes: budget::RequestBytes,
+    /// The node's measured CPU use, for BE admission.
+    pub load: std::sync::Arc<load::Load>,
 }
 
 impl Node {
@@ -220,6 +228,10 @@ impl Node {
         } else {
             confine::Confine::none("confinement is off (node settings)")
         });
+        let load = std::sync::Arc::new(load::Load::new(match confine.cpuacct_dir() {
+            Some(dir) => load::Source::Cgroup(dir.to_path_buf()),
+            None => load::Source::Machine,
+        }));
         // Procs run as other uids: the database, block store and logs are
         // the node's alone.
         if let tabos_store::Location::Sqlite(dir) = &config.location {
@@ -236,6 +248,8 @@ impl Node {
             files,
             auth,
             confine,
+            request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX),
+            load,
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -412,6 +426,8 @@ pub struct ServeOptions {
     pub check_credentials: bool,
     /// Serve TLS (rustls) with this certificate chain and key, PEM.
     pub tls: Option<TlsIdentity>,
+    /// What each connection may hold and how long it may idle.
+    pub limits: conn::Limits,
 }
 
 impl ServeOptions {
@@ -438,6 +454,7 @@ impl Default for ServeOptions {
         ServeOptions {
             check_credentials: true,
             tls: None,
+            limits: conn::Limits::default(),
         }
     }
 }
@@ -549,14 +566,15 @@ pub async fn serve_with(
         procd_stopped.clone(),
     ));
     let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
+    let load_task = tokio::spawn(node.load.clone().sample(procd_stopped.clone()));
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
     let served = builder
-        .layer(budget::RequestBytes::new(budget::REQUEST_BYTES_MAX))
+        .layer(node.request_bytes.clone())
         .tcp_nodelay(true)
-        .max_concurrent_streams(STREAMS_PER_CONNECTION_MAX)
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .max_concurrent_streams(conn::STREAMS_PER_CONNECTION_MAX)
+        .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT))
         .add_service(InterceptedService::new(tokens, guard.clone()))
         .add_service(InterceptedService::new(sql, guard.clone()))
         .add_service(InterceptedService::new(status, guard.clone()))
@@ -565,13 +583,14 @@ pub async fn serve_with(
         .add_service(InterceptedService::new(names_service, guard.clone()))
         .add_service(InterceptedService::new(fs_service, guard.clone()))
         .add_service(InterceptedService::new(procedures_service, guard.clone()))
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
+        .serve_with_incoming_shutdown(conn::incoming_with(listener, options.limits), shutdown)
         .await;
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
     let _ = lease_task.await;
     let _ = reaper_task.await;
     let _ = auth_task.await;
+    let _ = load_task.await;
     served?;
     Ok(())
 }
@@ -660,6 +679,7 @@ async fn serve_realms(
                 },
                 node.auth.clone(),
                 busy,
+                node.load.clone(),
                 node.confine.clone(),
             );
             procd.run(realm_stop).await;
@@ -832,130 +852,6 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
             tonic::Status::with_metadata(tonic::Code::FailedPrecondition, e.to_string(), md)
         }
     }
-}
-
-/// Most connections a node holds open; past it the node accepts no more
-/// until one closes (the kernel's backlog holds the rest).
-pub const CONNECTIONS_MAX: usize = 1_024;
-/// Most concurrent calls (HTTP/2 streams) on one connection; a client
-/// opening more waits for one to end. With the largest message
-/// (`MESSAGE_BYTES_MAX`), what one connection can make the node buffer.
-pub const STREAMS_PER_CONNECTION_MAX: u32 = 128;
-/// Every so often the node pings an idle connection; one that does not
-/// answer within [`KEEPALIVE_TIMEOUT`] is closed, and its calls with it.
-pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
-pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
-/// Longest pause before accepting again when accept fails (out of file
-/// descriptors): the pause doubles from 10 ms up to this.
-pub const ACCEPT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// An accepted connection, holding one of the node's [`CONNECTIONS_MAX`]
-/// slots until it is dropped.
-#[derive(Debug)]
-pub struct Conn {
-    stream: tokio::net::TcpStream,
-    _slot: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl tokio::io::AsyncRead for Conn {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
-    }
-}
-
-impl tokio::io::AsyncWrite for Conn {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
-    }
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-    fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-}
-
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
-    fn connect_info(&self) -> Self::ConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-/// The connections of `listener`, each with Nagle's algorithm off (the
-/// server's `tcp_nodelay` applies only to listeners tonic binds itself),
-/// at most [`CONNECTIONS_MAX`] open at once. A failed accept — out of file
-/// descriptors — is not handed to the server (which would retry at once,
-/// spinning): the accept loop pauses, doubling up to
-/// [`ACCEPT_BACKOFF_MAX`], and tries again.
-pub fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
-    tokio::spawn(async move {
-        let mut backoff = std::time::Duration::from_millis(10);
-        loop {
-            let slot = tokio::select! {
-                () = tx.closed() => return, // the server stopped
-                s = slots.clone().acquire_owned() => match s {
-                    Ok(s) => s,
-                    Err(_) => return,
-                },
-            };
-            let accepted = tokio::select! {
-                () = tx.closed() => return,
-                a = listener.accept() => a,
-            };
-            match accepted {
-                Ok((stream, _)) => {
-                    backoff = std::time::Duration::from_millis(10);
-                    if stream.set_nodelay(true).is_err() {
-                        continue; // already gone
-                    }
-                    let conn = Conn {
-                        stream,
-                        _slot: slot,
-                    };
-                    if tx.send(Ok(conn)).await.is_err() {
-                        return;
-                    }
-                }
-                Err(e) => {
-                    eprintln!("accept failed ({e}); pausing {backoff:?}");
-                    drop(slot);
-                    tokio::select! {
-                        () = tx.closed() => return,
-                        () = tokio::time::sleep(backoff) => {}
-                    }
-                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
-                }
-            }
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// Writes `bytes` to `path` as a secret: to a new file with mode 0600 from

@@ -73,6 +73,11 @@ pub struct Procd {
     /// ended), shared by the procds of every realm the node serves: BE
     /// admission and room are the node's.
     busy_cores: Arc<AtomicI64>,
+    /// The node's measured CPU use: what BE admission goes by.
+    load: Arc<crate::load::Load>,
+    /// The last claim left BE procs waiting for admission: the claim loop
+    /// then also wakes when a measurement opens admission.
+    be_waiting: std::sync::atomic::AtomicBool,
     /// How native procs are confined (uid, cgroups).
     confine: Arc<crate::confine::Confine>,
     /// Signalled when one of its procs ends.
@@ -90,8 +95,8 @@ const CLAIMED_ON_EXIT_MAX: usize = 4096;
 pub struct Policy {
     /// The worker's cores.
     pub cores: i64,
-    /// BE procs are admitted while busy cores are under this percentage of
-    /// `cores` (σOS Figure 3-5). 100: fill the idle cores.
+    /// BE procs are admitted while the node's measured busy cores are under
+    /// this percentage of `cores` (σOS Figure 3-5). 100: fill the idle cores.
     pub be_util_pct: u32,
     /// A proc placed on another worker and still unclaimed this long after
     /// may be stolen (σOS Figure 3-6).
@@ -125,6 +130,7 @@ impl Procd {
         policy: Policy,
         auth: crate::auth::Auth,
         busy_cores: Arc<AtomicI64>,
+        load: Arc<crate::load::Load>,
         confine: Arc<crate::confine::Confine>,
     ) -> Arc<Procd> {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
@@ -140,6 +146,8 @@ impl Procd {
             auth,
             running: Mutex::new(HashMap::new()),
             busy_cores,
+            load,
+            be_waiting: Default::default(),
             confine,
             freed: tokio::sync::Notify::new(),
             claimed_on_exit: Mutex::new(Default::default()),
@@ -194,10 +202,11 @@ impl Procd {
             .remove(pid)
     }
 
-    /// What BE admission allows now.
+    /// What BE admission allows now: the node's measured busy cores
+    /// against the target (σOS Figure 3-5).
     fn admission(&self) -> Admission {
         Admission {
-            busy_cores: self.busy_cores.load(Ordering::SeqCst),
+            busy_cores: self.load.busy_cores(),
             target_cores: self.policy.cores as f64 * f64::from(self.policy.be_util_pct) / 100.0,
         }
     }
@@ -208,9 +217,17 @@ impl Procd {
         self.busy_cores.load(Ordering::SeqCst) < self.policy.cores || self.admission().admits()
     }
 
+    /// Runs what a claim took, and remembers whether it left BE procs
+    /// waiting.
+    fn launch_claimed(self: &Arc<Self>, claimed: procs::Claimed) {
+        self.be_waiting.store(claimed.be_waiting, Ordering::SeqCst);
+        self.launch(claimed.procs);
+    }
+
     fn launch(self: &Arc<Self>, procs: Vec<ProcInfo>) {
         for p in procs {
             self.busy_cores.fetch_add(p.cores, Ordering::SeqCst);
+            self.load.launched(p.cores);
             tokio::spawn(self.clone().run_proc(p));
         }
     }
@@ -218,7 +235,9 @@ impl Procd {
     /// Claims and runs assigned procs until `shutdown` resolves.
     ///
     /// Woken by: an assignment or eviction on the worker's channel; one of
-    /// its procs ending (BE admission may open); a placement on another
+    /// its procs ending (BE admission may open); a new measurement of the
+    /// node's load that opens BE admission while BE procs wait for it; a
+    /// placement on another
     /// worker (announced on the realm's queue channel), which arms a timer
     /// to steal that proc if it is still unclaimed `steal_after` later
     /// (σOS Figure 3-6). Nothing here polls.
@@ -228,6 +247,7 @@ impl Procd {
         let queue_channel = procs::queue_channel(&self.realm);
         let mut sub = self.store.subscribe(&worker_channel);
         let mut queue = self.store.subscribe(&queue_channel);
+        let mut load = self.load.subscribe();
         // Procs left unclaimed on other workers before this procd started
         // (or while it was busy) are looked for right away.
         let mut steal_at = Some(tokio::time::Instant::now());
@@ -242,7 +262,7 @@ impl Procd {
             )
             .await
             {
-                Ok(claimed) => self.launch(claimed),
+                Ok(claimed) => self.launch_claimed(claimed),
                 Err(e) => eprintln!("procd {}: claim failed: {e}", self.worker),
             }
             if missed_placements && self.has_room() {
@@ -273,6 +293,14 @@ impl Procd {
                         Err(_) => return,
                     },
                     () = self.freed.notified() => break,
+                    changed = load.changed(), if self.be_waiting.load(Ordering::SeqCst) => {
+                        if changed.is_err() {
+                            return; // the node is gone
+                        }
+                        if self.admission().admits() {
+                            break;
+                        }
+                    }
                     note = queue.recv() => match note {
                         Ok(n) if n.payload == self.worker.as_str() => {}
                         Ok(_) if !self.has_room() => missed_placements = true,
@@ -360,7 +388,7 @@ impl Procd {
         )
         .await;
         match next {
-            Ok(claimed) if !claimed.is_empty() => {
+            Ok(claimed) if !claimed.procs.is_empty() => {
                 let mut set = self
                     .claimed_on_exit
                     .lock()
@@ -370,11 +398,14 @@ impl Procd {
                     // added; dropping them costs at most one empty claim.
                     set.clear();
                 }
-                set.extend(claimed.iter().map(|p| p.pid.to_string()));
+                set.extend(claimed.procs.iter().map(|p| p.pid.to_string()));
                 drop(set);
-                self.launch(claimed)
+                self.launch_claimed(claimed)
             }
-            Ok(_) => self.freed.notify_one(),
+            Ok(claimed) => {
+                self.be_waiting.store(claimed.be_waiting, Ordering::SeqCst);
+                self.freed.notify_one()
+            }
             Err(e) => {
                 eprintln!(
                     "procd {}: cannot record the end of {}: {e}",

@@ -34,6 +34,10 @@ impl proto::node_server::Node for StatusService {
             retries: stats.retries,
             started_us: self.node.started_us,
             protections: self.node.confine.describe(),
+            busy_cores: self.node.load.measured_cores(),
+            load_source: self.node.load.source().describe(),
+            connections: crate::conn::open_connections() as u64,
+            request_bytes_held: self.node.request_bytes.held() as u64,
         }))
     }
 }

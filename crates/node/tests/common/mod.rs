@@ -18,6 +18,15 @@ pub struct Running {
 
 /// Starts node `node_id` (4 cores, 2 partitions) with its database in `dir`.
 pub async fn start(dir: &TempDir, node_id: &str) -> Running {
+    start_with(dir, node_id, tabos_node::ServeOptions::default()).await
+}
+
+/// [`start`], served with `options`.
+pub async fn start_with(
+    dir: &TempDir,
+    node_id: &str,
+    options: tabos_node::ServeOptions,
+) -> Running {
     let settings = NodeSettings {
         node_id: node_id.into(),
         logs: dir.path().join("logs"),
@@ -37,9 +46,14 @@ pub async fn start(dir: &TempDir, node_id: &str) -> Running {
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(tabos_node::serve(node.clone(), listener, async {
-        let _ = stopped.await;
-    }));
+    let served = tokio::spawn(tabos_node::serve_with(
+        node.clone(),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+        options,
+    ));
     Running {
         node,
         addr,

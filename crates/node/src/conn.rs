@@ -1,0 +1,297 @@
+//! The node's connections: how many it holds, how long an idle one stays,
+//! and what each one may make the node hold.
+//!
+//! [`incoming`] accepts at most [`CONNECTIONS_MAX`] connections at once
+//! and backs off when accept fails (out of file descriptors) instead of
+//! spinning. Each accepted [`Conn`] carries a [`ConnState`], which the
+//! server hands to every request of the connection (in the request's
+//! extensions, as its [`ConnInfo`]): the budget layer
+//! ([`crate::budget`]) counts the connection's calls and the request bytes
+//! it holds there. A connection with no call for [`Limits::idle`] is
+//! closed — the HTTP/2 keepalive pings close a peer that is gone, this
+//! closes one that is alive but unused — while one with a call open, however
+//! long it waits (a receive, a watch), stays.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+
+/// Most connections a node holds open; past it the node accepts no more
+/// until one closes (the kernel's backlog holds the rest).
+pub const CONNECTIONS_MAX: usize = 1_024;
+/// Most concurrent calls (HTTP/2 streams) on one connection; a client
+/// opening more waits for one to end.
+pub const STREAMS_PER_CONNECTION_MAX: u32 = 128;
+/// Every so often the node pings an idle connection; one that does not
+/// answer within [`KEEPALIVE_TIMEOUT`] is closed, and its calls with it.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Longest pause before accepting again when accept fails (out of file
+/// descriptors): the pause doubles from 10 ms up to this.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// How long a connection with no call open stays open (gRPC's
+/// MAX_CONNECTION_IDLE): a client reconnects when it calls again.
+pub const IDLE_MAX: Duration = Duration::from_secs(300);
+/// Most bytes of requests still arriving that one connection may make the
+/// node hold: four largest messages (a quarter of the node's whole
+/// [`crate::budget::REQUEST_BYTES_MAX`], so one client cannot take it all).
+pub const CONNECTION_REQUEST_BYTES_MAX: usize = 4 * tabos_client::MESSAGE_BYTES_MAX;
+/// A request whose next bytes do not arrive for this long fails, and what
+/// it held is given back (a client that sent most of a message and
+/// stalled).
+pub const REQUEST_STALL_MAX: Duration = Duration::from_secs(30);
+
+/// The limits a server applies to its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// See [`IDLE_MAX`].
+    pub idle: Duration,
+    /// See [`CONNECTION_REQUEST_BYTES_MAX`].
+    pub connection_request_bytes: usize,
+    /// See [`REQUEST_STALL_MAX`].
+    pub request_stall: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            idle: IDLE_MAX,
+            connection_request_bytes: CONNECTION_REQUEST_BYTES_MAX,
+            request_stall: REQUEST_STALL_MAX,
+        }
+    }
+}
+
+/// What one connection's requests share.
+#[derive(Debug)]
+pub struct ConnState {
+    /// Bytes of this connection's requests still arriving that the node
+    /// holds (counted by the budget layer).
+    pub(crate) held: AtomicUsize,
+    /// Calls open on the connection: from the request's headers to the
+    /// end of its response.
+    calls: AtomicUsize,
+    /// When the last call ended (or the connection was accepted).
+    idle_since: Mutex<Instant>,
+    /// The connection's reader, woken when its last call ends so that it
+    /// arms the idle timer.
+    reader: Mutex<Option<Waker>>,
+    pub(crate) limits: Limits,
+}
+
+impl ConnState {
+    pub(crate) fn new(limits: Limits) -> ConnState {
+        ConnState {
+            held: AtomicUsize::new(0),
+            calls: AtomicUsize::new(0),
+            idle_since: Mutex::new(Instant::now()),
+            reader: Mutex::new(None),
+            limits,
+        }
+    }
+
+    /// Counts a call open until the returned guard is dropped.
+    pub(crate) fn call(self: &Arc<Self>) -> CallGuard {
+        self.calls.fetch_add(1, Ordering::AcqRel);
+        CallGuard(self.clone())
+    }
+}
+
+/// One open call of a connection (see [`ConnState::call`]).
+#[derive(Debug)]
+pub(crate) struct CallGuard(Arc<ConnState>);
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let before = self.0.calls.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "a call ends once");
+        if before == 1 {
+            *self.0.idle_since.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+            if let Some(w) = self
+                .0
+                .reader
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// What the server knows of a connection, in each request's extensions.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub tcp: tonic::transport::server::TcpConnectInfo,
+    pub state: Arc<ConnState>,
+}
+
+/// An accepted connection, holding one of the node's [`CONNECTIONS_MAX`]
+/// slots until it is dropped.
+#[derive(Debug)]
+pub struct Conn {
+    stream: TcpStream,
+    state: Arc<ConnState>,
+    /// Fires [`Limits::idle`] after the last call ended.
+    idle: Pin<Box<Sleep>>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl AsyncRead for Conn {
+    /// Reads; while no call is open, also waits out the idle limit, after
+    /// which the connection reads as closed by its peer (the server then
+    /// drops it).
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if read.is_ready() {
+            return read;
+        }
+        // Registered before the count is read, so a call ending after the
+        // read below still wakes this reader.
+        *this.state.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        if this.state.calls.load(Ordering::Acquire) > 0 {
+            return Poll::Pending;
+        }
+        let since = *this
+            .state
+            .idle_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let deadline = since + this.state.limits.idle;
+        if this.idle.deadline() != deadline {
+            this.idle.as_mut().reset(deadline);
+        }
+        match this.idle.as_mut().poll(cx) {
+            Poll::Ready(()) if this.state.calls.load(Ordering::Acquire) == 0 => {
+                Poll::Ready(Ok(())) // end of stream: closed for being idle
+            }
+            _ => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = ConnInfo;
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            tcp: self.stream.connect_info(),
+            state: self.state.clone(),
+        }
+    }
+}
+
+/// Connections currently open, over every server of this process.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// How many connections this process's servers hold open now.
+pub fn open_connections() -> usize {
+    OPEN.load(Ordering::Relaxed)
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        OPEN.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// [`incoming_with`] the default [`Limits`].
+pub fn incoming(listener: TcpListener) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
+    incoming_with(listener, Limits::default())
+}
+
+/// The connections of `listener`, each with Nagle's algorithm off (the
+/// server's `tcp_nodelay` applies only to listeners tonic binds itself),
+/// at most [`CONNECTIONS_MAX`] open at once, each under `limits`. A failed
+/// accept — out of file descriptors — is not handed to the server (which
+/// would retry at once, spinning): the accept loop pauses, doubling up to
+/// [`ACCEPT_BACKOFF_MAX`], and tries again.
+pub fn incoming_with(
+    listener: TcpListener,
+    limits: Limits,
+) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    tokio::spawn(async move {
+        let mut backoff = Duration::from_millis(10);
+        loop {
+            let slot = tokio::select! {
+                () = tx.closed() => return, // the server stopped
+                s = slots.clone().acquire_owned() => match s {
+                    Ok(s) => s,
+                    Err(_) => return,
+                },
+            };
+            let accepted = tokio::select! {
+                () = tx.closed() => return,
+                a = listener.accept() => a,
+            };
+            match accepted {
+                Ok((stream, _)) => {
+                    backoff = Duration::from_millis(10);
+                    if stream.set_nodelay(true).is_err() {
+                        continue; // already gone
+                    }
+                    OPEN.fetch_add(1, Ordering::Relaxed);
+                    let conn = Conn {
+                        stream,
+                        state: Arc::new(ConnState::new(limits)),
+                        idle: Box::pin(tokio::time::sleep(limits.idle)),
+                        _slot: slot,
+                    };
+                    if tx.send(Ok(conn)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => {
+                    eprintln!("accept failed ({e}); pausing {backoff:?}");
+                    drop(slot);
+                    tokio::select! {
+                        () = tx.closed() => return,
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}

@@ -1,0 +1,274 @@
+//! Measured utilisation, for BE admission (σOS Figure 3-5).
+//!
+//! σOS's procd starts best-effort procs while its machine's measured CPU
+//! utilisation is under a target, not while their declared cores fit: a
+//! BE proc that declared a core and mostly waits leaves room for others,
+//! and one that spins keeps them out. [`Load`] is that measurement for one
+//! node, shared by the procds of every realm it serves: every
+//! [`SAMPLE_INTERVAL`] the sampler reads the CPU time used since the last
+//! sample by
+//!
+//! * the node's native procs — the `cpuacct` cgroup the node makes for
+//!   them (`confine`), which counts every proc's processes, including those
+//!   of procs that have ended since — and
+//! * the node process itself, which runs wasm and JavaScript procs on its
+//!   own threads and serves every request;
+//!
+//! or, where the node has no `cpuacct` cgroup (not root), the machine's
+//! busy time from `/proc/stat` (which includes both, and everything else
+//! on the machine). The busy cores a procd's admission sees are that
+//! measurement plus the declared cores of procs started too recently to be
+//! in it ([`Load::busy_cores`]), so a burst of claims cannot overshoot
+//! before the next sample shows what the new procs use.
+//!
+//! Sampling is a measurement on a clock, not a wait for a change the
+//! change feed could announce: nothing in the database changes when a
+//! proc's CPU use does.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How often the node measures its CPU use.
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
+/// Most recent launches remembered for [`Load::busy_cores`] (a bound on
+/// memory; a claim takes at most 64 procs, so this holds many samples'
+/// worth).
+const LAUNCHES_MAX: usize = 4_096;
+
+/// Where CPU time is read from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// The node's procs' `cpuacct.usage` (ns) plus the node process's own
+    /// CPU time.
+    Cgroup(PathBuf),
+    /// The machine's busy time (`/proc/stat`).
+    Machine,
+}
+
+impl Source {
+    /// CPU time used so far, in seconds (monotonic for one source).
+    fn cpu_seconds(&self) -> Option<f64> {
+        match self {
+            Source::Cgroup(dir) => {
+                let procs_ns: f64 = std::fs::read_to_string(dir.join("cpuacct.usage"))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()?;
+                Some(procs_ns / 1e9 + own_cpu_seconds()?)
+            }
+            Source::Machine => machine_busy_seconds(),
+        }
+    }
+
+    /// Says what is measured, for `tabos status`.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Cgroup(_) => {
+                "the CPU time of the node's procs (cpuacct) and of the node".into()
+            }
+            Source::Machine => "the machine's CPU time (/proc/stat; no cpuacct cgroup)".into(),
+        }
+    }
+}
+
+/// The node process's user + system CPU time, in seconds.
+fn own_cpu_seconds() -> Option<f64> {
+    // SAFETY: getrusage writes only into the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return None;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Some(secs(u.ru_utime) + secs(u.ru_stime))
+}
+
+/// The machine's busy CPU time (everything but idle and iowait), seconds.
+fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<f64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal …
+    if ticks.len() < 5 {
+        return None;
+    }
+    let busy: f64 = ticks.iter().sum::<f64>() - ticks[3] - ticks[4];
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| busy / hz as f64)
+}
+
+#[derive(Debug)]
+struct State {
+    /// Cores busy over the last sample's window.
+    measured: f64,
+    /// Start of that window: a proc launched before it is in the measure.
+    window_start: Instant,
+    /// Declared cores of recent launches, oldest first.
+    launches: VecDeque<(Instant, f64)>,
+}
+
+/// One node's measured load.
+#[derive(Debug)]
+pub struct Load {
+    source: Source,
+    state: Mutex<State>,
+    /// Told of each new measurement (the busy cores it makes).
+    changed: tokio::sync::watch::Sender<f64>,
+}
+
+impl Load {
+    pub fn new(source: Source) -> Load {
+        Load {
+            source,
+            state: Mutex::new(State {
+                measured: 0.0,
+                window_start: Instant::now(),
+                launches: VecDeque::new(),
+            }),
+            changed: tokio::sync::watch::channel(0.0).0,
+        }
+    }
+
+    /// What is measured.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Busy cores now: the last measurement plus the declared cores of
+    /// procs launched since its window began.
+    pub fn busy_cores(&self) -> f64 {
+        let s = self.state();
+        let pending: f64 = s
+            .launches
+            .iter()
+            .filter(|(at, _)| *at >= s.window_start)
+            .map(|(_, c)| c)
+            .sum();
+        s.measured + pending
+    }
+
+    /// The last measurement alone (for `tabos status`).
+    pub fn measured_cores(&self) -> f64 {
+        self.state().measured
+    }
+
+    /// Records that a proc declaring `cores` was just started.
+    pub fn launched(&self, cores: i64) {
+        let mut s = self.state();
+        if s.launches.len() >= LAUNCHES_MAX {
+            s.launches.pop_front();
+        }
+        s.launches.push_back((Instant::now(), cores.max(0) as f64));
+    }
+
+    /// Records a measurement of `cores` busy over the window from
+    /// `window_start` to now, and tells the subscribers.
+    fn record(&self, cores: f64, window_start: Instant) {
+        let busy = {
+            let mut s = self.state();
+            s.measured = cores;
+            s.window_start = window_start;
+            // Launches before the window are in the measurement now.
+            while s.launches.front().is_some_and(|(at, _)| *at < window_start) {
+                s.launches.pop_front();
+            }
+            drop(s);
+            self.busy_cores()
+        };
+        self.changed.send_replace(busy);
+    }
+
+    /// A receiver told of every new measurement.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<f64> {
+        self.changed.subscribe()
+    }
+
+    /// Measures every [`SAMPLE_INTERVAL`] until `stop` changes.
+    pub async fn sample(self: std::sync::Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(SAMPLE_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last: Option<(Instant, f64)> = None;
+        loop {
+            tokio::select! {
+                _ = stop.changed() => return,
+                _ = ticks.tick() => {}
+            }
+            let now = Instant::now();
+            let source = self.source.clone();
+            let Ok(Some(cpu)) = tokio::task::spawn_blocking(move || source.cpu_seconds()).await
+            else {
+                continue;
+            };
+            if let Some((then, before)) = last {
+                let wall = now.duration_since(then).as_secs_f64();
+                if wall > 0.0 {
+                    self.record(((cpu - before) / wall).max(0.0), then);
+                }
+            }
+            last = Some((now, cpu));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_counts_until_a_measurement_covers_it() {
+        let load = Load::new(Source::Machine);
+        let before = Instant::now();
+        load.launched(2);
+        assert_eq!(load.busy_cores(), 2.0, "declared until measured");
+        // A window that began before the launch saw only part of the
+        // proc's run: its declared cores still count.
+        load.record(0.25, before);
+        assert_eq!(load.busy_cores(), 2.25);
+        // A window that began after it covers it: the measure (a proc that
+        // mostly waits) replaces its declared cores.
+        let after = Instant::now() + Duration::from_millis(1);
+        load.record(0.25, after);
+        assert_eq!(load.busy_cores(), 0.25);
+        assert_eq!(load.measured_cores(), 0.25);
+        // (Launched after that window began: the window was set 1 ms ahead.)
+        std::thread::sleep(Duration::from_millis(2));
+        load.launched(1);
+        assert_eq!(load.busy_cores(), 1.25);
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_each_measurement() {
+        let load = Load::new(Source::Machine);
+        let mut rx = load.subscribe();
+        load.record(1.5, Instant::now());
+        rx.changed().await.unwrap();
+        assert_eq!(*rx.borrow(), 1.5);
+    }
+
+    #[test]
+    fn the_cpu_time_sources_read() {
+        let own = own_cpu_seconds().expect("getrusage");
+        assert!(own >= 0.0);
+        // Busy work shows in the process's own CPU time.
+        let mut x = 0u64;
+        for i in 0..20_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        assert!(own_cpu_seconds().unwrap() > own);
+        assert!(machine_busy_seconds().expect("/proc/stat") > 0.0);
+    }
+}

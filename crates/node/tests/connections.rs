@@ -1,0 +1,252 @@
+//! What one connection can make the node hold, against a raw HTTP/2 client
+//! (issue 17, items 2 and 6): half-sent messages are bounded per connection
+//! and node-wide and given back when their sender stalls; a half-sent
+//! message without a credential is refused before its body; a connection
+//! with no call open is closed after the idle limit, one with a call open
+//! stays; the node serves other clients throughout.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tabos_client::MESSAGE_BYTES_MAX;
+use tabos_node::conn::{Limits, CONNECTION_REQUEST_BYTES_MAX};
+use tabos_store::testing::TempDir;
+
+mod common;
+
+const REALM: &str = "default";
+/// Far longer than any limit below: a bound for a test that would
+/// otherwise hang, not a measurement.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// A raw HTTP/2 connection to the node.
+async fn raw(addr: &str) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>) {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (send, conn) = h2::client::handshake(tcp).await.unwrap();
+    // Ends when the connection closes (either side).
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    (send, driver)
+}
+
+/// Opens a Names.Get call whose message announces `announced` bytes, and
+/// sends `sent` of them (the 5-byte gRPC prefix first), never ending the
+/// stream. Returns the call's response status (`grpc-status`, from the
+/// headers of a trailers-only response or from the trailers).
+async fn half_sent(
+    client: &mut h2::client::SendRequest<Bytes>,
+    addr: &str,
+    token: Option<&str>,
+    announced: usize,
+    sent: usize,
+) -> tokio::task::JoinHandle<(i32, String)> {
+    let mut req = http::Request::post(format!("http://{addr}/tabos.v1.Names/Get"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let client = client.clone();
+    let mut client = client.ready().await.unwrap();
+    let (response, mut body) = client.send_request(req.body(()).unwrap(), false).unwrap();
+    tokio::spawn(async move {
+        // Sends in the background; the sender stalls (holds the stream
+        // open) once it has sent what it meant to, or stops if refused.
+        let sender = tokio::spawn(async move {
+            let mut prefix = vec![0u8];
+            prefix.extend_from_slice(&(announced as u32).to_be_bytes());
+            if body.send_data(Bytes::from(prefix), false).is_err() {
+                return body;
+            }
+            let chunk = Bytes::from(vec![7u8; 64 * 1024]);
+            let mut left = sent;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                body.reserve_capacity(n);
+                let got = match std::future::poll_fn(|cx| body.poll_capacity(cx)).await {
+                    Some(Ok(got)) => got,
+                    _ => return body, // refused: the stream is reset
+                };
+                let n = n.min(got);
+                if body.send_data(chunk.slice(..n), false).is_err() {
+                    return body;
+                }
+                left -= n;
+            }
+            body // kept: the stream stays half-sent
+        });
+        let status = match response.await {
+            Ok(r) => {
+                let header = |h: &http::HeaderMap| {
+                    h.get("grpc-status")
+                        .and_then(|v| v.to_str().ok()?.parse::<i32>().ok())
+                        .map(|code| {
+                            let msg = h
+                                .get("grpc-message")
+                                .and_then(|v| v.to_str().ok())
+                                .unwrap_or("")
+                                .to_string();
+                            (code, msg)
+                        })
+                };
+                match header(r.headers()) {
+                    Some(s) => s,
+                    None => {
+                        let mut b = r.into_body();
+                        while b.data().await.is_some() {}
+                        match b.trailers().await {
+                            Ok(Some(t)) => header(&t).unwrap_or((-1, "no grpc-status".into())),
+                            other => (-1, format!("no trailers: {other:?}")),
+                        }
+                    }
+                }
+            }
+            Err(e) => (-2, e.to_string()),
+        };
+        sender.abort();
+        status
+    })
+}
+
+/// Percent-decodes a grpc-message (enough for the test's assertions).
+fn decoded(msg: &str) -> String {
+    let mut out = Vec::new();
+    let b = msg.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&msg[i + 1..i + 3], 16) {
+                out.push(v);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn half_sent_messages_are_bounded_and_given_back() {
+    let dir = TempDir::new("conn-half");
+    let limits = Limits {
+        request_stall: Duration::from_secs(3),
+        ..Limits::default()
+    };
+    let n = common::start_with(
+        &dir,
+        "n1",
+        tabos_node::ServeOptions {
+            limits,
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut other = n.client().await;
+    other
+        .name_set(REALM, "/before", b"x".to_vec(), None, None)
+        .await
+        .unwrap();
+
+    // Without a credential, a half-sent message is refused before its body.
+    let (mut anon, _driver) = raw(&n.addr).await;
+    let refused = half_sent(&mut anon, &n.addr, None, MESSAGE_BYTES_MAX - 16, 1 << 20).await;
+    let (code, msg) = tokio::time::timeout(PATIENCE, refused)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code, tonic::Code::Unauthenticated as i32, "{msg}");
+
+    // With one: eight 16 MiB messages, each sent but for its last 64 KiB,
+    // on one connection. The connection may hold four largest messages.
+    let (mut conn, _driver) = raw(&n.addr).await;
+    let announced = MESSAGE_BYTES_MAX - 16;
+    let sent = announced - 64 * 1024;
+    let mut calls = Vec::new();
+    for _ in 0..8 {
+        calls.push(half_sent(&mut conn, &n.addr, Some(&n.token), announced, sent).await);
+    }
+    // While they are pending, another client is served.
+    other
+        .name_set(REALM, "/during", b"y".to_vec(), None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        other.name_get(REALM, "/before").await.unwrap().data,
+        b"x".to_vec()
+    );
+    let mut over_share = 0;
+    let mut stalled = 0;
+    for call in calls {
+        let (code, msg) = tokio::time::timeout(PATIENCE, call).await.unwrap().unwrap();
+        let msg = decoded(&msg);
+        assert_eq!(code, tonic::Code::ResourceExhausted as i32, "{msg}");
+        if msg.contains("a connection's limit") {
+            over_share += 1;
+        } else {
+            assert!(msg.contains("no bytes of this request came"), "{msg}");
+            stalled += 1;
+        }
+        // Never more than the connection's share is held.
+        assert!(n.node.request_bytes.held() <= CONNECTION_REQUEST_BYTES_MAX);
+    }
+    assert!(
+        over_share >= 4,
+        "{over_share} refused for the share, {stalled} stalled"
+    );
+    assert!(
+        stalled >= 1,
+        "{over_share} refused for the share, {stalled} stalled"
+    );
+    // Everything is given back, and nothing changed.
+    assert_eq!(n.node.request_bytes.held(), 0);
+    assert_eq!(
+        other.name_get(REALM, "/during").await.unwrap().data,
+        b"y".to_vec()
+    );
+    n.shut_down().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idle_connections_are_closed_and_busy_ones_kept() {
+    let dir = TempDir::new("conn-idle");
+    let limits = Limits {
+        idle: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let n = common::start_with(
+        &dir,
+        "n1",
+        tabos_node::ServeOptions {
+            limits,
+            ..Default::default()
+        },
+    )
+    .await;
+    // A connection that never calls is closed by the node.
+    let (_idle, driver) = raw(&n.addr).await;
+    tokio::time::timeout(PATIENCE, driver)
+        .await
+        .expect("the node closes an idle connection")
+        .unwrap();
+
+    // A connection with a call open (a receive waiting for mail) stays
+    // open past the idle limit: the receive gets mail sent later.
+    let mut c = n.client().await;
+    c.create_mailbox(REALM, "inbox", 0, None).await.unwrap();
+    let mut waiting = n.client().await;
+    let recv = tokio::spawn(async move { waiting.recv(REALM, "inbox", 1, 60_000).await });
+    tokio::time::sleep(limits.idle * 3).await;
+    c.send(REALM, "alice", "inbox", b"late".to_vec())
+        .await
+        .unwrap();
+    let got = tokio::time::timeout(PATIENCE, recv)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the waiting call's connection stayed open");
+    assert_eq!(got[0].payload, b"late".to_vec());
+    n.shut_down().await;
+}
