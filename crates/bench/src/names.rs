@@ -474,9 +474,11 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                     "  ops/s tabos {:.0} etcd {:.0}; p50 us tabos {:.1} etcd {:.1}; p99 us tabos {:.1} etcd {:.1}",
                     t.ops_per_s, e.ops_per_s, t.p50_us, e.p50_us, t.p99_us, e.p99_us
                 );
+                // Issue 18's targets (get raised from 2×; put keeps its 3×,
+                // stricter than the issue's 2× at one client).
                 let target = match op {
                     Op::Put => Some("ratio >= 3"),
-                    Op::Get => Some("ratio >= 2"),
+                    Op::Get => Some("ratio >= 3"),
                     _ => None,
                 };
                 let mut f = Figure::new(

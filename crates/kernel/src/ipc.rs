@@ -1073,14 +1073,10 @@ impl Receiver {
     }
 }
 
-/// The mailbox's first messages, left in place.
+/// The mailbox's first messages, left in place (on a read connection).
 pub async fn peek(store: &Store, realm: &str, address: &Address, take: Take) -> Result<Received> {
     let (r, a) = (realm.to_string(), address.clone());
-    store
-        .submit(partition(store, realm)?, move |tx| {
-            peek_tx(tx, &r, &a, &take)
-        })
-        .await
+    crate::read(store, realm, move |tx| peek_tx(tx, &r, &a, &take)).await
 }
 
 /// A mailbox's row.

@@ -235,6 +235,19 @@ where
     store.submit(partition(store, realm)?, f).await
 }
 
+/// Runs read-only procedure `f` on `realm`'s partition on a read
+/// connection ([`Store::read`](tabos_store::Store::read)): one snapshot
+/// that holds every committed write, never queued behind the partition's
+/// writes. For operations that only read (names get and readdir, proc
+/// status and the re-reads of waits, mailbox peek).
+pub async fn read<T, F>(store: &Store, realm: &str, f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnMut(&mut dyn tabos_store::Tx) -> Result<T> + Send + 'static,
+{
+    store.read(partition(store, realm)?, f).await
+}
+
 /// The key range `[lo, hi)` of every path strictly under `path` ('/' + 1
 /// is '0', so `path/` ≤ p < `path0` is the subtree); for `/`, every path.
 pub(crate) fn subtree_range(path: &str) -> (String, String) {

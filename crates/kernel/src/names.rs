@@ -1106,7 +1106,7 @@ fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)
 
 // ---- calls ----
 
-pub use crate::call;
+pub use crate::{call, read};
 
 /// OpenWatch: waits until `path` exists and returns it, woken by the change
 /// feed (subscribe, then look, then wait).
@@ -1116,7 +1116,7 @@ pub async fn wait_exists(store: &Store, realm: &str, path: &str) -> Result<Entry
     let mut sub = store.subscribe(&chan);
     loop {
         let (r, pa) = (realm.to_string(), path.to_string());
-        match call(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
+        match read(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
             Ok(e) => return Ok(e),
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
@@ -1133,7 +1133,7 @@ pub async fn wait_removed(store: &Store, realm: &str, path: &str) -> Result<()> 
     let mut sub = store.subscribe(&chan);
     loop {
         let (r, pa) = (realm.to_string(), path.to_string());
-        match call(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
+        match read(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
             Ok(_) => {}
             Err(Error::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
@@ -1165,7 +1165,7 @@ pub async fn watch_dir(
     validate_path(dir)?;
     let sub = store.subscribe(&dir_channel(realm, dir));
     let (r, d) = (realm.to_string(), dir.to_string());
-    let e = call(store, realm, move |tx| get_tx(tx, &r, &d)).await?;
+    let e = read(store, realm, move |tx| get_tx(tx, &r, &d)).await?;
     if e.kind != Kind::Dir {
         return Err(Error::Invalid(format!(
             "{dir} is a {}, not a directory",

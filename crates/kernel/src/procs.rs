@@ -1237,11 +1237,12 @@ pub async fn check_exists(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
     status(store, realm, pid).await.map(|_| ())
 }
 
-/// The proc's current row, read inside a procedure: awaitable, never blocks
-/// the caller's thread, and sees every committed transition.
+/// The proc's current row, read on a read connection (never queued
+/// behind the partition's writes): awaitable, and sees every committed
+/// transition.
 pub async fn status(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
-    let pid = pid.clone();
-    call(store, realm, move |tx, r, _| get_tx(tx, r, pid.as_str())).await
+    let (r, pid) = (realm.to_string(), pid.clone());
+    crate::read(store, realm, move |tx| get_tx(tx, &r, pid.as_str())).await
 }
 
 /// The proc's current row, read on the (blocking) read path.

@@ -34,6 +34,17 @@ impl FsService {
             .map_err(|e| kernel_status(&e))
     }
 
+    /// [`Self::call`] for operations that only read: on a read connection.
+    async fn read<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
+    {
+        fs::read(&self.node.store, realm, f)
+            .await
+            .map_err(|e| kernel_status(&e))
+    }
+
     /// Runs a changing operation `f(tx, realm, now)` after the request's
     /// fence, both in one transaction.
     async fn change<T, F>(
@@ -190,7 +201,7 @@ impl proto::fs_server::Fs for FsService {
         r.user = access.user(&r.user)?;
         let (p, realm) = (path(&r.path)?, r.realm.clone());
         let st = self
-            .call(&r.realm, move |tx| fs::stat_tx(tx, &realm, &p))
+            .read(&r.realm, move |tx| fs::stat_tx(tx, &realm, &p))
             .await?;
         Ok(Response::new(stat_to_proto(st)))
     }
@@ -205,7 +216,7 @@ impl proto::fs_server::Fs for FsService {
         r.user = access.user(&r.user)?;
         let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
         let (entries, more) = self
-            .call(&r.realm, move |tx| fs::readdir_tx(tx, &realm, &who, &p))
+            .read(&r.realm, move |tx| fs::readdir_tx(tx, &realm, &who, &p))
             .await?;
         Ok(Response::new(proto::FsReadDirResponse {
             entries: entries.into_iter().map(stat_to_proto).collect(),
@@ -348,7 +359,7 @@ impl proto::fs_server::Fs for FsService {
         r.realm = access.realm(&r.realm, Role::Reader)?;
         let (p, realm, owner, min) = (path(&r.path)?, r.realm.clone(), r.owner, r.min_size);
         let (files, bytes) = self
-            .call(&r.realm, move |tx| {
+            .read(&r.realm, move |tx| {
                 let owner = (!owner.is_empty()).then_some(owner.as_str());
                 fs::du_tx(tx, &realm, &p, owner, min)
             })

@@ -43,6 +43,17 @@ impl NamesService {
             .await
             .map_err(|e| kernel_status(&e))
     }
+
+    /// [`Self::call`] for operations that only read: on a read connection.
+    async fn read<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
+    {
+        names::read(&self.node.store, realm, f)
+            .await
+            .map_err(|e| kernel_status(&e))
+    }
 }
 
 /// The kernel fence of a request (none when absent).
@@ -149,7 +160,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let e = self
-            .call(&r.realm, move |tx| {
+            .read(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
                 names::get_tx(tx, &realm, &path)
             })
@@ -209,7 +220,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let (entries, more, version) = self
-            .call(&r.realm, move |tx| {
+            .read(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::List(&path))?;
                 names::readdir_tx(tx, &realm, &path)
             })
@@ -343,7 +354,7 @@ impl proto::names_server::Names for NamesService {
         // its directory.
         let who = caller(&access)?;
         let (realm, path, dir_mode) = (r.realm.clone(), r.path.clone(), r.mode == "dir");
-        self.call(&r.realm, move |tx| {
+        self.read(&r.realm, move |tx| {
             let dir = if dir_mode {
                 path.as_str()
             } else {

@@ -373,6 +373,32 @@ pub struct Job {
 }
 
 impl Job {
+    /// The job that runs `f` on `p_key`, and what its caller waits on.
+    fn of<T, E, F>(p_key: PKey, mut f: F) -> (Job, Pending<T, E>)
+    where
+        T: Send + 'static,
+        E: ProcedureError,
+        F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
+    {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let job = Job {
+            p_key,
+            run: Box::new(move |tx| match f(tx) {
+                Ok(v) => Ok(Box::new(v) as Box<dyn Any + Send>),
+                Err(e) => {
+                    let retryable = e.store_error().is_some_and(Error::is_retryable);
+                    Err(Failure {
+                        error: Box::new(e),
+                        retryable,
+                    })
+                }
+            }),
+            fail: |e| Box::new(E::from(e)),
+            done,
+        };
+        (job, Pending::new(rx))
+    }
+
     /// Completes the job with a store-level failure.
     pub(crate) fn finish_err(self, e: Error) {
         let error = (self.fail)(e);
@@ -391,6 +417,9 @@ pub trait Backend: Send + Sync {
     /// Queues a procedure; on a full queue the job is completed with
     /// [`Error::Overloaded`].
     fn submit(&self, job: Job);
+    /// Runs a read-only procedure on a read connection of its partition
+    /// (see [`Store::read`]).
+    fn read(&self, job: Job);
     /// A read-only query over all partitions, capped as `cap` says.
     fn query(&self, sql: &str, params: &[Value], limits: &value::ReadLimits) -> Result<Rows>;
     fn feed(&self) -> &Arc<feed::Feed>;
@@ -460,33 +489,45 @@ impl Store {
     /// `f` may run more than once (PostgreSQL retries serialization
     /// failures), so it must be deterministic given the database state and
     /// must not act outside the transaction.
-    pub fn submit<T, E, F>(&self, p_key: PKey, mut f: F) -> Pending<T, E>
+    pub fn submit<T, E, F>(&self, p_key: PKey, f: F) -> Pending<T, E>
     where
         T: Send + 'static,
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        let (done, rx) = tokio::sync::oneshot::channel();
-        let job = Job {
-            p_key,
-            run: Box::new(move |tx| match f(tx) {
-                Ok(v) => Ok(Box::new(v) as Box<dyn Any + Send>),
-                Err(e) => {
-                    let retryable = e.store_error().is_some_and(Error::is_retryable);
-                    Err(Failure {
-                        error: Box::new(e),
-                        retryable,
-                    })
-                }
-            }),
-            fail: |e| Box::new(E::from(e)),
-            done,
-        };
+        let (job, pending) = Job::of(p_key, f);
         match self.check_partition(p_key) {
             Ok(()) => self.backend.submit(job),
             Err(e) => job.finish_err(e),
         }
-        Pending::new(rx)
+        pending
+    }
+
+    /// Runs read-only procedure `f` on partition `p_key` on a read
+    /// connection, never on the partition's executor: it does not wait for
+    /// a batch of writes and holds none up. It sees one consistent
+    /// snapshot of the partition — every transaction committed before it
+    /// began (so a caller reads its own acknowledged writes), nothing
+    /// after. A write or a notification in `f` fails with
+    /// [`Error::ReadOnly`].
+    ///
+    /// On SQLite `f` runs on the calling thread, during this call (a WAL
+    /// read transaction; the returned [`Pending`] is ready); on PostgreSQL
+    /// one of the pool's connections runs it in a `REPEATABLE READ READ
+    /// ONLY` transaction (one snapshot; such a transaction never fails for
+    /// serialization, so it is never retried).
+    pub fn read<T, E, F>(&self, p_key: PKey, f: F) -> Pending<T, E>
+    where
+        T: Send + 'static,
+        E: ProcedureError,
+        F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
+    {
+        let (job, pending) = Job::of(p_key, f);
+        match self.check_partition(p_key) {
+            Ok(()) => self.backend.read(job),
+            Err(e) => job.finish_err(e),
+        }
+        pending
     }
 
     /// Runs procedure `f` and blocks the calling thread until it committed or

@@ -68,6 +68,8 @@ const CONNECT_ATTEMPTS_MAX: u32 = 5;
 
 enum PgJob {
     Proc(Job),
+    /// A read-only procedure ([`crate::Store::read`]).
+    ReadProc(Job),
     Read {
         sql: String,
         params: Vec<Value>,
@@ -244,6 +246,11 @@ impl Backend for PgBackend {
     }
     fn submit(&self, job: Job) {
         if let Err((PgJob::Proc(job), e)) = self.send(PgJob::Proc(job)) {
+            job.finish_err(e);
+        }
+    }
+    fn read(&self, job: Job) {
+        if let Err((PgJob::ReadProc(job), e)) = self.send(PgJob::ReadProc(job)) {
             job.finish_err(e);
         }
     }
@@ -439,7 +446,7 @@ impl Worker {
                     Ok(c) => self.client = c,
                     Err(e) => {
                         match job {
-                            PgJob::Proc(j) => j.finish_err(e),
+                            PgJob::Proc(j) | PgJob::ReadProc(j) => j.finish_err(e),
                             PgJob::Read { done, .. } => {
                                 let _ = done.send(Err(e));
                             }
@@ -450,6 +457,10 @@ impl Worker {
             }
             match job {
                 PgJob::Proc(job) => self.run_proc(job),
+                PgJob::ReadProc(mut job) => {
+                    let outcome = self.read_proc(&mut job);
+                    let _ = job.done.send(outcome);
+                }
                 PgJob::Read {
                     sql,
                     params,
@@ -677,6 +688,47 @@ impl Worker {
         }
     }
 
+    /// A read-only procedure: one `REPEATABLE READ READ ONLY` transaction
+    /// (one snapshot for all its statements; a read-only transaction at
+    /// that level never fails for serialization, so nothing is retried),
+    /// rolled back at the end. Writes fail with SQLSTATE 25006, mapped to
+    /// [`Error::ReadOnly`]; notifications are refused.
+    fn read_proc(&mut self, job: &mut Job) -> Outcome {
+        let begin = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start();
+        let mut t = match begin {
+            Ok(t) => t,
+            Err(e) => {
+                return Err(Failure {
+                    error: (job.fail)(map_err(&e, "BEGIN READ ONLY")),
+                    retryable: false,
+                })
+            }
+        };
+        let mut tx = PgReadTx(PgTx {
+            t: &mut t,
+            statements: &mut self.statements,
+            p_key: job.p_key,
+            notes: Vec::new(),
+        });
+        let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
+            Ok(o) => o,
+            Err(panic) => Err(Failure {
+                error: (job.fail)(Error::Internal(format!(
+                    "read-only procedure panicked: {}",
+                    crate::sqlite::panic_message(&panic)
+                ))),
+                retryable: false,
+            }),
+        };
+        let _ = t.rollback();
+        outcome
+    }
+
     /// One try of a procedure: run it, send its notifications, commit.
     fn attempt(&mut self, job: &mut Job) -> Attempt {
         let begin = self
@@ -823,6 +875,32 @@ impl Tx for PgTx<'_, '_> {
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
+    }
+}
+
+/// A read-only procedure's transaction: [`PgTx`] without writes or
+/// notifications.
+struct PgReadTx<'a, 'c>(PgTx<'a, 'c>);
+
+impl Tx for PgReadTx<'_, '_> {
+    fn p_key(&self) -> PKey {
+        self.0.p_key
+    }
+    fn dialect(&self) -> Dialect {
+        Dialect::Postgres
+    }
+    fn execute(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
+        Err(Error::ReadOnly(format!(
+            "a read-only procedure cannot run {sql}; submit it as a procedure instead"
+        )))
+    }
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.0.query(sql, params)
+    }
+    fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
+        Err(Error::ReadOnly(format!(
+            "a read-only procedure cannot notify {channel}; submit it as a procedure instead"
+        )))
     }
 }
 

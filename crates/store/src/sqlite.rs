@@ -119,6 +119,8 @@ pub struct SqliteBackend {
     senders: Vec<SyncSender<Job>>,
     executors: Vec<JoinHandle<()>>,
     readers: ReadPool<Connection>,
+    /// Per partition, read connections for [`Store::read`](crate::Store::read).
+    partition_readers: Vec<ReadPool<Connection>>,
     scoped: ReadPool<ScopedReader>,
     feed: Arc<Feed>,
     stats: Arc<Stats>,
@@ -190,6 +192,9 @@ impl SqliteBackend {
                 config.connections,
                 open_reader,
             ),
+            partition_readers: (0..config.partitions)
+                .map(|p| ReadPool::new(dir.clone(), p, config.connections, open_partition_reader))
+                .collect(),
             scoped: ReadPool::new(
                 dir.clone(),
                 config.partitions,
@@ -242,6 +247,23 @@ impl Backend for SqliteBackend {
             }
             Err(TrySendError::Disconnected(job)) => job.finish_err(Error::Closed),
         }
+    }
+    fn read(&self, mut job: Job) {
+        let Some(pool) = self.partition_readers.get(job.p_key.0 as usize) else {
+            let p_key = job.p_key.0;
+            job.finish_err(Error::UnknownPartition {
+                p_key,
+                partitions: self.partitions,
+            });
+            return;
+        };
+        let conn = match pool.get() {
+            Ok(c) => c,
+            Err(e) => return job.finish_err(e),
+        };
+        let outcome = read_on(&conn, &mut job);
+        pool.put(conn);
+        let _ = job.done.send(outcome);
     }
     fn query(&self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
         match &limits.scope {
@@ -935,11 +957,88 @@ pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     }
 }
 
-/// A bounded pool of read-only connections over all partitions: plain
-/// readers (`Connection`) or realm-scoped ones ([`ScopedReader`]).
+/// A read-only procedure's transaction on a partition's read connection.
+struct SqliteReadTx<'c> {
+    conn: &'c Connection,
+    p_key: PKey,
+}
+
+fn read_only_procedure(what: &str) -> Error {
+    Error::ReadOnly(format!(
+        "a read-only procedure cannot {what}; submit it as a procedure instead"
+    ))
+}
+
+impl Tx for SqliteReadTx<'_> {
+    fn p_key(&self) -> PKey {
+        self.p_key
+    }
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+    fn execute(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
+        Err(read_only_procedure(&format!("run {sql}")))
+    }
+    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(&to_sqlite(sql))
+            .map_err(|e| map_err(e, sql))?;
+        run_query(&mut stmt, sql, params, &KERNEL_READ)
+    }
+    fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
+        Err(read_only_procedure(&format!("notify {channel}")))
+    }
+}
+
+/// Runs `job` in one read transaction (one WAL snapshot) on `conn`.
+fn read_on(conn: &Connection, job: &mut Job) -> Outcome {
+    let exec = |sql: &str| {
+        conn.prepare_cached(sql)
+            .and_then(|mut s| s.execute([]))
+            .map(|_| ())
+            .map_err(|e| map_err(e, sql))
+    };
+    if let Err(e) = exec("BEGIN") {
+        return Err(Failure {
+            error: (job.fail)(e),
+            retryable: false,
+        });
+    }
+    let mut tx = SqliteReadTx {
+        conn,
+        p_key: job.p_key,
+    };
+    let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
+        Ok(o) => o,
+        Err(panic) => Err(Failure {
+            error: (job.fail)(Error::Internal(format!(
+                "read-only procedure panicked: {}",
+                panic_message(&panic)
+            ))),
+            retryable: false,
+        }),
+    };
+    // Nothing was written: ending the transaction only lets go of the
+    // snapshot.
+    if let Err(e) = exec("COMMIT") {
+        let _ = exec("ROLLBACK");
+        if outcome.is_ok() {
+            return Err(Failure {
+                error: (job.fail)(e),
+                retryable: false,
+            });
+        }
+    }
+    outcome
+}
+
+/// A bounded pool of read-only connections: plain readers over all
+/// partitions or realm-scoped ones ([`ScopedReader`]) — `arg` is then the
+/// partition count —, or one partition's readers (`arg`: the partition).
 struct ReadPool<T> {
     dir: PathBuf,
-    partitions: u32,
+    arg: u32,
     max: usize,
     open: fn(&Path, u32) -> Result<T>,
     state: Mutex<(Vec<T>, usize)>,
@@ -947,10 +1046,10 @@ struct ReadPool<T> {
 }
 
 impl<T> ReadPool<T> {
-    fn new(dir: PathBuf, partitions: u32, max: usize, open: fn(&Path, u32) -> Result<T>) -> Self {
+    fn new(dir: PathBuf, arg: u32, max: usize, open: fn(&Path, u32) -> Result<T>) -> Self {
         ReadPool {
             dir,
-            partitions,
+            arg,
             max,
             open,
             state: Mutex::new((Vec::new(), 0)),
@@ -967,7 +1066,7 @@ impl<T> ReadPool<T> {
             if state.1 < self.max {
                 state.1 += 1;
                 drop(state);
-                let opened = (self.open)(&self.dir, self.partitions);
+                let opened = (self.open)(&self.dir, self.arg);
                 if opened.is_err() {
                     self.state.lock().unwrap_or_else(|p| p.into_inner()).1 -= 1;
                 }
@@ -998,6 +1097,27 @@ pub(crate) fn prepare_reader(conn: &Connection) -> Result<()> {
     )
     .map_err(|e| map_err(e, "set SQLITE_LIMIT_LENGTH"))?;
     Ok(())
+}
+
+/// Opens a read connection on partition `p` alone (for read-only
+/// procedures, whose SQL names the partition's tables as the executor's
+/// does): read-only (`query_only`), kernel statements only, one read
+/// transaction at a time.
+fn open_partition_reader(dir: &Path, p: u32) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        partition_path(dir, p),
+        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| map_err(e, "open partition reader"))?;
+    prepare_reader(&conn)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
+    // The writer's page cache and mapping: a point read should cost what
+    // it costs on the executor.
+    let pragmas = "PRAGMA query_only = 1; PRAGMA temp_store = MEMORY; \
+                   PRAGMA cache_size = -32768; PRAGMA mmap_size = 1073741824;";
+    conn.execute_batch(pragmas)
+        .map_err(|e| map_err(e, pragmas))?;
+    Ok(conn)
 }
 
 /// Opens a plain reader: partition 0 as `main`, the others attached.

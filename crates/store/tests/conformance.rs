@@ -534,3 +534,77 @@ fn bounded_reads(backend: Backend) {
 }
 
 conformance!(bounded_reads);
+
+/// `Store::read`: a read-only procedure on a read connection sees every
+/// committed write, one snapshot throughout, never waits for the executor,
+/// and may neither write nor notify.
+fn read_only_procedures(backend: Backend) {
+    let Some(t) = backend.open("readonly", SCHEMA) else {
+        return;
+    };
+    let store = t.store.clone();
+    let count = |tx: &mut dyn tabos_store::Tx| -> Result<i64, Error> {
+        tx.query_scalar("SELECT count(*) FROM item WHERE p_key = $1", params![0])
+    };
+    // Reads its own acknowledged writes.
+    insert(&store, 0, 1).wait().unwrap();
+    assert_eq!(store.read(PKey(0), count).wait().unwrap(), 1);
+    // One snapshot: a write committed while the read is open is not seen
+    // by its later statements.
+    let (entered, gate) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let (e2, g2, s2) = (entered.clone(), gate.clone(), store.clone());
+    let reader = std::thread::spawn(move || {
+        s2.read(PKey(0), move |tx| {
+            let before = count(tx)?;
+            e2.wait();
+            g2.wait();
+            Ok::<_, Error>((before, count(tx)?))
+        })
+        .wait()
+    });
+    entered.wait();
+    insert(&store, 0, 2).wait().unwrap();
+    gate.wait();
+    assert_eq!(reader.join().unwrap().unwrap(), (1, 1));
+    assert_eq!(store.read(PKey(0), count).wait().unwrap(), 2);
+    // A read does not wait for the executor: one procedure holds it.
+    let (entered, gate) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
+    let (e2, g2) = (entered.clone(), gate.clone());
+    let mut first = true;
+    let blocker = store.submit(PKey(0), move |_tx| {
+        if std::mem::take(&mut first) {
+            e2.wait();
+            g2.wait();
+        }
+        Ok::<_, Error>(())
+    });
+    entered.wait();
+    assert_eq!(store.read(PKey(0), count).wait().unwrap(), 2);
+    gate.wait();
+    blocker.wait().unwrap();
+    // Writes and notifications are refused, and change nothing.
+    let e = store
+        .read(PKey(0), |tx| {
+            tx.execute("INSERT INTO item (p_key, id, v) VALUES (0, 3, 'x')", &[])
+        })
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::ReadOnly(_)), "{e}");
+    let e = store
+        .read(PKey(0), |tx| tx.notify("c", "x"))
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::ReadOnly(_)), "{e}");
+    assert_eq!(ids(&store), [1, 2]);
+    // A partition that does not exist.
+    let e = store.read(PKey(99), count).wait().unwrap_err();
+    assert!(matches!(e, Error::UnknownPartition { .. }), "{e}");
+    // Bad SQL is an error like any other.
+    let e = store
+        .read(PKey(0), |tx| tx.query("SELEC nonsense", &[]))
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::Sql(_)), "{e}");
+}
+
+conformance!(read_only_procedures);

@@ -347,7 +347,8 @@ impl Files {
         check_read(offset, len)?;
         for _ in 0..ATTEMPTS {
             let (r, who2, p) = (realm.to_string(), who.clone(), path.to_string());
-            let step = crate::call(&self.store, realm, move |tx| {
+            // Only reads: on a read connection, not the partition's executor.
+            let step = crate::read(&self.store, realm, move |tx| {
                 let st = a_file(tx, &r, &p)?;
                 allowed(&st, &who2, Need::Read)?;
                 if st.storage == Storage::Local {
@@ -384,7 +385,7 @@ impl Files {
         for part in 0..parts.min((last - first + 1) as u32) {
             let on = block_partition(&p.id, first + i64::from(part), parts);
             let (r, id) = (realm.to_string(), p.id.clone());
-            pending.push(self.store.submit(PKey(on), move |tx| {
+            pending.push(self.store.read(PKey(on), move |tx| {
                 Blocks::parallel(&r, &id).range(tx, first, last)
             }));
         }

@@ -37,8 +37,8 @@ pub mod files;
 
 use tabos_store::{params, Row, Tx};
 
-pub use crate::call;
 use crate::names::{parent_of, validate_path};
+pub use crate::{call, read};
 use crate::{p_key, subtree_range, validate_realm, Error, Result};
 
 /// The user who may do anything.
