@@ -104,7 +104,8 @@ where
                 budget,
                 conn: state,
                 own: 0,
-                stall: stall.map(|d| (d, Box::pin(tokio::time::sleep(d)))),
+                stall,
+                stall_timer: None,
             })
         });
         let response = self.inner.call(request);
@@ -153,9 +154,11 @@ struct Counted {
     conn: Option<Arc<ConnState>>,
     /// What this body has added to the budget (and to its connection's).
     own: usize,
-    /// The stall limit, and the timer that fires that long after the last
-    /// frame.
-    stall: Option<(std::time::Duration, Pin<Box<tokio::time::Sleep>>)>,
+    /// The stall limit (none when served without `conn::incoming`).
+    stall: Option<std::time::Duration>,
+    /// Fires `stall` after the last frame; made the first time the body
+    /// has to wait (a small request arrives whole and never needs one).
+    stall_timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Counted {
@@ -200,8 +203,8 @@ impl http_body::Body for Counted {
         let polled = Pin::new(&mut this.body).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
-                if let Some((limit, timer)) = &mut this.stall {
-                    timer.as_mut().reset(tokio::time::Instant::now() + *limit);
+                if let (Some(limit), Some(timer)) = (this.stall, &mut this.stall_timer) {
+                    timer.as_mut().reset(tokio::time::Instant::now() + limit);
                 }
                 if let Some(data) = frame.data_ref() {
                     if let Err(e) = this.take(data.len()) {
@@ -210,7 +213,10 @@ impl http_body::Body for Counted {
                 }
             }
             Poll::Pending => {
-                if let Some((limit, timer)) = &mut this.stall {
+                if let Some(limit) = this.stall {
+                    let timer = this
+                        .stall_timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                     if timer.as_mut().poll(cx).is_ready() {
                         return Poll::Ready(Some(Err(tonic::Status::resource_exhausted(format!(
                             "no bytes of this request came for {limit:?} (after {} bytes); \
@@ -257,6 +263,7 @@ mod tests {
             conn: None,
             own: 0,
             stall: None,
+            stall_timer: None,
         }
     }
 

@@ -161,7 +161,12 @@ impl AsyncRead for Conn {
         }
         // Registered before the count is read, so a call ending after the
         // read below still wakes this reader.
-        *this.state.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(cx.waker().clone());
+        {
+            let mut reader = this.state.reader.lock().unwrap_or_else(|e| e.into_inner());
+            if !reader.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *reader = Some(cx.waker().clone());
+            }
+        }
         if this.state.calls.load(Ordering::Acquire) > 0 {
             return Poll::Pending;
         }

@@ -32,15 +32,14 @@ async fn raw(addr: &str) -> (h2::client::SendRequest<Bytes>, tokio::task::JoinHa
 
 /// Opens a Names.Get call whose message announces `announced` bytes, and
 /// sends `sent` of them (the 5-byte gRPC prefix first), never ending the
-/// stream. Returns the call's response status (`grpc-status`, from the
-/// headers of a trailers-only response or from the trailers).
+/// stream. Returns the call's status, or why there was none.
 async fn half_sent(
     client: &mut h2::client::SendRequest<Bytes>,
     addr: &str,
     token: Option<&str>,
     announced: usize,
     sent: usize,
-) -> tokio::task::JoinHandle<(i32, String)> {
+) -> tokio::task::JoinHandle<Result<tonic::Status, String>> {
     let mut req = http::Request::post(format!("http://{addr}/tabos.v1.Names/Get"))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
@@ -76,56 +75,35 @@ async fn half_sent(
             }
             body // kept: the stream stays half-sent
         });
+        // A trailers-only response carries the status in its headers,
+        // any other in its trailers.
         let status = match response.await {
-            Ok(r) => {
-                let header = |h: &http::HeaderMap| {
-                    h.get("grpc-status")
-                        .and_then(|v| v.to_str().ok()?.parse::<i32>().ok())
-                        .map(|code| {
-                            let msg = h
-                                .get("grpc-message")
-                                .and_then(|v| v.to_str().ok())
-                                .unwrap_or("")
-                                .to_string();
-                            (code, msg)
-                        })
-                };
-                match header(r.headers()) {
-                    Some(s) => s,
-                    None => {
-                        let mut b = r.into_body();
-                        while b.data().await.is_some() {}
-                        match b.trailers().await {
-                            Ok(Some(t)) => header(&t).unwrap_or((-1, "no grpc-status".into())),
-                            other => (-1, format!("no trailers: {other:?}")),
-                        }
+            Ok(r) => match tonic::Status::from_header_map(r.headers()) {
+                Some(s) => Ok(s),
+                None => {
+                    let mut b = r.into_body();
+                    while b.data().await.is_some() {}
+                    match b.trailers().await {
+                        Ok(Some(t)) => tonic::Status::from_header_map(&t)
+                            .ok_or_else(|| "no grpc-status in the trailers".to_string()),
+                        other => Err(format!("no trailers: {other:?}")),
                     }
                 }
-            }
-            Err(e) => (-2, e.to_string()),
+            },
+            Err(e) => Err(e.to_string()),
         };
         sender.abort();
         status
     })
 }
 
-/// Percent-decodes a grpc-message (enough for the test's assertions).
-fn decoded(msg: &str) -> String {
-    let mut out = Vec::new();
-    let b = msg.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let Ok(v) = u8::from_str_radix(&msg[i + 1..i + 3], 16) {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+/// A node served with `limits`.
+async fn start_limited(dir: &TempDir, limits: Limits) -> common::Running {
+    let options = tabos_node::ServeOptions {
+        limits,
+        ..Default::default()
+    };
+    common::start_with(dir, "n1", options).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -135,15 +113,7 @@ async fn half_sent_messages_are_bounded_and_given_back() {
         request_stall: Duration::from_secs(3),
         ..Limits::default()
     };
-    let n = common::start_with(
-        &dir,
-        "n1",
-        tabos_node::ServeOptions {
-            limits,
-            ..Default::default()
-        },
-    )
-    .await;
+    let n = start_limited(&dir, limits).await;
     let mut other = n.client().await;
     other
         .name_set(REALM, "/before", b"x".to_vec(), None, None)
@@ -153,11 +123,12 @@ async fn half_sent_messages_are_bounded_and_given_back() {
     // Without a credential, a half-sent message is refused before its body.
     let (mut anon, _driver) = raw(&n.addr).await;
     let refused = half_sent(&mut anon, &n.addr, None, MESSAGE_BYTES_MAX - 16, 1 << 20).await;
-    let (code, msg) = tokio::time::timeout(PATIENCE, refused)
+    let s = tokio::time::timeout(PATIENCE, refused)
         .await
         .unwrap()
+        .unwrap()
         .unwrap();
-    assert_eq!(code, tonic::Code::Unauthenticated as i32, "{msg}");
+    assert_eq!(s.code(), tonic::Code::Unauthenticated, "{s:?}");
 
     // With one: eight 16 MiB messages, each sent but for its last 64 KiB,
     // on one connection. The connection may hold four largest messages.
@@ -180,9 +151,13 @@ async fn half_sent_messages_are_bounded_and_given_back() {
     let mut over_share = 0;
     let mut stalled = 0;
     for call in calls {
-        let (code, msg) = tokio::time::timeout(PATIENCE, call).await.unwrap().unwrap();
-        let msg = decoded(&msg);
-        assert_eq!(code, tonic::Code::ResourceExhausted as i32, "{msg}");
+        let s = tokio::time::timeout(PATIENCE, call)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let msg = s.message();
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
         if msg.contains("a connection's limit") {
             over_share += 1;
         } else {
@@ -216,15 +191,7 @@ async fn idle_connections_are_closed_and_busy_ones_kept() {
         idle: Duration::from_secs(1),
         ..Limits::default()
     };
-    let n = common::start_with(
-        &dir,
-        "n1",
-        tabos_node::ServeOptions {
-            limits,
-            ..Default::default()
-        },
-    )
-    .await;
+    let n = start_limited(&dir, limits).await;
     // A connection that never calls is closed by the node.
     let (_idle, driver) = raw(&n.addr).await;
     tokio::time::timeout(PATIENCE, driver)

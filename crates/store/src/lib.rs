@@ -399,6 +399,27 @@ impl Job {
         (job, Pending::new(rx))
     }
 
+    /// Runs the job's procedure on `tx`; a panic in it is the job's error
+    /// (and the connection goes on serving).
+    pub(crate) fn run_caught(&mut self, tx: &mut dyn Tx) -> Outcome {
+        let run = &mut self.run;
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(tx))) {
+            Ok(o) => o,
+            Err(panic) => Err(self.failure(Error::Internal(format!(
+                "procedure panicked: {}",
+                sqlite::panic_message(&panic)
+            )))),
+        }
+    }
+
+    /// A store-level failure in the caller's error type (never retried).
+    pub(crate) fn failure(&self, e: Error) -> Failure {
+        Failure {
+            error: (self.fail)(e),
+            retryable: false,
+        }
+    }
+
     /// Completes the job with a store-level failure.
     pub(crate) fn finish_err(self, e: Error) {
         let error = (self.fail)(e);
@@ -495,9 +516,20 @@ impl Store {
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
+        self.dispatch(p_key, f, |b, job| b.submit(job))
+    }
+
+    /// Hands the job running `f` to `to` (the backend's submit or read),
+    /// or fails it at once for a partition this store does not have.
+    fn dispatch<T, E, F>(&self, p_key: PKey, f: F, to: fn(&dyn Backend, Job)) -> Pending<T, E>
+    where
+        T: Send + 'static,
+        E: ProcedureError,
+        F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
+    {
         let (job, pending) = Job::of(p_key, f);
         match self.check_partition(p_key) {
-            Ok(()) => self.backend.submit(job),
+            Ok(()) => to(self.backend.as_ref(), job),
             Err(e) => job.finish_err(e),
         }
         pending
@@ -522,12 +554,7 @@ impl Store {
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        let (job, pending) = Job::of(p_key, f);
-        match self.check_partition(p_key) {
-            Ok(()) => self.backend.read(job),
-            Err(e) => job.finish_err(e),
-        }
-        pending
+        self.dispatch(p_key, f, |b, job| b.read(job))
     }
 
     /// Runs procedure `f` and blocks the calling thread until it committed or

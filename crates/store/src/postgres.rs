@@ -33,7 +33,6 @@
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -50,8 +49,8 @@ use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
-    Backend, BackendKind, Config, Dialect, Durability, Failure, Job, Location, Outcome, PKey,
-    Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+    Backend, BackendKind, Config, Dialect, Durability, Job, Location, Outcome, PKey, Stats, Tx,
+    QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
 };
 
 /// The PostgreSQL channel all tabos notifications travel on.
@@ -702,12 +701,7 @@ impl Worker {
             .start();
         let mut t = match begin {
             Ok(t) => t,
-            Err(e) => {
-                return Err(Failure {
-                    error: (job.fail)(map_err(&e, "BEGIN READ ONLY")),
-                    retryable: false,
-                })
-            }
+            Err(e) => return Err(job.failure(map_err(&e, "BEGIN READ ONLY"))),
         };
         let mut tx = PgReadTx(PgTx {
             t: &mut t,
@@ -715,16 +709,7 @@ impl Worker {
             p_key: job.p_key,
             notes: Vec::new(),
         });
-        let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
-            Ok(o) => o,
-            Err(panic) => Err(Failure {
-                error: (job.fail)(Error::Internal(format!(
-                    "read-only procedure panicked: {}",
-                    crate::sqlite::panic_message(&panic)
-                ))),
-                retryable: false,
-            }),
-        };
+        let outcome = job.run_caught(&mut tx);
         let _ = t.rollback();
         outcome
     }
@@ -746,16 +731,7 @@ impl Worker {
             p_key: job.p_key,
             notes: Vec::new(),
         };
-        let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
-            Ok(o) => o,
-            Err(panic) => Err(Failure {
-                error: (job.fail)(Error::Internal(format!(
-                    "procedure panicked: {}",
-                    crate::sqlite::panic_message(&panic)
-                ))),
-                retryable: false,
-            }),
-        };
+        let outcome = job.run_caught(&mut tx);
         let notes = std::mem::take(&mut tx.notes);
         match outcome {
             Ok(v) => {
@@ -801,10 +777,7 @@ impl Attempt {
         if e.is_retryable() {
             Attempt::Conflict(e)
         } else {
-            Attempt::Done(Err(Failure {
-                error: (job.fail)(e),
-                retryable: false,
-            }))
+            Attempt::Done(Err(job.failure(e)))
         }
     }
 }

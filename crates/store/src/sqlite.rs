@@ -32,7 +32,6 @@
 
 use std::any::Any;
 use std::fs::File;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -422,6 +421,11 @@ fn authorize(scope: &Confinement, ctx: &AuthContext<'_>) -> bool {
     }
 }
 
+/// Page cache of each writer and partition reader, in KiB.
+const CACHE_KIB: u32 = 32 << 10;
+/// How much of a partition's file a writer or partition reader maps.
+const MMAP_BYTES: u64 = 1 << 30;
+
 fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
@@ -430,8 +434,6 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| map_err(e, "open"))?;
-    const CACHE_KIB: u32 = 32 << 10;
-    const MMAP_BYTES: u64 = 1 << 30;
     let sync = match durability {
         Durability::Off => "OFF",
         Durability::Normal => "NORMAL",
@@ -618,6 +620,14 @@ const KERNEL_READ: ReadLimits = ReadLimits {
     scope: ReadScope::All,
 };
 
+/// A kernel statement's rows (a procedure's, or a read-only procedure's).
+fn kernel_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
+    let mut stmt = conn
+        .prepare_cached(&to_sqlite(sql))
+        .map_err(|e| map_err(e, sql))?;
+    run_query(&mut stmt, sql, params, &KERNEL_READ)
+}
+
 /// A procedure's transaction on the executor's connection.
 struct SqliteTx<'c> {
     conn: &'c Connection,
@@ -644,11 +654,7 @@ impl Tx for SqliteTx<'_> {
         Ok(n as u64)
     }
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&to_sqlite(sql))
-            .map_err(|e| map_err(e, sql))?;
-        run_query(&mut stmt, sql, params, &KERNEL_READ)
+        kernel_query(self.conn, sql, params)
     }
     fn confined(
         &mut self,
@@ -865,10 +871,7 @@ impl Executor {
     /// notifications are appended to `notes`.
     fn run_one(&self, job: &mut Job, notes: &mut Vec<Notification>) -> Outcome {
         if let Err(e) = self.exec("SAVEPOINT proc") {
-            return Err(Failure {
-                error: (job.fail)(e),
-                retryable: false,
-            });
+            return Err(job.failure(e));
         }
         let mut tx = SqliteTx {
             conn: &self.conn,
@@ -876,16 +879,7 @@ impl Executor {
             p_key: self.p_key,
             notes: Vec::new(),
         };
-        let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
-            Ok(o) => o,
-            Err(panic) => Err(Failure {
-                error: (job.fail)(Error::Internal(format!(
-                    "procedure panicked: {}",
-                    panic_message(&panic)
-                ))),
-                retryable: false,
-            }),
-        };
+        let outcome = job.run_caught(&mut tx);
         let tx_notes = std::mem::take(&mut tx.notes);
         let closed = match &outcome {
             Ok(_) => self.exec("RELEASE proc"),
@@ -898,10 +892,7 @@ impl Executor {
                 notes.extend(tx_notes);
                 Ok(v)
             }
-            (Ok(_), Err(e)) => Err(Failure {
-                error: (job.fail)(e),
-                retryable: false,
-            }),
+            (Ok(_), Err(e)) => Err(job.failure(e)),
             (Err(f), _) => Err(f),
         }
     }
@@ -980,11 +971,7 @@ impl Tx for SqliteReadTx<'_> {
         Err(read_only_procedure(&format!("run {sql}")))
     }
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&to_sqlite(sql))
-            .map_err(|e| map_err(e, sql))?;
-        run_query(&mut stmt, sql, params, &KERNEL_READ)
+        kernel_query(self.conn, sql, params)
     }
     fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
         Err(read_only_procedure(&format!("notify {channel}")))
@@ -1000,34 +987,19 @@ fn read_on(conn: &Connection, job: &mut Job) -> Outcome {
             .map_err(|e| map_err(e, sql))
     };
     if let Err(e) = exec("BEGIN") {
-        return Err(Failure {
-            error: (job.fail)(e),
-            retryable: false,
-        });
+        return Err(job.failure(e));
     }
     let mut tx = SqliteReadTx {
         conn,
         p_key: job.p_key,
     };
-    let outcome = match catch_unwind(AssertUnwindSafe(|| (job.run)(&mut tx))) {
-        Ok(o) => o,
-        Err(panic) => Err(Failure {
-            error: (job.fail)(Error::Internal(format!(
-                "read-only procedure panicked: {}",
-                panic_message(&panic)
-            ))),
-            retryable: false,
-        }),
-    };
+    let outcome = job.run_caught(&mut tx);
     // Nothing was written: ending the transaction only lets go of the
     // snapshot.
     if let Err(e) = exec("COMMIT") {
         let _ = exec("ROLLBACK");
         if outcome.is_ok() {
-            return Err(Failure {
-                error: (job.fail)(e),
-                retryable: false,
-            });
+            return Err(job.failure(e));
         }
     }
     outcome
@@ -1113,10 +1085,12 @@ fn open_partition_reader(dir: &Path, p: u32) -> Result<Connection> {
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
     // The writer's page cache and mapping: a point read should cost what
     // it costs on the executor.
-    let pragmas = "PRAGMA query_only = 1; PRAGMA temp_store = MEMORY; \
-                   PRAGMA cache_size = -32768; PRAGMA mmap_size = 1073741824;";
-    conn.execute_batch(pragmas)
-        .map_err(|e| map_err(e, pragmas))?;
+    let pragmas = format!(
+        "PRAGMA query_only = 1; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -{CACHE_KIB}; \
+         PRAGMA mmap_size = {MMAP_BYTES};"
+    );
+    conn.execute_batch(&pragmas)
+        .map_err(|e| map_err(e, &pragmas))?;
     Ok(conn)
 }
 

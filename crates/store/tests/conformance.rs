@@ -38,16 +38,10 @@ fn insert(store: &Store, p: u32, id: i64) -> tabos_store::Pending<(), Error> {
     })
 }
 
-fn atomicity(backend: Backend) {
-    let Some(t) = backend.open("atomicity", SCHEMA) else {
-        return;
-    };
-    let store = &t.store;
-    // Committed beforehand, so that `d` below conflicts with it on both
-    // backends whatever order the pool runs a..d in.
-    insert(store, 0, 10).wait().unwrap();
-    // Hold the executor inside a first procedure so that the following ones
-    // queue up and are committed together as one batch on SQLite.
+/// Holds partition 0's executor inside a first procedure until the
+/// returned gate is passed (then wait on the blocker): procedures submitted
+/// meanwhile queue up behind it.
+fn hold_executor(store: &Store) -> (tabos_store::Pending<(), Error>, Arc<Barrier>) {
     let entered = Arc::new(Barrier::new(2));
     let gate = Arc::new(Barrier::new(2));
     let (e2, g2) = (entered.clone(), gate.clone());
@@ -60,6 +54,20 @@ fn atomicity(backend: Backend) {
         Ok::<_, Error>(())
     });
     entered.wait();
+    (blocker, gate)
+}
+
+fn atomicity(backend: Backend) {
+    let Some(t) = backend.open("atomicity", SCHEMA) else {
+        return;
+    };
+    let store = &t.store;
+    // Committed beforehand, so that `d` below conflicts with it on both
+    // backends whatever order the pool runs a..d in.
+    insert(store, 0, 10).wait().unwrap();
+    // Hold the executor inside a first procedure so that the following ones
+    // queue up and are committed together as one batch on SQLite.
+    let (blocker, gate) = hold_executor(store);
     let before = store.stats();
     let a = insert(store, 0, 1);
     let b = store.submit(PKey(0), |tx| {
@@ -568,17 +576,7 @@ fn read_only_procedures(backend: Backend) {
     assert_eq!(reader.join().unwrap().unwrap(), (1, 1));
     assert_eq!(store.read(PKey(0), count).wait().unwrap(), 2);
     // A read does not wait for the executor: one procedure holds it.
-    let (entered, gate) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
-    let (e2, g2) = (entered.clone(), gate.clone());
-    let mut first = true;
-    let blocker = store.submit(PKey(0), move |_tx| {
-        if std::mem::take(&mut first) {
-            e2.wait();
-            g2.wait();
-        }
-        Ok::<_, Error>(())
-    });
-    entered.wait();
+    let (blocker, gate) = hold_executor(&store);
     assert_eq!(store.read(PKey(0), count).wait().unwrap(), 2);
     gate.wait();
     blocker.wait().unwrap();

@@ -385,13 +385,22 @@ impl Files {
         for part in 0..parts.min((last - first + 1) as u32) {
             let on = block_partition(&p.id, first + i64::from(part), parts);
             let (r, id) = (realm.to_string(), p.id.clone());
-            pending.push(self.store.read(PKey(on), move |tx| {
-                Blocks::parallel(&r, &id).range(tx, first, last)
+            // One blocking task per partition: a read-only procedure runs on
+            // its caller's thread, and these may be large and should overlap.
+            let store = self.store.clone();
+            pending.push(tokio::task::spawn_blocking(move || {
+                store
+                    .read(PKey(on), move |tx| {
+                        Blocks::parallel(&r, &id).range(tx, first, last)
+                    })
+                    .wait()
             }));
         }
         let mut out = vec![0u8; (end - offset) as usize];
         for pend in pending {
-            let blocks: Vec<(i64, Vec<u8>)> = pend.await?;
+            let blocks: Vec<(i64, Vec<u8>)> = pend
+                .await
+                .map_err(|e| Error::Blocks(format!("read task failed: {e}")))??;
             assemble(&mut out, offset, bs, &blocks);
         }
         Ok(out)
