@@ -25,7 +25,7 @@ use anyhow::Context;
 use tabos_client::Endpoint;
 
 use crate::measure::Samples;
-use crate::report::{round, Better, Figure, Report};
+use crate::report::{round, Better, Figure, Report, Stat};
 
 const REALM: &str = "default";
 const CLIENTS: usize = 64;
@@ -41,6 +41,8 @@ struct Sizes {
 
 struct Served {
     endpoint: Endpoint,
+    /// The same node through its local socket.
+    local: Endpoint,
     stop: tokio::sync::oneshot::Sender<()>,
     served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
     _dir: tabos_store::testing::TempDir,
@@ -67,6 +69,8 @@ async fn start(check: bool) -> anyhow::Result<Served> {
     let addr = tabos_node::local_addr(&listener)
         .context("no local address")?
         .to_string();
+    let socket = dir.path().join(tabos_node::LOCAL_SOCKET_NAME);
+    let local = tabos_node::LocalSocket::bind(&socket)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let served = tokio::spawn(tabos_node::serve_with(
         node,
@@ -76,10 +80,15 @@ async fn start(check: bool) -> anyhow::Result<Served> {
         },
         tabos_node::ServeOptions {
             check_credentials: check,
+            local_socket: Some(local),
             ..Default::default()
         },
     ));
     Ok(Served {
+        local: Endpoint::new(
+            format!("{}{}", tabos_client::UNIX_SCHEME, socket.display()),
+            token.clone(),
+        ),
         endpoint: Endpoint::new(addr, token),
         stop,
         served,
@@ -173,6 +182,37 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             noop_round(&unchecked.endpoint, sizes.calls, &mut without).await?;
         }
         let (w50, wo50) = (with.quantile_us(0.5), without.quantile_us(0.5));
+
+        // The transport: the same calls on the checked node through its
+        // local socket and over TCP loopback, alternating.
+        let (mut unix, mut tcp) = (Samples::default(), Samples::default());
+        for r in 0..sizes.rounds {
+            eprintln!(
+                "  no-op RPC, local socket vs TCP, round {}/{}",
+                r + 1,
+                sizes.rounds
+            );
+            noop_round(&checked.local, sizes.calls, &mut unix).await?;
+            noop_round(&checked.endpoint, sizes.calls, &mut tcp).await?;
+        }
+        for (label, q, stat) in [("median_us", 0.5, Stat::P50), ("p99_us", 0.99, Stat::P99)] {
+            report.figures.push(
+                Figure::new(
+                    format!("noop_rpc.1client.local_socket.{label}"),
+                    round(unix.quantile_us(q), 2),
+                    "us",
+                    Better::Lower,
+                )
+                .peer(
+                    "same node over TCP loopback",
+                    Some(round(tcp.quantile_us(q), 2)),
+                )
+                .runs(sizes.rounds as u32, stat)
+                .note(
+                    "Node.Status through the node's Unix socket (what clients on its machine use)",
+                ),
+            );
+        }
         report.figures.push(
             Figure::new(
                 "noop_rpc.1client.median_us",
@@ -181,6 +221,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 Better::Lower,
             )
             .peer("same node, credentials unchecked", Some(round(wo50, 2)))
+            .runs(sizes.rounds as u32, Stat::P50)
             .target("ratio <= 1.05")
             .note(format!(
                 "Node.Status over gRPC on loopback; runs: {} alternating rounds of {} \
@@ -211,6 +252,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 "same node, credentials unchecked",
                 Some(round(median(two), 0)),
             )
+            .runs(sizes.rounds as u32, Stat::MedianOfRuns)
             .target("ratio >= 0.95")
             .note(format!(
                 "Names.Set of one file per client (one single-row write transaction each), \
@@ -242,10 +284,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     }
     let ns = t0.elapsed().as_nanos() as f64 / n as f64;
     report.figures.push(
-        Figure::new("check.one_token_ns", round(ns, 1), "ns", Better::Lower).note(format!(
-            "Auth::check in process (SHA-256 of the token and a hash-map look-up); runs: 1 \
+        Figure::new("check.one_token_ns", round(ns, 1), "ns", Better::Lower)
+            .runs(1, Stat::Mean)
+            .note(format!(
+                "Auth::check in process (SHA-256 of the token and a hash-map look-up); runs: 1 \
              of {n} calls; stat: mean"
-        )),
+            )),
     );
     Ok(report)
 }

@@ -21,6 +21,9 @@
 //! * gRPC (tonic, the peer): one echo server per receiver; a round is one
 //!   unary call per message, the calls of a round issued concurrently on
 //!   the sender's HTTP/2 connection to each receiver.
+//! * gRPC streaming (for ping20 and multicast): the same echo servers,
+//!   each sender holding one bidirectional call per receiver and writing a
+//!   round's batch on it.
 //! * raw TCP: one echo server per receiver, length-prefixed frames, one
 //!   connection per sender and receiver, TCP_NODELAY.
 //!
@@ -36,7 +39,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinSet;
 
 use crate::measure::Samples;
-use crate::report::{round, Better, Figure, Report};
+use crate::report::{round, Better, Figure, Report, Stat};
 
 /// The generated gRPC echo peer.
 pub mod echo {
@@ -160,6 +163,10 @@ async fn join_all<T: Send + 'static>(
 #[derive(Default)]
 struct EchoServer;
 
+/// The replies of one [`EchoServer::echo_stream`] call.
+type EchoReplies =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<echo::Blob, tonic::Status>> + Send>>;
+
 #[tonic::async_trait]
 impl echo::echo_server::Echo for EchoServer {
     async fn echo(
@@ -167,6 +174,16 @@ impl echo::echo_server::Echo for EchoServer {
         request: tonic::Request<echo::Blob>,
     ) -> Result<tonic::Response<echo::Blob>, tonic::Status> {
         Ok(tonic::Response::new(request.into_inner()))
+    }
+
+    type EchoStreamStream = EchoReplies;
+
+    async fn echo_stream(
+        &self,
+        request: tonic::Request<tonic::Streaming<echo::Blob>>,
+    ) -> Result<tonic::Response<EchoReplies>, tonic::Status> {
+        // Every message comes back as it arrived: the stream is the echo.
+        Ok(tonic::Response::new(Box::pin(request.into_inner())))
     }
 }
 
@@ -218,6 +235,57 @@ async fn grpc_run(w: Workload, dur: Duration) -> anyhow::Result<Measured> {
                 while let Some(reply) = calls.join_next().await {
                     let reply = reply??.into_inner();
                     anyhow::ensure!(reply.data.len() == w.bytes);
+                }
+                r.end();
+            }
+            Ok(r.finish())
+        });
+    }
+    let runs = join_all(set).await;
+    let _ = stop.send(true);
+    Ok(combine(&w, runs?))
+}
+
+/// The streaming gRPC peer: one long-lived bidirectional call per sender
+/// and receiver; a round writes its messages to every receiver's call and
+/// reads as many echoes back.
+async fn grpc_stream_run(w: Workload, dur: Duration) -> anyhow::Result<Measured> {
+    let (addrs, stop) = grpc_servers(w.pairs * w.receivers).await?;
+    let mut set = JoinSet::new();
+    for p in 0..w.pairs {
+        let mine = addrs[p * w.receivers..(p + 1) * w.receivers].to_vec();
+        set.spawn(async move {
+            let mut calls = Vec::new();
+            for a in &mine {
+                let ch = tonic::transport::Channel::from_shared(format!("http://{a}"))?
+                    .tcp_nodelay(true)
+                    .connect()
+                    .await?;
+                let mut client = echo::echo_client::EchoClient::new(ch);
+                let (tx, rx) = tokio::sync::mpsc::channel::<echo::Blob>(w.burst.max(1) * 2);
+                let replies = client
+                    .echo_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+                    .await?
+                    .into_inner();
+                calls.push((tx, replies));
+            }
+            let payload = vec![7u8; w.bytes];
+            let mut r = Rounds::new(dur);
+            while r.begin() {
+                for (tx, _) in &calls {
+                    for _ in 0..w.burst {
+                        tx.send(echo::Blob {
+                            data: payload.clone(),
+                        })
+                        .await
+                        .map_err(|_| anyhow::anyhow!("the echo stream closed"))?;
+                    }
+                }
+                for (_, replies) in calls.iter_mut() {
+                    for _ in 0..w.burst {
+                        let reply = replies.message().await?.context("the echo stream ended")?;
+                        anyhow::ensure!(reply.data.len() == w.bytes);
+                    }
                 }
                 r.end();
             }
@@ -418,31 +486,31 @@ async fn tabos_wasm_run(
     }
     // Echo servers first, so that the pingers' first sends find them.
     c.spawn_burst(REALM, echoes.clone()).await?;
+    let started = Instant::now();
     c.spawn_burst(REALM, pingers.clone()).await?;
     let mut all = Samples::default();
-    let mut measured_ns = 0u64;
+    let mut ended = started;
     for p in &pingers {
         let s = c.wait_exit(REALM, &p.pid).await?;
+        ended = Instant::now();
         anyhow::ensure!(s.exit_status == Some(0), "wasm pinger {}: {s:?}", p.pid);
         let out = c.logs(REALM, &p.pid, "stdout").await?;
         let times = programs::ping_times(&out.data);
         anyhow::ensure!(times.len() == (rounds as usize + WARMUP_ROUNDS));
         for &t in &times[WARMUP_ROUNDS..] {
             all.push(t);
-            measured_ns += t;
         }
     }
     for e in &echoes {
         c.wait_exit(REALM, &e.pid).await?;
     }
-    let msgs = (w.pairs * rounds as usize * w.msgs_per_round()) as f64;
-    // Throughput over the measured rounds of the pingers, which run side by
-    // side: messages over their mean measured time (start-up and warm-up
-    // rounds excluded, as for the other systems).
-    let per_pinger_s = measured_ns as f64 / 1e9 / w.pairs as f64;
+    // Wall-clock throughput, as the client measures it: every message of
+    // every round (warm-up included) over the time from spawning the
+    // pingers to the last one's exit — their start-up counts against them.
+    let msgs = (w.pairs * (rounds as usize + WARMUP_ROUNDS) * w.msgs_per_round()) as f64;
     Ok(Measured {
         median_us: all.quantile_us(0.5),
-        msgs_per_s: msgs / per_pinger_s,
+        msgs_per_s: msgs / (ended - started).as_secs_f64(),
     })
 }
 
@@ -487,6 +555,9 @@ struct Row {
     tabos: Measured,
     wasm: Measured,
     grpc: Measured,
+    /// The streaming gRPC peer, for workloads of more than one message a
+    /// round (ping20, multicast).
+    grpc_stream: Option<Measured>,
     tcp: Measured,
 }
 
@@ -548,13 +619,18 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             let rounds = ((dur.as_secs_f64() * 1e6 / per_round_us) as u32).clamp(50, 20_000);
             let wasm = tabos_wasm_run(&node.addr, dir.path(), &tag, w, rounds).await?;
             let grpc = grpc_run(w, dur).await?;
+            let grpc_stream = if w.burst * w.receivers > 1 {
+                Some(grpc_stream_run(w, dur).await?)
+            } else {
+                None
+            };
             let tcp = tcp_run(w, dur).await?;
             eprintln!(
                 "  median us: tabos {:.1} wasm {:.1} grpc {:.1} tcp {:.1}; msgs/s: tabos {:.0} wasm {:.0} grpc {:.0} tcp {:.0}",
                 tabos.median_us, wasm.median_us, grpc.median_us, tcp.median_us,
                 tabos.msgs_per_s, wasm.msgs_per_s, grpc.msgs_per_s, tcp.msgs_per_s
             );
-            rows.push(Row { name, w, tabos, wasm, grpc, tcp });
+            rows.push(Row { name, w, tabos, wasm, grpc, grpc_stream, tcp });
         }
         let _ = node.stop.send(());
         node.served.await??;
@@ -571,27 +647,41 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 _ => None,
             }
         };
-        for (metric, unit, better) in [
-            ("median_us", "us", Better::Lower),
-            ("msgs_per_s", "msgs/s", Better::Higher),
+        for (metric, unit, better, stat) in [
+            ("median_us", "us", Better::Lower, Stat::P50),
+            ("msgs_per_s", "msgs/s", Better::Higher, Stat::Rate),
         ] {
             let pick = |m: &Measured| match metric {
                 "median_us" => round(m.median_us, 1),
                 _ => round(m.msgs_per_s, 0),
             };
             let mut f = Figure::new(format!("{}.{metric}", r.name), pick(&r.tabos), unit, better)
-                .peer("grpc-tonic", Some(pick(&r.grpc)));
+                .peer("grpc-tonic", Some(pick(&r.grpc)))
+                .runs(1, stat);
             if let Some(t) = targets(metric) {
                 f = f.target(t);
             }
             report.figures.push(f);
+            if let Some(stream) = &r.grpc_stream {
+                report.figures.push(
+                    Figure::new(
+                        format!("{}.{metric}.vs_stream", r.name),
+                        pick(&r.tabos),
+                        unit,
+                        better,
+                    )
+                    .peer("grpc-tonic-stream", Some(pick(stream)))
+                    .runs(1, stat),
+                );
+            }
             let mut f = Figure::new(
                 format!("{}.{metric}.wasm", r.name),
                 pick(&r.wasm),
                 unit,
                 better,
             )
-            .peer("grpc-tonic", Some(pick(&r.grpc)));
+            .peer("grpc-tonic", Some(pick(&r.grpc)))
+            .runs(1, stat);
             if r.name == "pingpong.64B.1pair" && metric == "median_us" {
                 f = f.target("value <= 50");
             }
@@ -603,14 +693,18 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                     unit,
                     better,
                 )
-                .peer("tcp-loopback", Some(pick(&r.tcp))),
+                .peer("tcp-loopback", Some(pick(&r.tcp)))
+                .runs(1, stat),
             );
         }
     }
     report.notes.push(format!(
         "tabos: embedded node (SQLite, durability normal) in this process, clients over loopback gRPC; \
-         .wasm figures: wasm procs on that node using the tabos.send/recv host calls; peers: tonic {} unary \
-         echo servers and raw TCP echo servers in this process; {} s per measurement",
+         .wasm figures: wasm procs on that node using the tabos.send/recv host calls (msgs/s wall-clock, \
+         from spawning the pingers to their exit); peers: tonic {} unary echo servers (grpc-tonic: one \
+         call per message), the same servers streaming (grpc-tonic-stream: one long-lived bidirectional \
+         call per sender and receiver, a round's batch written on it) and raw TCP echo servers, all in \
+         this process; {} s per measurement",
         "0.14",
         dur.as_secs_f64()
     ));

@@ -32,7 +32,7 @@ use tabos_client::names::{CreateOptions, WatchMode};
 use tokio::task::JoinSet;
 
 use crate::measure::Samples;
-use crate::report::{round, Better, Figure, Report};
+use crate::report::{round, Better, Figure, Report, Stat};
 
 const REALM: &str = "default";
 const CLIENTS: [usize; 2] = [1, 16];
@@ -487,15 +487,20 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                     "ops/s",
                     Better::Higher,
                 )
-                .peer("etcd", Some(round(e.ops_per_s, 0)));
+                .peer("etcd", Some(round(e.ops_per_s, 0)))
+                .runs(1, Stat::Rate);
                 if let Some(tg) = target {
                     f = f.target(tg);
                 }
                 report.figures.push(f);
-                for (q, tv, ev) in [("p50", t.p50_us, e.p50_us), ("p99", t.p99_us, e.p99_us)] {
+                for (q, stat, tv, ev) in [
+                    ("p50", Stat::P50, t.p50_us, e.p50_us),
+                    ("p99", Stat::P99, t.p99_us, e.p99_us),
+                ] {
                     report.figures.push(
                         Figure::new(format!("{name}.{q}_us"), round(tv, 1), "us", Better::Lower)
-                            .peer("etcd", Some(round(ev, 1))),
+                            .peer("etcd", Some(round(ev, 1)))
+                            .runs(1, stat),
                     );
                 }
             }
@@ -504,7 +509,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             eprintln!("names: watch latency ...");
             let mut t = watch_latency(System::Tabos, &ends, watch_n).await?;
             let mut e = watch_latency(System::Etcd, &ends, watch_n).await?;
-            for (q, target) in [(0.5, Some("ratio <= 1")), (0.99, None)] {
+            for (q, stat, target) in [(0.5, Stat::P50, Some("ratio <= 1")), (0.99, Stat::P99, None)] {
                 let label = if q == 0.5 { "p50" } else { "p99" };
                 let mut f = Figure::new(
                     format!("watch.{label}_us"),
@@ -513,6 +518,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                     Better::Lower,
                 )
                 .peer("etcd", Some(round(e.quantile_us(q), 1)))
+                .runs(1, stat)
                 .note("from issuing a set to the watcher receiving its event");
                 if let Some(tg) = target {
                     f = f.target(tg);

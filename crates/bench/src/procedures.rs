@@ -24,7 +24,7 @@ use tabos_sandbox::procedure::{code_hash, examples, Language, Limits, ProcSpec};
 use tabos_sandbox::{Host, RecvCall, Sandbox, SandboxConfig};
 
 use crate::measure::Samples;
-use crate::report::{round, Better, Figure, Report};
+use crate::report::{round, Better, Figure, Report, Stat};
 
 include!("../guest/fig2.rs");
 
@@ -59,10 +59,15 @@ fn spec<'a>(tenant: &'a str, language: Language, code: &str) -> ProcSpec<'a> {
     }
 }
 
-/// Mean ns per call of `f` over `n` calls, best of 3 rounds.
+/// Rounds of [`ns_per`]: every contestant of a dispatch, host-call or
+/// Table 2 figure gets this many, and its best counts.
+const NS_PER_ROUNDS: u32 = 3;
+
+/// Mean ns per call of `f` over `n` calls, best of [`NS_PER_ROUNDS`]
+/// rounds.
 fn ns_per(n: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
     let mut best = f64::INFINITY;
-    for _ in 0..3 {
+    for _ in 0..NS_PER_ROUNDS {
         let t = Instant::now();
         for _ in 0..n {
             f()?;
@@ -102,12 +107,14 @@ fn invocation(report: &mut Report, quick: bool) -> anyhow::Result<()> {
     report.figures.push(
         Figure::new("invoke.noop.wasm_ns", round(wasm, 1), "ns", Better::Lower)
             .peer(peer, Some(round(native, 1)))
+            .runs(NS_PER_ROUNDS, Stat::BestOfRuns)
             .target("value <= 200")
             .note(note),
     );
     report.figures.push(
         Figure::new("invoke.noop.js_ns", round(js, 1), "ns", Better::Lower)
             .peer(peer, Some(round(native, 1)))
+            .runs(NS_PER_ROUNDS, Stat::BestOfRuns)
             .target("value <= 1000")
             .note(note),
     );
@@ -136,6 +143,7 @@ fn invocation(report: &mut Report, quick: bool) -> anyhow::Result<()> {
             Better::Lower,
         )
         .peer("native dyn Host call", Some(round(native_call, 2)))
+        .runs(NS_PER_ROUNDS, Stat::BestOfRuns)
         .target("value <= 30")
         .note("tabos.nop() from a wasm loop, into the Host trait and back"),
     );
@@ -147,6 +155,7 @@ fn invocation(report: &mut Report, quick: bool) -> anyhow::Result<()> {
             Better::Lower,
         )
         .peer("native dyn Host call", Some(round(native_call, 2)))
+        .runs(NS_PER_ROUNDS, Stat::BestOfRuns)
         .note("tabos.nop() from a JavaScript loop (QuickJS is an interpreter: the loop's own cost is included)"),
     );
     Ok(())
@@ -155,12 +164,11 @@ fn invocation(report: &mut Report, quick: bool) -> anyhow::Result<()> {
 /// Creating a process, the paper's "Processes/C++" context: fork, exec
 /// /bin/true, wait.
 fn process_us(n: usize) -> anyhow::Result<f64> {
-    let t = Instant::now();
-    for _ in 0..n {
+    Ok(ns_per(n, || {
         let st = std::process::Command::new("/bin/true").status()?;
         anyhow::ensure!(st.success(), "/bin/true failed");
-    }
-    Ok(t.elapsed().as_secs_f64() * 1e6 / n as f64)
+        Ok(())
+    })? / 1e3)
 }
 
 fn table2(report: &mut Report, quick: bool) -> anyhow::Result<()> {
@@ -250,6 +258,7 @@ fn table2(report: &mut Report, quick: bool) -> anyhow::Result<()> {
         report.figures.push(
             Figure::new(name, round(v, 1), "us", Better::Lower)
                 .peer(peer, Some(round(process, 1)))
+                .runs(NS_PER_ROUNDS, Stat::BestOfRuns)
                 .note(note),
         );
     }
@@ -639,6 +648,7 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
             report.figures.push(
                 Figure::new(format!("chase.{c}.wasm.p50_us"), round(wasm.p50_us, 1), "us", Better::Lower)
                     .peer("two client round trips (gRPC)", Some(round(two.p50_us, 1)))
+                    .runs(1, Stat::P50)
                     .target("ratio <= 0.556")
                     .note("chase in one wasm procedure call vs the client following the pointer with two calls"),
             );
@@ -649,7 +659,8 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
                     "us",
                     Better::Lower,
                 )
-                .peer("two client round trips (gRPC)", Some(round(two.p50_us, 1))),
+                .peer("two client round trips (gRPC)", Some(round(two.p50_us, 1)))
+                .runs(1, Stat::P50),
             );
         }
         report.figures.push(
@@ -662,7 +673,8 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
             .peer(
                 "two client round trips (gRPC)",
                 Some(round(two.ops_per_s, 0)),
-            ),
+            )
+            .runs(1, Stat::Rate),
         );
         report.figures.push(
             Figure::new(
@@ -675,6 +687,7 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
                 "redis-server FCALL (Lua)",
                 Some(round(redis_m.ops_per_s, 0)),
             )
+            .runs(1, Stat::Rate)
             .target("ratio >= 1"),
         );
         report.figures.push(
@@ -687,7 +700,8 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
             .peer(
                 "redis-server FCALL (Lua)",
                 Some(round(redis_m.ops_per_s, 0)),
-            ),
+            )
+            .runs(1, Stat::Rate),
         );
         report.figures.push(
             Figure::new(
@@ -696,7 +710,8 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
                 "us",
                 Better::Lower,
             )
-            .peer("redis-server FCALL (Lua)", Some(round(redis_m.p50_us, 1))),
+            .peer("redis-server FCALL (Lua)", Some(round(redis_m.p50_us, 1)))
+            .runs(1, Stat::P50),
         );
     }
     report.notes.push(format!(
@@ -743,16 +758,44 @@ fn records_data(n: usize) -> Vec<i32> {
     v
 }
 
-/// Compiles the guest for wasm32 with the installed rustc.
+/// The Figure 2 guest's source, carried in the binary: the suite runs
+/// from the release binary alone, wherever it was built.
+const GUEST_SRC: &str = include_str!("../guest/fig2.rs");
+/// The target the guest is compiled for.
+const GUEST_TARGET: &str = "wasm32-wasip1";
+
+/// Installs the guest's target with rustup when the toolchain lacks it.
+fn ensure_guest_target() -> anyhow::Result<()> {
+    let libdir = std::process::Command::new("rustc")
+        .args(["--print", "target-libdir", "--target", GUEST_TARGET])
+        .output()
+        .context("cannot run rustc (the Figure 2 guest is compiled with it)")?;
+    let dir = String::from_utf8_lossy(&libdir.stdout).trim().to_string();
+    if libdir.status.success() && !dir.is_empty() && Path::new(&dir).is_dir() {
+        return Ok(());
+    }
+    eprintln!("procedures: installing the {GUEST_TARGET} target with rustup (once) ...");
+    let st = std::process::Command::new("rustup")
+        .args(["target", "add", GUEST_TARGET])
+        .status()
+        .context("cannot run rustup to add the wasm32 target")?;
+    anyhow::ensure!(st.success(), "rustup target add {GUEST_TARGET} failed");
+    Ok(())
+}
+
+/// Compiles the guest for wasm32 with the installed rustc (adding the
+/// target first if it is missing).
 fn compile_guest(dir: &Path) -> anyhow::Result<Vec<u8>> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("guest/fig2.rs");
+    ensure_guest_target()?;
+    let src = dir.join("fig2.rs");
+    std::fs::write(&src, GUEST_SRC)?;
     let out = dir.join("fig2.wasm");
     let st = std::process::Command::new("rustc")
         .args([
             "--edition",
             "2021",
             "--target",
-            "wasm32-wasip1",
+            GUEST_TARGET,
             "--crate-type",
             "cdylib",
         ])
@@ -881,7 +924,7 @@ fn figure2(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
                     ref other => anyhow::bail!("q{q} returned {other:?}"),
                 })
             })?;
-            let (js_ms, j) = time(1, || {
+            let (js_ms, j) = time(rounds, || {
                 js_ctx.with(|ctx| -> anyhow::Result<Answer> {
                     let f: rquickjs::Function = ctx.globals().get(format!("q{q}"))?;
                     let a: rquickjs::Value = ctx.globals().get("DATA")?;
@@ -914,7 +957,8 @@ fn figure2(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
                 "ms",
                 Better::Lower,
             )
-            .peer("native Rust", Some(round(native_ms, 2)));
+            .peer("native Rust", Some(round(native_ms, 2)))
+            .runs(rounds as u32, Stat::BestOfRuns);
             if q <= 3 {
                 f = f.target("ratio <= 1.3");
             }
@@ -926,7 +970,8 @@ fn figure2(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
                     "ms",
                     Better::Lower,
                 )
-                .peer("native Rust", Some(round(native_ms, 2))),
+                .peer("native Rust", Some(round(native_ms, 2)))
+                .runs(rounds as u32, Stat::BestOfRuns),
             );
         }
     }
@@ -944,7 +989,7 @@ fn figure2(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
          with rustc --target wasm32-wasip1 -C opt-level=3, run in the sandbox's engine (Cranelift, \
          epoch interruption on, as procedures); JavaScript on QuickJS (the engine of JS \
          procedures, an interpreter, not a JIT like the paper's V8); best of {rounds} rounds for \
-         native and wasm, one for JS",
+         each",
         bytes >> 20
     ));
     Ok(())

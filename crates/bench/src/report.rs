@@ -1,4 +1,11 @@
 //! The result file of a suite and its printed table.
+//!
+//! A figure holds tabos's value, its peer's (measured in the same run, the
+//! same number of runs, the same statistic: [`Figure::runs`]) and, apart
+//! from both, a [`Reference`]: a number quoted from a paper or a vendor,
+//! shown for context and never a ratio's denominator. [`Report::check`]
+//! refuses a report that breaks those rules, and [`Report::write`] writes
+//! none that does.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +20,34 @@ pub enum Better {
     Lower,
 }
 
+/// How a figure's value (and its peer's) was drawn from its runs.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stat {
+    /// Operations completed over all measured runs, divided by their
+    /// wall-clock time.
+    Rate,
+    /// The median of every sample of every run.
+    P50,
+    /// The 99th percentile of every sample of every run.
+    P99,
+    /// The mean of every sample of every run.
+    Mean,
+    /// The median of the runs' values (each run one value: a wall time, a
+    /// rate).
+    MedianOfRuns,
+    /// The best of the runs' values.
+    BestOfRuns,
+}
+
+/// A figure quoted from a paper or a vendor: context for a measured one,
+/// never its peer.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Reference {
+    pub name: String,
+    pub value: f64,
+}
+
 /// One measured figure, with its peer's and the target it is held to.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figure {
@@ -24,6 +59,12 @@ pub struct Figure {
     pub peer_value: Option<f64>,
     /// tabos / peer.
     pub ratio: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Reference>,
+    /// How many runs each contestant got ([`Figure::runs`]).
+    pub runs: Option<u32>,
+    /// The statistic both the value and the peer's value are.
+    pub stat: Option<Stat>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -42,6 +83,9 @@ impl Figure {
             peer: String::new(),
             peer_value: None,
             ratio: None,
+            reference: None,
+            runs: None,
+            stat: None,
             target: None,
             met: None,
             note: None,
@@ -55,6 +99,23 @@ impl Figure {
         self.ratio = peer_value
             .filter(|p| *p != 0.0 && p.is_finite() && self.value.is_finite())
             .map(|p| round(self.value / p, 3));
+        self
+    }
+
+    /// Shows a figure quoted from a paper or a vendor beside this one.
+    pub fn reference(mut self, name: &str, value: f64) -> Figure {
+        self.reference = Some(Reference {
+            name: name.to_string(),
+            value,
+        });
+        self
+    }
+
+    /// Says how the value was drawn: `runs` runs for every contestant, and
+    /// the statistic both the value and the peer's value are.
+    pub fn runs(mut self, runs: u32, stat: Stat) -> Figure {
+        self.runs = Some(runs);
+        self.stat = Some(stat);
         self
     }
 
@@ -149,13 +210,49 @@ impl Report {
                 f.ratio.map_or("-".to_string(), |r| format!("{r:.2}")),
                 f.peer,
             );
+            if let Some(r) = &f.reference {
+                println!("{:w$}  reference: {} = {}", "", r.name, fmt(r.value));
+            }
         }
         for n in &self.notes {
             println!("note: {n}");
         }
     }
 
+    /// What is wrong with the report, if anything: a figure without its
+    /// runs and statistic, a ratio target without a measured peer, a
+    /// reference held to a ratio, two figures of one name.
+    pub fn check(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut names = std::collections::HashSet::new();
+        for f in &self.figures {
+            if !names.insert(f.name.as_str()) {
+                problems.push(format!("{}: two figures of this name", f.name));
+            }
+            if f.runs.is_none() || f.stat.is_none() || f.runs == Some(0) {
+                problems.push(format!("{}: says no runs and statistic", f.name));
+            }
+            let ratio_target = f.target.as_deref().is_some_and(|t| t.starts_with("ratio"));
+            if ratio_target && f.peer.is_empty() {
+                problems.push(format!("{}: a ratio target without a peer", f.name));
+            }
+            if f.peer.is_empty() && f.peer_value.is_some() {
+                problems.push(format!("{}: a peer value without a peer", f.name));
+            }
+        }
+        problems
+    }
+
+    /// Writes `<dir>/<suite>.json`; refuses a report [`Report::check`]
+    /// finds wrong.
     pub fn write(&self, dir: &Path) -> anyhow::Result<PathBuf> {
+        let problems = self.check();
+        anyhow::ensure!(
+            problems.is_empty(),
+            "the {} report breaks the result-file rules:\n  {}",
+            self.suite,
+            problems.join("\n  ")
+        );
         std::fs::create_dir_all(dir)?;
         let path = dir.join(format!("{}.json", self.suite));
         std::fs::write(&path, serde_json::to_string_pretty(self)? + "\n")?;
@@ -209,5 +306,35 @@ mod tests {
             "an unmeasured peer never meets a ratio target"
         );
         assert_eq!(iso8601_now().len(), 20);
+    }
+
+    #[test]
+    fn reports_that_break_the_rules_are_refused() {
+        let mut r = Report {
+            suite: "t".into(),
+            quick: true,
+            started: iso8601_now(),
+            machine: Machine::read(),
+            figures: vec![Figure::new("a", 1.0, "us", Better::Lower)
+                .peer("p", Some(2.0))
+                .runs(3, Stat::P50)],
+            notes: Vec::new(),
+        };
+        assert!(r.check().is_empty());
+        r.figures
+            .push(Figure::new("b", 1.0, "us", Better::Lower).peer("p", Some(1.0)));
+        r.figures.push(
+            Figure::new("c", 1.0, "us", Better::Lower)
+                .reference("a paper", 9.0)
+                .runs(1, Stat::P50)
+                .target("ratio <= 1"),
+        );
+        r.figures
+            .push(Figure::new("a", 1.0, "us", Better::Lower).runs(1, Stat::P50));
+        let problems = r.check();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        let dir = std::env::temp_dir().join(format!("tabos-report-{}", std::process::id()));
+        assert!(r.write(&dir).is_err());
+        assert!(!dir.join("t.json").exists());
     }
 }

@@ -24,7 +24,7 @@ use tabos_store::pg_cluster::{ClusterOptions, TempCluster};
 use tabos_store::{params, Config, Durability, Error, Migration, PKey, Pending, Store};
 
 use crate::measure::Samples;
-use crate::report::{round, Better, Figure, Report};
+use crate::report::{round, Better, Figure, Report, Stat};
 
 const SCHEMA: &[Migration] = &[Migration {
     version: 1,
@@ -263,18 +263,13 @@ fn raw_sqlite(
     durability: Durability,
     w: Workload,
     t: &Timing,
-) -> anyhow::Result<f64> {
+) -> anyhow::Result<Run> {
     let conn = rusqlite::Connection::open(dir.join("raw.db"))?;
-    let sync = match durability {
-        Durability::Off => "OFF",
-        Durability::Normal => "NORMAL",
-        Durability::Full => "FULL",
-    };
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;
-         CREATE TABLE IF NOT EXISTS ins (p_key INTEGER NOT NULL, id INTEGER NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (p_key, id));
+    conn.execute_batch(&tabos_store::sqlite::writer_pragmas(durability))?;
+    conn.execute_batch(
+        "CREATE TABLE IF NOT EXISTS ins (p_key INTEGER NOT NULL, id INTEGER NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (p_key, id));
          CREATE TABLE IF NOT EXISTS upd (p_key INTEGER NOT NULL, id INTEGER NOT NULL, n INTEGER NOT NULL, payload TEXT NOT NULL, PRIMARY KEY (p_key, id));"
-    ))?;
+    )?;
     conn.execute_batch("BEGIN")?;
     for id in 0..UPDATE_ROWS {
         conn.execute(
@@ -307,7 +302,7 @@ fn raw_sqlite(
 }
 
 /// The raw peer on PostgreSQL: one connection, one transaction per operation.
-fn raw_postgres(url: &str, w: Workload, t: &Timing) -> anyhow::Result<f64> {
+fn raw_postgres(url: &str, w: Workload, t: &Timing) -> anyhow::Result<Run> {
     let mut c = postgres::Client::connect(url, postgres::NoTls)?;
     c.batch_execute("SET synchronous_commit = on")?;
     let ins = c.prepare("INSERT INTO ins (p_key, id, payload) VALUES (0, $1, $2)")?;
@@ -331,26 +326,34 @@ fn raw_postgres(url: &str, w: Workload, t: &Timing) -> anyhow::Result<f64> {
     })
 }
 
-/// Runs `op` in a loop: warm-up, then counts operations for `t.run`.
-fn timed_loop(t: &Timing, mut op: impl FnMut(u64) -> anyhow::Result<()>) -> anyhow::Result<f64> {
+/// Runs `op` in a loop: warm-up, then counts operations for `t.run`,
+/// recording each one's latency as the closed loop does for tabos.
+fn timed_loop(t: &Timing, mut op: impl FnMut(u64) -> anyhow::Result<()>) -> anyhow::Result<Run> {
     let start = Instant::now();
     let mut seq = 0;
     while start.elapsed() < t.warmup {
         op(seq)?;
         seq += 1;
     }
+    let mut samples = Samples::with_capacity(1 << 16);
     let measure = Instant::now();
-    let mut n = 0u64;
-    while measure.elapsed() < t.run {
+    loop {
+        let t0 = Instant::now();
+        if t0 - measure >= t.run {
+            break;
+        }
         op(seq)?;
+        samples.push(t0.elapsed().as_nanos() as u64);
         seq += 1;
-        n += 1;
     }
-    Ok(n as f64 / measure.elapsed().as_secs_f64())
+    Ok(Run {
+        ops_per_s: samples.len() as f64 / t.run.as_secs_f64(),
+        samples,
+    })
 }
 
-/// Measures the raw peer of a workload: operations per second.
-type RawPeer = Box<dyn Fn(Workload, &Timing) -> anyhow::Result<f64>>;
+/// Measures the raw peer of a workload: its throughput and latencies.
+type RawPeer = Box<dyn Fn(Workload, &Timing) -> anyhow::Result<Run>>;
 
 struct Backend {
     label: String,
@@ -453,9 +456,16 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let mut peak_insert_normal = None;
     for b in &backends {
         for w in [Workload::Noop, Workload::Insert, Workload::Update] {
-            let raw =
+            let mut raw =
                 (b.raw)(w, &t).with_context(|| format!("raw peer of {} {}", b.label, w.name()))?;
-            println!("  {:<14} {:<7} raw peer {:>9.0}/s", b.label, w.name(), raw);
+            println!(
+                "  {:<14} {:<7} raw peer {:>9.0}/s  p50 {:>8.1} us  p99 {:>8.1} us",
+                b.label,
+                w.name(),
+                raw.ops_per_s,
+                raw.samples.quantile_us(0.5),
+                raw.samples.quantile_us(0.99)
+            );
             for clients in CLIENTS {
                 let mut run = closed_loop(&rt, &b.store, w, clients, &t)?;
                 println!(
@@ -474,10 +484,11 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                     "ops/s",
                     Better::Higher,
                 )
-                .peer(b.raw_name, Some(round(raw, 0)));
-                let is_target =
+                .peer(b.raw_name, Some(round(raw.ops_per_s, 0)))
+                .runs(1, Stat::Rate);
+                let peak_target =
                     b.label == "sqlite-normal" && w == Workload::Insert && clients == 64;
-                if is_target {
+                if peak_target {
                     peak_insert_normal = Some(run.ops_per_s);
                     tput = tput.target("ratio >= 3");
                     report.figures.push(
@@ -487,13 +498,18 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                             "ops/s",
                             Better::Higher,
                         )
-                        .peer(b.raw_name, Some(round(raw, 0)))
+                        .peer(b.raw_name, Some(round(raw.ops_per_s, 0)))
+                        .runs(1, Stat::Rate)
                         .target("value >= 200000"),
                     );
                 }
+                // Issue 18: a single-row insert at one client, durability
+                // off, within half of raw SQLite's rate.
+                if b.label == "sqlite-off" && w == Workload::Insert && clients == 1 {
+                    tput = tput.target("ratio >= 0.5");
+                }
                 report.figures.push(tput);
-                let raw_latency_us = 1e6 / raw;
-                for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
+                for (q, label, stat) in [(0.5, "p50", Stat::P50), (0.99, "p99", Stat::P99)] {
                     report.figures.push(
                         Figure::new(
                             format!("{name}.commit_{label}_us"),
@@ -501,16 +517,17 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                             "us",
                             Better::Lower,
                         )
-                        .peer(
-                            &format!("{} (mean)", b.raw_name),
-                            Some(round(raw_latency_us, 1)),
-                        ),
+                        .peer(b.raw_name, Some(round(raw.samples.quantile_us(q), 1)))
+                        .runs(1, stat),
                     );
                 }
             }
         }
     }
 
+    // The open loop has no raw peer: one connection cannot be offered half
+    // of tabos's 64-client peak (it is below the raw rate's own peak), so
+    // the figure is held to its absolute target alone.
     if let (Some(peak), Some(b)) = (
         peak_insert_normal,
         backends.iter().find(|b| b.label == "sqlite-normal"),
@@ -519,7 +536,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         let mut s = open_loop(&b.store, Workload::Insert, rate, &t)?;
         let p99 = s.quantile_us(0.99);
         println!("  sqlite-normal insert at half peak ({rate:.0}/s offered): p50 {:.1} us p99 {p99:.1} us", s.quantile_us(0.5));
-        let raw = (b.raw)(Workload::Insert, &t)?;
+        let note = format!("open loop at {rate:.0} procedures/s offered, paced every 100 us");
         report.figures.push(
             Figure::new(
                 "insert.sqlite-normal.half_peak.commit_p99_us",
@@ -527,11 +544,9 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 "us",
                 Better::Lower,
             )
-            .peer("raw-rusqlite-1tx-per-op (mean)", Some(round(1e6 / raw, 1)))
+            .runs(1, Stat::P99)
             .target("value <= 1000")
-            .note(format!(
-                "open loop at {rate:.0} procedures/s offered, paced every 100 us"
-            )),
+            .note(note.clone()),
         );
         report.figures.push(
             Figure::new(
@@ -540,7 +555,8 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 "us",
                 Better::Lower,
             )
-            .peer("raw-rusqlite-1tx-per-op (mean)", Some(round(1e6 / raw, 1))),
+            .runs(1, Stat::P50)
+            .note(note),
         );
     }
     if let (Some(n), true) = (pg_note, want_pg) {
@@ -553,6 +569,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                     Better::Higher,
                 )
                 .peer("raw-postgres-1tx-per-op", None)
+                .runs(1, Stat::Rate)
                 .note(n.clone()),
             );
         }

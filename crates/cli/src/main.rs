@@ -39,7 +39,8 @@ struct Cli {
 /// Where client commands find the node, and the credential they act with.
 #[derive(clap::Args, Clone)]
 struct NodeAddr {
-    /// Address of the tabos node (host:port) [default: the context's, else 127.0.0.1:7070]
+    /// Address of the tabos node: host:port, or unix:PATH for its local
+    /// socket [default: the context's, else 127.0.0.1:7070]
     #[arg(long, env = "TABOS_ADDR")]
     addr: Option<String>,
     /// The credential to act with (a token from `tabos up`, `tabos realm

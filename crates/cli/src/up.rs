@@ -5,8 +5,9 @@ use tabos_store::{Config, Durability};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Directory of the embedded SQLite database and of the node's
-    /// operator credential (`operator.token`; with --db, only that)
+    /// Directory of the embedded SQLite database, of the node's operator
+    /// credential (`operator.token`) and of its local socket (`tabos.sock`,
+    /// which clients on this machine use); with --db, only the last two
     #[arg(long, default_value = "./tabos-data")]
     data: String,
     /// A postgres:// URL: keep the kernel database in PostgreSQL instead
@@ -136,9 +137,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
+    // The local socket, by its absolute path: the saved context reaches it
+    // from any working directory.
+    let socket = std::fs::canonicalize(&args.data)
+        .with_context(|| format!("cannot resolve {}", args.data))?
+        .join(tabos_node::LOCAL_SOCKET_NAME);
+    let serve_local = socket.as_os_str().len() <= tabos_node::LOCAL_SOCKET_PATH_MAX;
+    if !serve_local {
+        println!(
+            "no local socket: {} is longer than a Unix socket path may be ({} bytes); clients use TCP",
+            socket.display(),
+            tabos_node::LOCAL_SOCKET_PATH_MAX
+        );
+    }
+    let local_addr =
+        serve_local.then(|| format!("{}{}", tabos_client::UNIX_SCHEME, socket.display()));
     let rt = crate::runtime()?;
     rt.block_on(async move {
         let listener = tabos_node::bind(&args.listen).await?;
+        if serve_local {
+            options.local_socket = Some(tabos_node::LocalSocket::bind(&socket)?);
+        }
         let addr = tabos_node::local_addr(&listener).map_or(args.listen.clone(), |a| a.to_string());
         println!(
             "tabos node on {addr}: {where_}, {} partitions, durability {}{}",
@@ -168,10 +187,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for line in node_protections.iter() {
             println!("confinement: {line}");
         }
+        if let Some(local) = &local_addr {
+            println!("local socket: {local}");
+        }
         if !args.no_context {
-            match crate::credentials::File::save_context(
-                &addr,
-                crate::credentials::Context {
+            // Clients on this machine use the local socket; without one,
+            // TCP (and TLS when the node serves it).
+            let context = match &local_addr {
+                Some(local) => crate::credentials::Context {
+                    addr: local.clone(),
+                    realm: String::new(),
+                    token,
+                    tls_ca: String::new(),
+                },
+                None => crate::credentials::Context {
                     addr: addr.clone(),
                     realm: String::new(),
                     token,
@@ -183,7 +212,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         .map(|c| c.display().to_string())
                         .unwrap_or_default(),
                 },
-            ) {
+            };
+            match crate::credentials::File::save_context(&addr, context) {
                 Ok(path) => println!("saved as context {addr} (current) in {}", path.display()),
                 Err(e) => println!("not saved as a context ({e:#}): use --token or TABOS_TOKEN"),
             }

@@ -385,6 +385,92 @@ fn spawn_wait_ps_and_logs() {
     assert!(stderr(&o).contains("invalid module"), "{}", stderr(&o));
 }
 
+/// `tabos up` also serves on a Unix socket in its data directory: the saved
+/// context uses it, credentials are checked on it as on TCP, a native
+/// proc reaches its node through it (jailed or not), a socket left by a
+/// node that is gone is replaced, and a stopped node removes its own.
+#[test]
+fn the_local_socket_serves_clients_on_this_machine() {
+    let dir = TempDir::new("local");
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let socket = std::fs::canonicalize(&data).unwrap().join("tabos.sock");
+    // A socket a dead node left behind.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    assert!(socket.exists());
+    let node = Node::start(&["--data", data.to_str().unwrap(), "--cores", "2"]);
+    let local = format!("unix:{}", socket.display());
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let meta = std::fs::metadata(&socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o666);
+
+    // The saved context is the local socket.
+    let creds: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(node.home.path().join("credentials.json")).unwrap(),
+    )
+    .unwrap();
+    let current = creds["current"].as_str().unwrap();
+    assert_eq!(creds["contexts"][current]["addr"], local.as_str());
+    let o = Command::new(TABOS)
+        .env(
+            "TABOS_CREDENTIALS",
+            node.home.path().join("credentials.json"),
+        )
+        .env_remove("TABOS_TOKEN")
+        .env_remove("TABOS_ADDR")
+        .args(["sql", "SELECT 40 + 2 AS n"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("42"), "{}", stdout(&o));
+
+    // Credentials are checked on the socket as on TCP.
+    let o = node
+        .command()
+        .env("TABOS_ADDR", &local)
+        .env("TABOS_TOKEN", "tabos_not-a-real-token")
+        .args(["sql", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("credential"), "{}", stderr(&o));
+    let o = node
+        .command()
+        .args(["sql", "--addr", "unix:/nonexistent/tabos.sock", "SELECT 1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("/nonexistent/tabos.sock"),
+        "{}",
+        stderr(&o)
+    );
+
+    // A native proc is told the socket and reaches the node through it:
+    // the proc runs the tabos CLI (the node's own executable, which its
+    // jail shows it) with the credential its node gave it.
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "caller",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        &format!("echo \"$TABOS_ADDR\"; {TABOS} token whoami"),
+    ]);
+    let logs = node.tabos(&["logs", "caller"]);
+    let out = stdout(&logs);
+    let errs = stdout(&node.tabos(&["logs", "--stderr", "caller"]));
+    assert!(o.status.success(), "{}: {out} {errs}", stderr(&o));
+    assert!(out.starts_with("unix:"), "{out}");
+    assert!(out.contains("\"realm\":\"default\""), "{out}");
+
+    assert!(node.stop().success());
+    assert!(!socket.exists(), "a stopped node removes its socket");
+}
+
 /// Two nodes on one PostgreSQL database; the one running a proc is killed
 /// with SIGKILL; the other declares it lost after its lease lapses, and the
 /// proc's waiter learns it failed.
@@ -833,7 +919,20 @@ fn tls_serves_credentials_encrypted() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    // `up` saved the certificate in its context: no flag needed.
+    // `up` saved the local socket as its context (plaintext: it never
+    // leaves the machine): no flag needed.
+    let creds: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(node.home.path().join("credentials.json")).unwrap(),
+    )
+    .unwrap();
+    let current = creds["current"].as_str().unwrap();
+    assert!(
+        creds["contexts"][current]["addr"]
+            .as_str()
+            .unwrap()
+            .starts_with("unix:"),
+        "{creds}"
+    );
     let o = Command::new(TABOS)
         .env(
             "TABOS_CREDENTIALS",

@@ -34,6 +34,9 @@ use tonic::transport::Channel;
 
 /// The address a client uses when neither `--addr` nor `TABOS_ADDR` says otherwise.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7070";
+/// How an address names a node's local Unix socket: `unix:/path/to/tabos.sock`
+/// (`tabos up` serves one in its data directory).
+pub const UNIX_SCHEME: &str = "unix:";
 /// Largest gRPC message a client or node accepts, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
 
@@ -228,7 +231,8 @@ impl Endpoint {
     }
 }
 
-/// Turns `host:port` (or a full `http://` URI) into an endpoint URI.
+/// Turns `host:port` (or a full `http://` URI) into an endpoint URI; not
+/// for a [`UNIX_SCHEME`] address, which [`Client::connect`] takes as is.
 pub fn endpoint_uri(addr: &str) -> String {
     if addr.starts_with("http://") || addr.starts_with("https://") {
         addr.to_string()
@@ -253,6 +257,29 @@ impl Client {
 
     async fn connect_with(addr: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Client, Error> {
         let bearer = Bearer::new(token)?;
+        if let Some(path) = addr.strip_prefix(UNIX_SCHEME) {
+            // The local socket carries no TLS: it never leaves the machine.
+            if ca_pem.is_some() || path.is_empty() {
+                return Err(Error::Address(addr.to_string()));
+            }
+            let path = std::path::PathBuf::from(path);
+            // The URI is not used to connect, only for the requests'
+            // authority.
+            let channel = tonic::transport::Endpoint::from_static("http://localhost")
+                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                    let path = path.clone();
+                    async move {
+                        let stream = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                    }
+                }))
+                .await
+                .map_err(|source| Error::Connect {
+                    addr: addr.to_string(),
+                    source,
+                })?;
+            return Ok(Client::from_channel(channel, bearer));
+        }
         let uri = match ca_pem {
             Some(_) if !addr.contains("://") => format!("https://{addr}"),
             _ => endpoint_uri(addr),

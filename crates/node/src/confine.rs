@@ -234,14 +234,13 @@ impl Confine {
         pid: &str,
         cores: i64,
         mem_mb: i64,
-        program: &str,
-        host_paths: &[String],
+        placement: &Placement<'_>,
     ) -> std::io::Result<Prepared> {
         let name = format!("{realm}.{pid}");
         let uid = self.uids.then(|| uid_for(realm));
         let jail = match &self.jails {
             Some(run) => Some(std::sync::Arc::new(crate::jail::Plan::new(
-                run, &name, uid, program, host_paths,
+                run, &name, uid, placement,
             )?)),
             None => None,
         };
@@ -316,6 +315,17 @@ impl Drop for Confine {
     }
 }
 
+/// What a proc's jail holds besides the system: its program, the host
+/// paths its spawn asked for (and its realm allows), the node's socket.
+#[derive(Debug, Clone, Copy)]
+pub struct Placement<'a> {
+    pub program: &'a str,
+    pub host_paths: &'a [String],
+    /// The node's local socket, bound into the jail at
+    /// [`crate::jail::NODE_SOCKET`].
+    pub node_socket: Option<&'a std::path::Path>,
+}
+
 /// A proc's cgroups, uid and jail, ready for its child.
 #[derive(Debug)]
 pub struct Prepared {
@@ -341,6 +351,16 @@ pub struct Usage {
 }
 
 impl Prepared {
+    /// Whether the proc runs in a jail.
+    pub fn jailed(&self) -> bool {
+        self.jail.is_some()
+    }
+
+    /// Whether the proc runs as the node's own user (no uid of its own).
+    pub fn own_user(&self) -> bool {
+        self.uid.is_none()
+    }
+
     /// Has the child join its cgroups, enter its jail and drop to its uid
     /// before exec.
     pub fn apply(&self, cmd: &mut tokio::process::Command) {

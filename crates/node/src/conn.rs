@@ -2,6 +2,8 @@
 //! and what each one may make the node hold.
 //!
 //! [`incoming`] accepts at most [`CONNECTIONS_MAX`] connections at once
+//! — over TCP and, with [`incoming_shared`], the node's local Unix socket
+//! as well, one count ([`Slots`]) for both —
 //! and backs off when accept fails (out of file descriptors) instead of
 //! spinning. Each accepted [`Conn`] carries a [`ConnState`], which the
 //! server hands to every request of the connection (in the request's
@@ -20,7 +22,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::time::{Instant, Sleep};
 
 /// Most connections a node holds open; past it the node accepts no more
@@ -130,6 +132,7 @@ impl Drop for CallGuard {
 /// What the server knows of a connection, in each request's extensions.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
+    /// The addresses of a TCP connection; both `None` on the local socket.
     pub tcp: tonic::transport::server::TcpConnectInfo,
     pub state: Arc<ConnState>,
 }
@@ -138,11 +141,72 @@ pub struct ConnInfo {
 /// slots until it is dropped.
 #[derive(Debug)]
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     state: Arc<ConnState>,
     /// Fires [`Limits::idle`] after the last call ended.
     idle: Pin<Box<Sleep>>,
     _slot: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// A connection's byte stream: TCP, or the node's local Unix socket.
+#[derive(Debug)]
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Tcp(s) => s.is_write_vectored(),
+            Stream::Unix(s) => s.is_write_vectored(),
+        }
+    }
 }
 
 impl AsyncRead for Conn {
@@ -217,8 +281,15 @@ impl AsyncWrite for Conn {
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = ConnInfo;
     fn connect_info(&self) -> ConnInfo {
+        let tcp = match &self.stream {
+            Stream::Tcp(s) => s.connect_info(),
+            Stream::Unix(_) => tonic::transport::server::TcpConnectInfo {
+                local_addr: None,
+                remote_addr: None,
+            },
+        };
         ConnInfo {
-            tcp: self.stream.connect_info(),
+            tcp,
             state: self.state.clone(),
         }
     }
@@ -253,14 +324,56 @@ pub fn incoming_with(
     listener: TcpListener,
     limits: Limits,
 ) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
+    incoming_shared(Listener::Tcp(listener), limits, Slots::new())
+}
+
+/// What a server listens on: TCP, or the node's local Unix socket.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+impl Listener {
+    async fn accept(&self) -> std::io::Result<Stream> {
+        match self {
+            Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+                // Fails only on a socket already gone, which its first
+                // read then reports.
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+        }
+    }
+}
+
+/// The node's [`CONNECTIONS_MAX`] connection slots, shared by the
+/// servers of its listeners (TCP and the local socket): one count.
+#[derive(Debug, Clone)]
+pub struct Slots(Arc<tokio::sync::Semaphore>);
+
+impl Slots {
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Slots {
+        Slots(Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX)))
+    }
+}
+
+/// [`incoming_with`] over any [`Listener`], its connections taking their
+/// slots from `slots`.
+pub fn incoming_shared(
+    listener: Listener,
+    limits: Limits,
+    slots: Slots,
+) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     tokio::spawn(async move {
         let mut backoff = Duration::from_millis(10);
         loop {
             let slot = tokio::select! {
                 () = tx.closed() => return, // the server stopped
-                s = slots.clone().acquire_owned() => match s {
+                s = slots.0.clone().acquire_owned() => match s {
                     Ok(s) => s,
                     Err(_) => return,
                 },
@@ -270,11 +383,8 @@ pub fn incoming_with(
                 a = listener.accept() => a,
             };
             match accepted {
-                Ok((stream, _)) => {
+                Ok(stream) => {
                     backoff = Duration::from_millis(10);
-                    if stream.set_nodelay(true).is_err() {
-                        continue; // already gone
-                    }
                     OPEN.fetch_add(1, Ordering::Relaxed);
                     let conn = Conn {
                         stream,

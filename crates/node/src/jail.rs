@@ -9,6 +9,7 @@
 //!   `/tmp` of its own ([`TMP_BYTES_MAX`], charged to its memory cgroup);
 //! * its working directory, [`WORK_DIR`] (read-write, `HOME`), made for
 //!   it on the node and removed after it;
+//! * the node's local socket at [`NODE_SOCKET`], its way to the node;
 //! * the node's own executable (so a proc may run the tabos CLI) and its
 //!   program, when either is a file outside the system's directories
 //!   (read-only at its own path), and the host paths its spawn asked for
@@ -52,6 +53,8 @@ pub const SYSTEM_DIRS: [&str; 9] = [
 ];
 /// The devices a jailed proc sees.
 pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+/// Where a jailed proc finds its node's local socket.
+pub const NODE_SOCKET: &str = "/run/tabos/node.sock";
 /// The jailed proc's working directory (and `HOME`).
 pub const WORK_DIR: &str = "/tabos";
 /// Size of a jailed proc's `/tmp`.
@@ -98,14 +101,15 @@ fn is_system(path: &Path) -> bool {
 impl Plan {
     /// The jail of a proc whose root and working directory are made under
     /// `base` (a directory of the node's) as `name`, owned by `uid`,
-    /// running `program`, seeing `host_paths` read-only.
+    /// running its placement's program, seeing its host paths read-only
+    /// and the node's socket at [`NODE_SOCKET`].
     pub fn new(
         base: &Path,
         name: &str,
         uid: Option<u32>,
-        program: &str,
-        host_paths: &[String],
+        placement: &crate::confine::Placement<'_>,
     ) -> std::io::Result<Plan> {
+        let (program, host_paths) = (placement.program, placement.host_paths);
         let root = base.join("roots").join(name);
         let work = base.join("work").join(name);
         std::fs::create_dir_all(&root)?;
@@ -160,6 +164,16 @@ impl Plan {
         }
         for d in ["/proc", "/tmp", WORK_DIR, "/.old"] {
             dir_chain(Path::new(d), &mut dirs);
+        }
+        // The node's local socket, the proc's way to its node (writable:
+        // connecting is a write; the node checks every call's credential).
+        if let Some(socket) = placement.node_socket {
+            let inside = Path::new(NODE_SOCKET);
+            if let Some(parent) = inside.parent() {
+                dir_chain(parent, &mut dirs);
+            }
+            files.push(under(&root, inside));
+            binds.push((cstr(socket)?, cstr(under(&root, inside))?, false));
         }
         binds.push((
             cstr(&work)?,

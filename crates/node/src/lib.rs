@@ -418,6 +418,80 @@ pub async fn bind(addr: &str) -> Result<TcpListener, Error> {
         })
 }
 
+/// The node's local socket in its data directory.
+pub const LOCAL_SOCKET_NAME: &str = "tabos.sock";
+/// Longest path a Unix socket may have (`sun_path` less its NUL).
+pub const LOCAL_SOCKET_PATH_MAX: usize = 107;
+
+/// A node's local Unix socket, bound (so clients may connect from then on)
+/// and waiting to be served by [`serve_with`], which removes it when the
+/// node stops.
+#[derive(Clone)]
+pub struct LocalSocket {
+    path: std::path::PathBuf,
+    listener: std::sync::Arc<std::sync::Mutex<Option<tokio::net::UnixListener>>>,
+}
+
+impl std::fmt::Debug for LocalSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSocket")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalSocket {
+    /// Binds `path` (see [`bind_local`]); within a Tokio runtime.
+    pub fn bind(path: &std::path::Path) -> Result<LocalSocket, Error> {
+        Ok(LocalSocket {
+            path: path.to_path_buf(),
+            listener: std::sync::Arc::new(std::sync::Mutex::new(Some(bind_local(path)?))),
+        })
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The listener, to the one server that serves it.
+    fn take(&self) -> Option<tokio::net::UnixListener> {
+        self.listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// Listens on the Unix socket `path`. A socket left there by a node that
+/// is gone is replaced; one a live node answers on is not. The socket is
+/// open to every user (mode 0666): who may reach it is decided by the
+/// directory it is in (a data directory is its owner's alone) and what a
+/// connection may do by its calls' credentials.
+pub fn bind_local(path: &std::path::Path) -> Result<tokio::net::UnixListener, Error> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let fail = |source: std::io::Error| Error::Listen {
+        addr: path.display().to_string(),
+        source,
+    };
+    if path.as_os_str().len() > LOCAL_SOCKET_PATH_MAX {
+        return Err(fail(std::io::Error::other(format!(
+            "a Unix socket path has at most {LOCAL_SOCKET_PATH_MAX} bytes"
+        ))));
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(fail(std::io::Error::other("something else is there")));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(fail(std::io::Error::from(std::io::ErrorKind::AddrInUse)));
+        }
+        std::fs::remove_file(path).map_err(fail)?;
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(fail)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(fail)?;
+    Ok(listener)
+}
+
 /// How [`serve_with`] serves.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -428,6 +502,10 @@ pub struct ServeOptions {
     pub tls: Option<TlsIdentity>,
     /// What each connection may hold and how long it may idle.
     pub limits: conn::Limits,
+    /// Also serve on this Unix socket (`tabos up`: the data directory's
+    /// [`LOCAL_SOCKET_NAME`]), without TLS: the way clients on this
+    /// machine, and the node's native procs, reach it.
+    pub local_socket: Option<LocalSocket>,
 }
 
 impl ServeOptions {
@@ -455,6 +533,7 @@ impl Default for ServeOptions {
             check_credentials: true,
             tls: None,
             limits: conn::Limits::default(),
+            local_socket: None,
         }
     }
 }
@@ -519,9 +598,17 @@ pub async fn serve_with(
     // Raised when shutdown begins: open streams (watches, RecvStream) end
     // then, since a graceful shutdown waits for every open call.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
-    let shutdown = async move {
-        shutdown.await;
-        let _ = stopping_tx.send(true);
+    let stopping_tx = std::sync::Arc::new(stopping_tx);
+    let shutdown = {
+        let stopping_tx = stopping_tx.clone();
+        async move {
+            shutdown.await;
+            let _ = stopping_tx.send(true);
+        }
+    };
+    // Both servers (TCP, the local socket) stop when shutdown begins.
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
     };
     let ipc_service = IpcServer::new(ipc::IpcService::new(node.clone(), stopping.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
@@ -539,7 +626,18 @@ pub async fn serve_with(
 
     // The node's own realm exists before anyone is served; its worker and
     // every other realm's are registered by serve_realms.
-    let addr = local_addr(&listener).map_or_else(String::new, |a| a.to_string());
+    let local_listener = match &options.local_socket {
+        Some(local) => Some(
+            local
+                .take()
+                .ok_or_else(|| Error::Startup("the local socket is served already".into()))?,
+        ),
+        None => None,
+    };
+    let addr = procd::NodeAddr {
+        tcp: local_addr(&listener).map_or_else(String::new, |a| a.to_string()),
+        local: options.local_socket.as_ref().map(|l| l.path.clone()),
+    };
     let (n2, own) = (node.clone(), node.settings.realm.clone());
     tokio::task::spawn_blocking(move || n2.register_in(&own))
         .await
@@ -569,28 +667,80 @@ pub async fn serve_with(
     let load_task = tokio::spawn(node.load.clone().sample(procd_stopped.clone()));
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
-    let served = builder
-        .layer(node.request_bytes.clone())
-        .tcp_nodelay(true)
-        .max_concurrent_streams(conn::STREAMS_PER_CONNECTION_MAX)
-        .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT))
-        .add_service(InterceptedService::new(tokens, guard.clone()))
-        .add_service(InterceptedService::new(sql, guard.clone()))
-        .add_service(InterceptedService::new(status, guard.clone()))
-        .add_service(InterceptedService::new(procs_service, guard.clone()))
-        .add_service(InterceptedService::new(ipc_service, guard.clone()))
-        .add_service(InterceptedService::new(names_service, guard.clone()))
-        .add_service(InterceptedService::new(fs_service, guard.clone()))
-        .add_service(InterceptedService::new(procedures_service, guard.clone()))
-        .serve_with_incoming_shutdown(conn::incoming_with(listener, options.limits), shutdown)
-        .await;
+    // One router per listener: TCP (with TLS when asked) and the local
+    // socket (never TLS: it does not leave the machine), the same services
+    // and layers, one count of connections.
+    let router = |builder: tonic::transport::Server| {
+        builder
+            .layer(node.request_bytes.clone())
+            .tcp_nodelay(true)
+            .max_concurrent_streams(conn::STREAMS_PER_CONNECTION_MAX)
+            .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT))
+            .add_service(InterceptedService::new(tokens.clone(), guard.clone()))
+            .add_service(InterceptedService::new(sql.clone(), guard.clone()))
+            .add_service(InterceptedService::new(status.clone(), guard.clone()))
+            .add_service(InterceptedService::new(
+                procs_service.clone(),
+                guard.clone(),
+            ))
+            .add_service(InterceptedService::new(ipc_service.clone(), guard.clone()))
+            .add_service(InterceptedService::new(
+                names_service.clone(),
+                guard.clone(),
+            ))
+            .add_service(InterceptedService::new(fs_service.clone(), guard.clone()))
+            .add_service(InterceptedService::new(
+                procedures_service.clone(),
+                guard.clone(),
+            ))
+    };
+    let slots = conn::Slots::new();
+    let local_slots = slots.clone();
+    // A server that ends on its own (an error) stops the other too.
+    let tcp_served = async {
+        let r = router(builder)
+            .serve_with_incoming_shutdown(
+                conn::incoming_shared(conn::Listener::Tcp(listener), options.limits, slots),
+                stopped(stopping.clone()),
+            )
+            .await;
+        let _ = stopping_tx.send(true);
+        r
+    };
+    let local_served = async {
+        let r = match local_listener {
+            Some(l) => {
+                router(tonic::transport::Server::builder())
+                    .serve_with_incoming_shutdown(
+                        conn::incoming_shared(conn::Listener::Unix(l), options.limits, local_slots),
+                        stopped(stopping.clone()),
+                    )
+                    .await
+            }
+            None => Ok(()),
+        };
+        if r.is_err() {
+            let _ = stopping_tx.send(true);
+        }
+        r
+    };
+    let servers = async { tokio::join!(tcp_served, local_served) };
+    tokio::pin!(servers);
+    let (tcp_served, local_served) = tokio::select! {
+        r = &mut servers => r,
+        () = shutdown => servers.await,
+    };
+    let served = tcp_served.and(local_served);
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
     let _ = lease_task.await;
     let _ = reaper_task.await;
     let _ = auth_task.await;
     let _ = load_task.await;
+    if let Some(local) = &options.local_socket {
+        let _ = std::fs::remove_file(&local.path);
+    }
     served?;
     Ok(())
 }
@@ -628,7 +778,7 @@ impl ServedRealms {
 /// removed (announced likewise) is no longer served.
 async fn serve_realms(
     node: Node,
-    addr: String,
+    addr: procd::NodeAddr,
     served: ServedRealms,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {

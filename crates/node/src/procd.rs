@@ -62,8 +62,8 @@ pub struct Procd {
     pub realm: String,
     pub worker: WorkerId,
     pub logs: PathBuf,
-    /// The node's API address, passed to procs as TABOS_ADDR.
-    pub addr: String,
+    /// Where the node serves its API: passed to procs as TABOS_ADDR.
+    pub addr: NodeAddr,
     sandbox: Sandbox,
     policy: Policy,
     /// Mints each native proc's credential, usable on this node at once.
@@ -117,6 +117,32 @@ enum Running {
     Wasm(StopHandle, Arc<tokio::sync::Notify>),
 }
 
+/// Where the node serves its API.
+#[derive(Debug, Clone)]
+pub struct NodeAddr {
+    /// The TCP address, `host:port`.
+    pub tcp: String,
+    /// The node's local Unix socket, when it serves one: what a native
+    /// proc on the node reaches it by.
+    pub local: Option<PathBuf>,
+}
+
+impl NodeAddr {
+    /// The TABOS_ADDR of a native proc: the local socket — bound into its
+    /// jail at [`crate::jail::NODE_SOCKET`], or at its own path for a proc
+    /// running as the node's own user (who may enter the data directory) —
+    /// else TCP.
+    fn for_native(&self, jailed: bool, own_user: bool) -> String {
+        match &self.local {
+            Some(_) if jailed => {
+                format!("{}{}", tabos_client::UNIX_SCHEME, crate::jail::NODE_SOCKET)
+            }
+            Some(p) if own_user => format!("{}{}", tabos_client::UNIX_SCHEME, p.display()),
+            _ => self.tcp.clone(),
+        }
+    }
+}
+
 impl Procd {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -125,7 +151,7 @@ impl Procd {
         realm: &str,
         worker: WorkerId,
         logs: PathBuf,
-        addr: String,
+        addr: NodeAddr,
         sandbox: Sandbox,
         policy: Policy,
         auth: crate::auth::Auth,
@@ -452,7 +478,6 @@ impl Procd {
             .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("TABOS_PID", p.pid.as_str())
             .env("TABOS_REALM", &self.realm)
-            .env("TABOS_ADDR", &self.addr)
             .env("TABOS_TOKEN", token)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -465,8 +490,14 @@ impl Procd {
         let (confine, realm, pid) = (self.confine.clone(), self.realm.clone(), p.pid.clone());
         let (cores, mem_mb) = (p.cores, p.mem_mb);
         let (program, host_paths) = (p.program.clone(), p.host_paths.clone());
+        let socket = self.addr.local.clone();
         let prepared = tokio::task::spawn_blocking(move || {
-            confine.prepare(&realm, pid.as_str(), cores, mem_mb, &program, &host_paths)
+            let placement = crate::confine::Placement {
+                program: &program,
+                host_paths: &host_paths,
+                node_socket: socket.as_deref(),
+            };
+            confine.prepare(&realm, pid.as_str(), cores, mem_mb, &placement)
         })
         .await
         .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
@@ -477,6 +508,10 @@ impl Procd {
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
+        cmd.env(
+            "TABOS_ADDR",
+            self.addr.for_native(confined.jailed(), confined.own_user()),
+        );
         confined.apply(&mut cmd);
         let spawned = cmd.spawn();
         confined.spawned();
@@ -606,7 +641,7 @@ impl Procd {
             let mut env = proc_.env.clone();
             env.push(("TABOS_PID".into(), proc_.pid.to_string()));
             env.push(("TABOS_REALM".into(), me.realm.clone()));
-            env.push(("TABOS_ADDR".into(), me.addr.clone()));
+            env.push(("TABOS_ADDR".into(), me.addr.tcp.clone()));
             let spec = RunSpec {
                 args,
                 env,

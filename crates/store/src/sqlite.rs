@@ -426,14 +426,9 @@ const CACHE_KIB: u32 = 32 << 10;
 /// How much of a partition's file a writer or partition reader maps.
 const MMAP_BYTES: u64 = 1 << 30;
 
-fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(|e| map_err(e, "open"))?;
+/// The pragmas of a partition's writer at `durability`: what a benchmark's
+/// raw SQLite peer sets too, so that both do the same work.
+pub fn writer_pragmas(durability: Durability) -> String {
     let sync = match durability {
         Durability::Off => "OFF",
         Durability::Normal => "NORMAL",
@@ -443,10 +438,21 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     // (up to MMAP_BYTES): a read of a page the OS holds costs no system
     // call — on a virtual machine, a pread per page was most of a point
     // read's time.
-    let pragmas = format!(
+    format!(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous={sync}; PRAGMA foreign_keys=ON; \
          PRAGMA temp_store=MEMORY; PRAGMA cache_size=-{CACHE_KIB}; PRAGMA mmap_size={MMAP_BYTES};"
-    );
+    )
+}
+
+fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
+    let conn = Connection::open_with_flags(
+        path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| map_err(e, "open"))?;
+    let pragmas = writer_pragmas(durability);
     conn.execute_batch(&pragmas)
         .map_err(|e| map_err(e, &pragmas))?;
     set_busy_handler(&conn)?;
