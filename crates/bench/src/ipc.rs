@@ -207,20 +207,28 @@ async fn grpc_servers(n: usize) -> anyhow::Result<(Vec<String>, tokio::sync::wat
     Ok((addrs, stop))
 }
 
+/// A client of each echo server of `addrs`, each on its own connection.
+async fn echo_clients(
+    addrs: &[String],
+) -> anyhow::Result<Vec<echo::echo_client::EchoClient<tonic::transport::Channel>>> {
+    let mut clients = Vec::with_capacity(addrs.len());
+    for a in addrs {
+        let ch = tonic::transport::Channel::from_shared(format!("http://{a}"))?
+            .tcp_nodelay(true)
+            .connect()
+            .await?;
+        clients.push(echo::echo_client::EchoClient::new(ch));
+    }
+    Ok(clients)
+}
+
 async fn grpc_run(w: Workload, dur: Duration) -> anyhow::Result<Measured> {
     let (addrs, stop) = grpc_servers(w.pairs * w.receivers).await?;
     let mut set = JoinSet::new();
     for p in 0..w.pairs {
         let mine = addrs[p * w.receivers..(p + 1) * w.receivers].to_vec();
         set.spawn(async move {
-            let mut clients = Vec::new();
-            for a in &mine {
-                let ch = tonic::transport::Channel::from_shared(format!("http://{a}"))?
-                    .tcp_nodelay(true)
-                    .connect()
-                    .await?;
-                clients.push(echo::echo_client::EchoClient::new(ch));
-            }
+            let clients = echo_clients(&mine).await?;
             let payload = vec![7u8; w.bytes];
             let mut r = Rounds::new(dur);
             while r.begin() {
@@ -256,12 +264,7 @@ async fn grpc_stream_run(w: Workload, dur: Duration) -> anyhow::Result<Measured>
         let mine = addrs[p * w.receivers..(p + 1) * w.receivers].to_vec();
         set.spawn(async move {
             let mut calls = Vec::new();
-            for a in &mine {
-                let ch = tonic::transport::Channel::from_shared(format!("http://{a}"))?
-                    .tcp_nodelay(true)
-                    .connect()
-                    .await?;
-                let mut client = echo::echo_client::EchoClient::new(ch);
+            for mut client in echo_clients(&mine).await? {
                 let (tx, rx) = tokio::sync::mpsc::channel::<echo::Blob>(w.burst.max(1) * 2);
                 let replies = client
                     .echo_stream(tokio_stream::wrappers::ReceiverStream::new(rx))

@@ -28,14 +28,13 @@
 //! a full run (once in `--quick`) and its faster run counts; the page cache is warmed first so
 //! every contestant reads from memory.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context;
 use tabos_mr::driver::{Job, Submit};
-use tabos_mr::job::{Kind, WORD_BYTES_MAX};
+use tabos_mr::job::{Combiner, Kind, WORD_BYTES_MAX};
 
 use crate::report::{round, Better, Figure, Report, Stat};
 
@@ -101,7 +100,7 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
     // The floor.
     let mut floor1 = f64::INFINITY;
     let mut floor2 = f64::INFINITY;
-    let mut floor_counts = FloorMap::default();
+    let mut floor_counts: Vec<Records> = Vec::new();
     let floor_out = tabos_store::testing::TempDir::new("bench-mr-floor");
     for _ in 0..runs {
         let t = Instant::now();
@@ -115,7 +114,8 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
             "the 2-thread floor disagrees with the 1-thread one"
         );
     }
-    let floor_words: u64 = floor_counts.values().sum();
+    let floor_words: u64 = floor_counts.iter().flatten().map(|r| r.1).sum();
+    let floor_keys: usize = floor_counts.iter().map(Vec::len).sum();
     println!(
         "  floor: 1 thread {:.1} MB/s, 2 threads {:.1} MB/s",
         mb / floor1,
@@ -131,10 +131,10 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
             let (secs, out) = tabos_job(&exe, &inputs, cores, Kind::WordCount, task_bytes)?;
             let words: u64 = out.iter().map(|r| r.1).sum();
             anyhow::ensure!(
-                words == floor_words && out.len() == floor_counts.len(),
+                words == floor_words && out.len() == floor_keys,
                 "tabos counted {words} words ({} distinct), the floor {floor_words} ({})",
                 out.len(),
-                floor_counts.len()
+                floor_keys
             );
             tabos[slot] = tabos[slot].min(secs);
         }
@@ -351,15 +351,16 @@ fn tabos_job(
 
 /// The floor: the work of tabos's mappers and reducers with nothing of
 /// tabos in between — read each whole file, split on ASCII whitespace
-/// (words cut at the mapper's [`WORD_BYTES_MAX`]), count in a map with the
-/// mapper's FNV-1a hash, a key allocated only when first seen, then sort
-/// and write the output as a reducer does — on `threads` threads (files
-/// dealt out in turn by size, maps merged at the end). Returns the counts.
+/// (words cut at the mapper's [`WORD_BYTES_MAX`]), count in the mapper's
+/// own [`Combiner`] (FNV-1a, a key allocated only when first seen, split
+/// over the job's reducers), then sort and write each reducer's output —
+/// on `threads` threads (files dealt out in turn by size, combiners merged
+/// at the end). Returns each reducer's records, sorted by key.
 fn floor_wordcount(
     files: &[(PathBuf, u64)],
     threads: usize,
     out_dir: &Path,
-) -> anyhow::Result<FloorMap> {
+) -> anyhow::Result<Vec<Records>> {
     let mut order: Vec<&(PathBuf, u64)> = files.iter().collect();
     order.sort_by_key(|f| std::cmp::Reverse(f.1));
     let shares: Vec<Vec<&PathBuf>> = (0..threads)
@@ -372,12 +373,12 @@ fn floor_wordcount(
                 .collect()
         })
         .collect();
-    let maps: Vec<FloorMap> = std::thread::scope(|s| {
+    let combiners: Vec<Combiner> = std::thread::scope(|s| {
         let handles: Vec<_> = shares
             .iter()
             .map(|share| {
-                s.spawn(move || {
-                    let mut m = FloorMap::default();
+                s.spawn(move || -> anyhow::Result<Combiner> {
+                    let mut c = Combiner::new(REDUCERS)?;
                     for f in share {
                         let Ok(data) = std::fs::read(f) else { continue };
                         for w in data
@@ -385,50 +386,42 @@ fn floor_wordcount(
                             .filter(|w| !w.is_empty())
                         {
                             for piece in w.chunks(WORD_BYTES_MAX) {
-                                count(&mut m, piece, 1);
+                                c.emit(piece, 1);
                             }
                         }
                     }
-                    m
+                    Ok(c)
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    let mut it = maps.into_iter();
-    let mut all = it.next().unwrap_or_default();
-    for m in it {
-        for (k, v) in m {
-            count(&mut all, &k, v);
+            .map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("a floor thread panicked"))?
+            })
+            .collect::<anyhow::Result<_>>()
+    })?;
+    let mut it = combiners.into_iter();
+    let mut all = it.next().map_or_else(|| Combiner::new(REDUCERS), Ok)?;
+    for c in it {
+        for (k, v) in c.into_parts().into_iter().flatten() {
+            all.emit(&k, v);
         }
     }
-    // The output, sorted by key, one `word<TAB>count` line each.
-    let mut sorted: Vec<(&Vec<u8>, &u64)> = all.iter().collect();
-    sorted.sort_unstable_by(|a, b| a.0.cmp(b.0));
-    let mut w = std::io::BufWriter::new(std::fs::File::create(out_dir.join("floor.out"))?);
-    for (k, v) in sorted {
+    // Each reducer's output, sorted by key, one `word<TAB>count` line each.
+    let parts = all.into_parts();
+    for (r, part) in parts.iter().enumerate() {
         use std::io::Write as _;
-        w.write_all(k)?;
-        writeln!(w, "\t{v}")?;
-    }
-    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    Ok(all)
-}
-
-/// The floor's counts: FNV-1a, as tabos's combiner.
-type FloorMap = HashMap<Vec<u8>, u64, std::hash::BuildHasherDefault<tabos_mr::job::Fnv>>;
-
-/// Adds `n` to `key`'s count, allocating the key only when it is new.
-fn count(m: &mut FloorMap, key: &[u8], n: u64) {
-    match m.get_mut(key) {
-        Some(c) => *c += n,
-        None => {
-            m.insert(key.to_vec(), n);
+        let file = std::fs::File::create(out_dir.join(format!("floor.{r}.out")))?;
+        let mut w = std::io::BufWriter::new(file);
+        for (k, v) in part {
+            w.write_all(k)?;
+            writeln!(w, "\t{v}")?;
         }
+        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
     }
+    Ok(parts)
 }
 
 /// The fastest of `runs` runs of `f` (wall time, count).

@@ -441,7 +441,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let n = if quick { 50 } else { 300 };
     let mut floor = raw_spawn_wait(n)?;
     let floor_p50 = floor.quantile_us(0.5);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = machine_cores;
     let floor_burst = raw_burst(cores)?;
     let ray_tasks = if quick { 2_000 } else { 10_000 };
     // As many /bin/true procs as Ray runs no-op tasks: the same work.

@@ -193,25 +193,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if !args.no_context {
             // Clients on this machine use the local socket; without one,
             // TCP (and TLS when the node serves it).
-            let context = match &local_addr {
-                Some(local) => crate::credentials::Context {
-                    addr: local.clone(),
-                    realm: String::new(),
-                    token,
-                    tls_ca: String::new(),
-                },
-                None => crate::credentials::Context {
-                    addr: addr.clone(),
-                    realm: String::new(),
-                    token,
-                    // A self-signed certificate is its own authority.
-                    tls_ca: args
-                        .tls_cert
+            let (context_addr, tls_ca) = match &local_addr {
+                Some(local) => (local.clone(), String::new()),
+                // A self-signed certificate is its own authority.
+                None => (
+                    addr.clone(),
+                    args.tls_cert
                         .as_ref()
                         .and_then(|c| std::fs::canonicalize(c).ok())
                         .map(|c| c.display().to_string())
                         .unwrap_or_default(),
-                },
+                ),
+            };
+            let context = crate::credentials::Context {
+                addr: context_addr,
+                realm: String::new(),
+                token,
+                tls_ca,
             };
             match crate::credentials::File::save_context(&addr, context) {
                 Ok(path) => println!("saved as context {addr} (current) in {}", path.display()),

@@ -149,65 +149,7 @@ pub struct Conn {
 }
 
 /// A connection's byte stream: TCP, or the node's local Unix socket.
-#[derive(Debug)]
-enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
-
-impl AsyncRead for Stream {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for Stream {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Unix(s) => Pin::new(s).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Stream::Unix(s) => Pin::new(s).poll_flush(cx),
-        }
-    }
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Stream::Unix(s) => Pin::new(s).poll_shutdown(cx),
-        }
-    }
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            Stream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-        }
-    }
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Stream::Tcp(s) => s.is_write_vectored(),
-            Stream::Unix(s) => s.is_write_vectored(),
-        }
-    }
-}
+type Stream = tokio_util::either::Either<TcpStream, UnixStream>;
 
 impl AsyncRead for Conn {
     /// Reads; while no call is open, also waits out the idle limit, after
@@ -282,8 +224,8 @@ impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = ConnInfo;
     fn connect_info(&self) -> ConnInfo {
         let tcp = match &self.stream {
-            Stream::Tcp(s) => s.connect_info(),
-            Stream::Unix(_) => tonic::transport::server::TcpConnectInfo {
+            Stream::Left(s) => s.connect_info(),
+            Stream::Right(_) => tonic::transport::server::TcpConnectInfo {
                 local_addr: None,
                 remote_addr: None,
             },
@@ -341,9 +283,9 @@ impl Listener {
                 // Fails only on a socket already gone, which its first
                 // read then reports.
                 let _ = s.set_nodelay(true);
-                Stream::Tcp(s)
+                Stream::Left(s)
             }),
-            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Right(s)),
         }
     }
 }

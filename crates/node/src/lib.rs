@@ -441,16 +441,17 @@ impl std::fmt::Debug for LocalSocket {
 }
 
 impl LocalSocket {
-    /// Binds `path` (see [`bind_local`]); within a Tokio runtime.
+    /// Listens on the Unix socket `path`, within a Tokio runtime. A socket
+    /// left there by a node that is gone is replaced; one a live node
+    /// answers on is not. The socket is open to every user (mode 0666):
+    /// who may reach it is decided by the directory it is in (a data
+    /// directory is its owner's alone) and what a connection may do by its
+    /// calls' credentials.
     pub fn bind(path: &std::path::Path) -> Result<LocalSocket, Error> {
         Ok(LocalSocket {
             path: path.to_path_buf(),
             listener: std::sync::Arc::new(std::sync::Mutex::new(Some(bind_local(path)?))),
         })
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
     }
 
     /// The listener, to the one server that serves it.
@@ -462,12 +463,8 @@ impl LocalSocket {
     }
 }
 
-/// Listens on the Unix socket `path`. A socket left there by a node that
-/// is gone is replaced; one a live node answers on is not. The socket is
-/// open to every user (mode 0666): who may reach it is decided by the
-/// directory it is in (a data directory is its owner's alone) and what a
-/// connection may do by its calls' credentials.
-pub fn bind_local(path: &std::path::Path) -> Result<tokio::net::UnixListener, Error> {
+/// See [`LocalSocket::bind`].
+fn bind_local(path: &std::path::Path) -> Result<tokio::net::UnixListener, Error> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let fail = |source: std::io::Error| Error::Listen {
         addr: path.display().to_string(),
@@ -598,13 +595,10 @@ pub async fn serve_with(
     // Raised when shutdown begins: open streams (watches, RecvStream) end
     // then, since a graceful shutdown waits for every open call.
     let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
-    let stopping_tx = std::sync::Arc::new(stopping_tx);
-    let shutdown = {
-        let stopping_tx = stopping_tx.clone();
-        async move {
-            shutdown.await;
-            let _ = stopping_tx.send(true);
-        }
+    let stop = &stopping_tx;
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stop.send(true);
     };
     // Both servers (TCP, the local socket) stop when shutdown begins.
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -705,7 +699,7 @@ pub async fn serve_with(
                 stopped(stopping.clone()),
             )
             .await;
-        let _ = stopping_tx.send(true);
+        let _ = stop.send(true);
         r
     };
     let local_served = async {
@@ -718,11 +712,9 @@ pub async fn serve_with(
                     )
                     .await
             }
-            None => Ok(()),
+            None => return Ok(()),
         };
-        if r.is_err() {
-            let _ = stopping_tx.send(true);
-        }
+        let _ = stop.send(true);
         r
     };
     let servers = async { tokio::join!(tcp_served, local_served) };
