@@ -329,7 +329,20 @@ fn tabos_job(
         let server = tokio::spawn(tabos_node::serve(node, listener, async {
             let _ = stopped.await;
         }));
-        let client = tabos_client::Client::connect(&addr, &operator.token).await?;
+        let mut client = tabos_client::Client::connect(&addr, &operator.token).await?;
+        // The mappers read the inputs in their jails: the realm's operator
+        // allows those paths.
+        let host_paths = inputs
+            .iter()
+            .map(|p| Ok(std::fs::canonicalize(p)?.display().to_string()))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        client
+            .set_realm(tabos_client::proto::SetRealmRequest {
+                realm: "default".into(),
+                host_paths,
+                ..Default::default()
+            })
+            .await?;
         let mut s = Submit::new(
             kind,
             inputs.to_vec(),
