@@ -72,28 +72,43 @@ struct Timing {
 /// A unique id source for inserts, shared by all clients.
 static NEXT_ID: AtomicI64 = AtomicI64::new(1);
 
-fn submit(store: &Store, w: Workload, client: usize, seq: u64) -> Pending<u64, Error> {
+/// How a client hands its procedure to the store: closed-loop clients wait
+/// for each, so they `run` it (on their own thread when the partition is
+/// idle); the open-loop pacer must not wait, so it `submit`s.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Run,
+    Submit,
+}
+
+type BoxedProc = Box<dyn FnMut(&mut dyn tabos_store::Tx) -> Result<u64, Error> + Send>;
+
+fn submit(store: &Store, w: Workload, client: usize, seq: u64, via: Via) -> Pending<u64, Error> {
     let p = (client as u32) % store.partitions();
+    let go = |f: BoxedProc| match via {
+        Via::Run => store.run(PKey(p), f),
+        Via::Submit => store.submit(PKey(p), f),
+    };
     match w {
-        Workload::Noop => store.submit(PKey(p), |_tx| Ok(0)),
+        Workload::Noop => go(Box::new(|_tx| Ok(0))),
         Workload::Insert => {
             let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-            store.submit(PKey(p), move |tx| {
+            go(Box::new(move |tx| {
                 tx.execute(
                     "INSERT INTO ins (p_key, id, payload) VALUES ($1, $2, $3)",
                     params![p, id, PAYLOAD],
                 )
-            })
+            }))
         }
         Workload::Update => {
             let id =
                 ((seq.wrapping_mul(2_654_435_761) ^ client as u64) % UPDATE_ROWS as u64) as i64;
-            store.submit(PKey(p), move |tx| {
+            go(Box::new(move |tx| {
                 tx.execute(
                     "UPDATE upd SET n = n + 1, payload = $3 WHERE p_key = $1 AND id = $2",
                     params![p, id, PAYLOAD],
                 )
-            })
+            }))
         }
     }
 }
@@ -126,7 +141,7 @@ fn closed_loop(
                     if t0 >= until {
                         break;
                     }
-                    submit(&store, w, c, seq).await?;
+                    submit(&store, w, c, seq, Via::Run).await?;
                     seq += 1;
                     if t0 >= measure_from {
                         samples.push(t0.elapsed().as_nanos() as u64);
@@ -215,7 +230,7 @@ fn pace(
             let client = (sent % 64) as usize;
             let p = client % queues.len();
             let t0 = Instant::now();
-            let pending = submit(store, w, client, sent);
+            let pending = submit(store, w, client, sent, Via::Submit);
             queues[p]
                 .send((t0, measured, pending))
                 .map_err(|_| anyhow::anyhow!("collector thread ended early"))?;

@@ -33,6 +33,10 @@ pub struct Args {
     /// What a commit survives: off, normal (a crash of tabos) or full (power loss)
     #[arg(long, default_value = "normal")]
     durability: Durability,
+    /// Pin each partition's executor thread to a core of its own (SQLite;
+    /// best on a machine that runs tabos alone)
+    #[arg(long)]
+    pin_executors: bool,
     /// This node's name (default: node-<pid>)
     #[arg(long)]
     node_id: Option<String>,
@@ -90,7 +94,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(p) = args.partitions {
         config = config.with_partitions(p);
     }
-    config = config.with_durability(args.durability);
+    config = config
+        .with_durability(args.durability)
+        .with_pinned_executors(args.pin_executors);
     let where_ = match &args.db {
         Some(_) => "PostgreSQL".to_string(),
         None => format!("SQLite in {}", args.data),

@@ -399,7 +399,7 @@ pub async fn create(store: &Store, spec: Spec) -> Result<Minted> {
     let now = tabos_store::now_us();
     let (s, m) = (spec.clone(), minted.clone());
     store
-        .submit(spec.partition(store.partitions()), move |tx| {
+        .run(spec.partition(store.partitions()), move |tx| {
             create_tx(tx, &s, &m, now)
         })
         .await?;
@@ -451,7 +451,7 @@ pub async fn revoke(store: &Store, id: &CredentialId, realm: Option<&str>) -> Re
     }
     let (id2, realm2, now) = (id.clone(), realm.map(str::to_string), tabos_store::now_us());
     store
-        .submit(partition_of(&owner, store.partitions()), move |tx| {
+        .run(partition_of(&owner, store.partitions()), move |tx| {
             revoke_tx(tx, &id2, realm2.as_deref(), now)
         })
         .await

@@ -825,7 +825,7 @@ pub async fn create_mailbox(
     let (r, n) = (realm.to_string(), name.to_string());
     let now = tabos_store::now_us();
     store
-        .submit(partition(store, realm)?, move |tx| {
+        .run(partition(store, realm)?, move |tx| {
             create_mailbox_tx(tx, &r, &n, &opts, now)
         })
         .await
@@ -835,7 +835,7 @@ pub async fn create_mailbox(
 pub async fn remove_mailbox(store: &Store, realm: &str, name: &str) -> Result<u64> {
     let (r, n) = (realm.to_string(), name.to_string());
     store
-        .submit(partition(store, realm)?, move |tx| {
+        .run(partition(store, realm)?, move |tx| {
             remove_mailbox_tx(tx, &r, &n)
         })
         .await
@@ -868,7 +868,7 @@ pub async fn send_fenced(
     let r = realm.to_string();
     let now = tabos_store::now_us();
     store
-        .submit(partition(store, realm)?, move |tx| {
+        .run(partition(store, realm)?, move |tx| {
             crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
             send_tx(tx, &r, from.as_ref(), &msgs, &opts, now)
         })
@@ -1007,7 +1007,7 @@ impl Receiver {
         loop {
             self.drain()?;
             if self.dirty {
-                let got = self.store.submit(self.pk, self.job(take)).await?;
+                let got = self.store.run(self.pk, self.job(take)).await?;
                 if let Some(got) = self.after(got, wait) {
                     return Ok(got);
                 }
@@ -1039,7 +1039,7 @@ impl Receiver {
         loop {
             self.drain()?;
             if self.dirty {
-                let got = self.store.submit(self.pk, self.job(take)).wait()?;
+                let got = self.store.run(self.pk, self.job(take)).wait()?;
                 if let Some(got) = self.after(got, wait) {
                     return Ok(got);
                 }
@@ -1083,7 +1083,7 @@ pub async fn peek(store: &Store, realm: &str, address: &Address, take: Take) -> 
 pub async fn mailbox(store: &Store, realm: &str, address: &Address) -> Result<MailboxInfo> {
     let (r, a) = (realm.to_string(), address.clone());
     store
-        .submit(partition(store, realm)?, move |tx| mailbox_tx(tx, &r, &a))
+        .run(partition(store, realm)?, move |tx| mailbox_tx(tx, &r, &a))
         .await
 }
 

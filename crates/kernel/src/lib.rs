@@ -232,7 +232,7 @@ where
     T: Send + 'static,
     F: FnMut(&mut dyn tabos_store::Tx) -> Result<T> + Send + 'static,
 {
-    store.submit(partition(store, realm)?, f).await
+    store.run(partition(store, realm)?, f).await
 }
 
 /// Runs read-only procedure `f` on `realm`'s partition on a read

@@ -109,7 +109,7 @@ impl Procedures {
         };
         let (row, code) = (info.clone(), req.code);
         self.store
-            .submit(partition(&self.store, &req.realm)?, move |tx| {
+            .run(partition(&self.store, &req.realm)?, move |tx| {
                 install_tx(tx, &row, &code)
             })
             .await?;
@@ -121,7 +121,7 @@ impl Procedures {
         validate_name(name).map_err(Error::Invalid)?;
         let (r, n) = (realm.to_string(), name.to_string());
         self.store
-            .submit(partition(&self.store, realm)?, move |tx| {
+            .run(partition(&self.store, realm)?, move |tx| {
                 let k = p_key(tx);
                 let gone = tx.execute(
                     "DELETE FROM procedure WHERE p_key = $1 AND realm = $2 AND name = $3",
@@ -139,7 +139,7 @@ impl Procedures {
     pub async fn list(&self, realm: &str) -> Result<Vec<Info>> {
         let r = realm.to_string();
         self.store
-            .submit(partition(&self.store, realm)?, move |tx| list_tx(tx, &r))
+            .run(partition(&self.store, realm)?, move |tx| list_tx(tx, &r))
             .await
     }
 
@@ -162,11 +162,20 @@ impl Procedures {
         let (r, n, sandbox) = (realm.to_string(), name.to_string(), self.sandbox.clone());
         let who = who.clone();
         let now = tabos_store::now_us();
-        self.store
-            .submit(partition(&self.store, realm)?, move |tx| {
-                call_tx(tx, &sandbox, &r, &who, &n, &args, now)
-            })
-            .await
+        let p = partition(&self.store, realm)?;
+        let f = move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &r, &who, &n, &args, now);
+        // Tenant code may run up to its timeout. On a multi-threaded
+        // runtime it runs on this thread (no hand-off to the executor)
+        // after telling the runtime, which moves this worker's other tasks
+        // to another thread meanwhile; elsewhere (a current-thread runtime,
+        // where that is impossible) it goes to the partition's executor so
+        // as not to stall the runtime.
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| self.store.run(p, f).wait())
+            }
+            _ => self.store.submit(p, f).await,
+        }
     }
 }
 

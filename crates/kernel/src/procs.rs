@@ -1078,7 +1078,7 @@ pub async fn spawn_fenced(
     let (r, pid2) = (realm.to_string(), pid.clone());
     let now = tabos_store::now_us();
     let worker = store
-        .submit(p, move |tx| {
+        .run(p, move |tx| {
             crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
             spawn_tx(tx, &r, &pid2, &d, now)
         })
@@ -1107,7 +1107,7 @@ pub async fn spawn_burst(
     let r = realm.to_string();
     let now = tabos_store::now_us();
     store
-        .submit(p, move |tx| {
+        .run(p, move |tx| {
             with_pids
                 .iter()
                 .map(|(pid, d)| Ok((pid.clone(), spawn_tx(tx, &r, pid, d, now)?)))
@@ -1126,7 +1126,7 @@ async fn call<T: Send + 'static>(
     let r = realm.to_string();
     let now = tabos_store::now_us();
     let mut f = f;
-    store.submit(p, move |tx| f(tx, &r, now)).await
+    store.run(p, move |tx| f(tx, &r, now)).await
 }
 
 pub async fn claim(

@@ -293,7 +293,7 @@ impl Host for ProcHost {
         let now = tabos_store::now_us();
         // A blocking wait (it spins briefly): this is the proc's own thread.
         self.store
-            .submit(pk, move |tx| {
+            .run(pk, move |tx| {
                 ipc::send_tx(tx, &realm, Some(&me), &msgs, &opts, now)
             })
             .wait()

@@ -917,7 +917,7 @@ async fn keep_lease(
             let now = tabos_store::now_us();
             let renewed = node
                 .store
-                .submit(p, move |tx| {
+                .run(p, move |tx| {
                     tabos_kernel::sched::heartbeat_tx(tx, &r, &worker, now)?;
                     tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)
                 })

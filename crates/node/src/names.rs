@@ -498,7 +498,7 @@ pub async fn reap_sessions(node: Node, mut stop: tokio::sync::watch::Receiver<bo
             let p = tabos_store::PKey(i as u32);
             *due = loop {
                 let got = store
-                    .submit(p, move |tx| names::expire_sessions_tx(tx, now))
+                    .run(p, move |tx| names::expire_sessions_tx(tx, now))
                     .await;
                 match got {
                     Ok(e) => {

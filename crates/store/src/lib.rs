@@ -143,6 +143,12 @@ pub struct Config {
     pub durability: Durability,
     /// SQLite: most read connections. PostgreSQL: pooled connections.
     pub connections: usize,
+    /// SQLite: pin each partition's executor thread to one core (partition
+    /// `p` to the `p`-th core this process may run on, round robin), so a
+    /// partition's pages stay in one core's caches. Off by default: on a
+    /// machine shared with other work a pinned thread cannot move away
+    /// from a busy core. PostgreSQL: no effect.
+    pub pin_executors: bool,
 }
 
 impl Config {
@@ -154,6 +160,7 @@ impl Config {
             partitions: default_partitions(),
             durability: Durability::Normal,
             connections: 8,
+            pin_executors: false,
         }
     }
 
@@ -164,6 +171,7 @@ impl Config {
             partitions: default_partitions(),
             durability: Durability::Normal,
             connections: 8,
+            pin_executors: false,
         }
     }
 
@@ -179,6 +187,11 @@ impl Config {
 
     pub fn with_connections(mut self, n: usize) -> Config {
         self.connections = n;
+        self
+    }
+
+    pub fn with_pinned_executors(mut self, pin: bool) -> Config {
+        self.pin_executors = pin;
         self
     }
 
@@ -438,6 +451,12 @@ pub trait Backend: Send + Sync {
     /// Queues a procedure; on a full queue the job is completed with
     /// [`Error::Overloaded`].
     fn submit(&self, job: Job);
+    /// Like `submit`, but a backend may run the job on the calling thread,
+    /// during this call, when nothing else is running on its partition
+    /// (see [`Store::run`]).
+    fn run(&self, job: Job) {
+        self.submit(job)
+    }
     /// Runs a read-only procedure on a read connection of its partition
     /// (see [`Store::read`]).
     fn read(&self, job: Job);
@@ -519,7 +538,29 @@ impl Store {
         self.dispatch(p_key, f, |b, job| b.submit(job))
     }
 
-    /// Hands the job running `f` to `to` (the backend's submit or read),
+    /// Runs procedure `f` on partition `p_key` now, on the calling thread,
+    /// if nothing else is running on that partition (SQLite): the
+    /// procedure commits during this call, with no hand-off to another
+    /// thread, and the returned [`Pending`] is ready. If a batch is
+    /// running, `f` joins the next group commit like a
+    /// [`submit`](Store::submit)ted one. On PostgreSQL it is `submit`: its
+    /// client library blocks on its own runtime, which cannot run on an
+    /// async caller's thread.
+    ///
+    /// For kernel procedures, which are short and bounded: from async code
+    /// it blocks the calling worker for the procedure and its commit.
+    /// Tenant code (stored procedures with long deadlines) and anything
+    /// that must return before its procedure runs use `submit`.
+    pub fn run<T, E, F>(&self, p_key: PKey, f: F) -> Pending<T, E>
+    where
+        T: Send + 'static,
+        E: ProcedureError,
+        F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
+    {
+        self.dispatch(p_key, f, |b, job| b.run(job))
+    }
+
+    /// Hands the job running `f` to `to` (the backend's submit, run or read),
     /// or fails it at once for a partition this store does not have.
     fn dispatch<T, E, F>(&self, p_key: PKey, f: F, to: fn(&dyn Backend, Job)) -> Pending<T, E>
     where
@@ -558,14 +599,16 @@ impl Store {
     }
 
     /// Runs procedure `f` and blocks the calling thread until it committed or
-    /// rolled back. In async code `.await` a [`submit`](Store::submit) instead.
+    /// rolled back; on an idle partition it runs on this thread (see
+    /// [`run`](Store::run)). In async code `.await` a [`run`](Store::run) or
+    /// [`submit`](Store::submit) instead.
     pub fn call<T, E, F>(&self, p_key: PKey, f: F) -> std::result::Result<T, E>
     where
         T: Send + 'static,
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        self.submit(p_key, f).wait()
+        self.run(p_key, f).wait()
     }
 
     /// Runs a read-only query over all partitions and returns its rows. A

@@ -5,23 +5,44 @@
 //! it open, so two processes never write the same files) and `p<N>.db` for
 //! each partition `N`, each with the full schema.
 //!
-//! ## Executor (one per partition)
+//! ## Writer (one per partition): the caller leads, or the executor does
 //! ```text
-//!   wait for a job ──► take it and every job already queued (≤ BATCH_PROCS_MAX)
-//!        ▲             BEGIN IMMEDIATE
-//!        │             for each job:  SAVEPOINT p; run; RELEASE p   (ok)
-//!        │                            ROLLBACK TO p; RELEASE p      (error)
-//!        │             COMMIT
-//!        └──────────── publish the committed jobs' notifications, in order;
-//!                      then answer every job
+//!   run(job) ───── partition idle, and not busy ──yes──► the caller's thread leads:
+//!        │                                  run the batch [job] (below), answer it;
+//!        │                                  anything queued meanwhile? hand the
+//!        │                                  lead to the partition's executor thread
+//!        no (a leader is running)
+//!        └──► queue the job; the leader takes it into its next batch
+//!        no (idle, but the executor led within BUSY_COOLDOWN)
+//!        └──► as submit
+//!   submit(job) ── queue the job; if no one leads, hand the lead to the
+//!                  executor thread (submit never runs a procedure itself)
+//!
+//!   a batch:  BEGIN IMMEDIATE
+//!             for each job:  SAVEPOINT p; run; RELEASE p   (ok)
+//!                            ROLLBACK TO p; RELEASE p      (error)
+//!             COMMIT
+//!             publish the committed jobs' notifications, in order;
+//!             then answer every job
+//!
+//!   executor thread: parked until handed the lead; then, while jobs are
+//!   queued, takes them all (≤ BATCH_PROCS_MAX) as one batch; gives the
+//!   lead up when the queue has stayed empty for EXECUTOR_LINGER.
 //! ```
-//! Procedures of one partition therefore run strictly one after another (no
-//! locks, no aborts — the H-Store model), jobs that arrive during a commit
-//! form the next batch (group commit), and a failing procedure undoes only its
-//! own savepoint. Invariant: a job is answered exactly once, and only after
-//! the commit that contains it succeeded (or with the error that stopped it).
-//! If the COMMIT itself fails every job of the batch is answered with that
-//! error and nothing of the batch is published.
+//! A procedure given by `run` (what `Store::run` and `Store::call` use)
+//! to an idle partition therefore runs on its caller's thread, during the
+//! call, with no thread woken and none put to sleep; callers that arrive while a batch runs join the next group commit,
+//! which one leader commits for all of them. At most one leader runs at a
+//! time ([`Lane::leading`], changed only under the lane's lock), so
+//! procedures of one partition still run strictly one after another (no
+//! locks, no aborts — the H-Store model), and a failing procedure undoes
+//! only its own savepoint. The lead passes to the executor thread rather
+//! than staying with the caller so that one caller's thread is never kept
+//! serving others' work under sustained load. Invariant: a job is answered
+//! exactly once, and only after the commit that contains it succeeded (or
+//! with the error that stopped it). If the COMMIT itself fails every job of
+//! the batch is answered with that error and nothing of the batch is
+//! published.
 //!
 //! ## Readers
 //! Read-only queries run on a pool of connections that open partition 0 as
@@ -34,7 +55,7 @@ use std::any::Any;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -115,8 +136,10 @@ fn set_busy_handler(conn: &Connection) -> Result<()> {
 pub struct SqliteBackend {
     partitions: u32,
     durability: Durability,
-    senders: Vec<SyncSender<Job>>,
-    executors: Vec<JoinHandle<()>>,
+    /// Per partition, its writer (see "Writer" above).
+    writers: Vec<Arc<Partition>>,
+    /// Executor and checkpointer threads, joined on drop.
+    threads: Vec<JoinHandle<()>>,
     readers: ReadPool<Connection>,
     /// Per partition, read connections for [`Store::read`](crate::Store::read).
     partition_readers: Vec<ReadPool<Connection>>,
@@ -163,28 +186,39 @@ impl SqliteBackend {
             init_partition(&conn, p, config.partitions, migrations)?;
             conns.push(conn);
         }
-        let mut senders = Vec::new();
-        let mut executors = Vec::new();
+        let mut writers = Vec::new();
+        let mut threads = Vec::new();
+        let cores = pinning_cores(config.pin_executors);
         for (p, conn) in conns.into_iter().enumerate() {
-            let (tx, rx) = sync_channel(QUEUE_PROCS_MAX);
-            let checkpoints = start_checkpointer(dir, p as u32, &mut executors)?;
-            let feed = feed.clone();
-            let stats = stats.clone();
+            let checkpoints = start_checkpointer(dir, p as u32, &mut threads)?;
+            let executor = Executor::new(
+                conn,
+                PKey(p as u32),
+                feed.clone(),
+                stats.clone(),
+                checkpoints,
+            );
+            let partition = Arc::new(Partition::new(executor));
+            let core = cores.as_ref().map(|c| c[p % c.len()]);
+            let lead = partition.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("tabos-exec-p{p}"))
                 .spawn(move || {
                     raise_priority();
-                    Executor::new(conn, PKey(p as u32), feed, stats, checkpoints).run(rx)
+                    if let Some(core) = core {
+                        pin_to_core(core);
+                    }
+                    lead.executor_thread()
                 })
                 .map_err(|e| Error::Io(format!("cannot start executor thread: {e}")))?;
-            senders.push(tx);
-            executors.push(handle);
+            writers.push(partition);
+            threads.push(handle);
         }
         Ok(SqliteBackend {
             partitions: config.partitions,
             durability: config.durability,
-            senders,
-            executors,
+            writers,
+            threads,
             readers: ReadPool::new(
                 dir.clone(),
                 config.partitions,
@@ -209,11 +243,29 @@ impl SqliteBackend {
 
 impl Drop for SqliteBackend {
     fn drop(&mut self) {
-        // Closing the queues lets each executor finish what is queued and exit.
-        self.senders.clear();
-        for h in self.executors.drain(..) {
+        // Closing the lanes lets each executor finish what is queued and
+        // exit; the last reference to a partition closes its checkpointer.
+        for w in self.writers.drain(..) {
+            w.close();
+        }
+        for h in self.threads.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+impl SqliteBackend {
+    /// Gives `job` to its partition's writer (see "Writer" above).
+    fn write(&self, job: Job, inline: bool) {
+        let Some(partition) = self.writers.get(job.p_key.0 as usize) else {
+            let p_key = job.p_key.0;
+            job.finish_err(Error::UnknownPartition {
+                p_key,
+                partitions: self.partitions,
+            });
+            return;
+        };
+        partition.submit(job, inline);
     }
 }
 
@@ -228,24 +280,10 @@ impl Backend for SqliteBackend {
         self.durability
     }
     fn submit(&self, job: Job) {
-        let Some(sender) = self.senders.get(job.p_key.0 as usize) else {
-            let p_key = job.p_key.0;
-            job.finish_err(Error::UnknownPartition {
-                p_key,
-                partitions: self.partitions,
-            });
-            return;
-        };
-        match sender.try_send(job) {
-            Ok(()) => {}
-            Err(TrySendError::Full(job)) => {
-                let p_key = job.p_key;
-                job.finish_err(Error::Overloaded(format!(
-                    "partition {p_key} has {QUEUE_PROCS_MAX} procedures queued"
-                )))
-            }
-            Err(TrySendError::Disconnected(job)) => job.finish_err(Error::Closed),
-        }
+        self.write(job, false);
+    }
+    fn run(&self, job: Job) {
+        self.write(job, true);
     }
     fn read(&self, mut job: Job) {
         let Some(pool) = self.partition_readers.get(job.p_key.0 as usize) else {
@@ -795,21 +833,6 @@ impl Executor {
         }
     }
 
-    fn run(self, rx: Receiver<Job>) {
-        let mut batch: Vec<Job> = Vec::with_capacity(BATCH_PROCS_MAX);
-        while let Some(first) = next_job(&rx) {
-            batch.push(first);
-            while batch.len() < BATCH_PROCS_MAX {
-                match rx.try_recv() {
-                    Ok(job) => batch.push(job),
-                    Err(_) => break,
-                }
-            }
-            self.run_batch(&mut batch);
-            debug_assert!(batch.is_empty());
-        }
-    }
-
     fn exec(&self, sql: &str) -> Result<()> {
         self.conn
             .prepare_cached(sql)
@@ -904,23 +927,222 @@ impl Executor {
     }
 }
 
-/// Waits for the next job. A client usually submits its next procedure a
-/// few microseconds after the previous one was answered, so the executor
-/// spins for up to [`SPIN_BEFORE_PARK`] before it parks: parking and being
-/// woken cost a futex round trip each, more than the wait itself. `None` when
-/// the store is closed.
-fn next_job(rx: &Receiver<Job>) -> Option<Job> {
-    let spin_until = std::time::Instant::now() + SPIN_BEFORE_PARK;
-    loop {
-        match rx.try_recv() {
-            Ok(job) => return Some(job),
-            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
-            Err(std::sync::mpsc::TryRecvError::Empty) => {}
+/// A partition's writer: the executor connection, and who may use it.
+struct Partition {
+    lane: Mutex<Lane>,
+    /// Wakes the executor thread: the lead was handed to it, or the
+    /// partition is closing.
+    wake: Condvar,
+    /// Locked only by the current leader (so never contended; the lock
+    /// makes the hand-over between threads visible to the compiler too).
+    writer: Mutex<Executor>,
+}
+
+/// The queue of a partition and the state of its lead.
+#[derive(Default)]
+struct Lane {
+    /// Jobs waiting for the next batch; only non-empty while `leading`.
+    queue: std::collections::VecDeque<Job>,
+    /// A leader (a caller's thread or the executor thread) is running
+    /// batches; new jobs queue for it.
+    leading: bool,
+    /// The lead is with the executor thread (set by the caller's thread
+    /// that handed it over, cleared by the executor when the queue runs
+    /// dry).
+    handed: bool,
+    /// The store is closing: no new jobs; the executor drains and exits.
+    closed: bool,
+    /// When the executor last gave the lead up (see [`BUSY_COOLDOWN`]).
+    executor_left: Option<std::time::Instant>,
+}
+
+impl Partition {
+    fn new(executor: Executor) -> Partition {
+        Partition {
+            lane: Mutex::new(Lane::default()),
+            wake: Condvar::new(),
+            writer: Mutex::new(executor),
         }
-        if std::time::Instant::now() >= spin_until {
-            return rx.recv().ok();
+    }
+
+    fn lane(&self) -> std::sync::MutexGuard<'_, Lane> {
+        // A panic never happens under this lock (only queue operations).
+        self.lane.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `job` now on this thread if `inline` and the partition is idle;
+    /// otherwise queues it for the running leader's next batch, handing the
+    /// lead to the executor thread if no one leads.
+    fn submit(&self, job: Job, inline: bool) {
+        let mut lane = self.lane();
+        if lane.closed {
+            drop(lane);
+            return job.finish_err(Error::Closed);
         }
-        std::thread::yield_now();
+        if lane.leading {
+            if lane.queue.len() >= QUEUE_PROCS_MAX {
+                drop(lane);
+                let p_key = job.p_key;
+                return job.finish_err(Error::Overloaded(format!(
+                    "partition {p_key} has {QUEUE_PROCS_MAX} procedures queued"
+                )));
+            }
+            lane.queue.push_back(job);
+            return;
+        }
+        debug_assert!(lane.queue.is_empty(), "jobs queued with no leader");
+        lane.leading = true;
+        let busy = lane
+            .executor_left
+            .is_some_and(|t| t.elapsed() < BUSY_COOLDOWN);
+        if !inline || busy {
+            lane.handed = true;
+            lane.queue.push_back(job);
+            drop(lane);
+            self.wake.notify_one();
+            return;
+        }
+        drop(lane);
+        // The lead is ours until `Lead` lets go of it, even if a batch
+        // panics outside the procedures (which `run_caught` contains).
+        let lead = Lead(self);
+        let mut batch = vec![job];
+        self.writer().run_batch(&mut batch);
+        drop(lead);
+    }
+
+    fn writer(&self) -> std::sync::MutexGuard<'_, Executor> {
+        // A panic while this is held leaves the connection as SQLite left
+        // it; the next BEGIN fails cleanly if a transaction is still open.
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The executor thread: waits to be handed the lead, then runs every
+    /// queued job in batches until the queue is empty; on close, drains
+    /// the queue and returns.
+    fn executor_thread(&self) {
+        let mut batch: Vec<Job> = Vec::with_capacity(BATCH_PROCS_MAX);
+        // While leading, when the queue last ran dry (see EXECUTOR_LINGER).
+        let mut dry_since: Option<std::time::Instant> = None;
+        let mut lane = self.lane();
+        loop {
+            while !lane.handed && !lane.closed {
+                lane = self.wake.wait(lane).unwrap_or_else(|p| p.into_inner());
+            }
+            if lane.closed && !lane.handed {
+                if lane.leading {
+                    // A caller's thread still leads; it hands over (and
+                    // wakes us) if it leaves anything queued.
+                    lane = self.wake.wait(lane).unwrap_or_else(|p| p.into_inner());
+                    continue;
+                }
+                debug_assert!(lane.queue.is_empty());
+                return;
+            }
+            debug_assert!(lane.leading && lane.handed);
+            let n = lane.queue.len().min(BATCH_PROCS_MAX);
+            batch.extend(lane.queue.drain(..n));
+            if batch.is_empty() {
+                let since = *dry_since.get_or_insert_with(std::time::Instant::now);
+                if lane.closed || since.elapsed() >= EXECUTOR_LINGER {
+                    lane.leading = false;
+                    lane.handed = false;
+                    lane.executor_left = Some(std::time::Instant::now());
+                    dry_since = None;
+                } else {
+                    drop(lane);
+                    std::thread::yield_now();
+                    lane = self.lane();
+                }
+                continue;
+            }
+            dry_since = None;
+            drop(lane);
+            self.writer().run_batch(&mut batch);
+            debug_assert!(batch.is_empty());
+            lane = self.lane();
+        }
+    }
+
+    /// Stops taking jobs; the executor finishes what is queued and exits.
+    fn close(&self) {
+        self.lane().closed = true;
+        self.wake.notify_one();
+    }
+}
+
+/// How long the executor keeps the lead after its queue ran dry, looking
+/// for more work before it gives the lead up. It was handed the lead
+/// because jobs arrived while a batch ran — the partition is busy — and
+/// more are likely within microseconds: kept, they join its next batch;
+/// let go, each would run alone on its caller's thread, one commit apiece.
+/// At one client the executor is never handed the lead, so this costs
+/// nothing there.
+const EXECUTOR_LINGER: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// For this long after the executor gave the lead up, `run` queues its job
+/// for the executor instead of running it on the caller's thread. The
+/// executor leads only when jobs arrived during a batch, that is when the
+/// partition has concurrent callers; group commit serves those better than
+/// one commit per caller, and an async caller running its procedure inline
+/// would also hold up the other tasks of its runtime thread, so that they
+/// could not queue theirs to share a commit.
+const BUSY_COOLDOWN: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The lead of a partition held by a caller's thread; dropping it gives
+/// the lead up, or hands it to the executor thread if jobs were queued
+/// meanwhile.
+struct Lead<'p>(&'p Partition);
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        let mut lane = self.0.lane();
+        debug_assert!(lane.leading && !lane.handed);
+        if lane.queue.is_empty() {
+            lane.leading = false;
+            if lane.closed {
+                // The executor may be waiting for us to finish.
+                self.0.wake.notify_one();
+            }
+        } else {
+            lane.handed = true;
+            self.0.wake.notify_one();
+        }
+    }
+}
+
+/// The cores executor threads are pinned to when the setting asks for it:
+/// the ones this process may run on, in order. `None` (no pinning) when it
+/// does not, or when the affinity mask cannot be read.
+fn pinning_cores(pin: bool) -> Option<Vec<usize>> {
+    if !pin {
+        return None;
+    }
+    // SAFETY: `set` is a plain bit mask that sched_getaffinity fills; the
+    // size passed is its own.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        set
+    };
+    let cores: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads bit `c` of a mask of CPU_SETSIZE bits.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    (!cores.is_empty()).then_some(cores)
+}
+
+/// Pins the calling thread to `core` (NautDB-style run-to-completion
+/// executors: the partition's pages stay in that core's caches). A failure
+/// leaves the thread unpinned.
+fn pin_to_core(core: usize) {
+    // SAFETY: as in `pinning_cores`; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }
 
@@ -940,9 +1162,6 @@ fn raise_priority() {
         let _ = libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, EXECUTOR_NICE);
     }
 }
-
-/// How long an idle executor keeps looking for work before it parks.
-const SPIN_BEFORE_PARK: std::time::Duration = std::time::Duration::from_micros(50);
 
 pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {

@@ -606,3 +606,199 @@ fn read_only_procedures(backend: Backend) {
 }
 
 conformance!(read_only_procedures);
+
+/// Procedures of the race below, per kind of caller.
+const RACE_PROCS_PER_CALLER: i64 = 150;
+/// Every RACE_FAIL_EVERY-th procedure writes, notifies, then fails.
+const RACE_FAIL_EVERY: i64 = 7;
+
+/// One procedure of the race: bumps its partition's counter, inserts row
+/// `id` carrying the counter's new value, and notifies `race-p<p>` with
+/// "<value> <id>" — or, for a failing id, does all that and then fails.
+fn race_proc(p: u32, id: i64) -> impl FnMut(&mut dyn tabos_store::Tx) -> Result<i64, Error> {
+    move |tx| {
+        let n: i64 = tx
+            .query_opt(
+                "SELECT n FROM counter WHERE p_key = $1 AND id = 0",
+                params![p],
+            )?
+            .expect("the counter row")
+            .get(0)?;
+        tx.execute(
+            "UPDATE counter SET n = $2 WHERE p_key = $1 AND id = 0",
+            params![p, n + 1],
+        )?;
+        tx.execute(
+            "INSERT INTO item (p_key, id, v) VALUES ($1, $2, $3)",
+            params![p, id, (n + 1).to_string()],
+        )?;
+        tx.notify(&format!("race-p{p}"), &format!("{} {id}", n + 1))?;
+        if id % RACE_FAIL_EVERY == 0 {
+            return Err(Error::Aborted(format!("{id} fails after writing")));
+        }
+        Ok(n + 1)
+    }
+}
+
+/// Issue 18, item 5: callers on the idle-partition path (`call` from
+/// threads, `run` from async tasks: they run on their own thread when the
+/// partition is idle) race bursts of `submit`ted procedures, which form
+/// group-commit batches. No procedure is lost or run twice, a failing one
+/// leaves nothing, and each partition's notifications arrive after their
+/// commit, every committed one exactly once, in commit order.
+fn inline_callers_race_batches(backend: Backend) {
+    let Some(t) = backend.open("race", SCHEMA) else {
+        return;
+    };
+    let store = t.store.clone();
+    for p in 0..2u32 {
+        store
+            .call(PKey(p), move |tx| {
+                tx.execute(
+                    "INSERT INTO counter (p_key, id, n) VALUES ($1, 0, 0)",
+                    params![p],
+                )
+            })
+            .unwrap();
+    }
+    // Collectors: check each notification against a fresh snapshot (its
+    // row must already be committed), until the closing "end".
+    let collectors: Vec<_> = (0..2u32)
+        .map(|p| {
+            let mut sub = store.subscribe(&format!("race-p{p}"));
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                loop {
+                    let note = sub.blocking_recv().expect("no lag at this volume");
+                    if note.payload == "end" {
+                        return got;
+                    }
+                    let (n, id) = note.payload.split_once(' ').unwrap();
+                    let (n, id): (i64, i64) = (n.parse().unwrap(), id.parse().unwrap());
+                    let seen = store
+                        .read(PKey(p), move |tx| {
+                            tx.query_opt(
+                                "SELECT v FROM item WHERE p_key = $1 AND id = $2",
+                                params![p, id],
+                            )
+                        })
+                        .wait()
+                        .unwrap();
+                    assert_eq!(
+                        seen.map(|r| r.get::<String>(0).unwrap()),
+                        Some(n.to_string()),
+                        "notification of {id} before its commit"
+                    );
+                    got.push((n, id));
+                }
+            })
+        })
+        .collect();
+
+    // Ids by caller kind: 1 + k * 10_000 + i, so no two callers share one.
+    let next = |k: i64, i: i64| 1 + k * 10_000 + i;
+    let mut callers = Vec::new();
+    for k in 0..3i64 {
+        let store = store.clone();
+        callers.push(std::thread::spawn(move || {
+            (0..RACE_PROCS_PER_CALLER)
+                .map(|i| {
+                    let (id, p) = (next(k, i), (i % 2) as u32);
+                    (id, store.call(PKey(p), race_proc(p, id)).is_ok())
+                })
+                .collect::<Vec<_>>()
+        }));
+    }
+    for k in 3..5i64 {
+        let store = store.clone();
+        callers.push(std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for burst in (0..RACE_PROCS_PER_CALLER).collect::<Vec<_>>().chunks(16) {
+                let pending: Vec<_> = burst
+                    .iter()
+                    .map(|&i| {
+                        let (id, p) = (next(k, i), (i % 2) as u32);
+                        (id, store.submit(PKey(p), race_proc(p, id)))
+                    })
+                    .collect();
+                out.extend(pending.into_iter().map(|(id, w)| (id, w.wait().is_ok())));
+            }
+            out
+        }));
+    }
+    {
+        let store = store.clone();
+        callers.push(std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let tasks: Vec<_> = (0..4i64)
+                    .map(|task| {
+                        let store = store.clone();
+                        tokio::spawn(async move {
+                            let mut out = Vec::new();
+                            for i in (task..RACE_PROCS_PER_CALLER).step_by(4) {
+                                let (id, p) = (next(5, i), (i % 2) as u32);
+                                out.push((id, store.run(PKey(p), race_proc(p, id)).await.is_ok()));
+                            }
+                            out
+                        })
+                    })
+                    .collect();
+                let mut out = Vec::new();
+                for t in tasks {
+                    out.extend(t.await.unwrap());
+                }
+                out
+            })
+        }));
+    }
+    let mut acked = std::collections::BTreeSet::new();
+    for c in callers {
+        for (id, ok) in c.join().unwrap() {
+            assert_eq!(ok, id % RACE_FAIL_EVERY != 0, "procedure {id}'s outcome");
+            if ok {
+                acked.insert(id);
+            }
+        }
+    }
+    for p in 0..2u32 {
+        store
+            .call(PKey(p), move |tx| tx.notify(&format!("race-p{p}"), "end"))
+            .unwrap();
+    }
+
+    // The rows are exactly the acknowledged procedures'.
+    let rows: Vec<i64> = ids(&store);
+    assert_eq!(rows.len(), acked.len(), "rows vs acknowledged procedures");
+    assert_eq!(
+        rows.into_iter().collect::<std::collections::BTreeSet<_>>(),
+        acked
+    );
+    for (p, c) in collectors.into_iter().enumerate() {
+        let got = c.join().unwrap();
+        let n: i64 = store
+            .query(
+                "SELECT n FROM counter WHERE p_key = $1 AND id = 0",
+                params![p as i64],
+            )
+            .unwrap()
+            .rows[0]
+            .get(0)
+            .unwrap();
+        // Every committed procedure notified once, in commit order (the
+        // counter's order), and nothing of the failed ones arrived.
+        let values: Vec<i64> = got.iter().map(|(v, _)| *v).collect();
+        assert_eq!(
+            values,
+            (1..=n).collect::<Vec<_>>(),
+            "partition {p}'s notifications"
+        );
+        assert!(got.iter().all(|(_, id)| acked.contains(id)));
+    }
+}
+
+conformance!(inline_callers_race_batches);
