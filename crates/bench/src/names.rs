@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use tabos_client::names::{CreateOptions, WatchMode};
+use tabos_client::proto::batch_call::Call as BatchCall;
+use tabos_client::proto::batch_result::Result as BatchOut;
 use tokio::task::JoinSet;
 
 use crate::measure::Samples;
@@ -45,7 +47,13 @@ enum Op {
     Put,
     Get,
     Cas,
+    /// Reads of GET_BATCH keys in one round trip: a tabos batch of gets
+    /// against an etcd transaction of gets.
+    GetBatch,
 }
+
+/// Keys read by one [`Op::GetBatch`].
+const GET_BATCH: usize = 16;
 
 impl Op {
     fn name(self) -> &'static str {
@@ -54,6 +62,7 @@ impl Op {
             Op::Put => "put",
             Op::Get => "get",
             Op::Cas => "cas",
+            Op::GetBatch => "get16",
         }
     }
 }
@@ -81,6 +90,17 @@ fn value() -> Vec<u8> {
 impl Worker {
     async fn prepare(&mut self) -> anyhow::Result<()> {
         let v = value();
+        for j in 0..GET_BATCH {
+            let key = format!("{}-b{j}", self.key);
+            match &mut self.conn {
+                Conn::Tabos(c) => {
+                    c.name_set(REALM, &key, v.clone(), None, None).await?;
+                }
+                Conn::Etcd(c) => {
+                    c.put(key, v.clone(), None).await?;
+                }
+            }
+        }
         self.version = match &mut self.conn {
             Conn::Tabos(c) => c.name_set(REALM, &self.key, v, None, None).await?,
             Conn::Etcd(c) => {
@@ -107,6 +127,28 @@ impl Worker {
             (Conn::Tabos(c), Op::Get) => {
                 let e = c.name_get(REALM, &self.key).await?;
                 anyhow::ensure!(e.data.len() == VALUE_BYTES);
+            }
+            (Conn::Tabos(c), Op::GetBatch) => {
+                let calls = (0..GET_BATCH)
+                    .map(|j| {
+                        BatchCall::NamesGet(tabos_client::proto::NameRequest {
+                            realm: REALM.into(),
+                            path: format!("{}-b{j}", self.key),
+                        })
+                    })
+                    .collect();
+                for r in c.batch(calls).await? {
+                    anyhow::ensure!(
+                        matches!(r?, BatchOut::NamesGet(e) if e.data.len() == VALUE_BYTES)
+                    );
+                }
+            }
+            (Conn::Etcd(c), Op::GetBatch) => {
+                let gets: Vec<TxnOp> = (0..GET_BATCH)
+                    .map(|j| TxnOp::get(format!("{}-b{j}", self.key), None))
+                    .collect();
+                let r = c.txn(Txn::new().and_then(gets)).await?;
+                anyhow::ensure!(r.op_responses().len() == GET_BATCH);
             }
             (Conn::Tabos(c), Op::Cas) => {
                 self.version = c
@@ -460,7 +502,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             tabos: node.addr.clone(),
             etcd: etcd.addr.clone(),
         };
-        for op in [Op::CreateRemove, Op::Put, Op::Get, Op::Cas] {
+        for op in [Op::CreateRemove, Op::Put, Op::Get, Op::Cas, Op::GetBatch] {
             for clients in CLIENTS {
                 let name = format!("{}.{clients}c", op.name());
                 if !name.contains(&filter) {
@@ -532,7 +574,8 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
              started by the benchmark, data in the same temporary directory ({}), linearizable \
              reads, via etcd-client 0.18; {} s per measurement after {WARMUP_OPS} warm-up ops per \
              client; values of {VALUE_BYTES} bytes; create_remove counts one create plus one remove \
-             as one op",
+             as one op; get16 is one round trip reading {GET_BATCH} keys (a tabos Batch call of \
+             gets; an etcd Txn of gets), counted as one op",
             etcd.version,
             dir.path().display(),
             dur.as_secs_f64()

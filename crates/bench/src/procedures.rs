@@ -313,7 +313,12 @@ async fn start_node(dir: &Path) -> anyhow::Result<Node> {
     }));
     let addr = tabos_client::Endpoint::new(addr, operator.token);
     let mut c = addr.connect().await?;
-    let none = tabos_client::procedures::ProcedureLimits::default();
+    // Declared read-only, as Redis's chase is a `no-writes` function: each
+    // call runs on a read connection, not the partition's writer.
+    let none = tabos_client::procedures::ProcedureLimits {
+        read_only: true,
+        ..Default::default()
+    };
     for (name, lang, code) in [
         ("chase", "wasm", examples::WASM_CHASE),
         ("get", "wasm", examples::WASM_GET),
@@ -717,8 +722,8 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
     report.notes.push(format!(
         "chase: embedded node (SQLite, durability full) in this process, {KEYS} keys k<i> → v<i> → \
          {VALUE_BYTES}-byte values in the realm's kv table, clients over loopback gRPC (one \
-         connection each, tokio, 2 worker threads), each call one transaction on the realm's \
-         partition; redis: {} on loopback, persistence off, the chase as a Lua function (FUNCTION \
+         connection each, tokio, 2 worker threads), each call one read-only procedure (one \
+         snapshot on a read connection of the realm's partition, as Redis's is no-writes); redis: {} on loopback, persistence off, the chase as a Lua function (FUNCTION \
          LOAD, FCALL) over RESP from one thread per client; {} s per measurement",
         redis.version,
         dur.as_secs_f64()

@@ -4,6 +4,7 @@
 //! credential through `--addr`/`TABOS_ADDR`, `--token`/`TABOS_TOKEN`, or a
 //! context of the credentials file ([`credentials`]).
 
+mod batch;
 mod bench;
 mod credentials;
 mod demo;
@@ -171,6 +172,8 @@ enum Command {
     /// Stored procedures (wasm or js) run next to the data, each call one
     /// transaction: tabos procedure install|list|remove|call
     Procedure(procedure::ProcedureArgs),
+    /// Several calls in one round trip, one per line of stdin (put, get, rm, send, recv, call, status, stat, read, write)
+    Batch(batch::Args),
     /// Run a MapReduce job on the node: tabos mr wordcount|grep --input PATH...
     Mr(mr::Args),
     /// One proc of a MapReduce job (what `tabos mr` spawns)
@@ -206,6 +209,7 @@ fn main() -> std::process::ExitCode {
         Command::Watch(a) => names::watch(a),
         Command::Fs(a) => fs::run(a),
         Command::Procedure(a) => procedure::run(a),
+        Command::Batch(a) => batch::run(a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

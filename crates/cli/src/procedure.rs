@@ -36,6 +36,10 @@ enum ProcedureCommand {
         /// Time limit of one call in milliseconds (default 1000, at most 60000)
         #[arg(long, default_value_t = 0)]
         timeout_ms: u32,
+        /// The procedure only reads: calls run on a read connection, never
+        /// queued behind the realm's writes (a write in it fails the call)
+        #[arg(long)]
+        read_only: bool,
     },
     /// List the realm's procedures
     List,
@@ -89,12 +93,14 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                 language,
                 memory_mib,
                 timeout_ms,
+                read_only,
             } => {
                 let language = language_of(&file, language)?;
                 let code = read_input(&file)?;
                 let limits = ProcedureLimits {
                     memory_bytes: memory_mib.saturating_mul(1 << 20),
                     timeout_ms,
+                    read_only,
                 };
                 let i = c
                     .procedure_install(&realm, &name, &language, code, limits)
@@ -109,18 +115,23 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                 let mut out = std::io::stdout().lock();
                 writeln!(
                     out,
-                    "{:<24} {:<5} {:>10} {:>10} {:>9}",
+                    "{:<24} {:<5} {:>10} {:>10} {:>9}  MODE",
                     "NAME", "LANG", "BYTES", "MEMORY", "TIMEOUT"
                 )?;
                 for i in list {
                     writeln!(
                         out,
-                        "{:<24} {:<5} {:>10} {:>9}M {:>7}ms",
+                        "{:<24} {:<5} {:>10} {:>9}M {:>7}ms  {}",
                         i.name,
                         i.language,
                         i.code_bytes,
                         i.memory_bytes >> 20,
-                        i.timeout_ms
+                        i.timeout_ms,
+                        if i.read_only {
+                            "read-only"
+                        } else {
+                            "read-write"
+                        }
                     )?;
                 }
             }

@@ -573,6 +573,63 @@ fn mailboxes_send_and_recv() {
     assert!(stdout(&o).contains("1 queued"), "{}", stdout(&o));
 }
 
+/// `tabos batch` with `input` on stdin.
+fn batch(node: &Node, input: &str) -> Output {
+    let mut child = node
+        .command()
+        .args(["batch"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_batch_from_the_command_line() {
+    let dir = TempDir::new("cli-batch");
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap()]);
+    let o = node.tabos(&["mailbox", "create", "inbox"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = batch(
+        &node,
+        "put /greeting hello there\nget /greeting\n# a comment\nsend inbox hi\nrecv inbox\n\
+         write /f.txt file data\nread /f.txt\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        "ok version 1\nok file version 1: hello there\nok seq 1\nok 1 messages: hi\n\
+         ok size 9\nok file data\n"
+    );
+    // A failed call is reported in its place, the others still run, and
+    // the exit status says one failed.
+    let o = batch(&node, "get /missing\nput /after 1\n");
+    assert!(!o.status.success());
+    let out = stdout(&o);
+    assert!(out.starts_with("error not found"), "{out}");
+    assert!(out.ends_with("ok version 1\n"), "{out}");
+    assert!(
+        stderr(&o).contains("1 of the batch's calls failed"),
+        "{}",
+        stderr(&o)
+    );
+    // Bad input is refused before anything is sent.
+    let o = batch(&node, "put /never 1\nfrobnicate x\n");
+    assert!(stderr(&o).contains("unknown call"), "{}", stderr(&o));
+    let o = node.tabos(&["cat", "/never"]);
+    assert!(!o.status.success());
+}
+
 #[test]
 fn the_namespace_from_the_command_line() {
     let dir = TempDir::new("cli-names");

@@ -16,10 +16,12 @@ pub mod proto {
     tonic::include_proto!("tabos.v1");
 }
 
+pub mod batch;
 pub mod fs;
 pub mod names;
 pub mod procedures;
 
+use proto::batch_client::BatchClient;
 use proto::fs_client::FsClient;
 use proto::ipc_client::IpcClient;
 use proto::names_client::NamesClient;
@@ -195,6 +197,7 @@ pub struct Client {
     names: NamesClient<Transport>,
     fs: FsClient<Transport>,
     procedures: ProceduresClient<Transport>,
+    batch: BatchClient<Transport>,
     /// The proc this client acts for ([`Client::acting_for`]): its file
     /// reads and writes are recorded as that proc's provenance.
     proc_pid: String,
@@ -335,7 +338,10 @@ impl Client {
             fs: FsClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            procedures: ProceduresClient::new(channel)
+            procedures: ProceduresClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            batch: BatchClient::new(channel)
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
             proc_pid: String::new(),

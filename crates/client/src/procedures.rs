@@ -10,6 +10,8 @@ pub struct ProcedureLimits {
     pub memory_bytes: u64,
     /// 0: the node's default.
     pub timeout_ms: u32,
+    /// Declared read-only (see `InstallProcedureRequest.read_only`).
+    pub read_only: bool,
 }
 
 impl Client {
@@ -33,6 +35,7 @@ impl Client {
                 code,
                 memory_bytes: limits.memory_bytes,
                 timeout_ms: limits.timeout_ms,
+                read_only: limits.read_only,
             })
             .await?
             .into_inner())

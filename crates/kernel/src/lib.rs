@@ -133,6 +133,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/017_host_paths.sql"),
         postgres: include_str!("../schema/postgres/017_host_paths.sql"),
     },
+    Migration {
+        version: 18,
+        name: "procedure_read_only",
+        sqlite: include_str!("../schema/sqlite/018_procedure_read_only.sql"),
+        postgres: include_str!("../schema/postgres/018_procedure_read_only.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -45,6 +45,8 @@ pub struct Info {
     pub memory_bytes: usize,
     pub timeout: Duration,
     pub installed_us: i64,
+    /// Declared read-only: runs on a read connection (see [`Install`]).
+    pub read_only: bool,
 }
 
 /// What an install asks for.
@@ -55,6 +57,12 @@ pub struct Install {
     pub language: Language,
     pub code: Vec<u8>,
     pub limits: Limits,
+    /// The procedure only reads: each call runs on a read connection of
+    /// the realm's partition — one snapshot of every committed write, on
+    /// the caller's thread (SQLite) or in a `REPEATABLE READ READ ONLY`
+    /// transaction (PostgreSQL) — never queued behind the partition's
+    /// writes; a write, notification or send in it fails the call.
+    pub read_only: bool,
 }
 
 /// The stored-procedure service of a node: the store and the sandbox.
@@ -62,6 +70,40 @@ pub struct Install {
 pub struct Procedures {
     store: Store,
     sandbox: Sandbox,
+    /// Whether procedures called so far were declared read-only: which
+    /// path a call tries first. Only a hint — every call checks the
+    /// procedure's row in its own transaction — so it is never stale in a
+    /// way that matters, and it is cleared when it reaches HINTS_MAX.
+    read_only_hints:
+        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), bool>>>,
+}
+
+/// Attempts of one call to find the path its procedure is declared for:
+/// one reinstall between the first attempt and the second changes it;
+/// more changes during one call are left to the caller to retry.
+const CALL_PATHS_MAX: usize = 3;
+
+/// Most procedures whose read-only flag a node remembers.
+const HINTS_MAX: usize = 4_096;
+
+/// Which connection a call runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallPath {
+    /// The partition's writer, in a transaction of its own.
+    Write,
+    /// A read connection ([`Store::read`]): only for read-only procedures.
+    Read,
+}
+
+/// What [`call_tx`] did.
+#[derive(Debug)]
+pub enum Called {
+    /// It ran.
+    Ran(CallOutput),
+    /// It did not run: it is declared for the other path — read-only
+    /// (`true`; it must not get a write transaction, where it could
+    /// write) or not (`false`; a read connection cannot run it).
+    OtherPath { read_only: bool },
 }
 
 fn lang_of(s: &str) -> Result<Language> {
@@ -74,7 +116,52 @@ fn hex(h: u64) -> String {
 
 impl Procedures {
     pub fn new(store: Store, sandbox: Sandbox) -> Procedures {
-        Procedures { store, sandbox }
+        Procedures {
+            store,
+            sandbox,
+            read_only_hints: Default::default(),
+        }
+    }
+
+    fn hints(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), bool>> {
+        // Only inserts and lookups happen under this lock.
+        self.read_only_hints
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn remember(&self, realm: &str, name: &str, read_only: bool) {
+        let mut hints = self.hints();
+        if hints.len() >= HINTS_MAX {
+            hints.clear();
+        }
+        hints.insert((realm.to_string(), name.to_string()), read_only);
+    }
+
+    /// Runs tenant code `f` on `path`. Tenant code may run up to its
+    /// timeout. On a multi-threaded runtime it runs on this thread (no
+    /// hand-off to an executor) after telling the runtime, which moves
+    /// this worker's other tasks to another thread meanwhile; elsewhere (a
+    /// current-thread runtime, where that is impossible) a write goes to
+    /// the partition's executor so as not to stall the runtime.
+    async fn run_tenant(
+        &self,
+        p: tabos_store::PKey,
+        path: CallPath,
+        f: impl FnMut(&mut dyn Tx) -> Result<Called> + Send + 'static,
+    ) -> Result<Called> {
+        let multi = matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+        );
+        match (path, multi) {
+            (CallPath::Read, true) => tokio::task::block_in_place(|| self.store.read(p, f).wait()),
+            (CallPath::Read, false) => self.store.read(p, f).await,
+            (CallPath::Write, true) => tokio::task::block_in_place(|| self.store.run(p, f).wait()),
+            (CallPath::Write, false) => self.store.submit(p, f).await,
+        }
     }
 
     pub fn sandbox(&self) -> &Sandbox {
@@ -106,6 +193,7 @@ impl Procedures {
             memory_bytes: req.limits.memory_bytes,
             timeout: req.limits.timeout,
             installed_us: tabos_store::now_us(),
+            read_only: req.read_only,
         };
         let (row, code) = (info.clone(), req.code);
         self.store
@@ -160,22 +248,41 @@ impl Procedures {
     ) -> Result<CallOutput> {
         validate_name(name).map_err(Error::Invalid)?;
         let (r, n, sandbox) = (realm.to_string(), name.to_string(), self.sandbox.clone());
-        let who = who.clone();
         let now = tabos_store::now_us();
         let p = partition(&self.store, realm)?;
-        let f = move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &r, &who, &n, &args, now);
-        // Tenant code may run up to its timeout. On a multi-threaded
-        // runtime it runs on this thread (no hand-off to the executor)
-        // after telling the runtime, which moves this worker's other tasks
-        // to another thread meanwhile; elsewhere (a current-thread runtime,
-        // where that is impossible) it goes to the partition's executor so
-        // as not to stall the runtime.
-        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| self.store.run(p, f).wait())
+        let call = |path: CallPath| {
+            let (r, n, sandbox) = (r.clone(), n.clone(), sandbox.clone());
+            let (who, args) = (who.clone(), args.clone());
+            move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &r, &who, &n, &args, now, path)
+        };
+        // The path the last call took, then the other one if the
+        // procedure was (re)declared for it meanwhile.
+        let first = match self.hints().get(&(r.clone(), n.clone())) {
+            Some(true) => CallPath::Read,
+            _ => CallPath::Write,
+        };
+        let mut path = first;
+        for _ in 0..CALL_PATHS_MAX {
+            match self.run_tenant(p, path, call(path)).await? {
+                Called::Ran(out) => {
+                    if path != first {
+                        self.remember(realm, name, path == CallPath::Read);
+                    }
+                    return Ok(out);
+                }
+                Called::OtherPath { read_only } => {
+                    path = if read_only {
+                        CallPath::Read
+                    } else {
+                        CallPath::Write
+                    };
+                }
             }
-            _ => self.store.submit(p, f).await,
         }
+        // Redeclared between every attempt: the caller may call again.
+        Err(Error::Precondition(format!(
+            "procedure {name} in realm {realm} was reinstalled during the call; call it again"
+        )))
     }
 }
 
@@ -190,11 +297,11 @@ pub fn install_tx(tx: &mut dyn Tx, info: &Info, code: &[u8]) -> Result<()> {
 fn install_unmetered_tx(tx: &mut dyn Tx, k: i64, info: &Info, code: &[u8]) -> Result<()> {
     tx.execute(
         "INSERT INTO procedure (p_key, realm, name, language, code, code_hash, memory_bytes, \
-         timeout_ms, installed_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+         timeout_ms, installed_us, read_only) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
          ON CONFLICT (p_key, realm, name) DO UPDATE SET language = excluded.language, \
          code = excluded.code, code_hash = excluded.code_hash, \
          memory_bytes = excluded.memory_bytes, timeout_ms = excluded.timeout_ms, \
-         installed_us = excluded.installed_us",
+         installed_us = excluded.installed_us, read_only = excluded.read_only",
         params![
             k,
             info.realm.as_str(),
@@ -204,7 +311,8 @@ fn install_unmetered_tx(tx: &mut dyn Tx, k: i64, info: &Info, code: &[u8]) -> Re
             info.code_hash.as_str(),
             info.memory_bytes as i64,
             info.timeout.as_millis() as i64,
-            info.installed_us
+            info.installed_us,
+            i64::from(info.read_only)
         ],
     )?;
     Ok(())
@@ -215,8 +323,8 @@ pub fn list_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Info>> {
     validate_realm(realm)?;
     let k = p_key(tx);
     let rows = tx.query(
-        "SELECT name, language, length(code), code_hash, memory_bytes, timeout_ms, installed_us \
-         FROM procedure WHERE p_key = $1 AND realm = $2 ORDER BY name",
+        "SELECT name, language, length(code), code_hash, memory_bytes, timeout_ms, installed_us, \
+         read_only FROM procedure WHERE p_key = $1 AND realm = $2 ORDER BY name",
         params![k, realm],
     )?;
     rows.rows
@@ -231,6 +339,7 @@ pub fn list_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Info>> {
                 memory_bytes: r.get::<i64>(4)? as usize,
                 timeout: Duration::from_millis(r.get::<i64>(5)? as u64),
                 installed_us: r.get(6)?,
+                read_only: r.get::<i64>(7)? != 0,
             })
         })
         .collect()
@@ -239,6 +348,7 @@ pub fn list_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Info>> {
 /// Procedure body: runs procedure `name` of `realm` in this transaction.
 /// A failing procedure returns [`Error::Procedure`]; the caller's
 /// transaction must then roll back (the store does, for an `Err`).
+#[allow(clippy::too_many_arguments)]
 pub fn call_tx(
     tx: &mut dyn Tx,
     sandbox: &Sandbox,
@@ -247,16 +357,21 @@ pub fn call_tx(
     name: &str,
     args: &[u8],
     now_us: i64,
-) -> Result<CallOutput> {
+    path: CallPath,
+) -> Result<Called> {
     validate_realm(realm)?;
     let k = p_key(tx);
     let row = tx
         .query_opt(
-            "SELECT language, code_hash, memory_bytes, timeout_ms FROM procedure \
+            "SELECT language, code_hash, memory_bytes, timeout_ms, read_only FROM procedure \
              WHERE p_key = $1 AND realm = $2 AND name = $3",
             params![k, realm, name],
         )?
         .ok_or_else(|| Error::NotFound(format!("procedure {name} in realm {realm}")))?;
+    let read_only = row.get::<i64>(4)? != 0;
+    if read_only != (path == CallPath::Read) {
+        return Ok(Called::OtherPath { read_only });
+    }
     let language = lang_of(&row.get::<String>(0)?)?;
     let hash_hex: String = row.get(1)?;
     let hash = u64::from_str_radix(&hash_hex, 16)
@@ -272,9 +387,7 @@ pub fn call_tx(
         code_hash: hash,
         limits,
     };
-    // The whole call is metered: a guest that swallowed a quota error of
-    // one host call still does not commit past the quota.
-    crate::realms::metered(tx, realm, |tx| {
+    let run = |tx: &mut dyn Tx| {
         let mut host = TxHost {
             tx: &mut *tx,
             realm,
@@ -299,7 +412,15 @@ pub fn call_tx(
             crate::realms::measure_tenant_tables_tx(tx, realm)?;
         }
         Ok(out)
-    })
+    };
+    let out = match path {
+        // Nothing to meter: a write on a read connection fails the call.
+        CallPath::Read => run(tx)?,
+        // The whole call is metered: a guest that swallowed a quota error
+        // of one host call still does not commit past the quota.
+        CallPath::Write => crate::realms::metered(tx, realm, run)?,
+    };
+    Ok(Called::Ran(out))
 }
 
 /// The host a procedure gets: its realm's state, through the transaction

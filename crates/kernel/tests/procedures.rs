@@ -19,6 +19,7 @@ both!(
     chase_equals_the_client_doing_it,
     messages_files_and_scans,
     tenant_sql_is_bounded,
+    read_only_procedures_read_and_never_write,
 );
 
 fn limits() -> Limits {
@@ -42,6 +43,26 @@ fn install(
         language,
         code: code.as_bytes().to_vec(),
         limits: limits(),
+        read_only: false,
+    }))
+    .map(|_| ())
+}
+
+/// [`install`], declared read-only.
+fn install_read_only(
+    rt: &tokio::runtime::Runtime,
+    p: &Procedures,
+    realm: &str,
+    name: &str,
+    code: &str,
+) -> Result<(), Error> {
+    rt.block_on(p.install(Install {
+        realm: realm.into(),
+        name: name.into(),
+        language: Language::Js,
+        code: code.as_bytes().to_vec(),
+        limits: limits(),
+        read_only: true,
     }))
     .map(|_| ())
 }
@@ -486,4 +507,58 @@ fn tenant_sql_is_bounded(b: Backend) {
         call(&rt, &p, "a", "q", b"SELECT 1 AS one").unwrap(),
         br#"[{"one":1}]"#
     );
+}
+
+/// Issue 18, item 1: a procedure declared read-only runs on a read
+/// connection: it sees every committed write, is not held up by a batch
+/// on its partition's writer, and cannot write — a write fails the call and
+/// changes nothing. Reinstalling changes the declaration for the next call.
+fn read_only_procedures_read_and_never_write(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    kv::put(&f.store, "a", "k", b"v").unwrap();
+    kv::put(&f.store, "a", "v", b"value").unwrap();
+    install_read_only(&rt, &p, "a", "chase", examples::JS_CHASE).unwrap();
+    let list = rt.block_on(p.list("a")).unwrap();
+    assert!(list[0].read_only, "listed as read-only");
+    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"value");
+    // Its own caller's acknowledged write is seen by the next call.
+    kv::put(&f.store, "a", "v", b"newer").unwrap();
+    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
+
+    // A write in a read-only procedure fails the call and writes nothing,
+    // twice (the second call takes the path the first one learned).
+    const PUT: &str = "function main(a) { tabos.put('w', a); return 'done'; }";
+    install_read_only(&rt, &p, "a", "put", PUT).unwrap();
+    for _ in 0..2 {
+        let e = call(&rt, &p, "a", "put", b"x").unwrap_err();
+        assert!(e.to_string().contains("read-only"), "{e}");
+        assert_eq!(kv::get(&f.store, "a", "w").unwrap(), None);
+    }
+    // Declared read-write again, the same code writes.
+    install(&rt, &p, "a", "put", Language::Js, PUT).unwrap();
+    assert_eq!(call(&rt, &p, "a", "put", b"x").unwrap(), b"done");
+    assert_eq!(kv::get(&f.store, "a", "w").unwrap(), Some(b"x".to_vec()));
+    // And read-only once more: refused again, the value stays.
+    install_read_only(&rt, &p, "a", "put", PUT).unwrap();
+    assert!(call(&rt, &p, "a", "put", b"y").is_err());
+    assert_eq!(kv::get(&f.store, "a", "w").unwrap(), Some(b"x".to_vec()));
+
+    // Not queued behind the writer: with the realm's partition held by a
+    // submitted procedure, a read-only call still completes.
+    let pk = tabos_kernel::realm_partition("a", f.store.partitions());
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let mut first = true;
+    let held = f.store.submit(pk, move |_tx| {
+        if std::mem::take(&mut first) {
+            entered_tx.send(()).unwrap();
+            release_rx.lock().unwrap().recv().unwrap();
+        }
+        Ok::<_, tabos_store::Error>(())
+    });
+    entered_rx.recv().unwrap();
+    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
+    release_tx.send(()).unwrap();
+    held.wait().unwrap();
 }

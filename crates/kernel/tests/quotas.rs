@@ -252,6 +252,7 @@ fn mailbox_and_procedure_quotas(b: Backend) {
                 memory_bytes: 64 << 20,
                 timeout: Duration::from_millis(900),
             },
+            read_only: false,
         }))
     };
     // Puts 600 KiB per call, swallowing any error.
@@ -336,6 +337,7 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
                 memory_bytes: 16 << 20,
                 timeout: Duration::from_millis(300),
             },
+            read_only: false,
         }))
         .unwrap();
     }

@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
 
+#[derive(Clone)]
 pub struct FsService {
     node: Node,
 }

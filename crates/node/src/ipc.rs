@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
 
+#[derive(Clone)]
 pub struct IpcService {
     node: Node,
     /// Raised when the node begins to shut down: receive streams end then.

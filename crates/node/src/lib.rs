@@ -11,6 +11,7 @@
 //! behind wasm procs' host calls.
 
 pub mod auth;
+pub mod batch;
 pub mod budget;
 pub mod confine;
 pub mod conn;
@@ -32,6 +33,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use tabos_client::proto::batch_server::BatchServer;
 use tabos_client::proto::fs_server::FsServer;
 use tabos_client::proto::ipc_server::IpcServer;
 use tabos_client::proto::names_server::NamesServer;
@@ -589,7 +591,8 @@ pub async fn serve_with(
     let status = NodeServer::new(status::StatusService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let procs_service = ProcsServer::new(procs::ProcsService::new(node.clone()))
+    let procs_inner = procs::ProcsService::new(node.clone());
+    let procs_service = ProcsServer::new(procs_inner.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
     // Raised when shutdown begins: open streams (watches, RecvStream) end
@@ -604,19 +607,29 @@ pub async fn serve_with(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let ipc_service = IpcServer::new(ipc::IpcService::new(node.clone(), stopping.clone()))
+    // The batch service hands its calls to these same instances.
+    let batch = batch::BatchService {
+        names: names::NamesService::new(node.clone(), stopping.clone()),
+        ipc: ipc::IpcService::new(node.clone(), stopping.clone()),
+        fs: fs::FsService::new(node.clone()),
+        procs: procs_inner,
+        procedures: procedures::ProceduresService::new(node.clone()),
+    };
+    let ipc_service = IpcServer::new(batch.ipc.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let fs_service = FsServer::new(fs::FsService::new(node.clone()))
+    let fs_service = FsServer::new(batch.fs.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let names_service = NamesServer::new(names::NamesService::new(node.clone(), stopping.clone()))
+    let names_service = NamesServer::new(batch.names.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let procedures_service =
-        ProceduresServer::new(procedures::ProceduresService::new(node.clone()))
-            .max_decoding_message_size(MESSAGE_BYTES_MAX)
-            .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let procedures_service = ProceduresServer::new(batch.procedures.clone())
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let batch_service = BatchServer::new(batch)
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
 
     // The node's own realm exists before anyone is served; its worker and
     // every other realm's are registered by serve_realms.
@@ -686,6 +699,10 @@ pub async fn serve_with(
             .add_service(InterceptedService::new(fs_service.clone(), guard.clone()))
             .add_service(InterceptedService::new(
                 procedures_service.clone(),
+                guard.clone(),
+            ))
+            .add_service(InterceptedService::new(
+                batch_service.clone(),
                 guard.clone(),
             ))
     };

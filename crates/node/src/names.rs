@@ -23,6 +23,7 @@ use crate::{kernel_status, Node};
 /// Events a dir watch may have in flight to a slow client before it waits.
 const WATCH_BUFFER: usize = 256;
 
+#[derive(Clone)]
 pub struct NamesService {
     node: Node,
     /// Raised when the node begins to shut down: watches end then.

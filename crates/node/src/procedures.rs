@@ -15,6 +15,7 @@ use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
 
+#[derive(Clone)]
 pub struct ProceduresService {
     procedures: Procedures,
     node: Node,
@@ -39,6 +40,7 @@ fn info(i: Info) -> proto::ProcedureInfo {
         memory_bytes: i.memory_bytes as u64,
         timeout_ms: u32::try_from(i.timeout.as_millis()).unwrap_or(u32::MAX),
         installed_us: i.installed_us,
+        read_only: i.read_only,
     }
 }
 
@@ -74,6 +76,7 @@ impl proto::procedures_server::Procedures for ProceduresService {
                 language,
                 code: r.code,
                 limits,
+                read_only: r.read_only,
             })
             .await
             .map_err(status)?;

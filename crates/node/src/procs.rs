@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 use crate::procd::{Procd, LOG_BYTES_MAX};
 use crate::{kernel_status, Node};
 
+#[derive(Clone)]
 pub struct ProcsService {
     node: Node,
 }

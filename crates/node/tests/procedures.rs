@@ -61,6 +61,7 @@ async fn procedures_over_grpc() {
             ProcedureLimits {
                 memory_bytes: 0,
                 timeout_ms: 3_600_000,
+                read_only: false,
             },
         )
         .await
@@ -78,6 +79,7 @@ async fn procedures_over_grpc() {
             ProcedureLimits {
                 memory_bytes: 0,
                 timeout_ms: over,
+                read_only: false,
             },
         )
         .await

@@ -1,0 +1,47 @@
+//! Several calls in one round trip ([`Client::batch`]; the `Batch` service).
+
+use crate::proto::{self, batch_call::Call, batch_result::Result as Out};
+use crate::{Client, Error};
+
+/// Most calls in one batch (the node refuses more).
+pub const BATCH_CALLS_MAX: usize = 64;
+
+impl Client {
+    /// Runs `calls` in one round trip, in order, each as if made alone:
+    /// one result per call, a failed call as its [`Error::Status`] (the
+    /// calls after it still run). The calls are not one transaction
+    /// together. At most [`BATCH_CALLS_MAX`] calls; a recv may not wait.
+    pub async fn batch(&mut self, calls: Vec<Call>) -> Result<Vec<Result<Out, Error>>, Error> {
+        let n = calls.len();
+        let results = self
+            .batch
+            .run(proto::BatchRequest {
+                calls: calls
+                    .into_iter()
+                    .map(|c| proto::BatchCall { call: Some(c) })
+                    .collect(),
+            })
+            .await?
+            .into_inner()
+            .results;
+        if results.len() != n {
+            return Err(Error::Status(tonic::Status::internal(format!(
+                "a batch of {n} calls came back with {} results",
+                results.len()
+            ))));
+        }
+        Ok(results
+            .into_iter()
+            .map(|r| match r.result {
+                Some(Out::Error(e)) => Err(Error::Status(tonic::Status::new(
+                    tonic::Code::from_i32(e.code),
+                    e.message,
+                ))),
+                Some(out) => Ok(out),
+                None => Err(Error::Status(tonic::Status::internal(
+                    "a batch result carried nothing",
+                ))),
+            })
+            .collect())
+    }
+}
