@@ -3,8 +3,12 @@
 //! Procedures write parameters PostgreSQL-style, `$1`, `$2`, ..., because
 //! PostgreSQL accepts nothing else. SQLite would read `$1` as a *named*
 //! parameter numbered by first appearance, which silently mis-binds
-//! `SET v = $2 WHERE k = $1`; so for SQLite every `$N` outside string literals,
-//! quoted identifiers and comments is rewritten to the positional `?N`.
+//! `SET v = $2 WHERE k = $1` if bound by position. Kernel statements keep
+//! their text (the prepared statement is cached under it) and are bound by
+//! name, `$N` to the index SQLite gave it (`sqlite::bind_named`); tenant SQL
+//! and ad-hoc queries, prepared and bound by position, have every `$N`
+//! outside string literals, quoted identifiers and comments rewritten to
+//! the positional `?N` here.
 
 use std::borrow::Cow;
 

@@ -614,8 +614,48 @@ fn to_value(v: ValueRef<'_>) -> Value {
     }
 }
 
-fn bind_params(params: &[Value]) -> impl rusqlite::Params + '_ {
-    rusqlite::params_from_iter(params.iter().map(Param))
+/// Most parameters a kernel statement binds by name (see [`bind_named`]).
+const NAMED_PARAMS_MAX: usize = 64;
+
+/// `$1` … `$64`: the names SQLite gives a kernel statement's parameters.
+static PARAM_NAMES: std::sync::LazyLock<Vec<String>> =
+    std::sync::LazyLock::new(|| (1..=NAMED_PARAMS_MAX).map(|i| format!("${i}")).collect());
+
+/// Binds `params` to a kernel statement prepared from the house dialect's
+/// text as is. SQLite reads `$N` as a parameter *named* "$N" (indexed by
+/// first appearance, so `SET v = $2 WHERE k = $1` must not be bound by
+/// position): each value is bound to the index its name has, which the
+/// prepared statement caches. So the text needs no rewrite per call (see
+/// `sql::to_sqlite`, still used for tenant SQL and ad-hoc queries).
+fn bind_named(stmt: &mut rusqlite::Statement<'_>, sql: &str, params: &[Value]) -> Result<()> {
+    if params.len() > NAMED_PARAMS_MAX || stmt.parameter_count() != params.len() {
+        return Err(Error::sql(
+            sql,
+            SqlCode::None,
+            format!(
+                "the statement takes {} parameters, {} given (at most {NAMED_PARAMS_MAX})",
+                stmt.parameter_count(),
+                params.len()
+            ),
+            None,
+        ));
+    }
+    for (name, v) in PARAM_NAMES.iter().zip(params) {
+        let idx = stmt
+            .parameter_index(name)
+            .map_err(|e| map_err(e, sql))?
+            .ok_or_else(|| {
+                Error::sql(
+                    sql,
+                    SqlCode::None,
+                    format!("parameter {name} is not used by the statement"),
+                    None,
+                )
+            })?;
+        stmt.raw_bind_parameter(idx, Param(v))
+            .map_err(|e| map_err(e, sql))?;
+    }
+    Ok(())
 }
 
 fn run_query(
@@ -624,14 +664,37 @@ fn run_query(
     params: &[Value],
     limits: &ReadLimits,
 ) -> Result<Rows> {
+    if stmt.parameter_count() != params.len() {
+        return Err(Error::sql(
+            sql,
+            SqlCode::None,
+            format!(
+                "the statement takes {} parameters, {} given",
+                stmt.parameter_count(),
+                params.len()
+            ),
+            None,
+        ));
+    }
+    for (i, v) in params.iter().enumerate() {
+        stmt.raw_bind_parameter(i + 1, Param(v))
+            .map_err(|e| map_err(e, sql))?;
+    }
+    collect_rows(stmt, sql, limits)
+}
+
+/// The rows of `stmt`, its parameters bound, under `limits`.
+fn collect_rows(
+    stmt: &mut rusqlite::Statement<'_>,
+    sql: &str,
+    limits: &ReadLimits,
+) -> Result<Rows> {
     let cap = limits.cap;
     let mut budget = ByteBudget::default();
     let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
     let shared: Arc<[String]> = columns.clone().into();
     let n = columns.len();
-    let mut rows = stmt
-        .query(bind_params(params))
-        .map_err(|e| map_err(e, sql))?;
+    let mut rows = stmt.raw_query();
     let mut out = Rows {
         columns,
         ..Rows::default()
@@ -667,10 +730,9 @@ const KERNEL_READ: ReadLimits = ReadLimits {
 
 /// A kernel statement's rows (a procedure's, or a read-only procedure's).
 fn kernel_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
-    let mut stmt = conn
-        .prepare_cached(&to_sqlite(sql))
-        .map_err(|e| map_err(e, sql))?;
-    run_query(&mut stmt, sql, params, &KERNEL_READ)
+    let mut stmt = conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
+    bind_named(&mut stmt, sql, params)?;
+    collect_rows(&mut stmt, sql, &KERNEL_READ)
 }
 
 /// A procedure's transaction on the executor's connection.
@@ -689,13 +751,9 @@ impl Tx for SqliteTx<'_> {
         Dialect::Sqlite
     }
     fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let mut stmt = self
-            .conn
-            .prepare_cached(&to_sqlite(sql))
-            .map_err(|e| map_err(e, sql))?;
-        let n = stmt
-            .execute(bind_params(params))
-            .map_err(|e| map_err(e, sql))?;
+        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
+        bind_named(&mut stmt, sql, params)?;
+        let n = stmt.raw_execute().map_err(|e| map_err(e, sql))?;
         Ok(n as u64)
     }
     fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
