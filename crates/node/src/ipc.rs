@@ -180,7 +180,11 @@ impl proto::ipc_server::Ipc for IpcService {
         // Room for one batch: the next is taken only once the client has
         // read this one (or the transport has buffered it).
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        let store = self.node.store.clone();
+        // One receiver for the stream's life: it stays subscribed, so after
+        // a batch that emptied the mailbox it waits for the next send
+        // without a transaction, and no send falls between subscriptions.
+        let mut receiver =
+            ipc::Receiver::new(&self.node.store, &r.realm, &to).map_err(|e| kernel_status(&e))?;
         let stopping = self.stopping.clone();
         tokio::spawn(async move {
             loop {
@@ -197,7 +201,7 @@ impl proto::ipc_server::Ipc for IpcService {
                         () = crate::stopping(stopping.clone()) => {}
                     }
                 };
-                let got = ipc::recv(&store, &r.realm, &to, take, ipc::RECV_WAIT_MAX, stop).await;
+                let got = receiver.recv(take, ipc::RECV_WAIT_MAX, stop).await;
                 match got {
                     Ok(got) if got.messages.is_empty() => {}
                     Ok(got) => permit.send(Ok(response(got))),

@@ -1128,6 +1128,9 @@ impl Partition {
         let mut batch: Vec<Job> = Vec::with_capacity(BATCH_PROCS_MAX);
         // While leading, when the queue last ran dry (see EXECUTOR_LINGER).
         let mut dry_since: Option<std::time::Instant> = None;
+        // While leading, whether a batch held more than one job: callers
+        // are really concurrent (see BUSY_COOLDOWN), not two colliding once.
+        let mut grouped = false;
         let mut lane = self.lane();
         loop {
             while !lane.handed && !lane.closed {
@@ -1148,11 +1151,12 @@ impl Partition {
             batch.extend(lane.queue.drain(..n));
             if batch.is_empty() {
                 let since = *dry_since.get_or_insert_with(std::time::Instant::now);
-                if lane.closed || since.elapsed() >= EXECUTOR_LINGER {
+                if lane.closed || !grouped || since.elapsed() >= EXECUTOR_LINGER {
                     lane.leading = false;
                     lane.handed = false;
-                    lane.executor_left = Some(std::time::Instant::now());
+                    lane.executor_left = grouped.then(std::time::Instant::now);
                     dry_since = None;
+                    grouped = false;
                 } else {
                     drop(lane);
                     std::thread::yield_now();
@@ -1161,6 +1165,7 @@ impl Partition {
                 continue;
             }
             dry_since = None;
+            grouped |= batch.len() > 1;
             drop(lane);
             self.writer().run_batch(&mut batch);
             debug_assert!(batch.is_empty());
@@ -1176,17 +1181,19 @@ impl Partition {
 }
 
 /// How long the executor keeps the lead after its queue ran dry, looking
-/// for more work before it gives the lead up. It was handed the lead
-/// because jobs arrived while a batch ran — the partition is busy — and
-/// more are likely within microseconds: kept, they join its next batch;
-/// let go, each would run alone on its caller's thread, one commit apiece.
+/// for more work before it gives the lead up — once its batches have held
+/// more than one job. Then the partition is busy, and more jobs are likely
+/// within microseconds: kept, they join its next batch; let go, each would
+/// run alone on its caller's thread, one commit apiece. Two callers that
+/// merely collided once (a ping-pong's send meeting its receive) get the
+/// lead back at once instead: spinning here would take a core from them.
 /// At one client the executor is never handed the lead, so this costs
 /// nothing there.
 const EXECUTOR_LINGER: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// For this long after the executor gave the lead up, `run` queues its job
-/// for the executor instead of running it on the caller's thread. The
-/// executor leads only when jobs arrived during a batch, that is when the
+/// For this long after the executor gave the lead up (having grouped more
+/// than one job in a batch), `run` queues its job for the executor instead
+/// of running it on the caller's thread. Grouped batches mean the
 /// partition has concurrent callers; group commit serves those better than
 /// one commit per caller, and an async caller running its procedure inline
 /// would also hold up the other tasks of its runtime thread, so that they
