@@ -87,6 +87,30 @@ impl Node {
         c
     }
 
+    /// A `tabos` command that finds the node and its credential only
+    /// through the credentials file's saved context.
+    fn context_command(&self) -> Command {
+        let mut c = Command::new(TABOS);
+        c.env(
+            "TABOS_CREDENTIALS",
+            self.home.path().join("credentials.json"),
+        )
+        .env_remove("TABOS_TOKEN")
+        .env_remove("TABOS_ADDR")
+        .env_remove("TABOS_TLS_CA");
+        c
+    }
+
+    /// The credentials file's current context.
+    fn saved_context(&self) -> serde_json::Value {
+        let creds: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(self.home.path().join("credentials.json")).unwrap(),
+        )
+        .unwrap();
+        let current = creds["current"].as_str().unwrap();
+        creds["contexts"][current].clone()
+    }
+
     fn tabos(&self, args: &[&str]) -> Output {
         self.command().args(args).output().unwrap()
     }
@@ -406,19 +430,9 @@ fn the_local_socket_serves_clients_on_this_machine() {
     assert_eq!(meta.permissions().mode() & 0o777, 0o666);
 
     // The saved context is the local socket.
-    let creds: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(node.home.path().join("credentials.json")).unwrap(),
-    )
-    .unwrap();
-    let current = creds["current"].as_str().unwrap();
-    assert_eq!(creds["contexts"][current]["addr"], local.as_str());
-    let o = Command::new(TABOS)
-        .env(
-            "TABOS_CREDENTIALS",
-            node.home.path().join("credentials.json"),
-        )
-        .env_remove("TABOS_TOKEN")
-        .env_remove("TABOS_ADDR")
+    assert_eq!(node.saved_context()["addr"], local.as_str());
+    let o = node
+        .context_command()
         .args(["sql", "SELECT 40 + 2 AS n"])
         .output()
         .unwrap();
@@ -978,26 +992,13 @@ fn tls_serves_credentials_encrypted() {
     assert!(o.status.success(), "{}", stderr(&o));
     // `up` saved the local socket as its context (plaintext: it never
     // leaves the machine): no flag needed.
-    let creds: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(node.home.path().join("credentials.json")).unwrap(),
-    )
-    .unwrap();
-    let current = creds["current"].as_str().unwrap();
+    let context = node.saved_context();
     assert!(
-        creds["contexts"][current]["addr"]
-            .as_str()
-            .unwrap()
-            .starts_with("unix:"),
-        "{creds}"
+        context["addr"].as_str().unwrap().starts_with("unix:"),
+        "{context}"
     );
-    let o = Command::new(TABOS)
-        .env(
-            "TABOS_CREDENTIALS",
-            node.home.path().join("credentials.json"),
-        )
-        .env_remove("TABOS_TOKEN")
-        .env_remove("TABOS_ADDR")
-        .env_remove("TABOS_TLS_CA")
+    let o = node
+        .context_command()
         .args(["token", "whoami"])
         .output()
         .unwrap();

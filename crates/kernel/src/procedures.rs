@@ -21,6 +21,7 @@
 //! Inside a transaction nothing waits: `recv` takes a message that is there
 //! or reports none; files must be local (one-partition) files.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tabos_sandbox::host::{FileEntry, Received, SqlResult, SqlValue};
@@ -74,8 +75,16 @@ pub struct Procedures {
     /// path a call tries first. Only a hint — every call checks the
     /// procedure's row in its own transaction — so it is never stale in a
     /// way that matters, and it is cleared when it reaches HINTS_MAX.
-    read_only_hints:
-        std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), bool>>>,
+    read_only_hints: std::sync::Arc<std::sync::Mutex<Hints>>,
+}
+
+/// Read-only flags by realm, then procedure name: looked up with borrowed
+/// names, so a call allocates no key.
+#[derive(Debug, Default)]
+struct Hints {
+    by_realm: std::collections::HashMap<String, std::collections::HashMap<String, bool>>,
+    /// Flags held, over every realm.
+    len: usize,
 }
 
 /// Attempts of one call to find the path its procedure is declared for:
@@ -123,21 +132,31 @@ impl Procedures {
         }
     }
 
-    fn hints(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, String), bool>> {
+    fn hints(&self) -> std::sync::MutexGuard<'_, Hints> {
         // Only inserts and lookups happen under this lock.
         self.read_only_hints
             .lock()
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The read-only flag the last call of `realm`'s `name` found.
+    fn hint(&self, realm: &str, name: &str) -> Option<bool> {
+        self.hints().by_realm.get(realm)?.get(name).copied()
+    }
+
     fn remember(&self, realm: &str, name: &str, read_only: bool) {
         let mut hints = self.hints();
-        if hints.len() >= HINTS_MAX {
-            hints.clear();
+        if hints.len >= HINTS_MAX {
+            *hints = Hints::default();
         }
-        hints.insert((realm.to_string(), name.to_string()), read_only);
+        let old = hints
+            .by_realm
+            .entry(realm.to_string())
+            .or_default()
+            .insert(name.to_string(), read_only);
+        if old.is_none() {
+            hints.len += 1;
+        }
     }
 
     /// Runs tenant code `f` on `path`. Tenant code may run up to its
@@ -247,17 +266,19 @@ impl Procedures {
         args: Vec<u8>,
     ) -> Result<CallOutput> {
         validate_name(name).map_err(Error::Invalid)?;
-        let (r, n, sandbox) = (realm.to_string(), name.to_string(), self.sandbox.clone());
+        // Shared, not copied, by each attempt's closure.
+        let (r, n): (Arc<str>, Arc<str>) = (realm.into(), name.into());
+        let args: Arc<[u8]> = args.into();
         let now = tabos_store::now_us();
         let p = partition(&self.store, realm)?;
         let call = |path: CallPath| {
-            let (r, n, sandbox) = (r.clone(), n.clone(), sandbox.clone());
-            let (who, args) = (who.clone(), args.clone());
+            let (r, n, args) = (r.clone(), n.clone(), args.clone());
+            let (sandbox, who) = (self.sandbox.clone(), who.clone());
             move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &r, &who, &n, &args, now, path)
         };
         // The path the last call took, then the other one if the
         // procedure was (re)declared for it meanwhile.
-        let first = match self.hints().get(&(r.clone(), n.clone())) {
+        let first = match self.hint(realm, name) {
             Some(true) => CallPath::Read,
             _ => CallPath::Write,
         };

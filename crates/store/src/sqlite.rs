@@ -1311,10 +1311,7 @@ impl Tx for SqliteReadTx<'_> {
         // A query that writes (INSERT ... RETURNING) is refused by the
         // connection's query_only as SQLITE_READONLY (8).
         kernel_query(self.conn, sql, params).map_err(|e| {
-            let writes = e
-                .as_sql()
-                .is_some_and(|s| matches!(s.code, SqlCode::Sqlite { primary: 8, .. }));
-            if writes {
+            if is_write_refusal(&e) {
                 read_only_procedure(&format!("run {sql}"))
             } else {
                 e
