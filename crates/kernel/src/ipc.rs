@@ -29,18 +29,29 @@
 //! gets the same error.
 //!
 //! Delivery: a receive commits the deletion before the messages leave the
-//! node, so a receiver that disappears between that commit and reading the
-//! reply loses what it received (at-most-once in that window, exactly-once
+//! node. A receive whose caller goes away before it is answered (its future
+//! dropped) still commits, and puts what it took back at the head of the
+//! mailbox; only a crash of the node between that commit and the reply
+//! loses what it received (at-most-once in that window, exactly-once
 //! otherwise). Every send notifies [`channel`]`(realm, address)` with the
 //! mailbox's last seq after commit, and removing a mailbox notifies it with
 //! `removed`; receives notify nothing, so receivers never wake each other.
+//!
+//! Hand-over ([`crate::handover`]): a send to an empty mailbox on which a
+//! receiver of this process is waiting skips the table — its transaction
+//! takes the seqs and the receiver gets the messages in memory right after
+//! the commit, with no transaction of its own and no notification. A
+//! message put back (above) after another was received from the mailbox
+//! comes out after that one: the only reordering there is.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tabos_store::{params, PKey, Row, Store, Tx};
 
+use crate::handover::{Waiters, Waiting};
 use crate::ids::{validate_name, Pid};
 use crate::{p_key, partition, validate_realm, Error, Result};
 
@@ -398,14 +409,30 @@ pub fn send_tx(
     opts: &MailboxOptions,
     now_us: i64,
 ) -> Result<Vec<Sent>> {
+    let (sent, _) = send_handing_tx(tx, realm, from, msgs, opts, now_us, false)?;
+    Ok(sent)
+}
+
+/// [`send_tx`]; with `hand`, a batch to one empty mailbox (see [`reserve`])
+/// is neither queued nor notified, and the second value says so: the
+/// caller owes its messages to a claimed waiting receiver.
+fn send_handing_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    from: Option<&Address>,
+    msgs: &[Outgoing],
+    opts: &MailboxOptions,
+    now_us: i64,
+    hand: bool,
+) -> Result<(Vec<Sent>, bool)> {
     validate_realm(realm)?;
     validate_outgoing(msgs)?;
     crate::realms::metered(tx, realm, |tx| {
-        send_unmetered_tx(tx, realm, from, msgs, opts, now_us)
+        send_unmetered_tx(tx, realm, from, msgs, opts, now_us, hand)
     })
 }
 
-/// [`send_tx`] without the realm's mailbox quota check.
+/// [`send_handing_tx`] without the realm's mailbox quota check.
 fn send_unmetered_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -413,7 +440,8 @@ fn send_unmetered_tx(
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
-) -> Result<Vec<Sent>> {
+    hand: bool,
+) -> Result<(Vec<Sent>, bool)> {
     let pk = p_key(tx);
     let sender = from.map(Address::to_string).unwrap_or_default();
     let mut out: Vec<Option<Sent>> = vec![None; msgs.len()];
@@ -424,6 +452,9 @@ fn send_unmetered_tx(
     for (i, m) in msgs.iter().enumerate() {
         by_receiver.entry(&m.to).or_default().push(i);
     }
+    // Hand-over is for one run: one receiver, no ids.
+    let hand = hand && by_receiver.len() == 1 && msgs.iter().all(|m| m.message_id.is_none());
+    let mut handed = false;
     for (to, idx) in &by_receiver {
         let receiver = to.to_string();
         let with_ids = idx.iter().any(|&i| msgs[i].message_id.is_some());
@@ -453,7 +484,27 @@ fn send_unmetered_tx(
                 }
             }
             let bytes: usize = run.iter().map(|&i| msgs[i].payload.len()).sum();
-            let first = reserve(tx, realm, to, &receiver, run.len(), bytes, opts, now_us)?;
+            let (first, to_waiter) = reserve(
+                tx,
+                realm,
+                to,
+                &receiver,
+                run.len(),
+                bytes,
+                hand,
+                opts,
+                now_us,
+            )?;
+            if to_waiter {
+                for (k, &i) in run.iter().enumerate() {
+                    out[i] = Some(Sent {
+                        seq: first + k as i64,
+                        duplicate: false,
+                    });
+                }
+                handed = true;
+                continue;
+            }
             for (k, &i) in run.iter().enumerate() {
                 let m = &msgs[i];
                 let seq = first + k as i64;
@@ -491,12 +542,14 @@ fn send_unmetered_tx(
     }
     let out: Vec<Sent> = out.into_iter().flatten().collect();
     debug_assert_eq!(out.len(), msgs.len());
-    Ok(out)
+    Ok((out, handed))
 }
 
 /// Takes the next `count` seqs of mailbox `to` (returning the first) and
 /// accounts `bytes` more queued bytes, failing if the mailbox is missing,
-/// closed or full.
+/// closed or full. With `hand`, a mailbox that is empty and keeps no log
+/// queues nothing — the messages go to a waiting receiver instead
+/// ([`crate::handover`]) — and the second value says so.
 #[allow(clippy::too_many_arguments)]
 fn reserve(
     tx: &mut dyn Tx,
@@ -505,9 +558,10 @@ fn reserve(
     receiver: &str,
     count: usize,
     bytes: usize,
+    hand: bool,
     opts: &MailboxOptions,
     now_us: i64,
-) -> Result<i64> {
+) -> Result<(i64, bool)> {
     let pk = p_key(tx);
     if let Address::Proc(pid) = to {
         // A proc's mailbox closes when the proc finishes.
@@ -515,12 +569,17 @@ fn reserve(
     }
     let (n, b) = (count as i64, bytes as i64);
     for attempt in 0..2 {
+        // SET's right-hand sides read the row as it was: `queued = 0` is
+        // "empty before this send". CAST: PostgreSQL types `$6` from it.
         let row = tx.query_opt(
-            "UPDATE mailbox SET next_seq = next_seq + $4, queued = queued + $4, \
-             queued_bytes = queued_bytes + $5 \
+            "UPDATE mailbox SET next_seq = next_seq + $4, \
+             queued = CASE WHEN CAST($6 AS BIGINT) = 1 AND queued = 0 AND log_delivered = 0 \
+                      THEN 0 ELSE queued + $4 END, \
+             queued_bytes = CASE WHEN CAST($6 AS BIGINT) = 1 AND queued = 0 AND log_delivered = 0 \
+                            THEN 0 ELSE queued_bytes + $5 END \
              WHERE p_key = $1 AND realm = $2 AND address = $3 \
              RETURNING next_seq - $4, queued, queued_bytes, bytes_max",
-            params![pk, realm, receiver, n, b],
+            params![pk, realm, receiver, n, b, i64::from(hand)],
         )?;
         let Some(row) = row else {
             match to {
@@ -537,6 +596,9 @@ fn reserve(
         };
         let (seq, queued, total, bytes_max): (i64, i64, i64, i64) =
             (row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?);
+        // Nothing queued after a send of at least one message: handed over.
+        let handed = queued == 0;
+        debug_assert!(hand || !handed);
         if total > bytes_max || queued > MAILBOX_MESSAGES_MAX {
             // The procedure fails, so the counters' update rolls back.
             return Err(Error::Full(format!(
@@ -547,7 +609,7 @@ fn reserve(
                 total - b
             )));
         }
-        return Ok(seq);
+        return Ok((seq, handed));
     }
     unreachable!("a proc mailbox exists after open_proc_mailbox")
 }
@@ -864,15 +926,187 @@ pub async fn send_fenced(
     opts: MailboxOptions,
     fence: Option<crate::names::Fence>,
 ) -> Result<Vec<Sent>> {
+    let (pk, job) = send_job(store, realm, from, msgs, opts, fence)?;
+    store.run(pk, job).await
+}
+
+/// [`send`] from a blocking thread (a wasm proc's host call).
+pub fn send_blocking(
+    store: &Store,
+    realm: &str,
+    from: Option<Address>,
+    msgs: Vec<Outgoing>,
+    opts: MailboxOptions,
+) -> Result<Vec<Sent>> {
+    let (pk, job) = send_job(store, realm, from, msgs, opts, None)?;
+    store.run(pk, job).wait()
+}
+
+/// A send's procedure.
+trait SendJob: FnMut(&mut dyn Tx) -> Result<Vec<Sent>> + Send + 'static {}
+impl<F: FnMut(&mut dyn Tx) -> Result<Vec<Sent>> + Send + 'static> SendJob for F {}
+
+/// A send's partition and procedure. When a receiver of this process may
+/// be waiting for exactly this batch — one mailbox, no ids, as much as one
+/// receive takes — the procedure claims it, and if the mailbox is empty
+/// hands the messages over right after the commit ([`crate::handover`]).
+fn send_job(
+    store: &Store,
+    realm: &str,
+    from: Option<Address>,
+    msgs: Vec<Outgoing>,
+    opts: MailboxOptions,
+    fence: Option<crate::names::Fence>,
+) -> Result<(PKey, impl SendJob)> {
     validate_outgoing(&msgs)?;
+    let pk = partition(store, realm)?;
+    let bytes: usize = msgs.iter().map(|m| m.payload.len()).sum();
+    let waiters = store.local::<Waiters>();
+    let hand_to = match msgs.first() {
+        Some(first)
+            if msgs.len() <= RECV_MESSAGES_MAX
+                && bytes <= RECV_BYTES_MAX
+                && msgs
+                    .iter()
+                    .all(|m| m.to == first.to && m.message_id.is_none()) =>
+        {
+            let chan = channel(realm, &first.to);
+            waiters.any(&chan).then(|| {
+                let requeue = Arc::new(Requeue::new(store, pk, realm, first.to.clone()));
+                (chan, requeue)
+            })
+        }
+        _ => None,
+    };
     let r = realm.to_string();
     let now = tabos_store::now_us();
-    store
-        .run(partition(store, realm)?, move |tx| {
-            crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
-            send_tx(tx, &r, from.as_ref(), &msgs, &opts, now)
-        })
-        .await
+    Ok((pk, move |tx: &mut dyn Tx| {
+        crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+        let claim = hand_to
+            .as_ref()
+            .and_then(|(c, _)| waiters.claim(c, msgs.len(), bytes));
+        let (sent, handed) =
+            send_handing_tx(tx, &r, from.as_ref(), &msgs, &opts, now, claim.is_some())?;
+        // Not handed (the mailbox was not empty): the claim, dropped, wakes
+        // its receiver to wait again.
+        if let (Some(claim), true, Some((_, requeue))) = (claim, handed, &hand_to) {
+            let sender = from.as_ref().map(Address::to_string).unwrap_or_default();
+            let messages = msgs
+                .iter()
+                .zip(&sent)
+                .map(|(m, s)| Message {
+                    seq: s.seq,
+                    sender: sender.clone(),
+                    message_id: None,
+                    sent_us: now,
+                    payload: m.payload.clone(),
+                })
+                .collect::<Vec<_>>();
+            let requeue = requeue.clone();
+            // Committed: the messages are the receiver's. One that stopped
+            // waiting meanwhile gets them back in its mailbox.
+            tx.after_commit(Box::new(move || {
+                if let Err(messages) = claim.deliver(messages) {
+                    requeue.submit(messages);
+                }
+            }))?;
+        }
+        Ok(sent)
+    }))
+}
+
+/// Puts messages handed over to a receiver that had stopped waiting back at
+/// the head of its mailbox (see [`crate::handover`]).
+pub(crate) struct Requeue {
+    store: Store,
+    pk: PKey,
+    realm: String,
+    address: Address,
+}
+
+impl Requeue {
+    pub(crate) fn new(store: &Store, pk: PKey, realm: &str, address: Address) -> Requeue {
+        Requeue {
+            store: store.clone(),
+            pk,
+            realm: realm.to_string(),
+            address,
+        }
+    }
+
+    fn job(
+        &self,
+        messages: Vec<Message>,
+    ) -> impl FnMut(&mut dyn Tx) -> Result<u64> + Send + 'static {
+        let (r, a) = (self.realm.clone(), self.address.clone());
+        move |tx| requeue_tx(tx, &r, &a, &messages)
+    }
+
+    /// From a drop, which cannot wait: the transaction runs on its own.
+    pub(crate) fn submit(&self, messages: Vec<Message>) {
+        // It commits whether or not anyone waits for its answer.
+        drop(self.store.submit(self.pk, self.job(messages)));
+    }
+}
+
+/// Procedure body: queues again messages that were handed over but not
+/// taken, with the seqs they were sent with (no send since has a lower one,
+/// so they come out first). Returns how many; none if the mailbox is gone.
+fn requeue_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    address: &Address,
+    messages: &[Message],
+) -> Result<u64> {
+    let pk = p_key(tx);
+    let receiver = address.to_string();
+    let bytes: usize = messages.iter().map(|m| m.payload.len()).sum();
+    let n = tx.execute(
+        "UPDATE mailbox SET queued = queued + $4, queued_bytes = queued_bytes + $5 \
+         WHERE p_key = $1 AND realm = $2 AND address = $3",
+        params![
+            pk,
+            realm,
+            receiver.as_str(),
+            messages.len() as i64,
+            bytes as i64
+        ],
+    )?;
+    if n == 0 {
+        // Removed meanwhile, and its messages with it.
+        return Ok(0);
+    }
+    for m in messages {
+        // Not delivered after all: a logging mailbox's log forgets it.
+        tx.execute(
+            "DELETE FROM message_log WHERE p_key = $1 AND realm = $2 AND receiver = $3 AND seq = $4",
+            params![pk, realm, receiver.as_str(), m.seq],
+        )?;
+        tx.execute(
+            "INSERT INTO message (p_key, realm, receiver, seq, sender, message_id, sent_us, payload) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            params![
+                pk,
+                realm,
+                receiver.as_str(),
+                m.seq,
+                m.sender.as_str(),
+                m.message_id.as_deref(),
+                m.sent_us,
+                m.payload.as_slice()
+            ],
+        )?;
+    }
+    if let Some(last) = messages.last() {
+        tx.notify(&channel(realm, address), &last.seq.to_string())?;
+    }
+    Ok(messages.len() as u64)
+}
+
+/// How many receivers of this process wait on `address` for a hand-over
+/// (receivers on other nodes wait on the change feed alone).
+pub fn local_waiters(store: &Store, realm: &str, address: &Address) -> usize {
+    store.local::<Waiters>().count(&channel(realm, address))
 }
 
 /// Receives from `address`: returns at once what is queued, or waits up to
@@ -911,6 +1145,72 @@ pub struct Receiver {
     /// Spin on the subscription this long before parking (blocking use
     /// only: on a thread that would otherwise sleep through a wake-up).
     spin: Duration,
+    /// Where this receiver waits for hand-overs while it waits.
+    waiters: Arc<Waiters>,
+    requeue: Arc<Requeue>,
+}
+
+/// A receive's transaction, awaited. Dropped before it is answered — the
+/// receive's caller went away — it still commits, and what it took goes
+/// back to the head of the mailbox.
+struct Taking<'r> {
+    pending: Option<tabos_store::Pending<Received, Error>>,
+    requeue: &'r Arc<Requeue>,
+}
+
+impl std::future::Future for Taking<'_> {
+    type Output = Result<Received>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Received>> {
+        let pending = self.pending.as_mut().expect("polled after it was answered");
+        let got = std::task::ready!(std::pin::Pin::new(pending).poll(cx));
+        self.pending = None;
+        std::task::Poll::Ready(got)
+    }
+}
+
+impl Drop for Taking<'_> {
+    fn drop(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
+        let requeue = self.requeue.clone();
+        let put_back = move |got: Result<Received>| match got {
+            Ok(got) if !got.messages.is_empty() => requeue.submit(got.messages),
+            _ => {}
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(async move { put_back(pending.await) })),
+            Err(_) => drop(std::thread::spawn(move || put_back(pending.wait()))),
+        }
+    }
+}
+
+/// What ended a receiver's wait.
+enum Woke {
+    /// `None`: the sender that claimed this receiver rolled back.
+    Handed(Option<Vec<Message>>),
+    Note(tabos_store::Result<tabos_store::Notification>),
+    Over,
+}
+
+fn handed(messages: Vec<Message>) -> Received {
+    Received {
+        messages,
+        next_bytes: None,
+        more: false,
+    }
+}
+
+/// The hand-over a wait may get; never, without a registration.
+async fn hand_over(waiting: &mut Option<Waiting>) -> Option<Vec<Message>> {
+    match waiting {
+        Some(w) => w.handed().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl std::fmt::Debug for Receiver {
@@ -938,6 +1238,8 @@ impl Receiver {
             chan,
             dirty: true,
             spin: Duration::ZERO,
+            waiters: store.local::<Waiters>(),
+            requeue: Arc::new(Requeue::new(store, pk, realm, address.clone())),
         })
     }
 
@@ -1007,19 +1309,49 @@ impl Receiver {
         loop {
             self.drain()?;
             if self.dirty {
-                let got = self.store.run(self.pk, self.job(take)).await?;
+                let taking = Taking {
+                    pending: Some(self.store.run(self.pk, self.job(take))),
+                    requeue: &self.requeue,
+                };
+                let got = taking.await?;
                 if let Some(got) = self.after(got, wait) {
                     return Ok(got);
                 }
             } else if wait.is_zero() {
                 return Ok(Received::default());
             }
-            tokio::select! {
-                note = self.sub.recv() => self.noted(note)?,
-                () = tokio::time::sleep_until(deadline) => return Ok(Received::default()),
-                () = &mut stop => return Ok(Received::default()),
+            // The mailbox was empty as of the last receive, and any send
+            // since is on the subscription: wait for either.
+            let mut waiting = self.waiters.wait(&self.chan, take, &self.requeue);
+            let woke = tokio::select! {
+                messages = hand_over(&mut waiting) => Woke::Handed(messages),
+                note = self.sub.recv() => Woke::Note(note),
+                () = tokio::time::sleep_until(deadline) => Woke::Over,
+                () = &mut stop => Woke::Over,
+            };
+            let late = match (&woke, waiting) {
+                (Woke::Handed(_), _) | (_, None) => None,
+                (_, Some(w)) => w.finish().await,
+            };
+            if let Some(got) = self.woke(woke, late)? {
+                return Ok(got);
             }
         }
+    }
+
+    /// Ends a wait, given what was handed over as it ended: `Some` to
+    /// return (handed-over messages, or nothing when the wait is over),
+    /// `None` to go round again.
+    fn woke(&mut self, woke: Woke, late: Option<Vec<Message>>) -> Result<Option<Received>> {
+        match woke {
+            Woke::Handed(Some(messages)) => return Ok(Some(handed(messages))),
+            Woke::Handed(None) => {}
+            Woke::Note(note) => self.noted(note)?,
+            Woke::Over => return Ok(Some(late.map(handed).unwrap_or_default())),
+        }
+        // Handed over just as a send queued: return it, and receive the
+        // rest next time (the note made this receiver dirty).
+        Ok(late.map(handed))
     }
 
     /// [`Receiver::recv`] for a blocking thread (a wasm proc's): waits for
@@ -1046,28 +1378,38 @@ impl Receiver {
             } else if wait.is_zero() {
                 return Ok(Received::default());
             }
+            let mut waiting = self.waiters.wait(&self.chan, take, &self.requeue);
             // A reply usually comes within microseconds: look before sleeping.
             let spin_until = std::time::Instant::now() + self.spin;
             while !self.spin.is_zero() && std::time::Instant::now() < spin_until {
-                if !self.sub.is_empty() {
+                if !self.sub.is_empty() || waiting.as_ref().is_some_and(Waiting::ready) {
                     break;
                 }
                 std::thread::yield_now();
             }
-            if !self.sub.is_empty() {
+            if waiting.as_ref().is_some_and(Waiting::ready) {
+                let late = waiting.and_then(|w| w.finish_blocking(rt));
+                if let Some(got) = self.woke(Woke::Handed(late), None)? {
+                    return Ok(got);
+                }
                 continue;
             }
             let deadline = tokio::time::Instant::from_std(deadline);
+            let sub = &mut self.sub;
             let woke = rt.block_on(async {
                 tokio::select! {
-                    note = self.sub.recv() => Some(note),
-                    () = tokio::time::sleep_until(deadline) => None,
-                    () = &mut stop => None,
+                    messages = hand_over(&mut waiting) => Woke::Handed(messages),
+                    note = sub.recv() => Woke::Note(note),
+                    () = tokio::time::sleep_until(deadline) => Woke::Over,
+                    () = &mut stop => Woke::Over,
                 }
             });
-            match woke {
-                Some(note) => self.noted(note)?,
-                None => return Ok(Received::default()),
+            let late = match (&woke, waiting) {
+                (Woke::Handed(_), _) | (_, None) => None,
+                (_, Some(w)) => w.finish_blocking(rt),
+            };
+            if let Some(got) = self.woke(woke, late)? {
+                return Ok(got);
             }
         }
     }

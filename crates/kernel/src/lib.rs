@@ -17,6 +17,7 @@
 
 pub mod auth;
 pub mod fs;
+mod handover;
 pub mod ids;
 pub mod ipc;
 pub mod kv;

@@ -23,6 +23,8 @@ both!(
     unknown_and_proc_mailboxes,
     waiting_receivers_are_woken,
     delivered_messages_can_be_logged,
+    sends_hand_over_to_waiting_receivers,
+    hand_over_loses_nothing_when_receivers_give_up,
 );
 
 const REALM: &str = "r";
@@ -589,5 +591,234 @@ fn delivered_messages_can_be_logged(b: Backend) {
         assert_eq!(r.get::<String>(1).unwrap(), "alice");
         assert_eq!(r.get::<Vec<u8>>(2).unwrap(), b"one");
         assert!(r.get::<bool>(3).unwrap());
+    });
+}
+
+/// Waits (yielding, bounded) until `n` receivers of this process wait on
+/// `to` for a hand-over.
+async fn until_waiting(s: &Store, to: &str, n: usize) {
+    for _ in 0..100_000 {
+        if ipc::local_waiters(s, REALM, &named(to)) == n {
+            return;
+        }
+        tokio::time::sleep(Duration::from_micros(100)).await;
+    }
+    panic!("{n} receivers never waited on {to}");
+}
+
+fn recv_task(s: &Store, to: &str, take: Take) -> tokio::task::JoinHandle<ipc::Received> {
+    let (s, to) = (s.clone(), named(to));
+    tokio::spawn(async move {
+        ipc::recv(
+            &s,
+            REALM,
+            &to,
+            take,
+            Duration::from_secs(60),
+            std::future::pending(),
+        )
+        .await
+        .unwrap()
+    })
+}
+
+fn sends_hand_over_to_waiting_receivers(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        ipc::create_mailbox(s, REALM, "hand", OPTS).await.unwrap();
+        let mut sub = s.subscribe(&ipc::channel(REALM, &named("hand")));
+        // A receiver waits on the empty mailbox; a send gives it the message
+        // in the send's own transaction: nothing is queued, nobody notified.
+        let waiter = recv_task(s, "hand", Take::default());
+        until_waiting(s, "hand", 1).await;
+        let seq = send1(s, "a", "hand", b"direct").await.unwrap();
+        let got = waiter.await.unwrap();
+        assert_eq!(got.messages.len(), 1);
+        let m = &got.messages[0];
+        assert_eq!(
+            (m.seq, m.sender.as_str(), &m.payload[..]),
+            (seq, "a", &b"direct"[..])
+        );
+        assert!(!got.more);
+        assert!(
+            sub.try_recv().unwrap().is_none(),
+            "a hand-over notifies no one"
+        );
+        assert_eq!(queued_rows(s, "hand"), 0);
+        let info = ipc::mailbox(s, REALM, &named("hand")).await.unwrap();
+        assert_eq!(
+            (info.queued, info.queued_bytes, info.next_seq),
+            (0, 0, seq + 1)
+        );
+        assert_eq!(ipc::local_waiters(s, REALM, &named("hand")), 0);
+
+        // A batch to one mailbox goes whole to a receiver that can take it
+        // whole; one too big for its receive is queued as usual.
+        let waiter = recv_task(s, "hand", Take::messages(2));
+        until_waiting(s, "hand", 1).await;
+        let three = vec![msg("hand", b"1"), msg("hand", b"2"), msg("hand", b"3")];
+        ipc::send(s, REALM, None, three, OPTS).await.unwrap();
+        let got = waiter.await.unwrap();
+        let payloads: Vec<&[u8]> = got.messages.iter().map(|m| &m.payload[..]).collect();
+        assert_eq!(payloads, [b"1", b"2"]);
+        assert!(got.more);
+        assert_eq!(recv_now(s, "hand", 0).await.unwrap()[0].payload, b"3");
+        let waiter = recv_task(s, "hand", Take::messages(2));
+        until_waiting(s, "hand", 1).await;
+        let two = vec![msg("hand", b"x"), msg("hand", b"y")];
+        ipc::send(s, REALM, None, two, OPTS).await.unwrap();
+        assert_eq!(waiter.await.unwrap().messages.len(), 2);
+        assert_eq!(queued_rows(s, "hand"), 0);
+
+        // Order: with a message queued (a send with an id is never handed
+        // over), a later send queues behind it even though a receiver waits.
+        let waiter = recv_task(s, "hand", Take::default());
+        until_waiting(s, "hand", 1).await;
+        let with_id = Outgoing {
+            to: named("hand"),
+            payload: b"first".to_vec(),
+            message_id: Some("m1".into()),
+        };
+        ipc::send(s, REALM, Some(named("a")), vec![with_id], OPTS)
+            .await
+            .unwrap();
+        send1(s, "a", "hand", b"second").await.unwrap();
+        let mut got: Vec<Vec<u8>> = waiter
+            .await
+            .unwrap()
+            .messages
+            .into_iter()
+            .map(|m| m.payload)
+            .collect();
+        got.extend(
+            recv_now(s, "hand", 0)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|m| m.payload),
+        );
+        assert_eq!(got, [b"first".to_vec(), b"second".to_vec()]);
+
+        // A receiver whose wait runs out is no longer waiting, and a send
+        // after it is queued.
+        let none = ipc::recv(
+            s,
+            REALM,
+            &named("hand"),
+            Take::default(),
+            Duration::from_millis(5),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert!(none.messages.is_empty());
+        assert_eq!(ipc::local_waiters(s, REALM, &named("hand")), 0);
+        send1(s, "a", "hand", b"later").await.unwrap();
+        assert_eq!(queued_rows(s, "hand"), 1);
+        assert_eq!(recv_now(s, "hand", 0).await.unwrap()[0].payload, b"later");
+    });
+}
+
+/// Senders race receivers that wait briefly, or are cancelled mid-wait:
+/// every message is received exactly once, whether it was handed over,
+/// queued, or handed to a receiver that went away and put back.
+fn hand_over_loses_nothing_when_receivers_give_up(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    let senders = 4u32;
+    let per: u32 = std::env::var("TABOS_STRESS_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(500, |n| (n / senders).clamp(50, 500));
+    let total = senders * per;
+    rt().block_on(async {
+        ipc::create_mailbox(s, REALM, "churn", OPTS).await.unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(vec![0u8; total as usize]));
+        let count = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let mut receivers = Vec::new();
+        for r in 0..3u32 {
+            let (s, seen, count) = (s.clone(), seen.clone(), count.clone());
+            receivers.push(tokio::spawn(async move {
+                let mut round = 0u32;
+                let churn = named("churn");
+                while count.load(std::sync::atomic::Ordering::SeqCst) < total {
+                    round += 1;
+                    let recv = ipc::recv(
+                        &s,
+                        REALM,
+                        &churn,
+                        Take::messages(1 + (round % 3) as usize),
+                        Duration::from_micros(u64::from(50 + (round * 37 + r * 11) % 400)),
+                        std::future::pending(),
+                    );
+                    // Every third receive is cancelled mid-wait: its future
+                    // is dropped, as when a client goes away.
+                    let got = if round % 3 == r % 3 {
+                        let limit = Duration::from_micros(u64::from(20 + (round * 13) % 200));
+                        match tokio::time::timeout(limit, recv).await {
+                            Ok(got) => got.unwrap(),
+                            Err(_) => continue,
+                        }
+                    } else {
+                        recv.await.unwrap()
+                    };
+                    for m in got.messages {
+                        let i = u32::from_le_bytes(m.payload[..4].try_into().unwrap());
+                        seen.lock().unwrap()[i as usize] += 1;
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            }));
+        }
+        let mut send_tasks = Vec::new();
+        for w in 0..senders {
+            let s = s.clone();
+            send_tasks.push(tokio::spawn(async move {
+                for k in 0..per {
+                    let i = w * per + k;
+                    send1(&s, &format!("s{w}"), "churn", &i.to_le_bytes())
+                        .await
+                        .unwrap();
+                    if k % 8 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }));
+        }
+        for t in send_tasks {
+            t.await.unwrap();
+        }
+        // Bounded: the receivers stop once everything has arrived.
+        tokio::time::timeout(Duration::from_secs(120), async {
+            for t in receivers {
+                t.await.unwrap();
+            }
+        })
+        .await
+        .expect("every message is received");
+        let wrong: Vec<(usize, u8)> = {
+            let seen = seen.lock().unwrap();
+            (0..seen.len())
+                .filter(|&i| seen[i] != 1)
+                .map(|i| (i, seen[i]))
+                .collect()
+        };
+        assert!(
+            wrong.is_empty(),
+            "messages not received exactly once (index, times): {:?}",
+            &wrong[..wrong.len().min(10)]
+        );
+        // Requeues run on their own: wait for the counters to settle.
+        for _ in 0..1_000 {
+            if queued_rows(s, "churn") == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(queued_rows(s, "churn"), 0);
+        let info = ipc::mailbox(s, REALM, &named("churn")).await.unwrap();
+        assert_eq!((info.queued, info.queued_bytes), (0, 0));
+        assert_eq!(ipc::local_waiters(s, REALM, &named("churn")), 0);
     });
 }

@@ -161,6 +161,23 @@ impl Auth {
         self.write().remove(id);
     }
 
+    /// Drops every credential of `realm` from the in-memory copy (after
+    /// removing the realm here): the removal's own notifications arrive
+    /// later, and the realm's tokens must be refused as soon as the call
+    /// returns.
+    pub fn forget_realm(&self, realm: &str) {
+        let mut live = self.write();
+        let ids: Vec<CredentialId> = live
+            .by_hash
+            .values()
+            .filter(|p| p.realm == realm)
+            .map(|p| p.id.clone())
+            .collect();
+        for id in &ids {
+            live.remove(id);
+        }
+    }
+
     /// Keeps the in-memory copy current until `stop` is raised: re-reads
     /// each credential the change feed names, and the whole table after
     /// subscribing (anything committed before is in that load) — also

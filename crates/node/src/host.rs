@@ -287,18 +287,16 @@ impl Host for ProcHost {
             })
             .collect::<tabos_kernel::Result<Vec<_>>>()
             .map_err(host_error)?;
-        ipc::validate_outgoing(&msgs).map_err(host_error)?;
-        let pk = tabos_kernel::realm_partition(&self.realm, self.store.partitions());
-        let (realm, me, opts) = (self.realm.clone(), self.me.clone(), self.opts);
-        let now = tabos_store::now_us();
         // A blocking wait (it spins briefly): this is the proc's own thread.
-        self.store
-            .run(pk, move |tx| {
-                ipc::send_tx(tx, &realm, Some(&me), &msgs, &opts, now)
-            })
-            .wait()
-            .map(drop)
-            .map_err(host_error)
+        ipc::send_blocking(
+            &self.store,
+            &self.realm,
+            Some(self.me.clone()),
+            msgs,
+            self.opts,
+        )
+        .map(drop)
+        .map_err(host_error)
     }
 
     fn recv(&mut self, call: RecvCall<'_>) -> Result<Received, HostError> {

@@ -302,6 +302,7 @@ impl proto::procs_server::Procs for ProcsService {
         let rows = tabos_kernel::teardown::remove_realm(&self.node.files, &r.realm)
             .await
             .map_err(|e| kernel_status(&e))?;
+        self.node.auth.forget_realm(&r.realm);
         Ok(Response::new(proto::RemoveRealmResponse {
             rows: rows as i64,
         }))

@@ -248,6 +248,19 @@ pub trait Tx {
     /// Queues a notification, delivered to `channel`'s subscribers after the
     /// commit, and dropped if the procedure rolls back.
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()>;
+    /// Runs `hook` in this process right after the transaction commits
+    /// (before the procedure's caller is answered), or drops it unrun if
+    /// the procedure rolls back — for handing committed state to someone
+    /// waiting in memory. A hook must be quick and must not wait for the
+    /// store: it runs on the thread that committed. At most
+    /// [`AFTER_COMMIT_HOOKS_MAX`] per procedure. A read-only transaction
+    /// commits nothing and refuses hooks.
+    fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
+        drop(hook);
+        Err(Error::ReadOnly(
+            "a read-only transaction commits nothing to run a hook after".into(),
+        ))
+    }
     /// Runs one statement of untrusted (tenant) SQL that may touch only the
     /// tables [`Confinement`] allows; returns its rows (at most `max_rows`,
     /// more is an error) and the number of rows it changed. The backend
@@ -283,6 +296,33 @@ pub trait Tx {
     fn drop_tables(&mut self, prefix: &str) -> Result<u64> {
         let _ = prefix;
         Ok(0)
+    }
+}
+
+/// Code run after a commit (see [`Tx::after_commit`]).
+pub type AfterCommit = Box<dyn FnOnce() + Send>;
+
+/// Most after-commit hooks one procedure may queue.
+pub const AFTER_COMMIT_HOOKS_MAX: usize = 1_024;
+
+/// Queues `hook` on `hooks` within [`AFTER_COMMIT_HOOKS_MAX`].
+pub(crate) fn queue_hook(hooks: &mut Vec<AfterCommit>, hook: AfterCommit) -> Result<()> {
+    if hooks.len() >= AFTER_COMMIT_HOOKS_MAX {
+        return Err(Error::Invalid(format!(
+            "a procedure may queue at most {AFTER_COMMIT_HOOKS_MAX} after-commit hooks"
+        )));
+    }
+    hooks.push(hook);
+    Ok(())
+}
+
+/// Runs committed hooks; one that panics is contained (and reported), so
+/// the thread that committed — an executor — goes on.
+pub(crate) fn run_hooks(hooks: Vec<AfterCommit>) {
+    for hook in hooks {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(hook)).is_err() {
+            eprintln!("tabos store: an after-commit hook panicked; the commit stands");
+        }
     }
 }
 
@@ -470,7 +510,13 @@ pub trait Backend: Send + Sync {
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<dyn Backend>,
+    locals: Arc<Locals>,
 }
+
+/// State that layers above keep per open store in this process (see
+/// [`Store::local`]): one value per type, made on first use.
+#[derive(Default)]
+struct Locals(std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>);
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -491,7 +537,29 @@ impl Store {
             Location::Sqlite(_) => Arc::new(sqlite::SqliteBackend::open(config, migrations)?),
             Location::Postgres(_) => Arc::new(postgres::PgBackend::open(config, migrations)?),
         };
-        Ok(Store { backend })
+        Ok(Store {
+            backend,
+            locals: Arc::default(),
+        })
+    }
+
+    /// This process's `T` for this store, made with `T::default()` on first
+    /// use and shared by every clone of the store — for state that lives
+    /// beside the database but not in it, such as the kernel's registry of
+    /// receivers waiting in this process. A handful of types use it, so a
+    /// scan beats a map.
+    pub fn local<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut all = self
+            .locals
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = all.iter().find_map(|l| l.clone().downcast::<T>().ok()) {
+            return found;
+        }
+        let made = Arc::new(T::default());
+        all.push(made.clone());
+        made
     }
 
     pub fn kind(&self) -> BackendKind {

@@ -49,8 +49,8 @@ use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
-    Backend, BackendKind, Config, Dialect, Durability, Job, Location, Outcome, PKey, Stats, Tx,
-    QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+    AfterCommit, Backend, BackendKind, Config, Dialect, Durability, Job, Location, Outcome, PKey,
+    Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
 };
 
 /// The PostgreSQL channel all tabos notifications travel on.
@@ -509,6 +509,7 @@ impl Worker {
                 },
                 p_key: PKey(0),
                 notes: Vec::new(),
+                hooks: Vec::new(),
             };
             tx.query_limited(sql, params, limits, started)
         };
@@ -708,6 +709,7 @@ impl Worker {
             statements: &mut self.statements,
             p_key: job.p_key,
             notes: Vec::new(),
+            hooks: Vec::new(),
         });
         let outcome = job.run_caught(&mut tx);
         let _ = t.rollback();
@@ -730,9 +732,11 @@ impl Worker {
             statements: &mut self.statements,
             p_key: job.p_key,
             notes: Vec::new(),
+            hooks: Vec::new(),
         };
         let outcome = job.run_caught(&mut tx);
         let notes = std::mem::take(&mut tx.notes);
+        let hooks = std::mem::take(&mut tx.hooks);
         match outcome {
             Ok(v) => {
                 for n in &notes {
@@ -744,7 +748,10 @@ impl Worker {
                     }
                 }
                 match t.commit() {
-                    Ok(()) => Attempt::Done(Ok(v)),
+                    Ok(()) => {
+                        crate::run_hooks(hooks);
+                        Attempt::Done(Ok(v))
+                    }
                     Err(e) => Attempt::failed(job, map_err(&e, "COMMIT")),
                 }
             }
@@ -805,6 +812,7 @@ struct PgTx<'a, 'c> {
     statements: &'a mut HashMap<String, Statement>,
     p_key: PKey,
     notes: Vec<Notification>,
+    hooks: Vec<AfterCommit>,
 }
 
 impl PgTx<'_, '_> {
@@ -848,6 +856,9 @@ impl Tx for PgTx<'_, '_> {
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
+    }
+    fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
+        crate::queue_hook(&mut self.hooks, hook)
     }
 }
 

@@ -71,8 +71,8 @@ use crate::scoped::ScopedReader;
 use crate::sql::{first_keyword, to_sqlite};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
-    Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job, Location,
-    Outcome, PKey, Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+    AfterCommit, Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job,
+    Location, Outcome, PKey, Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
 };
 
 /// Most procedures in one group commit.
@@ -741,6 +741,7 @@ struct SqliteTx<'c> {
     confine: &'c Mutex<Option<Confinement>>,
     p_key: PKey,
     notes: Vec<Notification>,
+    hooks: Vec<AfterCommit>,
 }
 
 impl Tx for SqliteTx<'_> {
@@ -803,6 +804,9 @@ impl Tx for SqliteTx<'_> {
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
+    }
+    fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
+        crate::queue_hook(&mut self.hooks, hook)
     }
 }
 
@@ -924,12 +928,12 @@ impl Executor {
         // the path an idle partition's caller takes).
         let alone = batch.len() == 1;
         let mut ran = Vec::with_capacity(batch.len());
-        let mut notes = Vec::new();
+        let mut after = After::default();
         for mut job in batch.drain(..) {
             let outcome = if alone {
-                self.run_alone(&mut job, &mut notes)
+                self.run_alone(&mut job, &mut after)
             } else {
-                self.run_one(&mut job, &mut notes)
+                self.run_one(&mut job, &mut after)
             };
             ran.push(Ran {
                 done: job.done,
@@ -958,7 +962,8 @@ impl Executor {
                     // Full means one is already pending: nothing to add.
                     let _ = self.checkpoints.try_send(());
                 }
-                self.feed.publish(&notes);
+                self.feed.publish(&after.notes);
+                crate::run_hooks(after.hooks);
                 for r in ran {
                     let counter = if r.outcome.is_ok() {
                         &self.stats.committed
@@ -984,25 +989,27 @@ impl Executor {
     }
 
     /// Runs the only procedure of a batch, with no savepoint (a failure
-    /// rolls the whole transaction back); on success its notifications are
-    /// appended to `notes`.
-    fn run_alone(&self, job: &mut Job, notes: &mut Vec<Notification>) -> Outcome {
+    /// rolls the whole transaction back); on success what it queued for
+    /// after the commit is added to `after`.
+    fn run_alone(&self, job: &mut Job, after: &mut After) -> Outcome {
         let mut tx = SqliteTx {
             conn: &self.conn,
             confine: &self.confine,
             p_key: self.p_key,
             notes: Vec::new(),
+            hooks: Vec::new(),
         };
         let outcome = job.run_caught(&mut tx);
         if outcome.is_ok() {
-            notes.append(&mut tx.notes);
+            after.notes.append(&mut tx.notes);
+            after.hooks.append(&mut tx.hooks);
         }
         outcome
     }
 
-    /// Runs one procedure inside its own savepoint; on success its
-    /// notifications are appended to `notes`.
-    fn run_one(&self, job: &mut Job, notes: &mut Vec<Notification>) -> Outcome {
+    /// Runs one procedure inside its own savepoint; on success what it
+    /// queued for after the commit is added to `after`.
+    fn run_one(&self, job: &mut Job, after: &mut After) -> Outcome {
         if let Err(e) = self.exec("SAVEPOINT proc") {
             return Err(job.failure(e));
         }
@@ -1011,9 +1018,10 @@ impl Executor {
             confine: &self.confine,
             p_key: self.p_key,
             notes: Vec::new(),
+            hooks: Vec::new(),
         };
         let outcome = job.run_caught(&mut tx);
-        let tx_notes = std::mem::take(&mut tx.notes);
+        let (tx_notes, tx_hooks) = (std::mem::take(&mut tx.notes), std::mem::take(&mut tx.hooks));
         let closed = match &outcome {
             Ok(_) => self.exec("RELEASE proc"),
             Err(_) => self
@@ -1022,13 +1030,22 @@ impl Executor {
         };
         match (outcome, closed) {
             (Ok(v), Ok(())) => {
-                notes.extend(tx_notes);
+                after.notes.extend(tx_notes);
+                after.hooks.extend(tx_hooks);
                 Ok(v)
             }
             (Ok(_), Err(e)) => Err(job.failure(e)),
             (Err(f), _) => Err(f),
         }
     }
+}
+
+/// What a batch's procedures queued for after its commit: dropped unsent
+/// and unrun if the commit fails.
+#[derive(Default)]
+struct After {
+    notes: Vec<Notification>,
+    hooks: Vec<AfterCommit>,
 }
 
 /// A partition's writer: the executor connection, and who may use it.
