@@ -139,8 +139,8 @@ pub fn scan_tx(
         ),
     };
     let rows = match end {
-        Some(e) => tx.query(&sql, params![p, realm, start, e])?,
-        None => tx.query(&sql, params![p, realm, start])?,
+        Some(e) => tx.query_text(&sql, params![p, realm, start, e])?,
+        None => tx.query_text(&sql, params![p, realm, start])?,
     };
     rows.rows
         .iter()

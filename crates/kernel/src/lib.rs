@@ -273,7 +273,7 @@ pub(crate) fn delete_realm_rows(tx: &mut dyn Tx, realm: &str, tables: &[&str]) -
     let mut n = 0;
     for t in tables {
         debug_assert!(t.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
-        n += tx.execute(
+        n += tx.execute_text(
             &format!("DELETE FROM {t} WHERE p_key = $1 AND realm = $2"),
             tabos_store::params![p, realm],
         )?;

@@ -717,7 +717,7 @@ impl Host for TxHost<'_> {
             .map_err(Error::from);
         let (rows, changed) = self.result(r)?;
         Ok(SqlResult {
-            columns: rows.columns,
+            columns: rows.columns.to_vec(),
             rows: rows
                 .rows
                 .iter()

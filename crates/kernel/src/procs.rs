@@ -280,10 +280,15 @@ pub struct ProcInfo {
     pub host_paths: Vec<String>,
 }
 
-const PROC_COLUMNS: &str =
-    "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
-     state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, user_name, \
-     host_paths";
+/// The columns [`proc_from_row`] reads, as a literal for `concat!` (a
+/// kernel statement is a `&'static str`: see `tabos_store::Tx`).
+macro_rules! proc_columns {
+    () => {
+        "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
+         state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, \
+         user_name, host_paths"
+    };
+}
 
 fn proc_from_row(r: &Row) -> Result<ProcInfo> {
     let args: Vec<String> = serde_json::from_str(&r.get::<String>(6)?)
@@ -384,8 +389,10 @@ pub(crate) fn get_tx(tx: &mut dyn Tx, realm: &str, pid: &str) -> Result<ProcInfo
     let p = i64::from(tx.p_key().0);
     let row = tx
         .query_opt(
-            &format!(
-                "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3"
+            concat!(
+                "SELECT ",
+                proc_columns!(),
+                " FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3"
             ),
             params![p, realm, pid],
         )?
@@ -625,8 +632,10 @@ pub fn claim_tx(
     let max = max.clamp(0, CLAIM_MAX);
     // LIMIT in the text: a bound LIMIT makes SQLite re-prepare every call.
     const _: () = assert!(CLAIM_MAX == 64);
-    let select = format!(
-        "SELECT {PROC_COLUMNS} FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+    let select = concat!(
+        "SELECT ",
+        proc_columns!(),
+        " FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
          AND state = 'spawned' AND class = $4 ORDER BY seq LIMIT 64"
     );
     let mut claimed = Vec::new();
@@ -649,7 +658,7 @@ pub fn claim_tx(
                 .is_some();
             continue;
         }
-        let rows = tx.query(&select, params![p, realm, worker.as_str(), class.as_str()])?;
+        let rows = tx.query(select, params![p, realm, worker.as_str(), class.as_str()])?;
         for r in rows.iter().take(room as usize) {
             if !admits(&admission) {
                 be_waiting = true;
@@ -707,8 +716,10 @@ pub fn steal_tx(
 ) -> Result<Stolen> {
     let p = i64::from(tx.p_key().0);
     let rows = tx.query(
-        &format!(
-            "SELECT {PROC_COLUMNS}, assign_us FROM proc \
+        concat!(
+            "SELECT ",
+            proc_columns!(),
+            ", assign_us FROM proc \
              WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
                AND worker_id <> $3 \
              ORDER BY assign_us LIMIT 64"
@@ -719,7 +730,7 @@ pub fn steal_tx(
     let mut admission = admission;
     let mut victims_freed = false;
     for r in &rows {
-        // The column after PROC_COLUMNS' 20.
+        // The column after proc_columns!'s 20.
         let assign_us: i64 = r.get::<Option<i64>>(20)?.unwrap_or(0);
         if assign_us + steal_after_us > now_us {
             // Ordered by assign_us: this and every later one are too young.
@@ -1249,7 +1260,11 @@ pub async fn status(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
 pub fn get(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInfo> {
     validate_realm(realm)?;
     let rows = store.query(
-        &format!("SELECT {PROC_COLUMNS} FROM proc WHERE realm = $1 AND pid = $2"),
+        concat!(
+            "SELECT ",
+            proc_columns!(),
+            " FROM proc WHERE realm = $1 AND pid = $2"
+        ),
         params![realm, pid.as_str()],
     )?;
     let row = rows

@@ -120,8 +120,8 @@ fn a_realm_sees_only_its_own_rows(b: Backend) {
                 let create = format!("CREATE TABLE \"{realm}/notes\" (n TEXT)");
                 let insert = format!("INSERT INTO \"{realm}/notes\" VALUES ('{realm} note')");
                 common::call_in(s, realm, move |tx| {
-                    tx.execute(&create, &[])?;
-                    tx.execute(&insert, &[])?;
+                    tx.execute_text(&create, &[])?;
+                    tx.execute_text(&insert, &[])?;
                     Ok(())
                 })
                 .unwrap();

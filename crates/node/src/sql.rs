@@ -140,7 +140,7 @@ impl proto::sql_server::Sql for SqlService {
             .map_err(|e| Status::internal(format!("query task failed: {e}")))?
             .map_err(|e| status_of(&e))?;
         Ok(Response::new(proto::SqlResponse {
-            columns: rows.columns,
+            columns: rows.columns.to_vec(),
             truncated: rows.truncated,
             rows: rows
                 .rows

@@ -34,6 +34,7 @@ pub mod postgres;
 mod scoped;
 pub mod sql;
 pub mod sqlite;
+mod statements;
 pub mod testing;
 pub mod value;
 
@@ -236,15 +237,23 @@ impl fmt::Display for BackendKind {
 
 /// The handle a procedure works through: one open transaction.
 ///
-/// Statements use `$1`, `$2`, ... for parameters on both backends.
+/// Statements use `$1`, `$2`, ... for parameters on both backends. A
+/// statement written in the code (`&'static str`) is prepared once per
+/// connection and found again by its address ([`Tx::execute`],
+/// [`Tx::query`]); one built at run time goes through a cache keyed by its
+/// text ([`Tx::execute_text`], [`Tx::query_text`]).
 pub trait Tx {
     /// The partition this transaction runs on.
     fn p_key(&self) -> PKey;
     fn dialect(&self) -> Dialect;
     /// Runs a statement; returns the number of rows it changed.
-    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64>;
+    fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64>;
     /// Runs a query; returns all its rows (at most [`QUERY_ROWS_MAX`]).
-    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows>;
+    fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows>;
+    /// [`Tx::execute`] for a statement built at run time.
+    fn execute_text(&mut self, sql: &str, params: &[Value]) -> Result<u64>;
+    /// [`Tx::query`] for a statement built at run time.
+    fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows>;
     /// Queues a notification, delivered to `channel`'s subscribers after the
     /// commit, and dropped if the procedure rolls back.
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()>;
@@ -347,26 +356,37 @@ pub const TENANT_VALUE_BYTES_MAX: i32 = 16 << 20;
 
 impl dyn Tx + '_ {
     /// The single row of a query, or `None`; more than one row is an error.
-    pub fn query_opt(&mut self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
-        let mut rows = self.query(sql, params)?.rows;
-        match rows.len() {
-            0 => Ok(None),
-            1 => Ok(rows.pop()),
-            n => Err(Error::Invalid(format!(
-                "expected at most one row, got {n}: {sql}"
-            ))),
-        }
+    pub fn query_opt(&mut self, sql: &'static str, params: &[Value]) -> Result<Option<Row>> {
+        let rows = self.query(sql, params)?.rows;
+        single(rows, sql)
+    }
+
+    /// [`query_opt`](Self::query_opt) for a statement built at run time.
+    pub fn query_opt_text(&mut self, sql: &str, params: &[Value]) -> Result<Option<Row>> {
+        let rows = self.query_text(sql, params)?.rows;
+        single(rows, sql)
     }
 
     /// The single row of a query; none or several is an error.
-    pub fn query_one(&mut self, sql: &str, params: &[Value]) -> Result<Row> {
+    pub fn query_one(&mut self, sql: &'static str, params: &[Value]) -> Result<Row> {
         self.query_opt(sql, params)?
             .ok_or_else(|| Error::Invalid(format!("expected one row, got none: {sql}")))
     }
 
     /// The first column of the single row of a query.
-    pub fn query_scalar<T: FromValue>(&mut self, sql: &str, params: &[Value]) -> Result<T> {
+    pub fn query_scalar<T: FromValue>(&mut self, sql: &'static str, params: &[Value]) -> Result<T> {
         self.query_one(sql, params)?.get(0)
+    }
+}
+
+/// The single row of `rows`, or `None`; more than one is an error.
+fn single(mut rows: Vec<Row>, sql: &str) -> Result<Option<Row>> {
+    match rows.len() {
+        0 => Ok(None),
+        1 => Ok(rows.pop()),
+        n => Err(Error::Invalid(format!(
+            "expected at most one row, got {n}: {sql}"
+        ))),
     }
 }
 

@@ -60,6 +60,15 @@ pub const RETRIES_MAX: u32 = 100;
 /// First retry pause, in microseconds; doubles per retry up to the cap.
 const RETRY_PAUSE_MIN_US: u64 = 100;
 const RETRY_PAUSE_MAX_US: u64 = 10_000;
+/// Kernel statements' bounds: every row, no deadline.
+const KERNEL_READ: ReadLimits = ReadLimits {
+    cap: Cap::Fail(QUERY_ROWS_MAX),
+    bytes_max: usize::MAX,
+    time_max: None,
+    cancel: None,
+    scope: ReadScope::All,
+};
+
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE_MAX: usize = 256;
 /// Attempts to (re)connect a worker or the listener before giving up.
@@ -171,7 +180,7 @@ impl PgBackend {
                 client,
                 url: url.clone(),
                 durability: config.durability,
-                statements: HashMap::new(),
+                statements: PgStatements::default(),
                 scoped_ready: std::collections::HashSet::new(),
                 stats: stats.clone(),
             };
@@ -412,7 +421,7 @@ struct Worker {
     client: Client,
     url: String,
     durability: Durability,
-    statements: HashMap<String, Statement>,
+    statements: PgStatements,
     /// Realm schemas known to be up to date (see `realm_schema`).
     scoped_ready: std::collections::HashSet<String>,
     stats: Arc<Stats>,
@@ -498,7 +507,7 @@ impl Worker {
         }
         // A scoped statement is prepared afresh: it was checked for the
         // role of this transaction.
-        let mut fresh = HashMap::new();
+        let mut fresh = PgStatements::default();
         let rows = {
             let mut tx = PgTx {
                 t: &mut t,
@@ -807,25 +816,74 @@ fn jitter(base_us: u64) -> u64 {
     })
 }
 
+/// A connection's prepared statements with their column names: those
+/// written in the code by their text's address (see [`crate::Tx`]), those
+/// built at run time by their text.
+#[derive(Default)]
+struct PgStatements {
+    by_address: HashMap<(usize, usize), PgPrepared>,
+    by_text: HashMap<String, PgPrepared>,
+}
+
+#[derive(Clone)]
+struct PgPrepared {
+    stmt: Statement,
+    columns: Arc<[String]>,
+}
+
+impl PgStatements {
+    fn clear(&mut self) {
+        self.by_address.clear();
+        self.by_text.clear();
+    }
+}
+
 struct PgTx<'a, 'c> {
     t: &'a mut postgres::Transaction<'c>,
-    statements: &'a mut HashMap<String, Statement>,
+    statements: &'a mut PgStatements,
     p_key: PKey,
     notes: Vec<Notification>,
     hooks: Vec<AfterCommit>,
 }
 
 impl PgTx<'_, '_> {
-    fn statement(&mut self, sql: &str) -> Result<Statement> {
-        if let Some(s) = self.statements.get(sql) {
-            return Ok(s.clone());
+    fn prepare(&mut self, sql: &str) -> Result<PgPrepared> {
+        let stmt = self.t.prepare(sql).map_err(|e| map_err(&e, sql))?;
+        let columns = stmt
+            .columns()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
+        Ok(PgPrepared { stmt, columns })
+    }
+
+    /// Statement `sql` of the code, prepared on this connection once.
+    fn statement(&mut self, sql: &'static str) -> Result<PgPrepared> {
+        let key = (sql.as_ptr() as usize, sql.len());
+        if let Some(p) = self.statements.by_address.get(&key) {
+            return Ok(p.clone());
         }
-        let s = self.t.prepare(sql).map_err(|e| map_err(&e, sql))?;
-        if self.statements.len() >= STATEMENT_CACHE_MAX {
-            self.statements.clear();
+        let p = self.prepare(sql)?;
+        let cache = &mut self.statements.by_address;
+        if cache.len() >= STATEMENT_CACHE_MAX {
+            cache.clear();
         }
-        self.statements.insert(sql.to_string(), s.clone());
-        Ok(s)
+        cache.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Statement `sql` built at run time, prepared once per text.
+    fn statement_text(&mut self, sql: &str) -> Result<PgPrepared> {
+        if let Some(p) = self.statements.by_text.get(sql) {
+            return Ok(p.clone());
+        }
+        let p = self.prepare(sql)?;
+        let cache = &mut self.statements.by_text;
+        if cache.len() >= STATEMENT_CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(sql.to_string(), p.clone());
+        Ok(p)
     }
 }
 
@@ -840,19 +898,24 @@ impl Tx for PgTx<'_, '_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
-    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let stmt = self.statement(sql)?;
+    fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64> {
+        let p = self.statement(sql)?;
         self.t
-            .execute(&stmt, &as_params(params))
+            .execute(&p.stmt, &as_params(params))
             .map_err(|e| map_err(&e, sql))
     }
-    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.query_limited(
-            sql,
-            params,
-            &ReadLimits::rows(Cap::Fail(QUERY_ROWS_MAX)),
-            std::time::Instant::now(),
-        )
+    fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
+        let p = self.statement(sql)?;
+        self.rows(&p, sql, params, &KERNEL_READ, std::time::Instant::now())
+    }
+    fn execute_text(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        let p = self.statement_text(sql)?;
+        self.t
+            .execute(&p.stmt, &as_params(params))
+            .map_err(|e| map_err(&e, sql))
+    }
+    fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.query_limited(sql, params, &KERNEL_READ, std::time::Instant::now())
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)
@@ -873,13 +936,19 @@ impl Tx for PgReadTx<'_, '_> {
     fn dialect(&self) -> Dialect {
         Dialect::Postgres
     }
-    fn execute(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
+    fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64> {
+        self.execute_text(sql, params)
+    }
+    fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
+        self.0.query(sql, params)
+    }
+    fn execute_text(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
         Err(Error::ReadOnly(format!(
             "a read-only procedure cannot run {sql}; submit it as a procedure instead"
         )))
     }
-    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.0.query(sql, params)
+    fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.0.query_text(sql, params)
     }
     fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
         Err(Error::ReadOnly(format!(
@@ -896,21 +965,27 @@ impl PgTx<'_, '_> {
         limits: &ReadLimits,
         started: std::time::Instant,
     ) -> Result<Rows> {
+        let p = self.statement_text(sql)?;
+        self.rows(&p, sql, params, limits, started)
+    }
+
+    /// The rows of prepared statement `p` (of text `sql`) under `limits`.
+    fn rows(
+        &mut self,
+        p: &PgPrepared,
+        sql: &str,
+        params: &[Value],
+        limits: &ReadLimits,
+        started: std::time::Instant,
+    ) -> Result<Rows> {
         let cap = limits.cap;
         let mut budget = ByteBudget::default();
-        let stmt = self.statement(sql)?;
-        let columns: Vec<String> = stmt
-            .columns()
-            .iter()
-            .map(|c| c.name().to_string())
-            .collect();
-        let shared: Arc<[String]> = columns.clone().into();
         let mut it = self
             .t
-            .query_raw(&stmt, params.iter())
+            .query_raw(&p.stmt, params.iter())
             .map_err(|e| map_err(&e, sql))?;
         let mut out = Rows {
-            columns,
+            columns: p.columns.clone(),
             ..Rows::default()
         };
         while let Some(r) = it.next().map_err(|e| map_err(&e, sql))? {
@@ -932,7 +1007,7 @@ impl PgTx<'_, '_> {
             if !budget.admit(limits, &values, sql, &mut out)? {
                 break;
             }
-            out.rows.push(Row::new(shared.clone(), values));
+            out.rows.push(Row::new(p.columns.clone(), values));
         }
         Ok(out)
     }

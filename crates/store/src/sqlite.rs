@@ -69,6 +69,7 @@ use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::scoped::ScopedReader;
 use crate::sql::{first_keyword, to_sqlite};
+use crate::statements::{Conn, NAMED_PARAMS_MAX};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
     AfterCommit, Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job,
@@ -590,7 +591,7 @@ pub(crate) fn map_err(e: rusqlite::Error, statement: &str) -> Error {
     }
 }
 
-struct Param<'a>(&'a Value);
+pub(crate) struct Param<'a>(pub(crate) &'a Value);
 
 impl rusqlite::ToSql for Param<'_> {
     fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
@@ -613,9 +614,6 @@ fn to_value(v: ValueRef<'_>) -> Value {
         ValueRef::Blob(b) => Value::Blob(b.to_vec()),
     }
 }
-
-/// Most parameters a kernel statement binds by name (see [`bind_named`]).
-const NAMED_PARAMS_MAX: usize = 64;
 
 /// `$1` … `$64`: the names SQLite gives a kernel statement's parameters.
 static PARAM_NAMES: std::sync::LazyLock<Vec<String>> =
@@ -680,23 +678,24 @@ fn run_query(
         stmt.raw_bind_parameter(i + 1, Param(v))
             .map_err(|e| map_err(e, sql))?;
     }
-    collect_rows(stmt, sql, limits)
+    let columns: Arc<[String]> = stmt.column_names().into_iter().map(String::from).collect();
+    collect_rows(stmt, &columns, sql, limits)
 }
 
-/// The rows of `stmt`, its parameters bound, under `limits`.
+/// The rows of `stmt`, its parameters bound, under `limits`; `columns` are
+/// its column names.
 fn collect_rows(
     stmt: &mut rusqlite::Statement<'_>,
+    columns: &Arc<[String]>,
     sql: &str,
     limits: &ReadLimits,
 ) -> Result<Rows> {
     let cap = limits.cap;
     let mut budget = ByteBudget::default();
-    let columns: Vec<String> = stmt.column_names().into_iter().map(String::from).collect();
-    let shared: Arc<[String]> = columns.clone().into();
     let n = columns.len();
     let mut rows = stmt.raw_query();
     let mut out = Rows {
-        columns,
+        columns: columns.clone(),
         ..Rows::default()
     };
     while let Some(row) = rows.next().map_err(|e| map_err(e, sql))? {
@@ -714,7 +713,7 @@ fn collect_rows(
         if !budget.admit(limits, &values, sql, &mut out)? {
             break;
         }
-        out.rows.push(Row::new(shared.clone(), values));
+        out.rows.push(Row::new(columns.clone(), values));
     }
     Ok(out)
 }
@@ -729,15 +728,31 @@ const KERNEL_READ: ReadLimits = ReadLimits {
 };
 
 /// A kernel statement's rows (a procedure's, or a read-only procedure's).
-fn kernel_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
+fn kernel_query(conn: &Conn, sql: &'static str, params: &[Value]) -> Result<Rows> {
+    conn.with(sql, params, |stmt, columns| {
+        collect_rows(stmt, columns, sql, &KERNEL_READ)
+    })
+}
+
+/// A statement built at run time: its rows.
+fn text_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
     let mut stmt = conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
     bind_named(&mut stmt, sql, params)?;
-    collect_rows(&mut stmt, sql, &KERNEL_READ)
+    let columns: Arc<[String]> = stmt.column_names().into_iter().map(String::from).collect();
+    collect_rows(&mut stmt, &columns, sql, &KERNEL_READ)
+}
+
+/// A statement built at run time: the rows it changed.
+fn text_execute(conn: &Connection, sql: &str, params: &[Value]) -> Result<u64> {
+    let mut stmt = conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
+    bind_named(&mut stmt, sql, params)?;
+    let n = stmt.raw_execute().map_err(|e| map_err(e, sql))?;
+    Ok(n as u64)
 }
 
 /// A procedure's transaction on the executor's connection.
 struct SqliteTx<'c> {
-    conn: &'c Connection,
+    conn: &'c Conn,
     confine: &'c Mutex<Option<Confinement>>,
     p_key: PKey,
     notes: Vec<Notification>,
@@ -751,14 +766,20 @@ impl Tx for SqliteTx<'_> {
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
     }
-    fn execute(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
-        let mut stmt = self.conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
-        bind_named(&mut stmt, sql, params)?;
-        let n = stmt.raw_execute().map_err(|e| map_err(e, sql))?;
-        Ok(n as u64)
+    fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64> {
+        self.conn.with(sql, params, |stmt, _| {
+            let n = stmt.raw_execute().map_err(|e| map_err(e, sql))?;
+            Ok(n as u64)
+        })
     }
-    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+    fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
         kernel_query(self.conn, sql, params)
+    }
+    fn execute_text(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        text_execute(self.conn, sql, params)
+    }
+    fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        text_query(self.conn, sql, params)
     }
     fn confined(
         &mut self,
@@ -871,7 +892,7 @@ fn confined_on(
 }
 
 struct Executor {
-    conn: Connection,
+    conn: Conn,
     /// What the connection's authorizer allows while tenant SQL is being
     /// compiled; `None` (kernel SQL) allows everything.
     confine: Arc<Mutex<Option<Confinement>>>,
@@ -899,7 +920,7 @@ impl Executor {
         let confine = Arc::new(Mutex::new(None));
         install_authorizer(&conn, confine.clone());
         Executor {
-            conn,
+            conn: Conn::new(conn),
             confine,
             p_key,
             feed,
@@ -1303,9 +1324,18 @@ pub(crate) fn panic_message(panic: &Box<dyn Any + Send>) -> String {
 
 /// A read-only procedure's transaction on a partition's read connection.
 struct SqliteReadTx<'c> {
-    conn: &'c Connection,
+    conn: &'c Conn,
     confine: &'c Mutex<Option<Confinement>>,
     p_key: PKey,
+}
+
+/// A write a read connection refused, told as a read-only procedure's.
+fn read_refusal(e: Error, sql: &str) -> Error {
+    if is_write_refusal(&e) {
+        read_only_procedure(&format!("run {sql}"))
+    } else {
+        e
+    }
 }
 
 fn read_only_procedure(what: &str) -> Error {
@@ -1321,19 +1351,19 @@ impl Tx for SqliteReadTx<'_> {
     fn dialect(&self) -> Dialect {
         Dialect::Sqlite
     }
-    fn execute(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
-        Err(read_only_procedure(&format!("run {sql}")))
+    fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64> {
+        self.execute_text(sql, params)
     }
-    fn query(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+    fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
         // A query that writes (INSERT ... RETURNING) is refused by the
         // connection's query_only as SQLITE_READONLY (8).
-        kernel_query(self.conn, sql, params).map_err(|e| {
-            if is_write_refusal(&e) {
-                read_only_procedure(&format!("run {sql}"))
-            } else {
-                e
-            }
-        })
+        kernel_query(self.conn, sql, params).map_err(|e| read_refusal(e, sql))
+    }
+    fn execute_text(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
+        Err(read_only_procedure(&format!("run {sql}")))
+    }
+    fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        text_query(self.conn, sql, params).map_err(|e| read_refusal(e, sql))
     }
     fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
         Err(read_only_procedure(&format!("notify {channel}")))
@@ -1454,7 +1484,7 @@ pub(crate) fn prepare_reader(conn: &Connection) -> Result<()> {
 /// A read connection of one partition, with an authorizer that confines
 /// tenant SQL while it is compiled (read-only procedures' SQL).
 struct PartitionReader {
-    conn: Connection,
+    conn: Conn,
     confine: Arc<Mutex<Option<Confinement>>>,
 }
 
@@ -1462,7 +1492,10 @@ fn open_partition_reader(dir: &Path, p: u32) -> Result<PartitionReader> {
     let conn = open_partition_conn(dir, p)?;
     let confine = Arc::new(Mutex::new(None));
     install_authorizer(&conn, confine.clone());
-    Ok(PartitionReader { conn, confine })
+    Ok(PartitionReader {
+        conn: Conn::new(conn),
+        confine,
+    })
 }
 
 fn open_partition_conn(dir: &Path, p: u32) -> Result<Connection> {

@@ -239,7 +239,8 @@ impl Row {
 /// The rows of one query, with their column names.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Rows {
-    pub columns: Vec<String>,
+    /// Shared with every row (and, for a kernel statement, with every call).
+    pub columns: Arc<[String]>,
     pub rows: Vec<Row>,
     /// The query had more rows than were asked for
     /// ([`Store::query_capped`](crate::Store::query_capped)).

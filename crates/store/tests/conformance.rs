@@ -265,7 +265,7 @@ fn types_round_trip(backend: Backend) {
     let rows = store
         .query("SELECT i, r, t, b FROM typed ORDER BY i NULLS LAST", &[])
         .unwrap();
-    assert_eq!(rows.columns, vec!["i", "r", "t", "b"]);
+    assert_eq!(rows.columns.to_vec(), ["i", "r", "t", "b"]);
     assert_eq!(
         rows.rows[0].values(),
         &[

@@ -196,8 +196,13 @@ fn root_stat() -> Stat {
     }
 }
 
-const STAT_COLUMNS: &str = "d_name, content_type, user_name, mode, f_size, block_size, \
-     ctime_us, mtime_us, layout, in_segments";
+/// The columns [`stat_from_row`] reads, as a literal for `concat!`.
+macro_rules! stat_columns {
+    () => {
+        "d_name, content_type, user_name, mode, f_size, block_size, \
+     ctime_us, mtime_us, layout, in_segments"
+    };
+}
 
 fn stat_from_row(r: &Row) -> Result<Stat> {
     Ok(Stat {
@@ -225,8 +230,10 @@ fn lookup(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Option<Stat>> {
         return Ok(Some(root_stat()));
     }
     let row = tx.query_opt(
-        &format!(
-            "SELECT {STAT_COLUMNS} FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3"
+        concat!(
+            "SELECT ",
+            stat_columns!(),
+            " FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3"
         ),
         params![p_key(tx), realm, path],
     )?;
@@ -654,15 +661,64 @@ fn must_be_local(st: &Stat) -> Result<()> {
 /// transaction is on).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Blocks<'a> {
-    pub table: &'static str,
+    sql: &'static BlockSql,
     pub realm: &'a str,
     pub key: &'a str,
 }
 
+/// The statements over one block table, written out at compile time (a
+/// kernel statement is a `&'static str`: see `tabos_store::Tx`).
+#[derive(Debug)]
+struct BlockSql {
+    at: &'static str,
+    range: &'static str,
+    delete_from: &'static str,
+    put: &'static str,
+    cut: &'static str,
+}
+
+macro_rules! block_sql {
+    ($table:literal) => {
+        BlockSql {
+            at: concat!(
+                "SELECT bytes FROM ",
+                $table,
+                " WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no = $4"
+            ),
+            range: concat!(
+                "SELECT block_no, bytes FROM ",
+                $table,
+                " WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4 \
+                 AND block_no <= $5 ORDER BY block_no"
+            ),
+            delete_from: concat!(
+                "DELETE FROM ",
+                $table,
+                " WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4"
+            ),
+            put: concat!(
+                "INSERT INTO ",
+                $table,
+                " (p_key, realm, f_name, block_no, f_owner, bytes) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, f_name, block_no) \
+                 DO UPDATE SET bytes = excluded.bytes"
+            ),
+            cut: concat!(
+                "UPDATE ",
+                $table,
+                " SET bytes = $5 WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no = $4"
+            ),
+        }
+    };
+}
+
+static LOCALIZED_SQL: BlockSql = block_sql!("localized_file");
+static PARALLEL_SQL: BlockSql = block_sql!("parallel_file");
+
 impl<'a> Blocks<'a> {
     pub(crate) fn local(realm: &'a str, path: &'a str) -> Blocks<'a> {
         Blocks {
-            table: "localized_file",
+            sql: &LOCALIZED_SQL,
             realm,
             key: path,
         }
@@ -670,7 +726,7 @@ impl<'a> Blocks<'a> {
 
     pub(crate) fn parallel(realm: &'a str, id: &'a str) -> Blocks<'a> {
         Blocks {
-            table: "parallel_file",
+            sql: &PARALLEL_SQL,
             realm,
             key: id,
         }
@@ -678,17 +734,10 @@ impl<'a> Blocks<'a> {
 
     /// A stored block (`None`: a hole).
     fn at(&self, tx: &mut dyn Tx, no: i64) -> Result<Option<Vec<u8>>> {
-        tx.query_opt(
-            &format!(
-                "SELECT bytes FROM {} WHERE p_key = $1 AND realm = $2 \
-                 AND f_name = $3 AND block_no = $4",
-                self.table
-            ),
-            params![p_key(tx), self.realm, self.key, no],
-        )?
-        .map(|r| r.get(0))
-        .transpose()
-        .map_err(Error::from)
+        tx.query_opt(self.sql.at, params![p_key(tx), self.realm, self.key, no])?
+            .map(|r| r.get(0))
+            .transpose()
+            .map_err(Error::from)
     }
 
     /// Stored blocks numbered `first..=last`, in order.
@@ -699,11 +748,7 @@ impl<'a> Blocks<'a> {
         last: i64,
     ) -> Result<Vec<(i64, Vec<u8>)>> {
         let rows = tx.query(
-            &format!(
-                "SELECT block_no, bytes FROM {} WHERE p_key = $1 AND realm = $2 \
-                 AND f_name = $3 AND block_no >= $4 AND block_no <= $5 ORDER BY block_no",
-                self.table
-            ),
+            self.sql.range,
             params![p_key(tx), self.realm, self.key, first, last],
         )?;
         rows.iter().map(|r| Ok((r.get(0)?, r.get(1)?))).collect()
@@ -711,10 +756,7 @@ impl<'a> Blocks<'a> {
 
     fn delete_from(&self, tx: &mut dyn Tx, first: i64) -> Result<()> {
         tx.execute(
-            &format!(
-                "DELETE FROM {} WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4",
-                self.table
-            ),
+            self.sql.delete_from,
             params![p_key(tx), self.realm, self.key, first],
         )?;
         Ok(())
@@ -764,12 +806,7 @@ impl<'a> Blocks<'a> {
                     b
                 };
                 tx.execute(
-                    &format!(
-                        "INSERT INTO {} (p_key, realm, f_name, block_no, f_owner, bytes) \
-                         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, f_name, block_no) \
-                         DO UPDATE SET bytes = excluded.bytes",
-                        self.table
-                    ),
+                    self.sql.put,
                     params![pk, self.realm, self.key, no, owner, block],
                 )?;
             }
@@ -788,11 +825,7 @@ impl<'a> Blocks<'a> {
                 if b.len() as i64 > size - no * bs {
                     b.truncate((size - no * bs) as usize);
                     tx.execute(
-                        &format!(
-                            "UPDATE {} SET bytes = $5 WHERE p_key = $1 AND realm = $2 \
-                             AND f_name = $3 AND block_no = $4",
-                            self.table
-                        ),
+                        self.sql.cut,
                         params![p_key(tx), self.realm, self.key, no, b],
                     )?;
                 }
