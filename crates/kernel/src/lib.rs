@@ -26,6 +26,7 @@ pub mod procedures;
 pub mod procs;
 pub mod realms;
 pub mod sched;
+pub(crate) mod seqs;
 pub mod teardown;
 
 use tabos_store::{Config, Migration, PKey, Store, Tx};
@@ -139,6 +140,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "procedure_read_only",
         sqlite: include_str!("../schema/sqlite/018_procedure_read_only.sql"),
         postgres: include_str!("../schema/postgres/018_procedure_read_only.sql"),
+    },
+    Migration {
+        version: 19,
+        name: "seq_block",
+        sqlite: include_str!("../schema/sqlite/019_seq_block.sql"),
+        postgres: include_str!("../schema/postgres/019_seq_block.sql"),
     },
 ];
 

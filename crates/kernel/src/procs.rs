@@ -361,7 +361,7 @@ pub fn event_tx(
     detail: Option<&str>,
     now_us: i64,
 ) -> Result<()> {
-    let seq = crate::realms::next_seq_tx(tx, realm, 1)?;
+    let seq = crate::realms::next_seq_tx(tx, 1)?;
     event_at_tx(tx, realm, pid, seq, event, detail, now_us)
 }
 
@@ -488,7 +488,7 @@ pub fn spawn_tx(
         }
     }
     // One sequence number for the proc (spawn order), one for its event.
-    let seq = crate::realms::next_seq_tx(tx, realm, 2)?;
+    let seq = crate::realms::next_seq_tx(tx, 2)?;
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
                            cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, \

@@ -2,8 +2,9 @@
 //!
 //! Table `realm(p_key, realm, scheduler, next_seq, created_us)`; a realm's row
 //! and everything else of the realm (workers, procs, kv) live on
-//! [`realm_partition`](crate::realm_partition). `next_seq` orders the realm's
-//! spawns and proc events.
+//! [`realm_partition`](crate::realm_partition). The numbers that order the
+//! realm's spawns and proc events come from its partition's counter
+//! ([`next_seq_tx`]); `next_seq` is no longer written (migration 019).
 
 use std::fmt;
 use std::str::FromStr;
@@ -494,18 +495,12 @@ pub fn set_scheduler_tx(tx: &mut dyn Tx, realm: &str, scheduler: Scheduler) -> R
     Ok(())
 }
 
-/// Procedure body: takes `n` consecutive sequence numbers of the realm and
-/// returns the first.
-pub fn next_seq_tx(tx: &mut dyn Tx, realm: &str, n: i64) -> Result<i64> {
-    let p = i64::from(tx.p_key().0);
-    let row = tx.query_opt(
-        "UPDATE realm SET next_seq = next_seq + $3 WHERE p_key = $1 AND realm = $2 \
-         RETURNING next_seq - $3",
-        params![p, realm, n],
-    )?;
-    Ok(row
-        .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?
-        .get(0)?)
+/// Procedure body: takes `n` (1..=16) consecutive sequence numbers, which
+/// order the spawns and proc events of the transaction's partition — so of
+/// each realm on it — and returns the first. Mostly from memory: see
+/// [`crate::seqs`].
+pub fn next_seq_tx(tx: &mut dyn Tx, n: i64) -> Result<i64> {
+    crate::seqs::take(tx, n)
 }
 
 /// Creates a realm; blocks until committed.

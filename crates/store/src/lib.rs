@@ -270,6 +270,11 @@ pub trait Tx {
             "a read-only transaction commits nothing to run a hook after".into(),
         ))
     }
+    /// The store's per-process state ([`Store::local`]); every procedure's
+    /// transaction has it (`None` only for a backend's own statements).
+    fn locals(&self) -> Option<&Locals> {
+        None
+    }
     /// Runs one statement of untrusted (tenant) SQL that may touch only the
     /// tables [`Confinement`] allows; returns its rows (at most `max_rows`,
     /// more is an error) and the number of rows it changed. The backend
@@ -373,6 +378,13 @@ impl dyn Tx + '_ {
             .ok_or_else(|| Error::Invalid(format!("expected one row, got none: {sql}")))
     }
 
+    /// This process's `T` for the transaction's store ([`Store::local`]).
+    pub fn local<T: Any + Send + Sync + Default>(&self) -> Result<Arc<T>> {
+        self.locals()
+            .map(Locals::get)
+            .ok_or_else(|| Error::Internal("this transaction has no store state".into()))
+    }
+
     /// The first column of the single row of a query.
     pub fn query_scalar<T: FromValue>(&mut self, sql: &'static str, params: &[Value]) -> Result<T> {
         self.query_one(sql, params)?.get(0)
@@ -443,11 +455,14 @@ pub struct Job {
     /// Builds the caller's error type from a store error (commit failures).
     pub(crate) fail: fn(Error) -> Box<dyn Any + Send>,
     pub(crate) done: tokio::sync::oneshot::Sender<Outcome>,
+    /// The store's per-process state, which the procedure reaches through
+    /// [`Tx::local`](trait.Tx.html#method.local).
+    locals: Arc<Locals>,
 }
 
 impl Job {
     /// The job that runs `f` on `p_key`, and what its caller waits on.
-    fn of<T, E, F>(p_key: PKey, mut f: F) -> (Job, Pending<T, E>)
+    fn of<T, E, F>(p_key: PKey, locals: Arc<Locals>, mut f: F) -> (Job, Pending<T, E>)
     where
         T: Send + 'static,
         E: ProcedureError,
@@ -468,6 +483,7 @@ impl Job {
             }),
             fail: |e| Box::new(E::from(e)),
             done,
+            locals,
         };
         (job, Pending::new(rx))
     }
@@ -476,7 +492,11 @@ impl Job {
     /// (and the connection goes on serving).
     pub(crate) fn run_caught(&mut self, tx: &mut dyn Tx) -> Outcome {
         let run = &mut self.run;
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(tx))) {
+        let mut tx = WithLocals {
+            tx,
+            locals: &self.locals,
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&mut tx))) {
             Ok(o) => o,
             Err(panic) => Err(self.failure(Error::Internal(format!(
                 "procedure panicked: {}",
@@ -536,7 +556,76 @@ pub struct Store {
 /// State that layers above keep per open store in this process (see
 /// [`Store::local`]): one value per type, made on first use.
 #[derive(Default)]
-struct Locals(std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>);
+pub struct Locals(std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>);
+
+impl Locals {
+    /// This process's `T`, made with `T::default()` on first use. A
+    /// handful of types use it, so a scan beats a map.
+    pub fn get<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut all = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(found) = all.iter().find_map(|l| l.clone().downcast::<T>().ok()) {
+            return found;
+        }
+        let made = Arc::new(T::default());
+        all.push(made.clone());
+        made
+    }
+}
+
+/// A procedure's transaction with its store's [`Locals`] (what
+/// [`Job::run_caught`] hands the procedure).
+struct WithLocals<'a> {
+    tx: &'a mut dyn Tx,
+    locals: &'a Locals,
+}
+
+impl Tx for WithLocals<'_> {
+    fn p_key(&self) -> PKey {
+        self.tx.p_key()
+    }
+    fn dialect(&self) -> Dialect {
+        self.tx.dialect()
+    }
+    fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64> {
+        self.tx.execute(sql, params)
+    }
+    fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
+        self.tx.query(sql, params)
+    }
+    fn execute_text(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        self.tx.execute_text(sql, params)
+    }
+    fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.tx.query_text(sql, params)
+    }
+    fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
+        self.tx.notify(channel, payload)
+    }
+    fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
+        self.tx.after_commit(hook)
+    }
+    fn confined(
+        &mut self,
+        sql: &str,
+        params: &[Value],
+        scope: &Confinement,
+        max_rows: usize,
+    ) -> Result<(Rows, u64)> {
+        self.tx.confined(sql, params, scope, max_rows)
+    }
+    fn tables_bytes(&mut self, prefix: &str) -> Result<i64> {
+        self.tx.tables_bytes(prefix)
+    }
+    fn drop_tables(&mut self, prefix: &str) -> Result<u64> {
+        self.tx.drop_tables(prefix)
+    }
+    fn locals(&self) -> Option<&Locals> {
+        Some(self.locals)
+    }
+}
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -569,17 +658,7 @@ impl Store {
     /// receivers waiting in this process. A handful of types use it, so a
     /// scan beats a map.
     pub fn local<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
-        let mut all = self
-            .locals
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(found) = all.iter().find_map(|l| l.clone().downcast::<T>().ok()) {
-            return found;
-        }
-        let made = Arc::new(T::default());
-        all.push(made.clone());
-        made
+        self.locals.get()
     }
 
     pub fn kind(&self) -> BackendKind {
@@ -656,7 +735,7 @@ impl Store {
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        let (job, pending) = Job::of(p_key, f);
+        let (job, pending) = Job::of(p_key, self.locals.clone(), f);
         match self.check_partition(p_key) {
             Ok(()) => to(self.backend.as_ref(), job),
             Err(e) => job.finish_err(e),

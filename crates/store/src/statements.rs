@@ -195,9 +195,11 @@ mod tests {
         let c = conn();
         for k in 1..=3 {
             let n = c
-                .with(INSERT, &[Value::Int(k), Value::Text(format!("v{k}"))], |s, _| {
-                    Ok(s.raw_execute().unwrap())
-                })
+                .with(
+                    INSERT,
+                    &[Value::Int(k), Value::Text(format!("v{k}"))],
+                    |s, _| Ok(s.raw_execute().unwrap()),
+                )
                 .unwrap();
             assert_eq!(n, 1);
         }
@@ -213,7 +215,9 @@ mod tests {
         let e = c.with(SELECT, &[], |_, _| Ok(())).unwrap_err();
         assert!(e.to_string().contains("takes 1 parameters, 0 given"), "{e}");
         let gap = "SELECT $1, $3";
-        let e = c.with(gap, &[Value::Int(1), Value::Int(2)], |_, _| Ok(())).unwrap_err();
+        let e = c
+            .with(gap, &[Value::Int(1), Value::Int(2)], |_, _| Ok(()))
+            .unwrap_err();
         assert!(e.to_string().contains("$2 is not used"), "{e}");
         assert!(rows(&c, 0).is_empty());
     }

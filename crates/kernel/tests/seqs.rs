@@ -1,0 +1,104 @@
+//! Sequence numbers of spawns and proc events: taken from memory in
+//! blocks, never given out twice — across rollbacks, restarts and a realm's
+//! re-creation — on SQLite and on PostgreSQL.
+
+use tabos_kernel::realms::{self, next_seq_tx};
+use tabos_kernel::sched::Scheduler;
+use tabos_kernel::Error;
+use tabos_store::Store;
+
+mod common;
+use common::{call_in, Backend, Fixture};
+
+both!(numbers_are_unique_and_increasing_across_rollbacks_and_restarts);
+
+const REALM: &str = "r";
+
+fn take(s: &Store, n: i64) -> i64 {
+    call_in(s, REALM, move |tx| next_seq_tx(tx, n)).unwrap()
+}
+
+/// The partition's reserved counter (what a restart starts above), if it
+/// has one yet.
+fn reserved_row(s: &Store) -> Option<i64> {
+    let pk = tabos_kernel::realm_partition(REALM, s.partitions());
+    let rows = s
+        .query(
+            "SELECT next_seq FROM seq_block WHERE p_key = $1",
+            &[i64::from(pk.0).into()],
+        )
+        .unwrap();
+    rows.rows.first().map(|r| r.get(0).unwrap())
+}
+
+fn reserved(s: &Store) -> i64 {
+    reserved_row(s).expect("a reserved block")
+}
+
+fn take_and_fail(s: &Store, n: i64) {
+    let failed = call_in(s, REALM, move |tx| {
+        let first = next_seq_tx(tx, n)?;
+        Err::<i64, _>(Error::Invalid(format!("rolled back after taking {first}")))
+    })
+    .unwrap_err();
+    assert!(matches!(failed, Error::Invalid(_)), "{failed}");
+}
+
+fn numbers_are_unique_and_increasing_across_rollbacks_and_restarts(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    let mut seen = Vec::new();
+    // A procedure that reserves a block and then fails leaves no
+    // reservation behind, in the table or in memory.
+    take_and_fail(s, 3);
+    assert_eq!(reserved_row(s), None);
+    let first = take(s, 2);
+    seen.extend([first, first + 1]);
+    let mark = reserved(s);
+    assert!(mark > first + 1, "a block was reserved past what was taken");
+    // From memory: the counter row does not move.
+    for _ in 0..5 {
+        seen.push(take(s, 1));
+    }
+    assert_eq!(reserved(s), mark);
+    // One that takes numbers from memory and fails: they are skipped.
+    take_and_fail(s, 3);
+    assert_eq!(reserved(s), mark);
+    let after = take(s, 1);
+    assert!(after > *seen.last().unwrap());
+    seen.push(after);
+    // Bad counts are refused.
+    for n in [0, -1, 17] {
+        let e = call_in(s, REALM, move |tx| next_seq_tx(tx, n)).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{n}: {e}");
+    }
+    // Many takes cross block boundaries (PostgreSQL's blocks are small).
+    for _ in 0..40 {
+        seen.push(take(s, 1));
+    }
+    // A realm removed and made again goes on from the partition's counter.
+    realms::create(s, REALM, Scheduler::Fifo).unwrap();
+    seen.push(take(s, 1));
+    call_in(s, REALM, |tx| {
+        tabos_kernel::teardown::remove_realm_tx(tx, REALM)
+    })
+    .unwrap();
+    realms::create(s, REALM, Scheduler::Fifo).unwrap();
+    seen.push(take(s, 1));
+    // A restart starts above every number reserved, used or not.
+    let mark = reserved(s);
+    let Fixture {
+        store,
+        config,
+        _dir,
+    } = f;
+    drop(store);
+    let s = tabos_kernel::open(&config).unwrap();
+    let restarted = take(&s, 1);
+    assert!(restarted >= mark, "{restarted} < {mark}");
+    seen.push(restarted);
+    let mut sorted = seen.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted, seen, "unique and in taking order");
+}
