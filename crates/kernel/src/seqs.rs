@@ -6,8 +6,10 @@
 //! numbers takes them from this process's block for its partition — no
 //! statement at all — and only when the block is used up reserves the next
 //! one with one `UPDATE … RETURNING` ([`SEQ_BLOCK_SQLITE`] or
-//! [`SEQ_BLOCK_POSTGRES`] numbers). The reserved block becomes this
-//! process's after that transaction commits (an after-commit hook): a
+//! [`SEQ_BLOCK_POSTGRES`] numbers). Until that transaction commits, the
+//! rest of the block serves only it (and the procedures of its group
+//! commit, on its thread); it becomes the process's when the transaction
+//! commits (an after-commit hook), and is dropped if it rolls back, so a
 //! transaction that rolls back leaves neither the row nor the cache
 //! changed. Numbers taken by a transaction that rolls back are skipped, so
 //! the numbers are unique and increasing within a partition — in taking
@@ -22,6 +24,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
+use std::thread::ThreadId;
 
 use tabos_store::{params, Dialect, PKey, Tx};
 
@@ -38,14 +41,37 @@ pub(crate) const SEQ_TAKE_MAX: i64 = 16;
 /// This process's unused reserved numbers, per partition.
 #[derive(Default)]
 pub(crate) struct Seqs {
-    blocks: Mutex<HashMap<PKey, Block>>,
+    blocks: Mutex<Blocks>,
 }
 
-/// Numbers `next..end`, reserved and committed, not yet handed out.
+#[derive(Default)]
+struct Blocks {
+    /// Reserved by committed transactions: anyone's.
+    committed: HashMap<PKey, Block>,
+    /// Reserved by a transaction not yet committed, usable only on the
+    /// thread that runs it — a procedure runs on one thread, and so do the
+    /// procedures of its group commit, which commit or roll back with it
+    /// (one that rolls back alone drops its reservation first: see
+    /// [`Reserved`]).
+    tentative: HashMap<(PKey, ThreadId), Block>,
+}
+
+/// Numbers `next..end`, reserved and not yet handed out.
 #[derive(Debug, Clone, Copy)]
 struct Block {
     next: i64,
     end: i64,
+}
+
+impl Block {
+    fn take(&mut self, n: i64) -> Option<i64> {
+        if self.end - self.next < n {
+            return None;
+        }
+        let first = self.next;
+        self.next += n;
+        Some(first)
+    }
 }
 
 /// Takes `n` consecutive numbers of the transaction's partition and returns
@@ -58,7 +84,8 @@ pub(crate) fn take(tx: &mut dyn Tx, n: i64) -> Result<i64> {
     }
     let seqs = tx.local::<Seqs>()?;
     let pk = tx.p_key();
-    if let Some(first) = seqs.take_held(pk, n) {
+    let thread = std::thread::current().id();
+    if let Some(first) = seqs.take_held(pk, thread, n) {
         return Ok(first);
     }
     let size = match tx.dialect() {
@@ -79,36 +106,75 @@ pub(crate) fn take(tx: &mut dyn Tx, n: i64) -> Result<i64> {
         end: start + size,
     };
     debug_assert!(rest.next <= rest.end);
-    tx.after_commit(Box::new(move || seqs.install(pk, rest)))?;
+    seqs.lock().tentative.insert((pk, thread), rest);
+    let reserved = Reserved {
+        seqs,
+        pk,
+        thread,
+        end: rest.end,
+        committed: false,
+    };
+    tx.after_commit(Box::new(move || reserved.commit()))?;
     Ok(start)
 }
 
+/// A transaction's reservation: what is left of it becomes anyone's when
+/// the transaction commits; dropped uncommitted (it rolled back), it goes.
+struct Reserved {
+    seqs: std::sync::Arc<Seqs>,
+    pk: PKey,
+    thread: ThreadId,
+    end: i64,
+    committed: bool,
+}
+
+impl Reserved {
+    fn commit(mut self) {
+        self.committed = true;
+        let mut b = self.seqs.lock();
+        // A later reservation of the same transaction replaced this one.
+        let Some(rest) = b.tentative.get(&(self.pk, self.thread)).copied() else {
+            return;
+        };
+        if rest.end != self.end {
+            return;
+        }
+        b.tentative.remove(&(self.pk, self.thread));
+        match b.committed.get(&self.pk) {
+            // Another transaction's newer block is already there.
+            Some(held) if held.end >= rest.end => {}
+            _ => {
+                b.committed.insert(self.pk, rest);
+            }
+        }
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        let mut b = self.seqs.lock();
+        let key = (self.pk, self.thread);
+        if b.tentative.get(&key).is_some_and(|r| r.end == self.end) {
+            b.tentative.remove(&key);
+        }
+    }
+}
+
 impl Seqs {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PKey, Block>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Blocks> {
         self.blocks.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// `n` numbers from the partition's block, if it has them.
-    fn take_held(&self, pk: PKey, n: i64) -> Option<i64> {
-        let mut blocks = self.lock();
-        let b = blocks.get_mut(&pk)?;
-        if b.end - b.next < n {
-            return None;
+    /// `n` numbers from this thread's uncommitted reservation, else from
+    /// the partition's committed block, if either has them.
+    fn take_held(&self, pk: PKey, thread: ThreadId, n: i64) -> Option<i64> {
+        let mut b = self.lock();
+        if let Some(first) = b.tentative.get_mut(&(pk, thread)).and_then(|r| r.take(n)) {
+            return Some(first);
         }
-        let first = b.next;
-        b.next += n;
-        Some(first)
-    }
-
-    /// Makes a committed reservation's rest the partition's block — unless
-    /// the block there is newer (two reservations of one group commit).
-    fn install(&self, pk: PKey, rest: Block) {
-        let mut blocks = self.lock();
-        match blocks.get(&pk) {
-            Some(b) if b.end >= rest.end => {}
-            _ => {
-                blocks.insert(pk, rest);
-            }
-        }
+        b.committed.get_mut(&pk).and_then(|r| r.take(n))
     }
 }

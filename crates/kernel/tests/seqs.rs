@@ -10,7 +10,10 @@ use tabos_store::Store;
 mod common;
 use common::{call_in, Backend, Fixture};
 
-both!(numbers_are_unique_and_increasing_across_rollbacks_and_restarts);
+both!(
+    numbers_are_unique_and_increasing_across_rollbacks_and_restarts,
+    one_transaction_takes_many
+);
 
 const REALM: &str = "r";
 
@@ -101,4 +104,40 @@ fn numbers_are_unique_and_increasing_across_rollbacks_and_restarts(b: Backend) {
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(sorted, seen, "unique and in taking order");
+}
+
+/// One transaction taking more than any block holds (a batch spawn):
+/// each reservation serves the rest of the transaction, so the counter
+/// moves by whole blocks, not a block per take.
+fn one_transaction_takes_many(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    const TAKES: usize = 3_000;
+    let taken = call_in(s, REALM, |tx| {
+        (0..TAKES)
+            .map(|_| next_seq_tx(tx, 1))
+            .collect::<tabos_kernel::Result<Vec<i64>>>()
+    })
+    .unwrap();
+    assert_eq!(taken.len(), TAKES);
+    assert!(taken.windows(2).all(|w| w[0] < w[1]), "increasing");
+    let mark = reserved(s);
+    let span = mark - taken[0];
+    assert!(
+        span < 2 * TAKES as i64 + 1_024,
+        "{span} numbers reserved for {TAKES} takes"
+    );
+    // The same in a transaction that fails: nothing is left reserved, in
+    // the table or in memory, and later numbers are above all of these.
+    let failed = call_in(s, REALM, |tx| {
+        for _ in 0..TAKES {
+            next_seq_tx(tx, 1)?;
+        }
+        Err::<(), _>(Error::Invalid("rolled back".into()))
+    })
+    .unwrap_err();
+    assert!(matches!(failed, Error::Invalid(_)), "{failed}");
+    assert_eq!(reserved(s), mark);
+    let next = take(s, 1);
+    assert!(next > *taken.last().unwrap());
 }
