@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use tabos_store::{params, PKey, Row, Store, Tx};
 
-use crate::handover::{Waiters, Waiting};
+use crate::handover::{Claim, Waiters, Waiting};
 use crate::ids::{validate_name, Pid};
 use crate::{p_key, partition, validate_realm, Error, Result};
 
@@ -409,13 +409,14 @@ pub fn send_tx(
     opts: &MailboxOptions,
     now_us: i64,
 ) -> Result<Vec<Sent>> {
-    let (sent, _) = send_handing_tx(tx, realm, from, msgs, opts, now_us, false)?;
+    let (sent, _) = send_handing_tx(tx, realm, from, msgs, opts, now_us, &[])?;
     Ok(sent)
 }
 
-/// [`send_tx`]; with `hand`, a batch to one empty mailbox (see [`reserve`])
-/// is neither queued nor notified, and the second value says so: the
-/// caller owes its messages to a claimed waiting receiver.
+/// [`send_tx`]; the messages to a mailbox of `hand` (sorted) that is empty
+/// (see [`reserve`]) are neither queued nor notified, and the second value
+/// names those mailboxes, sorted: the caller owes their messages to the
+/// waiting receivers it claimed.
 fn send_handing_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -423,8 +424,8 @@ fn send_handing_tx(
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
-    hand: bool,
-) -> Result<(Vec<Sent>, bool)> {
+    hand: &[&Address],
+) -> Result<(Vec<Sent>, Vec<Address>)> {
     validate_realm(realm)?;
     validate_outgoing(msgs)?;
     crate::realms::metered(tx, realm, |tx| {
@@ -440,8 +441,8 @@ fn send_unmetered_tx(
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
-    hand: bool,
-) -> Result<(Vec<Sent>, bool)> {
+    hand: &[&Address],
+) -> Result<(Vec<Sent>, Vec<Address>)> {
     let pk = p_key(tx);
     let sender = from.map(Address::to_string).unwrap_or_default();
     let mut out: Vec<Option<Sent>> = vec![None; msgs.len()];
@@ -452,12 +453,15 @@ fn send_unmetered_tx(
     for (i, m) in msgs.iter().enumerate() {
         by_receiver.entry(&m.to).or_default().push(i);
     }
-    // Hand-over is for one run: one receiver, no ids.
-    let hand = hand && by_receiver.len() == 1 && msgs.iter().all(|m| m.message_id.is_none());
-    let mut handed = false;
+    // Sorted, as `by_receiver` is: looked up by binary search.
+    debug_assert!(hand.windows(2).all(|w| w[0] < w[1]));
+    let mut handed = Vec::new();
     for (to, idx) in &by_receiver {
         let receiver = to.to_string();
         let with_ids = idx.iter().any(|&i| msgs[i].message_id.is_some());
+        // Hand-over is for one run (no ids) to a mailbox whose receiver
+        // the caller claimed.
+        let hand = !with_ids && hand.binary_search(to).is_ok();
         let runs: Vec<&[usize]> = if with_ids {
             idx.chunks(1).collect()
         } else {
@@ -502,7 +506,7 @@ fn send_unmetered_tx(
                         duplicate: false,
                     });
                 }
-                handed = true;
+                handed.push((*to).clone());
                 continue;
             }
             for (k, &i) in run.iter().enumerate() {
@@ -946,10 +950,11 @@ pub fn send_blocking(
 trait SendJob: FnMut(&mut dyn Tx) -> Result<Vec<Sent>> + Send + 'static {}
 impl<F: FnMut(&mut dyn Tx) -> Result<Vec<Sent>> + Send + 'static> SendJob for F {}
 
-/// A send's partition and procedure. When a receiver of this process may
-/// be waiting for exactly this batch — one mailbox, no ids, as much as one
-/// receive takes — the procedure claims it, and if the mailbox is empty
-/// hands the messages over right after the commit ([`crate::handover`]).
+/// A send's partition and procedure. For each mailbox of the batch on
+/// which a receiver of this process may be waiting for exactly its part —
+/// no ids, as much as one receive takes — the procedure claims that
+/// receiver, and if the mailbox is empty hands it the messages right after
+/// the commit ([`crate::handover`]). A multicast hands over to each.
 fn send_job(
     store: &Store,
     realm: &str,
@@ -960,40 +965,29 @@ fn send_job(
 ) -> Result<(PKey, impl SendJob)> {
     validate_outgoing(&msgs)?;
     let pk = partition(store, realm)?;
-    let bytes: usize = msgs.iter().map(|m| m.payload.len()).sum();
     let waiters = store.local::<Waiters>();
-    let hand_to = match msgs.first() {
-        Some(first)
-            if msgs.len() <= RECV_MESSAGES_MAX
-                && bytes <= RECV_BYTES_MAX
-                && msgs
-                    .iter()
-                    .all(|m| m.to == first.to && m.message_id.is_none()) =>
-        {
-            let chan = channel(realm, &first.to);
-            waiters.any(&chan).then(|| {
-                let requeue = Arc::new(Requeue::new(store, pk, realm, first.to.clone()));
-                (chan, requeue)
-            })
-        }
-        _ => None,
-    };
+    let hand_to = hand_over_candidates(store, pk, realm, &msgs, &waiters);
     let r = realm.to_string();
     let now = tabos_store::now_us();
     Ok((pk, move |tx: &mut dyn Tx| {
         crate::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
-        let claim = hand_to
-            .as_ref()
-            .and_then(|(c, _)| waiters.claim(c, msgs.len(), bytes));
-        let (sent, handed) =
-            send_handing_tx(tx, &r, from.as_ref(), &msgs, &opts, now, claim.is_some())?;
-        // Not handed (the mailbox was not empty): the claim, dropped, wakes
-        // its receiver to wait again.
-        if let (Some(claim), true, Some((_, requeue))) = (claim, handed, &hand_to) {
+        let claims: Vec<(&Handing, Claim)> = hand_to
+            .iter()
+            .filter_map(|h| Some((h, waiters.claim(&h.chan, h.count, h.bytes)?)))
+            .collect();
+        let claimed: Vec<&Address> = claims.iter().map(|(h, _)| &h.address).collect();
+        let (sent, handed) = send_handing_tx(tx, &r, from.as_ref(), &msgs, &opts, now, &claimed)?;
+        // A claim whose mailbox was not empty, dropped, wakes its receiver
+        // to wait again.
+        for (h, claim) in claims {
+            if handed.binary_search(&h.address).is_err() {
+                continue;
+            }
             let sender = from.as_ref().map(Address::to_string).unwrap_or_default();
             let messages = msgs
                 .iter()
                 .zip(&sent)
+                .filter(|(m, _)| m.to == h.address)
                 .map(|(m, s)| Message {
                     seq: s.seq,
                     sender: sender.clone(),
@@ -1002,7 +996,7 @@ fn send_job(
                     payload: m.payload.clone(),
                 })
                 .collect::<Vec<_>>();
-            let requeue = requeue.clone();
+            let requeue = h.requeue.clone();
             // Committed: the messages are the receiver's. One that stopped
             // waiting meanwhile gets them back in its mailbox.
             tx.after_commit(Box::new(move || {
@@ -1013,6 +1007,51 @@ fn send_job(
         }
         Ok(sent)
     }))
+}
+
+/// A mailbox of a send whose receiver, waiting in this process, could take
+/// the send's messages to it whole.
+struct Handing {
+    chan: String,
+    address: Address,
+    count: usize,
+    bytes: usize,
+    requeue: Arc<Requeue>,
+}
+
+/// The mailboxes of `msgs` that a receiver of this process waits on, in
+/// address order, when none of the messages has an id (a send with ids
+/// goes message by message).
+fn hand_over_candidates(
+    store: &Store,
+    pk: PKey,
+    realm: &str,
+    msgs: &[Outgoing],
+    waiters: &Waiters,
+) -> Vec<Handing> {
+    if msgs.iter().any(|m| m.message_id.is_some()) {
+        return Vec::new();
+    }
+    let mut parts: BTreeMap<&Address, (usize, usize)> = BTreeMap::new();
+    for m in msgs {
+        let part = parts.entry(&m.to).or_default();
+        part.0 += 1;
+        part.1 += m.payload.len();
+    }
+    parts
+        .into_iter()
+        .filter(|(_, (count, bytes))| *count <= RECV_MESSAGES_MAX && *bytes <= RECV_BYTES_MAX)
+        .filter_map(|(to, (count, bytes))| {
+            let chan = channel(realm, to);
+            waiters.any(&chan).then(|| Handing {
+                chan,
+                address: to.clone(),
+                count,
+                bytes,
+                requeue: Arc::new(Requeue::new(store, pk, realm, to.clone())),
+            })
+        })
+        .collect()
 }
 
 /// Puts messages handed over to a receiver that had stopped waiting back at

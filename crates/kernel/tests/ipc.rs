@@ -700,6 +700,37 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
         );
         assert_eq!(got, [b"first".to_vec(), b"second".to_vec()]);
 
+        // A multicast hands over to each mailbox with a waiting receiver,
+        // and queues for the others.
+        for m in ["m1", "m2", "m3"] {
+            ipc::create_mailbox(s, REALM, m, OPTS).await.unwrap();
+        }
+        let mut subs: Vec<_> = ["m1", "m2"]
+            .iter()
+            .map(|m| s.subscribe(&ipc::channel(REALM, &named(m))))
+            .collect();
+        let w1 = recv_task(s, "m1", Take::default());
+        let w2 = recv_task(s, "m2", Take::default());
+        until_waiting(s, "m1", 1).await;
+        until_waiting(s, "m2", 1).await;
+        let multicast = vec![msg("m2", b"all"), msg("m1", b"all"), msg("m3", b"all")];
+        let sent = ipc::send(s, REALM, Some(named("a")), multicast, OPTS)
+            .await
+            .unwrap();
+        for (w, seq) in [(w2, sent[0].seq), (w1, sent[1].seq)] {
+            let got = w.await.unwrap().messages;
+            assert_eq!(got.len(), 1);
+            assert_eq!((got[0].seq, &got[0].payload[..]), (seq, &b"all"[..]));
+        }
+        for sub in &mut subs {
+            assert!(
+                sub.try_recv().unwrap().is_none(),
+                "handed over, not notified"
+            );
+        }
+        assert_eq!((queued_rows(s, "m1"), queued_rows(s, "m2")), (0, 0));
+        assert_eq!(recv_now(s, "m3", 0).await.unwrap()[0].payload, b"all");
+
         // A receiver whose wait runs out is no longer waiting, and a send
         // after it is queued.
         let none = ipc::recv(
