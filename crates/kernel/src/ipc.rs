@@ -765,22 +765,34 @@ pub fn recv_tx(
     let messages = take_messages(tx, realm, &receiver, last, log, now_us)?;
     // The head read and the delete ran in one transaction: same rows.
     debug_assert_eq!(messages.len(), n);
-    tx.execute(
-        "UPDATE mailbox SET queued = queued - $4, queued_bytes = queued_bytes - $5 \
-         WHERE p_key = $1 AND realm = $2 AND address = $3",
-        params![
-            pk,
-            realm,
-            receiver.as_str(),
-            messages.len() as i64,
-            bytes as i64
-        ],
+    count_queued(
+        tx,
+        realm,
+        &receiver,
+        -(messages.len() as i64),
+        -(bytes as i64),
     )?;
     Ok(Received {
         more: (n as i64) < queued,
         messages,
         next_bytes: None,
     })
+}
+
+/// Moves mailbox `receiver`'s counters by `count` messages of `bytes` (less
+/// when negative); returns 0 if the mailbox is gone.
+fn count_queued(
+    tx: &mut dyn Tx,
+    realm: &str,
+    receiver: &str,
+    count: i64,
+    bytes: i64,
+) -> Result<u64> {
+    Ok(tx.execute(
+        "UPDATE mailbox SET queued = queued + $4, queued_bytes = queued_bytes + $5 \
+         WHERE p_key = $1 AND realm = $2 AND address = $3",
+        params![p_key(tx), realm, receiver, count, bytes],
+    )?)
 }
 
 /// Deletes (or, with `log`, moves to `message_log`) the mailbox's messages
@@ -1100,18 +1112,7 @@ fn requeue_tx(
     let pk = p_key(tx);
     let receiver = address.to_string();
     let bytes: usize = messages.iter().map(|m| m.payload.len()).sum();
-    let n = tx.execute(
-        "UPDATE mailbox SET queued = queued + $4, queued_bytes = queued_bytes + $5 \
-         WHERE p_key = $1 AND realm = $2 AND address = $3",
-        params![
-            pk,
-            realm,
-            receiver.as_str(),
-            messages.len() as i64,
-            bytes as i64
-        ],
-    )?;
-    if n == 0 {
+    if count_queued(tx, realm, &receiver, messages.len() as i64, bytes as i64)? == 0 {
         // Removed meanwhile, and its messages with it.
         return Ok(0);
     }

@@ -47,10 +47,10 @@ use postgres::{Client, IsolationLevel, NoTls, Statement};
 use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
-use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
+use crate::value::{ByteBudget, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
     AfterCommit, Backend, BackendKind, Config, Dialect, Durability, Job, Location, Outcome, PKey,
-    Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+    Stats, Tx, QUEUE_PROCS_MAX,
 };
 
 /// The PostgreSQL channel all tabos notifications travel on.
@@ -60,15 +60,6 @@ pub const RETRIES_MAX: u32 = 100;
 /// First retry pause, in microseconds; doubles per retry up to the cap.
 const RETRY_PAUSE_MIN_US: u64 = 100;
 const RETRY_PAUSE_MAX_US: u64 = 10_000;
-/// Kernel statements' bounds: every row, no deadline.
-const KERNEL_READ: ReadLimits = ReadLimits {
-    cap: Cap::Fail(QUERY_ROWS_MAX),
-    bytes_max: usize::MAX,
-    time_max: None,
-    cancel: None,
-    scope: ReadScope::All,
-};
-
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE_MAX: usize = 256;
 /// Attempts to (re)connect a worker or the listener before giving up.
@@ -906,7 +897,13 @@ impl Tx for PgTx<'_, '_> {
     }
     fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
         let p = self.statement(sql)?;
-        self.rows(&p, sql, params, &KERNEL_READ, std::time::Instant::now())
+        self.rows(
+            &p,
+            sql,
+            params,
+            &ReadLimits::KERNEL,
+            std::time::Instant::now(),
+        )
     }
     fn execute_text(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
         let p = self.statement_text(sql)?;
@@ -915,7 +912,7 @@ impl Tx for PgTx<'_, '_> {
             .map_err(|e| map_err(&e, sql))
     }
     fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.query_limited(sql, params, &KERNEL_READ, std::time::Instant::now())
+        self.query_limited(sql, params, &ReadLimits::KERNEL, std::time::Instant::now())
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
         feed::queue(&mut self.notes, channel, payload)

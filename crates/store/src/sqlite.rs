@@ -73,7 +73,7 @@ use crate::statements::{Conn, NAMED_PARAMS_MAX};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
     AfterCommit, Backend, BackendKind, Config, Confinement, Dialect, Durability, Failure, Job,
-    Location, Outcome, PKey, Stats, Tx, QUERY_ROWS_MAX, QUEUE_PROCS_MAX,
+    Location, Outcome, PKey, Stats, Tx, QUEUE_PROCS_MAX,
 };
 
 /// Most procedures in one group commit.
@@ -718,19 +718,10 @@ fn collect_rows(
     Ok(out)
 }
 
-/// Kernel statements on an executor: every row, no deadline.
-const KERNEL_READ: ReadLimits = ReadLimits {
-    cap: Cap::Fail(QUERY_ROWS_MAX),
-    bytes_max: usize::MAX,
-    time_max: None,
-    cancel: None,
-    scope: ReadScope::All,
-};
-
 /// A kernel statement's rows (a procedure's, or a read-only procedure's).
 fn kernel_query(conn: &Conn, sql: &'static str, params: &[Value]) -> Result<Rows> {
     conn.with(sql, params, |stmt, columns| {
-        collect_rows(stmt, columns, sql, &KERNEL_READ)
+        collect_rows(stmt, columns, sql, &ReadLimits::KERNEL)
     })
 }
 
@@ -739,7 +730,7 @@ fn text_query(conn: &Connection, sql: &str, params: &[Value]) -> Result<Rows> {
     let mut stmt = conn.prepare_cached(sql).map_err(|e| map_err(e, sql))?;
     bind_named(&mut stmt, sql, params)?;
     let columns: Arc<[String]> = stmt.column_names().into_iter().map(String::from).collect();
-    collect_rows(&mut stmt, &columns, sql, &KERNEL_READ)
+    collect_rows(&mut stmt, &columns, sql, &ReadLimits::KERNEL)
 }
 
 /// A statement built at run time: the rows it changed.

@@ -285,8 +285,12 @@ pub enum ReadScope {
 pub const RESULT_BYTES_MAX: usize = 16 << 20;
 
 impl ReadLimits {
+    /// A kernel statement's bounds in a procedure: every row (at most
+    /// [`QUERY_ROWS_MAX`](crate::QUERY_ROWS_MAX), more fails), no deadline.
+    pub(crate) const KERNEL: ReadLimits = ReadLimits::rows(Cap::Fail(crate::QUERY_ROWS_MAX));
+
     /// Only a cap on rows (the kernel's own queries).
-    pub fn rows(cap: Cap) -> ReadLimits {
+    pub const fn rows(cap: Cap) -> ReadLimits {
         ReadLimits {
             cap,
             bytes_max: usize::MAX,
