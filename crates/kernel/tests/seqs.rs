@@ -12,7 +12,8 @@ use common::{call_in, Backend, Fixture};
 
 both!(
     numbers_are_unique_and_increasing_across_rollbacks_and_restarts,
-    one_transaction_takes_many
+    one_transaction_takes_many,
+    the_migration_starts_above_the_realms_counters
 );
 
 const REALM: &str = "r";
@@ -140,4 +141,32 @@ fn one_transaction_takes_many(b: Backend) {
     assert_eq!(reserved(s), mark);
     let next = take(s, 1);
     assert!(next > *taken.last().unwrap());
+}
+
+/// A database from before migration 019, whose realm counters had given
+/// out numbers: the partition's counter starts above every one of them.
+fn the_migration_starts_above_the_realms_counters(b: Backend) {
+    let Some((config, _dir)) = b.place() else {
+        return;
+    };
+    let before = &tabos_kernel::MIGRATIONS[..18];
+    assert_eq!(before.last().unwrap().version, 18);
+    let old = Store::open(&config, before).unwrap();
+    let pk = tabos_kernel::realm_partition(REALM, old.partitions());
+    old.call(pk, move |tx| {
+        let p = i64::from(pk.0);
+        for (realm, next) in [(REALM, 500i64), ("other", 70)] {
+            tx.execute_text(
+                "INSERT INTO realm (p_key, realm, scheduler, next_seq, created_us) \
+                 VALUES ($1, $2, 'fifo', $3, 0)",
+                tabos_store::params![p, realm, next],
+            )?;
+        }
+        Ok::<_, tabos_store::Error>(())
+    })
+    .unwrap();
+    drop(old);
+    let s = tabos_kernel::open(&config).unwrap();
+    let first = take(&s, 1);
+    assert!(first >= 500, "{first} was given out by the old counter");
 }

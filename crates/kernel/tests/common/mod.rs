@@ -19,15 +19,22 @@ pub struct Fixture {
 }
 
 impl Backend {
-    /// `None` when PostgreSQL tests are skipped.
-    pub fn open(&self) -> Option<Fixture> {
-        let (config, dir) = match self {
+    /// Where a fresh kernel database goes, not yet opened (with the
+    /// directory that holds it, on SQLite); `None` when PostgreSQL tests are
+    /// skipped.
+    pub fn place(&self) -> Option<(Config, Option<TempDir>)> {
+        Some(match self {
             Backend::Sqlite => {
                 let dir = TempDir::new("kernel");
                 (Config::sqlite(dir.path()).with_partitions(2), Some(dir))
             }
             Backend::Postgres => (Config::postgres(pg_database()?).with_partitions(2), None),
-        };
+        })
+    }
+
+    /// `None` when PostgreSQL tests are skipped.
+    pub fn open(&self) -> Option<Fixture> {
+        let (config, dir) = self.place()?;
         Some(Fixture {
             store: tabos_kernel::open(&config).unwrap(),
             config,
