@@ -12,6 +12,7 @@ mod fs;
 mod ipc;
 mod mr;
 mod names;
+mod nodes;
 mod output;
 mod procedure;
 mod procs;
@@ -131,6 +132,10 @@ enum Command {
     Sql(sql::Args),
     /// Show what the node runs on and what it has done
     Status(status::Args),
+    /// List the cluster's nodes: state (up, left, lost), address, cores, measured load, heartbeat age, realms
+    Nodes(nodes::ListArgs),
+    /// Manage a cluster node: tabos node rm NODE
+    Node(nodes::NodeArgs),
     /// Start a throwaway embedded node, run a workload on it and query what it did
     Demo(demo::Args),
     /// Run a benchmark suite against its peer and write bench/results/<suite>.json
@@ -189,6 +194,8 @@ fn main() -> std::process::ExitCode {
         Command::Up(a) => up::run(a),
         Command::Sql(a) => sql::run(a),
         Command::Status(a) => status::run(a),
+        Command::Nodes(a) => nodes::list(a),
+        Command::Node(a) => nodes::node(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Spawn(a) => procs::spawn(a),

@@ -40,6 +40,12 @@ pub struct Args {
     /// This node's name (default: node-<pid>)
     #[arg(long)]
     node_id: Option<String>,
+    /// A label this node registers with, KEY=VALUE (repeatable; `tabos nodes` shows them)
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// The API address to register for this node when it is not the listener's own (e.g. behind NAT)
+    #[arg(long)]
+    advertise: Option<String>,
     /// Realm this node runs procs for (created if missing)
     #[arg(long, default_value = "default")]
     realm: String,
@@ -106,6 +112,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         settings.node_id = id.clone();
     }
     settings.realm = args.realm.clone();
+    settings.labels = args.labels.iter().cloned().collect();
+    settings.advertise = args.advertise.clone();
     if let Some(c) = args.cores {
         settings.cores = c;
     }
@@ -262,4 +270,12 @@ async fn shutdown_signal() {
             let _ = ctrl_c.await;
         }
     }
+}
+
+/// `KEY=VALUE`.
+fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("a label is KEY=VALUE, not {s:?}"))?;
+    Ok((k.to_string(), v.to_string()))
 }

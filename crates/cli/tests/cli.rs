@@ -504,8 +504,20 @@ fn a_killed_node_has_its_procs_failed() {
         "--steal-after-ms",
         "3600000",
     ];
-    let a = Node::start(&[&common[..], &["--node-id", "a", "--cores", "1"]].concat());
+    let a = Node::start(
+        &[
+            &common[..],
+            &["--node-id", "a", "--cores", "1", "--label", "zone=east"],
+        ]
+        .concat(),
+    );
     let b = Node::start(&[&common[..], &["--node-id", "b", "--cores", "1"]].concat());
+    // Both are cluster members, each seen from the other.
+    let o = b.tabos(&["nodes"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let listed = stdout(&o);
+    assert!(listed.contains("zone=east"), "{listed}");
+    assert_eq!(listed.matches(" up ").count(), 2, "{listed}");
     // FIFO takes the first worker with room: a.w0.
     let o = a.tabos(&["spawn", "--pid", "victim", "--", "sleep", "30"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -528,6 +540,34 @@ fn a_killed_node_has_its_procs_failed() {
     assert!(!o.status.success());
     assert!(stdout(&o).contains("failed"), "{}", stdout(&o));
     assert!(stdout(&o).contains("lost"), "{}", stdout(&o));
+    // The killed node reads as lost (no clean stop), b as up; a lost node
+    // can be removed, an up one cannot.
+    let o = b.tabos(&["nodes", "--json"]);
+    let states: Vec<(String, String)> = stdout(&o)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["node_id"].as_str().unwrap().to_string(),
+                v["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("a".to_string(), "lost".to_string()),
+            ("b".to_string(), "up".to_string())
+        ]
+    );
+    let o = b.tabos(&["node", "rm", "b"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("is up"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.tabos(&["node", "rm", "a"]);
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]

@@ -637,6 +637,26 @@ impl Client {
             .into_inner())
     }
 
+    /// The cluster's nodes, in id order.
+    pub async fn list_nodes(&mut self) -> Result<Vec<proto::NodeInfo>, Error> {
+        Ok(self
+            .node
+            .list_nodes(proto::ListNodesRequest {})
+            .await?
+            .into_inner()
+            .nodes)
+    }
+
+    /// Forgets node `node_id`, which must have left or be lost (operator).
+    pub async fn remove_node(&mut self, node_id: &str) -> Result<(), Error> {
+        self.node
+            .remove_node(proto::RemoveNodeRequest {
+                node_id: node_id.to_string(),
+            })
+            .await?;
+        Ok(())
+    }
+
     /// Creates named mailbox `name`; `bytes_max` 0 takes the node's default
     /// bound, `log_delivered` `None` the node's default.
     pub async fn create_mailbox(

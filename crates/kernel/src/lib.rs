@@ -17,11 +17,11 @@
 
 pub mod auth;
 pub mod fs;
-mod handover;
 pub mod ids;
 pub mod ipc;
 pub mod kv;
 pub mod names;
+pub mod nodes;
 pub mod procedures;
 pub mod procs;
 pub mod realms;
@@ -146,6 +146,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "seq_block",
         sqlite: include_str!("../schema/sqlite/019_seq_block.sql"),
         postgres: include_str!("../schema/postgres/019_seq_block.sql"),
+    },
+    Migration {
+        version: 20,
+        name: "node",
+        sqlite: include_str!("../schema/sqlite/020_node.sql"),
+        postgres: include_str!("../schema/postgres/020_node.sql"),
     },
 ];
 

@@ -104,6 +104,11 @@ pub struct NodeSettings {
     /// Confine native procs (their realm's uid, cgroups) where the node
     /// can (it runs as root, the controllers are mounted).
     pub confine: bool,
+    /// Labels the node registers with (`tabos nodes` shows them).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// The API address other nodes and clients should use, when not the
+    /// listener's own (e.g. behind NAT).
+    pub advertise: Option<String>,
 }
 
 /// Where a node keeps its block store, and how big.
@@ -175,6 +180,8 @@ impl NodeSettings {
             blocks: None,
             query_time_max: sql::QUERY_TIME_MAX,
             confine: true,
+            labels: std::collections::BTreeMap::new(),
+            advertise: None,
         }
     }
 }
@@ -304,6 +311,24 @@ impl Node {
         };
         write_secret(path, format!("{}\n", minted.token).as_bytes()).map_err(fail)?;
         Ok((minted.token, true))
+    }
+
+    /// How long a heartbeat's lease lasts: [`LEASE_HEARTBEATS`] heartbeats.
+    pub fn lease_us(&self) -> i64 {
+        self.settings.heartbeat.as_micros() as i64 * i64::from(LEASE_HEARTBEATS)
+    }
+
+    /// What this node registers in the cluster's `node` table, its API at
+    /// `address` (or the advertised address, when set).
+    pub fn registration(&self, address: &str) -> tabos_kernel::nodes::Registration {
+        let s = &self.settings;
+        tabos_kernel::nodes::Registration {
+            node_id: s.node_id.clone(),
+            address: s.advertise.clone().unwrap_or_else(|| address.to_string()),
+            cores: s.cores,
+            mem_mb: s.mem_mb,
+            labels: s.labels.clone(),
+        }
     }
 
     /// This node's worker id in its realm.
@@ -649,6 +674,10 @@ pub async fn serve_with(
     tokio::task::spawn_blocking(move || n2.register_in(&own))
         .await
         .map_err(|e| Error::Startup(e.to_string()))??;
+    // A cluster member from here on: listed, leased, and told apart when it
+    // stops cleanly.
+    tabos_kernel::nodes::register(&node.store, &node.registration(&addr.tcp), node.started_us)
+        .await?;
     // Give back file storage a crash left behind, before anyone writes.
     let orphans = node.files.recover().await?;
     if orphans > 0 {
@@ -744,6 +773,11 @@ pub async fn serve_with(
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
     let _ = lease_task.await;
+    if let Err(e) =
+        tabos_kernel::nodes::leave(&node.store, &node.settings.node_id, node.started_us).await
+    {
+        eprintln!("node {}: cannot record leaving: {e}", node.settings.node_id);
+    }
     let _ = reaper_task.await;
     let _ = auth_task.await;
     let _ = load_task.await;
@@ -920,13 +954,19 @@ async fn keep_lease(
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     let every = node.settings.heartbeat;
-    let ttl_us = every.as_micros() as i64 * i64::from(LEASE_HEARTBEATS);
+    let ttl_us = node.lease_us();
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             _ = tick.tick() => {}
+        }
+        let id = &node.settings.node_id;
+        let busy = node.load.measured_cores();
+        if let Err(e) = tabos_kernel::nodes::heartbeat(&node.store, id, node.started_us, busy).await
+        {
+            eprintln!("node {id}: cluster heartbeat failed: {e}");
         }
         for realm in served.list() {
             let p = tabos_kernel::realm_partition(&realm, node.store.partitions());

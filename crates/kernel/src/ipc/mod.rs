@@ -37,12 +37,14 @@
 //! mailbox's last seq after commit, and removing a mailbox notifies it with
 //! `removed`; receives notify nothing, so receivers never wake each other.
 //!
-//! Hand-over ([`crate::handover`]): a send to an empty mailbox on which a
+//! Hand-over ([`handover`]): a send to an empty mailbox on which a
 //! receiver of this process is waiting skips the table — its transaction
 //! takes the seqs and the receiver gets the messages in memory right after
 //! the commit, with no transaction of its own and no notification. A
 //! message put back (above) after another was received from the mailbox
 //! comes out after that one: the only reordering there is.
+
+mod handover;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -51,9 +53,9 @@ use std::time::Duration;
 
 use tabos_store::{params, PKey, Row, Store, Tx};
 
-use crate::handover::{Claim, Waiters, Waiting};
 use crate::ids::{validate_name, Pid};
 use crate::{p_key, partition, validate_realm, Error, Result};
+use handover::{Claim, Waiters, Waiting};
 
 /// Largest payload of one message, in bytes.
 pub const PAYLOAD_BYTES_MAX: usize = 1 << 20;
@@ -553,7 +555,7 @@ fn send_unmetered_tx(
 /// accounts `bytes` more queued bytes, failing if the mailbox is missing,
 /// closed or full. With `hand`, a mailbox that is empty and keeps no log
 /// queues nothing — the messages go to a waiting receiver instead
-/// ([`crate::handover`]) — and the second value says so.
+/// ([`handover`]) — and the second value says so.
 #[allow(clippy::too_many_arguments)]
 fn reserve(
     tx: &mut dyn Tx,
@@ -966,7 +968,7 @@ impl<F: FnMut(&mut dyn Tx) -> Result<Vec<Sent>> + Send + 'static> SendJob for F 
 /// which a receiver of this process may be waiting for exactly its part —
 /// no ids, as much as one receive takes — the procedure claims that
 /// receiver, and if the mailbox is empty hands it the messages right after
-/// the commit ([`crate::handover`]). A multicast hands over to each.
+/// the commit ([`handover`]). A multicast hands over to each.
 fn send_job(
     store: &Store,
     realm: &str,
@@ -1067,7 +1069,7 @@ fn hand_over_candidates(
 }
 
 /// Puts messages handed over to a receiver that had stopped waiting back at
-/// the head of its mailbox (see [`crate::handover`]).
+/// the head of its mailbox (see [`handover`]).
 pub(crate) struct Requeue {
     store: Store,
     pk: PKey,

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::oneshot;
 
-use crate::ipc::{Message, Requeue, Take};
+use super::{Message, Requeue, Take};
 
 /// Most receivers of one process waiting on one mailbox with hand-over;
 /// more wait on the change feed alone, as before.

@@ -1,0 +1,122 @@
+//! `tabos nodes` and `tabos node rm`: the cluster's nodes.
+
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct ListArgs {
+    /// Print JSON (one object per node) instead of a table
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    #[command(subcommand)]
+    command: NodeCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum NodeCommand {
+    /// Forget a node that left or is lost (operator; refused while it is up)
+    Rm {
+        /// The node's id (see `tabos nodes`)
+        node_id: String,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+}
+
+pub fn list(args: ListArgs) -> anyhow::Result<()> {
+    crate::runtime()?.block_on(async {
+        let mut client = args.node.connect().await?;
+        let nodes = client.list_nodes().await?;
+        if args.json {
+            for n in &nodes {
+                let realms: Vec<serde_json::Value> = n
+                    .realms
+                    .iter()
+                    .map(|r| {
+                        serde_json::json!({
+                            "realm": r.realm, "cores": r.cores, "unused_cores": r.unused_cores
+                        })
+                    })
+                    .collect();
+                let labels: serde_json::Map<String, serde_json::Value> = n
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "node_id": n.node_id,
+                        "state": n.state,
+                        "address": n.address,
+                        "cores": n.cores,
+                        "mem_mb": n.mem_mb,
+                        "busy_cores": n.busy_cores,
+                        "heartbeat_age_ms": n.heartbeat_age_ms,
+                        "started_us": n.started_us,
+                        "left_us": (n.left_us != 0).then_some(n.left_us),
+                        "labels": labels,
+                        "realms": realms,
+                    })
+                );
+            }
+            return Ok(());
+        }
+        let header: Vec<String> = [
+            "node",
+            "state",
+            "address",
+            "cores",
+            "busy",
+            "mem_mb",
+            "heartbeat",
+            "realms",
+            "labels",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let rows: Vec<Vec<String>> = nodes
+            .iter()
+            .map(|n| {
+                let realms = n
+                    .realms
+                    .iter()
+                    .map(|r| format!("{} ({}/{} cores free)", r.realm, r.unused_cores, r.cores))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let mut labels: Vec<String> =
+                    n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                labels.sort();
+                vec![
+                    n.node_id.clone(),
+                    n.state.clone(),
+                    n.address.clone(),
+                    n.cores.to_string(),
+                    format!("{:.2}", n.busy_cores),
+                    n.mem_mb.to_string(),
+                    format!("{} ms ago", n.heartbeat_age_ms),
+                    realms,
+                    labels.join(","),
+                ]
+            })
+            .collect();
+        print!("{}", crate::output::table(&header, &rows));
+        Ok(())
+    })
+}
+
+pub fn node(args: NodeArgs) -> anyhow::Result<()> {
+    match args.command {
+        NodeCommand::Rm { node_id, node } => crate::runtime()?.block_on(async {
+            node.connect().await?.remove_node(&node_id).await?;
+            println!("removed node {node_id}");
+            Ok(())
+        }),
+    }
+}
