@@ -858,6 +858,22 @@ pub fn register_worker(
     )
 }
 
+/// Procedure body: renews `worker`'s lease ([`sched::heartbeat_tx`]); if
+/// it had been declared lost meanwhile, tells its procd — [`sched::LAPSED`]
+/// on its channel — to stop what it still runs and register again.
+pub fn heartbeat_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    now_us: i64,
+) -> Result<sched::Lease> {
+    let lease = sched::heartbeat_tx(tx, realm, worker, now_us)?;
+    if lease == sched::Lease::Lapsed {
+        tx.notify(&worker_channel(realm, worker), sched::LAPSED)?;
+    }
+    Ok(lease)
+}
+
 /// What [`expire_tx`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expired {
@@ -1171,7 +1187,13 @@ pub async fn exited_and_claim(
 ) -> Result<Claimed> {
     let (pid, w) = (pid.clone(), worker.clone());
     call(store, realm, move |tx, r, now| {
-        exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
+        // A proc this worker no longer holds, or that has ended — failed or
+        // placed again when the worker was declared lost — keeps what was
+        // recorded: this copy's end is not the proc's.
+        let info = get_tx(tx, r, pid.as_str())?;
+        if info.worker.as_ref() == Some(&w) && !info.state.is_terminal() {
+            exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
+        }
         claim_tx(tx, r, &w, max, admission, now)
     })
     .await

@@ -216,19 +216,40 @@ pub fn lapse_workers_tx(tx: &mut dyn Tx, realm: &str, cutoff_us: i64) -> Result<
     Ok(out)
 }
 
-/// Procedure body: records that `worker` is alive at `now_us`.
-pub fn heartbeat_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId, now_us: i64) -> Result<()> {
+/// What a worker's heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lease {
+    /// The worker is up: its lease is renewed.
+    Held,
+    /// Another node declared the worker lost while it was silent: its procs
+    /// were failed or placed again elsewhere. Its procd must stop what it
+    /// still runs there and register the worker again
+    /// ([`crate::procs::heartbeat_tx`] tells it, with [`LAPSED`]).
+    Lapsed,
+}
+
+/// Payload on a worker's channel when its heartbeat finds it declared lost.
+pub const LAPSED: &str = "lapsed";
+
+/// Procedure body: records that `worker` is alive at `now_us`, and says
+/// whether it had been declared lost meanwhile.
+pub fn heartbeat_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId, now_us: i64) -> Result<Lease> {
     let p = i64::from(tx.p_key().0);
-    let n = tx.execute(
-        "UPDATE worker SET heartbeat_us = $4 WHERE p_key = $1 AND realm = $2 AND worker_id = $3",
+    let row = tx.query_opt(
+        "UPDATE worker SET heartbeat_us = $4 WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+         RETURNING state",
         params![p, realm, worker.as_str(), now_us],
     )?;
-    if n == 0 {
+    let Some(row) = row else {
         return Err(Error::NotFound(format!(
             "no worker {worker} in realm {realm:?}"
         )));
-    }
-    Ok(())
+    };
+    Ok(if row.get::<String>(0)? == "down" {
+        Lease::Lapsed
+    } else {
+        Lease::Held
+    })
 }
 
 /// Procedure body: the most cores and memory any live worker of `realm`

@@ -490,6 +490,42 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
             (State::Spawned, w("b")),
             "placed on the live node"
         );
+        // The lost worker's next heartbeat learns it was declared lost; a
+        // live one's does not.
+        let (wa2, far2) = (wa.clone(), far + 1);
+        let leases = s
+            .submit(p, move |tx| {
+                Ok::<_, Error>((
+                    procs::heartbeat_tx(tx, "r", &wa2, far2)?,
+                    procs::heartbeat_tx(tx, "r", &WorkerId("b".into()), far2)?,
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!(leases, (sched::Lease::Lapsed, sched::Lease::Held));
+        // What the lost worker's copies report when they end changes
+        // nothing: one proc is failed, the other is b's now.
+        for pid in ["plain", "again"] {
+            procs::exited_and_claim(
+                &s,
+                "r",
+                &Pid(pid.into()),
+                State::Exited,
+                Some(0),
+                None,
+                &wa,
+                8,
+                ANY,
+            )
+            .await
+            .unwrap();
+        }
+        assert_eq!(
+            procs::get(&s, "r", &Pid("plain".into())).unwrap().state,
+            State::Failed
+        );
+        let again = procs::get(&s, "r", &Pid("again".into())).unwrap();
+        assert_eq!((again.state, again.worker), (State::Spawned, w("b")));
         // Heartbeats for unknown workers are errors.
         let e = s
             .submit(p, |tx| {

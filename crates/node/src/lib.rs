@@ -346,17 +346,19 @@ impl Node {
                 Err(e) => return Err(e),
             }
         }
-        tabos_kernel::procs::register_worker(
-            &self.store,
-            realm,
-            &WorkerSpec {
-                worker_id: self.worker_id(),
-                node_id: s.node_id.clone(),
-                cores: s.cores,
-                mem_mb: s.mem_mb,
-            },
-        )?;
+        tabos_kernel::procs::register_worker(&self.store, realm, &self.worker_spec())?;
         Ok(())
+    }
+
+    /// What this node's worker offers in each realm it serves.
+    pub fn worker_spec(&self) -> WorkerSpec {
+        let s = &self.settings;
+        WorkerSpec {
+            worker_id: self.worker_id(),
+            node_id: s.node_id.clone(),
+            cores: s.cores,
+            mem_mb: s.mem_mb,
+        }
     }
 }
 
@@ -860,7 +862,7 @@ async fn serve_realms(
                 node.store.clone(),
                 node.files.clone(),
                 &realm,
-                node.worker_id(),
+                node.worker_spec(),
                 node.logs.clone(),
                 addr,
                 node.sandbox.clone(),
@@ -975,10 +977,21 @@ async fn keep_lease(
             let renewed = node
                 .store
                 .run(p, move |tx| {
-                    tabos_kernel::sched::heartbeat_tx(tx, &r, &worker, now)?;
-                    tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)
+                    let lease = tabos_kernel::procs::heartbeat_tx(tx, &r, &worker, now)?;
+                    Ok::<_, tabos_kernel::Error>((
+                        lease,
+                        tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)?,
+                    ))
                 })
                 .await;
+            if let Ok((tabos_kernel::sched::Lease::Lapsed, _)) = &renewed {
+                eprintln!(
+                    "node {}: declared lost in realm {realm} while silent; its procd stops \
+                     what it ran there and registers again",
+                    node.settings.node_id
+                );
+            }
+            let renewed = renewed.map(|(_, expired)| expired);
             match renewed {
                 Ok(e) if !e.workers.is_empty() => eprintln!(
                     "node {}: lost workers {:?} in realm {realm}; failed {:?}, re-queued {:?}",

@@ -66,6 +66,10 @@ pub struct Procd {
     pub addr: NodeAddr,
     sandbox: Sandbox,
     policy: Policy,
+    /// Memory the worker offers (registered again after a lapse).
+    mem_mb: i64,
+    /// The node this procd's worker belongs to.
+    node_id: String,
     /// Mints each native proc's credential, usable on this node at once.
     auth: crate::auth::Auth,
     running: Mutex<HashMap<Pid, Running>>,
@@ -149,7 +153,7 @@ impl Procd {
         store: Store,
         files: tabos_kernel::fs::files::Files,
         realm: &str,
-        worker: WorkerId,
+        spec: tabos_kernel::sched::WorkerSpec,
         logs: PathBuf,
         addr: NodeAddr,
         sandbox: Sandbox,
@@ -164,7 +168,9 @@ impl Procd {
             store,
             files,
             realm: realm.to_string(),
-            worker,
+            worker: spec.worker_id,
+            mem_mb: spec.mem_mb,
+            node_id: spec.node_id,
             logs,
             addr,
             sandbox,
@@ -306,6 +312,10 @@ impl Procd {
                 tokio::select! {
                     _ = shutdown.changed() => return self.stop_wasm(),
                     note = sub.recv() => match note {
+                        Ok(n) if n.payload == tabos_kernel::sched::LAPSED => {
+                            self.rejoin().await;
+                            break;
+                        }
                         Ok(n) => match n.payload.strip_prefix("evict ") {
                             Some(pid) => self.evict(pid).await,
                             // Already claimed by the exit that assigned it.
@@ -686,6 +696,52 @@ impl Procd {
             Ok(Outcome::Trapped(msg)) | Err(msg) => {
                 self.record_exit(&p, State::Failed, None, Some(msg)).await
             }
+        }
+    }
+
+    /// This worker was declared lost while it was silent (its node stalled,
+    /// or lost the database): its procs were failed or placed again
+    /// elsewhere, so what it still runs are second copies. They are killed
+    /// at once (their ends, reported as usual, change nothing recorded: the
+    /// procs are no longer this worker's), and the worker registers again
+    /// to take new work.
+    async fn rejoin(self: &Arc<Self>) {
+        let copies: Vec<Running> = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for r in &copies {
+            match r {
+                Running::Native(os_pid) => signal_group(*os_pid, libc::SIGKILL),
+                Running::Wasm(stop, woken) => {
+                    stop.stop();
+                    woken.notify_one();
+                }
+            }
+        }
+        eprintln!(
+            "procd {}: declared lost while silent; killed {} proc(s) it still ran, registering again",
+            self.worker,
+            copies.len()
+        );
+        let spec = tabos_kernel::sched::WorkerSpec {
+            worker_id: self.worker.clone(),
+            node_id: self.node_id.clone(),
+            cores: self.policy.cores,
+            mem_mb: self.mem_mb,
+        };
+        let (store, realm) = (self.store.clone(), self.realm.clone());
+        match tokio::task::spawn_blocking(move || {
+            tabos_kernel::procs::register_worker(&store, &realm, &spec)
+        })
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => eprintln!("procd {}: cannot register again: {e}", self.worker),
+            Err(e) => eprintln!("procd {}: cannot register again: {e}", self.worker),
         }
     }
 

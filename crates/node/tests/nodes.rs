@@ -79,3 +79,77 @@ async fn nodes_register_list_leave_and_are_removed() {
     drop(op);
     n.shut_down().await;
 }
+
+/// Processes on this machine whose command line contains `marker`.
+fn processes_with(marker: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| String::from_utf8_lossy(c).contains(marker))
+        .count()
+}
+
+/// A node whose worker another node declared lost while it was silent
+/// learns it at its next heartbeat: it kills the copies it still runs (the
+/// procs were failed or placed again), their ends change nothing recorded,
+/// and its worker registers again and takes new work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
+    let dir = TempDir::new("nodes-lapsed");
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    // A marker no other process on the machine has.
+    let marker = format!("613.{}", std::process::id());
+    let proc = tabos_client::proto::ProcDescriptor {
+        pid: "copy".into(),
+        program: "sleep".into(),
+        args: vec![marker.clone()],
+        ..Default::default()
+    };
+    op.spawn("", proc).await.unwrap();
+    op.wait_start("", "copy").await.unwrap();
+    assert_eq!(processes_with(&marker), 1);
+
+    // Declared lost, as another node would on a lapsed lease.
+    let store = n.node.store.clone();
+    let pk = tabos_kernel::realm_partition("default", store.partitions());
+    let expired = store
+        .run(pk, |tx| {
+            let far = tabos_store::now_us() + 3_600_000_000;
+            tabos_kernel::procs::expire_tx(tx, "default", far, 1)
+        })
+        .await
+        .unwrap();
+    assert_eq!(expired.failed, ["copy"]);
+
+    // Its next heartbeat (one a second) finds it out: the copy goes.
+    for _ in 0..200 {
+        if processes_with(&marker) == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(processes_with(&marker), 0, "the copy was killed");
+    let status = op.proc_status("", "copy").await.unwrap();
+    assert_eq!(status.state, "failed", "its end changed nothing recorded");
+    assert!(status.error.contains("lost"), "{}", status.error);
+
+    // The worker is back and takes new work.
+    let next = tabos_client::proto::ProcDescriptor {
+        pid: "after".into(),
+        program: "true".into(),
+        ..Default::default()
+    };
+    op.spawn("", next).await.unwrap();
+    let done = op.wait_exit("", "after").await.unwrap();
+    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    drop(op);
+    n.shut_down().await;
+}
