@@ -37,10 +37,15 @@ const PICK_FIFO: &str = "SELECT worker_id FROM worker \
      WHERE p_key = $1 AND realm = $2 AND state = 'up' \
        AND unused_capacity >= $3 AND unused_mem_mb >= $4 \
      LIMIT 1";
+// Locality: the home node's worker while the home node serves the realm
+// (the proc waits for room there); any worker with room once it does not
+// — lost, left, or never there — so a lost node's procs are placed again.
 const PICK_LOCALITY: &str = "SELECT worker_id FROM worker \
      WHERE p_key = $1 AND realm = $2 AND state = 'up' \
        AND unused_capacity >= $3 AND unused_mem_mb >= $4 \
-       AND node_id = $5 \
+       AND (node_id = $5 OR NOT EXISTS (SELECT 1 FROM worker AS home \
+            WHERE home.p_key = $1 AND home.realm = $2 AND home.node_id = $5 \
+              AND home.state = 'up')) \
      LIMIT 1";
 const PICK_LEAST_LOADED: &str = "SELECT worker_id FROM worker \
      WHERE p_key = $1 AND realm = $2 AND state = 'up' \

@@ -96,6 +96,33 @@ fn schedulers_choose_as_the_paper_says(b: Backend) {
         assert_eq!(c.worker, w("w1"));
         assert_eq!(c.state, State::Spawned);
         assert_eq!(unused(s, "loc")["w1"], 0);
+        // Once the home node is lost, procs for it go wherever there is
+        // room: a deferred one is placed on n2 by the transaction that
+        // declares n1 lost, and so is a new spawn for n1.
+        let d = Descriptor {
+            restartable: true,
+            ..at_n1("d")
+        };
+        let (_, d_at) = procs::spawn(s, "loc", d).await.unwrap();
+        assert_eq!(d_at, None, "d waits for n1 while n1 is up");
+        let p = tabos_kernel::realm_partition("loc", s.partitions());
+        let far = tabos_store::now_us() + 60_000_000;
+        let expired = s
+            .submit(p, move |tx| {
+                sched::heartbeat_tx(tx, "loc", &WorkerId("w2".into()), far)?;
+                procs::expire_tx(tx, "loc", far, 5_000_000)
+            })
+            .await
+            .unwrap();
+        assert_eq!(expired.workers, [WorkerId("w1".into())]);
+        let d = procs::get(s, "loc", &Pid::new("d").unwrap()).unwrap();
+        assert_eq!(
+            (d.state, d.worker),
+            (State::Spawned, w("w2")),
+            "placed off the lost home"
+        );
+        let (_, e_at) = procs::spawn(s, "loc", at_n1("e")).await.unwrap();
+        assert_eq!(e_at, w("w2"));
     });
 }
 
