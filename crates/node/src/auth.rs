@@ -15,8 +15,9 @@
 //! after a lagging subscription was cut off). A check costs one SHA-256 and
 //! one hash look-up.
 //! Credentials this node creates or revokes are applied to the copy before
-//! the call returns; another node's are seen when its notification
-//! arrives (after its commit).
+//! the call returns (and a reload, whose snapshot may predate one created
+//! here, keeps it); another node's are seen when its notification arrives
+//! (after its commit).
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -51,7 +52,16 @@ struct Inner {
 struct Live {
     by_hash: HashMap<TokenHash, Arc<Principal>>,
     by_id: HashMap<CredentialId, TokenHash>,
+    /// Created here since the last reload: a reload's snapshot may
+    /// predate them, and must not drop them (its own notification would
+    /// bring each back, but only later — a caller given it could be
+    /// refused meanwhile).
+    fresh: std::collections::HashSet<CredentialId>,
 }
+
+/// Most credentials remembered as created here since the last reload;
+/// past it they are left to their notifications.
+const FRESH_MAX: usize = 4_096;
 
 impl Live {
     fn insert(&mut self, hash: TokenHash, p: Principal) {
@@ -60,6 +70,7 @@ impl Live {
     }
 
     fn remove(&mut self, id: &CredentialId) {
+        self.fresh.remove(id);
         if let Some(h) = self.by_id.remove(id) {
             self.by_hash.remove(&h);
         }
@@ -79,14 +90,25 @@ impl Auth {
         Ok(a)
     }
 
-    /// Replaces the in-memory copy with the table's live credentials.
+    /// Replaces the in-memory copy with the table's live credentials,
+    /// keeping those created here since the last reload (the table's
+    /// snapshot may predate them; the next reload goes by the table alone).
     pub fn reload(&self) -> Result<(), tabos_kernel::Error> {
         let now = tabos_store::now_us();
         let mut loaded = Live::default();
         for (h, p) in auth::load(&self.inner.store, now)? {
             loaded.insert(h, p);
         }
-        *self.write() = loaded;
+        let mut live = self.write();
+        for id in std::mem::take(&mut live.fresh) {
+            let Some(h) = live.by_id.get(&id).copied() else {
+                continue;
+            };
+            if let Some(p) = live.by_hash.get(&h) {
+                loaded.insert(h, (**p).clone());
+            }
+        }
+        *live = loaded;
         Ok(())
     }
 
@@ -152,7 +174,12 @@ impl Auth {
             pid: spec.pid.clone(),
             expires_us: spec.expires_us,
         };
-        self.write().insert(minted.hash, p);
+        let mut live = self.write();
+        if live.fresh.len() >= FRESH_MAX {
+            live.fresh.clear();
+        }
+        live.fresh.insert(p.id.clone());
+        live.insert(minted.hash, p);
     }
 
     /// Drops credential `id` from the in-memory copy (after revoking it
@@ -351,5 +378,29 @@ impl Access {
             ))),
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reload whose snapshot predates a credential created here keeps
+    /// it (only that reload: the next one goes by the table alone).
+    #[test]
+    fn a_reload_keeps_what_was_created_here_meanwhile() {
+        let dir = tabos_store::testing::TempDir::new("auth-reload");
+        let store = tabos_kernel::open(&tabos_store::Config::sqlite(dir.path())).unwrap();
+        let a = Auth::open(store).unwrap();
+        // Remembered, as after a commit the reload's read did not see: it
+        // is in the copy, not in the table.
+        let minted = auth::mint().unwrap();
+        let spec = auth::Spec::operator("test");
+        a.remember(&minted, &spec);
+        assert!(a.check(&minted.token).is_some());
+        a.reload().unwrap();
+        assert!(a.check(&minted.token).is_some(), "kept through the reload");
+        a.reload().unwrap();
+        assert!(a.check(&minted.token).is_none(), "the table decides after");
     }
 }
