@@ -889,46 +889,96 @@ pub struct Expired {
 /// procs are failed ("node lost") and their waiters woken, or — if spawned
 /// restartable — re-queued and placed again by the realm's scheduler.
 pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Result<Expired> {
-    let p = i64::from(tx.p_key().0);
     let mut out = Expired::default();
     for worker in sched::lapse_workers_tx(tx, realm, now_us - ttl_us)? {
-        let live = tx.query(
-            "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-               AND state IN ('spawned', 'claimed', 'running')",
-            params![p, realm, worker.as_str()],
-        )?;
-        for r in &live {
-            let pid: String = r.get(0)?;
-            if r.get::<bool>(1)? {
-                tx.execute(
-                    "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
-                       claim_us = NULL, start_us = NULL \
-                     WHERE p_key = $1 AND realm = $2 AND pid = $3",
-                    params![p, realm, pid.as_str()],
-                )?;
-                event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
-                tx.notify(&proc_channel(realm, &pid), "spawned")?;
-                out.requeued.push(pid);
-            } else {
-                let detail = format!("node of worker {worker} lost (no heartbeat)");
-                exited_tx(
-                    tx,
-                    realm,
-                    &Pid(pid.clone()),
-                    State::Failed,
-                    None,
-                    Some(&detail),
-                    now_us,
-                )?;
-                out.failed.push(pid);
-            }
-        }
+        let detail = format!("node of worker {worker} lost (no heartbeat)");
+        give_back_tx(tx, realm, &worker, &detail, now_us, &mut out)?;
         out.workers.push(worker);
     }
     if !out.workers.is_empty() {
         assign_deferred_tx(tx, realm, now_us)?;
     }
     Ok(out)
+}
+
+/// Procedure body: `worker`'s node stops cleanly (its procs there were
+/// stopped first): the worker goes down, and its live procs are given back
+/// as [`expire_tx`] would — re-queued if restartable, else failed, saying
+/// the node stopped — at once rather than a lease later.
+pub fn hand_back_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    node_id: &str,
+    now_us: i64,
+) -> Result<Expired> {
+    let mut out = Expired::default();
+    if sched::down_tx(tx, realm, worker)? {
+        let detail = format!("node {node_id} stopped (worker {worker})");
+        give_back_tx(tx, realm, worker, &detail, now_us, &mut out)?;
+        out.workers.push(worker.clone());
+        assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(out)
+}
+
+/// Gives back the live procs of `worker`, which has gone down: restartable
+/// ones are queued again, the others fail with `detail`.
+fn give_back_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    detail: &str,
+    now_us: i64,
+    out: &mut Expired,
+) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let live = tx.query(
+        "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+           AND state IN ('spawned', 'claimed', 'running')",
+        params![p, realm, worker.as_str()],
+    )?;
+    for r in &live {
+        let pid: String = r.get(0)?;
+        if r.get::<bool>(1)? {
+            tx.execute(
+                "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
+                   claim_us = NULL, start_us = NULL \
+                 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                params![p, realm, pid.as_str()],
+            )?;
+            event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
+            tx.notify(&proc_channel(realm, &pid), "spawned")?;
+            out.requeued.push(pid);
+        } else {
+            exited_tx(
+                tx,
+                realm,
+                &Pid(pid.clone()),
+                State::Failed,
+                None,
+                Some(detail),
+                now_us,
+            )?;
+            out.failed.push(pid);
+        }
+    }
+    Ok(())
+}
+
+/// Gives `worker`'s procs back because its node stops cleanly (see
+/// [`hand_back_tx`]).
+pub async fn hand_back(
+    store: &Store,
+    realm: &str,
+    worker: &WorkerId,
+    node_id: &str,
+) -> Result<Expired> {
+    let (w, n) = (worker.clone(), node_id.to_string());
+    call(store, realm, move |tx, r, now| {
+        hand_back_tx(tx, r, &w, &n, now)
+    })
+    .await
 }
 
 /// What a proc of `class` must be given: LC procs reserve their cores and

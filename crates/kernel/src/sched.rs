@@ -221,6 +221,18 @@ pub fn lapse_workers_tx(tx: &mut dyn Tx, realm: &str, cutoff_us: i64) -> Result<
     Ok(out)
 }
 
+/// Procedure body: takes `worker` down (its node stops); returns whether
+/// it was up.
+pub fn down_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId) -> Result<bool> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE worker SET state = 'down' WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+           AND state = 'up'",
+        params![p, realm, worker.as_str()],
+    )?;
+    Ok(n == 1)
+}
+
 /// What a worker's heartbeat found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lease {

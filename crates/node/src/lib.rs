@@ -698,7 +698,7 @@ pub async fn serve_with(
     ));
     let lease_task = tokio::spawn(keep_lease(
         node.clone(),
-        served_realms,
+        served_realms.clone(),
         procd_stopped.clone(),
     ));
     let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
@@ -775,6 +775,28 @@ pub async fn serve_with(
     let _ = stop_procd.send(true);
     let _ = procd_task.await;
     let _ = lease_task.await;
+    // Its procds have stopped what they ran: give the procs back now (re-
+    // queued or failed, "node stopped") rather than a lease later.
+    for realm in served_realms.list() {
+        match tabos_kernel::procs::hand_back(
+            &node.store,
+            &realm,
+            &node.worker_id(),
+            &node.settings.node_id,
+        )
+        .await
+        {
+            Ok(e) if !(e.failed.is_empty() && e.requeued.is_empty()) => eprintln!(
+                "node {}: stopping; in realm {realm} failed {:?}, re-queued {:?}",
+                node.settings.node_id, e.failed, e.requeued
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!(
+                "node {}: cannot give back its procs in realm {realm}: {e}",
+                node.settings.node_id
+            ),
+        }
+    }
     if let Err(e) =
         tabos_kernel::nodes::leave(&node.store, &node.settings.node_id, node.started_us).await
     {

@@ -86,6 +86,9 @@ pub struct Procd {
     confine: Arc<crate::confine::Confine>,
     /// Signalled when one of its procs ends.
     freed: tokio::sync::Notify,
+    /// The node is stopping: procs it stopped are given back by the node
+    /// (`procs::hand_back`), not recorded as ended here.
+    stopping: std::sync::atomic::AtomicBool,
     /// Procs claimed by an exit transaction whose assignment notification
     /// has not been read yet: that notification needs no claim of its own.
     claimed_on_exit: Mutex<std::collections::HashSet<String>>,
@@ -182,21 +185,28 @@ impl Procd {
             be_waiting: Default::default(),
             confine,
             freed: tokio::sync::Notify::new(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             claimed_on_exit: Mutex::new(Default::default()),
         })
     }
 
-    /// Stops every wasm proc of this node (it is shutting down): they run on
-    /// its threads, and the runtime waits for those before the process can
-    /// exit. Each ends at its next back-edge or host call.
-    fn stop_wasm(&self) {
+    /// Stops every proc this procd runs, at once: native ones' process
+    /// groups get SIGKILL, wasm ones end at their next back-edge or host
+    /// call (they run on the node's threads, which the runtime waits for).
+    /// For a node that stops, and for a worker declared lost. Returns how
+    /// many.
+    fn kill_all(&self) -> usize {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         for r in running.values() {
-            if let Running::Wasm(stop, woken) = r {
-                stop.stop();
-                woken.notify_one();
+            match r {
+                Running::Native(os_pid) => signal_group(*os_pid, libc::SIGKILL),
+                Running::Wasm(stop, woken) => {
+                    stop.stop();
+                    woken.notify_one();
+                }
             }
         }
+        running.len()
     }
 
     fn track(&self, pid: &Pid, r: Running) {
@@ -310,7 +320,11 @@ impl Procd {
                     }
                 };
                 tokio::select! {
-                    _ = shutdown.changed() => return self.stop_wasm(),
+                    _ = shutdown.changed() => {
+                        self.stopping.store(true, Ordering::SeqCst);
+                        self.kill_all();
+                        return;
+                    }
                     note = sub.recv() => match note {
                         Ok(n) if n.payload == tabos_kernel::sched::LAPSED => {
                             self.rejoin().await;
@@ -410,6 +424,10 @@ impl Procd {
                     )
                 }
             }
+        }
+        if self.stopping.load(Ordering::SeqCst) {
+            // Stopped with the node, which gives it back: not its end.
+            return;
         }
         let next = procs::exited_and_claim(
             &self.store,
@@ -706,26 +724,11 @@ impl Procd {
     /// procs are no longer this worker's), and the worker registers again
     /// to take new work.
     async fn rejoin(self: &Arc<Self>) {
-        let copies: Vec<Running> = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for r in &copies {
-            match r {
-                Running::Native(os_pid) => signal_group(*os_pid, libc::SIGKILL),
-                Running::Wasm(stop, woken) => {
-                    stop.stop();
-                    woken.notify_one();
-                }
-            }
-        }
+        let copies = self.kill_all();
         eprintln!(
             "procd {}: declared lost while silent; killed {} proc(s) it still ran, registering again",
             self.worker,
-            copies.len()
+            copies
         );
         let spec = tabos_kernel::sched::WorkerSpec {
             worker_id: self.worker.clone(),

@@ -153,3 +153,41 @@ async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
     drop(op);
     n.shut_down().await;
 }
+
+/// A node that stops cleanly stops its procs and gives them back at once:
+/// a restartable one is queued again, the other fails saying the node
+/// stopped — not a lease later, and not as a loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_gives_procs_back() {
+    let dir = TempDir::new("nodes-stop");
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    let marker = format!("614.{}", std::process::id());
+    for (pid, restartable) in [("plain", false), ("again", true)] {
+        let d = tabos_client::proto::ProcDescriptor {
+            pid: pid.into(),
+            program: "sleep".into(),
+            args: vec![marker.clone()],
+            restartable,
+            ..Default::default()
+        };
+        op.spawn("", d).await.unwrap();
+        op.wait_start("", pid).await.unwrap();
+    }
+    assert_eq!(processes_with(&marker), 2);
+    drop(op);
+    n.shut_down().await;
+    assert_eq!(processes_with(&marker), 0, "stopped with the node");
+
+    let store =
+        tabos_kernel::open(&tabos_store::Config::sqlite(dir.path().join("db")).with_partitions(2))
+            .unwrap();
+    let pid = |p: &str| tabos_kernel::ids::Pid::new(p).unwrap();
+    let plain = tabos_kernel::procs::get(&store, "default", &pid("plain")).unwrap();
+    assert_eq!(plain.state.as_str(), "failed");
+    assert!(plain.error.unwrap_or_default().contains("node n1 stopped"));
+    let again = tabos_kernel::procs::get(&store, "default", &pid("again")).unwrap();
+    assert_eq!((again.state.as_str(), again.worker), ("spawned", None));
+    let nodes = tabos_kernel::nodes::list(&store, None, 3_000_000).unwrap();
+    assert_eq!(nodes[0].state, tabos_kernel::nodes::NodeState::Left);
+}
