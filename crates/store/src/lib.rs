@@ -566,8 +566,9 @@ impl Locals {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(found) = all.iter().find_map(|l| l.clone().downcast::<T>().ok()) {
-            return found;
+        let want = std::any::TypeId::of::<T>();
+        if let Some(l) = all.iter().find(|l| (***l).type_id() == want) {
+            return l.clone().downcast::<T>().expect("found by its type id");
         }
         let made = Arc::new(T::default());
         all.push(made.clone());

@@ -746,8 +746,8 @@ struct SqliteTx<'c> {
     conn: &'c Conn,
     confine: &'c Mutex<Option<Confinement>>,
     p_key: PKey,
-    notes: Vec<Notification>,
-    hooks: Vec<AfterCommit>,
+    /// What it queued for after the commit.
+    after: After,
 }
 
 impl Tx for SqliteTx<'_> {
@@ -815,10 +815,10 @@ impl Tx for SqliteTx<'_> {
             .map_err(|e| map_err(e, sql))
     }
     fn notify(&mut self, channel: &str, payload: &str) -> Result<()> {
-        feed::queue(&mut self.notes, channel, payload)
+        feed::queue(&mut self.after.notes, channel, payload)
     }
     fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
-        crate::queue_hook(&mut self.hooks, hook)
+        crate::queue_hook(&mut self.after.hooks, hook)
     }
 }
 
@@ -1004,19 +1004,22 @@ impl Executor {
     /// rolls the whole transaction back); on success what it queued for
     /// after the commit is added to `after`.
     fn run_alone(&self, job: &mut Job, after: &mut After) -> Outcome {
-        let mut tx = SqliteTx {
+        let mut tx = self.tx();
+        let outcome = job.run_caught(&mut tx);
+        if outcome.is_ok() {
+            after.append(tx.after);
+        }
+        outcome
+    }
+
+    /// A procedure's transaction on this executor's connection.
+    fn tx(&self) -> SqliteTx<'_> {
+        SqliteTx {
             conn: &self.conn,
             confine: &self.confine,
             p_key: self.p_key,
-            notes: Vec::new(),
-            hooks: Vec::new(),
-        };
-        let outcome = job.run_caught(&mut tx);
-        if outcome.is_ok() {
-            after.notes.append(&mut tx.notes);
-            after.hooks.append(&mut tx.hooks);
+            after: After::default(),
         }
-        outcome
     }
 
     /// Runs one procedure inside its own savepoint; on success what it
@@ -1025,15 +1028,9 @@ impl Executor {
         if let Err(e) = self.exec("SAVEPOINT proc") {
             return Err(job.failure(e));
         }
-        let mut tx = SqliteTx {
-            conn: &self.conn,
-            confine: &self.confine,
-            p_key: self.p_key,
-            notes: Vec::new(),
-            hooks: Vec::new(),
-        };
+        let mut tx = self.tx();
         let outcome = job.run_caught(&mut tx);
-        let (tx_notes, tx_hooks) = (std::mem::take(&mut tx.notes), std::mem::take(&mut tx.hooks));
+        let queued = tx.after;
         let closed = match &outcome {
             Ok(_) => self.exec("RELEASE proc"),
             Err(_) => self
@@ -1042,8 +1039,7 @@ impl Executor {
         };
         match (outcome, closed) {
             (Ok(v), Ok(())) => {
-                after.notes.extend(tx_notes);
-                after.hooks.extend(tx_hooks);
+                after.append(queued);
                 Ok(v)
             }
             (Ok(_), Err(e)) => Err(job.failure(e)),
@@ -1058,6 +1054,14 @@ impl Executor {
 struct After {
     notes: Vec<Notification>,
     hooks: Vec<AfterCommit>,
+}
+
+impl After {
+    /// Adds what one more procedure queued (it succeeded).
+    fn append(&mut self, mut other: After) {
+        self.notes.append(&mut other.notes);
+        self.hooks.append(&mut other.hooks);
+    }
 }
 
 /// A partition's writer: the executor connection, and who may use it.

@@ -72,27 +72,23 @@ impl Conn {
         f: impl FnOnce(&mut rusqlite::Statement<'static>, &Arc<[String]>) -> Result<T>,
     ) -> Result<T> {
         let key = (sql.as_ptr() as usize, sql.len());
-        // Taken out while in use: a statement run from inside another's
-        // use (none does today) would prepare its own copy, not alias it.
-        let cached = self
-            .statements
-            .try_borrow_mut()
-            .ok()
-            .and_then(|mut m| m.remove(&key));
-        let mut p = match cached {
-            Some(p) => p,
-            None => self.prepare(sql)?,
+        // A statement run from inside another's use (none does today) finds
+        // the cache borrowed and prepares its own copy rather than alias it.
+        let Ok(mut cache) = self.statements.try_borrow_mut() else {
+            let mut p = self.prepare(sql)?;
+            return bind(&mut p, sql, params).and_then(|()| f(&mut p.stmt, &p.columns));
         };
-        let out = bind(&mut p, sql, params).and_then(|()| f(&mut p.stmt, &p.columns));
+        if !cache.contains_key(&key) && cache.len() >= KERNEL_STATEMENTS_MAX {
+            cache.clear();
+        }
+        let p = match cache.entry(key) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.prepare(sql)?),
+        };
+        let out = bind(p, sql, params).and_then(|()| f(&mut p.stmt, &p.columns));
         // Stepping reset it (rusqlite resets on a finished execute and on
         // dropping its rows); a large value bound stays no longer than this.
         p.stmt.clear_bindings();
-        if let Ok(mut m) = self.statements.try_borrow_mut() {
-            if m.len() >= KERNEL_STATEMENTS_MAX {
-                m.clear();
-            }
-            m.insert(key, p);
-        }
         out
     }
 

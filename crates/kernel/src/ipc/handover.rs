@@ -88,6 +88,11 @@ impl Waiters {
         self.count(channel) > 0
     }
 
+    /// Whether no receiver waits on any mailbox.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     /// How many receivers wait on `channel`.
     pub(crate) fn count(&self, channel: &str) -> usize {
         self.lock().get(channel).map_or(0, VecDeque::len)
