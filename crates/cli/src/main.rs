@@ -132,9 +132,9 @@ enum Command {
     Sql(sql::Args),
     /// Show what the node runs on and what it has done
     Status(status::Args),
-    /// List the cluster's nodes: state (up, left, lost), address, cores, measured load, heartbeat age, realms
+    /// List the cluster's nodes: state (up, draining, drained, left, lost), address, cores, measured load, heartbeat age, realms
     Nodes(nodes::ListArgs),
-    /// Manage a cluster node: tabos node rm NODE
+    /// Manage a cluster node: tabos node drain [--undo] NODE, tabos node rm NODE
     Node(nodes::NodeArgs),
     /// Start a throwaway embedded node, run a workload on it and query what it did
     Demo(demo::Args),

@@ -1,4 +1,4 @@
-//! `tabos nodes` and `tabos node rm`: the cluster's nodes.
+//! `tabos nodes` and `tabos node drain|rm`: the cluster's nodes.
 
 use crate::NodeAddr;
 
@@ -19,6 +19,18 @@ pub struct NodeArgs {
 
 #[derive(clap::Subcommand)]
 enum NodeCommand {
+    /// Drain a node (operator): it takes no new procs, those placed on it but
+    /// not started are placed elsewhere, and what it runs finishes; it stays
+    /// drained across restarts until `--undo`
+    Drain {
+        /// The node's id (see `tabos nodes`)
+        node_id: String,
+        /// Put the node back in service instead
+        #[arg(long)]
+        undo: bool,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
     /// Forget a node that left or is lost (operator; refused while it is up)
     Rm {
         /// The node's id (see `tabos nodes`)
@@ -39,7 +51,8 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|r| {
                         serde_json::json!({
-                            "realm": r.realm, "cores": r.cores, "unused_cores": r.unused_cores
+                            "realm": r.realm, "cores": r.cores, "unused_cores": r.unused_cores,
+                            "procs": r.procs,
                         })
                     })
                     .collect();
@@ -60,6 +73,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                         "heartbeat_age_ms": n.heartbeat_age_ms,
                         "started_us": n.started_us,
                         "left_us": (n.left_us != 0).then_some(n.left_us),
+                        "draining_us": (n.draining_us != 0).then_some(n.draining_us),
                         "labels": labels,
                         "realms": realms,
                     })
@@ -87,15 +101,26 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                 let realms = n
                     .realms
                     .iter()
-                    .map(|r| format!("{} ({}/{} cores free)", r.realm, r.unused_cores, r.cores))
+                    .map(|r| {
+                        format!(
+                            "{} ({}/{} cores free, {} procs)",
+                            r.realm, r.unused_cores, r.cores, r.procs
+                        )
+                    })
                     .collect::<Vec<_>>()
                     .join(", ");
+                // A draining node with nothing left to run is drained.
+                let state = if n.state == "draining" && n.realms.iter().all(|r| r.procs == 0) {
+                    "drained".to_string()
+                } else {
+                    n.state.clone()
+                };
                 let mut labels: Vec<String> =
                     n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 labels.sort();
                 vec![
                     n.node_id.clone(),
-                    n.state.clone(),
+                    state,
                     n.address.clone(),
                     n.cores.to_string(),
                     format!("{:.2}", n.busy_cores),
@@ -113,6 +138,23 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
 
 pub fn node(args: NodeArgs) -> anyhow::Result<()> {
     match args.command {
+        NodeCommand::Drain {
+            node_id,
+            undo,
+            node,
+        } => crate::runtime()?.block_on(async {
+            let done = node.connect().await?.drain_node(&node_id, !undo).await?;
+            match (undo, done.changed) {
+                (false, true) => println!("node {node_id} is draining"),
+                (false, false) => println!("node {node_id} was draining already"),
+                (true, true) => println!("node {node_id} is back in service"),
+                (true, false) => println!("node {node_id} was not draining"),
+            }
+            for m in &done.moved {
+                println!("placed again: {} in realm {}", m.pid, m.realm);
+            }
+            Ok(())
+        }),
         NodeCommand::Rm { node_id, node } => crate::runtime()?.block_on(async {
             node.connect().await?.remove_node(&node_id).await?;
             println!("removed node {node_id}");

@@ -532,6 +532,18 @@ fn a_killed_node_has_its_procs_failed() {
             || stdout(&o).contains("claimed")
             || stdout(&o).contains("running")
     );
+    // Drained, a runs what it has and takes nothing new: the next proc
+    // goes to b; back in service, it is up again.
+    let o = b.tabos(&["node", "drain", "a"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("node a is draining"), "{}", stdout(&o));
+    let listed = stdout(&b.tabos(&["nodes"]));
+    assert!(listed.contains("draining"), "{listed}");
+    let o = a.tabos(&["spawn", "--pid", "elsewhere", "--", "sleep", "30"]);
+    assert!(stdout(&o).contains("b.w0"), "{}", stdout(&o));
+    let o = b.tabos(&["node", "drain", "--undo", "a"]);
+    assert!(stdout(&o).contains("back in service"), "{}", stdout(&o));
+    assert_eq!(stdout(&b.tabos(&["nodes"])).matches(" up ").count(), 2);
     let mut a = a;
     a.child.kill().unwrap(); // SIGKILL
     a.child.wait().unwrap();

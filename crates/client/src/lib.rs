@@ -657,6 +657,23 @@ impl Client {
         Ok(())
     }
 
+    /// Drains node `node_id` (`drain`) or puts it back in service
+    /// (operator); see the `DrainNode` RPC.
+    pub async fn drain_node(
+        &mut self,
+        node_id: &str,
+        drain: bool,
+    ) -> Result<proto::DrainNodeResponse, Error> {
+        Ok(self
+            .node
+            .drain_node(proto::DrainNodeRequest {
+                node_id: node_id.to_string(),
+                drain,
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Creates named mailbox `name`; `bytes_max` 0 takes the node's default
     /// bound, `log_delivered` `None` the node's default.
     pub async fn create_mailbox(

@@ -153,6 +153,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/020_node.sql"),
         postgres: include_str!("../schema/postgres/020_node.sql"),
     },
+    Migration {
+        version: 21,
+        name: "drain",
+        sqlite: include_str!("../schema/sqlite/021_drain.sql"),
+        postgres: include_str!("../schema/postgres/021_drain.sql"),
+    },
 ];
 
 /// Errors of kernel services.

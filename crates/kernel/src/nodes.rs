@@ -12,6 +12,11 @@
 //! is one live process: the latest to register takes the row over (a node
 //! restarted right after a crash must not wait out its old lease), and
 //! the process it replaced learns it at its next heartbeat, which fails.
+//!
+//! An operator drains a node ([`set_draining`], column `draining_us`,
+//! migration 021): it stays up and finishes what it runs, but takes no new
+//! procs; [`crate::procs::drain_node`] marks its workers in every realm and
+//! places their unclaimed procs elsewhere.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -55,6 +60,9 @@ pub enum NodeState {
     Left,
     /// Its lease lapsed without a clean stop.
     Lost,
+    /// Up, but drained by an operator: it finishes what it runs and takes
+    /// nothing new.
+    Draining,
 }
 
 impl NodeState {
@@ -63,6 +71,7 @@ impl NodeState {
             NodeState::Up => "up",
             NodeState::Left => "left",
             NodeState::Lost => "lost",
+            NodeState::Draining => "draining",
         }
     }
 }
@@ -85,6 +94,8 @@ pub struct NodeInfo {
     pub started_us: i64,
     pub heartbeat_us: i64,
     pub left_us: Option<i64>,
+    /// When an operator drained it, if it is draining.
+    pub draining_us: Option<i64>,
     /// Cores busy at its last heartbeat (measured).
     pub busy_cores: f64,
     /// The realms it serves, with the cores its worker there offers and
@@ -98,6 +109,8 @@ pub struct NodeRealm {
     pub realm: String,
     pub cores: i64,
     pub unused_cores: i64,
+    /// Its live procs there (spawned on it, claimed or running).
+    pub procs: i64,
 }
 
 impl Registration {
@@ -236,7 +249,7 @@ pub fn remove_tx(tx: &mut dyn Tx, node_id: &str, now_us: i64, lease_us: i64) -> 
     let Some(row) = row else {
         return Err(Error::NotFound(format!("no node {node_id}")));
     };
-    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, now_us, lease_us);
+    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, None, now_us, lease_us);
     if state == NodeState::Up {
         return Err(Error::Precondition(format!(
             "node {node_id} is up; stop it first (a node that left or is lost can be removed)"
@@ -247,6 +260,71 @@ pub fn remove_tx(tx: &mut dyn Tx, node_id: &str, now_us: i64, lease_us: i64) -> 
         params![p, node_id],
     )?;
     Ok(())
+}
+
+/// Procedure body: marks node `node_id` as draining (`on`, since `now_us`)
+/// or back in service. Draining needs the node up; putting one back in
+/// service that is not draining changes nothing. Returns whether the row
+/// changed.
+pub fn set_draining_tx(
+    tx: &mut dyn Tx,
+    node_id: &str,
+    on: bool,
+    now_us: i64,
+    lease_us: i64,
+) -> Result<bool> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx.query_opt(
+        "SELECT state, heartbeat_us, draining_us FROM node WHERE p_key = $1 AND node_id = $2",
+        params![p, node_id],
+    )?;
+    let Some(row) = row else {
+        return Err(Error::NotFound(format!("no node {node_id}")));
+    };
+    let draining = row.get::<Option<i64>>(2)?.is_some();
+    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, None, now_us, lease_us);
+    if on && state != NodeState::Up {
+        return Err(Error::Precondition(format!(
+            "node {node_id} is {state}; only a node that is up can be drained"
+        )));
+    }
+    if on == draining {
+        return Ok(false);
+    }
+    tx.execute(
+        "UPDATE node SET draining_us = $3 WHERE p_key = $1 AND node_id = $2",
+        params![p, node_id, on.then_some(now_us)],
+    )?;
+    Ok(true)
+}
+
+/// Marks node `node_id` as draining or back in service (see
+/// [`set_draining_tx`]; [`crate::procs::drain_node`] does the rest).
+pub async fn set_draining(store: &Store, node_id: &str, on: bool, lease_us: i64) -> Result<bool> {
+    let id = node_id.to_string();
+    let now = tabos_store::now_us();
+    store
+        .run(CLUSTER_PARTITION, move |tx| {
+            set_draining_tx(tx, &id, on, now, lease_us)
+        })
+        .await
+}
+
+/// Whether node `node_id` is draining (an unknown node is not).
+pub async fn is_draining(store: &Store, node_id: &str) -> Result<bool> {
+    let id = node_id.to_string();
+    store
+        .read(CLUSTER_PARTITION, move |tx| {
+            let row = tx.query_opt(
+                "SELECT draining_us FROM node WHERE p_key = $1 AND node_id = $2",
+                params![i64::from(tx.p_key().0), id.as_str()],
+            )?;
+            Ok(match row {
+                Some(r) => r.get::<Option<i64>>(0)?.is_some(),
+                None => false,
+            })
+        })
+        .await
 }
 
 /// Forgets node `node_id` (see [`remove_tx`]).
@@ -260,10 +338,17 @@ pub async fn remove(store: &Store, node_id: &str, lease_us: i64) -> Result<()> {
         .await
 }
 
-fn derive_state(stored: &str, heartbeat_us: i64, now_us: i64, lease_us: i64) -> NodeState {
+fn derive_state(
+    stored: &str,
+    heartbeat_us: i64,
+    draining_us: Option<i64>,
+    now_us: i64,
+    lease_us: i64,
+) -> NodeState {
     match stored {
         "left" => NodeState::Left,
         _ if heartbeat_us <= now_us - lease_us => NodeState::Lost,
+        _ if draining_us.is_some() => NodeState::Draining,
         _ => NodeState::Up,
     }
 }
@@ -272,16 +357,24 @@ fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
     let labels: BTreeMap<String, String> = serde_json::from_str(&r.get::<String>(4)?)
         .map_err(|e| Error::Invalid(format!("stored labels: {e}")))?;
     let heartbeat_us: i64 = r.get(7)?;
+    let draining_us: Option<i64> = r.get(10)?;
     Ok(NodeInfo {
         node_id: r.get(0)?,
         address: r.get(1)?,
         cores: r.get(2)?,
         mem_mb: r.get(3)?,
         labels,
-        state: derive_state(&r.get::<String>(5)?, heartbeat_us, now_us, lease_us),
+        state: derive_state(
+            &r.get::<String>(5)?,
+            heartbeat_us,
+            draining_us,
+            now_us,
+            lease_us,
+        ),
         started_us: r.get(6)?,
         heartbeat_us,
         left_us: r.get(8)?,
+        draining_us,
         busy_cores: r.get(9)?,
         realms: Vec::new(),
     })
@@ -294,7 +387,7 @@ pub fn list(store: &Store, realm: Option<&str>, lease_us: i64) -> Result<Vec<Nod
     let now = tabos_store::now_us();
     let rows = store.query_capped(
         "SELECT node_id, address, cores, mem_mb, labels, state, started_us, heartbeat_us, \
-                left_us, busy_cores \
+                left_us, busy_cores, draining_us \
          FROM node WHERE p_key = $1 ORDER BY node_id",
         &[i64::from(CLUSTER_PARTITION.0).into()],
         NODES_LIST_MAX,
@@ -306,13 +399,17 @@ pub fn list(store: &Store, realm: Option<&str>, lease_us: i64) -> Result<Vec<Nod
         .collect::<Result<Vec<_>>>()?;
     let workers = match realm {
         Some(r) => store.query(
-            "SELECT node_id, realm, cores, unused_capacity FROM worker \
-             WHERE realm = $1 AND state = 'up' ORDER BY node_id, realm",
+            "SELECT node_id, realm, cores, unused_capacity, (SELECT count(*) FROM proc p \
+               WHERE p.p_key = w.p_key AND p.realm = w.realm AND p.worker_id = w.worker_id \
+                 AND p.state IN ('spawned', 'claimed', 'running')) \
+             FROM worker w WHERE realm = $1 AND state = 'up' ORDER BY node_id, realm",
             &[r.into()],
         )?,
         None => store.query(
-            "SELECT node_id, realm, cores, unused_capacity FROM worker \
-             WHERE state = 'up' ORDER BY node_id, realm",
+            "SELECT node_id, realm, cores, unused_capacity, (SELECT count(*) FROM proc p \
+               WHERE p.p_key = w.p_key AND p.realm = w.realm AND p.worker_id = w.worker_id \
+                 AND p.state IN ('spawned', 'claimed', 'running')) \
+             FROM worker w WHERE state = 'up' ORDER BY node_id, realm",
             &[],
         )?,
     };
@@ -328,6 +425,7 @@ pub fn list(store: &Store, realm: Option<&str>, lease_us: i64) -> Result<Vec<Nod
                 realm: w.get(1)?,
                 cores: w.get(2)?,
                 unused_cores: w.get(3)?,
+                procs: w.get(4)?,
             });
         }
     }
@@ -391,9 +489,31 @@ mod tests {
 
     #[test]
     fn state_comes_from_the_row_and_the_lease() {
-        assert_eq!(derive_state("up", 1_000, 1_500, 1_000), NodeState::Up);
-        assert_eq!(derive_state("up", 1_000, 2_000, 1_000), NodeState::Lost);
-        assert_eq!(derive_state("left", 1_000, 9_000, 1_000), NodeState::Left);
-        assert_eq!(derive_state("left", 1_000, 1_001, 1_000), NodeState::Left);
+        assert_eq!(derive_state("up", 1_000, None, 1_500, 1_000), NodeState::Up);
+        assert_eq!(
+            derive_state("up", 1_000, None, 2_000, 1_000),
+            NodeState::Lost
+        );
+        assert_eq!(
+            derive_state("left", 1_000, None, 9_000, 1_000),
+            NodeState::Left
+        );
+        assert_eq!(
+            derive_state("left", 1_000, None, 1_001, 1_000),
+            NodeState::Left
+        );
+        // Draining is up and drained; a lost or left node is that first.
+        assert_eq!(
+            derive_state("up", 1_000, Some(1), 1_500, 1_000),
+            NodeState::Draining
+        );
+        assert_eq!(
+            derive_state("up", 1_000, Some(1), 2_000, 1_000),
+            NodeState::Lost
+        );
+        assert_eq!(
+            derive_state("left", 1_000, Some(1), 1_500, 1_000),
+            NodeState::Left
+        );
     }
 }

@@ -714,6 +714,10 @@ pub fn steal_tx(
     steal_after_us: i64,
     now_us: i64,
 ) -> Result<Stolen> {
+    if sched::draining_tx(tx, realm, thief)? {
+        // A draining node takes no new work, stolen or placed.
+        return Ok(Stolen::default());
+    }
     let p = i64::from(tx.p_key().0);
     let rows = tx.query(
         concat!(
@@ -964,6 +968,102 @@ fn give_back_tx(
         }
     }
     Ok(())
+}
+
+/// Procedure body: node `node_id` is drained (`on`) or back in service:
+/// its workers in `realm` are marked ([`sched::set_draining_tx`]) and, when
+/// draining, the procs placed on them but not yet claimed are placed again
+/// elsewhere (their reservations released) — what already runs there
+/// finishes. Returns the pids placed again.
+pub fn drain_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    node_id: &str,
+    on: bool,
+    now_us: i64,
+) -> Result<Vec<String>> {
+    let workers = sched::set_draining_tx(tx, realm, node_id, on)?;
+    let mut moved = Vec::new();
+    if !on {
+        // Back in service: its room may hold deferred procs.
+        if !workers.is_empty() {
+            assign_deferred_tx(tx, realm, now_us)?;
+        }
+        return Ok(moved);
+    }
+    let p = i64::from(tx.p_key().0);
+    for w in &workers {
+        let unclaimed = tx.query(
+            "SELECT pid, cores, mem_mb, class FROM proc \
+             WHERE p_key = $1 AND realm = $2 AND worker_id = $3 AND state = 'spawned'",
+            params![p, realm, w.as_str()],
+        )?;
+        for r in &unclaimed {
+            let pid: String = r.get(0)?;
+            let class: Class = r.get::<String>(3)?.parse()?;
+            let need = need_of(class, r.get(1)?, r.get(2)?, None);
+            if need.reserves() {
+                sched::release_tx(tx, realm, w, need.cores, need.mem_mb)?;
+            }
+            tx.execute(
+                "UPDATE proc SET worker_id = NULL, assign_us = NULL \
+                 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+                params![p, realm, pid.as_str()],
+            )?;
+            event_tx(tx, realm, &pid, "requeue", Some(w.as_str()), now_us)?;
+            moved.push(pid);
+        }
+    }
+    if !moved.is_empty() {
+        assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(moved)
+}
+
+/// Drains node `node_id` in `realm`, or puts it back in service (see
+/// [`drain_tx`]).
+pub async fn drain(store: &Store, realm: &str, node_id: &str, on: bool) -> Result<Vec<String>> {
+    let n = node_id.to_string();
+    call(store, realm, move |tx, r, now| drain_tx(tx, r, &n, on, now)).await
+}
+
+/// What [`drain_node`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Whether the node's state changed (false: it was so already).
+    pub changed: bool,
+    /// `(realm, pid)` of the unclaimed procs placed again elsewhere.
+    pub moved: Vec<(String, String)>,
+}
+
+/// Drains node `node_id` (`on`) — it stops taking new procs, its unclaimed
+/// ones are placed elsewhere, what it runs finishes — or puts it back in
+/// service. First the node's row ([`crate::nodes::set_draining`]), then its
+/// workers realm by realm: a worker the node registers meanwhile reads the
+/// row after registering ([`crate::nodes::is_draining`]), so whichever
+/// comes second sees the other. Repeating a drain repeats the realm pass.
+pub async fn drain_node(store: &Store, node_id: &str, on: bool, lease_us: i64) -> Result<Drained> {
+    crate::ids::validate_name("node id", node_id)?;
+    let changed = crate::nodes::set_draining(store, node_id, on, lease_us).await?;
+    let s2 = store.clone();
+    let realms = tokio::task::spawn_blocking(move || crate::realms::list(&s2))
+        .await
+        .map_err(|e| Error::Invalid(format!("listing realms: {e}")))??;
+    let mut out = Drained {
+        changed,
+        moved: Vec::new(),
+    };
+    for realm in realms {
+        match drain(store, &realm, node_id, on).await {
+            Ok(pids) => out
+                .moved
+                .extend(pids.into_iter().map(|p| (realm.clone(), p))),
+            // Removed meanwhile.
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
 }
 
 /// Gives `worker`'s procs back because its node stops cleanly (see

@@ -1,8 +1,9 @@
 //! Scheduling: workers and the three schedulers of the DBOS paper.
 //!
 //! Table `worker(p_key, realm, worker_id, node_id, cores, mem_mb,
-//! unused_capacity, unused_mem_mb, heartbeat_us, state)`: a worker is a set of
-//! core slots of one node serving one realm; `unused_capacity` is in cores.
+//! unused_capacity, unused_mem_mb, heartbeat_us, state, draining)`: a worker
+//! is a set of core slots of one node serving one realm; `unused_capacity`
+//! is in cores; a draining worker (its node is drained) takes no new procs.
 //! Invariant (a CHECK constraint on both backends): `0 <= unused_capacity <=
 //! cores` and `0 <= unused_mem_mb <= mem_mb`, so capacity can never go
 //! negative even if a procedure had a bug.
@@ -33,22 +34,24 @@ pub use crate::realms::Scheduler;
 
 // The three schedulers' worker choice. $1 p_key, $2 realm, $3 cores, $4 mem_mb,
 // $5 home node (locality only).
+// A draining worker (its node is being drained) is never picked.
 const PICK_FIFO: &str = "SELECT worker_id FROM worker \
-     WHERE p_key = $1 AND realm = $2 AND state = 'up' \
+     WHERE p_key = $1 AND realm = $2 AND state = 'up' AND draining = 0 \
        AND unused_capacity >= $3 AND unused_mem_mb >= $4 \
      LIMIT 1";
 // Locality: the home node's worker while the home node serves the realm
 // (the proc waits for room there); any worker with room once it does not
-// — lost, left, or never there — so a lost node's procs are placed again.
+// — lost, left, draining, or never there — so a lost node's procs are
+// placed again.
 const PICK_LOCALITY: &str = "SELECT worker_id FROM worker \
-     WHERE p_key = $1 AND realm = $2 AND state = 'up' \
+     WHERE p_key = $1 AND realm = $2 AND state = 'up' AND draining = 0 \
        AND unused_capacity >= $3 AND unused_mem_mb >= $4 \
        AND (node_id = $5 OR NOT EXISTS (SELECT 1 FROM worker AS home \
             WHERE home.p_key = $1 AND home.realm = $2 AND home.node_id = $5 \
-              AND home.state = 'up')) \
+              AND home.state = 'up' AND home.draining = 0)) \
      LIMIT 1";
 const PICK_LEAST_LOADED: &str = "SELECT worker_id FROM worker \
-     WHERE p_key = $1 AND realm = $2 AND state = 'up' \
+     WHERE p_key = $1 AND realm = $2 AND state = 'up' AND draining = 0 \
        AND unused_capacity >= $3 AND unused_mem_mb >= $4 \
      ORDER BY unused_capacity DESC \
      LIMIT 1";
@@ -219,6 +222,41 @@ pub fn lapse_workers_tx(tx: &mut dyn Tx, realm: &str, cutoff_us: i64) -> Result<
     // RETURNING's order is unspecified; callers see a stable one.
     out.sort();
     Ok(out)
+}
+
+/// Procedure body: marks every worker of node `node_id` in `realm` as
+/// draining (`on`) or not, and returns them: a draining worker is never
+/// picked, and its procd steals nothing ([`draining_tx`]).
+pub fn set_draining_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    node_id: &str,
+    on: bool,
+) -> Result<Vec<WorkerId>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        "UPDATE worker SET draining = $4 WHERE p_key = $1 AND realm = $2 AND node_id = $3 \
+         RETURNING worker_id",
+        params![p, realm, node_id, i64::from(on)],
+    )?;
+    let mut out = rows
+        .iter()
+        .map(|r| r.get::<String>(0).map(WorkerId))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    out.sort();
+    Ok(out)
+}
+
+/// Procedure body: whether `worker` is draining (an unknown worker is not).
+pub fn draining_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId) -> Result<bool> {
+    let row = tx.query_opt(
+        "SELECT draining FROM worker WHERE p_key = $1 AND realm = $2 AND worker_id = $3",
+        params![crate::p_key(tx), realm, worker.as_str()],
+    )?;
+    Ok(match row {
+        Some(r) => r.get::<i64>(0)? != 0,
+        None => false,
+    })
 }
 
 /// Procedure body: takes `worker` down (its node stops); returns whether

@@ -794,3 +794,109 @@ fn unplaced_procs_say_why(b: Backend) {
         );
     });
 }
+
+fn node_row(id: &str) -> tabos_kernel::nodes::Registration {
+    tabos_kernel::nodes::Registration {
+        node_id: id.into(),
+        address: String::new(),
+        cores: 2,
+        mem_mb: 1024,
+        labels: Default::default(),
+    }
+}
+
+/// A drained node takes nothing new — no placement, no steal — its
+/// unclaimed procs are placed elsewhere, what it runs stays; undone, it
+/// takes work again. Only a node that is up can be drained.
+fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
+    use tabos_kernel::nodes::{self, NodeState};
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        const LEASE: i64 = 60_000_000;
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let now = tabos_store::now_us();
+        nodes::register(&s, &node_row("n-a"), now).await.unwrap();
+        nodes::register(&s, &node_row("n-b"), now).await.unwrap();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || {
+            procs::register_worker(&s2, "r", &worker("a", "n-a", 2)).unwrap();
+            procs::register_worker(&s2, "r", &worker("b", "n-b", 2)).unwrap();
+        })
+        .await
+        .unwrap();
+        let wa = WorkerId::new("a").unwrap();
+        assert_eq!(procs::spawn(&s, "r", named("run")).await.unwrap().1, w("a"));
+        procs::claim(&s, "r", &wa, 10, ANY).await.unwrap();
+        assert_eq!(
+            procs::spawn(&s, "r", named("queued")).await.unwrap().1,
+            w("a")
+        );
+
+        let done = procs::drain_node(&s, "n-a", true, LEASE).await.unwrap();
+        assert!(done.changed);
+        assert_eq!(done.moved, vec![("r".to_string(), "queued".to_string())]);
+        let queued = procs::get(&s, "r", &Pid("queued".into())).unwrap();
+        assert_eq!((queued.state, queued.worker), (State::Spawned, w("b")));
+        let run = procs::get(&s, "r", &Pid("run".into())).unwrap();
+        assert_eq!(run.worker, w("a"), "what it runs stays");
+        // a holds only run's core now; b holds queued's.
+        assert_eq!(
+            unused(&s, "r"),
+            HashMap::from([("a".into(), 1), ("b".into(), 1)])
+        );
+        // Nothing new lands on it: b fills, then procs wait.
+        assert_eq!(procs::spawn(&s, "r", named("new")).await.unwrap().1, w("b"));
+        assert_eq!(procs::spawn(&s, "r", named("later")).await.unwrap().1, None);
+        assert!(procs::steal(&s, "r", &wa, ANY, 0)
+            .await
+            .unwrap()
+            .procs
+            .is_empty());
+        let be = Descriptor {
+            class: Class::Be,
+            ..named("be")
+        };
+        assert_eq!(procs::spawn(&s, "r", be).await.unwrap().1, w("b"));
+        // Listed as draining, with what it still runs.
+        let s2 = s.clone();
+        let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None, LEASE))
+            .await
+            .unwrap()
+            .unwrap();
+        let a = listed.iter().find(|n| n.node_id == "n-a").unwrap();
+        assert_eq!(a.state, NodeState::Draining);
+        assert!(a.draining_us.is_some());
+        assert_eq!((a.realms.len(), a.realms[0].procs), (1, 1));
+        // Again: nothing changes.
+        let again = procs::drain_node(&s, "n-a", true, LEASE).await.unwrap();
+        assert!(!again.changed && again.moved.is_empty());
+
+        // Back in service: its free core takes the waiting proc at once.
+        let back = procs::drain_node(&s, "n-a", false, LEASE).await.unwrap();
+        assert!(back.changed);
+        let later = procs::get(&s, "r", &Pid("later".into())).unwrap();
+        assert_eq!(later.worker, w("a"));
+        let s2 = s.clone();
+        let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None, LEASE))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(listed[0].state, NodeState::Up);
+        assert_eq!(listed[0].draining_us, None);
+
+        // Unknown, bad or not up: refused, nothing changed.
+        let e = procs::drain_node(&s, "nope", true, LEASE)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::NotFound(_)), "{e}");
+        let e = procs::drain_node(&s, "../x", true, LEASE)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        nodes::leave(&s, "n-b", now).await.unwrap();
+        let e = procs::drain_node(&s, "n-b", true, LEASE).await.unwrap_err();
+        assert!(matches!(e, Error::Precondition(_)), "{e}");
+    });
+}
+both!(draining_a_node_moves_its_unclaimed_procs_only);

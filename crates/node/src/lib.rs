@@ -880,6 +880,19 @@ async fn serve_realms(
                 }
                 Err(_) => return,
             }
+            // A drained node stays drained in a realm it begins to serve
+            // (created after the drain, or served again after a restart).
+            let id = &node.settings.node_id;
+            let drained = match tabos_kernel::nodes::is_draining(&node.store, id).await {
+                Ok(true) => tabos_kernel::procs::drain(&node.store, &realm, id, true)
+                    .await
+                    .map(|_| ()),
+                Ok(false) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = drained {
+                eprintln!("node {id}: cannot keep realm {realm} drained: {e}");
+            }
             let procd = procd::Procd::new(
                 node.store.clone(),
                 node.files.clone(),

@@ -77,6 +77,31 @@ impl proto::node_server::Node for StatusService {
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Empty {}))
     }
+
+    async fn drain_node(
+        &self,
+        request: Request<proto::DrainNodeRequest>,
+    ) -> Result<Response<proto::DrainNodeResponse>, Status> {
+        let access = self.node.access(&request)?;
+        access.require(Role::Operator)?;
+        let r = request.into_inner();
+        let done = tabos_kernel::procs::drain_node(
+            &self.node.store,
+            &r.node_id,
+            r.drain,
+            self.node.lease_us(),
+        )
+        .await
+        .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::DrainNodeResponse {
+            changed: done.changed,
+            moved: done
+                .moved
+                .into_iter()
+                .map(|(realm, pid)| proto::MovedProc { realm, pid })
+                .collect(),
+        }))
+    }
 }
 
 fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
@@ -91,6 +116,7 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
         heartbeat_us: n.heartbeat_us,
         heartbeat_age_ms: (now_us - n.heartbeat_us).max(0) / 1_000,
         left_us: n.left_us.unwrap_or(0),
+        draining_us: n.draining_us.unwrap_or(0),
         busy_cores: n.busy_cores,
         realms: n
             .realms
@@ -99,6 +125,7 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
                 realm: r.realm,
                 cores: r.cores,
                 unused_cores: r.unused_cores,
+                procs: r.procs,
             })
             .collect(),
     }

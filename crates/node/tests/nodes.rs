@@ -191,3 +191,66 @@ async fn a_clean_stop_gives_procs_back() {
     let nodes = tabos_kernel::nodes::list(&store, None, 3_000_000).unwrap();
     assert_eq!(nodes[0].state, tabos_kernel::nodes::NodeState::Left);
 }
+
+/// A drained node finishes what it runs and takes nothing new, across a
+/// restart, until it is put back in service; draining is the operator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_takes_nothing_new_until_undone() {
+    let dir = TempDir::new("nodes-drain");
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    let proc = |pid: &str, program: &str| tabos_client::proto::ProcDescriptor {
+        pid: pid.into(),
+        program: program.into(),
+        args: if program == "sleep" {
+            vec!["600".into()]
+        } else {
+            vec![]
+        },
+        ..Default::default()
+    };
+    op.spawn("", proc("long", "sleep")).await.unwrap();
+    op.wait_start("", "long").await.unwrap();
+
+    let created = op.create_realm("acme", "fifo").await.unwrap();
+    let mut acme = n.client_with(&created.admin_token).await;
+    let e = acme.drain_node("n1", true).await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    let e = op.drain_node("nope", true).await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "{e}");
+    assert_eq!(op.list_nodes().await.unwrap()[0].state, "up");
+
+    let done = op.drain_node("n1", true).await.unwrap();
+    assert!(done.changed);
+    let listed = op.list_nodes().await.unwrap();
+    assert_eq!(listed[0].state, "draining");
+    assert!(listed[0].draining_us > 0);
+    let default = listed[0]
+        .realms
+        .iter()
+        .find(|r| r.realm == "default")
+        .unwrap();
+    assert_eq!(default.procs, 1, "long still runs");
+    op.spawn("", proc("next", "true")).await.unwrap();
+    let next = op.proc_status("", "next").await.unwrap();
+    assert_eq!((next.state.as_str(), next.worker.as_str()), ("spawned", ""));
+    assert_eq!(op.proc_status("", "long").await.unwrap().state, "running");
+    drop((op, acme));
+
+    // Restarted, it is still drained: next waits.
+    n.shut_down().await;
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    assert_eq!(op.list_nodes().await.unwrap()[0].state, "draining");
+    let next = op.proc_status("", "next").await.unwrap();
+    assert_eq!((next.state.as_str(), next.worker.as_str()), ("spawned", ""));
+
+    // Back in service, the waiting proc runs.
+    assert!(op.drain_node("n1", false).await.unwrap().changed);
+    assert!(!op.drain_node("n1", false).await.unwrap().changed);
+    let done = op.wait_exit("", "next").await.unwrap();
+    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    assert_eq!(op.list_nodes().await.unwrap()[0].state, "up");
+    drop(op);
+    n.shut_down().await;
+}
