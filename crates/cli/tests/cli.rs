@@ -518,6 +518,24 @@ fn a_killed_node_has_its_procs_failed() {
     let listed = stdout(&o);
     assert!(listed.contains("zone=east"), "{listed}");
     assert_eq!(listed.matches(" up ").count(), 2, "{listed}");
+    // Any node answers for the cluster: a proc run on a (FIFO's first
+    // worker with room) has its log read through b, which forwards to a.
+    let o = b.tabos(&[
+        "spawn",
+        "--pid",
+        "hello",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo hi from a",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = b.tabos(&["ps", "--json"]);
+    assert!(stdout(&o).contains("a.w0"), "{}", stdout(&o));
+    let o = b.tabos(&["logs", "hello"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "hi from a\n");
     // FIFO takes the first worker with room: a.w0.
     let o = a.tabos(&["spawn", "--pid", "victim", "--", "sleep", "30"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -571,6 +589,14 @@ fn a_killed_node_has_its_procs_failed() {
             ("a".to_string(), "lost".to_string()),
             ("b".to_string(), "up".to_string())
         ]
+    );
+    // The log kept on the lost node cannot be read now: UNAVAILABLE, said so.
+    let o = b.tabos(&["logs", "hello"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("node a, which is lost"),
+        "{}",
+        stderr(&o)
     );
     let o = b.tabos(&["node", "rm", "b"]);
     assert!(

@@ -380,6 +380,25 @@ fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
     })
 }
 
+/// Node `node_id` as read now (without its realms).
+pub async fn get(store: &Store, node_id: &str, lease_us: i64) -> Result<NodeInfo> {
+    let id = node_id.to_string();
+    store
+        .read(CLUSTER_PARTITION, move |tx| {
+            let row = tx.query_opt(
+                "SELECT node_id, address, cores, mem_mb, labels, state, started_us, \
+                        heartbeat_us, left_us, busy_cores, draining_us \
+                 FROM node WHERE p_key = $1 AND node_id = $2",
+                params![i64::from(tx.p_key().0), id.as_str()],
+            )?;
+            match row {
+                Some(r) => node_from_row(&r, tabos_store::now_us(), lease_us),
+                None => Err(Error::NotFound(format!("no node {id}"))),
+            }
+        })
+        .await
+}
+
 /// Every node (at most [`NODES_LIST_MAX`]) with the realms it serves —
 /// all of them, or only `realm`'s when given (what a realm's member may
 /// see). Blocking (a read over all partitions).

@@ -1027,6 +1027,20 @@ pub async fn drain(store: &Store, realm: &str, node_id: &str, on: bool) -> Resul
     call(store, realm, move |tx, r, now| drain_tx(tx, r, &n, on, now)).await
 }
 
+/// The node whose worker holds (or last held) proc `pid` of `realm` —
+/// where its logs are — or `None` if it was never placed.
+pub async fn holder(store: &Store, realm: &str, pid: &Pid) -> Result<Option<String>> {
+    let pid = pid.clone();
+    call(store, realm, move |tx, r, _| {
+        let info = get_tx(tx, r, pid.as_str())?;
+        match &info.worker {
+            Some(w) => sched::node_of_tx(tx, r, w),
+            None => Ok(None),
+        }
+    })
+    .await
+}
+
 /// What [`drain_node`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Drained {

@@ -259,6 +259,16 @@ pub fn draining_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId) -> Result<bo
     })
 }
 
+/// Procedure body: the node `worker` of `realm` belongs to (`None`: no
+/// such worker).
+pub fn node_of_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId) -> Result<Option<String>> {
+    let row = tx.query_opt(
+        "SELECT node_id FROM worker WHERE p_key = $1 AND realm = $2 AND worker_id = $3",
+        params![crate::p_key(tx), realm, worker.as_str()],
+    )?;
+    Ok(row.map(|r| r.get::<String>(0)).transpose()?)
+}
+
 /// Procedure body: takes `worker` down (its node stops); returns whether
 /// it was up.
 pub fn down_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId) -> Result<bool> {

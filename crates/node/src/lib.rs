@@ -16,6 +16,7 @@ pub mod budget;
 pub mod confine;
 pub mod conn;
 pub use conn::{incoming, Conn};
+pub mod forward;
 pub mod fs;
 pub mod host;
 pub mod ipc;

@@ -475,6 +475,7 @@ impl proto::procs_server::Procs for ProcsService {
         request: Request<proto::LogsRequest>,
     ) -> Result<Response<proto::LogsResponse>, Status> {
         let access = self.node.access(&request)?;
+        let token = crate::forward::bearer(request.metadata())?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
         tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
@@ -488,6 +489,21 @@ impl proto::procs_server::Procs for ProcsService {
                 )))
             }
         };
+        // The logs are on the node that ran the proc: answered there.
+        let holder = procs::holder(&self.node.store, &r.realm, &pid)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        if let Some(holder) = holder {
+            let what = format!("the log of proc {pid}");
+            if let crate::forward::Holder::Peer(addr) =
+                crate::forward::holder(&self.node, &holder, &what).await?
+            {
+                let mut peer = crate::forward::connect(&addr, &token).await?;
+                let reply =
+                    crate::forward::call(&addr, peer.logs(&r.realm, pid.as_str(), stream)).await?;
+                return Ok(Response::new(reply));
+            }
+        }
         let path = Procd::log_path(&self.node.logs, &r.realm, pid.as_str(), stream);
         let data = match tokio::fs::read(&path).await {
             Ok(d) => d,
