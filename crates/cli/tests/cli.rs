@@ -493,6 +493,10 @@ fn a_killed_node_has_its_procs_failed() {
     let Some(url) = tabos_store::testing::pg_database() else {
         return;
     };
+    // Each node has its own block store (no shared file system).
+    let dir = TempDir::new("cli-two-nodes");
+    let blocks = |n: &str| dir.path().join(format!("{n}.blocks"));
+    let (blocks_a, blocks_b) = (blocks("a"), blocks("b"));
     let common = [
         "--db",
         url.as_str(),
@@ -507,11 +511,37 @@ fn a_killed_node_has_its_procs_failed() {
     let a = Node::start(
         &[
             &common[..],
-            &["--node-id", "a", "--cores", "1", "--label", "zone=east"],
+            &[
+                "--node-id",
+                "a",
+                "--cores",
+                "1",
+                "--label",
+                "zone=east",
+                "--blocks",
+                blocks_a.to_str().unwrap(),
+                "--blocks-mib",
+                "64",
+            ],
         ]
         .concat(),
     );
-    let b = Node::start(&[&common[..], &["--node-id", "b", "--cores", "1"]].concat());
+    let b = Node::start(
+        &[
+            &common[..],
+            &[
+                "--node-id",
+                "b",
+                "--cores",
+                "1",
+                "--blocks",
+                blocks_b.to_str().unwrap(),
+                "--blocks-mib",
+                "64",
+            ],
+        ]
+        .concat(),
+    );
     // Both are cluster members, each seen from the other.
     let o = b.tabos(&["nodes"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -536,6 +566,16 @@ fn a_killed_node_has_its_procs_failed() {
     let o = b.tabos(&["logs", "hello"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(stdout(&o), "hi from a\n");
+    // A large file put through a lives in a's block segments; b reads it
+    // (forwarded to a).
+    let big: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    let local = dir.path().join("big");
+    std::fs::write(&local, &big).unwrap();
+    let o = a.tabos(&["fs", "put", local.to_str().unwrap(), "/big"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = b.tabos(&["fs", "cat", "/big"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stdout == big, "read through b: {} bytes", o.stdout.len());
     // FIFO takes the first worker with room: a.w0.
     let o = a.tabos(&["spawn", "--pid", "victim", "--", "sleep", "30"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -592,6 +632,13 @@ fn a_killed_node_has_its_procs_failed() {
     );
     // The log kept on the lost node cannot be read now: UNAVAILABLE, said so.
     let o = b.tabos(&["logs", "hello"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("node a, which is lost"),
+        "{}",
+        stderr(&o)
+    );
+    let o = b.tabos(&["fs", "cat", "/big"]);
     assert!(!o.status.success());
     assert!(
         stderr(&o).contains("node a, which is lost"),

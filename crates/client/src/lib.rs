@@ -313,6 +313,13 @@ impl Client {
         Client::connect(&addr, &token).await
     }
 
+    /// The generated `Fs` client under this one: the raw RPCs, requests
+    /// passed as they are (how a node forwards a request to the node
+    /// holding a file's data).
+    pub fn fs_rpc(&self) -> FsClient<Transport> {
+        self.fs.clone()
+    }
+
     /// A client over an existing channel, acting with `bearer`'s credential.
     pub fn from_channel(channel: Channel, bearer: Bearer) -> Client {
         let channel = InterceptedService::new(channel, bearer);

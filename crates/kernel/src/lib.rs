@@ -159,6 +159,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/021_drain.sql"),
         postgres: include_str!("../schema/postgres/021_drain.sql"),
     },
+    Migration {
+        version: 22,
+        name: "node_block_store",
+        sqlite: include_str!("../schema/sqlite/022_node_block_store.sql"),
+        postgres: include_str!("../schema/postgres/022_node_block_store.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -203,6 +209,10 @@ pub enum Error {
         target: String,
         rest: String,
     },
+    /// A file's data is in segments of another node's block store: the
+    /// request is for the node holding `store_id` (`nodes::holding_store`).
+    #[error("{path}'s data is on block store {store_id}, not this node's")]
+    OnBlockStore { path: String, store_id: String },
     /// A stored procedure failed (its transaction was rolled back), or its
     /// code was refused at install time.
     #[error("procedure {name}: {error}")]

@@ -49,6 +49,8 @@ pub struct Registration {
     pub cores: i64,
     pub mem_mb: i64,
     pub labels: BTreeMap<String, String>,
+    /// Id of its block store, as file extents name it ('' for none).
+    pub block_store: String,
 }
 
 /// A node's state as read now.
@@ -122,6 +124,13 @@ impl Registration {
                 self.cores, self.mem_mb
             )));
         }
+        if self.block_store.len() > ADDRESS_BYTES_MAX
+            || !self.block_store.chars().all(|c| c.is_ascii_hexdigit())
+        {
+            return Err(Error::Invalid(format!(
+                "a block store id is at most {ADDRESS_BYTES_MAX} hex digits"
+            )));
+        }
         if self.address.len() > ADDRESS_BYTES_MAX {
             return Err(Error::Invalid(format!(
                 "a node's address is at most {ADDRESS_BYTES_MAX} bytes"
@@ -159,9 +168,10 @@ pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()>
         serde_json::to_string(&r.labels).map_err(|e| Error::Invalid(format!("labels: {e}")))?;
     tx.execute(
         "INSERT INTO node (p_key, node_id, address, cores, mem_mb, labels, state, started_us, \
-                           heartbeat_us, left_us, busy_cores) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $7, NULL, 0) \
+                           heartbeat_us, left_us, busy_cores, block_store) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $7, NULL, 0, $8) \
          ON CONFLICT (p_key, node_id) DO UPDATE SET address = excluded.address, \
+           block_store = excluded.block_store, \
            cores = excluded.cores, mem_mb = excluded.mem_mb, labels = excluded.labels, \
            state = 'up', started_us = excluded.started_us, heartbeat_us = excluded.heartbeat_us, \
            left_us = NULL, busy_cores = 0",
@@ -172,7 +182,8 @@ pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()>
             r.cores,
             r.mem_mb,
             labels,
-            now_us
+            now_us,
+            r.block_store.as_str()
         ],
     )?;
     Ok(())
@@ -399,6 +410,27 @@ pub async fn get(store: &Store, node_id: &str, lease_us: i64) -> Result<NodeInfo
         .await
 }
 
+/// The node holding block store `store_id` — the latest to register it,
+/// when a store moved between node ids — as read now (without its realms).
+pub async fn holding_store(store: &Store, store_id: &str, lease_us: i64) -> Result<NodeInfo> {
+    let id = store_id.to_string();
+    store
+        .read(CLUSTER_PARTITION, move |tx| {
+            let row = tx.query_opt(
+                "SELECT node_id, address, cores, mem_mb, labels, state, started_us, \
+                        heartbeat_us, left_us, busy_cores, draining_us \
+                 FROM node WHERE p_key = $1 AND block_store = $2 \
+                 ORDER BY started_us DESC LIMIT 1",
+                params![i64::from(tx.p_key().0), id.as_str()],
+            )?;
+            match row {
+                Some(r) => node_from_row(&r, tabos_store::now_us(), lease_us),
+                None => Err(Error::NotFound(format!("no node holds block store {id}"))),
+            }
+        })
+        .await
+}
+
 /// Every node (at most [`NODES_LIST_MAX`]) with the realms it serves —
 /// all of them, or only `realm`'s when given (what a realm's member may
 /// see). Blocking (a read over all partitions).
@@ -462,6 +494,7 @@ mod tests {
             cores: 2,
             mem_mb: 1024,
             labels: BTreeMap::from([("zone".to_string(), "east".to_string())]),
+            block_store: "00ff00ff00ff00ff".into(),
         }
     }
 
@@ -498,6 +531,10 @@ mod tests {
             },
             Registration {
                 labels: BTreeMap::from([("k".to_string(), "v".repeat(LABEL_BYTES_MAX + 1))]),
+                ..reg()
+            },
+            Registration {
+                block_store: "not/hex".into(),
                 ..reg()
             },
         ];

@@ -802,6 +802,7 @@ fn node_row(id: &str) -> tabos_kernel::nodes::Registration {
         cores: 2,
         mem_mb: 1024,
         labels: Default::default(),
+        block_store: String::new(),
     }
 }
 

@@ -4,6 +4,10 @@
 //! the caller's own credential (every node checks it against the one
 //! credential table), so forwarding grants nothing the caller lacks.
 //!
+//! A file whose data is in another node's block store (its extents name
+//! the store; the `node` table says which node holds it) is read and
+//! written there likewise.
+//!
 //! A forwarded request cannot loop: the node it reaches finds in the
 //! database that it holds the data itself and answers locally.
 
@@ -94,6 +98,43 @@ pub async fn call<T>(
         Ok(Err(e)) => Err(Status::unavailable(format!(
             "forwarding to {addr} failed: {e}"
         ))),
+        Err(_) => Err(Status::deadline_exceeded(format!(
+            "the node at {addr} did not answer within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        ))),
+    }
+}
+
+/// Where to answer for a file whose data is in block store `store_id`
+/// (what: the file, for the error).
+pub async fn holder_of_store(node: &Node, store_id: &str, what: &str) -> Result<Holder, Status> {
+    if store_id == node.files.store_id() {
+        return Ok(Holder::Here);
+    }
+    match tabos_kernel::nodes::holding_store(&node.store, store_id, node.lease_us()).await {
+        Ok(info) => holder(node, &info.node_id, what).await,
+        Err(tabos_kernel::Error::NotFound(_)) => Err(Status::unavailable(format!(
+            "{what} is in block store {store_id}, which no node of the cluster holds"
+        ))),
+        Err(e) => Err(kernel_status(&e)),
+    }
+}
+
+/// The `Fs` RPCs of the node at `addr`, acting with `token`.
+pub async fn fs_at(
+    addr: &str,
+    token: &str,
+) -> Result<tabos_client::proto::fs_client::FsClient<tabos_client::Transport>, Status> {
+    Ok(connect(addr, token).await?.fs_rpc())
+}
+
+/// Runs a raw forwarded RPC, bounded by [`REQUEST_TIMEOUT`].
+pub async fn rpc<T>(
+    addr: &str,
+    f: impl std::future::Future<Output = Result<tonic::Response<T>, Status>>,
+) -> Result<T, Status> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+        Ok(r) => r.map(tonic::Response::into_inner),
         Err(_) => Err(Status::deadline_exceeded(format!(
             "the node at {addr} did not answer within {} s",
             REQUEST_TIMEOUT.as_secs()

@@ -69,6 +69,19 @@ impl FsService {
     }
 }
 
+/// The address of the node holding block store `store_id`, where the
+/// request for `path`'s data goes (see `forward`).
+async fn holder_addr(node: &crate::Node, store_id: &str, path: &str) -> Result<String, Status> {
+    let what = format!("the data of {path}");
+    match crate::forward::holder_of_store(node, store_id, &what).await? {
+        crate::forward::Holder::Peer(addr) => Ok(addr),
+        // The kernel said it is not ours: the two disagree.
+        crate::forward::Holder::Here => Err(Status::internal(format!(
+            "{path}: its block store {store_id} is this node's, yet the node did not find it so"
+        ))),
+    }
+}
+
 fn caller(user: &str) -> Result<Caller, Status> {
     Caller::new(user).map_err(|e| kernel_status(&e))
 }
@@ -230,6 +243,7 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsReadRequest>,
     ) -> Result<Response<proto::FsReadResponse>, Status> {
         let access = self.node.access(&request)?;
+        let token = crate::forward::bearer(request.metadata())?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
         r.user = access.user(&r.user)?;
@@ -237,12 +251,22 @@ impl proto::fs_server::Fs for FsService {
             access.acting_pid(&r.pid)?;
         }
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
-        let data = self
+        let read = self
             .node
             .files
             .read(&r.realm, &who, &p, r.offset, r.len as usize)
-            .await
-            .map_err(|e| kernel_status(&e))?;
+            .await;
+        let data = match read {
+            Ok(d) => d,
+            // In another node's block store: read (and recorded) there.
+            Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
+                let addr = holder_addr(&self.node, &store_id, &p).await?;
+                let mut fs = crate::forward::fs_at(&addr, &token).await?;
+                let reply = crate::forward::rpc(&addr, fs.read(r)).await?;
+                return Ok(Response::new(reply));
+            }
+            Err(e) => return Err(kernel_status(&e)),
+        };
         // Recorded after the read (which changed nothing): an unknown pid
         // fails the request all the same. A read past the end (how a
         // reader finds the end) read nothing and is not recorded.
@@ -264,6 +288,7 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsWriteRequest>,
     ) -> Result<Response<proto::FsWriteResponse>, Status> {
         let access = self.node.access(&request)?;
+        let token = crate::forward::bearer(request.metadata())?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
@@ -277,7 +302,7 @@ impl proto::fs_server::Fs for FsService {
                 fs::IO_BYTES_MAX
             )));
         }
-        let fence = crate::names::fence_from_proto(r.fence)?;
+        let fence = crate::names::fence_from_proto(r.fence.clone())?;
         // An unknown pid is refused before anything is written.
         let pid = request_pid(&r.pid)?;
         if let Some(pid) = &pid {
@@ -286,12 +311,26 @@ impl proto::fs_server::Fs for FsService {
                 .map_err(|e| kernel_status(&e))?;
         }
         let (offset, len) = (r.offset, r.data.len());
-        let size = self
+        // Shared, so the request can still be forwarded if the file's data
+        // turns out to be in another node's block store.
+        let data = std::sync::Arc::new(std::mem::take(&mut r.data));
+        let written = self
             .node
             .files
-            .write(&r.realm, &who, &p, r.offset, r.data, r.create, fence)
-            .await
-            .map_err(|e| kernel_status(&e))?;
+            .write(&r.realm, &who, &p, r.offset, data.clone(), r.create, fence)
+            .await;
+        let size = match written {
+            Ok(size) => size,
+            // Written (and recorded) there; nothing was written here.
+            Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
+                let addr = holder_addr(&self.node, &store_id, &p).await?;
+                r.data = std::sync::Arc::try_unwrap(data).unwrap_or_else(|d| (*d).clone());
+                let mut fs = crate::forward::fs_at(&addr, &token).await?;
+                let reply = crate::forward::rpc(&addr, fs.write(r)).await?;
+                return Ok(Response::new(reply));
+            }
+            Err(e) => return Err(kernel_status(&e)),
+        };
         if let Some(pid) = pid {
             let detail = format!("{p} @{offset} +{len}");
             procs::record(&self.node.store, &r.realm, &pid, "fs_write", &detail)
@@ -306,17 +345,28 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsTruncateRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let access = self.node.access(&request)?;
+        let token = crate::forward::bearer(request.metadata())?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
         let (who, p) = (caller(&r.user)?, path(&r.path)?);
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        self.node
+        let fence = crate::names::fence_from_proto(r.fence.clone())?;
+        let done = self
+            .node
             .files
             .truncate(&r.realm, &who, &p, r.size, fence)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+            .await;
+        match done {
+            Ok(()) => Ok(Response::new(proto::Empty {})),
+            // Growing a file in another node's block store: done there.
+            Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
+                let addr = holder_addr(&self.node, &store_id, &p).await?;
+                let mut fs = crate::forward::fs_at(&addr, &token).await?;
+                let reply = crate::forward::rpc(&addr, fs.truncate(r)).await?;
+                Ok(Response::new(reply))
+            }
+            Err(e) => Err(kernel_status(&e)),
+        }
     }
 
     async fn chmod(

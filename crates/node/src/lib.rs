@@ -329,6 +329,7 @@ impl Node {
             cores: s.cores,
             mem_mb: s.mem_mb,
             labels: s.labels.clone(),
+            block_store: self.files.store_id(),
         }
     }
 
@@ -704,6 +705,10 @@ pub async fn serve_with(
     ));
     let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
     let load_task = tokio::spawn(node.load.clone().sample(procd_stopped.clone()));
+    let reclaim_task = {
+        let (files, stop) = (node.files.clone(), procd_stopped.clone());
+        tokio::spawn(async move { files.follow_reclaims(stop).await })
+    };
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
     // One router per listener: TCP (with TLS when asked) and the local
@@ -805,6 +810,7 @@ pub async fn serve_with(
     }
     let _ = reaper_task.await;
     let _ = auth_task.await;
+    let _ = reclaim_task.await;
     let _ = load_task.await;
     if let Some(local) = &options.local_socket {
         let _ = std::fs::remove_file(&local.path);
@@ -1067,6 +1073,8 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Denied(_) => tonic::Status::permission_denied(e.to_string()),
         K::StaleEpoch(_) => tonic::Status::aborted(e.to_string()),
         K::Blocks(_) => tonic::Status::internal(e.to_string()),
+        // Reached here only when it could not be forwarded to the holder.
+        K::OnBlockStore { .. } => tonic::Status::unavailable(e.to_string()),
         // A failed procedure changed nothing: ABORTED (INVALID_ARGUMENT for
         // code that does not compile and limits out of range), with its log
         // after the message.

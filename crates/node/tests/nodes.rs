@@ -254,3 +254,99 @@ async fn a_drained_node_takes_nothing_new_until_undone() {
     drop(op);
     n.shut_down().await;
 }
+
+/// Two nodes on one PostgreSQL database, each with its own block store: a
+/// large file written through one lives in its segments, and is read,
+/// overwritten in place and grown through the other — each request
+/// forwarded to the holder with the caller's own credential; a file removed
+/// through the other has its segments given back by the holder. Once the
+/// holder stops, UNAVAILABLE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_in_another_nodes_block_store_are_forwarded() {
+    // Creating the database blocks: off the async threads.
+    let url = tokio::task::spawn_blocking(tabos_store::testing::pg_database)
+        .await
+        .unwrap();
+    let Some(url) = url else { return };
+    let config = tabos_store::Config::postgres(url).with_partitions(2);
+    let (d1, d2) = (TempDir::new("fwd-1"), TempDir::new("fwd-2"));
+    let opts = tabos_node::ServeOptions::default;
+    let n1 = common::start_on(&d1, "n1", &config, opts()).await;
+    let n2 = common::start_on(&d2, "n2", &config, opts()).await;
+    let (mut c1, mut c2) = (n1.client().await, n2.client().await);
+    let big: Vec<u8> = (0..3u32 << 20).map(|i| (i % 251) as u8).collect();
+    c1.fs_write("", "", "/big", 0, big.clone(), true)
+        .await
+        .unwrap();
+    let mut listed = Vec::new();
+    c2.fs_read_all("", "", "/big", &mut listed).await.unwrap();
+    assert!(listed == big, "read through n2");
+    // In place, through n2: written in n1's segments.
+    c2.fs_write("", "", "/big", 1 << 20, b"hello".to_vec(), false)
+        .await
+        .unwrap();
+    c2.fs_truncate("", "", "/big", 5 << 20).await.unwrap();
+    let mut want = big.clone();
+    want[1 << 20..(1 << 20) + 5].copy_from_slice(b"hello");
+    want.resize(5 << 20, 0);
+    let mut got = Vec::new();
+    c1.fs_read_all("", "", "/big", &mut got).await.unwrap();
+    assert!(got == want, "n1 sees n2's changes");
+    // Forwarding acts as the caller: another user reads (mode 0644) but
+    // may not write.
+    let bob = c1
+        .create_token(tabos_client::proto::CreateTokenRequest {
+            realm: "default".into(),
+            user: "bob".into(),
+            role: "member".into(),
+            ttl_ms: 0,
+            note: "test".into(),
+        })
+        .await
+        .unwrap();
+    // n2 learns of the credential from the change feed.
+    for _ in 0..400 {
+        if n2.node.auth.check(&bob.token).is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let mut r2 = n2.client_with(&bob.token).await;
+    assert_eq!(r2.fs_read("", "", "/big", 0, 5).await.unwrap(), &big[..5]);
+    let e = r2
+        .fs_write("", "", "/big", 0, b"x".to_vec(), false)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    // Removed through n2, its segments are given back by n1 (told by the
+    // change feed), not left queued.
+    c2.fs_write("", "", "/gone", 0, big.clone(), true)
+        .await
+        .unwrap();
+    c2.fs_unlink("", "", "/gone").await.unwrap();
+    let queued = || {
+        n1.node
+            .store
+            .query("SELECT count(*) FROM fs_reclaim", &[])
+            .unwrap()
+            .rows[0]
+            .get::<i64>(0)
+            .unwrap()
+    };
+    let mut left = queued();
+    for _ in 0..200 {
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        left = queued();
+    }
+    assert_eq!(left, 0, "n1 gave back the segments n2's unlink let go of");
+    drop((c1, r2));
+    n1.shut_down().await;
+    let e = c2.fs_read("", "", "/big", 0, 5).await.unwrap_err();
+    assert_eq!(code(&e), Code::Unavailable, "{e}");
+    assert!(e.to_string().contains("node n1, which is left"), "{e}");
+    drop(c2);
+    n2.shut_down().await;
+}

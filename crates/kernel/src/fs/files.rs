@@ -44,6 +44,12 @@ use super::{
 use crate::names::{check_fence_if_tx, validate_path, Fence};
 use crate::{partition, validate_realm, Error, Result};
 
+/// The change-feed channel on which block store `store_id`'s node is told
+/// that segments of its store were let go of (payload: the realm).
+pub fn reclaim_channel(store_id: &str) -> String {
+    format!("fs/reclaim/{store_id}")
+}
+
 /// Owner of every segment that holds file data (tenants never hold these
 /// capabilities; the fs checks their permissions itself).
 pub const SEGMENT_OWNER: &str = "tabos-fs";
@@ -282,7 +288,8 @@ impl Files {
         &self.store
     }
 
-    fn store_id(&self) -> String {
+    /// This node's block store id as extents name it ('' without one).
+    pub fn store_id(&self) -> String {
         self.device
             .as_ref()
             .map_or_else(String::new, |d| format!("{:016x}", d.id()))
@@ -407,6 +414,15 @@ impl Files {
     }
 
     fn device_for(&self, p: &Plan) -> Result<Device> {
+        if self.device.is_none() {
+            // Another node's store holds it: the request is for that node.
+            if let Some(e) = p.extents.first() {
+                return Err(Error::OnBlockStore {
+                    path: p.st.path.clone(),
+                    store_id: e.store_id.clone(),
+                });
+            }
+        }
         let dev = self.device.clone().ok_or_else(|| {
             Error::Blocks(format!(
                 "{} keeps its data in block segments, and this node has no block store",
@@ -415,10 +431,10 @@ impl Files {
         })?;
         let mine = self.store_id();
         if let Some(e) = p.extents.iter().find(|e| e.store_id != mine) {
-            return Err(Error::Blocks(format!(
-                "{}'s data is on block store {}, not this node's ({mine})",
-                p.st.path, e.store_id
-            )));
+            return Err(Error::OnBlockStore {
+                path: p.st.path.clone(),
+                store_id: e.store_id.clone(),
+            });
         }
         Ok(dev)
     }
@@ -456,14 +472,14 @@ impl Files {
         who: &Caller,
         path: &str,
         offset: i64,
-        data: Vec<u8>,
+        data: impl Into<Arc<Vec<u8>>>,
         create: bool,
         fence: Option<Fence>,
     ) -> Result<i64> {
         validate_realm(realm)?;
         validate_path(path)?;
+        let data: Arc<Vec<u8>> = data.into();
         let end = check_write(path, offset, data.len())?;
-        let data = Arc::new(data);
         let threshold = self.threshold();
         let local_block = self.settings.local_block;
         for attempt in 0..ATTEMPTS {
@@ -903,6 +919,37 @@ impl Files {
             self.reclaim(realm).await?;
         }
         Ok(())
+    }
+
+    /// Gives back, until `stop`, the segments of this node's block store
+    /// that changes made through any node let go of: woken by their
+    /// notifications ([`reclaim_channel`]), and after being cut off from
+    /// the feed, a pass over every partition. Nothing without a block store.
+    pub async fn follow_reclaims(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        if self.device.is_none() {
+            return;
+        }
+        let channel = reclaim_channel(&self.store_id());
+        let mut feed = self.store.subscribe(&channel);
+        loop {
+            let done = tokio::select! {
+                _ = stop.changed() => return,
+                n = feed.recv() => match n {
+                    Ok(n) => self.reclaim(&n.payload).await,
+                    Err(_) => {
+                        feed = self.store.subscribe(&channel);
+                        let mut all = Ok(());
+                        for part in 0..self.store.partitions() {
+                            all = all.and(self.reclaim_on(PKey(part), None).await);
+                        }
+                        all
+                    }
+                },
+            };
+            if let Err(e) = done {
+                eprintln!("fs: giving back segments of block store failed: {e}");
+            }
+        }
     }
 
     /// Gives back what `fs_reclaim` holds for `realm` on its partition.

@@ -461,6 +461,16 @@ fn release_data(tx: &mut dyn Tx, realm: &str, st: &Stat, from_offset: i64) -> Re
         }
         Storage::Segments => {
             let id = file_id(tx, realm, &st.path)?;
+            // The node of each block store let go of gives it back when told
+            // (a file written through one node may be removed through another).
+            let stores = tx.query(
+                "SELECT DISTINCT store_id FROM fs_extent \
+                 WHERE p_key = $1 AND realm = $2 AND f_id = $3 AND file_offset >= $4",
+                params![pk, realm, id.as_str(), from_offset],
+            )?;
+            for r in &stores {
+                tx.notify(&files::reclaim_channel(&r.get::<String>(0)?), realm)?;
+            }
             let n = tx.execute(
                 "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
                  SELECT p_key, realm, 'segment', segment, store_id FROM fs_extent \

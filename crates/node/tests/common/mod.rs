@@ -27,6 +27,19 @@ pub async fn start_with(
     node_id: &str,
     options: tabos_node::ServeOptions,
 ) -> Running {
+    let config = Config::sqlite(dir.path().join("db")).with_partitions(2);
+    start_on(dir, node_id, &config, options).await
+}
+
+/// Starts node `node_id` over the database `config` (its logs and block
+/// store in `dir`): several such nodes on one PostgreSQL database are a
+/// cluster.
+pub async fn start_on(
+    dir: &TempDir,
+    node_id: &str,
+    config: &Config,
+    options: tabos_node::ServeOptions,
+) -> Running {
     let settings = NodeSettings {
         node_id: node_id.into(),
         logs: dir.path().join("logs"),
@@ -37,11 +50,12 @@ pub async fn start_with(
         )),
         ..NodeSettings::defaults()
     };
-    let node = Node::open_with(
-        &Config::sqlite(dir.path().join("db")).with_partitions(2),
-        settings,
-    )
-    .unwrap();
+    // Opening may block (PostgreSQL's client): off the async threads.
+    let config = config.clone();
+    let node = tokio::task::spawn_blocking(move || Node::open_with(&config, settings))
+        .await
+        .unwrap()
+        .unwrap();
     let token = node.operator_credential("test").await.unwrap().token;
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
