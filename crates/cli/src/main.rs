@@ -6,6 +6,7 @@
 
 mod batch;
 mod bench;
+mod cluster;
 mod credentials;
 mod demo;
 mod fs;
@@ -136,6 +137,8 @@ enum Command {
     Nodes(nodes::ListArgs),
     /// Manage a cluster node: tabos node drain [--undo] NODE, tabos node rm NODE
     Node(nodes::NodeArgs),
+    /// Elastic realms' managers: tabos cluster settings [NAME=VALUE...], tabos cluster decisions
+    Cluster(cluster::ClusterArgs),
     /// Start a throwaway embedded node, run a workload on it and query what it did
     Demo(demo::Args),
     /// Run a benchmark suite against its peer and write bench/results/<suite>.json
@@ -196,6 +199,7 @@ fn main() -> std::process::ExitCode {
         Command::Status(a) => status::run(a),
         Command::Nodes(a) => nodes::list(a),
         Command::Node(a) => nodes::node(a),
+        Command::Cluster(a) => cluster::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Spawn(a) => procs::spawn(a),

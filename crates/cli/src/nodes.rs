@@ -74,6 +74,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                         "started_us": n.started_us,
                         "left_us": (n.left_us != 0).then_some(n.left_us),
                         "draining_us": (n.draining_us != 0).then_some(n.draining_us),
+                        "elastic": n.elastic,
                         "labels": labels,
                         "realms": realms,
                     })
@@ -86,6 +87,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
             "state",
             "address",
             "cores",
+            "pool",
             "busy",
             "mem_mb",
             "heartbeat",
@@ -123,6 +125,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     state,
                     n.address.clone(),
                     n.cores.to_string(),
+                    if n.elastic { "elastic" } else { "static" }.to_string(),
                     format!("{:.2}", n.busy_cores),
                     n.mem_mb.to_string(),
                     format!("{} ms ago", n.heartbeat_age_ms),

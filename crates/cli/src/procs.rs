@@ -238,6 +238,33 @@ enum RealmCommand {
         /// fifo, locality or least_loaded
         #[arg(long, default_value = "fifo")]
         scheduler: String,
+        /// Make it elastic, of class LC or BE: its cores are granted on
+        /// elastic nodes (`tabos up --elastic`) as its demand changes, LC
+        /// realms first (only at creation)
+        #[arg(long, value_name = "CLASS")]
+        elastic: Option<String>,
+        /// An elastic realm's fewest cores
+        #[arg(long, default_value_t = 0, requires = "elastic")]
+        min_cores: i64,
+        /// An elastic realm's most cores
+        #[arg(long, requires = "elastic")]
+        max_cores: Option<i64>,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Change an elastic realm's policy (operators)
+    Elastic {
+        /// Realm name
+        name: String,
+        /// LC or BE
+        #[arg(long)]
+        class: String,
+        /// Fewest cores
+        #[arg(long)]
+        min_cores: i64,
+        /// Most cores
+        #[arg(long)]
+        max_cores: i64,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -288,13 +315,18 @@ enum RealmCommand {
         #[command(flatten)]
         node: NodeAddr,
     },
-    /// One realm's usage and quotas
+    /// One realm's usage and quotas; for an elastic realm also its policy,
+    /// its grants per node and its allocation over time (each decision of
+    /// its managers, with the reason)
     Show {
         /// Realm name
         name: String,
         /// Print JSON instead of a table
         #[arg(long)]
         json: bool,
+        /// Most allocation decisions to show (newest)
+        #[arg(long, default_value_t = 20)]
+        decisions: u32,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -375,11 +407,36 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
         RealmCommand::Create {
             name,
             scheduler,
+            elastic,
+            min_cores,
+            max_cores,
             node,
         } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
-            let created = client.create_realm(&name, &scheduler).await?;
-            println!("realm {name} created (scheduler {scheduler})");
+            let created = match elastic {
+                Some(class) => {
+                    let max_cores = max_cores
+                        .ok_or_else(|| anyhow::anyhow!("an elastic realm needs --max-cores"))?;
+                    let policy = proto::ElasticPolicy {
+                        class: class.clone(),
+                        min_cores,
+                        max_cores,
+                    };
+                    let c = client
+                        .create_elastic_realm(&name, &scheduler, policy)
+                        .await?;
+                    println!(
+                        "realm {name} created (scheduler {scheduler}; elastic {class}, \
+                         {min_cores} to {max_cores} cores)"
+                    );
+                    c
+                }
+                None => {
+                    let c = client.create_realm(&name, &scheduler).await?;
+                    println!("realm {name} created (scheduler {scheduler})");
+                    c
+                }
+            };
             println!(
                 "its admin credential (id {}; shown once, keep it safe):",
                 created.admin_token_id
@@ -446,12 +503,41 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             print_realms(&client.list_realms().await?, json);
             Ok(())
         }),
-        RealmCommand::Show { name, json, node } => crate::runtime()?.block_on(async {
+        RealmCommand::Show {
+            name,
+            json,
+            decisions,
+            node,
+        } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             let all = client.list_realms().await?;
             let one: Vec<_> = all.into_iter().filter(|r| r.realm == name).collect();
             anyhow::ensure!(!one.is_empty(), "no realm {name:?} (or not yours)");
-            print_realms(&one, json);
+            let alloc = client.allocation(&name, decisions).await?;
+            if json {
+                print_realms(&one, true);
+                println!("{}", crate::cluster::allocation_json(&alloc));
+            } else {
+                print_realms(&one, false);
+                crate::cluster::print_allocation(&alloc);
+            }
+            Ok(())
+        }),
+        RealmCommand::Elastic {
+            name,
+            class,
+            min_cores,
+            max_cores,
+            node,
+        } => crate::runtime()?.block_on(async {
+            let mut client = node.connect().await?;
+            let policy = proto::ElasticPolicy {
+                class,
+                min_cores,
+                max_cores,
+            };
+            let alloc = client.set_elastic(&name, policy).await?;
+            crate::cluster::print_allocation(&alloc);
             Ok(())
         }),
     }

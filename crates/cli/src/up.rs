@@ -46,6 +46,9 @@ pub struct Args {
     /// The API address to register for this node when it is not the listener's own (e.g. behind NAT)
     #[arg(long)]
     advertise: Option<String>,
+    /// Offer this node's cores to elastic realms: the cluster manager grants them realm by realm (whole or partial machine), and the node serves only what it is granted — no static realm
+    #[arg(long)]
+    elastic: bool,
     /// Realm this node runs procs for (created if missing)
     #[arg(long, default_value = "default")]
     realm: String,
@@ -114,6 +117,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     settings.realm = args.realm.clone();
     settings.labels = args.labels.iter().cloned().collect();
     settings.advertise = args.advertise.clone();
+    settings.elastic = args.elastic;
     if let Some(c) = args.cores {
         settings.cores = c;
     }

@@ -655,6 +655,86 @@ fn a_killed_node_has_its_procs_failed() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// An elastic node, an elastic realm created and shown, the managers'
+/// settings changed and their decisions listed — from the command line.
+#[test]
+fn elastic_realms_from_the_command_line() {
+    let node = Node::start(&["--node-id", "e1", "--cores", "2", "--elastic"]);
+    let o = node.tabos(&["cluster", "settings", "tick_ms=20", "idle_ms=200"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("idle_ms"), "{}", stdout(&o));
+    let o = node.tabos(&["cluster", "settings", "tick_ms=0"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("tick_ms is between"), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "realm",
+        "create",
+        "mr",
+        "--elastic",
+        "BE",
+        "--min-cores",
+        "1",
+        "--max-cores",
+        "2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("elastic BE, 1 to 2 cores"),
+        "{}",
+        stdout(&o)
+    );
+    let o = node.tabos(&["realm", "create", "bad", "--elastic", "BE"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--max-cores"), "{}", stderr(&o));
+    // Two BE procs at once: the realm grows to two cores to run them.
+    for p in ["a", "b"] {
+        let o = node.tabos(&[
+            "spawn", "--realm", "mr", "--pid", p, "--class", "BE", "--", "sleep", "600",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let mut shown = String::new();
+    for _ in 0..500 {
+        let o = node.tabos(&["realm", "show", "mr", "--json"]);
+        shown = stdout(&o);
+        if shown.contains("\"granted_cores\":2") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(shown.contains("\"granted_cores\":2"), "{shown}");
+    let o = node.tabos(&["realm", "show", "mr"]);
+    let text = stdout(&o);
+    assert!(text.contains("elastic BE realm: 1 to 2 cores"), "{text}");
+    assert!(text.contains("allocation over time"), "{text}");
+    assert!(text.contains("grow: demand 2 cores"), "{text}");
+    let o = node.tabos(&["cluster", "decisions", "--realm", "mr", "--json"]);
+    assert!(
+        stdout(&o).contains("\"manager\":\"smgr\""),
+        "{}",
+        stdout(&o)
+    );
+    let o = node.tabos(&["nodes"]);
+    assert!(stdout(&o).contains("elastic"), "{}", stdout(&o));
+    let o = node.tabos(&[
+        "realm",
+        "elastic",
+        "mr",
+        "--class",
+        "BE",
+        "--min-cores",
+        "0",
+        "--max-cores",
+        "4",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("0 to 4 cores"), "{}", stdout(&o));
+    for p in ["a", "b"] {
+        assert!(node.tabos(&["evict", "--realm", "mr", p]).status.success());
+    }
+    assert!(node.stop().success());
+}
+
 #[test]
 fn mailboxes_send_and_recv() {
     let dir = TempDir::new("cli-ipc");

@@ -429,9 +429,92 @@ impl Client {
             .create_realm(proto::CreateRealmRequest {
                 realm: realm.into(),
                 scheduler: scheduler.into(),
+                elastic: None,
             })
             .await?
             .into_inner())
+    }
+
+    /// Creates an elastic realm (operators only): its cores are granted on
+    /// elastic nodes by the cluster manager, between the policy's bounds.
+    pub async fn create_elastic_realm(
+        &mut self,
+        realm: &str,
+        scheduler: &str,
+        policy: proto::ElasticPolicy,
+    ) -> Result<proto::CreateRealmResponse, Error> {
+        Ok(self
+            .procs
+            .create_realm(proto::CreateRealmRequest {
+                realm: realm.into(),
+                scheduler: scheduler.into(),
+                elastic: Some(policy),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Changes an elastic realm's policy (operators only).
+    pub async fn set_elastic(
+        &mut self,
+        realm: &str,
+        policy: proto::ElasticPolicy,
+    ) -> Result<proto::RealmAllocation, Error> {
+        Ok(self
+            .node
+            .set_elastic(proto::SetElasticRequest {
+                realm: realm.into(),
+                policy: Some(policy),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// A realm's allocation with its latest `limit` decisions (0: 100).
+    pub async fn allocation(
+        &mut self,
+        realm: &str,
+        limit: u32,
+    ) -> Result<proto::RealmAllocation, Error> {
+        Ok(self
+            .node
+            .allocation(proto::AllocationRequest {
+                realm: realm.into(),
+                limit,
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// The allocation settings and the managers' leaders, after setting
+    /// `set` (operators only).
+    pub async fn alloc_settings(
+        &mut self,
+        set: std::collections::HashMap<String, i64>,
+    ) -> Result<proto::AllocSettingsResponse, Error> {
+        Ok(self
+            .node
+            .alloc_settings(proto::AllocSettingsRequest { set })
+            .await?
+            .into_inner())
+    }
+
+    /// The managers' latest `limit` decisions (about `realm`, or all when
+    /// empty), oldest first (operators only).
+    pub async fn decisions(
+        &mut self,
+        realm: &str,
+        limit: u32,
+    ) -> Result<Vec<proto::AllocDecision>, Error> {
+        Ok(self
+            .node
+            .decisions(proto::DecisionsRequest {
+                realm: realm.into(),
+                limit,
+            })
+            .await?
+            .into_inner()
+            .decisions)
     }
 
     /// Sets a realm's quotas (operators only).

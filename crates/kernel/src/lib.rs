@@ -15,6 +15,7 @@
 //! [`MIGRATIONS`] is the kernel's schema, in version order, for
 //! [`Store::open`](tabos_store::Store::open); [`open`] opens a store with it.
 
+pub mod alloc;
 pub mod auth;
 pub mod fs;
 pub mod ids;
@@ -164,6 +165,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "node_block_store",
         sqlite: include_str!("../schema/sqlite/022_node_block_store.sql"),
         postgres: include_str!("../schema/postgres/022_node_block_store.sql"),
+    },
+    Migration {
+        version: 23,
+        name: "elastic",
+        sqlite: include_str!("../schema/sqlite/023_elastic.sql"),
+        postgres: include_str!("../schema/postgres/023_elastic.sql"),
     },
 ];
 

@@ -28,6 +28,9 @@ use crate::{Error, Result};
 
 /// Where the cluster's own rows live.
 pub const CLUSTER_PARTITION: PKey = PKey(0);
+/// Channel told of every node that registers, leaves or is drained or put
+/// back (payload: its id): the cluster manager re-plans.
+pub const CHANGED_CHANNEL: &str = "nodes/changed";
 /// Most labels on one node.
 pub const LABELS_MAX: usize = 32;
 /// Longest label key or value, in bytes.
@@ -51,6 +54,9 @@ pub struct Registration {
     pub labels: BTreeMap<String, String>,
     /// Id of its block store, as file extents name it ('' for none).
     pub block_store: String,
+    /// Its cores are the cluster manager's to grant to elastic realms
+    /// (`tabos up --elastic`); else it serves every static realm.
+    pub elastic: bool,
 }
 
 /// A node's state as read now.
@@ -98,6 +104,8 @@ pub struct NodeInfo {
     pub left_us: Option<i64>,
     /// When an operator drained it, if it is draining.
     pub draining_us: Option<i64>,
+    /// Its cores are granted to elastic realms (see [`Registration`]).
+    pub elastic: bool,
     /// Cores busy at its last heartbeat (measured).
     pub busy_cores: f64,
     /// The realms it serves, with the cores its worker there offers and
@@ -168,10 +176,10 @@ pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()>
         serde_json::to_string(&r.labels).map_err(|e| Error::Invalid(format!("labels: {e}")))?;
     tx.execute(
         "INSERT INTO node (p_key, node_id, address, cores, mem_mb, labels, state, started_us, \
-                           heartbeat_us, left_us, busy_cores, block_store) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $7, NULL, 0, $8) \
+                           heartbeat_us, left_us, busy_cores, block_store, elastic) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $7, NULL, 0, $8, $9) \
          ON CONFLICT (p_key, node_id) DO UPDATE SET address = excluded.address, \
-           block_store = excluded.block_store, \
+           block_store = excluded.block_store, elastic = excluded.elastic, \
            cores = excluded.cores, mem_mb = excluded.mem_mb, labels = excluded.labels, \
            state = 'up', started_us = excluded.started_us, heartbeat_us = excluded.heartbeat_us, \
            left_us = NULL, busy_cores = 0",
@@ -183,9 +191,11 @@ pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()>
             r.mem_mb,
             labels,
             now_us,
-            r.block_store.as_str()
+            r.block_store.as_str(),
+            i64::from(r.elastic)
         ],
     )?;
+    tx.notify(CHANGED_CHANNEL, &r.node_id)?;
     Ok(())
 }
 
@@ -244,6 +254,7 @@ pub async fn leave(store: &Store, node_id: &str, started_us: i64) -> Result<()> 
                  WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
                 params![i64::from(tx.p_key().0), id.as_str(), started_us, now],
             )?;
+            tx.notify(CHANGED_CHANNEL, &id)?;
             Ok(())
         })
         .await
@@ -306,6 +317,7 @@ pub fn set_draining_tx(
         "UPDATE node SET draining_us = $3 WHERE p_key = $1 AND node_id = $2",
         params![p, node_id, on.then_some(now_us)],
     )?;
+    tx.notify(CHANGED_CHANNEL, node_id)?;
     Ok(true)
 }
 
@@ -364,6 +376,14 @@ fn derive_state(
     }
 }
 
+/// The columns [`node_from_row`] reads, in its order.
+macro_rules! node_columns {
+    () => {
+        "node_id, address, cores, mem_mb, labels, state, started_us, heartbeat_us, left_us, \
+         busy_cores, draining_us, elastic"
+    };
+}
+
 fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
     let labels: BTreeMap<String, String> = serde_json::from_str(&r.get::<String>(4)?)
         .map_err(|e| Error::Invalid(format!("stored labels: {e}")))?;
@@ -386,6 +406,7 @@ fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
         heartbeat_us,
         left_us: r.get(8)?,
         draining_us,
+        elastic: r.get::<i64>(11)? != 0,
         busy_cores: r.get(9)?,
         realms: Vec::new(),
     })
@@ -397,9 +418,11 @@ pub async fn get(store: &Store, node_id: &str, lease_us: i64) -> Result<NodeInfo
     store
         .read(CLUSTER_PARTITION, move |tx| {
             let row = tx.query_opt(
-                "SELECT node_id, address, cores, mem_mb, labels, state, started_us, \
-                        heartbeat_us, left_us, busy_cores, draining_us \
-                 FROM node WHERE p_key = $1 AND node_id = $2",
+                concat!(
+                    "SELECT ",
+                    node_columns!(),
+                    " FROM node WHERE p_key = $1 AND node_id = $2"
+                ),
                 params![i64::from(tx.p_key().0), id.as_str()],
             )?;
             match row {
@@ -417,10 +440,12 @@ pub async fn holding_store(store: &Store, store_id: &str, lease_us: i64) -> Resu
     store
         .read(CLUSTER_PARTITION, move |tx| {
             let row = tx.query_opt(
-                "SELECT node_id, address, cores, mem_mb, labels, state, started_us, \
-                        heartbeat_us, left_us, busy_cores, draining_us \
-                 FROM node WHERE p_key = $1 AND block_store = $2 \
-                 ORDER BY started_us DESC LIMIT 1",
+                concat!(
+                    "SELECT ",
+                    node_columns!(),
+                    " FROM node WHERE p_key = $1 AND block_store = $2 \
+                     ORDER BY started_us DESC LIMIT 1"
+                ),
                 params![i64::from(tx.p_key().0), id.as_str()],
             )?;
             match row {
@@ -437,9 +462,11 @@ pub async fn holding_store(store: &Store, store_id: &str, lease_us: i64) -> Resu
 pub fn list(store: &Store, realm: Option<&str>, lease_us: i64) -> Result<Vec<NodeInfo>> {
     let now = tabos_store::now_us();
     let rows = store.query_capped(
-        "SELECT node_id, address, cores, mem_mb, labels, state, started_us, heartbeat_us, \
-                left_us, busy_cores, draining_us \
-         FROM node WHERE p_key = $1 ORDER BY node_id",
+        concat!(
+            "SELECT ",
+            node_columns!(),
+            " FROM node WHERE p_key = $1 ORDER BY node_id"
+        ),
         &[i64::from(CLUSTER_PARTITION.0).into()],
         NODES_LIST_MAX,
     )?;
@@ -495,6 +522,7 @@ mod tests {
             mem_mb: 1024,
             labels: BTreeMap::from([("zone".to_string(), "east".to_string())]),
             block_store: "00ff00ff00ff00ff".into(),
+            elastic: false,
         }
     }
 

@@ -1041,6 +1041,32 @@ pub async fn holder(store: &Store, realm: &str, pid: &Pid) -> Result<Option<Stri
     .await
 }
 
+/// Procedure body: the cores of `realm`'s live procs (spawned, claimed or
+/// running), and of those not placed on a worker yet.
+pub fn live_cores_tx(tx: &mut dyn Tx, realm: &str) -> Result<(i64, i64)> {
+    let row = tx.query_one(
+        "SELECT COALESCE(SUM(cores), 0), \
+                COALESCE(SUM(CASE WHEN worker_id IS NULL THEN cores ELSE 0 END), 0) \
+         FROM proc WHERE p_key = $1 AND realm = $2 \
+           AND state IN ('spawned', 'claimed', 'running')",
+        params![crate::p_key(tx), realm],
+    )?;
+    Ok((row.get(0)?, row.get(1)?))
+}
+
+/// Procedure body: the cores of `realm`'s live procs placed on each node
+/// (by its workers), node by node.
+pub fn live_cores_by_node_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<(String, i64)>> {
+    let rows = tx.query(
+        "SELECT w.node_id, COALESCE(SUM(p.cores), 0) FROM proc p JOIN worker w \
+           ON w.p_key = p.p_key AND w.realm = p.realm AND w.worker_id = p.worker_id \
+         WHERE p.p_key = $1 AND p.realm = $2 AND p.state IN ('spawned', 'claimed', 'running') \
+         GROUP BY w.node_id ORDER BY w.node_id",
+        params![crate::p_key(tx), realm],
+    )?;
+    rows.iter().map(|r| Ok((r.get(0)?, r.get(1)?))).collect()
+}
+
 /// What [`drain_node`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Drained {

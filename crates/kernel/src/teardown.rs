@@ -35,6 +35,14 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
 pub async fn remove_realm(files: &Files, realm: &str) -> Result<u64> {
     let r = realm.to_string();
     let n = crate::call(files.store(), realm, move |tx| remove_realm_tx(tx, &r)).await?;
+    // An elastic realm's policy and grants, on the cluster's partition.
+    let r = realm.to_string();
+    files
+        .store()
+        .run(crate::nodes::CLUSTER_PARTITION, move |tx| {
+            crate::alloc::forget_tx(tx, &r)
+        })
+        .await?;
     files.reclaim(realm).await?;
     Ok(n)
 }

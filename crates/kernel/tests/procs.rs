@@ -803,6 +803,7 @@ fn node_row(id: &str) -> tabos_kernel::nodes::Registration {
         mem_mb: 1024,
         labels: Default::default(),
         block_store: String::new(),
+        elastic: false,
     }
 }
 

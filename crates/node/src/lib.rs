@@ -18,10 +18,12 @@ pub mod conn;
 pub use conn::{incoming, Conn};
 pub mod forward;
 pub mod fs;
+pub mod grants;
 pub mod host;
 pub mod ipc;
 pub mod jail;
 pub mod load;
+pub mod managers;
 pub mod names;
 pub mod procd;
 pub mod procedures;
@@ -110,6 +112,10 @@ pub struct NodeSettings {
     /// The API address other nodes and clients should use, when not the
     /// listener's own (e.g. behind NAT).
     pub advertise: Option<String>,
+    /// Its cores are the cluster manager's to grant to elastic realms: it
+    /// serves only the realms it is granted cores in, each with a worker of
+    /// the granted size (`grants`), and no static realm.
+    pub elastic: bool,
 }
 
 /// Where a node keeps its block store, and how big.
@@ -183,6 +189,7 @@ impl NodeSettings {
             confine: true,
             labels: std::collections::BTreeMap::new(),
             advertise: None,
+            elastic: false,
         }
     }
 }
@@ -330,6 +337,7 @@ impl Node {
             mem_mb: s.mem_mb,
             labels: s.labels.clone(),
             block_store: self.files.store_id(),
+            elastic: s.elastic,
         }
     }
 
@@ -675,9 +683,19 @@ pub async fn serve_with(
         local: options.local_socket.as_ref().map(|l| l.path.clone()),
     };
     let (n2, own) = (node.clone(), node.settings.realm.clone());
-    tokio::task::spawn_blocking(move || n2.register_in(&own))
-        .await
-        .map_err(|e| Error::Startup(e.to_string()))??;
+    tokio::task::spawn_blocking(move || {
+        if n2.settings.elastic {
+            // Its cores are granted realm by realm: no worker of its own.
+            match tabos_kernel::realms::create(&n2.store, &own, Scheduler::Fifo) {
+                Ok(()) | Err(tabos_kernel::Error::AlreadyExists(_)) => Ok(()),
+                Err(e) => Err(e),
+            }
+        } else {
+            n2.register_in(&own)
+        }
+    })
+    .await
+    .map_err(|e| Error::Startup(e.to_string()))??;
     // A cluster member from here on: listed, leased, and told apart when it
     // stops cleanly.
     tabos_kernel::nodes::register(&node.store, &node.registration(&addr.tcp), node.started_us)
@@ -704,6 +722,7 @@ pub async fn serve_with(
         procd_stopped.clone(),
     ));
     let reaper_task = tokio::spawn(names::reap_sessions(node.clone(), procd_stopped.clone()));
+    let managers_task = tokio::spawn(managers::run(node.clone(), procd_stopped.clone()));
     let load_task = tokio::spawn(node.load.clone().sample(procd_stopped.clone()));
     let reclaim_task = {
         let (files, stop) = (node.files.clone(), procd_stopped.clone());
@@ -809,6 +828,7 @@ pub async fn serve_with(
         eprintln!("node {}: cannot record leaving: {e}", node.settings.node_id);
     }
     let _ = reaper_task.await;
+    let _ = managers_task.await;
     let _ = auth_task.await;
     let _ = reclaim_task.await;
     let _ = load_task.await;
@@ -824,18 +844,18 @@ pub async fn serve_with(
 pub struct ServedRealms(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
 impl ServedRealms {
-    fn list(&self) -> Vec<String> {
+    pub fn list(&self) -> Vec<String> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Removes `realm` (no longer served).
-    fn remove(&self, realm: &str) {
+    pub fn remove(&self, realm: &str) {
         let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
         v.retain(|r| r != realm);
     }
 
     /// Adds `realm`; false if it was served already.
-    fn add(&self, realm: &str) -> bool {
+    pub fn add(&self, realm: &str) -> bool {
         let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if v.iter().any(|r| r == realm) {
             return false;
@@ -856,6 +876,9 @@ async fn serve_realms(
     served: ServedRealms,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
+    if node.settings.elastic {
+        return grants::serve(node, addr, served, stop).await;
+    }
     let busy = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
     let mut procds = tokio::task::JoinSet::new();
     let mut created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
@@ -872,8 +895,24 @@ async fn serve_realms(
         }
         let (stop_tx, realm_stop) = tokio::sync::watch::channel(false);
         stops.insert(realm.clone(), stop_tx);
-        let (node, addr, busy) = (node.clone(), addr.clone(), busy.clone());
+        let (node, addr, busy, served) = (node.clone(), addr.clone(), busy.clone(), served.clone());
         procds.spawn(async move {
+            // An elastic realm is served by elastic nodes, as granted.
+            match tabos_kernel::alloc::get(&node.store, &realm).await {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    served.remove(&realm);
+                    return;
+                }
+                Err(e) => {
+                    eprintln!(
+                        "node {}: cannot tell whether realm {realm} is elastic: {e}",
+                        node.settings.node_id
+                    );
+                    served.remove(&realm);
+                    return;
+                }
+            }
             let n2 = node.clone();
             let r2 = realm.clone();
             match tokio::task::spawn_blocking(move || n2.register_in(&r2)).await {
@@ -918,6 +957,7 @@ async fn serve_realms(
                 busy,
                 node.load.clone(),
                 node.confine.clone(),
+                None,
             );
             procd.run(realm_stop).await;
         });

@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use tabos_kernel::auth::Role;
 use tabos_kernel::ids::{Pid, WorkerId};
-use tabos_kernel::procs::{self, Admission, Kind, ProcInfo, State};
+use tabos_kernel::procs::{self, Admission, Class, Kind, ProcInfo, State};
 use tabos_sandbox::{Outcome, RunSpec, Sandbox, StopHandle};
 
 use crate::host::ProcHost;
@@ -92,6 +92,14 @@ pub struct Procd {
     /// Procs claimed by an exit transaction whose assignment notification
     /// has not been read yet: that notification needs no claim of its own.
     claimed_on_exit: Mutex<std::collections::HashSet<String>>,
+    /// In an elastic realm, the cores granted to this worker (changed by
+    /// the node as the cluster manager decides): what room and BE
+    /// admission go by, against this procd's own busy cores. `None`: a
+    /// static realm, sharing the node's cores and measured load.
+    grant: Option<Arc<AtomicI64>>,
+    /// BE procs it runs, oldest first, with their cores: a shrinking grant
+    /// evicts the newest.
+    be_running: Mutex<Vec<(Pid, i64)>>,
 }
 
 /// Bound on `claimed_on_exit`.
@@ -165,6 +173,7 @@ impl Procd {
         busy_cores: Arc<AtomicI64>,
         load: Arc<crate::load::Load>,
         confine: Arc<crate::confine::Confine>,
+        grant: Option<Arc<AtomicI64>>,
     ) -> Arc<Procd> {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
@@ -187,7 +196,56 @@ impl Procd {
             freed: tokio::sync::Notify::new(),
             stopping: std::sync::atomic::AtomicBool::new(false),
             claimed_on_exit: Mutex::new(Default::default()),
+            grant,
+            be_running: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The worker's cores now: its grant in an elastic realm.
+    fn cores(&self) -> i64 {
+        match &self.grant {
+            Some(g) => g.load(Ordering::SeqCst),
+            None => self.policy.cores,
+        }
+    }
+
+    /// Its grant changed (the node updated it and registered the worker
+    /// with it): BE procs beyond it are evicted, newest first — σOS's
+    /// eviction when the cluster manager takes cores back — and the claim
+    /// loop looks again (the grant may have grown).
+    pub async fn regranted(self: &Arc<Self>) {
+        let cores = self.cores();
+        let mut busy = self.busy_cores.load(Ordering::SeqCst);
+        let victims: Vec<Pid> = {
+            let be = self.be_running.lock().unwrap_or_else(|e| e.into_inner());
+            let mut out = Vec::new();
+            for (pid, c) in be.iter().rev() {
+                if busy <= cores {
+                    break;
+                }
+                if *c > 0 {
+                    busy -= c;
+                    out.push(pid.clone());
+                }
+            }
+            out
+        };
+        for pid in victims {
+            // Through the kernel, so the proc ends as evicted (and its
+            // waiters and job see why).
+            if let Err(e) = procs::evict(&self.store, &self.realm, &pid).await {
+                eprintln!("procd {}: cannot evict {pid}: {e}", self.worker);
+            }
+        }
+        self.freed.notify_one();
+    }
+
+    /// Whether it runs nothing now.
+    pub fn idle(&self) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// Stops every proc this procd runs, at once: native ones' process
@@ -247,16 +305,25 @@ impl Procd {
     /// What BE admission allows now: the node's measured busy cores
     /// against the target (σOS Figure 3-5).
     fn admission(&self) -> Admission {
-        Admission {
-            busy_cores: self.load.busy_cores(),
-            target_cores: self.policy.cores as f64 * f64::from(self.policy.be_util_pct) / 100.0,
+        let target_cores = self.cores() as f64 * f64::from(self.policy.be_util_pct) / 100.0;
+        match &self.grant {
+            // Its own cores: what its procs hold, not the node's measured
+            // load, which other realms' workers share.
+            Some(_) => Admission {
+                busy_cores: self.busy_cores.load(Ordering::SeqCst) as f64,
+                target_cores,
+            },
+            None => Admission {
+                busy_cores: self.load.busy_cores(),
+                target_cores,
+            },
         }
     }
 
     /// Whether this procd could take another proc: a core free, or BE
     /// admission open.
     fn has_room(&self) -> bool {
-        self.busy_cores.load(Ordering::SeqCst) < self.policy.cores || self.admission().admits()
+        self.busy_cores.load(Ordering::SeqCst) < self.cores() || self.admission().admits()
     }
 
     /// Runs what a claim took, and remembers whether it left BE procs
@@ -270,6 +337,12 @@ impl Procd {
         for p in procs {
             self.busy_cores.fetch_add(p.cores, Ordering::SeqCst);
             self.load.launched(p.cores);
+            if p.class == Class::Be {
+                self.be_running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((p.pid.clone(), p.cores));
+            }
             tokio::spawn(self.clone().run_proc(p));
         }
     }
@@ -413,6 +486,12 @@ impl Procd {
     ) {
         let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
         debug_assert!(left >= 0, "busy cores went negative");
+        if p.class == Class::Be {
+            self.be_running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(pid, _)| *pid != p.pid);
+        }
         // The proc's credential dies with it (a wasm proc has none).
         if p.kind == Kind::Native {
             match tabos_kernel::auth::revoke_pid(&self.store, &self.realm, &p.pid).await {
@@ -733,7 +812,7 @@ impl Procd {
         let spec = tabos_kernel::sched::WorkerSpec {
             worker_id: self.worker.clone(),
             node_id: self.node_id.clone(),
-            cores: self.policy.cores,
+            cores: self.cores().max(1),
             mem_mb: self.mem_mb,
         };
         let (store, realm) = (self.store.clone(), self.realm.clone());

@@ -228,12 +228,37 @@ impl proto::procs_server::Procs for ProcsService {
             minted.clone(),
             tabos_store::now_us(),
         );
-        tabos_kernel::call(&self.node.store, &r.realm, move |tx| {
+        // An elastic realm's policy first, so no static node ever serves it
+        // (they look for it when the realm's creation is announced).
+        let elastic = match r.elastic {
+            Some(p) => Some(crate::status::policy_from_proto(Some(p))?),
+            None => None,
+        };
+        tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
+        if let Some(policy) = elastic {
+            tabos_kernel::alloc::set_policy(&self.node.store, &r.realm, policy, true)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+        }
+        let created = tabos_kernel::call(&self.node.store, &r.realm, move |tx| {
             tabos_kernel::realms::create_tx(tx, &realm, scheduler, now)?;
             tabos_kernel::auth::create_tx(tx, &s, &m, now)
         })
-        .await
-        .map_err(|e| kernel_status(&e))?;
+        .await;
+        if let Err(e) = created {
+            if elastic.is_some() {
+                // Undone: the realm did not come to be.
+                let r2 = r.realm.clone();
+                let _ = self
+                    .node
+                    .store
+                    .run(tabos_kernel::nodes::CLUSTER_PARTITION, move |tx| {
+                        tabos_kernel::alloc::forget_tx(tx, &r2)
+                    })
+                    .await;
+            }
+            return Err(kernel_status(&e));
+        }
         self.node.auth.remember(&minted, &spec);
         Ok(Response::new(proto::CreateRealmResponse {
             admin_token: minted.token,

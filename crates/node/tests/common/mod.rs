@@ -40,7 +40,18 @@ pub async fn start_on(
     config: &Config,
     options: tabos_node::ServeOptions,
 ) -> Running {
-    let settings = NodeSettings {
+    start_custom(dir, node_id, config, options, |_| {}).await
+}
+
+/// [`start_on`], its settings changed by `change` first.
+pub async fn start_custom(
+    dir: &TempDir,
+    node_id: &str,
+    config: &Config,
+    options: tabos_node::ServeOptions,
+    change: impl FnOnce(&mut NodeSettings),
+) -> Running {
+    let mut settings = NodeSettings {
         node_id: node_id.into(),
         logs: dir.path().join("logs"),
         cores: 4,
@@ -50,6 +61,7 @@ pub async fn start_on(
         )),
         ..NodeSettings::defaults()
     };
+    change(&mut settings);
     // Opening may block (PostgreSQL's client): off the async threads.
     let config = config.clone();
     let node = tokio::task::spawn_blocking(move || Node::open_with(&config, settings))
