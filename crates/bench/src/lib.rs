@@ -3,19 +3,22 @@
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
-//! [`mr`], [`auth`].
+//! [`mr`], [`auth`], [`elastic`].
 
 pub mod auth;
+pub mod elastic;
 pub mod fs;
 pub mod ipc;
 pub mod machine;
 pub mod measure;
 pub mod mr;
 pub mod names;
+pub mod plot;
 pub mod procedures;
 pub mod report;
 pub mod sched;
 pub mod store;
+pub mod venv;
 
 use std::path::Path;
 
@@ -45,11 +48,22 @@ pub fn run_suite_on(
         "procedures" => procedures::run(quick)?,
         "mr" => mr::run(quick, input)?,
         "auth" => auth::run(quick)?,
+        "elastic" => elastic::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic")
         }
     };
+    let mut report = report;
+    if !report.series.is_empty() {
+        match plot::draw(&report, out) {
+            Ok(paths) => report.plots = paths,
+            Err(e) => report.notes.push(format!("time series not plotted: {e}")),
+        }
+    }
     report.print();
+    for p in &report.plots {
+        println!("plotted {p}");
+    }
     let path = report.write(out)?;
     println!("wrote {}", path.display());
     Ok(())

@@ -192,10 +192,7 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
     }
 
     // PySpark local[2].
-    let venv = PathBuf::from(
-        std::env::var("TABOS_BENCH_VENV").unwrap_or_else(|_| "target/bench-venv".into()),
-    );
-    let spark = pyspark_wordcount(&venv, &inputs, runs);
+    let spark = pyspark_wordcount(&inputs, runs);
     match &spark {
         Ok((v, secs, words)) => {
             println!(
@@ -466,7 +463,7 @@ fn timed_count(cmd: &mut Command) -> anyhow::Result<(f64, u64)> {
 }
 
 /// The Linux source tree, unpacked once under target/bench-data.
-fn linux_source() -> anyhow::Result<PathBuf> {
+pub fn linux_source() -> anyhow::Result<PathBuf> {
     let dest = PathBuf::from("target/bench-data");
     let tree = dest.join("linux-source-6.1");
     if tree.join("Makefile").exists() {
@@ -499,40 +496,8 @@ fn linux_source() -> anyhow::Result<PathBuf> {
 }
 
 /// PySpark local[2] word count over `inputs`: (version, seconds, words).
-fn pyspark_wordcount(
-    venv: &Path,
-    inputs: &[PathBuf],
-    runs: u32,
-) -> Result<(String, f64, u64), String> {
-    let python = venv.join("bin/python");
-    let has = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import pyspark"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if !python.exists() {
-        println!("mr: creating a virtualenv at {} ...", venv.display());
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(venv)
-            .status();
-        if !ok.is_ok_and(|s| s.success()) {
-            return Err("python3 -m venv failed".into());
-        }
-    }
-    if !has(&python) {
-        println!(
-            "mr: installing PySpark into {} (pip, once) ...",
-            venv.display()
-        );
-        let ok = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "pyspark"])
-            .status();
-        if !ok.is_ok_and(|s| s.success()) {
-            return Err("pip install pyspark failed".into());
-        }
-    }
+fn pyspark_wordcount(inputs: &[PathBuf], runs: u32) -> Result<(String, f64, u64), String> {
+    let python = crate::venv::python_with("pyspark", "pyspark")?;
     let paths: Vec<String> = inputs
         .iter()
         .map(|p| format!("{:?}", p.display().to_string()))

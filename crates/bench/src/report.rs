@@ -155,6 +155,17 @@ pub fn round(x: f64, digits: i32) -> f64 {
     (x * m).round() / m
 }
 
+/// A time series measured during a run: `(x, y)` points, drawn with the
+/// other series of the same `plot` into `<suite>.<plot>.png`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Series {
+    pub plot: String,
+    pub name: String,
+    pub x_unit: String,
+    pub y_unit: String,
+    pub points: Vec<(f64, f64)>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub suite: String,
@@ -164,6 +175,11 @@ pub struct Report {
     pub figures: Vec<Figure>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub series: Vec<Series>,
+    /// The PNG files the series were drawn into (beside the result file).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub plots: Vec<String>,
 }
 
 impl Report {
@@ -175,6 +191,8 @@ impl Report {
             machine: Machine::read(),
             figures: Vec::new(),
             notes: Vec::new(),
+            series: Vec::new(),
+            plots: Vec::new(),
         }
     }
 
@@ -319,6 +337,8 @@ mod tests {
                 .peer("p", Some(2.0))
                 .runs(3, Stat::P50)],
             notes: Vec::new(),
+            series: Vec::new(),
+            plots: Vec::new(),
         };
         assert!(r.check().is_empty());
         r.figures

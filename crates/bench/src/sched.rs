@@ -280,28 +280,11 @@ fn procs_on_node(
     })
 }
 
-/// Ray, installed with pip into a virtualenv under `venv`; returns
-/// (version, no-op tasks/s, 720-burst ms) or why it could not run.
-fn ray_peer(venv: &Path, tasks: usize) -> Result<(String, f64, f64), String> {
-    let python = venv.join("bin/python");
-    if !python.exists() {
-        println!("installing Ray into {} (pip, once) ...", venv.display());
-        let ok = Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(venv)
-            .status()
-            .map_err(|e| format!("python3 -m venv: {e}"))?;
-        if !ok.success() {
-            return Err("python3 -m venv failed".into());
-        }
-        let ok = Command::new(venv.join("bin/pip"))
-            .args(["install", "--quiet", "ray"])
-            .status()
-            .map_err(|e| format!("pip install ray: {e}"))?;
-        if !ok.success() {
-            return Err("pip install ray failed".into());
-        }
-    }
+/// Ray, installed with pip into the benchmarks' virtualenv
+/// ([`crate::venv`]); returns (version, no-op tasks/s, 720-burst ms) or why
+/// it could not run.
+fn ray_peer(tasks: usize) -> Result<(String, f64, f64), String> {
+    let python = crate::venv::python_with("ray", "ray")?;
     let script = format!(
         r#"
 import time, ray
@@ -527,10 +510,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         .runs(1, Stat::P99),
     );
 
-    let venv = PathBuf::from(
-        std::env::var("TABOS_BENCH_VENV").unwrap_or_else(|_| "target/bench-venv".into()),
-    );
-    let ray = ray_peer(&venv, ray_tasks);
+    let ray = ray_peer(ray_tasks);
     let (ray_name, ray_tput, ray_burst, ray_note) = match &ray {
         Ok((v, t, b)) => (
             format!("ray {v} (num_cpus=2)"),

@@ -1,0 +1,495 @@
+//! `tabos bench elastic`: σOS's elasticity experiments (thesis chapter 6)
+//! on a cluster of real `tabos up --elastic` processes on this machine,
+//! over one PostgreSQL database (a throwaway cluster the suite starts; it
+//! needs Debian's postgresql). Each node is given a share of this machine's
+//! cores (`--cores`), so "machines" here are shares of one: the output says
+//! so.
+//!
+//! * **Table 6.2** — burst-spawn 720 procs (`/bin/true`, BE, one core
+//!   each) into an elastic realm that starts at one core and must grow,
+//!   against the same burst into a realm pre-grown to every core; timed
+//!   from the first spawn to the last exit.
+//! * **Figure 6-1** — a MapReduce word count in an elastic realm that
+//!   starts with one core and grows to all, against the same job in a
+//!   static full-size realm (pre-grown to every core); both as speedups
+//!   over the job on one core. Goal: ≥ 0.9× the static speedup.
+//!
+//! Each run samples, every 100 ms, the realm's granted cores and the
+//! nodes' measured busy cores; the series are in the result file and
+//! plotted to PNG. (Figure 6-3, a BE MapReduce realm beside an LC realm
+//! whose load rises and falls, is not measured yet: it needs an LC
+//! service to load.)
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tabos_client::proto;
+use tabos_mr::driver::{Job, Submit};
+use tabos_mr::job::Kind;
+use tabos_store::pg_cluster::{ClusterOptions, TempCluster};
+
+use crate::report::{round, Better, Figure, Report, Series, Stat};
+
+/// Procs in the burst (σOS Table 6.2).
+const BURST: usize = 720;
+/// How often the time series are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// Longest any one experiment may take.
+const EXPERIMENT_MAX: Duration = Duration::from_secs(900);
+/// The managers' settings for the suite: a look every 100 ms, a realm idle
+/// after 1 s.
+const TICK_MS: i64 = 100;
+const IDLE_MS: i64 = 1_000;
+
+/// One `tabos up` process.
+struct NodeProc {
+    child: Child,
+    addr: String,
+    token: String,
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        // SIGTERM: a clean stop (procs handed back, leases resigned).
+        // SAFETY: kill takes no pointers; the pid is our own child's.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A cluster of elastic nodes over one PostgreSQL database.
+struct Cluster {
+    nodes: Vec<NodeProc>,
+    _pg: TempCluster,
+    _dir: tabos_store::testing::TempDir,
+}
+
+impl Cluster {
+    fn start(exe: &Path, nodes: usize, cores: i64) -> anyhow::Result<Cluster> {
+        let pg = TempCluster::start(&ClusterOptions {
+            fsync: true,
+            ..ClusterOptions::default()
+        })
+        .context("the suite's PostgreSQL")?;
+        let url = pg.create_database("tabos_elastic")?;
+        let dir = tabos_store::testing::TempDir::new("bench-elastic");
+        let mut started = Vec::new();
+        for i in 0..nodes {
+            let data = dir.path().join(format!("e{i}"));
+            let mut child = Command::new(exe)
+                .args(["up", "--elastic", "--listen", "127.0.0.1:0"])
+                .args(["--db", &url, "--node-id", &format!("e{i}")])
+                .args(["--cores", &cores.to_string(), "--heartbeat-ms", "1000"])
+                .arg("--data")
+                .arg(&data)
+                .env("TABOS_CREDENTIALS", dir.path().join(format!("e{i}.json")))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .context("starting tabos up")?;
+            let (addr, token) = read_start(&mut child)?;
+            started.push(NodeProc { child, addr, token });
+        }
+        Ok(Cluster {
+            nodes: started,
+            _pg: pg,
+            _dir: dir,
+        })
+    }
+
+    async fn client(&self, i: usize) -> anyhow::Result<tabos_client::Client> {
+        let n = &self.nodes[i % self.nodes.len()];
+        Ok(tabos_client::Client::connect(&n.addr, &n.token).await?)
+    }
+}
+
+/// `tabos up`'s first lines: its address, and (from the file the second
+/// names) its operator credential. The rest of its output is drained.
+fn read_start(child: &mut Child) -> anyhow::Result<(String, String)> {
+    use std::io::BufRead;
+    let mut out = std::io::BufReader::new(child.stdout.take().context("stdout")?);
+    let mut lines = Vec::new();
+    loop {
+        let mut l = String::new();
+        anyhow::ensure!(
+            out.read_line(&mut l)? > 0,
+            "tabos up ended early: {lines:?}"
+        );
+        let last = l.starts_with("try:");
+        lines.push(l.trim_end().to_string());
+        if last {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let addr = lines[0]
+        .strip_prefix("tabos node on ")
+        .map(|r| r.split(':').take(2).collect::<Vec<_>>().join(":"))
+        .with_context(|| format!("unexpected first line {:?}", lines[0]))?;
+    let path = lines
+        .get(1)
+        .and_then(|l| l.strip_prefix("operator credential: "))
+        .and_then(|r| r.split(" (").next())
+        .with_context(|| format!("unexpected second line {:?}", lines.get(1)))?;
+    let token = std::fs::read_to_string(path)?.trim().to_string();
+    Ok((addr, token))
+}
+
+fn policy(class: &str, min: i64, max: i64) -> proto::ElasticPolicy {
+    proto::ElasticPolicy {
+        class: class.into(),
+        min_cores: min,
+        max_cores: max,
+    }
+}
+
+fn granted(a: &proto::RealmAllocation) -> i64 {
+    a.grants.iter().map(|g| g.cores).sum()
+}
+
+/// Waits until `realm` is granted `cores` (bounded).
+async fn until_granted(
+    c: &mut tabos_client::Client,
+    realm: &str,
+    cores: i64,
+) -> anyhow::Result<()> {
+    let t = Instant::now();
+    loop {
+        if granted(&c.allocation(realm, 1).await?) == cores {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            t.elapsed() < Duration::from_secs(60),
+            "realm {realm} was never granted {cores} cores"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What the sampler saw: seconds since the start, granted cores, busy
+/// cores (measured by the nodes, as of their last heartbeat).
+#[derive(Default)]
+struct Samples {
+    granted: Vec<(f64, f64)>,
+    busy: Vec<(f64, f64)>,
+}
+
+/// Samples `realm`'s grants and the nodes' busy cores until `stop`.
+async fn sample(
+    mut c: tabos_client::Client,
+    realm: String,
+    start: Instant,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> Samples {
+    let mut s = Samples::default();
+    loop {
+        let at = round(start.elapsed().as_secs_f64(), 2);
+        if let Ok(a) = c.allocation(&realm, 1).await {
+            s.granted.push((at, granted(&a) as f64));
+        }
+        if let Ok(nodes) = c.list_nodes().await {
+            let busy: f64 = nodes.iter().map(|n| n.busy_cores).sum();
+            s.busy.push((at, round(busy, 2)));
+        }
+        tokio::select! {
+            _ = stop.changed() => return s,
+            () = tokio::time::sleep(SAMPLE_EVERY) => {}
+        }
+    }
+}
+
+/// Runs `work` while sampling `realm`; its seconds and the samples.
+async fn measured<F, Fut>(cluster: &Cluster, realm: &str, work: F) -> anyhow::Result<(f64, Samples)>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let start = Instant::now();
+    let sampler = tokio::spawn(sample(
+        cluster.client(0).await?,
+        realm.to_string(),
+        start,
+        stopped,
+    ));
+    let done = tokio::time::timeout(EXPERIMENT_MAX, work()).await;
+    let secs = start.elapsed().as_secs_f64();
+    let _ = stop.send(true);
+    let samples = sampler.await?;
+    done.map_err(|_| anyhow::anyhow!("{realm}: no end within {EXPERIMENT_MAX:?}"))??;
+    Ok((secs, samples))
+}
+
+/// The burst: `BURST` one-core BE procs of `/bin/true` into `realm`, timed
+/// from the first spawn to the last exit.
+async fn burst(cluster: &Cluster, realm: &str, run: u32) -> anyhow::Result<(f64, Samples)> {
+    let realm = realm.to_string();
+    measured(cluster, &realm.clone(), || async move {
+        let pids: Vec<String> = (0..BURST).map(|i| format!("b{run}-{i}")).collect();
+        let mut c = cluster.client(0).await?;
+        for chunk in pids.chunks(120) {
+            let procs = chunk
+                .iter()
+                .map(|pid| proto::ProcDescriptor {
+                    pid: pid.clone(),
+                    program: "/bin/true".into(),
+                    class: "BE".into(),
+                    cores: Some(1),
+                    ..Default::default()
+                })
+                .collect();
+            c.spawn_burst(&realm, procs).await?;
+        }
+        // Waited on from every node, a share each.
+        let shares = 8;
+        let mut waits = tokio::task::JoinSet::new();
+        for s in 0..shares {
+            let mut c = cluster.client(s).await?;
+            let mine: Vec<String> = pids.iter().skip(s).step_by(shares).cloned().collect();
+            let realm = realm.clone();
+            waits.spawn(async move {
+                for pid in mine {
+                    let st = c.wait_exit(&realm, &pid).await?;
+                    anyhow::ensure!(
+                        st.state == "exited",
+                        "{pid} ended {}: {}",
+                        st.state,
+                        st.error
+                    );
+                }
+                anyhow::Ok(())
+            });
+        }
+        while let Some(r) = waits.join_next().await {
+            r??;
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// One word count of `inputs` in `realm`: its seconds and the samples.
+async fn wordcount(
+    cluster: &Cluster,
+    exe: &Path,
+    realm: &str,
+    inputs: &[PathBuf],
+) -> anyhow::Result<(f64, Samples)> {
+    let client = cluster.client(0).await?;
+    measured(cluster, realm, || async move {
+        let mut s = Submit::new(
+            Kind::WordCount,
+            inputs.to_vec(),
+            exe.to_path_buf(),
+            vec!["mr-task".into()],
+        );
+        s.reducers = 2;
+        let mut job = Job::submit(&client, realm, s).await?;
+        job.wait(|_| {}).await?;
+        Ok(())
+    })
+    .await
+}
+
+fn series(plot: &str, name: &str, y_unit: &str, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        plot: plot.into(),
+        name: name.into(),
+        x_unit: "s".into(),
+        y_unit: y_unit.into(),
+        points,
+    }
+}
+
+/// The MapReduce input: part of the Linux source (its `kernel/`; with a
+/// full run also `mm/`, `fs/` and `net/`), unpacked by the mr suite's
+/// helper.
+fn mr_inputs(quick: bool) -> anyhow::Result<Vec<PathBuf>> {
+    let root = crate::mr::linux_source()?;
+    let dirs: &[&str] = if quick {
+        &["kernel"]
+    } else {
+        &["kernel", "mm", "fs", "net"]
+    };
+    let out: Vec<PathBuf> = dirs
+        .iter()
+        .map(|d| root.join(d))
+        .filter(|p| p.is_dir())
+        .collect();
+    anyhow::ensure!(!out.is_empty(), "no kernel/ in {}", root.display());
+    Ok(out)
+}
+
+pub fn run(quick: bool) -> anyhow::Result<Report> {
+    let mut report = Report::new("elastic", quick);
+    let exe = std::env::current_exe()?;
+    anyhow::ensure!(
+        exe.file_name().is_some_and(|n| n == "tabos"),
+        "run this suite as `tabos bench elastic`: its nodes are `tabos up` processes"
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
+    // One node per core, each offering one core: "machines" are shares.
+    let (nodes, per_node) = (cpus.max(2) as usize, 1i64);
+    let total = nodes as i64 * per_node;
+    let runs: u32 = if quick { 1 } else { 2 };
+    report.notes.push(format!(
+        "{nodes} nodes (tabos up --elastic processes) on this {cpus}-core machine over one \
+         PostgreSQL, each offering {per_node} core: the cluster's machines are shares of one"
+    ));
+    let inputs = mr_inputs(quick)?;
+    let host_paths: Vec<String> = inputs
+        .iter()
+        .map(|p| Ok(std::fs::canonicalize(p)?.display().to_string()))
+        .collect::<anyhow::Result<_>>()?;
+    let cluster = Cluster::start(&exe, nodes, per_node)?;
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let mut op = cluster.client(0).await?;
+        op.alloc_settings(
+            [
+                ("tick_ms".to_string(), TICK_MS),
+                ("idle_ms".to_string(), IDLE_MS),
+            ]
+            .into_iter()
+            .collect(),
+        )
+        .await?;
+
+        // Table 6.2: a burst into a realm that must grow, and pre-grown.
+        let mut grow = Vec::new();
+        let mut pre = Vec::new();
+        for run in 0..runs {
+            // One realm at a time: each may take every core.
+            let (g, p) = (format!("burst-grow-{run}"), format!("burst-pre-{run}"));
+            op.create_elastic_realm(&g, "fifo", policy("BE", 1, total))
+                .await?;
+            until_granted(&mut op, &g, 1).await?;
+            let (secs, samples) = burst(&cluster, &g, run).await?;
+            println!("elastic: burst of {BURST} into a realm that grows: {secs:.2} s");
+            if run == 0 {
+                report.series.push(series(
+                    "table6_2",
+                    "granted cores (must grow)",
+                    "cores",
+                    samples.granted,
+                ));
+                report.series.push(series(
+                    "table6_2",
+                    "busy cores (must grow)",
+                    "cores",
+                    samples.busy,
+                ));
+            }
+            grow.push(secs);
+            op.remove_realm(&g).await?;
+            op.create_elastic_realm(&p, "fifo", policy("BE", total, total))
+                .await?;
+            until_granted(&mut op, &p, total).await?;
+            let (secs, samples) = burst(&cluster, &p, run).await?;
+            println!("elastic: burst of {BURST} into a pre-grown realm: {secs:.2} s");
+            if run == 0 {
+                report.series.push(series(
+                    "table6_2",
+                    "busy cores (pre-grown)",
+                    "cores",
+                    samples.busy,
+                ));
+            }
+            pre.push(secs);
+            op.remove_realm(&p).await?;
+        }
+        let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        report.figures.push(
+            Figure::new(
+                "table6_2.burst720.must_grow.s",
+                round(best(&grow), 3),
+                "s",
+                Better::Lower,
+            )
+            .peer("pre-grown realm", Some(round(best(&pre), 3)))
+            .runs(runs, Stat::BestOfRuns)
+            .note(format!(
+                "{BURST} one-core BE procs of /bin/true, first spawn to last exit; the realm \
+                 starts at 1 core of {total}"
+            )),
+        );
+
+        // Figure 6-1: a word count on one core, in a realm that grows from
+        // one core to all, and in a static full-size realm.
+        let mut one = Vec::new();
+        let mut elastic = Vec::new();
+        let mut full = Vec::new();
+        for run in 0..runs {
+            for (name, min, max, out) in [
+                (format!("mr-one-{run}"), 1, 1, &mut one),
+                (format!("mr-elastic-{run}"), 1, total, &mut elastic),
+                (format!("mr-full-{run}"), total, total, &mut full),
+            ] {
+                op.create_elastic_realm(&name, "fifo", policy("BE", min, max))
+                    .await?;
+                op.set_realm(proto::SetRealmRequest {
+                    realm: name.clone(),
+                    host_paths: host_paths.clone(),
+                    ..Default::default()
+                })
+                .await?;
+                until_granted(&mut op, &name, min).await?;
+                let (secs, samples) = wordcount(&cluster, &exe, &name, &inputs).await?;
+                println!("elastic: word count in {name}: {secs:.2} s");
+                if run == 0 && name.starts_with("mr-elastic") {
+                    report.series.push(series(
+                        "fig6_1",
+                        "granted cores (elastic realm)",
+                        "cores",
+                        samples.granted,
+                    ));
+                    report.series.push(series(
+                        "fig6_1",
+                        "busy cores (elastic realm)",
+                        "cores",
+                        samples.busy,
+                    ));
+                }
+                out.push(secs);
+                op.remove_realm(&name).await?;
+            }
+        }
+        let (t1, te, ts) = (best(&one), best(&elastic), best(&full));
+        report.figures.push(
+            Figure::new(
+                "fig6_1.mr_wordcount.speedup_elastic",
+                round(t1 / te, 3),
+                "x",
+                Better::Higher,
+            )
+            .peer("static full-size realm", Some(round(t1 / ts, 3)))
+            .runs(runs, Stat::BestOfRuns)
+            .target("ratio >= 0.9")
+            .note(format!(
+                "speedup over the job on 1 core ({:.2} s): elastic realm 1 to {total} cores \
+                 {te:.2} s, static {total}-core realm {ts:.2} s",
+                t1
+            )),
+        );
+        anyhow::Ok(())
+    })?;
+    drop(cluster);
+    report.notes.push(
+        "Figure 6-3 (a BE MapReduce realm beside an LC realm whose load rises and falls) is \
+         not measured yet"
+            .into(),
+    );
+    Ok(report)
+}
