@@ -280,15 +280,18 @@ async fn burst(cluster: &Cluster, realm: &str, run: u32) -> anyhow::Result<(f64,
     .await
 }
 
-/// One word count of `inputs` in `realm`: its seconds and the samples.
+/// One word count of `inputs` in `realm`: its seconds, the samples, and
+/// the words it counted (every configuration must count the same).
 async fn wordcount(
     cluster: &Cluster,
     exe: &Path,
     realm: &str,
     inputs: &[PathBuf],
-) -> anyhow::Result<(f64, Samples)> {
+) -> anyhow::Result<(f64, Samples, u64)> {
     let client = cluster.client(0).await?;
-    measured(cluster, realm, || async move {
+    let words = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let w2 = words.clone();
+    let (secs, samples) = measured(cluster, realm, || async move {
         let mut s = Submit::new(
             Kind::WordCount,
             inputs.to_vec(),
@@ -298,9 +301,16 @@ async fn wordcount(
         s.reducers = 2;
         let mut job = Job::submit(&client, realm, s).await?;
         job.wait(|_| {}).await?;
+        let total: u64 = job.output().await?.iter().map(|(_, n)| n).sum();
+        w2.store(total, std::sync::atomic::Ordering::SeqCst);
         Ok(())
     })
-    .await
+    .await?;
+    Ok((
+        secs,
+        samples,
+        words.load(std::sync::atomic::Ordering::SeqCst),
+    ))
 }
 
 fn series(plot: &str, name: &str, y_unit: &str, points: Vec<(f64, f64)>) -> Series {
@@ -431,6 +441,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         let mut one = Vec::new();
         let mut elastic = Vec::new();
         let mut full = Vec::new();
+        let mut counted: Option<u64> = None;
         for run in 0..runs {
             for (name, min, max, out) in [
                 (format!("mr-one-{run}"), 1, 1, &mut one),
@@ -446,8 +457,15 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 })
                 .await?;
                 until_granted(&mut op, &name, min).await?;
-                let (secs, samples) = wordcount(&cluster, &exe, &name, &inputs).await?;
-                println!("elastic: word count in {name}: {secs:.2} s");
+                let (secs, samples, words) = wordcount(&cluster, &exe, &name, &inputs).await?;
+                println!("elastic: word count in {name}: {secs:.2} s, {words} words");
+                anyhow::ensure!(words > 0, "{name}: the job counted no words");
+                match counted {
+                    None => counted = Some(words),
+                    Some(w) => {
+                        anyhow::ensure!(w == words, "{name} counted {words} words, another run {w}")
+                    }
+                }
                 if run == 0 && name.starts_with("mr-elastic") {
                     report.series.push(series(
                         "fig6_1",

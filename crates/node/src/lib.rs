@@ -214,6 +214,12 @@ pub struct Node {
     pub request_bytes: budget::RequestBytes,
     /// The node's measured CPU use, for BE admission.
     pub load: std::sync::Arc<load::Load>,
+    /// Since when (µs) the node's heartbeats have been reaching the
+    /// database without a failure; 0 while they fail. Another node is
+    /// declared lost (and the σMGR re-plans) only after a whole lease of
+    /// this: a node that could not reach the database cannot tell a lost
+    /// peer from a peer that could not reach it either.
+    pub healthy_since_us: std::sync::Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl Node {
@@ -267,6 +273,7 @@ impl Node {
             confine,
             request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX),
             load,
+            healthy_since_us: Default::default(),
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -324,6 +331,16 @@ impl Node {
     /// How long a heartbeat's lease lasts: [`LEASE_HEARTBEATS`] heartbeats.
     pub fn lease_us(&self) -> i64 {
         self.settings.heartbeat.as_micros() as i64 * i64::from(LEASE_HEARTBEATS)
+    }
+
+    /// Whether this node's heartbeats have reached the database for a
+    /// whole lease (see [`Node::healthy_since_us`]): only then may it judge
+    /// other nodes' leases.
+    pub fn healthy_for_a_lease(&self) -> bool {
+        let since = self
+            .healthy_since_us
+            .load(std::sync::atomic::Ordering::SeqCst);
+        since > 0 && tabos_store::now_us() - since >= self.lease_us()
     }
 
     /// What this node registers in the cluster's `node` table, its API at
@@ -1048,10 +1065,15 @@ async fn keep_lease(
         }
         let id = &node.settings.node_id;
         let busy = node.load.measured_cores();
-        if let Err(e) = tabos_kernel::nodes::heartbeat(&node.store, id, node.started_us, busy).await
-        {
+        let beat = tabos_kernel::nodes::heartbeat(&node.store, id, node.started_us, busy).await;
+        let healthy = &node.healthy_since_us;
+        if let Err(e) = &beat {
             eprintln!("node {id}: cluster heartbeat failed: {e}");
+            healthy.store(0, std::sync::atomic::Ordering::SeqCst);
+        } else if healthy.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            healthy.store(tabos_store::now_us(), std::sync::atomic::Ordering::SeqCst);
         }
+        let may_expire = node.healthy_for_a_lease();
         for realm in served.list() {
             let p = tabos_kernel::realm_partition(&realm, node.store.partitions());
             let (r, worker) = (realm.clone(), node.worker_id());
@@ -1060,10 +1082,12 @@ async fn keep_lease(
                 .store
                 .run(p, move |tx| {
                     let lease = tabos_kernel::procs::heartbeat_tx(tx, &r, &worker, now)?;
-                    Ok::<_, tabos_kernel::Error>((
-                        lease,
-                        tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)?,
-                    ))
+                    let expired = if may_expire {
+                        tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)?
+                    } else {
+                        Default::default()
+                    };
+                    Ok::<_, tabos_kernel::Error>((lease, expired))
                 })
                 .await;
             if let Ok((tabos_kernel::sched::Lease::Lapsed, _)) = &renewed {
@@ -1185,7 +1209,7 @@ pub fn status_of(e: &tabos_store::Error) -> tonic::Status {
         E::UnknownPartition { .. } => Status::not_found(msg),
         E::Limit { .. } | E::Overloaded(_) => Status::resource_exhausted(msg),
         E::Aborted(_) | E::RetriesExhausted { .. } => Status::aborted(msg),
-        E::Closed => Status::unavailable(msg),
+        E::Closed | E::Unavailable(_) => Status::unavailable(msg),
         E::Timeout(_) => Status::deadline_exceeded(msg),
         E::Cancelled(_) => Status::cancelled(msg),
         _ => Status::internal(msg),

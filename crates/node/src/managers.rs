@@ -136,6 +136,7 @@ async fn look(
         }
     }
     let node_lease = node.lease_us();
+    let healthy = node.healthy_for_a_lease();
     store
         .run(CLUSTER_PARTITION, move |tx| {
             for (lead, realm, want) in &decided {
@@ -147,7 +148,12 @@ async fn look(
                 }
             }
             if let Some(lead) = &smgr {
-                let mut view = alloc::view_tx(tx, now, node_lease)?;
+                // A node whose own heartbeats have not reached the database
+                // for a lease (it just started, or the database was away)
+                // takes no node out of the pool for a lapsed lease: after
+                // an outage every lease looks lapsed, and none is lost.
+                let lease = if healthy { node_lease } else { i64::MAX / 4 };
+                let mut view = alloc::view_tx(tx, now, lease)?;
                 for g in &mut view.grants {
                     g.used = demands
                         .get(&g.realm)

@@ -102,6 +102,9 @@ pub struct Procd {
     be_running: Mutex<Vec<(Pid, i64)>>,
 }
 
+/// Longest a stopping procd waits for the procs it killed to end.
+const STOP_WAIT_MAX: Duration = Duration::from_secs(5);
+
 /// Bound on `claimed_on_exit`.
 const CLAIMED_ON_EXIT_MAX: usize = 4096;
 
@@ -238,6 +241,24 @@ impl Procd {
             }
         }
         self.freed.notify_one();
+    }
+
+    /// Waits (at most `max`) until what it ran has ended — killed procs
+    /// reaped, wasm runs returned — so that a node that stops gives its
+    /// procs back only once no copy of them runs here.
+    async fn until_idle(&self, max: Duration) {
+        let deadline = tokio::time::Instant::now() + max;
+        while !self.idle() && tokio::time::Instant::now() < deadline {
+            // In memory only: the run tasks untrack as they reap.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if !self.idle() {
+            eprintln!(
+                "procd {}: {} proc(s) still ending after {max:?}",
+                self.worker,
+                self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
+            );
+        }
     }
 
     /// Whether it runs nothing now.
@@ -396,6 +417,7 @@ impl Procd {
                     _ = shutdown.changed() => {
                         self.stopping.store(true, Ordering::SeqCst);
                         self.kill_all();
+                        self.until_idle(STOP_WAIT_MAX).await;
                         return;
                     }
                     note = sub.recv() => match note {

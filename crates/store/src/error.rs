@@ -130,6 +130,13 @@ pub enum Error {
     #[error("store is shut down")]
     Closed,
 
+    /// The database cannot be reached now (its server stopped, restarts or
+    /// fails over): retry later. A transaction that failed this way before
+    /// its commit changed nothing; one whose commit was cut off may or may
+    /// not have committed (the message says so).
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
+
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -164,6 +171,11 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(self.as_sql().map(|e| &e.code),
             Some(SqlCode::Sqlstate(s)) if s == "40001" || s == "40P01")
+    }
+
+    /// True when the database could not be reached ([`Error::Unavailable`]).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Error::Unavailable(_))
     }
 
     /// True when a UNIQUE or PRIMARY KEY constraint rejected the write, on

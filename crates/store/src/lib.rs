@@ -150,6 +150,10 @@ pub struct Config {
     /// machine shared with other work a pinned thread cannot move away
     /// from a busy core. PostgreSQL: no effect.
     pub pin_executors: bool,
+    /// PostgreSQL: how long a request waits for the database to come back
+    /// (a restart, a failover) before failing with [`Error::Unavailable`]
+    /// (default [`postgres::RECONNECT_WAIT_MAX`]). SQLite: no effect.
+    pub reconnect_wait: std::time::Duration,
 }
 
 impl Config {
@@ -162,6 +166,7 @@ impl Config {
             durability: Durability::Normal,
             connections: 8,
             pin_executors: false,
+            reconnect_wait: postgres::RECONNECT_WAIT_MAX,
         }
     }
 
@@ -173,7 +178,14 @@ impl Config {
             durability: Durability::Normal,
             connections: 8,
             pin_executors: false,
+            reconnect_wait: postgres::RECONNECT_WAIT_MAX,
         }
+    }
+
+    /// Sets [`Config::reconnect_wait`].
+    pub fn with_reconnect_wait(mut self, wait: std::time::Duration) -> Config {
+        self.reconnect_wait = wait;
+        self
     }
 
     pub fn with_partitions(mut self, n: u32) -> Config {
@@ -446,6 +458,9 @@ pub(crate) struct Failure {
     pub error: Box<dyn Any + Send>,
     /// Whether this is a serialization conflict the executor should retry.
     pub retryable: bool,
+    /// Whether the database was unreachable (before any commit): the
+    /// executor may reconnect and run the procedure again.
+    pub unavailable: bool,
 }
 
 /// A procedure on its way to an executor.
@@ -475,9 +490,11 @@ impl Job {
                 Ok(v) => Ok(Box::new(v) as Box<dyn Any + Send>),
                 Err(e) => {
                     let retryable = e.store_error().is_some_and(Error::is_retryable);
+                    let unavailable = e.store_error().is_some_and(Error::is_unavailable);
                     Err(Failure {
                         error: Box::new(e),
                         retryable,
+                        unavailable,
                     })
                 }
             }),
@@ -508,6 +525,7 @@ impl Job {
     /// A store-level failure in the caller's error type (never retried).
     pub(crate) fn failure(&self, e: Error) -> Failure {
         Failure {
+            unavailable: e.is_unavailable(),
             error: (self.fail)(e),
             retryable: false,
         }
@@ -519,6 +537,7 @@ impl Job {
         let _ = self.done.send(Err(Failure {
             error,
             retryable: false,
+            unavailable: false,
         }));
     }
 }

@@ -110,6 +110,14 @@ impl TempCluster {
     /// Creates and starts a cluster. Fails with a message naming the package
     /// to install when the server binaries are missing.
     pub fn start(options: &ClusterOptions) -> Result<TempCluster> {
+        let mut cluster = TempCluster::empty()?;
+        cluster.init(options, "")?;
+        cluster.serve(options)?;
+        Ok(cluster)
+    }
+
+    /// A cluster directory and port, nothing in it yet.
+    fn empty() -> Result<TempCluster> {
         let bindir = find_bindir().ok_or_else(|| {
             Error::Config(format!(
                 "PostgreSQL server binaries (initdb, pg_ctl) not found: {PACKAGE_HINT}"
@@ -136,15 +144,13 @@ impl TempCluster {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
                 .map_err(|e| Error::Io(format!("chown {}: {e}", dir.display())))?;
         }
-        let mut cluster = TempCluster {
+        Ok(TempCluster {
             dir,
             port: free_port()?,
             bindir,
             run_as,
             watchdog: None,
-        };
-        cluster.init_and_start(options)?;
-        Ok(cluster)
+        })
     }
 
     fn command(&self, program: &str) -> Command {
@@ -174,7 +180,8 @@ impl TempCluster {
         self.dir.join("data")
     }
 
-    fn init_and_start(&mut self, options: &ClusterOptions) -> Result<()> {
+    /// initdb, with `extra` server settings (`-c` options) for every start.
+    fn init(&mut self, _options: &ClusterOptions, extra: &str) -> Result<()> {
         let mut init = self.command("initdb");
         init.arg("-D").arg(self.data()).args([
             "-U",
@@ -185,6 +192,24 @@ impl TempCluster {
             "--no-sync",
         ]);
         self.run(init, "initdb")?;
+        self.extra_settings(extra)
+    }
+
+    /// Appends `extra` (`name = value` lines) to the server's settings.
+    fn extra_settings(&self, extra: &str) -> Result<()> {
+        if extra.is_empty() {
+            return Ok(());
+        }
+        let conf = self.data().join("postgresql.auto.conf");
+        let mut text = std::fs::read_to_string(&conf).unwrap_or_default();
+        text.push_str(extra);
+        text.push('\n');
+        std::fs::write(&conf, text).map_err(|e| Error::Io(format!("{}: {e}", conf.display())))
+    }
+
+    /// Starts the server on its data directory (pg_ctl start, waiting), and
+    /// the watchdog that stops and removes it when this value is dropped.
+    fn serve(&mut self, options: &ClusterOptions) -> Result<()> {
         let server_opts = format!(
             "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections={} \
              -c shared_buffers=128MB",
@@ -201,6 +226,9 @@ impl TempCluster {
             .arg(self.dir.join("server.log"))
             .args(["-o", &server_opts, "start"]);
         self.run(start, "pg_ctl start")?;
+        if self.watchdog.is_some() {
+            return Ok(()); // started again: its watchdog is running
+        }
 
         // The watchdog: stop and delete when our end of its stdin closes.
         let script = format!(
@@ -253,6 +281,101 @@ impl TempCluster {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default()
+    }
+}
+
+/// A primary and its synchronous streaming standby (issue 19, item 4): a
+/// commit is acknowledged once the standby has it, so a failover loses no
+/// acknowledged transaction. [`ReplicatedCluster::url`] names both servers
+/// with `target_session_attrs=read-write`, so a client finds whichever is
+/// the primary.
+pub struct ReplicatedCluster {
+    pub primary: TempCluster,
+    pub standby: TempCluster,
+    options: ClusterOptions,
+}
+
+impl ReplicatedCluster {
+    /// Starts a primary, takes a base backup of it for the standby, and
+    /// starts the standby streaming from it (synchronously).
+    pub fn start(options: &ClusterOptions) -> Result<ReplicatedCluster> {
+        let mut primary = TempCluster::empty()?;
+        primary.init(
+            options,
+            "wal_level = replica\nsynchronous_standby_names = '*'\nwal_keep_size = '256MB'",
+        )?;
+        primary.serve(options)?;
+        let mut standby = TempCluster::empty()?;
+        let mut backup = standby.command("pg_basebackup");
+        backup
+            .arg("-D")
+            .arg(standby.data())
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-X", "stream", "-R", "--no-sync"]);
+        standby.run(backup, "pg_basebackup")?;
+        // The base backup carries the primary's settings; the standby's
+        // own name is what synchronous_standby_names matches.
+        standby.extra_settings("primary_slot_name = ''\ncluster_name = 'standby'")?;
+        standby.serve(options)?;
+        Ok(ReplicatedCluster {
+            primary,
+            standby,
+            options: options.clone(),
+        })
+    }
+
+    /// The URL of database `db` on whichever server is the primary.
+    pub fn url(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{},127.0.0.1:{}/{db}?target_session_attrs=read-write",
+            self.primary.port, self.standby.port
+        )
+    }
+
+    /// Creates a database (on the primary; it streams to the standby).
+    pub fn create_database(&self, name: &str) -> Result<String> {
+        self.primary.create_database(name)?;
+        Ok(self.url(name))
+    }
+
+    /// Kills the primary's server at once (`pg_ctl stop -m immediate`: no
+    /// shutdown checkpoint, connections cut, as in a crash).
+    pub fn kill_primary(&self) -> Result<()> {
+        let mut stop = self.primary.command("pg_ctl");
+        stop.arg("-D")
+            .arg(self.primary.data())
+            .args(["-m", "immediate", "-w", "stop"]);
+        self.primary.run(stop, "pg_ctl stop -m immediate")
+    }
+
+    /// Promotes the standby to primary (`pg_ctl promote`, waiting until it
+    /// accepts writes). With the old primary gone, its commits are no
+    /// longer waited for by a standby: synchronous replication is turned
+    /// off on the new primary, which has none.
+    pub fn promote(&self) -> Result<()> {
+        let mut promote = self.standby.command("pg_ctl");
+        promote
+            .arg("-D")
+            .arg(self.standby.data())
+            .args(["-w", "promote"]);
+        self.standby.run(promote, "pg_ctl promote")?;
+        let mut c = postgres::Client::connect(&self.standby.url("postgres"), postgres::NoTls)
+            .map_err(|e| Error::Io(format!("connect to the promoted standby: {e}")))?;
+        // ALTER SYSTEM runs outside a transaction block: one statement each.
+        for sql in [
+            "ALTER SYSTEM SET synchronous_standby_names = ''",
+            "SELECT pg_reload_conf()",
+        ] {
+            c.batch_execute(sql)
+                .map_err(|e| crate::postgres::map_err(&e, sql))?;
+        }
+        Ok(())
+    }
+
+    /// Starts the (stopped) primary again, as it was.
+    pub fn restart_primary(&mut self) -> Result<()> {
+        let options = self.options.clone();
+        self.primary.serve(&options)
     }
 }
 

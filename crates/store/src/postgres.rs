@@ -62,8 +62,15 @@ const RETRY_PAUSE_MIN_US: u64 = 100;
 const RETRY_PAUSE_MAX_US: u64 = 10_000;
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE_MAX: usize = 256;
-/// Attempts to (re)connect a worker or the listener before giving up.
+/// Attempts to connect a worker when the store opens before giving up.
 const CONNECT_ATTEMPTS_MAX: u32 = 5;
+/// How long a request waits for the database to come back (a restart, a
+/// failover) before it fails with [`Error::Unavailable`]: its connection is
+/// re-established meanwhile, with exponential back-off.
+pub const RECONNECT_WAIT_MAX: Duration = Duration::from_secs(30);
+/// First and longest pause between reconnection attempts.
+const RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(50);
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 enum PgJob {
     Proc(Job),
@@ -92,23 +99,14 @@ pub struct PgBackend {
 fn connect(url: &str, durability: Durability) -> Result<Client> {
     let mut last = None;
     for attempt in 0..CONNECT_ATTEMPTS_MAX {
-        match Client::connect(url, NoTls) {
-            Ok(mut c) => {
-                let sync = match durability {
-                    Durability::Off => "off",
-                    Durability::Normal | Durability::Full => "on",
-                };
-                let setup = format!(
-                    "SET synchronous_commit = {sync}; \
-                     SET default_transaction_isolation = 'serializable'"
-                );
-                c.batch_execute(&setup).map_err(|e| map_err(&e, &setup))?;
-                return Ok(c);
-            }
-            Err(e) => {
+        match connect_once(url, durability) {
+            Ok(c) => return Ok(c),
+            // Not there (yet): a few tries, for a server still starting.
+            Err(e) if e.is_unavailable() => {
                 last = Some(e);
                 std::thread::sleep(Duration::from_millis(50 << attempt));
             }
+            Err(e) => return Err(e),
         }
     }
     let e = last.map_or_else(|| "no attempt made".to_string(), |e| e.to_string());
@@ -116,6 +114,47 @@ fn connect(url: &str, durability: Durability) -> Result<Client> {
         "cannot connect to PostgreSQL at {}: {e}",
         redact(url)
     )))
+}
+
+/// Connects as [`connect`] does, retrying with exponential back-off until
+/// `deadline`: how a worker gets its connection back after the server
+/// restarted or failed over (a multi-host URL with
+/// `target_session_attrs=read-write` finds the new primary).
+fn reconnect_until(
+    url: &str,
+    durability: Durability,
+    deadline: std::time::Instant,
+) -> Result<Client> {
+    let mut pause = RECONNECT_PAUSE_MIN;
+    loop {
+        let e = match connect_once(url, durability) {
+            Ok(c) => return Ok(c),
+            Err(e) => e,
+        };
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return Err(Error::Unavailable(format!(
+                "cannot reach PostgreSQL at {} ({e})",
+                redact(url)
+            )));
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+    }
+}
+
+/// One connection attempt, set up for the store's transactions.
+fn connect_once(url: &str, durability: Durability) -> Result<Client> {
+    let mut c = Client::connect(url, NoTls).map_err(|e| map_err(&e, "connect"))?;
+    let sync = match durability {
+        Durability::Off => "off",
+        Durability::Normal | Durability::Full => "on",
+    };
+    let setup = format!(
+        "SET synchronous_commit = {sync}; SET default_transaction_isolation = 'serializable'"
+    );
+    c.batch_execute(&setup).map_err(|e| map_err(&e, &setup))?;
+    Ok(c)
 }
 
 /// The URL without its password, for messages.
@@ -174,6 +213,8 @@ impl PgBackend {
                 statements: PgStatements::default(),
                 scoped_ready: std::collections::HashSet::new(),
                 stats: stats.clone(),
+                broken: false,
+                reconnect_wait: config.reconnect_wait,
             };
             let rx = rx.clone();
             let h = std::thread::Builder::new()
@@ -367,15 +408,23 @@ fn start_listener(url: String, feed: Arc<Feed>, stop_token: String) -> Result<Jo
             if lost {
                 // Notifications may have been missed: tell every subscriber.
                 feed.cut_off_all();
-                // A bounded pause between reconnection attempts, not a poll:
-                // nothing can wake us while the server is unreachable.
-                match Client::connect(&url, NoTls) {
-                    Ok(mut c) => match c.batch_execute(&listen) {
-                        Ok(()) => client = c,
-                        Err(_) => std::thread::sleep(Duration::from_millis(500)),
-                    },
-                    Err(_) => std::thread::sleep(Duration::from_millis(500)),
+                // Exponential back-off between attempts, not a poll: nothing
+                // can wake us while the server is unreachable.
+                let mut pause = RECONNECT_PAUSE_MIN;
+                loop {
+                    if let Ok(mut c) = Client::connect(&url, NoTls) {
+                        if c.batch_execute(&listen).is_ok() {
+                            client = c;
+                            break;
+                        }
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
                 }
+                // Listening again: what changed while nobody listened is
+                // read again by every waiter (their re-reads during the
+                // outage may have failed or seen the old primary).
+                feed.cut_off_all();
             }
         })
         .map_err(|e| Error::Io(format!("cannot start listener thread: {e}")))
@@ -416,6 +465,11 @@ struct Worker {
     /// Realm schemas known to be up to date (see `realm_schema`).
     scoped_ready: std::collections::HashSet<String>,
     stats: Arc<Stats>,
+    /// The connection was found unusable (lost, or to a server that no
+    /// longer accepts writes): replaced before the next use.
+    broken: bool,
+    /// How long a request waits for the database ([`Config::reconnect_wait`]).
+    reconnect_wait: Duration,
 }
 
 /// Realm schemas a worker remembers as ready before it checks again.
@@ -439,25 +493,32 @@ impl Worker {
                 rx.recv()
             };
             let Ok(job) = job else { return };
-            if self.client.is_closed() {
-                self.statements.clear();
-                match connect(&self.url, self.durability) {
-                    Ok(c) => self.client = c,
-                    Err(e) => {
-                        match job {
-                            PgJob::Proc(j) | PgJob::ReadProc(j) => j.finish_err(e),
-                            PgJob::Read { done, .. } => {
-                                let _ = done.send(Err(e));
-                            }
-                        }
-                        continue;
+            // Each request waits at most this long for the database.
+            let deadline = std::time::Instant::now() + self.reconnect_wait;
+            if let Err(e) = self.ensure_connected(deadline) {
+                match job {
+                    PgJob::Proc(j) | PgJob::ReadProc(j) => j.finish_err(e),
+                    PgJob::Read { done, .. } => {
+                        let _ = done.send(Err(e));
                     }
                 }
+                continue;
             }
             match job {
-                PgJob::Proc(job) => self.run_proc(job),
+                PgJob::Proc(job) => self.run_proc(job, deadline),
                 PgJob::ReadProc(mut job) => {
-                    let outcome = self.read_proc(&mut job);
+                    // Reads change nothing: run again on a new connection.
+                    let outcome = loop {
+                        match self.read_proc(&mut job) {
+                            Err(f) if f.unavailable => {
+                                self.broken = true;
+                                if let Err(e) = self.ensure_connected(deadline) {
+                                    break Err(job.failure(e));
+                                }
+                            }
+                            other => break other,
+                        }
+                    };
                     let _ = job.done.send(outcome);
                 }
                 PgJob::Read {
@@ -466,7 +527,18 @@ impl Worker {
                     limits,
                     done,
                 } => {
-                    let _ = done.send(self.read(&sql, &params, &limits));
+                    let rows = loop {
+                        match self.read(&sql, &params, &limits) {
+                            Err(e) if e.is_unavailable() => {
+                                self.broken = true;
+                                if let Err(e) = self.ensure_connected(deadline) {
+                                    break Err(e);
+                                }
+                            }
+                            other => break other,
+                        }
+                    };
+                    let _ = done.send(rows);
                 }
             }
         }
@@ -637,7 +709,20 @@ impl Worker {
         Ok(name)
     }
 
-    fn run_proc(&mut self, mut job: Job) {
+    /// Replaces a lost (or write-refusing) connection, waiting for the
+    /// database until `deadline`; its prepared statements go with it.
+    fn ensure_connected(&mut self, deadline: std::time::Instant) -> Result<()> {
+        if !(self.broken || self.client.is_closed()) {
+            return Ok(());
+        }
+        self.statements.clear();
+        self.scoped_ready.clear();
+        self.client = reconnect_until(&self.url, self.durability, deadline)?;
+        self.broken = false;
+        Ok(())
+    }
+
+    fn run_proc(&mut self, mut job: Job, deadline: std::time::Instant) {
         let locks = self.partition_locks.clone();
         let part = locks.get(job.p_key.0 as usize);
         // Held until the procedure ends: taken at once while the partition is
@@ -683,6 +768,17 @@ impl Worker {
                     }
                     std::thread::sleep(Duration::from_micros(jitter(pause_us)));
                     pause_us = (pause_us * 2).min(RETRY_PAUSE_MAX_US);
+                }
+                Attempt::Unavailable(e) => {
+                    // Rolled back (or never begun): safe to run again once
+                    // the database is back.
+                    self.broken = true;
+                    if let Err(gone) = self.ensure_connected(deadline) {
+                        self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                        let why = format!("{gone}; first: {e}");
+                        job.finish_err(Error::Unavailable(why));
+                        return;
+                    }
                 }
             }
         }
@@ -752,8 +848,25 @@ impl Worker {
                         crate::run_hooks(hooks);
                         Attempt::Done(Ok(v))
                     }
-                    Err(e) => Attempt::failed(job, map_err(&e, "COMMIT")),
+                    Err(e) => match map_err(&e, "COMMIT") {
+                        // Whether it committed is unknown: never run again
+                        // here; the caller is told so.
+                        Error::Unavailable(m) => {
+                            self.broken = true;
+                            Attempt::Done(Err(job.failure(Error::Unavailable(format!(
+                                "the connection was lost during COMMIT, which may or may not \
+                                 have taken effect: {m}"
+                            )))))
+                        }
+                        e => Attempt::failed(job, e),
+                    },
                 }
+            }
+            Err(f) if f.unavailable => {
+                let _ = t.rollback();
+                Attempt::Unavailable(Error::Unavailable(
+                    "the connection was lost during the transaction".into(),
+                ))
             }
             Err(f) => {
                 let _ = t.rollback();
@@ -777,16 +890,27 @@ impl Worker {
 enum Attempt {
     Done(Outcome),
     Conflict(Error),
+    /// The database could not be reached before the commit: nothing took
+    /// effect; run again on a new connection.
+    Unavailable(Error),
 }
 
 impl Attempt {
     fn failed(job: &Job, e: Error) -> Attempt {
         if e.is_retryable() {
             Attempt::Conflict(e)
+        } else if e.is_unavailable() || is_read_only_server(&e) {
+            Attempt::Unavailable(e)
         } else {
             Attempt::Done(Err(job.failure(e)))
         }
     }
+}
+
+/// SQLSTATE 25006 in a writing transaction: connected to a server that
+/// accepts no writes (a standby, or the old primary after a failover).
+fn is_read_only_server(e: &Error) -> bool {
+    matches!(e.as_sql().map(|s| &s.code), Some(SqlCode::Sqlstate(c)) if c == "25006")
 }
 
 /// A pause in `[base/2, 3·base/2)` microseconds, so that conflicting
@@ -1017,8 +1141,29 @@ fn source_message(e: &postgres::Error) -> String {
     }
 }
 
-/// Converts a driver error, keeping the statement, SQLSTATE and position.
+/// Whether `e` says the server cannot be reached: the connection is
+/// closed or broke (an I/O error), or the server refuses it as it shuts
+/// down, starts or recovers (SQLSTATE class 08, 57P01–57P03).
+fn is_connection_loss(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.as_db_error() {
+        Some(db) => {
+            let c = db.code().code();
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+        }
+        None => e.source().is_some_and(|s| s.is::<std::io::Error>()),
+    }
+}
+
+/// Converts a driver error, keeping the statement, SQLSTATE and position;
+/// a lost connection is [`Error::Unavailable`].
 pub(crate) fn map_err(e: &postgres::Error, statement: &str) -> Error {
+    if is_connection_loss(e) {
+        let what: String = statement.chars().take(60).collect();
+        return Error::Unavailable(format!("{} (during {what})", source_message(e)));
+    }
     match e.as_db_error() {
         Some(db) => {
             let position = match db.position() {

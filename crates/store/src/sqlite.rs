@@ -994,6 +994,7 @@ impl Executor {
                     let _ = r.done.send(Err(Failure {
                         error,
                         retryable: false,
+                        unavailable: false,
                     }));
                 }
             }

@@ -1,0 +1,131 @@
+//! The database fails over under a running cluster (issue 19, item 4): two
+//! in-process nodes on a PostgreSQL primary with a synchronous standby,
+//! given both in a multi-host URL. During a send/recv storm and a proc's
+//! WaitExit, the primary is killed and the standby promoted: the waiters
+//! wait through it, every acknowledged message arrives exactly once, and
+//! any request that could not complete said UNAVAILABLE.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::code;
+use tabos_client::proto;
+use tabos_store::pg_cluster::{find_bindir, ClusterOptions, ReplicatedCluster};
+use tabos_store::testing::TempDir;
+use tonic::Code;
+
+/// Messages in the storm.
+const MESSAGES: usize = 400;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_and_messages_survive_a_failover() {
+    if find_bindir().is_none() {
+        return; // no PostgreSQL server binaries here
+    }
+    let rc = tokio::task::spawn_blocking(|| {
+        let rc = ReplicatedCluster::start(&ClusterOptions::default()).unwrap();
+        let url = rc.create_database("failover").unwrap();
+        (rc, url)
+    })
+    .await
+    .unwrap();
+    let (rc, url) = rc;
+    let config = tabos_store::Config::postgres(url).with_partitions(2);
+    let (d1, d2) = (TempDir::new("fo-1"), TempDir::new("fo-2"));
+    let n1 = common::start_on(&d1, "n1", &config, Default::default()).await;
+    let n2 = common::start_on(&d2, "n2", &config, Default::default()).await;
+    let mut c1 = n1.client().await;
+    c1.create_mailbox("", "inbox", 0, None).await.unwrap();
+
+    // A proc whose exit is waited for across the failover.
+    let sleeper = proto::ProcDescriptor {
+        pid: "sleeper".into(),
+        program: "sleep".into(),
+        args: vec!["3".into()],
+        ..Default::default()
+    };
+    c1.spawn("", sleeper).await.unwrap();
+    let mut w = n2.client().await;
+    let exit_waiter = tokio::spawn(async move { w.wait_exit("", "sleeper").await });
+
+    // The receiver, through n2: every message once.
+    let mut r = n2.client().await;
+    let receiver = tokio::spawn(async move {
+        let mut got: BTreeMap<String, usize> = BTreeMap::new();
+        let mut unavailable = 0;
+        let t = std::time::Instant::now();
+        while got.len() < MESSAGES && t.elapsed() < Duration::from_secs(120) {
+            match r.recv("", "inbox", 64, 10_000).await {
+                Ok(ms) => {
+                    for m in ms {
+                        *got.entry(String::from_utf8(m.payload).unwrap())
+                            .or_default() += 1;
+                    }
+                }
+                Err(e) => {
+                    assert_eq!(code(&e), Code::Unavailable, "{e}");
+                    unavailable += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        (got, unavailable)
+    });
+
+    // The sender, through n1: each message with its idempotency key, sent
+    // again (the same key) while the answer is UNAVAILABLE.
+    let mut s = n1.client().await;
+    let sender = tokio::spawn(async move {
+        let mut unavailable = 0;
+        for i in 0..MESSAGES {
+            let m = proto::Outgoing {
+                to: "inbox".into(),
+                payload: format!("m{i}").into_bytes(),
+                message_id: format!("id{i}"),
+            };
+            loop {
+                match s.send_many("", "", vec![m.clone()]).await {
+                    Ok(_) => break,
+                    Err(e) => {
+                        assert_eq!(code(&e), Code::Unavailable, "{e}");
+                        unavailable += 1;
+                        assert!(unavailable < 1_000, "never acknowledged");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        unavailable
+    });
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let rc = tokio::task::spawn_blocking(move || {
+        rc.kill_primary().unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        rc.promote().unwrap();
+        rc
+    })
+    .await
+    .unwrap();
+
+    let sent_unavailable = sender.await.unwrap();
+    let (got, recv_unavailable) = receiver.await.unwrap();
+    eprintln!("UNAVAILABLE answers: {sent_unavailable} to sends, {recv_unavailable} to receives");
+    assert_eq!(got.len(), MESSAGES, "every acknowledged message arrived");
+    let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+    // The waiter did not hang, and saw the proc's real end.
+    let done = tokio::time::timeout(Duration::from_secs(60), exit_waiter)
+        .await
+        .expect("the exit waiter hangs")
+        .unwrap()
+        .unwrap();
+    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    drop((c1,));
+    n1.shut_down().await;
+    n2.shut_down().await;
+    drop(rc);
+}
