@@ -386,3 +386,63 @@ fn the_standby_coordinator_finishes_when_the_leader_is_killed() {
         node.shut_down().await;
     });
 }
+
+/// The database fails over during a job (issue 19, item 4): a node on a
+/// PostgreSQL primary with a synchronous standby runs a word count; the
+/// primary is killed and the standby promoted while the job's procs run.
+/// The job finishes with the direct computation's answer.
+#[test]
+fn a_job_finishes_across_a_database_failover() {
+    use tabos_store::pg_cluster::{find_bindir, ClusterOptions, ReplicatedCluster};
+    if find_bindir().is_none() {
+        return; // no PostgreSQL server binaries here
+    }
+    let dir = TempDir::new("mr-failover");
+    let inputs = inputs(dir.path());
+    let rc = ReplicatedCluster::start(&ClusterOptions::default()).unwrap();
+    let url = rc.create_database("mr").unwrap();
+    let want = direct::run(&Kind::WordCount, &inputs).unwrap();
+    rt().block_on(async {
+        let settings = NodeSettings {
+            node_id: "n1".into(),
+            logs: dir.path().join("logs"),
+            cores: 2,
+            be_util_pct: 400,
+            ..NodeSettings::defaults()
+        };
+        let config = Config::postgres(url).with_partitions(2);
+        // Opening PostgreSQL blocks: off the async threads.
+        let node = tokio::task::spawn_blocking(move || Node::open_with(&config, settings))
+            .await
+            .unwrap()
+            .unwrap();
+        let node = Running(tabos_node::Embedded::start(node).await.unwrap());
+        let c = node.0.client().await.unwrap();
+        c.clone()
+            .set_realm(tabos_client::proto::SetRealmRequest {
+                realm: REALM.into(),
+                host_paths: vec![dir.path().join("in").display().to_string()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut s = submit(Kind::WordCount, inputs.clone());
+        // Sessions outlive the outage (its renewals wait through it).
+        s.session_ttl = Duration::from_secs(10);
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let rc = tokio::task::spawn_blocking(move || {
+            rc.kill_primary().unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            rc.promote().unwrap();
+            rc
+        })
+        .await
+        .unwrap();
+        job.wait(|_| {}).await.unwrap();
+        let got: BTreeMap<Vec<u8>, u64> = job.output().await.unwrap().into_iter().collect();
+        assert_eq!(got, want);
+        node.shut_down().await;
+        drop(rc);
+    });
+}
