@@ -35,9 +35,15 @@ enum JobKind {
 #[derive(clap::Args)]
 pub struct Common {
     /// Input files or directories of this machine (directories are walked;
-    /// symlinks are not followed); repeatable
+    /// symlinks are not followed), or with --in-fs of the realm's tabos fs;
+    /// repeatable
     #[arg(long = "input", required = true, num_args = 1..)]
     pub inputs: Vec<PathBuf>,
+    /// The inputs are in the realm's tabos fs (`tabos fs put`): mappers read
+    /// them through the API from whichever node runs them — no file system
+    /// shared between nodes
+    #[arg(long)]
+    pub in_fs: bool,
     /// Reducers (output partitions)
     #[arg(long, default_value_t = 4)]
     pub reducers: usize,
@@ -68,6 +74,11 @@ impl Common {
         s.task_bytes = self.task_mib.max(1) << 20;
         s.text_only = self.text_only;
         s.standby = !self.no_standby;
+        anyhow::ensure!(
+            !(self.in_fs && self.text_only),
+            "--text-only looks at files of this machine; it does not go with --in-fs"
+        );
+        s.inputs_in_fs = self.in_fs;
         Ok(s)
     }
 }

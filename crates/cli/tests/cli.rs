@@ -655,6 +655,124 @@ fn a_killed_node_has_its_procs_failed() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// MapReduce across three nodes with no shared file system (issue 19,
+/// item 5): the inputs are put into tabos fs (in one node's block
+/// segments), the job's intermediates go wherever its procs ran (each
+/// node's own segments), and one node is SIGKILLed while it runs a task;
+/// the job completes with the direct computation's answer.
+#[test]
+fn mapreduce_across_three_nodes_survives_one_killed() {
+    let Some(url) = tabos_store::testing::pg_database() else {
+        return;
+    };
+    let dir = TempDir::new("cli-mr3");
+    let node = |id: &str| {
+        let blocks = dir.path().join(format!("{id}.blocks"));
+        Node::start(&[
+            "--db",
+            url.as_str(),
+            "--partitions",
+            "1",
+            "--node-id",
+            id,
+            "--cores",
+            "1",
+            "--heartbeat-ms",
+            "500",
+            "--blocks",
+            blocks.to_str().unwrap(),
+            "--blocks-mib",
+            "256",
+            "--segment-threshold",
+            "4096",
+        ])
+    };
+    let (a, b, c) = (node("a"), node("b"), node("c"));
+    // The corpus: 8 files of many distinct words, and its direct count.
+    let input = dir.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let mut counts: std::collections::HashMap<String, u64> = Default::default();
+    let mut total = 0u64;
+    assert!(a.tabos(&["fs", "mkdir", "/in"]).status.success());
+    for f in 0..8u64 {
+        let mut text = String::new();
+        for j in 0..60_000u64 {
+            let w = format!("w{}", (f * 7_919 + j * j * 104_729) % 20_000);
+            *counts.entry(w.clone()).or_default() += 1;
+            total += 1;
+            text.push_str(&w);
+            text.push(if j % 12 == 11 { '\n' } else { ' ' });
+        }
+        let local = input.join(format!("f{f}.txt"));
+        std::fs::write(&local, text).unwrap();
+        let o = a.tabos(&[
+            "fs",
+            "put",
+            local.to_str().unwrap(),
+            &format!("/in/f{f}.txt"),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = a.tabos(&["fs", "stat", "/in/f0.txt"]);
+    assert!(stdout(&o).contains("segments"), "{}", stdout(&o));
+    let job = b
+        .command()
+        .args([
+            "mr",
+            "wordcount",
+            "--input",
+            "/in",
+            "--in-fs",
+            "--task-mib",
+            "1",
+            "--reducers",
+            "2",
+            "--top",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once c runs one of the job's procs, it is killed.
+    let mut killed = false;
+    for _ in 0..600 {
+        let o = a.tabos(&[
+            "sql",
+            "--json",
+            "SELECT count(*) AS n FROM proc WHERE worker_id = 'c.w0' AND state = 'running'",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap_or_default();
+        if v["rows"][0]["n"].as_i64().unwrap_or(0) > 0 {
+            let mut c = c;
+            c.child.kill().unwrap(); // SIGKILL
+            c.child.wait().unwrap();
+            killed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(killed, "node c never ran a task of the job");
+    let out = job.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    eprintln!("{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&format!("{total} words, {} distinct", counts.len())),
+        "{text}"
+    );
+    let mut top: Vec<(&String, &u64)> = counts.iter().collect();
+    top.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+    for (w, n) in top.iter().take(1) {
+        assert!(text.contains(&format!("{n:>12}  {w}\n")), "{text}");
+    }
+    drop((a, b));
+}
+
 /// An elastic node, an elastic realm created and shown, the managers'
 /// settings changed and their decisions listed — from the command line.
 #[test]

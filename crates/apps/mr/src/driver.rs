@@ -21,6 +21,7 @@ use tokio::sync::mpsc;
 
 use crate::job::Kind;
 use crate::spec::{Layout, Pause, Spec, Task, TaskState, FS_USER, MAPS_MAX};
+use crate::split::Split;
 use crate::{format, split, Error, Result};
 
 /// Coordinators one job may start in all.
@@ -50,6 +51,10 @@ pub struct Submit {
     pub session_ttl: Duration,
     /// Fault injection (tests).
     pub pause: Option<Pause>,
+    /// The inputs are files (or directories) in the realm's tabos fs, not
+    /// on this machine: mappers read their splits through the API, from
+    /// whichever node they run on — no shared file system.
+    pub inputs_in_fs: bool,
 }
 
 impl Submit {
@@ -72,6 +77,7 @@ impl Submit {
             standby: true,
             session_ttl: SESSION_TTL_DEFAULT,
             pause: None,
+            inputs_in_fs: false,
         }
     }
 }
@@ -148,56 +154,11 @@ impl Job {
             .to_str()
             .ok_or_else(|| Error::Invalid("the program's path is not UTF-8".into()))?
             .to_string();
-        // Absolute, so that a mapper finds them from its own working
-        // directory, and so that they can be asked for as host paths.
-        let inputs = s
-            .inputs
-            .iter()
-            .map(|p| {
-                std::fs::canonicalize(p)
-                    .map_err(|e| Error::Invalid(format!("input {}: {e}", p.display())))
-            })
-            .collect::<Result<Vec<PathBuf>>>()?;
-        let host_paths = host_paths_of(&inputs)?;
-        // Refused now, not by the first mapper's spawn: the realm must let
-        // its procs see the inputs.
-        // (An operator naming no realm acts in the node's: not known here,
-        // so then the mappers' spawns check.)
-        let realms = client.clone().list_realms().await?;
-        let mine = match realm {
-            "" if realms.len() == 1 => realms.first(),
-            "" => None,
-            r => realms.iter().find(|i| i.realm == r),
+        let (tasks, files, host_paths) = if s.inputs_in_fs {
+            plan_in_fs(client, realm, &s).await?
+        } else {
+            plan_on_host(client, realm, &s).await?
         };
-        let allowed: Option<&Vec<String>> = mine.map(|r| &r.host_paths);
-        if let Some(p) = allowed.and_then(|allowed| {
-            host_paths
-                .iter()
-                .find(|p| !allowed.iter().any(|a| tabos_client::host_path_within(p, a)))
-        }) {
-            return Err(Error::Invalid(format!(
-                "realm {realm:?} does not let its procs see input {p}; its operator can \
-                 allow it: tabos realm set {realm} --allow-host-path DIR"
-            )));
-        }
-        let (text_only, want) = (s.text_only, s.task_bytes);
-        let (tasks, files) = tokio::task::spawn_blocking(move || -> Result<_> {
-            let splits = split::plan_with(&inputs, want.max(split::SPLIT_BYTES_MIN), text_only)?;
-            let files = splits.iter().filter(|s| s.offset == 0).count();
-            let total: u64 = splits.iter().map(|s| s.len).sum();
-            // Few enough tasks for one directory listing.
-            let per_task = want.max(total / MAPS_MAX as u64 + 1);
-            let tasks = split::pack(splits, per_task);
-            if tasks.len() > MAPS_MAX {
-                return Err(Error::Invalid(format!(
-                    "{} map tasks (more than {MAPS_MAX}): too many files for one job",
-                    tasks.len()
-                )));
-            }
-            Ok((tasks, files))
-        })
-        .await
-        .map_err(|e| Error::Invalid(format!("planning failed: {e}")))??;
         let (kind, pattern) = match &s.kind {
             Kind::WordCount => ("wordcount", Vec::new()),
             Kind::Grep { pattern } => ("grep", pattern.clone()),
@@ -213,6 +174,7 @@ impl Job {
             program_args: s.program_args.clone(),
             pause: s.pause.clone(),
             host_paths,
+            inputs_in_fs: s.inputs_in_fs,
         };
         let layout = Layout::new(&spec.id);
         let mut c = client.clone();
@@ -503,6 +465,128 @@ impl Job {
             );
         }
     }
+}
+
+/// Map tasks planned over inputs on this machine (absolute paths the
+/// realm lets its procs see): the tasks, the files, and the host paths
+/// mappers ask to see.
+async fn plan_on_host(
+    client: &Client,
+    realm: &str,
+    s: &Submit,
+) -> Result<(Vec<Vec<Split>>, usize, Vec<String>)> {
+    // Absolute, so that a mapper finds them from its own working
+    // directory, and so that they can be asked for as host paths.
+    let inputs = s
+        .inputs
+        .iter()
+        .map(|p| {
+            std::fs::canonicalize(p)
+                .map_err(|e| Error::Invalid(format!("input {}: {e}", p.display())))
+        })
+        .collect::<Result<Vec<PathBuf>>>()?;
+    let host_paths = host_paths_of(&inputs)?;
+    // Refused now, not by the first mapper's spawn: the realm must let
+    // its procs see the inputs.
+    // (An operator naming no realm acts in the node's: not known here,
+    // so then the mappers' spawns check.)
+    let realms = client.clone().list_realms().await?;
+    let mine = match realm {
+        "" if realms.len() == 1 => realms.first(),
+        "" => None,
+        r => realms.iter().find(|i| i.realm == r),
+    };
+    let allowed: Option<&Vec<String>> = mine.map(|r| &r.host_paths);
+    if let Some(p) = allowed.and_then(|allowed| {
+        host_paths
+            .iter()
+            .find(|p| !allowed.iter().any(|a| tabos_client::host_path_within(p, a)))
+    }) {
+        return Err(Error::Invalid(format!(
+            "realm {realm:?} does not let its procs see input {p}; its operator can \
+                 allow it: tabos realm set {realm} --allow-host-path DIR"
+        )));
+    }
+    let (text_only, want) = (s.text_only, s.task_bytes);
+    let (tasks, files) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let splits = split::plan_with(&inputs, want.max(split::SPLIT_BYTES_MIN), text_only)?;
+        pack(splits, want)
+    })
+    .await
+    .map_err(|e| Error::Invalid(format!("planning failed: {e}")))??;
+    Ok((tasks, files, host_paths))
+}
+
+/// Splits packed into map tasks of about `want` bytes; the tasks and the
+/// files they cover.
+fn pack(splits: Vec<Split>, want: u64) -> Result<(Vec<Vec<Split>>, usize)> {
+    let files = splits.iter().filter(|s| s.offset == 0).count();
+    let total: u64 = splits.iter().map(|s| s.len).sum();
+    // Few enough tasks for one directory listing.
+    let per_task = want.max(total / MAPS_MAX as u64 + 1);
+    let tasks = split::pack(splits, per_task);
+    if tasks.len() > MAPS_MAX {
+        return Err(Error::Invalid(format!(
+            "{} map tasks (more than {MAPS_MAX}): too many files for one job",
+            tasks.len()
+        )));
+    }
+    Ok((tasks, files))
+}
+
+/// Most files a job's inputs in tabos fs may name.
+pub const FS_INPUT_FILES_MAX: usize = 100_000;
+
+/// Map tasks planned over inputs in the realm's tabos fs: files and the
+/// files under directories (walked in name order), cut into splits.
+async fn plan_in_fs(
+    client: &Client,
+    realm: &str,
+    s: &Submit,
+) -> Result<(Vec<Vec<Split>>, usize, Vec<String>)> {
+    let mut c = client.clone();
+    let mut files: Vec<(PathBuf, u64)> = Vec::new();
+    let mut todo: Vec<String> = Vec::new();
+    for p in s.inputs.iter().rev() {
+        let p = p
+            .to_str()
+            .ok_or_else(|| Error::Invalid(format!("input {} is not UTF-8", p.display())))?;
+        todo.push(p.to_string());
+    }
+    while let Some(path) = todo.pop() {
+        let st = c.fs_stat(realm, &path).await?;
+        if st.r#type == "dir" {
+            let listed = c.fs_readdir(realm, FS_USER, &path).await?;
+            if listed.more {
+                return Err(Error::Invalid(format!(
+                    "input directory {path} has more entries than one listing holds"
+                )));
+            }
+            let mut names: Vec<String> = listed
+                .entries
+                .into_iter()
+                .map(|e| {
+                    if e.path.starts_with('/') {
+                        e.path
+                    } else {
+                        format!("{}/{}", path.trim_end_matches('/'), e.path)
+                    }
+                })
+                .collect();
+            names.sort();
+            todo.extend(names.into_iter().rev());
+        } else if st.size > 0 {
+            files.push((PathBuf::from(&path), st.size as u64));
+        }
+        if files.len() > FS_INPUT_FILES_MAX {
+            return Err(Error::Invalid(format!(
+                "the inputs name more than {FS_INPUT_FILES_MAX} files"
+            )));
+        }
+    }
+    let want = s.task_bytes.max(split::SPLIT_BYTES_MIN);
+    let (tasks, n) = pack(split::cut(files, want), s.task_bytes)?;
+    Ok((tasks, n, Vec::new()))
 }
 
 /// The host paths mappers ask to see for `inputs` (absolute): the inputs

@@ -181,6 +181,50 @@ impl Ctx {
     }
 }
 
+/// Bytes read past a split's end per request while looking for the end of
+/// its last line.
+const TAIL_CHUNK_BYTES: u32 = 64 << 10;
+
+impl Ctx {
+    /// A split of a file in tabos fs: its bytes from
+    /// [`split::first_byte`] through the end of its last line.
+    async fn fetch_split(&self, sp: &split::Split) -> Result<Vec<u8>> {
+        let path = sp
+            .path
+            .to_str()
+            .ok_or_else(|| Error::Invalid(format!("input {} is not UTF-8", sp.path.display())))?;
+        let mut c = self.client.clone();
+        let end = sp.offset + sp.len;
+        let mut at = split::first_byte(sp);
+        let mut out = Vec::with_capacity((end - at) as usize);
+        while at < end {
+            let n = (end - at).min(CHUNK_BYTES as u64) as u32;
+            let got = c.fs_read(&self.realm, FS_USER, path, at as i64, n).await?;
+            if got.is_empty() {
+                return Ok(out); // the file was cut meanwhile
+            }
+            at += got.len() as u64;
+            out.extend_from_slice(&got);
+        }
+        loop {
+            let got = c
+                .fs_read(&self.realm, FS_USER, path, at as i64, TAIL_CHUNK_BYTES)
+                .await?;
+            match got.iter().position(|&b| b == b'\n') {
+                Some(i) => {
+                    out.extend_from_slice(&got[..=i]);
+                    return Ok(out);
+                }
+                None if got.is_empty() => return Ok(out),
+                None => {
+                    at += got.len() as u64;
+                    out.extend_from_slice(&got);
+                }
+            }
+        }
+    }
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
@@ -195,7 +239,17 @@ async fn mapper(ctx: Ctx, i: usize, attempt: u32) -> Result<()> {
     let splits = split::decode_task(&plan)?;
     let bytes_in: u64 = splits.iter().map(|s| s.len).sum();
     let (kind, reducers) = (ctx.spec.job_kind()?, ctx.spec.reducers);
-    let runs = blocking(move || task::map_task(&kind, &splits, reducers)).await?;
+    let runs = if ctx.spec.inputs_in_fs {
+        // Through the API, from whichever node holds the files.
+        let mut fetched = Vec::with_capacity(splits.len());
+        for sp in splits {
+            let bytes = ctx.fetch_split(&sp).await?;
+            fetched.push((sp, bytes));
+        }
+        blocking(move || task::map_fetched(&kind, &fetched, reducers)).await?
+    } else {
+        blocking(move || task::map_task(&kind, &splits, reducers)).await?
+    };
     // The announcements must name only whole files: write every run first.
     let mut announced = Vec::with_capacity(reducers);
     let mut bytes_out = 0;

@@ -67,6 +67,10 @@ pub struct Spec {
     /// --allow-host-path`).
     #[serde(default)]
     pub host_paths: Vec<String>,
+    /// The inputs are in the realm's tabos fs: mappers read their splits
+    /// through the API.
+    #[serde(default)]
+    pub inputs_in_fs: bool,
 }
 
 /// Stops attempt `attempt` of task `task` at `at` (`start` or `output`):

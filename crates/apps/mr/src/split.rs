@@ -55,6 +55,12 @@ pub fn plan_with(inputs: &[PathBuf], split_bytes: u64, text_only: bool) -> Resul
     if text_only {
         files.retain(|(path, _)| looks_like_text(path));
     }
+    Ok(cut(files, split_bytes))
+}
+
+/// Files `(path, size)`, in order, cut into splits of `split_bytes` (the
+/// last of a file shorter; an empty file gives none).
+pub fn cut(files: Vec<(PathBuf, u64)>, split_bytes: u64) -> Vec<Split> {
     let mut splits = Vec::new();
     for (path, size) in files {
         let mut offset = 0;
@@ -68,7 +74,7 @@ pub fn plan_with(inputs: &[PathBuf], split_bytes: u64, text_only: bool) -> Resul
             offset += len;
         }
     }
-    Ok(splits)
+    splits
 }
 
 fn looks_like_text(path: &Path) -> bool {
@@ -172,28 +178,49 @@ fn walk(path: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
 /// Calls `f(piece, ends)` with each line (without its '\n') that the
 /// split owns, in order; a line longer than [`LINE_BYTES_MAX`] comes in
 /// pieces, `ends` set on its last one.
-pub fn read_lines(split: &Split, mut f: impl FnMut(&[u8], bool)) -> Result<()> {
+pub fn read_lines(split: &Split, f: impl FnMut(&[u8], bool)) -> Result<()> {
     let path = &split.path;
     let mut file = File::open(path).map_err(io(path))?;
-    let end = split.offset + split.len;
-    // Start one byte early: if that byte is '\n', the split starts on a
-    // line boundary; otherwise the partial line belongs to the split before.
-    let mut pos = split.offset.saturating_sub(1);
+    let pos = first_byte(split);
     file.seek(SeekFrom::Start(pos)).map_err(io(path))?;
     // Most inputs are small files: a buffer no larger than the split
     // (and what finishing its last line may need) spares the allocator.
     let want = (split.len + 1).saturating_add(4096).min(256 << 10) as usize;
-    let mut r = BufReader::with_capacity(want, file);
+    lines_from(BufReader::with_capacity(want, file), split, f).map_err(io(path))
+}
+
+/// Where reading `split` starts: one byte early — if that byte is '\n',
+/// the split starts on a line boundary; otherwise the partial line belongs
+/// to the split before.
+pub fn first_byte(split: &Split) -> u64 {
+    split.offset.saturating_sub(1)
+}
+
+/// [`read_lines`] over `bytes`, the file's bytes from [`first_byte`] on
+/// through (at least) the end of the split's last line — how a mapper
+/// reads a split of a file in tabos fs, fetched through the API.
+pub fn read_lines_in(bytes: &[u8], split: &Split, f: impl FnMut(&[u8], bool)) -> Result<()> {
+    lines_from(bytes, split, f).map_err(io(&split.path))
+}
+
+/// The lines of `split` from `r`, positioned at [`first_byte`].
+fn lines_from(
+    mut r: impl BufRead,
+    split: &Split,
+    mut f: impl FnMut(&[u8], bool),
+) -> std::io::Result<()> {
+    let end = split.offset + split.len;
+    let mut pos = first_byte(split);
     let mut line = Vec::with_capacity(4096);
     if split.offset > 0 {
-        pos += skip_line(&mut r).map_err(io(path))?;
+        pos += skip_line(&mut r)?;
     }
     // Inside a line longer than one piece: its rest belongs to this split
     // even past the split's end.
     let mut inside = false;
     while inside || pos < end {
         line.clear();
-        let (n, complete) = read_piece(&mut r, &mut line).map_err(io(path))?;
+        let (n, complete) = read_piece(&mut r, &mut line)?;
         if n == 0 {
             if inside {
                 f(&[], true);

@@ -4,7 +4,7 @@
 
 use crate::format;
 use crate::job::{Combiner, Kind};
-use crate::split::{read_lines, Split};
+use crate::split::{read_lines, read_lines_in, Split};
 use crate::Result;
 
 /// Maps one split: its intermediate output, one encoded run per reducer.
@@ -19,6 +19,28 @@ pub fn map_task(kind: &Kind, splits: &[Split], reducers: usize) -> Result<Vec<Ve
     for split in splits {
         let mut mapper = kind.mapper(&split.path);
         read_lines(split, |piece, ends| mapper.piece(piece, ends, &mut out))?;
+    }
+    Ok(out
+        .into_parts()
+        .iter()
+        .map(|records| format::encode(records))
+        .collect())
+}
+
+/// [`map_task`] over splits already fetched: each with its file's bytes
+/// from [`crate::split::first_byte`] through its last line (splits of
+/// files in tabos fs).
+pub fn map_fetched(
+    kind: &Kind,
+    splits: &[(Split, Vec<u8>)],
+    reducers: usize,
+) -> Result<Vec<Vec<u8>>> {
+    let mut out = Combiner::new(reducers)?;
+    for (split, bytes) in splits {
+        let mut mapper = kind.mapper(&split.path);
+        read_lines_in(bytes, split, |piece, ends| {
+            mapper.piece(piece, ends, &mut out)
+        })?;
     }
     Ok(out
         .into_parts()

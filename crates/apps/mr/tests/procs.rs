@@ -446,3 +446,69 @@ fn a_job_finishes_across_a_database_failover() {
         drop(rc);
     });
 }
+
+/// Copies the files under `root` on this machine into tabos fs under
+/// `into` (as the operator, mode 0644), directories included.
+async fn put_tree(c: &Client, root: &Path, into: &str) {
+    let mut c = c.clone();
+    let _ = c.fs_mkdir(REALM, "", into, 0o755).await;
+    let mut entries: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        let name = format!("{into}/{}", p.file_name().unwrap().to_str().unwrap());
+        if p.is_dir() {
+            Box::pin(put_tree(&c, &p, &name)).await;
+        } else {
+            let data = std::fs::read(&p).unwrap();
+            c.fs_create(REALM, "", &name, 0o644).await.unwrap();
+            for (n, chunk) in data.chunks(tabos_client::fs::CHUNK_BYTES).enumerate() {
+                let at = (n * tabos_client::fs::CHUNK_BYTES) as i64;
+                c.fs_write(REALM, "", &name, at, chunk.to_vec(), false)
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+
+/// Inputs in tabos fs (issue 19, item 5): the mappers read their splits
+/// through the API, and the answer is the direct computation's over the
+/// same files.
+#[test]
+fn inputs_in_tabos_fs_equal_the_direct_computation() {
+    let dir = TempDir::new("mr-fs-inputs");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = node.0.client().await.unwrap();
+        put_tree(&c, &dir.path().join("in"), "/in").await;
+        // Grep counts per file: the host's paths are tabos fs's under /in.
+        let host_root = dir.path().join("in").display().to_string().into_bytes();
+        for kind in [Kind::WordCount, Kind::grep(b"needle").unwrap()] {
+            let want: BTreeMap<Vec<u8>, u64> = direct::run(&kind, &inputs)
+                .unwrap()
+                .into_iter()
+                .map(|(k, n)| match k.strip_prefix(host_root.as_slice()) {
+                    Some(rest) if matches!(kind, Kind::Grep { .. }) => {
+                        ([b"/in".as_slice(), rest].concat(), n)
+                    }
+                    _ => (k, n),
+                })
+                .collect();
+            let mut s = submit(kind.clone(), vec![PathBuf::from("/in")]);
+            s.inputs_in_fs = true;
+            let (job, got) = run_to_end(&c, s).await;
+            assert!(job.spec.maps > 3, "several map tasks");
+            assert!(job.spec.host_paths.is_empty(), "no host path asked for");
+            assert_eq!(got, want, "{kind:?}");
+        }
+        // A missing input is refused before anything starts.
+        let mut s = submit(Kind::WordCount, vec![PathBuf::from("/nope")]);
+        s.inputs_in_fs = true;
+        assert!(Job::submit(&c, REALM, s).await.is_err());
+        node.shut_down().await;
+    });
+}
