@@ -19,3 +19,22 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     tabos_bench::run_suite_on(&args.suite, args.quick, &args.out, args.input.as_deref())
 }
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The worker (`lc`) and its arguments
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+/// A proc a benchmark runs (`tabos bench-worker lc MAILBOX WORK_US`).
+pub fn worker(args: WorkerArgs) -> std::process::ExitCode {
+    let status = match args.args.split_first() {
+        Some((w, rest)) if w == "lc" => tabos_bench::elastic::lc_server(rest),
+        _ => {
+            eprintln!("usage: tabos bench-worker lc MAILBOX WORK_US");
+            2
+        }
+    };
+    std::process::ExitCode::from(status.clamp(0, 255) as u8)
+}

@@ -187,12 +187,16 @@ enum Command {
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]
     MrTask(mr::TaskArgs),
+    /// The procs benchmarks run (tabos bench-worker lc MAILBOX WORK_US)
+    #[command(hide = true)]
+    BenchWorker(bench::WorkerArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::MrTask(a) => return mr::task(a),
+        Command::BenchWorker(a) => return bench::worker(a),
         Command::Mr(a) => mr::run(a),
         Command::Up(a) => up::run(a),
         Command::Sql(a) => sql::run(a),

@@ -6,8 +6,9 @@
 //! * A new grant: the realm's worker registers with the granted cores and
 //!   a procd starts, admitting by its own grant (not the node's load).
 //! * A grant that grows or shrinks: the worker registers again with the
-//!   new size; a procd over its grant evicts its newest BE procs (how the
-//!   σMGR takes cores back for an LC realm).
+//!   new size; a procd over its grant evicts its newest BE procs — in a BE
+//!   realm, its newest procs of either class — which is how the σMGR takes
+//!   cores back for an LC realm.
 //! * A grant withdrawn: the worker is drained (nothing new placed, its
 //!   unclaimed procs placed elsewhere) and its BE procs evicted; once it
 //!   runs nothing, its procd stops and its worker goes down. A grant that
@@ -108,7 +109,13 @@ async fn follow(
                 register(node, realm, cores).await?;
                 let grant = Arc::new(AtomicI64::new(cores));
                 let (stop, realm_stop) = tokio::sync::watch::channel(false);
-                let procd = new_procd(node, addr, realm, cores, grant.clone());
+                // A BE realm is best effort as a whole: all its procs are
+                // evicted to give cores back.
+                let be_realm = matches!(
+                    alloc::get(&node.store, realm).await?,
+                    Some(a) if a.policy.class == tabos_kernel::procs::Class::Be
+                );
+                let procd = new_procd(node, addr, realm, cores, grant.clone(), be_realm);
                 served.add(realm);
                 let p2 = procd.clone();
                 procds.spawn(async move { p2.run(realm_stop).await });
@@ -180,6 +187,7 @@ fn new_procd(
     realm: &str,
     cores: i64,
     grant: Arc<AtomicI64>,
+    be_realm: bool,
 ) -> Arc<Procd> {
     Procd::new(
         node.store.clone(),
@@ -204,5 +212,6 @@ fn new_procd(
         node.load.clone(),
         node.confine.clone(),
         Some(grant),
+        be_realm,
     )
 }

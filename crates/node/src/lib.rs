@@ -975,6 +975,7 @@ async fn serve_realms(
                 node.load.clone(),
                 node.confine.clone(),
                 None,
+                false,
             );
             procd.run(realm_stop).await;
         });

@@ -97,9 +97,12 @@ pub struct Procd {
     /// admission go by, against this procd's own busy cores. `None`: a
     /// static realm, sharing the node's cores and measured load.
     grant: Option<Arc<AtomicI64>>,
-    /// BE procs it runs, oldest first, with their cores: a shrinking grant
-    /// evicts the newest.
-    be_running: Mutex<Vec<(Pid, i64)>>,
+    /// Procs it runs that a shrinking grant may evict, oldest first, with
+    /// their cores: its BE procs, and in a BE realm every proc.
+    preemptible: Mutex<Vec<(Pid, i64)>>,
+    /// Its realm is a BE realm: all of it is best effort (σOS), so a grant
+    /// taken back evicts its LC-class procs too (MapReduce's mappers).
+    be_realm: bool,
 }
 
 /// Longest a stopping procd waits for the procs it killed to end.
@@ -177,6 +180,7 @@ impl Procd {
         load: Arc<crate::load::Load>,
         confine: Arc<crate::confine::Confine>,
         grant: Option<Arc<AtomicI64>>,
+        be_realm: bool,
     ) -> Arc<Procd> {
         assert!(policy.cores > 0 && policy.be_util_pct <= BE_UTIL_PCT_MAX);
         Arc::new(Procd {
@@ -200,7 +204,8 @@ impl Procd {
             stopping: std::sync::atomic::AtomicBool::new(false),
             claimed_on_exit: Mutex::new(Default::default()),
             grant,
-            be_running: Mutex::new(Vec::new()),
+            preemptible: Mutex::new(Vec::new()),
+            be_realm,
         })
     }
 
@@ -213,14 +218,14 @@ impl Procd {
     }
 
     /// Its grant changed (the node updated it and registered the worker
-    /// with it): BE procs beyond it are evicted, newest first — σOS's
-    /// eviction when the cluster manager takes cores back — and the claim
-    /// loop looks again (the grant may have grown).
+    /// with it): preemptible procs beyond it are evicted, newest first —
+    /// σOS's eviction when the cluster manager takes cores back — and the
+    /// claim loop looks again (the grant may have grown).
     pub async fn regranted(self: &Arc<Self>) {
         let cores = self.cores();
         let mut busy = self.busy_cores.load(Ordering::SeqCst);
         let victims: Vec<Pid> = {
-            let be = self.be_running.lock().unwrap_or_else(|e| e.into_inner());
+            let be = self.preemptible.lock().unwrap_or_else(|e| e.into_inner());
             let mut out = Vec::new();
             for (pid, c) in be.iter().rev() {
                 if busy <= cores {
@@ -358,8 +363,8 @@ impl Procd {
         for p in procs {
             self.busy_cores.fetch_add(p.cores, Ordering::SeqCst);
             self.load.launched(p.cores);
-            if p.class == Class::Be {
-                self.be_running
+            if p.class == Class::Be || self.be_realm {
+                self.preemptible
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push((p.pid.clone(), p.cores));
@@ -508,8 +513,8 @@ impl Procd {
     ) {
         let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
         debug_assert!(left >= 0, "busy cores went negative");
-        if p.class == Class::Be {
-            self.be_running
+        if p.class == Class::Be || self.be_realm {
+            self.preemptible
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|(pid, _)| *pid != p.pid);

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tabos_client::names::{CreateOptions, WatchMode};
+use tabos_client::names::CreateOptions;
 use tabos_client::proto;
 use tabos_client::Client;
 use tokio::sync::mpsc;
@@ -291,10 +291,12 @@ impl Job {
         let mut c = self.client.clone();
         let mut watches = Vec::new();
         for dir in [self.layout.tasks(), self.layout.root()] {
-            let mut w = c.watch(&self.realm, &dir, WatchMode::Dir).await?;
+            let mut w = crate::watch::DirWatch::open(&c, &self.realm, &dir).await?;
             let tx = tx.clone();
             watches.push(tokio::spawn(async move {
-                while let Ok(Some(_)) = w.message().await {
+                // A change, or a watch cut off and opened again: either
+                // way the job's state is read again.
+                while w.next().await.is_ok() {
                     if tx.send(Ev::Changed).is_err() {
                         return;
                     }

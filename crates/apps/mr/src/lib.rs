@@ -1,8 +1,6 @@
 //! tabos-mr: MapReduce on tabos, after σOS's `mr` (thesis section 5.1).
 //!
-//! This crate is being built in steps (issue 8). What is here is the part
-//! every mapper, reducer and coordinator proc shares and that needs no
-//! node:
+//! The parts:
 //!
 //! * [`split`] — inputs (files and directories of the machine) cut into
 //!   byte-range splits, and a streaming reader that gives each split the
@@ -17,10 +15,9 @@
 //!   reducer) and one reducer (runs merged into its output).
 //! * [`direct`] — the same jobs computed in one process, the reference the
 //!   tests compare with.
-//!
-//! To come: the coordinator, mapper and reducer procs over the tabos API
-//! (intermediate files in tabos, announcements in the namespace, leader
-//! election), `tabos mr`, and the benchmark.
+//! * [`procs`], [`driver`], [`spec`] — the coordinator, mapper and reducer
+//!   procs over the tabos API and the client that submits and follows a
+//!   job; [`watch`] — a directory watch that outlives being cut off.
 
 pub mod direct;
 pub mod driver;
@@ -30,6 +27,7 @@ pub mod procs;
 pub mod spec;
 pub mod split;
 pub mod task;
+pub mod watch;
 
 /// Errors of the MapReduce library.
 #[derive(Debug, thiserror::Error)]

@@ -35,12 +35,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use tabos_client::fs::CHUNK_BYTES;
-use tabos_client::names::{CreateOptions, Election, Session, WatchMode};
+use tabos_client::names::{CreateOptions, Election, Session};
 use tabos_client::proto::{self, Fence};
 use tabos_client::Client;
 use tokio::sync::mpsc;
 
 use crate::spec::{Announcement, Layout, Spec, Task, TaskState, ATTEMPTS_MAX, FS_USER};
+use crate::watch::{DirWatch, Watched};
 use crate::{format, split, task, Error, Result};
 
 /// What every proc of a job has: the API, its realm, pid and job.
@@ -291,16 +292,22 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
     let mut c = ctx.client.clone();
     // Watch first, then list: an announcement made in between is seen twice
     // at worst (and taken once), never missed.
-    let mut watch = c.watch(&ctx.realm, &dir, WatchMode::Dir).await?;
+    let mut watch = DirWatch::open(&c, &ctx.realm, &dir).await?;
     let mut r = Reduction::default();
     for e in list(&mut c, &ctx.realm, &dir).await? {
         r.offer(&ctx, &e.path, &e.data).await?;
     }
     while r.taken.len() < ctx.spec.maps {
-        let ev = watch
-            .message()
-            .await?
-            .ok_or_else(|| Error::Invalid("the watch of the reducer's directory ended".into()))?;
+        let ev = match watch.next().await? {
+            Watched::Event(ev) => *ev,
+            // Cut off (the database failed over): list again.
+            Watched::Reopened => {
+                for e in list(&mut c, &ctx.realm, &dir).await? {
+                    r.offer(&ctx, &e.path, &e.data).await?;
+                }
+                continue;
+            }
+        };
         if ev.op != "create" && ev.op != "set" {
             continue;
         }
@@ -495,21 +502,36 @@ impl<'a> Leader<'a> {
     async fn run(mut self, session: &Session) -> Result<()> {
         let (ctx, mut c) = (self.ctx, self.ctx.client.clone());
         // Rerun requests: watch, then list (as the reducers do).
-        let mut reruns = c
-            .watch(&ctx.realm, &ctx.layout.reruns(), WatchMode::Dir)
-            .await?;
-        for e in list(&mut c, &ctx.realm, &ctx.layout.reruns()).await? {
+        let dir = ctx.layout.reruns();
+        let mut reruns = DirWatch::open(&c, &ctx.realm, &dir).await?;
+        for e in list(&mut c, &ctx.realm, &dir).await? {
             if let Some(ev) = rerun_event(&e.path) {
                 let _ = self.tx.send(ev);
             }
         }
         let tx = self.tx.clone();
+        let (mut c2, realm) = (c.clone(), ctx.realm.clone());
         let watcher = tokio::spawn(async move {
-            while let Ok(Some(ev)) = reruns.message().await {
-                if ev.op == "create" {
-                    if let Some(ev) = rerun_event(&ev.path) {
-                        let _ = tx.send(ev);
+            loop {
+                match reruns.next().await {
+                    Ok(Watched::Event(ev)) if ev.op == "create" => {
+                        if let Some(ev) = rerun_event(&ev.path) {
+                            let _ = tx.send(ev);
+                        }
                     }
+                    Ok(Watched::Event(_)) => {}
+                    // Cut off: list again (a rerun is handled once).
+                    Ok(Watched::Reopened) => match list(&mut c2, &realm, &dir).await {
+                        Ok(entries) => {
+                            for e in entries {
+                                if let Some(ev) = rerun_event(&e.path) {
+                                    let _ = tx.send(ev);
+                                }
+                            }
+                        }
+                        Err(_) => break,
+                    },
+                    Err(_) => break,
                 }
             }
             let _ = tx.send(Event::Lost);
