@@ -9,10 +9,12 @@
 //!   new size; a procd over its grant evicts its newest BE procs — in a BE
 //!   realm, its newest procs of either class — which is how the σMGR takes
 //!   cores back for an LC realm.
-//! * A grant withdrawn: the worker is drained (nothing new placed, its
-//!   unclaimed procs placed elsewhere) and its BE procs evicted; once it
-//!   runs nothing, its procd stops and its worker goes down. A grant that
-//!   comes back before then puts it back in service.
+//! * A grant withdrawn (the σMGR withdraws only cores no live proc uses,
+//!   or takes them back from a BE realm, or its node left the pool): the
+//!   worker is drained (nothing new placed, its unclaimed procs placed
+//!   elsewhere) and what it still runs there is evicted, procs of no cores
+//!   too; once it runs nothing, its procd stops and its worker goes down.
+//!   A grant that comes back before then puts it back in service.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};

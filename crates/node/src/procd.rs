@@ -224,7 +224,17 @@ impl Procd {
     pub async fn regranted(self: &Arc<Self>) {
         let cores = self.cores();
         let mut busy = self.busy_cores.load(Ordering::SeqCst);
-        let victims: Vec<Pid> = {
+        let victims: Vec<Pid> = if cores == 0 {
+            // Withdrawn: the node no longer serves the realm; everything it
+            // runs here goes, procs of no cores too (a job's coordinator),
+            // so the worker can stop.
+            self.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .keys()
+                .cloned()
+                .collect()
+        } else {
             let be = self.preemptible.lock().unwrap_or_else(|e| e.into_inner());
             let mut out = Vec::new();
             for (pid, c) in be.iter().rev() {
