@@ -491,16 +491,20 @@ pub struct Demand {
     pub live_cores: i64,
     /// Of those, the cores of procs no worker holds yet.
     pub unplaced_cores: i64,
+    /// How many live procs: one of no cores still needs a worker, so a
+    /// realm with live procs asks for at least one core.
+    pub live_procs: i64,
     /// Of those, the cores placed on each node.
     pub by_node: Vec<(String, i64)>,
 }
 
 /// Procedure body (the realm's partition): `realm`'s demand.
 pub fn demand_tx(tx: &mut dyn Tx, realm: &str) -> Result<Demand> {
-    let (live_cores, unplaced_cores) = crate::procs::live_cores_tx(tx, realm)?;
+    let (live_cores, unplaced_cores, live_procs) = crate::procs::live_cores_tx(tx, realm)?;
     Ok(Demand {
         live_cores,
         unplaced_cores,
+        live_procs,
         by_node: crate::procs::live_cores_by_node_tx(tx, realm)?,
     })
 }
@@ -533,9 +537,9 @@ pub fn rmgr_decide(
     now_us: i64,
     settings: &Settings,
 ) -> Option<Want> {
-    let asked = demand
-        .live_cores
-        .saturating_add(demand.live_cores.saturating_mul(settings.headroom_pct) / 100);
+    // Procs of no cores (a job's coordinator) need a worker all the same.
+    let cores = demand.live_cores.max(demand.live_procs.min(1));
+    let asked = cores.saturating_add(cores.saturating_mul(settings.headroom_pct) / 100);
     let target = asked.clamp(policy.min_cores, policy.max_cores);
     let (want, reason) = if target > granted {
         (
@@ -1368,6 +1372,7 @@ mod tests {
         let d = |live, unplaced| Demand {
             live_cores: live,
             unplaced_cores: unplaced,
+            live_procs: live,
             by_node: Vec::new(),
         };
         // Demand over the grant: want it (capped at max).
@@ -1388,6 +1393,14 @@ mod tests {
             rmgr_decide(&p, 1, 1, &d(4, 4), None, 0, &s2).unwrap().cores,
             6
         );
+        // Procs of no cores still want a core (a realm of minimum 0).
+        let p0 = Policy { min_cores: 0, ..p };
+        let coordinators = Demand {
+            live_procs: 2,
+            ..d(0, 0)
+        };
+        let w = rmgr_decide(&p0, 0, 0, &coordinators, None, 0, &s).unwrap();
+        assert_eq!(w.cores, 1);
     }
 
     #[test]

@@ -1042,16 +1042,18 @@ pub async fn holder(store: &Store, realm: &str, pid: &Pid) -> Result<Option<Stri
 }
 
 /// Procedure body: the cores of `realm`'s live procs (spawned, claimed or
-/// running), and of those not placed on a worker yet.
-pub fn live_cores_tx(tx: &mut dyn Tx, realm: &str) -> Result<(i64, i64)> {
+/// running), of those not placed on a worker yet, and how many live procs
+/// there are (a proc of no cores still needs a worker to run on).
+pub fn live_cores_tx(tx: &mut dyn Tx, realm: &str) -> Result<(i64, i64, i64)> {
     let row = tx.query_one(
         "SELECT COALESCE(SUM(cores), 0), \
-                COALESCE(SUM(CASE WHEN worker_id IS NULL THEN cores ELSE 0 END), 0) \
+                COALESCE(SUM(CASE WHEN worker_id IS NULL THEN cores ELSE 0 END), 0), \
+                count(*) \
          FROM proc WHERE p_key = $1 AND realm = $2 \
            AND state IN ('spawned', 'claimed', 'running')",
         params![crate::p_key(tx), realm],
     )?;
-    Ok((row.get(0)?, row.get(1)?))
+    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
 }
 
 /// Procedure body: the cores of `realm`'s live procs placed on each node
