@@ -24,11 +24,13 @@ for p in job["plots"]:
     if len(units) > 1:
         axes[units[1]] = left.twinx()
     lines = []
-    for s in p["series"]:
+    for i, s in enumerate(p["series"]):
         ax = axes.get(s["y_unit"], left)
         xs = [pt[0] for pt in s["points"]]
         ys = [pt[1] for pt in s["points"]]
-        lines += ax.plot(xs, ys, label=s["name"], drawstyle="steps-post" if s["y_unit"] == "cores" else "default")
+        # One colour per series across both axes.
+        lines += ax.plot(xs, ys, label=s["name"], color=f"C{i}",
+                         drawstyle="steps-post" if s["y_unit"] == "cores" else "default")
     left.set_xlabel(p["series"][0]["x_unit"])
     for u, ax in axes.items():
         ax.set_ylabel(u)
