@@ -103,9 +103,7 @@ async fn waiters_and_messages_survive_a_failover() {
 
     tokio::time::sleep(Duration::from_millis(700)).await;
     let rc = tokio::task::spawn_blocking(move || {
-        rc.kill_primary().unwrap();
-        std::thread::sleep(Duration::from_millis(500));
-        rc.promote().unwrap();
+        rc.fail_over(Duration::from_millis(500)).unwrap();
         rc
     })
     .await

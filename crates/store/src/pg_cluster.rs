@@ -372,6 +372,14 @@ impl ReplicatedCluster {
         Ok(())
     }
 
+    /// A failover as an operator's tooling would do it: the primary
+    /// killed, `outage` later the standby promoted.
+    pub fn fail_over(&self, outage: std::time::Duration) -> Result<()> {
+        self.kill_primary()?;
+        std::thread::sleep(outage);
+        self.promote()
+    }
+
     /// Starts the (stopped) primary again, as it was.
     pub fn restart_primary(&mut self) -> Result<()> {
         let options = self.options.clone();

@@ -67,9 +67,7 @@ fn a_failover_is_waited_through_and_loses_no_acknowledged_write() {
     std::thread::sleep(Duration::from_millis(300));
     let before = acked.lock().unwrap().len();
     assert!(before > 0, "the writer commits before the failover");
-    rc.kill_primary().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    rc.promote().unwrap();
+    rc.fail_over(Duration::from_millis(500)).unwrap();
     // Writes are acknowledged again, on the new primary.
     let t = std::time::Instant::now();
     loop {

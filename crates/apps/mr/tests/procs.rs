@@ -432,9 +432,7 @@ fn a_job_finishes_across_a_database_failover() {
         let mut job = Job::submit(&c, REALM, s).await.unwrap();
         tokio::time::sleep(Duration::from_millis(400)).await;
         let rc = tokio::task::spawn_blocking(move || {
-            rc.kill_primary().unwrap();
-            std::thread::sleep(Duration::from_millis(500));
-            rc.promote().unwrap();
+            rc.fail_over(Duration::from_millis(500)).unwrap();
             rc
         })
         .await
