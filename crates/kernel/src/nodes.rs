@@ -414,43 +414,42 @@ fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
 
 /// Node `node_id` as read now (without its realms).
 pub async fn get(store: &Store, node_id: &str, lease_us: i64) -> Result<NodeInfo> {
-    let id = node_id.to_string();
-    store
-        .read(CLUSTER_PARTITION, move |tx| {
-            let row = tx.query_opt(
-                concat!(
-                    "SELECT ",
-                    node_columns!(),
-                    " FROM node WHERE p_key = $1 AND node_id = $2"
-                ),
-                params![i64::from(tx.p_key().0), id.as_str()],
-            )?;
-            match row {
-                Some(r) => node_from_row(&r, tabos_store::now_us(), lease_us),
-                None => Err(Error::NotFound(format!("no node {id}"))),
-            }
-        })
-        .await
+    const Q: &str = concat!(
+        "SELECT ",
+        node_columns!(),
+        " FROM node WHERE p_key = $1 AND node_id = $2"
+    );
+    one(store, Q, node_id, lease_us, format!("no node {node_id}")).await
 }
 
 /// The node holding block store `store_id` — the latest to register it,
 /// when a store moved between node ids — as read now (without its realms).
 pub async fn holding_store(store: &Store, store_id: &str, lease_us: i64) -> Result<NodeInfo> {
-    let id = store_id.to_string();
+    const Q: &str = concat!(
+        "SELECT ",
+        node_columns!(),
+        " FROM node WHERE p_key = $1 AND block_store = $2 ORDER BY started_us DESC LIMIT 1"
+    );
+    let missing = format!("no node holds block store {store_id}");
+    one(store, Q, store_id, lease_us, missing).await
+}
+
+/// The node `query` (of [`node_columns`], `$1` the partition, `$2` `key`)
+/// finds, or [`Error::NotFound`] saying `missing`.
+async fn one(
+    store: &Store,
+    query: &'static str,
+    key: &str,
+    lease_us: i64,
+    missing: String,
+) -> Result<NodeInfo> {
+    let key = key.to_string();
     store
         .read(CLUSTER_PARTITION, move |tx| {
-            let row = tx.query_opt(
-                concat!(
-                    "SELECT ",
-                    node_columns!(),
-                    " FROM node WHERE p_key = $1 AND block_store = $2 \
-                     ORDER BY started_us DESC LIMIT 1"
-                ),
-                params![i64::from(tx.p_key().0), id.as_str()],
-            )?;
+            let row = tx.query_opt(query, params![i64::from(tx.p_key().0), key.as_str()])?;
             match row {
                 Some(r) => node_from_row(&r, tabos_store::now_us(), lease_us),
-                None => Err(Error::NotFound(format!("no node holds block store {id}"))),
+                None => Err(Error::NotFound(missing.clone())),
             }
         })
         .await

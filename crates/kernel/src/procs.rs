@@ -1030,11 +1030,12 @@ pub async fn drain(store: &Store, realm: &str, node_id: &str, on: bool) -> Resul
 /// The node whose worker holds (or last held) proc `pid` of `realm` —
 /// where its logs are — or `None` if it was never placed.
 pub async fn holder(store: &Store, realm: &str, pid: &Pid) -> Result<Option<String>> {
-    let pid = pid.clone();
-    call(store, realm, move |tx, r, _| {
-        let info = get_tx(tx, r, pid.as_str())?;
+    let (pid, r) = (pid.clone(), realm.to_string());
+    // Only reads: on a read connection, not the partition's executor.
+    crate::read(store, realm, move |tx| {
+        let info = get_tx(tx, &r, pid.as_str())?;
         match &info.worker {
-            Some(w) => sched::node_of_tx(tx, r, w),
+            Some(w) => sched::node_of_tx(tx, &r, w),
             None => Ok(None),
         }
     })
