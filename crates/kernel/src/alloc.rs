@@ -1036,6 +1036,31 @@ pub async fn grants_of_node(store: &Store, node_id: &str) -> Result<Vec<Grant>> 
         .await
 }
 
+/// The grants of realm `realm` (what its members may see).
+pub async fn grants_of_realm(store: &Store, realm: &str) -> Result<Vec<Grant>> {
+    validate_realm(realm)?;
+    let r = realm.to_string();
+    store
+        .read(CLUSTER_PARTITION, move |tx| {
+            let rows = tx.query(
+                "SELECT node_id, realm, cores FROM core_grant WHERE p_key = $1 AND realm = $2 \
+                 ORDER BY node_id",
+                params![i64::from(tx.p_key().0), r.as_str()],
+            )?;
+            rows.iter()
+                .map(|row| {
+                    Ok(Grant {
+                        node_id: row.get(0)?,
+                        realm: row.get(1)?,
+                        cores: row.get(2)?,
+                        used: 0,
+                    })
+                })
+                .collect()
+        })
+        .await
+}
+
 /// Every grant.
 pub async fn grants(store: &Store) -> Result<Vec<Grant>> {
     store

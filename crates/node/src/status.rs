@@ -266,11 +266,10 @@ impl StatusService {
         out.want_cores = a.want_cores;
         out.want_reason = a.want_reason;
         out.want_us = a.want_us;
-        out.grants = alloc::grants(store)
+        out.grants = alloc::grants_of_realm(store, realm)
             .await
             .map_err(k)?
             .into_iter()
-            .filter(|g| g.realm == realm)
             .map(|g| proto::CoreGrantInfo {
                 node_id: g.node_id,
                 cores: g.cores,
