@@ -536,22 +536,54 @@ pub fn spawn_tx(
 }
 
 /// What BE admission allows a procd now (σOS Figure 3-5): BE procs start
-/// while the worker's busy cores are under its target. The procd measures
-/// busy cores (the CPU its procs and the node use, plus the declared cores
-/// of procs started too recently to show in a measurement); each BE proc a
-/// claim takes adds its declared cores, so one claim does not overshoot.
+/// while the worker's busy cores are under its target. The procd of a
+/// static realm measures busy cores (the CPU its procs and the node use,
+/// plus the declared cores of procs started too recently to show in a
+/// measurement); the procd of a granted worker counts the declared cores of
+/// what it runs. Each BE proc a claim takes adds its declared cores, so one
+/// claim does not overshoot.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Admission {
-    /// Cores busy now, measured.
+    /// Cores busy now.
     pub busy_cores: f64,
     /// Utilization target in cores (cores × target fraction).
     pub target_cores: f64,
+    /// `busy_cores` are declared cores (a worker's grant in an elastic
+    /// realm), not a measurement: a proc of no cores takes none of them,
+    /// so it is admitted even when the grant is full. (Measured, a proc of
+    /// no cores still adds load, so a full node admits none.) Without
+    /// this, a job's coordinator (0 cores) waits behind the reducers that
+    /// wait for it.
+    pub declared: bool,
 }
 
 impl Admission {
-    /// Whether another BE proc may start now.
+    /// Admission by a measurement of the node's load.
+    pub const fn measured(busy_cores: f64, target_cores: f64) -> Admission {
+        Admission {
+            busy_cores,
+            target_cores,
+            declared: false,
+        }
+    }
+
+    /// Admission by the declared cores of what a granted worker runs.
+    pub const fn declared(busy_cores: f64, target_cores: f64) -> Admission {
+        Admission {
+            busy_cores,
+            target_cores,
+            declared: true,
+        }
+    }
+
+    /// Whether another BE proc (of any cores) may start now.
     pub fn admits(&self) -> bool {
         self.busy_cores < self.target_cores
+    }
+
+    /// Whether a BE proc of `cores` may start now.
+    pub fn admits_proc(&self, cores: i64) -> bool {
+        self.admits() || (self.declared && cores == 0)
     }
 }
 
@@ -643,12 +675,12 @@ pub fn claim_tx(
     let mut admission = admission;
     // LC procs first (their cores are reserved), then BE procs while admitted.
     for class in [Class::Lc, Class::Be] {
-        let room = max - claimed.len() as i64;
-        let admits = |a: &Admission| class == Class::Lc || a.admits();
-        if room <= 0 {
+        let admits = |a: &Admission, cores: i64| class == Class::Lc || a.admits_proc(cores);
+        if claimed.len() as i64 >= max {
             continue;
         }
-        if !admits(&admission) {
+        if !admits(&admission, 0) {
+            // Not even a proc of no cores: nothing of this class starts.
             be_waiting = tx
                 .query_opt(
                     "SELECT 1 FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
@@ -659,12 +691,16 @@ pub fn claim_tx(
             continue;
         }
         let rows = tx.query(select, params![p, realm, worker.as_str(), class.as_str()])?;
-        for r in rows.iter().take(room as usize) {
-            if !admits(&admission) {
-                be_waiting = true;
+        for r in rows.iter() {
+            if claimed.len() as i64 >= max {
                 break;
             }
             let mut info = proc_from_row(r)?;
+            if !admits(&admission, info.cores) {
+                // A later proc of no cores may still be admitted.
+                be_waiting = true;
+                continue;
+            }
             claim_one_tx(
                 tx,
                 realm,
@@ -756,7 +792,7 @@ pub fn steal_tx(
                 victims_freed = true;
             }
             Class::Be => {
-                if !admission.admits() {
+                if !admission.admits_proc(info.cores) {
                     continue;
                 }
             }

@@ -30,10 +30,7 @@ fn named(pid: &str) -> Descriptor {
 }
 
 /// Admits every BE proc (the LC tests do not care).
-const ANY: Admission = Admission {
-    busy_cores: 0.0,
-    target_cores: f64::MAX,
-};
+const ANY: Admission = Admission::measured(0.0, f64::MAX);
 
 fn unused(store: &Store, realm: &str) -> HashMap<String, i64> {
     store
@@ -588,19 +585,13 @@ fn be_procs_are_admitted_by_utilization(b: Backend) {
         assert_eq!(placed, w("w"));
         assert_eq!(unused(&s, "r")["w"], 0);
         // Idle, target one core: the LC proc fills it, so no BE proc starts.
-        let idle = Admission {
-            busy_cores: 0.0,
-            target_cores: 1.0,
-        };
+        let idle = Admission::measured(0.0, 1.0);
         let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap();
         assert!(claimed.be_waiting, "three BE procs wait for admission");
         let pids: Vec<&str> = claimed.procs.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(pids, ["lc"]);
         // One core busy, target two: exactly one more, the oldest BE proc.
-        let half = Admission {
-            busy_cores: 1.0,
-            target_cores: 2.0,
-        };
+        let half = Admission::measured(1.0, 2.0);
         let claimed = procs::claim(&s, "r", &wid, 10, half).await.unwrap().procs;
         let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(pids, ["be1"]);
@@ -627,10 +618,7 @@ fn be_procs_are_admitted_by_utilization(b: Backend) {
         let all = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap();
         assert_eq!(all.procs.len(), 1, "be3");
         assert!(!all.be_waiting);
-        let closed = Admission {
-            busy_cores: 2.0,
-            target_cores: 1.0,
-        };
+        let closed = Admission::measured(2.0, 1.0);
         let none = procs::claim(&s, "r", &wid, 10, closed).await.unwrap();
         assert!(none.procs.is_empty() && !none.be_waiting, "{none:?}");
     });
@@ -710,10 +698,7 @@ fn zero_core_be_procs_count_nothing(b: Backend) {
             ..named("be")
         };
         procs::spawn(&s, "r", heavy).await.unwrap();
-        let idle = Admission {
-            busy_cores: 0.0,
-            target_cores: 1.0,
-        };
+        let idle = Admission::measured(0.0, 1.0);
         let claimed = procs::claim(&s, "r", &wid, 10, idle).await.unwrap().procs;
         let pids: Vec<&str> = claimed.iter().map(|p| p.pid.as_str()).collect();
         assert_eq!(
@@ -721,16 +706,27 @@ fn zero_core_be_procs_count_nothing(b: Backend) {
             ["c1", "c2", "c3", "be"],
             "light procs add no busy cores"
         );
-        let full = Admission {
-            busy_cores: 1.0,
-            target_cores: 1.0,
-        };
+        let full = Admission::measured(1.0, 1.0);
         procs::spawn(&s, "r", light("c4")).await.unwrap();
         let claimed = procs::claim(&s, "r", &wid, 10, full).await.unwrap().procs;
         assert!(
             claimed.is_empty(),
             "a full worker admits no BE proc, light or not"
         );
+        // A granted worker counts declared cores: full, it still admits a
+        // proc of no cores (a job's coordinator, which its reducers wait
+        // for), even behind a proc of one core, and not the one-core proc.
+        let heavy2 = Descriptor {
+            class: Class::Be,
+            ..named("be2")
+        };
+        procs::spawn(&s, "r", heavy2).await.unwrap();
+        procs::spawn(&s, "r", light("c5")).await.unwrap();
+        let granted_full = Admission::declared(1.0, 1.0);
+        let claimed = procs::claim(&s, "r", &wid, 10, granted_full).await.unwrap();
+        let pids: Vec<&str> = claimed.procs.iter().map(|p| p.pid.as_str()).collect();
+        assert_eq!(pids, ["c4", "c5"], "light procs only");
+        assert!(claimed.be_waiting, "be2 still waits for a core");
         // An LC proc must reserve at least one core.
         let lc = Descriptor {
             cores: 0,

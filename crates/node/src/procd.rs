@@ -345,14 +345,10 @@ impl Procd {
         match &self.grant {
             // Its own cores: what its procs hold, not the node's measured
             // load, which other realms' workers share.
-            Some(_) => Admission {
-                busy_cores: self.busy_cores.load(Ordering::SeqCst) as f64,
-                target_cores,
-            },
-            None => Admission {
-                busy_cores: self.load.busy_cores(),
-                target_cores,
-            },
+            Some(_) => {
+                Admission::declared(self.busy_cores.load(Ordering::SeqCst) as f64, target_cores)
+            }
+            None => Admission::measured(self.load.busy_cores(), target_cores),
         }
     }
 

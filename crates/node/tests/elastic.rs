@@ -232,3 +232,46 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
     drop(op);
     n.shut_down().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_grant_still_starts_procs_of_no_cores() {
+    // The deadlock `tabos bench elastic` found: a BE realm at its one
+    // granted core runs a reducer (one core) that waits for its job's
+    // coordinator (no cores). The grant counts declared cores, so the
+    // coordinator takes none of it and must start.
+    let dir = TempDir::new("elastic-zero");
+    let n = elastic_node(&dir, 4).await;
+    let mut op = n.client().await;
+    op.create_elastic_realm("batch", "fifo", policy("BE", 1, 1))
+        .await
+        .unwrap();
+    until(&mut op, "batch", |a| granted(a) == 1).await;
+    op.spawn("batch", sleeper("reducer", "BE")).await.unwrap();
+    op.wait_start("batch", "reducer").await.unwrap();
+    let coordinator = proto::ProcDescriptor {
+        cores: Some(0),
+        ..sleeper("coordinator", "BE")
+    };
+    op.spawn("batch", coordinator).await.unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        op.wait_start("batch", "coordinator"),
+    )
+    .await
+    .expect("the coordinator of no cores never started")
+    .unwrap();
+    // A second one-core proc still waits for a core.
+    op.spawn("batch", sleeper("reducer2", "BE")).await.unwrap();
+    let waited = tokio::time::timeout(
+        Duration::from_millis(500),
+        op.wait_start("batch", "reducer2"),
+    )
+    .await;
+    assert!(waited.is_err(), "a full grant admitted a one-core proc");
+    assert_eq!(granted(&op.allocation("batch", 10).await.unwrap()), 1);
+    for pid in ["reducer", "coordinator", "reducer2"] {
+        op.evict("batch", pid).await.unwrap();
+    }
+    drop(op);
+    n.shut_down().await;
+}
