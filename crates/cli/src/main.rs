@@ -11,6 +11,7 @@ mod credentials;
 mod demo;
 mod fs;
 mod ipc;
+mod kv;
 mod mr;
 mod names;
 mod nodes;
@@ -187,6 +188,11 @@ enum Command {
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]
     MrTask(mr::TaskArgs),
+    /// The sharded key-value service: tabos kv serve|get|set|status
+    Kv(kv::Args),
+    /// One proc of a key-value service (what `tabos kv serve` spawns)
+    #[command(hide = true)]
+    KvTask(kv::TaskArgs),
     /// The procs benchmarks run (tabos bench-worker lc MAILBOX WORK_US)
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -196,6 +202,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::MrTask(a) => return mr::task(a),
+        Command::KvTask(a) => return kv::task(a),
+        Command::Kv(a) => kv::run(a),
         Command::BenchWorker(a) => return bench::worker(a),
         Command::Mr(a) => mr::run(a),
         Command::Up(a) => up::run(a),

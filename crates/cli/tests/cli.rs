@@ -1410,3 +1410,101 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `tabos kv serve` and redis-cli: the Redis commands, the CLI's get, set
+/// and status, bad input, and a clean stop that leaves no proc running.
+#[test]
+fn kv_serve_answers_redis_cli() {
+    let node = Node::start(&["--cores", "8"]);
+    let mut serve = node
+        .command()
+        .args(["kv", "serve", "--listen", "127.0.0.1:0", "--shards", "4"])
+        .args(["--groups", "2", "--kvds", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(serve.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let addr = first
+        .trim()
+        .rsplit(' ')
+        .next()
+        .filter(|_| first.contains("Redis protocol on"))
+        .unwrap_or_else(|| panic!("unexpected first line: {first:?}"))
+        .to_string();
+    let port = addr.rsplit(':').next().unwrap().to_string();
+    let redis = |args: &[&str]| -> String {
+        let o = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &port])
+            .args(args)
+            .output()
+            .expect("redis-cli (Debian's redis-tools; .ci/run installs it)");
+        assert!(o.status.success(), "redis-cli {args:?}: {}", stderr(&o));
+        stdout(&o).trim().to_string()
+    };
+    assert_eq!(redis(&["PING"]), "PONG");
+    assert_eq!(redis(&["SET", "a", "1"]), "OK");
+    assert_eq!(redis(&["GET", "a"]), "1");
+    assert_eq!(redis(&["INCR", "n"]), "1");
+    assert_eq!(redis(&["INCR", "n"]), "2");
+    assert_eq!(redis(&["MSET", "x", "1", "y", "2", "z", "3"]), "OK");
+    assert_eq!(redis(&["MGET", "x", "nope", "z"]), "1\n\n3");
+    assert_eq!(redis(&["EXISTS", "x", "y", "nope"]), "2");
+    assert_eq!(redis(&["DEL", "x", "nope"]), "1");
+    assert_eq!(redis(&["DBSIZE"]), "4");
+    assert!(redis(&["INFO"]).contains("tabos_kv_groups:2"));
+    assert!(redis(&["INCR", "a", "b"]).contains("wrong number of arguments"));
+    assert!(redis(&["SET", "a", "x"]) == "OK" && redis(&["INCR", "a"]).contains("not an integer"));
+    assert!(redis(&["FLUSHALL"]).contains("unknown command"));
+
+    // The CLI's clerk sees the same keys.
+    let o = node.tabos(&["kv", "get", "n"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "2");
+    assert!(node.tabos(&["kv", "set", "b", "hello"]).status.success());
+    assert_eq!(redis(&["GET", "b"]), "hello");
+    let o = node.tabos(&["kv", "get", "missing"]);
+    assert!(!o.status.success() && stderr(&o).contains("no value"));
+    let o = node.tabos(&["kv", "status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s = stdout(&o);
+    assert!(
+        s.contains("4 shards over 2 groups") && s.contains("127.0.0.1:"),
+        "{s}"
+    );
+    let o = node.tabos(&["kv", "status", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["config"]["shards"].as_array().unwrap().len(), 4);
+    // Bad input: a clear error.
+    let o = node.tabos(&["kv", "get", "a", "--service", "no/such"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("service name"),
+        "{}",
+        stderr(&o)
+    );
+    let o = node.tabos(&["kv", "get", "a", "--service", "other"]);
+    assert!(!o.status.success() && stderr(&o).contains("no key-value service"));
+
+    // A clean stop evicts the service's procs.
+    let pid = serve.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(serve.wait().unwrap().success());
+    let count = |sql: &str| -> i64 {
+        let o = node.tabos(&["sql", "--json", sql]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        v["rows"][0]["n"].as_i64().unwrap_or_else(|| panic!("{v}"))
+    };
+    let live = "SELECT count(*) AS n FROM proc WHERE state IN ('spawned', 'claimed', 'running')";
+    assert_eq!(count(live), 0);
+    assert_eq!(
+        count("SELECT count(*) AS n FROM proc WHERE pid LIKE 'kvd-%'"),
+        2
+    );
+    assert_eq!(
+        count("SELECT count(*) AS n FROM proc WHERE pid LIKE 'balancer-%'"),
+        2
+    );
+}

@@ -315,6 +315,11 @@ pub struct Session {
     client: Client,
     renewer: tokio::task::JoinHandle<()>,
     lost: tokio::sync::watch::Receiver<bool>,
+    /// Until when the session surely lives: the instant its last
+    /// successful open or renewal was *sent*, plus the TTL. (The node
+    /// expires it no earlier, so a holder of its ephemeral entries may act
+    /// on them — serve reads as a leader — until then.)
+    valid_until: std::sync::Arc<std::sync::Mutex<tokio::time::Instant>>,
 }
 
 impl Session {
@@ -326,16 +331,20 @@ impl Session {
         ttl: Duration,
     ) -> Result<Session, Error> {
         let mut c = client.clone();
+        let sent = tokio::time::Instant::now();
         let id = c.open_session(realm, "", owner, ttl).await?.session;
+        let valid_until = std::sync::Arc::new(std::sync::Mutex::new(sent + ttl));
         let (tell, lost) = tokio::sync::watch::channel(false);
         let (mut rc, r, i) = (c.clone(), realm.to_string(), id.clone());
+        let valid = valid_until.clone();
         let renewer = tokio::spawn(async move {
             let mut tick = tokio::time::interval(ttl / 3);
             tick.tick().await;
             loop {
                 tick.tick().await;
+                let sent = tokio::time::Instant::now();
                 match rc.renew_session(&r, &i).await {
-                    Ok(_) => {}
+                    Ok(_) => *valid.lock().unwrap_or_else(|e| e.into_inner()) = sent + ttl,
                     // Gone: lapsed or closed. Anything else (the node is
                     // briefly unreachable) is retried at the next tick.
                     Err(e) if e.code() == Some(tonic::Code::NotFound) => {
@@ -352,11 +361,18 @@ impl Session {
             client: c,
             renewer,
             lost,
+            valid_until,
         })
     }
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Until when the session surely lives (see the field); in the past
+    /// once renewals have failed for a TTL.
+    pub fn valid_until(&self) -> tokio::time::Instant {
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Completes once the session is known to be gone.

@@ -1,0 +1,326 @@
+//! The clerk (σOS section 5.2): a client of the service that caches the
+//! config, sends each key to the leader of its shard's group over the
+//! Redis protocol, and follows the service as it changes — re-reading the
+//! config on `MOVED` (its epoch is stale), the leader on a lost
+//! connection, and waiting on `TRYAGAIN` (a shard moving or loading), all
+//! within [`RETRY_MAX`].
+//!
+//! A write whose outcome is unknown (the connection was lost after it was
+//! sent, or the kvd says `UNCERTAIN`) is sent again only if doing so is
+//! harmless (SET, MSET); a DEL or INCR fails with
+//! [`Error::Unavailable`] instead, as it might have happened.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use tabos_client::Client;
+use tokio::io::BufReader;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use crate::config::{Config, Layout};
+use crate::resp::{self, Reply};
+use crate::{Error, Result};
+
+/// Longest one call keeps trying (leader failover, shard moves).
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+/// Longest one kvd round trip may take before the connection is dropped.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+const PAUSE_MIN: Duration = Duration::from_millis(5);
+const PAUSE_MAX: Duration = Duration::from_millis(500);
+
+struct Conn {
+    r: BufReader<OwnedReadHalf>,
+    w: OwnedWriteHalf,
+}
+
+/// A client of one service.
+pub struct Clerk {
+    client: Client,
+    realm: String,
+    layout: Layout,
+    config: Config,
+    conns: HashMap<u32, Conn>,
+}
+
+/// How one attempt went wrong.
+enum Failure {
+    /// Nothing happened; try again after re-reading the config.
+    Moved,
+    /// Nothing happened; try again after a pause.
+    Again(String),
+    /// It may have happened.
+    Uncertain(String),
+}
+
+impl Clerk {
+    /// A clerk of service `svc` in `realm`.
+    pub async fn new(client: &Client, realm: &str, svc: &str) -> Result<Clerk> {
+        let layout = Layout::new(svc)?;
+        let mut c = client.clone();
+        let config = match c.name_get(realm, &layout.config()).await {
+            Ok(e) => Config::from_json(&e.data)?,
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                return Err(Error::Invalid(format!(
+                    "there is no key-value service {svc} in realm {realm}"
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Clerk {
+            client: c,
+            realm: realm.into(),
+            layout,
+            config,
+            conns: HashMap::new(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    async fn reread_config(&mut self) -> Result<()> {
+        let e = self
+            .client
+            .name_get(&self.realm, &self.layout.config())
+            .await?;
+        self.config = Config::from_json(&e.data)?;
+        Ok(())
+    }
+
+    pub async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        match self.call(&[b"GET", key]).await? {
+            Reply::Bulk(v) => Ok(Some(v)),
+            Reply::Null => Ok(None),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    pub async fn set(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        match self.call(&[b"SET", key, value]).await? {
+            Reply::Simple(_) => Ok(()),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    pub async fn del(&mut self, key: &[u8]) -> Result<bool> {
+        match self.call(&[b"DEL", key]).await? {
+            Reply::Integer(n) => Ok(n > 0),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    pub async fn incr(&mut self, key: &[u8]) -> Result<i64> {
+        match self.call(&[b"INCR", key]).await? {
+            Reply::Integer(n) => Ok(n),
+            r => Err(unexpected(&r)),
+        }
+    }
+
+    /// Runs one request (a command and its arguments), spread over the
+    /// groups its keys belong to: errors of the service come back as
+    /// `Reply::Error`, as redis-cli shows them.
+    pub async fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
+        let Some(cmd) = args.first() else {
+            return Ok(Reply::err("ERR empty command"));
+        };
+        let cmd = String::from_utf8_lossy(cmd).to_ascii_uppercase();
+        let keys: Vec<&[u8]> = match cmd.as_str() {
+            "GET" | "SET" | "INCR" | "DECR" | "INCRBY" | "DECRBY" if args.len() >= 2 => {
+                vec![args[1]]
+            }
+            "MGET" | "DEL" | "EXISTS" if args.len() >= 2 => args[1..].to_vec(),
+            "MSET" if args.len() >= 3 && !args.len().is_multiple_of(2) => {
+                args[1..].iter().step_by(2).copied().collect()
+            }
+            "GET" | "SET" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "MGET" | "DEL" | "EXISTS"
+            | "MSET" => {
+                return Ok(Reply::err(format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    cmd.to_lowercase()
+                )))
+            }
+            _ => return Ok(Reply::err(format!("ERR unknown command '{cmd}'"))),
+        };
+        let repeatable = matches!(cmd.as_str(), "GET" | "SET" | "MGET" | "EXISTS" | "MSET");
+        let deadline = tokio::time::Instant::now() + RETRY_MAX;
+        let mut pause = PAUSE_MIN;
+        loop {
+            let why = match self.attempt(&cmd, args, &keys).await {
+                Ok(r) => return Ok(r),
+                Err(Failure::Moved) => {
+                    self.reread_config().await?;
+                    continue;
+                }
+                Err(Failure::Again(why)) => why,
+                Err(Failure::Uncertain(why)) if !repeatable => {
+                    return Err(Error::Unavailable(format!(
+                        "{cmd} may or may not have happened: {why}"
+                    )))
+                }
+                Err(Failure::Uncertain(why)) => why,
+            };
+            if tokio::time::Instant::now() + pause > deadline {
+                return Err(Error::Unavailable(format!(
+                    "gave up after {RETRY_MAX:?}: {why}"
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(PAUSE_MAX);
+            // The config may have changed while a shard moved.
+            let _ = self.reread_config().await;
+        }
+    }
+
+    /// One try: the request split by group, each part sent to its group's
+    /// leader, the answers put together.
+    async fn attempt(
+        &mut self,
+        cmd: &str,
+        args: &[&[u8]],
+        keys: &[&[u8]],
+    ) -> Result<Reply, Failure> {
+        // Positions of the keys each group gets.
+        let mut parts: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for (i, k) in keys.iter().enumerate() {
+            parts.entry(self.config.group_of(k)).or_default().push(i);
+        }
+        let single = parts.len() == 1;
+        let mut replies: Vec<(Vec<usize>, Reply)> = Vec::new();
+        for (g, idx) in parts {
+            let req: Vec<&[u8]> = if single {
+                args.to_vec()
+            } else {
+                let mut req = vec![args[0]];
+                for i in &idx {
+                    match cmd {
+                        "MSET" => {
+                            req.push(args[1 + 2 * i]);
+                            req.push(args[2 + 2 * i]);
+                        }
+                        _ => req.push(args[1 + i]),
+                    }
+                }
+                req
+            };
+            let reply = self.send(g, &req).await?;
+            if let Reply::Error(e) = &reply {
+                let word = e.split(' ').next().unwrap_or_default();
+                match word {
+                    "MOVED" => return Err(Failure::Moved),
+                    "TRYAGAIN" => return Err(Failure::Again(e.clone())),
+                    "UNCERTAIN" => return Err(Failure::Uncertain(e.clone())),
+                    _ => return Ok(reply),
+                }
+            }
+            replies.push((idx, reply));
+        }
+        if single {
+            return Ok(replies.pop().expect("one part").1);
+        }
+        Ok(match cmd {
+            "MGET" => {
+                let mut out = vec![Reply::Null; keys.len()];
+                for (idx, r) in replies {
+                    let Reply::Array(items) = r else {
+                        return Ok(Reply::err("ERR a group answered MGET with no array"));
+                    };
+                    for (i, item) in idx.into_iter().zip(items) {
+                        out[i] = item;
+                    }
+                }
+                Reply::Array(out)
+            }
+            "DEL" | "EXISTS" => Reply::Integer(
+                replies
+                    .iter()
+                    .map(|(_, r)| if let Reply::Integer(n) = r { *n } else { 0 })
+                    .sum(),
+            ),
+            _ => Reply::ok(),
+        })
+    }
+
+    /// Sends one request to group `g`'s leader.
+    async fn send(&mut self, g: u32, req: &[&[u8]]) -> Result<Reply, Failure> {
+        let sent_any = self.conns.contains_key(&g);
+        let conn = match self.conns.remove(&g) {
+            Some(c) => c,
+            None => self.connect(g).await?,
+        };
+        let mut conn = conn;
+        let mut out = Vec::new();
+        resp::encode_request(req, &mut out);
+        let round = async {
+            resp::write_all(&mut conn.w, &out)
+                .await
+                .map_err(|e| e.to_string())?;
+            resp::read_reply(&mut conn.r)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, round).await {
+            Ok(Ok(r)) => {
+                self.conns.insert(g, conn);
+                Ok(r)
+            }
+            Ok(Err(e)) if !sent_any => Err(Failure::Uncertain(format!("group {g}: {e}"))),
+            Ok(Err(e)) => Err(Failure::Uncertain(format!(
+                "group {g}'s leader went away: {e}"
+            ))),
+            Err(_) => Err(Failure::Uncertain(format!(
+                "group {g} did not answer within {CALL_TIMEOUT:?}"
+            ))),
+        }
+    }
+
+    async fn connect(&mut self, g: u32) -> Result<Conn, Failure> {
+        let leader = match self
+            .client
+            .name_get(&self.realm, &self.layout.leader(g))
+            .await
+        {
+            Ok(e) => String::from_utf8_lossy(&e.data).into_owned(),
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                return Err(Failure::Again(format!("group {g} has no leader")))
+            }
+            Err(e) => return Err(Failure::Again(format!("group {g}'s leader: {e}"))),
+        };
+        let sock = tokio::time::timeout(CALL_TIMEOUT, TcpStream::connect(&leader))
+            .await
+            .map_err(|_| Failure::Again(format!("connecting to {leader} timed out")))?
+            .map_err(|e| Failure::Again(format!("cannot connect to {leader}: {e}")))?;
+        let _ = sock.set_nodelay(true);
+        let (r, w) = sock.into_split();
+        Ok(Conn {
+            r: BufReader::new(r),
+            w,
+        })
+    }
+}
+
+fn unexpected(r: &Reply) -> Error {
+    match r {
+        Reply::Error(e) => Error::Reply(e.clone()),
+        r => Error::Reply(format!("unexpected reply {r:?}")),
+    }
+}
+
+impl Clerk {
+    /// Keys in the whole service (DBSIZE of every group's leader).
+    pub async fn dbsize(&mut self) -> Result<i64> {
+        let mut n = 0;
+        for g in self.config.groups.clone() {
+            match self.send(g, &[b"DBSIZE"]).await {
+                Ok(Reply::Integer(k)) => n += k,
+                Ok(r) => return Err(unexpected(&r)),
+                Err(Failure::Moved) => return Err(Error::Unavailable("config changed".into())),
+                Err(Failure::Again(e) | Failure::Uncertain(e)) => {
+                    return Err(Error::Unavailable(e))
+                }
+            }
+        }
+        Ok(n)
+    }
+}

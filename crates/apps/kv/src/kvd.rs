@@ -1,0 +1,776 @@
+//! A kvd (σOS section 5.2): an LC proc serving, while it leads its group,
+//! the shards the config gives the group, in memory, over the Redis
+//! protocol.
+//!
+//! * **Leading.** Every kvd of group `g` campaigns in `/kv/<svc>/groups/g`
+//!   with its address as the leader symlink's target; the winner serves,
+//!   the others stand by. It serves reads only while its session surely
+//!   lives ([`Session::valid_until`]), so a leader paused past its TTL —
+//!   whose successor may already have taken its shards — answers nothing
+//!   stale when it wakes; it exits once the session is known lost.
+//! * **Writes.** Requests queue writes for one flusher, which computes
+//!   their effects (INCR reads what earlier writes of the batch left),
+//!   appends one log entry per shard touched — all in one batch RPC, each
+//!   fenced by the shard's epoch — and only then applies them in memory
+//!   and replies. So an acknowledged write is in the kernel database
+//!   (surviving a SIGKILL of the kvd), and no read sees a write before it
+//!   is durable. A shard whose append is refused or whose outcome is
+//!   unknown is dropped and taken and loaded again (its log is the truth).
+//! * **The config.** It watches the service's directory and, on a new
+//!   config, drops the shards no longer its group's (and says so in
+//!   `groups/g/applied`, which the balancer waits for before moving
+//!   them), then takes and loads the shards newly its group's.
+//! * **Load.** Every [`LOAD_PERIOD`] it records its requests per second in
+//!   `groups/g/load`, which the balancer reads.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tabos_client::names::{Election, Group, Session, WatchMode};
+use tabos_client::proto;
+use tabos_client::Client;
+use tokio::io::BufReader;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::{Config, Layout};
+use crate::resp::{self, Reply};
+use crate::shard::{self, Op, Pairs, Taken};
+use crate::{Ctx, Error, Result};
+
+/// The TTL of a kvd's session: how long a dead leader holds its group.
+pub const SESSION_TTL: Duration = Duration::from_secs(2);
+/// Reads stop this long before the session could have expired.
+const LEASE_MARGIN: Duration = Duration::from_millis(300);
+/// How often a kvd records its load.
+pub const LOAD_PERIOD: Duration = Duration::from_secs(1);
+/// Most writes one flush takes.
+pub const FLUSH_WRITES_MAX: usize = 4_096;
+/// Most client connections a kvd serves at once.
+pub const CONNECTIONS_MAX: usize = 1_024;
+/// Most writes waiting for a flush (requests wait for room beyond it).
+const PENDING_MAX: usize = 16_384;
+
+/// A group's load, as its leader records it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Load {
+    /// The leader's address.
+    pub addr: String,
+    /// Requests served per second over the last period.
+    pub ops_per_s: f64,
+    /// Keys in its shards.
+    pub keys: u64,
+    /// Shards it serves.
+    pub shards: Vec<u32>,
+    /// When (µs since the epoch).
+    pub at_us: i64,
+}
+
+/// A shard being served.
+struct Served {
+    pairs: Pairs,
+    taken: Taken,
+    next_seq: u64,
+    log_len: usize,
+}
+
+/// What the kvd serves.
+struct State {
+    config: Config,
+    shards: HashMap<u32, Served>,
+}
+
+/// A write waiting for the flusher.
+struct Write {
+    kind: WriteKind,
+    reply: oneshot::Sender<Reply>,
+}
+
+enum WriteKind {
+    Set(Vec<(Vec<u8>, Vec<u8>)>),
+    Del(Vec<Vec<u8>>),
+    IncrBy(Vec<u8>, i64),
+}
+
+impl WriteKind {
+    fn keys(&self) -> Vec<&[u8]> {
+        match self {
+            WriteKind::Set(pairs) => pairs.iter().map(|(k, _)| k.as_slice()).collect(),
+            WriteKind::Del(keys) => keys.iter().map(Vec::as_slice).collect(),
+            WriteKind::IncrBy(k, _) => vec![k.as_slice()],
+        }
+    }
+}
+
+pub struct Kvd {
+    client: Client,
+    realm: String,
+    layout: Layout,
+    group: u32,
+    addr: String,
+    session: Session,
+    state: Mutex<State>,
+    writes: mpsc::Sender<Write>,
+    ops: AtomicU64,
+    /// Shards to take and load again (an append refused or unknown).
+    resync: mpsc::UnboundedSender<u32>,
+    /// Its group was taken out of service: it exits.
+    retired: tokio::sync::Notify,
+}
+
+/// Runs kvd of group `group` until its session is lost or it fails.
+pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
+    let host = std::env::var("TABOS_KV_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let listener = TcpListener::bind((host.as_str(), 0))
+        .await
+        .map_err(|e| Error::Invalid(format!("cannot listen on {host}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Invalid(e.to_string()))?
+        .to_string();
+    let session = Session::open(&ctx.client, &ctx.realm, &ctx.pid, SESSION_TTL).await?;
+    // A member of its group while it lives (the balancer counts them).
+    let members = ctx.layout.members(group);
+    ctx.client
+        .clone()
+        .name_mkdir_all(&ctx.realm, &members)
+        .await?;
+    Group::new(&ctx.client, &ctx.realm, &members)
+        .join(&session, &ctx.pid, addr.clone().into_bytes())
+        .await?;
+    let dir = ctx.layout.group(group);
+    let election = Election::new(&ctx.client, &ctx.realm, &dir, &dir);
+    eprintln!("kvd {}: group {group} standing by at {addr}", ctx.pid);
+    tokio::select! {
+        won = election.campaign(&session, &addr) => { won?; }
+        _ = session.lost() => return Err(Error::Invalid("the session was lost".into())),
+    }
+    eprintln!("kvd {}: leads group {group}", ctx.pid);
+    let mut c = ctx.client.clone();
+    let config = Config::from_json(&c.name_get(&ctx.realm, &ctx.layout.config()).await?.data)?;
+    if !config.groups.contains(&group) {
+        eprintln!("kvd {}: group {group} is no longer in service", ctx.pid);
+        let _ = session.close().await;
+        return Ok(());
+    }
+    let (writes, pending) = mpsc::channel(PENDING_MAX);
+    let (resync, resyncs) = mpsc::unbounded_channel();
+    let kvd = Arc::new(Kvd {
+        client: ctx.client.clone(),
+        realm: ctx.realm.clone(),
+        layout: ctx.layout.clone(),
+        group,
+        addr,
+        session,
+        state: Mutex::new(State {
+            config: config.clone(),
+            shards: HashMap::new(),
+        }),
+        writes,
+        ops: AtomicU64::new(0),
+        resync,
+        retired: tokio::sync::Notify::new(),
+    });
+    kvd.apply_config(config).await?;
+    let tasks = [
+        tokio::spawn(kvd.clone().flusher(pending)),
+        tokio::spawn(kvd.clone().follow_config()),
+        tokio::spawn(kvd.clone().resyncer(resyncs)),
+        tokio::spawn(kvd.clone().report_load()),
+    ];
+    let accept = kvd.clone().accept(listener);
+    let out = tokio::select! {
+        _ = kvd.session.lost() => Err(Error::Invalid("the session was lost: another kvd leads".into())),
+        r = accept => r,
+        _ = kvd.retired.notified() => {
+            eprintln!("kvd {}: group {group} is no longer in service", ctx.pid);
+            Ok(())
+        }
+    };
+    for t in tasks {
+        t.abort();
+    }
+    // Its leadership and membership go at once, not after the TTL.
+    let _ = c.close_session(&ctx.realm, kvd.session.id()).await;
+    out
+}
+
+impl Kvd {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Serves `config`: drops the shards no longer the group's, records
+    /// that it did, takes and loads the new ones.
+    async fn apply_config(&self, config: Config) -> Result<()> {
+        let mine = config.shards_of(self.group);
+        let epoch = config.epoch;
+        let retired = !config.groups.contains(&self.group);
+        {
+            let mut st = self.lock();
+            if config.epoch < st.config.epoch {
+                return Ok(());
+            }
+            st.shards.retain(|s, _| mine.contains(s));
+            st.config = config;
+        }
+        if retired {
+            self.retired.notify_one();
+        }
+        let mut c = self.client.clone();
+        c.name_set(
+            &self.realm,
+            &self.layout.applied(self.group),
+            epoch.to_string().into_bytes(),
+            None,
+            None,
+        )
+        .await?;
+        for s in mine {
+            if self.lock().shards.contains_key(&s) {
+                continue;
+            }
+            self.take_shard(s).await?;
+        }
+        Ok(())
+    }
+
+    /// Takes and loads shard `s` (if the config still gives it to the
+    /// group), folding a long log into a snapshot.
+    async fn take_shard(&self, s: u32) -> Result<()> {
+        let mut c = self.client.clone();
+        shard::prepare(&mut c, &self.realm, &self.layout, s).await?;
+        let taken = shard::take(&mut c, &self.realm, &self.layout, s).await?;
+        let loaded = shard::load(&mut c, &self.realm, &self.layout, s).await?;
+        let mut served = Served {
+            pairs: loaded.pairs,
+            taken,
+            next_seq: loaded.next_seq,
+            log_len: loaded.log_len,
+        };
+        if served.log_len >= shard::LOG_COMPACT_AT {
+            let upto = served.next_seq - 1;
+            shard::snapshot(
+                &mut c,
+                &self.realm,
+                &self.layout,
+                &served.taken,
+                upto,
+                &served.pairs,
+            )
+            .await?;
+            served.log_len = 0;
+        }
+        let mut st = self.lock();
+        if st.config.serves(self.group, s) {
+            st.shards.insert(s, served);
+        }
+        Ok(())
+    }
+
+    async fn resyncer(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<u32>) {
+        while let Some(s) = rx.recv().await {
+            let mut pause = Duration::from_millis(20);
+            loop {
+                if self.lock().shards.contains_key(&s) {
+                    break;
+                }
+                match self.take_shard(s).await {
+                    Ok(()) => break,
+                    Err(e) => {
+                        eprintln!("kvd {}: cannot take shard {s} again: {e}", self.addr);
+                        tokio::time::sleep(pause).await;
+                        pause = (pause * 2).min(Duration::from_secs(2));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Watches the service's directory; applies each new config.
+    async fn follow_config(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let mut c = self.client.clone();
+            let stream = c
+                .watch(&self.realm, self.layout.root(), WatchMode::Dir)
+                .await;
+            // Whatever happened while no watch was open is read now.
+            self.reread_config().await;
+            if let Ok(mut stream) = stream {
+                pause = Duration::from_millis(20);
+                while let Ok(Some(ev)) = stream.message().await {
+                    if ev.path == self.layout.config() {
+                        self.reread_config().await;
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    async fn reread_config(&self) {
+        let mut c = self.client.clone();
+        let got = c.name_get(&self.realm, &self.layout.config()).await;
+        let config = match got
+            .map_err(Error::from)
+            .and_then(|e| Config::from_json(&e.data))
+        {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("kvd {}: cannot read the config: {e}", self.addr);
+                return;
+            }
+        };
+        if config.epoch > self.lock().config.epoch {
+            if let Err(e) = self.apply_config(config).await {
+                eprintln!("kvd {}: cannot apply the config: {e}", self.addr);
+            }
+        }
+    }
+
+    async fn report_load(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(LOAD_PERIOD);
+        let mut last = 0;
+        loop {
+            tick.tick().await;
+            let ops = self.ops.load(Ordering::Relaxed);
+            let (keys, shards) = {
+                let st = self.lock();
+                let mut shards: Vec<u32> = st.shards.keys().copied().collect();
+                shards.sort_unstable();
+                (
+                    st.shards.values().map(|s| s.pairs.len() as u64).sum(),
+                    shards,
+                )
+            };
+            let load = Load {
+                addr: self.addr.clone(),
+                ops_per_s: (ops - last) as f64 / LOAD_PERIOD.as_secs_f64(),
+                keys,
+                shards,
+                at_us: now_us(),
+            };
+            last = ops;
+            let mut c = self.client.clone();
+            let data = serde_json::to_vec(&load).expect("a load serializes");
+            if let Err(e) = c
+                .name_set(&self.realm, &self.layout.load(self.group), data, None, None)
+                .await
+            {
+                eprintln!("kvd {}: cannot record its load: {e}", self.addr);
+            }
+        }
+    }
+
+    async fn accept(self: Arc<Self>, listener: TcpListener) -> Result<()> {
+        let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+        loop {
+            let (sock, _) = listener
+                .accept()
+                .await
+                .map_err(|e| Error::Invalid(format!("accept: {e}")))?;
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                // Full: refuse this one with a reason, keep serving.
+                tokio::spawn(async move {
+                    let mut sock = sock;
+                    let mut out = Vec::new();
+                    Reply::err("ERR max number of clients reached").encode(&mut out);
+                    let _ = resp::write_all(&mut sock, &out).await;
+                });
+                continue;
+            };
+            let _ = sock.set_nodelay(true);
+            let me = self.clone();
+            tokio::spawn(async move {
+                me.serve(sock).await;
+                drop(slot);
+            });
+        }
+    }
+
+    /// Serves one connection's requests in order (pipelined requests are
+    /// answered in one write).
+    async fn serve(self: Arc<Self>, sock: TcpStream) {
+        let (r, mut w) = sock.into_split();
+        let mut r = BufReader::new(r);
+        let mut out = Vec::new();
+        loop {
+            let req = match resp::read_request(&mut r).await {
+                Ok(Some(req)) => req,
+                Ok(None) | Err(resp::ReadError::Io(_)) => return,
+                Err(e) => {
+                    Reply::err(format!("ERR {e}")).encode(&mut out);
+                    let _ = resp::write_all(&mut w, &out).await;
+                    return;
+                }
+            };
+            let quit = req[0].eq_ignore_ascii_case(b"QUIT");
+            let reply = self.handle(req).await;
+            reply.encode(&mut out);
+            // More requests already here: answer them together.
+            if quit || r.buffer().is_empty() {
+                if resp::write_all(&mut w, &out).await.is_err() || quit {
+                    return;
+                }
+                out.clear();
+            }
+        }
+    }
+
+    async fn handle(&self, req: Vec<Vec<u8>>) -> Reply {
+        self.ops.fetch_add(1, Ordering::Relaxed);
+        let cmd = String::from_utf8_lossy(&req[0]).to_ascii_uppercase();
+        let args = &req[1..];
+        let arity = |ok: bool| -> Option<Reply> {
+            (!ok).then(|| {
+                Reply::err(format!(
+                    "ERR wrong number of arguments for '{}' command",
+                    cmd.to_lowercase()
+                ))
+            })
+        };
+        match cmd.as_str() {
+            "PING" => match args {
+                [] => Reply::Simple("PONG".into()),
+                [m] => Reply::Bulk(m.clone()),
+                _ => arity(false).expect("an error"),
+            },
+            "ECHO" => arity(args.len() == 1).unwrap_or_else(|| Reply::Bulk(args[0].clone())),
+            "QUIT" | "SELECT" | "CLIENT" => Reply::ok(),
+            "COMMAND" | "CONFIG" => Reply::Array(Vec::new()),
+            "INFO" => Reply::Bulk(self.info().into_bytes()),
+            "DBSIZE" => Reply::Integer(
+                self.lock()
+                    .shards
+                    .values()
+                    .map(|s| s.pairs.len() as i64)
+                    .sum(),
+            ),
+            "GET" => match arity(args.len() == 1) {
+                Some(e) => e,
+                None => self.read(args, |pairs| match pairs[0] {
+                    Some(v) => Reply::Bulk(v.clone()),
+                    None => Reply::Null,
+                }),
+            },
+            "MGET" => match arity(!args.is_empty()) {
+                Some(e) => e,
+                None => self.read(args, |pairs| {
+                    Reply::Array(
+                        pairs
+                            .iter()
+                            .map(|v| v.map_or(Reply::Null, |v| Reply::Bulk(v.clone())))
+                            .collect(),
+                    )
+                }),
+            },
+            "EXISTS" => match arity(!args.is_empty()) {
+                Some(e) => e,
+                None => self.read(args, |pairs| {
+                    Reply::Integer(pairs.iter().filter(|v| v.is_some()).count() as i64)
+                }),
+            },
+            "SET" => match args {
+                [k, v] => {
+                    self.write(WriteKind::Set(vec![(k.clone(), v.clone())]))
+                        .await
+                }
+                [_, _, ..] => Reply::err("ERR syntax error (SET takes no options here)"),
+                _ => arity(false).expect("an error"),
+            },
+            "MSET" => match arity(!args.is_empty() && args.len().is_multiple_of(2)) {
+                Some(e) => e,
+                None => {
+                    let pairs = args
+                        .chunks(2)
+                        .map(|p| (p[0].clone(), p[1].clone()))
+                        .collect();
+                    self.write(WriteKind::Set(pairs)).await
+                }
+            },
+            "DEL" => match arity(!args.is_empty()) {
+                Some(e) => e,
+                None => self.write(WriteKind::Del(args.to_vec())).await,
+            },
+            "INCR" | "DECR" => match arity(args.len() == 1) {
+                Some(e) => e,
+                None => {
+                    let d = if cmd == "INCR" { 1 } else { -1 };
+                    self.write(WriteKind::IncrBy(args[0].clone(), d)).await
+                }
+            },
+            "INCRBY" | "DECRBY" => match arity(args.len() == 2) {
+                Some(e) => e,
+                None => match parse_int(&args[1]) {
+                    Some(d) if cmd == "INCRBY" => {
+                        self.write(WriteKind::IncrBy(args[0].clone(), d)).await
+                    }
+                    Some(d) if d != i64::MIN => {
+                        self.write(WriteKind::IncrBy(args[0].clone(), -d)).await
+                    }
+                    _ => Reply::err("ERR value is not an integer or out of range"),
+                },
+            },
+            _ => Reply::err(format!(
+                "ERR unknown command '{}'",
+                String::from_utf8_lossy(&req[0])
+            )),
+        }
+    }
+
+    /// Whether reads may be served: the session surely lives.
+    fn leading(&self) -> bool {
+        tokio::time::Instant::now() + LEASE_MARGIN < self.session.valid_until()
+    }
+
+    /// Reads `keys` (all in shards it serves) under the lock.
+    fn read(&self, keys: &[Vec<u8>], f: impl FnOnce(&[Option<&Vec<u8>>]) -> Reply) -> Reply {
+        if !self.leading() {
+            return Reply::err("TRYAGAIN this kvd's lease is running out");
+        }
+        let st = self.lock();
+        let mut vals = Vec::with_capacity(keys.len());
+        for k in keys {
+            let s = st.config.shard_of(k);
+            match st.shards.get(&s) {
+                Some(sh) => vals.push(sh.pairs.get(k)),
+                None => return moved(&st.config, s, self.group),
+            }
+        }
+        f(&vals)
+    }
+
+    async fn write(&self, kind: WriteKind) -> Reply {
+        let (tx, rx) = oneshot::channel();
+        if self.writes.send(Write { kind, reply: tx }).await.is_err() {
+            return Reply::err("TRYAGAIN the kvd is stopping");
+        }
+        rx.await
+            .unwrap_or_else(|_| Reply::err("TRYAGAIN the kvd is stopping"))
+    }
+
+    fn info(&self) -> String {
+        let st = self.lock();
+        let mut shards: Vec<u32> = st.shards.keys().copied().collect();
+        shards.sort_unstable();
+        format!(
+            "# Server\r\nredis_version:7.0.0-tabos\r\ntabos_kv_group:{}\r\ntabos_kv_addr:{}\r\n\
+             # Keyspace\r\ntabos_kv_config_epoch:{}\r\ntabos_kv_shards:{}\r\ndb0:keys={}\r\n",
+            self.group,
+            self.addr,
+            st.config.epoch,
+            shards
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+            st.shards.values().map(|s| s.pairs.len()).sum::<usize>(),
+        )
+    }
+
+    /// Takes writes in batches: effects computed, appended durably, then
+    /// applied and answered.
+    async fn flusher(self: Arc<Self>, mut rx: mpsc::Receiver<Write>) {
+        while let Some(first) = rx.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < FLUSH_WRITES_MAX {
+                match rx.try_recv() {
+                    Ok(w) => batch.push(w),
+                    Err(_) => break,
+                }
+            }
+            self.flush(batch).await;
+        }
+    }
+
+    async fn flush(&self, batch: Vec<Write>) {
+        // 1. Effects, against memory plus the batch's earlier writes.
+        let mut by_shard: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
+        let mut answers: Vec<(Write, Reply, Vec<u32>)> = Vec::new();
+        let calls: Vec<(u32, u64, i64, proto::batch_call::Call)>;
+        {
+            let st = self.lock();
+            let mut overlay: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+            let current = |overlay: &HashMap<Vec<u8>, Option<Vec<u8>>>, s: u32, k: &[u8]| {
+                overlay
+                    .get(k)
+                    .cloned()
+                    .unwrap_or_else(|| st.shards[&s].pairs.get(k).cloned())
+            };
+            for w in batch {
+                let shards: Vec<u32> = w
+                    .kind
+                    .keys()
+                    .iter()
+                    .map(|k| st.config.shard_of(k))
+                    .collect();
+                if let Some(s) = shards.iter().find(|s| !st.shards.contains_key(s)) {
+                    let r = moved(&st.config, *s, self.group);
+                    let _ = w.reply.send(r);
+                    continue;
+                }
+                let reply = match &w.kind {
+                    WriteKind::Set(pairs) => {
+                        for ((k, v), s) in pairs.iter().zip(&shards) {
+                            overlay.insert(k.clone(), Some(v.clone()));
+                            by_shard
+                                .entry(*s)
+                                .or_default()
+                                .push(Op::Set(k.clone(), v.clone()));
+                        }
+                        Reply::ok()
+                    }
+                    WriteKind::Del(keys) => {
+                        let mut n = 0;
+                        for (k, s) in keys.iter().zip(&shards) {
+                            if current(&overlay, *s, k).is_some() {
+                                n += 1;
+                                overlay.insert(k.clone(), None);
+                                by_shard.entry(*s).or_default().push(Op::Del(k.clone()));
+                            }
+                        }
+                        Reply::Integer(n)
+                    }
+                    WriteKind::IncrBy(k, d) => {
+                        let s = shards[0];
+                        let now = current(&overlay, s, k);
+                        let n = match now.as_deref().map(parse_int) {
+                            None => Some(0),
+                            Some(Some(n)) => Some(n),
+                            Some(None) => None,
+                        };
+                        match n.and_then(|n| n.checked_add(*d)) {
+                            Some(v) => {
+                                let v_bytes = v.to_string().into_bytes();
+                                overlay.insert(k.clone(), Some(v_bytes.clone()));
+                                by_shard
+                                    .entry(s)
+                                    .or_default()
+                                    .push(Op::Set(k.clone(), v_bytes));
+                                Reply::Integer(v)
+                            }
+                            None => Reply::err("ERR value is not an integer or out of range"),
+                        }
+                    }
+                };
+                answers.push((w, reply, shards));
+            }
+            calls = by_shard
+                .iter()
+                .map(|(s, ops)| {
+                    let sh = &st.shards[s];
+                    let call =
+                        shard::append_call(&self.realm, &self.layout, &sh.taken, sh.next_seq, ops);
+                    (*s, sh.next_seq, sh.taken.fence.epoch, call)
+                })
+                .collect();
+        }
+        // 2. Appends, one entry per shard, in batch RPCs.
+        // Refused (not applied), or with the outcome unknown as well.
+        let mut failed: Vec<u32> = Vec::new();
+        let mut uncertain: Vec<u32> = Vec::new();
+        let mut c = self.client.clone();
+        let mut done: Vec<(u32, u64, i64)> = Vec::new();
+        for chunk in calls.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
+            let shards: Vec<(u32, u64, i64)> =
+                chunk.iter().map(|(s, q, e, _)| (*s, *q, *e)).collect();
+            let results = c
+                .batch(chunk.iter().map(|(_, _, _, call)| call.clone()).collect())
+                .await;
+            match results {
+                Ok(results) => {
+                    for ((s, q, e), r) in shards.into_iter().zip(results) {
+                        match r {
+                            Ok(_) => done.push((s, q, e)),
+                            Err(e) => {
+                                eprintln!("kvd {}: append to shard {s} refused: {e}", self.addr);
+                                failed.push(s);
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("kvd {}: appends failed: {e}", self.addr);
+                    failed.extend(shards.iter().map(|(s, _, _)| *s));
+                    uncertain.extend(shards.iter().map(|(s, _, _)| *s));
+                }
+            }
+        }
+        // 3. Applied, answered; a failed shard dropped and taken again.
+        let mut compact = Vec::new();
+        {
+            let mut st = self.lock();
+            for (s, q, e) in &done {
+                // Dropped meanwhile (a new config), or taken again and
+                // loaded with this batch in it: nothing to apply.
+                let Some(sh) = st.shards.get_mut(s).filter(|sh| sh.taken.fence.epoch == *e) else {
+                    continue;
+                };
+                assert_eq!(sh.next_seq, *q, "one flusher appends to a shard");
+                for op in &by_shard[s] {
+                    shard::apply(&mut sh.pairs, op);
+                }
+                sh.next_seq += 1;
+                sh.log_len += 1;
+                if sh.log_len >= shard::LOG_COMPACT_AT {
+                    compact.push((*s, sh.taken.clone(), sh.next_seq - 1, sh.pairs.clone()));
+                    sh.log_len = 0;
+                }
+            }
+            for s in &failed {
+                st.shards.remove(s);
+            }
+        }
+        for s in &failed {
+            let _ = self.resync.send(*s);
+        }
+        for (w, reply, shards) in answers {
+            let reply = if shards.iter().any(|s| uncertain.contains(s)) {
+                Reply::err("UNCERTAIN the write's outcome is unknown; the shard is being reloaded")
+            } else if shards.iter().any(|s| failed.contains(s)) {
+                // Refused: nothing of it was applied (a multi-shard MSET's
+                // other shards may have been: MSET is atomic per shard).
+                Reply::err("TRYAGAIN the shard is being reloaded")
+            } else {
+                reply
+            };
+            let _ = w.reply.send(reply);
+        }
+        for (s, taken, upto, pairs) in compact {
+            let mut c = self.client.clone();
+            if let Err(e) =
+                shard::snapshot(&mut c, &self.realm, &self.layout, &taken, upto, &pairs).await
+            {
+                eprintln!("kvd {}: cannot snapshot shard {s}: {e}", self.addr);
+            }
+        }
+    }
+}
+
+/// The reply for a key of shard `s`, which this group does not serve.
+fn moved(config: &Config, s: u32, group: u32) -> Reply {
+    if config.moving.contains(&s) {
+        Reply::err(format!("TRYAGAIN shard {s} is moving"))
+    } else if config.serves(group, s) {
+        // Ours, not loaded yet (being taken again).
+        Reply::err(format!("TRYAGAIN shard {s} is loading"))
+    } else {
+        Reply::err(format!("MOVED {s} {}", config.epoch))
+    }
+}
+
+fn parse_int(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+pub(crate) fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,301 @@
+//! The Redis serialization protocol (RESP2), as much as clients of a
+//! key-value store use: requests are arrays of bulk strings (or inline
+//! commands, as typed into telnet); replies are simple strings, errors,
+//! integers, bulk strings, nulls and arrays. Every length a peer sends is
+//! bounded before anything is allocated for it.
+
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Most arguments in one request (MSET of 2,048 pairs).
+pub const ARGS_MAX: usize = 4_097;
+/// Largest argument, in bytes: a key or a value.
+pub const ARG_BYTES_MAX: usize = crate::VALUE_BYTES_MAX;
+/// Longest header or inline line, in bytes.
+pub const LINE_BYTES_MAX: usize = 64 * 1024;
+
+/// Why a request could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The peer broke the protocol: the connection cannot go on.
+    #[error("Protocol error: {0}")]
+    Protocol(String),
+}
+
+/// Reads one line ending in CRLF (or LF), without it; `None` at a clean
+/// end of stream.
+async fn line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, ReadError> {
+    let mut buf = Vec::new();
+    let n = (&mut *r)
+        .take(LINE_BYTES_MAX as u64 + 2)
+        .read_until(b'\n', &mut buf)
+        .await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&b'\n') {
+        return Err(ReadError::Protocol(if n > LINE_BYTES_MAX {
+            format!("line longer than {LINE_BYTES_MAX} bytes")
+        } else {
+            "unexpected end of stream".into()
+        }));
+    }
+    buf.pop();
+    if buf.last() == Some(&b'\r') {
+        buf.pop();
+    }
+    Ok(Some(buf))
+}
+
+fn number(text: &[u8], what: &str) -> Result<i64, ReadError> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| ReadError::Protocol(format!("invalid {what} length")))
+}
+
+/// Reads one request: its arguments, the command first. `None` at a clean
+/// end of stream. An empty inline line is skipped.
+pub async fn read_request<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+) -> Result<Option<Vec<Vec<u8>>>, ReadError> {
+    loop {
+        let Some(head) = line(r).await? else {
+            return Ok(None);
+        };
+        if head.first() != Some(&b'*') {
+            // Inline: words separated by spaces.
+            let args: Vec<Vec<u8>> = head
+                .split(|b| *b == b' ' || *b == b'\t')
+                .filter(|w| !w.is_empty())
+                .map(<[u8]>::to_vec)
+                .collect();
+            if args.is_empty() {
+                continue;
+            }
+            if args.len() > ARGS_MAX {
+                return Err(ReadError::Protocol("too many arguments".into()));
+            }
+            return Ok(Some(args));
+        }
+        let n = number(&head[1..], "multibulk")?;
+        if n <= 0 {
+            continue;
+        }
+        if n as usize > ARGS_MAX {
+            return Err(ReadError::Protocol(format!(
+                "more than {ARGS_MAX} arguments"
+            )));
+        }
+        let mut args = Vec::with_capacity(n as usize);
+        for _ in 0..n {
+            let h = line(r)
+                .await?
+                .ok_or_else(|| ReadError::Protocol("unexpected end of stream".into()))?;
+            if h.first() != Some(&b'$') {
+                return Err(ReadError::Protocol(format!(
+                    "expected '$', got '{}'",
+                    h.first().map(|b| *b as char).unwrap_or(' ')
+                )));
+            }
+            let len = number(&h[1..], "bulk")?;
+            if len < 0 || len as usize > ARG_BYTES_MAX {
+                return Err(ReadError::Protocol(format!(
+                    "invalid bulk length (at most {ARG_BYTES_MAX} bytes)"
+                )));
+            }
+            let mut arg = vec![0; len as usize + 2];
+            r.read_exact(&mut arg).await?;
+            if &arg[len as usize..] != b"\r\n" {
+                return Err(ReadError::Protocol("bulk string not ended by CRLF".into()));
+            }
+            arg.truncate(len as usize);
+            args.push(arg);
+        }
+        return Ok(Some(args));
+    }
+}
+
+/// A reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Simple(String),
+    Error(String),
+    Integer(i64),
+    Bulk(Vec<u8>),
+    Null,
+    Array(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Simple("OK".into())
+    }
+
+    pub fn err(msg: impl Into<String>) -> Reply {
+        Reply::Error(msg.into())
+    }
+
+    /// Appends the reply's encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Reply::Simple(s) => {
+                out.push(b'+');
+                out.extend(s.bytes().filter(|b| *b != b'\r' && *b != b'\n'));
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Error(s) => {
+                out.push(b'-');
+                out.extend(
+                    s.bytes()
+                        .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b }),
+                );
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Integer(i) => out.extend_from_slice(format!(":{i}\r\n").as_bytes()),
+            Reply::Bulk(b) => {
+                out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+                out.extend_from_slice(b);
+                out.extend_from_slice(b"\r\n");
+            }
+            Reply::Null => out.extend_from_slice(b"$-1\r\n"),
+            Reply::Array(items) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                for i in items {
+                    i.encode(out);
+                }
+            }
+        }
+    }
+}
+
+/// Encodes a request (what a client sends): an array of bulk strings.
+pub fn encode_request(args: &[&[u8]], out: &mut Vec<u8>) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// Reads one reply (what a client receives), bounded like requests.
+pub async fn read_reply<R: AsyncBufRead + Unpin + Send>(r: &mut R) -> Result<Reply, ReadError> {
+    read_reply_at(r, 0).await
+}
+
+/// Deepest nesting of arrays in a reply.
+const REPLY_DEPTH_MAX: usize = 4;
+
+fn read_reply_at<'a, R: AsyncBufRead + Unpin + Send>(
+    r: &'a mut R,
+    depth: usize,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Reply, ReadError>> + Send + 'a>> {
+    Box::pin(async move {
+        let h = line(r)
+            .await?
+            .ok_or_else(|| ReadError::Protocol("connection closed".into()))?;
+        let (kind, rest) = h
+            .split_first()
+            .ok_or_else(|| ReadError::Protocol("empty reply".into()))?;
+        let text = || String::from_utf8_lossy(rest).into_owned();
+        Ok(match kind {
+            b'+' => Reply::Simple(text()),
+            b'-' => Reply::Error(text()),
+            b':' => Reply::Integer(number(rest, "integer")?),
+            b'$' => {
+                let len = number(rest, "bulk")?;
+                if len < 0 {
+                    return Ok(Reply::Null);
+                }
+                if len as usize > ARG_BYTES_MAX {
+                    return Err(ReadError::Protocol("bulk reply too long".into()));
+                }
+                let mut b = vec![0; len as usize + 2];
+                r.read_exact(&mut b).await?;
+                b.truncate(len as usize);
+                Reply::Bulk(b)
+            }
+            b'*' => {
+                let n = number(rest, "multibulk")?;
+                if n < 0 {
+                    return Ok(Reply::Null);
+                }
+                if n as usize > ARGS_MAX || depth >= REPLY_DEPTH_MAX {
+                    return Err(ReadError::Protocol("array reply too large".into()));
+                }
+                let mut items = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    items.push(read_reply_at(r, depth + 1).await?);
+                }
+                Reply::Array(items)
+            }
+            other => {
+                return Err(ReadError::Protocol(format!(
+                    "unknown reply type '{}'",
+                    *other as char
+                )))
+            }
+        })
+    })
+}
+
+/// Writes `bytes` and flushes.
+pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(bytes).await?;
+    w.flush().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn parse(bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>, ReadError> {
+        let mut r = tokio::io::BufReader::new(bytes);
+        read_request(&mut r).await
+    }
+
+    #[tokio::test]
+    async fn requests_parse_in_both_forms() {
+        let a = parse(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n")
+            .await
+            .unwrap();
+        assert_eq!(a.unwrap(), [b"SET".to_vec(), b"k".to_vec(), Vec::new()]);
+        let a = parse(b"PING  hi\r\n").await.unwrap();
+        assert_eq!(a.unwrap(), [b"PING".to_vec(), b"hi".to_vec()]);
+        assert!(parse(b"").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_requests_are_protocol_errors() {
+        for bad in [
+            &b"*2\r\n$3\r\nGET\r\n"[..],
+            b"*1\r\n:3\r\n",
+            b"*1\r\n$99999999999\r\n",
+            b"*999999\r\n",
+            b"*1\r\n$3\r\nGETXX",
+        ] {
+            match parse(bad).await {
+                Err(ReadError::Protocol(_)) => {}
+                Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {}
+                other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bad)),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn replies_round_trip() {
+        let r = Reply::Array(vec![
+            Reply::ok(),
+            Reply::err("ERR no"),
+            Reply::Integer(-3),
+            Reply::Bulk(b"a\r\nb".to_vec()),
+            Reply::Null,
+        ]);
+        let mut out = Vec::new();
+        r.encode(&mut out);
+        let mut rd = tokio::io::BufReader::new(&out[..]);
+        assert_eq!(read_reply(&mut rd).await.unwrap(), r);
+    }
+}

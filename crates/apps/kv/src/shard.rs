@@ -1,0 +1,349 @@
+//! A shard's pairs in memory, and their durable state in the kernel
+//! database: a snapshot in tabos fs and a log of write batches in the
+//! namespace after it (see [`crate::config`] for the paths).
+//!
+//! Whoever serves a shard first *takes* it ([`take`]): it advances the
+//! shard's epoch and fences the shard's directory at it, so the previous
+//! holder's appends are refused from then on ("stale epoch") — a deposed
+//! kvd, however slow, cannot acknowledge a write that the new holder would
+//! not see. Then it [`load`]s the snapshot and replays the log.
+
+use std::collections::HashMap;
+
+use tabos_client::proto::Fence;
+use tabos_client::Client;
+
+use crate::config::Layout;
+use crate::{Error, Result, FS_USER};
+
+/// A shard's log is folded into a new snapshot once it has this many
+/// batches (which also keeps it far under one directory read).
+pub const LOG_COMPACT_AT: usize = 256;
+/// Most log entries one load reads (a directory read holds 10,000).
+pub const LOG_READ_MAX: usize = 8_192;
+/// Largest snapshot chunk written or read at once.
+const SNAP_CHUNK_BYTES: usize = tabos_client::fs::CHUNK_BYTES;
+
+/// One write in a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Set(Vec<u8>, Vec<u8>),
+    Del(Vec<u8>),
+}
+
+/// A shard's pairs.
+pub type Pairs = HashMap<Vec<u8>, Vec<u8>>;
+
+/// Applies `op` to `pairs`.
+pub fn apply(pairs: &mut Pairs, op: &Op) {
+    match op {
+        Op::Set(k, v) => {
+            pairs.insert(k.clone(), v.clone());
+        }
+        Op::Del(k) => {
+            pairs.remove(k);
+        }
+    }
+}
+
+/// Encodes a batch: per op a tag (1 set, 2 del), the key and for a set the
+/// value, each length-prefixed (u32 little-endian).
+pub fn encode(ops: &[Op]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for op in ops {
+        match op {
+            Op::Set(k, v) => {
+                out.push(1);
+                put(&mut out, k);
+                put(&mut out, v);
+            }
+            Op::Del(k) => {
+                out.push(2);
+                put(&mut out, k);
+            }
+        }
+    }
+    out
+}
+
+/// Encodes a shard's pairs as a batch of sets (a snapshot).
+pub fn encode_pairs(pairs: &Pairs) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in pairs {
+        out.push(1);
+        put(&mut out, k);
+        put(&mut out, v);
+    }
+    out
+}
+
+fn put(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+/// Decodes a batch (or snapshot), checking every length.
+pub fn decode(mut bytes: &[u8]) -> Result<Vec<Op>> {
+    fn take<'a>(b: &mut &'a [u8]) -> Result<&'a [u8]> {
+        let corrupt = || Error::Corrupt("a log entry is cut short".into());
+        if b.len() < 4 {
+            return Err(corrupt());
+        }
+        let n = u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if b.len() < 4 + n {
+            return Err(corrupt());
+        }
+        let out = &b[4..4 + n];
+        *b = &b[4 + n..];
+        Ok(out)
+    }
+    let mut ops = Vec::new();
+    while let Some((tag, rest)) = bytes.split_first() {
+        bytes = rest;
+        ops.push(match tag {
+            1 => {
+                let k = take(&mut bytes)?.to_vec();
+                Op::Set(k, take(&mut bytes)?.to_vec())
+            }
+            2 => Op::Del(take(&mut bytes)?.to_vec()),
+            t => return Err(Error::Corrupt(format!("unknown op tag {t} in a log entry"))),
+        });
+    }
+    Ok(ops)
+}
+
+/// A shard taken: the fence every write to its state carries.
+#[derive(Debug, Clone)]
+pub struct Taken {
+    pub shard: u32,
+    pub fence: Fence,
+}
+
+/// Takes shard `s`: a new epoch, and its directory fenced at it.
+pub async fn take(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<Taken> {
+    let epoch = c.advance_epoch(realm, &layout.shard_epoch(s)).await?;
+    let fence = Fence {
+        dir: layout.shard(s),
+        epoch,
+    };
+    c.fence(realm, fence.clone()).await?;
+    Ok(Taken { shard: s, fence })
+}
+
+/// A shard loaded from the database.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    pub pairs: Pairs,
+    /// The sequence number of the next log entry.
+    pub next_seq: u64,
+    /// Log entries after the snapshot.
+    pub log_len: usize,
+}
+
+/// The snapshot pointer's data: `"<seq> <fs path>"`.
+fn parse_snap(data: &[u8]) -> Result<(u64, String)> {
+    let text = std::str::from_utf8(data).map_err(|_| Error::Corrupt("snapshot pointer".into()))?;
+    let (seq, path) = text
+        .split_once(' ')
+        .ok_or_else(|| Error::Corrupt(format!("snapshot pointer {text:?}")))?;
+    let seq = seq
+        .parse()
+        .map_err(|_| Error::Corrupt(format!("snapshot pointer {text:?}")))?;
+    Ok((seq, path.to_string()))
+}
+
+/// Reads shard `s`'s snapshot and replays its log after it.
+pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<Loaded> {
+    let mut out = Loaded::default();
+    let mut snap_seq = 0;
+    match c.name_get(realm, &layout.snap(s)).await {
+        Ok(e) => {
+            let (seq, path) = parse_snap(&e.data)?;
+            let mut bytes = Vec::new();
+            c.fs_read_all(realm, FS_USER, &path, &mut bytes).await?;
+            for op in decode(&bytes)? {
+                apply(&mut out.pairs, &op);
+            }
+            snap_seq = seq;
+            out.next_seq = seq + 1;
+        }
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let entries = match c.name_readdir(realm, &layout.log(s)).await {
+        Ok(r) => {
+            if r.more || r.entries.len() > LOG_READ_MAX {
+                return Err(Error::Corrupt(format!(
+                    "shard {s}'s log has more than {LOG_READ_MAX} entries"
+                )));
+            }
+            r.entries
+        }
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut log: Vec<(u64, Vec<u8>)> = Vec::with_capacity(entries.len());
+    for e in entries {
+        let name = e.path.rsplit('/').next().unwrap_or_default();
+        let seq: u64 = name
+            .parse()
+            .map_err(|_| Error::Corrupt(format!("log entry {}", e.path)))?;
+        if seq > snap_seq {
+            log.push((seq, e.data));
+        }
+    }
+    log.sort_by_key(|(seq, _)| *seq);
+    for (seq, data) in &log {
+        for op in decode(data)? {
+            apply(&mut out.pairs, &op);
+        }
+        out.next_seq = out.next_seq.max(seq + 1);
+    }
+    out.next_seq = out.next_seq.max(1);
+    out.log_len = log.len();
+    Ok(out)
+}
+
+/// Makes sure shard `s`'s log directory exists.
+pub async fn prepare(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<()> {
+    c.name_mkdir_all(realm, &layout.log(s)).await?;
+    Ok(())
+}
+
+/// The call that appends batch `seq` of shard `t.shard` (for a batch RPC).
+pub fn append_call(
+    realm: &str,
+    layout: &Layout,
+    t: &Taken,
+    seq: u64,
+    ops: &[Op],
+) -> tabos_client::proto::batch_call::Call {
+    // A set of a path that must not exist yet (if_version 0): a second
+    // append of the same sequence number is refused, not overwritten.
+    tabos_client::proto::batch_call::Call::NamesSet(tabos_client::proto::SetNameRequest {
+        realm: realm.into(),
+        path: layout.log_entry(t.shard, seq),
+        data: encode(ops),
+        if_version: Some(0),
+        fence: Some(t.fence.clone()),
+    })
+}
+
+/// Folds shard `t.shard`'s log up to `seq` into a new snapshot of `pairs`:
+/// the file first, then the pointer (fenced), then the old entries and
+/// file go.
+pub async fn snapshot(
+    c: &mut Client,
+    realm: &str,
+    layout: &Layout,
+    t: &Taken,
+    seq: u64,
+    pairs: &Pairs,
+) -> Result<()> {
+    let s = t.shard;
+    let old = match c.name_get(realm, &layout.snap(s)).await {
+        Ok(e) => Some(parse_snap(&e.data)?),
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let tmp = layout.snap_tmp(s, t.fence.epoch);
+    write_file(c, realm, layout, &tmp, &encode_pairs(pairs), t).await?;
+    // Into place (σOS's movers: a temporary file renamed), then pointed to.
+    let path = layout.snap_file(s, seq);
+    c.fs_rename(realm, FS_USER, &tmp, &path).await?;
+    c.name_set(
+        realm,
+        &layout.snap(s),
+        format!("{seq} {path}").into_bytes(),
+        None,
+        Some(t.fence.clone()),
+    )
+    .await?;
+    // What the snapshot holds is no longer needed.
+    let r = c.name_readdir(realm, &layout.log(s)).await?;
+    for e in r.entries {
+        let name = e.path.rsplit('/').next().unwrap_or_default();
+        if name.parse::<u64>().is_ok_and(|n| n <= seq) {
+            match c
+                .name_remove(realm, &e.path, None, Some(t.fence.clone()))
+                .await
+            {
+                Ok(()) => {}
+                Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if let Some((_, old_path)) = old.filter(|(_, p)| *p != path) {
+        match c.fs_unlink(realm, FS_USER, &old_path).await {
+            Ok(()) => {}
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn write_file(
+    c: &mut Client,
+    realm: &str,
+    layout: &Layout,
+    path: &str,
+    bytes: &[u8],
+    t: &Taken,
+) -> Result<()> {
+    match c.fs_mkdir(realm, FS_USER, "/kv", 0o755).await {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match c.fs_mkdir(realm, FS_USER, &layout.snap_dir(), 0o755).await {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+        Err(e) => return Err(e.into()),
+    }
+    match c.fs_unlink(realm, FS_USER, path).await {
+        Ok(()) => {}
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
+        Err(e) => return Err(e.into()),
+    }
+    c.fs_create(realm, FS_USER, path, 0o600).await?;
+    let mut at = 0;
+    for chunk in bytes.chunks(SNAP_CHUNK_BYTES) {
+        c.fs_write_fenced(
+            realm,
+            FS_USER,
+            path,
+            at as i64,
+            chunk.to_vec(),
+            false,
+            t.fence.clone(),
+        )
+        .await?;
+        at += chunk.len();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_round_trip_and_corruption_is_caught() {
+        let ops = vec![
+            Op::Set(b"k".to_vec(), b"v".to_vec()),
+            Op::Del(b"k".to_vec()),
+            Op::Set(Vec::new(), vec![0; 300]),
+        ];
+        let bytes = encode(&ops);
+        assert_eq!(decode(&bytes).unwrap(), ops);
+        assert!(decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(decode(&[9]).is_err());
+        let mut pairs = Pairs::new();
+        ops.iter().for_each(|o| apply(&mut pairs, o));
+        assert_eq!(pairs.len(), 1);
+        let again: Vec<Op> = decode(&encode_pairs(&pairs)).unwrap();
+        assert_eq!(again, [Op::Set(Vec::new(), vec![0; 300])]);
+    }
+}

@@ -1,0 +1,375 @@
+//! The key-value service on a real node (in-process, embedded SQLite; kvd,
+//! balancer and mover procs running the `tabos-kv-task` binary): clients
+//! record their histories while the leading kvd of a group is SIGKILLed,
+//! the balancer grows the service to two groups (moving shards under
+//! load), the leading balancer is SIGKILLed in the middle of the move back
+//! to one group, and the whole service is stopped and started again. The
+//! history must be linearizable — so no acknowledged write is lost — and
+//! every key must read back its last value after the restart.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tabos_client::Client;
+use tabos_kv::clerk::Clerk;
+use tabos_kv::config::{Config, Layout, Policy};
+use tabos_kv::linearizability::{self, Action, Operation, Verdict};
+use tabos_kv::service::{self, Program, Supervisor};
+use tabos_node::{Node, NodeSettings};
+use tabos_store::testing::TempDir;
+
+const REALM: &str = "default";
+const SVC: &str = "t";
+const KEYS: usize = 8;
+const CLIENTS: usize = 4;
+/// Most operations one client makes (bounds the checker's work).
+const OPS_MAX: usize = 3_000;
+
+async fn start(dir: &TempDir) -> tabos_node::Embedded {
+    let settings = NodeSettings {
+        node_id: "n1".into(),
+        logs: dir.path().join("logs"),
+        cores: 16,
+        blocks: Some(tabos_node::BlockStoreSettings::new(
+            dir.path().join("blocks.dev"),
+            256 << 20,
+        )),
+        ..NodeSettings::defaults()
+    };
+    let node = Node::open_with(
+        &tabos_store::Config::sqlite(dir.path().join("db")),
+        settings,
+    )
+    .unwrap();
+    tabos_node::Embedded::start(node).await.unwrap()
+}
+
+fn program() -> Program {
+    Program {
+        path: env!("CARGO_BIN_EXE_tabos-kv-task").into(),
+        args: Vec::new(),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// SIGKILLs the processes of tabos proc `pid` on this machine (found by
+/// the TABOS_PID in their environment); returns how many.
+fn kill_proc(pid: &str) -> usize {
+    let want = format!("TABOS_PID={pid}");
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(os_pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(e.path().join("environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+            // SAFETY: kill(2) with a pid read from /proc; no memory involved.
+            unsafe { libc_kill(os_pid, 9) };
+            n += 1;
+        }
+    }
+    n
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+async fn config(c: &mut Client) -> Config {
+    Config::from_json(
+        &c.name_get(REALM, &Layout::new(SVC).unwrap().config())
+            .await
+            .unwrap()
+            .data,
+    )
+    .unwrap()
+}
+
+/// Waits (bounded) until the config satisfies `done`.
+async fn until_config(c: &mut Client, what: &str, done: impl Fn(&Config) -> bool) -> Config {
+    for _ in 0..3_000 {
+        let conf = config(c).await;
+        if done(&conf) {
+            return conf;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the config never got to {what}: {:?}", config(c).await);
+}
+
+/// The pid of the kvd leading group `g` (its member entry holds the
+/// address the leader symlink names).
+async fn leading_kvd(c: &mut Client, g: u32) -> String {
+    let l = Layout::new(SVC).unwrap();
+    let addr = c.wait_exists(REALM, &l.leader(g)).await.unwrap().data;
+    let members = c.name_readdir(REALM, &l.members(g)).await.unwrap();
+    let m = members
+        .entries
+        .iter()
+        .find(|e| e.data == addr)
+        .expect("the leader is a member");
+    m.path.rsplit('/').next().unwrap().to_string()
+}
+
+async fn set_policy(c: &mut Client, p: &Policy) {
+    c.name_set(
+        REALM,
+        &Layout::new(SVC).unwrap().policy(),
+        p.to_json(),
+        None,
+        None,
+    )
+    .await
+    .unwrap();
+}
+
+/// One client: gets and sets of unique values on the keys until told to
+/// stop, each recorded with its call and return times.
+async fn client_loop(
+    c: Client,
+    id: usize,
+    t0: tokio::time::Instant,
+    stop: Arc<AtomicBool>,
+    history: Arc<Mutex<Vec<Operation>>>,
+) -> (usize, usize) {
+    let mut clerk = Clerk::new(&c, REALM, SVC).await.unwrap();
+    let ns = || t0.elapsed().as_nanos() as u64;
+    let (mut writes, mut failures) = (0, 0);
+    for i in 0..OPS_MAX {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let key = format!("k{}", (i * 7 + id * 3) % KEYS).into_bytes();
+        let call = ns();
+        let op = if i % 2 == 0 {
+            let v = format!("c{id}-{i}").into_bytes();
+            match clerk.set(&key, &v).await {
+                Ok(()) => {
+                    writes += 1;
+                    Some((Some(ns()), Action::Write(Some(v))))
+                }
+                Err(_) => {
+                    failures += 1;
+                    Some((None, Action::Write(Some(v))))
+                }
+            }
+        } else {
+            match clerk.get(&key).await {
+                Ok(v) => Some((Some(ns()), Action::Read(v))),
+                Err(_) => {
+                    failures += 1;
+                    None
+                }
+            }
+        };
+        if let Some((ret, action)) = op {
+            history.lock().unwrap().push(Operation {
+                key,
+                call,
+                ret,
+                action,
+            });
+        }
+    }
+    (writes, failures)
+}
+
+#[test]
+fn acknowledged_writes_survive_kills_and_moves_linearizably() {
+    let dir = TempDir::new("kv-service");
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        let policy = Policy {
+            kvds_per_group: 2,
+            min_groups: 1,
+            max_groups: 1,
+            // No growing or shrinking on load here: the test asks.
+            grow_ops: 1e12,
+            shrink_ops: 0.0,
+            shrink_after_ms: 0,
+        };
+        service::create(&client, REALM, SVC, 8, 1, &policy)
+            .await
+            .unwrap();
+        let mut sup = Supervisor::new(&client, REALM, SVC, program(), 2).unwrap();
+        sup.fill().await.unwrap();
+        service::until_led(&client, REALM, SVC, Duration::from_secs(60))
+            .await
+            .unwrap();
+
+        let t0 = tokio::time::Instant::now();
+        let stop = Arc::new(AtomicBool::new(false));
+        let history = Arc::new(Mutex::new(Vec::new()));
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|id| {
+                tokio::spawn(client_loop(
+                    client.clone(),
+                    id,
+                    t0,
+                    stop.clone(),
+                    history.clone(),
+                ))
+            })
+            .collect();
+        let writes_so_far = || {
+            history
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|o| matches!(o.action, Action::Write(_)) && o.ret.is_some())
+                .count()
+        };
+        let until_writes = |n: usize| async move {
+            for _ in 0..3_000 {
+                if writes_so_far() >= n {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            panic!("the clients made no progress");
+        };
+
+        // 1. The leading kvd of group 0 is SIGKILLed under load.
+        until_writes(50).await;
+        let victim = leading_kvd(&mut c, 0).await;
+        assert!(kill_proc(&victim) > 0, "found no process of {victim}");
+        let before = writes_so_far();
+        until_writes(before + 50).await;
+        assert_ne!(leading_kvd(&mut c, 0).await, victim, "another kvd leads");
+
+        // 2. Grown to two groups: shards move under load.
+        set_policy(
+            &mut c,
+            &Policy {
+                min_groups: 2,
+                max_groups: 2,
+                ..policy.clone()
+            },
+        )
+        .await;
+        let two = until_config(&mut c, "two groups", |k| {
+            k.groups.len() == 2 && k.target.is_none()
+        })
+        .await;
+        assert_eq!(two.shards_of(0).len() + two.shards_of(1).len(), 8);
+        let before = writes_so_far();
+        until_writes(before + 50).await;
+
+        // 3. Back to one group, the leading balancer SIGKILLed mid-move:
+        // its standby finishes the move.
+        let l = Layout::new(SVC).unwrap();
+        set_policy(&mut c, &policy).await;
+        until_config(&mut c, "a move in progress", |k| k.target.is_some()).await;
+        let leader = c
+            .name_get(REALM, &format!("{}/leader", l.balancer()))
+            .await
+            .unwrap()
+            .data;
+        let leader = String::from_utf8(leader).unwrap();
+        assert!(kill_proc(&leader) > 0, "found no process of {leader}");
+        let one = until_config(&mut c, "one group", |k| {
+            k.groups == [0] && k.target.is_none()
+        })
+        .await;
+        assert!(one.moving.is_empty());
+        let before = writes_so_far();
+        until_writes(before + 50).await;
+
+        stop.store(true, Ordering::SeqCst);
+        let mut failures = 0;
+        for t in clients {
+            failures += t.await.unwrap().1;
+        }
+
+        // 4. Everything stopped and started again: every key reads back
+        // (recorded as reads after all else).
+        sup.stop().await.unwrap();
+        let mut sup = Supervisor::new(&client, REALM, SVC, program(), 2).unwrap();
+        sup.fill().await.unwrap();
+        service::until_led(&client, REALM, SVC, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let mut clerk = Clerk::new(&client, REALM, SVC).await.unwrap();
+        for k in 0..KEYS {
+            let key = format!("k{k}").into_bytes();
+            let call = t0.elapsed().as_nanos() as u64;
+            let v = clerk.get(&key).await.unwrap();
+            let ret = t0.elapsed().as_nanos() as u64;
+            history.lock().unwrap().push(Operation {
+                key,
+                call,
+                ret: Some(ret),
+                action: Action::Read(v),
+            });
+        }
+        sup.stop().await.unwrap();
+
+        let history = history.lock().unwrap().clone();
+        let writes = history
+            .iter()
+            .filter(|o| matches!(o.action, Action::Write(_)) && o.ret.is_some())
+            .count();
+        eprintln!(
+            "{} operations, {writes} acknowledged writes, {failures} failed calls",
+            history.len()
+        );
+        assert!(writes >= 200, "too few writes to mean anything: {writes}");
+        assert_eq!(linearizability::check(&history), Verdict::Linearizable);
+        drop((c, client));
+        node.stop().await.unwrap();
+    });
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let dir = TempDir::new("kv-bad");
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let p = Policy::default();
+        // Bad shapes and names.
+        assert!(service::create(&client, REALM, "a/b", 8, 1, &p)
+            .await
+            .is_err());
+        assert!(service::create(&client, REALM, SVC, 0, 1, &p)
+            .await
+            .is_err());
+        assert!(service::create(&client, REALM, SVC, 2, 3, &p)
+            .await
+            .is_err());
+        let bad = Policy {
+            min_groups: 3,
+            max_groups: 2,
+            ..p.clone()
+        };
+        assert!(service::create(&client, REALM, SVC, 8, 1, &bad)
+            .await
+            .is_err());
+        // None of it created the service.
+        assert!(Clerk::new(&client, REALM, SVC).await.is_err());
+        assert!(service::status(&client, REALM, SVC).await.is_err());
+        // A second create keeps the first config.
+        let first = service::create(&client, REALM, SVC, 8, 2, &p)
+            .await
+            .unwrap();
+        let again = service::create(&client, REALM, SVC, 4, 1, &p)
+            .await
+            .unwrap();
+        assert_eq!(first, again);
+        drop(client);
+        node.stop().await.unwrap();
+    });
+}
