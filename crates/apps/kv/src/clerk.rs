@@ -57,18 +57,9 @@ impl Clerk {
     /// A clerk of service `svc` in `realm`.
     pub async fn new(client: &Client, realm: &str, svc: &str) -> Result<Clerk> {
         let layout = Layout::new(svc)?;
-        let mut c = client.clone();
-        let config = match c.name_get(realm, &layout.config()).await {
-            Ok(e) => Config::from_json(&e.data)?,
-            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
-                return Err(Error::Invalid(format!(
-                    "there is no key-value service {svc} in realm {realm}"
-                )))
-            }
-            Err(e) => return Err(e.into()),
-        };
+        let (config, _) = crate::config::read(client, realm, &layout).await?;
         Ok(Clerk {
-            client: c,
+            client: client.clone(),
             realm: realm.into(),
             layout,
             config,

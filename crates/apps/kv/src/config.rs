@@ -349,6 +349,23 @@ impl Layout {
     }
 }
 
+/// Reads service `svc`'s config and its version; a clear error if there
+/// is no such service.
+pub async fn read(
+    client: &tabos_client::Client,
+    realm: &str,
+    layout: &Layout,
+) -> Result<(Config, i64)> {
+    match client.clone().name_get(realm, &layout.config()).await {
+        Ok(e) => Ok((Config::from_json(&e.data)?, e.version)),
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => Err(Error::Invalid(format!(
+            "there is no key-value service {} in realm {realm}",
+            layout.service()
+        ))),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// A service name: 1..=64 bytes of letters, digits, '-' and '_'.
 pub fn validate_service(svc: &str) -> Result<()> {
     if svc.is_empty()

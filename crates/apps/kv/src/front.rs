@@ -5,8 +5,6 @@
 //! QUIT, CLIENT, COMMAND, CONFIG) are answered here; DBSIZE and INFO ask
 //! every group.
 
-use std::sync::Arc;
-
 use tabos_client::Client;
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
@@ -25,30 +23,16 @@ pub async fn serve(
     realm: String,
     svc: String,
 ) -> Result<()> {
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
-    loop {
-        let (sock, _) = listener
-            .accept()
-            .await
-            .map_err(|e| Error::Invalid(format!("accept: {e}")))?;
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(async move {
-                let mut sock = sock;
-                let mut out = Vec::new();
-                Reply::err("ERR max number of clients reached").encode(&mut out);
-                let _ = resp::write_all(&mut sock, &out).await;
-            });
-            continue;
-        };
-        let _ = sock.set_nodelay(true);
+    resp::accept_loop(listener, CONNECTIONS_MAX, |sock| {
         let (client, realm, svc) = (client.clone(), realm.clone(), svc.clone());
-        tokio::spawn(async move {
+        async move {
             if let Err(e) = connection(sock, &client, &realm, &svc).await {
                 eprintln!("kv front end: {e}");
             }
-            drop(slot);
-        });
-    }
+        }
+    })
+    .await
+    .map_err(|e| Error::Invalid(format!("accept: {e}")))
 }
 
 async fn connection(sock: TcpStream, client: &Client, realm: &str, svc: &str) -> Result<()> {

@@ -368,29 +368,9 @@ impl Kvd {
     }
 
     async fn accept(self: Arc<Self>, listener: TcpListener) -> Result<()> {
-        let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
-        loop {
-            let (sock, _) = listener
-                .accept()
-                .await
-                .map_err(|e| Error::Invalid(format!("accept: {e}")))?;
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                // Full: refuse this one with a reason, keep serving.
-                tokio::spawn(async move {
-                    let mut sock = sock;
-                    let mut out = Vec::new();
-                    Reply::err("ERR max number of clients reached").encode(&mut out);
-                    let _ = resp::write_all(&mut sock, &out).await;
-                });
-                continue;
-            };
-            let _ = sock.set_nodelay(true);
-            let me = self.clone();
-            tokio::spawn(async move {
-                me.serve(sock).await;
-                drop(slot);
-            });
-        }
+        resp::accept_loop(listener, CONNECTIONS_MAX, |sock| self.clone().serve(sock))
+            .await
+            .map_err(|e| Error::Invalid(format!("accept: {e}")))
     }
 
     /// Serves one connection's requests in order (pipelined requests are

@@ -241,6 +241,39 @@ fn read_reply_at<'a, R: AsyncBufRead + Unpin + Send>(
     })
 }
 
+/// Accepts connections on `listener` for ever, each served by `serve` on a
+/// task of its own, at most `max` at once: one more is told why and
+/// closed, and the rest are served on.
+pub async fn accept_loop<F, Fut>(
+    listener: tokio::net::TcpListener,
+    max: usize,
+    serve: F,
+) -> std::io::Result<()>
+where
+    F: Fn(tokio::net::TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
+    loop {
+        let (sock, _) = listener.accept().await?;
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tokio::spawn(async move {
+                let mut sock = sock;
+                let mut out = Vec::new();
+                Reply::err("ERR max number of clients reached").encode(&mut out);
+                let _ = write_all(&mut sock, &out).await;
+            });
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        let served = serve(sock);
+        tokio::spawn(async move {
+            served.await;
+            drop(slot);
+        });
+    }
+}
+
 /// Writes `bytes` and flushes.
 pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<()> {
     w.write_all(bytes).await?;

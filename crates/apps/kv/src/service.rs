@@ -225,15 +225,7 @@ pub struct Status {
 pub async fn status(client: &Client, realm: &str, svc: &str) -> Result<Status> {
     let layout = Layout::new(svc)?;
     let mut c = client.clone();
-    let config = match c.name_get(realm, &layout.config()).await {
-        Ok(e) => Config::from_json(&e.data)?,
-        Err(e) if e.code() == Some(tonic::Code::NotFound) => {
-            return Err(Error::Invalid(format!(
-                "there is no key-value service {svc} in realm {realm}"
-            )))
-        }
-        Err(e) => Err(e)?,
-    };
+    let (config, _) = crate::config::read(client, realm, &layout).await?;
     let mut groups = Vec::new();
     for g in &config.groups {
         let leader = match c.name_get(realm, &layout.leader(*g)).await {
