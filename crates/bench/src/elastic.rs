@@ -53,10 +53,28 @@ const TICK_MS: i64 = 100;
 const IDLE_MS: i64 = 1_000;
 
 /// One `tabos up` process.
-struct NodeProc {
+pub(crate) struct NodeProc {
     child: Child,
-    addr: String,
-    token: String,
+    pub(crate) addr: String,
+    pub(crate) token: String,
+}
+
+/// Starts `tabos up` on a free loopback port with `args`, its data (and
+/// credentials file) under `data`.
+pub(crate) fn start_node(exe: &Path, args: &[&str], data: &Path) -> anyhow::Result<NodeProc> {
+    std::fs::create_dir_all(data)?;
+    let mut child = Command::new(exe)
+        .args(["up", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .arg("--data")
+        .arg(data)
+        .env("TABOS_CREDENTIALS", data.join("credentials.json"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting tabos up")?;
+    let (addr, token) = read_start(&mut child)?;
+    Ok(NodeProc { child, addr, token })
 }
 
 impl Drop for NodeProc {
@@ -97,19 +115,19 @@ impl Cluster {
         let mut started = Vec::new();
         for i in 0..nodes {
             let data = dir.path().join(format!("e{i}"));
-            let mut child = Command::new(exe)
-                .args(["up", "--elastic", "--listen", "127.0.0.1:0"])
-                .args(["--db", &url, "--node-id", &format!("e{i}")])
-                .args(["--cores", &cores.to_string(), "--heartbeat-ms", "1000"])
-                .arg("--data")
-                .arg(&data)
-                .env("TABOS_CREDENTIALS", dir.path().join(format!("e{i}.json")))
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .context("starting tabos up")?;
-            let (addr, token) = read_start(&mut child)?;
-            started.push(NodeProc { child, addr, token });
+            let (id, cores) = (format!("e{i}"), cores.to_string());
+            let args = [
+                "--elastic",
+                "--db",
+                &url,
+                "--node-id",
+                &id,
+                "--cores",
+                &cores,
+                "--heartbeat-ms",
+                "1000",
+            ];
+            started.push(start_node(exe, &args, &data)?);
         }
         Ok(Cluster {
             nodes: started,

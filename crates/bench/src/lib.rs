@@ -3,12 +3,13 @@
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
-//! [`mr`], [`auth`], [`elastic`].
+//! [`mr`], [`auth`], [`elastic`], [`kv`].
 
 pub mod auth;
 pub mod elastic;
 pub mod fs;
 pub mod ipc;
+pub mod kv;
 pub mod machine;
 pub mod measure;
 pub mod mr;
@@ -49,8 +50,9 @@ pub fn run_suite_on(
         "mr" => mr::run(quick, input)?,
         "auth" => auth::run(quick)?,
         "elastic" => elastic::run(quick)?,
+        "kv" => kv::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv")
         }
     };
     let mut report = report;

@@ -2,7 +2,7 @@
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Suite to run: store, sched, ipc, names, fs, procedures, mr, auth or elastic
+    /// Suite to run: store, sched, ipc, names, fs, procedures, mr, auth, elastic or kv
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

@@ -6,7 +6,8 @@
 //!   — it counts each group's members (kvds join `groups/g/members` with
 //!   their session) and spawns what is missing;
 //! * reads the groups' load reports every [`PERIOD`] and adds a group when
-//!   one serves more than [`Policy::grow_ops`] requests/s, removes one
+//!   one serves more than [`Policy::grow_ops`] requests/s for
+//!   [`Policy::grow_after_ms`], removes one
 //!   when the whole load would fit in one group fewer under
 //!   [`Policy::shrink_ops`] for [`Policy::shrink_after_ms`] — and keeps
 //!   the count within the policy's minimum and maximum;
@@ -67,6 +68,8 @@ struct Balancer {
     spawned: u64,
     /// Since when the load has been low enough to remove a group.
     low_since: Option<tokio::time::Instant>,
+    /// Since when a group's load has been high enough to add one.
+    high_since: Option<tokio::time::Instant>,
 }
 
 /// Runs a balancer of the service until its session is lost or it fails.
@@ -96,6 +99,7 @@ pub async fn run(ctx: Ctx, program: Program) -> Result<()> {
         exited,
         spawned: 0,
         low_since: None,
+        high_since: None,
     };
     tokio::select! {
         _ = session.lost() => Err(Error::Invalid("the session was lost: another balancer leads".into())),
@@ -313,14 +317,23 @@ impl Balancer {
         if loads.len() < config.groups.len() {
             // Not every group reports: no decision on half the picture.
             self.low_since = None;
+            self.high_since = None;
             return Ok(None);
         }
         let total: f64 = loads.iter().sum();
         if groups.len() < policy.max_groups as usize && loads.iter().any(|l| *l > policy.grow_ops) {
             self.low_since = None;
+            let since = *self
+                .high_since
+                .get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() < Duration::from_millis(policy.grow_after_ms) {
+                return Ok(None);
+            }
+            self.high_since = None;
             groups.push(fresh_id(&groups));
             return Ok(Some(groups));
         }
+        self.high_since = None;
         if groups.len() > policy.min_groups as usize
             && total / ((groups.len() - 1) as f64) < policy.shrink_ops
         {

@@ -177,13 +177,29 @@ pub struct Policy {
     /// Most groups.
     pub max_groups: u32,
     /// A group whose leader serves more requests per second than this
-    /// gets help: a group is added.
+    /// for `grow_after_ms` gets help: a group is added.
     pub grow_ops: f64,
     /// Below this many requests per second per group (all groups' load
     /// spread over one group fewer), a group is removed.
     pub shrink_ops: f64,
     /// How long the load must stay low before a group is removed, in ms.
     pub shrink_after_ms: u64,
+    /// How long a group's load must stay high before a group is added, in
+    /// ms (a burst does not grow the service).
+    #[serde(default = "grow_after_default")]
+    pub grow_after_ms: u64,
+    /// Batches in a shard's log before its kvd folds them into a snapshot
+    /// (1..=[`crate::shard::LOG_COMPACT_MAX`]).
+    #[serde(default = "compact_at_default")]
+    pub compact_at: u32,
+}
+
+fn compact_at_default() -> u32 {
+    crate::shard::LOG_COMPACT_AT
+}
+
+fn grow_after_default() -> u64 {
+    2_000
 }
 
 impl Default for Policy {
@@ -195,6 +211,8 @@ impl Default for Policy {
             grow_ops: 20_000.0,
             shrink_ops: 5_000.0,
             shrink_after_ms: 10_000,
+            grow_after_ms: grow_after_default(),
+            compact_at: compact_at_default(),
         }
     }
 }
@@ -213,6 +231,12 @@ impl Policy {
         {
             return Err(Error::Invalid(format!(
                 "groups must satisfy 1 <= min <= max <= {GROUPS_MAX}"
+            )));
+        }
+        if self.compact_at == 0 || self.compact_at > crate::shard::LOG_COMPACT_MAX {
+            return Err(Error::Invalid(format!(
+                "compact_at must be 1..={}",
+                crate::shard::LOG_COMPACT_MAX
             )));
         }
         if !(self.grow_ops > self.shrink_ops && self.shrink_ops >= 0.0) {

@@ -75,6 +75,8 @@ struct Served {
     taken: Taken,
     next_seq: u64,
     log_len: usize,
+    /// A snapshot of it is being written (one at a time).
+    compacting: bool,
 }
 
 /// What the kvd serves.
@@ -119,6 +121,9 @@ pub struct Kvd {
     resync: mpsc::UnboundedSender<u32>,
     /// Its group was taken out of service: it exits.
     retired: tokio::sync::Notify,
+    /// Log batches per shard before a snapshot (the policy's, read when it
+    /// began to lead).
+    compact_at: usize,
 }
 
 /// Runs kvd of group `group` until its session is lost or it fails.
@@ -156,6 +161,11 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         let _ = session.close().await;
         return Ok(());
     }
+    let compact_at = match c.name_get(&ctx.realm, &ctx.layout.policy()).await {
+        Ok(e) => crate::config::Policy::from_json(&e.data)?.compact_at,
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => shard::LOG_COMPACT_AT,
+        Err(e) => return Err(e.into()),
+    } as usize;
     let (writes, pending) = mpsc::channel(PENDING_MAX);
     let (resync, resyncs) = mpsc::unbounded_channel();
     let kvd = Arc::new(Kvd {
@@ -173,6 +183,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         ops: AtomicU64::new(0),
         resync,
         retired: tokio::sync::Notify::new(),
+        compact_at,
     });
     kvd.apply_config(config).await?;
     let tasks = [
@@ -250,8 +261,9 @@ impl Kvd {
             taken,
             next_seq: loaded.next_seq,
             log_len: loaded.log_len,
+            compacting: false,
         };
-        if served.log_len >= shard::LOG_COMPACT_AT {
+        if served.log_len >= self.compact_at {
             let upto = served.next_seq - 1;
             shard::snapshot(
                 &mut c,
@@ -568,7 +580,7 @@ impl Kvd {
         }
     }
 
-    async fn flush(&self, batch: Vec<Write>) {
+    async fn flush(self: &Arc<Self>, batch: Vec<Write>) {
         // 1. Effects, against memory plus the batch's earlier writes.
         let mut by_shard: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
         let mut answers: Vec<(Write, Reply, Vec<u32>)> = Vec::new();
@@ -697,9 +709,10 @@ impl Kvd {
                 }
                 sh.next_seq += 1;
                 sh.log_len += 1;
-                if sh.log_len >= shard::LOG_COMPACT_AT {
+                if sh.log_len >= self.compact_at && !sh.compacting {
                     compact.push((*s, sh.taken.clone(), sh.next_seq - 1, sh.pairs.clone()));
                     sh.log_len = 0;
+                    sh.compacting = true;
                 }
             }
             for s in &failed {
@@ -721,13 +734,21 @@ impl Kvd {
             };
             let _ = w.reply.send(reply);
         }
+        // Snapshots are written beside the flushes, not in their way: the
+        // log after `upto` keeps growing meanwhile, and a load replays it.
         for (s, taken, upto, pairs) in compact {
-            let mut c = self.client.clone();
-            if let Err(e) =
-                shard::snapshot(&mut c, &self.realm, &self.layout, &taken, upto, &pairs).await
-            {
-                eprintln!("kvd {}: cannot snapshot shard {s}: {e}", self.addr);
-            }
+            let me = self.clone();
+            tokio::spawn(async move {
+                let mut c = me.client.clone();
+                if let Err(e) =
+                    shard::snapshot(&mut c, &me.realm, &me.layout, &taken, upto, &pairs).await
+                {
+                    eprintln!("kvd {}: cannot snapshot shard {s}: {e}", me.addr);
+                }
+                if let Some(sh) = me.lock().shards.get_mut(&s) {
+                    sh.compacting = false;
+                }
+            });
         }
     }
 }

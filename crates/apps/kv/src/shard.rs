@@ -16,9 +16,12 @@ use tabos_client::Client;
 use crate::config::Layout;
 use crate::{Error, Result, FS_USER};
 
-/// A shard's log is folded into a new snapshot once it has this many
-/// batches (which also keeps it far under one directory read).
-pub const LOG_COMPACT_AT: usize = 256;
+/// By default a shard's log is folded into a new snapshot once it has
+/// this many batches ([`crate::config::Policy::compact_at`]).
+pub const LOG_COMPACT_AT: u32 = 1_024;
+/// Most batches a policy may let a log grow to before a snapshot (which
+/// keeps it far under one directory read).
+pub const LOG_COMPACT_MAX: u32 = 4_096;
 /// Most log entries one load reads (a directory read holds 10,000).
 pub const LOG_READ_MAX: usize = 8_192;
 /// Largest snapshot chunk written or read at once.
@@ -259,16 +262,36 @@ pub async fn snapshot(
         Some(t.fence.clone()),
     )
     .await?;
-    // What the snapshot holds is no longer needed.
+    // What the snapshot holds is no longer needed: removed in batches.
     let r = c.name_readdir(realm, &layout.log(s)).await?;
-    for e in r.entries {
-        let name = e.path.rsplit('/').next().unwrap_or_default();
-        if name.parse::<u64>().is_ok_and(|n| n <= seq) {
-            match c
-                .name_remove(realm, &e.path, None, Some(t.fence.clone()))
-                .await
-            {
-                Ok(()) => {}
+    let done: Vec<String> = r
+        .entries
+        .into_iter()
+        .map(|e| e.path)
+        .filter(|p| {
+            p.rsplit('/')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .is_some_and(|n| n <= seq)
+        })
+        .collect();
+    for chunk in done.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
+        let calls = chunk
+            .iter()
+            .map(|p| {
+                tabos_client::proto::batch_call::Call::NamesRemove(
+                    tabos_client::proto::RemoveNameRequest {
+                        realm: realm.into(),
+                        path: p.clone(),
+                        if_version: None,
+                        fence: Some(t.fence.clone()),
+                    },
+                )
+            })
+            .collect();
+        for r in c.batch(calls).await? {
+            match r {
+                Ok(_) => {}
                 Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
                 Err(e) => return Err(e.into()),
             }

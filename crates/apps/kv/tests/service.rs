@@ -200,6 +200,9 @@ fn acknowledged_writes_survive_kills_and_moves_linearizably() {
             grow_ops: 1e12,
             shrink_ops: 0.0,
             shrink_after_ms: 0,
+            grow_after_ms: 0,
+            // Snapshots often, beside the writes and the kills.
+            compact_at: 16,
         };
         service::create(&client, REALM, SVC, 8, 1, &policy)
             .await
