@@ -22,6 +22,7 @@ mod sql;
 mod status;
 mod tokens;
 mod up;
+mod www;
 
 use clap::{Parser, Subcommand};
 
@@ -193,6 +194,11 @@ enum Command {
     /// One proc of a key-value service (what `tabos kv serve` spawns)
     #[command(hide = true)]
     KvTask(kv::TaskArgs),
+    /// The web server: tabos www serve --root /site --listen ADDR
+    Www(www::Args),
+    /// One proc of a site (what `tabos www serve` spawns)
+    #[command(hide = true)]
+    WwwTask(www::TaskArgs),
     /// The procs benchmarks run (tabos bench-worker lc MAILBOX WORK_US)
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -203,6 +209,8 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::MrTask(a) => return mr::task(a),
         Command::KvTask(a) => return kv::task(a),
+        Command::WwwTask(a) => return www::task(a),
+        Command::Www(a) => www::run(a),
         Command::Kv(a) => kv::run(a),
         Command::BenchWorker(a) => return bench::worker(a),
         Command::Mr(a) => mr::run(a),

@@ -1,0 +1,228 @@
+//! wwd (σOS section 5.3): an LC proc that accepts HTTP/1.1 (hyper) and
+//! does no work of its own — and touches neither the realm's namespace nor
+//! its files: each request becomes a message to the site's request
+//! mailbox, which one of the pool's worker procs takes, and the worker's
+//! answer comes back to wwd's own mailbox (`proc/<wwd>`), where one reader
+//! hands each part to the request waiting for it.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Request as HttpRequest, Response as HttpResponse, StatusCode};
+use tabos_client::proto;
+use tabos_client::Client;
+use tokio::sync::oneshot;
+
+use crate::wire::{self, Request, ResponseHead, HEADERS_MAX, REQUEST_BODY_MAX, RESPONSE_BYTES_MAX};
+use crate::{Ctx, Error, Result};
+
+/// Longest a request waits for its worker's answer.
+pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
+/// Most requests in flight at once (beyond it: 503).
+pub const IN_FLIGHT_MAX: usize = 4_096;
+/// Most connections served at once.
+pub const CONNECTIONS_MAX: usize = 1_024;
+
+/// A response being put together from its parts.
+struct Pending {
+    tx: oneshot::Sender<(u16, String, Vec<u8>)>,
+    head: Option<ResponseHead>,
+    body: Vec<u8>,
+}
+
+struct Wwd {
+    client: Client,
+    realm: String,
+    /// `proc/<pid>`: where answers come.
+    me: String,
+    requests: String,
+    next: AtomicU64,
+    pending: Mutex<HashMap<u64, Pending>>,
+}
+
+/// Serves HTTP on `listen` until the node or the listener fails.
+pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    eprintln!("wwd {}: HTTP on {addr}", ctx.pid);
+    let wwd = Arc::new(Wwd {
+        client: ctx.client.clone(),
+        realm: ctx.realm.clone(),
+        me: format!("proc/{}", ctx.pid),
+        requests: ctx.layout.requests(),
+        next: AtomicU64::new(1),
+        pending: Mutex::new(HashMap::new()),
+    });
+    tokio::spawn(wwd.clone().read_answers());
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let (sock, _) = listener
+            .accept()
+            .await
+            .map_err(|e| Error::Invalid(format!("accept: {e}")))?;
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            // Full: this connection is closed at once.
+            continue;
+        };
+        let _ = sock.set_nodelay(true);
+        let w = wwd.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(sock);
+            let svc = hyper::service::service_fn(move |req| w.clone().serve(req));
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, svc)
+                .await;
+            drop(slot);
+        });
+    }
+}
+
+impl Wwd {
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads the answers from wwd's mailbox and completes their requests.
+    async fn read_answers(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(20);
+        loop {
+            let mut c = self.client.clone();
+            if let Ok(mut s) = c.recv_stream(&self.realm, &self.me, 64).await {
+                pause = Duration::from_millis(20);
+                while let Ok(Some(batch)) = s.message().await {
+                    for m in batch.messages {
+                        self.part(&m.payload);
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    fn part(&self, payload: &[u8]) {
+        let Ok((head, body)) = wire::decode::<ResponseHead>(payload) else {
+            return;
+        };
+        let id = head.id;
+        let mut pending = self.pending();
+        let Some(p) = pending.get_mut(&id) else {
+            // Its request gave up waiting.
+            return;
+        };
+        if p.body.len() + body.len() > RESPONSE_BYTES_MAX {
+            let p = pending.remove(&id).expect("present");
+            let _ =
+                p.tx.send((502, "text/plain".into(), b"response too large\n".to_vec()));
+            return;
+        }
+        p.body.extend_from_slice(body);
+        let last = head.last;
+        p.head.get_or_insert(head);
+        if last {
+            let p = pending.remove(&id).expect("present");
+            let head = p.head.expect("a head");
+            let _ = p.tx.send((head.status, head.content_type, p.body));
+        }
+    }
+
+    async fn serve(
+        self: Arc<Self>,
+        req: HttpRequest<hyper::body::Incoming>,
+    ) -> Result<HttpResponse<Full<Bytes>>, Infallible> {
+        let (status, ctype, body) = match self.ask(req).await {
+            Ok(r) => r,
+            Err((status, msg)) => (
+                status,
+                "text/plain; charset=utf-8".into(),
+                format!("{msg}\n").into_bytes(),
+            ),
+        };
+        let mut resp = HttpResponse::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&ctype) {
+            resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        resp.headers_mut().insert(
+            hyper::header::SERVER,
+            hyper::header::HeaderValue::from_static("tabos-wwd"),
+        );
+        Ok(resp)
+    }
+
+    /// Sends the request to the pool and waits for its answer.
+    async fn ask(
+        &self,
+        req: HttpRequest<hyper::body::Incoming>,
+    ) -> std::result::Result<(u16, String, Vec<u8>), (u16, String)> {
+        let (parts, body) = req.into_parts();
+        let body = Limited::new(body, REQUEST_BODY_MAX)
+            .collect()
+            .await
+            .map_err(|_| {
+                (
+                    413,
+                    format!("a request body is at most {REQUEST_BODY_MAX} bytes"),
+                )
+            })?
+            .to_bytes();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let request = Request {
+            id,
+            method: parts.method.to_string(),
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or_default().to_string(),
+            headers: parts
+                .headers
+                .iter()
+                .take(HEADERS_MAX)
+                .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
+                .collect(),
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.pending();
+            if pending.len() >= IN_FLIGHT_MAX {
+                return Err((503, "too many requests in flight".into()));
+            }
+            pending.insert(
+                id,
+                Pending {
+                    tx,
+                    head: None,
+                    body: Vec::new(),
+                },
+            );
+        }
+        let msg = proto::Outgoing {
+            to: self.requests.clone(),
+            payload: wire::encode(&request, &body),
+            message_id: String::new(),
+        };
+        let sent = self
+            .client
+            .clone()
+            .send_many(&self.realm, &self.me, vec![msg])
+            .await;
+        if let Err(e) = sent {
+            self.pending().remove(&id);
+            return Err((503, format!("the request could not be queued: {e}")));
+        }
+        match tokio::time::timeout(ANSWER_WAIT, rx).await {
+            Ok(Ok(r)) => Ok(r),
+            _ => {
+                self.pending().remove(&id);
+                Err((504, "no worker answered in time".into()))
+            }
+        }
+    }
+}

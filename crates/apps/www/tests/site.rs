@@ -1,0 +1,285 @@
+//! The web server on a real node (in-process, embedded SQLite; wwd and
+//! worker procs running the `tabos-www-task` binary), asked with the real
+//! curl: static files from tabos fs (a directory's index.html, content
+//! types, HEAD, a file larger than one message), a page from a stored
+//! procedure, bad requests (a path leaving the site, a method static files
+//! do not answer, a missing file or procedure), routes changed while it
+//! runs, and a worker SIGKILLed while the site serves on.
+
+use std::process::Command;
+use std::time::Duration;
+
+use tabos_client::procedures::ProcedureLimits;
+use tabos_client::Client;
+use tabos_node::{Node, NodeSettings};
+use tabos_store::testing::TempDir;
+use tabos_www::route::{Handler, Route, Routes};
+use tabos_www::service::{self, Program, Site};
+
+const REALM: &str = "default";
+
+async fn start(dir: &TempDir) -> tabos_node::Embedded {
+    let settings = NodeSettings {
+        node_id: "n1".into(),
+        logs: dir.path().join("logs"),
+        cores: 8,
+        blocks: Some(tabos_node::BlockStoreSettings::new(
+            dir.path().join("blocks.dev"),
+            256 << 20,
+        )),
+        ..NodeSettings::defaults()
+    };
+    let node = Node::open_with(
+        &tabos_store::Config::sqlite(dir.path().join("db")),
+        settings,
+    )
+    .unwrap();
+    tabos_node::Embedded::start(node).await.unwrap()
+}
+
+async fn put(c: &mut Client, path: &str, data: &[u8]) {
+    c.fs_create(REALM, "", path, 0o644).await.unwrap();
+    let mut at = 0;
+    for chunk in data.chunks(1 << 20) {
+        c.fs_write(REALM, "", path, at, chunk.to_vec(), false)
+            .await
+            .unwrap();
+        at += chunk.len() as i64;
+    }
+}
+
+/// curl's status, content type and body for `args`.
+fn curl(args: &[&str]) -> (u16, String, Vec<u8>) {
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "20",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code} %{content_type}",
+        ])
+        .args(args)
+        .output()
+        .expect("curl (.ci/run installs it)");
+    let mut body = out.stdout;
+    let nl = body
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .expect("curl's trailer");
+    let trailer = String::from_utf8(body.split_off(nl)).unwrap();
+    let mut t = trailer.trim().splitn(2, ' ');
+    let status = t.next().unwrap().parse().unwrap_or(0);
+    (status, t.next().unwrap_or_default().to_string(), body)
+}
+
+fn routes(extra: &[(&str, Handler)]) -> Routes {
+    let mut routes = vec![Route {
+        prefix: "/".into(),
+        handler: Handler::Static {
+            root: "/site".into(),
+        },
+    }];
+    for (p, h) in extra {
+        routes.push(Route {
+            prefix: (*p).into(),
+            handler: h.clone(),
+        });
+    }
+    Routes { routes }
+}
+
+fn kill_proc(pid: &str) -> usize {
+    let want = format!("TABOS_PID={pid}");
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(os) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(e.path().join("environ")) {
+            if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+                Command::new("kill")
+                    .args(["-9", &os.to_string()])
+                    .status()
+                    .unwrap();
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[test]
+fn a_site_answers_curl() {
+    let dir = TempDir::new("www-site");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        c.fs_mkdir(REALM, "", "/site", 0o755).await.unwrap();
+        c.fs_mkdir(REALM, "", "/site/docs", 0o755).await.unwrap();
+        put(&mut c, "/site/index.html", b"<h1>home</h1>").await;
+        put(&mut c, "/site/docs/index.html", b"<h1>docs</h1>").await;
+        put(&mut c, "/site/style.css", b"body{}").await;
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        put(&mut c, "/site/big.bin", &big).await;
+        put(&mut c, "/secret.txt", b"not the site's").await;
+        let page = "function main(req) { const r = JSON.parse(req); \
+                    return '<p>' + r.method + ' ' + r.path + '?' + r.query + '</p>'; }";
+        c.procedure_install(REALM, "page", "js", page.into(), ProcedureLimits::default())
+            .await
+            .unwrap();
+        let dynamic = Handler::Procedure {
+            name: "page".into(),
+        };
+        service::create(&client, REALM, "t", &routes(&[("/dyn", dynamic.clone())]))
+            .await
+            .unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let base = format!("http://127.0.0.1:{port}");
+        let program = Program {
+            path: env!("CARGO_BIN_EXE_tabos-www-task").into(),
+            args: Vec::new(),
+        };
+        let mut site = Site::start(
+            &client,
+            REALM,
+            "t",
+            program,
+            &format!("127.0.0.1:{port}"),
+            2,
+        )
+        .await
+        .unwrap();
+        let url = move |p: &str| format!("{base}{p}");
+        // Bounded wait for wwd to listen.
+        let mut up = false;
+        for _ in 0..200 {
+            let u = url("/");
+            if tokio::task::spawn_blocking(move || curl(&[&u]))
+                .await
+                .unwrap()
+                .0
+                == 200
+            {
+                up = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(up, "wwd never answered");
+        let get = |args: Vec<String>| {
+            let a: Vec<&str> = args.iter().map(String::as_str).collect();
+            curl(&a)
+        };
+        let checks = {
+            let url = url.clone();
+            tokio::task::spawn_blocking(move || {
+                let (s, t, b) = get(vec![url("/")]);
+                assert_eq!(
+                    (s, t.as_str(), b.as_slice()),
+                    (200, "text/html; charset=utf-8", &b"<h1>home</h1>"[..])
+                );
+                assert_eq!(get(vec![url("/docs/")]).2, b"<h1>docs</h1>");
+                let (s, t, _) = get(vec![url("/style.css")]);
+                assert_eq!((s, t.as_str()), (200, "text/css; charset=utf-8"));
+                let (s, _, b) = get(vec![url("/big.bin")]);
+                assert_eq!(s, 200);
+                assert!(
+                    b == big,
+                    "the big file came back different ({} bytes)",
+                    b.len()
+                );
+                let (s, _, b) = get(vec!["-I".into(), url("/style.css")]);
+                assert_eq!(s, 200);
+                assert!(!String::from_utf8_lossy(&b).contains("body{}"));
+                assert_eq!(get(vec![url("/nope.html")]).0, 404);
+                assert_eq!(
+                    get(vec!["--path-as-is".into(), url("/../secret.txt")]).0,
+                    400
+                );
+                assert_eq!(get(vec![url("/%2e%2e/secret.txt")]).0, 400);
+                assert_eq!(
+                    get(vec!["-X".into(), "POST".into(), url("/style.css")]).0,
+                    405
+                );
+                let (s, _, b) = get(vec![url("/dyn/x?a=1")]);
+                assert_eq!((s, b.as_slice()), (200, &b"<p>GET /dyn/x?a=1</p>"[..]));
+            })
+        };
+        checks.await.unwrap();
+
+        // Routes change while it runs: a missing procedure is a 404.
+        let gone = Handler::Procedure {
+            name: "nope".into(),
+        };
+        service::create(
+            &client,
+            REALM,
+            "t",
+            &routes(&[("/dyn", dynamic), ("/x", gone)]),
+        )
+        .await
+        .unwrap();
+        let u = url("/x/1");
+        let mut seen = 0;
+        for _ in 0..200 {
+            let u = u.clone();
+            let (s, _, b) = tokio::task::spawn_blocking(move || curl(&[&u]))
+                .await
+                .unwrap();
+            if s == 404 && String::from_utf8_lossy(&b).contains("no procedure nope") {
+                seen += 1;
+                if seen == 4 {
+                    break; // both workers have the new routes
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        assert_eq!(seen, 4, "the new route was never served");
+
+        // A worker SIGKILLed: the site serves on (the other, then its
+        // replacement).
+        let victim = site.workers()[0].clone();
+        assert!(kill_proc(&victim) > 0);
+        let replaced = tokio::time::timeout(Duration::from_secs(30), site.replace_next())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(replaced, victim);
+        for _ in 0..5 {
+            let u = url("/");
+            assert_eq!(
+                tokio::task::spawn_blocking(move || curl(&[&u]))
+                    .await
+                    .unwrap()
+                    .0,
+                200
+            );
+        }
+        // Bad input to the site's creation changes nothing.
+        let bad = Routes {
+            routes: vec![Route {
+                prefix: "nope".into(),
+                handler: Handler::Static { root: "/".into() },
+            }],
+        };
+        assert!(service::create(&client, REALM, "t", &bad).await.is_err());
+        assert!(service::create(&client, REALM, "a/b", &routes(&[]))
+            .await
+            .is_err());
+        site.stop().await;
+        drop((c, client));
+        node.stop().await.unwrap();
+    });
+}

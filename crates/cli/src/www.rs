@@ -1,0 +1,126 @@
+//! `tabos www serve`: the web server (crates/apps/www) — a site's routes
+//! written, its wwd and worker procs kept running until interrupted; and
+//! the hidden `tabos www-task`, which is what those procs run.
+
+use anyhow::Context;
+use tabos_www::route::{Handler, Route, Routes};
+use tabos_www::service::{self, Program, Site};
+
+use crate::procs::RealmArg;
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: WwwCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum WwwCommand {
+    /// Serve a site over HTTP/1.1: a wwd proc (LC) takes the requests and
+    /// hands each to a pool of worker procs (BE) through a mailbox, which
+    /// answer with files from the realm's tabos fs (--root) or pages from
+    /// stored procedures (--route PREFIX=procedure:NAME); until interrupted
+    /// or terminated, which evicts the site's procs
+    Serve {
+        /// The tabos fs directory served at /
+        #[arg(long, default_value = "/site")]
+        root: String,
+        /// More routes: PREFIX=procedure:NAME (a stored procedure's result
+        /// is the page; it gets the request as JSON) or PREFIX=static:DIR
+        #[arg(long = "route", value_name = "PREFIX=KIND:TARGET")]
+        routes: Vec<String>,
+        /// Where wwd listens (on the node that runs it)
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Worker procs
+        #[arg(long, default_value_t = 2)]
+        workers: u32,
+        /// The site's name (its routes are /www/NAME/routes in the namespace)
+        #[arg(long, default_value = "main")]
+        site: String,
+        #[command(flatten)]
+        realm: RealmArg,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+}
+
+/// A `--route` flag: `PREFIX=procedure:NAME` or `PREFIX=static:DIR`.
+fn parse_route(s: &str) -> anyhow::Result<Route> {
+    let (prefix, target) = s
+        .split_once('=')
+        .with_context(|| format!("--route {s:?}: expected PREFIX=KIND:TARGET"))?;
+    let handler = match target.split_once(':') {
+        Some(("procedure", name)) => Handler::Procedure { name: name.into() },
+        Some(("static", dir)) => Handler::Static { root: dir.into() },
+        _ => anyhow::bail!("--route {s:?}: the kind is procedure or static"),
+    };
+    Ok(Route {
+        prefix: prefix.into(),
+        handler,
+    })
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let WwwCommand::Serve {
+        root,
+        routes,
+        listen,
+        workers,
+        site,
+        realm,
+        node,
+    } = args.command;
+    let mut all = vec![Route {
+        prefix: "/".into(),
+        handler: Handler::Static { root },
+    }];
+    for r in &routes {
+        all.push(parse_route(r)?);
+    }
+    let routes = Routes { routes: all };
+    crate::runtime()?.block_on(async {
+        let client = node.connect().await?;
+        let realm = realm.realm;
+        service::create(&client, &realm, &site, &routes)
+            .await
+            .context("create the site")?;
+        let exe = std::env::current_exe().context("find the tabos executable")?;
+        let program = Program {
+            path: exe.display().to_string(),
+            args: vec!["www-task".into()],
+        };
+        let mut s = Site::start(&client, &realm, &site, program, &listen, workers).await?;
+        println!(
+            "site {site}: wwd {} on http://{listen}/ with {workers} workers",
+            s.wwd().unwrap_or("?")
+        );
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("handle SIGTERM")?;
+        let outcome: anyhow::Result<()> = loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break Ok(()),
+                _ = term.recv() => break Ok(()),
+                r = s.replace_next() => match r {
+                    Ok(pid) => eprintln!("{pid} exited; started another"),
+                    Err(e) => break Err(e.into()),
+                },
+            }
+        };
+        s.stop().await;
+        outcome
+    })
+}
+
+/// `tabos www-task ROLE …`: one of a site's procs.
+#[derive(clap::Args)]
+pub struct TaskArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+pub fn task(args: TaskArgs) -> std::process::ExitCode {
+    let status = tabos_www::main(&args.args);
+    std::process::ExitCode::from(status.clamp(0, 255) as u8)
+}
