@@ -224,26 +224,6 @@ async fn load(
     Ok(done.load(Ordering::Relaxed) as f64 / secs)
 }
 
-/// The OS pids of tabos proc `pid` (by the TABOS_PID in their environment).
-fn os_pids(pid: &str) -> Vec<i32> {
-    let want = format!("TABOS_PID={pid}");
-    let mut out = Vec::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in dir.flatten() {
-        let Some(n) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Ok(env) = std::fs::read(e.path().join("environ")) {
-            if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
-                out.push(n);
-            }
-        }
-    }
-    out
-}
-
 /// Starts service `svc` (one balancer) and waits for its leaders.
 async fn start_service(
     c: &Client,
@@ -270,7 +250,7 @@ async fn pin_kvds(c: &Client, realm: &str, svc: &str, cpu: usize) -> anyhow::Res
     let mut n = 0;
     for m in members.entries {
         let pid = m.path.rsplit('/').next().unwrap_or_default().to_string();
-        for os in os_pids(&pid) {
+        for os in tabos_store::testing::os_pids_of_proc(&pid) {
             let ok = Command::new("taskset")
                 .args(["-a", "-cp", &cpu.to_string(), &os.to_string()])
                 .stdout(Stdio::null())

@@ -3,7 +3,7 @@
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
-//! [`mr`], [`auth`], [`elastic`], [`kv`].
+//! [`mr`], [`auth`], [`elastic`], [`kv`], [`www`].
 
 pub mod auth;
 pub mod elastic;
@@ -20,6 +20,7 @@ pub mod report;
 pub mod sched;
 pub mod store;
 pub mod venv;
+pub mod www;
 
 use std::path::Path;
 
@@ -51,8 +52,9 @@ pub fn run_suite_on(
         "auth" => auth::run(quick)?,
         "elastic" => elastic::run(quick)?,
         "kv" => kv::run(quick)?,
+        "www" => www::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www")
         }
     };
     let mut report = report;

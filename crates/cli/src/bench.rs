@@ -2,7 +2,7 @@
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Suite to run: store, sched, ipc, names, fs, procedures, mr, auth, elastic or kv
+    /// Suite to run: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv or www
     suite: String,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

@@ -18,7 +18,8 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum WwwCommand {
     /// Serve a site over HTTP/1.1: a wwd proc (LC) takes the requests and
-    /// hands each to a pool of worker procs (BE) through a mailbox, which
+    /// hands each to its pool of worker procs (BE, grown and shrunk with
+    /// the load) through a mailbox, which
     /// answer with files from the realm's tabos fs (--root) or pages from
     /// stored procedures (--route PREFIX=procedure:NAME); until interrupted
     /// or terminated, which evicts the site's procs
@@ -33,9 +34,13 @@ enum WwwCommand {
         /// Where wwd listens (on the node that runs it)
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
-        /// Worker procs
+        /// Fewest worker procs
         #[arg(long, default_value_t = 2)]
         workers: u32,
+        /// Most worker procs: wwd starts more while requests pile up, and
+        /// lets them go when the load falls [default: 4 × --workers]
+        #[arg(long)]
+        max_workers: Option<u32>,
         /// The site's name (its routes are /www/NAME/routes in the namespace)
         #[arg(long, default_value = "main")]
         site: String,
@@ -68,10 +73,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         routes,
         listen,
         workers,
+        max_workers,
         site,
         realm,
         node,
     } = args.command;
+    let max_workers = max_workers.unwrap_or(workers.saturating_mul(4));
     let mut all = vec![Route {
         prefix: "/".into(),
         handler: Handler::Static { root },
@@ -91,9 +98,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             path: exe.display().to_string(),
             args: vec!["www-task".into()],
         };
-        let mut s = Site::start(&client, &realm, &site, program, &listen, workers).await?;
+        let mut s = Site::start(
+            &client,
+            &realm,
+            &site,
+            program,
+            &listen,
+            workers,
+            max_workers,
+        )
+        .await?;
         println!(
-            "site {site}: wwd {} on http://{listen}/ with {workers} workers",
+            "site {site}: wwd {} on http://{listen}/ with {workers}..={max_workers} workers",
             s.wwd().unwrap_or("?")
         );
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -103,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 _ = tokio::signal::ctrl_c() => break Ok(()),
                 _ = term.recv() => break Ok(()),
                 r = s.replace_next() => match r {
-                    Ok(pid) => eprintln!("{pid} exited; started another"),
+                    Ok(pid) => eprintln!("wwd {pid} exited; started another"),
                     Err(e) => break Err(e.into()),
                 },
             }

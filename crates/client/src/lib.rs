@@ -16,6 +16,7 @@ pub mod proto {
     tonic::include_proto!("tabos.v1");
 }
 
+pub mod app;
 pub mod batch;
 pub mod fs;
 pub mod names;

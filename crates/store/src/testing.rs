@@ -107,3 +107,38 @@ pub fn pg_database() -> Option<String> {
         }
     }
 }
+
+/// The Linux processes on this machine of tabos proc `pid` (found by the
+/// `TABOS_PID` procd puts in their environment) — how tests and benchmarks
+/// reach a proc's process to kill or pin it.
+pub fn os_pids_of_proc(pid: &str) -> Vec<i32> {
+    let want = format!("TABOS_PID={pid}");
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(n) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if let Ok(env) = std::fs::read(e.path().join("environ")) {
+            if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
+                out.push(n);
+            }
+        }
+    }
+    out
+}
+
+/// SIGKILLs every process of tabos proc `pid` on this machine; returns how
+/// many.
+pub fn kill_proc(pid: &str) -> usize {
+    let pids = os_pids_of_proc(pid);
+    for p in &pids {
+        // SAFETY: kill(2) takes no pointers.
+        unsafe {
+            libc::kill(*p, libc::SIGKILL);
+        }
+    }
+    pids.len()
+}

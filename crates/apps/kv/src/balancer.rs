@@ -30,6 +30,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use tabos_client::app::{spawn_watched, unique_pid};
 use tabos_client::names::{Election, Group, Session, WatchMode};
 use tabos_client::proto::{self, Fence};
 use tabos_client::Client;
@@ -247,11 +248,7 @@ impl Balancer {
 
     fn next_pid(&mut self, what: &str) -> String {
         self.spawned += 1;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros())
-            .unwrap_or(0);
-        format!("{what}-{stamp}-{}", self.spawned)
+        unique_pid(what, self.spawned)
     }
 
     async fn spawn_kvd(&mut self, g: u32) -> Result<String> {
@@ -274,13 +271,7 @@ impl Balancer {
             cores: Some(cores),
             ..Default::default()
         };
-        let mut c = self.client.clone();
-        c.spawn(&self.realm, p).await?;
-        let (tx, realm, p) = (self.exits.clone(), self.realm.clone(), pid.to_string());
-        tokio::spawn(async move {
-            let _ = c.wait_exit(&realm, &p).await;
-            let _ = tx.send(p);
-        });
+        spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
         Ok(())
     }
 

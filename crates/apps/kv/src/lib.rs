@@ -73,23 +73,17 @@ pub struct Ctx {
     pub layout: config::Layout,
 }
 
-fn env(name: &str) -> Result<String> {
-    std::env::var(name)
-        .map_err(|_| Error::Invalid(format!("{name} is not set (run as a tabos proc)")))
-}
-
 impl Ctx {
     async fn from_env(svc: &str) -> Result<Ctx> {
-        let (addr, realm, pid) = (env("TABOS_ADDR")?, env("TABOS_REALM")?, env("TABOS_PID")?);
-        let token = env("TABOS_TOKEN")?;
-        let client = tabos_client::Client::connect(&addr, &token)
-            .await?
-            .acting_for(&pid);
+        let layout = config::Layout::new(svc)?;
+        let env = tabos_client::app::ProcEnv::from_env()
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         Ok(Ctx {
-            client,
-            realm,
-            pid,
-            layout: config::Layout::new(svc)?,
+            client: env.client,
+            realm: env.realm,
+            pid: env.pid,
+            layout,
         })
     }
 }
@@ -99,24 +93,7 @@ impl Ctx {
 /// SHARD EPOCH` — with `TABOS_ADDR`, `TABOS_REALM`, `TABOS_PID` and `TABOS_TOKEN` from procd.
 /// Returns the proc's exit status.
 pub fn main(args: &[String]) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("kv: cannot start a runtime: {e}");
-            return 2;
-        }
-    };
-    match rt.block_on(run(args)) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("kv: {e}");
-            1
-        }
-    }
+    tabos_client::app::run_main("kv", 2, run(args))
 }
 
 async fn run(args: &[String]) -> Result<()> {

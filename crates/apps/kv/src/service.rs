@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde::Serialize;
+use tabos_client::app::{spawn_watched, unique_pid};
 use tabos_client::names::Group;
 use tabos_client::proto;
 use tabos_client::Client;
@@ -115,11 +116,7 @@ impl Supervisor {
                 )));
             }
             self.spawned += 1;
-            let stamp = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_micros())
-                .unwrap_or(0);
-            let pid = format!("balancer-{}-{stamp}-{}", self.svc, self.spawned);
+            let pid = unique_pid(&format!("balancer-{}", self.svc), self.spawned);
             let mut args = self.program.args.clone();
             args.extend([
                 "balancer".to_string(),
@@ -137,13 +134,7 @@ impl Supervisor {
                 cores: Some(0),
                 ..Default::default()
             };
-            let mut c = self.client.clone();
-            c.spawn(&self.realm, p).await?;
-            let (tx, realm, p) = (self.exits.clone(), self.realm.clone(), pid.clone());
-            tokio::spawn(async move {
-                let _ = c.wait_exit(&realm, &p).await;
-                let _ = tx.send(p);
-            });
+            spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
             self.live.push(pid);
         }
         Ok(())

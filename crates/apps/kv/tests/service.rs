@@ -17,7 +17,7 @@ use tabos_kv::config::{Config, Layout, Policy};
 use tabos_kv::linearizability::{self, Action, Operation, Verdict};
 use tabos_kv::service::{self, Program, Supervisor};
 use tabos_node::{Node, NodeSettings};
-use tabos_store::testing::TempDir;
+use tabos_store::testing::{kill_proc, TempDir};
 
 const REALM: &str = "default";
 const SVC: &str = "t";
@@ -58,32 +58,6 @@ fn rt() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-/// SIGKILLs the processes of tabos proc `pid` on this machine (found by
-/// the TABOS_PID in their environment); returns how many.
-fn kill_proc(pid: &str) -> usize {
-    let want = format!("TABOS_PID={pid}");
-    let mut n = 0;
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(os_pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(e.path().join("environ")) else {
-            continue;
-        };
-        if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
-            // SAFETY: kill(2) with a pid read from /proc; no memory involved.
-            unsafe { libc_kill(os_pid, 9) };
-            n += 1;
-        }
-    }
-    n
-}
-
-extern "C" {
-    #[link_name = "kill"]
-    fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
 async fn config(c: &mut Client) -> Config {

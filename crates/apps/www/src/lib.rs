@@ -6,11 +6,13 @@
 //!   the files.
 //! * [`worker`] — the BE procs that answer: static files from tabos fs,
 //!   pages from stored procedures.
+//! * [`pool`] — wwd's pool of workers, grown and shrunk with the load.
 //! * [`route`] — the site's routes (JSON in the namespace), path mapping
 //!   that never leaves a static root, content types.
 //! * [`wire`] — the request and response messages.
 //! * [`service`] — creating a site and running its procs.
 
+pub mod pool;
 pub mod route;
 pub mod service;
 pub mod wire;
@@ -78,57 +80,46 @@ pub struct Ctx {
     pub layout: Layout,
 }
 
-fn env(name: &str) -> Result<String> {
-    std::env::var(name)
-        .map_err(|_| Error::Invalid(format!("{name} is not set (run as a tabos proc)")))
-}
-
 impl Ctx {
     async fn from_env(site: &str) -> Result<Ctx> {
-        let (addr, realm, pid) = (env("TABOS_ADDR")?, env("TABOS_REALM")?, env("TABOS_PID")?);
-        let token = env("TABOS_TOKEN")?;
-        let client = tabos_client::Client::connect(&addr, &token)
-            .await?
-            .acting_for(&pid);
+        let layout = Layout::new(site)?;
+        let env = tabos_client::app::ProcEnv::from_env()
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         Ok(Ctx {
-            client,
-            realm,
-            pid,
-            layout: Layout::new(site)?,
+            client: env.client,
+            realm: env.realm,
+            pid: env.pid,
+            layout,
         })
     }
 }
 
-/// The entry point of a site's procs — `wwd SITE LISTEN`, `worker SITE` —
-/// with `TABOS_ADDR`, `TABOS_REALM`, `TABOS_PID` and `TABOS_TOKEN` from
-/// procd. Returns the proc's exit status.
+/// The entry point of a site's procs — `wwd SITE LISTEN MIN MAX PROGRAM
+/// [ARGS...]` (what it starts workers with), `worker SITE WWD` — with
+/// `TABOS_ADDR`, `TABOS_REALM`, `TABOS_PID` and `TABOS_TOKEN` from procd.
+/// Returns the proc's exit status.
 pub fn main(args: &[String]) -> i32 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("www: cannot start a runtime: {e}");
-            return 2;
-        }
+    tabos_client::app::run_main("www", 2, run(args))
+}
+
+async fn run(args: &[String]) -> Result<()> {
+    let usage = || {
+        Error::Invalid("usage: wwd SITE LISTEN MIN MAX PROGRAM [ARGS...] | worker SITE WWD".into())
     };
-    let usage = || Error::Invalid("usage: wwd SITE LISTEN | worker SITE".into());
-    let out = rt.block_on(async {
-        match args {
-            [role, site, listen] if role == "wwd" => {
-                wwd::run(Ctx::from_env(site).await?, listen).await
-            }
-            [role, site] if role == "worker" => worker::run(Ctx::from_env(site).await?).await,
-            _ => Err(usage()),
+    match args {
+        [role, site, listen, min, max, program, prefix @ ..] if role == "wwd" => {
+            let (min, max) = (
+                min.parse().map_err(|_| usage())?,
+                max.parse().map_err(|_| usage())?,
+            );
+            let program = service::Program {
+                path: program.clone(),
+                args: prefix.to_vec(),
+            };
+            wwd::run(Ctx::from_env(site).await?, listen, min, max, program).await
         }
-    });
-    match out {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("www: {e}");
-            1
-        }
+        [role, site, wwd] if role == "worker" => worker::run(Ctx::from_env(site).await?, wwd).await,
+        _ => Err(usage()),
     }
 }

@@ -1,7 +1,8 @@
 //! A site's life: [`create`] writes its routes and its request mailbox; a
-//! [`Site`] runs its wwd and its pool of workers, starting another when
-//! one exits, and [`Site::stop`] evicts them.
+//! [`Site`] runs its wwd (which runs its pool of workers), starting
+//! another when it exits, and [`Site::stop`] evicts them all.
 
+use tabos_client::app::{spawn_watched, unique_pid};
 use tabos_client::proto;
 use tabos_client::Client;
 use tokio::sync::mpsc;
@@ -9,9 +10,7 @@ use tokio::sync::mpsc;
 use crate::route::Routes;
 use crate::{Error, Layout, Result};
 
-/// Most workers a site runs.
-pub const WORKERS_MAX: u32 = 64;
-/// Most procs a site starts in all (replacements included).
+/// Most wwds a site starts in all (replacements included).
 pub const SPAWNS_MAX: u64 = 10_000;
 /// The request mailbox's bound, in bytes.
 pub const REQUESTS_BYTES_MAX: i64 = 64 << 20;
@@ -42,34 +41,38 @@ pub async fn create(client: &Client, realm: &str, site: &str, routes: &Routes) -
     }
 }
 
-/// A running site: its wwd and workers.
+/// A running site: its wwd (which runs its workers).
 pub struct Site {
     client: Client,
     realm: String,
     site: String,
     program: Program,
     listen: String,
-    workers: u32,
+    min: u32,
+    max: u32,
     spawned: u64,
     wwd: Option<String>,
-    pool: Vec<String>,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
 }
 
 impl Site {
-    /// Starts site `site`'s wwd on `listen` and `workers` workers.
+    /// Starts site `site`'s wwd on `listen`, with `min..=max` workers.
     pub async fn start(
         client: &Client,
         realm: &str,
         site: &str,
         program: Program,
         listen: &str,
-        workers: u32,
+        min: u32,
+        max: u32,
     ) -> Result<Site> {
         Layout::new(site)?;
-        if workers == 0 || workers > WORKERS_MAX {
-            return Err(Error::Invalid(format!("workers must be 1..={WORKERS_MAX}")));
+        if min == 0 || min > max || max > crate::pool::WORKERS_MAX {
+            return Err(Error::Invalid(format!(
+                "workers must satisfy 1 <= min <= max <= {}",
+                crate::pool::WORKERS_MAX
+            )));
         }
         let (exits, exited) = mpsc::unbounded_channel();
         let mut s = Site {
@@ -78,10 +81,10 @@ impl Site {
             site: site.into(),
             program,
             listen: listen.into(),
-            workers,
+            min,
+            max,
             spawned: 0,
             wwd: None,
-            pool: Vec::new(),
             exits,
             exited,
         };
@@ -89,57 +92,38 @@ impl Site {
         Ok(s)
     }
 
-    /// Starts what is missing: the wwd, workers.
-    pub async fn fill(&mut self) -> Result<()> {
-        if self.wwd.is_none() {
-            let args = vec!["wwd".to_string(), self.site.clone(), self.listen.clone()];
-            self.wwd = Some(self.spawn("wwd", args, "LC", 1).await?);
+    /// Starts the wwd if it is not running.
+    async fn fill(&mut self) -> Result<()> {
+        if self.wwd.is_some() {
+            return Ok(());
         }
-        while self.pool.len() < self.workers as usize {
-            let args = vec!["worker".to_string(), self.site.clone()];
-            let pid = self.spawn("worker", args, "BE", 1).await?;
-            self.pool.push(pid);
-        }
-        Ok(())
-    }
-
-    async fn spawn(
-        &mut self,
-        what: &str,
-        role: Vec<String>,
-        class: &str,
-        cores: i64,
-    ) -> Result<String> {
         if self.spawned >= SPAWNS_MAX {
-            return Err(Error::Invalid(format!(
-                "{SPAWNS_MAX} procs started already"
-            )));
+            return Err(Error::Invalid(format!("{SPAWNS_MAX} wwds started already")));
         }
         self.spawned += 1;
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_micros())
-            .unwrap_or(0);
-        let pid = format!("www-{}-{what}-{stamp}-{}", self.site, self.spawned);
+        let pid = unique_pid(&format!("www-{}-wwd", self.site), self.spawned);
         let mut args = self.program.args.clone();
-        args.extend(role);
+        args.extend([
+            "wwd".to_string(),
+            self.site.clone(),
+            self.listen.clone(),
+            self.min.to_string(),
+            self.max.to_string(),
+            self.program.path.clone(),
+        ]);
+        args.extend(self.program.args.iter().cloned());
         let p = proto::ProcDescriptor {
             pid: pid.clone(),
             kind: "native".into(),
-            class: class.into(),
+            class: "LC".into(),
             program: self.program.path.clone(),
             args,
-            cores: Some(cores),
+            cores: Some(1),
             ..Default::default()
         };
-        let mut c = self.client.clone();
-        c.spawn(&self.realm, p).await?;
-        let (tx, realm, p) = (self.exits.clone(), self.realm.clone(), pid.clone());
-        tokio::spawn(async move {
-            let _ = c.wait_exit(&realm, &p).await;
-            let _ = tx.send(p);
-        });
-        Ok(pid)
+        spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
+        self.wwd = Some(pid);
+        Ok(())
     }
 
     /// The wwd's pid.
@@ -147,13 +131,33 @@ impl Site {
         self.wwd.as_deref()
     }
 
-    /// The workers' pids.
-    pub fn workers(&self) -> &[String] {
-        &self.pool
+    /// The live workers (the wwd's children), by SQL.
+    pub async fn workers(&self) -> Result<Vec<String>> {
+        let Some(wwd) = &self.wwd else {
+            return Ok(Vec::new());
+        };
+        let rows = self
+            .client
+            .clone()
+            .sql_in(
+                &self.realm,
+                "SELECT pid FROM proc WHERE parent_pid = $1 AND state IN ('spawned', 'claimed', 'running') ORDER BY pid",
+                vec![tabos_client::Value::Text(wwd.clone())],
+                0,
+            )
+            .await?;
+        Ok(rows
+            .rows
+            .into_iter()
+            .filter_map(|r| match r.into_iter().next().flatten() {
+                Some(tabos_client::Value::Text(p)) => Some(p),
+                _ => None,
+            })
+            .collect())
     }
 
-    /// Waits for one of its procs to exit, starts another; returns the pid
-    /// that exited.
+    /// Waits for the wwd to exit and starts another; returns the pid that
+    /// exited.
     pub async fn replace_next(&mut self) -> Result<String> {
         let pid = self
             .exited
@@ -163,20 +167,15 @@ impl Site {
         if self.wwd.as_deref() == Some(pid.as_str()) {
             self.wwd = None;
         }
-        self.pool.retain(|p| *p != pid);
         self.fill().await?;
         Ok(pid)
     }
 
-    /// Evicts its procs and waits for them to exit.
+    /// Evicts the wwd and its workers and waits for them to exit.
     pub async fn stop(&mut self) {
+        let workers = self.workers().await.unwrap_or_default();
         let mut c = self.client.clone();
-        let pids: Vec<String> = self
-            .wwd
-            .take()
-            .into_iter()
-            .chain(self.pool.drain(..))
-            .collect();
+        let pids: Vec<String> = self.wwd.take().into_iter().chain(workers).collect();
         for p in &pids {
             let _ = c.evict(&self.realm, p).await;
         }

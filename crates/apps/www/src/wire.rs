@@ -100,3 +100,76 @@ mod tests {
         assert!(decode::<ResponseHead>(b"no header").is_err());
     }
 }
+
+/// Most messages one batched send carries.
+pub const BATCH_MESSAGES_MAX: usize = 256;
+/// Most payload bytes one batched send carries (a send takes 8 MiB).
+pub const BATCH_BYTES_MAX: usize = 6 << 20;
+
+type Queued = (
+    tabos_client::proto::Outgoing,
+    tokio::sync::oneshot::Sender<Result<(), String>>,
+);
+
+/// Sends messages in batches: whatever was queued while one send was on
+/// its way goes together in the next, in the order queued — so under load
+/// many requests or answers share one transaction.
+#[derive(Clone)]
+pub struct Batcher {
+    tx: tokio::sync::mpsc::Sender<Queued>,
+}
+
+impl Batcher {
+    /// A batcher sending as `from` (a proc's own `proc/<pid>`, or empty).
+    pub fn start(client: &tabos_client::Client, realm: &str, from: &str) -> Batcher {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(BATCH_MESSAGES_MAX * 4);
+        let (mut c, realm, from) = (client.clone(), realm.to_string(), from.to_string());
+        tokio::spawn(async move {
+            let mut carry: Option<Queued> = None;
+            loop {
+                let first = match carry.take() {
+                    Some(q) => q,
+                    None => match rx.recv().await {
+                        Some(q) => q,
+                        None => return,
+                    },
+                };
+                let mut bytes = first.0.payload.len();
+                let mut batch = vec![first];
+                while batch.len() < BATCH_MESSAGES_MAX {
+                    match rx.try_recv() {
+                        Ok(q) if bytes + q.0.payload.len() > BATCH_BYTES_MAX => {
+                            carry = Some(q);
+                            break;
+                        }
+                        Ok(q) => {
+                            bytes += q.0.payload.len();
+                            batch.push(q);
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let (msgs, waiters): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+                let out = c
+                    .send_many(&realm, &from, msgs)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                for w in waiters {
+                    let _ = w.send(out.clone());
+                }
+            }
+        });
+        Batcher { tx }
+    }
+
+    /// Queues `msg` and waits until its batch was sent.
+    pub async fn send(&self, msg: tabos_client::proto::Outgoing) -> Result<(), String> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.tx
+            .send((msg, tx))
+            .await
+            .map_err(|_| "the sender stopped".to_string())?;
+        rx.await.map_err(|_| "the sender stopped".to_string())?
+    }
+}

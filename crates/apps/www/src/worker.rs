@@ -16,14 +16,23 @@ use crate::wire::{self, Request, RESPONSE_BYTES_MAX};
 use crate::{Ctx, Result, FS_USER};
 
 /// Requests one worker takes at once (answered concurrently).
-pub const TAKE_MAX: u32 = 8;
+pub const TAKE_MAX: u32 = 32;
 /// Bytes read from tabos fs per call.
 const READ_BYTES: usize = 4 << 20;
-/// Response messages sent per call.
-const SEND_PARTS: usize = 8;
 
-/// Runs a worker of site `site` until its mailbox or node goes away.
-pub async fn run(ctx: Ctx) -> Result<()> {
+/// Runs a worker of site `site` until its wwd exits (or its mailbox or
+/// node goes away).
+pub async fn run(ctx: Ctx, wwd: &str) -> Result<()> {
+    {
+        // It works for one wwd: when that one is gone, so is it.
+        let (mut c, realm, wwd) = (ctx.client.clone(), ctx.realm.clone(), wwd.to_string());
+        tokio::spawn(async move {
+            if c.wait_exit(&realm, &wwd).await.is_ok() {
+                eprintln!("worker: wwd {wwd} exited; leaving");
+                std::process::exit(0);
+            }
+        });
+    }
     let routes = Arc::new(RwLock::new(read_routes(&ctx).await?));
     {
         // Routes follow their changes.
@@ -45,15 +54,21 @@ pub async fn run(ctx: Ctx) -> Result<()> {
         });
     }
     let mut c = ctx.client.clone();
+    let out = wire::Batcher::start(&ctx.client, &ctx.realm, "");
     let mut stream = c
         .recv_stream(&ctx.realm, &ctx.layout.requests(), TAKE_MAX)
         .await?;
     while let Some(batch) = stream.message().await? {
         let mut answers = Vec::new();
         for m in batch.messages {
-            let (ctx_c, realm, routes) = (ctx.client.clone(), ctx.realm.clone(), routes.clone());
+            let (c, realm, routes, out) = (
+                ctx.client.clone(),
+                ctx.realm.clone(),
+                routes.clone(),
+                out.clone(),
+            );
             answers.push(tokio::spawn(async move {
-                answer(ctx_c, &realm, &routes, m).await;
+                answer(c, &realm, &routes, &out, m).await;
             }));
         }
         for a in answers {
@@ -73,7 +88,13 @@ async fn read_routes(ctx: &Ctx) -> Result<Routes> {
 }
 
 /// Answers one request message to its sender.
-async fn answer(mut c: Client, realm: &str, routes: &RwLock<Routes>, m: proto::Message) {
+async fn answer(
+    mut c: Client,
+    realm: &str,
+    routes: &RwLock<Routes>,
+    out: &wire::Batcher,
+    m: proto::Message,
+) {
     // The sender as the kernel recorded it: the wwd's own mailbox.
     let to = if m.sender.starts_with("proc/") {
         m.sender.clone()
@@ -92,16 +113,14 @@ async fn answer(mut c: Client, realm: &str, routes: &RwLock<Routes>, m: proto::M
             return;
         }
     };
-    for chunk in msgs.chunks(SEND_PARTS) {
-        let out = chunk
-            .iter()
-            .map(|p| proto::Outgoing {
-                to: to.clone(),
-                payload: p.clone(),
-                message_id: String::new(),
-            })
-            .collect();
-        if let Err(e) = c.send_many(realm, "", out).await {
+    // Queued one after another: the parts arrive in order.
+    for part in msgs {
+        let msg = proto::Outgoing {
+            to: to.clone(),
+            payload: part,
+            message_id: String::new(),
+        };
+        if let Err(e) = out.send(msg).await {
             eprintln!("worker: cannot answer {to}: {e}");
             return;
         }

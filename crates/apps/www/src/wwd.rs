@@ -3,7 +3,8 @@
 //! its files: each request becomes a message to the site's request
 //! mailbox, which one of the pool's worker procs takes, and the worker's
 //! answer comes back to wwd's own mailbox (`proc/<wwd>`), where one reader
-//! hands each part to the request waiting for it.
+//! hands each part to the request waiting for it. It starts its workers
+//! itself and grows and shrinks their pool with the load ([`crate::pool`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -41,12 +42,30 @@ struct Wwd {
     /// `proc/<pid>`: where answers come.
     me: String,
     requests: String,
+    /// Requests go out in batches.
+    out: wire::Batcher,
     next: AtomicU64,
     pending: Mutex<HashMap<u64, Pending>>,
+    pool: Arc<crate::pool::Pool>,
 }
 
 /// Serves HTTP on `listen` until the node or the listener fails.
-pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
+pub async fn run(
+    ctx: Ctx,
+    listen: &str,
+    min: u32,
+    max: u32,
+    program: crate::service::Program,
+) -> Result<()> {
+    let pool = crate::pool::Pool::new(
+        &ctx.client,
+        &ctx.realm,
+        ctx.layout.site(),
+        &ctx.pid,
+        program,
+        min,
+        max,
+    )?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
@@ -59,9 +78,12 @@ pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
         realm: ctx.realm.clone(),
         me: format!("proc/{}", ctx.pid),
         requests: ctx.layout.requests(),
+        out: wire::Batcher::start(&ctx.client, &ctx.realm, &format!("proc/{}", ctx.pid)),
         next: AtomicU64::new(1),
         pending: Mutex::new(HashMap::new()),
+        pool: pool.clone(),
     });
+    pool.start().await?;
     tokio::spawn(wwd.clone().read_answers());
     let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     loop {
@@ -202,18 +224,14 @@ impl Wwd {
                     body: Vec::new(),
                 },
             );
+            self.pool.arrived(pending.len());
         }
         let msg = proto::Outgoing {
             to: self.requests.clone(),
             payload: wire::encode(&request, &body),
             message_id: String::new(),
         };
-        let sent = self
-            .client
-            .clone()
-            .send_many(&self.realm, &self.me, vec![msg])
-            .await;
-        if let Err(e) = sent {
+        if let Err(e) = self.out.send(msg).await {
             self.pending().remove(&id);
             return Err((503, format!("the request could not be queued: {e}")));
         }

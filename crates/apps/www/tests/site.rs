@@ -12,7 +12,7 @@ use std::time::Duration;
 use tabos_client::procedures::ProcedureLimits;
 use tabos_client::Client;
 use tabos_node::{Node, NodeSettings};
-use tabos_store::testing::TempDir;
+use tabos_store::testing::{kill_proc, TempDir};
 use tabos_www::route::{Handler, Route, Routes};
 use tabos_www::service::{self, Program, Site};
 
@@ -90,26 +90,6 @@ fn routes(extra: &[(&str, Handler)]) -> Routes {
     Routes { routes }
 }
 
-fn kill_proc(pid: &str) -> usize {
-    let want = format!("TABOS_PID={pid}");
-    let mut n = 0;
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(os) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Ok(env) = std::fs::read(e.path().join("environ")) {
-            if env.split(|b| *b == 0).any(|v| v == want.as_bytes()) {
-                Command::new("kill")
-                    .args(["-9", &os.to_string()])
-                    .status()
-                    .unwrap();
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
 #[test]
 fn a_site_answers_curl() {
     let dir = TempDir::new("www-site");
@@ -158,6 +138,7 @@ fn a_site_answers_curl() {
             program,
             &format!("127.0.0.1:{port}"),
             2,
+            3,
         )
         .await
         .unwrap();
@@ -248,15 +229,24 @@ fn a_site_answers_curl() {
         }
         assert_eq!(seen, 4, "the new route was never served");
 
-        // A worker SIGKILLed: the site serves on (the other, then its
-        // replacement).
-        let victim = site.workers()[0].clone();
+        // A worker SIGKILLed: the site serves on (the other), and wwd
+        // starts another.
+        let until_workers = |n: usize, what: &'static str| {
+            let site = &site;
+            async move {
+                for _ in 0..600 {
+                    let w = site.workers().await.unwrap();
+                    if w.len() == n {
+                        return w;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                panic!("never {n} workers ({what})");
+            }
+        };
+        let before = until_workers(2, "at first").await;
+        let victim = before[0].clone();
         assert!(kill_proc(&victim) > 0);
-        let replaced = tokio::time::timeout(Duration::from_secs(30), site.replace_next())
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(replaced, victim);
         for _ in 0..5 {
             let u = url("/");
             assert_eq!(
@@ -267,6 +257,42 @@ fn a_site_answers_curl() {
                 200
             );
         }
+        let mut after = Vec::new();
+        for _ in 0..600 {
+            after = site.workers().await.unwrap();
+            if after.len() == 2 && !after.contains(&victim) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            after.len() == 2 && !after.contains(&victim),
+            "not replaced: {after:?}"
+        );
+
+        // Under load the pool grows to its maximum (three): 400 requests,
+        // up to 200 at once.
+        let u = url("/dyn/load");
+        let load = tokio::task::spawn_blocking(move || {
+            let mut args = vec!["-s", "-Z", "--parallel-max", "200", "-o", "/dev/null"];
+            let urls = vec![u.as_str(); 400];
+            args.extend(urls);
+            Command::new("curl").args(&args).status().unwrap()
+        });
+        let mut grew = false;
+        for _ in 0..600 {
+            if site.workers().await.unwrap().len() == 3 {
+                grew = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(load.await.unwrap().success());
+        assert!(grew, "the pool never grew under load");
+        // Idle, it shrinks back (one worker per SHRINK_AFTER) to its
+        // minimum of two.
+        until_workers(2, "after the load").await;
+
         // Bad input to the site's creation changes nothing.
         let bad = Routes {
             routes: vec![Route {

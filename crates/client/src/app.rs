@@ -1,0 +1,97 @@
+//! What the applications' procs (MapReduce, the key-value service, the web
+//! server) share: reading the environment procd gives a native proc,
+//! running a proc's async main, and starting procs whose exits are
+//! reported (the supervisors' building block).
+
+use tokio::sync::mpsc;
+
+use crate::{proto, Client, Error};
+
+/// A native proc's view of itself: its realm and pid, and a client with
+/// its own credential acting for it (`TABOS_ADDR`, `TABOS_REALM`,
+/// `TABOS_PID`, `TABOS_TOKEN`, set by procd).
+pub struct ProcEnv {
+    pub client: Client,
+    pub realm: String,
+    pub pid: String,
+}
+
+/// A variable procd sets is missing: not run as a tabos proc.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvError {
+    #[error("{0} is not set (run as a tabos proc)")]
+    Missing(&'static str),
+    #[error("{0}")]
+    Api(#[from] Error),
+}
+
+impl ProcEnv {
+    pub async fn from_env() -> Result<ProcEnv, EnvError> {
+        let var = |name: &'static str| std::env::var(name).map_err(|_| EnvError::Missing(name));
+        let (addr, realm, pid, token) = (
+            var("TABOS_ADDR")?,
+            var("TABOS_REALM")?,
+            var("TABOS_PID")?,
+            var("TABOS_TOKEN")?,
+        );
+        let client = Client::connect(&addr, &token).await?.acting_for(&pid);
+        Ok(ProcEnv { client, realm, pid })
+    }
+}
+
+/// Runs a proc's async main on a runtime of `threads` worker threads;
+/// returns its exit status (0, or 1 with the error on stderr, or 2 if no
+/// runtime could be made). `what` prefixes the messages.
+pub fn run_main<E: std::fmt::Display>(
+    what: &str,
+    threads: usize,
+    main: impl std::future::Future<Output = Result<(), E>>,
+) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{what}: cannot start a runtime: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(main) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("{what}: {e}");
+            1
+        }
+    }
+}
+
+/// A pid no other proc of this program has: `prefix`, the time in µs and
+/// a count.
+pub fn unique_pid(prefix: &str, count: u64) -> String {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    format!("{prefix}-{stamp}-{count}")
+}
+
+/// Spawns `proc` in `realm` and, when it has exited, sends its pid to
+/// `exits` (a WaitExit on a task of its own).
+pub async fn spawn_watched(
+    client: &Client,
+    realm: &str,
+    proc: proto::ProcDescriptor,
+    exits: mpsc::UnboundedSender<String>,
+) -> Result<String, Error> {
+    let pid = proc.pid.clone();
+    let mut c = client.clone();
+    c.spawn(realm, proc).await?;
+    let (realm, p) = (realm.to_string(), pid.clone());
+    tokio::spawn(async move {
+        let _ = c.wait_exit(&realm, &p).await;
+        let _ = exits.send(p);
+    });
+    Ok(pid)
+}
