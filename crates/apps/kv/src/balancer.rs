@@ -64,6 +64,10 @@ struct Balancer {
     fence: Fence,
     /// kvds spawned and not yet members: pid → (group, when).
     pending: HashMap<String, (u32, tokio::time::Instant)>,
+    /// A kvd exited before joining: no kvd is started before this (so one
+    /// that cannot start is not restarted in a tight loop).
+    hold_until: Option<tokio::time::Instant>,
+    backoff: tabos_client::app::Backoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
     spawned: u64,
@@ -96,6 +100,8 @@ pub async fn run(ctx: Ctx, program: Program) -> Result<()> {
         program,
         fence: lead.fence,
         pending: HashMap::new(),
+        hold_until: None,
+        backoff: Default::default(),
         exits,
         exited,
         spawned: 0,
@@ -153,7 +159,7 @@ impl Balancer {
                 _ = poked.recv() => {}
                 e = self.exited.recv() => {
                     if let Some(pid) = e {
-                        self.pending.remove(&pid);
+                        self.kvd_exited(&pid);
                     }
                 }
             }
@@ -221,9 +227,21 @@ impl Balancer {
         Ok(())
     }
 
+    /// A proc it started exited: a kvd that never joined holds off the
+    /// next start.
+    fn kvd_exited(&mut self, pid: &str) {
+        if let Some((_, at)) = self.pending.remove(pid) {
+            let wait = self.backoff.after_exit(at.elapsed());
+            self.hold_until = Some(tokio::time::Instant::now() + wait);
+        }
+    }
+
     /// Spawns kvds where a group has fewer than the policy's.
     async fn staff(&mut self, groups: &[u32], policy: &Policy) -> Result<()> {
         let now = tokio::time::Instant::now();
+        if self.hold_until.is_some_and(|t| now < t) {
+            return Ok(());
+        }
         self.pending
             .retain(|_, (_, at)| now.duration_since(*at) < JOIN_WAIT);
         for g in groups {
@@ -236,7 +254,12 @@ impl Balancer {
                 Err(e) => return Err(e.into()),
             };
             let joined: HashSet<&str> = members.iter().map(|(m, _)| m.as_str()).collect();
+            let before = self.pending.len();
             self.pending.retain(|pid, _| !joined.contains(pid.as_str()));
+            if self.pending.len() < before {
+                // kvds start again: no more holding off.
+                self.backoff = Default::default();
+            }
             let pending = self.pending.values().filter(|(pg, _)| pg == g).count();
             for _ in members.len() + pending..policy.kvds_per_group as usize {
                 let pid = self.spawn_kvd(*g).await?;
@@ -459,7 +482,7 @@ impl Balancer {
             _ = tokio::time::sleep(STEP_WAIT) => {}
             e = self.exited.recv() => {
                 if let Some(pid) = e {
-                    self.pending.remove(&pid);
+                    self.kvd_exited(&pid);
                 }
             }
         }

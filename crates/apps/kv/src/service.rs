@@ -70,6 +70,10 @@ pub struct Supervisor {
     count: u32,
     spawned: u64,
     live: Vec<String>,
+    /// When each live balancer was started, and the wait before starting
+    /// one again after a quick exit.
+    started: std::collections::HashMap<String, tokio::time::Instant>,
+    backoff: tabos_client::app::Backoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
 }
@@ -97,6 +101,8 @@ impl Supervisor {
             count,
             spawned: 0,
             live: Vec::new(),
+            started: Default::default(),
+            backoff: Default::default(),
             exits,
             exited,
         })
@@ -135,6 +141,8 @@ impl Supervisor {
                 ..Default::default()
             };
             spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
+            self.started
+                .insert(pid.clone(), tokio::time::Instant::now());
             self.live.push(pid);
         }
         Ok(())
@@ -149,6 +157,10 @@ impl Supervisor {
             .await
             .ok_or_else(|| Error::Invalid("the supervisor's channel closed".into()))?;
         self.live.retain(|p| *p != pid);
+        if let Some(at) = self.started.remove(&pid) {
+            // One that cannot start is not restarted in a tight loop.
+            tokio::time::sleep(self.backoff.after_exit(at.elapsed())).await;
+        }
         Ok(pid)
     }
 

@@ -31,6 +31,8 @@ struct State {
     workers: Vec<String>,
     spawned: u64,
     last_grow: Option<Instant>,
+    /// The wait before replacing a worker that exited quickly.
+    backoff: tabos_client::app::Backoff,
     /// The most requests in flight since `window_start`.
     peak: usize,
     window_start: Instant,
@@ -75,6 +77,7 @@ impl Pool {
                 workers: Vec::new(),
                 spawned: 0,
                 last_grow: None,
+                backoff: Default::default(),
                 peak: 0,
                 window_start: Instant::now(),
             }),
@@ -186,8 +189,11 @@ impl Pool {
         eprintln!("wwd: started worker {pid}");
         // Replaced if it exits while still one of the pool's.
         let me = self.clone();
+        let born = Instant::now();
         tokio::spawn(async move {
             let _ = c.wait_exit(&me.realm, &pid).await;
+            let wait = me.lock().backoff.after_exit(born.elapsed());
+            tokio::time::sleep(wait).await;
             let was = {
                 let mut st = me.lock();
                 let before = st.workers.len();

@@ -52,6 +52,9 @@ pub struct Site {
     max: u32,
     spawned: u64,
     wwd: Option<String>,
+    /// When the wwd was started, and the wait before starting it again.
+    started: tokio::time::Instant,
+    backoff: tabos_client::app::Backoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
 }
@@ -85,6 +88,8 @@ impl Site {
             max,
             spawned: 0,
             wwd: None,
+            started: tokio::time::Instant::now(),
+            backoff: Default::default(),
             exits,
             exited,
         };
@@ -122,6 +127,7 @@ impl Site {
             ..Default::default()
         };
         spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
+        self.started = tokio::time::Instant::now();
         self.wwd = Some(pid);
         Ok(())
     }
@@ -166,6 +172,16 @@ impl Site {
             .ok_or_else(|| Error::Invalid("the site's channel closed".into()))?;
         if self.wwd.as_deref() == Some(pid.as_str()) {
             self.wwd = None;
+            // A wwd that cannot start (its port taken) is not restarted
+            // in a tight loop.
+            let wait = self.backoff.after_exit(self.started.elapsed());
+            if !wait.is_zero() {
+                eprintln!(
+                    "wwd {pid} exited after {:?}; starting another in {wait:?}",
+                    self.started.elapsed()
+                );
+                tokio::time::sleep(wait).await;
+            }
         }
         self.fill().await?;
         Ok(pid)
