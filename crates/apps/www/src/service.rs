@@ -174,12 +174,19 @@ impl Site {
             self.wwd = None;
             // A wwd that cannot start (its port taken) is not restarted
             // in a tight loop.
-            let wait = self.backoff.after_exit(self.started.elapsed());
+            let lived = self.started.elapsed();
+            let wait = self.backoff.after_exit(lived);
             if !wait.is_zero() {
-                eprintln!(
-                    "wwd {pid} exited after {:?}; starting another in {wait:?}",
-                    self.started.elapsed()
-                );
+                // Why it could not start is in its stderr: its last line.
+                let why = match self.client.clone().logs(&self.realm, &pid, "stderr").await {
+                    Ok(l) => String::from_utf8_lossy(&l.data)
+                        .lines()
+                        .last()
+                        .unwrap_or_default()
+                        .to_string(),
+                    Err(_) => String::new(),
+                };
+                eprintln!("wwd {pid} exited after {lived:?} ({why}); starting another in {wait:?}");
                 tokio::time::sleep(wait).await;
             }
         }
