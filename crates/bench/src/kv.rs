@@ -66,8 +66,9 @@ fn free_port() -> anyhow::Result<u16> {
         .port())
 }
 
-/// redis-server on loopback, pinned to `cpu`, with its append-only file.
-fn start_redis(dir: &Path, cpu: usize) -> anyhow::Result<Redis> {
+/// redis-server on loopback, pinned to `cpu`, with its append-only file
+/// and `password`.
+fn start_redis(dir: &Path, cpu: usize, password: &str) -> anyhow::Result<Redis> {
     let bin = crate::names::debian_binary("kv", "redis-server", &["/usr/bin/redis-server"])?;
     let port = free_port()?;
     let child = Command::new("taskset")
@@ -82,6 +83,8 @@ fn start_redis(dir: &Path, cpu: usize) -> anyhow::Result<Redis> {
             "--appendfsync",
             "everysec",
         ])
+        // Behind a password, as tabos KV is.
+        .args(["--requirepass", password])
         .arg("--dir")
         .arg(dir)
         .stdout(Stdio::null())
@@ -104,14 +107,19 @@ struct Conn {
 }
 
 impl Conn {
-    async fn open(addr: &str) -> anyhow::Result<Conn> {
+    /// Connects and gives `password` (AUTH).
+    async fn open(addr: &str, password: &str) -> anyhow::Result<Conn> {
         let s = TcpStream::connect(addr).await?;
         s.set_nodelay(true)?;
         let (r, w) = s.into_split();
-        Ok(Conn {
+        let mut c = Conn {
             r: BufReader::new(r),
             w,
-        })
+        };
+        match c.call(&[b"AUTH", password.as_bytes()]).await? {
+            Reply::Simple(_) => Ok(c),
+            r => anyhow::bail!("{addr} refused the password: {r:?}"),
+        }
     }
 
     async fn call(&mut self, args: &[&[u8]]) -> anyhow::Result<Reply> {
@@ -125,7 +133,8 @@ impl Conn {
 /// Who a load runs against.
 #[derive(Clone)]
 enum Target {
-    Redis(String),
+    /// Its address and password.
+    Redis(String, String),
     Kv(Box<Client>, String, String),
 }
 
@@ -138,7 +147,7 @@ enum Side {
 impl Side {
     async fn open(t: &Target) -> anyhow::Result<Side> {
         Ok(match t {
-            Target::Redis(addr) => Side::Redis(Conn::open(addr).await?),
+            Target::Redis(addr, pw) => Side::Redis(Conn::open(addr, pw).await?),
             Target::Kv(c, realm, svc) => Side::Kv(Box::new(Clerk::new(c, realm, svc).await?)),
         })
     }
@@ -264,7 +273,7 @@ async fn pin_kvds(c: &Client, realm: &str, svc: &str, cpu: usize) -> anyhow::Res
 }
 
 /// redis-benchmark's requests per second for SET and GET against `port`.
-fn redis_benchmark(port: u16, n: usize) -> anyhow::Result<(f64, f64)> {
+fn redis_benchmark(port: u16, n: usize, password: &str) -> anyhow::Result<(f64, f64)> {
     let bin = crate::names::debian_binary("kv", "redis-tools", &["/usr/bin/redis-benchmark"])?;
     let out = Command::new(bin)
         .args(["-h", "127.0.0.1", "-p", &port.to_string()])
@@ -278,7 +287,7 @@ fn redis_benchmark(port: u16, n: usize) -> anyhow::Result<(f64, f64)> {
             "-d",
             &VALUE_BYTES.to_string(),
         ])
-        .args(["-n", &n.to_string(), "--csv"])
+        .args(["-n", &n.to_string(), "--csv", "-a", password])
         .output()?;
     anyhow::ensure!(out.status.success(), "redis-benchmark failed");
     let text = String::from_utf8_lossy(&out.stdout);
@@ -310,10 +319,11 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let dur = Duration::from_millis(if quick { 1_000 } else { 3_000 });
     let dir = tabos_store::testing::TempDir::new("bench-kv");
     let node = crate::elastic::start_node(&exe, &["--cores", "16"], &dir.path().join("node"))?;
-    let redis = start_redis(dir.path(), pin)?;
+    let redis_password = tabos_kv::config::new_password()?;
+    let redis = start_redis(dir.path(), pin, &redis_password)?;
     report.notes.push(format!(
         "one tabos node (embedded SQLite, durability normal) and redis-server (appendonly yes, \
-         appendfsync everysec) on this {cpus}-core machine; the kvd and redis-server each pinned to \
+         appendfsync everysec, requirepass: clients of both give a password per connection) on this {cpus}-core machine; the kvd and redis-server each pinned to \
          core {pin} (the tabos node, which makes the kvd's writes durable, and the clients are not \
          pinned)"
     ));
@@ -321,7 +331,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     rt.block_on(async {
         let c = Client::connect(&node.addr, &node.token).await?;
         let realm = "default".to_string();
-        let redis_t = Target::Redis(format!("127.0.0.1:{}", redis.port));
+        let redis_t = Target::Redis(format!("127.0.0.1:{}", redis.port), redis_password.clone());
 
         // Figure 6-4: one kvd, pinned; redis-server, pinned.
         let one = Policy {
@@ -379,13 +389,17 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         ));
         let n = if quick { 20_000 } else { 100_000 };
         let (mut fs, mut fg, mut rs, mut rg) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let front_password =
+            tabos_kv::config::read_password(&c, &realm, &Layout::new("fig64")?).await?;
         for _ in 0..runs {
+            let pw = front_password.clone();
             let (s, g) =
-                tokio::task::spawn_blocking(move || redis_benchmark(front_port, n)).await??;
+                tokio::task::spawn_blocking(move || redis_benchmark(front_port, n, &pw)).await??;
             fs.push(s);
             fg.push(g);
-            let port = redis.port;
-            let (s, g) = tokio::task::spawn_blocking(move || redis_benchmark(port, n)).await??;
+            let (port, pw) = (redis.port, redis_password.clone());
+            let (s, g) =
+                tokio::task::spawn_blocking(move || redis_benchmark(port, n, &pw)).await??;
             rs.push(s);
             rg.push(g);
         }

@@ -33,7 +33,8 @@ enum KvCommand {
     /// Run the service: create it if new, run its balancer procs (a leader
     /// and a standby), which keep the kvd procs running (one leader and
     /// standbys per group) and add and remove groups as the load asks; serve
-    /// the Redis protocol on --listen until interrupted or terminated
+    /// the Redis protocol on --listen (behind the service's password, in the
+    /// namespace at /kv/NAME/password) until interrupted or terminated
     /// (which evicts the service's procs; the data stays in the kernel
     /// database)
     Serve {
@@ -230,6 +231,10 @@ async fn serve(
         policy.min_groups,
         policy.max_groups,
         listener.local_addr()?
+    );
+    println!(
+        "its password (AUTH; redis-cli -a): tabos cat {}",
+        tabos_kv::config::Layout::new(&name)?.password()
     );
     let front = tokio::spawn(tabos_kv::front::serve(
         listener,

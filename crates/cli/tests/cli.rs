@@ -1435,9 +1435,35 @@ fn kv_serve_answers_redis_cli() {
         .unwrap_or_else(|| panic!("unexpected first line: {first:?}"))
         .to_string();
     let port = addr.rsplit(':').next().unwrap().to_string();
+    let o = node.tabos(&["cat", "/kv/main/password"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let password = stdout(&o).trim().to_string();
+    assert_eq!(password.len(), 64, "{password:?}");
+    // Without the password: nothing but PING.
+    let o = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port, "GET", "a"])
+        .output()
+        .expect("redis-cli");
+    assert!(stdout(&o).contains("NOAUTH"), "{}", stdout(&o));
+    let o = Command::new("redis-cli")
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port,
+            "--no-auth-warning",
+            "-a",
+            "wrong",
+            "GET",
+            "a",
+        ])
+        .output()
+        .expect("redis-cli");
+    assert!(!stdout(&o).trim().is_empty() && !stdout(&o).contains("OK"));
     let redis = |args: &[&str]| -> String {
         let o = Command::new("redis-cli")
             .args(["-h", "127.0.0.1", "-p", &port])
+            .args(["--no-auth-warning", "-a", &password])
             .args(args)
             .output()
             .expect("redis-cli (Debian's redis-tools; .ci/run installs it)");

@@ -75,6 +75,11 @@ struct Balancer {
     low_since: Option<tokio::time::Instant>,
     /// Since when a group's load has been high enough to add one.
     high_since: Option<tokio::time::Instant>,
+    /// The watches on the service's directories poke here.
+    poke: mpsc::UnboundedSender<()>,
+    poked: mpsc::UnboundedReceiver<()>,
+    /// The groups whose directories it watches.
+    watching: HashSet<u32>,
 }
 
 /// Runs a balancer of the service until its session is lost or it fails.
@@ -92,6 +97,7 @@ pub async fn run(ctx: Ctx, program: Program) -> Result<()> {
     };
     eprintln!("balancer {}: leads (epoch {})", ctx.pid, lead.epoch);
     let (exits, exited) = mpsc::unbounded_channel();
+    let (poke, poked) = mpsc::unbounded_channel();
     let mut b = Balancer {
         client: ctx.client.clone(),
         realm: ctx.realm.clone(),
@@ -107,6 +113,9 @@ pub async fn run(ctx: Ctx, program: Program) -> Result<()> {
         spawned: 0,
         low_since: None,
         high_since: None,
+        poke,
+        poked,
+        watching: HashSet::new(),
     };
     tokio::select! {
         _ = session.lost() => Err(Error::Invalid("the session was lost: another balancer leads".into())),
@@ -117,16 +126,16 @@ pub async fn run(ctx: Ctx, program: Program) -> Result<()> {
 impl Balancer {
     async fn lead(&mut self) -> Result<()> {
         // Woken by a change in the service's directory (a config), in a
-        // group's members, or by the period (the load is a time series).
-        let (poke, mut poked) = mpsc::unbounded_channel::<()>();
-        let mut watching: HashSet<u32> = HashSet::new();
-        self.watch(self.layout.root().to_string(), poke.clone());
+        // group's directory (its leader, what it applied) or members, or
+        // by the period (the load is a time series).
+        self.watch(self.layout.root().to_string());
         let mut tick = tokio::time::interval(PERIOD);
         loop {
             let (config, version) = self.config().await?;
             for g in &config.groups {
-                if watching.insert(*g) {
-                    self.watch(self.layout.members(*g), poke.clone());
+                if self.watching.insert(*g) {
+                    self.watch(self.layout.group(*g));
+                    self.watch(self.layout.members(*g));
                 }
             }
             if config.target.is_some() {
@@ -156,7 +165,7 @@ impl Balancer {
             }
             tokio::select! {
                 _ = tick.tick() => {}
-                _ = poked.recv() => {}
+                _ = self.poked.recv() => self.drain_pokes(),
                 e = self.exited.recv() => {
                     if let Some(pid) = e {
                         self.kvd_exited(&pid);
@@ -166,10 +175,15 @@ impl Balancer {
         }
     }
 
+    /// Pokes that came meanwhile ask for the same look again: one will do.
+    fn drain_pokes(&mut self) {
+        while self.poked.try_recv().is_ok() {}
+    }
+
     /// A directory watch that pokes the loop on every change (and opens
     /// itself again if cut off).
-    fn watch(&self, dir: String, poke: mpsc::UnboundedSender<()>) {
-        let (mut c, realm) = (self.client.clone(), self.realm.clone());
+    fn watch(&self, dir: String) {
+        let (mut c, realm, poke) = (self.client.clone(), self.realm.clone(), self.poke.clone());
         tokio::spawn(async move {
             loop {
                 if let Ok(mut s) = c.watch(&realm, &dir, WatchMode::Dir).await {
@@ -475,11 +489,13 @@ impl Balancer {
         }
     }
 
-    /// Waits for the groups to move on: a change in the service's
-    /// directory tree it watches, or at most [`STEP_WAIT`].
+    /// Waits for the groups to move on: a change in a directory it
+    /// watches (a group's leader or applied epoch), an exit, or at most
+    /// [`STEP_WAIT`].
     async fn settle(&mut self) {
         tokio::select! {
             _ = tokio::time::sleep(STEP_WAIT) => {}
+            _ = self.poked.recv() => self.drain_pokes(),
             e = self.exited.recv() => {
                 if let Some(pid) = e {
                     self.kvd_exited(&pid);

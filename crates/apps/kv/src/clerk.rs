@@ -41,6 +41,8 @@ pub struct Clerk {
     layout: Layout,
     config: Config,
     conns: HashMap<u32, Conn>,
+    /// The service's password, given on every new connection.
+    password: String,
 }
 
 /// How one attempt went wrong.
@@ -58,12 +60,14 @@ impl Clerk {
     pub async fn new(client: &Client, realm: &str, svc: &str) -> Result<Clerk> {
         let layout = Layout::new(svc)?;
         let (config, _) = crate::config::read(client, realm, &layout).await?;
+        let password = crate::config::read_password(client, realm, &layout).await?;
         Ok(Clerk {
             client: client.clone(),
             realm: realm.into(),
             layout,
             config,
             conns: HashMap::new(),
+            password,
         })
     }
 
@@ -235,7 +239,6 @@ impl Clerk {
 
     /// Sends one request to group `g`'s leader.
     async fn send(&mut self, g: u32, req: &[&[u8]]) -> Result<Reply, Failure> {
-        let sent_any = self.conns.contains_key(&g);
         let conn = match self.conns.remove(&g) {
             Some(c) => c,
             None => self.connect(g).await?,
@@ -256,7 +259,6 @@ impl Clerk {
                 self.conns.insert(g, conn);
                 Ok(r)
             }
-            Ok(Err(e)) if !sent_any => Err(Failure::Uncertain(format!("group {g}: {e}"))),
             Ok(Err(e)) => Err(Failure::Uncertain(format!(
                 "group {g}'s leader went away: {e}"
             ))),
@@ -284,10 +286,28 @@ impl Clerk {
             .map_err(|e| Failure::Again(format!("cannot connect to {leader}: {e}")))?;
         let _ = sock.set_nodelay(true);
         let (r, w) = sock.into_split();
-        Ok(Conn {
+        let mut conn = Conn {
             r: BufReader::new(r),
             w,
-        })
+        };
+        let mut out = Vec::new();
+        resp::encode_request(&[b"AUTH", self.password.as_bytes()], &mut out);
+        let auth = async {
+            resp::write_all(&mut conn.w, &out)
+                .await
+                .map_err(|e| e.to_string())?;
+            resp::read_reply(&mut conn.r)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, auth).await {
+            Ok(Ok(Reply::Simple(_))) => Ok(conn),
+            Ok(Ok(r)) => Err(Failure::Again(format!(
+                "{leader} refused the password: {r:?}"
+            ))),
+            Ok(Err(e)) => Err(Failure::Again(format!("{leader}: {e}"))),
+            Err(_) => Err(Failure::Again(format!("{leader} did not answer AUTH"))),
+        }
     }
 }
 

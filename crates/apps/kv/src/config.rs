@@ -320,6 +320,12 @@ impl Layout {
         format!("{}/applied", self.group(g))
     }
 
+    /// The service's password: what every client connection to its kvds
+    /// and its Redis front end must give (`AUTH`). Realm members read it.
+    pub fn password(&self) -> String {
+        format!("{}/password", self.root)
+    }
+
     /// The service's policy (JSON [`Policy`]).
     pub fn policy(&self) -> String {
         format!("{}/policy", self.root)
@@ -388,6 +394,30 @@ pub async fn read(
         ))),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Reads service `svc`'s password.
+pub async fn read_password(
+    client: &tabos_client::Client,
+    realm: &str,
+    layout: &Layout,
+) -> Result<String> {
+    let e = client.clone().name_get(realm, &layout.password()).await?;
+    String::from_utf8(e.data).map_err(|_| Error::Corrupt("the service's password".into()))
+}
+
+/// Bytes of randomness in a new service's password.
+pub const PASSWORD_BYTES: usize = 32;
+
+/// A new password: [`PASSWORD_BYTES`] from the kernel's random source, in
+/// hex.
+pub fn new_password() -> Result<String> {
+    use std::io::Read;
+    let mut b = [0u8; PASSWORD_BYTES];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| Error::Invalid(format!("no randomness for a password: {e}")))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// A service name: 1..=64 bytes of letters, digits, '-' and '_'.

@@ -32,8 +32,7 @@ use serde::{Deserialize, Serialize};
 use tabos_client::names::{Election, Group, Session, WatchMode};
 use tabos_client::proto;
 use tabos_client::Client;
-use tokio::io::BufReader;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, Layout};
@@ -121,6 +120,8 @@ pub struct Kvd {
     resync: mpsc::UnboundedSender<u32>,
     /// Its group was taken out of service: it exits.
     retired: tokio::sync::Notify,
+    /// What every connection must give first ([`resp::Gate`]).
+    password: String,
     /// Log batches per shard before a snapshot (the policy's, read when it
     /// began to lead).
     compact_at: usize,
@@ -183,6 +184,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         ops: AtomicU64::new(0),
         resync,
         retired: tokio::sync::Notify::new(),
+        password: crate::config::read_password(&ctx.client, &ctx.realm, &ctx.layout).await?,
         compact_at,
     });
     kvd.apply_config(config).await?;
@@ -380,38 +382,15 @@ impl Kvd {
     }
 
     async fn accept(self: Arc<Self>, listener: TcpListener) -> Result<()> {
-        resp::accept_loop(listener, CONNECTIONS_MAX, |sock| self.clone().serve(sock))
-            .await
-            .map_err(|e| Error::Invalid(format!("accept: {e}")))
-    }
-
-    /// Serves one connection's requests in order (pipelined requests are
-    /// answered in one write).
-    async fn serve(self: Arc<Self>, sock: TcpStream) {
-        let (r, mut w) = sock.into_split();
-        let mut r = BufReader::new(r);
-        let mut out = Vec::new();
-        loop {
-            let req = match resp::read_request(&mut r).await {
-                Ok(Some(req)) => req,
-                Ok(None) | Err(resp::ReadError::Io(_)) => return,
-                Err(e) => {
-                    Reply::err(format!("ERR {e}")).encode(&mut out);
-                    let _ = resp::write_all(&mut w, &out).await;
-                    return;
-                }
-            };
-            let quit = req[0].eq_ignore_ascii_case(b"QUIT");
-            let reply = self.handle(req).await;
-            reply.encode(&mut out);
-            // More requests already here: answer them together.
-            if quit || r.buffer().is_empty() {
-                if resp::write_all(&mut w, &out).await.is_err() || quit {
-                    return;
-                }
-                out.clear();
+        resp::accept_loop(listener, CONNECTIONS_MAX, |sock| {
+            let me = self.clone();
+            async move {
+                let password = me.password.clone();
+                resp::serve_connection(sock, &password, &mut Conn(me)).await;
             }
-        }
+        })
+        .await
+        .map_err(|e| Error::Invalid(format!("accept: {e}")))
     }
 
     async fn handle(&self, req: Vec<Vec<u8>>) -> Reply {
@@ -750,6 +729,16 @@ impl Kvd {
                 }
             });
         }
+    }
+}
+
+/// One client connection of a kvd.
+struct Conn(Arc<Kvd>);
+
+impl resp::Handler for Conn {
+    fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send {
+        let kvd = self.0.clone();
+        async move { kvd.handle(req).await }
     }
 }
 

@@ -274,6 +274,95 @@ where
     }
 }
 
+/// What answers a connection's requests (after its [`Gate`]).
+pub trait Handler {
+    fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send;
+}
+
+/// Serves one connection: requests in order, each through the gate of
+/// `password` and then `h`; requests that came together (pipelined) are
+/// answered in one write. Ends at the client's end of stream, QUIT or a
+/// protocol error (told to the client).
+pub async fn serve_connection<H: Handler>(sock: tokio::net::TcpStream, password: &str, h: &mut H) {
+    let (r, mut w) = sock.into_split();
+    let mut r = tokio::io::BufReader::new(r);
+    let mut gate = Gate::new(password);
+    let mut out = Vec::new();
+    loop {
+        let req = match read_request(&mut r).await {
+            Ok(Some(req)) => req,
+            Ok(None) | Err(ReadError::Io(_)) => return,
+            Err(e) => {
+                Reply::err(format!("ERR {e}")).encode(&mut out);
+                let _ = write_all(&mut w, &out).await;
+                return;
+            }
+        };
+        let quit = req[0].eq_ignore_ascii_case(b"QUIT");
+        let reply = match gate.check(&req) {
+            Some(r) => r,
+            None => h.handle(req).await,
+        };
+        reply.encode(&mut out);
+        if quit || r.buffer().is_empty() {
+            if write_all(&mut w, &out).await.is_err() || quit {
+                return;
+            }
+            out.clear();
+        }
+    }
+}
+
+/// A connection's authentication, as Redis's `requirepass`: until the
+/// client gives the service's password (`AUTH password` or `AUTH default
+/// password`) it may only PING, QUIT or authenticate.
+pub struct Gate<'a> {
+    password: &'a str,
+    open: bool,
+}
+
+impl<'a> Gate<'a> {
+    pub fn new(password: &'a str) -> Gate<'a> {
+        Gate {
+            password,
+            open: false,
+        }
+    }
+
+    /// `None`: the request goes on to the handler. `Some(reply)`: it was
+    /// answered here.
+    pub fn check(&mut self, req: &[Vec<u8>]) -> Option<Reply> {
+        let cmd = req[0].to_ascii_uppercase();
+        if cmd == b"AUTH" {
+            let given = match req {
+                [_, p] => p.as_slice(),
+                [_, user, p] if user.as_slice() == b"default" => p.as_slice(),
+                [_, _, _] => return Some(Reply::err("WRONGPASS invalid username-password pair")),
+                _ => {
+                    return Some(Reply::err(
+                        "ERR wrong number of arguments for 'auth' command",
+                    ))
+                }
+            };
+            self.open = equal(given, self.password.as_bytes());
+            return Some(if self.open {
+                Reply::ok()
+            } else {
+                Reply::err("WRONGPASS invalid username-password pair")
+            });
+        }
+        if self.open || cmd == b"PING" || cmd == b"QUIT" {
+            return None;
+        }
+        Some(Reply::err("NOAUTH Authentication required."))
+    }
+}
+
+/// Compares in time that depends on the lengths only.
+fn equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Writes `bytes` and flushes.
 pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::io::Result<()> {
     w.write_all(bytes).await?;
@@ -315,6 +404,30 @@ mod tests {
                 other => panic!("{:?}: {other:?}", String::from_utf8_lossy(bad)),
             }
         }
+    }
+
+    #[test]
+    fn the_gate_opens_only_for_the_password() {
+        let req = |a: &[&str]| a.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+        let mut g = Gate::new("s3cret");
+        assert!(g.check(&req(&["PING"])).is_none());
+        assert!(
+            matches!(g.check(&req(&["GET", "k"])), Some(Reply::Error(e)) if e.starts_with("NOAUTH"))
+        );
+        assert!(
+            matches!(g.check(&req(&["AUTH", "nope"])), Some(Reply::Error(e)) if e.starts_with("WRONGPASS"))
+        );
+        assert!(matches!(
+            g.check(&req(&["AUTH", "bob", "s3cret"])),
+            Some(Reply::Error(_))
+        ));
+        assert!(matches!(g.check(&req(&["AUTH"])), Some(Reply::Error(_))));
+        assert!(g.check(&req(&["GET", "k"])).is_some(), "still closed");
+        assert_eq!(
+            g.check(&req(&["auth", "default", "s3cret"])),
+            Some(Reply::ok())
+        );
+        assert!(g.check(&req(&["GET", "k"])).is_none());
     }
 
     #[tokio::test]

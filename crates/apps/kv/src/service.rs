@@ -49,6 +49,16 @@ pub async fn create(
     c.name_mkdir_all(realm, &layout.groups()).await?;
     c.name_set(realm, &layout.policy(), policy.to_json(), None, None)
         .await?;
+    // The password, once: a service keeps the one it was created with.
+    let password = crate::config::new_password()?.into_bytes();
+    match c
+        .name_set(realm, &layout.password(), password, Some(0), None)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => {}
+        Err(e) => return Err(e.into()),
+    }
     match c
         .name_set(realm, &layout.config(), config.to_json(), Some(0), None)
         .await

@@ -207,9 +207,17 @@ pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Resul
     Ok(out)
 }
 
-/// Makes sure shard `s`'s log directory exists.
+/// Makes sure shard `s`'s log directory and the service's snapshot
+/// directory exist (once, when the shard is taken, not per snapshot).
 pub async fn prepare(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<()> {
     c.name_mkdir_all(realm, &layout.log(s)).await?;
+    for dir in ["/kv".to_string(), layout.snap_dir()] {
+        match c.fs_mkdir(realm, FS_USER, &dir, 0o755).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     Ok(())
 }
 
@@ -250,7 +258,7 @@ pub async fn snapshot(
         Err(e) => return Err(e.into()),
     };
     let tmp = layout.snap_tmp(s, t.fence.epoch);
-    write_file(c, realm, layout, &tmp, &encode_pairs(pairs), t).await?;
+    write_file(c, realm, &tmp, &encode_pairs(pairs), t).await?;
     // Into place (σOS's movers: a temporary file renamed), then pointed to.
     let path = layout.snap_file(s, seq);
     c.fs_rename(realm, FS_USER, &tmp, &path).await?;
@@ -310,21 +318,10 @@ pub async fn snapshot(
 async fn write_file(
     c: &mut Client,
     realm: &str,
-    layout: &Layout,
     path: &str,
     bytes: &[u8],
     t: &Taken,
 ) -> Result<()> {
-    match c.fs_mkdir(realm, FS_USER, "/kv", 0o755).await {
-        Ok(_) => {}
-        Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
-        Err(e) => return Err(e.into()),
-    }
-    match c.fs_mkdir(realm, FS_USER, &layout.snap_dir(), 0o755).await {
-        Ok(_) => {}
-        Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
-        Err(e) => return Err(e.into()),
-    }
     match c.fs_unlink(realm, FS_USER, path).await {
         Ok(()) => {}
         Err(e) if e.code() == Some(tonic::Code::NotFound) => {}

@@ -28,6 +28,10 @@ pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
 pub const IN_FLIGHT_MAX: usize = 4_096;
 /// Most connections served at once.
 pub const CONNECTIONS_MAX: usize = 1_024;
+/// Longest a client may take to send a request's headers.
+pub const HEADER_WAIT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request's body.
+pub const BODY_WAIT: Duration = Duration::from_secs(10);
 
 /// A response being put together from its parts.
 struct Pending {
@@ -100,7 +104,10 @@ pub async fn run(
         tokio::spawn(async move {
             let io = hyper_util::rt::TokioIo::new(sock);
             let svc = hyper::service::service_fn(move |req| w.clone().serve(req));
+            // A client that never finishes its headers is dropped.
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_WAIT)
                 .serve_connection(io, svc)
                 .await;
             drop(slot);
@@ -187,9 +194,9 @@ impl Wwd {
         req: HttpRequest<hyper::body::Incoming>,
     ) -> std::result::Result<(u16, String, Vec<u8>), (u16, String)> {
         let (parts, body) = req.into_parts();
-        let body = Limited::new(body, REQUEST_BODY_MAX)
-            .collect()
+        let body = tokio::time::timeout(BODY_WAIT, Limited::new(body, REQUEST_BODY_MAX).collect())
             .await
+            .map_err(|_| (408, format!("the request body took over {BODY_WAIT:?}")))?
             .map_err(|_| {
                 (
                     413,
