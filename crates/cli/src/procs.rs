@@ -49,6 +49,12 @@ pub struct SpawnArgs {
     /// --allow-host-path`)
     #[arg(long = "host-path", value_name = "PATH")]
     host_paths: Vec<String>,
+    /// Limit the proc's credential to mailboxes (native procs):
+    /// space-separated `send:MAILBOX` and `recv:MAILBOX` grants; it may
+    /// then send and receive there and do nothing else [default: all its
+    /// spawner's role allows]
+    #[arg(long, default_value = "", value_name = "GRANTS")]
+    scope: String,
     /// Wait for the proc to exit and exit with its status
     #[arg(long)]
     wait: bool,
@@ -83,6 +89,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         home_node: args.home_node.clone().unwrap_or_default(),
         restartable: false,
         host_paths: args.host_paths.clone(),
+        scope: args.scope.clone(),
     };
     let realm = args.realm.realm.clone();
     let code = crate::runtime()?.block_on(async {

@@ -29,6 +29,12 @@ enum Command {
         /// A note shown by `token list`
         #[arg(long, default_value = "")]
         note: String,
+        /// Limit it to mailboxes: space-separated `send:MAILBOX` and
+        /// `recv:MAILBOX` grants; it may then send and receive there and do
+        /// nothing else (no names, files, procs, SQL or procedures)
+        /// [default: all the role allows]
+        #[arg(long, default_value = "", value_name = "GRANTS")]
+        scope: String,
         /// Also save it as this context of the credentials file (and make
         /// it current)
         #[arg(long)]
@@ -110,6 +116,7 @@ fn row(t: &proto::TokenInfo) -> Vec<String> {
         time(t.created_us),
         t.expires_us.map_or_else(|| "never".into(), time),
         t.revoked_us.map_or_else(String::new, time),
+        t.scope.clone(),
         t.note.clone(),
     ]
 }
@@ -118,7 +125,7 @@ fn json(t: &proto::TokenInfo) -> serde_json::Value {
     serde_json::json!({
         "id": t.id, "realm": t.realm, "user": t.user, "role": t.role,
         "pid": t.pid, "created_us": t.created_us, "expires_us": t.expires_us,
-        "revoked_us": t.revoked_us, "note": t.note,
+        "revoked_us": t.revoked_us, "note": t.note, "scope": t.scope,
     })
 }
 
@@ -131,6 +138,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 role,
                 ttl,
                 note,
+                scope,
                 save_as,
                 json: as_json,
                 node,
@@ -144,6 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         role,
                         ttl_ms,
                         note,
+                        scope,
                     })
                     .await?;
                 let info = created.info.unwrap_or_default();
@@ -192,7 +201,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 } else {
                     let cols: Vec<String> = [
                         "id", "realm", "user", "role", "pid", "created", "expires", "revoked",
-                        "note",
+                        "scope", "note",
                     ]
                     .iter()
                     .map(|s| s.to_string())

@@ -17,10 +17,10 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum WwwCommand {
-    /// Serve a site over HTTP/1.1: a wwd proc (LC) takes the requests and
-    /// hands each to its pool of worker procs (BE, grown and shrunk with
-    /// the load) through a mailbox, which
-    /// answer with files from the realm's tabos fs (--root) or pages from
+    /// Serve a site over HTTP/1.1: a wwd proc (LC, its credential limited
+    /// to its mailboxes) takes the requests and hands each through a
+    /// mailbox to a pool of worker procs (BE; this command grows and
+    /// shrinks it with wwd's load), which answer with files from the realm's tabos fs (--root) or pages from
     /// stored procedures (--route PREFIX=procedure:NAME); until interrupted
     /// or terminated, which evicts the site's procs
     Serve {
@@ -37,7 +37,7 @@ enum WwwCommand {
         /// Fewest worker procs
         #[arg(long, default_value_t = 2)]
         workers: u32,
-        /// Most worker procs: wwd starts more while requests pile up, and
+        /// Most worker procs: more are started while requests pile up, and
         /// lets them go when the load falls [default: 4 × --workers]
         #[arg(long)]
         max_workers: Option<u32>,

@@ -908,6 +908,67 @@ fn mailboxes_send_and_recv() {
     assert!(stdout(&o).contains('2'), "{}", stdout(&o));
     let o = node.tabos(&["mailbox", "rm", "other"]);
     assert!(stdout(&o).contains("1 queued"), "{}", stdout(&o));
+
+    // A credential scoped to mailboxes (a token's, a proc's) may send and
+    // receive there, and nothing else.
+    let o = node.tabos(&["token", "create", "--scope", "send:inbox", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["scope"], "send:inbox");
+    let scoped = v["token"].as_str().unwrap().to_string();
+    let as_scoped = |args: &[&str]| {
+        node.command()
+            .env("TABOS_TOKEN", &scoped)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = as_scoped(&["send", "inbox", "scoped"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for refused in [
+        &["recv", "inbox"][..],
+        &["put", "/planted", "x"],
+        &["ls", "/"],
+        &["fs", "ls", "/"],
+        &["sql", "SELECT 1"],
+        &["spawn", "--", "true"],
+    ] {
+        let o = as_scoped(refused);
+        assert!(!o.status.success(), "{refused:?}");
+        assert!(
+            stderr(&o).contains("scoped to mailboxes"),
+            "{refused:?}: {}",
+            stderr(&o)
+        );
+    }
+    let o = node.tabos(&["token", "create", "--scope", "names:/"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("send:<mailbox>"), "{}", stderr(&o));
+    let script = format!(
+        "{TABOS} send inbox from-proc && echo send-ok; \
+         {TABOS} recv proc/p9 --timeout-ms 1 || echo recv-ran; \
+         {TABOS} cat /anything 2>&1 | grep -q 'scoped to mailboxes' && echo fs-refused"
+    );
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "p9",
+        "--scope",
+        "send:inbox recv:proc/p9",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let logs = stdout(&node.tabos(&["logs", "p9"]));
+    assert!(
+        logs.contains("send-ok") && logs.contains("fs-refused"),
+        "{logs}"
+    );
+    let o = node.tabos(&["recv", "inbox", "--max", "5"]);
+    assert_eq!(stdout(&o), "scoped\nfrom-proc\n");
 }
 
 /// `tabos batch` with `input` on stdin.

@@ -16,6 +16,12 @@
 //! Every change notifies [`CHANGES_CHANNEL`], so that nodes keep their
 //! in-memory view of the table ([`load`]) current without polling.
 //!
+//! A credential may be *scoped* (column `scope`, migration 024): then it
+//! may do nothing but send to and receive from the mailboxes its
+//! [`Scope`] names — no names, files, procs, SQL or procedures (σOS
+//! section 5.3: wwd runs without access to the realm's namespace). Nodes
+//! enforce it at the door of every service.
+//!
 //! Invariants: a token is never stored, logged or returned after [`mint`];
 //! `id` and `token_hash` are each unique; a revoked or expired credential
 //! authenticates nothing ([`Principal::is_live`]).
@@ -25,6 +31,7 @@ use std::fmt;
 use sha2::{Digest, Sha256};
 use tabos_store::{params, PKey, Store, Tx};
 
+use crate::ids::Address;
 use crate::ids::Pid;
 use crate::{realm_partition, validate_realm, Error, Result};
 
@@ -46,6 +53,74 @@ pub const CREDENTIALS_PER_REALM_MAX: i64 = 1_000;
 pub const USER_BYTES_MAX: usize = 64;
 /// Longest note on a credential, in bytes.
 pub const NOTE_BYTES_MAX: usize = 256;
+
+/// Most grants a [`Scope`] holds.
+pub const SCOPE_GRANTS_MAX: usize = 16;
+
+/// What a scoped credential may do, and all it may do: send to the
+/// mailboxes of `send` and receive from (or look at) those of `recv`, in
+/// its realm. Its text form is the grants separated by spaces, each
+/// `send:<address>` or `recv:<address>` (e.g. `send:www-a-requests
+/// recv:proc/www-a-wwd-1`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Scope {
+    pub send: std::collections::BTreeSet<Address>,
+    pub recv: std::collections::BTreeSet<Address>,
+}
+
+impl Scope {
+    /// Parses the text form; at least one grant, at most
+    /// [`SCOPE_GRANTS_MAX`].
+    pub fn parse(text: &str) -> Result<Scope> {
+        let mut scope = Scope::default();
+        let mut grants = 0;
+        for grant in text.split_whitespace() {
+            grants += 1;
+            if grants > SCOPE_GRANTS_MAX {
+                return Err(Error::Invalid(format!(
+                    "a scope holds at most {SCOPE_GRANTS_MAX} grants"
+                )));
+            }
+            let (set, addr) = match grant.split_once(':') {
+                Some(("send", a)) => (&mut scope.send, a),
+                Some(("recv", a)) => (&mut scope.recv, a),
+                _ => {
+                    return Err(Error::Invalid(format!(
+                        "scope grant {grant:?} is not send:<mailbox> or recv:<mailbox>"
+                    )))
+                }
+            };
+            set.insert(Address::parse(addr)?);
+        }
+        if grants == 0 {
+            return Err(Error::Invalid(
+                "a scope grants at least one mailbox (send:<mailbox> or recv:<mailbox>)".into(),
+            ));
+        }
+        Ok(scope)
+    }
+
+    /// Whether it may send to `to`.
+    pub fn may_send(&self, to: &Address) -> bool {
+        self.send.contains(to)
+    }
+
+    /// Whether it may receive from (or peek at) `from`.
+    pub fn may_recv(&self, from: &Address) -> bool {
+        self.recv.contains(from)
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let grants = self
+            .send
+            .iter()
+            .map(|a| format!("send:{a}"))
+            .chain(self.recv.iter().map(|a| format!("recv:{a}")));
+        f.write_str(&grants.collect::<Vec<_>>().join(" "))
+    }
+}
 
 /// What a credential may do, weakest first: a role admits everything the
 /// ones before it do.
@@ -214,6 +289,8 @@ pub struct Principal {
     /// A proc's credential: the proc it was made for.
     pub pid: Option<Pid>,
     pub expires_us: Option<i64>,
+    /// `Some`: it may do only what the scope names.
+    pub scope: Option<Scope>,
 }
 
 impl Principal {
@@ -238,6 +315,8 @@ pub struct Spec {
     pub pid: Option<Pid>,
     pub expires_us: Option<i64>,
     pub note: String,
+    /// `Some`: the credential may do only what the scope names.
+    pub scope: Option<Scope>,
 }
 
 impl Spec {
@@ -250,6 +329,7 @@ impl Spec {
             pid: None,
             expires_us: None,
             note: note.into(),
+            scope: None,
         }
     }
 
@@ -262,15 +342,16 @@ impl Spec {
             pid: None,
             expires_us: None,
             note: String::new(),
+            scope: None,
         }
     }
 
     /// Checks the spec's fields.
     pub fn validate(&self) -> Result<()> {
         if self.role == Role::Operator {
-            if !self.realm.is_empty() || self.pid.is_some() {
+            if !self.realm.is_empty() || self.pid.is_some() || self.scope.is_some() {
                 return Err(Error::Invalid(
-                    "an operator credential names no realm and no proc".into(),
+                    "an operator credential names no realm, no proc and no scope".into(),
                 ));
             }
         } else {
@@ -365,8 +446,8 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
     }
     tx.execute(
         "INSERT INTO credential (p_key, id, token_hash, realm, user_name, role, pid, created_us, \
-                                 expires_us, note) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                                 expires_us, note, scope) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         params![
             p,
             minted.id.as_str(),
@@ -377,7 +458,8 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
             spec.pid.as_ref().map(Pid::as_str),
             now_us,
             spec.expires_us,
-            spec.note.as_str()
+            spec.note.as_str(),
+            spec.scope.as_ref().map(Scope::to_string)
         ],
     )
     .map_err(|e| {
@@ -496,7 +578,7 @@ pub struct Info {
 }
 
 const COLUMNS: &str =
-    "id, realm, user_name, role, pid, expires_us, created_us, revoked_us, note, token_hash";
+    "id, realm, user_name, role, pid, expires_us, created_us, revoked_us, note, token_hash, scope";
 
 fn info_of(row: &tabos_store::Row) -> Result<(Info, TokenHash)> {
     let pid: Option<String> = row.get(4)?;
@@ -507,6 +589,10 @@ fn info_of(row: &tabos_store::Row) -> Result<(Info, TokenHash)> {
         role: row.get::<String>(3)?.parse()?,
         pid: pid.map(Pid::new).transpose()?,
         expires_us: row.get(5)?,
+        scope: row
+            .get::<Option<String>>(10)?
+            .map(|s| Scope::parse(&s))
+            .transpose()?,
     };
     let info = Info {
         principal,
@@ -630,5 +716,39 @@ mod tests {
         let mut op = Spec::operator("x");
         op.realm = "a".into();
         assert!(op.validate().is_err());
+    }
+
+    #[test]
+    fn scopes_are_parsed_checked_and_printed() {
+        let s = Scope::parse("send:www-a-requests  recv:proc/wwd-1 send:load").unwrap();
+        assert!(s.may_send(&Address::parse("www-a-requests").unwrap()));
+        assert!(!s.may_send(&Address::parse("proc/wwd-1").unwrap()));
+        assert!(s.may_recv(&Address::parse("proc/wwd-1").unwrap()));
+        assert!(!s.may_recv(&Address::parse("www-a-requests").unwrap()));
+        assert_eq!(
+            s.to_string(),
+            "send:load send:www-a-requests recv:proc/wwd-1"
+        );
+        assert_eq!(Scope::parse(&s.to_string()).unwrap(), s);
+        for bad in [
+            "",
+            "  ",
+            "names:/x",
+            "send:",
+            "send:a/b",
+            "recv:proc/",
+            "sendx",
+        ] {
+            assert!(Scope::parse(bad).is_err(), "{bad:?} refused");
+        }
+        let many: Vec<String> = (0..=SCOPE_GRANTS_MAX)
+            .map(|i| format!("send:m{i}"))
+            .collect();
+        assert!(Scope::parse(&many.join(" ")).is_err());
+        let op = Spec {
+            scope: Some(s),
+            ..Spec::operator("x")
+        };
+        assert!(op.validate().is_err(), "an operator is never scoped");
     }
 }

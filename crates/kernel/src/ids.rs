@@ -61,6 +61,46 @@ name_id!(
     "worker id"
 );
 
+/// Where a message goes, or who sent it (`crate::ipc`'s; here so that
+/// lower layers — a credential's scope — can name mailboxes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Address {
+    /// A proc's own mailbox: `proc/<pid>`.
+    Proc(Pid),
+    /// A named mailbox: `<name>`.
+    Named(String),
+}
+
+impl Address {
+    /// Parses `proc/<pid>` or a mailbox name (the characters of a pid, no `/`).
+    pub fn parse(s: &str) -> Result<Address> {
+        match s.split_once('/') {
+            Some(("proc", pid)) => Ok(Address::Proc(Pid::new(pid)?)),
+            Some(_) => Err(Error::Invalid(format!(
+                "address {s:?} must be proc/<pid> or a mailbox name without '/'"
+            ))),
+            None => {
+                validate_name("mailbox name", s)?;
+                Ok(Address::Named(s.to_string()))
+            }
+        }
+    }
+
+    /// A proc's address.
+    pub fn proc(pid: &Pid) -> Address {
+        Address::Proc(pid.clone())
+    }
+}
+
+impl fmt::Display for Address {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Address::Proc(p) => write!(f, "proc/{p}"),
+            Address::Named(n) => f.write_str(n),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -172,6 +172,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/023_elastic.sql"),
         postgres: include_str!("../schema/postgres/023_elastic.sql"),
     },
+    Migration {
+        version: 24,
+        name: "scope",
+        sqlite: include_str!("../schema/sqlite/024_scope.sql"),
+        postgres: include_str!("../schema/postgres/024_scope.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -124,6 +124,9 @@ pub struct Descriptor {
     /// directory and the system's (e.g. MapReduce inputs); each must be
     /// within one its realm allows ([`crate::realms::host_paths_tx`]).
     pub host_paths: Vec<String>,
+    /// `Some`: the proc's credential may do only this (a native proc's;
+    /// [`crate::auth::Scope`]).
+    pub scope: Option<crate::auth::Scope>,
 }
 
 pub use crate::realms::{
@@ -147,6 +150,7 @@ impl Descriptor {
             restartable: false,
             user: "root".into(),
             host_paths: Vec::new(),
+            scope: None,
         }
     }
 
@@ -206,6 +210,13 @@ impl Descriptor {
         }
         for p in &self.host_paths {
             validate_host_path(p)?;
+        }
+        // A wasm proc's host calls carry no credential a scope could
+        // narrow: only a native proc is given one.
+        if self.scope.is_some() && self.kind != Kind::Native {
+            return Err(Error::Invalid(
+                "only a native proc's credential can be scoped".into(),
+            ));
         }
         if !self.host_paths.is_empty() && self.kind != Kind::Native {
             return Err(Error::Invalid("only a native proc sees host paths".into()));
@@ -278,6 +289,8 @@ pub struct ProcInfo {
     pub user: String,
     /// Host paths it sees read-only ([`Descriptor::host_paths`]).
     pub host_paths: Vec<String>,
+    /// Its credential's scope ([`Descriptor::scope`]).
+    pub scope: Option<crate::auth::Scope>,
 }
 
 /// The columns [`proc_from_row`] reads, as a literal for `concat!` (a
@@ -286,7 +299,7 @@ macro_rules! proc_columns {
     () => {
         "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
          state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, \
-         user_name, host_paths"
+         user_name, host_paths, scope"
     };
 }
 
@@ -321,6 +334,10 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
         user: r.get(18)?,
         host_paths: serde_json::from_str(&r.get::<String>(19)?)
             .map_err(|e| Error::Invalid(format!("stored host paths: {e}")))?,
+        scope: r
+            .get::<Option<String>>(20)?
+            .map(|s| crate::auth::Scope::parse(&s))
+            .transpose()?,
     })
 }
 
@@ -492,9 +509,9 @@ pub fn spawn_tx(
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
                            cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, \
-                           assign_us, user_name, host_paths) \
+                           assign_us, user_name, host_paths, scope) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, \
-                 $16, $17, $18, $19)",
+                 $16, $17, $18, $19, $20)",
         params![
             p,
             realm,
@@ -514,7 +531,8 @@ pub fn spawn_tx(
             now_us,
             worker.as_ref().map(|_| now_us),
             d.user.as_str(),
-            d.host_paths_json()
+            d.host_paths_json(),
+            d.scope.as_ref().map(crate::auth::Scope::to_string)
         ],
     )
     .map_err(|e| {
@@ -770,8 +788,8 @@ pub fn steal_tx(
     let mut admission = admission;
     let mut victims_freed = false;
     for r in &rows {
-        // The column after proc_columns!'s 20.
-        let assign_us: i64 = r.get::<Option<i64>>(20)?.unwrap_or(0);
+        // By name: it follows proc_columns!, however many they are.
+        let assign_us: i64 = r.get_named::<Option<i64>>("assign_us")?.unwrap_or(0);
         if assign_us + steal_after_us > now_us {
             // Ordered by assign_us: this and every later one are too young.
             out.next_us = Some(assign_us + steal_after_us);

@@ -8,6 +8,12 @@
 //! user they act for from it ([`Access`]), never from a request field: a
 //! field naming another realm or user is PERMISSION_DENIED.
 //!
+//! A scoped credential ([`auth::Scope`]) reaches only the `Ipc` and `Batch`
+//! services: every other service's interceptor is made with
+//! [`Authenticate::closed_to_scoped`] and refuses it before its handler
+//! runs; the `Ipc` handlers and the batch check each mailbox against the
+//! scope ([`Access::may_send`], [`Access::may_recv`], [`Access::unscoped`]).
+//!
 //! The node checks tokens against an in-memory copy of the live
 //! credentials (hash → principal), loaded at start and kept current by the
 //! change feed: each created or revoked credential's id is notified, and
@@ -173,6 +179,7 @@ impl Auth {
             role: spec.role,
             pid: spec.pid.clone(),
             expires_us: spec.expires_us,
+            scope: spec.scope.clone(),
         };
         let mut live = self.write();
         if live.fresh.len() >= FRESH_MAX {
@@ -236,21 +243,28 @@ impl Auth {
 
     /// The interceptor that authenticates every request of a service.
     pub fn interceptor(&self) -> Authenticate {
-        Authenticate(Mode::Check(self.clone()))
+        Authenticate {
+            mode: Mode::Check(self.clone()),
+            closed_to_scoped: None,
+        }
     }
 
     /// An interceptor that checks nothing and lets every request act as an
     /// operator: only for measuring what checking costs (`tabos bench
     /// auth`). `tabos up` never serves this way.
     pub fn unchecked_for_measurement() -> Authenticate {
-        Authenticate(Mode::Unchecked(Arc::new(Principal {
-            id: auth::CredentialId("0000000000000000".into()),
-            realm: String::new(),
-            user: "root".into(),
-            role: Role::Operator,
-            pid: None,
-            expires_us: None,
-        })))
+        Authenticate {
+            closed_to_scoped: None,
+            mode: Mode::Unchecked(Arc::new(Principal {
+                id: auth::CredentialId("0000000000000000".into()),
+                realm: String::new(),
+                user: "root".into(),
+                role: Role::Operator,
+                pid: None,
+                expires_us: None,
+                scope: None,
+            })),
+        }
     }
 }
 
@@ -265,7 +279,22 @@ async fn blocking(
 
 /// The interceptor every service is wrapped in.
 #[derive(Clone, Debug)]
-pub struct Authenticate(Mode);
+pub struct Authenticate {
+    mode: Mode,
+    /// `Some(service)`: scoped credentials are refused here.
+    closed_to_scoped: Option<&'static str>,
+}
+
+impl Authenticate {
+    /// The same check, refusing every scoped credential: for `service`,
+    /// which a scope cannot name (all but `Ipc` and `Batch`).
+    pub fn closed_to_scoped(&self, service: &'static str) -> Authenticate {
+        Authenticate {
+            mode: self.mode.clone(),
+            closed_to_scoped: Some(service),
+        }
+    }
+}
 
 #[derive(Clone, Debug)]
 enum Mode {
@@ -275,10 +304,17 @@ enum Mode {
 
 impl tonic::service::Interceptor for Authenticate {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        let p = match &self.0 {
+        let p = match &self.mode {
             Mode::Check(auth) => auth.authenticate(request.metadata())?,
             Mode::Unchecked(p) => p.clone(),
         };
+        if let (Some(service), Some(scope)) = (self.closed_to_scoped, &p.scope) {
+            return Err(Status::permission_denied(format!(
+                "credential {} is scoped to mailboxes ({scope}) and may not use the {service} \
+                 service",
+                p.id
+            )));
+        }
         request.extensions_mut().insert(p);
         Ok(request)
     }
@@ -364,6 +400,40 @@ impl Access {
                 "credential {} acts as user {}, not {requested}",
                 p.id, p.user
             )))
+        }
+    }
+
+    /// Refuses a scoped credential, for `what` (e.g. "create mailboxes").
+    pub fn unscoped(&self, what: &str) -> Result<(), Status> {
+        match &self.principal.scope {
+            Some(scope) => Err(Status::permission_denied(format!(
+                "credential {} is scoped to mailboxes ({scope}) and may not {what}",
+                self.principal.id
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses sending to `to` unless the credential is unscoped or its
+    /// scope grants it.
+    pub fn may_send(&self, to: &tabos_kernel::ipc::Address) -> Result<(), Status> {
+        self.scope_allows(|s| s.may_send(to), &format!("send to {to}"))
+    }
+
+    /// Refuses receiving from (or looking at) `from` unless the credential
+    /// is unscoped or its scope grants it.
+    pub fn may_recv(&self, from: &tabos_kernel::ipc::Address) -> Result<(), Status> {
+        self.scope_allows(|s| s.may_recv(from), &format!("receive from {from}"))
+    }
+
+    fn scope_allows(
+        &self,
+        grants: impl Fn(&auth::Scope) -> bool,
+        what: &str,
+    ) -> Result<(), Status> {
+        match &self.principal.scope {
+            Some(scope) if !grants(scope) => self.unscoped(what),
+            _ => Ok(()),
         }
     }
 

@@ -71,6 +71,17 @@ impl BatchService {
         let Some(call) = call else {
             return failed(Status::invalid_argument("a batch call names no call"));
         };
+        // A scoped credential reaches mailboxes only, as at the services'
+        // doors (the Ipc handlers check which).
+        if let Some(scope) = &who.scope {
+            if !matches!(call, Call::Send(_) | Call::Recv(_)) {
+                return failed(Status::permission_denied(format!(
+                    "credential {} is scoped to mailboxes ({scope}) and may only send and \
+                     receive in a batch",
+                    who.id
+                )));
+            }
+        }
         match call {
             Call::NamesSet(m) => out(
                 Names::set(&self.names, part(md, who, m)).await,

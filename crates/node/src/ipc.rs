@@ -74,6 +74,7 @@ impl proto::ipc_server::Ipc for IpcService {
         request: Request<proto::CreateMailboxRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
         let access = self.node.access(&request)?;
+        access.unscoped("create mailboxes")?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         let defaults = self.node.settings.mailbox;
@@ -96,6 +97,7 @@ impl proto::ipc_server::Ipc for IpcService {
         request: Request<proto::RemoveMailboxRequest>,
     ) -> Result<Response<proto::RemoveMailboxResponse>, Status> {
         let access = self.node.access(&request)?;
+        access.unscoped("remove mailboxes")?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         let dropped = ipc::remove_mailbox(&self.node.store, &r.realm, &r.name)
@@ -120,6 +122,9 @@ impl proto::ipc_server::Ipc for IpcService {
             access.acting_pid(pid.as_str())?;
         }
         let msgs = outgoing_from_proto(r.messages)?;
+        for m in &msgs {
+            access.may_send(&m.to)?;
+        }
         let fence = crate::names::fence_from_proto(r.fence)?;
         let sent = ipc::send_fenced(
             &self.node.store,
@@ -149,10 +154,12 @@ impl proto::ipc_server::Ipc for IpcService {
         let access = self.node.access(&request)?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
+        let from = address(&r.mailbox)?;
+        access.may_recv(&from)?;
         let got = ipc::recv(
             &self.node.store,
             &r.realm,
-            &address(&r.mailbox)?,
+            &from,
             take_of(r.max),
             Duration::from_millis(u64::from(r.timeout_ms)),
             std::future::pending(),
@@ -172,6 +179,7 @@ impl proto::ipc_server::Ipc for IpcService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         let to = address(&r.mailbox)?;
+        access.may_recv(&to)?;
         let take = take_of(r.max);
         // Fail at once on an unknown mailbox rather than in the stream.
         ipc::peek(&self.node.store, &r.realm, &to, Take::messages(1))
@@ -222,14 +230,11 @@ impl proto::ipc_server::Ipc for IpcService {
         let access = self.node.access(&request)?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
-        let got = ipc::peek(
-            &self.node.store,
-            &r.realm,
-            &address(&r.mailbox)?,
-            take_of(r.max),
-        )
-        .await
-        .map_err(|e| kernel_status(&e))?;
+        let from = address(&r.mailbox)?;
+        access.may_recv(&from)?;
+        let got = ipc::peek(&self.node.store, &r.realm, &from, take_of(r.max))
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(response(got)))
     }
 
@@ -240,7 +245,11 @@ impl proto::ipc_server::Ipc for IpcService {
         let access = self.node.access(&request)?;
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
-        let i = ipc::mailbox(&self.node.store, &r.realm, &address(&r.mailbox)?)
+        let at = address(&r.mailbox)?;
+        if access.may_send(&at).is_err() {
+            access.may_recv(&at)?;
+        }
+        let i = ipc::mailbox(&self.node.store, &r.realm, &at)
             .await
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::MailboxInfo {

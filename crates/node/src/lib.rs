@@ -757,22 +757,34 @@ pub async fn serve_with(
             .max_concurrent_streams(conn::STREAMS_PER_CONNECTION_MAX)
             .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT))
-            .add_service(InterceptedService::new(tokens.clone(), guard.clone()))
-            .add_service(InterceptedService::new(sql.clone(), guard.clone()))
-            .add_service(InterceptedService::new(status.clone(), guard.clone()))
+            .add_service(InterceptedService::new(
+                tokens.clone(),
+                guard.closed_to_scoped("Tokens"),
+            ))
+            .add_service(InterceptedService::new(
+                sql.clone(),
+                guard.closed_to_scoped("Sql"),
+            ))
+            .add_service(InterceptedService::new(
+                status.clone(),
+                guard.closed_to_scoped("Node"),
+            ))
             .add_service(InterceptedService::new(
                 procs_service.clone(),
-                guard.clone(),
+                guard.closed_to_scoped("Procs"),
             ))
             .add_service(InterceptedService::new(ipc_service.clone(), guard.clone()))
             .add_service(InterceptedService::new(
                 names_service.clone(),
-                guard.clone(),
+                guard.closed_to_scoped("Names"),
             ))
-            .add_service(InterceptedService::new(fs_service.clone(), guard.clone()))
+            .add_service(InterceptedService::new(
+                fs_service.clone(),
+                guard.closed_to_scoped("Fs"),
+            ))
             .add_service(InterceptedService::new(
                 procedures_service.clone(),
-                guard.clone(),
+                guard.closed_to_scoped("Procedures"),
             ))
             .add_service(InterceptedService::new(
                 batch_service.clone(),

@@ -604,6 +604,7 @@ impl Procd {
         let spec = tabos_kernel::auth::Spec {
             pid: Some(p.pid.clone()),
             note: "proc credential".into(),
+            scope: p.scope.clone(),
             ..tabos_kernel::auth::Spec::realm(&self.realm, &p.user, Role::Member)
         };
         let token = match self.auth.create(spec).await {

@@ -99,6 +99,10 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Des
         restartable: d.restartable,
         user: user.to_string(),
         host_paths: d.host_paths,
+        scope: match d.scope.trim() {
+            "" => None,
+            s => Some(tabos_kernel::auth::Scope::parse(s).map_err(invalid)?),
+        },
     };
     desc.validate().map_err(invalid)?;
     match desc.kind {

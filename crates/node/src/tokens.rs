@@ -48,6 +48,11 @@ fn principal_to_proto(p: &Principal) -> proto::TokenInfo {
         expires_us: p.expires_us,
         revoked_us: None,
         note: String::new(),
+        scope: p
+            .scope
+            .as_ref()
+            .map(ToString::to_string)
+            .unwrap_or_default(),
     }
 }
 
@@ -95,6 +100,10 @@ impl proto::tokens_server::Tokens for TokensService {
             pid: None,
             expires_us: (r.ttl_ms > 0).then(|| now + r.ttl_ms as i64 * 1000),
             note: r.note,
+            scope: match r.scope.trim() {
+                "" => None,
+                s => Some(auth::Scope::parse(s).map_err(|e| kernel_status(&e))?),
+            },
         };
         let minted = self
             .node
@@ -109,6 +118,7 @@ impl proto::tokens_server::Tokens for TokensService {
             role: spec.role,
             pid: None,
             expires_us: spec.expires_us,
+            scope: spec.scope.clone(),
         });
         info.created_us = now;
         info.note = spec.note;

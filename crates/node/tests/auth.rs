@@ -28,6 +28,7 @@ async fn token(c: &mut Client, role: &str, user: &str, ttl_ms: u64) -> proto::Cr
         role: role.into(),
         ttl_ms,
         note: "test".into(),
+        scope: String::new(),
     })
     .await
     .unwrap()
@@ -727,5 +728,265 @@ async fn storage_quotas_and_realm_removal() {
     again.spawn("", quick).await.unwrap();
     let done = again.wait_exit("", "t").await.unwrap();
     assert_eq!(done.exit_status, Some(0));
+    n.shut_down().await;
+}
+
+fn outgoing(to: &str, payload: &[u8]) -> proto::Outgoing {
+    proto::Outgoing {
+        to: to.into(),
+        payload: payload.to_vec(),
+        message_id: String::new(),
+    }
+}
+
+/// A scoped credential — made by `token create` or given to a proc at
+/// spawn — sends and receives where its scope says and is refused
+/// everything else, in a batch too; what it was refused changed nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scoped_credential_reaches_only_its_mailboxes() {
+    use proto::batch_call::Call;
+    let dir = TempDir::new("auth-scope");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "sc").await;
+    for m in ["in", "out", "other"] {
+        admin.create_mailbox("", m, 0, None).await.unwrap();
+    }
+    admin.send("", "", "in", b"hello".to_vec()).await.unwrap();
+    admin
+        .send("", "", "other", b"theirs".to_vec())
+        .await
+        .unwrap();
+
+    // Bad scopes are refused.
+    for bad in ["names:/x", "send:a/b", "send:", "recv"] {
+        let e = admin
+            .create_token(proto::CreateTokenRequest {
+                role: "member".into(),
+                scope: bad.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), Code::InvalidArgument, "{bad:?}: {e}");
+    }
+    let e = admin
+        .spawn(
+            "",
+            proto::ProcDescriptor {
+                kind: "wasm".into(),
+                program: "/nonexistent.wasm".into(),
+                scope: "send:out".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(&e),
+        Code::InvalidArgument,
+        "a wasm proc is not scoped: {e}"
+    );
+
+    let made = admin
+        .create_token(proto::CreateTokenRequest {
+            role: "admin".into(),
+            scope: "send:out  recv:in".into(),
+            note: "scoped".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(made.info.as_ref().unwrap().scope, "send:out recv:in");
+    let listed = admin.list_tokens("", false).await.unwrap();
+    assert!(listed
+        .iter()
+        .any(|t| t.note == "scoped" && t.scope == "send:out recv:in"));
+    let mut sc = n.client_with(&made.token).await;
+
+    // Its mailboxes.
+    sc.send("", "", "out", b"mine".to_vec()).await.unwrap();
+    let got = sc.recv("", "in", 10, 0).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, b"hello");
+    sc.mailbox("", "out").await.unwrap();
+    sc.mailbox("", "in").await.unwrap();
+
+    // Everything else, even as an admin.
+    let denied = |r: Result<(), tabos_client::Error>, what: &str| {
+        let e = r.expect_err(what);
+        assert_eq!(code(&e), Code::PermissionDenied, "{what}: {e}");
+    };
+    denied(
+        sc.send("", "", "other", b"x".to_vec()).await.map(drop),
+        "send elsewhere",
+    );
+    denied(
+        sc.send_many("", "", vec![outgoing("out", b"ok"), outgoing("in", b"no")])
+            .await
+            .map(drop),
+        "a send with one message elsewhere",
+    );
+    denied(
+        sc.recv("", "other", 10, 0).await.map(drop),
+        "recv elsewhere",
+    );
+    denied(
+        sc.recv("", "out", 10, 0).await.map(drop),
+        "recv where it may only send",
+    );
+    denied(sc.peek("", "other", 10).await.map(drop), "peek elsewhere");
+    denied(
+        sc.mailbox("", "other").await.map(drop),
+        "look at another mailbox",
+    );
+    denied(
+        sc.create_mailbox("", "new", 0, None).await.map(drop),
+        "create a mailbox",
+    );
+    denied(
+        sc.remove_mailbox("", "in").await.map(drop),
+        "remove a mailbox",
+    );
+    denied(sc.name_get("", "/").await.map(drop), "read the namespace");
+    denied(
+        sc.name_set("", "/planted", b"x".to_vec(), None, None)
+            .await
+            .map(drop),
+        "write the namespace",
+    );
+    denied(sc.fs_stat("", "/").await.map(drop), "the files");
+    denied(sc.sql("SELECT 1", vec![]).await.map(drop), "SQL");
+    denied(sc.status().await.map(drop), "the node's status");
+    denied(sc.who_am_i().await.map(drop), "the tokens service");
+    denied(
+        sc.create_token(proto::CreateTokenRequest {
+            role: "admin".into(),
+            ..Default::default()
+        })
+        .await
+        .map(drop),
+        "an unscoped credential of its own",
+    );
+    denied(sc.procedure_list("").await.map(drop), "procedures");
+    denied(
+        sc.spawn(
+            "",
+            proto::ProcDescriptor {
+                program: "true".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .map(drop),
+        "spawn",
+    );
+    let results = sc
+        .batch(vec![
+            Call::NamesGet(proto::NameRequest {
+                path: "/".into(),
+                ..Default::default()
+            }),
+            Call::Send(proto::SendRequest {
+                messages: vec![outgoing("out", b"batched")],
+                ..Default::default()
+            }),
+            Call::Send(proto::SendRequest {
+                messages: vec![outgoing("other", b"no")],
+                ..Default::default()
+            }),
+        ])
+        .await
+        .unwrap();
+    let codes: Vec<_> = results.iter().map(|r| r.as_ref().err().map(code)).collect();
+    assert_eq!(
+        codes,
+        [
+            Some(Code::PermissionDenied),
+            None,
+            Some(Code::PermissionDenied)
+        ]
+    );
+
+    // Nothing it was refused happened.
+    let out: Vec<_> = admin
+        .recv("", "out", 10, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|m| m.payload)
+        .collect();
+    assert_eq!(out, [b"mine".to_vec(), b"batched".to_vec()]);
+    let other = admin.recv("", "other", 10, 0).await.unwrap();
+    assert_eq!(other.len(), 1, "only the admin's message");
+    let in_left = admin.recv("", "in", 10, 0).await.unwrap();
+    assert!(in_left.is_empty());
+    let e = admin.name_get("", "/planted").await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound, "{e}");
+    admin.mailbox("", "in").await.unwrap();
+
+    // A proc spawned with a scope gets a credential with that scope: it
+    // prints its token (for the test to act with), then waits.
+    admin
+        .spawn(
+            "",
+            proto::ProcDescriptor {
+                pid: "p1".into(),
+                program: "sh".into(),
+                args: vec![
+                    "-c".into(),
+                    r#"printf %s "$TABOS_TOKEN"; exec sleep 600"#.into(),
+                ],
+                scope: "recv:proc/p1 send:out".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    admin.wait_start("", "p1").await.unwrap();
+    let mut token = String::new();
+    for _ in 0..200 {
+        token = String::from_utf8(admin.logs("", "p1", "stdout").await.unwrap().data).unwrap();
+        if token.len() == 87 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
+    let procs = admin.list_tokens("", true).await.unwrap();
+    let own = procs
+        .iter()
+        .find(|t| t.pid == "p1")
+        .expect("p1's credential");
+    assert_eq!(own.scope, "send:out recv:proc/p1");
+    let mut p1 = n.client_with(&token).await.acting_for("p1");
+    admin
+        .send("", "", "proc/p1", b"for p1".to_vec())
+        .await
+        .unwrap();
+    let got = p1.recv("", "proc/p1", 10, 0).await.unwrap();
+    assert_eq!(got[0].payload, b"for p1");
+    p1.send("", "proc/p1", "out", b"from p1".to_vec())
+        .await
+        .unwrap();
+    denied(p1.name_get("", "/").await.map(drop), "the proc reads names");
+    denied(p1.fs_stat("", "/").await.map(drop), "the proc reads files");
+    denied(
+        p1.spawn(
+            "",
+            proto::ProcDescriptor {
+                program: "true".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .map(drop),
+        "the proc spawns",
+    );
+    denied(
+        p1.recv("", "in", 10, 0).await.map(drop),
+        "the proc takes another mailbox's messages",
+    );
+    admin.evict("", "p1").await.unwrap();
+    admin.wait_exit("", "p1").await.unwrap();
     n.shut_down().await;
 }

@@ -301,6 +301,7 @@ async fn files_in_another_nodes_block_store_are_forwarded() {
             role: "member".into(),
             ttl_ms: 0,
             note: "test".into(),
+            scope: String::new(),
         })
         .await
         .unwrap();

@@ -6,11 +6,12 @@
 //!   the files.
 //! * [`worker`] — the BE procs that answer: static files from tabos fs,
 //!   pages from stored procedures.
-//! * [`pool`] — wwd's pool of workers, grown and shrunk with the load.
+//! * [`pool`] — the pool of workers, grown and shrunk with wwd's load.
 //! * [`route`] — the site's routes (JSON in the namespace), path mapping
 //!   that never leaves a static root, content types.
 //! * [`wire`] — the request and response messages.
-//! * [`service`] — creating a site and running its procs.
+//! * [`service`] — creating a site and running its procs: wwd with a
+//!   credential scoped to its mailboxes, and the worker pool.
 
 pub mod pool;
 pub mod route;
@@ -70,6 +71,21 @@ impl Layout {
     pub fn requests(&self) -> String {
         format!("www-{}-requests", self.site)
     }
+
+    /// The mailbox wwd reports its load to.
+    pub fn load(&self) -> String {
+        format!("www-{}-load", self.site)
+    }
+
+    /// All wwd `pid` may do: send requests and load reports, and receive
+    /// its answers.
+    pub fn wwd_scope(&self, pid: &str) -> String {
+        format!(
+            "send:{} send:{} recv:proc/{pid}",
+            self.requests(),
+            self.load()
+        )
+    }
 }
 
 /// What every proc of a site has: the API, its realm, pid and layout.
@@ -95,8 +111,8 @@ impl Ctx {
     }
 }
 
-/// The entry point of a site's procs — `wwd SITE LISTEN MIN MAX PROGRAM
-/// [ARGS...]` (what it starts workers with), `worker SITE WWD` — with
+/// The entry point of a site's procs — `wwd SITE LISTEN`, `worker SITE
+/// WWD` — with
 /// `TABOS_ADDR`, `TABOS_REALM`, `TABOS_PID` and `TABOS_TOKEN` from procd.
 /// Returns the proc's exit status.
 pub fn main(args: &[String]) -> i32 {
@@ -104,21 +120,9 @@ pub fn main(args: &[String]) -> i32 {
 }
 
 async fn run(args: &[String]) -> Result<()> {
-    let usage = || {
-        Error::Invalid("usage: wwd SITE LISTEN MIN MAX PROGRAM [ARGS...] | worker SITE WWD".into())
-    };
+    let usage = || Error::Invalid("usage: wwd SITE LISTEN | worker SITE WWD".into());
     match args {
-        [role, site, listen, min, max, program, prefix @ ..] if role == "wwd" => {
-            let (min, max) = (
-                min.parse().map_err(|_| usage())?,
-                max.parse().map_err(|_| usage())?,
-            );
-            let program = service::Program {
-                path: program.clone(),
-                args: prefix.to_vec(),
-            };
-            wwd::run(Ctx::from_env(site).await?, listen, min, max, program).await
-        }
+        [role, site, listen] if role == "wwd" => wwd::run(Ctx::from_env(site).await?, listen).await,
         [role, site, wwd] if role == "worker" => worker::run(Ctx::from_env(site).await?, wwd).await,
         _ => Err(usage()),
     }

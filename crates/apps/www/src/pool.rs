@@ -1,10 +1,15 @@
-//! wwd's pool of worker procs (σOS: wwd spawns the procs that do the
-//! work): at least `min` workers, at most `max`. It grows by one when the
-//! requests in flight outnumber [`GROW_PER_WORKER`] per worker (checked as
-//! each request arrives, at most once per [`GROW_GAP`]), shrinks by one
-//! when the most requests in flight over [`SHRINK_AFTER`] would have fit
-//! in one worker fewer, and replaces a worker that exits. Workers exit on
-//! their own when their wwd is gone.
+//! The pool of worker procs serving one wwd: at least `min` workers, at
+//! most `max`. It grows by one when the requests in flight outnumber
+//! [`GROW_PER_WORKER`] per worker (as wwd reports them, at most once per
+//! [`GROW_GAP`]), shrinks by one when the most requests in flight over
+//! [`SHRINK_AFTER`] would have fit in one worker fewer, and replaces a
+//! worker that exits. Workers exit on their own when their wwd is gone;
+//! the pool is then [retired](Pool::retire) and another made for the next
+//! wwd.
+//!
+//! The pool runs in the site's supervisor ([`crate::service::Site`]), not
+//! in wwd: wwd's credential may not spawn (it reaches only its mailboxes),
+//! so it tells the supervisor its load in messages instead.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,6 +53,8 @@ pub struct Pool {
     min: u32,
     max: u32,
     state: Mutex<State>,
+    /// Raised when its wwd is gone: it starts no more workers.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 impl Pool {
@@ -81,6 +88,7 @@ impl Pool {
                 peak: 0,
                 window_start: Instant::now(),
             }),
+            retired: Default::default(),
         }))
     }
 
@@ -92,6 +100,16 @@ impl Pool {
         self.lock().workers.len()
     }
 
+    /// Its wwd is gone (its workers leave with it): it starts no more.
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn is_retired(&self) -> bool {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Starts the minimum, and the timer that shrinks the pool.
     pub async fn start(self: &Arc<Self>) -> Result<()> {
         for _ in 0..self.min {
@@ -101,7 +119,7 @@ impl Pool {
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(SHRINK_AFTER);
             tick.tick().await;
-            loop {
+            while !me.is_retired() {
                 tick.tick().await;
                 me.maybe_shrink().await;
             }
@@ -109,8 +127,8 @@ impl Pool {
         Ok(())
     }
 
-    /// A request arrived and `in_flight` are in flight: grows if needed.
-    pub fn arrived(self: &Arc<Self>, in_flight: usize) {
+    /// wwd had up to `in_flight` requests in flight: grows if needed.
+    pub fn load(self: &Arc<Self>, in_flight: usize) {
         let grow = {
             let mut st = self.lock();
             st.peak = st.peak.max(in_flight);
@@ -126,7 +144,7 @@ impl Pool {
             let me = self.clone();
             tokio::spawn(async move {
                 if let Err(e) = me.spawn().await {
-                    eprintln!("wwd: cannot start a worker: {e}");
+                    eprintln!("site: cannot start a worker: {e}");
                 }
             });
         }
@@ -136,7 +154,9 @@ impl Pool {
         let victim = {
             let mut st = self.lock();
             let n = st.workers.len();
-            let low = n > self.min as usize && st.peak <= (n - 1) * GROW_PER_WORKER / 4;
+            let low = !self.is_retired()
+                && n > self.min as usize
+                && st.peak <= (n - 1) * GROW_PER_WORKER / 4;
             st.peak = 0;
             st.window_start = Instant::now();
             if low {
@@ -146,7 +166,7 @@ impl Pool {
             }
         };
         if let Some(pid) = victim {
-            eprintln!("wwd: load is low; evicting worker {pid}");
+            eprintln!("site: load is low; evicting worker {pid}");
             let _ = self.client.clone().evict(&self.realm, &pid).await;
         }
     }
@@ -161,6 +181,9 @@ impl Pool {
     }
 
     async fn spawn(self: &Arc<Self>) -> Result<()> {
+        if self.is_retired() {
+            return Ok(());
+        }
         let pid = {
             let mut st = self.lock();
             if st.spawned >= SPAWNS_MAX {
@@ -186,7 +209,7 @@ impl Pool {
         let mut c = self.client.clone();
         c.spawn(&self.realm, p).await?;
         self.lock().workers.push(pid.clone());
-        eprintln!("wwd: started worker {pid}");
+        eprintln!("site: started worker {pid} for wwd {}", self.wwd);
         // Replaced if it exits while still one of the pool's.
         let me = self.clone();
         let born = Instant::now();
@@ -202,7 +225,7 @@ impl Pool {
             };
             if was && me.size() < me.min as usize {
                 if let Err(e) = me.clone().spawn_boxed().await {
-                    eprintln!("wwd: cannot replace worker {pid}: {e}");
+                    eprintln!("site: cannot replace worker {pid}: {e}");
                 }
             }
         });

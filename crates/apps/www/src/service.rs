@@ -1,12 +1,18 @@
-//! A site's life: [`create`] writes its routes and its request mailbox; a
-//! [`Site`] runs its wwd (which runs its pool of workers), starting
-//! another when it exits, and [`Site::stop`] evicts them all.
+//! A site's life: [`create`] writes its routes and its mailboxes; a
+//! [`Site`] runs its wwd — with a credential scoped to its mailboxes, so
+//! that it cannot reach the namespace, the files or the procs — and the
+//! pool of workers serving it, grown and shrunk by wwd's load reports; it
+//! starts another wwd (and pool) when one exits, and [`Site::stop`] evicts
+//! them all.
+
+use std::sync::{Arc, Mutex};
 
 use tabos_client::app::{spawn_watched, unique_pid};
 use tabos_client::proto;
 use tabos_client::Client;
 use tokio::sync::mpsc;
 
+use crate::pool::Pool;
 use crate::route::Routes;
 use crate::{Error, Layout, Result};
 
@@ -14,6 +20,9 @@ use crate::{Error, Layout, Result};
 pub const SPAWNS_MAX: u64 = 10_000;
 /// The request mailbox's bound, in bytes.
 pub const REQUESTS_BYTES_MAX: i64 = 64 << 20;
+/// The load mailbox's bound, in bytes: a few minutes of reports, should
+/// the supervisor be away.
+pub const LOAD_BYTES_MAX: i64 = 64 << 10;
 
 /// What a site's procs run: a program and the arguments before the role
 /// (e.g. the `tabos` binary and `www-task`).
@@ -23,7 +32,8 @@ pub struct Program {
     pub args: Vec<String>,
 }
 
-/// Creates (or updates) site `site`: its routes and its request mailbox.
+/// Creates (or updates) site `site`: its routes, its request mailbox and
+/// its load mailbox.
 pub async fn create(client: &Client, realm: &str, site: &str, routes: &Routes) -> Result<()> {
     routes.check()?;
     let layout = Layout::new(site)?;
@@ -31,17 +41,23 @@ pub async fn create(client: &Client, realm: &str, site: &str, routes: &Routes) -
     c.name_mkdir_all(realm, &layout.root()).await?;
     c.name_set(realm, &layout.routes(), routes.to_json(), None, None)
         .await?;
-    match c
-        .create_mailbox(realm, &layout.requests(), REQUESTS_BYTES_MAX, None)
-        .await
-    {
-        Ok(()) => Ok(()),
-        Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => Ok(()),
-        Err(e) => Err(e.into()),
+    for (mailbox, bytes) in [
+        (layout.requests(), REQUESTS_BYTES_MAX),
+        (layout.load(), LOAD_BYTES_MAX),
+    ] {
+        match c.create_mailbox(realm, &mailbox, bytes, None).await {
+            Ok(()) => {}
+            Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
+    Ok(())
 }
 
-/// A running site: its wwd (which runs its workers).
+/// The pool serving the current wwd, shared with the load reader.
+type Current = Arc<Mutex<Option<Arc<Pool>>>>;
+
+/// A running site: its wwd and the pool of workers serving it.
 pub struct Site {
     client: Client,
     realm: String,
@@ -57,6 +73,40 @@ pub struct Site {
     backoff: tabos_client::app::Backoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
+    pool: Current,
+    /// Reads wwd's load reports; stopped with the site.
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Hands each of wwd's load reports to the current pool.
+async fn read_load(client: Client, realm: String, mailbox: String, pool: Current) {
+    let mut pause = std::time::Duration::from_millis(20);
+    loop {
+        let mut c = client.clone();
+        if let Ok(mut s) = c.recv_stream(&realm, &mailbox, 64).await {
+            pause = std::time::Duration::from_millis(20);
+            while let Ok(Some(batch)) = s.message().await {
+                // The latest report of a batch is the one that counts.
+                let peak = batch
+                    .messages
+                    .iter()
+                    .rev()
+                    .find_map(|m| std::str::from_utf8(&m.payload).ok()?.parse::<usize>().ok());
+                let current = pool.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let (Some(peak), Some(p)) = (peak, current) {
+                    p.load(peak);
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+    }
 }
 
 impl Site {
@@ -70,7 +120,7 @@ impl Site {
         min: u32,
         max: u32,
     ) -> Result<Site> {
-        Layout::new(site)?;
+        let layout = Layout::new(site)?;
         if min == 0 || min > max || max > crate::pool::WORKERS_MAX {
             return Err(Error::Invalid(format!(
                 "workers must satisfy 1 <= min <= max <= {}",
@@ -78,6 +128,13 @@ impl Site {
             )));
         }
         let (exits, exited) = mpsc::unbounded_channel();
+        let pool: Current = Default::default();
+        let reader = tokio::spawn(read_load(
+            client.clone(),
+            realm.to_string(),
+            layout.load(),
+            pool.clone(),
+        ));
         let mut s = Site {
             client: client.clone(),
             realm: realm.into(),
@@ -92,12 +149,14 @@ impl Site {
             backoff: Default::default(),
             exits,
             exited,
+            pool,
+            reader,
         };
         s.fill().await?;
         Ok(s)
     }
 
-    /// Starts the wwd if it is not running.
+    /// Starts the wwd, and a pool for it, if it is not running.
     async fn fill(&mut self) -> Result<()> {
         if self.wwd.is_some() {
             return Ok(());
@@ -107,16 +166,9 @@ impl Site {
         }
         self.spawned += 1;
         let pid = unique_pid(&format!("www-{}-wwd", self.site), self.spawned);
+        let layout = Layout::new(&self.site)?;
         let mut args = self.program.args.clone();
-        args.extend([
-            "wwd".to_string(),
-            self.site.clone(),
-            self.listen.clone(),
-            self.min.to_string(),
-            self.max.to_string(),
-            self.program.path.clone(),
-        ]);
-        args.extend(self.program.args.iter().cloned());
+        args.extend(["wwd".to_string(), self.site.clone(), self.listen.clone()]);
         let p = proto::ProcDescriptor {
             pid: pid.clone(),
             kind: "native".into(),
@@ -124,12 +176,32 @@ impl Site {
             program: self.program.path.clone(),
             args,
             cores: Some(1),
+            // Its mailboxes and nothing else (σOS: wwd runs without the
+            // namespace); the node refuses it everything more.
+            scope: layout.wwd_scope(&pid),
             ..Default::default()
         };
         spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
         self.started = tokio::time::Instant::now();
-        self.wwd = Some(pid);
-        Ok(())
+        self.wwd = Some(pid.clone());
+        let pool = Pool::new(
+            &self.client,
+            &self.realm,
+            &self.site,
+            &pid,
+            self.program.clone(),
+            self.min,
+            self.max,
+        )?;
+        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = Some(pool.clone());
+        pool.start().await
+    }
+
+    /// Retires the current pool (its wwd is gone or going).
+    fn retire_pool(&self) {
+        if let Some(p) = self.pool.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            p.retire();
+        }
     }
 
     /// The wwd's pid.
@@ -172,6 +244,9 @@ impl Site {
             .ok_or_else(|| Error::Invalid("the site's channel closed".into()))?;
         if self.wwd.as_deref() == Some(pid.as_str()) {
             self.wwd = None;
+            // Its workers leave with it; the next wwd gets a pool of its
+            // own.
+            self.retire_pool();
             // A wwd that cannot start (its port taken) is not restarted
             // in a tight loop.
             let lived = self.started.elapsed();
@@ -196,6 +271,7 @@ impl Site {
 
     /// Evicts the wwd and its workers and waits for them to exit.
     pub async fn stop(&mut self) {
+        self.retire_pool();
         let workers = self.workers().await.unwrap_or_default();
         let mut c = self.client.clone();
         let pids: Vec<String> = self.wwd.take().into_iter().chain(workers).collect();

@@ -1,10 +1,14 @@
 //! wwd (σOS section 5.3): an LC proc that accepts HTTP/1.1 (hyper) and
-//! does no work of its own — and touches neither the realm's namespace nor
-//! its files: each request becomes a message to the site's request
-//! mailbox, which one of the pool's worker procs takes, and the worker's
-//! answer comes back to wwd's own mailbox (`proc/<wwd>`), where one reader
-//! hands each part to the request waiting for it. It starts its workers
-//! itself and grows and shrinks their pool with the load ([`crate::pool`]).
+//! does no work of its own — and cannot touch the realm's namespace, its
+//! files, its procs or its SQL: its credential is scoped to three
+//! mailboxes (`tabos_kernel::auth::Scope`, enforced by the node), and
+//! that is all it uses. Each request becomes a message to the site's
+//! request mailbox, which one of the pool's worker procs takes, and the
+//! worker's answer comes back to wwd's own mailbox (`proc/<wwd>`), where
+//! one reader hands each part to the request waiting for it. Every
+//! [`REPORT_EVERY`] that saw requests, it tells the site's load mailbox
+//! the most it had in flight, by which the site's supervisor grows and
+//! shrinks the pool ([`crate::pool`]).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -32,6 +36,8 @@ pub const CONNECTIONS_MAX: usize = 1_024;
 pub const HEADER_WAIT: Duration = Duration::from_secs(10);
 /// Longest a client may take to send a request's body.
 pub const BODY_WAIT: Duration = Duration::from_secs(10);
+/// How often wwd reports its load (only while it has any, and once after).
+pub const REPORT_EVERY: Duration = Duration::from_millis(250);
 
 /// A response being put together from its parts.
 struct Pending {
@@ -50,26 +56,14 @@ struct Wwd {
     out: wire::Batcher,
     next: AtomicU64,
     pending: Mutex<HashMap<u64, Pending>>,
-    pool: Arc<crate::pool::Pool>,
+    /// The most requests in flight since the last load report.
+    peak: std::sync::atomic::AtomicUsize,
+    /// Where load reports go.
+    load: String,
 }
 
 /// Serves HTTP on `listen` until the node or the listener fails.
-pub async fn run(
-    ctx: Ctx,
-    listen: &str,
-    min: u32,
-    max: u32,
-    program: crate::service::Program,
-) -> Result<()> {
-    let pool = crate::pool::Pool::new(
-        &ctx.client,
-        &ctx.realm,
-        ctx.layout.site(),
-        &ctx.pid,
-        program,
-        min,
-        max,
-    )?;
+pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
@@ -85,10 +79,11 @@ pub async fn run(
         out: wire::Batcher::start(&ctx.client, &ctx.realm, &format!("proc/{}", ctx.pid)),
         next: AtomicU64::new(1),
         pending: Mutex::new(HashMap::new()),
-        pool: pool.clone(),
+        peak: Default::default(),
+        load: ctx.layout.load(),
     });
-    pool.start().await?;
     tokio::spawn(wwd.clone().read_answers());
+    tokio::spawn(wwd.clone().report_load());
     let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
     loop {
         let (sock, _) = listener
@@ -135,6 +130,32 @@ impl Wwd {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// Tells the site's supervisor, every [`REPORT_EVERY`], the most
+    /// requests it had in flight — while there are any, and once more
+    /// when they are gone (so the pool can shrink). A report that cannot
+    /// be sent (the supervisor away, its mailbox full) is dropped: the
+    /// next one says the same.
+    async fn report_load(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(REPORT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = 0;
+        loop {
+            tick.tick().await;
+            let now = self.pending().len();
+            let peak = self.peak.swap(now, Ordering::Relaxed).max(now);
+            if peak == 0 && last == 0 {
+                continue;
+            }
+            last = peak;
+            let msg = proto::Outgoing {
+                to: self.load.clone(),
+                payload: peak.to_string().into_bytes(),
+                message_id: String::new(),
+            };
+            let _ = self.out.send(msg).await;
         }
     }
 
@@ -231,7 +252,7 @@ impl Wwd {
                     body: Vec::new(),
                 },
             );
-            self.pool.arrived(pending.len());
+            self.peak.fetch_max(pending.len(), Ordering::Relaxed);
         }
         let msg = proto::Outgoing {
             to: self.requests.clone(),

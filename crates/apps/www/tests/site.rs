@@ -4,7 +4,9 @@
 //! types, HEAD, a file larger than one message), a page from a stored
 //! procedure, bad requests (a path leaving the site, a method static files
 //! do not answer, a missing file or procedure), routes changed while it
-//! runs, and a worker SIGKILLed while the site serves on.
+//! runs, a worker SIGKILLed while the site serves on, the pool grown by
+//! wwd's load reports and shrunk after, and wwd's credential scoped to its
+//! mailboxes.
 
 use std::process::Command;
 use std::time::Duration;
@@ -159,6 +161,27 @@ fn a_site_answers_curl() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert!(up, "wwd never answered");
+        // wwd's credential reaches its three mailboxes and nothing more
+        // (the node enforces a scope: crates/node/tests/auth.rs).
+        let wwd = site.wwd().unwrap().to_string();
+        let scope = c
+            .clone()
+            .sql(
+                "SELECT scope FROM credential WHERE realm = $1 AND pid = $2 AND revoked_us IS NULL",
+                vec![
+                    tabos_client::Value::Text(REALM.into()),
+                    tabos_client::Value::Text(wwd.clone()),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            scope.rows,
+            [[Some(tabos_client::Value::Text(format!(
+                "send:www-t-load send:www-t-requests recv:proc/{wwd}"
+            )))]],
+            "wwd's credential is scoped to its mailboxes"
+        );
         let get = |args: Vec<String>| {
             let a: Vec<&str> = args.iter().map(String::as_str).collect();
             curl(&a)
@@ -229,7 +252,7 @@ fn a_site_answers_curl() {
         }
         assert_eq!(seen, 4, "the new route was never served");
 
-        // A worker SIGKILLed: the site serves on (the other), and wwd
+        // A worker SIGKILLed: the site serves on (the other), and its pool
         // starts another.
         let until_workers = |n: usize, what: &'static str| {
             let site = &site;

@@ -47,13 +47,12 @@
 mod handover;
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tabos_store::{params, PKey, Row, Store, Tx};
 
-use crate::ids::{validate_name, Pid};
+use crate::ids::Pid;
 use crate::{p_key, partition, validate_realm, Error, Result};
 use handover::{Claim, Waiters, Waiting};
 
@@ -85,44 +84,7 @@ const DEDUP_PRUNE_MAX: usize = 16;
 /// Longest a receive may wait.
 pub const RECV_WAIT_MAX: Duration = Duration::from_secs(3_600);
 
-/// Where a message goes, or who sent it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Address {
-    /// A proc's own mailbox: `proc/<pid>`.
-    Proc(Pid),
-    /// A named mailbox: `<name>`.
-    Named(String),
-}
-
-impl Address {
-    /// Parses `proc/<pid>` or a mailbox name (the characters of a pid, no `/`).
-    pub fn parse(s: &str) -> Result<Address> {
-        match s.split_once('/') {
-            Some(("proc", pid)) => Ok(Address::Proc(Pid::new(pid)?)),
-            Some(_) => Err(Error::Invalid(format!(
-                "address {s:?} must be proc/<pid> or a mailbox name without '/'"
-            ))),
-            None => {
-                validate_name("mailbox name", s)?;
-                Ok(Address::Named(s.to_string()))
-            }
-        }
-    }
-
-    /// A proc's address.
-    pub fn proc(pid: &Pid) -> Address {
-        Address::Proc(pid.clone())
-    }
-}
-
-impl fmt::Display for Address {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Address::Proc(p) => write!(f, "proc/{p}"),
-            Address::Named(n) => f.write_str(n),
-        }
-    }
-}
+pub use crate::ids::Address;
 
 /// The change-feed channel of one mailbox. Long names are hashed to keep
 /// within the channel limit; two mailboxes sharing a channel only cost a
