@@ -17,6 +17,12 @@ pub struct Args {
     /// (not loopback) needs --tls-cert and --tls-key
     #[arg(long, default_value = tabos_client::DEFAULT_ADDR)]
     listen: String,
+    /// Address to serve the PostgreSQL wire protocol on (psql, psycopg,
+    /// JDBC, Grafana: user = the realm, password = a credential), loopback
+    /// only; `none` not to serve it. When the default is taken the node
+    /// starts without it and says so
+    #[arg(long, default_value = tabos_node::pg::LISTEN_DEFAULT, value_name = "ADDR|none")]
+    pg_listen: String,
     /// Serve TLS with this PEM certificate (chain)
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -147,7 +153,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data).with_context(|| format!("cannot create {}", args.data))?;
     let tls = args.tls_cert.is_some();
     if !tls {
-        refuse_plaintext_beyond_loopback(&args.listen)?;
+        refuse_plaintext_beyond_loopback("--listen", &args.listen)?;
+    }
+    // The PostgreSQL protocol is served without TLS: loopback only.
+    let pg_listen = (args.pg_listen != "none").then(|| args.pg_listen.clone());
+    if let Some(pg) = &pg_listen {
+        refuse_plaintext_beyond_loopback("--pg-listen", pg)?;
     }
     let mut options = tabos_node::ServeOptions::default();
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
@@ -176,6 +187,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if serve_local {
             options.local_socket = Some(tabos_node::LocalSocket::bind(&socket)?);
         }
+        let pg_said = match &pg_listen {
+            Some(pg) => match tabos_node::PgListener::bind(pg).await {
+                Ok(l) => {
+                    let said = format!(
+                        "PostgreSQL protocol on {} (user = realm, password = a credential)",
+                        l.addr()
+                    );
+                    options.pg = Some(l);
+                    said
+                }
+                // The default taken (another node on this machine): go on
+                // without it. One asked for must be served.
+                Err(e) if pg == tabos_node::pg::LISTEN_DEFAULT => {
+                    format!("no PostgreSQL protocol: {e}; give --pg-listen ADDR to serve it")
+                }
+                Err(e) => return Err(e.into()),
+            },
+            None => "no PostgreSQL protocol (--pg-listen none)".to_string(),
+        };
         let addr = tabos_node::local_addr(&listener).map_or(args.listen.clone(), |a| a.to_string());
         println!(
             "tabos node on {addr}: {where_}, {} partitions, durability {}{}",
@@ -208,6 +238,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if let Some(local) = &local_addr {
             println!("local socket: {local}");
         }
+        println!("{pg_said}");
         if !args.no_context {
             // Clients on this machine use the local socket; without one,
             // TCP (and TLS when the node serves it).
@@ -246,16 +277,21 @@ pub const OPERATOR_TOKEN_FILE: &str = "operator.token";
 
 /// Credentials travel in every request, so a listener others can reach
 /// must be TLS (--tls-cert, --tls-key); plaintext is for loopback only.
-fn refuse_plaintext_beyond_loopback(listen: &str) -> anyhow::Result<()> {
+fn refuse_plaintext_beyond_loopback(flag: &str, listen: &str) -> anyhow::Result<()> {
     use std::net::ToSocketAddrs;
     let addrs: Vec<_> = listen
         .to_socket_addrs()
-        .with_context(|| format!("--listen {listen:?} is not host:port"))?
+        .with_context(|| format!("{flag} {listen:?} is not host:port"))?
         .collect();
     if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+        let remedy = if flag == "--listen" {
+            "give --tls-cert and --tls-key, or listen on a loopback address (127.0.0.1:PORT)"
+        } else {
+            "the PostgreSQL protocol is served on a loopback address only (127.0.0.1:PORT)"
+        };
         anyhow::bail!(
             "refusing to listen on {listen} in plaintext: credentials would cross the network \
-             readable; give --tls-cert and --tls-key, or listen on a loopback address (127.0.0.1:PORT)"
+             readable; {remedy}"
         );
     }
     Ok(())

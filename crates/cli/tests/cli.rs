@@ -16,6 +16,8 @@ struct Node {
     /// Holds the credentials file `up` saves its context in (and the data
     /// directory of a --db node), so no test touches the user's own.
     home: TempDir,
+    /// Its start-up lines.
+    lines: Vec<String>,
 }
 
 /// Reads `tabos up`'s start-up lines from `child`: the first names the
@@ -72,7 +74,20 @@ impl Node {
             addr,
             token,
             home,
+            lines,
         }
+    }
+
+    /// Where it serves the PostgreSQL protocol: (host, port).
+    fn pg_addr(&self) -> (String, String) {
+        let addr = self
+            .lines
+            .iter()
+            .find_map(|l| l.strip_prefix("PostgreSQL protocol on "))
+            .and_then(|r| r.split(' ').next())
+            .unwrap_or_else(|| panic!("no PostgreSQL protocol: {:?}", self.lines));
+        let (host, port) = addr.rsplit_once(':').unwrap();
+        (host.to_string(), port.to_string())
     }
 
     /// A `tabos` command aimed at this node with its operator credential.
@@ -338,7 +353,14 @@ fn up_on_postgres_serves_sql() {
     let Some(url) = tabos_store::testing::pg_database() else {
         return;
     };
-    let node = Node::start(&["--db", &url, "--partitions", "2"]);
+    let node = Node::start(&[
+        "--db",
+        &url,
+        "--partitions",
+        "2",
+        "--pg-listen",
+        "127.0.0.1:0",
+    ]);
     let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
@@ -349,6 +371,8 @@ fn up_on_postgres_serves_sql() {
     let o = node.tabos(&["status", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["backend"], "postgres");
+    // The PostgreSQL protocol front door over a PostgreSQL kernel.
+    psql_and_psycopg_against(&node);
     assert!(node.stop().success());
 }
 
@@ -1594,4 +1618,205 @@ fn kv_serve_answers_redis_cli() {
         count("SELECT count(*) AS n FROM proc WHERE pid LIKE 'balancer-%'"),
         2
     );
+}
+
+/// The Python of the test virtualenv `.ci/run` makes (psycopg in it).
+fn test_python() -> std::path::PathBuf {
+    let python =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: `bash .ci/run` makes it (python3 -m venv target/test-venv && \
+         target/test-venv/bin/pip install 'psycopg[binary]')",
+        python.display()
+    );
+    python
+}
+
+/// The PostgreSQL wire protocol (issue 21, item 1) with the real psql and
+/// psycopg: sign-in by realm and credential (bad ones refused with their
+/// SQLSTATEs), the simple and extended protocols, realm scoping, psql's
+/// catalog commands, LISTEN delivering a mailbox's and a proc's changes,
+/// and writes refused.
+#[test]
+fn psql_and_psycopg_read_the_os_state() {
+    let node = Node::start(&["--pg-listen", "127.0.0.1:0"]);
+    psql_and_psycopg_against(&node);
+}
+
+/// The checks of [`psql_and_psycopg_read_the_os_state`], on `node` (either
+/// backend).
+fn psql_and_psycopg_against(node: &Node) {
+    let (host, port) = node.pg_addr();
+    let o = node.tabos(&["realm", "create", "acme"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let admin = last_line(&o);
+    let o = node.tabos(&[
+        "spawn", "--realm", "acme", "--pid", "a1", "--wait", "--", "true",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["spawn", "--pid", "d1", "--wait", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let psql = |user: &str, password: &str, args: &[&str]| {
+        Command::new("psql")
+            .args([
+                "-h",
+                &host,
+                "-p",
+                &port,
+                "-U",
+                user,
+                "-d",
+                "tabos",
+                "-X",
+                "-v",
+                "ON_ERROR_STOP=1",
+            ])
+            .args(args)
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .unwrap()
+    };
+    // A realm's admin sees its realm's procs only.
+    let o = psql(
+        "acme",
+        &admin,
+        &["-A", "-t", "-c", "SELECT pid, state FROM proc ORDER BY pid"],
+    );
+    assert_eq!(stdout(&o), "a1|exited\n", "{}", stderr(&o));
+    // The operator, as `*`, sees every realm.
+    let o = psql(
+        "*",
+        &node.token,
+        &[
+            "-A",
+            "-t",
+            "-c",
+            "SELECT count(*) FROM proc WHERE pid IN ('a1', 'd1')",
+        ],
+    );
+    assert_eq!(stdout(&o), "2\n", "{}", stderr(&o));
+    // psql's catalog commands.
+    let o = psql("acme", &admin, &["-c", "\\dt"]);
+    assert!(
+        stdout(&o).contains(" proc ") && stdout(&o).contains("| table"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        !stdout(&o).contains("credential"),
+        "a tenant sees no credential table"
+    );
+    let o = psql("acme", &admin, &["-c", "\\d proc"]);
+    assert!(
+        stdout(&o).contains("Table \"public.proc\""),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("exit_status") && stdout(&o).contains("bigint"),
+        "{}",
+        stdout(&o)
+    );
+    let o = psql("acme", &admin, &["-c", "\\dv"]);
+    assert!(stdout(&o).contains(" ps "), "{}{}", stdout(&o), stderr(&o));
+    // Refusals: a wrong password, another realm, a member, a write.
+    let o = psql("acme", "tabos_0123456789abcdef_00", &["-c", "SELECT 1"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("password authentication failed"),
+        "{}",
+        stderr(&o)
+    );
+    let o = psql("default", &admin, &["-c", "SELECT 1"]);
+    assert!(stderr(&o).contains("acts for realm acme"), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "token", "create", "--realm", "acme", "--role", "member", "--json",
+    ]);
+    let member: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let o = psql(
+        "acme",
+        member["token"].as_str().unwrap(),
+        &["-c", "SELECT 1"],
+    );
+    assert!(stderr(&o).contains("needs admin"), "{}", stderr(&o));
+    let o = psql("acme", &admin, &["-c", "DELETE FROM proc"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("read-only"), "{}", stderr(&o));
+    let o = psql(
+        "acme",
+        &admin,
+        &["-A", "-t", "-c", "SELECT count(*) FROM proc"],
+    );
+    assert_eq!(
+        stdout(&o),
+        "1\n",
+        "the DELETE changed nothing: {}",
+        stderr(&o)
+    );
+
+    // psycopg: the extended protocol with parameters, types, SQLSTATEs and
+    // LISTEN.
+    let o = node.tabos(&["mailbox", "create", "--realm", "acme", "inbox"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let script = r#"
+import os, subprocess, sys, psycopg
+host, port, token, tabos, addr, optoken = sys.argv[1:7]
+c = psycopg.connect(host=host, port=port, user="acme", password=token, dbname="tabos",
+                    autocommit=True, connect_timeout=10)
+row = c.execute("SELECT pid, exit_status, CAST(%s AS INTEGER) AS n, %s AS t FROM proc "
+                "WHERE pid = %s AND exit_status = %s", (7, "x", "a1", 0)).fetchone()
+assert row == ("a1", 0, 7, "x"), row
+assert c.execute("SELECT 2.5 AS r, 'x' AS t, NULL AS n").fetchone() == (2.5, "x", None)
+try:
+    c.execute("UPDATE proc SET state = 'x'")
+    sys.exit("a write was not refused")
+except psycopg.Error as e:
+    assert e.sqlstate == "25006", e.sqlstate
+try:
+    c.execute("SELECT * FROM credential")
+    sys.exit("another realm's table was read")
+except psycopg.Error as e:
+    assert e.sqlstate == "42501", (e.sqlstate, str(e))
+tables = [r[0] for r in c.execute(
+    "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' "
+    "AND table_type = 'BASE TABLE' ORDER BY table_name")]
+assert "proc" in tables and "credential" not in tables, tables
+c.execute('LISTEN "mailbox/inbox"')
+c.execute('LISTEN "proc/p2"')
+env = dict(os.environ, TABOS_TOKEN=optoken, TABOS_ADDR=addr)
+subprocess.run([tabos, "send", "--realm", "acme", "inbox", "hello"], env=env, check=True,
+               stdout=subprocess.DEVNULL)
+subprocess.run([tabos, "spawn", "--realm", "acme", "--pid", "p2", "--wait", "--", "true"],
+               env=env, check=True, stdout=subprocess.DEVNULL)
+seen = set()
+for n in c.notifies(timeout=20):
+    seen.add(n.channel)
+    if seen == {"mailbox/inbox", "proc/p2"}:
+        break
+assert seen == {"mailbox/inbox", "proc/p2"}, seen
+try:
+    c.execute('LISTEN "nonsense"')
+    sys.exit("a bad channel was accepted")
+except psycopg.Error as e:
+    assert e.sqlstate == "22023", e.sqlstate
+print("ok")
+"#;
+    let o = Command::new(test_python())
+        .args([
+            "-c",
+            script,
+            &host,
+            &port,
+            &admin,
+            TABOS,
+            &node.addr,
+            &node.token,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
 }

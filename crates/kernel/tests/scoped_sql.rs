@@ -66,6 +66,10 @@ fn a_realm_sees_only_its_own_rows(b: Backend) {
     let usage = read(s, &r, "SELECT realm FROM realm_usage").unwrap();
     assert_eq!(texts(&usage), ["r"]);
     assert!(read(s, &r, "SELECT * FROM ps").unwrap().rows.is_empty());
+    // count(*) reads no column of the view (SQLite asks about the view
+    // itself): counted in the realm only.
+    let counted = read(s, &r, "SELECT count(*) FROM kv").unwrap();
+    assert_eq!(counted.rows[0].get::<i64>(0).unwrap(), 1);
     // Filters, joins and CTEs of its own views work as usual.
     let joined = read(
         s,
@@ -90,6 +94,8 @@ fn a_realm_sees_only_its_own_rows(b: Backend) {
         "WITH kv AS (SELECT * FROM public.kv) SELECT * FROM kv",
         "WITH credential AS (SELECT * FROM credential) SELECT * FROM credential",
         "SELECT (SELECT count(*) FROM main.kv)",
+        "SELECT count(*) FROM credential",
+        "SELECT count(*) FROM tenant_view",
         "SELECT * FROM kv WHERE realm = 's' UNION ALL SELECT * FROM main.kv",
     ];
     for sql in out_of_view {

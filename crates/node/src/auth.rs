@@ -143,6 +143,16 @@ impl Auth {
         p.is_live(tabos_store::now_us()).then(|| p.clone())
     }
 
+    /// Whether credential `id` is still live (not revoked, not expired):
+    /// for a session that checked its token once, at its start.
+    pub fn is_live(&self, id: &CredentialId) -> bool {
+        let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
+        live.by_id
+            .get(id)
+            .and_then(|h| live.by_hash.get(h))
+            .is_some_and(|p| p.is_live(tabos_store::now_us()))
+    }
+
     /// The principal of a request's metadata, or UNAUTHENTICATED.
     pub fn authenticate(&self, md: &MetadataMap) -> Result<Arc<Principal>, Status> {
         let Some(value) = md.get(AUTHORIZATION) else {

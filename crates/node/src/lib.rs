@@ -25,6 +25,7 @@ pub mod jail;
 pub mod load;
 pub mod managers;
 pub mod names;
+pub mod pg;
 pub mod procd;
 pub mod procedures;
 pub mod procs;
@@ -559,6 +560,54 @@ pub struct ServeOptions {
     /// [`LOCAL_SOCKET_NAME`]), without TLS: the way clients on this
     /// machine, and the node's native procs, reach it.
     pub local_socket: Option<LocalSocket>,
+    /// Also serve the PostgreSQL wire protocol ([`pg`]) on this listener.
+    pub pg: Option<PgListener>,
+}
+
+/// A TCP listener for the PostgreSQL wire protocol, bound before the node
+/// serves (so that a taken port is known at once) and taken by
+/// [`serve_with`].
+#[derive(Clone)]
+pub struct PgListener {
+    addr: std::net::SocketAddr,
+    listener: std::sync::Arc<std::sync::Mutex<Option<TcpListener>>>,
+}
+
+impl std::fmt::Debug for PgListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgListener")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgListener {
+    /// Listens on `addr` (`host:port`; port 0 for any), within a Tokio
+    /// runtime.
+    pub async fn bind(addr: &str) -> Result<PgListener, Error> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::Startup(format!("cannot listen on {addr} (PostgreSQL): {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::Startup(e.to_string()))?;
+        Ok(PgListener {
+            addr,
+            listener: std::sync::Arc::new(std::sync::Mutex::new(Some(listener))),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    fn take(&self) -> Option<TcpListener> {
+        self.listener
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
 }
 
 impl ServeOptions {
@@ -587,6 +636,7 @@ impl Default for ServeOptions {
             tls: None,
             limits: conn::Limits::default(),
             local_socket: None,
+            pg: None,
         }
     }
 }
@@ -819,6 +869,9 @@ pub async fn serve_with(
         let _ = stop.send(true);
         r
     };
+    if let Some(pg) = options.pg.as_ref().and_then(PgListener::take) {
+        tokio::spawn(pg::serve(node.clone(), pg, stopping.clone()));
+    }
     let servers = async { tokio::join!(tcp_served, local_served) };
     tokio::pin!(servers);
     let (tcp_served, local_served) = tokio::select! {

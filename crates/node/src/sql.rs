@@ -83,6 +83,33 @@ pub fn value_to_proto(v: &Value) -> proto::Value {
     proto::Value { kind: Some(kind) }
 }
 
+/// Runs `sql` with `params` on the node's read path within `scope`,
+/// returning at most `max_rows` rows (truncated past it, or past
+/// [`RESULT_BYTES_MAX`]), stopped after the node's `query_time_max` or
+/// when the returned future is dropped. What `tabos sql` and the
+/// PostgreSQL front door ([`crate::pg`]) share.
+pub async fn run(
+    node: &Node,
+    scope: tabos_store::ReadScope,
+    sql: String,
+    params: Vec<Value>,
+    max_rows: usize,
+) -> Result<tabos_store::Rows, tabos_store::Error> {
+    let store = node.store.clone();
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _cancel_on_drop = CancelOnDrop(cancel.clone());
+    let limits = tabos_store::ReadLimits {
+        cap: tabos_store::Cap::Truncate(max_rows),
+        bytes_max: RESULT_BYTES_MAX,
+        time_max: Some(node.settings.query_time_max),
+        cancel: Some(cancel),
+        scope,
+    };
+    tokio::task::spawn_blocking(move || store.query_bounded(&sql, &params, &limits))
+        .await
+        .map_err(|e| tabos_store::Error::Invalid(format!("query task failed: {e}")))?
+}
+
 #[tonic::async_trait]
 impl proto::sql_server::Sql for SqlService {
     async fn query(
@@ -124,20 +151,8 @@ impl proto::sql_server::Sql for SqlService {
             0 => ROWS_DEFAULT,
             n => n.min(ROWS_MAX),
         } as usize;
-        let store = self.node.store.clone();
-        let sql = req.sql;
-        let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let _cancel_on_drop = CancelOnDrop(cancel.clone());
-        let limits = tabos_store::ReadLimits {
-            cap: tabos_store::Cap::Truncate(max_rows),
-            bytes_max: RESULT_BYTES_MAX,
-            time_max: Some(self.node.settings.query_time_max),
-            cancel: Some(cancel),
-            scope,
-        };
-        let rows = tokio::task::spawn_blocking(move || store.query_bounded(&sql, &params, &limits))
+        let rows = run(&self.node, scope, req.sql, params, max_rows)
             .await
-            .map_err(|e| Status::internal(format!("query task failed: {e}")))?
             .map_err(|e| status_of(&e))?;
         Ok(Response::new(proto::SqlResponse {
             columns: rows.columns.to_vec(),

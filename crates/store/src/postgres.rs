@@ -547,7 +547,18 @@ impl Worker {
     fn read(&mut self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
         let scope = match &limits.scope {
             ReadScope::All => None,
-            ReadScope::Realm(realm) => Some(self.realm_schema(realm)?),
+            ReadScope::Realm(realm) => {
+                // A write is a write, whoever asks: said as such before the
+                // realm's role would refuse it for want of a privilege
+                // (as on SQLite).
+                if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
+                    return Err(Error::ReadOnly(format!(
+                        "this statement would change the database; queries here are read-only: \
+                         {sql}"
+                    )));
+                }
+                Some(self.realm_schema(realm)?)
+            }
         };
         let mut t = self
             .client

@@ -1,0 +1,980 @@
+//! The PostgreSQL wire protocol (issue 21, item 1): psql, psycopg, JDBC
+//! and Grafana reach the OS state the way `tabos sql` does.
+//!
+//! * **Sign-in.** User = the realm (`acme`, or `acme/alice` to name the fs
+//!   user too; an operator may also sign in as `*` for every realm),
+//!   password = a tabos credential (cleartext over the connection: the
+//!   node serves it on loopback only unless told otherwise, as for gRPC).
+//!   The credential decides everything, as on every RPC: a tenant's acts
+//!   for its own realm only and needs role admin (SQL reads past files'
+//!   and names' modes); a scoped one is refused. It is checked again
+//!   before every statement, so a revoked credential ends the session.
+//! * **Queries.** Simple and extended protocols (`pgwire`). A statement
+//!   runs on the node's read path through [`crate::sql::run`] — the same
+//!   realm scoping, deadline and size limits as `tabos sql`, on either
+//!   backend; past [`ROWS_MAX`] rows the result is cut and a WARNING says
+//!   so. Types follow the values: integers int8, reals float8, text text,
+//!   blobs bytea. `BEGIN`/`COMMIT`/`ROLLBACK`, `SET`, `RESET`, `DISCARD`
+//!   and `SHOW` are answered here (every statement is its own read-only
+//!   snapshot); `NOTIFY` and anything that writes is refused.
+//! * **Catalog.** A statement naming `pg_catalog` or `information_schema`
+//!   is answered from a catalog of the relations the session may read
+//!   ([`catalog`]), enough for psql's `\d` and `\dt` and Grafana's table
+//!   picker.
+//! * **Notifications.** `LISTEN "proc/<pid>"`, `"mailbox/<name>"`,
+//!   `"names/<dir>"` or `spawns` follows that change-feed channel of the
+//!   session's realm; each notification is delivered as a PostgreSQL
+//!   notification as soon as the connection is idle (no polling: the
+//!   connection's task waits on the feed and the socket at once).
+//! * **Errors** carry SQLSTATEs ([`sqlstate`]).
+//!
+//! Each connection runs on a task of its own with its own handlers;
+//! at most [`CONNECTIONS_MAX`] at once, a sign-in within [`STARTUP_WAIT`].
+
+pub mod catalog;
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{Sink, SinkExt, StreamExt};
+use pgwire::api::auth::{
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
+    DefaultServerParameterProvider, StartupHandler,
+};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{
+    DataRowEncoder, DescribePortalResponse, DescribeStatementResponse, FieldInfo, QueryResponse,
+    Response, Tag,
+};
+use pgwire::api::stmt::{NoopQueryParser, StoredStatement};
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, NoopHandler, PgWireConnectionState, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::response::{NoticeResponse, NotificationResponse};
+use pgwire::messages::startup::Authentication;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
+use tabos_kernel::auth::{Principal, Role};
+use tabos_store::{ReadScope, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use crate::Node;
+
+/// Where `tabos up` serves the protocol unless told otherwise.
+pub const LISTEN_DEFAULT: &str = "127.0.0.1:5433";
+/// Most connections served at once (more are closed at once).
+pub const CONNECTIONS_MAX: usize = 256;
+/// Longest a client may take to sign in.
+pub const STARTUP_WAIT: Duration = Duration::from_secs(10);
+/// Most rows one statement returns (then cut, with a WARNING).
+pub const ROWS_MAX: usize = crate::sql::ROWS_MAX as usize;
+/// Most channels one connection listens on.
+pub const LISTENS_MAX: usize = 64;
+/// Notifications waiting for an idle connection (its listeners wait
+/// past it).
+pub const NOTIFY_QUEUE_MAX: usize = 1_024;
+/// The version psql and drivers are told (the catalog answers the
+/// queries of this version's psql).
+pub const SERVER_VERSION: &str = "15.0 (tabos)";
+
+/// SQLSTATEs of the errors this front door gives.
+pub mod sqlstate {
+    pub const INVALID_PASSWORD: &str = "28P01";
+    pub const INVALID_AUTHORIZATION: &str = "28000";
+    pub const INSUFFICIENT_PRIVILEGE: &str = "42501";
+    pub const READ_ONLY_TRANSACTION: &str = "25006";
+    pub const SYNTAX_OR_ACCESS: &str = "42000";
+    pub const SYNTAX_ERROR: &str = "42601";
+    pub const UNDEFINED_OBJECT: &str = "42704";
+    pub const DATATYPE_MISMATCH: &str = "42804";
+    pub const INVALID_PARAMETER_VALUE: &str = "22023";
+    pub const QUERY_CANCELED: &str = "57014";
+    pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+    pub const INSUFFICIENT_RESOURCES: &str = "53000";
+    pub const CANNOT_CONNECT_NOW: &str = "57P03";
+    pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+    pub const INTEGRITY_CONSTRAINT: &str = "23000";
+    pub const INTERNAL_ERROR: &str = "XX000";
+}
+
+fn error(severity: &str, code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        severity.into(),
+        code.into(),
+        message.into(),
+    )))
+}
+
+fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
+    error("FATAL", code, message)
+}
+
+fn refused(code: &str, message: impl Into<String>) -> PgWireError {
+    error("ERROR", code, message)
+}
+
+/// A store error as PostgreSQL would say it: the backend's own SQLSTATE
+/// when the backend is PostgreSQL, the nearest class otherwise.
+pub fn store_error(e: &tabos_store::Error) -> PgWireError {
+    use tabos_store::{Error as E, SqlCode};
+    let code = match e {
+        E::Sql(s) => match &s.code {
+            SqlCode::Sqlstate(code) => code.as_str(),
+            // SQLite: 9 interrupted, 8 read-only, 19 constraint, 23 not
+            // authorized; 1 (an error in the statement) and the rest.
+            SqlCode::Sqlite { primary: 9, .. } => sqlstate::QUERY_CANCELED,
+            SqlCode::Sqlite { primary: 8, .. } => sqlstate::READ_ONLY_TRANSACTION,
+            SqlCode::Sqlite { primary: 19, .. } => sqlstate::INTEGRITY_CONSTRAINT,
+            SqlCode::Sqlite { primary: 23, .. } => sqlstate::INSUFFICIENT_PRIVILEGE,
+            _ => sqlstate::SYNTAX_OR_ACCESS,
+        },
+        E::ReadOnly(_) => sqlstate::READ_ONLY_TRANSACTION,
+        E::OutOfScope(_) => sqlstate::INSUFFICIENT_PRIVILEGE,
+        E::Invalid(_) => sqlstate::INVALID_PARAMETER_VALUE,
+        E::Type(_) => sqlstate::DATATYPE_MISMATCH,
+        E::Limit { .. } => sqlstate::PROGRAM_LIMIT_EXCEEDED,
+        E::Overloaded(_) => sqlstate::INSUFFICIENT_RESOURCES,
+        E::Timeout(_) | E::Cancelled(_) => sqlstate::QUERY_CANCELED,
+        E::Closed | E::Unavailable(_) => sqlstate::CANNOT_CONNECT_NOW,
+        _ => sqlstate::INTERNAL_ERROR,
+    };
+    // The message only: a SQL error's own text already names the
+    // statement, which the client has.
+    let message = match e {
+        E::Sql(s) => s.message.clone(),
+        other => other.to_string(),
+    };
+    refused(code, message)
+}
+
+/// Serves the protocol on `listener` until `stopping` is raised.
+pub async fn serve(
+    node: Node,
+    listener: TcpListener,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let stop = crate::stopping(stopping.clone());
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            () = &mut stop => return,
+            a = listener.accept() => a,
+        };
+        let Ok((socket, _)) = accepted else {
+            // Out of descriptors, most likely: give the others a moment.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            continue; // full: this one is closed at once
+        };
+        let (node, stopping) = (node.clone(), stopping.clone());
+        tokio::spawn(async move {
+            connection(node, socket, stopping).await;
+            drop(slot);
+        });
+    }
+}
+
+/// A signed-in session: who, and what it reads.
+#[derive(Clone)]
+struct Session {
+    principal: Arc<Principal>,
+    scope: ReadScope,
+    /// The realm it acts in (`None`: every realm, an operator's `*`).
+    realm: Option<String>,
+}
+
+/// One connection's state, shared by its handlers.
+struct Conn {
+    node: Node,
+    session: Mutex<Option<Session>>,
+    /// Results run to describe a portal, kept for its execution.
+    described: Mutex<HashMap<String, (String, tabos_store::Rows)>>,
+    /// LISTENed channels (as the client named them) and their followers.
+    listens: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    notify: mpsc::Sender<(String, String)>,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        for (_, t) in self
+            .listens
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            t.abort();
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Conn {
+    /// Signs `user` in with `token`.
+    fn sign_in(&self, user: &str, token: &str) -> PgWireResult<Session> {
+        let principal = self.node.auth.check(token.trim()).ok_or_else(|| {
+            fatal(
+                sqlstate::INVALID_PASSWORD,
+                format!(
+                    "password authentication failed for user \"{user}\": the password must be a \
+                     live tabos credential"
+                ),
+            )
+        })?;
+        if let Some(scope) = &principal.scope {
+            return Err(fatal(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                format!(
+                    "credential {} is scoped to mailboxes ({scope}) and may not use SQL",
+                    principal.id
+                ),
+            ));
+        }
+        let (realm, fs_user) = match user.split_once('/') {
+            Some((r, u)) => (r, Some(u)),
+            None => (user, None),
+        };
+        let scope_realm = if principal.is_operator() {
+            (realm != "*").then(|| realm.to_string())
+        } else {
+            if realm != principal.realm {
+                return Err(fatal(
+                    sqlstate::INVALID_AUTHORIZATION,
+                    format!(
+                        "credential {} acts for realm {}, not {realm:?}: sign in as user {}",
+                        principal.id, principal.realm, principal.realm
+                    ),
+                ));
+            }
+            if let Some(u) = fs_user {
+                if u != principal.user {
+                    return Err(fatal(
+                        sqlstate::INVALID_AUTHORIZATION,
+                        format!(
+                            "credential {} acts as user {}, not {u:?}",
+                            principal.id, principal.user
+                        ),
+                    ));
+                }
+            }
+            if principal.role < Role::Admin {
+                return Err(fatal(
+                    sqlstate::INSUFFICIENT_PRIVILEGE,
+                    format!(
+                        "credential {} has role {}; SQL needs admin (it reads past files' and \
+                         names' modes)",
+                        principal.id, principal.role
+                    ),
+                ));
+            }
+            Some(principal.realm.clone())
+        };
+        let scope = match &scope_realm {
+            Some(r) => {
+                tabos_kernel::validate_realm(r)
+                    .map_err(|e| fatal(sqlstate::INVALID_AUTHORIZATION, e.to_string()))?;
+                ReadScope::Realm(r.clone())
+            }
+            None => ReadScope::All,
+        };
+        Ok(Session {
+            principal,
+            scope,
+            realm: scope_realm,
+        })
+    }
+
+    /// The session, its credential checked again (a revoked or expired
+    /// one ends it).
+    fn session(&self) -> PgWireResult<Session> {
+        let s = lock(&self.session)
+            .clone()
+            .ok_or_else(|| fatal(sqlstate::INVALID_AUTHORIZATION, "not signed in"))?;
+        if !self.node.auth.is_live(&s.principal.id) {
+            return Err(fatal(
+                sqlstate::INVALID_AUTHORIZATION,
+                format!("credential {} was revoked or has expired", s.principal.id),
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Runs one statement of the session.
+    async fn run(&self, sql: &str, params: Vec<Value>) -> PgWireResult<Outcome> {
+        let session = self.session()?;
+        match classify(sql) {
+            Statement::Empty => Ok(Outcome::Response(Response::EmptyQuery)),
+            Statement::Begin => Ok(Outcome::Response(Response::TransactionStart(Tag::new(
+                "BEGIN",
+            )))),
+            Statement::End(tag) => Ok(Outcome::Response(Response::TransactionEnd(Tag::new(tag)))),
+            Statement::Set(tag) => Ok(Outcome::Response(Response::Execution(Tag::new(tag)))),
+            Statement::Show(name) => Ok(Outcome::Rows(show(&name)?)),
+            Statement::Listen(channel) => {
+                self.listen(&session, channel)?;
+                Ok(Outcome::Response(Response::Execution(Tag::new("LISTEN"))))
+            }
+            Statement::Unlisten(channel) => {
+                let mut listens = lock(&self.listens);
+                match channel {
+                    Some(c) => {
+                        if let Some(t) = listens.remove(&c) {
+                            t.abort();
+                        }
+                    }
+                    None => listens.drain().for_each(|(_, t)| t.abort()),
+                }
+                Ok(Outcome::Response(Response::Execution(Tag::new("UNLISTEN"))))
+            }
+            Statement::Notify => Err(refused(
+                sqlstate::READ_ONLY_TRANSACTION,
+                "cannot execute NOTIFY: tabos's SQL is read-only (notifications come from the OS \
+                 state changing)",
+            )),
+            Statement::Query if catalog::mentions_catalog(sql) => {
+                let node = self.node.clone();
+                let (sql, scope) = (sql.to_string(), session.scope.clone());
+                let rows = tokio::task::spawn_blocking(move || {
+                    catalog::answer(&node, &scope, &sql, &params)
+                })
+                .await
+                .map_err(|e| refused(sqlstate::INTERNAL_ERROR, e.to_string()))??;
+                Ok(Outcome::Rows(rows))
+            }
+            Statement::Query => {
+                let rows = crate::sql::run(
+                    &self.node,
+                    session.scope.clone(),
+                    sql.to_string(),
+                    params,
+                    ROWS_MAX,
+                )
+                .await
+                .map_err(|e| store_error(&e))?;
+                Ok(Outcome::Rows(rows))
+            }
+        }
+    }
+
+    /// Follows `channel` of the session's realm.
+    fn listen(&self, session: &Session, channel: String) -> PgWireResult<()> {
+        let Some(realm) = &session.realm else {
+            return Err(refused(
+                sqlstate::FEATURE_NOT_SUPPORTED,
+                "LISTEN follows one realm's changes: sign in as user <realm>",
+            ));
+        };
+        let feed = feed_channel(realm, &channel)?;
+        let mut listens = lock(&self.listens);
+        if listens.contains_key(&channel) {
+            return Ok(());
+        }
+        if listens.len() >= LISTENS_MAX {
+            return Err(refused(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!("a connection listens on at most {LISTENS_MAX} channels"),
+            ));
+        }
+        let mut sub = self.node.store.subscribe(&feed);
+        let (tx, name) = (self.notify.clone(), channel.clone());
+        let task = tokio::spawn(async move {
+            // Ends when the feed cuts it off (it lagged) or the connection
+            // is gone. A client that reads no notifications holds back at
+            // most NOTIFY_QUEUE_MAX of them; the follower then waits, and
+            // the feed cuts it off if it waits too long.
+            while let Ok(n) = sub.recv().await {
+                if tx.send((name.clone(), n.payload)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        listens.insert(channel, task);
+        Ok(())
+    }
+}
+
+/// The change-feed channel a LISTEN names, in `realm`.
+fn feed_channel(realm: &str, channel: &str) -> PgWireResult<String> {
+    let bad = |why: String| refused(sqlstate::INVALID_PARAMETER_VALUE, why);
+    if channel == "spawns" {
+        return Ok(tabos_kernel::procs::queue_channel(realm));
+    }
+    match channel.split_once('/') {
+        Some(("proc", pid)) => {
+            let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| bad(e.to_string()))?;
+            Ok(tabos_kernel::procs::proc_channel(realm, pid.as_str()))
+        }
+        Some(("mailbox", name)) => {
+            let a = tabos_kernel::ipc::Address::parse(name).map_err(|e| bad(e.to_string()))?;
+            Ok(tabos_kernel::ipc::channel(realm, &a))
+        }
+        Some(("names", dir)) => {
+            let dir = format!("/{}", dir.trim_start_matches('/'));
+            tabos_kernel::names::validate_path(&dir).map_err(|e| bad(e.to_string()))?;
+            Ok(tabos_kernel::names::dir_channel(realm, &dir))
+        }
+        _ => Err(bad(format!(
+            "unknown channel {channel:?}: LISTEN \"proc/<pid>\", \"mailbox/<name>\", \
+             \"names/<dir>\" or spawns"
+        ))),
+    }
+}
+
+/// What a statement came to.
+enum Outcome {
+    Response(Response),
+    Rows(tabos_store::Rows),
+}
+
+/// The statements answered here rather than by the store.
+#[derive(Debug, PartialEq)]
+enum Statement {
+    Empty,
+    Begin,
+    End(&'static str),
+    Set(&'static str),
+    Show(String),
+    Listen(String),
+    Unlisten(Option<String>),
+    Notify,
+    Query,
+}
+
+/// A channel or setting name as PostgreSQL reads an identifier: quoted
+/// as is, otherwise folded to lower case.
+fn identifier(s: &str) -> String {
+    let s = s.trim().trim_end_matches(';').trim();
+    match s.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(quoted) => quoted.replace("\"\"", "\""),
+        None => s.to_ascii_lowercase(),
+    }
+}
+
+fn classify(sql: &str) -> Statement {
+    let s = sql.trim().trim_end_matches(';').trim();
+    if s.is_empty() {
+        return Statement::Empty;
+    }
+    let (first, rest) = s
+        .split_once(char::is_whitespace)
+        .map_or((s, ""), |(a, b)| (a, b.trim()));
+    match first.to_ascii_lowercase().as_str() {
+        "begin" | "start" => Statement::Begin,
+        "commit" | "end" => Statement::End("COMMIT"),
+        "rollback" | "abort" => Statement::End("ROLLBACK"),
+        "set" => Statement::Set("SET"),
+        "reset" => Statement::Set("RESET"),
+        "discard" => Statement::Set("DISCARD ALL"),
+        "show" => Statement::Show(identifier(rest)),
+        "listen" => Statement::Listen(identifier(rest)),
+        "unlisten" if rest.trim() == "*" => Statement::Unlisten(None),
+        "unlisten" => Statement::Unlisten(Some(identifier(rest))),
+        "notify" => Statement::Notify,
+        _ => Statement::Query,
+    }
+}
+
+/// `SHOW name`: the settings clients ask for.
+fn show(name: &str) -> PgWireResult<tabos_store::Rows> {
+    let value = match name {
+        "server_version" => SERVER_VERSION,
+        "server_encoding" | "client_encoding" => "UTF8",
+        "standard_conforming_strings" => "on",
+        "datestyle" => "ISO, MDY",
+        "timezone" => "UTC",
+        "transaction_isolation" | "default_transaction_isolation" => "repeatable read",
+        "transaction_read_only" | "default_transaction_read_only" => "on",
+        "search_path" => "public",
+        "integer_datetimes" => "on",
+        "max_identifier_length" => "63",
+        "application_name" => "",
+        _ => {
+            return Err(refused(
+                sqlstate::UNDEFINED_OBJECT,
+                format!("unrecognized configuration parameter \"{name}\""),
+            ))
+        }
+    };
+    Ok(catalog::rows(
+        &[name],
+        vec![vec![Value::Text(value.into())]],
+    ))
+}
+
+/// The type a column's values have: int8, float8, text or bytea (text
+/// when they differ, or are all null).
+fn column_type(rows: &tabos_store::Rows, i: usize) -> Type {
+    let mut ty: Option<Type> = None;
+    for r in rows.rows.iter() {
+        let t = match r.values().get(i) {
+            Some(Value::Int(_)) => Type::INT8,
+            Some(Value::Real(_)) => Type::FLOAT8,
+            Some(Value::Text(_)) => Type::TEXT,
+            Some(Value::Blob(_)) => Type::BYTEA,
+            _ => continue,
+        };
+        ty = Some(match (ty, t) {
+            (None, t) => t,
+            (Some(a), b) if a == b => a,
+            (Some(Type::INT8), Type::FLOAT8) | (Some(Type::FLOAT8), Type::INT8) => Type::FLOAT8,
+            _ => return Type::TEXT,
+        });
+    }
+    ty.unwrap_or(Type::TEXT)
+}
+
+fn fields(rows: &tabos_store::Rows, format: &Format) -> Arc<Vec<FieldInfo>> {
+    Arc::new(
+        rows.columns
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                FieldInfo::new(
+                    name.clone(),
+                    None,
+                    None,
+                    column_type(rows, i),
+                    format.format_for(i),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn encode(enc: &mut DataRowEncoder, ty: &Type, v: &Value) -> PgWireResult<()> {
+    match (v, ty) {
+        (Value::Null, _) => enc.encode_field(&None::<i64>),
+        (Value::Int(i), t) if *t == Type::INT8 => enc.encode_field(i),
+        (Value::Int(i), t) if *t == Type::FLOAT8 => enc.encode_field(&(*i as f64)),
+        (Value::Real(r), t) if *t == Type::FLOAT8 => enc.encode_field(r),
+        (Value::Blob(b), t) if *t == Type::BYTEA => enc.encode_field(b),
+        (Value::Text(s), _) => enc.encode_field(s),
+        (Value::Int(i), _) => enc.encode_field(&i.to_string()),
+        (Value::Real(r), _) => enc.encode_field(&r.to_string()),
+        (Value::Blob(b), _) => enc.encode_field(&String::from_utf8_lossy(b).into_owned()),
+    }
+}
+
+/// Rows as a PostgreSQL result in `format`.
+fn query_response(rows: tabos_store::Rows, format: &Format) -> PgWireResult<QueryResponse> {
+    let schema = fields(&rows, format);
+    let mut enc = DataRowEncoder::new(schema.clone());
+    let mut out = Vec::with_capacity(rows.rows.len());
+    for r in rows.rows.iter() {
+        for (v, f) in r.values().iter().zip(schema.iter()) {
+            encode(&mut enc, f.datatype(), v)?;
+        }
+        out.push(Ok(enc.take_row()));
+    }
+    Ok(QueryResponse::new(schema, futures::stream::iter(out)))
+}
+
+/// Tells the client its result was cut.
+async fn warn_truncated<C>(client: &mut C, rows: &tabos_store::Rows) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    if rows.truncated {
+        let info = ErrorInfo::new(
+            "WARNING".into(),
+            "01000".into(),
+            format!(
+                "the result was cut at {} rows: at most {ROWS_MAX} rows and {} bytes are returned",
+                rows.rows.len(),
+                crate::sql::RESULT_BYTES_MAX
+            ),
+        );
+        client
+            .send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                info,
+            )))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The sign-in: a cleartext password, checked as a tabos credential.
+struct Startup {
+    conn: Arc<Conn>,
+    params: DefaultServerParameterProvider,
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match message {
+            PgWireFrontendMessage::Startup(ref startup) => {
+                protocol_negotiation(client, startup).await?;
+                save_startup_parameters_to_metadata(client, startup);
+                client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                client
+                    .send(PgWireBackendMessage::Authentication(
+                        Authentication::CleartextPassword,
+                    ))
+                    .await?;
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(p) => {
+                let password = p.into_password()?;
+                let user = client.metadata().get("user").cloned().unwrap_or_default();
+                let session = self.conn.sign_in(&user, &password.password)?;
+                *lock(&self.conn.session) = Some(session);
+                finish_authentication(client, &self.params).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The queries of one connection, both protocols.
+struct Queries {
+    conn: Arc<Conn>,
+    parser: Arc<NoopQueryParser>,
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Queries {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self.conn.run(query, Vec::new()).await? {
+            Outcome::Response(r) => Ok(vec![r]),
+            Outcome::Rows(rows) => {
+                warn_truncated(client, &rows).await?;
+                Ok(vec![Response::Query(query_response(
+                    rows,
+                    &Format::UnifiedText,
+                )?)])
+            }
+        }
+    }
+}
+
+/// A portal's parameters as store values, by their declared types (text
+/// when the client declared none).
+fn params_of(portal: &Portal<String>) -> PgWireResult<Vec<Value>> {
+    if portal.parameter_len() > crate::sql::PARAMS_MAX {
+        return Err(refused(
+            sqlstate::PROGRAM_LIMIT_EXCEEDED,
+            format!("at most {} parameters", crate::sql::PARAMS_MAX),
+        ));
+    }
+    (0..portal.parameter_len())
+        .map(|i| {
+            let ty = portal
+                .statement
+                .parameter_types
+                .get(i)
+                .cloned()
+                .flatten()
+                .unwrap_or(Type::UNKNOWN);
+            let v = match ty {
+                Type::INT2 => portal
+                    .parameter::<i16>(i, &ty)?
+                    .map(|v| Value::Int(v.into())),
+                Type::INT4 => portal
+                    .parameter::<i32>(i, &ty)?
+                    .map(|v| Value::Int(v.into())),
+                Type::INT8 => portal.parameter::<i64>(i, &ty)?.map(Value::Int),
+                Type::FLOAT4 => portal
+                    .parameter::<f32>(i, &ty)?
+                    .map(|v| Value::Real(v.into())),
+                Type::FLOAT8 => portal.parameter::<f64>(i, &ty)?.map(Value::Real),
+                Type::BOOL => portal
+                    .parameter::<bool>(i, &ty)?
+                    .map(|v| Value::Int(v.into())),
+                Type::BYTEA => portal.parameter::<Vec<u8>>(i, &ty)?.map(Value::Blob),
+                Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+                    portal.parameter::<String>(i, &ty)?.map(Value::Text)
+                }
+                other => {
+                    return Err(refused(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        format!(
+                            "parameter ${} has type {other}: give int, float, bool, text or bytea",
+                            i + 1
+                        ),
+                    ))
+                }
+            };
+            Ok(v.unwrap_or(Value::Null))
+        })
+        .collect()
+}
+
+impl Queries {
+    /// Runs a portal's statement (or takes the result run to describe it).
+    async fn outcome(&self, portal: &Portal<String>) -> PgWireResult<Outcome> {
+        let sql = &portal.statement.statement;
+        if let Some((s, rows)) = lock(&self.conn.described).remove(&portal.name) {
+            if s == *sql {
+                return Ok(Outcome::Rows(rows));
+            }
+        }
+        self.conn.run(sql, params_of(portal)?).await
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Queries {
+    type Statement = String;
+    type QueryParser = NoopQueryParser;
+
+    fn query_parser(&self) -> Arc<Self::QueryParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Self::Statement>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        match self.outcome(portal).await? {
+            Outcome::Response(r) => Ok(r),
+            Outcome::Rows(rows) => {
+                warn_truncated(client, &rows).await?;
+                Ok(Response::Query(query_response(
+                    rows,
+                    &portal.result_column_format,
+                )?))
+            }
+        }
+    }
+
+    async fn do_describe_statement<C>(
+        &self,
+        _client: &mut C,
+        stmt: &StoredStatement<Self::Statement>,
+    ) -> PgWireResult<DescribeStatementResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // Parameters are what the client declared, text otherwise; the
+        // columns are those of a run with every parameter null (the
+        // store tells types only by values).
+        let params: Vec<Type> = (0..placeholders(&stmt.statement).max(stmt.parameter_types.len()))
+            .map(|i| {
+                stmt.parameter_types
+                    .get(i)
+                    .cloned()
+                    .flatten()
+                    .unwrap_or(Type::TEXT)
+            })
+            .collect();
+        let nulls = vec![Value::Null; params.len()];
+        let fields = match self.conn.run(&stmt.statement, nulls).await? {
+            Outcome::Rows(rows) => fields(&rows, &Format::UnifiedText).to_vec(),
+            Outcome::Response(_) => Vec::new(),
+        };
+        Ok(DescribeStatementResponse::new(params, fields))
+    }
+
+    async fn do_describe_portal<C>(
+        &self,
+        _client: &mut C,
+        portal: &Portal<Self::Statement>,
+    ) -> PgWireResult<DescribePortalResponse>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // Run now, kept for the Execute that follows: the row
+        // description comes from the values.
+        let sql = portal.statement.statement.clone();
+        match self.conn.run(&sql, params_of(portal)?).await? {
+            Outcome::Rows(rows) => {
+                let f = fields(&rows, &portal.result_column_format).to_vec();
+                lock(&self.conn.described).insert(portal.name.clone(), (sql, rows));
+                Ok(DescribePortalResponse::new(f))
+            }
+            Outcome::Response(_) => Ok(DescribePortalResponse::new(Vec::new())),
+        }
+    }
+}
+
+/// The highest `$n` in `sql` (outside nothing: a rough count, for a
+/// statement described before its parameters are known).
+fn placeholders(sql: &str) -> usize {
+    let b = sql.as_bytes();
+    let mut most = 0;
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'$' {
+            let start = i + 1;
+            let mut j = start;
+            while j < b.len() && b[j].is_ascii_digit() {
+                j += 1;
+            }
+            if let Ok(n) = sql[start..j].parse::<usize>() {
+                most = most.max(n);
+            }
+            i = j.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    most.min(crate::sql::PARAMS_MAX)
+}
+
+/// Serves one connection: sign-in, then statements, and notifications
+/// whenever it is idle.
+async fn connection(node: Node, socket: TcpStream, stopping: tokio::sync::watch::Receiver<bool>) {
+    use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+    let negotiated =
+        tokio::time::timeout(STARTUP_WAIT, negotiate_tls::<String>(socket, None)).await;
+    let Ok(Ok(Some(mut socket))) = negotiated else {
+        return;
+    };
+    let (notify, mut notifications) = mpsc::channel(NOTIFY_QUEUE_MAX);
+    let conn = Arc::new(Conn {
+        node,
+        session: Mutex::new(None),
+        described: Mutex::new(HashMap::new()),
+        listens: Mutex::new(HashMap::new()),
+        notify,
+    });
+    let mut params = DefaultServerParameterProvider::default();
+    params.server_version = SERVER_VERSION.into();
+    params.default_transaction_read_only = true;
+    let startup = Arc::new(Startup {
+        conn: conn.clone(),
+        params,
+    });
+    let queries = Arc::new(Queries {
+        conn: conn.clone(),
+        parser: Arc::new(NoopQueryParser::new()),
+    });
+    let noop = Arc::new(NoopHandler);
+    let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
+    let stop = crate::stopping(stopping);
+    tokio::pin!(stop);
+    loop {
+        let state = socket.state();
+        let signing_in = matches!(
+            state,
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let idle = matches!(state, PgWireConnectionState::ReadyForQuery);
+        tokio::select! {
+            () = &mut stop => break,
+            () = tokio::time::sleep_until(deadline), if signing_in => break,
+            n = notifications.recv(), if idle => {
+                let Some((channel, payload)) = n else { break };
+                let (pid, _) = socket.pid_and_secret_key();
+                let m = NotificationResponse::new(pid, channel, payload);
+                if socket.send(PgWireBackendMessage::NotificationResponse(m)).await.is_err() {
+                    break;
+                }
+            }
+            msg = socket.next() => {
+                let Some(Ok(msg)) = msg else { break };
+                if matches!(msg, PgWireFrontendMessage::Terminate(_)) {
+                    break;
+                }
+                let extended = match socket.state() {
+                    PgWireConnectionState::CopyInProgress(e) => e,
+                    _ => msg.is_extended_query(),
+                };
+                let cancel = matches!(msg, PgWireFrontendMessage::CancelRequest(_));
+                if let Err(e) = process_message(
+                    msg,
+                    &mut socket,
+                    startup.clone(),
+                    queries.clone(),
+                    queries.clone(),
+                    noop.clone(),
+                    noop.clone(),
+                )
+                .await
+                {
+                    let is_fatal = e.is_fatal();
+                    if process_error(&mut socket, e, extended).await.is_err() || is_fatal {
+                        break;
+                    }
+                }
+                if cancel {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_told_apart() {
+        assert_eq!(classify("  ;"), Statement::Empty);
+        assert_eq!(classify("BEGIN READ ONLY"), Statement::Begin);
+        assert_eq!(classify("commit;"), Statement::End("COMMIT"));
+        assert_eq!(
+            classify("SET extra_float_digits = 3"),
+            Statement::Set("SET")
+        );
+        assert_eq!(
+            classify("SHOW TimeZone"),
+            Statement::Show("timezone".into())
+        );
+        assert_eq!(
+            classify(r#"LISTEN "proc/p1";"#),
+            Statement::Listen("proc/p1".into())
+        );
+        assert_eq!(
+            classify("LISTEN Spawns"),
+            Statement::Listen("spawns".into())
+        );
+        assert_eq!(classify("UNLISTEN *"), Statement::Unlisten(None));
+        assert_eq!(classify("notify x"), Statement::Notify);
+        assert_eq!(classify("SELECT 1"), Statement::Query);
+        assert_eq!(placeholders("SELECT $1, $12 WHERE a = $3"), 12);
+    }
+
+    #[test]
+    fn channels_map_into_the_realm() {
+        assert_eq!(feed_channel("r", "proc/p1").unwrap(), "proc/r/p1");
+        assert_eq!(feed_channel("r", "spawns").unwrap(), "queue/r");
+        assert!(feed_channel("r", "mailbox/inbox").is_ok());
+        assert!(feed_channel("r", "names/cfg").is_ok());
+        for bad in ["proc/", "proc/a b", "mailbox/a/b", "other", "names/../x"] {
+            assert!(feed_channel("r", bad).is_err(), "{bad}");
+        }
+    }
+}
