@@ -1820,3 +1820,32 @@ print("ok")
         .unwrap();
     assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
 }
+
+/// The Python SDK (issue 21, item 2): its pytest suite (sdk/python/tests)
+/// against a real node started from this build's binary, with the SDK
+/// from the tree.
+#[test]
+fn the_python_sdk_passes_its_tests() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let o = Command::new(test_python())
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "sdk/python/tests",
+        ])
+        .current_dir(&root)
+        .env("TABOS_BIN", TABOS)
+        .env("PYTHONPATH", root.join("sdk/python"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "pytest failed:\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}

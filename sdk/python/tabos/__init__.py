@@ -1,0 +1,79 @@
+"""tabos: the Python SDK of the tabos database-oriented operating system.
+
+    import tabos
+    with tabos.Client() as c:             # the CLI's credentials file, or TABOS_ADDR/TABOS_TOKEN
+        pid = c.spawn("echo", "hi")
+        c.wait(pid)
+        print(c.logs(pid))
+        for row in c.sql("SELECT pid, state FROM ps"):
+            print(row["pid"], row["state"])
+
+A pure-Python package over grpcio, its stubs generated from the node's own
+tabos.proto (see sdk/python/README.md for why).
+"""
+
+from .client import (
+    CHUNK_BYTES,
+    DEFAULT_ADDR,
+    CallResult,
+    Client,
+    Election,
+    FileStat,
+    Message,
+    NameEntry,
+    Procedure,
+    ProcStatus,
+    Session,
+    WatchEvent,
+    credentials_path,
+    unique_pid,
+)
+from .errors import (
+    Aborted,
+    AlreadyExists,
+    Cancelled,
+    DeadlineExceeded,
+    FailedPrecondition,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ResourceExhausted,
+    TabosError,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Aborted",
+    "AlreadyExists",
+    "CHUNK_BYTES",
+    "CallResult",
+    "Cancelled",
+    "Client",
+    "DEFAULT_ADDR",
+    "DeadlineExceeded",
+    "Election",
+    "FailedPrecondition",
+    "FileStat",
+    "Internal",
+    "InvalidArgument",
+    "Message",
+    "NameEntry",
+    "NotFound",
+    "PermissionDenied",
+    "ProcStatus",
+    "Procedure",
+    "ResourceExhausted",
+    "Session",
+    "TabosError",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "WatchEvent",
+    "credentials_path",
+    "unique_pid",
+]

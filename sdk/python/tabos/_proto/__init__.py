@@ -1,0 +1,1 @@
+"""Generated from crates/client/proto/tabos.proto by generate.sh; do not edit."""

@@ -1,0 +1,1228 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Value(_message.Message):
+    __slots__ = ("null", "int", "real", "text", "blob")
+    NULL_FIELD_NUMBER: _ClassVar[int]
+    INT_FIELD_NUMBER: _ClassVar[int]
+    REAL_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BLOB_FIELD_NUMBER: _ClassVar[int]
+    null: bool
+    int: int
+    real: float
+    text: str
+    blob: bytes
+    def __init__(self, null: _Optional[bool] = ..., int: _Optional[int] = ..., real: _Optional[float] = ..., text: _Optional[str] = ..., blob: _Optional[bytes] = ...) -> None: ...
+
+class SqlRequest(_message.Message):
+    __slots__ = ("sql", "params", "max_rows", "realm")
+    SQL_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ROWS_FIELD_NUMBER: _ClassVar[int]
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    sql: str
+    params: _containers.RepeatedCompositeFieldContainer[Value]
+    max_rows: int
+    realm: str
+    def __init__(self, sql: _Optional[str] = ..., params: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., max_rows: _Optional[int] = ..., realm: _Optional[str] = ...) -> None: ...
+
+class SqlRow(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, values: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+
+class SqlResponse(_message.Message):
+    __slots__ = ("columns", "rows", "truncated")
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    rows: _containers.RepeatedCompositeFieldContainer[SqlRow]
+    truncated: bool
+    def __init__(self, columns: _Optional[_Iterable[str]] = ..., rows: _Optional[_Iterable[_Union[SqlRow, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("realm", "user", "role", "ttl_ms", "note", "scope")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    role: str
+    ttl_ms: int
+    note: str
+    scope: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class TokenInfo(_message.Message):
+    __slots__ = ("id", "realm", "user", "role", "pid", "created_us", "expires_us", "revoked_us", "note", "scope")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_US_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_US_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_US_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    realm: str
+    user: str
+    role: str
+    pid: str
+    created_us: int
+    expires_us: int
+    revoked_us: int
+    note: str
+    scope: str
+    def __init__(self, id: _Optional[str] = ..., realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., pid: _Optional[str] = ..., created_us: _Optional[int] = ..., expires_us: _Optional[int] = ..., revoked_us: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+
+class CreatedToken(_message.Message):
+    __slots__ = ("info", "token")
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    info: TokenInfo
+    token: str
+    def __init__(self, info: _Optional[_Union[TokenInfo, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ("realm", "procs")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    procs: bool
+    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[bool] = ...) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURES_COMMITTED_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURES_FAILED_FIELD_NUMBER: _ClassVar[int]
+    COMMITS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    STARTED_US_FIELD_NUMBER: _ClassVar[int]
+    PROTECTIONS_FIELD_NUMBER: _ClassVar[int]
+    BUSY_CORES_FIELD_NUMBER: _ClassVar[int]
+    LOAD_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_BYTES_HELD_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    backend: str
+    partitions: int
+    durability: str
+    procedures_committed: int
+    procedures_failed: int
+    commits: int
+    retries: int
+    started_us: int
+    protections: _containers.RepeatedScalarFieldContainer[str]
+    busy_cores: float
+    load_source: str
+    connections: int
+    request_bytes_held: int
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ...) -> None: ...
+
+class ListNodesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeRealmInfo(_message.Message):
+    __slots__ = ("realm", "cores", "unused_cores", "procs")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    UNUSED_CORES_FIELD_NUMBER: _ClassVar[int]
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    cores: int
+    unused_cores: int
+    procs: int
+    def __init__(self, realm: _Optional[str] = ..., cores: _Optional[int] = ..., unused_cores: _Optional[int] = ..., procs: _Optional[int] = ...) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_MB_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STARTED_US_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_US_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    LEFT_US_FIELD_NUMBER: _ClassVar[int]
+    BUSY_CORES_FIELD_NUMBER: _ClassVar[int]
+    REALMS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_US_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    address: str
+    cores: int
+    mem_mb: int
+    labels: _containers.ScalarMap[str, str]
+    state: str
+    started_us: int
+    heartbeat_us: int
+    heartbeat_age_ms: int
+    left_us: int
+    busy_cores: float
+    realms: _containers.RepeatedCompositeFieldContainer[NodeRealmInfo]
+    draining_us: int
+    elastic: bool
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ...) -> None: ...
+
+class ListNodesResponse(_message.Message):
+    __slots__ = ("nodes",)
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    def __init__(self, nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ...) -> None: ...
+
+class RemoveNodeRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("node_id", "drain")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    drain: bool
+    def __init__(self, node_id: _Optional[str] = ..., drain: _Optional[bool] = ...) -> None: ...
+
+class MovedProc(_message.Message):
+    __slots__ = ("realm", "pid")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    pid: str
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ...) -> None: ...
+
+class SetElasticRequest(_message.Message):
+    __slots__ = ("realm", "policy")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    policy: ElasticPolicy
+    def __init__(self, realm: _Optional[str] = ..., policy: _Optional[_Union[ElasticPolicy, _Mapping]] = ...) -> None: ...
+
+class AllocationRequest(_message.Message):
+    __slots__ = ("realm", "limit")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    limit: int
+    def __init__(self, realm: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class CoreGrantInfo(_message.Message):
+    __slots__ = ("node_id", "cores")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    cores: int
+    def __init__(self, node_id: _Optional[str] = ..., cores: _Optional[int] = ...) -> None: ...
+
+class AllocDecision(_message.Message):
+    __slots__ = ("seq", "at_us", "manager", "realm", "node_id", "cores_before", "cores_after", "reason")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_US_FIELD_NUMBER: _ClassVar[int]
+    MANAGER_FIELD_NUMBER: _ClassVar[int]
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CORES_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    CORES_AFTER_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    at_us: int
+    manager: str
+    realm: str
+    node_id: str
+    cores_before: int
+    cores_after: int
+    reason: str
+    def __init__(self, seq: _Optional[int] = ..., at_us: _Optional[int] = ..., manager: _Optional[str] = ..., realm: _Optional[str] = ..., node_id: _Optional[str] = ..., cores_before: _Optional[int] = ..., cores_after: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RealmAllocation(_message.Message):
+    __slots__ = ("realm", "elastic", "policy", "want_cores", "want_reason", "want_us", "grants", "live_cores", "unplaced_cores", "decisions")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    WANT_CORES_FIELD_NUMBER: _ClassVar[int]
+    WANT_REASON_FIELD_NUMBER: _ClassVar[int]
+    WANT_US_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_CORES_FIELD_NUMBER: _ClassVar[int]
+    UNPLACED_CORES_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    elastic: bool
+    policy: ElasticPolicy
+    want_cores: int
+    want_reason: str
+    want_us: int
+    grants: _containers.RepeatedCompositeFieldContainer[CoreGrantInfo]
+    live_cores: int
+    unplaced_cores: int
+    decisions: _containers.RepeatedCompositeFieldContainer[AllocDecision]
+    def __init__(self, realm: _Optional[str] = ..., elastic: _Optional[bool] = ..., policy: _Optional[_Union[ElasticPolicy, _Mapping]] = ..., want_cores: _Optional[int] = ..., want_reason: _Optional[str] = ..., want_us: _Optional[int] = ..., grants: _Optional[_Iterable[_Union[CoreGrantInfo, _Mapping]]] = ..., live_cores: _Optional[int] = ..., unplaced_cores: _Optional[int] = ..., decisions: _Optional[_Iterable[_Union[AllocDecision, _Mapping]]] = ...) -> None: ...
+
+class AllocSettingsRequest(_message.Message):
+    __slots__ = ("set",)
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SET_FIELD_NUMBER: _ClassVar[int]
+    set: _containers.ScalarMap[str, int]
+    def __init__(self, set: _Optional[_Mapping[str, int]] = ...) -> None: ...
+
+class ManagerLeader(_message.Message):
+    __slots__ = ("name", "holder", "epoch", "expires_in_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    HOLDER_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    holder: str
+    epoch: int
+    expires_in_ms: int
+    def __init__(self, name: _Optional[str] = ..., holder: _Optional[str] = ..., epoch: _Optional[int] = ..., expires_in_ms: _Optional[int] = ...) -> None: ...
+
+class AllocSettingsResponse(_message.Message):
+    __slots__ = ("settings", "leaders")
+    class SettingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SETTINGS_FIELD_NUMBER: _ClassVar[int]
+    LEADERS_FIELD_NUMBER: _ClassVar[int]
+    settings: _containers.ScalarMap[str, int]
+    leaders: _containers.RepeatedCompositeFieldContainer[ManagerLeader]
+    def __init__(self, settings: _Optional[_Mapping[str, int]] = ..., leaders: _Optional[_Iterable[_Union[ManagerLeader, _Mapping]]] = ...) -> None: ...
+
+class DecisionsRequest(_message.Message):
+    __slots__ = ("realm", "limit")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    limit: int
+    def __init__(self, realm: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class DecisionsResponse(_message.Message):
+    __slots__ = ("decisions",)
+    DECISIONS_FIELD_NUMBER: _ClassVar[int]
+    decisions: _containers.RepeatedCompositeFieldContainer[AllocDecision]
+    def __init__(self, decisions: _Optional[_Iterable[_Union[AllocDecision, _Mapping]]] = ...) -> None: ...
+
+class DrainNodeResponse(_message.Message):
+    __slots__ = ("changed", "moved")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    moved: _containers.RepeatedCompositeFieldContainer[MovedProc]
+    def __init__(self, changed: _Optional[bool] = ..., moved: _Optional[_Iterable[_Union[MovedProc, _Mapping]]] = ...) -> None: ...
+
+class ProcDescriptor(_message.Message):
+    __slots__ = ("pid", "parent", "kind", "program", "args", "env", "cores", "mem_mb", "home_node", "restartable", "host_paths", "scope")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PARENT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CLASS_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_MB_FIELD_NUMBER: _ClassVar[int]
+    HOME_NODE_FIELD_NUMBER: _ClassVar[int]
+    RESTARTABLE_FIELD_NUMBER: _ClassVar[int]
+    HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    pid: str
+    parent: str
+    kind: str
+    program: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    cores: int
+    mem_mb: int
+    home_node: str
+    restartable: bool
+    host_paths: _containers.RepeatedScalarFieldContainer[str]
+    scope: str
+    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[str] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., **kwargs) -> None: ...
+
+class CreateRealmRequest(_message.Message):
+    __slots__ = ("realm", "scheduler", "elastic")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    scheduler: str
+    elastic: ElasticPolicy
+    def __init__(self, realm: _Optional[str] = ..., scheduler: _Optional[str] = ..., elastic: _Optional[_Union[ElasticPolicy, _Mapping]] = ...) -> None: ...
+
+class ElasticPolicy(_message.Message):
+    __slots__ = ("min_cores", "max_cores")
+    CLASS_FIELD_NUMBER: _ClassVar[int]
+    MIN_CORES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CORES_FIELD_NUMBER: _ClassVar[int]
+    min_cores: int
+    max_cores: int
+    def __init__(self, min_cores: _Optional[int] = ..., max_cores: _Optional[int] = ..., **kwargs) -> None: ...
+
+class CreateRealmResponse(_message.Message):
+    __slots__ = ("admin_token", "admin_token_id")
+    ADMIN_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ADMIN_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    admin_token: str
+    admin_token_id: str
+    def __init__(self, admin_token: _Optional[str] = ..., admin_token_id: _Optional[str] = ...) -> None: ...
+
+class SetRealmRequest(_message.Message):
+    __slots__ = ("realm", "procs", "cores", "mem_mb", "clear", "storage_mb", "mailbox_mb", "procedures", "host_paths")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_MB_FIELD_NUMBER: _ClassVar[int]
+    CLEAR_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_MB_FIELD_NUMBER: _ClassVar[int]
+    MAILBOX_MB_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURES_FIELD_NUMBER: _ClassVar[int]
+    HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    procs: int
+    cores: int
+    mem_mb: int
+    clear: _containers.RepeatedScalarFieldContainer[str]
+    storage_mb: int
+    mailbox_mb: int
+    procedures: int
+    host_paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[int] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., clear: _Optional[_Iterable[str]] = ..., storage_mb: _Optional[int] = ..., mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RemoveRealmRequest(_message.Message):
+    __slots__ = ("realm",)
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    def __init__(self, realm: _Optional[str] = ...) -> None: ...
+
+class RemoveRealmResponse(_message.Message):
+    __slots__ = ("rows",)
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    def __init__(self, rows: _Optional[int] = ...) -> None: ...
+
+class RealmInfo(_message.Message):
+    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    LIVE_PROCS_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_PROCS_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_MB_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_MEM_MB_FIELD_NUMBER: _ClassVar[int]
+    STORED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_STORAGE_MB_FIELD_NUMBER: _ClassVar[int]
+    MAILBOX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_MAILBOX_MB_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURES_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_PROCEDURES_FIELD_NUMBER: _ClassVar[int]
+    HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    live_procs: int
+    quota_procs: int
+    cores: int
+    quota_cores: int
+    mem_mb: int
+    quota_mem_mb: int
+    stored_bytes: int
+    quota_storage_mb: int
+    mailbox_bytes: int
+    quota_mailbox_mb: int
+    procedures: int
+    quota_procedures: int
+    host_paths: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListRealmsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListRealmsResponse(_message.Message):
+    __slots__ = ("realms",)
+    REALMS_FIELD_NUMBER: _ClassVar[int]
+    realms: _containers.RepeatedCompositeFieldContainer[RealmInfo]
+    def __init__(self, realms: _Optional[_Iterable[_Union[RealmInfo, _Mapping]]] = ...) -> None: ...
+
+class SpawnRequest(_message.Message):
+    __slots__ = ("realm", "proc", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PROC_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    proc: ProcDescriptor
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., proc: _Optional[_Union[ProcDescriptor, _Mapping]] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class Spawned(_message.Message):
+    __slots__ = ("pid", "worker")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    pid: str
+    worker: str
+    def __init__(self, pid: _Optional[str] = ..., worker: _Optional[str] = ...) -> None: ...
+
+class SpawnBurstRequest(_message.Message):
+    __slots__ = ("realm", "procs")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    procs: _containers.RepeatedCompositeFieldContainer[ProcDescriptor]
+    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[_Iterable[_Union[ProcDescriptor, _Mapping]]] = ...) -> None: ...
+
+class SpawnBurstResponse(_message.Message):
+    __slots__ = ("procs",)
+    PROCS_FIELD_NUMBER: _ClassVar[int]
+    procs: _containers.RepeatedCompositeFieldContainer[Spawned]
+    def __init__(self, procs: _Optional[_Iterable[_Union[Spawned, _Mapping]]] = ...) -> None: ...
+
+class PidRequest(_message.Message):
+    __slots__ = ("realm", "pid")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    pid: str
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ...) -> None: ...
+
+class ExitedRequest(_message.Message):
+    __slots__ = ("realm", "pid", "status")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    pid: str
+    status: int
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., status: _Optional[int] = ...) -> None: ...
+
+class ProcStatus(_message.Message):
+    __slots__ = ("realm", "pid", "state", "worker", "evict_requested", "exit_status", "error", "spawn_us", "start_us", "exit_us")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    EVICT_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    EXIT_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    SPAWN_US_FIELD_NUMBER: _ClassVar[int]
+    START_US_FIELD_NUMBER: _ClassVar[int]
+    EXIT_US_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    pid: str
+    state: str
+    worker: str
+    evict_requested: bool
+    exit_status: int
+    error: str
+    spawn_us: int
+    start_us: int
+    exit_us: int
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., state: _Optional[str] = ..., worker: _Optional[str] = ..., evict_requested: _Optional[bool] = ..., exit_status: _Optional[int] = ..., error: _Optional[str] = ..., spawn_us: _Optional[int] = ..., start_us: _Optional[int] = ..., exit_us: _Optional[int] = ...) -> None: ...
+
+class LogsRequest(_message.Message):
+    __slots__ = ("realm", "pid", "stream")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    pid: str
+    stream: str
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., stream: _Optional[str] = ...) -> None: ...
+
+class LogsResponse(_message.Message):
+    __slots__ = ("data", "truncated")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    truncated: bool
+    def __init__(self, data: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class Empty(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CreateMailboxRequest(_message.Message):
+    __slots__ = ("realm", "name", "bytes_max", "log_delivered")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BYTES_MAX_FIELD_NUMBER: _ClassVar[int]
+    LOG_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    name: str
+    bytes_max: int
+    log_delivered: bool
+    def __init__(self, realm: _Optional[str] = ..., name: _Optional[str] = ..., bytes_max: _Optional[int] = ..., log_delivered: _Optional[bool] = ...) -> None: ...
+
+class RemoveMailboxRequest(_message.Message):
+    __slots__ = ("realm", "name")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    name: str
+    def __init__(self, realm: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class RemoveMailboxResponse(_message.Message):
+    __slots__ = ("dropped",)
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    dropped: int
+    def __init__(self, dropped: _Optional[int] = ...) -> None: ...
+
+class Outgoing(_message.Message):
+    __slots__ = ("to", "payload", "message_id")
+    TO_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    to: str
+    payload: bytes
+    message_id: str
+    def __init__(self, to: _Optional[str] = ..., payload: _Optional[bytes] = ..., message_id: _Optional[str] = ...) -> None: ...
+
+class SendRequest(_message.Message):
+    __slots__ = ("realm", "messages", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    FROM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    messages: _containers.RepeatedCompositeFieldContainer[Outgoing]
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Outgoing, _Mapping]]] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., **kwargs) -> None: ...
+
+class SentMessage(_message.Message):
+    __slots__ = ("seq", "duplicate")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    duplicate: bool
+    def __init__(self, seq: _Optional[int] = ..., duplicate: _Optional[bool] = ...) -> None: ...
+
+class SendResponse(_message.Message):
+    __slots__ = ("sent",)
+    SENT_FIELD_NUMBER: _ClassVar[int]
+    sent: _containers.RepeatedCompositeFieldContainer[SentMessage]
+    def __init__(self, sent: _Optional[_Iterable[_Union[SentMessage, _Mapping]]] = ...) -> None: ...
+
+class RecvRequest(_message.Message):
+    __slots__ = ("realm", "mailbox", "max", "timeout_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    MAILBOX_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    mailbox: str
+    max: int
+    timeout_ms: int
+    def __init__(self, realm: _Optional[str] = ..., mailbox: _Optional[str] = ..., max: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class Message(_message.Message):
+    __slots__ = ("seq", "sender", "message_id", "sent_us", "payload")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    SENT_US_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    sender: str
+    message_id: str
+    sent_us: int
+    payload: bytes
+    def __init__(self, seq: _Optional[int] = ..., sender: _Optional[str] = ..., message_id: _Optional[str] = ..., sent_us: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class RecvResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[Message]
+    def __init__(self, messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+
+class MailboxRequest(_message.Message):
+    __slots__ = ("realm", "mailbox")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    MAILBOX_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    mailbox: str
+    def __init__(self, realm: _Optional[str] = ..., mailbox: _Optional[str] = ...) -> None: ...
+
+class MailboxInfo(_message.Message):
+    __slots__ = ("address", "queued", "queued_bytes", "bytes_max", "log_delivered", "next_seq")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_MAX_FIELD_NUMBER: _ClassVar[int]
+    LOG_DELIVERED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SEQ_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    queued: int
+    queued_bytes: int
+    bytes_max: int
+    log_delivered: bool
+    next_seq: int
+    def __init__(self, address: _Optional[str] = ..., queued: _Optional[int] = ..., queued_bytes: _Optional[int] = ..., bytes_max: _Optional[int] = ..., log_delivered: _Optional[bool] = ..., next_seq: _Optional[int] = ...) -> None: ...
+
+class Fence(_message.Message):
+    __slots__ = ("dir", "epoch")
+    DIR_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    dir: str
+    epoch: int
+    def __init__(self, dir: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class NameEntry(_message.Message):
+    __slots__ = ("path", "kind", "data", "version", "owner", "mode", "session", "created_us", "modified_us")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CREATED_US_FIELD_NUMBER: _ClassVar[int]
+    MODIFIED_US_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    kind: str
+    data: bytes
+    version: int
+    owner: str
+    mode: int
+    session: str
+    created_us: int
+    modified_us: int
+    def __init__(self, path: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ..., version: _Optional[int] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., session: _Optional[str] = ..., created_us: _Optional[int] = ..., modified_us: _Optional[int] = ...) -> None: ...
+
+class CreateNameRequest(_message.Message):
+    __slots__ = ("realm", "path", "kind", "data", "owner", "mode", "session", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    path: str
+    kind: str
+    data: bytes
+    owner: str
+    mode: int
+    session: str
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., session: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class SetNameRequest(_message.Message):
+    __slots__ = ("realm", "path", "data", "if_version", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    path: str
+    data: bytes
+    if_version: int
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., data: _Optional[bytes] = ..., if_version: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class NameVersion(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    def __init__(self, version: _Optional[int] = ...) -> None: ...
+
+class NameRequest(_message.Message):
+    __slots__ = ("realm", "path")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    path: str
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class RemoveNameRequest(_message.Message):
+    __slots__ = ("realm", "path", "if_version", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    path: str
+    if_version: int
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., if_version: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class RenameNameRequest(_message.Message):
+    __slots__ = ("realm", "to", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    FROM_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    to: str
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., to: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., **kwargs) -> None: ...
+
+class ReadDirResponse(_message.Message):
+    __slots__ = ("entries", "more", "version")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[NameEntry]
+    more: bool
+    version: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[NameEntry, _Mapping]]] = ..., more: _Optional[bool] = ..., version: _Optional[int] = ...) -> None: ...
+
+class EpochResponse(_message.Message):
+    __slots__ = ("epoch",)
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    def __init__(self, epoch: _Optional[int] = ...) -> None: ...
+
+class OpenSessionRequest(_message.Message):
+    __slots__ = ("realm", "session", "owner", "ttl_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    session: str
+    owner: str
+    ttl_ms: int
+    def __init__(self, realm: _Optional[str] = ..., session: _Optional[str] = ..., owner: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class SessionRequest(_message.Message):
+    __slots__ = ("realm", "session")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    session: str
+    def __init__(self, realm: _Optional[str] = ..., session: _Optional[str] = ...) -> None: ...
+
+class SessionResponse(_message.Message):
+    __slots__ = ("session", "expires_us")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_US_FIELD_NUMBER: _ClassVar[int]
+    session: str
+    expires_us: int
+    def __init__(self, session: _Optional[str] = ..., expires_us: _Optional[int] = ...) -> None: ...
+
+class CloseSessionResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("realm", "path", "mode")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    path: str
+    mode: str
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[str] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ("op", "path", "version", "entry")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ENTRY_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    path: str
+    version: int
+    entry: NameEntry
+    def __init__(self, op: _Optional[str] = ..., path: _Optional[str] = ..., version: _Optional[int] = ..., entry: _Optional[_Union[NameEntry, _Mapping]] = ...) -> None: ...
+
+class FenceRequest(_message.Message):
+    __slots__ = ("realm", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class FsStat(_message.Message):
+    __slots__ = ("path", "type", "owner", "mode", "size", "block_size", "ctime_us", "mtime_us", "layout")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CTIME_US_FIELD_NUMBER: _ClassVar[int]
+    MTIME_US_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    type: str
+    owner: str
+    mode: int
+    size: int
+    block_size: int
+    ctime_us: int
+    mtime_us: int
+    layout: str
+    def __init__(self, path: _Optional[str] = ..., type: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ...) -> None: ...
+
+class FsCreateRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "mode", "fence", "parallel")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    PARALLEL_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    mode: int
+    fence: Fence
+    parallel: bool
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., parallel: _Optional[bool] = ...) -> None: ...
+
+class FsPathRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class FsRenameRequest(_message.Message):
+    __slots__ = ("realm", "user", "to", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    FROM_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    to: str
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., to: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., **kwargs) -> None: ...
+
+class FsReadDirResponse(_message.Message):
+    __slots__ = ("entries", "more")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[FsStat]
+    more: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[FsStat, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
+
+class FsReadRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "offset", "len", "pid")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEN_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    offset: int
+    len: int
+    pid: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., len: _Optional[int] = ..., pid: _Optional[str] = ...) -> None: ...
+
+class FsReadResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class FsWriteRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "offset", "data", "create", "fence", "pid")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    offset: int
+    data: bytes
+    create: bool
+    fence: Fence
+    pid: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., create: _Optional[bool] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., pid: _Optional[str] = ...) -> None: ...
+
+class FsWriteResponse(_message.Message):
+    __slots__ = ("size",)
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    size: int
+    def __init__(self, size: _Optional[int] = ...) -> None: ...
+
+class FsTruncateRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "size", "fence")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    size: int
+    fence: Fence
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., size: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+
+class FsChmodRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "mode")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    mode: int
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[int] = ...) -> None: ...
+
+class FsChownRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "owner")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    owner: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., owner: _Optional[str] = ...) -> None: ...
+
+class FsDuRequest(_message.Message):
+    __slots__ = ("realm", "path", "owner", "min_size")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    MIN_SIZE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    path: str
+    owner: str
+    min_size: int
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., owner: _Optional[str] = ..., min_size: _Optional[int] = ...) -> None: ...
+
+class FsDuResponse(_message.Message):
+    __slots__ = ("files", "bytes")
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    files: int
+    bytes: int
+    def __init__(self, files: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class InstallProcedureRequest(_message.Message):
+    __slots__ = ("realm", "name", "language", "code", "memory_bytes", "timeout_ms", "read_only")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    name: str
+    language: str
+    code: bytes
+    memory_bytes: int
+    timeout_ms: int
+    read_only: bool
+    def __init__(self, realm: _Optional[str] = ..., name: _Optional[str] = ..., language: _Optional[str] = ..., code: _Optional[bytes] = ..., memory_bytes: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., read_only: _Optional[bool] = ...) -> None: ...
+
+class ProcedureInfo(_message.Message):
+    __slots__ = ("realm", "name", "language", "code_bytes", "code_hash", "memory_bytes", "timeout_ms", "installed_us", "read_only")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    CODE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CODE_HASH_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    INSTALLED_US_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    name: str
+    language: str
+    code_bytes: int
+    code_hash: str
+    memory_bytes: int
+    timeout_ms: int
+    installed_us: int
+    read_only: bool
+    def __init__(self, realm: _Optional[str] = ..., name: _Optional[str] = ..., language: _Optional[str] = ..., code_bytes: _Optional[int] = ..., code_hash: _Optional[str] = ..., memory_bytes: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., installed_us: _Optional[int] = ..., read_only: _Optional[bool] = ...) -> None: ...
+
+class ListProceduresRequest(_message.Message):
+    __slots__ = ("realm",)
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    def __init__(self, realm: _Optional[str] = ...) -> None: ...
+
+class ListProceduresResponse(_message.Message):
+    __slots__ = ("procedures",)
+    PROCEDURES_FIELD_NUMBER: _ClassVar[int]
+    procedures: _containers.RepeatedCompositeFieldContainer[ProcedureInfo]
+    def __init__(self, procedures: _Optional[_Iterable[_Union[ProcedureInfo, _Mapping]]] = ...) -> None: ...
+
+class ProcedureRequest(_message.Message):
+    __slots__ = ("realm", "name")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    name: str
+    def __init__(self, realm: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class CallProcedureRequest(_message.Message):
+    __slots__ = ("realm", "name", "args")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    name: str
+    args: bytes
+    def __init__(self, realm: _Optional[str] = ..., name: _Optional[str] = ..., args: _Optional[bytes] = ...) -> None: ...
+
+class CallProcedureResponse(_message.Message):
+    __slots__ = ("result", "log")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    LOG_FIELD_NUMBER: _ClassVar[int]
+    result: bytes
+    log: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, result: _Optional[bytes] = ..., log: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class BatchCall(_message.Message):
+    __slots__ = ("names_set", "names_get", "names_remove", "send", "recv", "procedure_call", "proc_status", "fs_stat", "fs_read", "fs_write", "spawn")
+    NAMES_SET_FIELD_NUMBER: _ClassVar[int]
+    NAMES_GET_FIELD_NUMBER: _ClassVar[int]
+    NAMES_REMOVE_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    RECV_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURE_CALL_FIELD_NUMBER: _ClassVar[int]
+    PROC_STATUS_FIELD_NUMBER: _ClassVar[int]
+    FS_STAT_FIELD_NUMBER: _ClassVar[int]
+    FS_READ_FIELD_NUMBER: _ClassVar[int]
+    FS_WRITE_FIELD_NUMBER: _ClassVar[int]
+    SPAWN_FIELD_NUMBER: _ClassVar[int]
+    names_set: SetNameRequest
+    names_get: NameRequest
+    names_remove: RemoveNameRequest
+    send: SendRequest
+    recv: RecvRequest
+    procedure_call: CallProcedureRequest
+    proc_status: PidRequest
+    fs_stat: FsPathRequest
+    fs_read: FsReadRequest
+    fs_write: FsWriteRequest
+    spawn: SpawnRequest
+    def __init__(self, names_set: _Optional[_Union[SetNameRequest, _Mapping]] = ..., names_get: _Optional[_Union[NameRequest, _Mapping]] = ..., names_remove: _Optional[_Union[RemoveNameRequest, _Mapping]] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., recv: _Optional[_Union[RecvRequest, _Mapping]] = ..., procedure_call: _Optional[_Union[CallProcedureRequest, _Mapping]] = ..., proc_status: _Optional[_Union[PidRequest, _Mapping]] = ..., fs_stat: _Optional[_Union[FsPathRequest, _Mapping]] = ..., fs_read: _Optional[_Union[FsReadRequest, _Mapping]] = ..., fs_write: _Optional[_Union[FsWriteRequest, _Mapping]] = ..., spawn: _Optional[_Union[SpawnRequest, _Mapping]] = ...) -> None: ...
+
+class BatchRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[BatchCall]
+    def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
+
+class BatchError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class BatchResult(_message.Message):
+    __slots__ = ("error", "names_set", "names_get", "names_remove", "send", "recv", "procedure_call", "proc_status", "fs_stat", "fs_read", "fs_write", "spawn")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    NAMES_SET_FIELD_NUMBER: _ClassVar[int]
+    NAMES_GET_FIELD_NUMBER: _ClassVar[int]
+    NAMES_REMOVE_FIELD_NUMBER: _ClassVar[int]
+    SEND_FIELD_NUMBER: _ClassVar[int]
+    RECV_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURE_CALL_FIELD_NUMBER: _ClassVar[int]
+    PROC_STATUS_FIELD_NUMBER: _ClassVar[int]
+    FS_STAT_FIELD_NUMBER: _ClassVar[int]
+    FS_READ_FIELD_NUMBER: _ClassVar[int]
+    FS_WRITE_FIELD_NUMBER: _ClassVar[int]
+    SPAWN_FIELD_NUMBER: _ClassVar[int]
+    error: BatchError
+    names_set: NameVersion
+    names_get: NameEntry
+    names_remove: Empty
+    send: SendResponse
+    recv: RecvResponse
+    procedure_call: CallProcedureResponse
+    proc_status: ProcStatus
+    fs_stat: FsStat
+    fs_read: FsReadResponse
+    fs_write: FsWriteResponse
+    spawn: Spawned
+    def __init__(self, error: _Optional[_Union[BatchError, _Mapping]] = ..., names_set: _Optional[_Union[NameVersion, _Mapping]] = ..., names_get: _Optional[_Union[NameEntry, _Mapping]] = ..., names_remove: _Optional[_Union[Empty, _Mapping]] = ..., send: _Optional[_Union[SendResponse, _Mapping]] = ..., recv: _Optional[_Union[RecvResponse, _Mapping]] = ..., procedure_call: _Optional[_Union[CallProcedureResponse, _Mapping]] = ..., proc_status: _Optional[_Union[ProcStatus, _Mapping]] = ..., fs_stat: _Optional[_Union[FsStat, _Mapping]] = ..., fs_read: _Optional[_Union[FsReadResponse, _Mapping]] = ..., fs_write: _Optional[_Union[FsWriteResponse, _Mapping]] = ..., spawn: _Optional[_Union[Spawned, _Mapping]] = ...) -> None: ...
+
+class BatchResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[BatchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...

@@ -1,0 +1,772 @@
+"""The tabos client: every OS service of a node, over its gRPC API.
+
+A :class:`Client` holds one channel to one node and one credential. The
+realm and user of every call come from that credential (the node decides);
+``realm=`` on a call only matters to an operator, who may name any realm.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import grpc
+
+from . import errors
+from ._proto import tabos_pb2 as pb
+from ._proto import tabos_pb2_grpc as rpc
+
+#: Where a node listens unless told otherwise.
+DEFAULT_ADDR = "127.0.0.1:7070"
+#: Largest message a node sends or takes.
+MESSAGE_BYTES_MAX = 16 << 20
+#: Bytes read or written per fs call.
+CHUNK_BYTES = 4 << 20
+#: Largest credentials file read.
+CREDENTIALS_BYTES_MAX = 1 << 20
+
+Payload = Union[bytes, str]
+SqlValue = Union[None, int, float, str, bytes]
+
+
+def _bytes(p: Payload) -> bytes:
+    return p.encode() if isinstance(p, str) else bytes(p)
+
+
+def credentials_path() -> Optional[Path]:
+    """The credentials file the CLI uses: ``$TABOS_CREDENTIALS``, else
+    ``~/.config/tabos/credentials.json``."""
+    if os.environ.get("TABOS_CREDENTIALS"):
+        return Path(os.environ["TABOS_CREDENTIALS"])
+    home = os.environ.get("HOME")
+    return Path(home) / ".config/tabos/credentials.json" if home else None
+
+
+def _context(name: Optional[str]) -> dict:
+    path = credentials_path()
+    if path is None or not path.exists():
+        return {}
+    if path.stat().st_size > CREDENTIALS_BYTES_MAX:
+        raise errors.InvalidArgument(f"{path} is larger than {CREDENTIALS_BYTES_MAX} bytes")
+    data = json.loads(path.read_text())
+    contexts = data.get("contexts", {})
+    name = name or os.environ.get("TABOS_CONTEXT") or data.get("current", "")
+    if name and name not in contexts:
+        raise errors.NotFound(f"no context {name!r} in {path} (contexts: {', '.join(contexts)})")
+    return contexts.get(name, {})
+
+
+@dataclass(frozen=True)
+class ProcStatus:
+    """A proc's state as the node records it."""
+
+    realm: str
+    pid: str
+    state: str
+    worker: str
+    evict_requested: bool
+    exit_status: Optional[int]
+    error: str
+    spawn_us: int
+    start_us: Optional[int]
+    exit_us: Optional[int]
+
+    @staticmethod
+    def _of(s: pb.ProcStatus) -> "ProcStatus":
+        return ProcStatus(
+            realm=s.realm,
+            pid=s.pid,
+            state=s.state,
+            worker=s.worker,
+            evict_requested=s.evict_requested,
+            exit_status=s.exit_status if s.HasField("exit_status") else None,
+            error=s.error,
+            spawn_us=s.spawn_us,
+            start_us=s.start_us if s.HasField("start_us") else None,
+            exit_us=s.exit_us if s.HasField("exit_us") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message taken from a mailbox."""
+
+    seq: int
+    sender: str
+    payload: bytes
+    message_id: str
+    sent_us: int
+
+
+@dataclass(frozen=True)
+class NameEntry:
+    """A name: a file, a directory or a symlink of the namespace."""
+
+    path: str
+    kind: str
+    data: bytes
+    version: int
+    owner: str
+    mode: int
+    session: str
+
+    @staticmethod
+    def _of(e: pb.NameEntry) -> "NameEntry":
+        return NameEntry(e.path, e.kind, e.data, e.version, e.owner, e.mode, e.session)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change a watch saw: ``op`` is watching, exists, removed,
+    create, set or remove."""
+
+    op: str
+    path: str
+    version: int
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """A file or directory of the realm's tabos fs."""
+
+    path: str
+    type: str
+    owner: str
+    mode: int
+    size: int
+    mtime_us: int
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """A stored procedure installed in the realm."""
+
+    name: str
+    language: str
+    code_bytes: int
+    code_hash: str
+    read_only: bool
+
+
+@dataclass
+class CallResult:
+    """What a procedure returned, and what it logged."""
+
+    result: bytes
+    log: list = field(default_factory=list)
+
+
+class Client:
+    """A connection to a tabos node, acting with one credential.
+
+    ``addr`` and ``token`` default as the CLI's do: ``TABOS_ADDR`` and
+    ``TABOS_TOKEN``, else the credentials file's current context (or
+    ``context``), else ``127.0.0.1:7070`` (the token has no default: the
+    node refuses calls without one). ``addr`` is ``host:port`` or
+    ``unix:/path/to/tabos.sock``. With ``tls_ca`` (a PEM file) the channel
+    is TLS. ``timeout`` (seconds) bounds each call that does not wait by
+    nature.
+
+    Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        addr: Optional[str] = None,
+        token: Optional[str] = None,
+        *,
+        context: Optional[str] = None,
+        tls_ca: Optional[str] = None,
+        timeout: Optional[float] = 30.0,
+    ) -> None:
+        ctx = {} if (addr and token) else _context(context)
+        self.addr = addr or os.environ.get("TABOS_ADDR") or ctx.get("addr") or DEFAULT_ADDR
+        token = token or os.environ.get("TABOS_TOKEN") or ctx.get("token")
+        if not token:
+            raise errors.Unauthenticated(
+                "no credential: give token=, set TABOS_TOKEN, or save a context "
+                "(tabos up saves the operator's; tabos token create --save-as NAME)"
+            )
+        self._metadata = (("authorization", f"Bearer {token.strip()}"),)
+        self.timeout = timeout
+        options = [
+            ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+            ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+        ]
+        tls_ca = tls_ca or ctx.get("tls_ca") or os.environ.get("TABOS_TLS_CA")
+        target = self.addr.removeprefix("http://")
+        if tls_ca:
+            creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
+            self._channel = grpc.secure_channel(target.removeprefix("https://"), creds, options)
+        else:
+            self._channel = grpc.insecure_channel(target, options)
+        self._procs = rpc.ProcsStub(self._channel)
+        self._ipc = rpc.IpcStub(self._channel)
+        self._names = rpc.NamesStub(self._channel)
+        self._fs = rpc.FsStub(self._channel)
+        self._sql = rpc.SqlStub(self._channel)
+        self._procedures = rpc.ProceduresStub(self._channel)
+        self._tokens = rpc.TokensStub(self._channel)
+        self._node = rpc.NodeStub(self._channel)
+        self.names = Names(self)
+        self.fs = Fs(self)
+        self.procedures = Procedures(self)
+
+    # -- plumbing -------------------------------------------------------
+
+    def _call(self, method: Any, request: Any, *, wait: bool = False) -> Any:
+        try:
+            return method(
+                request,
+                metadata=self._metadata,
+                timeout=None if wait else self.timeout,
+            )
+        except grpc.RpcError as e:
+            raise errors.from_rpc(e) from None
+
+    def _stream(self, method: Any, request: Any) -> Iterator[Any]:
+        call = method(request, metadata=self._metadata)
+        try:
+            for item in call:
+                yield item
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.CANCELLED:
+                return
+            raise errors.from_rpc(e) from None
+        finally:
+            call.cancel()
+
+    def close(self) -> None:
+        """Closes the channel."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- who and where --------------------------------------------------
+
+    def whoami(self) -> dict:
+        """The credential in use: its id, realm, user, role and pid."""
+        t = self._call(self._tokens.WhoAmI, pb.Empty())
+        return {"id": t.id, "realm": t.realm, "user": t.user, "role": t.role, "pid": t.pid}
+
+    def status(self) -> dict:
+        """The node's status: version, backend, partitions, load."""
+        s = self._call(self._node.Status, pb.StatusRequest())
+        return {
+            "version": s.version,
+            "backend": s.backend,
+            "partitions": s.partitions,
+            "durability": s.durability,
+            "busy_cores": s.busy_cores,
+            "connections": s.connections,
+        }
+
+    # -- procs ----------------------------------------------------------
+
+    def spawn(
+        self,
+        program: str,
+        *args: str,
+        pid: Optional[str] = None,
+        kind: str = "native",
+        proc_class: str = "LC",
+        cores: int = 1,
+        mem_mb: int = 0,
+        env: Optional[dict] = None,
+        parent: Optional[str] = None,
+        home_node: Optional[str] = None,
+        host_paths: Sequence[str] = (),
+        scope: Optional[str] = None,
+        realm: str = "",
+    ) -> str:
+        """Spawns a proc; returns its pid.
+
+        ``kind`` is native (a program on the node) or wasm (a module's
+        path); ``proc_class`` LC (reserves ``cores``) or BE (runs while the
+        node has room; 0 cores for a light proc). ``scope`` limits the
+        proc's own credential to mailboxes (``"send:M recv:proc/PID"``).
+        """
+        d = pb.ProcDescriptor(
+            pid=pid or "",
+            parent=parent or "",
+            kind=kind,
+            program=program,
+            args=list(args),
+            env=dict(env or {}),
+            cores=cores,
+            mem_mb=mem_mb,
+            home_node=home_node or "",
+            host_paths=list(host_paths),
+            scope=scope or "",
+            # `class` is a Python keyword: given by name.
+            **{"class": proc_class},
+        )
+        return self._call(self._procs.Spawn, pb.SpawnRequest(realm=realm, proc=d)).pid
+
+    def wait(self, pid: str, *, until: str = "exit", realm: str = "") -> ProcStatus:
+        """Waits until proc ``pid`` has started (``until="start"``), exited
+        (``"exit"``) or been asked to leave (``"evict"``)."""
+        method = {
+            "start": self._procs.WaitStart,
+            "exit": self._procs.WaitExit,
+            "evict": self._procs.WaitEvict,
+        }.get(until)
+        if method is None:
+            raise errors.InvalidArgument(f"until must be start, exit or evict, not {until!r}")
+        return ProcStatus._of(self._call(method, pb.PidRequest(realm=realm, pid=pid), wait=True))
+
+    def evict(self, pid: str, *, realm: str = "") -> None:
+        """Asks proc ``pid`` to leave (SIGTERM, then SIGKILL)."""
+        self._call(self._procs.Evict, pb.PidRequest(realm=realm, pid=pid))
+
+    def proc(self, pid: str, *, realm: str = "") -> ProcStatus:
+        """Proc ``pid``'s status now."""
+        return ProcStatus._of(self._call(self._procs.Status, pb.PidRequest(realm=realm, pid=pid)))
+
+    def ps(self, *, state: Optional[str] = None, realm: str = "") -> list:
+        """The realm's procs, newest first (an admin's view: SQL over
+        ``ps``), as dicts; ``state`` filters (spawned, running, exited,
+        evicted, failed...)."""
+        sql = "SELECT * FROM ps"
+        params: list = []
+        if state:
+            sql += " WHERE state = $1"
+            params.append(state)
+        return self.sql(sql + " ORDER BY spawn_us DESC", *params, realm=realm)
+
+    def logs(self, pid: str, stream: str = "stdout", *, realm: str = "") -> bytes:
+        """A native proc's captured ``stdout`` or ``stderr``."""
+        r = self._call(self._procs.Logs, pb.LogsRequest(realm=realm, pid=pid, stream=stream))
+        return r.data
+
+    # -- messages -------------------------------------------------------
+
+    def create_mailbox(self, name: str, *, bytes_max: int = 0, realm: str = "") -> None:
+        """Creates mailbox ``name`` (``bytes_max`` 0: the node's default
+        bound)."""
+        self._call(
+            self._ipc.CreateMailbox,
+            pb.CreateMailboxRequest(realm=realm, name=name, bytes_max=bytes_max),
+        )
+
+    def remove_mailbox(self, name: str, *, realm: str = "") -> int:
+        """Removes mailbox ``name``; returns the messages it dropped."""
+        return self._call(
+            self._ipc.RemoveMailbox, pb.RemoveMailboxRequest(realm=realm, name=name)
+        ).dropped
+
+    def send(
+        self,
+        to: str,
+        payload: Payload,
+        *,
+        sender: str = "",
+        message_id: Optional[str] = None,
+        realm: str = "",
+    ) -> int:
+        """Sends one message to mailbox ``to`` (``proc/PID`` or a name);
+        returns its sequence number. A ``message_id`` makes a resend from
+        the same sender count once."""
+        out = pb.Outgoing(to=to, payload=_bytes(payload), message_id=message_id or "")
+        r = self._call(self._ipc.Send, pb.SendRequest(realm=realm, messages=[out], **{"from": sender}))
+        return r.sent[0].seq if r.sent else 0
+
+    def recv(self, mailbox: str, *, max: int = 1, timeout: float = 0, realm: str = "") -> list:
+        """Takes up to ``max`` messages, waiting up to ``timeout`` seconds
+        for the first."""
+        req = pb.RecvRequest(realm=realm, mailbox=mailbox, max=max, timeout_ms=int(timeout * 1000))
+        r = self._call(self._ipc.Recv, req, wait=True)
+        return [_message(m) for m in r.messages]
+
+    def messages(self, mailbox: str, *, batch: int = 64, realm: str = "") -> Iterator[Message]:
+        """Every message of ``mailbox`` as it arrives, each taken once, for
+        as long as the iterator is used (a stream: no polling)."""
+        req = pb.RecvRequest(realm=realm, mailbox=mailbox, max=batch)
+        for r in self._stream(self._ipc.RecvStream, req):
+            for m in r.messages:
+                yield _message(m)
+
+    # -- SQL ------------------------------------------------------------
+
+    def sql(self, query: str, *params: SqlValue, realm: str = "", max_rows: int = 0) -> list:
+        """Runs a read-only query over the OS state; rows as dicts. An
+        operator sees every realm unless it names one; a realm's admin
+        sees its realm. ``$1``, ``$2``... are ``params``."""
+        req = pb.SqlRequest(sql=query, params=[_value(p) for p in params], realm=realm, max_rows=max_rows)
+        r = self._call(self._sql.Query, req)
+        cols = list(r.columns)
+        return [dict(zip(cols, (_from_value(v) for v in row.values))) for row in r.rows]
+
+
+def _message(m: pb.Message) -> Message:
+    return Message(m.seq, m.sender, m.payload, m.message_id, m.sent_us)
+
+
+def _value(v: SqlValue) -> pb.Value:
+    if v is None:
+        return pb.Value(null=True)
+    if isinstance(v, bool):
+        return pb.Value(int=int(v))
+    if isinstance(v, int):
+        return pb.Value(int=v)
+    if isinstance(v, float):
+        return pb.Value(real=v)
+    if isinstance(v, str):
+        return pb.Value(text=v)
+    if isinstance(v, (bytes, bytearray)):
+        return pb.Value(blob=bytes(v))
+    raise errors.InvalidArgument(f"a SQL parameter is None, int, float, str or bytes, not {type(v)}")
+
+
+def _from_value(v: pb.Value) -> SqlValue:
+    kind = v.WhichOneof("kind")
+    return None if kind in (None, "null") else getattr(v, kind)
+
+
+class Names:
+    """The namespace: files, directories and symlinks with versions,
+    sessions, watches and elections (``client.names``)."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    def get(self, path: str, *, realm: str = "") -> NameEntry:
+        """The entry at ``path``."""
+        return NameEntry._of(self._c._call(self._c._names.Get, pb.NameRequest(realm=realm, path=path)))
+
+    def set(self, path: str, data: Payload, *, if_version: Optional[int] = None, realm: str = "") -> int:
+        """Creates or replaces file ``path``'s data (at ``if_version``
+        only, when given); returns the new version."""
+        req = pb.SetNameRequest(realm=realm, path=path, data=_bytes(data))
+        if if_version is not None:
+            req.if_version = if_version
+        return self._c._call(self._c._names.Set, req).version
+
+    def create(
+        self,
+        path: str,
+        data: Payload = b"",
+        *,
+        kind: str = "file",
+        session: Optional[str] = None,
+        realm: str = "",
+    ) -> int:
+        """Creates ``path`` (a file, dir or symlink); with a ``session`` it
+        is ephemeral: removed when the session ends."""
+        req = pb.CreateNameRequest(realm=realm, path=path, kind=kind, data=_bytes(data), session=session or "")
+        return self._c._call(self._c._names.Create, req).version
+
+    def mkdir(self, path: str, *, realm: str = "") -> None:
+        """Creates directory ``path`` and its missing parents."""
+        parts = [p for p in path.split("/") if p]
+        for i in range(1, len(parts) + 1):
+            try:
+                self.create("/" + "/".join(parts[:i]), kind="dir", realm=realm)
+            except errors.AlreadyExists:
+                pass
+
+    def remove(self, path: str, *, if_version: Optional[int] = None, realm: str = "") -> None:
+        """Removes ``path`` (an empty directory, a file, a symlink)."""
+        req = pb.RemoveNameRequest(realm=realm, path=path)
+        if if_version is not None:
+            req.if_version = if_version
+        self._c._call(self._c._names.Remove, req)
+
+    def ls(self, path: str = "/", *, realm: str = "") -> list:
+        """Directory ``path``'s entries."""
+        r = self._c._call(self._c._names.ReadDir, pb.NameRequest(realm=realm, path=path))
+        return [NameEntry._of(e) for e in r.entries]
+
+    def watch(self, path: str, *, mode: str = "dir", realm: str = "") -> Iterator[WatchEvent]:
+        """Changes at ``path`` as they happen: ``mode="dir"`` every change in
+        a directory; ``"exists"`` one event once it exists; ``"removed"`` one
+        once it does not."""
+        req = pb.WatchRequest(realm=realm, path=path, mode=mode)
+        for e in self._c._stream(self._c._names.Watch, req):
+            yield WatchEvent(e.op, e.path, e.version)
+
+    def session(self, owner: str = "", *, ttl: float = 10.0, realm: str = "") -> "Session":
+        """Opens a session renewed in the background every third of
+        ``ttl`` (seconds); its ephemeral names go when it ends."""
+        return Session(self._c, owner, ttl, realm)
+
+    def election(self, directory: str, *, realm: str = "") -> "Election":
+        """Leader election in ``directory`` (the leader holds the ephemeral
+        symlink ``directory/leader``)."""
+        return Election(self._c, directory, realm)
+
+
+class Session:
+    """A namespace session kept alive by a thread (a context manager:
+    closing it removes its ephemeral names at once)."""
+
+    def __init__(self, c: Client, owner: str, ttl: float, realm: str) -> None:
+        self._c, self._realm = c, realm
+        req = pb.OpenSessionRequest(realm=realm, owner=owner, ttl_ms=int(ttl * 1000))
+        self.id: str = c._call(c._names.OpenSession, req).session
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self._thread = threading.Thread(target=self._renew, args=(ttl / 3,), daemon=True)
+        self._thread.start()
+
+    def _renew(self, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                self._c._call(self._c._names.RenewSession, pb.SessionRequest(realm=self._realm, session=self.id))
+            except errors.TabosError:
+                self.lost.set()
+                return
+
+    def close(self) -> None:
+        """Ends the session now."""
+        self._stop.set()
+        self._c._call(self._c._names.CloseSession, pb.SessionRequest(realm=self._realm, session=self.id))
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Election:
+    """σOS's leader election: :meth:`campaign` returns once elected (with
+    the new epoch); the leader symlink goes with the session."""
+
+    def __init__(self, c: Client, directory: str, realm: str) -> None:
+        self._c, self._dir, self._realm = c, directory.rstrip("/"), realm
+
+    @property
+    def _leader(self) -> str:
+        return f"{self._dir}/leader"
+
+    def campaign(self, session: Session, me: str) -> int:
+        """Waits until ``session`` holds the leadership (woken by a watch,
+        not polling); returns the new epoch."""
+        self._c.names.mkdir(self._dir, realm=self._realm)
+        while True:
+            try:
+                self._c.names.create(self._leader, me, kind="symlink", session=session.id, realm=self._realm)
+                break
+            except errors.AlreadyExists:
+                for _ in self._c.names.watch(self._leader, mode="removed", realm=self._realm):
+                    break
+        req = pb.NameRequest(realm=self._realm, path=f"{self._dir}/epoch")
+        return self._c._call(self._c._names.AdvanceEpoch, req).epoch
+
+    def leader(self) -> Optional[str]:
+        """Who leads now, if anyone."""
+        try:
+            return self._c.names.get(self._leader, realm=self._realm).data.decode()
+        except errors.NotFound:
+            return None
+
+    def resign(self, session: Session) -> None:
+        """Steps down if ``session`` leads."""
+        try:
+            e = self._c.names.get(self._leader, realm=self._realm)
+        except errors.NotFound:
+            return
+        if e.session == session.id:
+            try:
+                self._c.names.remove(self._leader, if_version=e.version, realm=self._realm)
+            except errors.NotFound:
+                pass
+
+
+class File(io.RawIOBase):
+    """A file of the realm's tabos fs, opened by :meth:`Fs.open`: read,
+    write, seek and tell as with a local file."""
+
+    def __init__(self, fs: "Fs", path: str, mode: str, realm: str, user: str) -> None:
+        super().__init__()
+        self._fs, self._path, self._realm, self._user = fs, path, realm, user
+        self._mode = mode
+        self._pos = 0
+        c = fs._c
+        if "w" in mode:
+            try:
+                c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
+            except errors.AlreadyExists:
+                c._call(c._fs.Truncate, pb.FsTruncateRequest(realm=realm, user=user, path=path, size=0))
+        elif "a" in mode:
+            try:
+                self._pos = fs.stat(path, realm=realm).size
+            except errors.NotFound:
+                c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
+        else:
+            fs.stat(path, realm=realm)  # NotFound now, not at the first read
+
+    def readable(self) -> bool:
+        return "r" in self._mode or "+" in self._mode
+
+    def writable(self) -> bool:
+        return any(m in self._mode for m in "wa+")
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        c = self._fs._c
+        n = min(len(b), CHUNK_BYTES)
+        req = pb.FsReadRequest(realm=self._realm, user=self._user, path=self._path, offset=self._pos, len=n)
+        data = c._call(c._fs.Read, req).data
+        b[: len(data)] = data
+        self._pos += len(data)
+        return len(data)
+
+    def write(self, b: Any) -> int:
+        c = self._fs._c
+        data = bytes(b)
+        for i in range(0, len(data), CHUNK_BYTES):
+            chunk = data[i : i + CHUNK_BYTES]
+            req = pb.FsWriteRequest(
+                realm=self._realm, user=self._user, path=self._path, offset=self._pos, data=chunk
+            )
+            c._call(c._fs.Write, req)
+            self._pos += len(chunk)
+        return len(data)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence == io.SEEK_SET:
+            self._pos = offset
+        elif whence == io.SEEK_CUR:
+            self._pos += offset
+        else:
+            self._pos = self._fs.stat(self._path, realm=self._realm).size + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+class Fs:
+    """The realm's files (``client.fs``), as the credential's user."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    def open(self, path: str, mode: str = "r", *, realm: str = "", user: str = "") -> Any:
+        """Opens ``path`` as the builtin ``open`` would: ``"r"``, ``"w"``,
+        ``"a"``, ``"r+"`` for text (UTF-8), with ``b`` for bytes."""
+        raw = File(self, path, mode.replace("t", ""), realm, user)
+        buffered: Any
+        if "r" in mode and "+" not in mode:
+            buffered = io.BufferedReader(raw, CHUNK_BYTES)
+        elif "+" in mode:
+            buffered = io.BufferedRandom(raw, CHUNK_BYTES)
+        else:
+            buffered = io.BufferedWriter(raw, CHUNK_BYTES)
+        return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding="utf-8")
+
+    def stat(self, path: str, *, realm: str = "", user: str = "") -> FileStat:
+        """A file's or directory's metadata."""
+        s = self._c._call(self._c._fs.Stat, pb.FsPathRequest(realm=realm, user=user, path=path))
+        return FileStat(s.path, s.type, s.owner, s.mode, s.size, s.mtime_us)
+
+    def ls(self, path: str = "/", *, realm: str = "", user: str = "") -> list:
+        """A directory's entries."""
+        r = self._c._call(self._c._fs.ReadDir, pb.FsPathRequest(realm=realm, user=user, path=path))
+        return [FileStat(s.path, s.type, s.owner, s.mode, s.size, s.mtime_us) for s in r.entries]
+
+    def mkdir(self, path: str, *, mode: int = 0o755, parents: bool = False, realm: str = "", user: str = "") -> None:
+        """Makes a directory (and its missing parents with ``parents``)."""
+        todo = [path]
+        if parents:
+            parts = [p for p in path.split("/") if p]
+            todo = ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+        for p in todo:
+            try:
+                self._c._call(self._c._fs.Mkdir, pb.FsCreateRequest(realm=realm, user=user, path=p, mode=mode))
+            except errors.AlreadyExists:
+                if not parents:
+                    raise
+
+    def remove(self, path: str, *, realm: str = "", user: str = "") -> None:
+        """Removes a file, or an empty directory."""
+        req = pb.FsPathRequest(realm=realm, user=user, path=path)
+        if self.stat(path, realm=realm, user=user).type == "dir":
+            self._c._call(self._c._fs.Rmdir, req)
+        else:
+            self._c._call(self._c._fs.Unlink, req)
+
+    def rename(self, src: str, dst: str, *, realm: str = "", user: str = "") -> None:
+        """Moves ``src`` to ``dst``."""
+        req = pb.FsRenameRequest(realm=realm, user=user, to=dst, **{"from": src})
+        self._c._call(self._c._fs.Rename, req)
+
+    def read_bytes(self, path: str, *, realm: str = "") -> bytes:
+        """The whole file."""
+        with self.open(path, "rb", realm=realm) as f:
+            return f.read()
+
+    def write_bytes(self, path: str, data: bytes, *, realm: str = "") -> None:
+        """Replaces the file with ``data``."""
+        with self.open(path, "wb", realm=realm) as f:
+            f.write(data)
+
+
+class Procedures:
+    """Stored procedures (``client.procedures``): JavaScript or wasm run
+    next to the data, in the caller's transaction."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    def install(
+        self,
+        name: str,
+        code: Payload,
+        *,
+        language: str = "js",
+        read_only: bool = False,
+        memory_bytes: int = 0,
+        timeout_ms: int = 0,
+        realm: str = "",
+    ) -> Procedure:
+        """Installs (or replaces) procedure ``name`` (``language`` js or
+        wasm)."""
+        req = pb.InstallProcedureRequest(
+            realm=realm,
+            name=name,
+            language=language,
+            code=_bytes(code),
+            memory_bytes=memory_bytes,
+            timeout_ms=timeout_ms,
+            read_only=read_only,
+        )
+        return _procedure(self._c._call(self._c._procedures.Install, req))
+
+    def call(self, name: str, args: Payload = b"", *, realm: str = "") -> CallResult:
+        """Calls procedure ``name`` with ``args``: one transaction."""
+        r = self._c._call(self._c._procedures.Call, pb.CallProcedureRequest(realm=realm, name=name, args=_bytes(args)))
+        return CallResult(r.result, list(r.log))
+
+    def list(self, *, realm: str = "") -> list:
+        """The realm's procedures."""
+        r = self._c._call(self._c._procedures.List, pb.ListProceduresRequest(realm=realm))
+        return [_procedure(p) for p in r.procedures]
+
+    def remove(self, name: str, *, realm: str = "") -> None:
+        """Removes procedure ``name``."""
+        self._c._call(self._c._procedures.Remove, pb.ProcedureRequest(realm=realm, name=name))
+
+
+def _procedure(p: pb.ProcedureInfo) -> Procedure:
+    return Procedure(p.name, p.language, p.code_bytes, p.code_hash, p.read_only)
+
+
+def unique_pid(prefix: str = "py") -> str:
+    """A pid no other proc will have: ``prefix``, the time and randomness."""
+    return f"{prefix}-{int(time.time() * 1e6):x}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,197 @@
+"""The SDK against a real node: every family of calls, their iterators and
+their typed errors."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import tabos
+
+
+def test_procs_spawn_wait_logs_evict_ps(client: tabos.Client) -> None:
+    pid = client.spawn("sh", "-c", "echo hello; echo oops >&2; exit 3", pid=tabos.unique_pid("t"))
+    done = client.wait(pid)
+    assert (done.state, done.exit_status) == ("exited", 3)
+    assert client.logs(pid) == b"hello\n"
+    assert client.logs(pid, "stderr") == b"oops\n"
+    sleeper = client.spawn("sleep", "600", proc_class="BE", cores=0)
+    assert client.wait(sleeper, until="start").state == "running"
+    client.evict(sleeper)
+    assert client.wait(sleeper).state == "evicted"
+    rows = client.ps()
+    assert {pid, sleeper} <= {r["pid"] for r in rows}
+    assert all(isinstance(r, dict) for r in rows)
+    assert [r["pid"] for r in client.ps(state="evicted")] == [sleeper]
+    with pytest.raises(tabos.NotFound):
+        client.proc("no-such-proc")
+    with pytest.raises(tabos.InvalidArgument):
+        client.spawn("sleep", "1", cores=-1)
+    with pytest.raises(tabos.InvalidArgument):
+        client.wait(pid, until="soon")
+
+
+def test_messages_send_recv_and_stream(client: tabos.Client) -> None:
+    client.create_mailbox("py-inbox", bytes_max=64)
+    with pytest.raises(tabos.AlreadyExists):
+        client.create_mailbox("py-inbox")
+    assert client.send("py-inbox", "one", sender="alice") == 1
+    assert client.send("py-inbox", b"two", message_id="m2") == 2
+    assert client.send("py-inbox", b"two", message_id="m2") == 2  # the same message once
+    got = client.recv("py-inbox", max=10)
+    assert [(m.payload, m.sender) for m in got] == [(b"one", "alice"), (b"two", "")]
+    assert client.recv("py-inbox", timeout=0.05) == []
+    with pytest.raises(tabos.ResourceExhausted):
+        client.send("py-inbox", b"x" * 100)
+    # The stream: messages as they arrive, no polling.
+    seen: list = []
+
+    def take() -> None:
+        for m in client.messages("py-inbox"):
+            seen.append(m.payload)
+            if len(seen) == 3:
+                return
+
+    t = threading.Thread(target=take)
+    t.start()
+    for p in (b"a", b"b", b"c"):
+        client.send("py-inbox", p)
+    t.join(timeout=30)
+    assert seen == [b"a", b"b", b"c"]
+    assert client.remove_mailbox("py-inbox") == 0
+    with pytest.raises(tabos.NotFound):
+        client.recv("py-inbox")
+
+
+def test_names_versions_watch_and_election(node, client: tabos.Client) -> None:
+    client.names.mkdir("/py/cfg")
+    v1 = client.names.set("/py/cfg/db", "primary=a")
+    assert client.names.get("/py/cfg/db").data == b"primary=a"
+    client.names.set("/py/cfg/db", "primary=b", if_version=v1)
+    with pytest.raises(tabos.FailedPrecondition):
+        client.names.set("/py/cfg/db", "primary=c", if_version=v1)
+    assert [e.path for e in client.names.ls("/py/cfg")] == ["/py/cfg/db"]
+    events: list = []
+
+    def watch() -> None:
+        for e in client.names.watch("/py/cfg"):
+            events.append(e.op)
+            if e.op == "create":
+                return
+
+    t = threading.Thread(target=watch)
+    t.start()
+    # The watch's first event says it is watching; then the change.
+    while not events:
+        threading.Event().wait(0.01)
+    client.names.set("/py/cfg/new", "x")
+    t.join(timeout=30)
+    assert events[0] == "watching" and events[-1] == "create"
+    client.names.remove("/py/cfg/new")
+    with pytest.raises(tabos.NotFound):
+        client.names.get("/py/cfg/new")
+
+    # Two campaigners: the second leads once the first's session ends.
+    first, second = node.client(), node.client()
+    s1 = first.names.session("one", ttl=10)
+    e1 = first.names.election("/py/election")
+    epoch1 = e1.campaign(s1, "one")
+    assert e1.leader() == "one"
+    won: list = []
+    s2 = second.names.session("two", ttl=10)
+
+    def campaign() -> None:
+        won.append(second.names.election("/py/election").campaign(s2, "two"))
+
+    t = threading.Thread(target=campaign)
+    t.start()
+    threading.Event().wait(0.2)
+    assert won == [] and e1.leader() == "one"
+    s1.close()
+    t.join(timeout=30)
+    assert won and won[0] > epoch1
+    assert e1.leader() == "two"
+    s2.close()
+    first.close()
+    second.close()
+
+
+def test_files_are_file_like(client: tabos.Client) -> None:
+    client.fs.mkdir("/py/data", parents=True)
+    big = bytes(range(256)) * (40 * 1024 + 3)  # over two write chunks
+    with client.fs.open("/py/data/big.bin", "wb") as f:
+        f.write(big)
+    assert client.fs.stat("/py/data/big.bin").size == len(big)
+    with client.fs.open("/py/data/big.bin", "rb") as f:
+        assert f.read() == big
+        f.seek(1000)
+        assert f.read(10) == big[1000:1010]
+    with client.fs.open("/py/data/notes.txt", "w") as f:
+        f.write("line 1\n")
+    with client.fs.open("/py/data/notes.txt", "a") as f:
+        f.write("line 2\n")
+    with client.fs.open("/py/data/notes.txt") as f:
+        assert f.readlines() == ["line 1\n", "line 2\n"]
+    client.fs.rename("/py/data/notes.txt", "/py/data/n.txt")
+    assert sorted(s.path for s in client.fs.ls("/py/data")) == ["/py/data/big.bin", "/py/data/n.txt"]
+    client.fs.remove("/py/data/n.txt")
+    with pytest.raises(tabos.NotFound):
+        client.fs.open("/py/data/n.txt")
+    with pytest.raises(tabos.FailedPrecondition):
+        client.fs.remove("/py/data")  # not empty
+
+
+def test_sql_rows_are_dicts_and_scoped(node, client: tabos.Client) -> None:
+    client.spawn("true", pid="sql-p1")
+    client.wait("sql-p1")
+    rows = client.sql("SELECT pid, state, exit_status FROM proc WHERE pid = $1", "sql-p1")
+    assert rows == [{"pid": "sql-p1", "state": "exited", "exit_status": 0}]
+    with pytest.raises(tabos.PermissionDenied):
+        client.sql("DELETE FROM proc")
+    with pytest.raises(tabos.InvalidArgument):
+        client.sql("SELEC nonsense")
+    # A realm's admin sees its own realm only, and no credentials.
+    admin_token = node.cli("realm", "create", "pyrealm").strip().splitlines()[-1]
+    with node.client(admin_token) as admin:
+        assert admin.whoami()["realm"] == "pyrealm"
+        assert admin.sql("SELECT count(*) AS n FROM proc WHERE pid = 'sql-p1'") == [{"n": 0}]
+        with pytest.raises(tabos.PermissionDenied):
+            admin.sql("SELECT * FROM credential")
+        with pytest.raises(tabos.PermissionDenied):
+            admin.sql("SELECT 1", realm="default")
+    with pytest.raises(tabos.Unauthenticated):
+        with node.client("tabos_0123456789abcdef_00") as bad:
+            bad.status()
+
+
+def test_procedures_install_call_remove(client: tabos.Client) -> None:
+    code = "function main(arg) { return 'hello ' + arg; }"
+    info = client.procedures.install("py-hello", code)
+    assert info.language == "js"
+    assert client.procedures.call("py-hello", "world").result == b"hello world"
+    assert "py-hello" in [p.name for p in client.procedures.list()]
+    client.procedures.remove("py-hello")
+    with pytest.raises(tabos.NotFound):
+        client.procedures.call("py-hello", "x")
+    with pytest.raises(tabos.InvalidArgument):
+        client.procedures.install("py-bad", "function (", language="js")
+
+
+def test_the_credentials_file_is_read_as_the_cli_does(node, tmp_path, monkeypatch) -> None:
+    path = tmp_path / "credentials.json"
+    path.write_text(json.dumps({
+        "current": "here",
+        "contexts": {"here": {"addr": node.addr, "realm": "", "token": node.token}},
+    }))
+    monkeypatch.setenv("TABOS_CREDENTIALS", str(path))
+    monkeypatch.delenv("TABOS_ADDR", raising=False)
+    monkeypatch.delenv("TABOS_TOKEN", raising=False)
+    with tabos.Client() as c:
+        assert c.whoami()["role"] == "operator"
+    with pytest.raises(tabos.NotFound):
+        tabos.Client(context="elsewhere")
+    monkeypatch.setenv("TABOS_CREDENTIALS", str(tmp_path / "none.json"))
+    with pytest.raises(tabos.Unauthenticated):
+        tabos.Client()
