@@ -1849,3 +1849,42 @@ fn the_python_sdk_passes_its_tests() {
         stderr(&o)
     );
 }
+
+/// The PostgreSQL JDBC driver (from `target/test-jars`, which `.ci/run`
+/// fetches) against the PostgreSQL protocol: a prepared statement, a plain
+/// one, `DatabaseMetaData`'s tables and columns, a write refused with
+/// SQLSTATE 25006.
+#[test]
+fn jdbc_reads_the_os_state() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let jar = root.join("../../target/test-jars/postgresql-42.7.4.jar");
+    assert!(
+        jar.exists(),
+        "{} is missing: `bash .ci/run` fetches it",
+        jar.display()
+    );
+    let node = Node::start(&["--pg-listen", "127.0.0.1:0"]);
+    let (_, port) = node.pg_addr();
+    let o = node.tabos(&["spawn", "--pid", "j1", "--wait", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let classes = TempDir::new("jdbc");
+    let o = Command::new("javac")
+        .args(["-cp", jar.to_str().unwrap(), "-d"])
+        .arg(classes.path())
+        .arg(root.join("tests/jdbc/TabosJdbc.java"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cp = format!("{}:{}", jar.display(), classes.path().display());
+    let o = Command::new("java")
+        .args(["-cp", &cp, "TabosJdbc", &port, "default", &node.token])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "proc j1 exited 0\nselect 42 x\ntables have proc true\ncolumns have exit_status true\n\
+         delete refused 25006\n",
+        "{}",
+        stderr(&o)
+    );
+}

@@ -20,7 +20,8 @@
 //! The statement is translated to SQLite first ([`translate`]): schema
 //! prefixes dropped (`information_schema.x` becomes `information_schema_x`),
 //! casts (`::regclass`) and `COLLATE pg_catalog.default` removed, `~`,
-//! `!~` and `OPERATOR(pg_catalog.~)` made `REGEXP`, `E'…'` made plain, and
+//! `!~` and `OPERATOR(pg_catalog.~)` made `REGEXP`, `E'…'` made plain,
+//! Grafana's `search_path` subquery and `parse_ident` made literals, and
 //! PostgreSQL's functions that catalog queries call given SQLite
 //! definitions ([`functions`]). A catalog statement SQLite still cannot
 //! run (arrays, `generate_series` over them) that reads one of the
@@ -619,9 +620,47 @@ fn names(sql: &str, table: &str) -> bool {
     })
 }
 
+/// Rewrites what SQL tools send that SQLite has no grammar for, whole:
+/// the `search_path` subquery of Grafana's table and column pickers
+/// (`trim(s[i])` over `generate_series` of an array) becomes the one
+/// schema, `('public')`; `parse_ident('a.b')`'s length and parts become
+/// literals.
+fn rewrite_tools(sql: &str) -> String {
+    use std::sync::OnceLock;
+    static SEARCH_PATH: OnceLock<regex::Regex> = OnceLock::new();
+    static IDENT_LEN: OnceLock<regex::Regex> = OnceLock::new();
+    static IDENT_PART: OnceLock<regex::Regex> = OnceLock::new();
+    let search_path = SEARCH_PATH.get_or_init(|| {
+        regex::Regex::new(
+            r"(?is)\(\s*SELECT\s+CASE\s+WHEN\s+trim\(s\[i\]\).*?string_to_array\(current_setting\('search_path'\)\s*,\s*','\)\s+s\s*\)",
+        )
+        .expect("a valid pattern")
+    });
+    let ident_len = IDENT_LEN.get_or_init(|| {
+        regex::Regex::new(r"(?i)array_length\(\s*parse_ident\('([^']*)'\)\s*,\s*1\s*\)")
+            .expect("a valid pattern")
+    });
+    let ident_part = IDENT_PART.get_or_init(|| {
+        regex::Regex::new(r"(?i)\(\s*parse_ident\('([^']*)'\)\s*\)\[(\d+)\]")
+            .expect("a valid pattern")
+    });
+    let sql = search_path.replace_all(sql, "('public')");
+    let sql = ident_len.replace_all(&sql, |c: &regex::Captures<'_>| {
+        c[1].split('.').count().to_string()
+    });
+    let sql = ident_part.replace_all(&sql, |c: &regex::Captures<'_>| {
+        let n: usize = c[2].parse().unwrap_or(0);
+        let part = c[1].split('.').nth(n.wrapping_sub(1)).unwrap_or("");
+        format!("'{}'", part.replace('\'', "''"))
+    });
+    sql.into_owned()
+}
+
 /// Rewrites a PostgreSQL catalog statement into SQLite, outside string
-/// literals and quoted identifiers.
+/// literals and quoted identifiers (after [`rewrite_tools`]).
 pub fn translate(sql: &str) -> String {
+    let tools = rewrite_tools(sql);
+    let sql = tools.as_str();
     let b = sql.as_bytes();
     let mut out = String::with_capacity(sql.len());
     let mut i = 0;
@@ -838,5 +877,89 @@ mod tests {
                 ("cores".to_string(), "bigint".to_string())
             ]
         );
+        // Grafana's table and column pickers, as it sends them.
+        let tables: Vec<String> = db
+            .prepare(&translate(GRAFANA_TABLES))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(tables, ["proc", "ps"]);
+        let columns: Vec<(String, String)> = db
+            .prepare(&translate(&GRAFANA_COLUMNS.replace("TABLE", "public.proc")))
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            columns,
+            [
+                ("pid".to_string(), "text".to_string()),
+                ("cores".to_string(), "bigint".to_string())
+            ]
+        );
+        let bare: Vec<String> = db
+            .prepare(&translate(&GRAFANA_COLUMNS.replace("TABLE", "ps")))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(bare, ["pid"]);
     }
+
+    /// Grafana's PostgreSQL data source: the table picker's query.
+    const GRAFANA_TABLES: &str = r#"SELECT
+        CASE WHEN
+              quote_ident(table_schema) IN (
+              SELECT
+                CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+              FROM
+                generate_series(
+                  array_lower(string_to_array(current_setting('search_path'),','),1),
+                  array_upper(string_to_array(current_setting('search_path'),','),1)
+                ) as i,
+                string_to_array(current_setting('search_path'),',') s
+              )
+          THEN quote_ident(table_name)
+          ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
+        END AS "table"
+        FROM information_schema.tables
+        WHERE quote_ident(table_schema) NOT IN ('information_schema',
+                                 'pg_catalog',
+                                 '_timescaledb_cache')
+        ORDER BY CASE WHEN
+              quote_ident(table_schema) IN (
+              SELECT
+                CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+              FROM
+                generate_series(
+                  array_lower(string_to_array(current_setting('search_path'),','),1),
+                  array_upper(string_to_array(current_setting('search_path'),','),1)
+                ) as i,
+                string_to_array(current_setting('search_path'),',') s
+              ) THEN 0 ELSE 1 END, 1"#;
+
+    /// Grafana's column picker, for table `TABLE`.
+    const GRAFANA_COLUMNS: &str = r#"SELECT quote_ident(column_name) AS "column", data_type AS "type"
+        FROM information_schema.columns
+        WHERE
+          CASE WHEN array_length(parse_ident('TABLE'),1) = 2
+            THEN quote_ident(table_schema) = (parse_ident('TABLE'))[1]
+              AND quote_ident(table_name) = (parse_ident('TABLE'))[2]
+            ELSE quote_ident(table_name) = 'TABLE'
+              AND
+              quote_ident(table_schema) IN (
+              SELECT
+                CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+              FROM
+                generate_series(
+                  array_lower(string_to_array(current_setting('search_path'),','),1),
+                  array_upper(string_to_array(current_setting('search_path'),','),1)
+                ) as i,
+                string_to_array(current_setting('search_path'),',') s
+              )
+          END"#;
 }
