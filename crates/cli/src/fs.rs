@@ -48,7 +48,13 @@ enum FsCommand {
     /// Copy a tabos file to a local file (or stdout without LOCAL)
     Get { path: String, local: Option<String> },
     /// Remove a file, or an empty directory
-    Rm { path: String },
+    Rm {
+        path: String,
+        /// Remove a directory and everything under it (at most 100,000
+        /// entries)
+        #[arg(short, long)]
+        recursive: bool,
+    },
     /// Create a directory
     Mkdir {
         path: String,
@@ -172,9 +178,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 }
                 println!("{path}: {at} bytes");
             }
-            FsCommand::Rm { path } => {
+            FsCommand::Rm { path, recursive } => {
                 let st = c.fs_stat(&realm, &path).await?;
-                if st.r#type == "dir" {
+                if recursive && st.r#type == "dir" {
+                    let n = rm_tree(&mut c, &realm, &user, &path).await?;
+                    println!("removed {n} entries under {path}");
+                } else if st.r#type == "dir" {
                     c.fs_rmdir(&realm, &user, &path).await?;
                 } else {
                     c.fs_unlink(&realm, &user, &path).await?;
@@ -245,4 +254,41 @@ fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> anyhow::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// Most entries `fs rm -r` removes.
+pub const RM_ENTRIES_MAX: u64 = 100_000;
+
+/// Removes directory `root` and everything under it, deepest first;
+/// returns how many entries went. No recursion: a stack of directories
+/// still to empty.
+async fn rm_tree(
+    c: &mut tabos_client::Client,
+    realm: &str,
+    user: &str,
+    root: &str,
+) -> anyhow::Result<u64> {
+    let mut stack = vec![root.to_string()];
+    let mut removed = 0u64;
+    while let Some(dir) = stack.last().cloned() {
+        if removed >= RM_ENTRIES_MAX {
+            anyhow::bail!("stopped after removing {removed} entries (the most one rm -r removes)");
+        }
+        let listing = c.fs_readdir(realm, user, &dir).await?;
+        if listing.entries.is_empty() {
+            c.fs_rmdir(realm, user, &dir).await?;
+            stack.pop();
+            removed += 1;
+            continue;
+        }
+        for e in listing.entries {
+            if e.r#type == "dir" {
+                stack.push(e.path);
+            } else {
+                c.fs_unlink(realm, user, &e.path).await?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
 }

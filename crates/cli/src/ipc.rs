@@ -165,9 +165,10 @@ enum MailboxCommand {
     /// Create a named mailbox
     Create {
         name: String,
-        /// Bound on queued bytes; a send past it is refused (default: the node's)
-        #[arg(long, default_value_t = 0)]
-        bytes_max: i64,
+        /// Bound on queued bytes; a send past it is refused [default: the
+        /// node's --mailbox-bytes-max]
+        #[arg(long)]
+        bytes_max: Option<i64>,
         /// Keep delivered messages in the message_log table
         #[arg(long)]
         log: bool,
@@ -207,7 +208,12 @@ pub fn mailbox(args: MailboxArgs) -> anyhow::Result<()> {
             } => {
                 let mut client = node.connect().await?;
                 client
-                    .create_mailbox(&realm.realm, &name, bytes_max, log.then_some(true))
+                    .create_mailbox(
+                        &realm.realm,
+                        &name,
+                        bytes_max.unwrap_or(0),
+                        log.then_some(true),
+                    )
                     .await?;
                 println!("mailbox {name} created");
             }

@@ -199,6 +199,12 @@ enum Command {
     /// One proc of a site (what `tabos www serve` spawns)
     #[command(hide = true)]
     WwwTask(www::TaskArgs),
+    /// Print a shell completion script: tabos completions bash|zsh|fish
+    /// (e.g. `tabos completions bash > /etc/bash_completion.d/tabos`)
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
     /// The procs benchmarks run (tabos bench-worker lc MAILBOX WORK_US)
     #[command(hide = true)]
     BenchWorker(bench::WorkerArgs),
@@ -214,6 +220,16 @@ fn main() -> std::process::ExitCode {
         Command::Kv(a) => kv::run(a),
         Command::BenchWorker(a) => return bench::worker(a),
         Command::Mr(a) => mr::run(a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            use std::io::Write;
+            // Into memory first: the generator panics on a write error (a
+            // closed pipe), which is the reader's business, not a crash.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tabos", &mut script);
+            let _ = std::io::stdout().write_all(&script);
+            Ok(())
+        }
         Command::Up(a) => up::run(a),
         Command::Sql(a) => sql::run(a),
         Command::Status(a) => status::run(a),

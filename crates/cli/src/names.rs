@@ -84,8 +84,12 @@ pub struct PutArgs {
 
 #[derive(clap::Args)]
 pub struct RmArgs {
-    /// Entry to remove (a directory only when empty)
+    /// Entry to remove (a directory only when empty, unless -r)
     path: String,
+    /// Remove a directory and everything under it (at most 100,000
+    /// entries; symlinks are removed, not followed)
+    #[arg(short, long, conflicts_with = "if_version")]
+    recursive: bool,
     /// Remove only at this version
     #[arg(long)]
     if_version: Option<i64>,
@@ -265,14 +269,18 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
 pub fn rm(args: RmArgs) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
         let mut c = connect(&args.node).await?;
-        c.name_remove(
-            &args.realm.realm,
-            &args.path,
-            args.if_version,
-            args.fence.get(),
-        )
-        .await
-        .map_err(explain)?;
+        let realm = &args.realm.realm;
+        if args.recursive {
+            let e = c.name_get(realm, &args.path).await.map_err(explain)?;
+            if e.kind == "dir" {
+                let n = rm_tree(&mut c, realm, &args.path, args.fence.get()).await?;
+                println!("removed {n} entries under {}", args.path);
+                return Ok(());
+            }
+        }
+        c.name_remove(realm, &args.path, args.if_version, args.fence.get())
+            .await
+            .map_err(explain)?;
         Ok(())
     })
 }
@@ -320,4 +328,45 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Most entries `rm -r` removes.
+pub const RM_ENTRIES_MAX: u64 = 100_000;
+
+/// Removes namespace directory `root` and everything under it, deepest
+/// first (symlinks themselves, not what they name); returns how many
+/// entries went.
+async fn rm_tree(
+    c: &mut tabos_client::Client,
+    realm: &str,
+    root: &str,
+    fence: Option<tabos_client::proto::Fence>,
+) -> anyhow::Result<u64> {
+    let mut stack = vec![root.to_string()];
+    let mut removed = 0u64;
+    while let Some(dir) = stack.last().cloned() {
+        if removed >= RM_ENTRIES_MAX {
+            anyhow::bail!("stopped after removing {removed} entries (the most one rm -r removes)");
+        }
+        let listing = c.name_readdir(realm, &dir).await.map_err(explain)?;
+        if listing.entries.is_empty() {
+            c.name_remove(realm, &dir, None, fence.clone())
+                .await
+                .map_err(explain)?;
+            stack.pop();
+            removed += 1;
+            continue;
+        }
+        for e in listing.entries {
+            if e.kind == "dir" {
+                stack.push(e.path);
+            } else {
+                c.name_remove(realm, &e.path, None, fence.clone())
+                    .await
+                    .map_err(explain)?;
+                removed += 1;
+            }
+        }
+    }
+    Ok(removed)
 }

@@ -30,12 +30,12 @@ enum ProcedureCommand {
         /// wasm or js (default: from the file's extension)
         #[arg(long)]
         language: Option<String>,
-        /// Memory limit in MiB (wasm; default 64)
-        #[arg(long, default_value_t = 0)]
-        memory_mib: u64,
-        /// Time limit of one call in milliseconds (default 1000, at most 60000)
-        #[arg(long, default_value_t = 0)]
-        timeout_ms: u32,
+        /// Memory limit in MiB (wasm) [default: 64]
+        #[arg(long)]
+        memory_mib: Option<u64>,
+        /// Time limit of one call in milliseconds, at most 60000 [default: 1000]
+        #[arg(long)]
+        timeout_ms: Option<u32>,
         /// The procedure only reads: calls run on a read connection, never
         /// queued behind the realm's writes (a write in it fails the call)
         #[arg(long)]
@@ -98,8 +98,9 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                 let language = language_of(&file, language)?;
                 let code = read_input(&file)?;
                 let limits = ProcedureLimits {
-                    memory_bytes: memory_mib.saturating_mul(1 << 20),
-                    timeout_ms,
+                    // 0: the node's default.
+                    memory_bytes: memory_mib.unwrap_or(0).saturating_mul(1 << 20),
+                    timeout_ms: timeout_ms.unwrap_or(0),
                     read_only,
                 };
                 let i = c

@@ -35,9 +35,10 @@ pub struct SpawnArgs {
     /// (BE; 0 for a light proc that mostly waits)
     #[arg(long, default_value_t = 1)]
     cores: i64,
-    /// Memory to reserve, in MB (a wasm proc's memory limit; 0: 256 MiB)
-    #[arg(long, default_value_t = 0)]
-    mem_mb: i64,
+    /// Memory to reserve, in MB (a native proc is killed past it; a wasm
+    /// proc's memory limit) [default: none reserved; a wasm proc: 256]
+    #[arg(long)]
+    mem_mb: Option<i64>,
     /// Node to prefer (locality scheduler)
     #[arg(long)]
     home_node: Option<String>,
@@ -76,6 +77,14 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         env.insert(k.to_string(), v.to_string());
     }
     let (program, rest) = args.command.split_first().context("no program given")?;
+    // With the program's own flags allowed after it, an unknown flag of
+    // spawn's would otherwise become the program.
+    if program.starts_with('-') {
+        anyhow::bail!(
+            "unknown option {program} of spawn: options go before the program, and the program \
+             after -- (tabos spawn [OPTIONS] -- PROGRAM ARGS...)"
+        );
+    }
     let desc = proto::ProcDescriptor {
         pid: args.pid.clone().unwrap_or_default(),
         parent: args.parent.clone().unwrap_or_default(),
@@ -85,7 +94,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         args: rest.to_vec(),
         env,
         cores: Some(args.cores),
-        mem_mb: Some(args.mem_mb),
+        mem_mb: args.mem_mb,
         home_node: args.home_node.clone().unwrap_or_default(),
         restartable: false,
         host_paths: args.host_paths.clone(),
@@ -133,6 +142,13 @@ pub struct PsArgs {
     /// Show every realm's procs
     #[arg(long)]
     all: bool,
+    /// Only procs in this state (repeatable): spawned, claimed, running,
+    /// exited, evicted, failed
+    #[arg(long = "state", value_name = "STATE", value_parser = ["spawned", "claimed", "running", "exited", "evicted", "failed"])]
+    states: Vec<String>,
+    /// Only procs spawned within this long, e.g. 90s, 30m, 12h, 7d
+    #[arg(long, value_name = "DURATION")]
+    since: Option<String>,
     /// Print JSON instead of a table
     #[arg(long)]
     json: bool,
@@ -151,15 +167,48 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
             "" => client.who_am_i().await?.realm,
             r => r.to_string(),
         };
-        let (sql, params) = if args.all || realm.is_empty() {
-            ("SELECT realm, pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status, waiting FROM ps ORDER BY realm, spawn_us, pid", vec![])
+        use tabos_client::Value;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros() as i64)
+            .unwrap_or(0);
+        // $1 is now: each row's age in seconds; the reason is why it failed
+        // or why it still waits.
+        let mut params = vec![Value::Int(now_us)];
+        let mut filters = Vec::new();
+        let every_realm = args.all || realm.is_empty();
+        if !every_realm {
+            params.push(Value::Text(realm));
+            filters.push(format!("realm = ${}", params.len()));
+        }
+        if !args.states.is_empty() {
+            let mut placeholders = Vec::new();
+            for s in &args.states {
+                params.push(Value::Text(s.clone()));
+                placeholders.push(format!("${}", params.len()));
+            }
+            filters.push(format!("state IN ({})", placeholders.join(", ")));
+        }
+        if let Some(since) = &args.since {
+            let ms = crate::tokens::parse_ttl(since).map_err(|_| {
+                anyhow::anyhow!("--since {since:?}: a number and a unit (ms, s, m, h, d)")
+            })?;
+            params.push(Value::Int(now_us - (ms as i64).saturating_mul(1000)));
+            filters.push(format!("spawn_us >= ${}", params.len()));
+        }
+        let filter = if filters.is_empty() {
+            String::new()
         } else {
-            (
-                "SELECT pid, parent_pid AS parent, kind, class, state, worker_id AS worker, cores, program, exit_status, waiting FROM ps WHERE realm = $1 ORDER BY spawn_us, pid",
-                vec![tabos_client::Value::Text(realm)],
-            )
+            format!(" WHERE {}", filters.join(" AND "))
         };
-        let result = client.sql_limited(sql, params, 10_000).await?;
+        let sql = format!(
+            "SELECT {}pid, parent_pid AS parent, class, state, ($1 - spawn_us) / 1000000 AS age_s, \
+             worker_id AS worker, cores, program, exit_status, coalesce(error, waiting) AS reason \
+             FROM ps{filter} ORDER BY {}spawn_us, pid",
+            if every_realm { "realm, " } else { "" },
+            if every_realm { "realm, " } else { "" },
+        );
+        let result = client.sql_limited(&sql, params, 10_000).await?;
         crate::output::print_result(&result, args.json);
         Ok(())
     })

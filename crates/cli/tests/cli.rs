@@ -243,6 +243,46 @@ fn bad_flags_are_refused() {
         .unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("postgres://"), "{}", stderr(&o));
+    // An unknown flag of spawn's is not taken for the program.
+    let o = Command::new(TABOS)
+        .args(["spawn", "--bogus", "sleep", "1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("unknown option --bogus"),
+        "{}",
+        stderr(&o)
+    );
+    let o = Command::new(TABOS)
+        .args(["up", "--pg-listen", "0.0.0.0:5433"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("loopback"), "{}", stderr(&o));
+}
+
+/// `tabos completions SHELL` prints a script naming the commands; a shell
+/// it does not know is refused.
+#[test]
+fn completions_for_bash_zsh_and_fish() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = Command::new(TABOS)
+            .args(["completions", shell])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let script = stdout(&o);
+        assert!(
+            script.contains("spawn") && script.contains("mailbox"),
+            "{shell}"
+        );
+    }
+    let o = Command::new(TABOS)
+        .args(["completions", "cmd.exe"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
 }
 
 /// A small corpus: "tabos" 30 times, "node" 20, "the" 10, plus a binary
@@ -407,6 +447,39 @@ fn spawn_wait_ps_and_logs() {
     assert_eq!(v["rows"][0]["state"], "exited");
     assert_eq!(v["rows"][0]["exit_status"], 4);
     assert_eq!(v["rows"][0]["worker"], "n1.w0");
+    assert!(v["rows"][0]["age_s"].as_i64().unwrap() >= 0);
+    // Filters: by state, by age, with a reason column (why a proc failed
+    // or still waits).
+    let o = node.tabos(&["spawn", "--pid", "s1", "--", "sleep", "600"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut running = serde_json::Value::Null;
+    for _ in 0..200 {
+        let o = node.tabos(&["ps", "--json", "--state", "running", "--since", "1h"]);
+        running = serde_json::from_str(stdout(&o).trim()).unwrap();
+        if !running["rows"].as_array().unwrap().is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let rows = running["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{running}");
+    assert_eq!(rows[0]["pid"], "s1");
+    assert!(running["columns"]
+        .as_array()
+        .unwrap()
+        .contains(&"reason".into()));
+    let o = node.tabos(&["ps", "--json", "--state", "exited", "--state", "running"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 2, "{v}");
+    let o = node.tabos(&["ps", "--json", "--since", "1ms"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["rows"].as_array().unwrap().is_empty(), "{v}");
+    let o = node.tabos(&["evict", "s1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["ps", "--state", "sleeping"]);
+    assert!(!o.status.success());
+    let o = node.tabos(&["ps", "--since", "soon"]);
+    assert!(stderr(&o).contains("--since"), "{}", stderr(&o));
     let o = node.tabos(&["spawn", "--cores", "0", "--", "true"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("cores"), "{}", stderr(&o));
@@ -1105,6 +1178,19 @@ fn the_namespace_from_the_command_line() {
     assert!(stderr(&o).contains("not empty"), "{}", stderr(&o));
     let o = node.tabos(&["rm", "/cfg/db2"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["put", "-p", "/tree/a/b", "x"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["put", "/tree/c", "y"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["rm", "-r", "/tree"]);
+    assert_eq!(
+        stdout(&o),
+        "removed 4 entries under /tree\n",
+        "{}",
+        stderr(&o)
+    );
+    let o = node.tabos(&["cat", "/tree"]);
+    assert!(!o.status.success());
 
     // The watcher saw create, set, and the rename's remove (3 changes), in order.
     let mut rest = String::new();
@@ -1163,6 +1249,22 @@ fn files_from_the_command_line() {
     assert!(stderr(&o).contains("permission denied"), "{}", stderr(&o));
     let o = fs(&["rm", "/data/b.txt"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // rm -r: a tree, deepest first.
+    for p in ["/data/in/x/y", "/data/in/z"] {
+        let o = fs(&["mkdir", "-p", p]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = fs(&["put", local.to_str().unwrap(), "/data/in/x/y/f.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = fs(&["rm", "-r", "/data"]);
+    assert_eq!(
+        stdout(&o),
+        "removed 6 entries under /data\n",
+        "{}",
+        stderr(&o)
+    );
+    let o = fs(&["stat", "/data"]);
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
 }
 
 /// The last non-empty line of a command's stdout.
