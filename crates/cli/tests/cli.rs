@@ -1990,3 +1990,35 @@ fn jdbc_reads_the_os_state() {
         stderr(&o)
     );
 }
+
+/// The README's examples (`examples/`): a JS procedure, a WAT procedure
+/// and a wasm proc, as the README runs them.
+#[test]
+fn the_readme_examples_run() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let ex = |f: &str| examples.join(f).to_str().unwrap().to_string();
+    let node = Node::start(&[]);
+    let o = node.tabos(&["procedure", "install", "counter", &ex("counter.js")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for n in ["1\n", "2\n"] {
+        let o = node.tabos(&["procedure", "call", "counter", "visits"]);
+        assert_eq!(stdout(&o), n, "{}", stderr(&o));
+    }
+    let o = node.tabos(&["procedure", "install", "echo", &ex("echo.wat")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["procedure", "call", "echo", "hello"]);
+    assert_eq!(stdout(&o), "hello\n", "{}", stderr(&o));
+    let o = node.tabos(&["mailbox", "create", "inbox"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "spawn",
+        "--kind",
+        "wasm",
+        "--wait",
+        "--",
+        &ex("hello-proc.wat"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["recv", "inbox"]);
+    assert_eq!(stdout(&o), "hello from wasm\n", "{}", stderr(&o));
+}
