@@ -1,4 +1,4 @@
-//! `tabos bench elastic`: σOS's elasticity experiments (thesis chapter 6)
+//! `tabos-bench elastic`: σOS's elasticity experiments (thesis chapter 6)
 //! on a cluster of real `tabos up --elastic` processes on this machine,
 //! over one PostgreSQL database (a throwaway cluster the suite starts; it
 //! needs Debian's postgresql). Each node is given a share of this machine's
@@ -16,7 +16,7 @@
 //!
 //! * **Figure 6-3** — a BE realm running MapReduce jobs back to back
 //!   beside an LC realm whose load rises and falls: the LC service is
-//!   procs of `tabos bench-worker lc` (each request 1 ms of CPU, answered
+//!   procs of `tabos-bench bench-worker lc` (each request 1 ms of CPU, answered
 //!   by message) loaded by closed-loop clients; when the load rises its
 //!   servers are spawned, its RMGR asks for their cores, and the σMGR takes
 //!   them back from the BE realm, whose newest procs are evicted. Figures:
@@ -174,7 +174,7 @@ fn read_start(child: &mut Child) -> anyhow::Result<(String, String)> {
     Ok((addr, token))
 }
 
-/// The LC service of Figure 6-3, as a proc (`tabos bench-worker lc
+/// The LC service of Figure 6-3, as a proc (`tabos-bench bench-worker lc
 /// MAILBOX WORK_US`, with the node's TABOS_* environment): takes requests
 /// from `MAILBOX`, spends `WORK_US` of CPU on each, and replies to each
 /// request's sender. Runs until evicted. Returns the exit status.
@@ -492,14 +492,15 @@ async fn lc_load(
     Ok(clients)
 }
 
-/// Spawns `n` LC servers (one core each) into `realm`; their pids.
+/// Spawns `n` LC servers (one core each) into `realm`: procs of this
+/// benchmark binary (`tabos-bench bench-worker lc`); their pids.
 async fn lc_servers(
     c: &mut tabos_client::Client,
-    exe: &Path,
     realm: &str,
     n: usize,
     tag: &str,
 ) -> anyhow::Result<Vec<String>> {
+    let worker = std::env::current_exe()?;
     let mut pids = Vec::new();
     for i in 0..n {
         let pid = format!("lc-{tag}-{i}");
@@ -507,7 +508,7 @@ async fn lc_servers(
             realm,
             proto::ProcDescriptor {
                 pid: pid.clone(),
-                program: exe.display().to_string(),
+                program: worker.display().to_string(),
                 args: vec![
                     "bench-worker".into(),
                     "lc".into(),
@@ -566,7 +567,7 @@ async fn fig6_3(
     .await?;
     op.create_mailbox("web-dedicated", "lc-in", 0, None).await?;
     until_granted(&mut op, "web-dedicated", servers as i64).await?;
-    let pids = lc_servers(&mut op, exe, "web-dedicated", servers, "d").await?;
+    let pids = lc_servers(&mut op, "web-dedicated", servers, "d").await?;
     for p in &pids {
         op.wait_start("web-dedicated", p).await?;
     }
@@ -666,7 +667,7 @@ async fn fig6_3(
     tokio::time::sleep(FIG63_BEFORE).await;
     // The load rises: the service's servers and its clients.
     let rise = start.elapsed().as_secs_f64();
-    let pids = lc_servers(&mut op, exe, "web", servers, "w").await?;
+    let pids = lc_servers(&mut op, "web", servers, "w").await?;
     let done = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut clients = lc_load(cluster, "web", start, stopped, done.clone()).await?;
@@ -795,11 +796,7 @@ async fn fig6_3(
 
 pub fn run(quick: bool) -> anyhow::Result<Report> {
     let mut report = Report::new("elastic", quick);
-    let exe = std::env::current_exe()?;
-    anyhow::ensure!(
-        exe.file_name().is_some_and(|n| n == "tabos"),
-        "run this suite as `tabos bench elastic`: its nodes are `tabos up` processes"
-    );
+    let exe = crate::tabos_exe()?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as i64;
     // One node per core, each offering one core: "machines" are shares.
     let (nodes, per_node) = (cpus.max(2) as usize, 1i64);

@@ -1,4 +1,4 @@
-//! `tabos bench fs`: the filesystem in tables against ext4, and blockio
+//! `tabos-bench fs`: the filesystem in tables against ext4, and blockio
 //! against synchronous and thread-pool pread and fio (DBOS Figure 10a/b,
 //! Tables 1–2; BAIO Figure 2).
 //!

@@ -1,4 +1,4 @@
-//! `tabos bench kv`: σOS's key-value experiments (thesis section 6, Figures
+//! `tabos-bench kv`: σOS's key-value experiments (thesis section 6, Figures
 //! 6-4 and 6-2) and redis-benchmark, against redis-server (Debian's
 //! `redis-server` and `redis-tools`, installed with apt-get if missing),
 //! on a `tabos up` process on this machine (embedded SQLite at durability
@@ -308,11 +308,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 pub fn run(quick: bool) -> anyhow::Result<Report> {
     let mut report = Report::new("kv", quick);
-    let exe = std::env::current_exe()?;
-    anyhow::ensure!(
-        exe.file_name().is_some_and(|n| n == "tabos"),
-        "run this suite as `tabos bench kv`: its procs run `tabos kv-task`"
-    );
+    let exe = crate::tabos_exe()?;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let pin = cpus - 1;
     let runs: u32 = if quick { 1 } else { 3 };

@@ -25,6 +25,26 @@ pub mod www;
 use std::path::Path;
 
 /// Runs suite `name`, prints its table and writes its result file into `out`.
+/// The `tabos` binary the suites run as nodes and procs: `$TABOS_BIN`,
+/// else the one beside this benchmark's own executable (cargo builds both
+/// into the same directory: `cargo build --release -p tabos-cli -p
+/// tabos-bench`).
+pub fn tabos_exe() -> anyhow::Result<std::path::PathBuf> {
+    let path = match std::env::var_os("TABOS_BIN") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::env::current_exe()?
+            .parent()
+            .map(|d| d.join("tabos"))
+            .ok_or_else(|| anyhow::anyhow!("this executable has no directory"))?,
+    };
+    anyhow::ensure!(
+        path.is_file(),
+        "{} is missing: build it (cargo build --release -p tabos-cli) or set TABOS_BIN",
+        path.display()
+    );
+    Ok(path)
+}
+
 pub fn run_suite(name: &str, quick: bool, out: &Path) -> anyhow::Result<()> {
     run_suite_on(name, quick, out, None)
 }

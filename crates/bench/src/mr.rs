@@ -1,4 +1,4 @@
-//! `tabos bench mr`: MapReduce word count and grep on tabos against the
+//! `tabos-bench mr`: MapReduce word count and grep on tabos against the
 //! systems people use for them, in the same run.
 //!
 //! Input: the Linux kernel source (Debian's `linux-source-6.1`, installed
@@ -67,11 +67,7 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
     } else {
         vec![root.clone()]
     };
-    let exe = std::env::current_exe()?;
-    anyhow::ensure!(
-        exe.file_name().is_some_and(|n| n == "tabos"),
-        "run this suite as `tabos bench mr`: its procs are `tabos mr-task`"
-    );
+    let exe = crate::tabos_exe()?;
     let files: Vec<(PathBuf, u64)> = tabos_mr::split::plan(&inputs, u64::MAX)?
         .into_iter()
         .map(|s| (s.path, s.len))

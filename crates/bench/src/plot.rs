@@ -62,7 +62,7 @@ pub fn draw(report: &Report, dir: &Path) -> Result<Vec<String>, String> {
             let path = dir.join(format!("{}.{name}.png", report.suite));
             paths.push(path.display().to_string());
             serde_json::json!({
-                "title": format!("tabos bench {}: {name}", report.suite),
+                "title": format!("tabos-bench {}: {name}", report.suite),
                 "path": path,
                 "series": series,
             })

@@ -1,4 +1,4 @@
-//! `tabos bench procedures`: the paper's measurements of tenant code next
+//! `tabos-bench procedures`: the paper's measurements of tenant code next
 //! to the data (../shared/seeds/004: Table 2, Figure 1, Figure 2).
 //!
 //! * Invocation: a no-op procedure entered and left through the sandbox's

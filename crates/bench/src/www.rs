@@ -1,4 +1,4 @@
-//! `tabos bench www`: the web server (σOS section 5.3) under wrk (Debian's
+//! `tabos-bench www`: the web server (σOS section 5.3) under wrk (Debian's
 //! `wrk`, installed with apt-get if missing) at 1, 16 and 64 connections:
 //!
 //! * **static** — `tabos www serve`'s wwd and workers answering a 4 KiB
@@ -166,11 +166,7 @@ fn median(v: &mut [f64]) -> f64 {
 
 pub fn run(quick: bool) -> anyhow::Result<Report> {
     let mut report = Report::new("www", quick);
-    let exe = std::env::current_exe()?;
-    anyhow::ensure!(
-        exe.file_name().is_some_and(|n| n == "tabos"),
-        "run this suite as `tabos bench www`: its procs run `tabos www-task`"
-    );
+    let exe = crate::tabos_exe()?;
     let runs: u32 = if quick { 1 } else { 3 };
     let dur = Duration::from_secs(if quick { 1 } else { 3 });
     let dir = tabos_store::testing::TempDir::new("bench-www");

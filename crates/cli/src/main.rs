@@ -5,7 +5,6 @@
 //! context of the credentials file ([`credentials`]).
 
 mod batch;
-mod bench;
 mod cluster;
 mod credentials;
 mod demo;
@@ -143,8 +142,6 @@ enum Command {
     Cluster(cluster::ClusterArgs),
     /// Start a throwaway embedded node, run a workload on it and query what it did
     Demo(demo::Args),
-    /// Run a benchmark suite against its peer and write bench/results/<suite>.json
-    Bench(bench::Args),
     /// Spawn a proc: tabos spawn [--wait] -- PROGRAM ARGS...
     Spawn(procs::SpawnArgs),
     /// List procs (a query of the ps view)
@@ -205,9 +202,6 @@ enum Command {
         /// bash, zsh, fish, elvish or powershell
         shell: clap_complete::Shell,
     },
-    /// The procs benchmarks run (tabos bench-worker lc MAILBOX WORK_US)
-    #[command(hide = true)]
-    BenchWorker(bench::WorkerArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -218,7 +212,6 @@ fn main() -> std::process::ExitCode {
         Command::WwwTask(a) => return www::task(a),
         Command::Www(a) => www::run(a),
         Command::Kv(a) => kv::run(a),
-        Command::BenchWorker(a) => return bench::worker(a),
         Command::Mr(a) => mr::run(a),
         Command::Completions { shell } => {
             use clap::CommandFactory;
@@ -237,7 +230,6 @@ fn main() -> std::process::ExitCode {
         Command::Node(a) => nodes::node(a),
         Command::Cluster(a) => cluster::run(a),
         Command::Demo(a) => demo::run(a),
-        Command::Bench(a) => bench::run(a),
         Command::Spawn(a) => procs::spawn(a),
         Command::Ps(a) => procs::ps(a),
         Command::Wait(a) => procs::wait(a),

@@ -260,7 +260,7 @@ impl Auth {
     }
 
     /// An interceptor that checks nothing and lets every request act as an
-    /// operator: only for measuring what checking costs (`tabos bench
+    /// operator: only for measuring what checking costs (`tabos-bench
     /// auth`). `tabos up` never serves this way.
     pub fn unchecked_for_measurement() -> Authenticate {
         Authenticate {

@@ -550,7 +550,7 @@ fn bind_local(path: &std::path::Path) -> Result<tokio::net::UnixListener, Error>
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Check every request's credential. Off only to measure what checking
-    /// costs (`tabos bench auth`): every request then acts as an operator.
+    /// costs (`tabos-bench auth`): every request then acts as an operator.
     pub check_credentials: bool,
     /// Serve TLS (rustls) with this certificate chain and key, PEM.
     pub tls: Option<TlsIdentity>,

@@ -235,7 +235,7 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_grant_still_starts_procs_of_no_cores() {
-    // The deadlock `tabos bench elastic` found: a BE realm at its one
+    // The deadlock `tabos-bench elastic` found: a BE realm at its one
     // granted core runs a reducer (one core) that waits for its job's
     // coordinator (no cores). The grant counts declared cores, so the
     // coordinator takes none of it and must start.
