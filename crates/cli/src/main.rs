@@ -38,6 +38,13 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    // Where the node is, the credential and the realm: accepted before
+    // the command or anywhere after it (global), and seen by every
+    // command that flattens the same structs.
+    #[command(flatten)]
+    node: NodeAddr,
+    #[command(flatten)]
+    realm: procs::RealmArg,
 }
 
 /// Where client commands find the node, and the credential they act with.
@@ -45,20 +52,20 @@ struct Cli {
 struct NodeAddr {
     /// Address of the tabos node: host:port, or unix:PATH for its local
     /// socket [default: the context's, else 127.0.0.1:7070]
-    #[arg(long, env = "TABOS_ADDR")]
+    #[arg(long, env = "TABOS_ADDR", global = true)]
     addr: Option<String>,
     /// The credential to act with (a token from `tabos up`, `tabos realm
     /// create` or `tabos token create`) [default: the context's]
-    #[arg(long, env = "TABOS_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "TABOS_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
     /// Context of the credentials file to use (TABOS_CREDENTIALS, else
     /// ~/.config/tabos/credentials.json) [default: its current context]
-    #[arg(long, env = "TABOS_CONTEXT")]
+    #[arg(long, env = "TABOS_CONTEXT", global = true)]
     context: Option<String>,
     /// Connect with TLS, trusting this PEM certificate authority (or the
     /// node's self-signed certificate) [default: the context's; none:
     /// plaintext]
-    #[arg(long, env = "TABOS_TLS_CA")]
+    #[arg(long, env = "TABOS_TLS_CA", global = true)]
     tls_ca: Option<std::path::PathBuf>,
 }
 
@@ -264,4 +271,15 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap's own checks of the whole command tree: no two arguments of
+    /// one command share a name, the global ones included.
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
 }

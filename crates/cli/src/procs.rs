@@ -11,7 +11,7 @@ pub struct RealmArg {
     /// Realm to act in: the credential's own (the default), or for an
     /// operator any realm [default: the credential's; an operator's: the
     /// node's]
-    #[arg(long, env = "TABOS_REALM", default_value = "")]
+    #[arg(long, env = "TABOS_REALM", default_value = "", global = true)]
     pub realm: String,
 }
 

@@ -2022,3 +2022,39 @@ fn the_readme_examples_run() {
     let o = node.tabos(&["recv", "inbox"]);
     assert_eq!(stdout(&o), "hello from wasm\n", "{}", stderr(&o));
 }
+
+/// `--addr`, `--token` and `--realm` are taken before the command or
+/// anywhere after it.
+#[test]
+fn node_and_realm_flags_go_anywhere() {
+    let node = Node::start(&[]);
+    let bare = || {
+        let mut c = Command::new(TABOS);
+        c.env_remove("TABOS_ADDR")
+            .env_remove("TABOS_TOKEN")
+            .env_remove("TABOS_REALM")
+            .env(
+                "TABOS_CREDENTIALS",
+                node.home.path().join("no-such-credentials.json"),
+            );
+        c
+    };
+    let (addr, token) = (node.addr.as_str(), node.token.as_str());
+    let o = node.tabos(&["fs", "mkdir", "/anywhere"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for args in [
+        vec!["--addr", addr, "--token", token, "fs", "ls", "/"],
+        vec!["fs", "--addr", addr, "ls", "/", "--token", token],
+        vec![
+            "fs", "ls", "/", "--realm", "default", "--addr", addr, "--token", token,
+        ],
+        vec![
+            "--realm", "default", "fs", "ls", "--token", token, "/", "--addr", addr,
+        ],
+    ] {
+        let o = bare().args(&args).output().unwrap();
+        assert!(stdout(&o).contains("/anywhere"), "{args:?}: {}", stderr(&o));
+    }
+    let o = bare().args(["status", "--addr", addr]).output().unwrap();
+    assert!(stderr(&o).contains("credential"), "{}", stderr(&o));
+}
