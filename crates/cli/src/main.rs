@@ -260,10 +260,28 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", said_once(&e));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes, each said once: a cause whose text the
+/// message already holds (an error that prints its source, then the
+/// source itself) is left out.
+fn said_once(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 /// A multi-threaded runtime for the commands that need one.
@@ -277,6 +295,25 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 mod tests {
     /// clap's own checks of the whole command tree: no two arguments of
     /// one command share a name, the global ones included.
+    #[test]
+    fn each_cause_is_said_once() {
+        #[derive(Debug)]
+        struct Inner;
+        impl std::fmt::Display for Inner {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("tcp connect error: refused")
+            }
+        }
+        impl std::error::Error for Inner {}
+        let e = anyhow::Error::new(Inner)
+            .context("cannot connect: tcp connect error: refused (is it up?)")
+            .context("spawn failed");
+        assert_eq!(
+            super::said_once(&e),
+            "spawn failed: cannot connect: tcp connect error: refused (is it up?)"
+        );
+    }
+
     #[test]
     fn the_command_line_is_well_formed() {
         use clap::CommandFactory;

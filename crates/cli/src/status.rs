@@ -42,11 +42,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("request bytes held", s.request_bytes_held.to_string()),
         ];
         if args.json {
-            let obj: serde_json::Map<String, serde_json::Value> = pairs
-                .iter()
-                .map(|(k, v)| (k.replace(' ', "_"), serde_json::Value::from(v.clone())))
-                .collect();
-            println!("{}", serde_json::Value::Object(obj));
+            // Numbers as numbers, the start as RFC 3339.
+            let v = serde_json::json!({
+                "acting_as": {"id": me.id, "realm": me.realm, "user": me.user, "role": me.role},
+                "version": s.version,
+                "backend": s.backend,
+                "partitions": s.partitions,
+                "durability": s.durability,
+                "procedures_committed": s.procedures_committed,
+                "procedures_failed": s.procedures_failed,
+                "commits": s.commits,
+                "retries": s.retries,
+                "started": crate::output::rfc3339(s.started_us),
+                "started_us": s.started_us,
+                "protections": s.protections,
+                "busy_cores": s.busy_cores,
+                "load_source": s.load_source,
+                "connections": s.connections,
+                "request_bytes_held": s.request_bytes_held,
+            });
+            println!("{v}");
         } else {
             let rows: Vec<Vec<String>> = pairs
                 .iter()

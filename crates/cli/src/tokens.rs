@@ -126,6 +126,9 @@ fn json(t: &proto::TokenInfo) -> serde_json::Value {
         "id": t.id, "realm": t.realm, "user": t.user, "role": t.role,
         "pid": t.pid, "created_us": t.created_us, "expires_us": t.expires_us,
         "revoked_us": t.revoked_us, "note": t.note, "scope": t.scope,
+        "created": (t.created_us != 0).then(|| crate::output::rfc3339(t.created_us)),
+        "expires": t.expires_us.map(crate::output::rfc3339),
+        "revoked": t.revoked_us.map(crate::output::rfc3339),
     })
 }
 

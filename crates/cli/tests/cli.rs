@@ -194,7 +194,8 @@ fn up_sql_status_and_refusals() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["backend"], "sqlite");
-    assert_eq!(v["partitions"], "2");
+    assert_eq!(v["partitions"], 2);
+    assert!(v["started"].as_str().unwrap().ends_with('Z'), "{v}");
 
     // SIGTERM stops the node cleanly.
     assert!(node.stop().success());
@@ -227,6 +228,14 @@ fn client_commands_without_a_node_say_how_to_start_one() {
         .unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("tabos up"), "{}", stderr(&o));
+    // Each cause once.
+    let e = stderr(&o);
+    assert_eq!(e.matches("tcp connect error").count(), 1, "{e}");
+    assert_eq!(
+        e.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "{e}"
+    );
 }
 
 #[test]
