@@ -119,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
              reducers and coordinators BE procs; progress on stderr)",
             shown.join(" ")
         );
-        let (job, done) = crate::mr::run_job(&client, &realm, submit).await?;
+        let (job, done) = crate::mr::run_job(&client, &realm, submit, false).await?;
         println!();
         crate::mr::print_summary(&job, &done).await?;
         crate::mr::print_top(&job, &Kind::WordCount, 20).await?;

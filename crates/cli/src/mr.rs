@@ -1,6 +1,8 @@
 //! `tabos mr wordcount|grep`: a MapReduce job on the node (crates/apps/mr),
-//! with a progress line while it runs and a summary at the end; and the
-//! hidden `tabos mr-task`, which is what the job's procs run.
+//! with a progress line while it runs and a summary at the end (Ctrl-C
+//! leaves it running, and says how to follow or stop it); `tabos mr
+//! ls|status|cancel|rm` for jobs already submitted; and the hidden `tabos
+//! mr-task`, which is what the job's procs run.
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -30,6 +32,129 @@ enum JobKind {
         #[command(flatten)]
         common: Common,
     },
+    /// List the realm's jobs: status and progress
+    Ls {
+        /// Print JSON instead of a table
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        realm: RealmArg,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// One job's status and progress
+    Status {
+        /// The job's id (printed when it was submitted; tabos mr ls)
+        job: String,
+        /// Print JSON instead of text
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        realm: RealmArg,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Stop a running job: it is marked failed ("cancelled") and its procs
+    /// are evicted
+    Cancel {
+        job: String,
+        #[command(flatten)]
+        realm: RealmArg,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+    /// Remove what an ended job left: its names, its files under /mr/JOB
+    /// (intermediates and output) and its mailbox
+    Rm {
+        job: String,
+        #[command(flatten)]
+        realm: RealmArg,
+        #[command(flatten)]
+        node: NodeAddr,
+    },
+}
+
+fn status_json(s: &tabos_mr::control::JobStatus) -> serde_json::Value {
+    serde_json::json!({
+        "job": s.id, "kind": s.kind, "status": s.status,
+        "maps": s.maps, "maps_done": s.maps_done,
+        "reducers": s.reducers, "reducers_done": s.reducers_done,
+        "retries": s.retries,
+    })
+}
+
+/// `tabos mr ls|status|cancel|rm`.
+fn control(job: &JobKind) -> anyhow::Result<()> {
+    use tabos_mr::control;
+    crate::runtime()?.block_on(async {
+        match job {
+            JobKind::Ls { json, realm, node } => {
+                let c = node.connect().await?;
+                let jobs = control::list(&c, &realm.realm).await?;
+                if *json {
+                    let v: Vec<_> = jobs.iter().map(status_json).collect();
+                    println!("{}", serde_json::Value::Array(v));
+                } else {
+                    let cols: Vec<String> = ["job", "kind", "status", "maps", "reduces", "retries"]
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect();
+                    let rows: Vec<Vec<String>> = jobs
+                        .iter()
+                        .map(|s| {
+                            vec![
+                                s.id.clone(),
+                                s.kind.clone(),
+                                s.status.clone(),
+                                format!("{}/{}", s.maps_done, s.maps),
+                                format!("{}/{}", s.reducers_done, s.reducers),
+                                s.retries.to_string(),
+                            ]
+                        })
+                        .collect();
+                    print!("{}", crate::output::table(&cols, &rows));
+                }
+            }
+            JobKind::Status {
+                job,
+                json,
+                realm,
+                node,
+            } => {
+                let c = node.connect().await?;
+                let s = control::status(&c, &realm.realm, job).await?;
+                if *json {
+                    println!("{}", status_json(&s));
+                } else {
+                    println!(
+                        "job {} ({}): {}; maps {}/{}, reduces {}/{}, {} retried attempts",
+                        s.id,
+                        s.kind,
+                        s.status,
+                        s.maps_done,
+                        s.maps,
+                        s.reducers_done,
+                        s.reducers,
+                        s.retries
+                    );
+                }
+            }
+            JobKind::Cancel { job, realm, node } => {
+                let c = node.connect().await?;
+                let evicted = control::cancel(&c, &realm.realm, job).await?;
+                println!("job {job} cancelled; evicted {} procs", evicted.len());
+            }
+            JobKind::Rm { job, realm, node } => {
+                let c = node.connect().await?;
+                let n = control::remove(&c, &realm.realm, job).await?;
+                println!("job {job} removed ({n} names and files)");
+            }
+            JobKind::Wordcount(_) | JobKind::Grep { .. } => {
+                anyhow::bail!("wordcount and grep run a job, they do not control one")
+            }
+        }
+        Ok(())
+    })
 }
 
 #[derive(clap::Args)]
@@ -59,6 +184,10 @@ pub struct Common {
     /// Results to print (the most frequent words; for grep, files in order)
     #[arg(long, default_value_t = 20)]
     pub top: usize,
+    /// Fault injection for tests: attempt ATTEMPT of task TASK (m0, r1…)
+    /// waits at AT (start) until told to resume — TASK:ATTEMPT:AT
+    #[arg(long, hide = true, value_name = "TASK:ATTEMPT:AT")]
+    pub pause: Option<String>,
     #[command(flatten)]
     pub realm: RealmArg,
     #[command(flatten)]
@@ -79,6 +208,19 @@ impl Common {
             "--text-only looks at files of this machine; it does not go with --in-fs"
         );
         s.inputs_in_fs = self.in_fs;
+        if let Some(p) = &self.pause {
+            let parts: Vec<&str> = p.split(':').collect();
+            let [task, attempt, at] = parts[..] else {
+                anyhow::bail!("--pause takes TASK:ATTEMPT:AT, not {p:?}");
+            };
+            s.pause = Some(tabos_mr::spec::Pause {
+                task: task.into(),
+                attempt: attempt
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--pause: {attempt:?} is not an attempt"))?,
+                at: at.into(),
+            });
+        }
         Ok(s)
     }
 }
@@ -87,22 +229,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (common, kind) = match &args.job {
         JobKind::Wordcount(c) => (c, Kind::WordCount),
         JobKind::Grep { pattern, common } => (common, Kind::grep(pattern.as_bytes())?),
+        other => return control(other),
     };
     let submit = common.submit(kind.clone())?;
     crate::runtime()?.block_on(async {
         let client = common.node.connect().await?;
         let realm = &common.realm.realm;
-        let (job, done) = run_job(&client, realm, submit).await?;
+        let (job, done) = run_job(&client, realm, submit, true).await?;
         print_summary(&job, &done).await?;
         print_top(&job, &kind, common.top).await
     })
 }
 
-/// Submits and follows a job, drawing the progress line on stderr.
+/// Submits and follows a job, drawing the progress line on stderr. With
+/// `detachable`, Ctrl-C leaves the job running on the node and says how
+/// to follow or stop it (not for a node that ends with this process).
 pub async fn run_job(
     client: &tabos_client::Client,
     realm: &str,
     submit: Submit,
+    detachable: bool,
 ) -> anyhow::Result<(Job, Progress)> {
     let mut job = Job::submit(client, realm, submit)
         .await
@@ -117,6 +263,20 @@ pub async fn run_job(
     );
     let tty = std::io::stderr().is_terminal();
     let mut last = (usize::MAX, usize::MAX, u32::MAX);
+    let id = job.id().to_string();
+    let interrupted = async move {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!(
+            "\njob {id} goes on without this command: follow it with `tabos mr status {id}`, \
+             stop it with `tabos mr cancel {id}`"
+        );
+        std::process::exit(130);
+    };
+    let interrupted = tokio::spawn(async move {
+        if detachable {
+            interrupted.await
+        }
+    });
     let done = job
         .wait(|p| {
             let now = (p.maps_done, p.reducers_done, p.retries);
@@ -133,6 +293,7 @@ pub async fn run_job(
             let _ = std::io::stderr().flush();
         })
         .await;
+    interrupted.abort();
     if tty {
         eprintln!();
     }

@@ -394,6 +394,85 @@ fn mr_wordcount_and_grep_against_a_node() {
     ]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["rows"][0]["jobs"], 2, "two jobs ran, no more");
+
+    // Jobs after the fact: listed, followed, removed.
+    let o = node.tabos(&["mr", "ls", "--json"]);
+    let jobs: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let jobs = jobs.as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j["status"] == "done"), "{jobs:?}");
+    let first = jobs[0]["job"].as_str().unwrap().to_string();
+    let o = node.tabos(&["mr", "status", &first, "--json"]);
+    let st: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(st["maps_done"], st["maps"], "{st}");
+    let o = node.tabos(&["mr", "cancel", &first]);
+    assert!(stderr(&o).contains("already ended"), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "rm", &first]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "status", &first]);
+    assert!(stderr(&o).contains("no job"), "{}", stderr(&o));
+
+    // Ctrl-C leaves a job running (a reducer held paused) and says how to
+    // follow and stop it; cancelling stops it, and rm clears it.
+    let mut child = node
+        .command()
+        .args([
+            "mr",
+            "wordcount",
+            "--input",
+            input,
+            "--reducers",
+            "2",
+            "--pause",
+            "r0:1:start",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let job = line
+        .strip_prefix("job ")
+        .and_then(|r| r.split(':').next())
+        .unwrap_or_else(|| panic!("no job line: {line:?}"))
+        .to_string();
+    // The reducer is paused once its attempt says so in the names.
+    let mut held = false;
+    for _ in 0..600 {
+        let o = node.tabos(&["ls", &format!("/mr/{job}/paused")]);
+        if stdout(&o).contains("r0") {
+            held = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(held, "the reducer never paused");
+    Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut rest = String::new();
+    use std::io::Read;
+    err.read_to_string(&mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{rest}");
+    assert!(rest.contains(&format!("tabos mr cancel {job}")), "{rest}");
+    let o = node.tabos(&["mr", "status", &job]);
+    assert!(stdout(&o).contains("running"), "{}", stdout(&o));
+    let o = node.tabos(&["mr", "rm", &job]);
+    assert!(stderr(&o).contains("cancel"), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "cancel", &job]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("cancelled"), "{}", stdout(&o));
+    let o = node.tabos(&["mr", "status", &job, "--json"]);
+    let st: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(st["status"], "failed: cancelled");
+    let o = node.tabos(&["mr", "rm", &job]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "ls", "--json"]);
+    let left: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
 }
 
 /// `tabos up --db postgres://...`: the same node over the cluster backend.

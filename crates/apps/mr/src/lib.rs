@@ -17,8 +17,11 @@
 //!   tests compare with.
 //! * [`procs`], [`driver`], [`spec`] — the coordinator, mapper and reducer
 //!   procs over the tabos API and the client that submits and follows a
-//!   job; [`watch`] — a directory watch that outlives being cut off.
+//!   job; [`watch`] — a directory watch that outlives being cut off;
+//!   [`control`] — listing, following, cancelling and removing jobs from
+//!   any client.
 
+pub mod control;
 pub mod direct;
 pub mod driver;
 pub mod format;

@@ -510,3 +510,75 @@ fn inputs_in_tabos_fs_equal_the_direct_computation() {
         node.shut_down().await;
     });
 }
+
+/// `control`: a running job (a reducer held paused) is listed and
+/// followed from another client, cancelled — marked failed, its procs
+/// evicted, the submitter's wait ends with the cancellation and starts
+/// nothing more — and then removed with everything it left; a finished or
+/// unknown job is refused where that makes no sense.
+#[test]
+fn a_running_job_is_cancelled_and_removed() {
+    use tabos_mr::control;
+    let dir = TempDir::new("mr-cancel");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = node.0.client().await.unwrap();
+        let mut s = submit(Kind::WordCount, inputs);
+        s.pause = Some(Pause {
+            task: "r0".into(),
+            attempt: 1,
+            at: "start".into(),
+        });
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        let id = job.id().to_string();
+        paused(&c, &job, Task::Reduce(0)).await;
+        let listed = control::list(&c, REALM).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(listed[0].running() && listed[0].id == id, "{listed:?}");
+        let st = control::status(&c, REALM, &id).await.unwrap();
+        assert_eq!(st.kind, "wordcount");
+        assert!(st.reducers >= 1 && st.reducers_done < st.reducers, "{st:?}");
+        assert!(control::remove(&c, REALM, &id).await.is_err(), "running");
+        let waiter = tokio::spawn(async move { job.wait(|_| {}).await });
+        let evicted = control::cancel(&c, REALM, &id).await.unwrap();
+        assert!(
+            evicted.iter().any(|p| p.contains("-coord-"))
+                && evicted.iter().any(|p| p.contains("-r0-")),
+            "{evicted:?}"
+        );
+        let waited = tokio::time::timeout(Duration::from_secs(60), waiter)
+            .await
+            .expect("the submitter's wait ends")
+            .unwrap();
+        assert!(
+            matches!(&waited, Err(tabos_mr::Error::Failed(why)) if why == "cancelled"),
+            "{waited:?}"
+        );
+        let st = control::status(&c, REALM, &id).await.unwrap();
+        assert_eq!(st.status, control::CANCELLED);
+        // Nothing of the job runs any more.
+        let live = c
+            .clone()
+            .sql(
+                "SELECT count(*) FROM proc WHERE pid LIKE $1 \
+                 AND state IN ('spawned', 'claimed', 'running')",
+                vec![Value::Text(format!("{id}-%"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(live.rows[0][0], Some(Value::Int(0)));
+        assert!(control::cancel(&c, REALM, &id).await.is_err(), "ended");
+        assert!(control::remove(&c, REALM, &id).await.unwrap() > 5);
+        assert!(control::status(&c, REALM, &id).await.is_err());
+        assert!(c
+            .clone()
+            .fs_stat(REALM, &format!("/mr/{id}"))
+            .await
+            .is_err());
+        assert!(control::list(&c, REALM).await.unwrap().is_empty());
+        assert!(control::status(&c, REALM, "nope").await.is_err());
+        assert!(control::status(&c, REALM, "../x").await.is_err());
+        node.shut_down().await;
+    });
+}
