@@ -159,6 +159,8 @@ enum Command {
     Evict(procs::PidArgs),
     /// Print a native proc's kept stdout (or --stderr)
     Logs(procs::LogsArgs),
+    /// Forget ended procs (rows and events): tabos prune [PID...] [--older-than 1h]
+    Prune(procs::PruneArgs),
     /// Manage realms: tabos realm create R (prints its admin credential) | set R --procs N ... | list | show R
     Realm(procs::RealmArgs),
     /// Manage credentials: tabos token create|list|revoke|whoami
@@ -242,6 +244,7 @@ fn main() -> std::process::ExitCode {
         Command::Wait(a) => procs::wait(a),
         Command::Evict(a) => procs::evict(a),
         Command::Logs(a) => procs::logs(a),
+        Command::Prune(a) => procs::prune(a),
         Command::Realm(a) => procs::realm(a),
         Command::Token(a) => tokens::run(a),
         Command::Send(a) => ipc::send(a),

@@ -598,3 +598,42 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
         }),
     }
 }
+
+#[derive(clap::Args)]
+pub struct PruneArgs {
+    /// The ended procs to forget [default: every ended proc]
+    pids: Vec<String>,
+    /// Only procs that ended over this long ago, e.g. 1h, 7d (without
+    /// PIDs)
+    #[arg(long, value_name = "DURATION", conflicts_with = "pids")]
+    older_than: Option<String>,
+    /// Print JSON instead of text
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    realm: RealmArg,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+/// `tabos prune [PID...] [--older-than D]`: forgets ended procs.
+pub fn prune(args: PruneArgs) -> anyhow::Result<()> {
+    let older_than_ms = match &args.older_than {
+        Some(d) => crate::tokens::parse_ttl(d).map_err(|_| {
+            anyhow::anyhow!("--older-than {d:?}: a number and a unit (ms, s, m, h, d)")
+        })?,
+        None => 0,
+    };
+    crate::runtime()?.block_on(async {
+        let mut client = args.node.connect().await?;
+        let pruned = client
+            .prune(&args.realm.realm, args.pids.clone(), older_than_ms)
+            .await?;
+        if args.json {
+            println!("{}", serde_json::json!({ "pruned": pruned }));
+        } else {
+            println!("forgot {} ended procs", pruned.len());
+        }
+        Ok(())
+    })
+}

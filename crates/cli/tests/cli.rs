@@ -562,8 +562,27 @@ fn spawn_wait_ps_and_logs() {
     let o = node.tabos(&["ps", "--json", "--since", "1ms"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert!(v["rows"].as_array().unwrap().is_empty(), "{v}");
+    // A live proc is not forgotten; ended ones are.
+    let o = node.tabos(&["prune", "s1"]);
+    assert!(stderr(&o).contains("evict it"), "{}", stderr(&o));
     let o = node.tabos(&["evict", "s1"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["wait", "s1"]);
+    assert!(!o.status.success());
+    let o = node.tabos(&["prune", "s1", "--json"]);
+    assert_eq!(stdout(&o).trim(), r#"{"pruned":["s1"]}"#, "{}", stderr(&o));
+    let o = node.tabos(&["prune", "--older-than", "1h"]);
+    assert_eq!(stdout(&o), "forgot 0 ended procs\n", "{}", stderr(&o));
+    let o = node.tabos(&["ps", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["pid"] != "s1"),
+        "{v}"
+    );
     let o = node.tabos(&["ps", "--state", "sleeping"]);
     assert!(!o.status.success());
     let o = node.tabos(&["ps", "--since", "soon"]);

@@ -701,6 +701,27 @@ impl Client {
         Ok(self.procs.status(Self::pid(realm, pid)).await?.into_inner())
     }
 
+    /// Forgets ended procs: `pids` (each must have ended), or with none
+    /// every proc that ended over `older_than_ms` ago (0: any); returns
+    /// the pids removed.
+    pub async fn prune(
+        &mut self,
+        realm: &str,
+        pids: Vec<String>,
+        older_than_ms: u64,
+    ) -> Result<Vec<String>, Error> {
+        Ok(self
+            .procs
+            .prune(proto::PruneRequest {
+                realm: realm.into(),
+                pids,
+                older_than_ms,
+            })
+            .await?
+            .into_inner()
+            .pids)
+    }
+
     /// A native proc's captured stdout or stderr.
     pub async fn logs(
         &mut self,

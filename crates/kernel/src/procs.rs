@@ -1485,6 +1485,82 @@ pub async fn evict(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
     call(store, realm, move |tx, r, now| evict_tx(tx, r, &pid, now)).await
 }
 
+/// Most procs one prune removes.
+pub const PRUNE_MAX: usize = 10_000;
+
+/// Procedure body: forgets ended procs of `realm` — their `proc` rows and
+/// their events — so that the table keeps what runs and what is still of
+/// interest, and a pid can be used again. With `pids`, exactly those
+/// (each must exist, NotFound, and have ended, FailedPrecondition
+/// otherwise; nothing is removed unless all can be); without, every proc
+/// that ended before `ended_before_us` (every ended one when `None`), at
+/// most [`PRUNE_MAX`]. Returns the pids removed.
+pub fn prune_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pids: &[Pid],
+    ended_before_us: Option<i64>,
+) -> Result<Vec<Pid>> {
+    let p = i64::from(tx.p_key().0);
+    let chosen: Vec<Pid> = if pids.is_empty() {
+        let rows = tx.query(
+            "SELECT pid FROM proc WHERE p_key = $1 AND realm = $2 \
+             AND state IN ('exited', 'evicted', 'failed') \
+             AND (CAST($3 AS BIGINT) IS NULL OR coalesce(exit_us, spawn_us) < $3) \
+             ORDER BY seq LIMIT $4",
+            params![p, realm, ended_before_us, PRUNE_MAX as i64],
+        )?;
+        rows.iter()
+            .map(|r| r.get::<String>(0).map(Pid))
+            .collect::<std::result::Result<_, _>>()?
+    } else {
+        if pids.len() > PRUNE_MAX {
+            return Err(Error::Invalid(format!(
+                "a prune removes at most {PRUNE_MAX} procs"
+            )));
+        }
+        for pid in pids {
+            let info = get_tx(tx, realm, pid.as_str())?;
+            if !info.state.is_terminal() {
+                return Err(Error::Precondition(format!(
+                    "proc {pid} is {}: evict it and wait for it first",
+                    info.state.as_str()
+                )));
+            }
+        }
+        let mut v = pids.to_vec();
+        v.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        v.dedup_by(|a, b| a.as_str() == b.as_str());
+        v
+    };
+    for pid in &chosen {
+        tx.execute(
+            "DELETE FROM proc_event WHERE p_key = $1 AND realm = $2 AND pid = $3",
+            params![p, realm, pid.as_str()],
+        )?;
+        let n = tx.execute(
+            "DELETE FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3 \
+             AND state IN ('exited', 'evicted', 'failed')",
+            params![p, realm, pid.as_str()],
+        )?;
+        debug_assert_eq!(n, 1, "an ended proc chosen is deleted");
+    }
+    Ok(chosen)
+}
+
+/// Forgets ended procs of `realm` ([`prune_tx`]).
+pub async fn prune(
+    store: &Store,
+    realm: &str,
+    pids: Vec<Pid>,
+    ended_before_us: Option<i64>,
+) -> Result<Vec<Pid>> {
+    call(store, realm, move |tx, r, _| {
+        prune_tx(tx, r, &pids, ended_before_us)
+    })
+    .await
+}
+
 /// Longest detail of a recorded provenance event.
 pub const EVENT_DETAIL_BYTES_MAX: usize = 4_096;
 

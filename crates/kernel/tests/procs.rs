@@ -898,3 +898,57 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
     });
 }
 both!(draining_a_node_moves_its_unclaimed_procs_only);
+
+/// Pruning forgets ended procs only: named ones (all or nothing: a live
+/// one among them refuses the whole prune), or every ended one; their
+/// events go too, and a pruned pid can be spawned again.
+fn pruning_forgets_ended_procs_only(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        procs::register_worker(&s, "r", &worker("w1", "n1", 4)).unwrap();
+        for p in ["a", "b", "live"] {
+            procs::spawn(&s, "r", named(p)).await.unwrap();
+        }
+        for p in ["a", "b"] {
+            procs::exited(&s, "r", &Pid::new(p).unwrap(), State::Exited, Some(0), None)
+                .await
+                .unwrap();
+        }
+        let pid = |p: &str| Pid::new(p).unwrap();
+        let e = procs::prune(&s, "r", vec![pid("a"), pid("live")], None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Precondition(_)), "{e}");
+        let e = procs::prune(&s, "r", vec![pid("nope")], None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::NotFound(_)), "{e}");
+        procs::get(&s, "r", &pid("a")).unwrap();
+        // Ended an hour from now: none of them ended that long ago.
+        let hour_ago = tabos_store::now_us() - 3_600_000_000;
+        let none = procs::prune(&s, "r", vec![], Some(hour_ago)).await.unwrap();
+        assert!(none.is_empty());
+        let pruned = procs::prune(&s, "r", vec![pid("a"), pid("a")], None)
+            .await
+            .unwrap();
+        assert_eq!(pruned, [pid("a")]);
+        assert!(procs::get(&s, "r", &pid("a")).is_err());
+        let rest = procs::prune(&s, "r", vec![], None).await.unwrap();
+        assert_eq!(rest, [pid("b")]);
+        procs::get(&s, "r", &pid("live")).unwrap();
+        let events: i64 = s
+            .query(
+                "SELECT count(*) FROM proc_event WHERE realm = 'r' AND pid IN ('a', 'b')",
+                &[],
+            )
+            .unwrap()
+            .rows[0]
+            .get(0)
+            .unwrap();
+        assert_eq!(events, 0);
+        procs::spawn(&s, "r", named("a")).await.unwrap();
+    });
+}
+both!(pruning_forgets_ended_procs_only);

@@ -486,6 +486,29 @@ impl proto::procs_server::Procs for ProcsService {
         Ok(Response::new(proto::Empty {}))
     }
 
+    async fn prune(
+        &self,
+        request: Request<proto::PruneRequest>,
+    ) -> Result<Response<proto::PruneResponse>, Status> {
+        let access = self.node.access(&request)?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Member)?;
+        let pids = r
+            .pids
+            .iter()
+            .map(|p| Pid::new(p.as_str()).map_err(invalid))
+            .collect::<Result<Vec<_>, _>>()?;
+        let before = (r.older_than_ms > 0).then(|| {
+            tabos_store::now_us().saturating_sub(r.older_than_ms.saturating_mul(1000) as i64)
+        });
+        let pruned = procs::prune(&self.node.store, &r.realm, pids, before)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        Ok(Response::new(proto::PruneResponse {
+            pids: pruned.into_iter().map(|p| p.as_str().to_string()).collect(),
+        }))
+    }
+
     async fn status(
         &self,
         request: Request<proto::PidRequest>,

@@ -578,6 +578,22 @@ class ProcStatus(_message.Message):
     exit_us: int
     def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., state: _Optional[str] = ..., worker: _Optional[str] = ..., evict_requested: _Optional[bool] = ..., exit_status: _Optional[int] = ..., error: _Optional[str] = ..., spawn_us: _Optional[int] = ..., start_us: _Optional[int] = ..., exit_us: _Optional[int] = ...) -> None: ...
 
+class PruneRequest(_message.Message):
+    __slots__ = ("realm", "pids", "older_than_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    OLDER_THAN_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    pids: _containers.RepeatedScalarFieldContainer[str]
+    older_than_ms: int
+    def __init__(self, realm: _Optional[str] = ..., pids: _Optional[_Iterable[str]] = ..., older_than_ms: _Optional[int] = ...) -> None: ...
+
+class PruneResponse(_message.Message):
+    __slots__ = ("pids",)
+    PIDS_FIELD_NUMBER: _ClassVar[int]
+    pids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, pids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class LogsRequest(_message.Message):
     __slots__ = ("realm", "pid", "stream")
     REALM_FIELD_NUMBER: _ClassVar[int]

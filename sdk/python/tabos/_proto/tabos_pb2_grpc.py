@@ -766,6 +766,11 @@ class ProcsStub:
                 request_serializer=tabos__pb2.LogsRequest.SerializeToString,
                 response_deserializer=tabos__pb2.LogsResponse.FromString,
                 _registered_method=True)
+        self.Prune = channel.unary_unary(
+                '/tabos.v1.Procs/Prune',
+                request_serializer=tabos__pb2.PruneRequest.SerializeToString,
+                response_deserializer=tabos__pb2.PruneResponse.FromString,
+                _registered_method=True)
 
 
 class ProcsServicer:
@@ -861,6 +866,15 @@ class ProcsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Prune(self, request, context):
+        """Forgets ended procs (their rows and events): the pids given, each of
+        which must have ended; or, with none, every proc that ended over
+        older_than_ms ago (0: every ended one), at most 10,000.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProcsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -933,6 +947,11 @@ def add_ProcsServicer_to_server(servicer, server):
                     servicer.Logs,
                     request_deserializer=tabos__pb2.LogsRequest.FromString,
                     response_serializer=tabos__pb2.LogsResponse.SerializeToString,
+            ),
+            'Prune': grpc.unary_unary_rpc_method_handler(
+                    servicer.Prune,
+                    request_deserializer=tabos__pb2.PruneRequest.FromString,
+                    response_serializer=tabos__pb2.PruneResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1313,6 +1332,33 @@ class Procs:
             '/tabos.v1.Procs/Logs',
             tabos__pb2.LogsRequest.SerializeToString,
             tabos__pb2.LogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Prune(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Procs/Prune',
+            tabos__pb2.PruneRequest.SerializeToString,
+            tabos__pb2.PruneResponse.FromString,
             options,
             channel_credentials,
             insecure,
