@@ -255,18 +255,38 @@ pub struct LogsArgs {
     /// Show stderr instead of stdout
     #[arg(long)]
     stderr: bool,
+    /// Keep printing what the proc writes, until it has ended
+    #[arg(short, long)]
+    follow: bool,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
     node: NodeAddr,
 }
 
-/// `tabos logs PID`: a native proc's kept stdout (or stderr).
+/// `tabos logs PID`: a native proc's kept stdout (or stderr); with
+/// `-f`, followed as it is written.
 pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
     use std::io::Write;
     crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
         let stream = if args.stderr { "stderr" } else { "stdout" };
+        if args.follow {
+            let mut s = client
+                .follow_logs(&args.realm.realm, &args.pid, stream)
+                .await?;
+            let mut truncated = false;
+            while let Some(m) = s.message().await? {
+                let mut out = std::io::stdout();
+                out.write_all(&m.data)?;
+                out.flush()?;
+                truncated |= m.truncated;
+            }
+            if truncated {
+                eprintln!("(log truncated: the node keeps the first part only)");
+            }
+            return Ok(());
+        }
         let r = client.logs(&args.realm.realm, &args.pid, stream).await?;
         std::io::stdout().write_all(&r.data)?;
         if r.truncated {

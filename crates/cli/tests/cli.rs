@@ -529,6 +529,37 @@ fn spawn_wait_ps_and_logs() {
     assert_eq!(o.status.code(), Some(4), "{}", stderr(&o));
     let o = node.tabos(&["logs", "job1"]);
     assert_eq!(stdout(&o), "hi\n");
+    // logs -f: what a proc writes, as it writes it, until it ends.
+    let o = node.tabos(&["mailbox", "create", "go"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let script = format!("echo one; {TABOS} recv go --timeout-ms 60000 >/dev/null; echo two");
+    let o = node.tabos(&["spawn", "--pid", "f1", "--", "sh", "-c", &script]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut follow = node
+        .command()
+        .args(["logs", "-f", "f1"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let follower = follow.id();
+    // Bounded: a follower that never ends is killed, and the test fails.
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        let _ = Command::new("kill")
+            .args(["-9", &follower.to_string()])
+            .status();
+    });
+    let mut lines = BufReader::new(follow.stdout.take().unwrap());
+    let mut line = String::new();
+    lines.read_line(&mut line).unwrap();
+    assert_eq!(line, "one\n", "the first line, while the proc still runs");
+    let o = node.tabos(&["send", "go", "now"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    line.clear();
+    lines.read_line(&mut line).unwrap();
+    assert_eq!(line, "two\n");
+    assert!(follow.wait().unwrap().success(), "it ends with the proc");
+    drop(watchdog);
     let o = node.tabos(&["ps", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["rows"][0]["pid"], "job1");
@@ -558,7 +589,7 @@ fn spawn_wait_ps_and_logs() {
         .contains(&"reason".into()));
     let o = node.tabos(&["ps", "--json", "--state", "exited", "--state", "running"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    assert_eq!(v["rows"].as_array().unwrap().len(), 2, "{v}");
+    assert_eq!(v["rows"].as_array().unwrap().len(), 3, "job1, f1, s1: {v}");
     let o = node.tabos(&["ps", "--json", "--since", "1ms"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert!(v["rows"].as_array().unwrap().is_empty(), "{v}");

@@ -701,6 +701,25 @@ impl Client {
         Ok(self.procs.status(Self::pid(realm, pid)).await?.into_inner())
     }
 
+    /// A proc's log so far, then what it writes as it writes it, until it
+    /// has ended (FollowLogs).
+    pub async fn follow_logs(
+        &mut self,
+        realm: &str,
+        pid: &str,
+        stream: &str,
+    ) -> Result<tonic::Streaming<proto::LogsResponse>, Error> {
+        Ok(self
+            .procs
+            .follow_logs(proto::LogsRequest {
+                realm: realm.into(),
+                pid: pid.into(),
+                stream: stream.into(),
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Forgets ended procs: `pids` (each must have ended), or with none
     /// every proc that ended over `older_than_ms` ago (0: any); returns
     /// the pids removed.

@@ -695,13 +695,14 @@ pub async fn serve_with(
     let status = NodeServer::new(status::StatusService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let procs_inner = procs::ProcsService::new(node.clone());
+    // Raised when shutdown begins: open streams (watches, RecvStream,
+    // FollowLogs) end then, since a graceful shutdown waits for every open
+    // call.
+    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let procs_inner = procs::ProcsService::new(node.clone(), stopping.clone());
     let procs_service = ProcsServer::new(procs_inner.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    // Raised when shutdown begins: open streams (watches, RecvStream) end
-    // then, since a graceful shutdown waits for every open call.
-    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
     let stop = &stopping_tx;
     let shutdown = async move {
         shutdown.await;

@@ -677,11 +677,11 @@ impl Procd {
         }
         let out = child.stdout.take().map(|s| {
             let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stdout");
-            tokio::spawn(keep_log(s, path))
+            start_log(s, path)
         });
         let err = child.stderr.take().map(|s| {
             let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stderr");
-            tokio::spawn(keep_log(s, path))
+            start_log(s, path)
         });
         if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
             eprintln!("procd {}: cannot mark {} started: {e}", self.worker, p.pid);
@@ -905,9 +905,60 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     }
 }
 
+/// The native procs' logs being written on this node, by file: how many
+/// bytes each holds so far. `tabos logs -f` ([`follow_log`]) waits on it
+/// instead of polling the file. Process-wide (log files are unique by
+/// path, also across several nodes in one process); an entry lives while
+/// its writer does.
+static LOG_FEEDS: std::sync::OnceLock<
+    std::sync::Mutex<std::collections::HashMap<PathBuf, tokio::sync::watch::Receiver<u64>>>,
+> = std::sync::OnceLock::new();
+
+fn log_feeds() -> std::sync::MutexGuard<
+    'static,
+    std::collections::HashMap<PathBuf, tokio::sync::watch::Receiver<u64>>,
+> {
+    LOG_FEEDS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// The feed of the log at `path`, if a proc is writing it now.
+pub fn follow_log(path: &Path) -> Option<tokio::sync::watch::Receiver<u64>> {
+    log_feeds().get(path).cloned()
+}
+
+/// Starts keeping a child's stream in `path` ([`keep_log`]), its feed
+/// registered before this returns — so a follower that sees the proc
+/// started finds it.
+fn start_log(
+    from: impl AsyncRead + Unpin + Send + 'static,
+    path: PathBuf,
+) -> tokio::task::JoinHandle<()> {
+    let (feed, watching) = tokio::sync::watch::channel(0u64);
+    log_feeds().insert(path.clone(), watching);
+    tokio::spawn(keep_log(from, path, feed))
+}
+
 /// Copies a child's stream into `path`, keeping the first LOG_BYTES_MAX
-/// bytes and draining (and dropping) the rest so the child never blocks.
-async fn keep_log(mut from: impl AsyncRead + Unpin, path: PathBuf) {
+/// bytes and draining (and dropping) the rest so the child never blocks;
+/// each write is announced on `feed`, which is unregistered when this
+/// ends ([`follow_log`]).
+async fn keep_log(
+    mut from: impl AsyncRead + Unpin,
+    path: PathBuf,
+    feed: tokio::sync::watch::Sender<u64>,
+) {
+    // Gone with the writer: followers see the feed close, and read the
+    // rest.
+    struct Unregister(PathBuf);
+    impl Drop for Unregister {
+        fn drop(&mut self) {
+            log_feeds().remove(&self.0);
+        }
+    }
+    let _unregister = Unregister(path.clone());
     let Ok(mut file) = tokio::fs::File::create(&path).await else {
         let _ = tokio::io::copy(&mut from, &mut tokio::io::sink()).await;
         return;
@@ -922,10 +973,11 @@ async fn keep_log(mut from: impl AsyncRead + Unpin, path: PathBuf) {
         let room = LOG_BYTES_MAX.saturating_sub(kept) as usize;
         if room > 0 {
             let take = n.min(room);
-            if file.write_all(&buf[..take]).await.is_err() {
+            if file.write_all(&buf[..take]).await.is_err() || file.flush().await.is_err() {
                 break;
             }
             kept += take as u64;
+            feed.send_replace(kept);
         }
     }
     let _ = file.flush().await;

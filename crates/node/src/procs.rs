@@ -20,12 +20,35 @@ use crate::{kernel_status, Node};
 #[derive(Clone)]
 pub struct ProcsService {
     node: Node,
+    /// Raised when the node shuts down: open FollowLogs streams end.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ProcsService {
-    pub fn new(node: Node) -> ProcsService {
-        ProcsService { node }
+    pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> ProcsService {
+        ProcsService { node, stopping }
     }
+}
+
+/// Most bytes of log one FollowLogs message carries.
+pub const FOLLOW_CHUNK_BYTES: usize = 1 << 20;
+
+/// Reads up to [`FOLLOW_CHUNK_BYTES`] of the log at `path` from `offset`
+/// (nothing when the file does not exist yet).
+async fn read_log_at(path: &std::path::Path, offset: u64) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncSeekExt};
+    let Ok(mut f) = tokio::fs::File::open(path).await else {
+        return Vec::new();
+    };
+    if f.seek(std::io::SeekFrom::Start(offset)).await.is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::with_capacity(FOLLOW_CHUNK_BYTES.min(64 << 10));
+    let _ = (&mut f)
+        .take(FOLLOW_CHUNK_BYTES as u64)
+        .read_to_end(&mut buf)
+        .await;
+    buf
 }
 
 fn invalid(e: impl std::fmt::Display) -> Status {
@@ -577,5 +600,133 @@ impl proto::procs_server::Procs for ProcsService {
             truncated: data.len() as u64 >= LOG_BYTES_MAX,
             data,
         }))
+    }
+
+    type FollowLogsStream =
+        tokio_stream::wrappers::ReceiverStream<Result<proto::LogsResponse, Status>>;
+
+    async fn follow_logs(
+        &self,
+        request: Request<proto::LogsRequest>,
+    ) -> Result<Response<Self::FollowLogsStream>, Status> {
+        let access = self.node.access(&request)?;
+        let token = crate::forward::bearer(request.metadata())?;
+        let mut r = request.into_inner();
+        r.realm = access.realm(&r.realm, Role::Reader)?;
+        tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
+        let pid = Pid::new(r.pid).map_err(invalid)?;
+        let stream = match r.stream.as_str() {
+            "" | "stdout" => "stdout",
+            "stderr" => "stderr",
+            other => {
+                return Err(invalid(format!(
+                    "stream must be stdout or stderr, not {other:?}"
+                )))
+            }
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let holder = procs::holder(&self.node.store, &r.realm, &pid)
+            .await
+            .map_err(|e| kernel_status(&e))?;
+        // Held by another node: its stream, passed on.
+        if let Some(holder) = &holder {
+            let what = format!("the log of proc {pid}");
+            if let crate::forward::Holder::Peer(addr) =
+                crate::forward::holder(&self.node, holder, &what).await?
+            {
+                let mut peer = crate::forward::connect(&addr, &token).await?;
+                let mut s = peer
+                    .follow_logs(&r.realm, pid.as_str(), stream)
+                    .await
+                    .map_err(|e| Status::unavailable(format!("{what} on {addr}: {e}")))?;
+                tokio::spawn(async move {
+                    loop {
+                        match s.message().await {
+                            Ok(Some(m)) => {
+                                if tx.send(Ok(m)).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(None) => return,
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                        }
+                    }
+                });
+                return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+                    rx,
+                )));
+            }
+        }
+        let path = Procd::log_path(&self.node.logs, &r.realm, pid.as_str(), stream);
+        let (store, realm, stopping) = (
+            self.node.store.clone(),
+            r.realm.clone(),
+            self.stopping.clone(),
+        );
+        tokio::spawn(async move {
+            let mut offset = 0u64;
+            let mut waited_start = false;
+            loop {
+                // Everything there is now, in chunks.
+                loop {
+                    let data = read_log_at(&path, offset).await;
+                    if data.is_empty() {
+                        break;
+                    }
+                    offset += data.len() as u64;
+                    let m = proto::LogsResponse {
+                        data,
+                        truncated: offset >= LOG_BYTES_MAX,
+                    };
+                    if tx.send(Ok(m)).await.is_err() {
+                        return; // the client went away
+                    }
+                }
+                let state = match procs::status(&store, &realm, &pid).await {
+                    Ok(i) => i.state,
+                    Err(e) => {
+                        let _ = tx.send(Err(kernel_status(&e))).await;
+                        return;
+                    }
+                };
+                if state.is_terminal() && crate::procd::follow_log(&path).is_none() {
+                    return; // ended, and its writer is done: all was sent
+                }
+                // Wait for more: the writer's feed (a native proc running
+                // here), else its start (once) or its end, from the change
+                // feed — never by polling the file.
+                let more = async {
+                    match crate::procd::follow_log(&path) {
+                        Some(mut feed) => {
+                            let seen = *feed.borrow_and_update();
+                            if seen <= offset {
+                                let _ = feed.changed().await;
+                            }
+                        }
+                        None if !waited_start => {
+                            let _ = procs::wait_start(&store, &realm, &pid).await;
+                            waited_start = true;
+                        }
+                        None => {
+                            let _ = procs::wait_exit(&store, &realm, &pid).await;
+                        }
+                    }
+                };
+                tokio::select! {
+                    () = more => {}
+                    () = tx.closed() => return,
+                    () = crate::stopping(stopping.clone()) => {
+                        let _ = tx.send(Err(Status::unavailable("the node is shutting down"))).await;
+                        return;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
     }
 }

@@ -350,6 +350,13 @@ class Client:
         r = self._call(self._procs.Logs, pb.LogsRequest(realm=realm, pid=pid, stream=stream))
         return r.data
 
+    def follow_logs(self, pid: str, stream: str = "stdout", *, realm: str = "") -> Iterator[bytes]:
+        """A proc's log so far, then each piece it writes as it writes it,
+        until it has ended (no polling: the node pushes)."""
+        req = pb.LogsRequest(realm=realm, pid=pid, stream=stream)
+        for r in self._stream(self._procs.FollowLogs, req):
+            yield r.data
+
     # -- messages -------------------------------------------------------
 
     def create_mailbox(self, name: str, *, bytes_max: int = 0, realm: str = "") -> None:

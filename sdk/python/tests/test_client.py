@@ -17,6 +17,7 @@ def test_procs_spawn_wait_logs_evict_ps(client: tabos.Client) -> None:
     assert (done.state, done.exit_status) == ("exited", 3)
     assert client.logs(pid) == b"hello\n"
     assert client.logs(pid, "stderr") == b"oops\n"
+    assert b"".join(client.follow_logs(pid)) == b"hello\n"  # ended: what was kept, then the end"
     sleeper = client.spawn("sleep", "600", proc_class="BE", cores=0)
     assert client.wait(sleeper, until="start").state == "running"
     client.evict(sleeper)

@@ -766,6 +766,11 @@ class ProcsStub:
                 request_serializer=tabos__pb2.LogsRequest.SerializeToString,
                 response_deserializer=tabos__pb2.LogsResponse.FromString,
                 _registered_method=True)
+        self.FollowLogs = channel.unary_stream(
+                '/tabos.v1.Procs/FollowLogs',
+                request_serializer=tabos__pb2.LogsRequest.SerializeToString,
+                response_deserializer=tabos__pb2.LogsResponse.FromString,
+                _registered_method=True)
         self.Prune = channel.unary_unary(
                 '/tabos.v1.Procs/Prune',
                 request_serializer=tabos__pb2.PruneRequest.SerializeToString,
@@ -866,6 +871,14 @@ class ProcsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FollowLogs(self, request, context):
+        """The log so far, then what the proc writes as it writes it, until it
+        has ended and everything kept was sent (`tabos logs -f`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Prune(self, request, context):
         """Forgets ended procs (their rows and events): the pids given, each of
         which must have ended; or, with none, every proc that ended over
@@ -945,6 +958,11 @@ def add_ProcsServicer_to_server(servicer, server):
             ),
             'Logs': grpc.unary_unary_rpc_method_handler(
                     servicer.Logs,
+                    request_deserializer=tabos__pb2.LogsRequest.FromString,
+                    response_serializer=tabos__pb2.LogsResponse.SerializeToString,
+            ),
+            'FollowLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.FollowLogs,
                     request_deserializer=tabos__pb2.LogsRequest.FromString,
                     response_serializer=tabos__pb2.LogsResponse.SerializeToString,
             ),
@@ -1330,6 +1348,33 @@ class Procs:
             request,
             target,
             '/tabos.v1.Procs/Logs',
+            tabos__pb2.LogsRequest.SerializeToString,
+            tabos__pb2.LogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FollowLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tabos.v1.Procs/FollowLogs',
             tabos__pb2.LogsRequest.SerializeToString,
             tabos__pb2.LogsResponse.FromString,
             options,
