@@ -149,11 +149,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut failed = 0;
     let mut out = std::io::stdout().lock();
     for r in results {
+        let json = crate::output::json();
         match r {
+            Ok(o) if json => writeln!(out, "{}", serde_json::json!({"ok": show(&o)}))?,
             Ok(o) => writeln!(out, "ok {}", show(&o))?,
             Err(e) => {
                 failed += 1;
-                writeln!(out, "error {e}")?;
+                if json {
+                    writeln!(out, "{}", serde_json::json!({"error": e.to_string()}))?;
+                } else {
+                    writeln!(out, "error {e}")?;
+                }
             }
         }
     }

@@ -100,6 +100,16 @@ fn line(e: &FsStat) -> String {
     )
 }
 
+/// A file's or directory's metadata as JSON (times in RFC 3339).
+fn stat_json(s: &tabos_client::proto::FsStat) -> serde_json::Value {
+    serde_json::json!({
+        "path": s.path, "type": s.r#type, "owner": s.owner,
+        "mode": format!("{:o}", s.mode), "size": s.size, "block_size": s.block_size,
+        "layout": s.layout, "changed": crate::output::rfc3339(s.ctime_us),
+        "modified": crate::output::rfc3339(s.mtime_us),
+    })
+}
+
 pub fn run(args: FsArgs) -> anyhow::Result<()> {
     let user = args.user.clone().unwrap_or_default();
     let realm = args.realm.realm.clone();
@@ -109,6 +119,11 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             FsCommand::Ls { path } => {
                 let d = c.fs_readdir(&realm, &user, &path).await?;
                 let mut out = std::io::stdout().lock();
+                if crate::output::json() {
+                    let v: Vec<_> = d.entries.iter().map(stat_json).collect();
+                    writeln!(out, "{}", serde_json::json!({"entries": v, "more": d.more}))?;
+                    return Ok(());
+                }
                 for e in &d.entries {
                     writeln!(out, "{}", line(e))?;
                 }
@@ -134,7 +149,11 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     }
                 };
                 if local.is_some() {
-                    eprintln!("{path}: {n} bytes");
+                    if crate::output::json() {
+                        println!("{}", serde_json::json!({"path": path, "bytes": n}));
+                    } else {
+                        eprintln!("{path}: {n} bytes");
+                    }
                 }
             }
             FsCommand::Put {
@@ -176,17 +195,28 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                         .await?;
                     at += n as i64;
                 }
-                println!("{path}: {at} bytes");
+                crate::output::emit(
+                    || format!("{path}: {at} bytes"),
+                    || serde_json::json!({"path": path, "bytes": at}),
+                );
             }
             FsCommand::Rm { path, recursive } => {
                 let st = c.fs_stat(&realm, &path).await?;
                 if recursive && st.r#type == "dir" {
                     let n = rm_tree(&mut c, &realm, &user, &path).await?;
-                    println!("removed {n} entries under {path}");
-                } else if st.r#type == "dir" {
-                    c.fs_rmdir(&realm, &user, &path).await?;
+                    crate::output::emit(
+                        || format!("removed {n} entries under {path}"),
+                        || serde_json::json!({"path": path, "removed": n}),
+                    );
                 } else {
-                    c.fs_unlink(&realm, &user, &path).await?;
+                    if st.r#type == "dir" {
+                        c.fs_rmdir(&realm, &user, &path).await?;
+                    } else {
+                        c.fs_unlink(&realm, &user, &path).await?;
+                    }
+                    if crate::output::json() {
+                        println!("{}", serde_json::json!({"path": path, "removed": 1}));
+                    }
                 }
             }
             FsCommand::Mkdir {
@@ -209,10 +239,23 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 } else {
                     c.fs_mkdir(&realm, &user, &path, mode).await?;
                 }
+                if crate::output::json() {
+                    let s = c.fs_stat(&realm, &path).await?;
+                    println!("{}", stat_json(&s));
+                }
             }
-            FsCommand::Mv { from, to } => c.fs_rename(&realm, &user, &from, &to).await?,
+            FsCommand::Mv { from, to } => {
+                c.fs_rename(&realm, &user, &from, &to).await?;
+                if crate::output::json() {
+                    println!("{}", serde_json::json!({"from": from, "to": to}));
+                }
+            }
             FsCommand::Stat { path } => {
                 let s = c.fs_stat(&realm, &path).await?;
+                if crate::output::json() {
+                    println!("{}", stat_json(&s));
+                    return Ok(());
+                }
                 println!("path       {}", s.path);
                 println!("type       {}", s.r#type);
                 println!("owner      {}", s.owner);
@@ -231,12 +274,23 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 min_size,
             } => {
                 let (files, bytes) = c.fs_du(&realm, &path, &owner, min_size).await?;
-                println!("{bytes} bytes in {files} files under {path}");
+                crate::output::emit(
+                    || format!("{bytes} bytes in {files} files under {path}"),
+                    || serde_json::json!({"path": path, "files": files, "bytes": bytes}),
+                );
             }
             FsCommand::Chmod { mode, path } => {
-                c.fs_chmod(&realm, &user, &path, octal(&mode)?).await?
+                c.fs_chmod(&realm, &user, &path, octal(&mode)?).await?;
+                if crate::output::json() {
+                    println!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
+                }
             }
-            FsCommand::Chown { owner, path } => c.fs_chown(&realm, &user, &path, &owner).await?,
+            FsCommand::Chown { owner, path } => {
+                c.fs_chown(&realm, &user, &path, &owner).await?;
+                if crate::output::json() {
+                    println!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
+                }
+            }
         }
         Ok(())
     })

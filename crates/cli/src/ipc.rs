@@ -58,6 +58,15 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
             .send_many(&args.realm.realm, &args.from, messages.clone())
             .await
             .context("send failed")?;
+        if crate::output::json() {
+            let v: Vec<_> = messages
+                .iter()
+                .zip(&sent)
+                .map(|(m, s)| serde_json::json!({"to": m.to, "seq": s.seq, "duplicate": s.duplicate}))
+                .collect();
+            println!("{}", serde_json::Value::Array(v));
+            return Ok(());
+        }
         for (m, s) in messages.iter().zip(sent) {
             let dup = if s.duplicate {
                 " (duplicate: already sent)"
@@ -215,16 +224,31 @@ pub fn mailbox(args: MailboxArgs) -> anyhow::Result<()> {
                         log.then_some(true),
                     )
                     .await?;
-                println!("mailbox {name} created");
+                crate::output::emit(
+                    || format!("mailbox {name} created"),
+                    || serde_json::json!({"mailbox": name, "created": true}),
+                );
             }
             MailboxCommand::Rm { name, realm, node } => {
                 let mut client = node.connect().await?;
                 let dropped = client.remove_mailbox(&realm.realm, &name).await?;
-                println!("mailbox {name} removed ({dropped} queued messages dropped)");
+                crate::output::emit(
+                    || format!("mailbox {name} removed ({dropped} queued messages dropped)"),
+                    || serde_json::json!({"mailbox": name, "dropped": dropped}),
+                );
             }
             MailboxCommand::Show { name, realm, node } => {
                 let mut client = node.connect().await?;
                 let i = client.mailbox(&realm.realm, &name).await?;
+                if crate::output::json() {
+                    let v = serde_json::json!({
+                        "mailbox": i.address, "queued": i.queued, "queued_bytes": i.queued_bytes,
+                        "bytes_max": i.bytes_max, "log_delivered": i.log_delivered,
+                        "next_seq": i.next_seq,
+                    });
+                    println!("{v}");
+                    return Ok(());
+                }
                 let columns: Vec<String> =
                     ["mailbox", "queued", "bytes", "bound", "log", "next_seq"]
                         .map(String::from)

@@ -119,7 +119,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let mut clerk = Clerk::new(&client, &svc.realm.realm, &svc.service).await?;
                 match clerk.get(key.as_bytes()).await? {
                     Some(v) => {
-                        println!("{}", String::from_utf8_lossy(&v));
+                        crate::output::emit(
+                            || String::from_utf8_lossy(&v).into_owned(),
+                            || serde_json::json!({"key": key, "value": String::from_utf8_lossy(&v)}),
+                        );
                         Ok(())
                     }
                     None => {
@@ -132,6 +135,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let client = svc.node.connect().await?;
                 let mut clerk = Clerk::new(&client, &svc.realm.realm, &svc.service).await?;
                 clerk.set(key.as_bytes(), value.as_bytes()).await?;
+                if crate::output::json() {
+                    println!("{}", serde_json::json!({"key": key, "set": true}));
+                }
                 Ok(())
             }
             KvCommand::Status { json, svc } => {

@@ -45,6 +45,10 @@ struct Cli {
     node: NodeAddr,
     #[command(flatten)]
     realm: procs::RealmArg,
+    /// Print JSON (one object or array; a stream, one per line) instead
+    /// of text: numbers as numbers, times in RFC 3339
+    #[arg(long, global = true)]
+    json: bool,
 }
 
 /// Where client commands find the node, and the credential they act with.
@@ -215,6 +219,20 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    output::set_json(cli.json);
+    // Commands whose output is a running service's log or a script: JSON
+    // would be a lie there.
+    let no_json = match &cli.command {
+        Command::Up(_) => Some("up"),
+        Command::Demo(_) => Some("demo"),
+        Command::Completions { .. } => Some("completions"),
+        Command::Www(_) => Some("www"),
+        _ => None,
+    };
+    if let (true, Some(name)) = (cli.json, no_json) {
+        eprintln!("error: tabos {name} has no JSON output");
+        return std::process::ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::MrTask(a) => return mr::task(a),
         Command::KvTask(a) => return kv::task(a),

@@ -236,6 +236,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let client = common.node.connect().await?;
         let realm = &common.realm.realm;
         let (job, done) = run_job(&client, realm, submit, true).await?;
+        if crate::output::json() {
+            let mut out = job.output().await?;
+            if matches!(kind, Kind::WordCount) {
+                out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+            }
+            let top: Vec<_> = out
+                .iter()
+                .take(common.top)
+                .map(|(k, n)| serde_json::json!({"key": String::from_utf8_lossy(k), "count": n}))
+                .collect();
+            let v = serde_json::json!({
+                "job": job.id(), "seconds": done.elapsed.as_secs_f64(), "bytes": done.bytes,
+                "maps": done.maps, "reducers": done.reducers, "retries": done.retries,
+                "distinct": out.len(), "total": out.iter().map(|r| r.1).sum::<u64>(), "top": top,
+            });
+            println!("{v}");
+            return Ok(());
+        }
         print_summary(&job, &done).await?;
         print_top(&job, &kind, common.top).await
     })

@@ -167,6 +167,21 @@ fn line(e: &proto::NameEntry) -> String {
     l
 }
 
+/// An entry as JSON: its data as text when it is UTF-8, else bytes as
+/// numbers; times in RFC 3339.
+fn entry_json(e: &proto::NameEntry) -> serde_json::Value {
+    let data = match std::str::from_utf8(&e.data) {
+        Ok(t) => serde_json::Value::from(t),
+        Err(_) => serde_json::Value::from(e.data.clone()),
+    };
+    serde_json::json!({
+        "path": e.path, "kind": e.kind, "version": e.version, "size": e.data.len(),
+        "owner": e.owner, "mode": format!("{:o}", e.mode), "session": e.session,
+        "created": crate::output::rfc3339(e.created_us),
+        "modified": crate::output::rfc3339(e.modified_us), "data": data,
+    })
+}
+
 /// `tabos ls [PATH]`: kind, version, size and path of each entry.
 pub fn ls(args: LsArgs) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
@@ -176,6 +191,11 @@ pub fn ls(args: LsArgs) -> anyhow::Result<()> {
             .await
             .map_err(explain)?;
         let mut out = std::io::stdout().lock();
+        if crate::output::json() {
+            let v: Vec<_> = d.entries.iter().map(entry_json).collect();
+            writeln!(out, "{}", serde_json::json!({"entries": v, "more": d.more}))?;
+            return Ok(());
+        }
         for e in &d.entries {
             writeln!(out, "{}", line(e))?;
         }
@@ -195,6 +215,10 @@ pub fn cat(args: CatArgs) -> anyhow::Result<()> {
             .await
             .map_err(explain)?;
         let mut out = std::io::stdout().lock();
+        if crate::output::json() {
+            writeln!(out, "{}", entry_json(&e))?;
+            return Ok(());
+        }
         if args.stat {
             writeln!(out, "path     {}", e.path)?;
             writeln!(out, "kind     {}", e.kind)?;
@@ -260,7 +284,10 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
             }
         }
         .map_err(explain)?;
-        println!("{} version {version}", args.path);
+        crate::output::emit(
+            || format!("{} version {version}", args.path),
+            || serde_json::json!({"path": args.path, "version": version}),
+        );
         Ok(())
     })
 }
@@ -274,13 +301,19 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
             let e = c.name_get(realm, &args.path).await.map_err(explain)?;
             if e.kind == "dir" {
                 let n = rm_tree(&mut c, realm, &args.path, args.fence.get()).await?;
-                println!("removed {n} entries under {}", args.path);
+                crate::output::emit(
+                    || format!("removed {n} entries under {}", args.path),
+                    || serde_json::json!({"path": args.path, "removed": n}),
+                );
                 return Ok(());
             }
         }
         c.name_remove(realm, &args.path, args.if_version, args.fence.get())
             .await
             .map_err(explain)?;
+        if crate::output::json() {
+            println!("{}", serde_json::json!({"path": args.path, "removed": 1}));
+        }
         Ok(())
     })
 }
@@ -292,6 +325,9 @@ pub fn mv(args: MvArgs) -> anyhow::Result<()> {
         c.name_rename(&args.realm.realm, &args.from, &args.to, args.fence.get())
             .await
             .map_err(explain)?;
+        if crate::output::json() {
+            println!("{}", serde_json::json!({"from": args.from, "to": args.to}));
+        }
         Ok(())
     })
 }
@@ -315,6 +351,14 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<()> {
         while let Some(ev) = events.message().await.context("the watch failed")? {
             let mut out = std::io::stdout().lock();
             match &ev.entry {
+                _ if crate::output::json() => writeln!(
+                    out,
+                    "{}",
+                    serde_json::json!({
+                        "op": ev.op, "path": ev.path, "version": ev.version,
+                        "entry": ev.entry.as_ref().map(entry_json),
+                    })
+                )?,
                 Some(e) => writeln!(out, "{} {}", ev.op, line(e))?,
                 None => writeln!(out, "{} {} {}", ev.op, ev.version, ev.path)?,
             }

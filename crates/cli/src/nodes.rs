@@ -147,6 +147,18 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
             node,
         } => crate::runtime()?.block_on(async {
             let done = node.connect().await?.drain_node(&node_id, !undo).await?;
+            if crate::output::json() {
+                let moved: Vec<_> = done
+                    .moved
+                    .iter()
+                    .map(|m| serde_json::json!({"realm": m.realm, "pid": m.pid}))
+                    .collect();
+                let v = serde_json::json!({
+                    "node": node_id, "draining": !undo, "changed": done.changed, "moved": moved,
+                });
+                println!("{v}");
+                return Ok(());
+            }
             match (undo, done.changed) {
                 (false, true) => println!("node {node_id} is draining"),
                 (false, false) => println!("node {node_id} was draining already"),
@@ -160,7 +172,10 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
         }),
         NodeCommand::Rm { node_id, node } => crate::runtime()?.block_on(async {
             node.connect().await?.remove_node(&node_id).await?;
-            println!("removed node {node_id}");
+            crate::output::emit(
+                || format!("removed node {node_id}"),
+                || serde_json::json!({"node": node_id, "removed": true}),
+            );
             Ok(())
         }),
     }

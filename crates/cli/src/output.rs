@@ -122,6 +122,27 @@ pub fn print_result(result: &QueryResult, json: bool) {
     );
 }
 
+static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether `--json` was given (anywhere on the command line).
+pub fn set_json(on: bool) {
+    JSON.store(on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Whether the output is JSON.
+pub fn json() -> bool {
+    JSON.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Prints `value` as JSON under `--json`, else `text`.
+pub fn emit(text: impl FnOnce() -> String, value: impl FnOnce() -> serde_json::Value) {
+    if json() {
+        println!("{}", value());
+    } else {
+        println!("{}", text());
+    }
+}
+
 /// A time in µs since the epoch as RFC 3339 in UTC, to the µs
 /// (`2026-11-24T21:04:38.123456Z`).
 pub fn rfc3339(us: i64) -> String {

@@ -106,14 +106,24 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                 let i = c
                     .procedure_install(&realm, &name, &language, code, limits)
                     .await?;
-                println!(
-                    "installed {} ({}, {} bytes, hash {}) in realm {}",
-                    i.name, i.language, i.code_bytes, i.code_hash, i.realm
+                crate::output::emit(
+                    || {
+                        format!(
+                            "installed {} ({}, {} bytes, hash {}) in realm {}",
+                            i.name, i.language, i.code_bytes, i.code_hash, i.realm
+                        )
+                    },
+                    || procedure_json(&i),
                 );
             }
             ProcedureCommand::List => {
                 let list = c.procedure_list(&realm).await?;
                 let mut out = std::io::stdout().lock();
+                if crate::output::json() {
+                    let v: Vec<_> = list.iter().map(procedure_json).collect();
+                    writeln!(out, "{}", serde_json::Value::Array(v))?;
+                    return Ok(());
+                }
                 writeln!(
                     out,
                     "{:<24} {:<5} {:>10} {:>10} {:>9}  MODE",
@@ -138,6 +148,12 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
             }
             ProcedureCommand::Remove { name } => {
                 c.procedure_remove(&realm, &name).await?;
+                if crate::output::json() {
+                    println!(
+                        "{}",
+                        serde_json::json!({"procedure": name, "removed": true})
+                    );
+                }
             }
             ProcedureCommand::Call {
                 name,
@@ -149,6 +165,13 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                     None => args.into_bytes(),
                 };
                 let out = c.procedure_call(&realm, &name, input).await?;
+                if crate::output::json() {
+                    let v = serde_json::json!({
+                        "result": String::from_utf8_lossy(&out.result), "log": out.log,
+                    });
+                    println!("{v}");
+                    return Ok(());
+                }
                 for line in &out.log {
                     eprintln!("log: {line}");
                 }
@@ -160,5 +183,15 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
             }
         }
         Ok(())
+    })
+}
+
+/// A procedure's description as JSON (the install time in RFC 3339).
+fn procedure_json(i: &tabos_client::proto::ProcedureInfo) -> serde_json::Value {
+    serde_json::json!({
+        "realm": i.realm, "name": i.name, "language": i.language,
+        "code_bytes": i.code_bytes, "code_hash": i.code_hash,
+        "memory_bytes": i.memory_bytes, "timeout_ms": i.timeout_ms,
+        "read_only": i.read_only, "installed": crate::output::rfc3339(i.installed_us),
     })
 }

@@ -110,11 +110,18 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
             } else {
                 format!("on worker {}", spawned.worker)
             };
-            println!("{} ({place})", spawned.pid);
+            crate::output::emit(
+                || format!("{} ({place})", spawned.pid),
+                || serde_json::json!({"pid": spawned.pid, "worker": spawned.worker}),
+            );
             return Ok::<_, anyhow::Error>(0);
         }
         let s = client.wait_exit(&realm, &spawned.pid).await?;
-        eprintln!("{}: {}{}", s.pid, s.state, exit_text(&s));
+        if crate::output::json() {
+            println!("{}", status_json(&s));
+        } else {
+            eprintln!("{}: {}{}", s.pid, s.state, exit_text(&s));
+        }
         Ok(match (s.state.as_str(), s.exit_status) {
             ("exited", Some(code)) => code,
             _ => 1,
@@ -224,13 +231,27 @@ pub struct PidArgs {
     node: NodeAddr,
 }
 
+/// A proc's status as JSON: numbers as numbers, times in RFC 3339.
+fn status_json(s: &proto::ProcStatus) -> serde_json::Value {
+    let t = |us: Option<i64>| us.map(crate::output::rfc3339);
+    serde_json::json!({
+        "realm": s.realm, "pid": s.pid, "state": s.state, "worker": s.worker,
+        "exit_status": s.exit_status, "error": s.error,
+        "evict_requested": s.evict_requested,
+        "spawned": t(Some(s.spawn_us)), "started": t(s.start_us), "exited": t(s.exit_us),
+    })
+}
+
 /// `tabos wait PID`: WaitExit; exits with the proc's status.
 pub fn wait(args: PidArgs) -> anyhow::Result<()> {
     let s = crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
         Ok::<_, anyhow::Error>(client.wait_exit(&args.realm.realm, &args.pid).await?)
     })?;
-    println!("{}: {}{}", s.pid, s.state, exit_text(&s));
+    crate::output::emit(
+        || format!("{}: {}{}", s.pid, s.state, exit_text(&s)),
+        || status_json(&s),
+    );
     match (s.state.as_str(), s.exit_status) {
         ("exited", Some(0)) => Ok(()),
         ("exited", Some(c)) => std::process::exit(c.clamp(1, 255) as i32),
@@ -243,7 +264,10 @@ pub fn evict(args: PidArgs) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
         client.evict(&args.realm.realm, &args.pid).await?;
-        println!("asked {} to leave", args.pid);
+        crate::output::emit(
+            || format!("asked {} to leave", args.pid),
+            || serde_json::json!({"pid": args.pid, "evicting": true}),
+        );
         Ok(())
     })
 }
@@ -288,6 +312,14 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
             return Ok(());
         }
         let r = client.logs(&args.realm.realm, &args.pid, stream).await?;
+        if crate::output::json() {
+            let v = serde_json::json!({
+                "pid": args.pid, "stream": stream,
+                "data": String::from_utf8_lossy(&r.data), "truncated": r.truncated,
+            });
+            println!("{v}");
+            return Ok(());
+        }
         std::io::stdout().write_all(&r.data)?;
         if r.truncated {
             eprintln!(
@@ -501,18 +533,32 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                     let c = client
                         .create_elastic_realm(&name, &scheduler, policy)
                         .await?;
-                    println!(
-                        "realm {name} created (scheduler {scheduler}; elastic {class}, \
-                         {min_cores} to {max_cores} cores)"
-                    );
+                    if !crate::output::json() {
+                        println!(
+                            "realm {name} created (scheduler {scheduler}; elastic {class}, \
+                             {min_cores} to {max_cores} cores)"
+                        );
+                    }
                     c
                 }
                 None => {
                     let c = client.create_realm(&name, &scheduler).await?;
-                    println!("realm {name} created (scheduler {scheduler})");
+                    if !crate::output::json() {
+                        println!("realm {name} created (scheduler {scheduler})");
+                    }
                     c
                 }
             };
+            if crate::output::json() {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "realm": name, "admin_token": created.admin_token,
+                        "admin_token_id": created.admin_token_id,
+                    })
+                );
+                return Ok(());
+            }
             println!(
                 "its admin credential (id {}; shown once, keep it safe):",
                 created.admin_token_id
@@ -564,14 +610,17 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             crate::runtime()?.block_on(async {
                 let mut client = node.connect().await?;
                 let info = client.set_realm(request).await?;
-                print_realms(&[info], false);
+                print_realms(&[info], crate::output::json());
                 Ok(())
             })
         }
         RealmCommand::Rm { name, node } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             let rows = client.remove_realm(&name).await?;
-            println!("realm {name} removed ({rows} rows)");
+            crate::output::emit(
+                || format!("realm {name} removed ({rows} rows)"),
+                || serde_json::json!({"realm": name, "removed_rows": rows}),
+            );
             Ok(())
         }),
         RealmCommand::List { json, node } => crate::runtime()?.block_on(async {

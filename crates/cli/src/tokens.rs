@@ -216,7 +216,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Command::Revoke { id, node } => {
                 let mut c = node.connect().await?;
                 c.revoke_token(&id).await?;
-                println!("credential {id} revoked");
+                crate::output::emit(
+                    || format!("credential {id} revoked"),
+                    || serde_json::json!({"id": id, "revoked": true}),
+                );
             }
             Command::Whoami { node } => {
                 let mut c = node.connect().await?;

@@ -2196,3 +2196,77 @@ fn node_and_realm_flags_go_anywhere() {
     let o = bare().args(["status", "--addr", addr]).output().unwrap();
     assert!(stderr(&o).contains("credential"), "{}", stderr(&o));
 }
+
+/// `--json` anywhere on the command line, on every command that has
+/// output to script against: each line of what it prints is JSON. The
+/// commands that run a service or print a script refuse it.
+#[test]
+fn every_command_speaks_json() {
+    let dir = TempDir::new("cli-json");
+    let node = Node::start(&[]);
+    let local = dir.path().join("f.txt");
+    std::fs::write(&local, b"hello").unwrap();
+    let js = dir.path().join("p.js");
+    std::fs::write(&js, "function main(a) { return 'hi ' + a; }").unwrap();
+    let (local, js) = (local.to_str().unwrap(), js.to_str().unwrap());
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["status"],
+        vec!["spawn", "--pid", "j1", "--", "true"],
+        vec!["wait", "j1"],
+        vec!["logs", "j1"],
+        vec!["ps"],
+        vec!["ps", "--state", "exited"],
+        vec!["mailbox", "create", "jm"],
+        vec!["send", "jm", "x"],
+        vec!["mailbox", "show", "jm"],
+        vec!["recv", "jm"],
+        vec!["mailbox", "rm", "jm"],
+        vec!["put", "-p", "/j/a", "v"],
+        vec!["cat", "/j/a"],
+        vec!["ls", "/j"],
+        vec!["mv", "/j/a", "/j/b"],
+        vec!["rm", "-r", "/j"],
+        vec!["fs", "mkdir", "-p", "/jd"],
+        vec!["fs", "put", local, "/jd/f"],
+        vec!["fs", "ls", "/jd"],
+        vec!["fs", "stat", "/jd/f"],
+        vec!["fs", "chmod", "600", "/jd/f"],
+        vec!["fs", "du", "/jd"],
+        vec!["fs", "mv", "/jd/f", "/jd/g"],
+        vec!["fs", "rm", "-r", "/jd"],
+        vec!["procedure", "install", "jp", js],
+        vec!["procedure", "list"],
+        vec!["procedure", "call", "jp", "there"],
+        vec!["procedure", "remove", "jp"],
+        vec!["realm", "create", "jr"],
+        vec!["realm", "list"],
+        vec!["realm", "show", "jr"],
+        vec!["token", "list"],
+        vec!["sql", "SELECT 1 AS one"],
+        vec!["nodes"],
+        vec!["prune", "j1"],
+        vec!["mr", "ls"],
+    ];
+    for (i, args) in commands.iter().enumerate() {
+        // The flag before the command, after it, or last.
+        let mut all: Vec<&str> = args.clone();
+        match i % 3 {
+            0 => all.insert(0, "--json"),
+            1 => all.insert(1, "--json"),
+            _ => all.push("--json"),
+        }
+        let o = node.tabos(&all);
+        assert!(o.status.success(), "{all:?}: {}", stderr(&o));
+        let out = stdout(&o);
+        assert!(!out.trim().is_empty(), "{all:?} printed nothing");
+        for line in out.lines() {
+            serde_json::from_str::<serde_json::Value>(line)
+                .unwrap_or_else(|e| panic!("{all:?}: {line:?} is not JSON: {e}"));
+        }
+    }
+    for args in [vec!["up", "--json"], vec!["completions", "bash", "--json"]] {
+        let o = node.tabos(&args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(stderr(&o).contains("no JSON output"), "{}", stderr(&o));
+    }
+}
