@@ -49,6 +49,10 @@ struct Cli {
     /// of text: numbers as numbers, times in RFC 3339
     #[arg(long, global = true)]
     json: bool,
+    /// The fs user to act as (tabos fs; an operator's credential only)
+    /// [default: the credential's user]
+    #[arg(long, global = true, env = "TABOS_USER")]
+    user: Option<String>,
 }
 
 /// Where client commands find the node, and the credential they act with.

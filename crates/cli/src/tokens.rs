@@ -18,8 +18,8 @@ enum Command {
         #[arg(long, default_value = "")]
         realm: String,
         /// fs user it acts as [default: root for admin, else the role's name]
-        #[arg(long, default_value = "")]
-        user: String,
+        #[arg(long)]
+        user: Option<String>,
         /// reader, member, admin, or operator (operators only)
         #[arg(long, default_value = "member")]
         role: String,
@@ -151,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let created = c
                     .create_token(proto::CreateTokenRequest {
                         realm,
-                        user,
+                        user: user.unwrap_or_default(),
                         role,
                         ttl_ms,
                         note,

@@ -2193,6 +2193,14 @@ fn node_and_realm_flags_go_anywhere() {
         let o = bare().args(&args).output().unwrap();
         assert!(stdout(&o).contains("/anywhere"), "{args:?}: {}", stderr(&o));
     }
+    // --user (tabos fs's) before the command too.
+    let o = bare()
+        .args([
+            "--user", "root", "--addr", addr, "--token", token, "fs", "ls", "/",
+        ])
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("/anywhere"), "{}", stderr(&o));
     let o = bare().args(["status", "--addr", addr]).output().unwrap();
     assert!(stderr(&o).contains("credential"), "{}", stderr(&o));
 }
