@@ -142,12 +142,18 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
             JobKind::Cancel { job, realm, node } => {
                 let c = node.connect().await?;
                 let evicted = control::cancel(&c, &realm.realm, job).await?;
-                println!("job {job} cancelled; evicted {} procs", evicted.len());
+                crate::output::emit(
+                    || format!("job {job} cancelled; evicted {} procs", evicted.len()),
+                    || serde_json::json!({"job": job, "cancelled": true, "evicted": evicted}),
+                );
             }
             JobKind::Rm { job, realm, node } => {
                 let c = node.connect().await?;
                 let n = control::remove(&c, &realm.realm, job).await?;
-                println!("job {job} removed ({n} names and files)");
+                crate::output::emit(
+                    || format!("job {job} removed ({n} names and files)"),
+                    || serde_json::json!({"job": job, "removed": n}),
+                );
             }
             JobKind::Wordcount(_) | JobKind::Grep { .. } => {
                 anyhow::bail!("wordcount and grep run a job, they do not control one")

@@ -218,6 +218,7 @@ class Client:
         self.names = Names(self)
         self.fs = Fs(self)
         self.procedures = Procedures(self)
+        self.mr = MapReduce(self, token.strip())
 
     # -- plumbing -------------------------------------------------------
 
@@ -772,6 +773,86 @@ class Procedures:
 
 def _procedure(p: pb.ProcedureInfo) -> Procedure:
     return Procedure(p.name, p.language, p.code_bytes, p.code_hash, p.read_only)
+
+
+class MapReduce:
+    """MapReduce jobs (``client.mr``). A job's planner and controller are
+    the node's Rust code in the ``tabos`` binary (``$TABOS_BIN``, else
+    ``tabos`` on ``PATH``), which this drives with ``--json`` and this
+    client's address and credential: the job runs on the node, not here."""
+
+    #: Longest a job control call (not ``run``) may take, in seconds.
+    CONTROL_TIMEOUT = 120.0
+
+    def __init__(self, c: Client, token: str) -> None:
+        self._c, self._token = c, token
+
+    def _tabos(self, *args: str, timeout: Optional[float]) -> Any:
+        import shutil
+        import subprocess
+
+        exe = os.environ.get("TABOS_BIN") or shutil.which("tabos")
+        if not exe:
+            raise errors.Unavailable("the tabos binary is needed for MapReduce: set TABOS_BIN or put it on PATH")
+        env = dict(os.environ, TABOS_ADDR=self._c.addr, TABOS_TOKEN=self._token)
+        try:
+            done = subprocess.run(
+                [exe, *args, "--json"], env=env, capture_output=True, text=True, timeout=timeout
+            )
+        except subprocess.TimeoutExpired as e:
+            raise errors.DeadlineExceeded(f"tabos {' '.join(args)} took over {timeout} s") from e
+        if done.returncode != 0:
+            message = done.stderr.strip().removeprefix("error: ")
+            if "no job" in message:
+                raise errors.NotFound(message)
+            raise errors.FailedPrecondition(message or f"tabos {args[0]} failed")
+        return json.loads(done.stdout)
+
+    def run(
+        self,
+        kind: str,
+        inputs: Sequence[str],
+        *,
+        pattern: Optional[str] = None,
+        in_fs: bool = False,
+        reducers: int = 4,
+        top: int = 20,
+        realm: str = "",
+        timeout: Optional[float] = None,
+    ) -> dict:
+        """Runs a ``wordcount`` or ``grep`` job (``pattern``) over ``inputs``
+        (files of the node's machine, or with ``in_fs`` of the realm's tabos
+        fs) and waits for it: its id, timings and ``top`` results."""
+        if kind not in ("wordcount", "grep"):
+            raise errors.InvalidArgument(f"kind must be wordcount or grep, not {kind!r}")
+        args = ["mr", kind, "--reducers", str(reducers), "--top", str(top)]
+        if kind == "grep":
+            if not pattern:
+                raise errors.InvalidArgument("grep needs a pattern")
+            args += ["--pattern", pattern]
+        if in_fs:
+            args.append("--in-fs")
+        for i in inputs:
+            args += ["--input", i]
+        if realm:
+            args += ["--realm", realm]
+        return self._tabos(*args, timeout=timeout)
+
+    def jobs(self, *, realm: str = "") -> list:
+        """The realm's jobs with their status and progress."""
+        return self._tabos("mr", "ls", *(["--realm", realm] if realm else []), timeout=self.CONTROL_TIMEOUT)
+
+    def status(self, job: str, *, realm: str = "") -> dict:
+        """Job ``job``'s status (running, done, failed: why) and progress."""
+        return self._tabos("mr", "status", job, *(["--realm", realm] if realm else []), timeout=self.CONTROL_TIMEOUT)
+
+    def cancel(self, job: str, *, realm: str = "") -> None:
+        """Stops a running job (marked failed: cancelled; its procs evicted)."""
+        self._tabos("mr", "cancel", job, *(["--realm", realm] if realm else []), timeout=self.CONTROL_TIMEOUT)
+
+    def remove(self, job: str, *, realm: str = "") -> None:
+        """Removes what an ended job left (names, files, mailbox)."""
+        self._tabos("mr", "rm", job, *(["--realm", realm] if realm else []), timeout=self.CONTROL_TIMEOUT)
 
 
 def unique_pid(prefix: str = "py") -> str:

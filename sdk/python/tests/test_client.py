@@ -196,3 +196,23 @@ def test_the_credentials_file_is_read_as_the_cli_does(node, tmp_path, monkeypatc
     monkeypatch.setenv("TABOS_CREDENTIALS", str(tmp_path / "none.json"))
     with pytest.raises(tabos.Unauthenticated):
         tabos.Client()
+
+
+def test_mapreduce_through_the_tabos_binary(node, client: tabos.Client) -> None:
+    import os
+
+    os.environ.setdefault("TABOS_BIN", str(__import__("conftest").tabos_bin()))
+    client.fs.mkdir("/py-mr/in", parents=True)
+    client.fs.write_bytes("/py-mr/in/a.txt", b"tabos node tabos\nthe tabos\n")
+    done = client.mr.run("wordcount", ["/py-mr/in"], in_fs=True, reducers=2, top=2)
+    assert done["top"][0] == {"key": "tabos", "count": 3}, done
+    job = done["job"]
+    assert client.mr.status(job)["status"] == "done"
+    assert job in [j["job"] for j in client.mr.jobs()]
+    with pytest.raises(tabos.FailedPrecondition):
+        client.mr.cancel(job)  # it has ended
+    client.mr.remove(job)
+    with pytest.raises(tabos.NotFound):
+        client.mr.status(job)
+    with pytest.raises(tabos.InvalidArgument):
+        client.mr.run("sort", ["/x"])
