@@ -11,6 +11,7 @@ mod demo;
 mod fs;
 mod ipc;
 mod kv;
+mod mount;
 mod mr;
 mod names;
 mod nodes;
@@ -191,6 +192,8 @@ enum Command {
     Mv(names::MvArgs),
     /// Watch a namespace directory's changes, or wait until a path --exists or is --removed
     Watch(names::WatchArgs),
+    /// Mount the realm's files on a directory (FUSE): tabos mount DIR
+    Mount(mount::Args),
     /// Files in tables: tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|chmod|chown
     Fs(fs::FsArgs),
     /// Stored procedures (wasm or js) run next to the data, each call one
@@ -231,6 +234,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(_) => Some("demo"),
         Command::Completions { .. } => Some("completions"),
         Command::Www(_) => Some("www"),
+        Command::Mount(_) => Some("mount"),
         _ => None,
     };
     if let (true, Some(name)) = (cli.json, no_json) {
@@ -279,6 +283,7 @@ fn main() -> std::process::ExitCode {
         Command::Mv(a) => names::mv(a),
         Command::Watch(a) => names::watch(a),
         Command::Fs(a) => fs::run(a),
+        Command::Mount(a) => mount::run(a),
         Command::Procedure(a) => procedure::run(a),
         Command::Batch(a) => batch::run(a),
     };

@@ -102,6 +102,21 @@ impl Client {
         Ok(())
     }
 
+    /// Stat as fs user `user` (an operator's credential only; empty: the
+    /// credential's).
+    pub async fn fs_stat_as(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+    ) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .stat(path_request(realm, user, path))
+            .await?
+            .into_inner())
+    }
+
     pub async fn fs_stat(&mut self, realm: &str, path: &str) -> Result<FsStat, Error> {
         Ok(self
             .fs

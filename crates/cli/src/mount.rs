@@ -1,0 +1,685 @@
+//! `tabos mount DIR`: a realm's tabos fs as a Linux directory (FUSE, the
+//! `fuser` crate), so ls, cat, cp, grep, rsync and editors work on it —
+//! σOS lets Linux tools explore a realm through a 9P mount.
+//!
+//! Every operation is a call of the node's Fs API with the command's
+//! credential (and `--user`, an operator's only), so the node decides
+//! permissions exactly as for `tabos fs`: the kernel's own permission
+//! checks are off (no `default_permissions`), and whoever uses the mount
+//! acts as that credential. Inode numbers are handed out per path as the
+//! kernel looks names up (`Inodes`); attributes are cached by the kernel
+//! for [`TTL`] only, since other clients change the files too.
+//!
+//! Not supported (EOPNOTSUPP/ENOSYS): hard links, symlinks, special files
+//! (mknod, fifos), extended attributes, locks, and setting times.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
+    ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
+};
+use tabos_client::proto::FsStat;
+
+use crate::procs::RealmArg;
+use crate::NodeAddr;
+
+/// How long the kernel may keep an entry's or a file's attributes.
+pub const TTL: Duration = Duration::from_secs(1);
+/// Most bytes one read asks the node for (the API's chunk).
+pub const READ_BYTES_MAX: u32 = 4 << 20;
+/// Most paths the inode table remembers before it forgets them all but
+/// the root (the kernel looks them up again).
+pub const INODES_MAX: usize = 1 << 20;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The empty directory to mount on
+    dir: std::path::PathBuf,
+    /// Mount it read-only
+    #[arg(long)]
+    read_only: bool,
+    /// Let other local users use the mount too: with an operator's
+    /// credential (and no --user) each acts as the tabos user of its uid
+    /// (`root` for 0), so the files' modes apply to each; otherwise all act
+    /// as this credential's user
+    #[arg(long)]
+    allow_other: bool,
+    /// The fs user to act as (an operator's credential only)
+    /// [default: the credential's user]
+    #[arg(long, env = "TABOS_USER")]
+    user: Option<String>,
+    #[command(flatten)]
+    realm: RealmArg,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+/// Paths by inode number, and back.
+struct Inodes {
+    by_ino: HashMap<u64, String>,
+    by_path: HashMap<String, u64>,
+    next: u64,
+}
+
+impl Inodes {
+    fn new() -> Inodes {
+        let mut i = Inodes {
+            by_ino: HashMap::new(),
+            by_path: HashMap::new(),
+            next: 2,
+        };
+        i.by_ino.insert(1, "/".into());
+        i.by_path.insert("/".into(), 1);
+        i
+    }
+
+    fn ino(&mut self, path: &str) -> u64 {
+        if let Some(i) = self.by_path.get(path) {
+            return *i;
+        }
+        if self.by_ino.len() >= INODES_MAX {
+            *self = Inodes {
+                next: self.next,
+                ..Inodes::new()
+            };
+        }
+        let i = self.next;
+        self.next += 1;
+        self.by_ino.insert(i, path.to_string());
+        self.by_path.insert(path.to_string(), i);
+        i
+    }
+
+    fn forget(&mut self, path: &str) {
+        if let Some(i) = self.by_path.remove(path) {
+            self.by_ino.remove(&i);
+        }
+    }
+
+    /// `from` (and everything under it) is now `to`.
+    fn rename(&mut self, from: &str, to: &str) {
+        let moved: Vec<(String, u64)> = self
+            .by_path
+            .iter()
+            .filter(|(p, _)| *p == from || p.starts_with(&format!("{from}/")))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        self.forget(to);
+        for (p, i) in moved {
+            self.by_path.remove(&p);
+            let new = format!("{to}{}", &p[from.len()..]);
+            self.by_ino.insert(i, new.clone());
+            self.by_path.insert(new, i);
+        }
+    }
+}
+
+struct TabosFs {
+    client: tabos_client::Client,
+    realm: String,
+    /// Who the calls act as: one fs user (the credential's, or `--user`),
+    /// or each Linux uid as the tabos user of that number (`root` for 0)
+    /// — an operator's mount shared with `--allow-other`.
+    user: Acting,
+    rt: tokio::runtime::Runtime,
+    inodes: Mutex<Inodes>,
+}
+
+/// The errno a failed call means.
+fn errno(e: &tabos_client::Error) -> Errno {
+    use tonic::Code;
+    match e.code() {
+        Some(Code::NotFound) => Errno::ENOENT,
+        Some(Code::AlreadyExists) => Errno::EEXIST,
+        Some(Code::PermissionDenied) | Some(Code::Unauthenticated) => Errno::EACCES,
+        Some(Code::InvalidArgument) | Some(Code::OutOfRange) => Errno::EINVAL,
+        Some(Code::FailedPrecondition) => Errno::ENOTEMPTY,
+        Some(Code::ResourceExhausted) => Errno::ENOSPC,
+        Some(Code::Unimplemented) => Errno::ENOSYS,
+        _ => Errno::EIO,
+    }
+}
+
+/// The uid a tabos owner shows as: `root` 0, a number itself, anyone else
+/// nobody.
+fn uid_of(owner: &str) -> u32 {
+    match owner {
+        "root" => 0,
+        o => o.parse().unwrap_or(65_534),
+    }
+}
+
+/// The tabos owner a uid stands for.
+fn owner_of(uid: u32) -> String {
+    if uid == 0 {
+        "root".into()
+    } else {
+        uid.to_string()
+    }
+}
+
+fn time(us: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(us.max(0) as u64)
+}
+
+fn attr(ino: u64, s: &FsStat) -> FileAttr {
+    let dir = s.r#type == "dir";
+    let size = if dir { 0 } else { s.size.max(0) as u64 };
+    FileAttr {
+        ino: INodeNo(ino),
+        size,
+        blocks: size.div_ceil(512),
+        atime: time(s.mtime_us),
+        mtime: time(s.mtime_us),
+        ctime: time(s.ctime_us),
+        crtime: time(s.ctime_us),
+        kind: if dir {
+            FileType::Directory
+        } else {
+            FileType::RegularFile
+        },
+        perm: (s.mode & 0o7777) as u16,
+        nlink: if dir { 2 } else { 1 },
+        uid: uid_of(&s.owner),
+        gid: uid_of(&s.owner),
+        rdev: 0,
+        flags: 0,
+        blksize: 4096,
+    }
+}
+
+enum Acting {
+    One(String),
+    PerUid,
+}
+
+impl TabosFs {
+    /// The fs user a request acts as.
+    fn user_for(&self, req: &Request) -> String {
+        match &self.user {
+            Acting::One(u) => u.clone(),
+            Acting::PerUid => owner_of(req.uid()),
+        }
+    }
+
+    fn c(&self) -> tabos_client::Client {
+        self.client.clone()
+    }
+
+    fn inodes(&self) -> std::sync::MutexGuard<'_, Inodes> {
+        self.inodes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn path(&self, ino: INodeNo) -> Result<String, Errno> {
+        self.inodes()
+            .by_ino
+            .get(&u64::from(ino))
+            .cloned()
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        let name = name.to_str().ok_or(Errno::EINVAL)?;
+        let dir = self.path(parent)?;
+        Ok(if dir == "/" {
+            format!("/{name}")
+        } else {
+            format!("{dir}/{name}")
+        })
+    }
+
+    fn stat(&self, req: &Request, path: &str) -> Result<FsStat, Errno> {
+        self.stat_as(&self.user_for(req), path)
+    }
+
+    fn stat_as(&self, user: &str, path: &str) -> Result<FsStat, Errno> {
+        let (realm, path) = (self.realm.clone(), path.to_string());
+        self.rt
+            .block_on(async move { self.c().fs_stat_as(&realm, user, &path).await })
+            .map_err(|e| errno(&e))
+    }
+
+    /// The entry at `path`, numbered.
+    fn entry(&self, req: &Request, path: &str) -> Result<FileAttr, Errno> {
+        let s = self.stat(req, path)?;
+        let ino = self.inodes().ino(path);
+        Ok(attr(ino, &s))
+    }
+}
+
+impl Filesystem for TabosFs {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.child(parent, name).and_then(|p| self.entry(req, &p)) {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.path(ino).and_then(|p| self.stat(req, &p)) {
+            Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let done = (|| {
+            let path = self.path(ino)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            // Times are the node's to keep: setting them is refused
+            // rather than ignored.
+            if atime.is_some() || mtime.is_some() {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            self.rt
+                .block_on(async {
+                    let mut c = self.c();
+                    if let Some(m) = mode {
+                        c.fs_chmod(&realm, &user, &path, i64::from(m & 0o7777))
+                            .await?;
+                    }
+                    if let Some(u) = uid {
+                        c.fs_chown(&realm, &user, &path, &owner_of(u)).await?;
+                    }
+                    if let Some(sz) = size {
+                        c.fs_truncate(&realm, &user, &path, sz as i64).await?;
+                    }
+                    Ok::<_, tabos_client::Error>(())
+                })
+                .map_err(|e| errno(&e))?;
+            self.stat(req, &path)
+        })();
+        match done {
+            Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let mode = i64::from(mode & !umask & 0o7777);
+            self.rt
+                .block_on(async { self.c().fs_mkdir(&realm, &user, &path, mode).await })
+                .map_err(|e| errno(&e))?;
+            self.entry(req, &path)
+        })();
+        match done {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            if self.stat(req, &path)?.r#type == "dir" {
+                return Err(Errno::EISDIR);
+            }
+            self.rt
+                .block_on(async { self.c().fs_unlink(&realm, &user, &path).await })
+                .map_err(|e| errno(&e))?;
+            self.inodes().forget(&path);
+            Ok(())
+        })();
+        match done {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            if self.stat(req, &path)?.r#type != "dir" {
+                return Err(Errno::ENOTDIR);
+            }
+            self.rt
+                .block_on(async { self.c().fs_rmdir(&realm, &user, &path).await })
+                .map_err(|e| errno(&e))?;
+            self.inodes().forget(&path);
+            Ok(())
+        })();
+        match done {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let done = (|| {
+            if !flags.is_empty() {
+                return Err(Errno::EINVAL); // RENAME_EXCHANGE, RENAME_NOREPLACE
+            }
+            let from = self.child(parent, name)?;
+            let to = self.child(newparent, newname)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            self.rt
+                .block_on(async { self.c().fs_rename(&realm, &user, &from, &to).await })
+                .map_err(|e| errno(&e))?;
+            self.inodes().rename(&from, &to);
+            Ok(())
+        })();
+        match done {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.path(ino).and_then(|p| self.stat(req, &p)) {
+            Ok(s) if s.r#type == "dir" => reply.error(Errno::EISDIR),
+            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn read(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let done = (|| {
+            let path = self.path(ino)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let len = size.min(READ_BYTES_MAX);
+            self.rt
+                .block_on(async {
+                    self.c()
+                        .fs_read(&realm, &user, &path, offset as i64, len)
+                        .await
+                })
+                .map_err(|e| errno(&e))
+        })();
+        match done {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let done = (|| {
+            let path = self.path(ino)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let data = data.to_vec();
+            let n = data.len();
+            self.rt
+                .block_on(async {
+                    self.c()
+                        .fs_write(&realm, &user, &path, offset as i64, data, false)
+                        .await
+                })
+                .map_err(|e| errno(&e))?;
+            Ok(n)
+        })();
+        match done {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        // Every write was a committed call already.
+        reply.ok();
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn readdir(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let listed = (|| {
+            let dir = self.path(ino)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let d = self
+                .rt
+                .block_on(async { self.c().fs_readdir(&realm, &user, &dir).await })
+                .map_err(|e| errno(&e))?;
+            let parent = {
+                let up = dir.rsplit_once('/').map_or("/", |(p, _)| p);
+                let up = if up.is_empty() { "/" } else { up };
+                self.inodes().ino(up)
+            };
+            let mut entries = vec![
+                (u64::from(ino), FileType::Directory, ".".to_string()),
+                (parent, FileType::Directory, "..".to_string()),
+            ];
+            for e in d.entries {
+                let name = e.path.rsplit('/').next().unwrap_or_default().to_string();
+                let kind = if e.r#type == "dir" {
+                    FileType::Directory
+                } else {
+                    FileType::RegularFile
+                };
+                entries.push((self.inodes().ino(&e.path), kind, name));
+            }
+            Ok(entries)
+        })();
+        match listed {
+            Ok(entries) => {
+                for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
+                {
+                    if reply.add(INodeNo(ino), (i + 1) as u64, kind, name) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let mode = i64::from(mode & !umask & 0o7777);
+            self.rt
+                .block_on(async { self.c().fs_create(&realm, &user, &path, mode).await })
+                .map_err(|e| errno(&e))?;
+            self.entry(req, &path)
+        })();
+        match done {
+            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(e),
+        }
+    }
+}
+
+/// `tabos mount DIR`: serves until interrupted or unmounted.
+pub fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.dir.is_dir(),
+        "{} is not a directory",
+        args.dir.display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let client = rt.block_on(args.node.connect())?;
+    // The realm and user from the credential when not given, checked now
+    // (a bad credential fails here, not at the first ls).
+    let me = rt.block_on(client.clone().who_am_i())?;
+    let realm = if args.realm.realm.is_empty() {
+        me.realm.clone()
+    } else {
+        args.realm.realm.clone()
+    };
+    // An operator's mount shared with other local users acts for each as
+    // the tabos user of its uid, so the node's modes apply to each.
+    let user = match &args.user {
+        Some(u) => Acting::One(u.clone()),
+        None if args.allow_other && me.role == "operator" => Acting::PerUid,
+        None => Acting::One(String::new()),
+    };
+    let fs = TabosFs {
+        client,
+        realm: realm.clone(),
+        user,
+        rt,
+        inodes: Mutex::new(Inodes::new()),
+    };
+    fs.stat_as("", "/")
+        .map_err(|e| anyhow::anyhow!("cannot read the root of realm {realm:?}: {e:?}"))?;
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        fuser::MountOption::FSName(format!("tabos:{realm}")),
+        fuser::MountOption::Subtype("tabos".into()),
+        if args.read_only {
+            fuser::MountOption::RO
+        } else {
+            fuser::MountOption::RW
+        },
+    ];
+    if args.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    config.n_threads = Some(4);
+    let session = fuser::spawn_mount(fs, &args.dir, &config)
+        .with_context(|| format!("cannot mount on {}", args.dir.display()))?;
+    println!(
+        "realm {}'s files on {} (Ctrl-C or umount to stop)",
+        if realm.is_empty() { "default" } else { &realm },
+        args.dir.display()
+    );
+    // Until a signal (which unmounts) or an umount from outside: either
+    // way the session ends and `join` returns.
+    let dir = args.dir.clone();
+    std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        rt.block_on(async {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+            let terminated = async {
+                match term.as_mut() {
+                    Some(t) => {
+                        t.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = terminated => {}
+            }
+        });
+        unmount(&dir);
+    });
+    session.join().context("the mount ended with an error")?;
+    // Whoever read the first line may be gone by now.
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "unmounted");
+    Ok(())
+}
+
+/// Unmounts `dir` (lazily: a process still in it keeps its view until it
+/// leaves): umount as root, fusermount3 -u otherwise.
+fn unmount(dir: &std::path::Path) {
+    let ok = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let _ = std::process::Command::new("fusermount3")
+            .arg("-u")
+            .arg(dir)
+            .status();
+    }
+}
