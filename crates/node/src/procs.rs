@@ -30,6 +30,39 @@ impl ProcsService {
     }
 }
 
+/// What a Logs or FollowLogs request asks for, checked: the caller's
+/// token (to forward with), the realm, the pid and the stream.
+struct LogTarget {
+    token: String,
+    realm: String,
+    pid: Pid,
+    stream: &'static str,
+}
+
+fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTarget, Status> {
+    let access = node.access(&request)?;
+    let token = crate::forward::bearer(request.metadata())?;
+    let r = request.into_inner();
+    let realm = access.realm(&r.realm, Role::Reader)?;
+    tabos_kernel::validate_realm(&realm).map_err(invalid)?;
+    let pid = Pid::new(r.pid).map_err(invalid)?;
+    let stream = match r.stream.as_str() {
+        "" | "stdout" => "stdout",
+        "stderr" => "stderr",
+        other => {
+            return Err(invalid(format!(
+                "stream must be stdout or stderr, not {other:?}"
+            )))
+        }
+    };
+    Ok(LogTarget {
+        token,
+        realm,
+        pid,
+        stream,
+    })
+}
+
 /// Most bytes of log one FollowLogs message carries.
 pub const FOLLOW_CHUNK_BYTES: usize = 1 << 20;
 
@@ -549,23 +582,14 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::LogsRequest>,
     ) -> Result<Response<proto::LogsResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let token = crate::forward::bearer(request.metadata())?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
-        let pid = Pid::new(r.pid).map_err(invalid)?;
-        let stream = match r.stream.as_str() {
-            "" | "stdout" => "stdout",
-            "stderr" => "stderr",
-            other => {
-                return Err(invalid(format!(
-                    "stream must be stdout or stderr, not {other:?}"
-                )))
-            }
-        };
+        let LogTarget {
+            token,
+            realm,
+            pid,
+            stream,
+        } = log_target(&self.node, request)?;
         // The logs are on the node that ran the proc: answered there.
-        let holder = procs::holder(&self.node.store, &r.realm, &pid)
+        let holder = procs::holder(&self.node.store, &realm, &pid)
             .await
             .map_err(|e| kernel_status(&e))?;
         if let Some(holder) = holder {
@@ -575,24 +599,24 @@ impl proto::procs_server::Procs for ProcsService {
             {
                 let mut peer = crate::forward::connect(&addr, &token).await?;
                 let reply =
-                    crate::forward::call(&addr, peer.logs(&r.realm, pid.as_str(), stream)).await?;
+                    crate::forward::call(&addr, peer.logs(&realm, pid.as_str(), stream)).await?;
                 return Ok(Response::new(reply));
             }
         }
-        let path = Procd::log_path(&self.node.logs, &r.realm, pid.as_str(), stream);
+        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream);
         let data = match tokio::fs::read(&path).await {
             Ok(d) => d,
             // A proc that never wrote to the stream has no file.
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
-                    && self.ran_here(&r.realm, &pid).await =>
+                    && self.ran_here(&realm, &pid).await =>
             {
                 Vec::new()
             }
             Err(_) => {
                 return Err(Status::not_found(format!(
                     "no {stream} kept for proc {pid} in realm {} on this node",
-                    r.realm
+                    realm
                 )))
             }
         };
@@ -609,23 +633,14 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::LogsRequest>,
     ) -> Result<Response<Self::FollowLogsStream>, Status> {
-        let access = self.node.access(&request)?;
-        let token = crate::forward::bearer(request.metadata())?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
-        let pid = Pid::new(r.pid).map_err(invalid)?;
-        let stream = match r.stream.as_str() {
-            "" | "stdout" => "stdout",
-            "stderr" => "stderr",
-            other => {
-                return Err(invalid(format!(
-                    "stream must be stdout or stderr, not {other:?}"
-                )))
-            }
-        };
+        let LogTarget {
+            token,
+            realm,
+            pid,
+            stream,
+        } = log_target(&self.node, request)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let holder = procs::holder(&self.node.store, &r.realm, &pid)
+        let holder = procs::holder(&self.node.store, &realm, &pid)
             .await
             .map_err(|e| kernel_status(&e))?;
         // Held by another node: its stream, passed on.
@@ -636,7 +651,7 @@ impl proto::procs_server::Procs for ProcsService {
             {
                 let mut peer = crate::forward::connect(&addr, &token).await?;
                 let mut s = peer
-                    .follow_logs(&r.realm, pid.as_str(), stream)
+                    .follow_logs(&realm, pid.as_str(), stream)
                     .await
                     .map_err(|e| Status::unavailable(format!("{what} on {addr}: {e}")))?;
                 tokio::spawn(async move {
@@ -660,10 +675,10 @@ impl proto::procs_server::Procs for ProcsService {
                 )));
             }
         }
-        let path = Procd::log_path(&self.node.logs, &r.realm, pid.as_str(), stream);
+        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream);
         let (store, realm, stopping) = (
             self.node.store.clone(),
-            r.realm.clone(),
+            realm.clone(),
             self.stopping.clone(),
         );
         tokio::spawn(async move {
