@@ -72,6 +72,9 @@ pub const CONNECTIONS_MAX: usize = 256;
 pub const STARTUP_WAIT: Duration = Duration::from_secs(10);
 /// Most rows one statement returns (then cut, with a WARNING).
 pub const ROWS_MAX: usize = crate::sql::ROWS_MAX as usize;
+/// Most described portals whose results a connection keeps for their
+/// Execute (past it they are dropped; an Execute then runs again).
+pub const DESCRIBED_MAX: usize = 4;
 /// Most channels one connection listens on.
 pub const LISTENS_MAX: usize = 64;
 /// Notifications waiting for an idle connection (its listeners wait
@@ -819,7 +822,13 @@ impl ExtendedQueryHandler for Queries {
         match self.conn.run(&sql, params_of(portal)?).await? {
             Outcome::Rows(rows) => {
                 let f = fields(&rows, &portal.result_column_format).to_vec();
-                lock(&self.conn.described).insert(portal.name.clone(), (sql, rows));
+                let mut kept = lock(&self.conn.described);
+                // Bounded: a client that describes portals it never
+                // executes holds at most this many results.
+                if kept.len() >= DESCRIBED_MAX && !kept.contains_key(&portal.name) {
+                    kept.clear();
+                }
+                kept.insert(portal.name.clone(), (sql, rows));
                 Ok(DescribePortalResponse::new(f))
             }
             Outcome::Response(_) => Ok(DescribePortalResponse::new(Vec::new())),
