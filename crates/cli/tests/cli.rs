@@ -2027,17 +2027,21 @@ tables = [r[0] for r in c.execute(
 assert "proc" in tables and "credential" not in tables, tables
 c.execute('LISTEN "mailbox/inbox"')
 c.execute('LISTEN "proc/p2"')
+c.execute('LISTEN procs')
 env = dict(os.environ, TABOS_TOKEN=optoken, TABOS_ADDR=addr)
 subprocess.run([tabos, "send", "--realm", "acme", "inbox", "hello"], env=env, check=True,
                stdout=subprocess.DEVNULL)
 subprocess.run([tabos, "spawn", "--realm", "acme", "--pid", "p2", "--wait", "--", "true"],
                env=env, check=True, stdout=subprocess.DEVNULL)
-seen = set()
+seen, realm_wide = set(), []
 for n in c.notifies(timeout=20):
     seen.add(n.channel)
-    if seen == {"mailbox/inbox", "proc/p2"}:
+    if n.channel == "procs":
+        realm_wide.append(n.payload)
+    if seen == {"mailbox/inbox", "proc/p2", "procs"} and "p2 exited" in realm_wide:
         break
-assert seen == {"mailbox/inbox", "proc/p2"}, seen
+assert seen == {"mailbox/inbox", "proc/p2", "procs"}, seen
+assert "p2 spawned" in realm_wide and "p2 exited" in realm_wide, realm_wide
 try:
     c.execute('LISTEN "nonsense"')
     sys.exit("a bad channel was accepted")

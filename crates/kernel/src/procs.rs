@@ -346,6 +346,22 @@ pub fn proc_channel(realm: &str, pid: &str) -> String {
     format!("proc/{realm}/{pid}")
 }
 
+/// The change-feed channel of every proc of `realm`: each transition
+/// notified on a proc's own channel is notified here too, as
+/// `<pid> <what>` (for watchers of the whole realm: a dashboard, a
+/// PostgreSQL client's `LISTEN procs`).
+pub fn procs_channel(realm: &str) -> String {
+    format!("procs/{realm}")
+}
+
+/// Notifies proc `pid`'s transition `what` on its channel and on its
+/// realm's ([`procs_channel`]).
+fn notify_proc(tx: &mut dyn Tx, realm: &str, pid: &str, what: &str) -> Result<()> {
+    tx.notify(&proc_channel(realm, pid), what)?;
+    tx.notify(&procs_channel(realm), &format!("{pid} {what}"))?;
+    Ok(())
+}
+
 /// The change-feed channel a worker's procd listens on for assignments.
 pub fn worker_channel(realm: &str, worker: &WorkerId) -> String {
     format!("worker/{realm}/{worker}")
@@ -549,7 +565,7 @@ pub fn spawn_tx(
     if let Some(w) = &worker {
         notify_assigned(tx, realm, pid.as_str(), w)?;
     }
-    tx.notify(&proc_channel(realm, pid.as_str()), State::Spawned.as_str())?;
+    notify_proc(tx, realm, pid.as_str(), State::Spawned.as_str())?;
     Ok(worker)
 }
 
@@ -661,7 +677,7 @@ fn claim_one_tx(
         event_tx(tx, realm, info.pid.as_str(), "start", None, now_us)?;
         info.start_us = Some(now_us);
     }
-    tx.notify(&proc_channel(realm, info.pid.as_str()), state.as_str())?;
+    notify_proc(tx, realm, info.pid.as_str(), state.as_str())?;
     info.state = state;
     info.worker = Some(worker.clone());
     Ok(())
@@ -1006,7 +1022,7 @@ fn give_back_tx(
                 params![p, realm, pid.as_str()],
             )?;
             event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
-            tx.notify(&proc_channel(realm, &pid), "spawned")?;
+            notify_proc(tx, realm, &pid, "spawned")?;
             out.requeued.push(pid);
         } else {
             exited_tx(
@@ -1210,7 +1226,7 @@ pub fn started_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Resul
         params![p, realm, pid.as_str(), now_us],
     )?;
     event_tx(tx, realm, pid.as_str(), "start", None, now_us)?;
-    tx.notify(&proc_channel(realm, pid.as_str()), State::Running.as_str())?;
+    notify_proc(tx, realm, pid.as_str(), State::Running.as_str())?;
     Ok(())
 }
 
@@ -1251,7 +1267,7 @@ pub fn exited_tx(
         ],
     )?;
     event_tx(tx, realm, pid.as_str(), state.as_str(), error, now_us)?;
-    tx.notify(&proc_channel(realm, pid.as_str()), state.as_str())?;
+    notify_proc(tx, realm, pid.as_str(), state.as_str())?;
     match (&info.worker, info.class) {
         (Some(w), Class::Lc) => {
             sched::release_tx(tx, realm, w, info.cores, info.mem_mb)?;
@@ -1290,7 +1306,7 @@ pub fn evict_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<
             )?;
             event_tx(tx, realm, pid.as_str(), "evict-requested", None, now_us)?;
             tx.notify(&worker_channel(realm, w), &format!("evict {pid}"))?;
-            tx.notify(&proc_channel(realm, pid.as_str()), "evict-requested")?;
+            notify_proc(tx, realm, pid.as_str(), "evict-requested")?;
         }
     }
     Ok(())

@@ -952,3 +952,44 @@ fn pruning_forgets_ended_procs_only(b: Backend) {
     });
 }
 both!(pruning_forgets_ended_procs_only);
+
+/// Every proc transition is also notified on its realm's channel, as
+/// `<pid> <what>`, after the commit.
+fn the_realm_channel_tells_every_transition(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        procs::register_worker(&s, "r", &worker("w1", "n1", 2)).unwrap();
+        let mut feed = s.subscribe(&procs::procs_channel("r"));
+        let mut other = s.subscribe(&procs::procs_channel("o"));
+        procs::spawn(&s, "r", named("t1")).await.unwrap();
+        let t1 = Pid::new("t1").unwrap();
+        let w1 = WorkerId::new("w1").unwrap();
+        procs::claim(&s, "r", &w1, 10, ANY).await.unwrap();
+        procs::started(&s, "r", &t1).await.unwrap();
+        procs::exited(&s, "r", &t1, State::Exited, Some(0), None)
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        while got.last().map(String::as_str) != Some("t1 exited") {
+            let n = tokio::time::timeout(std::time::Duration::from_secs(10), feed.recv())
+                .await
+                .expect("notified")
+                .unwrap();
+            got.push(n.payload);
+        }
+        let at = |what: &str| got.iter().position(|g| g == what);
+        assert!(
+            at("t1 spawned") < at("t1 running") && at("t1 running").is_some(),
+            "{got:?}"
+        );
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(100), other.recv())
+                .await
+                .is_err(),
+            "another realm hears nothing"
+        );
+    });
+}
+both!(the_realm_channel_tells_every_transition);

@@ -21,8 +21,9 @@
 //!   is answered from a catalog of the relations the session may read
 //!   ([`catalog`]), enough for psql's `\d` and `\dt` and Grafana's table
 //!   picker.
-//! * **Notifications.** `LISTEN "proc/<pid>"`, `"mailbox/<name>"`,
-//!   `"names/<dir>"` or `spawns` follows that change-feed channel of the
+//! * **Notifications.** `LISTEN procs` (every proc transition, as `<pid>
+//!   <state>`), `"proc/<pid>"`, `"mailbox/<name>"`, `"names/<dir>"` or
+//!   `spawns` follows that change-feed channel of the
 //!   session's realm; each notification is delivered as a PostgreSQL
 //!   notification as soon as the connection is idle (no polling: the
 //!   connection's task waits on the feed and the socket at once).
@@ -411,6 +412,9 @@ fn feed_channel(realm: &str, channel: &str) -> PgWireResult<String> {
     if channel == "spawns" {
         return Ok(tabos_kernel::procs::queue_channel(realm));
     }
+    if channel == "procs" {
+        return Ok(tabos_kernel::procs::procs_channel(realm));
+    }
     match channel.split_once('/') {
         Some(("proc", pid)) => {
             let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| bad(e.to_string()))?;
@@ -426,7 +430,7 @@ fn feed_channel(realm: &str, channel: &str) -> PgWireResult<String> {
             Ok(tabos_kernel::names::dir_channel(realm, &dir))
         }
         _ => Err(bad(format!(
-            "unknown channel {channel:?}: LISTEN \"proc/<pid>\", \"mailbox/<name>\", \
+            "unknown channel {channel:?}: LISTEN procs, \"proc/<pid>\", \"mailbox/<name>\", \
              \"names/<dir>\" or spawns"
         ))),
     }
@@ -980,6 +984,7 @@ mod tests {
     fn channels_map_into_the_realm() {
         assert_eq!(feed_channel("r", "proc/p1").unwrap(), "proc/r/p1");
         assert_eq!(feed_channel("r", "spawns").unwrap(), "queue/r");
+        assert_eq!(feed_channel("r", "procs").unwrap(), "procs/r");
         assert!(feed_channel("r", "mailbox/inbox").is_ok());
         assert!(feed_channel("r", "names/cfg").is_ok());
         for bad in ["proc/", "proc/a b", "mailbox/a/b", "other", "names/../x"] {
