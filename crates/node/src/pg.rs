@@ -315,6 +315,17 @@ impl Conn {
     /// Runs one statement of the session.
     async fn run(&self, sql: &str, params: Vec<Value>) -> PgWireResult<Outcome> {
         let session = self.session()?;
+        // The same bounds as `tabos sql`.
+        if sql.len() > crate::sql::SQL_BYTES_MAX {
+            return Err(refused(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "a statement is at most {} bytes, not {}",
+                    crate::sql::SQL_BYTES_MAX,
+                    sql.len()
+                ),
+            ));
+        }
         match classify(sql) {
             Statement::Empty => Ok(Outcome::Response(Response::EmptyQuery)),
             Statement::Begin => Ok(Outcome::Response(Response::TransactionStart(Tag::new(

@@ -28,6 +28,8 @@
 //! relations tabos keeps empty has no rows, which is its answer in
 //! PostgreSQL too; any other is refused with its SQLite error.
 
+use std::time::Duration;
+
 use pgwire::error::PgWireResult;
 use rusqlite::functions::FunctionFlags;
 use tabos_store::{ReadScope, Value};
@@ -43,6 +45,10 @@ const FIRST_OID: i64 = 16_384;
 pub const RELATIONS_MAX: usize = 512;
 /// Most rows a catalog statement returns.
 pub const ROWS_MAX: usize = 100_000;
+/// Largest value a catalog statement may build, in bytes.
+pub const VALUE_BYTES_MAX: i32 = 1 << 20;
+/// Virtual-machine steps between deadline checks of a catalog statement.
+const PROGRESS_STEPS: i32 = 10_000;
 
 /// The catalog relations with no rows in tabos.
 const EMPTY: &[&str] = &[
@@ -556,9 +562,19 @@ pub fn answer(
     let relations = relations(node, scope).map_err(|e| super::store_error(&e))?;
     let db = database(&relations)
         .map_err(|e| refused(sqlstate::INTERNAL_ERROR, format!("catalog: {e}")))?;
+    confine(&db, node.settings.query_time_max);
     let translated = translate(sql);
     let mut stmt = match db.prepare(&translated) {
         Ok(s) => s,
+        Err(e)
+            if e.sqlite_error_code()
+                == Some(rusqlite::ErrorCode::AuthorizationForStatementDenied) =>
+        {
+            return Err(refused(
+                sqlstate::INSUFFICIENT_PRIVILEGE,
+                "a catalog statement only reads the catalog",
+            ))
+        }
         Err(e) => {
             // Past SQLite's grammar (arrays and the like), but over a
             // relation tabos keeps empty: no rows, as in PostgreSQL.
@@ -572,6 +588,12 @@ pub fn answer(
             ));
         }
     };
+    if !stmt.readonly() {
+        return Err(refused(
+            sqlstate::READ_ONLY_TRANSACTION,
+            "a catalog statement only reads the catalog",
+        ));
+    }
     let columns: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
     let bound: Vec<rusqlite::types::Value> = params
         .iter()
@@ -583,13 +605,25 @@ pub fn answer(
             Value::Blob(b) => rusqlite::types::Value::Blob(b.clone()),
         })
         .collect();
-    let sqlite_error = |e: rusqlite::Error| refused(sqlstate::SYNTAX_OR_ACCESS, e.to_string());
+    let sqlite_error = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::OperationInterrupted) => refused(
+            sqlstate::QUERY_CANCELED,
+            format!(
+                "the catalog statement ran past its {:?}",
+                node.settings.query_time_max
+            ),
+        ),
+        _ => refused(sqlstate::SYNTAX_OR_ACCESS, e.to_string()),
+    };
     let mut q = stmt
         .query(rusqlite::params_from_iter(bound))
         .map_err(sqlite_error)?;
     let mut out = Vec::new();
+    let mut bytes = 0usize;
+    let mut truncated = false;
     while let Some(r) = q.next().map_err(sqlite_error)? {
-        if out.len() >= ROWS_MAX {
+        if out.len() >= ROWS_MAX || bytes >= crate::sql::RESULT_BYTES_MAX {
+            truncated = true;
             break;
         }
         let mut values = Vec::with_capacity(columns.len());
@@ -604,10 +638,40 @@ pub fn answer(
                 rusqlite::types::ValueRef::Blob(b) => Value::Blob(b.to_vec()),
             });
         }
+        bytes += values
+            .iter()
+            .map(|v| match v {
+                Value::Text(t) => t.len(),
+                Value::Blob(b) => b.len(),
+                _ => 8,
+            })
+            .sum::<usize>();
         out.push(values);
     }
     let names: Vec<&str> = columns.iter().map(String::as_str).collect();
-    Ok(rows(&names, out))
+    let mut result = rows(&names, out);
+    result.truncated = truncated;
+    Ok(result)
+}
+
+/// Confines the catalog database to what a tenant's statement may do
+/// there: read its tables and call functions (no ATTACH of the node's
+/// files, no VACUUM INTO, no PRAGMA, nothing that writes), build no value
+/// over [`VALUE_BYTES_MAX`], and stop at the node's query deadline.
+fn confine(db: &rusqlite::Connection, time_max: Duration) {
+    use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+    use rusqlite::limits::Limit;
+    db.authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+        AuthAction::Select
+        | AuthAction::Read { .. }
+        | AuthAction::Function { .. }
+        | AuthAction::Recursive => Authorization::Allow,
+        _ => Authorization::Deny,
+    }));
+    let _ = db.set_limit(Limit::SQLITE_LIMIT_ATTACHED, 0);
+    let _ = db.set_limit(Limit::SQLITE_LIMIT_LENGTH, VALUE_BYTES_MAX);
+    let started = std::time::Instant::now();
+    db.progress_handler(PROGRESS_STEPS, Some(move || started.elapsed() >= time_max));
 }
 
 /// Whether the lower-cased `sql` names relation `table` (as a whole word).
@@ -812,6 +876,31 @@ mod tests {
             "SELECT \"a::b\" FROM t"
         );
         assert!(names("select * from pg_index i", "pg_index"));
+        // A tenant's catalog statement reads, within bounds, and nothing
+        // more: no files attached, nothing written, no endless query.
+        let db = database(&[]).unwrap();
+        confine(&db, Duration::from_millis(200));
+        for bad in [
+            "ATTACH '/tmp/x.db' AS x",
+            "VACUUM INTO '/tmp/x.db'",
+            "PRAGMA writable_schema = 1",
+            "DELETE FROM pg_class",
+        ] {
+            assert!(db.execute_batch(bad).is_err(), "{bad} refused");
+        }
+        let endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) \
+                       SELECT count(*) FROM n";
+        let e = db
+            .query_row(endless, [], |r| r.get::<_, i64>(0))
+            .unwrap_err();
+        assert_eq!(
+            e.sqlite_error_code(),
+            Some(rusqlite::ErrorCode::OperationInterrupted)
+        );
+        assert!(db
+            .query_row("SELECT length(zeroblob(2000000))", [], |r| r
+                .get::<_, i64>(0))
+            .is_err());
         let types = create_table_types(
             "CREATE TABLE t (\n  a INTEGER NOT NULL, -- a, b: why\n  b TEXT CHECK (b IN ('x', 'y')),\n  \
              c REAL, PRIMARY KEY (a, b)\n), d BLOB",
