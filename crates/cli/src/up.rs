@@ -23,6 +23,12 @@ pub struct Args {
     /// starts without it and says so
     #[arg(long, default_value = tabos_node::pg::LISTEN_DEFAULT, value_name = "ADDR|none")]
     pg_listen: String,
+    /// Address to serve the dashboard on (a web page of the cluster's
+    /// state; sign in with a credential), loopback only; `none` not to
+    /// serve it. When the default is taken the node starts without it and
+    /// says so
+    #[arg(long, default_value = tabos_node::dashboard::LISTEN_DEFAULT, value_name = "ADDR|none")]
+    http_listen: String,
     /// Serve TLS with this PEM certificate (chain)
     #[arg(long, requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -160,6 +166,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(pg) = &pg_listen {
         refuse_plaintext_beyond_loopback("--pg-listen", pg)?;
     }
+    // So is the dashboard.
+    let http_listen = (args.http_listen != "none").then(|| args.http_listen.clone());
+    if let Some(http) = &http_listen {
+        refuse_plaintext_beyond_loopback("--http-listen", http)?;
+    }
     let mut options = tabos_node::ServeOptions::default();
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         options = options.with_tls_files(cert, key)?;
@@ -187,25 +198,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if serve_local {
             options.local_socket = Some(tabos_node::LocalSocket::bind(&socket)?);
         }
-        let pg_said = match &pg_listen {
-            Some(pg) => match tabos_node::PgListener::bind(pg).await {
-                Ok(l) => {
-                    let said = format!(
-                        "PostgreSQL protocol on {} (user = realm, password = a credential)",
-                        l.addr()
-                    );
-                    options.pg = Some(l);
-                    said
-                }
-                // The default taken (another node on this machine): go on
-                // without it. One asked for must be served.
-                Err(e) if pg == tabos_node::pg::LISTEN_DEFAULT => {
-                    format!("no PostgreSQL protocol: {e}; give --pg-listen ADDR to serve it")
-                }
-                Err(e) => return Err(e.into()),
-            },
-            None => "no PostgreSQL protocol (--pg-listen none)".to_string(),
-        };
+        let (pg, pg_said) = bind_side(
+            pg_listen.as_deref(),
+            tabos_node::pg::LISTEN_DEFAULT,
+            "PostgreSQL protocol",
+            "--pg-listen",
+            |a| format!("PostgreSQL protocol on {a} (user = realm, password = a credential)"),
+        )
+        .await?;
+        options.pg = pg;
+        let (http, http_said) = bind_side(
+            http_listen.as_deref(),
+            tabos_node::dashboard::LISTEN_DEFAULT,
+            "dashboard",
+            "--http-listen",
+            |a| format!("dashboard on http://{a}/ (sign in with a credential)"),
+        )
+        .await?;
+        options.http = http;
         let addr = tabos_node::local_addr(&listener).map_or(args.listen.clone(), |a| a.to_string());
         println!(
             "tabos node on {addr}: {where_}, {} partitions, durability {}{}",
@@ -239,6 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("local socket: {local}");
         }
         println!("{pg_said}");
+        println!("{http_said}");
         if !args.no_context {
             // Clients on this machine use the local socket; without one,
             // TCP (and TLS when the node serves it).
@@ -318,4 +329,32 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
         .split_once('=')
         .ok_or_else(|| format!("a label is KEY=VALUE, not {s:?}"))?;
     Ok((k.to_string(), v.to_string()))
+}
+
+/// Binds a front door beside the API (`what`, asked for with `flag`) on
+/// `addr`, or not when `None`: the listener and the line `up` prints
+/// (`served` of where it listens). The default address taken (another
+/// node on this machine) starts the node without it; one asked for must
+/// be served.
+async fn bind_side(
+    addr: Option<&str>,
+    default: &str,
+    what: &str,
+    flag: &str,
+    served: impl Fn(std::net::SocketAddr) -> String,
+) -> anyhow::Result<(Option<tabos_node::SideListener>, String)> {
+    let Some(addr) = addr else {
+        return Ok((None, format!("no {what} ({flag} none)")));
+    };
+    match tabos_node::SideListener::bind(addr, what).await {
+        Ok(l) => {
+            let said = served(l.addr());
+            Ok((Some(l), said))
+        }
+        Err(e) if addr == default => Ok((
+            None,
+            format!("no {what}: {e}; give {flag} ADDR to serve it"),
+        )),
+        Err(e) => Err(e.into()),
+    }
 }

@@ -488,6 +488,8 @@ fn up_on_postgres_serves_sql() {
         "2",
         "--pg-listen",
         "127.0.0.1:0",
+        "--http-listen",
+        "127.0.0.1:0",
     ]);
     let o = node.tabos(&["sql", "--json", "SELECT count(*) AS n FROM schema_version"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -501,6 +503,9 @@ fn up_on_postgres_serves_sql() {
     assert_eq!(v["backend"], "postgres");
     // The PostgreSQL protocol front door over a PostgreSQL kernel.
     psql_and_psycopg_against(&node);
+    // And the dashboard, its API and its pages.
+    dashboard_api_against(&node);
+    dashboard_in_chromium(&node, "procs-postgres.png");
     assert!(node.stop().success());
 }
 
@@ -2484,4 +2489,354 @@ fn the_realms_files_mounted() {
     stop(m);
     assert!(o.status.success(), "pjdfstest: {report}");
     assert!(report.contains("Result: PASS"), "{report}");
+}
+
+/// One HTTP/1.1 request to the dashboard at `addr` (`host:port`), the
+/// connection closed after it: (status, response head, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let out = String::from_utf8_lossy(&out).into_owned();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {out:?}"));
+    (status, head.to_string(), body.to_string())
+}
+
+/// Signs in to the dashboard at `addr` with `token`: the session cookie.
+fn dashboard_sign_in(addr: &str, token: &str) -> Result<String, (u16, String)> {
+    let body = serde_json::json!({ "token": token }).to_string();
+    let (status, head, body) = http(addr, "POST", "/api/session", &[], &body);
+    if status != 200 {
+        return Err((status, body));
+    }
+    let cookie = head
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .and_then(|c| c.split(';').next())
+        .unwrap_or_else(|| panic!("no session cookie: {head}"));
+    assert!(head.contains("HttpOnly; SameSite=Strict"), "{head}");
+    Ok(cookie.to_string())
+}
+
+impl Node {
+    /// Where it serves the dashboard (`host:port`).
+    fn http_addr(&self) -> String {
+        self.lines
+            .iter()
+            .find_map(|l| l.strip_prefix("dashboard on http://"))
+            .and_then(|r| r.split('/').next())
+            .unwrap_or_else(|| panic!("no dashboard: {:?}", self.lines))
+            .to_string()
+    }
+}
+
+/// The dashboard's API (issue 21, item 3) as a browser and an attacker
+/// would use it: the page and its headers; sign-in by credential (bad,
+/// member and scoped ones refused); SQL scoped to the credential's realm
+/// and read-only; requests from another origin and oversized bodies
+/// refused, changing nothing; the event stream delivering a proc spawned
+/// meanwhile, and refusing another realm's channels; files read as the
+/// credential's user; a revoked credential ending the session.
+fn dashboard_api_against(node: &Node) {
+    let addr = node.http_addr();
+    let (status, head, body) = http(&addr, "GET", "/", &[], "");
+    assert_eq!(status, 200);
+    assert!(body.contains("<title>tabos</title>"), "{body}");
+    assert!(
+        head.contains("content-security-policy: default-src 'none'"),
+        "{head}"
+    );
+    let (status, _, body) = http(&addr, "GET", "/app.js", &[], "");
+    assert_eq!(status, 200);
+    assert!(body.contains("EventSource"));
+    let (status, _, body) = http(&addr, "POST", "/api/sql", &[], r#"{"sql":"SELECT 1"}"#);
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("not signed in"), "{body}");
+
+    let o = node.tabos(&["realm", "create", "dash"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let admin = last_line(&o);
+    let o = node.tabos(&[
+        "token", "create", "--realm", "dash", "--role", "member", "--json",
+    ]);
+    let member: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let o = node.tabos(&[
+        "token",
+        "create",
+        "--realm",
+        "dash",
+        "--scope",
+        "send:inbox",
+        "--json",
+    ]);
+    let scoped: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let (status, body) = dashboard_sign_in(&addr, "tabos_nope").unwrap_err();
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = dashboard_sign_in(&addr, member["token"].as_str().unwrap()).unwrap_err();
+    assert_eq!(status, 403);
+    assert!(body.contains("needs admin"), "{body}");
+    let (status, body) = dashboard_sign_in(&addr, scoped["token"].as_str().unwrap()).unwrap_err();
+    assert_eq!(status, 403);
+    assert!(body.contains("scoped"), "{body}");
+
+    let o = node.tabos(&["spawn", "--pid", "op1", "--wait", "--", "true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let cookie = dashboard_sign_in(&addr, &admin).unwrap();
+    let as_admin = [("Cookie", cookie.as_str())];
+    let (status, _, body) = http(&addr, "GET", "/api/session", &as_admin, "");
+    assert_eq!(status, 200);
+    let me: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(me["realm"], "dash");
+    assert_eq!(me["operator"], false);
+    let sql = |cookie: &[(&str, &str)], q: serde_json::Value| {
+        let (status, _, body) = http(&addr, "POST", "/api/sql", cookie, &q.to_string());
+        (
+            status,
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+        )
+    };
+    // The realm's own rows only, whatever the statement says.
+    let (status, v) = sql(
+        &as_admin,
+        serde_json::json!({"sql": "SELECT DISTINCT realm FROM proc"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        v["rows"].as_array().unwrap().iter().all(|r| r[0] == "dash"),
+        "{v}"
+    );
+    let (status, v) = sql(
+        &as_admin,
+        serde_json::json!({"sql": "SELECT 1", "realm": "default"}),
+    );
+    assert_eq!(status, 403, "{v}");
+    let (status, v) = sql(
+        &as_admin,
+        serde_json::json!({"sql": "SELECT * FROM credential"}),
+    );
+    assert!(status >= 400, "{v}");
+    let (status, v) = sql(&as_admin, serde_json::json!({"sql": "DELETE FROM proc"}));
+    assert!(status >= 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("read-only"), "{v}");
+    let (status, v) = sql(
+        &as_admin,
+        serde_json::json!({
+            "sql": "SELECT count(*) AS n FROM realm WHERE realm = $1 AND created_us > $2",
+            "params": ["dash", 0]
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["rows"][0], serde_json::json!([1]));
+    // Another origin: refused before anything runs.
+    let (status, _, body) = http(
+        &addr,
+        "POST",
+        "/api/sql",
+        &[("Cookie", &cookie), ("Origin", "http://evil.example")],
+        r#"{"sql":"SELECT 1"}"#,
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, _, _) = http(
+        &addr,
+        "POST",
+        "/api/sql",
+        &as_admin,
+        &format!(r#"{{"sql":"SELECT '{}'"}}"#, "x".repeat(200_000)),
+    );
+    assert_eq!(status, 413);
+    let (status, _, body) = http(&addr, "POST", "/api/sql", &as_admin, "{not json");
+    assert_eq!(status, 400, "{body}");
+
+    // The event stream: another realm's channel refused; a proc spawned
+    // meanwhile arrives as an event.
+    let (status, _, body) = http(
+        &addr,
+        "GET",
+        "/api/events?realm=default&ch=procs",
+        &as_admin,
+        "",
+    );
+    assert_eq!(status, 403, "{body}");
+    let (status, _, body) = http(&addr, "GET", "/api/events?ch=bogus", &as_admin, "");
+    assert_eq!(status, 400, "{body}");
+    let events = {
+        use std::io::{BufRead, Write};
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        write!(
+            s,
+            "GET /api/events?ch=procs HTTP/1.1\r\nHost: {addr}\r\nCookie: {cookie}\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let mut first = String::new();
+        r.read_line(&mut first).unwrap();
+        assert!(first.contains("200"), "{first}");
+        std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            for line in r.lines() {
+                let Ok(line) = line else { break };
+                let done = line.contains("dp1 exited");
+                seen.push(line);
+                if done {
+                    break;
+                }
+            }
+            seen
+        })
+    };
+    // The stream's answer has begun: its followers are subscribed.
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &admin)
+        .args(["spawn", "--pid", "dp1", "--wait", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let seen = events.join().unwrap();
+    assert!(seen.iter().any(|l| l.contains("event: change")), "{seen:?}");
+    assert!(
+        seen.iter()
+            .any(|l| l.contains(r#""channel":"procs""#) && l.contains("dp1 exited")),
+        "{seen:?}"
+    );
+
+    // Files, as the credential's user (modes apply).
+    let local = node.home.path().join("dash.txt");
+    std::fs::write(&local, "hello from the dashboard test").unwrap();
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &admin)
+        .args(["fs", "put", local.to_str().unwrap(), "/note.txt"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (status, _, body) = http(&addr, "POST", "/api/fs/ls", &as_admin, r#"{"path":"/"}"#);
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("/note.txt"), "{body}");
+    let (status, _, body) = http(
+        &addr,
+        "POST",
+        "/api/fs/read",
+        &as_admin,
+        r#"{"path":"/note.txt"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("hello from the dashboard test"), "{body}");
+    let (status, _, body) = http(
+        &addr,
+        "POST",
+        "/api/fs/read",
+        &as_admin,
+        r#"{"path":"/../etc"}"#,
+    );
+    assert!(status == 400 || status == 404, "{status} {body}");
+
+    // The operator sees every realm and the nodes' utilisation.
+    let op = dashboard_sign_in(&addr, &node.token).unwrap();
+    let as_op = [("Cookie", op.as_str())];
+    let (status, v) = sql(
+        &as_op,
+        serde_json::json!({"sql": "SELECT count(DISTINCT realm) AS n FROM proc", "realm": "*"}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(v["rows"][0][0].as_i64().unwrap() >= 2, "{v}");
+    let (status, _, body) = http(&addr, "GET", "/api/history", &as_op, "");
+    assert_eq!(status, 200, "{body}");
+
+    // Revoked: the session ends at its next request.
+    let id = admin.split('_').nth(1).unwrap().to_string();
+    let o = node.tabos(&["token", "revoke", &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (status, v) = sql(&as_admin, serde_json::json!({"sql": "SELECT 1"}));
+    assert_eq!(status, 401, "{v}");
+    let (status, _, _) = http(&addr, "DELETE", "/api/session", &as_op, "");
+    assert_eq!(status, 200);
+    let (status, _, _) = http(&addr, "GET", "/api/session", &as_op, "");
+    assert_eq!(status, 401);
+}
+
+#[test]
+fn the_dashboard_api_is_signed_in_and_scoped() {
+    let node = Node::start(&["--http-listen", "127.0.0.1:0"]);
+    dashboard_api_against(&node);
+}
+
+/// The dashboard in headless Chromium (issue 21, item 3): sign-in (a bad
+/// credential refused on the page), the overview's plots and tables, a
+/// proc spawned by the test appearing on the procs page and its timeline
+/// without a reload, the SQL console (a write refused), every other page
+/// loading, a MapReduce job's phases and tasks. Its screenshot is kept in `target/dashboard/procs.png` (and
+/// `procs-postgres.png`, from [`up_on_postgres_serves_sql`]).
+#[test]
+fn the_dashboard_shows_a_spawned_proc_live() {
+    let node = Node::start(&["--http-listen", "127.0.0.1:0"]);
+    dashboard_in_chromium(&node, "procs.png");
+}
+
+/// The checks of [`the_dashboard_shows_a_spawned_proc_live`] on `node`
+/// (either backend), its screenshot kept as `target/dashboard/<png>`.
+fn dashboard_in_chromium(node: &Node, png: &str) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let shots = root.join("target/dashboard");
+    std::fs::create_dir_all(&shots).unwrap();
+    let shot = shots.join(png);
+    let _ = std::fs::remove_file(&shot);
+    // A MapReduce job, done, for the job page to show.
+    let input = TempDir::new("dash-mr");
+    std::fs::write(input.path().join("words.txt"), "a b c\nb c\nc\n").unwrap();
+    let dir = input.path().to_str().unwrap();
+    let o = node.tabos(&["realm", "set", "default", "--allow-host-path", dir]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["mr", "wordcount", "--input", dir, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let job: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let mut driver = Command::new(test_python());
+    driver
+        .arg(root.join("crates/cli/tests/dashboard/drive.py"))
+        .arg(format!("http://{}/", node.http_addr()))
+        .arg(&node.token)
+        .arg(TABOS)
+        .arg(&shot)
+        .arg(job["job"].as_str().unwrap());
+    // The driver's `tabos spawn` reaches this node as the operator.
+    for (k, v) in node.command().get_envs() {
+        if let Some(v) = v {
+            driver.env(k, v);
+        }
+    }
+    let o = driver.output().unwrap();
+    assert!(
+        o.status.success(),
+        "the dashboard driver failed:\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
 }

@@ -31,6 +31,10 @@ pub const CLUSTER_PARTITION: PKey = PKey(0);
 /// Channel told of every node that registers, leaves or is drained or put
 /// back (payload: its id): the cluster manager re-plans.
 pub const CHANGED_CHANNEL: &str = "nodes/changed";
+/// Channel told of every heartbeat (payload: the node's id): what a
+/// dashboard's utilisation history is sampled on, so that it is woken by
+/// the cluster's own clock rather than one of its own.
+pub const HEARTBEAT_CHANNEL: &str = "nodes/heartbeat";
 /// Most labels on one node.
 pub const LABELS_MAX: usize = 32;
 /// Longest label key or value, in bytes.
@@ -237,6 +241,7 @@ pub async fn heartbeat(
                      was removed, or another process registered the same id"
                 )));
             }
+            tx.notify(HEARTBEAT_CHANNEL, &id)?;
             Ok(())
         })
         .await

@@ -15,6 +15,7 @@ pub mod batch;
 pub mod budget;
 pub mod confine;
 pub mod conn;
+pub mod dashboard;
 pub use conn::{incoming, Conn};
 pub mod forward;
 pub mod fs;
@@ -561,37 +562,39 @@ pub struct ServeOptions {
     /// machine, and the node's native procs, reach it.
     pub local_socket: Option<LocalSocket>,
     /// Also serve the PostgreSQL wire protocol ([`pg`]) on this listener.
-    pub pg: Option<PgListener>,
+    pub pg: Option<SideListener>,
+    /// Also serve the dashboard ([`dashboard`]) on this listener.
+    pub http: Option<SideListener>,
 }
 
-/// A TCP listener for the PostgreSQL wire protocol, bound before the node
-/// serves (so that a taken port is known at once) and taken by
-/// [`serve_with`].
+/// A TCP listener for a front door beside the API (the PostgreSQL wire
+/// protocol, the dashboard), bound before the node serves (so that a
+/// taken port is known at once) and taken by [`serve_with`].
 #[derive(Clone)]
-pub struct PgListener {
+pub struct SideListener {
     addr: std::net::SocketAddr,
     listener: std::sync::Arc<std::sync::Mutex<Option<TcpListener>>>,
 }
 
-impl std::fmt::Debug for PgListener {
+impl std::fmt::Debug for SideListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgListener")
+        f.debug_struct("SideListener")
             .field("addr", &self.addr)
             .finish_non_exhaustive()
     }
 }
 
-impl PgListener {
-    /// Listens on `addr` (`host:port`; port 0 for any), within a Tokio
-    /// runtime.
-    pub async fn bind(addr: &str) -> Result<PgListener, Error> {
+impl SideListener {
+    /// Listens on `addr` (`host:port`; port 0 for any) for `what` (named
+    /// in the error), within a Tokio runtime.
+    pub async fn bind(addr: &str, what: &str) -> Result<SideListener, Error> {
         let listener = TcpListener::bind(addr)
             .await
-            .map_err(|e| Error::Startup(format!("cannot listen on {addr} (PostgreSQL): {e}")))?;
+            .map_err(|e| Error::Startup(format!("cannot listen on {addr} ({what}): {e}")))?;
         let addr = listener
             .local_addr()
             .map_err(|e| Error::Startup(e.to_string()))?;
-        Ok(PgListener {
+        Ok(SideListener {
             addr,
             listener: std::sync::Arc::new(std::sync::Mutex::new(Some(listener))),
         })
@@ -637,6 +640,7 @@ impl Default for ServeOptions {
             limits: conn::Limits::default(),
             local_socket: None,
             pg: None,
+            http: None,
         }
     }
 }
@@ -870,9 +874,14 @@ pub async fn serve_with(
         let _ = stop.send(true);
         r
     };
-    if let Some(pg) = options.pg.as_ref().and_then(PgListener::take) {
+    if let Some(pg) = options.pg.as_ref().and_then(SideListener::take) {
         tokio::spawn(pg::serve(node.clone(), pg, stopping.clone()));
     }
+    let dashboard_task = options
+        .http
+        .as_ref()
+        .and_then(SideListener::take)
+        .map(|http| tokio::spawn(dashboard::serve(node.clone(), http, stopping.clone())));
     let servers = async { tokio::join!(tcp_served, local_served) };
     tokio::pin!(servers);
     let (tcp_served, local_served) = tokio::select! {
@@ -909,6 +918,9 @@ pub async fn serve_with(
         tabos_kernel::nodes::leave(&node.store, &node.settings.node_id, node.started_us).await
     {
         eprintln!("node {}: cannot record leaving: {e}", node.settings.node_id);
+    }
+    if let Some(t) = dashboard_task {
+        let _ = t.await;
     }
     let _ = reaper_task.await;
     let _ = managers_task.await;

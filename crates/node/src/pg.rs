@@ -388,7 +388,8 @@ impl Conn {
                 "LISTEN follows one realm's changes: sign in as user <realm>",
             ));
         };
-        let feed = feed_channel(realm, &channel)?;
+        let feed = feed_channel(realm, &channel)
+            .map_err(|why| refused(sqlstate::INVALID_PARAMETER_VALUE, why))?;
         let mut listens = lock(&self.listens);
         if listens.contains_key(&channel) {
             return Ok(());
@@ -417,9 +418,9 @@ impl Conn {
     }
 }
 
-/// The change-feed channel a LISTEN names, in `realm`.
-fn feed_channel(realm: &str, channel: &str) -> PgWireResult<String> {
-    let bad = |why: String| refused(sqlstate::INVALID_PARAMETER_VALUE, why);
+/// The change-feed channel a LISTEN names, in `realm` — the names the
+/// dashboard's event stream takes too ([`crate::dashboard`]).
+pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
     if channel == "spawns" {
         return Ok(tabos_kernel::procs::queue_channel(realm));
     }
@@ -428,22 +429,22 @@ fn feed_channel(realm: &str, channel: &str) -> PgWireResult<String> {
     }
     match channel.split_once('/') {
         Some(("proc", pid)) => {
-            let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| bad(e.to_string()))?;
+            let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::procs::proc_channel(realm, pid.as_str()))
         }
         Some(("mailbox", name)) => {
-            let a = tabos_kernel::ipc::Address::parse(name).map_err(|e| bad(e.to_string()))?;
+            let a = tabos_kernel::ipc::Address::parse(name).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::ipc::channel(realm, &a))
         }
         Some(("names", dir)) => {
             let dir = format!("/{}", dir.trim_start_matches('/'));
-            tabos_kernel::names::validate_path(&dir).map_err(|e| bad(e.to_string()))?;
+            tabos_kernel::names::validate_path(&dir).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::names::dir_channel(realm, &dir))
         }
-        _ => Err(bad(format!(
+        _ => Err(format!(
             "unknown channel {channel:?}: LISTEN procs, \"proc/<pid>\", \"mailbox/<name>\", \
              \"names/<dir>\" or spawns"
-        ))),
+        )),
     }
 }
 

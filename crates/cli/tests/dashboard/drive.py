@@ -1,0 +1,215 @@
+"""Drives the dashboard in headless Chromium over the DevTools protocol.
+
+Run by the CLI test `the_dashboard_shows_a_spawned_proc_live` with the
+node already up:
+
+    drive.py URL TOKEN TABOS SCREENSHOT JOB
+
+It signs in with TOKEN, opens the procs page, spawns a proc with the
+`tabos` binary TABOS (its environment names the node), waits for that
+proc's row to appear on the page without a reload, checks the other pages
+load and that MapReduce job JOB (done) shows its phases and tasks, and
+saves a screenshot to SCREENSHOT. Every wait is bounded, and is
+woken by the page (a MutationObserver), not by asking again and again.
+Exits non-zero, saying why, on any failure.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import websocket  # websocket-client
+
+WAIT_S = 30
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    sys.exit("no chromium on PATH (Debian's chromium package)")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Page:
+    """One tab, over its DevTools websocket."""
+
+    def __init__(self, ws_url):
+        self.ws = websocket.create_connection(ws_url, timeout=WAIT_S)
+        self.next_id = 0
+
+    def call(self, method, **params):
+        self.next_id += 1
+        me = self.next_id
+        self.ws.send(json.dumps({"id": me, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == me:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def eval(self, expression):
+        """The value of `expression` (awaited when it is a promise)."""
+        r = self.call(
+            "Runtime.evaluate",
+            expression=expression,
+            awaitPromise=True,
+            returnByValue=True,
+            timeout=WAIT_S * 1000,
+        )
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expression[:80]}…: {r['exceptionDetails']}")
+        return r.get("result", {}).get("value")
+
+    def wait_for(self, js_condition, what):
+        """Waits until `js_condition` holds, woken by changes to the page."""
+        ok = self.eval(
+            f"""new Promise((resolve) => {{
+              const check = () => {{ try {{ return !!({js_condition}); }} catch (e) {{ return false; }} }};
+              if (check()) return resolve(true);
+              const obs = new MutationObserver(() => {{ if (check()) {{ obs.disconnect(); resolve(true); }} }});
+              obs.observe(document, {{subtree: true, childList: true, characterData: true, attributes: true}});
+              setTimeout(() => {{ obs.disconnect(); resolve(check()); }}, {WAIT_S * 1000});
+            }})"""
+        )
+        if not ok:
+            text = self.eval("document.body.innerText")
+            sys.exit(f"timed out waiting for {what}; the page says:\n{text[:2000]}")
+
+
+def main():
+    url, token, tabos, screenshot, job = sys.argv[1:6]
+    port = free_port()
+    profile = tempfile.mkdtemp(prefix="tabos-chromium-")
+    browser = subprocess.Popen(
+        [
+            chromium(),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            f"--user-data-dir={profile}",
+            f"--remote-debugging-port={port}",
+            "--window-size=1400,1000",
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        run(url, token, tabos, screenshot, job, port)
+    finally:
+        browser.kill()
+        browser.wait()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def devtools_targets(port):
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
+                return json.load(r)
+        except OSError:
+            # Chromium is starting: its DevTools port is not open yet.
+            if time.monotonic() > deadline:
+                sys.exit("chromium's DevTools port never opened")
+            time.sleep(0.1)
+
+
+def run(url, token, tabos, screenshot, job, port):
+    pages = [t for t in devtools_targets(port) if t.get("type") == "page"]
+    if not pages:
+        sys.exit("chromium has no page")
+    page = Page(pages[0]["webSocketDebuggerUrl"])
+    page.call("Page.enable")
+    page.call("Runtime.enable")
+    page.call("Page.navigate", url=url)
+    page.wait_for("document.querySelector('#sign-in') && !document.querySelector('#sign-in').hidden", "the sign-in form")
+
+    # A wrong credential is refused, on the page.
+    page.eval("document.querySelector('#token').value = 'tabos_not_a_credential'; document.querySelector('#sign-in-button').click(); true")
+    page.wait_for("document.querySelector('#sign-in-error').textContent.length > 0", "the sign-in refusal")
+
+    page.eval(f"document.querySelector('#token').value = {json.dumps(token)}; document.querySelector('#sign-in-button').click(); true")
+    page.wait_for("!document.querySelector('#nav').hidden", "the signed-in page")
+    # The overview: nodes, realms and the plots.
+    page.wait_for("document.body.innerText.includes('Node utilisation')", "the overview's plots")
+    page.wait_for("document.querySelectorAll('#page table').length >= 2", "the nodes and realms tables")
+
+    page.eval("location.hash = '#procs'; true")
+    page.wait_for("document.querySelector('#procs') && document.querySelector('#live').classList.contains('on')", "the procs page, live")
+    # Marks this page load: a reload would lose it.
+    page.eval("window.__tabosLoad = 'the same load'; true")
+
+    out = subprocess.run(
+        [tabos, "spawn", "--", "/bin/sleep", "0.5"],
+        capture_output=True, text=True, timeout=WAIT_S,
+    )
+    if out.returncode != 0:
+        sys.exit(f"tabos spawn failed: {out.stderr}")
+    pid = out.stdout.split()[0]
+    page.wait_for(f"document.querySelector('#procs tr[data-key=\"{pid}\"]')", f"proc {pid} on the page")
+    page.wait_for(
+        f"document.querySelector('#procs tr[data-key=\"{pid}\"]').innerText.includes('exited')",
+        f"proc {pid} shown as exited",
+    )
+    page.wait_for(f"document.querySelector('#timeline') && document.querySelector('#timeline').textContent.includes('{pid}')", "the proc on the timeline")
+    if page.eval("window.__tabosLoad") != "the same load":
+        sys.exit("the page was reloaded: the proc must appear without a reload")
+
+    shot = page.call("Page.captureScreenshot", format="png")
+    import base64
+    with open(screenshot, "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+
+    # The other pages load and show their data.
+    page.eval("location.hash = '#sql'; true")
+    page.wait_for("document.querySelector('#sql-run')", "the SQL console")
+    page.eval(f"document.querySelector('#sql-text').value = \"SELECT pid, state FROM proc WHERE pid = '{pid}'\"; document.querySelector('#sql-run').click(); true")
+    page.wait_for(f"document.querySelector('#sql-out').innerText.includes('{pid}')", "the SQL console's answer")
+    page.eval("document.querySelector('#sql-text').value = 'DELETE FROM proc'; document.querySelector('#sql-run').click(); true")
+    page.wait_for("document.querySelector('#sql-out .error')", "the SQL console's refusal of a write")
+    for view, marker in (
+        ("mailboxes", "Mailboxes"),
+        ("names", "Namespace"),
+        ("files", "Files"),
+        ("mr", "MapReduce jobs"),
+        ("overview", "Nodes"),
+    ):
+        page.eval(f"location.hash = '#{view}'; true")
+        page.wait_for(
+            f"document.body.dataset.view === '{view}' && document.body.dataset.loaded !== ''",
+            f"the {view} page to load",
+        )
+        if page.eval("document.body.dataset.loaded") != "ok" or page.eval("!!document.querySelector('#page .error')"):
+            sys.exit(f"the {view} page failed: {page.eval('document.body.innerText')[:2000]}")
+        page.wait_for(f"document.querySelector('#page h2').textContent.startsWith('{marker}')", f"the {view} page's heading")
+    # The job: its row, then (the only job, so chosen) its phases and tasks.
+    page.eval("location.hash = '#mr'; true")
+    page.wait_for(f"document.querySelector('#page tr[data-key=\"{job}\"]')", f"job {job}'s row")
+    page.wait_for(
+        f"document.body.innerText.includes('Job {job}') && document.body.innerText.includes('4 of 4')",
+        f"job {job}'s phases",
+    )
+    page.wait_for("document.body.innerText.includes('m0')", f"job {job}'s map task")
+    print(json.dumps({"pid": pid, "job": job, "screenshot": screenshot}))
+
+
+if __name__ == "__main__":
+    main()

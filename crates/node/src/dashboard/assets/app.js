@@ -1,0 +1,596 @@
+// The tabos dashboard: one page, no dependencies, served by the node.
+//
+// Every view is SQL over the OS state (POST /api/sql, scoped by the
+// node to what the signed-in credential may read) or a file read
+// (/api/fs/*). A view re-reads when the change feed says something it
+// shows changed: one EventSource (/api/events) per view follows the
+// channels the view names, and also brings the utilisation samples.
+// Nothing here runs on a timer. Everything data says is put into the page
+// as text (never as HTML).
+'use strict';
+
+// ---------------------------------------------------------------- helpers
+
+const $ = (sel) => document.querySelector(sel);
+
+/** An element: h('td', {class: 'num'}, 'text', child, ...). */
+function h(tag, attrs, ...children) {
+  const svg = ['svg', 'g', 'rect', 'line', 'polyline', 'text', 'title'].includes(tag);
+  const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag)
+    : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+class ApiError extends Error {
+  constructor(status, message) { super(message); this.status = status; }
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: 'same-origin', headers: {} };
+  if (body !== undefined) {
+    init.headers['content-type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, init);
+  let j;
+  try { j = await r.json(); } catch { j = { error: r.statusText }; }
+  if (!r.ok) {
+    if (r.status === 401 && path !== '/api/session') signedOut(j.error);
+    throw new ApiError(r.status, j.error || r.statusText);
+  }
+  return j;
+}
+
+/** Rows of a statement, as objects by column name. */
+async function rows(sql, params, realm) {
+  const r = await api('POST', '/api/sql', { sql, params: params || [], realm: realm ?? state.realm });
+  return r.rows.map((v) => Object.fromEntries(r.columns.map((c, i) => [c, v[i]])));
+}
+
+/** A value as text: a blob as its text. */
+function show(v) {
+  if (v === null || v === undefined) return '';
+  if (typeof v === 'object' && 'blob' in v) return v.blob;
+  return String(v);
+}
+
+function time(us) {
+  if (!us) return '';
+  const d = new Date(us / 1000);
+  return d.toLocaleTimeString([], { hour12: false }) + '.' + String(d.getMilliseconds()).padStart(3, '0');
+}
+
+function age(us) {
+  if (!us) return '';
+  const s = (Date.now() * 1000 - us) / 1e6;
+  if (s < 60) return `${s.toFixed(1)} s`;
+  if (s < 3600) return `${(s / 60).toFixed(1)} min`;
+  return `${(s / 3600).toFixed(1)} h`;
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return '';
+  if (n < 1024) return `${n} B`;
+  if (n < 1 << 20) return `${(n / 1024).toFixed(1)} KiB`;
+  if (n < 1 << 30) return `${(n / (1 << 20)).toFixed(1)} MiB`;
+  return `${(n / (1 << 30)).toFixed(1)} GiB`;
+}
+
+function table(columns, data, onPick, chosen) {
+  return h('table', {},
+    h('thead', {}, h('tr', {}, columns.map((c) => h('th', { class: c.num ? 'num' : null }, c.title)))),
+    h('tbody', {}, data.map((row) => h('tr', {
+      class: [onPick ? 'pick' : '', chosen && chosen(row) ? 'chosen' : ''].join(' ').trim() || null,
+      onclick: onPick ? () => onPick(row) : null,
+      'data-key': columns[0].key ? show(row[columns[0].key]) : null,
+    }, columns.map((c) => {
+      const v = c.value ? c.value(row) : show(row[c.key]);
+      return h('td', { class: [c.num ? 'num' : '', c.cls ? c.cls(row) : '', c.wrap ? 'wrap' : ''].join(' ').trim() || null }, v);
+    })))));
+}
+
+function card(title, ...children) {
+  return h('div', { class: 'card' }, title ? h('h2', {}, title) : null, ...children);
+}
+
+function errorBox(e) {
+  return h('p', { class: 'error' }, e.message || String(e));
+}
+
+/** Replaces `el`'s content. */
+function fill(el, ...children) {
+  el.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
+// ------------------------------------------------------------------ plots
+
+/** A line plot of series [{name, points: [[t_us, v], ...]}]. */
+function linePlot(series, unit) {
+  const W = 640, H = 180, L = 44, R = 8, T = 8, B = 22;
+  const all = series.flatMap((s) => s.points);
+  if (all.length === 0) return h('p', { class: 'muted' }, 'Collecting samples (one per heartbeat)…');
+  const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
+  const vmax = Math.max(1, ...all.map((p) => p[1])) * 1.1;
+  const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0);
+  const y = (v) => T + (H - T - B) * (1 - v / vmax);
+  const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, class: 'plot', role: 'img' },
+    h('line', { class: 'axis', x1: L, y1: H - B, x2: W - R, y2: H - B }),
+    h('line', { class: 'axis', x1: L, y1: T, x2: L, y2: H - B }),
+    h('text', { x: 2, y: T + 10 }, `${(vmax).toFixed(1)}`),
+    h('text', { x: 2, y: H - B }, '0'),
+    h('text', { x: L, y: H - 6 }, time(t0)),
+    h('text', { x: W - R - 80, y: H - 6 }, time(t1)),
+    series.map((s, i) => h('polyline', {
+      class: `c${i % 8}`,
+      points: s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' '),
+    }, h('title', {}, s.name))));
+  const legend = h('div', { class: 'legend' },
+    series.map((s, i) => h('span', {}, h('i', { class: `c${i % 8}` }), `${s.name}`)), h('span', {}, unit));
+  return h('div', {}, svg, legend);
+}
+
+/** Ray's task timeline: per proc, waiting (spawn → start) and running (start → exit). */
+function timeline(procs) {
+  const list = procs.slice(0, 60).reverse();
+  if (list.length === 0) return h('p', { class: 'muted' }, 'No procs.');
+  const now = Date.now() * 1000;
+  const t0 = Math.min(...list.map((p) => p.spawn_us));
+  const t1 = Math.max(now, ...list.map((p) => p.exit_us || 0));
+  const W = 900, L = 150, R = 10, ROW = 14, T = 6;
+  const H = T + list.length * ROW + 20;
+  const x = (t) => L + (W - L - R) * (t - t0) / Math.max(1, t1 - t0);
+  return h('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', id: 'timeline' },
+    list.map((p, i) => {
+      const yy = T + i * ROW;
+      const start = p.start_us || p.exit_us || now;
+      const end = p.exit_us || now;
+      const bars = [h('rect', { class: 'tl-wait', x: x(p.spawn_us), y: yy, width: Math.max(1, x(start) - x(p.spawn_us)), height: ROW - 3 },
+        h('title', {}, `${p.pid} waiting ${((start - p.spawn_us) / 1000).toFixed(1)} ms`))];
+      if (p.start_us) {
+        bars.push(h('rect', { class: `tl-${p.state}`, x: x(p.start_us), y: yy, width: Math.max(1, x(end) - x(p.start_us)), height: ROW - 3 },
+          h('title', {}, `${p.pid} ${p.state} ${((end - p.start_us) / 1000).toFixed(1)} ms`)));
+      }
+      return h('g', {}, h('text', { x: 0, y: yy + ROW - 4 }, `${p.pid} ${p.program.split('/').pop()}`.slice(0, 24)), bars);
+    }),
+    h('text', { x: L, y: H - 4 }, time(t0)),
+    h('text', { x: W - R - 80, y: H - 4 }, time(t1)));
+}
+
+// ------------------------------------------------------------------ state
+
+const state = {
+  me: null,
+  realm: '',
+  events: null,
+  refresh: null,
+  onSample: null,
+  pending: null,
+  samples: [],
+  view: {},
+};
+
+/** Runs the view's refresh once, soon: a burst of changes is one re-read. */
+function schedule() {
+  if (state.pending) return;
+  state.pending = setTimeout(async () => {
+    state.pending = null;
+    if (state.refresh) {
+      try { await state.refresh(); } catch (e) { if (!(e instanceof ApiError && e.status === 401)) console.error(e); }
+    }
+  }, 120);
+}
+
+/** Follows `channels` of the current realm (and the utilisation samples). */
+function follow(channels) {
+  if (state.events) state.events.close();
+  const q = new URLSearchParams();
+  if (channels.length) q.set('realm', state.realm);
+  for (const c of channels) q.append('ch', c);
+  const es = new EventSource(`/api/events?${q}`);
+  state.events = es;
+  es.addEventListener('open', () => { $('#live').className = 'live on'; schedule(); });
+  es.addEventListener('change', () => schedule());
+  es.addEventListener('sample', (ev) => {
+    const s = JSON.parse(ev.data);
+    state.samples.push(s);
+    if (state.samples.length > 900) state.samples.shift();
+    if (state.onSample) state.onSample(s);
+  });
+  es.addEventListener('error', async () => {
+    $('#live').className = 'live off';
+    // Reconnects by itself; find out whether the session ended meanwhile.
+    try { await api('GET', '/api/session'); } catch { /* signedOut has run */ }
+  });
+}
+
+// ------------------------------------------------------------------ views
+
+const views = {};
+
+views.overview = async (page) => {
+  const op = state.me.operator;
+  const nodesBox = h('div'), realmsBox = h('div'), plots = h('div', { class: 'row' });
+  fill(page, op ? card('Nodes', nodesBox) : null, card('Realms', realmsBox), plots);
+  const history = await api('GET', '/api/history');
+  state.samples = history.samples;
+  const draw = () => {
+    const byNode = new Map(), byRealm = new Map(), runRealm = new Map();
+    for (const s of state.samples) {
+      for (const n of s.nodes) {
+        if (!byNode.has(n.node_id)) byNode.set(n.node_id, []);
+        byNode.get(n.node_id).push([s.at_us, n.busy_cores]);
+      }
+      for (const r of s.realms) {
+        if (!byRealm.has(r.realm)) { byRealm.set(r.realm, []); runRealm.set(r.realm, []); }
+        byRealm.get(r.realm).push([s.at_us, r.cores]);
+        runRealm.get(r.realm).push([s.at_us, r.running + r.waiting]);
+      }
+    }
+    const series = (m) => [...m].map(([name, points]) => ({ name, points }));
+    fill(plots,
+      op ? card('Node utilisation (busy cores, measured)', linePlot(series(byNode), 'cores')) : null,
+      card('Realm cores held by running procs', linePlot(series(byRealm), 'cores')),
+      card('Realm live procs (running and waiting)', linePlot(series(runRealm), 'procs')));
+  };
+  state.onSample = draw;
+  draw();
+  state.refresh = async () => {
+    if (op) {
+      const nodes = await rows(`SELECT node_id, address, cores, mem_mb, state, busy_cores,
+        heartbeat_us, draining_us, elastic FROM node ORDER BY node_id`, [], '*');
+      fill(nodesBox, table([
+        { title: 'node', key: 'node_id' }, { title: 'address', key: 'address' },
+        { title: 'state', value: (n) => n.state === 'up' && n.draining_us ? 'draining' : n.state },
+        { title: 'cores', key: 'cores', num: true },
+        { title: 'busy', value: (n) => Number(n.busy_cores).toFixed(2), num: true },
+        { title: 'memory', value: (n) => `${n.mem_mb} MiB`, num: true },
+        { title: 'heartbeat', value: (n) => age(n.heartbeat_us) + ' ago' },
+        { title: 'elastic', value: (n) => (n.elastic ? 'yes' : '') },
+      ], nodes));
+    }
+    const realms = await rows(`SELECT realm, live_procs, quota_procs, cores, quota_cores, mem_mb,
+      stored_bytes, mailbox_bytes, procedures FROM realm_usage ORDER BY realm`, [], op ? '*' : '');
+    fill(realmsBox, table([
+      { title: 'realm', key: 'realm' },
+      { title: 'live procs', value: (r) => r.live_procs + (r.quota_procs ? ` / ${r.quota_procs}` : ''), num: true },
+      { title: 'cores', value: (r) => r.cores + (r.quota_cores ? ` / ${r.quota_cores}` : ''), num: true },
+      { title: 'memory', value: (r) => `${r.mem_mb} MiB`, num: true },
+      { title: 'stored', value: (r) => bytes(r.stored_bytes), num: true },
+      { title: 'in mailboxes', value: (r) => bytes(r.mailbox_bytes), num: true },
+      { title: 'procedures', key: 'procedures', num: true },
+    ], realms, op ? (r) => { setRealm(r.realm); location.hash = '#procs'; } : null));
+  };
+  follow(['procs']);
+};
+
+const PROC_STATES = ['spawned', 'claimed', 'running', 'exited', 'evicted', 'failed'];
+
+views.procs = async (page) => {
+  const f = state.view.procFilter || (state.view.procFilter = { state: '', kind: '', program: '', since: '' });
+  const listBox = h('div', { id: 'procs' }), tlBox = h('div'), detail = h('div');
+  const input = (key, el) => { el.value = f[key]; el.addEventListener('change', () => { f[key] = el.value; schedule(); }); return el; };
+  fill(page,
+    card('Procs',
+      h('div', { class: 'filters' },
+        h('label', {}, 'state ', input('state', h('select', {}, h('option', { value: '' }, 'any'),
+          h('option', { value: 'live' }, 'live'), PROC_STATES.map((s) => h('option', { value: s }, s))))),
+        h('label', {}, 'kind ', input('kind', h('select', {}, ['', 'native', 'wasm', 'js'].map((k) => h('option', { value: k }, k || 'any'))))),
+        h('label', {}, 'program ', input('program', h('input', { placeholder: 'contains', size: 14 }))),
+        h('label', {}, 'spawned in the last ', input('since', h('input', { placeholder: 'minutes', size: 6 })), ' min')),
+      listBox),
+    card('Timeline (spawn → start → exit; grey: waiting)', tlBox),
+    detail);
+  const showDetail = async (pid) => {
+    state.view.pid = pid;
+    const ev = await rows(`SELECT at_us, event, detail FROM proc_event
+      WHERE realm = $1 AND pid = $2 ORDER BY seq LIMIT 500`, [state.realm, pid]);
+    fill(detail, card(`Proc ${pid}: events`, table([
+      { title: 'at', value: (e) => time(e.at_us) }, { title: 'event', key: 'event' },
+      { title: 'detail', key: 'detail', wrap: true }], ev)));
+  };
+  state.refresh = async () => {
+    const where = ['realm = $1'], params = [state.realm];
+    const add = (cond, v) => { params.push(v); where.push(cond.replace('?', `$${params.length}`)); };
+    if (f.state === 'live') where.push("state IN ('spawned', 'claimed', 'running')");
+    else if (f.state) add('state = ?', f.state);
+    if (f.kind) add('kind = ?', f.kind);
+    if (f.program) add('program LIKE ?', `%${f.program}%`);
+    const mins = Number(f.since);
+    if (f.since && mins > 0) add('spawn_us >= ?', Math.floor(Date.now() * 1000 - mins * 60e6));
+    const procs = await rows(`SELECT pid, state, kind, class, program, cores, worker_id, parent_pid,
+      spawn_us, start_us, exit_us, exit_status, error FROM proc WHERE ${where.join(' AND ')}
+      ORDER BY spawn_us DESC LIMIT 500`, params);
+    fill(listBox, procs.length ? table([
+      { title: 'pid', key: 'pid' },
+      { title: 'state', key: 'state', cls: (p) => `state-${p.state}` },
+      { title: 'kind', value: (p) => `${p.kind} ${p.class}` },
+      { title: 'program', key: 'program' },
+      { title: 'cores', key: 'cores', num: true },
+      { title: 'worker', key: 'worker_id' },
+      { title: 'spawned', value: (p) => time(p.spawn_us) },
+      { title: 'age', value: (p) => age(p.spawn_us) },
+      { title: 'ran', value: (p) => (p.start_us ? `${(((p.exit_us || Date.now() * 1000) - p.start_us) / 1e6).toFixed(2)} s` : ''), num: true },
+      { title: 'exit', key: 'exit_status', num: true },
+      { title: 'reason', key: 'error', wrap: true },
+    ], procs, (p) => showDetail(p.pid), (p) => p.pid === state.view.pid) : h('p', { class: 'muted' }, 'No procs match.'));
+    fill(tlBox, timeline(procs));
+    if (state.view.pid) await showDetail(state.view.pid);
+  };
+  follow(['procs']);
+};
+
+views.mr = async (page) => {
+  const list = h('div'), job = h('div');
+  fill(page, card('MapReduce jobs', list), job);
+  state.refresh = async () => {
+    const names = await rows(`SELECT path, data FROM name_entry WHERE realm = $1 AND path LIKE '/mr/%'
+      AND (path LIKE '/mr/%/status' OR path LIKE '/mr/%/job' OR path LIKE '/mr/%/task/%')
+      ORDER BY path LIMIT 10000`, [state.realm]);
+    const jobs = new Map();
+    const get = (id) => jobs.get(id) || jobs.set(id, { id, status: '', maps: 0, reducers: 0, kind: '', tasks: [] }).get(id);
+    for (const n of names) {
+      const p = n.path.split('/');
+      const text = show(n.data);
+      if (p.length === 4 && p[3] === 'status') get(p[2]).status = text;
+      else if (p.length === 4 && p[3] === 'job') {
+        try { const s = JSON.parse(text); Object.assign(get(p[2]), { maps: s.maps, reducers: s.reducers, kind: s.kind }); } catch { /* not a spec */ }
+      } else if (p.length === 5 && p[3] === 'task') {
+        const [attempt, pid, st] = text.split(' ');
+        get(p[2]).tasks.push({ task: p[4], attempt: Number(attempt), pid, state: st });
+      }
+    }
+    const all = [...jobs.values()].filter((j) => j.kind);
+    for (const j of all) {
+      j.mapsDone = j.tasks.filter((t) => t.task.startsWith('m') && t.state === 'done').length;
+      j.reducesDone = j.tasks.filter((t) => t.task.startsWith('r') && t.state === 'done').length;
+      j.phase = j.status.startsWith('failed') ? 'failed' : j.status.startsWith('done') ? 'done'
+        : j.mapsDone < j.maps ? 'map' : 'reduce';
+    }
+    fill(list, all.length ? table([
+      { title: 'job', key: 'id' }, { title: 'kind', key: 'kind' },
+      { title: 'phase', key: 'phase' },
+      { title: 'maps', value: (j) => `${j.mapsDone} / ${j.maps}`, num: true },
+      { title: 'reduces', value: (j) => `${j.reducesDone} / ${j.reducers}`, num: true },
+      { title: 'status', key: 'status', wrap: true },
+    ], all, (j) => { state.view.job = j.id; schedule(); follow(mrChannels()); }, (j) => j.id === state.view.job)
+      : h('p', { class: 'muted' }, 'No jobs in this realm (tabos mr wordcount … starts one).'));
+    // None chosen: the first running job, else the first.
+    if (!all.some((x) => x.id === state.view.job) && all.length) {
+      state.view.job = (all.find((x) => x.phase === 'map' || x.phase === 'reduce') || all[0]).id;
+      follow(mrChannels());
+    }
+    const j = all.find((x) => x.id === state.view.job);
+    if (!j) { fill(job); return; }
+    const pct = (d, t) => (t ? Math.round(100 * d / t) : 0);
+    // Its tasks' procs are named after it: the job's own timeline.
+    const taskProcs = await rows(`SELECT pid, state, program, spawn_us, start_us, exit_us FROM proc
+      WHERE realm = $1 AND pid LIKE $2 ORDER BY spawn_us DESC LIMIT 200`, [state.realm, `${j.id}-%`]);
+    fill(job, card(`Job ${j.id}`,
+      h('p', {}, `phase: ${j.phase} — ${j.status}`),
+      h('p', {}, 'map ', progress(pct(j.mapsDone, j.maps), j.phase === 'failed' ? 'failed' : j.mapsDone === j.maps ? 'done' : ''), ` ${j.mapsDone} of ${j.maps}`),
+      h('p', {}, 'reduce ', progress(pct(j.reducesDone, j.reducers), j.phase === 'failed' ? 'failed' : j.reducesDone === j.reducers ? 'done' : ''), ` ${j.reducesDone} of ${j.reducers}`),
+      table([{ title: 'task', key: 'task' }, { title: 'attempt', key: 'attempt', num: true },
+        { title: 'pid', key: 'pid' }, { title: 'state', key: 'state' }], j.tasks),
+      h('h2', {}, 'Task timeline (spawn → start → exit)'), timeline(taskProcs)));
+  };
+  follow(mrChannels());
+};
+
+/** A progress bar of `pct` percent, drawn in SVG (no inline styles). */
+function progress(pct, cls) {
+  return h('svg', { width: 240, height: 12, viewBox: '0 0 240 12' },
+    h('rect', { x: 0, y: 0, width: 240, height: 12, rx: 6, class: 'tl-wait' }),
+    h('rect', { x: 0, y: 0, width: 2.4 * pct, height: 12, rx: 6, class: cls === 'failed' ? 'tl-failed' : cls === 'done' ? 'tl-exited' : 'tl-running' }));
+}
+
+function mrChannels() {
+  const ch = ['procs', 'names/mr'];
+  if (state.view.job) ch.push(`names/mr/${state.view.job}`, `names/mr/${state.view.job}/task`);
+  return ch;
+}
+
+views.mailboxes = async (page) => {
+  const list = h('div'), msgs = h('div');
+  fill(page, card('Mailboxes', list), msgs);
+  state.refresh = async () => {
+    const boxes = await rows(`SELECT address, queued, queued_bytes, bytes_max, next_seq, created_us
+      FROM mailbox WHERE realm = $1 ORDER BY address LIMIT 1000`, [state.realm]);
+    fill(list, boxes.length ? table([
+      { title: 'mailbox', key: 'address' }, { title: 'queued', key: 'queued', num: true },
+      { title: 'bytes', value: (b) => `${bytes(b.queued_bytes)} of ${bytes(b.bytes_max)}`, num: true },
+      { title: 'sent so far', value: (b) => b.next_seq - 1, num: true },
+      { title: 'created', value: (b) => time(b.created_us) },
+    ], boxes, (b) => { state.view.mailbox = b.address; follow(mailboxChannels()); }, (b) => b.address === state.view.mailbox)
+      : h('p', { class: 'muted' }, 'No mailboxes.'));
+    if (!state.view.mailbox) { fill(msgs); return; }
+    const m = await rows(`SELECT seq, sender, message_id, sent_us, payload FROM message
+      WHERE realm = $1 AND receiver = $2 ORDER BY seq LIMIT 200`, [state.realm, state.view.mailbox]);
+    fill(msgs, card(`Queued in ${state.view.mailbox} (first 200)`, m.length ? table([
+      { title: 'seq', key: 'seq', num: true }, { title: 'sender', key: 'sender' },
+      { title: 'sent', value: (x) => time(x.sent_us) },
+      { title: 'bytes', value: (x) => (x.payload && x.payload.bytes) || 0, num: true },
+      { title: 'payload', value: (x) => show(x.payload).slice(0, 200), wrap: true },
+    ], m) : h('p', { class: 'muted' }, 'Empty.')));
+  };
+  follow(mailboxChannels());
+};
+
+function mailboxChannels() {
+  return state.view.mailbox ? [`mailbox/${state.view.mailbox}`] : ['procs'];
+}
+
+function crumbs(path, go) {
+  const parts = path.split('/').filter(Boolean);
+  return h('p', { class: 'crumbs' }, h('a', { onclick: () => go('/') }, '/'),
+    parts.map((p, i) => [h('a', { onclick: () => go('/' + parts.slice(0, i + 1).join('/')) }, p), i < parts.length - 1 ? ' / ' : '']));
+}
+
+views.names = async (page) => {
+  const dir = state.view.namesDir || '/';
+  const box = h('div'), value = h('div');
+  fill(page, card('Namespace', crumbs(dir, (d) => { state.view.namesDir = d; state.view.name = null; route(); }), box), value);
+  state.refresh = async () => {
+    const entries = await rows(`SELECT path, kind, version, owner, mode, session, modified_us,
+      length(data) AS bytes FROM name_entry WHERE realm = $1 AND parent = $2 ORDER BY path LIMIT 2000`,
+    [state.realm, dir]);
+    fill(box, entries.length ? table([
+      { title: 'name', value: (e) => e.path.split('/').pop() + (e.kind === 'dir' ? '/' : '') },
+      { title: 'kind', key: 'kind' }, { title: 'version', key: 'version', num: true },
+      { title: 'owner', key: 'owner' }, { title: 'mode', value: (e) => Number(e.mode).toString(8) },
+      { title: 'ephemeral', value: (e) => (e.session ? 'yes' : '') },
+      { title: 'bytes', key: 'bytes', num: true }, { title: 'modified', value: (e) => time(e.modified_us) },
+    ], entries, (e) => {
+      if (e.kind === 'dir') { state.view.namesDir = e.path; state.view.name = null; route(); } else { state.view.name = e.path; schedule(); }
+    }, (e) => e.path === state.view.name) : h('p', { class: 'muted' }, 'Empty.'));
+    if (state.view.name) {
+      const v = await rows('SELECT data FROM name_entry WHERE realm = $1 AND path = $2', [state.realm, state.view.name]);
+      fill(value, card(state.view.name, h('pre', {}, v.length ? show(v[0].data) : '(removed)')));
+    } else fill(value);
+  };
+  follow([`names${dir === '/' ? '/' : dir}`]);
+};
+
+views.files = async (page) => {
+  const dir = state.view.filesDir || '/';
+  const box = h('div'), content = h('div');
+  fill(page, card(`Files (as ${state.me.user || 'root'})`, crumbs(dir, (d) => { state.view.filesDir = d; route(); }), box), content);
+  state.refresh = async () => {
+    try {
+      const r = await api('POST', '/api/fs/ls', { path: dir, realm: state.realm });
+      fill(box, r.entries.length ? table([
+        { title: 'name', value: (e) => e.path.split('/').pop() + (e.type === 'dir' ? '/' : '') },
+        { title: 'owner', key: 'owner' }, { title: 'mode', value: (e) => Number(e.mode).toString(8) },
+        { title: 'layout', key: 'layout' }, { title: 'size', value: (e) => bytes(e.size), num: true },
+        { title: 'modified', value: (e) => time(e.mtime_us) },
+      ], r.entries, async (e) => {
+        if (e.type === 'dir') { state.view.filesDir = e.path; route(); return; }
+        try {
+          const f = await api('POST', '/api/fs/read', { path: e.path, realm: state.realm });
+          fill(content, card(`${e.path} (${bytes(f.stat.size)}${f.truncated ? ', first part' : ''})`, h('pre', {}, f.text)));
+        } catch (err) { fill(content, card(e.path, errorBox(err))); }
+      }) : h('p', { class: 'muted' }, 'Empty.'), r.more ? h('p', { class: 'muted' }, 'More entries than shown.') : null);
+    } catch (e) { fill(box, errorBox(e)); }
+  };
+  follow([]);
+};
+
+views.sql = async (page) => {
+  const text = h('textarea', { id: 'sql-text', spellcheck: 'false' });
+  text.value = state.view.sql || "SELECT realm, pid, state, program FROM ps ORDER BY spawn_us DESC LIMIT 20";
+  const all = h('input', { type: 'checkbox', id: 'sql-all' });
+  const out = h('div', { id: 'sql-out' });
+  const run = async () => {
+    state.view.sql = text.value;
+    fill(out, h('p', { class: 'muted' }, 'Running…'));
+    try {
+      const r = await api('POST', '/api/sql', { sql: text.value, realm: all.checked ? '*' : state.realm });
+      fill(out, h('p', { class: 'muted' }, `${r.rows.length} rows${r.truncated ? ' (cut: more rows than one answer carries)' : ''}`),
+        table(r.columns.map((c, i) => ({ title: c, value: (row) => show(row[i]) })), r.rows));
+    } catch (e) { fill(out, errorBox(e)); }
+  };
+  text.addEventListener('keydown', (e) => { if ((e.ctrlKey || e.metaKey) && e.key === 'Enter') run(); });
+  fill(page, card('SQL (read-only; Ctrl+Enter runs)', text,
+    h('p', {}, h('button', { id: 'sql-run', onclick: run }, 'Run'), ' ',
+      state.me.operator ? h('label', {}, all, ' every realm') : null),
+    out,
+    h('p', { class: 'muted' }, 'Tables: proc, ps, proc_event, realm, realm_usage, worker, mailbox, message, name_entry, directory, procedure, kv, node (operator).')));
+  state.refresh = null;
+  follow([]);
+};
+
+// ----------------------------------------------------------------- routing
+
+async function route() {
+  const name = (location.hash || '#overview').slice(1);
+  const view = views[name] || views.overview;
+  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.getAttribute('href') === `#${name}`);
+  state.refresh = null;
+  state.onSample = null;
+  const page = $('#page');
+  fill(page, h('p', { class: 'muted' }, 'Loading…'));
+  // Says when the view has loaded, and how (for people and for tests).
+  document.body.dataset.view = name;
+  document.body.dataset.loaded = '';
+  try {
+    await view(page);
+    if (state.refresh) await state.refresh();
+    document.body.dataset.loaded = 'ok';
+  } catch (e) {
+    if (!(e instanceof ApiError && e.status === 401)) fill(page, errorBox(e));
+    document.body.dataset.loaded = 'error';
+  }
+}
+
+function setRealm(r) {
+  state.realm = r;
+  $('#realm').value = r;
+  state.view = { procFilter: state.view.procFilter };
+}
+
+async function signedIn(me) {
+  state.me = me;
+  $('#sign-in').hidden = true;
+  $('#nav').hidden = false;
+  $('#sign-out').hidden = false;
+  $('#who').textContent = me.operator ? `operator · node ${me.node_id} · ${me.backend}`
+    : `${me.user}@${me.realm} (${me.role}) · ${me.backend}`;
+  const pick = $('#realm');
+  if (me.operator) {
+    const realms = await rows('SELECT realm FROM realm ORDER BY realm', [], '*');
+    fill(pick, realms.map((r) => h('option', { value: r.realm }, r.realm)));
+    $('#realm-pick').hidden = false;
+    state.realm = realms.some((r) => r.realm === me.node_realm) ? me.node_realm : (realms[0] || {}).realm || '';
+    pick.value = state.realm;
+  } else {
+    state.realm = me.realm;
+    $('#realm-pick').hidden = true;
+  }
+  await route();
+}
+
+function signedOut(why) {
+  if (state.events) { state.events.close(); state.events = null; }
+  state.me = null;
+  state.refresh = null;
+  $('#live').className = 'live off';
+  $('#nav').hidden = true;
+  $('#sign-out').hidden = true;
+  $('#realm-pick').hidden = true;
+  $('#who').textContent = '';
+  fill($('#page'));
+  $('#sign-in').hidden = false;
+  $('#sign-in-error').textContent = why || '';
+}
+
+async function start() {
+  $('#sign-in').addEventListener('submit', async (e) => {
+    e.preventDefault();
+    $('#sign-in-error').textContent = '';
+    try {
+      const me = await api('POST', '/api/session', { token: $('#token').value });
+      $('#token').value = '';
+      await signedIn(me);
+    } catch (err) { $('#sign-in-error').textContent = err.message; }
+  });
+  $('#sign-out').addEventListener('click', async () => {
+    try { await api('DELETE', '/api/session'); } finally { signedOut(''); }
+  });
+  $('#realm').addEventListener('change', () => { setRealm($('#realm').value); route(); });
+  window.addEventListener('hashchange', () => { if (state.me) route(); });
+  try {
+    await signedIn(await api('GET', '/api/session'));
+  } catch {
+    signedOut('');
+  }
+}
+
+start();
