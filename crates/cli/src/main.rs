@@ -22,6 +22,7 @@ mod sql;
 mod status;
 mod tokens;
 mod up;
+mod workflow;
 mod www;
 
 use clap::{Parser, Subcommand};
@@ -203,6 +204,8 @@ enum Command {
     Batch(batch::Args),
     /// Run a MapReduce job on the node: tabos mr wordcount|grep --input PATH...
     Mr(mr::Args),
+    /// Durable workflows: tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue
+    Workflow(workflow::Args),
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]
     MrTask(mr::TaskArgs),
@@ -273,6 +276,7 @@ fn main() -> std::process::ExitCode {
         Command::Prune(a) => procs::prune(a),
         Command::Realm(a) => procs::realm(a),
         Command::Token(a) => tokens::run(a),
+        Command::Workflow(a) => workflow::run(a),
         Command::Send(a) => ipc::send(a),
         Command::Recv(a) => ipc::recv(a),
         Command::Mailbox(a) => ipc::mailbox(a),

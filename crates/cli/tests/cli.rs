@@ -52,9 +52,11 @@ impl Node {
     fn start(args: &[&str]) -> Node {
         let home = TempDir::new("cli-home");
         let mut cmd = Command::new(TABOS);
-        cmd.arg("up")
-            .args(["--listen", "127.0.0.1:0"])
-            .args(args)
+        cmd.arg("up");
+        if !args.contains(&"--listen") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(args)
             .env("TABOS_CREDENTIALS", home.path().join("credentials.json"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -2839,4 +2841,435 @@ fn dashboard_in_chromium(node: &Node, png: &str) {
     );
     let png = std::fs::read(&shot).unwrap();
     assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
+}
+
+/// A free TCP port on loopback (for a node that must come back on the
+/// same address after it is killed).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The stored procedure the workflow tests count steps with: each call
+/// adds one to `tick/<step>` and to `total`, in the step's transaction.
+const TICK_JS: &str = r#"
+function main(step) {
+  const k = "tick/" + step;
+  tabos.put(k, String(Number(tabos.get(k) || "0") + 1));
+  tabos.put("total", String(Number(tabos.get("total") || "0") + 1));
+  return step;
+}
+"#;
+
+/// Counts the ticks that are not exactly one, and the total.
+const CHECK_JS: &str = r#"
+function main(n) {
+  let bad = 0;
+  for (let i = 1; i <= Number(n); i++) {
+    if (tabos.get("tick/" + i) !== "1") bad++;
+  }
+  return bad + " " + (tabos.get("total") || "0");
+}
+"#;
+
+fn install_tick_procedures(node: &Node) {
+    let dir = node.home.path();
+    for (name, code) in [("tick", TICK_JS), ("check", CHECK_JS)] {
+        let path = dir.join(format!("{name}.js"));
+        std::fs::write(&path, code).unwrap();
+        let o = node.tabos(&["procedure", "install", name, path.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+}
+
+/// `steps` procedure steps, reporting progress on `progress`.
+fn ticks_registry(progress: tokio::sync::watch::Sender<i64>) -> tabos_client::workflows::Registry {
+    use tabos_client::workflows::Registry;
+    let progress = std::sync::Arc::new(progress);
+    let mut r = Registry::new();
+    r.register("ticks", move |ctx, input| {
+        let progress = progress.clone();
+        async move {
+            let steps: i64 = String::from_utf8_lossy(&input).parse().unwrap();
+            for i in 1..=steps {
+                ctx.procedure("tick", i.to_string().into_bytes()).await?;
+                progress.send_replace(i);
+            }
+            Ok(b"ticked".to_vec())
+        }
+    });
+    r
+}
+
+/// Runs a `steps`-step workflow of procedure steps against the node that
+/// `restart` starts, calling `crash` (which kills something: the node, the
+/// database) `crashes` times, evenly over the run; then checks that it
+/// succeeded with every step run exactly once.
+fn ticks_survive(
+    mut node: Node,
+    restart: impl Fn() -> Node,
+    crash: impl Fn(&mut Node) -> bool,
+    steps: i64,
+    crashes: i64,
+) {
+    use tabos_client::workflows::{Executor, ExecutorOptions};
+    install_tick_procedures(&node);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (progress, mut seen) = tokio::sync::watch::channel(0i64);
+    let (addr, token) = (node.addr.clone(), node.token.clone());
+    let exec = rt
+        .block_on(async {
+            let c = tabos_client::Client::connect(&addr, &token).await.unwrap();
+            Executor::start(
+                c,
+                "",
+                "v1",
+                ticks_registry(progress),
+                ExecutorOptions {
+                    lease: std::time::Duration::from_secs(5),
+                    ..Default::default()
+                },
+            )
+            .await
+        })
+        .unwrap();
+    let id = rt
+        .block_on(exec.run("ticks", Some("ticks-1"), steps.to_string().into_bytes()))
+        .unwrap();
+    // The crashes, each when the workflow has gone another stretch.
+    for k in 1..=crashes {
+        let at = k * steps / (crashes + 1);
+        rt.block_on(seen.wait_for(|&n| n >= at)).unwrap();
+        if crash(&mut node) {
+            // The node itself died: a new one on the same data and address.
+            node = restart();
+        }
+    }
+    let w = rt
+        .block_on(exec.result(&id, std::time::Duration::from_secs(600)))
+        .unwrap();
+    assert_eq!(w.status, "success", "{w:?}");
+    assert_eq!(w.output, b"ticked");
+    // Exactly once: every tick 1, the total the number of steps.
+    let o = node.tabos(&["procedure", "call", "check", &steps.to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), format!("0 {steps}"));
+    // And recorded: one record per step, each run in one attempt.
+    let o = node.tabos(&["workflow", "show", &id, "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let recorded = v["steps"].as_array().unwrap();
+    assert_eq!(recorded.len() as i64, steps);
+    assert!(recorded
+        .iter()
+        .all(|s| s["status"] == "success" && s["kind"] == "procedure"));
+    drop(exec);
+}
+
+/// Issue 22: a 1,000-step workflow whose node is SIGKILLed 10 times during
+/// it completes, each step run exactly once (SQLite).
+#[test]
+fn a_workflow_survives_its_node_killed_ten_times() {
+    let home = TempDir::new("wf-kill");
+    let data = home.path().join("data");
+    let listen = format!("127.0.0.1:{}", free_port());
+    let start = || {
+        Node::start(&[
+            "--data",
+            data.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--pg-listen",
+            "none",
+            "--http-listen",
+            "none",
+        ])
+    };
+    let node = start();
+    ticks_survive(
+        node,
+        start,
+        |n| {
+            // SIGKILL, and wait for it to be gone.
+            let _ = n.child.kill();
+            let _ = n.child.wait();
+            true
+        },
+        1_000,
+        10,
+    );
+}
+
+/// Issue 22: the same on PostgreSQL, with the database server restarted
+/// (immediate: connections cut, crash recovery) 10 times during it.
+#[test]
+fn a_workflow_survives_its_database_restarted() {
+    if tabos_store::testing::pg_database().is_none() {
+        return;
+    }
+    let cluster = tabos_store::pg_cluster::TempCluster::start(&Default::default()).unwrap();
+    let url = cluster.create_database("wf").unwrap();
+    let node = Node::start(&[
+        "--db",
+        &url,
+        "--partitions",
+        "2",
+        "--pg-listen",
+        "none",
+        "--http-listen",
+        "none",
+    ]);
+    ticks_survive(
+        node,
+        || unreachable!("the node stays up"),
+        |_| {
+            cluster.restart_immediately().unwrap();
+            false
+        },
+        1_000,
+        10,
+    );
+}
+
+/// A registry of the test workflows: `job` (a step, a durable sleep,
+/// another step; it announces `started`), `fails` (a step that always
+/// fails, retried 3 times) and `waits` (receives on `go`, then a step).
+fn test_registry() -> tabos_client::workflows::Registry {
+    use std::time::Duration;
+    use tabos_client::workflows::{Registry, Retry};
+    let mut r = Registry::new();
+    r.register("job", |ctx, input| async move {
+        ctx.step("a", |_| async { Ok(b"a".to_vec()) }).await?;
+        ctx.set_event("started", b"yes".to_vec()).await?;
+        ctx.sleep(Duration::from_millis(1_500)).await?;
+        ctx.step("b", |_| async { Ok(b"b".to_vec()) }).await?;
+        Ok(input)
+    });
+    r.register("fails", |ctx, _| async move {
+        let retry = Retry {
+            attempts: 3,
+            backoff: Duration::from_millis(10),
+        };
+        ctx.step_with("flaky", retry, |s| async move {
+            Err(format!("nope (attempt {})", s.attempt))
+        })
+        .await?;
+        Ok(Vec::new())
+    });
+    r.register("waits", |ctx, _| async move {
+        let got = ctx.recv("go", Duration::from_secs(60)).await?;
+        ctx.step("after", |_| async { Ok(Vec::new()) }).await?;
+        Ok(got.unwrap_or_default())
+    });
+    r
+}
+
+fn executor_on(
+    rt: &tokio::runtime::Runtime,
+    node: &Node,
+    lease_ms: u64,
+) -> tabos_client::workflows::Executor {
+    use tabos_client::workflows::{Executor, ExecutorOptions};
+    let (addr, token) = (node.addr.clone(), node.token.clone());
+    rt.block_on(async {
+        let c = tabos_client::Client::connect(&addr, &token).await.unwrap();
+        Executor::start(
+            c,
+            "",
+            "v1",
+            test_registry(),
+            ExecutorOptions {
+                lease: std::time::Duration::from_millis(lease_ms),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+    })
+}
+
+/// Issue 22: a queue of concurrency 1 whose running workflow's node dies is
+/// not stuck — an executor on another node takes the workflow over once
+/// the dead one's lease lapses (skipping its recorded steps), finishes it,
+/// then runs the next one (two nodes on PostgreSQL).
+#[test]
+fn a_queue_whose_running_workflow_lost_its_node_is_not_stuck() {
+    use std::time::Duration;
+    let Some(url) = tabos_store::testing::pg_database() else {
+        return;
+    };
+    let node = |id: &str| {
+        Node::start(&[
+            "--db",
+            &url,
+            "--partitions",
+            "2",
+            "--node-id",
+            id,
+            "--pg-listen",
+            "none",
+            "--http-listen",
+            "none",
+        ])
+    };
+    let (n1, n2) = (node("wf-n1"), node("wf-n2"));
+    let o = n2.tabos(&["workflow", "queue", "set", "q", "--concurrency", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (rt_a, rt_b) = (
+        tokio::runtime::Runtime::new().unwrap(),
+        tokio::runtime::Runtime::new().unwrap(),
+    );
+    let a = executor_on(&rt_a, &n1, 1_000);
+    let b = executor_on(&rt_b, &n2, 1_000);
+    for id in ["q-1", "q-2"] {
+        rt_a.block_on(a.enqueue("q", "job", Some(id), id.as_bytes().to_vec(), 0))
+            .unwrap();
+    }
+    let _serving_a = {
+        let _g = rt_a.enter();
+        a.serve("q")
+    };
+    let started = rt_b
+        .block_on(b.get_event("q-1", "started", Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(started.as_deref(), Some(&b"yes"[..]));
+    // n1 dies while q-1 sleeps on its executor there; q-2 waits behind it.
+    drop(n1);
+    let _serving_b = {
+        let _g = rt_b.enter();
+        b.serve("q")
+    };
+    let w1 = rt_b
+        .block_on(b.result("q-1", Duration::from_secs(120)))
+        .unwrap();
+    assert_eq!(w1.status, "success", "{w1:?}");
+    assert_eq!(w1.output, b"q-1");
+    assert_eq!((w1.executor.as_str(), w1.attempts), (b.id(), 2));
+    let w2 = rt_b
+        .block_on(b.result("q-2", Duration::from_secs(120)))
+        .unwrap();
+    assert_eq!(w2.status, "success", "{w2:?}");
+    // One at a time: q-2 started after q-1 ended.
+    assert!(w2.started_us >= w1.ended_us, "{w1:?} {w2:?}");
+    // q-1's first step ran once, on a: b replayed its record.
+    let o = n2.tabos(&["workflow", "show", "q-1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["steps"][0]["attempts"], 1);
+    drop(rt_a);
+}
+
+/// Issue 22's bad input, through an executor and the CLI: an unknown
+/// workflow, a step that always fails past its retries (a clear error and
+/// a recorded state), a cancelled workflow stopped at its next step and
+/// then resumed, a second start of an id, a fork, refusals that change
+/// nothing.
+#[test]
+fn workflows_refuse_bad_input_and_record_what_happened() {
+    use std::time::Duration;
+    let node = Node::start(&["--pg-listen", "none", "--http-listen", "none"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let exec = executor_on(&rt, &node, 2_000);
+    let _recovering = {
+        let _g = rt.enter();
+        exec.serve_recovery()
+    };
+    let o = node.tabos(&["workflow", "show", "nope"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+    let o = node.tabos(&["workflow", "show", "bad id"]);
+    assert!(stderr(&o).contains("must be"), "{}", stderr(&o));
+
+    // Past its retries: the step's error, recorded, and the workflow's.
+    let id = rt
+        .block_on(exec.run("fails", Some("f-1"), Vec::new()))
+        .unwrap();
+    let w = rt
+        .block_on(exec.result(&id, Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(w.status, "error");
+    assert!(w.error.contains("nope (attempt 3)"), "{w:?}");
+    let o = node.tabos(&["workflow", "show", "f-1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["steps"][0]["status"], "error");
+    assert_eq!(v["steps"][0]["attempts"], 3);
+    let o = node.tabos(&["workflow", "wait", "f-1"]);
+    assert!(
+        !o.status.success(),
+        "wait exits non-zero for a failed workflow"
+    );
+
+    // Cancelled while it waits: it stops at its next step.
+    rt.block_on(exec.run("waits", Some("c-1"), Vec::new()))
+        .unwrap();
+    let o = node.tabos(&["workflow", "cancel", "c-1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["workflow", "send", "c-1", "go", "hello"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w = rt
+        .block_on(exec.result("c-1", Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(w.status, "cancelled");
+    // Nothing ran after the cancel.
+    let o = node.tabos(&["workflow", "show", "c-1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["steps"].as_array().unwrap().is_empty(), "{v}");
+    // Resumed: taken up again (by recovery) and finished with the message.
+    let o = node.tabos(&["workflow", "resume", "c-1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["workflow", "wait", "c-1", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["output"], "hello");
+    // A finished workflow is not resumed or cancelled: a clear error.
+    let o = node.tabos(&["workflow", "resume", "c-1"]);
+    assert!(stderr(&o).contains("nothing to resume"), "{}", stderr(&o));
+    let o = node.tabos(&["workflow", "cancel", "c-1"]);
+    assert!(stderr(&o).contains("nothing to cancel"), "{}", stderr(&o));
+    // A second start of the id is the first: not run again.
+    rt.block_on(exec.run("waits", Some("c-1"), Vec::new()))
+        .unwrap();
+    let o = node.tabos(&["workflow", "show", "c-1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["status"], "success");
+    assert_eq!(v["attempts"], 2);
+    // A fork from step 2 keeps the received message and runs the rest.
+    let o = node.tabos(&[
+        "workflow",
+        "fork",
+        "c-1",
+        "--from-step",
+        "2",
+        "--new-id",
+        "c-2",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let w = rt
+        .block_on(exec.result("c-2", Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(
+        (w.status.as_str(), w.output.as_slice()),
+        ("success", &b"hello"[..])
+    );
+    // Every workflow is in SQL.
+    let o = node.tabos(&[
+        "sql",
+        "--json",
+        "SELECT workflow_id, status FROM workflow ORDER BY workflow_id",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"].as_array().unwrap().len(), 3, "{v}");
+    let o = node.tabos(&["workflow", "list", "--status", "success", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
+    let o = node.tabos(&["workflow", "list", "--status", "done"]);
+    assert!(
+        stderr(&o).contains("unknown workflow status"),
+        "{}",
+        stderr(&o)
+    );
+    let o = node.tabos(&["workflow", "queue", "set", "q", "--concurrency", "0"]);
+    assert!(stderr(&o).contains("at least 1"), "{}", stderr(&o));
 }

@@ -21,6 +21,7 @@ pub mod batch;
 pub mod fs;
 pub mod names;
 pub mod procedures;
+pub mod workflows;
 
 use proto::batch_client::BatchClient;
 use proto::fs_client::FsClient;
@@ -31,6 +32,7 @@ use proto::procedures_client::ProceduresClient;
 use proto::procs_client::ProcsClient;
 use proto::sql_client::SqlClient;
 use proto::tokens_client::TokensClient;
+use proto::workflows_client::WorkflowsClient;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Channel;
@@ -199,6 +201,7 @@ pub struct Client {
     fs: FsClient<Transport>,
     procedures: ProceduresClient<Transport>,
     batch: BatchClient<Transport>,
+    workflows: WorkflowsClient<Transport>,
     /// The proc this client acts for ([`Client::acting_for`]): its file
     /// reads and writes are recorded as that proc's provenance.
     proc_pid: String,
@@ -321,6 +324,11 @@ impl Client {
         self.fs.clone()
     }
 
+    /// The raw `Workflows` RPCs ([`workflows`] is the library over them).
+    pub fn workflows_rpc(&self) -> WorkflowsClient<Transport> {
+        self.workflows.clone()
+    }
+
     /// A client over an existing channel, acting with `bearer`'s credential.
     pub fn from_channel(channel: Channel, bearer: Bearer) -> Client {
         let channel = InterceptedService::new(channel, bearer);
@@ -347,6 +355,9 @@ impl Client {
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
             procedures: ProceduresClient::new(channel.clone())
+                .max_decoding_message_size(MESSAGE_BYTES_MAX)
+                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            workflows: WorkflowsClient::new(channel.clone())
                 .max_decoding_message_size(MESSAGE_BYTES_MAX)
                 .max_encoding_message_size(MESSAGE_BYTES_MAX),
             batch: BatchClient::new(channel)

@@ -29,6 +29,7 @@ pub mod realms;
 pub mod sched;
 pub(crate) mod seqs;
 pub mod teardown;
+pub mod workflows;
 
 use tabos_store::{Config, Migration, PKey, Store, Tx};
 
@@ -177,6 +178,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "scope",
         sqlite: include_str!("../schema/sqlite/024_scope.sql"),
         postgres: include_str!("../schema/postgres/024_scope.sql"),
+    },
+    Migration {
+        version: 25,
+        name: "workflow",
+        sqlite: include_str!("../schema/sqlite/025_workflow.sql"),
+        postgres: include_str!("../schema/postgres/025_workflow.sql"),
     },
 ];
 

@@ -165,12 +165,12 @@ impl Procedures {
     /// this worker's other tasks to another thread meanwhile; elsewhere (a
     /// current-thread runtime, where that is impossible) a write goes to
     /// the partition's executor so as not to stall the runtime.
-    async fn run_tenant(
+    async fn run_tenant<T: Send + 'static>(
         &self,
         p: tabos_store::PKey,
         path: CallPath,
-        f: impl FnMut(&mut dyn Tx) -> Result<Called> + Send + 'static,
-    ) -> Result<Called> {
+        f: impl FnMut(&mut dyn Tx) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
         let multi = matches!(
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::MultiThread)
@@ -181,6 +181,21 @@ impl Procedures {
             (CallPath::Write, true) => tokio::task::block_in_place(|| self.store.run(p, f).wait()),
             (CallPath::Write, false) => self.store.submit(p, f).await,
         }
+    }
+
+    /// Runs `f` in one write transaction on `realm`'s partition, lending
+    /// it the sandbox: for a caller that records something together with a
+    /// procedure's effects ([`call_tx`] inside `f`) — a workflow's
+    /// procedure step (`workflows::step_procedure_tx`).
+    pub async fn run_with<T: Send + 'static>(
+        &self,
+        realm: &str,
+        mut f: impl FnMut(&mut dyn Tx, &Sandbox) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let p = partition(&self.store, realm)?;
+        let sandbox = self.sandbox.clone();
+        self.run_tenant(p, CallPath::Write, move |tx| f(tx, &sandbox))
+            .await
     }
 
     pub fn sandbox(&self) -> &Sandbox {

@@ -12,7 +12,9 @@
 use tabos_store::Tx;
 
 use crate::fs::files::Files;
-use crate::{auth, fs, ipc, kv, names, procedures, procs, realms, validate_realm, Result};
+use crate::{
+    auth, fs, ipc, kv, names, procedures, procs, realms, validate_realm, workflows, Result,
+};
 
 /// Procedure body: deletes everything of `realm` on its partition; returns
 /// the rows (and tenant tables) deleted.
@@ -26,6 +28,7 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     n += ipc::remove_realm_tx(tx, realm)?;
     n += procedures::remove_realm_tx(tx, realm)?;
     n += auth::remove_realm_tx(tx, realm)?;
+    n += workflows::remove_realm_tx(tx, realm)?;
     n += realms::remove_tx(tx, realm)?;
     Ok(n)
 }

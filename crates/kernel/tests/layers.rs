@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["auth", "sched"],
     &["names", "kv"],
     &["procs", "ipc", "fs"],
-    &["procedures", "alloc"],
+    &["procedures", "alloc", "workflows"],
     &["teardown"],
 ];
 

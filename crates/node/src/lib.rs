@@ -33,6 +33,7 @@ pub mod procs;
 pub mod sql;
 pub mod status;
 pub mod tokens;
+pub mod workflows;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -47,6 +48,7 @@ use tabos_client::proto::procedures_server::ProceduresServer;
 use tabos_client::proto::procs_server::ProcsServer;
 use tabos_client::proto::sql_server::SqlServer;
 use tabos_client::proto::tokens_server::TokensServer;
+use tabos_client::proto::workflows_server::WorkflowsServer;
 use tabos_client::MESSAGE_BYTES_MAX;
 use tabos_kernel::ids::WorkerId;
 use tabos_kernel::sched::{Scheduler, WorkerSpec};
@@ -736,6 +738,12 @@ pub async fn serve_with(
     let procedures_service = ProceduresServer::new(batch.procedures.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let workflows_service = WorkflowsServer::new(workflows::WorkflowsService::new(
+        node.clone(),
+        stopping.clone(),
+    ))
+    .max_decoding_message_size(MESSAGE_BYTES_MAX)
+    .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let batch_service = BatchServer::new(batch)
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -840,6 +848,10 @@ pub async fn serve_with(
             .add_service(InterceptedService::new(
                 procedures_service.clone(),
                 guard.closed_to_scoped("Procedures"),
+            ))
+            .add_service(InterceptedService::new(
+                workflows_service.clone(),
+                guard.closed_to_scoped("Workflows"),
             ))
             .add_service(InterceptedService::new(
                 batch_service.clone(),

@@ -255,6 +255,20 @@ impl TempCluster {
         Ok(())
     }
 
+    /// Restarts the server as a crash would (`pg_ctl restart -m
+    /// immediate`: connections cut, no shutdown checkpoint, crash recovery
+    /// at start), waiting until it accepts connections again.
+    pub fn restart_immediately(&self) -> Result<()> {
+        let mut restart = self.command("pg_ctl");
+        restart
+            .arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "-w", "-t", "60", "-l"])
+            .arg(self.dir.join("server.log"))
+            .arg("restart");
+        self.run(restart, "pg_ctl restart -m immediate")
+    }
+
     pub fn port(&self) -> u16 {
         self.port
     }

@@ -1242,3 +1242,479 @@ class BatchResponse(_message.Message):
     RESULTS_FIELD_NUMBER: _ClassVar[int]
     results: _containers.RepeatedCompositeFieldContainer[BatchResult]
     def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
+
+class RegisterExecutorRequest(_message.Message):
+    __slots__ = ("realm", "app_version", "functions", "lease_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    app_version: str
+    functions: _containers.RepeatedScalarFieldContainer[str]
+    lease_ms: int
+    def __init__(self, realm: _Optional[str] = ..., app_version: _Optional[str] = ..., functions: _Optional[_Iterable[str]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class ExecutorInfo(_message.Message):
+    __slots__ = ("executor", "node_id", "lease_ms")
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    executor: str
+    node_id: str
+    lease_ms: int
+    def __init__(self, executor: _Optional[str] = ..., node_id: _Optional[str] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class ExecutorRequest(_message.Message):
+    __slots__ = ("realm", "executor", "lease_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    lease_ms: int
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+
+class StartWorkflowRequest(_message.Message):
+    __slots__ = ("realm", "workflow_id", "name", "app_version", "input", "queue", "priority", "executor")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    workflow_id: str
+    name: str
+    app_version: str
+    input: bytes
+    queue: str
+    priority: int
+    executor: str
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., app_version: _Optional[str] = ..., input: _Optional[bytes] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., executor: _Optional[str] = ...) -> None: ...
+
+class StartWorkflowResponse(_message.Message):
+    __slots__ = ("created", "workflow")
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    created: bool
+    workflow: WorkflowInfo
+    def __init__(self, created: _Optional[bool] = ..., workflow: _Optional[_Union[WorkflowInfo, _Mapping]] = ...) -> None: ...
+
+class WorkflowInfo(_message.Message):
+    __slots__ = ("workflow_id", "name", "app_version", "status", "queue", "priority", "input", "has_output", "output", "error", "executor", "node_id", "attempts", "user", "forked_from", "created_us", "started_us", "updated_us", "ended_us")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    HAS_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    CREATED_US_FIELD_NUMBER: _ClassVar[int]
+    STARTED_US_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_US_FIELD_NUMBER: _ClassVar[int]
+    ENDED_US_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    name: str
+    app_version: str
+    status: str
+    queue: str
+    priority: int
+    input: bytes
+    has_output: bool
+    output: bytes
+    error: str
+    executor: str
+    node_id: str
+    attempts: int
+    user: str
+    forked_from: str
+    created_us: int
+    started_us: int
+    updated_us: int
+    ended_us: int
+    def __init__(self, workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., app_version: _Optional[str] = ..., status: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., input: _Optional[bytes] = ..., has_output: _Optional[bool] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., executor: _Optional[str] = ..., node_id: _Optional[str] = ..., attempts: _Optional[int] = ..., user: _Optional[str] = ..., forked_from: _Optional[str] = ..., created_us: _Optional[int] = ..., started_us: _Optional[int] = ..., updated_us: _Optional[int] = ..., ended_us: _Optional[int] = ...) -> None: ...
+
+class ClaimRequest(_message.Message):
+    __slots__ = ("realm", "executor", "queue", "max", "wait_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    queue: str
+    max: int
+    wait_ms: int
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., queue: _Optional[str] = ..., max: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class Claim(_message.Message):
+    __slots__ = ("workflow_id", "name", "input", "recovered")
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    RECOVERED_FIELD_NUMBER: _ClassVar[int]
+    workflow_id: str
+    name: str
+    input: bytes
+    recovered: bool
+    def __init__(self, workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., input: _Optional[bytes] = ..., recovered: _Optional[bool] = ...) -> None: ...
+
+class ClaimResponse(_message.Message):
+    __slots__ = ("claims", "retry_at_us")
+    CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_US_FIELD_NUMBER: _ClassVar[int]
+    claims: _containers.RepeatedCompositeFieldContainer[Claim]
+    retry_at_us: int
+    def __init__(self, claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., retry_at_us: _Optional[int] = ...) -> None: ...
+
+class StepBeginRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "step", "name", "kind")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    step: int
+    name: str
+    kind: str
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class StepOutcome(_message.Message):
+    __slots__ = ("status", "output", "error", "recorded")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    output: bytes
+    error: str
+    recorded: bool
+    def __init__(self, status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., recorded: _Optional[bool] = ...) -> None: ...
+
+class StepBeginResponse(_message.Message):
+    __slots__ = ("done", "attempt")
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    done: StepOutcome
+    attempt: int
+    def __init__(self, done: _Optional[_Union[StepOutcome, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
+
+class StepEndRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "step", "outcome", "last")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    step: int
+    outcome: StepOutcome
+    last: bool
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class StepProcedureRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "step", "procedure", "args", "last")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    PROCEDURE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    step: int
+    procedure: str
+    args: bytes
+    last: bool
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., procedure: _Optional[str] = ..., args: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class SleepRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "step", "duration_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    step: int
+    duration_ms: int
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
+
+class SleepResponse(_message.Message):
+    __slots__ = ("wake_at_us", "now_us")
+    WAKE_AT_US_FIELD_NUMBER: _ClassVar[int]
+    NOW_US_FIELD_NUMBER: _ClassVar[int]
+    wake_at_us: int
+    now_us: int
+    def __init__(self, wake_at_us: _Optional[int] = ..., now_us: _Optional[int] = ...) -> None: ...
+
+class WorkflowSendRequest(_message.Message):
+    __slots__ = ("realm", "to", "topic", "payload", "executor", "workflow_id", "step")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    to: str
+    topic: str
+    payload: bytes
+    executor: str
+    workflow_id: str
+    step: int
+    def __init__(self, realm: _Optional[str] = ..., to: _Optional[str] = ..., topic: _Optional[str] = ..., payload: _Optional[bytes] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ...) -> None: ...
+
+class WorkflowRecvRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "step", "topic", "timeout_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    step: int
+    topic: str
+    timeout_ms: int
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., topic: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class WorkflowRecvResponse(_message.Message):
+    __slots__ = ("received", "payload")
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    received: bool
+    payload: bytes
+    def __init__(self, received: _Optional[bool] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class SetEventRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "step", "key", "value")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    step: int
+    key: str
+    value: bytes
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class GetEventRequest(_message.Message):
+    __slots__ = ("realm", "workflow_id", "key", "timeout_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    workflow_id: str
+    key: str
+    timeout_ms: int
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., key: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class GetEventResponse(_message.Message):
+    __slots__ = ("set", "value")
+    SET_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    set: bool
+    value: bytes
+    def __init__(self, set: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class FinishWorkflowRequest(_message.Message):
+    __slots__ = ("realm", "executor", "workflow_id", "outcome")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    executor: str
+    workflow_id: str
+    outcome: StepOutcome
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ...) -> None: ...
+
+class WaitWorkflowRequest(_message.Message):
+    __slots__ = ("realm", "workflow_id", "timeout_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    workflow_id: str
+    timeout_ms: int
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class ListWorkflowsRequest(_message.Message):
+    __slots__ = ("realm", "status", "name", "queue", "app_version", "since_us", "limit")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SINCE_US_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    status: str
+    name: str
+    queue: str
+    app_version: str
+    since_us: int
+    limit: int
+    def __init__(self, realm: _Optional[str] = ..., status: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., app_version: _Optional[str] = ..., since_us: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListWorkflowsResponse(_message.Message):
+    __slots__ = ("workflows",)
+    WORKFLOWS_FIELD_NUMBER: _ClassVar[int]
+    workflows: _containers.RepeatedCompositeFieldContainer[WorkflowInfo]
+    def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
+
+class WorkflowRequest(_message.Message):
+    __slots__ = ("realm", "workflow_id")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    workflow_id: str
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ...) -> None: ...
+
+class WorkflowStep(_message.Message):
+    __slots__ = ("step", "name", "kind", "status", "output", "error", "attempts", "started_us", "ended_us")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_US_FIELD_NUMBER: _ClassVar[int]
+    ENDED_US_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    name: str
+    kind: str
+    status: str
+    output: bytes
+    error: str
+    attempts: int
+    started_us: int
+    ended_us: int
+    def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ...) -> None: ...
+
+class WorkflowDetail(_message.Message):
+    __slots__ = ("workflow", "steps")
+    WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    workflow: WorkflowInfo
+    steps: _containers.RepeatedCompositeFieldContainer[WorkflowStep]
+    def __init__(self, workflow: _Optional[_Union[WorkflowInfo, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[WorkflowStep, _Mapping]]] = ...) -> None: ...
+
+class ResumeWorkflowRequest(_message.Message):
+    __slots__ = ("realm", "workflow_id", "app_version")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    workflow_id: str
+    app_version: str
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., app_version: _Optional[str] = ...) -> None: ...
+
+class ForkWorkflowRequest(_message.Message):
+    __slots__ = ("realm", "workflow_id", "new_id", "from_step", "app_version")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    NEW_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_STEP_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    workflow_id: str
+    new_id: str
+    from_step: int
+    app_version: str
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., new_id: _Optional[str] = ..., from_step: _Optional[int] = ..., app_version: _Optional[str] = ...) -> None: ...
+
+class RetargetRequest(_message.Message):
+    __slots__ = ("realm", "from_version", "to_version")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    FROM_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TO_VERSION_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    from_version: str
+    to_version: str
+    def __init__(self, realm: _Optional[str] = ..., from_version: _Optional[str] = ..., to_version: _Optional[str] = ...) -> None: ...
+
+class RetargetResponse(_message.Message):
+    __slots__ = ("moved",)
+    MOVED_FIELD_NUMBER: _ClassVar[int]
+    moved: int
+    def __init__(self, moved: _Optional[int] = ...) -> None: ...
+
+class SetQueueRequest(_message.Message):
+    __slots__ = ("realm", "queue", "concurrency", "node_concurrency", "rate_limit", "rate_period_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    NODE_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RATE_PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    queue: str
+    concurrency: int
+    node_concurrency: int
+    rate_limit: int
+    rate_period_ms: int
+    def __init__(self, realm: _Optional[str] = ..., queue: _Optional[str] = ..., concurrency: _Optional[int] = ..., node_concurrency: _Optional[int] = ..., rate_limit: _Optional[int] = ..., rate_period_ms: _Optional[int] = ...) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("queue", "concurrency", "node_concurrency", "rate_limit", "rate_period_ms", "enqueued", "pending")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    NODE_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    RATE_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    RATE_PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    concurrency: int
+    node_concurrency: int
+    rate_limit: int
+    rate_period_ms: int
+    enqueued: int
+    pending: int
+    def __init__(self, queue: _Optional[str] = ..., concurrency: _Optional[int] = ..., node_concurrency: _Optional[int] = ..., rate_limit: _Optional[int] = ..., rate_period_ms: _Optional[int] = ..., enqueued: _Optional[int] = ..., pending: _Optional[int] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ("realm",)
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    def __init__(self, realm: _Optional[str] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...

@@ -3206,3 +3206,1101 @@ class Batch:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class WorkflowsStub:
+    """Durable workflows (issue 22; kernel::workflows). A workflow is a
+    function of the client's code, run by an executor (a process that
+    registered its functions and application version) whose every step is
+    recorded before the workflow goes on; after a crash the function runs
+    again and gets each completed step's recorded outcome instead of running
+    it. Every step call names its executor and is FAILED_PRECONDITION unless
+    the workflow is still pending and that executor's (cancelled, finished,
+    or taken over after its executor's lease lapsed).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.RegisterExecutor = channel.unary_unary(
+                '/tabos.v1.Workflows/RegisterExecutor',
+                request_serializer=tabos__pb2.RegisterExecutorRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ExecutorInfo.FromString,
+                _registered_method=True)
+        self.RenewExecutor = channel.unary_unary(
+                '/tabos.v1.Workflows/RenewExecutor',
+                request_serializer=tabos__pb2.ExecutorRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
+        self.LeaveExecutor = channel.unary_unary(
+                '/tabos.v1.Workflows/LeaveExecutor',
+                request_serializer=tabos__pb2.ExecutorRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Start = channel.unary_unary(
+                '/tabos.v1.Workflows/Start',
+                request_serializer=tabos__pb2.StartWorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.StartWorkflowResponse.FromString,
+                _registered_method=True)
+        self.Recover = channel.unary_unary(
+                '/tabos.v1.Workflows/Recover',
+                request_serializer=tabos__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ClaimResponse.FromString,
+                _registered_method=True)
+        self.Dequeue = channel.unary_unary(
+                '/tabos.v1.Workflows/Dequeue',
+                request_serializer=tabos__pb2.ClaimRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ClaimResponse.FromString,
+                _registered_method=True)
+        self.StepBegin = channel.unary_unary(
+                '/tabos.v1.Workflows/StepBegin',
+                request_serializer=tabos__pb2.StepBeginRequest.SerializeToString,
+                response_deserializer=tabos__pb2.StepBeginResponse.FromString,
+                _registered_method=True)
+        self.StepEnd = channel.unary_unary(
+                '/tabos.v1.Workflows/StepEnd',
+                request_serializer=tabos__pb2.StepEndRequest.SerializeToString,
+                response_deserializer=tabos__pb2.StepOutcome.FromString,
+                _registered_method=True)
+        self.StepProcedure = channel.unary_unary(
+                '/tabos.v1.Workflows/StepProcedure',
+                request_serializer=tabos__pb2.StepProcedureRequest.SerializeToString,
+                response_deserializer=tabos__pb2.StepOutcome.FromString,
+                _registered_method=True)
+        self.Sleep = channel.unary_unary(
+                '/tabos.v1.Workflows/Sleep',
+                request_serializer=tabos__pb2.SleepRequest.SerializeToString,
+                response_deserializer=tabos__pb2.SleepResponse.FromString,
+                _registered_method=True)
+        self.Send = channel.unary_unary(
+                '/tabos.v1.Workflows/Send',
+                request_serializer=tabos__pb2.WorkflowSendRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Recv = channel.unary_unary(
+                '/tabos.v1.Workflows/Recv',
+                request_serializer=tabos__pb2.WorkflowRecvRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WorkflowRecvResponse.FromString,
+                _registered_method=True)
+        self.SetEvent = channel.unary_unary(
+                '/tabos.v1.Workflows/SetEvent',
+                request_serializer=tabos__pb2.SetEventRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
+        self.GetEvent = channel.unary_unary(
+                '/tabos.v1.Workflows/GetEvent',
+                request_serializer=tabos__pb2.GetEventRequest.SerializeToString,
+                response_deserializer=tabos__pb2.GetEventResponse.FromString,
+                _registered_method=True)
+        self.Finish = channel.unary_unary(
+                '/tabos.v1.Workflows/Finish',
+                request_serializer=tabos__pb2.FinishWorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
+        self.Wait = channel.unary_unary(
+                '/tabos.v1.Workflows/Wait',
+                request_serializer=tabos__pb2.WaitWorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WorkflowInfo.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/tabos.v1.Workflows/List',
+                request_serializer=tabos__pb2.ListWorkflowsRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ListWorkflowsResponse.FromString,
+                _registered_method=True)
+        self.Show = channel.unary_unary(
+                '/tabos.v1.Workflows/Show',
+                request_serializer=tabos__pb2.WorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WorkflowDetail.FromString,
+                _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/tabos.v1.Workflows/Cancel',
+                request_serializer=tabos__pb2.WorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WorkflowInfo.FromString,
+                _registered_method=True)
+        self.Resume = channel.unary_unary(
+                '/tabos.v1.Workflows/Resume',
+                request_serializer=tabos__pb2.ResumeWorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WorkflowInfo.FromString,
+                _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/tabos.v1.Workflows/Fork',
+                request_serializer=tabos__pb2.ForkWorkflowRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WorkflowInfo.FromString,
+                _registered_method=True)
+        self.Retarget = channel.unary_unary(
+                '/tabos.v1.Workflows/Retarget',
+                request_serializer=tabos__pb2.RetargetRequest.SerializeToString,
+                response_deserializer=tabos__pb2.RetargetResponse.FromString,
+                _registered_method=True)
+        self.SetQueue = channel.unary_unary(
+                '/tabos.v1.Workflows/SetQueue',
+                request_serializer=tabos__pb2.SetQueueRequest.SerializeToString,
+                response_deserializer=tabos__pb2.QueueInfo.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/tabos.v1.Workflows/ListQueues',
+                request_serializer=tabos__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+
+
+class WorkflowsServicer:
+    """Durable workflows (issue 22; kernel::workflows). A workflow is a
+    function of the client's code, run by an executor (a process that
+    registered its functions and application version) whose every step is
+    recorded before the workflow goes on; after a crash the function runs
+    again and gets each completed step's recorded outcome instead of running
+    it. Every step call names its executor and is FAILED_PRECONDITION unless
+    the workflow is still pending and that executor's (cancelled, finished,
+    or taken over after its executor's lease lapsed).
+    """
+
+    def RegisterExecutor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewExecutor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveExecutor(self, request, context):
+        """Its pending workflows are up for recovery at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Start(self, request, context):
+        """A second start of the same id returns the first (created = false).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Recover(self, request, context):
+        """Orphaned workflows in no queue, of the executor's version and
+        functions, claimed by it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Dequeue(self, request, context):
+        """A queue's orphans, then enqueued workflows within its limits. With
+        wait_ms, waits (on the change feed) for one to claim.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StepBegin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StepEnd(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StepProcedure(self, request, context):
+        """A stored procedure run in the transaction that records the step:
+        exactly once. A failing procedure changed nothing; its attempt is
+        recorded (with `last`, as the step's outcome).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Sleep(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Send(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Recv(self, request, context):
+        """Waits up to timeout_ms for a message on the topic; the step records
+        what it got, or that it got none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetEvent(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEvent(self, request, context):
+        """Waits up to timeout_ms for the event to be set.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Finish(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Wait(self, request, context):
+        """Waits up to timeout_ms for the workflow to finish.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Show(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Cancel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fork(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Retarget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_WorkflowsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'RegisterExecutor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterExecutor,
+                    request_deserializer=tabos__pb2.RegisterExecutorRequest.FromString,
+                    response_serializer=tabos__pb2.ExecutorInfo.SerializeToString,
+            ),
+            'RenewExecutor': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewExecutor,
+                    request_deserializer=tabos__pb2.ExecutorRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'LeaveExecutor': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveExecutor,
+                    request_deserializer=tabos__pb2.ExecutorRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'Start': grpc.unary_unary_rpc_method_handler(
+                    servicer.Start,
+                    request_deserializer=tabos__pb2.StartWorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.StartWorkflowResponse.SerializeToString,
+            ),
+            'Recover': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recover,
+                    request_deserializer=tabos__pb2.ClaimRequest.FromString,
+                    response_serializer=tabos__pb2.ClaimResponse.SerializeToString,
+            ),
+            'Dequeue': grpc.unary_unary_rpc_method_handler(
+                    servicer.Dequeue,
+                    request_deserializer=tabos__pb2.ClaimRequest.FromString,
+                    response_serializer=tabos__pb2.ClaimResponse.SerializeToString,
+            ),
+            'StepBegin': grpc.unary_unary_rpc_method_handler(
+                    servicer.StepBegin,
+                    request_deserializer=tabos__pb2.StepBeginRequest.FromString,
+                    response_serializer=tabos__pb2.StepBeginResponse.SerializeToString,
+            ),
+            'StepEnd': grpc.unary_unary_rpc_method_handler(
+                    servicer.StepEnd,
+                    request_deserializer=tabos__pb2.StepEndRequest.FromString,
+                    response_serializer=tabos__pb2.StepOutcome.SerializeToString,
+            ),
+            'StepProcedure': grpc.unary_unary_rpc_method_handler(
+                    servicer.StepProcedure,
+                    request_deserializer=tabos__pb2.StepProcedureRequest.FromString,
+                    response_serializer=tabos__pb2.StepOutcome.SerializeToString,
+            ),
+            'Sleep': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sleep,
+                    request_deserializer=tabos__pb2.SleepRequest.FromString,
+                    response_serializer=tabos__pb2.SleepResponse.SerializeToString,
+            ),
+            'Send': grpc.unary_unary_rpc_method_handler(
+                    servicer.Send,
+                    request_deserializer=tabos__pb2.WorkflowSendRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'Recv': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recv,
+                    request_deserializer=tabos__pb2.WorkflowRecvRequest.FromString,
+                    response_serializer=tabos__pb2.WorkflowRecvResponse.SerializeToString,
+            ),
+            'SetEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetEvent,
+                    request_deserializer=tabos__pb2.SetEventRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'GetEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEvent,
+                    request_deserializer=tabos__pb2.GetEventRequest.FromString,
+                    response_serializer=tabos__pb2.GetEventResponse.SerializeToString,
+            ),
+            'Finish': grpc.unary_unary_rpc_method_handler(
+                    servicer.Finish,
+                    request_deserializer=tabos__pb2.FinishWorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'Wait': grpc.unary_unary_rpc_method_handler(
+                    servicer.Wait,
+                    request_deserializer=tabos__pb2.WaitWorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.WorkflowInfo.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=tabos__pb2.ListWorkflowsRequest.FromString,
+                    response_serializer=tabos__pb2.ListWorkflowsResponse.SerializeToString,
+            ),
+            'Show': grpc.unary_unary_rpc_method_handler(
+                    servicer.Show,
+                    request_deserializer=tabos__pb2.WorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.WorkflowDetail.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=tabos__pb2.WorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.WorkflowInfo.SerializeToString,
+            ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=tabos__pb2.ResumeWorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.WorkflowInfo.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=tabos__pb2.ForkWorkflowRequest.FromString,
+                    response_serializer=tabos__pb2.WorkflowInfo.SerializeToString,
+            ),
+            'Retarget': grpc.unary_unary_rpc_method_handler(
+                    servicer.Retarget,
+                    request_deserializer=tabos__pb2.RetargetRequest.FromString,
+                    response_serializer=tabos__pb2.RetargetResponse.SerializeToString,
+            ),
+            'SetQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueue,
+                    request_deserializer=tabos__pb2.SetQueueRequest.FromString,
+                    response_serializer=tabos__pb2.QueueInfo.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=tabos__pb2.ListQueuesRequest.FromString,
+                    response_serializer=tabos__pb2.ListQueuesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tabos.v1.Workflows', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tabos.v1.Workflows', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Workflows:
+    """Durable workflows (issue 22; kernel::workflows). A workflow is a
+    function of the client's code, run by an executor (a process that
+    registered its functions and application version) whose every step is
+    recorded before the workflow goes on; after a crash the function runs
+    again and gets each completed step's recorded outcome instead of running
+    it. Every step call names its executor and is FAILED_PRECONDITION unless
+    the workflow is still pending and that executor's (cancelled, finished,
+    or taken over after its executor's lease lapsed).
+    """
+
+    @staticmethod
+    def RegisterExecutor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/RegisterExecutor',
+            tabos__pb2.RegisterExecutorRequest.SerializeToString,
+            tabos__pb2.ExecutorInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewExecutor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/RenewExecutor',
+            tabos__pb2.ExecutorRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveExecutor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/LeaveExecutor',
+            tabos__pb2.ExecutorRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Start(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Start',
+            tabos__pb2.StartWorkflowRequest.SerializeToString,
+            tabos__pb2.StartWorkflowResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recover(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Recover',
+            tabos__pb2.ClaimRequest.SerializeToString,
+            tabos__pb2.ClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Dequeue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Dequeue',
+            tabos__pb2.ClaimRequest.SerializeToString,
+            tabos__pb2.ClaimResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StepBegin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/StepBegin',
+            tabos__pb2.StepBeginRequest.SerializeToString,
+            tabos__pb2.StepBeginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StepEnd(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/StepEnd',
+            tabos__pb2.StepEndRequest.SerializeToString,
+            tabos__pb2.StepOutcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StepProcedure(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/StepProcedure',
+            tabos__pb2.StepProcedureRequest.SerializeToString,
+            tabos__pb2.StepOutcome.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sleep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Sleep',
+            tabos__pb2.SleepRequest.SerializeToString,
+            tabos__pb2.SleepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Send(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Send',
+            tabos__pb2.WorkflowSendRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Recv(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Recv',
+            tabos__pb2.WorkflowRecvRequest.SerializeToString,
+            tabos__pb2.WorkflowRecvResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/SetEvent',
+            tabos__pb2.SetEventRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/GetEvent',
+            tabos__pb2.GetEventRequest.SerializeToString,
+            tabos__pb2.GetEventResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Finish(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Finish',
+            tabos__pb2.FinishWorkflowRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Wait(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Wait',
+            tabos__pb2.WaitWorkflowRequest.SerializeToString,
+            tabos__pb2.WorkflowInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/List',
+            tabos__pb2.ListWorkflowsRequest.SerializeToString,
+            tabos__pb2.ListWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Show(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Show',
+            tabos__pb2.WorkflowRequest.SerializeToString,
+            tabos__pb2.WorkflowDetail.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Cancel',
+            tabos__pb2.WorkflowRequest.SerializeToString,
+            tabos__pb2.WorkflowInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Resume',
+            tabos__pb2.ResumeWorkflowRequest.SerializeToString,
+            tabos__pb2.WorkflowInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Fork',
+            tabos__pb2.ForkWorkflowRequest.SerializeToString,
+            tabos__pb2.WorkflowInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Retarget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/Retarget',
+            tabos__pb2.RetargetRequest.SerializeToString,
+            tabos__pb2.RetargetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/SetQueue',
+            tabos__pb2.SetQueueRequest.SerializeToString,
+            tabos__pb2.QueueInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/ListQueues',
+            tabos__pb2.ListQueuesRequest.SerializeToString,
+            tabos__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -1,0 +1,513 @@
+//! `tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue`:
+//! durable workflows seen and operated from the shell (the workflows
+//! themselves are code run by executors: `tabos_client::workflows`, or the
+//! Python SDK's `tabos.workflows`).
+
+use std::time::Duration;
+
+use tabos_client::proto;
+
+use crate::procs::RealmArg;
+use crate::NodeAddr;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+    #[command(flatten)]
+    realm: RealmArg,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// List workflows, newest first
+    #[command(alias = "ls")]
+    List {
+        /// enqueued, pending, success, error or cancelled
+        #[arg(long)]
+        status: Option<String>,
+        /// Only this workflow function's
+        #[arg(long)]
+        name: Option<String>,
+        /// Only this queue's
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only this application version's
+        #[arg(long = "app-version")]
+        app_version: Option<String>,
+        /// Only those created in the last D (e.g. 90s, 30m, 12h, 7d)
+        #[arg(long)]
+        since: Option<String>,
+        /// At most this many
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// A workflow and its recorded steps
+    Show { id: String },
+    /// Wait for a workflow to finish; exits non-zero unless it succeeded
+    Wait {
+        id: String,
+        /// Give up after D
+        #[arg(long, default_value = "60s")]
+        timeout: String,
+    },
+    /// Cancel a workflow: its executor stops at its next step
+    Cancel { id: String },
+    /// Resume a cancelled, failed or stuck workflow from its last completed
+    /// step (optionally under another application version)
+    Resume {
+        id: String,
+        #[arg(long = "app-version")]
+        app_version: Option<String>,
+    },
+    /// Start a copy of a workflow that keeps its completed steps before
+    /// --from-step and runs the rest again
+    Fork {
+        id: String,
+        /// The first step to run again [default: 1, everything]
+        #[arg(long, default_value_t = 1)]
+        from_step: i64,
+        /// The copy's id [default: a new one]
+        #[arg(long)]
+        new_id: Option<String>,
+        #[arg(long = "app-version")]
+        app_version: Option<String>,
+    },
+    /// Move every unfinished workflow of one application version to another
+    /// (after a deploy: the new version's executors take them over)
+    Retarget {
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+    },
+    /// Send a message to a workflow (its recv steps take it)
+    Send {
+        id: String,
+        topic: String,
+        /// The message [default: stdin]
+        data: Option<String>,
+    },
+    /// Queues: tabos workflow queue ls | set Q [--concurrency N] [--node-concurrency N] [--rate N/D]
+    Queue {
+        #[command(subcommand)]
+        command: QueueCommand,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum QueueCommand {
+    /// The realm's queues, their limits and what is in them
+    #[command(alias = "list")]
+    Ls,
+    /// Set a queue's limits (taken into account at once, while it runs)
+    Set {
+        queue: String,
+        /// Workflows of the queue running at once over the cluster [default: no limit]
+        #[arg(long)]
+        concurrency: Option<i64>,
+        /// Workflows of the queue running at once on one node [default: no limit]
+        #[arg(long)]
+        node_concurrency: Option<i64>,
+        /// Starts per period, N/D (e.g. 100/1s) [default: no limit]
+        #[arg(long)]
+        rate: Option<String>,
+    },
+}
+
+fn time(us: i64) -> String {
+    if us == 0 {
+        String::new()
+    } else {
+        crate::output::rfc3339(us)
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn info_json(w: &proto::WorkflowInfo) -> serde_json::Value {
+    serde_json::json!({
+        "workflow_id": w.workflow_id, "name": w.name, "app_version": w.app_version,
+        "status": w.status, "queue": w.queue, "priority": w.priority,
+        "input": text(&w.input),
+        "output": w.has_output.then(|| text(&w.output)),
+        "error": (!w.error.is_empty()).then_some(&w.error),
+        "executor": w.executor, "node_id": w.node_id, "attempts": w.attempts,
+        "user": w.user, "forked_from": w.forked_from,
+        "created": time(w.created_us), "started": time(w.started_us),
+        "ended": time(w.ended_us),
+        "created_us": w.created_us, "started_us": w.started_us, "ended_us": w.ended_us,
+    })
+}
+
+fn info_text(w: &proto::WorkflowInfo) -> String {
+    let mut s = format!(
+        "workflow {} ({} {}): {}",
+        w.workflow_id, w.name, w.app_version, w.status
+    );
+    if !w.queue.is_empty() {
+        s.push_str(&format!(", queue {}", w.queue));
+    }
+    if !w.executor.is_empty() && w.status == "pending" {
+        s.push_str(&format!(", run by {} on {}", w.executor, w.node_id));
+    }
+    if w.has_output {
+        s.push_str(&format!("\noutput: {}", text(&w.output)));
+    }
+    if !w.error.is_empty() {
+        s.push_str(&format!("\nerror: {}", w.error));
+    }
+    s
+}
+
+/// `N/D` as (N, D in ms).
+fn parse_rate(s: &str) -> anyhow::Result<(i64, i64)> {
+    let (n, d) = s
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("--rate {s:?}: expected N/D, e.g. 100/1s"))?;
+    let n: i64 = n
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--rate {s:?}: {n:?} is not a number"))?;
+    let ms = crate::tokens::parse_ttl(d)?;
+    Ok((n, i64::try_from(ms)?))
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let realm = args.realm.realm;
+    crate::runtime()?.block_on(async {
+        let c = args.node.connect().await?;
+        let mut rpc = c.workflows_rpc();
+        match args.command {
+            Command::List {
+                status,
+                name,
+                queue,
+                app_version,
+                since,
+                limit,
+            } => {
+                let since_us = match since {
+                    Some(d) => {
+                        tabos_store::now_us()
+                            - i64::try_from(crate::tokens::parse_ttl(&d)?)? * 1_000
+                    }
+                    None => 0,
+                };
+                let list = rpc
+                    .list(proto::ListWorkflowsRequest {
+                        realm,
+                        status: status.unwrap_or_default(),
+                        name: name.unwrap_or_default(),
+                        queue: queue.unwrap_or_default(),
+                        app_version: app_version.unwrap_or_default(),
+                        since_us,
+                        limit,
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?
+                    .into_inner()
+                    .workflows;
+                if crate::output::json() {
+                    let v: Vec<_> = list.iter().map(info_json).collect();
+                    println!("{}", serde_json::Value::Array(v));
+                } else {
+                    let cols: Vec<String> = [
+                        "workflow", "function", "version", "status", "queue", "executor",
+                        "attempts", "created",
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    let rows: Vec<Vec<String>> = list
+                        .iter()
+                        .map(|w| {
+                            vec![
+                                w.workflow_id.clone(),
+                                w.name.clone(),
+                                w.app_version.clone(),
+                                w.status.clone(),
+                                w.queue.clone(),
+                                w.executor.clone(),
+                                w.attempts.to_string(),
+                                time(w.created_us),
+                            ]
+                        })
+                        .collect();
+                    print!("{}", crate::output::table(&cols, &rows));
+                }
+            }
+            Command::Show { id } => {
+                let d = rpc
+                    .show(proto::WorkflowRequest {
+                        realm,
+                        workflow_id: id,
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?
+                    .into_inner();
+                let w = d.workflow.unwrap_or_default();
+                if crate::output::json() {
+                    let mut v = info_json(&w);
+                    v["steps"] = d
+                        .steps
+                        .iter()
+                        .map(|s| {
+                            serde_json::json!({
+                                "step": s.step, "name": s.name, "kind": s.kind,
+                                "status": s.status, "output": text(&s.output),
+                                "error": (!s.error.is_empty()).then_some(&s.error),
+                                "attempts": s.attempts,
+                                "started": time(s.started_us), "ended": time(s.ended_us),
+                            })
+                        })
+                        .collect();
+                    println!("{v}");
+                } else {
+                    println!("{}", info_text(&w));
+                    let cols: Vec<String> =
+                        ["step", "name", "kind", "status", "attempts", "output"]
+                            .iter()
+                            .map(|s| s.to_string())
+                            .collect();
+                    let rows: Vec<Vec<String>> = d
+                        .steps
+                        .iter()
+                        .map(|s| {
+                            let out = if s.error.is_empty() {
+                                text(&s.output)
+                            } else {
+                                s.error.clone()
+                            };
+                            vec![
+                                s.step.to_string(),
+                                s.name.clone(),
+                                s.kind.clone(),
+                                s.status.clone(),
+                                s.attempts.to_string(),
+                                out.chars().take(60).collect(),
+                            ]
+                        })
+                        .collect();
+                    print!("{}", crate::output::table(&cols, &rows));
+                }
+            }
+            Command::Wait { id, timeout } => {
+                let until = tokio::time::Instant::now()
+                    + Duration::from_millis(crate::tokens::parse_ttl(&timeout)?);
+                let w = loop {
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
+                    let w = rpc
+                        .wait(proto::WaitWorkflowRequest {
+                            realm: realm.clone(),
+                            workflow_id: id.clone(),
+                            timeout_ms: left.min(Duration::from_secs(30)).as_millis() as u32,
+                        })
+                        .await
+                        .map_err(tabos_client::Error::Status)?
+                        .into_inner();
+                    let done = matches!(w.status.as_str(), "success" | "error" | "cancelled");
+                    if done || left.is_zero() {
+                        break w;
+                    }
+                };
+                crate::output::emit(|| info_text(&w), || info_json(&w));
+                if w.status != "success" {
+                    anyhow::bail!("workflow {} is {}", w.workflow_id, w.status);
+                }
+            }
+            Command::Cancel { id } => {
+                let w = rpc
+                    .cancel(proto::WorkflowRequest {
+                        realm,
+                        workflow_id: id,
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?
+                    .into_inner();
+                crate::output::emit(|| info_text(&w), || info_json(&w));
+            }
+            Command::Resume { id, app_version } => {
+                let w = rpc
+                    .resume(proto::ResumeWorkflowRequest {
+                        realm,
+                        workflow_id: id,
+                        app_version: app_version.unwrap_or_default(),
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?
+                    .into_inner();
+                crate::output::emit(|| info_text(&w), || info_json(&w));
+            }
+            Command::Fork {
+                id,
+                from_step,
+                new_id,
+                app_version,
+            } => {
+                let w = rpc
+                    .fork(proto::ForkWorkflowRequest {
+                        realm,
+                        workflow_id: id,
+                        new_id: new_id.unwrap_or_default(),
+                        from_step,
+                        app_version: app_version.unwrap_or_default(),
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?
+                    .into_inner();
+                crate::output::emit(|| info_text(&w), || info_json(&w));
+            }
+            Command::Retarget { from, to } => {
+                let r = rpc
+                    .retarget(proto::RetargetRequest {
+                        realm,
+                        from_version: from.clone(),
+                        to_version: to.clone(),
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?
+                    .into_inner();
+                crate::output::emit(
+                    || format!("{} workflows moved from version {from} to {to}", r.moved),
+                    || serde_json::json!({"moved": r.moved, "from": from, "to": to}),
+                );
+            }
+            Command::Send { id, topic, data } => {
+                let payload = match data {
+                    Some(d) => d.into_bytes(),
+                    None => {
+                        use std::io::Read;
+                        let mut b = Vec::new();
+                        std::io::stdin()
+                            .take(tabos_kernel::workflows::VALUE_BYTES_MAX as u64 + 1)
+                            .read_to_end(&mut b)?;
+                        b
+                    }
+                };
+                rpc.send(proto::WorkflowSendRequest {
+                    realm,
+                    to: id.clone(),
+                    topic: topic.clone(),
+                    payload,
+                    ..Default::default()
+                })
+                .await
+                .map_err(tabos_client::Error::Status)?;
+                crate::output::emit(
+                    || format!("sent to workflow {id} on {topic}"),
+                    || serde_json::json!({"workflow_id": id, "topic": topic}),
+                );
+            }
+            Command::Queue { command } => match command {
+                QueueCommand::Ls => {
+                    let qs = rpc
+                        .list_queues(proto::ListQueuesRequest { realm })
+                        .await
+                        .map_err(tabos_client::Error::Status)?
+                        .into_inner()
+                        .queues;
+                    queues_out(&qs);
+                }
+                QueueCommand::Set {
+                    queue,
+                    concurrency,
+                    node_concurrency,
+                    rate,
+                } => {
+                    for (flag, v) in [
+                        ("--concurrency", concurrency),
+                        ("--node-concurrency", node_concurrency),
+                    ] {
+                        if let Some(n) = v.filter(|&n| n < 1) {
+                            anyhow::bail!(
+                                "{flag} is at least 1, not {n} (leave it out for no limit)"
+                            );
+                        }
+                    }
+                    let (rate_limit, rate_period_ms) = rate
+                        .as_deref()
+                        .map(parse_rate)
+                        .transpose()?
+                        .unwrap_or((0, 0));
+                    if rate.is_some() && rate_limit < 1 {
+                        anyhow::bail!("--rate N/D: N is at least 1");
+                    }
+                    let q = rpc
+                        .set_queue(proto::SetQueueRequest {
+                            realm,
+                            queue,
+                            concurrency: concurrency.unwrap_or(0),
+                            node_concurrency: node_concurrency.unwrap_or(0),
+                            rate_limit,
+                            rate_period_ms,
+                        })
+                        .await
+                        .map_err(tabos_client::Error::Status)?
+                        .into_inner();
+                    queues_out(&[q]);
+                }
+            },
+        }
+        Ok(())
+    })
+}
+
+fn queues_out(qs: &[proto::QueueInfo]) {
+    let none = |n: i64| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            n.to_string()
+        }
+    };
+    if crate::output::json() {
+        let v: Vec<_> = qs
+            .iter()
+            .map(|q| {
+                serde_json::json!({
+                    "queue": q.queue,
+                    "concurrency": (q.concurrency != 0).then_some(q.concurrency),
+                    "node_concurrency": (q.node_concurrency != 0).then_some(q.node_concurrency),
+                    "rate_limit": (q.rate_limit != 0).then_some(q.rate_limit),
+                    "rate_period_ms": (q.rate_period_ms != 0).then_some(q.rate_period_ms),
+                    "enqueued": q.enqueued, "pending": q.pending,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+        return;
+    }
+    let cols: Vec<String> = [
+        "queue",
+        "concurrency",
+        "per node",
+        "rate",
+        "enqueued",
+        "pending",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let rows: Vec<Vec<String>> = qs
+        .iter()
+        .map(|q| {
+            vec![
+                q.queue.clone(),
+                none(q.concurrency),
+                none(q.node_concurrency),
+                if q.rate_limit == 0 {
+                    "-".into()
+                } else {
+                    format!("{}/{}ms", q.rate_limit, q.rate_period_ms)
+                },
+                q.enqueued.to_string(),
+                q.pending.to_string(),
+            ]
+        })
+        .collect();
+    print!("{}", crate::output::table(&cols, &rows));
+}

@@ -1,0 +1,929 @@
+//! Durable workflows from Rust (issue 22): functions whose every step is
+//! recorded in the node's database, so that after a crash — of this
+//! process, of a node, of the database — they go on from their last
+//! completed step and no completed step runs again.
+//!
+//! ```no_run
+//! # async fn demo(client: tabos_client::Client) -> Result<(), tabos_client::workflows::WfError> {
+//! use tabos_client::workflows::{Executor, ExecutorOptions, Registry};
+//! let mut registry = Registry::new();
+//! registry.register("order", |ctx, input| async move {
+//!     // Exactly once: the procedure and the step's record are one transaction.
+//!     let n = ctx.procedure("reserve", input.clone()).await?;
+//!     // At least once, with a key for effects outside tabos.
+//!     ctx.step("email", |step| async move { Ok(step.key.into_bytes()) }).await?;
+//!     ctx.sleep(std::time::Duration::from_secs(1)).await?;
+//!     Ok(n)
+//! });
+//! let exec = Executor::start(client, "", "v1", registry, ExecutorOptions::default()).await?;
+//! let id = exec.run("order", Some("order-17"), b"{}".to_vec()).await?;
+//! let done = exec.result(&id, std::time::Duration::from_secs(60)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! An [`Executor`] is one process's registration: its application version,
+//! the functions it can run ([`Registry`]) and a lease it renews. Its
+//! workflows are run as Tokio tasks here; if it dies, its lease lapses and
+//! another executor of the same version takes them over. Every call the
+//! workflow makes is retried while the node cannot be reached (for
+//! [`ExecutorOptions::retry_window`]), which is safe because each is
+//! idempotent: a step is known by its number, a start by its workflow id.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::{BuildHasher, Hasher};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::Code;
+
+use crate::proto::{self, workflows_client::WorkflowsClient};
+use crate::{Client, Error, Transport};
+
+/// How long a call is retried while the node cannot be reached, unless the
+/// options say otherwise.
+pub const RETRY_WINDOW: Duration = Duration::from_secs(120);
+/// Longest one wait the node is asked for (it caps waits at a minute).
+const WAIT_CHUNK: Duration = Duration::from_secs(30);
+
+/// How a workflow's call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WfError {
+    /// The workflow is not this executor's to run any more: cancelled,
+    /// finished, or taken over by another executor after this one's lease
+    /// lapsed. Its function should return; nothing more is recorded.
+    #[error("stopped: {0}")]
+    Stopped(String),
+    /// A step failed past its retries (recorded), or the function failed:
+    /// the workflow's error.
+    #[error("{0}")]
+    Failed(String),
+    /// The node refused the call, or could not be reached within the
+    /// retry window.
+    #[error(transparent)]
+    Api(#[from] Error),
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+type WorkflowFn = Arc<dyn Fn(Ctx, Vec<u8>) -> BoxFuture<Result<Vec<u8>, WfError>> + Send + Sync>;
+
+/// The workflow functions an executor can run, by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    fns: HashMap<String, WorkflowFn>,
+}
+
+impl Registry {
+    pub fn new() -> Registry {
+        Registry::default()
+    }
+
+    /// Registers `f` as workflow function `name`. It must take the same
+    /// steps in the same order each time it runs with the same input (its
+    /// steps are replayed by number).
+    pub fn register<F, Fut>(&mut self, name: &str, f: F)
+    where
+        F: Fn(Ctx, Vec<u8>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<u8>, WfError>> + Send + 'static,
+    {
+        self.fns
+            .insert(name.to_string(), Arc::new(move |c, i| Box::pin(f(c, i))));
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.fns.keys().cloned().collect();
+        v.sort();
+        v
+    }
+}
+
+/// How an executor runs.
+#[derive(Debug, Clone)]
+pub struct ExecutorOptions {
+    /// Its lease: renewed every third of it; when it lapses, others take
+    /// its workflows over.
+    pub lease: Duration,
+    /// How long a call is retried while the node cannot be reached.
+    pub retry_window: Duration,
+}
+
+impl Default for ExecutorOptions {
+    fn default() -> ExecutorOptions {
+        ExecutorOptions {
+            lease: Duration::from_secs(10),
+            retry_window: RETRY_WINDOW,
+        }
+    }
+}
+
+/// Whether a failed call may be sent again: the node was not reached, or
+/// went away mid-call (every workflow call is idempotent).
+fn transient(e: &Error) -> bool {
+    match e {
+        Error::Connect { .. } => true,
+        Error::Status(s) => {
+            matches!(
+                s.code(),
+                Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted
+            ) || (s.code() == Code::Internal && s.message().contains("transport"))
+        }
+        _ => false,
+    }
+}
+
+struct Inner {
+    client: Client,
+    realm: String,
+    app_version: String,
+    id: String,
+    lease_ms: u64,
+    retry_window: Duration,
+    registry: Registry,
+    running: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    ids: AtomicU64,
+}
+
+impl Inner {
+    fn rpc(&self) -> WorkflowsClient<Transport> {
+        self.client.workflows_rpc()
+    }
+
+    /// Runs `call` until it succeeds, fails for good, or the node stays
+    /// unreachable past the retry window.
+    async fn retry<T, F, Fut>(&self, mut call: F) -> Result<T, Error>
+    where
+        F: FnMut(WorkflowsClient<Transport>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let until = Instant::now() + self.retry_window;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match call(self.rpc()).await {
+                Ok(r) => return Ok(r.into_inner()),
+                Err(s) => {
+                    let e = Error::Status(s);
+                    if !transient(&e) || Instant::now() + pause > until {
+                        return Err(e);
+                    }
+                }
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    /// A new workflow id, unique with overwhelming likelihood: the hash of
+    /// this process's random state, the time and a counter.
+    fn new_id(&self) -> String {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(self.ids.fetch_add(1, Ordering::Relaxed));
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write(self.id.as_bytes());
+        format!("w{:016x}", h.finish())
+    }
+}
+
+/// A step or a workflow's failure as the node records it.
+fn outcome(r: Result<Vec<u8>, String>) -> proto::StepOutcome {
+    match r {
+        Ok(output) => proto::StepOutcome {
+            status: "success".into(),
+            output,
+            ..Default::default()
+        },
+        Err(error) => proto::StepOutcome {
+            status: "error".into(),
+            error,
+            ..Default::default()
+        },
+    }
+}
+
+/// What a recorded outcome means to the function.
+fn result_of(o: proto::StepOutcome) -> Result<Vec<u8>, WfError> {
+    if o.status == "success" {
+        Ok(o.output)
+    } else {
+        Err(WfError::Failed(o.error))
+    }
+}
+
+/// A workflow call's error: a refusal because the workflow is not ours to
+/// run any more stops it.
+fn stop_or_api(e: Error) -> WfError {
+    match e.code() {
+        Some(Code::FailedPrecondition) => WfError::Stopped(
+            e.to_string()
+                .trim_start_matches("FAILED_PRECONDITION: ")
+                .to_string(),
+        ),
+        _ => WfError::Api(e),
+    }
+}
+
+/// One process's executor.
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+impl Executor {
+    /// Registers an executor of `app_version` in `realm` (empty: the
+    /// credential's) that runs `registry`'s functions, and keeps its lease.
+    pub async fn start(
+        client: Client,
+        realm: &str,
+        app_version: &str,
+        registry: Registry,
+        options: ExecutorOptions,
+    ) -> Result<Executor, WfError> {
+        let lease_ms = options.lease.as_millis() as u64;
+        let mut rpc = client.workflows_rpc();
+        let info = rpc
+            .register_executor(proto::RegisterExecutorRequest {
+                realm: realm.into(),
+                app_version: app_version.into(),
+                functions: registry.names(),
+                lease_ms,
+            })
+            .await
+            .map_err(Error::Status)?
+            .into_inner();
+        let (stop, _) = tokio::sync::watch::channel(false);
+        let inner = Arc::new(Inner {
+            client,
+            realm: realm.into(),
+            app_version: app_version.into(),
+            id: info.executor,
+            lease_ms,
+            retry_window: options.retry_window,
+            registry,
+            running: Mutex::new(HashMap::new()),
+            stop,
+            ids: AtomicU64::new(0),
+        });
+        tokio::spawn(keep_lease(Arc::downgrade(&inner), inner.stop.subscribe()));
+        Ok(Executor { inner })
+    }
+
+    /// This executor's id.
+    pub fn id(&self) -> &str {
+        &self.inner.id
+    }
+
+    /// Starts workflow `name` with `input` as `id` (none: a new id) and runs
+    /// it here. A second start of an id returns it without running it
+    /// again. Returns the workflow's id.
+    pub async fn run(
+        &self,
+        name: &str,
+        id: Option<&str>,
+        input: Vec<u8>,
+    ) -> Result<String, WfError> {
+        let f = self.function(name)?;
+        let id = id.map_or_else(|| self.inner.new_id(), String::from);
+        let req = proto::StartWorkflowRequest {
+            realm: self.inner.realm.clone(),
+            workflow_id: id.clone(),
+            name: name.into(),
+            app_version: self.inner.app_version.clone(),
+            input: input.clone(),
+            executor: self.inner.id.clone(),
+            ..Default::default()
+        };
+        let started = self
+            .inner
+            .retry(|mut c| {
+                let req = req.clone();
+                async move { c.start(req).await }
+            })
+            .await?;
+        let w = started.workflow.unwrap_or_default();
+        // Ours to run: new, or started by an attempt whose answer was lost.
+        if w.status == "pending" && w.executor == self.inner.id {
+            self.spawn(id.clone(), f, w.input);
+        }
+        Ok(id)
+    }
+
+    /// Enqueues workflow `name` in `queue` (an executor that serves the
+    /// queue runs it). Returns its id.
+    pub async fn enqueue(
+        &self,
+        queue: &str,
+        name: &str,
+        id: Option<&str>,
+        input: Vec<u8>,
+        priority: i64,
+    ) -> Result<String, WfError> {
+        let id = id.map_or_else(|| self.inner.new_id(), String::from);
+        let req = proto::StartWorkflowRequest {
+            realm: self.inner.realm.clone(),
+            workflow_id: id.clone(),
+            name: name.into(),
+            app_version: self.inner.app_version.clone(),
+            input,
+            queue: queue.into(),
+            priority,
+            ..Default::default()
+        };
+        self.inner
+            .retry(|mut c| {
+                let req = req.clone();
+                async move { c.start(req).await }
+            })
+            .await?;
+        Ok(id)
+    }
+
+    /// Waits up to `timeout` for workflow `id` to finish; its row then (a
+    /// status that is not final when the time ran out).
+    pub async fn result(
+        &self,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<proto::WorkflowInfo, WfError> {
+        let until = Instant::now() + timeout;
+        loop {
+            let left = until
+                .saturating_duration_since(Instant::now())
+                .min(WAIT_CHUNK);
+            let req = proto::WaitWorkflowRequest {
+                realm: self.inner.realm.clone(),
+                workflow_id: id.into(),
+                timeout_ms: left.as_millis() as u32,
+            };
+            let w = self
+                .inner
+                .retry(|mut c| {
+                    let req = req.clone();
+                    async move { c.wait(req).await }
+                })
+                .await?;
+            let done = matches!(w.status.as_str(), "success" | "error" | "cancelled");
+            if done || Instant::now() >= until {
+                return Ok(w);
+            }
+        }
+    }
+
+    /// Takes over orphaned workflows of this version (in no queue) and runs
+    /// them here; how many.
+    pub async fn recover(&self) -> Result<usize, WfError> {
+        let c = self.claim("Recover", "", 0).await?;
+        let n = c.claims.len();
+        self.run_claims(c);
+        Ok(n)
+    }
+
+    async fn claim(
+        &self,
+        rpc: &str,
+        queue: &str,
+        wait: u32,
+    ) -> Result<proto::ClaimResponse, WfError> {
+        let req = proto::ClaimRequest {
+            realm: self.inner.realm.clone(),
+            executor: self.inner.id.clone(),
+            queue: queue.into(),
+            max: workflows_max(),
+            wait_ms: wait,
+        };
+        let dequeue = rpc == "Dequeue";
+        Ok(self
+            .inner
+            .retry(|mut c| {
+                let req = req.clone();
+                async move {
+                    if dequeue {
+                        c.dequeue(req).await
+                    } else {
+                        c.recover(req).await
+                    }
+                }
+            })
+            .await?)
+    }
+
+    fn run_claims(&self, c: proto::ClaimResponse) {
+        for claim in c.claims {
+            match self.function(&claim.name) {
+                Ok(f) => self.spawn(claim.workflow_id, f, claim.input),
+                // The node hands out only registered functions.
+                Err(e) => eprintln!("workflow {}: {e}", claim.workflow_id),
+            }
+        }
+    }
+
+    /// Serves `queue` until [`Executor::shutdown`]: dequeues what the
+    /// queue's limits allow (waiting on the node, which wakes on the change
+    /// feed) and runs it here, with also the orphans of no queue.
+    pub fn serve(&self, queue: &str) -> tokio::task::JoinHandle<()> {
+        let (me, queue) = (self.clone(), queue.to_string());
+        let mut stop = self.inner.stop.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let got = tokio::select! {
+                    r = me.claim("Dequeue", &queue, WAIT_CHUNK.as_millis() as u32) => r,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                match got {
+                    Ok(c) => me.run_claims(c),
+                    Err(e) => {
+                        eprintln!("executor {}: dequeue {queue}: {e}", me.inner.id);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        })
+    }
+
+    /// Serves the orphans of no queue until [`Executor::shutdown`] (the
+    /// node wakes the wait when one appears or a lease lapses).
+    pub fn serve_recovery(&self) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        let mut stop = self.inner.stop.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let got = tokio::select! {
+                    r = me.claim("Recover", "", WAIT_CHUNK.as_millis() as u32) => r,
+                    _ = stop.wait_for(|s| *s) => return,
+                };
+                match got {
+                    Ok(c) => me.run_claims(c),
+                    Err(e) => {
+                        eprintln!("executor {}: recover: {e}", me.inner.id);
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        })
+    }
+
+    /// Workflows running here now.
+    pub fn running(&self) -> usize {
+        let mut r = self.inner.running.lock().unwrap_or_else(|e| e.into_inner());
+        r.retain(|_, t| !t.is_finished());
+        r.len()
+    }
+
+    /// Stops: the workflows running here are dropped where they are and
+    /// handed to other executors at once.
+    pub async fn shutdown(self) -> Result<(), WfError> {
+        let _ = self.inner.stop.send(true);
+        for (_, t) in self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+        {
+            t.abort();
+        }
+        let req = proto::ExecutorRequest {
+            realm: self.inner.realm.clone(),
+            executor: self.inner.id.clone(),
+            lease_ms: 0,
+        };
+        self.inner
+            .retry(|mut c| {
+                let req = req.clone();
+                async move { c.leave_executor(req).await }
+            })
+            .await?;
+        Ok(())
+    }
+
+    fn function(&self, name: &str) -> Result<WorkflowFn, WfError> {
+        self.inner.registry.fns.get(name).cloned().ok_or_else(|| {
+            WfError::Failed(format!(
+                "no workflow function {name:?} is registered with this executor"
+            ))
+        })
+    }
+
+    fn spawn(&self, id: String, f: WorkflowFn, input: Vec<u8>) {
+        let ctx = Ctx {
+            inner: self.inner.clone(),
+            workflow_id: id.clone(),
+            next_step: Arc::new(AtomicI64::new(1)),
+        };
+        let inner = self.inner.clone();
+        let wid = id.clone();
+        let task = tokio::spawn(async move {
+            let out = match f(ctx, input).await {
+                Ok(o) => Ok(o),
+                Err(WfError::Stopped(_)) => return,
+                Err(e) => Err(e.to_string()),
+            };
+            let req = proto::FinishWorkflowRequest {
+                realm: inner.realm.clone(),
+                executor: inner.id.clone(),
+                workflow_id: wid.clone(),
+                outcome: Some(outcome(out)),
+            };
+            let finished = inner
+                .retry(|mut c| {
+                    let req = req.clone();
+                    async move { c.finish(req).await }
+                })
+                .await;
+            if let Err(e) = finished {
+                if e.code() != Some(Code::FailedPrecondition) {
+                    eprintln!("workflow {wid}: cannot record its end: {e}");
+                }
+            }
+        });
+        let mut r = self.inner.running.lock().unwrap_or_else(|e| e.into_inner());
+        r.retain(|_, t| !t.is_finished());
+        r.insert(id, task);
+    }
+}
+
+/// Most workflows one claim asks for.
+fn workflows_max() -> u32 {
+    64
+}
+
+/// Renews the executor's lease every third of it, until it stops (or is
+/// dropped).
+async fn keep_lease(inner: std::sync::Weak<Inner>, mut stop: tokio::sync::watch::Receiver<bool>) {
+    loop {
+        let every = match inner.upgrade() {
+            Some(i) => Duration::from_millis(i.lease_ms / 3),
+            None => return,
+        };
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let Some(i) = inner.upgrade() else { return };
+        let req = proto::ExecutorRequest {
+            realm: i.realm.clone(),
+            executor: i.id.clone(),
+            lease_ms: i.lease_ms,
+        };
+        if let Err(e) = i.rpc().renew_executor(req).await {
+            // Unreachable now: the workflows' calls retry by themselves,
+            // and the next renewal may get through.
+            let e = Error::Status(e);
+            if !transient(&e) {
+                eprintln!("executor {}: cannot renew its lease: {e}", i.id);
+            }
+        }
+    }
+}
+
+/// What a function step is told.
+#[derive(Debug, Clone)]
+pub struct StepInfo {
+    /// `<workflow>/<step>`: an idempotency key for effects outside tabos
+    /// (a step may run again if its executor dies before recording it).
+    pub key: String,
+    /// 1 for the first attempt.
+    pub attempt: i64,
+}
+
+/// How a function step is retried.
+#[derive(Debug, Clone, Copy)]
+pub struct Retry {
+    /// Attempts in all (1: no retry).
+    pub attempts: i64,
+    /// Pause before the second attempt, doubled after each.
+    pub backoff: Duration,
+}
+
+impl Default for Retry {
+    fn default() -> Retry {
+        Retry {
+            attempts: 1,
+            backoff: Duration::from_millis(100),
+        }
+    }
+}
+
+/// A running workflow's handle on its steps.
+#[derive(Clone)]
+pub struct Ctx {
+    inner: Arc<Inner>,
+    workflow_id: String,
+    next_step: Arc<AtomicI64>,
+}
+
+impl Ctx {
+    pub fn workflow_id(&self) -> &str {
+        &self.workflow_id
+    }
+
+    fn next(&self) -> i64 {
+        self.next_step.fetch_add(1, Ordering::Relaxed)
+    }
+
+    async fn call<T, F, Fut>(&self, call: F) -> Result<T, WfError>
+    where
+        F: FnMut(WorkflowsClient<Transport>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.inner.retry(call).await.map_err(stop_or_api)
+    }
+
+    /// Runs `f` as a step (once, without retry).
+    pub async fn step<F, Fut>(&self, name: &str, f: F) -> Result<Vec<u8>, WfError>
+    where
+        F: FnMut(StepInfo) -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, String>>,
+    {
+        self.step_with(name, Retry::default(), f).await
+    }
+
+    /// Runs `f` as a step, retried per `retry`; past its attempts the step
+    /// fails with its last error, recorded.
+    pub async fn step_with<F, Fut>(
+        &self,
+        name: &str,
+        retry: Retry,
+        mut f: F,
+    ) -> Result<Vec<u8>, WfError>
+    where
+        F: FnMut(StepInfo) -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, String>>,
+    {
+        let step = self.next();
+        let mut pause = retry.backoff;
+        loop {
+            let req = proto::StepBeginRequest {
+                realm: self.inner.realm.clone(),
+                executor: self.inner.id.clone(),
+                workflow_id: self.workflow_id.clone(),
+                step,
+                name: name.into(),
+                kind: "function".into(),
+            };
+            let begun = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.step_begin(req).await }
+                })
+                .await?;
+            if let Some(done) = begun.done {
+                return result_of(done);
+            }
+            let r = f(StepInfo {
+                key: format!("{}/{step}", self.workflow_id),
+                attempt: begun.attempt,
+            })
+            .await;
+            let last = r.is_ok() || begun.attempt >= retry.attempts.max(1);
+            let req = proto::StepEndRequest {
+                realm: self.inner.realm.clone(),
+                executor: self.inner.id.clone(),
+                workflow_id: self.workflow_id.clone(),
+                step,
+                outcome: Some(outcome(r)),
+                last,
+            };
+            let got = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.step_end(req).await }
+                })
+                .await?;
+            if last {
+                return result_of(got);
+            }
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+
+    /// Calls stored procedure `name` as a step: its effects and the step's
+    /// record commit together, so it runs exactly once.
+    pub async fn procedure(&self, name: &str, args: Vec<u8>) -> Result<Vec<u8>, WfError> {
+        self.procedure_with(name, args, Retry::default()).await
+    }
+
+    /// [`Ctx::procedure`], retried per `retry` (a failed call changed
+    /// nothing).
+    pub async fn procedure_with(
+        &self,
+        name: &str,
+        args: Vec<u8>,
+        retry: Retry,
+    ) -> Result<Vec<u8>, WfError> {
+        let step = self.next();
+        let mut pause = retry.backoff;
+        let mut attempt = 1;
+        loop {
+            let last = attempt >= retry.attempts.max(1);
+            let req = proto::StepProcedureRequest {
+                realm: self.inner.realm.clone(),
+                executor: self.inner.id.clone(),
+                workflow_id: self.workflow_id.clone(),
+                step,
+                procedure: name.into(),
+                args: args.clone(),
+                last,
+            };
+            let o = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.step_procedure(req).await }
+                })
+                .await?;
+            if o.status == "success" || last || o.recorded {
+                return result_of(o);
+            }
+            attempt += 1;
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        }
+    }
+
+    /// Sleeps `d`, durably: the wake-up time is recorded, so after a crash
+    /// the workflow sleeps only what is left.
+    pub async fn sleep(&self, d: Duration) -> Result<(), WfError> {
+        let req = proto::SleepRequest {
+            realm: self.inner.realm.clone(),
+            executor: self.inner.id.clone(),
+            workflow_id: self.workflow_id.clone(),
+            step: self.next(),
+            duration_ms: d.as_millis() as i64,
+        };
+        let r = self
+            .call(|mut c| {
+                let req = req.clone();
+                async move { c.sleep(req).await }
+            })
+            .await?;
+        let left = (r.wake_at_us - r.now_us).max(0) as u64;
+        tokio::time::sleep(Duration::from_micros(left)).await;
+        Ok(())
+    }
+
+    /// Sends `payload` on `topic` to workflow `to`, once.
+    pub async fn send(&self, to: &str, topic: &str, payload: Vec<u8>) -> Result<(), WfError> {
+        let req = proto::WorkflowSendRequest {
+            realm: self.inner.realm.clone(),
+            to: to.into(),
+            topic: topic.into(),
+            payload,
+            executor: self.inner.id.clone(),
+            workflow_id: self.workflow_id.clone(),
+            step: self.next(),
+        };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.send(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Receives the next message on `topic`, waiting up to `timeout`;
+    /// `None` if none came (that too is recorded: a re-run gets `None`).
+    pub async fn recv(&self, topic: &str, timeout: Duration) -> Result<Option<Vec<u8>>, WfError> {
+        let step = self.next();
+        let until = Instant::now() + timeout;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            let req = proto::WorkflowRecvRequest {
+                realm: self.inner.realm.clone(),
+                executor: self.inner.id.clone(),
+                workflow_id: self.workflow_id.clone(),
+                step,
+                topic: topic.into(),
+                timeout_ms: left.min(WAIT_CHUNK).as_millis() as u32,
+            };
+            let r = self
+                .call(|mut c| {
+                    let req = req.clone();
+                    async move { c.recv(req).await }
+                })
+                .await?;
+            // A wait the node cut short with time left: the step recorded
+            // "nothing" only if this was the last chunk.
+            if r.received || left <= WAIT_CHUNK {
+                return Ok(r.received.then_some(r.payload));
+            }
+        }
+    }
+
+    /// Publishes `value` under `key` for this workflow, once.
+    pub async fn set_event(&self, key: &str, value: Vec<u8>) -> Result<(), WfError> {
+        let req = proto::SetEventRequest {
+            realm: self.inner.realm.clone(),
+            executor: self.inner.id.clone(),
+            workflow_id: self.workflow_id.clone(),
+            step: self.next(),
+            key: key.into(),
+            value,
+        };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.set_event(req).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The event `key` of workflow `of`, waiting up to `timeout` for it,
+    /// as a step (a re-run gets what this run got).
+    pub async fn get_event(
+        &self,
+        of: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, WfError> {
+        let (of, key) = (of.to_string(), key.to_string());
+        let inner = self.inner.clone();
+        let got = self
+            .step(&format!("get_event.{key}"), |_| {
+                let (of, key, inner) = (of.clone(), key.clone(), inner.clone());
+                async move {
+                    let v = get_event(&inner, &of, &key, timeout)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    // Recorded as 0 (none) or 1 and the value.
+                    Ok(match v {
+                        Some(mut v) => {
+                            v.insert(0, 1);
+                            v
+                        }
+                        None => vec![0],
+                    })
+                }
+            })
+            .await?;
+        Ok(match got.split_first() {
+            Some((1, v)) => Some(v.to_vec()),
+            _ => None,
+        })
+    }
+}
+
+async fn get_event(
+    inner: &Inner,
+    of: &str,
+    key: &str,
+    timeout: Duration,
+) -> Result<Option<Vec<u8>>, Error> {
+    let until = Instant::now() + timeout;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let req = proto::GetEventRequest {
+            realm: inner.realm.clone(),
+            workflow_id: of.into(),
+            key: key.into(),
+            timeout_ms: left.min(WAIT_CHUNK).as_millis() as u32,
+        };
+        let r = inner
+            .retry(|mut c| {
+                let req = req.clone();
+                async move { c.get_event(req).await }
+            })
+            .await?;
+        if r.set {
+            return Ok(Some(r.value));
+        }
+        if left <= WAIT_CHUNK {
+            return Ok(None);
+        }
+    }
+}
+
+impl Executor {
+    /// The event `key` of workflow `of`, waiting up to `timeout`.
+    pub async fn get_event(
+        &self,
+        of: &str,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>, WfError> {
+        Ok(get_event(&self.inner, of, key, timeout).await?)
+    }
+
+    /// Sends `payload` on `topic` to workflow `to`, from outside any
+    /// workflow (not retried: it has no step to make it idempotent).
+    pub async fn send(&self, to: &str, topic: &str, payload: Vec<u8>) -> Result<(), WfError> {
+        self.inner
+            .rpc()
+            .send(proto::WorkflowSendRequest {
+                realm: self.inner.realm.clone(),
+                to: to.into(),
+                topic: topic.into(),
+                payload,
+                ..Default::default()
+            })
+            .await
+            .map_err(Error::Status)?;
+        Ok(())
+    }
+}
