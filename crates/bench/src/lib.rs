@@ -20,6 +20,7 @@ pub mod report;
 pub mod sched;
 pub mod store;
 pub mod venv;
+pub mod workflows;
 pub mod www;
 
 use std::path::Path;
@@ -73,8 +74,9 @@ pub fn run_suite_on(
         "elastic" => elastic::run(quick)?,
         "kv" => kv::run(quick)?,
         "www" => www::run(quick)?,
+        "workflows" => workflows::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www, workflows")
         }
     };
     let mut report = report;

@@ -22,7 +22,7 @@ struct Cli {
 #[derive(clap::Args)]
 struct SuiteArgs {
     /// Suite to run: store, sched, ipc, names, fs, procedures, mr, auth,
-    /// elastic, kv or www
+    /// elastic, kv, www or workflows
     suite: Option<String>,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]
@@ -38,7 +38,8 @@ struct SuiteArgs {
 
 #[derive(Subcommand)]
 enum Worker {
-    /// The procs a suite runs (bench-worker lc MAILBOX WORK_US)
+    /// The procs and processes a suite runs (bench-worker lc MAILBOX
+    /// WORK_US; bench-worker wf-pending ADDR TOKEN N)
     #[command(hide = true)]
     BenchWorker {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -51,8 +52,11 @@ fn main() -> std::process::ExitCode {
     if let Some(Worker::BenchWorker { args }) = cli.worker {
         let status = match args.split_first() {
             Some((w, rest)) if w == "lc" => tabos_bench::elastic::lc_server(rest),
+            Some((w, rest)) if w == "wf-pending" => tabos_bench::workflows::pending_worker(rest),
             _ => {
-                eprintln!("usage: tabos-bench bench-worker lc MAILBOX WORK_US");
+                eprintln!(
+                    "usage: tabos-bench bench-worker lc MAILBOX WORK_US | wf-pending ADDR TOKEN N"
+                );
                 2
             }
         };

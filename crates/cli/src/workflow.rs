@@ -1,4 +1,4 @@
-//! `tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue`:
+//! `tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue|schedule`:
 //! durable workflows seen and operated from the shell (the workflows
 //! themselves are code run by executors: `tabos_client::workflows`, or the
 //! Python SDK's `tabos.workflows`).
@@ -95,6 +95,37 @@ enum Command {
         #[command(subcommand)]
         command: QueueCommand,
     },
+    /// Cron schedules: tabos workflow schedule ls | set NAME --workflow F --cron EXPR --app-version V [--queue Q] | rm NAME
+    Schedule {
+        #[command(subcommand)]
+        command: ScheduleCommand,
+    },
+}
+
+#[derive(clap::Subcommand)]
+enum ScheduleCommand {
+    /// The realm's schedules and their next firings
+    #[command(alias = "list")]
+    Ls,
+    /// Create or replace a schedule: each firing enqueues the workflow once
+    /// (as sched-NAME-TIME, its input the firing time in µs)
+    Set {
+        name: String,
+        /// The workflow function to start
+        #[arg(long)]
+        workflow: String,
+        /// 5 fields (minute hour day month weekday) or 6 (a second first), UTC
+        #[arg(long)]
+        cron: String,
+        /// The application version whose executors run it
+        #[arg(long = "app-version")]
+        app_version: String,
+        /// The queue it is enqueued in [default: schedules]
+        #[arg(long, default_value = "")]
+        queue: String,
+    },
+    /// Remove a schedule
+    Rm { name: String },
 }
 
 #[derive(clap::Subcommand)]
@@ -402,6 +433,51 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     || serde_json::json!({"workflow_id": id, "topic": topic}),
                 );
             }
+            Command::Schedule { command } => match command {
+                ScheduleCommand::Ls => {
+                    let ss = rpc
+                        .list_schedules(proto::ListSchedulesRequest { realm })
+                        .await
+                        .map_err(tabos_client::Error::Status)?
+                        .into_inner()
+                        .schedules;
+                    schedules_out(&ss);
+                }
+                ScheduleCommand::Set {
+                    name,
+                    workflow,
+                    cron,
+                    app_version,
+                    queue,
+                } => {
+                    let s = rpc
+                        .set_schedule(proto::ScheduleInfo {
+                            realm,
+                            schedule: name,
+                            name: workflow,
+                            cron,
+                            app_version,
+                            queue,
+                            next_us: 0,
+                        })
+                        .await
+                        .map_err(tabos_client::Error::Status)?
+                        .into_inner();
+                    schedules_out(&[s]);
+                }
+                ScheduleCommand::Rm { name } => {
+                    rpc.remove_schedule(proto::RemoveScheduleRequest {
+                        realm,
+                        schedule: name.clone(),
+                    })
+                    .await
+                    .map_err(tabos_client::Error::Status)?;
+                    crate::output::emit(
+                        || format!("schedule {name} removed"),
+                        || serde_json::json!({"schedule": name, "removed": true}),
+                    );
+                }
+            },
             Command::Queue { command } => match command {
                 QueueCommand::Ls => {
                     let qs = rpc
@@ -506,6 +582,41 @@ fn queues_out(qs: &[proto::QueueInfo]) {
                 },
                 q.enqueued.to_string(),
                 q.pending.to_string(),
+            ]
+        })
+        .collect();
+    print!("{}", crate::output::table(&cols, &rows));
+}
+
+fn schedules_out(ss: &[proto::ScheduleInfo]) {
+    if crate::output::json() {
+        let v: Vec<_> = ss
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "schedule": s.schedule, "workflow": s.name, "cron": s.cron,
+                    "app_version": s.app_version, "queue": s.queue,
+                    "next": time(s.next_us), "next_us": s.next_us,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(v));
+        return;
+    }
+    let cols: Vec<String> = ["schedule", "workflow", "cron", "version", "queue", "next"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let rows: Vec<Vec<String>> = ss
+        .iter()
+        .map(|s| {
+            vec![
+                s.schedule.clone(),
+                s.name.clone(),
+                s.cron.clone(),
+                s.app_version.clone(),
+                s.queue.clone(),
+                time(s.next_us),
             ]
         })
         .collect();

@@ -3059,6 +3059,17 @@ fn test_registry() -> tabos_client::workflows::Registry {
         .await?;
         Ok(Vec::new())
     });
+    r.register("procs", |ctx, _| async move {
+        let native = |program: &str| tabos_client::proto::ProcDescriptor {
+            kind: "native".into(),
+            class: "LC".into(),
+            program: program.into(),
+            ..Default::default()
+        };
+        let ok = ctx.proc("true", native("/bin/true")).await?;
+        let failed = ctx.proc("false", native("/bin/false")).await;
+        Ok(format!("{ok} {}", failed.is_err()).into_bytes())
+    });
     r.register("waits", |ctx, _| async move {
         let got = ctx.recv("go", Duration::from_secs(60)).await?;
         ctx.step("after", |_| async { Ok(Vec::new()) }).await?;
@@ -3072,6 +3083,15 @@ fn executor_on(
     node: &Node,
     lease_ms: u64,
 ) -> tabos_client::workflows::Executor {
+    executor_with(rt, node, lease_ms, test_registry())
+}
+
+fn executor_with(
+    rt: &tokio::runtime::Runtime,
+    node: &Node,
+    lease_ms: u64,
+    registry: tabos_client::workflows::Registry,
+) -> tabos_client::workflows::Executor {
     use tabos_client::workflows::{Executor, ExecutorOptions};
     let (addr, token) = (node.addr.clone(), node.token.clone());
     rt.block_on(async {
@@ -3080,7 +3100,7 @@ fn executor_on(
             c,
             "",
             "v1",
-            test_registry(),
+            registry,
             ExecutorOptions {
                 lease: std::time::Duration::from_millis(lease_ms),
                 ..Default::default()
@@ -3171,11 +3191,60 @@ fn workflows_refuse_bad_input_and_record_what_happened() {
     use std::time::Duration;
     let node = Node::start(&["--pg-listen", "none", "--http-listen", "none"]);
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let exec = executor_on(&rt, &node, 2_000);
+    // Scheduled workflows say they ran.
+    let (ran_tx, mut ran) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut registry = test_registry();
+    registry.register("scheduled", move |ctx, input| {
+        let ran_tx = ran_tx.clone();
+        async move {
+            let _ = ran_tx.send(ctx.workflow_id().to_string());
+            Ok(input)
+        }
+    });
+    let exec = executor_with(&rt, &node, 2_000, registry);
     let _recovering = {
         let _g = rt.enter();
         exec.serve_recovery()
     };
+    let _scheduled = {
+        let _g = rt.enter();
+        exec.serve("schedules")
+    };
+    // A schedule every second: its firings are enqueued once each and run.
+    let o = node.tabos(&[
+        "workflow",
+        "schedule",
+        "set",
+        "every-second",
+        "--workflow",
+        "scheduled",
+        "--cron",
+        "* * * * * *",
+        "--app-version",
+        "v1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = rt.block_on(ran.recv()).unwrap();
+    let second = rt.block_on(ran.recv()).unwrap();
+    assert!(
+        first.starts_with("sched-every-second-") && first != second,
+        "{first} {second}"
+    );
+    let o = node.tabos(&["workflow", "schedule", "rm", "every-second"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "workflow",
+        "schedule",
+        "set",
+        "never",
+        "--workflow",
+        "scheduled",
+        "--cron",
+        "0 0 30 2 *",
+        "--app-version",
+        "v1",
+    ]);
+    assert!(stderr(&o).contains("never fires"), "{}", stderr(&o));
     let o = node.tabos(&["workflow", "show", "nope"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
@@ -3199,6 +3268,34 @@ fn workflows_refuse_bad_input_and_record_what_happened() {
     assert!(
         !o.status.success(),
         "wait exits non-zero for a failed workflow"
+    );
+
+    // Procs as steps: spawned once under the step's pid, waited for; one
+    // that exits non-zero fails its step (recorded).
+    let id = rt
+        .block_on(exec.run("procs", Some("p-1"), Vec::new()))
+        .unwrap();
+    let w = rt
+        .block_on(exec.result(&id, Duration::from_secs(60)))
+        .unwrap();
+    assert_eq!(
+        (w.status.as_str(), w.output.as_slice()),
+        ("success", &b"0 true"[..])
+    );
+    let o = node.tabos(&["workflow", "show", "p-1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["steps"][0]["kind"], "proc");
+    assert_eq!(v["steps"][0]["status"], "success");
+    assert_eq!(v["steps"][1]["status"], "error");
+    let o = node.tabos(&[
+        "sql",
+        "--json",
+        "SELECT pid, exit_status FROM proc WHERE pid LIKE 'p-1.s%' ORDER BY pid",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(
+        v["rows"],
+        serde_json::json!([{"pid": "p-1.s1", "exit_status": 0}, {"pid": "p-1.s2", "exit_status": 1}])
     );
 
     // Cancelled while it waits: it stops at its next step.
@@ -3257,11 +3354,12 @@ fn workflows_refuse_bad_input_and_record_what_happened() {
     let o = node.tabos(&[
         "sql",
         "--json",
-        "SELECT workflow_id, status FROM workflow ORDER BY workflow_id",
+        "SELECT workflow_id, status FROM workflow WHERE name <> 'scheduled' \
+         ORDER BY workflow_id",
     ]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
-    assert_eq!(v["rows"].as_array().unwrap().len(), 3, "{v}");
-    let o = node.tabos(&["workflow", "list", "--status", "success", "--json"]);
+    assert_eq!(v["rows"].as_array().unwrap().len(), 4, "{v}");
+    let o = node.tabos(&["workflow", "list", "--name", "waits", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2, "{v}");
     let o = node.tabos(&["workflow", "list", "--status", "done"]);

@@ -108,6 +108,11 @@ pub struct ExecutorOptions {
     pub lease: Duration,
     /// How long a call is retried while the node cannot be reached.
     pub retry_window: Duration,
+    /// This executor's id when it restarts (a process that keeps one
+    /// across restarts, as DBOS's executor id): the workflows it was
+    /// running are taken back at once, without waiting for its old lease.
+    /// `None`: a new executor.
+    pub id: Option<String>,
 }
 
 impl Default for ExecutorOptions {
@@ -115,6 +120,7 @@ impl Default for ExecutorOptions {
         ExecutorOptions {
             lease: Duration::from_secs(10),
             retry_window: RETRY_WINDOW,
+            id: None,
         }
     }
 }
@@ -253,6 +259,7 @@ impl Executor {
                 app_version: app_version.into(),
                 functions: registry.names(),
                 lease_ms,
+                executor: options.id.clone().unwrap_or_default(),
             })
             .await
             .map_err(Error::Status)?
@@ -307,9 +314,10 @@ impl Executor {
             })
             .await?;
         let w = started.workflow.unwrap_or_default();
-        // Ours to run: new, or started by an attempt whose answer was lost.
+        // Ours to run: new, or started by an attempt whose answer was lost
+        // (then it may have a history to replay).
         if w.status == "pending" && w.executor == self.inner.id {
-            self.spawn(id.clone(), f, w.input);
+            self.spawn(id.clone(), f, w.input, started.created);
         }
         Ok(id)
     }
@@ -416,7 +424,7 @@ impl Executor {
     fn run_claims(&self, c: proto::ClaimResponse) {
         for claim in c.claims {
             match self.function(&claim.name) {
-                Ok(f) => self.spawn(claim.workflow_id, f, claim.input),
+                Ok(f) => self.spawn(claim.workflow_id, f, claim.input, !claim.recovered),
                 // The node hands out only registered functions.
                 Err(e) => eprintln!("workflow {}: {e}", claim.workflow_id),
             }
@@ -510,11 +518,14 @@ impl Executor {
         })
     }
 
-    fn spawn(&self, id: String, f: WorkflowFn, input: Vec<u8>) {
+    /// Runs workflow `id` here; `fresh`: nothing of it is recorded, so its
+    /// steps need no check against records before they run.
+    fn spawn(&self, id: String, f: WorkflowFn, input: Vec<u8>, fresh: bool) {
         let ctx = Ctx {
             inner: self.inner.clone(),
             workflow_id: id.clone(),
             next_step: Arc::new(AtomicI64::new(1)),
+            fresh,
         };
         let inner = self.inner.clone();
         let wid = id.clone();
@@ -616,6 +627,10 @@ pub struct Ctx {
     inner: Arc<Inner>,
     workflow_id: String,
     next_step: Arc<AtomicI64>,
+    /// The workflow had no history when this run began: a function step
+    /// runs without asking for its record first (there is none), and is
+    /// recorded whole when it ends — one call per step, as DBOS's.
+    fresh: bool,
 }
 
 impl Ctx {
@@ -633,6 +648,65 @@ impl Ctx {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         self.inner.retry(call).await.map_err(stop_or_api)
+    }
+
+    /// Begins step `step` (`kind` function, proc or get_event): its
+    /// recorded outcome if it has one, else the attempt to make.
+    async fn begin(
+        &self,
+        step: i64,
+        name: &str,
+        kind: &str,
+    ) -> Result<proto::StepBeginResponse, WfError> {
+        let req = proto::StepBeginRequest {
+            realm: self.inner.realm.clone(),
+            executor: self.inner.id.clone(),
+            workflow_id: self.workflow_id.clone(),
+            step,
+            name: name.into(),
+            kind: kind.into(),
+        };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.step_begin(req).await }
+        })
+        .await
+    }
+
+    /// Records step `step`'s outcome `r` (`last`: its final one). In a
+    /// workflow with no history the step was not begun, and is recorded
+    /// whole: `kind`, `name` and the `attempts` it took.
+    async fn end(
+        &self,
+        step: i64,
+        r: Result<Vec<u8>, String>,
+        last: bool,
+        (name, kind, attempts): (&str, &str, i64),
+    ) -> Result<proto::StepOutcome, WfError> {
+        let req = proto::StepEndRequest {
+            realm: self.inner.realm.clone(),
+            executor: self.inner.id.clone(),
+            workflow_id: self.workflow_id.clone(),
+            step,
+            outcome: Some(outcome(r)),
+            last,
+            name: if self.fresh {
+                name.into()
+            } else {
+                String::new()
+            },
+            kind: if self.fresh {
+                kind.into()
+            } else {
+                String::new()
+            },
+            attempts,
+        };
+        self.call(|mut c| {
+            let req = req.clone();
+            async move { c.step_end(req).await }
+        })
+        .await
     }
 
     /// Runs `f` as a step (once, without retry).
@@ -658,21 +732,11 @@ impl Ctx {
     {
         let step = self.next();
         let mut pause = retry.backoff;
+        if self.fresh {
+            return self.fresh_step(step, name, retry, f).await;
+        }
         loop {
-            let req = proto::StepBeginRequest {
-                realm: self.inner.realm.clone(),
-                executor: self.inner.id.clone(),
-                workflow_id: self.workflow_id.clone(),
-                step,
-                name: name.into(),
-                kind: "function".into(),
-            };
-            let begun = self
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.step_begin(req).await }
-                })
-                .await?;
+            let begun = self.begin(step, name, "function").await?;
             if let Some(done) = begun.done {
                 return result_of(done);
             }
@@ -682,19 +746,8 @@ impl Ctx {
             })
             .await;
             let last = r.is_ok() || begun.attempt >= retry.attempts.max(1);
-            let req = proto::StepEndRequest {
-                realm: self.inner.realm.clone(),
-                executor: self.inner.id.clone(),
-                workflow_id: self.workflow_id.clone(),
-                step,
-                outcome: Some(outcome(r)),
-                last,
-            };
             let got = self
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.step_end(req).await }
-                })
+                .end(step, r, last, (name, "function", begun.attempt))
                 .await?;
             if last {
                 return result_of(got);
@@ -702,6 +755,39 @@ impl Ctx {
             tokio::time::sleep(pause).await;
             pause *= 2;
         }
+    }
+
+    /// [`Ctx::step_with`] in a workflow with no history: the attempts run
+    /// here, and only the step's outcome is recorded (with how many
+    /// attempts it took).
+    async fn fresh_step<F, Fut>(
+        &self,
+        step: i64,
+        name: &str,
+        retry: Retry,
+        mut f: F,
+    ) -> Result<Vec<u8>, WfError>
+    where
+        F: FnMut(StepInfo) -> Fut,
+        Fut: Future<Output = Result<Vec<u8>, String>>,
+    {
+        let mut pause = retry.backoff;
+        let mut attempt = 1;
+        let r = loop {
+            let r = f(StepInfo {
+                key: format!("{}/{step}", self.workflow_id),
+                attempt,
+            })
+            .await;
+            if r.is_ok() || attempt >= retry.attempts.max(1) {
+                break r;
+            }
+            attempt += 1;
+            tokio::time::sleep(pause).await;
+            pause *= 2;
+        };
+        let got = self.end(step, r, true, (name, "function", attempt)).await?;
+        result_of(got)
     }
 
     /// Calls stored procedure `name` as a step: its effects and the step's
@@ -744,6 +830,62 @@ impl Ctx {
             attempt += 1;
             tokio::time::sleep(pause).await;
             pause *= 2;
+        }
+    }
+
+    /// Runs `proc` as step `name`: spawned once — its pid is the step's, so
+    /// a re-run finds the proc it spawned instead of spawning another —
+    /// and waited for. Its exit status is the step's output (as text); a
+    /// proc that does not exit 0 fails the step.
+    pub async fn proc(&self, name: &str, mut proc: proto::ProcDescriptor) -> Result<i32, WfError> {
+        let step = self.next();
+        if !self.fresh {
+            if let Some(done) = self.begin(step, name, "proc").await?.done {
+                return exit_status(result_of(done)?);
+            }
+        }
+        proc.pid = step_pid(&self.workflow_id, step);
+        let r = self.run_proc(proc).await;
+        let got = self.end(step, r, true, (name, "proc", 1)).await?;
+        exit_status(result_of(got)?)
+    }
+
+    /// Spawns `proc` (or finds it spawned by an earlier run) and waits for
+    /// its end: its exit status as text, or why it failed.
+    async fn run_proc(&self, proc: proto::ProcDescriptor) -> Result<Vec<u8>, String> {
+        let (realm, pid) = (self.inner.realm.clone(), proc.pid.clone());
+        let mut c = self.inner.client.clone();
+        let until = Instant::now() + self.inner.retry_window;
+        loop {
+            match c.spawn(&realm, proc.clone()).await {
+                Ok(_) => break,
+                Err(e) if e.code() == Some(Code::AlreadyExists) => break,
+                Err(e) if transient(&e) && Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(format!("spawn {pid}: {e}")),
+            }
+        }
+        let st = loop {
+            match c.wait_exit(&realm, &pid).await {
+                Ok(st) => break st,
+                Err(e) if transient(&e) && Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(format!("wait for {pid}: {e}")),
+            }
+        };
+        match (st.state.as_str(), st.exit_status) {
+            ("exited", Some(0)) => Ok(b"0".to_vec()),
+            (state, status) => Err(format!(
+                "proc {pid} ended {state}{}{}",
+                status.map_or(String::new(), |s| format!(" with status {s}")),
+                if st.error.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", st.error)
+                }
+            )),
         }
     }
 
@@ -867,6 +1009,29 @@ impl Ctx {
             _ => None,
         })
     }
+}
+
+/// The pid of a workflow's proc step: `<workflow>.s<step>`, or, for a long
+/// workflow id, a hash of it (a pid is at most 128 bytes).
+pub fn step_pid(workflow: &str, step: i64) -> String {
+    let plain = format!("{workflow}.s{step}");
+    if plain.len() <= 128 {
+        return plain;
+    }
+    // FNV-1a: stable across processes, unlike the std hasher.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in workflow.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("wf{h:016x}.s{step}")
+}
+
+fn exit_status(out: Vec<u8>) -> Result<i32, WfError> {
+    String::from_utf8_lossy(&out)
+        .trim()
+        .parse()
+        .map_err(|_| WfError::Failed(format!("a proc step recorded {out:?}, not an exit status")))
 }
 
 async fn get_event(

@@ -271,6 +271,12 @@ pub fn workflow_channel(realm: &str, id: &str) -> String {
     format!("workflow/{realm}/{id}")
 }
 
+/// Channel of every workflow of `realm` that starts, is claimed or changes
+/// status (payload `<id> <status>`): what a dashboard follows.
+pub fn workflows_channel(realm: &str) -> String {
+    format!("workflows/{realm}")
+}
+
 /// Channel of queue `queue`: a workflow enqueued or finished, its limits
 /// changed.
 pub fn queue_channel(realm: &str, queue: &str) -> String {
@@ -315,7 +321,10 @@ pub fn new_executor_id() -> Result<String> {
     ))
 }
 
-/// Procedure body: registers executor `id` of `realm`.
+/// Procedure body: registers executor `id` of `realm`. An id registered
+/// already is a restarted executor (DBOS's executor id): its row is
+/// replaced, and the workflows it was running are up for recovery at once
+/// rather than after its old lease.
 pub fn register_executor_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -336,6 +345,17 @@ pub fn register_executor_tx(
     }
     let lease = check_lease(spec.lease_ms)?;
     let k = p_key(tx);
+    let restarted = tx.execute(
+        "DELETE FROM workflow_executor WHERE p_key = $1 AND realm = $2 AND executor = $3",
+        params![k, realm, id],
+    )? > 0;
+    if restarted {
+        tx.execute(
+            "UPDATE workflow SET executor = NULL, updated_us = $4 \
+             WHERE p_key = $1 AND realm = $2 AND executor = $3 AND status = 'pending'",
+            params![k, realm, id, now],
+        )?;
+    }
     tx.execute(
         "INSERT INTO workflow_executor (p_key, realm, executor, app_version, functions, node_id, \
          lease_until_us, started_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -535,6 +555,7 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
     let w = get_tx(tx, realm, &spec.id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
     debug_assert!(matches!(w.status, Status::Enqueued | Status::Pending));
+    tx.notify(&workflows_channel(realm), &format!("{} {}", w.id, w.status))?;
     Ok(Started {
         created: true,
         workflow: w,
@@ -566,8 +587,9 @@ pub struct Claim {
     pub id: String,
     pub name: String,
     pub input: Vec<u8>,
-    /// Claimed from an executor that lapsed or left (its recorded steps
-    /// will be skipped), rather than fresh from the queue.
+    /// It has a history — claimed from an executor that lapsed or left,
+    /// or resumed, or forked — so its steps are checked against their
+    /// records; false: nothing of it is recorded.
     pub recovered: bool,
 }
 
@@ -667,6 +689,7 @@ fn claim(
         params![k, realm, id, executor, node, now],
     )?;
     debug_assert_eq!(n, 1);
+    tx.notify(&workflows_channel(realm), &format!("{id} pending"))?;
     Ok(())
 }
 
@@ -798,7 +821,9 @@ pub fn dequeue_tx(
     if free > 0 {
         let (in_fns, fn_params) = functions_in(&ex.functions, 5);
         let sql = format!(
-            "SELECT w.workflow_id, w.name, w.input FROM workflow w \
+            "SELECT w.workflow_id, w.name, w.input, \
+                    CASE WHEN w.attempts > 0 OR w.forked_from IS NOT NULL THEN 1 ELSE 0 END \
+             FROM workflow w \
              WHERE w.p_key = $1 AND w.realm = $2 AND w.queue = $3 AND w.status = 'enqueued' \
                AND w.app_version = $4 AND {in_fns} \
              ORDER BY w.priority, w.created_us LIMIT {free}"
@@ -816,7 +841,8 @@ pub fn dequeue_tx(
                 id: r.get(0)?,
                 name: r.get(1)?,
                 input: r.get(2)?,
-                recovered: false,
+                // Resumed or forked: it has steps to replay.
+                recovered: r.get::<i64>(3)? != 0,
             };
             claim(tx, realm, &c.id, executor, &ex.node_id, now)?;
             claims.push(c);
@@ -976,9 +1002,21 @@ pub fn step_begin_tx(
     }
 }
 
+/// A step that ends without having begun: a workflow with no history runs
+/// its steps without [`step_begin_tx`] (there is nothing to replay), and
+/// records each whole at its end.
+#[derive(Debug, Clone)]
+pub struct Unbegun {
+    pub name: String,
+    pub kind: StepKind,
+    /// Attempts made (at least 1).
+    pub attempts: i64,
+}
+
 /// Procedure body: records step `step`'s outcome — or, with `last` false,
 /// an attempt's error, the step staying to be retried. A step recorded
-/// already keeps its first outcome, which is returned.
+/// already keeps its first outcome, which is returned. A step never begun
+/// is recorded whole when `unbegun` says what it is.
 #[allow(clippy::too_many_arguments)]
 pub fn step_end_tx(
     tx: &mut dyn Tx,
@@ -988,17 +1026,54 @@ pub fn step_end_tx(
     step: i64,
     outcome: &Outcome,
     last: bool,
+    unbegun: Option<&Unbegun>,
     now: i64,
 ) -> Result<Outcome> {
     check_step(step)?;
     owned(tx, realm, id, executor)?;
-    let s = step_tx(tx, realm, id, step)?.ok_or_else(|| {
-        Error::Precondition(format!("step {step} of workflow {id} was not begun"))
-    })?;
+    let k = p_key(tx);
+    let s = match (step_tx(tx, realm, id, step)?, unbegun) {
+        (Some(s), _) => s,
+        (None, Some(u)) => {
+            validate_id("step name", &u.name)?;
+            tx.execute(
+                "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
+                 attempts, started_us) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8)",
+                params![
+                    k,
+                    realm,
+                    id,
+                    step,
+                    u.name.as_str(),
+                    u.kind.as_str(),
+                    u.attempts.max(1),
+                    now
+                ],
+            )?;
+            step_tx(tx, realm, id, step)?
+                .ok_or_else(|| Error::NotFound(format!("step {step} of {id} just inserted")))?
+        }
+        (None, None) => {
+            return Err(Error::Precondition(format!(
+                "step {step} of workflow {id} was not begun"
+            )))
+        }
+    };
+    if let Some(u) = unbegun {
+        if s.name != u.name || s.kind != u.kind {
+            return Err(Error::Precondition(format!(
+                "workflow {id} is not deterministic: its step {step} was {} {:?} and is now {} \
+                 {:?}",
+                s.kind.as_str(),
+                s.name,
+                u.kind.as_str(),
+                u.name
+            )));
+        }
+    }
     if let Some(o) = recorded(&s) {
         return Ok(o);
     }
-    let k = p_key(tx);
     match outcome {
         Outcome::Success(out) => {
             check_value("a step's output", out)?;
@@ -1409,6 +1484,7 @@ pub fn finish_tx(
 /// `status`.
 fn announce(tx: &mut dyn Tx, realm: &str, id: &str, status: &str) -> Result<()> {
     tx.notify(&workflow_channel(realm, id), &format!("status {status}"))?;
+    tx.notify(&workflows_channel(realm), &format!("{id} {status}"))?;
     if let Some(w) = get_tx(tx, realm, id)? {
         if let Some(q) = &w.queue {
             tx.notify(&queue_channel(realm, q), &format!("{status} {id}"))?;
@@ -1542,6 +1618,7 @@ fn requeue(tx: &mut dyn Tx, realm: &str, id: &str, queue: Option<&str>, now: i64
         None => tx.notify(&orphans_channel(realm), id)?,
     }
     tx.notify(&workflow_channel(realm, id), &format!("status {status}"))?;
+    tx.notify(&workflows_channel(realm), &format!("{id} {status}"))?;
     Ok(())
 }
 
@@ -1769,6 +1846,164 @@ pub fn queues_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<QueueInfo>> {
             })
         })
         .collect()
+}
+
+// ---------------------------------------------------------------- schedules
+
+/// Channel told when any realm's schedules change (payload: the realm):
+/// the nodes' firing task re-reads when to wake.
+pub const SCHEDULES_CHANNEL: &str = "workflows/schedules";
+/// Longest schedule name (its workflows are `sched-<name>-<time>`).
+pub const SCHEDULE_BYTES_MAX: usize = 64;
+/// Most schedules of one realm.
+pub const SCHEDULES_MAX: i64 = 1_000;
+
+/// A cron schedule: each firing enqueues workflow `name` (version
+/// `app_version`) in `queue`, as `sched-<schedule>-<time µs>` with the
+/// firing time as its input — once, whichever node fires it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    pub schedule: String,
+    pub name: String,
+    pub cron: String,
+    pub app_version: String,
+    pub queue: String,
+    pub next_us: i64,
+}
+
+/// Procedure body: creates or replaces schedule `s.schedule` (its
+/// `next_us` is computed from `now`).
+pub fn set_schedule_tx(tx: &mut dyn Tx, realm: &str, s: &Schedule, now: i64) -> Result<Schedule> {
+    validate_realm(realm)?;
+    validate_id("schedule", &s.schedule)?;
+    if s.schedule.len() > SCHEDULE_BYTES_MAX {
+        return Err(Error::Invalid(format!(
+            "a schedule's name is at most {SCHEDULE_BYTES_MAX} bytes"
+        )));
+    }
+    validate_id("workflow function", &s.name)?;
+    validate_id("application version", &s.app_version)?;
+    validate_id("queue", &s.queue)?;
+    let next = crate::cron::Cron::parse(&s.cron)?
+        .next_after(now)
+        .ok_or_else(|| Error::Invalid(format!("cron {:?} never fires", s.cron)))?;
+    let k = p_key(tx);
+    let n = count(
+        tx,
+        "SELECT count(*) FROM workflow_schedule WHERE p_key = $1 AND realm = $2",
+        params![k, realm],
+    )?;
+    let replaced = tx.execute(
+        "DELETE FROM workflow_schedule WHERE p_key = $1 AND realm = $2 AND schedule = $3",
+        params![k, realm, s.schedule.as_str()],
+    )?;
+    if replaced == 0 && n >= SCHEDULES_MAX {
+        return Err(Error::Full(format!(
+            "realm {realm} has {SCHEDULES_MAX} schedules, the most it may"
+        )));
+    }
+    ensure_queue(tx, realm, &s.queue, now)?;
+    tx.execute(
+        "INSERT INTO workflow_schedule (p_key, realm, schedule, name, cron, app_version, queue, \
+         next_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        params![
+            k,
+            realm,
+            s.schedule.as_str(),
+            s.name.as_str(),
+            s.cron.as_str(),
+            s.app_version.as_str(),
+            s.queue.as_str(),
+            next
+        ],
+    )?;
+    tx.notify(SCHEDULES_CHANNEL, realm)?;
+    Ok(Schedule {
+        next_us: next,
+        ..s.clone()
+    })
+}
+
+/// Procedure body: removes schedule `schedule`.
+pub fn remove_schedule_tx(tx: &mut dyn Tx, realm: &str, schedule: &str) -> Result<()> {
+    validate_id("schedule", schedule)?;
+    let k = p_key(tx);
+    let n = tx.execute(
+        "DELETE FROM workflow_schedule WHERE p_key = $1 AND realm = $2 AND schedule = $3",
+        params![k, realm, schedule],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!(
+            "schedule {schedule} in realm {realm}"
+        )));
+    }
+    tx.notify(SCHEDULES_CHANNEL, realm)?;
+    Ok(())
+}
+
+/// Procedure body: the realm's schedules.
+pub fn schedules_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Schedule>> {
+    let k = p_key(tx);
+    let rows = tx.query(
+        "SELECT schedule, name, cron, app_version, queue, next_us FROM workflow_schedule \
+         WHERE p_key = $1 AND realm = $2 ORDER BY schedule",
+        params![k, realm],
+    )?;
+    rows.iter()
+        .map(|r| {
+            Ok(Schedule {
+                schedule: r.get(0)?,
+                name: r.get(1)?,
+                cron: r.get(2)?,
+                app_version: r.get(3)?,
+                queue: r.get(4)?,
+                next_us: r.get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// Procedure body: fires the realm's schedules that are due at `now` —
+/// each enqueues its workflow (once: the id names the firing) and moves on
+/// to its next time after `now` (a firing missed while no node was up is
+/// fired once, late, not once per miss). Returns how many fired and the
+/// realm's next firing time.
+pub fn fire_due_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<(u64, Option<i64>)> {
+    let mut fired = 0;
+    for s in schedules_tx(tx, realm)? {
+        if s.next_us > now {
+            continue;
+        }
+        let spec = StartSpec {
+            id: format!("sched-{}-{}", s.schedule, s.next_us),
+            name: s.name.clone(),
+            app_version: s.app_version.clone(),
+            input: s.next_us.to_string().into_bytes(),
+            queue: Some(s.queue.clone()),
+            priority: 0,
+            executor: None,
+            user: "schedule".into(),
+        };
+        if start_tx(tx, realm, &spec, now)?.created {
+            fired += 1;
+        }
+        let next = crate::cron::Cron::parse(&s.cron)?.next_after(now);
+        let k = p_key(tx);
+        match next {
+            Some(t) => tx.execute(
+                "UPDATE workflow_schedule SET next_us = $4 \
+                 WHERE p_key = $1 AND realm = $2 AND schedule = $3",
+                params![k, realm, s.schedule.as_str(), t],
+            )?,
+            // It will not fire again.
+            None => tx.execute(
+                "DELETE FROM workflow_schedule WHERE p_key = $1 AND realm = $2 AND schedule = $3",
+                params![k, realm, s.schedule.as_str()],
+            )?,
+        };
+    }
+    let next = schedules_tx(tx, realm)?.iter().map(|s| s.next_us).min();
+    Ok((fired, next))
 }
 
 /// Procedure body: deletes every row of `realm`'s workflows (its removal).

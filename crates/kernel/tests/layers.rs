@@ -8,7 +8,7 @@ use std::path::Path;
 /// Bottom first; a module may name modules of earlier entries only.
 /// (`ids` and the crate root's helpers are below everything.)
 const LAYERS: &[&[&str]] = &[
-    &["seqs", "nodes"],
+    &["seqs", "nodes", "cron"],
     &["realms"],
     &["auth", "sched"],
     &["names", "kv"],

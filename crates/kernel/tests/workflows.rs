@@ -62,7 +62,7 @@ fn begin(s: &Store, ex: &str, id: &str, step: i64, name: &str) -> tabos_kernel::
 fn end(s: &Store, ex: &str, id: &str, step: i64, o: Outcome) -> tabos_kernel::Result<Outcome> {
     let (ex, id) = (ex.to_string(), id.to_string());
     call_in(s, R, move |tx| {
-        wf::step_end_tx(tx, R, &ex, &id, step, &o, true, T0)
+        wf::step_end_tx(tx, R, &ex, &id, step, &o, true, None, T0)
     })
 }
 
@@ -513,7 +513,74 @@ fn cancel_resume_and_fork(b: Backend) {
     assert_eq!(list.len(), 1);
 }
 
+fn schedules_fire_once_each(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    let t0 = 1_795_516_215 * 1_000_000; // 10:30:15
+    exec(s, "xa", "v1", "n1", 600_000, t0);
+    let spec = wf::Schedule {
+        schedule: "tick".into(),
+        name: "order".into(),
+        cron: "*/10 * * * * *".into(),
+        app_version: "v1".into(),
+        queue: "sq".into(),
+        next_us: 0,
+    };
+    let set = call_in(s, R, move |tx| wf::set_schedule_tx(tx, R, &spec, t0)).unwrap();
+    assert_eq!(set.next_us, t0 + 5_000_000);
+    // Not due yet.
+    let (n, next) = call_in(s, R, move |tx| wf::fire_due_tx(tx, R, t0)).unwrap();
+    assert_eq!((n, next), (0, Some(t0 + 5_000_000)));
+    // Due: fired once, even if two nodes fire it.
+    for _ in 0..2 {
+        call_in(s, R, move |tx| wf::fire_due_tx(tx, R, t0 + 5_000_000)).unwrap();
+    }
+    let c = dequeue(s, "xa", "sq", 10, t0 + 5_000_000);
+    assert_eq!(ids(&c), [format!("sched-tick-{}", t0 + 5_000_000).as_str()]);
+    assert_eq!(c.claims[0].input, (t0 + 5_000_000).to_string().into_bytes());
+    // Missed firings while no node was up: fired once, late.
+    let (n, next) = call_in(s, R, move |tx| wf::fire_due_tx(tx, R, t0 + 60_000_000)).unwrap();
+    assert_eq!((n, next), (1, Some(t0 + 65_000_000)));
+    let list = call_in(s, R, |tx| wf::schedules_tx(tx, R)).unwrap();
+    assert_eq!(list.len(), 1);
+    // Bad schedules are refused; removal.
+    for cron in ["* * *", "0 0 30 2 *"] {
+        let bad = wf::Schedule {
+            schedule: "bad".into(),
+            name: "order".into(),
+            cron: cron.into(),
+            app_version: "v1".into(),
+            queue: "sq".into(),
+            next_us: 0,
+        };
+        assert!(matches!(
+            call_in(s, R, move |tx| wf::set_schedule_tx(tx, R, &bad, t0)),
+            Err(Error::Invalid(_))
+        ));
+    }
+    call_in(s, R, |tx| wf::remove_schedule_tx(tx, R, "tick")).unwrap();
+    assert!(matches!(
+        call_in(s, R, |tx| wf::remove_schedule_tx(tx, R, "tick")),
+        Err(Error::NotFound(_))
+    ));
+}
+
+fn a_restarted_executor_takes_its_workflows_back(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    exec(s, "xa", "v1", "n1", 60_000, T0);
+    start(s, "w1", None, Some("xa"), 0);
+    // The same id registers again (a restarted process): its workflows are
+    // up for recovery at once, long before its old lease would lapse.
+    exec(s, "xa", "v1", "n1", 60_000, T0 + 1_000);
+    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "xa", 10, T0 + 1_000)).unwrap();
+    assert_eq!(ids(&c), ["w1"]);
+    assert!(c.claims[0].recovered);
+}
+
 both!(
+    schedules_fire_once_each,
+    a_restarted_executor_takes_its_workflows_back,
     steps_are_recorded_and_replayed,
     a_lapsed_executor_is_taken_over,
     queues_keep_their_limits,

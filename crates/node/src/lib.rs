@@ -808,6 +808,10 @@ pub async fn serve_with(
         let (files, stop) = (node.files.clone(), procd_stopped.clone());
         tokio::spawn(async move { files.follow_reclaims(stop).await })
     };
+    let schedules_task = tokio::spawn(workflows::fire_schedules(
+        node.clone(),
+        procd_stopped.clone(),
+    ));
     let auth_task = tokio::spawn(node.auth.clone().follow(procd_stopped));
 
     // One router per listener: TCP (with TLS when asked) and the local
@@ -937,6 +941,7 @@ pub async fn serve_with(
     let _ = reaper_task.await;
     let _ = managers_task.await;
     let _ = auth_task.await;
+    let _ = schedules_task.await;
     let _ = reclaim_task.await;
     let _ = load_task.await;
     if let Some(local) = &options.local_socket {

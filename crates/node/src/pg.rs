@@ -22,8 +22,9 @@
 //!   ([`catalog`]), enough for psql's `\d` and `\dt` and Grafana's table
 //!   picker.
 //! * **Notifications.** `LISTEN procs` (every proc transition, as `<pid>
-//!   <state>`), `"proc/<pid>"`, `"mailbox/<name>"`, `"names/<dir>"` or
-//!   `spawns` follows that change-feed channel of the
+//!   <state>`), `"proc/<pid>"`, `"mailbox/<name>"`, `"names/<dir>"`,
+//!   `spawns`, `workflows` (every workflow's start and status, as `<id>
+//!   <status>`) or `"workflow/<id>"` follows that change-feed channel of the
 //!   session's realm; each notification is delivered as a PostgreSQL
 //!   notification as soon as the connection is idle (no polling: the
 //!   connection's task waits on the feed and the socket at once).
@@ -427,6 +428,9 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
     if channel == "procs" {
         return Ok(tabos_kernel::procs::procs_channel(realm));
     }
+    if channel == "workflows" {
+        return Ok(tabos_kernel::workflows::workflows_channel(realm));
+    }
     match channel.split_once('/') {
         Some(("proc", pid)) => {
             let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| e.to_string())?;
@@ -436,6 +440,10 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
             let a = tabos_kernel::ipc::Address::parse(name).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::ipc::channel(realm, &a))
         }
+        Some(("workflow", id)) => {
+            tabos_kernel::workflows::validate_id("workflow id", id).map_err(|e| e.to_string())?;
+            Ok(tabos_kernel::workflows::workflow_channel(realm, id))
+        }
         Some(("names", dir)) => {
             let dir = format!("/{}", dir.trim_start_matches('/'));
             tabos_kernel::names::validate_path(&dir).map_err(|e| e.to_string())?;
@@ -443,7 +451,7 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
         }
         _ => Err(format!(
             "unknown channel {channel:?}: LISTEN procs, \"proc/<pid>\", \"mailbox/<name>\", \
-             \"names/<dir>\" or spawns"
+             \"names/<dir>\", spawns, workflows or \"workflow/<id>\""
         )),
     }
 }

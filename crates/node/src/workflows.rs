@@ -87,6 +87,38 @@ impl WorkflowsService {
     }
 }
 
+impl WorkflowsService {
+    /// Asks `look` until it has an answer, sleeping on workflow `id`'s
+    /// channel between asks (subscribed before the first, so nothing
+    /// announced in between is missed). `look` is told when the deadline
+    /// has come (`true`): it must answer then.
+    async fn until<T, F, Fut>(
+        &self,
+        realm: &str,
+        id: &str,
+        deadline: Instant,
+        mut look: F,
+    ) -> Result<T, Status>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<T>, Status>>,
+    {
+        wf::validate_id("workflow id", id).map_err(|e| kernel_status(&e))?;
+        let channel = wf::workflow_channel(realm, id);
+        let mut sub = self.node.store.subscribe(&channel);
+        loop {
+            let last = Instant::now() >= deadline;
+            if let Some(t) = look(last).await? {
+                return Ok(t);
+            }
+            if last {
+                return Err(Status::internal("a wait's last look gave no answer"));
+            }
+            self.wait(&mut sub, &channel, deadline).await?;
+        }
+    }
+}
+
 fn wait_deadline(ms: u32) -> Instant {
     Instant::now() + Duration::from_millis(u64::from(ms)).min(WAIT_MAX)
 }
@@ -179,6 +211,85 @@ fn queue_info(q: wf::QueueInfo) -> proto::QueueInfo {
     }
 }
 
+/// The queue a schedule enqueues in when it names none.
+pub const SCHEDULE_QUEUE: &str = "schedules";
+
+fn schedule_info(realm: &str, s: wf::Schedule) -> proto::ScheduleInfo {
+    proto::ScheduleInfo {
+        realm: realm.into(),
+        schedule: s.schedule,
+        name: s.name,
+        cron: s.cron,
+        app_version: s.app_version,
+        queue: s.queue,
+        next_us: s.next_us,
+    }
+}
+
+/// Fires every realm's due schedules until `stop` (each node runs this;
+/// a firing happens once whichever node gets to it, since it advances the
+/// schedule in the transaction that enqueues). It sleeps until the
+/// earliest next firing — a known time — or until a schedule changes (the
+/// change feed), never on a timer of its own.
+pub async fn fire_schedules(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
+    let mut changed = node.store.subscribe(wf::SCHEDULES_CHANNEL);
+    loop {
+        let earliest = match fire_once(&node).await {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!(
+                    "node {}: cannot fire workflow schedules: {e}",
+                    node.settings.node_id
+                );
+                Some(tabos_store::now_us() + 1_000_000)
+            }
+        };
+        let sleep = match earliest {
+            Some(t) => Duration::from_micros((t - tabos_store::now_us()).max(0) as u64),
+            None => Duration::from_secs(24 * 3_600),
+        };
+        tokio::select! {
+            n = changed.recv() => if n.is_err() {
+                changed = node.store.subscribe(wf::SCHEDULES_CHANNEL);
+            },
+            () = tokio::time::sleep(sleep) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Fires what is due in every realm; the earliest next firing.
+async fn fire_once(node: &Node) -> Result<Option<i64>, tabos_kernel::Error> {
+    let store = node.store.clone();
+    let due = tokio::task::spawn_blocking(move || {
+        store.query(
+            "SELECT realm, min(next_us) FROM workflow_schedule GROUP BY realm",
+            &[],
+        )
+    })
+    .await
+    .map_err(|e| tabos_kernel::Error::Invalid(format!("schedule query task: {e}")))??;
+    let now = tabos_store::now_us();
+    let mut earliest: Option<i64> = None;
+    for row in due.rows.iter() {
+        let (realm, next): (String, i64) = (row.get(0)?, row.get(1)?);
+        let next = if next <= now {
+            let r = realm.clone();
+            tabos_kernel::call(&node.store, &realm, move |tx| {
+                wf::fire_due_tx(tx, &r, tabos_store::now_us())
+            })
+            .await?
+            .1
+        } else {
+            Some(next)
+        };
+        if let Some(t) = next {
+            earliest = Some(earliest.map_or(t, |e| e.min(t)));
+        }
+    }
+    Ok(earliest)
+}
+
 /// A new workflow id: `w` and 16 random hex digits.
 fn new_id() -> Result<String, Status> {
     wf::new_executor_id()
@@ -195,7 +306,12 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let access = self.node.access(&request)?;
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
-        let id = wf::new_executor_id().map_err(|e| kernel_status(&e))?;
+        // A restarted executor names itself again (its workflows are taken
+        // back at once); a new one is given an id.
+        let id = match r.executor.as_str() {
+            "" => wf::new_executor_id().map_err(|e| kernel_status(&e))?,
+            _ => r.executor.clone(),
+        };
         let lease_ms = match r.lease_ms {
             0 => LEASE_DEFAULT_MS,
             n => n,
@@ -416,6 +532,26 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
         let outcome = outcome_from_proto(r.outcome)?;
+        let unbegun = match r.kind.as_str() {
+            "" => None,
+            k => {
+                let kind = StepKind::parse(k).map_err(|e| kernel_status(&e))?;
+                if !matches!(
+                    kind,
+                    StepKind::Function | StepKind::Proc | StepKind::GetEvent
+                ) {
+                    return Err(Status::invalid_argument(format!(
+                        "a {} step has a call of its own",
+                        kind.as_str()
+                    )));
+                }
+                Some(wf::Unbegun {
+                    name: r.name.clone(),
+                    kind,
+                    attempts: r.attempts,
+                })
+            }
+        };
         let (rl, o) = (realm.clone(), outcome.clone());
         let got = self
             .call(&realm, move |tx| {
@@ -427,6 +563,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                     r.step,
                     &o,
                     r.last,
+                    unbegun.as_ref(),
                     tabos_store::now_us(),
                 )
             })
@@ -571,47 +708,34 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let access = self.node.access(&request)?;
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
-        wf::validate_id("workflow id", &r.workflow_id).map_err(|e| kernel_status(&e))?;
         let deadline = wait_deadline(r.timeout_ms);
-        let mut sub = self
-            .node
-            .store
-            .subscribe(&wf::workflow_channel(&realm, &r.workflow_id));
-        loop {
-            let give_up = Instant::now() >= deadline;
-            let (rl, ex, id, topic) = (
-                realm.clone(),
-                r.executor.clone(),
-                r.workflow_id.clone(),
-                r.topic.clone(),
-            );
-            let got = self
-                .call(&realm, move |tx| {
+        let got = self
+            .until(&realm, &r.workflow_id, deadline, |give_up| {
+                let (rl, ex, id, topic) = (
+                    realm.clone(),
+                    r.executor.clone(),
+                    r.workflow_id.clone(),
+                    r.topic.clone(),
+                );
+                let step = r.step;
+                self.call(&realm, move |tx| {
                     wf::recv_tx(
                         tx,
                         &rl,
                         &ex,
                         &id,
-                        r.step,
+                        step,
                         &topic,
                         give_up,
                         tabos_store::now_us(),
                     )
                 })
-                .await?;
-            if let Some(got) = got {
-                return Ok(Response::new(proto::WorkflowRecvResponse {
-                    received: got.is_some(),
-                    payload: got.unwrap_or_default(),
-                }));
-            }
-            self.wait(
-                &mut sub,
-                &wf::workflow_channel(&realm, &r.workflow_id),
-                deadline,
-            )
+            })
             .await?;
-        }
+        Ok(Response::new(proto::WorkflowRecvResponse {
+            received: got.is_some(),
+            payload: got.unwrap_or_default(),
+        }))
     }
 
     async fn set_event(
@@ -645,30 +769,21 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let access = self.node.access(&request)?;
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Reader)?;
-        wf::validate_id("workflow id", &r.workflow_id).map_err(|e| kernel_status(&e))?;
         let deadline = wait_deadline(r.timeout_ms);
-        let mut sub = self
-            .node
-            .store
-            .subscribe(&wf::workflow_channel(&realm, &r.workflow_id));
-        loop {
-            let (rl, id, key) = (realm.clone(), r.workflow_id.clone(), r.key.clone());
-            let v = self
-                .read(&realm, move |tx| wf::get_event_tx(tx, &rl, &id, &key))
-                .await?;
-            if v.is_some() || Instant::now() >= deadline {
-                return Ok(Response::new(proto::GetEventResponse {
-                    set: v.is_some(),
-                    value: v.unwrap_or_default(),
-                }));
-            }
-            self.wait(
-                &mut sub,
-                &wf::workflow_channel(&realm, &r.workflow_id),
-                deadline,
-            )
+        let v = self
+            .until(&realm, &r.workflow_id, deadline, |last| {
+                let (rl, id, key) = (realm.clone(), r.workflow_id.clone(), r.key.clone());
+                let read = self.read(&realm, move |tx| wf::get_event_tx(tx, &rl, &id, &key));
+                async move {
+                    let v = read.await?;
+                    Ok((v.is_some() || last).then_some(v))
+                }
+            })
             .await?;
-        }
+        Ok(Response::new(proto::GetEventResponse {
+            set: v.is_some(),
+            value: v.unwrap_or_default(),
+        }))
     }
 
     async fn finish(
@@ -701,30 +816,21 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let access = self.node.access(&request)?;
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Reader)?;
-        wf::validate_id("workflow id", &r.workflow_id).map_err(|e| kernel_status(&e))?;
         let deadline = wait_deadline(r.timeout_ms);
-        let mut sub = self
-            .node
-            .store
-            .subscribe(&wf::workflow_channel(&realm, &r.workflow_id));
-        loop {
-            let (rl, id) = (realm.clone(), r.workflow_id.clone());
-            let w = self
-                .read(&realm, move |tx| wf::get_tx(tx, &rl, &id))
-                .await?
-                .ok_or_else(|| {
-                    Status::not_found(format!("workflow {} in realm {realm}", r.workflow_id))
-                })?;
-            if w.status.is_final() || Instant::now() >= deadline {
-                return Ok(Response::new(info(w)));
-            }
-            self.wait(
-                &mut sub,
-                &wf::workflow_channel(&realm, &r.workflow_id),
-                deadline,
-            )
+        let w = self
+            .until(&realm, &r.workflow_id, deadline, |last| {
+                let (rl, id) = (realm.clone(), r.workflow_id.clone());
+                let read = self.read(&realm, move |tx| wf::get_tx(tx, &rl, &id));
+                let (realm, wid) = (realm.clone(), r.workflow_id.clone());
+                async move {
+                    let w = read.await?.ok_or_else(|| {
+                        Status::not_found(format!("workflow {wid} in realm {realm}"))
+                    })?;
+                    Ok((w.status.is_final() || last).then_some(w))
+                }
+            })
             .await?;
-        }
+        Ok(Response::new(info(w)))
     }
 
     async fn list(
@@ -904,6 +1010,64 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             .find(|q| q.queue == r.queue)
             .ok_or_else(|| Status::internal(format!("queue {} was just set", r.queue)))?;
         Ok(Response::new(queue_info(q)))
+    }
+
+    async fn set_schedule(
+        &self,
+        request: Request<proto::ScheduleInfo>,
+    ) -> Result<Response<proto::ScheduleInfo>, Status> {
+        let access = self.node.access(&request)?;
+        let r = request.into_inner();
+        let realm = access.realm(&r.realm, Role::Member)?;
+        let s = wf::Schedule {
+            schedule: r.schedule,
+            name: r.name,
+            cron: r.cron,
+            app_version: r.app_version,
+            queue: match r.queue.as_str() {
+                "" => SCHEDULE_QUEUE.into(),
+                _ => r.queue,
+            },
+            next_us: 0,
+        };
+        let rl = realm.clone();
+        let s = self
+            .call(&realm, move |tx| {
+                wf::set_schedule_tx(tx, &rl, &s, tabos_store::now_us())
+            })
+            .await?;
+        Ok(Response::new(schedule_info(&realm, s)))
+    }
+
+    async fn list_schedules(
+        &self,
+        request: Request<proto::ListSchedulesRequest>,
+    ) -> Result<Response<proto::ListSchedulesResponse>, Status> {
+        let access = self.node.access(&request)?;
+        let r = request.into_inner();
+        let realm = access.realm(&r.realm, Role::Reader)?;
+        let rl = realm.clone();
+        let ss = self
+            .read(&realm, move |tx| wf::schedules_tx(tx, &rl))
+            .await?;
+        Ok(Response::new(proto::ListSchedulesResponse {
+            schedules: ss.into_iter().map(|s| schedule_info(&realm, s)).collect(),
+        }))
+    }
+
+    async fn remove_schedule(
+        &self,
+        request: Request<proto::RemoveScheduleRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        let access = self.node.access(&request)?;
+        let r = request.into_inner();
+        let realm = access.realm(&r.realm, Role::Member)?;
+        let rl = realm.clone();
+        self.call(&realm, move |tx| {
+            wf::remove_schedule_tx(tx, &rl, &r.schedule)
+        })
+        .await?;
+        Ok(Response::new(proto::Empty {}))
     }
 
     async fn list_queues(

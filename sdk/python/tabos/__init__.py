@@ -45,6 +45,8 @@ from .errors import (
     Unimplemented,
 )
 
+from .workflows import Ctx, Executor, StepFailed, StepInfo, Stopped, Workflow
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -56,7 +58,9 @@ __all__ = [
     "Client",
     "DEFAULT_ADDR",
     "DeadlineExceeded",
+    "Ctx",
     "Election",
+    "Executor",
     "FailedPrecondition",
     "FileStat",
     "Internal",
@@ -69,11 +73,15 @@ __all__ = [
     "Procedure",
     "ResourceExhausted",
     "Session",
+    "StepFailed",
+    "StepInfo",
+    "Stopped",
     "TabosError",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
     "WatchEvent",
+    "Workflow",
     "credentials_path",
     "unique_pid",
 ]

@@ -219,6 +219,9 @@ class Client:
         self.fs = Fs(self)
         self.procedures = Procedures(self)
         self.mr = MapReduce(self, token.strip())
+        from .workflows import Workflows  # imports this module
+
+        self.workflows = Workflows(self)
 
     # -- plumbing -------------------------------------------------------
 

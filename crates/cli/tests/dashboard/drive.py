@@ -190,6 +190,7 @@ def run(url, token, tabos, screenshot, job, port):
         ("names", "Namespace"),
         ("files", "Files"),
         ("mr", "MapReduce jobs"),
+        ("workflows", "Workflows"),
         ("overview", "Nodes"),
     ):
         page.eval(f"location.hash = '#{view}'; true")

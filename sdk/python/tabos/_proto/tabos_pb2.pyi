@@ -1243,17 +1243,57 @@ class BatchResponse(_message.Message):
     results: _containers.RepeatedCompositeFieldContainer[BatchResult]
     def __init__(self, results: _Optional[_Iterable[_Union[BatchResult, _Mapping]]] = ...) -> None: ...
 
+class ScheduleInfo(_message.Message):
+    __slots__ = ("realm", "schedule", "name", "cron", "app_version", "queue", "next_us")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    APP_VERSION_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_US_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    schedule: str
+    name: str
+    cron: str
+    app_version: str
+    queue: str
+    next_us: int
+    def __init__(self, realm: _Optional[str] = ..., schedule: _Optional[str] = ..., name: _Optional[str] = ..., cron: _Optional[str] = ..., app_version: _Optional[str] = ..., queue: _Optional[str] = ..., next_us: _Optional[int] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("realm",)
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    def __init__(self, realm: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules",)
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[ScheduleInfo]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[ScheduleInfo, _Mapping]]] = ...) -> None: ...
+
+class RemoveScheduleRequest(_message.Message):
+    __slots__ = ("realm", "schedule")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    schedule: str
+    def __init__(self, realm: _Optional[str] = ..., schedule: _Optional[str] = ...) -> None: ...
+
 class RegisterExecutorRequest(_message.Message):
-    __slots__ = ("realm", "app_version", "functions", "lease_ms")
+    __slots__ = ("realm", "app_version", "functions", "lease_ms", "executor")
     REALM_FIELD_NUMBER: _ClassVar[int]
     APP_VERSION_FIELD_NUMBER: _ClassVar[int]
     FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
     LEASE_MS_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     realm: str
     app_version: str
     functions: _containers.RepeatedScalarFieldContainer[str]
     lease_ms: int
-    def __init__(self, realm: _Optional[str] = ..., app_version: _Optional[str] = ..., functions: _Optional[_Iterable[str]] = ..., lease_ms: _Optional[int] = ...) -> None: ...
+    executor: str
+    def __init__(self, realm: _Optional[str] = ..., app_version: _Optional[str] = ..., functions: _Optional[_Iterable[str]] = ..., lease_ms: _Optional[int] = ..., executor: _Optional[str] = ...) -> None: ...
 
 class ExecutorInfo(_message.Message):
     __slots__ = ("executor", "node_id", "lease_ms")
@@ -1416,20 +1456,26 @@ class StepBeginResponse(_message.Message):
     def __init__(self, done: _Optional[_Union[StepOutcome, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StepEndRequest(_message.Message):
-    __slots__ = ("realm", "executor", "workflow_id", "step", "outcome", "last")
+    __slots__ = ("realm", "executor", "workflow_id", "step", "outcome", "last", "name", "kind", "attempts")
     REALM_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     realm: str
     executor: str
     workflow_id: str
     step: int
     outcome: StepOutcome
     last: bool
-    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ...) -> None: ...
+    name: str
+    kind: str
+    attempts: int
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
 
 class StepProcedureRequest(_message.Message):
     __slots__ = ("realm", "executor", "workflow_id", "step", "procedure", "args", "last")

@@ -3345,6 +3345,21 @@ class WorkflowsStub:
                 request_serializer=tabos__pb2.ListQueuesRequest.SerializeToString,
                 response_deserializer=tabos__pb2.ListQueuesResponse.FromString,
                 _registered_method=True)
+        self.SetSchedule = channel.unary_unary(
+                '/tabos.v1.Workflows/SetSchedule',
+                request_serializer=tabos__pb2.ScheduleInfo.SerializeToString,
+                response_deserializer=tabos__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/tabos.v1.Workflows/ListSchedules',
+                request_serializer=tabos__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.RemoveSchedule = channel.unary_unary(
+                '/tabos.v1.Workflows/RemoveSchedule',
+                request_serializer=tabos__pb2.RemoveScheduleRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class WorkflowsServicer:
@@ -3515,6 +3530,26 @@ class WorkflowsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetSchedule(self, request, context):
+        """Cron schedules: each firing enqueues the workflow once (whichever node
+        fires it), as sched-<schedule>-<time µs>.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -3637,6 +3672,21 @@ def add_WorkflowsServicer_to_server(servicer, server):
                     servicer.ListQueues,
                     request_deserializer=tabos__pb2.ListQueuesRequest.FromString,
                     response_serializer=tabos__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'SetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSchedule,
+                    request_deserializer=tabos__pb2.ScheduleInfo.FromString,
+                    response_serializer=tabos__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=tabos__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=tabos__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'RemoveSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveSchedule,
+                    request_deserializer=tabos__pb2.RemoveScheduleRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -4295,6 +4345,87 @@ class Workflows:
             '/tabos.v1.Workflows/ListQueues',
             tabos__pb2.ListQueuesRequest.SerializeToString,
             tabos__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/SetSchedule',
+            tabos__pb2.ScheduleInfo.SerializeToString,
+            tabos__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/ListSchedules',
+            tabos__pb2.ListSchedulesRequest.SerializeToString,
+            tabos__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Workflows/RemoveSchedule',
+            tabos__pb2.RemoveScheduleRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

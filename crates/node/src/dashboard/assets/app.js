@@ -398,6 +398,72 @@ function mrChannels() {
   return ch;
 }
 
+const WF_STATES = ['enqueued', 'pending', 'success', 'error', 'cancelled'];
+
+views.workflows = async (page) => {
+  const f = state.view.wfFilter || (state.view.wfFilter = { status: '', name: '' });
+  const listBox = h('div', { id: 'workflows' }), queuesBox = h('div'), detail = h('div');
+  const input = (key, el) => { el.value = f[key]; el.addEventListener('change', () => { f[key] = el.value; schedule(); }); return el; };
+  fill(page,
+    card('Workflows',
+      h('div', { class: 'filters' },
+        h('label', {}, 'status ', input('status', h('select', {}, h('option', { value: '' }, 'any'), WF_STATES.map((s) => h('option', { value: s }, s))))),
+        h('label', {}, 'function ', input('name', h('input', { placeholder: 'name', size: 14 })))),
+      listBox),
+    card('Queues', queuesBox),
+    detail);
+  const wfState = (w) => ({ success: 'exited', error: 'failed', cancelled: 'evicted', pending: 'running', enqueued: 'spawned' }[w.status] || '');
+  state.refresh = async () => {
+    const where = ['realm = $1'], params = [state.realm];
+    if (f.status) { params.push(f.status); where.push(`status = $${params.length}`); }
+    if (f.name) { params.push(f.name); where.push(`name = $${params.length}`); }
+    const wfs = await rows(`SELECT workflow_id, name, app_version, status, queue, executor, node_id, attempts,
+      created_us, started_us, ended_us, error FROM workflow WHERE ${where.join(' AND ')}
+      ORDER BY created_us DESC LIMIT 500`, params);
+    fill(listBox, wfs.length ? table([
+      { title: 'workflow', key: 'workflow_id' },
+      { title: 'function', key: 'name' }, { title: 'version', key: 'app_version' },
+      { title: 'status', key: 'status', cls: (w) => `state-${wfState(w)}` },
+      { title: 'queue', key: 'queue' }, { title: 'executor', key: 'executor' },
+      { title: 'attempts', key: 'attempts', num: true },
+      { title: 'created', value: (w) => time(w.created_us) },
+      { title: 'ran', value: (w) => (w.started_us ? `${(((w.ended_us || Date.now() * 1000) - w.started_us) / 1e6).toFixed(2)} s` : ''), num: true },
+      { title: 'error', key: 'error', wrap: true },
+    ], wfs, (w) => { state.view.wf = w.workflow_id; follow(wfChannels()); }, (w) => w.workflow_id === state.view.wf)
+      : h('p', { class: 'muted' }, 'No workflows (tabos_client::workflows or the Python SDK run them).'));
+    const queues = await rows(`SELECT q.queue, q.concurrency, q.node_concurrency, q.rate_limit, q.rate_period_ms,
+      (SELECT count(*) FROM workflow w WHERE w.realm = q.realm AND w.queue = q.queue AND w.status = 'enqueued') AS enqueued,
+      (SELECT count(*) FROM workflow w WHERE w.realm = q.realm AND w.queue = q.queue AND w.status = 'pending') AS pending
+      FROM workflow_queue q WHERE q.realm = $1 ORDER BY q.queue`, [state.realm]);
+    fill(queuesBox, queues.length ? table([
+      { title: 'queue', key: 'queue' }, { title: 'concurrency', key: 'concurrency', num: true },
+      { title: 'per node', key: 'node_concurrency', num: true },
+      { title: 'rate', value: (q) => (q.rate_limit ? `${q.rate_limit} / ${q.rate_period_ms} ms` : '') },
+      { title: 'enqueued', key: 'enqueued', num: true }, { title: 'pending', key: 'pending', num: true },
+    ], queues) : h('p', { class: 'muted' }, 'No queues.'));
+    if (!state.view.wf) { fill(detail); return; }
+    const steps = await rows(`SELECT step, name, kind, status, attempts, started_us, ended_us, error, output
+      FROM workflow_step WHERE realm = $1 AND workflow_id = $2 ORDER BY step LIMIT 2000`, [state.realm, state.view.wf]);
+    const asProcs = steps.slice().reverse().map((s) => ({
+      pid: `${s.step} ${s.name}`, program: s.kind, state: s.status === 'success' ? 'exited' : s.status === 'error' ? 'failed' : 'running',
+      spawn_us: s.started_us, start_us: s.started_us, exit_us: s.ended_us,
+    }));
+    fill(detail, card(`Workflow ${state.view.wf}: steps`,
+      steps.length ? table([
+        { title: 'step', key: 'step', num: true }, { title: 'name', key: 'name' }, { title: 'kind', key: 'kind' },
+        { title: 'status', key: 'status' }, { title: 'attempts', key: 'attempts', num: true },
+        { title: 'took', value: (s) => (s.ended_us ? `${((s.ended_us - s.started_us) / 1000).toFixed(1)} ms` : ''), num: true },
+        { title: 'output or error', value: (s) => (s.error || show(s.output)).slice(0, 120), wrap: true },
+      ], steps) : h('p', { class: 'muted' }, 'No step recorded yet.'),
+      h('h2', {}, 'Step timeline'), timeline(asProcs)));
+  };
+  follow(wfChannels());
+};
+
+function wfChannels() {
+  return state.view.wf ? ['workflows', `workflow/${state.view.wf}`] : ['workflows'];
+}
+
 views.mailboxes = async (page) => {
   const list = h('div'), msgs = h('div');
   fill(page, card('Mailboxes', list), msgs);
