@@ -4,7 +4,8 @@
 //! Contestants:
 //! * tabos: a node (`tabos up`, its own process) at durability `full` on
 //!   SQLite (every group commit fsynced, as SQLite's default `synchronous
-//!   = FULL` that DBOS runs with), or on a PostgreSQL cluster with fsync on;
+//!   = FULL` that DBOS runs with), or on a PostgreSQL cluster with fsync on
+//!   and a pool of 20 connections (DBOS's default for its system database);
 //!   the workflows run in this process through `tabos_client::workflows`.
 //! * DBOS Transact (`pip install dbos`, into the bench virtualenv, once),
 //!   its system database a SQLite file or a database of the same
@@ -282,7 +283,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             let tabos_db = cluster.create_database("tabos")?;
             let dbos_db = cluster.create_database("dbos")?;
             let data = dir.path().join("tabos-pg");
-            let node = crate::elastic::start_node(&exe, &["--db", &tabos_db], &data)?;
+            // The same pool as DBOS Transact's system database (20).
+            let node = crate::elastic::start_node(
+                &exe,
+                &["--db", &tabos_db, "--db-connections", "20"],
+                &data,
+            )?;
             let sys = Systems {
                 node,
                 dbos_url: dbos_db,

@@ -42,6 +42,10 @@ pub struct Args {
     /// Number of partitions (fixed when the database is created; default: one per core)
     #[arg(long)]
     partitions: Option<u32>,
+    /// Connections to the database: PostgreSQL's pool (writes and reads),
+    /// SQLite's read connections; 1..=256
+    #[arg(long, default_value_t = 8)]
+    db_connections: usize,
     /// What a commit survives: off, normal (a crash of tabos) or full (power loss)
     #[arg(long, default_value = "normal")]
     durability: Durability,
@@ -116,6 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config = config.with_partitions(p);
     }
     config = config
+        .with_connections(args.db_connections)
         .with_durability(args.durability)
         .with_pinned_executors(args.pin_executors);
     let where_ = match &args.db {

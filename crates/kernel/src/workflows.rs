@@ -271,8 +271,10 @@ pub fn workflow_channel(realm: &str, id: &str) -> String {
     format!("workflow/{realm}/{id}")
 }
 
-/// Channel of every workflow of `realm` that starts, is claimed or changes
-/// status (payload `<id> <status>`): what a dashboard follows.
+/// Channel of `realm`'s workflows that are enqueued or change status —
+/// finish, are cancelled, resumed or forked (payload `<id> <status>`):
+/// what a dashboard follows. A start run at once and a claim are not
+/// announced (see [`start_tx`]).
 pub fn workflows_channel(realm: &str) -> String {
     format!("workflows/{realm}")
 }
@@ -555,7 +557,13 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
     let w = get_tx(tx, realm, &spec.id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
     debug_assert!(matches!(w.status, Status::Enqueued | Status::Pending));
-    tx.notify(&workflows_channel(realm), &format!("{} {}", w.id, w.status))?;
+    // A start run at once is not announced: on PostgreSQL a transaction
+    // that notifies commits alone (notifications are queued under one
+    // lock), and a workflow's start, steps and end would all pay it. The
+    // end is announced.
+    if w.status == Status::Enqueued {
+        tx.notify(&workflows_channel(realm), &format!("{} {}", w.id, w.status))?;
+    }
     Ok(Started {
         created: true,
         workflow: w,
@@ -689,7 +697,6 @@ fn claim(
         params![k, realm, id, executor, node, now],
     )?;
     debug_assert_eq!(n, 1);
-    tx.notify(&workflows_channel(realm), &format!("{id} pending"))?;
     Ok(())
 }
 

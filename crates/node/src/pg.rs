@@ -23,8 +23,8 @@
 //!   picker.
 //! * **Notifications.** `LISTEN procs` (every proc transition, as `<pid>
 //!   <state>`), `"proc/<pid>"`, `"mailbox/<name>"`, `"names/<dir>"`,
-//!   `spawns`, `workflows` (every workflow's start and status, as `<id>
-//!   <status>`) or `"workflow/<id>"` follows that change-feed channel of the
+//!   `spawns`, `workflows` (every workflow enqueued or changing status,
+//!   as `<id> <status>`) or `"workflow/<id>"` follows that change-feed channel of the
 //!   session's realm; each notification is delivered as a PostgreSQL
 //!   notification as soon as the connection is idle (no polling: the
 //!   connection's task waits on the feed and the socket at once).
