@@ -140,6 +140,22 @@ fn transient(e: &Error) -> bool {
     }
 }
 
+/// A workflow running here: its task, and a flag raised when it ends
+/// (what [`Executor::result`] waits on before it asks the node).
+struct Running {
+    task: tokio::task::JoinHandle<()>,
+    ended: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Raises a workflow's ended flag however its task ends.
+struct EndedOnDrop(tokio::sync::watch::Sender<bool>);
+
+impl Drop for EndedOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.send(true);
+    }
+}
+
 struct Inner {
     client: Client,
     realm: String,
@@ -148,7 +164,7 @@ struct Inner {
     lease_ms: u64,
     retry_window: Duration,
     registry: Registry,
-    running: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    running: Mutex<HashMap<String, Running>>,
     stop: tokio::sync::watch::Sender<bool>,
     ids: AtomicU64,
 }
@@ -360,6 +376,18 @@ impl Executor {
         timeout: Duration,
     ) -> Result<proto::WorkflowInfo, WfError> {
         let until = Instant::now() + timeout;
+        // Running here: its end is known here first (the node's answer
+        // then comes at once).
+        let local = self
+            .inner
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .map(|r| r.ended.clone());
+        if let Some(mut ended) = local {
+            let _ = tokio::time::timeout_at(until, ended.wait_for(|e| *e)).await;
+        }
         loop {
             let left = until
                 .saturating_duration_since(Instant::now())
@@ -479,7 +507,7 @@ impl Executor {
     /// Workflows running here now.
     pub fn running(&self) -> usize {
         let mut r = self.inner.running.lock().unwrap_or_else(|e| e.into_inner());
-        r.retain(|_, t| !t.is_finished());
+        r.retain(|_, t| !t.task.is_finished());
         r.len()
     }
 
@@ -494,7 +522,7 @@ impl Executor {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
         {
-            t.abort();
+            t.task.abort();
         }
         let req = proto::ExecutorRequest {
             realm: self.inner.realm.clone(),
@@ -529,7 +557,9 @@ impl Executor {
         };
         let inner = self.inner.clone();
         let wid = id.clone();
+        let (ended_tx, ended) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
+            let _ended = EndedOnDrop(ended_tx);
             let out = match f(ctx, input).await {
                 Ok(o) => Ok(o),
                 Err(WfError::Stopped(_)) => return,
@@ -554,8 +584,8 @@ impl Executor {
             }
         });
         let mut r = self.inner.running.lock().unwrap_or_else(|e| e.into_inner());
-        r.retain(|_, t| !t.is_finished());
-        r.insert(id, task);
+        r.retain(|_, t| !t.task.is_finished());
+        r.insert(id, Running { task, ended });
     }
 }
 
