@@ -484,27 +484,19 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
     validate_id("workflow function", &spec.name)?;
     validate_id("application version", &spec.app_version)?;
     check_value("a workflow's input", &spec.input)?;
-    if let Some(w) = get_tx(tx, realm, &spec.id)? {
-        if w.name != spec.name {
-            return Err(Error::AlreadyExists(format!(
-                "workflow {} exists, running function {}, not {}",
-                spec.id, w.name, spec.name
-            )));
-        }
-        return Ok(Started {
-            created: false,
-            workflow: w,
-        });
-    }
+    // Inserted first, the row of an id that exists left alone: reading a
+    // missing row first would, on PostgreSQL, lock the index's gap and make
+    // concurrent starts conflict.
     let k = p_key(tx);
-    match (&spec.queue, &spec.executor) {
+    let inserted = match (&spec.queue, &spec.executor) {
         (Some(q), _) => {
             validate_id("queue", q)?;
             ensure_queue(tx, realm, q, now)?;
             tx.execute(
                 "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, queue, \
                  priority, input, user_name, created_us, updated_us) \
-                 VALUES ($1, $2, $3, $4, $5, 'enqueued', $6, $7, $8, $9, $10, $10)",
+                 VALUES ($1, $2, $3, $4, $5, 'enqueued', $6, $7, $8, $9, $10, $10) \
+                 ON CONFLICT (p_key, realm, workflow_id) DO NOTHING",
                 params![
                     k,
                     realm,
@@ -517,8 +509,7 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
                     spec.user.as_str(),
                     now
                 ],
-            )?;
-            tx.notify(&queue_channel(realm, q), &format!("enqueued {}", spec.id))?;
+            )?
         }
         (None, Some(ex)) => {
             let e = live_executor(tx, realm, ex, now)?;
@@ -532,7 +523,8 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
                 "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, \
                  priority, input, executor, node_id, attempts, user_name, created_us, started_us, \
                  updated_us) \
-                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, 1, $10, $11, $11, $11)",
+                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, 1, $10, $11, $11, $11) \
+                 ON CONFLICT (p_key, realm, workflow_id) DO NOTHING",
                 params![
                     k,
                     realm,
@@ -546,16 +538,32 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
                     spec.user.as_str(),
                     now
                 ],
-            )?;
+            )?
         }
         (None, None) => {
             return Err(Error::Invalid(
                 "a workflow starts in a queue, or run by an executor".into(),
             ))
         }
-    }
+    };
     let w = get_tx(tx, realm, &spec.id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
+    if inserted == 0 {
+        // A second start of the id: the first.
+        if w.name != spec.name {
+            return Err(Error::AlreadyExists(format!(
+                "workflow {} exists, running function {}, not {}",
+                spec.id, w.name, spec.name
+            )));
+        }
+        return Ok(Started {
+            created: false,
+            workflow: w,
+        });
+    }
+    if let Some(q) = &spec.queue {
+        tx.notify(&queue_channel(realm, q), &format!("enqueued {}", spec.id))?;
+    }
     debug_assert!(matches!(w.status, Status::Enqueued | Status::Pending));
     // A start run at once is not announced: on PostgreSQL a transaction
     // that notifies commits alone (notifications are queued under one
@@ -1039,6 +1047,42 @@ pub fn step_end_tx(
     check_step(step)?;
     owned(tx, realm, id, executor)?;
     let k = p_key(tx);
+    // The common case — a step of a workflow with no history, ended for
+    // good — is recorded whole without reading first (on PostgreSQL a read
+    // of a missing row locks the index's gap, and concurrent workflows'
+    // steps would conflict); a row already there is left alone.
+    if let (Some(u), true) = (unbegun, last) {
+        validate_id("step name", &u.name)?;
+        let (status, output, error): (&str, Value, Value) = match outcome {
+            Outcome::Success(o) => {
+                check_value("a step's output", o)?;
+                ("success", Value::Blob(o.clone()), Value::Null)
+            }
+            Outcome::Error(e) => ("error", Value::Null, Value::Text(cut_error(e))),
+        };
+        let n = tx.execute(
+            "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
+             output, error, attempts, started_us, ended_us) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+             ON CONFLICT (p_key, realm, workflow_id, step) DO NOTHING",
+            params![
+                k,
+                realm,
+                id,
+                step,
+                u.name.as_str(),
+                u.kind.as_str(),
+                status,
+                output,
+                error,
+                u.attempts.max(1),
+                now
+            ],
+        )?;
+        if n == 1 {
+            return Ok(outcome.clone());
+        }
+    }
     let s = match (step_tx(tx, realm, id, step)?, unbegun) {
         (Some(s), _) => s,
         (None, Some(u)) => {
