@@ -24,7 +24,7 @@
 //!   at launch) to finish all of them.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -272,7 +272,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             dbos_url,
             label: "sqlite",
         };
-        measure(&sys, &sizes, &python, &script, &exe, &mut report)?;
+        measure(&sys, &sizes, &python, &script, &mut report)?;
     }
     // PostgreSQL: one cluster, a database each.
     match tabos_store::pg_cluster::TempCluster::start(&tabos_store::pg_cluster::ClusterOptions {
@@ -294,7 +294,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 dbos_url: dbos_db,
                 label: "postgres",
             };
-            measure(&sys, &sizes, &python, &script, &exe, &mut report)?;
+            measure(&sys, &sizes, &python, &script, &mut report)?;
         }
         Err(e) => report
             .notes
@@ -308,13 +308,11 @@ fn measure(
     sizes: &Sizes,
     python: &Path,
     script: &Path,
-    exe: &PathBuf,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
     let (addr, token) = (sys.node.addr.clone(), sys.node.token.clone());
     let l = sys.label;
-    let _ = exe;
     rt.block_on(async {
         let mut c = tabos_client::Client::connect(&addr, &token).await?;
         c.procedure_install(

@@ -430,7 +430,7 @@ impl Executor {
             realm: self.inner.realm.clone(),
             executor: self.inner.id.clone(),
             queue: queue.into(),
-            max: workflows_max(),
+            max: CLAIM_BATCH,
             wait_ms: wait,
         };
         let dequeue = rpc == "Dequeue";
@@ -590,9 +590,7 @@ impl Executor {
 }
 
 /// Most workflows one claim asks for.
-fn workflows_max() -> u32 {
-    64
-}
+const CLAIM_BATCH: u32 = 64;
 
 /// Renews the executor's lease every third of it, until it stops (or is
 /// dropped).

@@ -290,6 +290,16 @@ async fn fire_once(node: &Node) -> Result<Option<i64>, tabos_kernel::Error> {
     Ok(earliest)
 }
 
+/// Workflows a claim asks for when it says 0.
+pub const CLAIM_DEFAULT: usize = 64;
+
+fn claim_max(max: u32) -> usize {
+    match max {
+        0 => CLAIM_DEFAULT,
+        n => n as usize,
+    }
+}
+
 /// A new workflow id: `w` and 16 random hex digits.
 fn new_id() -> Result<String, Status> {
     wf::new_executor_id()
@@ -413,7 +423,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             let (rl, ex) = (realm.clone(), r.executor.clone());
             let c = self
                 .call(&realm, move |tx| {
-                    wf::recover_tx(tx, &rl, &ex, r.max as usize, tabos_store::now_us())
+                    wf::recover_tx(tx, &rl, &ex, claim_max(r.max), tabos_store::now_us())
                 })
                 .await?;
             if !c.claims.is_empty() || Instant::now() >= deadline {
@@ -451,7 +461,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             let (rl, ex, q) = (realm.clone(), r.executor.clone(), r.queue.clone());
             let c = self
                 .call(&realm, move |tx| {
-                    wf::dequeue_tx(tx, &rl, &ex, &q, r.max as usize, tabos_store::now_us())
+                    wf::dequeue_tx(tx, &rl, &ex, &q, claim_max(r.max), tabos_store::now_us())
                 })
                 .await?;
             if !c.claims.is_empty() || Instant::now() >= deadline {
