@@ -289,6 +289,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         .map(|s| {
                             serde_json::json!({
                                 "step": s.step, "name": s.name, "kind": s.kind,
+                                "input": text(&s.input),
                                 "status": s.status, "output": text(&s.output),
                                 "error": (!s.error.is_empty()).then_some(&s.error),
                                 "attempts": s.attempts,

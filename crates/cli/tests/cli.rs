@@ -2966,6 +2966,8 @@ fn ticks_survive(
     assert!(recorded
         .iter()
         .all(|s| s["status"] == "success" && s["kind"] == "procedure"));
+    // Each step's input (the procedure's argument) is recorded with it.
+    assert_eq!(recorded[41]["input"], "42");
     drop(exec);
 }
 
@@ -3285,6 +3287,7 @@ fn workflows_refuse_bad_input_and_record_what_happened() {
     let o = node.tabos(&["workflow", "show", "p-1", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["steps"][0]["kind"], "proc");
+    assert_eq!(v["steps"][0]["input"], "/bin/true");
     assert_eq!(v["steps"][0]["status"], "success");
     assert_eq!(v["steps"][1]["status"], "error");
     let o = node.tabos(&[

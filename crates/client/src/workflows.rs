@@ -685,6 +685,7 @@ impl Ctx {
         step: i64,
         name: &str,
         kind: &str,
+        input: &[u8],
     ) -> Result<proto::StepBeginResponse, WfError> {
         let req = proto::StepBeginRequest {
             realm: self.inner.realm.clone(),
@@ -693,6 +694,7 @@ impl Ctx {
             step,
             name: name.into(),
             kind: kind.into(),
+            input: input.to_vec(),
         };
         self.call(|mut c| {
             let req = req.clone();
@@ -709,7 +711,7 @@ impl Ctx {
         step: i64,
         r: Result<Vec<u8>, String>,
         last: bool,
-        (name, kind, attempts): (&str, &str, i64),
+        (name, kind, attempts, input): (&str, &str, i64, &[u8]),
     ) -> Result<proto::StepOutcome, WfError> {
         let req = proto::StepEndRequest {
             realm: self.inner.realm.clone(),
@@ -729,6 +731,11 @@ impl Ctx {
                 String::new()
             },
             attempts,
+            input: if self.fresh {
+                input.to_vec()
+            } else {
+                Vec::new()
+            },
         };
         self.call(|mut c| {
             let req = req.clone();
@@ -764,7 +771,7 @@ impl Ctx {
             return self.fresh_step(step, name, retry, f).await;
         }
         loop {
-            let begun = self.begin(step, name, "function").await?;
+            let begun = self.begin(step, name, "function", b"").await?;
             if let Some(done) = begun.done {
                 return result_of(done);
             }
@@ -775,7 +782,7 @@ impl Ctx {
             .await;
             let last = r.is_ok() || begun.attempt >= retry.attempts.max(1);
             let got = self
-                .end(step, r, last, (name, "function", begun.attempt))
+                .end(step, r, last, (name, "function", begun.attempt, b""))
                 .await?;
             if last {
                 return result_of(got);
@@ -814,7 +821,9 @@ impl Ctx {
             tokio::time::sleep(pause).await;
             pause *= 2;
         };
-        let got = self.end(step, r, true, (name, "function", attempt)).await?;
+        let got = self
+            .end(step, r, true, (name, "function", attempt, b""))
+            .await?;
         result_of(got)
     }
 
@@ -867,14 +876,20 @@ impl Ctx {
     /// proc that does not exit 0 fails the step.
     pub async fn proc(&self, name: &str, mut proc: proto::ProcDescriptor) -> Result<i32, WfError> {
         let step = self.next();
+        // Its input: the command line.
+        let line = std::iter::once(proc.program.as_str())
+            .chain(proc.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+            .into_bytes();
         if !self.fresh {
-            if let Some(done) = self.begin(step, name, "proc").await?.done {
+            if let Some(done) = self.begin(step, name, "proc", &line).await?.done {
                 return exit_status(result_of(done)?);
             }
         }
         proc.pid = step_pid(&self.workflow_id, step);
         let r = self.run_proc(proc).await;
-        let got = self.end(step, r, true, (name, "proc", 1)).await?;
+        let got = self.end(step, r, true, (name, "proc", 1, &line)).await?;
         exit_status(result_of(got)?)
     }
 

@@ -186,6 +186,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/025_workflow.sql"),
         postgres: include_str!("../schema/postgres/025_workflow.sql"),
     },
+    Migration {
+        version: 26,
+        name: "workflow_step_input",
+        sqlite: include_str!("../schema/sqlite/026_workflow_step_input.sql"),
+        postgres: include_str!("../schema/postgres/026_workflow_step_input.sql"),
+    },
 ];
 
 /// Errors of kernel services.

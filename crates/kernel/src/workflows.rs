@@ -256,6 +256,11 @@ pub struct Step {
     pub step: i64,
     pub name: String,
     pub kind: StepKind,
+    /// What it was given: a procedure's arguments, a proc's command line,
+    /// a message sent, an event's value, a receive's topic, a sleep's
+    /// length (µs); empty for a client function (its input is what its
+    /// closure holds).
+    pub input: Option<Vec<u8>>,
     /// `running`, `success` or `error`.
     pub status: String,
     pub output: Option<Vec<u8>>,
@@ -912,7 +917,7 @@ fn check_step(step: i64) -> Result<()> {
 pub fn step_tx(tx: &mut dyn Tx, realm: &str, id: &str, step: i64) -> Result<Option<Step>> {
     let k = p_key(tx);
     let row = tx.query_opt(
-        "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us \
+        "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us, input \
          FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
         params![k, realm, id, step],
     )?;
@@ -930,6 +935,7 @@ fn step_of(r: &Row) -> Result<Step> {
         attempts: r.get(6)?,
         started_us: r.get(7)?,
         ended_us: r.get(8)?,
+        input: r.get(9)?,
     })
 }
 
@@ -986,6 +992,7 @@ pub fn step_begin_tx(
     step: i64,
     name: &str,
     kind: StepKind,
+    input: &[u8],
     now: i64,
 ) -> Result<Begun> {
     check_step(step)?;
@@ -1009,8 +1016,8 @@ pub fn step_begin_tx(
         None => {
             tx.execute(
                 "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-                 attempts, started_us) VALUES ($1, $2, $3, $4, $5, $6, 'running', 1, $7)",
-                params![k, realm, id, step, name, kind.as_str(), now],
+                 input, attempts, started_us) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, 1, $8)",
+                params![k, realm, id, step, name, kind.as_str(), input, now],
             )?;
             Ok(Begun::Run { attempt: 1 })
         }
@@ -1024,6 +1031,8 @@ pub fn step_begin_tx(
 pub struct Unbegun {
     pub name: String,
     pub kind: StepKind,
+    /// What it was given (a proc's command line; empty for a function).
+    pub input: Vec<u8>,
     /// Attempts made (at least 1).
     pub attempts: i64,
 }
@@ -1062,8 +1071,8 @@ pub fn step_end_tx(
         };
         let n = tx.execute(
             "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-             output, error, attempts, started_us, ended_us) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11) \
+             input, output, error, attempts, started_us, ended_us) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) \
              ON CONFLICT (p_key, realm, workflow_id, step) DO NOTHING",
             params![
                 k,
@@ -1073,6 +1082,7 @@ pub fn step_end_tx(
                 u.name.as_str(),
                 u.kind.as_str(),
                 status,
+                u.input.as_slice(),
                 output,
                 error,
                 u.attempts.max(1),
@@ -1089,7 +1099,8 @@ pub fn step_end_tx(
             validate_id("step name", &u.name)?;
             tx.execute(
                 "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-                 attempts, started_us) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8)",
+                 input, attempts, started_us) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, $9)",
                 params![
                     k,
                     realm,
@@ -1097,6 +1108,7 @@ pub fn step_end_tx(
                     step,
                     u.name.as_str(),
                     u.kind.as_str(),
+                    u.input.as_slice(),
                     u.attempts.max(1),
                     now
                 ],
@@ -1163,6 +1175,7 @@ fn record_done(
     step: i64,
     name: &str,
     kind: StepKind,
+    input: &[u8],
     output: Option<&[u8]>,
     now: i64,
 ) -> Result<()> {
@@ -1179,9 +1192,9 @@ fn record_done(
     if n == 0 {
         tx.execute(
             "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-             output, attempts, started_us, ended_us) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'success', $7, 1, $8, $8)",
-            params![k, realm, id, step, name, kind.as_str(), out, now],
+             input, output, attempts, started_us, ended_us) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'success', $7, $8, 1, $9, $9)",
+            params![k, realm, id, step, name, kind.as_str(), input, out, now],
         )?;
     }
     Ok(())
@@ -1217,6 +1230,7 @@ pub fn step_procedure_tx(
     id: &str,
     step: i64,
     procedure: &str,
+    args: &[u8],
     now: i64,
     run: &mut dyn FnMut(&mut dyn Tx) -> Result<Vec<u8>>,
 ) -> Result<Outcome> {
@@ -1240,6 +1254,7 @@ pub fn step_procedure_tx(
         step,
         procedure,
         StepKind::Procedure,
+        args,
         Some(&out),
         now,
     )?;
@@ -1257,6 +1272,7 @@ pub fn step_failed_tx(
     step: i64,
     name: &str,
     kind: StepKind,
+    input: &[u8],
     error: &str,
     last: bool,
     now: i64,
@@ -1275,8 +1291,21 @@ pub fn step_failed_tx(
     if n == 0 {
         tx.execute(
             "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-             error, attempts, started_us, ended_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1, $9, $10)",
-            params![k, realm, id, step, name, kind.as_str(), status, cut_error(error), now, ended],
+             input, error, attempts, started_us, ended_us) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11)",
+            params![
+                k,
+                realm,
+                id,
+                step,
+                name,
+                kind.as_str(),
+                status,
+                input,
+                cut_error(error),
+                now,
+                ended
+            ],
         )?;
     }
     Ok(Outcome::Error(error.to_string()))
@@ -1316,10 +1345,19 @@ pub fn sleep_tx(
     let k = p_key(tx);
     // Recorded as done with its wake-up time: what a re-run needs.
     tx.execute(
-        "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, output, \
-         attempts, started_us, ended_us) \
-         VALUES ($1, $2, $3, $4, 'sleep', 'sleep', 'success', $5, 1, $6, $7)",
-        params![k, realm, id, step, at.to_string().into_bytes(), now, at],
+        "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, input, \
+         output, attempts, started_us, ended_us) \
+         VALUES ($1, $2, $3, $4, 'sleep', 'sleep', 'success', $5, $6, 1, $7, $8)",
+        params![
+            k,
+            realm,
+            id,
+            step,
+            duration_us.to_string().into_bytes(),
+            at.to_string().into_bytes(),
+            now,
+            at
+        ],
     )?;
     Ok(at)
 }
@@ -1387,6 +1425,7 @@ pub fn send_tx(
             s.step,
             "send",
             StepKind::Send,
+            payload,
             None,
             now,
         )?;
@@ -1440,13 +1479,24 @@ pub fn recv_tx(
                 step,
                 topic,
                 StepKind::Recv,
+                topic.as_bytes(),
                 Some(&payload),
                 now,
             )?;
             Ok(Some(Some(payload)))
         }
         None if give_up => {
-            record_done(tx, realm, id, step, topic, StepKind::Recv, None, now)?;
+            record_done(
+                tx,
+                realm,
+                id,
+                step,
+                topic,
+                StepKind::Recv,
+                topic.as_bytes(),
+                None,
+                now,
+            )?;
             Ok(Some(None))
         }
         None => Ok(None),
@@ -1484,7 +1534,17 @@ pub fn set_event_tx(
             params![k, realm, id, key, value, now],
         )?;
     }
-    record_done(tx, realm, id, step, key, StepKind::SetEvent, None, now)?;
+    record_done(
+        tx,
+        realm,
+        id,
+        step,
+        key,
+        StepKind::SetEvent,
+        value,
+        None,
+        now,
+    )?;
     tx.notify(&workflow_channel(realm, id), &format!("event {key}"))?;
     Ok(())
 }
@@ -1564,7 +1624,7 @@ pub fn show_tx(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<(Workflow, Vec<
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     let k = p_key(tx);
     let rows = tx.query(
-        "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us \
+        "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us, input \
          FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 ORDER BY step",
         params![k, realm, id],
     )?;
@@ -1774,10 +1834,10 @@ pub fn fork_tx(
         ],
     )?;
     tx.execute(
-        "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, output, \
-         error, attempts, started_us, ended_us) \
-         SELECT p_key, realm, $4, step, name, kind, status, output, error, attempts, started_us, \
-                ended_us \
+        "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, input, \
+         output, error, attempts, started_us, ended_us) \
+         SELECT p_key, realm, $4, step, name, kind, status, input, output, error, attempts, \
+                started_us, ended_us \
          FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step < $5 \
            AND status = 'success'",
         params![k, realm, id, new_id, from_step],

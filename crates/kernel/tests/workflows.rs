@@ -55,7 +55,7 @@ fn start(
 fn begin(s: &Store, ex: &str, id: &str, step: i64, name: &str) -> tabos_kernel::Result<Begun> {
     let (ex, id, name) = (ex.to_string(), id.to_string(), name.to_string());
     call_in(s, R, move |tx| {
-        wf::step_begin_tx(tx, R, &ex, &id, step, &name, StepKind::Function, T0)
+        wf::step_begin_tx(tx, R, &ex, &id, step, &name, StepKind::Function, b"", T0)
     })
 }
 
@@ -329,7 +329,7 @@ fn one_transaction_steps_run_once(b: Backend) {
                 }
                 Ok(b"out".to_vec())
             };
-            wf::step_procedure_tx(tx, R, "xa", "w1", 1, "tick", T0, &mut run)
+            wf::step_procedure_tx(tx, R, "xa", "w1", 1, "tick", b"7", T0, &mut run)
         })
     };
     // A failing run leaves nothing (its transaction is rolled back).
@@ -351,6 +351,7 @@ fn one_transaction_steps_run_once(b: Backend) {
             1,
             "tick",
             StepKind::Procedure,
+            b"7",
             "it failed",
             false,
             T0,
@@ -363,6 +364,8 @@ fn one_transaction_steps_run_once(b: Backend) {
     assert_eq!(count(), 1);
     let (_, steps) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1")).unwrap();
     assert_eq!(steps[0].attempts, 2);
+    // Its input is recorded with its outcome.
+    assert_eq!(steps[0].input.as_deref(), Some(&b"7"[..]));
     // Past its retries, a step's error is its outcome.
     let last = call_in(s, R, |tx| {
         wf::step_failed_tx(
@@ -373,6 +376,7 @@ fn one_transaction_steps_run_once(b: Backend) {
             2,
             "bad",
             StepKind::Procedure,
+            b"",
             "boom",
             true,
             T0,
@@ -444,6 +448,20 @@ fn one_transaction_steps_run_once(b: Backend) {
     })
     .unwrap();
     assert_eq!(again, at, "a re-run sleeps only what is left");
+    // Each one-transaction step's input: the topic received on, the
+    // message sent, the event's value, the sleep's length.
+    let (_, steps) = call_in(s, R, |tx| wf::show_tx(tx, R, "w2")).unwrap();
+    let inputs: Vec<Option<Vec<u8>>> = steps.iter().map(|s| s.input.clone()).collect();
+    assert_eq!(
+        inputs,
+        vec![
+            Some(b"greet".to_vec()),
+            Some(b"greet".to_vec()),
+            Some(b"m".to_vec()),
+            Some(b"paid".to_vec()),
+            Some(b"5000000".to_vec()),
+        ]
+    );
 }
 
 fn cancel_resume_and_fork(b: Backend) {

@@ -518,6 +518,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                     r.step,
                     &r.name,
                     kind,
+                    &r.input,
                     tabos_store::now_us(),
                 )
             })
@@ -558,6 +559,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                 Some(wf::Unbegun {
                     name: r.name.clone(),
                     kind,
+                    input: r.input.clone(),
                     attempts: r.attempts,
                 })
             }
@@ -597,7 +599,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             r.executor.clone(),
             r.workflow_id.clone(),
             r.procedure.clone(),
-            r.args,
+            r.args.clone(),
         );
         let ran = self
             .procedures
@@ -616,7 +618,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                         "procedure {name} was reinstalled during the call; call it again"
                     )))
                 };
-                wf::step_procedure_tx(tx, &rl, &ex, &id, r.step, &name, now, &mut run)
+                wf::step_procedure_tx(tx, &rl, &ex, &id, r.step, &name, &args, now, &mut run)
             })
             .await;
         match ran {
@@ -634,6 +636,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                             r.step,
                             &r.procedure,
                             StepKind::Procedure,
+                            &r.args,
                             &error,
                             r.last,
                             tabos_store::now_us(),
@@ -895,6 +898,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                     attempts: s.attempts,
                     started_us: s.started_us,
                     ended_us: s.ended_us.unwrap_or(0),
+                    input: s.input.unwrap_or_default(),
                 })
                 .collect(),
         }))

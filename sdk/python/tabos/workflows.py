@@ -186,16 +186,24 @@ class Ctx:
             return o.output
         raise StepFailed(o.error)
 
-    def _begin(self, step: int, name: str, kind: str) -> Any:
+    def _begin(self, step: int, name: str, kind: str, input: bytes = b"") -> Any:
         ex = self._ex
         return self._rpc(
             "StepBegin",
             pb.StepBeginRequest(
-                realm=ex.realm, executor=ex.id, workflow_id=self.workflow_id, step=step, name=name, kind=kind
+                realm=ex.realm,
+                executor=ex.id,
+                workflow_id=self.workflow_id,
+                step=step,
+                name=name,
+                kind=kind,
+                input=input,
             ),
         )
 
-    def _end(self, step: int, outcome: Any, last: bool, name: str, kind: str, attempts: int) -> Any:
+    def _end(
+        self, step: int, outcome: Any, last: bool, name: str, kind: str, attempts: int, input: bytes = b""
+    ) -> Any:
         """Records a step's outcome; a step not begun (no history) whole."""
         ex = self._ex
         return self._rpc(
@@ -210,6 +218,7 @@ class Ctx:
                 name=name if self._fresh else "",
                 kind=kind if self._fresh else "",
                 attempts=attempts,
+                input=input if self._fresh else b"",
             ),
         )
 
@@ -279,8 +288,9 @@ class Ctx:
         :meth:`tabos.Client.spawn` (kind, cores, env, ...)."""
         ex = self._ex
         step = self._step_no()
+        line = " ".join((program, *args)).encode()
         if not self._fresh:
-            begun = self._begin(step, name, "proc")
+            begun = self._begin(step, name, "proc", line)
             if begun.HasField("done"):
                 return int(self._result(begun.done))
         pid = step_pid(self.workflow_id, step)
@@ -294,7 +304,7 @@ class Ctx:
             err = "" if ok else f"proc {pid} ended {st.state} with status {st.exit_status}: {st.error}"
         except errors.TabosError as e:
             ok, err = False, str(e)
-        got = self._end(step, _outcome(ok, b"0", err), True, name, "proc", 1)
+        got = self._end(step, _outcome(ok, b"0", err), True, name, "proc", 1, line)
         return int(self._result(got))
 
     def sleep(self, seconds: float) -> None:

@@ -1420,20 +1420,22 @@ class ClaimResponse(_message.Message):
     def __init__(self, claims: _Optional[_Iterable[_Union[Claim, _Mapping]]] = ..., retry_at_us: _Optional[int] = ...) -> None: ...
 
 class StepBeginRequest(_message.Message):
-    __slots__ = ("realm", "executor", "workflow_id", "step", "name", "kind")
+    __slots__ = ("realm", "executor", "workflow_id", "step", "name", "kind", "input")
     REALM_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
     realm: str
     executor: str
     workflow_id: str
     step: int
     name: str
     kind: str
-    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+    input: bytes
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class StepOutcome(_message.Message):
     __slots__ = ("status", "output", "error", "recorded")
@@ -1456,7 +1458,7 @@ class StepBeginResponse(_message.Message):
     def __init__(self, done: _Optional[_Union[StepOutcome, _Mapping]] = ..., attempt: _Optional[int] = ...) -> None: ...
 
 class StepEndRequest(_message.Message):
-    __slots__ = ("realm", "executor", "workflow_id", "step", "outcome", "last", "name", "kind", "attempts")
+    __slots__ = ("realm", "executor", "workflow_id", "step", "outcome", "last", "name", "kind", "attempts", "input")
     REALM_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
@@ -1466,6 +1468,7 @@ class StepEndRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
     realm: str
     executor: str
     workflow_id: str
@@ -1475,7 +1478,8 @@ class StepEndRequest(_message.Message):
     name: str
     kind: str
     attempts: int
-    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., attempts: _Optional[int] = ...) -> None: ...
+    input: bytes
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., attempts: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class StepProcedureRequest(_message.Message):
     __slots__ = ("realm", "executor", "workflow_id", "step", "procedure", "args", "last")
@@ -1650,7 +1654,7 @@ class WorkflowRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ...) -> None: ...
 
 class WorkflowStep(_message.Message):
-    __slots__ = ("step", "name", "kind", "status", "output", "error", "attempts", "started_us", "ended_us")
+    __slots__ = ("step", "name", "kind", "status", "output", "error", "attempts", "started_us", "ended_us", "input")
     STEP_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -1660,6 +1664,7 @@ class WorkflowStep(_message.Message):
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     STARTED_US_FIELD_NUMBER: _ClassVar[int]
     ENDED_US_FIELD_NUMBER: _ClassVar[int]
+    INPUT_FIELD_NUMBER: _ClassVar[int]
     step: int
     name: str
     kind: str
@@ -1669,7 +1674,8 @@ class WorkflowStep(_message.Message):
     attempts: int
     started_us: int
     ended_us: int
-    def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ...) -> None: ...
+    input: bytes
+    def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class WorkflowDetail(_message.Message):
     __slots__ = ("workflow", "steps")
