@@ -272,14 +272,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             Command::Show { id } => {
-                let d = rpc
-                    .show(proto::WorkflowRequest {
-                        realm,
-                        workflow_id: id,
-                    })
-                    .await
-                    .map_err(tabos_client::Error::Status)?
-                    .into_inner();
+                // Page by page (a page is bounded by the node).
+                let mut d = proto::WorkflowDetail::default();
+                let mut after = 0;
+                loop {
+                    let page = rpc
+                        .show(proto::WorkflowRequest {
+                            realm: realm.clone(),
+                            workflow_id: id.clone(),
+                            after_step: after,
+                        })
+                        .await
+                        .map_err(tabos_client::Error::Status)?
+                        .into_inner();
+                    d.workflow = page.workflow;
+                    after = page.steps.last().map_or(after, |s| s.step);
+                    d.steps.extend(page.steps);
+                    if !page.more {
+                        break;
+                    }
+                }
                 let w = d.workflow.unwrap_or_default();
                 if crate::output::json() {
                     let mut v = info_json(&w);
@@ -356,6 +368,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .cancel(proto::WorkflowRequest {
                         realm,
                         workflow_id: id,
+                        after_step: 0,
                     })
                     .await
                     .map_err(tabos_client::Error::Status)?

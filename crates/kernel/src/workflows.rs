@@ -61,8 +61,16 @@ pub const LEASE_MAX_MS: u64 = 600_000;
 pub const LIST_MAX: usize = 10_000;
 /// Most workflows one dequeue or recovery claims.
 pub const CLAIM_MAX: usize = 256;
+/// About the most bytes of inputs one claim carries (it always carries
+/// one workflow): its answer must fit a message, or the workflows it
+/// claimed would be held by an executor that never heard of them.
+pub const CLAIM_BYTES_MAX: usize = 4 << 20;
 /// Highest step number.
 pub const STEP_MAX: i64 = 10_000_000;
+/// Most steps one show returns (the rest are asked for after the last).
+pub const SHOW_STEPS_MAX: usize = 1_000;
+/// About the most bytes of steps' inputs and outputs one show returns.
+pub const SHOW_BYTES_MAX: usize = 4 << 20;
 /// Longest durable sleep.
 pub const SLEEP_MAX_US: i64 = 366 * 24 * 3_600 * 1_000_000;
 
@@ -235,7 +243,8 @@ fn workflow_of(r: &Row) -> Result<Workflow> {
         status: Status::parse(&r.get::<String>(3)?)?,
         queue: r.get(4)?,
         priority: r.get(5)?,
-        input: r.get(6)?,
+        // NULL in a list (see `list_tx`).
+        input: r.get::<Option<Vec<u8>>>(6)?.unwrap_or_default(),
         output: r.get(7)?,
         error: r.get(8)?,
         executor: r.get(9)?,
@@ -641,7 +650,10 @@ fn functions_in(functions: &[String], first: usize) -> (String, Vec<Value>) {
 
 /// Orphaned pending workflows: in `queue` (or none), of `ex`'s version and
 /// functions, oldest first; and the earliest lapse of a live lease over
-/// one of them.
+/// Orphaned pending workflows: in `queue` (or none), of `ex`'s version and
+/// functions, oldest first, at most `max` and about [`CLAIM_BYTES_MAX`]
+/// of inputs; and the earliest lapse of a live lease over one that would
+/// be (when to look again).
 fn orphans(
     tx: &mut dyn Tx,
     realm: &str,
@@ -651,47 +663,71 @@ fn orphans(
     now: i64,
 ) -> Result<(Vec<Claim>, Option<i64>)> {
     let k = p_key(tx);
-    let (in_fns, fn_params) = functions_in(&ex.functions, 5);
+    let (in_fns, fn_params) = functions_in(&ex.functions, 6);
     let queue_cond = if queue.is_some() {
         "w.queue = $4"
     } else {
         "w.queue IS NULL AND $4 = ''"
     };
-    let sql = format!(
-        "SELECT w.workflow_id, w.name, w.input, e.lease_until_us FROM workflow w \
-         LEFT JOIN workflow_executor e \
+    let from = format!(
+        "FROM workflow w LEFT JOIN workflow_executor e \
            ON e.p_key = w.p_key AND e.realm = w.realm AND e.executor = w.executor \
          WHERE w.p_key = $1 AND w.realm = $2 AND w.status = 'pending' AND w.app_version = $3 \
-           AND {queue_cond} AND {in_fns} \
-         ORDER BY w.priority, w.created_us LIMIT {}",
-        CLAIM_MAX * 4
+           AND {queue_cond} AND {in_fns}"
     );
     let mut p = vec![
         Value::Int(k),
         Value::Text(realm.into()),
         Value::Text(ex.app_version.clone()),
         Value::Text(queue.unwrap_or("").into()),
+        Value::Int(now),
     ];
     p.extend(fn_params);
-    let rows = tx.query_text(&sql, &p)?;
+    let rows = tx.query_text(
+        &format!(
+            "SELECT w.workflow_id, w.name, w.input {from} \
+               AND (e.lease_until_us IS NULL OR e.lease_until_us < $5) \
+             ORDER BY w.priority, w.created_us LIMIT {max}"
+        ),
+        &p,
+    )?;
     let mut out = Vec::new();
-    let mut retry: Option<i64> = None;
+    let mut bytes = 0;
     for r in rows.iter() {
-        let lease: Option<i64> = r.get(3)?;
-        match lease {
-            Some(until) if until >= now => {
-                retry = Some(retry.map_or(until + 1, |t: i64| t.min(until + 1)));
-            }
-            _ if out.len() < max => out.push(Claim {
-                id: r.get(0)?,
-                name: r.get(1)?,
-                input: r.get(2)?,
-                recovered: true,
-            }),
-            _ => {}
+        let c = Claim {
+            id: r.get(0)?,
+            name: r.get(1)?,
+            input: r.get(2)?,
+            recovered: true,
+        };
+        if !within_claim_bytes(&mut bytes, &c, out.len()) {
+            break;
+        }
+        out.push(c);
+    }
+    // Only asked for when there is nothing to take now (it is then when
+    // to look again).
+    let mut retry: Option<i64> = None;
+    if out.is_empty() {
+        let rows = tx.query_text(
+            &format!("SELECT min(e.lease_until_us) {from} AND e.lease_until_us >= $5"),
+            &p,
+        )?;
+        if let Some(r) = rows.iter().next() {
+            retry = r.get::<Option<i64>>(0)?.map(|t| t + 1);
         }
     }
     Ok((out, retry))
+}
+
+/// Adds `c`'s input to `bytes`; false when it would take a claim of more
+/// than `taken` workflows past [`CLAIM_BYTES_MAX`] (one is always taken).
+fn within_claim_bytes(bytes: &mut usize, c: &Claim, taken: usize) -> bool {
+    if taken > 0 && *bytes + c.input.len() > CLAIM_BYTES_MAX {
+        return false;
+    }
+    *bytes += c.input.len();
+    true
 }
 
 fn claim(
@@ -837,6 +873,7 @@ pub fn dequeue_tx(
         }
         free = free.min((limit - started).max(0));
     }
+    let mut bytes: usize = orphaned.iter().map(|c| c.input.len()).sum();
     let mut claims = orphaned;
     if free > 0 {
         let (in_fns, fn_params) = functions_in(&ex.functions, 5);
@@ -864,6 +901,9 @@ pub fn dequeue_tx(
                 // Resumed or forked: it has steps to replay.
                 recovered: r.get::<i64>(3)? != 0,
             };
+            if !within_claim_bytes(&mut bytes, &c, claims.len()) {
+                break;
+            }
             claim(tx, realm, &c.id, executor, &ex.node_id, now)?;
             claims.push(c);
         }
@@ -1617,19 +1657,44 @@ pub fn get_tx(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<Option<Workflow>
     rows.iter().next().map(workflow_of).transpose()
 }
 
-/// Procedure body: workflow `id` and its steps, in order.
-pub fn show_tx(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<(Workflow, Vec<Step>)> {
+/// Procedure body: workflow `id` and its steps after step `after`, in
+/// order: at most [`SHOW_STEPS_MAX`] of them and about
+/// [`SHOW_BYTES_MAX`] of their inputs and outputs (at least one step);
+/// `true` when there are more.
+pub fn show_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    id: &str,
+    after: i64,
+) -> Result<(Workflow, Vec<Step>, bool)> {
     validate_id("workflow id", id)?;
     let w = get_tx(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     let k = p_key(tx);
-    let rows = tx.query(
-        "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us, input \
-         FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 ORDER BY step",
-        params![k, realm, id],
+    let rows = tx.query_text(
+        &format!(
+            "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us, \
+             input FROM workflow_step \
+             WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step > $4 \
+             ORDER BY step LIMIT {}",
+            SHOW_STEPS_MAX + 1
+        ),
+        params![k, realm, id, after],
     )?;
-    let steps = rows.iter().map(step_of).collect::<Result<Vec<_>>>()?;
-    Ok((w, steps))
+    let mut steps = Vec::new();
+    let mut bytes = 0;
+    let mut more = false;
+    for r in rows.iter() {
+        let s = step_of(r)?;
+        let size = s.input.as_ref().map_or(0, Vec::len) + s.output.as_ref().map_or(0, Vec::len);
+        if steps.len() == SHOW_STEPS_MAX || (!steps.is_empty() && bytes + size > SHOW_BYTES_MAX) {
+            more = true;
+            break;
+        }
+        bytes += size;
+        steps.push(s);
+    }
+    Ok((w, steps, more))
 }
 
 /// Which workflows [`list_tx`] returns.
@@ -1644,7 +1709,8 @@ pub struct Filter {
     pub limit: usize,
 }
 
-/// Procedure body: workflows of `realm` by `filter`, newest first.
+/// Procedure body: workflows of `realm` by `filter`, newest first, their
+/// inputs and outputs left out.
 pub fn list_tx(tx: &mut dyn Tx, realm: &str, filter: &Filter) -> Result<Vec<Workflow>> {
     let k = p_key(tx);
     let mut conds = vec!["p_key = $1".to_string(), "realm = $2".to_string()];
@@ -1672,8 +1738,12 @@ pub fn list_tx(tx: &mut dyn Tx, realm: &str, filter: &Filter) -> Result<Vec<Work
         0 => LIST_MAX,
         n => n.min(LIST_MAX),
     };
+    // Without inputs and outputs (up to VALUE_BYTES_MAX each, times
+    // LIST_MAX): `show_tx` has them.
+    let columns = WORKFLOW_COLUMNS.replace("input, output,", "NULL, NULL,");
+    debug_assert_ne!(columns, WORKFLOW_COLUMNS);
     let sql = format!(
-        "SELECT {WORKFLOW_COLUMNS} FROM workflow WHERE {} ORDER BY created_us DESC, workflow_id \
+        "SELECT {columns} FROM workflow WHERE {} ORDER BY created_us DESC, workflow_id \
          LIMIT {limit}",
         conds.join(" AND ")
     );

@@ -362,7 +362,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     // Again (a re-run): recorded, not run (it would insert a duplicate).
     assert_eq!(step(false).unwrap(), Outcome::Success(b"out".to_vec()));
     assert_eq!(count(), 1);
-    let (_, steps) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1")).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1", 0)).unwrap();
     assert_eq!(steps[0].attempts, 2);
     // Its input is recorded with its outcome.
     assert_eq!(steps[0].input.as_deref(), Some(&b"7"[..]));
@@ -384,7 +384,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     })
     .unwrap();
     assert_eq!(last, Outcome::Error("boom".into()));
-    let (_, steps) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1")).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1", 0)).unwrap();
     assert_eq!(
         (steps[1].status.as_str(), steps[1].error.as_deref()),
         ("error", Some("boom"))
@@ -450,7 +450,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     assert_eq!(again, at, "a re-run sleeps only what is left");
     // Each one-transaction step's input: the topic received on, the
     // message sent, the event's value, the sleep's length.
-    let (_, steps) = call_in(s, R, |tx| wf::show_tx(tx, R, "w2")).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w2", 0)).unwrap();
     let inputs: Vec<Option<Vec<u8>>> = steps.iter().map(|s| s.input.clone()).collect();
     assert_eq!(
         inputs,
@@ -505,7 +505,10 @@ fn cancel_resume_and_fork(b: Backend) {
     })
     .unwrap();
     assert_eq!(w.forked_from.as_deref(), Some("w1"));
-    let (_, steps) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1b")).unwrap();
+    // Shown from a step on.
+    let (_, later, more) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1", 1)).unwrap();
+    assert_eq!((later.len(), later[0].step, more), (1, 2, false));
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1b", 0)).unwrap();
     assert_eq!(steps.len(), 1);
     assert!(matches!(
         call_in(s, R, |tx| wf::fork_tx(

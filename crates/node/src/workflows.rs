@@ -881,8 +881,10 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Reader)?;
         let rl = realm.clone();
-        let (w, steps) = self
-            .read(&realm, move |tx| wf::show_tx(tx, &rl, &r.workflow_id))
+        let (w, steps, more) = self
+            .read(&realm, move |tx| {
+                wf::show_tx(tx, &rl, &r.workflow_id, r.after_step)
+            })
             .await?;
         Ok(Response::new(proto::WorkflowDetail {
             workflow: Some(info(w)),
@@ -901,6 +903,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                     input: s.input.unwrap_or_default(),
                 })
                 .collect(),
+            more,
         }))
     }
 

@@ -641,7 +641,16 @@ class Workflows:
 
     def show(self, workflow_id: str, *, realm: str = "") -> dict:
         """The workflow and its recorded steps (as dicts)."""
-        d = self._client._call(self._stub.Show, pb.WorkflowRequest(realm=realm, workflow_id=workflow_id))
+        pages = []
+        after = 0
+        while True:  # page by page: the node bounds each
+            d = self._client._call(
+                self._stub.Show, pb.WorkflowRequest(realm=realm, workflow_id=workflow_id, after_step=after)
+            )
+            pages.extend(d.steps)
+            if not d.more or not d.steps:
+                break
+            after = d.steps[-1].step
         steps = [
             {
                 "step": s.step,
@@ -651,8 +660,9 @@ class Workflows:
                 "output": s.output,
                 "error": s.error,
                 "attempts": s.attempts,
+                "input": s.input,
             }
-            for s in d.steps
+            for s in pages
         ]
         return {"workflow": Workflow._of(d.workflow), "steps": steps}
 

@@ -1646,12 +1646,14 @@ class ListWorkflowsResponse(_message.Message):
     def __init__(self, workflows: _Optional[_Iterable[_Union[WorkflowInfo, _Mapping]]] = ...) -> None: ...
 
 class WorkflowRequest(_message.Message):
-    __slots__ = ("realm", "workflow_id")
+    __slots__ = ("realm", "workflow_id", "after_step")
     REALM_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_STEP_FIELD_NUMBER: _ClassVar[int]
     realm: str
     workflow_id: str
-    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ...) -> None: ...
+    after_step: int
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., after_step: _Optional[int] = ...) -> None: ...
 
 class WorkflowStep(_message.Message):
     __slots__ = ("step", "name", "kind", "status", "output", "error", "attempts", "started_us", "ended_us", "input")
@@ -1678,12 +1680,14 @@ class WorkflowStep(_message.Message):
     def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class WorkflowDetail(_message.Message):
-    __slots__ = ("workflow", "steps")
+    __slots__ = ("workflow", "steps", "more")
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
+    MORE_FIELD_NUMBER: _ClassVar[int]
     workflow: WorkflowInfo
     steps: _containers.RepeatedCompositeFieldContainer[WorkflowStep]
-    def __init__(self, workflow: _Optional[_Union[WorkflowInfo, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[WorkflowStep, _Mapping]]] = ...) -> None: ...
+    more: bool
+    def __init__(self, workflow: _Optional[_Union[WorkflowInfo, _Mapping]] = ..., steps: _Optional[_Iterable[_Union[WorkflowStep, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class ResumeWorkflowRequest(_message.Message):
     __slots__ = ("realm", "workflow_id", "app_version")
