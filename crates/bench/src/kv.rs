@@ -241,6 +241,14 @@ async fn start_service(
     exe: &Path,
     policy: &Policy,
 ) -> anyhow::Result<Supervisor> {
+    // kvds listen where clients connect: on the host's network.
+    c.clone()
+        .set_realm(tabos_client::proto::SetRealmRequest {
+            realm: realm.into(),
+            host_network: Some(true),
+            ..Default::default()
+        })
+        .await?;
     service::create(c, realm, svc, 16, 1, policy).await?;
     let program = Program {
         path: exe.display().to_string(),

@@ -187,6 +187,13 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let rt = tokio::runtime::Runtime::new()?;
     let mut site = rt.block_on(async {
         let mut c = Client::connect(&node.addr, &node.token).await?;
+        // wwd listens where wrk connects: on the host's network.
+        c.set_realm(tabos_client::proto::SetRealmRequest {
+            realm: "default".into(),
+            host_network: Some(true),
+            ..Default::default()
+        })
+        .await?;
         c.fs_mkdir("default", "", "/site", 0o755).await?;
         c.fs_create("default", "", "/site/file.html", 0o644).await?;
         c.fs_write("default", "", "/site/file.html", 0, file.clone(), false)

@@ -77,7 +77,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|(k, v)| (k.clone(), serde_json::Value::from(*v)))
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({ "settings": s, "leaders": leaders })
                 );
@@ -87,7 +87,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|(k, v)| vec![k.clone(), v.to_string()])
                 .collect();
-            print!(
+            out!(
                 "{}",
                 crate::output::table(&["setting".into(), "value".into()], &rows)
             );
@@ -104,12 +104,12 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 })
                 .collect();
             if !rows.is_empty() {
-                println!();
+                outln!();
                 let cols: Vec<String> = ["manager", "leader", "epoch", "lease left"]
                     .iter()
                     .map(|s| s.to_string())
                     .collect();
-                print!("{}", crate::output::table(&cols, &rows));
+                out!("{}", crate::output::table(&cols, &rows));
             }
             Ok(())
         }),
@@ -125,7 +125,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 .await?;
             if json {
                 for one in &d {
-                    println!("{}", decision_json(one));
+                    outln!("{}", decision_json(one));
                 }
             } else {
                 print_decisions(&d);
@@ -194,23 +194,24 @@ fn print_decisions(d: &[proto::AllocDecision]) {
             ]
         })
         .collect();
-    print!("{}", crate::output::table(&cols, &rows));
+    out!("{}", crate::output::table(&cols, &rows));
 }
 
 /// An elastic realm's policy, want, grants and decisions (nothing more
 /// for a static realm than that it is static).
 pub fn print_allocation(a: &proto::RealmAllocation) {
-    println!();
+    outln!();
     let Some(p) = &a.policy else {
-        println!(
+        outln!(
             "static realm: every static node serves it with all its cores \
              ({} cores of live procs, {} waiting to be placed)",
-            a.live_cores, a.unplaced_cores
+            a.live_cores,
+            a.unplaced_cores
         );
         return;
     };
     let granted: i64 = a.grants.iter().map(|g| g.cores).sum();
-    println!(
+    outln!(
         "elastic {} realm: {} to {} cores; wants {} ({}); granted {granted}; \
          live procs hold {} cores, {} waiting to be placed",
         p.class,
@@ -227,13 +228,13 @@ pub fn print_allocation(a: &proto::RealmAllocation) {
             .iter()
             .map(|g| vec![g.node_id.clone(), g.cores.to_string()])
             .collect();
-        print!(
+        out!(
             "{}",
             crate::output::table(&["node".into(), "cores".into()], &rows)
         );
     }
     if !a.decisions.is_empty() {
-        println!("\nallocation over time:");
+        outln!("\nallocation over time:");
         print_decisions(&a.decisions);
     }
 }

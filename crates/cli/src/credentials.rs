@@ -18,6 +18,19 @@ use serde::{Deserialize, Serialize};
 
 /// Largest credentials file read, in bytes.
 pub const FILE_BYTES_MAX: u64 = 1 << 20;
+/// Longest context name.
+pub const NAME_BYTES_MAX: usize = 256;
+
+/// A context name: printable, no spaces, at most [`NAME_BYTES_MAX`] bytes.
+fn validate_name(name: &str) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        !name.is_empty()
+            && name.len() <= NAME_BYTES_MAX
+            && name.chars().all(|c| c.is_ascii_graphic()),
+        "a context name is 1 to {NAME_BYTES_MAX} printable characters without spaces, not {name:?}"
+    );
+    Ok(())
+}
 
 /// One context: where a node is and which credential to use there.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -85,13 +98,39 @@ impl File {
         }
     }
 
-    /// Adds or replaces context `name` and makes it current; writes the
-    /// file (mode 0600). Returns where.
-    pub fn save_context(name: &str, ctx: Context) -> anyhow::Result<PathBuf> {
+    /// Adds or replaces context `name`, and makes it current if `make_current`
+    /// (or if there is none yet); writes the file (mode 0600). Returns where.
+    pub fn save_context(name: &str, ctx: Context, make_current: bool) -> anyhow::Result<PathBuf> {
+        validate_name(name)?;
         let path = path().context("neither TABOS_CREDENTIALS nor HOME is set")?;
         let mut file = File::load()?;
         file.contexts.insert(name.to_string(), ctx);
+        if make_current || !file.contexts.contains_key(&file.current) {
+            file.current = name.to_string();
+        }
+        file.write(&path)?;
+        Ok(path)
+    }
+
+    /// Makes context `name` current.
+    pub fn use_context(name: &str) -> anyhow::Result<PathBuf> {
+        let path = path().context("neither TABOS_CREDENTIALS nor HOME is set")?;
+        let mut file = File::load()?;
+        file.context(Some(name))?;
         file.current = name.to_string();
+        file.write(&path)?;
+        Ok(path)
+    }
+
+    /// Removes context `name` (the current one too: then none is current).
+    pub fn remove_context(name: &str) -> anyhow::Result<PathBuf> {
+        let path = path().context("neither TABOS_CREDENTIALS nor HOME is set")?;
+        let mut file = File::load()?;
+        file.context(Some(name))?;
+        file.contexts.remove(name);
+        if file.current == name {
+            file.current.clear();
+        }
         file.write(&path)?;
         Ok(path)
     }

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         !inputs.is_empty(),
         "no input: none of {CORPUS:?} exists; give --input"
     );
-    println!("tabos demo: an embedded node in {}", dir.display());
+    outln!("tabos demo: an embedded node in {}", dir.display());
     let settings = tabos_node::NodeSettings {
         logs: dir.join("logs"),
         blocks: Some(tabos_node::BlockStoreSettings::new(
@@ -73,7 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let (cores, realm) = (settings.cores, settings.realm.clone());
     let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("db")), settings)
         .context("open the kernel database")?;
-    println!(
+    outln!(
         "  kernel database: SQLite, {} partitions; one worker of {cores} cores in realm `{realm}`",
         node.store.partitions(),
     );
@@ -94,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let server = tokio::spawn(tabos_node::serve(node, listener, async {
             let _ = stopped.await;
         }));
-        println!("  serving the tabos API on {addr}\n");
+        outln!("  serving the tabos API on {addr}\n");
         let client = tabos_client::Client::connect(&addr, &operator.token).await?;
         // The mappers read the inputs in their jails: as the operator, the
         // demo lets its realm's procs see them (read-only).
@@ -114,17 +114,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .context("allow the realm's procs to see the inputs")?;
 
         let shown: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
-        println!(
+        outln!(
             "[1/3] word count over the text files of {} (mappers are LC procs of one core, \
              reducers and coordinators BE procs; progress on stderr)",
             shown.join(" ")
         );
         let (job, done) = crate::mr::run_job(&client, &realm, submit, false).await?;
-        println!();
+        outln!();
         crate::mr::print_summary(&job, &done).await?;
         crate::mr::print_top(&job, &Kind::WordCount, 20).await?;
 
-        println!("\n[2/3] asking the node about the job, in SQL through its API:\n");
+        outln!("\n[2/3] asking the node about the job, in SQL through its API:\n");
         let mut c = client.clone();
         let role = "CASE substr(pid, $2, 1) WHEN 'm' THEN 'mapper' WHEN 'r' THEN 'reducer' \
                     ELSE 'coordinator' END";
@@ -163,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let procs = Value::Text(format!("{}-%", job.id()));
         let role_at = Value::Int(job.id().len() as i64 + 2);
         for (n, (title, sql)) in queries.iter().enumerate() {
-            println!("-- {title}\n{}\n", squeeze(sql));
+            outln!("-- {title}\n{}\n", squeeze(sql));
             let params = if n < 2 {
                 vec![realm_value.clone(), role_at.clone(), procs.clone()]
             } else {
@@ -171,23 +171,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             };
             let result = c.sql(sql, params).await?;
             crate::output::print_result(&result, false);
-            println!();
+            outln!();
         }
 
-        println!("[3/3] the namespace and files the job used:");
+        outln!("[3/3] the namespace and files the job used:");
         let listed = c.name_readdir(&realm, &job.layout.root()).await?;
         let names: Vec<&str> = listed
             .entries
             .iter()
             .map(|e| e.path.rsplit('/').next().unwrap_or_default())
             .collect();
-        println!("  tabos ls {}: {}", job.layout.root(), names.join(" "));
+        outln!("  tabos ls {}: {}", job.layout.root(), names.join(" "));
         let (files, bytes) = c.fs_du(&realm, &job.layout.root(), "", 0).await?;
-        println!(
+        outln!(
             "  tabos fs du {}: {files} files, {bytes} bytes",
             job.layout.root()
         );
-        println!("\ndemo finished in {:.1} s", t0.elapsed().as_secs_f64());
+        outln!("\ndemo finished in {:.1} s", t0.elapsed().as_secs_f64());
         let _ = stop.send(());
         server.await??;
         Ok(())

@@ -150,7 +150,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 };
                 if local.is_some() {
                     if crate::output::json() {
-                        println!("{}", serde_json::json!({"path": path, "bytes": n}));
+                        outln!("{}", serde_json::json!({"path": path, "bytes": n}));
                     } else {
                         eprintln!("{path}: {n} bytes");
                     }
@@ -215,7 +215,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                         c.fs_unlink(&realm, &user, &path).await?;
                     }
                     if crate::output::json() {
-                        println!("{}", serde_json::json!({"path": path, "removed": 1}));
+                        outln!("{}", serde_json::json!({"path": path, "removed": 1}));
                     }
                 }
             }
@@ -241,32 +241,32 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 }
                 if crate::output::json() {
                     let s = c.fs_stat(&realm, &path).await?;
-                    println!("{}", stat_json(&s));
+                    outln!("{}", stat_json(&s));
                 }
             }
             FsCommand::Mv { from, to } => {
                 c.fs_rename(&realm, &user, &from, &to).await?;
                 if crate::output::json() {
-                    println!("{}", serde_json::json!({"from": from, "to": to}));
+                    outln!("{}", serde_json::json!({"from": from, "to": to}));
                 }
             }
             FsCommand::Stat { path } => {
                 let s = c.fs_stat(&realm, &path).await?;
                 if crate::output::json() {
-                    println!("{}", stat_json(&s));
+                    outln!("{}", stat_json(&s));
                     return Ok(());
                 }
-                println!("path       {}", s.path);
-                println!("type       {}", s.r#type);
-                println!("owner      {}", s.owner);
-                println!("mode       {:o}", s.mode);
-                println!("size       {}", s.size);
-                println!("block size {}", s.block_size);
+                outln!("path       {}", s.path);
+                outln!("type       {}", s.r#type);
+                outln!("owner      {}", s.owner);
+                outln!("mode       {:o}", s.mode);
+                outln!("size       {}", s.size);
+                outln!("block size {}", s.block_size);
                 if s.r#type == "file" {
-                    println!("layout     {}", s.layout);
+                    outln!("layout     {}", s.layout);
                 }
-                println!("changed    {}", s.ctime_us);
-                println!("modified   {}", s.mtime_us);
+                outln!("changed    {}", s.ctime_us);
+                outln!("modified   {}", s.mtime_us);
             }
             FsCommand::Du {
                 path,
@@ -282,13 +282,13 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             FsCommand::Chmod { mode, path } => {
                 c.fs_chmod(&realm, &user, &path, octal(&mode)?).await?;
                 if crate::output::json() {
-                    println!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
+                    outln!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
                 }
             }
             FsCommand::Chown { owner, path } => {
                 c.fs_chown(&realm, &user, &path, &owner).await?;
                 if crate::output::json() {
-                    println!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
+                    outln!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
                 }
             }
         }

@@ -64,7 +64,7 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
                 .zip(&sent)
                 .map(|(m, s)| serde_json::json!({"to": m.to, "seq": s.seq, "duplicate": s.duplicate}))
                 .collect();
-            println!("{}", serde_json::Value::Array(v));
+            outln!("{}", serde_json::Value::Array(v));
             return Ok(());
         }
         for (m, s) in messages.iter().zip(sent) {
@@ -73,7 +73,7 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
             } else {
                 ""
             };
-            println!("{} #{}{dup}", m.to, s.seq);
+            outln!("{} #{}{dup}", m.to, s.seq);
         }
         Ok(())
     })
@@ -246,7 +246,7 @@ pub fn mailbox(args: MailboxArgs) -> anyhow::Result<()> {
                         "bytes_max": i.bytes_max, "log_delivered": i.log_delivered,
                         "next_seq": i.next_seq,
                     });
-                    println!("{v}");
+                    outln!("{v}");
                     return Ok(());
                 }
                 let columns: Vec<String> =
@@ -261,7 +261,7 @@ pub fn mailbox(args: MailboxArgs) -> anyhow::Result<()> {
                     i.log_delivered.to_string(),
                     i.next_seq.to_string(),
                 ];
-                print!("{}", crate::output::table(&columns, &[row]));
+                out!("{}", crate::output::table(&columns, &[row]));
             }
         }
         Ok(())

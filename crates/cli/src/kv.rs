@@ -136,7 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let mut clerk = Clerk::new(&client, &svc.realm.realm, &svc.service).await?;
                 clerk.set(key.as_bytes(), value.as_bytes()).await?;
                 if crate::output::json() {
-                    println!("{}", serde_json::json!({"key": key, "set": true}));
+                    outln!("{}", serde_json::json!({"key": key, "set": true}));
                 }
                 Ok(())
             }
@@ -144,10 +144,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let client = svc.node.connect().await?;
                 let st = service::status(&client, &svc.realm.realm, &svc.service).await?;
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&st)?);
+                    outln!("{}", serde_json::to_string_pretty(&st)?);
                     return Ok(());
                 }
-                println!(
+                outln!(
                     "service {}: config epoch {}, {} shards over {} groups; balancer {}",
                     st.service,
                     st.config.epoch,
@@ -156,16 +156,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     st.balancer.as_deref().unwrap_or("(none leads)")
                 );
                 if let Some(p) = &st.policy {
-                    println!(
+                    outln!(
                         "policy: {} kvds per group, {}..={} groups, grow over {} req/s per group, \
                          shrink under {}",
                         p.kvds_per_group, p.min_groups, p.max_groups, p.grow_ops, p.shrink_ops
                     );
                 }
                 if !st.config.moving.is_empty() {
-                    println!("moving shards {:?}", st.config.moving);
+                    outln!("moving shards {:?}", st.config.moving);
                 }
-                println!(
+                outln!(
                     "{:<6} {:<22} {:>6} {:>10} {:>8}  shards",
                     "group", "leader", "keys", "req/s", "age"
                 );
@@ -182,7 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         ),
                         None => ("-".into(), "-".into(), "-".into()),
                     };
-                    println!(
+                    outln!(
                         "{:<6} {:<22} {:>6} {:>10} {:>8}  {}",
                         g.group,
                         g.leader.as_deref().unwrap_or("(none)"),
@@ -228,7 +228,7 @@ async fn serve(
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listen on {listen}"))?;
-    println!(
+    outln!(
         "kv service {name}: {} shards over {} groups, {} kvds each (groups {}..={} as the load \
          asks); Redis protocol on {}",
         config.shards.len(),
@@ -238,7 +238,7 @@ async fn serve(
         policy.max_groups,
         listener.local_addr()?
     );
-    println!(
+    outln!(
         "its password (AUTH; redis-cli -a): tabos cat {}",
         tabos_kv::config::Layout::new(&name)?.password()
     );

@@ -4,8 +4,21 @@
 //! credential through `--addr`/`TABOS_ADDR`, `--token`/`TABOS_TOKEN`, or a
 //! context of the credentials file ([`credentials`]).
 
+/// `print!` and `println!` for the command's output, which — unlike
+/// std's, which panic — end the process quietly when its reader has gone
+/// (`tabos realm create R | head -1`), as a shell's default SIGPIPE would:
+/// exit status 141 ([`output::write_out`]).
+macro_rules! out {
+    ($($t:tt)*) => { $crate::output::write_out(format_args!($($t)*)) };
+}
+macro_rules! outln {
+    () => { $crate::output::write_out(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::output::write_out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
 mod batch;
 mod cluster;
+mod context;
 mod credentials;
 mod demo;
 mod fs;
@@ -175,6 +188,8 @@ enum Command {
     Realm(procs::RealmArgs),
     /// Manage credentials: tabos token create|list|revoke|whoami
     Token(tokens::Args),
+    /// The saved contexts (node address and credential): list, use, rm
+    Context(context::Args),
     /// Send a message to a mailbox (or proc/<pid>): tabos send TO [DATA]
     Send(ipc::SendArgs),
     /// Receive (take) messages from a mailbox; --follow streams them
@@ -276,6 +291,7 @@ fn main() -> std::process::ExitCode {
         Command::Prune(a) => procs::prune(a),
         Command::Realm(a) => procs::realm(a),
         Command::Token(a) => tokens::run(a),
+        Command::Context(a) => context::run(a),
         Command::Workflow(a) => workflow::run(a),
         Command::Send(a) => ipc::send(a),
         Command::Recv(a) => ipc::recv(a),
@@ -293,6 +309,11 @@ fn main() -> std::process::ExitCode {
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // Output into a pipe whose reader has gone: its business, said by
+        // the status alone.
+        Err(e) if output::is_closed_pipe(&e) => {
+            std::process::ExitCode::from(output::CLOSED_PIPE_STATUS)
+        }
         Err(e) => {
             eprintln!("error: {}", said_once(&e));
             std::process::ExitCode::FAILURE

@@ -628,7 +628,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     config.n_threads = Some(4);
     let session = fuser::spawn_mount(fs, &args.dir, &config)
         .with_context(|| format!("cannot mount on {}", args.dir.display()))?;
-    println!(
+    outln!(
         "realm {}'s files on {} (Ctrl-C or umount to stop)",
         if realm.is_empty() { "default" } else { &realm },
         args.dir.display()

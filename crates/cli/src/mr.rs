@@ -93,7 +93,7 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
                 let jobs = control::list(&c, &realm.realm).await?;
                 if *json {
                     let v: Vec<_> = jobs.iter().map(status_json).collect();
-                    println!("{}", serde_json::Value::Array(v));
+                    outln!("{}", serde_json::Value::Array(v));
                 } else {
                     let cols: Vec<String> = ["job", "kind", "status", "maps", "reduces", "retries"]
                         .iter()
@@ -112,7 +112,7 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
                             ]
                         })
                         .collect();
-                    print!("{}", crate::output::table(&cols, &rows));
+                    out!("{}", crate::output::table(&cols, &rows));
                 }
             }
             JobKind::Status {
@@ -124,9 +124,9 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
                 let c = node.connect().await?;
                 let s = control::status(&c, &realm.realm, job).await?;
                 if *json {
-                    println!("{}", status_json(&s));
+                    outln!("{}", status_json(&s));
                 } else {
-                    println!(
+                    outln!(
                         "job {} ({}): {}; maps {}/{}, reduces {}/{}, {} retried attempts",
                         s.id,
                         s.kind,
@@ -187,6 +187,10 @@ pub struct Common {
     /// Run without a standby coordinator
     #[arg(long)]
     pub no_standby: bool,
+    /// Refuse the job if an input cannot be read by the realm's procs
+    /// (by default such inputs are left out, and said so in one line)
+    #[arg(long)]
+    pub strict: bool,
     /// Results to print (the most frequent words; for grep, files in order)
     #[arg(long, default_value_t = 20)]
     pub top: usize,
@@ -209,6 +213,7 @@ impl Common {
         s.task_bytes = self.task_mib.max(1) << 20;
         s.text_only = self.text_only;
         s.standby = !self.no_standby;
+        s.strict = self.strict;
         anyhow::ensure!(
             !(self.in_fs && self.text_only),
             "--text-only looks at files of this machine; it does not go with --in-fs"
@@ -257,7 +262,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "maps": done.maps, "reducers": done.reducers, "retries": done.retries,
                 "distinct": out.len(), "total": out.iter().map(|r| r.1).sum::<u64>(), "top": top,
             });
-            println!("{v}");
+            outln!("{v}");
             return Ok(());
         }
         print_summary(&job, &done).await?;
@@ -268,6 +273,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// Submits and follows a job, drawing the progress line on stderr. With
 /// `detachable`, Ctrl-C leaves the job running on the node and says how
 /// to follow or stop it (not for a node that ends with this process).
+/// Lines of a failed proc's stderr shown when its job fails.
+const FAILURE_LINES: usize = 10;
+
 pub async fn run_job(
     client: &tabos_client::Client,
     realm: &str,
@@ -285,6 +293,9 @@ pub async fn run_job(
         job.spec.maps,
         job.spec.reducers
     );
+    if let Some(line) = tabos_mr::split::skipped_summary(&job.skipped) {
+        eprintln!("{line} (--strict refuses the job instead)");
+    }
     let tty = std::io::stderr().is_terminal();
     let mut last = (usize::MAX, usize::MAX, u32::MAX);
     let id = job.id().to_string();
@@ -321,6 +332,18 @@ pub async fn run_job(
     if tty {
         eprintln!();
     }
+    if done.is_err() {
+        // The failing proc's own last words, while they can still be read
+        // (the demo's node goes away with it).
+        if let Ok(Some((pid, lines))) = job.last_failure(FAILURE_LINES).await {
+            if !lines.is_empty() {
+                eprintln!("the last lines {pid} wrote to stderr:");
+                for l in lines {
+                    eprintln!("  {l}");
+                }
+            }
+        }
+    }
     Ok((job, done.context("the job did not finish")?))
 }
 
@@ -350,7 +373,7 @@ fn progress_line(p: &Progress) -> String {
 /// The job's totals and per-phase timings.
 pub async fn print_summary(job: &Job, p: &Progress) -> anyhow::Result<()> {
     let secs = p.elapsed.as_secs_f64().max(1e-3);
-    println!(
+    outln!(
         "job {} done in {:.2} s: {:.1} MB at {:.1} MB/s, {} map tasks, {} reducers, {} retried attempts",
         job.id(),
         secs,
@@ -360,9 +383,9 @@ pub async fn print_summary(job: &Job, p: &Progress) -> anyhow::Result<()> {
         p.reducers,
         p.retries
     );
-    println!("  phase        procs    first spawn → last exit    summed run time");
+    outln!("  phase        procs    first spawn → last exit    summed run time");
     for ph in job.phases().await? {
-        println!(
+        outln!(
             "  {:<12} {:>5}    {:>10.3} s                {:>8.3} s",
             ph.name,
             ph.procs,
@@ -371,7 +394,7 @@ pub async fn print_summary(job: &Job, p: &Progress) -> anyhow::Result<()> {
         );
     }
     let reports = job.reports().await?;
-    println!(
+    outln!(
         "  {} task reports taken from mailbox {}; output in tabos fs {}/out/part-0..{} (user mr)",
         reports.len(),
         job.layout.mailbox(),
@@ -388,19 +411,19 @@ pub async fn print_top(job: &Job, kind: &Kind, n: usize) -> anyhow::Result<()> {
     if matches!(kind, Kind::WordCount) {
         out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let words: u64 = out.iter().map(|r| r.1).sum();
-        println!(
+        outln!(
             "\n{words} words, {total} distinct; the {} most frequent:",
             n.min(total)
         );
     } else {
         let lines: u64 = out.iter().map(|r| r.1).sum();
-        println!(
+        outln!(
             "\n{lines} matching lines in {total} files; the first {}:",
             n.min(total)
         );
     }
     for (key, count) in out.iter().take(n) {
-        println!("  {count:>12}  {}", String::from_utf8_lossy(key));
+        outln!("  {count:>12}  {}", String::from_utf8_lossy(key));
     }
     Ok(())
 }

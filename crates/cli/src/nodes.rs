@@ -61,7 +61,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
                     .collect();
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({
                         "node_id": n.node_id,
@@ -89,7 +89,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
             "cores",
             "pool",
             "busy",
-            "mem_mb",
+            "mem_mib",
             "heartbeat",
             "realms",
             "labels",
@@ -134,7 +134,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                 ]
             })
             .collect();
-        print!("{}", crate::output::table(&header, &rows));
+        out!("{}", crate::output::table(&header, &rows));
         Ok(())
     })
 }
@@ -156,17 +156,17 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
                 let v = serde_json::json!({
                     "node": node_id, "draining": !undo, "changed": done.changed, "moved": moved,
                 });
-                println!("{v}");
+                outln!("{v}");
                 return Ok(());
             }
             match (undo, done.changed) {
-                (false, true) => println!("node {node_id} is draining"),
-                (false, false) => println!("node {node_id} was draining already"),
-                (true, true) => println!("node {node_id} is back in service"),
-                (true, false) => println!("node {node_id} was not draining"),
+                (false, true) => outln!("node {node_id} is draining"),
+                (false, false) => outln!("node {node_id} was draining already"),
+                (true, true) => outln!("node {node_id} is back in service"),
+                (true, false) => outln!("node {node_id} was not draining"),
             }
             for m in &done.moved {
-                println!("placed again: {} in realm {}", m.pid, m.realm);
+                outln!("placed again: {} in realm {}", m.pid, m.realm);
             }
             Ok(())
         }),

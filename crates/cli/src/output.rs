@@ -2,6 +2,35 @@
 
 use tabos_client::{QueryResult, Value};
 
+/// The exit status of a command whose output's reader went away: what a
+/// shell reports for a process ended by SIGPIPE (128 + 13).
+pub const CLOSED_PIPE_STATUS: u8 = 141;
+
+/// Writes the command's output (`out!`, `outln!`); a reader that has
+/// gone ends the process quietly with [`CLOSED_PIPE_STATUS`] (Rust ignores
+/// SIGPIPE — a node must not die of a client's closed socket — so std's
+/// `println!` would panic instead).
+pub fn write_out(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(i32::from(CLOSED_PIPE_STATUS));
+        }
+        // Any other failure to print (a full disk) is as fatal as std's.
+        eprintln!("error: cannot write the output: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Whether `e` is, at bottom, output into a pipe whose reader has gone.
+pub fn is_closed_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// A value as a table cell.
 pub fn cell(v: &Option<Value>) -> String {
     match v {
@@ -101,7 +130,7 @@ pub fn print_result(result: &QueryResult, json: bool) {
             "rows": rows,
             "truncated": result.truncated,
         });
-        println!("{doc}");
+        outln!("{doc}");
         return;
     }
     let rows: Vec<Vec<String>> = result
@@ -109,9 +138,9 @@ pub fn print_result(result: &QueryResult, json: bool) {
         .iter()
         .map(|r| r.iter().map(cell).collect())
         .collect();
-    print!("{}", table(&result.columns, &rows));
+    out!("{}", table(&result.columns, &rows));
     let n = result.rows.len();
-    println!(
+    outln!(
         "({n} row{}{})",
         if n == 1 { "" } else { "s" },
         if result.truncated {
@@ -137,9 +166,9 @@ pub fn json() -> bool {
 /// Prints `value` as JSON under `--json`, else `text`.
 pub fn emit(text: impl FnOnce() -> String, value: impl FnOnce() -> serde_json::Value) {
     if json() {
-        println!("{}", value());
+        outln!("{}", value());
     } else {
-        println!("{}", text());
+        outln!("{}", text());
     }
 }
 

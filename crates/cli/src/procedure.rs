@@ -149,7 +149,7 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
             ProcedureCommand::Remove { name } => {
                 c.procedure_remove(&realm, &name).await?;
                 if crate::output::json() {
-                    println!(
+                    outln!(
                         "{}",
                         serde_json::json!({"procedure": name, "removed": true})
                     );
@@ -169,7 +169,7 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                     let v = serde_json::json!({
                         "result": String::from_utf8_lossy(&out.result), "log": out.log,
                     });
-                    println!("{v}");
+                    outln!("{v}");
                     return Ok(());
                 }
                 for line in &out.log {

@@ -118,7 +118,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         }
         let s = client.wait_exit(&realm, &spawned.pid).await?;
         if crate::output::json() {
-            println!("{}", status_json(&s));
+            outln!("{}", status_json(&s));
         } else {
             eprintln!("{}: {}{}", s.pid, s.state, exit_text(&s));
         }
@@ -317,7 +317,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
                 "pid": args.pid, "stream": stream,
                 "data": String::from_utf8_lossy(&r.data), "truncated": r.truncated,
             });
-            println!("{v}");
+            outln!("{v}");
             return Ok(());
         }
         std::io::stdout().write_all(&r.data)?;
@@ -403,6 +403,15 @@ enum RealmCommand {
         /// see read-only (repeatable; replaces the list; `none` empties it)
         #[arg(long = "allow-host-path", value_name = "PATH")]
         allow_host_paths: Vec<String>,
+        /// Let the realm's native procs share the host's network (by
+        /// default each has a network of its own, loopback only: it cannot
+        /// reach services on the host or beyond, nor listen for them);
+        /// procs spawned before keep what they had
+        #[arg(long, conflicts_with = "no_host_network")]
+        host_network: bool,
+        /// Give the realm's native procs networks of their own again
+        #[arg(long)]
+        no_host_network: bool,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -468,11 +477,11 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
                     "stored_bytes": r.stored_bytes, "quota_storage_mb": r.quota_storage_mb,
                     "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
                     "procedures": r.procedures, "quota_procedures": r.quota_procedures,
-                    "host_paths": r.host_paths,
+                    "host_paths": r.host_paths, "host_network": r.host_network,
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(v));
+        outln!("{}", serde_json::Value::Array(v));
         return;
     }
     // Each usage beside its quota: "3/8", or "3" with no quota.
@@ -489,6 +498,7 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
         "stored MiB",
         "mailboxes MiB",
         "procedures",
+        "network",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -504,10 +514,11 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
                 of(mib(r.stored_bytes), r.quota_storage_mb),
                 of(mib(r.mailbox_bytes), r.quota_mailbox_mb),
                 of(r.procedures.to_string(), r.quota_procedures),
+                if r.host_network { "host" } else { "own" }.to_string(),
             ]
         })
         .collect();
-    print!("{}", crate::output::table(&cols, &rows));
+    out!("{}", crate::output::table(&cols, &rows));
 }
 
 pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
@@ -534,7 +545,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                         .create_elastic_realm(&name, &scheduler, policy)
                         .await?;
                     if !crate::output::json() {
-                        println!(
+                        outln!(
                             "realm {name} created (scheduler {scheduler}; elastic {class}, \
                              {min_cores} to {max_cores} cores)"
                         );
@@ -544,13 +555,13 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 None => {
                     let c = client.create_realm(&name, &scheduler).await?;
                     if !crate::output::json() {
-                        println!("realm {name} created (scheduler {scheduler})");
+                        outln!("realm {name} created (scheduler {scheduler})");
                     }
                     c
                 }
             };
             if crate::output::json() {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({
                         "realm": name, "admin_token": created.admin_token,
@@ -559,11 +570,11 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 );
                 return Ok(());
             }
-            println!(
+            outln!(
                 "its admin credential (id {}; shown once, keep it safe):",
                 created.admin_token_id
             );
-            println!("{}", created.admin_token);
+            outln!("{}", created.admin_token);
             Ok(())
         }),
         RealmCommand::Set {
@@ -575,6 +586,8 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             mailbox_mib,
             procedures,
             allow_host_paths,
+            host_network,
+            no_host_network,
             node,
         } => {
             let mut clear = Vec::new();
@@ -605,6 +618,11 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 procedures: arg("procedures", "procedures", &procedures)?,
                 clear: Vec::new(),
                 host_paths,
+                host_network: match (host_network, no_host_network) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
             };
             let request = proto::SetRealmRequest { clear, ..request };
             crate::runtime()?.block_on(async {
@@ -641,7 +659,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             let alloc = client.allocation(&name, decisions).await?;
             if json {
                 print_realms(&one, true);
-                println!("{}", crate::cluster::allocation_json(&alloc));
+                outln!("{}", crate::cluster::allocation_json(&alloc));
             } else {
                 print_realms(&one, false);
                 crate::cluster::print_allocation(&alloc);
@@ -699,9 +717,9 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<()> {
             .prune(&args.realm.realm, args.pids.clone(), older_than_ms)
             .await?;
         if args.json {
-            println!("{}", serde_json::json!({ "pruned": pruned }));
+            outln!("{}", serde_json::json!({ "pruned": pruned }));
         } else {
-            println!("forgot {} ended procs", pruned.len());
+            outln!("forgot {} ended procs", pruned.len());
         }
         Ok(())
     })

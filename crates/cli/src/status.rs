@@ -35,7 +35,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("commits", s.commits.to_string()),
             ("retries", s.retries.to_string()),
             ("started (us since epoch)", s.started_us.to_string()),
+            (
+                "offers procs",
+                format!("{} cores, {} MiB", s.cores, s.mem_mib),
+            ),
+            ("cgroups", s.cgroups.clone()),
             ("protections", s.protections.join("; ")),
+            (
+                "pressure on procs (avg10)",
+                if s.pressure.is_empty() {
+                    "not measured (no unified cgroup tree)".to_string()
+                } else {
+                    let mut p: Vec<_> = s.pressure.iter().collect();
+                    p.sort_by(|a, b| a.0.cmp(b.0));
+                    p.iter()
+                        .map(|(r, v)| format!("{r} {v:.2}%"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                },
+            ),
             ("busy cores (measured)", format!("{:.2}", s.busy_cores)),
             ("BE admission measures", s.load_source.clone()),
             ("connections", s.connections.to_string()),
@@ -55,19 +73,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "retries": s.retries,
                 "started": crate::output::rfc3339(s.started_us),
                 "started_us": s.started_us,
+                "cores": s.cores,
+                "mem_mib": s.mem_mib,
+                "cgroups": s.cgroups,
                 "protections": s.protections,
+                "pressure": s.pressure,
                 "busy_cores": s.busy_cores,
                 "load_source": s.load_source,
                 "connections": s.connections,
                 "request_bytes_held": s.request_bytes_held,
             });
-            println!("{v}");
+            outln!("{v}");
         } else {
             let rows: Vec<Vec<String>> = pairs
                 .iter()
                 .map(|(k, v)| vec![k.to_string(), v.clone()])
                 .collect();
-            print!(
+            out!(
                 "{}",
                 crate::output::table(&["field".into(), "value".into()], &rows)
             );

@@ -35,10 +35,13 @@ enum Command {
         /// [default: all the role allows]
         #[arg(long, default_value = "", value_name = "GRANTS")]
         scope: String,
-        /// Also save it as this context of the credentials file (and make
-        /// it current)
-        #[arg(long)]
+        /// Also save it as this context of the credentials file (the
+        /// current context stays as it is, unless --use)
+        #[arg(long, value_name = "CONTEXT")]
         save_as: Option<String>,
+        /// With --save-as: make the saved context the current one
+        #[arg(long = "use", requires = "save_as")]
+        use_it: bool,
         /// Print JSON instead of text
         #[arg(long)]
         json: bool,
@@ -143,6 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 note,
                 scope,
                 save_as,
+                use_it,
                 json: as_json,
                 node,
             } => {
@@ -172,13 +176,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                                 .map(|p| p.display().to_string())
                                 .unwrap_or_default(),
                         },
+                        use_it,
                     )?;
-                    eprintln!("saved as context {name} in {}", path.display());
+                    let current = crate::credentials::File::load()?.current == name;
+                    eprintln!(
+                        "saved as context {name}{} in {}{}",
+                        if current { " (current)" } else { "" },
+                        path.display(),
+                        if current {
+                            String::new()
+                        } else {
+                            format!("; use it with --context {name}, or make it current: tabos context use {name}")
+                        }
+                    );
                 }
                 if as_json {
                     let mut v = json(&info);
                     v["token"] = created.token.into();
-                    println!("{v}");
+                    outln!("{v}");
                 } else {
                     eprintln!(
                         "credential {} for realm {} as user {}, role {} (shown once, keep it safe):",
@@ -187,7 +202,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         info.user,
                         info.role
                     );
-                    println!("{}", created.token);
+                    outln!("{}", created.token);
                 }
             }
             Command::List {
@@ -200,7 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let list = c.list_tokens(&realm, procs).await?;
                 if as_json {
                     let v: Vec<_> = list.iter().map(json).collect();
-                    println!("{}", serde_json::Value::Array(v));
+                    outln!("{}", serde_json::Value::Array(v));
                 } else {
                     let cols: Vec<String> = [
                         "id", "realm", "user", "role", "pid", "created", "expires", "revoked",
@@ -210,7 +225,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .map(|s| s.to_string())
                     .collect();
                     let rows: Vec<_> = list.iter().map(row).collect();
-                    print!("{}", crate::output::table(&cols, &rows));
+                    out!("{}", crate::output::table(&cols, &rows));
                 }
             }
             Command::Revoke { id, node } => {
@@ -224,7 +239,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Command::Whoami { node } => {
                 let mut c = node.connect().await?;
                 let me = c.who_am_i().await?;
-                println!("{}", serde_json::to_string(&json(&me))?);
+                outln!("{}", serde_json::to_string(&json(&me))?);
             }
         }
         Ok(())

@@ -39,7 +39,8 @@ pub struct Args {
     /// file (it is always kept in DATA/operator.token)
     #[arg(long)]
     no_context: bool,
-    /// Number of partitions (fixed when the database is created; default: one per core)
+    /// Partitions of a new kernel database, 1..=8 (default: 8); a database
+    /// keeps the count it was created with, and nodes of any size join it
     #[arg(long)]
     partitions: Option<u32>,
     /// Connections to the database: PostgreSQL's pool (writes and reads),
@@ -68,9 +69,15 @@ pub struct Args {
     /// Realm this node runs procs for (created if missing)
     #[arg(long, default_value = "default")]
     realm: String,
-    /// Cores this node offers to procs (default: all)
-    #[arg(long)]
+    /// Cores this node offers to procs (default: what the host, or the
+    /// node's cgroup, lets it use)
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=4096))]
     cores: Option<i64>,
+    /// Memory this node offers to procs, in MiB (default: what the host,
+    /// or the node's cgroup, lets it use, less a reserve for the node:
+    /// 10%, 256 MiB to 2 GiB)
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1 << 30))]
+    mem_mib: Option<i64>,
     /// Heartbeat period in ms; a node silent for 3 periods is declared lost
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     heartbeat_ms: u64,
@@ -138,6 +145,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(c) = args.cores {
         settings.cores = c;
     }
+    if let Some(m) = args.mem_mib {
+        settings.mem_mb = m;
+    }
+    let offered = format!(
+        "offering procs {} cores and {} MiB{}",
+        settings.cores,
+        settings.mem_mb,
+        match (args.cores, args.mem_mib) {
+            (Some(_), Some(_)) => " (as told)",
+            _ => " (the rest of what the host lets this node use is its own reserve)",
+        }
+    );
     settings.heartbeat = std::time::Duration::from_millis(args.heartbeat_ms);
     settings.be_util_pct = args.be_util_pct;
     settings.steal_after = std::time::Duration::from_millis(args.steal_after_ms);
@@ -189,7 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .join(tabos_node::LOCAL_SOCKET_NAME);
     let serve_local = socket.as_os_str().len() <= tabos_node::LOCAL_SOCKET_PATH_MAX;
     if !serve_local {
-        println!(
+        outln!(
             "no local socket: {} is longer than a Unix socket path may be ({} bytes); clients use TCP",
             socket.display(),
             tabos_node::LOCAL_SOCKET_PATH_MAX
@@ -222,7 +241,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .await?;
         options.http = http;
         let addr = tabos_node::local_addr(&listener).map_or(args.listen.clone(), |a| a.to_string());
-        println!(
+        outln!(
             "tabos node on {addr}: {where_}, {} partitions, durability {}{}",
             node.store.partitions(),
             node.store.durability(),
@@ -238,7 +257,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .operator_credential_file(&token_path)
             .await
             .context("cannot set up the operator credential")?;
-        println!(
+        outln!(
             "operator credential: {} ({})",
             token_path.display(),
             if new {
@@ -247,14 +266,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "kept from an earlier start"
             }
         );
+        outln!("{offered}");
         for line in node_protections.iter() {
-            println!("confinement: {line}");
+            outln!("confinement: {line}");
         }
         if let Some(local) = &local_addr {
-            println!("local socket: {local}");
+            outln!("local socket: {local}");
         }
-        println!("{pg_said}");
-        println!("{http_said}");
+        outln!("{pg_said}");
+        outln!("{http_said}");
         if !args.no_context {
             // Clients on this machine use the local socket; without one,
             // TCP (and TLS when the node serves it).
@@ -276,14 +296,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 token,
                 tls_ca,
             };
-            match crate::credentials::File::save_context(&addr, context) {
-                Ok(path) => println!("saved as context {addr} (current) in {}", path.display()),
-                Err(e) => println!("not saved as a context ({e:#}): use --token or TABOS_TOKEN"),
+            match crate::credentials::File::save_context(&addr, context, true) {
+                Ok(path) => outln!("saved as context {addr} (current) in {}", path.display()),
+                Err(e) => outln!("not saved as a context ({e:#}): use --token or TABOS_TOKEN"),
             }
         }
-        println!("try: tabos sql \"SELECT * FROM schema_version\"   (Ctrl-C stops)");
+        outln!("try: tabos sql \"SELECT * FROM schema_version\"   (Ctrl-C stops)");
         tabos_node::serve_with(node, listener, shutdown_signal(), options).await?;
-        println!("tabos node stopped");
+        outln!("tabos node stopped");
         Ok(())
     })
 }

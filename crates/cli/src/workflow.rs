@@ -244,7 +244,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .workflows;
                 if crate::output::json() {
                     let v: Vec<_> = list.iter().map(info_json).collect();
-                    println!("{}", serde_json::Value::Array(v));
+                    outln!("{}", serde_json::Value::Array(v));
                 } else {
                     let cols: Vec<String> = [
                         "workflow", "function", "version", "status", "queue", "executor",
@@ -268,7 +268,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             ]
                         })
                         .collect();
-                    print!("{}", crate::output::table(&cols, &rows));
+                    out!("{}", crate::output::table(&cols, &rows));
                 }
             }
             Command::Show { id } => {
@@ -309,9 +309,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             })
                         })
                         .collect();
-                    println!("{v}");
+                    outln!("{v}");
                 } else {
-                    println!("{}", info_text(&w));
+                    outln!("{}", info_text(&w));
                     let cols: Vec<String> =
                         ["step", "name", "kind", "status", "attempts", "output"]
                             .iter()
@@ -336,7 +336,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             ]
                         })
                         .collect();
-                    print!("{}", crate::output::table(&cols, &rows));
+                    out!("{}", crate::output::table(&cols, &rows));
                 }
             }
             Command::Wait { id, timeout } => {
@@ -568,7 +568,7 @@ fn queues_out(qs: &[proto::QueueInfo]) {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(v));
+        outln!("{}", serde_json::Value::Array(v));
         return;
     }
     let cols: Vec<String> = [
@@ -599,7 +599,7 @@ fn queues_out(qs: &[proto::QueueInfo]) {
             ]
         })
         .collect();
-    print!("{}", crate::output::table(&cols, &rows));
+    out!("{}", crate::output::table(&cols, &rows));
 }
 
 fn schedules_out(ss: &[proto::ScheduleInfo]) {
@@ -614,7 +614,7 @@ fn schedules_out(ss: &[proto::ScheduleInfo]) {
                 })
             })
             .collect();
-        println!("{}", serde_json::Value::Array(v));
+        outln!("{}", serde_json::Value::Array(v));
         return;
     }
     let cols: Vec<String> = ["schedule", "workflow", "cron", "version", "queue", "next"]
@@ -634,5 +634,5 @@ fn schedules_out(ss: &[proto::ScheduleInfo]) {
             ]
         })
         .collect();
-    print!("{}", crate::output::table(&cols, &rows));
+    out!("{}", crate::output::table(&cols, &rows));
 }

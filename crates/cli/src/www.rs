@@ -108,7 +108,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_workers,
         )
         .await?;
-        println!(
+        outln!(
             "site {site}: wwd {} on http://{listen}/ with {workers}..={max_workers} workers",
             s.wwd().unwrap_or("?")
         );

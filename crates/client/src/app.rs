@@ -125,6 +125,34 @@ impl Backoff {
     }
 }
 
+/// Whether `realm`'s native procs share the host's network (and the realm
+/// by name: `""` is the caller's). A service whose procs listen where
+/// clients outside them connect (kvd, wwd) needs it; a realm without it
+/// gives each proc a network of its own with loopback only.
+pub async fn host_network(client: &Client, realm: &str) -> Result<(String, bool), Error> {
+    let mut c = client.clone();
+    let realm = match realm {
+        "" => c.who_am_i().await?.default_realm,
+        r => r.to_string(),
+    };
+    let allowed = c
+        .list_realms()
+        .await?
+        .into_iter()
+        .find(|r| r.realm == realm)
+        .is_some_and(|r| r.host_network);
+    Ok((realm, allowed))
+}
+
+/// What to say when `what` needs the host's network and `realm` does not
+/// allow it.
+pub fn host_network_refusal(realm: &str, what: &str) -> String {
+    format!(
+        "realm {realm:?} gives its procs a network of their own (loopback only), but {what}; \
+         its operator can allow it the host's network: tabos realm set {realm} --host-network"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

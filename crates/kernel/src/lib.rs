@@ -192,6 +192,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/026_workflow_step_input.sql"),
         postgres: include_str!("../schema/postgres/026_workflow_step_input.sql"),
     },
+    Migration {
+        version: 27,
+        name: "host_network",
+        sqlite: include_str!("../schema/sqlite/027_host_network.sql"),
+        postgres: include_str!("../schema/postgres/027_host_network.sql"),
+    },
 ];
 
 /// Errors of kernel services.

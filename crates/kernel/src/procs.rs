@@ -291,6 +291,10 @@ pub struct ProcInfo {
     pub host_paths: Vec<String>,
     /// Its credential's scope ([`Descriptor::scope`]).
     pub scope: Option<crate::auth::Scope>,
+    /// It shares the host's network: its realm allowed it when it was
+    /// spawned (else a native proc has a network of its own, loopback
+    /// only).
+    pub host_network: bool,
 }
 
 /// The columns [`proc_from_row`] reads, as a literal for `concat!` (a
@@ -299,7 +303,7 @@ macro_rules! proc_columns {
     () => {
         "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
          state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, \
-         user_name, host_paths, scope"
+         user_name, host_paths, scope, host_network"
     };
 }
 
@@ -338,6 +342,7 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
             .get::<Option<String>>(20)?
             .map(|s| crate::auth::Scope::parse(&s))
             .transpose()?,
+        host_network: r.get(21)?,
     })
 }
 
@@ -473,9 +478,9 @@ pub fn spawn_tx(
     now_us: i64,
 ) -> Result<Option<WorkerId>> {
     d.validate()?;
-    let (scheduler, quota) = crate::realms::spawn_policy_tx(tx, realm)?;
+    let policy = crate::realms::spawn_policy_tx(tx, realm)?;
     let p = i64::from(tx.p_key().0);
-    check_quota_tx(tx, realm, &quota, d)?;
+    check_quota_tx(tx, realm, &policy.quota, d)?;
     if !d.host_paths.is_empty() {
         let allowed = crate::realms::host_paths_tx(tx, realm)?;
         if let Some(p) = d
@@ -506,7 +511,7 @@ pub fn spawn_tx(
     }
     // Choose and reserve first, so the row is written once with its worker.
     let need = d.need();
-    let worker = sched::pick_tx(tx, scheduler, realm, &need)?;
+    let worker = sched::pick_tx(tx, policy.scheduler, realm, &need)?;
     if let Some(w) = &worker {
         sched::reserve_tx(tx, realm, w, &need)?;
     } else if let Some((cores, mem_mb)) = sched::largest_worker_tx(tx, realm)? {
@@ -525,9 +530,9 @@ pub fn spawn_tx(
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
                            cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, \
-                           assign_us, user_name, host_paths, scope) \
+                           assign_us, user_name, host_paths, scope, host_network) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, \
-                 $16, $17, $18, $19, $20)",
+                 $16, $17, $18, $19, $20, $21)",
         params![
             p,
             realm,
@@ -548,7 +553,8 @@ pub fn spawn_tx(
             worker.as_ref().map(|_| now_us),
             d.user.as_str(),
             d.host_paths_json(),
-            d.scope.as_ref().map(crate::auth::Scope::to_string)
+            d.scope.as_ref().map(crate::auth::Scope::to_string),
+            policy.host_network && d.kind == Kind::Native
         ],
     )
     .map_err(|e| {

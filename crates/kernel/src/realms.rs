@@ -236,17 +236,18 @@ pub fn tenant_prefix(realm: &str) -> String {
 
 /// Procedure body: the quotas of `realm`.
 pub fn quota_tx(tx: &mut dyn Tx, realm: &str) -> Result<Quota> {
-    Ok(spawn_policy_tx(tx, realm)?.1)
+    Ok(spawn_policy_tx(tx, realm)?.quota)
 }
 
 /// Procedure body: what a spawn in `realm` needs of its row, in one
-/// statement: its scheduler and its quotas.
-pub fn spawn_policy_tx(tx: &mut dyn Tx, realm: &str) -> Result<(Scheduler, Quota)> {
+/// statement: its scheduler, its quotas and its network.
+pub fn spawn_policy_tx(tx: &mut dyn Tx, realm: &str) -> Result<SpawnPolicy> {
     let p = i64::from(tx.p_key().0);
     let row = tx
         .query_opt(
             "SELECT scheduler, quota_procs, quota_cores, quota_mem_mb, quota_storage_mb, \
-             quota_mailbox_mb, quota_procedures FROM realm WHERE p_key = $1 AND realm = $2",
+             quota_mailbox_mb, quota_procedures, host_network FROM realm \
+             WHERE p_key = $1 AND realm = $2",
             params![p, realm],
         )?
         .ok_or_else(|| Error::NotFound(format!("unknown realm {realm:?}")))?;
@@ -258,7 +259,35 @@ pub fn spawn_policy_tx(tx: &mut dyn Tx, realm: &str) -> Result<(Scheduler, Quota
         mailbox_mb: row.get(5)?,
         procedures: row.get(6)?,
     };
-    Ok((row.get::<String>(0)?.parse()?, quota))
+    Ok(SpawnPolicy {
+        scheduler: row.get::<String>(0)?.parse()?,
+        quota,
+        host_network: row.get(7)?,
+    })
+}
+
+/// What a spawn in a realm goes by: its scheduler, its quotas, and whether
+/// its native procs may use the host's network.
+#[derive(Debug, Clone, Copy)]
+pub struct SpawnPolicy {
+    pub scheduler: Scheduler,
+    pub quota: Quota,
+    pub host_network: bool,
+}
+
+/// Procedure body: allows (or forbids) realm `realm`'s native procs the
+/// host's network — an operator's decision, like host paths. Procs
+/// already spawned keep what they had.
+pub fn set_host_network_tx(tx: &mut dyn Tx, realm: &str, allowed: bool) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE realm SET host_network = $3 WHERE p_key = $1 AND realm = $2",
+        params![p, realm, allowed],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    Ok(())
 }
 
 /// A realm's metered counters with their quotas, read in a transaction.
@@ -419,6 +448,8 @@ pub struct Usage {
     pub quota: Quota,
     /// Host paths its native procs may ask to see.
     pub host_paths: Vec<String>,
+    /// Its native procs share the host's network.
+    pub host_network: bool,
 }
 
 /// Usage of `realm`, or of every realm when `None`, by name, on the read
@@ -427,7 +458,8 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
     let rows = store.query(
         "SELECT u.realm, u.live_procs, u.quota_procs, u.cores, u.quota_cores, u.mem_mb, \
          u.quota_mem_mb, u.stored_bytes, u.quota_storage_mb, u.mailbox_bytes, \
-         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths FROM realm_usage u JOIN realm r ON r.realm = u.realm \
+         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network \
+         FROM realm_usage u JOIN realm r ON r.realm = u.realm \
          WHERE CAST($1 AS TEXT) IS NULL OR u.realm = $1 ORDER BY u.realm",
         params![realm],
     )?;
@@ -452,6 +484,7 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
                 },
                 host_paths: serde_json::from_str(&r.get::<String>(13)?)
                     .map_err(|e| Error::Invalid(format!("stored host paths: {e}")))?,
+                host_network: r.get(14)?,
             })
         })
         .collect()

@@ -1,4 +1,4 @@
-//! Confinement of native procs (issue 17, item 5).
+//! Confinement of native procs (issue 17, item 5; issue 34, item 2).
 //!
 //! When the node runs as root, each native proc runs
 //!
@@ -6,30 +6,48 @@
 //!   realm, from [`UID_BASE`]), with no supplementary groups — so it cannot
 //!   read the node's data directory (mode 0700) or signal another realm's
 //!   procs;
-//! * in cgroups of its own (the v1 `memory`, `pids` and `cpu` controllers,
-//!   which is what this kind of machine mounts; `cpuacct` for its CPU
-//!   time): memory limited to its `mem_mb` (none asked: no limit), at most
-//!   [`PIDS_MAX`] tasks, CPU time limited to its cores (0 cores: none).
+//! * in a cgroup of its own, in whichever hierarchies the host mounts
+//!   ([`crate::cgroup`]): memory limited to its `mem_mb` (none asked: no
+//!   limit), at most [`PIDS_MAX`] tasks, CPU time limited to its cores
+//!   (0 cores: none). Each limit goes through the hierarchy that holds its
+//!   controller: a v1 hierarchy (`memory.limit_in_bytes`, `pids.max`,
+//!   `cpu.cfs_quota_us`), or the unified tree (`memory.max`, `pids.max`,
+//!   `cpu.max`) on a v2 host, where the node enables those controllers for
+//!   its subtree (moving itself into a leaf of its own cgroup first, as the
+//!   kernel's "no internal processes" rule asks). Where there is a unified
+//!   tree — on a v2 host and on a hybrid one beside the v1 hierarchies — the
+//!   proc's cgroup there is also what its membership, its end (`cgroup.kill`,
+//!   or `cgroup.freeze` and a signal to each on kernels without it), its
+//!   CPU time (`cpu.stat`) and its pressure (PSI) go by.
 //!
-//! The child joins its cgroups and drops to its uid between fork and exec
-//! (writing `0` — itself — to each `tasks` file, so nothing it starts is
-//! ever outside them). `tasks`, not `cgroup.procs`: between fork and exec
-//! the child has one thread, so moving that thread moves the process, and
-//! a thread moving itself skips the kernel's global threadgroup lock,
-//! whose write side waits for an RCU grace period — 8 to 36 ms a spawn on
-//! this kind of virtual machine (measured), against about 0.1 ms. After the proc ends, whatever is still in its
-//! cgroup (a process that left its process group) is killed, its usage is
-//! read (CPU time, peak memory, whether the kernel killed it for memory)
-//! and its cgroups are removed.
+//! Joining: the child joins the v1 cgroups itself between fork and exec
+//! (writing `0` — itself — to each `tasks` file: `tasks`, not
+//! `cgroup.procs`, because a thread moving itself skips the kernel's global
+//! threadgroup lock, whose write side waits for an RCU grace period — 8 to
+//! 36 ms a spawn on this kind of virtual machine, measured, against about
+//! 0.1 ms). The unified tree has no such per-thread move for a process, so
+//! a jailed proc is *created* in its unified cgroup instead
+//! (`clone3(CLONE_INTO_CGROUP)`, see [`crate::jail`]), which takes no
+//! lock; only an unjailed confined proc pays for writing `cgroup.procs`.
 //!
-//! And, where the node is root on x86-64 Linux, in a jail of its own
-//! ([`crate::jail`]): its own mount, pid, IPC and UTS namespaces, seeing
-//! its working directory, the system's directories read-only and the host
-//! paths its realm allows, under a seccomp allow-list. [`Confine::describe`]
-//! says what is on and what is off.
+//! After the proc ends, whatever is still in its cgroup (a process that left
+//! its process group) is ended, its usage read (CPU time, peak memory,
+//! whether the kernel killed it for memory) and its cgroups removed. A
+//! node instance that died leaves its directories behind; the next node to
+//! start on the machine ends what is left in them and removes them.
+//!
+//! And, where the node is root on x86-64 or aarch64 Linux, in a jail of its
+//! own ([`crate::jail`]): its own mount, pid, IPC, UTS and — unless its
+//! realm allows the host's network — network namespaces, seeing its working
+//! directory, the system's directories read-only and the host paths its
+//! realm allows, under a seccomp allow-list; and tied to the node by a
+//! lifeline, so that it never outlives a node that is killed.
+//! [`Confine::describe`] says what is on and what is off.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
+
+use crate::cgroup::{self, Hierarchies, Mode};
 
 /// First uid (and gid) of realms' procs.
 pub const UID_BASE: u32 = 200_000;
@@ -37,15 +55,18 @@ pub const UID_BASE: u32 = 200_000;
 pub const UID_RANGE: u32 = 100_000;
 /// Most tasks (processes and threads) one native proc may have.
 pub const PIDS_MAX: i64 = 512;
-/// CPU bandwidth period of a proc's `cpu` cgroup, in microseconds.
+/// CPU bandwidth period of a proc's CPU limit, in microseconds.
 pub const CPU_PERIOD_US: i64 = 100_000;
-/// After a proc ended: how many times its cgroup is swept for processes
-/// that outlived it (each killed), and the pause between sweeps for the
-/// kernel to reap them.
+/// After a proc ended: how many times its cgroup is looked at for
+/// processes that outlived it (each ended), and the pause between looks
+/// for the kernel to reap them.
 const SWEEPS_MAX: usize = 8;
 const SWEEP_PAUSE: std::time::Duration = std::time::Duration::from_millis(5);
-/// Where the v1 controllers are mounted.
-const CGROUP_V1: &str = "/sys/fs/cgroup";
+/// The directory each hierarchy's tabos cgroups are made in.
+const TABOS_DIR: &str = "tabos";
+/// The leaf a v2 node moves itself into, so that its own cgroup may hand
+/// controllers to its children.
+const NODE_LEAF: &str = "tabos-node";
 
 /// The uid (and gid) of `realm`'s procs: stable on every node.
 pub fn uid_for(realm: &str) -> u32 {
@@ -57,10 +78,11 @@ pub fn uid_for(realm: &str) -> u32 {
     UID_BASE + h % UID_RANGE
 }
 
-/// Removes what node instances whose process is gone left under `base`
-/// (their procs' cgroups once empty, then their own directory); a cgroup
-/// that still has tasks refuses, and stays.
-fn remove_dead_instances(base: &Path) {
+/// Ends and removes what node instances whose process is gone left under
+/// `base` — procs that outlived their node (`unified`: by `cgroup.kill`;
+/// else a signal to each process listed), then their cgroups, then the
+/// instance's own directory.
+fn remove_dead_instances(base: &Path, unified: bool) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
@@ -75,6 +97,7 @@ fn remove_dead_instances(base: &Path) {
         if let Ok(groups) = std::fs::read_dir(e.path()) {
             for g in groups.flatten() {
                 if g.file_type().is_ok_and(|t| t.is_dir()) {
+                    end_all(&g.path(), unified);
                     let _ = std::fs::remove_dir(g.path());
                 }
             }
@@ -83,19 +106,69 @@ fn remove_dead_instances(base: &Path) {
     }
 }
 
+/// Ends every process in cgroup `dir` and waits (bounded) for the kernel
+/// to reap them: `cgroup.kill` where the unified tree has it; else the
+/// cgroup frozen (v2) so nothing forks while each listed process gets
+/// SIGKILL, then thawed.
+fn end_all(dir: &Path, unified: bool) {
+    let killed = unified && std::fs::write(dir.join("cgroup.kill"), "1").is_ok();
+    let frozen = !killed && unified && std::fs::write(dir.join("cgroup.freeze"), "1").is_ok();
+    for _ in 0..SWEEPS_MAX {
+        let left = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let pids: Vec<libc::pid_t> = left
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .filter(|&p| p > 1)
+            .collect();
+        if pids.is_empty() {
+            break;
+        }
+        if !killed {
+            for pid in pids {
+                // SAFETY: kill takes no pointers; every pid listed is in
+                // this proc's own cgroup.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            if frozen {
+                // A frozen process dies of SIGKILL only once thawed.
+                let _ = std::fs::write(dir.join("cgroup.freeze"), "0");
+            }
+        }
+        std::thread::sleep(SWEEP_PAUSE);
+    }
+}
+
+/// This node instance's cgroups in the unified tree.
+#[derive(Debug)]
+struct Unified {
+    /// The instance's directory (procs' cgroups are made in it).
+    dir: PathBuf,
+    /// The limit controllers enabled for procs here (a v2 host's; none on
+    /// a hybrid one, whose limits are v1's).
+    limits: Vec<&'static str>,
+}
+
 /// What confinement this node applies.
 #[derive(Debug)]
 pub struct Confine {
     /// Run procs as their realm's uid (the node is root).
     uids: bool,
+    mode: Mode,
     /// This node's directory under each v1 controller it may use.
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
     cpu: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
+    unified: Option<Unified>,
     /// Where jails' roots and working directories are made (`None`: no
     /// jails).
     jails: Option<PathBuf>,
+    /// The write end of the node's lifeline: held by the node alone, so
+    /// that it closes — and every jailed proc's first process hears it —
+    /// when the node's process ends in any way ([`crate::jail`]).
+    lifeline: Option<(OwnedFd, OwnedFd)>,
     /// Why what is off is off.
     off: Vec<String>,
 }
@@ -105,11 +178,14 @@ impl Confine {
     pub fn none(why: &str) -> Confine {
         Confine {
             uids: false,
+            mode: Mode::None,
             memory: None,
             pids: None,
             cpu: None,
             cpuacct: None,
+            unified: None,
             jails: None,
+            lifeline: None,
             off: vec![why.to_string()],
         }
     }
@@ -136,12 +212,15 @@ impl Confine {
             std::process::id(),
             INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
-        let mut controller = |name: &str| -> Option<PathBuf> {
-            let base = Path::new(CGROUP_V1).join(name).join("tabos");
+        let hierarchies = Hierarchies::detect();
+        c.mode = hierarchies.mode();
+        let mut v1 = |name: &str| -> Option<PathBuf> {
+            let h = hierarchies.v1(name)?;
+            let base = h.mount.join(TABOS_DIR);
             let dir = base.join(&me);
             match std::fs::create_dir_all(&dir) {
                 Ok(()) => {
-                    remove_dead_instances(&base);
+                    remove_dead_instances(&base, false);
                     Some(dir)
                 }
                 Err(e) => {
@@ -151,45 +230,96 @@ impl Confine {
                 }
             }
         };
-        let (memory, pids, cpu, cpuacct) = (
-            controller("memory"),
-            controller("pids"),
-            controller("cpu"),
-            controller("cpuacct"),
-        );
-        c.memory = memory;
-        c.pids = pids;
-        c.cpu = cpu;
-        c.cpuacct = cpuacct;
-        if !cfg!(target_arch = "x86_64") {
-            c.off
-                .push("no jail (namespaces, seccomp): its filter is written for x86-64".into());
-        } else if !Path::new("/proc/self/ns/pid").exists()
-            || !Path::new("/proc/self/ns/mnt").exists()
-        {
-            c.off
-                .push("no jail: the kernel offers no mount or pid namespaces".into());
-        } else {
-            // Runs of an earlier instance of this node may have left roots
-            // and working directories behind.
-            let _ = std::fs::remove_dir_all(run);
-            match std::fs::create_dir_all(run) {
-                Ok(()) => c.jails = Some(run.to_path_buf()),
-                Err(e) => c.off.push(format!("no jail ({}: {e})", run.display())),
+        let (memory, pids, cpu, cpuacct) = (v1("memory"), v1("pids"), v1("cpu"), v1("cpuacct"));
+        (c.memory, c.pids, c.cpu, c.cpuacct) = (memory, pids, cpu, cpuacct);
+        if let Some(h) = &hierarchies.unified {
+            // Limits through the unified tree only for the controllers no
+            // v1 hierarchy holds (a hybrid host keeps them in v1).
+            let wanted: Vec<&'static str> = cgroup::V2_LIMIT_CONTROLLERS
+                .into_iter()
+                .filter(|n| hierarchies.v1(n).is_none())
+                .filter(|n| hierarchies.unified_controllers.iter().any(|c| c == n))
+                .collect();
+            match unified_instance(h, &me, &wanted) {
+                Ok(u) => {
+                    if u.limits.len() < wanted.len() {
+                        c.off.push(format!(
+                            "no {} limits: {} would not hand those controllers to the node's \
+                             cgroups (run the node in a cgroup of its own, e.g. a systemd \
+                             service with Delegate=yes)",
+                            wanted
+                                .iter()
+                                .filter(|w| !u.limits.contains(w))
+                                .copied()
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            h.own.display()
+                        ));
+                    }
+                    c.unified = Some(u);
+                }
+                Err(e) => c.off.push(format!(
+                    "no cgroups in the unified tree ({}: {e})",
+                    h.own.display()
+                )),
+            }
+        }
+        match crate::jail::unavailable() {
+            Some(why) => c.off.push(why),
+            None => {
+                // Runs of an earlier instance of this node may have left roots
+                // and working directories behind.
+                let _ = std::fs::remove_dir_all(run);
+                match std::fs::create_dir_all(run).and_then(|()| lifeline()) {
+                    Ok(pipe) => {
+                        c.jails = Some(run.to_path_buf());
+                        c.lifeline = Some(pipe);
+                    }
+                    Err(e) => c.off.push(format!("no jail ({}: {e})", run.display())),
+                }
             }
         }
         c
     }
 
-    /// The node's own `cpuacct` cgroup, which counts the CPU time of all of
-    /// its native procs (what BE admission measures).
-    pub fn cpuacct_dir(&self) -> Option<&Path> {
-        self.cpuacct.as_deref()
+    /// Where the node's measured CPU use comes from: its procs' cgroup
+    /// (unified `cpu.stat`, else v1 `cpuacct`), plus its own process; or
+    /// the machine's busy time.
+    pub fn load_source(&self) -> crate::load::Source {
+        match (&self.unified, &self.cpuacct) {
+            (Some(u), _) => crate::load::Source::Unified(u.dir.clone()),
+            (None, Some(dir)) => crate::load::Source::Cgroup(dir.clone()),
+            (None, None) => crate::load::Source::Machine,
+        }
+    }
+
+    /// The uid `realm`'s native procs run as here; `None`: the node's own.
+    pub fn uid_of(&self, realm: &str) -> Option<u32> {
+        self.uids.then(|| uid_for(realm))
     }
 
     /// Whether native procs run jailed.
     pub fn jailed(&self) -> bool {
         self.jails.is_some()
+    }
+
+    /// How the host mounts cgroups.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The pressure (PSI, "some" over the last ten seconds) the node's
+    /// procs are under, per resource — `None` without a unified tree.
+    pub fn pressure(&self) -> Option<Vec<(&'static str, f64)>> {
+        let u = self.unified.as_ref()?;
+        let mut out = Vec::new();
+        for r in ["cpu", "memory", "io"] {
+            let text = std::fs::read_to_string(u.dir.join(format!("{r}.pressure"))).ok();
+            if let Some(avg) = text.as_deref().and_then(cgroup::pressure_avg10) {
+                out.push((r, avg));
+            }
+        }
+        Some(out)
     }
 
     /// One line per protection: what is on, and what is off and why.
@@ -201,7 +331,7 @@ impl Confine {
                 UID_BASE + UID_RANGE
             ));
         }
-        let on: Vec<&str> = [
+        let v1: Vec<&str> = [
             ("memory", self.memory.is_some()),
             ("pids", self.pids.is_some()),
             ("cpu", self.cpu.is_some()),
@@ -211,27 +341,50 @@ impl Confine {
         .filter(|(_, on)| *on)
         .map(|(n, _)| *n)
         .collect();
-        if !on.is_empty() {
-            lines.push(format!("in cgroups of their own (v1: {})", on.join(", ")));
+        if self.uids {
+            let mut parts = Vec::new();
+            if !v1.is_empty() {
+                parts.push(format!("limits through v1 ({})", v1.join(", ")));
+            }
+            if let Some(u) = &self.unified {
+                if !u.limits.is_empty() {
+                    parts.push(format!("limits through v2 ({})", u.limits.join(", ")));
+                }
+                parts.push(format!(
+                    "membership, kill, freeze, CPU time and pressure through the unified \
+                     tree ({})",
+                    u.dir.parent().unwrap_or(&u.dir).display()
+                ));
+            }
+            if !parts.is_empty() {
+                lines.push(format!(
+                    "in cgroups of their own, host cgroups {}: {}",
+                    self.mode,
+                    parts.join("; ")
+                ));
+            }
         }
         if self.jails.is_some() {
             lines.push(format!(
-                "in their own mount, pid, IPC and UTS namespaces: they see their working \
+                "in their own mount, pid, IPC, UTS and network namespaces (loopback only, \
+                 unless their realm allows the host network): they see their working \
                  directory ({}), the system's directories read-only and the host paths their \
                  realm allows",
                 crate::jail::WORK_DIR
             ));
             lines.push(format!(
-                "under a seccomp allow-list of {} system calls",
-                crate::jail::ALLOWED.len()
+                "under a seccomp allow-list of {} system calls ({})",
+                crate::jail::allowed().len(),
+                std::env::consts::ARCH
             ));
+            lines.push("ended within moments if the node's process dies (a lifeline)".into());
         }
         lines.extend(self.off.iter().cloned());
         lines
     }
 
     /// Makes the cgroups of proc `pid` of `realm` with its limits, and opens
-    /// what the child writes itself into.
+    /// what the child joins them through.
     pub fn prepare(
         &self,
         realm: &str,
@@ -252,20 +405,23 @@ impl Confine {
             jail,
             uid,
             dirs: Vec::new(),
-            procs: Vec::new(),
+            tasks: Vec::new(),
+            unified: None,
+            unified_dir_fd: None,
+            unified_procs: None,
+            lifeline: self
+                .lifeline
+                .as_ref()
+                .map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
             memory: None,
             pids: None,
             cpuacct: None,
             mem_limit: None,
+            v2_memory: false,
         };
         let mut group = |base: &Option<PathBuf>| -> std::io::Result<Option<PathBuf>> {
             let Some(base) = base else { return Ok(None) };
-            let dir = base.join(&name);
-            match std::fs::create_dir(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
+            let dir = make_dir(&base.join(&name))?;
             p.dirs.push(dir.clone());
             Ok(Some(dir))
         };
@@ -273,36 +429,132 @@ impl Confine {
         let pids = group(&self.pids)?;
         let cpu = group(&self.cpu)?;
         let cpuacct = group(&self.cpuacct)?;
-        if let Some(m) = &memory {
-            if mem_mb > 0 {
-                let bytes = mem_mb.saturating_mul(1 << 20);
-                std::fs::write(m.join("memory.limit_in_bytes"), bytes.to_string())?;
-                p.mem_limit = Some(bytes);
-            }
+        let bytes = (mem_mb > 0).then(|| mem_mb.saturating_mul(1 << 20));
+        let quota = (cores > 0).then(|| cores * CPU_PERIOD_US);
+        if let (Some(m), Some(bytes)) = (&memory, bytes) {
+            std::fs::write(m.join("memory.limit_in_bytes"), bytes.to_string())?;
         }
         if let Some(d) = &pids {
             std::fs::write(d.join("pids.max"), PIDS_MAX.to_string())?;
         }
-        if let Some(d) = &cpu {
-            if cores > 0 {
-                std::fs::write(d.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string())?;
-                std::fs::write(
-                    d.join("cpu.cfs_quota_us"),
-                    (cores * CPU_PERIOD_US).to_string(),
-                )?;
-            }
+        if let (Some(d), Some(quota)) = (&cpu, quota) {
+            std::fs::write(d.join("cpu.cfs_period_us"), CPU_PERIOD_US.to_string())?;
+            std::fs::write(d.join("cpu.cfs_quota_us"), quota.to_string())?;
         }
         for d in p.dirs.clone() {
             let f = std::fs::OpenOptions::new()
                 .write(true)
                 .open(d.join("tasks"))?;
-            p.procs.push(OwnedFd::from(f));
+            p.tasks.push(OwnedFd::from(f));
+        }
+        if let Some(u) = &self.unified {
+            let dir = make_dir(&u.dir.join(&name))?;
+            // The v2 limits (kernel documentation, cgroup-v2.rst): each only
+            // where this tree holds its controller.
+            if u.limits.contains(&"memory") {
+                if let Some(bytes) = bytes {
+                    std::fs::write(dir.join("memory.max"), bytes.to_string())?;
+                    // No swap to spill into past it (v1 leaves memsw alone,
+                    // but there swap is off unless memsw is accounted).
+                    let _ = std::fs::write(dir.join("memory.swap.max"), "0");
+                }
+                p.v2_memory = true;
+            }
+            if u.limits.contains(&"pids") {
+                std::fs::write(dir.join("pids.max"), PIDS_MAX.to_string())?;
+            }
+            if let (true, Some(quota)) = (u.limits.contains(&"cpu"), quota) {
+                std::fs::write(dir.join("cpu.max"), format!("{quota} {CPU_PERIOD_US}"))?;
+            }
+            if p.jail.is_some() {
+                // A jailed proc is cloned straight into it.
+                let fd = std::fs::File::open(&dir)?;
+                p.unified_dir_fd = Some(OwnedFd::from(fd));
+            }
+            // Without a jail (or on a kernel without clone3), the child
+            // moves itself in.
+            let procs = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))?;
+            p.unified_procs = Some(OwnedFd::from(procs));
+            p.unified = Some(dir);
+        }
+        if bytes.is_some() && (memory.is_some() || p.v2_memory) {
+            p.mem_limit = bytes;
         }
         p.memory = memory;
         p.pids = pids;
         p.cpuacct = cpuacct;
         Ok(p)
     }
+}
+
+/// Makes cgroup directory `dir` (an existing one is reused: a proc run
+/// again under its pid).
+fn make_dir(dir: &Path) -> std::io::Result<PathBuf> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => Ok(dir.to_path_buf()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(dir.to_path_buf()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Hands `controllers` to `dir`'s children (its `cgroup.subtree_control`);
+/// those it could hand over.
+fn enable(dir: &Path, controllers: &[&'static str]) -> Vec<&'static str> {
+    controllers
+        .iter()
+        .copied()
+        .filter(|c| std::fs::write(dir.join("cgroup.subtree_control"), format!("+{c}")).is_ok())
+        .collect()
+}
+
+/// This node instance's directory in the unified tree `h`, with the limit
+/// controllers of `wanted` handed down to it where the tree lets them be:
+/// `<own cgroup>/tabos/<instance>`. A cgroup that holds processes cannot
+/// hand controllers to its children (unless it is the root), so the node
+/// first moves itself into a leaf of its own, `<own cgroup>/tabos-node`.
+fn unified_instance(
+    h: &cgroup::Hierarchy,
+    me: &str,
+    wanted: &[&'static str],
+) -> std::io::Result<Unified> {
+    let base = &h.own;
+    let mut limits = Vec::new();
+    if !wanted.is_empty() {
+        limits = enable(base, wanted);
+        if limits.len() < wanted.len() && base != &h.mount {
+            let leaf = make_dir(&base.join(NODE_LEAF))?;
+            std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string())?;
+            limits = enable(base, wanted);
+        }
+    }
+    let tabos = make_dir(&base.join(TABOS_DIR))?;
+    limits = enable(&tabos, &limits);
+    let dir = make_dir(&tabos.join(me))?;
+    limits = enable(&dir, &limits);
+    remove_dead_instances(&tabos, true);
+    Ok(Unified { dir, limits })
+}
+
+/// The node's lifeline: a pipe whose write end only the node holds
+/// (close-on-exec, and closed by every jailed proc's first process before
+/// anything else), and whose read end each jailed proc's first process
+/// polls: it hangs up when the node's process ends.
+fn lifeline() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two descriptors into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both are open descriptors this process
+    // now owns, each once.
+    Ok(unsafe {
+        (
+            std::os::fd::FromRawFd::from_raw_fd(fds[0]),
+            std::os::fd::FromRawFd::from_raw_fd(fds[1]),
+        )
+    })
 }
 
 impl Drop for Confine {
@@ -316,11 +568,15 @@ impl Drop for Confine {
         {
             let _ = std::fs::remove_dir(d);
         }
+        if let Some(u) = &self.unified {
+            let _ = std::fs::remove_dir(&u.dir);
+        }
     }
 }
 
 /// What a proc's jail holds besides the system: its program, the host
-/// paths its spawn asked for (and its realm allows), the node's socket.
+/// paths its spawn asked for (and its realm allows), the node's socket,
+/// and whether it shares the host's network.
 #[derive(Debug, Clone, Copy)]
 pub struct Placement<'a> {
     pub program: &'a str,
@@ -328,6 +584,9 @@ pub struct Placement<'a> {
     /// The node's local socket, bound into the jail at
     /// [`crate::jail::NODE_SOCKET`].
     pub node_socket: Option<&'a std::path::Path>,
+    /// Its realm allows it the host's network; otherwise it gets a network
+    /// namespace with loopback only.
+    pub host_network: bool,
 }
 
 /// A proc's cgroups, uid and jail, ready for its child.
@@ -335,14 +594,26 @@ pub struct Placement<'a> {
 pub struct Prepared {
     jail: Option<std::sync::Arc<crate::jail::Plan>>,
     uid: Option<u32>,
+    /// Its v1 cgroups.
     dirs: Vec<PathBuf>,
     /// `tasks` of each, open for the child to write itself into (see the
     /// module doc for why not `cgroup.procs`).
-    procs: Vec<OwnedFd>,
+    tasks: Vec<OwnedFd>,
+    /// Its cgroup in the unified tree, the directory open (for a jailed
+    /// proc's `clone3`) and its `cgroup.procs` open (for a child that
+    /// joins by itself).
+    unified: Option<PathBuf>,
+    unified_dir_fd: Option<OwnedFd>,
+    unified_procs: Option<OwnedFd>,
+    /// The node's lifeline (read end, write end), as raw descriptors the
+    /// child uses: they stay open as long as the node's `Confine`.
+    lifeline: Option<(RawFd, RawFd)>,
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
     cpuacct: Option<PathBuf>,
     mem_limit: Option<i64>,
+    /// Its memory is accounted in the unified tree (a v2 host).
+    v2_memory: bool,
 }
 
 /// What a proc used.
@@ -366,12 +637,22 @@ impl Prepared {
         self.uid.is_none()
     }
 
+    /// Its cgroup in the unified tree, if the host has one.
+    pub fn unified_dir(&self) -> Option<&Path> {
+        self.unified.as_deref()
+    }
+
     /// Has the child join its cgroups, enter its jail and drop to its uid
     /// before exec.
     pub fn apply(&self, cmd: &mut tokio::process::Command) {
-        let fds: Vec<i32> = self.procs.iter().map(|f| f.as_raw_fd()).collect();
+        let tasks: Vec<RawFd> = self.tasks.iter().map(|f| f.as_raw_fd()).collect();
         let uid = self.uid;
         let jail = self.jail.clone();
+        let join = crate::jail::Join {
+            cgroup_dir: self.unified_dir_fd.as_ref().map(|f| f.as_raw_fd()),
+            cgroup_procs: self.unified_procs.as_ref().map(|f| f.as_raw_fd()),
+            lifeline: self.lifeline,
+        };
         if jail.is_some() {
             cmd.env("HOME", crate::jail::WORK_DIR).env("TMPDIR", "/tmp");
         }
@@ -382,15 +663,21 @@ impl Prepared {
         // nothing (the Vec and the plan were built before).
         unsafe {
             cmd.pre_exec(move || {
-                for &fd in &fds {
+                for &fd in &tasks {
                     // "0" is the writing process: the child itself.
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
                 if let Some(jail) = &jail {
-                    // Drops to `uid` inside, after building the root.
-                    return jail.enter(uid);
+                    // Joins the unified cgroup and drops to `uid` inside,
+                    // after building the root.
+                    return jail.enter(uid, &join);
+                }
+                if let Some(fd) = join.cgroup_procs {
+                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 if let Some(uid) = uid {
                     if libc::setgroups(0, std::ptr::null()) != 0
@@ -407,54 +694,53 @@ impl Prepared {
 
     /// Closes the parent's copies of what the child inherited.
     pub fn spawned(&mut self) {
-        self.procs.clear();
+        self.tasks.clear();
+        self.unified_dir_fd = None;
+        self.unified_procs = None;
     }
 
-    /// After the proc ended: kills what is left in its cgroups (a process
+    /// After the proc ended: ends what is left in its cgroups (a process
     /// that left its process group), reads its usage and removes the
     /// cgroups.
     pub fn finish(self) -> Usage {
-        if let Some(pids) = &self.pids {
-            for _ in 0..SWEEPS_MAX {
-                let left = std::fs::read_to_string(pids.join("cgroup.procs")).unwrap_or_default();
-                let mut any = false;
-                for pid in left
-                    .lines()
-                    .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
-                {
-                    if pid > 1 {
-                        any = true;
-                        // SAFETY: kill takes no pointers; every pid listed
-                        // is in this proc's own cgroup.
-                        unsafe {
-                            libc::kill(pid, libc::SIGKILL);
-                        }
-                    }
-                }
-                if !any {
-                    break;
-                }
-                std::thread::sleep(SWEEP_PAUSE);
-            }
+        match (&self.unified, &self.pids) {
+            (Some(u), _) => end_all(u, true),
+            (None, Some(pids)) => end_all(pids, false),
+            (None, None) => {}
         }
         let read = |dir: &Option<PathBuf>, file: &str| -> Option<String> {
             dir.as_ref()
                 .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
         };
-        let usage = Usage {
-            cpu_us: read(&self.cpuacct, "cpuacct.usage")
+        let unified_stat =
+            |file: &str, key: &str| read(&self.unified, file).and_then(|s| cgroup::keyed(&s, key));
+        let cpu_us = unified_stat("cpu.stat", "usage_usec").or_else(|| {
+            read(&self.cpuacct, "cpuacct.usage")
                 .and_then(|s| s.trim().parse::<i64>().ok())
-                .map(|ns| ns / 1_000),
-            peak_mem_bytes: read(&self.memory, "memory.max_usage_in_bytes")
-                .and_then(|s| s.trim().parse::<i64>().ok()),
-            oom_killed: read(&self.memory, "memory.oom_control").is_some_and(|s| {
-                s.lines()
-                    .filter_map(|l| l.strip_prefix("oom_kill "))
-                    .any(|n| n.trim().parse::<i64>().unwrap_or(0) > 0)
-            }),
+                .map(|ns| ns / 1_000)
+        });
+        let (peak_mem_bytes, oom_killed) = if self.v2_memory {
+            let peak = read(&self.unified, "memory.peak")
+                .or_else(|| read(&self.unified, "memory.current"))
+                .and_then(|s| s.trim().parse::<i64>().ok());
+            let oom = unified_stat("memory.events", "oom_kill").unwrap_or(0) > 0;
+            (peak, oom)
+        } else {
+            let peak = read(&self.memory, "memory.max_usage_in_bytes")
+                .and_then(|s| s.trim().parse::<i64>().ok());
+            let oom = read(&self.memory, "memory.oom_control")
+                .and_then(|s| cgroup::keyed(&s, "oom_kill"))
+                .unwrap_or(0)
+                > 0;
+            (peak, oom)
+        };
+        let usage = Usage {
+            cpu_us,
+            peak_mem_bytes,
+            oom_killed,
             mem_limit: self.mem_limit,
         };
-        for d in &self.dirs {
+        for d in self.dirs.iter().chain(&self.unified) {
             let _ = std::fs::remove_dir(d);
         }
         if let Some(jail) = &self.jail {
@@ -469,6 +755,95 @@ impl Prepared {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The unified tree's paths against the kernel itself (root, and a
+    /// cgroup2 mount — on a hybrid host, the one beside the v1
+    /// hierarchies): a process moved into a child cgroup is seen there,
+    /// its CPU time is read from `cpu.stat`, its pressure files read,
+    /// freezing stops it, and [`end_all`] ends it so the cgroup can go.
+    #[test]
+    fn the_unified_tree_works_for_real() {
+        let h = Hierarchies::detect();
+        let Some(unified) = h.unified.as_ref() else {
+            eprintln!("skipped: no cgroup2 tree on this host");
+            return;
+        };
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: not root, cannot make cgroups");
+            return;
+        }
+        let dir = unified
+            .own
+            .join(format!("tabos-unit-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .unwrap();
+        let fd = procs.as_raw_fd();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "while :; do :; done"]);
+        // SAFETY: write(2) on a descriptor opened before the fork.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let listed = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap();
+        assert!(
+            listed.lines().any(|l| l == child.id().to_string()),
+            "{listed}"
+        );
+        let own = std::fs::read_to_string(format!("/proc/{}/cgroup", child.id())).unwrap();
+        let name = dir.file_name().unwrap().to_str().unwrap();
+        assert!(
+            own.lines()
+                .any(|l| l.starts_with("0::") && l.ends_with(name)),
+            "{own}"
+        );
+        // It spins: its CPU time grows.
+        let usage = || {
+            let stat = std::fs::read_to_string(dir.join("cpu.stat")).unwrap();
+            cgroup::keyed(&stat, "usage_usec").unwrap()
+        };
+        let first = usage();
+        let mut later = first;
+        for _ in 0..200 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            later = usage();
+            if later > first {
+                break;
+            }
+        }
+        assert!(later > first, "cpu.stat counts it: {first} then {later}");
+        // Pressure, where the kernel keeps it (PSI).
+        if let Ok(text) = std::fs::read_to_string(dir.join("cpu.pressure")) {
+            assert!(cgroup::pressure_avg10(&text).is_some(), "{text}");
+        }
+        // Frozen: the kernel says so in cgroup.events.
+        std::fs::write(dir.join("cgroup.freeze"), "1").unwrap();
+        let mut frozen = false;
+        for _ in 0..200 {
+            let events = std::fs::read_to_string(dir.join("cgroup.events")).unwrap();
+            if cgroup::keyed(&events, "frozen") == Some(1) {
+                frozen = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(frozen, "frozen");
+        std::fs::write(dir.join("cgroup.freeze"), "0").unwrap();
+        // Ended, all of it, and the cgroup removable.
+        end_all(&dir, true);
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "killed: {status:?}");
+        std::fs::remove_dir(&dir).unwrap();
+    }
 
     #[test]
     fn realms_have_stable_distinct_uids_in_range() {

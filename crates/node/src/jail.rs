@@ -1,5 +1,7 @@
-//! The jail of a native proc (issue 17, item 5): its own mount, pid, IPC
-//! and UTS namespaces, a root of its own, and a seccomp allow-list.
+//! The jail of a native proc (issue 17, item 5; issue 34, item 2): its own
+//! mount, pid, IPC, UTS and network namespaces, a root of its own, a
+//! seccomp allow-list ([`crate::seccomp`]), its unified cgroup from its
+//! first instruction, and a lifeline to the node.
 //!
 //! A jailed proc sees
 //!
@@ -18,28 +20,45 @@
 //! and nothing else: not the node's data directory, logs or block store,
 //! not another realm's files or procs.
 //!
-//! How: between fork and exec the child (P0, in the node's namespaces)
-//! clones P1 into new namespaces and waits for it, passing on its exit
-//! status; P1 — pid 1 of the new pid namespace — builds the new root in a
-//! tmpfs, pivots into it, and clones P2, then reaps orphans until P2 ends
-//! (when pid 1 ends, the kernel ends every other process of the
+//! How: between fork and exec the child (P0, in the node's namespaces and
+//! cgroup) closes its copy of the node's lifeline and clones P1 into new
+//! namespaces — with `clone3(CLONE_INTO_CGROUP)`, straight into the proc's
+//! cgroup of the unified tree, which takes none of the locks that moving a
+//! process in would (on a kernel without `clone3`, P1 moves itself) — and
+//! waits for it, passing on its exit status. P1 — pid 1 of the new pid
+//! namespace — brings up its network namespace's loopback, builds the new
+//! root in a tmpfs, pivots into it, and clones P2, then reaps orphans until
+//! P2 ends (when pid 1 ends, the kernel ends every other process of the
 //! namespace); P2 drops to the realm's uid, installs the seccomp filter
 //! and execs the program. Every step between fork and exec is a raw
 //! system call on values prepared before the fork (nothing allocates).
-//! P0 and P1 close every descriptor they hold, so the node learns of the
-//! exec (or its failure) from P2 alone and no pipe is held open by them.
-//! P0 ignores SIGTERM, SIGINT and SIGHUP — an eviction's SIGTERM to the
-//! group reaches the program (P2, not pid 1) and the proc ends when it
-//! does — so the node sees the proc end when the program ends.
+//! P0 and P1 close every descriptor they hold (P0 all but the lifeline's
+//! read end), so the node learns of the exec (or its failure) from P2
+//! alone and no pipe is held open by them. P0 ignores SIGTERM, SIGINT and
+//! SIGHUP — an eviction's SIGTERM to the group reaches the program (P2,
+//! not pid 1) and the proc ends when it does — so the node sees the proc
+//! end when the program ends.
 //!
-//! The seccomp filter ([`filter`]) allows a list of system calls that
-//! ordinary programs (shells, coreutils, interpreters, tabos' own tasks)
-//! use and refuses the rest with EPERM: no mount, pivot_root, swapon,
-//! reboot, kexec, modules, ptrace or process_vm_*, bpf, perf_event_open,
-//! keyctl, userfaultfd, io_uring, setns or unshare, clock setting, and no
-//! `clone` with a namespace flag (`clone3` is ENOSYS, so libc falls back
-//! to `clone`, whose flags the filter can read). With `no_new_privs`, a
-//! set-uid program gains nothing.
+//! The lifeline: a pipe whose write end only the node's process holds
+//! ([`crate::confine`]). P0 polls its read end beside P1's pidfd; when the
+//! node's process ends — a clean stop, a crash or `kill -9` — the kernel
+//! closes the write end, the read end hangs up, and P0 kills P1, which
+//! takes the whole pid namespace with it. So no proc outlives its node.
+//! (A parent-death signal would not do: it follows the *thread* that
+//! forked, and the node's threads come and go.)
+//!
+//! The network: unless its realm allows the host's network, a proc has a
+//! network namespace of its own with loopback only — it cannot reach a
+//! service that listens on the host's loopback, the node's PostgreSQL, or
+//! anything beyond the machine, nor listen where others could reach it;
+//! it reaches its node through the node's socket, bound into the jail.
+//!
+//! The seccomp filter allows a list of system calls that ordinary programs
+//! (shells, coreutils, interpreters, tabos' own tasks) use and refuses the
+//! rest with EPERM: no mount, pivot_root, swapon, reboot, kexec, modules,
+//! ptrace or process_vm_*, bpf, perf_event_open, keyctl, userfaultfd,
+//! io_uring, setns or unshare, clock setting, and no `clone` with a
+//! namespace flag. With `no_new_privs`, a set-uid program gains nothing.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -80,6 +99,8 @@ pub struct Plan {
     old_inside: CString,
     work_inside: CString,
     filter: Vec<libc::sock_filter>,
+    /// A network namespace of its own (loopback only).
+    own_network: bool,
     /// The host directories made for the proc, removed after it.
     pub made: Vec<PathBuf>,
 }
@@ -246,7 +267,10 @@ impl Plan {
             old_inside: cstr("/.old")?,
             work_inside: cstr(WORK_DIR)?,
             root: cstr(&root)?,
-            filter: filter(),
+            filter: crate::seccomp::native()
+                .map(|a| crate::seccomp::program(&a))
+                .ok_or_else(|| std::io::Error::other("no seccomp list for this architecture"))?,
+            own_network: !placement.host_network,
             made: vec![root, work],
         })
     }
@@ -256,20 +280,48 @@ impl Plan {
     ///
     /// # Safety
     /// Only between fork and exec, in the child; calls only system calls.
-    pub unsafe fn enter(&self, uid: Option<u32>) -> std::io::Result<()> {
+    pub unsafe fn enter(&self, uid: Option<u32>, join: &Join) -> std::io::Result<()> {
         // SAFETY: the caller is the child between fork and exec (this fn's contract); every call below is a system call on values made before the fork.
         unsafe {
-            let flags =
+            if let Some((_, write)) = join.lifeline {
+                // Only the node may hold it, or its end would go unheard.
+                libc::close(write);
+            }
+            let mut flags =
                 libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-            let p1 = clone_child(flags)?;
+            if self.own_network {
+                flags |= libc::CLONE_NEWNET;
+            }
+            let (p1, joined) = match join.cgroup_dir {
+                Some(dir) => match clone_into(flags, dir) {
+                    Ok(pid) => (pid, true),
+                    // A kernel without clone3 (before 5.7): clone, and
+                    // P1 moves itself.
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG)) => {
+                        (clone_child(flags)?, false)
+                    }
+                    Err(e) => return Err(e),
+                },
+                None => (clone_child(flags)?, false),
+            };
             if p1 > 0 {
-                waiter(p1, true); // P0
+                waiter(p1, true, join.lifeline.map(|(read, _)| read)); // P0
             }
             // P1: pid 1 of the new namespace.
+            if !joined {
+                if let Some(procs) = join.cgroup_procs {
+                    if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+            }
+            if self.own_network {
+                loopback_up()?;
+            }
             self.build_root()?;
             let p2 = clone_child(0)?;
             if p2 > 0 {
-                waiter(p2, false); // P1
+                waiter(p2, false, None); // P1
             }
             // P2: the program's process.
             if let Some(uid) = uid {
@@ -405,6 +457,92 @@ impl Plan {
     }
 }
 
+/// Why native procs cannot be jailed on this machine, or `None` if they
+/// can.
+pub fn unavailable() -> Option<String> {
+    if crate::seccomp::native().is_none() {
+        return Some(format!(
+            "no jail (namespaces, seccomp): no seccomp list for {}",
+            std::env::consts::ARCH
+        ));
+    }
+    for ns in ["pid", "mnt", "net"] {
+        if !Path::new(&format!("/proc/self/ns/{ns}")).exists() {
+            return Some(format!("no jail: the kernel offers no {ns} namespaces"));
+        }
+    }
+    None
+}
+
+/// The system calls a jailed proc may make here.
+pub fn allowed() -> &'static [(&'static str, u32)] {
+    crate::seccomp::native().map_or(&[], |a| a.allowed)
+}
+
+/// What ties a jailed proc to its cgroup and its node, as descriptors the
+/// node holds open across the fork.
+#[derive(Debug, Clone, Copy)]
+pub struct Join {
+    /// Its cgroup of the unified tree (a directory), to be cloned into.
+    pub cgroup_dir: Option<RawFd>,
+    /// That cgroup's `cgroup.procs`, to move into where clone3 is missing.
+    pub cgroup_procs: Option<RawFd>,
+    /// The node's lifeline: (read end, write end).
+    pub lifeline: Option<(RawFd, RawFd)>,
+}
+
+use std::os::fd::RawFd;
+
+/// `clone_args` of clone3(2), as far as `cgroup` (CLONE_ARGS_SIZE_VER2).
+#[repr(C)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `CLONE_INTO_CGROUP` (linux/sched.h; not in every libc yet).
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// A fork-like clone3 with `flags` whose child starts in the cgroup of
+/// directory `cgroup`; 0 in the child.
+unsafe fn clone_into(flags: libc::c_int, cgroup: RawFd) -> std::io::Result<libc::pid_t> {
+    let args = CloneArgs {
+        flags: flags as u32 as u64 | CLONE_INTO_CGROUP,
+        pidfd: 0,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+        set_tid: 0,
+        set_tid_size: 0,
+        cgroup: cgroup as u64,
+    };
+    // SAFETY: clone3 with no stack is fork: the child runs on a copy of
+    // this stack; `args` lives through the call and is as large as said.
+    unsafe {
+        let r = libc::syscall(
+            libc::SYS_clone3,
+            &args as *const CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        );
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(r as libc::pid_t)
+    }
+}
+
 /// A fork-like clone with `flags` (namespaces); 0 in the child.
 unsafe fn clone_child(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
     // SAFETY: clone without CLONE_VM or a new stack is fork: the child runs on a copy of this stack.
@@ -424,16 +562,91 @@ unsafe fn clone_child(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
     }
 }
 
-/// P0 (`outer`) or P1: closes every descriptor, waits for `child` (P1
-/// also reaps whatever else ends in its namespace) and exits as it did:
-/// its exit code, or 128 + the signal that ended it.
-unsafe fn waiter(child: libc::pid_t, outer: bool) -> ! {
+/// P1 in a network namespace of its own: its loopback up (a new namespace
+/// has `lo`, down).
+unsafe fn loopback_up() -> std::io::Result<()> {
+    // SAFETY: socket and ioctl on a request made on this stack.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        let up = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) == 0 && {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) == 0
+        };
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if up {
+            Ok(())
+        } else {
+            Err(err)
+        }
+    }
+}
+
+/// P0 (`outer`) or P1: closes every descriptor (P0 keeps `lifeline`, the
+/// read end of the node's lifeline), waits for `child` (P1 also reaps
+/// whatever else ends in its namespace; P0 also kills `child` when the
+/// lifeline hangs up) and exits as it did: its exit code, or 128 + the
+/// signal that ended it.
+unsafe fn waiter(child: libc::pid_t, outer: bool, lifeline: Option<RawFd>) -> ! {
     // SAFETY: system calls only, on this process's own descriptors, children and signals.
     unsafe {
-        libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+        match lifeline {
+            Some(keep) => {
+                if keep > 0 {
+                    libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+            }
+            None => {
+                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+            }
+        }
         if outer {
             for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
                 libc::signal(sig, libc::SIG_IGN);
+            }
+        }
+        // P0 watches the lifeline beside its child: a pidfd becomes
+        // readable when the child ends.
+        let pidfd = match lifeline {
+            Some(_) => libc::syscall(libc::SYS_pidfd_open, child, 0u32) as libc::c_int,
+            None => -1,
+        };
+        if let (Some(line), true) = (lifeline, pidfd >= 0) {
+            loop {
+                let mut fds = [
+                    libc::pollfd {
+                        fd: line,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: pidfd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                ];
+                if libc::poll(fds.as_mut_ptr(), 2, -1) < 0 {
+                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                        continue;
+                    }
+                    break;
+                }
+                if fds[0].revents != 0 {
+                    // The node is gone: so is its proc.
+                    libc::kill(child, libc::SIGKILL);
+                    break;
+                }
+                if fds[1].revents != 0 {
+                    break;
+                }
             }
         }
         loop {
@@ -455,360 +668,5 @@ unsafe fn waiter(child: libc::pid_t, outer: bool) -> ! {
                 libc::_exit(128 + libc::WTERMSIG(status));
             }
         }
-    }
-}
-
-// seccomp_data offsets and BPF opcodes (linux/filter.h, linux/seccomp.h).
-const NR: u32 = 0;
-const ARCH: u32 = 4;
-const ARG0_LO: u32 = 16;
-const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
-const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
-const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
-const JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
-const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
-const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
-const X32_BIT: u32 = 0x4000_0000;
-const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
-const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
-const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
-/// Every namespace flag of clone(2).
-const CLONE_NEW_ANY: u32 = (libc::CLONE_NEWNS
-    | libc::CLONE_NEWCGROUP
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUSER
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET) as u32
-    | 0x80; // CLONE_NEWTIME
-
-/// The system calls a jailed program may make (x86-64).
-pub const ALLOWED: &[libc::c_long] = &[
-    libc::SYS_read,
-    libc::SYS_write,
-    libc::SYS_open,
-    libc::SYS_close,
-    libc::SYS_stat,
-    libc::SYS_fstat,
-    libc::SYS_lstat,
-    libc::SYS_poll,
-    libc::SYS_lseek,
-    libc::SYS_mmap,
-    libc::SYS_mprotect,
-    libc::SYS_munmap,
-    libc::SYS_brk,
-    libc::SYS_rt_sigaction,
-    libc::SYS_rt_sigprocmask,
-    libc::SYS_rt_sigreturn,
-    libc::SYS_ioctl,
-    libc::SYS_pread64,
-    libc::SYS_pwrite64,
-    libc::SYS_readv,
-    libc::SYS_writev,
-    libc::SYS_access,
-    libc::SYS_pipe,
-    libc::SYS_select,
-    libc::SYS_sched_yield,
-    libc::SYS_mremap,
-    libc::SYS_msync,
-    libc::SYS_mincore,
-    libc::SYS_madvise,
-    libc::SYS_shmget,
-    libc::SYS_shmat,
-    libc::SYS_shmctl,
-    libc::SYS_dup,
-    libc::SYS_dup2,
-    libc::SYS_pause,
-    libc::SYS_nanosleep,
-    libc::SYS_getitimer,
-    libc::SYS_alarm,
-    libc::SYS_setitimer,
-    libc::SYS_getpid,
-    libc::SYS_sendfile,
-    libc::SYS_socket,
-    libc::SYS_connect,
-    libc::SYS_accept,
-    libc::SYS_sendto,
-    libc::SYS_recvfrom,
-    libc::SYS_sendmsg,
-    libc::SYS_recvmsg,
-    libc::SYS_shutdown,
-    libc::SYS_bind,
-    libc::SYS_listen,
-    libc::SYS_getsockname,
-    libc::SYS_getpeername,
-    libc::SYS_socketpair,
-    libc::SYS_setsockopt,
-    libc::SYS_getsockopt,
-    libc::SYS_fork,
-    libc::SYS_vfork,
-    libc::SYS_execve,
-    libc::SYS_exit,
-    libc::SYS_wait4,
-    libc::SYS_kill,
-    libc::SYS_uname,
-    libc::SYS_semget,
-    libc::SYS_semop,
-    libc::SYS_semctl,
-    libc::SYS_shmdt,
-    libc::SYS_msgget,
-    libc::SYS_msgsnd,
-    libc::SYS_msgrcv,
-    libc::SYS_msgctl,
-    libc::SYS_fcntl,
-    libc::SYS_flock,
-    libc::SYS_fsync,
-    libc::SYS_fdatasync,
-    libc::SYS_truncate,
-    libc::SYS_ftruncate,
-    libc::SYS_getdents,
-    libc::SYS_getcwd,
-    libc::SYS_chdir,
-    libc::SYS_fchdir,
-    libc::SYS_rename,
-    libc::SYS_mkdir,
-    libc::SYS_rmdir,
-    libc::SYS_creat,
-    libc::SYS_link,
-    libc::SYS_unlink,
-    libc::SYS_symlink,
-    libc::SYS_readlink,
-    libc::SYS_chmod,
-    libc::SYS_fchmod,
-    libc::SYS_chown,
-    libc::SYS_fchown,
-    libc::SYS_lchown,
-    libc::SYS_umask,
-    libc::SYS_gettimeofday,
-    libc::SYS_getrlimit,
-    libc::SYS_getrusage,
-    libc::SYS_sysinfo,
-    libc::SYS_times,
-    libc::SYS_getuid,
-    libc::SYS_getgid,
-    libc::SYS_geteuid,
-    libc::SYS_getegid,
-    libc::SYS_setpgid,
-    libc::SYS_getppid,
-    libc::SYS_getpgrp,
-    libc::SYS_setsid,
-    libc::SYS_getgroups,
-    libc::SYS_getresuid,
-    libc::SYS_getresgid,
-    libc::SYS_getpgid,
-    libc::SYS_getsid,
-    libc::SYS_capget,
-    libc::SYS_rt_sigpending,
-    libc::SYS_rt_sigtimedwait,
-    libc::SYS_rt_sigqueueinfo,
-    libc::SYS_rt_sigsuspend,
-    libc::SYS_sigaltstack,
-    libc::SYS_utime,
-    libc::SYS_statfs,
-    libc::SYS_fstatfs,
-    libc::SYS_getpriority,
-    libc::SYS_setpriority,
-    libc::SYS_sched_setparam,
-    libc::SYS_sched_getparam,
-    libc::SYS_sched_setscheduler,
-    libc::SYS_sched_getscheduler,
-    libc::SYS_sched_get_priority_max,
-    libc::SYS_sched_get_priority_min,
-    libc::SYS_sched_rr_get_interval,
-    libc::SYS_prctl,
-    libc::SYS_arch_prctl,
-    libc::SYS_setrlimit,
-    libc::SYS_sync,
-    libc::SYS_gettid,
-    libc::SYS_readahead,
-    libc::SYS_getxattr,
-    libc::SYS_lgetxattr,
-    libc::SYS_fgetxattr,
-    libc::SYS_listxattr,
-    libc::SYS_llistxattr,
-    libc::SYS_flistxattr,
-    libc::SYS_tkill,
-    libc::SYS_time,
-    libc::SYS_futex,
-    libc::SYS_sched_setaffinity,
-    libc::SYS_sched_getaffinity,
-    libc::SYS_io_setup,
-    libc::SYS_io_destroy,
-    libc::SYS_io_getevents,
-    libc::SYS_io_submit,
-    libc::SYS_io_cancel,
-    libc::SYS_getdents64,
-    libc::SYS_set_tid_address,
-    libc::SYS_restart_syscall,
-    libc::SYS_semtimedop,
-    libc::SYS_fadvise64,
-    libc::SYS_timer_create,
-    libc::SYS_timer_settime,
-    libc::SYS_timer_gettime,
-    libc::SYS_timer_getoverrun,
-    libc::SYS_timer_delete,
-    libc::SYS_clock_gettime,
-    libc::SYS_clock_getres,
-    libc::SYS_clock_nanosleep,
-    libc::SYS_exit_group,
-    libc::SYS_epoll_wait,
-    libc::SYS_epoll_ctl,
-    libc::SYS_tgkill,
-    libc::SYS_utimes,
-    libc::SYS_waitid,
-    libc::SYS_inotify_init,
-    libc::SYS_inotify_add_watch,
-    libc::SYS_inotify_rm_watch,
-    libc::SYS_openat,
-    libc::SYS_mkdirat,
-    libc::SYS_fchownat,
-    libc::SYS_futimesat,
-    libc::SYS_newfstatat,
-    libc::SYS_unlinkat,
-    libc::SYS_renameat,
-    libc::SYS_linkat,
-    libc::SYS_symlinkat,
-    libc::SYS_readlinkat,
-    libc::SYS_fchmodat,
-    libc::SYS_faccessat,
-    libc::SYS_pselect6,
-    libc::SYS_ppoll,
-    libc::SYS_set_robust_list,
-    libc::SYS_get_robust_list,
-    libc::SYS_splice,
-    libc::SYS_tee,
-    libc::SYS_sync_file_range,
-    libc::SYS_vmsplice,
-    libc::SYS_utimensat,
-    libc::SYS_epoll_pwait,
-    libc::SYS_signalfd,
-    libc::SYS_timerfd_create,
-    libc::SYS_eventfd,
-    libc::SYS_fallocate,
-    libc::SYS_timerfd_settime,
-    libc::SYS_timerfd_gettime,
-    libc::SYS_accept4,
-    libc::SYS_signalfd4,
-    libc::SYS_eventfd2,
-    libc::SYS_epoll_create,
-    libc::SYS_epoll_create1,
-    libc::SYS_dup3,
-    libc::SYS_pipe2,
-    libc::SYS_inotify_init1,
-    libc::SYS_preadv,
-    libc::SYS_pwritev,
-    libc::SYS_rt_tgsigqueueinfo,
-    libc::SYS_recvmmsg,
-    libc::SYS_prlimit64,
-    libc::SYS_syncfs,
-    libc::SYS_sendmmsg,
-    libc::SYS_getcpu,
-    libc::SYS_sched_setattr,
-    libc::SYS_sched_getattr,
-    libc::SYS_renameat2,
-    libc::SYS_getrandom,
-    libc::SYS_memfd_create,
-    libc::SYS_execveat,
-    libc::SYS_membarrier,
-    libc::SYS_copy_file_range,
-    libc::SYS_preadv2,
-    libc::SYS_pwritev2,
-    libc::SYS_statx,
-    libc::SYS_rseq,
-    libc::SYS_pidfd_open,
-    libc::SYS_pidfd_send_signal,
-    libc::SYS_close_range,
-    libc::SYS_faccessat2,
-    libc::SYS_epoll_pwait2,
-    libc::SYS_mlock,
-    libc::SYS_munlock,
-    libc::SYS_mlock2,
-    libc::SYS_get_mempolicy,
-    libc::SYS_set_mempolicy,
-];
-
-fn stmt(code: u16, k: u32) -> libc::sock_filter {
-    libc::sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
-}
-
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> libc::sock_filter {
-    libc::sock_filter { code, jt, jf, k }
-}
-
-/// The seccomp program: x86-64 only (anything else is killed), the x32
-/// ABI refused, `clone` without namespace flags, `clone3` ENOSYS, the
-/// [`ALLOWED`] calls, EPERM for the rest.
-pub fn filter() -> Vec<libc::sock_filter> {
-    let eperm = SECCOMP_RET_ERRNO | libc::EPERM as u32;
-    let enosys = SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
-    let mut f = vec![
-        stmt(LD_W_ABS, ARCH),
-        jump(JEQ_K, AUDIT_ARCH_X86_64, 1, 0),
-        stmt(RET_K, SECCOMP_RET_KILL_PROCESS),
-        stmt(LD_W_ABS, NR),
-        jump(JGE_K, X32_BIT, 0, 1),
-        stmt(RET_K, eperm),
-        jump(JEQ_K, libc::SYS_clone3 as u32, 0, 1),
-        stmt(RET_K, enosys),
-        // clone: allowed without a namespace flag (the flags are its first
-        // argument's low word on x86-64).
-        jump(JEQ_K, libc::SYS_clone as u32, 0, 5),
-        stmt(LD_W_ABS, ARG0_LO),
-        jump(JSET_K, CLONE_NEW_ANY, 0, 1),
-        stmt(RET_K, eperm),
-        stmt(RET_K, SECCOMP_RET_ALLOW),
-        stmt(RET_K, eperm), // (not reached)
-    ];
-    // Each allowed call: equal → the next instruction (allow), else skip it.
-    for &nr in ALLOWED {
-        f.push(jump(JEQ_K, nr as u32, 0, 1));
-        f.push(stmt(RET_K, SECCOMP_RET_ALLOW));
-    }
-    f.push(stmt(RET_K, eperm));
-    f
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_filter_fits_and_refuses_what_it_must() {
-        let f = filter();
-        assert!(
-            f.len() < 4096,
-            "BPF programs hold at most 4096 instructions"
-        );
-        for nr in [
-            libc::SYS_mount,
-            libc::SYS_umount2,
-            libc::SYS_pivot_root,
-            libc::SYS_ptrace,
-            libc::SYS_process_vm_readv,
-            libc::SYS_bpf,
-            libc::SYS_perf_event_open,
-            libc::SYS_keyctl,
-            libc::SYS_userfaultfd,
-            libc::SYS_io_uring_setup,
-            libc::SYS_setns,
-            libc::SYS_unshare,
-            libc::SYS_init_module,
-            libc::SYS_kexec_load,
-            libc::SYS_reboot,
-            libc::SYS_clock_settime,
-            libc::SYS_setuid,
-            libc::SYS_chroot,
-        ] {
-            assert!(!ALLOWED.contains(&nr), "{nr} is allowed");
-        }
-        let mut sorted = ALLOWED.to_vec();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), ALLOWED.len(), "listed twice");
     }
 }

@@ -13,6 +13,7 @@
 pub mod auth;
 pub mod batch;
 pub mod budget;
+pub mod cgroup;
 pub mod confine;
 pub mod conn;
 pub mod dashboard;
@@ -30,6 +31,8 @@ pub mod pg;
 pub mod procd;
 pub mod procedures;
 pub mod procs;
+pub mod seccomp;
+pub mod size;
 pub mod sql;
 pub mod status;
 pub mod tokens;
@@ -173,16 +176,18 @@ impl BlockStoreSettings {
 pub const LEASE_HEARTBEATS: u32 = 3;
 
 impl NodeSettings {
-    /// One worker with every core of this machine, serving realm `default`;
-    /// logs under the system temp dir.
+    /// One worker of this machine's size ([`size::detect`]: its cores, and
+    /// its memory less the node's reserve), serving realm `default`; logs
+    /// under the system temp dir.
     pub fn defaults() -> NodeSettings {
         let node_id = format!("node-{}", std::process::id());
+        let size = size::detect();
         NodeSettings {
             logs: std::env::temp_dir().join(format!("tabos-logs-{node_id}")),
             node_id,
             realm: "default".into(),
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get() as i64),
-            mem_mb: 1024,
+            cores: size.cores,
+            mem_mb: size.mem_mib,
             heartbeat: std::time::Duration::from_secs(1),
             be_util_pct: 100,
             steal_after: std::time::Duration::from_millis(50),
@@ -255,10 +260,7 @@ impl Node {
         } else {
             confine::Confine::none("confinement is off (node settings)")
         });
-        let load = std::sync::Arc::new(load::Load::new(match confine.cpuacct_dir() {
-            Some(dir) => load::Source::Cgroup(dir.to_path_buf()),
-            None => load::Source::Machine,
-        }));
+        let load = std::sync::Arc::new(load::Load::new(confine.load_source()));
         // Procs run as other uids: the database, block store and logs are
         // the node's alone.
         if let tabos_store::Location::Sqlite(dir) = &config.location {
@@ -483,6 +485,23 @@ pub const LOCAL_SOCKET_NAME: &str = "tabos.sock";
 /// Longest path a Unix socket may have (`sun_path` less its NUL).
 pub const LOCAL_SOCKET_PATH_MAX: usize = 107;
 
+/// Where a node served without a local socket of its own (an embedded
+/// node: tests, the demo) puts the one its jailed procs reach it through:
+/// beside their jails, or — past the length a socket path may have — in
+/// the temp dir.
+fn private_socket_path(node: &Node) -> std::path::PathBuf {
+    let beside = node.settings.logs.join(JAILS_DIR).join("node.sock");
+    if beside.as_os_str().len() <= LOCAL_SOCKET_PATH_MAX {
+        return beside;
+    }
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    std::env::temp_dir().join(format!(
+        "tabos-{}-{}.sock",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ))
+}
+
 /// A node's local Unix socket, bound (so clients may connect from then on)
 /// and waiting to be served by [`serve_with`], which removes it when the
 /// node stops.
@@ -675,9 +694,14 @@ pub async fn serve_with(
     node: Node,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
-    options: ServeOptions,
+    mut options: ServeOptions,
 ) -> Result<(), Error> {
     use tonic::service::interceptor::InterceptedService;
+    if options.local_socket.is_none() && node.confine.jailed() {
+        // Jailed procs have a network of their own: the node's socket,
+        // bound into their jails, is their way to it.
+        options.local_socket = Some(LocalSocket::bind(&private_socket_path(&node))?);
+    }
     // TLS first: a bad certificate or key stops the node before it does
     // anything else.
     let mut builder = tonic::transport::Server::builder();

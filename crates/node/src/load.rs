@@ -8,9 +8,10 @@
 //! [`SAMPLE_INTERVAL`] the sampler reads the CPU time used since the last
 //! sample by
 //!
-//! * the node's native procs — the `cpuacct` cgroup the node makes for
-//!   them (`confine`), which counts every proc's processes, including those
-//!   of procs that have ended since — and
+//! * the node's native procs — the cgroup the node makes for them
+//!   (`confine`: `cpu.stat` in the unified tree where the host has one,
+//!   else v1's `cpuacct`), which counts every proc's processes, including
+//!   those of procs that have ended since — and
 //! * the node process itself, which runs wasm and JavaScript procs on its
 //!   own threads and serves every request;
 //!
@@ -42,6 +43,10 @@ const LAUNCHES_MAX: usize = 4_096;
 /// Where CPU time is read from.
 #[derive(Debug, Clone)]
 pub enum Source {
+    /// The node's procs' cgroup in the unified tree (`cpu.stat`'s
+    /// `usage_usec`, which keeps what ended children used) plus the node
+    /// process's own CPU time.
+    Unified(PathBuf),
     /// The node's procs' `cpuacct.usage` (ns) plus the node process's own
     /// CPU time.
     Cgroup(PathBuf),
@@ -53,6 +58,11 @@ impl Source {
     /// CPU time used so far, in seconds (monotonic for one source).
     fn cpu_seconds(&self) -> Option<f64> {
         match self {
+            Source::Unified(dir) => {
+                let text = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+                let procs_us = crate::cgroup::keyed(&text, "usage_usec")? as f64;
+                Some(procs_us / 1e6 + own_cpu_seconds()?)
+            }
             Source::Cgroup(dir) => {
                 let procs_ns: f64 = std::fs::read_to_string(dir.join("cpuacct.usage"))
                     .ok()?
@@ -68,6 +78,9 @@ impl Source {
     /// Says what is measured, for `tabos status`.
     pub fn describe(&self) -> String {
         match self {
+            Source::Unified(_) => {
+                "the CPU time of the node's procs (cgroup2 cpu.stat) and of the node".into()
+            }
             Source::Cgroup(_) => {
                 "the CPU time of the node's procs (cpuacct) and of the node".into()
             }

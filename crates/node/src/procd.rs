@@ -632,11 +632,13 @@ impl Procd {
         let (cores, mem_mb) = (p.cores, p.mem_mb);
         let (program, host_paths) = (p.program.clone(), p.host_paths.clone());
         let socket = self.addr.local.clone();
+        let host_network = p.host_network;
         let prepared = tokio::task::spawn_blocking(move || {
             let placement = crate::confine::Placement {
                 program: &program,
                 host_paths: &host_paths,
                 node_socket: socket.as_deref(),
+                host_network,
             };
             confine.prepare(&realm, pid.as_str(), cores, mem_mb, &placement)
         })

@@ -239,6 +239,8 @@ impl ProcsService {
         Ok(usage
             .into_iter()
             .map(|u| proto::RealmInfo {
+                proc_uid: self.node.confine.uid_of(&u.realm),
+                host_network: u.host_network,
                 realm: u.realm,
                 live_procs: u.live_procs,
                 quota_procs: u.quota.procs,
@@ -365,6 +367,9 @@ impl proto::procs_server::Procs for ProcsService {
                 realms::set_host_paths_tx(tx, &realm, &[])?;
             } else if !r.host_paths.is_empty() {
                 realms::set_host_paths_tx(tx, &realm, &r.host_paths)?;
+            }
+            if let Some(allowed) = r.host_network {
+                realms::set_host_network_tx(tx, &realm, allowed)?;
             }
             realms::set_quota_tx(tx, &realm, &q)
         })

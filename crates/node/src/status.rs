@@ -43,6 +43,17 @@ impl proto::node_server::Node for StatusService {
             load_source: self.node.load.source().describe(),
             connections: crate::conn::open_connections() as u64,
             request_bytes_held: self.node.request_bytes.held() as u64,
+            cgroups: self.node.confine.mode().to_string(),
+            pressure: self
+                .node
+                .confine
+                .pressure()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(r, v)| (r.to_string(), v))
+                .collect(),
+            cores: self.node.settings.cores,
+            mem_mib: self.node.settings.mem_mb,
         }))
     }
 

@@ -53,6 +53,7 @@ fn principal_to_proto(p: &Principal) -> proto::TokenInfo {
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
+        default_realm: String::new(),
     }
 }
 
@@ -172,7 +173,11 @@ impl proto::tokens_server::Tokens for TokensService {
         request: Request<proto::Empty>,
     ) -> Result<Response<proto::TokenInfo>, Status> {
         let access = self.node.access(&request)?;
+        let default_realm = access.realm("", Role::Reader)?;
         let p: Arc<Principal> = access.principal;
-        Ok(Response::new(principal_to_proto(&p)))
+        Ok(Response::new(proto::TokenInfo {
+            default_realm,
+            ..principal_to_proto(&p)
+        }))
     }
 }

@@ -814,6 +814,8 @@ async fn native_procs_are_jailed() {
             [
                 "bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "opt", "proc", "sbin",
                 "tabos", "tmp", "usr", &exe_top,
+                // The node's socket (/run/tabos/node.sock): its way to the node.
+                "run",
             ]
             .contains(&seen),
             "the jail's root shows {seen}: {}",
@@ -907,5 +909,100 @@ async fn a_spawn_larger_than_every_worker_is_refused() {
     }
     let e = c.proc_status("default", "huge").await.unwrap_err();
     assert_eq!(code(&e), tonic::Code::NotFound);
+    let _ = stop.send(());
+}
+
+/// A jailed proc is in its own cgroup of the unified tree (hybrid or v2
+/// hosts) from its first instruction, and in a network of its own: it
+/// cannot reach a service on the host's loopback until its realm's
+/// operator allows the realm the host's network.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn native_procs_have_their_own_cgroup_and_network() {
+    let dir = TempDir::new("cgroup-net");
+    let (node, addr, stop) = start(&dir, 2).await;
+    if !node.confine.jailed() {
+        eprintln!("skipped: no jail here ({:?})", node.confine.describe());
+        let _ = stop.send(());
+        return;
+    }
+    let mut c = connect(&addr).await;
+    if tabos_node::cgroup::Hierarchies::detect().unified.is_some() {
+        let (done, out, err) = finished_output(
+            &mut c,
+            "default",
+            proto::ProcDescriptor {
+                pid: "cg".into(),
+                ..sh("grep '^0::' /proc/self/cgroup")
+            },
+        )
+        .await;
+        assert_eq!(done.exit_status, Some(0), "{err}");
+        assert!(
+            out.trim_end().ends_with("/default.cg") && out.contains("/tabos/test-node."),
+            "its own unified cgroup: {out}"
+        );
+    } else {
+        eprintln!("no unified cgroup tree here: membership not checked");
+    }
+
+    // A service on the host's loopback.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            use tokio::io::AsyncWriteExt;
+            let _ = s.write_all(b"host service\n").await;
+        }
+    });
+    let probe = format!(
+        "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' ' | tr '\\n' ' '; echo; \
+         if exec 3<>/dev/tcp/127.0.0.1/{port}; then head -1 <&3; else echo unreachable; fi"
+    );
+    let bash = |script: &str| native("/bin/bash", &["-c", script]);
+    let (done, out, err) = finished_output(&mut c, "default", bash(&probe)).await;
+    assert_eq!(done.exit_status, Some(0), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0].trim(), "lo", "loopback only: {out}");
+    assert_eq!(lines[1], "unreachable", "{out}");
+    // Refused by its own loopback, which is up (a loopback down would be
+    // "Network is unreachable").
+    assert!(err.contains("Connection refused"), "{err}");
+
+    // The operator allows the host's network: a new proc reaches the host.
+    let info = c
+        .set_realm(proto::SetRealmRequest {
+            realm: "default".into(),
+            host_network: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(info.host_network);
+    let (done, out, err) = finished_output(&mut c, "default", bash(&probe)).await;
+    assert_eq!(done.exit_status, Some(0), "{err}");
+    assert_eq!(out.lines().nth(1), Some("host service"), "{out}");
+    assert!(
+        out.lines().next().unwrap().split_whitespace().count() > 1,
+        "{out}"
+    );
+    // A member cannot allow it.
+    let member = c
+        .create_token(proto::CreateTokenRequest {
+            realm: "default".into(),
+            role: "admin".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut m = Client::connect(&addr.addr, &member.token).await.unwrap();
+    let e = m
+        .set_realm(proto::SetRealmRequest {
+            realm: "default".into(),
+            host_network: Some(false),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), tonic::Code::PermissionDenied, "{e}");
     let _ = stop.send(());
 }

@@ -57,6 +57,13 @@ pub use value::{Cap, FromValue, ReadLimits, ReadScope, Row, Rows, Value, RESULT_
 /// Most partitions a store may have. SQLite attaches every partition to each
 /// read connection, and SQLite attaches at most 10 databases.
 pub const PARTITIONS_MAX: u32 = 8;
+/// Partitions of a database created without a count: a property of the
+/// database, never of the machine that first opened it (nodes of any
+/// size join a cluster's database; a data directory moves between
+/// machines). As many as a store may have: on PostgreSQL they bound how
+/// many conflicting procedures of one node retry at once, and on SQLite
+/// an idle partition costs two sleeping threads and a file.
+pub const PARTITIONS_DEFAULT: u32 = PARTITIONS_MAX;
 /// Most procedures waiting for one executor (SQLite) or for the connection
 /// pool (PostgreSQL); past it, submission fails with [`Error::Overloaded`].
 pub const QUEUE_PROCS_MAX: usize = 65_536;
@@ -138,9 +145,11 @@ pub enum Location {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub location: Location,
-    /// Number of partitions, `1..=PARTITIONS_MAX`. Fixed when the database is
-    /// created; opening it with another number is refused.
-    pub partitions: u32,
+    /// Number of partitions, `1..=PARTITIONS_MAX`, for a database being
+    /// created; `None`: [`PARTITIONS_DEFAULT`]. An existing database keeps
+    /// its own: `None` opens it whatever it has, a number it does not have
+    /// is refused. [`Store::partitions`] tells what was opened.
+    pub partitions: Option<u32>,
     pub durability: Durability,
     /// SQLite: most read connections. PostgreSQL: pooled connections.
     pub connections: usize,
@@ -157,12 +166,12 @@ pub struct Config {
 }
 
 impl Config {
-    /// An embedded store in `dir`, one partition per core (at most
-    /// [`PARTITIONS_MAX`]), `normal` durability.
+    /// An embedded store in `dir` (its partitions: see
+    /// [`Config::partitions`]), `normal` durability.
     pub fn sqlite(dir: impl Into<PathBuf>) -> Config {
         Config {
             location: Location::Sqlite(dir.into()),
-            partitions: default_partitions(),
+            partitions: None,
             durability: Durability::Normal,
             connections: 8,
             pin_executors: false,
@@ -174,7 +183,7 @@ impl Config {
     pub fn postgres(url: impl Into<String>) -> Config {
         Config {
             location: Location::Postgres(url.into()),
-            partitions: default_partitions(),
+            partitions: None,
             durability: Durability::Normal,
             connections: 8,
             pin_executors: false,
@@ -188,8 +197,9 @@ impl Config {
         self
     }
 
+    /// Asks for `n` partitions (see [`Config::partitions`]).
     pub fn with_partitions(mut self, n: u32) -> Config {
-        self.partitions = n;
+        self.partitions = Some(n);
         self
     }
 
@@ -209,11 +219,12 @@ impl Config {
     }
 
     fn validate(&self) -> Result<()> {
-        if !(1..=PARTITIONS_MAX).contains(&self.partitions) {
-            return Err(Error::Config(format!(
-                "partitions must be 1..={PARTITIONS_MAX}, not {}",
-                self.partitions
-            )));
+        if let Some(n) = self.partitions {
+            if !(1..=PARTITIONS_MAX).contains(&n) {
+                return Err(Error::Config(format!(
+                    "partitions must be 1..={PARTITIONS_MAX}, not {n}"
+                )));
+            }
         }
         if !(1..=256).contains(&self.connections) {
             return Err(Error::Config(format!(
@@ -225,10 +236,17 @@ impl Config {
     }
 }
 
-fn default_partitions() -> u32 {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get() as u32)
-        .clamp(1, PARTITIONS_MAX)
+/// The partitions of a database that has `existing` (`None`: it is new),
+/// opened with `asked` ([`Config::partitions`]).
+pub(crate) fn partitions_to_open(existing: Option<u32>, asked: Option<u32>) -> Result<u32> {
+    match (existing, asked) {
+        (Some(have), Some(want)) if have != want => Err(Error::Config(format!(
+            "the database has {have} partitions, not {want}: a count is chosen when a \
+             database is created, and kept (leave it out to open this one)"
+        ))),
+        (Some(have), _) => Ok(have),
+        (None, want) => Ok(want.unwrap_or(PARTITIONS_DEFAULT)),
+    }
 }
 
 /// Which backend a store runs on.

@@ -188,7 +188,7 @@ impl PgBackend {
             return Err(Error::Config("not a PostgreSQL location".into()));
         };
         let mut first = connect(url, config.durability)?;
-        init_database(&mut first, config.partitions, migrations)?;
+        let partitions = init_database(&mut first, config.partitions, migrations)?;
 
         let feed = Feed::new();
         let stop_token = format!("stop-{}-{}", std::process::id(), crate::now_us());
@@ -203,7 +203,7 @@ impl PgBackend {
             clients.push(connect(url, config.durability)?);
         }
         let partition_locks: Arc<Vec<Turn>> =
-            Arc::new((0..config.partitions).map(|_| Turn::default()).collect());
+            Arc::new((0..partitions).map(|_| Turn::default()).collect());
         for (i, client) in clients.into_iter().enumerate() {
             let worker = Worker {
                 partition_locks: partition_locks.clone(),
@@ -224,7 +224,7 @@ impl PgBackend {
             workers.push(h);
         }
         Ok(PgBackend {
-            partitions: config.partitions,
+            partitions,
             durability: config.durability,
             sender: Mutex::new(Some(tx)),
             workers,
@@ -315,10 +315,11 @@ impl Backend for PgBackend {
     }
 }
 
-/// Creates the bookkeeping tables, checks the partition count and applies
-/// pending migrations, under an advisory lock so that nodes starting together
-/// do not race.
-fn init_database(client: &mut Client, partitions: u32, migrations: &[Migration]) -> Result<()> {
+/// Creates the bookkeeping tables, settles the partition count (the
+/// database's own, or `asked` for a new one) and applies pending
+/// migrations, under an advisory lock so that nodes starting together do
+/// not race. Returns the partition count.
+fn init_database(client: &mut Client, asked: Option<u32>, migrations: &[Migration]) -> Result<u32> {
     let mut t = client
         .build_transaction()
         .isolation_level(IsolationLevel::ReadCommitted)
@@ -333,18 +334,17 @@ fn init_database(client: &mut Client, partitions: u32, migrations: &[Migration])
         .query_opt(sql, &[])
         .map_err(|e| map_err(&e, sql))?
         .map(|r| r.get(0));
-    match existing {
-        None => {
-            let sql = "INSERT INTO store_meta (key, value) VALUES ('partitions', $1)";
-            t.execute(sql, &[&partitions.to_string()])
-                .map_err(|e| map_err(&e, sql))?;
-        }
-        Some(v) if v == partitions.to_string() => {}
-        Some(v) => {
-            return Err(Error::Config(format!(
-                "database was created with {v} partitions, not {partitions}"
-            )))
-        }
+    let existing = match existing {
+        None => None,
+        Some(v) => Some(v.parse::<u32>().map_err(|_| {
+            Error::Config(format!("store_meta says {v:?} partitions: not a count"))
+        })?),
+    };
+    let partitions = crate::partitions_to_open(existing, asked)?;
+    if existing.is_none() {
+        let sql = "INSERT INTO store_meta (key, value) VALUES ('partitions', $1)";
+        t.execute(sql, &[&partitions.to_string()])
+            .map_err(|e| map_err(&e, sql))?;
     }
     t.batch_execute(migrate::SCHEMA_VERSION_DDL)
         .map_err(|e| map_err(&e, migrate::SCHEMA_VERSION_DDL))?;
@@ -368,7 +368,8 @@ fn init_database(client: &mut Client, partitions: u32, migrations: &[Migration])
         t.execute(sql, &[&i64::from(m.version), &m.name, &crate::now_us()])
             .map_err(|e| map_err(&e, sql))?;
     }
-    t.commit().map_err(|e| map_err(&e, "COMMIT"))
+    t.commit().map_err(|e| map_err(&e, "COMMIT"))?;
+    Ok(partitions)
 }
 
 fn start_listener(url: String, feed: Arc<Feed>, stop_token: String) -> Result<JoinHandle<()>> {

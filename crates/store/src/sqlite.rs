@@ -178,14 +178,14 @@ impl SqliteBackend {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        check_partition_files(dir, config.partitions)?;
+        let partitions = partition_count(dir, config.partitions)?;
 
         let feed = Feed::new();
         let stats = Arc::new(Stats::default());
         let mut conns = Vec::new();
-        for p in 0..config.partitions {
+        for p in 0..partitions {
             let conn = open_writer(&partition_path(dir, p), config.durability)?;
-            init_partition(&conn, p, config.partitions, migrations)?;
+            init_partition(&conn, p, partitions, migrations)?;
             conns.push(conn);
         }
         let mut writers = Vec::new();
@@ -217,22 +217,17 @@ impl SqliteBackend {
             threads.push(handle);
         }
         Ok(SqliteBackend {
-            partitions: config.partitions,
+            partitions,
             durability: config.durability,
             writers,
             threads,
-            readers: ReadPool::new(
-                dir.clone(),
-                config.partitions,
-                config.connections,
-                open_reader,
-            ),
-            partition_readers: (0..config.partitions)
+            readers: ReadPool::new(dir.clone(), partitions, config.connections, open_reader),
+            partition_readers: (0..partitions)
                 .map(|p| ReadPool::new(dir.clone(), p, config.connections, open_partition_reader))
                 .collect(),
             scoped: ReadPool::new(
                 dir.clone(),
-                config.partitions,
+                partitions,
                 config.connections.min(SCOPED_READERS_MAX),
                 ScopedReader::open,
             ),
@@ -332,18 +327,14 @@ pub(crate) fn partition_path(dir: &Path, p: u32) -> PathBuf {
     dir.join(format!("p{p}.db"))
 }
 
-/// Refuses a directory created with a different number of partitions.
-fn check_partition_files(dir: &Path, partitions: u32) -> Result<()> {
+/// The partitions to open in `dir`: as many as its files (a directory
+/// created with a count keeps it), else what `asked` says.
+fn partition_count(dir: &Path, asked: Option<u32>) -> Result<u32> {
     let existing = (0..=crate::PARTITIONS_MAX)
         .filter(|p| partition_path(dir, *p).exists())
         .count() as u32;
-    if existing != 0 && existing != partitions {
-        return Err(Error::Config(format!(
-            "data directory {} was created with {existing} partitions, not {partitions}",
-            dir.display()
-        )));
-    }
-    Ok(())
+    crate::partitions_to_open((existing > 0).then_some(existing), asked)
+        .map_err(|e| Error::Config(format!("data directory {}: {e}", dir.display())))
 }
 
 /// Starts partition `p`'s checkpointer: a thread with its own connection

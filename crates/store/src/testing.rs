@@ -142,3 +142,10 @@ pub fn kill_proc(pid: &str) -> usize {
     }
     pids.len()
 }
+
+/// Whether this process is root — what confinement (and so the tests of
+/// it) needs. A test that needs root and is not says that it skipped.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}

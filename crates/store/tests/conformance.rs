@@ -406,9 +406,15 @@ fn migrations_apply_once_and_mismatch_is_refused(backend: Backend) {
     // So is an older build that does not know migration 2.
     let e = Store::open(&config, SCHEMA).unwrap_err();
     assert!(matches!(e, Error::Migration(_)), "{e}");
-    // And another partition count.
+    // And another partition count: a database keeps the one it was made
+    // with, which any opener that names none gets (a node of any size
+    // joins).
     let e = Store::open(&config.clone().with_partitions(3), &v2).unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
+    assert!(e.to_string().contains("has 2 partitions, not 3"), "{e}");
+    let mut any = config.clone();
+    any.partitions = None;
+    assert_eq!(Store::open(&any, &v2).unwrap().partitions(), 2);
     // A gap in versions is refused before touching anything.
     let mut gap = v2.clone();
     gap[1].version = 3;

@@ -202,6 +202,11 @@ class Client:
         ]
         tls_ca = tls_ca or ctx.get("tls_ca") or os.environ.get("TABOS_TLS_CA")
         target = self.addr.removeprefix("http://")
+        if target.startswith("unix:"):
+            # grpcio would send the socket's path as the HTTP/2 :authority,
+            # which is no authority at all (the node refuses the stream);
+            # gRPC's other clients say "localhost" for a Unix socket.
+            options.append(("grpc.default_authority", "localhost"))
         if tls_ca:
             creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
             self._channel = grpc.secure_channel(target.removeprefix("https://"), creds, options)

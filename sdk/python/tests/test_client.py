@@ -4,6 +4,7 @@ their typed errors."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
@@ -216,3 +217,39 @@ def test_mapreduce_through_the_tabos_binary(node, client: tabos.Client) -> None:
         client.mr.status(job)
     with pytest.raises(tabos.InvalidArgument):
         client.mr.run("sort", ["/x"])
+
+
+def test_the_context_tabos_up_saves_reaches_the_node_over_its_socket(tmp_path, monkeypatch) -> None:
+    """As the README's quick start has it: `tabos up` saves its operator
+    credential as the current context, with the node's local socket as its
+    address, and a Client with no arguments uses it."""
+    import subprocess
+
+    from conftest import tabos_bin
+
+    creds = tmp_path / "credentials.json"
+    proc = subprocess.Popen(
+        [tabos_bin(), "up", "--data", str(tmp_path / "data"), "--listen", "127.0.0.1:0",
+         "--pg-listen", "none", "--http-listen", "none"],
+        env=dict(os.environ, TABOS_CREDENTIALS=str(creds)),
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("try:"):
+                break
+        saved = json.loads(creds.read_text())
+        addr = saved["contexts"][saved["current"]]["addr"]
+        assert addr.startswith("unix:"), saved
+        monkeypatch.setenv("TABOS_CREDENTIALS", str(creds))
+        for var in ("TABOS_ADDR", "TABOS_TOKEN", "TABOS_CONTEXT"):
+            monkeypatch.delenv(var, raising=False)
+        with tabos.Client() as c:
+            assert c.addr == addr
+            assert c.whoami()["role"] == "operator"
+            rows = c.sql("SELECT count(*) AS n FROM schema_version")
+            assert rows[0]["n"] > 20
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

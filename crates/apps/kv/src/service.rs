@@ -44,6 +44,15 @@ pub async fn create(
 ) -> Result<Config> {
     policy.check()?;
     let layout = Layout::new(svc)?;
+    // kvds listen where clerks and the Redis front end connect: on the
+    // host's network.
+    let (name, allowed) = tabos_client::app::host_network(client, realm).await?;
+    if !allowed {
+        return Err(Error::Invalid(tabos_client::app::host_network_refusal(
+            &name,
+            "its kvds must listen where clients connect",
+        )));
+    }
     let mut c = client.clone();
     let config = Config::initial(shards, groups)?;
     c.name_mkdir_all(realm, &layout.groups()).await?;

@@ -42,7 +42,19 @@ async fn start(dir: &TempDir) -> tabos_node::Embedded {
         settings,
     )
     .unwrap();
-    tabos_node::Embedded::start(node).await.unwrap()
+    let node = tabos_node::Embedded::start(node).await.unwrap();
+    // kvds listen where clients connect: the realm shares the host's network.
+    node.client()
+        .await
+        .unwrap()
+        .set_realm(tabos_client::proto::SetRealmRequest {
+            realm: "default".into(),
+            host_network: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    node
 }
 
 fn program() -> Program {

@@ -174,6 +174,17 @@ pub async fn cancel(client: &Client, realm: &str, id: &str) -> Result<Vec<String
         }
     }
     mark(&mut c).await?;
+    evicted.extend(stop_tasks(client, realm, id).await?);
+    Ok(evicted)
+}
+
+/// Evicts the live attempts of job `id`'s unfinished tasks (waiting,
+/// bounded, for each to exit): what a failed or cancelled job does so that
+/// nothing of it keeps running. Returns the pids evicted.
+pub async fn stop_tasks(client: &Client, realm: &str, id: &str) -> Result<Vec<String>> {
+    let layout = Layout::new(id);
+    let mut c = client.clone();
+    let mut evicted = Vec::new();
     for (t, st) in tasks(&mut c, realm, &layout).await? {
         if st.done {
             continue;
@@ -184,6 +195,57 @@ pub async fn cancel(client: &Client, realm: &str, id: &str) -> Result<Vec<String
         }
     }
     Ok(evicted)
+}
+
+/// Fails running job `id` with `why` from outside it (its submitter, when
+/// no coordinator can): its status says `failed: why` (set only over
+/// `running`, so an end written meanwhile stands), then its coordinators
+/// and tasks are stopped. Whether this call failed it.
+pub async fn fail(client: &Client, realm: &str, id: &str, why: &str) -> Result<bool> {
+    let layout = Layout::new(id);
+    let mut c = client.clone();
+    let status = c.name_get(realm, &layout.status()).await?;
+    if status.data != b"running" {
+        return Ok(false);
+    }
+    let text = format!("failed: {why}").into_bytes();
+    match c
+        .name_set(realm, &layout.status(), text, Some(status.version), None)
+        .await
+    {
+        Ok(_) => {}
+        // Ended meanwhile (a version moved on): that end stands.
+        Err(e) if e.code() == Some(tonic::Code::FailedPrecondition) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    for n in 1..=COORDINATORS_MAX {
+        evict(&mut c, realm, &layout.coordinator_pid(n)).await?;
+    }
+    stop_tasks(client, realm, id).await?;
+    Ok(true)
+}
+
+/// Most bytes of a proc's stderr read to find its last lines.
+pub const STDERR_TAIL_BYTES_MAX: usize = 64 << 10;
+
+/// The last `n` non-empty lines `pid` wrote to stderr (none if its log
+/// cannot be read): what a failure is explained with.
+pub async fn last_stderr_lines(client: &Client, realm: &str, pid: &str, n: usize) -> Vec<String> {
+    let Ok(log) = client.clone().logs(realm, pid, "stderr").await else {
+        return Vec::new();
+    };
+    let data = &log.data[log.data.len().saturating_sub(STDERR_TAIL_BYTES_MAX)..];
+    let text = String::from_utf8_lossy(data);
+    let mut lines: Vec<String> = text
+        .lines()
+        .map(str::trim_end)
+        .filter(|l| !l.is_empty())
+        .rev()
+        .take(n)
+        .map(str::to_string)
+        .collect();
+    lines.reverse();
+    lines
 }
 
 /// Removes what job `id` left — its names, its files under `/mr/<id>`

@@ -55,6 +55,9 @@ pub struct Submit {
     /// on this machine: mappers read their splits through the API, from
     /// whichever node they run on — no shared file system.
     pub inputs_in_fs: bool,
+    /// Refuse the job when an input cannot be read by the realm's procs,
+    /// instead of leaving that input out ([`Job::skipped`]).
+    pub strict: bool,
 }
 
 impl Submit {
@@ -78,6 +81,7 @@ impl Submit {
             session_ttl: SESSION_TTL_DEFAULT,
             pause: None,
             inputs_in_fs: false,
+            strict: false,
         }
     }
 }
@@ -117,6 +121,8 @@ pub struct Job {
     /// Input bytes of each map task.
     task_bytes: Vec<u64>,
     pub input_files: usize,
+    /// Inputs left out because the realm's procs could not read them.
+    pub skipped: Vec<split::Skipped>,
     started: Instant,
     coordinators: u32,
 }
@@ -154,11 +160,28 @@ impl Job {
             .to_str()
             .ok_or_else(|| Error::Invalid("the program's path is not UTF-8".into()))?
             .to_string();
-        let (tasks, files, host_paths) = if s.inputs_in_fs {
+        // The realm by name: what the job's SQL and its procs go by.
+        let realm = match realm {
+            "" => client.clone().who_am_i().await?.default_realm,
+            r => r.to_string(),
+        };
+        let realm = realm.as_str();
+        let planned = if s.inputs_in_fs {
             plan_in_fs(client, realm, &s).await?
         } else {
             plan_on_host(client, realm, &s).await?
         };
+        if s.strict {
+            if let Some(line) = split::skipped_summary(&planned.skipped) {
+                return Err(Error::Invalid(line));
+            }
+        }
+        let Planned {
+            tasks,
+            files,
+            host_paths,
+            skipped,
+        } = planned;
         let (kind, pattern) = match &s.kind {
             Kind::WordCount => ("wordcount", Vec::new()),
             Kind::Grep { pattern } => ("grep", pattern.clone()),
@@ -230,6 +253,7 @@ impl Job {
             spec,
             task_bytes,
             input_files: files,
+            skipped,
             started: Instant::now(),
             coordinators: 0,
         };
@@ -242,6 +266,11 @@ impl Job {
 
     pub fn id(&self) -> &str {
         &self.spec.id
+    }
+
+    /// The realm the job runs in, by name.
+    pub fn realm(&self) -> &str {
+        &self.realm
     }
 
     pub fn input_bytes(&self) -> u64 {
@@ -334,20 +363,43 @@ impl Job {
                     break Err(Error::Invalid("the watch of the job ended".into()));
                 }
                 Some(Ev::CoordinatorEnded) => {
-                    // Keep at least one coordinator alive while it runs.
+                    // Keep one coordinator alive while the job runs — but
+                    // only in place of one the cluster took away (lost
+                    // with its node, killed, evicted, or handing over):
+                    // one that failed of itself fails the job at once,
+                    // with its own words.
                     let mut still = Vec::new();
+                    let mut own_failure = None;
                     for pid in live {
                         let st = c.proc_status(&self.realm, &pid).await?;
-                        if matches!(st.state.as_str(), "spawned" | "claimed" | "running") {
-                            still.push(pid);
+                        match coordinator_end(&st) {
+                            None => still.push(pid),
+                            Some(CoordinatorEnd::TakenAway) => {}
+                            Some(CoordinatorEnd::Failed) => {
+                                if own_failure.is_none() {
+                                    own_failure = Some(self.failure_of(&st).await);
+                                }
+                            }
                         }
                     }
                     live = still;
                     let status = c.name_get(&self.realm, &self.layout.status()).await?.data;
-                    if live.is_empty() && status == b"running" {
-                        let pid = self.spawn_coordinator().await?;
-                        watch_coordinator(pid.clone());
-                        live.push(pid);
+                    if status != b"running" {
+                        continue; // the status says how it ended
+                    }
+                    if let Some(why) = own_failure {
+                        self.fail(&why).await?;
+                        continue;
+                    }
+                    if live.is_empty() {
+                        match self.spawn_coordinator().await {
+                            Ok(pid) => {
+                                watch_coordinator(pid.clone());
+                                live.push(pid);
+                            }
+                            Err(Error::Failed(why)) => self.fail(&why).await?,
+                            Err(e) => return Err(e),
+                        }
                     }
                 }
             }
@@ -365,6 +417,30 @@ impl Job {
             }
         }
         result
+    }
+
+    /// A coordinator's own failure, in its own words: the last line of its
+    /// stderr, else the error its node recorded.
+    async fn failure_of(&self, st: &proto::ProcStatus) -> String {
+        let said = crate::control::last_stderr_lines(&self.client, &self.realm, &st.pid, 1)
+            .await
+            .into_iter()
+            .next();
+        let how = match (st.state.as_str(), st.exit_status) {
+            ("exited", Some(n)) => format!("exited with status {n}"),
+            (state, _) => state.to_string(),
+        };
+        match said.or_else(|| (!st.error.is_empty()).then(|| st.error.clone())) {
+            Some(why) => format!("coordinator {} {how}: {why}", st.pid),
+            None => format!("coordinator {} {how}", st.pid),
+        }
+    }
+
+    /// Marks the job failed (unless it ended meanwhile) and stops whatever
+    /// of it still runs.
+    async fn fail(&self, why: &str) -> Result<()> {
+        crate::control::fail(&self.client, &self.realm, &self.spec.id, why).await?;
+        Ok(())
     }
 
     /// The job's progress from its task records.
@@ -450,6 +526,26 @@ impl Job {
             .collect())
     }
 
+    /// The job's proc that failed last (an error exit, or failed by its
+    /// node) and the last `lines` lines of its stderr: what a person
+    /// looks at first when a job fails.
+    pub async fn last_failure(&self, lines: usize) -> Result<Option<(String, Vec<String>)>> {
+        use tabos_client::Value;
+        let sql = "SELECT pid FROM proc WHERE realm = $1 AND pid LIKE $2 \
+                   AND (state = 'failed' OR (state = 'exited' AND exit_status <> 0)) \
+                   ORDER BY exit_us DESC LIMIT 1";
+        let params = vec![
+            Value::Text(self.realm.clone()),
+            Value::Text(format!("{}-%", self.spec.id)),
+        ];
+        let r = self.client.clone().sql(sql, params).await?;
+        let Some(Some(Value::Text(pid))) = r.rows.first().and_then(|row| row.first()) else {
+            return Ok(None);
+        };
+        let said = crate::control::last_stderr_lines(&self.client, &self.realm, pid, lines).await;
+        Ok(Some((pid.clone(), said)))
+    }
+
     /// Takes the tasks' reports from the job's mailbox (so they move to
     /// the message log): each is `(sender pid, text)`.
     pub async fn reports(&self) -> Result<Vec<(String, String)>> {
@@ -469,14 +565,42 @@ impl Job {
     }
 }
 
+/// How a coordinator's end bears on its job.
+enum CoordinatorEnd {
+    /// Lost with its node, killed by a signal, evicted, or handing over
+    /// ([`crate::procs::EXIT_CARRY_ON`]): another may carry on.
+    TakenAway,
+    /// Failed of itself: an error exit, or it could not start at all.
+    Failed,
+}
+
+/// How `st`'s coordinator ended, or `None` while it lives.
+fn coordinator_end(st: &proto::ProcStatus) -> Option<CoordinatorEnd> {
+    match (st.state.as_str(), st.exit_status) {
+        ("spawned" | "claimed" | "running", _) => None,
+        ("exited", Some(0)) | ("evicted", _) => Some(CoordinatorEnd::TakenAway),
+        ("exited", Some(n)) if n == i64::from(crate::procs::EXIT_CARRY_ON) || n >= 128 => {
+            Some(CoordinatorEnd::TakenAway)
+        }
+        // A proc failed after it started was lost with its node; one that
+        // never started could not be started.
+        ("failed", _) if st.start_us.is_some() => Some(CoordinatorEnd::TakenAway),
+        _ => Some(CoordinatorEnd::Failed),
+    }
+}
+
+/// A job's input, planned: its map tasks, the files they cover, the host
+/// paths mappers ask to see, and what was left out.
+struct Planned {
+    tasks: Vec<Vec<Split>>,
+    files: usize,
+    host_paths: Vec<String>,
+    skipped: Vec<split::Skipped>,
+}
+
 /// Map tasks planned over inputs on this machine (absolute paths the
-/// realm lets its procs see): the tasks, the files, and the host paths
-/// mappers ask to see.
-async fn plan_on_host(
-    client: &Client,
-    realm: &str,
-    s: &Submit,
-) -> Result<(Vec<Vec<Split>>, usize, Vec<String>)> {
+/// realm lets its procs see), read as the realm's procs will read them.
+async fn plan_on_host(client: &Client, realm: &str, s: &Submit) -> Result<Planned> {
     // Absolute, so that a mapper finds them from its own working
     // directory, and so that they can be asked for as host paths.
     let inputs = s
@@ -490,14 +614,8 @@ async fn plan_on_host(
     let host_paths = host_paths_of(&inputs)?;
     // Refused now, not by the first mapper's spawn: the realm must let
     // its procs see the inputs.
-    // (An operator naming no realm acts in the node's: not known here,
-    // so then the mappers' spawns check.)
     let realms = client.clone().list_realms().await?;
-    let mine = match realm {
-        "" if realms.len() == 1 => realms.first(),
-        "" => None,
-        r => realms.iter().find(|i| i.realm == r),
-    };
+    let mine = realms.iter().find(|i| i.realm == realm);
     let allowed: Option<&Vec<String>> = mine.map(|r| &r.host_paths);
     if let Some(p) = allowed.and_then(|allowed| {
         host_paths
@@ -506,17 +624,38 @@ async fn plan_on_host(
     }) {
         return Err(Error::Invalid(format!(
             "realm {realm:?} does not let its procs see input {p}; its operator can \
-                 allow it: tabos realm set {realm} --allow-host-path DIR"
+                 allow it: tabos realm set {realm} --allow-host-path {p}"
         )));
     }
+    // The realm's procs run as a uid of their own when the node is root;
+    // planning as root, this command reads as that uid too, so a file the
+    // procs cannot read is left out now rather than failing a mapper.
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let reader = match mine.and_then(|r| r.proc_uid) {
+        Some(uid) if root => split::Reader::Uid(uid),
+        _ => split::Reader::Me,
+    };
     let (text_only, want) = (s.text_only, s.task_bytes);
-    let (tasks, files) = tokio::task::spawn_blocking(move || -> Result<_> {
-        let splits = split::plan_with(&inputs, want.max(split::SPLIT_BYTES_MIN), text_only)?;
-        pack(splits, want)
+    let (tasks, files, skipped) = tokio::task::spawn_blocking(move || -> Result<_> {
+        let planned = split::plan_as(&inputs, want.max(split::SPLIT_BYTES_MIN), text_only, reader)?;
+        let (tasks, files) = pack(planned.splits, want)?;
+        Ok((tasks, files, planned.skipped))
     })
     .await
     .map_err(|e| Error::Invalid(format!("planning failed: {e}")))??;
-    Ok((tasks, files, host_paths))
+    if tasks.is_empty() {
+        return Err(Error::Invalid(match split::skipped_summary(&skipped) {
+            Some(line) => format!("nothing to read in the inputs: {line}"),
+            None => "the inputs hold no (text) file to read".into(),
+        }));
+    }
+    Ok(Planned {
+        tasks,
+        files,
+        host_paths,
+        skipped,
+    })
 }
 
 /// Splits packed into map tasks of about `want` bytes; the tasks and the
@@ -541,11 +680,7 @@ pub const FS_INPUT_FILES_MAX: usize = 100_000;
 
 /// Map tasks planned over inputs in the realm's tabos fs: files and the
 /// files under directories (walked in name order), cut into splits.
-async fn plan_in_fs(
-    client: &Client,
-    realm: &str,
-    s: &Submit,
-) -> Result<(Vec<Vec<Split>>, usize, Vec<String>)> {
+async fn plan_in_fs(client: &Client, realm: &str, s: &Submit) -> Result<Planned> {
     let mut c = client.clone();
     let mut files: Vec<(PathBuf, u64)> = Vec::new();
     let mut todo: Vec<String> = Vec::new();
@@ -587,8 +722,13 @@ async fn plan_in_fs(
         }
     }
     let want = s.task_bytes.max(split::SPLIT_BYTES_MIN);
-    let (tasks, n) = pack(split::cut(files, want), s.task_bytes)?;
-    Ok((tasks, n, Vec::new()))
+    let (tasks, files) = pack(split::cut(files, want), s.task_bytes)?;
+    Ok(Planned {
+        tasks,
+        files,
+        host_paths: Vec::new(),
+        skipped: Vec::new(),
+    })
 }
 
 /// The host paths mappers ask to see for `inputs` (absolute): the inputs

@@ -48,9 +48,37 @@ pub enum Error {
     /// The tabos API refused or failed a call.
     #[error("{0}")]
     Api(#[from] tabos_client::Error),
-    /// The job failed (a task failed every attempt).
+    /// The job failed (a task failed every attempt, or could not be
+    /// started at all).
     #[error("the job failed: {0}")]
     Failed(String),
+    /// A proc of the job lost what it stood on — its lead, its session,
+    /// its watch, or its node for a while — and stops; the job goes on
+    /// (another coordinator carries on, a task runs again).
+    #[error("interrupted: {0}")]
+    Interrupted(String),
+}
+
+impl Error {
+    /// Whether the job itself is at fault — its spec, its inputs, what its
+    /// realm allows — so that another coordinator would fail the same way.
+    /// Anything else (the node or the database away, a session or lead
+    /// lost, a watch cut off) is a setback another coordinator recovers
+    /// from.
+    pub fn is_the_jobs_fault(&self) -> bool {
+        match self {
+            Error::Failed(_) | Error::Invalid(_) | Error::Corrupt(_) => true,
+            Error::Api(e) => matches!(
+                e.code(),
+                Some(
+                    tonic::Code::InvalidArgument
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::Unauthenticated
+                )
+            ),
+            Error::Io { .. } | Error::Interrupted(_) => false,
+        }
+    }
 }
 
 impl From<tonic::Status> for Error {

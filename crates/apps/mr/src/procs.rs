@@ -44,6 +44,12 @@ use crate::spec::{Announcement, Layout, Spec, Task, TaskState, ATTEMPTS_MAX, FS_
 use crate::watch::{DirWatch, Watched};
 use crate::{format, split, task, Error, Result};
 
+/// The exit status of a coordinator that stops because it lost its lead,
+/// its session or its node (BSD's `EX_TEMPFAIL`): the job is not at fault,
+/// and whoever follows the job starts another coordinator if none is left.
+/// Any other error exit of a coordinator fails its job.
+pub const EXIT_CARRY_ON: i32 = 75;
+
 /// What every proc of a job has: the API, its realm, pid and job.
 pub struct Ctx {
     pub client: Client,
@@ -68,8 +74,13 @@ pub fn main(args: &[String]) -> i32 {
             return 2;
         }
     };
+    let coordinator = args.first().is_some_and(|r| r == "coordinator");
     match rt.block_on(run(args)) {
         Ok(()) => 0,
+        Err(e) if coordinator && !e.is_the_jobs_fault() => {
+            eprintln!("mr: {e}; another coordinator carries on");
+            EXIT_CARRY_ON
+        }
         Err(e) => {
             eprintln!("mr: {e}");
             1
@@ -459,9 +470,17 @@ async fn coordinator(ctx: Ctx, n: u32) -> Result<()> {
     let text = match outcome {
         Ok(()) => "done".to_string(),
         Err(Error::Failed(ref why)) => format!("failed: {why}"),
-        // Lost the lead or the node: the standby carries on.
-        Err(e) => return Err(e),
+        // Lost the lead, the session or the node: the standby carries on.
+        Err(e) if !e.is_the_jobs_fault() => return Err(e),
+        // Anything else is the job's own fault: it fails, saying why.
+        Err(ref e) => format!("failed: coordinator {}: {e}", ctx.pid),
     };
+    if text.starts_with("failed") {
+        // Nothing of a failed job keeps running (its reducers would wait
+        // for map output that is never coming): stopped before the status
+        // says so, so whoever follows the job finds them ended.
+        crate::control::stop_tasks(&ctx.client, &ctx.realm, &ctx.layout.job).await?;
+    }
     c.name_set(
         &ctx.realm,
         &ctx.layout.status(),
@@ -562,11 +581,11 @@ impl<'a> Leader<'a> {
         }
         while self.state.values().any(|s| !s.done) {
             let ev = tokio::select! {
-                ev = self.rx.recv() => ev.ok_or_else(|| Error::Invalid("event channel closed".into()))?,
-                () = session.lost() => return Err(Error::Invalid("the coordinator's session lapsed".into())),
+                ev = self.rx.recv() => ev.ok_or_else(|| Error::Interrupted("event channel closed".into()))?,
+                () = session.lost() => return Err(Error::Interrupted("the coordinator's session lapsed".into())),
             };
             match ev {
-                Event::Lost => return Err(Error::Invalid("the rerun watch ended".into())),
+                Event::Lost => return Err(Error::Interrupted("the rerun watch ended".into())),
                 Event::Exited { task, pid, status } => self.exited(task, &pid, status).await?,
                 Event::Rerun { map, attempt, path } => {
                     let t = Task::Map(map);
@@ -617,8 +636,7 @@ impl<'a> Leader<'a> {
                 .unwrap_or_default();
             let why = self.last_failure.get(&t).cloned().unwrap_or_default();
             return Err(Error::Failed(format!(
-                "task {} failed {ATTEMPTS_MAX} times; the last attempt {why} \
-                 (its stderr: tabos logs {last} --stderr)",
+                "task {} failed {ATTEMPTS_MAX} times; the last attempt, {last}, {why}",
                 t.name()
             )));
         }
@@ -689,6 +707,27 @@ impl<'a> Leader<'a> {
             Ok(_) => {}
             // Spawned by an earlier leader after all.
             Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {}
+            // Refused for what the task is (the realm may not see its
+            // inputs, the program is not there): every attempt would be.
+            Err(e)
+                if matches!(
+                    e.code(),
+                    Some(
+                        tonic::Code::InvalidArgument
+                            | tonic::Code::PermissionDenied
+                            | tonic::Code::NotFound
+                    )
+                ) =>
+            {
+                let why = match &e {
+                    tabos_client::Error::Status(s) => s.message().to_string(),
+                    other => other.to_string(),
+                };
+                return Err(Error::Failed(format!(
+                    "cannot spawn task {}: {why}",
+                    t.name()
+                )));
+            }
             Err(e) => return Err(e.into()),
         }
         self.wait_for(t, pid);
@@ -725,7 +764,7 @@ impl<'a> Leader<'a> {
             return Ok(()); // an attempt since replaced
         }
         if status.state == "unknown" {
-            return Err(Error::Invalid(format!(
+            return Err(Error::Interrupted(format!(
                 "lost track of {pid}: {}",
                 status.error
             )));
@@ -733,13 +772,19 @@ impl<'a> Leader<'a> {
         if status.state == "exited" && status.exit_status == Some(0) {
             return self.record(t, TaskState { done: true, ..s }).await;
         }
-        let why = format!(
-            "ended {} (status {:?}{}{})",
-            status.state,
-            status.exit_status,
-            if status.error.is_empty() { "" } else { ", " },
-            status.error
-        );
+        // Its own last words, so the job's failure says what went wrong.
+        let said = crate::control::last_stderr_lines(&self.ctx.client, &self.ctx.realm, pid, 1)
+            .await
+            .into_iter()
+            .next();
+        let how = match (status.state.as_str(), status.exit_status) {
+            ("exited", Some(n)) => format!("exited with status {n}"),
+            (state, _) => state.to_string(),
+        };
+        let why = match said.or_else(|| (!status.error.is_empty()).then(|| status.error.clone())) {
+            Some(said) => format!("{how}: {said}"),
+            None => how,
+        };
         eprintln!("mr: {pid} {why}; starting it again");
         self.last_failure.insert(t, why);
         self.start(t, s.attempt + 1).await

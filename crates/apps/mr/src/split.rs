@@ -34,28 +34,161 @@ pub struct Split {
 pub const SNIFF_BYTES: usize = 8 << 10;
 
 /// The splits of `inputs`, in order, each about `split_bytes` long (the
-/// last of a file shorter; an empty file gives no split).
+/// last of a file shorter; an empty file gives no split). Strict: a file
+/// or directory that cannot be read is an error.
 pub fn plan(inputs: &[PathBuf], split_bytes: u64) -> Result<Vec<Split>> {
-    plan_with(inputs, split_bytes, false)
+    check_split_bytes(split_bytes)?;
+    let mut walk = Walk::default();
+    for input in inputs {
+        walk.walk(input)?;
+    }
+    match walk.skipped.into_iter().next() {
+        Some(s) => Err(Error::Io {
+            path: s.path.display().to_string(),
+            source: std::io::Error::other(s.why),
+        }),
+        None => Ok(cut(walk.files, split_bytes)),
+    }
 }
 
-/// [`plan`], leaving out, if `text_only`, files that do not look like
-/// text: a NUL byte in their first [`SNIFF_BYTES`] (grep's test; it also
-/// catches compressed files) — or files that cannot be read.
-pub fn plan_with(inputs: &[PathBuf], split_bytes: u64, text_only: bool) -> Result<Vec<Split>> {
+/// Whose eyes a job's inputs are planned with: what the mappers can read
+/// is what they will be given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// This process, as it is.
+    Me,
+    /// An unprivileged uid with no supplementary groups — how a confined
+    /// proc of a realm reads (the node runs it as that uid). Needs this
+    /// process to be root; see [`as_reader`].
+    Uid(u32),
+}
+
+/// An input left out of a job, and why (the walk goes on without it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub why: String,
+}
+
+/// What [`plan_as`] found: the splits, and the inputs it had to leave out.
+#[derive(Debug, Clone, Default)]
+pub struct Planned {
+    pub splits: Vec<Split>,
+    pub skipped: Vec<Skipped>,
+}
+
+/// The one line that tells what was left out: "skipped 3 unreadable
+/// inputs, e.g. /usr/share/polkit-1/rules.d: permission denied".
+pub fn skipped_summary(skipped: &[Skipped]) -> Option<String> {
+    let first = skipped.first()?;
+    let n = skipped.len();
+    Some(format!(
+        "skipped {n} unreadable input{}, e.g. {}: {}",
+        if n == 1 { "" } else { "s" },
+        first.path.display(),
+        first.why
+    ))
+}
+
+/// [`plan`] as `reader` sees the inputs: a file or directory it cannot
+/// read — for want of permission, gone since it was listed, not a file
+/// that can be opened — is left out and listed in [`Planned::skipped`],
+/// never an error. If `text_only`, files that do not look like text (a
+/// NUL byte in their first [`SNIFF_BYTES`]: grep's test, which also
+/// catches compressed files) are left out too, silently.
+pub fn plan_as(
+    inputs: &[PathBuf],
+    split_bytes: u64,
+    text_only: bool,
+    reader: Reader,
+) -> Result<Planned> {
+    check_split_bytes(split_bytes)?;
+    as_reader(reader, || {
+        let mut walk = Walk::default();
+        for input in inputs {
+            walk.walk(input)?;
+        }
+        let Walk {
+            mut files,
+            mut skipped,
+        } = walk;
+        // Opened, as the mappers will open them.
+        files.retain(|(path, _)| match File::open(path) {
+            Ok(f) => !text_only || looks_like_text(f),
+            Err(e) => {
+                skipped.push(Skipped {
+                    path: path.clone(),
+                    why: reason(&e),
+                });
+                false
+            }
+        });
+        Ok(Planned {
+            splits: cut(files, split_bytes),
+            skipped,
+        })
+    })?
+}
+
+fn check_split_bytes(split_bytes: u64) -> Result<()> {
     if split_bytes < SPLIT_BYTES_MIN {
         return Err(Error::Invalid(format!(
             "a split is at least {SPLIT_BYTES_MIN} bytes"
         )));
     }
-    let mut files = Vec::new();
-    for input in inputs {
-        walk(input, &mut files)?;
+    Ok(())
+}
+
+/// An I/O error as a person reads it ("permission denied", not
+/// "Permission denied (os error 13)").
+fn reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        std::io::ErrorKind::NotFound => "gone (removed while the job was planned)".into(),
+        _ => e.to_string(),
     }
-    if text_only {
-        files.retain(|(path, _)| looks_like_text(path));
-    }
-    Ok(cut(files, split_bytes))
+}
+
+/// Runs `f` with `reader`'s file-system identity: for [`Reader::Uid`], on
+/// a thread of its own whose file-system uid and gid are `uid` and whose
+/// supplementary groups are none — set with the raw system calls, which
+/// (unlike glibc's wrappers of `setgroups`) change the calling thread
+/// only. Dropping the file-system uid from 0 also drops the capabilities
+/// that bypass permission checks, so the kernel checks every open as it
+/// will for the proc (ACLs included). The thread ends with `f`, and its
+/// credentials with it.
+pub fn as_reader<T: Send>(reader: Reader, f: impl FnOnce() -> T + Send) -> Result<T> {
+    let Reader::Uid(uid) = reader else {
+        return Ok(f());
+    };
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: these system calls take integers (and a null list)
+            // and change only the credentials of this thread, which runs
+            // nothing but `f` and then ends.
+            let became = unsafe {
+                libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) == 0
+                    && {
+                        libc::syscall(libc::SYS_setfsgid, uid as usize);
+                        libc::syscall(libc::SYS_setfsuid, uid as usize);
+                        // Each returns the previous value: asking again
+                        // with an invalid id tells whether it took.
+                        libc::syscall(libc::SYS_setfsuid, u32::MAX as usize) == uid as libc::c_long
+                            && libc::syscall(libc::SYS_setfsgid, u32::MAX as usize)
+                                == uid as libc::c_long
+                    }
+            };
+            if !became {
+                return Err(Error::Invalid(format!(
+                    "cannot check the inputs as uid {uid}: {}",
+                    std::io::Error::last_os_error()
+                )));
+            }
+            Ok(f())
+        })
+        .join()
+        .map_err(|_| Error::Invalid("planning the inputs failed".into()))?
+    })
 }
 
 /// Files `(path, size)`, in order, cut into splits of `split_bytes` (the
@@ -77,11 +210,8 @@ pub fn cut(files: Vec<(PathBuf, u64)>, split_bytes: u64) -> Vec<Split> {
     splits
 }
 
-fn looks_like_text(path: &Path) -> bool {
+fn looks_like_text(f: File) -> bool {
     use std::io::Read;
-    let Ok(f) = File::open(path) else {
-        return false;
-    };
     let mut head = Vec::with_capacity(SNIFF_BYTES);
     match f.take(SNIFF_BYTES as u64).read_to_end(&mut head) {
         Ok(_) => !head.contains(&0),
@@ -152,27 +282,56 @@ pub fn decode_task(mut bytes: &[u8]) -> Result<Vec<Split>> {
     Ok(out)
 }
 
-/// Regular files under `path` (itself if a file), with their sizes.
-fn walk(path: &Path, out: &mut Vec<(PathBuf, u64)>) -> Result<()> {
-    let meta = std::fs::symlink_metadata(path).map_err(io(path))?;
-    if meta.is_file() {
-        if out.len() >= FILES_MAX {
-            return Err(Error::Invalid(format!("more than {FILES_MAX} input files")));
+/// A walk over inputs: the regular files found, with their sizes, and
+/// what could not be looked at.
+#[derive(Default)]
+struct Walk {
+    files: Vec<(PathBuf, u64)>,
+    skipped: Vec<Skipped>,
+}
+
+impl Walk {
+    /// Regular files under `path` (itself if a file), in name order.
+    fn walk(&mut self, path: &Path) -> Result<()> {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => return self.skip(path, &e),
+        };
+        if meta.is_file() {
+            if self.files.len() >= FILES_MAX {
+                return Err(Error::Invalid(format!("more than {FILES_MAX} input files")));
+            }
+            self.files.push((path.to_path_buf(), meta.len()));
+        } else if meta.is_dir() {
+            let listed = std::fs::read_dir(path).and_then(|d| {
+                d.map(|e| e.map(|e| e.path()))
+                    .collect::<std::io::Result<Vec<_>>>()
+            });
+            let mut entries = match listed {
+                Ok(entries) => entries,
+                Err(e) => return self.skip(path, &e),
+            };
+            entries.sort();
+            for e in entries {
+                self.walk(&e)?;
+            }
         }
-        out.push((path.to_path_buf(), meta.len()));
-    } else if meta.is_dir() {
-        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(io(path))?
-            .map(|e| e.map(|e| e.path()))
-            .collect::<std::io::Result<_>>()
-            .map_err(io(path))?;
-        entries.sort();
-        for e in entries {
-            walk(&e, out)?;
-        }
+        // Symlinks, sockets, devices: not inputs.
+        Ok(())
     }
-    // Symlinks, sockets, devices: not inputs.
-    Ok(())
+
+    fn skip(&mut self, path: &Path, e: &std::io::Error) -> Result<()> {
+        if self.skipped.len() >= FILES_MAX {
+            return Err(Error::Invalid(format!(
+                "more than {FILES_MAX} inputs cannot be read"
+            )));
+        }
+        self.skipped.push(Skipped {
+            path: path.to_path_buf(),
+            why: reason(e),
+        });
+        Ok(())
+    }
 }
 
 /// Calls `f(piece, ends)` with each line (without its '\n') that the

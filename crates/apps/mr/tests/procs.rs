@@ -582,3 +582,180 @@ fn a_running_job_is_cancelled_and_removed() {
         node.shut_down().await;
     });
 }
+
+/// The job's procs still alive (spawned, claimed or running).
+async fn live_procs(c: &Client, id: &str) -> i64 {
+    let live = c
+        .clone()
+        .sql(
+            "SELECT count(*) FROM proc WHERE pid LIKE $1 \
+             AND state IN ('spawned', 'claimed', 'running')",
+            vec![Value::Text(format!("{id}-%"))],
+        )
+        .await
+        .unwrap();
+    match live.rows[0][0] {
+        Some(Value::Int(n)) => n,
+        ref other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn inputs_the_procs_cannot_read_are_left_out_and_said() {
+    if !tabos_store::testing::is_root() {
+        eprintln!("skipped: not root, so procs run as this user and read what it reads");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("mr-unreadable");
+    let inputs = inputs(dir.path());
+    // As Debian's polkit has it: a directory only its owner may enter, and
+    // a file only its owner may read (the test runs as root, which may).
+    let root = dir.path().join("in");
+    let private_dir = root.join("a-private");
+    std::fs::create_dir(&private_dir).unwrap();
+    std::fs::write(private_dir.join("rules"), b"needle needle\n").unwrap();
+    std::fs::set_permissions(&private_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(root.join("secret.txt"), b"needle\n").unwrap();
+    std::fs::set_permissions(
+        root.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = node.0.client().await.unwrap();
+        // Strict: refused at once, saying what and why.
+        let mut s = submit(Kind::WordCount, inputs.clone());
+        s.strict = true;
+        let refused = Job::submit(&c, REALM, s).await.err().expect("refused");
+        let text = refused.to_string();
+        assert!(
+            text.contains("skipped 2 unreadable inputs, e.g. ")
+                && text.contains("a-private: permission denied"),
+            "{text}"
+        );
+        // By default: left out, listed, and the job is right about the rest.
+        let (job, got) = run_to_end(&c, submit(Kind::WordCount, inputs.clone())).await;
+        let skipped: Vec<_> = job.skipped.iter().map(|s| s.path.clone()).collect();
+        assert_eq!(skipped, vec![private_dir.clone(), root.join("secret.txt")]);
+        assert!(job.skipped.iter().all(|s| s.why == "permission denied"));
+        std::fs::set_permissions(&private_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::remove_dir_all(&private_dir).unwrap();
+        std::fs::remove_file(root.join("secret.txt")).unwrap();
+        assert_eq!(got, direct::run(&Kind::WordCount, &inputs).unwrap());
+        let p = job.progress().await.unwrap();
+        assert_eq!(p.retries, 0, "no mapper tripped over an unreadable file");
+        node.shut_down().await;
+    });
+}
+
+#[test]
+fn a_coordinator_that_fails_by_itself_fails_the_job_at_once() {
+    let dir = TempDir::new("mr-coord-fails");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = node.0.client().await.unwrap();
+        // A "coordinator" that cannot do its work and says why.
+        let mut s = submit(Kind::WordCount, inputs);
+        s.program = PathBuf::from("/bin/sh");
+        s.program_args = vec![
+            "-c".into(),
+            "echo 'coordinator: the spec is not mine' >&2; exit 3".into(),
+            "sh".into(),
+        ];
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        let id = job.id().to_string();
+        let waited = tokio::time::timeout(Duration::from_secs(60), job.wait(|_| {}))
+            .await
+            .expect("fails at once, not after restarts");
+        let Err(tabos_mr::Error::Failed(why)) = waited else {
+            panic!("{waited:?}");
+        };
+        assert!(
+            why.contains("exited with status 3: coordinator: the spec is not mine"),
+            "{why}"
+        );
+        // Only the first two (leader and standby) ever ran.
+        let ran = c
+            .clone()
+            .sql(
+                "SELECT count(*) FROM proc WHERE pid LIKE $1",
+                vec![Value::Text(format!("{id}-%"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(ran.rows[0][0], Some(Value::Int(2)));
+        let st = tabos_mr::control::status(&c, REALM, &id).await.unwrap();
+        assert!(st.status.starts_with("failed: ") && st.status.contains("spec is not mine"));
+        assert_eq!(live_procs(&c, &id).await, 0);
+        node.shut_down().await;
+    });
+}
+
+#[test]
+fn a_task_that_fails_every_attempt_fails_the_job_with_its_words_and_stops_the_rest() {
+    let dir = TempDir::new("mr-task-fails");
+    let inputs = inputs(dir.path());
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let c = node.0.client().await.unwrap();
+        // m0 reads big.txt, the first file in name order (as the next few
+        // tasks do): it is gone by the time they run, so every attempt of
+        // theirs fails — while the reducers wait for their output.
+        let mut s = submit(Kind::WordCount, inputs);
+        s.pause = Some(Pause {
+            task: "m0".into(),
+            attempt: 1,
+            at: "start".into(),
+        });
+        let mut job = Job::submit(&c, REALM, s).await.unwrap();
+        let id = job.id().to_string();
+        paused(&c, &job, Task::Map(0)).await;
+        std::fs::remove_file(dir.path().join("in/big.txt")).unwrap();
+        resume(&c, &job).await;
+        let waited = tokio::time::timeout(Duration::from_secs(120), job.wait(|_| {}))
+            .await
+            .expect("the job ends");
+        let Err(tabos_mr::Error::Failed(why)) = waited else {
+            panic!("{waited:?}");
+        };
+        assert!(
+            why.starts_with("task m") && why.contains(" failed 4 times"),
+            "{why}"
+        );
+        assert!(
+            why.contains("exited with status 1: mr: ") && why.contains("big.txt"),
+            "the last attempt's own words: {why}"
+        );
+        let failure = job.last_failure(5).await.unwrap().expect("a failed proc");
+        assert!(failure.0.ends_with("-a4"), "{failure:?}");
+        assert!(
+            failure.1.iter().any(|l| l.contains("big.txt")),
+            "{failure:?}"
+        );
+        // Nothing of the failed job keeps running: its reducers were
+        // evicted before it was marked failed, and its coordinators leave.
+        for n in 1..=2 {
+            let pid = job.layout.coordinator_pid(n);
+            tokio::time::timeout(Duration::from_secs(30), c.clone().wait_exit(REALM, &pid))
+                .await
+                .expect("the coordinators leave")
+                .unwrap();
+        }
+        assert_eq!(live_procs(&c, &id).await, 0);
+        let evicted = c
+            .clone()
+            .sql(
+                "SELECT count(*) FROM proc WHERE pid LIKE $1 AND state = 'evicted'",
+                vec![Value::Text(format!("{id}-r%"))],
+            )
+            .await
+            .unwrap();
+        assert_eq!(evicted.rows[0][0], Some(Value::Int(3)), "every reducer");
+        let listed = tabos_mr::control::list(&c, REALM).await.unwrap();
+        assert!(listed[0].status.starts_with("failed: task m"), "{listed:?}");
+        node.shut_down().await;
+    });
+}

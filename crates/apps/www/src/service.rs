@@ -127,6 +127,14 @@ impl Site {
                 crate::pool::WORKERS_MAX
             )));
         }
+        // wwd listens where browsers connect: on the host's network.
+        let (name, allowed) = tabos_client::app::host_network(client, realm).await?;
+        if !allowed {
+            return Err(Error::Invalid(tabos_client::app::host_network_refusal(
+                &name,
+                &format!("wwd must listen on {listen}"),
+            )));
+        }
         let (exits, exited) = mpsc::unbounded_channel();
         let pool: Current = Default::default();
         let reader = tokio::spawn(read_load(

@@ -36,7 +36,19 @@ async fn start(dir: &TempDir) -> tabos_node::Embedded {
         settings,
     )
     .unwrap();
-    tabos_node::Embedded::start(node).await.unwrap()
+    let node = tabos_node::Embedded::start(node).await.unwrap();
+    // wwd listens where browsers connect: the realm shares the host's network.
+    node.client()
+        .await
+        .unwrap()
+        .set_realm(tabos_client::proto::SetRealmRequest {
+            realm: REALM.into(),
+            host_network: Some(true),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    node
 }
 
 async fn put(c: &mut Client, path: &str, data: &[u8]) {

@@ -65,7 +65,7 @@ class CreateTokenRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class TokenInfo(_message.Message):
-    __slots__ = ("id", "realm", "user", "role", "pid", "created_us", "expires_us", "revoked_us", "note", "scope")
+    __slots__ = ("id", "realm", "user", "role", "pid", "created_us", "expires_us", "revoked_us", "note", "scope", "default_realm")
     ID_FIELD_NUMBER: _ClassVar[int]
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,7 @@ class TokenInfo(_message.Message):
     REVOKED_US_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_REALM_FIELD_NUMBER: _ClassVar[int]
     id: str
     realm: str
     user: str
@@ -86,7 +87,8 @@ class TokenInfo(_message.Message):
     revoked_us: int
     note: str
     scope: str
-    def __init__(self, id: _Optional[str] = ..., realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., pid: _Optional[str] = ..., created_us: _Optional[int] = ..., expires_us: _Optional[int] = ..., revoked_us: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+    default_realm: str
+    def __init__(self, id: _Optional[str] = ..., realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., pid: _Optional[str] = ..., created_us: _Optional[int] = ..., expires_us: _Optional[int] = ..., revoked_us: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ..., default_realm: _Optional[str] = ...) -> None: ...
 
 class CreatedToken(_message.Message):
     __slots__ = ("info", "token")
@@ -121,7 +123,14 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held")
+    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib")
+    class PressureEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +145,10 @@ class StatusResponse(_message.Message):
     LOAD_SOURCE_FIELD_NUMBER: _ClassVar[int]
     CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_BYTES_HELD_FIELD_NUMBER: _ClassVar[int]
+    CGROUPS_FIELD_NUMBER: _ClassVar[int]
+    PRESSURE_FIELD_NUMBER: _ClassVar[int]
+    CORES_FIELD_NUMBER: _ClassVar[int]
+    MEM_MIB_FIELD_NUMBER: _ClassVar[int]
     version: str
     backend: str
     partitions: int
@@ -150,7 +163,11 @@ class StatusResponse(_message.Message):
     load_source: str
     connections: int
     request_bytes_held: int
-    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ...) -> None: ...
+    cgroups: str
+    pressure: _containers.ScalarMap[str, float]
+    cores: int
+    mem_mib: int
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()
@@ -429,7 +446,7 @@ class CreateRealmResponse(_message.Message):
     def __init__(self, admin_token: _Optional[str] = ..., admin_token_id: _Optional[str] = ...) -> None: ...
 
 class SetRealmRequest(_message.Message):
-    __slots__ = ("realm", "procs", "cores", "mem_mb", "clear", "storage_mb", "mailbox_mb", "procedures", "host_paths")
+    __slots__ = ("realm", "procs", "cores", "mem_mb", "clear", "storage_mb", "mailbox_mb", "procedures", "host_paths", "host_network")
     REALM_FIELD_NUMBER: _ClassVar[int]
     PROCS_FIELD_NUMBER: _ClassVar[int]
     CORES_FIELD_NUMBER: _ClassVar[int]
@@ -439,6 +456,7 @@ class SetRealmRequest(_message.Message):
     MAILBOX_MB_FIELD_NUMBER: _ClassVar[int]
     PROCEDURES_FIELD_NUMBER: _ClassVar[int]
     HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
+    HOST_NETWORK_FIELD_NUMBER: _ClassVar[int]
     realm: str
     procs: int
     cores: int
@@ -448,7 +466,8 @@ class SetRealmRequest(_message.Message):
     mailbox_mb: int
     procedures: int
     host_paths: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[int] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., clear: _Optional[_Iterable[str]] = ..., storage_mb: _Optional[int] = ..., mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+    host_network: bool
+    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[int] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., clear: _Optional[_Iterable[str]] = ..., storage_mb: _Optional[int] = ..., mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., host_network: _Optional[bool] = ...) -> None: ...
 
 class RemoveRealmRequest(_message.Message):
     __slots__ = ("realm",)
@@ -463,7 +482,7 @@ class RemoveRealmResponse(_message.Message):
     def __init__(self, rows: _Optional[int] = ...) -> None: ...
 
 class RealmInfo(_message.Message):
-    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths")
+    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network")
     REALM_FIELD_NUMBER: _ClassVar[int]
     LIVE_PROCS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_PROCS_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +497,8 @@ class RealmInfo(_message.Message):
     PROCEDURES_FIELD_NUMBER: _ClassVar[int]
     QUOTA_PROCEDURES_FIELD_NUMBER: _ClassVar[int]
     HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
+    PROC_UID_FIELD_NUMBER: _ClassVar[int]
+    HOST_NETWORK_FIELD_NUMBER: _ClassVar[int]
     realm: str
     live_procs: int
     quota_procs: int
@@ -492,7 +513,9 @@ class RealmInfo(_message.Message):
     procedures: int
     quota_procedures: int
     host_paths: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ...) -> None: ...
+    proc_uid: int
+    host_network: bool
+    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ...) -> None: ...
 
 class ListRealmsRequest(_message.Message):
     __slots__ = ()
