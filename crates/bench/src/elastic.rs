@@ -77,6 +77,14 @@ pub(crate) fn start_node(exe: &Path, args: &[&str], data: &Path) -> anyhow::Resu
     Ok(NodeProc { child, addr, token })
 }
 
+impl NodeProc {
+    /// Kills the node with SIGKILL, as a crash would (no clean stop).
+    pub(crate) fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for NodeProc {
     fn drop(&mut self) {
         // SIGTERM: a clean stop (procs handed back, leases resigned).

@@ -6,6 +6,7 @@
 //! [`mr`], [`auth`], [`elastic`], [`kv`], [`www`].
 
 pub mod auth;
+pub mod cluster;
 pub mod elastic;
 pub mod fs;
 pub mod ipc;
@@ -75,8 +76,9 @@ pub fn run_suite_on(
         "kv" => kv::run(quick)?,
         "www" => www::run(quick)?,
         "workflows" => workflows::run(quick)?,
+        "cluster" => cluster::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www, workflows")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www, workflows, cluster")
         }
     };
     let mut report = report;

@@ -75,6 +75,9 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                         "left_us": (n.left_us != 0).then_some(n.left_us),
                         "draining_us": (n.draining_us != 0).then_some(n.draining_us),
                         "elastic": n.elastic,
+                        "lost_us": (n.lost_us != 0).then_some(n.lost_us),
+                        "given_back_us": (n.given_back_us != 0).then_some(n.given_back_us),
+                        "note": n.note,
                         "labels": labels,
                         "realms": realms,
                     })
@@ -93,6 +96,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
             "heartbeat",
             "realms",
             "labels",
+            "note",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -111,9 +115,12 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     })
                     .collect::<Vec<_>>()
                     .join(", ");
-                // A draining node with nothing left to run is drained.
+                // A draining node with nothing left to run is drained; a
+                // lost one says whether its procs were given back yet.
                 let state = if n.state == "draining" && n.realms.iter().all(|r| r.procs == 0) {
                     "drained".to_string()
+                } else if n.given_back_us != 0 {
+                    "lost, procs given back".to_string()
                 } else {
                     n.state.clone()
                 };
@@ -131,6 +138,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     format!("{} ms ago", n.heartbeat_age_ms),
                     realms,
                     labels.join(","),
+                    n.note.clone(),
                 ]
             })
             .collect();

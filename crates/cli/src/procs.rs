@@ -56,6 +56,10 @@ pub struct SpawnArgs {
     /// spawner's role allows]
     #[arg(long, default_value = "", value_name = "GRANTS")]
     scope: String,
+    /// Run it again elsewhere when its node is lost (instead of failing
+    /// it); the node stops it first, so it never runs twice at once
+    #[arg(long)]
+    restartable: bool,
     /// Wait for the proc to exit and exit with its status
     #[arg(long)]
     wait: bool,
@@ -96,7 +100,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         cores: Some(args.cores),
         mem_mb: args.mem_mb,
         home_node: args.home_node.clone().unwrap_or_default(),
-        restartable: false,
+        restartable: args.restartable,
         host_paths: args.host_paths.clone(),
         scope: args.scope.clone(),
     };

@@ -40,6 +40,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 format!("{} cores, {} MiB", s.cores, s.mem_mib),
             ),
             ("cgroups", s.cgroups.clone()),
+            (
+                "cluster",
+                format!(
+                    "{}; {} database connections; {} notifications received",
+                    if s.leader { "leader" } else { "member" },
+                    s.db_connections,
+                    s.notifications
+                ),
+            ),
             ("protections", s.protections.join("; ")),
             (
                 "pressure on procs (avg10)",
@@ -76,6 +85,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "cores": s.cores,
                 "mem_mib": s.mem_mib,
                 "cgroups": s.cgroups,
+                "leader": s.leader,
+                "db_connections": s.db_connections,
+                "notifications": s.notifications,
                 "protections": s.protections,
                 "pressure": s.pressure,
                 "busy_cores": s.busy_cores,

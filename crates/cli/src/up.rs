@@ -79,8 +79,15 @@ pub struct Args {
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..=1 << 30))]
     mem_mib: Option<i64>,
     /// Heartbeat period in ms; a node silent for 3 periods is declared lost
+    /// (nothing new is placed on it)
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
     heartbeat_ms: u64,
+    /// How long this node may fail to renew its lease (cut off from the
+    /// database) before it stops its restartable procs itself; after that
+    /// and a margin the cluster runs them elsewhere and fails its others.
+    /// A database outage shorter than this fails no proc
+    #[arg(long, default_value_t = tabos_node::DISCONNECT_GRACE_DEFAULT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
+    disconnect_grace_ms: u64,
     /// Best-effort procs run while the node's measured busy cores (CPU used
     /// by its procs and itself) are under this percentage of its cores;
     /// latency-critical procs reserve theirs
@@ -158,6 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     );
     settings.heartbeat = std::time::Duration::from_millis(args.heartbeat_ms);
+    settings.disconnect_grace = std::time::Duration::from_millis(args.disconnect_grace_ms);
     settings.be_util_pct = args.be_util_pct;
     settings.steal_after = std::time::Duration::from_millis(args.steal_after_ms);
     settings.mailbox = tabos_kernel::ipc::MailboxOptions {

@@ -49,6 +49,10 @@ use crate::{validate_realm, Error, Result};
 
 /// The σMGR's lease name.
 pub const SMGR: &str = "smgr";
+/// The cluster's own lease: its holder judges the nodes' leases (see
+/// `crate::nodes`) and runs the managers. Held in `manager_lease` beside
+/// theirs; renewed in the leader's heartbeat.
+pub const CLUSTER_LEASE: &str = "cluster";
 /// Most decisions kept; older ones are pruned as new ones are written.
 pub const DECISIONS_KEEP: i64 = 100_000;
 /// Most decisions [`history`] returns.
@@ -974,14 +978,14 @@ pub struct View {
     pub realms: Vec<RealmAlloc>,
 }
 
-/// Procedure body (partition 0): the σMGR's view at `now_us` (nodes
-/// whose lease is older than `lease_us` are out of the pool).
-pub fn view_tx(tx: &mut dyn Tx, now_us: i64, lease_us: i64) -> Result<View> {
+/// Procedure body (partition 0): the σMGR's view (a node the cluster's
+/// leader declared lost is out of the pool: see `crate::nodes`).
+pub fn view_tx(tx: &mut dyn Tx) -> Result<View> {
     let p = i64::from(tx.p_key().0);
     let nodes = tx.query(
         "SELECT node_id, cores, draining_us FROM node WHERE p_key = $1 AND elastic = 1 \
-           AND state = 'up' AND heartbeat_us > $2 ORDER BY node_id",
-        params![p, now_us - lease_us],
+           AND state = 'up' AND lost_us IS NULL ORDER BY node_id",
+        params![p],
     )?;
     let pool = nodes
         .iter()

@@ -198,6 +198,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/027_host_network.sql"),
         postgres: include_str!("../schema/postgres/027_host_network.sql"),
     },
+    Migration {
+        version: 28,
+        name: "node_lease",
+        sqlite: include_str!("../schema/sqlite/028_node_lease.sql"),
+        postgres: include_str!("../schema/postgres/028_node_lease.sql"),
+    },
 ];
 
 /// Errors of kernel services.

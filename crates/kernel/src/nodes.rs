@@ -1,17 +1,42 @@
-//! The cluster's nodes (issue 19, item 1): who they are, what they offer,
-//! where their API listens, and whether they are alive.
+//! The cluster's nodes (issue 19, item 1; issue 35): who they are, what
+//! they offer, where their API listens, and whether they are alive.
 //!
-//! Table `node(p_key, node_id, address, cores, mem_mb, labels, state,
-//! started_us, heartbeat_us, left_us, busy_cores)` (migration 020), on
-//! partition 0 ([`CLUSTER_PARTITION`]). A node registers when it starts
-//! serving ([`register`]), renews its row every heartbeat with its
-//! measured busy cores ([`heartbeat`]), and on a clean shutdown records
-//! that it left ([`leave`]) — so a stop is told apart from a loss. A node
-//! whose lease lapsed reads as [`NodeState::Lost`]: the state is derived
-//! when read, from the heartbeat's age, so nothing has to sweep. A node id
-//! is one live process: the latest to register takes the row over (a node
-//! restarted right after a crash must not wait out its old lease), and
-//! the process it replaced learns it at its next heartbeat, which fails.
+//! Table `node` (migrations 020, 021, 022, 028), on partition 0
+//! ([`CLUSTER_PARTITION`]). A node registers when it starts serving
+//! ([`register_tx`]), renews its lease once per heartbeat
+//! ([`heartbeat_tx`]: the one write an idle node makes), and on a clean
+//! shutdown records that it left ([`leave`]) — so a stop is told apart
+//! from a loss. A node id is one live process: the latest to register
+//! takes the row over (a node restarted right after a crash must not wait
+//! out its old lease), and the process it replaced learns it at its next
+//! heartbeat, which fails.
+//!
+//! ## Leases, loss and give-back
+//!
+//! A lease is written on the database's clock (`Tx::clock_us`) as
+//! `expires_us = heartbeat + lease_us`, with the node's own `lease_us`
+//! and `grace_us`: nodes' clocks need not agree, and nodes with different
+//! heartbeat periods are each judged by their own. Judging is the cluster
+//! leader's, in its heartbeat's transaction, once per period:
+//!
+//! * [`declare_lost_tx`]: a node whose lease lapsed is *lost* (`lost_us`)
+//!   — but only once the leader itself has reached the database for as
+//!   long as that node's lease (`healthy_since_us`): after an outage that
+//!   every node saw, every lease looks lapsed and none is lost; they renew
+//!   first. The caller marks a lost node's workers down in each realm
+//!   (nothing new is placed there) and places again what was assigned but
+//!   never claimed there.
+//! * [`due_give_back_tx`]: a lost node silent past its `grace_us` and a
+//!   margin ([`GIVE_BACK_MARGIN_LEASES`] leases) has its procs *given back*
+//!   (`given_back_us`; the caller re-queues the restartable ones and fails
+//!   the others), since by then the node, if it lives, has stopped its
+//!   restartable procs itself (it does so once it has failed to renew for
+//!   its grace): a restartable proc never runs twice.
+//!
+//! A node that was lost and renews again *returns*: [`heartbeat_tx`]
+//! tells it whether its procs were given back meanwhile (then it stops
+//! what it still runs) or not (it keeps them), and records in `note`
+//! which, for `tabos nodes`.
 //!
 //! An operator drains a node ([`set_draining`], column `draining_us`,
 //! migration 021): it stays up and finishes what it runs, but takes no new
@@ -46,6 +71,24 @@ pub const NODES_LIST_MAX: usize = 4_096;
 /// How long a node that left stays listed: a single machine restarted with
 /// a new id each time would otherwise list every past run.
 pub const LEFT_KEEP_US: i64 = 24 * 3_600 * 1_000_000;
+/// Leases of a lost node's own, beyond its grace, before its procs are
+/// given back: the time it may take the node to notice its grace has
+/// passed (a heartbeat period) and to stop its procs.
+pub const GIVE_BACK_MARGIN_LEASES: i64 = 2;
+/// Longest note kept on a node, in bytes.
+pub const NOTE_BYTES_MAX: usize = 512;
+/// Most nodes judged in one heartbeat (the rest in the next).
+pub const JUDGED_MAX: i64 = 64;
+
+/// A node's lease terms, which it registers and renews with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTerms {
+    /// How long a renewal holds.
+    pub lease_us: i64,
+    /// How long it may go without renewing before it stops its restartable
+    /// procs (and after which, with a margin, the cluster gives them back).
+    pub grace_us: i64,
+}
 
 /// What a node offers, as it registers.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +151,13 @@ pub struct NodeInfo {
     pub left_us: Option<i64>,
     /// When an operator drained it, if it is draining.
     pub draining_us: Option<i64>,
+    /// Its lease as it renewed it last, on the database's clock.
+    pub expires_us: i64,
+    /// When the cluster declared it lost, and gave its procs back.
+    pub lost_us: Option<i64>,
+    pub given_back_us: Option<i64>,
+    /// What happened when it last returned after being lost.
+    pub note: String,
     /// Its cores are granted to elastic realms (see [`Registration`]).
     pub elastic: bool,
     /// Cores busy at its last heartbeat (measured).
@@ -167,26 +217,37 @@ impl Registration {
 }
 
 /// Procedure body: registers (or re-registers, after a restart) node `r`
-/// as up, started at `now_us` — its incarnation, which its heartbeats name
-/// (and its first heartbeat).
-pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()> {
+/// as up, its incarnation `started_us`, with lease `terms` from now on the
+/// database's clock.
+pub fn register_tx(
+    tx: &mut dyn Tx,
+    r: &Registration,
+    started_us: i64,
+    terms: LeaseTerms,
+) -> Result<()> {
     r.validate()?;
+    terms.validate()?;
     let p = i64::from(tx.p_key().0);
+    let now = tx.clock_us()?;
     tx.execute(
         "DELETE FROM node WHERE p_key = $1 AND state = 'left' AND left_us < $2",
-        params![p, now_us - LEFT_KEEP_US],
+        params![p, now - LEFT_KEEP_US],
     )?;
     let labels =
         serde_json::to_string(&r.labels).map_err(|e| Error::Invalid(format!("labels: {e}")))?;
     tx.execute(
         "INSERT INTO node (p_key, node_id, address, cores, mem_mb, labels, state, started_us, \
-                           heartbeat_us, left_us, busy_cores, block_store, elastic) \
-         VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $7, NULL, 0, $8, $9) \
+                           heartbeat_us, left_us, busy_cores, block_store, elastic, lease_us, \
+                           expires_us, grace_us, lost_us, given_back_us, note) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'up', $7, $10, NULL, 0, $8, $9, $11, $13, $12, \
+                 NULL, NULL, '') \
          ON CONFLICT (p_key, node_id) DO UPDATE SET address = excluded.address, \
            block_store = excluded.block_store, elastic = excluded.elastic, \
            cores = excluded.cores, mem_mb = excluded.mem_mb, labels = excluded.labels, \
            state = 'up', started_us = excluded.started_us, heartbeat_us = excluded.heartbeat_us, \
-           left_us = NULL, busy_cores = 0",
+           left_us = NULL, busy_cores = 0, lease_us = excluded.lease_us, \
+           expires_us = excluded.expires_us, grace_us = excluded.grace_us, lost_us = NULL, \
+           given_back_us = NULL, note = ''",
         params![
             p,
             r.node_id.as_str(),
@@ -194,9 +255,13 @@ pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()>
             r.cores,
             r.mem_mb,
             labels,
-            now_us,
+            started_us,
             r.block_store.as_str(),
-            i64::from(r.elastic)
+            i64::from(r.elastic),
+            now,
+            terms.lease_us,
+            terms.grace_us,
+            now + terms.lease_us
         ],
     )?;
     tx.notify(CHANGED_CHANNEL, &r.node_id)?;
@@ -204,47 +269,204 @@ pub fn register_tx(tx: &mut dyn Tx, r: &Registration, now_us: i64) -> Result<()>
 }
 
 /// Registers node `r` as its incarnation `started_us` (see [`register_tx`]).
-pub async fn register(store: &Store, r: &Registration, started_us: i64) -> Result<()> {
+pub async fn register(
+    store: &Store,
+    r: &Registration,
+    started_us: i64,
+    terms: LeaseTerms,
+) -> Result<()> {
     let r = r.clone();
     store
-        .run(CLUSTER_PARTITION, move |tx| register_tx(tx, &r, started_us))
+        .run(CLUSTER_PARTITION, move |tx| {
+            register_tx(tx, &r, started_us, terms)
+        })
         .await
 }
 
-/// Renews the lease of node `node_id`'s incarnation `started_us` with its
-/// measured busy cores. Fails with [`Error::NotFound`] if that incarnation
-/// is not registered as up: it left, an operator removed it, or a newer
-/// process registered the same id.
-pub async fn heartbeat(
-    store: &Store,
+impl LeaseTerms {
+    pub fn validate(&self) -> Result<()> {
+        if self.lease_us <= 0 || self.grace_us < self.lease_us {
+            return Err(Error::Invalid(format!(
+                "a lease is positive and its grace at least the lease, not {} and {} µs",
+                self.lease_us, self.grace_us
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Beat {
+    /// The database's clock at the renewal.
+    pub now_us: i64,
+    /// The cluster had declared the node lost while it was silent.
+    pub returned: Option<Returned>,
+}
+
+/// A node back after the cluster declared it lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Returned {
+    /// How long it was silent, on the database's clock.
+    pub silent_us: i64,
+    /// Its procs were given back meanwhile (re-queued or failed): it must
+    /// stop what it still runs. Else it keeps them, and its workers are up
+    /// again.
+    pub given_back: bool,
+}
+
+/// Procedure body: renews the lease of node `node_id`'s incarnation
+/// `started_us` with `terms` and its measured busy cores. Fails with
+/// [`Error::NotFound`] if that incarnation is not registered as up: it
+/// left, an operator removed it, or a newer process registered the same
+/// id. A node the cluster had declared lost returns (see the module doc).
+pub fn heartbeat_tx(
+    tx: &mut dyn Tx,
     node_id: &str,
     started_us: i64,
     busy_cores: f64,
-) -> Result<()> {
-    let id = node_id.to_string();
-    let now = tabos_store::now_us();
+    terms: LeaseTerms,
+) -> Result<Beat> {
+    terms.validate()?;
+    let p = i64::from(tx.p_key().0);
+    let now = tx.clock_us()?;
     let busy = if busy_cores.is_finite() {
         busy_cores.max(0.0)
     } else {
         0.0
     };
-    store
-        .run(CLUSTER_PARTITION, move |tx| {
-            let n = tx.execute(
-                "UPDATE node SET heartbeat_us = $4, busy_cores = $5 \
-                 WHERE p_key = $1 AND node_id = $2 AND started_us = $3 AND state = 'up'",
-                params![i64::from(tx.p_key().0), id.as_str(), started_us, now, busy],
+    let row = tx.query_opt(
+        "SELECT heartbeat_us, lost_us, given_back_us FROM node \
+         WHERE p_key = $1 AND node_id = $2 AND started_us = $3 AND state = 'up'",
+        params![p, node_id, started_us],
+    )?;
+    let Some(row) = row else {
+        return Err(Error::NotFound(format!(
+            "node {node_id} (started at {started_us}) is not registered as up: it left, was \
+             removed, or another process registered the same id"
+        )));
+    };
+    let (last, lost, given_back): (i64, Option<i64>, Option<i64>) =
+        (row.get(0)?, row.get(1)?, row.get(2)?);
+    let returned = lost.map(|_| Returned {
+        silent_us: (now - last).max(0),
+        given_back: given_back.is_some(),
+    });
+    match returned {
+        None => {
+            tx.execute(
+                "UPDATE node SET heartbeat_us = $4, expires_us = $8, lease_us = $5, \
+                   grace_us = $6, busy_cores = $7 \
+                 WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
+                params![
+                    p,
+                    node_id,
+                    started_us,
+                    now,
+                    terms.lease_us,
+                    terms.grace_us,
+                    busy,
+                    now + terms.lease_us
+                ],
             )?;
-            if n == 0 {
-                return Err(Error::NotFound(format!(
-                    "node {id} (started at {started_us}) is not registered as up: it left, \
-                     was removed, or another process registered the same id"
-                )));
-            }
-            tx.notify(HEARTBEAT_CHANNEL, &id)?;
-            Ok(())
-        })
-        .await
+        }
+        Some(r) => {
+            let note = format!(
+                "returned at {} after {:.1} s silent; {}",
+                now,
+                r.silent_us as f64 / 1e6,
+                if r.given_back {
+                    "its procs had been given back (re-queued or failed): it stopped what it \
+                     still ran"
+                } else {
+                    "its procs had not been given back: it kept them"
+                }
+            );
+            tx.execute(
+                "UPDATE node SET heartbeat_us = $4, expires_us = $9, lease_us = $5, \
+                   grace_us = $6, busy_cores = $7, lost_us = NULL, given_back_us = NULL, \
+                   note = $8 \
+                 WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
+                params![
+                    p,
+                    node_id,
+                    started_us,
+                    now,
+                    terms.lease_us,
+                    terms.grace_us,
+                    busy,
+                    note.as_str(),
+                    now + terms.lease_us
+                ],
+            )?;
+            tx.notify(CHANGED_CHANNEL, node_id)?;
+        }
+    }
+    tx.notify(HEARTBEAT_CHANNEL, node_id)?;
+    Ok(Beat {
+        now_us: now,
+        returned,
+    })
+}
+
+/// Procedure body (the cluster leader's, at `now_us` on the database's
+/// clock): declares lost every node whose lease lapsed, provided the
+/// leader has reached the database since `healthy_since_us` for at least
+/// that node's lease (see the module doc). Returns their ids.
+pub fn declare_lost_tx(tx: &mut dyn Tx, now_us: i64, healthy_since_us: i64) -> Result<Vec<String>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        "SELECT node_id FROM node WHERE p_key = $1 AND state = 'up' AND expires_us < $2 \
+           AND lost_us IS NULL AND lease_us <= $3 \
+         ORDER BY expires_us LIMIT $4",
+        params![p, now_us, now_us - healthy_since_us, JUDGED_MAX],
+    )?;
+    let mut lost = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let id: String = r.get(0)?;
+        tx.execute(
+            "UPDATE node SET lost_us = $3 WHERE p_key = $1 AND node_id = $2",
+            params![p, id.as_str(), now_us],
+        )?;
+        tx.notify(CHANGED_CHANNEL, &id)?;
+        lost.push(id);
+    }
+    Ok(lost)
+}
+
+/// Procedure body (the cluster leader's, at `now_us`): the lost nodes
+/// silent past their grace and the margin, whose procs are to be given
+/// back now — marked so (`given_back_us`), once. Same health rule as
+/// [`declare_lost_tx`].
+pub fn due_give_back_tx(
+    tx: &mut dyn Tx,
+    now_us: i64,
+    healthy_since_us: i64,
+) -> Result<Vec<String>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        "SELECT node_id FROM node WHERE p_key = $1 AND state = 'up' AND lost_us IS NOT NULL \
+           AND given_back_us IS NULL AND heartbeat_us + grace_us + $4 * lease_us <= $2 \
+           AND lease_us <= $3 \
+         ORDER BY heartbeat_us LIMIT $5",
+        params![
+            p,
+            now_us,
+            now_us - healthy_since_us,
+            GIVE_BACK_MARGIN_LEASES,
+            JUDGED_MAX
+        ],
+    )?;
+    let mut due = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let id: String = r.get(0)?;
+        tx.execute(
+            "UPDATE node SET given_back_us = $3 WHERE p_key = $1 AND node_id = $2",
+            params![p, id.as_str(), now_us],
+        )?;
+        due.push(id);
+    }
+    Ok(due)
 }
 
 /// Records that node `node_id`'s incarnation `started_us` stopped cleanly
@@ -266,17 +488,18 @@ pub async fn leave(store: &Store, node_id: &str, started_us: i64) -> Result<()> 
 }
 
 /// Procedure body: forgets node `node_id`, which must have left or be lost
-/// (its lease older than `lease_us`): a node that is up is stopped first.
-pub fn remove_tx(tx: &mut dyn Tx, node_id: &str, now_us: i64, lease_us: i64) -> Result<()> {
+/// (its lease lapsed): a node that is up is stopped first.
+pub fn remove_tx(tx: &mut dyn Tx, node_id: &str) -> Result<()> {
     let p = i64::from(tx.p_key().0);
+    let now = tx.clock_us()?;
     let row = tx.query_opt(
-        "SELECT state, heartbeat_us FROM node WHERE p_key = $1 AND node_id = $2",
+        "SELECT state, expires_us, lost_us FROM node WHERE p_key = $1 AND node_id = $2",
         params![p, node_id],
     )?;
     let Some(row) = row else {
         return Err(Error::NotFound(format!("no node {node_id}")));
     };
-    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, None, now_us, lease_us);
+    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, row.get(2)?, None, now);
     if state == NodeState::Up {
         return Err(Error::Precondition(format!(
             "node {node_id} is up; stop it first (a node that left or is lost can be removed)"
@@ -289,27 +512,22 @@ pub fn remove_tx(tx: &mut dyn Tx, node_id: &str, now_us: i64, lease_us: i64) -> 
     Ok(())
 }
 
-/// Procedure body: marks node `node_id` as draining (`on`, since `now_us`)
-/// or back in service. Draining needs the node up; putting one back in
-/// service that is not draining changes nothing. Returns whether the row
-/// changed.
-pub fn set_draining_tx(
-    tx: &mut dyn Tx,
-    node_id: &str,
-    on: bool,
-    now_us: i64,
-    lease_us: i64,
-) -> Result<bool> {
+/// Procedure body: marks node `node_id` as draining (`on`) or back in
+/// service. Draining needs the node up; putting one back in service that
+/// is not draining changes nothing. Returns whether the row changed.
+pub fn set_draining_tx(tx: &mut dyn Tx, node_id: &str, on: bool) -> Result<bool> {
     let p = i64::from(tx.p_key().0);
+    let now = tx.clock_us()?;
     let row = tx.query_opt(
-        "SELECT state, heartbeat_us, draining_us FROM node WHERE p_key = $1 AND node_id = $2",
+        "SELECT state, expires_us, lost_us, draining_us FROM node \
+         WHERE p_key = $1 AND node_id = $2",
         params![p, node_id],
     )?;
     let Some(row) = row else {
         return Err(Error::NotFound(format!("no node {node_id}")));
     };
-    let draining = row.get::<Option<i64>>(2)?.is_some();
-    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, None, now_us, lease_us);
+    let draining = row.get::<Option<i64>>(3)?.is_some();
+    let state = derive_state(&row.get::<String>(0)?, row.get(1)?, row.get(2)?, None, now);
     if on && state != NodeState::Up {
         return Err(Error::Precondition(format!(
             "node {node_id} is {state}; only a node that is up can be drained"
@@ -320,7 +538,7 @@ pub fn set_draining_tx(
     }
     tx.execute(
         "UPDATE node SET draining_us = $3 WHERE p_key = $1 AND node_id = $2",
-        params![p, node_id, on.then_some(now_us)],
+        params![p, node_id, on.then_some(now)],
     )?;
     tx.notify(CHANGED_CHANNEL, node_id)?;
     Ok(true)
@@ -328,13 +546,10 @@ pub fn set_draining_tx(
 
 /// Marks node `node_id` as draining or back in service (see
 /// [`set_draining_tx`]; [`crate::procs::drain_node`] does the rest).
-pub async fn set_draining(store: &Store, node_id: &str, on: bool, lease_us: i64) -> Result<bool> {
+pub async fn set_draining(store: &Store, node_id: &str, on: bool) -> Result<bool> {
     let id = node_id.to_string();
-    let now = tabos_store::now_us();
     store
-        .run(CLUSTER_PARTITION, move |tx| {
-            set_draining_tx(tx, &id, on, now, lease_us)
-        })
+        .run(CLUSTER_PARTITION, move |tx| set_draining_tx(tx, &id, on))
         .await
 }
 
@@ -356,26 +571,25 @@ pub async fn is_draining(store: &Store, node_id: &str) -> Result<bool> {
 }
 
 /// Forgets node `node_id` (see [`remove_tx`]).
-pub async fn remove(store: &Store, node_id: &str, lease_us: i64) -> Result<()> {
+pub async fn remove(store: &Store, node_id: &str) -> Result<()> {
     let id = node_id.to_string();
-    let now = tabos_store::now_us();
     store
-        .run(CLUSTER_PARTITION, move |tx| {
-            remove_tx(tx, &id, now, lease_us)
-        })
+        .run(CLUSTER_PARTITION, move |tx| remove_tx(tx, &id))
         .await
 }
 
+/// A node's state as read at `now_us`: left, lost (declared, or its lease
+/// lapsed and not yet judged), draining or up.
 fn derive_state(
     stored: &str,
-    heartbeat_us: i64,
+    expires_us: i64,
+    lost_us: Option<i64>,
     draining_us: Option<i64>,
     now_us: i64,
-    lease_us: i64,
 ) -> NodeState {
     match stored {
         "left" => NodeState::Left,
-        _ if heartbeat_us <= now_us - lease_us => NodeState::Lost,
+        _ if lost_us.is_some() || expires_us <= now_us => NodeState::Lost,
         _ if draining_us.is_some() => NodeState::Draining,
         _ => NodeState::Up,
     }
@@ -385,15 +599,15 @@ fn derive_state(
 macro_rules! node_columns {
     () => {
         "node_id, address, cores, mem_mb, labels, state, started_us, heartbeat_us, left_us, \
-         busy_cores, draining_us, elastic"
+         busy_cores, draining_us, elastic, expires_us, lost_us, given_back_us, note"
     };
 }
 
-fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
+fn node_from_row(r: &Row, now_us: i64) -> Result<NodeInfo> {
     let labels: BTreeMap<String, String> = serde_json::from_str(&r.get::<String>(4)?)
         .map_err(|e| Error::Invalid(format!("stored labels: {e}")))?;
-    let heartbeat_us: i64 = r.get(7)?;
     let draining_us: Option<i64> = r.get(10)?;
+    let (expires_us, lost_us): (i64, Option<i64>) = (r.get(12)?, r.get(13)?);
     Ok(NodeInfo {
         node_id: r.get(0)?,
         address: r.get(1)?,
@@ -402,58 +616,57 @@ fn node_from_row(r: &Row, now_us: i64, lease_us: i64) -> Result<NodeInfo> {
         labels,
         state: derive_state(
             &r.get::<String>(5)?,
-            heartbeat_us,
+            expires_us,
+            lost_us,
             draining_us,
             now_us,
-            lease_us,
         ),
         started_us: r.get(6)?,
-        heartbeat_us,
+        heartbeat_us: r.get(7)?,
         left_us: r.get(8)?,
         draining_us,
         elastic: r.get::<i64>(11)? != 0,
         busy_cores: r.get(9)?,
+        expires_us,
+        lost_us,
+        given_back_us: r.get(14)?,
+        note: r.get(15)?,
         realms: Vec::new(),
     })
 }
 
 /// Node `node_id` as read now (without its realms).
-pub async fn get(store: &Store, node_id: &str, lease_us: i64) -> Result<NodeInfo> {
+pub async fn get(store: &Store, node_id: &str) -> Result<NodeInfo> {
     const Q: &str = concat!(
         "SELECT ",
         node_columns!(),
         " FROM node WHERE p_key = $1 AND node_id = $2"
     );
-    one(store, Q, node_id, lease_us, format!("no node {node_id}")).await
+    one(store, Q, node_id, format!("no node {node_id}")).await
 }
 
 /// The node holding block store `store_id` — the latest to register it,
 /// when a store moved between node ids — as read now (without its realms).
-pub async fn holding_store(store: &Store, store_id: &str, lease_us: i64) -> Result<NodeInfo> {
+pub async fn holding_store(store: &Store, store_id: &str) -> Result<NodeInfo> {
     const Q: &str = concat!(
         "SELECT ",
         node_columns!(),
         " FROM node WHERE p_key = $1 AND block_store = $2 ORDER BY started_us DESC LIMIT 1"
     );
     let missing = format!("no node holds block store {store_id}");
-    one(store, Q, store_id, lease_us, missing).await
+    one(store, Q, store_id, missing).await
 }
 
 /// The node `query` (of [`node_columns`], `$1` the partition, `$2` `key`)
 /// finds, or [`Error::NotFound`] saying `missing`.
-async fn one(
-    store: &Store,
-    query: &'static str,
-    key: &str,
-    lease_us: i64,
-    missing: String,
-) -> Result<NodeInfo> {
+async fn one(store: &Store, query: &'static str, key: &str, missing: String) -> Result<NodeInfo> {
     let key = key.to_string();
     store
         .read(CLUSTER_PARTITION, move |tx| {
             let row = tx.query_opt(query, params![i64::from(tx.p_key().0), key.as_str()])?;
+            let now = tx.clock_us()?;
             match row {
-                Some(r) => node_from_row(&r, tabos_store::now_us(), lease_us),
+                Some(r) => node_from_row(&r, now),
                 None => Err(Error::NotFound(missing.clone())),
             }
         })
@@ -463,7 +676,7 @@ async fn one(
 /// Every node (at most [`NODES_LIST_MAX`]) with the realms it serves —
 /// all of them, or only `realm`'s when given (what a realm's member may
 /// see). Blocking (a read over all partitions).
-pub fn list(store: &Store, realm: Option<&str>, lease_us: i64) -> Result<Vec<NodeInfo>> {
+pub fn list(store: &Store, realm: Option<&str>) -> Result<Vec<NodeInfo>> {
     let now = tabos_store::now_us();
     let rows = store.query_capped(
         concat!(
@@ -477,7 +690,7 @@ pub fn list(store: &Store, realm: Option<&str>, lease_us: i64) -> Result<Vec<Nod
     let mut nodes = rows
         .rows
         .iter()
-        .map(|r| node_from_row(r, now, lease_us))
+        .map(|r| node_from_row(r, now))
         .collect::<Result<Vec<_>>>()?;
     let workers = match realm {
         Some(r) => store.query(
@@ -577,31 +790,37 @@ mod tests {
 
     #[test]
     fn state_comes_from_the_row_and_the_lease() {
-        assert_eq!(derive_state("up", 1_000, None, 1_500, 1_000), NodeState::Up);
+        // (stored, expires, lost, draining, now)
+        assert_eq!(derive_state("up", 2_000, None, None, 1_500), NodeState::Up);
         assert_eq!(
-            derive_state("up", 1_000, None, 2_000, 1_000),
+            derive_state("up", 2_000, None, None, 2_000),
             NodeState::Lost
         );
         assert_eq!(
-            derive_state("left", 1_000, None, 9_000, 1_000),
-            NodeState::Left
+            derive_state("up", 9_000, Some(1_000), None, 1_500),
+            NodeState::Lost,
+            "declared lost, whatever its lease says"
         );
         assert_eq!(
-            derive_state("left", 1_000, None, 1_001, 1_000),
+            derive_state("left", 2_000, None, None, 9_000),
             NodeState::Left
         );
         // Draining is up and drained; a lost or left node is that first.
         assert_eq!(
-            derive_state("up", 1_000, Some(1), 1_500, 1_000),
+            derive_state("up", 2_000, None, Some(1), 1_500),
             NodeState::Draining
         );
         assert_eq!(
-            derive_state("up", 1_000, Some(1), 2_000, 1_000),
+            derive_state("up", 2_000, None, Some(1), 2_500),
             NodeState::Lost
         );
         assert_eq!(
-            derive_state("left", 1_000, Some(1), 1_500, 1_000),
+            derive_state("left", 2_000, None, Some(1), 1_500),
             NodeState::Left
         );
+        let terms = |lease_us, grace_us| LeaseTerms { lease_us, grace_us };
+        assert!(terms(3_000_000, 60_000_000).validate().is_ok());
+        assert!(terms(0, 60_000_000).validate().is_err());
+        assert!(terms(3_000_000, 1_000_000).validate().is_err());
     }
 }

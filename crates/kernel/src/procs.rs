@@ -295,6 +295,9 @@ pub struct ProcInfo {
     /// spawned (else a native proc has a network of its own, loopback
     /// only).
     pub host_network: bool,
+    /// Re-queued rather than failed when its node is lost
+    /// ([`Descriptor::restartable`]).
+    pub restartable: bool,
 }
 
 /// The columns [`proc_from_row`] reads, as a literal for `concat!` (a
@@ -303,7 +306,7 @@ macro_rules! proc_columns {
     () => {
         "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
          state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, \
-         user_name, host_paths, scope, host_network"
+         user_name, host_paths, scope, host_network, restartable"
     };
 }
 
@@ -343,6 +346,7 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
             .map(|s| crate::auth::Scope::parse(&s))
             .transpose()?,
         host_network: r.get(21)?,
+        restartable: r.get(22)?,
     })
 }
 
@@ -938,41 +942,91 @@ pub fn register_worker(
     )
 }
 
-/// Procedure body: renews `worker`'s lease ([`sched::heartbeat_tx`]); if
-/// it had been declared lost meanwhile, tells its procd — [`sched::LAPSED`]
-/// on its channel — to stop what it still runs and register again.
-pub fn heartbeat_tx(
+/// What the loss of a node, or the give-back of its procs, did in a realm.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Expired {
+    /// The node's workers in the realm that went down.
+    pub workers: Vec<WorkerId>,
+    /// Live procs of those workers marked failed.
+    pub failed: Vec<String>,
+    /// Procs put back in the queue (restartable ones, and ones assigned
+    /// there that never started).
+    pub requeued: Vec<String>,
+}
+
+/// Procedure body: node `node_id` was declared lost ([`crate::nodes`]):
+/// its workers in `realm` go down (nothing new is placed there), and the
+/// procs assigned to them that it never claimed are placed again — they
+/// never ran, so they cannot run twice. Its claimed and running procs stay
+/// its until they are given back ([`give_back_node_tx`]) or it returns
+/// ([`node_returned_tx`]).
+pub fn node_lost_tx(tx: &mut dyn Tx, realm: &str, node_id: &str, now_us: i64) -> Result<Expired> {
+    let mut out = Expired {
+        workers: sched::node_workers_down_tx(tx, realm, node_id)?,
+        ..Expired::default()
+    };
+    if out.workers.is_empty() {
+        return Ok(out);
+    }
+    for worker in &out.workers {
+        out.requeued
+            .extend(unassign_unclaimed_tx(tx, realm, worker, now_us)?);
+    }
+    assign_deferred_tx(tx, realm, now_us)?;
+    Ok(out)
+}
+
+/// Procedure body: the procs assigned to `worker` that it has not claimed
+/// go back to waiting for a place (their reservations released); the
+/// caller places them ([`assign_deferred_tx`]). Returns their pids.
+fn unassign_unclaimed_tx(
     tx: &mut dyn Tx,
     realm: &str,
     worker: &WorkerId,
     now_us: i64,
-) -> Result<sched::Lease> {
-    let lease = sched::heartbeat_tx(tx, realm, worker, now_us)?;
-    if lease == sched::Lease::Lapsed {
-        tx.notify(&worker_channel(realm, worker), sched::LAPSED)?;
+) -> Result<Vec<String>> {
+    let p = i64::from(tx.p_key().0);
+    let unclaimed = tx.query(
+        "SELECT pid, cores, mem_mb, class FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 AND state = 'spawned'",
+        params![p, realm, worker.as_str()],
+    )?;
+    let mut moved = Vec::with_capacity(unclaimed.len());
+    for r in &unclaimed {
+        let pid: String = r.get(0)?;
+        let class: Class = r.get::<String>(3)?.parse()?;
+        let need = need_of(class, r.get(1)?, r.get(2)?, None);
+        if need.reserves() {
+            sched::release_tx(tx, realm, worker, need.cores, need.mem_mb)?;
+        }
+        tx.execute(
+            "UPDATE proc SET worker_id = NULL, assign_us = NULL \
+             WHERE p_key = $1 AND realm = $2 AND pid = $3",
+            params![p, realm, pid.as_str()],
+        )?;
+        event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
+        moved.push(pid);
     }
-    Ok(lease)
+    Ok(moved)
 }
 
-/// What [`expire_tx`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Expired {
-    pub workers: Vec<WorkerId>,
-    /// Live procs of those workers marked failed.
-    pub failed: Vec<String>,
-    /// Restartable procs put back in the queue.
-    pub requeued: Vec<String>,
-}
-
-/// Procedure body: every worker of `realm` whose last heartbeat is older than
-/// `now_us - ttl_us` is marked down ([`sched::lapse_workers_tx`]); its live
-/// procs are failed ("node lost") and their waiters woken, or — if spawned
-/// restartable — re-queued and placed again by the realm's scheduler.
-pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Result<Expired> {
+/// Procedure body: node `node_id`, lost, has been silent past its grace:
+/// the live procs of its workers in `realm` that went down with it (and
+/// have not come back) are given back — restartable ones queued again, the
+/// others failed with `detail` — and their waiters woken; each such worker
+/// is marked given back. (The node has stopped its restartable procs
+/// itself by now, if it lives.) A worker its node brought back up in the
+/// meanwhile keeps its procs.
+pub fn give_back_node_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    node_id: &str,
+    detail: &str,
+    now_us: i64,
+) -> Result<Expired> {
     let mut out = Expired::default();
-    for worker in sched::lapse_workers_tx(tx, realm, now_us - ttl_us)? {
-        let detail = format!("node of worker {worker} lost (no heartbeat)");
-        give_back_tx(tx, realm, &worker, &detail, now_us, &mut out)?;
+    for worker in sched::give_back_workers_tx(tx, realm, node_id, now_us)? {
+        give_back_tx(tx, realm, &worker, detail, now_us, &mut out)?;
         out.workers.push(worker);
     }
     if !out.workers.is_empty() {
@@ -981,9 +1035,73 @@ pub fn expire_tx(tx: &mut dyn Tx, realm: &str, now_us: i64, ttl_us: i64) -> Resu
     Ok(out)
 }
 
+/// Procedure body: node `node_id`, declared lost, renews again. In
+/// `realm`: a worker whose procs were given back has its procd told
+/// ([`sched::LAPSED`] on its channel) to stop what it still runs there and
+/// register again; a worker down whose procs were not is up again (the
+/// node kept them), and procs waiting for room may be placed there.
+pub fn node_returned_tx(tx: &mut dyn Tx, realm: &str, node_id: &str, now_us: i64) -> Result<()> {
+    for worker in sched::given_back_workers_tx(tx, realm, node_id)? {
+        tx.notify(&worker_channel(realm, &worker), sched::LAPSED)?;
+    }
+    if !sched::node_workers_up_tx(tx, realm, node_id)?.is_empty() {
+        assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(())
+}
+
+/// Procedure body: proc `pid`, which `worker`'s node stopped while it was
+/// cut off from the database (restartable, past the node's grace), is
+/// queued again — if the cluster has not given it back meanwhile (then it
+/// is no longer live there, and nothing changes). Returns whether it was.
+pub fn requeue_stopped_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    worker: &WorkerId,
+    now_us: i64,
+) -> Result<bool> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx.query_opt(
+        "SELECT class, cores, mem_mb, home_node FROM proc WHERE p_key = $1 AND realm = $2 \
+           AND pid = $3 AND worker_id = $4 AND state IN ('claimed', 'running') \
+           AND restartable <> 0",
+        params![p, realm, pid.as_str(), worker.as_str()],
+    )?;
+    let Some(r) = row else {
+        return Ok(false);
+    };
+    let need = need_of(
+        r.get::<String>(0)?.parse()?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+    );
+    if need.reserves() {
+        sched::release_tx(tx, realm, worker, need.cores, need.mem_mb)?;
+    }
+    tx.execute(
+        "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
+           claim_us = NULL, start_us = NULL \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![p, realm, pid.as_str()],
+    )?;
+    event_tx(
+        tx,
+        realm,
+        pid.as_str(),
+        "requeue",
+        Some(&format!("{worker}: stopped while its node was cut off")),
+        now_us,
+    )?;
+    notify_proc(tx, realm, pid.as_str(), "spawned")?;
+    assign_deferred_tx(tx, realm, now_us)?;
+    Ok(true)
+}
+
 /// Procedure body: `worker`'s node stops cleanly (its procs there were
 /// stopped first): the worker goes down, and its live procs are given back
-/// as [`expire_tx`] would — re-queued if restartable, else failed, saying
+/// as [`give_back_node_tx`] does — re-queued if restartable, else failed, saying
 /// the node stopped — at once rather than a lease later.
 pub fn hand_back_tx(
     tx: &mut dyn Tx,
@@ -998,6 +1116,40 @@ pub fn hand_back_tx(
         give_back_tx(tx, realm, worker, &detail, now_us, &mut out)?;
         out.workers.push(worker.clone());
         assign_deferred_tx(tx, realm, now_us)?;
+    }
+    Ok(out)
+}
+
+/// Procedure body: `worker`'s node starts again under its id, its earlier
+/// process gone (its procs' processes went with it: see the node's jail
+/// lifeline). The procs that process had claimed or started are given
+/// back — restartable ones queued again, the others failed with `detail`;
+/// those merely assigned to the worker stay, for the new process to claim.
+pub fn restarted_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    detail: &str,
+    now_us: i64,
+) -> Result<Expired> {
+    let p = i64::from(tx.p_key().0);
+    let live = tx.query(
+        "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+           AND state IN ('claimed', 'running')",
+        params![p, realm, worker.as_str()],
+    )?;
+    let mut out = Expired::default();
+    for r in &live {
+        give_back_one_tx(
+            tx,
+            realm,
+            worker,
+            &r.get::<String>(0)?,
+            r.get(1)?,
+            detail,
+            now_us,
+            &mut out,
+        )?;
     }
     Ok(out)
 }
@@ -1019,29 +1171,55 @@ fn give_back_tx(
         params![p, realm, worker.as_str()],
     )?;
     for r in &live {
-        let pid: String = r.get(0)?;
-        if r.get::<bool>(1)? {
-            tx.execute(
-                "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
-                   claim_us = NULL, start_us = NULL \
-                 WHERE p_key = $1 AND realm = $2 AND pid = $3",
-                params![p, realm, pid.as_str()],
-            )?;
-            event_tx(tx, realm, &pid, "requeue", Some(worker.as_str()), now_us)?;
-            notify_proc(tx, realm, &pid, "spawned")?;
-            out.requeued.push(pid);
-        } else {
-            exited_tx(
-                tx,
-                realm,
-                &Pid(pid.clone()),
-                State::Failed,
-                None,
-                Some(detail),
-                now_us,
-            )?;
-            out.failed.push(pid);
-        }
+        give_back_one_tx(
+            tx,
+            realm,
+            worker,
+            &r.get::<String>(0)?,
+            r.get(1)?,
+            detail,
+            now_us,
+            out,
+        )?;
+    }
+    Ok(())
+}
+
+/// Gives back proc `pid` of `worker`: queued again if `restartable`, else
+/// failed with `detail`.
+#[allow(clippy::too_many_arguments)]
+fn give_back_one_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    pid: &str,
+    restartable: bool,
+    detail: &str,
+    now_us: i64,
+    out: &mut Expired,
+) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    if restartable {
+        tx.execute(
+            "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
+               claim_us = NULL, start_us = NULL \
+             WHERE p_key = $1 AND realm = $2 AND pid = $3",
+            params![p, realm, pid],
+        )?;
+        event_tx(tx, realm, pid, "requeue", Some(worker.as_str()), now_us)?;
+        notify_proc(tx, realm, pid, "spawned")?;
+        out.requeued.push(pid.to_string());
+    } else {
+        exited_tx(
+            tx,
+            realm,
+            &Pid(pid.to_string()),
+            State::Failed,
+            None,
+            Some(detail),
+            now_us,
+        )?;
+        out.failed.push(pid.to_string());
     }
     Ok(())
 }
@@ -1067,28 +1245,8 @@ pub fn drain_tx(
         }
         return Ok(moved);
     }
-    let p = i64::from(tx.p_key().0);
     for w in &workers {
-        let unclaimed = tx.query(
-            "SELECT pid, cores, mem_mb, class FROM proc \
-             WHERE p_key = $1 AND realm = $2 AND worker_id = $3 AND state = 'spawned'",
-            params![p, realm, w.as_str()],
-        )?;
-        for r in &unclaimed {
-            let pid: String = r.get(0)?;
-            let class: Class = r.get::<String>(3)?.parse()?;
-            let need = need_of(class, r.get(1)?, r.get(2)?, None);
-            if need.reserves() {
-                sched::release_tx(tx, realm, w, need.cores, need.mem_mb)?;
-            }
-            tx.execute(
-                "UPDATE proc SET worker_id = NULL, assign_us = NULL \
-                 WHERE p_key = $1 AND realm = $2 AND pid = $3",
-                params![p, realm, pid.as_str()],
-            )?;
-            event_tx(tx, realm, &pid, "requeue", Some(w.as_str()), now_us)?;
-            moved.push(pid);
-        }
+        moved.extend(unassign_unclaimed_tx(tx, realm, w, now_us)?);
     }
     if !moved.is_empty() {
         assign_deferred_tx(tx, realm, now_us)?;
@@ -1146,6 +1304,76 @@ pub fn live_cores_by_node_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<(String
     rows.iter().map(|r| Ok((r.get(0)?, r.get(1)?))).collect()
 }
 
+/// The realms node `node_id` has workers in (a read over all partitions,
+/// by the `worker_by_node` index; blocking).
+pub fn node_realms(store: &Store, node_id: &str) -> Result<Vec<String>> {
+    let rows = store.query(
+        "SELECT DISTINCT realm FROM worker WHERE node_id = $1 ORDER BY realm",
+        &[node_id.into()],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+/// What happened to a node's procs, realm by realm.
+pub type NodeOutcome = Vec<(String, Expired)>;
+
+/// Runs `each(tx, realm, now)` in every realm node `node_id` has workers
+/// in, one transaction per realm (a realm removed meanwhile is skipped).
+async fn per_node_realm(
+    store: &Store,
+    node_id: &str,
+    each: impl Fn(&mut dyn Tx, &str, i64) -> Result<Expired> + Clone + Send + 'static,
+) -> Result<NodeOutcome> {
+    let (s2, id) = (store.clone(), node_id.to_string());
+    let realms = tokio::task::spawn_blocking(move || node_realms(&s2, &id))
+        .await
+        .map_err(|e| Error::Invalid(format!("listing the node's realms: {e}")))??;
+    let mut out = Vec::with_capacity(realms.len());
+    for realm in realms {
+        let each = each.clone();
+        match call(store, &realm, move |tx, r, now| each(tx, r, now)).await {
+            Ok(e) => out.push((realm, e)),
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(out)
+}
+
+/// Node `node_id` was declared lost: [`node_lost_tx`] in each of its realms.
+pub async fn node_lost(store: &Store, node_id: &str) -> Result<NodeOutcome> {
+    let id = node_id.to_string();
+    per_node_realm(store, node_id, move |tx, r, now| {
+        node_lost_tx(tx, r, &id, now)
+    })
+    .await
+}
+
+/// Node `node_id`'s procs are given back: [`give_back_node_tx`] in each of
+/// its realms.
+pub async fn give_back_node(store: &Store, node_id: &str, detail: &str) -> Result<NodeOutcome> {
+    let (id, detail) = (node_id.to_string(), detail.to_string());
+    per_node_realm(store, node_id, move |tx, r, now| {
+        give_back_node_tx(tx, r, &id, &detail, now)
+    })
+    .await
+}
+
+/// Node `node_id`, declared lost, renews again: [`node_returned_tx`] in
+/// each of its realms.
+pub async fn node_returned(store: &Store, node_id: &str) -> Result<()> {
+    let id = node_id.to_string();
+    per_node_realm(store, node_id, move |tx, r, now| {
+        node_returned_tx(tx, r, &id, now)?;
+        Ok(Expired::default())
+    })
+    .await
+    .map(drop)
+}
+
 /// What [`drain_node`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Drained {
@@ -1161,9 +1389,9 @@ pub struct Drained {
 /// workers realm by realm: a worker the node registers meanwhile reads the
 /// row after registering ([`crate::nodes::is_draining`]), so whichever
 /// comes second sees the other. Repeating a drain repeats the realm pass.
-pub async fn drain_node(store: &Store, node_id: &str, on: bool, lease_us: i64) -> Result<Drained> {
+pub async fn drain_node(store: &Store, node_id: &str, on: bool) -> Result<Drained> {
     crate::ids::validate_name("node id", node_id)?;
-    let changed = crate::nodes::set_draining(store, node_id, on, lease_us).await?;
+    let changed = crate::nodes::set_draining(store, node_id, on).await?;
     let s2 = store.clone();
     let realms = tokio::task::spawn_blocking(move || crate::realms::list(&s2))
         .await

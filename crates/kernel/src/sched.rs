@@ -4,6 +4,9 @@
 //! unused_capacity, unused_mem_mb, heartbeat_us, state, draining)`: a worker
 //! is a set of core slots of one node serving one realm; `unused_capacity`
 //! is in cores; a draining worker (its node is drained) takes no new procs.
+//! A worker is up while its node is: it is registered up, and marked down
+//! when its node stops or is declared lost ([`crate::nodes`]) — there are
+//! no heartbeats per worker (`heartbeat_us` is its registration's time).
 //! Invariant (a CHECK constraint on both backends): `0 <= unused_capacity <=
 //! cores` and `0 <= unused_mem_mb <= mem_mb`, so capacity can never go
 //! negative even if a procedure had a bug.
@@ -189,7 +192,7 @@ pub fn upsert_worker_tx(
          ON CONFLICT (p_key, realm, worker_id) DO UPDATE SET \
            node_id = excluded.node_id, cores = excluded.cores, mem_mb = excluded.mem_mb, \
            unused_capacity = excluded.unused_capacity, unused_mem_mb = excluded.unused_mem_mb, \
-           heartbeat_us = excluded.heartbeat_us, state = 'up'",
+           heartbeat_us = excluded.heartbeat_us, state = 'up', given_back_us = NULL",
         params![
             p,
             realm,
@@ -205,23 +208,85 @@ pub fn upsert_worker_tx(
     Ok(())
 }
 
-/// Procedure body: marks down every worker of `realm` that is up and whose
-/// last heartbeat is older than `cutoff_us`, and returns them (their procs
-/// are [`crate::procs::expire_tx`]'s to fail or re-queue).
-pub fn lapse_workers_tx(tx: &mut dyn Tx, realm: &str, cutoff_us: i64) -> Result<Vec<WorkerId>> {
+/// Procedure body: marks down every worker of node `node_id` in `realm`
+/// that is up (its node was declared lost), and returns them.
+pub fn node_workers_down_tx(tx: &mut dyn Tx, realm: &str, node_id: &str) -> Result<Vec<WorkerId>> {
+    set_node_workers_tx(tx, realm, node_id, "up", "down")
+}
+
+/// Procedure body: marks up again every worker of node `node_id` in
+/// `realm` that is down but whose procs were not given back (its node
+/// returned and kept them), and returns them.
+pub fn node_workers_up_tx(tx: &mut dyn Tx, realm: &str, node_id: &str) -> Result<Vec<WorkerId>> {
+    set_node_workers_tx(tx, realm, node_id, "down", "up")
+}
+
+/// Procedure body: the workers of node `node_id` in `realm` that are down
+/// with their procs not yet given back, now marked given back at `now_us`
+/// (the caller gives the procs back in the same transaction).
+pub fn give_back_workers_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    node_id: &str,
+    now_us: i64,
+) -> Result<Vec<WorkerId>> {
     let p = i64::from(tx.p_key().0);
-    let lapsed = tx.query(
-        "UPDATE worker SET state = 'down' WHERE p_key = $1 AND realm = $2 AND state = 'up' \
-           AND heartbeat_us < $3 RETURNING worker_id",
-        params![p, realm, cutoff_us],
+    let rows = tx.query(
+        "UPDATE worker SET given_back_us = $4 WHERE p_key = $1 AND realm = $2 AND node_id = $3 \
+           AND state = 'down' AND given_back_us IS NULL RETURNING worker_id",
+        params![p, realm, node_id, now_us],
     )?;
-    let mut out = Vec::new();
-    for row in &lapsed {
-        out.push(WorkerId(row.get(0)?));
-    }
+    ids_sorted(&rows)
+}
+
+/// Procedure body: the workers of node `node_id` in `realm` whose procs
+/// were given back.
+pub fn given_back_workers_tx(tx: &mut dyn Tx, realm: &str, node_id: &str) -> Result<Vec<WorkerId>> {
+    let rows = tx.query(
+        "SELECT worker_id FROM worker WHERE p_key = $1 AND realm = $2 AND node_id = $3 \
+           AND given_back_us IS NOT NULL ORDER BY worker_id",
+        params![crate::p_key(tx), realm, node_id],
+    )?;
+    ids_sorted(&rows)
+}
+
+fn ids_sorted(rows: &tabos_store::Rows) -> Result<Vec<WorkerId>> {
+    let mut out = rows
+        .iter()
+        .map(|r| r.get::<String>(0).map(WorkerId))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     // RETURNING's order is unspecified; callers see a stable one.
     out.sort();
     Ok(out)
+}
+
+fn set_node_workers_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    node_id: &str,
+    from: &str,
+    to: &str,
+) -> Result<Vec<WorkerId>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        "UPDATE worker SET state = $5 WHERE p_key = $1 AND realm = $2 AND node_id = $3 \
+           AND state = $4 AND given_back_us IS NULL RETURNING worker_id",
+        params![p, realm, node_id, from, to],
+    )?;
+    ids_sorted(&rows)
+}
+
+/// Procedure body: every worker of node `node_id` in `realm`, up or down.
+pub fn node_workers_tx(tx: &mut dyn Tx, realm: &str, node_id: &str) -> Result<Vec<WorkerId>> {
+    let rows = tx.query(
+        "SELECT worker_id FROM worker WHERE p_key = $1 AND realm = $2 AND node_id = $3 \
+         ORDER BY worker_id",
+        params![crate::p_key(tx), realm, node_id],
+    )?;
+    Ok(rows
+        .iter()
+        .map(|r| r.get::<String>(0).map(WorkerId))
+        .collect::<std::result::Result<Vec<_>, _>>()?)
 }
 
 /// Procedure body: marks every worker of node `node_id` in `realm` as
@@ -281,41 +346,10 @@ pub fn down_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId) -> Result<bool> 
     Ok(n == 1)
 }
 
-/// What a worker's heartbeat found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Lease {
-    /// The worker is up: its lease is renewed.
-    Held,
-    /// Another node declared the worker lost while it was silent: its procs
-    /// were failed or placed again elsewhere. Its procd must stop what it
-    /// still runs there and register the worker again
-    /// ([`crate::procs::heartbeat_tx`] tells it, with [`LAPSED`]).
-    Lapsed,
-}
-
-/// Payload on a worker's channel when its heartbeat finds it declared lost.
+/// Payload on a worker's channel when its node returns to find its procs
+/// given back ([`crate::procs::lapsed_tx`]): its procd stops what it
+/// still runs there and registers the worker again.
 pub const LAPSED: &str = "lapsed";
-
-/// Procedure body: records that `worker` is alive at `now_us`, and says
-/// whether it had been declared lost meanwhile.
-pub fn heartbeat_tx(tx: &mut dyn Tx, realm: &str, worker: &WorkerId, now_us: i64) -> Result<Lease> {
-    let p = i64::from(tx.p_key().0);
-    let row = tx.query_opt(
-        "UPDATE worker SET heartbeat_us = $4 WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-         RETURNING state",
-        params![p, realm, worker.as_str(), now_us],
-    )?;
-    let Some(row) = row else {
-        return Err(Error::NotFound(format!(
-            "no worker {worker} in realm {realm:?}"
-        )));
-    };
-    Ok(if row.get::<String>(0)? == "down" {
-        Lease::Lapsed
-    } else {
-        Lease::Held
-    })
-}
 
 /// Procedure body: the most cores and memory any live worker of `realm`
 /// has (`None`: no live worker).

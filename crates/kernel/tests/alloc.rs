@@ -65,7 +65,11 @@ fn grants_and_wants_are_rows_with_reasons(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = f.store.clone();
     let r = rt();
-    r.block_on(nodes::register(&s, &elastic_node("n1", 4), 1))
+    let terms = nodes::LeaseTerms {
+        lease_us: 60_000_000,
+        grace_us: 120_000_000,
+    };
+    r.block_on(nodes::register(&s, &elastic_node("n1", 4), 1, terms))
         .unwrap();
     let policy = Policy {
         class: Class::Be,
@@ -148,7 +152,7 @@ fn grants_and_wants_are_rows_with_reasons(b: Backend) {
         ]
     );
     // The planner's view: the elastic node, its grant, the realm.
-    let v = run(&s, |tx| alloc::view_tx(tx, 10, i64::MAX / 4)).unwrap();
+    let v = run(&s, alloc::view_tx).unwrap();
     assert_eq!(v.pool.len(), 1);
     assert_eq!(v.grants.len(), 1);
     assert_eq!(v.realms[0].realm, "mr");

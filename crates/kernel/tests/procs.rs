@@ -103,12 +103,9 @@ fn schedulers_choose_as_the_paper_says(b: Backend) {
         let (_, d_at) = procs::spawn(s, "loc", d).await.unwrap();
         assert_eq!(d_at, None, "d waits for n1 while n1 is up");
         let p = tabos_kernel::realm_partition("loc", s.partitions());
-        let far = tabos_store::now_us() + 60_000_000;
+        let now = tabos_store::now_us();
         let expired = s
-            .submit(p, move |tx| {
-                sched::heartbeat_tx(tx, "loc", &WorkerId("w2".into()), far)?;
-                procs::expire_tx(tx, "loc", far, 5_000_000)
-            })
+            .submit(p, move |tx| procs::node_lost_tx(tx, "loc", "n1", now))
             .await
             .unwrap();
         assert_eq!(expired.workers, [WorkerId("w1".into())]);
@@ -460,8 +457,10 @@ both!(
     no_proc_runs_twice_and_capacity_is_conserved,
 );
 
-/// A worker whose heartbeat lapses is marked down: its procs fail (waiters
-/// woken) or, if restartable, are placed again on a live worker.
+/// A node declared lost: its worker is marked down and its unclaimed procs
+/// placed elsewhere at once; once its grace has passed its procs are given
+/// back — failed (waiters woken) or, if restartable, placed again on a live
+/// worker — and should it return, its procd is told to stop its copies.
 fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = f.store.clone();
@@ -469,7 +468,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
-            procs::register_worker(&s2, "r", &worker("a", "node-a", 2)).unwrap();
+            procs::register_worker(&s2, "r", &worker("a", "node-a", 3)).unwrap();
         })
         .await
         .unwrap();
@@ -486,25 +485,38 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
             let (s, pid) = (s.clone(), plain.clone());
             tokio::spawn(async move { procs::wait_exit(&s, "r", &pid).await })
         };
-        // A second node registers; later only it heartbeats.
+        // A second node registers; the first is then declared lost.
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
             procs::register_worker(&s2, "r", &worker("b", "node-b", 2)).unwrap();
         })
         .await
         .unwrap();
-        let p = tabos_kernel::realm_partition("r", s.partitions());
-        let far = tabos_store::now_us() + 60_000_000;
-        let expired = s
-            .submit(p, move |tx| {
-                sched::heartbeat_tx(tx, "r", &WorkerId("b".into()), far)?;
-                procs::expire_tx(tx, "r", far, 5_000_000)
-            })
+        // Declared lost: its worker goes down, an unclaimed proc of it
+        // would be placed again, but what it claimed or runs stays its.
+        let unclaimed = procs::spawn(&s, "r", named("unclaimed")).await.unwrap();
+        assert_eq!(unclaimed.1, w("a"));
+        let lost = procs::node_lost(&s, "node-a").await.unwrap();
+        assert_eq!(lost.len(), 1);
+        assert_eq!(lost[0].1.workers, vec![wa.clone()]);
+        assert_eq!(lost[0].1.requeued, vec!["unclaimed".to_string()]);
+        let u = procs::get(&s, "r", &Pid("unclaimed".into())).unwrap();
+        assert_eq!((u.state, u.worker), (State::Spawned, w("b")));
+        assert_eq!(
+            procs::get(&s, "r", &plain).unwrap().state,
+            State::Running,
+            "a lost node's running proc stays until its grace has passed"
+        );
+        // Silent past its grace: its procs are given back, once.
+        let given = procs::give_back_node(&s, "node-a", "node node-a lost (silent past its grace)")
             .await
             .unwrap();
+        let expired = &given[0].1;
         assert_eq!(expired.workers, vec![wa.clone()]);
         assert_eq!(expired.failed, vec!["plain".to_string()]);
         assert_eq!(expired.requeued, vec!["again".to_string()]);
+        let twice = procs::give_back_node(&s, "node-a", "again").await.unwrap();
+        assert!(twice.iter().all(|(_, e)| e.workers.is_empty()), "{twice:?}");
         let done = waiter.await.unwrap().unwrap();
         assert_eq!(done.state, State::Failed);
         assert!(done.error.unwrap().contains("lost"));
@@ -514,19 +526,15 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
             (State::Spawned, w("b")),
             "placed on the live node"
         );
-        // The lost worker's next heartbeat learns it was declared lost; a
-        // live one's does not.
-        let (wa2, far2) = (wa.clone(), far + 1);
-        let leases = s
-            .submit(p, move |tx| {
-                Ok::<_, Error>((
-                    procs::heartbeat_tx(tx, "r", &wa2, far2)?,
-                    procs::heartbeat_tx(tx, "r", &WorkerId("b".into()), far2)?,
-                ))
-            })
+        // The lost node returns: its procd is told (LAPSED) to stop its
+        // copies; its worker stays down until it registers again.
+        let p = tabos_kernel::realm_partition("r", s.partitions());
+        let mut told = s.subscribe(&procs::worker_channel("r", &wa));
+        let now = tabos_store::now_us();
+        s.submit(p, move |tx| procs::node_returned_tx(tx, "r", "node-a", now))
             .await
             .unwrap();
-        assert_eq!(leases, (sched::Lease::Lapsed, sched::Lease::Held));
+        assert_eq!(told.blocking_recv().unwrap().payload, sched::LAPSED);
         // What the lost worker's copies report when they end changes
         // nothing: one proc is failed, the other is b's now.
         for pid in ["plain", "again"] {
@@ -550,16 +558,69 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         );
         let again = procs::get(&s, "r", &Pid("again".into())).unwrap();
         assert_eq!((again.state, again.worker), (State::Spawned, w("b")));
-        // Heartbeats for unknown workers are errors.
-        let e = s
-            .submit(p, |tx| {
-                sched::heartbeat_tx(tx, "r", &WorkerId("ghost".into()), 1)
-            })
-            .await
-            .unwrap_err();
-        assert!(matches!(e, Error::NotFound(_)), "{e}");
+        // Registered again, its worker is up and its give-back forgotten.
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || {
+            procs::register_worker(&s2, "r", &worker("a", "node-a", 3)).unwrap();
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            procs::spawn(&s, "r", named("fresh")).await.unwrap().1,
+            w("a")
+        );
     });
 }
+
+/// A node that returns before its procs were given back keeps them: its
+/// worker is up again and takes work; and a restartable proc it stopped
+/// while cut off is queued again by it.
+fn a_node_back_in_time_keeps_its_procs(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        procs::register_worker(&s, "r", &worker("a", "node-a", 2)).unwrap();
+        let kept = procs::spawn(&s, "r", named("kept")).await.unwrap().0;
+        let stopped = Descriptor {
+            restartable: true,
+            ..named("stopped")
+        };
+        let stopped = procs::spawn(&s, "r", stopped).await.unwrap().0;
+        let wa = WorkerId::new("a").unwrap();
+        procs::claim(&s, "r", &wa, 10, ANY).await.unwrap();
+        procs::node_lost(&s, "node-a").await.unwrap();
+        let p = tabos_kernel::realm_partition("r", s.partitions());
+        let now = tabos_store::now_us();
+        let (w2, st) = (wa.clone(), stopped.clone());
+        let requeued = s
+            .submit(p, move |tx| {
+                procs::node_returned_tx(tx, "r", "node-a", now)?;
+                procs::requeue_stopped_tx(tx, "r", &st, &w2, now)
+            })
+            .await
+            .unwrap();
+        assert!(requeued);
+        assert_eq!(procs::get(&s, "r", &kept).unwrap().worker, w("a"));
+        // Up again: the requeued proc is placed on it at once.
+        let st = procs::get(&s, "r", &stopped).unwrap();
+        assert_eq!((st.state, st.worker), (State::Spawned, w("a")));
+        // Given back now, nothing is (the node is back).
+        let given = procs::give_back_node(&s, "node-a", "late").await.unwrap();
+        assert!(given.iter().all(|(_, e)| e.workers.is_empty()), "{given:?}");
+        // A proc not live there is not queued again.
+        let (w2, k) = (wa.clone(), kept.clone());
+        let none = s
+            .submit(p, move |tx| {
+                procs::requeue_stopped_tx(tx, "r", &k, &w2, now)
+            })
+            .await
+            .unwrap();
+        assert!(!none, "not restartable");
+    });
+}
+
+both!(a_node_back_in_time_keeps_its_procs);
 
 both!(lapsed_workers_fail_or_requeue_their_procs);
 
@@ -791,6 +852,12 @@ fn unplaced_procs_say_why(b: Backend) {
     });
 }
 
+/// Lease terms long enough that no node of a test lapses.
+const TERMS: tabos_kernel::nodes::LeaseTerms = tabos_kernel::nodes::LeaseTerms {
+    lease_us: 60_000_000,
+    grace_us: 120_000_000,
+};
+
 fn node_row(id: &str) -> tabos_kernel::nodes::Registration {
     tabos_kernel::nodes::Registration {
         node_id: id.into(),
@@ -811,11 +878,14 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = f.store.clone();
     rt().block_on(async move {
-        const LEASE: i64 = 60_000_000;
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
         let now = tabos_store::now_us();
-        nodes::register(&s, &node_row("n-a"), now).await.unwrap();
-        nodes::register(&s, &node_row("n-b"), now).await.unwrap();
+        nodes::register(&s, &node_row("n-a"), now, TERMS)
+            .await
+            .unwrap();
+        nodes::register(&s, &node_row("n-b"), now, TERMS)
+            .await
+            .unwrap();
         let s2 = s.clone();
         tokio::task::spawn_blocking(move || {
             procs::register_worker(&s2, "r", &worker("a", "n-a", 2)).unwrap();
@@ -831,7 +901,7 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
             w("a")
         );
 
-        let done = procs::drain_node(&s, "n-a", true, LEASE).await.unwrap();
+        let done = procs::drain_node(&s, "n-a", true).await.unwrap();
         assert!(done.changed);
         assert_eq!(done.moved, vec![("r".to_string(), "queued".to_string())]);
         let queued = procs::get(&s, "r", &Pid("queued".into())).unwrap();
@@ -858,7 +928,7 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
         assert_eq!(procs::spawn(&s, "r", be).await.unwrap().1, w("b"));
         // Listed as draining, with what it still runs.
         let s2 = s.clone();
-        let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None, LEASE))
+        let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None))
             .await
             .unwrap()
             .unwrap();
@@ -867,16 +937,16 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
         assert!(a.draining_us.is_some());
         assert_eq!((a.realms.len(), a.realms[0].procs), (1, 1));
         // Again: nothing changes.
-        let again = procs::drain_node(&s, "n-a", true, LEASE).await.unwrap();
+        let again = procs::drain_node(&s, "n-a", true).await.unwrap();
         assert!(!again.changed && again.moved.is_empty());
 
         // Back in service: its free core takes the waiting proc at once.
-        let back = procs::drain_node(&s, "n-a", false, LEASE).await.unwrap();
+        let back = procs::drain_node(&s, "n-a", false).await.unwrap();
         assert!(back.changed);
         let later = procs::get(&s, "r", &Pid("later".into())).unwrap();
         assert_eq!(later.worker, w("a"));
         let s2 = s.clone();
-        let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None, LEASE))
+        let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None))
             .await
             .unwrap()
             .unwrap();
@@ -884,16 +954,12 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
         assert_eq!(listed[0].draining_us, None);
 
         // Unknown, bad or not up: refused, nothing changed.
-        let e = procs::drain_node(&s, "nope", true, LEASE)
-            .await
-            .unwrap_err();
+        let e = procs::drain_node(&s, "nope", true).await.unwrap_err();
         assert!(matches!(e, Error::NotFound(_)), "{e}");
-        let e = procs::drain_node(&s, "../x", true, LEASE)
-            .await
-            .unwrap_err();
+        let e = procs::drain_node(&s, "../x", true).await.unwrap_err();
         assert!(matches!(e, Error::Invalid(_)), "{e}");
         nodes::leave(&s, "n-b", now).await.unwrap();
-        let e = procs::drain_node(&s, "n-b", true, LEASE).await.unwrap_err();
+        let e = procs::drain_node(&s, "n-b", true).await.unwrap_err();
         assert!(matches!(e, Error::Precondition(_)), "{e}");
     });
 }

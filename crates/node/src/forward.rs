@@ -40,7 +40,7 @@ pub async fn holder(node: &Node, holder_id: &str, what: &str) -> Result<Holder, 
     if holder_id == node.settings.node_id {
         return Ok(Holder::Here);
     }
-    let info = match tabos_kernel::nodes::get(&node.store, holder_id, node.lease_us()).await {
+    let info = match tabos_kernel::nodes::get(&node.store, holder_id).await {
         Ok(i) => i,
         Err(tabos_kernel::Error::NotFound(_)) => {
             return Err(Status::unavailable(format!(
@@ -111,7 +111,7 @@ pub async fn holder_of_store(node: &Node, store_id: &str, what: &str) -> Result<
     if store_id == node.files.store_id() {
         return Ok(Holder::Here);
     }
-    match tabos_kernel::nodes::holding_store(&node.store, store_id, node.lease_us()).await {
+    match tabos_kernel::nodes::holding_store(&node.store, store_id).await {
         Ok(info) => holder(node, &info.node_id, what).await,
         Err(tabos_kernel::Error::NotFound(_)) => Err(Status::unavailable(format!(
             "{what} is in block store {store_id}, which no node of the cluster holds"

@@ -119,6 +119,7 @@ async fn follow(
                 );
                 let procd = new_procd(node, addr, realm, cores, grant.clone(), be_realm);
                 served.add(realm);
+                served.set_procd(realm, procd.clone());
                 let p2 = procd.clone();
                 procds.spawn(async move { p2.run(realm_stop).await });
                 serving.insert(
@@ -210,7 +211,7 @@ fn new_procd(
         },
         node.auth.clone(),
         // Its own busy cores: admission goes by its grant alone.
-        Arc::new(AtomicI64::new(0)),
+        procd::Shared::granted(),
         node.load.clone(),
         node.confine.clone(),
         Some(grant),

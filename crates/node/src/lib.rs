@@ -24,6 +24,7 @@ pub mod grants;
 pub mod host;
 pub mod ipc;
 pub mod jail;
+pub mod lease;
 pub mod load;
 pub mod managers;
 pub mod names;
@@ -93,6 +94,11 @@ pub struct NodeSettings {
     /// How often the node renews its worker's lease; a worker whose lease is
     /// [`LEASE_HEARTBEATS`] heartbeats old is declared lost by the others.
     pub heartbeat: std::time::Duration,
+    /// How long it may fail to renew its lease before it stops its
+    /// restartable procs itself — and after which, with a margin, the
+    /// cluster gives its procs back to run elsewhere ([`lease`]). A
+    /// database outage shorter than this fails no proc.
+    pub disconnect_grace: std::time::Duration,
     /// BE procs run while the node's measured busy cores ([`load::Load`])
     /// are under this percentage of its cores (σOS Figure 3-5); at most
     /// [`procd::BE_UTIL_PCT_MAX`].
@@ -174,6 +180,9 @@ impl BlockStoreSettings {
 
 /// Missed heartbeats after which a worker is declared lost.
 pub const LEASE_HEARTBEATS: u32 = 3;
+/// How long a node may fail to renew before it stops its restartable
+/// procs (see [`NodeSettings::disconnect_grace`]).
+pub const DISCONNECT_GRACE_DEFAULT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl NodeSettings {
     /// One worker of this machine's size ([`size::detect`]: its cores, and
@@ -189,6 +198,7 @@ impl NodeSettings {
             cores: size.cores,
             mem_mb: size.mem_mib,
             heartbeat: std::time::Duration::from_secs(1),
+            disconnect_grace: DISCONNECT_GRACE_DEFAULT,
             be_util_pct: 100,
             steal_after: std::time::Duration::from_millis(50),
             mailbox: tabos_kernel::ipc::MailboxOptions::default(),
@@ -223,12 +233,9 @@ pub struct Node {
     pub request_bytes: budget::RequestBytes,
     /// The node's measured CPU use, for BE admission.
     pub load: std::sync::Arc<load::Load>,
-    /// Since when (µs) the node's heartbeats have been reaching the
-    /// database without a failure; 0 while they fail. Another node is
-    /// declared lost (and the σMGR re-plans) only after a whole lease of
-    /// this: a node that could not reach the database cannot tell a lost
-    /// peer from a peer that could not reach it either.
-    pub healthy_since_us: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    /// Its standing in the cluster: its health on the database's clock,
+    /// and whether it leads ([`lease`]).
+    pub standing: std::sync::Arc<lease::Standing>,
 }
 
 impl Node {
@@ -279,7 +286,7 @@ impl Node {
             confine,
             request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX),
             load,
-            healthy_since_us: Default::default(),
+            standing: Default::default(),
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -339,14 +346,15 @@ impl Node {
         self.settings.heartbeat.as_micros() as i64 * i64::from(LEASE_HEARTBEATS)
     }
 
-    /// Whether this node's heartbeats have reached the database for a
-    /// whole lease (see [`Node::healthy_since_us`]): only then may it judge
-    /// other nodes' leases.
-    pub fn healthy_for_a_lease(&self) -> bool {
-        let since = self
-            .healthy_since_us
-            .load(std::sync::atomic::Ordering::SeqCst);
-        since > 0 && tabos_store::now_us() - since >= self.lease_us()
+    /// The lease terms it registers and renews with: [`LEASE_HEARTBEATS`]
+    /// heartbeats, and its grace ([`NodeSettings::disconnect_grace`], at
+    /// least the lease).
+    pub fn lease_terms(&self) -> tabos_kernel::nodes::LeaseTerms {
+        let lease_us = self.lease_us();
+        tabos_kernel::nodes::LeaseTerms {
+            lease_us,
+            grace_us: (self.settings.disconnect_grace.as_micros() as i64).max(lease_us),
+        }
     }
 
     /// What this node registers in the cluster's `node` table, its API at
@@ -379,6 +387,18 @@ impl Node {
                 Err(e) => return Err(e),
             }
         }
+        // What an earlier process of this node id left claimed or running
+        // ended with it (see `jail`'s lifeline): given back before the new
+        // worker takes anything.
+        let (worker, detail) = (
+            self.worker_id(),
+            format!("node {} restarted (its earlier process ended)", s.node_id),
+        );
+        let (r, now) = (realm.to_string(), tabos_store::now_us());
+        self.store.call(
+            tabos_kernel::realm_partition(realm, self.store.partitions()),
+            move |tx| tabos_kernel::procs::restarted_tx(tx, &r, &worker, &detail, now),
+        )?;
         tabos_kernel::procs::register_worker(&self.store, realm, &self.worker_spec())?;
         Ok(())
     }
@@ -802,8 +822,13 @@ pub async fn serve_with(
     .map_err(|e| Error::Startup(e.to_string()))??;
     // A cluster member from here on: listed, leased, and told apart when it
     // stops cleanly.
-    tabos_kernel::nodes::register(&node.store, &node.registration(&addr.tcp), node.started_us)
-        .await?;
+    tabos_kernel::nodes::register(
+        &node.store,
+        &node.registration(&addr.tcp),
+        node.started_us,
+        node.lease_terms(),
+    )
+    .await?;
     // Give back file storage a crash left behind, before anyone writes.
     let orphans = node.files.recover().await?;
     if orphans > 0 {
@@ -820,7 +845,7 @@ pub async fn serve_with(
         served_realms.clone(),
         procd_stopped.clone(),
     ));
-    let lease_task = tokio::spawn(keep_lease(
+    let lease_task = tokio::spawn(lease::keep(
         node.clone(),
         served_realms.clone(),
         procd_stopped.clone(),
@@ -975,29 +1000,53 @@ pub async fn serve_with(
     Ok(())
 }
 
+/// One realm this node serves, with its procd once it runs.
+type ServedRealm = (String, Option<procd::ProcdRef>);
+
 /// The realms this node serves (has a worker and a procd in).
-#[derive(Debug, Clone, Default)]
-pub struct ServedRealms(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+#[derive(Clone, Default)]
+pub struct ServedRealms(std::sync::Arc<std::sync::Mutex<Vec<ServedRealm>>>);
+
+impl std::fmt::Debug for ServedRealms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ServedRealms").field(&self.list()).finish()
+    }
+}
 
 impl ServedRealms {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(String, Option<procd::ProcdRef>)>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     pub fn list(&self) -> Vec<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.lock().iter().map(|(r, _)| r.clone()).collect()
     }
 
     /// Removes `realm` (no longer served).
     pub fn remove(&self, realm: &str) {
-        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        v.retain(|r| r != realm);
+        self.lock().retain(|(r, _)| r != realm);
     }
 
     /// Adds `realm`; false if it was served already.
     pub fn add(&self, realm: &str) -> bool {
-        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if v.iter().any(|r| r == realm) {
+        let mut v = self.lock();
+        if v.iter().any(|(r, _)| r == realm) {
             return false;
         }
-        v.push(realm.to_string());
+        v.push((realm.to_string(), None));
         true
+    }
+
+    /// Records the procd serving `realm` (while the realm is served).
+    pub fn set_procd(&self, realm: &str, procd: procd::ProcdRef) {
+        if let Some(entry) = self.lock().iter_mut().find(|(r, _)| r == realm) {
+            entry.1 = Some(procd);
+        }
+    }
+
+    /// The procds of the realms served now.
+    pub fn procds(&self) -> Vec<procd::ProcdRef> {
+        self.lock().iter().filter_map(|(_, p)| p.clone()).collect()
     }
 }
 
@@ -1015,7 +1064,7 @@ async fn serve_realms(
     if node.settings.elastic {
         return grants::serve(node, addr, served, stop).await;
     }
-    let busy = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let shared = procd::Shared::node(node.settings.cores);
     let mut procds = tokio::task::JoinSet::new();
     let mut created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
     let mut removed = node.store.subscribe(tabos_kernel::realms::REMOVED_CHANNEL);
@@ -1031,7 +1080,8 @@ async fn serve_realms(
         }
         let (stop_tx, realm_stop) = tokio::sync::watch::channel(false);
         stops.insert(realm.clone(), stop_tx);
-        let (node, addr, busy, served) = (node.clone(), addr.clone(), busy.clone(), served.clone());
+        let (node, addr, shared, served) =
+            (node.clone(), addr.clone(), shared.clone(), served.clone());
         procds.spawn(async move {
             // An elastic realm is served by elastic nodes, as granted.
             match tabos_kernel::alloc::get(&node.store, &realm).await {
@@ -1090,12 +1140,13 @@ async fn serve_realms(
                     mailbox: node.settings.mailbox,
                 },
                 node.auth.clone(),
-                busy,
+                shared,
                 node.load.clone(),
                 node.confine.clone(),
                 None,
                 false,
             );
+            served.set_procd(&realm, procd.clone());
             procd.run(realm_stop).await;
         });
     };
@@ -1162,77 +1213,6 @@ async fn serve_realms(
         let _ = s.send(true);
     }
     while procds.join_next().await.is_some() {}
-}
-
-/// The node's lease: every heartbeat it renews its worker in each realm it
-/// serves and, in the same transaction, declares lost the realm's workers
-/// whose lease lapsed (failing or re-queuing their procs, which wakes their
-/// waiters). Leases are the one place time itself is the event, so this is
-/// a timer, not a wait on the change feed.
-async fn keep_lease(
-    node: Node,
-    served: ServedRealms,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
-    let every = node.settings.heartbeat;
-    let ttl_us = node.lease_us();
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.changed() => return,
-            _ = tick.tick() => {}
-        }
-        let id = &node.settings.node_id;
-        let busy = node.load.measured_cores();
-        let beat = tabos_kernel::nodes::heartbeat(&node.store, id, node.started_us, busy).await;
-        let healthy = &node.healthy_since_us;
-        if let Err(e) = &beat {
-            eprintln!("node {id}: cluster heartbeat failed: {e}");
-            healthy.store(0, std::sync::atomic::Ordering::SeqCst);
-        } else if healthy.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-            healthy.store(tabos_store::now_us(), std::sync::atomic::Ordering::SeqCst);
-        }
-        let may_expire = node.healthy_for_a_lease();
-        for realm in served.list() {
-            let p = tabos_kernel::realm_partition(&realm, node.store.partitions());
-            let (r, worker) = (realm.clone(), node.worker_id());
-            let now = tabos_store::now_us();
-            let renewed = node
-                .store
-                .run(p, move |tx| {
-                    let lease = tabos_kernel::procs::heartbeat_tx(tx, &r, &worker, now)?;
-                    let expired = if may_expire {
-                        tabos_kernel::procs::expire_tx(tx, &r, now, ttl_us)?
-                    } else {
-                        Default::default()
-                    };
-                    Ok::<_, tabos_kernel::Error>((lease, expired))
-                })
-                .await;
-            if let Ok((tabos_kernel::sched::Lease::Lapsed, _)) = &renewed {
-                eprintln!(
-                    "node {}: declared lost in realm {realm} while silent; its procd stops \
-                     what it ran there and registers again",
-                    node.settings.node_id
-                );
-            }
-            let renewed = renewed.map(|(_, expired)| expired);
-            match renewed {
-                Ok(e) if !e.workers.is_empty() => eprintln!(
-                    "node {}: lost workers {:?} in realm {realm}; failed {:?}, re-queued {:?}",
-                    node.settings.node_id, e.workers, e.failed, e.requeued
-                ),
-                Ok(_) => {}
-                // Not yet registered there (its procd is starting).
-                Err(tabos_kernel::Error::NotFound(_)) => {}
-                Err(e) => eprintln!(
-                    "node {}: heartbeat in realm {realm} failed: {e}",
-                    node.settings.node_id
-                ),
-            }
-        }
-    }
 }
 
 /// Completes when the node begins to shut down.

@@ -7,9 +7,13 @@
 //! a leader is fenced by its lease's epoch. The decisions are
 //! `tabos_kernel::alloc`'s; this is the loop that makes them.
 //!
-//! A look happens every `tick_ms` (a setting) — demand and leases are
-//! measurements over time — and also at once when a realm's want or
-//! policy, a setting, or the cluster's nodes change (the change feed).
+//! Only the node that leads the cluster (it holds `alloc::CLUSTER_LEASE`,
+//! renewed in its heartbeat: see `crate::lease`) looks: a look happens
+//! every `tick_ms` (a setting) — demand and leases are measurements over
+//! time — and also at once when a realm's want or policy, a setting, or
+//! the cluster's nodes change (the change feed). The other nodes make no
+//! campaigns; once the leader is gone, its successor takes the managers'
+//! leases as they lapse.
 
 use std::collections::HashMap;
 
@@ -35,7 +39,14 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
                 node.settings.node_id
             ),
         }
-        if let Err(e) = look(&node, &settings, &mut below).await {
+        // Only the cluster's leader manages (its heartbeat holds the
+        // cluster's lease); a standby makes no campaign of its own.
+        let outcome = if node.standing.leading() {
+            look(&node, &settings, &mut below).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = outcome {
             // Another leader, a conflict, the database away: the next look
             // starts over.
             if !matches!(e, tabos_kernel::Error::StaleEpoch(_)) {
@@ -135,8 +146,6 @@ async fn look(
             decided.push((lead.clone(), r.realm.clone(), w));
         }
     }
-    let node_lease = node.lease_us();
-    let healthy = node.healthy_for_a_lease();
     store
         .run(CLUSTER_PARTITION, move |tx| {
             for (lead, realm, want) in &decided {
@@ -148,12 +157,10 @@ async fn look(
                 }
             }
             if let Some(lead) = &smgr {
-                // A node whose own heartbeats have not reached the database
-                // for a lease (it just started, or the database was away)
-                // takes no node out of the pool for a lapsed lease: after
-                // an outage every lease looks lapsed, and none is lost.
-                let lease = if healthy { node_lease } else { i64::MAX / 4 };
-                let mut view = alloc::view_tx(tx, now, lease)?;
+                // The pool: the nodes the cluster's leader has not
+                // declared lost (it judges only while it reaches the
+                // database: see `crate::lease`).
+                let mut view = alloc::view_tx(tx)?;
                 for g in &mut view.grants {
                     g.used = demands
                         .get(&g.realm)

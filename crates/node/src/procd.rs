@@ -103,7 +103,59 @@ pub struct Procd {
     /// Its realm is a BE realm: all of it is best effort (σOS), so a grant
     /// taken back evicts its LC-class procs too (MapReduce's mappers).
     be_realm: bool,
+    /// The node's cores as LC reservations, shared by the procds of every
+    /// static realm it serves: an LC proc runs only once it holds its
+    /// cores here, so the LC procs running on a node never hold more cores
+    /// than it has, whatever realms they belong to (each realm's worker
+    /// offers all of the node's cores). `None`: a granted worker, whose
+    /// grants the cluster manager keeps within the node's cores.
+    lc_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Its running procs that are restartable (what it stops itself when
+    /// its node has been cut off from the database past its grace).
+    restartable: Mutex<std::collections::HashSet<Pid>>,
+    /// Procs it stopped that way: their ends are not recorded (the node
+    /// queues them again once it reaches the database, or finds the
+    /// cluster did).
+    fenced: Mutex<std::collections::HashSet<Pid>>,
 }
+
+/// A procd, as the node holds it.
+pub type ProcdRef = Arc<Procd>;
+
+/// What a node shares between the procds of its realms.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    /// Cores of the procs they run now (claimed and not yet ended).
+    pub busy_cores: Arc<AtomicI64>,
+    /// The node's cores as LC reservations (see [`Procd`]); `None` for a
+    /// granted worker.
+    pub lc_slots: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+impl Shared {
+    /// The sharing of a static node with `cores` cores.
+    pub fn node(cores: i64) -> Shared {
+        Shared {
+            busy_cores: Arc::new(AtomicI64::new(0)),
+            lc_slots: Some(Arc::new(tokio::sync::Semaphore::new(
+                cores.clamp(1, i64::from(u32::MAX >> 3)) as usize,
+            ))),
+        }
+    }
+
+    /// A granted worker's own: its grant bounds it.
+    pub fn granted() -> Shared {
+        Shared {
+            busy_cores: Arc::new(AtomicI64::new(0)),
+            lc_slots: None,
+        }
+    }
+}
+
+/// First and longest pause between attempts to record a proc's end while
+/// the database cannot be reached.
+const EXIT_RETRY_PAUSE_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+const EXIT_RETRY_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Longest a stopping procd waits for the procs it killed to end.
 const STOP_WAIT_MAX: Duration = Duration::from_secs(5);
@@ -176,7 +228,7 @@ impl Procd {
         sandbox: Sandbox,
         policy: Policy,
         auth: crate::auth::Auth,
-        busy_cores: Arc<AtomicI64>,
+        shared: Shared,
         load: Arc<crate::load::Load>,
         confine: Arc<crate::confine::Confine>,
         grant: Option<Arc<AtomicI64>>,
@@ -196,7 +248,7 @@ impl Procd {
             policy,
             auth,
             running: Mutex::new(HashMap::new()),
-            busy_cores,
+            busy_cores: shared.busy_cores,
             load,
             be_waiting: Default::default(),
             confine,
@@ -206,7 +258,43 @@ impl Procd {
             grant,
             preemptible: Mutex::new(Vec::new()),
             be_realm,
+            lc_slots: shared.lc_slots,
+            restartable: Mutex::new(Default::default()),
+            fenced: Mutex::new(Default::default()),
         })
+    }
+
+    /// Its node has failed to renew its lease for its grace (cut off from
+    /// the database): stops every restartable proc it runs, at once,
+    /// recording nothing — the cluster will queue them again elsewhere once
+    /// the grace and a margin have passed, so they must not run here too.
+    /// Returns their pids, for the node to queue again itself should it
+    /// reach the database first.
+    pub fn fence(&self) -> Vec<Pid> {
+        let restartable: Vec<Pid> = self
+            .restartable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut fenced = self.fenced.lock().unwrap_or_else(|e| e.into_inner());
+        let mut stopped = Vec::new();
+        for pid in restartable {
+            if let Some(r) = running.get(&pid) {
+                fenced.insert(pid.clone());
+                match r {
+                    Running::Native(os_pid) => signal_group(*os_pid, libc::SIGKILL),
+                    Running::Wasm(stop, woken) => {
+                        stop.stop();
+                        woken.notify_one();
+                    }
+                }
+                stopped.push(pid);
+            }
+        }
+        stopped
     }
 
     /// The worker's cores now: its grant in an elastic realm.
@@ -537,22 +625,52 @@ impl Procd {
                 }
             }
         }
+        self.restartable
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&p.pid);
         if self.stopping.load(Ordering::SeqCst) {
             // Stopped with the node, which gives it back: not its end.
             return;
         }
-        let next = procs::exited_and_claim(
-            &self.store,
-            &self.realm,
-            &p.pid,
-            state,
-            status,
-            error,
-            &self.worker,
-            CLAIM_BATCH_MAX,
-            self.admission(),
-        )
-        .await;
+        if self
+            .fenced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&p.pid)
+        {
+            // Stopped because the node was cut off: queued again, not ended.
+            self.freed.notify_one();
+            return;
+        }
+        // The database away (a failover, a cut-off node): the end is
+        // recorded once it is back — never lost, and never recorded for a
+        // proc the cluster has given back meanwhile (the kernel records an
+        // end only for a live proc this worker holds).
+        let mut pause = EXIT_RETRY_PAUSE_MIN;
+        let next = loop {
+            let next = procs::exited_and_claim(
+                &self.store,
+                &self.realm,
+                &p.pid,
+                state,
+                status,
+                error.clone(),
+                &self.worker,
+                CLAIM_BATCH_MAX,
+                self.admission(),
+            )
+            .await;
+            match next {
+                Err(tabos_kernel::Error::Store(e))
+                    if e.is_unavailable() && !self.stopping.load(Ordering::SeqCst) =>
+                {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(EXIT_RETRY_PAUSE_MAX);
+                }
+                other => break other,
+            }
+        };
         match next {
             Ok(claimed) if !claimed.procs.is_empty() => {
                 let mut set = self
@@ -583,6 +701,26 @@ impl Procd {
     }
 
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
+        // An LC proc holds its cores of the node while it runs (see
+        // `lc_slots`); it waits here, claimed, while other realms' LC procs
+        // hold them.
+        let _cores = match (&self.lc_slots, p.class) {
+            (Some(slots), Class::Lc) if p.cores > 0 => {
+                let n = u32::try_from(p.cores).unwrap_or(u32::MAX);
+                match slots.clone().acquire_many_owned(n).await {
+                    Ok(permit) => Some(permit),
+                    // Closed: the node is stopping.
+                    Err(_) => return,
+                }
+            }
+            _ => None,
+        };
+        if p.restartable {
+            self.restartable
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(p.pid.clone());
+        }
         match p.kind {
             Kind::Native => self.run_native(p).await,
             Kind::Wasm => self.run_wasm(p).await,

@@ -54,6 +54,9 @@ impl proto::node_server::Node for StatusService {
                 .collect(),
             cores: self.node.settings.cores,
             mem_mib: self.node.settings.mem_mb,
+            notifications: stats.notifications,
+            db_connections: stats.connections,
+            leader: self.node.standing.leading(),
         }))
     }
 
@@ -65,13 +68,11 @@ impl proto::node_server::Node for StatusService {
         // A realm's member sees the nodes, and only its own realm on them.
         let only = (!access.principal.is_operator()).then(|| access.principal.realm.clone());
         let store = self.node.store.clone();
-        let lease_us = self.node.lease_us();
-        let nodes = tokio::task::spawn_blocking(move || {
-            tabos_kernel::nodes::list(&store, only.as_deref(), lease_us)
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(|e| kernel_status(&e))?;
+        let nodes =
+            tokio::task::spawn_blocking(move || tabos_kernel::nodes::list(&store, only.as_deref()))
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(|e| kernel_status(&e))?;
         let now = tabos_store::now_us();
         Ok(Response::new(proto::ListNodesResponse {
             nodes: nodes.into_iter().map(|n| node_to_proto(n, now)).collect(),
@@ -85,7 +86,7 @@ impl proto::node_server::Node for StatusService {
         let access = self.node.access(&request)?;
         access.require(Role::Operator)?;
         let id = request.into_inner().node_id;
-        tabos_kernel::nodes::remove(&self.node.store, &id, self.node.lease_us())
+        tabos_kernel::nodes::remove(&self.node.store, &id)
             .await
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Empty {}))
@@ -98,14 +99,9 @@ impl proto::node_server::Node for StatusService {
         let access = self.node.access(&request)?;
         access.require(Role::Operator)?;
         let r = request.into_inner();
-        let done = tabos_kernel::procs::drain_node(
-            &self.node.store,
-            &r.node_id,
-            r.drain,
-            self.node.lease_us(),
-        )
-        .await
-        .map_err(|e| kernel_status(&e))?;
+        let done = tabos_kernel::procs::drain_node(&self.node.store, &r.node_id, r.drain)
+            .await
+            .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::DrainNodeResponse {
             changed: done.changed,
             moved: done
@@ -311,6 +307,9 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
         draining_us: n.draining_us.unwrap_or(0),
         elastic: n.elastic,
         busy_cores: n.busy_cores,
+        lost_us: n.lost_us.unwrap_or(0),
+        given_back_us: n.given_back_us.unwrap_or(0),
+        note: n.note,
         realms: n
             .realms
             .into_iter()

@@ -127,3 +127,100 @@ async fn waiters_and_messages_survive_a_failover() {
     n2.shut_down().await;
     drop(rc);
 }
+
+/// A database outage every node sees (the primary killed, the standby
+/// promoted `outage` later: 5 s and 20 s, as real failovers take), shorter
+/// than the nodes' grace: no node is declared lost, no proc is failed or
+/// queued again, every worker stays up, and the procs run on to their own
+/// ends.
+async fn an_outage_fails_nothing(outage: Duration) {
+    if find_bindir().is_none() {
+        return; // no PostgreSQL server binaries here
+    }
+    let rc = tokio::task::spawn_blocking(|| {
+        let rc = ReplicatedCluster::start(&ClusterOptions::default()).unwrap();
+        let url = rc.create_database("outage").unwrap();
+        (rc, url)
+    })
+    .await
+    .unwrap();
+    let (rc, url) = rc;
+    let config = tabos_store::Config::postgres(url).with_partitions(2);
+    let (d1, d2) = (TempDir::new("out-1"), TempDir::new("out-2"));
+    let n1 = common::start_on(&d1, "n1", &config, Default::default()).await;
+    let n2 = common::start_on(&d2, "n2", &config, Default::default()).await;
+    let mut c = n1.client().await;
+    // Procs that outlive the outage, on both nodes: one restartable.
+    let secs = (outage.as_secs() + 15).to_string();
+    for (pid, restartable) in [("p1", false), ("p2", true), ("p3", false), ("p4", true)] {
+        let d = proto::ProcDescriptor {
+            pid: pid.into(),
+            program: "sleep".into(),
+            args: vec![secs.clone()],
+            restartable,
+            ..Default::default()
+        };
+        c.spawn("", d).await.unwrap();
+    }
+    for pid in ["p1", "p2", "p3", "p4"] {
+        c.wait_start("", pid).await.unwrap();
+    }
+    let placed: Vec<String> = {
+        let mut v = Vec::new();
+        for pid in ["p1", "p2", "p3", "p4"] {
+            v.push(c.proc_status("", pid).await.unwrap().worker);
+        }
+        v
+    };
+    let rc = tokio::task::spawn_blocking(move || {
+        rc.fail_over(outage).unwrap();
+        rc
+    })
+    .await
+    .unwrap();
+    // Through the other node too: each proc runs to its own end, where it
+    // was, and ends as it did.
+    let mut c2 = n2.client().await;
+    for (pid, worker) in ["p1", "p2", "p3", "p4"].iter().zip(&placed) {
+        let done = loop {
+            match c2.wait_exit("", pid).await {
+                Ok(done) => break done,
+                Err(e) => {
+                    assert_eq!(code(&e), Code::Unavailable, "{e}");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        };
+        assert_eq!(
+            (done.state.as_str(), done.exit_status, &done.worker),
+            ("exited", Some(0), worker),
+            "{pid} ran on where it was to its own end: {done:?}"
+        );
+    }
+    let requeued = c2
+        .sql(
+            "SELECT count(*) FROM proc_event WHERE event IN ('requeue', 'steal')",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(requeued.rows[0][0], Some(tabos_client::Value::Int(0)));
+    for n in c2.list_nodes().await.unwrap() {
+        assert_eq!(n.state, "up", "{n:?}");
+        assert_eq!((n.lost_us, n.note.as_str()), (0, ""), "never lost: {n:?}");
+    }
+    drop((c, c2));
+    n1.shut_down().await;
+    n2.shut_down().await;
+    drop(rc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_of_5_s_fails_nothing() {
+    an_outage_fails_nothing(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_of_20_s_fails_nothing() {
+    an_outage_fails_nothing(Duration::from_secs(20)).await;
+}

@@ -96,10 +96,11 @@ fn processes_with(marker: &str) -> usize {
         .count()
 }
 
-/// A node whose worker another node declared lost while it was silent
-/// learns it at its next heartbeat: it kills the copies it still runs (the
-/// procs were failed or placed again), their ends change nothing recorded,
-/// and its worker registers again and takes new work.
+/// A node the cluster declared lost while it was silent, its procs given
+/// back, learns it at its next heartbeat: it kills the copies it still
+/// runs (the procs were failed or placed again), their ends change nothing
+/// recorded, its worker registers again and takes new work, and the node's
+/// row says what happened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
     let dir = TempDir::new("nodes-lapsed");
@@ -117,17 +118,30 @@ async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
     op.wait_start("", "copy").await.unwrap();
     assert_eq!(processes_with(&marker), 1);
 
-    // Declared lost, as another node would on a lapsed lease.
+    // As the cluster's leader would, an hour on: its workers down and its
+    // procs given back, realm by realm, then its row marked lost and given
+    // back (in that order, so that the node's next heartbeat finds both).
     let store = n.node.store.clone();
-    let pk = tabos_kernel::realm_partition("default", store.partitions());
-    let expired = store
-        .run(pk, |tx| {
-            let far = tabos_store::now_us() + 3_600_000_000;
-            tabos_kernel::procs::expire_tx(tx, "default", far, 1)
+    let far = tabos_store::now_us() + 3_600_000_000;
+    let down = tabos_kernel::procs::node_lost(&store, "n1").await.unwrap();
+    assert_eq!(down[0].1.workers.len(), 1, "{down:?}");
+    let given = tabos_kernel::procs::give_back_node(&store, "n1", "node n1 lost (silent)")
+        .await
+        .unwrap();
+    assert_eq!(given[0].1.failed, ["copy"]);
+    let (lost, due) = store
+        .run(tabos_kernel::nodes::CLUSTER_PARTITION, move |tx| {
+            Ok::<_, tabos_kernel::Error>((
+                tabos_kernel::nodes::declare_lost_tx(tx, far, 1)?,
+                tabos_kernel::nodes::due_give_back_tx(tx, far, 1)?,
+            ))
         })
         .await
         .unwrap();
-    assert_eq!(expired.failed, ["copy"]);
+    assert_eq!(
+        (lost, due),
+        (vec!["n1".to_string()], vec!["n1".to_string()])
+    );
 
     // Its next heartbeat (one a second) finds it out: the copy goes.
     for _ in 0..200 {
@@ -150,6 +164,52 @@ async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
     op.spawn("", next).await.unwrap();
     let done = op.wait_exit("", "after").await.unwrap();
     assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    let me = op.list_nodes().await.unwrap().remove(0);
+    assert_eq!(me.state, "up");
+    assert!(
+        me.note.contains("its procs had been given back"),
+        "{}",
+        me.note
+    );
+    drop(op);
+    n.shut_down().await;
+}
+
+/// A node the cluster declared lost that comes back before its procs were
+/// given back keeps them: its worker is up again, its proc runs on and
+/// ends as recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_before_its_grace_keeps_its_procs() {
+    let dir = TempDir::new("nodes-kept");
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    let proc = tabos_client::proto::ProcDescriptor {
+        pid: "kept".into(),
+        program: "sh".into(),
+        args: vec!["-c".into(), "sleep 3; echo done".into()],
+        ..Default::default()
+    };
+    op.spawn("", proc).await.unwrap();
+    op.wait_start("", "kept").await.unwrap();
+    let store = n.node.store.clone();
+    let far = tabos_store::now_us() + 3_600_000_000;
+    tabos_kernel::procs::node_lost(&store, "n1").await.unwrap();
+    let lost = store
+        .run(tabos_kernel::nodes::CLUSTER_PARTITION, move |tx| {
+            tabos_kernel::nodes::declare_lost_tx(tx, far, 1)
+        })
+        .await
+        .unwrap();
+    assert_eq!(lost, ["n1"]);
+    let done = op.wait_exit("", "kept").await.unwrap();
+    assert_eq!(
+        (done.state.as_str(), done.exit_status),
+        ("exited", Some(0)),
+        "kept and ended as it did: {done:?}"
+    );
+    let me = op.list_nodes().await.unwrap().remove(0);
+    assert!(me.note.contains("it kept them"), "{}", me.note);
+    assert_eq!(me.realms[0].realm, "default", "its worker is up: {me:?}");
     drop(op);
     n.shut_down().await;
 }
@@ -188,7 +248,7 @@ async fn a_clean_stop_gives_procs_back() {
     assert!(plain.error.unwrap_or_default().contains("node n1 stopped"));
     let again = tabos_kernel::procs::get(&store, "default", &pid("again")).unwrap();
     assert_eq!((again.state.as_str(), again.worker), ("spawned", None));
-    let nodes = tabos_kernel::nodes::list(&store, None, 3_000_000).unwrap();
+    let nodes = tabos_kernel::nodes::list(&store, None).unwrap();
     assert_eq!(nodes[0].state, tabos_kernel::nodes::NodeState::Left);
 }
 

@@ -546,6 +546,18 @@ fn alive(argv: &[&str]) -> bool {
 }
 
 /// Waits (boundedly) until no process runs `argv`; whether none does.
+/// Whether a process of `argv` is running within a few seconds (a shell
+/// prints a child's pid as it forks, before the child has exec'd).
+async fn appears(argv: &[&str]) -> bool {
+    for _ in 0..500 {
+        if alive(argv) {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    false
+}
+
 async fn gone(argv: &[&str]) -> bool {
     for _ in 0..500 {
         if !alive(argv) {
@@ -619,7 +631,7 @@ async fn native_procs_are_process_groups() {
         .await
         .unwrap();
     printed_pids(&mut c, &s.pid, 2).await;
-    assert!(alive(&["sleep", "7771"]) && alive(&["sleep", "7781"]));
+    assert!(appears(&["sleep", "7771"]).await && appears(&["sleep", "7781"]).await);
     c.evict("default", &s.pid).await.unwrap();
     let evicted = c.wait_exit("default", &s.pid).await.unwrap();
     assert_eq!(evicted.state, "evicted");
@@ -1004,5 +1016,49 @@ async fn native_procs_have_their_own_cgroup_and_network() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), tonic::Code::PermissionDenied, "{e}");
+    let _ = stop.send(());
+}
+
+/// LC reservations are the node's, across realms (issue 35, item 3): on a
+/// one-core node an LC proc of one core in each of two realms — each
+/// realm's worker offering the node's one core — run one after the other,
+/// never at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lc_cores_are_reserved_on_the_node_across_realms() {
+    let dir = TempDir::new("lc-node");
+    let (_node, addr, stop) = start(&dir, 1).await;
+    let mut c = connect(&addr).await;
+    c.create_realm("other", "fifo").await.unwrap();
+    // The node serves the new realm once it hears of it.
+    let one = proto::ProcDescriptor {
+        pid: "x".into(),
+        ..native("true", &[])
+    };
+    let s = c.spawn("other", one).await.unwrap();
+    c.wait_exit("other", &s.pid).await.unwrap();
+    for realm in ["default", "other"] {
+        let d = proto::ProcDescriptor {
+            pid: "lc".into(),
+            class: "LC".into(),
+            cores: Some(1),
+            ..sh("sleep 0.5")
+        };
+        let placed = c.spawn(realm, d).await.unwrap();
+        assert!(
+            !placed.worker.is_empty(),
+            "placed at once in {realm}: {placed:?}"
+        );
+    }
+    let mut spans = Vec::new();
+    for realm in ["default", "other"] {
+        let done = c.wait_exit(realm, "lc").await.unwrap();
+        assert_eq!(done.exit_status, Some(0), "{done:?}");
+        spans.push((done.start_us.unwrap(), done.exit_us.unwrap()));
+    }
+    let ((s1, e1), (s2, e2)) = (spans[0], spans[1]);
+    assert!(
+        s2 >= e1 || s1 >= e2,
+        "the node's one core held by two LC procs at once: {spans:?}"
+    );
     let _ = stop.send(());
 }

@@ -10,14 +10,20 @@
 //! then re-reads the state it waits for, then waits on the subscription, so a
 //! change that commits between the read and the wait is not missed.
 //!
+//! Where notifications come from a database shared with other processes
+//! (PostgreSQL), the feed tells its [`Remote`] which channels have
+//! subscribers here, and only those are delivered to this process: a
+//! subscription to a channel not yet delivered returns once the database
+//! delivers it.
+//!
 //! Every subscriber has a bounded queue ([`SUBSCRIBER_QUEUE_MAX`]). A subscriber
 //! that falls that far behind is cut off rather than allowed to grow memory
 //! without bound or to stall the writers; its next receive returns
 //! [`Error::Lagged`] and it must re-read and subscribe again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use tokio::sync::mpsc;
 
@@ -82,16 +88,64 @@ struct Subscriber {
     lagged: Arc<AtomicBool>,
 }
 
+/// Most a subscription waits for the database to start delivering its
+/// channel ([`Remote`]). Past it (the database is away) the subscription
+/// stands, and is cut off as lagged once the listener is back — so its
+/// owner re-reads rather than miss a change.
+pub const LISTEN_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Where notifications come from when they are not this process's own:
+/// a database connection that must be told which channels to deliver
+/// (PostgreSQL's LISTEN), so that a process receives the notifications of
+/// the channels it has subscribers for and no others.
+pub(crate) trait Remote: Send + Sync {
+    /// Wakes the listener to bring its channels in line with
+    /// [`Feed::take_dirty`].
+    fn poke(&self);
+}
+
+#[derive(Default)]
+struct State {
+    channels: HashMap<String, Vec<Subscriber>>,
+    /// Channels the remote delivers now (with a [`Remote`] only).
+    listened: HashSet<String>,
+    /// Channels whose subscribers came or went since the listener last
+    /// looked, and the highest ticket among the waiters for them.
+    dirty: Vec<String>,
+    ticket: u64,
+}
+
+/// Tickets of subscriptions waiting for their channel to be delivered,
+/// and the highest the listener has seen to.
+#[derive(Default)]
+struct Tickets {
+    done: Mutex<u64>,
+    moved: Condvar,
+}
+
 /// The in-process fan-out of committed notifications to subscribers.
 #[derive(Default)]
 pub struct Feed {
-    channels: Mutex<HashMap<String, Vec<Subscriber>>>,
+    state: Mutex<State>,
     next_id: AtomicU64,
+    remote: std::sync::OnceLock<Arc<dyn Remote>>,
+    tickets: Tickets,
 }
 
 impl Feed {
     pub fn new() -> Arc<Feed> {
         Arc::new(Feed::default())
+    }
+
+    /// Makes `remote` the source of this feed's notifications: from then on
+    /// a subscription to a channel not yet delivered waits (at most
+    /// [`LISTEN_WAIT_MAX`]) until it is.
+    pub(crate) fn set_remote(&self, remote: Arc<dyn Remote>) {
+        let _ = self.remote.set(remote);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Subscribes to one channel. Notifications committed after this call
@@ -100,16 +154,33 @@ impl Feed {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE_MAX);
         let lagged = Arc::new(AtomicBool::new(false));
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(channel.to_string())
-            .or_default()
-            .push(Subscriber {
-                id,
-                tx,
-                lagged: lagged.clone(),
-            });
+        let wait_for = {
+            let mut st = self.lock();
+            st.channels
+                .entry(channel.to_string())
+                .or_default()
+                .push(Subscriber {
+                    id,
+                    tx,
+                    lagged: lagged.clone(),
+                });
+            match self.remote.get() {
+                Some(_) if !st.listened.contains(channel) => {
+                    st.dirty.push(channel.to_string());
+                    st.ticket += 1;
+                    Some(st.ticket)
+                }
+                _ => None,
+            }
+        };
+        if let (Some(ticket), Some(remote)) = (wait_for, self.remote.get()) {
+            remote.poke();
+            let done = self.tickets.done.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = self
+                .tickets
+                .moved
+                .wait_timeout_while(done, LISTEN_WAIT_MAX, |d| *d < ticket);
+        }
         Subscription {
             rx,
             lagged,
@@ -125,54 +196,139 @@ impl Feed {
         if notes.is_empty() {
             return;
         }
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        for note in notes {
-            let Some(subs) = channels.get_mut(&note.channel) else {
-                continue;
-            };
-            subs.retain(|s| match s.tx.try_send(note.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    s.lagged.store(true, Ordering::Release);
-                    false
+        let mut emptied = false;
+        {
+            let mut st = self.lock();
+            let st = &mut *st;
+            for note in notes {
+                let Some(subs) = st.channels.get_mut(&note.channel) else {
+                    continue;
+                };
+                subs.retain(|s| match s.tx.try_send(note.clone()) {
+                    Ok(()) => true,
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        s.lagged.store(true, Ordering::Release);
+                        false
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => false,
+                });
+                if subs.is_empty() {
+                    st.channels.remove(&note.channel);
+                    if self.remote.get().is_some() {
+                        st.dirty.push(note.channel.clone());
+                        emptied = true;
+                    }
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-            if subs.is_empty() {
-                channels.remove(&note.channel);
             }
+        }
+        if emptied {
+            self.poke();
         }
     }
 
     /// Cuts every subscriber off as lagged: used when notifications may have
     /// been lost (the PostgreSQL listener lost its connection), so that every
-    /// waiter re-reads the state it waits on.
+    /// waiter re-reads the state it waits on. With a remote, nothing is
+    /// delivered any more (`listened` empties), as after a reconnection.
     pub fn cut_off_all(&self) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        for subs in channels.values() {
+        let mut st = self.lock();
+        for subs in st.channels.values() {
             for s in subs {
                 s.lagged.store(true, Ordering::Release);
             }
         }
-        channels.clear();
+        st.channels.clear();
+        st.listened.clear();
+        st.dirty.clear();
     }
 
     /// Number of live subscribers of a channel.
     pub fn subscribers(&self, channel: &str) -> usize {
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(channel)
-            .map_or(0, Vec::len)
+        self.lock().channels.get(channel).map_or(0, Vec::len)
+    }
+
+    /// For the listener: the channels to start and to stop delivering, as
+    /// `(listen, unlisten)`, marked as done in `listened` at once (so a
+    /// subscriber arriving after this sees what will be true once the
+    /// listener has run them), and the ticket to report with
+    /// [`Feed::listened_to`] once it has.
+    pub(crate) fn take_dirty(&self) -> (Vec<String>, Vec<String>, u64) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let (mut listen, mut unlisten) = (Vec::new(), Vec::new());
+        let mut seen = HashSet::new();
+        for ch in std::mem::take(&mut st.dirty) {
+            if !seen.insert(ch.clone()) {
+                continue;
+            }
+            let wanted = st.channels.contains_key(&ch);
+            let delivered = st.listened.contains(&ch);
+            if wanted && !delivered {
+                st.listened.insert(ch.clone());
+                listen.push(ch);
+            } else if !wanted && delivered {
+                st.listened.remove(&ch);
+                unlisten.push(ch);
+            }
+        }
+        (listen, unlisten, st.ticket)
+    }
+
+    /// For the listener, after a (re)connection: every channel with
+    /// subscribers is to be delivered again.
+    pub(crate) fn mark_all_dirty(&self) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        st.listened.clear();
+        st.dirty = st.channels.keys().cloned().collect();
+    }
+
+    /// For the listener: every subscription waiting with a ticket up to
+    /// `ticket` may go on (its channel is delivered, or the database is
+    /// away and it will be cut off when it is back).
+    pub(crate) fn listened_to(&self, ticket: u64) {
+        let mut done = self.tickets.done.lock().unwrap_or_else(|p| p.into_inner());
+        if ticket > *done {
+            *done = ticket;
+        }
+        self.tickets.moved.notify_all();
+    }
+
+    /// For the listener, when the database cannot be reached: the
+    /// subscriptions waiting now go on (they are cut off once it is back).
+    pub(crate) fn release_waiters(&self) {
+        let ticket = self.lock().ticket;
+        self.listened_to(ticket);
+    }
+
+    /// Whether `channel` is delivered now (tests of the remote).
+    pub fn delivered(&self, channel: &str) -> bool {
+        self.remote.get().is_none() || self.lock().listened.contains(channel)
+    }
+
+    fn poke(&self) {
+        if let Some(r) = self.remote.get() {
+            r.poke();
+        }
     }
 
     fn unsubscribe(&self, channel: &str, id: u64) {
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(subs) = channels.get_mut(channel) {
-            subs.retain(|s| s.id != id);
-            if subs.is_empty() {
-                channels.remove(channel);
+        let mut emptied = false;
+        {
+            let mut st = self.lock();
+            if let Some(subs) = st.channels.get_mut(channel) {
+                subs.retain(|s| s.id != id);
+                if subs.is_empty() {
+                    st.channels.remove(channel);
+                    if self.remote.get().is_some() {
+                        st.dirty.push(channel.to_string());
+                        emptied = true;
+                    }
+                }
             }
+        }
+        if emptied {
+            self.poke();
         }
     }
 }

@@ -163,6 +163,10 @@ pub struct Config {
     /// (a restart, a failover) before failing with [`Error::Unavailable`]
     /// (default [`postgres::RECONNECT_WAIT_MAX`]). SQLite: no effect.
     pub reconnect_wait: std::time::Duration,
+    /// PostgreSQL: how long a connection of the pool beyond the first
+    /// [`postgres::POOL_IDLE_KEEP`] may go unused before it is closed
+    /// (default [`postgres::POOL_IDLE_CLOSE`]). SQLite: no effect.
+    pub pool_idle_close: std::time::Duration,
 }
 
 impl Config {
@@ -176,6 +180,7 @@ impl Config {
             connections: 8,
             pin_executors: false,
             reconnect_wait: postgres::RECONNECT_WAIT_MAX,
+            pool_idle_close: postgres::POOL_IDLE_CLOSE,
         }
     }
 
@@ -188,6 +193,7 @@ impl Config {
             connections: 8,
             pin_executors: false,
             reconnect_wait: postgres::RECONNECT_WAIT_MAX,
+            pool_idle_close: postgres::POOL_IDLE_CLOSE,
         }
     }
 
@@ -304,6 +310,12 @@ pub trait Tx {
     /// transaction has it (`None` only for a backend's own statements).
     fn locals(&self) -> Option<&Locals> {
         None
+    }
+    /// The database's clock now, in µs since the epoch: what leases are
+    /// written and judged by, so that nodes' clocks need not agree. SQLite
+    /// (one machine): this process's clock; PostgreSQL: the server's.
+    fn clock_us(&mut self) -> Result<i64> {
+        Ok(now_us())
     }
     /// Runs one statement of untrusted (tenant) SQL that may touch only the
     /// tables [`Confinement`] allows; returns its rows (at most `max_rows`,
@@ -443,6 +455,12 @@ pub struct Stats {
     pub commits: AtomicU64,
     /// Serialization-failure retries (PostgreSQL).
     pub retries: AtomicU64,
+    /// Notifications this process received from the database (PostgreSQL:
+    /// only those of channels it has subscribers for).
+    pub notifications: AtomicU64,
+    /// Connections to the database open now (PostgreSQL: the pool's and
+    /// the listener's; SQLite: 0).
+    pub connections: AtomicU64,
 }
 
 /// A plain copy of [`Stats`].
@@ -452,6 +470,8 @@ pub struct StatsSnapshot {
     pub failed: u64,
     pub commits: u64,
     pub retries: u64,
+    pub notifications: u64,
+    pub connections: u64,
 }
 
 impl Stats {
@@ -461,6 +481,8 @@ impl Stats {
             failed: self.failed.load(Ordering::Relaxed),
             commits: self.commits.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
+            notifications: self.notifications.load(Ordering::Relaxed),
+            connections: self.connections.load(Ordering::Relaxed),
         }
     }
 }
@@ -663,6 +685,9 @@ impl Tx for WithLocals<'_> {
     fn locals(&self) -> Option<&Locals> {
         Some(self.locals)
     }
+    fn clock_us(&mut self) -> Result<i64> {
+        self.tx.clock_us()
+    }
 }
 
 impl fmt::Debug for Store {
@@ -851,6 +876,12 @@ impl Store {
     /// Subscribes to a change-feed channel (see [`feed`]).
     pub fn subscribe(&self, channel: &str) -> Subscription {
         self.backend.feed().subscribe(channel)
+    }
+
+    /// Whether this process is delivered `channel`'s notifications now
+    /// (always on SQLite; on PostgreSQL while it has subscribers for it).
+    pub fn feed_delivers(&self, channel: &str) -> bool {
+        self.backend.feed().delivered(channel)
     }
 }
 

@@ -48,6 +48,9 @@ pub struct ClusterOptions {
     /// `fsync=off` makes tests fast; benchmarks keep the server default (on).
     pub fsync: bool,
     pub max_connections: u32,
+    /// Addresses to listen on besides 127.0.0.1, each with the network
+    /// (`ADDR/24`) it trusts: a test's own network namespaces reach it there.
+    pub also_listen: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -55,6 +58,7 @@ impl Default for ClusterOptions {
         ClusterOptions {
             fsync: false,
             max_connections: 200,
+            also_listen: Vec::new(),
         }
     }
 }
@@ -181,7 +185,7 @@ impl TempCluster {
     }
 
     /// initdb, with `extra` server settings (`-c` options) for every start.
-    fn init(&mut self, _options: &ClusterOptions, extra: &str) -> Result<()> {
+    fn init(&mut self, options: &ClusterOptions, extra: &str) -> Result<()> {
         let mut init = self.command("initdb");
         init.arg("-D").arg(self.data()).args([
             "-U",
@@ -192,6 +196,14 @@ impl TempCluster {
             "--no-sync",
         ]);
         self.run(init, "initdb")?;
+        if !options.also_listen.is_empty() {
+            let hba = self.data().join("pg_hba.conf");
+            let mut text = std::fs::read_to_string(&hba).unwrap_or_default();
+            for a in &options.also_listen {
+                text.push_str(&format!("host all all {a}/24 trust\n"));
+            }
+            std::fs::write(&hba, text).map_err(|e| Error::Io(format!("{}: {e}", hba.display())))?;
+        }
         self.extra_settings(extra)
     }
 
@@ -210,8 +222,12 @@ impl TempCluster {
     /// Starts the server on its data directory (pg_ctl start, waiting), and
     /// the watchdog that stops and removes it when this value is dropped.
     fn serve(&mut self, options: &ClusterOptions) -> Result<()> {
+        let listen = std::iter::once("127.0.0.1".to_string())
+            .chain(options.also_listen.iter().cloned())
+            .collect::<Vec<_>>()
+            .join(",");
         let server_opts = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync={} -c max_connections={} \
+            "-c listen_addresses={listen} -p {} -k {} -c fsync={} -c max_connections={} \
              -c shared_buffers=128MB",
             self.port,
             self.dir.display(),

@@ -21,12 +21,21 @@
 //! ## Change feed
 //! A procedure's notifications are sent with `pg_notify` inside its own
 //! transaction, so PostgreSQL delivers them only if and when it commits, in
-//! commit order. All tabos channels share one PostgreSQL channel,
-//! [`PG_CHANNEL`], with the tabos channel framed before a newline in the
-//! payload; a dedicated listener connection (LISTEN before `open` returns)
-//! feeds them into the in-process [`Feed`]. Should the listener lose its
-//! connection, every subscriber is cut off as lagged (they may have missed
-//! notifications and must re-read) and the listener reconnects.
+//! commit order. Each tabos channel has a PostgreSQL channel of its own
+//! ([`pg_channel`]), with the tabos channel framed before a newline in the
+//! payload; a dedicated listener connection LISTENs on the channels this
+//! process has subscribers for — a subscription to a new channel returns
+//! once the LISTEN has run — and feeds what arrives into the in-process
+//! [`Feed`]. So a notification reaches the nodes that wait for it, not
+//! every node. Should the listener lose its connection, every subscriber
+//! is cut off as lagged (they may have missed notifications and must
+//! re-read) and the listener reconnects.
+//!
+//! ## Connections
+//! The pool holds at most [`Config::connections`] connections and, once
+//! idle, keeps [`POOL_IDLE_KEEP`] of them: a worker whose connection has
+//! not been used for [`POOL_IDLE_CLOSE`] closes it, and connects again when
+//! work comes. An idle node holds the pool's two and the listener's one.
 //!
 //! ## Types
 //! Values cross as the five store types; see [`crate::value`].
@@ -34,7 +43,6 @@
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -53,8 +61,11 @@ use crate::{
     Stats, Tx, QUEUE_PROCS_MAX,
 };
 
-/// The PostgreSQL channel all tabos notifications travel on.
-pub const PG_CHANNEL: &str = "tabos_feed";
+/// Connections the pool keeps when idle (see the module doc).
+pub const POOL_IDLE_KEEP: usize = 2;
+/// How long an extra connection of the pool may sit unused before it is
+/// closed.
+pub const POOL_IDLE_CLOSE: Duration = Duration::from_secs(10);
 /// Most times one procedure is retried after a serialization failure.
 pub const RETRIES_MAX: u32 = 100;
 /// First retry pause, in microseconds; doubles per retry up to the cap.
@@ -87,11 +98,10 @@ enum PgJob {
 pub struct PgBackend {
     partitions: u32,
     durability: Durability,
-    sender: Mutex<Option<SyncSender<PgJob>>>,
+    queue: Arc<JobQueue>,
     workers: Vec<JoinHandle<()>>,
     listener: Option<JoinHandle<()>>,
-    url: String,
-    stop_token: String,
+    remote: Arc<PgRemote>,
     feed: Arc<Feed>,
     stats: Arc<Stats>,
 }
@@ -143,9 +153,44 @@ fn reconnect_until(
     }
 }
 
+/// How long a connection attempt may take (an address no one answers
+/// would otherwise hold it for minutes).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long data sent on a connection may go unacknowledged before the
+/// connection is given up: a network cut is then an error in seconds, not
+/// after TCP's many minutes of retries.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Keepalives on a connection that is quiet (the listener's): a probe
+/// after this long, every [`KEEPALIVE_INTERVAL`], [`KEEPALIVE_RETRIES`]
+/// times, before the connection counts as lost.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// `url` as a connection's settings, with the store's bounds on time where
+/// the URL names none.
+fn pg_config(url: &str) -> Result<tokio_postgres::Config> {
+    let mut c: tokio_postgres::Config = url
+        .parse()
+        .map_err(|e| Error::Config(format!("bad PostgreSQL URL {}: {e}", redact(url))))?;
+    if c.get_connect_timeout().is_none() {
+        c.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if c.get_tcp_user_timeout().is_none() {
+        c.tcp_user_timeout(TCP_USER_TIMEOUT);
+    }
+    c.keepalives(true)
+        .keepalives_idle(KEEPALIVE_IDLE)
+        .keepalives_interval(KEEPALIVE_INTERVAL)
+        .keepalives_retries(KEEPALIVE_RETRIES);
+    Ok(c)
+}
+
 /// One connection attempt, set up for the store's transactions.
 fn connect_once(url: &str, durability: Durability) -> Result<Client> {
-    let mut c = Client::connect(url, NoTls).map_err(|e| map_err(&e, "connect"))?;
+    let mut c = postgres::Config::from(pg_config(url)?)
+        .connect(NoTls)
+        .map_err(|e| map_err(&e, "connect"))?;
     let sync = match durability {
         Durability::Off => "off",
         Durability::Normal | Durability::Full => "on",
@@ -191,21 +236,22 @@ impl PgBackend {
         let partitions = init_database(&mut first, config.partitions, migrations)?;
 
         let feed = Feed::new();
-        let stop_token = format!("stop-{}-{}", std::process::id(), crate::now_us());
-        let listener = start_listener(url.clone(), feed.clone(), stop_token.clone())?;
-
         let stats = Arc::new(Stats::default());
-        let (tx, rx) = sync_channel(QUEUE_PROCS_MAX);
-        let rx = Arc::new(Mutex::new(rx));
+        let (listener, remote) = start_listener(url.clone(), feed.clone(), stats.clone())?;
+        let queue = Arc::new(JobQueue::default());
         let mut workers = Vec::new();
-        let mut clients = vec![first];
-        for _ in 1..config.connections {
-            clients.push(connect(url, config.durability)?);
-        }
         let partition_locks: Arc<Vec<Turn>> =
             Arc::new((0..partitions).map(|_| Turn::default()).collect());
-        for (i, client) in clients.into_iter().enumerate() {
+        let mut first = Some(first);
+        for i in 0..config.connections {
+            // The first connection is kept; the others are made as work
+            // needs them (see the module doc).
+            let client = first.take();
+            if client.is_some() {
+                stats.connections.fetch_add(1, Ordering::Relaxed);
+            }
             let worker = Worker {
+                index: i,
                 partition_locks: partition_locks.clone(),
                 client,
                 url: url.clone(),
@@ -215,62 +261,101 @@ impl PgBackend {
                 stats: stats.clone(),
                 broken: false,
                 reconnect_wait: config.reconnect_wait,
+                idle_close: config.pool_idle_close,
             };
-            let rx = rx.clone();
+            let queue = queue.clone();
             let h = std::thread::Builder::new()
                 .name(format!("tabos-pg-{i}"))
-                .spawn(move || worker.run(&rx))
+                .spawn(move || worker.run(&queue))
                 .map_err(|e| Error::Io(format!("cannot start worker thread: {e}")))?;
             workers.push(h);
         }
         Ok(PgBackend {
             partitions,
             durability: config.durability,
-            sender: Mutex::new(Some(tx)),
+            queue,
             workers,
             listener: Some(listener),
-            url: url.clone(),
-            stop_token,
+            remote,
             feed,
             stats,
         })
     }
 
     fn send(&self, job: PgJob) -> std::result::Result<(), (PgJob, Error)> {
-        let guard = self.sender.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(sender) = guard.as_ref() else {
-            return Err((job, Error::Closed));
-        };
-        match sender.try_send(job) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(job)) => Err((
-                job,
-                Error::Overloaded(format!(
-                    "{QUEUE_PROCS_MAX} requests queued for the connection pool"
-                )),
-            )),
-            Err(TrySendError::Disconnected(job)) => Err((job, Error::Closed)),
-        }
+        self.queue.push(job)
     }
 }
 
 impl Drop for PgBackend {
     fn drop(&mut self) {
-        self.sender.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.queue.close();
         for h in self.workers.drain(..) {
             let _ = h.join();
         }
-        // Wake the listener with its own stop token; it exits on seeing it.
-        let (url, token, listener) = (&self.url, &self.stop_token, self.listener.take());
-        off_runtime(move || {
-            if let Ok(mut c) = Client::connect(url, NoTls) {
-                let payload = format!("\n{token}");
-                let _ = c.execute("SELECT pg_notify($1, $2)", &[&PG_CHANNEL, &payload]);
-                if let Some(h) = listener {
-                    let _ = h.join();
-                }
-            }
-        });
+        self.remote.stop.notify_one();
+        if let Some(h) = self.listener.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// The pool's queue of requests: workers wait on it each with its own
+/// deadline (so that an idle one can close its connection), which a
+/// channel behind one mutex would not allow.
+#[derive(Default)]
+struct JobQueue {
+    state: Mutex<QueueState>,
+    ready: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    jobs: std::collections::VecDeque<PgJob>,
+    closed: bool,
+}
+
+impl JobQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, job: PgJob) -> std::result::Result<(), (PgJob, Error)> {
+        let mut q = self.lock();
+        if q.closed {
+            return Err((job, Error::Closed));
+        }
+        if q.jobs.len() >= QUEUE_PROCS_MAX {
+            return Err((
+                job,
+                Error::Overloaded(format!(
+                    "{QUEUE_PROCS_MAX} requests queued for the connection pool"
+                )),
+            ));
+        }
+        q.jobs.push_back(job);
+        drop(q);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// The next request; `Err(true)` once closed, `Err(false)` if none came
+    /// within `wait`.
+    fn pop(&self, wait: Duration) -> std::result::Result<PgJob, bool> {
+        let q = self.lock();
+        let (mut q, _) = self
+            .ready
+            .wait_timeout_while(q, wait, |q| q.jobs.is_empty() && !q.closed)
+            .unwrap_or_else(|p| p.into_inner());
+        match q.jobs.pop_front() {
+            Some(job) => Ok(job),
+            None => Err(q.closed),
+        }
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
     }
 }
 
@@ -372,63 +457,181 @@ fn init_database(client: &mut Client, asked: Option<u32>, migrations: &[Migratio
     Ok(partitions)
 }
 
-fn start_listener(url: String, feed: Arc<Feed>, stop_token: String) -> Result<JoinHandle<()>> {
-    let mut client = Client::connect(&url, NoTls)
-        .map_err(|e| Error::Io(format!("listener cannot connect: {e}")))?;
-    let listen = format!("LISTEN {PG_CHANNEL}");
-    client
-        .batch_execute(&listen)
-        .map_err(|e| map_err(&e, &listen))?;
-    std::thread::Builder::new()
+/// The PostgreSQL channel a tabos channel travels on: a name of its own
+/// (a hash; PostgreSQL's names are at most 63 bytes), so that a process
+/// LISTENs for the channels it has subscribers for and PostgreSQL delivers
+/// it nothing else. The payload repeats the tabos channel, which tells
+/// apart the (astronomically unlikely) channels that share a hash.
+pub fn pg_channel(channel: &str) -> String {
+    format!("tabos_{:016x}", fnv64(channel))
+}
+
+/// The listener's [`Remote`]: woken to bring its LISTENs in line with the
+/// feed's subscribers.
+struct PgRemote {
+    wake: tokio::sync::Notify,
+    stop: tokio::sync::Notify,
+}
+
+impl feed::Remote for PgRemote {
+    fn poke(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Starts the listener: a thread with one connection that LISTENs on
+/// exactly the channels this process's feed has subscribers for, and
+/// publishes what PostgreSQL delivers. Should it lose its connection,
+/// every subscriber is cut off as lagged (they may have missed
+/// notifications and must re-read) and it connects again, with
+/// exponential back-off (nothing can wake it while the server is away).
+fn start_listener(
+    url: String,
+    feed: Arc<Feed>,
+    stats: Arc<Stats>,
+) -> Result<(JoinHandle<()>, Arc<PgRemote>)> {
+    let remote = Arc::new(PgRemote {
+        wake: tokio::sync::Notify::new(),
+        stop: tokio::sync::Notify::new(),
+    });
+    feed.set_remote(remote.clone());
+    let r = remote.clone();
+    let h = std::thread::Builder::new()
         .name("tabos-pg-listen".into())
-        .spawn(move || loop {
-            let lost = {
-                let mut notes = client.notifications();
-                let mut it = notes.blocking_iter();
-                loop {
-                    match it.next() {
-                        Ok(Some(n)) => {
-                            let Some((channel, payload)) = n.payload().split_once('\n') else {
-                                continue;
-                            };
-                            if channel.is_empty() {
-                                if payload == stop_token {
-                                    return;
-                                }
-                                continue;
-                            }
-                            feed.publish(&[Notification {
-                                channel: channel.to_string(),
-                                payload: payload.to_string(),
-                            }]);
-                        }
-                        Ok(None) | Err(_) => break true,
-                    }
-                }
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                // No listener: subscriptions wait their bound and stand.
+                Err(_) => return,
             };
-            if lost {
-                // Notifications may have been missed: tell every subscriber.
-                feed.cut_off_all();
-                // Exponential back-off between attempts, not a poll: nothing
-                // can wake us while the server is unreachable.
-                let mut pause = RECONNECT_PAUSE_MIN;
-                loop {
-                    if let Ok(mut c) = Client::connect(&url, NoTls) {
-                        if c.batch_execute(&listen).is_ok() {
-                            client = c;
-                            break;
-                        }
-                    }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
-                }
-                // Listening again: what changed while nobody listened is
-                // read again by every waiter (their re-reads during the
-                // outage may have failed or seen the old primary).
-                feed.cut_off_all();
-            }
+            rt.block_on(listen(url, feed, stats, r));
         })
-        .map_err(|e| Error::Io(format!("cannot start listener thread: {e}")))
+        .map_err(|e| Error::Io(format!("cannot start listener thread: {e}")))?;
+    Ok((h, remote))
+}
+
+/// The listener's life: a session per connection, until stopped.
+async fn listen(url: String, feed: Arc<Feed>, stats: Arc<Stats>, remote: Arc<PgRemote>) {
+    let mut pause = RECONNECT_PAUSE_MIN;
+    // Whether a subscriber may have missed something: the listener lost a
+    // connection, or let subscribers go on without their LISTEN.
+    let mut missed = false;
+    loop {
+        let config = match pg_config(&url) {
+            Ok(c) => c,
+            // The pool connected with it: not reached.
+            Err(_) => return,
+        };
+        let connected = tokio::select! {
+            c = config.connect(tokio_postgres::NoTls) => c,
+            () = remote.stop.notified() => return,
+        };
+        let (client, connection) = match connected {
+            Ok(c) => c,
+            Err(_) => {
+                // Waiting subscribers go on; they are cut off when it is back.
+                feed.release_waiters();
+                missed = true;
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = remote.stop.notified() => return,
+                }
+                pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+                continue;
+            }
+        };
+        pause = RECONNECT_PAUSE_MIN;
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        // What changed while nobody listened is read again by every
+        // waiter: cut off, they subscribe again, which LISTENs anew. (On
+        // the first connection, with every subscriber still waiting for its
+        // LISTEN, nothing can have been missed.)
+        if std::mem::take(&mut missed) {
+            feed.cut_off_all();
+        }
+        feed.mark_all_dirty();
+        let stopped = session(&client, connection, &feed, &stats, &remote).await;
+        stats.connections.fetch_sub(1, Ordering::Relaxed);
+        if stopped {
+            return;
+        }
+        // Notifications may have been missed: tell every subscriber.
+        feed.cut_off_all();
+        missed = true;
+    }
+}
+
+/// One connection's life: delivers notifications and runs the feed's
+/// LISTENs and UNLISTENs until the connection is lost (`false`) or the
+/// listener is stopped (`true`).
+async fn session<S>(
+    client: &tokio_postgres::Client,
+    mut connection: tokio_postgres::Connection<tokio_postgres::Socket, S>,
+    feed: &Feed,
+    stats: &Stats,
+    remote: &PgRemote,
+) -> bool
+where
+    S: tokio_postgres::tls::TlsStream + Unpin,
+{
+    let deliver = async {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                    let Some((channel, payload)) = n.payload().split_once('\n') else {
+                        continue;
+                    };
+                    stats.notifications.fetch_add(1, Ordering::Relaxed);
+                    feed.publish(&[Notification {
+                        channel: channel.to_string(),
+                        payload: payload.to_string(),
+                    }]);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return,
+            }
+        }
+    };
+    let reconcile = async {
+        // PostgreSQL channels LISTENed on, by how many tabos channels
+        // want each (two that share a hash share a LISTEN).
+        let mut listening: HashMap<String, usize> = HashMap::new();
+        loop {
+            let (listen, unlisten, ticket) = feed.take_dirty();
+            let mut sql = String::new();
+            for ch in &listen {
+                let pg = pg_channel(ch);
+                let n = listening.entry(pg.clone()).or_default();
+                *n += 1;
+                if *n == 1 {
+                    sql.push_str(&format!("LISTEN {pg};"));
+                }
+            }
+            for ch in &unlisten {
+                let pg = pg_channel(ch);
+                if let Some(n) = listening.get_mut(&pg) {
+                    *n -= 1;
+                    if *n == 0 {
+                        listening.remove(&pg);
+                        sql.push_str(&format!("UNLISTEN {pg};"));
+                    }
+                }
+            }
+            if !sql.is_empty() && client.batch_execute(&sql).await.is_err() {
+                return;
+            }
+            feed.listened_to(ticket);
+            remote.wake.notified().await;
+        }
+    };
+    tokio::select! {
+        () = deliver => false,
+        () = reconcile => false,
+        () = remote.stop.notified() => true,
+    }
 }
 
 /// A partition's turn within this node (see the module doc): while any of
@@ -457,9 +660,13 @@ impl Drop for Retrying<'_> {
 }
 
 struct Worker {
+    /// Its place in the pool: the first [`POOL_IDLE_KEEP`] keep their
+    /// connections when idle.
+    index: usize,
     /// One per partition (see [`Turn`]).
     partition_locks: Arc<Vec<Turn>>,
-    client: Client,
+    /// Its connection; `None` while idle (closed) or not yet made.
+    client: Option<Client>,
     url: String,
     durability: Durability,
     statements: PgStatements,
@@ -471,6 +678,8 @@ struct Worker {
     broken: bool,
     /// How long a request waits for the database ([`Config::reconnect_wait`]).
     reconnect_wait: Duration,
+    /// How long its connection may idle ([`Config::pool_idle_close`]).
+    idle_close: Duration,
 }
 
 /// Realm schemas a worker remembers as ready before it checks again.
@@ -487,13 +696,21 @@ fn fnv64(s: &str) -> u64 {
 }
 
 impl Worker {
-    fn run(mut self, rx: &Mutex<Receiver<PgJob>>) {
+    fn run(mut self, queue: &JobQueue) {
         loop {
-            let job = {
-                let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                rx.recv()
+            let job = match queue.pop(self.idle_close) {
+                Ok(job) => job,
+                Err(true) => return,
+                Err(false) => {
+                    // Idle for a while: an extra connection goes.
+                    if self.index >= POOL_IDLE_KEEP && self.client.take().is_some() {
+                        self.stats.connections.fetch_sub(1, Ordering::Relaxed);
+                        self.statements.clear();
+                        self.scoped_ready.clear();
+                    }
+                    continue;
+                }
             };
-            let Ok(job) = job else { return };
             // Each request waits at most this long for the database.
             let deadline = std::time::Instant::now() + self.reconnect_wait;
             if let Err(e) = self.ensure_connected(deadline) {
@@ -561,8 +778,12 @@ impl Worker {
                 Some(self.realm_schema(realm)?)
             }
         };
-        let mut t = self
-            .client
+        let Some(client) = self.client.as_mut() else {
+            return Err(Error::Unavailable(
+                "the pool's connection is not made".into(),
+            ));
+        };
+        let mut t = client
             .build_transaction()
             .read_only(true)
             .start()
@@ -637,7 +858,7 @@ impl Worker {
             return Ok(name);
         }
         let mut t = self
-            .client
+            .conn()?
             .build_transaction()
             .isolation_level(IsolationLevel::ReadCommitted)
             .start()
@@ -724,14 +945,25 @@ impl Worker {
     /// Replaces a lost (or write-refusing) connection, waiting for the
     /// database until `deadline`; its prepared statements go with it.
     fn ensure_connected(&mut self, deadline: std::time::Instant) -> Result<()> {
-        if !(self.broken || self.client.is_closed()) {
+        if !self.broken && self.client.as_ref().is_some_and(|c| !c.is_closed()) {
             return Ok(());
         }
         self.statements.clear();
         self.scoped_ready.clear();
-        self.client = reconnect_until(&self.url, self.durability, deadline)?;
+        if self.client.take().is_some() {
+            self.stats.connections.fetch_sub(1, Ordering::Relaxed);
+        }
+        self.client = Some(reconnect_until(&self.url, self.durability, deadline)?);
+        self.stats.connections.fetch_add(1, Ordering::Relaxed);
         self.broken = false;
         Ok(())
+    }
+
+    /// Its connection ([`Worker::ensure_connected`] made it).
+    fn conn(&mut self) -> Result<&mut Client> {
+        self.client
+            .as_mut()
+            .ok_or_else(|| Error::Unavailable("the pool's connection is not made".into()))
     }
 
     fn run_proc(&mut self, mut job: Job, deadline: std::time::Instant) {
@@ -802,8 +1034,12 @@ impl Worker {
     /// rolled back at the end. Writes fail with SQLSTATE 25006, mapped to
     /// [`Error::ReadOnly`]; notifications are refused.
     fn read_proc(&mut self, job: &mut Job) -> Outcome {
-        let begin = self
-            .client
+        let Some(client) = self.client.as_mut() else {
+            return Err(job.failure(Error::Unavailable(
+                "the pool's connection is not made".into(),
+            )));
+        };
+        let begin = client
             .build_transaction()
             .isolation_level(IsolationLevel::RepeatableRead)
             .read_only(true)
@@ -826,8 +1062,12 @@ impl Worker {
 
     /// One try of a procedure: run it, send its notifications, commit.
     fn attempt(&mut self, job: &mut Job) -> Attempt {
-        let begin = self
-            .client
+        let Some(client) = self.client.as_mut() else {
+            return Attempt::Unavailable(Error::Unavailable(
+                "the pool's connection is not made".into(),
+            ));
+        };
+        let begin = client
             .build_transaction()
             .isolation_level(IsolationLevel::Serializable)
             .start();
@@ -850,7 +1090,7 @@ impl Worker {
                 for n in &notes {
                     let framed = format!("{}\n{}", n.channel, n.payload);
                     let sql = "SELECT pg_notify($1, $2)";
-                    if let Err(e) = t.execute(sql, &[&PG_CHANNEL, &framed]) {
+                    if let Err(e) = t.execute(sql, &[&pg_channel(&n.channel), &framed]) {
                         let _ = t.rollback();
                         return Attempt::failed(job, map_err(&e, sql));
                     }
@@ -1056,6 +1296,23 @@ impl Tx for PgTx<'_, '_> {
     fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
         crate::queue_hook(&mut self.hooks, hook)
     }
+    fn clock_us(&mut self) -> Result<i64> {
+        server_clock_us(self)
+    }
+}
+
+/// The server's clock, in µs since the epoch (`clock_timestamp()`, which
+/// moves within a transaction, unlike `now()`).
+fn server_clock_us(tx: &mut PgTx<'_, '_>) -> Result<i64> {
+    let rows = tx.query(
+        "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)",
+        &[],
+    )?;
+    let row = rows
+        .iter()
+        .next()
+        .ok_or_else(|| Error::Internal("the server's clock gave no row".into()))?;
+    row.get::<i64>(0)
 }
 
 /// A read-only procedure's transaction: [`PgTx`] without writes or
@@ -1087,6 +1344,9 @@ impl Tx for PgReadTx<'_, '_> {
         Err(Error::ReadOnly(format!(
             "a read-only procedure cannot notify {channel}; submit it as a procedure instead"
         )))
+    }
+    fn clock_us(&mut self) -> Result<i64> {
+        server_clock_us(&mut self.0)
     }
 }
 

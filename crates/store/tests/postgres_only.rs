@@ -87,3 +87,129 @@ fn unreachable_server_is_a_clear_error() {
     .unwrap_err();
     assert!(e.to_string().contains("cannot connect"), "{e}");
 }
+
+/// Notifications reach the processes that have subscribers for their
+/// channel and no others (each channel is a PostgreSQL channel of its own,
+/// LISTENed while subscribed), and a subscription made is delivered at
+/// once: what commits after it returns arrives.
+#[test]
+fn notifications_reach_only_the_nodes_that_wait_for_them() {
+    let Some(url) = common::pg_database() else {
+        return;
+    };
+    let config = Config::postgres(url).with_partitions(1).with_connections(2);
+    let writer = Store::open(&config, SCHEMA).unwrap();
+    let waiter = Store::open(&config, SCHEMA).unwrap();
+    let bystander = Store::open(&config, SCHEMA).unwrap();
+    let mut sub = waiter.subscribe("wanted");
+    // Committed right after the subscription returned: delivered.
+    for i in 0..20 {
+        writer
+            .call(PKey(0), move |tx| {
+                tx.notify("wanted", &i.to_string())?;
+                tx.notify("unwanted", "x")
+            })
+            .unwrap();
+    }
+    for i in 0..20 {
+        assert_eq!(sub.blocking_recv().unwrap().payload, i.to_string());
+    }
+    // A marker on a channel the bystander then waits for: once it has it,
+    // everything committed before has been through PostgreSQL.
+    let mut marker = bystander.subscribe("marker");
+    writer.call(PKey(0), |tx| tx.notify("marker", "m")).unwrap();
+    marker.blocking_recv().unwrap();
+    assert_eq!(
+        bystander.stats().notifications,
+        1,
+        "the bystander got only its marker"
+    );
+    assert_eq!(
+        waiter.stats().notifications,
+        20,
+        "the waiter got only its channel"
+    );
+    // Unsubscribed: no longer delivered.
+    drop(sub);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while waiter.feed_delivers("wanted") {
+        assert!(std::time::Instant::now() < deadline, "still LISTENing");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    writer
+        .call(PKey(0), |tx| tx.notify("wanted", "late"))
+        .unwrap();
+    let mut marker = waiter.subscribe("marker");
+    writer.call(PKey(0), |tx| tx.notify("marker", "m")).unwrap();
+    marker.blocking_recv().unwrap();
+    assert_eq!(waiter.stats().notifications, 21, "only the marker more");
+}
+
+/// An idle pool keeps two connections, whatever its size; work opens more.
+#[test]
+fn an_idle_pool_keeps_two_connections() {
+    let Some(url) = common::pg_database() else {
+        return;
+    };
+    let mut config = Config::postgres(url).with_partitions(1).with_connections(6);
+    config.pool_idle_close = std::time::Duration::from_millis(200);
+    let store = Store::open(&config, SCHEMA).unwrap();
+    // Six slow procedures at once: six connections, and the listener's.
+    let gate = Arc::new(Barrier::new(7));
+    let pending: Vec<_> = (0..6)
+        .map(|_| {
+            let gate = gate.clone();
+            let mut first = true;
+            store.submit(PKey(0), move |_tx| {
+                if std::mem::take(&mut first) {
+                    gate.wait();
+                }
+                Ok::<_, Error>(())
+            })
+        })
+        .collect();
+    gate.wait();
+    for p in pending {
+        p.wait().unwrap();
+    }
+    let busy = store.stats().connections;
+    assert_eq!(busy, 7, "six workers' and the listener's");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.stats().connections > 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the pool never shrank"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(store.stats().connections, 3, "two kept, and the listener's");
+    // And work still runs (a connection made again on demand).
+    for _ in 0..10 {
+        store
+            .call(PKey(0), |tx| tx.query_scalar::<i64>("SELECT 1", &[]))
+            .unwrap();
+    }
+}
+
+/// Leases are judged on the database's clock: a procedure reads the
+/// server's, which moves within a transaction.
+#[test]
+fn the_clock_is_the_servers() {
+    let Some(url) = common::pg_database() else {
+        return;
+    };
+    let store = Store::open(&Config::postgres(url).with_partitions(1), SCHEMA).unwrap();
+    let (a, b) = store
+        .call(PKey(0), |tx| {
+            let a = tx.clock_us()?;
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            Ok::<_, Error>((a, tx.clock_us()?))
+        })
+        .unwrap();
+    assert!(b - a >= 5_000, "{a} then {b}");
+    let here = tabos_store::now_us();
+    assert!(
+        (here - b).abs() < 60_000_000,
+        "same machine: {here} and {b}"
+    );
+}

@@ -123,7 +123,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib")
+    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib", "notifications", "db_connections", "leader")
     class PressureEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +149,9 @@ class StatusResponse(_message.Message):
     PRESSURE_FIELD_NUMBER: _ClassVar[int]
     CORES_FIELD_NUMBER: _ClassVar[int]
     MEM_MIB_FIELD_NUMBER: _ClassVar[int]
+    NOTIFICATIONS_FIELD_NUMBER: _ClassVar[int]
+    DB_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
     version: str
     backend: str
     partitions: int
@@ -167,7 +170,10 @@ class StatusResponse(_message.Message):
     pressure: _containers.ScalarMap[str, float]
     cores: int
     mem_mib: int
-    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ...) -> None: ...
+    notifications: int
+    db_connections: int
+    leader: bool
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ..., notifications: _Optional[int] = ..., db_connections: _Optional[int] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()
@@ -186,7 +192,7 @@ class NodeRealmInfo(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., cores: _Optional[int] = ..., unused_cores: _Optional[int] = ..., procs: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic")
+    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic", "lost_us", "given_back_us", "note")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -208,6 +214,9 @@ class NodeInfo(_message.Message):
     REALMS_FIELD_NUMBER: _ClassVar[int]
     DRAINING_US_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
+    LOST_US_FIELD_NUMBER: _ClassVar[int]
+    GIVEN_BACK_US_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     cores: int
@@ -222,7 +231,10 @@ class NodeInfo(_message.Message):
     realms: _containers.RepeatedCompositeFieldContainer[NodeRealmInfo]
     draining_us: int
     elastic: bool
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ...) -> None: ...
+    lost_us: int
+    given_back_us: int
+    note: str
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)

@@ -1,0 +1,99 @@
+//! Node leases (kernel::nodes, issue 35), on SQLite and on PostgreSQL:
+//! leases written and judged on the database's clock, each node by its own
+//! lease; no judging by a leader that has not been reaching the database
+//! for that long; procs given back only past a node's grace and a margin,
+//! once; and a lost node that renews again told what happened.
+
+use tabos_kernel::nodes::{self, LeaseTerms, Registration, CLUSTER_PARTITION};
+use tabos_kernel::Error;
+use tabos_store::Store;
+
+mod common;
+use common::{rt, Backend};
+
+fn run<T: Send + 'static>(
+    s: &Store,
+    f: impl FnMut(&mut dyn tabos_store::Tx) -> Result<T, Error> + Send + 'static,
+) -> Result<T, Error> {
+    rt().block_on(s.run(CLUSTER_PARTITION, f))
+}
+
+fn node(id: &str) -> Registration {
+    Registration {
+        node_id: id.into(),
+        address: String::new(),
+        cores: 2,
+        mem_mb: 1024,
+        labels: Default::default(),
+        block_store: String::new(),
+        elastic: false,
+    }
+}
+
+const S: i64 = 1_000_000;
+
+fn leases_are_judged_by_the_database_clock_and_each_nodes_own(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    // a: a short lease (a heartbeat of 1/3 s); slow: a long one.
+    let short = LeaseTerms {
+        lease_us: S,
+        grace_us: 4 * S,
+    };
+    let long = LeaseTerms {
+        lease_us: 10 * S,
+        grace_us: 20 * S,
+    };
+    let t0 = run(&s, |tx| Ok(tx.clock_us()?)).unwrap();
+    rt().block_on(nodes::register(&s, &node("a"), 7, short))
+        .unwrap();
+    rt().block_on(nodes::register(&s, &node("slow"), 8, long))
+        .unwrap();
+    let lost_at = |now: i64, healthy_since: i64| {
+        run(&s, move |tx| nodes::declare_lost_tx(tx, now, healthy_since)).unwrap()
+    };
+    // A leader just back from an outage (healthy for less than a's lease)
+    // judges no one, however lapsed a's lease looks.
+    assert!(lost_at(t0 + 3 * S, t0 + 3 * S - S / 2).is_empty());
+    // Healthy long enough: a is lost; slow, judged by its own lease, not.
+    assert_eq!(lost_at(t0 + 3 * S, t0), ["a"]);
+    assert!(lost_at(t0 + 4 * S, t0).is_empty(), "once");
+    let listed = nodes::list(&s, None).unwrap();
+    let a = listed.iter().find(|n| n.node_id == "a").unwrap();
+    assert_eq!(a.state, nodes::NodeState::Lost);
+    assert!(a.lost_us.is_some() && a.given_back_us.is_none());
+    // Procs are given back only past a's grace and the margin, once.
+    let due_at = |now: i64| run(&s, move |tx| nodes::due_give_back_tx(tx, now, t0)).unwrap();
+    let margin = nodes::GIVE_BACK_MARGIN_LEASES * S;
+    assert!(due_at(t0 + 4 * S).is_empty(), "within its grace");
+    assert_eq!(due_at(t0 + 6 * S + margin), ["a"]);
+    assert!(due_at(t0 + 7 * S + margin).is_empty(), "once");
+    // a renews: it learns it was lost and its procs given back, and its
+    // row says so; then it is up again.
+    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.5, short)).unwrap();
+    let back = beat.returned.expect("it had been declared lost");
+    assert!(back.given_back);
+    assert!(beat.now_us >= t0);
+    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.5, short)).unwrap();
+    assert_eq!(beat.returned, None, "told once");
+    let listed = nodes::list(&s, None).unwrap();
+    let a = listed.iter().find(|n| n.node_id == "a").unwrap();
+    assert_eq!(a.state, nodes::NodeState::Up);
+    assert!(a.note.contains("given back"), "{}", a.note);
+    // Another incarnation's heartbeat, and bad terms, are refused.
+    let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 99, 0.0, short)).unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    let bad = LeaseTerms {
+        lease_us: 2 * S,
+        grace_us: S,
+    };
+    let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.0, bad)).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    // A node lost and back before its grace kept its procs.
+    let t1 = run(&s, |tx| Ok(tx.clock_us()?)).unwrap();
+    assert_eq!(lost_at(t1 + 3 * S, t0), ["a"]);
+    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.5, short)).unwrap();
+    assert_eq!(beat.returned.map(|r| r.given_back), Some(false), "{beat:?}");
+}
+
+both!(leases_are_judged_by_the_database_clock_and_each_nodes_own);
