@@ -63,6 +63,8 @@ pub(crate) struct NodeProc {
 /// credentials file) under `data`.
 pub(crate) fn start_node(exe: &Path, args: &[&str], data: &Path) -> anyhow::Result<NodeProc> {
     std::fs::create_dir_all(data)?;
+    // Its stderr is kept beside its data, and said if it ends early.
+    let stderr_path = data.join("stderr.log");
     let mut child = Command::new(exe)
         .args(["up", "--listen", "127.0.0.1:0"])
         .args(args)
@@ -70,10 +72,17 @@ pub(crate) fn start_node(exe: &Path, args: &[&str], data: &Path) -> anyhow::Resu
         .arg(data)
         .env("TABOS_CREDENTIALS", data.join("credentials.json"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path)?)
         .spawn()
         .context("starting tabos up")?;
-    let (addr, token) = read_start(&mut child)?;
+    let (addr, token) = read_start(&mut child).with_context(|| {
+        let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        let tail: Vec<&str> = err.lines().rev().take(5).collect();
+        format!(
+            "its stderr ends: {:?}",
+            tail.into_iter().rev().collect::<Vec<_>>()
+        )
+    })?;
     Ok(NodeProc { child, addr, token })
 }
 

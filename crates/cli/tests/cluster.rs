@@ -33,6 +33,11 @@ impl Up {
     /// Starts `tabos up ARGS` (behind `prefix`, e.g. `ip netns exec NS`)
     /// and reads its start-up lines.
     fn start(prefix: &[&str], args: &[&str], home: &Path) -> Up {
+        Up::start_with_grace(prefix, args, home, GRACE_MS)
+    }
+
+    /// As [`Up::start`], with the node's grace `grace_ms`.
+    fn start_with_grace(prefix: &[&str], args: &[&str], home: &Path, grace_ms: &str) -> Up {
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -49,7 +54,7 @@ impl Up {
                 "--heartbeat-ms",
                 HEARTBEAT_MS,
                 "--disconnect-grace-ms",
-                GRACE_MS,
+                grace_ms,
             ])
             .env("TABOS_CREDENTIALS", home.join("credentials.json"))
             .stdout(Stdio::piped())

@@ -400,8 +400,9 @@ pub struct Leadership {
 }
 
 /// Procedure body (partition 0): `holder` campaigns for lease `name` at
-/// `now_us`: renews it if it holds it, takes it (a new epoch) if it is
-/// free or expired, else stays a standby (`None`).
+/// `now_us`: renews it if it holds it (once less than half of it is
+/// left), takes it (a new epoch) if it is free or expired, else stays a
+/// standby (`None`).
 pub fn campaign_tx(
     tx: &mut dyn Tx,
     name: &str,
@@ -418,6 +419,15 @@ pub fn campaign_tx(
         Some(r) => {
             let (h, epoch, expires): (String, i64, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
             if h == holder {
+                // Renewed only in the lease's second half: a leader that
+                // looks every tick writes about twice per lease, not once
+                // per tick (issue 35, item 4). Its epoch fences as before.
+                if expires - now_us > lease_us / 2 {
+                    return Ok(Some(Leadership {
+                        name: name.to_string(),
+                        epoch,
+                    }));
+                }
                 epoch
             } else if expires <= now_us {
                 epoch + 1
@@ -427,13 +437,21 @@ pub fn campaign_tx(
         }
         None => 1,
     };
-    tx.execute(
+    // The write holds only if the lease is still as read (its holder's, or
+    // lapsed): under READ COMMITTED — the heartbeat's isolation — two
+    // campaigners that both read it lapsed do not both take it.
+    let took = tx.query_opt(
         "INSERT INTO manager_lease (p_key, name, holder, epoch, expires_us) \
          VALUES ($1, $2, $3, $4, $5) \
          ON CONFLICT (p_key, name) DO UPDATE SET holder = excluded.holder, \
-           epoch = excluded.epoch, expires_us = excluded.expires_us",
-        params![p, name, holder, epoch, now_us + lease_us],
+           epoch = excluded.epoch, expires_us = excluded.expires_us \
+         WHERE manager_lease.holder = excluded.holder OR manager_lease.expires_us <= $6 \
+         RETURNING epoch",
+        params![p, name, holder, epoch, now_us + lease_us, now_us],
     )?;
+    if took.is_none() {
+        return Ok(None);
+    }
     Ok(Some(Leadership {
         name: name.to_string(),
         epoch,

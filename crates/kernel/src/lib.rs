@@ -204,6 +204,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/028_node_lease.sql"),
         postgres: include_str!("../schema/postgres/028_node_lease.sql"),
     },
+    Migration {
+        version: 29,
+        name: "seq_sequence",
+        sqlite: include_str!("../schema/sqlite/029_seq_sequence.sql"),
+        postgres: include_str!("../schema/postgres/029_seq_sequence.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -424,10 +424,16 @@ pub fn declare_lost_tx(tx: &mut dyn Tx, now_us: i64, healthy_since_us: i64) -> R
     let mut lost = Vec::with_capacity(rows.len());
     for r in &rows {
         let id: String = r.get(0)?;
-        tx.execute(
-            "UPDATE node SET lost_us = $3 WHERE p_key = $1 AND node_id = $2",
+        // Conditional, so that it stays right at READ COMMITTED (the
+        // heartbeat's isolation): a node that renewed meanwhile is not lost.
+        let n = tx.execute(
+            "UPDATE node SET lost_us = $3 WHERE p_key = $1 AND node_id = $2 \
+               AND state = 'up' AND lost_us IS NULL AND expires_us < $3",
             params![p, id.as_str(), now_us],
         )?;
+        if n == 0 {
+            continue;
+        }
         tx.notify(CHANGED_CHANNEL, &id)?;
         lost.push(id);
     }
@@ -460,10 +466,15 @@ pub fn due_give_back_tx(
     let mut due = Vec::with_capacity(rows.len());
     for r in &rows {
         let id: String = r.get(0)?;
-        tx.execute(
-            "UPDATE node SET given_back_us = $3 WHERE p_key = $1 AND node_id = $2",
-            params![p, id.as_str(), now_us],
+        let n = tx.execute(
+            "UPDATE node SET given_back_us = $3 WHERE p_key = $1 AND node_id = $2 \
+               AND state = 'up' AND lost_us IS NOT NULL AND given_back_us IS NULL \
+               AND heartbeat_us + grace_us + $4 * lease_us <= $3",
+            params![p, id.as_str(), now_us, GIVE_BACK_MARGIN_LEASES],
         )?;
+        if n == 0 {
+            continue; // it renewed meanwhile
+        }
         due.push(id);
     }
     Ok(due)

@@ -24,7 +24,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use tabos_store::{params, Row, Store, Tx};
+use tabos_store::{params, Dialect, Row, Store, Tx};
 
 use crate::ids::{Pid, WorkerId};
 use crate::sched::{self, Need, WorkerSpec};
@@ -799,28 +799,48 @@ pub fn steal_tx(
         return Ok(Stolen::default());
     }
     let p = i64::from(tx.p_key().0);
-    let rows = tx.query(
-        concat!(
+    // Only procs old enough to steal. On PostgreSQL, locked as they are
+    // read and skipping those another thief or their owner holds: every
+    // idle node of a busy realm steals at once, and thieves that waited on
+    // each other's rows (and on the owners', taken in another order)
+    // deadlocked, a second each to detect (issue 35).
+    let stealable = assign_cutoff(now_us, steal_after_us);
+    let select = match tx.dialect() {
+        Dialect::Sqlite => concat!(
             "SELECT ",
             proc_columns!(),
-            ", assign_us FROM proc \
+            " FROM proc \
              WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
-               AND worker_id <> $3 \
+               AND worker_id <> $3 AND COALESCE(assign_us, 0) <= $4 \
              ORDER BY assign_us LIMIT 64"
         ),
-        params![p, realm, thief.as_str()],
-    )?;
-    let mut out = Stolen::default();
+        Dialect::Postgres => concat!(
+            "SELECT ",
+            proc_columns!(),
+            " FROM proc \
+             WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
+               AND worker_id <> $3 AND COALESCE(assign_us, 0) <= $4 \
+             ORDER BY assign_us LIMIT 64 FOR UPDATE SKIP LOCKED"
+        ),
+    };
+    let rows = tx.query(select, params![p, realm, thief.as_str(), stealable])?;
+    // The next proc that will be old enough, for the thief's timer.
+    let next_us = tx
+        .query_one(
+            "SELECT min(assign_us) FROM proc \
+             WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
+               AND worker_id <> $3 AND assign_us > $4",
+            params![p, realm, thief.as_str(), stealable],
+        )?
+        .get::<Option<i64>>(0)?
+        .map(|a| a + steal_after_us);
+    let mut out = Stolen {
+        next_us,
+        ..Stolen::default()
+    };
     let mut admission = admission;
     let mut victims_freed = false;
     for r in &rows {
-        // By name: it follows proc_columns!, however many they are.
-        let assign_us: i64 = r.get_named::<Option<i64>>("assign_us")?.unwrap_or(0);
-        if assign_us + steal_after_us > now_us {
-            // Ordered by assign_us: this and every later one are too young.
-            out.next_us = Some(assign_us + steal_after_us);
-            break;
-        }
         let mut info = proc_from_row(r)?;
         let victim = info
             .worker
@@ -850,6 +870,11 @@ pub fn steal_tx(
         assign_deferred_tx(tx, realm, now_us)?;
     }
     Ok(out)
+}
+
+/// The latest assignment time a proc may have to be stolen at `now_us`.
+fn assign_cutoff(now_us: i64, steal_after_us: i64) -> i64 {
+    now_us.saturating_sub(steal_after_us.max(0))
 }
 
 /// Most deferred procs one transaction looks at when capacity frees.

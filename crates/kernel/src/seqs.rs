@@ -16,11 +16,17 @@
 //! order — but not gap-free, which nothing needs: they only order a realm's
 //! spawns (the FIFO) and a proc's events.
 //!
-//! On PostgreSQL each node holds its own block, so two nodes' spawns are
+//! On PostgreSQL the blocks come from a sequence (`seq_blocks`, migration
+//! 029) rather than the row: several nodes updating one row per partition
+//! serialised on it and deadlocked with their own row locks. `nextval`
+//! takes no lock and is never rolled back, so there a transaction that
+//! rolls back skips the block it reserved (the row's "rolled back, nothing
+//! changed" holds on SQLite only); one sequence serves every partition.
+//! Each node holds its own block, so two nodes' spawns are
 //! ordered by block before time: a spawn on one node may sort before an
 //! earlier one on another by at most a block, which is why that block is
-//! small. Being the partition's, a counter survives a realm's removal and
-//! re-creation: no number is given out twice.
+//! small. Being the partition's (or the database's), a counter survives a
+//! realm's removal and re-creation: no number is given out twice.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -92,15 +98,22 @@ pub(crate) fn take(tx: &mut dyn Tx, n: i64) -> Result<i64> {
         Dialect::Sqlite => SEQ_BLOCK_SQLITE,
         Dialect::Postgres => SEQ_BLOCK_POSTGRES,
     };
-    // A partition's first reservation makes its row (numbers from 1).
-    let start: i64 = tx
-        .query_one(
-            "INSERT INTO seq_block (p_key, next_seq) VALUES ($1, 1 + $2) \
-             ON CONFLICT (p_key) DO UPDATE SET next_seq = seq_block.next_seq + $2 \
-             RETURNING next_seq - $2",
-            params![i64::from(pk.0), size],
-        )?
-        .get(0)?;
+    let start: i64 = match tx.dialect() {
+        // A partition's first reservation makes its row (numbers from 1).
+        Dialect::Sqlite => tx
+            .query_one(
+                "INSERT INTO seq_block (p_key, next_seq) VALUES ($1, 1 + $2) \
+                 ON CONFLICT (p_key) DO UPDATE SET next_seq = seq_block.next_seq + $2 \
+                 RETURNING next_seq - $2",
+                params![i64::from(pk.0), size],
+            )?
+            .get(0)?,
+        // The sequence moves by `SEQ_BLOCK_POSTGRES` (migration 029): its
+        // value is the block's first number.
+        Dialect::Postgres => tx
+            .query_one("SELECT nextval('seq_blocks')", params![])?
+            .get(0)?,
+    };
     let rest = Block {
         next: start + n,
         end: start + size,

@@ -34,7 +34,7 @@
 //! Leases are the one place time itself is the event, so this is a timer,
 //! not a wait on the change feed.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use tabos_kernel::ids::Pid;
 use tabos_kernel::nodes::{self, Beat, LeaseTerms, CLUSTER_PARTITION};
@@ -54,14 +54,25 @@ pub struct Standing {
     last_ok_us: AtomicI64,
     /// Since when (database time) the heartbeats have come without a gap.
     healthy_since_us: AtomicI64,
-    /// It holds the cluster's lease.
-    leading: AtomicBool,
+    /// It holds the cluster's lease; a watch, so the managers wait for
+    /// leadership instead of looking for it.
+    leading: tokio::sync::watch::Sender<bool>,
 }
 
 impl Standing {
     /// Whether this node leads the cluster (as of its last heartbeat).
     pub fn leading(&self) -> bool {
-        self.leading.load(Ordering::SeqCst)
+        *self.leading.borrow()
+    }
+
+    /// Told each time this node gains or loses the cluster's lead.
+    pub fn watch_leading(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.leading.subscribe()
+    }
+
+    fn set_leading(&self, leading: bool) {
+        self.leading
+            .send_if_modified(|l| std::mem::replace(l, leading) != leading);
     }
 
     /// Whether its heartbeats have reached the database for at least
@@ -103,8 +114,11 @@ async fn beat(node: &Node, terms: LeaseTerms) -> Result<Outcome, tabos_kernel::E
         node.standing.last_ok_us.load(Ordering::SeqCst),
         node.standing.healthy_since_us.load(Ordering::SeqCst),
     );
+    // READ COMMITTED: every write of this transaction is conditional (see
+    // `Store::run_read_committed`), and a hundred nodes' heartbeats at
+    // SERIALIZABLE failed each other most of the time.
     node.store
-        .run(CLUSTER_PARTITION, move |tx| {
+        .run_read_committed(CLUSTER_PARTITION, move |tx| {
             let beat = nodes::heartbeat_tx(tx, &id, started, busy, terms)?;
             let healthy_since_us = health_after(last_ok, since, beat.now_us, period_us);
             let lead = tabos_kernel::alloc::campaign_tx(
@@ -164,7 +178,7 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
             Ok(out) => out,
             Err(e) => {
                 eprintln!("node {id}: heartbeat failed: {e}");
-                node.standing.leading.store(false, Ordering::SeqCst);
+                node.standing.set_leading(false);
                 if fenced.is_none() && renewed.elapsed() >= grace {
                     fenced = Some(fence(&served));
                     eprintln!(
@@ -183,7 +197,7 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
         s.last_ok_us.store(out.beat.now_us, Ordering::SeqCst);
         s.healthy_since_us
             .store(out.healthy_since_us, Ordering::SeqCst);
-        s.leading.store(out.leading, Ordering::SeqCst);
+        s.set_leading(out.leading);
         let returned = out.beat.returned;
         if let Some(r) = returned {
             eprintln!(

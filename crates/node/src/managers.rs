@@ -9,11 +9,13 @@
 //!
 //! Only the node that leads the cluster (it holds `alloc::CLUSTER_LEASE`,
 //! renewed in its heartbeat: see `crate::lease`) looks: a look happens
-//! every `tick_ms` (a setting) — demand and leases are measurements over
-//! time — and also at once when a realm's want or policy, a setting, or
-//! the cluster's nodes change (the change feed). The other nodes make no
-//! campaigns; once the leader is gone, its successor takes the managers'
-//! leases as they lapse.
+//! every `tick_ms` (a setting) while anything is elastic — demand and
+//! leases are measurements over time — and also at once when a realm's
+//! want or policy, a setting, or the cluster's nodes change (the change
+//! feed); with nothing elastic, only then. A lease is renewed only in its
+//! second half (`alloc::campaign_tx`), so a look is mostly reads. The
+//! other nodes make no campaigns and read nothing; once the leader is
+//! gone, its successor takes the managers' leases as they lapse.
 
 use std::collections::HashMap;
 
@@ -31,7 +33,18 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
     // When each realm this node's RMGR leads fell below what it has.
     let mut below: HashMap<String, i64> = HashMap::new();
     let mut settings = Settings::default();
+    let mut leading = node.standing.watch_leading();
     loop {
+        // Only the cluster's leader manages (its heartbeat holds the
+        // cluster's lease); a standby reads and writes nothing here, and
+        // waits to be told it leads.
+        if !*leading.borrow_and_update() {
+            tokio::select! {
+                _ = stop.changed() => break,
+                r = leading.changed() => if r.is_err() { break },
+            }
+            continue;
+        }
         match alloc::settings(&store).await {
             Ok(s) => settings = s,
             Err(e) => eprintln!(
@@ -39,24 +52,32 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
                 node.settings.node_id
             ),
         }
-        // Only the cluster's leader manages (its heartbeat holds the
-        // cluster's lease); a standby makes no campaign of its own.
-        let outcome = if node.standing.leading() {
-            look(&node, &settings, &mut below).await
-        } else {
-            Ok(())
-        };
-        if let Err(e) = outcome {
-            // Another leader, a conflict, the database away: the next look
-            // starts over.
-            if !matches!(e, tabos_kernel::Error::StaleEpoch(_)) {
-                eprintln!("node {}: managers: {e}", node.settings.node_id);
+        // Whether anything is elastic: with no elastic realm and no
+        // elastic node there is nothing to measure over time, so the
+        // leader waits for the change feed alone (issue 35, item 4).
+        let active = match look(&node, &settings, &mut below).await {
+            Ok(active) => active,
+            Err(e) => {
+                // Another leader, a conflict, the database away: the next
+                // look starts over.
+                if !matches!(e, tabos_kernel::Error::StaleEpoch(_)) {
+                    eprintln!("node {}: managers: {e}", node.settings.node_id);
+                }
+                true
             }
-        }
-        let tick = tokio::time::sleep(std::time::Duration::from_millis(settings.tick_ms as u64));
+        };
+        let tick_ms = settings.tick_ms as u64;
+        let tick = async move {
+            if active {
+                tokio::time::sleep(std::time::Duration::from_millis(tick_ms)).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             _ = stop.changed() => break,
             () = tick => {}
+            r = leading.changed() => if r.is_err() { break },
             n = wants.recv() => if n.is_err() {
                 wants = store.subscribe(alloc::WANTS_CHANNEL);
             },
@@ -78,18 +99,22 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
 }
 
 /// One look: campaign for every lease, then do what the leases held say.
+/// Returns whether anything is elastic (else nothing was campaigned for).
 async fn look(
     node: &Node,
     settings: &Settings,
     below: &mut HashMap<String, i64>,
-) -> Result<(), tabos_kernel::Error> {
+) -> Result<bool, tabos_kernel::Error> {
     let store = &node.store;
     let me = node.settings.node_id.clone();
     let now = tabos_store::now_us();
     let lease_us = settings.lease_ms * 1_000;
-    let (smgr, led, realms, grants) = store
+    let looked = store
         .run(CLUSTER_PARTITION, move |tx| {
             let realms = alloc::realms_tx(tx)?;
+            if realms.is_empty() && alloc::view_tx(tx)?.pool.is_empty() {
+                return Ok(None);
+            }
             let smgr = alloc::campaign_tx(tx, alloc::SMGR, &me, now, lease_us)?;
             let mut led: Vec<(RealmAlloc, Leadership)> = Vec::new();
             for r in &realms {
@@ -99,12 +124,16 @@ async fn look(
                 }
             }
             let grants = alloc::grants_tx(tx, None)?;
-            Ok::<_, tabos_kernel::Error>((smgr, led, realms, grants))
+            Ok::<_, tabos_kernel::Error>(Some((smgr, led, realms, grants)))
         })
         .await?;
+    let Some((smgr, led, realms, grants)) = looked else {
+        below.clear();
+        return Ok(false);
+    };
     below.retain(|r, _| led.iter().any(|(l, _)| &l.realm == r));
     if smgr.is_none() && led.is_empty() {
-        return Ok(());
+        return Ok(true);
     }
     // The demand of every realm this node decides for: its RMGRs' realms,
     // and as σMGR every elastic realm (where their procs run).
@@ -174,5 +203,6 @@ async fn look(
             }
             Ok::<_, tabos_kernel::Error>(())
         })
-        .await
+        .await?;
+    Ok(true)
 }

@@ -238,7 +238,7 @@ impl PgBackend {
         let feed = Feed::new();
         let stats = Arc::new(Stats::default());
         let (listener, remote) = start_listener(url.clone(), feed.clone(), stats.clone())?;
-        let queue = Arc::new(JobQueue::default());
+        let queue = Arc::new(JobQueue::new(config.connections));
         let mut workers = Vec::new();
         let partition_locks: Arc<Vec<Turn>> =
             Arc::new((0..partitions).map(|_| Turn::default()).collect());
@@ -302,20 +302,33 @@ impl Drop for PgBackend {
 
 /// The pool's queue of requests: workers wait on it each with its own
 /// deadline (so that an idle one can close its connection), which a
-/// channel behind one mutex would not allow.
-#[derive(Default)]
+/// channel behind one mutex would not allow. A request wakes the idle
+/// worker of the lowest index: work goes to the connections kept open,
+/// and the others see none and close (a wake-anyone condition variable
+/// would hand an idle node's one heartbeat a second to each worker in
+/// turn, and none would ever idle long enough to close).
 struct JobQueue {
     state: Mutex<QueueState>,
-    ready: std::sync::Condvar,
+    /// One per worker, by index.
+    wake: Vec<std::sync::Condvar>,
 }
 
 #[derive(Default)]
 struct QueueState {
     jobs: std::collections::VecDeque<PgJob>,
     closed: bool,
+    /// Workers waiting for a request and not yet woken, by index.
+    idle: std::collections::BTreeSet<usize>,
 }
 
 impl JobQueue {
+    fn new(workers: usize) -> JobQueue {
+        JobQueue {
+            state: Mutex::default(),
+            wake: (0..workers).map(|_| std::sync::Condvar::new()).collect(),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -334,28 +347,46 @@ impl JobQueue {
             ));
         }
         q.jobs.push_back(job);
+        let woken = q.idle.pop_first();
         drop(q);
-        self.ready.notify_one();
+        if let Some(i) = woken {
+            self.wake[i].notify_one();
+        }
         Ok(())
     }
 
-    /// The next request; `Err(true)` once closed, `Err(false)` if none came
-    /// within `wait`.
-    fn pop(&self, wait: Duration) -> std::result::Result<PgJob, bool> {
-        let q = self.lock();
-        let (mut q, _) = self
-            .ready
-            .wait_timeout_while(q, wait, |q| q.jobs.is_empty() && !q.closed)
-            .unwrap_or_else(|p| p.into_inner());
-        match q.jobs.pop_front() {
-            Some(job) => Ok(job),
-            None => Err(q.closed),
+    /// The next request for worker `index`; `Err(true)` once closed,
+    /// `Err(false)` if none came within `wait`.
+    fn pop(&self, index: usize, wait: Duration) -> std::result::Result<PgJob, bool> {
+        let deadline = std::time::Instant::now() + wait;
+        let mut q = self.lock();
+        loop {
+            if let Some(job) = q.jobs.pop_front() {
+                q.idle.remove(&index);
+                return Ok(job);
+            }
+            if q.closed {
+                q.idle.remove(&index);
+                return Err(true);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                q.idle.remove(&index);
+                return Err(false);
+            }
+            q.idle.insert(index);
+            q = self.wake[index]
+                .wait_timeout(q, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 
     fn close(&self) {
         self.lock().closed = true;
-        self.ready.notify_all();
+        for w in &self.wake {
+            w.notify_all();
+        }
     }
 }
 
@@ -698,7 +729,7 @@ fn fnv64(s: &str) -> u64 {
 impl Worker {
     fn run(mut self, queue: &JobQueue) {
         loop {
-            let job = match queue.pop(self.idle_close) {
+            let job = match queue.pop(self.index, self.idle_close) {
                 Ok(job) => job,
                 Err(true) => return,
                 Err(false) => {
@@ -1067,9 +1098,14 @@ impl Worker {
                 "the pool's connection is not made".into(),
             ));
         };
+        let isolation = if job.read_committed {
+            IsolationLevel::ReadCommitted
+        } else {
+            IsolationLevel::Serializable
+        };
         let begin = client
             .build_transaction()
-            .isolation_level(IsolationLevel::Serializable)
+            .isolation_level(isolation)
             .start();
         let mut t = match begin {
             Ok(t) => t,

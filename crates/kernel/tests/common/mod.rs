@@ -5,6 +5,7 @@
 use tabos_store::testing::{pg_database, TempDir};
 use tabos_store::{Config, Store};
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
     Postgres,
