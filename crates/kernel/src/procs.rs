@@ -1157,25 +1157,8 @@ pub fn restarted_tx(
     detail: &str,
     now_us: i64,
 ) -> Result<Expired> {
-    let p = i64::from(tx.p_key().0);
-    let live = tx.query(
-        "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-           AND state IN ('claimed', 'running')",
-        params![p, realm, worker.as_str()],
-    )?;
     let mut out = Expired::default();
-    for r in &live {
-        give_back_one_tx(
-            tx,
-            realm,
-            worker,
-            &r.get::<String>(0)?,
-            r.get(1)?,
-            detail,
-            now_us,
-            &mut out,
-        )?;
-    }
+    give_back_where_tx(tx, realm, worker, false, detail, now_us, &mut out)?;
     Ok(out)
 }
 
@@ -1189,23 +1172,32 @@ fn give_back_tx(
     now_us: i64,
     out: &mut Expired,
 ) -> Result<()> {
+    give_back_where_tx(tx, realm, worker, true, detail, now_us, out)
+}
+
+/// Gives back `worker`'s claimed and running procs, and with `assigned`
+/// also those only assigned to it (see [`give_back_one_tx`]).
+fn give_back_where_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    worker: &WorkerId,
+    assigned: bool,
+    detail: &str,
+    now_us: i64,
+    out: &mut Expired,
+) -> Result<()> {
     let p = i64::from(tx.p_key().0);
-    let live = tx.query(
+    let sql = if assigned {
         "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
-           AND state IN ('spawned', 'claimed', 'running')",
-        params![p, realm, worker.as_str()],
-    )?;
+           AND state IN ('spawned', 'claimed', 'running')"
+    } else {
+        "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+           AND state IN ('claimed', 'running')"
+    };
+    let live = tx.query(sql, params![p, realm, worker.as_str()])?;
     for r in &live {
-        give_back_one_tx(
-            tx,
-            realm,
-            worker,
-            &r.get::<String>(0)?,
-            r.get(1)?,
-            detail,
-            now_us,
-            out,
-        )?;
+        let pid: String = r.get(0)?;
+        give_back_one_tx(tx, realm, worker, &pid, r.get(1)?, detail, now_us, out)?;
     }
     Ok(())
 }
