@@ -1,6 +1,7 @@
 //! The cluster under real faults (issue 35): `tabos up` processes over one
-//! throwaway PostgreSQL, a node killed with SIGKILL, and a node cut off
-//! from the database in a network namespace of the test's own. What must
+//! throwaway PostgreSQL, a node killed with SIGKILL, a node cut off from
+//! the database in a network namespace of the test's own, and a
+//! pg_auto_failover formation promoting its standby by itself. What must
 //! hold: a node's procs never outlive it, a restartable proc runs again
 //! elsewhere and never twice at once, and a node that comes back says what
 //! became of its procs.
@@ -401,4 +402,511 @@ fn a_node_cut_off_stops_its_restartable_proc_before_it_runs_elsewhere() {
     assert_eq!(whereabouts(&b, "job"), ("running".into(), "b.w0".into()));
     ok(&b.tabos(&["evict", "--realm", "r", "job"]));
     drop((a, b, pg));
+}
+
+/// A pg_auto_failover formation in a directory of the test's own: a
+/// monitor and two data nodes (the first primary, the second its
+/// synchronous standby), each a `pg_autoctl run` process run as the
+/// `postgres` user (pg_autoctl refuses root), killed with its PostgreSQL on
+/// drop.
+struct AutoFailover {
+    dir: TempDir,
+    monitor_port: u16,
+    ports: [u16; 2],
+    keepers: Vec<Option<Child>>,
+}
+
+/// SIGKILL to a pid, or to a process group as `-PGID`.
+fn kill9(target: &str) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", target])
+        .stderr(Stdio::null())
+        .status();
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl AutoFailover {
+    fn pgdata(&self, i: usize) -> std::path::PathBuf {
+        self.dir.path().join(["mon", "a", "b"][i])
+    }
+
+    /// `pg_autoctl ARGS` as the postgres user, with its configuration and
+    /// state under the test's directory.
+    fn autoctl(&self, args: &[&str]) -> Command {
+        let bindir = find_bindir().unwrap();
+        let mut c = Command::new("/usr/sbin/runuser");
+        c.args(["-u", "postgres", "--", "pg_autoctl"])
+            .args(args)
+            .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
+            .env("XDG_DATA_HOME", self.dir.path().join("data"))
+            .env("PG_CONFIG", bindir.join("pg_config"))
+            .env(
+                "PATH",
+                format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bindir.display()),
+            )
+            .current_dir(self.dir.path());
+        c
+    }
+
+    fn run_ok(&self, args: &[&str]) -> String {
+        let o = self.autoctl(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "pg_autoctl {args:?}: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// `pg_autoctl run` of node `i` (0: the monitor), in a process group of
+    /// its own so that the test can kill the keeper and its services.
+    fn keep(&mut self, i: usize) {
+        use std::os::unix::process::CommandExt;
+        let pgdata = self.pgdata(i).display().to_string();
+        let child = self
+            .autoctl(&["run", "--pgdata", &pgdata])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        self.keepers[i] = Some(child);
+    }
+
+    /// The formation's nodes' reported states, by port.
+    fn states(&self) -> Vec<(u16, String)> {
+        let mon = self.pgdata(0).display().to_string();
+        let o = self
+            .autoctl(&["show", "state", "--pgdata", &mon, "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|n| {
+                        (
+                            n["nodeport"].as_u64().unwrap_or(0) as u16,
+                            n["current_group_state"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Waits until each port's node is in one of its wanted states
+    /// (`a|b`).
+    fn wait_states(&self, want: &[(u16, &str)], within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let now = self.states();
+            if want.iter().all(|(p, s)| {
+                now.iter()
+                    .any(|(q, t)| q == p && s.split('|').any(|w| w == t))
+            }) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "formation states {now:?}, wanted {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn start() -> AutoFailover {
+        let dir = TempDir::new("auto-failover");
+        let chown = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(dir.path())
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        let mut f = AutoFailover {
+            dir,
+            monitor_port: free_port(),
+            ports: [free_port(), free_port()],
+            keepers: vec![None, None, None],
+        };
+        let pg_ctl = find_bindir().unwrap().join("pg_ctl").display().to_string();
+        let mon = f.pgdata(0).display().to_string();
+        let mport = f.monitor_port.to_string();
+        f.run_ok(&[
+            "create",
+            "monitor",
+            "--pgdata",
+            &mon,
+            "--pgport",
+            &mport,
+            "--hostname",
+            "localhost",
+            "--auth",
+            "trust",
+            "--no-ssl",
+            "--pgctl",
+            &pg_ctl,
+        ]);
+        f.keep(0);
+        let monitor =
+            format!("postgres://autoctl_node@localhost:{mport}/pg_auto_failover?sslmode=disable");
+        for i in [1, 2] {
+            let pgdata = f.pgdata(i).display().to_string();
+            let port = f.ports[i - 1].to_string();
+            let name = ["", "a", "b"][i];
+            f.run_ok(&[
+                "create",
+                "postgres",
+                "--pgdata",
+                &pgdata,
+                "--pgport",
+                &port,
+                "--hostname",
+                "localhost",
+                "--name",
+                name,
+                "--dbname",
+                "tabos",
+                "--auth",
+                "trust",
+                "--no-ssl",
+                "--monitor",
+                &monitor,
+                "--pgctl",
+                &pg_ctl,
+            ]);
+            f.keep(i);
+            let want: Vec<(u16, &str)> = if i == 1 {
+                vec![(f.ports[0], "single")]
+            } else {
+                vec![(f.ports[0], "primary"), (f.ports[1], "secondary")]
+            };
+            f.wait_states(&want, Duration::from_secs(120));
+        }
+        f
+    }
+
+    /// The formation's URL for the tabos database: every data node, the
+    /// one that takes writes chosen by the client.
+    fn url(&self) -> String {
+        let mon = self.pgdata(0).display().to_string();
+        let uri = self.run_ok(&["show", "uri", "--pgdata", &mon, "--formation", "default"]);
+        let url = uri
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with("postgres://"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no formation URI in {uri}"));
+        assert!(
+            url.contains(',') && url.contains("target_session_attrs=read-write"),
+            "{url}"
+        );
+        // As the postgres user, which the formation trusts.
+        url.replacen("postgres://", "postgres://postgres@", 1)
+    }
+
+    /// SIGKILL of the primary's keeper (its whole process group) and of its
+    /// postmaster, as a crashed machine would leave them.
+    fn kill_primary(&mut self) {
+        if let Some(mut k) = self.keepers[1].take() {
+            kill9(&format!("-{}", k.id()));
+            let _ = k.wait();
+        }
+        if let Ok(pid) = std::fs::read_to_string(self.pgdata(1).join("postmaster.pid")) {
+            if let Some(pid) = pid.lines().next() {
+                kill9(pid.trim());
+            }
+        }
+    }
+}
+
+impl Drop for AutoFailover {
+    fn drop(&mut self) {
+        for k in self.keepers.iter_mut().flatten() {
+            kill9(&format!("-{}", k.id()));
+            let _ = k.wait();
+        }
+        for i in 0..3 {
+            if let Ok(pid) = std::fs::read_to_string(self.pgdata(i).join("postmaster.pid")) {
+                if let Some(pid) = pid.lines().next() {
+                    kill9(pid.trim());
+                }
+            }
+        }
+    }
+}
+
+/// The durable workflow of the failover test: steps that each append
+/// their number to a file, with durable sleeps between them, so that it is
+/// mid-way when the primary dies. Every step must be there exactly once.
+const WORKFLOW_PY: &str = r#"
+import sys, tabos
+from tabos.workflows import Executor
+addr, token, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+c = tabos.Client(addr, token)
+ex = Executor(c, app_version="v1")
+@ex.workflow("ha")
+def ha(ctx, _input):
+    for i in range(steps):
+        def record(s, i=i):
+            with open(out, "a") as f:
+                f.write(f"{i}\n")
+            return b""
+        ctx.step(f"s{i}", record)
+        ctx.sleep(1.0)
+    return b"done"
+ex.start()
+wid = ex.run("ha", b"", workflow_id="ha-1")
+w = ex.result(wid, timeout=600)
+print(w.status, flush=True)
+print(w.error, file=sys.stderr, flush=True)
+"#;
+
+/// pg_auto_failover, as an operator runs it (item 6 of issue 35): its
+/// monitor sees the primary's postmaster and keeper killed during a
+/// MapReduce job, a send/recv storm, a durable workflow and a running proc,
+/// and promotes the standby by itself; two nodes on the formation's
+/// multi-host URL carry on. Nothing acknowledged is lost or doubled, no
+/// proc fails, the job's answer is right, and no node is declared lost.
+#[test]
+fn pg_auto_failover_promotes_and_the_cluster_carries_on() {
+    assert!(
+        tabos_store::testing::is_root() && find_bindir().is_some(),
+        "this test runs as root with PostgreSQL's server binaries (bash .ci/run installs them)"
+    );
+    assert!(
+        Command::new("pg_autoctl")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success()),
+        "pg_autoctl is missing: apt-get install postgresql-15-auto-failover pg-auto-failover-cli \
+         (bash .ci/run does)"
+    );
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-venv/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: bash .ci/run makes it",
+        python.display()
+    );
+    let mut af = AutoFailover::start();
+    let url = af.url();
+    let dir = TempDir::new("ha-nodes");
+    // The default grace (60 s): a failover is an outage every node sees.
+    let grace = "60000";
+    let start = |id: &str| {
+        Up::start_with_grace(
+            &[],
+            &[
+                "--db",
+                &url,
+                "--node-id",
+                id,
+                "--data",
+                dir.path().join(id).to_str().unwrap(),
+            ],
+            dir.path(),
+            grace,
+        )
+    };
+    let (a, b) = (start("a"), start("b"));
+    ok(&a.tabos(&["mailbox", "create", "inbox"]));
+
+    // A proc running through the failover, not restartable.
+    ok(&a.tabos(&["spawn", "--pid", "sleeper", "--", "sleep", "40"]));
+    // MapReduce input: known word counts.
+    let input = dir.path().join("input");
+    std::fs::create_dir_all(&input).unwrap();
+    for f in 0..24 {
+        let text = (0..2_000)
+            .map(|i| format!("w{} ", (i * 7 + f) % 50))
+            .collect::<String>();
+        std::fs::write(input.join(format!("f{f}.txt")), text).unwrap();
+    }
+    let mut expected = std::collections::BTreeMap::<String, u64>::new();
+    for f in 0..24 {
+        for i in 0..2_000 {
+            *expected
+                .entry(format!("w{}", (i * 7 + f) % 50))
+                .or_default() += 1;
+        }
+    }
+    std::fs::set_permissions(&input, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // The job's procs read the input where it is: the operator allows it.
+    ok(&a.tabos(&[
+        "realm",
+        "set",
+        "default",
+        "--allow-host-path",
+        input.to_str().unwrap(),
+    ]));
+    let job = {
+        let (addr, token, input) = (b.addr.clone(), b.token.clone(), input.clone());
+        std::thread::spawn(move || {
+            Command::new(TABOS)
+                .env("TABOS_ADDR", addr)
+                .env("TABOS_TOKEN", token)
+                .args([
+                    "mr",
+                    "wordcount",
+                    "--json",
+                    "--top",
+                    "50",
+                    "--task-mib",
+                    "1",
+                ])
+                .arg("--input")
+                .arg(input)
+                .output()
+                .unwrap()
+        })
+    };
+    let wf_out = dir.path().join("workflow.steps");
+    let workflow = {
+        let (addr, token, out) = (a.addr.clone(), a.token.clone(), wf_out.clone());
+        let script = dir.path().join("workflow.py");
+        std::fs::write(&script, WORKFLOW_PY).unwrap();
+        let python = python.clone();
+        std::thread::spawn(move || {
+            Command::new(python)
+                .arg(script)
+                .args([&addr, &token, out.to_str().unwrap(), "30"])
+                .output()
+                .unwrap()
+        })
+    };
+    // The storm: a sender through a, each message with its key and sent
+    // again while unanswered; a receiver through b.
+    const MESSAGES: usize = 150;
+    let sender = {
+        let (addr, token) = (a.addr.clone(), a.token.clone());
+        std::thread::spawn(move || {
+            let mut refused = 0;
+            for i in 0..MESSAGES {
+                loop {
+                    let o = Command::new(TABOS)
+                        .env("TABOS_ADDR", &addr)
+                        .env("TABOS_TOKEN", &token)
+                        .args(["send", "inbox", &format!("m{i}"), "--id", &format!("id{i}")])
+                        .output()
+                        .unwrap();
+                    if o.status.success() {
+                        break;
+                    }
+                    refused += 1;
+                    assert!(refused < 2_000, "never acknowledged");
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+            refused
+        })
+    };
+    let receiver = {
+        let (addr, token) = (b.addr.clone(), b.token.clone());
+        std::thread::spawn(move || {
+            let mut got = std::collections::BTreeMap::<String, usize>::new();
+            let t = Instant::now();
+            while got.values().sum::<usize>() < MESSAGES && t.elapsed() < Duration::from_secs(300) {
+                let o = Command::new(TABOS)
+                    .env("TABOS_ADDR", &addr)
+                    .env("TABOS_TOKEN", &token)
+                    .args([
+                        "recv",
+                        "inbox",
+                        "--max",
+                        "64",
+                        "--timeout-ms",
+                        "2000",
+                        "--json",
+                    ])
+                    .output()
+                    .unwrap();
+                for l in String::from_utf8_lossy(&o.stdout).lines() {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    *got.entry(v["payload"].as_str().unwrap().to_string())
+                        .or_default() += 1;
+                }
+                if !o.status.success() {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            got
+        })
+    };
+
+    std::thread::sleep(Duration::from_secs(5));
+    af.kill_primary();
+    let killed = Instant::now();
+    // The monitor promotes the standby on its own.
+    // (wait_primary: a primary whose standby is gone.)
+    af.wait_states(
+        &[(af.ports[1], "primary|wait_primary")],
+        Duration::from_secs(180),
+    );
+    eprintln!(
+        "pg_auto_failover promoted the standby {:.1} s after the kill",
+        killed.elapsed().as_secs_f64()
+    );
+
+    let refused = sender.join().unwrap();
+    let got = receiver.join().unwrap();
+    eprintln!("sends answered UNAVAILABLE and sent again: {refused}");
+    assert_eq!(got.len(), MESSAGES, "every acknowledged message arrived");
+    let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "delivered more than once: {twice:?}");
+
+    let o = job.join().unwrap();
+    ok(&o);
+    let counted: std::collections::BTreeMap<String, u64> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .flat_map(|v| v["top"].as_array().cloned().unwrap_or_default())
+        .map(|w| {
+            (
+                w["key"].as_str().unwrap_or_default().to_string(),
+                w["count"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(counted, expected, "the job's answer");
+
+    let o = workflow.join().unwrap();
+    ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "success",
+        "the workflow: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let steps = std::fs::read_to_string(&wf_out).unwrap();
+    let steps: Vec<&str> = steps.lines().collect();
+    let want: Vec<String> = (0..30).map(|i| i.to_string()).collect();
+    assert_eq!(steps, want, "each step once, in order");
+
+    ok(&a.tabos(&["wait", "sleeper"]));
+    let row = a.row("SELECT state, exit_status FROM proc WHERE pid = 'sleeper'");
+    assert_eq!(
+        (row["state"].as_str(), row["exit_status"].as_i64()),
+        (Some("exited"), Some(0))
+    );
+    let failed = a.row("SELECT count(*) AS n FROM proc WHERE state = 'failed'");
+    assert_eq!(failed["n"], 0, "no proc failed");
+    let o = a.tabos(&["nodes", "--json"]);
+    ok(&o);
+    for l in String::from_utf8_lossy(&o.stdout).lines() {
+        let n: serde_json::Value = serde_json::from_str(l).unwrap();
+        assert!(
+            n["lost_us"].as_i64().unwrap_or(0) == 0,
+            "no node declared lost: {n}"
+        );
+    }
+    drop((a, b));
 }

@@ -105,7 +105,7 @@ struct Outcome {
 }
 
 /// One heartbeat: renew, campaign, judge — one transaction.
-async fn beat(node: &Node, terms: LeaseTerms) -> Result<Outcome, tabos_kernel::Error> {
+async fn beat(node: Node, terms: LeaseTerms) -> Result<Outcome, tabos_kernel::Error> {
     let id = node.settings.node_id.clone();
     let started = node.started_us;
     let busy = node.load.measured_cores();
@@ -158,26 +158,50 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
     let mut renewed = tokio::time::Instant::now();
     // The restartable procs it stopped while cut off, by realm.
     let mut fenced: Option<Vec<(String, Pid)>> = None;
+    // A heartbeat still waiting for the database: awaited again at the
+    // next tick rather than joined by another, so that an outage does not
+    // pile one transaction per period into the store's queue.
+    let mut in_flight: Option<tokio::task::JoinHandle<Result<Outcome, tabos_kernel::Error>>> = None;
+    // When heartbeats began to fail (said once, and once when they are
+    // back, not every period).
+    let mut failing_since: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
-            _ = stop.changed() => return,
+            _ = stop.changed() => {
+                if let Some(h) = in_flight.take() {
+                    h.abort();
+                }
+                return;
+            }
             _ = tick.tick() => {}
         }
         // Bounded by a lease: a heartbeat that takes longer (the database
         // out of reach, a connection hanging on a cut network) counts as
         // failed, so a cut-off node still sees its grace run out.
         let lease = std::time::Duration::from_micros(terms.lease_us as u64);
-        let beaten = tokio::time::timeout(lease, beat(&node, terms))
-            .await
-            .unwrap_or_else(|_| {
+        let mut running = in_flight
+            .take()
+            .unwrap_or_else(|| tokio::spawn(beat(node.clone(), terms)));
+        let beaten = match tokio::time::timeout(lease, &mut running).await {
+            Ok(joined) => joined.unwrap_or_else(|e| {
+                Err(tabos_kernel::Error::Store(tabos_store::Error::Internal(
+                    format!("the heartbeat task ended: {e}"),
+                )))
+            }),
+            Err(_) => {
+                in_flight = Some(running);
                 Err(tabos_kernel::Error::Store(tabos_store::Error::Unavailable(
                     "the heartbeat took longer than a lease".into(),
                 )))
-            });
+            }
+        };
         let out = match beaten {
             Ok(out) => out,
             Err(e) => {
-                eprintln!("node {id}: heartbeat failed: {e}");
+                if failing_since.is_none() {
+                    failing_since = Some(tokio::time::Instant::now());
+                    eprintln!("node {id}: heartbeat failed: {e} (said again when they succeed)");
+                }
                 node.standing.set_leading(false);
                 if fenced.is_none() && renewed.elapsed() >= grace {
                     fenced = Some(fence(&served));
@@ -193,6 +217,12 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
             }
         };
         renewed = tokio::time::Instant::now();
+        if let Some(since) = failing_since.take() {
+            eprintln!(
+                "node {id}: heartbeats reach the database again after {:.1} s",
+                since.elapsed().as_secs_f64()
+            );
+        }
         let s = &node.standing;
         s.last_ok_us.store(out.beat.now_us, Ordering::SeqCst);
         s.healthy_since_us

@@ -18,6 +18,21 @@
 //! them all at once under contention would only make SERIALIZABLE abort all
 //! but one of them, over and over. Reads never take turns.
 //!
+//! ## A COMMIT whose answer is lost
+//! When the connection breaks during COMMIT (the primary killed, a failover)
+//! the transaction may or may not have committed. A destructive procedure —
+//! a receive that deletes what it returns — must not then be reported failed
+//! if it committed (its messages would be lost) nor run again if it did
+//! (they would be taken twice). So every writing transaction stamps its
+//! worker's row in `store_commit` with a number of its own (`COMMIT_MARK`,
+//! skipped when the transaction wrote nothing), and after a lost COMMIT the
+//! worker reconnects — to the promoted standby, if it came to that — and
+//! reads the row back under the row's lock (`COMMIT_CHECK`, which waits for
+//! an old backend still committing): its number there means committed, and
+//! the procedure's result is returned; anything else means not committed,
+//! and the procedure runs again. Only when the database stays out of reach
+//! past the request's wait is the caller told the outcome is unknown.
+//!
 //! ## Change feed
 //! A procedure's notifications are sent with `pg_notify` inside its own
 //! transaction, so PostgreSQL delivers them only if and when it commits, in
@@ -262,6 +277,9 @@ impl PgBackend {
                 broken: false,
                 reconnect_wait: config.reconnect_wait,
                 idle_close: config.pool_idle_close,
+                writer: writer_id(),
+                mark_seq: 0,
+                mark: None,
             };
             let queue = queue.clone();
             let h = std::thread::Builder::new()
@@ -462,6 +480,11 @@ fn init_database(client: &mut Client, asked: Option<u32>, migrations: &[Migratio
         t.execute(sql, &[&partitions.to_string()])
             .map_err(|e| map_err(&e, sql))?;
     }
+    t.batch_execute(COMMIT_MARK_DDL)
+        .map_err(|e| map_err(&e, COMMIT_MARK_DDL))?;
+    let sql = "DELETE FROM store_commit WHERE used_us < $1";
+    let stale = crate::now_us() - COMMIT_MARK_KEEP.as_micros() as i64;
+    t.execute(sql, &[&stale]).map_err(|e| map_err(&e, sql))?;
     t.batch_execute(migrate::SCHEMA_VERSION_DDL)
         .map_err(|e| map_err(&e, migrate::SCHEMA_VERSION_DDL))?;
     let sql = "SELECT version, name FROM schema_version ORDER BY version";
@@ -711,6 +734,45 @@ struct Worker {
     reconnect_wait: Duration,
     /// How long its connection may idle ([`Config::pool_idle_close`]).
     idle_close: Duration,
+    /// Its row in `store_commit`, and the last number it stamped there.
+    writer: i64,
+    mark_seq: i64,
+    /// [`COMMIT_MARK`], prepared on the current connection.
+    mark: Option<Statement>,
+}
+
+/// The table of commit marks (see the module doc, "A COMMIT whose answer
+/// is lost"): one row per pool worker, updated in place (the low fill
+/// factor keeps those updates HOT, out of the index).
+const COMMIT_MARK_DDL: &str = "CREATE TABLE IF NOT EXISTS store_commit (
+    writer BIGINT PRIMARY KEY, seq BIGINT NOT NULL, used_us BIGINT NOT NULL)
+    WITH (fillfactor = 50)";
+/// Stamps the worker's row, in a transaction that wrote something (one
+/// with a transaction id); affects no row otherwise.
+const COMMIT_MARK: &str = "INSERT INTO store_commit (writer, seq, used_us)
+    SELECT $1, $2, $3 WHERE txid_current_if_assigned() IS NOT NULL
+    ON CONFLICT (writer) DO UPDATE SET seq = excluded.seq, used_us = excluded.used_us";
+/// Reads the worker's mark after a lost COMMIT, at READ COMMITTED: the
+/// upsert waits for a backend still committing the old transaction (its
+/// row lock, or its pending insert of the row) and then sees its outcome.
+/// Leaves the mark as it is (or -1, which no transaction uses).
+const COMMIT_CHECK: &str = "INSERT INTO store_commit (writer, seq, used_us) VALUES ($1, -1, $2)
+    ON CONFLICT (writer) DO UPDATE SET used_us = excluded.used_us RETURNING seq";
+/// Marks not used for this long are deleted when a node opens the
+/// database (their workers are long gone).
+const COMMIT_MARK_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A writer id for a pool worker: unique across the cluster's processes
+/// (64 bits from the OS's random keys, via the standard library's hasher
+/// seeding, with this process's count of workers folded in).
+fn writer_id() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(MADE.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    // Non-negative, and never the check's -1.
+    (h.finish() >> 1) as i64
 }
 
 /// Realm schemas a worker remembers as ready before it checks again.
@@ -981,6 +1043,7 @@ impl Worker {
         }
         self.statements.clear();
         self.scoped_ready.clear();
+        self.mark = None;
         if self.client.take().is_some() {
             self.stats.connections.fetch_sub(1, Ordering::Relaxed);
         }
@@ -1009,7 +1072,7 @@ impl Worker {
         let mut retries = 0u32;
         let mut pause_us = RETRY_PAUSE_MIN_US;
         loop {
-            match self.attempt(&mut job) {
+            match self.attempt(&mut job, deadline) {
                 Attempt::Done(outcome) => {
                     let counter = if outcome.is_ok() {
                         &self.stats.committed
@@ -1059,6 +1122,35 @@ impl Worker {
         }
     }
 
+    /// After a lost COMMIT of the transaction stamped `seq`: whether it
+    /// committed, asked of the database (reconnecting, until `deadline`).
+    fn committed(&mut self, seq: i64, deadline: std::time::Instant) -> Result<bool> {
+        self.ensure_connected(deadline)?;
+        let writer = self.writer;
+        let result = (|| {
+            let mut t = self
+                .conn()?
+                .build_transaction()
+                .isolation_level(IsolationLevel::ReadCommitted)
+                .start()
+                .map_err(|e| map_err(&e, "BEGIN"))?;
+            // The wait for an old backend still committing ends by the
+            // request's own deadline.
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let set = format!("SET LOCAL lock_timeout = {}", left.as_millis().max(1));
+            t.batch_execute(&set).map_err(|e| map_err(&e, &set))?;
+            let row = t
+                .query_one(COMMIT_CHECK, &[&writer, &crate::now_us()])
+                .map_err(|e| map_err(&e, COMMIT_CHECK))?;
+            t.commit().map_err(|e| map_err(&e, "COMMIT"))?;
+            Ok(row.get::<_, i64>(0) == seq)
+        })();
+        if result.as_ref().is_err_and(Error::is_unavailable) {
+            self.broken = true;
+        }
+        result
+    }
+
     /// A read-only procedure: one `REPEATABLE READ READ ONLY` transaction
     /// (one snapshot for all its statements; a read-only transaction at
     /// that level never fails for serialization, so nothing is retried),
@@ -1091,8 +1183,10 @@ impl Worker {
         outcome
     }
 
-    /// One try of a procedure: run it, send its notifications, commit.
-    fn attempt(&mut self, job: &mut Job) -> Attempt {
+    /// One try of a procedure: run it, stamp its commit mark, send its
+    /// notifications, commit; a COMMIT whose answer is lost is resolved
+    /// (see the module doc) by `deadline`.
+    fn attempt(&mut self, job: &mut Job, deadline: std::time::Instant) -> Attempt {
         let Some(client) = self.client.as_mut() else {
             return Attempt::Unavailable(Error::Unavailable(
                 "the pool's connection is not made".into(),
@@ -1103,11 +1197,11 @@ impl Worker {
         } else {
             IsolationLevel::Serializable
         };
-        let begin = client
+        let mut t = match client
             .build_transaction()
             .isolation_level(isolation)
-            .start();
-        let mut t = match begin {
+            .start()
+        {
             Ok(t) => t,
             Err(e) => return Attempt::failed(job, map_err(&e, "BEGIN")),
         };
@@ -1123,6 +1217,15 @@ impl Worker {
         let hooks = std::mem::take(&mut tx.hooks);
         match outcome {
             Ok(v) => {
+                self.mark_seq += 1;
+                let seq = self.mark_seq;
+                let marked = match mark_commit(&mut t, &mut self.mark, self.writer, seq) {
+                    Ok(marked) => marked,
+                    Err(e) => {
+                        let _ = t.rollback();
+                        return Attempt::failed(job, e);
+                    }
+                };
                 for n in &notes {
                     let framed = format!("{}\n{}", n.channel, n.payload);
                     let sql = "SELECT pg_notify($1, $2)";
@@ -1137,14 +1240,29 @@ impl Worker {
                         Attempt::Done(Ok(v))
                     }
                     Err(e) => match map_err(&e, "COMMIT") {
-                        // Whether it committed is unknown: never run again
-                        // here; the caller is told so.
                         Error::Unavailable(m) => {
                             self.broken = true;
-                            Attempt::Done(Err(job.failure(Error::Unavailable(format!(
-                                "the connection was lost during COMMIT, which may or may not \
-                                 have taken effect: {m}"
-                            )))))
+                            if !marked {
+                                // It wrote nothing: running it again is
+                                // safe whatever became of it.
+                                return Attempt::Unavailable(Error::Unavailable(m));
+                            }
+                            match self.committed(seq, deadline) {
+                                Ok(true) => {
+                                    crate::run_hooks(hooks);
+                                    Attempt::Done(Ok(v))
+                                }
+                                Ok(false) => Attempt::Unavailable(Error::Unavailable(m)),
+                                // Still unknown: never run again here; the
+                                // caller is told so.
+                                Err(gone) => {
+                                    Attempt::Done(Err(job.failure(Error::Unavailable(format!(
+                                        "the connection was lost during COMMIT, which may or \
+                                         may not have taken effect ({m}); the database could \
+                                         not be asked which: {gone}"
+                                    )))))
+                                }
+                            }
                         }
                         e => Attempt::failed(job, e),
                     },
@@ -1173,6 +1291,29 @@ impl Worker {
             }
         }
     }
+}
+
+/// Stamps `writer`'s commit mark with `seq` in `t`, if `t` wrote anything:
+/// whether it did (see the module doc).
+fn mark_commit(
+    t: &mut postgres::Transaction<'_>,
+    prepared: &mut Option<Statement>,
+    writer: i64,
+    seq: i64,
+) -> Result<bool> {
+    let stmt = match prepared {
+        Some(s) => s.clone(),
+        None => {
+            let s = t
+                .prepare(COMMIT_MARK)
+                .map_err(|e| map_err(&e, COMMIT_MARK))?;
+            prepared.insert(s).clone()
+        }
+    };
+    let n = t
+        .execute(&stmt, &[&writer, &seq, &crate::now_us()])
+        .map_err(|e| map_err(&e, COMMIT_MARK))?;
+    Ok(n == 1)
 }
 
 enum Attempt {

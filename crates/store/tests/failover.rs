@@ -166,3 +166,138 @@ fn a_long_outage_is_unavailable_then_over() {
     let have: Vec<i64> = rows.iter().map(|r| r.get::<i64>(0).unwrap()).collect();
     assert_eq!(have, [1, 3], "the refused write changed nothing");
 }
+
+/// A TCP proxy in front of the server that, when armed, breaks the first
+/// connection to send a COMMIT: forwarding the COMMIT and withholding its
+/// answer (the transaction commits, the client cannot know), or dropping
+/// it (the transaction rolls back, the client cannot know either).
+struct CommitCutter {
+    port: u16,
+    mode: Arc<std::sync::atomic::AtomicU8>,
+}
+
+const PASS: u8 = 0;
+const COMMIT_THEN_CUT: u8 = 1;
+const CUT_BEFORE_COMMIT: u8 = 2;
+
+impl CommitCutter {
+    fn start(upstream: u16) -> CommitCutter {
+        use std::io::{Read, Write};
+        use std::net::{Shutdown, TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(AtomicU8::new(PASS));
+        let armed = mode.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+                let severed = Arc::new(AtomicBool::new(false));
+                let (mut c_in, mut s_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mode, cut) = (armed.clone(), severed.clone());
+                let (c_end, s_end) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    // A simple-query COMMIT: 'Q', length 11, "COMMIT\0".
+                    let commit = b"Q\0\0\0\x0bCOMMIT\0";
+                    while let Ok(n) = c_in.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let chunk = &buf[..n];
+                        let is_commit = chunk.windows(commit.len()).any(|w| w == commit);
+                        if is_commit {
+                            let m = mode.swap(PASS, Ordering::SeqCst);
+                            if m != PASS {
+                                cut.store(true, Ordering::SeqCst);
+                                if m == COMMIT_THEN_CUT {
+                                    let _ = s_out.write_all(chunk);
+                                    std::thread::sleep(Duration::from_millis(300));
+                                }
+                                let _ = c_end.shutdown(Shutdown::Both);
+                                let _ = s_end.shutdown(Shutdown::Both);
+                                break;
+                            }
+                        }
+                        if s_out.write_all(chunk).is_err() {
+                            break;
+                        }
+                    }
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = s_in.read(&mut buf) {
+                        if n == 0 || severed.load(Ordering::SeqCst) {
+                            break;
+                        }
+                        if c_out.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = c_out.shutdown(Shutdown::Both);
+                });
+            }
+        });
+        CommitCutter { port, mode }
+    }
+
+    fn arm(&self, mode: u8) {
+        self.mode.store(mode, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The connection breaks during COMMIT (issue 35's failover test once lost
+/// a received message this way: the receive committed, its answer was
+/// lost, and the caller was told UNAVAILABLE). The store asks the database
+/// which it was: a transaction that committed returns its result, one that
+/// did not runs again, and either way its effect is there exactly once.
+#[test]
+fn a_commit_whose_answer_is_lost_is_resolved_exactly_once() {
+    use tabos_store::pg_cluster::TempCluster;
+    if find_bindir().is_none() {
+        return;
+    }
+    let pg = TempCluster::start(&ClusterOptions::default()).unwrap();
+    pg.create_database("indoubt").unwrap();
+    let cutter = CommitCutter::start(pg.port());
+    let url = format!("postgres://postgres@127.0.0.1:{}/indoubt", cutter.port);
+    let store = Store::open(
+        &Config::postgres(url)
+            .with_partitions(1)
+            .with_connections(1)
+            .with_reconnect_wait(Duration::from_secs(10)),
+        SCHEMA,
+    )
+    .unwrap();
+    // Each call inserts the next number and returns it: a run too many
+    // would insert two, a lost one none.
+    let next = || {
+        store.call(PKey(0), |tx| {
+            let rows = tx.query("SELECT coalesce(max(n), 0) + 1 FROM acked", &[])?;
+            let n = rows.iter().next().expect("one row").get::<i64>(0)?;
+            tx.execute("INSERT INTO acked (p_key, n) VALUES (0, $1)", params![n])?;
+            Ok::<_, Error>(n)
+        })
+    };
+    assert_eq!(next().unwrap(), 1);
+    cutter.arm(COMMIT_THEN_CUT);
+    assert_eq!(next().unwrap(), 2, "committed, so its own result");
+    assert_eq!(
+        cutter.mode.load(std::sync::atomic::Ordering::SeqCst),
+        PASS,
+        "the cut happened"
+    );
+    cutter.arm(CUT_BEFORE_COMMIT);
+    assert_eq!(next().unwrap(), 3, "not committed, so run again");
+    assert_eq!(
+        cutter.mode.load(std::sync::atomic::Ordering::SeqCst),
+        PASS,
+        "the cut happened"
+    );
+    let rows = store.query("SELECT n FROM acked ORDER BY n", &[]).unwrap();
+    let have: Vec<i64> = rows.iter().map(|r| r.get::<i64>(0).unwrap()).collect();
+    assert_eq!(have, [1, 2, 3], "each call's insert exactly once");
+}

@@ -48,8 +48,11 @@ RETRY_WINDOW = 120.0
 #: Longest one wait the node is asked for (it caps waits at a minute).
 WAIT_CHUNK = 30.0
 
+# Every Workflows call is idempotent by (workflow, step), so one that timed
+# out (the node waited out a database failover) is asked again too.
 _TRANSIENT = {
     grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.UNKNOWN,
     grpc.StatusCode.CANCELLED,
     grpc.StatusCode.ABORTED,
