@@ -1050,6 +1050,29 @@ impl ServedRealms {
     }
 }
 
+/// First and longest pause before a node tries again to serve a realm it
+/// could not begin to serve.
+const SERVE_RETRY_MIN: std::time::Duration = std::time::Duration::from_millis(100);
+const SERVE_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Whether this node serves `realm` (not if it is elastic, which elastic
+/// nodes serve as granted), registered in it if so; what went wrong, said.
+async fn begin_serving(node: &Node, realm: &str) -> Result<bool, String> {
+    match tabos_kernel::alloc::get(&node.store, realm).await {
+        Ok(None) => {}
+        Ok(Some(_)) => return Ok(false),
+        Err(e) => return Err(format!("cannot tell whether realm {realm} is elastic: {e}")),
+    }
+    let (n, r) = (node.clone(), realm.to_string());
+    match tokio::task::spawn_blocking(move || n.register_in(&r)).await {
+        Ok(Ok(())) => Ok(true),
+        Ok(Err(e)) => Err(format!("cannot serve realm {realm}: {e}")),
+        Err(e) => Err(format!(
+            "cannot serve realm {realm}: its registration ended: {e}"
+        )),
+    }
+}
+
 /// One node serves every realm: a worker and a procd in each, all sharing
 /// the node's cores (one busy-cores count, so BE admission is the node's).
 /// Started for every realm that exists, and for each realm created later
@@ -1083,34 +1106,35 @@ async fn serve_realms(
         let (node, addr, shared, served) =
             (node.clone(), addr.clone(), shared.clone(), served.clone());
         procds.spawn(async move {
-            // An elastic realm is served by elastic nodes, as granted.
-            match tabos_kernel::alloc::get(&node.store, &realm).await {
-                Ok(None) => {}
-                Ok(Some(_)) => {
-                    served.remove(&realm);
-                    return;
+            let mut realm_stop = realm_stop;
+            // Trouble reading or registering (the database away, the
+            // process out of descriptors) must not leave the realm unserved
+            // for the node's life: tried again, with back-off, until it
+            // works or the realm or node stops.
+            let mut pause = SERVE_RETRY_MIN;
+            loop {
+                match begin_serving(&node, &realm).await {
+                    Ok(true) => break,
+                    // An elastic realm is served by elastic nodes, as granted.
+                    Ok(false) => {
+                        served.remove(&realm);
+                        return;
+                    }
+                    Err(why) => {
+                        eprintln!(
+                            "node {}: {why}; trying again in {pause:?}",
+                            node.settings.node_id
+                        );
+                        tokio::select! {
+                            _ = realm_stop.changed() => {
+                                served.remove(&realm);
+                                return;
+                            }
+                            () = tokio::time::sleep(pause) => {}
+                        }
+                        pause = (pause * 2).min(SERVE_RETRY_MAX);
+                    }
                 }
-                Err(e) => {
-                    eprintln!(
-                        "node {}: cannot tell whether realm {realm} is elastic: {e}",
-                        node.settings.node_id
-                    );
-                    served.remove(&realm);
-                    return;
-                }
-            }
-            let n2 = node.clone();
-            let r2 = realm.clone();
-            match tokio::task::spawn_blocking(move || n2.register_in(&r2)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    eprintln!(
-                        "node {}: cannot serve realm {realm}: {e}",
-                        node.settings.node_id
-                    );
-                    return;
-                }
-                Err(_) => return,
             }
             // A drained node stays drained in a realm it begins to serve
             // (created after the drain, or served again after a restart).
