@@ -377,9 +377,9 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
         }
         p.decisions_per_s = (8 * per) as f64 / t.elapsed().as_secs_f64();
 
-        // Loss: the last node runs a restartable proc and is killed.
-        let victim = n - 1;
-        let home = format!("n{victim}");
+        // Loss: a restartable proc is placed on the last node, and the node
+        // that runs it (another may have stolen it first) is killed.
+        let home = format!("n{}", n - 1);
         let d = proto::ProcDescriptor {
             pid: "victim".into(),
             program: "/bin/sleep".into(),
@@ -392,6 +392,14 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
         };
         c.spawn("loss", d).await?;
         c.wait_start("loss", "victim").await?;
+        // Its worker is `<node>.w<i>`.
+        let worker = c.proc_status("loss", "victim").await?.worker;
+        let home = worker.split('.').next().unwrap_or_default().to_string();
+        let victim: usize = home
+            .strip_prefix('n')
+            .and_then(|i| i.parse().ok())
+            .filter(|&i: &usize| i < n)
+            .ok_or_else(|| anyhow::anyhow!("the victim runs on {worker:?}, not a bench node"))?;
         if n > 1 {
             nodes[victim].kill9();
             let killed = Instant::now();
@@ -409,7 +417,9 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                     }
                 }
                 let st = c.proc_status("loss", "victim").await?;
-                if st.state == "running" && !st.worker.starts_with(&format!("{home}.")) {
+                let elsewhere =
+                    st.state == "running" && !st.worker.starts_with(&format!("{home}."));
+                if elsewhere && detected.is_some() {
                     break;
                 }
                 anyhow::ensure!(Instant::now() < deadline, "the victim never ran again");
@@ -417,6 +427,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             }
             p.requeue_s = killed.elapsed().as_secs_f64();
             p.detect_leases = detected.unwrap_or(p.requeue_s) / LEASE_S;
+            // (The loop ends only once the loss was seen.)
         }
         let _ = c.evict("loss", "victim").await;
         anyhow::Ok(())
