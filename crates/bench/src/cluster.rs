@@ -426,8 +426,8 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             p.requeue_s = killed.elapsed().as_secs_f64();
-            p.detect_leases = detected.unwrap_or(p.requeue_s) / LEASE_S;
-            // (The loop ends only once the loss was seen.)
+            // The loop ends only once the loss was seen.
+            p.detect_leases = detected.map_or(f64::NAN, |d| d / LEASE_S);
         }
         let _ = c.evict("loss", "victim").await;
         anyhow::Ok(())

@@ -5,6 +5,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 const TABOS: &str = env!("CARGO_BIN_EXE_tabos");
 
+use tabos_store::pg_cluster::free_port;
 use tabos_store::testing::TempDir;
 
 /// A `tabos up` child on a free port; killed on drop.
@@ -2887,16 +2888,6 @@ fn dashboard_in_chromium(node: &Node, png: &str) {
     assert!(png.starts_with(b"\x89PNG"), "not a PNG screenshot");
 }
 
-/// A free TCP port on loopback (for a node that must come back on the
-/// same address after it is killed).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The stored procedure the workflow tests count steps with: each call
 /// adds one to `tick/<step>` and to `total`, in the step's transaction.
 const TICK_JS: &str = r#"
@@ -3021,7 +3012,7 @@ fn ticks_survive(
 fn a_workflow_survives_its_node_killed_ten_times() {
     let home = TempDir::new("wf-kill");
     let data = home.path().join("data");
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = format!("127.0.0.1:{}", free_port().unwrap());
     let start = || {
         Node::start(&[
             "--data",

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use tabos_store::pg_cluster::{find_bindir, ClusterOptions, TempCluster};
+use tabos_store::pg_cluster::{find_bindir, free_port, ClusterOptions, TempCluster};
 use tabos_store::testing::TempDir;
 
 const TABOS: &str = env!("CARGO_BIN_EXE_tabos");
@@ -424,14 +424,6 @@ fn kill9(target: &str) {
         .status();
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl AutoFailover {
     fn pgdata(&self, i: usize) -> std::path::PathBuf {
         self.dir.path().join(["mon", "a", "b"][i])
@@ -533,8 +525,8 @@ impl AutoFailover {
         assert!(chown.success());
         let mut f = AutoFailover {
             dir,
-            monitor_port: free_port(),
-            ports: [free_port(), free_port()],
+            monitor_port: free_port().unwrap(),
+            ports: [free_port().unwrap(), free_port().unwrap()],
             keepers: vec![None, None, None],
         };
         let pg_ctl = find_bindir().unwrap().join("pg_ctl").display().to_string();

@@ -805,23 +805,23 @@ pub fn steal_tx(
     // each other's rows (and on the owners', taken in another order)
     // deadlocked, a second each to detect (issue 35).
     let stealable = assign_cutoff(now_us, steal_after_us);
+    macro_rules! stealable {
+        ($lock:literal) => {
+            concat!(
+                "SELECT ",
+                proc_columns!(),
+                " FROM proc \
+                 WHERE p_key = $1 AND realm = $2 AND state = 'spawned' \
+                   AND worker_id IS NOT NULL AND worker_id <> $3 \
+                   AND COALESCE(assign_us, 0) <= $4 \
+                 ORDER BY assign_us LIMIT 64",
+                $lock
+            )
+        };
+    }
     let select = match tx.dialect() {
-        Dialect::Sqlite => concat!(
-            "SELECT ",
-            proc_columns!(),
-            " FROM proc \
-             WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
-               AND worker_id <> $3 AND COALESCE(assign_us, 0) <= $4 \
-             ORDER BY assign_us LIMIT 64"
-        ),
-        Dialect::Postgres => concat!(
-            "SELECT ",
-            proc_columns!(),
-            " FROM proc \
-             WHERE p_key = $1 AND realm = $2 AND state = 'spawned' AND worker_id IS NOT NULL \
-               AND worker_id <> $3 AND COALESCE(assign_us, 0) <= $4 \
-             ORDER BY assign_us LIMIT 64 FOR UPDATE SKIP LOCKED"
-        ),
+        Dialect::Sqlite => stealable!(""),
+        Dialect::Postgres => stealable!(" FOR UPDATE SKIP LOCKED"),
     };
     let rows = tx.query(select, params![p, realm, thief.as_str(), stealable])?;
     // The next proc that will be old enough, for the thief's timer.

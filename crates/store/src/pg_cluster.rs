@@ -102,7 +102,9 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-fn free_port() -> Result<u16> {
+/// A free TCP port on loopback (the kernel's pick, released at once): for
+/// a server a test starts on a port it must know in advance.
+pub fn free_port() -> Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| Error::Io(format!("cannot find a free port: {e}")))?;
     l.local_addr()
