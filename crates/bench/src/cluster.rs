@@ -12,7 +12,10 @@
 //!   database connections per node (`pg_stat_activity`), and notifications
 //!   delivered per node per second (each node's own count, `tabos status`);
 //! * **spawn → start** p50 and p99 of native and wasm procs spread over
-//!   every node (a least-loaded realm), from the proc rows' own times;
+//!   every node (a least-loaded realm), from the proc rows' own times, and
+//!   the notifications all nodes together were delivered per spawn then
+//!   (flat with the cluster's size if a placement is told only to the few
+//!   nodes that need it);
 //! * **scheduling decisions per second at the database**: spawns from
 //!   several clients at once, each one placement transaction;
 //! * **loss**: a node running a restartable proc is killed with SIGKILL —
@@ -54,6 +57,7 @@ struct Point {
     idle_writes_per_node_s: f64,
     connections_per_node: f64,
     notifications_per_node_s: f64,
+    deliveries_per_spawn: f64,
     native_p50_us: f64,
     native_p99_us: f64,
     wasm_p50_us: f64,
@@ -113,6 +117,20 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             )
             .runs(runs, Stat::Rate),
         );
+        let mut fig = Figure::new(
+            f("notifications_delivered_per_spawn"),
+            round(p.deliveries_per_spawn, 2),
+            "notifications",
+            Better::Lower,
+        )
+        .runs(runs, Stat::Mean)
+        .note("delivered to all nodes together, per proc spawned and run");
+        if n > 1 {
+            fig = fig
+                .peer("tabos at 1 node", Some(round(one.deliveries_per_spawn, 2)))
+                .target("ratio <= 1.5");
+        }
+        report.figures.push(fig);
         for (kind, p50, p99) in [
             ("native", p.native_p50_us, p.native_p99_us),
             ("wasm", p.wasm_p50_us, p.wasm_p99_us),
@@ -219,6 +237,11 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         .push(curve("notifications per node per s", "per node", |p| {
             p.notifications_per_node_s
         }));
+    report.series.push(curve(
+        "notifications delivered per spawn",
+        "all nodes",
+        |p| p.deliveries_per_spawn,
+    ));
     report
         .series
         .push(curve("native spawn→start p50 (ms)", "ms", |p| {
@@ -318,6 +341,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
         let wasm = dir.path().join("noop.wat");
         std::fs::write(&wasm, WASM_NOOP)?;
         let count = if quick { 20 } else { 60 };
+        let notes0 = notifications(&nodes).await?;
         let native = spawn_latency(
             &mut c,
             "nat",
@@ -343,6 +367,8 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             },
         )
         .await?;
+        let notes1 = notifications(&nodes).await?;
+        p.deliveries_per_spawn = (notes1 - notes0) as f64 / (2 * count) as f64;
         (p.native_p50_us, p.native_p99_us) = native;
         (p.wasm_p50_us, p.wasm_p99_us) = wasm_lat;
 

@@ -377,10 +377,78 @@ pub fn worker_channel(realm: &str, worker: &WorkerId) -> String {
 }
 
 /// The change-feed channel on which every placement of a proc in `realm`
-/// is announced (payload: the worker), so that idle procds can arm a
-/// timer to steal it if it stays unclaimed (σOS Figure 3-6).
+/// is announced (payload: the worker), for watchers outside the node (a
+/// PostgreSQL client's `LISTEN spawns`). Procds do not listen on it: a
+/// placement reaches the idle workers that may steal it by
+/// [`STEAL_HINT`]s on their own channels, so that what a placement costs
+/// in deliveries does not grow with the cluster (issue 35, item 4).
 pub fn queue_channel(realm: &str) -> String {
     format!("queue/{realm}")
+}
+
+/// Payload prefix on a worker's channel: a proc was placed on the worker
+/// named after it, and this worker may steal it if it stays unclaimed
+/// (σOS Figure 3-6).
+pub const STEAL_HINT: &str = "steal ";
+
+/// Most workers told of one placement besides the worker placed on. A
+/// constant, so a placement's notifications are `1 + STEAL_HINTS_MAX`
+/// whatever the size of the cluster; a thief that finds more to steal than
+/// it can take tells as many others ([`steal_tx`]), so a burst spreads to
+/// as many workers as it needs.
+pub const STEAL_HINTS_MAX: i64 = 2;
+
+/// Procedure body: tells up to [`STEAL_HINTS_MAX`] other live workers of
+/// `realm` with room for `cores` that `victim` was given a proc. Which
+/// ones rotates with `key` (a pid), over the workers in id order, so
+/// hints spread over the realm's workers instead of falling on the first.
+fn hint_thieves_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    victim: &WorkerId,
+    cores: i64,
+    key: &str,
+) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let candidates: i64 = tx
+        .query_one(
+            "SELECT count(*) FROM worker WHERE p_key = $1 AND realm = $2 AND state = 'up' \
+               AND draining = 0 AND worker_id <> $3 AND unused_capacity >= $4",
+            params![p, realm, victim.as_str(), cores],
+        )?
+        .get(0)?;
+    if candidates == 0 {
+        return Ok(());
+    }
+    let start = (fnv1a(key) % candidates as u64) as i64;
+    let want = STEAL_HINTS_MAX.min(candidates);
+    const PICK: &str = "SELECT worker_id FROM worker WHERE p_key = $1 AND realm = $2 \
+           AND state = 'up' AND draining = 0 AND worker_id <> $3 AND unused_capacity >= $4 \
+         ORDER BY worker_id LIMIT $5 OFFSET $6";
+    let mut thieves = Vec::new();
+    for row in &tx.query(PICK, params![p, realm, victim.as_str(), cores, want, start])? {
+        thieves.push(WorkerId(row.get(0)?));
+    }
+    let short = want - thieves.len() as i64;
+    if short > 0 {
+        // Wrapped past the last worker: the rest from the first.
+        for row in &tx.query(PICK, params![p, realm, victim.as_str(), cores, short, 0i64])? {
+            thieves.push(WorkerId(row.get(0)?));
+        }
+    }
+    let hint = format!("{STEAL_HINT}{victim}");
+    for thief in &thieves {
+        tx.notify(&worker_channel(realm, thief), &hint)?;
+    }
+    Ok(())
+}
+
+/// FNV-1a: a stable, well-spread hash of a short key (no need to resist
+/// an adversary: it only rotates which idle workers hear of a placement).
+fn fnv1a(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 pub(crate) fn notify_assigned(
@@ -388,10 +456,11 @@ pub(crate) fn notify_assigned(
     realm: &str,
     pid: &str,
     worker: &WorkerId,
+    need: &Need,
 ) -> Result<()> {
     tx.notify(&worker_channel(realm, worker), pid)?;
     tx.notify(&queue_channel(realm), worker.as_str())?;
-    Ok(())
+    hint_thieves_tx(tx, realm, worker, need.cores, pid)
 }
 
 /// Procedure body: appends a provenance row for `pid`.
@@ -573,7 +642,7 @@ pub fn spawn_tx(
     let detail = worker.as_ref().map(WorkerId::as_str);
     event_at_tx(tx, realm, pid.as_str(), seq + 1, "spawn", detail, now_us)?;
     if let Some(w) = &worker {
-        notify_assigned(tx, realm, pid.as_str(), w)?;
+        notify_assigned(tx, realm, pid.as_str(), w, &need)?;
     }
     notify_proc(tx, realm, pid.as_str(), State::Spawned.as_str())?;
     Ok(worker)
@@ -840,6 +909,8 @@ pub fn steal_tx(
     };
     let mut admission = admission;
     let mut victims_freed = false;
+    // The first stealable proc this thief had no room for, if any.
+    let mut left: Option<String> = None;
     for r in &rows {
         let mut info = proc_from_row(r)?;
         let victim = info
@@ -850,6 +921,7 @@ pub fn steal_tx(
             Class::Lc => {
                 let need = need_of(Class::Lc, info.cores, info.mem_mb, None);
                 if !sched::try_reserve_tx(tx, realm, thief, &need)? {
+                    left.get_or_insert_with(|| info.pid.to_string());
                     continue;
                 }
                 sched::release_tx(tx, realm, &victim, info.cores, info.mem_mb)?;
@@ -857,6 +929,7 @@ pub fn steal_tx(
             }
             Class::Be => {
                 if !admission.admits_proc(info.cores) {
+                    left.get_or_insert_with(|| info.pid.to_string());
                     continue;
                 }
             }
@@ -868,6 +941,11 @@ pub fn steal_tx(
     }
     if victims_freed {
         assign_deferred_tx(tx, realm, now_us)?;
+    }
+    // More to steal than this thief could take: a burst placed on a few
+    // workers spreads to others, a few more for every thief that fills up.
+    if let Some(pid) = left {
+        hint_thieves_tx(tx, realm, thief, 0, &pid)?;
     }
     Ok(out)
 }
@@ -925,7 +1003,7 @@ pub fn assign_deferred_tx(
                 params![p, realm, pid.as_str(), worker.as_str(), now_us],
             )?;
             event_tx(tx, realm, &pid, "assign", Some(worker.as_str()), now_us)?;
-            notify_assigned(tx, realm, &pid, &worker)?;
+            notify_assigned(tx, realm, &pid, &worker, &need)?;
             assigned.push((pid, worker));
         }
     }

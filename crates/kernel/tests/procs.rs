@@ -1059,3 +1059,95 @@ fn the_realm_channel_tells_every_transition(b: Backend) {
     });
 }
 both!(the_realm_channel_tells_every_transition);
+
+/// A placement is told to the worker it is placed on and to at most
+/// `STEAL_HINTS_MAX` others — never to every worker of the realm — and
+/// which others rotates over the realm; a thief that cannot take all it
+/// finds passes the word on (issue 35, item 4).
+fn a_placement_tells_a_few_workers_not_all(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        const WORKERS: usize = 6;
+        const SPAWNS: usize = 12;
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let ids: Vec<WorkerId> = (0..WORKERS)
+            .map(|i| WorkerId::new(format!("w{i}")).unwrap())
+            .collect();
+        // Every worker channel's notifications, with the worker's index.
+        let (heard, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for (i, id) in ids.iter().enumerate() {
+            procs::register_worker(&s, "r", &worker(id.as_str(), &format!("n{i}"), 1)).unwrap();
+            let mut sub = s.subscribe(&procs::worker_channel("r", id));
+            let heard = heard.clone();
+            tokio::spawn(async move {
+                while let Ok(n) = sub.recv().await {
+                    if heard.send((i, n.payload)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        // BE procs reserve nothing, so FIFO places every one on w0.
+        for i in 0..SPAWNS {
+            let d = Descriptor {
+                class: Class::Be,
+                ..named(&format!("be{i}"))
+            };
+            let (_, placed) = procs::spawn(&s, "r", d).await.unwrap();
+            assert_eq!(placed, w("w0"));
+        }
+        let hints_max = procs::STEAL_HINTS_MAX as usize;
+        let expected = SPAWNS * (1 + hints_max);
+        let mut got: Vec<(usize, String)> = Vec::new();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while got.len() < expected {
+            let n = tokio::time::timeout_at(deadline, rx.recv())
+                .await
+                .expect("every placement told");
+            got.push(n.expect("listening"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(rx.try_recv().is_err(), "no more than {expected}");
+        let hint = |p: &String| p.starts_with(procs::STEAL_HINT);
+        let to_w0: Vec<&String> = got
+            .iter()
+            .filter(|(i, _)| *i == 0)
+            .map(|(_, p)| p)
+            .collect();
+        assert_eq!(
+            to_w0.len(),
+            SPAWNS,
+            "w0 hears its assignments only: {to_w0:?}"
+        );
+        assert!(!to_w0.iter().any(|p| hint(p)));
+        let hinted: std::collections::BTreeSet<usize> = got
+            .iter()
+            .filter(|(_, p)| hint(p))
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(
+            got.iter().filter(|(_, p)| hint(p)).count(),
+            SPAWNS * hints_max
+        );
+        assert!(
+            hinted.len() > hints_max,
+            "hints rotate over the realm: {hinted:?}"
+        );
+        // A thief with no admission takes nothing and tells others.
+        let closed = Admission::measured(1.0, 1.0);
+        let took = procs::steal(&s, "r", &ids[1], closed, 0).await.unwrap();
+        assert!(took.procs.is_empty());
+        let mut passed = Vec::new();
+        while passed.len() < hints_max {
+            let (i, n) = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+                .await
+                .expect("the word passed on")
+                .expect("listening");
+            assert!(hint(&n), "{n}");
+            passed.push(i);
+        }
+        assert!(!passed.contains(&1), "not back to the thief: {passed:?}");
+    });
+}
+both!(a_placement_tells_a_few_workers_not_all);

@@ -472,16 +472,14 @@ impl Procd {
     /// Woken by: an assignment or eviction on the worker's channel; one of
     /// its procs ending (BE admission may open); a new measurement of the
     /// node's load that opens BE admission while BE procs wait for it; a
-    /// placement on another
-    /// worker (announced on the realm's queue channel), which arms a timer
-    /// to steal that proc if it is still unclaimed `steal_after` later
-    /// (σOS Figure 3-6). Nothing here polls.
+    /// placement on another worker (a [`procs::STEAL_HINT`] on this
+    /// worker's channel, sent to a few idle workers per placement), which
+    /// arms a timer to steal that proc if it is still unclaimed
+    /// `steal_after` later (σOS Figure 3-6). Nothing here polls.
     pub async fn run(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
         let mut shutdown = shutdown;
         let worker_channel = procs::worker_channel(&self.realm, &self.worker);
-        let queue_channel = procs::queue_channel(&self.realm);
         let mut sub = self.store.subscribe(&worker_channel);
-        let mut queue = self.store.subscribe(&queue_channel);
         let mut load = self.load.subscribe();
         // Procs left unclaimed on other workers before this procd started
         // (or while it was busy) are looked for right away.
@@ -524,6 +522,14 @@ impl Procd {
                             self.rejoin().await;
                             break;
                         }
+                        Ok(n) if n.payload.starts_with(procs::STEAL_HINT) => {
+                            if self.has_room() {
+                                let at = tokio::time::Instant::now() + self.policy.steal_after;
+                                steal_at = Some(steal_at.map_or(at, |t| t.min(at)));
+                            } else {
+                                missed_placements = true;
+                            }
+                        }
                         Ok(n) => match n.payload.strip_prefix("evict ") {
                             Some(pid) => self.evict(pid).await,
                             // Already claimed by the exit that assigned it.
@@ -531,7 +537,9 @@ impl Procd {
                             None => break,
                         },
                         Err(tabos_store::Error::Lagged(_)) => {
+                            // Hints may have been among what was missed.
                             sub = self.store.subscribe(&worker_channel);
+                            missed_placements = true;
                             break;
                         }
                         Err(_) => return,
@@ -545,19 +553,6 @@ impl Procd {
                             break;
                         }
                     }
-                    note = queue.recv() => match note {
-                        Ok(n) if n.payload == self.worker.as_str() => {}
-                        Ok(_) if !self.has_room() => missed_placements = true,
-                        Ok(_) => {
-                            let at = tokio::time::Instant::now() + self.policy.steal_after;
-                            steal_at = Some(steal_at.map_or(at, |t| t.min(at)));
-                        }
-                        Err(tabos_store::Error::Lagged(_)) => {
-                            queue = self.store.subscribe(&queue_channel);
-                            missed_placements = true;
-                        }
-                        Err(_) => return,
-                    },
                     () = timer => {
                         steal_at = None;
                         self.steal(&mut steal_at).await;
