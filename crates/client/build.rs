@@ -6,7 +6,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // prost-build finds protoc through this variable; a build script is
     // single-threaded, so setting it here races with nothing.
     std::env::set_var("PROTOC", protoc);
-    tonic_prost_build::configure().compile_protos(&["proto/tabos.proto"], &["proto"])?;
+    // Our codec: prost's, with undecodable bytes INVALID_ARGUMENT
+    // (src/codec.rs).
+    tonic_prost_build::configure()
+        .codec_path("crate::codec::Codec")
+        .compile_protos(&["proto/tabos.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto/tabos.proto");
     Ok(())
 }

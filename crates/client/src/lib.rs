@@ -18,6 +18,7 @@ pub mod proto {
 
 pub mod app;
 pub mod batch;
+pub mod codec;
 pub mod fs;
 pub mod names;
 pub mod procedures;
