@@ -19,6 +19,7 @@ both!(
     chase_equals_the_client_doing_it,
     messages_files_and_scans,
     tenant_sql_is_bounded,
+    refused_ddl_leaves_nothing_even_when_caught,
     read_only_procedures_read_and_never_write,
 );
 
@@ -507,6 +508,118 @@ fn tenant_sql_is_bounded(b: Backend) {
         call(&rt, &p, "a", "q", b"SELECT 1 AS one").unwrap(),
         br#"[{"one":1}]"#
     );
+}
+
+/// A wasm procedure that runs its arguments as a writing statement,
+/// ignores the errno and commits, returning the errno (4 bytes LE).
+const WASM_EXEC_IGNORING: &str = r#"(module
+  (import "tabos" "args" (func $args (param i32 i32) (result i32)))
+  (import "tabos" "sql_exec" (func $exec (param i32 i32 i32 i32 i32) (result i32)))
+  (import "tabos" "result" (func $result (param i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "main") (param $n i32) (result i32)
+    (drop (call $args (i32.const 64) (local.get $n)))
+    (i32.store (i32.const 0)
+      (call $exec (i32.const 64) (local.get $n) (i32.const 0) (i32.const 0) (i32.const 8)))
+    (drop (call $result (i32.const 0) (i32.const 4)))
+    (i32.const 0)))"#;
+
+/// Issue 36, item 3: a foreign key from a tenant table to a kernel table is
+/// refused and leaves nothing behind even when the tenant's code catches
+/// the refusal and its procedure commits (in JS and in wasm); another
+/// realm on the same partition can then still prune its procs and be
+/// removed (a table referencing `proc(pid)`, not a key of `proc`, would
+/// make every delete from `proc` fail with "foreign key mismatch").
+fn refused_ddl_leaves_nothing_even_when_caught(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    if f.store.kind() != tabos_store::BackendKind::Sqlite {
+        return; // tenant SQL is SQLite's for now
+    }
+    install(
+        &rt,
+        &p,
+        "a",
+        "catch",
+        Language::Js,
+        "function main(q) { try { tabos.exec(q); } catch (e) { return 'caught: ' + e; } \
+         return 'not refused'; }",
+    )
+    .unwrap();
+    install(&rt, &p, "a", "wexec", Language::Wasm, WASM_EXEC_IGNORING).unwrap();
+    install(
+        &rt,
+        &p,
+        "a",
+        "q",
+        Language::Js,
+        "function main(q) { return JSON.stringify(tabos.query(q)); }",
+    )
+    .unwrap();
+    let js = call(
+        &rt,
+        &p,
+        "a",
+        "catch",
+        b"CREATE TABLE \"a/evil\" (pid TEXT REFERENCES proc(pid))",
+    )
+    .unwrap();
+    let js = String::from_utf8(js).unwrap();
+    assert!(js.contains("may not reference"), "{js}");
+    let errno = call(
+        &rt,
+        &p,
+        "a",
+        "wexec",
+        b"CREATE TABLE \"a/evil2\" (r TEXT REFERENCES realm(realm))",
+    )
+    .unwrap();
+    assert_ne!(errno, 0u32.to_le_bytes(), "the wasm call was refused");
+    for table in ["a/evil", "a/evil2"] {
+        let q = format!("SELECT count(*) AS n FROM \"{table}\"");
+        let out = call(&rt, &p, "a", "q", q.as_bytes());
+        assert!(out.is_err(), "the refused {table} was committed: {out:?}");
+    }
+    // A realm on a's partition spawns, ends and prunes a proc, and goes.
+    let partitions = f.store.partitions();
+    let home = tabos_kernel::realm_partition("a", partitions);
+    let other = (0..1000)
+        .map(|i| format!("b{i}"))
+        .find(|r| tabos_kernel::realm_partition(r, partitions) == home)
+        .unwrap();
+    use tabos_kernel::procs::{self, Descriptor, State};
+    use tabos_kernel::sched::{Scheduler, WorkerSpec};
+    tabos_kernel::realms::create(&f.store, &other, Scheduler::Fifo).unwrap();
+    let w = tabos_kernel::ids::WorkerId::new("w1").unwrap();
+    procs::register_worker(
+        &f.store,
+        &other,
+        &WorkerSpec {
+            worker_id: w.clone(),
+            node_id: "n1".into(),
+            cores: 1,
+            mem_mb: 64,
+        },
+    )
+    .unwrap();
+    rt.block_on(async {
+        let (pid, _) = procs::spawn(&f.store, &other, Descriptor::native("/bin/true"))
+            .await
+            .unwrap();
+        procs::exited(&f.store, &other, &pid, State::Exited, Some(0), None)
+            .await
+            .unwrap();
+        let pruned = procs::prune(&f.store, &other, vec![pid.clone()], None)
+            .await
+            .unwrap();
+        assert_eq!(pruned, vec![pid]);
+        let r = other.clone();
+        f.store
+            .run(home, move |tx| {
+                tabos_kernel::teardown::remove_realm_tx(tx, &r)
+            })
+            .await
+            .unwrap();
+    });
 }
 
 /// Issue 18, item 1: a procedure declared read-only runs on a read

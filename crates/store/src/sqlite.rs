@@ -68,7 +68,7 @@ use crate::error::{Error, Result, SqlCode};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::scoped::ScopedReader;
-use crate::sql::{first_keyword, to_sqlite};
+use crate::sql::to_sqlite;
 use crate::statements::{Conn, NAMED_PARAMS_MAX};
 use crate::value::{ByteBudget, Cap, ReadLimits, ReadScope, Row, Rows, Value};
 use crate::{
@@ -370,7 +370,7 @@ fn lock(m: &Mutex<Option<Confinement>>) -> std::sync::MutexGuard<'_, Option<Conf
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// After tenant DDL: refuses (the procedure's transaction then rolls the
+/// After tenant DDL: refuses (the statement's savepoint then rolls the
 /// DDL back) if a table of `prefix` has a foreign key to a table outside
 /// it. Kernel tables are never a tenant's to reference: with foreign keys
 /// enforced, a tenant's row could block the kernel's updates and deletes.
@@ -815,6 +815,12 @@ impl Tx for SqliteTx<'_> {
 
 /// Tenant SQL on `conn` under `scope` (see [`Tx::confined`]); `confine` is
 /// what `conn`'s authorizer consults.
+///
+/// A writing statement runs in a savepoint of its own, rolled back when the
+/// statement is refused after it ran (a foreign key out of the realm's
+/// tables): the refusal is an error the tenant's code may catch and go on
+/// from, and its procedure may then commit — which must not commit the
+/// refused table too (issue 36, item 3).
 fn confined_on(
     conn: &Connection,
     confine: &Mutex<Option<Confinement>>,
@@ -826,6 +832,32 @@ fn confined_on(
     if scope.table_prefix.is_empty() {
         return Err(Error::Invalid("a confinement needs a table prefix".into()));
     }
+    if !scope.write {
+        return confined_statement(conn, confine, sql, params, scope, max_rows);
+    }
+    const BEGIN: &str = "SAVEPOINT tenant_statement";
+    conn.execute_batch(BEGIN).map_err(|e| map_err(e, BEGIN))?;
+    let done = confined_statement(conn, confine, sql, params, scope, max_rows);
+    let end = match done {
+        Ok(_) => "RELEASE tenant_statement",
+        Err(_) => "ROLLBACK TO tenant_statement; RELEASE tenant_statement",
+    };
+    conn.execute_batch(end).map_err(|e| map_err(e, end))?;
+    done
+}
+
+/// [`confined_on`]'s statement: compiled under the scope, run under its
+/// deadline and bounds, and refused if it left a foreign key out of the
+/// realm's tables.
+fn confined_statement(
+    conn: &Connection,
+    confine: &Mutex<Option<Confinement>>,
+    sql: &str,
+    params: &[Value],
+    scope: &Confinement,
+    max_rows: usize,
+) -> Result<(Rows, u64)> {
+    let schema_before = schema_version(conn)?;
     // Compiled under the scope, never from (or into) the statement
     // cache: a cached statement was authorized for whoever prepared it.
     *lock(confine) = Some(scope.clone());
@@ -867,10 +899,19 @@ fn confined_on(
         _ => e,
     })?;
     let changed = conn.total_changes().saturating_sub(before);
-    if scope.write && matches!(first_keyword(sql).as_str(), "CREATE" | "ALTER") {
+    // Whatever the statement's text looked like, a changed schema is
+    // checked.
+    if scope.write && schema_version(conn)? != schema_before {
         refuse_foreign_keys_out(conn, &scope.table_prefix)?;
     }
     Ok((rows, changed))
+}
+
+/// The schema's version number: changed by every DDL statement.
+fn schema_version(conn: &Connection) -> Result<i64> {
+    const SQL: &str = "PRAGMA schema_version";
+    conn.query_row(SQL, [], |r| r.get(0))
+        .map_err(|e| map_err(e, SQL))
 }
 
 struct Executor {
