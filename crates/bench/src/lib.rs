@@ -3,11 +3,13 @@
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
-//! [`mr`], [`auth`], [`elastic`], [`kv`], [`www`].
+//! [`mr`], [`auth`], [`elastic`], [`kv`], [`www`], [`workflows`], [`cluster`],
+//! [`fair`].
 
 pub mod auth;
 pub mod cluster;
 pub mod elastic;
+pub mod fair;
 pub mod fs;
 pub mod ipc;
 pub mod kv;
@@ -77,8 +79,9 @@ pub fn run_suite_on(
         "www" => www::run(quick)?,
         "workflows" => workflows::run(quick)?,
         "cluster" => cluster::run(quick)?,
+        "fair" => fair::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www, workflows, cluster")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www, workflows, cluster, fair")
         }
     };
     let mut report = report;

@@ -152,30 +152,38 @@ pub fn scan_tx(
 pub fn put(store: &Store, realm: &str, key: &str, value: &[u8]) -> Result<i64> {
     let (r, k, v) = (realm.to_string(), key.to_string(), value.to_vec());
     let now = tabos_store::now_us();
-    store.call(partition(store, realm)?, move |tx| {
-        put_tx(tx, &r, &k, &v, now)
-    })
+    store
+        .for_realm(realm)
+        .call(partition(store, realm)?, move |tx| {
+            put_tx(tx, &r, &k, &v, now)
+        })
 }
 
 /// Reads `key` in `realm` inside a procedure (so it sees every committed write).
 pub fn get(store: &Store, realm: &str, key: &str) -> Result<Option<Vec<u8>>> {
     let (r, k) = (realm.to_string(), key.to_string());
-    store.call(partition(store, realm)?, move |tx| get_tx(tx, &r, &k))
+    store
+        .for_realm(realm)
+        .call(partition(store, realm)?, move |tx| get_tx(tx, &r, &k))
 }
 
 /// Adds `delta` to the integer at `key`; returns the new value.
 pub fn incr(store: &Store, realm: &str, key: &str, delta: i64) -> Result<i64> {
     let (r, k) = (realm.to_string(), key.to_string());
     let now = tabos_store::now_us();
-    store.call(partition(store, realm)?, move |tx| {
-        incr_tx(tx, &r, &k, delta, now)
-    })
+    store
+        .for_realm(realm)
+        .call(partition(store, realm)?, move |tx| {
+            incr_tx(tx, &r, &k, delta, now)
+        })
 }
 
 /// Deletes `key`; returns whether it existed.
 pub fn delete(store: &Store, realm: &str, key: &str) -> Result<bool> {
     let (r, k) = (realm.to_string(), key.to_string());
-    store.call(partition(store, realm)?, move |tx| delete_tx(tx, &r, &k))
+    store
+        .for_realm(realm)
+        .call(partition(store, realm)?, move |tx| delete_tx(tx, &r, &k))
 }
 
 /// Procedure body: deletes `realm`'s keys (the realm's removal,

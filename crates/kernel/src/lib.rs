@@ -313,7 +313,10 @@ where
     T: Send + 'static,
     F: FnMut(&mut dyn tabos_store::Tx) -> Result<T> + Send + 'static,
 {
-    store.run(partition(store, realm)?, f).await
+    store
+        .for_realm(realm)
+        .run(partition(store, realm)?, f)
+        .await
 }
 
 /// Runs read-only procedure `f` on `realm`'s partition on a read
@@ -326,7 +329,10 @@ where
     T: Send + 'static,
     F: FnMut(&mut dyn tabos_store::Tx) -> Result<T> + Send + 'static,
 {
-    store.read(partition(store, realm)?, f).await
+    store
+        .for_realm(realm)
+        .read(partition(store, realm)?, f)
+        .await
 }
 
 /// The key range `[lo, hi)` of every path strictly under `path` ('/' + 1

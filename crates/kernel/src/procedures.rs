@@ -165,8 +165,13 @@ impl Procedures {
     /// this worker's other tasks to another thread meanwhile; elsewhere (a
     /// current-thread runtime, where that is impossible) a write goes to
     /// the partition's executor so as not to stall the runtime.
+    ///
+    /// Its time is charged to `realm` as tenant code: it runs apart from
+    /// the partition's short procedures and takes turns with other realms'
+    /// by run time (`tabos_store::fair`).
     async fn run_tenant<T: Send + 'static>(
         &self,
+        realm: &str,
         p: tabos_store::PKey,
         path: CallPath,
         f: impl FnMut(&mut dyn Tx) -> Result<T> + Send + 'static,
@@ -175,11 +180,12 @@ impl Procedures {
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::MultiThread)
         );
+        let store = self.store.for_tenant_code(realm);
         match (path, multi) {
-            (CallPath::Read, true) => tokio::task::block_in_place(|| self.store.read(p, f).wait()),
-            (CallPath::Read, false) => self.store.read(p, f).await,
-            (CallPath::Write, true) => tokio::task::block_in_place(|| self.store.run(p, f).wait()),
-            (CallPath::Write, false) => self.store.submit(p, f).await,
+            (CallPath::Read, true) => tokio::task::block_in_place(|| store.read(p, f).wait()),
+            (CallPath::Read, false) => store.read(p, f).await,
+            (CallPath::Write, true) => tokio::task::block_in_place(|| store.run(p, f).wait()),
+            (CallPath::Write, false) => store.submit(p, f).await,
         }
     }
 
@@ -194,7 +200,7 @@ impl Procedures {
     ) -> Result<T> {
         let p = partition(&self.store, realm)?;
         let sandbox = self.sandbox.clone();
-        self.run_tenant(p, CallPath::Write, move |tx| f(tx, &sandbox))
+        self.run_tenant(realm, p, CallPath::Write, move |tx| f(tx, &sandbox))
             .await
     }
 
@@ -299,7 +305,7 @@ impl Procedures {
         };
         let mut path = first;
         for _ in 0..CALL_PATHS_MAX {
-            match self.run_tenant(p, path, call(path)).await? {
+            match self.run_tenant(realm, p, path, call(path)).await? {
                 Called::Ran(out) => {
                     if path != first {
                         self.remember(realm, name, path == CallPath::Read);

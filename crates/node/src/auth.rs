@@ -354,6 +354,11 @@ impl tonic::service::Interceptor for Authenticate {
                 p.id
             )));
         }
+        // The connection has a caller now: it may stay past the wait for
+        // a credential (`conn::AUTH_WAIT_MAX`).
+        if let Some(conn) = request.extensions().get::<crate::conn::ConnInfo>() {
+            conn.state.authenticated();
+        }
         request.extensions_mut().insert(p);
         Ok(request)
     }

@@ -12,7 +12,9 @@
 //! it holds there. A connection with no call for [`Limits::idle`] is
 //! closed — the HTTP/2 keepalive pings close a peer that is gone, this
 //! closes one that is alive but unused — while one with a call open, however
-//! long it waits (a receive, a watch), stays.
+//! long it waits (a receive, a watch), stays. A connection none of whose
+//! calls has presented a good credential is closed sooner, after
+//! [`Limits::auth_wait`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -41,6 +43,12 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long a connection with no call open stays open (gRPC's
 /// MAX_CONNECTION_IDLE): a client reconnects when it calls again.
 pub const IDLE_MAX: Duration = Duration::from_secs(300);
+/// How long a connection may stay open before one of its calls has
+/// presented a good credential (issue 36, item 2): connections that send
+/// the HTTP/2 preface and nothing else hold a slot for this long, not for
+/// [`IDLE_MAX`]. A client connects as it calls, so its first call carries
+/// its credential within milliseconds.
+pub const AUTH_WAIT_MAX: Duration = Duration::from_secs(10);
 /// Most bytes of requests still arriving that one connection may make the
 /// node hold: four largest messages (a quarter of the node's whole
 /// [`crate::budget::REQUEST_BYTES_MAX`], so one client cannot take it all).
@@ -59,6 +67,8 @@ pub struct Limits {
     pub connection_request_bytes: usize,
     /// See [`REQUEST_STALL_MAX`].
     pub request_stall: Duration,
+    /// See [`AUTH_WAIT_MAX`].
+    pub auth_wait: Duration,
 }
 
 impl Default for Limits {
@@ -67,6 +77,7 @@ impl Default for Limits {
             idle: IDLE_MAX,
             connection_request_bytes: CONNECTION_REQUEST_BYTES_MAX,
             request_stall: REQUEST_STALL_MAX,
+            auth_wait: AUTH_WAIT_MAX,
         }
     }
 }
@@ -85,6 +96,12 @@ pub struct ConnState {
     /// The connection's reader, woken when its last call ends so that it
     /// arms the idle timer.
     reader: Mutex<Option<Waker>>,
+    /// When the connection was accepted.
+    accepted: Instant,
+    /// Whether a call on it has presented a good credential (set by the
+    /// authentication interceptor); until then it is closed
+    /// [`Limits::auth_wait`] after it was accepted.
+    authenticated: std::sync::atomic::AtomicBool,
     pub(crate) limits: Limits,
 }
 
@@ -95,8 +112,16 @@ impl ConnState {
             calls: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
             reader: Mutex::new(None),
+            accepted: Instant::now(),
+            authenticated: std::sync::atomic::AtomicBool::new(false),
             limits,
         }
+    }
+
+    /// A call on this connection presented a good credential: from now on
+    /// only the idle limit closes it.
+    pub(crate) fn authenticated(&self) {
+        self.authenticated.store(true, Ordering::Release);
     }
 
     /// Counts a call open until the returned guard is dropped.
@@ -152,7 +177,8 @@ pub struct Conn {
 type Stream = tokio_util::either::Either<TcpStream, UnixStream>;
 
 impl AsyncRead for Conn {
-    /// Reads; while no call is open, also waits out the idle limit, after
+    /// Reads; while no call is open, also waits out the idle limit (and,
+    /// until a call has authenticated, the wait for a credential), after
     /// which the connection reads as closed by its peer (the server then
     /// drops it).
     fn poll_read(
@@ -181,7 +207,10 @@ impl AsyncRead for Conn {
             .idle_since
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let deadline = since + this.state.limits.idle;
+        let mut deadline = since + this.state.limits.idle;
+        if !this.state.authenticated.load(Ordering::Acquire) {
+            deadline = deadline.min(this.state.accepted + this.state.limits.auth_wait);
+        }
         if this.idle.deadline() != deadline {
             this.idle.as_mut().reset(deadline);
         }

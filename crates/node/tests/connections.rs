@@ -3,7 +3,8 @@
 //! and node-wide and given back when their sender stalls; a half-sent
 //! message without a credential is refused before its body; a connection
 //! with no call open is closed after the idle limit, one with a call open
-//! stays; the node serves other clients throughout.
+//! stays; a connection with no credential is closed sooner; the node
+//! serves other clients throughout.
 
 use std::time::Duration;
 
@@ -215,5 +216,75 @@ async fn idle_connections_are_closed_and_busy_ones_kept() {
         .unwrap()
         .expect("the waiting call's connection stayed open");
     assert_eq!(got[0].payload, b"late".to_vec());
+    n.shut_down().await;
+}
+
+/// One complete unary call on a raw connection: Node.Status (an empty
+/// message), with `token`; its grpc-status.
+async fn status_call(
+    client: &mut h2::client::SendRequest<Bytes>,
+    addr: &str,
+    token: &str,
+) -> String {
+    let req = http::Request::post(format!("http://{addr}/tabos.v1.Node/Status"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("authorization", format!("Bearer {token}"))
+        .body(())
+        .unwrap();
+    let mut client = client.clone().ready().await.unwrap();
+    let (response, mut body) = client.send_request(req, false).unwrap();
+    body.send_data(Bytes::from_static(&[0, 0, 0, 0, 0]), true)
+        .unwrap();
+    let response = response.await.unwrap();
+    // A refusal is a trailers-only response: its status is in the headers.
+    let status = |h: &http::HeaderMap| {
+        h.get("grpc-status")
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    if let Some(s) = status(response.headers()) {
+        return s;
+    }
+    let mut body = response.into_body();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.unwrap();
+        let _ = body.flow_control().release_capacity(chunk.len());
+    }
+    let trailers = body.trailers().await.unwrap().unwrap_or_default();
+    status(&trailers).unwrap_or_default()
+}
+
+/// Issue 36, item 2: a connection that sends the HTTP/2 preface and no
+/// credential is closed after the wait for one, long before the idle
+/// limit; one whose call presented a good credential stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_without_a_credential_are_closed_soon() {
+    let dir = TempDir::new("conn-auth");
+    let limits = Limits {
+        auth_wait: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let n = start_limited(&dir, limits).await;
+    let (_anon, anon_driver) = raw(&n.addr).await;
+    let (mut signed_in, signed_in_driver) = raw(&n.addr).await;
+    assert_eq!(status_call(&mut signed_in, &n.addr, &n.token).await, "0");
+    tokio::time::timeout(PATIENCE, anon_driver)
+        .await
+        .expect("the node closes a connection with no credential")
+        .unwrap();
+    // Well past the wait, the signed-in connection is open and serves.
+    tokio::time::sleep(limits.auth_wait * 2).await;
+    assert!(
+        !signed_in_driver.is_finished(),
+        "the signed-in connection was closed"
+    );
+    assert_eq!(status_call(&mut signed_in, &n.addr, &n.token).await, "0");
+    // A call with a bad credential does not sign a connection in.
+    let (mut bad, bad_driver) = raw(&n.addr).await;
+    assert_eq!(status_call(&mut bad, &n.addr, "tabos_nope").await, "16");
+    tokio::time::timeout(PATIENCE, bad_driver)
+        .await
+        .expect("the node closes a connection with a bad credential")
+        .unwrap();
     n.shut_down().await;
 }

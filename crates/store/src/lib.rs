@@ -28,6 +28,7 @@
 //! PostgreSQL the same `p_key` is the distribution column.
 
 pub mod error;
+pub mod fair;
 pub mod feed;
 pub mod pg_cluster;
 pub mod postgres;
@@ -49,6 +50,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
+pub use fair::Share;
 pub use feed::{Notification, Subscription};
 pub use migrate::Migration;
 pub use pending::Pending;
@@ -506,6 +508,8 @@ pub(crate) struct Failure {
 /// A procedure on its way to an executor.
 pub struct Job {
     pub(crate) p_key: PKey,
+    /// Who it is charged to ([`fair`]).
+    pub(crate) share: Share,
     pub(crate) run: ErasedProc,
     /// Builds the caller's error type from a store error (commit failures).
     pub(crate) fail: fn(Error) -> Box<dyn Any + Send>,
@@ -520,7 +524,7 @@ pub struct Job {
 
 impl Job {
     /// The job that runs `f` on `p_key`, and what its caller waits on.
-    fn of<T, E, F>(p_key: PKey, locals: Arc<Locals>, mut f: F) -> (Job, Pending<T, E>)
+    fn of<T, E, F>(p_key: PKey, share: Share, locals: Arc<Locals>, mut f: F) -> (Job, Pending<T, E>)
     where
         T: Send + 'static,
         E: ProcedureError,
@@ -529,6 +533,7 @@ impl Job {
         let (done, rx) = tokio::sync::oneshot::channel();
         let job = Job {
             p_key,
+            share,
             run: Box::new(move |tx| match f(tx) {
                 Ok(v) => Ok(Box::new(v) as Box<dyn Any + Send>),
                 Err(e) => {
@@ -613,6 +618,8 @@ pub trait Backend: Send + Sync {
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<dyn Backend>,
+    /// Who this handle's procedures are charged to ([`Store::for_realm`]).
+    share: Share,
     locals: Arc<Locals>,
 }
 
@@ -715,8 +722,37 @@ impl Store {
         };
         Ok(Store {
             backend,
+            share: Share::default(),
             locals: Arc::default(),
         })
+    }
+
+    /// This store, its procedures charged to `realm`'s share of each
+    /// partition's writer (SQLite) or of the pool (PostgreSQL): realms are
+    /// served fairly, round robin ([`fair`]).
+    pub fn for_realm(&self, realm: &str) -> Store {
+        Store {
+            share: Share::realm(realm),
+            ..self.clone()
+        }
+    }
+
+    /// This store, its procedures charged to `realm` as tenant code: each
+    /// may run up to its deadline, so it runs apart from short procedures
+    /// and long ones of different realms share by run time ([`fair`]).
+    pub fn for_tenant_code(&self, realm: &str) -> Store {
+        Store {
+            share: Share {
+                realm: realm.into(),
+                long: true,
+            },
+            ..self.clone()
+        }
+    }
+
+    /// Who this handle's procedures are charged to.
+    pub fn share(&self) -> &Share {
+        &self.share
     }
 
     /// This process's `T` for this store, made with `T::default()` on first
@@ -810,7 +846,7 @@ impl Store {
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        let (mut job, pending) = Job::of(p_key, self.locals.clone(), f);
+        let (mut job, pending) = Job::of(p_key, self.share.clone(), self.locals.clone(), f);
         job.read_committed = true;
         match self.check_partition(p_key) {
             Ok(()) => self.backend.run(job),
@@ -827,7 +863,7 @@ impl Store {
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        let (job, pending) = Job::of(p_key, self.locals.clone(), f);
+        let (job, pending) = Job::of(p_key, self.share.clone(), self.locals.clone(), f);
         match self.check_partition(p_key) {
             Ok(()) => to(self.backend.as_ref(), job),
             Err(e) => job.finish_err(e),

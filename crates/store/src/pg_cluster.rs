@@ -138,12 +138,16 @@ impl TempCluster {
         } else {
             None
         };
+        // Unique within the process too: two clusters made in the same
+        // microsecond (a replicated pair, tests in parallel) once shared one.
+        static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!(
-            "tabos-pg-{}-{}",
+            "tabos-pg-{}-{}-{n}",
             std::process::id(),
             crate::now_us()
         ));
-        std::fs::create_dir_all(&dir).map_err(|e| Error::Io(e.to_string()))?;
+        std::fs::create_dir(&dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| Error::Io(e.to_string()))?;
         if let Some((uid, gid)) = run_as {

@@ -68,6 +68,7 @@ use postgres::types::{FromSql, IsNull, ToSql, Type};
 use postgres::{Client, IsolationLevel, NoTls, Statement};
 
 use crate::error::{Error, Result, SqlCode};
+use crate::fair::{FairQueue, Refused, Share, SHARE_QUEUE_MAX};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::value::{ByteBudget, ReadLimits, ReadScope, Row, Rows, Value};
@@ -300,7 +301,7 @@ impl PgBackend {
         })
     }
 
-    fn send(&self, job: PgJob) -> std::result::Result<(), (PgJob, Error)> {
+    fn send(&self, job: PgJob) -> std::result::Result<(), Box<(PgJob, Error)>> {
         self.queue.push(job)
     }
 }
@@ -325,15 +326,22 @@ impl Drop for PgBackend {
 /// and the others see none and close (a wake-anyone condition variable
 /// would hand an idle node's one heartbeat a second to each worker in
 /// turn, and none would ever idle long enough to close).
+///
+/// Requests wait by realm (`fair`): short ones first, round robin; long
+/// ones (tenant code) by the run time charged to their realm, and at most
+/// `long_max` at once, so a realm's long procedures never hold every
+/// connection and a short call always finds one soon.
 struct JobQueue {
     state: Mutex<QueueState>,
     /// One per worker, by index.
     wake: Vec<std::sync::Condvar>,
+    /// Most long requests running at once: all workers but one.
+    long_max: usize,
 }
 
 #[derive(Default)]
 struct QueueState {
-    jobs: std::collections::VecDeque<PgJob>,
+    jobs: FairQueue<PgJob>,
     closed: bool,
     /// Workers waiting for a request and not yet woken, by index.
     idle: std::collections::BTreeSet<usize>,
@@ -344,6 +352,7 @@ impl JobQueue {
         JobQueue {
             state: Mutex::default(),
             wake: (0..workers).map(|_| std::sync::Condvar::new()).collect(),
+            long_max: workers.saturating_sub(1).max(1),
         }
     }
 
@@ -351,20 +360,29 @@ impl JobQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn push(&self, job: PgJob) -> std::result::Result<(), (PgJob, Error)> {
+    /// Queues `job`, or hands it back with why not.
+    fn push(&self, job: PgJob) -> std::result::Result<(), Box<(PgJob, Error)>> {
         let mut q = self.lock();
         if q.closed {
-            return Err((job, Error::Closed));
+            return Err(Box::new((job, Error::Closed)));
         }
-        if q.jobs.len() >= QUEUE_PROCS_MAX {
-            return Err((
-                job,
-                Error::Overloaded(format!(
-                    "{QUEUE_PROCS_MAX} requests queued for the connection pool"
-                )),
-            ));
+        let share = match &job {
+            PgJob::Proc(j) | PgJob::ReadProc(j) => j.share.clone(),
+            PgJob::Read { .. } => Share::default(),
+        };
+        if let Err((job, why)) = q.jobs.push(&share, job) {
+            let e = Error::Overloaded(match why {
+                Refused::Full => {
+                    format!("{QUEUE_PROCS_MAX} requests queued for the connection pool")
+                }
+                Refused::ShareFull => format!(
+                    "realm {} has {SHARE_QUEUE_MAX} requests queued for the connection pool: \
+                     its share of the queue",
+                    share.realm
+                ),
+            });
+            return Err(Box::new((job, e)));
         }
-        q.jobs.push_back(job);
         let woken = q.idle.pop_first();
         drop(q);
         if let Some(i) = woken {
@@ -373,15 +391,27 @@ impl JobQueue {
         Ok(())
     }
 
-    /// The next request for worker `index`; `Err(true)` once closed,
-    /// `Err(false)` if none came within `wait`.
-    fn pop(&self, index: usize, wait: Duration) -> std::result::Result<PgJob, bool> {
+    /// The next request for worker `index`, with the realm to charge its
+    /// run time to if it is long ([`JobQueue::charge`]); `Err(true)` once
+    /// closed, `Err(false)` if none came within `wait`.
+    fn pop(
+        &self,
+        index: usize,
+        wait: Duration,
+    ) -> std::result::Result<(PgJob, Option<Arc<str>>), bool> {
         let deadline = std::time::Instant::now() + wait;
         let mut q = self.lock();
         loop {
-            if let Some(job) = q.jobs.pop_front() {
+            let next = match q.jobs.pop_short() {
+                Some(job) => Some((job, None)),
+                None => q
+                    .jobs
+                    .pop_long_within(self.long_max)
+                    .map(|(realm, job)| (job, Some(realm))),
+            };
+            if let Some(next) = next {
                 q.idle.remove(&index);
-                return Ok(job);
+                return Ok(next);
             }
             if q.closed {
                 q.idle.remove(&index);
@@ -397,6 +427,22 @@ impl JobQueue {
                 .wait_timeout(q, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+        }
+    }
+
+    /// A long request of `realm` ran for `took`; a long one waiting for
+    /// its turn may go now.
+    fn charge(&self, realm: &str, took: Duration) {
+        let mut q = self.lock();
+        q.jobs.charge(realm, took);
+        let woken = if q.jobs.has_long() {
+            q.idle.pop_first()
+        } else {
+            None
+        };
+        drop(q);
+        if let Some(i) = woken {
+            self.wake[i].notify_one();
         }
     }
 
@@ -419,13 +465,17 @@ impl Backend for PgBackend {
         self.durability
     }
     fn submit(&self, job: Job) {
-        if let Err((PgJob::Proc(job), e)) = self.send(PgJob::Proc(job)) {
-            job.finish_err(e);
+        if let Err(refused) = self.send(PgJob::Proc(job)) {
+            if let (PgJob::Proc(job), e) = *refused {
+                job.finish_err(e);
+            }
         }
     }
     fn read(&self, job: Job) {
-        if let Err((PgJob::ReadProc(job), e)) = self.send(PgJob::ReadProc(job)) {
-            job.finish_err(e);
+        if let Err(refused) = self.send(PgJob::ReadProc(job)) {
+            if let (PgJob::ReadProc(job), e) = *refused {
+                job.finish_err(e);
+            }
         }
     }
     fn query(&self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
@@ -436,8 +486,8 @@ impl Backend for PgBackend {
             limits: Box::new(limits.clone()),
             done,
         };
-        if let Err((_, e)) = self.send(job) {
-            return Err(e);
+        if let Err(refused) = self.send(job) {
+            return Err(refused.1);
         }
         crate::block_on(rx).unwrap_or(Err(Error::Closed))
     }
@@ -791,8 +841,8 @@ fn fnv64(s: &str) -> u64 {
 impl Worker {
     fn run(mut self, queue: &JobQueue) {
         loop {
-            let job = match queue.pop(self.index, self.idle_close) {
-                Ok(job) => job,
+            let (job, long) = match queue.pop(self.index, self.idle_close) {
+                Ok(next) => next,
                 Err(true) => return,
                 Err(false) => {
                     // Idle for a while: an extra connection goes.
@@ -804,53 +854,62 @@ impl Worker {
                     continue;
                 }
             };
-            // Each request waits at most this long for the database.
-            let deadline = std::time::Instant::now() + self.reconnect_wait;
-            if let Err(e) = self.ensure_connected(deadline) {
-                match job {
-                    PgJob::Proc(j) | PgJob::ReadProc(j) => j.finish_err(e),
-                    PgJob::Read { done, .. } => {
-                        let _ = done.send(Err(e));
-                    }
-                }
-                continue;
+            let started = std::time::Instant::now();
+            self.serve(job);
+            if let Some(realm) = long {
+                queue.charge(&realm, started.elapsed());
             }
+        }
+    }
+
+    /// Runs one request, reconnecting first if need be.
+    fn serve(&mut self, job: PgJob) {
+        // Each request waits at most this long for the database.
+        let deadline = std::time::Instant::now() + self.reconnect_wait;
+        if let Err(e) = self.ensure_connected(deadline) {
             match job {
-                PgJob::Proc(job) => self.run_proc(job, deadline),
-                PgJob::ReadProc(mut job) => {
-                    // Reads change nothing: run again on a new connection.
-                    let outcome = loop {
-                        match self.read_proc(&mut job) {
-                            Err(f) if f.unavailable => {
-                                self.broken = true;
-                                if let Err(e) = self.ensure_connected(deadline) {
-                                    break Err(job.failure(e));
-                                }
-                            }
-                            other => break other,
-                        }
-                    };
-                    let _ = job.done.send(outcome);
+                PgJob::Proc(j) | PgJob::ReadProc(j) => j.finish_err(e),
+                PgJob::Read { done, .. } => {
+                    let _ = done.send(Err(e));
                 }
-                PgJob::Read {
-                    sql,
-                    params,
-                    limits,
-                    done,
-                } => {
-                    let rows = loop {
-                        match self.read(&sql, &params, &limits) {
-                            Err(e) if e.is_unavailable() => {
-                                self.broken = true;
-                                if let Err(e) = self.ensure_connected(deadline) {
-                                    break Err(e);
-                                }
+            }
+            return;
+        }
+        match job {
+            PgJob::Proc(job) => self.run_proc(job, deadline),
+            PgJob::ReadProc(mut job) => {
+                // Reads change nothing: run again on a new connection.
+                let outcome = loop {
+                    match self.read_proc(&mut job) {
+                        Err(f) if f.unavailable => {
+                            self.broken = true;
+                            if let Err(e) = self.ensure_connected(deadline) {
+                                break Err(job.failure(e));
                             }
-                            other => break other,
                         }
-                    };
-                    let _ = done.send(rows);
-                }
+                        other => break other,
+                    }
+                };
+                let _ = job.done.send(outcome);
+            }
+            PgJob::Read {
+                sql,
+                params,
+                limits,
+                done,
+            } => {
+                let rows = loop {
+                    match self.read(&sql, &params, &limits) {
+                        Err(e) if e.is_unavailable() => {
+                            self.broken = true;
+                            if let Err(e) = self.ensure_connected(deadline) {
+                                break Err(e);
+                            }
+                        }
+                        other => break other,
+                    }
+                };
+                let _ = done.send(rows);
             }
         }
     }

@@ -65,6 +65,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Error, Result, SqlCode};
+use crate::fair::{FairQueue, Refused, SHARE_QUEUE_MAX};
 use crate::feed::{self, Feed, Notification};
 use crate::migrate::{self, Migration};
 use crate::scoped::ScopedReader;
@@ -1111,8 +1112,9 @@ struct Partition {
 /// The queue of a partition and the state of its lead.
 #[derive(Default)]
 struct Lane {
-    /// Jobs waiting for the next batch; only non-empty while `leading`.
-    queue: std::collections::VecDeque<Job>,
+    /// Jobs waiting for the next batch, by realm; only non-empty while
+    /// `leading`.
+    queue: FairQueue<Job>,
     /// A leader (a caller's thread or the executor thread) is running
     /// batches; new jobs queue for it.
     leading: bool,
@@ -1150,28 +1152,30 @@ impl Partition {
             return job.finish_err(Error::Closed);
         }
         if lane.leading {
-            if lane.queue.len() >= QUEUE_PROCS_MAX {
+            if let Err((job, why)) = lane.queue.push(&job.share.clone(), job) {
                 drop(lane);
-                let p_key = job.p_key;
-                return job.finish_err(Error::Overloaded(format!(
-                    "partition {p_key} has {QUEUE_PROCS_MAX} procedures queued"
-                )));
+                let e = overloaded(&job, why);
+                return job.finish_err(e);
             }
-            lane.queue.push_back(job);
             return;
         }
         debug_assert!(lane.queue.is_empty(), "jobs queued with no leader");
-        lane.leading = true;
         let busy = lane
             .executor_left
             .is_some_and(|t| t.elapsed() < BUSY_COOLDOWN);
         if !inline || busy {
+            if let Err((job, why)) = lane.queue.push(&job.share.clone(), job) {
+                drop(lane);
+                let e = overloaded(&job, why);
+                return job.finish_err(e);
+            }
+            lane.leading = true;
             lane.handed = true;
-            lane.queue.push_back(job);
             drop(lane);
             self.wake.notify_one();
             return;
         }
+        lane.leading = true;
         drop(lane);
         // The lead is ours until `Lead` lets go of it, even if a batch
         // panics outside the procedures (which `run_caught` contains).
@@ -1192,6 +1196,9 @@ impl Partition {
     /// the queue and returns.
     fn executor_thread(&self) {
         let mut batch: Vec<Job> = Vec::with_capacity(BATCH_PROCS_MAX);
+        // Whether the last batch was short procedures: then a long one
+        // that waits goes next (see `fair`).
+        let mut after_shorts = false;
         // While leading, when the queue last ran dry (see EXECUTOR_LINGER).
         let mut dry_since: Option<std::time::Instant> = None;
         // While leading, whether a batch held more than one job: callers
@@ -1213,8 +1220,25 @@ impl Partition {
                 return;
             }
             debug_assert!(lane.leading && lane.handed);
-            let n = lane.queue.len().min(BATCH_PROCS_MAX);
-            batch.extend(lane.queue.drain(..n));
+            // A long procedure (tenant code) runs in a batch of its own, so
+            // that no short one waits for its commit; batches of short ones
+            // and single long ones alternate while both wait.
+            let mut long = None;
+            if after_shorts || !lane.queue.has_short() {
+                if let Some((realm, job)) = lane.queue.pop_long() {
+                    long = Some(realm);
+                    batch.push(job);
+                }
+            }
+            if long.is_none() {
+                while batch.len() < BATCH_PROCS_MAX {
+                    let Some(job) = lane.queue.pop_short() else {
+                        break;
+                    };
+                    batch.push(job);
+                }
+            }
+            after_shorts = long.is_none() && !batch.is_empty();
             if batch.is_empty() {
                 let since = *dry_since.get_or_insert_with(std::time::Instant::now);
                 if lane.closed || !grouped || since.elapsed() >= EXECUTOR_LINGER {
@@ -1233,9 +1257,13 @@ impl Partition {
             dry_since = None;
             grouped |= batch.len() > 1;
             drop(lane);
+            let started = std::time::Instant::now();
             self.writer().run_batch(&mut batch);
             debug_assert!(batch.is_empty());
             lane = self.lane();
+            if let Some(realm) = long {
+                lane.queue.charge(&realm, started.elapsed());
+            }
         }
     }
 
@@ -1286,6 +1314,19 @@ impl Drop for Lead<'_> {
             self.0.wake.notify_one();
         }
     }
+}
+
+/// Why a job was not queued on its partition, as the caller sees it.
+fn overloaded(job: &Job, why: Refused) -> Error {
+    let p_key = job.p_key;
+    Error::Overloaded(match why {
+        Refused::Full => format!("partition {p_key} has {QUEUE_PROCS_MAX} procedures queued"),
+        Refused::ShareFull => format!(
+            "realm {} has {SHARE_QUEUE_MAX} procedures queued on partition {p_key}: its share \
+             of the queue",
+            job.share.realm
+        ),
+    })
 }
 
 /// The cores executor threads are pinned to when the setting asks for it:

@@ -188,3 +188,49 @@ fn blocking_waits_work_on_any_thread_and_never_panic() {
             .unwrap();
     });
 }
+
+/// Issue 36, item 1: realms are served fairly on a partition's writer.
+/// While one long procedure runs, three long ones of realm a, a short one
+/// of realm b and a long one of realm c queue: the short one goes first
+/// (it does not wait behind a's procedures, nor share a commit with any),
+/// then the long ones by run time charged to their realm — c's before a's
+/// second, though a's were queued first.
+#[test]
+fn realms_take_turns_on_a_partitions_writer() {
+    let dir = TempDir::new("fair");
+    let store = Store::open(&Config::sqlite(dir.path()).with_partitions(1), SCHEMA).unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let released = Arc::new(std::sync::Mutex::new(released));
+    let blocker = store.for_tenant_code("z").submit(PKey(0), move |_tx| {
+        let _ = started_tx.send(());
+        let _ = released.lock().unwrap().recv();
+        Ok::<_, Error>(())
+    });
+    started.recv().unwrap();
+    let job = |store: Store, tag: &'static str, took_ms: u64| {
+        let order = order.clone();
+        store.submit(PKey(0), move |tx| {
+            tx.execute(
+                "INSERT INTO log (p_key, seq) VALUES ($1, (SELECT count(*) FROM log))",
+                params![0],
+            )?;
+            std::thread::sleep(std::time::Duration::from_millis(took_ms));
+            order.lock().unwrap().push(tag.to_string());
+            Ok::<_, Error>(())
+        })
+    };
+    let mut pending = Vec::new();
+    for tag in ["a0", "a1", "a2"] {
+        pending.push(job(store.for_tenant_code("a"), tag, 20));
+    }
+    pending.push(job(store.for_realm("b"), "b", 0));
+    pending.push(job(store.for_tenant_code("c"), "c0", 20));
+    release.send(()).unwrap();
+    blocker.wait().unwrap();
+    for p in pending {
+        p.wait().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), ["b", "a0", "c0", "a1", "a2"]);
+}

@@ -907,7 +907,7 @@ pub async fn send_fenced(
     fence: Option<crate::names::Fence>,
 ) -> Result<Vec<Sent>> {
     let (pk, job) = send_job(store, realm, from, msgs, opts, fence)?;
-    store.run(pk, job).await
+    store.for_realm(realm).run(pk, job).await
 }
 
 /// [`send`] from a blocking thread (a wasm proc's host call).
@@ -919,7 +919,7 @@ pub fn send_blocking(
     opts: MailboxOptions,
 ) -> Result<Vec<Sent>> {
     let (pk, job) = send_job(store, realm, from, msgs, opts, None)?;
-    store.run(pk, job).wait()
+    store.for_realm(realm).run(pk, job).wait()
 }
 
 /// A send's procedure.
