@@ -14,10 +14,7 @@
 //! randomness).
 //!
 //! Every change notifies [`CHANGES_CHANNEL`], so that nodes keep their
-//! in-memory view of the table ([`load`]) current without polling — but a
-//! proc's own credential's creation and its revocation at the proc's end
-//! ([`revoke_pid_tx`]): only the node that runs the proc honours it, and
-//! that node applies both itself, so a spawn notifies no other node.
+//! in-memory view of the table ([`load`]) current without polling.
 //!
 //! A credential may be *scoped* (column `scope`, migration 024): then it
 //! may do nothing but send to and receive from the mailboxes its
@@ -472,10 +469,7 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
             Error::Store(e)
         }
     })?;
-    // A proc's credential is known only to the node that minted it.
-    if spec.pid.is_none() {
-        tx.notify(CHANGES_CHANNEL, minted.id.as_str())?;
-    }
+    tx.notify(CHANGES_CHANNEL, minted.id.as_str())?;
     Ok(())
 }
 
@@ -546,9 +540,7 @@ pub async fn revoke(store: &Store, id: &CredentialId, realm: Option<&str>) -> Re
 }
 
 /// Procedure body: revokes every live credential of proc `pid` in `realm`
-/// (when the proc has ended). Returns their ids, for the node that runs
-/// the proc — the only one that honours them — to forget; no other node
-/// is told.
+/// (when the proc has ended). Returns their ids.
 pub fn revoke_pid_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -563,7 +555,9 @@ pub fn revoke_pid_tx(
     )?;
     let mut ids = Vec::with_capacity(rows.len());
     for r in rows.iter() {
-        ids.push(CredentialId::new(r.get::<String>(0)?)?);
+        let id = CredentialId::new(r.get::<String>(0)?)?;
+        tx.notify(CHANGES_CHANNEL, id.as_str())?;
+        ids.push(id);
     }
     Ok(ids)
 }

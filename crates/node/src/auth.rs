@@ -24,14 +24,6 @@
 //! the call returns (and a reload, whose snapshot may predate one created
 //! here, keeps it); another node's are seen when its notification arrives
 //! (after its commit).
-//!
-//! A proc's own credential (one naming a pid, minted by the node that runs
-//! the proc and revoked by it when the proc ends) is honoured only by that
-//! node: the proc reaches only its own node (`TABOS_ADDR`), so its
-//! credential's creation and end are told to no other (`Live::own`; the
-//! kernel does not notify them), and a spawn costs the cluster no
-//! notification per node (issue 35, item 4). Other nodes skip such rows
-//! when they load the table.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -71,9 +63,6 @@ struct Live {
     /// bring each back, but only later — a caller given it could be
     /// refused meanwhile).
     fresh: std::collections::HashSet<CredentialId>,
-    /// Procs' credentials minted here for procs that have not ended: the
-    /// only pid-bound credentials this node honours.
-    own: std::collections::HashSet<CredentialId>,
 }
 
 /// Most credentials remembered as created here since the last reload;
@@ -81,12 +70,6 @@ struct Live {
 const FRESH_MAX: usize = 4_096;
 
 impl Live {
-    /// Whether this node honours `p`: any credential but another node's
-    /// proc's.
-    fn honours(&self, p: &Principal) -> bool {
-        p.pid.is_none() || self.own.contains(&p.id)
-    }
-
     fn insert(&mut self, hash: TokenHash, p: Principal) {
         self.by_id.insert(p.id.clone(), hash);
         self.by_hash.insert(hash, Arc::new(p));
@@ -118,17 +101,11 @@ impl Auth {
     /// snapshot may predate them; the next reload goes by the table alone).
     pub fn reload(&self) -> Result<(), tabos_kernel::Error> {
         let now = tabos_store::now_us();
-        let rows = auth::load(&self.inner.store, now)?;
-        let mut live = self.write();
-        let mut loaded = Live {
-            own: std::mem::take(&mut live.own),
-            ..Live::default()
-        };
-        for (h, p) in rows {
-            if loaded.honours(&p) {
-                loaded.insert(h, p);
-            }
+        let mut loaded = Live::default();
+        for (h, p) in auth::load(&self.inner.store, now)? {
+            loaded.insert(h, p);
         }
+        let mut live = self.write();
         for id in std::mem::take(&mut live.fresh) {
             let Some(h) = live.by_id.get(&id).copied() else {
                 continue;
@@ -146,7 +123,7 @@ impl Auth {
         let one = auth::load_one(&self.inner.store, id, tabos_store::now_us())?;
         let mut live = self.write();
         live.remove(id);
-        if let Some((h, p)) = one.filter(|(_, p)| live.honours(p)) {
+        if let Some((h, p)) = one {
             live.insert(h, p);
         }
         Ok(())
@@ -219,18 +196,13 @@ impl Auth {
             live.fresh.clear();
         }
         live.fresh.insert(p.id.clone());
-        if p.pid.is_some() {
-            live.own.insert(p.id.clone());
-        }
         live.insert(minted.hash, p);
     }
 
     /// Drops credential `id` from the in-memory copy (after revoking it
     /// here).
     pub fn forget(&self, id: &CredentialId) {
-        let mut live = self.write();
-        live.own.remove(id);
-        live.remove(id);
+        self.write().remove(id);
     }
 
     /// Drops every credential of `realm` from the in-memory copy (after
@@ -246,7 +218,6 @@ impl Auth {
             .map(|p| p.id.clone())
             .collect();
         for id in &ids {
-            live.own.remove(id);
             live.remove(id);
         }
     }
