@@ -21,6 +21,21 @@ async fn realm(n: &common::Running, name: &str) -> (Client, String) {
     )
 }
 
+/// The token proc `pid` of `realm` prints to its stdout (87 characters),
+/// once it has.
+async fn printed_token(c: &mut Client, realm: &str, pid: &str) -> String {
+    let mut token = String::new();
+    for _ in 0..200 {
+        token = String::from_utf8(c.logs(realm, pid, "stdout").await.unwrap().data).unwrap();
+        if token.len() == 87 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
+    token
+}
+
 async fn token(c: &mut Client, role: &str, user: &str, ttl_ms: u64) -> proto::CreatedToken {
     c.create_token(proto::CreateTokenRequest {
         realm: String::new(),
@@ -943,15 +958,7 @@ async fn a_scoped_credential_reaches_only_its_mailboxes() {
         .await
         .unwrap();
     admin.wait_start("", "p1").await.unwrap();
-    let mut token = String::new();
-    for _ in 0..200 {
-        token = String::from_utf8(admin.logs("", "p1", "stdout").await.unwrap().data).unwrap();
-        if token.len() == 87 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
+    let token = printed_token(&mut admin, "", "p1").await;
     let procs = admin.list_tokens("", true).await.unwrap();
     let own = procs
         .iter()
@@ -1033,15 +1040,7 @@ async fn a_procs_credential_works_on_every_node_and_ends_with_it() {
         Some("n2") => (&n2, &n1),
         _ => panic!("run by {}", started.worker),
     };
-    let mut token = String::new();
-    for _ in 0..200 {
-        token = String::from_utf8(op.logs("loc", "p1", "stdout").await.unwrap().data).unwrap();
-        if token.len() == 87 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
+    let token = printed_token(&mut op, "loc", "p1").await;
     let me = runs.client_with(&token).await.who_am_i().await.unwrap();
     assert_eq!((me.realm.as_str(), me.pid.as_str()), ("loc", "p1"));
     // The other node learns of it from the change feed.

@@ -858,7 +858,12 @@ fn confined_statement(
     scope: &Confinement,
     max_rows: usize,
 ) -> Result<(Rows, u64)> {
-    let schema_before = schema_version(conn)?;
+    // Only a writing scope may change the schema: a read costs no PRAGMA.
+    let schema_before = if scope.write {
+        Some(schema_version(conn)?)
+    } else {
+        None
+    };
     // Compiled under the scope, never from (or into) the statement
     // cache: a cached statement was authorized for whoever prepared it.
     *lock(confine) = Some(scope.clone());
@@ -902,7 +907,7 @@ fn confined_statement(
     let changed = conn.total_changes().saturating_sub(before);
     // Whatever the statement's text looked like, a changed schema is
     // checked.
-    if scope.write && schema_version(conn)? != schema_before {
+    if schema_before.is_some() && Some(schema_version(conn)?) != schema_before {
         refuse_foreign_keys_out(conn, &scope.table_prefix)?;
     }
     Ok((rows, changed))
