@@ -65,9 +65,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ),
             ("busy cores (measured)", format!("{:.2}", s.busy_cores)),
             ("BE admission measures", s.load_source.clone()),
-            ("connections", s.connections.to_string()),
+            ("gRPC connections", s.connections.to_string()),
             ("request bytes held", s.request_bytes_held.to_string()),
         ];
+        let mut pairs = pairs.to_vec();
+        for d in &s.doors {
+            pairs.push((
+                "door",
+                format!(
+                    "{}: {} open of {}; {} not signed in of {} ({} per address); {} (at most {} \
+                     per realm)",
+                    d.door,
+                    d.open,
+                    d.connections_max,
+                    d.unauthenticated,
+                    d.unauthenticated_max,
+                    d.unauthenticated_per_source_max,
+                    by_realm(&d.by_realm),
+                    d.per_realm_max
+                ),
+            ));
+        }
         if args.json {
             // Numbers as numbers, the start as RFC 3339.
             let v = serde_json::json!({
@@ -93,6 +111,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "busy_cores": s.busy_cores,
                 "load_source": s.load_source,
                 "connections": s.connections,
+                "doors": s.doors.iter().map(|d| serde_json::json!({
+                    "door": d.door,
+                    "open": d.open,
+                    "connections_max": d.connections_max,
+                    "unauthenticated": d.unauthenticated,
+                    "unauthenticated_max": d.unauthenticated_max,
+                    "unauthenticated_per_source_max": d.unauthenticated_per_source_max,
+                    "per_realm_max": d.per_realm_max,
+                    "by_realm": d.by_realm,
+                })).collect::<Vec<_>>(),
                 "request_bytes_held": s.request_bytes_held,
             });
             outln!("{v}");
@@ -108,4 +136,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Ok(())
     })
+}
+
+/// Signed-in connections by realm, as `a 3, operators 1`.
+fn by_realm(m: &std::collections::HashMap<String, u64>) -> String {
+    if m.is_empty() {
+        return "none signed in".into();
+    }
+    let mut r: Vec<_> = m.iter().collect();
+    r.sort();
+    r.iter()
+        .map(|(realm, n)| {
+            let who = if realm.is_empty() {
+                "operators"
+            } else {
+                realm.as_str()
+            };
+            format!("{who} {n}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

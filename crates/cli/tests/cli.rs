@@ -3544,3 +3544,240 @@ fn a_killed_node_leaves_no_proc_running() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// Opens `n` raw TCP connections to `addr` from source address `from`
+/// that send nothing; returns those the node keeps open once `closed` of
+/// them have been closed by it (or after 10 s, whatever it closed).
+fn silent_connections(
+    from: std::net::Ipv4Addr,
+    addr: &str,
+    n: usize,
+    closed: usize,
+) -> Vec<std::net::TcpStream> {
+    use std::io::Read;
+    let mut open: Vec<std::net::TcpStream> = (0..n)
+        .map(|_| {
+            let socket =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            socket
+                .bind(&std::net::SocketAddr::from((from, 0)).into())
+                .unwrap();
+            let to: std::net::SocketAddr = addr.parse().unwrap();
+            socket.connect(&to.into()).unwrap();
+            let s: std::net::TcpStream = socket.into();
+            s.set_nonblocking(true).unwrap();
+            s
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut seen_closed = 0;
+    while seen_closed < closed && std::time::Instant::now() < deadline {
+        open.retain_mut(|s| match s.read(&mut [0u8; 1]) {
+            Ok(0) => {
+                seen_closed += 1;
+                false
+            }
+            _ => true, // nothing to read: held open
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    open
+}
+
+/// Signs in to the PostgreSQL protocol at `addr` (protocol 3.0,
+/// cleartext password, as psql does): `Ok` once authenticated, else the
+/// error's SQLSTATE.
+fn pg_sign_in(addr: &str, user: &str, password: &str) -> Result<(), String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let mut body = 196608u32.to_be_bytes().to_vec(); // 3.0
+    for (k, v) in [("user", user), ("database", "tabos")] {
+        body.extend_from_slice(k.as_bytes());
+        body.push(0);
+        body.extend_from_slice(v.as_bytes());
+        body.push(0);
+    }
+    body.push(0);
+    let mut m = ((body.len() + 4) as u32).to_be_bytes().to_vec();
+    m.extend_from_slice(&body);
+    s.write_all(&m).unwrap();
+    let read_message = |s: &mut std::net::TcpStream| {
+        let mut head = [0u8; 5];
+        s.read_exact(&mut head).unwrap();
+        let len = u32::from_be_bytes(head[1..5].try_into().unwrap()) as usize - 4;
+        let mut rest = vec![0u8; len];
+        s.read_exact(&mut rest).unwrap();
+        (head[0], rest)
+    };
+    let sqlstate = |fields: &[u8]| {
+        fields
+            .split(|b| *b == 0)
+            .find_map(|f| f.strip_prefix(b"C"))
+            .map(|c| String::from_utf8_lossy(c).into_owned())
+            .unwrap_or_default()
+    };
+    let (kind, rest) = read_message(&mut s);
+    match kind {
+        b'R' if rest[..4] == [0, 0, 0, 3] => {} // cleartext password
+        b'E' => return Err(sqlstate(&rest)),
+        other => panic!("unexpected message {:?}", other as char),
+    }
+    let mut pw = password.as_bytes().to_vec();
+    pw.push(0);
+    let mut m = vec![b'p'];
+    m.extend_from_slice(&((pw.len() + 4) as u32).to_be_bytes());
+    m.extend_from_slice(&pw);
+    s.write_all(&m).unwrap();
+    let (kind, rest) = read_message(&mut s);
+    match kind {
+        b'R' if rest[..4] == [0, 0, 0, 0] => Ok(()),
+        b'E' => Err(sqlstate(&rest)),
+        other => panic!("unexpected message {:?}", other as char),
+    }
+}
+
+/// Issue 36, item 2, at the PostgreSQL front door and the dashboard, with
+/// psql and raw HTTP: connections that never sign in are capped per
+/// address; one realm's signed-in psql sessions are capped
+/// (`too_many_connections`) while another realm signs in; one realm's
+/// dashboard sign-ins and event streams take from its own share, never
+/// another realm's; `tabos status` shows each door's limits and use.
+#[test]
+fn floods_at_the_postgres_door_and_the_dashboard_leave_room_for_others() {
+    let node = Node::start(&["--pg-listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"]);
+    let (host, port) = node.pg_addr();
+    let dash = node.http_addr();
+    let token_of = |realm: &str| {
+        let o = node.tabos(&["realm", "create", realm]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        last_line(&o)
+    };
+    let (a, b) = (token_of("a"), token_of("b"));
+    let psql = |user: &str, password: &str| {
+        let mut c = Command::new("psql");
+        c.args(["-h", &host, "-p", &port, "-U", user, "-d", "tabos", "-X"])
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10");
+        c
+    };
+    let b_reads = || {
+        let o = psql("b", &b).args(["-tAc", "select 7"]).output().unwrap();
+        assert_eq!(stdout(&o).trim(), "7", "realm b is served: {}", stderr(&o));
+    };
+
+    // No credential, one address: past its share, closed at once.
+    let flooder = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let pg_addr = format!("{host}:{port}");
+    let per_source = tabos_node::pg::UNAUTHENTICATED_PER_SOURCE_MAX;
+    let held_pg = silent_connections(flooder, &pg_addr, per_source + 4, 4);
+    assert_eq!(
+        held_pg.len(),
+        per_source,
+        "the ones past the address's share are closed"
+    );
+    b_reads();
+
+    // One realm's psql sessions, held open and idle: the one past the
+    // realm's limit is refused with 53300, and b still signs in.
+    let per_realm = tabos_node::pg::CONNECTIONS_PER_REALM_MAX;
+    let pg_door = || {
+        let o = node.tabos(&["status", "--json"]);
+        let status: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+        status["doors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["door"] == "postgres")
+            .unwrap()
+            .clone()
+    };
+    // psql reading a pipe the test keeps open: signed in and idle.
+    let mut sessions = Vec::new();
+    for _ in 0..per_realm {
+        let c = psql("a", &a)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        sessions.push(c);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while pg_door()["by_realm"]["a"] != per_realm as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a's sessions: {}",
+            pg_door()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // psql prints a refused sign-in's message, not its SQLSTATE; the
+    // protocol's own error says which.
+    let o = psql("a", &a).args(["-c", "select 1"]).output().unwrap();
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert_eq!(
+        pg_sign_in(&pg_addr, "a", &a),
+        Err("53300".to_string()),
+        "too_many_connections"
+    );
+    assert_eq!(pg_sign_in(&pg_addr, "b", &b), Ok(()));
+    b_reads();
+    let pg = pg_door();
+    assert_eq!(pg["by_realm"]["a"], per_realm as u64, "{pg}");
+    assert_eq!(pg["per_realm_max"], per_realm as u64, "{pg}");
+    for mut c in sessions {
+        drop(c.stdin.take()); // end of input: psql signs out
+        c.wait().unwrap();
+    }
+    drop(held_pg);
+
+    // The dashboard: silent connections from one address are capped too.
+    let per_source = tabos_node::dashboard::UNAUTHENTICATED_PER_SOURCE_MAX;
+    let held_dash = silent_connections(flooder, &dash, per_source + 4, 4);
+    assert_eq!(
+        held_dash.len(),
+        per_source,
+        "the ones past the address's share are closed"
+    );
+    let b_cookie = dashboard_sign_in(&dash, &b).unwrap();
+    // Realm a signs in more often than its share of sessions: its own
+    // oldest go, b's stays.
+    for _ in 0..tabos_node::dashboard::SESSIONS_PER_REALM_MAX + 10 {
+        dashboard_sign_in(&dash, &a).unwrap();
+    }
+    let (status, _, body) = http(&dash, "GET", "/api/session", &[("Cookie", &b_cookie)], "");
+    assert_eq!(status, 200, "b's session survived a's sign-ins: {body}");
+    // Realm a's event streams: past its share, 429; b opens one.
+    let a_cookie = dashboard_sign_in(&dash, &a).unwrap();
+    let open_stream = |cookie: &str| {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(&dash).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+            .unwrap();
+        write!(
+            s,
+            "GET /api/events?ch=procs HTTP/1.1\r\nHost: {dash}\r\nCookie: {cookie}\r\n\r\n"
+        )
+        .unwrap();
+        let mut r = BufReader::new(s);
+        let mut first = String::new();
+        r.read_line(&mut first).unwrap();
+        (first, r)
+    };
+    let mut streams = Vec::new();
+    for _ in 0..tabos_node::dashboard::EVENT_STREAMS_PER_REALM_MAX {
+        let (first, r) = open_stream(&a_cookie);
+        assert!(first.contains(" 200 "), "{first}");
+        streams.push(r);
+    }
+    let (first, _) = open_stream(&a_cookie);
+    assert!(
+        first.contains(" 429 "),
+        "a's stream past its share: {first}"
+    );
+    let (first, _b_stream) = open_stream(&b_cookie);
+    assert!(first.contains(" 200 "), "b's stream: {first}");
+    drop(held_dash);
+}

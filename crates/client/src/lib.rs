@@ -19,6 +19,7 @@ pub mod proto {
 pub mod app;
 pub mod batch;
 pub mod codec;
+pub mod doors;
 pub mod fs;
 pub mod names;
 pub mod procedures;

@@ -13,8 +13,14 @@
 //! procedure stays deterministic: it is given the hash, never draws
 //! randomness).
 //!
-//! Every change notifies [`CHANGES_CHANNEL`], so that nodes keep their
-//! in-memory view of the table ([`load`]) current without polling.
+//! Every change of a credential that is not a proc's notifies
+//! [`CHANGES_CHANNEL`], so that nodes keep their in-memory view of those
+//! ([`load`]) current without polling. A proc's own credential (one per
+//! native spawn) is told to no node when it is made: a node that is shown
+//! it looks it up ([`load_one`]) after subscribing to its own channel
+//! ([`proc_channel`]), where its revocation is told — so a spawn's
+//! notifications reach the nodes the proc talks to, not every node
+//! (issue 35, item 4).
 //!
 //! A credential may be *scoped* (column `scope`, migration 024): then it
 //! may do nothing but send to and receive from the mailboxes its
@@ -35,9 +41,29 @@ use crate::ids::Address;
 use crate::ids::Pid;
 use crate::{realm_partition, validate_realm, Error, Result};
 
-/// Change-feed channel told of every created or revoked credential; the
-/// payload is the credential's id (one notification per credential).
+/// Change-feed channel told of every created or revoked credential that
+/// is not a proc's; the payload is the credential's id (one notification
+/// per credential).
 pub const CHANGES_CHANNEL: &str = "auth/credentials";
+
+/// Change-feed channel told when proc credential `id` is revoked or
+/// deleted (payload: the id): listened to only by the nodes that honour
+/// it at that moment.
+pub fn proc_channel(id: &CredentialId) -> String {
+    format!("auth/credential/{id}")
+}
+
+/// Tells the nodes that follow credential `id` that it changed: every
+/// node for a credential that is not a proc's, those that took it for a
+/// proc's (`is_proc`).
+fn notify_change(tx: &mut dyn Tx, id: &CredentialId, is_proc: bool) -> Result<()> {
+    if is_proc {
+        tx.notify(&proc_channel(id), id.as_str())?;
+    } else {
+        tx.notify(CHANGES_CHANNEL, id.as_str())?;
+    }
+    Ok(())
+}
 /// Prefix of every token.
 pub const TOKEN_PREFIX: &str = "tabos_";
 /// Random bytes of a token's public id.
@@ -469,7 +495,10 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
             Error::Store(e)
         }
     })?;
-    tx.notify(CHANGES_CHANNEL, minted.id.as_str())?;
+    // A proc's is looked up by the nodes shown it; no node holds it yet.
+    if spec.pid.is_none() {
+        notify_change(tx, &minted.id, false)?;
+    }
     Ok(())
 }
 
@@ -498,16 +527,17 @@ pub fn revoke_tx(
     now_us: i64,
 ) -> Result<()> {
     let p = crate::p_key(tx);
-    let n = tx.execute(
+    let rows = tx.query(
         "UPDATE credential SET revoked_us = coalesce(revoked_us, $3) \
-         WHERE p_key = $1 AND id = $2 AND (CAST($4 AS TEXT) IS NULL OR realm = $4)",
+         WHERE p_key = $1 AND id = $2 AND (CAST($4 AS TEXT) IS NULL OR realm = $4) \
+         RETURNING pid",
         params![p, id.as_str(), now_us, realm],
     )?;
-    if n == 0 {
+    let Some(row) = rows.rows.first() else {
         return Err(Error::NotFound(format!("credential {id}")));
-    }
-    tx.notify(CHANGES_CHANNEL, id.as_str())?;
-    Ok(())
+    };
+    let is_proc = row.get::<Option<String>>(0)?.is_some();
+    notify_change(tx, id, is_proc)
 }
 
 /// Revokes credential `id`, which must belong to `realm` (any realm when
@@ -556,7 +586,7 @@ pub fn revoke_pid_tx(
     let mut ids = Vec::with_capacity(rows.len());
     for r in rows.iter() {
         let id = CredentialId::new(r.get::<String>(0)?)?;
-        tx.notify(CHANGES_CHANNEL, id.as_str())?;
+        notify_change(tx, &id, true)?;
         ids.push(id);
     }
     Ok(ids)
@@ -640,13 +670,14 @@ pub fn load_one(
         .transpose()
 }
 
-/// Every credential that is neither revoked nor expired at `now_us`, by
-/// hash: what a node checks tokens against.
+/// Every credential that is neither revoked nor expired at `now_us` and
+/// is not a proc's, by hash: what a node checks tokens against first
+/// (procs' are looked up when shown, [`load_one`]).
 pub fn load(store: &Store, now_us: i64) -> Result<Vec<(TokenHash, Principal)>> {
     let rows = store.query(
         &format!(
             "SELECT {COLUMNS} FROM credential WHERE revoked_us IS NULL \
-             AND (expires_us IS NULL OR expires_us > $1)"
+             AND (expires_us IS NULL OR expires_us > $1) AND pid IS NULL"
         ),
         params![now_us],
     )?;
@@ -662,12 +693,12 @@ pub fn load(store: &Store, now_us: i64) -> Result<Vec<(TokenHash, Principal)>> {
 pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     let p = crate::p_key(tx);
     let rows = tx.query(
-        "DELETE FROM credential WHERE p_key = $1 AND realm = $2 RETURNING id",
+        "DELETE FROM credential WHERE p_key = $1 AND realm = $2 RETURNING id, pid",
         params![p, realm],
     )?;
     for r in rows.iter() {
-        let id: String = r.get(0)?;
-        tx.notify(CHANGES_CHANNEL, &id)?;
+        let id = CredentialId::new(r.get::<String>(0)?)?;
+        notify_change(tx, &id, r.get::<Option<String>>(1)?.is_some())?;
     }
     Ok(rows.len() as u64)
 }

@@ -15,26 +15,51 @@
 //! scope ([`Access::may_send`], [`Access::may_recv`], [`Access::unscoped`]).
 //!
 //! The node checks tokens against an in-memory copy of the live
-//! credentials (hash → principal), loaded at start and kept current by the
-//! change feed: each created or revoked credential's id is notified, and
-//! the node re-reads that one row ([`Auth::follow`]; the whole table only
-//! after a lagging subscription was cut off). A check costs one SHA-256 and
-//! one hash look-up.
+//! credentials (hash → principal). Those that are not procs' are loaded at
+//! start and kept current by the change feed: each created or revoked
+//! credential's id is notified on `auth::CHANGES_CHANNEL`, and the node
+//! re-reads that one row ([`Auth::follow`]; the whole table only after a
+//! lagging subscription was cut off). A check costs one SHA-256 and one
+//! hash look-up.
+//!
+//! A proc's own credential (one per native spawn) is told to no node: a
+//! node takes it when it is first shown it — the node that minted it at
+//! once ([`Auth::remember`]), any other when a request carries it — by
+//! subscribing to the credential's own channel (`auth::proc_channel`) and
+//! then reading its row ([`Auth::check`]); a follower task then waits on
+//! that channel for its revocation. Subscribing before reading means no
+//! revocation can fall between the two. So a spawn's notifications reach
+//! the nodes the proc talks to, not every node (issue 35, item 4). A node
+//! follows at most [`FOLLOWED_MAX`] procs' credentials (past it, the
+//! longest followed is dropped, and looked up again if shown again), and
+//! looks up at most [`LOOKUPS_MAX`] unknown tokens at once (past it,
+//! UNAVAILABLE: a flood of made-up tokens costs the database a bounded
+//! number of indexed reads, and the flooding connections are closed after
+//! `conn::AUTH_WAIT_MAX`).
+//!
 //! Credentials this node creates or revokes are applied to the copy before
 //! the call returns (and a reload, whose snapshot may predate one created
 //! here, keeps it); another node's are seen when its notification arrives
-//! (after its commit).
+//! (after its commit), or when a request shows one not yet seen.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use tabos_kernel::auth::{self, CredentialId, Principal, Role, TokenHash};
-use tabos_store::Store;
+use tabos_store::{Store, Subscription};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
 
 /// Metadata key of the credential.
 pub const AUTHORIZATION: &str = "authorization";
+
+/// Most procs' credentials a node follows (holds, and listens for the
+/// revocation of) at once.
+pub const FOLLOWED_MAX: usize = 4_096;
+
+/// Most tokens not in the copy a node looks up in the database at once.
+pub const LOOKUPS_MAX: usize = 4;
 
 /// The node's view of the live credentials.
 #[derive(Clone)]
@@ -51,6 +76,10 @@ impl std::fmt::Debug for Auth {
 struct Inner {
     store: Store,
     live: RwLock<Live>,
+    /// Look-ups under way ([`LOOKUPS_MAX`]).
+    lookups: AtomicUsize,
+    /// Raised when the node stops: no proc credential is followed after.
+    stopped: AtomicBool,
 }
 
 /// The live credentials, by token hash and by id (to drop one by id).
@@ -63,6 +92,10 @@ struct Live {
     /// bring each back, but only later — a caller given it could be
     /// refused meanwhile).
     fresh: std::collections::HashSet<CredentialId>,
+    /// Procs' credentials held, each with the task that waits for its
+    /// revocation on its own channel; `order` holds them oldest first.
+    followed: HashMap<CredentialId, tokio::task::AbortHandle>,
+    order: VecDeque<CredentialId>,
 }
 
 /// Most credentials remembered as created here since the last reload;
@@ -71,43 +104,112 @@ const FRESH_MAX: usize = 4_096;
 
 impl Live {
     fn insert(&mut self, hash: TokenHash, p: Principal) {
-        self.by_id.insert(p.id.clone(), hash);
+        if let Some(old) = self.by_id.insert(p.id.clone(), hash) {
+            if old != hash {
+                self.by_hash.remove(&old);
+            }
+        }
         self.by_hash.insert(hash, Arc::new(p));
     }
 
     fn remove(&mut self, id: &CredentialId) {
         self.fresh.remove(id);
+        if let Some(task) = self.followed.remove(id) {
+            task.abort();
+            self.order.retain(|o| o != id);
+        }
         if let Some(h) = self.by_id.remove(id) {
             self.by_hash.remove(&h);
         }
     }
+
+    /// Makes room for one more followed credential.
+    fn make_room(&mut self) {
+        while self.followed.len() >= FOLLOWED_MAX {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            self.remove(&oldest);
+        }
+    }
+}
+
+/// A token's look-up slot, given back when dropped.
+struct LookupSlot<'a>(&'a AtomicUsize);
+
+impl<'a> LookupSlot<'a> {
+    fn take(count: &'a AtomicUsize) -> Option<LookupSlot<'a>> {
+        let taken = count.fetch_add(1, Ordering::AcqRel);
+        if taken >= LOOKUPS_MAX {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(LookupSlot(count))
+    }
+}
+
+impl Drop for LookupSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Why a token was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Malformed, unknown, revoked or expired.
+    NotLive,
+    /// Not in the copy, and [`LOOKUPS_MAX`] look-ups are already under
+    /// way: try again.
+    Busy,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refusal::NotLive => "the credential is unknown, revoked or expired",
+            Refusal::Busy => {
+                "the node is looking up too many unknown credentials at once; try again"
+            }
+        })
+    }
 }
 
 impl Auth {
-    /// Loads the live credentials of `store`.
+    /// Loads the live credentials of `store` that are not procs'.
     pub fn open(store: Store) -> Result<Auth, tabos_kernel::Error> {
         let a = Auth {
             inner: Arc::new(Inner {
                 store,
                 live: RwLock::new(Live::default()),
+                lookups: AtomicUsize::new(0),
+                stopped: AtomicBool::new(false),
             }),
         };
         a.reload()?;
         Ok(a)
     }
 
-    /// Replaces the in-memory copy with the table's live credentials,
-    /// keeping those created here since the last reload (the table's
-    /// snapshot may predate them; the next reload goes by the table alone).
+    /// Replaces the in-memory copy of credentials that are not procs' with
+    /// the table's, keeping those created here since the last reload (the
+    /// table's snapshot may predate them; the next reload goes by the
+    /// table alone) and the procs' this node follows.
     pub fn reload(&self) -> Result<(), tabos_kernel::Error> {
         let now = tabos_store::now_us();
-        let mut loaded = Live::default();
-        for (h, p) in auth::load(&self.inner.store, now)? {
+        let rows = auth::load(&self.inner.store, now)?;
+        let mut live = self.write();
+        let mut loaded = Live {
+            followed: std::mem::take(&mut live.followed),
+            order: std::mem::take(&mut live.order),
+            ..Live::default()
+        };
+        for (h, p) in rows {
             loaded.insert(h, p);
         }
-        let mut live = self.write();
-        for id in std::mem::take(&mut live.fresh) {
-            let Some(h) = live.by_id.get(&id).copied() else {
+        let mut kept: Vec<CredentialId> = std::mem::take(&mut live.fresh).into_iter().collect();
+        kept.extend(loaded.followed.keys().cloned());
+        for id in &kept {
+            let Some(h) = live.by_id.get(id).copied() else {
                 continue;
             };
             if let Some(p) = live.by_hash.get(&h) {
@@ -122,9 +224,9 @@ impl Auth {
     fn refresh(&self, id: &CredentialId) -> Result<(), tabos_kernel::Error> {
         let one = auth::load_one(&self.inner.store, id, tabos_store::now_us())?;
         let mut live = self.write();
-        live.remove(id);
-        if let Some((h, p)) = one {
-            live.insert(h, p);
+        match one {
+            Some((h, p)) => live.insert(h, p),
+            None => live.remove(id),
         }
         Ok(())
     }
@@ -135,12 +237,111 @@ impl Auth {
 
     /// The principal of `token`, if it is live now.
     pub fn check(&self, token: &str) -> Option<Arc<Principal>> {
+        self.check_token(token).ok()
+    }
+
+    /// The principal of `token` if it is live now: from the copy, or else
+    /// read from the table (a proc's credential this node has not been
+    /// shown yet, or one created elsewhere whose notification is still on
+    /// its way), blocking the calling thread for that read.
+    pub fn check_token(&self, token: &str) -> Result<Arc<Principal>, Refusal> {
         // Only a well-formed token is hashed.
-        auth::token_id(token)?;
+        let id = auth::token_id(token).ok_or(Refusal::NotLive)?;
         let hash = TokenHash::of(token);
+        let now = tabos_store::now_us();
+        {
+            let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(p) = live.by_hash.get(&hash) {
+                return p.is_live(now).then(|| p.clone()).ok_or(Refusal::NotLive);
+            }
+        }
+        let _slot = LookupSlot::take(&self.inner.lookups).ok_or(Refusal::Busy)?;
+        blocking_here(|| self.look_up(&id, hash))
+    }
+
+    /// Reads credential `id` and takes it if it is live and `hash` is its
+    /// token's. A proc's is subscribed to first and then followed.
+    fn look_up(&self, id: &CredentialId, hash: TokenHash) -> Result<Arc<Principal>, Refusal> {
+        let store = &self.inner.store;
+        let read = |now| match auth::load_one(store, id, now) {
+            Ok(Some((h, p))) if h == hash => Some(p),
+            Ok(_) => None,
+            Err(e) => {
+                eprintln!("credentials: cannot look up {id}: {e}");
+                None
+            }
+        };
+        let p = read(tabos_store::now_us()).ok_or(Refusal::NotLive)?;
+        if p.pid.is_none() {
+            // Told on the shared channel, which the node follows: taken
+            // now, then read again — a revocation committed before that
+            // read is seen by it, one after by its notification.
+            self.write().insert(hash, p);
+            if read(tabos_store::now_us()).is_none() {
+                self.write().remove(id);
+                return Err(Refusal::NotLive);
+            }
+        } else {
+            // Subscribed before the read that decides: a revocation
+            // committed after it is delivered.
+            let sub = store.subscribe(&auth::proc_channel(id));
+            let p = read(tabos_store::now_us()).ok_or(Refusal::NotLive)?;
+            self.follow_proc(hash, p, sub);
+        }
         let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
-        let p = live.by_hash.get(&hash)?;
-        p.is_live(tabos_store::now_us()).then(|| p.clone())
+        live.by_hash.get(&hash).cloned().ok_or(Refusal::NotLive)
+    }
+
+    /// Holds proc credential `p` and starts the task that waits on `sub`
+    /// (its channel) for its revocation. Without an async runtime (or
+    /// once the node stops) nothing is held: it is looked up each time.
+    fn follow_proc(&self, hash: TokenHash, p: Principal, sub: Subscription) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if self.inner.stopped.load(Ordering::Acquire) {
+            return;
+        }
+        let id = p.id.clone();
+        let mut live = self.write();
+        if live.followed.contains_key(&id) {
+            live.insert(hash, p);
+            return; // an earlier look-up follows it already
+        }
+        live.make_room();
+        let task = rt.spawn(self.clone().follow_one(id.clone(), sub));
+        live.followed.insert(id.clone(), task.abort_handle());
+        live.order.push_back(id);
+        live.insert(hash, p);
+    }
+
+    /// Waits for proc credential `id`'s revocation; ends when it is gone
+    /// from the copy (revoked, expired past a re-read, dropped or
+    /// forgotten, which also aborts this task).
+    async fn follow_one(self, id: CredentialId, mut sub: Subscription) {
+        loop {
+            let cut_off = sub.recv().await.is_err();
+            let (me, id2) = (self.clone(), id.clone());
+            let again = tokio::task::spawn_blocking(move || {
+                // Cut off (the listener reconnected): subscribe again
+                // before re-reading, so nothing falls between.
+                let sub = cut_off.then(|| me.inner.store.subscribe(&auth::proc_channel(&id2)));
+                if let Err(e) = me.refresh(&id2) {
+                    eprintln!("credentials: cannot re-read {id2}: {e}");
+                }
+                sub
+            })
+            .await;
+            match again {
+                Ok(Some(s)) => sub = s,
+                Ok(None) => {}
+                Err(_) => return,
+            }
+            let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
+            if !live.by_id.contains_key(&id) {
+                return;
+            }
+        }
     }
 
     /// Whether credential `id` is still live (not revoked, not expired):
@@ -153,7 +354,8 @@ impl Auth {
             .is_some_and(|p| p.is_live(tabos_store::now_us()))
     }
 
-    /// The principal of a request's metadata, or UNAUTHENTICATED.
+    /// The principal of a request's metadata, or UNAUTHENTICATED
+    /// (UNAVAILABLE while too many unknown tokens are being looked up).
     pub fn authenticate(&self, md: &MetadataMap) -> Result<Arc<Principal>, Status> {
         let Some(value) = md.get(AUTHORIZATION) else {
             return Err(Status::unauthenticated(
@@ -169,8 +371,10 @@ impl Auth {
             .ok_or_else(|| {
                 Status::unauthenticated("the authorization header is not `Bearer <token>`")
             })?;
-        self.check(token)
-            .ok_or_else(|| Status::unauthenticated("the credential is unknown, revoked or expired"))
+        self.check_token(token).map_err(|r| match r {
+            Refusal::NotLive => Status::unauthenticated(r.to_string()),
+            Refusal::Busy => Status::unavailable(r.to_string()),
+        })
     }
 
     /// Creates a credential and makes it usable on this node at once.
@@ -180,7 +384,10 @@ impl Auth {
         Ok(minted)
     }
 
-    /// Adds a credential this node has just committed to the in-memory copy.
+    /// Adds a credential this node has just committed to the in-memory
+    /// copy. A proc's is then followed: its channel is subscribed to and
+    /// its row read again off this thread (a revocation between the
+    /// commit and the subscription is seen by that read).
     pub fn remember(&self, minted: &auth::Minted, spec: &auth::Spec) {
         let p = Principal {
             id: minted.id.clone(),
@@ -191,6 +398,27 @@ impl Auth {
             expires_us: spec.expires_us,
             scope: spec.scope.clone(),
         };
+        if p.pid.is_some() {
+            let me = self.clone();
+            let id = p.id.clone();
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                // Usable at once; followed once subscribed.
+                self.write().insert(minted.hash, p.clone());
+                let hash = minted.hash;
+                rt.spawn_blocking(move || {
+                    let sub = me.inner.store.subscribe(&auth::proc_channel(&id));
+                    match auth::load_one(&me.inner.store, &id, tabos_store::now_us()) {
+                        Ok(Some((h, p))) if h == hash => me.follow_proc(h, p, sub),
+                        Ok(_) => me.write().remove(&id),
+                        Err(e) => {
+                            eprintln!("credentials: cannot re-read {id}: {e}");
+                            me.write().remove(&id);
+                        }
+                    }
+                });
+            }
+            return;
+        }
         let mut live = self.write();
         if live.fresh.len() >= FRESH_MAX {
             live.fresh.clear();
@@ -225,7 +453,8 @@ impl Auth {
     /// Keeps the in-memory copy current until `stop` is raised: re-reads
     /// each credential the change feed names, and the whole table after
     /// subscribing (anything committed before is in that load) — also
-    /// after a lagging subscription is cut off.
+    /// after a lagging subscription is cut off. When stopped, stops
+    /// following procs' credentials too.
     pub async fn follow(self, mut stop: tokio::sync::watch::Receiver<bool>) {
         loop {
             let mut sub = self.inner.store.subscribe(auth::CHANGES_CHANNEL);
@@ -235,7 +464,10 @@ impl Auth {
             }
             loop {
                 let n = tokio::select! {
-                    _ = stop.changed() => return,
+                    _ = stop.changed() => {
+                        self.stop_following();
+                        return;
+                    }
                     n = sub.recv() => n,
                 };
                 let Ok(n) = n else { break }; // cut off: subscribe again, reload
@@ -249,6 +481,23 @@ impl Auth {
                 }
             }
         }
+    }
+
+    /// Ends every follower task and drops the procs' credentials held (the
+    /// node is stopping).
+    fn stop_following(&self) {
+        self.inner.stopped.store(true, Ordering::Release);
+        let mut live = self.write();
+        let ids: Vec<CredentialId> = live.followed.keys().cloned().collect();
+        for id in &ids {
+            live.remove(id);
+        }
+    }
+
+    /// Procs' credentials this node follows now.
+    pub fn followed(&self) -> usize {
+        let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
+        live.followed.len()
     }
 
     /// The interceptor that authenticates every request of a service.
@@ -275,6 +524,18 @@ impl Auth {
                 scope: None,
             })),
         }
+    }
+}
+
+/// Runs `f`, a blocking store read, on this thread: moved out of the
+/// async runtime's way where it has other worker threads
+/// (`block_in_place`), run as is on a single-threaded runtime or none.
+fn blocking_here<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -326,9 +587,11 @@ impl tonic::service::Interceptor for Authenticate {
             )));
         }
         // The connection has a caller now: it may stay past the wait for
-        // a credential (`conn::AUTH_WAIT_MAX`).
+        // a credential (`conn::AUTH_WAIT_MAX`), as one of its realm's
+        // (`conn::CONNECTIONS_PER_REALM_MAX`).
         if let Some(conn) = request.extensions().get::<crate::conn::ConnInfo>() {
-            conn.state.authenticated();
+            conn.signed_in(&p.realm)
+                .map_err(Status::resource_exhausted)?;
         }
         request.extensions_mut().insert(p);
         Ok(request)
@@ -469,6 +732,85 @@ impl Access {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// At most `LOOKUPS_MAX` look-ups at once; a slot comes back when its
+    /// look-up ends.
+    #[test]
+    fn lookups_are_bounded() {
+        let count = AtomicUsize::new(0);
+        let slots: Vec<_> = (0..LOOKUPS_MAX)
+            .map(|_| LookupSlot::take(&count).unwrap())
+            .collect();
+        assert!(LookupSlot::take(&count).is_none());
+        assert_eq!(
+            count.load(Ordering::Acquire),
+            LOOKUPS_MAX,
+            "a refusal takes nothing"
+        );
+        drop(slots);
+        assert_eq!(count.load(Ordering::Acquire), 0);
+        assert!(LookupSlot::take(&count).is_some());
+    }
+
+    /// Past `FOLLOWED_MAX`, the credential followed longest is dropped
+    /// (and its follower ended) to make room.
+    #[tokio::test]
+    async fn followed_credentials_are_bounded_oldest_first() {
+        let mut live = Live::default();
+        let mut tasks = Vec::new();
+        for i in 0..FOLLOWED_MAX {
+            live.make_room();
+            let id = CredentialId(format!("{i:016x}"));
+            let task = tokio::spawn(std::future::pending::<()>());
+            live.followed.insert(id.clone(), task.abort_handle());
+            live.order.push_back(id);
+            tasks.push(task);
+        }
+        live.make_room();
+        assert_eq!(live.followed.len(), FOLLOWED_MAX - 1);
+        assert!(!live
+            .followed
+            .contains_key(&CredentialId(format!("{:016x}", 0))));
+        let first = tasks.swap_remove(0);
+        assert!(
+            first.await.unwrap_err().is_cancelled(),
+            "its follower ended"
+        );
+    }
+
+    /// A proc's credential is not loaded at start: it is looked up when
+    /// shown, followed, and dropped when revoked (told on its channel).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_procs_credential_is_looked_up_followed_and_dropped() {
+        let dir = tabos_store::testing::TempDir::new("auth-lookup");
+        let store = tabos_kernel::open(&tabos_store::Config::sqlite(dir.path())).unwrap();
+        tabos_kernel::realms::create(&store, "r", tabos_kernel::sched::Scheduler::Fifo).unwrap();
+        let pid = tabos_kernel::ids::Pid::new("p1").unwrap();
+        let spec = auth::Spec {
+            pid: Some(pid.clone()),
+            ..auth::Spec::realm("r", "alice", Role::Member)
+        };
+        let minted = auth::create(&store, spec).await.unwrap();
+        let a = Auth::open(store.clone()).unwrap();
+        assert!(!a.is_live(&minted.id), "not loaded");
+        assert_eq!(a.followed(), 0);
+        let p = a.check_token(&minted.token).unwrap();
+        assert_eq!(p.pid.as_ref(), Some(&pid));
+        assert_eq!(a.followed(), 1);
+        assert!(a.is_live(&minted.id), "held after the look-up");
+        // A made-up token with the same id is not it.
+        let forged = format!("tabos_{}_{}", minted.id, "0".repeat(64));
+        assert_eq!(a.check_token(&forged).unwrap_err(), Refusal::NotLive);
+        tabos_kernel::auth::revoke_pid(&store, "r", &pid)
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while a.is_live(&minted.id) || a.followed() > 0 {
+            assert!(std::time::Instant::now() < deadline, "never dropped");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(a.check_token(&minted.token).unwrap_err(), Refusal::NotLive);
+    }
 
     /// A reload whose snapshot predates a credential created here keeps
     /// it (only that reload: the next one goes by the table alone).

@@ -300,8 +300,8 @@ mod tests {
             ..Default::default()
         };
         let (one, other) = (
-            Arc::new(ConnState::new(limits)),
-            Arc::new(ConnState::new(limits)),
+            Arc::new(ConnState::new(limits, crate::conn::Source::Local(0))),
+            Arc::new(ConnState::new(limits, crate::conn::Source::Local(0))),
         );
         let on = |text: &str, conn: &Arc<ConnState>| {
             let mut c = counted(text, &budget);

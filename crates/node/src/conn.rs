@@ -15,11 +15,31 @@
 //! long it waits (a receive, a watch), stays. A connection none of whose
 //! calls has presented a good credential is closed sooner, after
 //! [`Limits::auth_wait`].
+//!
+//! Who holds the slots (issue 36, item 2; [`Slots`] keeps the count): a
+//! connection is *unauthenticated* from its accept until one of its calls
+//! presents a good credential. At most [`UNAUTHENTICATED_PER_SOURCE_MAX`]
+//! of those come from one [`Source`] (an IP address; on the local socket,
+//! the peer's uid) — past it a new one is closed at once — and at most
+//! [`UNAUTHENTICATED_MAX`] from all sources — past it the oldest is closed
+//! — so connections that never sign in hold at most a quarter of the
+//! slots, and no source can take that quarter from the others. Once
+//! signed in, a connection belongs to its first credential's realm
+//! (operators' together count as one): a realm holds at most
+//! [`CONNECTIONS_PER_REALM_MAX`], a call that would take it past is
+//! RESOURCE_EXHAUSTED (its connection stays unauthenticated, so is
+//! closed after the wait for a credential). When every slot is held,
+//! the node closes an idle connection of the realm holding the most —
+//! never one of a realm below its share — to make room. `tabos status`
+//! shows these limits and their use ([`Slots::usage`]).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+pub use crate::doors::Source;
+use crate::doors::{Door, DoorLimits, Held};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -30,6 +50,16 @@ use tokio::time::{Instant, Sleep};
 /// Most connections a node holds open; past it the node accepts no more
 /// until one closes (the kernel's backlog holds the rest).
 pub const CONNECTIONS_MAX: usize = 1_024;
+/// Most connections that have not presented a good credential yet, from
+/// every source together: a quarter of the slots, so signed-in clients
+/// always have the rest.
+pub const UNAUTHENTICATED_MAX: usize = CONNECTIONS_MAX / 4;
+/// Most connections that have not presented a good credential yet from
+/// one [`Source`]; past it a new one from that source is closed at once.
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 32;
+/// Most connections one realm's credentials hold at once (operators'
+/// count together as one realm).
+pub const CONNECTIONS_PER_REALM_MAX: usize = CONNECTIONS_MAX / 4;
 /// Most concurrent calls (HTTP/2 streams) on one connection; a client
 /// opening more waits for one to end.
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 128;
@@ -102,11 +132,15 @@ pub struct ConnState {
     /// authentication interceptor); until then it is closed
     /// [`Limits::auth_wait`] after it was accepted.
     authenticated: std::sync::atomic::AtomicBool,
+    /// Closed by the node (to make room) as soon as no call is open on it.
+    evicted: std::sync::atomic::AtomicBool,
+    /// Where it comes from.
+    source: Source,
     pub(crate) limits: Limits,
 }
 
 impl ConnState {
-    pub(crate) fn new(limits: Limits) -> ConnState {
+    pub(crate) fn new(limits: Limits, source: Source) -> ConnState {
         ConnState {
             held: AtomicUsize::new(0),
             calls: AtomicUsize::new(0),
@@ -114,20 +148,41 @@ impl ConnState {
             reader: Mutex::new(None),
             accepted: Instant::now(),
             authenticated: std::sync::atomic::AtomicBool::new(false),
+            evicted: std::sync::atomic::AtomicBool::new(false),
+            source,
             limits,
         }
     }
 
-    /// A call on this connection presented a good credential: from now on
-    /// only the idle limit closes it.
-    pub(crate) fn authenticated(&self) {
-        self.authenticated.store(true, Ordering::Release);
+    /// Where the connection comes from.
+    pub fn source(&self) -> &Source {
+        &self.source
     }
 
     /// Counts a call open until the returned guard is dropped.
     pub(crate) fn call(self: &Arc<Self>) -> CallGuard {
         self.calls.fetch_add(1, Ordering::AcqRel);
         CallGuard(self.clone())
+    }
+}
+
+impl Held for ConnState {
+    fn source(&self) -> &Source {
+        &self.source
+    }
+    fn is_idle(&self) -> bool {
+        self.calls.load(Ordering::Acquire) == 0
+    }
+    /// Wakes the reader, which reads the connection as closed once no
+    /// call is open on it.
+    fn evict(&self) {
+        self.evicted.store(true, Ordering::Release);
+        if let Some(w) = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            w.wake();
+        }
+    }
+    fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
     }
 }
 
@@ -160,6 +215,29 @@ pub struct ConnInfo {
     /// The addresses of a TCP connection; both `None` on the local socket.
     pub tcp: tonic::transport::server::TcpConnectInfo,
     pub state: Arc<ConnState>,
+    /// The slots it holds one of.
+    slots: Slots,
+}
+
+impl ConnInfo {
+    /// A call on this connection presented a good credential of `realm`
+    /// (empty for an operator's): the first time, the connection leaves
+    /// the unauthenticated and joins its realm's, or — when the realm
+    /// holds [`CONNECTIONS_PER_REALM_MAX`] already — is refused, and stays
+    /// unauthenticated (closed after [`Limits::auth_wait`] unless a later
+    /// call finds room).
+    pub(crate) fn signed_in(&self, realm: &str) -> Result<(), String> {
+        if self.state.authenticated.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.slots
+            .0
+            .ledger
+            .sign_in(&self.state, realm)
+            .map_err(|e| e.to_string())?;
+        self.state.authenticated.store(true, Ordering::Release);
+        Ok(())
+    }
 }
 
 /// An accepted connection, holding one of the node's [`CONNECTIONS_MAX`]
@@ -170,6 +248,7 @@ pub struct Conn {
     state: Arc<ConnState>,
     /// Fires [`Limits::idle`] after the last call ended.
     idle: Pin<Box<Sleep>>,
+    slots: Slots,
     _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
@@ -201,6 +280,9 @@ impl AsyncRead for Conn {
         }
         if this.state.calls.load(Ordering::Acquire) > 0 {
             return Poll::Pending;
+        }
+        if this.state.evicted.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(())); // closed by the node
         }
         let since = *this
             .state
@@ -262,6 +344,7 @@ impl tonic::transport::server::Connected for Conn {
         ConnInfo {
             tcp,
             state: self.state.clone(),
+            slots: self.slots.clone(),
         }
     }
 }
@@ -277,6 +360,7 @@ pub fn open_connections() -> usize {
 impl Drop for Conn {
     fn drop(&mut self) {
         OPEN.fetch_sub(1, Ordering::Relaxed);
+        self.slots.0.ledger.forget(&self.state);
     }
 }
 
@@ -306,28 +390,46 @@ pub enum Listener {
 }
 
 impl Listener {
-    async fn accept(&self) -> std::io::Result<Stream> {
+    async fn accept(&self) -> std::io::Result<(Stream, Source)> {
         match self {
-            Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+            Listener::Tcp(l) => l.accept().await.map(|(s, peer)| {
                 // Fails only on a socket already gone, which its first
                 // read then reports.
                 let _ = s.set_nodelay(true);
-                Stream::Left(s)
+                (Stream::Left(s), Source::Ip(peer.ip()))
             }),
-            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Right(s)),
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| {
+                // The kernel vouches for the peer's uid; a socket whose
+                // peer is already gone counts as an unknown local one.
+                let uid = s.peer_cred().map_or(u32::MAX, |c| c.uid());
+                (Stream::Right(s), Source::Local(uid))
+            }),
         }
     }
 }
 
 /// The node's [`CONNECTIONS_MAX`] connection slots, shared by the
-/// servers of its listeners (TCP and the local socket): one count.
+/// servers of its listeners (TCP and the local socket): one count, and
+/// who holds them (see the module's doc).
 #[derive(Debug, Clone)]
-pub struct Slots(Arc<tokio::sync::Semaphore>);
+pub struct Slots(Arc<Door<ConnState>>);
+
+/// The gRPC door's limits (see the constants).
+pub const DOOR: DoorLimits = DoorLimits {
+    unauthenticated: UNAUTHENTICATED_MAX,
+    unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
+    per_realm: CONNECTIONS_PER_REALM_MAX,
+};
 
 impl Slots {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Slots {
-        Slots(Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX)))
+        Slots(Arc::new(Door::new(CONNECTIONS_MAX, DOOR)))
+    }
+
+    /// Connections open now and who holds them.
+    pub fn usage(&self) -> (usize, crate::doors::Usage) {
+        self.0.usage()
     }
 }
 
@@ -344,9 +446,9 @@ pub fn incoming_shared(
         loop {
             let slot = tokio::select! {
                 () = tx.closed() => return, // the server stopped
-                s = slots.0.clone().acquire_owned() => match s {
-                    Ok(s) => s,
-                    Err(_) => return,
+                s = slots.0.slot(None) => match s {
+                    Some(s) => s,
+                    None => return,
                 },
             };
             let accepted = tokio::select! {
@@ -354,13 +456,19 @@ pub fn incoming_shared(
                 a = listener.accept() => a,
             };
             match accepted {
-                Ok(stream) => {
+                Ok((stream, source)) => {
                     backoff = Duration::from_millis(10);
+                    let state = Arc::new(ConnState::new(limits, source));
+                    if !slots.0.ledger.admit(&state) {
+                        // Over its source's cap: closed at once (dropped).
+                        continue;
+                    }
                     OPEN.fetch_add(1, Ordering::Relaxed);
                     let conn = Conn {
                         stream,
-                        state: Arc::new(ConnState::new(limits)),
+                        state,
                         idle: Box::pin(tokio::time::sleep(limits.idle)),
+                        slots: slots.clone(),
                         _slot: slot,
                     };
                     if tx.send(Ok(conn)).await.is_err() {

@@ -43,11 +43,15 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, RawQuery, State};
+use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::{DefaultBodyLimit, RawQuery, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use axum::Extension;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
@@ -64,14 +68,37 @@ use crate::Node;
 
 /// Where `tabos up` serves the dashboard unless told otherwise.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:7071";
-/// Most connections served at once (the next waits for a free one).
+/// Most connections served at once (past it, an idle connection of the
+/// realm holding the most is closed, or the next waits for a free one).
 pub const CONNECTIONS_MAX: usize = 256;
-/// Most signed-in sessions kept (past it, the least recently used goes).
+/// Most connections not yet signed in (no request with a live session),
+/// from all addresses together: a quarter, so signed-in users always have
+/// the rest.
+pub const UNAUTHENTICATED_MAX: usize = CONNECTIONS_MAX / 4;
+/// Most connections not yet signed in from one address (a browser opens
+/// about six).
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 16;
+/// Most signed-in connections of one realm (operators' count as one).
+pub const CONNECTIONS_PER_REALM_MAX: usize = CONNECTIONS_MAX / 4;
+/// The dashboard's connection limits, as [`crate::doors`] applies them.
+pub const DOOR: crate::doors::DoorLimits = crate::doors::DoorLimits {
+    unauthenticated: UNAUTHENTICATED_MAX,
+    unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
+    per_realm: CONNECTIONS_PER_REALM_MAX,
+};
+/// Most signed-in sessions kept (past it, the least recently used of the
+/// realm holding the most goes).
 pub const SESSIONS_MAX: usize = 1_024;
+/// Most sessions of one realm (operators' count as one): past it, that
+/// realm's least recently used goes, never another realm's.
+pub const SESSIONS_PER_REALM_MAX: usize = SESSIONS_MAX / 4;
 /// A session unused this long is signed out.
 pub const SESSION_IDLE_MAX: Duration = Duration::from_secs(12 * 3_600);
 /// Most event streams open at once, over every session.
 pub const EVENT_STREAMS_MAX: usize = 128;
+/// Most event streams of one realm's sessions at once (operators' count
+/// as one).
+pub const EVENT_STREAMS_PER_REALM_MAX: usize = EVENT_STREAMS_MAX / 4;
 /// Most change-feed channels one event stream follows.
 pub const CHANNELS_PER_STREAM_MAX: usize = 16;
 /// Events waiting to be written to one stream (its followers wait past
@@ -129,9 +156,28 @@ impl Sessions {
         let mut map = self.lock();
         let now = Instant::now();
         map.retain(|_, s| now.duration_since(s.last_used) < SESSION_IDLE_MAX);
-        if map.len() >= SESSIONS_MAX {
+        // Room is made from the realm signing in when it holds its share,
+        // else from the realm holding the most: never from a realm below
+        // its share.
+        let mut per_realm: HashMap<&str, usize> = HashMap::new();
+        for s in map.values() {
+            *per_realm.entry(s.principal.realm.as_str()).or_default() += 1;
+        }
+        let realm = principal.realm.as_str();
+        let from = if per_realm.get(realm).copied().unwrap_or(0) >= SESSIONS_PER_REALM_MAX {
+            Some(realm.to_string())
+        } else if map.len() >= SESSIONS_MAX {
+            per_realm
+                .iter()
+                .max_by_key(|(_, n)| **n)
+                .map(|(r, _)| r.to_string())
+        } else {
+            None
+        };
+        if let Some(from) = from {
             let oldest = map
                 .iter()
+                .filter(|(_, s)| s.principal.realm == from)
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
@@ -151,6 +197,14 @@ impl Sessions {
 
     fn remove(&self, id: &str) {
         self.lock().remove(id);
+    }
+
+    /// The realm of session `id` (`""`: an operator's), if it is live;
+    /// not marked used.
+    fn realm_of(&self, id: &str) -> Option<String> {
+        let map = self.lock();
+        let s = map.get(id)?;
+        (s.last_used.elapsed() < SESSION_IDLE_MAX).then(|| s.principal.realm.clone())
     }
 
     /// The session `id`'s principal and token, marked used.
@@ -186,7 +240,42 @@ struct App {
     sessions: Arc<Sessions>,
     history: Arc<history::History>,
     streams: Arc<Semaphore>,
+    /// Event streams open by realm ([`EVENT_STREAMS_PER_REALM_MAX`]).
+    streams_by_realm: Arc<Mutex<HashMap<String, usize>>>,
     stopping: tokio::sync::watch::Receiver<bool>,
+}
+
+/// One of a realm's event streams, given back when dropped.
+struct RealmStream {
+    by_realm: Arc<Mutex<HashMap<String, usize>>>,
+    realm: String,
+}
+
+impl RealmStream {
+    fn take(by_realm: &Arc<Mutex<HashMap<String, usize>>>, realm: &str) -> Option<RealmStream> {
+        let mut m = by_realm.lock().unwrap_or_else(|e| e.into_inner());
+        let n = m.entry(realm.to_string()).or_default();
+        if *n >= EVENT_STREAMS_PER_REALM_MAX {
+            return None;
+        }
+        *n += 1;
+        Some(RealmStream {
+            by_realm: by_realm.clone(),
+            realm: realm.to_string(),
+        })
+    }
+}
+
+impl Drop for RealmStream {
+    fn drop(&mut self) {
+        let mut m = self.by_realm.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = m.get_mut(&self.realm) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.realm);
+            }
+        }
+    }
 }
 
 /// Who a request is from.
@@ -699,9 +788,18 @@ struct Stream {
     stopping: tokio::sync::watch::Receiver<bool>,
     _followers: Vec<AbortOnDrop>,
     _slot: OwnedSemaphorePermit,
+    _realm_slot: RealmStream,
+    /// The connection counts as busy while the stream is open (so it is
+    /// not closed to make room).
+    _busy: Option<crate::doors::Busy>,
 }
 
-async fn events(State(app): State<App>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
+async fn events(
+    State(app): State<App>,
+    conn: Option<Extension<ConnTicket>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
     let go = async {
         let caller = app.caller(&headers)?;
         let mut realm = String::new();
@@ -732,6 +830,16 @@ async fn events(State(app): State<App>, headers: HeaderMap, RawQuery(query): Raw
                 })
                 .collect::<Result<Vec<_>, _>>()?
         };
+        let realm_slot = RealmStream::take(&app.streams_by_realm, &caller.principal.realm)
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    format!(
+                        "a realm's sessions hold at most {EVENT_STREAMS_PER_REALM_MAX} event \
+                         streams at once; close one"
+                    ),
+                )
+            })?;
         let slot = app.streams.clone().try_acquire_owned().map_err(|_| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -784,6 +892,8 @@ async fn events(State(app): State<App>, headers: HeaderMap, RawQuery(query): Raw
             stopping: app.stopping.clone(),
             _followers: followers,
             _slot: slot,
+            _realm_slot: realm_slot,
+            _busy: conn.map(|Extension(t)| t.0.busy()),
         };
         let stream = futures::stream::unfold(state, |mut s| async move {
             let item = tokio::select! {
@@ -836,7 +946,41 @@ fn router(app: App) -> Router {
             .into_response()
         })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            door_keeper,
+        ))
         .with_state(app)
+}
+
+/// A connection's ticket at the dashboard's door, from the listener.
+#[derive(Clone)]
+struct ConnTicket(Arc<crate::doors::Ticket>);
+
+impl Connected<IncomingStream<'_, Limited>> for ConnTicket {
+    fn connect_info(stream: IncomingStream<'_, Limited>) -> ConnTicket {
+        ConnTicket(stream.io().ticket.clone())
+    }
+}
+
+/// Every request: its connection is busy until the answer is made (an
+/// event stream keeps it busy while open), and the first request with a
+/// live session signs the connection in for the session's realm — past
+/// [`CONNECTIONS_PER_REALM_MAX`], 429 and the connection stays
+/// unauthenticated.
+async fn door_keeper(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    let Some(ConnectInfo(ticket)) = req.extensions().get::<ConnectInfo<ConnTicket>>().cloned()
+    else {
+        return next.run(req).await;
+    };
+    let _busy = ticket.0.busy();
+    if let Some(realm) = cookie(req.headers()).and_then(|id| app.sessions.realm_of(&id)) {
+        if let Err(e) = app.node.dashboard_door.ledger.sign_in(&ticket.0, &realm) {
+            return ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()).into_response();
+        }
+    }
+    req.extensions_mut().insert(ticket);
+    next.run(req).await
 }
 
 /// Serves the dashboard on `listener` until `stopping` is raised.
@@ -851,14 +995,16 @@ pub async fn serve(
         sessions: Arc::new(Sessions::default()),
         history,
         streams: Arc::new(Semaphore::new(EVENT_STREAMS_MAX)),
+        streams_by_realm: Default::default(),
         stopping: stopping.clone(),
     };
     let listener = Limited {
         inner: listener,
-        slots: Arc::new(Semaphore::new(CONNECTIONS_MAX)),
+        door: app.node.dashboard_door.clone(),
     };
     let stop = crate::stopping(stopping);
-    if let Err(e) = axum::serve(listener, router(app))
+    let service = router(app).into_make_service_with_connect_info::<ConnTicket>();
+    if let Err(e) = axum::serve(listener, service)
         .with_graceful_shutdown(stop)
         .await
     {
@@ -866,17 +1012,38 @@ pub async fn serve(
     }
 }
 
-/// A listener that holds at most [`CONNECTIONS_MAX`] connections: the next
-/// is accepted when one closes.
-struct Limited {
-    inner: TcpListener,
-    slots: Arc<Semaphore>,
+/// The dashboard's connection slots and who holds them.
+pub type Door = crate::doors::Door<crate::doors::Ticket>;
+
+/// A new dashboard door with its limits.
+pub fn door() -> Arc<Door> {
+    Arc::new(Door::new(CONNECTIONS_MAX, DOOR))
 }
 
-/// A connection and its slot, given back when it closes.
+/// A listener that holds at most [`CONNECTIONS_MAX`] connections, counted
+/// at the node's dashboard [`Door`]: an address over its share of
+/// connections not signed in is closed at once; when every slot is held,
+/// an idle connection of the realm holding the most is closed, or the
+/// next waits for a free one.
+struct Limited {
+    inner: TcpListener,
+    door: Arc<Door>,
+}
+
+/// A connection, its slot and its ticket, given back when it closes.
 struct LimitedStream {
     stream: TcpStream,
+    ticket: Arc<crate::doors::Ticket>,
+    door: Arc<Door>,
+    /// Ready once the door closes the connection (evicted, idle).
+    closing: Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>,
     _slot: OwnedSemaphorePermit,
+}
+
+impl Drop for LimitedStream {
+    fn drop(&mut self) {
+        self.door.ledger.forget(&self.ticket);
+    }
 }
 
 impl axum::serve::Listener for Limited {
@@ -885,17 +1052,24 @@ impl axum::serve::Listener for Limited {
 
     async fn accept(&mut self) -> (LimitedStream, std::net::SocketAddr) {
         loop {
-            let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            let Some(slot) = self.door.slot(None).await else {
                 // The semaphore is never closed; wait for the server to stop.
                 std::future::pending::<()>().await;
                 continue;
             };
             match self.inner.accept().await {
                 Ok((stream, addr)) => {
+                    let ticket = crate::doors::Ticket::new(crate::doors::Source::Ip(addr.ip()));
+                    if !self.door.ledger.admit(&ticket) {
+                        continue; // over its address's share: closed at once
+                    }
                     let _ = stream.set_nodelay(true);
                     return (
                         LimitedStream {
                             stream,
+                            closing: Box::pin(ticket.clone().closing()),
+                            ticket,
+                            door: self.door.clone(),
                             _slot: slot,
                         },
                         addr,
@@ -918,6 +1092,9 @@ impl AsyncRead for LimitedStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if self.closing.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Ok(())); // closed by the door: end of stream
+        }
         Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }

@@ -17,6 +17,7 @@ pub mod cgroup;
 pub mod confine;
 pub mod conn;
 pub mod dashboard;
+pub mod doors;
 pub use conn::{incoming, Conn};
 pub mod forward;
 pub mod fs;
@@ -236,6 +237,12 @@ pub struct Node {
     /// Its standing in the cluster: its health on the database's clock,
     /// and whether it leads ([`lease`]).
     pub standing: std::sync::Arc<lease::Standing>,
+    /// The gRPC servers' connection slots (TCP and the local socket) and
+    /// who holds them.
+    pub doors: conn::Slots,
+    /// The PostgreSQL front door's and the dashboard's.
+    pub pg_door: std::sync::Arc<pg::Door>,
+    pub dashboard_door: std::sync::Arc<dashboard::Door>,
 }
 
 impl Node {
@@ -287,11 +294,50 @@ impl Node {
             request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX),
             load,
             standing: Default::default(),
+            doors: conn::Slots::new(),
+            pg_door: pg::door(),
+            dashboard_door: dashboard::door(),
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
             settings,
         })
+    }
+
+    /// Each door's connection limits and use, as `caller` may see them.
+    pub fn door_uses(
+        &self,
+        caller: &tabos_kernel::auth::Principal,
+    ) -> Vec<tabos_client::proto::DoorUse> {
+        let (grpc_open, grpc) = self.doors.usage();
+        let (pg_open, pg) = self.pg_door.usage();
+        let (dash_open, dash) = self.dashboard_door.usage();
+        vec![
+            doors::door_use(
+                "grpc",
+                grpc_open,
+                conn::CONNECTIONS_MAX,
+                conn::DOOR,
+                grpc,
+                caller,
+            ),
+            doors::door_use(
+                "postgres",
+                pg_open,
+                pg::CONNECTIONS_MAX,
+                pg::DOOR,
+                pg,
+                caller,
+            ),
+            doors::door_use(
+                "dashboard",
+                dash_open,
+                dashboard::CONNECTIONS_MAX,
+                dashboard::DOOR,
+                dash,
+                caller,
+            ),
+        ]
     }
 
     /// What the caller of `request` may do (its credential was checked by
@@ -911,7 +957,7 @@ pub async fn serve_with(
                 guard.clone(),
             ))
     };
-    let slots = conn::Slots::new();
+    let slots = node.doors.clone();
     let local_slots = slots.clone();
     // A server that ends on its own (an error) stops the other too.
     let tcp_served = async {

@@ -68,8 +68,27 @@ use crate::Node;
 
 /// Where `tabos up` serves the protocol unless told otherwise.
 pub const LISTEN_DEFAULT: &str = "127.0.0.1:5433";
-/// Most connections served at once (more are closed at once).
+/// Most connections served at once; past it an idle connection of the
+/// realm holding the most is closed to make room ([`crate::doors`]), or
+/// the new one waits up to [`SLOT_WAIT`] and is closed.
 pub const CONNECTIONS_MAX: usize = 256;
+/// Most connections still signing in, from all sources together: a
+/// quarter, so signed-in clients always have the rest.
+pub const UNAUTHENTICATED_MAX: usize = CONNECTIONS_MAX / 4;
+/// Most connections still signing in from one address.
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 16;
+/// Most signed-in connections of one realm (operators' count as one), as
+/// PostgreSQL's per-role `CONNECTION LIMIT`: past it the sign-in is
+/// refused with `too_many_connections` (53300).
+pub const CONNECTIONS_PER_REALM_MAX: usize = CONNECTIONS_MAX / 4;
+/// The front door's limits, as [`crate::doors`] applies them.
+pub const DOOR: crate::doors::DoorLimits = crate::doors::DoorLimits {
+    unauthenticated: UNAUTHENTICATED_MAX,
+    unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
+    per_realm: CONNECTIONS_PER_REALM_MAX,
+};
+/// Longest a new connection waits for a slot when every one is held.
+pub const SLOT_WAIT: Duration = Duration::from_secs(1);
 /// Longest a client may take to sign in.
 pub const STARTUP_WAIT: Duration = Duration::from_secs(10);
 /// Most rows one statement returns (then cut, with a WARNING).
@@ -100,6 +119,7 @@ pub mod sqlstate {
     pub const QUERY_CANCELED: &str = "57014";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
     pub const INSUFFICIENT_RESOURCES: &str = "53000";
+    pub const TOO_MANY_CONNECTIONS: &str = "53300";
     pub const CANNOT_CONNECT_NOW: &str = "57P03";
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const INTEGRITY_CONSTRAINT: &str = "23000";
@@ -156,13 +176,21 @@ pub fn store_error(e: &tabos_store::Error) -> PgWireError {
     refused(code, message)
 }
 
+/// The front door's connection slots and who holds them.
+pub type Door = crate::doors::Door<crate::doors::Ticket>;
+
+/// A new front door with its limits.
+pub fn door() -> Arc<Door> {
+    Arc::new(Door::new(CONNECTIONS_MAX, DOOR))
+}
+
 /// Serves the protocol on `listener` until `stopping` is raised.
 pub async fn serve(
     node: Node,
     listener: TcpListener,
     stopping: tokio::sync::watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let door = node.pg_door.clone();
     let stop = crate::stopping(stopping.clone());
     tokio::pin!(stop);
     loop {
@@ -170,18 +198,22 @@ pub async fn serve(
             () = &mut stop => return,
             a = listener.accept() => a,
         };
-        let Ok((socket, _)) = accepted else {
+        let Ok((socket, peer)) = accepted else {
             // Out of descriptors, most likely: give the others a moment.
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            continue; // full: this one is closed at once
-        };
-        let (node, stopping) = (node.clone(), stopping.clone());
+        let ticket = crate::doors::Ticket::new(crate::doors::Source::Ip(peer.ip()));
+        if !door.ledger.admit(&ticket) {
+            continue; // too many from this address still signing in: closed
+        }
+        let (node, stopping, door) = (node.clone(), stopping.clone(), door.clone());
         tokio::spawn(async move {
-            connection(node, socket, stopping).await;
-            drop(slot);
+            if let Some(slot) = door.slot(Some(SLOT_WAIT)).await {
+                connection(node, socket, stopping, ticket.clone(), door.clone()).await;
+                drop(slot);
+            }
+            door.ledger.forget(&ticket);
         });
     }
 }
@@ -204,6 +236,10 @@ struct Conn {
     /// LISTENed channels (as the client named them) and their followers.
     listens: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     notify: mpsc::Sender<(String, String)>,
+    /// Its standing at the door (signed in for which realm, busy, to be
+    /// closed).
+    ticket: Arc<crate::doors::Ticket>,
+    door: Arc<Door>,
 }
 
 impl Drop for Conn {
@@ -663,6 +699,11 @@ impl StartupHandler for Startup {
                 let password = p.into_password()?;
                 let user = client.metadata().get("user").cloned().unwrap_or_default();
                 let session = self.conn.sign_in(&user, &password.password)?;
+                self.conn
+                    .door
+                    .ledger
+                    .sign_in(&self.conn.ticket, &session.principal.realm)
+                    .map_err(|e| fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))?;
                 *lock(&self.conn.session) = Some(session);
                 finish_authentication(client, &self.params).await?;
             }
@@ -886,7 +927,13 @@ fn placeholders(sql: &str) -> usize {
 
 /// Serves one connection: sign-in, then statements, and notifications
 /// whenever it is idle.
-async fn connection(node: Node, socket: TcpStream, stopping: tokio::sync::watch::Receiver<bool>) {
+async fn connection(
+    node: Node,
+    socket: TcpStream,
+    stopping: tokio::sync::watch::Receiver<bool>,
+    ticket: Arc<crate::doors::Ticket>,
+    door: Arc<Door>,
+) {
     use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
     let negotiated =
         tokio::time::timeout(STARTUP_WAIT, negotiate_tls::<String>(socket, None)).await;
@@ -900,6 +947,8 @@ async fn connection(node: Node, socket: TcpStream, stopping: tokio::sync::watch:
         described: Mutex::new(HashMap::new()),
         listens: Mutex::new(HashMap::new()),
         notify,
+        ticket: ticket.clone(),
+        door,
     });
     let mut params = DefaultServerParameterProvider::default();
     params.server_version = SERVER_VERSION.into();
@@ -926,6 +975,7 @@ async fn connection(node: Node, socket: TcpStream, stopping: tokio::sync::watch:
         let idle = matches!(state, PgWireConnectionState::ReadyForQuery);
         tokio::select! {
             () = &mut stop => break,
+            () = ticket.clone().closing() => break, // closed to make room
             () = tokio::time::sleep_until(deadline), if signing_in => break,
             n = notifications.recv(), if idle => {
                 let Some((channel, payload)) = n else { break };
@@ -945,6 +995,7 @@ async fn connection(node: Node, socket: TcpStream, stopping: tokio::sync::watch:
                     _ => msg.is_extended_query(),
                 };
                 let cancel = matches!(msg, PgWireFrontendMessage::CancelRequest(_));
+                let _busy = ticket.busy();
                 if let Err(e) = process_message(
                     msg,
                     &mut socket,

@@ -24,10 +24,12 @@ impl StatusService {
 impl proto::node_server::Node for StatusService {
     async fn status(
         &self,
-        _request: Request<proto::StatusRequest>,
+        request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
+        let caller = crate::auth::caller(&request)?;
         let store = &self.node.store;
         let stats = store.stats();
+        let doors = self.node.door_uses(&caller);
         Ok(Response::new(proto::StatusResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             backend: store.kind().to_string(),
@@ -57,6 +59,7 @@ impl proto::node_server::Node for StatusService {
             notifications: stats.notifications,
             db_connections: stats.connections,
             leader: self.node.standing.leading(),
+            doors,
         }))
     }
 

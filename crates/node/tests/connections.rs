@@ -288,3 +288,162 @@ async fn connections_without_a_credential_are_closed_soon() {
         .unwrap();
     n.shut_down().await;
 }
+
+/// A raw HTTP/2 connection to the node from source address `from` (any
+/// 127.0.0.0/8 address reaches the node's loopback listener).
+async fn raw_from(
+    from: std::net::Ipv4Addr,
+    addr: &str,
+) -> Option<(h2::client::SendRequest<Bytes>, tokio::task::JoinHandle<()>)> {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind((from, 0).into()).unwrap();
+    let tcp = socket.connect(addr.parse().unwrap()).await.unwrap();
+    // A connection the node closed at once fails its handshake or ends
+    // right after it.
+    let (send, conn) = h2::client::handshake(tcp).await.ok()?;
+    let driver = tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Some((send, driver))
+}
+
+/// Raises this process's open-file limit to its hard limit: the test
+/// holds both ends of several hundred connections.
+fn more_files() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= 4_096,
+        "the test needs 4096 files, has {}",
+        lim.rlim_cur
+    );
+}
+
+/// The gRPC door's line of `tabos status`.
+async fn grpc_door(c: &mut tabos_client::Client) -> tabos_client::proto::DoorUse {
+    let s = c.status().await.unwrap();
+    s.doors
+        .into_iter()
+        .find(|d| d.door == "grpc")
+        .expect("the gRPC door is shown")
+}
+
+/// Whether the node has closed the connection driven by `driver` (its
+/// driver ends), within the test's patience.
+async fn closed(driver: tokio::task::JoinHandle<()>) -> bool {
+    tokio::time::timeout(PATIENCE, driver).await.is_ok()
+}
+
+/// Issue 36, item 2: floods of connections from one source with no
+/// credential, from many sources, and of one realm's signed-in
+/// connections each stop at their own cap, shown in `tabos status`, and
+/// another realm is served throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn floods_of_connections_leave_room_for_others() {
+    use tabos_node::conn::{
+        CONNECTIONS_PER_REALM_MAX, UNAUTHENTICATED_MAX, UNAUTHENTICATED_PER_SOURCE_MAX,
+    };
+    more_files();
+    let dir = TempDir::new("conn-flood");
+    let n = common::start_with(&dir, "n1", Default::default()).await;
+    let mut op = n.client().await;
+    let a = op.create_realm("a", "fifo").await.unwrap().admin_token;
+    let b = op.create_realm("b", "fifo").await.unwrap().admin_token;
+    let mut at_b = n.client_with(&b).await;
+    let served = |c: &mut tabos_client::Client| {
+        let mut c = c.clone();
+        async move { c.who_am_i().await.map(|me| me.realm) }
+    };
+    assert_eq!(served(&mut at_b).await.unwrap(), "b");
+
+    // One source, no credential: past its cap, each new connection is
+    // closed at once; the ones it holds stay (until the wait for a
+    // credential, 10 s, far longer than this part).
+    let flooder = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let mut held = Vec::new();
+    for _ in 0..UNAUTHENTICATED_PER_SOURCE_MAX {
+        held.push(raw_from(flooder, &n.addr).await.expect("admitted"));
+    }
+    for _ in 0..8 {
+        if let Some((_, driver)) = raw_from(flooder, &n.addr).await {
+            assert!(closed(driver).await, "one past the source's cap is closed");
+        }
+    }
+    let s = grpc_door(&mut op).await;
+    assert_eq!(s.unauthenticated as usize, UNAUTHENTICATED_PER_SOURCE_MAX);
+    assert_eq!(
+        s.unauthenticated_per_source_max as usize,
+        UNAUTHENTICATED_PER_SOURCE_MAX
+    );
+    assert!(held.iter().all(|(_, d)| !d.is_finished()));
+
+    // Many sources: never more than the cap of them all; the oldest go.
+    let sources = UNAUTHENTICATED_MAX / UNAUTHENTICATED_PER_SOURCE_MAX + 1;
+    for i in 0..sources {
+        let from = std::net::Ipv4Addr::new(127, 0, 1, i as u8 + 1);
+        for _ in 0..UNAUTHENTICATED_PER_SOURCE_MAX {
+            held.push(raw_from(from, &n.addr).await.expect("admitted"));
+        }
+    }
+    let s = grpc_door(&mut op).await;
+    assert_eq!(s.unauthenticated as usize, UNAUTHENTICATED_MAX);
+    assert_eq!(s.unauthenticated_max as usize, UNAUTHENTICATED_MAX);
+    // Those past the cap were closed (the node closes them as it admits
+    // newer ones; their drivers end soon after).
+    let past_cap = held.len() - UNAUTHENTICATED_MAX;
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while held.iter().filter(|(_, d)| d.is_finished()).count() < past_cap {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "older ones were not closed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Realm b connects afresh (a new connection, not signed in at first)
+    // and is served.
+    let mut fresh_b = n.client_with(&b).await;
+    assert_eq!(served(&mut fresh_b).await.unwrap(), "b");
+    drop(held);
+
+    // One realm's signed-in connections: at most its cap; the next call
+    // on a new connection is RESOURCE_EXHAUSTED, and b is served.
+    let mut of_a = Vec::new();
+    let mut refused = None;
+    for i in 0..CONNECTIONS_PER_REALM_MAX + 1 {
+        let mut c = n.client_with(&a).await;
+        match c.who_am_i().await {
+            Ok(_) => of_a.push(c),
+            Err(e) => {
+                refused = Some((i, e));
+                break;
+            }
+        }
+    }
+    let (i, e) = refused.expect("a realm's connections are capped");
+    assert_eq!(
+        i, CONNECTIONS_PER_REALM_MAX,
+        "refused at the cap, not before: {e}"
+    );
+    assert_eq!(e.code(), Some(tonic::Code::ResourceExhausted), "{e}");
+    let mut fresh_b = n.client_with(&b).await;
+    assert_eq!(served(&mut fresh_b).await.unwrap(), "b");
+    let s = grpc_door(&mut op).await;
+    assert_eq!(
+        s.by_realm.get("a").copied(),
+        Some(CONNECTIONS_PER_REALM_MAX as u64)
+    );
+    assert_eq!(s.per_realm_max as usize, CONNECTIONS_PER_REALM_MAX);
+    // A tenant's status shows its own realm's connections only.
+    let s = grpc_door(&mut at_b).await;
+    assert_eq!(s.by_realm.keys().collect::<Vec<_>>(), vec!["b"]);
+    drop(of_a);
+    n.shut_down().await;
+}

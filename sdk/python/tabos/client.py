@@ -199,6 +199,11 @@ class Client:
         options = [
             ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
             ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+            # A connection of its own: grpcio otherwise shares one TCP
+            # connection among a process's channels to one address, and a
+            # node counts a connection against the realm of the first
+            # credential it carried (its per-realm connection limit).
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         tls_ca = tls_ca or ctx.get("tls_ca") or os.environ.get("TABOS_TLS_CA")
         target = self.addr.removeprefix("http://")
@@ -270,7 +275,9 @@ class Client:
         return {"id": t.id, "realm": t.realm, "user": t.user, "role": t.role, "pid": t.pid}
 
     def status(self) -> dict:
-        """The node's status: version, backend, partitions, load."""
+        """The node's status: version, backend, partitions, load, and each
+        door's connection limits and use (a tenant sees its own realm's
+        count only)."""
         s = self._call(self._node.Status, pb.StatusRequest())
         return {
             "version": s.version,
@@ -279,6 +286,19 @@ class Client:
             "durability": s.durability,
             "busy_cores": s.busy_cores,
             "connections": s.connections,
+            "doors": [
+                {
+                    "door": d.door,
+                    "open": d.open,
+                    "connections_max": d.connections_max,
+                    "unauthenticated": d.unauthenticated,
+                    "unauthenticated_max": d.unauthenticated_max,
+                    "unauthenticated_per_source_max": d.unauthenticated_per_source_max,
+                    "per_realm_max": d.per_realm_max,
+                    "by_realm": dict(d.by_realm),
+                }
+                for d in s.doors
+            ],
         }
 
     # -- procs ----------------------------------------------------------

@@ -168,6 +168,20 @@ def test_sql_rows_are_dicts_and_scoped(node, client: tabos.Client) -> None:
             bad.status()
 
 
+def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> None:
+    doors = {d["door"]: d for d in client.status()["doors"]}
+    assert set(doors) == {"grpc", "postgres", "dashboard"}
+    grpc = doors["grpc"]
+    assert grpc["open"] >= 1
+    assert 0 < grpc["unauthenticated_max"] < grpc["connections_max"]
+    assert grpc["by_realm"].get("", 0) >= 1, "this operator's connection is signed in"
+    # A tenant sees its own realm's count, not the operators'.
+    token = node.cli("realm", "create", "pydoors").strip().splitlines()[-1]
+    with node.client(token) as tenant:
+        seen = {d["door"]: d for d in tenant.status()["doors"]}["grpc"]["by_realm"]
+        assert seen == {"pydoors": 1}
+
+
 def test_procedures_install_call_remove(client: tabos.Client) -> None:
     code = "function main(arg) { return 'hello ' + arg; }"
     info = client.procedures.install("py-hello", code)

@@ -26,14 +26,14 @@ pub async fn serve(
 ) -> Result<()> {
     let layout = crate::config::Layout::new(&svc)?;
     let password = crate::config::read_password(&client, &realm, &layout).await?;
-    resp::accept_loop(listener, CONNECTIONS_MAX, |sock| {
+    resp::accept_loop(listener, CONNECTIONS_MAX, |sock, standing| {
         let (client, realm, svc, password) =
             (client.clone(), realm.clone(), svc.clone(), password.clone());
         async move {
             match Clerk::new(&client, &realm, &svc).await {
                 Ok(clerk) => {
                     let mut front = Front { clerk, svc };
-                    resp::serve_connection(sock, &password, &mut front).await;
+                    resp::serve_connection(sock, &password, &mut front, standing).await;
                 }
                 Err(e) => eprintln!("kv front end: {e}"),
             }

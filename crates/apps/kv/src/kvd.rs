@@ -382,11 +382,11 @@ impl Kvd {
     }
 
     async fn accept(self: Arc<Self>, listener: TcpListener) -> Result<()> {
-        resp::accept_loop(listener, CONNECTIONS_MAX, |sock| {
+        resp::accept_loop(listener, CONNECTIONS_MAX, |sock, standing| {
             let me = self.clone();
             async move {
                 let password = me.password.clone();
-                resp::serve_connection(sock, &password, &mut Conn(me)).await;
+                resp::serve_connection(sock, &password, &mut Conn(me), standing).await;
             }
         })
         .await

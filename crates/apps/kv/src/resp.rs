@@ -12,6 +12,12 @@ pub const ARGS_MAX: usize = 4_097;
 pub const ARG_BYTES_MAX: usize = crate::VALUE_BYTES_MAX;
 /// Longest header or inline line, in bytes.
 pub const LINE_BYTES_MAX: usize = 64 * 1024;
+/// How long a connection may stay before it authenticates (issue 36,
+/// item 2): one that never gives the password is closed then.
+pub const AUTH_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most connections not yet authenticated from one address; past it a new
+/// one is told why and closed.
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 32;
 
 /// Why a request could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -241,34 +247,81 @@ fn read_reply_at<'a, R: AsyncBufRead + Unpin + Send>(
     })
 }
 
+/// A server's connections and who holds them ([`tabos_node::doors`]):
+/// at most `max`, of which at most a quarter not yet authenticated, and
+/// [`UNAUTHENTICATED_PER_SOURCE_MAX`] of those from one address.
+pub type Door = tabos_client::doors::Door<tabos_client::doors::Ticket>;
+
+/// A connection's standing at its server's [`Door`].
+pub struct Standing {
+    pub ticket: std::sync::Arc<tabos_client::doors::Ticket>,
+    pub door: std::sync::Arc<Door>,
+}
+
 /// Accepts connections on `listener` for ever, each served by `serve` on a
-/// task of its own, at most `max` at once: one more is told why and
-/// closed, and the rest are served on.
+/// task of its own, at most `max` at once — a quarter of them not yet
+/// authenticated, [`UNAUTHENTICATED_PER_SOURCE_MAX`] from one address:
+/// one more is told why and closed, and the rest are served on.
 pub async fn accept_loop<F, Fut>(
     listener: tokio::net::TcpListener,
     max: usize,
     serve: F,
 ) -> std::io::Result<()>
 where
-    F: Fn(tokio::net::TcpStream) -> Fut,
+    F: Fn(tokio::net::TcpStream, Standing) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
-    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(max));
+    use tabos_client::doors::{DoorLimits, Source, Ticket};
+    let door = std::sync::Arc::new(Door::new(
+        max,
+        DoorLimits {
+            unauthenticated: max / 4,
+            unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
+            // One service, one realm: every authenticated client may use
+            // all of it.
+            per_realm: max,
+        },
+    ));
+    let refuse = |sock: tokio::net::TcpStream, why: &'static str| {
+        tokio::spawn(async move {
+            let mut sock = sock;
+            let mut out = Vec::new();
+            Reply::err(why).encode(&mut out);
+            let _ = write_all(&mut sock, &out).await;
+        });
+    };
     loop {
-        let (sock, _) = listener.accept().await?;
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tokio::spawn(async move {
-                let mut sock = sock;
-                let mut out = Vec::new();
-                Reply::err("ERR max number of clients reached").encode(&mut out);
-                let _ = write_all(&mut sock, &out).await;
-            });
+        let (sock, peer) = listener.accept().await?;
+        let ticket = Ticket::new(Source::Ip(peer.ip()));
+        if !door.ledger.admit(&ticket) {
+            refuse(
+                sock,
+                "ERR too many connections from this address have not authenticated",
+            );
             continue;
+        }
+        // Full: refused, as Redis's maxclients (a connection not yet
+        // authenticated counts too, but those are at most a quarter).
+        let slot = match door.try_slot() {
+            Some(slot) => slot,
+            None => {
+                door.ledger.forget(&ticket);
+                refuse(sock, "ERR max number of clients reached");
+                continue;
+            }
         };
         let _ = sock.set_nodelay(true);
-        let served = serve(sock);
+        let served = serve(
+            sock,
+            Standing {
+                ticket: ticket.clone(),
+                door: door.clone(),
+            },
+        );
+        let door = door.clone();
         tokio::spawn(async move {
             served.await;
+            door.ledger.forget(&ticket);
             drop(slot);
         });
     }
@@ -281,15 +334,28 @@ pub trait Handler {
 
 /// Serves one connection: requests in order, each through the gate of
 /// `password` and then `h`; requests that came together (pipelined) are
-/// answered in one write. Ends at the client's end of stream, QUIT or a
-/// protocol error (told to the client).
-pub async fn serve_connection<H: Handler>(sock: tokio::net::TcpStream, password: &str, h: &mut H) {
+/// answered in one write. Ends at the client's end of stream, QUIT, a
+/// protocol error (told to the client), [`AUTH_WAIT_MAX`] without
+/// authenticating, or its door closing it.
+pub async fn serve_connection<H: Handler>(
+    sock: tokio::net::TcpStream,
+    password: &str,
+    h: &mut H,
+    standing: Standing,
+) {
     let (r, mut w) = sock.into_split();
     let mut r = tokio::io::BufReader::new(r);
     let mut gate = Gate::new(password);
     let mut out = Vec::new();
+    let auth_deadline = tokio::time::Instant::now() + AUTH_WAIT_MAX;
+    let mut signed_in = false;
     loop {
-        let req = match read_request(&mut r).await {
+        let read = tokio::select! {
+            read = read_request(&mut r) => read,
+            () = standing.ticket.clone().closing() => return,
+            () = tokio::time::sleep_until(auth_deadline), if !signed_in => return,
+        };
+        let req = match read {
             Ok(Some(req)) => req,
             Ok(None) | Err(ReadError::Io(_)) => return,
             Err(e) => {
@@ -298,11 +364,16 @@ pub async fn serve_connection<H: Handler>(sock: tokio::net::TcpStream, password:
                 return;
             }
         };
+        let _busy = standing.ticket.busy();
         let quit = req[0].eq_ignore_ascii_case(b"QUIT");
         let reply = match gate.check(&req) {
             Some(r) => r,
             None => h.handle(req).await,
         };
+        if gate.open && !signed_in {
+            // Authenticated: no longer counted against its address.
+            signed_in = standing.door.ledger.sign_in(&standing.ticket, "").is_ok();
+        }
         reply.encode(&mut out);
         if quit || r.buffer().is_empty() {
             if write_all(&mut w, &out).await.is_err() || quit {
@@ -372,6 +443,80 @@ pub async fn write_all<W: AsyncWrite + Unpin>(w: &mut W, bytes: &[u8]) -> std::i
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Answers PING with PONG and every other request with its first
+    /// argument.
+    struct Echo;
+    impl Handler for Echo {
+        async fn handle(&mut self, req: Vec<Vec<u8>>) -> Reply {
+            if req[0] == b"PING" {
+                Reply::Simple("PONG".into())
+            } else {
+                Reply::Bulk(req[0].clone())
+            }
+        }
+    }
+
+    async fn connect_from(from: [u8; 4], port: u16) -> tokio::net::TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind((std::net::Ipv4Addr::from(from), 0).into())
+            .unwrap();
+        socket.connect(([127, 0, 0, 1], port).into()).await.unwrap()
+    }
+
+    async fn ask(s: &mut tokio::net::TcpStream, req: &str) -> String {
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 256];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(30), s.read(&mut buf))
+            .await
+            .expect("an answer")
+            .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    }
+
+    /// Issue 36, item 2: one address's connections that do not
+    /// authenticate stop at their share (the next is told why), another
+    /// address authenticates and is served, and a connection that never
+    /// authenticates is closed after `AUTH_WAIT_MAX`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unauthenticated_connections_are_capped_per_address_and_in_time() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(accept_loop(listener, 1_024, |sock, standing| async move {
+            serve_connection(sock, "pw", &mut Echo, standing).await;
+        }));
+        let mut held = Vec::new();
+        for _ in 0..UNAUTHENTICATED_PER_SOURCE_MAX {
+            let mut s = connect_from([127, 0, 0, 2], port).await;
+            assert_eq!(ask(&mut s, "PING\r\n").await, "+PONG\r\n");
+            held.push(s);
+        }
+        let mut over = connect_from([127, 0, 0, 2], port).await;
+        let mut buf = vec![0u8; 256];
+        let n = over.read(&mut buf).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&buf[..n]).contains("have not authenticated"),
+            "{:?}",
+            String::from_utf8_lossy(&buf[..n])
+        );
+        let mut other = connect_from([127, 0, 0, 3], port).await;
+        assert_eq!(ask(&mut other, "AUTH pw\r\n").await, "+OK\r\n");
+        assert_eq!(ask(&mut other, "GET\r\n").await, "$3\r\nGET\r\n");
+        // An authenticated connection leaves its address's count: the
+        // flooding address can authenticate one of its own and open one.
+        assert_eq!(ask(&mut held[0], "AUTH pw\r\n").await, "+OK\r\n");
+        let mut again = connect_from([127, 0, 0, 2], port).await;
+        assert_eq!(ask(&mut again, "PING\r\n").await, "+PONG\r\n");
+        // Never authenticated: closed after the wait.
+        let n = tokio::time::timeout(AUTH_WAIT_MAX * 3, again.read(&mut buf))
+            .await
+            .expect("closed after the wait for AUTH")
+            .unwrap();
+        assert_eq!(n, 0);
+        // The authenticated one is still served.
+        assert_eq!(ask(&mut other, "GET\r\n").await, "$3\r\nGET\r\n");
+    }
 
     async fn parse(bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>, ReadError> {
         let mut r = tokio::io::BufReader::new(bytes);

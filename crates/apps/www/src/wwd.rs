@@ -32,6 +32,13 @@ pub const ANSWER_WAIT: Duration = Duration::from_secs(10);
 pub const IN_FLIGHT_MAX: usize = 4_096;
 /// Most connections served at once.
 pub const CONNECTIONS_MAX: usize = 1_024;
+/// Longest a new connection waits for a slot when every one is held:
+/// meanwhile the oldest connection of the address holding the most is
+/// closed (once idle) to make room (issue 36, item 2), so one client —
+/// or one flood of idle connections — cannot keep the site from the
+/// others. No address is refused while there is room: a proxy or a load
+/// test brings many connections from one address.
+pub const SLOT_WAIT: Duration = Duration::from_secs(1);
 /// Longest a client may take to send a request's headers.
 pub const HEADER_WAIT: Duration = Duration::from_secs(10);
 /// Longest a client may take to send a request's body.
@@ -84,28 +91,51 @@ pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
     });
     tokio::spawn(wwd.clone().read_answers());
     tokio::spawn(wwd.clone().report_load());
-    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    // Every visitor is anonymous: all connections count as not signed in,
+    // under no per-address limit but the share taken back when full.
+    let door = Arc::new(tabos_client::doors::Door::new(
+        CONNECTIONS_MAX,
+        tabos_client::doors::DoorLimits {
+            unauthenticated: CONNECTIONS_MAX,
+            unauthenticated_per_source: CONNECTIONS_MAX,
+            per_realm: 0,
+        },
+    ));
     loop {
-        let (sock, _) = listener
+        let (sock, peer) = listener
             .accept()
             .await
             .map_err(|e| Error::Invalid(format!("accept: {e}")))?;
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            // Full: this connection is closed at once.
-            continue;
-        };
+        let ticket = tabos_client::doors::Ticket::new(tabos_client::doors::Source::Ip(peer.ip()));
+        if !door.ledger.admit(&ticket) {
+            continue; // over its address's share: closed at once
+        }
         let _ = sock.set_nodelay(true);
-        let w = wwd.clone();
+        let (w, door) = (wwd.clone(), door.clone());
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(sock);
-            let svc = hyper::service::service_fn(move |req| w.clone().serve(req));
-            // A client that never finishes its headers is dropped.
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HEADER_WAIT)
-                .serve_connection(io, svc)
-                .await;
-            drop(slot);
+            if let Some(slot) = door.slot(Some(SLOT_WAIT)).await {
+                let io = hyper_util::rt::TokioIo::new(sock);
+                let t = ticket.clone();
+                let svc = hyper::service::service_fn(move |req| {
+                    let (w, busy) = (w.clone(), t.busy());
+                    async move {
+                        let answer = w.serve(req).await;
+                        drop(busy);
+                        answer
+                    }
+                });
+                // A client that never finishes its headers is dropped.
+                let served = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_WAIT)
+                    .serve_connection(io, svc);
+                tokio::select! {
+                    _ = served => {}
+                    () = ticket.clone().closing() => {} // closed to make room
+                }
+                drop(slot);
+            }
+            door.ledger.forget(&ticket);
         });
     }
 }

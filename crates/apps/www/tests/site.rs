@@ -104,6 +104,38 @@ fn routes(extra: &[(&str, Handler)]) -> Routes {
     Routes { routes }
 }
 
+/// Opens `n` TCP connections to `port` on loopback from address `from`
+/// that send nothing; returns those the server keeps open once it has
+/// closed `closed` of them (or after 5 s, whatever it closed).
+async fn silent_connections(
+    from: [u8; 4],
+    port: u16,
+    n: usize,
+    closed: usize,
+) -> Vec<tokio::net::TcpStream> {
+    let mut open = Vec::new();
+    for _ in 0..n {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind((std::net::Ipv4Addr::from(from), 0).into())
+            .unwrap();
+        open.push(socket.connect(([127, 0, 0, 1], port).into()).await.unwrap());
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut seen = 0;
+    while seen < closed && std::time::Instant::now() < deadline {
+        open.retain(|s| match s.try_read(&mut [0u8; 1]) {
+            Ok(0) => {
+                seen += 1;
+                false
+            }
+            _ => true, // nothing to read: held open
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    open
+}
+
 #[test]
 fn a_site_answers_curl() {
     let dir = TempDir::new("www-site");
@@ -234,6 +266,28 @@ fn a_site_answers_curl() {
             })
         };
         checks.await.unwrap();
+
+        // One address's idle connections fill every slot (issue 36, item
+        // 2): a newcomer from another address is still served, the
+        // flooder's oldest closed to make room.
+        let flood =
+            silent_connections([127, 0, 0, 2], port, tabos_www::wwd::CONNECTIONS_MAX, 0).await;
+        assert_eq!(flood.len(), tabos_www::wwd::CONNECTIONS_MAX, "all held");
+        let u = url("/");
+        assert_eq!(
+            tokio::task::spawn_blocking(move || curl(&[&u]))
+                .await
+                .unwrap()
+                .0,
+            200,
+            "another address is served"
+        );
+        let closed = flood
+            .iter()
+            .filter(|s| matches!(s.try_read(&mut [0u8; 1]), Ok(0)))
+            .count();
+        assert!(closed >= 1, "room was made from the flood");
+        drop(flood);
 
         // Routes change while it runs: a missing procedure is a 404.
         let gone = Handler::Procedure {

@@ -123,7 +123,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib", "notifications", "db_connections", "leader")
+    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib", "notifications", "db_connections", "leader", "doors")
     class PressureEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -152,6 +152,7 @@ class StatusResponse(_message.Message):
     NOTIFICATIONS_FIELD_NUMBER: _ClassVar[int]
     DB_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
+    DOORS_FIELD_NUMBER: _ClassVar[int]
     version: str
     backend: str
     partitions: int
@@ -173,7 +174,35 @@ class StatusResponse(_message.Message):
     notifications: int
     db_connections: int
     leader: bool
-    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ..., notifications: _Optional[int] = ..., db_connections: _Optional[int] = ..., leader: _Optional[bool] = ...) -> None: ...
+    doors: _containers.RepeatedCompositeFieldContainer[DoorUse]
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ..., notifications: _Optional[int] = ..., db_connections: _Optional[int] = ..., leader: _Optional[bool] = ..., doors: _Optional[_Iterable[_Union[DoorUse, _Mapping]]] = ...) -> None: ...
+
+class DoorUse(_message.Message):
+    __slots__ = ("door", "open", "connections_max", "unauthenticated", "unauthenticated_max", "unauthenticated_per_source_max", "per_realm_max", "by_realm")
+    class ByRealmEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    DOOR_FIELD_NUMBER: _ClassVar[int]
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    CONNECTIONS_MAX_FIELD_NUMBER: _ClassVar[int]
+    UNAUTHENTICATED_FIELD_NUMBER: _ClassVar[int]
+    UNAUTHENTICATED_MAX_FIELD_NUMBER: _ClassVar[int]
+    UNAUTHENTICATED_PER_SOURCE_MAX_FIELD_NUMBER: _ClassVar[int]
+    PER_REALM_MAX_FIELD_NUMBER: _ClassVar[int]
+    BY_REALM_FIELD_NUMBER: _ClassVar[int]
+    door: str
+    open: int
+    connections_max: int
+    unauthenticated: int
+    unauthenticated_max: int
+    unauthenticated_per_source_max: int
+    per_realm_max: int
+    by_realm: _containers.ScalarMap[str, int]
+    def __init__(self, door: _Optional[str] = ..., open: _Optional[int] = ..., connections_max: _Optional[int] = ..., unauthenticated: _Optional[int] = ..., unauthenticated_max: _Optional[int] = ..., unauthenticated_per_source_max: _Optional[int] = ..., per_realm_max: _Optional[int] = ..., by_realm: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ListNodesRequest(_message.Message):
     __slots__ = ()

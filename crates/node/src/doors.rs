@@ -1,0 +1,33 @@
+//! The node's doors (issue 36, item 2): the connection ledger of
+//! [`tabos_client::doors`] (shared with the servers built on the client
+//! library), and how `tabos status` shows a door's limits and use.
+
+pub use tabos_client::doors::*;
+
+/// One door's limits and use as `tabos status` shows them to `caller`: a
+/// tenant sees its own realm's count only, not which other realms use
+/// the node.
+pub fn door_use(
+    door: &str,
+    open: usize,
+    connections_max: usize,
+    limits: DoorLimits,
+    usage: Usage,
+    caller: &tabos_kernel::auth::Principal,
+) -> tabos_client::proto::DoorUse {
+    tabos_client::proto::DoorUse {
+        door: door.to_string(),
+        open: open as u64,
+        connections_max: connections_max as u64,
+        unauthenticated: usage.unauthenticated as u64,
+        unauthenticated_max: limits.unauthenticated as u64,
+        unauthenticated_per_source_max: limits.unauthenticated_per_source as u64,
+        per_realm_max: limits.per_realm as u64,
+        by_realm: usage
+            .by_realm
+            .into_iter()
+            .filter(|(r, _)| caller.is_operator() || *r == caller.realm)
+            .map(|(r, n)| (r, n as u64))
+            .collect(),
+    }
+}
