@@ -15,8 +15,9 @@
 //! of the source holding the most is closed — so connections that never
 //! sign in hold a bounded share of the door, and no one address can take
 //! that share from the others. Once signed in, a connection belongs to
-//! its credential's realm (operators' together count as one, `""`): a
-//! realm holds at most [`DoorLimits::per_realm`] ([`Ledger::sign_in`]).
+//! its credential's realm (operators' together count as one, `""`, not
+//! capped: they are no tenant): a realm holds at most
+//! [`DoorLimits::per_realm`] ([`Ledger::sign_in`]).
 //! When every slot of the door is held, [`Ledger::make_room`] closes an
 //! idle connection of the realm holding the most — never one of a realm
 //! holding fewer.
@@ -66,8 +67,23 @@ pub struct DoorLimits {
     pub unauthenticated: usize,
     /// Connections not signed in from one [`Source`].
     pub unauthenticated_per_source: usize,
-    /// Signed-in connections of one realm.
+    /// Signed-in connections of one realm (operators', counted as realm
+    /// `""`, are not capped).
     pub per_realm: usize,
+}
+
+impl DoorLimits {
+    /// A door's usual shares: of `connections_max`, a quarter for
+    /// connections not signed in (so signed-in clients always have the
+    /// rest), `per_source` of those from one address, and a quarter for
+    /// one realm.
+    pub const fn quarters(connections_max: usize, per_source: usize) -> DoorLimits {
+        DoorLimits {
+            unauthenticated: connections_max / 4,
+            unauthenticated_per_source: per_source,
+            per_realm: connections_max / 4,
+        }
+    }
 }
 
 /// Why [`Ledger::sign_in`] refused.
@@ -204,7 +220,9 @@ impl<H: Held> Ledger<H> {
             return Ok(()); // signed in before
         }
         let held = t.realms.get(realm).map_or(0, Vec::len);
-        if held >= self.limits.per_realm {
+        // Operators are counted, not capped: they are no tenant, and a
+        // cluster's nodes reach one another as operators.
+        if !realm.is_empty() && held >= self.limits.per_realm {
             return Err(Refused::RealmFull {
                 realm: realm.to_string(),
                 held,
@@ -474,6 +492,14 @@ mod tests {
         );
         assert_eq!(door.usage().unauthenticated, 1, "it stays unauthenticated");
         door.sign_in(&c, "b").unwrap();
+        // Operators are counted, not capped.
+        for i in 0..6 {
+            let c = Ticket::new(ip(10 + i));
+            assert!(door.admit(&c));
+            door.sign_in(&c, "").unwrap();
+            kept.push(c);
+        }
+        assert!(door.usage().by_realm.contains(&(String::new(), 6)));
     }
 
     /// With every slot held, room is made from the realm holding the most,

@@ -25,7 +25,7 @@
 //! — so connections that never sign in hold at most a quarter of the
 //! slots, and no source can take that quarter from the others. Once
 //! signed in, a connection belongs to its first credential's realm
-//! (operators' together count as one): a realm holds at most
+//! (operators' together count as one, not capped): a realm holds at most
 //! [`CONNECTIONS_PER_REALM_MAX`], a call that would take it past is
 //! RESOURCE_EXHAUSTED (its connection stays unauthenticated, so is
 //! closed after the wait for a credential). When every slot is held,
@@ -50,16 +50,23 @@ use tokio::time::{Instant, Sleep};
 /// Most connections a node holds open; past it the node accepts no more
 /// until one closes (the kernel's backlog holds the rest).
 pub const CONNECTIONS_MAX: usize = 1_024;
-/// Most connections that have not presented a good credential yet, from
-/// every source together: a quarter of the slots, so signed-in clients
-/// always have the rest.
-pub const UNAUTHENTICATED_MAX: usize = CONNECTIONS_MAX / 4;
 /// Most connections that have not presented a good credential yet from
 /// one [`Source`]; past it a new one from that source is closed at once.
-pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 32;
+/// A client signs a connection in with its first call, so only a burst of
+/// connections opened at the same moment (a job's procs starting on one
+/// node, under one uid) comes near it; a quarter of the share of
+/// connections not signed in.
+pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 64;
+/// The gRPC door's limits: a quarter of the slots for connections that
+/// have not signed in (so signed-in clients always have the rest), a
+/// quarter per realm.
+pub const DOOR: DoorLimits = DoorLimits::quarters(CONNECTIONS_MAX, UNAUTHENTICATED_PER_SOURCE_MAX);
+/// Most connections that have not presented a good credential yet, from
+/// every source together.
+pub const UNAUTHENTICATED_MAX: usize = DOOR.unauthenticated;
 /// Most connections one realm's credentials hold at once (operators'
-/// count together as one realm).
-pub const CONNECTIONS_PER_REALM_MAX: usize = CONNECTIONS_MAX / 4;
+/// are counted together, not capped).
+pub const CONNECTIONS_PER_REALM_MAX: usize = DOOR.per_realm;
 /// Most concurrent calls (HTTP/2 streams) on one connection; a client
 /// opening more waits for one to end.
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 128;
@@ -413,13 +420,6 @@ impl Listener {
 /// who holds them (see the module's doc).
 #[derive(Debug, Clone)]
 pub struct Slots(Arc<Door<ConnState>>);
-
-/// The gRPC door's limits (see the constants).
-pub const DOOR: DoorLimits = DoorLimits {
-    unauthenticated: UNAUTHENTICATED_MAX,
-    unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
-    per_realm: CONNECTIONS_PER_REALM_MAX,
-};
 
 impl Slots {
     #[allow(clippy::new_without_default)]

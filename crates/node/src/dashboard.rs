@@ -71,21 +71,18 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:7071";
 /// Most connections served at once (past it, an idle connection of the
 /// realm holding the most is closed, or the next waits for a free one).
 pub const CONNECTIONS_MAX: usize = 256;
-/// Most connections not yet signed in (no request with a live session),
-/// from all addresses together: a quarter, so signed-in users always have
-/// the rest.
-pub const UNAUTHENTICATED_MAX: usize = CONNECTIONS_MAX / 4;
-/// Most connections not yet signed in from one address (a browser opens
-/// about six).
+/// Most connections not yet signed in (no request with a live session)
+/// from one address (a browser opens about six).
 pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 16;
-/// Most signed-in connections of one realm (operators' count as one).
-pub const CONNECTIONS_PER_REALM_MAX: usize = CONNECTIONS_MAX / 4;
-/// The dashboard's connection limits, as [`crate::doors`] applies them.
-pub const DOOR: crate::doors::DoorLimits = crate::doors::DoorLimits {
-    unauthenticated: UNAUTHENTICATED_MAX,
-    unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
-    per_realm: CONNECTIONS_PER_REALM_MAX,
-};
+/// The dashboard's connection limits, as [`crate::doors`] applies them: a
+/// quarter of the connections for those not signed in, a quarter per
+/// realm.
+pub const DOOR: crate::doors::DoorLimits =
+    crate::doors::DoorLimits::quarters(CONNECTIONS_MAX, UNAUTHENTICATED_PER_SOURCE_MAX);
+/// Most connections not yet signed in, from all addresses together.
+pub const UNAUTHENTICATED_MAX: usize = DOOR.unauthenticated;
+/// Most signed-in connections of one realm (operators are counted, not capped).
+pub const CONNECTIONS_PER_REALM_MAX: usize = DOOR.per_realm;
 /// Most signed-in sessions kept (past it, the least recently used of the
 /// realm holding the most goes).
 pub const SESSIONS_MAX: usize = 1_024;

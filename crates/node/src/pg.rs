@@ -72,21 +72,18 @@ pub const LISTEN_DEFAULT: &str = "127.0.0.1:5433";
 /// realm holding the most is closed to make room ([`crate::doors`]), or
 /// the new one waits up to [`SLOT_WAIT`] and is closed.
 pub const CONNECTIONS_MAX: usize = 256;
-/// Most connections still signing in, from all sources together: a
-/// quarter, so signed-in clients always have the rest.
-pub const UNAUTHENTICATED_MAX: usize = CONNECTIONS_MAX / 4;
 /// Most connections still signing in from one address.
 pub const UNAUTHENTICATED_PER_SOURCE_MAX: usize = 16;
-/// Most signed-in connections of one realm (operators' count as one), as
+/// The front door's limits, as [`crate::doors`] applies them: a quarter
+/// of the connections for those still signing in, a quarter per realm.
+pub const DOOR: crate::doors::DoorLimits =
+    crate::doors::DoorLimits::quarters(CONNECTIONS_MAX, UNAUTHENTICATED_PER_SOURCE_MAX);
+/// Most connections still signing in, from all sources together.
+pub const UNAUTHENTICATED_MAX: usize = DOOR.unauthenticated;
+/// Most signed-in connections of one realm (operators are counted, not capped), as
 /// PostgreSQL's per-role `CONNECTION LIMIT`: past it the sign-in is
 /// refused with `too_many_connections` (53300).
-pub const CONNECTIONS_PER_REALM_MAX: usize = CONNECTIONS_MAX / 4;
-/// The front door's limits, as [`crate::doors`] applies them.
-pub const DOOR: crate::doors::DoorLimits = crate::doors::DoorLimits {
-    unauthenticated: UNAUTHENTICATED_MAX,
-    unauthenticated_per_source: UNAUTHENTICATED_PER_SOURCE_MAX,
-    per_realm: CONNECTIONS_PER_REALM_MAX,
-};
+pub const CONNECTIONS_PER_REALM_MAX: usize = DOOR.per_realm;
 /// Longest a new connection waits for a slot when every one is held.
 pub const SLOT_WAIT: Duration = Duration::from_secs(1);
 /// Longest a client may take to sign in.
