@@ -31,7 +31,7 @@
 //! closed after the wait for a credential). When every slot is held,
 //! the node closes an idle connection of the realm holding the most —
 //! never one of a realm below its share — to make room. `tabos status`
-//! shows these limits and their use ([`Slots::usage`]).
+//! shows these limits and their use ([`Slots::door`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -159,11 +159,6 @@ impl ConnState {
             source,
             limits,
         }
-    }
-
-    /// Where the connection comes from.
-    pub fn source(&self) -> &Source {
-        &self.source
     }
 
     /// Counts a call open until the returned guard is dropped.
@@ -427,9 +422,9 @@ impl Slots {
         Slots(Arc::new(Door::new(CONNECTIONS_MAX, DOOR)))
     }
 
-    /// Connections open now and who holds them.
-    pub fn usage(&self) -> (usize, crate::doors::Usage) {
-        self.0.usage()
+    /// The door these slots are: its limits and who holds it.
+    pub fn door(&self) -> &Door<ConnState> {
+        &self.0
     }
 }
 

@@ -4,21 +4,20 @@
 
 pub use tabos_client::doors::*;
 
-/// One door's limits and use as `tabos status` shows them to `caller`: a
-/// tenant sees its own realm's count only, not which other realms use
-/// the node.
-pub fn door_use(
-    door: &str,
-    open: usize,
-    connections_max: usize,
-    limits: DoorLimits,
-    usage: Usage,
+/// Door `door`'s limits and use as `tabos status` shows them to
+/// `caller`: a tenant sees its own realm's count only, not which other
+/// realms use the node.
+pub fn door_use<H: Held>(
+    name: &str,
+    door: &Door<H>,
     caller: &tabos_kernel::auth::Principal,
 ) -> tabos_client::proto::DoorUse {
+    let (open, usage) = door.usage();
+    let limits = door.ledger.limits();
     tabos_client::proto::DoorUse {
-        door: door.to_string(),
+        door: name.to_string(),
         open: open as u64,
-        connections_max: connections_max as u64,
+        connections_max: door.connections_max() as u64,
         unauthenticated: usage.unauthenticated as u64,
         unauthenticated_max: limits.unauthenticated as u64,
         unauthenticated_per_source_max: limits.unauthenticated_per_source as u64,

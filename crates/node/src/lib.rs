@@ -309,34 +309,10 @@ impl Node {
         &self,
         caller: &tabos_kernel::auth::Principal,
     ) -> Vec<tabos_client::proto::DoorUse> {
-        let (grpc_open, grpc) = self.doors.usage();
-        let (pg_open, pg) = self.pg_door.usage();
-        let (dash_open, dash) = self.dashboard_door.usage();
         vec![
-            doors::door_use(
-                "grpc",
-                grpc_open,
-                conn::CONNECTIONS_MAX,
-                conn::DOOR,
-                grpc,
-                caller,
-            ),
-            doors::door_use(
-                "postgres",
-                pg_open,
-                pg::CONNECTIONS_MAX,
-                pg::DOOR,
-                pg,
-                caller,
-            ),
-            doors::door_use(
-                "dashboard",
-                dash_open,
-                dashboard::CONNECTIONS_MAX,
-                dashboard::DOOR,
-                dash,
-                caller,
-            ),
+            doors::door_use("grpc", self.doors.door(), caller),
+            doors::door_use("postgres", &self.pg_door, caller),
+            doors::door_use("dashboard", &self.dashboard_door, caller),
         ]
     }
 
