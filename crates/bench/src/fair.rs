@@ -3,12 +3,15 @@
 //!
 //! One `tabos up` node with one partition, so that two realms must share
 //! it: realm `noisy` has [`NOISY_CLIENTS`] clients calling a JavaScript
-//! procedure that spins for [`SPIN_MS`] back to back; realm `quiet` sends
-//! a message, puts a name and calls a no-op procedure, one at a time, and
-//! its p50 and p99 of each are measured — alone first (the floor: the same
-//! operations with no neighbour), then beside the noisy realm. Run on the
-//! embedded SQLite (one writer per partition) and on PostgreSQL (a pool of
-//! connections), each node started afresh.
+//! procedure back to back; realm `quiet` sends a message, puts a name and
+//! calls a no-op procedure, one at a time, and its p50 and p99 of each are
+//! measured — alone first (the floor: the same operations with no
+//! neighbour), then beside the noisy realm. The noisy procedure is one of
+//! [`NOISES`]: a spin of [`SPIN_MS`] (`noisy`), or a write followed by the
+//! same spin (`noisy_writer`: on SQLite it holds the partition's write lock
+//! until it is stopped at `WRITE_HOLD_MAX`, so each of its calls fails).
+//! Run on the embedded SQLite (one writer per partition) and on PostgreSQL
+//! (a pool of connections), each node started afresh.
 //!
 //! Target: p99 beside the neighbour ≤ 50 ms for each operation.
 
@@ -35,6 +38,11 @@ const TARGET_P99: &str = "value <= 50000";
 
 const SPIN_JS: &str = "function main(ms) { const end = Date.now() + Number(ms); \
                        while (Date.now() < end) {} return ''; }";
+const WRITE_SPIN_JS: &str = "function main(ms) { tabos.put('noise', ms); \
+                             const end = Date.now() + Number(ms); \
+                             while (Date.now() < end) {} return ''; }";
+/// The noisy neighbours: the figures' name, and its procedure.
+const NOISES: [(&str, &str); 2] = [("noisy", SPIN_JS), ("noisy_writer", WRITE_SPIN_JS)];
 const NOOP_JS: &str = "function main(a) { return a; }";
 
 /// The quiet realm's operations.
@@ -47,58 +55,67 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     report.notes.push(format!(
         "one node with one partition on this {cpus}-core machine; the noisy realm's \
-         {NOISY_CLIENTS} clients call a {SPIN_MS} ms JavaScript spin back to back; the quiet \
-         realm's {samples} calls of each operation run one at a time, alone and then beside it"
+         {NOISY_CLIENTS} clients call a {SPIN_MS} ms JavaScript spin back to back (noisy_writer: \
+         a put first, then the spin); the quiet realm's {samples} calls of each operation run \
+         one at a time, alone and then beside it"
     ));
     for backend in ["sqlite", "postgres"] {
         eprintln!("fair: {backend}");
         let dir = tabos_store::testing::TempDir::new("bench-fair");
-        let pg;
-        let mut args: Vec<String> = [
-            "--partitions",
-            "1",
-            "--pg-listen",
-            "none",
-            "--http-listen",
-            "none",
-            "--no-context",
-        ]
-        .map(String::from)
-        .to_vec();
-        if backend == "postgres" {
-            pg =
-                TempCluster::start(&ClusterOptions::default()).context("the suite's PostgreSQL")?;
-            args.extend(["--db".to_string(), pg.create_database("tabos_fair")?]);
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut node = start_node(&exe, &args, &dir.path().join("node"))?;
-        let rt = tokio::runtime::Runtime::new()?;
-        let measured = rt.block_on(measure(&node.addr, &node.token, samples));
-        node.kill9();
-        let (alone, beside) = measured.with_context(|| format!("on {backend}"))?;
-        for (op, (mut a, mut b)) in OPS.iter().zip(alone.into_iter().zip(beside)) {
-            let name = |stat: &str| format!("{backend}.quiet_{op}_beside_noisy.{stat}_us");
-            report.figures.push(
-                Figure::new(
-                    name("p99"),
-                    round(b.quantile_us(0.99), 1),
-                    "us",
-                    Better::Lower,
-                )
-                .runs(1, Stat::P99)
-                .peer("the same, alone", Some(round(a.quantile_us(0.99), 1)))
-                .target(TARGET_P99),
-            );
-            report.figures.push(
-                Figure::new(
-                    name("p50"),
-                    round(b.quantile_us(0.5), 1),
-                    "us",
-                    Better::Lower,
-                )
-                .runs(1, Stat::P50)
-                .peer("the same, alone", Some(round(a.quantile_us(0.5), 1))),
-            );
+        let pg = if backend == "postgres" {
+            Some(TempCluster::start(&ClusterOptions::default()).context("the suite's PostgreSQL")?)
+        } else {
+            None
+        };
+        for (noise, code) in NOISES {
+            let mut args: Vec<String> = [
+                "--partitions",
+                "1",
+                "--pg-listen",
+                "none",
+                "--http-listen",
+                "none",
+                "--no-context",
+            ]
+            .map(String::from)
+            .to_vec();
+            if let Some(pg) = &pg {
+                // A database of its own: each neighbour meets a fresh node.
+                args.extend([
+                    "--db".to_string(),
+                    pg.create_database(&format!("tabos_{noise}"))?,
+                ]);
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut node = start_node(&exe, &args, &dir.path().join(noise))?;
+            let rt = tokio::runtime::Runtime::new()?;
+            let measured = rt.block_on(measure(&node.addr, &node.token, code, samples));
+            node.kill9();
+            let (alone, beside) = measured.with_context(|| format!("on {backend}, {noise}"))?;
+            for (op, (mut a, mut b)) in OPS.iter().zip(alone.into_iter().zip(beside)) {
+                let name = |stat: &str| format!("{backend}.quiet_{op}_beside_{noise}.{stat}_us");
+                report.figures.push(
+                    Figure::new(
+                        name("p99"),
+                        round(b.quantile_us(0.99), 1),
+                        "us",
+                        Better::Lower,
+                    )
+                    .runs(1, Stat::P99)
+                    .peer("the same, alone", Some(round(a.quantile_us(0.99), 1)))
+                    .target(TARGET_P99),
+                );
+                report.figures.push(
+                    Figure::new(
+                        name("p50"),
+                        round(b.quantile_us(0.5), 1),
+                        "us",
+                        Better::Lower,
+                    )
+                    .runs(1, Stat::P50)
+                    .peer("the same, alone", Some(round(a.quantile_us(0.5), 1))),
+                );
+            }
         }
     }
     Ok(report)
@@ -109,6 +126,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
 async fn measure(
     addr: &str,
     token: &str,
+    noise: &str,
     samples: usize,
 ) -> anyhow::Result<(Vec<Samples>, Vec<Samples>)> {
     let mut op = Client::connect(addr, token).await?;
@@ -120,7 +138,7 @@ async fn measure(
         ..ProcedureLimits::default()
     };
     noisy
-        .procedure_install("", "spin", "js", SPIN_JS.into(), limits)
+        .procedure_install("", "spin", "js", noise.into(), limits)
         .await?;
     let mut quiet = Client::connect(addr, &quiet_token).await?;
     quiet
@@ -136,8 +154,14 @@ async fn measure(
         let stop = stop.clone();
         spinners.push(tokio::spawn(async move {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                c.procedure_call("", "spin", SPIN_MS.to_string().into_bytes())
-                    .await?;
+                // The writer's calls fail (stopped for holding the write
+                // lock): that is its noise; any other failure is not.
+                let called = c
+                    .procedure_call("", "spin", SPIN_MS.to_string().into_bytes())
+                    .await;
+                if let Err(e) = called {
+                    anyhow::ensure!(e.to_string().contains("write lock"), "{e}");
+                }
             }
             anyhow::Ok(())
         }));

@@ -482,6 +482,8 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
                     "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
                     "procedures": r.procedures, "quota_procedures": r.quota_procedures,
                     "host_paths": r.host_paths, "host_network": r.host_network,
+                    "stored": r.stored.iter().map(|s| (class_name(s.class).to_string(), s.bytes.into()))
+                        .collect::<serde_json::Map<String, serde_json::Value>>(),
                 })
             })
             .collect();
@@ -523,6 +525,35 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
         })
         .collect();
     out!("{}", crate::output::table(&cols, &rows));
+}
+
+/// What a realm's stored bytes are, by class (`realm show`).
+fn print_stored(r: &proto::RealmInfo) {
+    let mib = |bytes: i64| format!("{:.1}", bytes as f64 / f64::from(1 << 20));
+    let cols = vec!["stored".to_string(), "MiB".to_string()];
+    let rows: Vec<Vec<String>> = r
+        .stored
+        .iter()
+        .map(|s| vec![class_name(s.class).to_string(), mib(s.bytes)])
+        .collect();
+    out!("{}", crate::output::table(&cols, &rows));
+}
+
+/// A storage class's name (as `realm_usage` and the kernel call it).
+fn class_name(class: i32) -> &'static str {
+    use proto::StorageClass as C;
+    match C::try_from(class).unwrap_or(C::Unspecified) {
+        C::Kv => "kv",
+        C::Names => "names",
+        C::Files => "files",
+        C::QueuedMail => "queued mail",
+        C::DeliveredMail => "delivered mail",
+        C::Code => "code",
+        C::Workflows => "workflows",
+        C::Tables => "tables",
+        C::Logs => "logs",
+        C::Unspecified => "other",
+    }
 }
 
 pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
@@ -666,6 +697,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 outln!("{}", crate::cluster::allocation_json(&alloc));
             } else {
                 print_realms(&one, false);
+                print_stored(&one[0]);
                 crate::cluster::print_allocation(&alloc);
             }
             Ok(())

@@ -86,6 +86,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 ),
             ));
         }
+        for c in &s.realm_caps {
+            pairs.push((
+                "per realm",
+                format!(
+                    "{}: {} (at most {} per realm)",
+                    c.what,
+                    by_realm(&c.by_realm),
+                    c.per_realm_max
+                ),
+            ));
+        }
         if args.json {
             // Numbers as numbers, the start as RFC 3339.
             let v = serde_json::json!({
@@ -120,6 +131,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     "unauthenticated_per_source_max": d.unauthenticated_per_source_max,
                     "per_realm_max": d.per_realm_max,
                     "by_realm": d.by_realm,
+                })).collect::<Vec<_>>(),
+                "realm_caps": s.realm_caps.iter().map(|c| serde_json::json!({
+                    "what": c.what,
+                    "per_realm_max": c.per_realm_max,
+                    "by_realm": c.by_realm,
                 })).collect::<Vec<_>>(),
                 "request_bytes_held": s.request_bytes_held,
             });

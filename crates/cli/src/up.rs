@@ -100,6 +100,11 @@ pub struct Args {
     /// and for procs' mailboxes; a send past it is refused as "mailbox full"
     #[arg(long, default_value_t = tabos_kernel::ipc::MAILBOX_BYTES_DEFAULT, value_parser = clap::value_parser!(i64).range(1..=tabos_kernel::ipc::MAILBOX_BYTES_MAX))]
     mailbox_bytes_max: i64,
+    /// MiB of ended procs' logs kept per realm on this node; past it the
+    /// oldest procs' logs are dropped (what logs hold counts against the
+    /// realm's storage quota)
+    #[arg(long, default_value_t = tabos_node::procd::LOGS_PER_REALM_MAX >> 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
+    logs_per_realm_mib: u64,
     /// Keep delivered messages in the message_log table (for provenance
     /// queries), for mailboxes that do not say otherwise
     #[arg(long)]
@@ -168,6 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     settings.disconnect_grace = std::time::Duration::from_millis(args.disconnect_grace_ms);
     settings.be_util_pct = args.be_util_pct;
     settings.steal_after = std::time::Duration::from_millis(args.steal_after_ms);
+    settings.logs_per_realm_max = args.logs_per_realm_mib << 20;
     settings.mailbox = tabos_kernel::ipc::MailboxOptions {
         bytes_max: args.mailbox_bytes_max,
         log_delivered: args.log_messages,

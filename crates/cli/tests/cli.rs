@@ -2099,6 +2099,33 @@ try:
     sys.exit("a bad channel was accepted")
 except psycopg.Error as e:
     assert e.sqlstate == "22023", e.sqlstate
+# A realm's channels over all its connections are capped (256, four
+# connections' worth): c holds 3; four more connections try 64 each.
+more = [psycopg.connect(host=host, port=port, user="acme", password=token, dbname="tabos",
+                        autocommit=True, connect_timeout=10) for _ in range(4)]
+held, refused = 3, 0
+for k, m in enumerate(more):
+    for i in range(64):
+        try:
+            m.execute(f'LISTEN "proc/l{k}-{i}"')
+            held += 1
+        except psycopg.Error as e:
+            assert e.sqlstate == "54000", (e.sqlstate, str(e))
+            assert "listens on 256 channels" in str(e), str(e)
+            refused += 1
+assert (held, refused) == (256, 3), (held, refused)
+more[0].close()
+# Its channels are given back once the node has seen it close.
+import time
+for _ in range(100):
+    try:
+        c.execute('LISTEN "proc/again"')
+        break
+    except psycopg.Error as e:
+        assert e.sqlstate == "54000", e.sqlstate
+        time.sleep(0.05)
+else:
+    sys.exit("a closed connection's channels were not given back")
 print("ok")
 "#;
     let o = Command::new(test_python())
@@ -3216,6 +3243,71 @@ fn a_queue_whose_running_workflow_lost_its_node_is_not_stuck() {
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["steps"][0]["attempts"], 1);
     drop(rt_a);
+}
+
+/// Workflows count against a realm's storage quota (issue 36, item 4): with
+/// 1 MiB, a fourth 300 KiB input is refused naming the class, and `realm
+/// show` says what the stored bytes are.
+#[test]
+fn workflow_inputs_count_against_the_storage_quota() {
+    let node = Node::start(&["--pg-listen", "none", "--http-listen", "none"]);
+    let o = node.tabos(&["realm", "set", "default", "--storage-mib", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let exec = executor_with(&rt, &node, 2_000, test_registry());
+    for i in 0..3 {
+        rt.block_on(exec.enqueue(
+            "nobody",
+            "job",
+            Some(&format!("in-{i}")),
+            vec![1; 300 << 10],
+            0,
+        ))
+        .unwrap();
+    }
+    let e = rt
+        .block_on(exec.enqueue("nobody", "job", Some("in-3"), vec![1; 300 << 10], 0))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("over its storage quota") && e.contains("of workflows"),
+        "{e}"
+    );
+    let o = node.tabos(&["workflow", "show", "in-3"]);
+    assert!(!o.status.success(), "nothing was stored: {}", stdout(&o));
+    let o = node.tabos(&["realm", "show", "default", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let shown = stdout(&o);
+    let realms: serde_json::Value = serde_json::from_str(shown.lines().next().unwrap()).unwrap();
+    let stored = &realms[0]["stored"];
+    let workflows = stored["workflows"].as_i64().unwrap();
+    assert!(workflows >= 900 << 10, "{shown}");
+    assert_eq!(
+        realms[0]["stored_bytes"].as_i64().unwrap(),
+        stored
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_i64().unwrap())
+            .sum::<i64>(),
+        "{shown}"
+    );
+    let o = node.tabos(&["realm", "show", "default"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("workflows") && text.contains("queued mail"),
+        "{text}"
+    );
+    // The realm is full for every other class too.
+    let local = node.home.path().join("200k");
+    std::fs::write(&local, vec![2u8; 200 << 10]).unwrap();
+    let o = node.tabos(&["fs", "put", local.to_str().unwrap(), "/200k"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("over its storage quota"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Issue 22's bad input, through an executor and the CLI: an unknown

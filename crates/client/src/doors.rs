@@ -24,6 +24,10 @@
 //!
 //! The ledger only counts and chooses; each door closes what it is told
 //! to close through [`Held::evict`], as soon as the connection is idle.
+//!
+//! What a signed-in connection opens — calls (gRPC streams), LISTEN
+//! channels — is capped per realm too, by a [`PerRealm`] count: one realm's
+//! connections, however few, cannot hold an unbounded number of them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -413,6 +417,94 @@ impl Held for Ticket {
     }
 }
 
+/// Things of one kind a door's realms hold open beyond their connections
+/// (open calls, LISTEN channels): each realm at most
+/// [`per_realm`](PerRealm::per_realm); operators' (`""`) counted, not
+/// capped.
+#[derive(Debug)]
+pub struct PerRealm {
+    per_realm: usize,
+    held: Mutex<HashMap<Arc<str>, usize>>,
+}
+
+/// Why [`PerRealm::take`] refused: the realm holds its most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RealmFull {
+    pub realm: String,
+    pub held: usize,
+}
+
+/// One thing held (see [`PerRealm::take`]); given back when dropped.
+#[derive(Debug)]
+pub struct Taken {
+    counts: Arc<PerRealm>,
+    realm: Arc<str>,
+}
+
+impl PerRealm {
+    pub fn new(per_realm: usize) -> Arc<PerRealm> {
+        Arc::new(PerRealm {
+            per_realm,
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The most one realm may hold.
+    pub fn per_realm(&self) -> usize {
+        self.per_realm
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+        // Only counts change under the lock: nothing to leave half-done.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One more for `realm` (`""`: operators), or why not.
+    pub fn take(self: &Arc<Self>, realm: &str) -> Result<Taken, RealmFull> {
+        let mut held = self.held();
+        let n = held.get(realm).copied().unwrap_or(0);
+        if !realm.is_empty() && n >= self.per_realm {
+            return Err(RealmFull {
+                realm: realm.to_string(),
+                held: n,
+            });
+        }
+        let realm: Arc<str> = match held.get_key_value(realm) {
+            Some((k, _)) => k.clone(),
+            None => realm.into(),
+        };
+        *held.entry(realm.clone()).or_default() += 1;
+        Ok(Taken {
+            counts: self.clone(),
+            realm,
+        })
+    }
+
+    /// What each realm holds now (`""`: operators), by name.
+    pub fn usage(&self) -> Vec<(String, usize)> {
+        let mut v: Vec<_> = self
+            .held()
+            .iter()
+            .map(|(r, n)| (r.to_string(), *n))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        let mut held = self.counts.held();
+        if let Some(n) = held.get_mut(&self.realm) {
+            debug_assert!(*n > 0, "given back once");
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.realm);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -539,5 +631,29 @@ mod tests {
         assert!(!closing.is_finished(), "a request is under way");
         drop(busy);
         closing.await.unwrap();
+    }
+
+    #[test]
+    fn per_realm_counts_cap_tenants_not_operators() {
+        let calls = PerRealm::new(2);
+        let a1 = calls.take("a").unwrap();
+        let _a2 = calls.take("a").unwrap();
+        assert_eq!(
+            calls.take("a").unwrap_err(),
+            RealmFull {
+                realm: "a".into(),
+                held: 2
+            }
+        );
+        let _b = calls.take("b").unwrap();
+        let ops: Vec<_> = (0..5).map(|_| calls.take("").unwrap()).collect();
+        assert_eq!(
+            calls.usage(),
+            vec![("".into(), 5), ("a".into(), 2), ("b".into(), 1)]
+        );
+        drop(a1);
+        let _a3 = calls.take("a").unwrap();
+        drop(ops);
+        assert_eq!(calls.usage(), vec![("a".into(), 2), ("b".into(), 1)]);
     }
 }

@@ -210,6 +210,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/029_seq_sequence.sql"),
         postgres: include_str!("../schema/postgres/029_seq_sequence.sql"),
     },
+    Migration {
+        version: 30,
+        name: "storage_classes",
+        sqlite: include_str!("../schema/sqlite/030_storage_classes.sql"),
+        postgres: include_str!("../schema/postgres/030_storage_classes.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -446,6 +446,23 @@ pub fn call_tx(
         if let Some(e) = host.failed.take() {
             return Err(e);
         }
+        // Stopped for holding the write lock too long, not at its own
+        // deadline: say which.
+        let ran = match (ran, host.write_deadline()) {
+            (Err(mut e), Some(w))
+                if e.kind == tabos_sandbox::procedure::FailureKind::Timeout
+                    && w < host.deadline =>
+            {
+                e.message = format!(
+                    "the procedure held its partition's write lock past {} ms (the most \
+                     tenant code may: others wait for it); write last, and compute before \
+                     the first write or in a read-only procedure",
+                    tabos_store::WRITE_HOLD_MAX.as_millis()
+                );
+                Err(e)
+            }
+            (ran, _) => ran,
+        };
         let out = ran.map_err(|error| Error::Procedure {
             name: name.to_string(),
             error,
@@ -570,7 +587,21 @@ fn host_value(v: &Value) -> SqlValue {
     }
 }
 
+impl TxHost<'_> {
+    /// When the procedure must stop holding its partition's write lock
+    /// (`tabos_store::WRITE_HOLD_MAX` after its first write), if it holds
+    /// it.
+    fn write_deadline(&self) -> Option<std::time::Instant> {
+        self.tx
+            .writing_since()
+            .map(|t| t + tabos_store::WRITE_HOLD_MAX)
+    }
+}
+
 impl Host for TxHost<'_> {
+    fn deadline(&self) -> Option<std::time::Instant> {
+        self.write_deadline()
+    }
     fn send(
         &mut self,
         to: &[&str],
@@ -729,7 +760,10 @@ impl Host for TxHost<'_> {
         let scope = Confinement {
             table_prefix: crate::realms::tenant_prefix(self.realm),
             write,
-            deadline: Some(self.deadline),
+            deadline: Some(
+                self.write_deadline()
+                    .map_or(self.deadline, |w| w.min(self.deadline)),
+            ),
         };
         let params: Vec<Value> = params.iter().map(sql_value).collect();
         let r = self

@@ -83,8 +83,7 @@ pub struct Quota {
     pub cores: Option<i64>,
     /// Memory of its live procs, in MB.
     pub mem_mb: Option<i64>,
-    /// Bytes stored (kv, names, files, logged messages, procedures' code,
-    /// tenant tables), in MiB.
+    /// Bytes stored, every [`StorageClass`]'s, in MiB.
     pub storage_mb: Option<i64>,
     /// Bytes of messages queued in the realm's mailboxes, in MiB.
     pub mailbox_mb: Option<i64>,
@@ -106,6 +105,14 @@ impl Quota {
     }
 }
 
+impl Quota {
+    /// The realm keeps counters of what it stores (migration 030): it has
+    /// a storage, mailbox or procedures quota.
+    pub fn is_metered(&self) -> bool {
+        self.storage_mb.is_some() || self.mailbox_mb.is_some() || self.procedures.is_some()
+    }
+}
+
 /// The names [`Quota`]'s fields go by (in `tabos realm set --clear`).
 pub const QUOTA_NAMES: [&str; 6] = [
     "procs",
@@ -123,9 +130,10 @@ pub const QUOTA_MAX: i64 = 1 << 40;
 const MIB: i64 = 1 << 20;
 
 /// Procedure body: sets the quotas of `realm` (every field: `None` clears).
-/// A storage, mailbox or procedures quota that was not set starts its
-/// counter here, counted from the tables in this transaction (kept by the
-/// triggers of migration 016 from then on).
+/// A realm's counters are kept while it has a storage, mailbox or
+/// procedures quota (it is `metered`); the first such quota starts them,
+/// counted from the tables in this transaction (kept by the triggers of
+/// migration 030 from then on), and clearing the last stops them.
 pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
     for (what, v) in q.fields() {
         if v.is_some_and(|v| !(0..=QUOTA_MAX).contains(&v)) {
@@ -138,7 +146,7 @@ pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
     let p = i64::from(tx.p_key().0);
     tx.execute(
         "UPDATE realm SET quota_procs = $3, quota_cores = $4, quota_mem_mb = $5, \
-         quota_storage_mb = $6, quota_mailbox_mb = $7, quota_procedures = $8 \
+         quota_storage_mb = $6, quota_mailbox_mb = $7, quota_procedures = $8, metered = $9 \
          WHERE p_key = $1 AND realm = $2",
         params![
             p,
@@ -148,42 +156,27 @@ pub fn set_quota_tx(tx: &mut dyn Tx, realm: &str, q: &Quota) -> Result<()> {
             q.mem_mb,
             q.storage_mb,
             q.mailbox_mb,
-            q.procedures
+            q.procedures,
+            q.is_metered()
         ],
     )?;
-    if before.storage_mb.is_none() && q.storage_mb.is_some() {
+    if !before.is_metered() && q.is_metered() {
         let tenant = tx.tables_bytes(&tenant_prefix(realm))?;
-        tx.execute(
-            "UPDATE realm SET tenant_bytes = $3, stored_bytes = \
-               (SELECT coalesce(sum(length(key) + length(value)), 0) FROM kv \
-                 WHERE p_key = $1 AND realm = $2) \
-             + (SELECT coalesce(sum(length(path) + length(data)), 0) FROM name_entry \
-                 WHERE p_key = $1 AND realm = $2) \
-             + (SELECT coalesce(sum(f_size), 0) FROM directory WHERE p_key = $1 AND realm = $2) \
-             + (SELECT coalesce(sum(length(payload)), 0) FROM message_log \
-                 WHERE p_key = $1 AND realm = $2) \
-             + (SELECT coalesce(sum(length(code)), 0) FROM procedure \
-                 WHERE p_key = $1 AND realm = $2) \
-             WHERE p_key = $1 AND realm = $2",
-            params![p, realm, tenant],
-        )?;
-    }
-    if before.mailbox_mb.is_none() && q.mailbox_mb.is_some() {
-        tx.execute(
-            "UPDATE realm SET mailbox_bytes = \
-               (SELECT coalesce(sum(length(payload)), 0) FROM message \
-                 WHERE p_key = $1 AND realm = $2) \
-             WHERE p_key = $1 AND realm = $2",
-            params![p, realm],
-        )?;
-    }
-    if before.procedures.is_none() && q.procedures.is_some() {
-        tx.execute(
-            "UPDATE realm SET procedures = \
-               (SELECT count(*) FROM procedure WHERE p_key = $1 AND realm = $2) \
-             WHERE p_key = $1 AND realm = $2",
-            params![p, realm],
-        )?;
+        let recount = concat!(
+            "UPDATE realm SET ",
+            "kv_bytes = (SELECT s.kv_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "name_bytes = (SELECT s.name_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "file_bytes = (SELECT s.file_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "mailbox_bytes = (SELECT s.mailbox_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "delivered_bytes = (SELECT s.delivered_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "code_bytes = (SELECT s.code_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "workflow_bytes = (SELECT s.workflow_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "log_bytes = (SELECT s.log_bytes FROM realm_stored s WHERE s.p_key = $1 AND s.realm = $2), ",
+            "tenant_bytes = $3, ",
+            "procedures = (SELECT count(*) FROM procedure WHERE p_key = $1 AND realm = $2) ",
+            "WHERE p_key = $1 AND realm = $2"
+        );
+        tx.execute(recount, params![p, realm, tenant])?;
     }
     Ok(())
 }
@@ -290,46 +283,180 @@ pub fn set_host_network_tx(tx: &mut dyn Tx, realm: &str, allowed: bool) -> Resul
     Ok(())
 }
 
+/// What a realm's stored bytes are: the classes `realm show` and the
+/// `realm_usage` view break them into, each kept by the triggers of
+/// migration 030 on the tables named.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StorageClass {
+    /// Keys and values of `kv`.
+    Kv,
+    /// Paths and data of the namespace (`name_entry`).
+    Names,
+    /// Files: their size (whatever holds their data) and directory rows.
+    Files,
+    /// Mail still queued in mailboxes (`message`), its payloads: also what
+    /// the mailbox quota bounds.
+    Mail,
+    /// Delivered mail kept in `message_log`.
+    Delivered,
+    /// Procedures' code.
+    Code,
+    /// Workflows: inputs, outputs, errors, step records, messages, events,
+    /// executors, queues and schedules.
+    Workflows,
+    /// The realm's own tables (measured after a procedure call writes).
+    Tables,
+    /// Proc logs kept on nodes (recorded when each proc ends).
+    Logs,
+}
+
+impl StorageClass {
+    /// Every class, in the order `realm show` lists them.
+    pub const ALL: [StorageClass; 9] = [
+        StorageClass::Kv,
+        StorageClass::Names,
+        StorageClass::Files,
+        StorageClass::Mail,
+        StorageClass::Delivered,
+        StorageClass::Code,
+        StorageClass::Workflows,
+        StorageClass::Tables,
+        StorageClass::Logs,
+    ];
+
+    /// Its name in messages, `realm show` and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StorageClass::Kv => "kv",
+            StorageClass::Names => "names",
+            StorageClass::Files => "files",
+            StorageClass::Mail => "queued mail",
+            StorageClass::Delivered => "delivered mail",
+            StorageClass::Code => "code",
+            StorageClass::Workflows => "workflows",
+            StorageClass::Tables => "tables",
+            StorageClass::Logs => "logs",
+        }
+    }
+
+    /// Its counter on `realm` and its column of `realm_stored` and
+    /// `realm_usage`.
+    pub fn column(self) -> &'static str {
+        match self {
+            StorageClass::Kv => "kv_bytes",
+            StorageClass::Names => "name_bytes",
+            StorageClass::Files => "file_bytes",
+            StorageClass::Mail => "mailbox_bytes",
+            StorageClass::Delivered => "delivered_bytes",
+            StorageClass::Code => "code_bytes",
+            StorageClass::Workflows => "workflow_bytes",
+            StorageClass::Tables => "tenant_bytes",
+            StorageClass::Logs => "log_bytes",
+        }
+    }
+
+    fn index(self) -> usize {
+        Self::ALL
+            .iter()
+            .position(|c| *c == self)
+            .unwrap_or_default()
+    }
+}
+
+impl fmt::Display for StorageClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A realm's stored bytes by [`StorageClass`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stored([i64; 9]);
+
+impl Stored {
+    pub fn get(&self, class: StorageClass) -> i64 {
+        self.0[class.index()]
+    }
+
+    /// Every class's bytes: what the storage quota bounds.
+    pub fn total(&self) -> i64 {
+        self.0.iter().sum()
+    }
+
+    /// Each class with its bytes, in [`StorageClass::ALL`]'s order.
+    pub fn iter(&self) -> impl Iterator<Item = (StorageClass, i64)> + '_ {
+        StorageClass::ALL.iter().map(|c| (*c, self.get(*c)))
+    }
+
+    /// Reads the classes from `row`'s columns `first..first + 9`, in
+    /// [`StorageClass::ALL`]'s order.
+    fn from_row(row: &tabos_store::Row, first: usize) -> Result<Stored> {
+        let mut s = Stored::default();
+        for i in 0..s.0.len() {
+            s.0[i] = row.get(first + i)?;
+        }
+        Ok(s)
+    }
+
+    /// The class that grew the most from `before`, and by how much (none:
+    /// nothing grew).
+    fn grown_most(&self, before: &Stored) -> Option<(StorageClass, i64)> {
+        self.iter()
+            .map(|(c, b)| (c, b - before.get(c)))
+            .filter(|(_, d)| *d > 0)
+            .max_by_key(|(_, d)| *d)
+    }
+}
+
+/// The class columns, comma-separated, in [`StorageClass::ALL`]'s order
+/// (a literal, for statements the store caches: see the unit test).
+macro_rules! class_columns {
+    () => {
+        "kv_bytes, name_bytes, file_bytes, mailbox_bytes, delivered_bytes, code_bytes, \
+         workflow_bytes, tenant_bytes, log_bytes"
+    };
+}
+
 /// A realm's metered counters with their quotas, read in a transaction.
 #[derive(Debug, Clone, Copy)]
 struct Meter {
-    stored: i64,
-    mailbox: i64,
+    stored: Stored,
     procedures: i64,
     quota: Quota,
 }
 
-/// The realm's counters, or `None` when it has no storage, mailbox or
-/// procedures quota (nothing is counted then: see migration 016).
+/// The realm's counters, or `None` when it is not metered (it has no
+/// storage, mailbox or procedures quota: nothing is counted then, see
+/// migration 030).
 fn meter_tx(tx: &mut dyn Tx, realm: &str) -> Result<Option<Meter>> {
     let p = i64::from(tx.p_key().0);
-    let Some(row) = tx.query_opt(
-        "SELECT stored_bytes + tenant_bytes, mailbox_bytes, procedures, quota_storage_mb, \
-         quota_mailbox_mb, quota_procedures FROM realm WHERE p_key = $1 AND realm = $2 \
-         AND (quota_storage_mb IS NOT NULL OR quota_mailbox_mb IS NOT NULL \
-              OR quota_procedures IS NOT NULL)",
-        params![p, realm],
-    )?
-    else {
+    let sql = concat!(
+        "SELECT procedures, quota_storage_mb, quota_mailbox_mb, quota_procedures, ",
+        class_columns!(),
+        " FROM realm WHERE p_key = $1 AND realm = $2 AND metered = $3"
+    );
+    let Some(row) = tx.query_opt(sql, params![p, realm, true])? else {
         return Ok(None);
     };
     Ok(Some(Meter {
-        stored: row.get(0)?,
-        mailbox: row.get(1)?,
-        procedures: row.get(2)?,
+        procedures: row.get(0)?,
         quota: Quota {
-            storage_mb: row.get(3)?,
-            mailbox_mb: row.get(4)?,
-            procedures: row.get(5)?,
+            storage_mb: row.get(1)?,
+            mailbox_mb: row.get(2)?,
+            procedures: row.get(3)?,
             ..Quota::default()
         },
+        stored: Stored::from_row(&row, 4)?,
     }))
 }
 
-/// `bytes` in MiB for a message: whole when whole, else to a tenth.
+/// `bytes` in MiB for a message: whole when whole, else to a tenth (to a
+/// thousandth below a tenth, so that a small change does not read 0.0).
 fn mib(bytes: i64) -> String {
     if bytes % MIB == 0 {
         format!("{} MiB", bytes / MIB)
+    } else if bytes.abs() < MIB / 10 {
+        format!("{:.3} MiB", bytes as f64 / MIB as f64)
     } else {
         format!("{:.1} MiB", bytes as f64 / MIB as f64)
     }
@@ -338,7 +465,8 @@ fn mib(bytes: i64) -> String {
 /// Runs `change` — a change of `realm`'s stored bytes, queued messages or
 /// procedures — in this transaction and refuses it (an error: the caller's
 /// transaction rolls back, so nothing changes) if it grew a metered usage
-/// past its quota. A change that shrinks usage, or leaves it alone, passes
+/// past its quota; a storage refusal names the class that grew the most
+/// and by how much. A change that shrinks usage, or leaves it alone, passes
 /// even over quota (an operator may lower a quota below what is used).
 /// Nested calls are fine: each compares its own before and after.
 pub fn metered<T>(
@@ -353,59 +481,81 @@ pub fn metered<T>(
     let Some(after) = meter_tx(tx, realm)? else {
         return Ok(out);
     };
-    let over = |what: &str, used: i64, was: i64, quota: Option<i64>, unit: i64| match quota {
-        Some(q) if used > was && used > q.saturating_mul(unit) => {
-            let (used, limit) = if unit == MIB {
-                (mib(used), mib(q * MIB))
-            } else {
-                (used.to_string(), q.to_string())
-            };
-            Err(Error::Full(format!(
-                "realm {realm} is over its {what} quota: {used} used of {limit}"
-            )))
-        }
-        _ => Ok(()),
+    let grew_past = |used: i64, was: i64, quota: Option<i64>, unit: i64| match quota {
+        Some(q) if used > was && used > q.saturating_mul(unit) => Some(q),
+        _ => None,
     };
-    over(
-        "storage",
-        after.stored,
-        before.stored,
-        after.quota.storage_mb,
-        MIB,
-    )?;
-    over(
-        "mailbox",
-        after.mailbox,
-        before.mailbox,
-        after.quota.mailbox_mb,
-        MIB,
-    )?;
-    over(
-        "procedures",
+    // The narrower quota first: queued mail is also stored bytes.
+    let (mail, mail_was) = (
+        after.stored.get(StorageClass::Mail),
+        before.stored.get(StorageClass::Mail),
+    );
+    if let Some(q) = grew_past(mail, mail_was, after.quota.mailbox_mb, MIB) {
+        return Err(Error::Full(format!(
+            "realm {realm} is over its mailbox quota: {} used of {}",
+            mib(mail),
+            mib(q * MIB)
+        )));
+    }
+    let (stored, stored_was) = (after.stored.total(), before.stored.total());
+    if let Some(q) = grew_past(stored, stored_was, after.quota.storage_mb, MIB) {
+        let what = match after.stored.grown_most(&before.stored) {
+            Some((class, by)) => format!("; this change adds {} of {class}", mib(by)),
+            None => String::new(),
+        };
+        return Err(Error::Full(format!(
+            "realm {realm} is over its storage quota: {} used of {}{what}",
+            mib(stored),
+            mib(q * MIB)
+        )));
+    }
+    if let Some(q) = grew_past(
         after.procedures,
         before.procedures,
         after.quota.procedures,
         1,
-    )?;
+    ) {
+        return Err(Error::Full(format!(
+            "realm {realm} is over its procedures quota: {} used of {q}",
+            after.procedures
+        )));
+    }
     Ok(out)
 }
 
+/// [`metered`] when `grows`, else `change` unchecked (its growth is still
+/// counted): for records of failure, which must land even over quota.
+pub fn metered_if<T>(
+    grows: bool,
+    tx: &mut dyn Tx,
+    realm: &str,
+    change: impl FnOnce(&mut dyn Tx) -> Result<T>,
+) -> Result<T> {
+    if grows {
+        metered(tx, realm, change)
+    } else {
+        change(tx)
+    }
+}
+
 /// Procedure body: refuses, before a change of several steps begins, one
-/// that will add `bytes` to `realm`'s stored bytes past its storage quota
-/// (its last step is [`metered`] too; this spares the work in between and
-/// keeps the first step from committing anything). `bytes` ≤ 0 passes.
-pub fn check_room_tx(tx: &mut dyn Tx, realm: &str, bytes: i64) -> Result<()> {
+/// that will add `bytes` of `class` to `realm`'s stored bytes past its
+/// storage quota (its last step is [`metered`] too; this spares the work in
+/// between and keeps the first step from committing anything). `bytes` ≤ 0
+/// passes.
+pub fn check_room_tx(tx: &mut dyn Tx, realm: &str, class: StorageClass, bytes: i64) -> Result<()> {
     if bytes <= 0 {
         return Ok(());
     }
     let Some(m) = meter_tx(tx, realm)? else {
         return Ok(());
     };
+    let stored = m.stored.total();
     match m.quota.storage_mb {
-        Some(q) if m.stored.saturating_add(bytes) > q.saturating_mul(MIB) => {
+        Some(q) if stored.saturating_add(bytes) > q.saturating_mul(MIB) => {
             Err(Error::Full(format!(
-                "realm {realm} is over its storage quota: {} used of {}, this change adds {}",
-                mib(m.stored),
+                "realm {realm} is over its storage quota: {} used of {}; this change adds {} of {class}",
+                mib(stored),
                 mib(q * MIB),
                 mib(bytes)
             )))
@@ -415,12 +565,12 @@ pub fn check_room_tx(tx: &mut dyn Tx, realm: &str, bytes: i64) -> Result<()> {
 }
 
 /// Procedure body: measures `realm`'s tenant tables again (after a
-/// procedure call wrote to them), when the realm has a storage quota.
+/// procedure call wrote to them), when the realm is metered.
 pub fn measure_tenant_tables_tx(tx: &mut dyn Tx, realm: &str) -> Result<()> {
     let p = i64::from(tx.p_key().0);
     let metered = tx.query_opt(
-        "SELECT 1 FROM realm WHERE p_key = $1 AND realm = $2 AND quota_storage_mb IS NOT NULL",
-        params![p, realm],
+        "SELECT 1 FROM realm WHERE p_key = $1 AND realm = $2 AND metered = $3",
+        params![p, realm, true],
     )?;
     if metered.is_some() {
         let bytes = tx.tables_bytes(&tenant_prefix(realm))?;
@@ -439,10 +589,12 @@ pub struct Usage {
     pub live_procs: i64,
     pub cores: i64,
     pub mem_mb: i64,
-    /// Bytes stored (see [`Quota::storage_mb`]).
+    /// Bytes stored, every class's (see [`Quota::storage_mb`]).
     pub stored_bytes: i64,
-    /// Bytes queued in mailboxes.
+    /// Bytes queued in mailboxes (also [`StorageClass::Mail`] of `stored`).
     pub mailbox_bytes: i64,
+    /// Bytes stored by class.
+    pub stored: Stored,
     /// Procedures installed.
     pub procedures: i64,
     pub quota: Quota,
@@ -455,14 +607,17 @@ pub struct Usage {
 /// Usage of `realm`, or of every realm when `None`, by name, on the read
 /// path.
 pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
-    let rows = store.query(
+    // realm_usage's class columns are named as the counters are.
+    let sql = concat!(
         "SELECT u.realm, u.live_procs, u.quota_procs, u.cores, u.quota_cores, u.mem_mb, \
          u.quota_mem_mb, u.stored_bytes, u.quota_storage_mb, u.mailbox_bytes, \
-         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network \
-         FROM realm_usage u JOIN realm r ON r.realm = u.realm \
-         WHERE CAST($1 AS TEXT) IS NULL OR u.realm = $1 ORDER BY u.realm",
-        params![realm],
-    )?;
+         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network, ",
+        class_columns!(),
+        " FROM realm_usage u \
+         JOIN (SELECT realm AS name, host_paths, host_network FROM realm) r ON r.name = u.realm \
+         WHERE CAST($1 AS TEXT) IS NULL OR u.realm = $1 ORDER BY u.realm"
+    );
+    let rows = store.query(sql, params![realm])?;
     rows.rows
         .iter()
         .map(|r| {
@@ -485,6 +640,7 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
                 host_paths: serde_json::from_str(&r.get::<String>(13)?)
                     .map_err(|e| Error::Invalid(format!("stored host paths: {e}")))?,
                 host_network: r.get(14)?,
+                stored: Stored::from_row(r, 15)?,
             })
         })
         .collect()
@@ -600,4 +756,17 @@ pub fn validate_host_path(path: &str) -> Result<()> {
 /// client has the same rule (`tabos_client::host_path_within`).
 pub fn host_path_within(path: &str, prefix: &str) -> bool {
     path == prefix || (path.starts_with(prefix) && path.as_bytes().get(prefix.len()) == Some(&b'/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The literal column list is the classes' columns, in their order.
+    #[test]
+    fn class_columns_follow_the_classes() {
+        let listed: Vec<&str> = class_columns!().split(',').map(str::trim).collect();
+        let columns: Vec<&str> = StorageClass::ALL.iter().map(|c| c.column()).collect();
+        assert_eq!(listed, columns);
+    }
 }

@@ -348,46 +348,48 @@ pub fn register_executor_tx(
     spec: &ExecutorSpec,
     now: i64,
 ) -> Result<()> {
-    validate_realm(realm)?;
-    validate_id("executor", id)?;
-    validate_id("application version", &spec.app_version)?;
-    if spec.functions.len() > FUNCTIONS_MAX {
-        return Err(Error::Invalid(format!(
-            "an executor registers at most {FUNCTIONS_MAX} functions"
-        )));
-    }
-    for f in &spec.functions {
-        validate_id("workflow function", f)?;
-    }
-    let lease = check_lease(spec.lease_ms)?;
-    let k = p_key(tx);
-    let restarted = tx.execute(
-        "DELETE FROM workflow_executor WHERE p_key = $1 AND realm = $2 AND executor = $3",
-        params![k, realm, id],
-    )? > 0;
-    if restarted {
+    crate::realms::metered(tx, realm, |tx| {
+        validate_realm(realm)?;
+        validate_id("executor", id)?;
+        validate_id("application version", &spec.app_version)?;
+        if spec.functions.len() > FUNCTIONS_MAX {
+            return Err(Error::Invalid(format!(
+                "an executor registers at most {FUNCTIONS_MAX} functions"
+            )));
+        }
+        for f in &spec.functions {
+            validate_id("workflow function", f)?;
+        }
+        let lease = check_lease(spec.lease_ms)?;
+        let k = p_key(tx);
+        let restarted = tx.execute(
+            "DELETE FROM workflow_executor WHERE p_key = $1 AND realm = $2 AND executor = $3",
+            params![k, realm, id],
+        )? > 0;
+        if restarted {
+            tx.execute(
+                "UPDATE workflow SET executor = NULL, updated_us = $4 \
+                 WHERE p_key = $1 AND realm = $2 AND executor = $3 AND status = 'pending'",
+                params![k, realm, id, now],
+            )?;
+        }
         tx.execute(
-            "UPDATE workflow SET executor = NULL, updated_us = $4 \
-             WHERE p_key = $1 AND realm = $2 AND executor = $3 AND status = 'pending'",
-            params![k, realm, id, now],
+            "INSERT INTO workflow_executor (p_key, realm, executor, app_version, functions, node_id, \
+             lease_until_us, started_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            params![
+                k,
+                realm,
+                id,
+                spec.app_version.as_str(),
+                spec.functions.join(" "),
+                spec.node_id.as_str(),
+                now + lease,
+                now
+            ],
         )?;
-    }
-    tx.execute(
-        "INSERT INTO workflow_executor (p_key, realm, executor, app_version, functions, node_id, \
-         lease_until_us, started_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        params![
-            k,
-            realm,
-            id,
-            spec.app_version.as_str(),
-            spec.functions.join(" "),
-            spec.node_id.as_str(),
-            now + lease,
-            now
-        ],
-    )?;
-    tx.notify(&orphans_channel(realm), "executor")?;
-    Ok(())
+        tx.notify(&orphans_channel(realm), "executor")?;
+        Ok(())
+    })
 }
 
 /// Procedure body: renews executor `id`'s lease. NotFound if it left.
@@ -493,102 +495,104 @@ pub struct Started {
 /// Procedure body: starts workflow `spec.id`, or returns the one of that
 /// id (a second start is the first's: idempotency by workflow id).
 pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Result<Started> {
-    validate_realm(realm)?;
-    validate_id("workflow id", &spec.id)?;
-    validate_id("workflow function", &spec.name)?;
-    validate_id("application version", &spec.app_version)?;
-    check_value("a workflow's input", &spec.input)?;
-    // Inserted first, the row of an id that exists left alone: reading a
-    // missing row first would, on PostgreSQL, lock the index's gap and make
-    // concurrent starts conflict.
-    let k = p_key(tx);
-    let inserted = match (&spec.queue, &spec.executor) {
-        (Some(q), _) => {
-            validate_id("queue", q)?;
-            ensure_queue(tx, realm, q, now)?;
-            tx.execute(
-                "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, queue, \
-                 priority, input, user_name, created_us, updated_us) \
-                 VALUES ($1, $2, $3, $4, $5, 'enqueued', $6, $7, $8, $9, $10, $10) \
-                 ON CONFLICT (p_key, realm, workflow_id) DO NOTHING",
-                params![
-                    k,
-                    realm,
-                    spec.id.as_str(),
-                    spec.name.as_str(),
-                    spec.app_version.as_str(),
-                    q.as_str(),
-                    spec.priority,
-                    spec.input.as_slice(),
-                    spec.user.as_str(),
-                    now
-                ],
-            )?
-        }
-        (None, Some(ex)) => {
-            let e = live_executor(tx, realm, ex, now)?;
-            if e.app_version != spec.app_version {
-                return Err(Error::Invalid(format!(
-                    "executor {ex} runs version {}, not {}",
-                    e.app_version, spec.app_version
+    crate::realms::metered(tx, realm, |tx| {
+        validate_realm(realm)?;
+        validate_id("workflow id", &spec.id)?;
+        validate_id("workflow function", &spec.name)?;
+        validate_id("application version", &spec.app_version)?;
+        check_value("a workflow's input", &spec.input)?;
+        // Inserted first, the row of an id that exists left alone: reading a
+        // missing row first would, on PostgreSQL, lock the index's gap and make
+        // concurrent starts conflict.
+        let k = p_key(tx);
+        let inserted = match (&spec.queue, &spec.executor) {
+            (Some(q), _) => {
+                validate_id("queue", q)?;
+                ensure_queue(tx, realm, q, now)?;
+                tx.execute(
+                    "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, queue, \
+                     priority, input, user_name, created_us, updated_us) \
+                     VALUES ($1, $2, $3, $4, $5, 'enqueued', $6, $7, $8, $9, $10, $10) \
+                     ON CONFLICT (p_key, realm, workflow_id) DO NOTHING",
+                    params![
+                        k,
+                        realm,
+                        spec.id.as_str(),
+                        spec.name.as_str(),
+                        spec.app_version.as_str(),
+                        q.as_str(),
+                        spec.priority,
+                        spec.input.as_slice(),
+                        spec.user.as_str(),
+                        now
+                    ],
+                )?
+            }
+            (None, Some(ex)) => {
+                let e = live_executor(tx, realm, ex, now)?;
+                if e.app_version != spec.app_version {
+                    return Err(Error::Invalid(format!(
+                        "executor {ex} runs version {}, not {}",
+                        e.app_version, spec.app_version
+                    )));
+                }
+                tx.execute(
+                    "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, \
+                     priority, input, executor, node_id, attempts, user_name, created_us, started_us, \
+                     updated_us) \
+                     VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, 1, $10, $11, $11, $11) \
+                     ON CONFLICT (p_key, realm, workflow_id) DO NOTHING",
+                    params![
+                        k,
+                        realm,
+                        spec.id.as_str(),
+                        spec.name.as_str(),
+                        spec.app_version.as_str(),
+                        spec.priority,
+                        spec.input.as_slice(),
+                        ex.as_str(),
+                        e.node_id.as_str(),
+                        spec.user.as_str(),
+                        now
+                    ],
+                )?
+            }
+            (None, None) => {
+                return Err(Error::Invalid(
+                    "a workflow starts in a queue, or run by an executor".into(),
+                ))
+            }
+        };
+        let w = get_tx(tx, realm, &spec.id)?
+            .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
+        if inserted == 0 {
+            // A second start of the id: the first.
+            if w.name != spec.name {
+                return Err(Error::AlreadyExists(format!(
+                    "workflow {} exists, running function {}, not {}",
+                    spec.id, w.name, spec.name
                 )));
             }
-            tx.execute(
-                "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, \
-                 priority, input, executor, node_id, attempts, user_name, created_us, started_us, \
-                 updated_us) \
-                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, 1, $10, $11, $11, $11) \
-                 ON CONFLICT (p_key, realm, workflow_id) DO NOTHING",
-                params![
-                    k,
-                    realm,
-                    spec.id.as_str(),
-                    spec.name.as_str(),
-                    spec.app_version.as_str(),
-                    spec.priority,
-                    spec.input.as_slice(),
-                    ex.as_str(),
-                    e.node_id.as_str(),
-                    spec.user.as_str(),
-                    now
-                ],
-            )?
+            return Ok(Started {
+                created: false,
+                workflow: w,
+            });
         }
-        (None, None) => {
-            return Err(Error::Invalid(
-                "a workflow starts in a queue, or run by an executor".into(),
-            ))
+        if let Some(q) = &spec.queue {
+            tx.notify(&queue_channel(realm, q), &format!("enqueued {}", spec.id))?;
         }
-    };
-    let w = get_tx(tx, realm, &spec.id)?
-        .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
-    if inserted == 0 {
-        // A second start of the id: the first.
-        if w.name != spec.name {
-            return Err(Error::AlreadyExists(format!(
-                "workflow {} exists, running function {}, not {}",
-                spec.id, w.name, spec.name
-            )));
+        debug_assert!(matches!(w.status, Status::Enqueued | Status::Pending));
+        // A start run at once is not announced: on PostgreSQL a transaction
+        // that notifies commits alone (notifications are queued under one
+        // lock), and a workflow's start, steps and end would all pay it. The
+        // end is announced.
+        if w.status == Status::Enqueued {
+            tx.notify(&workflows_channel(realm), &format!("{} {}", w.id, w.status))?;
         }
-        return Ok(Started {
-            created: false,
+        Ok(Started {
+            created: true,
             workflow: w,
-        });
-    }
-    if let Some(q) = &spec.queue {
-        tx.notify(&queue_channel(realm, q), &format!("enqueued {}", spec.id))?;
-    }
-    debug_assert!(matches!(w.status, Status::Enqueued | Status::Pending));
-    // A start run at once is not announced: on PostgreSQL a transaction
-    // that notifies commits alone (notifications are queued under one
-    // lock), and a workflow's start, steps and end would all pay it. The
-    // end is announced.
-    if w.status == Status::Enqueued {
-        tx.notify(&workflows_channel(realm), &format!("{} {}", w.id, w.status))?;
-    }
-    Ok(Started {
-        created: true,
-        workflow: w,
+        })
     })
 }
 
@@ -1035,33 +1039,35 @@ pub fn step_begin_tx(
     input: &[u8],
     now: i64,
 ) -> Result<Begun> {
-    check_step(step)?;
-    validate_id("step name", name)?;
-    owned(tx, realm, id, executor)?;
-    let k = p_key(tx);
-    match same_step(tx, realm, id, step, name, kind)? {
-        Some(s) => {
-            if let Some(o) = recorded(&s) {
-                return Ok(Begun::Done(o));
+    crate::realms::metered(tx, realm, |tx| {
+        check_step(step)?;
+        validate_id("step name", name)?;
+        owned(tx, realm, id, executor)?;
+        let k = p_key(tx);
+        match same_step(tx, realm, id, step, name, kind)? {
+            Some(s) => {
+                if let Some(o) = recorded(&s) {
+                    return Ok(Begun::Done(o));
+                }
+                tx.execute(
+                    "UPDATE workflow_step SET attempts = attempts + 1 \
+                     WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
+                    params![k, realm, id, step],
+                )?;
+                Ok(Begun::Run {
+                    attempt: s.attempts + 1,
+                })
             }
-            tx.execute(
-                "UPDATE workflow_step SET attempts = attempts + 1 \
-                 WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
-                params![k, realm, id, step],
-            )?;
-            Ok(Begun::Run {
-                attempt: s.attempts + 1,
-            })
+            None => {
+                tx.execute(
+                    "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
+                     input, attempts, started_us) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, 1, $8)",
+                    params![k, realm, id, step, name, kind.as_str(), input, now],
+                )?;
+                Ok(Begun::Run { attempt: 1 })
+            }
         }
-        None => {
-            tx.execute(
-                "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-                 input, attempts, started_us) VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, 1, $8)",
-                params![k, realm, id, step, name, kind.as_str(), input, now],
-            )?;
-            Ok(Begun::Run { attempt: 1 })
-        }
-    }
+    })
 }
 
 /// A step that ends without having begun: a workflow with no history runs
@@ -1093,54 +1099,30 @@ pub fn step_end_tx(
     unbegun: Option<&Unbegun>,
     now: i64,
 ) -> Result<Outcome> {
-    check_step(step)?;
-    owned(tx, realm, id, executor)?;
-    let k = p_key(tx);
-    // The common case — a step of a workflow with no history, ended for
-    // good — is recorded whole without reading first (on PostgreSQL a read
-    // of a missing row locks the index's gap, and concurrent workflows'
-    // steps would conflict); a row already there is left alone.
-    if let (Some(u), true) = (unbegun, last) {
-        validate_id("step name", &u.name)?;
-        let (status, output, error): (&str, Value, Value) = match outcome {
-            Outcome::Success(o) => {
-                check_value("a step's output", o)?;
-                ("success", Value::Blob(o.clone()), Value::Null)
-            }
-            Outcome::Error(e) => ("error", Value::Null, Value::Text(cut_error(e))),
-        };
-        let n = tx.execute(
-            "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-             input, output, error, attempts, started_us, ended_us) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) \
-             ON CONFLICT (p_key, realm, workflow_id, step) DO NOTHING",
-            params![
-                k,
-                realm,
-                id,
-                step,
-                u.name.as_str(),
-                u.kind.as_str(),
-                status,
-                u.input.as_slice(),
-                output,
-                error,
-                u.attempts.max(1),
-                now
-            ],
-        )?;
-        if n == 1 {
-            return Ok(outcome.clone());
-        }
-    }
-    let s = match (step_tx(tx, realm, id, step)?, unbegun) {
-        (Some(s), _) => s,
-        (None, Some(u)) => {
+    // An error is recorded even over quota (bounded by cut_error): a step
+    // that cannot record its failure would leave its workflow stuck.
+    crate::realms::metered_if(matches!(outcome, Outcome::Success(_)), tx, realm, |tx| {
+        check_step(step)?;
+        owned(tx, realm, id, executor)?;
+        let k = p_key(tx);
+        // The common case — a step of a workflow with no history, ended for
+        // good — is recorded whole without reading first (on PostgreSQL a read
+        // of a missing row locks the index's gap, and concurrent workflows'
+        // steps would conflict); a row already there is left alone.
+        if let (Some(u), true) = (unbegun, last) {
             validate_id("step name", &u.name)?;
-            tx.execute(
+            let (status, output, error): (&str, Value, Value) = match outcome {
+                Outcome::Success(o) => {
+                    check_value("a step's output", o)?;
+                    ("success", Value::Blob(o.clone()), Value::Null)
+                }
+                Outcome::Error(e) => ("error", Value::Null, Value::Text(cut_error(e))),
+            };
+            let n = tx.execute(
                 "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
-                 input, attempts, started_us) \
-                 VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, $9)",
+                 input, output, error, attempts, started_us, ended_us) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) \
+                 ON CONFLICT (p_key, realm, workflow_id, step) DO NOTHING",
                 params![
                     k,
                     realm,
@@ -1148,61 +1130,89 @@ pub fn step_end_tx(
                     step,
                     u.name.as_str(),
                     u.kind.as_str(),
+                    status,
                     u.input.as_slice(),
+                    output,
+                    error,
                     u.attempts.max(1),
                     now
                 ],
             )?;
-            step_tx(tx, realm, id, step)?
-                .ok_or_else(|| Error::NotFound(format!("step {step} of {id} just inserted")))?
+            if n == 1 {
+                return Ok(outcome.clone());
+            }
         }
-        (None, None) => {
-            return Err(Error::Precondition(format!(
-                "step {step} of workflow {id} was not begun"
-            )))
+        let s = match (step_tx(tx, realm, id, step)?, unbegun) {
+            (Some(s), _) => s,
+            (None, Some(u)) => {
+                validate_id("step name", &u.name)?;
+                tx.execute(
+                    "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
+                     input, attempts, started_us) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'running', $7, $8, $9)",
+                    params![
+                        k,
+                        realm,
+                        id,
+                        step,
+                        u.name.as_str(),
+                        u.kind.as_str(),
+                        u.input.as_slice(),
+                        u.attempts.max(1),
+                        now
+                    ],
+                )?;
+                step_tx(tx, realm, id, step)?
+                    .ok_or_else(|| Error::NotFound(format!("step {step} of {id} just inserted")))?
+            }
+            (None, None) => {
+                return Err(Error::Precondition(format!(
+                    "step {step} of workflow {id} was not begun"
+                )))
+            }
+        };
+        if let Some(u) = unbegun {
+            if s.name != u.name || s.kind != u.kind {
+                return Err(Error::Precondition(format!(
+                    "workflow {id} is not deterministic: its step {step} was {} {:?} and is now {} \
+                     {:?}",
+                    s.kind.as_str(),
+                    s.name,
+                    u.kind.as_str(),
+                    u.name
+                )));
+            }
         }
-    };
-    if let Some(u) = unbegun {
-        if s.name != u.name || s.kind != u.kind {
-            return Err(Error::Precondition(format!(
-                "workflow {id} is not deterministic: its step {step} was {} {:?} and is now {} \
-                 {:?}",
-                s.kind.as_str(),
-                s.name,
-                u.kind.as_str(),
-                u.name
-            )));
+        if let Some(o) = recorded(&s) {
+            return Ok(o);
         }
-    }
-    if let Some(o) = recorded(&s) {
-        return Ok(o);
-    }
-    match outcome {
-        Outcome::Success(out) => {
-            check_value("a step's output", out)?;
-            tx.execute(
-                "UPDATE workflow_step SET status = 'success', output = $5, error = NULL, \
-                 ended_us = $6 WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
-                params![k, realm, id, step, out.as_slice(), now],
-            )?;
+        match outcome {
+            Outcome::Success(out) => {
+                check_value("a step's output", out)?;
+                tx.execute(
+                    "UPDATE workflow_step SET status = 'success', output = $5, error = NULL, \
+                     ended_us = $6 WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
+                    params![k, realm, id, step, out.as_slice(), now],
+                )?;
+            }
+            Outcome::Error(e) if last => {
+                tx.execute(
+                    "UPDATE workflow_step SET status = 'error', error = $5, ended_us = $6 \
+                     WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
+                    params![k, realm, id, step, cut_error(e), now],
+                )?;
+            }
+            Outcome::Error(e) => {
+                tx.execute(
+                    "UPDATE workflow_step SET error = $5 \
+                     WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
+                    params![k, realm, id, step, cut_error(e)],
+                )?;
+                return Ok(outcome.clone());
+            }
         }
-        Outcome::Error(e) if last => {
-            tx.execute(
-                "UPDATE workflow_step SET status = 'error', error = $5, ended_us = $6 \
-                 WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
-                params![k, realm, id, step, cut_error(e), now],
-            )?;
-        }
-        Outcome::Error(e) => {
-            tx.execute(
-                "UPDATE workflow_step SET error = $5 \
-                 WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step = $4",
-                params![k, realm, id, step, cut_error(e)],
-            )?;
-            return Ok(outcome.clone());
-        }
-    }
-    Ok(outcome.clone())
+        Ok(outcome.clone())
+    })
 }
 
 /// Records step `step` done with `output` in the caller's transaction
@@ -1274,31 +1284,33 @@ pub fn step_procedure_tx(
     now: i64,
     run: &mut dyn FnMut(&mut dyn Tx) -> Result<Vec<u8>>,
 ) -> Result<Outcome> {
-    if let Some(o) = before_step(
-        tx,
-        realm,
-        executor,
-        id,
-        step,
-        procedure,
-        StepKind::Procedure,
-    )? {
-        return Ok(o);
-    }
-    let out = run(tx)?;
-    check_value("a procedure step's output", &out)?;
-    record_done(
-        tx,
-        realm,
-        id,
-        step,
-        procedure,
-        StepKind::Procedure,
-        args,
-        Some(&out),
-        now,
-    )?;
-    Ok(Outcome::Success(out))
+    crate::realms::metered(tx, realm, |tx| {
+        if let Some(o) = before_step(
+            tx,
+            realm,
+            executor,
+            id,
+            step,
+            procedure,
+            StepKind::Procedure,
+        )? {
+            return Ok(o);
+        }
+        let out = run(tx)?;
+        check_value("a procedure step's output", &out)?;
+        record_done(
+            tx,
+            realm,
+            id,
+            step,
+            procedure,
+            StepKind::Procedure,
+            args,
+            Some(&out),
+            now,
+        )?;
+        Ok(Outcome::Success(out))
+    })
 }
 
 /// Procedure body: records a failed attempt of a one-transaction step
@@ -1364,42 +1376,46 @@ pub fn sleep_tx(
     duration_us: i64,
     now: i64,
 ) -> Result<i64> {
-    if !(0..=SLEEP_MAX_US).contains(&duration_us) {
-        return Err(Error::Invalid(format!(
-            "a durable sleep is 0..={} s",
-            SLEEP_MAX_US / 1_000_000
-        )));
-    }
-    check_step(step)?;
-    owned(tx, realm, id, executor)?;
-    if let Some(s) = same_step(tx, realm, id, step, "sleep", StepKind::Sleep)? {
-        let at = s
-            .output
-            .as_deref()
-            .and_then(|o| std::str::from_utf8(o).ok())
-            .and_then(|t| t.parse::<i64>().ok())
-            .ok_or_else(|| Error::Invalid(format!("step {step} of {id}: a bad wake-up time")))?;
-        return Ok(at);
-    }
-    let at = now + duration_us;
-    let k = p_key(tx);
-    // Recorded as done with its wake-up time: what a re-run needs.
-    tx.execute(
-        "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, input, \
-         output, attempts, started_us, ended_us) \
-         VALUES ($1, $2, $3, $4, 'sleep', 'sleep', 'success', $5, $6, 1, $7, $8)",
-        params![
-            k,
-            realm,
-            id,
-            step,
-            duration_us.to_string().into_bytes(),
-            at.to_string().into_bytes(),
-            now,
-            at
-        ],
-    )?;
-    Ok(at)
+    crate::realms::metered(tx, realm, |tx| {
+        if !(0..=SLEEP_MAX_US).contains(&duration_us) {
+            return Err(Error::Invalid(format!(
+                "a durable sleep is 0..={} s",
+                SLEEP_MAX_US / 1_000_000
+            )));
+        }
+        check_step(step)?;
+        owned(tx, realm, id, executor)?;
+        if let Some(s) = same_step(tx, realm, id, step, "sleep", StepKind::Sleep)? {
+            let at = s
+                .output
+                .as_deref()
+                .and_then(|o| std::str::from_utf8(o).ok())
+                .and_then(|t| t.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    Error::Invalid(format!("step {step} of {id}: a bad wake-up time"))
+                })?;
+            return Ok(at);
+        }
+        let at = now + duration_us;
+        let k = p_key(tx);
+        // Recorded as done with its wake-up time: what a re-run needs.
+        tx.execute(
+            "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, input, \
+             output, attempts, started_us, ended_us) \
+             VALUES ($1, $2, $3, $4, 'sleep', 'sleep', 'success', $5, $6, 1, $7, $8)",
+            params![
+                k,
+                realm,
+                id,
+                step,
+                duration_us.to_string().into_bytes(),
+                at.to_string().into_bytes(),
+                now,
+                at
+            ],
+        )?;
+        Ok(at)
+    })
 }
 
 /// Who sends a message: a workflow's step, or a client outside any.
@@ -1422,56 +1438,58 @@ pub fn send_tx(
     payload: &[u8],
     now: i64,
 ) -> Result<()> {
-    validate_id("workflow id", to)?;
-    validate_id("topic", topic)?;
-    check_value("a message", payload)?;
-    if let Some(s) = from {
-        if before_step(
-            tx,
-            realm,
-            &s.executor,
-            &s.workflow,
-            s.step,
-            "send",
-            StepKind::Send,
-        )?
-        .is_some()
-        {
-            return Ok(());
+    crate::realms::metered(tx, realm, |tx| {
+        validate_id("workflow id", to)?;
+        validate_id("topic", topic)?;
+        check_value("a message", payload)?;
+        if let Some(s) = from {
+            if before_step(
+                tx,
+                realm,
+                &s.executor,
+                &s.workflow,
+                s.step,
+                "send",
+                StepKind::Send,
+            )?
+            .is_some()
+            {
+                return Ok(());
+            }
         }
-    }
-    if get_tx(tx, realm, to)?.is_none() {
-        return Err(Error::NotFound(format!("workflow {to} in realm {realm}")));
-    }
-    let k = p_key(tx);
-    let seq: i64 = tx
-        .query_one(
-            "SELECT coalesce(max(seq), 0) + 1 FROM workflow_message \
-             WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND topic = $4",
-            params![k, realm, to, topic],
-        )?
-        .get(0)?;
-    let sender = from.map_or(String::new(), |s| s.workflow.clone());
-    tx.execute(
-        "INSERT INTO workflow_message (p_key, realm, workflow_id, topic, seq, sender, payload, \
-         sent_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        params![k, realm, to, topic, seq, sender, payload, now],
-    )?;
-    if let Some(s) = from {
-        record_done(
-            tx,
-            realm,
-            &s.workflow,
-            s.step,
-            "send",
-            StepKind::Send,
-            payload,
-            None,
-            now,
+        if get_tx(tx, realm, to)?.is_none() {
+            return Err(Error::NotFound(format!("workflow {to} in realm {realm}")));
+        }
+        let k = p_key(tx);
+        let seq: i64 = tx
+            .query_one(
+                "SELECT coalesce(max(seq), 0) + 1 FROM workflow_message \
+                 WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND topic = $4",
+                params![k, realm, to, topic],
+            )?
+            .get(0)?;
+        let sender = from.map_or(String::new(), |s| s.workflow.clone());
+        tx.execute(
+            "INSERT INTO workflow_message (p_key, realm, workflow_id, topic, seq, sender, payload, \
+             sent_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            params![k, realm, to, topic, seq, sender, payload, now],
         )?;
-    }
-    tx.notify(&workflow_channel(realm, to), &format!("message {topic}"))?;
-    Ok(())
+        if let Some(s) = from {
+            record_done(
+                tx,
+                realm,
+                &s.workflow,
+                s.step,
+                "send",
+                StepKind::Send,
+                payload,
+                None,
+                now,
+            )?;
+        }
+        tx.notify(&workflow_channel(realm, to), &format!("message {topic}"))?;
+        Ok(())
+    })
 }
 
 /// Procedure body: receive step `step` on `topic`: takes the oldest
@@ -1490,57 +1508,59 @@ pub fn recv_tx(
     give_up: bool,
     now: i64,
 ) -> Result<Option<Option<Vec<u8>>>> {
-    validate_id("topic", topic)?;
-    check_step(step)?;
-    owned(tx, realm, id, executor)?;
-    let before = same_step(tx, realm, id, step, topic, StepKind::Recv)?;
-    if let Some(s) = before.filter(|s| s.status == "success") {
-        return Ok(Some(s.output));
-    }
-    let k = p_key(tx);
-    let first = tx.query_opt(
-        "SELECT seq, payload FROM workflow_message \
-         WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND topic = $4 \
-         ORDER BY seq LIMIT 1",
-        params![k, realm, id, topic],
-    )?;
-    match first {
-        Some(r) => {
-            let (seq, payload): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
-            tx.execute(
-                "DELETE FROM workflow_message WHERE p_key = $1 AND realm = $2 \
-                 AND workflow_id = $3 AND topic = $4 AND seq = $5",
-                params![k, realm, id, topic, seq],
-            )?;
-            record_done(
-                tx,
-                realm,
-                id,
-                step,
-                topic,
-                StepKind::Recv,
-                topic.as_bytes(),
-                Some(&payload),
-                now,
-            )?;
-            Ok(Some(Some(payload)))
+    crate::realms::metered(tx, realm, |tx| {
+        validate_id("topic", topic)?;
+        check_step(step)?;
+        owned(tx, realm, id, executor)?;
+        let before = same_step(tx, realm, id, step, topic, StepKind::Recv)?;
+        if let Some(s) = before.filter(|s| s.status == "success") {
+            return Ok(Some(s.output));
         }
-        None if give_up => {
-            record_done(
-                tx,
-                realm,
-                id,
-                step,
-                topic,
-                StepKind::Recv,
-                topic.as_bytes(),
-                None,
-                now,
-            )?;
-            Ok(Some(None))
+        let k = p_key(tx);
+        let first = tx.query_opt(
+            "SELECT seq, payload FROM workflow_message \
+             WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND topic = $4 \
+             ORDER BY seq LIMIT 1",
+            params![k, realm, id, topic],
+        )?;
+        match first {
+            Some(r) => {
+                let (seq, payload): (i64, Vec<u8>) = (r.get(0)?, r.get(1)?);
+                tx.execute(
+                    "DELETE FROM workflow_message WHERE p_key = $1 AND realm = $2 \
+                     AND workflow_id = $3 AND topic = $4 AND seq = $5",
+                    params![k, realm, id, topic, seq],
+                )?;
+                record_done(
+                    tx,
+                    realm,
+                    id,
+                    step,
+                    topic,
+                    StepKind::Recv,
+                    topic.as_bytes(),
+                    Some(&payload),
+                    now,
+                )?;
+                Ok(Some(Some(payload)))
+            }
+            None if give_up => {
+                record_done(
+                    tx,
+                    realm,
+                    id,
+                    step,
+                    topic,
+                    StepKind::Recv,
+                    topic.as_bytes(),
+                    None,
+                    now,
+                )?;
+                Ok(Some(None))
+            }
+            None => Ok(None),
         }
-        None => Ok(None),
-    }
+    })
 }
 
 /// Procedure body: set-event step `step`: publishes `value` under `key`
@@ -1556,37 +1576,39 @@ pub fn set_event_tx(
     value: &[u8],
     now: i64,
 ) -> Result<()> {
-    validate_id("event key", key)?;
-    check_value("an event's value", value)?;
-    if before_step(tx, realm, executor, id, step, key, StepKind::SetEvent)?.is_some() {
-        return Ok(());
-    }
-    let k = p_key(tx);
-    let n = tx.execute(
-        "UPDATE workflow_event SET value = $5, set_us = $6 \
-         WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND key = $4",
-        params![k, realm, id, key, value, now],
-    )?;
-    if n == 0 {
-        tx.execute(
-            "INSERT INTO workflow_event (p_key, realm, workflow_id, key, value, set_us) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+    crate::realms::metered(tx, realm, |tx| {
+        validate_id("event key", key)?;
+        check_value("an event's value", value)?;
+        if before_step(tx, realm, executor, id, step, key, StepKind::SetEvent)?.is_some() {
+            return Ok(());
+        }
+        let k = p_key(tx);
+        let n = tx.execute(
+            "UPDATE workflow_event SET value = $5, set_us = $6 \
+             WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND key = $4",
             params![k, realm, id, key, value, now],
         )?;
-    }
-    record_done(
-        tx,
-        realm,
-        id,
-        step,
-        key,
-        StepKind::SetEvent,
-        value,
-        None,
-        now,
-    )?;
-    tx.notify(&workflow_channel(realm, id), &format!("event {key}"))?;
-    Ok(())
+        if n == 0 {
+            tx.execute(
+                "INSERT INTO workflow_event (p_key, realm, workflow_id, key, value, set_us) \
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                params![k, realm, id, key, value, now],
+            )?;
+        }
+        record_done(
+            tx,
+            realm,
+            id,
+            step,
+            key,
+            StepKind::SetEvent,
+            value,
+            None,
+            now,
+        )?;
+        tx.notify(&workflow_channel(realm, id), &format!("event {key}"))?;
+        Ok(())
+    })
 }
 
 /// Procedure body: the value workflow `id` set under `key`, if any.
@@ -1606,6 +1628,20 @@ pub fn get_event_tx(tx: &mut dyn Tx, realm: &str, id: &str, key: &str) -> Result
 
 /// Procedure body: workflow `id`'s function returned `outcome`.
 pub fn finish_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    executor: &str,
+    id: &str,
+    outcome: &Outcome,
+    now: i64,
+) -> Result<()> {
+    // An error is recorded even over quota, as step_end_tx's.
+    crate::realms::metered_if(matches!(outcome, Outcome::Success(_)), tx, realm, |tx| {
+        record_finish(tx, realm, executor, id, outcome, now)
+    })
+}
+
+fn record_finish(
     tx: &mut dyn Tx,
     realm: &str,
     executor: &str,
@@ -1862,58 +1898,60 @@ pub fn fork_tx(
     user: &str,
     now: i64,
 ) -> Result<Workflow> {
-    validate_id("workflow id", id)?;
-    validate_id("workflow id", new_id)?;
-    if !(1..=STEP_MAX + 1).contains(&from_step) {
-        return Err(Error::Invalid(format!(
-            "a fork starts at step 1..={}, not {from_step}",
-            STEP_MAX + 1
-        )));
-    }
-    let w = get_tx(tx, realm, id)?
-        .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
-    if get_tx(tx, realm, new_id)?.is_some() {
-        return Err(Error::AlreadyExists(format!(
-            "workflow {new_id} in realm {realm}"
-        )));
-    }
-    let version = match version {
-        Some(v) => {
-            validate_id("application version", v)?;
-            v.to_string()
+    crate::realms::metered(tx, realm, |tx| {
+        validate_id("workflow id", id)?;
+        validate_id("workflow id", new_id)?;
+        if !(1..=STEP_MAX + 1).contains(&from_step) {
+            return Err(Error::Invalid(format!(
+                "a fork starts at step 1..={}, not {from_step}",
+                STEP_MAX + 1
+            )));
         }
-        None => w.app_version.clone(),
-    };
-    let k = p_key(tx);
-    tx.execute(
-        "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, queue, \
-         priority, input, user_name, forked_from, created_us, updated_us) \
-         VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $10, $11, $11)",
-        params![
-            k,
-            realm,
-            new_id,
-            w.name.as_str(),
-            version,
-            w.queue.clone(),
-            w.priority,
-            w.input.as_slice(),
-            user,
-            id,
-            now
-        ],
-    )?;
-    tx.execute(
-        "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, input, \
-         output, error, attempts, started_us, ended_us) \
-         SELECT p_key, realm, $4, step, name, kind, status, input, output, error, attempts, \
-                started_us, ended_us \
-         FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step < $5 \
-           AND status = 'success'",
-        params![k, realm, id, new_id, from_step],
-    )?;
-    requeue(tx, realm, new_id, w.queue.as_deref(), now)?;
-    get_tx(tx, realm, new_id)?.ok_or_else(|| Error::NotFound(new_id.to_string()))
+        let w = get_tx(tx, realm, id)?
+            .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
+        if get_tx(tx, realm, new_id)?.is_some() {
+            return Err(Error::AlreadyExists(format!(
+                "workflow {new_id} in realm {realm}"
+            )));
+        }
+        let version = match version {
+            Some(v) => {
+                validate_id("application version", v)?;
+                v.to_string()
+            }
+            None => w.app_version.clone(),
+        };
+        let k = p_key(tx);
+        tx.execute(
+            "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, queue, \
+             priority, input, user_name, forked_from, created_us, updated_us) \
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7, $8, $9, $10, $11, $11)",
+            params![
+                k,
+                realm,
+                new_id,
+                w.name.as_str(),
+                version,
+                w.queue.clone(),
+                w.priority,
+                w.input.as_slice(),
+                user,
+                id,
+                now
+            ],
+        )?;
+        tx.execute(
+            "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, input, \
+             output, error, attempts, started_us, ended_us) \
+             SELECT p_key, realm, $4, step, name, kind, status, input, output, error, attempts, \
+                    started_us, ended_us \
+             FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 AND step < $5 \
+               AND status = 'success'",
+            params![k, realm, id, new_id, from_step],
+        )?;
+        requeue(tx, realm, new_id, w.queue.as_deref(), now)?;
+        get_tx(tx, realm, new_id)?.ok_or_else(|| Error::NotFound(new_id.to_string()))
+    })
 }
 
 /// Procedure body: moves every unfinished workflow of version `from` to
@@ -1970,34 +2008,36 @@ pub fn set_queue_tx(
     limits: &QueueLimits,
     now: i64,
 ) -> Result<()> {
-    validate_id("queue", queue)?;
-    check_limit("a queue's concurrency", limits.concurrency)?;
-    check_limit("a queue's per-node concurrency", limits.node_concurrency)?;
-    check_limit("a queue's rate limit", limits.rate_limit)?;
-    check_limit("a queue's rate period (ms)", limits.rate_period_ms)?;
-    if limits.rate_limit.is_some() != limits.rate_period_ms.is_some() {
-        return Err(Error::Invalid(
-            "a rate limit needs its period, and a period its limit".into(),
-        ));
-    }
-    ensure_queue(tx, realm, queue, now)?;
-    let k = p_key(tx);
-    tx.execute(
-        "UPDATE workflow_queue SET concurrency = $4, node_concurrency = $5, rate_limit = $6, \
-         rate_period_ms = $7, updated_us = $8 WHERE p_key = $1 AND realm = $2 AND queue = $3",
-        params![
-            k,
-            realm,
-            queue,
-            limits.concurrency,
-            limits.node_concurrency,
-            limits.rate_limit,
-            limits.rate_period_ms,
-            now
-        ],
-    )?;
-    tx.notify(&queue_channel(realm, queue), "limits")?;
-    Ok(())
+    crate::realms::metered(tx, realm, |tx| {
+        validate_id("queue", queue)?;
+        check_limit("a queue's concurrency", limits.concurrency)?;
+        check_limit("a queue's per-node concurrency", limits.node_concurrency)?;
+        check_limit("a queue's rate limit", limits.rate_limit)?;
+        check_limit("a queue's rate period (ms)", limits.rate_period_ms)?;
+        if limits.rate_limit.is_some() != limits.rate_period_ms.is_some() {
+            return Err(Error::Invalid(
+                "a rate limit needs its period, and a period its limit".into(),
+            ));
+        }
+        ensure_queue(tx, realm, queue, now)?;
+        let k = p_key(tx);
+        tx.execute(
+            "UPDATE workflow_queue SET concurrency = $4, node_concurrency = $5, rate_limit = $6, \
+             rate_period_ms = $7, updated_us = $8 WHERE p_key = $1 AND realm = $2 AND queue = $3",
+            params![
+                k,
+                realm,
+                queue,
+                limits.concurrency,
+                limits.node_concurrency,
+                limits.rate_limit,
+                limits.rate_period_ms,
+                now
+            ],
+        )?;
+        tx.notify(&queue_channel(realm, queue), "limits")?;
+        Ok(())
+    })
 }
 
 /// Procedure body: the realm's queues.
@@ -2055,53 +2095,55 @@ pub struct Schedule {
 /// Procedure body: creates or replaces schedule `s.schedule` (its
 /// `next_us` is computed from `now`).
 pub fn set_schedule_tx(tx: &mut dyn Tx, realm: &str, s: &Schedule, now: i64) -> Result<Schedule> {
-    validate_realm(realm)?;
-    validate_id("schedule", &s.schedule)?;
-    if s.schedule.len() > SCHEDULE_BYTES_MAX {
-        return Err(Error::Invalid(format!(
-            "a schedule's name is at most {SCHEDULE_BYTES_MAX} bytes"
-        )));
-    }
-    validate_id("workflow function", &s.name)?;
-    validate_id("application version", &s.app_version)?;
-    validate_id("queue", &s.queue)?;
-    let next = crate::cron::Cron::parse(&s.cron)?
-        .next_after(now)
-        .ok_or_else(|| Error::Invalid(format!("cron {:?} never fires", s.cron)))?;
-    let k = p_key(tx);
-    let n = count(
-        tx,
-        "SELECT count(*) FROM workflow_schedule WHERE p_key = $1 AND realm = $2",
-        params![k, realm],
-    )?;
-    let replaced = tx.execute(
-        "DELETE FROM workflow_schedule WHERE p_key = $1 AND realm = $2 AND schedule = $3",
-        params![k, realm, s.schedule.as_str()],
-    )?;
-    if replaced == 0 && n >= SCHEDULES_MAX {
-        return Err(Error::Full(format!(
-            "realm {realm} has {SCHEDULES_MAX} schedules, the most it may"
-        )));
-    }
-    ensure_queue(tx, realm, &s.queue, now)?;
-    tx.execute(
-        "INSERT INTO workflow_schedule (p_key, realm, schedule, name, cron, app_version, queue, \
-         next_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        params![
-            k,
-            realm,
-            s.schedule.as_str(),
-            s.name.as_str(),
-            s.cron.as_str(),
-            s.app_version.as_str(),
-            s.queue.as_str(),
-            next
-        ],
-    )?;
-    tx.notify(SCHEDULES_CHANNEL, realm)?;
-    Ok(Schedule {
-        next_us: next,
-        ..s.clone()
+    crate::realms::metered(tx, realm, |tx| {
+        validate_realm(realm)?;
+        validate_id("schedule", &s.schedule)?;
+        if s.schedule.len() > SCHEDULE_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "a schedule's name is at most {SCHEDULE_BYTES_MAX} bytes"
+            )));
+        }
+        validate_id("workflow function", &s.name)?;
+        validate_id("application version", &s.app_version)?;
+        validate_id("queue", &s.queue)?;
+        let next = crate::cron::Cron::parse(&s.cron)?
+            .next_after(now)
+            .ok_or_else(|| Error::Invalid(format!("cron {:?} never fires", s.cron)))?;
+        let k = p_key(tx);
+        let n = count(
+            tx,
+            "SELECT count(*) FROM workflow_schedule WHERE p_key = $1 AND realm = $2",
+            params![k, realm],
+        )?;
+        let replaced = tx.execute(
+            "DELETE FROM workflow_schedule WHERE p_key = $1 AND realm = $2 AND schedule = $3",
+            params![k, realm, s.schedule.as_str()],
+        )?;
+        if replaced == 0 && n >= SCHEDULES_MAX {
+            return Err(Error::Full(format!(
+                "realm {realm} has {SCHEDULES_MAX} schedules, the most it may"
+            )));
+        }
+        ensure_queue(tx, realm, &s.queue, now)?;
+        tx.execute(
+            "INSERT INTO workflow_schedule (p_key, realm, schedule, name, cron, app_version, queue, \
+             next_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            params![
+                k,
+                realm,
+                s.schedule.as_str(),
+                s.name.as_str(),
+                s.cron.as_str(),
+                s.app_version.as_str(),
+                s.queue.as_str(),
+                next
+            ],
+        )?;
+        tx.notify(SCHEDULES_CHANNEL, realm)?;
+        Ok(Schedule {
+            next_us: next,
+            ..s.clone()
+        })
     })
 }
 

@@ -21,6 +21,7 @@ both!(
     tenant_sql_is_bounded,
     refused_ddl_leaves_nothing_even_when_caught,
     read_only_procedures_read_and_never_write,
+    holding_the_write_lock_is_bounded,
 );
 
 fn limits() -> Limits {
@@ -674,4 +675,49 @@ fn read_only_procedures_read_and_never_write(b: Backend) {
     assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
     release_tx.send(()).unwrap();
     held.wait().unwrap();
+}
+
+/// Writes `k`, then spins until stopped.
+const WASM_WRITE_THEN_SPIN: &str = r#"(module
+  (import "tabos" "kv_put" (func $put (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "kv")
+  (func (export "main") (param $n i32) (result i32)
+    (drop (call $put (i32.const 0) (i32.const 1) (i32.const 1) (i32.const 1)))
+    (loop $spin (br $spin))
+    (i32.const 0)))"#;
+
+/// Issue 36, item 1: on SQLite, tenant code holds its partition's write
+/// lock at most `WRITE_HOLD_MAX` (others' writes wait for it): a procedure
+/// that writes and then computes past it is stopped, says why, and leaves
+/// nothing; one that computes first and writes last runs to its end. On
+/// PostgreSQL no lock is partition-wide, and neither is bounded so.
+fn holding_the_write_lock_is_bounded(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    let sqlite = f.store.kind() == tabos_store::BackendKind::Sqlite;
+    let spin = "const end = Date.now() + 200; while (Date.now() < end) {}";
+    let first = format!("function main() {{ tabos.put('k', 'v'); {spin} return 'done'; }}");
+    let last = format!("function main() {{ {spin} tabos.put('k2', 'v'); return 'done'; }}");
+    install(&rt, &p, "a", "first", Language::Js, &first).unwrap();
+    install(&rt, &p, "a", "last", Language::Js, &last).unwrap();
+    install(&rt, &p, "a", "wfirst", Language::Wasm, WASM_WRITE_THEN_SPIN).unwrap();
+    assert_eq!(call(&rt, &p, "a", "last", b"").unwrap(), b"done");
+    assert_eq!(kv::get(&f.store, "a", "k2").unwrap(), Some(b"v".to_vec()));
+    let got = call(&rt, &p, "a", "first", b"");
+    if sqlite {
+        let e = got.unwrap_err();
+        assert_eq!(failure_kind(&e), FailureKind::Timeout, "{e}");
+        assert!(e.to_string().contains("write lock past 40 ms"), "{e}");
+        assert_eq!(kv::get(&f.store, "a", "k").unwrap(), None, "nothing stays");
+        let e = call(&rt, &p, "a", "wfirst", b"").unwrap_err();
+        assert_eq!(failure_kind(&e), FailureKind::Timeout, "{e}");
+        assert!(e.to_string().contains("write lock past 40 ms"), "{e}");
+        assert_eq!(kv::get(&f.store, "a", "k").unwrap(), None, "nothing stays");
+    } else {
+        assert_eq!(got.unwrap(), b"done");
+        // The wasm one spins to its own deadline, and says so.
+        let e = call(&rt, &p, "a", "wfirst", b"").unwrap_err();
+        assert_eq!(failure_kind(&e), FailureKind::Timeout, "{e}");
+        assert!(!e.to_string().contains("write lock"), "{e}");
+    }
 }

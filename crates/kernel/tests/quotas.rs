@@ -10,8 +10,9 @@ use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use tabos_kernel::names::{self, CreateOptions, Kind};
 use tabos_kernel::procedures::{Install, Procedures};
 use tabos_kernel::procs::{self, Descriptor};
-use tabos_kernel::realms::{self, Quota};
+use tabos_kernel::realms::{self, Quota, StorageClass};
 use tabos_kernel::sched::Scheduler;
+use tabos_kernel::workflows::{self as wf, StartSpec};
 use tabos_kernel::{kv, teardown, Error};
 use tabos_sandbox::procedure::{Language, Limits};
 use tabos_sandbox::Sandbox;
@@ -22,6 +23,7 @@ mod common;
 use common::{call_in, rt, Backend};
 
 both!(
+    workflows_mail_and_logs_count_by_class,
     storage_quota_refuses_growth_and_changes_nothing,
     counters_match_what_is_stored,
     mailbox_and_procedure_quotas,
@@ -69,6 +71,107 @@ fn set_name(s: &Store, realm: &str, path: &str, data: &[u8]) -> tabos_kernel::Re
     call_in(s, realm, move |tx| {
         names::set_tx(tx, &r, &p, &d, None, None, tabos_store::now_us())
     })
+}
+
+fn start_workflow(s: &Store, id: &str, input: Vec<u8>) -> tabos_kernel::Result<wf::Started> {
+    let spec = StartSpec {
+        id: id.into(),
+        name: "order".into(),
+        app_version: "v1".into(),
+        input,
+        queue: Some("q".into()),
+        priority: 0,
+        executor: None,
+        user: "root".into(),
+    };
+    call_in(s, "r", move |tx| wf::start_tx(tx, "r", &spec, 1))
+}
+
+/// Workflows (inputs, and their rows however small), queued mail and proc
+/// logs count against the storage quota, each in its class: a workflow
+/// past the quota is refused naming its class and leaves nothing; the
+/// counters equal what the tables hold, class by class.
+fn workflows_mail_and_logs_count_by_class(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let (s, rt) = (&f.store, rt());
+    realms::create(s, "r", Scheduler::Fifo).unwrap();
+    rt.block_on(realms::set_quota(s, "r", quota(Some(1))))
+        .unwrap();
+    for i in 0..3 {
+        start_workflow(s, &format!("big{i}"), vec![7; 300 << 10]).unwrap();
+    }
+    let before = usage(s, "r");
+    assert!(
+        before.stored.get(StorageClass::Workflows) >= 900 << 10,
+        "{before:?}"
+    );
+    assert_eq!(before.stored_bytes, before.stored.total());
+    let e = start_workflow(s, "big3", vec![7; 300 << 10]).unwrap_err();
+    assert!(is_over(&e, "storage"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("this change adds 0.3 MiB of workflows"),
+        "{e}"
+    );
+    assert_eq!(usage(s, "r"), before, "nothing changed");
+    let r = "r".to_string();
+    assert!(call_in(s, "r", move |tx| wf::get_tx(tx, &r, "big3"))
+        .unwrap()
+        .is_none());
+
+    // Small rows are not free: a thousand empty enqueues take room.
+    rt.block_on(realms::set_quota(s, "r", quota(Some(100))))
+        .unwrap();
+    let wf_before = usage(s, "r").stored.get(StorageClass::Workflows);
+    for i in 0..1_000 {
+        start_workflow(s, &format!("small{i}"), Vec::new()).unwrap();
+    }
+    let grown = usage(s, "r").stored.get(StorageClass::Workflows) - wf_before;
+    assert!(grown >= 64 * 1_000, "{grown}");
+
+    // Queued mail is stored bytes.
+    let opts = MailboxOptions {
+        bytes_max: 64 << 20,
+        log_delivered: false,
+    };
+    rt.block_on(ipc::create_mailbox(s, "r", "inbox", opts))
+        .unwrap();
+    rt.block_on(ipc::send(
+        s,
+        "r",
+        None,
+        vec![Outgoing {
+            to: Address::parse("inbox").unwrap(),
+            payload: vec![1; 5_000],
+            message_id: None,
+        }],
+        opts,
+    ))
+    .unwrap();
+    assert_eq!(usage(s, "r").stored.get(StorageClass::Mail), 5_000);
+
+    // A proc's logs, recorded at its end, until its node drops them.
+    let (pid, _) = rt
+        .block_on(procs::spawn(s, "r", Descriptor::native("/bin/true")))
+        .unwrap();
+    let p = pid.clone();
+    call_in(s, "r", move |tx| {
+        procs::set_log_bytes_tx(tx, "r", &p, 12_345)
+    })
+    .unwrap();
+    assert_eq!(usage(s, "r").stored.get(StorageClass::Logs), 12_345);
+
+    // Counted equals summed, class by class.
+    let counted = usage(s, "r");
+    rt.block_on(realms::set_quota(s, "r", quota(None))).unwrap();
+    let summed = usage(s, "r");
+    assert_eq!(counted.stored, summed.stored);
+    rt.block_on(realms::set_quota(s, "r", quota(Some(100))))
+        .unwrap();
+    assert_eq!(usage(s, "r").stored, summed.stored, "recounted");
+
+    rt.block_on(procs::logs_dropped(s, "r", vec![pid])).unwrap();
+    assert_eq!(usage(s, "r").stored.get(StorageClass::Logs), 0);
 }
 
 /// A change that would pass the storage quota is refused with the quota's
@@ -240,6 +343,22 @@ fn mailbox_and_procedure_quotas(b: Backend) {
     assert_eq!(got.messages.len(), 1);
     assert_eq!(usage(s, "r").mailbox_bytes, 0);
     send(400 << 10).unwrap();
+    // Queued mail is stored bytes too (its own class), so it is taken
+    // before the storage quota is filled below.
+    let u = usage(s, "r");
+    assert_eq!(u.stored.get(StorageClass::Mail), 400 << 10);
+    assert!(u.stored_bytes >= 400 << 10, "{}", u.stored_bytes);
+    let took = rt
+        .block_on(ipc::recv(
+            s,
+            "r",
+            &to,
+            Take::messages(1),
+            Duration::ZERO,
+            std::future::pending(),
+        ))
+        .unwrap();
+    assert_eq!(took.messages.len(), 1);
 
     let p = Procedures::new(s.clone(), Sandbox::new().unwrap());
     let install = |name: &str, code: &str| {

@@ -92,7 +92,17 @@ where
         // Served from `conn::incoming`, every request knows its connection;
         // the plain TCP info goes in too, for tonic's `remote_addr`.
         let conn = request.extensions().get::<ConnInfo>().cloned();
-        let call = conn.as_ref().map(|c| c.state.call());
+        // Its realm's share of calls first: a call past it is refused
+        // before anything is read or held.
+        let realm_call = match conn.as_ref().map(ConnInfo::realm_call) {
+            Some(Err(why)) => {
+                let refused = tonic::Status::resource_exhausted(why).into_http();
+                return Box::pin(async move { Ok(refused) });
+            }
+            Some(Ok(taken)) => taken,
+            None => None,
+        };
+        let call = conn.as_ref().map(|c| (c.state.call(), realm_call));
         let state = conn.as_ref().map(|c| c.state.clone());
         if let Some(c) = conn {
             request.extensions_mut().insert(c.tcp);
@@ -120,10 +130,11 @@ where
     }
 }
 
-/// A response body that keeps its call counted until it is dropped.
+/// A response body that keeps its call counted (on its connection, and
+/// against its realm) until it is dropped.
 struct Tracked {
     body: Body,
-    _call: CallGuard,
+    _call: (CallGuard, Option<crate::doors::Taken>),
 }
 
 impl http_body::Body for Tracked {

@@ -30,8 +30,13 @@
 //! RESOURCE_EXHAUSTED (its connection stays unauthenticated, so is
 //! closed after the wait for a credential). When every slot is held,
 //! the node closes an idle connection of the realm holding the most —
-//! never one of a realm below its share — to make room. `tabos status`
-//! shows these limits and their use ([`Slots::door`]).
+//! never one of a realm below its share — to make room. A signed-in
+//! connection's calls count against its realm too: at most
+//! [`CALLS_PER_REALM_MAX`] open at once over all of the realm's
+//! connections (a call past it is RESOURCE_EXHAUSTED at once), so a few
+//! connections of 128 streams each cannot hold the node's tasks for one
+//! realm. `tabos status` shows these limits and their use
+//! ([`Slots::door`], [`Slots::calls`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,6 +75,12 @@ pub const CONNECTIONS_PER_REALM_MAX: usize = DOOR.per_realm;
 /// Most concurrent calls (HTTP/2 streams) on one connection; a client
 /// opening more waits for one to end.
 pub const STREAMS_PER_CONNECTION_MAX: u32 = 128;
+/// Most calls one realm's signed-in connections hold open at once on this
+/// node — waits, watches and receives included (operators' are counted,
+/// not capped); a call past it is RESOURCE_EXHAUSTED. A sixteenth of what
+/// a realm's connections could open ([`CONNECTIONS_PER_REALM_MAX`] ×
+/// [`STREAMS_PER_CONNECTION_MAX`]).
+pub const CALLS_PER_REALM_MAX: usize = 2_048;
 /// Every so often the node pings an idle connection; one that does not
 /// answer within [`KEEPALIVE_TIMEOUT`] is closed, and its calls with it.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
@@ -141,6 +152,8 @@ pub struct ConnState {
     authenticated: std::sync::atomic::AtomicBool,
     /// Closed by the node (to make room) as soon as no call is open on it.
     evicted: std::sync::atomic::AtomicBool,
+    /// The realm it signed in for (`""`: operators), once it has.
+    realm: std::sync::OnceLock<Arc<str>>,
     /// Where it comes from.
     source: Source,
     pub(crate) limits: Limits,
@@ -156,6 +169,7 @@ impl ConnState {
             accepted: Instant::now(),
             authenticated: std::sync::atomic::AtomicBool::new(false),
             evicted: std::sync::atomic::AtomicBool::new(false),
+            realm: std::sync::OnceLock::new(),
             source,
             limits,
         }
@@ -233,12 +247,30 @@ impl ConnInfo {
             return Ok(());
         }
         self.slots
-            .0
+            .door
             .ledger
             .sign_in(&self.state, realm)
             .map_err(|e| e.to_string())?;
+        let _ = self.state.realm.set(realm.into());
         self.state.authenticated.store(true, Ordering::Release);
         Ok(())
+    }
+
+    /// Counts a call of this connection against its realm's
+    /// [`CALLS_PER_REALM_MAX`], once it has signed in (`None` before: the
+    /// call that signs it in is bounded by the connection's streams);
+    /// `Err` says why the call is refused.
+    pub(crate) fn realm_call(&self) -> Result<Option<crate::doors::Taken>, String> {
+        let Some(realm) = self.state.realm.get() else {
+            return Ok(None);
+        };
+        self.slots.calls.take(realm).map(Some).map_err(|full| {
+            format!(
+                "realm {} has {} calls open on this node, the most one realm may; wait for \
+                 some to end",
+                full.realm, full.held
+            )
+        })
     }
 }
 
@@ -362,7 +394,7 @@ pub fn open_connections() -> usize {
 impl Drop for Conn {
     fn drop(&mut self) {
         OPEN.fetch_sub(1, Ordering::Relaxed);
-        self.slots.0.ledger.forget(&self.state);
+        self.slots.door.ledger.forget(&self.state);
     }
 }
 
@@ -414,17 +446,29 @@ impl Listener {
 /// servers of its listeners (TCP and the local socket): one count, and
 /// who holds them (see the module's doc).
 #[derive(Debug, Clone)]
-pub struct Slots(Arc<Door<ConnState>>);
+pub struct Slots {
+    door: Arc<Door<ConnState>>,
+    /// The calls open on its connections, per realm.
+    calls: Arc<crate::doors::PerRealm>,
+}
 
 impl Slots {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Slots {
-        Slots(Arc::new(Door::new(CONNECTIONS_MAX, DOOR)))
+        Slots {
+            door: Arc::new(Door::new(CONNECTIONS_MAX, DOOR)),
+            calls: crate::doors::PerRealm::new(CALLS_PER_REALM_MAX),
+        }
     }
 
     /// The door these slots are: its limits and who holds it.
     pub fn door(&self) -> &Door<ConnState> {
-        &self.0
+        &self.door
+    }
+
+    /// The calls open on these slots' connections, per realm.
+    pub fn calls(&self) -> &crate::doors::PerRealm {
+        &self.calls
     }
 }
 
@@ -441,7 +485,7 @@ pub fn incoming_shared(
         loop {
             let slot = tokio::select! {
                 () = tx.closed() => return, // the server stopped
-                s = slots.0.slot(None) => match s {
+                s = slots.door.slot(None) => match s {
                     Some(s) => s,
                     None => return,
                 },
@@ -454,7 +498,7 @@ pub fn incoming_shared(
                 Ok((stream, source)) => {
                     backoff = Duration::from_millis(10);
                     let state = Arc::new(ConnState::new(limits, source));
-                    if !slots.0.ledger.admit(&state) {
+                    if !slots.door.ledger.admit(&state) {
                         // Over its source's cap: closed at once (dropped).
                         continue;
                     }

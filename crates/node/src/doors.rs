@@ -30,3 +30,22 @@ pub fn door_use<H: Held>(
             .collect(),
     }
 }
+
+/// What `counts` holds per realm against its cap, as `caller` may see it
+/// (a tenant its own realm's only).
+pub fn realm_cap(
+    what: &str,
+    counts: &PerRealm,
+    caller: &tabos_kernel::auth::Principal,
+) -> tabos_client::proto::RealmCap {
+    tabos_client::proto::RealmCap {
+        what: what.to_string(),
+        per_realm_max: counts.per_realm() as u64,
+        by_realm: counts
+            .usage()
+            .into_iter()
+            .filter(|(r, _)| caller.is_operator() || *r == caller.realm)
+            .map(|(r, n)| (r, n as u64))
+            .collect(),
+    }
+}

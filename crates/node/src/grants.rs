@@ -208,6 +208,7 @@ fn new_procd(
             be_util_pct: node.settings.be_util_pct,
             steal_after: node.settings.steal_after,
             mailbox: node.settings.mailbox,
+            logs_per_realm_max: node.settings.logs_per_realm_max,
         },
         node.auth.clone(),
         // Its own busy cores: admission goes by its grant alone.

@@ -87,6 +87,9 @@ pub struct NodeSettings {
     pub node_id: String,
     /// Where procd keeps procs' stdout and stderr.
     pub logs: PathBuf,
+    /// Bytes of ended procs' logs kept per realm
+    /// ([`procd::LOGS_PER_REALM_MAX`] by default); the oldest go first.
+    pub logs_per_realm_max: u64,
     /// The realm this node's worker serves (created if missing).
     pub realm: String,
     /// Cores and memory the worker offers.
@@ -194,6 +197,7 @@ impl NodeSettings {
         let size = size::detect();
         NodeSettings {
             logs: std::env::temp_dir().join(format!("tabos-logs-{node_id}")),
+            logs_per_realm_max: procd::LOGS_PER_REALM_MAX,
             node_id,
             realm: "default".into(),
             cores: size.cores,
@@ -242,6 +246,8 @@ pub struct Node {
     pub doors: conn::Slots,
     /// The PostgreSQL front door's and the dashboard's.
     pub pg_door: std::sync::Arc<pg::Door>,
+    /// The channels each realm listens on at the PostgreSQL front door.
+    pub pg_listens: std::sync::Arc<doors::PerRealm>,
     pub dashboard_door: std::sync::Arc<dashboard::Door>,
 }
 
@@ -296,6 +302,7 @@ impl Node {
             standing: Default::default(),
             doors: conn::Slots::new(),
             pg_door: pg::door(),
+            pg_listens: pg::listens(),
             dashboard_door: dashboard::door(),
             store,
             started_us: tabos_store::now_us(),
@@ -313,6 +320,18 @@ impl Node {
             doors::door_use("grpc", self.doors.door(), caller),
             doors::door_use("postgres", &self.pg_door, caller),
             doors::door_use("dashboard", &self.dashboard_door, caller),
+        ]
+    }
+
+    /// What each realm holds open beyond its connections (gRPC calls,
+    /// LISTEN channels) against its cap, as `caller` may see it.
+    pub fn realm_caps(
+        &self,
+        caller: &tabos_kernel::auth::Principal,
+    ) -> Vec<tabos_client::proto::RealmCap> {
+        vec![
+            doors::realm_cap("gRPC calls", self.doors.calls(), caller),
+            doors::realm_cap("postgres LISTEN channels", &self.pg_listens, caller),
         ]
     }
 
@@ -1184,6 +1203,7 @@ async fn serve_realms(
                     be_util_pct: node.settings.be_util_pct,
                     steal_after: node.settings.steal_after,
                     mailbox: node.settings.mailbox,
+                    logs_per_realm_max: node.settings.logs_per_realm_max,
                 },
                 node.auth.clone(),
                 shared,

@@ -95,6 +95,10 @@ pub const ROWS_MAX: usize = crate::sql::ROWS_MAX as usize;
 pub const DESCRIBED_MAX: usize = 4;
 /// Most channels one connection listens on.
 pub const LISTENS_MAX: usize = 64;
+/// Most channels one realm's connections listen on together (each a
+/// follower task on the node's change feed); past it LISTEN fails with
+/// 54000 (program_limit_exceeded). Four connections' worth.
+pub const LISTENS_PER_REALM_MAX: usize = 4 * LISTENS_MAX;
 /// Notifications waiting for an idle connection (its listeners wait
 /// past it).
 pub const NOTIFY_QUEUE_MAX: usize = 1_024;
@@ -181,6 +185,12 @@ pub fn door() -> Arc<Door> {
     Arc::new(Door::new(CONNECTIONS_MAX, DOOR))
 }
 
+/// A new count of the channels each realm listens on
+/// ([`LISTENS_PER_REALM_MAX`]).
+pub fn listens() -> Arc<crate::doors::PerRealm> {
+    crate::doors::PerRealm::new(LISTENS_PER_REALM_MAX)
+}
+
 /// Serves the protocol on `listener` until `stopping` is raised.
 pub async fn serve(
     node: Node,
@@ -230,8 +240,10 @@ struct Conn {
     session: Mutex<Option<Session>>,
     /// Results run to describe a portal, kept for its execution.
     described: Mutex<HashMap<String, (String, tabos_store::Rows)>>,
-    /// LISTENed channels (as the client named them) and their followers.
-    listens: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// LISTENed channels (as the client named them) and their followers,
+    /// each counted against its realm's [`LISTENS_PER_REALM_MAX`] while it
+    /// lives.
+    listens: Mutex<HashMap<String, (tokio::task::JoinHandle<()>, crate::doors::Taken)>>,
     notify: mpsc::Sender<(String, String)>,
     /// Its standing at the door (signed in for which realm, busy, to be
     /// closed).
@@ -247,7 +259,7 @@ impl Drop for Conn {
             .unwrap_or_else(|e| e.into_inner())
             .drain()
         {
-            t.abort();
+            t.0.abort();
         }
     }
 }
@@ -376,11 +388,11 @@ impl Conn {
                 let mut listens = lock(&self.listens);
                 match channel {
                     Some(c) => {
-                        if let Some(t) = listens.remove(&c) {
+                        if let Some((t, _)) = listens.remove(&c) {
                             t.abort();
                         }
                     }
-                    None => listens.drain().for_each(|(_, t)| t.abort()),
+                    None => listens.drain().for_each(|(_, (t, _))| t.abort()),
                 }
                 Ok(Outcome::Response(Response::Execution(Tag::new("UNLISTEN"))))
             }
@@ -434,6 +446,16 @@ impl Conn {
                 format!("a connection listens on at most {LISTENS_MAX} channels"),
             ));
         }
+        let taken = self.node.pg_listens.take(realm).map_err(|full| {
+            refused(
+                sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                format!(
+                    "realm {} listens on {} channels over its connections to this node, the \
+                     most one realm may ({LISTENS_PER_REALM_MAX})",
+                    full.realm, full.held
+                ),
+            )
+        })?;
         let mut sub = self.node.store.subscribe(&feed);
         let (tx, name) = (self.notify.clone(), channel.clone());
         let task = tokio::spawn(async move {
@@ -447,7 +469,7 @@ impl Conn {
                 }
             }
         });
-        listens.insert(channel, task);
+        listens.insert(channel, (task, taken));
         Ok(())
     }
 }

@@ -43,6 +43,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 /// limit, so that `tabos logs` can always return what was kept.
 pub const LOG_BYTES_MAX: u64 = (tabos_client::MESSAGE_BYTES_MAX / 2) as u64;
 const _: () = assert!(LOG_BYTES_MAX < tabos_client::MESSAGE_BYTES_MAX as u64);
+/// Bytes of ended procs' logs a node keeps per realm by default
+/// ([`Policy::logs_per_realm_max`]): past it, the oldest procs' logs are
+/// dropped, so a realm's chatty procs cannot fill the node's disk.
+pub const LOGS_PER_REALM_MAX: u64 = 1 << 30;
 /// Time an evicted proc gets to exit after SIGTERM before SIGKILL.
 pub const EVICT_GRACE: Duration = Duration::from_secs(2);
 /// How long a native proc's output is still read after it exited and its
@@ -176,6 +180,9 @@ pub struct Policy {
     pub steal_after: Duration,
     /// Bound and logging of the mailboxes of the procs this procd runs.
     pub mailbox: tabos_kernel::ipc::MailboxOptions,
+    /// Bytes of ended procs' logs kept for the realm on this node
+    /// ([`LOGS_PER_REALM_MAX`] by default); the oldest go first.
+    pub logs_per_realm_max: u64,
 }
 
 /// Most a BE utilization target may be, in percent (oversubscription of 4×).
@@ -638,6 +645,13 @@ impl Procd {
             self.freed.notify_one();
             return;
         }
+        // What its logs hold is counted against the realm's storage (with
+        // its end, in one transaction); older procs' logs are dropped first
+        // if the realm's pass the node's bound, so that its end is seen
+        // only once they are.
+        let log_bytes = self
+            .keep_logs(&p.pid, logs_bytes(&self.logs, &self.realm, p.pid.as_str()))
+            .await;
         // The database away (a failover, a cut-off node): the end is
         // recorded once it is back — never lost, and never recorded for a
         // proc the cluster has given back meanwhile (the kernel records an
@@ -651,6 +665,7 @@ impl Procd {
                 state,
                 status,
                 error.clone(),
+                i64::try_from(log_bytes).unwrap_or(i64::MAX),
                 &self.worker,
                 CLAIM_BATCH_MAX,
                 self.admission(),
@@ -693,6 +708,37 @@ impl Procd {
                 self.freed.notify_one();
             }
         }
+    }
+
+    /// Keeps ended proc `pid`'s `bytes` of logs among its realm's on this
+    /// node; past [`Policy::logs_per_realm_max`], drops the oldest procs'
+    /// logs (`pid`'s last) and records that they hold nothing now. Returns
+    /// the bytes `pid`'s logs still hold.
+    async fn keep_logs(&self, pid: &Pid, bytes: u64) -> u64 {
+        let dir = self.logs.join(&self.realm);
+        let dropped = kept_logs().keep(&dir, pid, bytes, self.policy.logs_per_realm_max);
+        let mut others = Vec::with_capacity(dropped.len());
+        let mut kept = bytes;
+        for (old, files) in dropped {
+            for f in &files {
+                let _ = std::fs::remove_file(f);
+            }
+            if &old == pid {
+                kept = 0;
+            } else {
+                others.push(old);
+            }
+        }
+        for chunk in others.chunks(procs::LOGS_DROPPED_MAX) {
+            if let Err(e) = procs::logs_dropped(&self.store, &self.realm, chunk.to_vec()).await {
+                eprintln!(
+                    "procd {}: cannot record the logs dropped for {} procs: {e}",
+                    self.worker,
+                    chunk.len()
+                );
+            }
+        }
+        kept
     }
 
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
@@ -1038,6 +1084,100 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     unsafe {
         libc::kill(-pgid, sig);
     }
+}
+
+/// The streams a proc's logs are kept in (`<logs>/<realm>/<pid>.<stream>`).
+const LOG_STREAMS: [&str; 2] = ["stdout", "stderr"];
+
+/// Bytes proc `pid`'s logs hold on this node.
+fn logs_bytes(logs: &Path, realm: &str, pid: &str) -> u64 {
+    LOG_STREAMS
+        .iter()
+        .filter_map(|s| std::fs::metadata(Procd::log_path(logs, realm, pid, s)).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// Ended procs' logs kept on this node, per realm's log directory, oldest
+/// first: what [`Procd::keep_logs`] drops from. Process-wide, as the files
+/// are (several procds, or nodes in one process, may share a directory).
+#[derive(Default)]
+struct KeptLogs {
+    dirs: HashMap<PathBuf, KeptDir>,
+}
+
+#[derive(Default)]
+struct KeptDir {
+    total: u64,
+    procs: std::collections::VecDeque<(Pid, u64)>,
+}
+
+/// A proc whose logs were dropped, and its files.
+type Dropped = (Pid, Vec<PathBuf>);
+
+impl KeptLogs {
+    /// Adds ended proc `pid`'s `bytes` in `dir` (read from the directory
+    /// the first time, oldest first by modification time) and returns the
+    /// oldest procs to drop to bring `dir` within `max`.
+    fn keep(&mut self, dir: &Path, pid: &Pid, bytes: u64, max: u64) -> Vec<Dropped> {
+        let kept = self
+            .dirs
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| KeptDir::read(dir, pid));
+        kept.total += bytes;
+        kept.procs.push_back((pid.clone(), bytes));
+        let mut dropped = Vec::new();
+        while kept.total > max {
+            let Some((old, b)) = kept.procs.pop_front() else {
+                break;
+            };
+            kept.total -= b;
+            let files = LOG_STREAMS
+                .iter()
+                .map(|s| dir.join(format!("{}.{s}", old.as_str())))
+                .collect();
+            dropped.push((old, files));
+        }
+        dropped
+    }
+}
+
+impl KeptDir {
+    /// The logs in `dir` of procs other than `except` (which is being
+    /// added), oldest first.
+    fn read(dir: &Path, except: &Pid) -> KeptDir {
+        let mut by_pid: HashMap<String, (u64, std::time::SystemTime)> = HashMap::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some((pid, stream)) = name.rsplit_once('.') else {
+                continue;
+            };
+            let Ok(m) = e.metadata() else { continue };
+            if !LOG_STREAMS.contains(&stream) || pid == except.as_str() {
+                continue;
+            }
+            let at = m.modified().unwrap_or(std::time::UNIX_EPOCH);
+            let entry = by_pid.entry(pid.to_string()).or_insert((0, at));
+            entry.0 += m.len();
+            entry.1 = entry.1.max(at);
+        }
+        let mut procs: Vec<_> = by_pid
+            .into_iter()
+            .filter_map(|(pid, (b, at))| Pid::new(pid).ok().map(|p| (at, p, b)))
+            .collect();
+        procs.sort_by_key(|p| p.0);
+        KeptDir {
+            total: procs.iter().map(|p| p.2).sum(),
+            procs: procs.into_iter().map(|(_, p, b)| (p, b)).collect(),
+        }
+    }
+}
+
+fn kept_logs() -> std::sync::MutexGuard<'static, KeptLogs> {
+    static KEPT: std::sync::OnceLock<Mutex<KeptLogs>> = std::sync::OnceLock::new();
+    KEPT.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// The native procs' logs being written on this node, by file: how many

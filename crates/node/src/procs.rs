@@ -255,8 +255,33 @@ impl ProcsService {
                 procedures: u.procedures,
                 quota_procedures: u.quota.procedures,
                 host_paths: u.host_paths,
+                stored: u
+                    .stored
+                    .iter()
+                    .map(|(class, bytes)| proto::StoredBytes {
+                        class: storage_class(class).into(),
+                        bytes,
+                    })
+                    .collect(),
             })
             .collect())
+    }
+}
+
+/// A storage class on the wire.
+fn storage_class(c: tabos_kernel::realms::StorageClass) -> proto::StorageClass {
+    use proto::StorageClass as P;
+    use tabos_kernel::realms::StorageClass as K;
+    match c {
+        K::Kv => P::Kv,
+        K::Names => P::Names,
+        K::Files => P::Files,
+        K::Mail => P::QueuedMail,
+        K::Delivered => P::DeliveredMail,
+        K::Code => P::Code,
+        K::Workflows => P::Workflows,
+        K::Tables => P::Tables,
+        K::Logs => P::Logs,
     }
 }
 

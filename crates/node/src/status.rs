@@ -30,6 +30,7 @@ impl proto::node_server::Node for StatusService {
         let store = &self.node.store;
         let stats = store.stats();
         let doors = self.node.door_uses(&caller);
+        let realm_caps = self.node.realm_caps(&caller);
         Ok(Response::new(proto::StatusResponse {
             version: env!("CARGO_PKG_VERSION").to_string(),
             backend: store.kind().to_string(),
@@ -60,6 +61,7 @@ impl proto::node_server::Node for StatusService {
             db_connections: stats.connections,
             leader: self.node.standing.leading(),
             doors,
+            realm_caps,
         }))
     }
 

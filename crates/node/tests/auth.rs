@@ -684,6 +684,15 @@ async fn storage_quotas_and_realm_removal() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    // Queued mail is stored bytes too: room is made for it.
+    op.set_realm(proto::SetRealmRequest {
+        realm: "sq".into(),
+        storage_mb: Some(2),
+        mailbox_mb: Some(1),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     admin
         .create_mailbox("", "box", 8 << 20, None)
         .await

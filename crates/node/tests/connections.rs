@@ -447,3 +447,78 @@ async fn floods_of_connections_leave_room_for_others() {
     drop(of_a);
     n.shut_down().await;
 }
+
+/// The open calls of `realm` as `tabos status` shows them to `c`.
+async fn realm_calls(c: &mut tabos_client::Client, realm: &str) -> Option<u64> {
+    let s = c.status().await.unwrap();
+    let cap = s
+        .realm_caps
+        .into_iter()
+        .find(|c| c.what == "gRPC calls")
+        .expect("the gRPC calls per realm are shown");
+    assert_eq!(
+        cap.per_realm_max as usize,
+        tabos_node::conn::CALLS_PER_REALM_MAX
+    );
+    cap.by_realm.get(realm).copied()
+}
+
+/// Issue 36, item 2: one realm's open calls over all its connections are
+/// capped — its waits fill the cap, its next call is RESOURCE_EXHAUSTED at
+/// once, another realm is served throughout, and `tabos status` shows the
+/// count (a tenant its own only); once the waits end, the realm is served
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_realms_open_calls_are_capped() {
+    use tabos_node::conn::{CALLS_PER_REALM_MAX, STREAMS_PER_CONNECTION_MAX};
+    more_files();
+    let dir = TempDir::new("conn-calls");
+    let n = common::start_with(&dir, "n1", Default::default()).await;
+    let mut op = n.client().await;
+    let a = op.create_realm("a", "fifo").await.unwrap().admin_token;
+    let b = op.create_realm("b", "fifo").await.unwrap().admin_token;
+    let mut at_a = n.client_with(&a).await;
+    at_a.create_mailbox("", "box", 0, None).await.unwrap();
+    // Connections enough for every wait, each signed in by a first call.
+    let conns = CALLS_PER_REALM_MAX / STREAMS_PER_CONNECTION_MAX as usize + 1;
+    let mut clients = Vec::new();
+    for _ in 0..conns {
+        let mut c = n.client_with(&a).await;
+        c.who_am_i().await.unwrap();
+        clients.push(c);
+    }
+    let mut waits = tokio::task::JoinSet::new();
+    for i in 0..CALLS_PER_REALM_MAX {
+        let mut c = clients[i % conns].clone();
+        waits.spawn(async move { c.recv("", "box", 1, 60_000).await });
+    }
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while realm_calls(&mut op, "a").await != Some(CALLS_PER_REALM_MAX as u64) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waits never all opened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let e = at_a.who_am_i().await.unwrap_err();
+    assert_eq!(common::code(&e), tonic::Code::ResourceExhausted, "{e}");
+    assert!(e.to_string().contains("calls open on this node"), "{e}");
+    let mut at_b = n.client_with(&b).await;
+    assert_eq!(at_b.who_am_i().await.unwrap().realm, "b");
+    // b sees its own count only (its status call is open as it is read).
+    assert_eq!(realm_calls(&mut at_b, "a").await, None);
+    assert_eq!(realm_calls(&mut at_b, "b").await, Some(1));
+    // The waits end: a is served again.
+    waits.abort_all();
+    while waits.join_next().await.is_some() {}
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while realm_calls(&mut op, "a").await.unwrap_or(0) >= CALLS_PER_REALM_MAX as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waits' calls stayed counted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(at_a.who_am_i().await.unwrap().realm, "a");
+    n.shut_down().await;
+}

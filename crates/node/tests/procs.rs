@@ -26,8 +26,17 @@ async fn start_tuned(
     be_util_pct: u32,
     prepare: impl FnOnce(&tabos_store::Store) -> tabos_kernel::Result<()>,
 ) -> (Node, Endpoint, tokio::sync::oneshot::Sender<()>) {
-    let settings = NodeSettings {
-        be_util_pct,
+    start_custom(dir, cores, |s| s.be_util_pct = be_util_pct, prepare).await
+}
+
+/// [`start_with`] settings changed by `tune`.
+async fn start_custom(
+    dir: &TempDir,
+    cores: i64,
+    tune: impl FnOnce(&mut NodeSettings),
+    prepare: impl FnOnce(&tabos_store::Store) -> tabos_kernel::Result<()>,
+) -> (Node, Endpoint, tokio::sync::oneshot::Sender<()>) {
+    let mut settings = NodeSettings {
         node_id: "test-node".into(),
         logs: dir.path().join("logs"),
         realm: "default".into(),
@@ -38,6 +47,7 @@ async fn start_tuned(
         heartbeat: std::time::Duration::from_secs(10),
         ..tabos_node::NodeSettings::defaults()
     };
+    tune(&mut settings);
     let node = Node::open_with(
         &Config::sqlite(dir.path().join("db")).with_partitions(2),
         settings,
@@ -214,6 +224,46 @@ async fn native_procs_run_report_status_and_keep_logs() {
     let gone = c.wait_exit("default", "sleeper").await.unwrap();
     assert_eq!(gone.state, "evicted");
     assert_eq!(gone.exit_status, Some(128 + 15), "SIGTERM");
+    let _ = stop.send(());
+}
+
+/// The bytes of logs `realm` stores, as the API reports them.
+async fn stored_logs(c: &mut Client, realm: &str) -> i64 {
+    let r = c.list_realms().await.unwrap();
+    let r = r.iter().find(|r| r.realm == realm).unwrap();
+    r.stored
+        .iter()
+        .find(|s| s.class == proto::StorageClass::Logs as i32)
+        .map(|s| s.bytes)
+        .unwrap()
+}
+
+/// A realm's ended procs' logs on a node are bounded: past the node's
+/// bound the oldest proc's logs are dropped (before the newest's end is
+/// seen), and what they hold is counted as the realm's stored logs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realms_logs_are_bounded_on_its_node_and_counted() {
+    let dir = TempDir::new("procd-logs");
+    let (_node, addr, stop) =
+        start_custom(&dir, 2, |s| s.logs_per_realm_max = 10_000, |_| Ok(())).await;
+    let mut c = connect(&addr).await;
+    let chatty = |pid: &str| proto::ProcDescriptor {
+        pid: pid.into(),
+        ..sh("head -c 6000 /dev/zero | tr '\\0' x; echo e >&2")
+    };
+    let (done, out, _) = finished_output(&mut c, "default", chatty("first")).await;
+    assert_eq!(done.state, "exited");
+    assert_eq!(out.len(), 6_000);
+    assert_eq!(stored_logs(&mut c, "default").await, 6_002);
+    let (_, out, _) = finished_output(&mut c, "default", chatty("second")).await;
+    assert_eq!(out.len(), 6_000, "the newest are kept");
+    // 12,004 bytes passed 10,000: the first proc's logs went.
+    let gone = c.logs("default", "first", "stdout").await;
+    assert!(
+        gone.as_ref().map_or(true, |l| l.data.is_empty()),
+        "{gone:?}"
+    );
+    assert_eq!(stored_logs(&mut c, "default").await, 6_002);
     let _ = stop.send(());
 }
 

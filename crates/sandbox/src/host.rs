@@ -234,6 +234,14 @@ pub struct FileEntry {
 /// What tabos does for a proc's host calls; implemented by the node. The
 /// namespace and file calls default to "not offered" (`ENOSYS`).
 pub trait Host {
+    /// A deadline the host has set for the running call, earlier than the
+    /// call's own — it began holding something others wait for (a
+    /// procedure's partition write lock, `tabos_store::WRITE_HOLD_MAX`):
+    /// the call stops there, as at its own. Asked after each host call and
+    /// by the runtimes' interrupt checks.
+    fn deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
     /// Sends `payload` to every address in `to`, in one transaction, with
     /// an optional idempotency id.
     fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError>;

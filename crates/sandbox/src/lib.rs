@@ -190,9 +190,23 @@ impl RunState {
         }
     }
 
+    /// The run's deadline now: its own, or the host's if that is earlier
+    /// ([`Host::deadline`]).
+    pub(crate) fn deadline_now(&self) -> Option<Instant> {
+        let host = match (&self.scoped, &self.host) {
+            (Some(scoped), _) => scoped.get_ref().deadline(),
+            (None, Some(h)) => h.deadline(),
+            (None, None) => None,
+        };
+        match (self.deadline, host) {
+            (Some(own), Some(h)) => Some(own.min(h)),
+            (own, h) => own.or(h),
+        }
+    }
+
     /// Whether the epoch callback should interrupt the run.
     fn interrupted(&self) -> bool {
-        self.stop.load(Ordering::SeqCst) || self.deadline.is_some_and(|d| Instant::now() >= d)
+        self.stop.load(Ordering::SeqCst) || self.deadline_now().is_some_and(|d| Instant::now() >= d)
     }
 }
 

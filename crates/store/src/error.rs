@@ -143,6 +143,12 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// SQLite's extended code for a write refused because the transaction's
+/// read snapshot is no longer the latest.
+pub const SQLITE_BUSY_SNAPSHOT: i32 = 517;
+/// SQLite's code for a lock held by another connection.
+pub const SQLITE_BUSY: i32 = 5;
+
 impl Error {
     pub(crate) fn sql(
         statement: &str,
@@ -166,11 +172,20 @@ impl Error {
         }
     }
 
-    /// True for the errors a serializable transaction must be retried on:
-    /// PostgreSQL serialization failure (40001) and deadlock (40P01).
+    /// True for the errors a transaction must be retried on: PostgreSQL
+    /// serialization failure (40001) and deadlock (40P01); SQLite's
+    /// SQLITE_BUSY_SNAPSHOT (517) and SQLITE_BUSY (5), met by a deferred
+    /// transaction (tenant code, see `sqlite`) whose snapshot is stale when
+    /// it first writes, or that would write while another holds the write
+    /// lock (SQLite cannot wait there: the snapshot would be stale after).
     pub fn is_retryable(&self) -> bool {
-        matches!(self.as_sql().map(|e| &e.code),
-            Some(SqlCode::Sqlstate(s)) if s == "40001" || s == "40P01")
+        match self.as_sql().map(|e| &e.code) {
+            Some(SqlCode::Sqlstate(s)) => s == "40001" || s == "40P01",
+            Some(SqlCode::Sqlite { extended, .. }) => {
+                *extended == SQLITE_BUSY_SNAPSHOT || *extended == SQLITE_BUSY
+            }
+            _ => false,
+        }
     }
 
     /// True when the database could not be reached ([`Error::Unavailable`]).

@@ -9,10 +9,11 @@
 //! * short procedures are taken before long ones, round robin over the
 //!   shares that have any, so a realm's flood of short calls delays
 //!   another's only by its turn in the ring;
-//! * long procedures run one per batch (SQLite) — never inside a group
-//!   commit that short ones wait on — alternating with batches of short
-//!   ones while both wait, so a short call waits behind at most one long
-//!   one; between realms, long procedures go by start-time fair queuing:
+//! * long procedures never share a group commit that short ones wait on:
+//!   on SQLite they run on a partition's tenant connections, in deferred
+//!   transactions beside the writer (`sqlite`, "Tenant code"); on
+//!   PostgreSQL on all of the pool's connections but one. Between realms,
+//!   long procedures go by start-time fair queuing:
 //!   the share that has been charged the least run time goes next, and a
 //!   share that was idle comes back at the current virtual time (no credit
 //!   banked while idle);

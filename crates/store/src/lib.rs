@@ -355,7 +355,23 @@ pub trait Tx {
         let _ = prefix;
         Ok(0)
     }
+    /// Since when this transaction of tenant code holds its partition's
+    /// write lock — on SQLite's tenant connections, from its first write
+    /// (`sqlite`, "Tenant code"); `None` while it has not written, and on
+    /// a backend with no partition-wide write lock. Tenant code holds it
+    /// at most [`WRITE_HOLD_MAX`] from then on.
+    fn writing_since(&self) -> Option<std::time::Instant> {
+        None
+    }
 }
+
+/// Longest tenant code may hold its partition's write lock (SQLite): from
+/// its first write to its commit. Past it the procedure is stopped, as at
+/// its deadline, and changes nothing; so a procedure that writes and then
+/// computes delays the partition's other realms by at most this. Compute
+/// before the first write, or in a read-only procedure, is bounded only by
+/// the procedure's own deadline.
+pub const WRITE_HOLD_MAX: std::time::Duration = std::time::Duration::from_millis(40);
 
 /// Code run after a commit (see [`Tx::after_commit`]).
 pub type AfterCommit = Box<dyn FnOnce() + Send>;
@@ -692,6 +708,9 @@ impl Tx for WithLocals<'_> {
     }
     fn drop_tables(&mut self, prefix: &str) -> Result<u64> {
         self.tx.drop_tables(prefix)
+    }
+    fn writing_since(&self) -> Option<std::time::Instant> {
+        self.tx.writing_since()
     }
     fn locals(&self) -> Option<&Locals> {
         Some(self.locals)

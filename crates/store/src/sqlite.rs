@@ -34,9 +34,10 @@
 //! to an idle partition therefore runs on its caller's thread, during the
 //! call, with no thread woken and none put to sleep; callers that arrive while a batch runs join the next group commit,
 //! which one leader commits for all of them. At most one leader runs at a
-//! time ([`Lane::leading`], changed only under the lane's lock), so
-//! procedures of one partition still run strictly one after another (no
-//! locks, no aborts — the H-Store model), and a failing procedure undoes
+//! time ([`Lane::leading`], changed only under the lane's lock), so the
+//! writer's procedures of one partition run strictly one after another (no
+//! locks, no aborts — the H-Store model; tenant code is the exception,
+//! below), and a failing procedure undoes
 //! only its own savepoint. The lead passes to the executor thread rather
 //! than staying with the caller so that one caller's thread is never kept
 //! serving others' work under sustained load. Invariant: a job is answered
@@ -44,6 +45,41 @@
 //! with the error that stopped it). If the COMMIT itself fails every job of
 //! the batch is answered with that error and nothing of the batch is
 //! published.
+//!
+//! ## Tenant code (long procedures)
+//! A job charged to tenant code ([`Store::for_tenant_code`]: a stored
+//! procedure, which may run up to its deadline) never runs on the writer:
+//! a partition has [`TENANT_CONNECTIONS`] more connections for it, each
+//! with a thread, and the jobs wait for one in a [`FairQueue`] (realms by
+//! run time; the last free connection only for a realm running none). A
+//! caller that finds a connection free and nothing waiting runs its job on
+//! its own thread. The job runs in a *deferred* transaction: it reads a
+//! snapshot and takes the partition's write lock only at its first write,
+//! so the writer's group commits go on while tenant code computes — a
+//! procedure that only reads and computes never holds the writer at all,
+//! and one that writes holds it from its first write to its commit. A
+//! write on a snapshot the writer has moved past fails with
+//! SQLITE_BUSY_SNAPSHOT (and one while another tenant connection holds the
+//! lock with SQLITE_BUSY: a transaction with a snapshot cannot wait for
+//! it); the job rolls back, waits for the lock to be free, and runs again,
+//! and after [`STALE_RETRIES_MAX`] such retries runs in an immediate
+//! transaction (holding the write lock from the start, the writer waiting
+//! for it — and so bounded by `WRITE_HOLD_MAX` from its start).
+//! SQLite's lock is not fair (a tenant connection letting go of it could
+//! hand it to another before the writer's busy handler looks), so every
+//! connection passes the partition's [`WriteGate`] first — the writer
+//! before BEGIN IMMEDIATE, tenant code before its first statement that may
+//! write — and a writer waiting there goes before tenant code.
+//! Holding it is bounded: [`Tx::writing_since`] tells the kernel's host
+//! when a job's transaction began to hold it, and tenant code is stopped
+//! [`WRITE_HOLD_MAX`](crate::WRITE_HOLD_MAX) later — so the writer waits
+//! for tenant code at most that long, whatever the code does.
+//! Snapshot reads plus the single write lock keep every job serializable:
+//! one that writes does so on the latest state, and commits before any
+//! other. Commits and the publishing of their notifications are ordered by
+//! one lock per partition, so the feed still follows commit order.
+//!
+//! [`Store::for_tenant_code`]: crate::Store::for_tenant_code
 //!
 //! ## Readers
 //! Read-only queries run on a pool of connections that open partition 0 as
@@ -194,14 +230,29 @@ impl SqliteBackend {
         let cores = pinning_cores(config.pin_executors);
         for (p, conn) in conns.into_iter().enumerate() {
             let checkpoints = start_checkpointer(dir, p as u32, &mut threads)?;
-            let executor = Executor::new(
-                conn,
-                PKey(p as u32),
-                feed.clone(),
-                stats.clone(),
+            let shared = PartitionShared {
+                p_key: PKey(p as u32),
+                feed: feed.clone(),
+                stats: stats.clone(),
                 checkpoints,
-            );
-            let partition = Arc::new(Partition::new(executor));
+                commit_order: Arc::new(Mutex::new(())),
+                gate: Arc::new(WriteGate::default()),
+            };
+            let mut tenants = Vec::with_capacity(TENANT_CONNECTIONS);
+            for _ in 0..TENANT_CONNECTIONS {
+                let conn = open_writer(&partition_path(dir, p as u32), config.durability)?;
+                tenants.push(Executor::new(conn, shared.clone(), true));
+            }
+            let executor = Executor::new(conn, shared, false);
+            let partition = Arc::new(Partition::new(executor, tenants));
+            for t in 0..TENANT_CONNECTIONS {
+                let runs = partition.clone();
+                let handle = std::thread::Builder::new()
+                    .name(format!("tabos-tenant-p{p}-{t}"))
+                    .spawn(move || runs.tenants.thread())
+                    .map_err(|e| Error::Io(format!("cannot start tenant thread: {e}")))?;
+                threads.push(handle);
+            }
             let core = cores.as_ref().map(|c| c[p % c.len()]);
             let lead = partition.clone();
             let handle = std::thread::Builder::new()
@@ -740,6 +791,40 @@ struct SqliteTx<'c> {
     p_key: PKey,
     /// What it queued for after the commit.
     after: After,
+    /// On a tenant connection: since when it holds the write lock, once
+    /// seen ([`Tx::writing_since`]); `None` forever on the writer.
+    writing: Option<std::cell::Cell<Option<std::time::Instant>>>,
+    /// On a tenant connection: the partition's gate, passed before its
+    /// first statement that may write ([`SqliteTx::may_write`]).
+    gate: Option<&'c WriteGate>,
+    /// The gate passed, until the transaction ends.
+    pass: Option<GatePass<'c>>,
+}
+
+impl SqliteTx<'_> {
+    /// Before a statement that may write: on a tenant connection, passes
+    /// the partition's gate first (once per transaction).
+    fn may_write(&mut self) {
+        if let (Some(gate), None) = (self.gate, &self.pass) {
+            self.pass = Some(gate.tenant_enter());
+        }
+    }
+
+    /// [`may_write`](Self::may_write) for `sql` unless it only reads.
+    fn may_write_sql(&mut self, sql: &str) -> Result<()> {
+        if self.gate.is_none() || self.pass.is_some() {
+            return Ok(());
+        }
+        let readonly = self
+            .conn
+            .prepare_cached(sql)
+            .map(|s| s.readonly())
+            .map_err(|e| map_err(e, sql))?;
+        if !readonly {
+            self.may_write();
+        }
+        Ok(())
+    }
 }
 
 impl Tx for SqliteTx<'_> {
@@ -750,18 +835,23 @@ impl Tx for SqliteTx<'_> {
         Dialect::Sqlite
     }
     fn execute(&mut self, sql: &'static str, params: &[Value]) -> Result<u64> {
+        self.may_write();
         self.conn.with(sql, params, |stmt, _| {
             let n = stmt.raw_execute().map_err(|e| map_err(e, sql))?;
             Ok(n as u64)
         })
     }
     fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
+        // Kernel queries may write too (`INSERT … RETURNING`).
+        self.may_write_sql(sql)?;
         kernel_query(self.conn, sql, params)
     }
     fn execute_text(&mut self, sql: &str, params: &[Value]) -> Result<u64> {
+        self.may_write();
         text_execute(self.conn, sql, params)
     }
     fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
+        self.may_write_sql(sql)?;
         text_query(self.conn, sql, params)
     }
     fn confined(
@@ -771,9 +861,13 @@ impl Tx for SqliteTx<'_> {
         scope: &Confinement,
         max_rows: usize,
     ) -> Result<(Rows, u64)> {
+        if scope.write {
+            self.may_write();
+        }
         confined_on(self.conn, self.confine, sql, params, scope, max_rows)
     }
     fn drop_tables(&mut self, prefix: &str) -> Result<u64> {
+        self.may_write();
         if prefix.is_empty() {
             return Err(Error::Invalid("dropping tables needs a prefix".into()));
         }
@@ -811,6 +905,18 @@ impl Tx for SqliteTx<'_> {
     }
     fn after_commit(&mut self, hook: AfterCommit) -> Result<()> {
         crate::queue_hook(&mut self.after.hooks, hook)
+    }
+    fn writing_since(&self) -> Option<std::time::Instant> {
+        // Looked at when asked (after each host call of tenant code), not
+        // after every statement: the write happened during the last call.
+        let writing = self.writing.as_ref()?;
+        if writing.get().is_none()
+            && self.conn.transaction_state(Some("main")).ok()
+                == Some(rusqlite::TransactionState::Write)
+        {
+            writing.set(Some(std::time::Instant::now()));
+        }
+        writing.get()
     }
 }
 
@@ -922,6 +1028,12 @@ fn schema_version(conn: &Connection) -> Result<i64> {
 
 struct Executor {
     conn: Conn,
+    /// Held from COMMIT to the end of publishing, by the partition's
+    /// writer and its tenant connections alike: notifications are
+    /// published in commit order (see "Tenant code" above).
+    commit_order: Arc<Mutex<()>>,
+    /// Passed before taking the partition's write lock ([`WriteGate`]).
+    gate: Arc<WriteGate>,
     /// What the connection's authorizer allows while tenant SQL is being
     /// compiled; `None` (kernel SQL) allows everything.
     confine: Arc<Mutex<Option<Confinement>>>,
@@ -929,6 +1041,8 @@ struct Executor {
     feed: Arc<Feed>,
     stats: Arc<Stats>,
     checkpoints: SyncSender<()>,
+    /// A tenant connection (see "Tenant code" above), not the writer.
+    tenant: bool,
 }
 
 /// A job that has run and waits for the commit before it is answered.
@@ -938,23 +1052,42 @@ struct Ran {
     outcome: Outcome,
 }
 
+/// What the connections of one partition (its writer and its tenant
+/// connections) share.
+#[derive(Clone)]
+struct PartitionShared {
+    p_key: PKey,
+    feed: Arc<Feed>,
+    stats: Arc<Stats>,
+    checkpoints: SyncSender<()>,
+    commit_order: Arc<Mutex<()>>,
+    gate: Arc<WriteGate>,
+}
+
 impl Executor {
-    fn new(
-        conn: Connection,
-        p_key: PKey,
-        feed: Arc<Feed>,
-        stats: Arc<Stats>,
-        checkpoints: SyncSender<()>,
-    ) -> Executor {
+    /// The writer of a partition (`tenant` false) or one of its tenant
+    /// connections.
+    fn new(conn: Connection, shared: PartitionShared, tenant: bool) -> Executor {
         let confine = Arc::new(Mutex::new(None));
         install_authorizer(&conn, confine.clone());
+        let PartitionShared {
+            p_key,
+            feed,
+            stats,
+            checkpoints,
+            commit_order,
+            gate,
+        } = shared;
         Executor {
             conn: Conn::new(conn),
+            commit_order,
+            gate,
             confine,
             p_key,
             feed,
             stats,
             checkpoints,
+            tenant,
         }
     }
 
@@ -967,6 +1100,8 @@ impl Executor {
     }
 
     fn run_batch(&self, batch: &mut Vec<Job>) {
+        // Held to the end of the batch's transaction (committed or not).
+        let _pass = self.gate.writer_enter();
         if let Err(e) = self.exec("BEGIN IMMEDIATE") {
             for job in batch.drain(..) {
                 job.finish_err(e.clone());
@@ -999,21 +1134,12 @@ impl Executor {
             let _ = r.done.send(r.outcome);
             return;
         }
+        let order = lock_order(&self.commit_order);
         let committed = self.exec("COMMIT");
         match committed {
             Ok(()) => {
-                self.stats.commits.fetch_add(1, Ordering::Relaxed);
-                let pages = WAL_PAGES.with(std::cell::Cell::get);
-                if pages >= WAL_PAGES_MAX {
-                    let _ = self
-                        .conn
-                        .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
-                } else if pages >= CHECKPOINT_WAL_PAGES {
-                    // Full means one is already pending: nothing to add.
-                    let _ = self.checkpoints.try_send(());
-                }
-                self.feed.publish(&after.notes);
-                crate::run_hooks(after.hooks);
+                self.committed(after);
+                drop(order);
                 for r in ran {
                     let counter = if r.outcome.is_ok() {
                         &self.stats.committed
@@ -1026,6 +1152,7 @@ impl Executor {
             }
             Err(e) => {
                 let _ = self.exec("ROLLBACK");
+                drop(order);
                 for r in ran {
                     self.stats.failed.fetch_add(1, Ordering::Relaxed);
                     let error = (r.fail)(e.clone());
@@ -1036,6 +1163,96 @@ impl Executor {
                     }));
                 }
             }
+        }
+    }
+
+    /// After a commit, under the commit-order lock: counts it, asks for a
+    /// checkpoint if the WAL grew, publishes what the transaction's
+    /// procedures queued and runs their hooks.
+    fn committed(&self, after: After) {
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
+        let pages = WAL_PAGES.with(std::cell::Cell::get);
+        if pages >= WAL_PAGES_MAX {
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        } else if pages >= CHECKPOINT_WAL_PAGES {
+            // Full means one is already pending: nothing to add.
+            let _ = self.checkpoints.try_send(());
+        }
+        self.feed.publish(&after.notes);
+        crate::run_hooks(after.hooks);
+    }
+
+    /// Runs one job of tenant code on this tenant connection (see "Tenant
+    /// code" above) and answers it: in a deferred transaction, which takes
+    /// the partition's write lock only at its first write; a write on a
+    /// stale snapshot (the writer committed meanwhile) rolls back and runs
+    /// the job again, and after [`STALE_RETRIES_MAX`] such retries the job
+    /// runs in an immediate transaction, which cannot go stale.
+    fn run_tenant(&self, mut job: Job) {
+        let mut stale = 0;
+        loop {
+            let immediate = stale >= STALE_RETRIES_MAX;
+            // Immediate: the gate first, as the writer does.
+            let early = immediate.then(|| self.gate.tenant_enter());
+            let begin = if immediate {
+                "BEGIN IMMEDIATE"
+            } else {
+                "BEGIN DEFERRED"
+            };
+            if let Err(e) = self.exec(begin) {
+                return job.finish_err(e);
+            }
+            let mut tx = self.tx();
+            if let Some(p) = early {
+                // Immediate: it holds the write lock from the start.
+                tx.pass = Some(p);
+                tx.writing = Some(std::cell::Cell::new(Some(std::time::Instant::now())));
+            }
+            let outcome = job.run_caught(&mut tx);
+            // The pass is left when the transaction ends, below.
+            let SqliteTx { after, pass, .. } = tx;
+            let outcome = match outcome {
+                Ok(v) => {
+                    let order = lock_order(&self.commit_order);
+                    let committed = self.exec("COMMIT");
+                    if committed.is_err() {
+                        let _ = self.exec("ROLLBACK");
+                    }
+                    drop(pass);
+                    match committed {
+                        Ok(()) => {
+                            self.committed(after);
+                            drop(order);
+                            self.stats.committed.fetch_add(1, Ordering::Relaxed);
+                            Ok(v)
+                        }
+                        Err(e) => {
+                            drop(order);
+                            self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                            Err(job.failure(e))
+                        }
+                    }
+                }
+                Err(f) => {
+                    let _ = self.exec("ROLLBACK");
+                    drop(pass);
+                    if f.retryable && stale < STALE_RETRIES_MAX {
+                        stale += 1;
+                        self.stats.retries.fetch_add(1, Ordering::Relaxed);
+                        // Another holds the write lock, or has just let it
+                        // go: wait for the gate to be free, so the next
+                        // run starts on the latest state.
+                        drop(self.gate.tenant_enter());
+                        continue;
+                    }
+                    self.stats.failed.fetch_add(1, Ordering::Relaxed);
+                    Err(f)
+                }
+            };
+            let _ = job.done.send(outcome);
+            return;
         }
     }
 
@@ -1058,6 +1275,9 @@ impl Executor {
             confine: &self.confine,
             p_key: self.p_key,
             after: After::default(),
+            writing: self.tenant.then(Default::default),
+            gate: self.tenant.then_some(&*self.gate),
+            pass: None,
         }
     }
 
@@ -1103,8 +1323,196 @@ impl After {
     }
 }
 
+/// Connections (and threads) per partition that run tenant code: long
+/// procedures of different realms run side by side, and never on the
+/// writer. The last free one goes only to a realm running none
+/// ([`FairQueue::pop_long_within`]), so one realm's long calls cannot make
+/// another's wait for one of them to end.
+pub const TENANT_CONNECTIONS: usize = 3;
+
+/// Times tenant code runs again after a write on a stale snapshot (or
+/// while another held the write lock) before it runs in an immediate
+/// transaction (see [`Executor::run_tenant`]).
+const STALE_RETRIES_MAX: u32 = 3;
+
+fn lock_order(m: &Mutex<()>) -> std::sync::MutexGuard<'_, ()> {
+    // Nothing panics while it is held but SQLite's COMMIT and publishing,
+    // which leave nothing half-done for the next holder.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Who takes a partition's write lock next, decided in this process: the
+/// writer and the tenant connections pass this gate before they take
+/// SQLite's lock (the writer before BEGIN IMMEDIATE, tenant code before its
+/// first statement that may write) and leave it when their transaction
+/// ends. SQLite's lock is not fair — a tenant connection letting go of it
+/// could take it again, or hand it to another, before the writer's busy
+/// handler looks — so a writer that waits goes first: it waits at most for
+/// the tenant code holding the lock now, which holds it at most
+/// `WRITE_HOLD_MAX`.
+#[derive(Debug, Default)]
+struct WriteGate {
+    state: Mutex<GateState>,
+    turn: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    held: bool,
+    writers_waiting: usize,
+}
+
+impl WriteGate {
+    fn state(&self) -> std::sync::MutexGuard<'_, GateState> {
+        // Only flags and counts change under the lock.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writer's turn: ahead of every tenant connection waiting.
+    fn writer_enter(&self) -> GatePass<'_> {
+        let mut st = self.state();
+        st.writers_waiting += 1;
+        while st.held {
+            st = self.turn.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.writers_waiting -= 1;
+        st.held = true;
+        GatePass(self)
+    }
+
+    /// A tenant connection's turn: once no one holds the gate and the
+    /// writer does not wait for it.
+    fn tenant_enter(&self) -> GatePass<'_> {
+        let mut st = self.state();
+        while st.held || st.writers_waiting > 0 {
+            st = self.turn.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.held = true;
+        GatePass(self)
+    }
+}
+
+/// The gate held, until dropped.
+struct GatePass<'g>(&'g WriteGate);
+
+impl Drop for GatePass<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.state();
+        debug_assert!(st.held, "a pass leaves once");
+        st.held = false;
+        drop(st);
+        self.0.turn.notify_all();
+    }
+}
+
+/// A partition's tenant connections and the long jobs that wait for one.
+struct Tenants {
+    state: Mutex<TenantState>,
+    /// Wakes tenant threads: a job was queued or a connection freed, or
+    /// the partition is closing.
+    wake: Condvar,
+}
+
+struct TenantState {
+    /// Long jobs waiting, by realm (start-time fair queuing on run time).
+    queue: FairQueue<Job>,
+    /// Connections not running a job; `TENANT_CONNECTIONS - idle.len()`
+    /// jobs run (the queue's `running_long`).
+    idle: Vec<Executor>,
+    closed: bool,
+}
+
+impl Tenants {
+    fn new(conns: Vec<Executor>) -> Tenants {
+        debug_assert_eq!(conns.len(), TENANT_CONNECTIONS);
+        Tenants {
+            state: Mutex::new(TenantState {
+                queue: FairQueue::default(),
+                idle: conns,
+                closed: false,
+            }),
+            wake: Condvar::new(),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, TenantState> {
+        // A panic never happens under this lock (only queue operations).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues long `job`; with `inline`, a caller that finds a connection
+    /// free and no job waiting runs it on its own thread.
+    fn submit(&self, job: Job, inline: bool) {
+        let mut st = self.state();
+        if st.closed {
+            drop(st);
+            return job.finish_err(Error::Closed);
+        }
+        let run_here = inline && !st.queue.has_long() && !st.idle.is_empty();
+        if let Err((job, why)) = st.queue.push(&job.share.clone(), job) {
+            drop(st);
+            let e = overloaded(&job, why);
+            return job.finish_err(e);
+        }
+        if run_here {
+            if let Some((realm, job)) = st.queue.pop_long_within(TENANT_CONNECTIONS) {
+                return self.run(st, realm, job);
+            }
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// Runs `job` of `realm` (popped, so counted as running) on a free
+    /// connection, on this thread; then frees the connection, charges the
+    /// run time and wakes a thread for what may now run.
+    fn run(&self, mut st: std::sync::MutexGuard<'_, TenantState>, realm: Arc<str>, job: Job) {
+        let conn = st.idle.pop();
+        drop(st);
+        let Some(conn) = conn else {
+            // The pop said a slot was free: a broken invariant, not a panic.
+            let mut st = self.state();
+            st.queue.charge(&realm, std::time::Duration::ZERO);
+            drop(st);
+            return job.finish_err(Error::Internal("no tenant connection free".into()));
+        };
+        let started = std::time::Instant::now();
+        conn.run_tenant(job);
+        let mut st = self.state();
+        st.idle.push(conn);
+        st.queue.charge(&realm, started.elapsed());
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// A tenant thread: runs queued jobs while a connection is free; on
+    /// close, once nothing waits or runs, returns.
+    fn thread(&self) {
+        let mut st = self.state();
+        loop {
+            if let Some((realm, job)) = st.queue.pop_long_within(TENANT_CONNECTIONS) {
+                self.run(st, realm, job);
+                st = self.state();
+                continue;
+            }
+            if st.closed && st.queue.is_empty() {
+                self.wake.notify_all();
+                return;
+            }
+            st = self.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn close(&self) {
+        self.state().closed = true;
+        self.wake.notify_all();
+    }
+}
+
 /// A partition's writer: the executor connection, and who may use it.
 struct Partition {
+    /// Tenant code's connections (see "Tenant code" above).
+    tenants: Tenants,
     lane: Mutex<Lane>,
     /// Wakes the executor thread: the lead was handed to it, or the
     /// partition is closing.
@@ -1134,8 +1542,9 @@ struct Lane {
 }
 
 impl Partition {
-    fn new(executor: Executor) -> Partition {
+    fn new(executor: Executor, tenants: Vec<Executor>) -> Partition {
         Partition {
+            tenants: Tenants::new(tenants),
             lane: Mutex::new(Lane::default()),
             wake: Condvar::new(),
             writer: Mutex::new(executor),
@@ -1151,6 +1560,9 @@ impl Partition {
     /// otherwise queues it for the running leader's next batch, handing the
     /// lead to the executor thread if no one leads.
     fn submit(&self, job: Job, inline: bool) {
+        if job.share.long {
+            return self.tenants.submit(job, inline);
+        }
         let mut lane = self.lane();
         if lane.closed {
             drop(lane);
@@ -1201,9 +1613,6 @@ impl Partition {
     /// the queue and returns.
     fn executor_thread(&self) {
         let mut batch: Vec<Job> = Vec::with_capacity(BATCH_PROCS_MAX);
-        // Whether the last batch was short procedures: then a long one
-        // that waits goes next (see `fair`).
-        let mut after_shorts = false;
         // While leading, when the queue last ran dry (see EXECUTOR_LINGER).
         let mut dry_since: Option<std::time::Instant> = None;
         // While leading, whether a batch held more than one job: callers
@@ -1225,25 +1634,15 @@ impl Partition {
                 return;
             }
             debug_assert!(lane.leading && lane.handed);
-            // A long procedure (tenant code) runs in a batch of its own, so
-            // that no short one waits for its commit; batches of short ones
-            // and single long ones alternate while both wait.
-            let mut long = None;
-            if after_shorts || !lane.queue.has_short() {
-                if let Some((realm, job)) = lane.queue.pop_long() {
-                    long = Some(realm);
-                    batch.push(job);
-                }
+            // Only short procedures come here: tenant code runs on the
+            // partition's tenant connections.
+            debug_assert!(!lane.queue.has_long());
+            while batch.len() < BATCH_PROCS_MAX {
+                let Some(job) = lane.queue.pop_short() else {
+                    break;
+                };
+                batch.push(job);
             }
-            if long.is_none() {
-                while batch.len() < BATCH_PROCS_MAX {
-                    let Some(job) = lane.queue.pop_short() else {
-                        break;
-                    };
-                    batch.push(job);
-                }
-            }
-            after_shorts = long.is_none() && !batch.is_empty();
             if batch.is_empty() {
                 let since = *dry_since.get_or_insert_with(std::time::Instant::now);
                 if lane.closed || !grouped || since.elapsed() >= EXECUTOR_LINGER {
@@ -1262,20 +1661,18 @@ impl Partition {
             dry_since = None;
             grouped |= batch.len() > 1;
             drop(lane);
-            let started = std::time::Instant::now();
             self.writer().run_batch(&mut batch);
             debug_assert!(batch.is_empty());
             lane = self.lane();
-            if let Some(realm) = long {
-                lane.queue.charge(&realm, started.elapsed());
-            }
         }
     }
 
-    /// Stops taking jobs; the executor finishes what is queued and exits.
+    /// Stops taking jobs; the executor and the tenant threads finish what
+    /// is queued and exit.
     fn close(&self) {
         self.lane().closed = true;
         self.wake.notify_one();
+        self.tenants.close();
     }
 }
 

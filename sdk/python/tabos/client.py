@@ -299,6 +299,14 @@ class Client:
                 }
                 for d in s.doors
             ],
+            "realm_caps": [
+                {
+                    "what": c.what,
+                    "per_realm_max": c.per_realm_max,
+                    "by_realm": dict(c.by_realm),
+                }
+                for c in s.realm_caps
+            ],
         }
 
     # -- procs ----------------------------------------------------------

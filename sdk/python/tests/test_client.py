@@ -178,8 +178,16 @@ def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> N
     # A tenant sees its own realm's count, not the operators'.
     token = node.cli("realm", "create", "pydoors").strip().splitlines()[-1]
     with node.client(token) as tenant:
-        seen = {d["door"]: d for d in tenant.status()["doors"]}["grpc"]["by_realm"]
+        status = tenant.status()
+        seen = {d["door"]: d for d in status["doors"]}["grpc"]["by_realm"]
         assert seen == {"pydoors": 1}
+        # What a realm holds open beyond its connections: its own only. The
+        # call that signed the connection in is not counted; this one is.
+        caps = {c["what"]: c for c in tenant.status()["realm_caps"]}
+        assert set(caps) == {"gRPC calls", "postgres LISTEN channels"}
+        assert caps["gRPC calls"]["per_realm_max"] == 2048
+        assert caps["gRPC calls"]["by_realm"] == {"pydoors": 1}
+        assert caps["postgres LISTEN channels"]["by_realm"] == {}
 
 
 def test_procedures_install_call_remove(client: tabos.Client) -> None:

@@ -505,7 +505,12 @@ impl Files {
                 allowed(&st, &who2, Need::Write)?;
                 // Refused before anything is written (a new file included),
                 // not only when the last step commits.
-                crate::realms::check_room_tx(tx, &r, end - st.size)?;
+                crate::realms::check_room_tx(
+                    tx,
+                    &r,
+                    crate::realms::StorageClass::Files,
+                    end - st.size,
+                )?;
                 match st.storage {
                     Storage::Local if threshold.is_none_or(|t| st.size.max(end) <= t) => {
                         Ok(WriteStep::Done(write_local(tx, &r, &st, offset, &d, now)?))
@@ -790,7 +795,12 @@ impl Files {
                 let now = fenced(tx, &r, f.as_ref())?;
                 let st = a_file(tx, &r, &p)?;
                 allowed(&st, &who2, Need::Write)?;
-                crate::realms::check_room_tx(tx, &r, size - st.size)?;
+                crate::realms::check_room_tx(
+                    tx,
+                    &r,
+                    crate::realms::StorageClass::Files,
+                    size - st.size,
+                )?;
                 match st.storage {
                     Storage::Local if threshold.is_none_or(|t| size <= t) => {
                         if size < st.size {

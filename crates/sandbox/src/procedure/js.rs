@@ -564,7 +564,14 @@ fn with_host<'js, T>(
 ) -> rquickjs::Result<T> {
     let got = CURRENT.with(|c| {
         let mut c = c.borrow_mut();
-        c.as_mut().map(|cur| f(cur.host.get()))
+        c.as_mut().map(|cur| {
+            let got = f(cur.host.get());
+            // The host may have brought the deadline forward.
+            if let Some(at) = cur.host.get_ref().deadline() {
+                DEADLINE.with(|d| d.set(Some(d.get().map_or(at, |own| own.min(at)))));
+            }
+            got
+        })
     });
     match got {
         Some(Ok(v)) => Ok(v),

@@ -299,6 +299,11 @@ impl ScopedHost {
         // SAFETY: the type's invariant: the borrow is alive and exclusive.
         unsafe { &mut *self.0 }
     }
+
+    pub(crate) fn get_ref(&self) -> &dyn Host {
+        // SAFETY: as for `get`; shared, for as long as `self` is.
+        unsafe { &*self.0 }
+    }
 }
 
 /// The host and the code loader of one call, handed to the runtimes as

@@ -306,6 +306,8 @@ pub(crate) fn call(
     state.scoped = Some(unsafe { ScopedHost::new(lend.host()) });
     let ran = ctx.main.call(&mut ctx.store, args.len() as i32);
     let state = ctx.store.data_mut();
+    // Its deadline as it ended: the host may have brought it forward.
+    let deadline = state.deadline_now().unwrap_or(deadline);
     state.scoped = None;
     state.deadline = None;
     let mut log = {

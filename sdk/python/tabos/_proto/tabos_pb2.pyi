@@ -1,10 +1,34 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STORAGE_CLASS_UNSPECIFIED: _ClassVar[StorageClass]
+    STORAGE_CLASS_KV: _ClassVar[StorageClass]
+    STORAGE_CLASS_NAMES: _ClassVar[StorageClass]
+    STORAGE_CLASS_FILES: _ClassVar[StorageClass]
+    STORAGE_CLASS_QUEUED_MAIL: _ClassVar[StorageClass]
+    STORAGE_CLASS_DELIVERED_MAIL: _ClassVar[StorageClass]
+    STORAGE_CLASS_CODE: _ClassVar[StorageClass]
+    STORAGE_CLASS_WORKFLOWS: _ClassVar[StorageClass]
+    STORAGE_CLASS_TABLES: _ClassVar[StorageClass]
+    STORAGE_CLASS_LOGS: _ClassVar[StorageClass]
+STORAGE_CLASS_UNSPECIFIED: StorageClass
+STORAGE_CLASS_KV: StorageClass
+STORAGE_CLASS_NAMES: StorageClass
+STORAGE_CLASS_FILES: StorageClass
+STORAGE_CLASS_QUEUED_MAIL: StorageClass
+STORAGE_CLASS_DELIVERED_MAIL: StorageClass
+STORAGE_CLASS_CODE: StorageClass
+STORAGE_CLASS_WORKFLOWS: StorageClass
+STORAGE_CLASS_TABLES: StorageClass
+STORAGE_CLASS_LOGS: StorageClass
 
 class Value(_message.Message):
     __slots__ = ("null", "int", "real", "text", "blob")
@@ -123,7 +147,7 @@ class StatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class StatusResponse(_message.Message):
-    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib", "notifications", "db_connections", "leader", "doors")
+    __slots__ = ("version", "backend", "partitions", "durability", "procedures_committed", "procedures_failed", "commits", "retries", "started_us", "protections", "busy_cores", "load_source", "connections", "request_bytes_held", "cgroups", "pressure", "cores", "mem_mib", "notifications", "db_connections", "leader", "doors", "realm_caps")
     class PressureEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +177,7 @@ class StatusResponse(_message.Message):
     DB_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     DOORS_FIELD_NUMBER: _ClassVar[int]
+    REALM_CAPS_FIELD_NUMBER: _ClassVar[int]
     version: str
     backend: str
     partitions: int
@@ -175,7 +200,25 @@ class StatusResponse(_message.Message):
     db_connections: int
     leader: bool
     doors: _containers.RepeatedCompositeFieldContainer[DoorUse]
-    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ..., notifications: _Optional[int] = ..., db_connections: _Optional[int] = ..., leader: _Optional[bool] = ..., doors: _Optional[_Iterable[_Union[DoorUse, _Mapping]]] = ...) -> None: ...
+    realm_caps: _containers.RepeatedCompositeFieldContainer[RealmCap]
+    def __init__(self, version: _Optional[str] = ..., backend: _Optional[str] = ..., partitions: _Optional[int] = ..., durability: _Optional[str] = ..., procedures_committed: _Optional[int] = ..., procedures_failed: _Optional[int] = ..., commits: _Optional[int] = ..., retries: _Optional[int] = ..., started_us: _Optional[int] = ..., protections: _Optional[_Iterable[str]] = ..., busy_cores: _Optional[float] = ..., load_source: _Optional[str] = ..., connections: _Optional[int] = ..., request_bytes_held: _Optional[int] = ..., cgroups: _Optional[str] = ..., pressure: _Optional[_Mapping[str, float]] = ..., cores: _Optional[int] = ..., mem_mib: _Optional[int] = ..., notifications: _Optional[int] = ..., db_connections: _Optional[int] = ..., leader: _Optional[bool] = ..., doors: _Optional[_Iterable[_Union[DoorUse, _Mapping]]] = ..., realm_caps: _Optional[_Iterable[_Union[RealmCap, _Mapping]]] = ...) -> None: ...
+
+class RealmCap(_message.Message):
+    __slots__ = ("what", "per_realm_max", "by_realm")
+    class ByRealmEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    WHAT_FIELD_NUMBER: _ClassVar[int]
+    PER_REALM_MAX_FIELD_NUMBER: _ClassVar[int]
+    BY_REALM_FIELD_NUMBER: _ClassVar[int]
+    what: str
+    per_realm_max: int
+    by_realm: _containers.ScalarMap[str, int]
+    def __init__(self, what: _Optional[str] = ..., per_realm_max: _Optional[int] = ..., by_realm: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class DoorUse(_message.Message):
     __slots__ = ("door", "open", "connections_max", "unauthenticated", "unauthenticated_max", "unauthenticated_per_source_max", "per_realm_max", "by_realm")
@@ -523,7 +566,7 @@ class RemoveRealmResponse(_message.Message):
     def __init__(self, rows: _Optional[int] = ...) -> None: ...
 
 class RealmInfo(_message.Message):
-    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network")
+    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network", "stored")
     REALM_FIELD_NUMBER: _ClassVar[int]
     LIVE_PROCS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_PROCS_FIELD_NUMBER: _ClassVar[int]
@@ -540,6 +583,7 @@ class RealmInfo(_message.Message):
     HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
     PROC_UID_FIELD_NUMBER: _ClassVar[int]
     HOST_NETWORK_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
     realm: str
     live_procs: int
     quota_procs: int
@@ -556,7 +600,15 @@ class RealmInfo(_message.Message):
     host_paths: _containers.RepeatedScalarFieldContainer[str]
     proc_uid: int
     host_network: bool
-    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ...) -> None: ...
+    stored: _containers.RepeatedCompositeFieldContainer[StoredBytes]
+    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ..., stored: _Optional[_Iterable[_Union[StoredBytes, _Mapping]]] = ...) -> None: ...
+
+class StoredBytes(_message.Message):
+    __slots__ = ("bytes",)
+    CLASS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    bytes: int
+    def __init__(self, bytes: _Optional[int] = ..., **kwargs) -> None: ...
 
 class ListRealmsRequest(_message.Message):
     __slots__ = ()
