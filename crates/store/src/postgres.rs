@@ -11,12 +11,17 @@
 //!
 //! A procedure's first attempt runs concurrently with everything else, which
 //! keeps independent procedures parallel (and PostgreSQL's group commit
-//! busy). After a serialization failure it retries holding its partition's
-//! turn (a mutex per partition, within this node), and while any procedure of
-//! the partition is retrying, new ones take the turn too: procedures of a
-//! partition share hot rows (a realm's counters, its workers), and running
-//! them all at once under contention would only make SERIALIZABLE abort all
-//! but one of them, over and over. Reads never take turns.
+//! busy). After a serialization failure it retries holding its realm's turn
+//! on its partition (a mutex per partition and realm — the kernel's own
+//! work is one more realm —, within this node), and while any procedure of
+//! that realm there is retrying, new ones take the turn too: a realm's
+//! procedures share hot rows (its counters, its workers), and running them
+//! all at once under contention would only make SERIALIZABLE abort all but
+//! one of them, over and over. Per realm, not per partition: one realm's
+//! procedures conflicting among themselves (sixteen tenant calls writing
+//! one row, each running for most of a second) must not make another
+//! realm's calls wait for their turns (issue 36, item 1). Reads never take
+//! turns.
 //!
 //! ## A COMMIT whose answer is lost
 //! When the connection breaks during COMMIT (the primary killed, a failover)
@@ -256,8 +261,7 @@ impl PgBackend {
         let (listener, remote) = start_listener(url.clone(), feed.clone(), stats.clone())?;
         let queue = Arc::new(JobQueue::new(config.connections));
         let mut workers = Vec::new();
-        let partition_locks: Arc<Vec<Turn>> =
-            Arc::new((0..partitions).map(|_| Turn::default()).collect());
+        let turns = Arc::new(Turns::default());
         let mut first = Some(first);
         for i in 0..config.connections {
             // The first connection is kept; the others are made as work
@@ -268,7 +272,8 @@ impl PgBackend {
             }
             let worker = Worker {
                 index: i,
-                partition_locks: partition_locks.clone(),
+                turns: turns.clone(),
+                partitions,
                 client,
                 url: url.clone(),
                 durability: config.durability,
@@ -738,12 +743,42 @@ where
     }
 }
 
-/// A partition's turn within this node (see the module doc): while any of
-/// its procedures is retrying, they all run one at a time.
+/// Most (partition, realm) turns a node keeps; past it those no procedure
+/// holds are forgotten.
+const TURNS_MAX: usize = 4_096;
+
+/// A partition and a realm (`""`: the kernel's own work).
+type TurnKey = (u32, Arc<str>);
+
+/// The turns of this node's procedures, by partition and realm (see the
+/// module doc).
+#[derive(Default)]
+struct Turns {
+    by: Mutex<std::collections::HashMap<TurnKey, Arc<Turn>>>,
+}
+
+impl Turns {
+    /// The turn of `realm`'s procedures on partition `p`.
+    fn get(&self, p: PKey, realm: &Arc<str>) -> Arc<Turn> {
+        // Only the map changes under the lock.
+        let mut by = self.by.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = by.get(&(p.0, realm.clone())) {
+            return t.clone();
+        }
+        if by.len() >= TURNS_MAX {
+            by.retain(|_, t| Arc::strong_count(t) > 1);
+        }
+        by.entry((p.0, realm.clone())).or_default().clone()
+    }
+}
+
+/// A realm's turn on a partition within this node (see the module doc):
+/// while any of its procedures there is retrying, they all run one at a
+/// time.
 #[derive(Default)]
 struct Turn {
     lock: Mutex<()>,
-    /// Procedures of the partition currently retrying after a conflict.
+    /// Its procedures currently retrying after a conflict.
     retrying: std::sync::atomic::AtomicU32,
 }
 
@@ -767,8 +802,10 @@ struct Worker {
     /// Its place in the pool: the first [`POOL_IDLE_KEEP`] keep their
     /// connections when idle.
     index: usize,
-    /// One per partition (see [`Turn`]).
-    partition_locks: Arc<Vec<Turn>>,
+    /// The partitions' turns, per realm (see [`Turn`]).
+    turns: Arc<Turns>,
+    /// Partitions of the store (a job naming another gets no turn).
+    partitions: u32,
     /// Its connection; `None` while idle (closed) or not yet made.
     client: Option<Client>,
     url: String,
@@ -1120,8 +1157,9 @@ impl Worker {
     }
 
     fn run_proc(&mut self, mut job: Job, deadline: std::time::Instant) {
-        let locks = self.partition_locks.clone();
-        let part = locks.get(job.p_key.0 as usize);
+        let turn_of =
+            (job.p_key.0 < self.partitions).then(|| self.turns.get(job.p_key, &job.share.realm));
+        let part = turn_of.as_deref();
         // Held until the procedure ends: taken at once while the partition is
         // contended, otherwise after this procedure's first conflict.
         let mut turn = part

@@ -213,3 +213,89 @@ fn the_clock_is_the_servers() {
         "same machine: {here} and {b}"
     );
 }
+
+/// Issue 36, item 1: a realm's procedures retrying after a conflict take
+/// turns with that realm's only. Realm a's procedure loses a write skew to
+/// another node's, and its retry holds a's turn (blocked here until
+/// released); realm b's procedure on the same partition runs meanwhile —
+/// under one turn per partition it waited for a's.
+#[test]
+fn a_realms_retries_do_not_hold_another_realms_turn() {
+    let Some(url) = common::pg_database() else {
+        return;
+    };
+    let config = Config::postgres(url).with_partitions(1).with_connections(4);
+    let store = Store::open(&config, SCHEMA).unwrap();
+    let other_node = Store::open(&config, SCHEMA).unwrap();
+    store
+        .call(PKey(0), |tx| {
+            tx.execute(
+                "INSERT INTO oncall (p_key, doctor, on_call) VALUES (0, 'alice', 0), (0, 'bob', 0)",
+                &[],
+            )
+        })
+        .unwrap();
+    let both_read = Arc::new(Barrier::new(2));
+    let (x_done_tx, x_done) = std::sync::mpsc::channel::<()>();
+    let (retrying_tx, retrying) = std::sync::mpsc::channel::<()>();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let (x_done, released) = (
+        std::sync::Mutex::new(x_done),
+        std::sync::Mutex::new(released),
+    );
+    let barrier = both_read.clone();
+    let mut attempt = 0;
+    let a = store.for_realm("a").submit(PKey(0), move |tx| {
+        attempt += 1;
+        if attempt == 2 {
+            // The retry, holding a's turn.
+            let _ = retrying_tx.send(());
+            let _ = released.lock().unwrap().recv();
+        }
+        let total: i64 = tx.query_scalar("SELECT sum(on_call) FROM oncall", &[])?;
+        if attempt == 1 {
+            barrier.wait();
+        }
+        tx.execute(
+            "UPDATE oncall SET on_call = $1 WHERE doctor = 'alice'",
+            params![total + 1],
+        )?;
+        if attempt == 1 {
+            // The other node commits first: this one then fails (40001).
+            let _ = x_done.lock().unwrap().recv();
+        }
+        Ok::<_, Error>(total)
+    });
+    let mut first = true;
+    let x = other_node.submit(PKey(0), move |tx| {
+        let total: i64 = tx.query_scalar("SELECT sum(on_call) FROM oncall", &[])?;
+        if std::mem::take(&mut first) {
+            both_read.wait();
+        }
+        tx.execute(
+            "UPDATE oncall SET on_call = $1 WHERE doctor = 'bob'",
+            params![total + 1],
+        )?;
+        Ok::<_, Error>(total)
+    });
+    assert_eq!(x.wait().unwrap(), 0);
+    x_done_tx.send(()).unwrap();
+    retrying.recv().unwrap();
+    // b's procedure, on the same partition, while a's retry holds a's turn.
+    let (b_done_tx, b_done) = std::sync::mpsc::channel();
+    let b_store = store.for_realm("b");
+    std::thread::spawn(move || {
+        let r = b_store.call(PKey(0), |tx| {
+            tx.query_scalar::<i64>("SELECT count(*) FROM oncall", &[])
+        });
+        let _ = b_done_tx.send(r);
+    });
+    let b = b_done.recv_timeout(std::time::Duration::from_secs(60));
+    release.send(()).unwrap();
+    assert_eq!(
+        a.wait().unwrap(),
+        1,
+        "a's retry saw the other node's commit"
+    );
+    assert_eq!(b.expect("b waited for a's turn").unwrap(), 2);
+}
