@@ -237,42 +237,7 @@ struct App {
     sessions: Arc<Sessions>,
     history: Arc<history::History>,
     streams: Arc<Semaphore>,
-    /// Event streams open by realm ([`EVENT_STREAMS_PER_REALM_MAX`]).
-    streams_by_realm: Arc<Mutex<HashMap<String, usize>>>,
     stopping: tokio::sync::watch::Receiver<bool>,
-}
-
-/// One of a realm's event streams, given back when dropped.
-struct RealmStream {
-    by_realm: Arc<Mutex<HashMap<String, usize>>>,
-    realm: String,
-}
-
-impl RealmStream {
-    fn take(by_realm: &Arc<Mutex<HashMap<String, usize>>>, realm: &str) -> Option<RealmStream> {
-        let mut m = by_realm.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(realm.to_string()).or_default();
-        if *n >= EVENT_STREAMS_PER_REALM_MAX {
-            return None;
-        }
-        *n += 1;
-        Some(RealmStream {
-            by_realm: by_realm.clone(),
-            realm: realm.to_string(),
-        })
-    }
-}
-
-impl Drop for RealmStream {
-    fn drop(&mut self) {
-        let mut m = self.by_realm.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = m.get_mut(&self.realm) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.realm);
-            }
-        }
-    }
 }
 
 /// Who a request is from.
@@ -785,7 +750,7 @@ struct Stream {
     stopping: tokio::sync::watch::Receiver<bool>,
     _followers: Vec<AbortOnDrop>,
     _slot: OwnedSemaphorePermit,
-    _realm_slot: RealmStream,
+    _realm_slot: crate::doors::Taken,
     /// The connection counts as busy while the stream is open (so it is
     /// not closed to make room).
     _busy: Option<crate::doors::Busy>,
@@ -827,8 +792,11 @@ async fn events(
                 })
                 .collect::<Result<Vec<_>, _>>()?
         };
-        let realm_slot = RealmStream::take(&app.streams_by_realm, &caller.principal.realm)
-            .ok_or_else(|| {
+        let realm_slot = app
+            .node
+            .dashboard_streams
+            .take(&caller.principal.realm)
+            .map_err(|_| {
                 ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     format!(
@@ -992,7 +960,6 @@ pub async fn serve(
         sessions: Arc::new(Sessions::default()),
         history,
         streams: Arc::new(Semaphore::new(EVENT_STREAMS_MAX)),
-        streams_by_realm: Default::default(),
         stopping: stopping.clone(),
     };
     let listener = Limited {
@@ -1015,6 +982,13 @@ pub type Door = crate::doors::Door<crate::doors::Ticket>;
 /// A new dashboard door with its limits.
 pub fn door() -> Arc<Door> {
     Arc::new(Door::new(CONNECTIONS_MAX, DOOR))
+}
+
+/// A new count of the event streams each realm's sessions hold
+/// ([`EVENT_STREAMS_PER_REALM_MAX`]; operators' counted, not capped — the
+/// node's [`EVENT_STREAMS_MAX`] bounds them).
+pub fn streams() -> Arc<crate::doors::PerRealm> {
+    crate::doors::PerRealm::new(EVENT_STREAMS_PER_REALM_MAX)
 }
 
 /// A listener that holds at most [`CONNECTIONS_MAX`] connections, counted

@@ -249,6 +249,8 @@ pub struct Node {
     /// The channels each realm listens on at the PostgreSQL front door.
     pub pg_listens: std::sync::Arc<doors::PerRealm>,
     pub dashboard_door: std::sync::Arc<dashboard::Door>,
+    /// The event streams each realm's dashboard sessions hold.
+    pub dashboard_streams: std::sync::Arc<doors::PerRealm>,
 }
 
 impl Node {
@@ -304,6 +306,7 @@ impl Node {
             pg_door: pg::door(),
             pg_listens: pg::listens(),
             dashboard_door: dashboard::door(),
+            dashboard_streams: dashboard::streams(),
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -324,7 +327,8 @@ impl Node {
     }
 
     /// What each realm holds open beyond its connections (gRPC calls,
-    /// LISTEN channels) against its cap, as `caller` may see it.
+    /// LISTEN channels, dashboard event streams) against its cap, as
+    /// `caller` may see it.
     pub fn realm_caps(
         &self,
         caller: &tabos_kernel::auth::Principal,
@@ -332,6 +336,7 @@ impl Node {
         vec![
             doors::realm_cap("gRPC calls", self.doors.calls(), caller),
             doors::realm_cap("postgres LISTEN channels", &self.pg_listens, caller),
+            doors::realm_cap("dashboard event streams", &self.dashboard_streams, caller),
         ]
     }
 

@@ -16,17 +16,8 @@ const SCHEMA: &[Migration] = &[Migration {
                PRIMARY KEY (p_key, doctor))",
 }];
 
-/// The classic write-skew: two procedures each read both rows and then
-/// update a different one. Forced to overlap by a barrier on their first
-/// attempt, SERIALIZABLE aborts one with 40001; the store retries it, and the
-/// retry sees the other's commit.
-#[test]
-fn serialization_conflicts_are_retried() {
-    let Some(url) = common::pg_database() else {
-        return;
-    };
-    // Two stores on one database: two nodes. (Within one node, procedures of
-    // a partition take turns, so the conflict has to come from another node.)
+/// Two stores on one database (two nodes), its two doctors off call.
+fn two_nodes_with_doctors(url: String) -> (Store, Store) {
     let config = Config::postgres(url).with_partitions(1).with_connections(4);
     let store = Store::open(&config, SCHEMA).unwrap();
     let other_node = Store::open(&config, SCHEMA).unwrap();
@@ -38,6 +29,22 @@ fn serialization_conflicts_are_retried() {
             )
         })
         .unwrap();
+    (store, other_node)
+}
+
+/// The classic write-skew: two procedures each read both rows and then
+/// update a different one. Forced to overlap by a barrier on their first
+/// attempt, SERIALIZABLE aborts one with 40001; the store retries it, and the
+/// retry sees the other's commit.
+#[test]
+fn serialization_conflicts_are_retried() {
+    let Some(url) = common::pg_database() else {
+        return;
+    };
+    // Two stores on one database: two nodes. (Within one node, a realm's
+    // procedures on a partition take turns, so the conflict has to come from
+    // another node.)
+    let (store, other_node) = two_nodes_with_doctors(url);
     let both_read = Arc::new(Barrier::new(2));
     let attempts = Arc::new(AtomicU32::new(0));
     let proc_for = |me: &'static str| {
@@ -224,17 +231,7 @@ fn a_realms_retries_do_not_hold_another_realms_turn() {
     let Some(url) = common::pg_database() else {
         return;
     };
-    let config = Config::postgres(url).with_partitions(1).with_connections(4);
-    let store = Store::open(&config, SCHEMA).unwrap();
-    let other_node = Store::open(&config, SCHEMA).unwrap();
-    store
-        .call(PKey(0), |tx| {
-            tx.execute(
-                "INSERT INTO oncall (p_key, doctor, on_call) VALUES (0, 'alice', 0), (0, 'bob', 0)",
-                &[],
-            )
-        })
-        .unwrap();
+    let (store, other_node) = two_nodes_with_doctors(url);
     let both_read = Arc::new(Barrier::new(2));
     let (x_done_tx, x_done) = std::sync::mpsc::channel::<()>();
     let (retrying_tx, retrying) = std::sync::mpsc::channel::<()>();

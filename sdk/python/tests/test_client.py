@@ -184,7 +184,11 @@ def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> N
         # What a realm holds open beyond its connections: its own only. The
         # call that signed the connection in is not counted; this one is.
         caps = {c["what"]: c for c in tenant.status()["realm_caps"]}
-        assert set(caps) == {"gRPC calls", "postgres LISTEN channels"}
+        assert set(caps) == {
+            "gRPC calls",
+            "postgres LISTEN channels",
+            "dashboard event streams",
+        }
         assert caps["gRPC calls"]["per_realm_max"] == 2048
         assert caps["gRPC calls"]["by_realm"] == {"pydoors": 1}
         assert caps["postgres LISTEN channels"]["by_realm"] == {}
