@@ -3871,5 +3871,32 @@ fn floods_at_the_postgres_door_and_the_dashboard_leave_room_for_others() {
     );
     let (first, _b_stream) = open_stream(&b_cookie);
     assert!(first.contains(" 200 "), "b's stream: {first}");
+    // tabos status shows each realm's sessions and streams against their
+    // caps.
+    let o = node.tabos(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let cap = |what: &str| {
+        v["realm_caps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["what"] == what)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {what} in {v}"))
+    };
+    let sessions = cap("dashboard sessions");
+    assert_eq!(
+        sessions["by_realm"]["a"],
+        tabos_node::dashboard::SESSIONS_PER_REALM_MAX as u64,
+        "{sessions}"
+    );
+    assert_eq!(sessions["by_realm"]["b"], 1, "{sessions}");
+    let streams_cap = cap("dashboard event streams");
+    assert_eq!(
+        streams_cap["by_realm"]["a"],
+        tabos_node::dashboard::EVENT_STREAMS_PER_REALM_MAX as u64,
+        "{streams_cap}"
+    );
+    assert_eq!(streams_cap["by_realm"]["b"], 1, "{streams_cap}");
     drop(held_dash);
 }

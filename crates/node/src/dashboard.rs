@@ -139,9 +139,19 @@ struct Session {
     last_used: Instant,
 }
 
-/// The signed-in sessions, by cookie value.
+/// The signed-in sessions, by cookie value (the node's, so that `tabos
+/// status` shows each realm's count).
 #[derive(Default)]
-struct Sessions(Mutex<HashMap<String, Session>>);
+pub struct Sessions(Mutex<HashMap<String, Session>>);
+
+impl std::fmt::Debug for Sessions {
+    // Tokens stay out of debug output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sessions")
+            .field("live", &self.lock().len())
+            .finish()
+    }
+}
 
 impl Sessions {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
@@ -220,6 +230,19 @@ impl Sessions {
     /// Signs out every session of credential `id` (it was found dead).
     fn forget_credential(&self, id: &CredentialId) {
         self.lock().retain(|_, s| &s.principal.id != id);
+    }
+
+    /// Live sessions by realm (`""`: operators'), by name.
+    pub fn per_realm(&self) -> Vec<(String, usize)> {
+        let mut by: HashMap<String, usize> = HashMap::new();
+        for s in self.lock().values() {
+            if s.last_used.elapsed() < SESSION_IDLE_MAX {
+                *by.entry(s.principal.realm.clone()).or_default() += 1;
+            }
+        }
+        let mut v: Vec<_> = by.into_iter().collect();
+        v.sort();
+        v
     }
 }
 
@@ -956,8 +979,8 @@ pub async fn serve(
 ) {
     let history = history::History::start(node.clone(), stopping.clone());
     let app = App {
+        sessions: node.dashboard_sessions.clone(),
         node,
-        sessions: Arc::new(Sessions::default()),
         history,
         streams: Arc::new(Semaphore::new(EVENT_STREAMS_MAX)),
         stopping: stopping.clone(),

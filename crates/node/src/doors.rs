@@ -31,18 +31,19 @@ pub fn door_use<H: Held>(
     }
 }
 
-/// What `counts` holds per realm against its cap, as `caller` may see it
-/// (a tenant its own realm's only).
+/// What realms hold of `what` (`usage`, by realm) against its cap of
+/// `per_realm_max` each, as `caller` may see it (a tenant its own realm's
+/// only).
 pub fn realm_cap(
     what: &str,
-    counts: &PerRealm,
+    per_realm_max: usize,
+    usage: Vec<(String, usize)>,
     caller: &tabos_kernel::auth::Principal,
 ) -> tabos_client::proto::RealmCap {
     tabos_client::proto::RealmCap {
         what: what.to_string(),
-        per_realm_max: counts.per_realm() as u64,
-        by_realm: counts
-            .usage()
+        per_realm_max: per_realm_max as u64,
+        by_realm: usage
             .into_iter()
             .filter(|(r, _)| caller.is_operator() || *r == caller.realm)
             .map(|(r, n)| (r, n as u64))

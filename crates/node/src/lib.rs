@@ -251,6 +251,8 @@ pub struct Node {
     pub dashboard_door: std::sync::Arc<dashboard::Door>,
     /// The event streams each realm's dashboard sessions hold.
     pub dashboard_streams: std::sync::Arc<doors::PerRealm>,
+    /// The dashboard's signed-in sessions.
+    pub dashboard_sessions: std::sync::Arc<dashboard::Sessions>,
 }
 
 impl Node {
@@ -307,6 +309,7 @@ impl Node {
             pg_listens: pg::listens(),
             dashboard_door: dashboard::door(),
             dashboard_streams: dashboard::streams(),
+            dashboard_sessions: Default::default(),
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -327,16 +330,25 @@ impl Node {
     }
 
     /// What each realm holds open beyond its connections (gRPC calls,
-    /// LISTEN channels, dashboard event streams) against its cap, as
-    /// `caller` may see it.
+    /// LISTEN channels, dashboard event streams and sessions) against its
+    /// cap, as `caller` may see it.
     pub fn realm_caps(
         &self,
         caller: &tabos_kernel::auth::Principal,
     ) -> Vec<tabos_client::proto::RealmCap> {
+        let counted = |what: &str, c: &doors::PerRealm| {
+            doors::realm_cap(what, c.per_realm(), c.usage(), caller)
+        };
         vec![
-            doors::realm_cap("gRPC calls", self.doors.calls(), caller),
-            doors::realm_cap("postgres LISTEN channels", &self.pg_listens, caller),
-            doors::realm_cap("dashboard event streams", &self.dashboard_streams, caller),
+            counted("gRPC calls", self.doors.calls()),
+            counted("postgres LISTEN channels", &self.pg_listens),
+            counted("dashboard event streams", &self.dashboard_streams),
+            doors::realm_cap(
+                "dashboard sessions",
+                dashboard::SESSIONS_PER_REALM_MAX,
+                self.dashboard_sessions.per_realm(),
+                caller,
+            ),
         ]
     }
 

@@ -188,6 +188,7 @@ def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> N
             "gRPC calls",
             "postgres LISTEN channels",
             "dashboard event streams",
+            "dashboard sessions",
         }
         assert caps["gRPC calls"]["per_realm_max"] == 2048
         assert caps["gRPC calls"]["by_realm"] == {"pydoors": 1}
