@@ -49,8 +49,8 @@
 //! ## Tenant code (long procedures)
 //! A job charged to tenant code ([`Store::for_tenant_code`]: a stored
 //! procedure, which may run up to its deadline) never runs on the writer:
-//! a partition has [`TENANT_CONNECTIONS`] more connections for it, each
-//! with a thread, and the jobs wait for one in a [`FairQueue`] (realms by
+//! a partition has up to [`TENANT_CONNECTIONS`] more connections for it
+//! (opened when first needed), each with a thread, and the jobs wait for one in a [`FairQueue`] (realms by
 //! run time; the last free connection only for a realm running none). A
 //! caller that finds a connection free and nothing waiting runs its job on
 //! its own thread. The job runs in a *deferred* transaction: it reads a
@@ -238,13 +238,20 @@ impl SqliteBackend {
                 commit_order: Arc::new(Mutex::new(())),
                 gate: Arc::new(WriteGate::default()),
             };
-            let mut tenants = Vec::with_capacity(TENANT_CONNECTIONS);
-            for _ in 0..TENANT_CONNECTIONS {
-                let conn = open_writer(&partition_path(dir, p as u32), config.durability)?;
-                tenants.push(Executor::new(conn, shared.clone(), true));
-            }
+            let (path, durability, of) = (
+                partition_path(dir, p as u32),
+                config.durability,
+                shared.clone(),
+            );
+            let open_tenant: OpenTenant = Box::new(move || {
+                Ok(Executor::new(
+                    open_writer(&path, durability)?,
+                    of.clone(),
+                    true,
+                ))
+            });
             let executor = Executor::new(conn, shared, false);
-            let partition = Arc::new(Partition::new(executor, tenants));
+            let partition = Arc::new(Partition::new(executor, open_tenant));
             for t in 0..TENANT_CONNECTIONS {
                 let runs = partition.clone();
                 let handle = std::thread::Builder::new()
@@ -1411,27 +1418,36 @@ struct Tenants {
     /// Wakes tenant threads: a job was queued or a connection freed, or
     /// the partition is closing.
     wake: Condvar,
+    open: OpenTenant,
 }
 
 struct TenantState {
     /// Long jobs waiting, by realm (start-time fair queuing on run time).
     queue: FairQueue<Job>,
-    /// Connections not running a job; `TENANT_CONNECTIONS - idle.len()`
-    /// jobs run (the queue's `running_long`).
+    /// Connections opened and not running a job; the jobs running (the
+    /// queue's `running_long`) hold `opened - idle.len()`.
     idle: Vec<Executor>,
+    /// Connections opened so far: they are opened when first needed (a
+    /// node with many partitions and little tenant code keeps its file
+    /// descriptors), at most [`TENANT_CONNECTIONS`].
+    opened: usize,
     closed: bool,
 }
 
+/// Opens one more tenant connection of a partition.
+type OpenTenant = Box<dyn Fn() -> Result<Executor> + Send + Sync>;
+
 impl Tenants {
-    fn new(conns: Vec<Executor>) -> Tenants {
-        debug_assert_eq!(conns.len(), TENANT_CONNECTIONS);
+    fn new(open: OpenTenant) -> Tenants {
         Tenants {
             state: Mutex::new(TenantState {
                 queue: FairQueue::default(),
-                idle: conns,
+                idle: Vec::new(),
+                opened: 0,
                 closed: false,
             }),
             wake: Condvar::new(),
+            open,
         }
     }
 
@@ -1448,7 +1464,8 @@ impl Tenants {
             drop(st);
             return job.finish_err(Error::Closed);
         }
-        let run_here = inline && !st.queue.has_long() && !st.idle.is_empty();
+        let free = !st.idle.is_empty() || st.opened < TENANT_CONNECTIONS;
+        let run_here = inline && !st.queue.has_long() && free;
         if let Err((job, why)) = st.queue.push(&job.share.clone(), job) {
             drop(st);
             let e = overloaded(&job, why);
@@ -1467,14 +1484,33 @@ impl Tenants {
     /// connection, on this thread; then frees the connection, charges the
     /// run time and wakes a thread for what may now run.
     fn run(&self, mut st: std::sync::MutexGuard<'_, TenantState>, realm: Arc<str>, job: Job) {
-        let conn = st.idle.pop();
+        debug_assert!(st.idle.len() <= st.opened && st.opened <= TENANT_CONNECTIONS);
+        // Taken under the lock, opened (file system work) outside it; the
+        // lock is released on every path before the job runs.
+        let idle = st.idle.pop();
+        let open = idle.is_none() && st.opened < TENANT_CONNECTIONS;
+        if open {
+            st.opened += 1;
+        }
         drop(st);
-        let Some(conn) = conn else {
+        let conn = match idle {
+            Some(c) => Ok(c),
+            None if open => (self.open)(),
             // The pop said a slot was free: a broken invariant, not a panic.
-            let mut st = self.state();
-            st.queue.charge(&realm, std::time::Duration::ZERO);
-            drop(st);
-            return job.finish_err(Error::Internal("no tenant connection free".into()));
+            None => Err(Error::Internal("no tenant connection free".into())),
+        };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                let mut st = self.state();
+                if open {
+                    st.opened -= 1; // not opened after all
+                }
+                st.queue.charge(&realm, std::time::Duration::ZERO);
+                drop(st);
+                self.wake.notify_one();
+                return job.finish_err(e);
+            }
         };
         let started = std::time::Instant::now();
         conn.run_tenant(job);
@@ -1542,9 +1578,9 @@ struct Lane {
 }
 
 impl Partition {
-    fn new(executor: Executor, tenants: Vec<Executor>) -> Partition {
+    fn new(executor: Executor, open_tenant: OpenTenant) -> Partition {
         Partition {
-            tenants: Tenants::new(tenants),
+            tenants: Tenants::new(open_tenant),
             lane: Mutex::new(Lane::default()),
             wake: Condvar::new(),
             writer: Mutex::new(executor),
