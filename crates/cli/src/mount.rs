@@ -131,18 +131,34 @@ struct TabosFs {
     inodes: Mutex<Inodes>,
 }
 
-/// The errno a failed call means.
+/// The errno a failed call means: one per reason (`tabos_client::fault`).
 fn errno(e: &tabos_client::Error) -> Errno {
-    use tonic::Code;
-    match e.code() {
-        Some(Code::NotFound) => Errno::ENOENT,
-        Some(Code::AlreadyExists) => Errno::EEXIST,
-        Some(Code::PermissionDenied) | Some(Code::Unauthenticated) => Errno::EACCES,
-        Some(Code::InvalidArgument) | Some(Code::OutOfRange) => Errno::EINVAL,
-        Some(Code::FailedPrecondition) => Errno::ENOTEMPTY,
-        Some(Code::ResourceExhausted) => Errno::ENOSPC,
-        Some(Code::Unimplemented) => Errno::ENOSYS,
-        _ => Errno::EIO,
+    use tabos_client::fault::ErrorReason as R;
+    let Some(reason) = e.reason() else {
+        return Errno::EIO; // the node was not reached
+    };
+    match reason {
+        R::Invalid => Errno::EINVAL,
+        R::TooLarge => Errno::EFBIG,
+        R::NotFound => Errno::ENOENT,
+        R::AlreadyExists => Errno::EEXIST,
+        R::Full => Errno::ENOSPC,
+        R::OverQuota => Errno::EDQUOT,
+        R::NotADirectory => Errno::ENOTDIR,
+        R::IsADirectory => Errno::EISDIR,
+        R::NotEmpty => Errno::ENOTEMPTY,
+        R::Denied | R::Unauthenticated | R::ReadOnly => Errno::EACCES,
+        R::Unimplemented => Errno::ENOSYS,
+        R::TimedOut => Errno::ETIMEDOUT,
+        R::Cancelled => Errno::EINTR,
+        R::StaleEpoch => Errno::ESTALE,
+        R::Overloaded | R::Contended | R::Conflict => Errno::EAGAIN,
+        R::Precondition
+        | R::Mounted
+        | R::ProcedureFailed
+        | R::Unavailable
+        | R::Internal
+        | R::Unspecified => Errno::EIO,
     }
 }
 
@@ -681,5 +697,43 @@ fn unmount(dir: &std::path::Path) {
             .arg("-u")
             .arg(dir)
             .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tabos_client::fault::{self, ErrorReason as R};
+
+    fn failed(reason: R) -> tabos_client::Error {
+        tabos_client::Error::Status(fault::status(&fault::detail_of(reason, "/p"), "words"))
+    }
+
+    /// Each reason its own errno: a non-empty directory is no longer the
+    /// answer to every refused precondition, nor EINVAL to a file that is
+    /// a directory.
+    #[test]
+    fn each_reason_has_its_errno() {
+        for (reason, want) in [
+            (R::NotEmpty, Errno::ENOTEMPTY),
+            (R::NotADirectory, Errno::ENOTDIR),
+            (R::IsADirectory, Errno::EISDIR),
+            (R::Invalid, Errno::EINVAL),
+            (R::NotFound, Errno::ENOENT),
+            (R::OverQuota, Errno::EDQUOT),
+            (R::Full, Errno::ENOSPC),
+            (R::Denied, Errno::EACCES),
+            (R::Precondition, Errno::EIO),
+            (R::StaleEpoch, Errno::ESTALE),
+        ] {
+            assert_eq!(errno(&failed(reason)), want, "{reason:?}");
+        }
+        // Every reason has one (the match is exhaustive; this runs it).
+        for r in fault::REASONS {
+            let _ = errno(&failed(r));
+        }
+        // A status with no detail: its code's reason.
+        let e = tabos_client::Error::Status(tonic::Status::failed_precondition("x"));
+        assert_eq!(errno(&e), Errno::EIO);
     }
 }

@@ -2716,6 +2716,8 @@ fn dashboard_api_against(node: &Node) {
     let (status, v) = sql(&as_admin, serde_json::json!({"sql": "DELETE FROM proc"}));
     assert!(status >= 400, "{v}");
     assert!(v["error"].as_str().unwrap().contains("read-only"), "{v}");
+    // The typed reason beside the words (issue 37, item 3).
+    assert_eq!(v["reason"], "READ_ONLY", "{v}");
     let (status, v) = sql(
         &as_admin,
         serde_json::json!({

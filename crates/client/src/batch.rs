@@ -33,9 +33,10 @@ impl Client {
         Ok(results
             .into_iter()
             .map(|r| match r.result {
-                Some(Out::Error(e)) => Err(Error::Status(tonic::Status::new(
+                Some(Out::Error(e)) => Err(Error::Status(tonic::Status::with_details(
                     tonic::Code::from_i32(e.code),
                     e.message,
+                    e.details.into(),
                 ))),
                 Some(out) => Ok(out),
                 None => Err(Error::Status(tonic::Status::internal(

@@ -20,6 +20,7 @@ pub mod app;
 pub mod batch;
 pub mod codec;
 pub mod doors;
+pub mod fault;
 pub mod fs;
 pub mod names;
 pub mod procedures;
@@ -46,11 +47,6 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:7070";
 pub const UNIX_SCHEME: &str = "unix:";
 /// Largest gRPC message a client or node accepts, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
-
-/// Metadata keys of a "mounted" error (see [`Error::mount`]).
-pub const MOUNT_PATH: &str = "tabos-mount-path";
-pub const MOUNT_TARGET: &str = "tabos-mount-target";
-pub const MOUNT_REST: &str = "tabos-mount-rest";
 
 /// Errors of the client library.
 #[derive(Debug, thiserror::Error)]
@@ -79,23 +75,36 @@ impl Error {
         }
     }
 
+    /// Why the call failed, as the node said it ([`fault::detail`]): `None`
+    /// for an error that never reached a node (connecting, an address).
+    pub fn detail(&self) -> Option<fault::ErrorDetail> {
+        match self {
+            Error::Status(s) => Some(fault::detail(s)),
+            _ => None,
+        }
+    }
+
+    /// The reason of [`detail`](Self::detail).
+    pub fn reason(&self) -> Option<fault::ErrorReason> {
+        self.detail().map(|d| d.reason())
+    }
+
     /// The request carried a fence older than its directory's epoch.
     pub fn is_stale_epoch(&self) -> bool {
-        matches!(self, Error::Status(s) if s.code() == tonic::Code::Aborted
-            && s.message().starts_with("stale epoch"))
+        self.reason() == Some(fault::ErrorReason::StaleEpoch)
     }
 
     /// For a path that went through a symlink (σOS automount): the symlink,
     /// its target (a service's endpoint) and what is left to resolve there.
     pub fn mount(&self) -> Option<names::Mount> {
-        let Error::Status(s) = self else { return None };
-        let md = s.metadata();
-        let get = |k: &str| md.get(k).and_then(|v| v.to_str().ok()).map(str::to_string);
-        Some(names::Mount {
-            path: get(MOUNT_PATH)?,
-            target: get(MOUNT_TARGET)?,
-            rest: get(MOUNT_REST)?,
-        })
+        match self.detail()?.more? {
+            fault::More::Mounted(m) => Some(names::Mount {
+                path: m.path,
+                target: m.target,
+                rest: m.rest,
+            }),
+            _ => None,
+        }
     }
 }
 

@@ -134,7 +134,7 @@ fn transient(e: &Error) -> bool {
             matches!(
                 s.code(),
                 Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted
-            ) || (s.code() == Code::Internal && s.message().contains("transport"))
+            ) || (s.code() == Code::Internal && crate::fault::from_transport(s))
         }
         _ => false,
     }

@@ -469,10 +469,14 @@ pub fn check_lead_tx(tx: &mut dyn Tx, lead: &Leadership) -> Result<()> {
         .map(|r| r.get(0))
         .transpose()?;
     if epoch != Some(lead.epoch) {
-        return Err(Error::StaleEpoch(format!(
-            "{} at epoch {} was deposed (now {epoch:?})",
-            lead.name, lead.epoch
-        )));
+        return Err(Error::StaleEpoch {
+            what: format!(
+                "{} at epoch {} was deposed (now {epoch:?})",
+                lead.name, lead.epoch
+            ),
+            current: epoch.unwrap_or(-1),
+            given: lead.epoch,
+        });
     }
     Ok(())
 }

@@ -249,9 +249,39 @@ pub enum Error {
     #[error("permission denied: {0}")]
     Denied(String),
     /// A fenced request carried an epoch older than one already seen for
-    /// its directory (σOS FenceAtEpoch).
-    #[error("stale epoch: {0}")]
-    StaleEpoch(String),
+    /// its directory (σOS FenceAtEpoch), or a deposed leader acted: the
+    /// epoch now (`current`, -1 when there is none any more) and the one
+    /// the request carried.
+    #[error("stale epoch: {what}")]
+    StaleEpoch {
+        what: String,
+        current: i64,
+        given: i64,
+    },
+    /// A change would pass one of the realm's quotas (`quota`: "storage",
+    /// "mailbox", "procedures", "procs", "cores", "memory"): `used` (after
+    /// the change) against `limit`, in the quota's unit (bytes for storage
+    /// and mailbox).
+    #[error("{message}")]
+    OverQuota {
+        quota: &'static str,
+        used: u64,
+        limit: u64,
+        message: String,
+    },
+    /// A path's parent, or rmdir's target, is not a directory.
+    #[error("invalid argument: {0} is not a directory")]
+    NotADirectory(String),
+    /// A file operation on a directory (`.1` says which, e.g. "use rmdir").
+    #[error("invalid argument: {0} is a directory{1}")]
+    IsADirectory(String, &'static str),
+    /// Removing, or renaming over, a directory that has entries.
+    #[error("{0}: directory not empty")]
+    NotEmpty(String),
+    /// The data changed under the request (another writer replaced a
+    /// file's segments): read again and retry.
+    #[error("{0}")]
+    Conflict(String),
     /// The path crosses a symlink (a mount): the rest of it is to be
     /// resolved at the symlink's target (σOS automount).
     #[error("{path} is mounted at {target}: resolve {rest:?} there")]
@@ -271,6 +301,41 @@ pub enum Error {
         name: String,
         error: tabos_sandbox::ProcError,
     },
+}
+
+impl Error {
+    /// How a proc or a stored procedure sees this error through a host
+    /// call (its errno): the one mapping for every sandbox. A store error
+    /// is "invalid" here; callers that must fail the whole call on one
+    /// look at it first.
+    pub fn into_host(self) -> tabos_sandbox::HostError {
+        use tabos_sandbox::HostError as H;
+        match self {
+            Error::NotFound(m) => H::NotFound(m),
+            Error::AlreadyExists(m) => H::Exists(m),
+            Error::Full(m) => H::Full(m),
+            e @ Error::OverQuota { .. } => H::Full(e.to_string()),
+            Error::Denied(m) => H::Denied(m),
+            Error::Precondition(m) | Error::Conflict(m) => H::Conflict(m),
+            e @ Error::NotEmpty(_) => H::Conflict(e.to_string()),
+            Error::TooLarge(m) => H::PayloadTooLarge(m),
+            Error::Invalid(m) => H::Invalid(m),
+            e @ (Error::NotADirectory(_) | Error::IsADirectory(..)) => H::Invalid(e.to_string()),
+            Error::StaleEpoch { what, .. } => H::StaleEpoch(what),
+            e @ Error::Mounted { .. } => H::Mounted(e.to_string()),
+            Error::Store(e) => H::Invalid(e.to_string()),
+            other => H::Other(other.to_string()),
+        }
+    }
+
+    /// [`into_host`](Self::into_host) for a message passing call, where a
+    /// refused precondition means the receiver has finished (EPIPE).
+    pub fn into_host_ipc(self) -> tabos_sandbox::HostError {
+        match self {
+            Error::Precondition(m) => tabos_sandbox::HostError::Closed(m),
+            other => other.into_host(),
+        }
+    }
 }
 
 impl tabos_store::ProcedureError for Error {

@@ -345,10 +345,14 @@ pub fn check_fence_tx(tx: &mut dyn Tx, realm: &str, fence: &Fence, now_us: i64) 
         params![pk, realm, fence.dir.as_str()],
     )?;
     if seen > fence.epoch {
-        return Err(Error::StaleEpoch(format!(
-            "{} is at epoch {seen}; this request carries epoch {}",
-            fence.dir, fence.epoch
-        )));
+        return Err(Error::StaleEpoch {
+            what: format!(
+                "{} is at epoch {seen}; this request carries epoch {}",
+                fence.dir, fence.epoch
+            ),
+            current: seen,
+            given: fence.epoch,
+        });
     }
     Ok(())
 }
@@ -513,7 +517,7 @@ pub fn set_by_tx(
     match lookup(tx, realm, path)? {
         None => {
             if let Some(v) = if_version.filter(|v| *v != 0) {
-                return Err(Error::Precondition(format!(
+                return Err(Error::Conflict(format!(
                     "version mismatch: {path} does not exist, expected version {v}"
                 )));
             }
@@ -540,7 +544,7 @@ pub fn set_by_tx(
             }
             if let Some(v) = if_version {
                 if v != e.version {
-                    return Err(Error::Precondition(format!(
+                    return Err(Error::Conflict(format!(
                         "version mismatch: {path} is at version {}, expected {v}",
                         e.version
                     )));
@@ -745,7 +749,7 @@ pub fn remove_tx(
     let e = must_get(tx, realm, path)?;
     if let Some(v) = if_version {
         if v != e.version {
-            return Err(Error::Precondition(format!(
+            return Err(Error::Conflict(format!(
                 "version mismatch: {path} is at version {}, expected {v}",
                 e.version
             )));
@@ -757,9 +761,7 @@ pub fn remove_tx(
             params![p_key(tx), realm, path],
         )?;
         if child.is_some() {
-            return Err(Error::Precondition(format!(
-                "directory {path} is not empty"
-            )));
+            return Err(Error::NotEmpty(path.to_string()));
         }
     }
     remove_entry(tx, realm, &e, now_us)

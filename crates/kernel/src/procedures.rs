@@ -523,15 +523,6 @@ impl TxHost<'_> {
     /// fail the call.
     fn refuse(&mut self, e: Error) -> HostError {
         match e {
-            Error::NotFound(m) => HostError::NotFound(m),
-            Error::AlreadyExists(m) => HostError::Exists(m),
-            Error::Full(m) => HostError::Full(m),
-            Error::Denied(m) => HostError::Denied(m),
-            Error::Precondition(m) => HostError::Conflict(m),
-            Error::TooLarge(m) => HostError::PayloadTooLarge(m),
-            Error::Invalid(m) => HostError::Invalid(m),
-            Error::StaleEpoch(m) => HostError::StaleEpoch(m),
-            e @ Error::Mounted { .. } => HostError::Mounted(e.to_string()),
             Error::Store(se) => {
                 let m = se.to_string();
                 // Bad tenant SQL is the tenant's error; anything else
@@ -549,7 +540,7 @@ impl TxHost<'_> {
                 }
                 HostError::Invalid(m)
             }
-            other => HostError::Other(other.to_string()),
+            other => other.into_host(),
         }
     }
 
@@ -561,7 +552,7 @@ impl TxHost<'_> {
     /// means the receiving proc has finished (EPIPE, as procs see it).
     fn ipc_result<T>(&mut self, r: Result<T>) -> std::result::Result<T, HostError> {
         r.map_err(|e| match e {
-            Error::Precondition(m) => HostError::Closed(m),
+            e @ Error::Precondition(_) => e.into_host_ipc(),
             other => self.refuse(other),
         })
     }

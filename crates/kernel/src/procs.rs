@@ -528,12 +528,15 @@ fn check_quota_tx(
         params![crate::p_key(tx), realm],
     )?;
     let (procs, cores, mem): (i64, i64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
-    let over = |what: &str, used: i64, adding: i64, quota: Option<i64>, unit: &str| match quota {
-        Some(q) if used + adding > q => Err(Error::Full(format!(
-            "realm {realm} is over its {what} quota: {used}{unit} used of {q}{unit}, this spawn \
-             adds {adding}{unit}"
-        ))),
-        _ => Ok(()),
+    let over = |what: &'static str, used: i64, adding: i64, quota: Option<i64>, unit: &str| {
+        let Some(q) = quota.filter(|q| used + adding > *q) else {
+            return Ok(());
+        };
+        let message = format!(
+            "realm {realm} is over its {what} quota: {used}{unit} used of {q}{unit}, \
+             this spawn adds {adding}{unit}"
+        );
+        Err(crate::realms::over_quota(what, used + adding, q, message))
     };
     over("procs", procs, 1, q.procs, "")?;
     over("cores", cores, d.cores, q.cores, "")?;
@@ -1745,7 +1748,11 @@ async fn call<T: Send + 'static>(
     let r = realm.to_string();
     let now = tabos_store::now_us();
     let mut f = f;
-    store.run(p, move |tx| f(tx, &r, now)).await
+    // Charged to the realm: its turn, its share of the partition's queue.
+    store
+        .for_realm(realm)
+        .run(p, move |tx| f(tx, &r, now))
+        .await
 }
 
 pub async fn claim(

@@ -450,6 +450,17 @@ fn meter_tx(tx: &mut dyn Tx, realm: &str) -> Result<Option<Meter>> {
     }))
 }
 
+/// [`Error::OverQuota`] of `quota`: `used` (after the change) against
+/// `limit`, in the quota's unit.
+pub(crate) fn over_quota(quota: &'static str, used: i64, limit: i64, message: String) -> Error {
+    Error::OverQuota {
+        quota,
+        used: u64::try_from(used).unwrap_or(0),
+        limit: u64::try_from(limit).unwrap_or(0),
+        message,
+    }
+}
+
 /// `bytes` in MiB for a message: whole when whole, else to a tenth (to a
 /// thousandth below a tenth, so that a small change does not read 0.0).
 fn mib(bytes: i64) -> String {
@@ -491,11 +502,16 @@ pub fn metered<T>(
         before.stored.get(StorageClass::Mail),
     );
     if let Some(q) = grew_past(mail, mail_was, after.quota.mailbox_mb, MIB) {
-        return Err(Error::Full(format!(
-            "realm {realm} is over its mailbox quota: {} used of {}",
-            mib(mail),
-            mib(q * MIB)
-        )));
+        return Err(over_quota(
+            "mailbox",
+            mail,
+            q * MIB,
+            format!(
+                "realm {realm} is over its mailbox quota: {} used of {}",
+                mib(mail),
+                mib(q * MIB)
+            ),
+        ));
     }
     let (stored, stored_was) = (after.stored.total(), before.stored.total());
     if let Some(q) = grew_past(stored, stored_was, after.quota.storage_mb, MIB) {
@@ -503,11 +519,16 @@ pub fn metered<T>(
             Some((class, by)) => format!("; this change adds {} of {class}", mib(by)),
             None => String::new(),
         };
-        return Err(Error::Full(format!(
-            "realm {realm} is over its storage quota: {} used of {}{what}",
-            mib(stored),
-            mib(q * MIB)
-        )));
+        return Err(over_quota(
+            "storage",
+            stored,
+            q * MIB,
+            format!(
+                "realm {realm} is over its storage quota: {} used of {}{what}",
+                mib(stored),
+                mib(q * MIB)
+            ),
+        ));
     }
     if let Some(q) = grew_past(
         after.procedures,
@@ -515,10 +536,15 @@ pub fn metered<T>(
         after.quota.procedures,
         1,
     ) {
-        return Err(Error::Full(format!(
-            "realm {realm} is over its procedures quota: {} used of {q}",
-            after.procedures
-        )));
+        return Err(over_quota(
+            "procedures",
+            after.procedures,
+            q,
+            format!(
+                "realm {realm} is over its procedures quota: {} used of {q}",
+                after.procedures
+            ),
+        ));
     }
     Ok(out)
 }
@@ -553,7 +579,7 @@ pub fn check_room_tx(tx: &mut dyn Tx, realm: &str, class: StorageClass, bytes: i
     let stored = m.stored.total();
     match m.quota.storage_mb {
         Some(q) if stored.saturating_add(bytes) > q.saturating_mul(MIB) => {
-            Err(Error::Full(format!(
+            Err(over_quota("storage", stored.saturating_add(bytes), q.saturating_mul(MIB), format!(
                 "realm {realm} is over its storage quota: {} used of {}; this change adds {} of {class}",
                 mib(stored),
                 mib(q * MIB),

@@ -99,6 +99,8 @@ enum Want {
     Invalid,
     Denied,
     NotEmpty,
+    NotADirectory,
+    IsADirectory,
 }
 
 fn check(step: &str, got: tabos_kernel::Result<()>, want: Want) {
@@ -108,7 +110,9 @@ fn check(step: &str, got: tabos_kernel::Result<()>, want: Want) {
         (Err(Error::NotFound(_)), Want::NotFound) => true,
         (Err(Error::Invalid(_)), Want::Invalid) => true,
         (Err(Error::Denied(m)), Want::Denied) => !m.is_empty(),
-        (Err(Error::Precondition(m)), Want::NotEmpty) => m.contains("not empty"),
+        (Err(Error::NotEmpty(p)), Want::NotEmpty) => !p.is_empty(),
+        (Err(Error::NotADirectory(p)), Want::NotADirectory) => !p.is_empty(),
+        (Err(Error::IsADirectory(p, _)), Want::IsADirectory) => !p.is_empty(),
         _ => false,
     };
     assert!(ok, "{step}: want {want:?}, got {got:?}");
@@ -151,17 +155,17 @@ fn posix_semantics(b: Backend) {
         (
             "create under a file",
             Box::new(|| drop_ok(create(s, &root, "/home/a/x", 0o644))),
-            Want::Invalid,
+            Want::NotADirectory,
         ),
         (
             "unlink of a directory",
             Box::new(|| unlink(s, &root, "/home")),
-            Want::Invalid,
+            Want::IsADirectory,
         ),
         (
             "rmdir of a file",
             Box::new(|| rmdir(s, &root, "/home/a")),
-            Want::Invalid,
+            Want::NotADirectory,
         ),
         (
             "rmdir of a non-empty directory",
@@ -201,7 +205,7 @@ fn posix_semantics(b: Backend) {
         (
             "rename a file over a directory",
             Box::new(|| rename(s, &root, "/home/b", "/home/d")),
-            Want::Invalid,
+            Want::IsADirectory,
         ),
         (
             "rename a directory into itself",

@@ -99,7 +99,7 @@ fn entries_versions_and_refusals(b: Backend) {
         // A conditional set at a stale version is refused and changes nothing.
         let e = set(s, "/svc/a", b"three", Some(1)).await.unwrap_err();
         assert!(
-            matches!(&e, Error::Precondition(m) if m.contains("version")),
+            matches!(&e, Error::Conflict(m) if m.contains("version")),
             "{e}"
         );
         let a = get(s, R, "/svc/a").await.unwrap();
@@ -110,10 +110,7 @@ fn entries_versions_and_refusals(b: Backend) {
         assert_eq!(readdir(s, "/svc").await, ["/svc/a", "/svc/b"]);
         // rmdir of a non-empty directory, unknown paths, files as dirs.
         let e = remove(s, "/svc").await.unwrap_err();
-        assert!(
-            matches!(&e, Error::Precondition(m) if m.contains("not empty")),
-            "{e}"
-        );
+        assert!(matches!(&e, Error::NotEmpty(p) if p == "/svc"), "{e}");
         assert!(matches!(get(s, R, "/nope").await, Err(Error::NotFound(_))));
         assert!(matches!(
             create(s, R, "/nope/x", Kind::File, b"").await,
@@ -397,7 +394,10 @@ fn epochs_and_fences(b: Backend) {
         let e = set_fenced(s, "/svc/state", b"by-1", None, fence(1))
             .await
             .unwrap_err();
-        assert!(matches!(e, Error::StaleEpoch(_)), "{e}");
+        assert!(
+            matches!(e, Error::StaleEpoch { current, given, .. } if current > given),
+            "{e}"
+        );
         assert!(e.to_string().starts_with("stale epoch"), "{e}");
         assert_eq!(get(s, R, "/svc/state").await.unwrap().data, b"by-2");
         // A newer epoch moves the fence forward; the older one is now stale.
@@ -439,7 +439,7 @@ fn epochs_and_fences(b: Backend) {
         })
         .await
         .unwrap_err();
-        assert!(matches!(e, Error::StaleEpoch(_)));
+        assert!(matches!(e, Error::StaleEpoch { current, given, .. } if current > given));
         let q = s
             .query("SELECT count(*) FROM message WHERE receiver = 'box'", &[])
             .unwrap();

@@ -44,7 +44,8 @@ fn usage(s: &Store, realm: &str) -> realms::Usage {
 }
 
 fn is_over(e: &Error, what: &str) -> bool {
-    matches!(e, Error::Full(m) if m.contains(&format!("over its {what} quota")))
+    matches!(e, Error::OverQuota { quota, used, limit, message }
+        if *quota == what && used > limit && message.contains(&format!("over its {what} quota")))
 }
 
 fn files(s: &Store, dir: &TempDir) -> Files {

@@ -54,6 +54,7 @@ fn failed(s: Status) -> Out {
     Out::Error(proto::BatchError {
         code: s.code() as i32,
         message: s.message().to_string(),
+        details: s.details().to_vec(),
     })
 }
 

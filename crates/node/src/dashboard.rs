@@ -275,11 +275,14 @@ impl SignedIn {
     }
 }
 
-/// An error as the page shows it: a status and a sentence.
+/// An error as the page shows it: a status, a sentence, and the typed
+/// reason (`ErrorReason` of tabos.proto without its prefix, e.g.
+/// "NOT_EMPTY") for scripts.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
     message: String,
+    reason: &'static str,
 }
 
 impl ApiError {
@@ -287,6 +290,7 @@ impl ApiError {
         ApiError {
             status,
             message: message.into(),
+            reason: "",
         }
     }
     fn bad(message: impl Into<String>) -> ApiError {
@@ -320,7 +324,12 @@ impl From<tonic::Status> for ApiError {
             Code::Unimplemented => StatusCode::NOT_IMPLEMENTED,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        ApiError::new(status, s.message())
+        let reason = tabos_client::fault::detail(&s).reason().as_str_name();
+        ApiError {
+            status,
+            message: s.message().to_string(),
+            reason: reason.strip_prefix("ERROR_REASON_").unwrap_or(reason),
+        }
     }
 }
 
@@ -342,7 +351,12 @@ impl IntoResponse for ApiError {
             (
                 self.status,
                 [(header::CONTENT_TYPE, "application/json")],
-                json!({ "error": self.message }).to_string(),
+                if self.reason.is_empty() {
+                    json!({ "error": self.message })
+                } else {
+                    json!({ "error": self.message, "reason": self.reason })
+                }
+                .to_string(),
             )
                 .into_response(),
         )

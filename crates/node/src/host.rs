@@ -81,43 +81,6 @@ impl ProcHost {
     }
 }
 
-fn host_error(e: tabos_kernel::Error) -> HostError {
-    use tabos_kernel::Error as K;
-    match e {
-        K::NotFound(m) => HostError::NotFound(m),
-        K::Full(m) => HostError::Full(m),
-        K::Precondition(m) => HostError::Closed(m),
-        K::TooLarge(m) => HostError::PayloadTooLarge(m),
-        K::Invalid(m) => HostError::Invalid(m),
-        other => HostError::Other(other.to_string()),
-    }
-}
-
-/// A namespace call's error as a proc sees it.
-fn name_error(e: tabos_kernel::Error) -> HostError {
-    use tabos_kernel::Error as K;
-    match e {
-        K::NotFound(m) => HostError::NotFound(m),
-        K::AlreadyExists(m) => HostError::Exists(m),
-        K::Precondition(m) => HostError::Conflict(m),
-        K::Denied(m) => HostError::Denied(m),
-        K::StaleEpoch(m) => HostError::StaleEpoch(m),
-        e @ K::Mounted { .. } => HostError::Mounted(e.to_string()),
-        K::Invalid(m) => HostError::Invalid(m),
-        other => HostError::Other(other.to_string()),
-    }
-}
-
-/// A file call's error as a proc sees it.
-fn fs_error(e: tabos_kernel::Error) -> HostError {
-    use tabos_kernel::Error as K;
-    match e {
-        K::Denied(m) => HostError::Denied(m),
-        K::Full(m) => HostError::Full(m),
-        e => name_error(e),
-    }
-}
-
 impl Host for ProcHost {
     fn fs_read(&mut self, path: &str, offset: i64, len: usize) -> Result<Vec<u8>, HostError> {
         self.rt
@@ -125,7 +88,7 @@ impl Host for ProcHost {
                 self.files
                     .read(&self.realm, &self.caller, path, offset, len),
             )
-            .map_err(fs_error)
+            .map_err(tabos_kernel::Error::into_host)
     }
 
     fn fs_write(
@@ -146,7 +109,7 @@ impl Host for ProcHost {
                 create,
                 None,
             ))
-            .map_err(fs_error)
+            .map_err(tabos_kernel::Error::into_host)
     }
 
     fn fs_stat(&mut self, path: &str) -> Result<FileEntry, HostError> {
@@ -158,7 +121,7 @@ impl Host for ProcHost {
                 &self.realm,
                 move |tx| tabos_kernel::fs::stat_tx(tx, &realm, &path),
             ))
-            .map_err(fs_error)?;
+            .map_err(tabos_kernel::Error::into_host)?;
         Ok(FileEntry {
             kind: u32::from(st.file_type == FileType::File),
             mode: st.mode as u32,
@@ -174,7 +137,7 @@ impl Host for ProcHost {
                 names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
                 names::get_tx(tx, &realm, &path)
             }))
-            .map_err(name_error)?;
+            .map_err(tabos_kernel::Error::into_host)?;
         Ok(NameEntry {
             kind: match e.kind {
                 Kind::Dir => 0,
@@ -200,7 +163,7 @@ impl Host for ProcHost {
                 names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
                 names::set_by_tx(tx, &realm, &who.user, &path, &data, if_version, None, now)
             }))
-            .map_err(name_error)
+            .map_err(tabos_kernel::Error::into_host)
     }
 
     fn name_mkdir(&mut self, path: &str) -> Result<(), HostError> {
@@ -216,7 +179,7 @@ impl Host for ProcHost {
                 names::create_tx(tx, &realm, &path, Kind::Dir, &[], &opts, None, now)
             }))
             .map(drop)
-            .map_err(name_error)
+            .map_err(tabos_kernel::Error::into_host)
     }
 
     fn name_remove(&mut self, path: &str) -> Result<(), HostError> {
@@ -226,7 +189,7 @@ impl Host for ProcHost {
                 names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
                 names::remove_tx(tx, &realm, &path, None, None, tabos_store::now_us())
             }))
-            .map_err(name_error)
+            .map_err(tabos_kernel::Error::into_host)
     }
 
     fn name_wait(
@@ -242,7 +205,7 @@ impl Host for ProcHost {
             .block_on(names::call(&self.store, &self.realm, move |tx| {
                 names::permit_tx(tx, &r2, &who, NameOp::List(names::parent_of(&p2)))
             }))
-            .map_err(name_error)?;
+            .map_err(tabos_kernel::Error::into_host)?;
         let stop = self.stop.clone();
         self.rt.block_on(async move {
             let waited = async {
@@ -261,7 +224,7 @@ impl Host for ProcHost {
             tokio::pin!(waited, limit);
             loop {
                 tokio::select! {
-                    got = &mut waited => return got.map_err(name_error),
+                    got = &mut waited => return got.map_err(tabos_kernel::Error::into_host),
                     () = &mut limit => return Err(HostError::TimedOut),
                     () = woken.notified() => {
                         // Notified for a stop; a permit left over from an
@@ -286,7 +249,7 @@ impl Host for ProcHost {
                 })
             })
             .collect::<tabos_kernel::Result<Vec<_>>>()
-            .map_err(host_error)?;
+            .map_err(tabos_kernel::Error::into_host_ipc)?;
         // A blocking wait (it spins briefly): this is the proc's own thread.
         ipc::send_blocking(
             &self.store,
@@ -296,7 +259,7 @@ impl Host for ProcHost {
             self.opts,
         )
         .map(drop)
-        .map_err(host_error)
+        .map_err(tabos_kernel::Error::into_host_ipc)
     }
 
     fn recv(&mut self, call: RecvCall<'_>) -> Result<Received, HostError> {
@@ -329,7 +292,7 @@ impl ProcHost {
                 }
                 self.me.clone()
             }
-            Some(f) => Address::parse(f).map_err(host_error)?,
+            Some(f) => Address::parse(f).map_err(tabos_kernel::Error::into_host_ipc)?,
         };
         let take = Take {
             max: 1,
@@ -338,7 +301,7 @@ impl ProcHost {
         let got = self
             .rt
             .block_on(ipc::peek(&self.store, &self.realm, &address, take))
-            .map_err(host_error)?;
+            .map_err(tabos_kernel::Error::into_host_ipc)?;
         if let Some(len) = got.next_bytes {
             return Err(HostError::TooBig(len));
         }
@@ -363,7 +326,7 @@ impl ProcHost {
             let woken = self.woken.clone();
             let got = receiver
                 .recv_blocking(&self.rt, take, wait, async move { woken.notified().await })
-                .map_err(host_error)?;
+                .map_err(tabos_kernel::Error::into_host_ipc)?;
             if let Some(len) = got.next_bytes {
                 return Err(HostError::TooBig(len));
             }
@@ -387,7 +350,7 @@ impl ProcHost {
         bytes_max: usize,
         timeout: Option<Duration>,
     ) -> Result<Received, HostError> {
-        let address = Address::parse(from).map_err(host_error)?;
+        let address = Address::parse(from).map_err(tabos_kernel::Error::into_host_ipc)?;
         let take = Take {
             max: 1,
             bytes_max: bytes_max.min(ipc::RECV_BYTES_MAX),
@@ -395,7 +358,7 @@ impl ProcHost {
         let mut receiver = match self.others.take() {
             Some((a, r)) if a == address => r,
             _ => ipc::Receiver::new(&self.store, &self.realm, &address)
-                .map_err(host_error)?
+                .map_err(tabos_kernel::Error::into_host_ipc)?
                 .with_spin(SPIN),
         };
         let got = self.take(&mut receiver, take, timeout);
@@ -422,7 +385,7 @@ impl ProcHost {
             let mut receiver = match self.receiver.take() {
                 Some(r) => r,
                 None => ipc::Receiver::new(&self.store, &self.realm, &self.me)
-                    .map_err(host_error)?
+                    .map_err(tabos_kernel::Error::into_host_ipc)?
                     .with_spin(SPIN),
             };
             let got = self.take(&mut receiver, take, timeout);

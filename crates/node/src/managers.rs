@@ -60,7 +60,7 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
             Err(e) => {
                 // Another leader, a conflict, the database away: the next
                 // look starts over.
-                if !matches!(e, tabos_kernel::Error::StaleEpoch(_)) {
+                if !matches!(e, tabos_kernel::Error::StaleEpoch { .. }) {
                     eprintln!("node {}: managers: {e}", node.settings.node_id);
                 }
                 true
@@ -181,7 +181,9 @@ async fn look(
                 match alloc::set_want_tx(tx, lead, realm, want, now) {
                     // Deposed meanwhile, or the realm is gone: its next
                     // leader decides.
-                    Err(tabos_kernel::Error::StaleEpoch(_) | tabos_kernel::Error::NotFound(_)) => {}
+                    Err(
+                        tabos_kernel::Error::StaleEpoch { .. } | tabos_kernel::Error::NotFound(_),
+                    ) => {}
                     r => r?,
                 }
             }

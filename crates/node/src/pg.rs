@@ -158,15 +158,11 @@ pub fn store_error(e: &tabos_store::Error) -> PgWireError {
             SqlCode::Sqlite { primary: 23, .. } => sqlstate::INSUFFICIENT_PRIVILEGE,
             _ => sqlstate::SYNTAX_OR_ACCESS,
         },
-        E::ReadOnly(_) => sqlstate::READ_ONLY_TRANSACTION,
-        E::OutOfScope(_) => sqlstate::INSUFFICIENT_PRIVILEGE,
-        E::Invalid(_) => sqlstate::INVALID_PARAMETER_VALUE,
+        // Finer than the reason's class.
         E::Type(_) => sqlstate::DATATYPE_MISMATCH,
         E::Limit { .. } => sqlstate::PROGRAM_LIMIT_EXCEEDED,
-        E::Overloaded(_) => sqlstate::INSUFFICIENT_RESOURCES,
-        E::Timeout(_) | E::Cancelled(_) => sqlstate::QUERY_CANCELED,
-        E::Closed | E::Unavailable(_) => sqlstate::CANNOT_CONNECT_NOW,
-        _ => sqlstate::INTERNAL_ERROR,
+        // The rest as every door: by reason (tabos_client::fault).
+        other => tabos_client::fault::sqlstate(crate::store_reason(other)),
     };
     // The message only: a SQL error's own text already names the
     // statement, which the client has.

@@ -618,6 +618,13 @@ async fn proc_quotas_are_checked_at_spawn() {
     op.set_realm(set(Some(10), None, vec![])).await.unwrap();
     let e = admin.spawn("", sleeper("s3", 1)).await.unwrap_err();
     assert!(e.to_string().contains("over its cores quota"), "{e}");
+    // The quota, use and limit as types (issue 37, item 3).
+    match e.detail().and_then(|d| d.more) {
+        Some(tabos_client::fault::More::OverQuota(q)) => {
+            assert_eq!((q.quota.as_str(), q.used, q.limit), ("cores", 2, 1))
+        }
+        other => panic!("an over-quota detail, not {other:?}"),
+    }
     // Usage as the realm sees it (its own realm only).
     let seen = admin.list_realms().await.unwrap();
     assert_eq!(seen.len(), 1);

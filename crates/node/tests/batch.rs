@@ -102,6 +102,24 @@ async fn a_batch_runs_each_call_as_alone_in_order() {
     let e = a.name_get("", "/many0").await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound);
 
+    // A failed call keeps its typed reason (issue 37, item 3): a set at a
+    // stale version is a conflict, not only its code's "precondition".
+    let stale = Call::NamesSet(proto::SetNameRequest {
+        realm: String::new(),
+        path: "/x".into(),
+        data: b"3".to_vec(),
+        if_version: Some(1),
+        ..Default::default()
+    });
+    let mut r = a.batch(vec![stale]).await.unwrap().into_iter();
+    let e = r.next().unwrap().unwrap_err();
+    assert_eq!(code(&e), Code::FailedPrecondition);
+    assert_eq!(
+        e.reason(),
+        Some(tabos_client::fault::ErrorReason::Conflict),
+        "{e}"
+    );
+
     // A bad credential is refused before anything runs.
     let mut bad = n.client_with("tabos_0000000000000000_0000").await;
     let e = bad.batch(vec![put("", "/z", b"1")]).await.unwrap_err();

@@ -4,6 +4,7 @@
 mod common;
 
 use common::{code, start};
+use tabos_client::fault::{ErrorReason, More};
 use tabos_client::{proto, Client};
 use tabos_store::testing::TempDir;
 use tonic::Code;
@@ -115,6 +116,25 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
     assert_eq!(code(&e), Code::InvalidArgument);
     let e = c.fs_rmdir(REALM, "root", "/home").await.unwrap_err();
     assert_eq!(code(&e), Code::FailedPrecondition);
+    // Each refusal's reason is a type on the wire (issue 37, item 3), with
+    // the path it is about.
+    let d = e.detail().unwrap();
+    assert_eq!(
+        (d.reason(), d.subject.as_str()),
+        (ErrorReason::NotEmpty, "/home")
+    );
+    let e = c
+        .fs_rmdir(REALM, "root", "/home/alice/diary")
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::InvalidArgument);
+    let d = e.detail().unwrap();
+    assert_eq!(
+        (d.reason(), d.subject.as_str()),
+        (ErrorReason::NotADirectory, "/home/alice/diary")
+    );
+    let e = c.fs_unlink(REALM, "root", "/home").await.unwrap_err();
+    assert_eq!(e.reason(), Some(ErrorReason::IsADirectory));
     let e = c.fs_stat(REALM, "/nope").await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound);
     let e = c
@@ -141,6 +161,10 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
         .await
         .unwrap_err();
     assert!(e.is_stale_epoch(), "{e}");
+    match e.detail().and_then(|d| d.more) {
+        Some(More::StaleEpoch(s)) => assert_eq!((s.current, s.given), (2, 1)),
+        other => panic!("a stale epoch's detail, not {other:?}"),
+    }
     assert_eq!(
         c.fs_read(REALM, "root", "/fenced", 0, 10).await.unwrap(),
         b"one"

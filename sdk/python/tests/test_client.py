@@ -7,6 +7,7 @@ import json
 import os
 import threading
 
+import grpc
 import pytest
 
 import tabos
@@ -72,8 +73,10 @@ def test_names_versions_watch_and_election(node, client: tabos.Client) -> None:
     v1 = client.names.set("/py/cfg/db", "primary=a")
     assert client.names.get("/py/cfg/db").data == b"primary=a"
     client.names.set("/py/cfg/db", "primary=b", if_version=v1)
-    with pytest.raises(tabos.FailedPrecondition):
+    # A stale version is a conflict (a FailedPrecondition by its code).
+    with pytest.raises(tabos.Conflict) as stale:
         client.names.set("/py/cfg/db", "primary=c", if_version=v1)
+    assert isinstance(stale.value, tabos.FailedPrecondition) and stale.value.reason == "CONFLICT"
     assert [e.path for e in client.names.ls("/py/cfg")] == ["/py/cfg/db"]
     events: list = []
 
@@ -141,8 +144,65 @@ def test_files_are_file_like(client: tabos.Client) -> None:
     client.fs.remove("/py/data/n.txt")
     with pytest.raises(tabos.NotFound):
         client.fs.open("/py/data/n.txt")
-    with pytest.raises(tabos.FailedPrecondition):
-        client.fs.remove("/py/data")  # not empty
+    with pytest.raises(tabos.NotEmpty) as e:
+        client.fs.remove("/py/data")
+    assert e.value.subject == "/py/data" and e.value.code == "FAILED_PRECONDITION"
+    with pytest.raises(tabos.NotADirectory) as e:
+        client.fs.mkdir("/py/data/big.bin/x")
+    assert e.value.subject == "/py/data/big.bin"
+
+
+class _Failed(grpc.RpcError):
+    """A failed call as grpcio raises it, with a node's ErrorDetail."""
+
+    def __init__(self, code: grpc.StatusCode, detail: bytes) -> None:
+        self._code, self._detail = code, detail
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return "words for people"
+
+    def trailing_metadata(self) -> tuple:
+        return (("grpc-status-details-bin", self._detail),)
+
+
+def test_errors_are_typed_by_reason_and_carry_its_fields() -> None:
+    from tabos._proto import tabos_pb2 as pb
+
+    def failed(code: grpc.StatusCode, **fields) -> tabos.TabosError:
+        return tabos.errors.from_rpc(_Failed(code, pb.ErrorDetail(**fields).SerializeToString()))
+
+    e = failed(
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        reason=pb.ERROR_REASON_OVER_QUOTA,
+        over_quota=pb.OverQuotaDetail(quota="storage", used=3 << 20, limit=1 << 20),
+    )
+    assert isinstance(e, tabos.OverQuota) and isinstance(e, tabos.ResourceExhausted)
+    assert (e.quota, e.used, e.limit, e.reason) == ("storage", 3 << 20, 1 << 20, "OVER_QUOTA")
+    e = failed(
+        grpc.StatusCode.ABORTED,
+        reason=pb.ERROR_REASON_STALE_EPOCH,
+        stale_epoch=pb.StaleEpochDetail(current=7, given=5),
+    )
+    assert isinstance(e, tabos.StaleEpoch) and (e.current, e.given) == (7, 5)
+    e = failed(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        reason=pb.ERROR_REASON_MOUNTED,
+        subject="/svc/m",
+        mounted=pb.MountedDetail(path="/svc/m", target="tcp:h:1", rest="a/b"),
+    )
+    assert isinstance(e, tabos.Mounted) and (e.path, e.target, e.rest) == ("/svc/m", "tcp:h:1", "a/b")
+    # A reason this SDK does not know (a newer node's), or a detail that
+    # does not parse: the code's class, never a crash.
+    e = tabos.errors.from_rpc(_Failed(grpc.StatusCode.NOT_FOUND, pb.ErrorDetail(reason=999).SerializeToString()))
+    assert type(e) is tabos.NotFound
+    e = tabos.errors.from_rpc(_Failed(grpc.StatusCode.ABORTED, b"\xff\xff\xff"))
+    assert type(e) is tabos.Aborted and e.reason == "CONTENDED"
+    # A reason whose class does not fit the code is not trusted over it.
+    e = failed(grpc.StatusCode.NOT_FOUND, reason=pb.ERROR_REASON_NOT_EMPTY)
+    assert type(e) is tabos.NotFound
 
 
 def test_sql_rows_are_dicts_and_scoped(node, client: tabos.Client) -> None:

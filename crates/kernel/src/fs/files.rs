@@ -121,7 +121,7 @@ fn blocks_err(e: tabos_blockio::Error) -> Error {
         tabos_blockio::Error::NoSpace(m) => Error::Full(format!("block store full: {m}")),
         // A segment deleted under an operation: the file was removed or
         // shrunk meanwhile; the operation's next plan sees how.
-        tabos_blockio::Error::NotFound(m) => Error::Precondition(format!("{m}: {CONFLICT}")),
+        tabos_blockio::Error::NotFound(m) => Error::Conflict(format!("{m}: {CONFLICT}")),
         e => Error::Blocks(e.to_string()),
     }
 }
@@ -228,11 +228,11 @@ async fn back_off(attempt: usize) {
 const CONFLICT: &str = "changed by another writer during the operation";
 
 fn conflict(path: &str) -> Error {
-    Error::Precondition(format!("{path}: {CONFLICT}"))
+    Error::Conflict(format!("{path}: {CONFLICT}"))
 }
 
 fn is_conflict(e: &Error) -> bool {
-    matches!(e, Error::Precondition(m) if m.ends_with(CONFLICT))
+    matches!(e, Error::Conflict(_))
 }
 
 /// The partition of block `no` of parallel file `id`.
@@ -575,7 +575,7 @@ impl Files {
                 p.st.owner.clone(),
                 data.clone(),
             );
-            pending.push(self.store.submit(PKey(part), move |tx| {
+            pending.push(self.store.for_realm(realm).submit(PKey(part), move |tx| {
                 let b = Blocks::parallel(&r, &id);
                 if end > old {
                     // Leftovers of a write that never committed its size.
@@ -868,7 +868,7 @@ impl Files {
         let mut pending = Vec::new();
         for part in 0..self.store.partitions() {
             let (r, id) = (realm.to_string(), p.id.clone());
-            pending.push(self.store.submit(PKey(part), move |tx| {
+            pending.push(self.store.for_realm(realm).submit(PKey(part), move |tx| {
                 Blocks::parallel(&r, &id).cut(tx, bs, cut_at)
             }));
         }

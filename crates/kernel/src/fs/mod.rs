@@ -251,7 +251,7 @@ fn parent_dir(tx: &mut dyn Tx, realm: &str, path: &str, who: &Caller) -> Result<
     let d = lookup(tx, realm, parent)?
         .ok_or_else(|| Error::NotFound(format!("{parent}: no such directory (creating {path})")))?;
     if d.file_type != FileType::Dir {
-        return Err(Error::Invalid(format!("{parent} is not a directory")));
+        return Err(Error::NotADirectory(parent.to_string()));
     }
     allowed(&d, who, Need::WriteSearch)?;
     Ok(d)
@@ -516,7 +516,7 @@ pub fn unlink_tx(
     writable(path)?;
     let st = must(tx, realm, path)?;
     if st.file_type == FileType::Dir {
-        return Err(Error::Invalid(format!("{path} is a directory (use rmdir)")));
+        return Err(Error::IsADirectory(path.to_string(), " (use rmdir)"));
     }
     let d = parent_dir(tx, realm, path, who)?;
     sticky_allows(&d, &st, who)?;
@@ -538,12 +538,12 @@ pub fn rmdir_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, path: &str, now_us: 
     writable(path)?;
     let st = must(tx, realm, path)?;
     if st.file_type != FileType::Dir {
-        return Err(Error::Invalid(format!("{path} is not a directory")));
+        return Err(Error::NotADirectory(path.to_string()));
     }
     let d = parent_dir(tx, realm, path, who)?;
     sticky_allows(&d, &st, who)?;
     if has_children(tx, realm, path)? {
-        return Err(Error::Precondition(format!("{path}: directory not empty")));
+        return Err(Error::NotEmpty(path.to_string()));
     }
     delete_entry(tx, realm, &st, now_us).map(|_| ())
 }
@@ -581,15 +581,9 @@ pub fn rename_tx(
         match (st.file_type, old.file_type) {
             (FileType::File, FileType::File) => {}
             (FileType::Dir, FileType::Dir) if !has_children(tx, realm, to)? => {}
-            (FileType::Dir, FileType::Dir) => {
-                return Err(Error::Precondition(format!("{to}: directory not empty")))
-            }
-            (FileType::File, FileType::Dir) => {
-                return Err(Error::Invalid(format!("{to} is a directory")))
-            }
-            (FileType::Dir, FileType::File) => {
-                return Err(Error::Invalid(format!("{to} is not a directory")))
-            }
+            (FileType::Dir, FileType::Dir) => return Err(Error::NotEmpty(to.to_string())),
+            (FileType::File, FileType::Dir) => return Err(Error::IsADirectory(to.to_string(), "")),
+            (FileType::Dir, FileType::File) => return Err(Error::NotADirectory(to.to_string())),
         }
         queued = delete_entry(tx, realm, &old, now_us)?;
     }
@@ -628,7 +622,7 @@ pub fn readdir_tx(
     validate_path(dir)?;
     let d = must(tx, realm, dir)?;
     if d.file_type != FileType::Dir {
-        return Err(Error::Invalid(format!("{dir} is not a directory")));
+        return Err(Error::NotADirectory(dir.to_string()));
     }
     allowed(&d, who, Need::Read)?;
     const LIST: &str = "SELECT d_name, content_type, user_name, mode, f_size, block_size, \
@@ -645,7 +639,7 @@ pub fn readdir_tx(
 fn a_file(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
     let st = must(tx, realm, path)?;
     if st.file_type != FileType::File {
-        return Err(Error::Invalid(format!("{path} is a directory")));
+        return Err(Error::IsADirectory(path.to_string(), ""));
     }
     Ok(st)
 }

@@ -1043,7 +1043,7 @@ pub(crate) struct Requeue {
 impl Requeue {
     pub(crate) fn new(store: &Store, pk: PKey, realm: &str, address: Address) -> Requeue {
         Requeue {
-            store: store.clone(),
+            store: store.for_realm(realm),
             pk,
             realm: realm.to_string(),
             address,
@@ -1236,7 +1236,8 @@ impl Receiver {
         let chan = channel(realm, address);
         Ok(Receiver {
             sub: store.subscribe(&chan),
-            store: store.clone(),
+            // Charged to the realm: its turn and share of the partition.
+            store: store.for_realm(realm),
             pk,
             realm: realm.to_string(),
             address: address.clone(),

@@ -7,6 +7,34 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_TOO_LARGE: _ClassVar[ErrorReason]
+    ERROR_REASON_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_ALREADY_EXISTS: _ClassVar[ErrorReason]
+    ERROR_REASON_FULL: _ClassVar[ErrorReason]
+    ERROR_REASON_OVER_QUOTA: _ClassVar[ErrorReason]
+    ERROR_REASON_PRECONDITION: _ClassVar[ErrorReason]
+    ERROR_REASON_NOT_A_DIRECTORY: _ClassVar[ErrorReason]
+    ERROR_REASON_IS_A_DIRECTORY: _ClassVar[ErrorReason]
+    ERROR_REASON_NOT_EMPTY: _ClassVar[ErrorReason]
+    ERROR_REASON_CONFLICT: _ClassVar[ErrorReason]
+    ERROR_REASON_DENIED: _ClassVar[ErrorReason]
+    ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
+    ERROR_REASON_STALE_EPOCH: _ClassVar[ErrorReason]
+    ERROR_REASON_MOUNTED: _ClassVar[ErrorReason]
+    ERROR_REASON_PROCEDURE_FAILED: _ClassVar[ErrorReason]
+    ERROR_REASON_OVERLOADED: _ClassVar[ErrorReason]
+    ERROR_REASON_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_TIMED_OUT: _ClassVar[ErrorReason]
+    ERROR_REASON_CANCELLED: _ClassVar[ErrorReason]
+    ERROR_REASON_UNIMPLEMENTED: _ClassVar[ErrorReason]
+    ERROR_REASON_READ_ONLY: _ClassVar[ErrorReason]
+    ERROR_REASON_CONTENDED: _ClassVar[ErrorReason]
+    ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+
 class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STORAGE_CLASS_UNSPECIFIED: _ClassVar[StorageClass]
@@ -19,6 +47,31 @@ class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORAGE_CLASS_WORKFLOWS: _ClassVar[StorageClass]
     STORAGE_CLASS_TABLES: _ClassVar[StorageClass]
     STORAGE_CLASS_LOGS: _ClassVar[StorageClass]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_INVALID: ErrorReason
+ERROR_REASON_TOO_LARGE: ErrorReason
+ERROR_REASON_NOT_FOUND: ErrorReason
+ERROR_REASON_ALREADY_EXISTS: ErrorReason
+ERROR_REASON_FULL: ErrorReason
+ERROR_REASON_OVER_QUOTA: ErrorReason
+ERROR_REASON_PRECONDITION: ErrorReason
+ERROR_REASON_NOT_A_DIRECTORY: ErrorReason
+ERROR_REASON_IS_A_DIRECTORY: ErrorReason
+ERROR_REASON_NOT_EMPTY: ErrorReason
+ERROR_REASON_CONFLICT: ErrorReason
+ERROR_REASON_DENIED: ErrorReason
+ERROR_REASON_UNAUTHENTICATED: ErrorReason
+ERROR_REASON_STALE_EPOCH: ErrorReason
+ERROR_REASON_MOUNTED: ErrorReason
+ERROR_REASON_PROCEDURE_FAILED: ErrorReason
+ERROR_REASON_OVERLOADED: ErrorReason
+ERROR_REASON_UNAVAILABLE: ErrorReason
+ERROR_REASON_TIMED_OUT: ErrorReason
+ERROR_REASON_CANCELLED: ErrorReason
+ERROR_REASON_UNIMPLEMENTED: ErrorReason
+ERROR_REASON_READ_ONLY: ErrorReason
+ERROR_REASON_CONTENDED: ErrorReason
+ERROR_REASON_INTERNAL: ErrorReason
 STORAGE_CLASS_UNSPECIFIED: StorageClass
 STORAGE_CLASS_KV: StorageClass
 STORAGE_CLASS_NAMES: StorageClass
@@ -29,6 +82,48 @@ STORAGE_CLASS_CODE: StorageClass
 STORAGE_CLASS_WORKFLOWS: StorageClass
 STORAGE_CLASS_TABLES: StorageClass
 STORAGE_CLASS_LOGS: StorageClass
+
+class ErrorDetail(_message.Message):
+    __slots__ = ("reason", "subject", "stale_epoch", "over_quota", "mounted")
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    STALE_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OVER_QUOTA_FIELD_NUMBER: _ClassVar[int]
+    MOUNTED_FIELD_NUMBER: _ClassVar[int]
+    reason: ErrorReason
+    subject: str
+    stale_epoch: StaleEpochDetail
+    over_quota: OverQuotaDetail
+    mounted: MountedDetail
+    def __init__(self, reason: _Optional[_Union[ErrorReason, str]] = ..., subject: _Optional[str] = ..., stale_epoch: _Optional[_Union[StaleEpochDetail, _Mapping]] = ..., over_quota: _Optional[_Union[OverQuotaDetail, _Mapping]] = ..., mounted: _Optional[_Union[MountedDetail, _Mapping]] = ...) -> None: ...
+
+class StaleEpochDetail(_message.Message):
+    __slots__ = ("current", "given")
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    GIVEN_FIELD_NUMBER: _ClassVar[int]
+    current: int
+    given: int
+    def __init__(self, current: _Optional[int] = ..., given: _Optional[int] = ...) -> None: ...
+
+class OverQuotaDetail(_message.Message):
+    __slots__ = ("quota", "used", "limit")
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    quota: str
+    used: int
+    limit: int
+    def __init__(self, quota: _Optional[str] = ..., used: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class MountedDetail(_message.Message):
+    __slots__ = ("path", "target", "rest")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    REST_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    target: str
+    rest: str
+    def __init__(self, path: _Optional[str] = ..., target: _Optional[str] = ..., rest: _Optional[str] = ...) -> None: ...
 
 class Value(_message.Message):
     __slots__ = ("null", "int", "real", "text", "blob")
@@ -1318,12 +1413,14 @@ class BatchRequest(_message.Message):
     def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
 
 class BatchError(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "details")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    details: bytes
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., details: _Optional[bytes] = ...) -> None: ...
 
 class BatchResult(_message.Message):
     __slots__ = ("error", "names_set", "names_get", "names_remove", "send", "recv", "procedure_call", "proc_status", "fs_stat", "fs_read", "fs_write", "spawn")
