@@ -175,24 +175,7 @@ pub fn emit(text: impl FnOnce() -> String, value: impl FnOnce() -> serde_json::V
 /// A time in µs since the epoch as RFC 3339 in UTC, to the µs
 /// (`2026-11-24T21:04:38.123456Z`).
 pub fn rfc3339(us: i64) -> String {
-    let (secs, micros) = (us.div_euclid(1_000_000), us.rem_euclid(1_000_000));
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{micros:06}Z",
-        rest / 3_600,
-        rest % 3_600 / 60,
-        rest % 60
-    )
+    tabos_store::rfc3339(us, true)
 }
 
 #[cfg(test)]

@@ -134,7 +134,7 @@ impl Cron {
         let t = after_us.div_euclid(1_000_000) + 1; // the next whole second
         let (mut day, mut sod) = (t.div_euclid(86_400), t.rem_euclid(86_400));
         for _ in 0..HORIZON_DAYS {
-            let (_, month, dom) = civil(day);
+            let (_, month, dom) = tabos_store::civil_from_days(day);
             let weekday = (day + 4).rem_euclid(7) as u32; // 1970-01-01 was a Thursday
             if self.months & (1 << month) != 0 && self.day_matches(dom, weekday) {
                 let (h0, m0, s0) = (sod / 3_600, sod % 3_600 / 60, sod % 60);
@@ -161,20 +161,6 @@ impl Cron {
     }
 }
 
-/// (year, month 1–12, day 1–31) of `days` since 1970-01-01 (Howard
-/// Hinnant's civil_from_days).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,9 +174,12 @@ mod tests {
 
     #[test]
     fn civil_dates_are_right() {
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(T / 86_400_000_000), (2026, 11, 24));
-        assert_eq!(civil(11_016), (2000, 2, 29));
+        assert_eq!(tabos_store::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(
+            tabos_store::civil_from_days(T / 86_400_000_000),
+            (2026, 11, 24)
+        );
+        assert_eq!(tabos_store::civil_from_days(11_016), (2000, 2, 29));
     }
 
     #[test]

@@ -25,27 +25,6 @@ impl FsService {
         FsService { node }
     }
 
-    async fn call<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        fs::call(&self.node.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
-    /// [`Self::call`] for operations that only read: on a read connection.
-    async fn read<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        fs::read(&self.node.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
     /// Runs a changing operation `f(tx, realm, now)` after the request's
     /// fence, both in one transaction.
     async fn change<T, F>(
@@ -60,12 +39,13 @@ impl FsService {
     {
         let fence = crate::names::fence_from_proto(fence)?;
         let r = realm.to_string();
-        self.call(realm, move |tx| {
-            let now = tabos_store::now_us();
-            tabos_kernel::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
-            f(tx, &r, now)
-        })
-        .await
+        self.node
+            .call(realm, move |tx| {
+                let now = tabos_store::now_us();
+                tabos_kernel::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
+                f(tx, &r, now)
+            })
+            .await
     }
 }
 
@@ -215,6 +195,7 @@ impl proto::fs_server::Fs for FsService {
         r.user = access.user(&r.user)?;
         let (p, realm) = (path(&r.path)?, r.realm.clone());
         let st = self
+            .node
             .read(&r.realm, move |tx| fs::stat_tx(tx, &realm, &p))
             .await?;
         Ok(Response::new(stat_to_proto(st)))
@@ -230,6 +211,7 @@ impl proto::fs_server::Fs for FsService {
         r.user = access.user(&r.user)?;
         let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
         let (entries, more) = self
+            .node
             .read(&r.realm, move |tx| fs::readdir_tx(tx, &realm, &who, &p))
             .await?;
         Ok(Response::new(proto::FsReadDirResponse {
@@ -410,6 +392,7 @@ impl proto::fs_server::Fs for FsService {
         r.realm = access.realm(&r.realm, Role::Reader)?;
         let (p, realm, owner, min) = (path(&r.path)?, r.realm.clone(), r.owner, r.min_size);
         let (files, bytes) = self
+            .node
             .read(&r.realm, move |tx| {
                 let owner = (!owner.is_empty()).then_some(owner.as_str());
                 fs::du_tx(tx, &realm, &p, owner, min)

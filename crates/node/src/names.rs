@@ -34,27 +34,6 @@ impl NamesService {
     pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> NamesService {
         NamesService { node, stopping }
     }
-
-    async fn call<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        names::call(&self.node.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
-    /// [`Self::call`] for operations that only read: on a read connection.
-    async fn read<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        names::read(&self.node.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
 }
 
 /// The kernel fence of a request (none when absent).
@@ -116,6 +95,7 @@ impl proto::names_server::Names for NamesService {
         };
         let (realm, path, data) = (r.realm.clone(), r.path, r.data);
         let version = self
+            .node
             .call(&r.realm, move |tx| {
                 let now = tabos_store::now_us();
                 names::permit_tx(tx, &realm, &who, NameOp::Create(&path))?;
@@ -140,6 +120,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, path, data, if_version) = (r.realm.clone(), r.path, r.data, r.if_version);
         let version = self
+            .node
             .call(&r.realm, move |tx| {
                 let now = tabos_store::now_us();
                 names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
@@ -161,6 +142,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let e = self
+            .node
             .read(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
                 names::get_tx(tx, &realm, &path)
@@ -180,12 +162,13 @@ impl proto::names_server::Names for NamesService {
         let fence = fence_from_proto(r.fence)?;
         let who = caller(&access)?;
         let (realm, path, if_version) = (r.realm.clone(), r.path, r.if_version);
-        self.call(&r.realm, move |tx| {
-            let now = tabos_store::now_us();
-            names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
-            names::remove_tx(tx, &realm, &path, if_version, fence.as_ref(), now)
-        })
-        .await?;
+        self.node
+            .call(&r.realm, move |tx| {
+                let now = tabos_store::now_us();
+                names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
+                names::remove_tx(tx, &realm, &path, if_version, fence.as_ref(), now)
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -201,12 +184,13 @@ impl proto::names_server::Names for NamesService {
         let fence = fence_from_proto(r.fence)?;
         let who = caller(&access)?;
         let (realm, from, to) = (r.realm.clone(), r.from, r.to);
-        self.call(&r.realm, move |tx| {
-            let now = tabos_store::now_us();
-            names::permit_tx(tx, &realm, &who, NameOp::Rename(&from, &to))?;
-            names::rename_tx(tx, &realm, &from, &to, fence.as_ref(), now)
-        })
-        .await?;
+        self.node
+            .call(&r.realm, move |tx| {
+                let now = tabos_store::now_us();
+                names::permit_tx(tx, &realm, &who, NameOp::Rename(&from, &to))?;
+                names::rename_tx(tx, &realm, &from, &to, fence.as_ref(), now)
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -221,6 +205,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let (entries, more, version) = self
+            .node
             .read(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::List(&path))?;
                 names::readdir_tx(tx, &realm, &path)
@@ -244,6 +229,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, path) = (r.realm.clone(), r.path);
         let epoch = self
+            .node
             .call(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
                 names::advance_epoch_by_tx(tx, &realm, &who.user, &path, tabos_store::now_us())
@@ -263,11 +249,12 @@ impl proto::names_server::Names for NamesService {
             .ok_or_else(|| Status::invalid_argument("Fence needs a fence (dir and epoch)"))?;
         let who = caller(&access)?;
         let realm = r.realm.clone();
-        self.call(&r.realm, move |tx| {
-            names::permit_tx(tx, &realm, &who, NameOp::Fence(&fence.dir))?;
-            names::check_fence_tx(tx, &realm, &fence, tabos_store::now_us())
-        })
-        .await?;
+        self.node
+            .call(&r.realm, move |tx| {
+                names::permit_tx(tx, &realm, &who, NameOp::Fence(&fence.dir))?;
+                names::check_fence_tx(tx, &realm, &fence, tabos_store::now_us())
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -287,6 +274,7 @@ impl proto::names_server::Names for NamesService {
         // The session is the caller's, whatever the request says.
         let (realm, s, owner) = (r.realm.clone(), session.clone(), caller(&access)?.user);
         let expires_us = self
+            .node
             .call(&r.realm, move |tx| {
                 let now = tabos_store::now_us();
                 names::open_session_tx(tx, &realm, &s, &owner, ttl_us, now)?;
@@ -309,6 +297,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, s) = (r.realm.clone(), r.session.clone());
         let expires_us = self
+            .node
             .call(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::Session(&s))?;
                 names::renew_session_tx(tx, &realm, &s, tabos_store::now_us())
@@ -330,6 +319,7 @@ impl proto::names_server::Names for NamesService {
         let who = caller(&access)?;
         let (realm, s) = (r.realm.clone(), r.session);
         let removed = self
+            .node
             .call(&r.realm, move |tx| {
                 names::permit_tx(tx, &realm, &who, NameOp::Session(&s))?;
                 names::close_session_tx(tx, &realm, &s, tabos_store::now_us())
@@ -355,15 +345,16 @@ impl proto::names_server::Names for NamesService {
         // its directory.
         let who = caller(&access)?;
         let (realm, path, dir_mode) = (r.realm.clone(), r.path.clone(), r.mode == "dir");
-        self.read(&r.realm, move |tx| {
-            let dir = if dir_mode {
-                path.as_str()
-            } else {
-                names::parent_of(&path)
-            };
-            names::permit_tx(tx, &realm, &who, NameOp::List(dir))
-        })
-        .await?;
+        self.node
+            .read(&r.realm, move |tx| {
+                let dir = if dir_mode {
+                    path.as_str()
+                } else {
+                    names::parent_of(&path)
+                };
+                names::permit_tx(tx, &realm, &who, NameOp::List(dir))
+            })
+            .await?;
         let store = self.node.store.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let stopping = self.stopping.clone();

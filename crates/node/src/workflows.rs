@@ -41,28 +41,6 @@ impl WorkflowsService {
         }
     }
 
-    /// Runs `f` in one transaction on `realm`'s partition.
-    async fn call<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        tabos_kernel::call(&self.node.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
-    /// [`Self::call`] on a read connection.
-    async fn read<T, F>(&self, realm: &str, f: F) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        tabos_kernel::read(&self.node.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
     /// Waits for a notification on `sub` until `deadline`. A subscription
     /// the feed cut off (it fell behind) is renewed on `channel`; a node
     /// that is stopping ends the wait with UNAVAILABLE (the client asks
@@ -333,10 +311,11 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             lease_ms,
         };
         let (rl, i) = (realm.clone(), id.clone());
-        self.call(&realm, move |tx| {
-            wf::register_executor_tx(tx, &rl, &i, &spec, tabos_store::now_us())
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::register_executor_tx(tx, &rl, &i, &spec, tabos_store::now_us())
+            })
+            .await?;
         Ok(Response::new(proto::ExecutorInfo {
             executor: id,
             node_id: self.node.settings.node_id.clone(),
@@ -356,10 +335,11 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             n => n,
         };
         let rl = realm.clone();
-        self.call(&realm, move |tx| {
-            wf::renew_executor_tx(tx, &rl, &r.executor, lease, tabos_store::now_us())
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::renew_executor_tx(tx, &rl, &r.executor, lease, tabos_store::now_us())
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -371,10 +351,11 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
         let rl = realm.clone();
-        self.call(&realm, move |tx| {
-            wf::leave_executor_tx(tx, &rl, &r.executor, tabos_store::now_us())
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::leave_executor_tx(tx, &rl, &r.executor, tabos_store::now_us())
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -400,6 +381,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         };
         let rl = realm.clone();
         let s = self
+            .node
             .call(&realm, move |tx| {
                 wf::start_tx(tx, &rl, &spec, tabos_store::now_us())
             })
@@ -422,6 +404,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         loop {
             let (rl, ex) = (realm.clone(), r.executor.clone());
             let c = self
+                .node
                 .call(&realm, move |tx| {
                     wf::recover_tx(tx, &rl, &ex, claim_max(r.max), tabos_store::now_us())
                 })
@@ -460,6 +443,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         loop {
             let (rl, ex, q) = (realm.clone(), r.executor.clone(), r.queue.clone());
             let c = self
+                .node
                 .call(&realm, move |tx| {
                     wf::dequeue_tx(tx, &rl, &ex, &q, claim_max(r.max), tabos_store::now_us())
                 })
@@ -509,6 +493,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         }
         let rl = realm.clone();
         let b = self
+            .node
             .call(&realm, move |tx| {
                 wf::step_begin_tx(
                     tx,
@@ -566,6 +551,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         };
         let (rl, o) = (realm.clone(), outcome.clone());
         let got = self
+            .node
             .call(&realm, move |tx| {
                 wf::step_end_tx(
                     tx,
@@ -627,6 +613,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             Err(e @ tabos_kernel::Error::Procedure { .. }) => {
                 let (rl, error) = (realm.clone(), e.to_string());
                 let o = self
+                    .node
                     .call(&realm, move |tx| {
                         wf::step_failed_tx(
                             tx,
@@ -658,6 +645,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Member)?;
         let rl = realm.clone();
         let (at, now) = self
+            .node
             .call(&realm, move |tx| {
                 let now = tabos_store::now_us();
                 let at = wf::sleep_tx(
@@ -699,18 +687,19 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             }
         };
         let rl = realm.clone();
-        self.call(&realm, move |tx| {
-            wf::send_tx(
-                tx,
-                &rl,
-                from.as_ref(),
-                &r.to,
-                &r.topic,
-                &r.payload,
-                tabos_store::now_us(),
-            )
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::send_tx(
+                    tx,
+                    &rl,
+                    from.as_ref(),
+                    &r.to,
+                    &r.topic,
+                    &r.payload,
+                    tabos_store::now_us(),
+                )
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -731,7 +720,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                     r.topic.clone(),
                 );
                 let step = r.step;
-                self.call(&realm, move |tx| {
+                self.node.call(&realm, move |tx| {
                     wf::recv_tx(
                         tx,
                         &rl,
@@ -759,19 +748,20 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
         let rl = realm.clone();
-        self.call(&realm, move |tx| {
-            wf::set_event_tx(
-                tx,
-                &rl,
-                &r.executor,
-                &r.workflow_id,
-                r.step,
-                &r.key,
-                &r.value,
-                tabos_store::now_us(),
-            )
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::set_event_tx(
+                    tx,
+                    &rl,
+                    &r.executor,
+                    &r.workflow_id,
+                    r.step,
+                    &r.key,
+                    &r.value,
+                    tabos_store::now_us(),
+                )
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -786,7 +776,9 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let v = self
             .until(&realm, &r.workflow_id, deadline, |last| {
                 let (rl, id, key) = (realm.clone(), r.workflow_id.clone(), r.key.clone());
-                let read = self.read(&realm, move |tx| wf::get_event_tx(tx, &rl, &id, &key));
+                let read = self
+                    .node
+                    .read(&realm, move |tx| wf::get_event_tx(tx, &rl, &id, &key));
                 async move {
                     let v = read.await?;
                     Ok((v.is_some() || last).then_some(v))
@@ -808,17 +800,18 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Member)?;
         let outcome = outcome_from_proto(r.outcome)?;
         let rl = realm.clone();
-        self.call(&realm, move |tx| {
-            wf::finish_tx(
-                tx,
-                &rl,
-                &r.executor,
-                &r.workflow_id,
-                &outcome,
-                tabos_store::now_us(),
-            )
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::finish_tx(
+                    tx,
+                    &rl,
+                    &r.executor,
+                    &r.workflow_id,
+                    &outcome,
+                    tabos_store::now_us(),
+                )
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -833,7 +826,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let w = self
             .until(&realm, &r.workflow_id, deadline, |last| {
                 let (rl, id) = (realm.clone(), r.workflow_id.clone());
-                let read = self.read(&realm, move |tx| wf::get_tx(tx, &rl, &id));
+                let read = self.node.read(&realm, move |tx| wf::get_tx(tx, &rl, &id));
                 let (realm, wid) = (realm.clone(), r.workflow_id.clone());
                 async move {
                     let w = read.await?.ok_or_else(|| {
@@ -866,6 +859,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         };
         let rl = realm.clone();
         let ws = self
+            .node
             .read(&realm, move |tx| wf::list_tx(tx, &rl, &filter))
             .await?;
         Ok(Response::new(proto::ListWorkflowsResponse {
@@ -882,6 +876,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Reader)?;
         let rl = realm.clone();
         let (w, steps, more) = self
+            .node
             .read(&realm, move |tx| {
                 wf::show_tx(tx, &rl, &r.workflow_id, r.after_step)
             })
@@ -916,6 +911,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Member)?;
         let rl = realm.clone();
         let w = self
+            .node
             .call(&realm, move |tx| {
                 wf::cancel_tx(tx, &rl, &r.workflow_id, tabos_store::now_us())
             })
@@ -932,6 +928,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Member)?;
         let rl = realm.clone();
         let w = self
+            .node
             .call(&realm, move |tx| {
                 wf::resume_tx(
                     tx,
@@ -962,6 +959,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         };
         let (rl, user) = (realm.clone(), access.user("")?);
         let w = self
+            .node
             .call(&realm, move |tx| {
                 wf::fork_tx(
                     tx,
@@ -989,6 +987,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Admin)?;
         let rl = realm.clone();
         let moved = self
+            .node
             .call(&realm, move |tx| {
                 wf::retarget_tx(
                     tx,
@@ -1017,6 +1016,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         };
         let (rl, q) = (realm.clone(), r.queue.clone());
         let qs = self
+            .node
             .call(&realm, move |tx| {
                 wf::set_queue_tx(tx, &rl, &q, &limits, tabos_store::now_us())?;
                 wf::queues_tx(tx, &rl)
@@ -1049,6 +1049,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         };
         let rl = realm.clone();
         let s = self
+            .node
             .call(&realm, move |tx| {
                 wf::set_schedule_tx(tx, &rl, &s, tabos_store::now_us())
             })
@@ -1065,6 +1066,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let realm = access.realm(&r.realm, Role::Reader)?;
         let rl = realm.clone();
         let ss = self
+            .node
             .read(&realm, move |tx| wf::schedules_tx(tx, &rl))
             .await?;
         Ok(Response::new(proto::ListSchedulesResponse {
@@ -1080,10 +1082,11 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
         let rl = realm.clone();
-        self.call(&realm, move |tx| {
-            wf::remove_schedule_tx(tx, &rl, &r.schedule)
-        })
-        .await?;
+        self.node
+            .call(&realm, move |tx| {
+                wf::remove_schedule_tx(tx, &rl, &r.schedule)
+            })
+            .await?;
         Ok(Response::new(proto::Empty {}))
     }
 
@@ -1095,7 +1098,10 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Reader)?;
         let rl = realm.clone();
-        let qs = self.read(&realm, move |tx| wf::queues_tx(tx, &rl)).await?;
+        let qs = self
+            .node
+            .read(&realm, move |tx| wf::queues_tx(tx, &rl))
+            .await?;
         Ok(Response::new(proto::ListQueuesResponse {
             queues: qs.into_iter().map(queue_info).collect(),
         }))

@@ -1004,3 +1004,32 @@ pub fn now_us() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
 }
+
+/// (year, month 1–12, day 1–31) of `days` since 1970-01-01, proleptic
+/// Gregorian (Howard Hinnant's civil_from_days): the one copy, for the
+/// kernel's schedules and every printed time.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(month <= 2), month, day)
+}
+
+/// A timestamp (µs since the epoch) as RFC 3339 in UTC: to the µs
+/// (`2026-11-24T21:04:38.123456Z`) with `micros`, else to the second.
+pub fn rfc3339(us: i64, micros: bool) -> String {
+    let (secs, frac) = (us.div_euclid(1_000_000), us.rem_euclid(1_000_000));
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (year, month, day) = civil_from_days(days);
+    let (h, m, s) = (rest / 3_600, rest % 3_600 / 60, rest % 60);
+    if micros {
+        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{frac:06}Z")
+    } else {
+        format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
+    }
+}

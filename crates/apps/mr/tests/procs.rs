@@ -744,6 +744,37 @@ fn a_task_that_fails_every_attempt_fails_the_job_with_its_words_and_stops_the_re
                 .expect("the coordinators leave")
                 .unwrap();
         }
+        // On a loaded machine a task's exit may lag its eviction (a reducer
+        // claimed but not yet started is stopped when it starts; the job's
+        // own wait for each is bounded), and more coordinators than the
+        // first two may have run (one whose session lapsed is replaced while
+        // the job runs). So: every task of the job still live has been
+        // asked to leave, every coordinator leaves by itself, and then
+        // nothing of the job is left.
+        let live = c
+            .clone()
+            .sql(
+                "SELECT pid, evict_requested FROM proc WHERE pid LIKE $1 \
+                 AND state IN ('spawned', 'claimed', 'running')",
+                vec![Value::Text(format!("{id}-%"))],
+            )
+            .await
+            .unwrap();
+        for row in &live.rows {
+            let Some(Value::Text(pid)) = &row[0] else {
+                panic!("{row:?}")
+            };
+            // A coordinator runs as `<job>-coord-<n>` (spec.rs).
+            let coordinator = pid.starts_with(&format!("{}-coord-", job.layout.job));
+            assert!(
+                coordinator || matches!(row[1], Some(Value::Int(1))),
+                "task {pid} of the failed job runs on, never evicted: {row:?}"
+            );
+            tokio::time::timeout(Duration::from_secs(60), c.clone().wait_exit(REALM, pid))
+                .await
+                .expect("it ends")
+                .unwrap();
+        }
         assert_eq!(live_procs(&c, &id).await, 0);
         let evicted = c
             .clone()
