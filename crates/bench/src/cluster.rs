@@ -309,7 +309,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                 .list_nodes()
                 .await?
                 .iter()
-                .filter(|x| x.state == "up")
+                .filter(|x| x.state() == tabos_client::proto::NodeState::Up)
                 .count();
             if up == n {
                 break;
@@ -443,8 +443,8 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                     }
                 }
                 let st = c.proc_status("loss", "victim").await?;
-                let elsewhere =
-                    st.state == "running" && !st.worker.starts_with(&format!("{home}."));
+                let elsewhere = st.state() == tabos_client::proto::ProcState::Running
+                    && !st.worker.starts_with(&format!("{home}."));
                 if elsewhere && detected.is_some() {
                     break;
                 }

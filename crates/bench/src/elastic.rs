@@ -368,9 +368,9 @@ async fn burst(cluster: &Cluster, realm: &str, run: u32) -> anyhow::Result<(f64,
                 for pid in mine {
                     let st = c.wait_exit(&realm, &pid).await?;
                     anyhow::ensure!(
-                        st.state == "exited",
+                        st.state() == tabos_client::proto::ProcState::Exited,
                         "{pid} ended {}: {}",
-                        st.state,
+                        st.state(),
                         st.error
                     );
                 }

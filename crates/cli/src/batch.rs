@@ -119,7 +119,7 @@ fn show(out: &Out) -> String {
             format!("{} messages: {}", msgs.len(), msgs.join(" "))
         }
         Out::ProcedureCall(c) => text(&c.result),
-        Out::ProcStatus(s) => format!("{} {}", s.pid, s.state),
+        Out::ProcStatus(s) => format!("{} {}", s.pid, s.state()),
         Out::FsStat(s) => format!("{} bytes", s.size),
         Out::FsRead(r) => text(&r.data),
         Out::FsWrite(w) => format!("size {}", w.size),

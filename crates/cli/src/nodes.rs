@@ -1,6 +1,7 @@
 //! `tabos nodes` and `tabos node drain|rm`: the cluster's nodes.
 
 use crate::NodeAddr;
+use tabos_client::proto::NodeState;
 
 #[derive(clap::Args)]
 pub struct ListArgs {
@@ -65,7 +66,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     "{}",
                     serde_json::json!({
                         "node_id": n.node_id,
-                        "state": n.state,
+                        "state": n.state().name(),
                         "address": n.address,
                         "cores": n.cores,
                         "mem_mb": n.mem_mb,
@@ -117,12 +118,12 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     .join(", ");
                 // A draining node with nothing left to run is drained; a
                 // lost one says whether its procs were given back yet.
-                let state = if n.state == "draining" && n.realms.iter().all(|r| r.procs == 0) {
-                    "drained".to_string()
-                } else if n.given_back_us != 0 {
-                    "lost, procs given back".to_string()
-                } else {
-                    n.state.clone()
+                let state = match n.state() {
+                    NodeState::Draining if n.realms.iter().all(|r| r.procs == 0) => {
+                        "drained".to_string()
+                    }
+                    _ if n.given_back_us != 0 => "lost, procs given back".to_string(),
+                    s => s.name().to_string(),
                 };
                 let mut labels: Vec<String> =
                     n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();

@@ -1,7 +1,7 @@
 //! Proc commands: `spawn`, `ps`, `wait`, `evict`, `logs`, `realm create`.
 
 use anyhow::Context;
-use tabos_client::proto;
+use tabos_client::proto::{self, ProcState};
 
 use crate::NodeAddr;
 
@@ -124,10 +124,10 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         if crate::output::json() {
             outln!("{}", status_json(&s));
         } else {
-            eprintln!("{}: {}{}", s.pid, s.state, exit_text(&s));
+            eprintln!("{}: {}{}", s.pid, s.state(), exit_text(&s));
         }
-        Ok(match (s.state.as_str(), s.exit_status) {
-            ("exited", Some(code)) => code,
+        Ok(match (s.state(), s.exit_status) {
+            (ProcState::Exited, Some(code)) => code,
             _ => 1,
         })
     })?;
@@ -239,7 +239,7 @@ pub struct PidArgs {
 fn status_json(s: &proto::ProcStatus) -> serde_json::Value {
     let t = |us: Option<i64>| us.map(crate::output::rfc3339);
     serde_json::json!({
-        "realm": s.realm, "pid": s.pid, "state": s.state, "worker": s.worker,
+        "realm": s.realm, "pid": s.pid, "state": s.state().name(), "worker": s.worker,
         "exit_status": s.exit_status, "error": s.error,
         "evict_requested": s.evict_requested,
         "spawned": t(Some(s.spawn_us)), "started": t(s.start_us), "exited": t(s.exit_us),
@@ -253,12 +253,12 @@ pub fn wait(args: PidArgs) -> anyhow::Result<()> {
         Ok::<_, anyhow::Error>(client.wait_exit(&args.realm.realm, &args.pid).await?)
     })?;
     crate::output::emit(
-        || format!("{}: {}{}", s.pid, s.state, exit_text(&s)),
+        || format!("{}: {}{}", s.pid, s.state(), exit_text(&s)),
         || status_json(&s),
     );
-    match (s.state.as_str(), s.exit_status) {
-        ("exited", Some(0)) => Ok(()),
-        ("exited", Some(c)) => std::process::exit(c.clamp(1, 255) as i32),
+    match (s.state(), s.exit_status) {
+        (ProcState::Exited, Some(0)) => Ok(()),
+        (ProcState::Exited, Some(c)) => std::process::exit(c.clamp(1, 255) as i32),
         _ => std::process::exit(1),
     }
 }

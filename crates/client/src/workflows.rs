@@ -918,8 +918,8 @@ impl Ctx {
                 Err(e) => return Err(format!("wait for {pid}: {e}")),
             }
         };
-        match (st.state.as_str(), st.exit_status) {
-            ("exited", Some(0)) => Ok(b"0".to_vec()),
+        match (st.state(), st.exit_status) {
+            (proto::ProcState::Exited, Some(0)) => Ok(b"0".to_vec()),
             (state, status) => Err(format!(
                 "proc {pid} ended {state}{}{}",
                 status.map_or(String::new(), |s| format!(" with status {s}")),

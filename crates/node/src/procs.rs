@@ -211,11 +211,25 @@ impl ProcsService {
     }
 }
 
+/// A proc's state on the wire.
+pub fn proc_state(s: procs::State) -> proto::ProcState {
+    use procs::State as S;
+    use proto::ProcState as P;
+    match s {
+        S::Spawned => P::Spawned,
+        S::Claimed => P::Claimed,
+        S::Running => P::Running,
+        S::Exited => P::Exited,
+        S::Evicted => P::Evicted,
+        S::Failed => P::Failed,
+    }
+}
+
 pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
     proto::ProcStatus {
         realm: i.realm.clone(),
         pid: i.pid.to_string(),
-        state: i.state.to_string(),
+        state: proc_state(i.state) as i32,
         worker: i.worker.as_ref().map(|w| w.to_string()).unwrap_or_default(),
         evict_requested: i.evict_requested,
         exit_status: i.exit_status,
@@ -773,5 +787,25 @@ impl proto::procs_server::Procs for ProcsService {
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
             rx,
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A state reads the same on the wire's enum as in the kernel's column.
+    #[test]
+    fn proc_states_keep_their_kernel_names() {
+        for s in [
+            State::Spawned,
+            State::Claimed,
+            State::Running,
+            State::Exited,
+            State::Evicted,
+            State::Failed,
+        ] {
+            assert_eq!(proc_state(s).name(), s.as_str());
+        }
     }
 }

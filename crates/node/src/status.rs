@@ -297,6 +297,17 @@ impl StatusService {
     }
 }
 
+/// A node's state on the wire.
+pub fn node_state(s: tabos_kernel::nodes::NodeState) -> proto::NodeState {
+    use tabos_kernel::nodes::NodeState as S;
+    match s {
+        S::Up => proto::NodeState::Up,
+        S::Draining => proto::NodeState::Draining,
+        S::Left => proto::NodeState::Left,
+        S::Lost => proto::NodeState::Lost,
+    }
+}
+
 fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
     proto::NodeInfo {
         node_id: n.node_id,
@@ -304,7 +315,7 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
         cores: n.cores,
         mem_mb: n.mem_mb,
         labels: n.labels.into_iter().collect(),
-        state: n.state.to_string(),
+        state: node_state(n.state) as i32,
         started_us: n.started_us,
         heartbeat_us: n.heartbeat_us,
         heartbeat_age_ms: (now_us - n.heartbeat_us).max(0) / 1_000,
@@ -325,5 +336,19 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
                 procs: r.procs,
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tabos_kernel::nodes::NodeState as S;
+
+    /// A state reads the same on the wire's enum as in the kernel.
+    #[test]
+    fn node_states_keep_their_kernel_names() {
+        for s in [S::Up, S::Draining, S::Left, S::Lost] {
+            assert_eq!(node_state(s).name(), s.as_str());
+        }
     }
 }

@@ -561,7 +561,7 @@ async fn a_new_realm_is_served_by_the_running_node() {
         .await
         .unwrap();
     let done = admin.wait_exit("", &s.pid).await.unwrap();
-    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
     let out = admin.logs("", &s.pid, "stdout").await.unwrap();
     assert_eq!(out.data, b"fresh\n");
     // Another realm's admin does not see it.

@@ -223,7 +223,7 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
     let mut states = Vec::new();
     for i in 0..4 {
         let s = op.proc_status("batch", &format!("b{i}")).await.unwrap();
-        states.push(s.state);
+        states.push(s.state().name());
     }
     assert_eq!(states, ["running", "running", "evicted", "evicted"]);
     // The cluster's decisions, all realms.

@@ -121,7 +121,7 @@ async fn waiters_and_messages_survive_a_failover() {
         .expect("the exit waiter hangs")
         .unwrap()
         .unwrap();
-    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
     drop((c1,));
     n1.shut_down().await;
     n2.shut_down().await;
@@ -192,7 +192,7 @@ async fn an_outage_fails_nothing(outage: Duration) {
             }
         };
         assert_eq!(
-            (done.state.as_str(), done.exit_status, &done.worker),
+            (done.state().name(), done.exit_status, &done.worker),
             ("exited", Some(0), worker),
             "{pid} ran on where it was to its own end: {done:?}"
         );
@@ -206,7 +206,7 @@ async fn an_outage_fails_nothing(outage: Duration) {
         .unwrap();
     assert_eq!(requeued.rows[0][0], Some(tabos_client::Value::Int(0)));
     for n in c2.list_nodes().await.unwrap() {
-        assert_eq!(n.state, "up", "{n:?}");
+        assert_eq!(n.state().name(), "up", "{n:?}");
         assert_eq!((n.lost_us, n.note.as_str()), (0, ""), "never lost: {n:?}");
     }
     drop((c, c2));

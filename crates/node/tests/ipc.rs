@@ -221,7 +221,7 @@ async fn wasm_procs_message_each_other_and_clients() {
     for pid in ["pinger", "echo-a", "echo-b"] {
         let s = c.wait_exit(REALM, pid).await.unwrap();
         assert_eq!(
-            (s.state.as_str(), s.exit_status),
+            (s.state().name(), s.exit_status),
             ("exited", Some(0)),
             "{pid}: {s:?}"
         );
@@ -255,7 +255,7 @@ async fn wasm_procs_message_each_other_and_clients() {
     c.wait_start(REALM, "waiter").await.unwrap();
     c.evict(REALM, "waiter").await.unwrap();
     let s = c.wait_exit(REALM, "waiter").await.unwrap();
-    assert_eq!(s.state, "evicted", "{s:?}");
+    assert_eq!(s.state().name(), "evicted", "{s:?}");
 
     // A pool worker: an echo proc serving the shared named mailbox "jobs".
     c.create_mailbox(REALM, "jobs", 0, None).await.unwrap();

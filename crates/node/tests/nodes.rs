@@ -17,7 +17,7 @@ async fn nodes_register_list_leave_and_are_removed() {
     let nodes = op.list_nodes().await.unwrap();
     assert_eq!(nodes.len(), 1, "{nodes:?}");
     let me = &nodes[0];
-    assert_eq!((me.node_id.as_str(), me.state.as_str()), ("n1", "up"));
+    assert_eq!((me.node_id.as_str(), me.state().name()), ("n1", "up"));
     assert_eq!(me.address, n.addr, "registered with its API's address");
     assert_eq!((me.cores, me.left_us), (4, 0));
     assert!(me.heartbeat_age_ms < 60_000);
@@ -53,7 +53,7 @@ async fn nodes_register_list_leave_and_are_removed() {
         matches!(code(&e), Code::NotFound | Code::InvalidArgument),
         "{e}"
     );
-    assert_eq!(op.list_nodes().await.unwrap()[0].state, "up");
+    assert_eq!(op.list_nodes().await.unwrap()[0].state().name(), "up");
     drop((op, acme));
 
     // A clean stop is recorded as such, not as a loss.
@@ -63,7 +63,7 @@ async fn nodes_register_list_leave_and_are_removed() {
     let nodes = op.list_nodes().await.unwrap();
     let states: Vec<(&str, &str)> = nodes
         .iter()
-        .map(|n| (n.node_id.as_str(), n.state.as_str()))
+        .map(|n| (n.node_id.as_str(), n.state().name()))
         .collect();
     assert_eq!(states, [("n1", "left"), ("n2", "up")]);
     assert!(nodes[0].left_us >= nodes[0].started_us && nodes[0].left_us > 0);
@@ -152,7 +152,11 @@ async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
     }
     assert_eq!(processes_with(&marker), 0, "the copy was killed");
     let status = op.proc_status("", "copy").await.unwrap();
-    assert_eq!(status.state, "failed", "its end changed nothing recorded");
+    assert_eq!(
+        status.state().name(),
+        "failed",
+        "its end changed nothing recorded"
+    );
     assert!(status.error.contains("lost"), "{}", status.error);
 
     // The worker is back and takes new work.
@@ -163,9 +167,9 @@ async fn a_node_declared_lost_stops_its_copies_and_rejoins() {
     };
     op.spawn("", next).await.unwrap();
     let done = op.wait_exit("", "after").await.unwrap();
-    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
     let me = op.list_nodes().await.unwrap().remove(0);
-    assert_eq!(me.state, "up");
+    assert_eq!(me.state().name(), "up");
     assert!(
         me.note.contains("its procs had been given back"),
         "{}",
@@ -203,7 +207,7 @@ async fn a_node_back_before_its_grace_keeps_its_procs() {
     assert_eq!(lost, ["n1"]);
     let done = op.wait_exit("", "kept").await.unwrap();
     assert_eq!(
-        (done.state.as_str(), done.exit_status),
+        (done.state().name(), done.exit_status),
         ("exited", Some(0)),
         "kept and ended as it did: {done:?}"
     );
@@ -278,12 +282,12 @@ async fn a_drained_node_takes_nothing_new_until_undone() {
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
     let e = op.drain_node("nope", true).await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound, "{e}");
-    assert_eq!(op.list_nodes().await.unwrap()[0].state, "up");
+    assert_eq!(op.list_nodes().await.unwrap()[0].state().name(), "up");
 
     let done = op.drain_node("n1", true).await.unwrap();
     assert!(done.changed);
     let listed = op.list_nodes().await.unwrap();
-    assert_eq!(listed[0].state, "draining");
+    assert_eq!(listed[0].state().name(), "draining");
     assert!(listed[0].draining_us > 0);
     let default = listed[0]
         .realms
@@ -293,24 +297,27 @@ async fn a_drained_node_takes_nothing_new_until_undone() {
     assert_eq!(default.procs, 1, "long still runs");
     op.spawn("", proc("next", "true")).await.unwrap();
     let next = op.proc_status("", "next").await.unwrap();
-    assert_eq!((next.state.as_str(), next.worker.as_str()), ("spawned", ""));
-    assert_eq!(op.proc_status("", "long").await.unwrap().state, "running");
+    assert_eq!((next.state().name(), next.worker.as_str()), ("spawned", ""));
+    assert_eq!(
+        op.proc_status("", "long").await.unwrap().state().name(),
+        "running"
+    );
     drop((op, acme));
 
     // Restarted, it is still drained: next waits.
     n.shut_down().await;
     let n = common::start(&dir, "n1").await;
     let mut op = n.client().await;
-    assert_eq!(op.list_nodes().await.unwrap()[0].state, "draining");
+    assert_eq!(op.list_nodes().await.unwrap()[0].state().name(), "draining");
     let next = op.proc_status("", "next").await.unwrap();
-    assert_eq!((next.state.as_str(), next.worker.as_str()), ("spawned", ""));
+    assert_eq!((next.state().name(), next.worker.as_str()), ("spawned", ""));
 
     // Back in service, the waiting proc runs.
     assert!(op.drain_node("n1", false).await.unwrap().changed);
     assert!(!op.drain_node("n1", false).await.unwrap().changed);
     let done = op.wait_exit("", "next").await.unwrap();
-    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
-    assert_eq!(op.list_nodes().await.unwrap()[0].state, "up");
+    assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
+    assert_eq!(op.list_nodes().await.unwrap()[0].state().name(), "up");
     drop(op);
     n.shut_down().await;
 }

@@ -122,7 +122,7 @@ async fn wasm_procs_run_report_status_keep_logs_and_are_evicted() {
     let s = c.spawn("default", d).await.unwrap();
     let done = c.wait_exit("default", &s.pid).await.unwrap();
     assert_eq!(
-        (done.state.as_str(), done.exit_status),
+        (done.state().name(), done.exit_status),
         ("exited", Some(42)),
         "{done:?}"
     );
@@ -142,12 +142,16 @@ async fn wasm_procs_run_report_status_keep_logs_and_are_evicted() {
         .await
         .unwrap();
     assert_eq!(
-        c.wait_start("default", &looping.pid).await.unwrap().state,
+        c.wait_start("default", &looping.pid)
+            .await
+            .unwrap()
+            .state()
+            .name(),
         "running"
     );
     c.evict("default", &looping.pid).await.unwrap();
     let gone = c.wait_exit("default", &looping.pid).await.unwrap();
-    assert_eq!(gone.state, "evicted", "{gone:?}");
+    assert_eq!(gone.state().name(), "evicted", "{gone:?}");
 
     // A trap fails the proc with the trap's message.
     let trap = dir.path().join("trap.wat");
@@ -157,7 +161,7 @@ async fn wasm_procs_run_report_status_keep_logs_and_are_evicted() {
         .await
         .unwrap();
     let failed = c.wait_exit("default", &t.pid).await.unwrap();
-    assert_eq!(failed.state, "failed");
+    assert_eq!(failed.state().name(), "failed");
     assert!(failed.error.contains("unreachable"), "{failed:?}");
 
     // Each module was compiled once, by the Spawn RPC.
@@ -194,7 +198,7 @@ async fn native_procs_run_report_status_and_keep_logs() {
         .await
         .unwrap();
     let done = c.wait_exit("default", &s.pid).await.unwrap();
-    assert_eq!(done.state, "exited");
+    assert_eq!(done.state().name(), "exited");
     assert_eq!(done.exit_status, Some(3));
     let out = c.logs("default", &s.pid, "stdout").await.unwrap();
     assert_eq!(
@@ -211,7 +215,11 @@ async fn native_procs_run_report_status_and_keep_logs() {
     };
     c.spawn("default", sleeper).await.unwrap();
     assert_eq!(
-        c.wait_start("default", "sleeper").await.unwrap().state,
+        c.wait_start("default", "sleeper")
+            .await
+            .unwrap()
+            .state()
+            .name(),
         "running"
     );
     c.evict("default", "sleeper").await.unwrap();
@@ -222,7 +230,7 @@ async fn native_procs_run_report_status_and_keep_logs() {
             .evict_requested
     );
     let gone = c.wait_exit("default", "sleeper").await.unwrap();
-    assert_eq!(gone.state, "evicted");
+    assert_eq!(gone.state().name(), "evicted");
     assert_eq!(gone.exit_status, Some(128 + 15), "SIGTERM");
     let _ = stop.send(());
 }
@@ -252,7 +260,7 @@ async fn a_realms_logs_are_bounded_on_its_node_and_counted() {
         ..sh("head -c 6000 /dev/zero | tr '\\0' x; echo e >&2")
     };
     let (done, out, _) = finished_output(&mut c, "default", chatty("first")).await;
-    assert_eq!(done.state, "exited");
+    assert_eq!(done.state().name(), "exited");
     assert_eq!(out.len(), 6_000);
     assert_eq!(stored_logs(&mut c, "default").await, 6_002);
     let (_, out, _) = finished_output(&mut c, "default", chatty("second")).await;
@@ -281,7 +289,11 @@ async fn capacity_defers_and_exits_start_the_next() {
     );
     c.wait_start("default", &first.pid).await.unwrap();
     assert_eq!(
-        c.proc_status("default", &second.pid).await.unwrap().state,
+        c.proc_status("default", &second.pid)
+            .await
+            .unwrap()
+            .state()
+            .name(),
         "spawned"
     );
     // The first's end (here: its eviction) assigns the second, which runs.
@@ -463,7 +475,11 @@ async fn be_procs_wait_for_utilization_and_lc_procs_do_not() {
     c.spawn("default", lc).await.unwrap();
     c.wait_start("default", "lc").await.unwrap();
     assert_eq!(
-        c.proc_status("default", "be2").await.unwrap().state,
+        c.proc_status("default", "be2")
+            .await
+            .unwrap()
+            .state()
+            .name(),
         "spawned"
     );
     // The spinner ends: measured utilization falls under the target and
@@ -474,10 +490,10 @@ async fn be_procs_wait_for_utilization_and_lc_procs_do_not() {
         .await
         .expect("be2 is admitted once the spinner is gone")
         .unwrap();
-    assert_eq!((be2.state.as_str(), be2.exit_status), ("exited", Some(0)));
+    assert_eq!((be2.state().name(), be2.exit_status), ("exited", Some(0)));
     assert!(be2.start_us.unwrap() >= be1.exit_us.unwrap());
     assert_eq!(
-        c.proc_status("default", "lc").await.unwrap().state,
+        c.proc_status("default", "lc").await.unwrap().state().name(),
         "running"
     );
     c.evict("default", "lc").await.unwrap();
@@ -505,7 +521,7 @@ async fn idle_be_procs_do_not_fill_a_node() {
             .await
             .expect("an idle BE proc leaves room for the next")
             .unwrap();
-        assert_eq!(started.state, "running");
+        assert_eq!(started.state().name(), "running");
     }
     for pid in ["s1", "s2", "s3"] {
         c.evict("default", pid).await.unwrap();
@@ -546,7 +562,7 @@ async fn procs_left_on_a_stuck_worker_are_stolen() {
     }
     for pid in ["lc", "be"] {
         let done = c.wait_exit("default", pid).await.unwrap();
-        assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+        assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
         assert_eq!(
             done.worker,
             node.worker_id().to_string(),
@@ -655,7 +671,7 @@ async fn native_procs_are_process_groups() {
         .await
         .unwrap();
     let done = c.wait_exit("default", &s.pid).await.unwrap();
-    assert_eq!((done.state.as_str(), done.exit_status), ("exited", Some(0)));
+    assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
     // It printed the child's pid: the child was started.
     printed_pids(&mut c, "bg", 1).await;
     let out = c.logs("default", "bg", "stdout").await.unwrap();
@@ -684,7 +700,7 @@ async fn native_procs_are_process_groups() {
     assert!(appears(&["sleep", "7771"]).await && appears(&["sleep", "7781"]).await);
     c.evict("default", &s.pid).await.unwrap();
     let evicted = c.wait_exit("default", &s.pid).await.unwrap();
-    assert_eq!(evicted.state, "evicted");
+    assert_eq!(evicted.state().name(), "evicted");
     for k in ["7771", "7781"] {
         assert!(
             gone(&["sleep", k]).await,
@@ -790,7 +806,11 @@ async fn native_procs_are_confined() {
     let seen: u32 = lines.next().unwrap().parse().unwrap();
     assert!(seen <= 4, "its /proc shows its own processes only: {out}");
     assert_eq!(
-        c.proc_status("other", "victim").await.unwrap().state,
+        c.proc_status("other", "victim")
+            .await
+            .unwrap()
+            .state()
+            .name(),
         "running"
     );
     c.evict("other", "victim").await.unwrap();
@@ -802,7 +822,7 @@ async fn native_procs_are_confined() {
         ..sh("a=$(head -c 200000000 /dev/zero | tr '\\0' x); echo ${#a}")
     };
     let (done, _, _) = finished_output(&mut c, "default", hog).await;
-    assert_eq!(done.state, "failed", "{done:?}");
+    assert_eq!(done.state().name(), "failed", "{done:?}");
     assert!(done.error.contains("killed for memory"), "{done:?}");
 
     // A fork bomb stops at the pids limit, and nothing of it survives.
@@ -937,7 +957,7 @@ async fn native_procs_are_jailed() {
         ..native("true", &[])
     };
     let (done, _, _) = finished_output(&mut c, "default", sneaky).await;
-    assert_eq!(done.state, "failed", "{done:?}");
+    assert_eq!(done.state().name(), "failed", "{done:?}");
     assert!(done.error.contains("symlink"), "{done:?}");
     let root = proto::ProcDescriptor {
         host_paths: vec!["/".into()],

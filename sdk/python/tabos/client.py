@@ -7,6 +7,7 @@ realm and user of every call come from that credential (the node decides);
 
 from __future__ import annotations
 
+import enum
 import io
 import json
 import os
@@ -63,13 +64,42 @@ def _context(name: Optional[str]) -> dict:
     return contexts.get(name, {})
 
 
+class ProcState(str, enum.Enum):
+    """A proc's state (``ProcState`` of tabos.proto). A ``str`` too, so
+    ``status.state == "exited"`` reads as it always did."""
+
+    UNKNOWN = "unknown"
+    SPAWNED = "spawned"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    EXITED = "exited"
+    EVICTED = "evicted"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def ended(self) -> bool:
+        """Whether the proc has ended: exited, evicted or failed."""
+        return self in (ProcState.EXITED, ProcState.EVICTED, ProcState.FAILED)
+
+    @staticmethod
+    def _of(v: int) -> "ProcState":
+        try:
+            name = pb.ProcState.Name(v).removeprefix("PROC_STATE_")
+        except ValueError:  # a newer node's state
+            return ProcState.UNKNOWN
+        return ProcState.__members__.get(name, ProcState.UNKNOWN)
+
+
 @dataclass(frozen=True)
 class ProcStatus:
     """A proc's state as the node records it."""
 
     realm: str
     pid: str
-    state: str
+    state: ProcState
     worker: str
     evict_requested: bool
     exit_status: Optional[int]
@@ -83,7 +113,7 @@ class ProcStatus:
         return ProcStatus(
             realm=s.realm,
             pid=s.pid,
-            state=s.state,
+            state=ProcState._of(s.state),
             worker=s.worker,
             evict_requested=s.evict_requested,
             exit_status=s.exit_status if s.HasField("exit_status") else None,

@@ -41,7 +41,7 @@ import grpc
 from . import errors
 from ._proto import tabos_pb2 as pb
 from ._proto import tabos_pb2_grpc as rpc
-from .client import Client, Payload, _bytes
+from .client import Client, Payload, ProcState, _bytes
 
 #: How long a call is retried while the node cannot be reached.
 RETRY_WINDOW = 120.0
@@ -303,7 +303,7 @@ class Ctx:
             except errors.AlreadyExists:
                 pass  # spawned by an earlier run of this step
             st = ex.client.wait(pid, realm=ex.realm)
-            ok = st.state == "exited" and st.exit_status == 0
+            ok = st.state is ProcState.EXITED and st.exit_status == 0
             err = "" if ok else f"proc {pid} ended {st.state} with status {st.exit_status}: {st.error}"
         except errors.TabosError as e:
             ok, err = False, str(e)

@@ -17,6 +17,7 @@ def test_procs_spawn_wait_logs_evict_ps(client: tabos.Client) -> None:
     pid = client.spawn("sh", "-c", "echo hello; echo oops >&2; exit 3", pid=tabos.unique_pid("t"))
     done = client.wait(pid)
     assert (done.state, done.exit_status) == ("exited", 3)
+    assert done.state is tabos.ProcState.EXITED and done.state.ended
     assert client.logs(pid) == b"hello\n"
     assert client.logs(pid, "stderr") == b"oops\n"
     assert b"".join(client.follow_logs(pid)) == b"hello\n"  # ended: what was kept, then the end"

@@ -439,10 +439,13 @@ impl Balancer {
             todo.clear();
             for (s, pid) in running {
                 let st = self.client.wait_exit(&self.realm, &pid).await?;
-                if st.state != "exited" || st.exit_status != Some(0) {
+                if st.state() != tabos_client::proto::ProcState::Exited || st.exit_status != Some(0)
+                {
                     eprintln!(
                         "balancer {}: mover {pid} ended {} {:?}",
-                        self.pid, st.state, st.exit_status
+                        self.pid,
+                        st.state(),
+                        st.exit_status
                     );
                     todo.push(s);
                 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tabos_client::names::CreateOptions;
-use tabos_client::proto;
+use tabos_client::proto::{self, ProcState};
 use tabos_client::Client;
 use tokio::sync::mpsc;
 
@@ -426,8 +426,8 @@ impl Job {
             .await
             .into_iter()
             .next();
-        let how = match (st.state.as_str(), st.exit_status) {
-            ("exited", Some(n)) => format!("exited with status {n}"),
+        let how = match (st.state(), st.exit_status) {
+            (ProcState::Exited, Some(n)) => format!("exited with status {n}"),
             (state, _) => state.to_string(),
         };
         match said.or_else(|| (!st.error.is_empty()).then(|| st.error.clone())) {
@@ -580,15 +580,15 @@ enum CoordinatorEnd {
 
 /// How `st`'s coordinator ended, or `None` while it lives.
 fn coordinator_end(st: &proto::ProcStatus) -> Option<CoordinatorEnd> {
-    match (st.state.as_str(), st.exit_status) {
-        ("spawned" | "claimed" | "running", _) => None,
-        ("exited", Some(0)) | ("evicted", _) => Some(CoordinatorEnd::TakenAway),
-        ("exited", Some(n)) if n == i64::from(crate::procs::EXIT_CARRY_ON) || n >= 128 => {
+    match (st.state(), st.exit_status) {
+        (ProcState::Spawned | ProcState::Claimed | ProcState::Running, _) => None,
+        (ProcState::Exited, Some(0)) | (ProcState::Evicted, _) => Some(CoordinatorEnd::TakenAway),
+        (ProcState::Exited, Some(n)) if n == i64::from(crate::procs::EXIT_CARRY_ON) || n >= 128 => {
             Some(CoordinatorEnd::TakenAway)
         }
         // A proc failed after it started was lost with its node; one that
         // never started could not be started.
-        ("failed", _) if st.start_us.is_some() => Some(CoordinatorEnd::TakenAway),
+        (ProcState::Failed, _) if st.start_us.is_some() => Some(CoordinatorEnd::TakenAway),
         _ => Some(CoordinatorEnd::Failed),
     }
 }

@@ -748,7 +748,7 @@ impl<'a> Leader<'a> {
                 .await
                 .unwrap_or_else(|e| proto::ProcStatus {
                     pid: pid.clone(),
-                    state: "unknown".into(),
+                    state: proto::ProcState::Unspecified as i32,
                     error: e.to_string(),
                     ..Default::default()
                 });
@@ -763,13 +763,13 @@ impl<'a> Leader<'a> {
         if s.pid != pid || s.done {
             return Ok(()); // an attempt since replaced
         }
-        if status.state == "unknown" {
+        if status.state() == proto::ProcState::Unspecified {
             return Err(Error::Interrupted(format!(
                 "lost track of {pid}: {}",
                 status.error
             )));
         }
-        if status.state == "exited" && status.exit_status == Some(0) {
+        if status.state() == proto::ProcState::Exited && status.exit_status == Some(0) {
             return self.record(t, TaskState { done: true, ..s }).await;
         }
         // Its own last words, so the job's failure says what went wrong.
@@ -777,8 +777,8 @@ impl<'a> Leader<'a> {
             .await
             .into_iter()
             .next();
-        let how = match (status.state.as_str(), status.exit_status) {
-            ("exited", Some(n)) => format!("exited with status {n}"),
+        let how = match (status.state(), status.exit_status) {
+            (proto::ProcState::Exited, Some(n)) => format!("exited with status {n}"),
             (state, _) => state.to_string(),
         };
         let why = match said.or_else(|| (!status.error.is_empty()).then(|| status.error.clone())) {

@@ -35,6 +35,14 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_CONTENDED: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
 
+class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NODE_STATE_UNSPECIFIED: _ClassVar[NodeState]
+    NODE_STATE_UP: _ClassVar[NodeState]
+    NODE_STATE_DRAINING: _ClassVar[NodeState]
+    NODE_STATE_LEFT: _ClassVar[NodeState]
+    NODE_STATE_LOST: _ClassVar[NodeState]
+
 class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STORAGE_CLASS_UNSPECIFIED: _ClassVar[StorageClass]
@@ -47,6 +55,16 @@ class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STORAGE_CLASS_WORKFLOWS: _ClassVar[StorageClass]
     STORAGE_CLASS_TABLES: _ClassVar[StorageClass]
     STORAGE_CLASS_LOGS: _ClassVar[StorageClass]
+
+class ProcState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROC_STATE_UNSPECIFIED: _ClassVar[ProcState]
+    PROC_STATE_SPAWNED: _ClassVar[ProcState]
+    PROC_STATE_CLAIMED: _ClassVar[ProcState]
+    PROC_STATE_RUNNING: _ClassVar[ProcState]
+    PROC_STATE_EXITED: _ClassVar[ProcState]
+    PROC_STATE_EVICTED: _ClassVar[ProcState]
+    PROC_STATE_FAILED: _ClassVar[ProcState]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID: ErrorReason
 ERROR_REASON_TOO_LARGE: ErrorReason
@@ -72,6 +90,11 @@ ERROR_REASON_UNIMPLEMENTED: ErrorReason
 ERROR_REASON_READ_ONLY: ErrorReason
 ERROR_REASON_CONTENDED: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+NODE_STATE_UNSPECIFIED: NodeState
+NODE_STATE_UP: NodeState
+NODE_STATE_DRAINING: NodeState
+NODE_STATE_LEFT: NodeState
+NODE_STATE_LOST: NodeState
 STORAGE_CLASS_UNSPECIFIED: StorageClass
 STORAGE_CLASS_KV: StorageClass
 STORAGE_CLASS_NAMES: StorageClass
@@ -82,6 +105,13 @@ STORAGE_CLASS_CODE: StorageClass
 STORAGE_CLASS_WORKFLOWS: StorageClass
 STORAGE_CLASS_TABLES: StorageClass
 STORAGE_CLASS_LOGS: StorageClass
+PROC_STATE_UNSPECIFIED: ProcState
+PROC_STATE_SPAWNED: ProcState
+PROC_STATE_CLAIMED: ProcState
+PROC_STATE_RUNNING: ProcState
+PROC_STATE_EXITED: ProcState
+PROC_STATE_EVICTED: ProcState
+PROC_STATE_FAILED: ProcState
 
 class ErrorDetail(_message.Message):
     __slots__ = ("reason", "subject", "stale_epoch", "over_quota", "mounted")
@@ -389,7 +419,7 @@ class NodeInfo(_message.Message):
     cores: int
     mem_mb: int
     labels: _containers.ScalarMap[str, str]
-    state: str
+    state: NodeState
     started_us: int
     heartbeat_us: int
     heartbeat_age_ms: int
@@ -401,7 +431,7 @@ class NodeInfo(_message.Message):
     lost_us: int
     given_back_us: int
     note: str
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)
@@ -779,7 +809,7 @@ class ProcStatus(_message.Message):
     EXIT_US_FIELD_NUMBER: _ClassVar[int]
     realm: str
     pid: str
-    state: str
+    state: ProcState
     worker: str
     evict_requested: bool
     exit_status: int
@@ -787,7 +817,7 @@ class ProcStatus(_message.Message):
     spawn_us: int
     start_us: int
     exit_us: int
-    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., state: _Optional[str] = ..., worker: _Optional[str] = ..., evict_requested: _Optional[bool] = ..., exit_status: _Optional[int] = ..., error: _Optional[str] = ..., spawn_us: _Optional[int] = ..., start_us: _Optional[int] = ..., exit_us: _Optional[int] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., state: _Optional[_Union[ProcState, str]] = ..., worker: _Optional[str] = ..., evict_requested: _Optional[bool] = ..., exit_status: _Optional[int] = ..., error: _Optional[str] = ..., spawn_us: _Optional[int] = ..., start_us: _Optional[int] = ..., exit_us: _Optional[int] = ...) -> None: ...
 
 class PruneRequest(_message.Message):
     __slots__ = ("realm", "pids", "older_than_ms")
