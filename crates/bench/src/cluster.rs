@@ -309,7 +309,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                 .list_nodes()
                 .await?
                 .iter()
-                .filter(|x| x.state() == tabos_client::proto::NodeState::Up)
+                .filter(|x| x.state() == proto::NodeState::Up)
                 .count();
             if up == n {
                 break;
@@ -318,8 +318,9 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         p.come_up_s = t0.elapsed().as_secs_f64();
-        c.create_realm("bench", "least_loaded").await?;
-        c.create_realm("loss", "locality").await?;
+        c.create_realm("bench", proto::Scheduler::LeastLoaded)
+            .await?;
+        c.create_realm("loss", proto::Scheduler::Locality).await?;
         wait_workers(&mut c, "bench", n).await?;
         wait_workers(&mut c, "loss", n).await?;
 
@@ -348,7 +349,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             count,
             proto::ProcDescriptor {
                 program: "/bin/true".into(),
-                class: "BE".into(),
+                class: proto::ProcClass::Be.into(),
                 cores: Some(0),
                 ..Default::default()
             },
@@ -359,9 +360,9 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             "wsm",
             count,
             proto::ProcDescriptor {
-                kind: "wasm".into(),
+                kind: proto::ProcKind::Wasm.into(),
                 program: wasm.display().to_string(),
-                class: "BE".into(),
+                class: proto::ProcClass::Be.into(),
                 cores: Some(0),
                 ..Default::default()
             },
@@ -387,9 +388,9 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                 for i in 0..per {
                     let d = proto::ProcDescriptor {
                         pid: format!("dec-{k}-{i}"),
-                        kind: "wasm".into(),
+                        kind: proto::ProcKind::Wasm.into(),
                         program: wasm.clone(),
-                        class: "BE".into(),
+                        class: proto::ProcClass::Be.into(),
                         cores: Some(0),
                         ..Default::default()
                     };
@@ -412,7 +413,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             args: vec!["3600".into()],
             home_node: home.clone(),
             restartable: true,
-            class: "BE".into(),
+            class: proto::ProcClass::Be.into(),
             cores: Some(0),
             ..Default::default()
         };
@@ -443,7 +444,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
                     }
                 }
                 let st = c.proc_status("loss", "victim").await?;
-                let elsewhere = st.state() == tabos_client::proto::ProcState::Running
+                let elsewhere = st.state() == proto::ProcState::Running
                     && !st.worker.starts_with(&format!("{home}."));
                 if elsewhere && detected.is_some() {
                     break;

@@ -252,7 +252,7 @@ pub fn lc_server(args: &[String]) -> i32 {
     }
 }
 
-fn policy(class: &str, min: i64, max: i64) -> proto::ElasticPolicy {
+fn policy(class: proto::ProcClass, min: i64, max: i64) -> proto::ElasticPolicy {
     proto::ElasticPolicy {
         class: class.into(),
         min_cores: min,
@@ -350,7 +350,7 @@ async fn burst(cluster: &Cluster, realm: &str, run: u32) -> anyhow::Result<(f64,
                 .map(|pid| proto::ProcDescriptor {
                     pid: pid.clone(),
                     program: "/bin/true".into(),
-                    class: "BE".into(),
+                    class: proto::ProcClass::Be.into(),
                     cores: Some(1),
                     ..Default::default()
                 })
@@ -368,7 +368,7 @@ async fn burst(cluster: &Cluster, realm: &str, run: u32) -> anyhow::Result<(f64,
                 for pid in mine {
                     let st = c.wait_exit(&realm, &pid).await?;
                     anyhow::ensure!(
-                        st.state() == tabos_client::proto::ProcState::Exited,
+                        st.state() == proto::ProcState::Exited,
                         "{pid} ended {}: {}",
                         st.state(),
                         st.error
@@ -532,7 +532,7 @@ async fn lc_servers(
                     "lc-in".into(),
                     LC_WORK_US.to_string(),
                 ],
-                class: "LC".into(),
+                class: proto::ProcClass::Lc.into(),
                 cores: Some(1),
                 ..Default::default()
             },
@@ -578,8 +578,8 @@ async fn fig6_3(
     // The LC service alone, on cores of its own: its dedicated throughput.
     op.create_elastic_realm(
         "web-dedicated",
-        "fifo",
-        policy("LC", servers as i64, servers as i64),
+        proto::Scheduler::Fifo,
+        policy(proto::ProcClass::Lc, servers as i64, servers as i64),
     )
     .await?;
     op.create_mailbox("web-dedicated", "lc-in", 0, None).await?;
@@ -615,16 +615,24 @@ async fn fig6_3(
 
     // The BE realm runs jobs back to back; the LC realm's load comes and
     // goes.
-    op.create_elastic_realm("batch", "fifo", policy("BE", 0, total))
-        .await?;
+    op.create_elastic_realm(
+        "batch",
+        proto::Scheduler::Fifo,
+        policy(proto::ProcClass::Be, 0, total),
+    )
+    .await?;
     op.set_realm(proto::SetRealmRequest {
         realm: "batch".into(),
         host_paths: host_paths.to_vec(),
         ..Default::default()
     })
     .await?;
-    op.create_elastic_realm("web", "fifo", policy("LC", 0, total))
-        .await?;
+    op.create_elastic_realm(
+        "web",
+        proto::Scheduler::Fifo,
+        policy(proto::ProcClass::Lc, 0, total),
+    )
+    .await?;
     op.create_mailbox("web", "lc-in", 0, None).await?;
     let (stop_jobs, jobs_stopped) = tokio::sync::watch::channel(false);
     let jobs = {
@@ -855,8 +863,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             }
             // One realm at a time: each may take every core.
             let (g, p) = (format!("burst-grow-{run}"), format!("burst-pre-{run}"));
-            op.create_elastic_realm(&g, "fifo", policy("BE", 1, total))
-                .await?;
+            op.create_elastic_realm(
+                &g,
+                proto::Scheduler::Fifo,
+                policy(proto::ProcClass::Be, 1, total),
+            )
+            .await?;
             until_granted(&mut op, &g, 1).await?;
             let (secs, samples) = burst(&cluster, &g, run).await?;
             println!("elastic: burst of {BURST} into a realm that grows: {secs:.2} s");
@@ -876,8 +888,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             }
             grow.push(secs);
             op.remove_realm(&g).await?;
-            op.create_elastic_realm(&p, "fifo", policy("BE", total, total))
-                .await?;
+            op.create_elastic_realm(
+                &p,
+                proto::Scheduler::Fifo,
+                policy(proto::ProcClass::Be, total, total),
+            )
+            .await?;
             until_granted(&mut op, &p, total).await?;
             let (secs, samples) = burst(&cluster, &p, run).await?;
             println!("elastic: burst of {BURST} into a pre-grown realm: {secs:.2} s");
@@ -925,8 +941,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 (format!("mr-elastic-{run}"), 1, total, &mut elastic),
                 (format!("mr-full-{run}"), total, total, &mut full),
             ] {
-                op.create_elastic_realm(&name, "fifo", policy("BE", min, max))
-                    .await?;
+                op.create_elastic_realm(
+                    &name,
+                    proto::Scheduler::Fifo,
+                    policy(proto::ProcClass::Be, min, max),
+                )
+                .await?;
                 op.set_realm(proto::SetRealmRequest {
                     realm: name.clone(),
                     host_paths: host_paths.clone(),

@@ -130,8 +130,14 @@ async fn measure(
     samples: usize,
 ) -> anyhow::Result<(Vec<Samples>, Vec<Samples>)> {
     let mut op = Client::connect(addr, token).await?;
-    let noisy_token = op.create_realm("noisy", "fifo").await?.admin_token;
-    let quiet_token = op.create_realm("quiet", "fifo").await?.admin_token;
+    let noisy_token = op
+        .create_realm("noisy", tabos_client::proto::Scheduler::Fifo)
+        .await?
+        .admin_token;
+    let quiet_token = op
+        .create_realm("quiet", tabos_client::proto::Scheduler::Fifo)
+        .await?
+        .admin_token;
     let mut noisy = Client::connect(addr, &noisy_token).await?;
     let limits = ProcedureLimits {
         timeout_ms: SPIN_TIMEOUT_MS,

@@ -466,7 +466,7 @@ async fn tabos_wasm_run(
     }
     let proc_of = |pid: String, program: &Path| proto::ProcDescriptor {
         pid,
-        kind: "wasm".into(),
+        kind: proto::ProcKind::Wasm.into(),
         program: program.display().to_string(),
         ..Default::default()
     };
@@ -497,7 +497,7 @@ async fn tabos_wasm_run(
         let s = c.wait_exit(REALM, &p.pid).await?;
         ended = Instant::now();
         anyhow::ensure!(s.exit_status == Some(0), "wasm pinger {}: {s:?}", p.pid);
-        let out = c.logs(REALM, &p.pid, "stdout").await?;
+        let out = c.logs(REALM, &p.pid, proto::LogStream::Stdout).await?;
         let times = programs::ping_times(&out.data);
         anyhow::ensure!(times.len() == (rounds as usize + WARMUP_ROUNDS));
         for &t in &times[WARMUP_ROUNDS..] {

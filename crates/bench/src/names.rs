@@ -117,8 +117,14 @@ impl Worker {
         match (&mut self.conn, op) {
             (Conn::Tabos(c), Op::CreateRemove) => {
                 let path = format!("{}-{}", self.key, self.n);
-                c.name_create(REALM, &path, "file", v, CreateOptions::default())
-                    .await?;
+                c.name_create(
+                    REALM,
+                    &path,
+                    tabos_client::proto::NameKind::File,
+                    v,
+                    CreateOptions::default(),
+                )
+                .await?;
                 c.name_remove(REALM, &path, None, None).await?;
             }
             (Conn::Tabos(c), Op::Put) => {
@@ -280,7 +286,10 @@ async fn watch_latency(system: System, ends: &Endpoints, n: usize) -> anyhow::Re
                 .clone()
                 .watch(REALM, "/bench/watched", WatchMode::Dir)
                 .await?;
-            anyhow::ensure!(watch.message().await?.context("watch ended")?.op == "watching");
+            anyhow::ensure!(
+                watch.message().await?.context("watch ended")?.op()
+                    == tabos_client::proto::WatchOp::Watching
+            );
             for i in 0..WARMUP_OPS + n {
                 let t0 = Instant::now();
                 let set = c.name_set(REALM, "/bench/watched/k", value(), None, None);

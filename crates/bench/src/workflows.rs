@@ -343,7 +343,11 @@ fn measure(
                     }
                     let id = exec.run("one", None, i.to_string().into_bytes()).await?;
                     let w = exec.result(&id, Duration::from_secs(60)).await?;
-                    anyhow::ensure!(w.status == "success", "workflow {id}: {}", w.status);
+                    anyhow::ensure!(
+                        w.status() == tabos_client::proto::WorkflowStatus::Success,
+                        "workflow {id}: {}",
+                        w.status()
+                    );
                 }
             });
         }
@@ -379,7 +383,11 @@ fn measure(
             let t0 = Instant::now();
             let id = exec.run(name, None, n.to_string().into_bytes()).await?;
             let w = exec.result(&id, Duration::from_secs(600)).await?;
-            anyhow::ensure!(w.status == "success", "workflow {id}: {}", w.status);
+            anyhow::ensure!(
+                w.status() == tabos_client::proto::WorkflowStatus::Success,
+                "workflow {id}: {}",
+                w.status()
+            );
             Ok(n as f64 / t0.elapsed().as_secs_f64())
         })
     };
@@ -427,7 +435,11 @@ fn measure(
             let t0 = Instant::now();
             let id = exec.enqueue("bench", "marked", None, Vec::new(), 0).await?;
             let w = exec.result(&id, Duration::from_secs(60)).await?;
-            anyhow::ensure!(w.status == "success", "workflow {id}: {}", w.status);
+            anyhow::ensure!(
+                w.status() == tabos_client::proto::WorkflowStatus::Success,
+                "workflow {id}: {}",
+                w.status()
+            );
             let start = marks()
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -488,7 +500,11 @@ fn measure(
             let w = again
                 .result(&format!("pending-{i}"), Duration::from_secs(600))
                 .await?;
-            anyhow::ensure!(w.status == "success", "pending-{i}: {}", w.status);
+            anyhow::ensure!(
+                w.status() == tabos_client::proto::WorkflowStatus::Success,
+                "pending-{i}: {}",
+                w.status()
+            );
         }
         let t = t0.elapsed().as_secs_f64();
         recovering.abort();

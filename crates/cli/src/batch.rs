@@ -108,7 +108,7 @@ fn show(out: &Out) -> String {
     match out {
         Out::Error(e) => format!("error {}", e.message),
         Out::NamesSet(v) => format!("version {}", v.version),
-        Out::NamesGet(e) => format!("{} version {}: {}", e.kind, e.version, text(&e.data)),
+        Out::NamesGet(e) => format!("{} version {}: {}", e.kind(), e.version, text(&e.data)),
         Out::NamesRemove(_) => "removed".into(),
         Out::Send(s) => format!(
             "seq {}",

@@ -137,7 +137,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
 
 fn decision_json(d: &proto::AllocDecision) -> serde_json::Value {
     serde_json::json!({
-        "seq": d.seq, "at_us": d.at_us, "manager": d.manager, "realm": d.realm,
+        "seq": d.seq, "at_us": d.at_us, "manager": d.manager().name(), "realm": d.realm,
         "node_id": (!d.node_id.is_empty()).then_some(&d.node_id),
         "cores_before": d.cores_before, "cores_after": d.cores_after, "reason": d.reason,
     })
@@ -154,7 +154,7 @@ pub fn allocation_json(a: &proto::RealmAllocation) -> serde_json::Value {
     serde_json::json!({
         "realm": a.realm,
         "elastic": a.elastic,
-        "class": a.policy.as_ref().map(|p| p.class.clone()),
+        "class": a.policy.as_ref().map(|p| p.class().name()),
         "min_cores": a.policy.as_ref().map(|p| p.min_cores),
         "max_cores": a.policy.as_ref().map(|p| p.max_cores),
         "want_cores": a.elastic.then_some(a.want_cores),
@@ -182,7 +182,7 @@ fn print_decisions(d: &[proto::AllocDecision]) {
         .map(|d| {
             vec![
                 at(d.at_us),
-                d.manager.clone(),
+                d.manager().name().to_string(),
                 d.realm.clone(),
                 if d.node_id.is_empty() {
                     "(wants)".into()
@@ -214,7 +214,7 @@ pub fn print_allocation(a: &proto::RealmAllocation) {
     outln!(
         "elastic {} realm: {} to {} cores; wants {} ({}); granted {granted}; \
          live procs hold {} cores, {} waiting to be placed",
-        p.class,
+        p.class(),
         p.min_cores,
         p.max_cores,
         a.want_cores,

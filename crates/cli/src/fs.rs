@@ -4,7 +4,7 @@ use std::io::{Read, Write};
 
 use anyhow::Context;
 use tabos_client::fs::CHUNK_BYTES;
-use tabos_client::proto::FsStat;
+use tabos_client::proto::{self, FsStat};
 
 use crate::procs::RealmArg;
 use crate::NodeAddr;
@@ -92,7 +92,11 @@ fn octal(s: &str) -> anyhow::Result<i64> {
 fn line(e: &FsStat) -> String {
     format!(
         "{}{:o} {:<10} {:>12} {}",
-        if e.r#type == "dir" { "d" } else { "-" },
+        if e.r#type() == proto::FileType::Dir {
+            "d"
+        } else {
+            "-"
+        },
         e.mode,
         e.owner,
         e.size,
@@ -103,7 +107,7 @@ fn line(e: &FsStat) -> String {
 /// A file's or directory's metadata as JSON (times in RFC 3339).
 fn stat_json(s: &tabos_client::proto::FsStat) -> serde_json::Value {
     serde_json::json!({
-        "path": s.path, "type": s.r#type, "owner": s.owner,
+        "path": s.path, "type": s.r#type().name(), "owner": s.owner,
         "mode": format!("{:o}", s.mode), "size": s.size, "block_size": s.block_size,
         "layout": s.layout, "changed": crate::output::rfc3339(s.ctime_us),
         "modified": crate::output::rfc3339(s.mtime_us),
@@ -202,14 +206,14 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             }
             FsCommand::Rm { path, recursive } => {
                 let st = c.fs_stat(&realm, &path).await?;
-                if recursive && st.r#type == "dir" {
+                if recursive && st.r#type() == proto::FileType::Dir {
                     let n = rm_tree(&mut c, &realm, &user, &path).await?;
                     crate::output::emit(
                         || format!("removed {n} entries under {path}"),
                         || serde_json::json!({"path": path, "removed": n}),
                     );
                 } else {
-                    if st.r#type == "dir" {
+                    if st.r#type() == proto::FileType::Dir {
                         c.fs_rmdir(&realm, &user, &path).await?;
                     } else {
                         c.fs_unlink(&realm, &user, &path).await?;
@@ -257,12 +261,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     return Ok(());
                 }
                 outln!("path       {}", s.path);
-                outln!("type       {}", s.r#type);
+                outln!("type       {}", s.r#type());
                 outln!("owner      {}", s.owner);
                 outln!("mode       {:o}", s.mode);
                 outln!("size       {}", s.size);
                 outln!("block size {}", s.block_size);
-                if s.r#type == "file" {
+                if s.r#type() == proto::FileType::File {
                     outln!("layout     {}", s.layout);
                 }
                 outln!("changed    {}", s.ctime_us);
@@ -336,7 +340,7 @@ async fn rm_tree(
             continue;
         }
         for e in listing.entries {
-            if e.r#type == "dir" {
+            if e.r#type() == proto::FileType::Dir {
                 stack.push(e.path);
             } else {
                 c.fs_unlink(realm, user, &e.path).await?;

@@ -24,7 +24,7 @@ use fuser::{
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
-use tabos_client::proto::FsStat;
+use tabos_client::proto::{self, FsStat};
 
 use crate::procs::RealmArg;
 use crate::NodeAddr;
@@ -185,7 +185,7 @@ fn time(us: i64) -> SystemTime {
 }
 
 fn attr(ino: u64, s: &FsStat) -> FileAttr {
-    let dir = s.r#type == "dir";
+    let dir = s.r#type() == proto::FileType::Dir;
     let size = if dir { 0 } else { s.size.max(0) as u64 };
     FileAttr {
         ino: INodeNo(ino),
@@ -362,7 +362,7 @@ impl Filesystem for TabosFs {
         let done = (|| {
             let path = self.child(parent, name)?;
             let (realm, user) = (self.realm.clone(), self.user_for(req));
-            if self.stat(req, &path)?.r#type == "dir" {
+            if self.stat(req, &path)?.r#type() == proto::FileType::Dir {
                 return Err(Errno::EISDIR);
             }
             self.rt
@@ -381,7 +381,7 @@ impl Filesystem for TabosFs {
         let done = (|| {
             let path = self.child(parent, name)?;
             let (realm, user) = (self.realm.clone(), self.user_for(req));
-            if self.stat(req, &path)?.r#type != "dir" {
+            if self.stat(req, &path)?.r#type() != proto::FileType::Dir {
                 return Err(Errno::ENOTDIR);
             }
             self.rt
@@ -427,7 +427,7 @@ impl Filesystem for TabosFs {
 
     fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.path(ino).and_then(|p| self.stat(req, &p)) {
-            Ok(s) if s.r#type == "dir" => reply.error(Errno::EISDIR),
+            Ok(s) if s.r#type() == proto::FileType::Dir => reply.error(Errno::EISDIR),
             Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
@@ -543,7 +543,7 @@ impl Filesystem for TabosFs {
             ];
             for e in d.entries {
                 let name = e.path.rsplit('/').next().unwrap_or_default().to_string();
-                let kind = if e.r#type == "dir" {
+                let kind = if e.r#type() == proto::FileType::Dir {
                     FileType::Directory
                 } else {
                     FileType::RegularFile
@@ -616,7 +616,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // the tabos user of its uid, so the node's modes apply to each.
     let user = match &args.user {
         Some(u) => Acting::One(u.clone()),
-        None if args.allow_other && me.role == "operator" => Acting::PerUid,
+        None if args.allow_other && me.role() == proto::Role::Operator => Acting::PerUid,
         None => Acting::One(String::new()),
     };
     let fs = TabosFs {

@@ -153,12 +153,12 @@ fn explain(e: tabos_client::Error) -> anyhow::Error {
 fn line(e: &proto::NameEntry) -> String {
     let mut l = format!(
         "{:<7} {:>6} {:>8} {}",
-        e.kind,
+        e.kind().name(),
         e.version,
         e.data.len(),
         e.path
     );
-    if e.kind == "symlink" {
+    if e.kind() == proto::NameKind::Symlink {
         l.push_str(&format!(" -> {}", String::from_utf8_lossy(&e.data)));
     }
     if !e.session.is_empty() {
@@ -175,7 +175,7 @@ fn entry_json(e: &proto::NameEntry) -> serde_json::Value {
         Err(_) => serde_json::Value::from(e.data.clone()),
     };
     serde_json::json!({
-        "path": e.path, "kind": e.kind, "version": e.version, "size": e.data.len(),
+        "path": e.path, "kind": e.kind().name(), "version": e.version, "size": e.data.len(),
         "owner": e.owner, "mode": format!("{:o}", e.mode), "session": e.session,
         "created": crate::output::rfc3339(e.created_us),
         "modified": crate::output::rfc3339(e.modified_us), "data": data,
@@ -221,7 +221,7 @@ pub fn cat(args: CatArgs) -> anyhow::Result<()> {
         }
         if args.stat {
             writeln!(out, "path     {}", e.path)?;
-            writeln!(out, "kind     {}", e.kind)?;
+            writeln!(out, "kind     {}", e.kind())?;
             writeln!(out, "version  {}", e.version)?;
             writeln!(out, "size     {}", e.data.len())?;
             writeln!(out, "owner    {}", e.owner)?;
@@ -231,7 +231,7 @@ pub fn cat(args: CatArgs) -> anyhow::Result<()> {
             }
             writeln!(out, "created  {}", e.created_us)?;
             writeln!(out, "modified {}", e.modified_us)?;
-        } else if e.kind == "dir" {
+        } else if e.kind() == proto::NameKind::Dir {
             anyhow::bail!("{} is a directory (use tabos ls)", e.path);
         } else {
             out.write_all(&e.data)?;
@@ -262,11 +262,11 @@ pub fn put(args: PutArgs) -> anyhow::Result<()> {
             c.name_mkdir_all(realm, parent).await.map_err(explain)?;
         }
         let kind = if args.dir {
-            Some("dir")
+            Some(proto::NameKind::Dir)
         } else if args.symlink {
-            Some("symlink")
+            Some(proto::NameKind::Symlink)
         } else if args.create {
-            Some("file")
+            Some(proto::NameKind::File)
         } else {
             None
         };
@@ -299,7 +299,7 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
         let realm = &args.realm.realm;
         if args.recursive {
             let e = c.name_get(realm, &args.path).await.map_err(explain)?;
-            if e.kind == "dir" {
+            if e.kind() == proto::NameKind::Dir {
                 let n = rm_tree(&mut c, realm, &args.path, args.fence.get()).await?;
                 crate::output::emit(
                     || format!("removed {n} entries under {}", args.path),
@@ -355,15 +355,15 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<()> {
                     out,
                     "{}",
                     serde_json::json!({
-                        "op": ev.op, "path": ev.path, "version": ev.version,
+                        "op": ev.op().name(), "path": ev.path, "version": ev.version,
                         "entry": ev.entry.as_ref().map(entry_json),
                     })
                 )?,
-                Some(e) => writeln!(out, "{} {}", ev.op, line(e))?,
-                None => writeln!(out, "{} {} {}", ev.op, ev.version, ev.path)?,
+                Some(e) => writeln!(out, "{} {}", ev.op(), line(e))?,
+                None => writeln!(out, "{} {} {}", ev.op(), ev.version, ev.path)?,
             }
             out.flush()?;
-            if ev.op != "watching" {
+            if ev.op() != proto::WatchOp::Watching {
                 changes += 1;
                 if args.count.is_some_and(|n| changes >= n) {
                     break;
@@ -384,7 +384,7 @@ async fn rm_tree(
     c: &mut tabos_client::Client,
     realm: &str,
     root: &str,
-    fence: Option<tabos_client::proto::Fence>,
+    fence: Option<proto::Fence>,
 ) -> anyhow::Result<u64> {
     let mut stack = vec![root.to_string()];
     let mut removed = 0u64;
@@ -402,7 +402,7 @@ async fn rm_tree(
             continue;
         }
         for e in listing.entries {
-            if e.kind == "dir" {
+            if e.kind() == proto::NameKind::Dir {
                 stack.push(e.path);
             } else {
                 c.name_remove(realm, &e.path, None, fence.clone())

@@ -25,12 +25,12 @@ pub struct SpawnArgs {
     parent: Option<String>,
     /// native (a program on the node) or wasm (a WASI module's path on the
     /// node, .wasm or .wat); js is refused until the JavaScript runtime lands
-    #[arg(long, default_value = "native")]
-    kind: String,
+    #[arg(long, default_value = "native", value_parser = |s: &str| proto::ProcKind::parse("kind", s))]
+    kind: proto::ProcKind,
     /// LC (latency-critical: reserves its cores) or BE (best-effort: runs
     /// while the node's utilization is under its target)
-    #[arg(long, default_value = "LC")]
-    class: String,
+    #[arg(long, default_value = "LC", value_parser = proc_class)]
+    class: proto::ProcClass,
     /// Cores to reserve (LC), or to count against the utilization target
     /// (BE; 0 for a light proc that mostly waits)
     #[arg(long, default_value_t = 1)]
@@ -92,8 +92,8 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
     let desc = proto::ProcDescriptor {
         pid: args.pid.clone().unwrap_or_default(),
         parent: args.parent.clone().unwrap_or_default(),
-        kind: args.kind.clone(),
-        class: args.class.clone(),
+        kind: args.kind.into(),
+        class: args.class.into(),
         program: program.clone(),
         args: rest.to_vec(),
         env,
@@ -298,7 +298,11 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
     use std::io::Write;
     crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
-        let stream = if args.stderr { "stderr" } else { "stdout" };
+        let stream = if args.stderr {
+            proto::LogStream::Stderr
+        } else {
+            proto::LogStream::Stdout
+        };
         if args.follow {
             let mut s = client
                 .follow_logs(&args.realm.realm, &args.pid, stream)
@@ -318,7 +322,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
         let r = client.logs(&args.realm.realm, &args.pid, stream).await?;
         if crate::output::json() {
             let v = serde_json::json!({
-                "pid": args.pid, "stream": stream,
+                "pid": args.pid, "stream": stream.name(),
                 "data": String::from_utf8_lossy(&r.data), "truncated": r.truncated,
             });
             outln!("{v}");
@@ -348,13 +352,13 @@ enum RealmCommand {
         /// Realm name
         name: String,
         /// fifo, locality or least_loaded
-        #[arg(long, default_value = "fifo")]
-        scheduler: String,
+        #[arg(long, default_value = "fifo", value_parser = scheduler)]
+        scheduler: proto::Scheduler,
         /// Make it elastic, of class LC or BE: its cores are granted on
         /// elastic nodes (`tabos up --elastic`) as its demand changes, LC
         /// realms first (only at creation)
-        #[arg(long, value_name = "CLASS")]
-        elastic: Option<String>,
+        #[arg(long, value_name = "CLASS", value_parser = proc_class)]
+        elastic: Option<proto::ProcClass>,
         /// An elastic realm's fewest cores
         #[arg(long, default_value_t = 0, requires = "elastic")]
         min_cores: i64,
@@ -369,8 +373,8 @@ enum RealmCommand {
         /// Realm name
         name: String,
         /// LC or BE
-        #[arg(long)]
-        class: String,
+        #[arg(long, value_parser = proc_class)]
+        class: proto::ProcClass,
         /// Fewest cores
         #[arg(long)]
         min_cores: i64,
@@ -539,6 +543,16 @@ fn print_stored(r: &proto::RealmInfo) {
     out!("{}", crate::output::table(&cols, &rows));
 }
 
+/// `--class`/`--elastic`: LC or BE, in either case.
+fn proc_class(s: &str) -> Result<proto::ProcClass, String> {
+    proto::ProcClass::parse("class", &s.to_ascii_uppercase())
+}
+
+/// `--scheduler`: also `least-loaded`, as the kernel has always taken it.
+fn scheduler(s: &str) -> Result<proto::Scheduler, String> {
+    proto::Scheduler::parse("scheduler", &s.replace('-', "_"))
+}
+
 /// A storage class's name (as `realm_usage` and the kernel call it).
 fn class_name(class: i32) -> &'static str {
     use proto::StorageClass as C;
@@ -572,12 +586,12 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                     let max_cores = max_cores
                         .ok_or_else(|| anyhow::anyhow!("an elastic realm needs --max-cores"))?;
                     let policy = proto::ElasticPolicy {
-                        class: class.clone(),
+                        class: class.into(),
                         min_cores,
                         max_cores,
                     };
                     let c = client
-                        .create_elastic_realm(&name, &scheduler, policy)
+                        .create_elastic_realm(&name, scheduler, policy)
                         .await?;
                     if !crate::output::json() {
                         outln!(
@@ -588,7 +602,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                     c
                 }
                 None => {
-                    let c = client.create_realm(&name, &scheduler).await?;
+                    let c = client.create_realm(&name, scheduler).await?;
                     if !crate::output::json() {
                         outln!("realm {name} created (scheduler {scheduler})");
                     }
@@ -711,7 +725,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
         } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             let policy = proto::ElasticPolicy {
-                class,
+                class: class.into(),
                 min_cores,
                 max_cores,
             };

@@ -21,7 +21,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         } else {
             format!(
                 "realm {} as user {}, role {} (credential {})",
-                me.realm, me.user, me.role, me.id
+                me.realm, me.user, me.role(), me.id
             )
         };
         let pairs = [
@@ -100,7 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if args.json {
             // Numbers as numbers, the start as RFC 3339.
             let v = serde_json::json!({
-                "acting_as": {"id": me.id, "realm": me.realm, "user": me.user, "role": me.role},
+                "acting_as": {"id": me.id, "realm": me.realm, "user": me.user, "role": me.role().name()},
                 "version": s.version,
                 "backend": s.backend,
                 "partitions": s.partitions,

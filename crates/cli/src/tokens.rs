@@ -21,8 +21,8 @@ enum Command {
         #[arg(long)]
         user: Option<String>,
         /// reader, member, admin, or operator (operators only)
-        #[arg(long, default_value = "member")]
-        role: String,
+        #[arg(long, default_value = "member", value_parser = |s: &str| proto::Role::parse("role", s))]
+        role: proto::Role,
         /// Lifetime, e.g. 90s, 30m, 12h, 7d [default: until revoked]
         #[arg(long)]
         ttl: Option<String>,
@@ -114,7 +114,7 @@ fn row(t: &proto::TokenInfo) -> Vec<String> {
             t.realm.clone()
         },
         t.user.clone(),
-        t.role.clone(),
+        t.role().name().to_string(),
         t.pid.clone(),
         time(t.created_us),
         t.expires_us.map_or_else(|| "never".into(), time),
@@ -126,7 +126,7 @@ fn row(t: &proto::TokenInfo) -> Vec<String> {
 
 fn json(t: &proto::TokenInfo) -> serde_json::Value {
     serde_json::json!({
-        "id": t.id, "realm": t.realm, "user": t.user, "role": t.role,
+        "id": t.id, "realm": t.realm, "user": t.user, "role": t.role().name(),
         "pid": t.pid, "created_us": t.created_us, "expires_us": t.expires_us,
         "revoked_us": t.revoked_us, "note": t.note, "scope": t.scope,
         "created": (t.created_us != 0).then(|| crate::output::rfc3339(t.created_us)),
@@ -156,7 +156,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .create_token(proto::CreateTokenRequest {
                         realm,
                         user: user.unwrap_or_default(),
-                        role,
+                        role: role.into(),
                         ttl_ms,
                         note,
                         scope,
@@ -200,7 +200,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         info.id,
                         if info.realm.is_empty() { "*" } else { &info.realm },
                         info.user,
-                        info.role
+                        info.role()
                     );
                     outln!("{}", created.token);
                 }

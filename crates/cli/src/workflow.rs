@@ -26,8 +26,8 @@ enum Command {
     #[command(alias = "ls")]
     List {
         /// enqueued, pending, success, error or cancelled
-        #[arg(long)]
-        status: Option<String>,
+        #[arg(long, value_parser = |s: &str| proto::WorkflowStatus::parse("status", s))]
+        status: Option<proto::WorkflowStatus>,
         /// Only this workflow function's
         #[arg(long)]
         name: Option<String>,
@@ -163,7 +163,7 @@ fn text(b: &[u8]) -> String {
 fn info_json(w: &proto::WorkflowInfo) -> serde_json::Value {
     serde_json::json!({
         "workflow_id": w.workflow_id, "name": w.name, "app_version": w.app_version,
-        "status": w.status, "queue": w.queue, "priority": w.priority,
+        "status": w.status().name(), "queue": w.queue, "priority": w.priority,
         "input": text(&w.input),
         "output": w.has_output.then(|| text(&w.output)),
         "error": (!w.error.is_empty()).then_some(&w.error),
@@ -178,12 +178,15 @@ fn info_json(w: &proto::WorkflowInfo) -> serde_json::Value {
 fn info_text(w: &proto::WorkflowInfo) -> String {
     let mut s = format!(
         "workflow {} ({} {}): {}",
-        w.workflow_id, w.name, w.app_version, w.status
+        w.workflow_id,
+        w.name,
+        w.app_version,
+        w.status()
     );
     if !w.queue.is_empty() {
         s.push_str(&format!(", queue {}", w.queue));
     }
-    if !w.executor.is_empty() && w.status == "pending" {
+    if !w.executor.is_empty() && w.status() == proto::WorkflowStatus::Pending {
         s.push_str(&format!(", run by {} on {}", w.executor, w.node_id));
     }
     if w.has_output {
@@ -231,7 +234,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let list = rpc
                     .list(proto::ListWorkflowsRequest {
                         realm,
-                        status: status.unwrap_or_default(),
+                        status: status.unwrap_or_default().into(),
                         name: name.unwrap_or_default(),
                         queue: queue.unwrap_or_default(),
                         app_version: app_version.unwrap_or_default(),
@@ -260,7 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                                 w.workflow_id.clone(),
                                 w.name.clone(),
                                 w.app_version.clone(),
-                                w.status.clone(),
+                                w.status().name().to_string(),
                                 w.queue.clone(),
                                 w.executor.clone(),
                                 w.attempts.to_string(),
@@ -300,9 +303,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         .iter()
                         .map(|s| {
                             serde_json::json!({
-                                "step": s.step, "name": s.name, "kind": s.kind,
+                                "step": s.step, "name": s.name, "kind": s.kind().name(),
                                 "input": text(&s.input),
-                                "status": s.status, "output": text(&s.output),
+                                "status": s.status().name(), "output": text(&s.output),
                                 "error": (!s.error.is_empty()).then_some(&s.error),
                                 "attempts": s.attempts,
                                 "started": time(s.started_us), "ended": time(s.ended_us),
@@ -329,8 +332,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             vec![
                                 s.step.to_string(),
                                 s.name.clone(),
-                                s.kind.clone(),
-                                s.status.clone(),
+                                s.kind().name().to_string(),
+                                s.status().name().to_string(),
                                 s.attempts.to_string(),
                                 out.chars().take(60).collect(),
                             ]
@@ -353,14 +356,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         .await
                         .map_err(tabos_client::Error::Status)?
                         .into_inner();
-                    let done = matches!(w.status.as_str(), "success" | "error" | "cancelled");
+                    let done = w.status().is_final();
                     if done || left.is_zero() {
                         break w;
                     }
                 };
                 crate::output::emit(|| info_text(&w), || info_json(&w));
-                if w.status != "success" {
-                    anyhow::bail!("workflow {} is {}", w.workflow_id, w.status);
+                if w.status() != proto::WorkflowStatus::Success {
+                    anyhow::bail!("workflow {} is {}", w.workflow_id, w.status());
                 }
             }
             Command::Cancel { id } => {

@@ -336,6 +336,12 @@ impl Client {
         self.fs.clone()
     }
 
+    /// The raw `Procs` RPCs: requests passed as they are (what a test of
+    /// the node's refusals sends).
+    pub fn procs_rpc(&self) -> ProcsClient<Transport> {
+        self.procs.clone()
+    }
+
     /// The raw `Workflows` RPCs ([`workflows`] is the library over them).
     pub fn workflows_rpc(&self) -> WorkflowsClient<Transport> {
         self.workflows.clone()
@@ -440,13 +446,12 @@ impl Client {
         })
     }
 
-    /// Creates a realm with the given scheduler (fifo, locality,
-    /// least_loaded); needs an operator credential. The reply holds the
+    /// Creates a realm with the given scheduler; needs an operator credential. The reply holds the
     /// realm's first admin credential.
     pub async fn create_realm(
         &mut self,
         realm: &str,
-        scheduler: &str,
+        scheduler: proto::Scheduler,
     ) -> Result<proto::CreateRealmResponse, Error> {
         Ok(self
             .procs
@@ -464,7 +469,7 @@ impl Client {
     pub async fn create_elastic_realm(
         &mut self,
         realm: &str,
-        scheduler: &str,
+        scheduler: proto::Scheduler,
         policy: proto::ElasticPolicy,
     ) -> Result<proto::CreateRealmResponse, Error> {
         Ok(self
@@ -730,7 +735,7 @@ impl Client {
         &mut self,
         realm: &str,
         pid: &str,
-        stream: &str,
+        stream: proto::LogStream,
     ) -> Result<tonic::Streaming<proto::LogsResponse>, Error> {
         Ok(self
             .procs
@@ -769,7 +774,7 @@ impl Client {
         &mut self,
         realm: &str,
         pid: &str,
-        stream: &str,
+        stream: proto::LogStream,
     ) -> Result<proto::LogsResponse, Error> {
         Ok(self
             .procs

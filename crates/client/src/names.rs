@@ -31,26 +31,7 @@ pub struct CreateOptions {
     pub fence: Option<Fence>,
 }
 
-/// What a watch waits for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WatchMode {
-    /// OpenWatch: one event once the path exists.
-    Exists,
-    /// SetRemoveWatch: one event once it does not.
-    Removed,
-    /// SetDirWatch: the directory's version, then every change in it.
-    Dir,
-}
-
-impl WatchMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WatchMode::Exists => "exists",
-            WatchMode::Removed => "removed",
-            WatchMode::Dir => "dir",
-        }
-    }
-}
+pub use crate::proto::WatchMode;
 
 fn name_request(realm: &str, path: &str) -> proto::NameRequest {
     proto::NameRequest {
@@ -60,13 +41,13 @@ fn name_request(realm: &str, path: &str) -> proto::NameRequest {
 }
 
 impl Client {
-    /// Creates `path` (kind `dir`, `file` or `symlink`), failing with
+    /// Creates `path` (a directory, file or symlink), failing with
     /// "already exists" if anything is there. Returns its version (1).
     pub async fn name_create(
         &mut self,
         realm: &str,
         path: &str,
-        kind: &str,
+        kind: proto::NameKind,
         data: Vec<u8>,
         opts: CreateOptions,
     ) -> Result<i64, Error> {
@@ -95,7 +76,13 @@ impl Client {
             at.push('/');
             at.push_str(part);
             let made = self
-                .name_create(realm, &at, "dir", Vec::new(), CreateOptions::default())
+                .name_create(
+                    realm,
+                    &at,
+                    proto::NameKind::Dir,
+                    Vec::new(),
+                    CreateOptions::default(),
+                )
                 .await;
             match made {
                 Ok(_) => {}
@@ -272,7 +259,7 @@ impl Client {
             .watch(proto::WatchRequest {
                 realm: realm.into(),
                 path: path.into(),
-                mode: mode.as_str().into(),
+                mode: mode.into(),
             })
             .await?
             .into_inner())
@@ -447,7 +434,7 @@ impl Election {
                 .name_create(
                     &self.realm,
                     &leader,
-                    "symlink",
+                    proto::NameKind::Symlink,
                     me.as_bytes().to_vec(),
                     opts,
                 )
@@ -533,7 +520,7 @@ impl Semaphore {
             .name_create(
                 &self.realm,
                 &self.path,
-                "file",
+                proto::NameKind::File,
                 Vec::new(),
                 CreateOptions::default(),
             )
@@ -589,9 +576,15 @@ impl Group {
             session: Some(session.id().to_string()),
             ..CreateOptions::default()
         };
-        c.name_create(&self.realm, &self.member_path(member), "file", data, opts)
-            .await
-            .map(|_| ())
+        c.name_create(
+            &self.realm,
+            &self.member_path(member),
+            proto::NameKind::File,
+            data,
+            opts,
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn leave(&self, member: &str) -> Result<(), Error> {

@@ -217,12 +217,12 @@ impl Inner {
 fn outcome(r: Result<Vec<u8>, String>) -> proto::StepOutcome {
     match r {
         Ok(output) => proto::StepOutcome {
-            status: "success".into(),
+            status: proto::StepStatus::Success.into(),
             output,
             ..Default::default()
         },
         Err(error) => proto::StepOutcome {
-            status: "error".into(),
+            status: proto::StepStatus::Error.into(),
             error,
             ..Default::default()
         },
@@ -231,7 +231,7 @@ fn outcome(r: Result<Vec<u8>, String>) -> proto::StepOutcome {
 
 /// What a recorded outcome means to the function.
 fn result_of(o: proto::StepOutcome) -> Result<Vec<u8>, WfError> {
-    if o.status == "success" {
+    if o.status() == proto::StepStatus::Success {
         Ok(o.output)
     } else {
         Err(WfError::Failed(o.error))
@@ -332,7 +332,7 @@ impl Executor {
         let w = started.workflow.unwrap_or_default();
         // Ours to run: new, or started by an attempt whose answer was lost
         // (then it may have a history to replay).
-        if w.status == "pending" && w.executor == self.inner.id {
+        if w.status() == proto::WorkflowStatus::Pending && w.executor == self.inner.id {
             self.spawn(id.clone(), f, w.input, started.created);
         }
         Ok(id)
@@ -404,7 +404,7 @@ impl Executor {
                     async move { c.wait(req).await }
                 })
                 .await?;
-            let done = matches!(w.status.as_str(), "success" | "error" | "cancelled");
+            let done = w.status().is_final();
             if done || Instant::now() >= until {
                 return Ok(w);
             }
@@ -678,13 +678,13 @@ impl Ctx {
         self.inner.retry(call).await.map_err(stop_or_api)
     }
 
-    /// Begins step `step` (`kind` function, proc or get_event): its
+    /// Begins step `step` (a function, proc or get_event): its
     /// recorded outcome if it has one, else the attempt to make.
     async fn begin(
         &self,
         step: i64,
         name: &str,
-        kind: &str,
+        kind: proto::StepKind,
         input: &[u8],
     ) -> Result<proto::StepBeginResponse, WfError> {
         let req = proto::StepBeginRequest {
@@ -711,7 +711,7 @@ impl Ctx {
         step: i64,
         r: Result<Vec<u8>, String>,
         last: bool,
-        (name, kind, attempts, input): (&str, &str, i64, &[u8]),
+        (name, kind, attempts, input): (&str, proto::StepKind, i64, &[u8]),
     ) -> Result<proto::StepOutcome, WfError> {
         let req = proto::StepEndRequest {
             realm: self.inner.realm.clone(),
@@ -728,7 +728,7 @@ impl Ctx {
             kind: if self.fresh {
                 kind.into()
             } else {
-                String::new()
+                proto::StepKind::Unspecified.into()
             },
             attempts,
             input: if self.fresh {
@@ -771,7 +771,9 @@ impl Ctx {
             return self.fresh_step(step, name, retry, f).await;
         }
         loop {
-            let begun = self.begin(step, name, "function", b"").await?;
+            let begun = self
+                .begin(step, name, proto::StepKind::Function, b"")
+                .await?;
             if let Some(done) = begun.done {
                 return result_of(done);
             }
@@ -782,7 +784,12 @@ impl Ctx {
             .await;
             let last = r.is_ok() || begun.attempt >= retry.attempts.max(1);
             let got = self
-                .end(step, r, last, (name, "function", begun.attempt, b""))
+                .end(
+                    step,
+                    r,
+                    last,
+                    (name, proto::StepKind::Function, begun.attempt, b""),
+                )
                 .await?;
             if last {
                 return result_of(got);
@@ -822,7 +829,12 @@ impl Ctx {
             pause *= 2;
         };
         let got = self
-            .end(step, r, true, (name, "function", attempt, b""))
+            .end(
+                step,
+                r,
+                true,
+                (name, proto::StepKind::Function, attempt, b""),
+            )
             .await?;
         result_of(got)
     }
@@ -861,7 +873,7 @@ impl Ctx {
                     async move { c.step_procedure(req).await }
                 })
                 .await?;
-            if o.status == "success" || last || o.recorded {
+            if o.status() == proto::StepStatus::Success || last || o.recorded {
                 return result_of(o);
             }
             attempt += 1;
@@ -883,13 +895,19 @@ impl Ctx {
             .join(" ")
             .into_bytes();
         if !self.fresh {
-            if let Some(done) = self.begin(step, name, "proc", &line).await?.done {
+            if let Some(done) = self
+                .begin(step, name, proto::StepKind::Proc, &line)
+                .await?
+                .done
+            {
                 return exit_status(result_of(done)?);
             }
         }
         proc.pid = step_pid(&self.workflow_id, step);
         let r = self.run_proc(proc).await;
-        let got = self.end(step, r, true, (name, "proc", 1, &line)).await?;
+        let got = self
+            .end(step, r, true, (name, proto::StepKind::Proc, 1, &line))
+            .await?;
         exit_status(result_of(got)?)
     }
 

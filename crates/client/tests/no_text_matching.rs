@@ -1,9 +1,11 @@
-//! Issue 37, item 3: no client, SDK or door decides on an error's words.
-//! An error's message is for people; programs act on its code and its
-//! typed reason (`tabos_client::fault`). This test reads the sources of
-//! the Rust client library, the CLI, the node and the kernel (their
-//! non-test code) and the Python SDK, and fails on any comparison of an
-//! error's text.
+//! Issue 37, item 3: no client, SDK or door decides on an error's words
+//! or on a state's spelling. An error's message is for people; programs
+//! act on its code and its typed reason (`tabos_client::fault`). States,
+//! kinds, classes, statuses and roles are proto enums: in Rust a field is
+//! an enum's number, so comparing it with text does not compile; in the
+//! Python SDK nothing stops it, so this test reads the SDK (and the Rust
+//! client library, the CLI, the node and the kernel, their non-test code,
+//! for error text) and fails on any such comparison.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,33 @@ const PYTHON: &[&str] = &[
     ".details().startswith(",
     "in e.details()",
 ];
+
+/// The API's enum fields, as the SDK reads them off a message.
+const ENUM_FIELDS: &[&str] = &[
+    "state",
+    "status",
+    "kind",
+    "class",
+    "role",
+    "op",
+    "type",
+    "manager",
+    "stream",
+    "mode",
+    "scheduler",
+];
+
+/// Python: a comparison of an enum field with text (`w.status == "x"`,
+/// `o.kind != 'y'`, `s.state in ("a", "b")`).
+fn compares_enum_text(line: &str) -> bool {
+    ENUM_FIELDS.iter().any(|f| {
+        ["==", "!=", "in", "not in"].iter().any(|op| {
+            ["\"", "'", "(\"", "('", "[\"", "['"]
+                .iter()
+                .any(|q| line.contains(&format!(".{f} {op} {q}")))
+        })
+    })
+}
 
 fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
@@ -86,6 +115,41 @@ fn no_error_text_is_compared() {
         "error text compared (use the error's reason, tabos_client::fault):\n{}",
         offences.join("\n")
     );
+}
+
+#[test]
+fn no_sdk_code_compares_an_enum_with_text() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sdk/python/tabos");
+    let mut found = Vec::new();
+    files(&root, "py", &mut found);
+    assert!(found.len() >= 3, "only {} SDK files", found.len());
+    let mut offences = Vec::new();
+    for path in found {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            // Docstrings may show users what they can write.
+            if compares_enum_text(line) && !line.contains("``") {
+                offences.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        offences.is_empty(),
+        "an enum compared as text (compare the pb enum's value):\n{}",
+        offences.join("\n")
+    );
+}
+
+#[test]
+fn the_enum_scan_catches_a_comparison() {
+    assert!(compares_enum_text(r#"if o.status == "success":"#));
+    assert!(compares_enum_text(
+        r#"return self.status in ("success", "error")"#
+    ));
+    assert!(compares_enum_text("if e.kind != 'dir':"));
+    assert!(!compares_enum_text(
+        "if o.status == pb.STEP_STATUS_SUCCESS:"
+    ));
 }
 
 /// The scanner finds what it looks for (a test that cannot fail proves

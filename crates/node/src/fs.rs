@@ -74,7 +74,7 @@ fn path(p: &str) -> Result<String, Status> {
 pub fn stat_to_proto(s: Stat) -> proto::FsStat {
     proto::FsStat {
         path: s.path,
-        r#type: s.file_type.as_str().into(),
+        r#type: crate::wire::out(s.file_type),
         owner: s.owner,
         mode: s.mode,
         layout: s.storage.as_str().into(),

@@ -38,6 +38,7 @@ pub mod size;
 pub mod sql;
 pub mod status;
 pub mod tokens;
+pub mod wire;
 pub mod workflows;
 
 use std::future::Future;

@@ -52,7 +52,7 @@ pub fn fence_from_proto(f: Option<proto::Fence>) -> Result<Option<Fence>, Status
 pub fn entry_to_proto(e: Entry) -> proto::NameEntry {
     proto::NameEntry {
         path: e.path,
-        kind: e.kind.as_str().into(),
+        kind: crate::wire::out(e.kind),
         data: e.data,
         version: e.version,
         owner: e.owner,
@@ -84,7 +84,8 @@ impl proto::names_server::Names for NamesService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         checked_path(&r.path)?;
-        let kind: Kind = r.kind.parse().map_err(|e| kernel_status(&e))?;
+        let kind: Kind = crate::wire::request("kind", r.kind)?
+            .ok_or_else(|| Status::invalid_argument("kind must be dir, file or symlink"))?;
         let fence = fence_from_proto(r.fence)?;
         let who = caller(&access)?;
         // The entry is the caller's, whatever the request says.
@@ -341,10 +342,16 @@ impl proto::names_server::Names for NamesService {
         r.realm = access.realm(&r.realm, Role::Reader)?;
         checked_path(&r.path)?;
         tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
+        let mode: proto::WatchMode = crate::wire::request_proto("watch mode", r.mode)?
+            .ok_or_else(|| Status::invalid_argument("watch mode must be exists, removed or dir"))?;
         // Watching a directory is listing it; waiting for a path is reading
         // its directory.
         let who = caller(&access)?;
-        let (realm, path, dir_mode) = (r.realm.clone(), r.path.clone(), r.mode == "dir");
+        let (realm, path, dir_mode) = (
+            r.realm.clone(),
+            r.path.clone(),
+            mode == proto::WatchMode::Dir,
+        );
         self.node
             .read(&r.realm, move |tx| {
                 let dir = if dir_mode {
@@ -358,16 +365,16 @@ impl proto::names_server::Names for NamesService {
         let store = self.node.store.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let stopping = self.stopping.clone();
-        match r.mode.as_str() {
-            "exists" | "removed" => {
-                let exists = r.mode == "exists";
+        match mode {
+            proto::WatchMode::Exists | proto::WatchMode::Removed => {
+                let exists = mode == proto::WatchMode::Exists;
                 tokio::spawn(async move {
                     let waited = async {
                         if exists {
                             names::wait_exists(&store, &r.realm, &r.path)
                                 .await
                                 .map(|e| proto::WatchEvent {
-                                    op: "exists".into(),
+                                    op: proto::WatchOp::Exists.into(),
                                     path: e.path.clone(),
                                     version: e.version,
                                     entry: Some(entry_to_proto(e)),
@@ -376,7 +383,7 @@ impl proto::names_server::Names for NamesService {
                             names::wait_removed(&store, &r.realm, &r.path)
                                 .await
                                 .map(|()| proto::WatchEvent {
-                                    op: "removed".into(),
+                                    op: proto::WatchOp::Removed.into(),
                                     path: r.path.clone(),
                                     version: 0,
                                     entry: None,
@@ -394,16 +401,11 @@ impl proto::names_server::Names for NamesService {
                     }
                 });
             }
-            "dir" => {
+            proto::WatchMode::Dir | proto::WatchMode::Unspecified => {
                 let (sub, version) = names::watch_dir(&store, &r.realm, &r.path)
                     .await
                     .map_err(|e| kernel_status(&e))?;
                 tokio::spawn(forward_dir(sub, r.path, version, tx, stopping));
-            }
-            other => {
-                return Err(Status::invalid_argument(format!(
-                    "watch mode must be exists, removed or dir, not {other:?}"
-                )))
             }
         }
         Ok(Response::new(ReceiverStream::new(rx)))
@@ -425,7 +427,7 @@ async fn forward_dir(
     let stopping = crate::stopping(stopping);
     tokio::pin!(stopping);
     let first = proto::WatchEvent {
-        op: "watching".into(),
+        op: proto::WatchOp::Watching.into(),
         path: dir.clone(),
         version,
         entry: None,
@@ -446,7 +448,7 @@ async fn forward_dir(
             // Long directory paths share hashed channels: keep only ours.
             Ok(n) => match names::Change::parse(&n.payload) {
                 Some(c) if names::parent_of(&c.path) == dir => Ok(proto::WatchEvent {
-                    op: c.op,
+                    op: crate::wire::of_text(&c.op, proto::WatchOp::from_name).into(),
                     path: c.path,
                     version: c.version,
                     entry: None,

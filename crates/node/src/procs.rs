@@ -36,7 +36,7 @@ struct LogTarget {
     token: String,
     realm: String,
     pid: Pid,
-    stream: &'static str,
+    stream: proto::LogStream,
 }
 
 fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTarget, Status> {
@@ -46,14 +46,9 @@ fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTa
     let realm = access.realm(&r.realm, Role::Reader)?;
     tabos_kernel::validate_realm(&realm).map_err(invalid)?;
     let pid = Pid::new(r.pid).map_err(invalid)?;
-    let stream = match r.stream.as_str() {
-        "" | "stdout" => "stdout",
-        "stderr" => "stderr",
-        other => {
-            return Err(invalid(format!(
-                "stream must be stdout or stderr, not {other:?}"
-            )))
-        }
+    let stream = match crate::wire::request_proto("stream", r.stream)? {
+        None => proto::LogStream::Stdout,
+        Some(s) => s,
     };
     Ok(LogTarget {
         token,
@@ -129,16 +124,8 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Des
         "" => None,
         s => Some(Pid::new(s).map_err(invalid)?),
     };
-    let kind: Kind = if d.kind.is_empty() {
-        Kind::Native
-    } else {
-        d.kind.parse().map_err(invalid)?
-    };
-    let class: Class = if d.class.is_empty() {
-        Class::Lc
-    } else {
-        d.class.parse().map_err(invalid)?
-    };
+    let kind: Kind = crate::wire::request("kind", d.kind)?.unwrap_or(Kind::Native);
+    let class: Class = crate::wire::request("class", d.class)?.unwrap_or(Class::Lc);
     let mut env: Vec<(String, String)> = d.env.into_iter().collect();
     env.sort();
     let desc = Descriptor {
@@ -211,25 +198,11 @@ impl ProcsService {
     }
 }
 
-/// A proc's state on the wire.
-pub fn proc_state(s: procs::State) -> proto::ProcState {
-    use procs::State as S;
-    use proto::ProcState as P;
-    match s {
-        S::Spawned => P::Spawned,
-        S::Claimed => P::Claimed,
-        S::Running => P::Running,
-        S::Exited => P::Exited,
-        S::Evicted => P::Evicted,
-        S::Failed => P::Failed,
-    }
-}
-
 pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
     proto::ProcStatus {
         realm: i.realm.clone(),
         pid: i.pid.to_string(),
-        state: proc_state(i.state) as i32,
+        state: crate::wire::out(i.state),
         worker: i.worker.as_ref().map(|w| w.to_string()).unwrap_or_default(),
         evict_requested: i.evict_requested,
         exit_status: i.exit_status,
@@ -273,29 +246,12 @@ impl ProcsService {
                     .stored
                     .iter()
                     .map(|(class, bytes)| proto::StoredBytes {
-                        class: storage_class(class).into(),
+                        class: crate::wire::out(class),
                         bytes,
                     })
                     .collect(),
             })
             .collect())
-    }
-}
-
-/// A storage class on the wire.
-fn storage_class(c: tabos_kernel::realms::StorageClass) -> proto::StorageClass {
-    use proto::StorageClass as P;
-    use tabos_kernel::realms::StorageClass as K;
-    match c {
-        K::Kv => P::Kv,
-        K::Names => P::Names,
-        K::Files => P::Files,
-        K::Mail => P::QueuedMail,
-        K::Delivered => P::DeliveredMail,
-        K::Code => P::Code,
-        K::Workflows => P::Workflows,
-        K::Tables => P::Tables,
-        K::Logs => P::Logs,
     }
 }
 
@@ -312,11 +268,8 @@ impl proto::procs_server::Procs for ProcsService {
         let access = self.node.access(&request)?;
         access.require(Role::Operator)?;
         let r = request.into_inner();
-        let scheduler: Scheduler = if r.scheduler.is_empty() {
-            Scheduler::Fifo
-        } else {
-            r.scheduler.parse().map_err(invalid)?
-        };
+        let scheduler: Scheduler =
+            crate::wire::request("scheduler", r.scheduler)?.unwrap_or(Scheduler::Fifo);
         // The realm and its first admin credential commit together.
         let minted = tabos_kernel::auth::mint().map_err(|e| kernel_status(&e))?;
         let spec = tabos_kernel::auth::Spec {
@@ -647,7 +600,7 @@ impl proto::procs_server::Procs for ProcsService {
                 return Ok(Response::new(reply));
             }
         }
-        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream);
+        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
         let data = match tokio::fs::read(&path).await {
             Ok(d) => d,
             // A proc that never wrote to the stream has no file.
@@ -719,7 +672,7 @@ impl proto::procs_server::Procs for ProcsService {
                 )));
             }
         }
-        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream);
+        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
         let (store, realm, stopping) = (
             self.node.store.clone(),
             realm.clone(),
@@ -787,25 +740,5 @@ impl proto::procs_server::Procs for ProcsService {
         Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
             rx,
         )))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A state reads the same on the wire's enum as in the kernel's column.
-    #[test]
-    fn proc_states_keep_their_kernel_names() {
-        for s in [
-            State::Spawned,
-            State::Claimed,
-            State::Running,
-            State::Exited,
-            State::Evicted,
-            State::Failed,
-        ] {
-            assert_eq!(proc_state(s).name(), s.as_str());
-        }
     }
 }

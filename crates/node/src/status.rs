@@ -210,15 +210,8 @@ impl proto::node_server::Node for StatusService {
 /// An elastic policy from its message, checked.
 pub fn policy_from_proto(p: Option<proto::ElasticPolicy>) -> Result<alloc::Policy, Status> {
     let p = p.ok_or_else(|| Status::invalid_argument("an elastic policy is required"))?;
-    let class = match p.class.as_str() {
-        "" | "BE" | "be" => tabos_kernel::procs::Class::Be,
-        "LC" | "lc" => tabos_kernel::procs::Class::Lc,
-        other => {
-            return Err(Status::invalid_argument(format!(
-                "an elastic realm's class is LC or BE, not {other:?}"
-            )))
-        }
-    };
+    let class = crate::wire::request("an elastic realm's class", p.class)?
+        .unwrap_or(tabos_kernel::procs::Class::Be);
     let policy = alloc::Policy {
         class,
         min_cores: p.min_cores,
@@ -230,7 +223,7 @@ pub fn policy_from_proto(p: Option<proto::ElasticPolicy>) -> Result<alloc::Polic
 
 fn policy_to_proto(p: &alloc::Policy) -> proto::ElasticPolicy {
     proto::ElasticPolicy {
-        class: p.class.as_str().to_string(),
+        class: crate::wire::out(p.class),
         min_cores: p.min_cores,
         max_cores: p.max_cores,
     }
@@ -240,7 +233,7 @@ fn decision_to_proto(d: alloc::Decision) -> proto::AllocDecision {
     proto::AllocDecision {
         seq: d.seq,
         at_us: d.at_us,
-        manager: d.manager,
+        manager: crate::wire::of_text(&d.manager, proto::AllocManager::from_name).into(),
         realm: d.realm,
         node_id: d.node_id,
         cores_before: d.cores_before,
@@ -297,17 +290,6 @@ impl StatusService {
     }
 }
 
-/// A node's state on the wire.
-pub fn node_state(s: tabos_kernel::nodes::NodeState) -> proto::NodeState {
-    use tabos_kernel::nodes::NodeState as S;
-    match s {
-        S::Up => proto::NodeState::Up,
-        S::Draining => proto::NodeState::Draining,
-        S::Left => proto::NodeState::Left,
-        S::Lost => proto::NodeState::Lost,
-    }
-}
-
 fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
     proto::NodeInfo {
         node_id: n.node_id,
@@ -315,7 +297,7 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
         cores: n.cores,
         mem_mb: n.mem_mb,
         labels: n.labels.into_iter().collect(),
-        state: node_state(n.state) as i32,
+        state: crate::wire::out(n.state),
         started_us: n.started_us,
         heartbeat_us: n.heartbeat_us,
         heartbeat_age_ms: (now_us - n.heartbeat_us).max(0) / 1_000,
@@ -336,19 +318,5 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
                 procs: r.procs,
             })
             .collect(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use tabos_kernel::nodes::NodeState as S;
-
-    /// A state reads the same on the wire's enum as in the kernel.
-    #[test]
-    fn node_states_keep_their_kernel_names() {
-        for s in [S::Up, S::Draining, S::Left, S::Lost] {
-            assert_eq!(node_state(s).name(), s.as_str());
-        }
     }
 }

@@ -42,7 +42,7 @@ fn principal_to_proto(p: &Principal) -> proto::TokenInfo {
         id: p.id.to_string(),
         realm: p.realm.clone(),
         user: p.user.clone(),
-        role: p.role.to_string(),
+        role: crate::wire::out(p.role),
         pid: p.pid.as_ref().map(|p| p.to_string()).unwrap_or_default(),
         created_us: 0,
         expires_us: p.expires_us,
@@ -68,10 +68,7 @@ impl proto::tokens_server::Tokens for TokensService {
     ) -> Result<Response<proto::CreatedToken>, Status> {
         let access = self.node.access(&request)?;
         let r = request.into_inner();
-        let role: Role = match r.role.as_str() {
-            "" => Role::Member,
-            s => s.parse().map_err(invalid)?,
-        };
+        let role: Role = crate::wire::request("role", r.role)?.unwrap_or(Role::Member);
         // Never more than the creator: admins up to admin, in their realm.
         access.require(Role::Admin)?;
         access.require(role)?;

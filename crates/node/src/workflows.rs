@@ -110,7 +110,7 @@ fn info(w: wf::Workflow) -> proto::WorkflowInfo {
         workflow_id: w.id,
         name: w.name,
         app_version: w.app_version,
-        status: w.status.as_str().into(),
+        status: crate::wire::out(w.status),
         queue: w.queue.unwrap_or_default(),
         priority: w.priority,
         input: w.input,
@@ -132,13 +132,13 @@ fn info(w: wf::Workflow) -> proto::WorkflowInfo {
 fn outcome_to_proto(o: Outcome, recorded: bool) -> proto::StepOutcome {
     match o {
         Outcome::Success(output) => proto::StepOutcome {
-            status: "success".into(),
+            status: proto::StepStatus::Success.into(),
             output,
             error: String::new(),
             recorded,
         },
         Outcome::Error(error) => proto::StepOutcome {
-            status: "error".into(),
+            status: proto::StepStatus::Error.into(),
             output: Vec::new(),
             error,
             recorded,
@@ -148,11 +148,25 @@ fn outcome_to_proto(o: Outcome, recorded: bool) -> proto::StepOutcome {
 
 fn outcome_from_proto(o: Option<proto::StepOutcome>) -> Result<Outcome, Status> {
     let o = o.ok_or_else(|| Status::invalid_argument("an outcome is required"))?;
-    match o.status.as_str() {
-        "success" => Ok(Outcome::Success(o.output)),
-        "error" => Ok(Outcome::Error(o.error)),
-        s => Err(Status::invalid_argument(format!(
-            "an outcome's status is success or error, not {s:?}"
+    match crate::wire::request_proto("an outcome's status", o.status)? {
+        Some(proto::StepStatus::Success) => Ok(Outcome::Success(o.output)),
+        Some(proto::StepStatus::Error) => Ok(Outcome::Error(o.error)),
+        _ => Err(Status::invalid_argument(
+            "an outcome's status is success or error",
+        )),
+    }
+}
+
+/// A step kind a client records with StepBegin or StepEnd: a function, a
+/// proc or a get_event (the others have calls of their own); `None` when
+/// unspecified.
+fn client_step_kind(v: i32) -> Result<Option<StepKind>, Status> {
+    let kind = crate::wire::request::<StepKind>("step kind", v)?;
+    match kind {
+        None | Some(StepKind::Function | StepKind::Proc | StepKind::GetEvent) => Ok(kind),
+        Some(k) => Err(Status::invalid_argument(format!(
+            "a {} step has a call of its own",
+            k.as_str()
         ))),
     }
 }
@@ -481,16 +495,8 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let access = self.node.access(&request)?;
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
-        let kind = StepKind::parse(&r.kind).map_err(|e| kernel_status(&e))?;
-        if !matches!(
-            kind,
-            StepKind::Function | StepKind::Proc | StepKind::GetEvent
-        ) {
-            return Err(Status::invalid_argument(format!(
-                "a {} step has a call of its own",
-                kind.as_str()
-            )));
-        }
+        let kind = client_step_kind(r.kind)?
+            .ok_or_else(|| Status::invalid_argument("a step's kind is required"))?;
         let rl = realm.clone();
         let b = self
             .node
@@ -528,26 +534,14 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
         let outcome = outcome_from_proto(r.outcome)?;
-        let unbegun = match r.kind.as_str() {
-            "" => None,
-            k => {
-                let kind = StepKind::parse(k).map_err(|e| kernel_status(&e))?;
-                if !matches!(
-                    kind,
-                    StepKind::Function | StepKind::Proc | StepKind::GetEvent
-                ) {
-                    return Err(Status::invalid_argument(format!(
-                        "a {} step has a call of its own",
-                        kind.as_str()
-                    )));
-                }
-                Some(wf::Unbegun {
-                    name: r.name.clone(),
-                    kind,
-                    input: r.input.clone(),
-                    attempts: r.attempts,
-                })
-            }
+        let unbegun = match client_step_kind(r.kind)? {
+            None => None,
+            Some(kind) => Some(wf::Unbegun {
+                name: r.name.clone(),
+                kind,
+                input: r.input.clone(),
+                attempts: r.attempts,
+            }),
         };
         let (rl, o) = (realm.clone(), outcome.clone());
         let got = self
@@ -847,10 +841,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Reader)?;
         let filter = wf::Filter {
-            status: opt(r.status)
-                .map(|s| wf::Status::parse(&s))
-                .transpose()
-                .map_err(|e| kernel_status(&e))?,
+            status: crate::wire::request("status", r.status)?,
             name: opt(r.name),
             queue: opt(r.queue),
             app_version: opt(r.app_version),
@@ -888,8 +879,8 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                 .map(|s| proto::WorkflowStep {
                     step: s.step,
                     name: s.name,
-                    kind: s.kind.as_str().into(),
-                    status: s.status,
+                    kind: crate::wire::out(s.kind),
+                    status: crate::wire::of_text(&s.status, proto::StepStatus::from_name).into(),
                     output: s.output.unwrap_or_default(),
                     error: s.error.unwrap_or_default(),
                     attempts: s.attempts,

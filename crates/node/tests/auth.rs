@@ -13,7 +13,7 @@ use tonic::Code;
 /// Creates realm `name` as the operator; returns its admin's client.
 async fn realm(n: &common::Running, name: &str) -> (Client, String) {
     let mut op = n.client().await;
-    let created = op.create_realm(name, "fifo").await.unwrap();
+    let created = op.create_realm(name, proto::Scheduler::Fifo).await.unwrap();
     assert_eq!(created.admin_token.len(), 87, "tabos_<16 hex>_<64 hex>");
     (
         n.client_with(&created.admin_token).await,
@@ -26,7 +26,13 @@ async fn realm(n: &common::Running, name: &str) -> (Client, String) {
 async fn printed_token(c: &mut Client, realm: &str, pid: &str) -> String {
     let mut token = String::new();
     for _ in 0..200 {
-        token = String::from_utf8(c.logs(realm, pid, "stdout").await.unwrap().data).unwrap();
+        token = String::from_utf8(
+            c.logs(realm, pid, proto::LogStream::Stdout)
+                .await
+                .unwrap()
+                .data,
+        )
+        .unwrap();
         if token.len() == 87 {
             break;
         }
@@ -36,7 +42,7 @@ async fn printed_token(c: &mut Client, realm: &str, pid: &str) -> String {
     token
 }
 
-async fn token(c: &mut Client, role: &str, user: &str, ttl_ms: u64) -> proto::CreatedToken {
+async fn token(c: &mut Client, role: proto::Role, user: &str, ttl_ms: u64) -> proto::CreatedToken {
     c.create_token(proto::CreateTokenRequest {
         realm: String::new(),
         user: user.into(),
@@ -83,13 +89,16 @@ async fn calls_without_a_good_credential_are_unauthenticated_and_change_nothing(
         assert_eq!(code(&e), Code::Unauthenticated);
         let e = c.who_am_i().await.unwrap_err();
         assert_eq!(code(&e), Code::Unauthenticated);
-        let e = c.create_realm("sneaky", "fifo").await.unwrap_err();
+        let e = c
+            .create_realm("sneaky", proto::Scheduler::Fifo)
+            .await
+            .unwrap_err();
         assert_eq!(code(&e), Code::Unauthenticated);
     }
     // Nothing changed.
     assert_eq!(op.name_get("default", "/kept").await.unwrap().data, b"v1");
     let e = op.who_am_i().await.unwrap();
-    assert_eq!((e.role.as_str(), e.realm.as_str()), ("operator", ""));
+    assert_eq!((e.role(), e.realm.as_str()), (proto::Role::Operator, ""));
     let r = op
         .sql("SELECT count(*) FROM realm WHERE realm = 'sneaky'", vec![])
         .await
@@ -107,8 +116,8 @@ async fn a_realm_credential_acts_for_its_realm_only() {
 
     let me = a.who_am_i().await.unwrap();
     assert_eq!(
-        (me.realm.as_str(), me.user.as_str(), me.role.as_str()),
-        ("alice-co", "root", "admin")
+        (me.realm.as_str(), me.user.as_str(), me.role()),
+        ("alice-co", "root", proto::Role::Admin)
     );
 
     // Each realm's admin works in its own realm, naming it or not.
@@ -158,7 +167,11 @@ async fn a_realm_credential_acts_for_its_realm_only() {
     denied(a.proc_status("bob-co", "p1").await.unwrap_err());
     denied(a.wait_exit("bob-co", "p1").await.unwrap_err());
     denied(a.evict("bob-co", "p1").await.unwrap_err());
-    denied(a.logs("bob-co", "p1", "stdout").await.unwrap_err());
+    denied(
+        a.logs("bob-co", "p1", proto::LogStream::Stdout)
+            .await
+            .unwrap_err(),
+    );
     denied(a.procedure_list("bob-co").await.unwrap_err());
     denied(
         a.procedure_call("bob-co", "anything", Vec::new())
@@ -169,7 +182,7 @@ async fn a_realm_credential_acts_for_its_realm_only() {
     let e = a
         .create_token(proto::CreateTokenRequest {
             realm: "bob-co".into(),
-            role: "admin".into(),
+            role: proto::Role::Admin.into(),
             ..Default::default()
         })
         .await
@@ -177,7 +190,10 @@ async fn a_realm_credential_acts_for_its_realm_only() {
     denied(e);
 
     // Only operators create realms.
-    let e = a.create_realm("carol-co", "fifo").await.unwrap_err();
+    let e = a
+        .create_realm("carol-co", proto::Scheduler::Fifo)
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
     // A realm's admin reads its own realm's OS state in SQL, nobody else's.
     let realms_of = |r: tabos_client::QueryResult| -> Vec<String> {
@@ -201,7 +217,7 @@ async fn a_realm_credential_acts_for_its_realm_only() {
         .unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
     // A member may not: SQL reads past files' and names' modes.
-    let member = token(&mut a, "member", "alice", 0).await;
+    let member = token(&mut a, proto::Role::Member, "alice", 0).await;
     let mut m = n.client_with(&member.token).await;
     let e = m.sql("SELECT 1", vec![]).await.unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
@@ -245,16 +261,16 @@ async fn roles_users_revocation_and_expiry() {
         ..Default::default()
     };
     admin
-        .name_create("", "/cfg", "file", b"v1".to_vec(), shared)
+        .name_create("", "/cfg", proto::NameKind::File, b"v1".to_vec(), shared)
         .await
         .unwrap();
 
     // A reader reads and changes nothing.
-    let reader = token(&mut admin, "reader", "", 0).await;
+    let reader = token(&mut admin, proto::Role::Reader, "", 0).await;
     let info = reader.info.clone().unwrap();
     assert_eq!(
-        (info.role.as_str(), info.user.as_str()),
-        ("reader", "reader")
+        (info.role(), info.user.as_str()),
+        (proto::Role::Reader, "reader")
     );
     let mut r = n.client_with(&reader.token).await;
     assert_eq!(r.name_get("", "/cfg").await.unwrap().data, b"v1");
@@ -267,14 +283,14 @@ async fn roles_users_revocation_and_expiry() {
 
     // A member changes state but manages no credentials, and acts as its
     // own fs user only.
-    let member = token(&mut admin, "member", "alice", 0).await;
+    let member = token(&mut admin, proto::Role::Member, "alice", 0).await;
     let mut m = n.client_with(&member.token).await;
     m.name_set("", "/cfg", b"v2".to_vec(), None, None)
         .await
         .unwrap();
     let e = m
         .create_token(proto::CreateTokenRequest {
-            role: "reader".into(),
+            role: proto::Role::Reader.into(),
             ..Default::default()
         })
         .await
@@ -302,7 +318,7 @@ async fn roles_users_revocation_and_expiry() {
     // An admin cannot mint an operator.
     let e = admin
         .create_token(proto::CreateTokenRequest {
-            role: "operator".into(),
+            role: proto::Role::Operator.into(),
             ..Default::default()
         })
         .await
@@ -325,7 +341,7 @@ async fn roles_users_revocation_and_expiry() {
     // Another realm's credential cannot be revoked from here (and is not
     // told apart from an unknown one).
     let (mut other, _) = realm(&n, "other").await;
-    let theirs = token(&mut other, "member", "", 0).await;
+    let theirs = token(&mut other, proto::Role::Member, "", 0).await;
     let e = admin
         .revoke_token(&theirs.info.as_ref().unwrap().id)
         .await
@@ -335,17 +351,18 @@ async fn roles_users_revocation_and_expiry() {
     t.who_am_i().await.unwrap();
 
     // Expired: a credential of 1 ms, used after it lapsed.
-    let brief = token(&mut admin, "member", "", 1).await;
+    let brief = token(&mut admin, proto::Role::Member, "", 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     let mut b = n.client_with(&brief.token).await;
     let e = b.name_get("", "/cfg").await.unwrap_err();
     assert_eq!(code(&e), Code::Unauthenticated, "{e}");
 
     // Bad requests change nothing and say why.
-    for (role, ttl) in [("root", 0), ("member", u64::MAX)] {
+    // 9: no role has this number.
+    for (role, ttl) in [(9, 0), (proto::Role::Member as i32, u64::MAX)] {
         let e = admin
             .create_token(proto::CreateTokenRequest {
-                role: role.into(),
+                role,
                 ttl_ms: ttl,
                 ..Default::default()
             })
@@ -378,8 +395,8 @@ async fn a_credential_survives_a_restart_and_its_revocation_too() {
     let (keep, gone) = {
         let n = common::start(&dir, "n1").await;
         let (mut admin, _) = realm(&n, "r").await;
-        let keep = token(&mut admin, "member", "", 0).await;
-        let gone = token(&mut admin, "member", "", 0).await;
+        let keep = token(&mut admin, proto::Role::Member, "", 0).await;
+        let gone = token(&mut admin, proto::Role::Member, "", 0).await;
         admin
             .revoke_token(&gone.info.as_ref().unwrap().id)
             .await
@@ -408,19 +425,31 @@ async fn names_enforce_owners_modes_and_session_owners() {
         ..Default::default()
     };
     admin
-        .name_create("", "/shared", "dir", vec![], dir_mode(0o1777))
+        .name_create(
+            "",
+            "/shared",
+            proto::NameKind::Dir,
+            vec![],
+            dir_mode(0o1777),
+        )
         .await
         .unwrap();
     admin
-        .name_create("", "/private", "dir", vec![], dir_mode(0o700))
+        .name_create(
+            "",
+            "/private",
+            proto::NameKind::Dir,
+            vec![],
+            dir_mode(0o700),
+        )
         .await
         .unwrap();
     admin
         .name_set("", "/cfg", b"v1".to_vec(), None, None)
         .await
         .unwrap();
-    let alice = token(&mut admin, "member", "alice", 0).await;
-    let bob = token(&mut admin, "member", "bob", 0).await;
+    let alice = token(&mut admin, proto::Role::Member, "alice", 0).await;
+    let bob = token(&mut admin, proto::Role::Member, "bob", 0).await;
     let (mut a, mut b) = (
         n.client_with(&alice.token).await,
         n.client_with(&bob.token).await,
@@ -445,9 +474,15 @@ async fn names_enforce_owners_modes_and_session_owners() {
         owner: "root".into(),
         ..Default::default()
     };
-    a.name_create("", "/shared/a", "file", b"mine".to_vec(), claims_root)
-        .await
-        .unwrap();
+    a.name_create(
+        "",
+        "/shared/a",
+        proto::NameKind::File,
+        b"mine".to_vec(),
+        claims_root,
+    )
+    .await
+    .unwrap();
     assert_eq!(a.name_get("", "/shared/a").await.unwrap().owner, "alice");
     denied(
         b.name_remove("", "/shared/a", None, None)
@@ -486,11 +521,17 @@ async fn names_enforce_owners_modes_and_session_owners() {
         ..Default::default()
     };
     denied(
-        b.name_create("", "/shared/e", "file", vec![], ephemeral.clone())
-            .await
-            .unwrap_err(),
+        b.name_create(
+            "",
+            "/shared/e",
+            proto::NameKind::File,
+            vec![],
+            ephemeral.clone(),
+        )
+        .await
+        .unwrap_err(),
     );
-    a.name_create("", "/shared/e", "file", vec![], ephemeral)
+    a.name_create("", "/shared/e", proto::NameKind::File, vec![], ephemeral)
         .await
         .unwrap();
     a.renew_session("", &s.session).await.unwrap();
@@ -534,7 +575,7 @@ async fn a_procedure_acts_for_its_caller() {
             .result,
         b"root only"
     );
-    let alice = token(&mut admin, "member", "alice", 0).await;
+    let alice = token(&mut admin, proto::Role::Member, "alice", 0).await;
     let mut a = n.client_with(&alice.token).await;
     let e = a.procedure_call("", "peek", vec![]).await.unwrap_err();
     assert_eq!(code(&e), Code::Aborted, "{e}");
@@ -562,7 +603,10 @@ async fn a_new_realm_is_served_by_the_running_node() {
         .unwrap();
     let done = admin.wait_exit("", &s.pid).await.unwrap();
     assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
-    let out = admin.logs("", &s.pid, "stdout").await.unwrap();
+    let out = admin
+        .logs("", &s.pid, proto::LogStream::Stdout)
+        .await
+        .unwrap();
     assert_eq!(out.data, b"fresh\n");
     // Another realm's admin does not see it.
     let (mut other, _) = realm(&n, "other").await;
@@ -792,7 +836,7 @@ async fn a_scoped_credential_reaches_only_its_mailboxes() {
     for bad in ["names:/x", "send:a/b", "send:", "recv"] {
         let e = admin
             .create_token(proto::CreateTokenRequest {
-                role: "member".into(),
+                role: proto::Role::Member.into(),
                 scope: bad.into(),
                 ..Default::default()
             })
@@ -804,7 +848,7 @@ async fn a_scoped_credential_reaches_only_its_mailboxes() {
         .spawn(
             "",
             proto::ProcDescriptor {
-                kind: "wasm".into(),
+                kind: proto::ProcKind::Wasm.into(),
                 program: "/nonexistent.wasm".into(),
                 scope: "send:out".into(),
                 ..Default::default()
@@ -820,7 +864,7 @@ async fn a_scoped_credential_reaches_only_its_mailboxes() {
 
     let made = admin
         .create_token(proto::CreateTokenRequest {
-            role: "admin".into(),
+            role: proto::Role::Admin.into(),
             scope: "send:out  recv:in".into(),
             note: "scoped".into(),
             ..Default::default()
@@ -891,7 +935,7 @@ async fn a_scoped_credential_reaches_only_its_mailboxes() {
     denied(sc.who_am_i().await.map(drop), "the tokens service");
     denied(
         sc.create_token(proto::CreateTokenRequest {
-            role: "admin".into(),
+            role: proto::Role::Admin.into(),
             ..Default::default()
         })
         .await
@@ -1037,7 +1081,9 @@ async fn a_procs_credential_works_on_every_node_and_ends_with_it() {
     let n1 = common::start_on(&d1, "n1", &config, Default::default()).await;
     let n2 = common::start_on(&d2, "n2", &config, Default::default()).await;
     let mut op = n1.client().await;
-    op.create_realm("loc", "fifo").await.unwrap();
+    op.create_realm("loc", proto::Scheduler::Fifo)
+        .await
+        .unwrap();
     for pid in ["p1", "p2"] {
         op.spawn(
             "loc",

@@ -32,8 +32,14 @@ async fn a_batch_runs_each_call_as_alone_in_order() {
     let dir = TempDir::new("batch");
     let n = common::start(&dir, "n1").await;
     let mut op = n.client().await;
-    let admin = op.create_realm("a", "fifo").await.unwrap().admin_token;
-    op.create_realm("b", "fifo").await.unwrap();
+    let admin = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    op.create_realm("b", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap();
     let mut a = n.client_with(&admin).await;
     a.create_mailbox("", "box", 0, None).await.unwrap();
 

@@ -355,8 +355,16 @@ async fn floods_of_connections_leave_room_for_others() {
     let dir = TempDir::new("conn-flood");
     let n = common::start_with(&dir, "n1", Default::default()).await;
     let mut op = n.client().await;
-    let a = op.create_realm("a", "fifo").await.unwrap().admin_token;
-    let b = op.create_realm("b", "fifo").await.unwrap().admin_token;
+    let a = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    let b = op
+        .create_realm("b", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
     let mut at_b = n.client_with(&b).await;
     let served = |c: &mut tabos_client::Client| {
         let mut c = c.clone();
@@ -475,8 +483,16 @@ async fn a_realms_open_calls_are_capped() {
     let dir = TempDir::new("conn-calls");
     let n = common::start_with(&dir, "n1", Default::default()).await;
     let mut op = n.client().await;
-    let a = op.create_realm("a", "fifo").await.unwrap().admin_token;
-    let b = op.create_realm("b", "fifo").await.unwrap().admin_token;
+    let a = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    let b = op
+        .create_realm("b", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
     let mut at_a = n.client_with(&a).await;
     at_a.create_mailbox("", "box", 0, None).await.unwrap();
     // Connections enough for every wait, each signed in by a first call.

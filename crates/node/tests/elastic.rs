@@ -33,7 +33,7 @@ async fn elastic_node(dir: &TempDir, cores: i64) -> common::Running {
     n
 }
 
-fn policy(class: &str, min: i64, max: i64) -> proto::ElasticPolicy {
+fn policy(class: impl Into<i32>, min: i64, max: i64) -> proto::ElasticPolicy {
     proto::ElasticPolicy {
         class: class.into(),
         min_cores: min,
@@ -41,7 +41,7 @@ fn policy(class: &str, min: i64, max: i64) -> proto::ElasticPolicy {
     }
 }
 
-fn sleeper(pid: &str, class: &str) -> proto::ProcDescriptor {
+fn sleeper(pid: &str, class: proto::ProcClass) -> proto::ProcDescriptor {
     proto::ProcDescriptor {
         pid: pid.into(),
         program: "sleep".into(),
@@ -80,14 +80,18 @@ async fn an_elastic_realm_grows_with_demand_and_shrinks_when_idle() {
     let n = elastic_node(&dir, 4).await;
     let mut op = n.client().await;
     let created = op
-        .create_elastic_realm("mr", "fifo", policy("LC", 1, 4))
+        .create_elastic_realm(
+            "mr",
+            proto::Scheduler::Fifo,
+            policy(proto::ProcClass::Lc, 1, 4),
+        )
         .await
         .unwrap();
     // Its minimum at first.
     until(&mut op, "mr", |a| granted(a) == 1).await;
     // Three one-core LC procs run at once only if it grows to three cores.
     for i in 0..3 {
-        op.spawn("mr", sleeper(&format!("p{i}"), "LC"))
+        op.spawn("mr", sleeper(&format!("p{i}"), proto::ProcClass::Lc))
             .await
             .unwrap();
     }
@@ -103,20 +107,22 @@ async fn an_elastic_realm_grows_with_demand_and_shrinks_when_idle() {
     let rmgr = a
         .decisions
         .iter()
-        .find(|d| d.manager == "rmgr" && d.cores_after == 3)
+        .find(|d| d.manager() == proto::AllocManager::Rmgr && d.cores_after == 3)
         .unwrap_or_else(|| panic!("{:#?}", a.decisions));
     assert!(rmgr.reason.contains("demand 3 cores"), "{}", rmgr.reason);
     let smgr = a
         .decisions
         .iter()
-        .find(|d| d.manager == "smgr" && d.cores_after == 3 && d.node_id == "e1")
+        .find(|d| {
+            d.manager() == proto::AllocManager::Smgr && d.cores_after == 3 && d.node_id == "e1"
+        })
         .unwrap_or_else(|| panic!("{:#?}", a.decisions));
     assert!(smgr.reason.starts_with("grow: "), "{}", smgr.reason);
     // A member of the realm sees its allocation, and may not change it.
     let mut member = n.client_with(&created.admin_token).await;
     assert_eq!(granted(&member.allocation("", 10).await.unwrap()), 3);
     let e = member
-        .set_elastic("mr", policy("LC", 1, 8))
+        .set_elastic("mr", policy(proto::ProcClass::Lc, 1, 8))
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
@@ -131,27 +137,37 @@ async fn an_elastic_realm_grows_with_demand_and_shrinks_when_idle() {
         .decisions
         .iter()
         .rev()
-        .find(|d| d.manager == "smgr")
+        .find(|d| d.manager() == proto::AllocManager::Smgr)
         .unwrap();
     assert!(shrink.reason.starts_with("shrink: "), "{}", shrink.reason);
 
     // Its policy changes while running: a higher minimum is granted.
-    let changed = op.set_elastic("mr", policy("LC", 2, 4)).await.unwrap();
+    let changed = op
+        .set_elastic("mr", policy(proto::ProcClass::Lc, 2, 4))
+        .await
+        .unwrap();
     assert_eq!(changed.policy.unwrap().min_cores, 2);
     until(&mut op, "mr", |a| granted(a) == 2).await;
 
     // Bad input changes nothing.
-    let e = op.set_elastic("mr", policy("LC", 3, 2)).await.unwrap_err();
+    let e = op
+        .set_elastic("mr", policy(proto::ProcClass::Lc, 3, 2))
+        .await
+        .unwrap_err();
     assert_eq!(code(&e), Code::InvalidArgument, "{e}");
-    let e = op.set_elastic("mr", policy("XX", 1, 2)).await.unwrap_err();
+    let e = op.set_elastic("mr", policy(9, 1, 2)).await.unwrap_err();
     assert_eq!(code(&e), Code::InvalidArgument, "{e}");
     let e = op
-        .set_elastic("default", policy("BE", 1, 2))
+        .set_elastic("default", policy(proto::ProcClass::Be, 1, 2))
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::NotFound, "{e}");
     let e = op
-        .create_elastic_realm("mr", "fifo", policy("BE", 1, 2))
+        .create_elastic_realm(
+            "mr",
+            proto::Scheduler::Fifo,
+            policy(proto::ProcClass::Be, 1, 2),
+        )
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::AlreadyExists, "{e}");
@@ -184,15 +200,23 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
     let dir = TempDir::new("elastic-lc");
     let n = elastic_node(&dir, 4).await;
     let mut op = n.client().await;
-    op.create_elastic_realm("batch", "fifo", policy("BE", 0, 4))
-        .await
-        .unwrap();
-    op.create_elastic_realm("web", "fifo", policy("LC", 0, 4))
-        .await
-        .unwrap();
+    op.create_elastic_realm(
+        "batch",
+        proto::Scheduler::Fifo,
+        policy(proto::ProcClass::Be, 0, 4),
+    )
+    .await
+    .unwrap();
+    op.create_elastic_realm(
+        "web",
+        proto::Scheduler::Fifo,
+        policy(proto::ProcClass::Lc, 0, 4),
+    )
+    .await
+    .unwrap();
     // The BE realm fills the node.
     for i in 0..4 {
-        op.spawn("batch", sleeper(&format!("b{i}"), "BE"))
+        op.spawn("batch", sleeper(&format!("b{i}"), proto::ProcClass::Be))
             .await
             .unwrap();
     }
@@ -202,7 +226,7 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
     until(&mut op, "batch", |a| granted(a) == 4).await;
     // The LC realm's procs start: it took two cores back.
     for i in 0..2 {
-        op.spawn("web", sleeper(&format!("w{i}"), "LC"))
+        op.spawn("web", sleeper(&format!("w{i}"), proto::ProcClass::Lc))
             .await
             .unwrap();
     }
@@ -242,15 +266,21 @@ async fn a_full_grant_still_starts_procs_of_no_cores() {
     let dir = TempDir::new("elastic-zero");
     let n = elastic_node(&dir, 4).await;
     let mut op = n.client().await;
-    op.create_elastic_realm("batch", "fifo", policy("BE", 1, 1))
+    op.create_elastic_realm(
+        "batch",
+        proto::Scheduler::Fifo,
+        policy(proto::ProcClass::Be, 1, 1),
+    )
+    .await
+    .unwrap();
+    until(&mut op, "batch", |a| granted(a) == 1).await;
+    op.spawn("batch", sleeper("reducer", proto::ProcClass::Be))
         .await
         .unwrap();
-    until(&mut op, "batch", |a| granted(a) == 1).await;
-    op.spawn("batch", sleeper("reducer", "BE")).await.unwrap();
     op.wait_start("batch", "reducer").await.unwrap();
     let coordinator = proto::ProcDescriptor {
         cores: Some(0),
-        ..sleeper("coordinator", "BE")
+        ..sleeper("coordinator", proto::ProcClass::Be)
     };
     op.spawn("batch", coordinator).await.unwrap();
     tokio::time::timeout(
@@ -261,7 +291,9 @@ async fn a_full_grant_still_starts_procs_of_no_cores() {
     .expect("the coordinator of no cores never started")
     .unwrap();
     // A second one-core proc still waits for a core.
-    op.spawn("batch", sleeper("reducer2", "BE")).await.unwrap();
+    op.spawn("batch", sleeper("reducer2", proto::ProcClass::Be))
+        .await
+        .unwrap();
     let waited = tokio::time::timeout(
         Duration::from_millis(500),
         op.wait_start("batch", "reducer2"),

@@ -149,7 +149,7 @@ async fn files_over_grpc_with_owners_and_clear_refusals() {
         ["/home/alice/big", "/home/alice/diary", "/home/alice/par"]
     );
     // A fenced write is refused once its directory has a newer epoch.
-    let fence = |epoch| tabos_client::proto::Fence {
+    let fence = |epoch| proto::Fence {
         dir: "/jobs".into(),
         epoch,
     };
@@ -206,7 +206,7 @@ async fn a_wasm_proc_copies_a_file_in_segments() {
         std::fs::write(&wat, tabos_sandbox::programs::file_copy(from, to).unwrap()).unwrap();
         proto::ProcDescriptor {
             pid: pid.into(),
-            kind: "wasm".into(),
+            kind: proto::ProcKind::Wasm.into(),
             program: wat.to_str().unwrap().into(),
             ..Default::default()
         }
@@ -214,7 +214,7 @@ async fn a_wasm_proc_copies_a_file_in_segments() {
     c.spawn(REALM, copy("cp", "/src", "/dst")).await.unwrap();
     let st = c.wait_exit(REALM, "cp").await.unwrap();
     assert_eq!(st.exit_status, Some(0), "{st:?}");
-    let out = c.logs(REALM, "cp", "stdout").await.unwrap();
+    let out = c.logs(REALM, "cp", proto::LogStream::Stdout).await.unwrap();
     assert_eq!(out.data, b"3000000");
     let mut back = Vec::new();
     c.fs_read_all(REALM, "root", "/dst", &mut back)
@@ -242,8 +242,8 @@ async fn reads_and_writes_for_a_proc_are_its_provenance() {
             REALM,
             proto::ProcDescriptor {
                 pid: "reader".into(),
-                kind: "native".into(),
-                class: "BE".into(),
+                kind: proto::ProcKind::Native.into(),
+                class: proto::ProcClass::Be.into(),
                 program: "/bin/true".into(),
                 cores: Some(1),
                 ..Default::default()

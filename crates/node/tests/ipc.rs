@@ -191,7 +191,7 @@ const IDEM_WAT: &str = r#"(module
 fn wasm_proc(pid: &str, program: &std::path::Path) -> proto::ProcDescriptor {
     proto::ProcDescriptor {
         pid: pid.into(),
-        kind: "wasm".into(),
+        kind: proto::ProcKind::Wasm.into(),
         program: program.to_str().unwrap().into(),
         ..Default::default()
     }
@@ -226,7 +226,10 @@ async fn wasm_procs_message_each_other_and_clients() {
             "{pid}: {s:?}"
         );
     }
-    let times = c.logs(REALM, "pinger", "stdout").await.unwrap();
+    let times = c
+        .logs(REALM, "pinger", proto::LogStream::Stdout)
+        .await
+        .unwrap();
     assert_eq!(programs::ping_times(&times.data).len(), rounds as usize);
 
     // A client talks to a wasm echo proc: replies come to its own mailbox.
@@ -303,7 +306,10 @@ async fn wasm_procs_message_each_other_and_clients() {
     let s = c.wait_exit(REALM, "lost").await.unwrap();
     let enoent = 100 + i64::from(tabos_sandbox::host::ENOENT);
     assert_eq!(s.exit_status, Some(enoent), "{s:?}");
-    let err = c.logs(REALM, "lost", "stderr").await.unwrap();
+    let err = c
+        .logs(REALM, "lost", proto::LogStream::Stderr)
+        .await
+        .unwrap();
     assert!(
         String::from_utf8_lossy(&err.data).contains("tabos.send"),
         "{err:?}"

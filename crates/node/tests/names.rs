@@ -16,8 +16,8 @@ use tonic::Code;
 
 const REALM: &str = "default";
 
-fn file(data: &[u8]) -> (String, Vec<u8>) {
-    ("file".to_string(), data.to_vec())
+fn file(data: &[u8]) -> (proto::NameKind, Vec<u8>) {
+    (proto::NameKind::File, data.to_vec())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,13 +29,19 @@ async fn the_namespace_over_grpc_with_clear_refusals() {
     c.name_mkdir_all(REALM, "/svc/a").await.unwrap();
     let (kind, data) = file(b"hello");
     assert_eq!(
-        c.name_create(REALM, "/svc/a/f", &kind, data, CreateOptions::default())
+        c.name_create(REALM, "/svc/a/f", kind, data, CreateOptions::default())
             .await
             .unwrap(),
         1
     );
     let again = c
-        .name_create(REALM, "/svc/a/f", "file", vec![], CreateOptions::default())
+        .name_create(
+            REALM,
+            "/svc/a/f",
+            proto::NameKind::File,
+            vec![],
+            CreateOptions::default(),
+        )
         .await
         .unwrap_err();
     assert_eq!(code(&again), Code::AlreadyExists);
@@ -83,7 +89,7 @@ async fn the_namespace_over_grpc_with_clear_refusals() {
     c.name_create(
         REALM,
         "/svc/db",
-        "symlink",
+        proto::NameKind::Symlink,
         b"10.0.0.7:7070".to_vec(),
         CreateOptions::default(),
     )
@@ -195,8 +201,8 @@ async fn fences_refuse_stale_names_sends_and_spawns() {
     assert_eq!(c.mailbox(REALM, "jobs").await.unwrap().queued, 1);
     let proc = proto::ProcDescriptor {
         pid: "fenced-proc".into(),
-        kind: "native".into(),
-        class: "BE".into(),
+        kind: proto::ProcKind::Native.into(),
+        class: proto::ProcClass::Be.into(),
         program: "/bin/true".into(),
         ..Default::default()
     };
@@ -223,12 +229,24 @@ async fn lapsed_sessions_take_their_ephemeral_entries_and_wake_watchers() {
         session: Some(s.clone()),
         ..CreateOptions::default()
     };
-    c.name_create(REALM, "/live/me", "file", b"here".to_vec(), opts.clone())
-        .await
-        .unwrap();
-    c.name_create(REALM, "/live/me2", "symlink", b"addr".to_vec(), opts)
-        .await
-        .unwrap();
+    c.name_create(
+        REALM,
+        "/live/me",
+        proto::NameKind::File,
+        b"here".to_vec(),
+        opts.clone(),
+    )
+    .await
+    .unwrap();
+    c.name_create(
+        REALM,
+        "/live/me2",
+        proto::NameKind::Symlink,
+        b"addr".to_vec(),
+        opts,
+    )
+    .await
+    .unwrap();
     c.name_set(REALM, "/live/durable", b"stays".to_vec(), None, None)
         .await
         .unwrap();
@@ -239,14 +257,14 @@ async fn lapsed_sessions_take_their_ephemeral_entries_and_wake_watchers() {
         .unwrap();
     let mut dir_watch = c.watch(REALM, "/live", WatchMode::Dir).await.unwrap();
     let first = dir_watch.message().await.unwrap().unwrap();
-    assert_eq!(first.op, "watching");
+    assert_eq!(first.op(), proto::WatchOp::Watching);
     // The reaper ends the session; both entries go in one transaction.
     let ev = gone.message().await.unwrap().unwrap();
-    assert_eq!(ev.op, "removed");
+    assert_eq!(ev.op(), proto::WatchOp::Removed);
     let mut removed = Vec::new();
     while removed.len() < 2 {
         let ev = dir_watch.message().await.unwrap().unwrap();
-        assert_eq!(ev.op, "remove");
+        assert_eq!(ev.op(), proto::WatchOp::Remove);
         removed.push(ev.path);
     }
     removed.sort();
@@ -262,7 +280,7 @@ async fn lapsed_sessions_take_their_ephemeral_entries_and_wake_watchers() {
         ..CreateOptions::default()
     };
     let e = c
-        .name_create(REALM, "/live/late", "file", vec![], opts)
+        .name_create(REALM, "/live/late", proto::NameKind::File, vec![], opts)
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::FailedPrecondition);
@@ -283,18 +301,21 @@ async fn lapsed_sessions_take_their_ephemeral_entries_and_wake_watchers() {
         ]
     );
     let mut changes = g.watch().await.unwrap();
-    assert_eq!(changes.message().await.unwrap().unwrap().op, "watching");
+    assert_eq!(
+        changes.message().await.unwrap().unwrap().op(),
+        proto::WatchOp::Watching
+    );
     g.leave("w1").await.unwrap();
     let ev = changes.message().await.unwrap().unwrap();
     assert_eq!(
-        (ev.op.as_str(), ev.path.as_str()),
-        ("remove", "/groups/workers/w1")
+        (ev.op(), ev.path.as_str()),
+        (proto::WatchOp::Remove, "/groups/workers/w1")
     );
     assert_eq!(kept.close().await.unwrap(), 1);
     let ev = changes.message().await.unwrap().unwrap();
     assert_eq!(
-        (ev.op.as_str(), ev.path.as_str()),
-        ("remove", "/groups/workers/w2")
+        (ev.op(), ev.path.as_str()),
+        (proto::WatchOp::Remove, "/groups/workers/w2")
     );
     assert!(g.members().await.unwrap().0.is_empty());
     n.shut_down().await;
@@ -324,7 +345,10 @@ async fn semaphores_release_their_waiters() {
         .watch(REALM, "/sem/started", WatchMode::Exists)
         .await
         .unwrap();
-    assert_eq!(exists.message().await.unwrap().unwrap().op, "exists");
+    assert_eq!(
+        exists.message().await.unwrap().unwrap().op(),
+        proto::WatchOp::Exists
+    );
     started.up().await.unwrap();
     for w in waiters {
         w.await.unwrap().unwrap();
@@ -346,7 +370,10 @@ async fn dir_watches_see_each_change_once_in_order_under_concurrent_writers() {
     let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     c.name_mkdir_all(REALM, "/w").await.unwrap();
     let mut watch = c.watch(REALM, "/w", WatchMode::Dir).await.unwrap();
-    assert_eq!(watch.message().await.unwrap().unwrap().op, "watching");
+    assert_eq!(
+        watch.message().await.unwrap().unwrap().op(),
+        proto::WatchOp::Watching
+    );
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let mut c = c.clone();
@@ -365,18 +392,19 @@ async fn dir_watches_see_each_change_once_in_order_under_concurrent_writers() {
         .collect();
     // create, SETS - 1 sets, remove: SETS + 1 changes per file.
     let expected = WRITERS * FILES * (SETS as usize + 1);
-    let mut seen: BTreeMap<String, Vec<(String, i64)>> = BTreeMap::new();
+    let mut seen: BTreeMap<String, Vec<(proto::WatchOp, i64)>> = BTreeMap::new();
     for _ in 0..expected {
         let ev = watch.message().await.unwrap().unwrap();
-        seen.entry(ev.path).or_default().push((ev.op, ev.version));
+        let op = ev.op();
+        seen.entry(ev.path).or_default().push((op, ev.version));
     }
     for w in writers {
         w.await.unwrap();
     }
     assert_eq!(seen.len(), WRITERS * FILES);
-    let mut want = vec![("create".to_string(), 1)];
-    want.extend((2..=SETS).map(|v| ("set".to_string(), v)));
-    want.push(("remove".to_string(), SETS));
+    let mut want = vec![(proto::WatchOp::Create, 1)];
+    want.extend((2..=SETS).map(|v| (proto::WatchOp::Set, v)));
+    want.push((proto::WatchOp::Remove, SETS));
     for (path, events) in &seen {
         assert_eq!(events, &want, "{path}");
     }
@@ -385,7 +413,10 @@ async fn dir_watches_see_each_change_once_in_order_under_concurrent_writers() {
         .await
         .unwrap();
     let ev = watch.message().await.unwrap().unwrap();
-    assert_eq!((ev.op.as_str(), ev.path.as_str()), ("create", "/w/last"));
+    assert_eq!(
+        (ev.op(), ev.path.as_str()),
+        (proto::WatchOp::Create, "/w/last")
+    );
     n.shut_down().await;
 }
 
@@ -404,7 +435,7 @@ async fn wasm_procs_use_the_namespace() {
     .unwrap();
     let d = proto::ProcDescriptor {
         pid: "relay".into(),
-        kind: "wasm".into(),
+        kind: proto::ProcKind::Wasm.into(),
         program: relay.to_str().unwrap().into(),
         ..Default::default()
     };
@@ -417,7 +448,10 @@ async fn wasm_procs_use_the_namespace() {
         .unwrap();
     let st = c.wait_exit(REALM, "relay").await.unwrap();
     assert_eq!(st.exit_status, Some(0), "{st:?}");
-    let out = c.logs(REALM, "relay", "stdout").await.unwrap();
+    let out = c
+        .logs(REALM, "relay", proto::LogStream::Stdout)
+        .await
+        .unwrap();
     assert_eq!(out.data, b"over to you");
     let gone = c.name_get(REALM, "/relay/go").await.unwrap_err();
     assert_eq!(code(&gone), Code::NotFound);

@@ -30,7 +30,10 @@ async fn nodes_register_list_leave_and_are_removed() {
     );
 
     // A realm's member sees the node, and no realm but its own on it.
-    let created = op.create_realm("acme", "fifo").await.unwrap();
+    let created = op
+        .create_realm("acme", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap();
     let mut acme = n.client_with(&created.admin_token).await;
     let seen = acme.list_nodes().await.unwrap();
     assert_eq!(seen.len(), 1);
@@ -276,7 +279,10 @@ async fn a_drained_node_takes_nothing_new_until_undone() {
     op.spawn("", proc("long", "sleep")).await.unwrap();
     op.wait_start("", "long").await.unwrap();
 
-    let created = op.create_realm("acme", "fifo").await.unwrap();
+    let created = op
+        .create_realm("acme", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap();
     let mut acme = n.client_with(&created.admin_token).await;
     let e = acme.drain_node("n1", true).await.unwrap_err();
     assert_eq!(code(&e), Code::PermissionDenied, "{e}");
@@ -365,7 +371,7 @@ async fn files_in_another_nodes_block_store_are_forwarded() {
         .create_token(tabos_client::proto::CreateTokenRequest {
             realm: "default".into(),
             user: "bob".into(),
-            role: "member".into(),
+            role: tabos_client::proto::Role::Member.into(),
             ttl_ms: 0,
             note: "test".into(),
             scope: String::new(),

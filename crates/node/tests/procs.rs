@@ -74,7 +74,7 @@ fn native(program: &str, args: &[&str]) -> proto::ProcDescriptor {
 
 fn wasm(program: &str) -> proto::ProcDescriptor {
     proto::ProcDescriptor {
-        kind: "wasm".into(),
+        kind: proto::ProcKind::Wasm.into(),
         program: program.into(),
         ..Default::default()
     }
@@ -126,11 +126,14 @@ async fn wasm_procs_run_report_status_keep_logs_and_are_evicted() {
         ("exited", Some(42)),
         "{done:?}"
     );
-    let out = c.logs("default", &s.pid, "stdout").await.unwrap();
+    let out = c
+        .logs("default", &s.pid, proto::LogStream::Stdout)
+        .await
+        .unwrap();
     assert_eq!(out.data, b"hello-wasm");
     // It wrote nothing to stderr: an empty log, not an error.
     assert!(c
-        .logs("default", &s.pid, "stderr")
+        .logs("default", &s.pid, proto::LogStream::Stderr)
         .await
         .unwrap()
         .data
@@ -200,12 +203,18 @@ async fn native_procs_run_report_status_and_keep_logs() {
     let done = c.wait_exit("default", &s.pid).await.unwrap();
     assert_eq!(done.state().name(), "exited");
     assert_eq!(done.exit_status, Some(3));
-    let out = c.logs("default", &s.pid, "stdout").await.unwrap();
+    let out = c
+        .logs("default", &s.pid, proto::LogStream::Stdout)
+        .await
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.data),
         format!("out {}\n", s.pid)
     );
-    let err = c.logs("default", &s.pid, "stderr").await.unwrap();
+    let err = c
+        .logs("default", &s.pid, proto::LogStream::Stderr)
+        .await
+        .unwrap();
     assert_eq!(err.data, b"err\n");
 
     // WaitStart, then Evict stops a sleeping proc; WaitEvict sees the request.
@@ -266,7 +275,7 @@ async fn a_realms_logs_are_bounded_on_its_node_and_counted() {
     let (_, out, _) = finished_output(&mut c, "default", chatty("second")).await;
     assert_eq!(out.len(), 6_000, "the newest are kept");
     // 12,004 bytes passed 10,000: the first proc's logs went.
-    let gone = c.logs("default", "first", "stdout").await;
+    let gone = c.logs("default", "first", proto::LogStream::Stdout).await;
     assert!(
         gone.as_ref().map_or(true, |l| l.data.is_empty()),
         "{gone:?}"
@@ -348,7 +357,7 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
         (
             "default",
             proto::ProcDescriptor {
-                kind: "js".into(),
+                kind: proto::ProcKind::Js.into(),
                 ..native("main.js", &[])
             },
             tonic::Code::Unimplemented,
@@ -382,7 +391,16 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
         (
             "default",
             proto::ProcDescriptor {
-                kind: "cobol".into(),
+                // No kind has this number (a newer client's, or garbage).
+                kind: 99,
+                ..native("true", &[])
+            },
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "default",
+            proto::ProcDescriptor {
+                class: 7,
                 ..native("true", &[])
             },
             tonic::Code::InvalidArgument,
@@ -431,13 +449,24 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
         tonic::Code::NotFound
     );
     assert_eq!(
-        code(&c.logs("default", "nobody", "stdout").await.unwrap_err()),
+        code(
+            &c.logs("default", "nobody", proto::LogStream::Stdout)
+                .await
+                .unwrap_err()
+        ),
         tonic::Code::NotFound
     );
-    assert_eq!(
-        code(&c.logs("default", "taken", "stdin").await.unwrap_err()),
-        tonic::Code::InvalidArgument
-    );
+    // 7: no stream has this number.
+    let stdin = c
+        .procs_rpc()
+        .logs(proto::LogsRequest {
+            realm: "default".into(),
+            pid: "taken".into(),
+            stream: 7,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(stdin.code(), tonic::Code::InvalidArgument, "{stdin}");
     let _ = stop.send(());
 }
 
@@ -458,7 +487,7 @@ async fn be_procs_wait_for_utilization_and_lc_procs_do_not() {
     let mut c = connect(&addr).await;
     let be = |pid: &str, program: &str, args: &[&str]| proto::ProcDescriptor {
         pid: pid.into(),
-        class: "BE".into(),
+        class: proto::ProcClass::Be.into(),
         ..native(program, args)
     };
     c.spawn("default", be("be1", "sh", &["-c", "while :; do :; done"]))
@@ -510,7 +539,7 @@ async fn idle_be_procs_do_not_fill_a_node() {
     for pid in ["s1", "s2", "s3"] {
         let d = proto::ProcDescriptor {
             pid: pid.into(),
-            class: "BE".into(),
+            class: proto::ProcClass::Be.into(),
             cores: Some(1),
             ..native("sleep", &["600"])
         };
@@ -551,7 +580,7 @@ async fn procs_left_on_a_stuck_worker_are_stolen() {
     })
     .await;
     let mut c = connect(&addr).await;
-    for (pid, class) in [("lc", "LC"), ("be", "BE")] {
+    for (pid, class) in [("lc", proto::ProcClass::Lc), ("be", proto::ProcClass::Be)] {
         let d = proto::ProcDescriptor {
             pid: pid.into(),
             class: class.into(),
@@ -637,7 +666,10 @@ async fn gone(argv: &[&str]) -> bool {
 /// The OS pids a proc printed, one per line, once it has printed `n`.
 async fn printed_pids(c: &mut Client, pid: &str, n: usize) -> Vec<u32> {
     for _ in 0..500 {
-        let out = c.logs("default", pid, "stdout").await.unwrap();
+        let out = c
+            .logs("default", pid, proto::LogStream::Stdout)
+            .await
+            .unwrap();
         let text = String::from_utf8_lossy(&out.data).into_owned();
         let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
         if pids.len() >= n {
@@ -674,7 +706,10 @@ async fn native_procs_are_process_groups() {
     assert_eq!((done.state().name(), done.exit_status), ("exited", Some(0)));
     // It printed the child's pid: the child was started.
     printed_pids(&mut c, "bg", 1).await;
-    let out = c.logs("default", "bg", "stdout").await.unwrap();
+    let out = c
+        .logs("default", "bg", proto::LogStream::Stdout)
+        .await
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.data).contains("done"));
     // Killed with its group when the proc ended (reaped or a zombie soon).
     assert!(
@@ -718,8 +753,14 @@ async fn finished_output(
 ) -> (proto::ProcStatus, String, String) {
     let s = c.spawn(realm, d).await.unwrap();
     let done = c.wait_exit(realm, &s.pid).await.unwrap();
-    let out = c.logs(realm, &s.pid, "stdout").await.unwrap();
-    let err = c.logs(realm, &s.pid, "stderr").await.unwrap();
+    let out = c
+        .logs(realm, &s.pid, proto::LogStream::Stdout)
+        .await
+        .unwrap();
+    let err = c
+        .logs(realm, &s.pid, proto::LogStream::Stderr)
+        .await
+        .unwrap();
     (
         done,
         String::from_utf8_lossy(&out.data).into_owned(),
@@ -766,7 +807,9 @@ async fn native_procs_are_confined() {
 
     // Another realm's proc cannot be signalled: it is not even there to
     // see (its own pid namespace), and by its host pid not reachable.
-    c.create_realm("other", "fifo").await.unwrap();
+    c.create_realm("other", proto::Scheduler::Fifo)
+        .await
+        .unwrap();
     let victim = c
         .spawn(
             "other",
@@ -1071,7 +1114,7 @@ async fn native_procs_have_their_own_cgroup_and_network() {
     let member = c
         .create_token(proto::CreateTokenRequest {
             realm: "default".into(),
-            role: "admin".into(),
+            role: proto::Role::Admin.into(),
             ..Default::default()
         })
         .await
@@ -1098,7 +1141,9 @@ async fn lc_cores_are_reserved_on_the_node_across_realms() {
     let dir = TempDir::new("lc-node");
     let (_node, addr, stop) = start(&dir, 1).await;
     let mut c = connect(&addr).await;
-    c.create_realm("other", "fifo").await.unwrap();
+    c.create_realm("other", proto::Scheduler::Fifo)
+        .await
+        .unwrap();
     // The node serves the new realm once it hears of it.
     let one = proto::ProcDescriptor {
         pid: "x".into(),
@@ -1109,7 +1154,7 @@ async fn lc_cores_are_reserved_on_the_node_across_realms() {
     for realm in ["default", "other"] {
         let d = proto::ProcDescriptor {
             pid: "lc".into(),
-            class: "LC".into(),
+            class: proto::ProcClass::Lc.into(),
             cores: Some(1),
             ..sh("sleep 0.5")
         };

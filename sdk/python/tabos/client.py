@@ -41,6 +41,36 @@ def _bytes(p: Payload) -> bytes:
     return p.encode() if isinstance(p, str) else bytes(p)
 
 
+def _word(enum: Any, v: int) -> str:
+    """A wire enum's value as the kernel's word for it ("dir", "set",
+    "least_loaded", "LC"): its name without the enum's prefix; "unknown"
+    for the unspecified value or one a newer node sends."""
+    try:
+        name = enum.Name(v)
+    except ValueError:
+        return "unknown"
+    prefix = _prefix(enum)
+    if name == prefix + "UNSPECIFIED":
+        return "unknown"
+    word = name.removeprefix(prefix)
+    return word if enum is pb.ProcClass else word.lower()
+
+
+def _wire(enum: Any, what: str, word: str) -> int:
+    """The wire value the kernel's word names; InvalidArgument, listing
+    the words, for one that names none (before anything is sent)."""
+    prefix = _prefix(enum)
+    try:
+        return enum.Value(prefix + word.upper())
+    except ValueError:
+        words = [_word(enum, v) for v in enum.values() if v != 0]
+        raise errors.InvalidArgument(f"{what} must be one of {', '.join(words)}, not {word!r}") from None
+
+
+def _prefix(enum: Any) -> str:
+    return enum.Name(0).removesuffix("UNSPECIFIED")
+
+
 def credentials_path() -> Optional[Path]:
     """The credentials file the CLI uses: ``$TABOS_CREDENTIALS``, else
     ``~/.config/tabos/credentials.json``."""
@@ -149,7 +179,7 @@ class NameEntry:
 
     @staticmethod
     def _of(e: pb.NameEntry) -> "NameEntry":
-        return NameEntry(e.path, e.kind, e.data, e.version, e.owner, e.mode, e.session)
+        return NameEntry(e.path, _word(pb.NameKind, e.kind), e.data, e.version, e.owner, e.mode, e.session)
 
 
 @dataclass(frozen=True)
@@ -172,6 +202,10 @@ class FileStat:
     mode: int
     size: int
     mtime_us: int
+
+    @staticmethod
+    def _of(s: pb.FsStat) -> "FileStat":
+        return FileStat(s.path, _word(pb.FileType, s.type), s.owner, s.mode, s.size, s.mtime_us)
 
 
 @dataclass(frozen=True)
@@ -302,7 +336,7 @@ class Client:
     def whoami(self) -> dict:
         """The credential in use: its id, realm, user, role and pid."""
         t = self._call(self._tokens.WhoAmI, pb.Empty())
-        return {"id": t.id, "realm": t.realm, "user": t.user, "role": t.role, "pid": t.pid}
+        return {"id": t.id, "realm": t.realm, "user": t.user, "role": _word(pb.Role, t.role), "pid": t.pid}
 
     def status(self) -> dict:
         """The node's status: version, backend, partitions, load, and each
@@ -367,7 +401,7 @@ class Client:
         d = pb.ProcDescriptor(
             pid=pid or "",
             parent=parent or "",
-            kind=kind,
+            kind=_wire(pb.ProcKind, "kind", kind),
             program=program,
             args=list(args),
             env=dict(env or {}),
@@ -377,7 +411,7 @@ class Client:
             host_paths=list(host_paths),
             scope=scope or "",
             # `class` is a Python keyword: given by name.
-            **{"class": proc_class},
+            **{"class": _wire(pb.ProcClass, "proc_class", proc_class)},
         )
         return self._call(self._procs.Spawn, pb.SpawnRequest(realm=realm, proc=d)).pid
 
@@ -414,13 +448,13 @@ class Client:
 
     def logs(self, pid: str, stream: str = "stdout", *, realm: str = "") -> bytes:
         """A native proc's captured ``stdout`` or ``stderr``."""
-        r = self._call(self._procs.Logs, pb.LogsRequest(realm=realm, pid=pid, stream=stream))
+        r = self._call(self._procs.Logs, pb.LogsRequest(realm=realm, pid=pid, stream=_wire(pb.LogStream, "stream", stream)))
         return r.data
 
     def follow_logs(self, pid: str, stream: str = "stdout", *, realm: str = "") -> Iterator[bytes]:
         """A proc's log so far, then each piece it writes as it writes it,
         until it has ended (no polling: the node pushes)."""
-        req = pb.LogsRequest(realm=realm, pid=pid, stream=stream)
+        req = pb.LogsRequest(realm=realm, pid=pid, stream=_wire(pb.LogStream, "stream", stream))
         for r in self._stream(self._procs.FollowLogs, req):
             yield r.data
 
@@ -538,7 +572,9 @@ class Names:
     ) -> int:
         """Creates ``path`` (a file, dir or symlink); with a ``session`` it
         is ephemeral: removed when the session ends."""
-        req = pb.CreateNameRequest(realm=realm, path=path, kind=kind, data=_bytes(data), session=session or "")
+        req = pb.CreateNameRequest(
+            realm=realm, path=path, kind=_wire(pb.NameKind, "kind", kind), data=_bytes(data), session=session or ""
+        )
         return self._c._call(self._c._names.Create, req).version
 
     def mkdir(self, path: str, *, realm: str = "") -> None:
@@ -566,9 +602,9 @@ class Names:
         """Changes at ``path`` as they happen: ``mode="dir"`` every change in
         a directory; ``"exists"`` one event once it exists; ``"removed"`` one
         once it does not."""
-        req = pb.WatchRequest(realm=realm, path=path, mode=mode)
+        req = pb.WatchRequest(realm=realm, path=path, mode=_wire(pb.WatchMode, "mode", mode))
         for e in self._c._stream(self._c._names.Watch, req):
-            yield WatchEvent(e.op, e.path, e.version)
+            yield WatchEvent(_word(pb.WatchOp, e.op), e.path, e.version)
 
     def session(self, owner: str = "", *, ttl: float = 10.0, realm: str = "") -> "Session":
         """Opens a session renewed in the background every third of
@@ -747,12 +783,12 @@ class Fs:
     def stat(self, path: str, *, realm: str = "", user: str = "") -> FileStat:
         """A file's or directory's metadata."""
         s = self._c._call(self._c._fs.Stat, pb.FsPathRequest(realm=realm, user=user, path=path))
-        return FileStat(s.path, s.type, s.owner, s.mode, s.size, s.mtime_us)
+        return FileStat._of(s)
 
     def ls(self, path: str = "/", *, realm: str = "", user: str = "") -> list:
         """A directory's entries."""
         r = self._c._call(self._c._fs.ReadDir, pb.FsPathRequest(realm=realm, user=user, path=path))
-        return [FileStat(s.path, s.type, s.owner, s.mode, s.size, s.mtime_us) for s in r.entries]
+        return [FileStat._of(s) for s in r.entries]
 
     def mkdir(self, path: str, *, mode: int = 0o755, parents: bool = False, realm: str = "", user: str = "") -> None:
         """Makes a directory (and its missing parents with ``parents``)."""
@@ -770,7 +806,8 @@ class Fs:
     def remove(self, path: str, *, realm: str = "", user: str = "") -> None:
         """Removes a file, or an empty directory."""
         req = pb.FsPathRequest(realm=realm, user=user, path=path)
-        if self.stat(path, realm=realm, user=user).type == "dir":
+        s = self._c._call(self._c._fs.Stat, req)
+        if s.type == pb.FILE_TYPE_DIR:
             self._c._call(self._c._fs.Rmdir, req)
         else:
             self._c._call(self._c._fs.Unlink, req)

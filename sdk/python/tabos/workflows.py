@@ -41,8 +41,10 @@ import grpc
 from . import errors
 from ._proto import tabos_pb2 as pb
 from ._proto import tabos_pb2_grpc as rpc
-from .client import Client, Payload, ProcState, _bytes
+from .client import Client, Payload, ProcState, _bytes, _wire, _word
 
+#: A finished workflow's statuses: it changes no more unless resumed.
+_FINAL = (pb.WORKFLOW_STATUS_SUCCESS, pb.WORKFLOW_STATUS_ERROR, pb.WORKFLOW_STATUS_CANCELLED)
 #: How long a call is retried while the node cannot be reached.
 RETRY_WINDOW = 120.0
 #: Longest one wait the node is asked for (it caps waits at a minute).
@@ -96,6 +98,9 @@ class Workflow:
     created_us: int
     started_us: int
     ended_us: int
+    #: Finished: success, error or cancelled (it changes no more unless
+    #: resumed).
+    done: bool = False
 
     @staticmethod
     def _of(w: Any) -> "Workflow":
@@ -103,7 +108,7 @@ class Workflow:
             workflow_id=w.workflow_id,
             name=w.name,
             app_version=w.app_version,
-            status=w.status,
+            status=_word(pb.WorkflowStatus, w.status),
             queue=w.queue,
             input=w.input,
             output=w.output if w.has_output else None,
@@ -113,17 +118,14 @@ class Workflow:
             created_us=w.created_us,
             started_us=w.started_us,
             ended_us=w.ended_us,
+            done=w.status in _FINAL,
         )
-
-    @property
-    def done(self) -> bool:
-        return self.status in ("success", "error", "cancelled")
 
 
 def _outcome(ok: bool, value: bytes = b"", error: str = "") -> Any:
     if ok:
-        return pb.StepOutcome(status="success", output=value)
-    return pb.StepOutcome(status="error", error=error)
+        return pb.StepOutcome(status=pb.STEP_STATUS_SUCCESS, output=value)
+    return pb.StepOutcome(status=pb.STEP_STATUS_ERROR, error=error)
 
 
 class _Rpc:
@@ -185,11 +187,11 @@ class Ctx:
             raise Stopped(e.message) from None
 
     def _result(self, o: Any) -> bytes:
-        if o.status == "success":
+        if o.status == pb.STEP_STATUS_SUCCESS:
             return o.output
         raise StepFailed(o.error)
 
-    def _begin(self, step: int, name: str, kind: str, input: bytes = b"") -> Any:
+    def _begin(self, step: int, name: str, kind: int, input: bytes = b"") -> Any:
         ex = self._ex
         return self._rpc(
             "StepBegin",
@@ -205,7 +207,7 @@ class Ctx:
         )
 
     def _end(
-        self, step: int, outcome: Any, last: bool, name: str, kind: str, attempts: int, input: bytes = b""
+        self, step: int, outcome: Any, last: bool, name: str, kind: int, attempts: int, input: bytes = b""
     ) -> Any:
         """Records a step's outcome; a step not begun (no history) whole."""
         ex = self._ex
@@ -219,7 +221,7 @@ class Ctx:
                 outcome=outcome,
                 last=last,
                 name=name if self._fresh else "",
-                kind=kind if self._fresh else "",
+                kind=kind if self._fresh else pb.STEP_KIND_UNSPECIFIED,
                 attempts=attempts,
                 input=input if self._fresh else b"",
             ),
@@ -242,7 +244,7 @@ class Ctx:
         attempt = 1
         while True:
             if not self._fresh:
-                begun = self._begin(step, name, "function")
+                begun = self._begin(step, name, pb.STEP_KIND_FUNCTION)
                 if begun.HasField("done"):
                     return self._result(begun.done)
                 attempt = begun.attempt
@@ -253,7 +255,7 @@ class Ctx:
                 out, ok, err = b"", False, f"{type(e).__name__}: {e}"
             last = ok or attempt >= max(attempts, 1)
             if ok or last or not self._fresh:
-                got = self._end(step, _outcome(ok, out, err), last, name, "function", attempt)
+                got = self._end(step, _outcome(ok, out, err), last, name, pb.STEP_KIND_FUNCTION, attempt)
                 if last:
                     return self._result(got)
             time.sleep(backoff)
@@ -279,7 +281,7 @@ class Ctx:
                     last=attempt >= attempts,
                 ),
             )
-            if o.status == "success" or attempt >= attempts or o.recorded:
+            if o.status == pb.STEP_STATUS_SUCCESS or attempt >= attempts or o.recorded:
                 return self._result(o)
         raise AssertionError("unreachable")
 
@@ -293,7 +295,7 @@ class Ctx:
         step = self._step_no()
         line = " ".join((program, *args)).encode()
         if not self._fresh:
-            begun = self._begin(step, name, "proc", line)
+            begun = self._begin(step, name, pb.STEP_KIND_PROC, line)
             if begun.HasField("done"):
                 return int(self._result(begun.done))
         pid = step_pid(self.workflow_id, step)
@@ -307,7 +309,7 @@ class Ctx:
             err = "" if ok else f"proc {pid} ended {st.state} with status {st.exit_status}: {st.error}"
         except errors.TabosError as e:
             ok, err = False, str(e)
-        got = self._end(step, _outcome(ok, b"0", err), True, name, "proc", 1, line)
+        got = self._end(step, _outcome(ok, b"0", err), True, name, pb.STEP_KIND_PROC, 1, line)
         return int(self._result(got))
 
     def sleep(self, seconds: float) -> None:
@@ -499,7 +501,7 @@ class Executor:
             ),
         )
         w = r.workflow
-        if w.status == "pending" and w.executor == self.id:
+        if w.status == pb.WORKFLOW_STATUS_PENDING and w.executor == self.id:
             self._spawn(workflow_id, name, w.input, r.created)
         return workflow_id
 
@@ -637,7 +639,9 @@ class Workflows:
         r = self._client._call(
             self._stub.List,
             pb.ListWorkflowsRequest(
-                realm=realm, status=status, name=name, queue=queue, app_version=app_version, limit=limit
+                realm=realm,
+                status=_wire(pb.WorkflowStatus, "status", status) if status else 0,
+                name=name, queue=queue, app_version=app_version, limit=limit
             ),
         )
         return [Workflow._of(w) for w in r.workflows]
@@ -658,8 +662,8 @@ class Workflows:
             {
                 "step": s.step,
                 "name": s.name,
-                "kind": s.kind,
-                "status": s.status,
+                "kind": _word(pb.StepKind, s.kind),
+                "status": _word(pb.StepStatus, s.status),
                 "output": s.output,
                 "error": s.error,
                 "attempts": s.attempts,

@@ -293,15 +293,21 @@ impl Balancer {
         let pid = self.next_pid(&format!("kvd-{svc}-g{g}"));
         let mut args = self.program.args.clone();
         args.extend(["kvd".to_string(), svc, g.to_string()]);
-        self.spawn(&pid, args, "LC", 1).await?;
+        self.spawn(&pid, args, proto::ProcClass::Lc, 1).await?;
         Ok(pid)
     }
 
-    async fn spawn(&mut self, pid: &str, args: Vec<String>, class: &str, cores: i64) -> Result<()> {
+    async fn spawn(
+        &mut self,
+        pid: &str,
+        args: Vec<String>,
+        class: proto::ProcClass,
+        cores: i64,
+    ) -> Result<()> {
         let p = proto::ProcDescriptor {
             pid: pid.into(),
             parent: self.pid.clone(),
-            kind: "native".into(),
+            kind: proto::ProcKind::Native.into(),
             class: class.into(),
             program: self.program.path.clone(),
             args,
@@ -433,7 +439,7 @@ impl Balancer {
                 let pid = self.next_pid(&format!("mover-{svc}-s{s}-e{}", config.epoch));
                 let mut args = self.program.args.clone();
                 args.extend(["mover".into(), svc, s.to_string(), config.epoch.to_string()]);
-                self.spawn(&pid, args, "BE", 1).await?;
+                self.spawn(&pid, args, proto::ProcClass::Be, 1).await?;
                 running.push((*s, pid));
             }
             todo.clear();

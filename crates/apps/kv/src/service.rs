@@ -151,8 +151,8 @@ impl Supervisor {
             args.extend(self.program.args.iter().cloned());
             let p = proto::ProcDescriptor {
                 pid: pid.clone(),
-                kind: "native".into(),
-                class: "BE".into(),
+                kind: proto::ProcKind::Native.into(),
+                class: proto::ProcClass::Be.into(),
                 program: self.program.path.clone(),
                 args,
                 // Light: it mostly waits.

@@ -108,7 +108,7 @@ pub async fn list(client: &Client, realm: &str) -> Result<Vec<JobStatus>> {
     };
     let mut ids: Vec<String> = entries
         .into_iter()
-        .filter(|e| e.kind == "dir")
+        .filter(|e| e.kind() == tabos_client::proto::NameKind::Dir)
         .filter_map(|e| e.path.rsplit('/').next().map(str::to_string))
         .filter(|id| validate_job_id(id).is_ok())
         .collect();
@@ -231,7 +231,11 @@ pub const STDERR_TAIL_BYTES_MAX: usize = 64 << 10;
 /// The last `n` non-empty lines `pid` wrote to stderr (none if its log
 /// cannot be read): what a failure is explained with.
 pub async fn last_stderr_lines(client: &Client, realm: &str, pid: &str, n: usize) -> Vec<String> {
-    let Ok(log) = client.clone().logs(realm, pid, "stderr").await else {
+    let Ok(log) = client
+        .clone()
+        .logs(realm, pid, tabos_client::proto::LogStream::Stderr)
+        .await
+    else {
         return Vec::new();
     };
     let data = &log.data[log.data.len().saturating_sub(STDERR_TAIL_BYTES_MAX)..];
@@ -284,7 +288,7 @@ pub async fn remove(client: &Client, realm: &str, id: &str) -> Result<u64> {
             continue;
         }
         for e in listing.entries {
-            if e.r#type == "dir" {
+            if e.r#type() == tabos_client::proto::FileType::Dir {
                 stack.push(e.path);
             } else {
                 c.fs_unlink(realm, FS_USER, &e.path).await?;
@@ -311,7 +315,7 @@ pub async fn remove(client: &Client, realm: &str, id: &str) -> Result<u64> {
             continue;
         }
         for e in listing.entries {
-            if e.kind == "dir" {
+            if e.kind() == tabos_client::proto::NameKind::Dir {
                 stack.push(e.path);
             } else {
                 c.name_remove(realm, &e.path, None, None).await?;

@@ -227,7 +227,7 @@ impl Job {
         c.name_create(
             realm,
             &layout.spec(),
-            "file",
+            tabos_client::proto::NameKind::File,
             spec.to_json(),
             CreateOptions::default(),
         )
@@ -235,7 +235,7 @@ impl Job {
         c.name_create(
             realm,
             &layout.status(),
-            "file",
+            tabos_client::proto::NameKind::File,
             b"running".to_vec(),
             CreateOptions::default(),
         )
@@ -295,8 +295,8 @@ impl Job {
         ]);
         let p = proto::ProcDescriptor {
             pid: pid.clone(),
-            kind: "native".into(),
-            class: "BE".into(),
+            kind: tabos_client::proto::ProcKind::Native.into(),
+            class: tabos_client::proto::ProcClass::Be.into(),
             program: self.spec.program.clone(),
             args,
             // Light: it mostly waits, and must never keep a reducer out.
@@ -696,7 +696,7 @@ async fn plan_in_fs(client: &Client, realm: &str, s: &Submit) -> Result<Planned>
     }
     while let Some(path) = todo.pop() {
         let st = c.fs_stat(realm, &path).await?;
-        if st.r#type == "dir" {
+        if st.r#type() == tabos_client::proto::FileType::Dir {
             let listed = c.fs_readdir(realm, FS_USER, &path).await?;
             if listed.more {
                 return Err(Error::Invalid(format!(

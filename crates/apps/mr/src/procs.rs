@@ -319,7 +319,7 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
                 continue;
             }
         };
-        if ev.op != "create" && ev.op != "set" {
+        if !matches!(ev.op(), proto::WatchOp::Create | proto::WatchOp::Set) {
             continue;
         }
         match c.name_get(&ctx.realm, &ev.path).await {
@@ -415,7 +415,7 @@ impl Reduction {
                     .name_create(
                         &ctx.realm,
                         &ctx.layout.rerun(map, a.attempt),
-                        "file",
+                        tabos_client::proto::NameKind::File,
                         Vec::new(),
                         CreateOptions::default(),
                     )
@@ -533,7 +533,7 @@ impl<'a> Leader<'a> {
         let watcher = tokio::spawn(async move {
             loop {
                 match reruns.next().await {
-                    Ok(Watched::Event(ev)) if ev.op == "create" => {
+                    Ok(Watched::Event(ev)) if ev.op() == proto::WatchOp::Create => {
                         if let Some(ev) = rerun_event(&ev.path) {
                             let _ = tx.send(ev);
                         }
@@ -669,8 +669,8 @@ impl<'a> Leader<'a> {
         let ctx = self.ctx;
         let pid = ctx.layout.pid(t, attempt);
         let (role, class) = match t {
-            Task::Map(_) => ("map", "LC"),
-            Task::Reduce(_) => ("reduce", "BE"),
+            Task::Map(_) => ("map", proto::ProcClass::Lc),
+            Task::Reduce(_) => ("reduce", proto::ProcClass::Be),
         };
         let index = match t {
             Task::Map(i) | Task::Reduce(i) => i,
@@ -685,7 +685,7 @@ impl<'a> Leader<'a> {
         let proc_ = proto::ProcDescriptor {
             pid: pid.clone(),
             parent: ctx.pid.clone(),
-            kind: "native".into(),
+            kind: proto::ProcKind::Native.into(),
             class: class.into(),
             program: ctx.spec.program.clone(),
             args,

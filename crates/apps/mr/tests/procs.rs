@@ -110,8 +110,14 @@ fn submit(kind: Kind, inputs: Vec<PathBuf>) -> Submit {
     let program = PathBuf::from(env!("CARGO_BIN_EXE_tabos-mr-task"));
     let mut s = Submit::new(kind, inputs, program, Vec::new());
     s.reducers = 3;
-    s.task_bytes = 16 << 10; // many map tasks from a small input
-    s.session_ttl = Duration::from_millis(600);
+    // Many map tasks from a small input.
+    s.task_bytes = 16 << 10;
+    // Short, so a killed coordinator's standby takes over soon; not so
+    // short that a renewal late on a loaded 2-core machine (eleven jobs,
+    // each with its node and procs, run at once here) ends a healthy
+    // coordinator's session: at 600 ms a fresh-clone CI run lost all 8
+    // coordinators of three jobs that way.
+    s.session_ttl = Duration::from_secs(2);
     s
 }
 
@@ -176,7 +182,7 @@ async fn resume(c: &Client, job: &Job) {
         .name_create(
             REALM,
             &job.layout.resume(),
-            "file",
+            tabos_client::proto::NameKind::File,
             Vec::new(),
             CreateOptions::default(),
         )

@@ -199,8 +199,8 @@ impl Pool {
         let p = proto::ProcDescriptor {
             pid: pid.clone(),
             parent: self.wwd.clone(),
-            kind: "native".into(),
-            class: "BE".into(),
+            kind: proto::ProcKind::Native.into(),
+            class: proto::ProcClass::Be.into(),
             program: self.program.path.clone(),
             args,
             cores: Some(1),

@@ -179,8 +179,8 @@ impl Site {
         args.extend(["wwd".to_string(), self.site.clone(), self.listen.clone()]);
         let p = proto::ProcDescriptor {
             pid: pid.clone(),
-            kind: "native".into(),
-            class: "LC".into(),
+            kind: proto::ProcKind::Native.into(),
+            class: proto::ProcClass::Lc.into(),
             program: self.program.path.clone(),
             args,
             cores: Some(1),
@@ -261,7 +261,12 @@ impl Site {
             let wait = self.backoff.after_exit(lived);
             if !wait.is_zero() {
                 // Why it could not start is in its stderr: its last line.
-                let why = match self.client.clone().logs(&self.realm, &pid, "stderr").await {
+                let why = match self
+                    .client
+                    .clone()
+                    .logs(&self.realm, &pid, proto::LogStream::Stderr)
+                    .await
+                {
                     Ok(l) => String::from_utf8_lossy(&l.data)
                         .lines()
                         .last()

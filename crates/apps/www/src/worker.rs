@@ -158,7 +158,7 @@ async fn handle(
                 Err(e) => return fs_error(&e),
             };
             let mut size = st.size;
-            if st.r#type == "dir" {
+            if st.r#type() == proto::FileType::Dir {
                 path = format!("{}/index.html", path.trim_end_matches('/'));
                 match c.fs_stat(realm, &path).await {
                     Ok(st) => size = st.size,

@@ -35,6 +35,14 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_CONTENDED: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
 
+class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ROLE_UNSPECIFIED: _ClassVar[Role]
+    ROLE_READER: _ClassVar[Role]
+    ROLE_MEMBER: _ClassVar[Role]
+    ROLE_ADMIN: _ClassVar[Role]
+    ROLE_OPERATOR: _ClassVar[Role]
+
 class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     NODE_STATE_UNSPECIFIED: _ClassVar[NodeState]
@@ -42,6 +50,32 @@ class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NODE_STATE_DRAINING: _ClassVar[NodeState]
     NODE_STATE_LEFT: _ClassVar[NodeState]
     NODE_STATE_LOST: _ClassVar[NodeState]
+
+class AllocManager(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ALLOC_MANAGER_UNSPECIFIED: _ClassVar[AllocManager]
+    ALLOC_MANAGER_SMGR: _ClassVar[AllocManager]
+    ALLOC_MANAGER_RMGR: _ClassVar[AllocManager]
+
+class ProcKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROC_KIND_UNSPECIFIED: _ClassVar[ProcKind]
+    PROC_KIND_NATIVE: _ClassVar[ProcKind]
+    PROC_KIND_WASM: _ClassVar[ProcKind]
+    PROC_KIND_JS: _ClassVar[ProcKind]
+
+class ProcClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROC_CLASS_UNSPECIFIED: _ClassVar[ProcClass]
+    PROC_CLASS_LC: _ClassVar[ProcClass]
+    PROC_CLASS_BE: _ClassVar[ProcClass]
+
+class Scheduler(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SCHEDULER_UNSPECIFIED: _ClassVar[Scheduler]
+    SCHEDULER_FIFO: _ClassVar[Scheduler]
+    SCHEDULER_LOCALITY: _ClassVar[Scheduler]
+    SCHEDULER_LEAST_LOADED: _ClassVar[Scheduler]
 
 class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -65,6 +99,70 @@ class ProcState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROC_STATE_EXITED: _ClassVar[ProcState]
     PROC_STATE_EVICTED: _ClassVar[ProcState]
     PROC_STATE_FAILED: _ClassVar[ProcState]
+
+class LogStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOG_STREAM_UNSPECIFIED: _ClassVar[LogStream]
+    LOG_STREAM_STDOUT: _ClassVar[LogStream]
+    LOG_STREAM_STDERR: _ClassVar[LogStream]
+
+class NameKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NAME_KIND_UNSPECIFIED: _ClassVar[NameKind]
+    NAME_KIND_DIR: _ClassVar[NameKind]
+    NAME_KIND_FILE: _ClassVar[NameKind]
+    NAME_KIND_SYMLINK: _ClassVar[NameKind]
+
+class WatchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WATCH_MODE_UNSPECIFIED: _ClassVar[WatchMode]
+    WATCH_MODE_EXISTS: _ClassVar[WatchMode]
+    WATCH_MODE_REMOVED: _ClassVar[WatchMode]
+    WATCH_MODE_DIR: _ClassVar[WatchMode]
+
+class WatchOp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WATCH_OP_UNSPECIFIED: _ClassVar[WatchOp]
+    WATCH_OP_WATCHING: _ClassVar[WatchOp]
+    WATCH_OP_EXISTS: _ClassVar[WatchOp]
+    WATCH_OP_REMOVED: _ClassVar[WatchOp]
+    WATCH_OP_CREATE: _ClassVar[WatchOp]
+    WATCH_OP_SET: _ClassVar[WatchOp]
+    WATCH_OP_REMOVE: _ClassVar[WatchOp]
+
+class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FILE_TYPE_UNSPECIFIED: _ClassVar[FileType]
+    FILE_TYPE_DIR: _ClassVar[FileType]
+    FILE_TYPE_FILE: _ClassVar[FileType]
+
+class WorkflowStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WORKFLOW_STATUS_UNSPECIFIED: _ClassVar[WorkflowStatus]
+    WORKFLOW_STATUS_ENQUEUED: _ClassVar[WorkflowStatus]
+    WORKFLOW_STATUS_PENDING: _ClassVar[WorkflowStatus]
+    WORKFLOW_STATUS_SUCCESS: _ClassVar[WorkflowStatus]
+    WORKFLOW_STATUS_ERROR: _ClassVar[WorkflowStatus]
+    WORKFLOW_STATUS_CANCELLED: _ClassVar[WorkflowStatus]
+
+class StepKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_KIND_UNSPECIFIED: _ClassVar[StepKind]
+    STEP_KIND_FUNCTION: _ClassVar[StepKind]
+    STEP_KIND_PROCEDURE: _ClassVar[StepKind]
+    STEP_KIND_PROC: _ClassVar[StepKind]
+    STEP_KIND_SLEEP: _ClassVar[StepKind]
+    STEP_KIND_SEND: _ClassVar[StepKind]
+    STEP_KIND_RECV: _ClassVar[StepKind]
+    STEP_KIND_SET_EVENT: _ClassVar[StepKind]
+    STEP_KIND_GET_EVENT: _ClassVar[StepKind]
+
+class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STEP_STATUS_UNSPECIFIED: _ClassVar[StepStatus]
+    STEP_STATUS_RUNNING: _ClassVar[StepStatus]
+    STEP_STATUS_SUCCESS: _ClassVar[StepStatus]
+    STEP_STATUS_ERROR: _ClassVar[StepStatus]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID: ErrorReason
 ERROR_REASON_TOO_LARGE: ErrorReason
@@ -90,11 +188,30 @@ ERROR_REASON_UNIMPLEMENTED: ErrorReason
 ERROR_REASON_READ_ONLY: ErrorReason
 ERROR_REASON_CONTENDED: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+ROLE_UNSPECIFIED: Role
+ROLE_READER: Role
+ROLE_MEMBER: Role
+ROLE_ADMIN: Role
+ROLE_OPERATOR: Role
 NODE_STATE_UNSPECIFIED: NodeState
 NODE_STATE_UP: NodeState
 NODE_STATE_DRAINING: NodeState
 NODE_STATE_LEFT: NodeState
 NODE_STATE_LOST: NodeState
+ALLOC_MANAGER_UNSPECIFIED: AllocManager
+ALLOC_MANAGER_SMGR: AllocManager
+ALLOC_MANAGER_RMGR: AllocManager
+PROC_KIND_UNSPECIFIED: ProcKind
+PROC_KIND_NATIVE: ProcKind
+PROC_KIND_WASM: ProcKind
+PROC_KIND_JS: ProcKind
+PROC_CLASS_UNSPECIFIED: ProcClass
+PROC_CLASS_LC: ProcClass
+PROC_CLASS_BE: ProcClass
+SCHEDULER_UNSPECIFIED: Scheduler
+SCHEDULER_FIFO: Scheduler
+SCHEDULER_LOCALITY: Scheduler
+SCHEDULER_LEAST_LOADED: Scheduler
 STORAGE_CLASS_UNSPECIFIED: StorageClass
 STORAGE_CLASS_KV: StorageClass
 STORAGE_CLASS_NAMES: StorageClass
@@ -112,6 +229,46 @@ PROC_STATE_RUNNING: ProcState
 PROC_STATE_EXITED: ProcState
 PROC_STATE_EVICTED: ProcState
 PROC_STATE_FAILED: ProcState
+LOG_STREAM_UNSPECIFIED: LogStream
+LOG_STREAM_STDOUT: LogStream
+LOG_STREAM_STDERR: LogStream
+NAME_KIND_UNSPECIFIED: NameKind
+NAME_KIND_DIR: NameKind
+NAME_KIND_FILE: NameKind
+NAME_KIND_SYMLINK: NameKind
+WATCH_MODE_UNSPECIFIED: WatchMode
+WATCH_MODE_EXISTS: WatchMode
+WATCH_MODE_REMOVED: WatchMode
+WATCH_MODE_DIR: WatchMode
+WATCH_OP_UNSPECIFIED: WatchOp
+WATCH_OP_WATCHING: WatchOp
+WATCH_OP_EXISTS: WatchOp
+WATCH_OP_REMOVED: WatchOp
+WATCH_OP_CREATE: WatchOp
+WATCH_OP_SET: WatchOp
+WATCH_OP_REMOVE: WatchOp
+FILE_TYPE_UNSPECIFIED: FileType
+FILE_TYPE_DIR: FileType
+FILE_TYPE_FILE: FileType
+WORKFLOW_STATUS_UNSPECIFIED: WorkflowStatus
+WORKFLOW_STATUS_ENQUEUED: WorkflowStatus
+WORKFLOW_STATUS_PENDING: WorkflowStatus
+WORKFLOW_STATUS_SUCCESS: WorkflowStatus
+WORKFLOW_STATUS_ERROR: WorkflowStatus
+WORKFLOW_STATUS_CANCELLED: WorkflowStatus
+STEP_KIND_UNSPECIFIED: StepKind
+STEP_KIND_FUNCTION: StepKind
+STEP_KIND_PROCEDURE: StepKind
+STEP_KIND_PROC: StepKind
+STEP_KIND_SLEEP: StepKind
+STEP_KIND_SEND: StepKind
+STEP_KIND_RECV: StepKind
+STEP_KIND_SET_EVENT: StepKind
+STEP_KIND_GET_EVENT: StepKind
+STEP_STATUS_UNSPECIFIED: StepStatus
+STEP_STATUS_RUNNING: StepStatus
+STEP_STATUS_SUCCESS: StepStatus
+STEP_STATUS_ERROR: StepStatus
 
 class ErrorDetail(_message.Message):
     __slots__ = ("reason", "subject", "stale_epoch", "over_quota", "mounted")
@@ -207,11 +364,11 @@ class CreateTokenRequest(_message.Message):
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
-    role: str
+    role: Role
     ttl_ms: int
     note: str
     scope: str
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., ttl_ms: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ...) -> None: ...
 
 class TokenInfo(_message.Message):
     __slots__ = ("id", "realm", "user", "role", "pid", "created_us", "expires_us", "revoked_us", "note", "scope", "default_realm")
@@ -229,7 +386,7 @@ class TokenInfo(_message.Message):
     id: str
     realm: str
     user: str
-    role: str
+    role: Role
     pid: str
     created_us: int
     expires_us: int
@@ -237,7 +394,7 @@ class TokenInfo(_message.Message):
     note: str
     scope: str
     default_realm: str
-    def __init__(self, id: _Optional[str] = ..., realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[str] = ..., pid: _Optional[str] = ..., created_us: _Optional[int] = ..., expires_us: _Optional[int] = ..., revoked_us: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ..., default_realm: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., realm: _Optional[str] = ..., user: _Optional[str] = ..., role: _Optional[_Union[Role, str]] = ..., pid: _Optional[str] = ..., created_us: _Optional[int] = ..., expires_us: _Optional[int] = ..., revoked_us: _Optional[int] = ..., note: _Optional[str] = ..., scope: _Optional[str] = ..., default_realm: _Optional[str] = ...) -> None: ...
 
 class CreatedToken(_message.Message):
     __slots__ = ("info", "token")
@@ -497,13 +654,13 @@ class AllocDecision(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     seq: int
     at_us: int
-    manager: str
+    manager: AllocManager
     realm: str
     node_id: str
     cores_before: int
     cores_after: int
     reason: str
-    def __init__(self, seq: _Optional[int] = ..., at_us: _Optional[int] = ..., manager: _Optional[str] = ..., realm: _Optional[str] = ..., node_id: _Optional[str] = ..., cores_before: _Optional[int] = ..., cores_after: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, seq: _Optional[int] = ..., at_us: _Optional[int] = ..., manager: _Optional[_Union[AllocManager, str]] = ..., realm: _Optional[str] = ..., node_id: _Optional[str] = ..., cores_before: _Optional[int] = ..., cores_after: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RealmAllocation(_message.Message):
     __slots__ = ("realm", "elastic", "policy", "want_cores", "want_reason", "want_us", "grants", "live_cores", "unplaced_cores", "decisions")
@@ -615,7 +772,7 @@ class ProcDescriptor(_message.Message):
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     pid: str
     parent: str
-    kind: str
+    kind: ProcKind
     program: str
     args: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
@@ -625,7 +782,7 @@ class ProcDescriptor(_message.Message):
     restartable: bool
     host_paths: _containers.RepeatedScalarFieldContainer[str]
     scope: str
-    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[str] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., **kwargs) -> None: ...
+    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[_Union[ProcKind, str]] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., **kwargs) -> None: ...
 
 class CreateRealmRequest(_message.Message):
     __slots__ = ("realm", "scheduler", "elastic")
@@ -633,9 +790,9 @@ class CreateRealmRequest(_message.Message):
     SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     ELASTIC_FIELD_NUMBER: _ClassVar[int]
     realm: str
-    scheduler: str
+    scheduler: Scheduler
     elastic: ElasticPolicy
-    def __init__(self, realm: _Optional[str] = ..., scheduler: _Optional[str] = ..., elastic: _Optional[_Union[ElasticPolicy, _Mapping]] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., scheduler: _Optional[_Union[Scheduler, str]] = ..., elastic: _Optional[_Union[ElasticPolicy, _Mapping]] = ...) -> None: ...
 
 class ElasticPolicy(_message.Message):
     __slots__ = ("min_cores", "max_cores")
@@ -842,8 +999,8 @@ class LogsRequest(_message.Message):
     STREAM_FIELD_NUMBER: _ClassVar[int]
     realm: str
     pid: str
-    stream: str
-    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., stream: _Optional[str] = ...) -> None: ...
+    stream: LogStream
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., stream: _Optional[_Union[LogStream, str]] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
     __slots__ = ("data", "truncated")
@@ -994,7 +1151,7 @@ class NameEntry(_message.Message):
     CREATED_US_FIELD_NUMBER: _ClassVar[int]
     MODIFIED_US_FIELD_NUMBER: _ClassVar[int]
     path: str
-    kind: str
+    kind: NameKind
     data: bytes
     version: int
     owner: str
@@ -1002,7 +1159,7 @@ class NameEntry(_message.Message):
     session: str
     created_us: int
     modified_us: int
-    def __init__(self, path: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ..., version: _Optional[int] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., session: _Optional[str] = ..., created_us: _Optional[int] = ..., modified_us: _Optional[int] = ...) -> None: ...
+    def __init__(self, path: _Optional[str] = ..., kind: _Optional[_Union[NameKind, str]] = ..., data: _Optional[bytes] = ..., version: _Optional[int] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., session: _Optional[str] = ..., created_us: _Optional[int] = ..., modified_us: _Optional[int] = ...) -> None: ...
 
 class CreateNameRequest(_message.Message):
     __slots__ = ("realm", "path", "kind", "data", "owner", "mode", "session", "fence")
@@ -1016,13 +1173,13 @@ class CreateNameRequest(_message.Message):
     FENCE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     path: str
-    kind: str
+    kind: NameKind
     data: bytes
     owner: str
     mode: int
     session: str
     fence: Fence
-    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[str] = ..., data: _Optional[bytes] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., session: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., kind: _Optional[_Union[NameKind, str]] = ..., data: _Optional[bytes] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., session: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
 
 class SetNameRequest(_message.Message):
     __slots__ = ("realm", "path", "data", "if_version", "fence")
@@ -1132,8 +1289,8 @@ class WatchRequest(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     path: str
-    mode: str
-    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[str] = ...) -> None: ...
+    mode: WatchMode
+    def __init__(self, realm: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[_Union[WatchMode, str]] = ...) -> None: ...
 
 class WatchEvent(_message.Message):
     __slots__ = ("op", "path", "version", "entry")
@@ -1141,11 +1298,11 @@ class WatchEvent(_message.Message):
     PATH_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ENTRY_FIELD_NUMBER: _ClassVar[int]
-    op: str
+    op: WatchOp
     path: str
     version: int
     entry: NameEntry
-    def __init__(self, op: _Optional[str] = ..., path: _Optional[str] = ..., version: _Optional[int] = ..., entry: _Optional[_Union[NameEntry, _Mapping]] = ...) -> None: ...
+    def __init__(self, op: _Optional[_Union[WatchOp, str]] = ..., path: _Optional[str] = ..., version: _Optional[int] = ..., entry: _Optional[_Union[NameEntry, _Mapping]] = ...) -> None: ...
 
 class FenceRequest(_message.Message):
     __slots__ = ("realm", "fence")
@@ -1167,7 +1324,7 @@ class FsStat(_message.Message):
     MTIME_US_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     path: str
-    type: str
+    type: FileType
     owner: str
     mode: int
     size: int
@@ -1175,7 +1332,7 @@ class FsStat(_message.Message):
     ctime_us: int
     mtime_us: int
     layout: str
-    def __init__(self, path: _Optional[str] = ..., type: _Optional[str] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ...) -> None: ...
+    def __init__(self, path: _Optional[str] = ..., type: _Optional[_Union[FileType, str]] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ...) -> None: ...
 
 class FsCreateRequest(_message.Message):
     __slots__ = ("realm", "user", "path", "mode", "fence", "parallel")
@@ -1610,7 +1767,7 @@ class WorkflowInfo(_message.Message):
     workflow_id: str
     name: str
     app_version: str
-    status: str
+    status: WorkflowStatus
     queue: str
     priority: int
     input: bytes
@@ -1626,7 +1783,7 @@ class WorkflowInfo(_message.Message):
     started_us: int
     updated_us: int
     ended_us: int
-    def __init__(self, workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., app_version: _Optional[str] = ..., status: _Optional[str] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., input: _Optional[bytes] = ..., has_output: _Optional[bool] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., executor: _Optional[str] = ..., node_id: _Optional[str] = ..., attempts: _Optional[int] = ..., user: _Optional[str] = ..., forked_from: _Optional[str] = ..., created_us: _Optional[int] = ..., started_us: _Optional[int] = ..., updated_us: _Optional[int] = ..., ended_us: _Optional[int] = ...) -> None: ...
+    def __init__(self, workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., app_version: _Optional[str] = ..., status: _Optional[_Union[WorkflowStatus, str]] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., input: _Optional[bytes] = ..., has_output: _Optional[bool] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., executor: _Optional[str] = ..., node_id: _Optional[str] = ..., attempts: _Optional[int] = ..., user: _Optional[str] = ..., forked_from: _Optional[str] = ..., created_us: _Optional[int] = ..., started_us: _Optional[int] = ..., updated_us: _Optional[int] = ..., ended_us: _Optional[int] = ...) -> None: ...
 
 class ClaimRequest(_message.Message):
     __slots__ = ("realm", "executor", "queue", "max", "wait_ms")
@@ -1676,9 +1833,9 @@ class StepBeginRequest(_message.Message):
     workflow_id: str
     step: int
     name: str
-    kind: str
+    kind: StepKind
     input: bytes
-    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., input: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class StepOutcome(_message.Message):
     __slots__ = ("status", "output", "error", "recorded")
@@ -1686,11 +1843,11 @@ class StepOutcome(_message.Message):
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RECORDED_FIELD_NUMBER: _ClassVar[int]
-    status: str
+    status: StepStatus
     output: bytes
     error: str
     recorded: bool
-    def __init__(self, status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., recorded: _Optional[bool] = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[StepStatus, str]] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., recorded: _Optional[bool] = ...) -> None: ...
 
 class StepBeginResponse(_message.Message):
     __slots__ = ("done", "attempt")
@@ -1719,10 +1876,10 @@ class StepEndRequest(_message.Message):
     outcome: StepOutcome
     last: bool
     name: str
-    kind: str
+    kind: StepKind
     attempts: int
     input: bytes
-    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., attempts: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., workflow_id: _Optional[str] = ..., step: _Optional[int] = ..., outcome: _Optional[_Union[StepOutcome, _Mapping]] = ..., last: _Optional[bool] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., attempts: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class StepProcedureRequest(_message.Message):
     __slots__ = ("realm", "executor", "workflow_id", "step", "procedure", "args", "last")
@@ -1874,13 +2031,13 @@ class ListWorkflowsRequest(_message.Message):
     SINCE_US_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     realm: str
-    status: str
+    status: WorkflowStatus
     name: str
     queue: str
     app_version: str
     since_us: int
     limit: int
-    def __init__(self, realm: _Optional[str] = ..., status: _Optional[str] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., app_version: _Optional[str] = ..., since_us: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    def __init__(self, realm: _Optional[str] = ..., status: _Optional[_Union[WorkflowStatus, str]] = ..., name: _Optional[str] = ..., queue: _Optional[str] = ..., app_version: _Optional[str] = ..., since_us: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class ListWorkflowsResponse(_message.Message):
     __slots__ = ("workflows",)
@@ -1912,15 +2069,15 @@ class WorkflowStep(_message.Message):
     INPUT_FIELD_NUMBER: _ClassVar[int]
     step: int
     name: str
-    kind: str
-    status: str
+    kind: StepKind
+    status: StepStatus
     output: bytes
     error: str
     attempts: int
     started_us: int
     ended_us: int
     input: bytes
-    def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[str] = ..., status: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, step: _Optional[int] = ..., name: _Optional[str] = ..., kind: _Optional[_Union[StepKind, str]] = ..., status: _Optional[_Union[StepStatus, str]] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., attempts: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ..., input: _Optional[bytes] = ...) -> None: ...
 
 class WorkflowDetail(_message.Message):
     __slots__ = ("workflow", "steps", "more")
