@@ -101,27 +101,35 @@ pub const QUICK_EXIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest wait before starting a proc again.
 pub const RESTART_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// The first wait before starting again a proc that exited quickly.
+pub const RESTART_WAIT_FIRST: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// How long a supervisor waits before starting again a proc that exited:
 /// not at all after a proc that lived [`QUICK_EXIT`] or more; after quick
-/// exits, 250 ms doubling up to [`RESTART_WAIT_MAX`] — so a proc that
-/// cannot start (a port taken, a bad program) is not restarted in a tight
-/// loop.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    next: std::time::Duration,
+/// exits, [`RESTART_WAIT_FIRST`] doubling up to [`RESTART_WAIT_MAX`]
+/// (jittered: [`crate::retry::Backoff`]) — so a proc that cannot start (a
+/// port taken, a bad program) is not restarted in a tight loop.
+#[derive(Debug)]
+pub struct RestartBackoff {
+    pauses: crate::retry::Backoff,
 }
 
-impl Backoff {
+impl Default for RestartBackoff {
+    fn default() -> RestartBackoff {
+        RestartBackoff {
+            pauses: crate::retry::Backoff::new(RESTART_WAIT_FIRST, RESTART_WAIT_MAX),
+        }
+    }
+}
+
+impl RestartBackoff {
     /// The wait before the next start, given how long the last one lived.
     pub fn after_exit(&mut self, lived: std::time::Duration) -> std::time::Duration {
         if lived >= QUICK_EXIT {
-            self.next = std::time::Duration::ZERO;
-            return self.next;
+            self.pauses.reset();
+            return std::time::Duration::ZERO;
         }
-        self.next = (self.next * 2)
-            .max(std::time::Duration::from_millis(250))
-            .min(RESTART_WAIT_MAX);
-        self.next
+        self.pauses.pause()
     }
 }
 
@@ -160,15 +168,19 @@ mod tests {
 
     #[test]
     fn quick_exits_back_off_and_a_long_life_resets() {
-        let mut b = Backoff::default();
+        // Each wait is jittered: between half and all of its step.
+        let within = |p: Duration, step: Duration| {
+            assert!(p >= step / 2 && p <= step, "{p:?} for a step of {step:?}")
+        };
+        let mut b = RestartBackoff::default();
         let quick = Duration::from_millis(10);
-        assert_eq!(b.after_exit(quick), Duration::from_millis(250));
-        assert_eq!(b.after_exit(quick), Duration::from_millis(500));
+        within(b.after_exit(quick), Duration::from_millis(250));
+        within(b.after_exit(quick), Duration::from_millis(500));
         for _ in 0..20 {
             b.after_exit(quick);
         }
-        assert_eq!(b.after_exit(quick), RESTART_WAIT_MAX);
+        within(b.after_exit(quick), RESTART_WAIT_MAX);
         assert_eq!(b.after_exit(QUICK_EXIT), Duration::ZERO);
-        assert_eq!(b.after_exit(quick), Duration::from_millis(250));
+        within(b.after_exit(quick), Duration::from_millis(250));
     }
 }

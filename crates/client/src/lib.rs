@@ -24,6 +24,7 @@ pub mod fault;
 pub mod fs;
 pub mod names;
 pub mod procedures;
+pub mod retry;
 pub mod states;
 pub mod workflows;
 

@@ -41,6 +41,7 @@ use tokio::time::Instant;
 use tonic::Code;
 
 use crate::proto::{self, workflows_client::WorkflowsClient};
+use crate::retry::Backoff;
 use crate::{Client, Error, Transport};
 
 /// How long a call is retried while the node cannot be reached, unless the
@@ -48,6 +49,17 @@ use crate::{Client, Error, Transport};
 pub const RETRY_WINDOW: Duration = Duration::from_secs(120);
 /// Longest one wait the node is asked for (it caps waits at a minute).
 const WAIT_CHUNK: Duration = Duration::from_secs(30);
+/// The first pause before a call to an unreachable node is tried again.
+const CALL_PAUSE_FIRST: Duration = Duration::from_millis(20);
+/// The longest pause between tries of a call (within [`RETRY_WINDOW`]).
+const CALL_PAUSE_MAX: Duration = Duration::from_millis(500);
+/// The first pause after a claim failed (the node away), before asking
+/// again.
+const CLAIM_PAUSE_FIRST: Duration = Duration::from_millis(250);
+/// The longest pause between failed claims.
+const CLAIM_PAUSE_MAX: Duration = Duration::from_secs(5);
+/// The longest pause between a step's attempts, however many it is given.
+pub const STEP_PAUSE_MAX: Duration = Duration::from_secs(60);
 
 /// How a workflow's call failed.
 #[derive(Debug, thiserror::Error)]
@@ -181,20 +193,18 @@ impl Inner {
         F: FnMut(WorkflowsClient<Transport>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let until = Instant::now() + self.retry_window;
-        let mut pause = Duration::from_millis(20);
+        let mut pauses = Backoff::new(CALL_PAUSE_FIRST, CALL_PAUSE_MAX)
+            .until(Instant::now() + self.retry_window);
         loop {
             match call(self.rpc()).await {
                 Ok(r) => return Ok(r.into_inner()),
                 Err(s) => {
                     let e = Error::Status(s);
-                    if !transient(&e) || Instant::now() + pause > until {
+                    if !transient(&e) || !pauses.wait().await {
                         return Err(e);
                     }
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
         }
     }
 
@@ -466,16 +476,20 @@ impl Executor {
         let (me, queue) = (self.clone(), queue.to_string());
         let mut stop = self.inner.stop.subscribe();
         tokio::spawn(async move {
+            let mut pauses = Backoff::new(CLAIM_PAUSE_FIRST, CLAIM_PAUSE_MAX);
             loop {
                 let got = tokio::select! {
                     r = me.claim("Dequeue", &queue, WAIT_CHUNK.as_millis() as u32) => r,
                     _ = stop.wait_for(|s| *s) => return,
                 };
                 match got {
-                    Ok(c) => me.run_claims(c),
+                    Ok(c) => {
+                        pauses.reset();
+                        me.run_claims(c)
+                    }
                     Err(e) => {
                         eprintln!("executor {}: dequeue {queue}: {e}", me.inner.id);
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        pauses.wait().await;
                     }
                 }
             }
@@ -488,16 +502,20 @@ impl Executor {
         let me = self.clone();
         let mut stop = self.inner.stop.subscribe();
         tokio::spawn(async move {
+            let mut pauses = Backoff::new(CLAIM_PAUSE_FIRST, CLAIM_PAUSE_MAX);
             loop {
                 let got = tokio::select! {
                     r = me.claim("Recover", "", WAIT_CHUNK.as_millis() as u32) => r,
                     _ = stop.wait_for(|s| *s) => return,
                 };
                 match got {
-                    Ok(c) => me.run_claims(c),
+                    Ok(c) => {
+                        pauses.reset();
+                        me.run_claims(c)
+                    }
                     Err(e) => {
                         eprintln!("executor {}: recover: {e}", me.inner.id);
-                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        pauses.wait().await;
                     }
                 }
             }
@@ -636,8 +654,16 @@ pub struct StepInfo {
 pub struct Retry {
     /// Attempts in all (1: no retry).
     pub attempts: i64,
-    /// Pause before the second attempt, doubled after each.
+    /// Pause before the second attempt, doubled after each up to
+    /// [`STEP_PAUSE_MAX`] (each jittered).
     pub backoff: Duration,
+}
+
+impl Retry {
+    fn pauses(&self) -> Backoff {
+        let first = self.backoff.min(STEP_PAUSE_MAX);
+        Backoff::new(first, STEP_PAUSE_MAX)
+    }
 }
 
 impl Default for Retry {
@@ -766,7 +792,7 @@ impl Ctx {
         Fut: Future<Output = Result<Vec<u8>, String>>,
     {
         let step = self.next();
-        let mut pause = retry.backoff;
+        let mut pauses = retry.pauses();
         if self.fresh {
             return self.fresh_step(step, name, retry, f).await;
         }
@@ -794,8 +820,7 @@ impl Ctx {
             if last {
                 return result_of(got);
             }
-            tokio::time::sleep(pause).await;
-            pause *= 2;
+            pauses.wait().await;
         }
     }
 
@@ -813,7 +838,7 @@ impl Ctx {
         F: FnMut(StepInfo) -> Fut,
         Fut: Future<Output = Result<Vec<u8>, String>>,
     {
-        let mut pause = retry.backoff;
+        let mut pauses = retry.pauses();
         let mut attempt = 1;
         let r = loop {
             let r = f(StepInfo {
@@ -825,8 +850,7 @@ impl Ctx {
                 break r;
             }
             attempt += 1;
-            tokio::time::sleep(pause).await;
-            pause *= 2;
+            pauses.wait().await;
         };
         let got = self
             .end(
@@ -854,7 +878,7 @@ impl Ctx {
         retry: Retry,
     ) -> Result<Vec<u8>, WfError> {
         let step = self.next();
-        let mut pause = retry.backoff;
+        let mut pauses = retry.pauses();
         let mut attempt = 1;
         loop {
             let last = attempt >= retry.attempts.max(1);
@@ -877,8 +901,7 @@ impl Ctx {
                 return result_of(o);
             }
             attempt += 1;
-            tokio::time::sleep(pause).await;
-            pause *= 2;
+            pauses.wait().await;
         }
     }
 
@@ -917,22 +940,20 @@ impl Ctx {
         let (realm, pid) = (self.inner.realm.clone(), proc.pid.clone());
         let mut c = self.inner.client.clone();
         let until = Instant::now() + self.inner.retry_window;
+        let mut pauses = Backoff::new(CALL_PAUSE_FIRST, CALL_PAUSE_MAX).until(until);
         loop {
             match c.spawn(&realm, proc.clone()).await {
                 Ok(_) => break,
                 Err(e) if e.code() == Some(Code::AlreadyExists) => break,
-                Err(e) if transient(&e) && Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                Err(e) if transient(&e) && pauses.wait().await => {}
                 Err(e) => return Err(format!("spawn {pid}: {e}")),
             }
         }
+        let mut pauses = Backoff::new(CALL_PAUSE_FIRST, CALL_PAUSE_MAX).until(until);
         let st = loop {
             match c.wait_exit(&realm, &pid).await {
                 Ok(st) => break st,
-                Err(e) if transient(&e) && Instant::now() < until => {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+                Err(e) if transient(&e) && pauses.wait().await => {}
                 Err(e) => return Err(format!("wait for {pid}: {e}")),
             }
         };

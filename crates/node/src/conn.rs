@@ -85,8 +85,11 @@ pub const CALLS_PER_REALM_MAX: usize = 2_048;
 /// answer within [`KEEPALIVE_TIMEOUT`] is closed, and its calls with it.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-/// Longest pause before accepting again when accept fails (out of file
-/// descriptors): the pause doubles from 10 ms up to this.
+/// The first pause before accepting again when accept fails (out of file
+/// descriptors).
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+/// Longest pause before accepting again when accept fails: the pause
+/// doubles from [`ACCEPT_BACKOFF_MIN`] up to this (jittered).
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// How long a connection with no call open stays open (gRPC's
 /// MAX_CONNECTION_IDLE): a client reconnects when it calls again.
@@ -481,7 +484,7 @@ pub fn incoming_shared(
 ) -> impl tokio_stream::Stream<Item = std::io::Result<Conn>> {
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tokio::spawn(async move {
-        let mut backoff = Duration::from_millis(10);
+        let mut pauses = tabos_client::retry::Backoff::new(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
         loop {
             let slot = tokio::select! {
                 () = tx.closed() => return, // the server stopped
@@ -496,7 +499,7 @@ pub fn incoming_shared(
             };
             match accepted {
                 Ok((stream, source)) => {
-                    backoff = Duration::from_millis(10);
+                    pauses.reset();
                     let state = Arc::new(ConnState::new(limits, source));
                     if !slots.door.ledger.admit(&state) {
                         // Over its source's cap: closed at once (dropped).
@@ -515,13 +518,13 @@ pub fn incoming_shared(
                     }
                 }
                 Err(e) => {
-                    eprintln!("accept failed ({e}); pausing {backoff:?}");
+                    let pause = pauses.pause();
+                    eprintln!("accept failed ({e}); pausing {pause:?}");
                     drop(slot);
                     tokio::select! {
                         () = tx.closed() => return,
-                        () = tokio::time::sleep(backoff) => {}
+                        () = tokio::time::sleep(pause) => {}
                     }
-                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                 }
             }
         }

@@ -1195,7 +1195,7 @@ async fn serve_realms(
             // process out of descriptors) must not leave the realm unserved
             // for the node's life: tried again, with back-off, until it
             // works or the realm or node stops.
-            let mut pause = SERVE_RETRY_MIN;
+            let mut pauses = tabos_client::retry::Backoff::new(SERVE_RETRY_MIN, SERVE_RETRY_MAX);
             loop {
                 match begin_serving(&node, &realm).await {
                     Ok(true) => break,
@@ -1205,6 +1205,7 @@ async fn serve_realms(
                         return;
                     }
                     Err(why) => {
+                        let pause = pauses.pause();
                         eprintln!(
                             "node {}: {why}; trying again in {pause:?}",
                             node.settings.node_id
@@ -1216,7 +1217,6 @@ async fn serve_realms(
                             }
                             () = tokio::time::sleep(pause) => {}
                         }
-                        pause = (pause * 2).min(SERVE_RETRY_MAX);
                     }
                 }
             }

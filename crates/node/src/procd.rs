@@ -656,7 +656,8 @@ impl Procd {
         // recorded once it is back — never lost, and never recorded for a
         // proc the cluster has given back meanwhile (the kernel records an
         // end only for a live proc this worker holds).
-        let mut pause = EXIT_RETRY_PAUSE_MIN;
+        let mut pauses =
+            tabos_client::retry::Backoff::new(EXIT_RETRY_PAUSE_MIN, EXIT_RETRY_PAUSE_MAX);
         let next = loop {
             let next = procs::exited_and_claim(
                 &self.store,
@@ -675,8 +676,7 @@ impl Procd {
                 Err(tabos_kernel::Error::Store(e))
                     if e.is_unavailable() && !self.stopping.load(Ordering::SeqCst) =>
                 {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(EXIT_RETRY_PAUSE_MAX);
+                    pauses.wait().await;
                 }
                 other => break other,
             }

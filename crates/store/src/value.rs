@@ -276,7 +276,7 @@ pub enum ReadScope {
     /// realm, and the realm's tenant tables (`<realm>/<name>`, SQLite).
     /// Nothing else is there — not other tables, not the catalogue — and
     /// nothing in the statement's text reaches past it (see
-    /// ARCHITECTURE.md, "Realm-scoped SQL").
+    /// docs/internals.md, "Realm-scoped SQL").
     Realm(String),
 }
 

@@ -67,7 +67,7 @@ struct Balancer {
     /// A kvd exited before joining: no kvd is started before this (so one
     /// that cannot start is not restarted in a tight loop).
     hold_until: Option<tokio::time::Instant>,
-    backoff: tabos_client::app::Backoff,
+    backoff: tabos_client::app::RestartBackoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
     spawned: u64,

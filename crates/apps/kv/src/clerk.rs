@@ -139,8 +139,8 @@ impl Clerk {
             _ => return Ok(Reply::err(format!("ERR unknown command '{cmd}'"))),
         };
         let repeatable = matches!(cmd.as_str(), "GET" | "SET" | "MGET" | "EXISTS" | "MSET");
-        let deadline = tokio::time::Instant::now() + RETRY_MAX;
-        let mut pause = PAUSE_MIN;
+        let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
+            .until(tokio::time::Instant::now() + RETRY_MAX);
         loop {
             let why = match self.attempt(&cmd, args, &keys).await {
                 Ok(r) => return Ok(r),
@@ -156,13 +156,11 @@ impl Clerk {
                 }
                 Err(Failure::Uncertain(why)) => why,
             };
-            if tokio::time::Instant::now() + pause > deadline {
+            if !pauses.wait().await {
                 return Err(Error::Unavailable(format!(
                     "gave up after {RETRY_MAX:?}: {why}"
                 )));
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(PAUSE_MAX);
             // The config may have changed while a shard moved.
             let _ = self.reread_config().await;
         }

@@ -31,6 +31,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tabos_client::names::{Election, Group, Session, WatchMode};
 use tabos_client::proto;
+use tabos_client::retry::Backoff;
 use tabos_client::Client;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
@@ -42,6 +43,11 @@ use crate::{Ctx, Error, Result};
 
 /// The TTL of a kvd's session: how long a dead leader holds its group.
 pub const SESSION_TTL: Duration = Duration::from_secs(2);
+/// The first pause before a lost watch or a shard not taken is tried
+/// again.
+const PAUSE_FIRST: Duration = Duration::from_millis(20);
+/// The longest such pause.
+const PAUSE_MAX: Duration = Duration::from_secs(2);
 /// Reads stop this long before the session could have expired.
 const LEASE_MARGIN: Duration = Duration::from_millis(300);
 /// How often a kvd records its load.
@@ -287,7 +293,7 @@ impl Kvd {
 
     async fn resyncer(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<u32>) {
         while let Some(s) = rx.recv().await {
-            let mut pause = Duration::from_millis(20);
+            let mut pauses = Backoff::new(PAUSE_FIRST, PAUSE_MAX);
             loop {
                 if self.lock().shards.contains_key(&s) {
                     break;
@@ -296,8 +302,7 @@ impl Kvd {
                     Ok(()) => break,
                     Err(e) => {
                         eprintln!("kvd {}: cannot take shard {s} again: {e}", self.addr);
-                        tokio::time::sleep(pause).await;
-                        pause = (pause * 2).min(Duration::from_secs(2));
+                        pauses.wait().await;
                     }
                 }
             }
@@ -306,7 +311,7 @@ impl Kvd {
 
     /// Watches the service's directory; applies each new config.
     async fn follow_config(self: Arc<Self>) {
-        let mut pause = Duration::from_millis(20);
+        let mut pauses = Backoff::new(PAUSE_FIRST, PAUSE_MAX);
         loop {
             let mut c = self.client.clone();
             let stream = c
@@ -315,15 +320,14 @@ impl Kvd {
             // Whatever happened while no watch was open is read now.
             self.reread_config().await;
             if let Ok(mut stream) = stream {
-                pause = Duration::from_millis(20);
+                pauses.reset();
                 while let Ok(Some(ev)) = stream.message().await {
                     if ev.path == self.layout.config() {
                         self.reread_config().await;
                     }
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
+            pauses.wait().await;
         }
     }
 

@@ -92,7 +92,7 @@ pub struct Supervisor {
     /// When each live balancer was started, and the wait before starting
     /// one again after a quick exit.
     started: std::collections::HashMap<String, tokio::time::Instant>,
-    backoff: tabos_client::app::Backoff,
+    backoff: tabos_client::app::RestartBackoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
 }

@@ -54,8 +54,8 @@ impl DirWatch {
         if let Ok(Some(ev)) = self.stream.message().await {
             return Ok(Watched::Event(Box::new(ev)));
         }
-        let deadline = tokio::time::Instant::now() + REOPEN_MAX;
-        let mut pause = PAUSE_MIN;
+        let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
+            .until(tokio::time::Instant::now() + REOPEN_MAX);
         loop {
             match self
                 .client
@@ -66,10 +66,10 @@ impl DirWatch {
                     self.stream = s;
                     return Ok(Watched::Reopened);
                 }
-                Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.into()),
-                Err(_) => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(PAUSE_MAX);
+                Err(e) => {
+                    if !pauses.wait().await {
+                        return Err(e.into());
+                    }
                 }
             }
         }

@@ -37,7 +37,7 @@ struct State {
     spawned: u64,
     last_grow: Option<Instant>,
     /// The wait before replacing a worker that exited quickly.
-    backoff: tabos_client::app::Backoff,
+    backoff: tabos_client::app::RestartBackoff,
     /// The most requests in flight since `window_start`.
     peak: usize,
     window_start: Instant,

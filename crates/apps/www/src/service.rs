@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tabos_client::app::{spawn_watched, unique_pid};
 use tabos_client::proto;
+use tabos_client::retry::Backoff;
 use tabos_client::Client;
 use tokio::sync::mpsc;
 
@@ -70,7 +71,7 @@ pub struct Site {
     wwd: Option<String>,
     /// When the wwd was started, and the wait before starting it again.
     started: tokio::time::Instant,
-    backoff: tabos_client::app::Backoff,
+    backoff: tabos_client::app::RestartBackoff,
     exits: mpsc::UnboundedSender<String>,
     exited: mpsc::UnboundedReceiver<String>,
     pool: Current,
@@ -86,11 +87,11 @@ impl Drop for Site {
 
 /// Hands each of wwd's load reports to the current pool.
 async fn read_load(client: Client, realm: String, mailbox: String, pool: Current) {
-    let mut pause = std::time::Duration::from_millis(20);
+    let mut pauses = Backoff::new(crate::wwd::PAUSE_FIRST, crate::wwd::PAUSE_MAX);
     loop {
         let mut c = client.clone();
         if let Ok(mut s) = c.recv_stream(&realm, &mailbox, 64).await {
-            pause = std::time::Duration::from_millis(20);
+            pauses.reset();
             while let Ok(Some(batch)) = s.message().await {
                 // The latest report of a batch is the one that counts.
                 let peak = batch
@@ -104,8 +105,7 @@ async fn read_load(client: Client, realm: String, mailbox: String, pool: Current
                 }
             }
         }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(std::time::Duration::from_secs(2));
+        pauses.wait().await;
     }
 }
 

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request as HttpRequest, Response as HttpResponse, StatusCode};
 use tabos_client::proto;
+use tabos_client::retry::Backoff;
 use tabos_client::Client;
 use tokio::sync::oneshot;
 
@@ -45,6 +46,10 @@ pub const HEADER_WAIT: Duration = Duration::from_secs(10);
 pub const BODY_WAIT: Duration = Duration::from_secs(10);
 /// How often wwd reports its load (only while it has any, and once after).
 pub const REPORT_EVERY: Duration = Duration::from_millis(250);
+/// The first pause before a lost mailbox stream is opened again.
+pub const PAUSE_FIRST: Duration = Duration::from_millis(20);
+/// The longest such pause.
+pub const PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// A response being put together from its parts.
 struct Pending {
@@ -147,19 +152,18 @@ impl Wwd {
 
     /// Reads the answers from wwd's mailbox and completes their requests.
     async fn read_answers(self: Arc<Self>) {
-        let mut pause = Duration::from_millis(20);
+        let mut pauses = Backoff::new(PAUSE_FIRST, PAUSE_MAX);
         loop {
             let mut c = self.client.clone();
             if let Ok(mut s) = c.recv_stream(&self.realm, &self.me, 64).await {
-                pause = Duration::from_millis(20);
+                pauses.reset();
                 while let Ok(Some(batch)) = s.message().await {
                     for m in batch.messages {
                         self.part(&m.payload);
                     }
                 }
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(2));
+            pauses.wait().await;
         }
     }
 
