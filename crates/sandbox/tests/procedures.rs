@@ -143,6 +143,15 @@ fn invalid_code_is_refused_with_the_compilers_message() {
         .check_procedure(Language::Js, b"tabos.get('x'); function main() {}", &l)
         .unwrap_err();
     assert!(e.message.contains("only while main runs"), "{e}");
+    // A top level that never ends is stopped at the time limit, which
+    // times the script alone (not the runtime and context made for it).
+    let e = sb
+        .check_procedure(Language::Js, b"for (;;) {} function main() {}", &short())
+        .unwrap_err();
+    assert_eq!(e.kind, FailureKind::Timeout, "{e}");
+    // And the checker is usable after it.
+    sb.check_procedure(Language::Js, b"function main() {}", &short())
+        .unwrap();
 }
 
 #[test]

@@ -398,13 +398,23 @@ fn failure(ctx: &Ctx<'_>, e: rquickjs::Error) -> ProcError {
 }
 
 /// Makes a context for `code` of `tenant`: the API, the script, `main`.
-fn make_context(runtime: &Runtime, tenant: &str, code: &[u8]) -> Result<JsContext, ProcError> {
+/// A context with the prelude, the API and `code` evaluated. With
+/// `code_limit`, only the evaluation of `code` is timed, from its start
+/// (an install's check); without, whatever deadline the caller set holds
+/// throughout (a call's).
+fn make_context(
+    runtime: &Runtime,
+    tenant: &str,
+    code: &[u8],
+    code_limit: Option<std::time::Duration>,
+) -> Result<JsContext, ProcError> {
     let context = Context::full(runtime)
         .map_err(|e| ProcError::new(FailureKind::Runtime, format!("JavaScript context: {e}")))?;
     let main = context.with(|ctx| -> Result<_, ProcError> {
         ctx.eval::<(), _>(PRELUDE.replace("__MAX__", &JS_ARRAY_LENGTH_MAX.to_string()))
             .map_err(|e| failure(&ctx, e))?;
         install_api(&ctx, tenant).map_err(|e| failure(&ctx, e))?;
+        let _limit = code_limit.map(|l| Deadline::set(Instant::now() + l));
         ctx.eval::<(), _>(code.to_vec())
             .map_err(|e| failure(&ctx, e))?;
         let main: Value = ctx.globals().get("main").map_err(|e| failure(&ctx, e))?;
@@ -420,9 +430,12 @@ fn make_context(runtime: &Runtime, tenant: &str, code: &[u8]) -> Result<JsContex
 }
 
 pub(crate) fn check(sandbox: &Sandbox, code: &[u8], limits: &Limits) -> Result<(), ProcError> {
-    let _deadline = Deadline::set(Instant::now() + limits.timeout);
+    // Only the script's own evaluation is timed: making this thread's
+    // runtime and a context with the prelude is the node's work, which an
+    // overloaded machine (or a debug build) can make slow — an install was
+    // once refused "time limit exceeded" for a three-line script that way.
     let made = with_worker(sandbox, "check", |w| {
-        make_context(&w.runtime, "check", code).map(|_| ())
+        make_context(&w.runtime, "check", code, Some(limits.timeout)).map(|_| ())
     });
     made.map_err(|mut e| {
         if matches!(e.kind, FailureKind::Exception) {
@@ -448,7 +461,7 @@ pub(crate) fn call(
     with_worker(sandbox, spec.tenant, |w| {
         if !w.contexts.contains_key(&key) {
             let code = lend.load()?;
-            let made = make_context(&w.runtime, spec.tenant, &code)?;
+            let made = make_context(&w.runtime, spec.tenant, &code, None)?;
             while w.contexts.len() >= JS_CONTEXTS_MAX {
                 let Some(old) = w.order.pop_front() else {
                     break;
