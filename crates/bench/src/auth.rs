@@ -276,6 +276,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let auth = tabos_node::auth::Auth::open(store.clone())?;
     let token = rt
         .block_on(auth.create(tabos_kernel::auth::Spec::operator("bench")))?
+        .0
         .token;
     let n = if quick { 100_000 } else { 1_000_000 };
     let t0 = Instant::now();

@@ -51,8 +51,29 @@ fn realm(u: usize) -> String {
     format!("u{u}")
 }
 
+/// The bench's operator: the kernel's operations act for a caller only
+/// authentication makes, so the bench makes one credential and acts as
+/// each user through it.
+static OPERATOR: std::sync::OnceLock<tabos_kernel::auth::Principal> = std::sync::OnceLock::new();
+
+fn sign_in(rt: &tokio::runtime::Runtime, store: &Store) -> anyhow::Result<()> {
+    let spec = tabos_kernel::auth::Spec::operator("bench fs");
+    let (_, p) = rt.block_on(tabos_kernel::auth::create(store, spec))?;
+    let _ = OPERATOR.set(p);
+    Ok(())
+}
+
+/// `user` in realm `r`, acting through the bench's operator.
+fn acting(r: &str, user: &str) -> Caller {
+    OPERATOR
+        .get()
+        .expect("sign_in ran first")
+        .act(r, user, r)
+        .expect("a valid realm and user")
+}
+
 fn user(u: usize) -> Caller {
-    Caller::new(&format!("u{u}")).expect("a valid user name")
+    acting(&realm(u), &format!("u{u}"))
 }
 
 fn file_path(f: usize) -> String {
@@ -144,7 +165,7 @@ fn tabos_setup(store: &Store, files: usize) -> anyhow::Result<()> {
     for u in 0..USERS {
         let (r, who) = (realm(u), user(u));
         // Each user owns the realm's files (created by root, then given).
-        let root = Caller::root();
+        let root = acting(&r, "root");
         for f in 0..files {
             let (r, who, root, data, p) = (
                 r.clone(),
@@ -158,7 +179,7 @@ fn tabos_setup(store: &Store, files: usize) -> anyhow::Result<()> {
                 move |tx| {
                     let now = tabos_store::now_us();
                     fs::create_tx(tx, &r, &root, &p, 0o644, now)?;
-                    fs::chown_tx(tx, &r, &root, &p, &who.user, now)?;
+                    fs::chown_tx(tx, &r, &root, &p, who.user(), now)?;
                     fs::write_tx(tx, &r, &who, &p, 0, &data, now)
                 },
             ));
@@ -484,7 +505,7 @@ fn table1(
         let r = realm(u);
         store.call(
             tabos_kernel::realm_partition(&r, store.partitions()),
-            move |tx| fs::mkdir_tx(tx, &r, &Caller::root(), "/t1", 0o777, 1),
+            move |tx| fs::mkdir_tx(tx, &r, &acting(&r, "root"), "/t1", 0o777, 1),
         )?;
     }
     let tx_op = |create: bool| {
@@ -631,7 +652,7 @@ fn table2(
     // The same tree on both: /home/uN/fM owned by uN, sizes 1–64 KB.
     for u in 0..USERS {
         store.call(pk, move |tx| {
-            let root = Caller::root();
+            let root = acting(R, "root");
             let home = format!("/home/u{u}");
             if u == 0 {
                 fs::mkdir_tx(tx, R, &root, "/home", 0o755, 1)?;
@@ -993,6 +1014,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
     let node = start_node(&rt, dir.path(), false)?;
+    sign_in(&rt, &node.store)?;
     if filter.is_empty() || filter.starts_with("fig10") {
         eprintln!(
             "fs: setting up {USERS} users × {} files × {FILE_BLOCKS} blocks of {BLOCK} bytes on both ...",

@@ -303,20 +303,23 @@ pub fn mint() -> Result<Minted> {
     Ok(Minted { id, token, hash })
 }
 
-/// Who a credential acts for.
+/// Who a credential acts for. Its fields are private: a principal is made
+/// only here, from a credential row the store holds ([`load`],
+/// [`load_one`], [`list`]) or one just committed ([`create_tx`]) — so no
+/// code outside authentication can make one, or change one it was given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
-    pub id: CredentialId,
+    id: CredentialId,
     /// The realm; empty for an operator (who acts for any realm).
-    pub realm: String,
+    realm: String,
     /// The user within the realm: whose files it reads and writes.
-    pub user: String,
-    pub role: Role,
+    user: String,
+    role: Role,
     /// A proc's credential: the proc it was made for.
-    pub pid: Option<Pid>,
-    pub expires_us: Option<i64>,
+    pid: Option<Pid>,
+    expires_us: Option<i64>,
     /// `Some`: it may do only what the scope names.
-    pub scope: Option<Scope>,
+    scope: Option<Scope>,
 }
 
 impl Principal {
@@ -328,6 +331,94 @@ impl Principal {
 
     pub fn is_operator(&self) -> bool {
         self.role == Role::Operator
+    }
+
+    pub fn id(&self) -> &CredentialId {
+        &self.id
+    }
+
+    /// The realm; empty for an operator.
+    pub fn realm(&self) -> &str {
+        &self.realm
+    }
+
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// A proc's credential: the proc it was made for.
+    pub fn pid(&self) -> Option<&Pid> {
+        self.pid.as_ref()
+    }
+
+    pub fn expires_us(&self) -> Option<i64> {
+        self.expires_us
+    }
+
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_ref()
+    }
+
+    /// The one way to a [`Caller`]: this principal acting in `realm` as
+    /// `user` (each empty for the credential's own). An operator's acts in
+    /// any realm (`default_realm`, the node's, when none is named) as any
+    /// user (`root` by default); any other acts only in its realm, as its
+    /// user.
+    pub fn act(&self, realm: &str, user: &str, default_realm: &str) -> Result<Caller> {
+        let denied = |what: &str, own: &str, asked: &str| {
+            Err(Error::Denied(format!(
+                "credential {} {what} {own}, not {asked}",
+                self.id
+            )))
+        };
+        let (realm, user) = if self.is_operator() {
+            let realm = if realm.is_empty() {
+                default_realm
+            } else {
+                realm
+            };
+            let user = if user.is_empty() {
+                self.user.as_str()
+            } else {
+                user
+            };
+            (realm, user)
+        } else {
+            if !(realm.is_empty() || realm == self.realm) {
+                return denied("acts for realm", &self.realm, realm);
+            }
+            if !(user.is_empty() || user == self.user) {
+                return denied("acts as user", &self.user, user);
+            }
+            (self.realm.as_str(), self.user.as_str())
+        };
+        validate_realm(realm)?;
+        validate_user(user)?;
+        Ok(Caller {
+            realm: realm.to_string(),
+            user: user.to_string(),
+            role: self.role,
+            pid: self.pid.clone(),
+            scope: self.scope.clone(),
+            origin: Origin::Credential(self.id.clone()),
+        })
+    }
+
+    /// The principal of a credential just committed.
+    fn created(spec: &Spec, minted: &Minted) -> Principal {
+        Principal {
+            id: minted.id.clone(),
+            realm: spec.realm.clone(),
+            user: spec.user.clone(),
+            role: spec.role,
+            pid: spec.pid.clone(),
+            expires_us: spec.expires_us,
+            scope: spec.scope.clone(),
+        }
     }
 }
 
@@ -409,25 +500,191 @@ fn partition_of(realm: &str, partitions: u32) -> PKey {
 /// The user who may do anything in a realm's files and names.
 pub const ROOT: &str = "root";
 
-/// Who asks, within a realm: the user a request acts for (from its
-/// credential), checked against owners and modes by fs and names.
+/// Who an operation acts for: a realm, the user in it, the credential's
+/// role, its proc and its scope. Made only by authentication
+/// ([`Principal::act`]; the fields are private), it is the first argument
+/// of every kernel operation that acts for someone, and each operation
+/// asks it what it needs ([`Caller::require`], [`Caller::unscoped`],
+/// [`Caller::may_send`] …) — no door checks access on its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    pub user: String,
+    realm: String,
+    user: String,
+    role: Role,
+    pid: Option<Pid>,
+    scope: Option<Scope>,
+    /// What it acts by.
+    origin: Origin,
+}
+
+/// What a [`Caller`] acts by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    /// A credential its request carried.
+    Credential(CredentialId),
+    /// A proc procd runs itself (wasm), started by the claim that made
+    /// this caller: it acts for its spawner's user without a credential.
+    Proc(Pid),
 }
 
 impl Caller {
-    pub fn new(user: &str) -> Result<Caller> {
-        validate_user(user)?;
-        Ok(Caller { user: user.into() })
+    pub fn realm(&self) -> &str {
+        &self.realm
     }
 
-    pub fn root() -> Caller {
-        Caller { user: ROOT.into() }
+    /// The user whose files and names it uses.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// The proc the credential was made for.
+    pub fn pid(&self) -> Option<&Pid> {
+        self.pid.as_ref()
+    }
+
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_ref()
     }
 
     pub fn is_root(&self) -> bool {
         self.user == ROOT
+    }
+
+    pub fn is_operator(&self) -> bool {
+        self.role == Role::Operator
+    }
+
+    /// The same caller in `realm`: only an operator's moves (an
+    /// operator acts for every realm).
+    pub fn in_realm(&self, realm: &str) -> Result<Caller> {
+        if realm == self.realm {
+            return Ok(self.clone());
+        }
+        self.require(Role::Operator)?;
+        validate_realm(realm)?;
+        Ok(Caller {
+            realm: realm.to_string(),
+            ..self.clone()
+        })
+    }
+
+    /// The credential it came from (`None`: a proc run inside procd).
+    pub fn credential(&self) -> Option<&CredentialId> {
+        match &self.origin {
+            Origin::Credential(id) => Some(id),
+            Origin::Proc(_) => None,
+        }
+    }
+
+    /// A proc procd runs itself, as the claim that starts it makes it
+    /// (`procs::ProcInfo::caller`): its realm, its spawner's `user`, role
+    /// member (a native proc's credential's), its scope.
+    pub(crate) fn of_started_proc(
+        realm: &str,
+        pid: &Pid,
+        user: &str,
+        scope: Option<Scope>,
+    ) -> Result<Caller> {
+        validate_user(user)?;
+        Ok(Caller {
+            realm: realm.to_string(),
+            user: user.to_string(),
+            role: Role::Member,
+            pid: Some(pid.clone()),
+            scope,
+            origin: Origin::Proc(pid.clone()),
+        })
+    }
+
+    fn who(&self) -> String {
+        match &self.origin {
+            Origin::Credential(id) => format!("credential {id}"),
+            Origin::Proc(pid) => format!("proc {pid}"),
+        }
+    }
+
+    /// Refuses unless the credential has at least `need`.
+    pub fn require(&self, need: Role) -> Result<()> {
+        if self.role >= need {
+            Ok(())
+        } else {
+            Err(Error::Denied(format!(
+                "{} has role {}; this needs {need}",
+                self.who(),
+                self.role
+            )))
+        }
+    }
+
+    /// Refuses a scoped credential, for `what` (e.g. "create mailboxes").
+    pub fn unscoped(&self, what: &str) -> Result<()> {
+        match &self.scope {
+            Some(scope) => Err(Error::Denied(format!(
+                "{} is scoped to mailboxes ({scope}) and may not {what}",
+                self.who()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Caller::require`] `need`, and [`Caller::unscoped`]: what every
+    /// operation outside the mailboxes asks first.
+    pub fn may(&self, need: Role, what: &str) -> Result<()> {
+        self.require(need)?;
+        self.unscoped(what)
+    }
+
+    /// Refuses sending to `to` unless the credential is unscoped or its
+    /// scope grants it.
+    pub fn may_send(&self, to: &Address) -> Result<()> {
+        self.scope_allows(|s| s.may_send(to), &format!("send to {to}"))
+    }
+
+    /// Refuses receiving from (or looking at) `from` unless the credential
+    /// is unscoped or its scope grants it.
+    pub fn may_recv(&self, from: &Address) -> Result<()> {
+        self.scope_allows(|s| s.may_recv(from), &format!("receive from {from}"))
+    }
+
+    /// Refuses acting for proc `pid` (sending as it, saying it started or
+    /// exited) unless the credential is that proc's or is not a proc's.
+    pub fn may_act_for(&self, pid: &Pid) -> Result<()> {
+        match &self.pid {
+            Some(own) if own != pid => Err(Error::Denied(format!(
+                "{} is proc {own}'s and cannot act for proc {pid}",
+                self.who()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// What a send from `from` to `to` needs: role member, acting for the
+    /// proc it sends as, and a scope that grants each mailbox.
+    pub fn may_send_all<'a>(
+        &self,
+        from: Option<&Address>,
+        to: impl IntoIterator<Item = &'a Address>,
+    ) -> Result<()> {
+        self.require(Role::Member)?;
+        if let Some(Address::Proc(pid)) = from {
+            self.may_act_for(pid)?;
+        }
+        to.into_iter().try_for_each(|a| self.may_send(a))
+    }
+
+    fn scope_allows(&self, ok: impl Fn(&Scope) -> bool, what: &str) -> Result<()> {
+        match &self.scope {
+            // The same words as `unscoped`: a scope names mailboxes.
+            Some(scope) if !ok(scope) => Err(Error::Denied(format!(
+                "{} is scoped to mailboxes ({scope}) and may not {what}",
+                self.who()
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -450,7 +707,7 @@ pub fn validate_user(user: &str) -> Result<()> {
 /// Procedure body: records a credential (its hash) made by [`mint`]. A
 /// realm credential needs its realm; a realm holds at most
 /// [`CREDENTIALS_PER_REALM_MAX`] live ones besides its procs'.
-pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> Result<()> {
+pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> Result<Principal> {
     spec.validate()?;
     let p = crate::p_key(tx);
     debug_assert!(!spec.realm.is_empty() || tx.p_key() == PKey(0));
@@ -499,22 +756,22 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
     if spec.pid.is_none() {
         notify_change(tx, &minted.id, false)?;
     }
-    Ok(())
+    Ok(Principal::created(spec, minted))
 }
 
 /// Creates a credential: mints its token and records it. The token is in
-/// the result and nowhere else.
-pub async fn create(store: &Store, spec: Spec) -> Result<Minted> {
+/// the result and nowhere else; the principal is the one the row makes.
+pub async fn create(store: &Store, spec: Spec) -> Result<(Minted, Principal)> {
     spec.validate()?;
     let minted = mint()?;
     let now = tabos_store::now_us();
     let (s, m) = (spec.clone(), minted.clone());
-    store
+    let principal = store
         .run(spec.partition(store.partitions()), move |tx| {
             create_tx(tx, &s, &m, now)
         })
         .await?;
-    Ok(minted)
+    Ok((minted, principal))
 }
 
 /// Procedure body: revokes credential `id` if `realm` is its realm (any

@@ -37,9 +37,14 @@
 //! `/proc` is a read-only view generated from the proc table: `/proc/<pid>`
 //! files whose data is the proc's state.
 //!
-//! Permissions, as the filesystem's ([`permit_tx`], checked by every entry
-//! point — the Names service and wasm procs' host calls — in the
-//! operation's own transaction): an entry belongs to the user who created
+//! Operations acting for someone take a [`Caller`] (section "operations"):
+//! each checks the caller's role and scope and its permissions
+//! ([`permit_tx`]) in its own transaction, so the doors that call them —
+//! the Names service and wasm procs' host calls — check nothing
+//! themselves. The `_tx` bodies below them act for nobody; only the
+//! kernel calls those.
+//!
+//! Permissions, as the filesystem's: an entry belongs to the user who created
 //! it; its owner and other mode bits say who may read it (`r`: get, list)
 //! and change it (`w`: set, AdvanceEpoch, fence); creating, removing or
 //! renaming needs `w` and `x` on the directory, and in a sticky directory
@@ -50,7 +55,7 @@
 
 use tabos_store::{params, Row, Store, Tx};
 
-use crate::auth::{Caller, ROOT};
+use crate::auth::{Caller, Role, ROOT};
 use crate::{p_key, validate_realm, Error, Result};
 
 /// Longest path, in bytes.
@@ -328,7 +333,12 @@ fn must_get(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
 /// Procedure body: checks a request's fence, raising the directory's epoch
 /// to the request's. Refuses with [`Error::StaleEpoch`] if the directory
 /// has seen a newer epoch.
-pub fn check_fence_tx(tx: &mut dyn Tx, realm: &str, fence: &Fence, now_us: i64) -> Result<()> {
+pub(crate) fn check_fence_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    fence: &Fence,
+    now_us: i64,
+) -> Result<()> {
     validate_path(&fence.dir)?;
     if fence.epoch < 0 {
         return Err(Error::Invalid("an epoch is never negative".into()));
@@ -408,7 +418,7 @@ fn live_session(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Res
 /// [`Error::AlreadyExists`]). `data` is a file's bytes or a symlink's
 /// target, empty for a directory. Returns the new entry's version (1).
 #[allow(clippy::too_many_arguments)]
-pub fn create_tx(
+pub(crate) fn create_tx(
     tx: &mut dyn Tx,
     realm: &str,
     path: &str,
@@ -483,24 +493,11 @@ pub fn create_tx(
     Ok(1)
 }
 
-/// Procedure body: sets a file's data, creating the file (owned by root)
-/// if it does not exist; with `if_version`, only if the file is at that
-/// version (0: only if it does not exist). Returns the new version.
-pub fn set_tx(
-    tx: &mut dyn Tx,
-    realm: &str,
-    path: &str,
-    data: &[u8],
-    if_version: Option<i64>,
-    fence: Option<&Fence>,
-    now_us: i64,
-) -> Result<i64> {
-    set_by_tx(tx, realm, ROOT, path, data, if_version, fence, now_us)
-}
-
-/// [`set_tx`], a file it creates owned by `owner`.
+/// Procedure body: sets a file's data, creating the file (owned by
+/// `owner`) if it does not exist; with `if_version`, only if the file is at
+/// that version (0: only if it does not exist). Returns the new version.
 #[allow(clippy::too_many_arguments)]
-pub fn set_by_tx(
+pub(crate) fn set_by_tx(
     tx: &mut dyn Tx,
     realm: &str,
     owner: &str,
@@ -564,7 +561,7 @@ pub fn set_by_tx(
 }
 
 /// Procedure body: the entry at `path` (the `/proc` view included).
-pub fn get_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
+pub(crate) fn get_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Entry> {
     validate_realm(realm)?;
     validate_path(path)?;
     if path == "/" {
@@ -611,7 +608,7 @@ pub enum NameOp<'a> {
 }
 
 fn may(e: &Entry, who: &Caller, need: i64, what: &str) -> Result<()> {
-    let bits = if e.owner == who.user {
+    let bits = if e.owner == who.user() {
         (e.mode >> 6) & 7
     } else {
         e.mode & 7
@@ -621,7 +618,10 @@ fn may(e: &Entry, who: &Caller, need: i64, what: &str) -> Result<()> {
     } else {
         Err(Error::Denied(format!(
             "{} may not {what} {} (owner {}, mode {:o})",
-            who.user, e.path, e.owner, e.mode
+            who.user(),
+            e.path,
+            e.owner,
+            e.mode
         )))
     }
 }
@@ -644,10 +644,13 @@ fn changeable_dir(tx: &mut dyn Tx, realm: &str, path: &str, who: &Caller) -> Res
 
 fn sticky(d: Option<&Entry>, e: &Entry, who: &Caller) -> Result<()> {
     match d {
-        Some(d) if d.mode & STICKY != 0 && who.user != e.owner && who.user != d.owner => {
+        Some(d) if d.mode & STICKY != 0 && who.user() != e.owner && who.user() != d.owner => {
             Err(Error::Denied(format!(
                 "{} may not remove or rename {} in sticky {} (owner {})",
-                who.user, e.path, d.path, e.owner
+                who.user(),
+                e.path,
+                d.path,
+                e.owner
             )))
         }
         _ => Ok(()),
@@ -658,7 +661,7 @@ fn sticky(d: Option<&Entry>, e: &Entry, who: &Caller) -> Result<()> {
 /// permissions). Call it in the operation's transaction, before the
 /// operation; a refusal is [`Error::Denied`]. An entry that does not exist
 /// is left for the operation to report.
-pub fn permit_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, op: NameOp<'_>) -> Result<()> {
+pub(crate) fn permit_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, op: NameOp<'_>) -> Result<()> {
     validate_realm(realm)?;
     if who.is_root() {
         return Ok(());
@@ -712,7 +715,7 @@ pub fn permit_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, op: NameOp<'_>) -> 
                 Some(e) => may(&e, who, 2, "fence"),
                 None if dir == "/" => Err(Error::Denied(format!(
                     "{} may not fence / (root's)",
-                    who.user
+                    who.user()
                 ))),
                 None => Ok(()),
             }
@@ -723,9 +726,9 @@ pub fn permit_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, op: NameOp<'_>) -> 
                 params![p_key(tx), realm, session],
             )?;
             match row {
-                Some(r) if r.get::<String>(0)? != who.user => Err(Error::Denied(format!(
+                Some(r) if r.get::<String>(0)? != who.user() => Err(Error::Denied(format!(
                     "session {session} is not {}'s",
-                    who.user
+                    who.user()
                 ))),
                 _ => Ok(()),
             }
@@ -735,7 +738,7 @@ pub fn permit_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, op: NameOp<'_>) -> 
 
 /// Procedure body: removes `path` (a directory only when empty); with
 /// `if_version`, only at that version.
-pub fn remove_tx(
+pub(crate) fn remove_tx(
     tx: &mut dyn Tx,
     realm: &str,
     path: &str,
@@ -778,7 +781,7 @@ fn remove_entry(tx: &mut dyn Tx, realm: &str, e: &Entry, now_us: i64) -> Result<
 
 /// Procedure body: renames `from` to `to` atomically, with everything under
 /// it. `to` may be an existing file (replaced); not an existing directory.
-pub fn rename_tx(
+pub(crate) fn rename_tx(
     tx: &mut dyn Tx,
     realm: &str,
     from: &str,
@@ -841,7 +844,11 @@ pub fn rename_tx(
 
 /// Procedure body: the directory's entries, by name (at most
 /// [`READDIR_MAX`]; the flag says whether there were more), and its version.
-pub fn readdir_tx(tx: &mut dyn Tx, realm: &str, dir: &str) -> Result<(Vec<Entry>, bool, i64)> {
+pub(crate) fn readdir_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    dir: &str,
+) -> Result<(Vec<Entry>, bool, i64)> {
     validate_realm(realm)?;
     validate_path(dir)?;
     if dir == PROC_VIEW {
@@ -870,13 +877,9 @@ pub fn readdir_tx(tx: &mut dyn Tx, realm: &str, dir: &str) -> Result<(Vec<Entry>
 }
 
 /// Procedure body: AdvanceEpoch — reads the epoch file at `path` (created
-/// at 0 if missing, owned by root), increments it, returns the new epoch.
-pub fn advance_epoch_tx(tx: &mut dyn Tx, realm: &str, path: &str, now_us: i64) -> Result<i64> {
-    advance_epoch_by_tx(tx, realm, ROOT, path, now_us)
-}
-
-/// [`advance_epoch_tx`], an epoch file it creates owned by `owner`.
-pub fn advance_epoch_by_tx(
+/// at 0 if missing, owned by `owner`), increments it, returns the new
+/// epoch.
+pub(crate) fn advance_epoch_by_tx(
     tx: &mut dyn Tx,
     realm: &str,
     owner: &str,
@@ -915,7 +918,7 @@ pub fn advance_epoch_by_tx(
 // ---- sessions ----
 
 /// Procedure body: opens session `session` for `owner` with a TTL.
-pub fn open_session_tx(
+pub(crate) fn open_session_tx(
     tx: &mut dyn Tx,
     realm: &str,
     session: &str,
@@ -955,7 +958,12 @@ pub fn open_session_tx(
 
 /// Procedure body: renews a live session for another TTL; a session that
 /// has lapsed (even if not yet reaped) cannot be renewed.
-pub fn renew_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<i64> {
+pub(crate) fn renew_session_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    session: &str,
+    now_us: i64,
+) -> Result<i64> {
     validate_realm(realm)?;
     let row = tx.query_opt(
         "UPDATE name_session SET expires_us = $4 + ttl_us \
@@ -971,7 +979,12 @@ pub fn renew_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64
 }
 
 /// Procedure body: closes a session, removing its ephemeral entries.
-pub fn close_session_tx(tx: &mut dyn Tx, realm: &str, session: &str, now_us: i64) -> Result<usize> {
+pub(crate) fn close_session_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    session: &str,
+    now_us: i64,
+) -> Result<usize> {
     validate_realm(realm)?;
     let n = tx.execute(
         "DELETE FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
@@ -1106,19 +1119,178 @@ fn proc_view_dir(tx: &mut dyn Tx, realm: &str) -> Result<(Vec<Entry>, bool, i64)
     Ok((out, rows.len() > READDIR_MAX, 0))
 }
 
+// ---- operations: each acts for a caller and checks it ----
+
+/// What the namespace's operations refuse to a scoped credential.
+const USE: &str = "use the namespace";
+
+/// Creates `path` for `who` (exclusive), owned by them, with `mode` (0:
+/// the default) and, with `session`, ephemeral on that session (theirs).
+/// Needs role member. Returns the new entry's version (1).
+#[allow(clippy::too_many_arguments)]
+pub fn create(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    path: &str,
+    kind: Kind,
+    data: &[u8],
+    mode: i64,
+    session: Option<&str>,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<i64> {
+    who.may(Role::Member, USE)?;
+    let realm = who.realm();
+    permit_tx(tx, realm, who, NameOp::Create(path))?;
+    if let Some(s) = session {
+        permit_tx(tx, realm, who, NameOp::Session(s))?;
+    }
+    let opts = CreateOptions {
+        owner: who.user().to_string(),
+        mode,
+        session: session.map(str::to_string),
+    };
+    create_tx(tx, realm, path, kind, data, &opts, fence, now_us)
+}
+
+/// Sets a file's data for `who` ([`set_by_tx`]: a file it creates is
+/// theirs). Needs role member.
+pub fn set(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    path: &str,
+    data: &[u8],
+    if_version: Option<i64>,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<i64> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Write(path))?;
+    set_by_tx(
+        tx,
+        who.realm(),
+        who.user(),
+        path,
+        data,
+        if_version,
+        fence,
+        now_us,
+    )
+}
+
+/// The entry at `path`, if `who` may read it. Needs role reader.
+pub fn get(tx: &mut dyn Tx, who: &Caller, path: &str) -> Result<Entry> {
+    who.may(Role::Reader, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Read(path))?;
+    get_tx(tx, who.realm(), path)
+}
+
+/// Removes `path` ([`remove_tx`]) for `who`. Needs role member.
+pub fn remove(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    path: &str,
+    if_version: Option<i64>,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Remove(path))?;
+    remove_tx(tx, who.realm(), path, if_version, fence, now_us)
+}
+
+/// Renames `from` to `to` ([`rename_tx`]) for `who`. Needs role member.
+pub fn rename(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    from: &str,
+    to: &str,
+    fence: Option<&Fence>,
+    now_us: i64,
+) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Rename(from, to))?;
+    rename_tx(tx, who.realm(), from, to, fence, now_us)
+}
+
+/// Lists `dir` ([`readdir_tx`]) for `who`. Needs role reader.
+pub fn read_dir(tx: &mut dyn Tx, who: &Caller, dir: &str) -> Result<(Vec<Entry>, bool, i64)> {
+    who.may(Role::Reader, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::List(dir))?;
+    readdir_tx(tx, who.realm(), dir)
+}
+
+/// Raises `path`'s epoch for `who` ([`advance_epoch_by_tx`]). Needs role
+/// member.
+pub fn advance_epoch(tx: &mut dyn Tx, who: &Caller, path: &str, now_us: i64) -> Result<i64> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Write(path))?;
+    advance_epoch_by_tx(tx, who.realm(), who.user(), path, now_us)
+}
+
+/// Checks `fence` for `who` ([`check_fence_tx`]). Needs role member.
+pub fn fence(tx: &mut dyn Tx, who: &Caller, fence: &Fence, now_us: i64) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Fence(&fence.dir))?;
+    check_fence_tx(tx, who.realm(), fence, now_us)
+}
+
+/// Opens `session` for `who` (theirs) for `ttl_us`. Needs role member.
+/// Returns when it lapses unless renewed.
+pub fn open_session(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    session: &str,
+    ttl_us: i64,
+    now_us: i64,
+) -> Result<i64> {
+    who.may(Role::Member, USE)?;
+    open_session_tx(tx, who.realm(), session, who.user(), ttl_us, now_us)?;
+    Ok(now_us + ttl_us)
+}
+
+/// Renews `who`'s `session`. Needs role member.
+pub fn renew_session(tx: &mut dyn Tx, who: &Caller, session: &str, now_us: i64) -> Result<i64> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Session(session))?;
+    renew_session_tx(tx, who.realm(), session, now_us)
+}
+
+/// Closes `who`'s `session`, removing its ephemeral entries. Needs role
+/// member.
+pub fn close_session(tx: &mut dyn Tx, who: &Caller, session: &str, now_us: i64) -> Result<usize> {
+    who.may(Role::Member, USE)?;
+    permit_tx(tx, who.realm(), who, NameOp::Session(session))?;
+    close_session_tx(tx, who.realm(), session, now_us)
+}
+
+/// Whether `who` may watch `path`: `dir` (a directory's changes) is listing
+/// it; waiting for a path is reading its directory. Needs role reader.
+pub fn may_watch(tx: &mut dyn Tx, who: &Caller, path: &str, dir: bool) -> Result<()> {
+    who.may(Role::Reader, USE)?;
+    validate_path(path)?;
+    let listed = if dir { path } else { parent_of(path) };
+    permit_tx(tx, who.realm(), who, NameOp::List(listed))
+}
+
 // ---- calls ----
 
 pub use crate::{call, read};
 
 /// OpenWatch: waits until `path` exists and returns it, woken by the change
-/// feed (subscribe, then look, then wait).
-pub async fn wait_exists(store: &Store, realm: &str, path: &str) -> Result<Entry> {
+/// feed (subscribe, then look, then wait). Needs what [`may_watch`] does.
+pub async fn wait_exists(store: &Store, who: &Caller, path: &str) -> Result<Entry> {
     validate_path(path)?;
+    let realm = who.realm();
     let chan = dir_channel(realm, parent_of(path));
     let mut sub = store.subscribe(&chan);
     loop {
-        let (r, pa) = (realm.to_string(), path.to_string());
-        match read(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
+        let (w, pa) = (who.clone(), path.to_string());
+        let looked = read(store, realm, move |tx| {
+            may_watch(tx, &w, &pa, false)?;
+            get_tx(tx, w.realm(), &pa)
+        });
+        match looked.await {
             Ok(e) => return Ok(e),
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
@@ -1128,14 +1300,19 @@ pub async fn wait_exists(store: &Store, realm: &str, path: &str) -> Result<Entry
 }
 
 /// SetRemoveWatch: waits until `path` does not exist (at once if it does
-/// not now).
-pub async fn wait_removed(store: &Store, realm: &str, path: &str) -> Result<()> {
+/// not now). Needs what [`may_watch`] does.
+pub async fn wait_removed(store: &Store, who: &Caller, path: &str) -> Result<()> {
     validate_path(path)?;
+    let realm = who.realm();
     let chan = dir_channel(realm, parent_of(path));
     let mut sub = store.subscribe(&chan);
     loop {
-        let (r, pa) = (realm.to_string(), path.to_string());
-        match read(store, realm, move |tx| get_tx(tx, &r, &pa)).await {
+        let (w, pa) = (who.clone(), path.to_string());
+        let looked = read(store, realm, move |tx| {
+            may_watch(tx, &w, &pa, false)?;
+            get_tx(tx, w.realm(), &pa)
+        });
+        match looked.await {
             Ok(_) => {}
             Err(Error::NotFound(_)) => return Ok(()),
             Err(e) => return Err(e),
@@ -1156,18 +1333,24 @@ async fn wait_note(store: &Store, chan: &str, sub: &mut tabos_store::Subscriptio
     }
 }
 
-/// SetDirWatch: subscribes to `dir`'s changes and then reads its version,
+/// SetDirWatch (needs what [`may_watch`] does): subscribes to `dir`'s
+/// changes and then reads its version,
 /// so every change committed after that version arrives on the
 /// subscription, once and in commit order ([`Change::parse`] reads them).
 pub async fn watch_dir(
     store: &Store,
-    realm: &str,
+    who: &Caller,
     dir: &str,
 ) -> Result<(tabos_store::Subscription, i64)> {
     validate_path(dir)?;
+    let realm = who.realm();
     let sub = store.subscribe(&dir_channel(realm, dir));
-    let (r, d) = (realm.to_string(), dir.to_string());
-    let e = read(store, realm, move |tx| get_tx(tx, &r, &d)).await?;
+    let (w, d) = (who.clone(), dir.to_string());
+    let e = read(store, realm, move |tx| {
+        may_watch(tx, &w, &d, true)?;
+        get_tx(tx, w.realm(), &d)
+    })
+    .await?;
     if e.kind != Kind::Dir {
         return Err(Error::Invalid(format!(
             "{dir} is a {}, not a directory",

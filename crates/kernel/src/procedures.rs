@@ -29,7 +29,11 @@ use tabos_sandbox::procedure::{code_hash, validate_name, Language, Limits, ProcS
 use tabos_sandbox::{CallOutput, Host, HostError, RecvCall, Sandbox};
 use tabos_store::{params, Confinement, Store, Tx, Value};
 
+use crate::auth::Role;
 use crate::fs::{self, Caller, FileType};
+
+/// What procedures' operations refuse to a scoped credential.
+const USE: &str = "use procedures";
 use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use crate::kv::{self, SCAN_LIMITS};
 use crate::{p_key, partition, validate_realm, Error, Result};
@@ -53,7 +57,6 @@ pub struct Info {
 /// What an install asks for.
 #[derive(Debug, Clone)]
 pub struct Install {
-    pub realm: String,
     pub name: String,
     pub language: Language,
     pub code: Vec<u8>,
@@ -208,10 +211,11 @@ impl Procedures {
         &self.sandbox
     }
 
-    /// Checks and installs (or replaces) a procedure; returns what was
-    /// stored.
-    pub async fn install(&self, req: Install) -> Result<Info> {
-        validate_realm(&req.realm)?;
+    /// Checks and installs (or replaces) a procedure in the caller's realm;
+    /// returns what was stored. Needs role admin.
+    pub async fn install(&self, who: &Caller, req: Install) -> Result<Info> {
+        who.may(Role::Admin, USE)?;
+        let realm = who.realm();
         validate_name(&req.name).map_err(Error::Invalid)?;
         // The check compiles (wasm) or evaluates (JS) on a blocking thread:
         // it can take milliseconds, and a hostile script up to its limit.
@@ -225,7 +229,7 @@ impl Procedures {
                 error,
             })?;
         let info = Info {
-            realm: req.realm.clone(),
+            realm: realm.to_string(),
             name: req.name.clone(),
             language: req.language,
             code_bytes: req.code.len(),
@@ -237,15 +241,18 @@ impl Procedures {
         };
         let (row, code) = (info.clone(), req.code);
         self.store
-            .run(partition(&self.store, &req.realm)?, move |tx| {
+            .run(partition(&self.store, realm)?, move |tx| {
                 install_tx(tx, &row, &code)
             })
             .await?;
         Ok(info)
     }
 
-    /// Removes a procedure; `NotFound` if there is none of that name.
-    pub async fn remove(&self, realm: &str, name: &str) -> Result<()> {
+    /// Removes a procedure of the caller's realm; `NotFound` if there is
+    /// none of that name. Needs role admin.
+    pub async fn remove(&self, who: &Caller, name: &str) -> Result<()> {
+        who.may(Role::Admin, USE)?;
+        let realm = who.realm();
         validate_name(name).map_err(Error::Invalid)?;
         let (r, n) = (realm.to_string(), name.to_string());
         self.store
@@ -263,29 +270,23 @@ impl Procedures {
             .await
     }
 
-    /// The realm's procedures, by name.
-    pub async fn list(&self, realm: &str) -> Result<Vec<Info>> {
+    /// The caller's realm's procedures, by name. Needs role reader.
+    pub async fn list(&self, who: &Caller) -> Result<Vec<Info>> {
+        who.may(Role::Reader, USE)?;
+        let realm = who.realm();
         let r = realm.to_string();
         self.store
             .run(partition(&self.store, realm)?, move |tx| list_tx(tx, &r))
             .await
     }
 
-    /// Calls procedure `name` of `realm` with `args` in one transaction,
-    /// its file calls acting for the realm's root.
-    pub async fn call(&self, realm: &str, name: &str, args: Vec<u8>) -> Result<CallOutput> {
-        self.call_as(realm, &Caller::root(), name, args).await
-    }
-
-    /// [`call`](Procedures::call), its file calls acting for `who` (the
-    /// caller's user: a procedure never has more rights than its caller).
-    pub async fn call_as(
-        &self,
-        realm: &str,
-        who: &Caller,
-        name: &str,
-        args: Vec<u8>,
-    ) -> Result<CallOutput> {
+    /// Calls procedure `name` of the caller's realm with `args` in one
+    /// transaction, its file calls acting for the caller's user (a
+    /// procedure never has more rights than its caller). Needs role
+    /// member.
+    pub async fn call(&self, who: &Caller, name: &str, args: Vec<u8>) -> Result<CallOutput> {
+        who.may(Role::Member, USE)?;
+        let realm = who.realm();
         validate_name(name).map_err(Error::Invalid)?;
         // Shared, not copied, by each attempt's closure.
         let (r, n): (Arc<str>, Arc<str>) = (realm.into(), name.into());

@@ -298,6 +298,10 @@ pub struct ProcInfo {
     /// Re-queued rather than failed when its node is lost
     /// ([`Descriptor::restartable`]).
     pub restartable: bool,
+    /// Who the proc acts as in its host calls: set by the claim that starts
+    /// a proc run inside procd (wasm), `None` on every other read. (A
+    /// native proc acts with its own credential.)
+    pub caller: Option<crate::auth::Caller>,
 }
 
 /// The columns [`proc_from_row`] reads, as a literal for `concat!` (a
@@ -347,6 +351,7 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
             .transpose()?,
         host_network: r.get(21)?,
         restartable: r.get(22)?,
+        caller: None,
     })
 }
 
@@ -758,6 +763,12 @@ fn claim_one_tx(
     if start {
         event_tx(tx, realm, info.pid.as_str(), "start", None, now_us)?;
         info.start_us = Some(now_us);
+        info.caller = Some(crate::auth::Caller::of_started_proc(
+            &info.realm,
+            &info.pid,
+            &info.user,
+            info.scope.clone(),
+        )?);
     }
     notify_proc(tx, realm, info.pid.as_str(), state.as_str())?;
     info.state = state;

@@ -48,21 +48,23 @@ fn credentials_live_and_die(b: Backend) {
     let mut broadcast = s.subscribe(auth::CHANGES_CHANNEL);
     let op = rt
         .block_on(auth::create(s, Spec::operator("test")))
-        .unwrap();
+        .unwrap()
+        .0;
     let member = rt
         .block_on(auth::create(s, Spec::realm("r", "alice", Role::Member)))
-        .unwrap();
+        .unwrap()
+        .0;
     let proc_spec = Spec {
         pid: Some(Pid::new("p1").unwrap()),
         ..Spec::realm("r", "alice", Role::Member)
     };
-    let for_proc = rt.block_on(auth::create(s, proc_spec)).unwrap();
+    let for_proc = rt.block_on(auth::create(s, proc_spec)).unwrap().0;
     let mut its_own = s.subscribe(&auth::proc_channel(&for_proc.id));
     let brief = Spec {
         expires_us: Some(tabos_store::now_us() - 1),
         ..Spec::realm("r", "bob", Role::Reader)
     };
-    let expired = rt.block_on(auth::create(s, brief)).unwrap();
+    let expired = rt.block_on(auth::create(s, brief)).unwrap().0;
     // A realm that does not exist has no credentials.
     let e = rt
         .block_on(auth::create(s, Spec::realm("nope", "x", Role::Admin)))
@@ -100,13 +102,10 @@ fn credentials_live_and_die(b: Backend) {
         "a proc's credential is looked up when shown, not loaded"
     );
     let (h, p) = auth::load_one(s, &for_proc.id, now).unwrap().unwrap();
-    assert_eq!(
-        (h, p.pid.as_ref().map(Pid::as_str)),
-        (for_proc.hash, Some("p1"))
-    );
+    assert_eq!((h, p.pid().map(Pid::as_str)), (for_proc.hash, Some("p1")));
     let (_, p) = auth::load_one(s, &member.id, now).unwrap().unwrap();
     assert_eq!(
-        (p.realm.as_str(), p.user.as_str(), p.role),
+        (p.realm(), p.user(), p.role()),
         ("r", "alice", Role::Member)
     );
     assert!(auth::load_one(s, &expired.id, now).unwrap().is_none());
@@ -140,7 +139,7 @@ fn credentials_live_and_die(b: Backend) {
     let live: Vec<_> = auth::load(s, tabos_store::now_us())
         .unwrap()
         .into_iter()
-        .map(|(_, p)| p.id)
+        .map(|(_, p)| p.id().clone())
         .collect();
     assert_eq!(live, vec![op.id.clone()]);
 }

@@ -30,7 +30,7 @@ fn now() -> i64 {
 }
 
 fn user(name: &str) -> Caller {
-    Caller::new(name).unwrap()
+    common::as_user(R, name)
 }
 
 fn create(s: &Store, who: &Caller, path: &str, mode: i64) -> tabos_kernel::Result<Stat> {
@@ -124,7 +124,7 @@ type Step<'a> = Box<dyn Fn() -> tabos_kernel::Result<()> + 'a>;
 fn posix_semantics(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
-    let root = Caller::root();
+    let root = user("root");
     let drop_ok = |r: tabos_kernel::Result<Stat>| r.map(drop);
     let steps: Vec<(&str, Step, Want)> = vec![
         (
@@ -271,7 +271,7 @@ fn posix_semantics(b: Backend) {
 fn reads_and_writes_across_blocks_holes_and_truncation(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
-    let root = Caller::root();
+    let root = user("root");
     let bs = BLOCK_BYTES_LOCAL as usize;
     create(s, &root, "/f", 0o644).unwrap();
     // A model file beside it: every operation is checked against it.
@@ -328,7 +328,7 @@ fn reads_and_writes_across_blocks_holes_and_truncation(b: Backend) {
 fn private_files_and_permissions(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
-    let (root, alice, bob) = (Caller::root(), user("alice"), user("bob"));
+    let (root, alice, bob) = (user("root"), user("alice"), user("bob"));
     mkdir(s, &root, "/home", 0o755).unwrap();
     mkdir(s, &root, "/home/alice", 0o755).unwrap();
     let chown = |p: &str, u: &str, who: &Caller| {
@@ -442,7 +442,7 @@ fn private_files_and_permissions(b: Backend) {
 fn bad_paths_and_arguments_change_nothing(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
-    let root = Caller::root();
+    let root = user("root");
     let long = format!("/{}", "x".repeat(300));
     for bad in [
         "",
@@ -482,7 +482,10 @@ fn bad_paths_and_arguments_change_nothing(b: Backend) {
         truncate(s, &root, "/f", -1),
         Err(Error::Invalid(_))
     ));
-    assert!(matches!(Caller::new("bad user!"), Err(Error::Invalid(_))));
+    assert!(matches!(
+        common::caller(R, "bad user!"),
+        Err(Error::Invalid(_))
+    ));
     let too_big = vec![0u8; fs::IO_BYTES_MAX + 1];
     assert!(matches!(
         write(s, &root, "/f", 0, &too_big),

@@ -6,7 +6,7 @@
 
 use std::io::BufRead;
 
-use tabos_kernel::fs::{self, Caller, BLOCK_BYTES_LOCAL};
+use tabos_kernel::fs::{self, BLOCK_BYTES_LOCAL};
 use tabos_store::testing::TempDir;
 use tabos_store::{Config, Store};
 
@@ -49,7 +49,7 @@ fn crash_child_writer() {
         let path = format!("/f{}", k % FILES);
         let data = content(k);
         run(&s, move |tx| {
-            let (root, now) = (Caller::root(), tabos_store::now_us());
+            let (root, now) = (common::as_user(REALM, "root"), tabos_store::now_us());
             if let Err(tabos_kernel::Error::NotFound(_)) = fs::stat_tx(tx, REALM, &path) {
                 fs::create_tx(tx, REALM, &root, &path, 0o644, now)?;
             }
@@ -120,7 +120,14 @@ fn files_survive_sigkill_whole_and_consistent() {
         let path = format!("/f{f}");
         let p = path.clone();
         let data = run(&s, move |tx| {
-            fs::read_tx(tx, REALM, &Caller::root(), &p, 0, fs::IO_BYTES_MAX)
+            fs::read_tx(
+                tx,
+                REALM,
+                &common::as_user(REALM, "root"),
+                &p,
+                0,
+                fs::IO_BYTES_MAX,
+            )
         })
         .unwrap();
         let k = u64::from_le_bytes(data[..8].try_into().unwrap());

@@ -20,7 +20,7 @@ both!(
 const R: &str = "r";
 
 fn root() -> Caller {
-    Caller::root()
+    common::as_user(R, "root")
 }
 
 /// A block store of 64 MiB in `dir`.
@@ -154,10 +154,8 @@ fn parallel_files_match_a_model(b: Backend) {
             .unwrap();
         assert_eq!(parts.rows[0].get::<i64>(0).unwrap(), 2);
         // The single-transaction procedures refuse it with a pointer.
-        let e = common::call_in(&f.store, R, |tx| {
-            fs::read_tx(tx, R, &Caller::root(), "/p", 0, 10)
-        })
-        .unwrap_err();
+        let e = common::call_in(&f.store, R, |tx| fs::read_tx(tx, R, &root(), "/p", 0, 10))
+            .unwrap_err();
         assert!(e.to_string().contains("Files"), "{e}");
     });
 }
@@ -206,18 +204,18 @@ fn large_files_move_to_segments_and_match_a_model(b: Backend) {
         let back = fs.read(R, &root(), "/moved", 5_000, 5).await.unwrap();
         assert_eq!(back, bytes(8, 5));
         common::call_in(&f.store, R, |tx| {
-            fs::chmod_tx(tx, R, &Caller::root(), "/moved", 0o600, 1)
+            fs::chmod_tx(tx, R, &root(), "/moved", 0o600, 1)
         })
         .unwrap();
         let e = fs
-            .read(R, &Caller::new("eve").unwrap(), "/moved", 0, 10)
+            .read(R, &common::as_user(R, "eve"), "/moved", 0, 10)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("permission denied"), "{e}");
         let e = fs
             .write(
                 R,
-                &Caller::new("eve").unwrap(),
+                &common::as_user(R, "eve"),
                 "/moved",
                 0,
                 vec![1; 10],

@@ -9,7 +9,7 @@ use std::io::BufRead;
 
 use tabos_blockio::{Device, FormatOptions};
 use tabos_kernel::fs::files::{Files, FsSettings, SEGMENT_OWNER, SEGMENT_PREFIX};
-use tabos_kernel::fs::{Caller, Storage};
+use tabos_kernel::fs::Storage;
 use tabos_store::testing::TempDir;
 use tabos_store::{Config, Store};
 
@@ -59,7 +59,7 @@ fn crash_child_appender() {
     println!();
     let (_store, files) = open(std::path::Path::new(&dir));
     common::rt().block_on(async {
-        let root = Caller::root();
+        let root = common::as_user(REALM, "root");
         files
             .create(REALM, &root, "/p", 0o644, true, None)
             .await
@@ -116,7 +116,7 @@ fn appends_survive_sigkill_whole_and_consistent() {
     let dev = files.device().unwrap().clone();
     common::rt().block_on(async {
         files.recover().await.unwrap();
-        let root = Caller::root();
+        let root = common::as_user(REALM, "root");
         let mut named = Vec::new();
         for p in PATHS {
             let st = common::call_in(&store, REALM, move |tx| {

@@ -48,7 +48,7 @@ fn msg(to: &str, payload: &[u8]) -> Outgoing {
 async fn send1(store: &Store, from: &str, to: &str, payload: &[u8]) -> tabos_kernel::Result<i64> {
     let sent = ipc::send(
         store,
-        REALM,
+        &common::as_user(REALM, "root"),
         Some(named(from)),
         vec![msg(to, payload)],
         OPTS,
@@ -60,7 +60,7 @@ async fn send1(store: &Store, from: &str, to: &str, payload: &[u8]) -> tabos_ker
 async fn recv_now(store: &Store, to: &str, max: usize) -> tabos_kernel::Result<Vec<ipc::Message>> {
     Ok(ipc::recv(
         store,
-        REALM,
+        &common::as_user(REALM, "root"),
         &named(to),
         Take::messages(max),
         Duration::ZERO,
@@ -87,9 +87,11 @@ fn send_receive_peek_and_order(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
     rt().block_on(async {
-        ipc::create_mailbox(s, REALM, "inbox", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "inbox", OPTS)
+            .await
+            .unwrap();
         assert!(matches!(
-            ipc::create_mailbox(s, REALM, "inbox", OPTS).await,
+            ipc::create_mailbox(s, &common::as_user(REALM, "root"), "inbox", OPTS).await,
             Err(Error::AlreadyExists(_))
         ));
         for i in 0..5u8 {
@@ -98,9 +100,14 @@ fn send_receive_peek_and_order(b: Backend) {
                 i64::from(i) + 1
             );
         }
-        let peeked = ipc::peek(s, REALM, &named("inbox"), Take::messages(2))
-            .await
-            .unwrap();
+        let peeked = ipc::peek(
+            s,
+            &common::as_user(REALM, "root"),
+            &named("inbox"),
+            Take::messages(2),
+        )
+        .await
+        .unwrap();
         assert_eq!(peeked.messages.len(), 2);
         assert_eq!(queued_rows(s, "inbox"), 5, "peek takes nothing");
 
@@ -110,7 +117,9 @@ fn send_receive_peek_and_order(b: Backend) {
         assert!(got.iter().all(|m| m.sender == "a"));
         assert_eq!(recv_now(s, "inbox", 0).await.unwrap().len(), 2);
         assert!(recv_now(s, "inbox", 0).await.unwrap().is_empty());
-        let info = ipc::mailbox(s, REALM, &named("inbox")).await.unwrap();
+        let info = ipc::mailbox(s, &common::as_user(REALM, "root"), &named("inbox"))
+            .await
+            .unwrap();
         assert_eq!((info.queued, info.queued_bytes, info.next_seq), (0, 0, 6));
 
         // A byte budget smaller than the next message takes nothing and
@@ -118,7 +127,7 @@ fn send_receive_peek_and_order(b: Backend) {
         send1(s, "a", "inbox", &[7; 100]).await.unwrap();
         let small = ipc::recv(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             &named("inbox"),
             Take {
                 max: 1,
@@ -180,7 +189,9 @@ fn exactly_once_with_concurrent_receivers(b: Backend) {
     let receivers = 4;
     let batch = 100u32;
     rt().block_on(async {
-        ipc::create_mailbox(s, REALM, "work", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "work", OPTS)
+            .await
+            .unwrap();
         let mut send_tasks = Vec::new();
         for w in 0..senders {
             let s = s.clone();
@@ -191,9 +202,15 @@ fn exactly_once_with_concurrent_receivers(b: Backend) {
                         .iter()
                         .map(|i| msg("work", &i.to_le_bytes()))
                         .collect();
-                    ipc::send(&s, REALM, Some(named(&format!("s{w}"))), msgs, OPTS)
-                        .await
-                        .unwrap();
+                    ipc::send(
+                        &s,
+                        &common::as_user(REALM, "root"),
+                        Some(named(&format!("s{w}"))),
+                        msgs,
+                        OPTS,
+                    )
+                    .await
+                    .unwrap();
                 }
             }));
         }
@@ -216,7 +233,7 @@ fn exactly_once_with_concurrent_receivers(b: Backend) {
                     };
                     let got = ipc::recv(
                         &s,
-                        REALM,
+                        &common::as_user(REALM, "root"),
                         &named("work"),
                         Take::default(),
                         Duration::from_secs(60),
@@ -260,7 +277,9 @@ fn exactly_once_with_concurrent_receivers(b: Backend) {
             &wrong[..wrong.len().min(10)]
         );
         assert_eq!(queued_rows(s, "work"), 0);
-        let info = ipc::mailbox(s, REALM, &named("work")).await.unwrap();
+        let info = ipc::mailbox(s, &common::as_user(REALM, "root"), &named("work"))
+            .await
+            .unwrap();
         assert_eq!((info.queued, info.queued_bytes), (0, 0));
     });
 }
@@ -268,7 +287,7 @@ fn exactly_once_with_concurrent_receivers(b: Backend) {
 fn messages_survive_a_restart(b: Backend) {
     let Some(f) = b.open() else { return };
     rt().block_on(async {
-        ipc::create_mailbox(&f.store, REALM, "keep", OPTS)
+        ipc::create_mailbox(&f.store, &common::as_user(REALM, "root"), "keep", OPTS)
             .await
             .unwrap();
         for i in 0..3u8 {
@@ -297,7 +316,9 @@ fn idempotent_send(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
     rt().block_on(async {
-        ipc::create_mailbox(s, REALM, "idem", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "idem", OPTS)
+            .await
+            .unwrap();
         let with_id = |id: &str, p: &[u8]| Outgoing {
             to: named("idem"),
             payload: p.to_vec(),
@@ -305,7 +326,7 @@ fn idempotent_send(b: Backend) {
         };
         let a = ipc::send(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             Some(named("a")),
             vec![with_id("m1", b"one")],
             OPTS,
@@ -314,7 +335,7 @@ fn idempotent_send(b: Backend) {
         .unwrap();
         let again = ipc::send(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             Some(named("a")),
             vec![with_id("m1", b"one")],
             OPTS,
@@ -327,7 +348,7 @@ fn idempotent_send(b: Backend) {
         // Same id from another sender is another message; so is a new id.
         let other = ipc::send(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             Some(named("b")),
             vec![with_id("m1", b"two")],
             OPTS,
@@ -340,7 +361,7 @@ fn idempotent_send(b: Backend) {
         assert_eq!(recv_now(s, "idem", 0).await.unwrap().len(), 2);
         let late = ipc::send(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             Some(named("a")),
             vec![with_id("m1", b"one")],
             OPTS,
@@ -360,8 +381,12 @@ fn bad_sends_change_nothing(b: Backend) {
             bytes_max: 1_000,
             log_delivered: false,
         };
-        ipc::create_mailbox(s, REALM, "small", small).await.unwrap();
-        ipc::create_mailbox(s, REALM, "big", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "small", small)
+            .await
+            .unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "big", OPTS)
+            .await
+            .unwrap();
         // Oversized payload.
         let huge = vec![0u8; ipc::PAYLOAD_BYTES_MAX + 1];
         let e = send1(s, "a", "big", &huge).await.unwrap_err();
@@ -376,7 +401,7 @@ fn bad_sends_change_nothing(b: Backend) {
         // A multicast with one full receiver sends nothing at all.
         let e = ipc::send(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             None,
             vec![msg("big", &[3; 600]), msg("small", &[3; 600])],
             OPTS,
@@ -386,16 +411,22 @@ fn bad_sends_change_nothing(b: Backend) {
         assert!(matches!(e, Error::Full(_)));
         assert_eq!(queued_rows(s, "big"), 0);
         assert_eq!(queued_rows(s, "small"), 1);
-        let info = ipc::mailbox(s, REALM, &named("small")).await.unwrap();
+        let info = ipc::mailbox(s, &common::as_user(REALM, "root"), &named("small"))
+            .await
+            .unwrap();
         assert_eq!((info.queued, info.queued_bytes, info.next_seq), (1, 600, 2));
         // Draining makes room again.
         recv_now(s, "small", 0).await.unwrap();
         send1(s, "a", "small", &[2; 600]).await.unwrap();
         // Bad batches and bounds.
-        assert!(ipc::send(s, REALM, None, vec![], OPTS).await.is_err());
+        assert!(
+            ipc::send(s, &common::as_user(REALM, "root"), None, vec![], OPTS)
+                .await
+                .is_err()
+        );
         assert!(ipc::create_mailbox(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             "zero",
             MailboxOptions {
                 bytes_max: 0,
@@ -404,16 +435,26 @@ fn bad_sends_change_nothing(b: Backend) {
         )
         .await
         .is_err());
-        assert!(ipc::create_mailbox(s, REALM, "a/b", OPTS).await.is_err());
-        assert!(ipc::create_mailbox(s, "bad realm", "x", OPTS)
-            .await
-            .is_err());
+        assert!(
+            ipc::create_mailbox(s, &common::as_user(REALM, "root"), "a/b", OPTS)
+                .await
+                .is_err()
+        );
+        // A caller in a realm that cannot exist is never made.
+        assert!(matches!(
+            common::caller("bad realm", "root"),
+            Err(Error::Invalid(_))
+        ));
         let bad_id = Outgoing {
             to: named("big"),
             payload: vec![],
             message_id: Some("x".repeat(ipc::MESSAGE_ID_BYTES_MAX + 1)),
         };
-        assert!(ipc::send(s, REALM, None, vec![bad_id], OPTS).await.is_err());
+        assert!(
+            ipc::send(s, &common::as_user(REALM, "root"), None, vec![bad_id], OPTS)
+                .await
+                .is_err()
+        );
         assert_eq!(queued_rows(s, "big"), 0);
     });
 }
@@ -430,7 +471,7 @@ fn unknown_and_proc_mailboxes(b: Backend) {
         assert!(matches!(
             ipc::recv(
                 s,
-                REALM,
+                &common::as_user(REALM, "root"),
                 &named("nobody"),
                 Take::default(),
                 Duration::from_secs(60),
@@ -440,17 +481,26 @@ fn unknown_and_proc_mailboxes(b: Backend) {
             Err(Error::NotFound(_))
         ));
         // Removing drops queued messages and wakes a waiting receiver.
-        ipc::create_mailbox(s, REALM, "gone", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "gone", OPTS)
+            .await
+            .unwrap();
         send1(s, "a", "gone", b"x").await.unwrap();
-        assert_eq!(ipc::remove_mailbox(s, REALM, "gone").await.unwrap(), 1);
+        assert_eq!(
+            ipc::remove_mailbox(s, &common::as_user(REALM, "root"), "gone")
+                .await
+                .unwrap(),
+            1
+        );
         assert_eq!(queued_rows(s, "gone"), 0);
-        ipc::create_mailbox(s, REALM, "gone", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "gone", OPTS)
+            .await
+            .unwrap();
         let waiter = {
             let s = s.clone();
             tokio::spawn(async move {
                 ipc::recv(
                     &s,
-                    REALM,
+                    &common::as_user(REALM, "root"),
                     &named("gone"),
                     Take::default(),
                     Duration::from_secs(60),
@@ -461,10 +511,12 @@ fn unknown_and_proc_mailboxes(b: Backend) {
         };
         // The waiter has subscribed once its first (empty) receive is done;
         // a remove committed before that makes its first receive fail the same way.
-        ipc::remove_mailbox(s, REALM, "gone").await.unwrap();
+        ipc::remove_mailbox(s, &common::as_user(REALM, "root"), "gone")
+            .await
+            .unwrap();
         assert!(matches!(waiter.await.unwrap(), Err(Error::NotFound(_))));
         assert!(matches!(
-            ipc::remove_mailbox(s, REALM, "gone").await,
+            ipc::remove_mailbox(s, &common::as_user(REALM, "root"), "gone").await,
             Err(Error::NotFound(_))
         ));
 
@@ -491,9 +543,11 @@ fn unknown_and_proc_mailboxes(b: Backend) {
             matches!(&e, Error::Precondition(m) if m.contains("finished")),
             "{e}"
         );
-        assert!(ipc::create_mailbox(s, REALM, "proc/p2", OPTS)
-            .await
-            .is_err());
+        assert!(
+            ipc::create_mailbox(s, &common::as_user(REALM, "root"), "proc/p2", OPTS)
+                .await
+                .is_err()
+        );
     });
 }
 
@@ -501,8 +555,12 @@ fn waiting_receivers_are_woken(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
     rt().block_on(async {
-        ipc::create_mailbox(s, REALM, "ping", OPTS).await.unwrap();
-        ipc::create_mailbox(s, REALM, "pong", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "ping", OPTS)
+            .await
+            .unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "pong", OPTS)
+            .await
+            .unwrap();
         // An echo task: whatever arrives on ping goes back on pong.
         let echo = {
             let s = s.clone();
@@ -510,7 +568,7 @@ fn waiting_receivers_are_woken(b: Backend) {
                 for _ in 0..100 {
                     let got = ipc::recv(
                         &s,
-                        REALM,
+                        &common::as_user(REALM, "root"),
                         &named("ping"),
                         Take::messages(1),
                         Duration::from_secs(60),
@@ -527,7 +585,7 @@ fn waiting_receivers_are_woken(b: Backend) {
             send1(s, "main", "ping", &i.to_le_bytes()).await.unwrap();
             let got = ipc::recv(
                 s,
-                REALM,
+                &common::as_user(REALM, "root"),
                 &named("pong"),
                 Take::messages(1),
                 Duration::from_secs(60),
@@ -542,7 +600,7 @@ fn waiting_receivers_are_woken(b: Backend) {
         // A receive that times out returns nothing; one that is stopped too.
         let none = ipc::recv(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             &named("pong"),
             Take::default(),
             Duration::from_millis(20),
@@ -553,7 +611,7 @@ fn waiting_receivers_are_woken(b: Backend) {
         assert!(none.messages.is_empty());
         let stopped = ipc::recv(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             &named("pong"),
             Take::default(),
             Duration::from_secs(60),
@@ -573,8 +631,8 @@ fn delivered_messages_can_be_logged(b: Backend) {
             bytes_max: 1 << 20,
             log_delivered: true,
         };
-        ipc::create_mailbox(s, REALM, "audited", logged).await.unwrap();
-        ipc::create_mailbox(s, REALM, "plain", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "audited", logged).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "plain", OPTS).await.unwrap();
         send1(s, "alice", "audited", b"one").await.unwrap();
         send1(s, "alice", "plain", b"two").await.unwrap();
         recv_now(s, "audited", 0).await.unwrap();
@@ -611,7 +669,7 @@ fn recv_task(s: &Store, to: &str, take: Take) -> tokio::task::JoinHandle<ipc::Re
     tokio::spawn(async move {
         ipc::recv(
             &s,
-            REALM,
+            &common::as_user(REALM, "root"),
             &to,
             take,
             Duration::from_secs(60),
@@ -626,7 +684,9 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = &f.store;
     rt().block_on(async {
-        ipc::create_mailbox(s, REALM, "hand", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "hand", OPTS)
+            .await
+            .unwrap();
         let mut sub = s.subscribe(&ipc::channel(REALM, &named("hand")));
         // A receiver waits on the empty mailbox; a send gives it the message
         // in the send's own transaction: nothing is queued, nobody notified.
@@ -646,7 +706,9 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
             "a hand-over notifies no one"
         );
         assert_eq!(queued_rows(s, "hand"), 0);
-        let info = ipc::mailbox(s, REALM, &named("hand")).await.unwrap();
+        let info = ipc::mailbox(s, &common::as_user(REALM, "root"), &named("hand"))
+            .await
+            .unwrap();
         assert_eq!(
             (info.queued, info.queued_bytes, info.next_seq),
             (0, 0, seq + 1)
@@ -658,7 +720,9 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
         let waiter = recv_task(s, "hand", Take::messages(2));
         until_waiting(s, "hand", 1).await;
         let three = vec![msg("hand", b"1"), msg("hand", b"2"), msg("hand", b"3")];
-        ipc::send(s, REALM, None, three, OPTS).await.unwrap();
+        ipc::send(s, &common::as_user(REALM, "root"), None, three, OPTS)
+            .await
+            .unwrap();
         let got = waiter.await.unwrap();
         let payloads: Vec<&[u8]> = got.messages.iter().map(|m| &m.payload[..]).collect();
         assert_eq!(payloads, [b"1", b"2"]);
@@ -667,7 +731,9 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
         let waiter = recv_task(s, "hand", Take::messages(2));
         until_waiting(s, "hand", 1).await;
         let two = vec![msg("hand", b"x"), msg("hand", b"y")];
-        ipc::send(s, REALM, None, two, OPTS).await.unwrap();
+        ipc::send(s, &common::as_user(REALM, "root"), None, two, OPTS)
+            .await
+            .unwrap();
         assert_eq!(waiter.await.unwrap().messages.len(), 2);
         assert_eq!(queued_rows(s, "hand"), 0);
 
@@ -680,9 +746,15 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
             payload: b"first".to_vec(),
             message_id: Some("m1".into()),
         };
-        ipc::send(s, REALM, Some(named("a")), vec![with_id], OPTS)
-            .await
-            .unwrap();
+        ipc::send(
+            s,
+            &common::as_user(REALM, "root"),
+            Some(named("a")),
+            vec![with_id],
+            OPTS,
+        )
+        .await
+        .unwrap();
         send1(s, "a", "hand", b"second").await.unwrap();
         let mut got: Vec<Vec<u8>> = waiter
             .await
@@ -703,7 +775,9 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
         // A multicast hands over to each mailbox with a waiting receiver,
         // and queues for the others.
         for m in ["m1", "m2", "m3"] {
-            ipc::create_mailbox(s, REALM, m, OPTS).await.unwrap();
+            ipc::create_mailbox(s, &common::as_user(REALM, "root"), m, OPTS)
+                .await
+                .unwrap();
         }
         let mut subs: Vec<_> = ["m1", "m2"]
             .iter()
@@ -714,9 +788,15 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
         until_waiting(s, "m1", 1).await;
         until_waiting(s, "m2", 1).await;
         let multicast = vec![msg("m2", b"all"), msg("m1", b"all"), msg("m3", b"all")];
-        let sent = ipc::send(s, REALM, Some(named("a")), multicast, OPTS)
-            .await
-            .unwrap();
+        let sent = ipc::send(
+            s,
+            &common::as_user(REALM, "root"),
+            Some(named("a")),
+            multicast,
+            OPTS,
+        )
+        .await
+        .unwrap();
         for (w, seq) in [(w2, sent[0].seq), (w1, sent[1].seq)] {
             let got = w.await.unwrap().messages;
             assert_eq!(got.len(), 1);
@@ -735,7 +815,7 @@ fn sends_hand_over_to_waiting_receivers(b: Backend) {
         // after it is queued.
         let none = ipc::recv(
             s,
-            REALM,
+            &common::as_user(REALM, "root"),
             &named("hand"),
             Take::default(),
             Duration::from_millis(5),
@@ -764,7 +844,9 @@ fn hand_over_loses_nothing_when_receivers_give_up(b: Backend) {
         .map_or(500, |n| (n / senders).clamp(50, 500));
     let total = senders * per;
     rt().block_on(async {
-        ipc::create_mailbox(s, REALM, "churn", OPTS).await.unwrap();
+        ipc::create_mailbox(s, &common::as_user(REALM, "root"), "churn", OPTS)
+            .await
+            .unwrap();
         let seen = Arc::new(std::sync::Mutex::new(vec![0u8; total as usize]));
         let count = Arc::new(std::sync::atomic::AtomicU32::new(0));
         let mut receivers = Vec::new();
@@ -775,9 +857,10 @@ fn hand_over_loses_nothing_when_receivers_give_up(b: Backend) {
                 let churn = named("churn");
                 while count.load(std::sync::atomic::Ordering::SeqCst) < total {
                     round += 1;
+                    let root = common::as_user(REALM, "root");
                     let recv = ipc::recv(
                         &s,
-                        REALM,
+                        &root,
                         &churn,
                         Take::messages(1 + (round % 3) as usize),
                         Duration::from_micros(u64::from(50 + (round * 37 + r * 11) % 400)),
@@ -848,7 +931,9 @@ fn hand_over_loses_nothing_when_receivers_give_up(b: Backend) {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         assert_eq!(queued_rows(s, "churn"), 0);
-        let info = ipc::mailbox(s, REALM, &named("churn")).await.unwrap();
+        let info = ipc::mailbox(s, &common::as_user(REALM, "root"), &named("churn"))
+            .await
+            .unwrap();
         assert_eq!((info.queued, info.queued_bytes), (0, 0));
         assert_eq!(ipc::local_waiters(s, REALM, &named("churn")), 0);
     });

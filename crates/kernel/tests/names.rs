@@ -2,7 +2,8 @@
 
 use std::time::Duration;
 
-use tabos_kernel::names::{self, CreateOptions, Entry, Fence, Kind};
+use tabos_kernel::auth::Caller;
+use tabos_kernel::names::{self, Entry, Fence, Kind};
 use tabos_kernel::Error;
 use tabos_store::Store;
 
@@ -21,6 +22,13 @@ both!(
 
 const R: &str = "r";
 
+/// Root in `realm`: whom these tests act as (owners, modes and sessions'
+/// owners are `names_enforce_owners_modes_and_session_owners`' subject, in
+/// the node's tests).
+fn root_in(realm: &str) -> Caller {
+    common::as_user(realm, "root")
+}
+
 async fn create(
     s: &Store,
     realm: &str,
@@ -28,17 +36,17 @@ async fn create(
     kind: Kind,
     data: &[u8],
 ) -> tabos_kernel::Result<i64> {
-    let (r, p, d) = (realm.to_string(), path.to_string(), data.to_vec());
+    let (who, p, d) = (root_in(realm), path.to_string(), data.to_vec());
     let now = tabos_store::now_us();
     names::call(s, realm, move |tx| {
-        names::create_tx(tx, &r, &p, kind, &d, &CreateOptions::default(), None, now)
+        names::create(tx, &who, &p, kind, &d, 0, None, None, now)
     })
     .await
 }
 
 async fn get(s: &Store, realm: &str, path: &str) -> tabos_kernel::Result<Entry> {
-    let (r, p) = (realm.to_string(), path.to_string());
-    names::call(s, realm, move |tx| names::get_tx(tx, &r, &p)).await
+    let (who, p) = (root_in(realm), path.to_string());
+    names::call(s, realm, move |tx| names::get(tx, &who, &p)).await
 }
 
 async fn set(
@@ -59,8 +67,9 @@ async fn set_fenced(
 ) -> tabos_kernel::Result<i64> {
     let (p, d) = (path.to_string(), data.to_vec());
     let now = tabos_store::now_us();
+    let who = root_in(R);
     names::call(s, R, move |tx| {
-        names::set_tx(tx, R, &p, &d, if_version, fence.as_ref(), now)
+        names::set(tx, &who, &p, &d, if_version, fence.as_ref(), now)
     })
     .await
 }
@@ -68,12 +77,14 @@ async fn set_fenced(
 async fn remove(s: &Store, path: &str) -> tabos_kernel::Result<()> {
     let p = path.to_string();
     let now = tabos_store::now_us();
-    names::call(s, R, move |tx| names::remove_tx(tx, R, &p, None, None, now)).await
+    let who = root_in(R);
+    names::call(s, R, move |tx| names::remove(tx, &who, &p, None, None, now)).await
 }
 
 async fn readdir(s: &Store, dir: &str) -> Vec<String> {
     let d = dir.to_string();
-    let (entries, more, _) = names::call(s, R, move |tx| names::readdir_tx(tx, R, &d))
+    let who = root_in(R);
+    let (entries, more, _) = names::call(s, R, move |tx| names::read_dir(tx, &who, &d))
         .await
         .unwrap();
     assert!(!more);
@@ -151,8 +162,9 @@ fn rename_moves_subtrees_atomically(b: Backend) {
         let (from, to, s) = (from.to_string(), to.to_string(), s.clone());
         async move {
             let now = tabos_store::now_us();
+            let who = root_in(R);
             names::call(&s, R, move |tx| {
-                names::rename_tx(tx, R, &from, &to, None, now)
+                names::rename(tx, &who, &from, &to, None, now)
             })
             .await
         }
@@ -218,38 +230,47 @@ fn sessions_remove_their_ephemerals_and_wake_watchers(b: Backend) {
     let s = &f.store;
     rt().block_on(async {
         let now = tabos_store::now_us();
+        let root = root_in(R);
+        let w = root.clone();
         names::call(s, R, move |tx| {
-            names::open_session_tx(tx, R, "s1", "alice", 200_000, now)
+            names::open_session(tx, &w, "s1", 200_000, now)
         })
         .await
         .unwrap();
-        let eph = CreateOptions {
-            owner: "alice".into(),
-            mode: 0,
-            session: Some("s1".into()),
-        };
-        let e2 = eph.clone();
+        let w = root.clone();
         names::call(s, R, move |tx| {
-            names::create_tx(tx, R, "/leader", Kind::Symlink, b"alice", &e2, None, now)
+            names::create(
+                tx,
+                &w,
+                "/leader",
+                Kind::Symlink,
+                b"alice",
+                0,
+                Some("s1"),
+                None,
+                now,
+            )
         })
         .await
         .unwrap();
         create(s, R, "/keep", Kind::File, b"").await.unwrap();
         // Ephemeral directories are refused; so is a dead session.
-        let e3 = eph.clone();
+        let w = root.clone();
         assert!(names::call(s, R, move |tx| {
-            names::create_tx(tx, R, "/d", Kind::Dir, b"", &e3, None, now)
+            names::create(tx, &w, "/d", Kind::Dir, b"", 0, Some("s1"), None, now)
         })
         .await
         .is_err());
         // A watcher waits for the leader's symlink to go.
         let watcher = {
             let s = s.clone();
-            tokio::spawn(async move { names::wait_removed(&s, R, "/leader").await })
+            let w = root.clone();
+            tokio::spawn(async move { names::wait_removed(&s, &w, "/leader").await })
         };
         // Renewal extends; nothing lapses yet.
         let later = now + 150_000;
-        names::call(s, R, move |tx| names::renew_session_tx(tx, R, "s1", later))
+        let w = root.clone();
+        names::call(s, R, move |tx| names::renew_session(tx, &w, "s1", later))
             .await
             .unwrap();
         let at = now + 300_000;
@@ -277,36 +298,46 @@ fn sessions_remove_their_ephemerals_and_wake_watchers(b: Backend) {
         assert!(get(s, R, "/keep").await.is_ok());
         watcher.await.unwrap().unwrap();
         // A lapsed session cannot be renewed or used.
+        let w = root.clone();
         assert!(
-            names::call(s, R, move |tx| names::renew_session_tx(tx, R, "s1", at))
+            names::call(s, R, move |tx| names::renew_session(tx, &w, "s1", at))
                 .await
                 .is_err()
         );
-        let e4 = eph.clone();
+        let w = root.clone();
         assert!(matches!(
             names::call(s, R, move |tx| {
-                names::create_tx(tx, R, "/again", Kind::File, b"", &e4, None, at)
+                names::create(tx, &w, "/again", Kind::File, b"", 0, Some("s1"), None, at)
             })
             .await,
             Err(Error::Precondition(_))
         ));
         // Closing a session removes its entries at once.
+        let w = root.clone();
         names::call(s, R, move |tx| {
-            names::open_session_tx(tx, R, "s2", "bob", 60_000_000, at)
+            names::open_session(tx, &w, "s2", 60_000_000, at)
         })
         .await
         .unwrap();
-        let e5 = CreateOptions {
-            session: Some("s2".into()),
-            ..eph
-        };
+        let w = root.clone();
         names::call(s, R, move |tx| {
-            names::create_tx(tx, R, "/member-bob", Kind::File, b"", &e5, None, at)
+            names::create(
+                tx,
+                &w,
+                "/member-bob",
+                Kind::File,
+                b"",
+                0,
+                Some("s2"),
+                None,
+                at,
+            )
         })
         .await
         .unwrap();
+        let w = root.clone();
         assert_eq!(
-            names::call(s, R, move |tx| names::close_session_tx(tx, R, "s2", at))
+            names::call(s, R, move |tx| names::close_session(tx, &w, "s2", at))
                 .await
                 .unwrap(),
             1
@@ -320,12 +351,12 @@ fn watches_see_each_change_once_in_order(b: Backend) {
     let s = &f.store;
     rt().block_on(async {
         create(s, R, "/w", Kind::Dir, b"").await.unwrap();
-        let (mut sub, v0) = names::watch_dir(s, R, "/w").await.unwrap();
+        let (mut sub, v0) = names::watch_dir(s, &root_in(R), "/w").await.unwrap();
         assert_eq!(v0, 1);
         // An OpenWatch on a file that does not exist yet.
         let opener = {
             let s = s.clone();
-            tokio::spawn(async move { names::wait_exists(&s, R, "/w/w0-9").await })
+            tokio::spawn(async move { names::wait_exists(&s, &root_in(R), "/w/w0-9").await })
         };
         let writers = 4;
         let per = 10;
@@ -373,8 +404,9 @@ fn epochs_and_fences(b: Backend) {
             let s = s.clone();
             async move {
                 let now = tabos_store::now_us();
+                let who = root_in(R);
                 names::call(&s, R, move |tx| {
-                    names::advance_epoch_tx(tx, R, "/svc/epoch", now)
+                    names::advance_epoch(tx, &who, "/svc/epoch", now)
                 })
                 .await
             }
@@ -414,16 +446,22 @@ fn epochs_and_fences(b: Backend) {
             Err(Error::Invalid(_))
         ));
         // Other services honour the same fence: an ipc send.
-        tabos_kernel::ipc::create_mailbox(s, R, "box", Default::default())
-            .await
-            .unwrap();
+        tabos_kernel::ipc::create_mailbox(
+            s,
+            &common::as_user(R, "root"),
+            "box",
+            Default::default(),
+        )
+        .await
+        .unwrap();
         let now = tabos_store::now_us();
         let stale = Fence {
             dir: "/svc".into(),
             epoch: 1,
         };
+        let who = root_in(R);
         let e = names::call(s, R, move |tx| {
-            names::check_fence_tx(tx, R, &stale, now)?;
+            names::fence(tx, &who, &stale, now)?;
             tabos_kernel::ipc::send_tx(
                 tx,
                 R,
@@ -462,6 +500,10 @@ fn realms_do_not_see_each_other(b: Backend) {
             .await
             .unwrap();
         assert_eq!(get(s, "alpha", "/secret").await.unwrap().data, b"a");
-        assert!(create(s, "bad realm", "/x", Kind::File, b"").await.is_err());
+        // A caller in a realm that cannot exist is never made.
+        assert!(matches!(
+            common::caller("bad realm", "root"),
+            Err(Error::Invalid(_))
+        ));
     });
 }

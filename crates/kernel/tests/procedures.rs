@@ -39,14 +39,16 @@ fn install(
     language: Language,
     code: &str,
 ) -> Result<(), Error> {
-    rt.block_on(p.install(Install {
-        realm: realm.into(),
-        name: name.into(),
-        language,
-        code: code.as_bytes().to_vec(),
-        limits: limits(),
-        read_only: false,
-    }))
+    rt.block_on(p.install(
+        &common::as_user(realm, "root"),
+        Install {
+            name: name.into(),
+            language,
+            code: code.as_bytes().to_vec(),
+            limits: limits(),
+            read_only: false,
+        },
+    ))
     .map(|_| ())
 }
 
@@ -58,14 +60,16 @@ fn install_read_only(
     name: &str,
     code: &str,
 ) -> Result<(), Error> {
-    rt.block_on(p.install(Install {
-        realm: realm.into(),
-        name: name.into(),
-        language: Language::Js,
-        code: code.as_bytes().to_vec(),
-        limits: limits(),
-        read_only: true,
-    }))
+    rt.block_on(p.install(
+        &common::as_user(realm, "root"),
+        Install {
+            name: name.into(),
+            language: Language::Js,
+            code: code.as_bytes().to_vec(),
+            limits: limits(),
+            read_only: true,
+        },
+    ))
     .map(|_| ())
 }
 
@@ -76,7 +80,7 @@ fn call(
     name: &str,
     args: &[u8],
 ) -> Result<Vec<u8>, Error> {
-    rt.block_on(p.call(realm, name, args.to_vec()))
+    rt.block_on(p.call(&common::as_user(realm, "root"), name, args.to_vec()))
         .map(|o| o.result)
 }
 
@@ -97,7 +101,7 @@ fn install_list_call_remove(b: Backend) {
     let Some((_f, p, rt)) = setup(b) else { return };
     install(&rt, &p, "a", "echo", Language::Js, examples::JS_ECHO).unwrap();
     install(&rt, &p, "a", "wecho", Language::Wasm, examples::WASM_ECHO).unwrap();
-    let list = rt.block_on(p.list("a")).unwrap();
+    let list = rt.block_on(p.list(&common::as_user("a", "root"))).unwrap();
     let names: Vec<_> = list.iter().map(|i| (i.name.as_str(), i.language)).collect();
     assert_eq!(names, [("echo", Language::Js), ("wecho", Language::Wasm)]);
     assert_eq!(call(&rt, &p, "a", "echo", b"hi").unwrap(), b"hi");
@@ -121,7 +125,12 @@ fn install_list_call_remove(b: Backend) {
     let e = install(&rt, &p, "a", "bad", Language::Wasm, "(module (func").unwrap_err();
     assert_eq!(failure_kind(&e), FailureKind::Invalid);
     assert_eq!(call(&rt, &p, "a", "echo", b"hi").unwrap(), b"hi!");
-    assert_eq!(rt.block_on(p.list("a")).unwrap().len(), 2);
+    assert_eq!(
+        rt.block_on(p.list(&common::as_user("a", "root")))
+            .unwrap()
+            .len(),
+        2
+    );
     // Bad names and unknown procedures.
     assert!(matches!(
         install(&rt, &p, "a", "no/slash", Language::Js, examples::JS_ECHO),
@@ -131,13 +140,14 @@ fn install_list_call_remove(b: Backend) {
         call(&rt, &p, "a", "missing", b""),
         Err(Error::NotFound(_))
     ));
-    rt.block_on(p.remove("a", "echo")).unwrap();
+    rt.block_on(p.remove(&common::as_user("a", "root"), "echo"))
+        .unwrap();
     assert!(matches!(
         call(&rt, &p, "a", "echo", b""),
         Err(Error::NotFound(_))
     ));
     assert!(matches!(
-        rt.block_on(p.remove("a", "echo")),
+        rt.block_on(p.remove(&common::as_user("a", "root"), "echo")),
         Err(Error::NotFound(_))
     ));
 }
@@ -389,7 +399,7 @@ fn messages_files_and_scans(b: Backend) {
     let Some((f, p, rt)) = setup(b) else { return };
     rt.block_on(ipc::create_mailbox(
         &f.store,
-        "a",
+        &common::as_user("a", "root"),
         "inbox",
         ipc::MailboxOptions::default(),
     ))
@@ -632,7 +642,7 @@ fn read_only_procedures_read_and_never_write(b: Backend) {
     kv::put(&f.store, "a", "k", b"v").unwrap();
     kv::put(&f.store, "a", "v", b"value").unwrap();
     install_read_only(&rt, &p, "a", "chase", examples::JS_CHASE).unwrap();
-    let list = rt.block_on(p.list("a")).unwrap();
+    let list = rt.block_on(p.list(&common::as_user("a", "root"))).unwrap();
     assert!(list[0].read_only, "listed as read-only");
     assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"value");
     // Its own caller's acknowledged write is seen by the next call.

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use tabos_blockio::{Device, FormatOptions};
 use tabos_kernel::fs::files::{Files, FsSettings};
-use tabos_kernel::fs::Caller;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use tabos_kernel::names::{self, CreateOptions, Kind};
+use tabos_kernel::names::{self, Kind};
 use tabos_kernel::procedures::{Install, Procedures};
 use tabos_kernel::procs::{self, Descriptor};
 use tabos_kernel::realms::{self, Quota, StorageClass};
@@ -69,8 +68,9 @@ fn files(s: &Store, dir: &TempDir) -> Files {
 
 fn set_name(s: &Store, realm: &str, path: &str, data: &[u8]) -> tabos_kernel::Result<i64> {
     let (r, p, d) = (realm.to_string(), path.to_string(), data.to_vec());
+    let who = common::as_user(&r, "root");
     call_in(s, realm, move |tx| {
-        names::set_tx(tx, &r, &p, &d, None, None, tabos_store::now_us())
+        names::set(tx, &who, &p, &d, None, None, tabos_store::now_us())
     })
 }
 
@@ -135,11 +135,16 @@ fn workflows_mail_and_logs_count_by_class(b: Backend) {
         bytes_max: 64 << 20,
         log_delivered: false,
     };
-    rt.block_on(ipc::create_mailbox(s, "r", "inbox", opts))
-        .unwrap();
+    rt.block_on(ipc::create_mailbox(
+        s,
+        &common::as_user("r", "root"),
+        "inbox",
+        opts,
+    ))
+    .unwrap();
     rt.block_on(ipc::send(
         s,
-        "r",
+        &common::as_user("r", "root"),
         None,
         vec![Outgoing {
             to: Address::parse("inbox").unwrap(),
@@ -202,7 +207,7 @@ fn storage_quota_refuses_growth_and_changes_nothing(b: Backend) {
     // Names and files count against the same quota.
     let e = set_name(s, "r", "/big", &vec![3u8; 500 << 10]).unwrap_err();
     assert!(is_over(&e, "storage"), "{e}");
-    let who = Caller::root();
+    let who = common::as_user("r", "root");
     let e = rt
         .block_on(files.write("r", &who, "/f", 0, vec![4u8; 500 << 10], true, None))
         .unwrap_err();
@@ -246,7 +251,7 @@ fn counters_match_what_is_stored(b: Backend) {
     kv::put(s, "r", "before", b"the quota was set").unwrap();
     rt.block_on(realms::set_quota(s, "r", quota(Some(100))))
         .unwrap();
-    let who = Caller::root();
+    let who = common::as_user("r", "root");
     for i in 0..20 {
         kv::put(s, "r", &format!("k{}", i % 7), &vec![i as u8; 100 * i]).unwrap();
         set_name(s, "r", &format!("/n{}", i % 5), &vec![1; 50 * i]).unwrap();
@@ -266,23 +271,11 @@ fn counters_match_what_is_stored(b: Backend) {
     rt.block_on(files.truncate("r", &who, "/f1", 10, None))
         .unwrap();
     rt.block_on(files.unlink("r", &who, "/f2", None)).unwrap();
-    let (r, now) = ("r".to_string(), tabos_store::now_us());
+    let (root, now) = (common::as_user("r", "root"), tabos_store::now_us());
     call_in(s, "r", move |tx| {
-        names::create_tx(
-            tx,
-            &r,
-            "/dir",
-            Kind::Dir,
-            &[],
-            &CreateOptions {
-                owner: "root".into(),
-                ..CreateOptions::default()
-            },
-            None,
-            now,
-        )?;
-        names::rename_tx(tx, &r, "/n1", "/dir/a-much-longer-name", None, now)?;
-        names::remove_tx(tx, &r, "/n2", None, None, now).map(|_| ())
+        names::create(tx, &root, "/dir", Kind::Dir, &[], 0, None, None, now)?;
+        names::rename(tx, &root, "/n1", "/dir/a-much-longer-name", None, now)?;
+        names::remove(tx, &root, "/n2", None, None, now)
     })
     .unwrap();
     let counted = usage(s, "r").stored_bytes;
@@ -312,12 +305,17 @@ fn mailbox_and_procedure_quotas(b: Backend) {
         log_delivered: false,
     };
     let to = Address::parse("inbox").unwrap();
-    rt.block_on(ipc::create_mailbox(s, "r", "inbox", opts))
-        .unwrap();
+    rt.block_on(ipc::create_mailbox(
+        s,
+        &common::as_user("r", "root"),
+        "inbox",
+        opts,
+    ))
+    .unwrap();
     let send = |n: usize| {
         rt.block_on(ipc::send(
             s,
-            "r",
+            &common::as_user("r", "root"),
             None,
             vec![Outgoing {
                 to: to.clone(),
@@ -336,7 +334,7 @@ fn mailbox_and_procedure_quotas(b: Backend) {
         let got = rt
             .block_on(ipc::recv(
                 s,
-                "r",
+                &common::as_user("r", "root"),
                 &to,
                 Take::messages(1),
                 Duration::ZERO,
@@ -357,17 +355,19 @@ fn mailbox_and_procedure_quotas(b: Backend) {
 
     let p = Procedures::new(s.clone(), Sandbox::new().unwrap());
     let install = |name: &str, code: &str| {
-        rt.block_on(p.install(Install {
-            realm: "r".into(),
-            name: name.into(),
-            language: Language::Js,
-            code: code.as_bytes().to_vec(),
-            limits: Limits {
-                memory_bytes: 64 << 20,
-                timeout: Duration::from_millis(900),
+        rt.block_on(p.install(
+            &common::as_user("r", "root"),
+            Install {
+                name: name.into(),
+                language: Language::Js,
+                code: code.as_bytes().to_vec(),
+                limits: Limits {
+                    memory_bytes: 64 << 20,
+                    timeout: Duration::from_millis(900),
+                },
+                read_only: false,
             },
-            read_only: false,
-        }))
+        ))
     };
     // Puts 600 KiB per call, swallowing any error.
     install(
@@ -382,7 +382,8 @@ fn mailbox_and_procedure_quotas(b: Backend) {
     assert_eq!(usage(s, "r").procedures, 2);
     // Reinstalling one that exists adds none.
     install("two", "function main() { return 'again'; }").unwrap();
-    let call = |k: &str| rt.block_on(p.call("r", "fill", k.as_bytes().to_vec()));
+    let call =
+        |k: &str| rt.block_on(p.call(&common::as_user("r", "root"), "fill", k.as_bytes().to_vec()));
     call("a").unwrap();
     let e = call("b").unwrap_err();
     assert!(is_over(&e, "storage"), "{e}");
@@ -390,9 +391,12 @@ fn mailbox_and_procedure_quotas(b: Backend) {
     if s.kind() == tabos_store::BackendKind::Sqlite {
         // Tenant tables count too (measured after a call that wrote).
         install("sql", "function main(q) { tabos.exec(q); return 'done'; }").unwrap_err(); // the procedures quota: two installed
-        rt.block_on(p.remove("r", "two")).unwrap();
+        rt.block_on(p.remove(&common::as_user("r", "root"), "two"))
+            .unwrap();
         install("sql", "function main(q) { tabos.exec(q); return 'done'; }").unwrap();
-        let sql = |q: &str| rt.block_on(p.call("r", "sql", q.as_bytes().to_vec()));
+        let sql = |q: &str| {
+            rt.block_on(p.call(&common::as_user("r", "root"), "sql", q.as_bytes().to_vec()))
+        };
         sql("CREATE TABLE \"r/t\" (b BLOB)").unwrap();
         sql("INSERT INTO \"r/t\" VALUES (zeroblob(100000))").unwrap();
         let e = sql("INSERT INTO \"r/t\" VALUES (zeroblob(400000))").unwrap_err();
@@ -414,7 +418,7 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
         realms::create(s, r, Scheduler::Fifo).unwrap();
         kv::put(s, r, "k", b"v").unwrap();
         set_name(s, r, "/n", b"data").unwrap();
-        let who = Caller::root();
+        let who = common::as_user(r, "root");
         rt.block_on(files.write(r, &who, "/small", 0, vec![1; 100], true, None))
             .unwrap();
         rt.block_on(files.write(r, &who, "/large", 0, vec![2; 300 << 10], true, None))
@@ -427,11 +431,16 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
             bytes_max: ipc::MAILBOX_BYTES_DEFAULT,
             log_delivered: true,
         };
-        rt.block_on(ipc::create_mailbox(s, r, "box", logged))
-            .unwrap();
+        rt.block_on(ipc::create_mailbox(
+            s,
+            &common::as_user(r, "root"),
+            "box",
+            logged,
+        ))
+        .unwrap();
         rt.block_on(ipc::send(
             s,
-            r,
+            &common::as_user(r, "root"),
             None,
             vec![Outgoing {
                 to: Address::parse("box").unwrap(),
@@ -442,17 +451,19 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
         ))
         .unwrap();
         let p = Procedures::new(s.clone(), Sandbox::new().unwrap());
-        rt.block_on(p.install(Install {
-            realm: r.into(),
-            name: "p".into(),
-            language: Language::Js,
-            code: b"function main() { return 1; }".to_vec(),
-            limits: Limits {
-                memory_bytes: 16 << 20,
-                timeout: Duration::from_millis(300),
+        rt.block_on(p.install(
+            &common::as_user(r, "root"),
+            Install {
+                name: "p".into(),
+                language: Language::Js,
+                code: b"function main() { return 1; }".to_vec(),
+                limits: Limits {
+                    memory_bytes: 16 << 20,
+                    timeout: Duration::from_millis(300),
+                },
+                read_only: false,
             },
-            read_only: false,
-        }))
+        ))
         .unwrap();
     }
     let (pid, _) = rt
@@ -513,7 +524,7 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
     ));
     // The other realm is whole.
     assert_eq!(kv::get(s, "kept", "k").unwrap(), Some(b"v".to_vec()));
-    let who = Caller::root();
+    let who = common::as_user("kept", "root");
     let large = rt
         .block_on(files.read("kept", &who, "/large", 0, 300 << 10))
         .unwrap();

@@ -104,7 +104,7 @@ const FRESH_MAX: usize = 4_096;
 
 impl Live {
     fn insert(&mut self, hash: TokenHash, p: Principal) {
-        if let Some(old) = self.by_id.insert(p.id.clone(), hash) {
+        if let Some(old) = self.by_id.insert(p.id().clone(), hash) {
             if old != hash {
                 self.by_hash.remove(&old);
             }
@@ -272,7 +272,7 @@ impl Auth {
             }
         };
         let p = read(tabos_store::now_us()).ok_or(Refusal::NotLive)?;
-        if p.pid.is_none() {
+        if p.pid().is_none() {
             // Told on the shared channel, which the node follows: taken
             // now, then read again — a revocation committed before that
             // read is seen by it, one after by its notification.
@@ -302,7 +302,7 @@ impl Auth {
         if self.inner.stopped.load(Ordering::Acquire) {
             return;
         }
-        let id = p.id.clone();
+        let id = p.id().clone();
         let mut live = self.write();
         if live.followed.contains_key(&id) {
             live.insert(hash, p);
@@ -378,33 +378,26 @@ impl Auth {
     }
 
     /// Creates a credential and makes it usable on this node at once.
-    pub async fn create(&self, spec: auth::Spec) -> Result<auth::Minted, tabos_kernel::Error> {
-        let minted = auth::create(&self.inner.store, spec.clone()).await?;
-        self.remember(&minted, &spec);
-        Ok(minted)
+    pub async fn create(
+        &self,
+        spec: auth::Spec,
+    ) -> Result<(auth::Minted, Arc<Principal>), tabos_kernel::Error> {
+        let (minted, principal) = auth::create(&self.inner.store, spec).await?;
+        self.remember(minted.hash, principal.clone());
+        Ok((minted, Arc::new(principal)))
     }
 
     /// Adds a credential this node has just committed to the in-memory
     /// copy. A proc's is then followed: its channel is subscribed to and
     /// its row read again off this thread (a revocation between the
     /// commit and the subscription is seen by that read).
-    pub fn remember(&self, minted: &auth::Minted, spec: &auth::Spec) {
-        let p = Principal {
-            id: minted.id.clone(),
-            realm: spec.realm.clone(),
-            user: spec.user.clone(),
-            role: spec.role,
-            pid: spec.pid.clone(),
-            expires_us: spec.expires_us,
-            scope: spec.scope.clone(),
-        };
-        if p.pid.is_some() {
+    pub fn remember(&self, hash: TokenHash, p: Principal) {
+        if p.pid().is_some() {
             let me = self.clone();
-            let id = p.id.clone();
+            let id = p.id().clone();
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
                 // Usable at once; followed once subscribed.
-                self.write().insert(minted.hash, p.clone());
-                let hash = minted.hash;
+                self.write().insert(hash, p.clone());
                 rt.spawn_blocking(move || {
                     let sub = me.inner.store.subscribe(&auth::proc_channel(&id));
                     match auth::load_one(&me.inner.store, &id, tabos_store::now_us()) {
@@ -423,8 +416,8 @@ impl Auth {
         if live.fresh.len() >= FRESH_MAX {
             live.fresh.clear();
         }
-        live.fresh.insert(p.id.clone());
-        live.insert(minted.hash, p);
+        live.fresh.insert(p.id().clone());
+        live.insert(hash, p);
     }
 
     /// Drops credential `id` from the in-memory copy (after revoking it
@@ -442,8 +435,8 @@ impl Auth {
         let ids: Vec<CredentialId> = live
             .by_hash
             .values()
-            .filter(|p| p.realm == realm)
-            .map(|p| p.id.clone())
+            .filter(|p| p.realm() == realm)
+            .map(|p| p.id().clone())
             .collect();
         for id in &ids {
             live.remove(id);
@@ -508,21 +501,14 @@ impl Auth {
         }
     }
 
-    /// An interceptor that checks nothing and lets every request act as an
-    /// operator: only for measuring what checking costs (`tabos-bench
+    /// An interceptor that checks nothing and lets every request act as
+    /// `operator` (a credential made for it): only for measuring what checking costs (`tabos-bench
     /// auth`). `tabos up` never serves this way.
-    pub fn unchecked_for_measurement() -> Authenticate {
+    pub fn unchecked_for_measurement(operator: Arc<Principal>) -> Authenticate {
+        debug_assert!(operator.is_operator());
         Authenticate {
             closed_to_scoped: None,
-            mode: Mode::Unchecked(Arc::new(Principal {
-                id: auth::CredentialId("0000000000000000".into()),
-                realm: String::new(),
-                user: "root".into(),
-                role: Role::Operator,
-                pid: None,
-                expires_us: None,
-                scope: None,
-            })),
+            mode: Mode::Unchecked(operator),
         }
     }
 }
@@ -579,18 +565,18 @@ impl tonic::service::Interceptor for Authenticate {
             Mode::Check(auth) => auth.authenticate(request.metadata())?,
             Mode::Unchecked(p) => p.clone(),
         };
-        if let (Some(service), Some(scope)) = (self.closed_to_scoped, &p.scope) {
+        if let (Some(service), Some(scope)) = (self.closed_to_scoped, &p.scope()) {
             return Err(Status::permission_denied(format!(
                 "credential {} is scoped to mailboxes ({scope}) and may not use the {service} \
                  service",
-                p.id
+                p.id()
             )));
         }
         // The connection has a caller now: it may stay past the wait for
         // a credential (`conn::AUTH_WAIT_MAX`), as one of its realm's
         // (`conn::CONNECTIONS_PER_REALM_MAX`).
         if let Some(conn) = request.extensions().get::<crate::conn::ConnInfo>() {
-            conn.signed_in(&p.realm)
+            conn.signed_in(p.realm())
                 .map_err(Status::resource_exhausted)?;
         }
         request.extensions_mut().insert(p);
@@ -624,15 +610,24 @@ impl Access {
         }
     }
 
+    /// The caller acting in `realm` as `user` (each empty: the
+    /// credential's own): [`Principal::act`].
+    pub fn act(&self, realm: &str, user: &str) -> Result<tabos_kernel::auth::Caller, Status> {
+        self.principal
+            .act(realm, user, &self.default_realm)
+            .map_err(|e| crate::kernel_status(&e))
+    }
+
     /// Refuses the call unless the credential has at least `need`.
     pub fn require(&self, need: Role) -> Result<(), Status> {
         let p = &self.principal;
-        if p.role >= need {
+        if p.role() >= need {
             Ok(())
         } else {
             Err(Status::permission_denied(format!(
                 "credential {} has role {}; this call needs {need}",
-                p.id, p.role
+                p.id(),
+                p.role()
             )))
         }
     }
@@ -650,12 +645,13 @@ impl Access {
                 requested.to_string()
             });
         }
-        if requested.is_empty() || requested == p.realm {
-            Ok(p.realm.clone())
+        if requested.is_empty() || requested == p.realm() {
+            Ok(p.realm().to_string())
         } else {
             Err(Status::permission_denied(format!(
                 "credential {} acts for realm {}, not {requested}",
-                p.id, p.realm
+                p.id(),
+                p.realm()
             )))
         }
     }
@@ -666,27 +662,28 @@ impl Access {
         let p = &self.principal;
         if p.is_operator() {
             return Ok(if requested.is_empty() {
-                p.user.clone()
+                p.user().to_string()
             } else {
                 requested.to_string()
             });
         }
-        if requested.is_empty() || requested == p.user {
-            Ok(p.user.clone())
+        if requested.is_empty() || requested == p.user() {
+            Ok(p.user().to_string())
         } else {
             Err(Status::permission_denied(format!(
                 "credential {} acts as user {}, not {requested}",
-                p.id, p.user
+                p.id(),
+                p.user()
             )))
         }
     }
 
     /// Refuses a scoped credential, for `what` (e.g. "create mailboxes").
     pub fn unscoped(&self, what: &str) -> Result<(), Status> {
-        match &self.principal.scope {
+        match &self.principal.scope() {
             Some(scope) => Err(Status::permission_denied(format!(
                 "credential {} is scoped to mailboxes ({scope}) and may not {what}",
-                self.principal.id
+                self.principal.id()
             ))),
             None => Ok(()),
         }
@@ -709,7 +706,7 @@ impl Access {
         grants: impl Fn(&auth::Scope) -> bool,
         what: &str,
     ) -> Result<(), Status> {
-        match &self.principal.scope {
+        match &self.principal.scope() {
             Some(scope) if !grants(scope) => self.unscoped(what),
             _ => Ok(()),
         }
@@ -719,10 +716,10 @@ impl Access {
     /// proc's provenance) unless the credential is that proc's or is not
     /// a proc's.
     pub fn acting_pid(&self, pid: &str) -> Result<(), Status> {
-        match &self.principal.pid {
+        match &self.principal.pid() {
             Some(own) if own.as_str() != pid => Err(Status::permission_denied(format!(
                 "credential {} is proc {own}'s and cannot act for proc {pid}",
-                self.principal.id
+                self.principal.id()
             ))),
             _ => Ok(()),
         }
@@ -790,12 +787,12 @@ mod tests {
             pid: Some(pid.clone()),
             ..auth::Spec::realm("r", "alice", Role::Member)
         };
-        let minted = auth::create(&store, spec).await.unwrap();
+        let (minted, _) = auth::create(&store, spec).await.unwrap();
         let a = Auth::open(store.clone()).unwrap();
         assert!(!a.is_live(&minted.id), "not loaded");
         assert_eq!(a.followed(), 0);
         let p = a.check_token(&minted.token).unwrap();
-        assert_eq!(p.pid.as_ref(), Some(&pid));
+        assert_eq!(p.pid(), Some(&pid));
         assert_eq!(a.followed(), 1);
         assert!(a.is_live(&minted.id), "held after the look-up");
         // A made-up token with the same id is not it.
@@ -821,9 +818,17 @@ mod tests {
         let a = Auth::open(store).unwrap();
         // Remembered, as after a commit the reload's read did not see: it
         // is in the copy, not in the table.
-        let minted = auth::mint().unwrap();
-        let spec = auth::Spec::operator("test");
-        a.remember(&minted, &spec);
+        // A principal only comes from a committed row: this one's is in
+        // another database.
+        let elsewhere = tabos_store::testing::TempDir::new("auth-reload-elsewhere");
+        let other = tabos_kernel::open(&tabos_store::Config::sqlite(elsewhere.path())).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let (minted, principal) = rt
+            .block_on(auth::create(&other, auth::Spec::operator("test")))
+            .unwrap();
+        a.remember(minted.hash, principal);
         assert!(a.check(&minted.token).is_some());
         a.reload().unwrap();
         assert!(a.check(&minted.token).is_some(), "kept through the reload");

@@ -74,12 +74,12 @@ impl BatchService {
         };
         // A scoped credential reaches mailboxes only, as at the services'
         // doors (the Ipc handlers check which).
-        if let Some(scope) = &who.scope {
+        if let Some(scope) = &who.scope() {
             if !matches!(call, Call::Send(_) | Call::Recv(_)) {
                 return failed(Status::permission_denied(format!(
                     "credential {} is scoped to mailboxes ({scope}) and may only send and \
                      receive in a batch",
-                    who.id
+                    who.id()
                 )));
             }
         }

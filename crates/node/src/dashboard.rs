@@ -168,9 +168,9 @@ impl Sessions {
         // its share.
         let mut per_realm: HashMap<&str, usize> = HashMap::new();
         for s in map.values() {
-            *per_realm.entry(s.principal.realm.as_str()).or_default() += 1;
+            *per_realm.entry(s.principal.realm()).or_default() += 1;
         }
-        let realm = principal.realm.as_str();
+        let realm = principal.realm();
         let from = if per_realm.get(realm).copied().unwrap_or(0) >= SESSIONS_PER_REALM_MAX {
             Some(realm.to_string())
         } else if map.len() >= SESSIONS_MAX {
@@ -184,7 +184,7 @@ impl Sessions {
         if let Some(from) = from {
             let oldest = map
                 .iter()
-                .filter(|(_, s)| s.principal.realm == from)
+                .filter(|(_, s)| s.principal.realm() == from)
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(k, _)| k.clone());
             if let Some(k) = oldest {
@@ -211,7 +211,7 @@ impl Sessions {
     fn realm_of(&self, id: &str) -> Option<String> {
         let map = self.lock();
         let s = map.get(id)?;
-        (s.last_used.elapsed() < SESSION_IDLE_MAX).then(|| s.principal.realm.clone())
+        (s.last_used.elapsed() < SESSION_IDLE_MAX).then(|| s.principal.realm().to_string())
     }
 
     /// The session `id`'s principal and token, marked used.
@@ -229,7 +229,7 @@ impl Sessions {
 
     /// Signs out every session of credential `id` (it was found dead).
     fn forget_credential(&self, id: &CredentialId) {
-        self.lock().retain(|_, s| &s.principal.id != id);
+        self.lock().retain(|_, s| s.principal.id() != id);
     }
 
     /// Live sessions by realm (`""`: operators'), by name.
@@ -237,7 +237,7 @@ impl Sessions {
         let mut by: HashMap<String, usize> = HashMap::new();
         for s in self.lock().values() {
             if s.last_used.elapsed() < SESSION_IDLE_MAX {
-                *by.entry(s.principal.realm.clone()).or_default() += 1;
+                *by.entry(s.principal.realm().to_string()).or_default() += 1;
             }
         }
         let mut v: Vec<_> = by.into_iter().collect();
@@ -433,11 +433,11 @@ impl App {
             .sessions
             .touch(&id)
             .ok_or_else(|| ApiError::unauthorized("the session has ended: sign in again"))?;
-        if !self.node.auth.is_live(&principal.id) {
-            self.sessions.forget_credential(&principal.id);
+        if !self.node.auth.is_live(principal.id()) {
+            self.sessions.forget_credential(principal.id());
             return Err(ApiError::unauthorized(format!(
                 "credential {} was revoked or has expired: sign in again",
-                principal.id
+                principal.id()
             )));
         }
         Ok(SignedIn { principal, token })
@@ -457,17 +457,18 @@ impl App {
 
 /// Who may sign in: what SQL needs, since every page is SQL.
 fn may_sign_in(p: &Principal) -> Result<(), ApiError> {
-    if let Some(scope) = &p.scope {
+    if let Some(scope) = &p.scope() {
         return Err(ApiError::forbidden(format!(
             "credential {} is scoped to mailboxes ({scope}) and may not use the dashboard",
-            p.id
+            p.id()
         )));
     }
-    if !p.is_operator() && p.role < Role::Admin {
+    if !p.is_operator() && p.role() < Role::Admin {
         return Err(ApiError::forbidden(format!(
             "credential {} has role {}; the dashboard needs admin (its pages are SQL, which \
              reads past files' and names' modes)",
-            p.id, p.role
+            p.id(),
+            p.role()
         )));
     }
     Ok(())
@@ -506,10 +507,10 @@ async fn sign_in(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Res
 
 fn whoami(node: &Node, p: &Principal) -> Json {
     json!({
-        "credential": p.id.to_string(),
-        "realm": p.realm,
-        "user": p.user,
-        "role": p.role.to_string(),
+        "credential": p.id().to_string(),
+        "realm": p.realm(),
+        "user": p.user(),
+        "role": p.role().to_string(),
         "operator": p.is_operator(),
         "node_id": node.settings.node_id,
         "node_realm": node.settings.realm,
@@ -652,8 +653,7 @@ impl FsRequest {
     fn checked(self, app: &App, caller: &SignedIn) -> Result<(String, Caller, String), ApiError> {
         let access = caller.access(&app.node);
         let realm = access.realm(&self.realm, Role::Reader)?;
-        let user = access.user("")?;
-        let who = Caller::new(&user).map_err(|e| ApiError::from(&e))?;
+        let who = access.act(&realm, "")?;
         tabos_kernel::names::validate_path(&self.path).map_err(|e| ApiError::from(&e))?;
         Ok((realm, who, self.path))
     }
@@ -832,7 +832,7 @@ async fn events(
         let realm_slot = app
             .node
             .dashboard_streams
-            .take(&caller.principal.realm)
+            .take(caller.principal.realm())
             .map_err(|_| {
                 ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
@@ -852,7 +852,7 @@ async fn events(
         let mut followers = Vec::new();
         for (name, feed) in feeds {
             let mut sub = app.node.store.subscribe(&feed);
-            let (tx, node, id) = (tx.clone(), app.node.clone(), caller.principal.id.clone());
+            let (tx, node, id) = (tx.clone(), app.node.clone(), caller.principal.id().clone());
             followers.push(AbortOnDrop(tokio::spawn(async move {
                 loop {
                     let item = match sub.recv().await {
@@ -875,7 +875,7 @@ async fn events(
         followers.push(AbortOnDrop(tokio::spawn(async move {
             loop {
                 let item = match samples.recv().await {
-                    Ok(s) if node.auth.is_live(&principal.id) => Item::Event(
+                    Ok(s) if node.auth.is_live(principal.id()) => Item::Event(
                         Event::default()
                             .event("sample")
                             .data(s.for_principal(&principal).to_string()),

@@ -25,7 +25,7 @@ pub fn door_use<H: Held>(
         by_realm: usage
             .by_realm
             .into_iter()
-            .filter(|(r, _)| caller.is_operator() || *r == caller.realm)
+            .filter(|(r, _)| caller.is_operator() || *r == caller.realm())
             .map(|(r, n)| (r, n as u64))
             .collect(),
     }
@@ -45,7 +45,7 @@ pub fn realm_cap(
         per_realm_max: per_realm_max as u64,
         by_realm: usage
             .into_iter()
-            .filter(|(r, _)| caller.is_operator() || *r == caller.realm)
+            .filter(|(r, _)| caller.is_operator() || *r == caller.realm())
             .map(|(r, n)| (r, n as u64))
             .collect(),
     }

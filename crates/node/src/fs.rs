@@ -9,7 +9,7 @@
 
 use tabos_client::proto;
 use tabos_kernel::auth::Role;
-use tabos_kernel::fs::{self, Caller, Stat};
+use tabos_kernel::fs::{self, Stat};
 use tabos_kernel::procs;
 use tonic::{Request, Response, Status};
 
@@ -62,10 +62,6 @@ async fn holder_addr(node: &crate::Node, store_id: &str, path: &str) -> Result<S
     }
 }
 
-fn caller(user: &str) -> Result<Caller, Status> {
-    Caller::new(user).map_err(|e| kernel_status(&e))
-}
-
 fn path(p: &str) -> Result<String, Status> {
     tabos_kernel::names::validate_path(p).map_err(|e| kernel_status(&e))?;
     Ok(p.to_string())
@@ -95,7 +91,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         let mode = if r.mode == 0 {
             fs::MODE_FILE_DEFAULT
         } else {
@@ -119,7 +115,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         let mode = if r.mode == 0 {
             fs::MODE_DIR_DEFAULT
         } else {
@@ -141,7 +137,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         let fence = crate::names::fence_from_proto(r.fence)?;
         self.node
             .files
@@ -159,7 +155,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         self.change(&r.realm, r.fence, move |tx, realm, now| {
             fs::rmdir_tx(tx, realm, &who, &p, now)
         })
@@ -175,7 +171,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, from, to) = (caller(&r.user)?, path(&r.from)?, path(&r.to)?);
+        let (who, from, to) = (access.act(&r.realm, &r.user)?, path(&r.from)?, path(&r.to)?);
         let fence = crate::names::fence_from_proto(r.fence)?;
         self.node
             .files
@@ -209,7 +205,11 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Reader)?;
         r.user = access.user(&r.user)?;
-        let (who, p, realm) = (caller(&r.user)?, path(&r.path)?, r.realm.clone());
+        let (who, p, realm) = (
+            access.act(&r.realm, &r.user)?,
+            path(&r.path)?,
+            r.realm.clone(),
+        );
         let (entries, more) = self
             .node
             .read(&r.realm, move |tx| fs::readdir_tx(tx, &realm, &who, &p))
@@ -232,7 +232,7 @@ impl proto::fs_server::Fs for FsService {
         if !r.pid.is_empty() {
             access.acting_pid(&r.pid)?;
         }
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         let read = self
             .node
             .files
@@ -277,7 +277,7 @@ impl proto::fs_server::Fs for FsService {
         if !r.pid.is_empty() {
             access.acting_pid(&r.pid)?;
         }
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         if r.data.len() > fs::IO_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
                 "a write is at most {} bytes",
@@ -331,7 +331,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p) = (caller(&r.user)?, path(&r.path)?);
+        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
         let fence = crate::names::fence_from_proto(r.fence.clone())?;
         let done = self
             .node
@@ -359,7 +359,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p, mode) = (caller(&r.user)?, path(&r.path)?, r.mode);
+        let (who, p, mode) = (access.act(&r.realm, &r.user)?, path(&r.path)?, r.mode);
         self.change(&r.realm, None, move |tx, realm, now| {
             fs::chmod_tx(tx, realm, &who, &p, mode, now)
         })
@@ -375,7 +375,7 @@ impl proto::fs_server::Fs for FsService {
         let mut r = request.into_inner();
         r.realm = access.realm(&r.realm, Role::Member)?;
         r.user = access.user(&r.user)?;
-        let (who, p, owner) = (caller(&r.user)?, path(&r.path)?, r.owner);
+        let (who, p, owner) = (access.act(&r.realm, &r.user)?, path(&r.path)?, r.owner);
         self.change(&r.realm, None, move |tx, realm, now| {
             fs::chown_tx(tx, realm, &who, &p, &owner, now)
         })

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use tabos_kernel::fs::files::Files;
 use tabos_kernel::fs::{Caller, FileType};
-use tabos_kernel::ids::Pid;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use tabos_kernel::names::{self, CreateOptions, Kind, NameOp};
+use tabos_kernel::names::{self, Kind};
 use tabos_sandbox::host::{FileEntry, Host, HostError, NameEntry, Received, RecvCall};
 use tabos_sandbox::StopHandle;
 use tabos_store::Store;
@@ -50,26 +49,26 @@ pub struct ProcHost {
 const SPIN: Duration = Duration::from_micros(200);
 
 impl ProcHost {
-    #[allow(clippy::too_many_arguments)]
+    /// The host of the proc `caller` acts for (its claim made it:
+    /// [`tabos_kernel::procs::ProcInfo::caller`]).
     pub fn new(
         store: Store,
         files: Files,
-        realm: &str,
-        pid: &Pid,
-        user: &str,
+        caller: Caller,
         opts: MailboxOptions,
         rt: Handle,
         stop: StopHandle,
         woken: Arc<Notify>,
-    ) -> ProcHost {
-        ProcHost {
+    ) -> Result<ProcHost, tabos_kernel::Error> {
+        let pid = caller
+            .pid()
+            .ok_or_else(|| tabos_kernel::Error::Invalid("a proc's host needs a proc".into()))?;
+        Ok(ProcHost {
             store,
             files,
-            realm: realm.to_string(),
-            caller: Caller {
-                user: user.to_string(),
-            },
+            realm: caller.realm().to_string(),
             me: Address::proc(pid),
+            caller,
             opts,
             rt,
             stop,
@@ -77,7 +76,7 @@ impl ProcHost {
             receiver: None,
             taken: std::collections::VecDeque::new(),
             others: None,
-        }
+        })
     }
 }
 
@@ -130,12 +129,11 @@ impl Host for ProcHost {
     }
 
     fn name_get(&mut self, path: &str) -> Result<NameEntry, HostError> {
-        let (realm, path, who) = (self.realm.clone(), path.to_string(), self.caller.clone());
+        let (path, who) = (path.to_string(), self.caller.clone());
         let e = self
             .rt
-            .block_on(names::call(&self.store, &self.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
-                names::get_tx(tx, &realm, &path)
+            .block_on(names::read(&self.store, &self.realm, move |tx| {
+                names::get(tx, &who, &path)
             }))
             .map_err(tabos_kernel::Error::into_host)?;
         Ok(NameEntry {
@@ -155,39 +153,31 @@ impl Host for ProcHost {
         data: &[u8],
         if_version: Option<i64>,
     ) -> Result<i64, HostError> {
-        let (realm, path, data) = (self.realm.clone(), path.to_string(), data.to_vec());
-        let who = self.caller.clone();
+        let (path, data, who) = (path.to_string(), data.to_vec(), self.caller.clone());
         self.rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
                 let now = tabos_store::now_us();
-                names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
-                names::set_by_tx(tx, &realm, &who.user, &path, &data, if_version, None, now)
+                names::set(tx, &who, &path, &data, if_version, None, now)
             }))
             .map_err(tabos_kernel::Error::into_host)
     }
 
     fn name_mkdir(&mut self, path: &str) -> Result<(), HostError> {
-        let (realm, path, who) = (self.realm.clone(), path.to_string(), self.caller.clone());
+        let (path, who) = (path.to_string(), self.caller.clone());
         self.rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
-                let opts = CreateOptions {
-                    owner: who.user.clone(),
-                    ..CreateOptions::default()
-                };
                 let now = tabos_store::now_us();
-                names::permit_tx(tx, &realm, &who, NameOp::Create(&path))?;
-                names::create_tx(tx, &realm, &path, Kind::Dir, &[], &opts, None, now)
+                names::create(tx, &who, &path, Kind::Dir, &[], 0, None, None, now)
             }))
             .map(drop)
             .map_err(tabos_kernel::Error::into_host)
     }
 
     fn name_remove(&mut self, path: &str) -> Result<(), HostError> {
-        let (realm, path, who) = (self.realm.clone(), path.to_string(), self.caller.clone());
+        let (path, who) = (path.to_string(), self.caller.clone());
         self.rt
             .block_on(names::call(&self.store, &self.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
-                names::remove_tx(tx, &realm, &path, None, None, tabos_store::now_us())
+                names::remove(tx, &who, &path, None, None, tabos_store::now_us())
             }))
             .map_err(tabos_kernel::Error::into_host)
     }
@@ -198,21 +188,16 @@ impl Host for ProcHost {
         exists: bool,
         timeout: Option<Duration>,
     ) -> Result<(), HostError> {
-        let (store, realm, woken) = (self.store.clone(), self.realm.clone(), self.woken.clone());
+        // The wait checks the caller before it waits.
+        let (store, who, woken) = (self.store.clone(), self.caller.clone(), self.woken.clone());
         let path = path.to_string();
-        let (r2, p2, who) = (realm.clone(), path.clone(), self.caller.clone());
-        self.rt
-            .block_on(names::call(&self.store, &self.realm, move |tx| {
-                names::permit_tx(tx, &r2, &who, NameOp::List(names::parent_of(&p2)))
-            }))
-            .map_err(tabos_kernel::Error::into_host)?;
         let stop = self.stop.clone();
         self.rt.block_on(async move {
             let waited = async {
                 if exists {
-                    names::wait_exists(&store, &realm, &path).await.map(drop)
+                    names::wait_exists(&store, &who, &path).await.map(drop)
                 } else {
-                    names::wait_removed(&store, &realm, &path).await
+                    names::wait_removed(&store, &who, &path).await
                 }
             };
             let limit = async {
@@ -253,7 +238,7 @@ impl Host for ProcHost {
         // A blocking wait (it spins briefly): this is the proc's own thread.
         ipc::send_blocking(
             &self.store,
-            &self.realm,
+            &self.caller,
             Some(self.me.clone()),
             msgs,
             self.opts,
@@ -300,7 +285,7 @@ impl ProcHost {
         };
         let got = self
             .rt
-            .block_on(ipc::peek(&self.store, &self.realm, &address, take))
+            .block_on(ipc::peek(&self.store, &self.caller, &address, take))
             .map_err(tabos_kernel::Error::into_host_ipc)?;
         if let Some(len) = got.next_bytes {
             return Err(HostError::TooBig(len));
@@ -357,7 +342,7 @@ impl ProcHost {
         };
         let mut receiver = match self.others.take() {
             Some((a, r)) if a == address => r,
-            _ => ipc::Receiver::new(&self.store, &self.realm, &address)
+            _ => ipc::Receiver::new(&self.store, &self.caller, &address)
                 .map_err(tabos_kernel::Error::into_host_ipc)?
                 .with_spin(SPIN),
         };
@@ -384,7 +369,7 @@ impl ProcHost {
             };
             let mut receiver = match self.receiver.take() {
                 Some(r) => r,
-                None => ipc::Receiver::new(&self.store, &self.realm, &self.me)
+                None => ipc::Receiver::new(&self.store, &self.caller, &self.me)
                     .map_err(tabos_kernel::Error::into_host_ipc)?
                     .with_spin(SPIN),
             };

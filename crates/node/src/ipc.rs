@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use tabos_client::proto;
-use tabos_kernel::auth::Role;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -53,18 +52,151 @@ fn response(r: ipc::Received) -> proto::RecvResponse {
 
 /// Converts a send request, checking it whole before any database work.
 pub fn outgoing_from_proto(msgs: Vec<proto::Outgoing>) -> Result<Vec<Outgoing>, Status> {
+    outgoing_of(msgs).map_err(|e| kernel_status(&e))
+}
+
+/// [`outgoing_from_proto`] for an operation's body.
+pub fn outgoing_of(msgs: Vec<proto::Outgoing>) -> tabos_kernel::Result<Vec<Outgoing>> {
     let out = msgs
         .into_iter()
         .map(|m| {
             Ok(Outgoing {
-                to: address(&m.to)?,
+                to: address_of(&m.to)?,
                 payload: m.payload,
                 message_id: (!m.message_id.is_empty()).then_some(m.message_id),
             })
         })
-        .collect::<Result<Vec<_>, Status>>()?;
-    ipc::validate_outgoing(&out).map_err(|e| kernel_status(&e))?;
+        .collect::<tabos_kernel::Result<Vec<_>>>()?;
+    ipc::validate_outgoing(&out)?;
     Ok(out)
+}
+
+/// An operation's address field.
+fn address_of(s: &str) -> tabos_kernel::Result<Address> {
+    Address::parse(s)
+}
+
+/// The Ipc service's operations, each a call of [`tabos_kernel::ipc`]
+/// (which checks the caller: role, scope, the proc it sends as).
+pub mod ops {
+    use super::*;
+    use crate::op::Op;
+    use tabos_kernel::auth::Caller;
+    use tabos_kernel::Result;
+
+    pub struct CreateMailbox;
+    impl Op for CreateMailbox {
+        type Request = proto::CreateMailboxRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let defaults = node.settings.mailbox;
+            let opts = MailboxOptions {
+                bytes_max: if r.bytes_max == 0 {
+                    defaults.bytes_max
+                } else {
+                    r.bytes_max
+                },
+                log_delivered: r.log_delivered.unwrap_or(defaults.log_delivered),
+            };
+            ipc::create_mailbox(&node.store, &who, &r.name, opts).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct RemoveMailbox;
+    impl Op for RemoveMailbox {
+        type Request = proto::RemoveMailboxRequest;
+        type Response = proto::RemoveMailboxResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let dropped = ipc::remove_mailbox(&node.store, &who, &r.name).await?;
+            Ok(proto::RemoveMailboxResponse { dropped })
+        }
+    }
+
+    pub struct Send;
+    impl Op for Send {
+        type Request = proto::SendRequest;
+        type Response = proto::SendResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let from = match r.from.as_str() {
+                "" => None,
+                s => Some(address_of(s)?),
+            };
+            let msgs = outgoing_of(r.messages)?;
+            let fence = crate::names::fence_of(r.fence)?;
+            let opts = node.settings.mailbox;
+            let sent = ipc::send_fenced(&node.store, &who, from, msgs, opts, fence).await?;
+            Ok(proto::SendResponse {
+                sent: sent
+                    .into_iter()
+                    .map(|s| proto::SentMessage {
+                        seq: s.seq,
+                        duplicate: s.duplicate,
+                    })
+                    .collect(),
+            })
+        }
+    }
+
+    pub struct Recv;
+    impl Op for Recv {
+        type Request = proto::RecvRequest;
+        type Response = proto::RecvResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let from = address_of(&r.mailbox)?;
+            let wait = Duration::from_millis(u64::from(r.timeout_ms));
+            let take = take_of(r.max);
+            let got = ipc::recv(&node.store, &who, &from, take, wait, std::future::pending());
+            Ok(response(got.await?))
+        }
+    }
+
+    pub struct Peek;
+    impl Op for Peek {
+        type Request = proto::RecvRequest;
+        type Response = proto::RecvResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let from = address_of(&r.mailbox)?;
+            let got = ipc::peek(&node.store, &who, &from, take_of(r.max)).await?;
+            Ok(response(got))
+        }
+    }
+
+    pub struct Mailbox;
+    impl Op for Mailbox {
+        type Request = proto::MailboxRequest;
+        type Response = proto::MailboxInfo;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let at = address_of(&r.mailbox)?;
+            let i = ipc::mailbox(&node.store, &who, &at).await?;
+            Ok(proto::MailboxInfo {
+                address: i.address,
+                queued: i.queued,
+                queued_bytes: i.queued_bytes,
+                bytes_max: i.bytes_max,
+                log_delivered: i.log_delivered,
+                next_seq: i.next_seq,
+            })
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -73,100 +205,28 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::CreateMailboxRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        access.unscoped("create mailboxes")?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let defaults = self.node.settings.mailbox;
-        let opts = MailboxOptions {
-            bytes_max: if r.bytes_max == 0 {
-                defaults.bytes_max
-            } else {
-                r.bytes_max
-            },
-            log_delivered: r.log_delivered.unwrap_or(defaults.log_delivered),
-        };
-        ipc::create_mailbox(&self.node.store, &r.realm, &r.name, opts)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::CreateMailbox>(request).await
     }
 
     async fn remove_mailbox(
         &self,
         request: Request<proto::RemoveMailboxRequest>,
     ) -> Result<Response<proto::RemoveMailboxResponse>, Status> {
-        let access = self.node.access(&request)?;
-        access.unscoped("remove mailboxes")?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let dropped = ipc::remove_mailbox(&self.node.store, &r.realm, &r.name)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::RemoveMailboxResponse { dropped }))
+        self.node.on::<ops::RemoveMailbox>(request).await
     }
 
     async fn send(
         &self,
         request: Request<proto::SendRequest>,
     ) -> Result<Response<proto::SendResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let from = match r.from.as_str() {
-            "" => None,
-            s => Some(address(s)?),
-        };
-        // A proc's credential sends as that proc, never as another.
-        if let Some(Address::Proc(pid)) = &from {
-            access.acting_pid(pid.as_str())?;
-        }
-        let msgs = outgoing_from_proto(r.messages)?;
-        for m in &msgs {
-            access.may_send(&m.to)?;
-        }
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        let sent = ipc::send_fenced(
-            &self.node.store,
-            &r.realm,
-            from,
-            msgs,
-            self.node.settings.mailbox,
-            fence,
-        )
-        .await
-        .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::SendResponse {
-            sent: sent
-                .into_iter()
-                .map(|s| proto::SentMessage {
-                    seq: s.seq,
-                    duplicate: s.duplicate,
-                })
-                .collect(),
-        }))
+        self.node.on::<ops::Send>(request).await
     }
 
     async fn recv(
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<proto::RecvResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let from = address(&r.mailbox)?;
-        access.may_recv(&from)?;
-        let got = ipc::recv(
-            &self.node.store,
-            &r.realm,
-            &from,
-            take_of(r.max),
-            Duration::from_millis(u64::from(r.timeout_ms)),
-            std::future::pending(),
-        )
-        .await
-        .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(response(got)))
+        self.node.on::<ops::Recv>(request).await
     }
 
     type RecvStreamStream = ReceiverStream<Result<proto::RecvResponse, Status>>;
@@ -175,24 +235,24 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<Self::RecvStreamStream>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
+        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let r = request.into_inner();
         let to = address(&r.mailbox)?;
-        access.may_recv(&to)?;
         let take = take_of(r.max);
-        // Fail at once on an unknown mailbox rather than in the stream.
-        ipc::peek(&self.node.store, &r.realm, &to, Take::messages(1))
+        // The receiver checks the caller; fail at once on an unknown
+        // mailbox rather than in the stream.
+        let mut receiver =
+            ipc::Receiver::new(&self.node.store, &who, &to).map_err(|e| kernel_status(&e))?;
+        ipc::peek(&self.node.store, &who, &to, Take::messages(1))
             .await
             .map_err(|e| kernel_status(&e))?;
         // Room for one batch: the next is taken only once the client has
         // read this one (or the transport has buffered it).
         let (tx, rx) = tokio::sync::mpsc::channel(1);
-        // One receiver for the stream's life: it stays subscribed, so after
-        // a batch that emptied the mailbox it waits for the next send
-        // without a transaction, and no send falls between subscriptions.
-        let mut receiver =
-            ipc::Receiver::new(&self.node.store, &r.realm, &to).map_err(|e| kernel_status(&e))?;
+        // One receiver for the stream's life (made above): it stays
+        // subscribed, so after a batch that emptied the mailbox it waits for
+        // the next send without a transaction, and no send falls between
+        // subscriptions.
         let stopping = self.stopping.clone();
         tokio::spawn(async move {
             loop {
@@ -227,38 +287,13 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<proto::RecvResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let from = address(&r.mailbox)?;
-        access.may_recv(&from)?;
-        let got = ipc::peek(&self.node.store, &r.realm, &from, take_of(r.max))
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(response(got)))
+        self.node.on::<ops::Peek>(request).await
     }
 
     async fn mailbox(
         &self,
         request: Request<proto::MailboxRequest>,
     ) -> Result<Response<proto::MailboxInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let at = address(&r.mailbox)?;
-        if access.may_send(&at).is_err() {
-            access.may_recv(&at)?;
-        }
-        let i = ipc::mailbox(&self.node.store, &r.realm, &at)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::MailboxInfo {
-            address: i.address,
-            queued: i.queued,
-            queued_bytes: i.queued_bytes,
-            bytes_max: i.bytes_max,
-            log_delivered: i.log_delivered,
-            next_seq: i.next_seq,
-        }))
+        self.node.on::<ops::Mailbox>(request).await
     }
 }

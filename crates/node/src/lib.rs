@@ -29,6 +29,7 @@ pub mod lease;
 pub mod load;
 pub mod managers;
 pub mod names;
+pub mod op;
 pub mod pg;
 pub mod procd;
 pub mod procedures;
@@ -229,6 +230,9 @@ pub struct Node {
     /// Runs the node's wasm procs; its module cache is shared with the
     /// Spawn RPC, which compiles (and so validates) modules before spawning.
     pub sandbox: tabos_sandbox::Sandbox,
+    /// The realms' stored procedures, run in that sandbox (one instance, so
+    /// one memory of which path each procedure takes).
+    pub procedures: tabos_kernel::procedures::Procedures,
     /// The filesystem, with the node's block store.
     pub files: tabos_kernel::fs::files::Files,
     /// The live credentials every request is checked against.
@@ -323,6 +327,7 @@ impl Node {
                 Error::Startup(format!("log directory {}: {e}", settings.logs.display()))
             })?;
         Ok(Node {
+            procedures: tabos_kernel::procedures::Procedures::new(store.clone(), sandbox.clone()),
             sandbox,
             files,
             auth,
@@ -393,10 +398,8 @@ impl Node {
         &self,
         note: &str,
     ) -> Result<tabos_kernel::auth::Minted, Error> {
-        Ok(self
-            .auth
-            .create(tabos_kernel::auth::Spec::operator(note))
-            .await?)
+        let spec = tabos_kernel::auth::Spec::operator(note);
+        Ok(self.auth.create(spec).await?.0)
     }
 
     /// The operator credential kept in `path` (mode 0600): the one already
@@ -818,7 +821,9 @@ pub async fn serve_with(
     let guard = if options.check_credentials {
         node.auth.interceptor()
     } else {
-        auth::Auth::unchecked_for_measurement()
+        let spec = tabos_kernel::auth::Spec::operator("unchecked, for measurement");
+        let (_, operator) = tabos_kernel::auth::create(&node.store, spec).await?;
+        auth::Auth::unchecked_for_measurement(std::sync::Arc::new(operator))
     };
     let tokens = TokensServer::new(tokens::TokensService::new(node.clone()))
         .max_decoding_message_size(MESSAGE_BYTES_MAX)

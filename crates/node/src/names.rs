@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use tabos_client::proto;
-use tabos_kernel::auth::{Caller, Role};
-use tabos_kernel::names::{self, CreateOptions, Entry, Fence, Kind, NameOp};
+use tabos_kernel::auth::Caller;
+use tabos_kernel::names::{self, Entry, Fence, Kind};
 use tabos_kernel::Error as KError;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
@@ -38,15 +38,7 @@ impl NamesService {
 
 /// The kernel fence of a request (none when absent).
 pub fn fence_from_proto(f: Option<proto::Fence>) -> Result<Option<Fence>, Status> {
-    let Some(f) = f else { return Ok(None) };
-    names::validate_path(&f.dir).map_err(|e| kernel_status(&e))?;
-    if f.epoch < 0 {
-        return Err(Status::invalid_argument("an epoch is never negative"));
-    }
-    Ok(Some(Fence {
-        dir: f.dir,
-        epoch: f.epoch,
-    }))
+    fence_of(f).map_err(|e| kernel_status(&e))
 }
 
 pub fn entry_to_proto(e: Entry) -> proto::NameEntry {
@@ -63,15 +55,236 @@ pub fn entry_to_proto(e: Entry) -> proto::NameEntry {
     }
 }
 
-/// The user a request acts as in the namespace (its credential's).
-fn caller(access: &crate::auth::Access) -> Result<Caller, Status> {
-    Ok(Caller {
-        user: access.user("")?,
-    })
+/// The kernel fence of an operation's request (none when absent).
+pub fn fence_of(f: Option<proto::Fence>) -> tabos_kernel::Result<Option<Fence>> {
+    let Some(f) = f else { return Ok(None) };
+    names::validate_path(&f.dir)?;
+    if f.epoch < 0 {
+        return Err(KError::Invalid("an epoch is never negative".into()));
+    }
+    Ok(Some(Fence {
+        dir: f.dir,
+        epoch: f.epoch,
+    }))
 }
 
-fn checked_path(path: &str) -> Result<(), Status> {
-    names::validate_path(path).map_err(|e| kernel_status(&e))
+/// The Names service's operations, each a kernel operation of
+/// [`tabos_kernel::names`] (which checks the caller) in one transaction.
+pub mod ops {
+    use super::*;
+    use crate::op::Op;
+    use tabos_kernel::Result;
+
+    pub struct Create;
+    impl Op for Create {
+        type Request = proto::CreateNameRequest;
+        type Response = proto::NameVersion;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let kind: Kind = crate::wire::field("kind", r.kind)?
+                .ok_or_else(|| KError::Invalid("kind must be dir, file or symlink".into()))?;
+            let fence = fence_of(r.fence)?;
+            let session = (!r.session.is_empty()).then_some(r.session);
+            let (path, data, mode) = (r.path, r.data, r.mode);
+            let version = node
+                .write_as(who, move |tx, who, now| {
+                    let s = session.as_deref();
+                    names::create(tx, who, &path, kind, &data, mode, s, fence.as_ref(), now)
+                })
+                .await?;
+            Ok(proto::NameVersion { version })
+        }
+    }
+
+    pub struct Set;
+    impl Op for Set {
+        type Request = proto::SetNameRequest;
+        type Response = proto::NameVersion;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let fence = fence_of(r.fence)?;
+            let (path, data, if_version) = (r.path, r.data, r.if_version);
+            let version = node
+                .write_as(who, move |tx, who, now| {
+                    names::set(tx, who, &path, &data, if_version, fence.as_ref(), now)
+                })
+                .await?;
+            Ok(proto::NameVersion { version })
+        }
+    }
+
+    pub struct Get;
+    impl Op for Get {
+        type Request = proto::NameRequest;
+        type Response = proto::NameEntry;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let e = node
+                .read_as(who, move |tx, who, _| names::get(tx, who, &r.path))
+                .await?;
+            Ok(entry_to_proto(e))
+        }
+    }
+
+    pub struct Remove;
+    impl Op for Remove {
+        type Request = proto::RemoveNameRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let fence = fence_of(r.fence)?;
+            let (path, if_version) = (r.path, r.if_version);
+            node.write_as(who, move |tx, who, now| {
+                names::remove(tx, who, &path, if_version, fence.as_ref(), now)
+            })
+            .await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Rename;
+    impl Op for Rename {
+        type Request = proto::RenameNameRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let fence = fence_of(r.fence)?;
+            let (from, to) = (r.from, r.to);
+            node.write_as(who, move |tx, who, now| {
+                names::rename(tx, who, &from, &to, fence.as_ref(), now)
+            })
+            .await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct ReadDir;
+    impl Op for ReadDir {
+        type Request = proto::NameRequest;
+        type Response = proto::ReadDirResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (entries, more, version) = node
+                .read_as(who, move |tx, who, _| names::read_dir(tx, who, &r.path))
+                .await?;
+            Ok(proto::ReadDirResponse {
+                entries: entries.into_iter().map(entry_to_proto).collect(),
+                more,
+                version,
+            })
+        }
+    }
+
+    pub struct AdvanceEpoch;
+    impl Op for AdvanceEpoch {
+        type Request = proto::NameRequest;
+        type Response = proto::EpochResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let epoch = node
+                .write_as(who, move |tx, who, now| {
+                    names::advance_epoch(tx, who, &r.path, now)
+                })
+                .await?;
+            Ok(proto::EpochResponse { epoch })
+        }
+    }
+
+    pub struct CheckFence;
+    impl Op for CheckFence {
+        type Request = proto::FenceRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let fence = fence_of(r.fence)?
+                .ok_or_else(|| KError::Invalid("Fence needs a fence (dir and epoch)".into()))?;
+            node.write_as(who, move |tx, who, now| names::fence(tx, who, &fence, now))
+                .await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct OpenSession;
+    impl Op for OpenSession {
+        type Request = proto::OpenSessionRequest;
+        type Response = proto::SessionResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let session = if r.session.is_empty() {
+                names::generate_session_id()
+            } else {
+                r.session
+            };
+            let (s, ttl_us) = (session.clone(), r.ttl_ms.saturating_mul(1000));
+            let expires_us = node
+                .write_as(who, move |tx, who, now| {
+                    names::open_session(tx, who, &s, ttl_us, now)
+                })
+                .await?;
+            Ok(proto::SessionResponse {
+                session,
+                expires_us,
+            })
+        }
+    }
+
+    pub struct RenewSession;
+    impl Op for RenewSession {
+        type Request = proto::SessionRequest;
+        type Response = proto::SessionResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let s = r.session.clone();
+            let expires_us = node
+                .write_as(who, move |tx, who, now| {
+                    names::renew_session(tx, who, &s, now)
+                })
+                .await?;
+            Ok(proto::SessionResponse {
+                session: r.session,
+                expires_us,
+            })
+        }
+    }
+
+    pub struct CloseSession;
+    impl Op for CloseSession {
+        type Request = proto::SessionRequest;
+        type Response = proto::CloseSessionResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let removed = node
+                .write_as(who, move |tx, who, now| {
+                    names::close_session(tx, who, &r.session, now)
+                })
+                .await?;
+            Ok(proto::CloseSessionResponse {
+                removed: removed as u64,
+            })
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -80,255 +293,77 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::CreateNameRequest>,
     ) -> Result<Response<proto::NameVersion>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        checked_path(&r.path)?;
-        let kind: Kind = crate::wire::request("kind", r.kind)?
-            .ok_or_else(|| Status::invalid_argument("kind must be dir, file or symlink"))?;
-        let fence = fence_from_proto(r.fence)?;
-        let who = caller(&access)?;
-        // The entry is the caller's, whatever the request says.
-        let opts = CreateOptions {
-            owner: who.user.clone(),
-            mode: r.mode,
-            session: (!r.session.is_empty()).then_some(r.session),
-        };
-        let (realm, path, data) = (r.realm.clone(), r.path, r.data);
-        let version = self
-            .node
-            .call(&r.realm, move |tx| {
-                let now = tabos_store::now_us();
-                names::permit_tx(tx, &realm, &who, NameOp::Create(&path))?;
-                if let Some(s) = &opts.session {
-                    names::permit_tx(tx, &realm, &who, NameOp::Session(s))?;
-                }
-                names::create_tx(tx, &realm, &path, kind, &data, &opts, fence.as_ref(), now)
-            })
-            .await?;
-        Ok(Response::new(proto::NameVersion { version }))
+        self.node.on::<ops::Create>(request).await
     }
 
     async fn set(
         &self,
         request: Request<proto::SetNameRequest>,
     ) -> Result<Response<proto::NameVersion>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        checked_path(&r.path)?;
-        let fence = fence_from_proto(r.fence)?;
-        let who = caller(&access)?;
-        let (realm, path, data, if_version) = (r.realm.clone(), r.path, r.data, r.if_version);
-        let version = self
-            .node
-            .call(&r.realm, move |tx| {
-                let now = tabos_store::now_us();
-                names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
-                let (owner, f) = (who.user.as_str(), fence.as_ref());
-                names::set_by_tx(tx, &realm, owner, &path, &data, if_version, f, now)
-            })
-            .await?;
-        Ok(Response::new(proto::NameVersion { version }))
+        self.node.on::<ops::Set>(request).await
     }
 
     async fn get(
         &self,
         request: Request<proto::NameRequest>,
     ) -> Result<Response<proto::NameEntry>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        checked_path(&r.path)?;
-        let who = caller(&access)?;
-        let (realm, path) = (r.realm.clone(), r.path);
-        let e = self
-            .node
-            .read(&r.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Read(&path))?;
-                names::get_tx(tx, &realm, &path)
-            })
-            .await?;
-        Ok(Response::new(entry_to_proto(e)))
+        self.node.on::<ops::Get>(request).await
     }
 
     async fn remove(
         &self,
         request: Request<proto::RemoveNameRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        checked_path(&r.path)?;
-        let fence = fence_from_proto(r.fence)?;
-        let who = caller(&access)?;
-        let (realm, path, if_version) = (r.realm.clone(), r.path, r.if_version);
-        self.node
-            .call(&r.realm, move |tx| {
-                let now = tabos_store::now_us();
-                names::permit_tx(tx, &realm, &who, NameOp::Remove(&path))?;
-                names::remove_tx(tx, &realm, &path, if_version, fence.as_ref(), now)
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Remove>(request).await
     }
 
     async fn rename(
         &self,
         request: Request<proto::RenameNameRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        checked_path(&r.from)?;
-        checked_path(&r.to)?;
-        let fence = fence_from_proto(r.fence)?;
-        let who = caller(&access)?;
-        let (realm, from, to) = (r.realm.clone(), r.from, r.to);
-        self.node
-            .call(&r.realm, move |tx| {
-                let now = tabos_store::now_us();
-                names::permit_tx(tx, &realm, &who, NameOp::Rename(&from, &to))?;
-                names::rename_tx(tx, &realm, &from, &to, fence.as_ref(), now)
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Rename>(request).await
     }
 
     async fn read_dir(
         &self,
         request: Request<proto::NameRequest>,
     ) -> Result<Response<proto::ReadDirResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        checked_path(&r.path)?;
-        let who = caller(&access)?;
-        let (realm, path) = (r.realm.clone(), r.path);
-        let (entries, more, version) = self
-            .node
-            .read(&r.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::List(&path))?;
-                names::readdir_tx(tx, &realm, &path)
-            })
-            .await?;
-        Ok(Response::new(proto::ReadDirResponse {
-            entries: entries.into_iter().map(entry_to_proto).collect(),
-            more,
-            version,
-        }))
+        self.node.on::<ops::ReadDir>(request).await
     }
 
     async fn advance_epoch(
         &self,
         request: Request<proto::NameRequest>,
     ) -> Result<Response<proto::EpochResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        checked_path(&r.path)?;
-        let who = caller(&access)?;
-        let (realm, path) = (r.realm.clone(), r.path);
-        let epoch = self
-            .node
-            .call(&r.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Write(&path))?;
-                names::advance_epoch_by_tx(tx, &realm, &who.user, &path, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::EpochResponse { epoch }))
+        self.node.on::<ops::AdvanceEpoch>(request).await
     }
 
     async fn fence(
         &self,
         request: Request<proto::FenceRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let fence = fence_from_proto(r.fence)?
-            .ok_or_else(|| Status::invalid_argument("Fence needs a fence (dir and epoch)"))?;
-        let who = caller(&access)?;
-        let realm = r.realm.clone();
-        self.node
-            .call(&r.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Fence(&fence.dir))?;
-                names::check_fence_tx(tx, &realm, &fence, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::CheckFence>(request).await
     }
 
     async fn open_session(
         &self,
         request: Request<proto::OpenSessionRequest>,
     ) -> Result<Response<proto::SessionResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let session = if r.session.is_empty() {
-            names::generate_session_id()
-        } else {
-            r.session
-        };
-        let ttl_us = r.ttl_ms.saturating_mul(1000);
-        // The session is the caller's, whatever the request says.
-        let (realm, s, owner) = (r.realm.clone(), session.clone(), caller(&access)?.user);
-        let expires_us = self
-            .node
-            .call(&r.realm, move |tx| {
-                let now = tabos_store::now_us();
-                names::open_session_tx(tx, &realm, &s, &owner, ttl_us, now)?;
-                Ok(now + ttl_us)
-            })
-            .await?;
-        Ok(Response::new(proto::SessionResponse {
-            session,
-            expires_us,
-        }))
+        self.node.on::<ops::OpenSession>(request).await
     }
 
     async fn renew_session(
         &self,
         request: Request<proto::SessionRequest>,
     ) -> Result<Response<proto::SessionResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let who = caller(&access)?;
-        let (realm, s) = (r.realm.clone(), r.session.clone());
-        let expires_us = self
-            .node
-            .call(&r.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Session(&s))?;
-                names::renew_session_tx(tx, &realm, &s, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::SessionResponse {
-            session: r.session,
-            expires_us,
-        }))
+        self.node.on::<ops::RenewSession>(request).await
     }
 
     async fn close_session(
         &self,
         request: Request<proto::SessionRequest>,
     ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let who = caller(&access)?;
-        let (realm, s) = (r.realm.clone(), r.session);
-        let removed = self
-            .node
-            .call(&r.realm, move |tx| {
-                names::permit_tx(tx, &realm, &who, NameOp::Session(&s))?;
-                names::close_session_tx(tx, &realm, &s, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::CloseSessionResponse {
-            removed: removed as u64,
-        }))
+        self.node.on::<ops::CloseSession>(request).await
     }
 
     type WatchStream = ReceiverStream<Result<proto::WatchEvent, Status>>;
@@ -337,31 +372,19 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        checked_path(&r.path)?;
-        tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
+        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let r = request.into_inner();
         let mode: proto::WatchMode = crate::wire::request_proto("watch mode", r.mode)?
             .ok_or_else(|| Status::invalid_argument("watch mode must be exists, removed or dir"))?;
-        // Watching a directory is listing it; waiting for a path is reading
-        // its directory.
-        let who = caller(&access)?;
-        let (realm, path, dir_mode) = (
-            r.realm.clone(),
-            r.path.clone(),
-            mode == proto::WatchMode::Dir,
-        );
+        // Refused here, as the call's answer, rather than as the stream's
+        // first event (the waits check again as they look).
+        let (path, dir_mode) = (r.path.clone(), mode == proto::WatchMode::Dir);
         self.node
-            .read(&r.realm, move |tx| {
-                let dir = if dir_mode {
-                    path.as_str()
-                } else {
-                    names::parent_of(&path)
-                };
-                names::permit_tx(tx, &realm, &who, NameOp::List(dir))
+            .read_as(who.clone(), move |tx, who, _| {
+                names::may_watch(tx, who, &path, dir_mode)
             })
-            .await?;
+            .await
+            .map_err(|e| kernel_status(&e))?;
         let store = self.node.store.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
         let stopping = self.stopping.clone();
@@ -371,23 +394,23 @@ impl proto::names_server::Names for NamesService {
                 tokio::spawn(async move {
                     let waited = async {
                         if exists {
-                            names::wait_exists(&store, &r.realm, &r.path)
-                                .await
-                                .map(|e| proto::WatchEvent {
+                            names::wait_exists(&store, &who, &r.path).await.map(|e| {
+                                proto::WatchEvent {
                                     op: proto::WatchOp::Exists.into(),
                                     path: e.path.clone(),
                                     version: e.version,
                                     entry: Some(entry_to_proto(e)),
-                                })
+                                }
+                            })
                         } else {
-                            names::wait_removed(&store, &r.realm, &r.path)
-                                .await
-                                .map(|()| proto::WatchEvent {
+                            names::wait_removed(&store, &who, &r.path).await.map(|()| {
+                                proto::WatchEvent {
                                     op: proto::WatchOp::Removed.into(),
                                     path: r.path.clone(),
                                     version: 0,
                                     entry: None,
-                                })
+                                }
+                            })
                         }
                     };
                     tokio::select! {
@@ -401,8 +424,9 @@ impl proto::names_server::Names for NamesService {
                     }
                 });
             }
+            // (`request_proto` made unspecified a refusal above.)
             proto::WatchMode::Dir | proto::WatchMode::Unspecified => {
-                let (sub, version) = names::watch_dir(&store, &r.realm, &r.path)
+                let (sub, version) = names::watch_dir(&store, &who, &r.path)
                     .await
                     .map_err(|e| kernel_status(&e))?;
                 tokio::spawn(forward_dir(sub, r.path, version, tx, stopping));

@@ -276,12 +276,12 @@ impl Conn {
                 ),
             )
         })?;
-        if let Some(scope) = &principal.scope {
+        if let Some(scope) = &principal.scope() {
             return Err(fatal(
                 sqlstate::INSUFFICIENT_PRIVILEGE,
                 format!(
                     "credential {} is scoped to mailboxes ({scope}) and may not use SQL",
-                    principal.id
+                    principal.id()
                 ),
             ));
         }
@@ -292,37 +292,41 @@ impl Conn {
         let scope_realm = if principal.is_operator() {
             (realm != "*").then(|| realm.to_string())
         } else {
-            if realm != principal.realm {
+            if realm != principal.realm() {
                 return Err(fatal(
                     sqlstate::INVALID_AUTHORIZATION,
                     format!(
                         "credential {} acts for realm {}, not {realm:?}: sign in as user {}",
-                        principal.id, principal.realm, principal.realm
+                        principal.id(),
+                        principal.realm(),
+                        principal.realm()
                     ),
                 ));
             }
             if let Some(u) = fs_user {
-                if u != principal.user {
+                if u != principal.user() {
                     return Err(fatal(
                         sqlstate::INVALID_AUTHORIZATION,
                         format!(
                             "credential {} acts as user {}, not {u:?}",
-                            principal.id, principal.user
+                            principal.id(),
+                            principal.user()
                         ),
                     ));
                 }
             }
-            if principal.role < Role::Admin {
+            if principal.role() < Role::Admin {
                 return Err(fatal(
                     sqlstate::INSUFFICIENT_PRIVILEGE,
                     format!(
                         "credential {} has role {}; SQL needs admin (it reads past files' and \
                          names' modes)",
-                        principal.id, principal.role
+                        principal.id(),
+                        principal.role()
                     ),
                 ));
             }
-            Some(principal.realm.clone())
+            Some(principal.realm().to_string())
         };
         let scope = match &scope_realm {
             Some(r) => {
@@ -345,10 +349,10 @@ impl Conn {
         let s = lock(&self.session)
             .clone()
             .ok_or_else(|| fatal(sqlstate::INVALID_AUTHORIZATION, "not signed in"))?;
-        if !self.node.auth.is_live(&s.principal.id) {
+        if !self.node.auth.is_live(s.principal.id()) {
             return Err(fatal(
                 sqlstate::INVALID_AUTHORIZATION,
-                format!("credential {} was revoked or has expired", s.principal.id),
+                format!("credential {} was revoked or has expired", s.principal.id()),
             ));
         }
         Ok(s)
@@ -717,7 +721,7 @@ impl StartupHandler for Startup {
                 self.conn
                     .door
                     .ledger
-                    .sign_in(&self.conn.ticket, &session.principal.realm)
+                    .sign_in(&self.conn.ticket, session.principal.realm())
                     .map_err(|e| fatal(sqlstate::TOO_MANY_CONNECTIONS, e.to_string()))?;
                 *lock(&self.conn.session) = Some(session);
                 finish_authentication(client, &self.params).await?;

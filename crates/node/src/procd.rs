@@ -787,7 +787,7 @@ impl Procd {
             ..tabos_kernel::auth::Spec::realm(&self.realm, &p.user, Role::Member)
         };
         let token = match self.auth.create(spec).await {
-            Ok(m) => m.token,
+            Ok((m, _)) => m.token,
             Err(e) => {
                 let msg = format!("cannot make the proc's credential: {e}");
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
@@ -964,23 +964,28 @@ impl Procd {
             env.push(("TABOS_PID".into(), proc_.pid.to_string()));
             env.push(("TABOS_REALM".into(), me.realm.clone()));
             env.push(("TABOS_ADDR".into(), me.addr.tcp.clone()));
+            // The claim that started it made who it acts as.
+            let caller = proc_
+                .caller
+                .clone()
+                .ok_or_else(|| format!("{} was not started by a claim", proc_.pid))?;
+            let host = ProcHost::new(
+                me.store.clone(),
+                me.files.clone(),
+                caller,
+                me.policy.mailbox,
+                rt,
+                stop.clone(),
+                woken,
+            )
+            .map_err(|e| e.to_string())?;
             let spec = RunSpec {
                 args,
                 env,
                 stdout: log("stdout"),
                 stderr: log("stderr"),
                 memory_bytes: wasm_memory_bytes(proc_.mem_mb),
-                host: Some(Box::new(ProcHost::new(
-                    me.store.clone(),
-                    me.files.clone(),
-                    &me.realm,
-                    &proc_.pid,
-                    &proc_.user,
-                    me.policy.mailbox,
-                    rt,
-                    stop.clone(),
-                    woken,
-                ))),
+                host: Some(Box::new(host)),
             };
             me.sandbox
                 .run(&program, spec, &stop)

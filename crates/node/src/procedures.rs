@@ -8,25 +8,20 @@
 use std::time::Duration;
 
 use tabos_client::proto;
-use tabos_kernel::auth::Role;
-use tabos_kernel::procedures::{Info, Install, Procedures};
+use tabos_kernel::procedures::Info;
 use tabos_sandbox::procedure::{Limits, MEMORY_BYTES_DEFAULT, TIMEOUT_DEFAULT};
 use tonic::{Request, Response, Status};
 
-use crate::{kernel_status, Node};
+use crate::Node;
 
 #[derive(Clone)]
 pub struct ProceduresService {
-    procedures: Procedures,
     node: Node,
 }
 
 impl ProceduresService {
     pub fn new(node: Node) -> ProceduresService {
-        ProceduresService {
-            procedures: Procedures::new(node.store.clone(), node.sandbox.clone()),
-            node,
-        }
+        ProceduresService { node }
     }
 }
 
@@ -44,8 +39,87 @@ fn info(i: Info) -> proto::ProcedureInfo {
     }
 }
 
-fn status(e: tabos_kernel::Error) -> Status {
-    kernel_status(&e)
+/// The Procedures service's operations, each a call of
+/// [`tabos_kernel::procedures::Procedures`] (which checks the caller).
+pub mod ops {
+    use super::*;
+    use crate::op::Op;
+    use tabos_kernel::auth::Caller;
+    use tabos_kernel::Result;
+
+    pub struct Install;
+    impl Op for Install {
+        type Request = proto::InstallProcedureRequest;
+        type Response = proto::ProcedureInfo;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let language = r.language.parse().map_err(tabos_kernel::Error::Invalid)?;
+            let limits = Limits {
+                memory_bytes: match r.memory_bytes {
+                    0 => MEMORY_BYTES_DEFAULT,
+                    n => usize::try_from(n).unwrap_or(usize::MAX),
+                },
+                timeout: match r.timeout_ms {
+                    0 => TIMEOUT_DEFAULT,
+                    n => Duration::from_millis(u64::from(n)),
+                },
+            };
+            let install = tabos_kernel::procedures::Install {
+                name: r.name,
+                language,
+                code: r.code,
+                limits,
+                read_only: r.read_only,
+            };
+            Ok(info(node.procedures.install(&who, install).await?))
+        }
+    }
+
+    pub struct List;
+    impl Op for List {
+        type Request = proto::ListProceduresRequest;
+        type Response = proto::ListProceduresResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, _: Self::Request) -> Result<Self::Response> {
+            let list = node.procedures.list(&who).await?;
+            Ok(proto::ListProceduresResponse {
+                procedures: list.into_iter().map(info).collect(),
+            })
+        }
+    }
+
+    pub struct Remove;
+    impl Op for Remove {
+        type Request = proto::ProcedureRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            node.procedures.remove(&who, &r.name).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Call;
+    impl Op for Call {
+        type Request = proto::CallProcedureRequest;
+        type Response = proto::CallProcedureResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let out = node.procedures.call(&who, &r.name, r.args).await?;
+            Ok(proto::CallProcedureResponse {
+                result: out.result,
+                log: out.log,
+            })
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -54,81 +128,27 @@ impl proto::procedures_server::Procedures for ProceduresService {
         &self,
         request: Request<proto::InstallProcedureRequest>,
     ) -> Result<Response<proto::ProcedureInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Admin)?;
-        let language = r.language.parse().map_err(Status::invalid_argument)?;
-        let limits = Limits {
-            memory_bytes: match r.memory_bytes {
-                0 => MEMORY_BYTES_DEFAULT,
-                n => usize::try_from(n).unwrap_or(usize::MAX),
-            },
-            timeout: match r.timeout_ms {
-                0 => TIMEOUT_DEFAULT,
-                n => Duration::from_millis(u64::from(n)),
-            },
-        };
-        let installed = self
-            .procedures
-            .install(Install {
-                realm: r.realm,
-                name: r.name,
-                language,
-                code: r.code,
-                limits,
-                read_only: r.read_only,
-            })
-            .await
-            .map_err(status)?;
-        Ok(Response::new(info(installed)))
+        self.node.on::<ops::Install>(request).await
     }
 
     async fn list(
         &self,
         request: Request<proto::ListProceduresRequest>,
     ) -> Result<Response<proto::ListProceduresResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let list = self.procedures.list(&r.realm).await.map_err(status)?;
-        Ok(Response::new(proto::ListProceduresResponse {
-            procedures: list.into_iter().map(info).collect(),
-        }))
+        self.node.on::<ops::List>(request).await
     }
 
     async fn remove(
         &self,
         request: Request<proto::ProcedureRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Admin)?;
-        self.procedures
-            .remove(&r.realm, &r.name)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Remove>(request).await
     }
 
     async fn call(
         &self,
         request: Request<proto::CallProcedureRequest>,
     ) -> Result<Response<proto::CallProcedureResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        // The procedure's file calls act for the caller's user.
-        let who = tabos_kernel::auth::Caller {
-            user: access.user("")?,
-        };
-        let out = self
-            .procedures
-            .call_as(&r.realm, &who, &r.name, r.args)
-            .await
-            .map_err(status)?;
-        Ok(Response::new(proto::CallProcedureResponse {
-            result: out.result,
-            log: out.log,
-        }))
+        self.node.on::<ops::Call>(request).await
     }
 }

@@ -299,21 +299,24 @@ impl proto::procs_server::Procs for ProcsService {
             tabos_kernel::auth::create_tx(tx, &s, &m, now)
         })
         .await;
-        if let Err(e) = created {
-            if elastic.is_some() {
-                // Undone: the realm did not come to be.
-                let r2 = r.realm.clone();
-                let _ = self
-                    .node
-                    .store
-                    .run(tabos_kernel::nodes::CLUSTER_PARTITION, move |tx| {
-                        tabos_kernel::alloc::forget_tx(tx, &r2)
-                    })
-                    .await;
+        let principal = match created {
+            Ok(p) => p,
+            Err(e) => {
+                if elastic.is_some() {
+                    // Undone: the realm did not come to be.
+                    let r2 = r.realm.clone();
+                    let _ = self
+                        .node
+                        .store
+                        .run(tabos_kernel::nodes::CLUSTER_PARTITION, move |tx| {
+                            tabos_kernel::alloc::forget_tx(tx, &r2)
+                        })
+                        .await;
+                }
+                return Err(kernel_status(&e));
             }
-            return Err(kernel_status(&e));
-        }
-        self.node.auth.remember(&minted, &spec);
+        };
+        self.node.auth.remember(minted.hash, principal);
         Ok(Response::new(proto::CreateRealmResponse {
             admin_token: minted.token,
             admin_token_id: minted.id.to_string(),
@@ -395,7 +398,7 @@ impl proto::procs_server::Procs for ProcsService {
         request: Request<proto::ListRealmsRequest>,
     ) -> Result<Response<proto::ListRealmsResponse>, Status> {
         let access = self.node.access(&request)?;
-        let only = (!access.principal.is_operator()).then(|| access.principal.realm.clone());
+        let only = (!access.principal.is_operator()).then(|| access.principal.realm().to_string());
         Ok(Response::new(proto::ListRealmsResponse {
             realms: self.realm_infos(only).await?,
         }))
@@ -411,7 +414,7 @@ impl proto::procs_server::Procs for ProcsService {
         let d = descriptor_from_proto(
             r.proc
                 .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
-            &access.principal.user,
+            access.principal.user(),
         )?;
         self.check_modules(std::slice::from_ref(&d)).await?;
         let fence = crate::names::fence_from_proto(r.fence)?;
@@ -434,7 +437,7 @@ impl proto::procs_server::Procs for ProcsService {
         let ds = r
             .procs
             .into_iter()
-            .map(|d| descriptor_from_proto(d, &access.principal.user))
+            .map(|d| descriptor_from_proto(d, access.principal.user()))
             .collect::<Result<Vec<_>, _>>()?;
         self.check_modules(&ds).await?;
         let spawned = procs::spawn_burst(&self.node.store, &r.realm, ds)

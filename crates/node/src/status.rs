@@ -71,7 +71,7 @@ impl proto::node_server::Node for StatusService {
     ) -> Result<Response<proto::ListNodesResponse>, Status> {
         let access = self.node.access(&request)?;
         // A realm's member sees the nodes, and only its own realm on them.
-        let only = (!access.principal.is_operator()).then(|| access.principal.realm.clone());
+        let only = (!access.principal.is_operator()).then(|| access.principal.realm().to_string());
         let store = self.node.store.clone();
         let nodes =
             tokio::task::spawn_blocking(move || tabos_kernel::nodes::list(&store, only.as_deref()))

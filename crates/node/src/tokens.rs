@@ -39,17 +39,17 @@ pub fn info_to_proto(i: &auth::Info) -> proto::TokenInfo {
 
 fn principal_to_proto(p: &Principal) -> proto::TokenInfo {
     proto::TokenInfo {
-        id: p.id.to_string(),
-        realm: p.realm.clone(),
-        user: p.user.clone(),
-        role: crate::wire::out(p.role),
-        pid: p.pid.as_ref().map(|p| p.to_string()).unwrap_or_default(),
+        id: p.id().to_string(),
+        realm: p.realm().to_string(),
+        user: p.user().to_string(),
+        role: crate::wire::out(p.role()),
+        pid: p.pid().as_ref().map(|p| p.to_string()).unwrap_or_default(),
         created_us: 0,
-        expires_us: p.expires_us,
+        expires_us: p.expires_us(),
         revoked_us: None,
         note: String::new(),
         scope: p
-            .scope
+            .scope()
             .as_ref()
             .map(ToString::to_string)
             .unwrap_or_default(),
@@ -103,23 +103,16 @@ impl proto::tokens_server::Tokens for TokensService {
                 s => Some(auth::Scope::parse(s).map_err(|e| kernel_status(&e))?),
             },
         };
-        let minted = self
+        let note = spec.note.clone();
+        let (minted, principal) = self
             .node
             .auth
-            .create(spec.clone())
+            .create(spec)
             .await
             .map_err(|e| kernel_status(&e))?;
-        let mut info = principal_to_proto(&Principal {
-            id: minted.id.clone(),
-            realm: spec.realm,
-            user: spec.user,
-            role: spec.role,
-            pid: None,
-            expires_us: spec.expires_us,
-            scope: spec.scope.clone(),
-        });
+        let mut info = principal_to_proto(&principal);
         info.created_us = now;
-        info.note = spec.note;
+        info.note = note;
         Ok(Response::new(proto::CreatedToken {
             info: Some(info),
             token: minted.token,
@@ -157,7 +150,7 @@ impl proto::tokens_server::Tokens for TokensService {
         let r = request.into_inner();
         access.require(Role::Admin)?;
         let id = CredentialId::new(r.id).map_err(|e| kernel_status(&e))?;
-        let realm = (!access.principal.is_operator()).then(|| access.principal.realm.clone());
+        let realm = (!access.principal.is_operator()).then(|| access.principal.realm().to_string());
         auth::revoke(&self.node.store, &id, realm.as_deref())
             .await
             .map_err(|e| kernel_status(&e))?;

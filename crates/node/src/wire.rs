@@ -78,8 +78,14 @@ where
 /// unspecified (the caller applies the request's default); a number no
 /// value has (a newer client's, or garbage) is INVALID_ARGUMENT.
 pub fn request<K: Wire>(what: &str, v: i32) -> Result<Option<K>, Status> {
+    field(what, v).map_err(|e| crate::kernel_status(&e))
+}
+
+/// [`request`] for an operation's body ([`crate::op::Op::run`]): the same,
+/// the refusal a kernel error.
+pub fn field<K: Wire>(what: &str, v: i32) -> tabos_kernel::Result<Option<K>> {
     let p = K::Proto::try_from(v)
-        .map_err(|_| Status::invalid_argument(format!("{what}: no value is numbered {v}")))?;
+        .map_err(|_| tabos_kernel::Error::Invalid(format!("{what}: no value is numbered {v}")))?;
     Ok(K::of_wire(p))
 }
 

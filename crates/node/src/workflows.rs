@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use tabos_client::proto;
 use tabos_kernel::auth::Role;
-use tabos_kernel::fs::Caller;
 use tabos_kernel::procedures::{self, CallPath, Called, Procedures};
 use tabos_kernel::workflows::{self as wf, Outcome, StepKind};
 use tokio::time::Instant;
@@ -35,7 +34,7 @@ pub struct WorkflowsService {
 impl WorkflowsService {
     pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> WorkflowsService {
         WorkflowsService {
-            procedures: Procedures::new(node.store.clone(), node.sandbox.clone()),
+            procedures: node.procedures.clone(),
             node,
             stopping,
         }
@@ -572,7 +571,7 @@ impl proto::workflows_server::Workflows for WorkflowsService {
         let r = request.into_inner();
         let realm = access.realm(&r.realm, Role::Member)?;
         // The procedure's file calls act for the caller's user.
-        let who = Caller::new(&access.user("")?).map_err(|e| kernel_status(&e))?;
+        let who = access.act(&realm, "")?;
         let now = tabos_store::now_us();
         let (rl, ex, id, name, args) = (
             realm.clone(),

@@ -156,10 +156,10 @@ enum Need {
 }
 
 fn allowed(st: &Stat, who: &Caller, need: Need) -> Result<()> {
-    if who.user == ROOT {
+    if who.user() == ROOT {
         return Ok(());
     }
-    let bits = if st.owner == who.user {
+    let bits = if st.owner == who.user() {
         (st.mode >> 6) & 7
     } else {
         st.mode & 7
@@ -168,7 +168,7 @@ fn allowed(st: &Stat, who: &Caller, need: Need) -> Result<()> {
     if bits & need != need {
         return Err(Error::Denied(format!(
             "{} may not {} {} (owner {}, mode {:o})",
-            who.user,
+            who.user(),
             match need {
                 4 => "read",
                 2 => "write",
@@ -260,12 +260,19 @@ fn parent_dir(tx: &mut dyn Tx, realm: &str, path: &str, who: &Caller) -> Result<
 /// In a sticky directory `d`, only `entry`'s owner, `d`'s owner or root
 /// may remove or rename `entry`.
 fn sticky_allows(d: &Stat, entry: &Stat, who: &Caller) -> Result<()> {
-    if d.mode & STICKY == 0 || who.user == ROOT || who.user == entry.owner || who.user == d.owner {
+    if d.mode & STICKY == 0
+        || who.user() == ROOT
+        || who.user() == entry.owner
+        || who.user() == d.owner
+    {
         return Ok(());
     }
     Err(Error::Denied(format!(
         "{} may not remove or rename {} in {} (sticky; owner {})",
-        who.user, entry.path, d.path, entry.owner
+        who.user(),
+        entry.path,
+        d.path,
+        entry.owner
     )))
 }
 
@@ -353,7 +360,7 @@ fn insert_entry(
             path,
             parent_of(path),
             t.as_str(),
-            who.user.as_str(),
+            who.user(),
             mode,
             block,
             now_us,
@@ -369,7 +376,7 @@ fn insert_entry(
         path: path.into(),
         file_type: t,
         storage,
-        owner: who.user.clone(),
+        owner: who.user().to_string(),
         mode,
         size: 0,
         block_size: block,
@@ -1016,7 +1023,7 @@ pub fn chmod_tx(
     writable(path)?;
     check_mode(mode)?;
     let st = must(tx, realm, path)?;
-    if who.user != ROOT && who.user != st.owner {
+    if who.user() != ROOT && who.user() != st.owner {
         return Err(Error::Denied(format!(
             "only {} (the owner) or root may chmod {path}",
             st.owner
@@ -1042,7 +1049,7 @@ pub fn chown_tx(
     writable(path)?;
     validate_user(owner)?;
     must(tx, realm, path)?;
-    if who.user != ROOT {
+    if who.user() != ROOT {
         return Err(Error::Denied(format!("only root may chown {path}")));
     }
     let pk = p_key(tx);

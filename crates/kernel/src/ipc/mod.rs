@@ -52,6 +52,7 @@ use std::time::Duration;
 
 use tabos_store::{params, PKey, Row, Store, Tx};
 
+use crate::auth::{Caller, Role};
 use crate::ids::Pid;
 use crate::{p_key, partition, validate_realm, Error, Result};
 use handover::{Claim, Waiters, Waiting};
@@ -857,13 +858,16 @@ pub fn mailbox_tx(tx: &mut dyn Tx, realm: &str, address: &Address) -> Result<Mai
     }
 }
 
-/// Creates named mailbox `name` in `realm`.
+/// Creates named mailbox `name` in the caller's realm. Needs role member,
+/// unscoped.
 pub async fn create_mailbox(
     store: &Store,
-    realm: &str,
+    who: &Caller,
     name: &str,
     opts: MailboxOptions,
 ) -> Result<()> {
+    who.may(Role::Member, "create mailboxes")?;
+    let realm = who.realm();
     let (r, n) = (realm.to_string(), name.to_string());
     let now = tabos_store::now_us();
     store
@@ -873,8 +877,11 @@ pub async fn create_mailbox(
         .await
 }
 
-/// Removes named mailbox `name` and its messages; returns how many were dropped.
-pub async fn remove_mailbox(store: &Store, realm: &str, name: &str) -> Result<u64> {
+/// Removes named mailbox `name` and its messages; returns how many were
+/// dropped. Needs role member, unscoped.
+pub async fn remove_mailbox(store: &Store, who: &Caller, name: &str) -> Result<u64> {
+    who.may(Role::Member, "remove mailboxes")?;
+    let realm = who.realm();
     let (r, n) = (realm.to_string(), name.to_string());
     store
         .run(partition(store, realm)?, move |tx| {
@@ -883,16 +890,17 @@ pub async fn remove_mailbox(store: &Store, realm: &str, name: &str) -> Result<u6
         .await
 }
 
-/// Sends a batch in one transaction (see [`send_tx`]). `opts` applies to
-/// proc mailboxes made by this send.
+/// Sends a batch for `who` in one transaction (see [`send_tx`]). `opts`
+/// applies to proc mailboxes made by this send. Needs what
+/// [`Caller::may_send_all`] does.
 pub async fn send(
     store: &Store,
-    realm: &str,
+    who: &Caller,
     from: Option<Address>,
     msgs: Vec<Outgoing>,
     opts: MailboxOptions,
 ) -> Result<Vec<Sent>> {
-    send_fenced(store, realm, from, msgs, opts, None).await
+    send_fenced(store, who, from, msgs, opts, None).await
 }
 
 /// [`send`], refused with [`Error::StaleEpoch`](crate::Error::StaleEpoch)
@@ -900,12 +908,14 @@ pub async fn send(
 /// (checked in the send's own transaction).
 pub async fn send_fenced(
     store: &Store,
-    realm: &str,
+    who: &Caller,
     from: Option<Address>,
     msgs: Vec<Outgoing>,
     opts: MailboxOptions,
     fence: Option<crate::names::Fence>,
 ) -> Result<Vec<Sent>> {
+    who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
+    let realm = who.realm();
     let (pk, job) = send_job(store, realm, from, msgs, opts, fence)?;
     store.for_realm(realm).run(pk, job).await
 }
@@ -913,11 +923,13 @@ pub async fn send_fenced(
 /// [`send`] from a blocking thread (a wasm proc's host call).
 pub fn send_blocking(
     store: &Store,
-    realm: &str,
+    who: &Caller,
     from: Option<Address>,
     msgs: Vec<Outgoing>,
     opts: MailboxOptions,
 ) -> Result<Vec<Sent>> {
+    who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
+    let realm = who.realm();
     let (pk, job) = send_job(store, realm, from, msgs, opts, None)?;
     store.for_realm(realm).run(pk, job).wait()
 }
@@ -1122,13 +1134,13 @@ pub fn local_waiters(store: &Store, realm: &str, address: &Address) -> usize {
 /// that receives repeatedly should keep a [`Receiver`] instead.
 pub async fn recv(
     store: &Store,
-    realm: &str,
+    who: &Caller,
     address: &Address,
     take: Take,
     wait: Duration,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<Received> {
-    Receiver::new(store, realm, address)?
+    Receiver::new(store, who, address)?
         .recv(take, wait, stop)
         .await
 }
@@ -1229,9 +1241,13 @@ impl std::fmt::Debug for Receiver {
 }
 
 impl Receiver {
-    /// Subscribes to `address`'s channel. Whether the mailbox exists is
+    /// Subscribes to `address`'s channel for `who`, who needs role member
+    /// and a scope that grants the mailbox. Whether the mailbox exists is
     /// checked by the first receive.
-    pub fn new(store: &Store, realm: &str, address: &Address) -> Result<Receiver> {
+    pub fn new(store: &Store, who: &Caller, address: &Address) -> Result<Receiver> {
+        who.require(Role::Member)?;
+        who.may_recv(address)?;
+        let realm = who.realm();
         let pk = partition(store, realm)?;
         let chan = channel(realm, address);
         Ok(Receiver {
@@ -1422,13 +1438,23 @@ impl Receiver {
 }
 
 /// The mailbox's first messages, left in place (on a read connection).
-pub async fn peek(store: &Store, realm: &str, address: &Address, take: Take) -> Result<Received> {
+/// Needs role reader and a scope that grants receiving from it.
+pub async fn peek(store: &Store, who: &Caller, address: &Address, take: Take) -> Result<Received> {
+    who.require(Role::Reader)?;
+    who.may_recv(address)?;
+    let realm = who.realm();
     let (r, a) = (realm.to_string(), address.clone());
     crate::read(store, realm, move |tx| peek_tx(tx, &r, &a, &take)).await
 }
 
-/// A mailbox's row.
-pub async fn mailbox(store: &Store, realm: &str, address: &Address) -> Result<MailboxInfo> {
+/// A mailbox's row. Needs role reader and a scope that grants sending to
+/// it or receiving from it.
+pub async fn mailbox(store: &Store, who: &Caller, address: &Address) -> Result<MailboxInfo> {
+    who.require(Role::Reader)?;
+    if who.may_send(address).is_err() {
+        who.may_recv(address)?;
+    }
+    let realm = who.realm();
     let (r, a) = (realm.to_string(), address.clone());
     store
         .run(partition(store, realm)?, move |tx| mailbox_tx(tx, &r, &a))

@@ -73,3 +73,34 @@ pub fn call_in<T: Send + 'static>(
 ) -> tabos_kernel::Result<T> {
     s.call(tabos_kernel::realm_partition(realm, s.partitions()), f)
 }
+
+/// The tests' operator: a credential committed to a database of its own
+/// (only authentication makes a principal), which acts in any realm as any
+/// user. The database is gone once it is made; the principal is a value.
+fn operator() -> &'static tabos_kernel::auth::Principal {
+    use tabos_kernel::auth;
+    static OPERATOR: std::sync::OnceLock<auth::Principal> = std::sync::OnceLock::new();
+    OPERATOR.get_or_init(|| {
+        let dir = TempDir::new("kernel-operator");
+        let s = tabos_kernel::open(&Config::sqlite(dir.path())).unwrap();
+        let (m, spec, now) = (
+            auth::mint().unwrap(),
+            auth::Spec::operator("tests"),
+            tabos_store::now_us(),
+        );
+        s.call(tabos_store::PKey(0), move |tx| {
+            auth::create_tx(tx, &spec, &m, now)
+        })
+        .unwrap()
+    })
+}
+
+/// `user` acting in `realm` (through [`operator`]'s credential).
+pub fn caller(realm: &str, user: &str) -> tabos_kernel::Result<tabos_kernel::auth::Caller> {
+    operator().act(realm, user, realm)
+}
+
+/// [`caller`], for a test that needs it to work.
+pub fn as_user(realm: &str, user: &str) -> tabos_kernel::auth::Caller {
+    caller(realm, user).unwrap()
+}

@@ -69,7 +69,7 @@ impl Sample {
         let realms: Vec<Json> = self
             .realms
             .iter()
-            .filter(|r| all || r.realm == p.realm)
+            .filter(|r| all || r.realm == p.realm())
             .map(|r| {
                 json!({
                     "realm": r.realm, "running": r.running, "cores": r.cores, "waiting": r.waiting

@@ -1,0 +1,109 @@
+//! One kernel operation, declared once and served at every door.
+//!
+//! An [`Op`] names its request and response and says which realm and user
+//! the request asks to act as; its body runs the kernel operation, which
+//! takes the [`Caller`] and checks it itself (role, scope, ownership). The
+//! doors only adapt: [`Node::on`] serves an op over gRPC (the local socket
+//! and the batch call go through the same services), [`Node::dispatch`] runs
+//! one for a caller a door already has (a wasm proc's host calls, the
+//! dashboard). A handler is one line, with no access code and no error
+//! mapping: the one place a principal becomes a caller is here
+//! ([`tabos_kernel::auth::Principal::act`]), the one place a kernel error
+//! becomes a status is [`crate::kernel_status`].
+//!
+//! Architecture Invariant: a service converted to ops has no `access`,
+//! `require` or `map_err` in its handlers (`tests/ops.rs` holds it).
+
+use std::future::Future;
+
+use tabos_kernel::auth::Caller;
+use tabos_kernel::Result;
+use tabos_store::Tx;
+use tonic::{Request, Response, Status};
+
+use crate::{auth, kernel_status, Node};
+
+/// A kernel operation as the node serves it.
+pub trait Op: 'static {
+    /// What a door is asked (the proto message).
+    type Request: Send + 'static;
+    /// What it answers.
+    type Response: Send + 'static;
+
+    /// The realm and the user the request asks to act as (each empty:
+    /// the credential's own; only an operator's may name others).
+    fn acting(r: &Self::Request) -> (&str, &str);
+
+    /// The operation for `who`: decodes the request, runs the kernel's
+    /// operation (which checks `who`) and encodes its answer.
+    fn run(
+        node: &Node,
+        who: Caller,
+        r: Self::Request,
+    ) -> impl Future<Output = Result<Self::Response>> + Send;
+}
+
+impl Node {
+    /// Serves `O` for a gRPC request: its credential (checked by the
+    /// interceptor every service is wrapped in) acting as the request asks.
+    pub async fn on<O: Op>(
+        &self,
+        request: Request<O::Request>,
+    ) -> std::result::Result<Response<O::Response>, Status> {
+        let principal = auth::caller(&request)?;
+        let r = request.into_inner();
+        let out = async {
+            let (realm, user) = O::acting(&r);
+            let who = principal.act(realm, user, &self.settings.realm)?;
+            O::run(self, who, r).await
+        };
+        out.await.map(Response::new).map_err(|e| kernel_status(&e))
+    }
+
+    /// The caller of a request a handler serves itself (a stream): its
+    /// credential acting as `acting` says the request asks.
+    pub fn caller_of<T>(
+        &self,
+        request: &Request<T>,
+        acting: impl FnOnce(&T) -> (&str, &str),
+    ) -> std::result::Result<Caller, Status> {
+        let principal = auth::caller(request)?;
+        let (realm, user) = acting(request.get_ref());
+        principal
+            .act(realm, user, &self.settings.realm)
+            .map_err(|e| kernel_status(&e))
+    }
+
+    /// Runs `O` for `who`: for a door that has its caller already.
+    pub async fn dispatch<O: Op>(&self, who: Caller, r: O::Request) -> Result<O::Response> {
+        O::run(self, who, r).await
+    }
+
+    /// Runs `f` for `who` in one write transaction on the caller's realm's
+    /// partition (retried whole on a conflict): an operation's body.
+    pub async fn write_as<T, F>(&self, who: Caller, mut f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn Tx, &Caller, i64) -> Result<T> + Send + 'static,
+    {
+        let realm = who.realm().to_string();
+        tabos_kernel::call(&self.store, &realm, move |tx| {
+            f(tx, &who, tabos_store::now_us())
+        })
+        .await
+    }
+
+    /// [`Node::write_as`] for operations that only read: on a read
+    /// connection, never queued behind the partition's writes.
+    pub async fn read_as<T, F>(&self, who: Caller, mut f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut dyn Tx, &Caller, i64) -> Result<T> + Send + 'static,
+    {
+        let realm = who.realm().to_string();
+        tabos_kernel::read(&self.store, &realm, move |tx| {
+            f(tx, &who, tabos_store::now_us())
+        })
+        .await
+    }
+}

@@ -1,0 +1,94 @@
+//! Architecture Invariant (issue 37): a service served through operations
+//! ([`tabos_node::op`]) checks no access itself. Each unary handler of
+//! those services is one line, `self.node.on::<ops::X>(request).await`;
+//! a streaming handler gets its caller from `caller_of`; none calls
+//! `access`, `require`, `realm(`, `unscoped` or `acting_pid` — the kernel
+//! operation checks the caller. The test reads the sources, so a handler
+//! written the old way fails it.
+
+use std::path::Path;
+
+/// The services whose every operation is declared in an `ops` module.
+const SERVED_BY_OPS: &[&str] = &["names.rs", "ipc.rs", "procedures.rs"];
+
+/// What a door's own access check looks like.
+const ACCESS_CODE: &[&str] = &[
+    ".access(",
+    ".require(",
+    "access.realm(",
+    ".unscoped(",
+    ".acting_pid(",
+    "auth::Access",
+];
+
+/// The handlers of the `impl proto::…_server::… for …` block: (name, body).
+fn handlers(src: &str) -> Vec<(String, String)> {
+    let start = src
+        .find("_server::")
+        .and_then(|i| src[..i].rfind("impl proto::"))
+        .expect("a service impl block");
+    let block = &src[start..];
+    let mut out = Vec::new();
+    let mut rest = block;
+    while let Some(i) = rest.find("    async fn ") {
+        let after = &rest[i + "    async fn ".len()..];
+        let name: String = after.chars().take_while(|c| *c != '(').collect();
+        let body_end = after
+            .find("\n    async fn ")
+            .or_else(|| after.find("\n    type "))
+            .unwrap_or(after.len());
+        out.push((name, after[..body_end].to_string()));
+        rest = &after[body_end..];
+    }
+    out
+}
+
+#[test]
+fn services_served_by_operations_check_no_access_themselves() {
+    let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    for file in SERVED_BY_OPS {
+        let src = std::fs::read_to_string(src_dir.join(file)).unwrap();
+        let hs = handlers(&src);
+        assert!(hs.len() >= 4, "{file}: found only {} handlers", hs.len());
+        for (name, body) in hs {
+            for code in ACCESS_CODE {
+                if body.contains(code) {
+                    wrong.push(format!("{file}: {name} has access code `{code}`"));
+                }
+            }
+            let unary = body.contains("self.node.on::<ops::");
+            let streaming = body.contains("self.node.caller_of(");
+            if !unary && !streaming {
+                wrong.push(format!("{file}: {name} is neither an operation nor a stream"));
+            }
+            if unary && body.contains("map_err") {
+                wrong.push(format!("{file}: {name} maps errors itself"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
+/// The test sees what it is meant to: a handler written the old way is
+/// caught.
+#[test]
+fn the_reader_catches_a_handler_that_checks_access() {
+    let src = r#"
+#[tonic::async_trait]
+impl proto::names_server::Names for NamesService {
+    async fn get(&self, request: Request<proto::NameRequest>) -> Result<Response<proto::NameEntry>, Status> {
+        let access = self.node.access(&request)?;
+        todo()
+    }
+
+    async fn set(&self, request: Request<proto::SetNameRequest>) -> Result<Response<proto::NameVersion>, Status> {
+        self.node.on::<ops::Set>(request).await
+    }
+}
+"#;
+    let hs = handlers(src);
+    assert_eq!(hs.len(), 2);
+    assert!(hs[0].1.contains(".access("));
+    assert!(hs[1].1.contains("self.node.on::<ops::Set>"));
+}
