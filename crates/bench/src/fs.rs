@@ -178,9 +178,9 @@ fn tabos_setup(store: &Store, files: usize) -> anyhow::Result<()> {
                 tabos_kernel::realm_partition(&r, store.partitions()),
                 move |tx| {
                     let now = tabos_store::now_us();
-                    fs::create_tx(tx, &r, &root, &p, 0o644, now)?;
-                    fs::chown_tx(tx, &r, &root, &p, who.user(), now)?;
-                    fs::write_tx(tx, &r, &who, &p, 0, &data, now)
+                    fs::create_tx(tx, &root, &p, 0o644, now)?;
+                    fs::chown_tx(tx, &root, &p, who.user(), now)?;
+                    fs::write_tx(tx, &who, &p, 0, &data, now)
                 },
             ));
             if pending.len() >= 64 {
@@ -206,9 +206,9 @@ fn tabos_op(store: &Store, u: usize, kind: Kind, blocks: Vec<(usize, usize)>) {
             let p = file_path(*f);
             let off = (*b * BLOCK) as i64;
             match kind {
-                Kind::Read => n += fs::read_tx(tx, &r, &who, &p, off, BLOCK)?.len(),
+                Kind::Read => n += fs::read_tx(tx, &who, &p, off, BLOCK)?.len(),
                 Kind::Write => {
-                    fs::write_tx(tx, &r, &who, &p, off, &[b'w'; BLOCK], now)?;
+                    fs::write_tx(tx, &who, &p, off, &[b'w'; BLOCK], now)?;
                     n += BLOCK;
                 }
             }
@@ -505,7 +505,7 @@ fn table1(
         let r = realm(u);
         store.call(
             tabos_kernel::realm_partition(&r, store.partitions()),
-            move |tx| fs::mkdir_tx(tx, &r, &acting(&r, "root"), "/t1", 0o777, 1),
+            move |tx| fs::mkdir_tx(tx, &acting(&r, "root"), "/t1", 0o777, 1),
         )?;
     }
     let tx_op = |create: bool| {
@@ -515,9 +515,9 @@ fn table1(
             let res = store.call(pk, move |tx| {
                 let now = tabos_store::now_us();
                 if create {
-                    fs::create_tx(tx, &r, &who, &p, 0o644, now).map(|_| ())
+                    fs::create_tx(tx, &who, &p, 0o644, now).map(|_| ())
                 } else {
-                    fs::unlink_tx(tx, &r, &who, &p, now).map(|_| ())
+                    fs::unlink_tx(tx, &who, &p, now).map(|_| ())
                 }
             });
             res.expect("a create or unlink failed");
@@ -655,14 +655,14 @@ fn table2(
             let root = acting(R, "root");
             let home = format!("/home/u{u}");
             if u == 0 {
-                fs::mkdir_tx(tx, R, &root, "/home", 0o755, 1)?;
+                fs::mkdir_tx(tx, &root, "/home", 0o755, 1)?;
             }
-            fs::mkdir_tx(tx, R, &root, &home, 0o755, 1)?;
+            fs::mkdir_tx(tx, &root, &home, 0o755, 1)?;
             for f in 0..FILES {
                 let p = format!("{home}/f{f}");
-                fs::create_tx(tx, R, &root, &p, 0o644, 1)?;
-                fs::truncate_tx(tx, R, &root, &p, du_size(u, f), 1)?;
-                fs::chown_tx(tx, R, &root, &p, &format!("u{u}"), 1)?;
+                fs::create_tx(tx, &root, &p, 0o644, 1)?;
+                fs::truncate_tx(tx, &root, &p, du_size(u, f), 1)?;
+                fs::chown_tx(tx, &root, &p, &format!("u{u}"), 1)?;
             }
             Ok::<_, tabos_kernel::Error>(())
         })?;

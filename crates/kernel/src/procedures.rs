@@ -659,7 +659,7 @@ impl Host for TxHost<'_> {
         offset: i64,
         len: usize,
     ) -> std::result::Result<Vec<u8>, HostError> {
-        let r = fs::read_tx(self.tx, self.realm, self.who, path, offset, len);
+        let r = fs::read_tx(self.tx, self.who, path, offset, len);
         self.result(r)
     }
 
@@ -672,27 +672,20 @@ impl Host for TxHost<'_> {
     ) -> std::result::Result<i64, HostError> {
         let who = self.who.clone();
         if create {
-            let exists = fs::stat_tx(self.tx, self.realm, path);
+            let exists = fs::stat_tx(self.tx, self.who, path);
             if let Err(Error::NotFound(_)) = exists {
-                let made = fs::create_tx(
-                    self.tx,
-                    self.realm,
-                    &who,
-                    path,
-                    fs::MODE_FILE_DEFAULT,
-                    self.now_us,
-                );
+                let made = fs::create_tx(self.tx, &who, path, fs::MODE_FILE_DEFAULT, self.now_us);
                 self.result(made)?;
             } else {
                 self.result(exists)?;
             }
         }
-        let r = fs::write_tx(self.tx, self.realm, &who, path, offset, data, self.now_us);
+        let r = fs::write_tx(self.tx, &who, path, offset, data, self.now_us);
         self.result(r)
     }
 
     fn fs_stat(&mut self, path: &str) -> std::result::Result<FileEntry, HostError> {
-        let st = fs::stat_tx(self.tx, self.realm, path);
+        let st = fs::stat_tx(self.tx, self.who, path);
         let st = self.result(st)?;
         Ok(FileEntry {
             kind: u32::from(st.file_type == FileType::File),

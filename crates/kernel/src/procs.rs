@@ -1992,6 +1992,27 @@ pub async fn record(
     .await
 }
 
+/// [`record`] for `who`, who must be able to act for `pid` (its own proc's
+/// credential, or one that is not a proc's): what a door records when a
+/// request says it is done for a proc.
+pub async fn record_for(
+    store: &Store,
+    who: &crate::auth::Caller,
+    pid: &Pid,
+    event: &str,
+    detail: &str,
+) -> Result<()> {
+    who.may_act_for(pid)?;
+    record(store, who.realm(), pid, event, detail).await
+}
+
+/// [`check_exists`] for `who`, who must be able to act for `pid`: a door
+/// checks a request's proc before it does anything for it.
+pub async fn check_exists_for(store: &Store, who: &crate::auth::Caller, pid: &Pid) -> Result<()> {
+    who.may_act_for(pid)?;
+    check_exists(store, who.realm(), pid).await
+}
+
 /// Fails with NotFound unless proc `pid` exists in `realm`.
 pub async fn check_exists(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
     status(store, realm, pid).await.map(|_| ())

@@ -35,17 +35,17 @@ fn user(name: &str) -> Caller {
 
 fn create(s: &Store, who: &Caller, path: &str, mode: i64) -> tabos_kernel::Result<Stat> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::create_tx(tx, R, &w, &p, mode, now()))
+    run(s, move |tx| fs::create_tx(tx, &w, &p, mode, now()))
 }
 
 fn mkdir(s: &Store, who: &Caller, path: &str, mode: i64) -> tabos_kernel::Result<Stat> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::mkdir_tx(tx, R, &w, &p, mode, now()))
+    run(s, move |tx| fs::mkdir_tx(tx, &w, &p, mode, now()))
 }
 
 fn write(s: &Store, who: &Caller, path: &str, off: i64, data: &[u8]) -> tabos_kernel::Result<i64> {
     let (w, p, d) = (who.clone(), path.to_string(), data.to_vec());
-    run(s, move |tx| fs::write_tx(tx, R, &w, &p, off, &d, now()))
+    run(s, move |tx| fs::write_tx(tx, &w, &p, off, &d, now()))
 }
 
 fn read(
@@ -56,37 +56,39 @@ fn read(
     len: usize,
 ) -> tabos_kernel::Result<Vec<u8>> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::read_tx(tx, R, &w, &p, off, len))
+    run(s, move |tx| fs::read_tx(tx, &w, &p, off, len))
 }
 
 fn stat(s: &Store, path: &str) -> tabos_kernel::Result<Stat> {
     let p = path.to_string();
-    run(s, move |tx| fs::stat_tx(tx, R, &p))
+    run(s, move |tx| {
+        fs::stat_tx(tx, &common::as_user(R, "root"), &p)
+    })
 }
 
 fn unlink(s: &Store, who: &Caller, path: &str) -> tabos_kernel::Result<()> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::unlink_tx(tx, R, &w, &p, now())).map(|_| ())
+    run(s, move |tx| fs::unlink_tx(tx, &w, &p, now())).map(|_| ())
 }
 
 fn rmdir(s: &Store, who: &Caller, path: &str) -> tabos_kernel::Result<()> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::rmdir_tx(tx, R, &w, &p, now()))
+    run(s, move |tx| fs::rmdir_tx(tx, &w, &p, now()))
 }
 
 fn rename(s: &Store, who: &Caller, from: &str, to: &str) -> tabos_kernel::Result<()> {
     let (w, a, b) = (who.clone(), from.to_string(), to.to_string());
-    run(s, move |tx| fs::rename_tx(tx, R, &w, &a, &b, now())).map(|_| ())
+    run(s, move |tx| fs::rename_tx(tx, &w, &a, &b, now())).map(|_| ())
 }
 
 fn truncate(s: &Store, who: &Caller, path: &str, size: i64) -> tabos_kernel::Result<()> {
     let (w, p) = (who.clone(), path.to_string());
-    run(s, move |tx| fs::truncate_tx(tx, R, &w, &p, size, now()))
+    run(s, move |tx| fs::truncate_tx(tx, &w, &p, size, now()))
 }
 
 fn names(s: &Store, who: &Caller, dir: &str) -> tabos_kernel::Result<Vec<String>> {
     let (w, d) = (who.clone(), dir.to_string());
-    let (entries, _) = run(s, move |tx| fs::readdir_tx(tx, R, &w, &d))?;
+    let (entries, _) = run(s, move |tx| fs::readdir_tx(tx, &w, &d))?;
     Ok(entries.into_iter().map(|e| e.path).collect())
 }
 
@@ -333,11 +335,11 @@ fn private_files_and_permissions(b: Backend) {
     mkdir(s, &root, "/home/alice", 0o755).unwrap();
     let chown = |p: &str, u: &str, who: &Caller| {
         let (p, u, w) = (p.to_string(), u.to_string(), who.clone());
-        run(s, move |tx| fs::chown_tx(tx, R, &w, &p, &u, now()))
+        run(s, move |tx| fs::chown_tx(tx, &w, &p, &u, now()))
     };
     let chmod = |p: &str, m: i64, who: &Caller| {
         let (p, w) = (p.to_string(), who.clone());
-        run(s, move |tx| fs::chmod_tx(tx, R, &w, &p, m, now()))
+        run(s, move |tx| fs::chmod_tx(tx, &w, &p, m, now()))
     };
     check(
         "chown by a user",

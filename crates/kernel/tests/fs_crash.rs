@@ -50,11 +50,11 @@ fn crash_child_writer() {
         let data = content(k);
         run(&s, move |tx| {
             let (root, now) = (common::as_user(REALM, "root"), tabos_store::now_us());
-            if let Err(tabos_kernel::Error::NotFound(_)) = fs::stat_tx(tx, REALM, &path) {
-                fs::create_tx(tx, REALM, &root, &path, 0o644, now)?;
+            if let Err(tabos_kernel::Error::NotFound(_)) = fs::stat_tx(tx, &root, &path) {
+                fs::create_tx(tx, &root, &path, 0o644, now)?;
             }
-            fs::write_tx(tx, REALM, &root, &path, 0, &data, now)?;
-            fs::truncate_tx(tx, REALM, &root, &path, data.len() as i64, now)
+            fs::write_tx(tx, &root, &path, 0, &data, now)?;
+            fs::truncate_tx(tx, &root, &path, data.len() as i64, now)
         })
         .unwrap();
         println!("committed {k}");
@@ -120,14 +120,7 @@ fn files_survive_sigkill_whole_and_consistent() {
         let path = format!("/f{f}");
         let p = path.clone();
         let data = run(&s, move |tx| {
-            fs::read_tx(
-                tx,
-                REALM,
-                &common::as_user(REALM, "root"),
-                &p,
-                0,
-                fs::IO_BYTES_MAX,
-            )
+            fs::read_tx(tx, &common::as_user(REALM, "root"), &p, 0, fs::IO_BYTES_MAX)
         })
         .unwrap();
         let k = u64::from_le_bytes(data[..8].try_into().unwrap());

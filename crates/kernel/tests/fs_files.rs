@@ -64,7 +64,7 @@ async fn read_all(fs: &Files, path: &str) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
         let got = fs
-            .read(R, &root(), path, out.len() as i64, fs::IO_BYTES_MAX)
+            .read(&root(), path, out.len() as i64, fs::IO_BYTES_MAX)
             .await
             .unwrap();
         if got.is_empty() {
@@ -84,7 +84,7 @@ async fn exercise(fs: &Files, path: &str, steps: &[(&str, i64, usize)]) {
             "w" => {
                 let data = bytes(i as u64 + 1, *n);
                 let size = fs
-                    .write(R, &who, path, *at, data.clone(), false, None)
+                    .write(&who, path, *at, data.clone(), false, None)
                     .await
                     .unwrap();
                 let end = *at as usize + n;
@@ -95,7 +95,7 @@ async fn exercise(fs: &Files, path: &str, steps: &[(&str, i64, usize)]) {
                 assert_eq!(size, model.len() as i64, "step {i}");
             }
             "t" => {
-                fs.truncate(R, &who, path, *at, None).await.unwrap();
+                fs.truncate(&who, path, *at, None).await.unwrap();
                 model.resize(*at as usize, 0);
             }
             _ => unreachable!(),
@@ -107,11 +107,11 @@ async fn exercise(fs: &Files, path: &str, steps: &[(&str, i64, usize)]) {
         );
         // An unaligned slice, and a read past the end.
         if model.len() > 100 {
-            let got = fs.read(R, &who, path, 37, 5000).await.unwrap();
+            let got = fs.read(&who, path, 37, 5000).await.unwrap();
             assert!(got == model[37..model.len().min(5037)], "step {i}");
         }
         assert!(fs
-            .read(R, &who, path, model.len() as i64 + 1, 10)
+            .read(&who, path, model.len() as i64 + 1, 10)
             .await
             .unwrap()
             .is_empty());
@@ -122,10 +122,7 @@ fn parallel_files_match_a_model(b: Backend) {
     let Some(f) = b.open() else { return };
     let fs = files(&f, None);
     rt().block_on(async {
-        let st = fs
-            .create(R, &root(), "/p", 0o644, true, None)
-            .await
-            .unwrap();
+        let st = fs.create(&root(), "/p", 0o644, true, None).await.unwrap();
         assert_eq!(st.storage, Storage::Parallel);
         assert_eq!(st.block_size, 8192);
         exercise(
@@ -154,8 +151,8 @@ fn parallel_files_match_a_model(b: Backend) {
             .unwrap();
         assert_eq!(parts.rows[0].get::<i64>(0).unwrap(), 2);
         // The single-transaction procedures refuse it with a pointer.
-        let e = common::call_in(&f.store, R, |tx| fs::read_tx(tx, R, &root(), "/p", 0, 10))
-            .unwrap_err();
+        let e =
+            common::call_in(&f.store, R, |tx| fs::read_tx(tx, &root(), "/p", 0, 10)).unwrap_err();
         assert!(e.to_string().contains("Files"), "{e}");
     });
 }
@@ -166,7 +163,7 @@ fn large_files_move_to_segments_and_match_a_model(b: Backend) {
     let dev = device(&dir);
     let fs = files(&f, Some(dev.clone()));
     rt().block_on(async {
-        fs.create(R, &root(), "/big", 0o644, false, None)
+        fs.create(&root(), "/big", 0o644, false, None)
             .await
             .unwrap();
         exercise(
@@ -184,7 +181,10 @@ fn large_files_move_to_segments_and_match_a_model(b: Backend) {
             ],
         )
         .await;
-        let st = common::call_in(&f.store, R, |tx| fs::stat_tx(tx, R, "/big")).unwrap();
+        let st = common::call_in(&f.store, R, |tx| {
+            fs::stat_tx(tx, &common::as_user(R, "root"), "/big")
+        })
+        .unwrap();
         assert_eq!(st.storage, Storage::Segments);
         let ext = fs.extents(R, "/big").await.unwrap();
         assert!(!ext.is_empty());
@@ -200,21 +200,20 @@ fn large_files_move_to_segments_and_match_a_model(b: Backend) {
         let on_dev: Vec<String> = dev.segments().into_iter().map(|s| s.name).collect();
         assert_eq!(names, on_dev);
         // A rename keeps the data; permissions hold as for any file.
-        fs.rename(R, &root(), "/big", "/moved", None).await.unwrap();
-        let back = fs.read(R, &root(), "/moved", 5_000, 5).await.unwrap();
+        fs.rename(&root(), "/big", "/moved", None).await.unwrap();
+        let back = fs.read(&root(), "/moved", 5_000, 5).await.unwrap();
         assert_eq!(back, bytes(8, 5));
         common::call_in(&f.store, R, |tx| {
-            fs::chmod_tx(tx, R, &root(), "/moved", 0o600, 1)
+            fs::chmod_tx(tx, &root(), "/moved", 0o600, 1)
         })
         .unwrap();
         let e = fs
-            .read(R, &common::as_user(R, "eve"), "/moved", 0, 10)
+            .read(&common::as_user(R, "eve"), "/moved", 0, 10)
             .await
             .unwrap_err();
         assert!(e.to_string().contains("permission denied"), "{e}");
         let e = fs
             .write(
-                R,
                 &common::as_user(R, "eve"),
                 "/moved",
                 0,
@@ -227,17 +226,20 @@ fn large_files_move_to_segments_and_match_a_model(b: Backend) {
         assert!(e.to_string().contains("permission denied"), "{e}");
         // A write that creates the file, straight past the threshold.
         let data = bytes(99, 200_000);
-        fs.write(R, &root(), "/new", 0, data.clone(), true, None)
+        fs.write(&root(), "/new", 0, data.clone(), true, None)
             .await
             .unwrap();
-        assert!(fs.read(R, &root(), "/new", 0, 300_000).await.unwrap() == data);
+        assert!(fs.read(&root(), "/new", 0, 300_000).await.unwrap() == data);
         // Without a block store every file stays in block rows.
         let plain = files(&f, None);
         plain
-            .write(R, &root(), "/rows", 0, data.clone(), true, None)
+            .write(&root(), "/rows", 0, data.clone(), true, None)
             .await
             .unwrap();
-        let st = common::call_in(&f.store, R, |tx| fs::stat_tx(tx, R, "/rows")).unwrap();
+        let st = common::call_in(&f.store, R, |tx| {
+            fs::stat_tx(tx, &common::as_user(R, "root"), "/rows")
+        })
+        .unwrap();
         assert_eq!(st.storage, Storage::Local);
     });
 }
@@ -250,23 +252,21 @@ fn removed_files_give_their_storage_back(b: Backend) {
     let free0 = dev.stats().free_blocks;
     rt().block_on(async {
         for p in ["/a", "/b"] {
-            fs.write(R, &root(), p, 0, bytes(1, 3 << 20), true, None)
+            fs.write(&root(), p, 0, bytes(1, 3 << 20), true, None)
                 .await
                 .unwrap();
         }
-        fs.create(R, &root(), "/par", 0o644, true, None)
-            .await
-            .unwrap();
-        fs.write(R, &root(), "/par", 0, bytes(2, 100_000), false, None)
+        fs.create(&root(), "/par", 0o644, true, None).await.unwrap();
+        fs.write(&root(), "/par", 0, bytes(2, 100_000), false, None)
             .await
             .unwrap();
         assert_eq!(dev.segments().len(), 2);
         // Rename over an existing file in segments: its segment goes.
-        fs.rename(R, &root(), "/a", "/b", None).await.unwrap();
+        fs.rename(&root(), "/a", "/b", None).await.unwrap();
         assert_eq!(dev.segments().len(), 1);
-        assert!(fs.read(R, &root(), "/b", 0, 3 << 20).await.unwrap() == bytes(1, 3 << 20));
-        fs.unlink(R, &root(), "/b", None).await.unwrap();
-        fs.unlink(R, &root(), "/par", None).await.unwrap();
+        assert!(fs.read(&root(), "/b", 0, 3 << 20).await.unwrap() == bytes(1, 3 << 20));
+        fs.unlink(&root(), "/b", None).await.unwrap();
+        fs.unlink(&root(), "/par", None).await.unwrap();
         assert!(dev.segments().is_empty());
         assert_eq!(dev.stats().free_blocks, free0);
         for q in [
@@ -280,14 +280,13 @@ fn removed_files_give_their_storage_back(b: Backend) {
             assert_eq!(n, 0, "{q}");
         }
         // A full block store: a clear error, and the file unchanged.
-        fs.write(R, &root(), "/c", 0, bytes(3, 1000), true, None)
+        fs.write(&root(), "/c", 0, bytes(3, 1000), true, None)
             .await
             .unwrap();
         let mut last = Ok(0);
         for i in 0..40 {
             last = fs
                 .write(
-                    R,
                     &root(),
                     "/c",
                     (i + 1) * (4 << 20),
@@ -302,7 +301,7 @@ fn removed_files_give_their_storage_back(b: Backend) {
         }
         let e = last.unwrap_err();
         assert!(matches!(e, Error::Full(_)), "{e}");
-        assert!(fs.read(R, &root(), "/c", 0, 1000).await.unwrap() == bytes(3, 1000));
+        assert!(fs.read(&root(), "/c", 0, 1000).await.unwrap() == bytes(3, 1000));
     });
 }
 
@@ -312,7 +311,7 @@ fn recovery_gives_back_what_a_crash_left(b: Backend) {
     let dev = device(&dir);
     let fs = files(&f, Some(dev.clone()));
     rt().block_on(async {
-        fs.write(R, &root(), "/keep", 0, bytes(1, 1 << 20), true, None)
+        fs.write(&root(), "/keep", 0, bytes(1, 1 << 20), true, None)
             .await
             .unwrap();
         // A write that crashed after allocating: a segment no extent names.
@@ -338,6 +337,6 @@ fn recovery_gives_back_what_a_crash_left(b: Backend) {
         let left: Vec<String> = dev.segments().into_iter().map(|s| s.name).collect();
         assert_eq!(left.len(), 2, "{left:?}");
         assert!(left.contains(&"fs/other".to_string()));
-        assert!(fs.read(R, &root(), "/keep", 0, 1 << 20).await.unwrap() == bytes(1, 1 << 20));
+        assert!(fs.read(&root(), "/keep", 0, 1 << 20).await.unwrap() == bytes(1, 1 << 20));
     });
 }

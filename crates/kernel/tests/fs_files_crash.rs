@@ -60,16 +60,13 @@ fn crash_child_appender() {
     let (_store, files) = open(std::path::Path::new(&dir));
     common::rt().block_on(async {
         let root = common::as_user(REALM, "root");
-        files
-            .create(REALM, &root, "/p", 0o644, true, None)
-            .await
-            .unwrap();
+        files.create(&root, "/p", 0o644, true, None).await.unwrap();
         let mut sizes = [0i64; 3];
         for k in 0usize.. {
             let i = k % PATHS.len();
             let j = (sizes[i] as usize / CHUNK) as u64;
             let size = files
-                .write(REALM, &root, PATHS[i], sizes[i], chunk(j), true, None)
+                .write(&root, PATHS[i], sizes[i], chunk(j), true, None)
                 .await
                 .unwrap();
             sizes[i] = size;
@@ -120,7 +117,7 @@ fn appends_survive_sigkill_whole_and_consistent() {
         let mut named = Vec::new();
         for p in PATHS {
             let st = common::call_in(&store, REALM, move |tx| {
-                tabos_kernel::fs::stat_tx(tx, REALM, p)
+                tabos_kernel::fs::stat_tx(tx, &common::as_user(REALM, "root"), p)
             })
             .unwrap();
             // The size moves only in a commit: whole appends, none lost.
@@ -152,7 +149,7 @@ fn appends_survive_sigkill_whole_and_consistent() {
             // Every chunk whole, in order.
             let mut at = 0;
             while at < st.size {
-                let got = files.read(REALM, &root, p, at, CHUNK).await.unwrap();
+                let got = files.read(&root, p, at, CHUNK).await.unwrap();
                 let j = (at as usize / CHUNK) as u64;
                 assert!(got == chunk(j), "{p}: chunk {j} is not whole");
                 at += CHUNK as i64;

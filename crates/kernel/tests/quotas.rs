@@ -209,16 +209,20 @@ fn storage_quota_refuses_growth_and_changes_nothing(b: Backend) {
     assert!(is_over(&e, "storage"), "{e}");
     let who = common::as_user("r", "root");
     let e = rt
-        .block_on(files.write("r", &who, "/f", 0, vec![4u8; 500 << 10], true, None))
+        .block_on(files.write(&who, "/f", 0, vec![4u8; 500 << 10], true, None))
         .unwrap_err();
     assert!(is_over(&e, "storage"), "{e}");
     assert!(matches!(
-        call_in(s, "r", |tx| tabos_kernel::fs::stat_tx(tx, "r", "/f")),
+        call_in(s, "r", |tx| tabos_kernel::fs::stat_tx(
+            tx,
+            &common::as_user("r", "root"),
+            "/f"
+        )),
         Err(Error::NotFound(_))
     ));
     // A sparse file counts its size.
     let e = rt
-        .block_on(files.write("r", &who, "/sparse", 4 * MIB as i64, vec![5], true, None))
+        .block_on(files.write(&who, "/sparse", 4 * MIB as i64, vec![5], true, None))
         .unwrap_err();
     assert!(is_over(&e, "storage"), "{e}");
     assert_eq!(usage(s, "r").stored_bytes, before, "nothing changed");
@@ -257,7 +261,6 @@ fn counters_match_what_is_stored(b: Backend) {
         set_name(s, "r", &format!("/n{}", i % 5), &vec![1; 50 * i]).unwrap();
         // Local, then (past 64 KiB) segments.
         rt.block_on(files.write(
-            "r",
             &who,
             &format!("/f{}", i % 3),
             (i * 9_000) as i64,
@@ -268,9 +271,8 @@ fn counters_match_what_is_stored(b: Backend) {
         .unwrap();
     }
     kv::delete(s, "r", "k3").unwrap();
-    rt.block_on(files.truncate("r", &who, "/f1", 10, None))
-        .unwrap();
-    rt.block_on(files.unlink("r", &who, "/f2", None)).unwrap();
+    rt.block_on(files.truncate(&who, "/f1", 10, None)).unwrap();
+    rt.block_on(files.unlink(&who, "/f2", None)).unwrap();
     let (root, now) = (common::as_user("r", "root"), tabos_store::now_us());
     call_in(s, "r", move |tx| {
         names::create(tx, &root, "/dir", Kind::Dir, &[], 0, None, None, now)?;
@@ -419,13 +421,13 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
         kv::put(s, r, "k", b"v").unwrap();
         set_name(s, r, "/n", b"data").unwrap();
         let who = common::as_user(r, "root");
-        rt.block_on(files.write(r, &who, "/small", 0, vec![1; 100], true, None))
+        rt.block_on(files.write(&who, "/small", 0, vec![1; 100], true, None))
             .unwrap();
-        rt.block_on(files.write(r, &who, "/large", 0, vec![2; 300 << 10], true, None))
+        rt.block_on(files.write(&who, "/large", 0, vec![2; 300 << 10], true, None))
             .unwrap();
-        rt.block_on(files.create(r, &who, "/par", 0o644, true, None))
+        rt.block_on(files.create(&who, "/par", 0o644, true, None))
             .unwrap();
-        rt.block_on(files.write(r, &who, "/par", 0, vec![3; 40_000], false, None))
+        rt.block_on(files.write(&who, "/par", 0, vec![3; 40_000], false, None))
             .unwrap();
         let logged = ipc::MailboxOptions {
             bytes_max: ipc::MAILBOX_BYTES_DEFAULT,
@@ -526,12 +528,10 @@ fn removing_a_realm_removes_everything_of_it(b: Backend) {
     assert_eq!(kv::get(s, "kept", "k").unwrap(), Some(b"v".to_vec()));
     let who = common::as_user("kept", "root");
     let large = rt
-        .block_on(files.read("kept", &who, "/large", 0, 300 << 10))
+        .block_on(files.read(&who, "/large", 0, 300 << 10))
         .unwrap();
     assert_eq!(large, vec![2; 300 << 10]);
-    let par = rt
-        .block_on(files.read("kept", &who, "/par", 0, 40_000))
-        .unwrap();
+    let par = rt.block_on(files.read(&who, "/par", 0, 40_000)).unwrap();
     assert_eq!(par, vec![3; 40_000]);
     // The name can be used again, from nothing.
     realms::create(s, "gone", Scheduler::Fifo).unwrap();

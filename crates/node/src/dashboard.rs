@@ -676,9 +676,8 @@ async fn fs_ls(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Respo
         same_origin(&headers)?;
         let caller = app.caller(&headers)?;
         let (realm, who, path) = parse::<FsRequest>(&body)?.checked(&app, &caller)?;
-        let r = realm.clone();
         let (entries, more) = tabos_kernel::fs::read(&app.node.store, &realm, move |tx| {
-            tabos_kernel::fs::readdir_tx(tx, &r, &who, &path)
+            tabos_kernel::fs::readdir_tx(tx, &who, &path)
         })
         .await
         .map_err(|e| ApiError::from(&e))?;
@@ -698,16 +697,16 @@ async fn fs_read(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Res
         same_origin(&headers)?;
         let caller = app.caller(&headers)?;
         let (realm, who, path) = parse::<FsRequest>(&body)?.checked(&app, &caller)?;
-        let (r, p) = (realm.clone(), path.clone());
+        let (w, p) = (who.clone(), path.clone());
         let st = tabos_kernel::fs::read(&app.node.store, &realm, move |tx| {
-            tabos_kernel::fs::stat_tx(tx, &r, &p)
+            tabos_kernel::fs::stat_tx(tx, &w, &p)
         })
         .await
         .map_err(|e| ApiError::from(&e))?;
         let data = match app
             .node
             .files
-            .read(&realm, &who, &path, 0, FILE_VIEW_BYTES_MAX)
+            .read(&who, &path, 0, FILE_VIEW_BYTES_MAX)
             .await
         {
             Ok(d) => d,

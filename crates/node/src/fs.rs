@@ -8,7 +8,6 @@
 //! transaction): a stale one is refused and changes nothing.
 
 use tabos_client::proto;
-use tabos_kernel::auth::Role;
 use tabos_kernel::fs::{self, Stat};
 use tabos_kernel::procs;
 use tonic::{Request, Response, Status};
@@ -23,29 +22,6 @@ pub struct FsService {
 impl FsService {
     pub fn new(node: Node) -> FsService {
         FsService { node }
-    }
-
-    /// Runs a changing operation `f(tx, realm, now)` after the request's
-    /// fence, both in one transaction.
-    async fn change<T, F>(
-        &self,
-        realm: &str,
-        fence: Option<proto::Fence>,
-        mut f: F,
-    ) -> Result<T, Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx, &str, i64) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        let fence = crate::names::fence_from_proto(fence)?;
-        let r = realm.to_string();
-        self.node
-            .call(realm, move |tx| {
-                let now = tabos_store::now_us();
-                tabos_kernel::names::check_fence_if_tx(tx, &r, fence.as_ref(), now)?;
-                f(tx, &r, now)
-            })
-            .await
     }
 }
 
@@ -63,7 +39,12 @@ async fn holder_addr(node: &crate::Node, store_id: &str, path: &str) -> Result<S
 }
 
 fn path(p: &str) -> Result<String, Status> {
-    tabos_kernel::names::validate_path(p).map_err(|e| kernel_status(&e))?;
+    checked(p).map_err(|e| kernel_status(&e))
+}
+
+/// A request's path, checked, for an operation's body.
+fn checked(p: &str) -> tabos_kernel::Result<String> {
+    tabos_kernel::names::validate_path(p)?;
     Ok(p.to_string())
 }
 
@@ -81,162 +62,280 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
     }
 }
 
+/// The Fs service's operations, each a call of [`tabos_kernel::fs`] (which
+/// checks the caller's role and scope, and owners and modes). A changing
+/// request's fence is checked in the operation's own transaction.
+pub mod ops {
+    use super::*;
+    use crate::op::Op;
+    use tabos_kernel::auth::Caller;
+    use tabos_kernel::names::check_fence_if_tx;
+    use tabos_kernel::Result;
+
+    fn mode_or(mode: i64, default: i64) -> i64 {
+        if mode == 0 {
+            default
+        } else {
+            mode
+        }
+    }
+
+    pub struct Create;
+    impl Op for Create {
+        type Request = proto::FsCreateRequest;
+        type Response = proto::FsStat;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_FILE_DEFAULT));
+            let fence = crate::names::fence_of(r.fence)?;
+            let st = node.files.create(&who, &p, mode, r.parallel, fence).await?;
+            Ok(stat_to_proto(st))
+        }
+    }
+
+    pub struct Mkdir;
+    impl Op for Mkdir {
+        type Request = proto::FsCreateRequest;
+        type Response = proto::FsStat;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_DIR_DEFAULT));
+            let fence = crate::names::fence_of(r.fence)?;
+            let st = node
+                .write_as(who, move |tx, who, now| {
+                    check_fence_if_tx(tx, who.realm(), fence.as_ref(), now)?;
+                    fs::mkdir_tx(tx, who, &p, mode, now)
+                })
+                .await?;
+            Ok(stat_to_proto(st))
+        }
+    }
+
+    pub struct Unlink;
+    impl Op for Unlink {
+        type Request = proto::FsPathRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
+            node.files.unlink(&who, &p, fence).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Rmdir;
+    impl Op for Rmdir {
+        type Request = proto::FsPathRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
+            node.write_as(who, move |tx, who, now| {
+                check_fence_if_tx(tx, who.realm(), fence.as_ref(), now)?;
+                fs::rmdir_tx(tx, who, &p, now)
+            })
+            .await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Rename;
+    impl Op for Rename {
+        type Request = proto::FsRenameRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (from, to) = (checked(&r.from)?, checked(&r.to)?);
+            let fence = crate::names::fence_of(r.fence)?;
+            node.files.rename(&who, &from, &to, fence).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Stat;
+    impl Op for Stat {
+        type Request = proto::FsPathRequest;
+        type Response = proto::FsStat;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let p = checked(&r.path)?;
+            let st = node
+                .read_as(who, move |tx, who, _| fs::stat_tx(tx, who, &p))
+                .await?;
+            Ok(stat_to_proto(st))
+        }
+    }
+
+    pub struct ReadDir;
+    impl Op for ReadDir {
+        type Request = proto::FsPathRequest;
+        type Response = proto::FsReadDirResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let p = checked(&r.path)?;
+            let (entries, more) = node
+                .read_as(who, move |tx, who, _| fs::readdir_tx(tx, who, &p))
+                .await?;
+            Ok(proto::FsReadDirResponse {
+                entries: entries.into_iter().map(stat_to_proto).collect(),
+                more,
+            })
+        }
+    }
+
+    pub struct Chmod;
+    impl Op for Chmod {
+        type Request = proto::FsChmodRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, mode) = (checked(&r.path)?, r.mode);
+            node.write_as(who, move |tx, who, now| {
+                fs::chmod_tx(tx, who, &p, mode, now)
+            })
+            .await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Chown;
+    impl Op for Chown {
+        type Request = proto::FsChownRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, &r.user)
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, owner) = (checked(&r.path)?, r.owner);
+            node.write_as(who, move |tx, who, now| {
+                fs::chown_tx(tx, who, &p, &owner, now)
+            })
+            .await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Du;
+    impl Op for Du {
+        type Request = proto::FsDuRequest;
+        type Response = proto::FsDuResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let (p, owner, min) = (checked(&r.path)?, r.owner, r.min_size);
+            let (files, bytes) = node
+                .read_as(who, move |tx, who, _| {
+                    let owner = (!owner.is_empty()).then_some(owner.as_str());
+                    fs::du_tx(tx, who, &p, owner, min)
+                })
+                .await?;
+            Ok(proto::FsDuResponse { files, bytes })
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl proto::fs_server::Fs for FsService {
     async fn create(
         &self,
         request: Request<proto::FsCreateRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
-        let mode = if r.mode == 0 {
-            fs::MODE_FILE_DEFAULT
-        } else {
-            r.mode
-        };
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        let st = self
-            .node
-            .files
-            .create(&r.realm, &who, &p, mode, r.parallel, fence)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(stat_to_proto(st)))
+        self.node.on::<ops::Create>(request).await
     }
 
     async fn mkdir(
         &self,
         request: Request<proto::FsCreateRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
-        let mode = if r.mode == 0 {
-            fs::MODE_DIR_DEFAULT
-        } else {
-            r.mode
-        };
-        let st = self
-            .change(&r.realm, r.fence, move |tx, realm, now| {
-                fs::mkdir_tx(tx, realm, &who, &p, mode, now)
-            })
-            .await?;
-        Ok(Response::new(stat_to_proto(st)))
+        self.node.on::<ops::Mkdir>(request).await
     }
 
     async fn unlink(
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        self.node
-            .files
-            .unlink(&r.realm, &who, &p, fence)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Unlink>(request).await
     }
 
     async fn rmdir(
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
-        self.change(&r.realm, r.fence, move |tx, realm, now| {
-            fs::rmdir_tx(tx, realm, &who, &p, now)
-        })
-        .await?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Rmdir>(request).await
     }
 
     async fn rename(
         &self,
         request: Request<proto::FsRenameRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, from, to) = (access.act(&r.realm, &r.user)?, path(&r.from)?, path(&r.to)?);
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        self.node
-            .files
-            .rename(&r.realm, &who, &from, &to, fence)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Rename>(request).await
     }
 
     async fn stat(
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::FsStat>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        r.user = access.user(&r.user)?;
-        let (p, realm) = (path(&r.path)?, r.realm.clone());
-        let st = self
-            .node
-            .read(&r.realm, move |tx| fs::stat_tx(tx, &realm, &p))
-            .await?;
-        Ok(Response::new(stat_to_proto(st)))
+        self.node.on::<ops::Stat>(request).await
     }
 
     async fn read_dir(
         &self,
         request: Request<proto::FsPathRequest>,
     ) -> Result<Response<proto::FsReadDirResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        r.user = access.user(&r.user)?;
-        let (who, p, realm) = (
-            access.act(&r.realm, &r.user)?,
-            path(&r.path)?,
-            r.realm.clone(),
-        );
-        let (entries, more) = self
-            .node
-            .read(&r.realm, move |tx| fs::readdir_tx(tx, &realm, &who, &p))
-            .await?;
-        Ok(Response::new(proto::FsReadDirResponse {
-            entries: entries.into_iter().map(stat_to_proto).collect(),
-            more,
-        }))
+        self.node.on::<ops::ReadDir>(request).await
+    }
+
+    async fn chmod(
+        &self,
+        request: Request<proto::FsChmodRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        self.node.on::<ops::Chmod>(request).await
+    }
+
+    async fn chown(
+        &self,
+        request: Request<proto::FsChownRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        self.node.on::<ops::Chown>(request).await
+    }
+
+    async fn du(
+        &self,
+        request: Request<proto::FsDuRequest>,
+    ) -> Result<Response<proto::FsDuResponse>, Status> {
+        self.node.on::<ops::Du>(request).await
     }
 
     async fn read(
         &self,
         request: Request<proto::FsReadRequest>,
     ) -> Result<Response<proto::FsReadResponse>, Status> {
-        let access = self.node.access(&request)?;
+        // Forwarded whole (with its token) if the data is another node's.
+        let who = self.node.caller_of(&request, |r| (&r.realm, &r.user))?;
         let token = crate::forward::bearer(request.metadata())?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        r.user = access.user(&r.user)?;
-        if !r.pid.is_empty() {
-            access.acting_pid(&r.pid)?;
-        }
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
+        let r = request.into_inner();
+        let p = path(&r.path)?;
         let read = self
             .node
             .files
-            .read(&r.realm, &who, &p, r.offset, r.len as usize)
+            .read(&who, &p, r.offset, r.len as usize)
             .await;
         let data = match read {
             Ok(d) => d,
@@ -255,10 +354,10 @@ impl proto::fs_server::Fs for FsService {
         if let Some(pid) = request_pid(&r.pid)? {
             let store = &self.node.store;
             let done = if data.is_empty() {
-                procs::check_exists(store, &r.realm, &pid).await
+                procs::check_exists_for(store, &who, &pid).await
             } else {
                 let detail = format!("{p} @{} +{}", r.offset, data.len());
-                procs::record(store, &r.realm, &pid, "fs_read", &detail).await
+                procs::record_for(store, &who, &pid, "fs_read", &detail).await
             };
             done.map_err(|e| kernel_status(&e))?;
         }
@@ -269,15 +368,10 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsWriteRequest>,
     ) -> Result<Response<proto::FsWriteResponse>, Status> {
-        let access = self.node.access(&request)?;
+        let who = self.node.caller_of(&request, |r| (&r.realm, &r.user))?;
         let token = crate::forward::bearer(request.metadata())?;
         let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        if !r.pid.is_empty() {
-            access.acting_pid(&r.pid)?;
-        }
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
+        let p = path(&r.path)?;
         if r.data.len() > fs::IO_BYTES_MAX {
             return Err(Status::invalid_argument(format!(
                 "a write is at most {} bytes",
@@ -288,7 +382,7 @@ impl proto::fs_server::Fs for FsService {
         // An unknown pid is refused before anything is written.
         let pid = request_pid(&r.pid)?;
         if let Some(pid) = &pid {
-            procs::check_exists(&self.node.store, &r.realm, pid)
+            procs::check_exists_for(&self.node.store, &who, pid)
                 .await
                 .map_err(|e| kernel_status(&e))?;
         }
@@ -299,7 +393,7 @@ impl proto::fs_server::Fs for FsService {
         let written = self
             .node
             .files
-            .write(&r.realm, &who, &p, r.offset, data.clone(), r.create, fence)
+            .write(&who, &p, r.offset, data.clone(), r.create, fence)
             .await;
         let size = match written {
             Ok(size) => size,
@@ -315,7 +409,7 @@ impl proto::fs_server::Fs for FsService {
         };
         if let Some(pid) = pid {
             let detail = format!("{p} @{offset} +{len}");
-            procs::record(&self.node.store, &r.realm, &pid, "fs_write", &detail)
+            procs::record_for(&self.node.store, &who, &pid, "fs_write", &detail)
                 .await
                 .map_err(|e| kernel_status(&e))?;
         }
@@ -326,18 +420,12 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsTruncateRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
+        let who = self.node.caller_of(&request, |r| (&r.realm, &r.user))?;
         let token = crate::forward::bearer(request.metadata())?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p) = (access.act(&r.realm, &r.user)?, path(&r.path)?);
+        let r = request.into_inner();
+        let p = path(&r.path)?;
         let fence = crate::names::fence_from_proto(r.fence.clone())?;
-        let done = self
-            .node
-            .files
-            .truncate(&r.realm, &who, &p, r.size, fence)
-            .await;
+        let done = self.node.files.truncate(&who, &p, r.size, fence).await;
         match done {
             Ok(()) => Ok(Response::new(proto::Empty {})),
             // Growing a file in another node's block store: done there.
@@ -349,56 +437,6 @@ impl proto::fs_server::Fs for FsService {
             }
             Err(e) => Err(kernel_status(&e)),
         }
-    }
-
-    async fn chmod(
-        &self,
-        request: Request<proto::FsChmodRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p, mode) = (access.act(&r.realm, &r.user)?, path(&r.path)?, r.mode);
-        self.change(&r.realm, None, move |tx, realm, now| {
-            fs::chmod_tx(tx, realm, &who, &p, mode, now)
-        })
-        .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
-
-    async fn chown(
-        &self,
-        request: Request<proto::FsChownRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        r.user = access.user(&r.user)?;
-        let (who, p, owner) = (access.act(&r.realm, &r.user)?, path(&r.path)?, r.owner);
-        self.change(&r.realm, None, move |tx, realm, now| {
-            fs::chown_tx(tx, realm, &who, &p, &owner, now)
-        })
-        .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
-
-    async fn du(
-        &self,
-        request: Request<proto::FsDuRequest>,
-    ) -> Result<Response<proto::FsDuResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let (p, realm, owner, min) = (path(&r.path)?, r.realm.clone(), r.owner, r.min_size);
-        let (files, bytes) = self
-            .node
-            .read(&r.realm, move |tx| {
-                let owner = (!owner.is_empty()).then_some(owner.as_str());
-                fs::du_tx(tx, &realm, &p, owner, min)
-            })
-            .await?;
-        Ok(Response::new(proto::FsDuResponse { files, bytes }))
     }
 }
 

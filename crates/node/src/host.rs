@@ -83,10 +83,7 @@ impl ProcHost {
 impl Host for ProcHost {
     fn fs_read(&mut self, path: &str, offset: i64, len: usize) -> Result<Vec<u8>, HostError> {
         self.rt
-            .block_on(
-                self.files
-                    .read(&self.realm, &self.caller, path, offset, len),
-            )
+            .block_on(self.files.read(&self.caller, path, offset, len))
             .map_err(tabos_kernel::Error::into_host)
     }
 
@@ -99,26 +96,21 @@ impl Host for ProcHost {
     ) -> Result<i64, HostError> {
         let who = self.caller.clone();
         self.rt
-            .block_on(self.files.write(
-                &self.realm,
-                &who,
-                path,
-                offset,
-                data.to_vec(),
-                create,
-                None,
-            ))
+            .block_on(
+                self.files
+                    .write(&who, path, offset, data.to_vec(), create, None),
+            )
             .map_err(tabos_kernel::Error::into_host)
     }
 
     fn fs_stat(&mut self, path: &str) -> Result<FileEntry, HostError> {
-        let (realm, path) = (self.realm.clone(), path.to_string());
+        let (who, path) = (self.caller.clone(), path.to_string());
         let st = self
             .rt
             .block_on(tabos_kernel::fs::call(
                 &self.store,
                 &self.realm,
-                move |tx| tabos_kernel::fs::stat_tx(tx, &realm, &path),
+                move |tx| tabos_kernel::fs::stat_tx(tx, &who, &path),
             ))
             .map_err(tabos_kernel::Error::into_host)?;
         Ok(FileEntry {

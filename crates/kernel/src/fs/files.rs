@@ -41,6 +41,7 @@ use super::{
     read_local, release_data, set_size, write_local, Blocks, Caller, FileType, Layout, Need, Stat,
     Storage, MODE_FILE_DEFAULT,
 };
+use crate::auth::Role;
 use crate::names::{check_fence_if_tx, validate_path, Fence};
 use crate::{partition, validate_realm, Error, Result};
 
@@ -315,13 +316,13 @@ impl Files {
     /// Creates an empty file (exclusive), localized or parallel.
     pub async fn create(
         &self,
-        realm: &str,
         who: &Caller,
         path: &str,
         mode: i64,
         parallel: bool,
         fence: Option<Fence>,
     ) -> Result<Stat> {
+        let realm = super::acting(who, Role::Member)?;
         let layout = if parallel {
             Layout::Parallel {
                 block_size: self.settings.parallel_block,
@@ -341,14 +342,8 @@ impl Files {
     }
 
     /// Up to `len` bytes at `offset` (fewer at the end, none past it).
-    pub async fn read(
-        &self,
-        realm: &str,
-        who: &Caller,
-        path: &str,
-        offset: i64,
-        len: usize,
-    ) -> Result<Vec<u8>> {
+    pub async fn read(&self, who: &Caller, path: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
+        let realm = super::acting(who, Role::Reader)?;
         validate_realm(realm)?;
         validate_path(path)?;
         check_read(offset, len)?;
@@ -468,7 +463,6 @@ impl Files {
     #[allow(clippy::too_many_arguments)]
     pub async fn write(
         &self,
-        realm: &str,
         who: &Caller,
         path: &str,
         offset: i64,
@@ -476,6 +470,7 @@ impl Files {
         create: bool,
         fence: Option<Fence>,
     ) -> Result<i64> {
+        let realm = super::acting(who, Role::Member)?;
         validate_realm(realm)?;
         validate_path(path)?;
         let data: Arc<Vec<u8>> = data.into();
@@ -774,12 +769,12 @@ impl Files {
     /// zeros.
     pub async fn truncate(
         &self,
-        realm: &str,
         who: &Caller,
         path: &str,
         size: i64,
         fence: Option<Fence>,
     ) -> Result<()> {
+        let realm = super::acting(who, Role::Member)?;
         validate_realm(realm)?;
         validate_path(path)?;
         check_size(size)?;
@@ -885,17 +880,12 @@ impl Files {
     }
 
     /// Removes a file, then gives back its storage.
-    pub async fn unlink(
-        &self,
-        realm: &str,
-        who: &Caller,
-        path: &str,
-        fence: Option<Fence>,
-    ) -> Result<()> {
+    pub async fn unlink(&self, who: &Caller, path: &str, fence: Option<Fence>) -> Result<()> {
+        let realm = super::acting(who, Role::Member)?;
         let (r, who, p) = (realm.to_string(), who.clone(), path.to_string());
         let queued = crate::call(&self.store, realm, move |tx| {
             let now = fenced(tx, &r, fence.as_ref())?;
-            super::unlink_tx(tx, &r, &who, &p, now)
+            super::unlink_tx(tx, &who, &p, now)
         })
         .await?;
         if queued > 0 {
@@ -908,12 +898,12 @@ impl Files {
     /// file it replaced.
     pub async fn rename(
         &self,
-        realm: &str,
         who: &Caller,
         from: &str,
         to: &str,
         fence: Option<Fence>,
     ) -> Result<()> {
+        let realm = super::acting(who, Role::Member)?;
         let (r, who, f, t) = (
             realm.to_string(),
             who.clone(),
@@ -922,7 +912,7 @@ impl Files {
         );
         let queued = crate::call(&self.store, realm, move |tx| {
             let now = fenced(tx, &r, fence.as_ref())?;
-            super::rename_tx(tx, &r, &who, &f, &t, now)
+            super::rename_tx(tx, &who, &f, &t, now)
         })
         .await?;
         if queued > 0 {

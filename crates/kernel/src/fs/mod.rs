@@ -19,6 +19,11 @@
 //! it here, so that a path lookup and a rename between two users'
 //! directories stay single-partition transactions.
 //!
+//! Every operation acts for a [`Caller`] and checks it first: role reader to
+//! look (stat, list, read, du), member to change, and no scope (a scoped
+//! credential has only mailboxes); it acts in the caller's realm, as the
+//! caller's user.
+//!
 //! Permissions: POSIX owner and other bits (group bits are not used: there
 //! are no groups). Reading a file needs `r` on it, writing `w`; creating,
 //! removing or renaming an entry needs `w` and `x` on its directory;
@@ -37,6 +42,7 @@ pub mod files;
 
 use tabos_store::{params, Row, Tx};
 
+use crate::auth::Role;
 use crate::names::{parent_of, validate_path};
 pub use crate::{call, read};
 use crate::{p_key, subtree_range, validate_realm, Error, Result};
@@ -153,6 +159,14 @@ enum Need {
     Read = 4,
     Write = 2,
     WriteSearch = 3,
+}
+
+/// What every file operation asks of its caller first: role `need` (reader
+/// to look, member to change) and no scope. Returns the caller's realm,
+/// where the operation acts.
+fn acting(who: &Caller, need: Role) -> Result<&str> {
+    who.may(need, "use files")?;
+    Ok(who.realm())
 }
 
 fn allowed(st: &Stat, who: &Caller, need: Need) -> Result<()> {
@@ -389,7 +403,6 @@ fn insert_entry(
 /// (exclusive).
 pub fn create_tx(
     tx: &mut dyn Tx,
-    realm: &str,
     who: &Caller,
     path: &str,
     mode: i64,
@@ -398,32 +411,26 @@ pub fn create_tx(
     let layout = Layout::Local {
         block_size: BLOCK_BYTES_LOCAL,
     };
-    create_with_tx(tx, realm, who, path, mode, &layout, now_us)
+    create_with_tx(tx, who, path, mode, &layout, now_us)
 }
 
 /// Procedure body: creates an empty file with `layout` (exclusive).
 pub fn create_with_tx(
     tx: &mut dyn Tx,
-    realm: &str,
     who: &Caller,
     path: &str,
     mode: i64,
     layout: &Layout,
     now_us: i64,
 ) -> Result<Stat> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     insert_entry(tx, realm, path, FileType::File, layout, who, mode, now_us)
 }
 
 /// Procedure body: creates a directory (exclusive).
-pub fn mkdir_tx(
-    tx: &mut dyn Tx,
-    realm: &str,
-    who: &Caller,
-    path: &str,
-    mode: i64,
-    now_us: i64,
-) -> Result<Stat> {
+pub fn mkdir_tx(tx: &mut dyn Tx, who: &Caller, path: &str, mode: i64, now_us: i64) -> Result<Stat> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     let none = Layout::Local {
         block_size: BLOCK_BYTES_LOCAL,
@@ -432,7 +439,8 @@ pub fn mkdir_tx(
 }
 
 /// Procedure body: an entry's metadata.
-pub fn stat_tx(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
+pub fn stat_tx(tx: &mut dyn Tx, who: &Caller, path: &str) -> Result<Stat> {
+    let realm = acting(who, Role::Reader)?;
     validate_realm(realm)?;
     validate_path(path)?;
     must(tx, realm, path)
@@ -512,13 +520,8 @@ fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<
 
 /// Procedure body: removes a file (not a directory); returns how many
 /// storage items (segments, parallel block sets) wait in `fs_reclaim`.
-pub fn unlink_tx(
-    tx: &mut dyn Tx,
-    realm: &str,
-    who: &Caller,
-    path: &str,
-    now_us: i64,
-) -> Result<usize> {
+pub fn unlink_tx(tx: &mut dyn Tx, who: &Caller, path: &str, now_us: i64) -> Result<usize> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     writable(path)?;
     let st = must(tx, realm, path)?;
@@ -540,7 +543,8 @@ fn has_children(tx: &mut dyn Tx, realm: &str, dir: &str) -> Result<bool> {
 }
 
 /// Procedure body: removes an empty directory.
-pub fn rmdir_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, path: &str, now_us: i64) -> Result<()> {
+pub fn rmdir_tx(tx: &mut dyn Tx, who: &Caller, path: &str, now_us: i64) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     writable(path)?;
     let st = must(tx, realm, path)?;
@@ -561,12 +565,12 @@ pub fn rmdir_tx(tx: &mut dyn Tx, realm: &str, who: &Caller, path: &str, now_us: 
 /// file wait in `fs_reclaim`.
 pub fn rename_tx(
     tx: &mut dyn Tx,
-    realm: &str,
     who: &Caller,
     from: &str,
     to: &str,
     now_us: i64,
 ) -> Result<usize> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     writable(from)?;
     writable(to)?;
@@ -619,12 +623,8 @@ pub fn rename_tx(
 
 /// Procedure body: a directory's entries by name (at most [`READDIR_MAX`];
 /// the flag says whether there were more).
-pub fn readdir_tx(
-    tx: &mut dyn Tx,
-    realm: &str,
-    who: &Caller,
-    dir: &str,
-) -> Result<(Vec<Stat>, bool)> {
+pub fn readdir_tx(tx: &mut dyn Tx, who: &Caller, dir: &str) -> Result<(Vec<Stat>, bool)> {
+    let realm = acting(who, Role::Reader)?;
     validate_realm(realm)?;
     validate_path(dir)?;
     let d = must(tx, realm, dir)?;
@@ -916,12 +916,12 @@ fn check_size(size: i64) -> Result<()> {
 /// at the end of the file, none past it); holes read as zeros.
 pub fn read_tx(
     tx: &mut dyn Tx,
-    realm: &str,
     who: &Caller,
     path: &str,
     offset: i64,
     len: usize,
 ) -> Result<Vec<u8>> {
+    let realm = acting(who, Role::Reader)?;
     validate_realm(realm)?;
     validate_path(path)?;
     check_read(offset, len)?;
@@ -948,13 +948,13 @@ fn read_local(tx: &mut dyn Tx, realm: &str, st: &Stat, offset: i64, len: usize) 
 /// end: the gap is a hole); returns the file's new size.
 pub fn write_tx(
     tx: &mut dyn Tx,
-    realm: &str,
     who: &Caller,
     path: &str,
     offset: i64,
     data: &[u8],
     now_us: i64,
 ) -> Result<i64> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     validate_path(path)?;
     check_write(path, offset, data.len())?;
@@ -992,12 +992,12 @@ fn write_local(
 /// gone, a grow adds a hole.
 pub fn truncate_tx(
     tx: &mut dyn Tx,
-    realm: &str,
     who: &Caller,
     path: &str,
     size: i64,
     now_us: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     validate_path(path)?;
     check_size(size)?;
@@ -1011,14 +1011,8 @@ pub fn truncate_tx(
 }
 
 /// Procedure body: changes an entry's mode (its owner or root only).
-pub fn chmod_tx(
-    tx: &mut dyn Tx,
-    realm: &str,
-    who: &Caller,
-    path: &str,
-    mode: i64,
-    now_us: i64,
-) -> Result<()> {
+pub fn chmod_tx(tx: &mut dyn Tx, who: &Caller, path: &str, mode: i64, now_us: i64) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     writable(path)?;
     check_mode(mode)?;
@@ -1037,14 +1031,8 @@ pub fn chmod_tx(
 }
 
 /// Procedure body: gives an entry to another user (root only).
-pub fn chown_tx(
-    tx: &mut dyn Tx,
-    realm: &str,
-    who: &Caller,
-    path: &str,
-    owner: &str,
-    now_us: i64,
-) -> Result<()> {
+pub fn chown_tx(tx: &mut dyn Tx, who: &Caller, path: &str, owner: &str, now_us: i64) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
     writable(path)?;
     validate_user(owner)?;
@@ -1069,11 +1057,12 @@ pub fn chown_tx(
 /// `min_size` bytes — one query (DBOS Table 2).
 pub fn du_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     path: &str,
     owner: Option<&str>,
     min_size: i64,
 ) -> Result<(i64, i64)> {
+    let realm = acting(who, Role::Reader)?;
     validate_realm(realm)?;
     validate_path(path)?;
     let (lo, hi) = subtree_range(path);
