@@ -26,6 +26,7 @@ use std::str::FromStr;
 
 use tabos_store::{params, Dialect, Row, Store, Tx};
 
+use crate::auth::{Caller, Role};
 use crate::ids::{Pid, WorkerId};
 use crate::sched::{self, Need, WorkerSpec};
 use crate::{partition, validate_realm, Error, Result};
@@ -1997,7 +1998,7 @@ pub async fn record(
 /// request says it is done for a proc.
 pub async fn record_for(
     store: &Store,
-    who: &crate::auth::Caller,
+    who: &Caller,
     pid: &Pid,
     event: &str,
     detail: &str,
@@ -2008,7 +2009,7 @@ pub async fn record_for(
 
 /// [`check_exists`] for `who`, who must be able to act for `pid`: a door
 /// checks a request's proc before it does anything for it.
-pub async fn check_exists_for(store: &Store, who: &crate::auth::Caller, pid: &Pid) -> Result<()> {
+pub async fn check_exists_for(store: &Store, who: &Caller, pid: &Pid) -> Result<()> {
     who.may_act_for(pid)?;
     check_exists(store, who.realm(), pid).await
 }
@@ -2090,6 +2091,96 @@ pub async fn wait_evict(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInf
         i.evict_requested || i.state.is_terminal()
     })
     .await
+}
+
+// ---- operations for a caller: each checks it, then acts in its realm ----
+
+/// What the procs' operations refuse to a scoped credential.
+const USE: &str = "use procs";
+
+/// [`spawn_fenced`] for `who` (role member): the procs it spawns act for
+/// the user their descriptors name.
+pub async fn spawn_for(
+    store: &Store,
+    who: &Caller,
+    d: Descriptor,
+    fence: Option<crate::names::Fence>,
+) -> Result<(Pid, Option<WorkerId>)> {
+    who.may(Role::Member, USE)?;
+    spawn_fenced(store, who.realm(), d, fence).await
+}
+
+/// [`spawn_burst`] for `who` (role member).
+pub async fn spawn_burst_for(
+    store: &Store,
+    who: &Caller,
+    ds: Vec<Descriptor>,
+) -> Result<Vec<(Pid, Option<WorkerId>)>> {
+    who.may(Role::Member, USE)?;
+    spawn_burst(store, who.realm(), ds).await
+}
+
+/// [`status`] for `who` (role reader).
+pub async fn status_for(store: &Store, who: &Caller, pid: &Pid) -> Result<ProcInfo> {
+    who.may(Role::Reader, USE)?;
+    status(store, who.realm(), pid).await
+}
+
+/// [`holder`] for `who` (role reader): where the proc's logs are.
+pub async fn holder_for(store: &Store, who: &Caller, pid: &Pid) -> Result<Option<String>> {
+    who.may(Role::Reader, USE)?;
+    holder(store, who.realm(), pid).await
+}
+
+/// [`wait_start`] for `who` (role reader).
+pub async fn wait_start_for(store: &Store, who: &Caller, pid: &Pid) -> Result<ProcInfo> {
+    who.may(Role::Reader, USE)?;
+    wait_start(store, who.realm(), pid).await
+}
+
+/// [`wait_exit`] for `who` (role reader).
+pub async fn wait_exit_for(store: &Store, who: &Caller, pid: &Pid) -> Result<ProcInfo> {
+    who.may(Role::Reader, USE)?;
+    wait_exit(store, who.realm(), pid).await
+}
+
+/// [`wait_evict`] for `who` (role reader).
+pub async fn wait_evict_for(store: &Store, who: &Caller, pid: &Pid) -> Result<ProcInfo> {
+    who.may(Role::Reader, USE)?;
+    wait_evict(store, who.realm(), pid).await
+}
+
+/// [`started`] for `who` (role member), who must be able to act for `pid`:
+/// a proc says it started.
+pub async fn started_for(store: &Store, who: &Caller, pid: &Pid) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    who.may_act_for(pid)?;
+    started(store, who.realm(), pid).await
+}
+
+/// [`exited`] for `who` (role member), who must be able to act for `pid`:
+/// a proc says it exited with `status`.
+pub async fn exited_for(store: &Store, who: &Caller, pid: &Pid, status: i64) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    who.may_act_for(pid)?;
+    exited(store, who.realm(), pid, State::Exited, Some(status), None).await
+}
+
+/// [`evict`] for `who` (role member).
+pub async fn evict_for(store: &Store, who: &Caller, pid: &Pid) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    evict(store, who.realm(), pid).await
+}
+
+/// [`prune`] for `who` (role member).
+pub async fn prune_for(
+    store: &Store,
+    who: &Caller,
+    pids: Vec<Pid>,
+    ended_before_us: Option<i64>,
+) -> Result<Vec<Pid>> {
+    who.may(Role::Member, USE)?;
+    prune(store, who.realm(), pids, ended_before_us).await
 }
 
 /// Procedure body: deletes `realm`'s procs, their events and its workers

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use tabos_client::proto;
 use tabos_kernel::auth::Role;
 use tabos_kernel::ids::Pid;
-use tabos_kernel::procs::{self, Class, Descriptor, Kind, ProcInfo, State};
+use tabos_kernel::procs::{self, Class, Descriptor, Kind, ProcInfo};
 use tabos_kernel::sched::Scheduler;
 use tonic::{Request, Response, Status};
 
@@ -31,20 +31,20 @@ impl ProcsService {
 }
 
 /// What a Logs or FollowLogs request asks for, checked: the caller's
-/// token (to forward with), the realm, the pid and the stream.
+/// token (to forward with), the caller, the pid and the stream.
 struct LogTarget {
     token: String,
+    who: tabos_kernel::auth::Caller,
     realm: String,
     pid: Pid,
     stream: proto::LogStream,
 }
 
 fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTarget, Status> {
-    let access = node.access(&request)?;
+    let who = node.caller_of(&request, |r| (&r.realm, ""))?;
     let token = crate::forward::bearer(request.metadata())?;
     let r = request.into_inner();
-    let realm = access.realm(&r.realm, Role::Reader)?;
-    tabos_kernel::validate_realm(&realm).map_err(invalid)?;
+    let realm = who.realm().to_string();
     let pid = Pid::new(r.pid).map_err(invalid)?;
     let stream = match crate::wire::request_proto("stream", r.stream)? {
         None => proto::LogStream::Stdout,
@@ -52,6 +52,7 @@ fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTa
     };
     Ok(LogTarget {
         token,
+        who,
         realm,
         pid,
         stream,
@@ -255,8 +256,100 @@ impl ProcsService {
     }
 }
 
-fn pid_of(r: &proto::PidRequest) -> Result<Pid, Status> {
-    Pid::new(r.pid.clone()).map_err(invalid)
+/// The Procs service's operations, each a call of [`tabos_kernel::procs`]
+/// for a caller (which checks role, scope and the proc it acts for).
+pub mod ops {
+    use super::*;
+    use crate::op::Op;
+    use tabos_kernel::auth::Caller;
+    use tabos_kernel::Result;
+
+    fn pid(r: &proto::PidRequest) -> Result<Pid> {
+        Pid::new(r.pid.clone())
+    }
+
+    macro_rules! wait_op {
+        ($name:ident, $wait:path) => {
+            pub struct $name;
+            impl Op for $name {
+                type Request = proto::PidRequest;
+                type Response = proto::ProcStatus;
+                fn acting(r: &Self::Request) -> (&str, &str) {
+                    (&r.realm, "")
+                }
+                async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+                    Ok(status_to_proto(&$wait(&node.store, &who, &pid(&r)?).await?))
+                }
+            }
+        };
+    }
+    wait_op!(WaitStart, procs::wait_start_for);
+    wait_op!(WaitExit, procs::wait_exit_for);
+    wait_op!(WaitEvict, procs::wait_evict_for);
+    wait_op!(Status, procs::status_for);
+
+    pub struct Started;
+    impl Op for Started {
+        type Request = proto::PidRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            procs::started_for(&node.store, &who, &pid(&r)?).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Exited;
+    impl Op for Exited {
+        type Request = proto::ExitedRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let pid = Pid::new(r.pid)?;
+            procs::exited_for(&node.store, &who, &pid, r.status).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Evict;
+    impl Op for Evict {
+        type Request = proto::PidRequest;
+        type Response = proto::Empty;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            procs::evict_for(&node.store, &who, &pid(&r)?).await?;
+            Ok(proto::Empty {})
+        }
+    }
+
+    pub struct Prune;
+    impl Op for Prune {
+        type Request = proto::PruneRequest;
+        type Response = proto::PruneResponse;
+        fn acting(r: &Self::Request) -> (&str, &str) {
+            (&r.realm, "")
+        }
+        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
+            let pids = r
+                .pids
+                .iter()
+                .map(|p| Pid::new(p.as_str()))
+                .collect::<Result<Vec<_>>>()?;
+            let before = (r.older_than_ms > 0).then(|| {
+                tabos_store::now_us().saturating_sub(r.older_than_ms.saturating_mul(1000) as i64)
+            });
+            let pruned = procs::prune_for(&node.store, &who, pids, before).await?;
+            Ok(proto::PruneResponse {
+                pids: pruned.into_iter().map(|p| p.as_str().to_string()).collect(),
+            })
+        }
+    }
 }
 
 #[tonic::async_trait]
@@ -408,17 +501,18 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::SpawnRequest>,
     ) -> Result<Response<proto::Spawned>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
+        // Decoded here: a JavaScript proc is UNIMPLEMENTED, which a kernel
+        // error cannot say yet.
+        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let r = request.into_inner();
         let d = descriptor_from_proto(
             r.proc
                 .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
-            access.principal.user(),
+            who.user(),
         )?;
         self.check_modules(std::slice::from_ref(&d)).await?;
         let fence = crate::names::fence_from_proto(r.fence)?;
-        let (pid, worker) = procs::spawn_fenced(&self.node.store, &r.realm, d, fence)
+        let (pid, worker) = procs::spawn_for(&self.node.store, &who, d, fence)
             .await
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::Spawned {
@@ -431,16 +525,16 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::SpawnBurstRequest>,
     ) -> Result<Response<proto::SpawnBurstResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
+        // Decoded here, as Spawn's.
+        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let r = request.into_inner();
         let ds = r
             .procs
             .into_iter()
-            .map(|d| descriptor_from_proto(d, access.principal.user()))
+            .map(|d| descriptor_from_proto(d, who.user()))
             .collect::<Result<Vec<_>, _>>()?;
         self.check_modules(&ds).await?;
-        let spawned = procs::spawn_burst(&self.node.store, &r.realm, ds)
+        let spawned = procs::spawn_burst_for(&self.node.store, &who, ds)
             .await
             .map_err(|e| kernel_status(&e))?;
         Ok(Response::new(proto::SpawnBurstResponse {
@@ -458,124 +552,56 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let i = procs::wait_start(&self.node.store, &r.realm, &pid_of(&r)?)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(status_to_proto(&i)))
+        self.node.on::<ops::WaitStart>(request).await
     }
 
     async fn wait_exit(
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let i = procs::wait_exit(&self.node.store, &r.realm, &pid_of(&r)?)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(status_to_proto(&i)))
+        self.node.on::<ops::WaitExit>(request).await
     }
 
     async fn wait_evict(
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let i = procs::wait_evict(&self.node.store, &r.realm, &pid_of(&r)?)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(status_to_proto(&i)))
+        self.node.on::<ops::WaitEvict>(request).await
     }
 
     async fn started(
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        access.acting_pid(&r.pid)?;
-        procs::started(&self.node.store, &r.realm, &pid_of(&r)?)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Started>(request).await
     }
 
     async fn exited(
         &self,
         request: Request<proto::ExitedRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        access.acting_pid(&r.pid)?;
-        let pid = Pid::new(r.pid).map_err(invalid)?;
-        procs::exited(
-            &self.node.store,
-            &r.realm,
-            &pid,
-            State::Exited,
-            Some(r.status),
-            None,
-        )
-        .await
-        .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Exited>(request).await
     }
 
     async fn evict(
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        procs::evict(&self.node.store, &r.realm, &pid_of(&r)?)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Empty {}))
+        self.node.on::<ops::Evict>(request).await
     }
 
     async fn prune(
         &self,
         request: Request<proto::PruneRequest>,
     ) -> Result<Response<proto::PruneResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Member)?;
-        let pids = r
-            .pids
-            .iter()
-            .map(|p| Pid::new(p.as_str()).map_err(invalid))
-            .collect::<Result<Vec<_>, _>>()?;
-        let before = (r.older_than_ms > 0).then(|| {
-            tabos_store::now_us().saturating_sub(r.older_than_ms.saturating_mul(1000) as i64)
-        });
-        let pruned = procs::prune(&self.node.store, &r.realm, pids, before)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::PruneResponse {
-            pids: pruned.into_iter().map(|p| p.as_str().to_string()).collect(),
-        }))
+        self.node.on::<ops::Prune>(request).await
     }
 
     async fn status(
         &self,
         request: Request<proto::PidRequest>,
     ) -> Result<Response<proto::ProcStatus>, Status> {
-        let access = self.node.access(&request)?;
-        let mut r = request.into_inner();
-        r.realm = access.realm(&r.realm, Role::Reader)?;
-        let i = procs::status(&self.node.store, &r.realm, &pid_of(&r)?)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(status_to_proto(&i)))
+        self.node.on::<ops::Status>(request).await
     }
 
     async fn logs(
@@ -584,12 +610,13 @@ impl proto::procs_server::Procs for ProcsService {
     ) -> Result<Response<proto::LogsResponse>, Status> {
         let LogTarget {
             token,
+            who,
             realm,
             pid,
             stream,
         } = log_target(&self.node, request)?;
         // The logs are on the node that ran the proc: answered there.
-        let holder = procs::holder(&self.node.store, &realm, &pid)
+        let holder = procs::holder_for(&self.node.store, &who, &pid)
             .await
             .map_err(|e| kernel_status(&e))?;
         if let Some(holder) = holder {
@@ -635,12 +662,13 @@ impl proto::procs_server::Procs for ProcsService {
     ) -> Result<Response<Self::FollowLogsStream>, Status> {
         let LogTarget {
             token,
+            who,
             realm,
             pid,
             stream,
         } = log_target(&self.node, request)?;
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let holder = procs::holder(&self.node.store, &realm, &pid)
+        let holder = procs::holder_for(&self.node.store, &who, &pid)
             .await
             .map_err(|e| kernel_status(&e))?;
         // Held by another node: its stream, passed on.

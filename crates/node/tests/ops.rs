@@ -8,8 +8,18 @@
 
 use std::path::Path;
 
-/// The services whose every operation is declared in an `ops` module.
-const SERVED_BY_OPS: &[&str] = &["names.rs", "ipc.rs", "procedures.rs", "fs.rs"];
+/// The services whose operations are declared in an `ops` module.
+const SERVED_BY_OPS: &[&str] = &["names.rs", "ipc.rs", "procedures.rs", "fs.rs", "procs.rs"];
+
+/// Handlers of those services still checked at the door, until their
+/// kernel operations take a caller (issue 37): realms are managed by
+/// operators through `tabos_kernel::realms`, which takes realm names.
+const STILL_AT_THE_DOOR: &[(&str, &str)] = &[
+    ("procs.rs", "create_realm"),
+    ("procs.rs", "set_realm"),
+    ("procs.rs", "remove_realm"),
+    ("procs.rs", "list_realms"),
+];
 
 /// What a door's own access check looks like.
 const ACCESS_CODE: &[&str] = &[
@@ -52,13 +62,18 @@ fn services_served_by_operations_check_no_access_themselves() {
         let hs = handlers(&src);
         assert!(hs.len() >= 4, "{file}: found only {} handlers", hs.len());
         for (name, body) in hs {
+            if STILL_AT_THE_DOOR.contains(&(*file, name.as_str())) {
+                continue;
+            }
             for code in ACCESS_CODE {
                 if body.contains(code) {
                     wrong.push(format!("{file}: {name} has access code `{code}`"));
                 }
             }
             let unary = body.contains("self.node.on::<ops::");
-            let streaming = body.contains("self.node.caller_of(");
+            // A stream or a forwarded request gets its caller itself (or
+            // through the file's one helper for it, `log_target`).
+            let streaming = body.contains("self.node.caller_of(") || body.contains("log_target(");
             if !unary && !streaming {
                 wrong.push(format!(
                     "{file}: {name} is neither an operation nor a stream"
