@@ -84,9 +84,6 @@ pub mod ops {
     impl Op for Create {
         type Request = proto::FsCreateRequest;
         type Response = proto::FsStat;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_FILE_DEFAULT));
             let fence = crate::names::fence_of(r.fence)?;
@@ -99,9 +96,6 @@ pub mod ops {
     impl Op for Mkdir {
         type Request = proto::FsCreateRequest;
         type Response = proto::FsStat;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_DIR_DEFAULT));
             let fence = crate::names::fence_of(r.fence)?;
@@ -119,9 +113,6 @@ pub mod ops {
     impl Op for Unlink {
         type Request = proto::FsPathRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
             node.files.unlink(&who, &p, fence).await?;
@@ -133,9 +124,6 @@ pub mod ops {
     impl Op for Rmdir {
         type Request = proto::FsPathRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
             node.write_as(who, move |tx, who, now| {
@@ -151,9 +139,6 @@ pub mod ops {
     impl Op for Rename {
         type Request = proto::FsRenameRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (from, to) = (checked(&r.from)?, checked(&r.to)?);
             let fence = crate::names::fence_of(r.fence)?;
@@ -166,9 +151,6 @@ pub mod ops {
     impl Op for Stat {
         type Request = proto::FsPathRequest;
         type Response = proto::FsStat;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let p = checked(&r.path)?;
             let st = node
@@ -182,9 +164,6 @@ pub mod ops {
     impl Op for ReadDir {
         type Request = proto::FsPathRequest;
         type Response = proto::FsReadDirResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let p = checked(&r.path)?;
             let (entries, more) = node
@@ -201,9 +180,6 @@ pub mod ops {
     impl Op for Chmod {
         type Request = proto::FsChmodRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, mode) = (checked(&r.path)?, r.mode);
             node.write_as(who, move |tx, who, now| {
@@ -218,9 +194,6 @@ pub mod ops {
     impl Op for Chown {
         type Request = proto::FsChownRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, &r.user)
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, owner) = (checked(&r.path)?, r.owner);
             node.write_as(who, move |tx, who, now| {
@@ -235,9 +208,6 @@ pub mod ops {
     impl Op for Du {
         type Request = proto::FsDuRequest;
         type Response = proto::FsDuResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (p, owner, min) = (checked(&r.path)?, r.owner, r.min_size);
             let (files, bytes) = node
@@ -328,7 +298,7 @@ impl proto::fs_server::Fs for FsService {
         request: Request<proto::FsReadRequest>,
     ) -> Result<Response<proto::FsReadResponse>, Status> {
         // Forwarded whole (with its token) if the data is another node's.
-        let who = self.node.caller_of(&request, |r| (&r.realm, &r.user))?;
+        let who = self.node.caller_of(&request)?;
         let token = crate::forward::bearer(request.metadata())?;
         let r = request.into_inner();
         let p = path(&r.path)?;
@@ -368,7 +338,7 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsWriteRequest>,
     ) -> Result<Response<proto::FsWriteResponse>, Status> {
-        let who = self.node.caller_of(&request, |r| (&r.realm, &r.user))?;
+        let who = self.node.caller_of(&request)?;
         let token = crate::forward::bearer(request.metadata())?;
         let mut r = request.into_inner();
         let p = path(&r.path)?;
@@ -420,7 +390,7 @@ impl proto::fs_server::Fs for FsService {
         &self,
         request: Request<proto::FsTruncateRequest>,
     ) -> Result<Response<proto::Empty>, Status> {
-        let who = self.node.caller_of(&request, |r| (&r.realm, &r.user))?;
+        let who = self.node.caller_of(&request)?;
         let token = crate::forward::bearer(request.metadata())?;
         let r = request.into_inner();
         let p = path(&r.path)?;

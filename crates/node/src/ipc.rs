@@ -88,9 +88,6 @@ pub mod ops {
     impl Op for CreateMailbox {
         type Request = proto::CreateMailboxRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let defaults = node.settings.mailbox;
             let opts = MailboxOptions {
@@ -110,9 +107,6 @@ pub mod ops {
     impl Op for RemoveMailbox {
         type Request = proto::RemoveMailboxRequest;
         type Response = proto::RemoveMailboxResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let dropped = ipc::remove_mailbox(&node.store, &who, &r.name).await?;
             Ok(proto::RemoveMailboxResponse { dropped })
@@ -123,9 +117,6 @@ pub mod ops {
     impl Op for Send {
         type Request = proto::SendRequest;
         type Response = proto::SendResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let from = match r.from.as_str() {
                 "" => None,
@@ -151,9 +142,6 @@ pub mod ops {
     impl Op for Recv {
         type Request = proto::RecvRequest;
         type Response = proto::RecvResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let from = address_of(&r.mailbox)?;
             let wait = Duration::from_millis(u64::from(r.timeout_ms));
@@ -167,9 +155,6 @@ pub mod ops {
     impl Op for Peek {
         type Request = proto::RecvRequest;
         type Response = proto::RecvResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let from = address_of(&r.mailbox)?;
             let got = ipc::peek(&node.store, &who, &from, take_of(r.max)).await?;
@@ -181,9 +166,6 @@ pub mod ops {
     impl Op for Mailbox {
         type Request = proto::MailboxRequest;
         type Response = proto::MailboxInfo;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let at = address_of(&r.mailbox)?;
             let i = ipc::mailbox(&node.store, &who, &at).await?;
@@ -235,7 +217,7 @@ impl proto::ipc_server::Ipc for IpcService {
         &self,
         request: Request<proto::RecvRequest>,
     ) -> Result<Response<Self::RecvStreamStream>, Status> {
-        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let who = self.node.caller_of(&request)?;
         let r = request.into_inner();
         let to = address(&r.mailbox)?;
         let take = take_of(r.max);

@@ -79,9 +79,6 @@ pub mod ops {
     impl Op for Create {
         type Request = proto::CreateNameRequest;
         type Response = proto::NameVersion;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let kind: Kind = crate::wire::field("kind", r.kind)?
                 .ok_or_else(|| KError::Invalid("kind must be dir, file or symlink".into()))?;
@@ -102,9 +99,6 @@ pub mod ops {
     impl Op for Set {
         type Request = proto::SetNameRequest;
         type Response = proto::NameVersion;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let fence = fence_of(r.fence)?;
             let (path, data, if_version) = (r.path, r.data, r.if_version);
@@ -121,9 +115,6 @@ pub mod ops {
     impl Op for Get {
         type Request = proto::NameRequest;
         type Response = proto::NameEntry;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let e = node
                 .read_as(who, move |tx, who, _| names::get(tx, who, &r.path))
@@ -136,9 +127,6 @@ pub mod ops {
     impl Op for Remove {
         type Request = proto::RemoveNameRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let fence = fence_of(r.fence)?;
             let (path, if_version) = (r.path, r.if_version);
@@ -154,9 +142,6 @@ pub mod ops {
     impl Op for Rename {
         type Request = proto::RenameNameRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let fence = fence_of(r.fence)?;
             let (from, to) = (r.from, r.to);
@@ -172,9 +157,6 @@ pub mod ops {
     impl Op for ReadDir {
         type Request = proto::NameRequest;
         type Response = proto::ReadDirResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let (entries, more, version) = node
                 .read_as(who, move |tx, who, _| names::read_dir(tx, who, &r.path))
@@ -191,9 +173,6 @@ pub mod ops {
     impl Op for AdvanceEpoch {
         type Request = proto::NameRequest;
         type Response = proto::EpochResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let epoch = node
                 .write_as(who, move |tx, who, now| {
@@ -208,9 +187,6 @@ pub mod ops {
     impl Op for CheckFence {
         type Request = proto::FenceRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let fence = fence_of(r.fence)?
                 .ok_or_else(|| KError::Invalid("Fence needs a fence (dir and epoch)".into()))?;
@@ -224,9 +200,6 @@ pub mod ops {
     impl Op for OpenSession {
         type Request = proto::OpenSessionRequest;
         type Response = proto::SessionResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let session = if r.session.is_empty() {
                 names::generate_session_id()
@@ -250,9 +223,6 @@ pub mod ops {
     impl Op for RenewSession {
         type Request = proto::SessionRequest;
         type Response = proto::SessionResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let s = r.session.clone();
             let expires_us = node
@@ -271,9 +241,6 @@ pub mod ops {
     impl Op for CloseSession {
         type Request = proto::SessionRequest;
         type Response = proto::CloseSessionResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let removed = node
                 .write_as(who, move |tx, who, now| {
@@ -372,7 +339,7 @@ impl proto::names_server::Names for NamesService {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let who = self.node.caller_of(&request)?;
         let r = request.into_inner();
         let mode: proto::WatchMode = crate::wire::request_proto("watch mode", r.mode)?
             .ok_or_else(|| Status::invalid_argument("watch mode must be exists, removed or dir"))?;

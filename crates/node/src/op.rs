@@ -1,7 +1,7 @@
 //! One kernel operation, declared once and served at every door.
 //!
-//! An [`Op`] names its request and response and says which realm and user
-//! the request asks to act as; its body runs the kernel operation, which
+//! An [`Op`] names its request and response (which says, by [`Acting`],
+//! which realm and user it asks to act as); its body runs the kernel operation, which
 //! takes the [`Caller`] and checks it itself (role, scope, ownership). The
 //! doors only adapt: [`Node::on`] serves an op over gRPC (the local socket
 //! and the batch call go through the same services), [`Node::dispatch`] runs
@@ -23,16 +23,51 @@ use tonic::{Request, Response, Status};
 
 use crate::{auth, kernel_status, Node};
 
+/// What a request asks to act as: its realm and its user (each empty: the
+/// credential's own; only an operator's may name others).
+pub trait Acting {
+    fn acting(&self) -> (&str, &str);
+}
+
+/// `acting!(realm: A, B)`: the requests that name a realm; `acting!(realm
+/// and user: C)`: those that name a user too (the filesystem's).
+macro_rules! acting {
+    (realm: $($t:ident),+ $(,)?) => {$(
+        impl Acting for tabos_client::proto::$t {
+            fn acting(&self) -> (&str, &str) {
+                (&self.realm, "")
+            }
+        }
+    )+};
+    (realm and user: $($t:ident),+ $(,)?) => {$(
+        impl Acting for tabos_client::proto::$t {
+            fn acting(&self) -> (&str, &str) {
+                (&self.realm, &self.user)
+            }
+        }
+    )+};
+}
+
+acting!(realm:
+    CreateNameRequest, SetNameRequest, NameRequest, RemoveNameRequest, RenameNameRequest,
+    FenceRequest, OpenSessionRequest, SessionRequest, WatchRequest,
+    CreateMailboxRequest, RemoveMailboxRequest, SendRequest, RecvRequest, MailboxRequest,
+    InstallProcedureRequest, ListProceduresRequest, ProcedureRequest, CallProcedureRequest,
+    FsDuRequest, PidRequest, ExitedRequest, PruneRequest, LogsRequest, SpawnRequest,
+    SpawnBurstRequest,
+);
+acting!(realm and user:
+    FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
+    FsReadRequest, FsWriteRequest, FsTruncateRequest,
+);
+
 /// A kernel operation as the node serves it.
 pub trait Op: 'static {
-    /// What a door is asked (the proto message).
-    type Request: Send + 'static;
+    /// What a door is asked (the proto message), and whom it asks to act
+    /// as.
+    type Request: Acting + Send + 'static;
     /// What it answers.
     type Response: Send + 'static;
-
-    /// The realm and the user the request asks to act as (each empty:
-    /// the credential's own; only an operator's may name others).
-    fn acting(r: &Self::Request) -> (&str, &str);
 
     /// The operation for `who`: decodes the request, runs the kernel's
     /// operation (which checks `who`) and encodes its answer.
@@ -53,22 +88,21 @@ impl Node {
         let principal = auth::caller(&request)?;
         let r = request.into_inner();
         let out = async {
-            let (realm, user) = O::acting(&r);
+            let (realm, user) = r.acting();
             let who = principal.act(realm, user, &self.settings.realm)?;
             O::run(self, who, r).await
         };
         out.await.map(Response::new).map_err(|e| kernel_status(&e))
     }
 
-    /// The caller of a request a handler serves itself (a stream): its
-    /// credential acting as `acting` says the request asks.
-    pub fn caller_of<T>(
+    /// The caller of a request a handler serves itself (a stream, a
+    /// request forwarded whole): its credential acting as the request asks.
+    pub fn caller_of<T: Acting>(
         &self,
         request: &Request<T>,
-        acting: impl FnOnce(&T) -> (&str, &str),
     ) -> std::result::Result<Caller, Status> {
         let principal = auth::caller(request)?;
-        let (realm, user) = acting(request.get_ref());
+        let (realm, user) = request.get_ref().acting();
         principal
             .act(realm, user, &self.settings.realm)
             .map_err(|e| kernel_status(&e))

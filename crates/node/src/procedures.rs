@@ -51,9 +51,6 @@ pub mod ops {
     impl Op for Install {
         type Request = proto::InstallProcedureRequest;
         type Response = proto::ProcedureInfo;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let language = r.language.parse().map_err(tabos_kernel::Error::Invalid)?;
             let limits = Limits {
@@ -81,9 +78,6 @@ pub mod ops {
     impl Op for List {
         type Request = proto::ListProceduresRequest;
         type Response = proto::ListProceduresResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, _: Self::Request) -> Result<Self::Response> {
             let list = node.procedures.list(&who).await?;
             Ok(proto::ListProceduresResponse {
@@ -96,9 +90,6 @@ pub mod ops {
     impl Op for Remove {
         type Request = proto::ProcedureRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             node.procedures.remove(&who, &r.name).await?;
             Ok(proto::Empty {})
@@ -109,9 +100,6 @@ pub mod ops {
     impl Op for Call {
         type Request = proto::CallProcedureRequest;
         type Response = proto::CallProcedureResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let out = node.procedures.call(&who, &r.name, r.args).await?;
             Ok(proto::CallProcedureResponse {

@@ -41,7 +41,7 @@ struct LogTarget {
 }
 
 fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTarget, Status> {
-    let who = node.caller_of(&request, |r| (&r.realm, ""))?;
+    let who = node.caller_of(&request)?;
     let token = crate::forward::bearer(request.metadata())?;
     let r = request.into_inner();
     let realm = who.realm().to_string();
@@ -274,9 +274,6 @@ pub mod ops {
             impl Op for $name {
                 type Request = proto::PidRequest;
                 type Response = proto::ProcStatus;
-                fn acting(r: &Self::Request) -> (&str, &str) {
-                    (&r.realm, "")
-                }
                 async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
                     Ok(status_to_proto(&$wait(&node.store, &who, &pid(&r)?).await?))
                 }
@@ -292,9 +289,6 @@ pub mod ops {
     impl Op for Started {
         type Request = proto::PidRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             procs::started_for(&node.store, &who, &pid(&r)?).await?;
             Ok(proto::Empty {})
@@ -305,9 +299,6 @@ pub mod ops {
     impl Op for Exited {
         type Request = proto::ExitedRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let pid = Pid::new(r.pid)?;
             procs::exited_for(&node.store, &who, &pid, r.status).await?;
@@ -319,9 +310,6 @@ pub mod ops {
     impl Op for Evict {
         type Request = proto::PidRequest;
         type Response = proto::Empty;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             procs::evict_for(&node.store, &who, &pid(&r)?).await?;
             Ok(proto::Empty {})
@@ -332,9 +320,6 @@ pub mod ops {
     impl Op for Prune {
         type Request = proto::PruneRequest;
         type Response = proto::PruneResponse;
-        fn acting(r: &Self::Request) -> (&str, &str) {
-            (&r.realm, "")
-        }
         async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
             let pids = r
                 .pids
@@ -503,7 +488,7 @@ impl proto::procs_server::Procs for ProcsService {
     ) -> Result<Response<proto::Spawned>, Status> {
         // Decoded here: a JavaScript proc is UNIMPLEMENTED, which a kernel
         // error cannot say yet.
-        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let who = self.node.caller_of(&request)?;
         let r = request.into_inner();
         let d = descriptor_from_proto(
             r.proc
@@ -526,7 +511,7 @@ impl proto::procs_server::Procs for ProcsService {
         request: Request<proto::SpawnBurstRequest>,
     ) -> Result<Response<proto::SpawnBurstResponse>, Status> {
         // Decoded here, as Spawn's.
-        let who = self.node.caller_of(&request, |r| (&r.realm, ""))?;
+        let who = self.node.caller_of(&request)?;
         let r = request.into_inner();
         let ds = r
             .procs
