@@ -1993,9 +1993,9 @@ pub async fn record(
     .await
 }
 
-/// [`record`] for `who`, who must be able to act for `pid` (its own proc's
-/// credential, or one that is not a proc's): what a door records when a
-/// request says it is done for a proc.
+/// [`record`] for `who` (role member), who must be able to act for `pid`
+/// (its own proc's credential, or one that is not a proc's): what a door
+/// records when a request says it is done for a proc.
 pub async fn record_for(
     store: &Store,
     who: &Caller,
@@ -2003,13 +2003,15 @@ pub async fn record_for(
     event: &str,
     detail: &str,
 ) -> Result<()> {
+    who.may(Role::Member, USE)?;
     who.may_act_for(pid)?;
     record(store, who.realm(), pid, event, detail).await
 }
 
-/// [`check_exists`] for `who`, who must be able to act for `pid`: a door
-/// checks a request's proc before it does anything for it.
+/// [`check_exists`] for `who` (role reader), who must be able to act for
+/// `pid`: a door checks a request's proc before it does anything for it.
 pub async fn check_exists_for(store: &Store, who: &Caller, pid: &Pid) -> Result<()> {
+    who.may(Role::Reader, USE)?;
     who.may_act_for(pid)?;
     check_exists(store, who.realm(), pid).await
 }

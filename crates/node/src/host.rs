@@ -15,13 +15,13 @@ use tabos_store::Store;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-/// One wasm proc's host: its realm, its address, and how to stop its waits.
+/// One wasm proc's host: who it acts as (its realm, user and pid), its
+/// address, and how to stop its waits.
 pub struct ProcHost {
     store: Store,
     /// The node's filesystem (its block store included).
     files: Files,
-    realm: String,
-    /// The user the proc acts for (its spawner's): whose files it may use.
+    /// The proc, acting in its realm for its spawner's user.
     caller: Caller,
     me: Address,
     opts: MailboxOptions,
@@ -66,7 +66,6 @@ impl ProcHost {
         Ok(ProcHost {
             store,
             files,
-            realm: caller.realm().to_string(),
             me: Address::proc(pid),
             caller,
             opts,
@@ -109,7 +108,7 @@ impl Host for ProcHost {
             .rt
             .block_on(tabos_kernel::fs::call(
                 &self.store,
-                &self.realm,
+                self.caller.realm(),
                 move |tx| tabos_kernel::fs::stat_tx(tx, &who, &path),
             ))
             .map_err(tabos_kernel::Error::into_host)?;
@@ -124,7 +123,7 @@ impl Host for ProcHost {
         let (path, who) = (path.to_string(), self.caller.clone());
         let e = self
             .rt
-            .block_on(names::read(&self.store, &self.realm, move |tx| {
+            .block_on(names::read(&self.store, self.caller.realm(), move |tx| {
                 names::get(tx, &who, &path)
             }))
             .map_err(tabos_kernel::Error::into_host)?;
@@ -147,7 +146,7 @@ impl Host for ProcHost {
     ) -> Result<i64, HostError> {
         let (path, data, who) = (path.to_string(), data.to_vec(), self.caller.clone());
         self.rt
-            .block_on(names::call(&self.store, &self.realm, move |tx| {
+            .block_on(names::call(&self.store, self.caller.realm(), move |tx| {
                 let now = tabos_store::now_us();
                 names::set(tx, &who, &path, &data, if_version, None, now)
             }))
@@ -157,7 +156,7 @@ impl Host for ProcHost {
     fn name_mkdir(&mut self, path: &str) -> Result<(), HostError> {
         let (path, who) = (path.to_string(), self.caller.clone());
         self.rt
-            .block_on(names::call(&self.store, &self.realm, move |tx| {
+            .block_on(names::call(&self.store, self.caller.realm(), move |tx| {
                 let now = tabos_store::now_us();
                 names::create(tx, &who, &path, Kind::Dir, &[], 0, None, None, now)
             }))
@@ -168,7 +167,7 @@ impl Host for ProcHost {
     fn name_remove(&mut self, path: &str) -> Result<(), HostError> {
         let (path, who) = (path.to_string(), self.caller.clone());
         self.rt
-            .block_on(names::call(&self.store, &self.realm, move |tx| {
+            .block_on(names::call(&self.store, self.caller.realm(), move |tx| {
                 names::remove(tx, &who, &path, None, None, tabos_store::now_us())
             }))
             .map_err(tabos_kernel::Error::into_host)

@@ -4,9 +4,9 @@
 //! which realm and user it asks to act as); its body runs the kernel operation, which
 //! takes the [`Caller`] and checks it itself (role, scope, ownership). The
 //! doors only adapt: [`Node::on`] serves an op over gRPC (the local socket
-//! and the batch call go through the same services), [`Node::dispatch`] runs
-//! one for a caller a door already has (a wasm proc's host calls, the
-//! dashboard). A handler is one line, with no access code and no error
+//! and the batch call go through the same services); a wasm proc's host
+//! calls reach the same kernel operations with the proc's own caller. A
+//! handler is one line, with no access code and no error
 //! mapping: the one place a principal becomes a caller is here
 //! ([`tabos_kernel::auth::Principal::act`]), the one place a kernel error
 //! becomes a status is [`crate::kernel_status`].
@@ -106,11 +106,6 @@ impl Node {
         principal
             .act(realm, user, &self.settings.realm)
             .map_err(|e| kernel_status(&e))
-    }
-
-    /// Runs `O` for `who`: for a door that has its caller already.
-    pub async fn dispatch<O: Op>(&self, who: Caller, r: O::Request) -> Result<O::Response> {
-        O::run(self, who, r).await
     }
 
     /// Runs `f` for `who` in one write transaction on the caller's realm's
