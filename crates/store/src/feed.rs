@@ -109,6 +109,9 @@ struct State {
     channels: HashMap<String, Vec<Subscriber>>,
     /// Channels the remote delivers now (with a [`Remote`] only).
     listened: HashSet<String>,
+    /// Channels taken off `listened` whose UNLISTEN the remote has not
+    /// yet run: still delivered until [`Feed::unlistened`] says so.
+    unlistening: HashSet<String>,
     /// Channels whose subscribers came or went since the listener last
     /// looked, and the highest ticket among the waiters for them.
     dirty: Vec<String>,
@@ -239,6 +242,7 @@ impl Feed {
         }
         st.channels.clear();
         st.listened.clear();
+        st.unlistening.clear();
         st.dirty.clear();
     }
 
@@ -268,6 +272,7 @@ impl Feed {
                 listen.push(ch);
             } else if !wanted && delivered {
                 st.listened.remove(&ch);
+                st.unlistening.insert(ch.clone());
                 unlisten.push(ch);
             }
         }
@@ -280,7 +285,17 @@ impl Feed {
         let mut st = self.lock();
         let st = &mut *st;
         st.listened.clear();
+        st.unlistening.clear();
         st.dirty = st.channels.keys().cloned().collect();
+    }
+
+    /// For the listener, once the UNLISTENs of `channels` (from
+    /// [`Feed::take_dirty`]) have run: they are no longer delivered.
+    pub(crate) fn unlistened(&self, channels: &[String]) {
+        let mut st = self.lock();
+        for ch in channels {
+            st.unlistening.remove(ch);
+        }
     }
 
     /// For the listener: every subscription waiting with a ticket up to
@@ -301,9 +316,13 @@ impl Feed {
         self.listened_to(ticket);
     }
 
-    /// Whether `channel` is delivered now (tests of the remote).
+    /// Whether `channel` is delivered now (tests of the remote): listened
+    /// to, or its UNLISTEN not yet run.
     pub fn delivered(&self, channel: &str) -> bool {
-        self.remote.get().is_none() || self.lock().listened.contains(channel)
+        let st = self.lock();
+        self.remote.get().is_none()
+            || st.listened.contains(channel)
+            || st.unlistening.contains(channel)
     }
 
     fn poke(&self) {

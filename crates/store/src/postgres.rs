@@ -732,6 +732,7 @@ where
             if !sql.is_empty() && client.batch_execute(&sql).await.is_err() {
                 return;
             }
+            feed.unlistened(&unlisten);
             feed.listened_to(ticket);
             remote.wake.notified().await;
         }
