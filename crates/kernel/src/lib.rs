@@ -301,6 +301,10 @@ pub enum Error {
         name: String,
         error: tabos_sandbox::ProcError,
     },
+    /// The node cannot answer now (it is stopping): ask again, elsewhere
+    /// or later.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl Error {

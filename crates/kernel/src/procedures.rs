@@ -289,14 +289,14 @@ impl Procedures {
         let realm = who.realm();
         validate_name(name).map_err(Error::Invalid)?;
         // Shared, not copied, by each attempt's closure.
-        let (r, n): (Arc<str>, Arc<str>) = (realm.into(), name.into());
+        let n: Arc<str> = name.into();
         let args: Arc<[u8]> = args.into();
         let now = tabos_store::now_us();
         let p = partition(&self.store, realm)?;
         let call = |path: CallPath| {
-            let (r, n, args) = (r.clone(), n.clone(), args.clone());
+            let (n, args) = (n.clone(), args.clone());
             let (sandbox, who) = (self.sandbox.clone(), who.clone());
-            move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &r, &who, &n, &args, now, path)
+            move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &who, &n, &args, now, path)
         };
         // The path the last call took, then the other one if the
         // procedure was (re)declared for it meanwhile.
@@ -388,21 +388,21 @@ pub fn list_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Info>> {
         .collect()
 }
 
-/// Procedure body: runs procedure `name` of `realm` in this transaction.
-/// A failing procedure returns [`Error::Procedure`]; the caller's
-/// transaction must then roll back (the store does, for an `Err`).
-#[allow(clippy::too_many_arguments)]
+/// Procedure body: runs procedure `name` of the caller's realm in this
+/// transaction (role member). A failing procedure returns
+/// [`Error::Procedure`]; the caller's transaction must then roll back (the
+/// store does, for an `Err`).
 pub fn call_tx(
     tx: &mut dyn Tx,
     sandbox: &Sandbox,
-    realm: &str,
     who: &Caller,
     name: &str,
     args: &[u8],
     now_us: i64,
     path: CallPath,
 ) -> Result<Called> {
-    validate_realm(realm)?;
+    who.may(Role::Member, USE)?;
+    let realm = who.realm();
     let k = p_key(tx);
     let row = tx
         .query_opt(

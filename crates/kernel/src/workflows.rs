@@ -44,7 +44,15 @@ use std::fmt;
 
 use tabos_store::{params, Row, Tx, Value};
 
+use crate::auth::{Caller, Role};
 use crate::{p_key, validate_realm, Error, Result};
+
+/// The realm `who` acts in, once it may use workflows with role `need`
+/// (every operation of this module that acts for someone asks this first).
+fn acting(who: &Caller, need: Role) -> Result<&str> {
+    who.may(need, "use workflows")?;
+    Ok(who.realm())
+}
 
 /// Longest workflow id, function name, version, queue, topic or event key.
 pub const ID_BYTES_MAX: usize = 128;
@@ -343,11 +351,12 @@ pub fn new_executor_id() -> Result<String> {
 /// rather than after its old lease.
 pub fn register_executor_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     id: &str,
     spec: &ExecutorSpec,
     now: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_realm(realm)?;
         validate_id("executor", id)?;
@@ -395,11 +404,12 @@ pub fn register_executor_tx(
 /// Procedure body: renews executor `id`'s lease. NotFound if it left.
 pub fn renew_executor_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     id: &str,
     lease_ms: u64,
     now: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     let lease = check_lease(lease_ms)?;
     let k = p_key(tx);
     let n = tx.execute(
@@ -415,7 +425,8 @@ pub fn renew_executor_tx(
 
 /// Procedure body: executor `id` leaves; its pending workflows are up for
 /// recovery at once. Returns how many.
-pub fn leave_executor_tx(tx: &mut dyn Tx, realm: &str, id: &str, now: i64) -> Result<u64> {
+pub fn leave_executor_tx(tx: &mut dyn Tx, who: &Caller, id: &str, now: i64) -> Result<u64> {
+    let realm = acting(who, Role::Member)?;
     let k = p_key(tx);
     tx.execute(
         "DELETE FROM workflow_executor WHERE p_key = $1 AND realm = $2 AND executor = $3",
@@ -481,7 +492,6 @@ pub struct StartSpec {
     pub queue: Option<String>,
     pub priority: i64,
     pub executor: Option<String>,
-    pub user: String,
 }
 
 /// What a start did.
@@ -494,7 +504,18 @@ pub struct Started {
 
 /// Procedure body: starts workflow `spec.id`, or returns the one of that
 /// id (a second start is the first's: idempotency by workflow id).
-pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Result<Started> {
+pub fn start_tx(tx: &mut dyn Tx, who: &Caller, spec: &StartSpec, now: i64) -> Result<Started> {
+    start_in(tx, acting(who, Role::Member)?, who.user(), spec, now)
+}
+
+/// [`start_tx`] in `realm` for `user` (a caller's, or a schedule's).
+fn start_in(
+    tx: &mut dyn Tx,
+    realm: &str,
+    user: &str,
+    spec: &StartSpec,
+    now: i64,
+) -> Result<Started> {
     crate::realms::metered(tx, realm, |tx| {
         validate_realm(realm)?;
         validate_id("workflow id", &spec.id)?;
@@ -523,7 +544,7 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
                         q.as_str(),
                         spec.priority,
                         spec.input.as_slice(),
-                        spec.user.as_str(),
+                        user,
                         now
                     ],
                 )?
@@ -552,7 +573,7 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
                         spec.input.as_slice(),
                         ex.as_str(),
                         e.node_id.as_str(),
-                        spec.user.as_str(),
+                        user,
                         now
                     ],
                 )?
@@ -563,7 +584,7 @@ pub fn start_tx(tx: &mut dyn Tx, realm: &str, spec: &StartSpec, now: i64) -> Res
                 ))
             }
         };
-        let w = get_tx(tx, realm, &spec.id)?
+        let w = get_in(tx, realm, &spec.id)?
             .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
         if inserted == 0 {
             // A second start of the id: the first.
@@ -757,11 +778,12 @@ fn claim(
 /// workflows that are in no queue (those of a queue it dequeues).
 pub fn recover_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     max: usize,
     now: i64,
 ) -> Result<Claimed> {
+    let realm = acting(who, Role::Member)?;
     let ex = live_executor(tx, realm, executor, now)?;
     let (claims, retry_at_us) = orphans(tx, realm, &ex, None, max.min(CLAIM_MAX), now)?;
     for c in &claims {
@@ -812,12 +834,13 @@ fn count(tx: &mut dyn Tx, sql: &'static str, params: &[Value]) -> Result<i64> {
 /// then enqueued ones within the queue's limits, by priority then age.
 pub fn dequeue_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     queue: &str,
     max: usize,
     now: i64,
 ) -> Result<Claimed> {
+    let realm = acting(who, Role::Member)?;
     validate_id("queue", queue)?;
     let ex = live_executor(tx, realm, executor, now)?;
     let limits = queue_limits(tx, realm, queue)?;
@@ -958,7 +981,7 @@ fn check_step(step: i64) -> Result<()> {
 }
 
 /// A step's record, if any.
-pub fn step_tx(tx: &mut dyn Tx, realm: &str, id: &str, step: i64) -> Result<Option<Step>> {
+fn step_in(tx: &mut dyn Tx, realm: &str, id: &str, step: i64) -> Result<Option<Step>> {
     let k = p_key(tx);
     let row = tx.query_opt(
         "SELECT step, name, kind, status, output, error, attempts, started_us, ended_us, input \
@@ -1001,7 +1024,7 @@ fn same_step(
     name: &str,
     kind: StepKind,
 ) -> Result<Option<Step>> {
-    let s = step_tx(tx, realm, id, step)?;
+    let s = step_in(tx, realm, id, step)?;
     if let Some(s) = &s {
         if s.name != name || s.kind != kind {
             return Err(Error::Precondition(format!(
@@ -1030,7 +1053,7 @@ pub enum Begun {
 #[allow(clippy::too_many_arguments)]
 pub fn step_begin_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
@@ -1039,6 +1062,7 @@ pub fn step_begin_tx(
     input: &[u8],
     now: i64,
 ) -> Result<Begun> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         check_step(step)?;
         validate_id("step name", name)?;
@@ -1090,7 +1114,7 @@ pub struct Unbegun {
 #[allow(clippy::too_many_arguments)]
 pub fn step_end_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
@@ -1099,6 +1123,7 @@ pub fn step_end_tx(
     unbegun: Option<&Unbegun>,
     now: i64,
 ) -> Result<Outcome> {
+    let realm = acting(who, Role::Member)?;
     // An error is recorded even over quota (bounded by cut_error): a step
     // that cannot record its failure would leave its workflow stuck.
     crate::realms::metered_if(matches!(outcome, Outcome::Success(_)), tx, realm, |tx| {
@@ -1142,7 +1167,7 @@ pub fn step_end_tx(
                 return Ok(outcome.clone());
             }
         }
-        let s = match (step_tx(tx, realm, id, step)?, unbegun) {
+        let s = match (step_in(tx, realm, id, step)?, unbegun) {
             (Some(s), _) => s,
             (None, Some(u)) => {
                 validate_id("step name", &u.name)?;
@@ -1162,7 +1187,7 @@ pub fn step_end_tx(
                         now
                     ],
                 )?;
-                step_tx(tx, realm, id, step)?
+                step_in(tx, realm, id, step)?
                     .ok_or_else(|| Error::NotFound(format!("step {step} of {id} just inserted")))?
             }
             (None, None) => {
@@ -1275,7 +1300,7 @@ fn before_step(
 #[allow(clippy::too_many_arguments)]
 pub fn step_procedure_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
@@ -1284,6 +1309,7 @@ pub fn step_procedure_tx(
     now: i64,
     run: &mut dyn FnMut(&mut dyn Tx) -> Result<Vec<u8>>,
 ) -> Result<Outcome> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         if let Some(o) = before_step(
             tx,
@@ -1318,7 +1344,7 @@ pub fn step_procedure_tx(
 #[allow(clippy::too_many_arguments)]
 pub fn step_failed_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
@@ -1329,6 +1355,7 @@ pub fn step_failed_tx(
     last: bool,
     now: i64,
 ) -> Result<Outcome> {
+    let realm = acting(who, Role::Member)?;
     if let Some(o) = before_step(tx, realm, executor, id, step, name, kind)? {
         return Ok(o);
     }
@@ -1369,13 +1396,14 @@ pub fn step_failed_tx(
 #[allow(clippy::too_many_arguments)]
 pub fn sleep_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
     duration_us: i64,
     now: i64,
 ) -> Result<i64> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         if !(0..=SLEEP_MAX_US).contains(&duration_us) {
             return Err(Error::Invalid(format!(
@@ -1431,13 +1459,14 @@ pub struct Sender {
 /// together.
 pub fn send_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     from: Option<&Sender>,
     to: &str,
     topic: &str,
     payload: &[u8],
     now: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_id("workflow id", to)?;
         validate_id("topic", topic)?;
@@ -1457,7 +1486,7 @@ pub fn send_tx(
                 return Ok(());
             }
         }
-        if get_tx(tx, realm, to)?.is_none() {
+        if get_in(tx, realm, to)?.is_none() {
             return Err(Error::NotFound(format!("workflow {to} in realm {realm}")));
         }
         let k = p_key(tx);
@@ -1500,7 +1529,7 @@ pub fn send_tx(
 #[allow(clippy::too_many_arguments)]
 pub fn recv_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
@@ -1508,6 +1537,7 @@ pub fn recv_tx(
     give_up: bool,
     now: i64,
 ) -> Result<Option<Option<Vec<u8>>>> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_id("topic", topic)?;
         check_step(step)?;
@@ -1568,7 +1598,7 @@ pub fn recv_tx(
 #[allow(clippy::too_many_arguments)]
 pub fn set_event_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     step: i64,
@@ -1576,6 +1606,7 @@ pub fn set_event_tx(
     value: &[u8],
     now: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_id("event key", key)?;
         check_value("an event's value", value)?;
@@ -1612,7 +1643,8 @@ pub fn set_event_tx(
 }
 
 /// Procedure body: the value workflow `id` set under `key`, if any.
-pub fn get_event_tx(tx: &mut dyn Tx, realm: &str, id: &str, key: &str) -> Result<Option<Vec<u8>>> {
+pub fn get_event_tx(tx: &mut dyn Tx, who: &Caller, id: &str, key: &str) -> Result<Option<Vec<u8>>> {
+    let realm = acting(who, Role::Reader)?;
     validate_id("workflow id", id)?;
     validate_id("event key", key)?;
     let k = p_key(tx);
@@ -1629,12 +1661,13 @@ pub fn get_event_tx(tx: &mut dyn Tx, realm: &str, id: &str, key: &str) -> Result
 /// Procedure body: workflow `id`'s function returned `outcome`.
 pub fn finish_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     executor: &str,
     id: &str,
     outcome: &Outcome,
     now: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     // An error is recorded even over quota, as step_end_tx's.
     crate::realms::metered_if(matches!(outcome, Outcome::Success(_)), tx, realm, |tx| {
         record_finish(tx, realm, executor, id, outcome, now)
@@ -1672,7 +1705,7 @@ fn record_finish(
 fn announce(tx: &mut dyn Tx, realm: &str, id: &str, status: &str) -> Result<()> {
     tx.notify(&workflow_channel(realm, id), &format!("status {status}"))?;
     tx.notify(&workflows_channel(realm), &format!("{id} {status}"))?;
-    if let Some(w) = get_tx(tx, realm, id)? {
+    if let Some(w) = get_in(tx, realm, id)? {
         if let Some(q) = &w.queue {
             tx.notify(&queue_channel(realm, q), &format!("{status} {id}"))?;
         }
@@ -1683,7 +1716,13 @@ fn announce(tx: &mut dyn Tx, realm: &str, id: &str, status: &str) -> Result<()> 
 // ---------------------------------------------------------------- reading
 
 /// Procedure body: workflow `id`, if any.
-pub fn get_tx(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<Option<Workflow>> {
+pub fn get_tx(tx: &mut dyn Tx, who: &Caller, id: &str) -> Result<Option<Workflow>> {
+    get_in(tx, acting(who, Role::Reader)?, id)
+}
+
+/// [`get_tx`] in `realm`, for this module's operations that have checked
+/// their caller.
+fn get_in(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<Option<Workflow>> {
     let k = p_key(tx);
     let sql = format!(
         "SELECT {WORKFLOW_COLUMNS} FROM workflow WHERE p_key = $1 AND realm = $2 \
@@ -1699,12 +1738,13 @@ pub fn get_tx(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<Option<Workflow>
 /// `true` when there are more.
 pub fn show_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     id: &str,
     after: i64,
 ) -> Result<(Workflow, Vec<Step>, bool)> {
+    let realm = acting(who, Role::Reader)?;
     validate_id("workflow id", id)?;
-    let w = get_tx(tx, realm, id)?
+    let w = get_in(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     let k = p_key(tx);
     let rows = tx.query_text(
@@ -1747,7 +1787,8 @@ pub struct Filter {
 
 /// Procedure body: workflows of `realm` by `filter`, newest first, their
 /// inputs and outputs left out.
-pub fn list_tx(tx: &mut dyn Tx, realm: &str, filter: &Filter) -> Result<Vec<Workflow>> {
+pub fn list_tx(tx: &mut dyn Tx, who: &Caller, filter: &Filter) -> Result<Vec<Workflow>> {
+    let realm = acting(who, Role::Reader)?;
     let k = p_key(tx);
     let mut conds = vec!["p_key = $1".to_string(), "realm = $2".to_string()];
     let mut p: Vec<Value> = vec![Value::Int(k), Value::Text(realm.into())];
@@ -1791,9 +1832,10 @@ pub fn list_tx(tx: &mut dyn Tx, realm: &str, filter: &Filter) -> Result<Vec<Work
 
 /// Procedure body: cancels workflow `id`: its executor stops at its next
 /// step. A finished workflow cannot be cancelled; a cancelled one is left.
-pub fn cancel_tx(tx: &mut dyn Tx, realm: &str, id: &str, now: i64) -> Result<Workflow> {
+pub fn cancel_tx(tx: &mut dyn Tx, who: &Caller, id: &str, now: i64) -> Result<Workflow> {
+    let realm = acting(who, Role::Member)?;
     validate_id("workflow id", id)?;
-    let w = get_tx(tx, realm, id)?
+    let w = get_in(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     match w.status {
         Status::Cancelled => return Ok(w),
@@ -1812,7 +1854,7 @@ pub fn cancel_tx(tx: &mut dyn Tx, realm: &str, id: &str, now: i64) -> Result<Wor
         params![k, realm, id, now],
     )?;
     announce(tx, realm, id, "cancelled")?;
-    get_tx(tx, realm, id)?.ok_or_else(|| Error::NotFound(id.to_string()))
+    get_in(tx, realm, id)?.ok_or_else(|| Error::NotFound(id.to_string()))
 }
 
 /// Makes `id` runnable again: in its queue, enqueued (it waits for a slot);
@@ -1845,13 +1887,14 @@ fn requeue(tx: &mut dyn Tx, realm: &str, id: &str, queue: Option<&str>, now: i64
 /// way when it stopped are forgotten, so they run again.
 pub fn resume_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     id: &str,
     version: Option<&str>,
     now: i64,
 ) -> Result<Workflow> {
+    let realm = acting(who, Role::Member)?;
     validate_id("workflow id", id)?;
-    let w = get_tx(tx, realm, id)?
+    let w = get_in(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     if w.status == Status::Success {
         return Err(Error::Precondition(format!(
@@ -1881,23 +1924,23 @@ pub fn resume_tx(
         )?;
         requeue(tx, realm, id, w.queue.as_deref(), now)?;
     }
-    get_tx(tx, realm, id)?.ok_or_else(|| Error::NotFound(id.to_string()))
+    get_in(tx, realm, id)?.ok_or_else(|| Error::NotFound(id.to_string()))
 }
 
 /// Procedure body: forks workflow `id` as `new_id`: the same function and
 /// input, with its completed steps before `from_step` copied (so they are
 /// not run again) and the rest to run, optionally under `version`.
-#[allow(clippy::too_many_arguments)]
 pub fn fork_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     id: &str,
     new_id: &str,
     from_step: i64,
     version: Option<&str>,
-    user: &str,
     now: i64,
 ) -> Result<Workflow> {
+    let realm = acting(who, Role::Member)?;
+    let user = who.user();
     crate::realms::metered(tx, realm, |tx| {
         validate_id("workflow id", id)?;
         validate_id("workflow id", new_id)?;
@@ -1907,9 +1950,9 @@ pub fn fork_tx(
                 STEP_MAX + 1
             )));
         }
-        let w = get_tx(tx, realm, id)?
+        let w = get_in(tx, realm, id)?
             .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
-        if get_tx(tx, realm, new_id)?.is_some() {
+        if get_in(tx, realm, new_id)?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "workflow {new_id} in realm {realm}"
             )));
@@ -1950,14 +1993,15 @@ pub fn fork_tx(
             params![k, realm, id, new_id, from_step],
         )?;
         requeue(tx, realm, new_id, w.queue.as_deref(), now)?;
-        get_tx(tx, realm, new_id)?.ok_or_else(|| Error::NotFound(new_id.to_string()))
+        get_in(tx, realm, new_id)?.ok_or_else(|| Error::NotFound(new_id.to_string()))
     })
 }
 
 /// Procedure body: moves every unfinished workflow of version `from` to
 /// version `to` (after a deploy: the new executors take them); returns
 /// how many.
-pub fn retarget_tx(tx: &mut dyn Tx, realm: &str, from: &str, to: &str, now: i64) -> Result<u64> {
+pub fn retarget_tx(tx: &mut dyn Tx, who: &Caller, from: &str, to: &str, now: i64) -> Result<u64> {
+    let realm = acting(who, Role::Admin)?;
     validate_id("application version", from)?;
     validate_id("application version", to)?;
     let k = p_key(tx);
@@ -2003,11 +2047,12 @@ fn check_limit(what: &str, v: Option<i64>) -> Result<()> {
 /// waiting on it are told).
 pub fn set_queue_tx(
     tx: &mut dyn Tx,
-    realm: &str,
+    who: &Caller,
     queue: &str,
     limits: &QueueLimits,
     now: i64,
 ) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_id("queue", queue)?;
         check_limit("a queue's concurrency", limits.concurrency)?;
@@ -2041,7 +2086,8 @@ pub fn set_queue_tx(
 }
 
 /// Procedure body: the realm's queues.
-pub fn queues_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<QueueInfo>> {
+pub fn queues_tx(tx: &mut dyn Tx, who: &Caller) -> Result<Vec<QueueInfo>> {
+    let realm = acting(who, Role::Reader)?;
     let k = p_key(tx);
     let rows = tx.query(
         "SELECT q.queue, q.concurrency, q.node_concurrency, q.rate_limit, q.rate_period_ms, \
@@ -2094,7 +2140,8 @@ pub struct Schedule {
 
 /// Procedure body: creates or replaces schedule `s.schedule` (its
 /// `next_us` is computed from `now`).
-pub fn set_schedule_tx(tx: &mut dyn Tx, realm: &str, s: &Schedule, now: i64) -> Result<Schedule> {
+pub fn set_schedule_tx(tx: &mut dyn Tx, who: &Caller, s: &Schedule, now: i64) -> Result<Schedule> {
+    let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_realm(realm)?;
         validate_id("schedule", &s.schedule)?;
@@ -2148,7 +2195,8 @@ pub fn set_schedule_tx(tx: &mut dyn Tx, realm: &str, s: &Schedule, now: i64) -> 
 }
 
 /// Procedure body: removes schedule `schedule`.
-pub fn remove_schedule_tx(tx: &mut dyn Tx, realm: &str, schedule: &str) -> Result<()> {
+pub fn remove_schedule_tx(tx: &mut dyn Tx, who: &Caller, schedule: &str) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
     validate_id("schedule", schedule)?;
     let k = p_key(tx);
     let n = tx.execute(
@@ -2165,7 +2213,12 @@ pub fn remove_schedule_tx(tx: &mut dyn Tx, realm: &str, schedule: &str) -> Resul
 }
 
 /// Procedure body: the realm's schedules.
-pub fn schedules_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Schedule>> {
+pub fn schedules_tx(tx: &mut dyn Tx, who: &Caller) -> Result<Vec<Schedule>> {
+    schedules_in(tx, acting(who, Role::Reader)?)
+}
+
+/// [`schedules_tx`] in `realm`, for the schedules' firing.
+fn schedules_in(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Schedule>> {
     let k = p_key(tx);
     let rows = tx.query(
         "SELECT schedule, name, cron, app_version, queue, next_us FROM workflow_schedule \
@@ -2186,6 +2239,9 @@ pub fn schedules_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Schedule>> {
         .collect()
 }
 
+/// The user a schedule's workflows run as.
+pub const SCHEDULE_USER: &str = "schedule";
+
 /// Procedure body: fires the realm's schedules that are due at `now` —
 /// each enqueues its workflow (once: the id names the firing) and moves on
 /// to its next time after `now` (a firing missed while no node was up is
@@ -2193,7 +2249,7 @@ pub fn schedules_tx(tx: &mut dyn Tx, realm: &str) -> Result<Vec<Schedule>> {
 /// realm's next firing time.
 pub fn fire_due_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<(u64, Option<i64>)> {
     let mut fired = 0;
-    for s in schedules_tx(tx, realm)? {
+    for s in schedules_in(tx, realm)? {
         if s.next_us > now {
             continue;
         }
@@ -2205,9 +2261,8 @@ pub fn fire_due_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<(u64, Optio
             queue: Some(s.queue.clone()),
             priority: 0,
             executor: None,
-            user: "schedule".into(),
         };
-        if start_tx(tx, realm, &spec, now)?.created {
+        if start_in(tx, realm, SCHEDULE_USER, &spec, now)?.created {
             fired += 1;
         }
         let next = crate::cron::Cron::parse(&s.cron)?.next_after(now);
@@ -2225,7 +2280,7 @@ pub fn fire_due_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<(u64, Optio
             )?,
         };
     }
-    let next = schedules_tx(tx, realm)?.iter().map(|s| s.next_us).min();
+    let next = schedules_in(tx, realm)?.iter().map(|s| s.next_us).min();
     Ok((fired, next))
 }
 

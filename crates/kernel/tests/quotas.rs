@@ -83,9 +83,10 @@ fn start_workflow(s: &Store, id: &str, input: Vec<u8>) -> tabos_kernel::Result<w
         queue: Some("q".into()),
         priority: 0,
         executor: None,
-        user: "root".into(),
     };
-    call_in(s, "r", move |tx| wf::start_tx(tx, "r", &spec, 1))
+    call_in(s, "r", move |tx| {
+        wf::start_tx(tx, &common::as_user("r", "root"), &spec, 1)
+    })
 }
 
 /// Workflows (inputs, and their rows however small), queued mail and proc
@@ -116,9 +117,13 @@ fn workflows_mail_and_logs_count_by_class(b: Backend) {
     );
     assert_eq!(usage(s, "r"), before, "nothing changed");
     let r = "r".to_string();
-    assert!(call_in(s, "r", move |tx| wf::get_tx(tx, &r, "big3"))
-        .unwrap()
-        .is_none());
+    assert!(call_in(s, "r", move |tx| wf::get_tx(
+        tx,
+        &common::as_user(&r, "root"),
+        "big3"
+    ))
+    .unwrap()
+    .is_none());
 
     // Small rows are not free: a thousand empty enqueues take room.
     rt.block_on(realms::set_quota(s, "r", quota(Some(100))))

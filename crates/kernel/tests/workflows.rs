@@ -14,6 +14,11 @@ use tabos_kernel::Error;
 use tabos_store::Store;
 
 const R: &str = "acme";
+
+/// Who the tests act as: root in realm `R`.
+fn me() -> tabos_kernel::auth::Caller {
+    common::as_user(R, "root")
+}
 const T0: i64 = 1_000_000_000;
 
 fn exec(s: &Store, id: &str, version: &str, node: &str, lease_ms: u64, now: i64) {
@@ -27,7 +32,7 @@ fn exec(s: &Store, id: &str, version: &str, node: &str, lease_ms: u64, now: i64)
         },
     );
     call_in(s, R, move |tx| {
-        wf::register_executor_tx(tx, R, &id, &spec, now)
+        wf::register_executor_tx(tx, &me(), &id, &spec, now)
     })
     .unwrap();
 }
@@ -47,40 +52,49 @@ fn start(
         queue: queue.map(String::from),
         priority,
         executor: executor.map(String::from),
-        user: "root".into(),
     };
-    call_in(s, R, move |tx| wf::start_tx(tx, R, &spec, T0)).unwrap()
+    call_in(s, R, move |tx| wf::start_tx(tx, &me(), &spec, T0)).unwrap()
 }
 
 fn begin(s: &Store, ex: &str, id: &str, step: i64, name: &str) -> tabos_kernel::Result<Begun> {
     let (ex, id, name) = (ex.to_string(), id.to_string(), name.to_string());
     call_in(s, R, move |tx| {
-        wf::step_begin_tx(tx, R, &ex, &id, step, &name, StepKind::Function, b"", T0)
+        wf::step_begin_tx(
+            tx,
+            &me(),
+            &ex,
+            &id,
+            step,
+            &name,
+            StepKind::Function,
+            b"",
+            T0,
+        )
     })
 }
 
 fn end(s: &Store, ex: &str, id: &str, step: i64, o: Outcome) -> tabos_kernel::Result<Outcome> {
     let (ex, id) = (ex.to_string(), id.to_string());
     call_in(s, R, move |tx| {
-        wf::step_end_tx(tx, R, &ex, &id, step, &o, true, None, T0)
+        wf::step_end_tx(tx, &me(), &ex, &id, step, &o, true, None, T0)
     })
 }
 
 fn finish(s: &Store, ex: &str, id: &str, o: Outcome) -> tabos_kernel::Result<()> {
     let (ex, id) = (ex.to_string(), id.to_string());
-    call_in(s, R, move |tx| wf::finish_tx(tx, R, &ex, &id, &o, T0))
+    call_in(s, R, move |tx| wf::finish_tx(tx, &me(), &ex, &id, &o, T0))
 }
 
 fn get(s: &Store, id: &str) -> wf::Workflow {
     let id = id.to_string();
-    call_in(s, R, move |tx| wf::get_tx(tx, R, &id))
+    call_in(s, R, move |tx| wf::get_tx(tx, &me(), &id))
         .unwrap()
         .unwrap()
 }
 
 fn dequeue(s: &Store, ex: &str, q: &str, max: usize, now: i64) -> wf::Claimed {
     let (ex, q) = (ex.to_string(), q.to_string());
-    call_in(s, R, move |tx| wf::dequeue_tx(tx, R, &ex, &q, max, now)).unwrap()
+    call_in(s, R, move |tx| wf::dequeue_tx(tx, &me(), &ex, &q, max, now)).unwrap()
 }
 
 fn ids(c: &wf::Claimed) -> Vec<&str> {
@@ -150,9 +164,8 @@ fn steps_are_recorded_and_replayed(b: Backend) {
         queue: Some("q".into()),
         priority: 0,
         executor: None,
-        user: "root".into(),
     };
-    assert!(call_in(s, R, move |tx| wf::start_tx(tx, R, &big, T0)).is_err());
+    assert!(call_in(s, R, move |tx| wf::start_tx(tx, &me(), &big, T0)).is_err());
     let named = StartSpec {
         id: "w1".into(),
         name: "other".into(),
@@ -161,10 +174,9 @@ fn steps_are_recorded_and_replayed(b: Backend) {
         queue: None,
         priority: 0,
         executor: Some("xa".into()),
-        user: "root".into(),
     };
     assert!(matches!(
-        call_in(s, R, move |tx| wf::start_tx(tx, R, &named, T0)),
+        call_in(s, R, move |tx| wf::start_tx(tx, &me(), &named, T0)),
         Err(Error::AlreadyExists(_))
     ));
 }
@@ -178,15 +190,18 @@ fn a_lapsed_executor_is_taken_over(b: Backend) {
     begin(s, "xa", "w1", 1, "charge").unwrap();
     end(s, "xa", "w1", 1, Outcome::Success(b"paid".to_vec())).unwrap();
     // xa is alive: nothing to take over, and when to look again.
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "xb", 10, T0 + 500_000)).unwrap();
+    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), "xb", 10, T0 + 500_000)).unwrap();
     assert!(c.claims.is_empty());
     assert_eq!(c.retry_at_us, Some(T0 + 1_000_000 + 1));
     // xb renews; xa's lease lapses.
     call_in(s, R, |tx| {
-        wf::renew_executor_tx(tx, R, "xb", 1_000, T0 + 1_500_000)
+        wf::renew_executor_tx(tx, &me(), "xb", 1_000, T0 + 1_500_000)
     })
     .unwrap();
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "xb", 10, T0 + 1_500_000)).unwrap();
+    let c = call_in(s, R, |tx| {
+        wf::recover_tx(tx, &me(), "xb", 10, T0 + 1_500_000)
+    })
+    .unwrap();
     assert_eq!(ids(&c), ["w1"]);
     assert!(c.claims[0].recovered);
     let w = get(s, "w1");
@@ -200,25 +215,34 @@ fn a_lapsed_executor_is_taken_over(b: Backend) {
     // An executor that leaves hands its workflows over at once.
     exec(s, "xc", "v1", "n1", 60_000, T0 + 1_500_000);
     call_in(s, R, |tx| {
-        wf::leave_executor_tx(tx, R, "xb", T0 + 1_600_000)
+        wf::leave_executor_tx(tx, &me(), "xb", T0 + 1_600_000)
     })
     .unwrap();
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "xc", 10, T0 + 1_600_000)).unwrap();
+    let c = call_in(s, R, |tx| {
+        wf::recover_tx(tx, &me(), "xc", 10, T0 + 1_600_000)
+    })
+    .unwrap();
     assert_eq!(ids(&c), ["w1"]);
     // Another version does not take it, until the operator retargets it.
     exec(s, "x2", "v2", "n1", 60_000, T0 + 1_600_000);
     call_in(s, R, |tx| {
-        wf::leave_executor_tx(tx, R, "xc", T0 + 1_700_000)
+        wf::leave_executor_tx(tx, &me(), "xc", T0 + 1_700_000)
     })
     .unwrap();
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "x2", 10, T0 + 1_700_000)).unwrap();
+    let c = call_in(s, R, |tx| {
+        wf::recover_tx(tx, &me(), "x2", 10, T0 + 1_700_000)
+    })
+    .unwrap();
     assert!(c.claims.is_empty());
     let moved = call_in(s, R, |tx| {
-        wf::retarget_tx(tx, R, "v1", "v2", T0 + 1_700_000)
+        wf::retarget_tx(tx, &me(), "v1", "v2", T0 + 1_700_000)
     })
     .unwrap();
     assert_eq!(moved, 1);
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "x2", 10, T0 + 1_700_000)).unwrap();
+    let c = call_in(s, R, |tx| {
+        wf::recover_tx(tx, &me(), "x2", 10, T0 + 1_700_000)
+    })
+    .unwrap();
     assert_eq!(ids(&c), ["w1"]);
 }
 
@@ -230,7 +254,10 @@ fn queues_keep_their_limits(b: Backend) {
         concurrency: Some(1),
         ..Default::default()
     };
-    call_in(s, R, move |tx| wf::set_queue_tx(tx, R, "q", &limits, T0)).unwrap();
+    call_in(s, R, move |tx| {
+        wf::set_queue_tx(tx, &me(), "q", &limits, T0)
+    })
+    .unwrap();
     start(s, "w1", Some("q"), None, 0);
     start(s, "w2", Some("q"), None, 0);
     start(s, "w3", Some("q"), None, -1);
@@ -257,7 +284,10 @@ fn queues_keep_their_limits(b: Backend) {
         concurrency: Some(3),
         ..Default::default()
     };
-    call_in(s, R, move |tx| wf::set_queue_tx(tx, R, "q", &limits, T0)).unwrap();
+    call_in(s, R, move |tx| {
+        wf::set_queue_tx(tx, &me(), "q", &limits, T0)
+    })
+    .unwrap();
     assert_eq!(
         ids(&dequeue(s, "xb", "q", 10, T0 + 2_000_000)),
         ["w4", "w5"]
@@ -269,7 +299,7 @@ fn queues_keep_their_limits(b: Backend) {
         rate_period_ms: Some(1_000),
         ..Default::default()
     };
-    call_in(s, R, move |tx| wf::set_queue_tx(tx, R, "r", &rate, T0)).unwrap();
+    call_in(s, R, move |tx| wf::set_queue_tx(tx, &me(), "r", &rate, T0)).unwrap();
     for id in ["r1", "r2", "r3"] {
         start(s, id, Some("r"), None, 0);
     }
@@ -285,7 +315,10 @@ fn queues_keep_their_limits(b: Backend) {
         node_concurrency: Some(1),
         ..Default::default()
     };
-    call_in(s, R, move |tx| wf::set_queue_tx(tx, R, "n", &per_node, T0)).unwrap();
+    call_in(s, R, move |tx| {
+        wf::set_queue_tx(tx, &me(), "n", &per_node, T0)
+    })
+    .unwrap();
     for id in ["n1", "n2", "n3"] {
         start(s, id, Some("n"), None, 0);
     }
@@ -299,13 +332,13 @@ fn queues_keep_their_limits(b: Backend) {
         concurrency: Some(0),
         ..Default::default()
     };
-    assert!(call_in(s, R, move |tx| wf::set_queue_tx(tx, R, "q", &bad, T0)).is_err());
+    assert!(call_in(s, R, move |tx| wf::set_queue_tx(tx, &me(), "q", &bad, T0)).is_err());
     let half = QueueLimits {
         rate_limit: Some(3),
         ..Default::default()
     };
-    assert!(call_in(s, R, move |tx| wf::set_queue_tx(tx, R, "q", &half, T0)).is_err());
-    let qs = call_in(s, R, |tx| wf::queues_tx(tx, R)).unwrap();
+    assert!(call_in(s, R, move |tx| wf::set_queue_tx(tx, &me(), "q", &half, T0)).is_err());
+    let qs = call_in(s, R, |tx| wf::queues_tx(tx, &me())).unwrap();
     assert_eq!(qs.len(), 3);
 }
 
@@ -329,7 +362,7 @@ fn one_transaction_steps_run_once(b: Backend) {
                 }
                 Ok(b"out".to_vec())
             };
-            wf::step_procedure_tx(tx, R, "xa", "w1", 1, "tick", b"7", T0, &mut run)
+            wf::step_procedure_tx(tx, &me(), "xa", "w1", 1, "tick", b"7", T0, &mut run)
         })
     };
     // A failing run leaves nothing (its transaction is rolled back).
@@ -345,7 +378,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     call_in(s, R, |tx| {
         wf::step_failed_tx(
             tx,
-            R,
+            &me(),
             "xa",
             "w1",
             1,
@@ -362,7 +395,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     // Again (a re-run): recorded, not run (it would insert a duplicate).
     assert_eq!(step(false).unwrap(), Outcome::Success(b"out".to_vec()));
     assert_eq!(count(), 1);
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1", 0)).unwrap();
     assert_eq!(steps[0].attempts, 2);
     // Its input is recorded with its outcome.
     assert_eq!(steps[0].input.as_deref(), Some(&b"7"[..]));
@@ -370,7 +403,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     let last = call_in(s, R, |tx| {
         wf::step_failed_tx(
             tx,
-            R,
+            &me(),
             "xa",
             "w1",
             2,
@@ -384,7 +417,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     })
     .unwrap();
     assert_eq!(last, Outcome::Error("boom".into()));
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1", 0)).unwrap();
     assert_eq!(
         (steps[1].status.as_str(), steps[1].error.as_deref()),
         ("error", Some("boom"))
@@ -393,12 +426,12 @@ fn one_transaction_steps_run_once(b: Backend) {
     // Messages, events, sleeps.
     start(s, "w2", None, Some("xa"), 0);
     call_in(s, R, |tx| {
-        wf::send_tx(tx, R, None, "w2", "greet", b"hi", T0)
+        wf::send_tx(tx, &me(), None, "w2", "greet", b"hi", T0)
     })
     .unwrap();
     let recv = |step: i64, give_up: bool| {
         call_in(s, R, move |tx| {
-            wf::recv_tx(tx, R, "xa", "w2", step, "greet", give_up, T0)
+            wf::recv_tx(tx, &me(), "xa", "w2", step, "greet", give_up, T0)
         })
         .unwrap()
     };
@@ -407,11 +440,20 @@ fn one_transaction_steps_run_once(b: Backend) {
     assert_eq!(recv(2, false), None, "nothing yet: the caller waits");
     assert_eq!(recv(2, true), Some(None), "its wait ended: none, recorded");
     call_in(s, R, |tx| {
-        wf::send_tx(tx, R, None, "w2", "greet", b"late", T0)
+        wf::send_tx(tx, &me(), None, "w2", "greet", b"late", T0)
     })
     .unwrap();
     assert_eq!(recv(2, false), Some(None), "replayed as none");
-    assert!(call_in(s, R, |tx| wf::send_tx(tx, R, None, "nope", "t", b"x", T0)).is_err());
+    assert!(call_in(s, R, |tx| wf::send_tx(
+        tx,
+        &me(),
+        None,
+        "nope",
+        "t",
+        b"x",
+        T0
+    ))
+    .is_err());
     // From a workflow's step: once.
     let from = wf::Sender {
         executor: "xa".into(),
@@ -421,7 +463,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     for _ in 0..2 {
         let from = from.clone();
         call_in(s, R, move |tx| {
-            wf::send_tx(tx, R, Some(&from), "w1", "t", b"m", T0)
+            wf::send_tx(tx, &me(), Some(&from), "w1", "t", b"m", T0)
         })
         .unwrap();
     }
@@ -436,21 +478,24 @@ fn one_transaction_steps_run_once(b: Backend) {
         .unwrap();
     assert_eq!(n, 1);
     call_in(s, R, |tx| {
-        wf::set_event_tx(tx, R, "xa", "w2", 4, "stage", b"paid", T0)
+        wf::set_event_tx(tx, &me(), "xa", "w2", 4, "stage", b"paid", T0)
     })
     .unwrap();
-    let ev = call_in(s, R, |tx| wf::get_event_tx(tx, R, "w2", "stage")).unwrap();
+    let ev = call_in(s, R, |tx| wf::get_event_tx(tx, &me(), "w2", "stage")).unwrap();
     assert_eq!(ev.as_deref(), Some(&b"paid"[..]));
-    let at = call_in(s, R, |tx| wf::sleep_tx(tx, R, "xa", "w2", 5, 5_000_000, T0)).unwrap();
+    let at = call_in(s, R, |tx| {
+        wf::sleep_tx(tx, &me(), "xa", "w2", 5, 5_000_000, T0)
+    })
+    .unwrap();
     assert_eq!(at, T0 + 5_000_000);
     let again = call_in(s, R, |tx| {
-        wf::sleep_tx(tx, R, "xa", "w2", 5, 5_000_000, T0 + 4_000_000)
+        wf::sleep_tx(tx, &me(), "xa", "w2", 5, 5_000_000, T0 + 4_000_000)
     })
     .unwrap();
     assert_eq!(again, at, "a re-run sleeps only what is left");
     // Each one-transaction step's input: the topic received on, the
     // message sent, the event's value, the sleep's length.
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w2", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w2", 0)).unwrap();
     let inputs: Vec<Option<Vec<u8>>> = steps.iter().map(|s| s.input.clone()).collect();
     assert_eq!(
         inputs,
@@ -473,13 +518,13 @@ fn cancel_resume_and_fork(b: Backend) {
     end(s, "xa", "w1", 1, Outcome::Success(b"1".to_vec())).unwrap();
     begin(s, "xa", "w1", 2, "b").unwrap();
     end(s, "xa", "w1", 2, Outcome::Error("b failed".into())).unwrap();
-    call_in(s, R, |tx| wf::cancel_tx(tx, R, "w1", T0)).unwrap();
+    call_in(s, R, |tx| wf::cancel_tx(tx, &me(), "w1", T0)).unwrap();
     assert_eq!(get(s, "w1").status, Status::Cancelled);
     precondition(begin(s, "xa", "w1", 3, "c"), "cancelled");
     // Resumed: its completed step stays, the failed one runs again.
-    let w = call_in(s, R, |tx| wf::resume_tx(tx, R, "w1", None, T0)).unwrap();
+    let w = call_in(s, R, |tx| wf::resume_tx(tx, &me(), "w1", None, T0)).unwrap();
     assert_eq!((w.status, w.executor), (Status::Pending, None));
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "xa", 10, T0)).unwrap();
+    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), "xa", 10, T0)).unwrap();
     assert_eq!(ids(&c), ["w1"]);
     assert!(matches!(
         begin(s, "xa", "w1", 1, "a").unwrap(),
@@ -492,38 +537,33 @@ fn cancel_resume_and_fork(b: Backend) {
     end(s, "xa", "w1", 2, Outcome::Success(b"2".to_vec())).unwrap();
     finish(s, "xa", "w1", Outcome::Success(b"ok".to_vec())).unwrap();
     precondition(
-        call_in(s, R, |tx| wf::cancel_tx(tx, R, "w1", T0)),
+        call_in(s, R, |tx| wf::cancel_tx(tx, &me(), "w1", T0)),
         "finished",
     );
     precondition(
-        call_in(s, R, |tx| wf::resume_tx(tx, R, "w1", None, T0)),
+        call_in(s, R, |tx| wf::resume_tx(tx, &me(), "w1", None, T0)),
         "succeeded",
     );
     // Forked from step 2: step 1 kept, step 2 to run.
-    let w = call_in(s, R, |tx| {
-        wf::fork_tx(tx, R, "w1", "w1b", 2, None, "root", T0)
-    })
-    .unwrap();
+    let w = call_in(s, R, |tx| wf::fork_tx(tx, &me(), "w1", "w1b", 2, None, T0)).unwrap();
     assert_eq!(w.forked_from.as_deref(), Some("w1"));
     // Shown from a step on.
-    let (_, later, more) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1", 1)).unwrap();
+    let (_, later, more) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1", 1)).unwrap();
     assert_eq!((later.len(), later[0].step, more), (1, 2, false));
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, R, "w1b", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1b", 0)).unwrap();
     assert_eq!(steps.len(), 1);
     assert!(matches!(
-        call_in(s, R, |tx| wf::fork_tx(
-            tx, R, "w1", "w1b", 2, None, "root", T0
-        )),
+        call_in(s, R, |tx| wf::fork_tx(tx, &me(), "w1", "w1b", 2, None, T0)),
         Err(Error::AlreadyExists(_))
     ));
     assert!(matches!(
-        call_in(s, R, |tx| wf::resume_tx(tx, R, "nope", None, T0)),
+        call_in(s, R, |tx| wf::resume_tx(tx, &me(), "nope", None, T0)),
         Err(Error::NotFound(_))
     ));
     let list = call_in(s, R, |tx| {
         wf::list_tx(
             tx,
-            R,
+            &me(),
             &wf::Filter {
                 status: Some(Status::Success),
                 ..Default::default()
@@ -547,7 +587,7 @@ fn schedules_fire_once_each(b: Backend) {
         queue: "sq".into(),
         next_us: 0,
     };
-    let set = call_in(s, R, move |tx| wf::set_schedule_tx(tx, R, &spec, t0)).unwrap();
+    let set = call_in(s, R, move |tx| wf::set_schedule_tx(tx, &me(), &spec, t0)).unwrap();
     assert_eq!(set.next_us, t0 + 5_000_000);
     // Not due yet.
     let (n, next) = call_in(s, R, move |tx| wf::fire_due_tx(tx, R, t0)).unwrap();
@@ -562,7 +602,7 @@ fn schedules_fire_once_each(b: Backend) {
     // Missed firings while no node was up: fired once, late.
     let (n, next) = call_in(s, R, move |tx| wf::fire_due_tx(tx, R, t0 + 60_000_000)).unwrap();
     assert_eq!((n, next), (1, Some(t0 + 65_000_000)));
-    let list = call_in(s, R, |tx| wf::schedules_tx(tx, R)).unwrap();
+    let list = call_in(s, R, |tx| wf::schedules_tx(tx, &me())).unwrap();
     assert_eq!(list.len(), 1);
     // Bad schedules are refused; removal.
     for cron in ["* * *", "0 0 30 2 *"] {
@@ -575,13 +615,13 @@ fn schedules_fire_once_each(b: Backend) {
             next_us: 0,
         };
         assert!(matches!(
-            call_in(s, R, move |tx| wf::set_schedule_tx(tx, R, &bad, t0)),
+            call_in(s, R, move |tx| wf::set_schedule_tx(tx, &me(), &bad, t0)),
             Err(Error::Invalid(_))
         ));
     }
-    call_in(s, R, |tx| wf::remove_schedule_tx(tx, R, "tick")).unwrap();
+    call_in(s, R, |tx| wf::remove_schedule_tx(tx, &me(), "tick")).unwrap();
     assert!(matches!(
-        call_in(s, R, |tx| wf::remove_schedule_tx(tx, R, "tick")),
+        call_in(s, R, |tx| wf::remove_schedule_tx(tx, &me(), "tick")),
         Err(Error::NotFound(_))
     ));
 }
@@ -594,12 +634,63 @@ fn a_restarted_executor_takes_its_workflows_back(b: Backend) {
     // The same id registers again (a restarted process): its workflows are
     // up for recovery at once, long before its old lease would lapse.
     exec(s, "xa", "v1", "n1", 60_000, T0 + 1_000);
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, R, "xa", 10, T0 + 1_000)).unwrap();
+    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), "xa", 10, T0 + 1_000)).unwrap();
     assert_eq!(ids(&c), ["w1"]);
     assert!(c.claims[0].recovered);
 }
 
+/// Every operation checks its caller (issue 37): a reader may look but not
+/// start, a scoped credential may do neither, an admin may retarget what a
+/// member may not; a start records the caller's user, not one it names.
+fn the_caller_is_checked_by_the_operation(b: Backend) {
+    use tabos_kernel::auth::{self, Role, Scope, Spec};
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    tabos_kernel::realms::create(s, R, tabos_kernel::sched::Scheduler::Fifo).unwrap();
+    let rt = common::rt();
+    let as_role = |role: Role, scope: Option<&str>| {
+        let spec = Spec {
+            scope: scope.map(|t| Scope::parse(t).unwrap()),
+            ..Spec::realm(R, "alice", role)
+        };
+        let (_, p) = rt.block_on(auth::create(s, spec)).unwrap();
+        p.act("", "", R).unwrap()
+    };
+    let (reader, member, scoped) = (
+        as_role(Role::Reader, None),
+        as_role(Role::Member, None),
+        as_role(Role::Member, Some("send:inbox")),
+    );
+    let spec = StartSpec {
+        id: "w1".into(),
+        name: "order".into(),
+        app_version: "v1".into(),
+        input: vec![],
+        queue: Some("q".into()),
+        priority: 0,
+        executor: None,
+    };
+    for who in [reader.clone(), scoped.clone()] {
+        let spec = spec.clone();
+        let e = call_in(s, R, move |tx| wf::start_tx(tx, &who, &spec, T0)).unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+    }
+    let started = call_in(s, R, move |tx| wf::start_tx(tx, &member, &spec, T0)).unwrap();
+    assert_eq!(started.workflow.user, "alice");
+    let r = reader.clone();
+    let w = call_in(s, R, move |tx| wf::get_tx(tx, &r, "w1")).unwrap();
+    assert_eq!(w.map(|w| w.id), Some("w1".to_string()));
+    let e = call_in(s, R, move |tx| wf::get_tx(tx, &scoped, "w1")).unwrap_err();
+    assert!(matches!(e, Error::Denied(_)), "{e}");
+    let m = as_role(Role::Member, None);
+    let e = call_in(s, R, move |tx| wf::retarget_tx(tx, &m, "v1", "v2", T0)).unwrap_err();
+    assert!(matches!(e, Error::Denied(_)), "{e}");
+    let a = as_role(Role::Admin, None);
+    call_in(s, R, move |tx| wf::retarget_tx(tx, &a, "v1", "v2", T0)).unwrap();
+}
+
 both!(
+    the_caller_is_checked_by_the_operation,
     schedules_fire_once_each,
     a_restarted_executor_takes_its_workflows_back,
     steps_are_recorded_and_replayed,

@@ -258,6 +258,37 @@ pub struct Node {
     pub dashboard_streams: std::sync::Arc<doors::PerRealm>,
     /// The dashboard's signed-in sessions.
     pub dashboard_sessions: std::sync::Arc<dashboard::Sessions>,
+    /// Raised when the node's shutdown begins.
+    pub stopping: Stopping,
+}
+
+/// Raised once when a node's shutdown begins: the calls that wait (a
+/// dequeue, a workflow's end, a watch) and the streams end then, since a
+/// graceful shutdown waits for every open call.
+#[derive(Debug, Clone)]
+pub struct Stopping(std::sync::Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for Stopping {
+    fn default() -> Stopping {
+        Stopping(std::sync::Arc::new(tokio::sync::watch::channel(false).0))
+    }
+}
+
+impl Stopping {
+    /// Raises it (once is enough; again is harmless).
+    pub fn raise(&self) {
+        self.0.send_replace(true);
+    }
+
+    /// A receiver that sees it raised.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.0.subscribe()
+    }
+
+    /// Returns once it is raised.
+    pub async fn raised(&self) {
+        let _ = self.watch().wait_for(|s| *s).await;
+    }
 }
 
 impl Node {
@@ -341,6 +372,7 @@ impl Node {
             dashboard_door: dashboard::door(),
             dashboard_streams: dashboard::streams(),
             dashboard_sessions: Default::default(),
+            stopping: Stopping::default(),
             store,
             started_us: tabos_store::now_us(),
             logs: settings.logs.clone(),
@@ -837,15 +869,15 @@ pub async fn serve_with(
     // Raised when shutdown begins: open streams (watches, RecvStream,
     // FollowLogs) end then, since a graceful shutdown waits for every open
     // call.
-    let (stopping_tx, stopping) = tokio::sync::watch::channel(false);
+    let stopping = node.stopping.watch();
     let procs_inner = procs::ProcsService::new(node.clone(), stopping.clone());
     let procs_service = ProcsServer::new(procs_inner.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let stop = &stopping_tx;
+    let stop = &node.stopping;
     let shutdown = async move {
         shutdown.await;
-        let _ = stop.send(true);
+        stop.raise();
     };
     // Both servers (TCP, the local socket) stop when shutdown begins.
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
@@ -871,12 +903,9 @@ pub async fn serve_with(
     let procedures_service = ProceduresServer::new(batch.procedures.clone())
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
-    let workflows_service = WorkflowsServer::new(workflows::WorkflowsService::new(
-        node.clone(),
-        stopping.clone(),
-    ))
-    .max_decoding_message_size(MESSAGE_BYTES_MAX)
-    .max_encoding_message_size(MESSAGE_BYTES_MAX);
+    let workflows_service = WorkflowsServer::new(workflows::WorkflowsService::new(node.clone()))
+        .max_decoding_message_size(MESSAGE_BYTES_MAX)
+        .max_encoding_message_size(MESSAGE_BYTES_MAX);
     let batch_service = BatchServer::new(batch)
         .max_decoding_message_size(MESSAGE_BYTES_MAX)
         .max_encoding_message_size(MESSAGE_BYTES_MAX);
@@ -1010,7 +1039,7 @@ pub async fn serve_with(
                 stopped(stopping.clone()),
             )
             .await;
-        let _ = stop.send(true);
+        stop.raise();
         r
     };
     let local_served = async {
@@ -1025,7 +1054,7 @@ pub async fn serve_with(
             }
             None => return Ok(()),
         };
-        let _ = stop.send(true);
+        stop.raise();
         r
     };
     if let Some(pg) = options.pg.as_ref().and_then(SideListener::take) {
@@ -1343,6 +1372,7 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
     let plain = |reason: R, message: &str| fault::status(&detail_of(reason, ""), message);
     match e {
         K::Store(s) => status_of(s),
+        K::Unavailable(m) => plain(R::Unavailable, m),
         K::Invalid(m) => plain(R::Invalid, m),
         K::TooLarge(m) => plain(R::TooLarge, m),
         K::NotFound(m) => plain(R::NotFound, m),

@@ -55,11 +55,39 @@ acting!(realm:
     InstallProcedureRequest, ListProceduresRequest, ProcedureRequest, CallProcedureRequest,
     FsDuRequest, PidRequest, ExitedRequest, PruneRequest, LogsRequest, SpawnRequest,
     SpawnBurstRequest,
+    RegisterExecutorRequest, ExecutorRequest, StartWorkflowRequest, ClaimRequest,
+    StepBeginRequest, StepEndRequest, StepProcedureRequest, SleepRequest, WorkflowSendRequest,
+    WorkflowRecvRequest, SetEventRequest, GetEventRequest, FinishWorkflowRequest,
+    WaitWorkflowRequest, ListWorkflowsRequest, WorkflowRequest, ResumeWorkflowRequest,
+    ForkWorkflowRequest, RetargetRequest, SetQueueRequest, ScheduleInfo, ListSchedulesRequest,
+    RemoveScheduleRequest, ListQueuesRequest,
 );
 acting!(realm and user:
     FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
     FsReadRequest, FsWriteRequest, FsTruncateRequest,
 );
+
+/// `served! { Service: Trait; method(Request) -> Response = Op; … }`:
+/// implements a gRPC service's trait by serving each method with its
+/// operation ([`Node::on`]) — a handler that is one line, made so. The
+/// table is what `tests/ops.rs` reads.
+macro_rules! served {
+    ($svc:ty: $tr:path; $($method:ident($req:ident) -> $resp:ident = $op:ident;)+) => {
+        #[tonic::async_trait]
+        impl $tr for $svc {
+            $(
+                async fn $method(
+                    &self,
+                    request: tonic::Request<tabos_client::proto::$req>,
+                ) -> std::result::Result<tonic::Response<tabos_client::proto::$resp>, tonic::Status>
+                {
+                    self.node.on::<ops::$op>(request).await
+                }
+            )+
+        }
+    };
+}
+pub(crate) use served;
 
 /// A kernel operation as the node serves it.
 pub trait Op: 'static {

@@ -96,8 +96,16 @@ pub fn request_proto<P: TryFrom<i32> + Default + PartialEq>(
     what: &str,
     v: i32,
 ) -> Result<Option<P>, Status> {
+    field_proto(what, v).map_err(|e| crate::kernel_status(&e))
+}
+
+/// [`request_proto`] for an operation's body: the refusal a kernel error.
+pub fn field_proto<P: TryFrom<i32> + Default + PartialEq>(
+    what: &str,
+    v: i32,
+) -> tabos_kernel::Result<Option<P>> {
     let p = P::try_from(v)
-        .map_err(|_| Status::invalid_argument(format!("{what}: no value is numbered {v}")))?;
+        .map_err(|_| tabos_kernel::Error::Invalid(format!("{what}: no value is numbered {v}")))?;
     Ok((p != P::default()).then_some(p))
 }
 

@@ -1,23 +1,23 @@
 //! The `Workflows` service: durable workflows ([`tabos_kernel::workflows`])
 //! over the API.
 //!
-//! Each call is one transaction on the realm's partition, acting in the
-//! credential's realm (role member; listing and showing need reader). The
-//! calls that wait — a dequeue, a receive, an event, a workflow's end —
+//! Each operation ([`ops`]) is one transaction on the caller's realm's
+//! partition; the kernel's operation checks the caller (role member;
+//! listing and showing need reader, retargeting admin). The operations
+//! that wait — a dequeue, a receive, an event, a workflow's end —
 //! subscribe to the change-feed channel that announces what they wait for
 //! *before* they look, then sleep on it (no polling) up to their timeout
-//! ([`WAIT_MAX`]) or the node's shutdown.
+//! ([`WAIT_MAX`]) or the node's shutdown ([`crate::Stopping`]).
 
 use std::time::Duration;
 
 use tabos_client::proto;
-use tabos_kernel::auth::Role;
-use tabos_kernel::procedures::{self, CallPath, Called, Procedures};
+use tabos_kernel::procedures::{self, CallPath, Called};
 use tabos_kernel::workflows::{self as wf, Outcome, StepKind};
+use tabos_kernel::{Error, Result};
 use tokio::time::Instant;
-use tonic::{Request, Response, Status};
 
-use crate::{kernel_status, Node};
+use crate::Node;
 
 /// Longest any call waits.
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
@@ -27,71 +27,61 @@ pub const LEASE_DEFAULT_MS: u64 = 10_000;
 #[derive(Clone)]
 pub struct WorkflowsService {
     node: Node,
-    procedures: Procedures,
-    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl WorkflowsService {
-    pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> WorkflowsService {
-        WorkflowsService {
-            procedures: node.procedures.clone(),
-            node,
-            stopping,
-        }
-    }
-
-    /// Waits for a notification on `sub` until `deadline`. A subscription
-    /// the feed cut off (it fell behind) is renewed on `channel`; a node
-    /// that is stopping ends the wait with UNAVAILABLE (the client asks
-    /// again, elsewhere or later).
-    async fn wait(
-        &self,
-        sub: &mut tabos_store::Subscription,
-        channel: &str,
-        deadline: Instant,
-    ) -> Result<(), Status> {
-        let mut stopping = self.stopping.clone();
-        tokio::select! {
-            n = sub.recv() => {
-                if n.is_err() {
-                    *sub = self.node.store.subscribe(channel);
-                }
-                Ok(())
-            }
-            () = tokio::time::sleep_until(deadline) => Ok(()),
-            _ = stopping.wait_for(|s| *s) => Err(Status::unavailable("the node is stopping")),
-        }
+    pub fn new(node: Node) -> WorkflowsService {
+        WorkflowsService { node }
     }
 }
 
-impl WorkflowsService {
-    /// Asks `look` until it has an answer, sleeping on workflow `id`'s
-    /// channel between asks (subscribed before the first, so nothing
-    /// announced in between is missed). `look` is told when the deadline
-    /// has come (`true`): it must answer then.
-    async fn until<T, F, Fut>(
-        &self,
-        realm: &str,
-        id: &str,
-        deadline: Instant,
-        mut look: F,
-    ) -> Result<T, Status>
-    where
-        F: FnMut(bool) -> Fut,
-        Fut: std::future::Future<Output = Result<Option<T>, Status>>,
-    {
-        wf::validate_id("workflow id", id).map_err(|e| kernel_status(&e))?;
-        let channel = wf::workflow_channel(realm, id);
-        let mut sub = self.node.store.subscribe(&channel);
-        loop {
-            let last = Instant::now() >= deadline;
-            if let Some(t) = look(last).await? {
-                return Ok(t);
+/// Waits for a notification on `sub` until `deadline`. A subscription the
+/// feed cut off (it fell behind) is renewed on `channel`; a node that is
+/// stopping ends the wait as unavailable (the client asks again, elsewhere
+/// or later).
+async fn wait(
+    node: &Node,
+    sub: &mut tabos_store::Subscription,
+    channel: &str,
+    deadline: Instant,
+) -> Result<()> {
+    let mut stopping = node.stopping.watch();
+    tokio::select! {
+        n = sub.recv() => {
+            if n.is_err() {
+                *sub = node.store.subscribe(channel);
             }
-            if last {
-                return Err(Status::internal("a wait's last look gave no answer"));
-            }
-            self.wait(&mut sub, &channel, deadline).await?;
+            Ok(())
+        }
+        () = tokio::time::sleep_until(deadline) => Ok(()),
+        _ = stopping.wait_for(|s| *s) => Err(Error::Unavailable("the node is stopping".into())),
+    }
+}
+
+/// Asks `look` until it has an answer, sleeping on workflow `id`'s channel
+/// (in `realm`) between asks (subscribed before the first, so nothing
+/// announced in between is missed). `look` is told when the deadline has
+/// come (`true`): it must answer then.
+async fn until<T, F, Fut>(
+    node: &Node,
+    realm: &str,
+    id: &str,
+    deadline: Instant,
+    mut look: F,
+) -> Result<T>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    wf::validate_id("workflow id", id)?;
+    let channel = wf::workflow_channel(realm, id);
+    let mut sub = node.store.subscribe(&channel);
+    loop {
+        let last = Instant::now() >= deadline;
+        match look(last).await? {
+            Some(t) => return Ok(t),
+            None if last => return Err(Error::Invalid("a wait's last look gave no answer".into())),
+            None => wait(node, &mut sub, &channel, deadline).await?,
         }
     }
 }
@@ -145,13 +135,13 @@ fn outcome_to_proto(o: Outcome, recorded: bool) -> proto::StepOutcome {
     }
 }
 
-fn outcome_from_proto(o: Option<proto::StepOutcome>) -> Result<Outcome, Status> {
-    let o = o.ok_or_else(|| Status::invalid_argument("an outcome is required"))?;
-    match crate::wire::request_proto("an outcome's status", o.status)? {
+fn outcome_from_proto(o: Option<proto::StepOutcome>) -> Result<Outcome> {
+    let o = o.ok_or_else(|| Error::Invalid("an outcome is required".into()))?;
+    match crate::wire::field_proto("an outcome's status", o.status)? {
         Some(proto::StepStatus::Success) => Ok(Outcome::Success(o.output)),
         Some(proto::StepStatus::Error) => Ok(Outcome::Error(o.error)),
-        _ => Err(Status::invalid_argument(
-            "an outcome's status is success or error",
+        _ => Err(Error::Invalid(
+            "an outcome's status is success or error".into(),
         )),
     }
 }
@@ -159,11 +149,11 @@ fn outcome_from_proto(o: Option<proto::StepOutcome>) -> Result<Outcome, Status> 
 /// A step kind a client records with StepBegin or StepEnd: a function, a
 /// proc or a get_event (the others have calls of their own); `None` when
 /// unspecified.
-fn client_step_kind(v: i32) -> Result<Option<StepKind>, Status> {
-    let kind = crate::wire::request::<StepKind>("step kind", v)?;
+fn client_step_kind(v: i32) -> Result<Option<StepKind>> {
+    let kind = crate::wire::field::<StepKind>("step kind", v)?;
     match kind {
         None | Some(StepKind::Function | StepKind::Proc | StepKind::GetEvent) => Ok(kind),
-        Some(k) => Err(Status::invalid_argument(format!(
+        Some(k) => Err(Error::Invalid(format!(
             "a {} step has a call of its own",
             k.as_str()
         ))),
@@ -250,7 +240,7 @@ pub async fn fire_schedules(node: Node, mut stop: tokio::sync::watch::Receiver<b
 }
 
 /// Fires what is due in every realm; the earliest next firing.
-async fn fire_once(node: &Node) -> Result<Option<i64>, tabos_kernel::Error> {
+async fn fire_once(node: &Node) -> Result<Option<i64>> {
     let store = node.store.clone();
     let due = tokio::task::spawn_blocking(move || {
         store.query(
@@ -259,7 +249,7 @@ async fn fire_once(node: &Node) -> Result<Option<i64>, tabos_kernel::Error> {
         )
     })
     .await
-    .map_err(|e| tabos_kernel::Error::Invalid(format!("schedule query task: {e}")))??;
+    .map_err(|e| Error::Invalid(format!("schedule query task: {e}")))??;
     let now = tabos_store::now_us();
     let mut earliest: Option<i64> = None;
     for row in due.rows.iter() {
@@ -292,93 +282,119 @@ fn claim_max(max: u32) -> usize {
 }
 
 /// A new workflow id: `w` and 16 random hex digits.
-fn new_id() -> Result<String, Status> {
-    wf::new_executor_id()
-        .map(|x| format!("w{}", &x[1..]))
-        .map_err(|e| kernel_status(&e))
+fn new_id() -> Result<String> {
+    wf::new_executor_id().map(|x| format!("w{}", &x[1..]))
 }
 
-#[tonic::async_trait]
-impl proto::workflows_server::Workflows for WorkflowsService {
-    async fn register_executor(
-        &self,
-        request: Request<proto::RegisterExecutorRequest>,
-    ) -> Result<Response<proto::ExecutorInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+crate::op::served! {
+    WorkflowsService: proto::workflows_server::Workflows;
+    register_executor(RegisterExecutorRequest) -> ExecutorInfo = RegisterExecutor;
+    renew_executor(ExecutorRequest) -> Empty = RenewExecutor;
+    leave_executor(ExecutorRequest) -> Empty = LeaveExecutor;
+    start(StartWorkflowRequest) -> StartWorkflowResponse = Start;
+    recover(ClaimRequest) -> ClaimResponse = Recover;
+    dequeue(ClaimRequest) -> ClaimResponse = Dequeue;
+    step_begin(StepBeginRequest) -> StepBeginResponse = StepBegin;
+    step_end(StepEndRequest) -> StepOutcome = StepEnd;
+    step_procedure(StepProcedureRequest) -> StepOutcome = StepProcedure;
+    sleep(SleepRequest) -> SleepResponse = Sleep;
+    send(WorkflowSendRequest) -> Empty = Send;
+    recv(WorkflowRecvRequest) -> WorkflowRecvResponse = Recv;
+    set_event(SetEventRequest) -> Empty = SetEvent;
+    get_event(GetEventRequest) -> GetEventResponse = GetEvent;
+    finish(FinishWorkflowRequest) -> Empty = Finish;
+    wait(WaitWorkflowRequest) -> WorkflowInfo = Wait;
+    list(ListWorkflowsRequest) -> ListWorkflowsResponse = List;
+    show(WorkflowRequest) -> WorkflowDetail = Show;
+    cancel(WorkflowRequest) -> WorkflowInfo = Cancel;
+    resume(ResumeWorkflowRequest) -> WorkflowInfo = Resume;
+    fork(ForkWorkflowRequest) -> WorkflowInfo = Fork;
+    retarget(RetargetRequest) -> RetargetResponse = Retarget;
+    set_queue(SetQueueRequest) -> QueueInfo = SetQueue;
+    set_schedule(ScheduleInfo) -> ScheduleInfo = SetSchedule;
+    list_schedules(ListSchedulesRequest) -> ListSchedulesResponse = ListSchedules;
+    remove_schedule(RemoveScheduleRequest) -> Empty = RemoveSchedule;
+    list_queues(ListQueuesRequest) -> ListQueuesResponse = ListQueues;
+}
+
+/// The service's operations: each decodes its request, runs the kernel's
+/// operation for the caller (which checks it) and encodes the answer.
+pub mod ops {
+    use super::*;
+    use crate::op::Op;
+    use tabos_kernel::auth::Caller;
+
+    /// `op!(Name(Request) -> Response, |node, who, r| body)`: one
+    /// operation.
+    macro_rules! op {
+        ($name:ident($req:ident) -> $resp:ident, |$node:ident, $who:ident, $r:ident| $body:block) => {
+            pub struct $name;
+            impl Op for $name {
+                type Request = proto::$req;
+                type Response = proto::$resp;
+                async fn run(
+                    $node: &Node,
+                    $who: Caller,
+                    $r: Self::Request,
+                ) -> Result<Self::Response> {
+                    $body
+                }
+            }
+        };
+    }
+
+    /// `lease_ms`, or the default when it says 0.
+    fn lease(ms: u64) -> u64 {
+        match ms {
+            0 => LEASE_DEFAULT_MS,
+            n => n,
+        }
+    }
+
+    op!(RegisterExecutor(RegisterExecutorRequest) -> ExecutorInfo, |node, who, r| {
         // A restarted executor names itself again (its workflows are taken
         // back at once); a new one is given an id.
         let id = match r.executor.as_str() {
-            "" => wf::new_executor_id().map_err(|e| kernel_status(&e))?,
+            "" => wf::new_executor_id()?,
             _ => r.executor.clone(),
         };
-        let lease_ms = match r.lease_ms {
-            0 => LEASE_DEFAULT_MS,
-            n => n,
-        };
+        let lease_ms = lease(r.lease_ms);
         let spec = wf::ExecutorSpec {
             app_version: r.app_version,
             functions: r.functions,
-            node_id: self.node.settings.node_id.clone(),
+            node_id: node.settings.node_id.clone(),
             lease_ms,
         };
-        let (rl, i) = (realm.clone(), id.clone());
-        self.node
-            .call(&realm, move |tx| {
-                wf::register_executor_tx(tx, &rl, &i, &spec, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::ExecutorInfo {
+        let i = id.clone();
+        node.write_as(who, move |tx, who, now| {
+            wf::register_executor_tx(tx, who, &i, &spec, now)
+        })
+        .await?;
+        Ok(proto::ExecutorInfo {
             executor: id,
-            node_id: self.node.settings.node_id.clone(),
+            node_id: node.settings.node_id.clone(),
             lease_ms,
-        }))
-    }
+        })
+    });
 
-    async fn renew_executor(
-        &self,
-        request: Request<proto::ExecutorRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let lease = match r.lease_ms {
-            0 => LEASE_DEFAULT_MS,
-            n => n,
-        };
-        let rl = realm.clone();
-        self.node
-            .call(&realm, move |tx| {
-                wf::renew_executor_tx(tx, &rl, &r.executor, lease, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
+    op!(RenewExecutor(ExecutorRequest) -> Empty, |node, who, r| {
+        let lease_ms = lease(r.lease_ms);
+        node.write_as(who, move |tx, who, now| {
+            wf::renew_executor_tx(tx, who, &r.executor, lease_ms, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
 
-    async fn leave_executor(
-        &self,
-        request: Request<proto::ExecutorRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let rl = realm.clone();
-        self.node
-            .call(&realm, move |tx| {
-                wf::leave_executor_tx(tx, &rl, &r.executor, tabos_store::now_us())
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
+    op!(LeaveExecutor(ExecutorRequest) -> Empty, |node, who, r| {
+        node.write_as(who, move |tx, who, now| {
+            wf::leave_executor_tx(tx, who, &r.executor, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
 
-    async fn start(
-        &self,
-        request: Request<proto::StartWorkflowRequest>,
-    ) -> Result<Response<proto::StartWorkflowResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(Start(StartWorkflowRequest) -> StartWorkflowResponse, |node, who, r| {
         let spec = wf::StartSpec {
             id: match r.workflow_id.as_str() {
                 "" => new_id()?,
@@ -390,130 +406,96 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             queue: opt(r.queue),
             priority: r.priority,
             executor: opt(r.executor),
-            user: access.user("")?,
         };
-        let rl = realm.clone();
-        let s = self
-            .node
-            .call(&realm, move |tx| {
-                wf::start_tx(tx, &rl, &spec, tabos_store::now_us())
-            })
+        let s = node
+            .write_as(who, move |tx, who, now| wf::start_tx(tx, who, &spec, now))
             .await?;
-        Ok(Response::new(proto::StartWorkflowResponse {
+        Ok(proto::StartWorkflowResponse {
             created: s.created,
             workflow: Some(info(s.workflow)),
-        }))
+        })
+    });
+
+    /// How long a claim that found nothing sleeps: to its deadline, or to
+    /// the time the kernel named (a lease lapsing, a rate period ending —
+    /// a known time, not a poll), whichever is first.
+    fn claim_sleep(deadline: Instant, retry_at_us: Option<i64>) -> Instant {
+        match retry_at_us {
+            Some(at) => {
+                let wait = (at - tabos_store::now_us()).max(0) as u64;
+                deadline.min(Instant::now() + Duration::from_micros(wait))
+            }
+            None => deadline,
+        }
     }
 
-    async fn recover(
-        &self,
-        request: Request<proto::ClaimRequest>,
-    ) -> Result<Response<proto::ClaimResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(Recover(ClaimRequest) -> ClaimResponse, |node, who, r| {
         let deadline = wait_deadline(r.wait_ms);
-        let mut orphans = self.node.store.subscribe(&wf::orphans_channel(&realm));
+        let channel = wf::orphans_channel(who.realm());
+        let mut orphans = node.store.subscribe(&channel);
+        let max = claim_max(r.max);
         loop {
-            let (rl, ex) = (realm.clone(), r.executor.clone());
-            let c = self
-                .node
-                .call(&realm, move |tx| {
-                    wf::recover_tx(tx, &rl, &ex, claim_max(r.max), tabos_store::now_us())
-                })
+            let ex = r.executor.clone();
+            let c = node
+                .write_as(who.clone(), move |tx, who, now| wf::recover_tx(tx, who, &ex, max, now))
                 .await?;
             if !c.claims.is_empty() || Instant::now() >= deadline {
-                return Ok(Response::new(claims(c)));
+                return Ok(claims(c));
             }
             // Woken by an orphan, or when a lease over one lapses.
-            let until = match c.retry_at_us {
-                Some(at) => {
-                    let wait = (at - tabos_store::now_us()).max(0) as u64;
-                    deadline.min(Instant::now() + Duration::from_micros(wait))
-                }
-                None => deadline,
-            };
-            self.wait(&mut orphans, &wf::orphans_channel(&realm), until)
-                .await?;
+            wait(node, &mut orphans, &channel, claim_sleep(deadline, c.retry_at_us)).await?;
         }
-    }
+    });
 
-    async fn dequeue(
-        &self,
-        request: Request<proto::ClaimRequest>,
-    ) -> Result<Response<proto::ClaimResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        wf::validate_id("queue", &r.queue).map_err(|e| kernel_status(&e))?;
+    op!(Dequeue(ClaimRequest) -> ClaimResponse, |node, who, r| {
+        wf::validate_id("queue", &r.queue)?;
         let deadline = wait_deadline(r.wait_ms);
         // Subscribed before looking: nothing announced in between is lost.
-        let mut sub = self
-            .node
-            .store
-            .subscribe(&wf::queue_channel(&realm, &r.queue));
-        let mut orphans = self.node.store.subscribe(&wf::orphans_channel(&realm));
+        let (queue, orphaned) = (
+            wf::queue_channel(who.realm(), &r.queue),
+            wf::orphans_channel(who.realm()),
+        );
+        let mut sub = node.store.subscribe(&queue);
+        let mut orphans = node.store.subscribe(&orphaned);
+        let max = claim_max(r.max);
+        let mut stopping = node.stopping.watch();
         loop {
-            let (rl, ex, q) = (realm.clone(), r.executor.clone(), r.queue.clone());
-            let c = self
-                .node
-                .call(&realm, move |tx| {
-                    wf::dequeue_tx(tx, &rl, &ex, &q, claim_max(r.max), tabos_store::now_us())
+            let (ex, q) = (r.executor.clone(), r.queue.clone());
+            let c = node
+                .write_as(who.clone(), move |tx, who, now| {
+                    wf::dequeue_tx(tx, who, &ex, &q, max, now)
                 })
                 .await?;
             if !c.claims.is_empty() || Instant::now() >= deadline {
-                return Ok(Response::new(claims(c)));
+                return Ok(claims(c));
             }
             // Woken by the queue, by an orphan, or when a lease lapses or a
-            // rate period ends (a known time, not a poll).
-            let until = match c.retry_at_us {
-                Some(at) => {
-                    let wait = (at - tabos_store::now_us()).max(0) as u64;
-                    deadline.min(Instant::now() + Duration::from_micros(wait))
-                }
-                None => deadline,
-            };
-            let mut stopping = self.stopping.clone();
+            // rate period ends.
+            let until = claim_sleep(deadline, c.retry_at_us);
             tokio::select! {
                 n = sub.recv() => if n.is_err() {
-                    sub = self.node.store.subscribe(&wf::queue_channel(&realm, &r.queue));
+                    sub = node.store.subscribe(&queue);
                 },
                 n = orphans.recv() => if n.is_err() {
-                    orphans = self.node.store.subscribe(&wf::orphans_channel(&realm));
+                    orphans = node.store.subscribe(&orphaned);
                 },
                 () = tokio::time::sleep_until(until) => {}
-                _ = stopping.wait_for(|s| *s) => return Ok(Response::new(claims(c))),
+                _ = stopping.wait_for(|s| *s) => return Ok(claims(c)),
             }
         }
-    }
+    });
 
-    async fn step_begin(
-        &self,
-        request: Request<proto::StepBeginRequest>,
-    ) -> Result<Response<proto::StepBeginResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(StepBegin(StepBeginRequest) -> StepBeginResponse, |node, who, r| {
         let kind = client_step_kind(r.kind)?
-            .ok_or_else(|| Status::invalid_argument("a step's kind is required"))?;
-        let rl = realm.clone();
-        let b = self
-            .node
-            .call(&realm, move |tx| {
+            .ok_or_else(|| Error::Invalid("a step's kind is required".into()))?;
+        let b = node
+            .write_as(who, move |tx, who, now| {
                 wf::step_begin_tx(
-                    tx,
-                    &rl,
-                    &r.executor,
-                    &r.workflow_id,
-                    r.step,
-                    &r.name,
-                    kind,
-                    &r.input,
-                    tabos_store::now_us(),
+                    tx, who, &r.executor, &r.workflow_id, r.step, &r.name, kind, &r.input, now,
                 )
             })
             .await?;
-        Ok(Response::new(match b {
+        Ok(match b {
             wf::Begun::Done(o) => proto::StepBeginResponse {
                 done: Some(outcome_to_proto(o, true)),
                 attempt: 0,
@@ -522,16 +504,10 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                 done: None,
                 attempt,
             },
-        }))
-    }
+        })
+    });
 
-    async fn step_end(
-        &self,
-        request: Request<proto::StepEndRequest>,
-    ) -> Result<Response<proto::StepOutcome>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(StepEnd(StepEndRequest) -> StepOutcome, |node, who, r| {
         let outcome = outcome_from_proto(r.outcome)?;
         let unbegun = match client_step_kind(r.kind)? {
             None => None,
@@ -542,130 +518,98 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                 attempts: r.attempts,
             }),
         };
-        let (rl, o) = (realm.clone(), outcome.clone());
-        let got = self
-            .node
-            .call(&realm, move |tx| {
+        let o = outcome.clone();
+        let got = node
+            .write_as(who, move |tx, who, now| {
                 wf::step_end_tx(
                     tx,
-                    &rl,
+                    who,
                     &r.executor,
                     &r.workflow_id,
                     r.step,
                     &o,
                     r.last,
                     unbegun.as_ref(),
-                    tabos_store::now_us(),
+                    now,
                 )
             })
             .await?;
         let recorded = got != outcome;
-        Ok(Response::new(outcome_to_proto(got, recorded)))
-    }
+        Ok(outcome_to_proto(got, recorded))
+    });
 
-    async fn step_procedure(
-        &self,
-        request: Request<proto::StepProcedureRequest>,
-    ) -> Result<Response<proto::StepOutcome>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        // The procedure's file calls act for the caller's user.
-        let who = access.act(&realm, "")?;
+    op!(StepProcedure(StepProcedureRequest) -> StepOutcome, |node, who, r| {
         let now = tabos_store::now_us();
-        let (rl, ex, id, name, args) = (
-            realm.clone(),
+        let realm = who.realm().to_string();
+        let (w, ex, id, name, args) = (
+            who.clone(),
             r.executor.clone(),
             r.workflow_id.clone(),
             r.procedure.clone(),
             r.args.clone(),
         );
-        let ran = self
+        // The procedure's file calls act for the caller's user.
+        let ran = node
             .procedures
             .run_with(&realm, move |tx, sandbox| {
                 let mut run = |tx: &mut dyn tabos_store::Tx| {
                     // Its declared path first; a read-only one runs on this
                     // transaction as on a read connection.
                     for path in [CallPath::Write, CallPath::Read] {
-                        match procedures::call_tx(tx, sandbox, &rl, &who, &name, &args, now, path)?
-                        {
+                        match procedures::call_tx(tx, sandbox, &w, &name, &args, now, path)? {
                             Called::Ran(out) => return Ok(out.result),
                             Called::OtherPath { .. } => continue,
                         }
                     }
-                    Err(tabos_kernel::Error::Precondition(format!(
+                    Err(Error::Precondition(format!(
                         "procedure {name} was reinstalled during the call; call it again"
                     )))
                 };
-                wf::step_procedure_tx(tx, &rl, &ex, &id, r.step, &name, &args, now, &mut run)
+                wf::step_procedure_tx(tx, &w, &ex, &id, r.step, &name, &args, now, &mut run)
             })
             .await;
-        match ran {
-            Ok(o) => Ok(Response::new(outcome_to_proto(o, false))),
+        let o = match ran {
+            Ok(o) => o,
             // It failed and changed nothing: the attempt is recorded.
-            Err(e @ tabos_kernel::Error::Procedure { .. }) => {
-                let (rl, error) = (realm.clone(), e.to_string());
-                let o = self
-                    .node
-                    .call(&realm, move |tx| {
-                        wf::step_failed_tx(
-                            tx,
-                            &rl,
-                            &r.executor,
-                            &r.workflow_id,
-                            r.step,
-                            &r.procedure,
-                            StepKind::Procedure,
-                            &r.args,
-                            &error,
-                            r.last,
-                            tabos_store::now_us(),
-                        )
-                    })
-                    .await?;
-                Ok(Response::new(outcome_to_proto(o, false)))
+            Err(e @ Error::Procedure { .. }) => {
+                let error = e.to_string();
+                node.write_as(who, move |tx, who, now| {
+                    wf::step_failed_tx(
+                        tx,
+                        who,
+                        &r.executor,
+                        &r.workflow_id,
+                        r.step,
+                        &r.procedure,
+                        StepKind::Procedure,
+                        &r.args,
+                        &error,
+                        r.last,
+                        now,
+                    )
+                })
+                .await?
             }
-            Err(e) => Err(kernel_status(&e)),
-        }
-    }
+            Err(e) => return Err(e),
+        };
+        Ok(outcome_to_proto(o, false))
+    });
 
-    async fn sleep(
-        &self,
-        request: Request<proto::SleepRequest>,
-    ) -> Result<Response<proto::SleepResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let rl = realm.clone();
-        let (at, now) = self
-            .node
-            .call(&realm, move |tx| {
-                let now = tabos_store::now_us();
-                let at = wf::sleep_tx(
-                    tx,
-                    &rl,
-                    &r.executor,
-                    &r.workflow_id,
-                    r.step,
-                    r.duration_ms.saturating_mul(1_000),
-                    now,
-                )?;
+    op!(Sleep(SleepRequest) -> SleepResponse, |node, who, r| {
+        let (at, now) = node
+            .write_as(who, move |tx, who, now| {
+                let duration = r.duration_ms.saturating_mul(1_000);
+                let at = wf::sleep_tx(tx, who, &r.executor, &r.workflow_id, r.step, duration, now)?;
                 Ok((at, now))
             })
             .await?;
-        Ok(Response::new(proto::SleepResponse {
+        Ok(proto::SleepResponse {
             wake_at_us: at,
             now_us: now,
-        }))
-    }
+        })
+    });
 
-    async fn send(
-        &self,
-        request: Request<proto::WorkflowSendRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(Send(WorkflowSendRequest) -> Empty, |node, who, r| {
         let from = match (r.executor.is_empty(), r.workflow_id.is_empty()) {
             (true, true) => None,
             (false, false) => Some(wf::Sender {
@@ -674,204 +618,114 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                 step: r.step,
             }),
             _ => {
-                return Err(Status::invalid_argument(
-                    "a send from a workflow names its executor, workflow and step",
+                return Err(Error::Invalid(
+                    "a send from a workflow names its executor, workflow and step".into(),
                 ))
             }
         };
-        let rl = realm.clone();
-        self.node
-            .call(&realm, move |tx| {
-                wf::send_tx(
-                    tx,
-                    &rl,
-                    from.as_ref(),
-                    &r.to,
-                    &r.topic,
-                    &r.payload,
-                    tabos_store::now_us(),
-                )
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
+        node.write_as(who, move |tx, who, now| {
+            wf::send_tx(tx, who, from.as_ref(), &r.to, &r.topic, &r.payload, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
 
-    async fn recv(
-        &self,
-        request: Request<proto::WorkflowRecvRequest>,
-    ) -> Result<Response<proto::WorkflowRecvResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(Recv(WorkflowRecvRequest) -> WorkflowRecvResponse, |node, who, r| {
         let deadline = wait_deadline(r.timeout_ms);
-        let got = self
-            .until(&realm, &r.workflow_id, deadline, |give_up| {
-                let (rl, ex, id, topic) = (
-                    realm.clone(),
-                    r.executor.clone(),
-                    r.workflow_id.clone(),
-                    r.topic.clone(),
-                );
-                let step = r.step;
-                self.node.call(&realm, move |tx| {
-                    wf::recv_tx(
-                        tx,
-                        &rl,
-                        &ex,
-                        &id,
-                        step,
-                        &topic,
-                        give_up,
-                        tabos_store::now_us(),
-                    )
-                })
+        let realm = who.realm().to_string();
+        let got = until(node, &realm, &r.workflow_id, deadline, |give_up| {
+            let (ex, id, topic, step) = (
+                r.executor.clone(),
+                r.workflow_id.clone(),
+                r.topic.clone(),
+                r.step,
+            );
+            node.write_as(who.clone(), move |tx, who, now| {
+                wf::recv_tx(tx, who, &ex, &id, step, &topic, give_up, now)
             })
-            .await?;
-        Ok(Response::new(proto::WorkflowRecvResponse {
+        })
+        .await?;
+        Ok(proto::WorkflowRecvResponse {
             received: got.is_some(),
             payload: got.unwrap_or_default(),
-        }))
-    }
+        })
+    });
 
-    async fn set_event(
-        &self,
-        request: Request<proto::SetEventRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let rl = realm.clone();
-        self.node
-            .call(&realm, move |tx| {
-                wf::set_event_tx(
-                    tx,
-                    &rl,
-                    &r.executor,
-                    &r.workflow_id,
-                    r.step,
-                    &r.key,
-                    &r.value,
-                    tabos_store::now_us(),
-                )
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
+    op!(SetEvent(SetEventRequest) -> Empty, |node, who, r| {
+        node.write_as(who, move |tx, who, now| {
+            wf::set_event_tx(tx, who, &r.executor, &r.workflow_id, r.step, &r.key, &r.value, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
 
-    async fn get_event(
-        &self,
-        request: Request<proto::GetEventRequest>,
-    ) -> Result<Response<proto::GetEventResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Reader)?;
+    op!(GetEvent(GetEventRequest) -> GetEventResponse, |node, who, r| {
         let deadline = wait_deadline(r.timeout_ms);
-        let v = self
-            .until(&realm, &r.workflow_id, deadline, |last| {
-                let (rl, id, key) = (realm.clone(), r.workflow_id.clone(), r.key.clone());
-                let read = self
-                    .node
-                    .read(&realm, move |tx| wf::get_event_tx(tx, &rl, &id, &key));
-                async move {
-                    let v = read.await?;
-                    Ok((v.is_some() || last).then_some(v))
-                }
-            })
-            .await?;
-        Ok(Response::new(proto::GetEventResponse {
+        let realm = who.realm().to_string();
+        let v = until(node, &realm, &r.workflow_id, deadline, |last| {
+            let (id, key) = (r.workflow_id.clone(), r.key.clone());
+            let read = node.read_as(who.clone(), move |tx, who, _| wf::get_event_tx(tx, who, &id, &key));
+            async move {
+                let v = read.await?;
+                Ok((v.is_some() || last).then_some(v))
+            }
+        })
+        .await?;
+        Ok(proto::GetEventResponse {
             set: v.is_some(),
             value: v.unwrap_or_default(),
-        }))
-    }
+        })
+    });
 
-    async fn finish(
-        &self,
-        request: Request<proto::FinishWorkflowRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(Finish(FinishWorkflowRequest) -> Empty, |node, who, r| {
         let outcome = outcome_from_proto(r.outcome)?;
-        let rl = realm.clone();
-        self.node
-            .call(&realm, move |tx| {
-                wf::finish_tx(
-                    tx,
-                    &rl,
-                    &r.executor,
-                    &r.workflow_id,
-                    &outcome,
-                    tabos_store::now_us(),
-                )
-            })
-            .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
+        node.write_as(who, move |tx, who, now| {
+            wf::finish_tx(tx, who, &r.executor, &r.workflow_id, &outcome, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
 
-    async fn wait(
-        &self,
-        request: Request<proto::WaitWorkflowRequest>,
-    ) -> Result<Response<proto::WorkflowInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Reader)?;
+    op!(Wait(WaitWorkflowRequest) -> WorkflowInfo, |node, who, r| {
         let deadline = wait_deadline(r.timeout_ms);
-        let w = self
-            .until(&realm, &r.workflow_id, deadline, |last| {
-                let (rl, id) = (realm.clone(), r.workflow_id.clone());
-                let read = self.node.read(&realm, move |tx| wf::get_tx(tx, &rl, &id));
-                let (realm, wid) = (realm.clone(), r.workflow_id.clone());
-                async move {
-                    let w = read.await?.ok_or_else(|| {
-                        Status::not_found(format!("workflow {wid} in realm {realm}"))
-                    })?;
-                    Ok((w.status.is_final() || last).then_some(w))
-                }
-            })
-            .await?;
-        Ok(Response::new(info(w)))
-    }
+        let realm = who.realm().to_string();
+        let w = until(node, &realm, &r.workflow_id, deadline, |last| {
+            let id = r.workflow_id.clone();
+            let read = node.read_as(who.clone(), move |tx, who, _| wf::get_tx(tx, who, &id));
+            let (realm, wid) = (realm.clone(), r.workflow_id.clone());
+            async move {
+                let w = read
+                    .await?
+                    .ok_or_else(|| Error::NotFound(format!("workflow {wid} in realm {realm}")))?;
+                Ok((w.status.is_final() || last).then_some(w))
+            }
+        })
+        .await?;
+        Ok(info(w))
+    });
 
-    async fn list(
-        &self,
-        request: Request<proto::ListWorkflowsRequest>,
-    ) -> Result<Response<proto::ListWorkflowsResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Reader)?;
+    op!(List(ListWorkflowsRequest) -> ListWorkflowsResponse, |node, who, r| {
         let filter = wf::Filter {
-            status: crate::wire::request("status", r.status)?,
+            status: crate::wire::field("status", r.status)?,
             name: opt(r.name),
             queue: opt(r.queue),
             app_version: opt(r.app_version),
             since_us: (r.since_us != 0).then_some(r.since_us),
             limit: r.limit as usize,
         };
-        let rl = realm.clone();
-        let ws = self
-            .node
-            .read(&realm, move |tx| wf::list_tx(tx, &rl, &filter))
+        let ws = node
+            .read_as(who, move |tx, who, _| wf::list_tx(tx, who, &filter))
             .await?;
-        Ok(Response::new(proto::ListWorkflowsResponse {
+        Ok(proto::ListWorkflowsResponse {
             workflows: ws.into_iter().map(info).collect(),
-        }))
-    }
+        })
+    });
 
-    async fn show(
-        &self,
-        request: Request<proto::WorkflowRequest>,
-    ) -> Result<Response<proto::WorkflowDetail>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Reader)?;
-        let rl = realm.clone();
-        let (w, steps, more) = self
-            .node
-            .read(&realm, move |tx| {
-                wf::show_tx(tx, &rl, &r.workflow_id, r.after_step)
-            })
+    op!(Show(WorkflowRequest) -> WorkflowDetail, |node, who, r| {
+        let (w, steps, more) = node
+            .read_as(who, move |tx, who, _| wf::show_tx(tx, who, &r.workflow_id, r.after_step))
             .await?;
-        Ok(Response::new(proto::WorkflowDetail {
+        Ok(proto::WorkflowDetail {
             workflow: Some(info(w)),
             steps: steps
                 .into_iter()
@@ -889,56 +743,27 @@ impl proto::workflows_server::Workflows for WorkflowsService {
                 })
                 .collect(),
             more,
-        }))
-    }
+        })
+    });
 
-    async fn cancel(
-        &self,
-        request: Request<proto::WorkflowRequest>,
-    ) -> Result<Response<proto::WorkflowInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let rl = realm.clone();
-        let w = self
-            .node
-            .call(&realm, move |tx| {
-                wf::cancel_tx(tx, &rl, &r.workflow_id, tabos_store::now_us())
+    op!(Cancel(WorkflowRequest) -> WorkflowInfo, |node, who, r| {
+        let w = node
+            .write_as(who, move |tx, who, now| wf::cancel_tx(tx, who, &r.workflow_id, now))
+            .await?;
+        Ok(info(w))
+    });
+
+    op!(Resume(ResumeWorkflowRequest) -> WorkflowInfo, |node, who, r| {
+        let version = opt(r.app_version);
+        let w = node
+            .write_as(who, move |tx, who, now| {
+                wf::resume_tx(tx, who, &r.workflow_id, version.as_deref(), now)
             })
             .await?;
-        Ok(Response::new(info(w)))
-    }
+        Ok(info(w))
+    });
 
-    async fn resume(
-        &self,
-        request: Request<proto::ResumeWorkflowRequest>,
-    ) -> Result<Response<proto::WorkflowInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let rl = realm.clone();
-        let w = self
-            .node
-            .call(&realm, move |tx| {
-                wf::resume_tx(
-                    tx,
-                    &rl,
-                    &r.workflow_id,
-                    opt(r.app_version.clone()).as_deref(),
-                    tabos_store::now_us(),
-                )
-            })
-            .await?;
-        Ok(Response::new(info(w)))
-    }
-
-    async fn fork(
-        &self,
-        request: Request<proto::ForkWorkflowRequest>,
-    ) -> Result<Response<proto::WorkflowInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(Fork(ForkWorkflowRequest) -> WorkflowInfo, |node, who, r| {
         let new_id = match r.new_id.as_str() {
             "" => new_id()?,
             _ => r.new_id.clone(),
@@ -947,85 +772,48 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             0 => 1,
             n => n,
         };
-        let (rl, user) = (realm.clone(), access.user("")?);
-        let w = self
-            .node
-            .call(&realm, move |tx| {
-                wf::fork_tx(
-                    tx,
-                    &rl,
-                    &r.workflow_id,
-                    &new_id,
-                    from,
-                    opt(r.app_version.clone()).as_deref(),
-                    &user,
-                    tabos_store::now_us(),
-                )
+        let version = opt(r.app_version);
+        let w = node
+            .write_as(who, move |tx, who, now| {
+                wf::fork_tx(tx, who, &r.workflow_id, &new_id, from, version.as_deref(), now)
             })
             .await?;
-        Ok(Response::new(info(w)))
-    }
+        Ok(info(w))
+    });
 
-    async fn retarget(
-        &self,
-        request: Request<proto::RetargetRequest>,
-    ) -> Result<Response<proto::RetargetResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        // Moving a realm's workflows between versions is its operator's
-        // (or admin's) call: a deploy.
-        let realm = access.realm(&r.realm, Role::Admin)?;
-        let rl = realm.clone();
-        let moved = self
-            .node
-            .call(&realm, move |tx| {
-                wf::retarget_tx(
-                    tx,
-                    &rl,
-                    &r.from_version,
-                    &r.to_version,
-                    tabos_store::now_us(),
-                )
+    // Moving a realm's workflows between versions is its operator's (or
+    // admin's) call: a deploy.
+    op!(Retarget(RetargetRequest) -> RetargetResponse, |node, who, r| {
+        let moved = node
+            .write_as(who, move |tx, who, now| {
+                wf::retarget_tx(tx, who, &r.from_version, &r.to_version, now)
             })
             .await?;
-        Ok(Response::new(proto::RetargetResponse { moved }))
-    }
+        Ok(proto::RetargetResponse { moved })
+    });
 
-    async fn set_queue(
-        &self,
-        request: Request<proto::SetQueueRequest>,
-    ) -> Result<Response<proto::QueueInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(SetQueue(SetQueueRequest) -> QueueInfo, |node, who, r| {
         let limits = wf::QueueLimits {
             concurrency: limit(r.concurrency),
             node_concurrency: limit(r.node_concurrency),
             rate_limit: limit(r.rate_limit),
             rate_period_ms: limit(r.rate_period_ms),
         };
-        let (rl, q) = (realm.clone(), r.queue.clone());
-        let qs = self
-            .node
-            .call(&realm, move |tx| {
-                wf::set_queue_tx(tx, &rl, &q, &limits, tabos_store::now_us())?;
-                wf::queues_tx(tx, &rl)
+        let q = r.queue.clone();
+        let qs = node
+            .write_as(who, move |tx, who, now| {
+                wf::set_queue_tx(tx, who, &q, &limits, now)?;
+                wf::queues_tx(tx, who)
             })
             .await?;
-        let q = qs
-            .into_iter()
+        qs.into_iter()
             .find(|q| q.queue == r.queue)
-            .ok_or_else(|| Status::internal(format!("queue {} was just set", r.queue)))?;
-        Ok(Response::new(queue_info(q)))
-    }
+            .map(queue_info)
+            .ok_or_else(|| Error::NotFound(format!("queue {}, just set", r.queue)))
+    });
 
-    async fn set_schedule(
-        &self,
-        request: Request<proto::ScheduleInfo>,
-    ) -> Result<Response<proto::ScheduleInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
+    op!(SetSchedule(ScheduleInfo) -> ScheduleInfo, |node, who, r| {
+        let realm = who.realm().to_string();
         let s = wf::Schedule {
             schedule: r.schedule,
             name: r.name,
@@ -1037,63 +825,34 @@ impl proto::workflows_server::Workflows for WorkflowsService {
             },
             next_us: 0,
         };
-        let rl = realm.clone();
-        let s = self
-            .node
-            .call(&realm, move |tx| {
-                wf::set_schedule_tx(tx, &rl, &s, tabos_store::now_us())
-            })
+        let s = node
+            .write_as(who, move |tx, who, now| wf::set_schedule_tx(tx, who, &s, now))
             .await?;
-        Ok(Response::new(schedule_info(&realm, s)))
-    }
+        Ok(schedule_info(&realm, s))
+    });
 
-    async fn list_schedules(
-        &self,
-        request: Request<proto::ListSchedulesRequest>,
-    ) -> Result<Response<proto::ListSchedulesResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Reader)?;
-        let rl = realm.clone();
-        let ss = self
-            .node
-            .read(&realm, move |tx| wf::schedules_tx(tx, &rl))
+    op!(ListSchedules(ListSchedulesRequest) -> ListSchedulesResponse, |node, who, _r| {
+        let realm = who.realm().to_string();
+        let ss = node
+            .read_as(who, move |tx, who, _| wf::schedules_tx(tx, who))
             .await?;
-        Ok(Response::new(proto::ListSchedulesResponse {
+        Ok(proto::ListSchedulesResponse {
             schedules: ss.into_iter().map(|s| schedule_info(&realm, s)).collect(),
-        }))
-    }
+        })
+    });
 
-    async fn remove_schedule(
-        &self,
-        request: Request<proto::RemoveScheduleRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Member)?;
-        let rl = realm.clone();
-        self.node
-            .call(&realm, move |tx| {
-                wf::remove_schedule_tx(tx, &rl, &r.schedule)
-            })
+    op!(RemoveSchedule(RemoveScheduleRequest) -> Empty, |node, who, r| {
+        node.write_as(who, move |tx, who, _| wf::remove_schedule_tx(tx, who, &r.schedule))
             .await?;
-        Ok(Response::new(proto::Empty {}))
-    }
+        Ok(proto::Empty {})
+    });
 
-    async fn list_queues(
-        &self,
-        request: Request<proto::ListQueuesRequest>,
-    ) -> Result<Response<proto::ListQueuesResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let realm = access.realm(&r.realm, Role::Reader)?;
-        let rl = realm.clone();
-        let qs = self
-            .node
-            .read(&realm, move |tx| wf::queues_tx(tx, &rl))
+    op!(ListQueues(ListQueuesRequest) -> ListQueuesResponse, |node, who, _r| {
+        let qs = node
+            .read_as(who, move |tx, who, _| wf::queues_tx(tx, who))
             .await?;
-        Ok(Response::new(proto::ListQueuesResponse {
+        Ok(proto::ListQueuesResponse {
             queues: qs.into_iter().map(queue_info).collect(),
-        }))
-    }
+        })
+    });
 }

@@ -9,7 +9,14 @@
 use std::path::Path;
 
 /// The services whose operations are declared in an `ops` module.
-const SERVED_BY_OPS: &[&str] = &["names.rs", "ipc.rs", "procedures.rs", "fs.rs", "procs.rs"];
+const SERVED_BY_OPS: &[&str] = &[
+    "names.rs",
+    "ipc.rs",
+    "procedures.rs",
+    "fs.rs",
+    "procs.rs",
+    "workflows.rs",
+];
 
 /// Handlers of those services still checked at the door, until their
 /// kernel operations take a caller (issue 37): realms are managed by
@@ -31,8 +38,24 @@ const ACCESS_CODE: &[&str] = &[
     "auth::Access",
 ];
 
-/// The handlers of the `impl proto::…_server::… for …` block: (name, body).
+/// The handlers of the `impl proto::…_server::… for …` block: (name, body)
+/// — or of a `served!` table, where each `method(Req) -> Resp = Op;` is
+/// served by its operation and nothing else.
 fn handlers(src: &str) -> Vec<(String, String)> {
+    if let Some(i) = src.find("crate::op::served! {") {
+        let table = &src[i..src[i..].find("\n}").map_or(src.len(), |e| i + e)];
+        return table
+            .lines()
+            .filter_map(|l| {
+                let (call, op) = l.trim().strip_suffix(';')?.split_once(" = ")?;
+                let name = call.split_once('(')?.0;
+                Some((
+                    name.to_string(),
+                    format!("self.node.on::<ops::{op}>(request)"),
+                ))
+            })
+            .collect();
+    }
     let start = src
         .find("_server::")
         .and_then(|i| src[..i].rfind("impl proto::"))
@@ -106,6 +129,17 @@ impl proto::names_server::Names for NamesService {
 "#;
     let hs = handlers(src);
     assert_eq!(hs.len(), 2);
+    let table = r#"
+crate::op::served! {
+    WorkflowsService: proto::workflows_server::Workflows;
+    start(StartWorkflowRequest) -> StartWorkflowResponse = Start;
+    wait(WaitWorkflowRequest) -> WorkflowInfo = Wait;
+}
+"#;
+    let served = handlers(table);
+    assert_eq!(served.len(), 2, "{served:?}");
+    assert_eq!(served[1].0, "wait");
+    assert!(served[1].1.contains("self.node.on::<ops::Wait>"));
     assert!(hs[0].1.contains(".access("));
     assert!(hs[1].1.contains("self.node.on::<ops::Set>"));
 }
