@@ -774,6 +774,59 @@ pub async fn create(store: &Store, spec: Spec) -> Result<(Minted, Principal)> {
     Ok((minted, principal))
 }
 
+/// Refuses unless `who` may grant `spec`: a credential is never more than
+/// its creator — an admin's (or operator's) call, a role up to the
+/// caller's own, in the caller's realm; an operator credential (which names
+/// no realm) only by an operator.
+pub fn may_grant(who: &Caller, spec: &Spec) -> Result<()> {
+    who.may(Role::Admin, "make credentials")?;
+    who.require(spec.role)?;
+    let in_reach = match spec.role {
+        Role::Operator => spec.realm.is_empty(),
+        _ => spec.realm == who.realm(),
+    };
+    if !in_reach {
+        return Err(Error::Denied(format!(
+            "{} acts for realm {}, not {:?}",
+            who.who(),
+            who.realm(),
+            spec.realm
+        )));
+    }
+    Ok(())
+}
+
+/// [`create`] for `who`, once it may grant `spec` ([`may_grant`]).
+pub async fn create_for(store: &Store, who: &Caller, spec: Spec) -> Result<(Minted, Principal)> {
+    may_grant(who, &spec)?;
+    create(store, spec).await
+}
+
+/// Revokes credential `id` for `who`: an admin revokes its realm's, an
+/// operator any (another realm's is NotFound to an admin).
+pub async fn revoke_for(store: &Store, who: &Caller, id: &CredentialId) -> Result<()> {
+    who.may(Role::Admin, "revoke credentials")?;
+    let realm = (!who.is_operator()).then(|| who.realm());
+    revoke(store, id, realm).await
+}
+
+/// The credentials `who` may see ([`list`]): an admin's realm's; an
+/// operator's, every realm's when `every_realm`. Off the async runtime's
+/// threads.
+pub async fn list_for(
+    store: &Store,
+    who: &Caller,
+    every_realm: bool,
+    with_procs: bool,
+) -> Result<Vec<Info>> {
+    who.may(Role::Admin, "list credentials")?;
+    let realm = (!(every_realm && who.is_operator())).then(|| who.realm().to_string());
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || list(&store, realm.as_deref(), with_procs))
+        .await
+        .map_err(|e| Error::Invalid(format!("credential listing task failed: {e}")))?
+}
+
 /// Procedure body: revokes credential `id` if `realm` is its realm (any
 /// realm when `None`). Revoking twice is not an error; an unknown id (or
 /// another realm's) is NotFound.

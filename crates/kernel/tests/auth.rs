@@ -11,7 +11,11 @@ use tabos_kernel::{realms, Error};
 mod common;
 use common::Backend;
 
-both!(credentials_live_and_die, quotas_and_usage);
+both!(
+    credentials_live_and_die,
+    quotas_and_usage,
+    a_credential_is_never_more_than_its_maker
+);
 
 /// Quotas set and read back with the realm's usage, on both backends.
 fn quotas_and_usage(b: Backend) {
@@ -142,4 +146,70 @@ fn credentials_live_and_die(b: Backend) {
         .map(|(_, p)| p.id().clone())
         .collect();
     assert_eq!(live, vec![op.id.clone()]);
+}
+
+/// What a caller may grant, revoke and list (issue 37): never more than
+/// itself — its realm, its role — and an operator credential only by an
+/// operator; another realm's credential is not found to an admin.
+fn a_credential_is_never_more_than_its_maker(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let (s, rt) = (&f.store, common::rt());
+    realms::create(s, "r", Scheduler::Fifo).unwrap();
+    realms::create(s, "q", Scheduler::Fifo).unwrap();
+    let make = |spec: Spec| rt.block_on(auth::create(s, spec)).unwrap();
+    let (_, admin) = make(Spec::realm("r", "root", Role::Admin));
+    let (_, member) = make(Spec::realm("r", "alice", Role::Member));
+    let (other, _) = make(Spec::realm("q", "bob", Role::Member));
+    let admin = admin.act("", "", "r").unwrap();
+    let member = member.act("", "", "r").unwrap();
+    let denied = |r: tabos_kernel::Result<_>| match r {
+        Err(Error::Denied(_)) => {}
+        Err(e) => panic!("not denied: {e}"),
+        Ok(_) => panic!("granted"),
+    };
+    denied(
+        rt.block_on(auth::create_for(s, &admin, Spec::operator("x")))
+            .map(|_| ()),
+    );
+    denied(
+        rt.block_on(auth::create_for(
+            s,
+            &admin,
+            Spec::realm("q", "x", Role::Reader),
+        ))
+        .map(|_| ()),
+    );
+    denied(
+        rt.block_on(auth::create_for(
+            s,
+            &member,
+            Spec::realm("r", "x", Role::Reader),
+        ))
+        .map(|_| ()),
+    );
+    denied(
+        rt.block_on(auth::list_for(s, &member, false, false))
+            .map(|_| ()),
+    );
+    let (made, p) = rt
+        .block_on(auth::create_for(
+            s,
+            &admin,
+            Spec::realm("r", "carol", Role::Member),
+        ))
+        .unwrap();
+    assert_eq!((p.realm(), p.role()), ("r", Role::Member));
+    // An admin sees its realm's only, whatever it asks.
+    let seen: Vec<_> = rt
+        .block_on(auth::list_for(s, &admin, true, false))
+        .unwrap()
+        .into_iter()
+        .map(|i| i.principal.realm().to_string())
+        .collect();
+    assert!(seen.len() >= 3 && seen.iter().all(|r| r == "r"), "{seen:?}");
+    let e = rt
+        .block_on(auth::revoke_for(s, &admin, &other.id))
+        .unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    rt.block_on(auth::revoke_for(s, &admin, &made.id)).unwrap();
 }

@@ -387,6 +387,18 @@ impl Auth {
         Ok((minted, Arc::new(principal)))
     }
 
+    /// [`Auth::create`] for `who`, which the kernel checks may grant
+    /// `spec` ([`auth::may_grant`]).
+    pub async fn create_for(
+        &self,
+        who: &tabos_kernel::auth::Caller,
+        spec: auth::Spec,
+    ) -> Result<(auth::Minted, Arc<Principal>), tabos_kernel::Error> {
+        let (minted, principal) = auth::create_for(&self.inner.store, who, spec).await?;
+        self.remember(minted.hash, principal.clone());
+        Ok((minted, Arc::new(principal)))
+    }
+
     /// Adds a credential this node has just committed to the in-memory
     /// copy. A proc's is then followed: its channel is subscribed to and
     /// its row read again off this thread (a revocation between the

@@ -30,12 +30,21 @@ pub trait Acting {
 }
 
 /// `acting!(realm: A, B)`: the requests that name a realm; `acting!(realm
-/// and user: C)`: those that name a user too (the filesystem's).
+/// and user: C)`: those that name a user too (the filesystem's);
+/// `acting!(none: D)`: those that name neither (the credential's own, an
+/// operator's in the node's realm).
 macro_rules! acting {
     (realm: $($t:ident),+ $(,)?) => {$(
         impl Acting for tabos_client::proto::$t {
             fn acting(&self) -> (&str, &str) {
                 (&self.realm, "")
+            }
+        }
+    )+};
+    (none: $($t:ident),+ $(,)?) => {$(
+        impl Acting for tabos_client::proto::$t {
+            fn acting(&self) -> (&str, &str) {
+                ("", "")
             }
         }
     )+};
@@ -53,6 +62,7 @@ acting!(realm:
     FenceRequest, OpenSessionRequest, SessionRequest, WatchRequest,
     CreateMailboxRequest, RemoveMailboxRequest, SendRequest, RecvRequest, MailboxRequest,
     InstallProcedureRequest, ListProceduresRequest, ProcedureRequest, CallProcedureRequest,
+    CreateTokenRequest, ListTokensRequest,
     FsDuRequest, PidRequest, ExitedRequest, PruneRequest, LogsRequest, SpawnRequest,
     SpawnBurstRequest,
     RegisterExecutorRequest, ExecutorRequest, StartWorkflowRequest, ClaimRequest,
@@ -62,6 +72,7 @@ acting!(realm:
     ForkWorkflowRequest, RetargetRequest, SetQueueRequest, ScheduleInfo, ListSchedulesRequest,
     RemoveScheduleRequest, ListQueuesRequest,
 );
+acting!(none: RevokeTokenRequest, Empty);
 acting!(realm and user:
     FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
     FsReadRequest, FsWriteRequest, FsTruncateRequest,
@@ -88,6 +99,27 @@ macro_rules! served {
     };
 }
 pub(crate) use served;
+
+/// `op!(Name(Request) -> Response, |node, who, r| body)`: declares
+/// operation `Name` ([`Op`]) on proto messages `Request` and `Response`,
+/// its body run for caller `who`.
+macro_rules! op {
+    ($name:ident($req:ident) -> $resp:ident, |$node:ident, $who:ident, $r:ident| $body:block) => {
+        pub struct $name;
+        impl $crate::op::Op for $name {
+            type Request = tabos_client::proto::$req;
+            type Response = tabos_client::proto::$resp;
+            async fn run(
+                $node: &$crate::Node,
+                $who: tabos_kernel::auth::Caller,
+                $r: Self::Request,
+            ) -> tabos_kernel::Result<Self::Response> {
+                $body
+            }
+        }
+    };
+}
+pub(crate) use op;
 
 /// A kernel operation as the node serves it.
 pub trait Op: 'static {

@@ -12,7 +12,7 @@ use tabos_client::proto;
 use tabos_kernel::auth::{self, CredentialId, Principal, Role, Spec};
 use tonic::{Request, Response, Status};
 
-use crate::{kernel_status, Node};
+use crate::Node;
 
 pub struct TokensService {
     node: Node,
@@ -22,10 +22,6 @@ impl TokensService {
     pub fn new(node: Node) -> TokensService {
         TokensService { node }
     }
-}
-
-fn invalid(e: impl std::fmt::Display) -> Status {
-    Status::invalid_argument(e.to_string())
 }
 
 /// The protocol's view of a credential.
@@ -66,27 +62,60 @@ impl proto::tokens_server::Tokens for TokensService {
         &self,
         request: Request<proto::CreateTokenRequest>,
     ) -> Result<Response<proto::CreatedToken>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        let role: Role = crate::wire::request("role", r.role)?.unwrap_or(Role::Member);
-        // Never more than the creator: admins up to admin, in their realm.
-        access.require(Role::Admin)?;
-        access.require(role)?;
-        let realm = if role == Role::Operator {
-            if !r.realm.is_empty() {
-                return Err(invalid("an operator credential names no realm"));
+        self.node.on::<ops::Create>(request).await
+    }
+
+    async fn list(
+        &self,
+        request: Request<proto::ListTokensRequest>,
+    ) -> Result<Response<proto::ListTokensResponse>, Status> {
+        self.node.on::<ops::List>(request).await
+    }
+
+    async fn revoke(
+        &self,
+        request: Request<proto::RevokeTokenRequest>,
+    ) -> Result<Response<proto::Empty>, Status> {
+        self.node.on::<ops::Revoke>(request).await
+    }
+
+    /// The credential itself, and the realm it acts in by default: no
+    /// operation of the kernel, so the one handler that reads the principal.
+    async fn who_am_i(
+        &self,
+        request: Request<proto::Empty>,
+    ) -> Result<Response<proto::TokenInfo>, Status> {
+        let who = self.node.caller_of(&request)?;
+        let p: Arc<Principal> = crate::auth::caller(&request)?;
+        Ok(Response::new(proto::TokenInfo {
+            default_realm: who.realm().to_string(),
+            ..principal_to_proto(&p)
+        }))
+    }
+}
+
+/// The service's operations; the kernel's `auth::*_for` check the caller.
+pub mod ops {
+    use super::*;
+    use crate::op::op;
+    use tabos_kernel::Error;
+
+    op!(Create(CreateTokenRequest) -> CreatedToken, |node, who, r| {
+        let role: Role = crate::wire::field("role", r.role)?.unwrap_or(Role::Member);
+        let realm = match role {
+            Role::Operator if !r.realm.is_empty() => {
+                return Err(Error::Invalid("an operator credential names no realm".into()))
             }
-            String::new()
-        } else {
-            access.realm(&r.realm, Role::Admin)?
+            Role::Operator => String::new(),
+            _ => who.realm().to_string(),
         };
         let user = match r.user.as_str() {
-            "" if role >= Role::Admin => "root".to_string(),
+            "" if role >= Role::Admin => auth::ROOT.to_string(),
             "" => role.as_str().to_string(),
             u => u.to_string(),
         };
         if r.ttl_ms > TTL_MS_MAX {
-            return Err(invalid(format!(
+            return Err(Error::Invalid(format!(
                 "a credential's lifetime is at most {TTL_MS_MAX} ms"
             )));
         }
@@ -100,74 +129,31 @@ impl proto::tokens_server::Tokens for TokensService {
             note: r.note,
             scope: match r.scope.trim() {
                 "" => None,
-                s => Some(auth::Scope::parse(s).map_err(|e| kernel_status(&e))?),
+                s => Some(auth::Scope::parse(s)?),
             },
         };
         let note = spec.note.clone();
-        let (minted, principal) = self
-            .node
-            .auth
-            .create(spec)
-            .await
-            .map_err(|e| kernel_status(&e))?;
+        let (minted, principal) = node.auth.create_for(&who, spec).await?;
         let mut info = principal_to_proto(&principal);
         info.created_us = now;
         info.note = note;
-        Ok(Response::new(proto::CreatedToken {
+        Ok(proto::CreatedToken {
             info: Some(info),
             token: minted.token,
-        }))
-    }
+        })
+    });
 
-    async fn list(
-        &self,
-        request: Request<proto::ListTokensRequest>,
-    ) -> Result<Response<proto::ListTokensResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        access.require(Role::Admin)?;
-        let realm = if access.principal.is_operator() {
-            (!r.realm.is_empty()).then_some(r.realm)
-        } else {
-            Some(access.realm(&r.realm, Role::Admin)?)
-        };
-        let store = self.node.store.clone();
-        let list =
-            tokio::task::spawn_blocking(move || auth::list(&store, realm.as_deref(), r.procs))
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::ListTokensResponse {
+    op!(List(ListTokensRequest) -> ListTokensResponse, |node, who, r| {
+        let list = auth::list_for(&node.store, &who, r.realm.is_empty(), r.procs).await?;
+        Ok(proto::ListTokensResponse {
             tokens: list.iter().map(info_to_proto).collect(),
-        }))
-    }
+        })
+    });
 
-    async fn revoke(
-        &self,
-        request: Request<proto::RevokeTokenRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let access = self.node.access(&request)?;
-        let r = request.into_inner();
-        access.require(Role::Admin)?;
-        let id = CredentialId::new(r.id).map_err(|e| kernel_status(&e))?;
-        let realm = (!access.principal.is_operator()).then(|| access.principal.realm().to_string());
-        auth::revoke(&self.node.store, &id, realm.as_deref())
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        self.node.auth.forget(&id);
-        Ok(Response::new(proto::Empty {}))
-    }
-
-    async fn who_am_i(
-        &self,
-        request: Request<proto::Empty>,
-    ) -> Result<Response<proto::TokenInfo>, Status> {
-        let access = self.node.access(&request)?;
-        let default_realm = access.realm("", Role::Reader)?;
-        let p: Arc<Principal> = access.principal;
-        Ok(Response::new(proto::TokenInfo {
-            default_realm,
-            ..principal_to_proto(&p)
-        }))
-    }
+    op!(Revoke(RevokeTokenRequest) -> Empty, |node, who, r| {
+        let id = CredentialId::new(r.id)?;
+        auth::revoke_for(&node.store, &who, &id).await?;
+        node.auth.forget(&id);
+        Ok(proto::Empty {})
+    });
 }

@@ -321,27 +321,7 @@ crate::op::served! {
 /// operation for the caller (which checks it) and encodes the answer.
 pub mod ops {
     use super::*;
-    use crate::op::Op;
-    use tabos_kernel::auth::Caller;
-
-    /// `op!(Name(Request) -> Response, |node, who, r| body)`: one
-    /// operation.
-    macro_rules! op {
-        ($name:ident($req:ident) -> $resp:ident, |$node:ident, $who:ident, $r:ident| $body:block) => {
-            pub struct $name;
-            impl Op for $name {
-                type Request = proto::$req;
-                type Response = proto::$resp;
-                async fn run(
-                    $node: &Node,
-                    $who: Caller,
-                    $r: Self::Request,
-                ) -> Result<Self::Response> {
-                    $body
-                }
-            }
-        };
-    }
+    use crate::op::op;
 
     /// `lease_ms`, or the default when it says 0.
     fn lease(ms: u64) -> u64 {

@@ -16,6 +16,7 @@ const SERVED_BY_OPS: &[&str] = &[
     "fs.rs",
     "procs.rs",
     "workflows.rs",
+    "tokens.rs",
 ];
 
 /// Handlers of those services still checked at the door, until their
