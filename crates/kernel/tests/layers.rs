@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["procs", "ipc", "fs"],
     &["procedures", "alloc", "workflows"],
     &["teardown"],
+    &["cluster"],
 ];
 
 /// The source text of `module` (a file, or a directory of files), without

@@ -96,4 +96,76 @@ fn leases_are_judged_by_the_database_clock_and_each_nodes_own(b: Backend) {
     assert_eq!(beat.returned.map(|r| r.given_back), Some(false), "{beat:?}");
 }
 
-both!(leases_are_judged_by_the_database_clock_and_each_nodes_own);
+both!(
+    leases_are_judged_by_the_database_clock_and_each_nodes_own,
+    the_cluster_is_steered_by_operators_only,
+);
+
+/// The cluster's calls ask their caller (issue 37): a realm's admin may
+/// not create, set or remove realms, remove or drain nodes, or set
+/// elastic policies, and sees only its own realm; an operator may.
+fn the_cluster_is_steered_by_operators_only(b: Backend) {
+    use tabos_kernel::auth::{self, Role, Spec};
+    use tabos_kernel::{alloc, cluster, procs::Class, sched::Scheduler};
+    let Some(f) = b.open() else { return };
+    let (s, rt) = (&f.store, rt());
+    let op = common::as_user("default", "root");
+    let (_, p) = rt
+        .block_on(cluster::create_realm(s, &op, "r", Scheduler::Fifo, None))
+        .unwrap();
+    assert_eq!((p.realm(), p.role()), ("r", Role::Admin));
+    rt.block_on(cluster::create_realm(s, &op, "q", Scheduler::Fifo, None))
+        .unwrap();
+    let (_, admin) = rt
+        .block_on(auth::create(s, Spec::realm("r", "root", Role::Admin)))
+        .unwrap();
+    let admin = admin.act("", "", "r").unwrap();
+    let denied = |r: tabos_kernel::Result<()>| match r {
+        Err(Error::Denied(_)) => {}
+        other => panic!("not denied: {other:?}"),
+    };
+    let policy = alloc::Policy {
+        class: Class::Be,
+        min_cores: 0,
+        max_cores: 1,
+    };
+    denied(
+        rt.block_on(cluster::create_realm(s, &admin, "x", Scheduler::Fifo, None))
+            .map(|_| ()),
+    );
+    denied(
+        rt.block_on(cluster::set_realm(s, &admin, "r", Default::default()))
+            .map(|_| ()),
+    );
+    denied(rt.block_on(cluster::remove_node(s, &admin, "n1")));
+    denied(
+        rt.block_on(cluster::drain_node(s, &admin, "n1", true))
+            .map(|_| ()),
+    );
+    denied(rt.block_on(cluster::set_elastic(s, &admin, policy)));
+    let mine: Vec<_> = rt
+        .block_on(cluster::realms(s, &admin))
+        .unwrap()
+        .into_iter()
+        .map(|u| u.realm)
+        .collect();
+    assert_eq!(mine, ["r"]);
+    let all = rt.block_on(cluster::realms(s, &op)).unwrap();
+    assert!(all.iter().any(|u| u.realm == "q"), "{all:?}");
+    // A change naming what cannot be cleared changes nothing.
+    let bad = cluster::RealmChange {
+        procs: Some(3),
+        clear: vec!["nope".into()],
+        ..Default::default()
+    };
+    let e = rt
+        .block_on(cluster::set_realm(s, &op, "r", bad))
+        .unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    let good = cluster::RealmChange {
+        procs: Some(3),
+        ..Default::default()
+    };
+    let u = rt.block_on(cluster::set_realm(s, &op, "r", good)).unwrap();
+    assert_eq!(u.quota.procs, Some(3));
+}

@@ -10,7 +10,7 @@ pub use tabos_client::doors::*;
 pub fn door_use<H: Held>(
     name: &str,
     door: &Door<H>,
-    caller: &tabos_kernel::auth::Principal,
+    caller: &tabos_kernel::auth::Caller,
 ) -> tabos_client::proto::DoorUse {
     let (open, usage) = door.usage();
     let limits = door.ledger.limits();
@@ -38,7 +38,7 @@ pub fn realm_cap(
     what: &str,
     per_realm_max: usize,
     usage: Vec<(String, usize)>,
-    caller: &tabos_kernel::auth::Principal,
+    caller: &tabos_kernel::auth::Caller,
 ) -> tabos_client::proto::RealmCap {
     tabos_client::proto::RealmCap {
         what: what.to_string(),

@@ -383,7 +383,7 @@ impl Node {
     /// Each door's connection limits and use, as `caller` may see them.
     pub fn door_uses(
         &self,
-        caller: &tabos_kernel::auth::Principal,
+        caller: &tabos_kernel::auth::Caller,
     ) -> Vec<tabos_client::proto::DoorUse> {
         vec![
             doors::door_use("grpc", self.doors.door(), caller),
@@ -397,7 +397,7 @@ impl Node {
     /// cap, as `caller` may see it.
     pub fn realm_caps(
         &self,
-        caller: &tabos_kernel::auth::Principal,
+        caller: &tabos_kernel::auth::Caller,
     ) -> Vec<tabos_client::proto::RealmCap> {
         let counted = |what: &str, c: &doors::PerRealm| {
             doors::realm_cap(what, c.per_realm(), c.usage(), caller)

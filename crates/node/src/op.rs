@@ -62,7 +62,8 @@ acting!(realm:
     FenceRequest, OpenSessionRequest, SessionRequest, WatchRequest,
     CreateMailboxRequest, RemoveMailboxRequest, SendRequest, RecvRequest, MailboxRequest,
     InstallProcedureRequest, ListProceduresRequest, ProcedureRequest, CallProcedureRequest,
-    CreateTokenRequest, ListTokensRequest,
+    CreateTokenRequest, ListTokensRequest, SetElasticRequest, AllocationRequest,
+    DecisionsRequest,
     FsDuRequest, PidRequest, ExitedRequest, PruneRequest, LogsRequest, SpawnRequest,
     SpawnBurstRequest,
     RegisterExecutorRequest, ExecutorRequest, StartWorkflowRequest, ClaimRequest,
@@ -72,7 +73,11 @@ acting!(realm:
     ForkWorkflowRequest, RetargetRequest, SetQueueRequest, ScheduleInfo, ListSchedulesRequest,
     RemoveScheduleRequest, ListQueuesRequest,
 );
-acting!(none: RevokeTokenRequest, Empty);
+acting!(none:
+    RevokeTokenRequest, Empty, StatusRequest, ListNodesRequest, RemoveNodeRequest,
+    DrainNodeRequest, AllocSettingsRequest, CreateRealmRequest, SetRealmRequest,
+    RemoveRealmRequest, ListRealmsRequest,
+);
 acting!(realm and user:
     FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
     FsReadRequest, FsWriteRequest, FsTruncateRequest,

@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 
 use tabos_client::proto;
-use tabos_kernel::auth::Role;
 use tabos_kernel::ids::Pid;
 use tabos_kernel::procs::{self, Class, Descriptor, Kind, ProcInfo};
 use tabos_kernel::sched::Scheduler;
@@ -214,45 +213,33 @@ pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
     }
 }
 
-impl ProcsService {
-    /// Usage and quotas of one realm, or of all.
-    async fn realm_infos(&self, realm: Option<String>) -> Result<Vec<proto::RealmInfo>, Status> {
-        let store = self.node.store.clone();
-        let usage = tokio::task::spawn_blocking(move || {
-            tabos_kernel::realms::usage(&store, realm.as_deref())
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
-        .map_err(|e| kernel_status(&e))?;
-        Ok(usage
-            .into_iter()
-            .map(|u| proto::RealmInfo {
-                proc_uid: self.node.confine.uid_of(&u.realm),
-                host_network: u.host_network,
-                realm: u.realm,
-                live_procs: u.live_procs,
-                quota_procs: u.quota.procs,
-                cores: u.cores,
-                quota_cores: u.quota.cores,
-                mem_mb: u.mem_mb,
-                quota_mem_mb: u.quota.mem_mb,
-                stored_bytes: u.stored_bytes,
-                quota_storage_mb: u.quota.storage_mb,
-                mailbox_bytes: u.mailbox_bytes,
-                quota_mailbox_mb: u.quota.mailbox_mb,
-                procedures: u.procedures,
-                quota_procedures: u.quota.procedures,
-                host_paths: u.host_paths,
-                stored: u
-                    .stored
-                    .iter()
-                    .map(|(class, bytes)| proto::StoredBytes {
-                        class: crate::wire::out(class),
-                        bytes,
-                    })
-                    .collect(),
+/// A realm and what it uses, as the protocol says it.
+fn realm_info(node: &Node, u: tabos_kernel::realms::Usage) -> proto::RealmInfo {
+    proto::RealmInfo {
+        proc_uid: node.confine.uid_of(&u.realm),
+        host_network: u.host_network,
+        realm: u.realm,
+        live_procs: u.live_procs,
+        quota_procs: u.quota.procs,
+        cores: u.cores,
+        quota_cores: u.quota.cores,
+        mem_mb: u.mem_mb,
+        quota_mem_mb: u.quota.mem_mb,
+        stored_bytes: u.stored_bytes,
+        quota_storage_mb: u.quota.storage_mb,
+        mailbox_bytes: u.mailbox_bytes,
+        quota_mailbox_mb: u.quota.mailbox_mb,
+        procedures: u.procedures,
+        quota_procedures: u.quota.procedures,
+        host_paths: u.host_paths,
+        stored: u
+            .stored
+            .iter()
+            .map(|(class, bytes)| proto::StoredBytes {
+                class: crate::wire::out(class),
+                bytes,
             })
-            .collect())
+            .collect(),
     }
 }
 
@@ -260,9 +247,55 @@ impl ProcsService {
 /// for a caller (which checks role, scope and the proc it acts for).
 pub mod ops {
     use super::*;
-    use crate::op::Op;
+    use crate::op::{op, Op};
     use tabos_kernel::auth::Caller;
+    use tabos_kernel::cluster;
     use tabos_kernel::Result;
+
+    op!(CreateRealm(CreateRealmRequest) -> CreateRealmResponse, |node, who, r| {
+        let scheduler: Scheduler =
+            crate::wire::field("scheduler", r.scheduler)?.unwrap_or(Scheduler::Fifo);
+        let elastic = match r.elastic {
+            Some(p) => Some(crate::status::policy_of(Some(p))?),
+            None => None,
+        };
+        let (minted, principal) =
+            cluster::create_realm(&node.store, &who, &r.realm, scheduler, elastic).await?;
+        node.auth.remember(minted.hash, principal);
+        Ok(proto::CreateRealmResponse {
+            admin_token: minted.token,
+            admin_token_id: minted.id.to_string(),
+        })
+    });
+
+    op!(SetRealm(SetRealmRequest) -> RealmInfo, |node, who, r| {
+        let change = cluster::RealmChange {
+            procs: r.procs,
+            cores: r.cores,
+            mem_mb: r.mem_mb,
+            storage_mb: r.storage_mb,
+            mailbox_mb: r.mailbox_mb,
+            procedures: r.procedures,
+            clear: r.clear,
+            host_paths: r.host_paths,
+            host_network: r.host_network,
+        };
+        let u = cluster::set_realm(&node.store, &who, &r.realm, change).await?;
+        Ok(realm_info(node, u))
+    });
+
+    op!(RemoveRealm(RemoveRealmRequest) -> RemoveRealmResponse, |node, who, r| {
+        let rows = cluster::remove_realm(&node.files, &who, &r.realm).await?;
+        node.auth.forget_realm(&r.realm);
+        Ok(proto::RemoveRealmResponse { rows: rows as i64 })
+    });
+
+    op!(ListRealms(ListRealmsRequest) -> ListRealmsResponse, |node, who, _r| {
+        let realms = cluster::realms(&node.store, &who).await?;
+        Ok(proto::ListRealmsResponse {
+            realms: realms.into_iter().map(|u| realm_info(node, u)).collect(),
+        })
+    });
 
     fn pid(r: &proto::PidRequest) -> Result<Pid> {
         Pid::new(r.pid.clone())
@@ -343,143 +376,28 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::CreateRealmRequest>,
     ) -> Result<Response<proto::CreateRealmResponse>, Status> {
-        let access = self.node.access(&request)?;
-        access.require(Role::Operator)?;
-        let r = request.into_inner();
-        let scheduler: Scheduler =
-            crate::wire::request("scheduler", r.scheduler)?.unwrap_or(Scheduler::Fifo);
-        // The realm and its first admin credential commit together.
-        let minted = tabos_kernel::auth::mint().map_err(|e| kernel_status(&e))?;
-        let spec = tabos_kernel::auth::Spec {
-            note: "realm admin (tabos realm create)".into(),
-            ..tabos_kernel::auth::Spec::realm(&r.realm, "root", Role::Admin)
-        };
-        let (realm, s, m, now) = (
-            r.realm.clone(),
-            spec.clone(),
-            minted.clone(),
-            tabos_store::now_us(),
-        );
-        // An elastic realm's policy first, so no static node ever serves it
-        // (they look for it when the realm's creation is announced).
-        let elastic = match r.elastic {
-            Some(p) => Some(crate::status::policy_from_proto(Some(p))?),
-            None => None,
-        };
-        tabos_kernel::validate_realm(&r.realm).map_err(invalid)?;
-        if let Some(policy) = elastic {
-            tabos_kernel::alloc::set_policy(&self.node.store, &r.realm, policy, true)
-                .await
-                .map_err(|e| kernel_status(&e))?;
-        }
-        let created = tabos_kernel::call(&self.node.store, &r.realm, move |tx| {
-            tabos_kernel::realms::create_tx(tx, &realm, scheduler, now)?;
-            tabos_kernel::auth::create_tx(tx, &s, &m, now)
-        })
-        .await;
-        let principal = match created {
-            Ok(p) => p,
-            Err(e) => {
-                if elastic.is_some() {
-                    // Undone: the realm did not come to be.
-                    let r2 = r.realm.clone();
-                    let _ = self
-                        .node
-                        .store
-                        .run(tabos_kernel::nodes::CLUSTER_PARTITION, move |tx| {
-                            tabos_kernel::alloc::forget_tx(tx, &r2)
-                        })
-                        .await;
-                }
-                return Err(kernel_status(&e));
-            }
-        };
-        self.node.auth.remember(minted.hash, principal);
-        Ok(Response::new(proto::CreateRealmResponse {
-            admin_token: minted.token,
-            admin_token_id: minted.id.to_string(),
-        }))
+        self.node.on::<ops::CreateRealm>(request).await
     }
 
     async fn set_realm(
         &self,
         request: Request<proto::SetRealmRequest>,
     ) -> Result<Response<proto::RealmInfo>, Status> {
-        let access = self.node.access(&request)?;
-        access.require(Role::Operator)?;
-        let r = request.into_inner();
-        tabos_kernel::validate_realm(&r.realm).map_err(|e| kernel_status(&e))?;
-        use tabos_kernel::realms::QUOTA_NAMES;
-        for c in &r.clear {
-            if !QUOTA_NAMES.contains(&c.as_str()) && c != "host-paths" {
-                return Err(invalid(format!(
-                    "what to clear is host-paths or a quota: {}, not {c:?}",
-                    QUOTA_NAMES.join(", ")
-                )));
-            }
-        }
-        let realm = r.realm.clone();
-        tabos_kernel::call(&self.node.store, &r.realm, move |tx| {
-            use tabos_kernel::realms;
-            let mut q = realms::quota_tx(tx, &realm)?;
-            let cleared = |what: &str| r.clear.iter().any(|c| c == what);
-            let pick = |what: &str, new: Option<i64>, old: Option<i64>| {
-                if cleared(what) {
-                    None
-                } else {
-                    new.or(old)
-                }
-            };
-            q.procs = pick("procs", r.procs, q.procs);
-            q.cores = pick("cores", r.cores, q.cores);
-            q.mem_mb = pick("memory", r.mem_mb, q.mem_mb);
-            q.storage_mb = pick("storage", r.storage_mb, q.storage_mb);
-            q.mailbox_mb = pick("mailbox", r.mailbox_mb, q.mailbox_mb);
-            q.procedures = pick("procedures", r.procedures, q.procedures);
-            if cleared("host-paths") {
-                realms::set_host_paths_tx(tx, &realm, &[])?;
-            } else if !r.host_paths.is_empty() {
-                realms::set_host_paths_tx(tx, &realm, &r.host_paths)?;
-            }
-            if let Some(allowed) = r.host_network {
-                realms::set_host_network_tx(tx, &realm, allowed)?;
-            }
-            realms::set_quota_tx(tx, &realm, &q)
-        })
-        .await
-        .map_err(|e| kernel_status(&e))?;
-        let mut infos = self.realm_infos(Some(r.realm)).await?;
-        infos
-            .pop()
-            .map(Response::new)
-            .ok_or_else(|| Status::not_found("the realm went away"))
+        self.node.on::<ops::SetRealm>(request).await
     }
 
     async fn remove_realm(
         &self,
         request: Request<proto::RemoveRealmRequest>,
     ) -> Result<Response<proto::RemoveRealmResponse>, Status> {
-        let access = self.node.access(&request)?;
-        access.require(Role::Operator)?;
-        let r = request.into_inner();
-        let rows = tabos_kernel::teardown::remove_realm(&self.node.files, &r.realm)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        self.node.auth.forget_realm(&r.realm);
-        Ok(Response::new(proto::RemoveRealmResponse {
-            rows: rows as i64,
-        }))
+        self.node.on::<ops::RemoveRealm>(request).await
     }
 
     async fn list_realms(
         &self,
         request: Request<proto::ListRealmsRequest>,
     ) -> Result<Response<proto::ListRealmsResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let only = (!access.principal.is_operator()).then(|| access.principal.realm().to_string());
-        Ok(Response::new(proto::ListRealmsResponse {
-            realms: self.realm_infos(only).await?,
-        }))
+        self.node.on::<ops::ListRealms>(request).await
     }
 
     async fn spawn(
