@@ -650,6 +650,23 @@ impl Caller {
         self.scope_allows(|s| s.may_recv(from), &format!("receive from {from}"))
     }
 
+    /// What this caller's SQL reads — every door's SQL (the Sql service,
+    /// the PostgreSQL front door, the dashboard) asks this, and only this:
+    /// every realm's rows for an operator asking for all (`every_realm`),
+    /// else its realm's. Only an admin may query at all (SQL reads files'
+    /// blocks and names' values past their owners' modes, which only an
+    /// admin may bypass), and no scoped credential.
+    pub fn sql_scope(&self, every_realm: bool) -> Result<tabos_store::ReadScope> {
+        // The scope first: it is the reason a scoped admin is refused.
+        self.unscoped("use SQL")?;
+        self.require(Role::Admin)?;
+        Ok(if every_realm && self.is_operator() {
+            tabos_store::ReadScope::All
+        } else {
+            tabos_store::ReadScope::Realm(self.realm.clone())
+        })
+    }
+
     /// Refuses acting for proc `pid` (sending as it, saying it started or
     /// exited) unless the credential is that proc's or is not a proc's.
     pub fn may_act_for(&self, pid: &Pid) -> Result<()> {

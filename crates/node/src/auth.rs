@@ -4,15 +4,17 @@
 //! request without an `authorization: Bearer <token>` header, or whose
 //! token is unknown, revoked or expired, is UNAUTHENTICATED before any
 //! handler runs. An accepted request carries its [`Principal`] as a request
-//! extension; handlers take it with [`caller`] and derive the realm and the
-//! user they act for from it ([`Access`]), never from a request field: a
-//! field naming another realm or user is PERMISSION_DENIED.
+//! extension; every door makes it a kernel `Caller` with
+//! `Principal::act` (the gRPC services through [`crate::op`]), which says
+//! which realm and user it acts for — a request naming another realm or
+//! user is PERMISSION_DENIED — and the kernel's operations check that
+//! caller.
 //!
 //! A scoped credential ([`auth::Scope`]) reaches only the `Ipc` and `Batch`
 //! services: every other service's interceptor is made with
 //! [`Authenticate::closed_to_scoped`] and refuses it before its handler
-//! runs; the `Ipc` handlers and the batch check each mailbox against the
-//! scope ([`Access::may_send`], [`Access::may_recv`], [`Access::unscoped`]).
+//! runs; the mailbox operations check each mailbox against the scope
+//! (`Caller::may_send`, `Caller::may_recv`, `Caller::unscoped`).
 //!
 //! The node checks tokens against an in-memory copy of the live
 //! credentials (hash → principal). Those that are not procs' are loaded at
@@ -46,7 +48,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use tabos_kernel::auth::{self, CredentialId, Principal, Role, TokenHash};
+use tabos_kernel::auth::{self, CredentialId, Principal, TokenHash};
 use tabos_store::{Store, Subscription};
 use tonic::metadata::MetadataMap;
 use tonic::{Request, Status};
@@ -606,138 +608,6 @@ pub fn caller<T>(request: &Request<T>) -> Result<Arc<Principal>, Status> {
         .ok_or_else(|| Status::unauthenticated("no credential"))
 }
 
-/// What a caller may do: its principal and the node's default realm (where
-/// an operator acts when its request names none).
-#[derive(Debug, Clone)]
-pub struct Access {
-    pub principal: Arc<Principal>,
-    default_realm: String,
-}
-
-impl Access {
-    pub fn new(principal: Arc<Principal>, default_realm: &str) -> Access {
-        Access {
-            principal,
-            default_realm: default_realm.to_string(),
-        }
-    }
-
-    /// The caller acting in `realm` as `user` (each empty: the
-    /// credential's own): [`Principal::act`].
-    pub fn act(&self, realm: &str, user: &str) -> Result<tabos_kernel::auth::Caller, Status> {
-        self.principal
-            .act(realm, user, &self.default_realm)
-            .map_err(|e| crate::kernel_status(&e))
-    }
-
-    /// Refuses the call unless the credential has at least `need`.
-    pub fn require(&self, need: Role) -> Result<(), Status> {
-        let p = &self.principal;
-        if p.role() >= need {
-            Ok(())
-        } else {
-            Err(Status::permission_denied(format!(
-                "credential {} has role {}; this call needs {need}",
-                p.id(),
-                p.role()
-            )))
-        }
-    }
-
-    /// The realm a request acts in: the credential's (a request may name
-    /// it, or leave it empty); an operator's request names any realm, or
-    /// acts in the node's. Needs at least role `need`.
-    pub fn realm(&self, requested: &str, need: Role) -> Result<String, Status> {
-        self.require(need)?;
-        let p = &self.principal;
-        if p.is_operator() {
-            return Ok(if requested.is_empty() {
-                self.default_realm.clone()
-            } else {
-                requested.to_string()
-            });
-        }
-        if requested.is_empty() || requested == p.realm() {
-            Ok(p.realm().to_string())
-        } else {
-            Err(Status::permission_denied(format!(
-                "credential {} acts for realm {}, not {requested}",
-                p.id(),
-                p.realm()
-            )))
-        }
-    }
-
-    /// The fs user a request acts as: the credential's (an operator's may
-    /// name any, `root` by default).
-    pub fn user(&self, requested: &str) -> Result<String, Status> {
-        let p = &self.principal;
-        if p.is_operator() {
-            return Ok(if requested.is_empty() {
-                p.user().to_string()
-            } else {
-                requested.to_string()
-            });
-        }
-        if requested.is_empty() || requested == p.user() {
-            Ok(p.user().to_string())
-        } else {
-            Err(Status::permission_denied(format!(
-                "credential {} acts as user {}, not {requested}",
-                p.id(),
-                p.user()
-            )))
-        }
-    }
-
-    /// Refuses a scoped credential, for `what` (e.g. "create mailboxes").
-    pub fn unscoped(&self, what: &str) -> Result<(), Status> {
-        match &self.principal.scope() {
-            Some(scope) => Err(Status::permission_denied(format!(
-                "credential {} is scoped to mailboxes ({scope}) and may not {what}",
-                self.principal.id()
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// Refuses sending to `to` unless the credential is unscoped or its
-    /// scope grants it.
-    pub fn may_send(&self, to: &tabos_kernel::ipc::Address) -> Result<(), Status> {
-        self.scope_allows(|s| s.may_send(to), &format!("send to {to}"))
-    }
-
-    /// Refuses receiving from (or looking at) `from` unless the credential
-    /// is unscoped or its scope grants it.
-    pub fn may_recv(&self, from: &tabos_kernel::ipc::Address) -> Result<(), Status> {
-        self.scope_allows(|s| s.may_recv(from), &format!("receive from {from}"))
-    }
-
-    fn scope_allows(
-        &self,
-        grants: impl Fn(&auth::Scope) -> bool,
-        what: &str,
-    ) -> Result<(), Status> {
-        match &self.principal.scope() {
-            Some(scope) if !grants(scope) => self.unscoped(what),
-            _ => Ok(()),
-        }
-    }
-
-    /// Refuses a call that names a proc as its caller (Started, Exited, a
-    /// proc's provenance) unless the credential is that proc's or is not
-    /// a proc's.
-    pub fn acting_pid(&self, pid: &str) -> Result<(), Status> {
-        match &self.principal.pid() {
-            Some(own) if own.as_str() != pid => Err(Status::permission_denied(format!(
-                "credential {} is proc {own}'s and cannot act for proc {pid}",
-                self.principal.id()
-            ))),
-            _ => Ok(()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -797,7 +667,7 @@ mod tests {
         let pid = tabos_kernel::ids::Pid::new("p1").unwrap();
         let spec = auth::Spec {
             pid: Some(pid.clone()),
-            ..auth::Spec::realm("r", "alice", Role::Member)
+            ..auth::Spec::realm("r", "alice", auth::Role::Member)
         };
         let (minted, _) = auth::create(&store, spec).await.unwrap();
         let a = Auth::open(store.clone()).unwrap();

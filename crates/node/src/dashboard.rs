@@ -55,7 +55,7 @@ use axum::Extension;
 use axum::Router;
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
-use tabos_kernel::auth::{CredentialId, Principal, Role};
+use tabos_kernel::auth::{CredentialId, Principal};
 use tabos_kernel::fs::Caller;
 use tabos_store::{ReadScope, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -63,7 +63,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use crate::auth::Access;
 use crate::Node;
 
 /// Where `tabos up` serves the dashboard unless told otherwise.
@@ -270,8 +269,10 @@ struct SignedIn {
 }
 
 impl SignedIn {
-    fn access(&self, node: &Node) -> Access {
-        Access::new(self.principal.clone(), &node.settings.realm)
+    /// Its credential acting in `realm` (empty: its own; an operator's, the
+    /// node's) as its own user: the kernel's one rule for every door.
+    fn act(&self, node: &Node, realm: &str) -> Result<Caller, ApiError> {
+        Ok(self.principal.act(realm, "", &node.settings.realm)?)
     }
 }
 
@@ -342,6 +343,12 @@ impl From<&tabos_store::Error> for ApiError {
 impl From<&tabos_kernel::Error> for ApiError {
     fn from(e: &tabos_kernel::Error) -> ApiError {
         crate::kernel_status(e).into()
+    }
+}
+
+impl From<tabos_kernel::Error> for ApiError {
+    fn from(e: tabos_kernel::Error) -> ApiError {
+        ApiError::from(&e)
     }
 }
 
@@ -443,34 +450,22 @@ impl App {
         Ok(SignedIn { principal, token })
     }
 
-    /// What `caller`'s SQL reads: every realm for an operator who names
-    /// none (or `*`), else one realm, which needs role admin.
+    /// What `caller`'s SQL reads ([`Caller::sql_scope`]): every realm for
+    /// an operator who names none (or `*`), else one realm.
     fn scope(&self, caller: &SignedIn, realm: &str) -> Result<ReadScope, ApiError> {
-        if caller.principal.is_operator() && (realm.is_empty() || realm == "*") {
-            return Ok(ReadScope::All);
-        }
-        let realm = caller.access(&self.node).realm(realm, Role::Admin)?;
-        tabos_kernel::validate_realm(&realm).map_err(|e| ApiError::from(&e))?;
-        Ok(ReadScope::Realm(realm))
+        let every_realm = caller.principal.is_operator() && (realm.is_empty() || realm == "*");
+        let asked = if every_realm { "" } else { realm };
+        Ok(caller.act(&self.node, asked)?.sql_scope(every_realm)?)
     }
 }
 
-/// Who may sign in: what SQL needs, since every page is SQL.
-fn may_sign_in(p: &Principal) -> Result<(), ApiError> {
-    if let Some(scope) = &p.scope() {
-        return Err(ApiError::forbidden(format!(
-            "credential {} is scoped to mailboxes ({scope}) and may not use the dashboard",
-            p.id()
-        )));
-    }
-    if !p.is_operator() && p.role() < Role::Admin {
-        return Err(ApiError::forbidden(format!(
-            "credential {} has role {}; the dashboard needs admin (its pages are SQL, which \
-             reads past files' and names' modes)",
-            p.id(),
-            p.role()
-        )));
-    }
+/// Who may sign in: who may use SQL, since every page is SQL.
+fn may_sign_in(node: &Node, p: &Principal) -> Result<(), ApiError> {
+    let refused = |e: tabos_kernel::Error| {
+        ApiError::forbidden(format!("{e} (every page of the dashboard is SQL)"))
+    };
+    let who = p.act("", "", &node.settings.realm).map_err(refused)?;
+    who.sql_scope(false).map_err(refused)?;
     Ok(())
 }
 
@@ -492,7 +487,7 @@ async fn sign_in(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Res
         let principal = app.node.auth.check(&token).ok_or_else(|| {
             ApiError::unauthorized("that is not a live tabos credential (tabos token create)")
         })?;
-        may_sign_in(&principal)?;
+        may_sign_in(&app.node, &principal)?;
         let id = app.sessions.add(principal.clone(), token)?;
         let mut r = json_response(StatusCode::OK, whoami(&app.node, &principal));
         let cookie = format!("{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict");
@@ -651,11 +646,9 @@ struct FsRequest {
 impl FsRequest {
     /// The realm, the caller's user and the path, checked.
     fn checked(self, app: &App, caller: &SignedIn) -> Result<(String, Caller, String), ApiError> {
-        let access = caller.access(&app.node);
-        let realm = access.realm(&self.realm, Role::Reader)?;
-        let who = access.act(&realm, "")?;
-        tabos_kernel::names::validate_path(&self.path).map_err(|e| ApiError::from(&e))?;
-        Ok((realm, who, self.path))
+        let who = caller.act(&app.node, &self.realm)?;
+        tabos_kernel::names::validate_path(&self.path)?;
+        Ok((who.realm().to_string(), who, self.path))
     }
 }
 
@@ -817,8 +810,10 @@ async fn events(
         let feeds = if channels.is_empty() {
             Vec::new()
         } else {
-            let realm = caller.access(&app.node).realm(&realm, Role::Admin)?;
-            tabos_kernel::validate_realm(&realm).map_err(|e| ApiError::from(&e))?;
+            // Channels carry what SQL shows: the same caller may follow them.
+            let who = caller.act(&app.node, &realm)?;
+            who.sql_scope(false)?;
+            let realm = who.realm().to_string();
             channels
                 .iter()
                 .map(|c| {

@@ -415,15 +415,6 @@ impl Node {
         ]
     }
 
-    /// What the caller of `request` may do (its credential was checked by
-    /// the interceptor every service is wrapped in).
-    pub fn access<T>(&self, request: &tonic::Request<T>) -> Result<auth::Access, tonic::Status> {
-        Ok(auth::Access::new(
-            auth::caller(request)?,
-            &self.settings.realm,
-        ))
-    }
-
     /// Creates an operator credential (for a node hosted in-process: the
     /// demo, tests, benchmarks). The token is in the result only.
     pub async fn operator_credential(

@@ -63,7 +63,7 @@ acting!(realm:
     CreateMailboxRequest, RemoveMailboxRequest, SendRequest, RecvRequest, MailboxRequest,
     InstallProcedureRequest, ListProceduresRequest, ProcedureRequest, CallProcedureRequest,
     CreateTokenRequest, ListTokensRequest, SetElasticRequest, AllocationRequest,
-    DecisionsRequest,
+    DecisionsRequest, SqlRequest,
     FsDuRequest, PidRequest, ExitedRequest, PruneRequest, LogsRequest, SpawnRequest,
     SpawnBurstRequest,
     RegisterExecutorRequest, ExecutorRequest, StartWorkflowRequest, ClaimRequest,

@@ -59,7 +59,7 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::response::{NoticeResponse, NotificationResponse};
 use pgwire::messages::startup::Authentication;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
-use tabos_kernel::auth::{Principal, Role};
+use tabos_kernel::auth::Principal;
 use tabos_store::{ReadScope, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -276,65 +276,32 @@ impl Conn {
                 ),
             )
         })?;
-        if let Some(scope) = &principal.scope() {
-            return Err(fatal(
-                sqlstate::INSUFFICIENT_PRIVILEGE,
-                format!(
-                    "credential {} is scoped to mailboxes ({scope}) and may not use SQL",
-                    principal.id()
-                ),
-            ));
-        }
+        // User `realm[/user]`, or an operator's `*`: every realm. Who may
+        // act where, and what SQL it reads, are the kernel's rules — the
+        // same at every door.
         let (realm, fs_user) = match user.split_once('/') {
-            Some((r, u)) => (r, Some(u)),
-            None => (user, None),
+            Some((r, u)) => (r, u),
+            None => (user, ""),
         };
-        let scope_realm = if principal.is_operator() {
-            (realm != "*").then(|| realm.to_string())
-        } else {
-            if realm != principal.realm() {
-                return Err(fatal(
-                    sqlstate::INVALID_AUTHORIZATION,
-                    format!(
-                        "credential {} acts for realm {}, not {realm:?}: sign in as user {}",
-                        principal.id(),
-                        principal.realm(),
-                        principal.realm()
-                    ),
-                ));
-            }
-            if let Some(u) = fs_user {
-                if u != principal.user() {
-                    return Err(fatal(
-                        sqlstate::INVALID_AUTHORIZATION,
-                        format!(
-                            "credential {} acts as user {}, not {u:?}",
-                            principal.id(),
-                            principal.user()
-                        ),
-                    ));
-                }
-            }
-            if principal.role() < Role::Admin {
-                return Err(fatal(
-                    sqlstate::INSUFFICIENT_PRIVILEGE,
-                    format!(
-                        "credential {} has role {}; SQL needs admin (it reads past files' and \
-                         names' modes)",
-                        principal.id(),
-                        principal.role()
-                    ),
-                ));
-            }
-            Some(principal.realm().to_string())
-        };
-        let scope = match &scope_realm {
-            Some(r) => {
-                tabos_kernel::validate_realm(r)
-                    .map_err(|e| fatal(sqlstate::INVALID_AUTHORIZATION, e.to_string()))?;
-                ReadScope::Realm(r.clone())
-            }
-            None => ReadScope::All,
+        let every_realm = realm == "*" && principal.is_operator();
+        let asked = if every_realm { "" } else { realm };
+        let who = principal
+            .act(asked, fs_user, &self.node.settings.realm)
+            .map_err(|e| {
+                let hint = match e {
+                    tabos_kernel::Error::Denied(_) => {
+                        format!(": sign in as user {}", principal.realm())
+                    }
+                    _ => String::new(),
+                };
+                fatal(sqlstate::INVALID_AUTHORIZATION, format!("{e}{hint}"))
+            })?;
+        let scope = who
+            .sql_scope(every_realm)
+            .map_err(|e| fatal(sqlstate::INSUFFICIENT_PRIVILEGE, e.to_string()))?;
+        let scope_realm = match &scope {
+            ReadScope::All => None,
+            ReadScope::Realm(r) => Some(r.clone()),
         };
         Ok(Session {
             principal,

@@ -16,11 +16,10 @@
 //! no PRAGMA; a query whose client went away is stopped.
 
 use tabos_client::proto::{self, value::Kind};
-use tabos_kernel::auth::Role;
+use tabos_kernel::{Error, Result};
 use tabos_store::Value;
-use tonic::{Request, Response, Status};
 
-use crate::{status_of, Node};
+use crate::Node;
 
 /// Longest statement accepted, in bytes.
 pub const SQL_BYTES_MAX: usize = 64 * 1024;
@@ -58,9 +57,9 @@ impl SqlService {
     }
 }
 
-pub fn value_from_proto(v: proto::Value, index: usize) -> Result<Value, Status> {
+fn value_from_proto(v: proto::Value, index: usize) -> Result<Value> {
     match v.kind {
-        None => Err(Status::invalid_argument(format!(
+        None => Err(Error::Invalid(format!(
             "parameter ${} has no value",
             index + 1
         ))),
@@ -72,7 +71,7 @@ pub fn value_from_proto(v: proto::Value, index: usize) -> Result<Value, Status> 
     }
 }
 
-pub fn value_to_proto(v: &Value) -> proto::Value {
+fn value_to_proto(v: &Value) -> proto::Value {
     let kind = match v {
         Value::Null => Kind::Null(true),
         Value::Int(i) => Kind::Int(*i),
@@ -94,7 +93,7 @@ pub async fn run(
     sql: String,
     params: Vec<Value>,
     max_rows: usize,
-) -> Result<tabos_store::Rows, tabos_store::Error> {
+) -> std::result::Result<tabos_store::Rows, tabos_store::Error> {
     let store = node.store.clone();
     let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let _cancel_on_drop = CancelOnDrop(cancel.clone());
@@ -110,33 +109,31 @@ pub async fn run(
         .map_err(|e| tabos_store::Error::Invalid(format!("query task failed: {e}")))?
 }
 
-#[tonic::async_trait]
-impl proto::sql_server::Sql for SqlService {
-    async fn query(
-        &self,
-        request: Request<proto::SqlRequest>,
-    ) -> Result<Response<proto::SqlResponse>, Status> {
-        let access = self.node.access(&request)?;
-        let req = request.into_inner();
-        let scope = if access.principal.is_operator() && req.realm.is_empty() {
-            tabos_store::ReadScope::All
-        } else {
-            // A realm's admin, or an operator looking as one.
-            let realm = access.realm(&req.realm, Role::Admin)?;
-            tabos_kernel::validate_realm(&realm).map_err(|e| crate::kernel_status(&e))?;
-            tabos_store::ReadScope::Realm(realm)
-        };
+crate::op::served! {
+    SqlService: proto::sql_server::Sql;
+    query(SqlRequest) -> SqlResponse = Query;
+}
+
+/// The service's operation: the caller's SQL scope is the kernel's
+/// ([`tabos_kernel::auth::Caller::sql_scope`]).
+pub mod ops {
+    use super::*;
+    use crate::op::op;
+
+    op!(Query(SqlRequest) -> SqlResponse, |node, who, req| {
+        // An operator naming no realm reads every realm's rows.
+        let scope = who.sql_scope(req.realm.is_empty())?;
         if req.sql.trim().is_empty() {
-            return Err(Status::invalid_argument("empty SQL statement"));
+            return Err(Error::Invalid("empty SQL statement".into()));
         }
         if req.sql.len() > SQL_BYTES_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::Invalid(format!(
                 "statement of {} bytes exceeds the limit of {SQL_BYTES_MAX}",
                 req.sql.len()
             )));
         }
         if req.params.len() > PARAMS_MAX {
-            return Err(Status::invalid_argument(format!(
+            return Err(Error::Invalid(format!(
                 "{} parameters exceed the limit of {PARAMS_MAX}",
                 req.params.len()
             )));
@@ -146,15 +143,13 @@ impl proto::sql_server::Sql for SqlService {
             .into_iter()
             .enumerate()
             .map(|(i, v)| value_from_proto(v, i))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>>>()?;
         let max_rows = match req.max_rows {
             0 => ROWS_DEFAULT,
             n => n.min(ROWS_MAX),
         } as usize;
-        let rows = run(&self.node, scope, req.sql, params, max_rows)
-            .await
-            .map_err(|e| status_of(&e))?;
-        Ok(Response::new(proto::SqlResponse {
+        let rows = run(node, scope, req.sql, params, max_rows).await?;
+        Ok(proto::SqlResponse {
             columns: rows.columns.to_vec(),
             truncated: rows.truncated,
             rows: rows
@@ -164,6 +159,6 @@ impl proto::sql_server::Sql for SqlService {
                     values: r.values().iter().map(value_to_proto).collect(),
                 })
                 .collect(),
-        }))
-    }
+        })
+    });
 }

@@ -8,16 +8,18 @@
 
 use std::path::Path;
 
-/// The services whose operations are declared in an `ops` module.
-const SERVED_BY_OPS: &[&str] = &[
-    "names.rs",
-    "ipc.rs",
-    "procedures.rs",
-    "fs.rs",
-    "procs.rs",
-    "workflows.rs",
-    "tokens.rs",
-    "status.rs",
+/// The services whose operations are declared in an `ops` module, and
+/// how many handlers each has at least (so a reader that found none fails).
+const SERVED_BY_OPS: &[(&str, usize)] = &[
+    ("names.rs", 10),
+    ("ipc.rs", 6),
+    ("procedures.rs", 4),
+    ("fs.rs", 10),
+    ("procs.rs", 15),
+    ("workflows.rs", 27),
+    ("tokens.rs", 4),
+    ("status.rs", 8),
+    ("sql.rs", 1),
 ];
 
 /// Handlers of those services still checked at the door (none: every
@@ -76,10 +78,14 @@ fn handlers(src: &str) -> Vec<(String, String)> {
 fn services_served_by_operations_check_no_access_themselves() {
     let src_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut wrong = Vec::new();
-    for file in SERVED_BY_OPS {
+    for (file, least) in SERVED_BY_OPS {
         let src = std::fs::read_to_string(src_dir.join(file)).unwrap();
         let hs = handlers(&src);
-        assert!(hs.len() >= 4, "{file}: found only {} handlers", hs.len());
+        assert!(
+            hs.len() >= *least,
+            "{file}: found only {} handlers",
+            hs.len()
+        );
         for (name, body) in hs {
             if STILL_AT_THE_DOOR.contains(&(*file, name.as_str())) {
                 continue;
