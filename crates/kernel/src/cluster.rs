@@ -18,7 +18,7 @@ use crate::auth::{self, Caller, Minted, Principal, Role, Spec};
 use crate::fs::files::Files;
 use crate::nodes::{self, NodeInfo, CLUSTER_PARTITION};
 use crate::procs::{self, Drained};
-use crate::realms::{self, Usage, QUOTA_NAMES};
+use crate::realms::{self, Quota, Usage, QUOTA_NAMES};
 use crate::sched::Scheduler;
 use crate::{teardown, validate_realm, Error, Result};
 
@@ -174,16 +174,13 @@ pub async fn create_realm(
     }
 }
 
-/// A change to a realm's settings: each quota given is set, each named in
-/// `clear` (or [`CLEAR_HOST_PATHS`]) removed, the rest left as they are.
+/// A change to a realm's settings: each quota `set` names is set, each
+/// named in `clear` (or [`CLEAR_HOST_PATHS`]) removed, the rest left as
+/// they are.
 #[derive(Debug, Clone, Default)]
 pub struct RealmChange {
-    pub procs: Option<i64>,
-    pub cores: Option<i64>,
-    pub mem_mb: Option<i64>,
-    pub storage_mb: Option<i64>,
-    pub mailbox_mb: Option<i64>,
-    pub procedures: Option<i64>,
+    /// The quotas to set (`None`: left as it is).
+    pub set: Quota,
     pub clear: Vec<String>,
     /// Replaces the allowed host paths when not empty.
     pub host_paths: Vec<String>,
@@ -214,12 +211,13 @@ pub async fn set_realm(store: &Store, who: &Caller, realm: &str, c: RealmChange)
                 new.or(old)
             }
         };
-        q.procs = pick("procs", c.procs, q.procs);
-        q.cores = pick("cores", c.cores, q.cores);
-        q.mem_mb = pick("memory", c.mem_mb, q.mem_mb);
-        q.storage_mb = pick("storage", c.storage_mb, q.storage_mb);
-        q.mailbox_mb = pick("mailbox", c.mailbox_mb, q.mailbox_mb);
-        q.procedures = pick("procedures", c.procedures, q.procedures);
+        let new = c.set;
+        q.procs = pick("procs", new.procs, q.procs);
+        q.cores = pick("cores", new.cores, q.cores);
+        q.mem_mb = pick("memory", new.mem_mb, q.mem_mb);
+        q.storage_mb = pick("storage", new.storage_mb, q.storage_mb);
+        q.mailbox_mb = pick("mailbox", new.mailbox_mb, q.mailbox_mb);
+        q.procedures = pick("procedures", new.procedures, q.procedures);
         if cleared(CLEAR_HOST_PATHS) {
             realms::set_host_paths_tx(tx, &r, &[])?;
         } else if !c.host_paths.is_empty() {

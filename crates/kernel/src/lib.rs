@@ -306,6 +306,9 @@ pub enum Error {
     /// or later.
     #[error("{0}")]
     Unavailable(String),
+    /// Valid, but not something this node does (yet).
+    #[error("not supported: {0}")]
+    Unimplemented(String),
 }
 
 impl Error {

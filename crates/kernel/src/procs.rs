@@ -2100,25 +2100,41 @@ pub async fn wait_evict(store: &Store, realm: &str, pid: &Pid) -> Result<ProcInf
 /// What the procs' operations refuse to a scoped credential.
 const USE: &str = "use procs";
 
-/// [`spawn_fenced`] for `who` (role member): the procs it spawns act for
-/// the user their descriptors name.
+/// Whether `who` may spawn procs described by `ds`: role member, unscoped,
+/// and each proc acting for the caller's own user. What [`spawn_for`] and
+/// [`spawn_burst_for`] ask first — and a door asks before any work on the
+/// caller's behalf (compiling its wasm modules).
+pub fn may_spawn(who: &Caller, ds: &[Descriptor]) -> Result<()> {
+    who.may(Role::Member, USE)?;
+    match ds.iter().find(|d| d.user != who.user()) {
+        Some(d) => Err(Error::Denied(format!(
+            "a proc spawned as {} acts for its user, not {:?}",
+            who.user(),
+            d.user
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// [`spawn_fenced`] for `who` ([`may_spawn`]): the procs it spawns act for
+/// the caller's user.
 pub async fn spawn_for(
     store: &Store,
     who: &Caller,
     d: Descriptor,
     fence: Option<crate::names::Fence>,
 ) -> Result<(Pid, Option<WorkerId>)> {
-    who.may(Role::Member, USE)?;
+    may_spawn(who, std::slice::from_ref(&d))?;
     spawn_fenced(store, who.realm(), d, fence).await
 }
 
-/// [`spawn_burst`] for `who` (role member).
+/// [`spawn_burst`] for `who` ([`may_spawn`]).
 pub async fn spawn_burst_for(
     store: &Store,
     who: &Caller,
     ds: Vec<Descriptor>,
 ) -> Result<Vec<(Pid, Option<WorkerId>)>> {
-    who.may(Role::Member, USE)?;
+    may_spawn(who, &ds)?;
     spawn_burst(store, who.realm(), ds).await
 }
 

@@ -153,8 +153,12 @@ fn the_cluster_is_steered_by_operators_only(b: Backend) {
     let all = rt.block_on(cluster::realms(s, &op)).unwrap();
     assert!(all.iter().any(|u| u.realm == "q"), "{all:?}");
     // A change naming what cannot be cleared changes nothing.
-    let bad = cluster::RealmChange {
+    let three = tabos_kernel::realms::Quota {
         procs: Some(3),
+        ..Default::default()
+    };
+    let bad = cluster::RealmChange {
+        set: three,
         clear: vec!["nope".into()],
         ..Default::default()
     };
@@ -163,7 +167,7 @@ fn the_cluster_is_steered_by_operators_only(b: Backend) {
         .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
     let good = cluster::RealmChange {
-        procs: Some(3),
+        set: three,
         ..Default::default()
     };
     let u = rt.block_on(cluster::set_realm(s, &op, "r", good)).unwrap();

@@ -1152,3 +1152,44 @@ fn a_placement_tells_a_few_workers_not_all(b: Backend) {
     });
 }
 both!(a_placement_tells_a_few_workers_not_all);
+
+/// Who may spawn (issue 37): a member, for its own user; not a reader,
+/// not a scoped credential, not a descriptor naming another user — asked
+/// before anything is done on the caller's behalf.
+fn only_a_member_spawns_and_as_itself(b: Backend) {
+    use tabos_kernel::auth::{self, Role, Scope, Spec};
+    let Some(f) = b.open() else { return };
+    let (s, rt) = (f.store.clone(), rt());
+    realms::create(&s, "r", Scheduler::Fifo).unwrap();
+    let who = |role: Role, scope: Option<&str>| {
+        let spec = Spec {
+            scope: scope.map(|t| Scope::parse(t).unwrap()),
+            ..Spec::realm("r", "alice", role)
+        };
+        let (_, p) = rt.block_on(auth::create(&s, spec)).unwrap();
+        p.act("", "", "r").unwrap()
+    };
+    let mine = Descriptor {
+        user: "alice".into(),
+        ..named("p1")
+    };
+    let theirs = Descriptor {
+        user: "bob".into(),
+        ..named("p2")
+    };
+    let member = who(Role::Member, None);
+    procs::may_spawn(&member, std::slice::from_ref(&mine)).unwrap();
+    for (caller, d) in [
+        (who(Role::Reader, None), &mine),
+        (who(Role::Member, Some("send:inbox")), &mine),
+        (member.clone(), &theirs),
+    ] {
+        let e = procs::may_spawn(&caller, std::slice::from_ref(d)).unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+    }
+    let e = rt
+        .block_on(procs::spawn_for(&s, &member, theirs, None))
+        .unwrap_err();
+    assert!(matches!(e, Error::Denied(_)), "{e}");
+}
+both!(only_a_member_spawns_and_as_itself);

@@ -16,13 +16,12 @@ use crate::{kernel_status, Node};
 #[derive(Clone)]
 pub struct IpcService {
     node: Node,
-    /// Raised when the node begins to shut down: receive streams end then.
-    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl IpcService {
-    pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> IpcService {
-        IpcService { node, stopping }
+    /// Its streams end when the node's [`crate::Stopping`] is raised.
+    pub fn new(node: Node) -> IpcService {
+        IpcService { node }
     }
 }
 
@@ -235,7 +234,7 @@ impl proto::ipc_server::Ipc for IpcService {
         // subscribed, so after a batch that emptied the mailbox it waits for
         // the next send without a transaction, and no send falls between
         // subscriptions.
-        let stopping = self.stopping.clone();
+        let stopping = self.node.stopping.watch();
         tokio::spawn(async move {
             loop {
                 let Ok(permit) = tx.reserve().await else {

@@ -26,13 +26,12 @@ const WATCH_BUFFER: usize = 256;
 #[derive(Clone)]
 pub struct NamesService {
     node: Node,
-    /// Raised when the node begins to shut down: watches end then.
-    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl NamesService {
-    pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> NamesService {
-        NamesService { node, stopping }
+    /// Its streams end when the node's [`crate::Stopping`] is raised.
+    pub fn new(node: Node) -> NamesService {
+        NamesService { node }
     }
 }
 
@@ -354,7 +353,7 @@ impl proto::names_server::Names for NamesService {
             .map_err(|e| kernel_status(&e))?;
         let store = self.node.store.clone();
         let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
-        let stopping = self.stopping.clone();
+        let stopping = self.node.stopping.watch();
         match mode {
             proto::WatchMode::Exists | proto::WatchMode::Removed => {
                 let exists = mode == proto::WatchMode::Exists;

@@ -11,6 +11,7 @@ use tabos_client::proto;
 use tabos_kernel::ids::Pid;
 use tabos_kernel::procs::{self, Class, Descriptor, Kind, ProcInfo};
 use tabos_kernel::sched::Scheduler;
+use tabos_kernel::{Error as KError, Result as KResult};
 use tonic::{Request, Response, Status};
 
 use crate::procd::{Procd, LOG_BYTES_MAX};
@@ -19,13 +20,12 @@ use crate::{kernel_status, Node};
 #[derive(Clone)]
 pub struct ProcsService {
     node: Node,
-    /// Raised when the node shuts down: open FollowLogs streams end.
-    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ProcsService {
-    pub fn new(node: Node, stopping: tokio::sync::watch::Receiver<bool>) -> ProcsService {
-        ProcsService { node, stopping }
+    /// Its streams end when the node's [`crate::Stopping`] is raised.
+    pub fn new(node: Node) -> ProcsService {
+        ProcsService { node }
     }
 }
 
@@ -115,17 +115,17 @@ const _: () = assert!(tabos_client::HOST_PATHS_MAX == tabos_kernel::procs::HOST_
 
 /// Converts and checks a descriptor; the proc acts for `user` (its
 /// spawner's, from the spawner's credential).
-pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Descriptor, Status> {
+pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> KResult<Descriptor> {
     let pid = match d.pid.as_str() {
         "" => None,
-        s => Some(Pid::new(s).map_err(invalid)?),
+        s => Some(Pid::new(s)?),
     };
     let parent = match d.parent.as_str() {
         "" => None,
-        s => Some(Pid::new(s).map_err(invalid)?),
+        s => Some(Pid::new(s)?),
     };
-    let kind: Kind = crate::wire::request("kind", d.kind)?.unwrap_or(Kind::Native);
-    let class: Class = crate::wire::request("class", d.class)?.unwrap_or(Class::Lc);
+    let kind: Kind = crate::wire::field("kind", d.kind)?.unwrap_or(Kind::Native);
+    let class: Class = crate::wire::field("class", d.class)?.unwrap_or(Class::Lc);
     let mut env: Vec<(String, String)> = d.env.into_iter().collect();
     env.sort();
     let desc = Descriptor {
@@ -144,23 +144,50 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> Result<Des
         host_paths: d.host_paths,
         scope: match d.scope.trim() {
             "" => None,
-            s => Some(tabos_kernel::auth::Scope::parse(s).map_err(invalid)?),
+            s => Some(tabos_kernel::auth::Scope::parse(s)?),
         },
     };
-    desc.validate().map_err(invalid)?;
+    desc.validate()?;
     match desc.kind {
         Kind::Native => {
-            resolve_program(&desc.program).map_err(Status::invalid_argument)?;
+            resolve_program(&desc.program).map_err(KError::Invalid)?;
         }
         Kind::Wasm => {}
         Kind::Js => {
-            return Err(Status::unimplemented(
-                "js procs are not supported yet: the JavaScript runtime arrives with \
-                 stored procedures (issue 7)",
+            return Err(KError::Unimplemented(
+                "JavaScript procs: the QuickJS runtime runs stored procedures only (issue 41)"
+                    .into(),
             ))
         }
     }
     Ok(desc)
+}
+
+/// Compiles the wasm modules of `ds` (once per distinct program, into the
+/// node's cache, so procd finds them compiled), refusing the request if any
+/// is missing or invalid. Nothing has been written yet.
+async fn check_modules(node: &Node, ds: &[Descriptor]) -> KResult<()> {
+    let mut programs: Vec<String> = ds
+        .iter()
+        .filter(|d| d.kind == Kind::Wasm)
+        .map(|d| d.program.clone())
+        .collect();
+    programs.sort();
+    programs.dedup();
+    if programs.is_empty() {
+        return Ok(());
+    }
+    let sandbox = node.sandbox.clone();
+    tokio::task::spawn_blocking(move || {
+        programs.iter().try_for_each(|p| {
+            sandbox
+                .compile_file(Path::new(p))
+                .map(drop)
+                .map_err(|e| KError::Invalid(format!("wasm program {p}: {e}")))
+        })
+    })
+    .await
+    .map_err(|e| KError::Invalid(format!("module check task failed: {e}")))?
 }
 
 impl ProcsService {
@@ -168,33 +195,6 @@ impl ProcsService {
     async fn ran_here(&self, realm: &str, pid: &Pid) -> bool {
         matches!(procs::status(&self.node.store, realm, pid).await,
                  Ok(i) if i.worker == Some(self.node.worker_id()))
-    }
-
-    /// Compiles the wasm modules of `ds` (once per distinct program, into
-    /// the node's cache, so procd finds them compiled), refusing the request
-    /// if any is missing or invalid. Nothing has been written yet.
-    async fn check_modules(&self, ds: &[Descriptor]) -> Result<(), Status> {
-        let mut programs: Vec<String> = ds
-            .iter()
-            .filter(|d| d.kind == Kind::Wasm)
-            .map(|d| d.program.clone())
-            .collect();
-        programs.sort();
-        programs.dedup();
-        if programs.is_empty() {
-            return Ok(());
-        }
-        let sandbox = self.node.sandbox.clone();
-        tokio::task::spawn_blocking(move || {
-            programs.iter().try_for_each(|p| {
-                sandbox
-                    .compile_file(Path::new(p))
-                    .map(drop)
-                    .map_err(|e| invalid(format!("wasm program {p}: {e}")))
-            })
-        })
-        .await
-        .map_err(|e| Status::internal(e.to_string()))?
     }
 }
 
@@ -252,6 +252,39 @@ pub mod ops {
     use tabos_kernel::cluster;
     use tabos_kernel::Result;
 
+    fn spawned((pid, worker): (Pid, Option<tabos_kernel::ids::WorkerId>)) -> proto::Spawned {
+        proto::Spawned {
+            pid: pid.to_string(),
+            worker: worker.map(|w| w.to_string()).unwrap_or_default(),
+        }
+    }
+
+    op!(Spawn(SpawnRequest) -> Spawned, |node, who, r| {
+        let d = r
+            .proc
+            .ok_or_else(|| KError::Invalid("spawn needs a proc descriptor".into()))?;
+        let d = descriptor_from_proto(d, who.user())?;
+        // Asked before the modules are compiled on the caller's behalf.
+        procs::may_spawn(&who, std::slice::from_ref(&d))?;
+        check_modules(node, std::slice::from_ref(&d)).await?;
+        let fence = crate::names::fence_of(r.fence)?;
+        Ok(spawned(procs::spawn_for(&node.store, &who, d, fence).await?))
+    });
+
+    op!(SpawnBurst(SpawnBurstRequest) -> SpawnBurstResponse, |node, who, r| {
+        let ds = r
+            .procs
+            .into_iter()
+            .map(|d| descriptor_from_proto(d, who.user()))
+            .collect::<KResult<Vec<_>>>()?;
+        procs::may_spawn(&who, &ds)?;
+        check_modules(node, &ds).await?;
+        let spawned_all = procs::spawn_burst_for(&node.store, &who, ds).await?;
+        Ok(proto::SpawnBurstResponse {
+            procs: spawned_all.into_iter().map(spawned).collect(),
+        })
+    });
+
     op!(CreateRealm(CreateRealmRequest) -> CreateRealmResponse, |node, who, r| {
         let scheduler: Scheduler =
             crate::wire::field("scheduler", r.scheduler)?.unwrap_or(Scheduler::Fifo);
@@ -270,12 +303,14 @@ pub mod ops {
 
     op!(SetRealm(SetRealmRequest) -> RealmInfo, |node, who, r| {
         let change = cluster::RealmChange {
-            procs: r.procs,
-            cores: r.cores,
-            mem_mb: r.mem_mb,
-            storage_mb: r.storage_mb,
-            mailbox_mb: r.mailbox_mb,
-            procedures: r.procedures,
+            set: tabos_kernel::realms::Quota {
+                procs: r.procs,
+                cores: r.cores,
+                mem_mb: r.mem_mb,
+                storage_mb: r.storage_mb,
+                mailbox_mb: r.mailbox_mb,
+                procedures: r.procedures,
+            },
             clear: r.clear,
             host_paths: r.host_paths,
             host_network: r.host_network,
@@ -404,51 +439,14 @@ impl proto::procs_server::Procs for ProcsService {
         &self,
         request: Request<proto::SpawnRequest>,
     ) -> Result<Response<proto::Spawned>, Status> {
-        // Decoded here: a JavaScript proc is UNIMPLEMENTED, which a kernel
-        // error cannot say yet.
-        let who = self.node.caller_of(&request)?;
-        let r = request.into_inner();
-        let d = descriptor_from_proto(
-            r.proc
-                .ok_or_else(|| invalid("spawn needs a proc descriptor"))?,
-            who.user(),
-        )?;
-        self.check_modules(std::slice::from_ref(&d)).await?;
-        let fence = crate::names::fence_from_proto(r.fence)?;
-        let (pid, worker) = procs::spawn_for(&self.node.store, &who, d, fence)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::Spawned {
-            pid: pid.to_string(),
-            worker: worker.map(|w| w.to_string()).unwrap_or_default(),
-        }))
+        self.node.on::<ops::Spawn>(request).await
     }
 
     async fn spawn_burst(
         &self,
         request: Request<proto::SpawnBurstRequest>,
     ) -> Result<Response<proto::SpawnBurstResponse>, Status> {
-        // Decoded here, as Spawn's.
-        let who = self.node.caller_of(&request)?;
-        let r = request.into_inner();
-        let ds = r
-            .procs
-            .into_iter()
-            .map(|d| descriptor_from_proto(d, who.user()))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.check_modules(&ds).await?;
-        let spawned = procs::spawn_burst_for(&self.node.store, &who, ds)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        Ok(Response::new(proto::SpawnBurstResponse {
-            procs: spawned
-                .into_iter()
-                .map(|(pid, w)| proto::Spawned {
-                    pid: pid.to_string(),
-                    worker: w.map(|w| w.to_string()).unwrap_or_default(),
-                })
-                .collect(),
-        }))
+        self.node.on::<ops::SpawnBurst>(request).await
     }
 
     async fn wait_start(
@@ -610,7 +608,7 @@ impl proto::procs_server::Procs for ProcsService {
         let (store, realm, stopping) = (
             self.node.store.clone(),
             realm.clone(),
-            self.stopping.clone(),
+            self.node.stopping.watch(),
         );
         tokio::spawn(async move {
             let mut offset = 0u64;
