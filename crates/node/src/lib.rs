@@ -295,31 +295,6 @@ impl Stopping {
 }
 
 impl Node {
-    /// Runs kernel procedure `f` in one transaction on `realm`'s
-    /// partition, charged to `realm`, its error as a status
-    /// ([`kernel_status`]): how every service's handler reaches the
-    /// kernel's procedures.
-    pub async fn call<T, F>(&self, realm: &str, f: F) -> Result<T, tonic::Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        tabos_kernel::call(&self.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
-    /// [`Node::call`] for operations that only read: on a read connection.
-    pub async fn read<T, F>(&self, realm: &str, f: F) -> Result<T, tonic::Status>
-    where
-        T: Send + 'static,
-        F: FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<T> + Send + 'static,
-    {
-        tabos_kernel::read(&self.store, realm, f)
-            .await
-            .map_err(|e| kernel_status(&e))
-    }
-
     /// Opens the kernel database for a node with default settings.
     pub fn open(config: &Config) -> Result<Node, Error> {
         Node::open_with(config, NodeSettings::defaults())

@@ -74,15 +74,10 @@ where
     k.to_wire().into()
 }
 
-/// A request's enum field `what`: the kernel's value, or `None` when it is
+/// A request's enum field `what`, for an operation's body
+/// ([`crate::op::Op::run`]): the kernel's value, or `None` when it is
 /// unspecified (the caller applies the request's default); a number no
-/// value has (a newer client's, or garbage) is INVALID_ARGUMENT.
-pub fn request<K: Wire>(what: &str, v: i32) -> Result<Option<K>, Status> {
-    field(what, v).map_err(|e| crate::kernel_status(&e))
-}
-
-/// [`request`] for an operation's body ([`crate::op::Op::run`]): the same,
-/// the refusal a kernel error.
+/// value has (a newer client's, or garbage) is an invalid argument.
 pub fn field<K: Wire>(what: &str, v: i32) -> tabos_kernel::Result<Option<K>> {
     let p = K::Proto::try_from(v)
         .map_err(|_| tabos_kernel::Error::Invalid(format!("{what}: no value is numbered {v}")))?;
@@ -213,11 +208,11 @@ mod tests {
 
     #[test]
     fn an_unknown_number_is_invalid_and_zero_is_the_default() {
-        let e = request::<procs::Kind>("kind", 99).unwrap_err();
+        let e = crate::kernel_status(&field::<procs::Kind>("kind", 99).unwrap_err());
         assert_eq!(e.code(), tonic::Code::InvalidArgument);
-        assert_eq!(request::<procs::Kind>("kind", 0).unwrap(), None);
+        assert_eq!(field::<procs::Kind>("kind", 0).unwrap(), None);
         assert_eq!(
-            request::<procs::Kind>("kind", 2).unwrap(),
+            field::<procs::Kind>("kind", 2).unwrap(),
             Some(procs::Kind::Wasm)
         );
     }
