@@ -530,13 +530,22 @@ pub async fn mover(ctx: Ctx, s: u32, epoch: i64) -> Result<()> {
     }
     shard::prepare(&mut c, &ctx.realm, &ctx.layout, s).await?;
     let taken = shard::take(&mut c, &ctx.realm, &ctx.layout, s).await?;
-    let loaded = shard::load(&mut c, &ctx.realm, &ctx.layout, s).await?;
+    let mut loaded = shard::load(&mut c, &ctx.realm, &ctx.layout, s).await?;
     let upto = loaded.next_seq.saturating_sub(1);
-    shard::snapshot(&mut c, &ctx.realm, &ctx.layout, &taken, upto, &loaded.pairs).await?;
+    loaded.contents.forget_old(crate::kvd::now_us());
+    shard::snapshot(
+        &mut c,
+        &ctx.realm,
+        &ctx.layout,
+        &taken,
+        upto,
+        &loaded.contents,
+    )
+    .await?;
     eprintln!(
         "mover {}: shard {s} moved ({} keys, up to log entry {upto})",
         ctx.pid,
-        loaded.pairs.len()
+        loaded.contents.pairs.len()
     );
     Ok(())
 }

@@ -6,9 +6,13 @@
 //! within [`RETRY_MAX`].
 //!
 //! A write whose outcome is unknown (the connection was lost after it was
-//! sent, or the kvd says `UNCERTAIN`) is sent again only if doing so is
-//! harmless (SET, MSET); a DEL or INCR fails with
-//! [`Error::Unavailable`] instead, as it might have happened.
+//! sent, or the kvd says `UNCERTAIN`) is sent again only if it is a SET or
+//! an MSET: those go as `TABOS.ONCE <client> <seq> …`, the clerk's random
+//! id and a sequence number of its own, which each shard records with the
+//! write, so a request whose first sending was applied is answered and
+//! not applied again over the writes made since (a plain SET sent twice
+//! is not linearizable). A DEL or INCR fails with [`Error::Unavailable`]
+//! instead, as it might have happened.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -20,6 +24,7 @@ use tokio::net::TcpStream;
 
 use crate::config::{Config, Layout};
 use crate::resp::{self, Reply};
+use crate::shard::RequestId;
 use crate::{Error, Result};
 
 /// Longest one call keeps trying (leader failover, shard moves).
@@ -43,6 +48,10 @@ pub struct Clerk {
     conns: HashMap<u32, Conn>,
     /// The service's password, given on every new connection.
     password: String,
+    /// This clerk's id in its requests (random).
+    id: u64,
+    /// The sequence number of its last SET or MSET.
+    seq: u64,
 }
 
 /// How one attempt went wrong.
@@ -68,6 +77,8 @@ impl Clerk {
             config,
             conns: HashMap::new(),
             password,
+            id: random_id()?,
+            seq: 0,
         })
     }
 
@@ -139,10 +150,18 @@ impl Clerk {
             _ => return Ok(Reply::err(format!("ERR unknown command '{cmd}'"))),
         };
         let repeatable = matches!(cmd.as_str(), "GET" | "SET" | "MGET" | "EXISTS" | "MSET");
+        // One id for every sending of this request.
+        let once = matches!(cmd.as_str(), "SET" | "MSET").then(|| {
+            self.seq += 1;
+            RequestId {
+                client: self.id,
+                seq: self.seq,
+            }
+        });
         let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
             .until(tokio::time::Instant::now() + RETRY_MAX);
         loop {
-            let why = match self.attempt(&cmd, args, &keys).await {
+            let why = match self.attempt(&cmd, args, &keys, once).await {
                 Ok(r) => return Ok(r),
                 Err(Failure::Moved) => {
                     self.reread_config().await?;
@@ -173,7 +192,9 @@ impl Clerk {
         cmd: &str,
         args: &[&[u8]],
         keys: &[&[u8]],
+        once: Option<RequestId>,
     ) -> Result<Reply, Failure> {
+        let once = once.map(|id| (id.client.to_string(), id.seq.to_string()));
         // Positions of the keys each group gets.
         let mut parts: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         for (i, k) in keys.iter().enumerate() {
@@ -182,10 +203,14 @@ impl Clerk {
         let single = parts.len() == 1;
         let mut replies: Vec<(Vec<usize>, Reply)> = Vec::new();
         for (g, idx) in parts {
-            let req: Vec<&[u8]> = if single {
-                args.to_vec()
+            let mut req: Vec<&[u8]> = Vec::with_capacity(args.len() + 3);
+            if let Some((client, seq)) = &once {
+                req.extend([b"TABOS.ONCE".as_slice(), client.as_bytes(), seq.as_bytes()]);
+            }
+            if single {
+                req.extend_from_slice(args);
             } else {
-                let mut req = vec![args[0]];
+                req.push(args[0]);
                 for i in &idx {
                     match cmd {
                         "MSET" => {
@@ -195,8 +220,7 @@ impl Clerk {
                         _ => req.push(args[1 + i]),
                     }
                 }
-                req
-            };
+            }
             let reply = self.send(g, &req).await?;
             if let Reply::Error(e) = &reply {
                 let word = e.split(' ').next().unwrap_or_default();
@@ -307,6 +331,17 @@ impl Clerk {
             Err(_) => Err(Failure::Again(format!("{leader} did not answer AUTH"))),
         }
     }
+}
+
+/// A clerk's id: 8 random bytes (two clerks sharing one would see each
+/// other's requests as already applied).
+fn random_id() -> Result<u64> {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| Error::Invalid(format!("no randomness for a clerk's id: {e}")))?;
+    Ok(u64::from_le_bytes(b))
 }
 
 fn unexpected(r: &Reply) -> Error {

@@ -23,7 +23,7 @@
 //! * **Load.** Every [`LOAD_PERIOD`] it records its requests per second in
 //!   `groups/g/load`, which the balancer reads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{Config, Layout};
 use crate::resp::{self, Reply};
-use crate::shard::{self, Op, Pairs, Taken};
+use crate::shard::{self, Contents, Op, RequestId, Taken};
 use crate::{Ctx, Error, Result};
 
 /// The TTL of a kvd's session: how long a dead leader holds its group.
@@ -76,7 +76,7 @@ pub struct Load {
 
 /// A shard being served.
 struct Served {
-    pairs: Pairs,
+    contents: Contents,
     taken: Taken,
     next_seq: u64,
     log_len: usize,
@@ -97,7 +97,8 @@ struct Write {
 }
 
 enum WriteKind {
-    Set(Vec<(Vec<u8>, Vec<u8>)>),
+    /// Pairs to set; with a clerk's request id, at most once per shard.
+    Set(Vec<(Vec<u8>, Vec<u8>)>, Option<RequestId>),
     Del(Vec<Vec<u8>>),
     IncrBy(Vec<u8>, i64),
 }
@@ -105,7 +106,7 @@ enum WriteKind {
 impl WriteKind {
     fn keys(&self) -> Vec<&[u8]> {
         match self {
-            WriteKind::Set(pairs) => pairs.iter().map(|(k, _)| k.as_slice()).collect(),
+            WriteKind::Set(pairs, _) => pairs.iter().map(|(k, _)| k.as_slice()).collect(),
             WriteKind::Del(keys) => keys.iter().map(Vec::as_slice).collect(),
             WriteKind::IncrBy(k, _) => vec![k.as_slice()],
         }
@@ -265,7 +266,7 @@ impl Kvd {
         let taken = shard::take(&mut c, &self.realm, &self.layout, s).await?;
         let loaded = shard::load(&mut c, &self.realm, &self.layout, s).await?;
         let mut served = Served {
-            pairs: loaded.pairs,
+            contents: loaded.contents,
             taken,
             next_seq: loaded.next_seq,
             log_len: loaded.log_len,
@@ -273,13 +274,14 @@ impl Kvd {
         };
         if served.log_len >= self.compact_at {
             let upto = served.next_seq - 1;
+            served.contents.forget_old(now_us());
             shard::snapshot(
                 &mut c,
                 &self.realm,
                 &self.layout,
                 &served.taken,
                 upto,
-                &served.pairs,
+                &served.contents,
             )
             .await?;
             served.log_len = 0;
@@ -362,7 +364,10 @@ impl Kvd {
                 let mut shards: Vec<u32> = st.shards.keys().copied().collect();
                 shards.sort_unstable();
                 (
-                    st.shards.values().map(|s| s.pairs.len() as u64).sum(),
+                    st.shards
+                        .values()
+                        .map(|s| s.contents.pairs.len() as u64)
+                        .sum(),
                     shards,
                 )
             };
@@ -423,7 +428,7 @@ impl Kvd {
                 self.lock()
                     .shards
                     .values()
-                    .map(|s| s.pairs.len() as i64)
+                    .map(|s| s.contents.pairs.len() as i64)
                     .sum(),
             ),
             "GET" => match arity(args.len() == 1) {
@@ -450,23 +455,24 @@ impl Kvd {
                     Reply::Integer(pairs.iter().filter(|v| v.is_some()).count() as i64)
                 }),
             },
-            "SET" => match args {
-                [k, v] => {
-                    self.write(WriteKind::Set(vec![(k.clone(), v.clone())]))
-                        .await
+            "SET" | "MSET" => self.set(&cmd, args, None).await,
+            // A clerk's SET or MSET, applied at most once per shard
+            // however often it is sent (`TABOS.ONCE <client> <seq> SET k v`).
+            "TABOS.ONCE" => match args {
+                [client, seq, inner, rest @ ..] => {
+                    let inner = String::from_utf8_lossy(inner).to_ascii_uppercase();
+                    match (parse_u64(client), parse_u64(seq), inner.as_str()) {
+                        (Some(client), Some(seq), "SET" | "MSET") => {
+                            self.set(&inner, rest, Some(RequestId { client, seq }))
+                                .await
+                        }
+                        (Some(_), Some(_), _) => {
+                            Reply::err("ERR TABOS.ONCE takes only SET or MSET")
+                        }
+                        _ => Reply::err("ERR TABOS.ONCE takes a client id and a sequence number"),
+                    }
                 }
-                [_, _, ..] => Reply::err("ERR syntax error (SET takes no options here)"),
                 _ => arity(false).expect("an error"),
-            },
-            "MSET" => match arity(!args.is_empty() && args.len().is_multiple_of(2)) {
-                Some(e) => e,
-                None => {
-                    let pairs = args
-                        .chunks(2)
-                        .map(|p| (p[0].clone(), p[1].clone()))
-                        .collect();
-                    self.write(WriteKind::Set(pairs)).await
-                }
             },
             "DEL" => match arity(!args.is_empty()) {
                 Some(e) => e,
@@ -498,6 +504,34 @@ impl Kvd {
         }
     }
 
+    /// SET (`cmd` "SET") or MSET of `args`, once per request `id`.
+    async fn set(&self, cmd: &str, args: &[Vec<u8>], id: Option<RequestId>) -> Reply {
+        let arity = || {
+            Reply::err(format!(
+                "ERR wrong number of arguments for '{}' command",
+                cmd.to_lowercase()
+            ))
+        };
+        match cmd {
+            "SET" => match args {
+                [k, v] => {
+                    self.write(WriteKind::Set(vec![(k.clone(), v.clone())], id))
+                        .await
+                }
+                [_, _, ..] => Reply::err("ERR syntax error (SET takes no options here)"),
+                _ => arity(),
+            },
+            _ if args.is_empty() || !args.len().is_multiple_of(2) => arity(),
+            _ => {
+                let pairs = args
+                    .chunks(2)
+                    .map(|p| (p[0].clone(), p[1].clone()))
+                    .collect();
+                self.write(WriteKind::Set(pairs, id)).await
+            }
+        }
+    }
+
     /// Whether reads may be served: the session surely lives.
     fn leading(&self) -> bool {
         tokio::time::Instant::now() + LEASE_MARGIN < self.session.valid_until()
@@ -513,7 +547,7 @@ impl Kvd {
         for k in keys {
             let s = st.config.shard_of(k);
             match st.shards.get(&s) {
-                Some(sh) => vals.push(sh.pairs.get(k)),
+                Some(sh) => vals.push(sh.contents.pairs.get(k)),
                 None => return moved(&st.config, s, self.group),
             }
         }
@@ -544,7 +578,10 @@ impl Kvd {
                 .map(u32::to_string)
                 .collect::<Vec<_>>()
                 .join(","),
-            st.shards.values().map(|s| s.pairs.len()).sum::<usize>(),
+            st.shards
+                .values()
+                .map(|s| s.contents.pairs.len())
+                .sum::<usize>(),
         )
     }
 
@@ -568,14 +605,16 @@ impl Kvd {
         let mut by_shard: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
         let mut answers: Vec<(Write, Reply, Vec<u32>)> = Vec::new();
         let calls: Vec<(u32, u64, i64, proto::batch_call::Call)>;
+        let at_us = now_us();
         {
             let st = self.lock();
             let mut overlay: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
+            let mut batch_ids: HashSet<(u32, RequestId)> = HashSet::new();
             let current = |overlay: &HashMap<Vec<u8>, Option<Vec<u8>>>, s: u32, k: &[u8]| {
                 overlay
                     .get(k)
                     .cloned()
-                    .unwrap_or_else(|| st.shards[&s].pairs.get(k).cloned())
+                    .unwrap_or_else(|| st.shards[&s].contents.pairs.get(k).cloned())
             };
             for w in batch {
                 let shards: Vec<u32> = w
@@ -590,8 +629,33 @@ impl Kvd {
                     continue;
                 }
                 let reply = match &w.kind {
-                    WriteKind::Set(pairs) => {
+                    WriteKind::Set(pairs, id) => {
+                        // A request sent again whose first sending was
+                        // applied to a shard (its reply lost with a killed
+                        // leader, or earlier in this batch) is answered,
+                        // not applied there a second time.
+                        let mut skip: Vec<u32> = Vec::new();
+                        if let Some(id) = id {
+                            let mut touched = shards.clone();
+                            touched.sort_unstable();
+                            touched.dedup();
+                            for s in touched {
+                                if st.shards[&s].contents.applied(*id)
+                                    || !batch_ids.insert((s, *id))
+                                {
+                                    skip.push(s);
+                                } else {
+                                    by_shard
+                                        .entry(s)
+                                        .or_default()
+                                        .push(Op::Done { id: *id, at_us });
+                                }
+                            }
+                        }
                         for ((k, v), s) in pairs.iter().zip(&shards) {
+                            if skip.contains(s) {
+                                continue;
+                            }
                             overlay.insert(k.clone(), Some(v.clone()));
                             by_shard
                                 .entry(*s)
@@ -688,12 +752,13 @@ impl Kvd {
                 };
                 assert_eq!(sh.next_seq, *q, "one flusher appends to a shard");
                 for op in &by_shard[s] {
-                    shard::apply(&mut sh.pairs, op);
+                    shard::apply(&mut sh.contents, op);
                 }
                 sh.next_seq += 1;
                 sh.log_len += 1;
                 if sh.log_len >= self.compact_at && !sh.compacting {
-                    compact.push((*s, sh.taken.clone(), sh.next_seq - 1, sh.pairs.clone()));
+                    sh.contents.forget_old(at_us);
+                    compact.push((*s, sh.taken.clone(), sh.next_seq - 1, sh.contents.clone()));
                     sh.log_len = 0;
                     sh.compacting = true;
                 }
@@ -719,12 +784,12 @@ impl Kvd {
         }
         // Snapshots are written beside the flushes, not in their way: the
         // log after `upto` keeps growing meanwhile, and a load replays it.
-        for (s, taken, upto, pairs) in compact {
+        for (s, taken, upto, contents) in compact {
             let me = self.clone();
             tokio::spawn(async move {
                 let mut c = me.client.clone();
                 if let Err(e) =
-                    shard::snapshot(&mut c, &me.realm, &me.layout, &taken, upto, &pairs).await
+                    shard::snapshot(&mut c, &me.realm, &me.layout, &taken, upto, &contents).await
                 {
                     eprintln!("kvd {}: cannot snapshot shard {s}: {e}", me.addr);
                 }
@@ -756,6 +821,10 @@ fn moved(config: &Config, s: u32, group: u32) -> Reply {
     } else {
         Reply::err(format!("MOVED {s} {}", config.epoch))
     }
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 fn parse_int(b: &[u8]) -> Option<i64> {

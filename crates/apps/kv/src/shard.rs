@@ -27,55 +27,135 @@ pub const LOG_READ_MAX: usize = 8_192;
 /// Largest snapshot chunk written or read at once.
 const SNAP_CHUNK_BYTES: usize = tabos_client::fs::CHUNK_BYTES;
 
+/// How long a shard remembers a clerk's last request: far longer than a
+/// clerk keeps sending one ([`crate::clerk::RETRY_MAX`]), so a request
+/// sent again is never applied twice.
+pub const REQUEST_KEEP: std::time::Duration = std::time::Duration::from_secs(600);
+/// Most clerks a shard remembers (the oldest are forgotten first, at a
+/// snapshot).
+pub const REQUESTS_MAX: usize = 65_536;
+
+/// A clerk's request, applied at most once per shard: the clerk's random
+/// id and its sequence number, which only grows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestId {
+    pub client: u64,
+    pub seq: u64,
+}
+
 /// One write in a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Set(Vec<u8>, Vec<u8>),
     Del(Vec<u8>),
+    /// Request `id` is applied by this batch (at `at_us`, µs since the
+    /// epoch, when it is forgotten from).
+    Done {
+        id: RequestId,
+        at_us: i64,
+    },
 }
 
 /// A shard's pairs.
 pub type Pairs = HashMap<Vec<u8>, Vec<u8>>;
 
-/// Applies `op` to `pairs`.
-pub fn apply(pairs: &mut Pairs, op: &Op) {
-    match op {
-        Op::Set(k, v) => {
-            pairs.insert(k.clone(), v.clone());
-        }
-        Op::Del(k) => {
-            pairs.remove(k);
+/// What a shard holds: its pairs, and per clerk the last request applied
+/// (its sequence number and when), so a request sent again after its
+/// outcome was lost — a leader killed between the append and the reply —
+/// is answered, not applied a second time over the writes since.
+#[derive(Debug, Clone, Default)]
+pub struct Contents {
+    pub pairs: Pairs,
+    pub requests: HashMap<u64, (u64, i64)>,
+}
+
+impl Contents {
+    /// Whether request `id` is already applied to this shard.
+    pub fn applied(&self, id: RequestId) -> bool {
+        self.requests
+            .get(&id.client)
+            .is_some_and(|(seq, _)| *seq >= id.seq)
+    }
+
+    /// Forgets the requests older than [`REQUEST_KEEP`] before `now_us`,
+    /// and the oldest past [`REQUESTS_MAX`].
+    pub fn forget_old(&mut self, now_us: i64) {
+        let keep_from = now_us.saturating_sub(REQUEST_KEEP.as_micros() as i64);
+        self.requests.retain(|_, (_, at)| *at >= keep_from);
+        if self.requests.len() > REQUESTS_MAX {
+            let mut ats: Vec<i64> = self.requests.values().map(|(_, at)| *at).collect();
+            ats.sort_unstable();
+            let cut = ats[self.requests.len() - REQUESTS_MAX];
+            self.requests.retain(|_, (_, at)| *at >= cut);
         }
     }
 }
 
-/// Encodes a batch: per op a tag (1 set, 2 del), the key and for a set the
-/// value, each length-prefixed (u32 little-endian).
+/// Applies `op` to `contents`.
+pub fn apply(contents: &mut Contents, op: &Op) {
+    match op {
+        Op::Set(k, v) => {
+            contents.pairs.insert(k.clone(), v.clone());
+        }
+        Op::Del(k) => {
+            contents.pairs.remove(k);
+        }
+        Op::Done { id, at_us } => {
+            let e = contents.requests.entry(id.client).or_insert((0, *at_us));
+            if id.seq >= e.0 {
+                *e = (id.seq, *at_us);
+            }
+        }
+    }
+}
+
+/// Encodes a batch: per op a tag (1 set, 2 del, 3 done), then for a set
+/// the key and the value, for a del the key, each length-prefixed (u32
+/// little-endian), and for a done the client, the sequence number and the
+/// time (8 bytes each, little-endian).
 pub fn encode(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     for op in ops {
-        match op {
-            Op::Set(k, v) => {
-                out.push(1);
-                put(&mut out, k);
-                put(&mut out, v);
-            }
-            Op::Del(k) => {
-                out.push(2);
-                put(&mut out, k);
-            }
-        }
+        encode_op(&mut out, op);
     }
     out
 }
 
-/// Encodes a shard's pairs as a batch of sets (a snapshot).
-pub fn encode_pairs(pairs: &Pairs) -> Vec<u8> {
+fn encode_op(out: &mut Vec<u8>, op: &Op) {
+    match op {
+        Op::Set(k, v) => encode_set(out, k, v),
+        Op::Del(k) => {
+            out.push(2);
+            put(out, k);
+        }
+        Op::Done { id, at_us } => {
+            out.push(3);
+            out.extend_from_slice(&id.client.to_le_bytes());
+            out.extend_from_slice(&id.seq.to_le_bytes());
+            out.extend_from_slice(&at_us.to_le_bytes());
+        }
+    }
+}
+
+fn encode_set(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
+    out.push(1);
+    put(out, k);
+    put(out, v);
+}
+
+/// Encodes a shard's contents as a batch (a snapshot): its pairs as sets,
+/// its requests as dones.
+pub fn encode_contents(contents: &Contents) -> Vec<u8> {
     let mut out = Vec::new();
-    for (k, v) in pairs {
-        out.push(1);
-        put(&mut out, k);
-        put(&mut out, v);
+    for (k, v) in &contents.pairs {
+        encode_set(&mut out, k, v);
+    }
+    for (client, (seq, at_us)) in &contents.requests {
+        let id = RequestId {
+            client: *client,
+            seq: *seq,
+        };
+        encode_op(&mut out, &Op::Done { id, at_us: *at_us });
     }
     out
 }
@@ -109,6 +189,24 @@ pub fn decode(mut bytes: &[u8]) -> Result<Vec<Op>> {
                 Op::Set(k, take(&mut bytes)?.to_vec())
             }
             2 => Op::Del(take(&mut bytes)?.to_vec()),
+            3 => {
+                let Some((fixed, rest)) = bytes.split_first_chunk::<24>() else {
+                    return Err(Error::Corrupt("a log entry is cut short".into()));
+                };
+                bytes = rest;
+                let word = |i: usize| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(&fixed[8 * i..8 * i + 8]);
+                    w
+                };
+                Op::Done {
+                    id: RequestId {
+                        client: u64::from_le_bytes(word(0)),
+                        seq: u64::from_le_bytes(word(1)),
+                    },
+                    at_us: i64::from_le_bytes(word(2)),
+                }
+            }
             t => return Err(Error::Corrupt(format!("unknown op tag {t} in a log entry"))),
         });
     }
@@ -136,7 +234,7 @@ pub async fn take(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Resul
 /// A shard loaded from the database.
 #[derive(Debug, Default)]
 pub struct Loaded {
-    pub pairs: Pairs,
+    pub contents: Contents,
     /// The sequence number of the next log entry.
     pub next_seq: u64,
     /// Log entries after the snapshot.
@@ -165,7 +263,7 @@ pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Resul
             let mut bytes = Vec::new();
             c.fs_read_all(realm, FS_USER, &path, &mut bytes).await?;
             for op in decode(&bytes)? {
-                apply(&mut out.pairs, &op);
+                apply(&mut out.contents, &op);
             }
             snap_seq = seq;
             out.next_seq = seq + 1;
@@ -198,7 +296,7 @@ pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Resul
     log.sort_by_key(|(seq, _)| *seq);
     for (seq, data) in &log {
         for op in decode(data)? {
-            apply(&mut out.pairs, &op);
+            apply(&mut out.contents, &op);
         }
         out.next_seq = out.next_seq.max(seq + 1);
     }
@@ -240,7 +338,8 @@ pub fn append_call(
     })
 }
 
-/// Folds shard `t.shard`'s log up to `seq` into a new snapshot of `pairs`:
+/// Folds shard `t.shard`'s log up to `seq` into a new snapshot of
+/// `contents`:
 /// the file first, then the pointer (fenced), then the old entries and
 /// file go.
 pub async fn snapshot(
@@ -249,7 +348,7 @@ pub async fn snapshot(
     layout: &Layout,
     t: &Taken,
     seq: u64,
-    pairs: &Pairs,
+    contents: &Contents,
 ) -> Result<()> {
     let s = t.shard;
     let old = match c.name_get(realm, &layout.snap(s)).await {
@@ -258,7 +357,7 @@ pub async fn snapshot(
         Err(e) => return Err(e.into()),
     };
     let tmp = layout.snap_tmp(s, t.fence.epoch);
-    write_file(c, realm, &tmp, &encode_pairs(pairs), t).await?;
+    write_file(c, realm, &tmp, &encode_contents(contents), t).await?;
     // Into place (σOS's movers: a temporary file renamed), then pointed to.
     let path = layout.snap_file(s, seq);
     c.fs_rename(realm, FS_USER, &tmp, &path).await?;
@@ -351,19 +450,54 @@ mod tests {
 
     #[test]
     fn batches_round_trip_and_corruption_is_caught() {
+        let id = RequestId { client: 7, seq: 3 };
         let ops = vec![
             Op::Set(b"k".to_vec(), b"v".to_vec()),
             Op::Del(b"k".to_vec()),
             Op::Set(Vec::new(), vec![0; 300]),
+            Op::Done { id, at_us: 1_000 },
         ];
         let bytes = encode(&ops);
         assert_eq!(decode(&bytes).unwrap(), ops);
         assert!(decode(&bytes[..bytes.len() - 1]).is_err());
         assert!(decode(&[9]).is_err());
-        let mut pairs = Pairs::new();
-        ops.iter().for_each(|o| apply(&mut pairs, o));
-        assert_eq!(pairs.len(), 1);
-        let again: Vec<Op> = decode(&encode_pairs(&pairs)).unwrap();
-        assert_eq!(again, [Op::Set(Vec::new(), vec![0; 300])]);
+        let mut contents = Contents::default();
+        ops.iter().for_each(|o| apply(&mut contents, o));
+        assert_eq!(contents.pairs.len(), 1);
+        assert!(contents.applied(id));
+        assert!(contents.applied(RequestId { seq: 2, ..id }));
+        assert!(!contents.applied(RequestId { seq: 4, ..id }));
+        let again: Vec<Op> = decode(&encode_contents(&contents)).unwrap();
+        assert_eq!(
+            again,
+            [
+                Op::Set(Vec::new(), vec![0; 300]),
+                Op::Done { id, at_us: 1_000 }
+            ]
+        );
+    }
+
+    #[test]
+    fn an_older_request_does_not_move_a_clerk_back_and_old_ones_are_forgotten() {
+        let mut c = Contents::default();
+        let done = |client, seq, at_us| Op::Done {
+            id: RequestId { client, seq },
+            at_us,
+        };
+        apply(&mut c, &done(1, 5, 10));
+        apply(&mut c, &done(1, 4, 20));
+        assert_eq!(c.requests[&1], (5, 10));
+        let now = REQUEST_KEEP.as_micros() as i64 + 15;
+        apply(&mut c, &done(2, 1, now));
+        c.forget_old(now);
+        assert!(!c.requests.contains_key(&1), "kept past REQUEST_KEEP");
+        assert!(c.requests.contains_key(&2));
+        for client in 0..(REQUESTS_MAX as u64 + 10) {
+            apply(&mut c, &done(100 + client, 1, now + client as i64));
+        }
+        c.forget_old(now);
+        assert_eq!(c.requests.len(), REQUESTS_MAX);
+        assert!(c.requests.contains_key(&(100 + REQUESTS_MAX as u64 + 9)));
+        assert!(!c.requests.contains_key(&100));
     }
 }

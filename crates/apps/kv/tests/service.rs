@@ -15,6 +15,7 @@ use tabos_client::Client;
 use tabos_kv::clerk::Clerk;
 use tabos_kv::config::{Config, Layout, Policy};
 use tabos_kv::linearizability::{self, Action, Operation, Verdict};
+use tabos_kv::resp::{self, Reply};
 use tabos_kv::service::{self, Program, Supervisor};
 use tabos_node::{Node, NodeSettings};
 use tabos_store::testing::{kill_proc, TempDir};
@@ -316,7 +317,14 @@ fn acknowledged_writes_survive_kills_and_moves_linearizably() {
             history.len()
         );
         assert!(writes >= 200, "too few writes to mean anything: {writes}");
-        assert_eq!(linearizability::check(&history), Verdict::Linearizable);
+        let verdict = linearizability::check(&history);
+        if let Verdict::Violation { key } = &verdict {
+            // The key's history, for whoever reads the failure.
+            for o in history.iter().filter(|o| &o.key == key) {
+                eprintln!("{} {:?} {:?}", o.call, o.ret, o.action);
+            }
+        }
+        assert_eq!(verdict, Verdict::Linearizable);
         drop((c, client));
         node.stop().await.unwrap();
     });
@@ -359,6 +367,129 @@ fn bad_input_is_refused_and_changes_nothing() {
             .unwrap();
         assert_eq!(first, again);
         drop(client);
+        node.stop().await.unwrap();
+    });
+}
+
+/// One RESP round trip on `conn`.
+async fn round(conn: &mut tokio::io::BufReader<tokio::net::TcpStream>, args: &[&str]) -> Reply {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let mut out = Vec::new();
+    resp::encode_request(&args, &mut out);
+    resp::write_all(conn.get_mut(), &out).await.unwrap();
+    resp::read_reply(conn).await.unwrap()
+}
+
+/// A connection to group 0's leader, signed in.
+async fn leader_conn(c: &mut Client) -> tokio::io::BufReader<tokio::net::TcpStream> {
+    let l = Layout::new(SVC).unwrap();
+    let addr = c.wait_exists(REALM, &l.leader(0)).await.unwrap().data;
+    let sock = tokio::net::TcpStream::connect(String::from_utf8(addr).unwrap())
+        .await
+        .unwrap();
+    let mut conn = tokio::io::BufReader::new(sock);
+    let password = tabos_kv::config::read_password(c, REALM, &l).await.unwrap();
+    assert_eq!(round(&mut conn, &["AUTH", &password]).await, Reply::ok());
+    conn
+}
+
+/// A clerk sends a write again when its reply was lost (a leader killed
+/// between the append and the reply). Sent with `TABOS.ONCE`, the second
+/// sending is answered and not applied over the writes made since — on
+/// the kvd that applied it and, through the log and the snapshot, on the
+/// kvd that loads the shard after a kill.
+#[test]
+fn a_request_sent_again_is_applied_once_even_after_a_kill() {
+    let dir = TempDir::new("kv-once");
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        let policy = Policy {
+            kvds_per_group: 1,
+            min_groups: 1,
+            max_groups: 1,
+            grow_ops: 1e12,
+            shrink_ops: 0.0,
+            shrink_after_ms: 0,
+            grow_after_ms: 0,
+            // A snapshot after every other batch: the requests must
+            // survive snapshots too.
+            compact_at: 2,
+        };
+        service::create(&client, REALM, SVC, 1, 1, &policy)
+            .await
+            .unwrap();
+        let mut sup = Supervisor::new(&client, REALM, SVC, program(), 1).unwrap();
+        sup.fill().await.unwrap();
+        service::until_led(&client, REALM, SVC, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let mut conn = leader_conn(&mut c).await;
+        let get = |v: &str| Reply::Bulk(v.as_bytes().to_vec());
+        let once = |seq: &'static str, v: &'static str| ["TABOS.ONCE", "77", seq, "SET", "k", v];
+
+        assert_eq!(round(&mut conn, &once("1", "a")).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["SET", "k", "b"]).await, Reply::ok());
+        // Sent again: answered, not applied.
+        assert_eq!(round(&mut conn, &once("1", "a")).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["GET", "k"]).await, get("b"));
+        // The clerk's next request is applied; an older one is not.
+        let mset = ["TABOS.ONCE", "77", "2", "MSET", "k", "c", "j", "x"];
+        assert_eq!(round(&mut conn, &mset).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["GET", "k"]).await, get("c"));
+        assert_eq!(round(&mut conn, &once("1", "a")).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["GET", "k"]).await, get("c"));
+        // Another clerk's first request is its own.
+        let other = ["TABOS.ONCE", "78", "1", "SET", "j", "y"];
+        assert_eq!(round(&mut conn, &other).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["GET", "j"]).await, get("y"));
+        // Bad forms are refused and change nothing.
+        for bad in [
+            &["TABOS.ONCE", "77", "9", "DEL", "k"][..],
+            &["TABOS.ONCE", "x", "9", "SET", "k", "z"],
+            &["TABOS.ONCE", "77", "-1", "SET", "k", "z"],
+            &["TABOS.ONCE", "77", "9"],
+            &["TABOS.ONCE", "77", "9", "SET", "k"],
+            &["TABOS.ONCE", "77", "9", "MSET", "k"],
+        ] {
+            let r = round(&mut conn, bad).await;
+            assert!(matches!(r, Reply::Error(_)), "{bad:?} answered {r:?}");
+        }
+        assert_eq!(round(&mut conn, &["GET", "k"]).await, get("c"));
+
+        // The kvd SIGKILLed: its successor loads the shard from the
+        // snapshot and the log, requests and all.
+        let victim = leading_kvd(&mut c, 0).await;
+        assert!(kill_proc(&victim) > 0, "found no process of {victim}");
+        sup.fill().await.unwrap();
+        let mut pauses = 0;
+        let mut conn = loop {
+            if leading_kvd(&mut c, 0).await != victim {
+                break leader_conn(&mut c).await;
+            }
+            pauses += 1;
+            assert!(pauses < 3_000, "no kvd took over from {victim}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let read_k = loop {
+            match round(&mut conn, &["GET", "k"]).await {
+                Reply::Error(e) if e.starts_with("TRYAGAIN") => {
+                    tokio::time::sleep(Duration::from_millis(20)).await
+                }
+                r => break r,
+            }
+        };
+        assert_eq!(read_k, get("c"));
+        assert_eq!(round(&mut conn, &once("1", "a")).await, Reply::ok());
+        assert_eq!(round(&mut conn, &mset).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["SET", "k", "d"]).await, Reply::ok());
+        assert_eq!(round(&mut conn, &mset).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["GET", "k"]).await, get("d"));
+        assert_eq!(round(&mut conn, &once("3", "e")).await, Reply::ok());
+        assert_eq!(round(&mut conn, &["GET", "k"]).await, get("e"));
+        sup.stop().await.unwrap();
+        drop((c, client));
         node.stop().await.unwrap();
     });
 }
