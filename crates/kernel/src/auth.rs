@@ -38,7 +38,7 @@ use sha2::{Digest, Sha256};
 use tabos_store::{params, PKey, Store, Tx};
 
 use crate::ids::Address;
-use crate::ids::Pid;
+use crate::ids::{Pid, RealmName};
 use crate::{realm_partition, validate_realm, Error, Result};
 
 /// Change-feed channel told of every created or revoked credential that
@@ -396,10 +396,10 @@ impl Principal {
             }
             (self.realm.as_str(), self.user.as_str())
         };
-        validate_realm(realm)?;
+        let realm = RealmName::new(realm)?;
         validate_user(user)?;
         Ok(Caller {
-            realm: realm.to_string(),
+            realm,
             user: user.to_string(),
             role: self.role,
             pid: self.pid.clone(),
@@ -508,7 +508,7 @@ pub const ROOT: &str = "root";
 /// [`Caller::may_send`] …) — no door checks access on its own.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    realm: String,
+    realm: RealmName,
     user: String,
     role: Role,
     pid: Option<Pid>,
@@ -528,7 +528,7 @@ enum Origin {
 }
 
 impl Caller {
-    pub fn realm(&self) -> &str {
+    pub fn realm(&self) -> &RealmName {
         &self.realm
     }
 
@@ -561,13 +561,12 @@ impl Caller {
     /// The same caller in `realm`: only an operator's moves (an
     /// operator acts for every realm).
     pub fn in_realm(&self, realm: &str) -> Result<Caller> {
-        if realm == self.realm {
+        if self.realm == realm {
             return Ok(self.clone());
         }
         self.require(Role::Operator)?;
-        validate_realm(realm)?;
         Ok(Caller {
-            realm: realm.to_string(),
+            realm: RealmName::new(realm)?,
             ..self.clone()
         })
     }
@@ -591,7 +590,7 @@ impl Caller {
     ) -> Result<Caller> {
         validate_user(user)?;
         Ok(Caller {
-            realm: realm.to_string(),
+            realm: RealmName::new(realm)?,
             user: user.to_string(),
             role: Role::Member,
             pid: Some(pid.clone()),
@@ -663,7 +662,7 @@ impl Caller {
         Ok(if every_realm && self.is_operator() {
             tabos_store::ReadScope::All
         } else {
-            tabos_store::ReadScope::Realm(self.realm.clone())
+            tabos_store::ReadScope::Realm(self.realm.0.clone())
         })
     }
 
@@ -800,7 +799,7 @@ pub fn may_grant(who: &Caller, spec: &Spec) -> Result<()> {
     who.require(spec.role)?;
     let in_reach = match spec.role {
         Role::Operator => spec.realm.is_empty(),
-        _ => spec.realm == who.realm(),
+        _ => *who.realm() == *spec.realm,
     };
     if !in_reach {
         return Err(Error::Denied(format!(
@@ -823,7 +822,7 @@ pub async fn create_for(store: &Store, who: &Caller, spec: Spec) -> Result<(Mint
 /// operator any (another realm's is NotFound to an admin).
 pub async fn revoke_for(store: &Store, who: &Caller, id: &CredentialId) -> Result<()> {
     who.may(Role::Admin, "revoke credentials")?;
-    let realm = (!who.is_operator()).then(|| who.realm());
+    let realm = (!who.is_operator()).then(|| who.realm().as_str());
     revoke(store, id, realm).await
 }
 

@@ -16,6 +16,7 @@ use tabos_store::Store;
 use crate::alloc::{self, Decision, Demand, Grant, Policy, RealmAlloc, Settings};
 use crate::auth::{self, Caller, Minted, Principal, Role, Spec};
 use crate::fs::files::Files;
+use crate::ids::NodeId;
 use crate::nodes::{self, NodeInfo, CLUSTER_PARTITION};
 use crate::procs::{self, Drained};
 use crate::realms::{self, Quota, Usage, QUOTA_NAMES};
@@ -42,14 +43,19 @@ pub async fn nodes(store: &Store, who: &Caller) -> Result<Vec<NodeInfo>> {
 }
 
 /// Removes node `node_id`'s row (one that has left): an operator's call.
-pub async fn remove_node(store: &Store, who: &Caller, node_id: &str) -> Result<()> {
+pub async fn remove_node(store: &Store, who: &Caller, node_id: &NodeId) -> Result<()> {
     who.may(Role::Operator, USE)?;
     nodes::remove(store, node_id).await
 }
 
 /// Drains node `node_id` (`on`) or puts it back ([`procs::drain_node`]):
 /// an operator's call.
-pub async fn drain_node(store: &Store, who: &Caller, node_id: &str, on: bool) -> Result<Drained> {
+pub async fn drain_node(
+    store: &Store,
+    who: &Caller,
+    node_id: &NodeId,
+    on: bool,
+) -> Result<Drained> {
     who.may(Role::Operator, USE)?;
     procs::drain_node(store, node_id, on).await
 }
@@ -123,7 +129,7 @@ pub async fn decisions(
     limit: usize,
 ) -> Result<Vec<Decision>> {
     who.may(Role::Operator, USE)?;
-    let realm = (!every_realm).then(|| who.realm());
+    let realm = (!every_realm).then(|| who.realm().as_str());
     alloc::history(store, realm, limit).await
 }
 

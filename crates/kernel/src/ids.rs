@@ -24,8 +24,15 @@ pub fn validate_name(what: &str, s: &str) -> Result<()> {
     }
 }
 
+/// An identifier newtype: a `String` made only through `new`, which
+/// validates it with `$check`. It reads as a `&str` (`Deref`), so a
+/// function that takes one cannot be given another kind of id or an
+/// unchecked string, while one that takes `&str` still takes it.
 macro_rules! name_id {
     ($(#[$doc:meta])* $name:ident, $what:expr) => {
+        name_id!($(#[$doc])* $name, $what, |s| validate_name($what, s));
+    };
+    ($(#[$doc:meta])* $name:ident, $what:expr, $check:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(pub String);
@@ -34,7 +41,8 @@ macro_rules! name_id {
             /// Validates and wraps.
             pub fn new(s: impl Into<String>) -> Result<$name> {
                 let s = s.into();
-                validate_name($what, &s)?;
+                let check: fn(&str) -> Result<()> = $check;
+                check(&s)?;
                 Ok($name(s))
             }
             pub fn as_str(&self) -> &str {
@@ -45,6 +53,49 @@ macro_rules! name_id {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        impl std::ops::Deref for $name {
+            type Target = str;
+            fn deref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl PartialEq<str> for $name {
+            fn eq(&self, other: &str) -> bool {
+                self.0 == other
+            }
+        }
+
+        impl From<&$name> for tabos_store::Value {
+            fn from(v: &$name) -> tabos_store::Value {
+                tabos_store::Value::Text(v.0.clone())
+            }
+        }
+
+        impl PartialEq<$name> for String {
+            fn eq(&self, other: &$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<&$name> for String {
+            fn eq(&self, other: &&$name) -> bool {
+                *self == other.0
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
             }
         }
     };
@@ -59,6 +110,30 @@ name_id!(
     /// A worker's identifier, unique within its realm.
     WorkerId,
     "worker id"
+);
+name_id!(
+    /// A node's identifier, unique within its cluster.
+    NodeId,
+    "node id"
+);
+name_id!(
+    /// A durable workflow's identifier (its idempotency key), unique
+    /// within its realm.
+    WorkflowId,
+    "workflow id"
+);
+name_id!(
+    /// A workflow executor's identifier (DBOS's executor id), unique
+    /// within its realm.
+    ExecutorId,
+    "executor"
+);
+name_id!(
+    /// A realm's name: 1..=[`crate::REALM_BYTES_MAX`] bytes of
+    /// `[A-Za-z0-9_.-]`, the first a letter or digit.
+    RealmName,
+    "realm name",
+    crate::validate_realm
 );
 
 /// Where a message goes, or who sent it (`crate::ipc`'s; here so that
@@ -108,6 +183,21 @@ mod tests {
     #[test]
     fn names_are_validated() {
         assert!(Pid::new("mapper-3.a:1").is_ok());
+        assert!(WorkflowId::new("order-17.a:b_c").is_ok());
+        assert!(RealmName::new("team-a.b_1").is_ok());
+        for bad in [
+            "",
+            "-a",
+            ".a",
+            "a:b",
+            "a/b",
+            &"r".repeat(crate::REALM_BYTES_MAX + 1),
+        ] {
+            assert!(RealmName::new(bad).is_err(), "{bad:?}");
+        }
+        // An id reads as the text it wraps, and only as that.
+        let id = WorkflowId::new("w1").unwrap();
+        assert!(id == "w1" && &*id == "w1" && format!("{id}") == "w1");
         for bad in [
             "",
             ".",
@@ -118,6 +208,9 @@ mod tests {
             &"x".repeat(NAME_BYTES_MAX + 1),
         ] {
             assert!(Pid::new(bad).is_err(), "{bad:?}");
+            assert!(WorkflowId::new(bad).is_err(), "{bad:?}");
+            assert!(ExecutorId::new(bad).is_err(), "{bad:?}");
+            assert!(NodeId::new(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -45,6 +45,7 @@ use std::fmt;
 use tabos_store::{params, Row, Tx, Value};
 
 use crate::auth::{Caller, Role};
+use crate::ids::{validate_name, ExecutorId, WorkflowId};
 use crate::{p_key, validate_realm, Error, Result};
 
 /// The realm `who` acts in, once it may use workflows with role `need`
@@ -55,7 +56,7 @@ fn acting(who: &Caller, need: Role) -> Result<&str> {
 }
 
 /// Longest workflow id, function name, version, queue, topic or event key.
-pub const ID_BYTES_MAX: usize = 128;
+pub const ID_BYTES_MAX: usize = crate::ids::NAME_BYTES_MAX;
 /// Largest input, output, step output, message or event value.
 pub const VALUE_BYTES_MAX: usize = 1 << 20;
 /// Longest recorded error (longer ones are cut).
@@ -81,21 +82,6 @@ pub const SHOW_STEPS_MAX: usize = 1_000;
 pub const SHOW_BYTES_MAX: usize = 4 << 20;
 /// Longest durable sleep.
 pub const SLEEP_MAX_US: i64 = 366 * 24 * 3_600 * 1_000_000;
-
-/// Checks an id-like string: 1..=[`ID_BYTES_MAX`] of `A-Z a-z 0-9 _ - . :`.
-pub fn validate_id(what: &str, s: &str) -> Result<()> {
-    let ok = !s.is_empty()
-        && s.len() <= ID_BYTES_MAX
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::Invalid(format!(
-            "{what} {s:?} must be 1..={ID_BYTES_MAX} characters of A-Z a-z 0-9 _ - . :"
-        )))
-    }
-}
 
 fn check_value(what: &str, v: &[u8]) -> Result<()> {
     if v.len() > VALUE_BYTES_MAX {
@@ -336,10 +322,10 @@ fn check_lease(ms: u64) -> Result<i64> {
 }
 
 /// A new executor id: `x` and 16 random hex digits.
-pub fn new_executor_id() -> Result<String> {
+pub fn new_executor_id() -> Result<ExecutorId> {
     let mut raw = [0u8; 8];
     getrandom::fill(&mut raw).map_err(|e| Error::Invalid(format!("no randomness: {e}")))?;
-    Ok(format!(
+    ExecutorId::new(format!(
         "x{}",
         raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
     ))
@@ -352,22 +338,21 @@ pub fn new_executor_id() -> Result<String> {
 pub fn register_executor_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    id: &str,
+    id: &ExecutorId,
     spec: &ExecutorSpec,
     now: i64,
 ) -> Result<()> {
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_realm(realm)?;
-        validate_id("executor", id)?;
-        validate_id("application version", &spec.app_version)?;
+        validate_name("application version", &spec.app_version)?;
         if spec.functions.len() > FUNCTIONS_MAX {
             return Err(Error::Invalid(format!(
                 "an executor registers at most {FUNCTIONS_MAX} functions"
             )));
         }
         for f in &spec.functions {
-            validate_id("workflow function", f)?;
+            validate_name("workflow function", f)?;
         }
         let lease = check_lease(spec.lease_ms)?;
         let k = p_key(tx);
@@ -405,7 +390,7 @@ pub fn register_executor_tx(
 pub fn renew_executor_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    id: &str,
+    id: &ExecutorId,
     lease_ms: u64,
     now: i64,
 ) -> Result<()> {
@@ -425,7 +410,7 @@ pub fn renew_executor_tx(
 
 /// Procedure body: executor `id` leaves; its pending workflows are up for
 /// recovery at once. Returns how many.
-pub fn leave_executor_tx(tx: &mut dyn Tx, who: &Caller, id: &str, now: i64) -> Result<u64> {
+pub fn leave_executor_tx(tx: &mut dyn Tx, who: &Caller, id: &ExecutorId, now: i64) -> Result<u64> {
     let realm = acting(who, Role::Member)?;
     let k = p_key(tx);
     tx.execute(
@@ -484,14 +469,14 @@ fn live_executor(tx: &mut dyn Tx, realm: &str, id: &str, now: i64) -> Result<Exe
 /// What a start asks for.
 #[derive(Debug, Clone)]
 pub struct StartSpec {
-    pub id: String,
+    pub id: WorkflowId,
     pub name: String,
     pub app_version: String,
     pub input: Vec<u8>,
     /// Start in this queue (`enqueued`), else run at once by `executor`.
     pub queue: Option<String>,
     pub priority: i64,
-    pub executor: Option<String>,
+    pub executor: Option<ExecutorId>,
 }
 
 /// What a start did.
@@ -518,9 +503,8 @@ fn start_in(
 ) -> Result<Started> {
     crate::realms::metered(tx, realm, |tx| {
         validate_realm(realm)?;
-        validate_id("workflow id", &spec.id)?;
-        validate_id("workflow function", &spec.name)?;
-        validate_id("application version", &spec.app_version)?;
+        validate_name("workflow function", &spec.name)?;
+        validate_name("application version", &spec.app_version)?;
         check_value("a workflow's input", &spec.input)?;
         // Inserted first, the row of an id that exists left alone: reading a
         // missing row first would, on PostgreSQL, lock the index's gap and make
@@ -528,7 +512,7 @@ fn start_in(
         let k = p_key(tx);
         let inserted = match (&spec.queue, &spec.executor) {
             (Some(q), _) => {
-                validate_id("queue", q)?;
+                validate_name("queue", q)?;
                 ensure_queue(tx, realm, q, now)?;
                 tx.execute(
                     "INSERT INTO workflow (p_key, realm, workflow_id, name, app_version, status, queue, \
@@ -779,7 +763,7 @@ fn claim(
 pub fn recover_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
+    executor: &ExecutorId,
     max: usize,
     now: i64,
 ) -> Result<Claimed> {
@@ -835,13 +819,13 @@ fn count(tx: &mut dyn Tx, sql: &'static str, params: &[Value]) -> Result<i64> {
 pub fn dequeue_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
+    executor: &ExecutorId,
     queue: &str,
     max: usize,
     now: i64,
 ) -> Result<Claimed> {
     let realm = acting(who, Role::Member)?;
-    validate_id("queue", queue)?;
+    validate_name("queue", queue)?;
     let ex = live_executor(tx, realm, executor, now)?;
     let limits = queue_limits(tx, realm, queue)?;
     let k = p_key(tx);
@@ -1054,8 +1038,8 @@ pub enum Begun {
 pub fn step_begin_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     name: &str,
     kind: StepKind,
@@ -1065,7 +1049,7 @@ pub fn step_begin_tx(
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         check_step(step)?;
-        validate_id("step name", name)?;
+        validate_name("step name", name)?;
         owned(tx, realm, id, executor)?;
         let k = p_key(tx);
         match same_step(tx, realm, id, step, name, kind)? {
@@ -1115,8 +1099,8 @@ pub struct Unbegun {
 pub fn step_end_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     outcome: &Outcome,
     last: bool,
@@ -1135,7 +1119,7 @@ pub fn step_end_tx(
         // of a missing row locks the index's gap, and concurrent workflows'
         // steps would conflict); a row already there is left alone.
         if let (Some(u), true) = (unbegun, last) {
-            validate_id("step name", &u.name)?;
+            validate_name("step name", &u.name)?;
             let (status, output, error): (&str, Value, Value) = match outcome {
                 Outcome::Success(o) => {
                     check_value("a step's output", o)?;
@@ -1170,7 +1154,7 @@ pub fn step_end_tx(
         let s = match (step_in(tx, realm, id, step)?, unbegun) {
             (Some(s), _) => s,
             (None, Some(u)) => {
-                validate_id("step name", &u.name)?;
+                validate_name("step name", &u.name)?;
                 tx.execute(
                     "INSERT INTO workflow_step (p_key, realm, workflow_id, step, name, kind, status, \
                      input, attempts, started_us) \
@@ -1287,7 +1271,7 @@ fn before_step(
     kind: StepKind,
 ) -> Result<Option<Outcome>> {
     check_step(step)?;
-    validate_id("step name", name)?;
+    validate_name("step name", name)?;
     owned(tx, realm, id, executor)?;
     Ok(same_step(tx, realm, id, step, name, kind)?.and_then(|s| recorded(&s)))
 }
@@ -1301,8 +1285,8 @@ fn before_step(
 pub fn step_procedure_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     procedure: &str,
     args: &[u8],
@@ -1345,8 +1329,8 @@ pub fn step_procedure_tx(
 pub fn step_failed_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     name: &str,
     kind: StepKind,
@@ -1397,8 +1381,8 @@ pub fn step_failed_tx(
 pub fn sleep_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     duration_us: i64,
     now: i64,
@@ -1449,8 +1433,8 @@ pub fn sleep_tx(
 /// Who sends a message: a workflow's step, or a client outside any.
 #[derive(Debug, Clone)]
 pub struct Sender {
-    pub executor: String,
-    pub workflow: String,
+    pub executor: ExecutorId,
+    pub workflow: WorkflowId,
     pub step: i64,
 }
 
@@ -1461,15 +1445,14 @@ pub fn send_tx(
     tx: &mut dyn Tx,
     who: &Caller,
     from: Option<&Sender>,
-    to: &str,
+    to: &WorkflowId,
     topic: &str,
     payload: &[u8],
     now: i64,
 ) -> Result<()> {
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
-        validate_id("workflow id", to)?;
-        validate_id("topic", topic)?;
+        validate_name("topic", topic)?;
         check_value("a message", payload)?;
         if let Some(s) = from {
             if before_step(
@@ -1497,7 +1480,7 @@ pub fn send_tx(
                 params![k, realm, to, topic],
             )?
             .get(0)?;
-        let sender = from.map_or(String::new(), |s| s.workflow.clone());
+        let sender = from.map_or(String::new(), |s| s.workflow.0.clone());
         tx.execute(
             "INSERT INTO workflow_message (p_key, realm, workflow_id, topic, seq, sender, payload, \
              sent_us) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
@@ -1530,8 +1513,8 @@ pub fn send_tx(
 pub fn recv_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     topic: &str,
     give_up: bool,
@@ -1539,7 +1522,7 @@ pub fn recv_tx(
 ) -> Result<Option<Option<Vec<u8>>>> {
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
-        validate_id("topic", topic)?;
+        validate_name("topic", topic)?;
         check_step(step)?;
         owned(tx, realm, id, executor)?;
         let before = same_step(tx, realm, id, step, topic, StepKind::Recv)?;
@@ -1599,8 +1582,8 @@ pub fn recv_tx(
 pub fn set_event_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     step: i64,
     key: &str,
     value: &[u8],
@@ -1608,7 +1591,7 @@ pub fn set_event_tx(
 ) -> Result<()> {
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
-        validate_id("event key", key)?;
+        validate_name("event key", key)?;
         check_value("an event's value", value)?;
         if before_step(tx, realm, executor, id, step, key, StepKind::SetEvent)?.is_some() {
             return Ok(());
@@ -1643,10 +1626,14 @@ pub fn set_event_tx(
 }
 
 /// Procedure body: the value workflow `id` set under `key`, if any.
-pub fn get_event_tx(tx: &mut dyn Tx, who: &Caller, id: &str, key: &str) -> Result<Option<Vec<u8>>> {
+pub fn get_event_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    id: &WorkflowId,
+    key: &str,
+) -> Result<Option<Vec<u8>>> {
     let realm = acting(who, Role::Reader)?;
-    validate_id("workflow id", id)?;
-    validate_id("event key", key)?;
+    validate_name("event key", key)?;
     let k = p_key(tx);
     Ok(tx
         .query_opt(
@@ -1662,8 +1649,8 @@ pub fn get_event_tx(tx: &mut dyn Tx, who: &Caller, id: &str, key: &str) -> Resul
 pub fn finish_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    executor: &str,
-    id: &str,
+    executor: &ExecutorId,
+    id: &WorkflowId,
     outcome: &Outcome,
     now: i64,
 ) -> Result<()> {
@@ -1716,7 +1703,7 @@ fn announce(tx: &mut dyn Tx, realm: &str, id: &str, status: &str) -> Result<()> 
 // ---------------------------------------------------------------- reading
 
 /// Procedure body: workflow `id`, if any.
-pub fn get_tx(tx: &mut dyn Tx, who: &Caller, id: &str) -> Result<Option<Workflow>> {
+pub fn get_tx(tx: &mut dyn Tx, who: &Caller, id: &WorkflowId) -> Result<Option<Workflow>> {
     get_in(tx, acting(who, Role::Reader)?, id)
 }
 
@@ -1739,11 +1726,10 @@ fn get_in(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<Option<Workflow>> {
 pub fn show_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    id: &str,
+    id: &WorkflowId,
     after: i64,
 ) -> Result<(Workflow, Vec<Step>, bool)> {
     let realm = acting(who, Role::Reader)?;
-    validate_id("workflow id", id)?;
     let w = get_in(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     let k = p_key(tx);
@@ -1832,9 +1818,8 @@ pub fn list_tx(tx: &mut dyn Tx, who: &Caller, filter: &Filter) -> Result<Vec<Wor
 
 /// Procedure body: cancels workflow `id`: its executor stops at its next
 /// step. A finished workflow cannot be cancelled; a cancelled one is left.
-pub fn cancel_tx(tx: &mut dyn Tx, who: &Caller, id: &str, now: i64) -> Result<Workflow> {
+pub fn cancel_tx(tx: &mut dyn Tx, who: &Caller, id: &WorkflowId, now: i64) -> Result<Workflow> {
     let realm = acting(who, Role::Member)?;
-    validate_id("workflow id", id)?;
     let w = get_in(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     match w.status {
@@ -1888,12 +1873,11 @@ fn requeue(tx: &mut dyn Tx, realm: &str, id: &str, queue: Option<&str>, now: i64
 pub fn resume_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    id: &str,
+    id: &WorkflowId,
     version: Option<&str>,
     now: i64,
 ) -> Result<Workflow> {
     let realm = acting(who, Role::Member)?;
-    validate_id("workflow id", id)?;
     let w = get_in(tx, realm, id)?
         .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
     if w.status == Status::Success {
@@ -1903,7 +1887,7 @@ pub fn resume_tx(
     }
     let k = p_key(tx);
     if let Some(v) = version {
-        validate_id("application version", v)?;
+        validate_name("application version", v)?;
         tx.execute(
             "UPDATE workflow SET app_version = $4 WHERE p_key = $1 AND realm = $2 \
              AND workflow_id = $3",
@@ -1933,8 +1917,8 @@ pub fn resume_tx(
 pub fn fork_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    id: &str,
-    new_id: &str,
+    id: &WorkflowId,
+    new_id: &WorkflowId,
     from_step: i64,
     version: Option<&str>,
     now: i64,
@@ -1942,8 +1926,6 @@ pub fn fork_tx(
     let realm = acting(who, Role::Member)?;
     let user = who.user();
     crate::realms::metered(tx, realm, |tx| {
-        validate_id("workflow id", id)?;
-        validate_id("workflow id", new_id)?;
         if !(1..=STEP_MAX + 1).contains(&from_step) {
             return Err(Error::Invalid(format!(
                 "a fork starts at step 1..={}, not {from_step}",
@@ -1959,7 +1941,7 @@ pub fn fork_tx(
         }
         let version = match version {
             Some(v) => {
-                validate_id("application version", v)?;
+                validate_name("application version", v)?;
                 v.to_string()
             }
             None => w.app_version.clone(),
@@ -2002,8 +1984,8 @@ pub fn fork_tx(
 /// how many.
 pub fn retarget_tx(tx: &mut dyn Tx, who: &Caller, from: &str, to: &str, now: i64) -> Result<u64> {
     let realm = acting(who, Role::Admin)?;
-    validate_id("application version", from)?;
-    validate_id("application version", to)?;
+    validate_name("application version", from)?;
+    validate_name("application version", to)?;
     let k = p_key(tx);
     let n = tx.execute(
         "UPDATE workflow SET app_version = $4, updated_us = $5 \
@@ -2054,7 +2036,7 @@ pub fn set_queue_tx(
 ) -> Result<()> {
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
-        validate_id("queue", queue)?;
+        validate_name("queue", queue)?;
         check_limit("a queue's concurrency", limits.concurrency)?;
         check_limit("a queue's per-node concurrency", limits.node_concurrency)?;
         check_limit("a queue's rate limit", limits.rate_limit)?;
@@ -2144,15 +2126,15 @@ pub fn set_schedule_tx(tx: &mut dyn Tx, who: &Caller, s: &Schedule, now: i64) ->
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_realm(realm)?;
-        validate_id("schedule", &s.schedule)?;
+        validate_name("schedule", &s.schedule)?;
         if s.schedule.len() > SCHEDULE_BYTES_MAX {
             return Err(Error::Invalid(format!(
                 "a schedule's name is at most {SCHEDULE_BYTES_MAX} bytes"
             )));
         }
-        validate_id("workflow function", &s.name)?;
-        validate_id("application version", &s.app_version)?;
-        validate_id("queue", &s.queue)?;
+        validate_name("workflow function", &s.name)?;
+        validate_name("application version", &s.app_version)?;
+        validate_name("queue", &s.queue)?;
         let next = crate::cron::Cron::parse(&s.cron)?
             .next_after(now)
             .ok_or_else(|| Error::Invalid(format!("cron {:?} never fires", s.cron)))?;
@@ -2197,7 +2179,7 @@ pub fn set_schedule_tx(tx: &mut dyn Tx, who: &Caller, s: &Schedule, now: i64) ->
 /// Procedure body: removes schedule `schedule`.
 pub fn remove_schedule_tx(tx: &mut dyn Tx, who: &Caller, schedule: &str) -> Result<()> {
     let realm = acting(who, Role::Member)?;
-    validate_id("schedule", schedule)?;
+    validate_name("schedule", schedule)?;
     let k = p_key(tx);
     let n = tx.execute(
         "DELETE FROM workflow_schedule WHERE p_key = $1 AND realm = $2 AND schedule = $3",
@@ -2254,7 +2236,7 @@ pub fn fire_due_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<(u64, Optio
             continue;
         }
         let spec = StartSpec {
-            id: format!("sched-{}-{}", s.schedule, s.next_us),
+            id: WorkflowId::new(format!("sched-{}-{}", s.schedule, s.next_us))?,
             name: s.name.clone(),
             app_version: s.app_version.clone(),
             input: s.next_us.to_string().into_bytes(),
@@ -2307,9 +2289,9 @@ mod tests {
 
     #[test]
     fn ids_are_checked() {
-        assert!(validate_id("workflow id", "order-17.a:b_c").is_ok());
+        assert!(validate_name("workflow id", "order-17.a:b_c").is_ok());
         for bad in ["", "a b", "a/b", &"x".repeat(ID_BYTES_MAX + 1)] {
-            assert!(validate_id("workflow id", bad).is_err(), "{bad}");
+            assert!(validate_name("workflow id", bad).is_err(), "{bad}");
         }
     }
 

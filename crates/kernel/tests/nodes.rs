@@ -4,6 +4,7 @@
 //! for that long; procs given back only past a node's grace and a margin,
 //! once; and a lost node that renews again told what happened.
 
+use tabos_kernel::ids::NodeId;
 use tabos_kernel::nodes::{self, LeaseTerms, Registration, CLUSTER_PARTITION};
 use tabos_kernel::Error;
 use tabos_store::Store;
@@ -137,10 +138,15 @@ fn the_cluster_is_steered_by_operators_only(b: Backend) {
         rt.block_on(cluster::set_realm(s, &admin, "r", Default::default()))
             .map(|_| ()),
     );
-    denied(rt.block_on(cluster::remove_node(s, &admin, "n1")));
+    denied(rt.block_on(cluster::remove_node(s, &admin, &NodeId::new("n1").unwrap())));
     denied(
-        rt.block_on(cluster::drain_node(s, &admin, "n1", true))
-            .map(|_| ()),
+        rt.block_on(cluster::drain_node(
+            s,
+            &admin,
+            &NodeId::new("n1").unwrap(),
+            true,
+        ))
+        .map(|_| ()),
     );
     denied(rt.block_on(cluster::set_elastic(s, &admin, policy)));
     let mine: Vec<_> = rt

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tabos_blockio::{Device, FormatOptions};
 use tabos_kernel::fs::files::{Files, FsSettings};
+use tabos_kernel::ids::WorkflowId;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use tabos_kernel::names::{self, Kind};
 use tabos_kernel::procedures::{Install, Procedures};
@@ -74,9 +75,13 @@ fn set_name(s: &Store, realm: &str, path: &str, data: &[u8]) -> tabos_kernel::Re
     })
 }
 
+fn wid(s: &str) -> WorkflowId {
+    WorkflowId::new(s).unwrap()
+}
+
 fn start_workflow(s: &Store, id: &str, input: Vec<u8>) -> tabos_kernel::Result<wf::Started> {
     let spec = StartSpec {
-        id: id.into(),
+        id: wid(id),
         name: "order".into(),
         app_version: "v1".into(),
         input,
@@ -120,7 +125,7 @@ fn workflows_mail_and_logs_count_by_class(b: Backend) {
     assert!(call_in(s, "r", move |tx| wf::get_tx(
         tx,
         &common::as_user(&r, "root"),
-        "big3"
+        &wid("big3")
     ))
     .unwrap()
     .is_none());

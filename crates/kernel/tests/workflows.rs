@@ -7,6 +7,7 @@
 mod common;
 
 use common::{call_in, Backend};
+use tabos_kernel::ids::{ExecutorId, WorkflowId};
 use tabos_kernel::workflows::{
     self as wf, Begun, Outcome, QueueLimits, StartSpec, Status, StepKind,
 };
@@ -21,9 +22,17 @@ fn me() -> tabos_kernel::auth::Caller {
 }
 const T0: i64 = 1_000_000_000;
 
+fn eid(s: &str) -> ExecutorId {
+    ExecutorId::new(s).unwrap()
+}
+
+fn wid(s: &str) -> WorkflowId {
+    WorkflowId::new(s).unwrap()
+}
+
 fn exec(s: &Store, id: &str, version: &str, node: &str, lease_ms: u64, now: i64) {
     let (id, spec) = (
-        id.to_string(),
+        eid(id),
         wf::ExecutorSpec {
             app_version: version.into(),
             functions: vec!["order".into(), "other".into()],
@@ -45,19 +54,19 @@ fn start(
     priority: i64,
 ) -> wf::Started {
     let spec = StartSpec {
-        id: id.into(),
+        id: wid(id),
         name: "order".into(),
         app_version: "v1".into(),
         input: b"in".to_vec(),
         queue: queue.map(String::from),
         priority,
-        executor: executor.map(String::from),
+        executor: executor.map(eid),
     };
     call_in(s, R, move |tx| wf::start_tx(tx, &me(), &spec, T0)).unwrap()
 }
 
 fn begin(s: &Store, ex: &str, id: &str, step: i64, name: &str) -> tabos_kernel::Result<Begun> {
-    let (ex, id, name) = (ex.to_string(), id.to_string(), name.to_string());
+    let (ex, id, name) = (eid(ex), wid(id), name.to_string());
     call_in(s, R, move |tx| {
         wf::step_begin_tx(
             tx,
@@ -74,26 +83,26 @@ fn begin(s: &Store, ex: &str, id: &str, step: i64, name: &str) -> tabos_kernel::
 }
 
 fn end(s: &Store, ex: &str, id: &str, step: i64, o: Outcome) -> tabos_kernel::Result<Outcome> {
-    let (ex, id) = (ex.to_string(), id.to_string());
+    let (ex, id) = (eid(ex), wid(id));
     call_in(s, R, move |tx| {
         wf::step_end_tx(tx, &me(), &ex, &id, step, &o, true, None, T0)
     })
 }
 
 fn finish(s: &Store, ex: &str, id: &str, o: Outcome) -> tabos_kernel::Result<()> {
-    let (ex, id) = (ex.to_string(), id.to_string());
+    let (ex, id) = (eid(ex), wid(id));
     call_in(s, R, move |tx| wf::finish_tx(tx, &me(), &ex, &id, &o, T0))
 }
 
 fn get(s: &Store, id: &str) -> wf::Workflow {
-    let id = id.to_string();
+    let id = wid(id);
     call_in(s, R, move |tx| wf::get_tx(tx, &me(), &id))
         .unwrap()
         .unwrap()
 }
 
 fn dequeue(s: &Store, ex: &str, q: &str, max: usize, now: i64) -> wf::Claimed {
-    let (ex, q) = (ex.to_string(), q.to_string());
+    let (ex, q) = (eid(ex), q.to_string());
     call_in(s, R, move |tx| wf::dequeue_tx(tx, &me(), &ex, &q, max, now)).unwrap()
 }
 
@@ -157,7 +166,7 @@ fn steps_are_recorded_and_replayed(b: Backend) {
         Err(Error::Invalid(_))
     ));
     let big = StartSpec {
-        id: "big".into(),
+        id: wid("big"),
         name: "order".into(),
         app_version: "v1".into(),
         input: vec![0; wf::VALUE_BYTES_MAX + 1],
@@ -167,13 +176,13 @@ fn steps_are_recorded_and_replayed(b: Backend) {
     };
     assert!(call_in(s, R, move |tx| wf::start_tx(tx, &me(), &big, T0)).is_err());
     let named = StartSpec {
-        id: "w1".into(),
+        id: wid("w1"),
         name: "other".into(),
         app_version: "v1".into(),
         input: Vec::new(),
         queue: None,
         priority: 0,
-        executor: Some("xa".into()),
+        executor: Some(eid("xa")),
     };
     assert!(matches!(
         call_in(s, R, move |tx| wf::start_tx(tx, &me(), &named, T0)),
@@ -190,16 +199,19 @@ fn a_lapsed_executor_is_taken_over(b: Backend) {
     begin(s, "xa", "w1", 1, "charge").unwrap();
     end(s, "xa", "w1", 1, Outcome::Success(b"paid".to_vec())).unwrap();
     // xa is alive: nothing to take over, and when to look again.
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), "xb", 10, T0 + 500_000)).unwrap();
+    let c = call_in(s, R, |tx| {
+        wf::recover_tx(tx, &me(), &eid("xb"), 10, T0 + 500_000)
+    })
+    .unwrap();
     assert!(c.claims.is_empty());
     assert_eq!(c.retry_at_us, Some(T0 + 1_000_000 + 1));
     // xb renews; xa's lease lapses.
     call_in(s, R, |tx| {
-        wf::renew_executor_tx(tx, &me(), "xb", 1_000, T0 + 1_500_000)
+        wf::renew_executor_tx(tx, &me(), &eid("xb"), 1_000, T0 + 1_500_000)
     })
     .unwrap();
     let c = call_in(s, R, |tx| {
-        wf::recover_tx(tx, &me(), "xb", 10, T0 + 1_500_000)
+        wf::recover_tx(tx, &me(), &eid("xb"), 10, T0 + 1_500_000)
     })
     .unwrap();
     assert_eq!(ids(&c), ["w1"]);
@@ -215,22 +227,22 @@ fn a_lapsed_executor_is_taken_over(b: Backend) {
     // An executor that leaves hands its workflows over at once.
     exec(s, "xc", "v1", "n1", 60_000, T0 + 1_500_000);
     call_in(s, R, |tx| {
-        wf::leave_executor_tx(tx, &me(), "xb", T0 + 1_600_000)
+        wf::leave_executor_tx(tx, &me(), &eid("xb"), T0 + 1_600_000)
     })
     .unwrap();
     let c = call_in(s, R, |tx| {
-        wf::recover_tx(tx, &me(), "xc", 10, T0 + 1_600_000)
+        wf::recover_tx(tx, &me(), &eid("xc"), 10, T0 + 1_600_000)
     })
     .unwrap();
     assert_eq!(ids(&c), ["w1"]);
     // Another version does not take it, until the operator retargets it.
     exec(s, "x2", "v2", "n1", 60_000, T0 + 1_600_000);
     call_in(s, R, |tx| {
-        wf::leave_executor_tx(tx, &me(), "xc", T0 + 1_700_000)
+        wf::leave_executor_tx(tx, &me(), &eid("xc"), T0 + 1_700_000)
     })
     .unwrap();
     let c = call_in(s, R, |tx| {
-        wf::recover_tx(tx, &me(), "x2", 10, T0 + 1_700_000)
+        wf::recover_tx(tx, &me(), &eid("x2"), 10, T0 + 1_700_000)
     })
     .unwrap();
     assert!(c.claims.is_empty());
@@ -240,7 +252,7 @@ fn a_lapsed_executor_is_taken_over(b: Backend) {
     .unwrap();
     assert_eq!(moved, 1);
     let c = call_in(s, R, |tx| {
-        wf::recover_tx(tx, &me(), "x2", 10, T0 + 1_700_000)
+        wf::recover_tx(tx, &me(), &eid("x2"), 10, T0 + 1_700_000)
     })
     .unwrap();
     assert_eq!(ids(&c), ["w1"]);
@@ -362,7 +374,17 @@ fn one_transaction_steps_run_once(b: Backend) {
                 }
                 Ok(b"out".to_vec())
             };
-            wf::step_procedure_tx(tx, &me(), "xa", "w1", 1, "tick", b"7", T0, &mut run)
+            wf::step_procedure_tx(
+                tx,
+                &me(),
+                &eid("xa"),
+                &wid("w1"),
+                1,
+                "tick",
+                b"7",
+                T0,
+                &mut run,
+            )
         })
     };
     // A failing run leaves nothing (its transaction is rolled back).
@@ -379,8 +401,8 @@ fn one_transaction_steps_run_once(b: Backend) {
         wf::step_failed_tx(
             tx,
             &me(),
-            "xa",
-            "w1",
+            &eid("xa"),
+            &wid("w1"),
             1,
             "tick",
             StepKind::Procedure,
@@ -395,7 +417,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     // Again (a re-run): recorded, not run (it would insert a duplicate).
     assert_eq!(step(false).unwrap(), Outcome::Success(b"out".to_vec()));
     assert_eq!(count(), 1);
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), &wid("w1"), 0)).unwrap();
     assert_eq!(steps[0].attempts, 2);
     // Its input is recorded with its outcome.
     assert_eq!(steps[0].input.as_deref(), Some(&b"7"[..]));
@@ -404,8 +426,8 @@ fn one_transaction_steps_run_once(b: Backend) {
         wf::step_failed_tx(
             tx,
             &me(),
-            "xa",
-            "w1",
+            &eid("xa"),
+            &wid("w1"),
             2,
             "bad",
             StepKind::Procedure,
@@ -417,7 +439,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     })
     .unwrap();
     assert_eq!(last, Outcome::Error("boom".into()));
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), &wid("w1"), 0)).unwrap();
     assert_eq!(
         (steps[1].status.as_str(), steps[1].error.as_deref()),
         ("error", Some("boom"))
@@ -426,12 +448,21 @@ fn one_transaction_steps_run_once(b: Backend) {
     // Messages, events, sleeps.
     start(s, "w2", None, Some("xa"), 0);
     call_in(s, R, |tx| {
-        wf::send_tx(tx, &me(), None, "w2", "greet", b"hi", T0)
+        wf::send_tx(tx, &me(), None, &wid("w2"), "greet", b"hi", T0)
     })
     .unwrap();
     let recv = |step: i64, give_up: bool| {
         call_in(s, R, move |tx| {
-            wf::recv_tx(tx, &me(), "xa", "w2", step, "greet", give_up, T0)
+            wf::recv_tx(
+                tx,
+                &me(),
+                &eid("xa"),
+                &wid("w2"),
+                step,
+                "greet",
+                give_up,
+                T0,
+            )
         })
         .unwrap()
     };
@@ -440,7 +471,7 @@ fn one_transaction_steps_run_once(b: Backend) {
     assert_eq!(recv(2, false), None, "nothing yet: the caller waits");
     assert_eq!(recv(2, true), Some(None), "its wait ended: none, recorded");
     call_in(s, R, |tx| {
-        wf::send_tx(tx, &me(), None, "w2", "greet", b"late", T0)
+        wf::send_tx(tx, &me(), None, &wid("w2"), "greet", b"late", T0)
     })
     .unwrap();
     assert_eq!(recv(2, false), Some(None), "replayed as none");
@@ -448,7 +479,7 @@ fn one_transaction_steps_run_once(b: Backend) {
         tx,
         &me(),
         None,
-        "nope",
+        &wid("nope"),
         "t",
         b"x",
         T0
@@ -456,14 +487,14 @@ fn one_transaction_steps_run_once(b: Backend) {
     .is_err());
     // From a workflow's step: once.
     let from = wf::Sender {
-        executor: "xa".into(),
-        workflow: "w2".into(),
+        executor: eid("xa"),
+        workflow: wid("w2"),
         step: 3,
     };
     for _ in 0..2 {
         let from = from.clone();
         call_in(s, R, move |tx| {
-            wf::send_tx(tx, &me(), Some(&from), "w1", "t", b"m", T0)
+            wf::send_tx(tx, &me(), Some(&from), &wid("w1"), "t", b"m", T0)
         })
         .unwrap();
     }
@@ -478,24 +509,32 @@ fn one_transaction_steps_run_once(b: Backend) {
         .unwrap();
     assert_eq!(n, 1);
     call_in(s, R, |tx| {
-        wf::set_event_tx(tx, &me(), "xa", "w2", 4, "stage", b"paid", T0)
+        wf::set_event_tx(tx, &me(), &eid("xa"), &wid("w2"), 4, "stage", b"paid", T0)
     })
     .unwrap();
-    let ev = call_in(s, R, |tx| wf::get_event_tx(tx, &me(), "w2", "stage")).unwrap();
+    let ev = call_in(s, R, |tx| wf::get_event_tx(tx, &me(), &wid("w2"), "stage")).unwrap();
     assert_eq!(ev.as_deref(), Some(&b"paid"[..]));
     let at = call_in(s, R, |tx| {
-        wf::sleep_tx(tx, &me(), "xa", "w2", 5, 5_000_000, T0)
+        wf::sleep_tx(tx, &me(), &eid("xa"), &wid("w2"), 5, 5_000_000, T0)
     })
     .unwrap();
     assert_eq!(at, T0 + 5_000_000);
     let again = call_in(s, R, |tx| {
-        wf::sleep_tx(tx, &me(), "xa", "w2", 5, 5_000_000, T0 + 4_000_000)
+        wf::sleep_tx(
+            tx,
+            &me(),
+            &eid("xa"),
+            &wid("w2"),
+            5,
+            5_000_000,
+            T0 + 4_000_000,
+        )
     })
     .unwrap();
     assert_eq!(again, at, "a re-run sleeps only what is left");
     // Each one-transaction step's input: the topic received on, the
     // message sent, the event's value, the sleep's length.
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w2", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), &wid("w2"), 0)).unwrap();
     let inputs: Vec<Option<Vec<u8>>> = steps.iter().map(|s| s.input.clone()).collect();
     assert_eq!(
         inputs,
@@ -518,13 +557,13 @@ fn cancel_resume_and_fork(b: Backend) {
     end(s, "xa", "w1", 1, Outcome::Success(b"1".to_vec())).unwrap();
     begin(s, "xa", "w1", 2, "b").unwrap();
     end(s, "xa", "w1", 2, Outcome::Error("b failed".into())).unwrap();
-    call_in(s, R, |tx| wf::cancel_tx(tx, &me(), "w1", T0)).unwrap();
+    call_in(s, R, |tx| wf::cancel_tx(tx, &me(), &wid("w1"), T0)).unwrap();
     assert_eq!(get(s, "w1").status, Status::Cancelled);
     precondition(begin(s, "xa", "w1", 3, "c"), "cancelled");
     // Resumed: its completed step stays, the failed one runs again.
-    let w = call_in(s, R, |tx| wf::resume_tx(tx, &me(), "w1", None, T0)).unwrap();
+    let w = call_in(s, R, |tx| wf::resume_tx(tx, &me(), &wid("w1"), None, T0)).unwrap();
     assert_eq!((w.status, w.executor), (Status::Pending, None));
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), "xa", 10, T0)).unwrap();
+    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), &eid("xa"), 10, T0)).unwrap();
     assert_eq!(ids(&c), ["w1"]);
     assert!(matches!(
         begin(s, "xa", "w1", 1, "a").unwrap(),
@@ -537,27 +576,38 @@ fn cancel_resume_and_fork(b: Backend) {
     end(s, "xa", "w1", 2, Outcome::Success(b"2".to_vec())).unwrap();
     finish(s, "xa", "w1", Outcome::Success(b"ok".to_vec())).unwrap();
     precondition(
-        call_in(s, R, |tx| wf::cancel_tx(tx, &me(), "w1", T0)),
+        call_in(s, R, |tx| wf::cancel_tx(tx, &me(), &wid("w1"), T0)),
         "finished",
     );
     precondition(
-        call_in(s, R, |tx| wf::resume_tx(tx, &me(), "w1", None, T0)),
+        call_in(s, R, |tx| wf::resume_tx(tx, &me(), &wid("w1"), None, T0)),
         "succeeded",
     );
     // Forked from step 2: step 1 kept, step 2 to run.
-    let w = call_in(s, R, |tx| wf::fork_tx(tx, &me(), "w1", "w1b", 2, None, T0)).unwrap();
+    let w = call_in(s, R, |tx| {
+        wf::fork_tx(tx, &me(), &wid("w1"), &wid("w1b"), 2, None, T0)
+    })
+    .unwrap();
     assert_eq!(w.forked_from.as_deref(), Some("w1"));
     // Shown from a step on.
-    let (_, later, more) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1", 1)).unwrap();
+    let (_, later, more) = call_in(s, R, |tx| wf::show_tx(tx, &me(), &wid("w1"), 1)).unwrap();
     assert_eq!((later.len(), later[0].step, more), (1, 2, false));
-    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), "w1b", 0)).unwrap();
+    let (_, steps, _) = call_in(s, R, |tx| wf::show_tx(tx, &me(), &wid("w1b"), 0)).unwrap();
     assert_eq!(steps.len(), 1);
     assert!(matches!(
-        call_in(s, R, |tx| wf::fork_tx(tx, &me(), "w1", "w1b", 2, None, T0)),
+        call_in(s, R, |tx| wf::fork_tx(
+            tx,
+            &me(),
+            &wid("w1"),
+            &wid("w1b"),
+            2,
+            None,
+            T0
+        )),
         Err(Error::AlreadyExists(_))
     ));
     assert!(matches!(
-        call_in(s, R, |tx| wf::resume_tx(tx, &me(), "nope", None, T0)),
+        call_in(s, R, |tx| wf::resume_tx(tx, &me(), &wid("nope"), None, T0)),
         Err(Error::NotFound(_))
     ));
     let list = call_in(s, R, |tx| {
@@ -634,7 +684,10 @@ fn a_restarted_executor_takes_its_workflows_back(b: Backend) {
     // The same id registers again (a restarted process): its workflows are
     // up for recovery at once, long before its old lease would lapse.
     exec(s, "xa", "v1", "n1", 60_000, T0 + 1_000);
-    let c = call_in(s, R, |tx| wf::recover_tx(tx, &me(), "xa", 10, T0 + 1_000)).unwrap();
+    let c = call_in(s, R, |tx| {
+        wf::recover_tx(tx, &me(), &eid("xa"), 10, T0 + 1_000)
+    })
+    .unwrap();
     assert_eq!(ids(&c), ["w1"]);
     assert!(c.claims[0].recovered);
 }
@@ -662,7 +715,7 @@ fn the_caller_is_checked_by_the_operation(b: Backend) {
         as_role(Role::Member, Some("send:inbox")),
     );
     let spec = StartSpec {
-        id: "w1".into(),
+        id: wid("w1"),
         name: "order".into(),
         app_version: "v1".into(),
         input: vec![],
@@ -678,9 +731,9 @@ fn the_caller_is_checked_by_the_operation(b: Backend) {
     let started = call_in(s, R, move |tx| wf::start_tx(tx, &member, &spec, T0)).unwrap();
     assert_eq!(started.workflow.user, "alice");
     let r = reader.clone();
-    let w = call_in(s, R, move |tx| wf::get_tx(tx, &r, "w1")).unwrap();
+    let w = call_in(s, R, move |tx| wf::get_tx(tx, &r, &wid("w1"))).unwrap();
     assert_eq!(w.map(|w| w.id), Some("w1".to_string()));
-    let e = call_in(s, R, move |tx| wf::get_tx(tx, &scoped, "w1")).unwrap_err();
+    let e = call_in(s, R, move |tx| wf::get_tx(tx, &scoped, &wid("w1"))).unwrap_err();
     assert!(matches!(e, Error::Denied(_)), "{e}");
     let m = as_role(Role::Member, None);
     let e = call_in(s, R, move |tx| wf::retarget_tx(tx, &m, "v1", "v2", T0)).unwrap_err();

@@ -463,7 +463,7 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
             Ok(tabos_kernel::ipc::channel(realm, &a))
         }
         Some(("workflow", id)) => {
-            tabos_kernel::workflows::validate_id("workflow id", id).map_err(|e| e.to_string())?;
+            tabos_kernel::ids::WorkflowId::new(id).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::workflows::workflow_channel(realm, id))
         }
         Some(("names", dir)) => {

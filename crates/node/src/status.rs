@@ -84,12 +84,14 @@ pub mod ops {
     });
 
     op!(RemoveNode(RemoveNodeRequest) -> Empty, |node, who, r| {
-        cluster::remove_node(&node.store, &who, &r.node_id).await?;
+        let id = tabos_kernel::ids::NodeId::new(r.node_id)?;
+        cluster::remove_node(&node.store, &who, &id).await?;
         Ok(proto::Empty {})
     });
 
     op!(DrainNode(DrainNodeRequest) -> DrainNodeResponse, |node, who, r| {
-        let done = cluster::drain_node(&node.store, &who, &r.node_id, r.drain).await?;
+        let id = tabos_kernel::ids::NodeId::new(r.node_id)?;
+        let done = cluster::drain_node(&node.store, &who, &id, r.drain).await?;
         Ok(proto::DrainNodeResponse {
             changed: done.changed,
             moved: done

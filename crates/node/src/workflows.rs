@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use tabos_client::proto;
+use tabos_kernel::ids::{ExecutorId, WorkflowId};
 use tabos_kernel::procedures::{self, CallPath, Called};
 use tabos_kernel::workflows::{self as wf, Outcome, StepKind};
 use tabos_kernel::{Error, Result};
@@ -65,7 +66,7 @@ async fn wait(
 async fn until<T, F, Fut>(
     node: &Node,
     realm: &str,
-    id: &str,
+    id: &WorkflowId,
     deadline: Instant,
     mut look: F,
 ) -> Result<T>
@@ -73,7 +74,6 @@ where
     F: FnMut(bool) -> Fut,
     Fut: std::future::Future<Output = Result<Option<T>>>,
 {
-    wf::validate_id("workflow id", id)?;
     let channel = wf::workflow_channel(realm, id);
     let mut sub = node.store.subscribe(&channel);
     loop {
@@ -282,8 +282,14 @@ fn claim_max(max: u32) -> usize {
 }
 
 /// A new workflow id: `w` and 16 random hex digits.
-fn new_id() -> Result<String> {
-    wf::new_executor_id().map(|x| format!("w{}", &x[1..]))
+/// A new workflow id: `w` and 16 random hex digits.
+fn new_id() -> Result<WorkflowId> {
+    WorkflowId::new(format!("w{}", &wf::new_executor_id()?[1..]))
+}
+
+/// A request's executor and workflow ids, checked.
+fn ids(executor: &str, workflow: &str) -> Result<(ExecutorId, WorkflowId)> {
+    Ok((ExecutorId::new(executor)?, WorkflowId::new(workflow)?))
 }
 
 crate::op::served! {
@@ -336,7 +342,7 @@ pub mod ops {
         // back at once); a new one is given an id.
         let id = match r.executor.as_str() {
             "" => wf::new_executor_id()?,
-            _ => r.executor.clone(),
+            _ => ExecutorId::new(r.executor)?,
         };
         let lease_ms = lease(r.lease_ms);
         let spec = wf::ExecutorSpec {
@@ -351,7 +357,7 @@ pub mod ops {
         })
         .await?;
         Ok(proto::ExecutorInfo {
-            executor: id,
+            executor: id.0,
             node_id: node.settings.node_id.clone(),
             lease_ms,
         })
@@ -359,16 +365,18 @@ pub mod ops {
 
     op!(RenewExecutor(ExecutorRequest) -> Empty, |node, who, r| {
         let lease_ms = lease(r.lease_ms);
+        let ex = ExecutorId::new(r.executor)?;
         node.write_as(who, move |tx, who, now| {
-            wf::renew_executor_tx(tx, who, &r.executor, lease_ms, now)
+            wf::renew_executor_tx(tx, who, &ex, lease_ms, now)
         })
         .await?;
         Ok(proto::Empty {})
     });
 
     op!(LeaveExecutor(ExecutorRequest) -> Empty, |node, who, r| {
+        let ex = ExecutorId::new(r.executor)?;
         node.write_as(who, move |tx, who, now| {
-            wf::leave_executor_tx(tx, who, &r.executor, now)
+            wf::leave_executor_tx(tx, who, &ex, now)
         })
         .await?;
         Ok(proto::Empty {})
@@ -378,14 +386,14 @@ pub mod ops {
         let spec = wf::StartSpec {
             id: match r.workflow_id.as_str() {
                 "" => new_id()?,
-                _ => r.workflow_id,
+                _ => WorkflowId::new(r.workflow_id)?,
             },
             name: r.name,
             app_version: r.app_version,
             input: r.input,
             queue: opt(r.queue),
             priority: r.priority,
-            executor: opt(r.executor),
+            executor: opt(r.executor).map(ExecutorId::new).transpose()?,
         };
         let s = node
             .write_as(who, move |tx, who, now| wf::start_tx(tx, who, &spec, now))
@@ -414,8 +422,9 @@ pub mod ops {
         let channel = wf::orphans_channel(who.realm());
         let mut orphans = node.store.subscribe(&channel);
         let max = claim_max(r.max);
+        let executor = ExecutorId::new(r.executor)?;
         loop {
-            let ex = r.executor.clone();
+            let ex = executor.clone();
             let c = node
                 .write_as(who.clone(), move |tx, who, now| wf::recover_tx(tx, who, &ex, max, now))
                 .await?;
@@ -428,7 +437,7 @@ pub mod ops {
     });
 
     op!(Dequeue(ClaimRequest) -> ClaimResponse, |node, who, r| {
-        wf::validate_id("queue", &r.queue)?;
+        tabos_kernel::ids::validate_name("queue", &r.queue)?;
         let deadline = wait_deadline(r.wait_ms);
         // Subscribed before looking: nothing announced in between is lost.
         let (queue, orphaned) = (
@@ -439,8 +448,9 @@ pub mod ops {
         let mut orphans = node.store.subscribe(&orphaned);
         let max = claim_max(r.max);
         let mut stopping = node.stopping.watch();
+        let executor = ExecutorId::new(r.executor)?;
         loop {
-            let (ex, q) = (r.executor.clone(), r.queue.clone());
+            let (ex, q) = (executor.clone(), r.queue.clone());
             let c = node
                 .write_as(who.clone(), move |tx, who, now| {
                     wf::dequeue_tx(tx, who, &ex, &q, max, now)
@@ -468,11 +478,10 @@ pub mod ops {
     op!(StepBegin(StepBeginRequest) -> StepBeginResponse, |node, who, r| {
         let kind = client_step_kind(r.kind)?
             .ok_or_else(|| Error::Invalid("a step's kind is required".into()))?;
+        let (ex, id) = ids(&r.executor, &r.workflow_id)?;
         let b = node
             .write_as(who, move |tx, who, now| {
-                wf::step_begin_tx(
-                    tx, who, &r.executor, &r.workflow_id, r.step, &r.name, kind, &r.input, now,
-                )
+                wf::step_begin_tx(tx, who, &ex, &id, r.step, &r.name, kind, &r.input, now)
             })
             .await?;
         Ok(match b {
@@ -499,13 +508,14 @@ pub mod ops {
             }),
         };
         let o = outcome.clone();
+        let (ex, id) = ids(&r.executor, &r.workflow_id)?;
         let got = node
             .write_as(who, move |tx, who, now| {
                 wf::step_end_tx(
                     tx,
                     who,
-                    &r.executor,
-                    &r.workflow_id,
+                    &ex,
+                    &id,
                     r.step,
                     &o,
                     r.last,
@@ -521,10 +531,11 @@ pub mod ops {
     op!(StepProcedure(StepProcedureRequest) -> StepOutcome, |node, who, r| {
         let now = tabos_store::now_us();
         let realm = who.realm().to_string();
+        let (executor, workflow) = ids(&r.executor, &r.workflow_id)?;
         let (w, ex, id, name, args) = (
             who.clone(),
-            r.executor.clone(),
-            r.workflow_id.clone(),
+            executor.clone(),
+            workflow.clone(),
             r.procedure.clone(),
             r.args.clone(),
         );
@@ -557,8 +568,8 @@ pub mod ops {
                     wf::step_failed_tx(
                         tx,
                         who,
-                        &r.executor,
-                        &r.workflow_id,
+                        &executor,
+                        &workflow,
                         r.step,
                         &r.procedure,
                         StepKind::Procedure,
@@ -576,10 +587,11 @@ pub mod ops {
     });
 
     op!(Sleep(SleepRequest) -> SleepResponse, |node, who, r| {
+        let (ex, id) = ids(&r.executor, &r.workflow_id)?;
         let (at, now) = node
             .write_as(who, move |tx, who, now| {
                 let duration = r.duration_ms.saturating_mul(1_000);
-                let at = wf::sleep_tx(tx, who, &r.executor, &r.workflow_id, r.step, duration, now)?;
+                let at = wf::sleep_tx(tx, who, &ex, &id, r.step, duration, now)?;
                 Ok((at, now))
             })
             .await?;
@@ -593,8 +605,8 @@ pub mod ops {
         let from = match (r.executor.is_empty(), r.workflow_id.is_empty()) {
             (true, true) => None,
             (false, false) => Some(wf::Sender {
-                executor: r.executor,
-                workflow: r.workflow_id,
+                executor: ExecutorId::new(r.executor)?,
+                workflow: WorkflowId::new(r.workflow_id)?,
                 step: r.step,
             }),
             _ => {
@@ -603,8 +615,9 @@ pub mod ops {
                 ))
             }
         };
+        let to = WorkflowId::new(r.to)?;
         node.write_as(who, move |tx, who, now| {
-            wf::send_tx(tx, who, from.as_ref(), &r.to, &r.topic, &r.payload, now)
+            wf::send_tx(tx, who, from.as_ref(), &to, &r.topic, &r.payload, now)
         })
         .await?;
         Ok(proto::Empty {})
@@ -613,10 +626,11 @@ pub mod ops {
     op!(Recv(WorkflowRecvRequest) -> WorkflowRecvResponse, |node, who, r| {
         let deadline = wait_deadline(r.timeout_ms);
         let realm = who.realm().to_string();
-        let got = until(node, &realm, &r.workflow_id, deadline, |give_up| {
+        let (executor, workflow) = ids(&r.executor, &r.workflow_id)?;
+        let got = until(node, &realm, &workflow, deadline, |give_up| {
             let (ex, id, topic, step) = (
-                r.executor.clone(),
-                r.workflow_id.clone(),
+                executor.clone(),
+                workflow.clone(),
                 r.topic.clone(),
                 r.step,
             );
@@ -632,8 +646,9 @@ pub mod ops {
     });
 
     op!(SetEvent(SetEventRequest) -> Empty, |node, who, r| {
+        let (ex, id) = ids(&r.executor, &r.workflow_id)?;
         node.write_as(who, move |tx, who, now| {
-            wf::set_event_tx(tx, who, &r.executor, &r.workflow_id, r.step, &r.key, &r.value, now)
+            wf::set_event_tx(tx, who, &ex, &id, r.step, &r.key, &r.value, now)
         })
         .await?;
         Ok(proto::Empty {})
@@ -642,8 +657,9 @@ pub mod ops {
     op!(GetEvent(GetEventRequest) -> GetEventResponse, |node, who, r| {
         let deadline = wait_deadline(r.timeout_ms);
         let realm = who.realm().to_string();
-        let v = until(node, &realm, &r.workflow_id, deadline, |last| {
-            let (id, key) = (r.workflow_id.clone(), r.key.clone());
+        let workflow = WorkflowId::new(r.workflow_id)?;
+        let v = until(node, &realm, &workflow, deadline, |last| {
+            let (id, key) = (workflow.clone(), r.key.clone());
             let read = node.read_as(who.clone(), move |tx, who, _| wf::get_event_tx(tx, who, &id, &key));
             async move {
                 let v = read.await?;
@@ -659,8 +675,9 @@ pub mod ops {
 
     op!(Finish(FinishWorkflowRequest) -> Empty, |node, who, r| {
         let outcome = outcome_from_proto(r.outcome)?;
+        let (ex, id) = ids(&r.executor, &r.workflow_id)?;
         node.write_as(who, move |tx, who, now| {
-            wf::finish_tx(tx, who, &r.executor, &r.workflow_id, &outcome, now)
+            wf::finish_tx(tx, who, &ex, &id, &outcome, now)
         })
         .await?;
         Ok(proto::Empty {})
@@ -669,10 +686,11 @@ pub mod ops {
     op!(Wait(WaitWorkflowRequest) -> WorkflowInfo, |node, who, r| {
         let deadline = wait_deadline(r.timeout_ms);
         let realm = who.realm().to_string();
-        let w = until(node, &realm, &r.workflow_id, deadline, |last| {
-            let id = r.workflow_id.clone();
+        let workflow = WorkflowId::new(r.workflow_id)?;
+        let w = until(node, &realm, &workflow, deadline, |last| {
+            let id = workflow.clone();
             let read = node.read_as(who.clone(), move |tx, who, _| wf::get_tx(tx, who, &id));
-            let (realm, wid) = (realm.clone(), r.workflow_id.clone());
+            let (realm, wid) = (realm.clone(), workflow.clone());
             async move {
                 let w = read
                     .await?
@@ -702,8 +720,9 @@ pub mod ops {
     });
 
     op!(Show(WorkflowRequest) -> WorkflowDetail, |node, who, r| {
+        let id = WorkflowId::new(r.workflow_id)?;
         let (w, steps, more) = node
-            .read_as(who, move |tx, who, _| wf::show_tx(tx, who, &r.workflow_id, r.after_step))
+            .read_as(who, move |tx, who, _| wf::show_tx(tx, who, &id, r.after_step))
             .await?;
         Ok(proto::WorkflowDetail {
             workflow: Some(info(w)),
@@ -727,17 +746,19 @@ pub mod ops {
     });
 
     op!(Cancel(WorkflowRequest) -> WorkflowInfo, |node, who, r| {
+        let id = WorkflowId::new(r.workflow_id)?;
         let w = node
-            .write_as(who, move |tx, who, now| wf::cancel_tx(tx, who, &r.workflow_id, now))
+            .write_as(who, move |tx, who, now| wf::cancel_tx(tx, who, &id, now))
             .await?;
         Ok(info(w))
     });
 
     op!(Resume(ResumeWorkflowRequest) -> WorkflowInfo, |node, who, r| {
         let version = opt(r.app_version);
+        let id = WorkflowId::new(r.workflow_id)?;
         let w = node
             .write_as(who, move |tx, who, now| {
-                wf::resume_tx(tx, who, &r.workflow_id, version.as_deref(), now)
+                wf::resume_tx(tx, who, &id, version.as_deref(), now)
             })
             .await?;
         Ok(info(w))
@@ -746,8 +767,9 @@ pub mod ops {
     op!(Fork(ForkWorkflowRequest) -> WorkflowInfo, |node, who, r| {
         let new_id = match r.new_id.as_str() {
             "" => new_id()?,
-            _ => r.new_id.clone(),
+            _ => WorkflowId::new(r.new_id)?,
         };
+        let id = WorkflowId::new(r.workflow_id)?;
         let from = match r.from_step {
             0 => 1,
             n => n,
@@ -755,7 +777,7 @@ pub mod ops {
         let version = opt(r.app_version);
         let w = node
             .write_as(who, move |tx, who, now| {
-                wf::fork_tx(tx, who, &r.workflow_id, &new_id, from, version.as_deref(), now)
+                wf::fork_tx(tx, who, &id, &new_id, from, version.as_deref(), now)
             })
             .await?;
         Ok(info(w))
