@@ -261,6 +261,16 @@ pub fn endpoint_uri(addr: &str) -> String {
     }
 }
 
+/// A service's client stub over `channel`, taking messages up to
+/// [`MESSAGE_BYTES_MAX`] either way.
+macro_rules! sized {
+    ($stub:ident, $channel:expr) => {
+        $stub::new($channel)
+            .max_decoding_message_size(MESSAGE_BYTES_MAX)
+            .max_encoding_message_size(MESSAGE_BYTES_MAX)
+    };
+}
+
 impl Client {
     /// Connects to the node at `addr` (`host:port`), acting with the
     /// credential `token` (as `tabos token create` printed it), in
@@ -352,36 +362,16 @@ impl Client {
     pub fn from_channel(channel: Channel, bearer: Bearer) -> Client {
         let channel = InterceptedService::new(channel, bearer);
         Client {
-            tokens: TokensClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            sql: SqlClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            node: NodeClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            procs: ProcsClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            ipc: IpcClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            names: NamesClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            fs: FsClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            procedures: ProceduresClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            workflows: WorkflowsClient::new(channel.clone())
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
-            batch: BatchClient::new(channel)
-                .max_decoding_message_size(MESSAGE_BYTES_MAX)
-                .max_encoding_message_size(MESSAGE_BYTES_MAX),
+            tokens: sized!(TokensClient, channel.clone()),
+            sql: sized!(SqlClient, channel.clone()),
+            node: sized!(NodeClient, channel.clone()),
+            procs: sized!(ProcsClient, channel.clone()),
+            ipc: sized!(IpcClient, channel.clone()),
+            names: sized!(NamesClient, channel.clone()),
+            fs: sized!(FsClient, channel.clone()),
+            procedures: sized!(ProceduresClient, channel.clone()),
+            workflows: sized!(WorkflowsClient, channel.clone()),
+            batch: sized!(BatchClient, channel),
             proc_pid: String::new(),
         }
     }

@@ -67,10 +67,8 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
 /// request's fence is checked in the operation's own transaction.
 pub mod ops {
     use super::*;
-    use crate::op::Op;
-    use tabos_kernel::auth::Caller;
+    use crate::op::op;
     use tabos_kernel::names::check_fence_if_tx;
-    use tabos_kernel::Result;
 
     fn mode_or(mode: i64, default: i64) -> i64 {
         if mode == 0 {
@@ -80,332 +78,224 @@ pub mod ops {
         }
     }
 
-    pub struct Create;
-    impl Op for Create {
-        type Request = proto::FsCreateRequest;
-        type Response = proto::FsStat;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_FILE_DEFAULT));
-            let fence = crate::names::fence_of(r.fence)?;
-            let st = node.files.create(&who, &p, mode, r.parallel, fence).await?;
-            Ok(stat_to_proto(st))
-        }
-    }
+    op!(Create(FsCreateRequest) -> FsStat, |node, who, r| {
+        let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_FILE_DEFAULT));
+        let fence = crate::names::fence_of(r.fence)?;
+        let st = node.files.create(&who, &p, mode, r.parallel, fence).await?;
+        Ok(stat_to_proto(st))
+    });
 
-    pub struct Mkdir;
-    impl Op for Mkdir {
-        type Request = proto::FsCreateRequest;
-        type Response = proto::FsStat;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_DIR_DEFAULT));
-            let fence = crate::names::fence_of(r.fence)?;
-            let st = node
-                .write_as(who, move |tx, who, now| {
-                    check_fence_if_tx(tx, who.realm(), fence.as_ref(), now)?;
-                    fs::mkdir_tx(tx, who, &p, mode, now)
-                })
-                .await?;
-            Ok(stat_to_proto(st))
-        }
-    }
-
-    pub struct Unlink;
-    impl Op for Unlink {
-        type Request = proto::FsPathRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
-            node.files.unlink(&who, &p, fence).await?;
-            Ok(proto::Empty {})
-        }
-    }
-
-    pub struct Rmdir;
-    impl Op for Rmdir {
-        type Request = proto::FsPathRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
-            node.write_as(who, move |tx, who, now| {
+    op!(Mkdir(FsCreateRequest) -> FsStat, |node, who, r| {
+        let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_DIR_DEFAULT));
+        let fence = crate::names::fence_of(r.fence)?;
+        let st = node
+            .write_as(who, move |tx, who, now| {
                 check_fence_if_tx(tx, who.realm(), fence.as_ref(), now)?;
-                fs::rmdir_tx(tx, who, &p, now)
+                fs::mkdir_tx(tx, who, &p, mode, now)
             })
             .await?;
-            Ok(proto::Empty {})
-        }
-    }
+        Ok(stat_to_proto(st))
+    });
 
-    pub struct Rename;
-    impl Op for Rename {
-        type Request = proto::FsRenameRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (from, to) = (checked(&r.from)?, checked(&r.to)?);
-            let fence = crate::names::fence_of(r.fence)?;
-            node.files.rename(&who, &from, &to, fence).await?;
-            Ok(proto::Empty {})
-        }
-    }
+    op!(Unlink(FsPathRequest) -> Empty, |node, who, r| {
+        let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
+        node.files.unlink(&who, &p, fence).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct Stat;
-    impl Op for Stat {
-        type Request = proto::FsPathRequest;
-        type Response = proto::FsStat;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let p = checked(&r.path)?;
-            let st = node
-                .read_as(who, move |tx, who, _| fs::stat_tx(tx, who, &p))
-                .await?;
-            Ok(stat_to_proto(st))
-        }
-    }
+    op!(Rmdir(FsPathRequest) -> Empty, |node, who, r| {
+        let (p, fence) = (checked(&r.path)?, crate::names::fence_of(r.fence)?);
+        node.write_as(who, move |tx, who, now| {
+            check_fence_if_tx(tx, who.realm(), fence.as_ref(), now)?;
+            fs::rmdir_tx(tx, who, &p, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct ReadDir;
-    impl Op for ReadDir {
-        type Request = proto::FsPathRequest;
-        type Response = proto::FsReadDirResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let p = checked(&r.path)?;
-            let (entries, more) = node
-                .read_as(who, move |tx, who, _| fs::readdir_tx(tx, who, &p))
-                .await?;
-            Ok(proto::FsReadDirResponse {
-                entries: entries.into_iter().map(stat_to_proto).collect(),
-                more,
-            })
-        }
-    }
+    op!(Rename(FsRenameRequest) -> Empty, |node, who, r| {
+        let (from, to) = (checked(&r.from)?, checked(&r.to)?);
+        let fence = crate::names::fence_of(r.fence)?;
+        node.files.rename(&who, &from, &to, fence).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct Chmod;
-    impl Op for Chmod {
-        type Request = proto::FsChmodRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, mode) = (checked(&r.path)?, r.mode);
-            node.write_as(who, move |tx, who, now| {
-                fs::chmod_tx(tx, who, &p, mode, now)
+    op!(Stat(FsPathRequest) -> FsStat, |node, who, r| {
+        let p = checked(&r.path)?;
+        let st = node
+            .read_as(who, move |tx, who, _| fs::stat_tx(tx, who, &p))
+            .await?;
+        Ok(stat_to_proto(st))
+    });
+
+    op!(ReadDir(FsPathRequest) -> FsReadDirResponse, |node, who, r| {
+        let p = checked(&r.path)?;
+        let (entries, more) = node
+            .read_as(who, move |tx, who, _| fs::readdir_tx(tx, who, &p))
+            .await?;
+        Ok(proto::FsReadDirResponse {
+            entries: entries.into_iter().map(stat_to_proto).collect(),
+            more,
+        })
+    });
+
+    op!(Chmod(FsChmodRequest) -> Empty, |node, who, r| {
+        let (p, mode) = (checked(&r.path)?, r.mode);
+        node.write_as(who, move |tx, who, now| {
+            fs::chmod_tx(tx, who, &p, mode, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
+
+    op!(Chown(FsChownRequest) -> Empty, |node, who, r| {
+        let (p, owner) = (checked(&r.path)?, r.owner);
+        node.write_as(who, move |tx, who, now| {
+            fs::chown_tx(tx, who, &p, &owner, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
+
+    op!(Du(FsDuRequest) -> FsDuResponse, |node, who, r| {
+        let (p, owner, min) = (checked(&r.path)?, r.owner, r.min_size);
+        let (files, bytes) = node
+            .read_as(who, move |tx, who, _| {
+                let owner = (!owner.is_empty()).then_some(owner.as_str());
+                fs::du_tx(tx, who, &p, owner, min)
             })
             .await?;
-            Ok(proto::Empty {})
-        }
-    }
-
-    pub struct Chown;
-    impl Op for Chown {
-        type Request = proto::FsChownRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, owner) = (checked(&r.path)?, r.owner);
-            node.write_as(who, move |tx, who, now| {
-                fs::chown_tx(tx, who, &p, &owner, now)
-            })
-            .await?;
-            Ok(proto::Empty {})
-        }
-    }
-
-    pub struct Du;
-    impl Op for Du {
-        type Request = proto::FsDuRequest;
-        type Response = proto::FsDuResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (p, owner, min) = (checked(&r.path)?, r.owner, r.min_size);
-            let (files, bytes) = node
-                .read_as(who, move |tx, who, _| {
-                    let owner = (!owner.is_empty()).then_some(owner.as_str());
-                    fs::du_tx(tx, who, &p, owner, min)
-                })
-                .await?;
-            Ok(proto::FsDuResponse { files, bytes })
-        }
-    }
+        Ok(proto::FsDuResponse { files, bytes })
+    });
 }
 
-#[tonic::async_trait]
-impl proto::fs_server::Fs for FsService {
-    async fn create(
-        &self,
-        request: Request<proto::FsCreateRequest>,
-    ) -> Result<Response<proto::FsStat>, Status> {
-        self.node.on::<ops::Create>(request).await
-    }
-
-    async fn mkdir(
-        &self,
-        request: Request<proto::FsCreateRequest>,
-    ) -> Result<Response<proto::FsStat>, Status> {
-        self.node.on::<ops::Mkdir>(request).await
-    }
-
-    async fn unlink(
-        &self,
-        request: Request<proto::FsPathRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Unlink>(request).await
-    }
-
-    async fn rmdir(
-        &self,
-        request: Request<proto::FsPathRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Rmdir>(request).await
-    }
-
-    async fn rename(
-        &self,
-        request: Request<proto::FsRenameRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Rename>(request).await
-    }
-
-    async fn stat(
-        &self,
-        request: Request<proto::FsPathRequest>,
-    ) -> Result<Response<proto::FsStat>, Status> {
-        self.node.on::<ops::Stat>(request).await
-    }
-
-    async fn read_dir(
-        &self,
-        request: Request<proto::FsPathRequest>,
-    ) -> Result<Response<proto::FsReadDirResponse>, Status> {
-        self.node.on::<ops::ReadDir>(request).await
-    }
-
-    async fn chmod(
-        &self,
-        request: Request<proto::FsChmodRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Chmod>(request).await
-    }
-
-    async fn chown(
-        &self,
-        request: Request<proto::FsChownRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Chown>(request).await
-    }
-
-    async fn du(
-        &self,
-        request: Request<proto::FsDuRequest>,
-    ) -> Result<Response<proto::FsDuResponse>, Status> {
-        self.node.on::<ops::Du>(request).await
-    }
-
-    async fn read(
-        &self,
-        request: Request<proto::FsReadRequest>,
-    ) -> Result<Response<proto::FsReadResponse>, Status> {
-        // Forwarded whole (with its token) if the data is another node's.
-        let who = self.node.caller_of(&request)?;
-        let token = crate::forward::bearer(request.metadata())?;
-        let r = request.into_inner();
-        let p = path(&r.path)?;
-        let read = self
-            .node
-            .files
-            .read(&who, &p, r.offset, r.len as usize)
-            .await;
-        let data = match read {
-            Ok(d) => d,
-            // In another node's block store: read (and recorded) there.
-            Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
-                let addr = holder_addr(&self.node, &store_id, &p).await?;
-                let mut fs = crate::forward::fs_at(&addr, &token).await?;
-                let reply = crate::forward::rpc(&addr, fs.read(r)).await?;
-                return Ok(Response::new(reply));
-            }
-            Err(e) => return Err(kernel_status(&e)),
-        };
-        // Recorded after the read (which changed nothing): an unknown pid
-        // fails the request all the same. A read past the end (how a
-        // reader finds the end) read nothing and is not recorded.
-        if let Some(pid) = request_pid(&r.pid)? {
-            let store = &self.node.store;
-            let done = if data.is_empty() {
-                procs::check_exists_for(store, &who, &pid).await
-            } else {
-                let detail = format!("{p} @{} +{}", r.offset, data.len());
-                procs::record_for(store, &who, &pid, "fs_read", &detail).await
+crate::op::served! {
+    FsService: proto::fs_server::Fs;
+    create(FsCreateRequest) -> FsStat = Create;
+    mkdir(FsCreateRequest) -> FsStat = Mkdir;
+    unlink(FsPathRequest) -> Empty = Unlink;
+    rmdir(FsPathRequest) -> Empty = Rmdir;
+    rename(FsRenameRequest) -> Empty = Rename;
+    stat(FsPathRequest) -> FsStat = Stat;
+    read_dir(FsPathRequest) -> FsReadDirResponse = ReadDir;
+    chmod(FsChmodRequest) -> Empty = Chmod;
+    chown(FsChownRequest) -> Empty = Chown;
+    du(FsDuRequest) -> FsDuResponse = Du;
+    @streams {
+        async fn read(
+            &self,
+            request: Request<proto::FsReadRequest>,
+        ) -> Result<Response<proto::FsReadResponse>, Status> {
+            // Forwarded whole (with its token) if the data is another node's.
+            let who = self.node.caller_of(&request)?;
+            let token = crate::forward::bearer(request.metadata())?;
+            let r = request.into_inner();
+            let p = path(&r.path)?;
+            let read = self
+                .node
+                .files
+                .read(&who, &p, r.offset, r.len as usize)
+                .await;
+            let data = match read {
+                Ok(d) => d,
+                // In another node's block store: read (and recorded) there.
+                Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
+                    let addr = holder_addr(&self.node, &store_id, &p).await?;
+                    let mut fs = crate::forward::fs_at(&addr, &token).await?;
+                    let reply = crate::forward::rpc(&addr, fs.read(r)).await?;
+                    return Ok(Response::new(reply));
+                }
+                Err(e) => return Err(kernel_status(&e)),
             };
-            done.map_err(|e| kernel_status(&e))?;
-        }
-        Ok(Response::new(proto::FsReadResponse { data }))
-    }
-
-    async fn write(
-        &self,
-        request: Request<proto::FsWriteRequest>,
-    ) -> Result<Response<proto::FsWriteResponse>, Status> {
-        let who = self.node.caller_of(&request)?;
-        let token = crate::forward::bearer(request.metadata())?;
-        let mut r = request.into_inner();
-        let p = path(&r.path)?;
-        if r.data.len() > fs::IO_BYTES_MAX {
-            return Err(Status::invalid_argument(format!(
-                "a write is at most {} bytes",
-                fs::IO_BYTES_MAX
-            )));
-        }
-        let fence = crate::names::fence_from_proto(r.fence.clone())?;
-        // An unknown pid is refused before anything is written.
-        let pid = request_pid(&r.pid)?;
-        if let Some(pid) = &pid {
-            procs::check_exists_for(&self.node.store, &who, pid)
-                .await
-                .map_err(|e| kernel_status(&e))?;
-        }
-        let (offset, len) = (r.offset, r.data.len());
-        // Shared, so the request can still be forwarded if the file's data
-        // turns out to be in another node's block store.
-        let data = std::sync::Arc::new(std::mem::take(&mut r.data));
-        let written = self
-            .node
-            .files
-            .write(&who, &p, r.offset, data.clone(), r.create, fence)
-            .await;
-        let size = match written {
-            Ok(size) => size,
-            // Written (and recorded) there; nothing was written here.
-            Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
-                let addr = holder_addr(&self.node, &store_id, &p).await?;
-                r.data = std::sync::Arc::try_unwrap(data).unwrap_or_else(|d| (*d).clone());
-                let mut fs = crate::forward::fs_at(&addr, &token).await?;
-                let reply = crate::forward::rpc(&addr, fs.write(r)).await?;
-                return Ok(Response::new(reply));
+            // Recorded after the read (which changed nothing): an unknown pid
+            // fails the request all the same. A read past the end (how a
+            // reader finds the end) read nothing and is not recorded.
+            if let Some(pid) = request_pid(&r.pid)? {
+                let store = &self.node.store;
+                let done = if data.is_empty() {
+                    procs::check_exists_for(store, &who, &pid).await
+                } else {
+                    let detail = format!("{p} @{} +{}", r.offset, data.len());
+                    procs::record_for(store, &who, &pid, "fs_read", &detail).await
+                };
+                done.map_err(|e| kernel_status(&e))?;
             }
-            Err(e) => return Err(kernel_status(&e)),
-        };
-        if let Some(pid) = pid {
-            let detail = format!("{p} @{offset} +{len}");
-            procs::record_for(&self.node.store, &who, &pid, "fs_write", &detail)
-                .await
-                .map_err(|e| kernel_status(&e))?;
+            Ok(Response::new(proto::FsReadResponse { data }))
         }
-        Ok(Response::new(proto::FsWriteResponse { size }))
-    }
 
-    async fn truncate(
-        &self,
-        request: Request<proto::FsTruncateRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        let who = self.node.caller_of(&request)?;
-        let token = crate::forward::bearer(request.metadata())?;
-        let r = request.into_inner();
-        let p = path(&r.path)?;
-        let fence = crate::names::fence_from_proto(r.fence.clone())?;
-        let done = self.node.files.truncate(&who, &p, r.size, fence).await;
-        match done {
-            Ok(()) => Ok(Response::new(proto::Empty {})),
-            // Growing a file in another node's block store: done there.
-            Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
-                let addr = holder_addr(&self.node, &store_id, &p).await?;
-                let mut fs = crate::forward::fs_at(&addr, &token).await?;
-                let reply = crate::forward::rpc(&addr, fs.truncate(r)).await?;
-                Ok(Response::new(reply))
+        async fn write(
+            &self,
+            request: Request<proto::FsWriteRequest>,
+        ) -> Result<Response<proto::FsWriteResponse>, Status> {
+            let who = self.node.caller_of(&request)?;
+            let token = crate::forward::bearer(request.metadata())?;
+            let mut r = request.into_inner();
+            let p = path(&r.path)?;
+            if r.data.len() > fs::IO_BYTES_MAX {
+                return Err(Status::invalid_argument(format!(
+                    "a write is at most {} bytes",
+                    fs::IO_BYTES_MAX
+                )));
             }
-            Err(e) => Err(kernel_status(&e)),
+            let fence = crate::names::fence_from_proto(r.fence.clone())?;
+            // An unknown pid is refused before anything is written.
+            let pid = request_pid(&r.pid)?;
+            if let Some(pid) = &pid {
+                procs::check_exists_for(&self.node.store, &who, pid)
+                    .await
+                    .map_err(|e| kernel_status(&e))?;
+            }
+            let (offset, len) = (r.offset, r.data.len());
+            // Shared, so the request can still be forwarded if the file's data
+            // turns out to be in another node's block store.
+            let data = std::sync::Arc::new(std::mem::take(&mut r.data));
+            let written = self
+                .node
+                .files
+                .write(&who, &p, r.offset, data.clone(), r.create, fence)
+                .await;
+            let size = match written {
+                Ok(size) => size,
+                // Written (and recorded) there; nothing was written here.
+                Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
+                    let addr = holder_addr(&self.node, &store_id, &p).await?;
+                    r.data = std::sync::Arc::try_unwrap(data).unwrap_or_else(|d| (*d).clone());
+                    let mut fs = crate::forward::fs_at(&addr, &token).await?;
+                    let reply = crate::forward::rpc(&addr, fs.write(r)).await?;
+                    return Ok(Response::new(reply));
+                }
+                Err(e) => return Err(kernel_status(&e)),
+            };
+            if let Some(pid) = pid {
+                let detail = format!("{p} @{offset} +{len}");
+                procs::record_for(&self.node.store, &who, &pid, "fs_write", &detail)
+                    .await
+                    .map_err(|e| kernel_status(&e))?;
+            }
+            Ok(Response::new(proto::FsWriteResponse { size }))
+        }
+
+        async fn truncate(
+            &self,
+            request: Request<proto::FsTruncateRequest>,
+        ) -> Result<Response<proto::Empty>, Status> {
+            let who = self.node.caller_of(&request)?;
+            let token = crate::forward::bearer(request.metadata())?;
+            let r = request.into_inner();
+            let p = path(&r.path)?;
+            let fence = crate::names::fence_from_proto(r.fence.clone())?;
+            let done = self.node.files.truncate(&who, &p, r.size, fence).await;
+            match done {
+                Ok(()) => Ok(Response::new(proto::Empty {})),
+                // Growing a file in another node's block store: done there.
+                Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
+                    let addr = holder_addr(&self.node, &store_id, &p).await?;
+                    let mut fs = crate::forward::fs_at(&addr, &token).await?;
+                    let reply = crate::forward::rpc(&addr, fs.truncate(r)).await?;
+                    Ok(Response::new(reply))
+                }
+                Err(e) => Err(kernel_status(&e)),
+            }
         }
     }
 }

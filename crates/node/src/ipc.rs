@@ -79,202 +79,136 @@ fn address_of(s: &str) -> tabos_kernel::Result<Address> {
 /// (which checks the caller: role, scope, the proc it sends as).
 pub mod ops {
     use super::*;
-    use crate::op::Op;
-    use tabos_kernel::auth::Caller;
-    use tabos_kernel::Result;
+    use crate::op::op;
 
-    pub struct CreateMailbox;
-    impl Op for CreateMailbox {
-        type Request = proto::CreateMailboxRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let defaults = node.settings.mailbox;
-            let opts = MailboxOptions {
-                bytes_max: if r.bytes_max == 0 {
-                    defaults.bytes_max
-                } else {
-                    r.bytes_max
-                },
-                log_delivered: r.log_delivered.unwrap_or(defaults.log_delivered),
-            };
-            ipc::create_mailbox(&node.store, &who, &r.name, opts).await?;
-            Ok(proto::Empty {})
-        }
-    }
+    op!(CreateMailbox(CreateMailboxRequest) -> Empty, |node, who, r| {
+        let defaults = node.settings.mailbox;
+        let opts = MailboxOptions {
+            bytes_max: if r.bytes_max == 0 {
+                defaults.bytes_max
+            } else {
+                r.bytes_max
+            },
+            log_delivered: r.log_delivered.unwrap_or(defaults.log_delivered),
+        };
+        ipc::create_mailbox(&node.store, &who, &r.name, opts).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct RemoveMailbox;
-    impl Op for RemoveMailbox {
-        type Request = proto::RemoveMailboxRequest;
-        type Response = proto::RemoveMailboxResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let dropped = ipc::remove_mailbox(&node.store, &who, &r.name).await?;
-            Ok(proto::RemoveMailboxResponse { dropped })
-        }
-    }
+    op!(RemoveMailbox(RemoveMailboxRequest) -> RemoveMailboxResponse, |node, who, r| {
+        let dropped = ipc::remove_mailbox(&node.store, &who, &r.name).await?;
+        Ok(proto::RemoveMailboxResponse { dropped })
+    });
 
-    pub struct Send;
-    impl Op for Send {
-        type Request = proto::SendRequest;
-        type Response = proto::SendResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let from = match r.from.as_str() {
-                "" => None,
-                s => Some(address_of(s)?),
-            };
-            let msgs = outgoing_of(r.messages)?;
-            let fence = crate::names::fence_of(r.fence)?;
-            let opts = node.settings.mailbox;
-            let sent = ipc::send_fenced(&node.store, &who, from, msgs, opts, fence).await?;
-            Ok(proto::SendResponse {
-                sent: sent
-                    .into_iter()
-                    .map(|s| proto::SentMessage {
-                        seq: s.seq,
-                        duplicate: s.duplicate,
-                    })
-                    .collect(),
-            })
-        }
-    }
+    op!(Send(SendRequest) -> SendResponse, |node, who, r| {
+        let from = match r.from.as_str() {
+            "" => None,
+            s => Some(address_of(s)?),
+        };
+        let msgs = outgoing_of(r.messages)?;
+        let fence = crate::names::fence_of(r.fence)?;
+        let opts = node.settings.mailbox;
+        let sent = ipc::send_fenced(&node.store, &who, from, msgs, opts, fence).await?;
+        Ok(proto::SendResponse {
+            sent: sent
+                .into_iter()
+                .map(|s| proto::SentMessage {
+                    seq: s.seq,
+                    duplicate: s.duplicate,
+                })
+                .collect(),
+        })
+    });
 
-    pub struct Recv;
-    impl Op for Recv {
-        type Request = proto::RecvRequest;
-        type Response = proto::RecvResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let from = address_of(&r.mailbox)?;
-            let wait = Duration::from_millis(u64::from(r.timeout_ms));
-            let take = take_of(r.max);
-            let got = ipc::recv(&node.store, &who, &from, take, wait, std::future::pending());
-            Ok(response(got.await?))
-        }
-    }
+    op!(Recv(RecvRequest) -> RecvResponse, |node, who, r| {
+        let from = address_of(&r.mailbox)?;
+        let wait = Duration::from_millis(u64::from(r.timeout_ms));
+        let take = take_of(r.max);
+        let got = ipc::recv(&node.store, &who, &from, take, wait, std::future::pending());
+        Ok(response(got.await?))
+    });
 
-    pub struct Peek;
-    impl Op for Peek {
-        type Request = proto::RecvRequest;
-        type Response = proto::RecvResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let from = address_of(&r.mailbox)?;
-            let got = ipc::peek(&node.store, &who, &from, take_of(r.max)).await?;
-            Ok(response(got))
-        }
-    }
+    op!(Peek(RecvRequest) -> RecvResponse, |node, who, r| {
+        let from = address_of(&r.mailbox)?;
+        let got = ipc::peek(&node.store, &who, &from, take_of(r.max)).await?;
+        Ok(response(got))
+    });
 
-    pub struct Mailbox;
-    impl Op for Mailbox {
-        type Request = proto::MailboxRequest;
-        type Response = proto::MailboxInfo;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let at = address_of(&r.mailbox)?;
-            let i = ipc::mailbox(&node.store, &who, &at).await?;
-            Ok(proto::MailboxInfo {
-                address: i.address,
-                queued: i.queued,
-                queued_bytes: i.queued_bytes,
-                bytes_max: i.bytes_max,
-                log_delivered: i.log_delivered,
-                next_seq: i.next_seq,
-            })
-        }
-    }
+    op!(Mailbox(MailboxRequest) -> MailboxInfo, |node, who, r| {
+        let at = address_of(&r.mailbox)?;
+        let i = ipc::mailbox(&node.store, &who, &at).await?;
+        Ok(proto::MailboxInfo {
+            address: i.address,
+            queued: i.queued,
+            queued_bytes: i.queued_bytes,
+            bytes_max: i.bytes_max,
+            log_delivered: i.log_delivered,
+            next_seq: i.next_seq,
+        })
+    });
 }
 
-#[tonic::async_trait]
-impl proto::ipc_server::Ipc for IpcService {
-    async fn create_mailbox(
-        &self,
-        request: Request<proto::CreateMailboxRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::CreateMailbox>(request).await
-    }
+crate::op::served! {
+    IpcService: proto::ipc_server::Ipc;
+    create_mailbox(CreateMailboxRequest) -> Empty = CreateMailbox;
+    remove_mailbox(RemoveMailboxRequest) -> RemoveMailboxResponse = RemoveMailbox;
+    send(SendRequest) -> SendResponse = Send;
+    recv(RecvRequest) -> RecvResponse = Recv;
+    peek(RecvRequest) -> RecvResponse = Peek;
+    mailbox(MailboxRequest) -> MailboxInfo = Mailbox;
+    @streams {
+        type RecvStreamStream = ReceiverStream<Result<proto::RecvResponse, Status>>;
 
-    async fn remove_mailbox(
-        &self,
-        request: Request<proto::RemoveMailboxRequest>,
-    ) -> Result<Response<proto::RemoveMailboxResponse>, Status> {
-        self.node.on::<ops::RemoveMailbox>(request).await
-    }
-
-    async fn send(
-        &self,
-        request: Request<proto::SendRequest>,
-    ) -> Result<Response<proto::SendResponse>, Status> {
-        self.node.on::<ops::Send>(request).await
-    }
-
-    async fn recv(
-        &self,
-        request: Request<proto::RecvRequest>,
-    ) -> Result<Response<proto::RecvResponse>, Status> {
-        self.node.on::<ops::Recv>(request).await
-    }
-
-    type RecvStreamStream = ReceiverStream<Result<proto::RecvResponse, Status>>;
-
-    async fn recv_stream(
-        &self,
-        request: Request<proto::RecvRequest>,
-    ) -> Result<Response<Self::RecvStreamStream>, Status> {
-        let who = self.node.caller_of(&request)?;
-        let r = request.into_inner();
-        let to = address(&r.mailbox)?;
-        let take = take_of(r.max);
-        // The receiver checks the caller; fail at once on an unknown
-        // mailbox rather than in the stream.
-        let mut receiver =
-            ipc::Receiver::new(&self.node.store, &who, &to).map_err(|e| kernel_status(&e))?;
-        ipc::peek(&self.node.store, &who, &to, Take::messages(1))
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        // Room for one batch: the next is taken only once the client has
-        // read this one (or the transport has buffered it).
-        let (tx, rx) = tokio::sync::mpsc::channel(1);
-        // One receiver for the stream's life (made above): it stays
-        // subscribed, so after a batch that emptied the mailbox it waits for
-        // the next send without a transaction, and no send falls between
-        // subscriptions.
-        let stopping = self.node.stopping.watch();
-        tokio::spawn(async move {
-            loop {
-                let Ok(permit) = tx.reserve().await else {
-                    return; // the client went away
-                };
-                if *stopping.borrow() {
-                    permit.send(Err(Status::unavailable("the node is shutting down")));
-                    return;
-                }
-                let stop = async {
-                    tokio::select! {
-                        () = tx.closed() => {}
-                        () = crate::stopping(stopping.clone()) => {}
-                    }
-                };
-                let got = receiver.recv(take, ipc::RECV_WAIT_MAX, stop).await;
-                match got {
-                    Ok(got) if got.messages.is_empty() => {}
-                    Ok(got) => permit.send(Ok(response(got))),
-                    Err(e) => {
-                        permit.send(Err(kernel_status(&e)));
+        async fn recv_stream(
+            &self,
+            request: Request<proto::RecvRequest>,
+        ) -> Result<Response<Self::RecvStreamStream>, Status> {
+            let who = self.node.caller_of(&request)?;
+            let r = request.into_inner();
+            let to = address(&r.mailbox)?;
+            let take = take_of(r.max);
+            // The receiver checks the caller; fail at once on an unknown
+            // mailbox rather than in the stream.
+            let mut receiver =
+                ipc::Receiver::new(&self.node.store, &who, &to).map_err(|e| kernel_status(&e))?;
+            ipc::peek(&self.node.store, &who, &to, Take::messages(1))
+                .await
+                .map_err(|e| kernel_status(&e))?;
+            // Room for one batch: the next is taken only once the client has
+            // read this one (or the transport has buffered it).
+            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            // One receiver for the stream's life (made above): it stays
+            // subscribed, so after a batch that emptied the mailbox it waits for
+            // the next send without a transaction, and no send falls between
+            // subscriptions.
+            let stopping = self.node.stopping.watch();
+            tokio::spawn(async move {
+                loop {
+                    let Ok(permit) = tx.reserve().await else {
+                        return; // the client went away
+                    };
+                    if *stopping.borrow() {
+                        permit.send(Err(Status::unavailable("the node is shutting down")));
                         return;
                     }
+                    let stop = async {
+                        tokio::select! {
+                            () = tx.closed() => {}
+                            () = crate::stopping(stopping.clone()) => {}
+                        }
+                    };
+                    let got = receiver.recv(take, ipc::RECV_WAIT_MAX, stop).await;
+                    match got {
+                        Ok(got) if got.messages.is_empty() => {}
+                        Ok(got) => permit.send(Ok(response(got))),
+                        Err(e) => {
+                            permit.send(Err(kernel_status(&e)));
+                            return;
+                        }
+                    }
                 }
-            }
-        });
-        Ok(Response::new(ReceiverStream::new(rx)))
-    }
-
-    async fn peek(
-        &self,
-        request: Request<proto::RecvRequest>,
-    ) -> Result<Response<proto::RecvResponse>, Status> {
-        self.node.on::<ops::Peek>(request).await
-    }
-
-    async fn mailbox(
-        &self,
-        request: Request<proto::MailboxRequest>,
-    ) -> Result<Response<proto::MailboxInfo>, Status> {
-        self.node.on::<ops::Mailbox>(request).await
+            });
+            Ok(Response::new(ReceiverStream::new(rx)))
+        }
     }
 }

@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use tabos_client::proto;
-use tabos_kernel::auth::Caller;
 use tabos_kernel::names::{self, Entry, Fence, Kind};
 use tabos_kernel::Error as KError;
 use tokio_stream::wrappers::ReceiverStream;
@@ -71,334 +70,214 @@ pub fn fence_of(f: Option<proto::Fence>) -> tabos_kernel::Result<Option<Fence>> 
 /// [`tabos_kernel::names`] (which checks the caller) in one transaction.
 pub mod ops {
     use super::*;
-    use crate::op::Op;
-    use tabos_kernel::Result;
+    use crate::op::op;
 
-    pub struct Create;
-    impl Op for Create {
-        type Request = proto::CreateNameRequest;
-        type Response = proto::NameVersion;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let kind: Kind = crate::wire::field("kind", r.kind)?
-                .ok_or_else(|| KError::Invalid("kind must be dir, file or symlink".into()))?;
-            let fence = fence_of(r.fence)?;
-            let session = (!r.session.is_empty()).then_some(r.session);
-            let (path, data, mode) = (r.path, r.data, r.mode);
-            let version = node
-                .write_as(who, move |tx, who, now| {
-                    let s = session.as_deref();
-                    names::create(tx, who, &path, kind, &data, mode, s, fence.as_ref(), now)
-                })
-                .await?;
-            Ok(proto::NameVersion { version })
-        }
-    }
-
-    pub struct Set;
-    impl Op for Set {
-        type Request = proto::SetNameRequest;
-        type Response = proto::NameVersion;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let fence = fence_of(r.fence)?;
-            let (path, data, if_version) = (r.path, r.data, r.if_version);
-            let version = node
-                .write_as(who, move |tx, who, now| {
-                    names::set(tx, who, &path, &data, if_version, fence.as_ref(), now)
-                })
-                .await?;
-            Ok(proto::NameVersion { version })
-        }
-    }
-
-    pub struct Get;
-    impl Op for Get {
-        type Request = proto::NameRequest;
-        type Response = proto::NameEntry;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let e = node
-                .read_as(who, move |tx, who, _| names::get(tx, who, &r.path))
-                .await?;
-            Ok(entry_to_proto(e))
-        }
-    }
-
-    pub struct Remove;
-    impl Op for Remove {
-        type Request = proto::RemoveNameRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let fence = fence_of(r.fence)?;
-            let (path, if_version) = (r.path, r.if_version);
-            node.write_as(who, move |tx, who, now| {
-                names::remove(tx, who, &path, if_version, fence.as_ref(), now)
+    op!(Create(CreateNameRequest) -> NameVersion, |node, who, r| {
+        let kind: Kind = crate::wire::field("kind", r.kind)?
+            .ok_or_else(|| KError::Invalid("kind must be dir, file or symlink".into()))?;
+        let fence = fence_of(r.fence)?;
+        let session = (!r.session.is_empty()).then_some(r.session);
+        let (path, data, mode) = (r.path, r.data, r.mode);
+        let version = node
+            .write_as(who, move |tx, who, now| {
+                let s = session.as_deref();
+                names::create(tx, who, &path, kind, &data, mode, s, fence.as_ref(), now)
             })
             .await?;
-            Ok(proto::Empty {})
-        }
-    }
+        Ok(proto::NameVersion { version })
+    });
 
-    pub struct Rename;
-    impl Op for Rename {
-        type Request = proto::RenameNameRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let fence = fence_of(r.fence)?;
-            let (from, to) = (r.from, r.to);
-            node.write_as(who, move |tx, who, now| {
-                names::rename(tx, who, &from, &to, fence.as_ref(), now)
+    op!(Set(SetNameRequest) -> NameVersion, |node, who, r| {
+        let fence = fence_of(r.fence)?;
+        let (path, data, if_version) = (r.path, r.data, r.if_version);
+        let version = node
+            .write_as(who, move |tx, who, now| {
+                names::set(tx, who, &path, &data, if_version, fence.as_ref(), now)
             })
             .await?;
-            Ok(proto::Empty {})
-        }
-    }
+        Ok(proto::NameVersion { version })
+    });
 
-    pub struct ReadDir;
-    impl Op for ReadDir {
-        type Request = proto::NameRequest;
-        type Response = proto::ReadDirResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let (entries, more, version) = node
-                .read_as(who, move |tx, who, _| names::read_dir(tx, who, &r.path))
-                .await?;
-            Ok(proto::ReadDirResponse {
-                entries: entries.into_iter().map(entry_to_proto).collect(),
-                more,
-                version,
+    op!(Get(NameRequest) -> NameEntry, |node, who, r| {
+        let e = node
+            .read_as(who, move |tx, who, _| names::get(tx, who, &r.path))
+            .await?;
+        Ok(entry_to_proto(e))
+    });
+
+    op!(Remove(RemoveNameRequest) -> Empty, |node, who, r| {
+        let fence = fence_of(r.fence)?;
+        let (path, if_version) = (r.path, r.if_version);
+        node.write_as(who, move |tx, who, now| {
+            names::remove(tx, who, &path, if_version, fence.as_ref(), now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
+
+    op!(Rename(RenameNameRequest) -> Empty, |node, who, r| {
+        let fence = fence_of(r.fence)?;
+        let (from, to) = (r.from, r.to);
+        node.write_as(who, move |tx, who, now| {
+            names::rename(tx, who, &from, &to, fence.as_ref(), now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
+
+    op!(ReadDir(NameRequest) -> ReadDirResponse, |node, who, r| {
+        let (entries, more, version) = node
+            .read_as(who, move |tx, who, _| names::read_dir(tx, who, &r.path))
+            .await?;
+        Ok(proto::ReadDirResponse {
+            entries: entries.into_iter().map(entry_to_proto).collect(),
+            more,
+            version,
+        })
+    });
+
+    op!(AdvanceEpoch(NameRequest) -> EpochResponse, |node, who, r| {
+        let epoch = node
+            .write_as(who, move |tx, who, now| {
+                names::advance_epoch(tx, who, &r.path, now)
             })
-        }
-    }
+            .await?;
+        Ok(proto::EpochResponse { epoch })
+    });
 
-    pub struct AdvanceEpoch;
-    impl Op for AdvanceEpoch {
-        type Request = proto::NameRequest;
-        type Response = proto::EpochResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let epoch = node
-                .write_as(who, move |tx, who, now| {
-                    names::advance_epoch(tx, who, &r.path, now)
-                })
-                .await?;
-            Ok(proto::EpochResponse { epoch })
-        }
-    }
+    op!(CheckFence(FenceRequest) -> Empty, |node, who, r| {
+        let fence = fence_of(r.fence)?
+            .ok_or_else(|| KError::Invalid("Fence needs a fence (dir and epoch)".into()))?;
+        node.write_as(who, move |tx, who, now| names::fence(tx, who, &fence, now))
+            .await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct CheckFence;
-    impl Op for CheckFence {
-        type Request = proto::FenceRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let fence = fence_of(r.fence)?
-                .ok_or_else(|| KError::Invalid("Fence needs a fence (dir and epoch)".into()))?;
-            node.write_as(who, move |tx, who, now| names::fence(tx, who, &fence, now))
-                .await?;
-            Ok(proto::Empty {})
-        }
-    }
-
-    pub struct OpenSession;
-    impl Op for OpenSession {
-        type Request = proto::OpenSessionRequest;
-        type Response = proto::SessionResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let session = if r.session.is_empty() {
-                names::generate_session_id()
-            } else {
-                r.session
-            };
-            let (s, ttl_us) = (session.clone(), r.ttl_ms.saturating_mul(1000));
-            let expires_us = node
-                .write_as(who, move |tx, who, now| {
-                    names::open_session(tx, who, &s, ttl_us, now)
-                })
-                .await?;
-            Ok(proto::SessionResponse {
-                session,
-                expires_us,
+    op!(OpenSession(OpenSessionRequest) -> SessionResponse, |node, who, r| {
+        let session = if r.session.is_empty() {
+            names::generate_session_id()
+        } else {
+            r.session
+        };
+        let (s, ttl_us) = (session.clone(), r.ttl_ms.saturating_mul(1000));
+        let expires_us = node
+            .write_as(who, move |tx, who, now| {
+                names::open_session(tx, who, &s, ttl_us, now)
             })
-        }
-    }
+            .await?;
+        Ok(proto::SessionResponse {
+            session,
+            expires_us,
+        })
+    });
 
-    pub struct RenewSession;
-    impl Op for RenewSession {
-        type Request = proto::SessionRequest;
-        type Response = proto::SessionResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let s = r.session.clone();
-            let expires_us = node
-                .write_as(who, move |tx, who, now| {
-                    names::renew_session(tx, who, &s, now)
-                })
-                .await?;
-            Ok(proto::SessionResponse {
-                session: r.session,
-                expires_us,
+    op!(RenewSession(SessionRequest) -> SessionResponse, |node, who, r| {
+        let s = r.session.clone();
+        let expires_us = node
+            .write_as(who, move |tx, who, now| {
+                names::renew_session(tx, who, &s, now)
             })
-        }
-    }
+            .await?;
+        Ok(proto::SessionResponse {
+            session: r.session,
+            expires_us,
+        })
+    });
 
-    pub struct CloseSession;
-    impl Op for CloseSession {
-        type Request = proto::SessionRequest;
-        type Response = proto::CloseSessionResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let removed = node
-                .write_as(who, move |tx, who, now| {
-                    names::close_session(tx, who, &r.session, now)
-                })
-                .await?;
-            Ok(proto::CloseSessionResponse {
-                removed: removed as u64,
+    op!(CloseSession(SessionRequest) -> CloseSessionResponse, |node, who, r| {
+        let removed = node
+            .write_as(who, move |tx, who, now| {
+                names::close_session(tx, who, &r.session, now)
             })
-        }
-    }
+            .await?;
+        Ok(proto::CloseSessionResponse {
+            removed: removed as u64,
+        })
+    });
 }
 
-#[tonic::async_trait]
-impl proto::names_server::Names for NamesService {
-    async fn create(
-        &self,
-        request: Request<proto::CreateNameRequest>,
-    ) -> Result<Response<proto::NameVersion>, Status> {
-        self.node.on::<ops::Create>(request).await
-    }
+crate::op::served! {
+    NamesService: proto::names_server::Names;
+    create(CreateNameRequest) -> NameVersion = Create;
+    set(SetNameRequest) -> NameVersion = Set;
+    get(NameRequest) -> NameEntry = Get;
+    remove(RemoveNameRequest) -> Empty = Remove;
+    rename(RenameNameRequest) -> Empty = Rename;
+    read_dir(NameRequest) -> ReadDirResponse = ReadDir;
+    advance_epoch(NameRequest) -> EpochResponse = AdvanceEpoch;
+    fence(FenceRequest) -> Empty = CheckFence;
+    open_session(OpenSessionRequest) -> SessionResponse = OpenSession;
+    renew_session(SessionRequest) -> SessionResponse = RenewSession;
+    close_session(SessionRequest) -> CloseSessionResponse = CloseSession;
+    @streams {
+        type WatchStream = ReceiverStream<Result<proto::WatchEvent, Status>>;
 
-    async fn set(
-        &self,
-        request: Request<proto::SetNameRequest>,
-    ) -> Result<Response<proto::NameVersion>, Status> {
-        self.node.on::<ops::Set>(request).await
-    }
-
-    async fn get(
-        &self,
-        request: Request<proto::NameRequest>,
-    ) -> Result<Response<proto::NameEntry>, Status> {
-        self.node.on::<ops::Get>(request).await
-    }
-
-    async fn remove(
-        &self,
-        request: Request<proto::RemoveNameRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Remove>(request).await
-    }
-
-    async fn rename(
-        &self,
-        request: Request<proto::RenameNameRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Rename>(request).await
-    }
-
-    async fn read_dir(
-        &self,
-        request: Request<proto::NameRequest>,
-    ) -> Result<Response<proto::ReadDirResponse>, Status> {
-        self.node.on::<ops::ReadDir>(request).await
-    }
-
-    async fn advance_epoch(
-        &self,
-        request: Request<proto::NameRequest>,
-    ) -> Result<Response<proto::EpochResponse>, Status> {
-        self.node.on::<ops::AdvanceEpoch>(request).await
-    }
-
-    async fn fence(
-        &self,
-        request: Request<proto::FenceRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::CheckFence>(request).await
-    }
-
-    async fn open_session(
-        &self,
-        request: Request<proto::OpenSessionRequest>,
-    ) -> Result<Response<proto::SessionResponse>, Status> {
-        self.node.on::<ops::OpenSession>(request).await
-    }
-
-    async fn renew_session(
-        &self,
-        request: Request<proto::SessionRequest>,
-    ) -> Result<Response<proto::SessionResponse>, Status> {
-        self.node.on::<ops::RenewSession>(request).await
-    }
-
-    async fn close_session(
-        &self,
-        request: Request<proto::SessionRequest>,
-    ) -> Result<Response<proto::CloseSessionResponse>, Status> {
-        self.node.on::<ops::CloseSession>(request).await
-    }
-
-    type WatchStream = ReceiverStream<Result<proto::WatchEvent, Status>>;
-
-    async fn watch(
-        &self,
-        request: Request<proto::WatchRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        let who = self.node.caller_of(&request)?;
-        let r = request.into_inner();
-        let mode: proto::WatchMode = crate::wire::request_proto("watch mode", r.mode)?
-            .ok_or_else(|| Status::invalid_argument("watch mode must be exists, removed or dir"))?;
-        // Refused here, as the call's answer, rather than as the stream's
-        // first event (the waits check again as they look).
-        let (path, dir_mode) = (r.path.clone(), mode == proto::WatchMode::Dir);
-        self.node
-            .read_as(who.clone(), move |tx, who, _| {
-                names::may_watch(tx, who, &path, dir_mode)
-            })
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        let store = self.node.store.clone();
-        let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
-        let stopping = self.node.stopping.watch();
-        match mode {
-            proto::WatchMode::Exists | proto::WatchMode::Removed => {
-                let exists = mode == proto::WatchMode::Exists;
-                tokio::spawn(async move {
-                    let waited = async {
-                        if exists {
-                            names::wait_exists(&store, &who, &r.path).await.map(|e| {
-                                proto::WatchEvent {
-                                    op: proto::WatchOp::Exists.into(),
-                                    path: e.path.clone(),
-                                    version: e.version,
-                                    entry: Some(entry_to_proto(e)),
-                                }
-                            })
-                        } else {
-                            names::wait_removed(&store, &who, &r.path).await.map(|()| {
-                                proto::WatchEvent {
-                                    op: proto::WatchOp::Removed.into(),
-                                    path: r.path.clone(),
-                                    version: 0,
-                                    entry: None,
-                                }
-                            })
+        async fn watch(
+            &self,
+            request: Request<proto::WatchRequest>,
+        ) -> Result<Response<Self::WatchStream>, Status> {
+            let who = self.node.caller_of(&request)?;
+            let r = request.into_inner();
+            let mode: proto::WatchMode = crate::wire::request_proto("watch mode", r.mode)?
+                .ok_or_else(|| Status::invalid_argument("watch mode must be exists, removed or dir"))?;
+            // Refused here, as the call's answer, rather than as the stream's
+            // first event (the waits check again as they look).
+            let (path, dir_mode) = (r.path.clone(), mode == proto::WatchMode::Dir);
+            self.node
+                .read_as(who.clone(), move |tx, who, _| {
+                    names::may_watch(tx, who, &path, dir_mode)
+                })
+                .await
+                .map_err(|e| kernel_status(&e))?;
+            let store = self.node.store.clone();
+            let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+            let stopping = self.node.stopping.watch();
+            match mode {
+                proto::WatchMode::Exists | proto::WatchMode::Removed => {
+                    let exists = mode == proto::WatchMode::Exists;
+                    tokio::spawn(async move {
+                        let waited = async {
+                            if exists {
+                                names::wait_exists(&store, &who, &r.path).await.map(|e| {
+                                    proto::WatchEvent {
+                                        op: proto::WatchOp::Exists.into(),
+                                        path: e.path.clone(),
+                                        version: e.version,
+                                        entry: Some(entry_to_proto(e)),
+                                    }
+                                })
+                            } else {
+                                names::wait_removed(&store, &who, &r.path).await.map(|()| {
+                                    proto::WatchEvent {
+                                        op: proto::WatchOp::Removed.into(),
+                                        path: r.path.clone(),
+                                        version: 0,
+                                        entry: None,
+                                    }
+                                })
+                            }
+                        };
+                        tokio::select! {
+                            got = waited => {
+                                let _ = tx.send(got.map_err(|e| kernel_status(&e))).await;
+                            }
+                            () = tx.closed() => {}
+                            () = crate::stopping(stopping) => {
+                                let _ = tx.send(Err(shutting_down())).await;
+                            }
                         }
-                    };
-                    tokio::select! {
-                        got = waited => {
-                            let _ = tx.send(got.map_err(|e| kernel_status(&e))).await;
-                        }
-                        () = tx.closed() => {}
-                        () = crate::stopping(stopping) => {
-                            let _ = tx.send(Err(shutting_down())).await;
-                        }
-                    }
-                });
+                    });
+                }
+                // (`request_proto` made unspecified a refusal above.)
+                proto::WatchMode::Dir | proto::WatchMode::Unspecified => {
+                    let (sub, version) = names::watch_dir(&store, &who, &r.path)
+                        .await
+                        .map_err(|e| kernel_status(&e))?;
+                    tokio::spawn(forward_dir(sub, r.path, version, tx, stopping));
+                }
             }
-            // (`request_proto` made unspecified a refusal above.)
-            proto::WatchMode::Dir | proto::WatchMode::Unspecified => {
-                let (sub, version) = names::watch_dir(&store, &who, &r.path)
-                    .await
-                    .map_err(|e| kernel_status(&e))?;
-                tokio::spawn(forward_dir(sub, r.path, version, tx, stopping));
-            }
+            Ok(Response::new(ReceiverStream::new(rx)))
         }
-        Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 

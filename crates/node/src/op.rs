@@ -86,9 +86,14 @@ acting!(realm and user:
 /// `served! { Service: Trait; method(Request) -> Response = Op; … }`:
 /// implements a gRPC service's trait by serving each method with its
 /// operation ([`Node::on`]) — a handler that is one line, made so. The
-/// table is what `tests/ops.rs` reads.
+/// table is what `tests/ops.rs` reads. A trailing `@streams { … }` holds
+/// the service's streaming methods, written out.
 macro_rules! served {
-    ($svc:ty: $tr:path; $($method:ident($req:ident) -> $resp:ident = $op:ident;)+) => {
+    (
+        $svc:ty: $tr:path;
+        $($method:ident($req:ident) -> $resp:ident = $op:ident;)+
+        $(@streams { $($streams:tt)* })?
+    ) => {
         #[tonic::async_trait]
         impl $tr for $svc {
             $(
@@ -100,6 +105,7 @@ macro_rules! served {
                     self.node.on::<ops::$op>(request).await
                 }
             )+
+            $($($streams)*)?
         }
     };
 }
@@ -109,7 +115,7 @@ pub(crate) use served;
 /// operation `Name` ([`Op`]) on proto messages `Request` and `Response`,
 /// its body run for caller `who`.
 macro_rules! op {
-    ($name:ident($req:ident) -> $resp:ident, |$node:ident, $who:ident, $r:ident| $body:block) => {
+    ($name:ident($req:ident) -> $resp:ident, |$node:ident, $who:ident, $r:tt| $body:block) => {
         pub struct $name;
         impl $crate::op::Op for $name {
             type Request = tabos_client::proto::$req;

@@ -10,7 +10,6 @@ use std::time::Duration;
 use tabos_client::proto;
 use tabos_kernel::procedures::Info;
 use tabos_sandbox::procedure::{Limits, MEMORY_BYTES_DEFAULT, TIMEOUT_DEFAULT};
-use tonic::{Request, Response, Status};
 
 use crate::Node;
 
@@ -43,100 +42,55 @@ fn info(i: Info) -> proto::ProcedureInfo {
 /// [`tabos_kernel::procedures::Procedures`] (which checks the caller).
 pub mod ops {
     use super::*;
-    use crate::op::Op;
-    use tabos_kernel::auth::Caller;
-    use tabos_kernel::Result;
+    use crate::op::op;
 
-    pub struct Install;
-    impl Op for Install {
-        type Request = proto::InstallProcedureRequest;
-        type Response = proto::ProcedureInfo;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let language = r.language.parse().map_err(tabos_kernel::Error::Invalid)?;
-            let limits = Limits {
-                memory_bytes: match r.memory_bytes {
-                    0 => MEMORY_BYTES_DEFAULT,
-                    n => usize::try_from(n).unwrap_or(usize::MAX),
-                },
-                timeout: match r.timeout_ms {
-                    0 => TIMEOUT_DEFAULT,
-                    n => Duration::from_millis(u64::from(n)),
-                },
-            };
-            let install = tabos_kernel::procedures::Install {
-                name: r.name,
-                language,
-                code: r.code,
-                limits,
-                read_only: r.read_only,
-            };
-            Ok(info(node.procedures.install(&who, install).await?))
-        }
-    }
+    op!(Install(InstallProcedureRequest) -> ProcedureInfo, |node, who, r| {
+        let language = r.language.parse().map_err(tabos_kernel::Error::Invalid)?;
+        let limits = Limits {
+            memory_bytes: match r.memory_bytes {
+                0 => MEMORY_BYTES_DEFAULT,
+                n => usize::try_from(n).unwrap_or(usize::MAX),
+            },
+            timeout: match r.timeout_ms {
+                0 => TIMEOUT_DEFAULT,
+                n => Duration::from_millis(u64::from(n)),
+            },
+        };
+        let install = tabos_kernel::procedures::Install {
+            name: r.name,
+            language,
+            code: r.code,
+            limits,
+            read_only: r.read_only,
+        };
+        Ok(info(node.procedures.install(&who, install).await?))
+    });
 
-    pub struct List;
-    impl Op for List {
-        type Request = proto::ListProceduresRequest;
-        type Response = proto::ListProceduresResponse;
-        async fn run(node: &Node, who: Caller, _: Self::Request) -> Result<Self::Response> {
-            let list = node.procedures.list(&who).await?;
-            Ok(proto::ListProceduresResponse {
-                procedures: list.into_iter().map(info).collect(),
-            })
-        }
-    }
+    op!(List(ListProceduresRequest) -> ListProceduresResponse, |node, who, _| {
+        let list = node.procedures.list(&who).await?;
+        Ok(proto::ListProceduresResponse {
+            procedures: list.into_iter().map(info).collect(),
+        })
+    });
 
-    pub struct Remove;
-    impl Op for Remove {
-        type Request = proto::ProcedureRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            node.procedures.remove(&who, &r.name).await?;
-            Ok(proto::Empty {})
-        }
-    }
+    op!(Remove(ProcedureRequest) -> Empty, |node, who, r| {
+        node.procedures.remove(&who, &r.name).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct Call;
-    impl Op for Call {
-        type Request = proto::CallProcedureRequest;
-        type Response = proto::CallProcedureResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let out = node.procedures.call(&who, &r.name, r.args).await?;
-            Ok(proto::CallProcedureResponse {
-                result: out.result,
-                log: out.log,
-            })
-        }
-    }
+    op!(Call(CallProcedureRequest) -> CallProcedureResponse, |node, who, r| {
+        let out = node.procedures.call(&who, &r.name, r.args).await?;
+        Ok(proto::CallProcedureResponse {
+            result: out.result,
+            log: out.log,
+        })
+    });
 }
 
-#[tonic::async_trait]
-impl proto::procedures_server::Procedures for ProceduresService {
-    async fn install(
-        &self,
-        request: Request<proto::InstallProcedureRequest>,
-    ) -> Result<Response<proto::ProcedureInfo>, Status> {
-        self.node.on::<ops::Install>(request).await
-    }
-
-    async fn list(
-        &self,
-        request: Request<proto::ListProceduresRequest>,
-    ) -> Result<Response<proto::ListProceduresResponse>, Status> {
-        self.node.on::<ops::List>(request).await
-    }
-
-    async fn remove(
-        &self,
-        request: Request<proto::ProcedureRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Remove>(request).await
-    }
-
-    async fn call(
-        &self,
-        request: Request<proto::CallProcedureRequest>,
-    ) -> Result<Response<proto::CallProcedureResponse>, Status> {
-        self.node.on::<ops::Call>(request).await
-    }
+crate::op::served! {
+    ProceduresService: proto::procedures_server::Procedures;
+    install(InstallProcedureRequest) -> ProcedureInfo = Install;
+    list(ListProceduresRequest) -> ListProceduresResponse = List;
+    remove(ProcedureRequest) -> Empty = Remove;
+    call(CallProcedureRequest) -> CallProcedureResponse = Call;
 }

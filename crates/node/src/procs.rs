@@ -247,8 +247,7 @@ fn realm_info(node: &Node, u: tabos_kernel::realms::Usage) -> proto::RealmInfo {
 /// for a caller (which checks role, scope and the proc it acts for).
 pub mod ops {
     use super::*;
-    use crate::op::{op, Op};
-    use tabos_kernel::auth::Caller;
+    use crate::op::op;
     use tabos_kernel::cluster;
     use tabos_kernel::Result;
 
@@ -338,14 +337,9 @@ pub mod ops {
 
     macro_rules! wait_op {
         ($name:ident, $wait:path) => {
-            pub struct $name;
-            impl Op for $name {
-                type Request = proto::PidRequest;
-                type Response = proto::ProcStatus;
-                async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-                    Ok(status_to_proto(&$wait(&node.store, &who, &pid(&r)?).await?))
-                }
-            }
+            op!($name(PidRequest) -> ProcStatus, |node, who, r| {
+                Ok(status_to_proto(&$wait(&node.store, &who, &pid(&r)?).await?))
+            });
         };
     }
     wait_op!(WaitStart, procs::wait_start_for);
@@ -353,324 +347,222 @@ pub mod ops {
     wait_op!(WaitEvict, procs::wait_evict_for);
     wait_op!(Status, procs::status_for);
 
-    pub struct Started;
-    impl Op for Started {
-        type Request = proto::PidRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            procs::started_for(&node.store, &who, &pid(&r)?).await?;
-            Ok(proto::Empty {})
-        }
-    }
+    op!(Started(PidRequest) -> Empty, |node, who, r| {
+        procs::started_for(&node.store, &who, &pid(&r)?).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct Exited;
-    impl Op for Exited {
-        type Request = proto::ExitedRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let pid = Pid::new(r.pid)?;
-            procs::exited_for(&node.store, &who, &pid, r.status).await?;
-            Ok(proto::Empty {})
-        }
-    }
+    op!(Exited(ExitedRequest) -> Empty, |node, who, r| {
+        let pid = Pid::new(r.pid)?;
+        procs::exited_for(&node.store, &who, &pid, r.status).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct Evict;
-    impl Op for Evict {
-        type Request = proto::PidRequest;
-        type Response = proto::Empty;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            procs::evict_for(&node.store, &who, &pid(&r)?).await?;
-            Ok(proto::Empty {})
-        }
-    }
+    op!(Evict(PidRequest) -> Empty, |node, who, r| {
+        procs::evict_for(&node.store, &who, &pid(&r)?).await?;
+        Ok(proto::Empty {})
+    });
 
-    pub struct Prune;
-    impl Op for Prune {
-        type Request = proto::PruneRequest;
-        type Response = proto::PruneResponse;
-        async fn run(node: &Node, who: Caller, r: Self::Request) -> Result<Self::Response> {
-            let pids = r
-                .pids
-                .iter()
-                .map(|p| Pid::new(p.as_str()))
-                .collect::<Result<Vec<_>>>()?;
-            let before = (r.older_than_ms > 0).then(|| {
-                tabos_store::now_us().saturating_sub(r.older_than_ms.saturating_mul(1000) as i64)
-            });
-            let pruned = procs::prune_for(&node.store, &who, pids, before).await?;
-            Ok(proto::PruneResponse {
-                pids: pruned.into_iter().map(|p| p.as_str().to_string()).collect(),
-            })
-        }
-    }
+    op!(Prune(PruneRequest) -> PruneResponse, |node, who, r| {
+        let pids = r
+            .pids
+            .iter()
+            .map(|p| Pid::new(p.as_str()))
+            .collect::<Result<Vec<_>>>()?;
+        let before = (r.older_than_ms > 0).then(|| {
+            tabos_store::now_us().saturating_sub(r.older_than_ms.saturating_mul(1000) as i64)
+        });
+        let pruned = procs::prune_for(&node.store, &who, pids, before).await?;
+        Ok(proto::PruneResponse {
+            pids: pruned.into_iter().map(|p| p.as_str().to_string()).collect(),
+        })
+    });
 }
 
-#[tonic::async_trait]
-impl proto::procs_server::Procs for ProcsService {
-    async fn create_realm(
-        &self,
-        request: Request<proto::CreateRealmRequest>,
-    ) -> Result<Response<proto::CreateRealmResponse>, Status> {
-        self.node.on::<ops::CreateRealm>(request).await
-    }
-
-    async fn set_realm(
-        &self,
-        request: Request<proto::SetRealmRequest>,
-    ) -> Result<Response<proto::RealmInfo>, Status> {
-        self.node.on::<ops::SetRealm>(request).await
-    }
-
-    async fn remove_realm(
-        &self,
-        request: Request<proto::RemoveRealmRequest>,
-    ) -> Result<Response<proto::RemoveRealmResponse>, Status> {
-        self.node.on::<ops::RemoveRealm>(request).await
-    }
-
-    async fn list_realms(
-        &self,
-        request: Request<proto::ListRealmsRequest>,
-    ) -> Result<Response<proto::ListRealmsResponse>, Status> {
-        self.node.on::<ops::ListRealms>(request).await
-    }
-
-    async fn spawn(
-        &self,
-        request: Request<proto::SpawnRequest>,
-    ) -> Result<Response<proto::Spawned>, Status> {
-        self.node.on::<ops::Spawn>(request).await
-    }
-
-    async fn spawn_burst(
-        &self,
-        request: Request<proto::SpawnBurstRequest>,
-    ) -> Result<Response<proto::SpawnBurstResponse>, Status> {
-        self.node.on::<ops::SpawnBurst>(request).await
-    }
-
-    async fn wait_start(
-        &self,
-        request: Request<proto::PidRequest>,
-    ) -> Result<Response<proto::ProcStatus>, Status> {
-        self.node.on::<ops::WaitStart>(request).await
-    }
-
-    async fn wait_exit(
-        &self,
-        request: Request<proto::PidRequest>,
-    ) -> Result<Response<proto::ProcStatus>, Status> {
-        self.node.on::<ops::WaitExit>(request).await
-    }
-
-    async fn wait_evict(
-        &self,
-        request: Request<proto::PidRequest>,
-    ) -> Result<Response<proto::ProcStatus>, Status> {
-        self.node.on::<ops::WaitEvict>(request).await
-    }
-
-    async fn started(
-        &self,
-        request: Request<proto::PidRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Started>(request).await
-    }
-
-    async fn exited(
-        &self,
-        request: Request<proto::ExitedRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Exited>(request).await
-    }
-
-    async fn evict(
-        &self,
-        request: Request<proto::PidRequest>,
-    ) -> Result<Response<proto::Empty>, Status> {
-        self.node.on::<ops::Evict>(request).await
-    }
-
-    async fn prune(
-        &self,
-        request: Request<proto::PruneRequest>,
-    ) -> Result<Response<proto::PruneResponse>, Status> {
-        self.node.on::<ops::Prune>(request).await
-    }
-
-    async fn status(
-        &self,
-        request: Request<proto::PidRequest>,
-    ) -> Result<Response<proto::ProcStatus>, Status> {
-        self.node.on::<ops::Status>(request).await
-    }
-
-    async fn logs(
-        &self,
-        request: Request<proto::LogsRequest>,
-    ) -> Result<Response<proto::LogsResponse>, Status> {
-        let LogTarget {
-            token,
-            who,
-            realm,
-            pid,
-            stream,
-        } = log_target(&self.node, request)?;
-        // The logs are on the node that ran the proc: answered there.
-        let holder = procs::holder_for(&self.node.store, &who, &pid)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        if let Some(holder) = holder {
-            let what = format!("the log of proc {pid}");
-            if let crate::forward::Holder::Peer(addr) =
-                crate::forward::holder(&self.node, &holder, &what).await?
-            {
-                let mut peer = crate::forward::connect(&addr, &token).await?;
-                let reply =
-                    crate::forward::call(&addr, peer.logs(&realm, pid.as_str(), stream)).await?;
-                return Ok(Response::new(reply));
+crate::op::served! {
+    ProcsService: proto::procs_server::Procs;
+    create_realm(CreateRealmRequest) -> CreateRealmResponse = CreateRealm;
+    set_realm(SetRealmRequest) -> RealmInfo = SetRealm;
+    remove_realm(RemoveRealmRequest) -> RemoveRealmResponse = RemoveRealm;
+    list_realms(ListRealmsRequest) -> ListRealmsResponse = ListRealms;
+    spawn(SpawnRequest) -> Spawned = Spawn;
+    spawn_burst(SpawnBurstRequest) -> SpawnBurstResponse = SpawnBurst;
+    wait_start(PidRequest) -> ProcStatus = WaitStart;
+    wait_exit(PidRequest) -> ProcStatus = WaitExit;
+    wait_evict(PidRequest) -> ProcStatus = WaitEvict;
+    started(PidRequest) -> Empty = Started;
+    exited(ExitedRequest) -> Empty = Exited;
+    evict(PidRequest) -> Empty = Evict;
+    prune(PruneRequest) -> PruneResponse = Prune;
+    status(PidRequest) -> ProcStatus = Status;
+    @streams {
+        async fn logs(
+            &self,
+            request: Request<proto::LogsRequest>,
+        ) -> Result<Response<proto::LogsResponse>, Status> {
+            let LogTarget {
+                token,
+                who,
+                realm,
+                pid,
+                stream,
+            } = log_target(&self.node, request)?;
+            // The logs are on the node that ran the proc: answered there.
+            let holder = procs::holder_for(&self.node.store, &who, &pid)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+            if let Some(holder) = holder {
+                let what = format!("the log of proc {pid}");
+                if let crate::forward::Holder::Peer(addr) =
+                    crate::forward::holder(&self.node, &holder, &what).await?
+                {
+                    let mut peer = crate::forward::connect(&addr, &token).await?;
+                    let reply =
+                        crate::forward::call(&addr, peer.logs(&realm, pid.as_str(), stream)).await?;
+                    return Ok(Response::new(reply));
+                }
             }
+            let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
+            let data = match tokio::fs::read(&path).await {
+                Ok(d) => d,
+                // A proc that never wrote to the stream has no file.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::NotFound
+                        && self.ran_here(&realm, &pid).await =>
+                {
+                    Vec::new()
+                }
+                Err(_) => {
+                    return Err(Status::not_found(format!(
+                        "no {stream} kept for proc {pid} in realm {} on this node",
+                        realm
+                    )))
+                }
+            };
+            Ok(Response::new(proto::LogsResponse {
+                truncated: data.len() as u64 >= LOG_BYTES_MAX,
+                data,
+            }))
         }
-        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
-        let data = match tokio::fs::read(&path).await {
-            Ok(d) => d,
-            // A proc that never wrote to the stream has no file.
-            Err(e)
-                if e.kind() == std::io::ErrorKind::NotFound
-                    && self.ran_here(&realm, &pid).await =>
-            {
-                Vec::new()
-            }
-            Err(_) => {
-                return Err(Status::not_found(format!(
-                    "no {stream} kept for proc {pid} in realm {} on this node",
-                    realm
-                )))
-            }
-        };
-        Ok(Response::new(proto::LogsResponse {
-            truncated: data.len() as u64 >= LOG_BYTES_MAX,
-            data,
-        }))
-    }
 
-    type FollowLogsStream =
-        tokio_stream::wrappers::ReceiverStream<Result<proto::LogsResponse, Status>>;
+        type FollowLogsStream =
+            tokio_stream::wrappers::ReceiverStream<Result<proto::LogsResponse, Status>>;
 
-    async fn follow_logs(
-        &self,
-        request: Request<proto::LogsRequest>,
-    ) -> Result<Response<Self::FollowLogsStream>, Status> {
-        let LogTarget {
-            token,
-            who,
-            realm,
-            pid,
-            stream,
-        } = log_target(&self.node, request)?;
-        let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let holder = procs::holder_for(&self.node.store, &who, &pid)
-            .await
-            .map_err(|e| kernel_status(&e))?;
-        // Held by another node: its stream, passed on.
-        if let Some(holder) = &holder {
-            let what = format!("the log of proc {pid}");
-            if let crate::forward::Holder::Peer(addr) =
-                crate::forward::holder(&self.node, holder, &what).await?
-            {
-                let mut peer = crate::forward::connect(&addr, &token).await?;
-                let mut s = peer
-                    .follow_logs(&realm, pid.as_str(), stream)
-                    .await
-                    .map_err(|e| Status::unavailable(format!("{what} on {addr}: {e}")))?;
-                tokio::spawn(async move {
-                    loop {
-                        match s.message().await {
-                            Ok(Some(m)) => {
-                                if tx.send(Ok(m)).await.is_err() {
+        async fn follow_logs(
+            &self,
+            request: Request<proto::LogsRequest>,
+        ) -> Result<Response<Self::FollowLogsStream>, Status> {
+            let LogTarget {
+                token,
+                who,
+                realm,
+                pid,
+                stream,
+            } = log_target(&self.node, request)?;
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            let holder = procs::holder_for(&self.node.store, &who, &pid)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+            // Held by another node: its stream, passed on.
+            if let Some(holder) = &holder {
+                let what = format!("the log of proc {pid}");
+                if let crate::forward::Holder::Peer(addr) =
+                    crate::forward::holder(&self.node, holder, &what).await?
+                {
+                    let mut peer = crate::forward::connect(&addr, &token).await?;
+                    let mut s = peer
+                        .follow_logs(&realm, pid.as_str(), stream)
+                        .await
+                        .map_err(|e| Status::unavailable(format!("{what} on {addr}: {e}")))?;
+                    tokio::spawn(async move {
+                        loop {
+                            match s.message().await {
+                                Ok(Some(m)) => {
+                                    if tx.send(Ok(m)).await.is_err() {
+                                        return;
+                                    }
+                                }
+                                Ok(None) => return,
+                                Err(e) => {
+                                    let _ = tx.send(Err(e)).await;
                                     return;
                                 }
                             }
-                            Ok(None) => return,
-                            Err(e) => {
-                                let _ = tx.send(Err(e)).await;
-                                return;
-                            }
                         }
-                    }
-                });
-                return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-                    rx,
-                )));
+                    });
+                    return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+                        rx,
+                    )));
+                }
             }
-        }
-        let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
-        let (store, realm, stopping) = (
-            self.node.store.clone(),
-            realm.clone(),
-            self.node.stopping.watch(),
-        );
-        tokio::spawn(async move {
-            let mut offset = 0u64;
-            let mut waited_start = false;
-            loop {
-                // Everything there is now, in chunks.
+            let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
+            let (store, realm, stopping) = (
+                self.node.store.clone(),
+                realm.clone(),
+                self.node.stopping.watch(),
+            );
+            tokio::spawn(async move {
+                let mut offset = 0u64;
+                let mut waited_start = false;
                 loop {
-                    let data = read_log_at(&path, offset).await;
-                    if data.is_empty() {
-                        break;
+                    // Everything there is now, in chunks.
+                    loop {
+                        let data = read_log_at(&path, offset).await;
+                        if data.is_empty() {
+                            break;
+                        }
+                        offset += data.len() as u64;
+                        let m = proto::LogsResponse {
+                            data,
+                            truncated: offset >= LOG_BYTES_MAX,
+                        };
+                        if tx.send(Ok(m)).await.is_err() {
+                            return; // the client went away
+                        }
                     }
-                    offset += data.len() as u64;
-                    let m = proto::LogsResponse {
-                        data,
-                        truncated: offset >= LOG_BYTES_MAX,
+                    let state = match procs::status(&store, &realm, &pid).await {
+                        Ok(i) => i.state,
+                        Err(e) => {
+                            let _ = tx.send(Err(kernel_status(&e))).await;
+                            return;
+                        }
                     };
-                    if tx.send(Ok(m)).await.is_err() {
-                        return; // the client went away
+                    if state.is_terminal() && crate::procd::follow_log(&path).is_none() {
+                        return; // ended, and its writer is done: all was sent
                     }
-                }
-                let state = match procs::status(&store, &realm, &pid).await {
-                    Ok(i) => i.state,
-                    Err(e) => {
-                        let _ = tx.send(Err(kernel_status(&e))).await;
-                        return;
-                    }
-                };
-                if state.is_terminal() && crate::procd::follow_log(&path).is_none() {
-                    return; // ended, and its writer is done: all was sent
-                }
-                // Wait for more: the writer's feed (a native proc running
-                // here), else its start (once) or its end, from the change
-                // feed — never by polling the file.
-                let more = async {
-                    match crate::procd::follow_log(&path) {
-                        Some(mut feed) => {
-                            let seen = *feed.borrow_and_update();
-                            if seen <= offset {
-                                let _ = feed.changed().await;
+                    // Wait for more: the writer's feed (a native proc running
+                    // here), else its start (once) or its end, from the change
+                    // feed — never by polling the file.
+                    let more = async {
+                        match crate::procd::follow_log(&path) {
+                            Some(mut feed) => {
+                                let seen = *feed.borrow_and_update();
+                                if seen <= offset {
+                                    let _ = feed.changed().await;
+                                }
+                            }
+                            None if !waited_start => {
+                                let _ = procs::wait_start(&store, &realm, &pid).await;
+                                waited_start = true;
+                            }
+                            None => {
+                                let _ = procs::wait_exit(&store, &realm, &pid).await;
                             }
                         }
-                        None if !waited_start => {
-                            let _ = procs::wait_start(&store, &realm, &pid).await;
-                            waited_start = true;
+                    };
+                    tokio::select! {
+                        () = more => {}
+                        () = tx.closed() => return,
+                        () = crate::stopping(stopping.clone()) => {
+                            let _ = tx.send(Err(Status::unavailable("the node is shutting down"))).await;
+                            return;
                         }
-                        None => {
-                            let _ = procs::wait_exit(&store, &realm, &pid).await;
-                        }
-                    }
-                };
-                tokio::select! {
-                    () = more => {}
-                    () = tx.closed() => return,
-                    () = crate::stopping(stopping.clone()) => {
-                        let _ = tx.send(Err(Status::unavailable("the node is shutting down"))).await;
-                        return;
                     }
                 }
-            }
-        });
-        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-            rx,
-        )))
+            });
+            Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+                rx,
+            )))
+        }
     }
 }

@@ -11,11 +11,11 @@ use std::path::Path;
 /// The services whose operations are declared in an `ops` module, and
 /// how many handlers each has at least (so a reader that found none fails).
 const SERVED_BY_OPS: &[(&str, usize)] = &[
-    ("names.rs", 10),
-    ("ipc.rs", 6),
+    ("names.rs", 12),
+    ("ipc.rs", 7),
     ("procedures.rs", 4),
-    ("fs.rs", 10),
-    ("procs.rs", 15),
+    ("fs.rs", 13),
+    ("procs.rs", 16),
     ("workflows.rs", 27),
     ("tokens.rs", 4),
     ("status.rs", 8),
@@ -38,11 +38,13 @@ const ACCESS_CODE: &[&str] = &[
 
 /// The handlers of the `impl proto::…_server::… for …` block: (name, body)
 /// — or of a `served!` table, where each `method(Req) -> Resp = Op;` is
-/// served by its operation and nothing else.
+/// served by its operation and nothing else, and the methods of its
+/// `@streams { … }` block are written out.
 fn handlers(src: &str) -> Vec<(String, String)> {
     if let Some(i) = src.find("crate::op::served! {") {
         let table = &src[i..src[i..].find("\n}").map_or(src.len(), |e| i + e)];
-        return table
+        let (rows, streams) = table.split_once("    @streams {").unwrap_or((table, ""));
+        let mut out: Vec<(String, String)> = rows
             .lines()
             .filter_map(|l| {
                 let (call, op) = l.trim().strip_suffix(';')?.split_once(" = ")?;
@@ -53,20 +55,28 @@ fn handlers(src: &str) -> Vec<(String, String)> {
                 ))
             })
             .collect();
+        out.extend(methods(streams, "        async fn "));
+        return out;
     }
     let start = src
         .find("_server::")
         .and_then(|i| src[..i].rfind("impl proto::"))
         .expect("a service impl block");
-    let block = &src[start..];
+    methods(&src[start..], "    async fn ")
+}
+
+/// The `async fn`s of `block` (each `lead` deep): (name, body).
+fn methods(block: &str, lead: &str) -> Vec<(String, String)> {
+    let ty = format!("\n{}type ", &lead[..lead.len() - "async fn ".len()]);
+    let next = format!("\n{lead}");
     let mut out = Vec::new();
     let mut rest = block;
-    while let Some(i) = rest.find("    async fn ") {
-        let after = &rest[i + "    async fn ".len()..];
+    while let Some(i) = rest.find(lead) {
+        let after = &rest[i + lead.len()..];
         let name: String = after.chars().take_while(|c| *c != '(').collect();
         let body_end = after
-            .find("\n    async fn ")
-            .or_else(|| after.find("\n    type "))
+            .find(&next)
+            .or_else(|| after.find(&ty))
             .unwrap_or(after.len());
         out.push((name, after[..body_end].to_string()));
         rest = &after[body_end..];
@@ -142,6 +152,26 @@ crate::op::served! {
     assert_eq!(served.len(), 2, "{served:?}");
     assert_eq!(served[1].0, "wait");
     assert!(served[1].1.contains("self.node.on::<ops::Wait>"));
+    // A streaming method beside the table is read, and checked, too.
+    let streams = r#"
+crate::op::served! {
+    NamesService: proto::names_server::Names;
+    get(NameRequest) -> NameEntry = Get;
+    @streams {
+        type WatchStream = ReceiverStream<Result<proto::WatchEvent, Status>>;
+
+        async fn watch(&self, request: Request<proto::WatchRequest>) -> Result<Response<Self::WatchStream>, Status> {
+            let (a, b) = (1, 2);
+            let access = self.node.access(&request)?;
+            todo()
+        }
+    }
+}
+"#;
+    let both = handlers(streams);
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert_eq!(both[1].0, "watch");
+    assert!(both[1].1.contains(".access("));
     assert!(hs[0].1.contains(".access("));
     assert!(hs[1].1.contains("self.node.on::<ops::Set>"));
 }
