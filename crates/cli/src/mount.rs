@@ -262,6 +262,32 @@ impl TabosFs {
     }
 
     /// The entry at `path`, numbered.
+    /// Makes `name` in `parent` — a directory (`dir`) or an empty file —
+    /// with `mode`'s permission bits, and answers its attributes.
+    fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        dir: bool,
+    ) -> Result<FileAttr, Errno> {
+        let path = self.child(parent, name)?;
+        let (realm, user) = (self.realm.clone(), self.user_for(req));
+        let mode = i64::from(mode & 0o7777);
+        self.rt
+            .block_on(async {
+                let mut c = self.c();
+                if dir {
+                    c.fs_mkdir(&realm, &user, &path, mode).await
+                } else {
+                    c.fs_create(&realm, &user, &path, mode).await
+                }
+            })
+            .map_err(|e| errno(&e))?;
+        self.entry(req, &path)
+    }
+
     fn entry(&self, req: &Request, path: &str) -> Result<FileAttr, Errno> {
         let s = self.stat(req, path)?;
         let ino = self.inodes().ino(path);
@@ -343,16 +369,7 @@ impl Filesystem for TabosFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let done = (|| {
-            let path = self.child(parent, name)?;
-            let (realm, user) = (self.realm.clone(), self.user_for(req));
-            let mode = i64::from(mode & !umask & 0o7777);
-            self.rt
-                .block_on(async { self.c().fs_mkdir(&realm, &user, &path, mode).await })
-                .map_err(|e| errno(&e))?;
-            self.entry(req, &path)
-        })();
-        match done {
+        match self.make(req, parent, name, mode & !umask, true) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
@@ -576,16 +593,7 @@ impl Filesystem for TabosFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
-        let done = (|| {
-            let path = self.child(parent, name)?;
-            let (realm, user) = (self.realm.clone(), self.user_for(req));
-            let mode = i64::from(mode & !umask & 0o7777);
-            self.rt
-                .block_on(async { self.c().fs_create(&realm, &user, &path, mode).await })
-                .map_err(|e| errno(&e))?;
-            self.entry(req, &path)
-        })();
-        match done {
+        match self.make(req, parent, name, mode & !umask, false) {
             Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
