@@ -25,7 +25,8 @@ pub fn validate_name(what: &str, s: &str) -> Result<()> {
 }
 
 /// An identifier newtype: a `String` made only through `new`, which
-/// validates it with `$check`. It reads as a `&str` (`Deref`), so a
+/// validates it with `$check` (the kernel alone also wraps what it reads
+/// back from its own rows). It reads as a `&str` (`Deref`), so a
 /// function that takes one cannot be given another kind of id or an
 /// unchecked string, while one that takes `&str` still takes it.
 macro_rules! name_id {
@@ -35,7 +36,7 @@ macro_rules! name_id {
     ($(#[$doc:meta])* $name:ident, $what:expr, $check:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub struct $name(pub String);
+        pub struct $name(pub(crate) String);
 
         impl $name {
             /// Validates and wraps.
@@ -47,6 +48,11 @@ macro_rules! name_id {
             }
             pub fn as_str(&self) -> &str {
                 &self.0
+            }
+
+            /// The text it wraps.
+            pub fn into_string(self) -> String {
+                self.0
             }
         }
 
@@ -136,6 +142,15 @@ name_id!(
     crate::validate_realm
 );
 
+impl WorkerId {
+    /// The worker of node `node` (its procd's): `<node>.w0`. Refused when
+    /// that would be too long — so a node id that fits only without the
+    /// suffix is refused when the node opens, not when it registers.
+    pub fn of_node(node: &NodeId) -> Result<WorkerId> {
+        WorkerId::new(format!("{node}.w0"))
+    }
+}
+
 /// Where a message goes, or who sent it (`crate::ipc`'s; here so that
 /// lower layers — a credential's scope — can name mailboxes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -195,6 +210,10 @@ mod tests {
         ] {
             assert!(RealmName::new(bad).is_err(), "{bad:?}");
         }
+        let longest = NodeId::new("n".repeat(NAME_BYTES_MAX)).unwrap();
+        assert!(WorkerId::of_node(&longest).is_err());
+        let n1 = NodeId::new("n1").unwrap();
+        assert_eq!(WorkerId::of_node(&n1).unwrap(), "n1.w0");
         // An id reads as the text it wraps, and only as that.
         let id = WorkflowId::new("w1").unwrap();
         assert!(id == "w1" && &*id == "w1" && format!("{id}") == "w1");

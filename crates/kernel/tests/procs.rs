@@ -45,7 +45,7 @@ fn unused(store: &Store, realm: &str) -> HashMap<String, i64> {
 }
 
 fn w(s: &str) -> Option<WorkerId> {
-    Some(WorkerId(s.to_string()))
+    Some(WorkerId::new(s).unwrap())
 }
 
 /// The three schedulers differ exactly where the paper says.
@@ -108,7 +108,7 @@ fn schedulers_choose_as_the_paper_says(b: Backend) {
             .submit(p, move |tx| procs::node_lost_tx(tx, "loc", "n1", now))
             .await
             .unwrap();
-        assert_eq!(expired.workers, [WorkerId("w1".into())]);
+        assert_eq!(expired.workers, [WorkerId::new("w1").unwrap()]);
         let d = procs::get(s, "loc", &Pid::new("d").unwrap()).unwrap();
         assert_eq!(
             (d.state, d.worker),
@@ -295,14 +295,6 @@ fn bad_descriptors_write_nothing(b: Backend) {
             (
                 "r",
                 Descriptor {
-                    pid: Some(Pid("../x".into())),
-                    ..named("x9")
-                },
-                "pid",
-            ),
-            (
-                "r",
-                Descriptor {
                     env: vec![("A=B".into(), "1".into())],
                     ..named("x10")
                 },
@@ -320,6 +312,12 @@ fn bad_descriptors_write_nothing(b: Backend) {
             .get::<i64>(0)
             .unwrap();
         assert_eq!(before, after, "nothing written");
+        // A pid that escapes cannot even be made, so no descriptor has one.
+        let e = Pid::new("../x").unwrap_err();
+        assert!(
+            matches!(e, Error::Invalid(_)) && e.to_string().contains("pid"),
+            "{e}"
+        );
         // A burst with one bad descriptor writes none of them.
         let e = procs::spawn_burst(&s, "r", vec![named("ok1"), named("dup")])
             .await
@@ -500,7 +498,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
         assert_eq!(lost.len(), 1);
         assert_eq!(lost[0].1.workers, vec![wa.clone()]);
         assert_eq!(lost[0].1.requeued, vec!["unclaimed".to_string()]);
-        let u = procs::get(&s, "r", &Pid("unclaimed".into())).unwrap();
+        let u = procs::get(&s, "r", &Pid::new("unclaimed").unwrap()).unwrap();
         assert_eq!((u.state, u.worker), (State::Spawned, w("b")));
         assert_eq!(
             procs::get(&s, "r", &plain).unwrap().state,
@@ -541,7 +539,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
             procs::exited_and_claim(
                 &s,
                 "r",
-                &Pid(pid.into()),
+                &Pid::new(pid).unwrap(),
                 State::Exited,
                 Some(0),
                 None,
@@ -554,10 +552,12 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
             .unwrap();
         }
         assert_eq!(
-            procs::get(&s, "r", &Pid("plain".into())).unwrap().state,
+            procs::get(&s, "r", &Pid::new("plain").unwrap())
+                .unwrap()
+                .state,
             State::Failed
         );
-        let again = procs::get(&s, "r", &Pid("again".into())).unwrap();
+        let again = procs::get(&s, "r", &Pid::new("again").unwrap()).unwrap();
         assert_eq!((again.state, again.worker), (State::Spawned, w("b")));
         // Registered again, its worker is up and its give-back forgotten.
         let s2 = s.clone();
@@ -905,9 +905,9 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
         let done = procs::drain_node(&s, "n-a", true).await.unwrap();
         assert!(done.changed);
         assert_eq!(done.moved, vec![("r".to_string(), "queued".to_string())]);
-        let queued = procs::get(&s, "r", &Pid("queued".into())).unwrap();
+        let queued = procs::get(&s, "r", &Pid::new("queued").unwrap()).unwrap();
         assert_eq!((queued.state, queued.worker), (State::Spawned, w("b")));
-        let run = procs::get(&s, "r", &Pid("run".into())).unwrap();
+        let run = procs::get(&s, "r", &Pid::new("run").unwrap()).unwrap();
         assert_eq!(run.worker, w("a"), "what it runs stays");
         // a holds only run's core now; b holds queued's.
         assert_eq!(
@@ -944,7 +944,7 @@ fn draining_a_node_moves_its_unclaimed_procs_only(b: Backend) {
         // Back in service: its free core takes the waiting proc at once.
         let back = procs::drain_node(&s, "n-a", false).await.unwrap();
         assert!(back.changed);
-        let later = procs::get(&s, "r", &Pid("later".into())).unwrap();
+        let later = procs::get(&s, "r", &Pid::new("later").unwrap()).unwrap();
         assert_eq!(later.worker, w("a"));
         let s2 = s.clone();
         let listed = tokio::task::spawn_blocking(move || nodes::list(&s2, None))

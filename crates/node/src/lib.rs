@@ -227,6 +227,8 @@ impl NodeSettings {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub store: Store,
+    /// Its procd's worker id in every realm ([`WorkerId::of_node`]).
+    worker: WorkerId,
     pub started_us: i64,
     pub settings: NodeSettings,
     pub logs: PathBuf,
@@ -302,7 +304,8 @@ impl Node {
 
     /// Opens the kernel database for a node.
     pub fn open_with(config: &Config, settings: NodeSettings) -> Result<Node, Error> {
-        tabos_kernel::ids::validate_name("node id", &settings.node_id)?;
+        let node_id = tabos_kernel::ids::NodeId::new(&settings.node_id)?;
+        let worker = WorkerId::of_node(&node_id)?;
         tabos_kernel::validate_realm(&settings.realm)?;
         if settings.cores <= 0 || settings.be_util_pct > procd::BE_UTIL_PCT_MAX {
             return Err(Error::Startup(format!(
@@ -336,6 +339,7 @@ impl Node {
                 Error::Startup(format!("log directory {}: {e}", settings.logs.display()))
             })?;
         Ok(Node {
+            worker,
             procedures: tabos_kernel::procedures::Procedures::new(store.clone(), sandbox.clone()),
             sandbox,
             files,
@@ -462,7 +466,7 @@ impl Node {
 
     /// This node's worker id in its realm.
     pub fn worker_id(&self) -> WorkerId {
-        WorkerId(format!("{}.w0", self.settings.node_id))
+        self.worker.clone()
     }
 
     /// Registers the node's worker in `realm`, creating the realm first if

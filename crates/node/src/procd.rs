@@ -1050,7 +1050,7 @@ impl Procd {
     /// A native proc gets SIGTERM now and SIGKILL after the grace period if
     /// it is still running; a wasm proc is stopped at its next epoch check.
     async fn evict(self: &Arc<Self>, pid: &str) {
-        let pid = Pid(pid.to_string());
+        let Ok(pid) = Pid::new(pid) else { return };
         let os_pid = match self.tracked(&pid) {
             None => return,
             Some(Running::Wasm(stop, woken)) => {

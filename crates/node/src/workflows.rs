@@ -357,7 +357,7 @@ pub mod ops {
         })
         .await?;
         Ok(proto::ExecutorInfo {
-            executor: id.0,
+            executor: id.into_string(),
             node_id: node.settings.node_id.clone(),
             lease_ms,
         })

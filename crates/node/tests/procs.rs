@@ -570,7 +570,7 @@ async fn procs_left_on_a_stuck_worker_are_stolen() {
             store,
             "default",
             &tabos_kernel::sched::WorkerSpec {
-                worker_id: tabos_kernel::ids::WorkerId("stuck.w0".into()),
+                worker_id: tabos_kernel::ids::WorkerId::new("stuck.w0").unwrap(),
                 node_id: "stuck".into(),
                 cores: 4,
                 mem_mb: 1024,
