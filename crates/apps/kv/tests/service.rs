@@ -460,13 +460,19 @@ fn a_request_sent_again_is_applied_once_even_after_a_kill() {
 
         // The kvd SIGKILLed: its successor loads the shard from the
         // snapshot and the log, requests and all.
+        let l = Layout::new(SVC).unwrap();
+        let victim_addr = c.wait_exists(REALM, &l.leader(0)).await.unwrap().data;
         let victim = leading_kvd(&mut c, 0).await;
         assert!(kill_proc(&victim) > 0, "found no process of {victim}");
         sup.fill().await.unwrap();
+        // Led again once the leader symlink names another address (it is
+        // gone while the killed kvd's session lapses).
         let mut pauses = 0;
         let mut conn = loop {
-            if leading_kvd(&mut c, 0).await != victim {
-                break leader_conn(&mut c).await;
+            match c.name_get(REALM, &l.leader(0)).await {
+                Ok(e) if e.data != victim_addr => break leader_conn(&mut c).await,
+                Ok(_) => {}
+                Err(e) => assert_eq!(e.code(), Some(tonic::Code::NotFound), "{e}"),
             }
             pauses += 1;
             assert!(pauses < 3_000, "no kvd took over from {victim}");
