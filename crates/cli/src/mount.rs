@@ -261,7 +261,6 @@ impl TabosFs {
             .map_err(|e| errno(&e))
     }
 
-    /// The entry at `path`, numbered.
     /// Makes `name` in `parent` — a directory (`dir`) or an empty file —
     /// with `mode`'s permission bits, and answers its attributes.
     fn make(
@@ -288,6 +287,7 @@ impl TabosFs {
         self.entry(req, &path)
     }
 
+    /// The entry at `path`, numbered.
     fn entry(&self, req: &Request, path: &str) -> Result<FileAttr, Errno> {
         let s = self.stat(req, path)?;
         let ino = self.inodes().ino(path);

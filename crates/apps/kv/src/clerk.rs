@@ -336,12 +336,7 @@ impl Clerk {
 /// A clerk's id: 8 random bytes (two clerks sharing one would see each
 /// other's requests as already applied).
 fn random_id() -> Result<u64> {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| Error::Invalid(format!("no randomness for a clerk's id: {e}")))?;
-    Ok(u64::from_le_bytes(b))
+    crate::config::random("a clerk's id").map(u64::from_le_bytes)
 }
 
 fn unexpected(r: &Reply) -> Error {

@@ -412,12 +412,18 @@ pub const PASSWORD_BYTES: usize = 32;
 /// A new password: [`PASSWORD_BYTES`] from the kernel's random source, in
 /// hex.
 pub fn new_password() -> Result<String> {
+    let b: [u8; PASSWORD_BYTES] = random("a password")?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// `N` bytes from /dev/urandom, for `what`.
+pub(crate) fn random<const N: usize>(what: &str) -> Result<[u8; N]> {
     use std::io::Read;
-    let mut b = [0u8; PASSWORD_BYTES];
+    let mut b = [0u8; N];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))
-        .map_err(|e| Error::Invalid(format!("no randomness for a password: {e}")))?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+        .map_err(|e| Error::Invalid(format!("no randomness for {what}: {e}")))?;
+    Ok(b)
 }
 
 /// A service name: 1..=64 bytes of letters, digits, '-' and '_'.

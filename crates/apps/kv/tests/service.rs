@@ -65,6 +65,31 @@ fn program() -> Program {
     }
 }
 
+/// One group of `kvds` kvds, never grown or shrunk on load (the tests
+/// ask), snapshotting every `compact_at` batches.
+fn one_group(kvds: u32, compact_at: u32) -> Policy {
+    Policy {
+        kvds_per_group: kvds,
+        min_groups: 1,
+        max_groups: 1,
+        grow_ops: 1e12,
+        shrink_ops: 0.0,
+        shrink_after_ms: 0,
+        grow_after_ms: 0,
+        compact_at,
+    }
+}
+
+/// `balancers` balancers running the service, once it is led.
+async fn supervise(client: &Client, balancers: u32) -> Supervisor {
+    let mut sup = Supervisor::new(client, REALM, SVC, program(), balancers).unwrap();
+    sup.fill().await.unwrap();
+    service::until_led(client, REALM, SVC, Duration::from_secs(60))
+        .await
+        .unwrap();
+    sup
+}
+
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -179,26 +204,12 @@ fn acknowledged_writes_survive_kills_and_moves_linearizably() {
         let node = start(&dir).await;
         let client = node.client().await.unwrap();
         let mut c = client.clone();
-        let policy = Policy {
-            kvds_per_group: 2,
-            min_groups: 1,
-            max_groups: 1,
-            // No growing or shrinking on load here: the test asks.
-            grow_ops: 1e12,
-            shrink_ops: 0.0,
-            shrink_after_ms: 0,
-            grow_after_ms: 0,
-            // Snapshots often, beside the writes and the kills.
-            compact_at: 16,
-        };
+        // Snapshots often, beside the writes and the kills.
+        let policy = one_group(2, 16);
         service::create(&client, REALM, SVC, 8, 1, &policy)
             .await
             .unwrap();
-        let mut sup = Supervisor::new(&client, REALM, SVC, program(), 2).unwrap();
-        sup.fill().await.unwrap();
-        service::until_led(&client, REALM, SVC, Duration::from_secs(60))
-            .await
-            .unwrap();
+        let mut sup = supervise(&client, 2).await;
 
         let t0 = tokio::time::Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
@@ -287,11 +298,7 @@ fn acknowledged_writes_survive_kills_and_moves_linearizably() {
         // 4. Everything stopped and started again: every key reads back
         // (recorded as reads after all else).
         sup.stop().await.unwrap();
-        let mut sup = Supervisor::new(&client, REALM, SVC, program(), 2).unwrap();
-        sup.fill().await.unwrap();
-        service::until_led(&client, REALM, SVC, Duration::from_secs(60))
-            .await
-            .unwrap();
+        let mut sup = supervise(&client, 2).await;
         let mut clerk = Clerk::new(&client, REALM, SVC).await.unwrap();
         for k in 0..KEYS {
             let key = format!("k{k}").into_bytes();
@@ -405,26 +412,12 @@ fn a_request_sent_again_is_applied_once_even_after_a_kill() {
         let node = start(&dir).await;
         let client = node.client().await.unwrap();
         let mut c = client.clone();
-        let policy = Policy {
-            kvds_per_group: 1,
-            min_groups: 1,
-            max_groups: 1,
-            grow_ops: 1e12,
-            shrink_ops: 0.0,
-            shrink_after_ms: 0,
-            grow_after_ms: 0,
-            // A snapshot after every other batch: the requests must
-            // survive snapshots too.
-            compact_at: 2,
-        };
-        service::create(&client, REALM, SVC, 1, 1, &policy)
+        // A snapshot after every other batch: the requests must survive
+        // snapshots too.
+        service::create(&client, REALM, SVC, 1, 1, &one_group(1, 2))
             .await
             .unwrap();
-        let mut sup = Supervisor::new(&client, REALM, SVC, program(), 1).unwrap();
-        sup.fill().await.unwrap();
-        service::until_led(&client, REALM, SVC, Duration::from_secs(60))
-            .await
-            .unwrap();
+        let mut sup = supervise(&client, 1).await;
         let mut conn = leader_conn(&mut c).await;
         let get = |v: &str| Reply::Bulk(v.as_bytes().to_vec());
         let once = |seq: &'static str, v: &'static str| ["TABOS.ONCE", "77", seq, "SET", "k", v];
