@@ -1,6 +1,6 @@
 //! `tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du`: files in tables.
 
-use std::io::{Read, Write};
+use std::io::Read;
 
 use anyhow::Context;
 use tabos_client::fs::CHUNK_BYTES;
@@ -122,18 +122,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
         match args.command {
             FsCommand::Ls { path } => {
                 let d = c.fs_readdir(&realm, &user, &path).await?;
-                let mut out = std::io::stdout().lock();
-                if crate::output::json() {
-                    let v: Vec<_> = d.entries.iter().map(stat_json).collect();
-                    writeln!(out, "{}", serde_json::json!({"entries": v, "more": d.more}))?;
-                    return Ok(());
-                }
-                for e in &d.entries {
-                    writeln!(out, "{}", line(e))?;
-                }
-                if d.more {
-                    writeln!(out, "(more entries than one listing holds)")?;
-                }
+                crate::output::listing(&d.entries, d.more, line, stat_json)?;
             }
             FsCommand::Cat { path } => {
                 c.fs_read_all(&realm, &user, &path, std::io::stdout().lock())
@@ -207,7 +196,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             FsCommand::Rm { path, recursive } => {
                 let st = c.fs_stat(&realm, &path).await?;
                 if recursive && st.r#type() == proto::FileType::Dir {
-                    let n = rm_tree(&mut c, &realm, &user, &path).await?;
+                    let mut files = Files {
+                        c: &mut c,
+                        realm: &realm,
+                        user: &user,
+                    };
+                    let n = crate::tree::rm_tree(&mut files, &path).await?;
                     crate::output::emit(
                         || format!("removed {n} entries under {path}"),
                         || serde_json::json!({"path": path, "removed": n}),
@@ -314,39 +308,32 @@ fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> anyhow::Result<usize> {
     Ok(n)
 }
 
-/// Most entries `fs rm -r` removes.
-pub const RM_ENTRIES_MAX: u64 = 100_000;
+/// The realm's files as `rm -r` walks them, as one user.
+struct Files<'a> {
+    c: &'a mut tabos_client::Client,
+    realm: &'a str,
+    user: &'a str,
+}
 
-/// Removes directory `root` and everything under it, deepest first;
-/// returns how many entries went. No recursion: a stack of directories
-/// still to empty.
-async fn rm_tree(
-    c: &mut tabos_client::Client,
-    realm: &str,
-    user: &str,
-    root: &str,
-) -> anyhow::Result<u64> {
-    let mut stack = vec![root.to_string()];
-    let mut removed = 0u64;
-    while let Some(dir) = stack.last().cloned() {
-        if removed >= RM_ENTRIES_MAX {
-            anyhow::bail!("stopped after removing {removed} entries (the most one rm -r removes)");
-        }
-        let listing = c.fs_readdir(realm, user, &dir).await?;
-        if listing.entries.is_empty() {
-            c.fs_rmdir(realm, user, &dir).await?;
-            stack.pop();
-            removed += 1;
-            continue;
-        }
-        for e in listing.entries {
-            if e.r#type() == proto::FileType::Dir {
-                stack.push(e.path);
-            } else {
-                c.fs_unlink(realm, user, &e.path).await?;
-                removed += 1;
-            }
-        }
+impl crate::tree::Tree for Files<'_> {
+    async fn list(&mut self, dir: &str) -> anyhow::Result<Vec<(String, bool)>> {
+        let listing = self.c.fs_readdir(self.realm, self.user, dir).await?;
+        Ok(listing
+            .entries
+            .into_iter()
+            .map(|e| {
+                let is_dir = e.r#type() == proto::FileType::Dir;
+                (e.path, is_dir)
+            })
+            .collect())
     }
-    Ok(removed)
+
+    async fn remove(&mut self, path: &str, dir: bool) -> anyhow::Result<()> {
+        if dir {
+            self.c.fs_rmdir(self.realm, self.user, path).await?;
+        } else {
+            self.c.fs_unlink(self.realm, self.user, path).await?;
+        }
+        Ok(())
+    }
 }

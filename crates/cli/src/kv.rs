@@ -215,11 +215,7 @@ async fn serve(
     let config = service::create(&client, &realm, &name, shards, groups, policy)
         .await
         .context("create the service")?;
-    let exe = std::env::current_exe().context("find the tabos executable")?;
-    let program = Program {
-        path: exe.display().to_string(),
-        args: vec!["kv-task".into()],
-    };
+    let program = Program::this_executable("kv-task").context("find the tabos executable")?;
     let mut sup = Supervisor::new(&client, &realm, &name, program, BALANCERS)?;
     sup.fill().await.context("start the balancers")?;
     service::until_led(&client, &realm, &name, std::time::Duration::from_secs(60))
@@ -274,15 +270,3 @@ async fn serve(
 
 /// Balancers a service runs: a leader and a standby.
 const BALANCERS: u32 = 2;
-
-/// `tabos kv-task ROLE …`: one of a service's procs.
-#[derive(clap::Args)]
-pub struct TaskArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
-
-pub fn task(args: TaskArgs) -> std::process::ExitCode {
-    let status = tabos_kv::main(&args.args);
-    std::process::ExitCode::from(status.clamp(0, 255) as u8)
-}

@@ -34,6 +34,7 @@ mod procs;
 mod sql;
 mod status;
 mod tokens;
+mod tree;
 mod up;
 mod workflow;
 mod www;
@@ -156,6 +157,21 @@ impl NodeAddr {
     }
 }
 
+/// `tabos mr-task|kv-task|www-task ROLE …`: one proc of an application
+/// (what its supervisor spawns), with the proc's own command line.
+#[derive(clap::Args)]
+struct TaskArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+impl TaskArgs {
+    /// Runs the application's proc `main` and exits with its status.
+    fn run(self, main: fn(&[String]) -> i32) -> std::process::ExitCode {
+        std::process::ExitCode::from(main(&self.args).clamp(0, 255) as u8)
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Start a node: open the kernel database and serve the gRPC API
@@ -223,17 +239,17 @@ enum Command {
     Workflow(workflow::Args),
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]
-    MrTask(mr::TaskArgs),
+    MrTask(TaskArgs),
     /// The sharded key-value service: tabos kv serve|get|set|status
     Kv(kv::Args),
     /// One proc of a key-value service (what `tabos kv serve` spawns)
     #[command(hide = true)]
-    KvTask(kv::TaskArgs),
+    KvTask(TaskArgs),
     /// The web server: tabos www serve --root /site --listen ADDR
     Www(www::Args),
     /// One proc of a site (what `tabos www serve` spawns)
     #[command(hide = true)]
-    WwwTask(www::TaskArgs),
+    WwwTask(TaskArgs),
     /// Print a shell completion script: tabos completions bash|zsh|fish
     /// (e.g. `tabos completions bash > /etc/bash_completion.d/tabos`)
     Completions {
@@ -260,9 +276,9 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::FAILURE;
     }
     let result = match cli.command {
-        Command::MrTask(a) => return mr::task(a),
-        Command::KvTask(a) => return kv::task(a),
-        Command::WwwTask(a) => return www::task(a),
+        Command::MrTask(a) => return a.run(tabos_mr::procs::main),
+        Command::KvTask(a) => return a.run(tabos_kv::main),
+        Command::WwwTask(a) => return a.run(tabos_www::main),
         Command::Www(a) => www::run(a),
         Command::Kv(a) => kv::run(a),
         Command::Mr(a) => mr::run(a),

@@ -263,6 +263,30 @@ impl TabosFs {
 
     /// Makes `name` in `parent` — a directory (`dir`) or an empty file —
     /// with `mode`'s permission bits, and answers its attributes.
+    /// unlink (`dir` false) or rmdir (`dir` true) of `name` in `parent`:
+    /// the other kind of entry is EISDIR or ENOTDIR, as in Linux.
+    fn remove(&self, req: &Request, parent: INodeNo, name: &OsStr, dir: bool) -> Result<(), Errno> {
+        let path = self.child(parent, name)?;
+        let (realm, user) = (self.realm.clone(), self.user_for(req));
+        match (self.stat(req, &path)?.r#type() == proto::FileType::Dir, dir) {
+            (true, false) => return Err(Errno::EISDIR),
+            (false, true) => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
+        self.rt
+            .block_on(async {
+                let mut c = self.c();
+                if dir {
+                    c.fs_rmdir(&realm, &user, &path).await
+                } else {
+                    c.fs_unlink(&realm, &user, &path).await
+                }
+            })
+            .map_err(|e| errno(&e))?;
+        self.inodes().forget(&path);
+        Ok(())
+    }
+
     fn make(
         &self,
         req: &Request,
@@ -376,38 +400,14 @@ impl Filesystem for TabosFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let done = (|| {
-            let path = self.child(parent, name)?;
-            let (realm, user) = (self.realm.clone(), self.user_for(req));
-            if self.stat(req, &path)?.r#type() == proto::FileType::Dir {
-                return Err(Errno::EISDIR);
-            }
-            self.rt
-                .block_on(async { self.c().fs_unlink(&realm, &user, &path).await })
-                .map_err(|e| errno(&e))?;
-            self.inodes().forget(&path);
-            Ok(())
-        })();
-        match done {
+        match self.remove(req, parent, name, false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let done = (|| {
-            let path = self.child(parent, name)?;
-            let (realm, user) = (self.realm.clone(), self.user_for(req));
-            if self.stat(req, &path)?.r#type() != proto::FileType::Dir {
-                return Err(Errno::ENOTDIR);
-            }
-            self.rt
-                .block_on(async { self.c().fs_rmdir(&realm, &user, &path).await })
-                .map_err(|e| errno(&e))?;
-            self.inodes().forget(&path);
-            Ok(())
-        })();
-        match done {
+        match self.remove(req, parent, name, true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
         }

@@ -427,15 +427,3 @@ pub async fn print_top(job: &Job, kind: &Kind, n: usize) -> anyhow::Result<()> {
     }
     Ok(())
 }
-
-/// `tabos mr-task ROLE …`: one of a job's procs.
-#[derive(clap::Args)]
-pub struct TaskArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
-
-pub fn task(args: TaskArgs) -> std::process::ExitCode {
-    let status = tabos_mr::procs::main(&args.args);
-    std::process::ExitCode::from(status.clamp(0, 255) as u8)
-}

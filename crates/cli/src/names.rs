@@ -190,18 +190,7 @@ pub fn ls(args: LsArgs) -> anyhow::Result<()> {
             .name_readdir(&args.realm.realm, &args.path)
             .await
             .map_err(explain)?;
-        let mut out = std::io::stdout().lock();
-        if crate::output::json() {
-            let v: Vec<_> = d.entries.iter().map(entry_json).collect();
-            writeln!(out, "{}", serde_json::json!({"entries": v, "more": d.more}))?;
-            return Ok(());
-        }
-        for e in &d.entries {
-            writeln!(out, "{}", line(e))?;
-        }
-        if d.more {
-            writeln!(out, "(more entries than one listing holds)")?;
-        }
+        crate::output::listing(&d.entries, d.more, line, entry_json)?;
         Ok(())
     })
 }
@@ -300,7 +289,12 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
         if args.recursive {
             let e = c.name_get(realm, &args.path).await.map_err(explain)?;
             if e.kind() == proto::NameKind::Dir {
-                let n = rm_tree(&mut c, realm, &args.path, args.fence.get()).await?;
+                let mut names = Names {
+                    c: &mut c,
+                    realm,
+                    fence: args.fence.get(),
+                };
+                let n = crate::tree::rm_tree(&mut names, &args.path).await?;
                 crate::output::emit(
                     || format!("removed {n} entries under {}", args.path),
                     || serde_json::json!({"path": args.path, "removed": n}),
@@ -374,43 +368,36 @@ pub fn watch(args: WatchArgs) -> anyhow::Result<()> {
     })
 }
 
-/// Most entries `rm -r` removes.
-pub const RM_ENTRIES_MAX: u64 = 100_000;
-
-/// Removes namespace directory `root` and everything under it, deepest
-/// first (symlinks themselves, not what they name); returns how many
-/// entries went.
-async fn rm_tree(
-    c: &mut tabos_client::Client,
-    realm: &str,
-    root: &str,
+/// The realm's namespace as `rm -r` walks it (symlinks themselves, not
+/// what they name), each removal with the command's fence.
+struct Names<'a> {
+    c: &'a mut tabos_client::Client,
+    realm: &'a str,
     fence: Option<proto::Fence>,
-) -> anyhow::Result<u64> {
-    let mut stack = vec![root.to_string()];
-    let mut removed = 0u64;
-    while let Some(dir) = stack.last().cloned() {
-        if removed >= RM_ENTRIES_MAX {
-            anyhow::bail!("stopped after removing {removed} entries (the most one rm -r removes)");
-        }
-        let listing = c.name_readdir(realm, &dir).await.map_err(explain)?;
-        if listing.entries.is_empty() {
-            c.name_remove(realm, &dir, None, fence.clone())
-                .await
-                .map_err(explain)?;
-            stack.pop();
-            removed += 1;
-            continue;
-        }
-        for e in listing.entries {
-            if e.kind() == proto::NameKind::Dir {
-                stack.push(e.path);
-            } else {
-                c.name_remove(realm, &e.path, None, fence.clone())
-                    .await
-                    .map_err(explain)?;
-                removed += 1;
-            }
-        }
+}
+
+impl crate::tree::Tree for Names<'_> {
+    async fn list(&mut self, dir: &str) -> anyhow::Result<Vec<(String, bool)>> {
+        let listing = self
+            .c
+            .name_readdir(self.realm, dir)
+            .await
+            .map_err(explain)?;
+        Ok(listing
+            .entries
+            .into_iter()
+            .map(|e| {
+                let is_dir = e.kind() == proto::NameKind::Dir;
+                (e.path, is_dir)
+            })
+            .collect())
     }
-    Ok(removed)
+
+    async fn remove(&mut self, path: &str, _dir: bool) -> anyhow::Result<()> {
+        self.c
+            .name_remove(self.realm, path, None, self.fence.clone())
+            .await
+            .map_err(explain)?;
+        Ok(())
+    }
 }

@@ -172,6 +172,30 @@ pub fn emit(text: impl FnOnce() -> String, value: impl FnOnce() -> serde_json::V
     }
 }
 
+/// Prints a directory listing (files' or names'): a line an entry and a
+/// note when there are more than one listing holds; under `--json`,
+/// `{"entries": […], "more": …}`.
+pub fn listing<E>(
+    entries: &[E],
+    more: bool,
+    line: impl Fn(&E) -> String,
+    json_of: impl Fn(&E) -> serde_json::Value,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if json() {
+        let v: Vec<_> = entries.iter().map(json_of).collect();
+        return writeln!(out, "{}", serde_json::json!({"entries": v, "more": more}));
+    }
+    for e in entries {
+        writeln!(out, "{}", line(e))?;
+    }
+    if more {
+        writeln!(out, "(more entries than one listing holds)")?;
+    }
+    Ok(())
+}
+
 /// A time in µs since the epoch as RFC 3339 in UTC, to the µs
 /// (`2026-11-24T21:04:38.123456Z`).
 pub fn rfc3339(us: i64) -> String {

@@ -93,11 +93,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         service::create(&client, &realm, &site, &routes)
             .await
             .context("create the site")?;
-        let exe = std::env::current_exe().context("find the tabos executable")?;
-        let program = Program {
-            path: exe.display().to_string(),
-            args: vec!["www-task".into()],
-        };
+        let program = Program::this_executable("www-task").context("find the tabos executable")?;
         let mut s = Site::start(
             &client,
             &realm,
@@ -127,16 +123,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         s.stop().await;
         outcome
     })
-}
-
-/// `tabos www-task ROLE …`: one of a site's procs.
-#[derive(clap::Args)]
-pub struct TaskArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
-}
-
-pub fn task(args: TaskArgs) -> std::process::ExitCode {
-    let status = tabos_www::main(&args.args);
-    std::process::ExitCode::from(status.clamp(0, 255) as u8)
 }

@@ -9,25 +9,19 @@ use crate::{proto, Client, Error};
 
 /// A native proc's view of itself: its realm and pid, and a client with
 /// its own credential acting for it (`TABOS_ADDR`, `TABOS_REALM`,
-/// `TABOS_PID`, `TABOS_TOKEN`, set by procd).
-pub struct ProcEnv {
+/// `TABOS_PID`, `TABOS_TOKEN`, set by procd); with an application's
+/// `layout` (where its service keeps things), what every proc of that
+/// application has.
+pub struct ProcEnv<L = ()> {
     pub client: Client,
     pub realm: String,
     pub pid: String,
-}
-
-/// A variable procd sets is missing: not run as a tabos proc.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvError {
-    #[error("{0} is not set (run as a tabos proc)")]
-    Missing(&'static str),
-    #[error("{0}")]
-    Api(#[from] Error),
+    pub layout: L,
 }
 
 impl ProcEnv {
-    pub async fn from_env() -> Result<ProcEnv, EnvError> {
-        let var = |name: &'static str| std::env::var(name).map_err(|_| EnvError::Missing(name));
+    pub async fn from_env() -> Result<ProcEnv, Error> {
+        let var = |name: &'static str| std::env::var(name).map_err(|_| Error::NotAProc(name));
         let (addr, realm, pid, token) = (
             var("TABOS_ADDR")?,
             var("TABOS_REALM")?,
@@ -35,7 +29,22 @@ impl ProcEnv {
             var("TABOS_TOKEN")?,
         );
         let client = Client::connect(&addr, &token).await?.acting_for(&pid);
-        Ok(ProcEnv { client, realm, pid })
+        Ok(ProcEnv {
+            client,
+            realm,
+            pid,
+            layout: (),
+        })
+    }
+
+    /// This proc with its application's `layout`.
+    pub fn with<L>(self, layout: L) -> ProcEnv<L> {
+        ProcEnv {
+            client: self.client,
+            realm: self.realm,
+            pid: self.pid,
+            layout,
+        }
     }
 }
 
@@ -159,6 +168,44 @@ pub fn host_network_refusal(realm: &str, what: &str) -> String {
         "realm {realm:?} gives its procs a network of their own (loopback only), but {what}; \
          its operator can allow it the host's network: tabos realm set {realm} --host-network"
     )
+}
+
+/// What an application's procs run: a program and the arguments before
+/// the role (e.g. the `tabos` binary and `kv-task`).
+#[derive(Debug, Clone)]
+pub struct Program {
+    pub path: String,
+    pub args: Vec<String>,
+}
+
+impl Program {
+    /// This process's own executable, with `task` (e.g. `kv-task`) as the
+    /// first argument: how the CLI runs an application's procs.
+    pub fn this_executable(task: &str) -> std::io::Result<Program> {
+        Ok(Program {
+            path: std::env::current_exe()?.display().to_string(),
+            args: vec![task.to_string()],
+        })
+    }
+}
+
+/// Checks an application's name for its things (a KV service, a web
+/// site): 1 to `max` bytes of letters, digits, `-` or `_`, so that it is one
+/// component of a path and of a mailbox name. The error says so, naming
+/// the `kind` of name.
+pub fn check_name(kind: &str, name: &str, max: usize) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= max
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{kind} name {name:?}: 1..={max} letters, digits, '-' or '_'"
+        ))
+    }
 }
 
 #[cfg(test)]

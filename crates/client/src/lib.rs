@@ -63,6 +63,9 @@ pub enum Error {
     Address(String),
     #[error("the credential is not a token (it must be printable ASCII)")]
     Token,
+    /// A variable procd sets is missing: not run as a tabos proc.
+    #[error("{0} is not set (run as a tabos proc)")]
+    NotAProc(&'static str),
     /// The node answered with an error; its message says what was wrong.
     #[error("{}: {}", code_name(.0.code()), .0.message())]
     Status(tonic::Status),

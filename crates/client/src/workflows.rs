@@ -473,13 +473,25 @@ impl Executor {
     /// queue's limits allow (waiting on the node, which wakes on the change
     /// feed) and runs it here, with also the orphans of no queue.
     pub fn serve(&self, queue: &str) -> tokio::task::JoinHandle<()> {
+        self.claim_loop("Dequeue", queue)
+    }
+
+    /// Serves the orphans of no queue until [`Executor::shutdown`] (the
+    /// node wakes the wait when one appears or a lease lapses).
+    pub fn serve_recovery(&self) -> tokio::task::JoinHandle<()> {
+        self.claim_loop("Recover", "")
+    }
+
+    /// Claims with `method` (`Dequeue` or `Recover`) on `queue` and runs
+    /// what it gets until shutdown, pausing with backoff after a failure.
+    fn claim_loop(&self, method: &'static str, queue: &str) -> tokio::task::JoinHandle<()> {
         let (me, queue) = (self.clone(), queue.to_string());
         let mut stop = self.inner.stop.subscribe();
         tokio::spawn(async move {
             let mut pauses = Backoff::new(CLAIM_PAUSE_FIRST, CLAIM_PAUSE_MAX);
             loop {
                 let got = tokio::select! {
-                    r = me.claim("Dequeue", &queue, WAIT_CHUNK.as_millis() as u32) => r,
+                    r = me.claim(method, &queue, WAIT_CHUNK.as_millis() as u32) => r,
                     _ = stop.wait_for(|s| *s) => return,
                 };
                 match got {
@@ -488,33 +500,7 @@ impl Executor {
                         me.run_claims(c)
                     }
                     Err(e) => {
-                        eprintln!("executor {}: dequeue {queue}: {e}", me.inner.id);
-                        pauses.wait().await;
-                    }
-                }
-            }
-        })
-    }
-
-    /// Serves the orphans of no queue until [`Executor::shutdown`] (the
-    /// node wakes the wait when one appears or a lease lapses).
-    pub fn serve_recovery(&self) -> tokio::task::JoinHandle<()> {
-        let me = self.clone();
-        let mut stop = self.inner.stop.subscribe();
-        tokio::spawn(async move {
-            let mut pauses = Backoff::new(CLAIM_PAUSE_FIRST, CLAIM_PAUSE_MAX);
-            loop {
-                let got = tokio::select! {
-                    r = me.claim("Recover", "", WAIT_CHUNK.as_millis() as u32) => r,
-                    _ = stop.wait_for(|s| *s) => return,
-                };
-                match got {
-                    Ok(c) => {
-                        pauses.reset();
-                        me.run_claims(c)
-                    }
-                    Err(e) => {
-                        eprintln!("executor {}: recover: {e}", me.inner.id);
+                        eprintln!("executor {}: {method} {queue:?}: {e}", me.inner.id);
                         pauses.wait().await;
                     }
                 }

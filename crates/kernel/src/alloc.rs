@@ -1042,16 +1042,17 @@ pub fn grants_tx(tx: &mut dyn Tx, node_id: Option<&str>) -> Result<Vec<Grant>> {
             params![p],
         )?,
     };
-    rows.iter()
-        .map(|r| {
-            Ok(Grant {
-                node_id: r.get(0)?,
-                realm: r.get(1)?,
-                cores: r.get(2)?,
-                used: 0,
-            })
-        })
-        .collect()
+    rows.iter().map(grant_of).collect()
+}
+
+/// A grant from a row of `node_id, realm, cores`.
+fn grant_of(r: &tabos_store::Row) -> Result<Grant> {
+    Ok(Grant {
+        node_id: r.get(0)?,
+        realm: r.get(1)?,
+        cores: r.get(2)?,
+        used: 0,
+    })
 }
 
 /// The grants of node `node_id`.
@@ -1073,16 +1074,7 @@ pub async fn grants_of_realm(store: &Store, realm: &str) -> Result<Vec<Grant>> {
                  ORDER BY node_id",
                 params![i64::from(tx.p_key().0), r.as_str()],
             )?;
-            rows.iter()
-                .map(|row| {
-                    Ok(Grant {
-                        node_id: row.get(0)?,
-                        realm: row.get(1)?,
-                        cores: row.get(2)?,
-                        used: 0,
-                    })
-                })
-                .collect()
+            rows.iter().map(grant_of).collect()
         })
         .await
 }

@@ -1277,31 +1277,36 @@ pub fn may_watch(tx: &mut dyn Tx, who: &Caller, path: &str, dir: bool) -> Result
 
 pub use crate::{call, read};
 
-/// OpenWatch: waits until `path` exists and returns it, woken by the change
-/// feed (subscribe, then look, then wait). Needs what [`may_watch`] does.
+/// OpenWatch: waits until `path` exists and returns it. Needs what
+/// [`may_watch`] does.
 pub async fn wait_exists(store: &Store, who: &Caller, path: &str) -> Result<Entry> {
-    validate_path(path)?;
-    let realm = who.realm();
-    let chan = dir_channel(realm, parent_of(path));
-    let mut sub = store.subscribe(&chan);
-    loop {
-        let (w, pa) = (who.clone(), path.to_string());
-        let looked = read(store, realm, move |tx| {
-            may_watch(tx, &w, &pa, false)?;
-            get_tx(tx, w.realm(), &pa)
-        });
-        match looked.await {
-            Ok(e) => return Ok(e),
-            Err(Error::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
-        wait_note(store, &chan, &mut sub).await?;
-    }
+    watch_until(store, who, path, |looked| match looked {
+        Err(Error::NotFound(_)) => None,
+        found => Some(found),
+    })
+    .await
 }
 
 /// SetRemoveWatch: waits until `path` does not exist (at once if it does
 /// not now). Needs what [`may_watch`] does.
 pub async fn wait_removed(store: &Store, who: &Caller, path: &str) -> Result<()> {
+    watch_until(store, who, path, |looked| match looked {
+        Ok(_) => None,
+        Err(Error::NotFound(_)) => Some(Ok(())),
+        Err(e) => Some(Err(e)),
+    })
+    .await
+}
+
+/// Looks `path` up until `settled` takes what it found (`Some`), woken by
+/// the change feed of its directory: subscribe, then look, then wait, so no
+/// change between the look and the wait is missed.
+async fn watch_until<T>(
+    store: &Store,
+    who: &Caller,
+    path: &str,
+    settled: impl Fn(Result<Entry>) -> Option<Result<T>>,
+) -> Result<T> {
     validate_path(path)?;
     let realm = who.realm();
     let chan = dir_channel(realm, parent_of(path));
@@ -1312,10 +1317,8 @@ pub async fn wait_removed(store: &Store, who: &Caller, path: &str) -> Result<()>
             may_watch(tx, &w, &pa, false)?;
             get_tx(tx, w.realm(), &pa)
         });
-        match looked.await {
-            Ok(_) => {}
-            Err(Error::NotFound(_)) => return Ok(()),
-            Err(e) => return Err(e),
+        if let Some(out) = settled(looked.await) {
+            return out;
         }
         wait_note(store, &chan, &mut sub).await?;
     }

@@ -600,17 +600,7 @@ impl Host for TxHost<'_> {
         payload: &[u8],
         id: Option<&str>,
     ) -> std::result::Result<(), HostError> {
-        let msgs: Result<Vec<Outgoing>> = to
-            .iter()
-            .map(|t| {
-                Ok(Outgoing {
-                    to: Address::parse(t)?,
-                    payload: payload.to_vec(),
-                    message_id: id.map(str::to_string),
-                })
-            })
-            .collect();
-        let msgs = self.result(msgs)?;
+        let msgs = self.result(Outgoing::to_each(to, payload, id))?;
         let sent = ipc::send_tx(
             self.tx,
             self.realm,

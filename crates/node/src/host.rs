@@ -215,17 +215,8 @@ impl Host for ProcHost {
     }
 
     fn send(&mut self, to: &[&str], payload: &[u8], id: Option<&str>) -> Result<(), HostError> {
-        let msgs = to
-            .iter()
-            .map(|t| {
-                Ok(Outgoing {
-                    to: Address::parse(t)?,
-                    payload: payload.to_vec(),
-                    message_id: id.map(str::to_string),
-                })
-            })
-            .collect::<tabos_kernel::Result<Vec<_>>>()
-            .map_err(tabos_kernel::Error::into_host_ipc)?;
+        let msgs =
+            Outgoing::to_each(to, payload, id).map_err(tabos_kernel::Error::into_host_ipc)?;
         // A blocking wait (it spins briefly): this is the proc's own thread.
         ipc::send_blocking(
             &self.store,

@@ -32,14 +32,19 @@ impl ProcsService {
 /// What a Logs or FollowLogs request asks for, checked: the caller's
 /// token (to forward with), the caller, the pid and the stream.
 struct LogTarget {
-    token: String,
-    who: tabos_kernel::auth::Caller,
     realm: String,
     pid: Pid,
     stream: proto::LogStream,
+    /// The node that ran the proc, when another: its address, and a client
+    /// acting with the caller's own credential. Its logs are there.
+    peer: Option<(String, tabos_client::Client)>,
 }
 
-fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTarget, Status> {
+/// Whose log a Logs or FollowLogs call asks for, and where it is.
+async fn log_target(
+    node: &Node,
+    request: Request<proto::LogsRequest>,
+) -> Result<LogTarget, Status> {
     let who = node.caller_of(&request)?;
     let token = crate::forward::bearer(request.metadata())?;
     let r = request.into_inner();
@@ -49,12 +54,24 @@ fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTa
         None => proto::LogStream::Stdout,
         Some(s) => s,
     };
+    let holder = procs::holder_for(&node.store, &who, &pid)
+        .await
+        .map_err(|e| kernel_status(&e))?;
+    let mut peer = None;
+    if let Some(holder) = holder {
+        let what = format!("the log of proc {pid}");
+        if let crate::forward::Holder::Peer(addr) =
+            crate::forward::holder(node, &holder, &what).await?
+        {
+            let client = crate::forward::connect(&addr, &token).await?;
+            peer = Some((addr, client));
+        }
+    }
     Ok(LogTarget {
-        token,
-        who,
         realm,
         pid,
         stream,
+        peer,
     })
 }
 
@@ -401,26 +418,16 @@ crate::op::served! {
             request: Request<proto::LogsRequest>,
         ) -> Result<Response<proto::LogsResponse>, Status> {
             let LogTarget {
-                token,
-                who,
                 realm,
                 pid,
                 stream,
-            } = log_target(&self.node, request)?;
+                peer,
+            } = log_target(&self.node, request).await?;
             // The logs are on the node that ran the proc: answered there.
-            let holder = procs::holder_for(&self.node.store, &who, &pid)
-                .await
-                .map_err(|e| kernel_status(&e))?;
-            if let Some(holder) = holder {
-                let what = format!("the log of proc {pid}");
-                if let crate::forward::Holder::Peer(addr) =
-                    crate::forward::holder(&self.node, &holder, &what).await?
-                {
-                    let mut peer = crate::forward::connect(&addr, &token).await?;
-                    let reply =
-                        crate::forward::call(&addr, peer.logs(&realm, pid.as_str(), stream)).await?;
-                    return Ok(Response::new(reply));
-                }
+            if let Some((addr, mut peer)) = peer {
+                let reply =
+                    crate::forward::call(&addr, peer.logs(&realm, pid.as_str(), stream)).await?;
+                return Ok(Response::new(reply));
             }
             let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
             let data = match tokio::fs::read(&path).await {
@@ -453,47 +460,39 @@ crate::op::served! {
             request: Request<proto::LogsRequest>,
         ) -> Result<Response<Self::FollowLogsStream>, Status> {
             let LogTarget {
-                token,
-                who,
                 realm,
                 pid,
                 stream,
-            } = log_target(&self.node, request)?;
+                peer,
+            } = log_target(&self.node, request).await?;
             let (tx, rx) = tokio::sync::mpsc::channel(4);
-            let holder = procs::holder_for(&self.node.store, &who, &pid)
-                .await
-                .map_err(|e| kernel_status(&e))?;
             // Held by another node: its stream, passed on.
-            if let Some(holder) = &holder {
-                let what = format!("the log of proc {pid}");
-                if let crate::forward::Holder::Peer(addr) =
-                    crate::forward::holder(&self.node, holder, &what).await?
-                {
-                    let mut peer = crate::forward::connect(&addr, &token).await?;
-                    let mut s = peer
-                        .follow_logs(&realm, pid.as_str(), stream)
-                        .await
-                        .map_err(|e| Status::unavailable(format!("{what} on {addr}: {e}")))?;
-                    tokio::spawn(async move {
-                        loop {
-                            match s.message().await {
-                                Ok(Some(m)) => {
-                                    if tx.send(Ok(m)).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                Ok(None) => return,
-                                Err(e) => {
-                                    let _ = tx.send(Err(e)).await;
+            if let Some((addr, mut peer)) = peer {
+                let mut s = peer
+                    .follow_logs(&realm, pid.as_str(), stream)
+                    .await
+                    .map_err(|e| {
+                        Status::unavailable(format!("the log of proc {pid} on {addr}: {e}"))
+                    })?;
+                tokio::spawn(async move {
+                    loop {
+                        match s.message().await {
+                            Ok(Some(m)) => {
+                                if tx.send(Ok(m)).await.is_err() {
                                     return;
                                 }
                             }
+                            Ok(None) => return,
+                            Err(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
                         }
-                    });
-                    return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-                        rx,
-                    )));
-                }
+                    }
+                });
+                return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+                    rx,
+                )));
             }
             let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
             let (store, realm, stopping) = (

@@ -718,6 +718,29 @@ fn fs_stat(caller: &mut Caller<'_, RunState>, path: i32, len: i32, out: i32) -> 
     0
 }
 
+/// Registers host calls in module `MODULE` of `$linker`, one line a call:
+/// `name(arg: type, …);` calls the function `name` with the caller (bound to
+/// `$c`) and the arguments; `name(arg: type, …) = expr;` runs `expr`
+/// instead. Every call returns an errno as `i32`, passed through [`fault`],
+/// so no call can forget that check.
+macro_rules! host_calls {
+    ($linker:ident, $c:ident; $( $name:ident ( $($arg:ident : $ty:ty),* ) $(= $body:expr)? ; )*) => {
+        $(
+            $linker.func_wrap(
+                MODULE,
+                stringify!($name),
+                |mut $c: wasmtime::Caller<'_, $crate::RunState>, $($arg: $ty),*| -> wasmtime::Result<i32> {
+                    let r = $crate::host::host_calls!(@call $c, $name, ($($arg),*) $(, $body)?);
+                    $crate::host::fault(&$c, stringify!($name), r)
+                },
+            )?;
+        )*
+    };
+    (@call $c:ident, $name:ident, ($($arg:ident),*)) => { $name(&mut $c, $($arg),*) };
+    (@call $c:ident, $name:ident, ($($arg:ident),*), $body:expr) => { $body };
+}
+pub(crate) use host_calls;
+
 /// In a stored procedure, a host call given a pointer or length outside
 /// linear memory ends the call (and rolls back its transaction) with a
 /// clear error; a wasm proc gets `EFAULT` to handle.
@@ -732,140 +755,21 @@ pub(crate) fn fault(c: &Caller<'_, RunState>, call: &str, r: i32) -> wasmtime::R
 
 /// Adds the `tabos` functions to `linker`.
 pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
-    linker.func_wrap(
-        MODULE,
-        "send",
-        |mut c: Caller<'_, RunState>,
-         to: i32,
-         to_len: i32,
-         data: i32,
-         data_len: i32,
-         id: i32,
-         id_len: i32|
-         -> wasmtime::Result<i32> {
-            let r = { send(&mut c, to, to_len, data, data_len, id, id_len) };
-            fault(&c, "send", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "recv",
-        |mut c: Caller<'_, RunState>,
-         from: i32,
-         from_len: i32,
-         flags: i32,
-         timeout_ms: i64,
-         buf: i32,
-         cap: i32,
-         sender_buf: i32,
-         sender_cap: i32,
-         lens: i32|
-         -> wasmtime::Result<i32> {
-            let r = {
-                recv(
-                    &mut c, from, from_len, flags, timeout_ms, buf, cap, sender_buf, sender_cap,
-                    lens,
-                )
-            };
-            fault(&c, "recv", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "name_get",
-        |mut c: Caller<'_, RunState>,
-         path: i32,
-         len: i32,
-         buf: i32,
-         cap: i32,
-         out: i32|
-         -> wasmtime::Result<i32> {
-            let r = { name_get(&mut c, path, len, buf, cap, out) };
-            fault(&c, "name_get", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "name_put",
-        |mut c: Caller<'_, RunState>,
-         path: i32,
-         len: i32,
-         data: i32,
-         data_len: i32,
-         if_version: i64,
-         out: i32|
-         -> wasmtime::Result<i32> {
-            let r = { name_put(&mut c, path, len, data, data_len, if_version, out) };
-            fault(&c, "name_put", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "name_mkdir",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> wasmtime::Result<i32> {
-            let r = { name_path_call(&mut c, "name_mkdir", path, len, |h, p| h.name_mkdir(p)) };
-            fault(&c, "name_mkdir", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "name_remove",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32| -> wasmtime::Result<i32> {
-            let r = { name_path_call(&mut c, "name_remove", path, len, |h, p| h.name_remove(p)) };
-            fault(&c, "name_remove", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "name_wait",
-        |mut c: Caller<'_, RunState>,
-         path: i32,
-         len: i32,
-         mode: i32,
-         timeout_ms: i64|
-         -> wasmtime::Result<i32> {
-            let r = { name_wait(&mut c, path, len, mode, timeout_ms) };
-            fault(&c, "name_wait", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "fs_read",
-        |mut c: Caller<'_, RunState>,
-         path: i32,
-         len: i32,
-         offset: i64,
-         buf: i32,
-         cap: i32,
-         n_out: i32|
-         -> wasmtime::Result<i32> {
-            let r = { fs_read(&mut c, path, len, offset, buf, cap, n_out) };
-            fault(&c, "fs_read", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "fs_write",
-        |mut c: Caller<'_, RunState>,
-         path: i32,
-         len: i32,
-         offset: i64,
-         data: i32,
-         data_len: i32,
-         flags: i32,
-         size_out: i32|
-         -> wasmtime::Result<i32> {
-            let r = { fs_write(&mut c, path, len, offset, data, data_len, flags, size_out) };
-            fault(&c, "fs_write", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "fs_stat",
-        |mut c: Caller<'_, RunState>, path: i32, len: i32, out: i32| -> wasmtime::Result<i32> {
-            let r = { fs_stat(&mut c, path, len, out) };
-            fault(&c, "fs_stat", r)
-        },
-    )?;
+    host_calls!(linker, c;
+        send(to: i32, to_len: i32, data: i32, data_len: i32, id: i32, id_len: i32);
+        recv(from: i32, from_len: i32, flags: i32, timeout_ms: i64, buf: i32, cap: i32,
+            sender_buf: i32, sender_cap: i32, lens: i32);
+        name_get(path: i32, len: i32, buf: i32, cap: i32, out: i32);
+        name_put(path: i32, len: i32, data: i32, data_len: i32, if_version: i64, out: i32);
+        name_mkdir(path: i32, len: i32) =
+            name_path_call(&mut c, "name_mkdir", path, len, |h, p| h.name_mkdir(p));
+        name_remove(path: i32, len: i32) =
+            name_path_call(&mut c, "name_remove", path, len, |h, p| h.name_remove(p));
+        name_wait(path: i32, len: i32, mode: i32, timeout_ms: i64);
+        fs_read(path: i32, len: i32, offset: i64, buf: i32, cap: i32, n_out: i32);
+        fs_write(path: i32, len: i32, offset: i64, data: i32, data_len: i32, flags: i32,
+            size_out: i32);
+        fs_stat(path: i32, len: i32, out: i32);
+    );
     Ok(())
 }

@@ -1269,13 +1269,7 @@ impl Worker {
             Ok(t) => t,
             Err(e) => return Err(job.failure(map_err(&e, "BEGIN READ ONLY"))),
         };
-        let mut tx = PgReadTx(PgTx {
-            t: &mut t,
-            statements: &mut self.statements,
-            p_key: job.p_key,
-            notes: Vec::new(),
-            hooks: Vec::new(),
-        });
+        let mut tx = PgReadTx(PgTx::new(&mut t, &mut self.statements, job.p_key));
         let outcome = job.run_caught(&mut tx);
         let _ = t.rollback();
         outcome
@@ -1303,13 +1297,7 @@ impl Worker {
             Ok(t) => t,
             Err(e) => return Attempt::failed(job, map_err(&e, "BEGIN")),
         };
-        let mut tx = PgTx {
-            t: &mut t,
-            statements: &mut self.statements,
-            p_key: job.p_key,
-            notes: Vec::new(),
-            hooks: Vec::new(),
-        };
+        let mut tx = PgTx::new(&mut t, &mut self.statements, job.p_key);
         let outcome = job.run_caught(&mut tx);
         let notes = std::mem::take(&mut tx.notes);
         let hooks = std::mem::take(&mut tx.hooks);
@@ -1488,7 +1476,21 @@ struct PgTx<'a, 'c> {
     hooks: Vec<AfterCommit>,
 }
 
-impl PgTx<'_, '_> {
+impl<'a, 'c> PgTx<'a, 'c> {
+    fn new(
+        t: &'a mut postgres::Transaction<'c>,
+        statements: &'a mut PgStatements,
+        p_key: PKey,
+    ) -> Self {
+        PgTx {
+            t,
+            statements,
+            p_key,
+            notes: Vec::new(),
+            hooks: Vec::new(),
+        }
+    }
+
     fn prepare(&mut self, sql: &str) -> Result<PgPrepared> {
         let stmt = self.t.prepare(sql).map_err(|e| map_err(&e, sql))?;
         let columns = stmt

@@ -39,6 +39,27 @@ struct Conn {
     w: OwnedWriteHalf,
 }
 
+impl Conn {
+    /// Sends `req` and reads its reply, within [`CALL_TIMEOUT`]: the outer
+    /// error is the timeout, the inner one the connection's.
+    async fn call(
+        &mut self,
+        req: &[&[u8]],
+    ) -> Result<Result<Reply, String>, tokio::time::error::Elapsed> {
+        let mut out = Vec::new();
+        resp::encode_request(req, &mut out);
+        let round = async {
+            resp::write_all(&mut self.w, &out)
+                .await
+                .map_err(|e| e.to_string())?;
+            resp::read_reply(&mut self.r)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(CALL_TIMEOUT, round).await
+    }
+}
+
 /// A client of one service.
 pub struct Clerk {
     client: Client,
@@ -266,17 +287,7 @@ impl Clerk {
             None => self.connect(g).await?,
         };
         let mut conn = conn;
-        let mut out = Vec::new();
-        resp::encode_request(req, &mut out);
-        let round = async {
-            resp::write_all(&mut conn.w, &out)
-                .await
-                .map_err(|e| e.to_string())?;
-            resp::read_reply(&mut conn.r)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match tokio::time::timeout(CALL_TIMEOUT, round).await {
+        match conn.call(req).await {
             Ok(Ok(r)) => {
                 self.conns.insert(g, conn);
                 Ok(r)
@@ -312,17 +323,7 @@ impl Clerk {
             r: BufReader::new(r),
             w,
         };
-        let mut out = Vec::new();
-        resp::encode_request(&[b"AUTH", self.password.as_bytes()], &mut out);
-        let auth = async {
-            resp::write_all(&mut conn.w, &out)
-                .await
-                .map_err(|e| e.to_string())?;
-            resp::read_reply(&mut conn.r)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match tokio::time::timeout(CALL_TIMEOUT, auth).await {
+        match conn.call(&[b"AUTH", self.password.as_bytes()]).await {
             Ok(Ok(Reply::Simple(_))) => Ok(conn),
             Ok(Ok(r)) => Err(Failure::Again(format!(
                 "{leader} refused the password: {r:?}"

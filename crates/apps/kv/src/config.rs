@@ -428,17 +428,7 @@ pub(crate) fn random<const N: usize>(what: &str) -> Result<[u8; N]> {
 
 /// A service name: 1..=64 bytes of letters, digits, '-' and '_'.
 pub fn validate_service(svc: &str) -> Result<()> {
-    if svc.is_empty()
-        || svc.len() > SERVICE_BYTES_MAX
-        || !svc
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(Error::Invalid(format!(
-            "service name {svc:?}: 1..={SERVICE_BYTES_MAX} letters, digits, '-' or '_'"
-        )));
-    }
-    Ok(())
+    tabos_client::app::check_name("service", svc, SERVICE_BYTES_MAX).map_err(Error::Invalid)
 }
 
 #[cfg(test)]

@@ -66,26 +66,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub(crate) use kvd::now_us;
 
 /// What every proc of a service has: the API, its realm, pid and layout.
-pub struct Ctx {
-    pub client: tabos_client::Client,
-    pub realm: String,
-    pub pid: String,
-    pub layout: config::Layout,
-}
+pub type Ctx = tabos_client::app::ProcEnv<config::Layout>;
 
-impl Ctx {
-    async fn from_env(svc: &str) -> Result<Ctx> {
-        let layout = config::Layout::new(svc)?;
-        let env = tabos_client::app::ProcEnv::from_env()
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))?;
-        Ok(Ctx {
-            client: env.client,
-            realm: env.realm,
-            pid: env.pid,
-            layout,
-        })
-    }
+async fn ctx(svc: &str) -> Result<Ctx> {
+    let layout = config::Layout::new(svc)?;
+    let env = tabos_client::app::ProcEnv::from_env().await?;
+    Ok(env.with(layout))
 }
 
 /// The entry point of the service's procs — `kvd SVC GROUP`, `balancer
@@ -105,19 +91,19 @@ async fn run(args: &[String]) -> Result<()> {
     match args {
         [role, svc, group] if role == "kvd" => {
             let group = group.parse().map_err(|_| usage())?;
-            kvd::run(Ctx::from_env(svc).await?, group).await
+            kvd::run(ctx(svc).await?, group).await
         }
         [role, svc, program, prefix @ ..] if role == "balancer" => {
             let program = service::Program {
                 path: program.clone(),
                 args: prefix.to_vec(),
             };
-            balancer::run(Ctx::from_env(svc).await?, program).await
+            balancer::run(ctx(svc).await?, program).await
         }
         [role, svc, s, epoch] if role == "mover" => {
             let s = s.parse().map_err(|_| usage())?;
             let epoch = epoch.parse().map_err(|_| usage())?;
-            balancer::mover(Ctx::from_env(svc).await?, s, epoch).await
+            balancer::mover(ctx(svc).await?, s, epoch).await
         }
         _ => Err(usage()),
     }

@@ -23,13 +23,7 @@ pub const BALANCERS_MAX: u32 = 4;
 /// one that cannot start is not started forever.
 pub const SPAWNS_MAX: u64 = 1_000;
 
-/// What the service's procs run: a program and the arguments before the
-/// role (e.g. the `tabos` binary and `kv-task`).
-#[derive(Debug, Clone)]
-pub struct Program {
-    pub path: String,
-    pub args: Vec<String>,
-}
+pub use tabos_client::app::Program;
 
 /// Creates service `svc` with `shards` shards over `groups` groups (or
 /// finds the one that exists: its config is returned as it is), and sets

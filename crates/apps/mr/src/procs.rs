@@ -113,18 +113,14 @@ async fn run(args: &[String]) -> Result<()> {
     }
 }
 
-fn env(name: &str) -> Result<String> {
-    std::env::var(name)
-        .map_err(|_| Error::Invalid(format!("{name} is not set (run as a tabos proc)")))
-}
-
 impl Ctx {
     async fn from_env(job: &str) -> Result<Ctx> {
         crate::spec::validate_job_id(job)?;
-        let (addr, realm, pid) = (env("TABOS_ADDR")?, env("TABOS_REALM")?, env("TABOS_PID")?);
-        // The proc's own credential, scoped to its realm and pid.
-        let token = env("TABOS_TOKEN")?;
-        let client = Client::connect(&addr, &token).await?.acting_for(&pid);
+        let tabos_client::app::ProcEnv {
+            client, realm, pid, ..
+        } = tabos_client::app::ProcEnv::from_env()
+            .await
+            .map_err(|e| Error::Invalid(e.to_string()))?;
         let layout = Layout::new(job);
         let mut c = client.clone();
         let spec = Spec::from_json(&c.name_get(&realm, &layout.spec()).await?.data)?;

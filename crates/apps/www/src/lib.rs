@@ -89,26 +89,12 @@ impl Layout {
 }
 
 /// What every proc of a site has: the API, its realm, pid and layout.
-pub struct Ctx {
-    pub client: tabos_client::Client,
-    pub realm: String,
-    pub pid: String,
-    pub layout: Layout,
-}
+pub type Ctx = tabos_client::app::ProcEnv<Layout>;
 
-impl Ctx {
-    async fn from_env(site: &str) -> Result<Ctx> {
-        let layout = Layout::new(site)?;
-        let env = tabos_client::app::ProcEnv::from_env()
-            .await
-            .map_err(|e| Error::Invalid(e.to_string()))?;
-        Ok(Ctx {
-            client: env.client,
-            realm: env.realm,
-            pid: env.pid,
-            layout,
-        })
-    }
+async fn ctx(site: &str) -> Result<Ctx> {
+    let layout = Layout::new(site)?;
+    let env = tabos_client::app::ProcEnv::from_env().await?;
+    Ok(env.with(layout))
 }
 
 /// The entry point of a site's procs — `wwd SITE LISTEN`, `worker SITE
@@ -122,8 +108,8 @@ pub fn main(args: &[String]) -> i32 {
 async fn run(args: &[String]) -> Result<()> {
     let usage = || Error::Invalid("usage: wwd SITE LISTEN | worker SITE WWD".into());
     match args {
-        [role, site, listen] if role == "wwd" => wwd::run(Ctx::from_env(site).await?, listen).await,
-        [role, site, wwd] if role == "worker" => worker::run(Ctx::from_env(site).await?, wwd).await,
+        [role, site, listen] if role == "wwd" => wwd::run(ctx(site).await?, listen).await,
+        [role, site, wwd] if role == "worker" => worker::run(ctx(site).await?, wwd).await,
         _ => Err(usage()),
     }
 }

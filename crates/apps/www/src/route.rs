@@ -154,17 +154,7 @@ pub fn content_type(path: &str) -> &'static str {
 
 /// A site name: 1..=64 bytes of letters, digits, '-' and '_'.
 pub fn validate_site(site: &str) -> Result<()> {
-    if site.is_empty()
-        || site.len() > SITE_BYTES_MAX
-        || !site
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
-        return Err(Error::Invalid(format!(
-            "site name {site:?}: 1..={SITE_BYTES_MAX} letters, digits, '-' or '_'"
-        )));
-    }
-    Ok(())
+    tabos_client::app::check_name("site", site, SITE_BYTES_MAX).map_err(Error::Invalid)
 }
 
 #[cfg(test)]

@@ -25,13 +25,7 @@ pub const REQUESTS_BYTES_MAX: i64 = 64 << 20;
 /// the supervisor be away.
 pub const LOAD_BYTES_MAX: i64 = 64 << 10;
 
-/// What a site's procs run: a program and the arguments before the role
-/// (e.g. the `tabos` binary and `www-task`).
-#[derive(Debug, Clone)]
-pub struct Program {
-    pub path: String,
-    pub args: Vec<String>,
-}
+pub use tabos_client::app::Program;
 
 /// Creates (or updates) site `site`: its routes, its request mailbox and
 /// its load mailbox.

@@ -134,6 +134,22 @@ pub struct Outgoing {
     pub message_id: Option<String>,
 }
 
+impl Outgoing {
+    /// `payload` to each address of `to` (a host call's multicast), all
+    /// with message id `id`; an address that does not parse refuses all.
+    pub fn to_each(to: &[&str], payload: &[u8], id: Option<&str>) -> Result<Vec<Outgoing>> {
+        to.iter()
+            .map(|t| {
+                Ok(Outgoing {
+                    to: Address::parse(t)?,
+                    payload: payload.to_vec(),
+                    message_id: id.map(str::to_string),
+                })
+            })
+            .collect()
+    }
+}
+
 /// What a send did with one message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sent {

@@ -50,7 +50,7 @@ use super::{
     SQL_BYTES_MAX,
 };
 use crate::host::{
-    fail, fault, text, HostError, SqlValue, E2BIG, EFAULT, EINVAL, ENOENT, ENOSYS, MODULE,
+    fail, host_calls, text, HostError, SqlValue, E2BIG, EFAULT, EINVAL, ENOENT, ENOSYS, MODULE,
 };
 use crate::wasi::{self, memory, put_u32, range};
 use crate::{Host, Program, RunState, Sandbox};
@@ -694,120 +694,21 @@ fn sql_exec(
 
 /// Adds the procedure functions to `linker` (module `tabos`).
 pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
-    linker.func_wrap(
-        MODULE,
-        "args",
-        |mut c: Caller<'_, RunState>, buf: i32, cap: i32| -> wasmtime::Result<i32> {
-            let r = { args(&mut c, buf, cap) };
-            fault(&c, "args", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "result",
-        |mut c: Caller<'_, RunState>, p: i32, n: i32| -> wasmtime::Result<i32> {
-            let r = { result(&mut c, p, n) };
-            fault(&c, "result", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "log",
-        |mut c: Caller<'_, RunState>, p: i32, n: i32| -> wasmtime::Result<i32> {
-            let r = { log(&mut c, p, n) };
-            fault(&c, "log", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "nop",
-        |mut c: Caller<'_, RunState>| -> wasmtime::Result<i32> {
-            let r = {
-                match c.data_mut().host_mut() {
-                    Some(h) => h.nop() as i32,
-                    None => ENOSYS,
-                }
-            };
-            fault(&c, "nop", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "kv_get",
-        |mut c: Caller<'_, RunState>,
-         k: i32,
-         kl: i32,
-         b: i32,
-         cap: i32,
-         out: i32|
-         -> wasmtime::Result<i32> {
-            let r = { kv_get(&mut c, k, kl, b, cap, out) };
-            fault(&c, "kv_get", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "kv_put",
-        |mut c: Caller<'_, RunState>, k: i32, kl: i32, v: i32, vl: i32| -> wasmtime::Result<i32> {
-            let r = kv_put(&mut c, k, kl, v, vl);
-            fault(&c, "kv_put", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "kv_delete",
-        |mut c: Caller<'_, RunState>, k: i32, kl: i32| -> wasmtime::Result<i32> {
-            let r = { kv_delete(&mut c, k, kl) };
-            fault(&c, "kv_delete", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "kv_scan",
-        |mut c: Caller<'_, RunState>,
-         s: i32,
-         sl: i32,
-         e: i32,
-         el: i32,
-         flags: i32,
-         b: i32,
-         cap: i32,
-         out: i32|
-         -> wasmtime::Result<i32> {
-            let r = kv_scan(&mut c, s, sl, e, el, flags, b, cap, out);
-            fault(&c, "kv_scan", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "sql_query",
-        |mut c: Caller<'_, RunState>,
-         s: i32,
-         sl: i32,
-         p: i32,
-         pl: i32,
-         b: i32,
-         cap: i32,
-         out: i32|
-         -> wasmtime::Result<i32> {
-            let r = sql_query(&mut c, s, sl, p, pl, b, cap, out);
-            fault(&c, "sql_query", r)
-        },
-    )?;
-    linker.func_wrap(
-        MODULE,
-        "sql_exec",
-        |mut c: Caller<'_, RunState>,
-         s: i32,
-         sl: i32,
-         p: i32,
-         pl: i32,
-         out: i32|
-         -> wasmtime::Result<i32> {
-            let r = { sql_exec(&mut c, s, sl, p, pl, out) };
-            fault(&c, "sql_exec", r)
-        },
-    )?;
+    host_calls!(linker, c;
+        args(buf: i32, cap: i32);
+        result(p: i32, n: i32);
+        log(p: i32, n: i32);
+        nop() = match c.data_mut().host_mut() {
+            Some(h) => h.nop() as i32,
+            None => ENOSYS,
+        };
+        kv_get(k: i32, kl: i32, b: i32, cap: i32, out: i32);
+        kv_put(k: i32, kl: i32, v: i32, vl: i32);
+        kv_delete(k: i32, kl: i32);
+        kv_scan(s: i32, sl: i32, e: i32, el: i32, flags: i32, b: i32, cap: i32, out: i32);
+        sql_query(s: i32, sl: i32, p: i32, pl: i32, b: i32, cap: i32, out: i32);
+        sql_exec(s: i32, sl: i32, p: i32, pl: i32, out: i32);
+    );
     Ok(())
 }
 
