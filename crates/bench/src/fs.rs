@@ -27,6 +27,7 @@ use tabos_store::{Durability, Store};
 
 use crate::measure::Samples;
 use crate::report::{round, Better, Figure, Report, Stat};
+use crate::served::Served;
 
 const USERS: usize = 40;
 const BLOCK: usize = 2048;
@@ -311,8 +312,7 @@ fn grpc_op(
 struct Node {
     addr: tabos_client::Endpoint,
     store: Store,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    served: Option<tokio::task::JoinHandle<Result<(), tabos_node::Error>>>,
+    served: Served,
 }
 
 fn start_node(rt: &tokio::runtime::Runtime, dir: &Path, blocks: bool) -> anyhow::Result<Node> {
@@ -326,34 +326,17 @@ fn start_node(rt: &tokio::runtime::Runtime, dir: &Path, blocks: bool) -> anyhow:
     let config = tabos_store::Config::sqlite(dir.join("db")).with_durability(Durability::Full);
     let node = tabos_node::Node::open_with(&config, settings)?;
     let store = node.store.clone();
-    rt.block_on(async {
-        let listener = tabos_node::bind("127.0.0.1:0").await?;
-        let addr = tabos_node::local_addr(&listener)
-            .context("no local address")?
-            .to_string();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let operator = node.operator_credential("bench").await?;
-        let served = tokio::spawn(tabos_node::serve(node, listener, async {
-            let _ = stopped.await;
-        }));
-        Ok(Node {
-            addr: tabos_client::Endpoint::new(addr, operator.token),
-            store,
-            stop: Some(stop),
-            served: Some(served),
-        })
+    let served = rt.block_on(Served::start(node, Default::default()))?;
+    Ok(Node {
+        addr: served.addr.clone(),
+        store,
+        served,
     })
 }
 
 impl Node {
-    fn stop(mut self, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(h) = self.served.take() {
-            rt.block_on(h)??;
-        }
-        Ok(())
+    fn stop(self, rt: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+        rt.block_on(self.served.stop())
     }
 }
 

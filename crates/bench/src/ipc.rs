@@ -40,6 +40,7 @@ use tokio::task::JoinSet;
 
 use crate::measure::Samples;
 use crate::report::{round, Better, Figure, Report, Stat};
+use crate::served::Served;
 
 /// The generated gRPC echo peer.
 pub mod echo {
@@ -519,13 +520,7 @@ async fn tabos_wasm_run(
 
 // ---- the suite ----
 
-struct Node {
-    addr: tabos_client::Endpoint,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
-}
-
-async fn start_node(dir: &Path) -> anyhow::Result<Node> {
+async fn start_node(dir: &Path) -> anyhow::Result<Served> {
     let settings = tabos_node::NodeSettings {
         node_id: "bench-ipc".into(),
         logs: dir.join("logs"),
@@ -535,20 +530,7 @@ async fn start_node(dir: &Path) -> anyhow::Result<Node> {
         ..tabos_node::NodeSettings::defaults()
     };
     let node = tabos_node::Node::open_with(&tabos_store::Config::sqlite(dir.join("db")), settings)?;
-    let listener = tabos_node::bind("127.0.0.1:0").await?;
-    let addr = tabos_node::local_addr(&listener)
-        .context("no local address")?
-        .to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = node.operator_credential("bench").await?;
-    let served = tokio::spawn(tabos_node::serve(node, listener, async {
-        let _ = stopped.await;
-    }));
-    Ok(Node {
-        addr: tabos_client::Endpoint::new(addr, operator.token),
-        stop,
-        served,
-    })
+    Served::start(node, Default::default()).await
 }
 
 /// One row of results: the four systems on one workload.
@@ -635,8 +617,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             );
             rows.push(Row { name, w, tabos, wasm, grpc, grpc_stream, tcp });
         }
-        let _ = node.stop.send(());
-        node.served.await??;
+        node.stop().await?;
         Ok::<_, anyhow::Error>(rows)
     })?;
 

@@ -3,11 +3,12 @@
 //! "Benchmarks"). Benchmarks never run inside the test suite.
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
-//! [`mr`], [`auth`], [`elastic`], [`kv`], [`www`], [`workflows`], [`cluster`],
+//! [`mr`], [`auth`], [`dialect`], [`elastic`], [`kv`], [`www`], [`workflows`], [`cluster`],
 //! [`fair`].
 
 pub mod auth;
 pub mod cluster;
+pub mod dialect;
 pub mod elastic;
 pub mod fair;
 pub mod fs;
@@ -21,6 +22,7 @@ pub mod plot;
 pub mod procedures;
 pub mod report;
 pub mod sched;
+pub mod served;
 pub mod store;
 pub mod venv;
 pub mod workflows;
@@ -74,6 +76,7 @@ pub fn run_suite_on(
         "procedures" => procedures::run(quick)?,
         "mr" => mr::run(quick, input)?,
         "auth" => auth::run(quick)?,
+        "dialect" => dialect::run(quick)?,
         "elastic" => elastic::run(quick)?,
         "kv" => kv::run(quick)?,
         "www" => www::run(quick)?,
@@ -81,7 +84,7 @@ pub fn run_suite_on(
         "cluster" => cluster::run(quick)?,
         "fair" => fair::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, elastic, kv, www, workflows, cluster, fair")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, dialect, elastic, kv, www, workflows, cluster, fair")
         }
     };
     let mut report = report;

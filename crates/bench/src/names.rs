@@ -35,6 +35,7 @@ use tokio::task::JoinSet;
 
 use crate::measure::Samples;
 use crate::report::{round, Better, Figure, Report, Stat};
+use crate::served::Served;
 
 const REALM: &str = "default";
 const CLIENTS: [usize; 2] = [1, 16];
@@ -463,13 +464,7 @@ async fn start_etcd(dir: &std::path::Path) -> anyhow::Result<Etcd> {
     }
 }
 
-struct TabosNode {
-    addr: tabos_client::Endpoint,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
-}
-
-async fn start_tabos(dir: &std::path::Path) -> anyhow::Result<TabosNode> {
+async fn start_tabos(dir: &std::path::Path) -> anyhow::Result<Served> {
     let settings = tabos_node::NodeSettings {
         node_id: "bench-names".into(),
         logs: dir.join("logs"),
@@ -479,19 +474,10 @@ async fn start_tabos(dir: &std::path::Path) -> anyhow::Result<TabosNode> {
     let config =
         tabos_store::Config::sqlite(dir.join("db")).with_durability(tabos_store::Durability::Full);
     let node = tabos_node::Node::open_with(&config, settings)?;
-    let listener = tabos_node::bind("127.0.0.1:0").await?;
-    let addr = tabos_node::local_addr(&listener)
-        .context("no local address")?
-        .to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = node.operator_credential("bench").await?;
-    let served = tokio::spawn(tabos_node::serve(node, listener, async {
-        let _ = stopped.await;
-    }));
-    let addr = tabos_client::Endpoint::new(addr, operator.token);
-    let mut c = addr.connect().await?;
+    let served = Served::start(node, Default::default()).await?;
+    let mut c = served.addr.connect().await?;
     c.name_mkdir_all(REALM, "/bench").await?;
-    Ok(TabosNode { addr, stop, served })
+    Ok(served)
 }
 
 pub fn run(quick: bool) -> anyhow::Result<Report> {
@@ -589,8 +575,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             dir.path().display(),
             dur.as_secs_f64()
         ));
-        let _ = node.stop.send(());
-        node.served.await??;
+        node.stop().await?;
         drop(etcd);
         anyhow::Ok(())
     })?;

@@ -25,6 +25,7 @@ use tabos_sandbox::{Host, RecvCall, Sandbox, SandboxConfig};
 
 use crate::measure::Samples;
 use crate::report::{round, Better, Figure, Report, Stat};
+use crate::served::Served;
 
 include!("../guest/fig2.rs");
 
@@ -267,13 +268,7 @@ fn table2(report: &mut Report, quick: bool) -> anyhow::Result<()> {
 
 // ---- Figure 1: chase over gRPC, and Redis --------------------------------
 
-struct Node {
-    addr: tabos_client::Endpoint,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
-}
-
-async fn start_node(dir: &Path) -> anyhow::Result<Node> {
+async fn start_node(dir: &Path) -> anyhow::Result<Served> {
     let settings = tabos_node::NodeSettings {
         node_id: "bench-procedures".into(),
         logs: dir.join("logs"),
@@ -302,17 +297,8 @@ async fn start_node(dir: &Path) -> anyhow::Result<Node> {
             tabos_kernel::Result::Ok(())
         },
     )?;
-    let listener = tabos_node::bind("127.0.0.1:0").await?;
-    let addr = tabos_node::local_addr(&listener)
-        .context("no local address")?
-        .to_string();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let operator = node.operator_credential("bench").await?;
-    let served = tokio::spawn(tabos_node::serve(node, listener, async {
-        let _ = stopped.await;
-    }));
-    let addr = tabos_client::Endpoint::new(addr, operator.token);
-    let mut c = addr.connect().await?;
+    let served = Served::start(node, Default::default()).await?;
+    let mut c = served.addr.connect().await?;
     // Declared read-only, as Redis's chase is a `no-writes` function: each
     // call runs on a read connection, not the partition's writer.
     let none = tabos_client::procedures::ProcedureLimits {
@@ -327,7 +313,7 @@ async fn start_node(dir: &Path) -> anyhow::Result<Node> {
         c.procedure_install(REALM, name, lang, code.into(), none)
             .await?;
     }
-    Ok(Node { addr, stop, served })
+    Ok(served)
 }
 
 fn value(i: usize) -> Vec<u8> {
@@ -625,7 +611,7 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let (node_stop, served, results) = rt.block_on(async {
+    let (node, results) = rt.block_on(async {
         let node = start_node(dir).await?;
         eprintln!("  node serving at {}", node.addr.addr);
         let mut results = Vec::new();
@@ -636,10 +622,9 @@ fn figure1(report: &mut Report, quick: bool, dir: &Path) -> anyhow::Result<()> {
             let two = chase_tabos(&node.addr, Chase::TwoTrips, clients, dur).await?;
             results.push((clients, wasm, js, two));
         }
-        anyhow::Ok((node.stop, node.served, results))
+        anyhow::Ok((node, results))
     })?;
-    let _ = node_stop.send(());
-    rt.block_on(served)??;
+    rt.block_on(node.stop())?;
     for (clients, wasm, js, two) in results {
         let redis_m = chase_redis(&redis.addr, clients, dur)?;
         eprintln!(

@@ -2015,6 +2015,26 @@ fn psql_and_psycopg_against(node: &Node) {
     );
     let o = psql("acme", &admin, &["-c", "\\dv"]);
     assert!(stdout(&o).contains(" ps "), "{}{}", stdout(&o), stderr(&o));
+    // PostgreSQL's dialect: the same queries print the same rows on
+    // either backend (tests/pg/dialect.sql and its .out).
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pg");
+    let sql = std::fs::read_to_string(dir.join("dialect.sql")).unwrap();
+    let expected = std::fs::read_to_string(dir.join("dialect.out")).unwrap();
+    let o = psql(
+        "acme",
+        &admin,
+        &["-A", "-t", "-f", dir.join("dialect.sql").to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let queries: Vec<&str> = sql.lines().filter(|l| !l.starts_with("--")).collect();
+    let out = stdout(&o);
+    let got: Vec<&str> = out.lines().collect();
+    let want: Vec<&str> = expected.lines().collect();
+    assert_eq!(queries.len(), want.len(), "one line of output a query");
+    for (i, (q, w)) in queries.iter().zip(&want).enumerate() {
+        assert_eq!(got.get(i), Some(w), "{q}\n(all output: {got:?})");
+    }
+    assert_eq!(got.len(), want.len(), "{got:?}");
     // Refusals: a wrong password, another realm, a member, a write.
     let o = psql("acme", "tabos_0123456789abcdef_00", &["-c", "SELECT 1"]);
     assert!(!o.status.success());
@@ -2025,6 +2045,15 @@ fn psql_and_psycopg_against(node: &Node) {
     );
     let o = psql("default", &admin, &["-c", "SELECT 1"]);
     assert!(stderr(&o).contains("acts for realm acme"), "{}", stderr(&o));
+    // A realm that does not exist is a role that does not exist, even for
+    // the operator (whose credential may act for any realm).
+    let o = psql("nosuch", &node.token, &["-c", "SELECT 1"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("role \"nosuch\" does not exist"),
+        "{}",
+        stderr(&o)
+    );
     let o = node.tabos(&[
         "token", "create", "--realm", "acme", "--role", "member", "--json",
     ]);

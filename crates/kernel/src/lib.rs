@@ -217,6 +217,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/030_storage_classes.sql"),
         postgres: include_str!("../schema/postgres/030_storage_classes.sql"),
     },
+    Migration {
+        version: 31,
+        name: "ps_times",
+        sqlite: include_str!("../schema/sqlite/031_ps_times.sql"),
+        postgres: include_str!("../schema/postgres/031_ps_times.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -104,7 +104,7 @@ pub const LISTENS_PER_REALM_MAX: usize = 4 * LISTENS_MAX;
 pub const NOTIFY_QUEUE_MAX: usize = 1_024;
 /// The version psql and drivers are told (the catalog answers the
 /// queries of this version's psql).
-pub const SERVER_VERSION: &str = "15.0 (tabos)";
+pub const SERVER_VERSION: &str = tabos_store::dialect::SERVER_VERSION;
 
 /// SQLSTATEs of the errors this front door gives.
 pub mod sqlstate {
@@ -265,8 +265,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Conn {
-    /// Signs `user` in with `token`.
-    fn sign_in(&self, user: &str, token: &str) -> PgWireResult<Session> {
+    /// Signs `user` in with `token`: a realm that does not exist is
+    /// refused as PostgreSQL refuses a role that does not exist.
+    async fn sign_in(&self, user: &str, token: &str) -> PgWireResult<Session> {
         let principal = self.node.auth.check(token.trim()).ok_or_else(|| {
             fatal(
                 sqlstate::INVALID_PASSWORD,
@@ -303,6 +304,23 @@ impl Conn {
             ReadScope::All => None,
             ReadScope::Realm(r) => Some(r.clone()),
         };
+        if let Some(r) = &scope_realm {
+            let name = r.clone();
+            let known = tabos_kernel::read(&self.node.store, r, move |tx| {
+                tabos_kernel::realms::scheduler_tx(tx, &name)
+            })
+            .await;
+            match known {
+                Ok(_) => {}
+                Err(tabos_kernel::Error::NotFound(_)) => {
+                    return Err(fatal(
+                        sqlstate::INVALID_AUTHORIZATION,
+                        format!("role \"{user}\" does not exist: there is no realm {r:?}"),
+                    ))
+                }
+                Err(e) => return Err(fatal(sqlstate::CANNOT_CONNECT_NOW, e.to_string())),
+            }
+        }
         Ok(Session {
             principal,
             scope,
@@ -534,24 +552,11 @@ fn classify(sql: &str) -> Statement {
 
 /// `SHOW name`: the settings clients ask for.
 fn show(name: &str) -> PgWireResult<tabos_store::Rows> {
-    let value = match name {
-        "server_version" => SERVER_VERSION,
-        "server_encoding" | "client_encoding" => "UTF8",
-        "standard_conforming_strings" => "on",
-        "datestyle" => "ISO, MDY",
-        "timezone" => "UTC",
-        "transaction_isolation" | "default_transaction_isolation" => "repeatable read",
-        "transaction_read_only" | "default_transaction_read_only" => "on",
-        "search_path" => "public",
-        "integer_datetimes" => "on",
-        "max_identifier_length" => "63",
-        "application_name" => "",
-        _ => {
-            return Err(refused(
-                sqlstate::UNDEFINED_OBJECT,
-                format!("unrecognized configuration parameter \"{name}\""),
-            ))
-        }
+    let Some(value) = tabos_store::dialect::setting(name) else {
+        return Err(refused(
+            sqlstate::UNDEFINED_OBJECT,
+            format!("unrecognized configuration parameter \"{name}\""),
+        ));
     };
     Ok(catalog::rows(
         &[name],
@@ -599,12 +604,70 @@ fn fields(rows: &tabos_store::Rows, format: &Format) -> Arc<Vec<FieldInfo>> {
     )
 }
 
+/// A float8 as PostgreSQL 15 prints it: the shortest digits that read
+/// back exactly, without a trailing `.0` (`5`, `2.5`), in exponent form
+/// below 1e-4 or from 1e15 up (`1e+20`, `1.5e-07`), and `Infinity`,
+/// `-Infinity`, `NaN`. (pgwire's text keeps Rust's `5.0` and `inf`.)
+#[derive(Debug)]
+struct PgFloat(f64);
+
+/// [`PgFloat`]'s text.
+fn float_text(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    if x == 0.0 {
+        return if x.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    // `{:e}` is the shortest exact digits with their exponent.
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if (-4..15).contains(&exp) {
+        format!("{x}")
+    } else {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.abs())
+    }
+}
+
+impl pgwire::types::ToSqlText for PgFloat {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+        _format_options: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(float_text(self.0).as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
+impl postgres_types::ToSql for PgFloat {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <f64 as postgres_types::ToSql>::accepts(ty)
+    }
+
+    postgres_types::to_sql_checked!();
+}
+
 fn encode(enc: &mut DataRowEncoder, ty: &Type, v: &Value) -> PgWireResult<()> {
     match (v, ty) {
         (Value::Null, _) => enc.encode_field(&None::<i64>),
         (Value::Int(i), t) if *t == Type::INT8 => enc.encode_field(i),
-        (Value::Int(i), t) if *t == Type::FLOAT8 => enc.encode_field(&(*i as f64)),
-        (Value::Real(r), t) if *t == Type::FLOAT8 => enc.encode_field(r),
+        (Value::Int(i), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*i as f64)),
+        (Value::Real(r), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*r)),
         (Value::Blob(b), t) if *t == Type::BYTEA => enc.encode_field(b),
         (Value::Text(s), _) => enc.encode_field(s),
         (Value::Int(i), _) => enc.encode_field(&i.to_string()),
@@ -684,7 +747,7 @@ impl StartupHandler for Startup {
             PgWireFrontendMessage::PasswordMessageFamily(p) => {
                 let password = p.into_password()?;
                 let user = client.metadata().get("user").cloned().unwrap_or_default();
-                let session = self.conn.sign_in(&user, &password.password)?;
+                let session = self.conn.sign_in(&user, &password.password).await?;
                 self.conn
                     .door
                     .ledger
@@ -1009,6 +1072,24 @@ async fn connection(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn floats_print_as_postgresql_prints_them() {
+        for (x, text) in [
+            (5.0, "5"),
+            (2.5, "2.5"),
+            (-0.1, "-0.1"),
+            (1e20, "1e+20"),
+            (1.5e-7, "1.5e-07"),
+            (123456789012345.0, "123456789012345"),
+            (1e15, "1e+15"),
+            (0.0001, "0.0001"),
+            (f64::INFINITY, "Infinity"),
+            (f64::NAN, "NaN"),
+        ] {
+            assert_eq!(float_text(x), text);
+        }
+    }
 
     #[test]
     fn statements_are_told_apart() {

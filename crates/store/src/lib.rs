@@ -27,6 +27,7 @@
 //! SQLite each partition is its own database file with its own executor; on
 //! PostgreSQL the same `p_key` is the distribution column.
 
+pub mod dialect;
 pub mod error;
 pub mod fair;
 pub mod feed;

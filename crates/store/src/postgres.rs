@@ -216,11 +216,23 @@ fn connect_once(url: &str, durability: Durability) -> Result<Client> {
         Durability::Off => "off",
         Durability::Normal | Durability::Full => "on",
     };
+    // Times are in UTC at every door, as on SQLite (the dialect module).
     let setup = format!(
-        "SET synchronous_commit = {sync}; SET default_transaction_isolation = 'serializable'"
+        "SET synchronous_commit = {sync}; SET default_transaction_isolation = 'serializable'; \
+         SET TimeZone = 'UTC'"
     );
     c.batch_execute(&setup).map_err(|e| map_err(&e, &setup))?;
     Ok(c)
+}
+
+/// A READ COMMITTED transaction on `client` (set-up work: migrations, a
+/// realm's schema, a commit's lookup).
+fn begin_read_committed(client: &mut Client) -> Result<postgres::Transaction<'_>> {
+    client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .map_err(|e| map_err(&e, "BEGIN"))
 }
 
 /// The URL without its password, for messages.
@@ -509,11 +521,7 @@ impl Backend for PgBackend {
 /// migrations, under an advisory lock so that nodes starting together do
 /// not race. Returns the partition count.
 fn init_database(client: &mut Client, asked: Option<u32>, migrations: &[Migration]) -> Result<u32> {
-    let mut t = client
-        .build_transaction()
-        .isolation_level(IsolationLevel::ReadCommitted)
-        .start()
-        .map_err(|e| map_err(&e, "BEGIN"))?;
+    let mut t = begin_read_committed(client)?;
     let lock = "SELECT pg_advisory_xact_lock(7070707070)";
     t.execute(lock, &[]).map_err(|e| map_err(&e, lock))?;
     let meta = "CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)";
@@ -1047,12 +1055,7 @@ impl Worker {
         if self.scoped_ready.contains(&name) {
             return Ok(name);
         }
-        let mut t = self
-            .conn()?
-            .build_transaction()
-            .isolation_level(IsolationLevel::ReadCommitted)
-            .start()
-            .map_err(|e| map_err(&e, "BEGIN"))?;
+        let mut t = begin_read_committed(self.conn()?)?;
         let sql = "SELECT rolsuper FROM pg_roles WHERE rolname = current_user";
         let superuser: bool = t.query_one(sql, &[]).map_err(|e| map_err(&e, sql))?.get(0);
         if !superuser {
@@ -1226,12 +1229,7 @@ impl Worker {
         self.ensure_connected(deadline)?;
         let writer = self.writer;
         let result = (|| {
-            let mut t = self
-                .conn()?
-                .build_transaction()
-                .isolation_level(IsolationLevel::ReadCommitted)
-                .start()
-                .map_err(|e| map_err(&e, "BEGIN"))?;
+            let mut t = begin_read_committed(self.conn()?)?;
             // The wait for an old backend still committing ends by the
             // request's own deadline.
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -1805,8 +1803,49 @@ impl<'a> FromSql<'a> for PgValue {
             Type::FLOAT4 => Value::Real(f32::from_sql(ty, raw)?.into()),
             Type::NUMERIC => decode_numeric(raw)?,
             Type::BYTEA => Value::Blob(raw.to_vec()),
-            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN => {
+            Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME | Type::UNKNOWN | Type::JSON => {
                 Value::Text(std::str::from_utf8(raw)?.to_string())
+            }
+            // jsonb's binary form: a version byte (1), then the text.
+            Type::JSONB => match raw.split_first() {
+                Some((1, text)) => Value::Text(std::str::from_utf8(text)?.to_string()),
+                _ => return Err("a jsonb value of an unknown version".into()),
+            },
+            // Times as on SQLite (the dialect module): RFC 3339 text in UTC
+            // to the µs; intervals as µs.
+            Type::TIMESTAMPTZ | Type::TIMESTAMP => Value::Text(pg_time_text(fixed::<8>(raw)?)),
+            Type::DATE => {
+                let days = i32::from_be_bytes(fixed::<4>(raw)?);
+                match days {
+                    i32::MAX => Value::Text("infinity".into()),
+                    i32::MIN => Value::Text("-infinity".into()),
+                    d => {
+                        let (y, m, d) = crate::civil_from_days(i64::from(d) + PG_EPOCH_DAYS);
+                        Value::Text(format!("{y:04}-{m:02}-{d:02}"))
+                    }
+                }
+            }
+            Type::INTERVAL => {
+                let raw = fixed::<16>(raw)?;
+                let us = i64::from_be_bytes(raw[..8].try_into()?);
+                let days = i64::from(i32::from_be_bytes(raw[8..12].try_into()?));
+                let months = i64::from(i32::from_be_bytes(raw[12..].try_into()?));
+                // A month is 30 days, as PostgreSQL's epoch of an interval.
+                Value::Int(us + (days + months * 30) * 86_400_000_000)
+            }
+            Type::UUID => {
+                let hex: String = fixed::<16>(raw)?
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                Value::Text(format!(
+                    "{}-{}-{}-{}-{}",
+                    &hex[..8],
+                    &hex[8..12],
+                    &hex[12..16],
+                    &hex[16..20],
+                    &hex[20..]
+                ))
             }
             _ => {
                 return Err(format!(
@@ -1824,6 +1863,24 @@ impl<'a> FromSql<'a> for PgValue {
 
     fn accepts(_ty: &Type) -> bool {
         true
+    }
+}
+
+/// Days from 1970-01-01 to PostgreSQL's epoch, 2000-01-01.
+const PG_EPOCH_DAYS: i64 = 10_957;
+
+/// `raw` as exactly `N` bytes (a fixed-width binary value).
+fn fixed<const N: usize>(raw: &[u8]) -> std::result::Result<[u8; N], BoxError> {
+    raw.try_into()
+        .map_err(|_| format!("a {N}-byte value was {} bytes", raw.len()).into())
+}
+
+/// A binary timestamp(tz) — µs since 2000-01-01 UTC — as RFC 3339 text.
+fn pg_time_text(raw: [u8; 8]) -> String {
+    match i64::from_be_bytes(raw) {
+        i64::MAX => "infinity".into(),
+        i64::MIN => "-infinity".into(),
+        us => crate::rfc3339(us.saturating_add(PG_EPOCH_DAYS * 86_400_000_000), true),
     }
 }
 

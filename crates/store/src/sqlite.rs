@@ -546,6 +546,8 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     conn.execute_batch(&pragmas)
         .map_err(|e| map_err(e, &pragmas))?;
     set_busy_handler(&conn)?;
+    // Tenant SQL (stored procedures) runs on the writer too.
+    crate::dialect::install(&conn).map_err(|e| map_err(e, "install the dialect's functions"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
     conn.wal_hook(Some(wal_hook));
     Ok(conn)
@@ -980,9 +982,9 @@ fn confined_statement(
     // Compiled under the scope, never from (or into) the statement
     // cache: a cached statement was authorized for whoever prepared it.
     *lock(confine) = Some(scope.clone());
-    let prepared = conn.prepare(&to_sqlite(sql));
+    let prepared = user_sql(sql).and_then(|t| conn.prepare(&t).map_err(|e| map_err(e, sql)));
     *lock(confine) = None;
-    let mut stmt = prepared.map_err(|e| map_err(e, sql))?;
+    let mut stmt = prepared?;
     if !scope.write && !stmt.readonly() {
         return Err(Error::ReadOnly(format!(
             "this statement would change the database; use a write call: {sql}"
@@ -1976,6 +1978,7 @@ impl<T> ReadPool<T> {
 /// allocating).
 pub(crate) fn prepare_reader(conn: &Connection) -> Result<()> {
     set_busy_handler(conn)?;
+    crate::dialect::install(conn).map_err(|e| map_err(e, "install the dialect's functions"))?;
     conn.set_limit(
         rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
         READ_VALUE_BYTES_MAX,
@@ -2147,11 +2150,18 @@ fn is_write_refusal(e: &Error) -> bool {
     })
 }
 
+/// A user's statement (PostgreSQL's dialect, `$n` parameters) as SQLite
+/// compiles it; what the translation refuses, refused.
+fn user_sql(sql: &str) -> Result<String> {
+    let translated = crate::dialect::translate(sql)?;
+    Ok(to_sqlite(&translated).into_owned())
+}
+
 fn read_query(conn: &Connection, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
     if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
         return Err(read_only_refusal(sql));
     }
-    let translated = to_sqlite(sql);
+    let translated = user_sql(sql)?;
     let mut stmt = match conn.prepare_cached(&translated) {
         Ok(s) => s,
         Err(e) => {
@@ -2184,7 +2194,8 @@ fn scoped_query(
     let rows = (|| {
         // Never from the statement cache: the authorizer runs when a
         // statement is compiled, for the realm of that moment.
-        let mut stmt = match reader.conn.prepare(&to_sqlite(sql)) {
+        let translated = user_sql(sql)?;
+        let mut stmt = match reader.conn.prepare(&translated) {
             Ok(s) => s,
             Err(e) => {
                 return Err(match reader.refusal() {

@@ -424,9 +424,6 @@ fn functions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     };
     constant("pg_get_userbyid", 1, "tabos")?;
     constant("pg_encoding_to_char", 1, "UTF8")?;
-    constant("current_schema", 0, "public")?;
-    constant("current_database", 0, "tabos")?;
-    constant("version", 0, "PostgreSQL 15.0 (tabos)")?;
     let truth =
         |name: &str, arity: i32| db.create_scalar_function(name, arity, flags, |_| Ok(true));
     truth("pg_table_is_visible", 1)?;
@@ -464,15 +461,9 @@ fn functions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     db.create_scalar_function("pg_size_pretty", 1, flags, |ctx| {
         Ok(format!("{} bytes", ctx.get::<Option<i64>>(0)?.unwrap_or(0)))
     })?;
-    db.create_scalar_function("current_setting", 1, flags, |ctx| {
-        let name: String = ctx.get(0)?;
-        Ok(match name.to_ascii_lowercase().as_str() {
-            "search_path" => "public".to_string(),
-            "server_version_num" => "150000".to_string(),
-            "server_version" => super::SERVER_VERSION.to_string(),
-            _ => String::new(),
-        })
-    })?;
+    // version(), current_schema(), current_setting, set_config … as on
+    // the store's own connections.
+    tabos_store::dialect::install(db)?;
     Ok(())
 }
 

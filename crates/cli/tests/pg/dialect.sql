@@ -1,0 +1,54 @@
+-- PostgreSQL-dialect queries over OS state (issue 38, items 1, 2 and 4):
+-- run through the PostgreSQL front door by realm acme's admin, on the
+-- SQLite backend and on PostgreSQL, each must print dialect.out. Realm
+-- acme holds one proc, a1, which ran `true` and exited 0.
+SELECT '1'::int + 1;
+SELECT CAST('42' AS bigint) * 2;
+SELECT '2.5'::float8 * 2;
+SELECT 7::text || 'x';
+SELECT CASE WHEN 't'::boolean THEN 'yes' ELSE 'no' END;
+SELECT CASE WHEN 'off'::bool THEN 'yes' ELSE 'no' END;
+SELECT CASE WHEN true AND NOT false THEN 1 ELSE 0 END;
+SELECT coalesce(NULL, nullif(3, 3), 5);
+SELECT greatest(1, 7, 3), least(4, 2, 9);
+SELECT greatest(NULL, 2), least(NULL, 5);
+SELECT CASE WHEN 'Tabos' ILIKE 'tab%' THEN 'match' ELSE 'no' END;
+SELECT CASE WHEN 'Tabos' NOT ILIKE 'x%' THEN 'no match' END;
+SELECT count(*) FROM proc WHERE pid ILIKE 'A%';
+SELECT sum(n) FROM generate_series(1, 10) AS g(n);
+SELECT count(*) FROM generate_series(10, 1, -3);
+SELECT string_agg(pid, ',' ORDER BY pid) FROM proc;
+SELECT count(*) FILTER (WHERE state = 'exited'), count(*) FILTER (WHERE state = 'running') FROM proc;
+SELECT extract(year FROM to_timestamp(31536000))::int;
+SELECT extract(epoch FROM to_timestamp(1000))::bigint;
+SELECT date_part('month', to_timestamp(40 * 86400))::int;
+SELECT extract(epoch FROM date_trunc('month', to_timestamp(40 * 86400)))::bigint;
+SELECT extract(epoch FROM date_trunc('hour', to_timestamp(7199)))::bigint;
+SELECT extract(epoch FROM (to_timestamp(0) + interval '1 day 2 hours'))::bigint;
+SELECT extract(epoch FROM (to_timestamp(7200) - interval '30 minutes'))::bigint;
+SELECT extract(epoch FROM (interval '90 minutes' + to_timestamp(0)))::bigint;
+SELECT extract(epoch FROM timestamptz '1970-01-02 00:00:00+00')::bigint;
+SELECT extract(epoch FROM '1970-01-01 01:00:00+01'::timestamptz)::bigint;
+SELECT extract(dow FROM date '2026-11-27')::int, extract(doy FROM date '2026-02-01')::int;
+SELECT extract(epoch FROM interval '2 hours')::int;
+SELECT CASE WHEN '90 minutes'::interval = interval '1 hour 30 minutes' THEN 'same' END;
+SELECT CASE WHEN now() > now() - interval '1 hour' THEN 'later' END;
+SELECT CASE WHEN timestamptz '2026-01-01 00:00:00+00' < timestamptz '2026-01-02 00:00:00+00' THEN 'before' END;
+SELECT count(*) FROM ps WHERE spawned_at > now() - interval '1 hour';
+SELECT count(*) FROM ps WHERE exited_at <= now() AND started_at >= spawned_at;
+SELECT count(*) FROM ps WHERE exited_at < now() - interval '1 day';
+SELECT count(*) FROM proc WHERE pid = ANY(ARRAY['a1', 'zz']);
+SELECT '{"a": {"b": 5}}'::jsonb -> 'a' ->> 'b';
+SELECT current_setting('TimeZone');
+SELECT lower('ABC') || upper('def'), length('hello'), abs(-3);
+SELECT substr('abcdef', 2, 3), replace('a-b-c', '-', '+');
+SELECT 7 / 2, 7 % 3;
+SELECT count(*) FROM (SELECT DISTINCT state FROM proc) s;
+SELECT pid FROM proc ORDER BY pid LIMIT 1 OFFSET 0;
+WITH x AS (SELECT pid FROM proc) SELECT count(*) FROM x;
+SELECT max(exit_status) FROM proc;
+SELECT count(*) FROM proc p JOIN ps s ON s.pid = p.pid WHERE s.exit_status = 0;
+SELECT row_number() OVER (ORDER BY pid), pid FROM proc;
+SELECT (SELECT count(*) FROM proc) + 1;
+SELECT pid FROM proc WHERE exit_status IS NOT DISTINCT FROM 0;
+SELECT count(*) FROM proc WHERE spawn_us < (extract(epoch FROM now()) * 1000000)::bigint;
