@@ -539,6 +539,10 @@ fn classify(sql: &str) -> Statement {
         "commit" | "end" => Statement::End("COMMIT"),
         "rollback" | "abort" => Statement::End("ROLLBACK"),
         "set" => Statement::Set("SET"),
+        // Savepoints (psycopg's nested transactions): every statement is
+        // its own read-only snapshot, so there is nothing to keep or undo.
+        "savepoint" => Statement::Set("SAVEPOINT"),
+        "release" => Statement::Set("RELEASE"),
         "reset" => Statement::Set("RESET"),
         "discard" => Statement::Set("DISCARD ALL"),
         "show" => Statement::Show(identifier(rest)),
@@ -1114,6 +1118,15 @@ mod tests {
         );
         assert_eq!(classify("UNLISTEN *"), Statement::Unlisten(None));
         assert_eq!(classify("notify x"), Statement::Notify);
+        assert_eq!(
+            classify(r#"SAVEPOINT "_pg3_1""#),
+            Statement::Set("SAVEPOINT")
+        );
+        assert_eq!(classify(r#"RELEASE "_pg3_1""#), Statement::Set("RELEASE"));
+        assert_eq!(
+            classify("SHOW TRANSACTION ISOLATION LEVEL"),
+            Statement::Show("transaction isolation level".into())
+        );
         assert_eq!(classify("SELECT 1"), Statement::Query);
         assert_eq!(placeholders("SELECT $1, $12 WHERE a = $3"), 12);
     }

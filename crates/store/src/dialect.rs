@@ -72,9 +72,12 @@ pub fn setting(name: &str) -> Option<&'static str> {
         "server_encoding" | "client_encoding" => "UTF8",
         "standard_conforming_strings" => "on",
         "datestyle" => "ISO, MDY",
-        "timezone" => "UTC",
+        "timezone" | "time zone" => "UTC",
         "intervalstyle" => "postgres",
-        "transaction_isolation" | "default_transaction_isolation" => "repeatable read",
+        // SHOW's own spellings of two of them.
+        "transaction_isolation"
+        | "default_transaction_isolation"
+        | "transaction isolation level" => "repeatable read",
         "transaction_read_only" | "default_transaction_read_only" => "on",
         "search_path" => "public",
         "integer_datetimes" => "on",

@@ -415,9 +415,34 @@ fn functions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     ]
     .into_iter()
     .collect();
+    let oids: std::collections::HashMap<&str, i64> = type_names
+        .iter()
+        .map(|(oid, name)| (*name, *oid))
+        .chain([
+            ("bool", 16),
+            ("int8", 20),
+            ("int", 23),
+            ("int4", 23),
+            ("float8", 701),
+            ("varchar", 1043),
+        ])
+        .collect();
     db.create_scalar_function("format_type", 2, flags, move |ctx| {
         let oid: Option<i64> = ctx.get(0)?;
         Ok(oid.and_then(|o| type_names.get(&o).map(|n| n.to_string())))
+    })?;
+    // psycopg's TypeInfo.fetch (SQLAlchemy asks it for hstore): the oid of
+    // a type the catalog has, NULL for any other, as PostgreSQL answers a
+    // type that does not exist.
+    db.create_scalar_function("to_regtype", 1, flags, move |ctx| {
+        let name: Option<String> = ctx.get(0)?;
+        Ok(name.and_then(|n| {
+            let n = n
+                .trim()
+                .trim_start_matches("pg_catalog.")
+                .to_ascii_lowercase();
+            oids.get(n.as_str()).copied()
+        }))
     })?;
     let constant = |name: &str, arity: i32, value: &'static str| {
         db.create_scalar_function(name, arity, flags, move |_| Ok(value.to_string()))
@@ -554,7 +579,14 @@ pub fn answer(
     let db = database(&relations)
         .map_err(|e| refused(sqlstate::INTERNAL_ERROR, format!("catalog: {e}")))?;
     confine(&db, node.settings.query_time_max);
-    let translated = translate(sql);
+    // PostgreSQL's own constructs SQLite lacks (`= ANY(ARRAY[…])`, casts
+    // to known types, intervals) as for any statement; what the dialect
+    // refuses (a `::regclass`) is left to the catalog's own rewriting.
+    let plain = match tabos_store::dialect::translate(sql) {
+        Ok(t) => t.to_string(),
+        Err(_) => sql.to_string(),
+    };
+    let translated = translate(&plain);
     let mut stmt = match db.prepare(&translated) {
         Ok(s) => s,
         Err(e)
