@@ -235,7 +235,7 @@ struct Conn {
     node: Node,
     session: Mutex<Option<Session>>,
     /// Results run to describe a portal, kept for its execution.
-    described: Mutex<HashMap<String, (String, tabos_store::Rows)>>,
+    described: Mutex<HashMap<String, (String, Typed)>>,
     /// LISTENed channels (as the client named them) and their followers,
     /// each counted against its realm's [`LISTENS_PER_REALM_MAX`] while it
     /// lives.
@@ -364,7 +364,7 @@ impl Conn {
             )))),
             Statement::End(tag) => Ok(Outcome::Response(Response::TransactionEnd(Tag::new(tag)))),
             Statement::Set(tag) => Ok(Outcome::Response(Response::Execution(Tag::new(tag)))),
-            Statement::Show(name) => Ok(Outcome::Rows(show(&name)?)),
+            Statement::Show(name) => Ok(Outcome::Rows(show(&name)?.into())),
             Statement::Listen(channel) => {
                 self.listen(&session, channel)?;
                 Ok(Outcome::Response(Response::Execution(Tag::new("LISTEN"))))
@@ -394,7 +394,7 @@ impl Conn {
                 })
                 .await
                 .map_err(|e| refused(sqlstate::INTERNAL_ERROR, e.to_string()))??;
-                Ok(Outcome::Rows(rows))
+                Ok(Outcome::Rows(rows.into()))
             }
             Statement::Query => {
                 let rows = crate::sql::run(
@@ -406,7 +406,10 @@ impl Conn {
                 )
                 .await
                 .map_err(|e| store_error(&e))?;
-                Ok(Outcome::Rows(rows))
+                Ok(Outcome::Rows(Typed {
+                    rows,
+                    bools: tabos_store::dialect::bool_columns(sql),
+                }))
             }
         }
     }
@@ -499,7 +502,25 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
 /// What a statement came to.
 enum Outcome {
     Response(Response),
-    Rows(tabos_store::Rows),
+    Rows(Typed),
+}
+
+/// A result, and which of its columns the statement says are booleans
+/// ([`tabos_store::dialect::bool_columns`]): the store's values have no
+/// boolean (SQLite's are 1 and 0, and the PostgreSQL store reads `bool`
+/// as an integer), so those columns are typed here.
+struct Typed {
+    rows: tabos_store::Rows,
+    bools: Arc<[bool]>,
+}
+
+impl From<tabos_store::Rows> for Typed {
+    fn from(rows: tabos_store::Rows) -> Typed {
+        Typed {
+            rows,
+            bools: Arc::from([]),
+        }
+    }
 }
 
 /// The statements answered here rather than by the store.
@@ -570,7 +591,18 @@ fn show(name: &str) -> PgWireResult<tabos_store::Rows> {
 
 /// The type a column's values have: int8, float8, text or bytea (text
 /// when they differ, or are all null).
-fn column_type(rows: &tabos_store::Rows, i: usize) -> Type {
+/// Column `i`'s type, from its values: a boolean when the statement says
+/// so and every value is 0, 1 or NULL.
+fn column_type(typed: &Typed, i: usize) -> Type {
+    let rows = &typed.rows;
+    if typed.bools.get(i) == Some(&true)
+        && rows
+            .rows
+            .iter()
+            .all(|r| matches!(r.values().get(i), Some(Value::Int(0 | 1) | Value::Null)))
+    {
+        return Type::BOOL;
+    }
     let mut ty: Option<Type> = None;
     for r in rows.rows.iter() {
         let t = match r.values().get(i) {
@@ -590,9 +622,11 @@ fn column_type(rows: &tabos_store::Rows, i: usize) -> Type {
     ty.unwrap_or(Type::TEXT)
 }
 
-fn fields(rows: &tabos_store::Rows, format: &Format) -> Arc<Vec<FieldInfo>> {
+fn fields(typed: &Typed, format: &Format) -> Arc<Vec<FieldInfo>> {
     Arc::new(
-        rows.columns
+        typed
+            .rows
+            .columns
             .iter()
             .enumerate()
             .map(|(i, name)| {
@@ -600,7 +634,7 @@ fn fields(rows: &tabos_store::Rows, format: &Format) -> Arc<Vec<FieldInfo>> {
                     name.clone(),
                     None,
                     None,
-                    column_type(rows, i),
+                    column_type(typed, i),
                     format.format_for(i),
                 )
             })
@@ -670,6 +704,7 @@ fn encode(enc: &mut DataRowEncoder, ty: &Type, v: &Value) -> PgWireResult<()> {
     match (v, ty) {
         (Value::Null, _) => enc.encode_field(&None::<i64>),
         (Value::Int(i), t) if *t == Type::INT8 => enc.encode_field(i),
+        (Value::Int(i), t) if *t == Type::BOOL => enc.encode_field(&(*i != 0)),
         (Value::Int(i), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*i as f64)),
         (Value::Real(r), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*r)),
         (Value::Blob(b), t) if *t == Type::BYTEA => enc.encode_field(b),
@@ -681,11 +716,11 @@ fn encode(enc: &mut DataRowEncoder, ty: &Type, v: &Value) -> PgWireResult<()> {
 }
 
 /// Rows as a PostgreSQL result in `format`.
-fn query_response(rows: tabos_store::Rows, format: &Format) -> PgWireResult<QueryResponse> {
-    let schema = fields(&rows, format);
+fn query_response(typed: Typed, format: &Format) -> PgWireResult<QueryResponse> {
+    let schema = fields(&typed, format);
     let mut enc = DataRowEncoder::new(schema.clone());
-    let mut out = Vec::with_capacity(rows.rows.len());
-    for r in rows.rows.iter() {
+    let mut out = Vec::with_capacity(typed.rows.rows.len());
+    for r in typed.rows.rows.iter() {
         for (v, f) in r.values().iter().zip(schema.iter()) {
             encode(&mut enc, f.datatype(), v)?;
         }
@@ -783,10 +818,10 @@ impl SimpleQueryHandler for Queries {
     {
         match self.conn.run(query, Vec::new()).await? {
             Outcome::Response(r) => Ok(vec![r]),
-            Outcome::Rows(rows) => {
-                warn_truncated(client, &rows).await?;
+            Outcome::Rows(typed) => {
+                warn_truncated(client, &typed.rows).await?;
                 Ok(vec![Response::Query(query_response(
-                    rows,
+                    typed,
                     &Format::UnifiedText,
                 )?)])
             }
@@ -850,9 +885,9 @@ impl Queries {
     /// Runs a portal's statement (or takes the result run to describe it).
     async fn outcome(&self, portal: &Portal<String>) -> PgWireResult<Outcome> {
         let sql = &portal.statement.statement;
-        if let Some((s, rows)) = lock(&self.conn.described).remove(&portal.name) {
+        if let Some((s, typed)) = lock(&self.conn.described).remove(&portal.name) {
             if s == *sql {
-                return Ok(Outcome::Rows(rows));
+                return Ok(Outcome::Rows(typed));
             }
         }
         self.conn.run(sql, params_of(portal)?).await
@@ -882,10 +917,10 @@ impl ExtendedQueryHandler for Queries {
     {
         match self.outcome(portal).await? {
             Outcome::Response(r) => Ok(r),
-            Outcome::Rows(rows) => {
-                warn_truncated(client, &rows).await?;
+            Outcome::Rows(typed) => {
+                warn_truncated(client, &typed.rows).await?;
                 Ok(Response::Query(query_response(
-                    rows,
+                    typed,
                     &portal.result_column_format,
                 )?))
             }
@@ -917,7 +952,7 @@ impl ExtendedQueryHandler for Queries {
             .collect();
         let nulls = vec![Value::Null; params.len()];
         let fields = match self.conn.run(&stmt.statement, nulls).await? {
-            Outcome::Rows(rows) => fields(&rows, &Format::UnifiedText).to_vec(),
+            Outcome::Rows(typed) => fields(&typed, &Format::UnifiedText).to_vec(),
             Outcome::Response(_) => Vec::new(),
         };
         Ok(DescribeStatementResponse::new(params, fields))
@@ -938,15 +973,15 @@ impl ExtendedQueryHandler for Queries {
         // description comes from the values.
         let sql = portal.statement.statement.clone();
         match self.conn.run(&sql, params_of(portal)?).await? {
-            Outcome::Rows(rows) => {
-                let f = fields(&rows, &portal.result_column_format).to_vec();
+            Outcome::Rows(typed) => {
+                let f = fields(&typed, &portal.result_column_format).to_vec();
                 let mut kept = lock(&self.conn.described);
                 // Bounded: a client that describes portals it never
                 // executes holds at most this many results.
                 if kept.len() >= DESCRIBED_MAX && !kept.contains_key(&portal.name) {
                     kept.clear();
                 }
-                kept.insert(portal.name.clone(), (sql, rows));
+                kept.insert(portal.name.clone(), (sql, typed));
                 Ok(DescribePortalResponse::new(f))
             }
             Outcome::Response(_) => Ok(DescribePortalResponse::new(Vec::new())),

@@ -42,7 +42,7 @@ use rusqlite::Connection;
 use sqlparser::ast::{
     self, BinaryOperator, CastKind, Distinct, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, SelectItem,
-    TableFactor, UnaryOperator, Value, VisitMut, VisitorMut,
+    SetExpr, Statement, TableFactor, UnaryOperator, Value, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -166,6 +166,105 @@ fn unsupported(sql: &str, construct: &str) -> Error {
         ),
         position: None,
     }))
+}
+
+type BoolCache = Mutex<HashMap<String, Arc<[bool]>>>;
+
+/// Which result columns of `sql` are booleans by what the statement says
+/// at the top of each select item — a comparison, `AND`/`OR`/`NOT`, `IS
+/// …`, `LIKE`, `IN`, `BETWEEN`, `EXISTS`, `true`/`false`, a cast to
+/// boolean — so that a front door can type them (SQLite has no boolean;
+/// the store reads PostgreSQL's as an integer). Empty when it cannot tell
+/// (a `*`, not one SELECT). Cached by text as [`translate`] is.
+pub fn bool_columns(sql: &str) -> Arc<[bool]> {
+    static CACHE: OnceLock<BoolCache> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(hit) = lock(cache).get(sql) {
+        return hit.clone();
+    }
+    let out: Arc<[bool]> = Arc::from(bool_columns_uncached(sql));
+    if sql.len() <= CACHE_STATEMENT_BYTES_MAX {
+        let mut c = lock(cache);
+        if c.len() >= CACHE_ENTRIES_MAX {
+            c.clear();
+        }
+        c.insert(sql.to_string(), out.clone());
+    }
+    out
+}
+
+fn bool_columns_uncached(sql: &str) -> Vec<bool> {
+    let Ok(statements) = Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(NESTING_MAX)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_statements())
+    else {
+        return vec![];
+    };
+    let [Statement::Query(q)] = statements.as_slice() else {
+        return vec![];
+    };
+    let mut body = q.body.as_ref();
+    // A UNION's columns are its first SELECT's.
+    while let SetExpr::SetOperation { left, .. } = body {
+        body = left.as_ref();
+    }
+    let SetExpr::Select(select) = body else {
+        return vec![];
+    };
+    let mut out = Vec::with_capacity(select.projection.len());
+    for item in &select.projection {
+        match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                out.push(is_boolean(e))
+            }
+            _ => return vec![],
+        }
+    }
+    out
+}
+
+/// Whether expression `e` is a boolean by its form.
+fn is_boolean(e: &Expr) -> bool {
+    use BinaryOperator as B;
+    match unnested(e) {
+        Expr::BinaryOp { op, .. } => matches!(
+            op,
+            B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq | B::And | B::Or | B::Xor
+        ),
+        Expr::UnaryOp {
+            op: UnaryOperator::Not,
+            ..
+        }
+        | Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsTrue(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotFalse(_)
+        | Expr::IsUnknown(_)
+        | Expr::IsNotUnknown(_)
+        | Expr::IsDistinctFrom(..)
+        | Expr::IsNotDistinctFrom(..)
+        | Expr::Like { .. }
+        | Expr::ILike { .. }
+        | Expr::SimilarTo { .. }
+        | Expr::In { .. }
+        | Expr::Between { .. }
+        | Expr::Exists { .. }
+        | Expr::AnyOp { .. }
+        | Expr::AllOp { .. } => true,
+        Expr::Value(v) => matches!(v.value, Value::Boolean(_)),
+        Expr::Cast { data_type, .. } => matches!(
+            target(&data_type.to_string()),
+            Some(Target::Call("pg_bool"))
+        ),
+        Expr::TypedString(ts) => matches!(
+            target(&ts.data_type.to_string()),
+            Some(Target::Call("pg_bool"))
+        ),
+        _ => false,
+    }
 }
 
 /// Rewrites an AST in place, children first; `Break` names what cannot
@@ -1238,6 +1337,20 @@ mod tests {
         assert_eq!(parse_interval("250 ms"), Some(250_000));
         assert_eq!(parse_interval("1.5h"), Some(5_400_000_000));
         assert_eq!(parse_interval("1 fortnight"), None);
+    }
+
+    #[test]
+    fn boolean_columns_are_told_by_their_form() {
+        assert_eq!(
+            &*bool_columns("SELECT true, 1, a = b AS same, x IS NULL, 't'::bool, 'x' ILIKE 'y'"),
+            [true, false, true, true, true, true]
+        );
+        assert_eq!(
+            &*bool_columns("SELECT NOT (a > 1) FROM t UNION SELECT false"),
+            [true]
+        );
+        assert!(bool_columns("SELECT * FROM t").is_empty());
+        assert!(bool_columns("SHOW x").is_empty());
     }
 
     #[test]

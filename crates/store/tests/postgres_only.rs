@@ -162,24 +162,33 @@ fn an_idle_pool_keeps_two_connections() {
     config.pool_idle_close = std::time::Duration::from_millis(200);
     let store = Store::open(&config, SCHEMA).unwrap();
     // Six slow procedures at once: six connections, and the listener's.
-    let gate = Arc::new(Barrier::new(7));
+    // They are counted while all six are still inside their procedures
+    // (held at `release`: none can have gone idle and closed), once the
+    // listener — which connects on a thread of its own — is up.
+    let (gate, release) = (Arc::new(Barrier::new(7)), Arc::new(Barrier::new(7)));
     let pending: Vec<_> = (0..6)
         .map(|_| {
-            let gate = gate.clone();
+            let (gate, release) = (gate.clone(), release.clone());
             let mut first = true;
             store.submit(PKey(0), move |_tx| {
                 if std::mem::take(&mut first) {
                     gate.wait();
+                    release.wait();
                 }
                 Ok::<_, Error>(())
             })
         })
         .collect();
     gate.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.stats().connections < 7 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let busy = store.stats().connections;
+    release.wait();
     for p in pending {
         p.wait().unwrap();
     }
-    let busy = store.stats().connections;
     assert_eq!(busy, 7, "six workers' and the listener's");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while store.stats().connections > 3 {
