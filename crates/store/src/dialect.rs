@@ -98,31 +98,54 @@ pub fn version() -> String {
     )
 }
 
-type Cache = Mutex<HashMap<String, Result<Arc<str>, Error>>>;
+/// What one statement text comes to, worked out from one parse: its
+/// SQLite form (or why it has none) and which result columns are booleans.
+struct Reading {
+    sqlite: Result<Arc<str>, Error>,
+    bools: Arc<[bool]>,
+}
+
+type Cache = Mutex<HashMap<String, Reading>>;
 
 fn cache() -> &'static Cache {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     CACHE.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// `sql` (PostgreSQL's dialect) as SQLite runs it; see the module doc.
-/// The same text always gives the same answer, kept after the first time.
-pub fn translate(sql: &str) -> Result<Arc<str>, Error> {
+/// `f` of `sql`'s [`Reading`], from the cache or made (and kept) now.
+fn with_reading<T>(sql: &str, f: impl FnOnce(&Reading) -> T) -> T {
     if sql.len() > CACHE_STATEMENT_BYTES_MAX {
-        return translate_uncached(sql);
+        return f(&read(sql));
     }
     if let Some(hit) = lock(cache()).get(sql) {
-        return hit.clone();
+        return f(hit);
     }
-    let out = translate_uncached(sql);
+    let made = read(sql);
+    let out = f(&made);
     let mut c = lock(cache());
     if c.len() >= CACHE_ENTRIES_MAX {
         // Statements are mostly the same few (prepared, or a client's own
         // catalog queries): starting over is as good as evicting well.
         c.clear();
     }
-    c.insert(sql.to_string(), out.clone());
+    c.insert(sql.to_string(), made);
     out
+}
+
+/// `sql` (PostgreSQL's dialect) as SQLite runs it; see the module doc.
+/// The same text always gives the same answer, kept after the first time.
+pub fn translate(sql: &str) -> Result<Arc<str>, Error> {
+    with_reading(sql, |r| r.sqlite.clone())
+}
+
+/// Which result columns of `sql` are booleans by what the statement says
+/// at the top of each select item — a comparison, `AND`/`OR`/`NOT`, `IS
+/// …`, `LIKE`, `IN`, `BETWEEN`, `EXISTS`, `true`/`false`, a cast to
+/// boolean — so that a front door can type them (SQLite has no boolean;
+/// the store reads PostgreSQL's as an integer). Empty when it cannot tell
+/// (a `*`, not one SELECT). Cached with [`translate`]'s answer.
+pub fn bool_columns(sql: &str) -> Arc<[bool]> {
+    with_reading(sql, |r| r.bools.clone())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -132,6 +155,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// [`translate`] without the cache (what the benchmark's uncached figure
 /// measures).
 pub fn translate_uncached(sql: &str) -> Result<Arc<str>, Error> {
+    read(sql).sqlite
+}
+
+/// Parses `sql` once and works out its [`Reading`].
+fn read(sql: &str) -> Reading {
     let parsed = Parser::new(&PostgreSqlDialect {})
         .with_recursion_limit(NESTING_MAX)
         .try_with_sql(sql)
@@ -139,21 +167,27 @@ pub fn translate_uncached(sql: &str) -> Result<Arc<str>, Error> {
     let Ok(mut statements) = parsed else {
         // Not PostgreSQL as sqlparser reads it: SQLite's own syntax, or a
         // mistake SQLite will name.
-        return Ok(Arc::from(sql));
+        return Reading {
+            sqlite: Ok(Arc::from(sql)),
+            bools: Arc::from([]),
+        };
     };
+    // Before translation rewrites the select items.
+    let bools = Arc::from(bools_of(&statements));
     let mut t = Translator::default();
-    if let ControlFlow::Break(construct) = statements.visit(&mut t) {
-        return Err(unsupported(sql, &construct));
-    }
-    if !t.changed {
-        return Ok(Arc::from(sql));
-    }
-    let text = statements
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ");
-    Ok(Arc::from(text))
+    let sqlite = if let ControlFlow::Break(construct) = statements.visit(&mut t) {
+        Err(unsupported(sql, &construct))
+    } else if !t.changed {
+        Ok(Arc::from(sql))
+    } else {
+        let text = statements
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        Ok(Arc::from(text))
+    };
+    Reading { sqlite, bools }
 }
 
 fn unsupported(sql: &str, construct: &str) -> Error {
@@ -168,40 +202,9 @@ fn unsupported(sql: &str, construct: &str) -> Error {
     }))
 }
 
-type BoolCache = Mutex<HashMap<String, Arc<[bool]>>>;
-
-/// Which result columns of `sql` are booleans by what the statement says
-/// at the top of each select item — a comparison, `AND`/`OR`/`NOT`, `IS
-/// …`, `LIKE`, `IN`, `BETWEEN`, `EXISTS`, `true`/`false`, a cast to
-/// boolean — so that a front door can type them (SQLite has no boolean;
-/// the store reads PostgreSQL's as an integer). Empty when it cannot tell
-/// (a `*`, not one SELECT). Cached by text as [`translate`] is.
-pub fn bool_columns(sql: &str) -> Arc<[bool]> {
-    static CACHE: OnceLock<BoolCache> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(hit) = lock(cache).get(sql) {
-        return hit.clone();
-    }
-    let out: Arc<[bool]> = Arc::from(bool_columns_uncached(sql));
-    if sql.len() <= CACHE_STATEMENT_BYTES_MAX {
-        let mut c = lock(cache);
-        if c.len() >= CACHE_ENTRIES_MAX {
-            c.clear();
-        }
-        c.insert(sql.to_string(), out.clone());
-    }
-    out
-}
-
-fn bool_columns_uncached(sql: &str) -> Vec<bool> {
-    let Ok(statements) = Parser::new(&PostgreSqlDialect {})
-        .with_recursion_limit(NESTING_MAX)
-        .try_with_sql(sql)
-        .and_then(|mut p| p.parse_statements())
-    else {
-        return vec![];
-    };
-    let [Statement::Query(q)] = statements.as_slice() else {
+/// [`bool_columns`] of parsed statements.
+fn bools_of(statements: &[Statement]) -> Vec<bool> {
+    let [Statement::Query(q)] = statements else {
         return vec![];
     };
     let mut body = q.body.as_ref();
@@ -982,7 +985,7 @@ pub fn parse_timestamp(s: &str) -> Option<i64> {
             let z = &z[1..];
             let (zh, zm) = match z.split_once(':') {
                 Some((a, b)) => (a.parse::<i64>().ok()?, b.parse::<i64>().ok()?),
-                None if z.len() == 4 => (z[..2].parse().ok()?, z[2..].parse().ok()?),
+                None if z.len() == 4 => (z.get(..2)?.parse().ok()?, z.get(2..)?.parse().ok()?),
                 None => (z.parse::<i64>().ok()?, 0),
             };
             sign * (zh * 60 + zm)
@@ -1329,6 +1332,8 @@ mod tests {
         );
         assert_eq!(parse_timestamp("2026-13-01"), None);
         assert_eq!(parse_timestamp("yesterday"), None);
+        // Not a char boundary where the offset's minutes would start.
+        assert_eq!(parse_timestamp("1970-01-01 00:00+a\u{e9}1"), None);
         let us = parse_timestamp("2026-11-27T19:30:00.123456Z").unwrap();
         assert_eq!(crate::rfc3339(us, true), "2026-11-27T19:30:00.123456Z");
         assert_eq!(parse_interval("1 hour 30 minutes"), Some(5_400_000_000));
