@@ -526,21 +526,27 @@ impl Job {
             .collect())
     }
 
-    /// The job's task proc that failed last (an error exit, or failed by
-    /// its node) — a coordinator only when no task failed — and the last
-    /// `lines` lines of its stderr: what a person looks at first when a
-    /// job fails. A coordinator that ends a failed job exits with an error
-    /// too, after the task whose failure it reports, and says only what
-    /// the job's status already says.
+    /// The job's task proc whose failure failed the job — its last
+    /// allowed attempt ([`ATTEMPTS_MAX`](crate::spec::ATTEMPTS_MAX)) — or
+    /// else the task proc that failed last (an error exit, or failed by its
+    /// node), a coordinator only when no task failed, and the last `lines`
+    /// lines of its stderr: what a person looks at first when a job fails.
+    /// The last attempt comes first because other tasks fail beside it (an
+    /// input gone fails every map that reads it), and one of their earlier
+    /// attempts may end after it. A coordinator that ends a failed job
+    /// exits with an error too, after the task whose failure it reports,
+    /// and says only what the job's status already says.
     pub async fn last_failure(&self, lines: usize) -> Result<Option<(String, Vec<String>)>> {
         use tabos_client::Value;
         let sql = "SELECT pid FROM proc WHERE realm = $1 AND pid LIKE $2 \
                    AND (state = 'failed' OR (state = 'exited' AND exit_status <> 0)) \
-                   ORDER BY CASE WHEN pid LIKE $3 THEN 1 ELSE 0 END, exit_us DESC LIMIT 1";
+                   ORDER BY CASE WHEN pid LIKE $3 THEN 1 ELSE 0 END, \
+                            CASE WHEN pid LIKE $4 THEN 0 ELSE 1 END, exit_us DESC LIMIT 1";
         let params = vec![
             Value::Text(self.realm.clone()),
             Value::Text(format!("{}-%", self.spec.id)),
             Value::Text(format!("{}-coord-%", self.spec.id)),
+            Value::Text(format!("{}-%-a{}", self.spec.id, crate::spec::ATTEMPTS_MAX)),
         ];
         let r = self.client.clone().sql(sql, params).await?;
         let Some(Some(Value::Text(pid))) = r.rows.first().and_then(|row| row.first()) else {
