@@ -130,22 +130,11 @@ impl Rounds {
 /// Combines the senders' rounds: the median of every round, and messages
 /// over the span from the first measured start to the last end.
 fn combine(w: &Workload, runs: Vec<(Samples, Instant, Instant)>) -> Measured {
-    let mut all = Samples::default();
-    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
-    let mut rounds = 0usize;
-    for (s, a, b) in runs {
-        rounds += s.len();
-        all.extend(s);
-        first = Some(first.map_or(a, |f| f.min(a)));
-        last = Some(last.map_or(b, |l| l.max(b)));
-    }
-    let span = match (first, last) {
-        (Some(a), Some(b)) => (b - a).as_secs_f64(),
-        _ => f64::NAN,
-    };
+    let mut runs = crate::measure::Runs::of(runs);
+    let rounds = runs.all.len();
     Measured {
-        median_us: all.quantile_us(0.5),
-        msgs_per_s: (rounds * w.msgs_per_round()) as f64 / span,
+        median_us: runs.all.quantile_us(0.5),
+        msgs_per_s: (rounds * w.msgs_per_round()) as f64 / runs.span_s,
     }
 }
 

@@ -47,6 +47,34 @@ impl Samples {
     }
 }
 
+/// Clients' runs together: each run's samples and the instants it
+/// started and ended measuring.
+#[derive(Debug, Default)]
+pub struct Runs {
+    /// Every sample of every run.
+    pub all: Samples,
+    /// From the first start to the last end, in seconds (NaN without
+    /// runs): what a throughput is over.
+    pub span_s: f64,
+}
+
+impl Runs {
+    pub fn of(
+        runs: impl IntoIterator<Item = (Samples, std::time::Instant, std::time::Instant)>,
+    ) -> Runs {
+        let mut all = Samples::default();
+        let mut span: Option<(std::time::Instant, std::time::Instant)> = None;
+        for (s, a, b) in runs {
+            all.extend(s);
+            span = Some(span.map_or((a, b), |(f, l)| (f.min(a), l.max(b))));
+        }
+        Runs {
+            all,
+            span_s: span.map_or(f64::NAN, |(a, b)| (b - a).as_secs_f64()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

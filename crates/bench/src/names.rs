@@ -256,24 +256,15 @@ async fn run_op(
             anyhow::Ok((samples, t0, Instant::now()))
         });
     }
-    let mut all = Samples::default();
-    let mut ops = 0usize;
-    let (mut first, mut last) = (None::<Instant>, None::<Instant>);
+    let mut done = Vec::new();
     while let Some(r) = set.join_next().await {
-        let (s, a, b) = r.context("a benchmark client panicked")??;
-        ops += s.len();
-        all.extend(s);
-        first = Some(first.map_or(a, |f| f.min(a)));
-        last = Some(last.map_or(b, |l| l.max(b)));
+        done.push(r.context("a benchmark client panicked")??);
     }
-    let span = match (first, last) {
-        (Some(a), Some(b)) => (b - a).as_secs_f64(),
-        _ => f64::NAN,
-    };
+    let mut runs = crate::measure::Runs::of(done);
     Ok(Measured {
-        ops_per_s: ops as f64 / span,
-        p50_us: all.quantile_us(0.5),
-        p99_us: all.quantile_us(0.99),
+        ops_per_s: runs.all.len() as f64 / runs.span_s,
+        p50_us: runs.all.quantile_us(0.5),
+        p99_us: runs.all.quantile_us(0.99),
     })
 }
 

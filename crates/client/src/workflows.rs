@@ -1001,29 +1001,28 @@ impl Ctx {
     /// `None` if none came (that too is recorded: a re-run gets `None`).
     pub async fn recv(&self, topic: &str, timeout: Duration) -> Result<Option<Vec<u8>>, WfError> {
         let step = self.next();
-        let until = Instant::now() + timeout;
-        loop {
-            let left = until.saturating_duration_since(Instant::now());
+        // A wait the node cut short with time left: the step recorded
+        // "nothing" only if it was the last chunk.
+        wait_in_chunks(timeout, |timeout_ms| {
             let req = proto::WorkflowRecvRequest {
                 realm: self.inner.realm.clone(),
                 executor: self.inner.id.clone(),
                 workflow_id: self.workflow_id.clone(),
                 step,
                 topic: topic.into(),
-                timeout_ms: left.min(WAIT_CHUNK).as_millis() as u32,
+                timeout_ms,
             };
-            let r = self
-                .call(|mut c| {
-                    let req = req.clone();
-                    async move { c.recv(req).await }
-                })
-                .await?;
-            // A wait the node cut short with time left: the step recorded
-            // "nothing" only if this was the last chunk.
-            if r.received || left <= WAIT_CHUNK {
-                return Ok(r.received.then_some(r.payload));
+            async move {
+                let r = self
+                    .call(|mut c| {
+                        let req = req.clone();
+                        async move { c.recv(req).await }
+                    })
+                    .await?;
+                Ok(r.received.then_some(r.payload))
             }
-        }
+        })
+        .await
     }
 
     /// Publishes `value` under `key` for this workflow, once.
@@ -1108,23 +1107,41 @@ async fn get_event(
     key: &str,
     timeout: Duration,
 ) -> Result<Option<Vec<u8>>, Error> {
-    let until = Instant::now() + timeout;
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
+    wait_in_chunks(timeout, |timeout_ms| {
         let req = proto::GetEventRequest {
             realm: inner.realm.clone(),
             workflow_id: of.into(),
             key: key.into(),
-            timeout_ms: left.min(WAIT_CHUNK).as_millis() as u32,
+            timeout_ms,
         };
-        let r = inner
-            .retry(|mut c| {
-                let req = req.clone();
-                async move { c.get_event(req).await }
-            })
-            .await?;
-        if r.set {
-            return Ok(Some(r.value));
+        async move {
+            let r = inner
+                .retry(|mut c| {
+                    let req = req.clone();
+                    async move { c.get_event(req).await }
+                })
+                .await?;
+            Ok(r.set.then_some(r.value))
+        }
+    })
+    .await
+}
+
+/// Waits up to `timeout` in waits of at most [`WAIT_CHUNK`] (the node
+/// cuts a longer one short): `wait` is one of them, of the given ms,
+/// `Some` once it got something; `None` after the last.
+async fn wait_in_chunks<E, Fut>(
+    timeout: Duration,
+    mut wait: impl FnMut(u32) -> Fut,
+) -> Result<Option<Vec<u8>>, E>
+where
+    Fut: std::future::Future<Output = Result<Option<Vec<u8>>, E>>,
+{
+    let until = Instant::now() + timeout;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if let Some(got) = wait(left.min(WAIT_CHUNK).as_millis() as u32).await? {
+            return Ok(Some(got));
         }
         if left <= WAIT_CHUNK {
             return Ok(None);
