@@ -2035,6 +2035,60 @@ fn psql_and_psycopg_against(node: &Node) {
         assert_eq!(got.get(i), Some(w), "{q}\n(all output: {got:?})");
     }
     assert_eq!(got.len(), want.len(), "{got:?}");
+    // Clients tabos did not write: SQLAlchemy's inspector, pandas through
+    // an engine, psycopg's named cursors and COPY (tests/pg/clients.py).
+    let o = Command::new(test_python())
+        .arg(dir.join("clients.py"))
+        .args([host.as_str(), port.as_str(), "acme", admin.as_str()])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "ok\n", "{}", stderr(&o));
+    // psql: a COPY to its standard output, and \d with the key and NOT NULL.
+    let o = psql(
+        "acme",
+        &admin,
+        &[
+            "-c",
+            "COPY (SELECT pid, state FROM proc ORDER BY pid) TO STDOUT WITH CSV HEADER",
+        ],
+    );
+    assert_eq!(stdout(&o), "pid,state\na1,exited\n", "{}", stderr(&o));
+    let o = psql("acme", &admin, &["-c", "\\d proc"]);
+    let described = stdout(&o);
+    assert!(
+        described.contains("\"proc_pkey\" PRIMARY KEY, btree (realm, pid)")
+            && described.contains("not null")
+            && !described.contains("p_key "),
+        "{described}{}",
+        stderr(&o)
+    );
+    // The operator signed in to a realm: that realm's rows in its view,
+    // and the cluster's tables whole.
+    let o = psql(
+        "acme",
+        &node.token,
+        &["-A", "-t", "-c", "SELECT pid FROM proc ORDER BY pid"],
+    );
+    assert_eq!(stdout(&o), "a1\n", "{}", stderr(&o));
+    let o = psql(
+        "acme",
+        &node.token,
+        &["-A", "-t", "-c", "SELECT count(*) > 0 FROM node"],
+    );
+    assert_eq!(stdout(&o), "t\n", "{}", stderr(&o));
+    let o = psql("acme", &node.token, &["-c", "\\dt"]);
+    assert!(
+        stdout(&o).contains(" node "),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let o = psql("acme", &admin, &["-c", "SELECT count(*) FROM node"]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("node"),
+        "a realm's admin reads no cluster table: {}",
+        stderr(&o)
+    );
     // Refusals: a wrong password, another realm, a member, a write.
     let o = psql("acme", "tabos_0123456789abcdef_00", &["-c", "SELECT 1"]);
     assert!(!o.status.success());

@@ -16,7 +16,9 @@
 //!   so. Types follow the values: integers int8, reals float8, text text,
 //!   blobs bytea. `BEGIN`/`COMMIT`/`ROLLBACK`, `SET`, `RESET`, `DISCARD`
 //!   and `SHOW` are answered here (every statement is its own read-only
-//!   snapshot); `NOTIFY` and anything that writes is refused.
+//!   snapshot); `NOTIFY` and anything that writes is refused. Cursors
+//!   ([`cursor`]), `COPY … TO STDOUT` ([`copy`]) and CancelRequest
+//!   ([`cancel`]) are served here too.
 //! * **Catalog.** A statement naming `pg_catalog` or `information_schema`
 //!   is answered from a catalog of the relations the session may read
 //!   ([`catalog`]), enough for psql's `\d` and `\dt` and Grafana's table
@@ -33,7 +35,13 @@
 //! Each connection runs on a task of its own with its own handlers;
 //! at most [`CONNECTIONS_MAX`] at once, a sign-in within [`STARTUP_WAIT`].
 
+mod cancel;
 pub mod catalog;
+mod copy;
+mod cursor;
+
+use copy::copy_response;
+use cursor::{declaration, fetching, no_cursor, Cursor};
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -102,6 +110,9 @@ pub const LISTENS_PER_REALM_MAX: usize = 4 * LISTENS_MAX;
 /// Notifications waiting for an idle connection (its listeners wait
 /// past it).
 pub const NOTIFY_QUEUE_MAX: usize = 1_024;
+/// Most cursors (`DECLARE … CURSOR`) a connection holds open at once;
+/// each holds its whole result, bounded as any result is.
+pub const CURSORS_MAX: usize = 8;
 /// The version psql and drivers are told (the catalog answers the
 /// queries of this version's psql).
 pub const SERVER_VERSION: &str = tabos_store::dialect::SERVER_VERSION;
@@ -118,6 +129,9 @@ pub mod sqlstate {
     pub const DATATYPE_MISMATCH: &str = "42804";
     pub const INVALID_PARAMETER_VALUE: &str = "22023";
     pub const QUERY_CANCELED: &str = "57014";
+    pub const DUPLICATE_CURSOR: &str = "42P03";
+    pub const INVALID_CURSOR_NAME: &str = "34000";
+    pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
     pub const INSUFFICIENT_RESOURCES: &str = "53000";
     pub const TOO_MANY_CONNECTIONS: &str = "53300";
@@ -125,6 +139,7 @@ pub mod sqlstate {
     pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
     pub const INTEGRITY_CONSTRAINT: &str = "23000";
     pub const INTERNAL_ERROR: &str = "XX000";
+    pub const PROTOCOL_VIOLATION: &str = "08P01";
 }
 
 fn error(severity: &str, code: &str, message: impl Into<String>) -> PgWireError {
@@ -228,6 +243,9 @@ struct Session {
     scope: ReadScope,
     /// The realm it acts in (`None`: every realm, an operator's `*`).
     realm: Option<String>,
+    /// Signed in with an operator's credential: reads the cluster's
+    /// relations whole whichever realm it signed in to.
+    operator: bool,
 }
 
 /// One connection's state, shared by its handlers.
@@ -236,6 +254,13 @@ struct Conn {
     session: Mutex<Option<Session>>,
     /// Results run to describe a portal, kept for its execution.
     described: Mutex<HashMap<String, (String, Typed)>>,
+    /// Open cursors, by name.
+    cursors: Mutex<HashMap<String, Cursor>>,
+    /// Its cancel key (registered while the connection lives).
+    key: Option<cancel::Key>,
+    /// The cluster's relations ([`catalog::cluster_relations`]), once
+    /// an operator signed in to a realm has asked.
+    cluster: tokio::sync::OnceCell<Arc<[String]>>,
     /// LISTENed channels (as the client named them) and their followers,
     /// each counted against its realm's [`LISTENS_PER_REALM_MAX`] while it
     /// lives.
@@ -322,6 +347,7 @@ impl Conn {
             }
         }
         Ok(Session {
+            operator: principal.is_operator(),
             principal,
             scope,
             realm: scope_realm,
@@ -343,8 +369,23 @@ impl Conn {
         Ok(s)
     }
 
-    /// Runs one statement of the session.
+    /// Runs one statement of the session, until it ends or a
+    /// CancelRequest for this connection stops it ([`cancel`]).
     async fn run(&self, sql: &str, params: Vec<Value>) -> PgWireResult<Outcome> {
+        let Some(key) = &self.key else {
+            return self.run_now(sql, params).await;
+        };
+        let cancelled = key.signal.notified();
+        tokio::select! {
+            outcome = self.run_now(sql, params) => outcome,
+            () = cancelled => Err(refused(
+                sqlstate::QUERY_CANCELED,
+                "canceling statement due to user request",
+            )),
+        }
+    }
+
+    async fn run_now(&self, sql: &str, params: Vec<Value>) -> PgWireResult<Outcome> {
         let session = self.session()?;
         // The same bounds as `tabos sql`.
         if sql.len() > crate::sql::SQL_BYTES_MAX {
@@ -362,7 +403,12 @@ impl Conn {
             Statement::Begin => Ok(Outcome::Response(Response::TransactionStart(Tag::new(
                 "BEGIN",
             )))),
-            Statement::End(tag) => Ok(Outcome::Response(Response::TransactionEnd(Tag::new(tag)))),
+            Statement::End(tag) => {
+                // A transaction's end closes its cursors (those declared
+                // WITH HOLD stay, as in PostgreSQL).
+                lock(&self.cursors).retain(|_, c| c.hold);
+                Ok(Outcome::Response(Response::TransactionEnd(Tag::new(tag))))
+            }
             Statement::Set(tag) => Ok(Outcome::Response(Response::Execution(Tag::new(tag)))),
             Statement::Show(name) => Ok(Outcome::Rows(show(&name)?.into())),
             Statement::Listen(channel) => {
@@ -386,32 +432,153 @@ impl Conn {
                 "cannot execute NOTIFY: tabos's SQL is read-only (notifications come from the OS \
                  state changing)",
             )),
-            Statement::Query if catalog::mentions_catalog(sql) => {
-                let node = self.node.clone();
-                let (sql, scope) = (sql.to_string(), session.scope.clone());
-                let rows = tokio::task::spawn_blocking(move || {
-                    catalog::answer(&node, &scope, &sql, &params)
-                })
-                .await
-                .map_err(|e| refused(sqlstate::INTERNAL_ERROR, e.to_string()))??;
-                Ok(Outcome::Rows(rows.into()))
+            Statement::Query => Ok(Outcome::Rows(self.query(&session, sql, params).await?)),
+            Statement::Copy => {
+                let copy =
+                    match tabos_store::dialect::copy_out(sql) {
+                        Some(Ok(c)) => c,
+                        Some(Err((code, why))) => return Err(refused(code, why)),
+                        None => return Err(refused(
+                            sqlstate::SYNTAX_ERROR,
+                            "a COPY tabos cannot read: COPY (query) TO STDOUT [WITH (FORMAT csv, \
+                             HEADER)] or COPY table [(columns)] TO STDOUT",
+                        )),
+                    };
+                let typed = self.query(&session, &copy.query, params).await?;
+                Ok(Outcome::Response(Response::CopyOut(copy_response(
+                    &typed, &copy,
+                ))))
             }
-            Statement::Query => {
-                let rows = crate::sql::run(
-                    &self.node,
-                    session.scope.clone(),
-                    sql.to_string(),
-                    params,
-                    ROWS_MAX,
-                )
-                .await
-                .map_err(|e| store_error(&e))?;
-                Ok(Outcome::Rows(Typed {
-                    rows,
-                    bools: tabos_store::dialect::bool_columns(sql),
-                }))
+            Statement::Declare => {
+                let d = declaration(sql)?;
+                if lock(&self.cursors).contains_key(&d.name) {
+                    return Err(refused(
+                        sqlstate::DUPLICATE_CURSOR,
+                        format!("cursor \"{}\" already exists", d.name),
+                    ));
+                }
+                let typed = self.query(&session, d.query, params).await?;
+                let mut cursors = lock(&self.cursors);
+                if cursors.len() >= CURSORS_MAX {
+                    return Err(refused(
+                        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                        format!("a connection holds at most {CURSORS_MAX} open cursors: CLOSE one"),
+                    ));
+                }
+                let types = (0..typed.rows.columns.len())
+                    .map(|i| column_type(&typed, i))
+                    .collect();
+                cursors.insert(
+                    d.name,
+                    Cursor {
+                        typed,
+                        types,
+                        next: 0,
+                        hold: d.hold,
+                    },
+                );
+                Ok(Outcome::Response(Response::Execution(Tag::new(
+                    "DECLARE CURSOR",
+                ))))
+            }
+            Statement::Fetch { moving } => {
+                let f = fetching(sql)?;
+                let mut cursors = lock(&self.cursors);
+                let cursor = cursors.get_mut(&f.name).ok_or_else(|| no_cursor(&f.name))?;
+                let typed = cursor.take(f.count);
+                if moving {
+                    return Ok(Outcome::Response(Response::Execution(
+                        Tag::new("MOVE").with_rows(typed.rows.rows.len()),
+                    )));
+                }
+                Ok(Outcome::Rows(typed))
+            }
+            Statement::Close(name) => {
+                let mut cursors = lock(&self.cursors);
+                match name {
+                    None => cursors.clear(),
+                    Some(n) => {
+                        cursors.remove(&n).ok_or_else(|| no_cursor(&n))?;
+                    }
+                }
+                Ok(Outcome::Response(Response::Execution(Tag::new(
+                    "CLOSE CURSOR",
+                ))))
             }
         }
+    }
+
+    /// A query's rows: the catalog's, or the store's in the session's
+    /// scope.
+    async fn query(&self, session: &Session, sql: &str, params: Vec<Value>) -> PgWireResult<Typed> {
+        if catalog::mentions_catalog(sql) {
+            let node = self.node.clone();
+            let (sql, scope) = (sql.to_string(), session.scope.clone());
+            let operator = session.operator;
+            return tokio::task::spawn_blocking(move || {
+                catalog::answer(&node, &scope, operator, &sql, &params)
+            })
+            .await
+            .map_err(|e| refused(sqlstate::INTERNAL_ERROR, e.to_string()))?;
+        }
+        let scope = self.scope_of(session, sql).await?;
+        let mut rows = crate::sql::run(&self.node, scope, sql.to_string(), params, ROWS_MAX)
+            .await
+            .map_err(|e| store_error(&e))?;
+        // SQLite names an expression by its text (`count(*)`), PostgreSQL
+        // by its rules (`count`): as PostgreSQL on both backends.
+        if self.node.store.kind() == tabos_store::BackendKind::Sqlite {
+            if let Some(named) = tabos_store::dialect::output_names(sql) {
+                if named.len() == rows.columns.len() && *named != *rows.columns {
+                    rows.columns = named.into();
+                }
+            }
+        }
+        Ok(Typed {
+            rows,
+            bools: tabos_store::dialect::bool_columns(sql),
+            arrays: Arc::from([]),
+            types: None,
+        })
+    }
+
+    /// The scope `sql` runs in: the session's, or — for an operator
+    /// signed in to a realm, when every relation it names is the
+    /// cluster's (`node`, `grants` …, outside any realm's view) — every
+    /// row, as the operator's `*` reads them. A statement that mixes
+    /// the two runs in the realm's scope, which names what it cannot see.
+    async fn scope_of(&self, session: &Session, sql: &str) -> PgWireResult<ReadScope> {
+        if !(session.operator && matches!(session.scope, ReadScope::Realm(_))) {
+            return Ok(session.scope.clone());
+        }
+        let Some(named) = tabos_store::dialect::relations_named(sql) else {
+            return Ok(session.scope.clone());
+        };
+        let store = self.node.store.clone();
+        let cluster = self
+            .cluster
+            .get_or_try_init(|| async move {
+                tokio::task::spawn_blocking(move || catalog::cluster_relations(&store))
+                    .await
+                    .map_err(|e| refused(sqlstate::INTERNAL_ERROR, e.to_string()))?
+                    .map(Arc::from)
+                    .map_err(|e| store_error(&e))
+            })
+            .await?;
+        Ok(
+            if !named.is_empty() && named.iter().all(|n| cluster.contains(n)) {
+                ReadScope::All
+            } else {
+                session.scope.clone()
+            },
+        )
+    }
+
+    /// The result shape of cursor `name`, read without moving it.
+    fn cursor_fields(&self, name: &str, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+        let cursors = lock(&self.cursors);
+        let c = cursors.get(name).ok_or_else(|| no_cursor(name))?;
+        Ok(fields(&c.take_none(), format).to_vec())
     }
 
     /// Follows `channel` of the session's realm.
@@ -512,6 +679,12 @@ enum Outcome {
 struct Typed {
     rows: tabos_store::Rows,
     bools: Arc<[bool]>,
+    /// Columns whose values are JSON arrays (of the catalog's arrays),
+    /// sent as `text[]`.
+    arrays: Arc<[bool]>,
+    /// Column types decided already (a cursor's, from its whole result,
+    /// so that every FETCH has the same shape).
+    types: Option<Arc<[Type]>>,
 }
 
 impl From<tabos_store::Rows> for Typed {
@@ -519,6 +692,8 @@ impl From<tabos_store::Rows> for Typed {
         Typed {
             rows,
             bools: Arc::from([]),
+            arrays: Arc::from([]),
+            types: None,
         }
     }
 }
@@ -535,6 +710,16 @@ enum Statement {
     Unlisten(Option<String>),
     Notify,
     Query,
+    /// `COPY … TO STDOUT`.
+    Copy,
+    /// `DECLARE name CURSOR … FOR query`.
+    Declare,
+    /// `FETCH` (or `MOVE`: no rows, only how many).
+    Fetch {
+        moving: bool,
+    },
+    /// `CLOSE name` (`None`: `CLOSE ALL`).
+    Close(Option<String>),
 }
 
 /// A channel or setting name as PostgreSQL reads an identifier: quoted
@@ -571,6 +756,12 @@ fn classify(sql: &str) -> Statement {
         "unlisten" if rest.trim() == "*" => Statement::Unlisten(None),
         "unlisten" => Statement::Unlisten(Some(identifier(rest))),
         "notify" => Statement::Notify,
+        "copy" => Statement::Copy,
+        "declare" => Statement::Declare,
+        "fetch" => Statement::Fetch { moving: false },
+        "move" => Statement::Fetch { moving: true },
+        "close" if rest.eq_ignore_ascii_case("all") => Statement::Close(None),
+        "close" => Statement::Close(Some(identifier(rest))),
         _ => Statement::Query,
     }
 }
@@ -595,6 +786,12 @@ fn show(name: &str) -> PgWireResult<tabos_store::Rows> {
 /// so and every value is 0, 1 or NULL.
 fn column_type(typed: &Typed, i: usize) -> Type {
     let rows = &typed.rows;
+    if let Some(t) = typed.types.as_ref().and_then(|t| t.get(i)) {
+        return t.clone();
+    }
+    if typed.arrays.get(i) == Some(&true) {
+        return Type::TEXT_ARRAY;
+    }
     if typed.bools.get(i) == Some(&true)
         && rows
             .rows
@@ -703,6 +900,19 @@ impl postgres_types::ToSql for PgFloat {
 fn encode(enc: &mut DataRowEncoder, ty: &Type, v: &Value) -> PgWireResult<()> {
     match (v, ty) {
         (Value::Null, _) => enc.encode_field(&None::<i64>),
+        (Value::Text(json), t) if *t == Type::TEXT_ARRAY => {
+            let items: Vec<serde_json::Value> = serde_json::from_str(json)
+                .map_err(|e| refused(sqlstate::INTERNAL_ERROR, format!("an array column: {e}")))?;
+            let items: Vec<Option<String>> = items
+                .into_iter()
+                .map(|i| match i {
+                    serde_json::Value::Null => None,
+                    serde_json::Value::String(s) => Some(s),
+                    other => Some(other.to_string()),
+                })
+                .collect();
+            enc.encode_field(&items)
+        }
         (Value::Int(i), t) if *t == Type::INT8 => enc.encode_field(i),
         (Value::Int(i), t) if *t == Type::BOOL => enc.encode_field(&(*i != 0)),
         (Value::Int(i), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*i as f64)),
@@ -916,7 +1126,21 @@ impl ExtendedQueryHandler for Queries {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         match self.outcome(portal).await? {
-            Outcome::Response(r) => Ok(r),
+            Outcome::Response(r) => {
+                if classify(&portal.statement.statement) == Statement::Declare {
+                    // A cursor is a portal in PostgreSQL: psycopg describes
+                    // it by name to learn its columns.
+                    let d = declaration(&portal.statement.statement)?;
+                    let fetch_all = format!("FETCH ALL FROM \"{}\"", d.name.replace('"', "\"\""));
+                    client
+                        .portal_store()
+                        .put_portal(Arc::new(Portal::new_cursor(
+                            d.name.clone(),
+                            Arc::new(StoredStatement::new(d.name.clone(), fetch_all, Vec::new())),
+                        )));
+                }
+                Ok(r)
+            }
             Outcome::Rows(typed) => {
                 warn_truncated(client, &typed.rows).await?;
                 Ok(Response::Query(query_response(
@@ -951,9 +1175,21 @@ impl ExtendedQueryHandler for Queries {
             })
             .collect();
         let nulls = vec![Value::Null; params.len()];
-        let fields = match self.conn.run(&stmt.statement, nulls).await? {
-            Outcome::Rows(typed) => fields(&typed, &Format::UnifiedText).to_vec(),
-            Outcome::Response(_) => Vec::new(),
+        let fields = match classify(&stmt.statement) {
+            // Run with nulls for the shape: it only reads.
+            Statement::Query | Statement::Show(_) => {
+                match self.conn.run(&stmt.statement, nulls).await? {
+                    Outcome::Rows(typed) => fields(&typed, &Format::UnifiedText).to_vec(),
+                    Outcome::Response(_) => Vec::new(),
+                }
+            }
+            // A cursor's shape, without moving it.
+            Statement::Fetch { moving: false } => {
+                let f = fetching(&stmt.statement)?;
+                self.conn.cursor_fields(&f.name, &Format::UnifiedText)?
+            }
+            // Not run to be described: it would act twice.
+            _ => Vec::new(),
         };
         Ok(DescribeStatementResponse::new(params, fields))
     }
@@ -969,9 +1205,29 @@ impl ExtendedQueryHandler for Queries {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        // Run now, kept for the Execute that follows: the row
-        // description comes from the values.
+        // A cursor (a portal psycopg describes by the cursor's name) and a
+        // FETCH have the cursor's shape; only a query is run to be
+        // described, and kept for the Execute that follows (the row
+        // description comes from the values) — anything else would act
+        // twice.
         let sql = portal.statement.statement.clone();
+        if lock(&self.conn.cursors).contains_key(&portal.name) {
+            let f = self
+                .conn
+                .cursor_fields(&portal.name, &portal.result_column_format)?;
+            return Ok(DescribePortalResponse::new(f));
+        }
+        match classify(&sql) {
+            Statement::Query | Statement::Show(_) => {}
+            Statement::Fetch { moving: false } => {
+                let f = fetching(&sql)?;
+                let f = self
+                    .conn
+                    .cursor_fields(&f.name, &portal.result_column_format)?;
+                return Ok(DescribePortalResponse::new(f));
+            }
+            _ => return Ok(DescribePortalResponse::new(Vec::new())),
+        }
         match self.conn.run(&sql, params_of(portal)?).await? {
             Outcome::Rows(typed) => {
                 let f = fields(&typed, &portal.result_column_format).to_vec();
@@ -1033,11 +1289,17 @@ async fn connection(
         node,
         session: Mutex::new(None),
         described: Mutex::new(HashMap::new()),
+        cursors: Mutex::new(HashMap::new()),
+        key: cancel::Key::new(),
+        cluster: tokio::sync::OnceCell::new(),
         listens: Mutex::new(HashMap::new()),
         notify,
         ticket: ticket.clone(),
         door,
     });
+    if let Some(key) = &conn.key {
+        socket.set_pid_and_secret_key(key.pid, key.secret_key());
+    }
     let mut params = DefaultServerParameterProvider::default();
     params.server_version = SERVER_VERSION.into();
     params.default_transaction_read_only = true;
@@ -1050,6 +1312,7 @@ async fn connection(
         parser: Arc::new(NoopQueryParser::new()),
     });
     let noop = Arc::new(NoopHandler);
+    let canceller = Arc::new(cancel::Canceller);
     let deadline = tokio::time::Instant::now() + STARTUP_WAIT;
     let stop = crate::stopping(stopping);
     tokio::pin!(stop);
@@ -1091,7 +1354,7 @@ async fn connection(
                     queries.clone(),
                     queries.clone(),
                     noop.clone(),
-                    noop.clone(),
+                    canceller.clone(),
                 )
                 .await
                 {

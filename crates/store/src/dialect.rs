@@ -103,26 +103,60 @@ pub fn version() -> String {
 struct Reading {
     sqlite: Result<Arc<str>, Error>,
     bools: Arc<[bool]>,
+    /// [`output_names`]'s answer.
+    names: Option<Vec<String>>,
+    /// [`array_columns`]'s answer.
+    arrays: Arc<[bool]>,
 }
 
 type Cache = Mutex<HashMap<String, Reading>>;
 
-fn cache() -> &'static Cache {
-    static CACHE: OnceLock<Cache> = OnceLock::new();
-    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+/// How a statement is read: a user's, or one a front door answers from
+/// its own copy of PostgreSQL's catalog.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Mode {
+    /// A user's statement on the store: a cast to a type SQLite cannot
+    /// hold is refused.
+    User,
+    /// A catalog statement (pg_dump's, SQLAlchemy's inspector's …) run on
+    /// a catalog database: a cast to one of the catalog's own types
+    /// (`regclass`, `regtype`, `oid`, `name`, `"char"` …) becomes the
+    /// catalog function `pg_cast_<type>` when there is one
+    /// ([`CATALOG_CASTS`]), else the value as it is — oids are integers
+    /// there and names text.
+    Catalog,
+}
+
+/// The catalog's casts that change a value (an oid printed as the name
+/// it stands for, a name looked up as its oid): the front door's catalog
+/// database defines `pg_cast_<type>` for each.
+pub const CATALOG_CASTS: &[&str] = &["regclass", "regtype", "regnamespace", "regproc", "regrole"];
+
+fn cache(mode: Mode) -> &'static Cache {
+    static USER: OnceLock<Cache> = OnceLock::new();
+    static CATALOG: OnceLock<Cache> = OnceLock::new();
+    match mode {
+        Mode::User => &USER,
+        Mode::Catalog => &CATALOG,
+    }
+    .get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// `f` of `sql`'s [`Reading`], from the cache or made (and kept) now.
 fn with_reading<T>(sql: &str, f: impl FnOnce(&Reading) -> T) -> T {
+    with_reading_as(Mode::User, sql, f)
+}
+
+fn with_reading_as<T>(mode: Mode, sql: &str, f: impl FnOnce(&Reading) -> T) -> T {
     if sql.len() > CACHE_STATEMENT_BYTES_MAX {
-        return f(&read(sql));
+        return f(&read(sql, mode));
     }
-    if let Some(hit) = lock(cache()).get(sql) {
+    if let Some(hit) = lock(cache(mode)).get(sql) {
         return f(hit);
     }
-    let made = read(sql);
+    let made = read(sql, mode);
     let out = f(&made);
-    let mut c = lock(cache());
+    let mut c = lock(cache(mode));
     if c.len() >= CACHE_ENTRIES_MAX {
         // Statements are mostly the same few (prepared, or a client's own
         // catalog queries): starting over is as good as evicting well.
@@ -136,6 +170,28 @@ fn with_reading<T>(sql: &str, f: impl FnOnce(&Reading) -> T) -> T {
 /// The same text always gives the same answer, kept after the first time.
 pub fn translate(sql: &str) -> Result<Arc<str>, Error> {
     with_reading(sql, |r| r.sqlite.clone())
+}
+
+/// [`translate`] for a catalog statement ([`Mode::Catalog`]).
+pub fn translate_catalog(sql: &str) -> Result<Arc<str>, Error> {
+    with_reading_as(Mode::Catalog, sql, |r| r.sqlite.clone())
+}
+
+/// Which result columns of catalog statement `sql` are arrays by their
+/// select item (`array_agg(…)`, `ARRAY[…]`, `ARRAY(SELECT …)`): on SQLite
+/// their values are JSON arrays, which a front door sends as PostgreSQL
+/// arrays.
+pub fn array_columns(sql: &str) -> Arc<[bool]> {
+    with_reading_as(Mode::Catalog, sql, |r| r.arrays.clone())
+}
+
+/// The names PostgreSQL gives the result columns of `sql` when it is
+/// one query whose select items can all be named without running it (no
+/// `*`): an alias, a column's own name, a function's name, `?column?`
+/// for anything else. A catalog statement answered with no rows still
+/// has its columns (a client reads a result's shape before its rows).
+pub fn output_names(sql: &str) -> Option<Vec<String>> {
+    with_reading_as(Mode::Catalog, sql, |r| r.names.clone())
 }
 
 /// Which result columns of `sql` are booleans by what the statement says
@@ -155,11 +211,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// [`translate`] without the cache (what the benchmark's uncached figure
 /// measures).
 pub fn translate_uncached(sql: &str) -> Result<Arc<str>, Error> {
-    read(sql).sqlite
+    read(sql, Mode::User).sqlite
 }
 
 /// Parses `sql` once and works out its [`Reading`].
-fn read(sql: &str) -> Reading {
+fn read(sql: &str, mode: Mode) -> Reading {
     let parsed = Parser::new(&PostgreSqlDialect {})
         .with_recursion_limit(NESTING_MAX)
         .try_with_sql(sql)
@@ -170,11 +226,18 @@ fn read(sql: &str) -> Reading {
         return Reading {
             sqlite: Ok(Arc::from(sql)),
             bools: Arc::from([]),
+            names: None,
+            arrays: Arc::from([]),
         };
     };
     // Before translation rewrites the select items.
     let bools = Arc::from(bools_of(&statements));
-    let mut t = Translator::default();
+    let names = names_of(&statements);
+    let arrays = Arc::from(arrays_of(&statements));
+    let mut t = Translator {
+        changed: false,
+        mode,
+    };
     let sqlite = if let ControlFlow::Break(construct) = statements.visit(&mut t) {
         Err(unsupported(sql, &construct))
     } else if !t.changed {
@@ -187,7 +250,339 @@ fn read(sql: &str) -> Reading {
             .join("; ");
         Ok(Arc::from(text))
     };
-    Reading { sqlite, bools }
+    Reading {
+        sqlite,
+        bools,
+        names,
+        arrays,
+    }
+}
+
+/// The column name PostgreSQL gives a cast of an unnamed value to type
+/// `t` (as sqlparser prints it): the type's internal name.
+fn type_column_name(t: &str) -> String {
+    let t = t.to_ascii_lowercase();
+    let base = t.split(['(', '[']).next().unwrap_or("").trim();
+    match base {
+        "int" | "integer" | "int4" => "int4",
+        "bigint" | "int8" => "int8",
+        "smallint" | "int2" => "int2",
+        "real" | "float4" => "float4",
+        "double precision" | "float8" | "float" | "double" => "float8",
+        "bool" | "boolean" => "bool",
+        "character varying" | "varchar" => "varchar",
+        "character" | "char" | "bpchar" => "bpchar",
+        "timestamp with time zone" | "timestamptz" => "timestamptz",
+        "timestamp" | "timestamp without time zone" => "timestamp",
+        other => return other.rsplit('.').next().unwrap_or(other).to_string(),
+    }
+    .to_string()
+}
+
+/// [`array_columns`] of parsed `statements`.
+fn arrays_of(statements: &[Statement]) -> Vec<bool> {
+    let Some(select) = only_select(statements) else {
+        return Vec::new();
+    };
+    select
+        .projection
+        .iter()
+        .map(|item| match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                matches!(e, Expr::Array(_)) || fn_named(e, &["array_agg", "array"])
+            }
+            _ => false,
+        })
+        .collect()
+}
+
+/// The one SELECT of `statements` (a UNION's first arm), if that is what
+/// they are.
+fn only_select(statements: &[Statement]) -> Option<&ast::Select> {
+    let [Statement::Query(q)] = statements else {
+        return None;
+    };
+    let mut body = q.body.as_ref();
+    while let SetExpr::SetOperation { left, .. } = body {
+        body = left.as_ref();
+    }
+    match body {
+        SetExpr::Select(select) => Some(select),
+        _ => None,
+    }
+}
+
+/// The relations `sql` names (tables, views, CTEs — lower-cased, last
+/// part of a qualified name), or `None` when PostgreSQL's parser cannot
+/// read it: a front door decides from them which scope a statement
+/// needs.
+pub fn relations_named(sql: &str) -> Option<Vec<String>> {
+    let statements = Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(NESTING_MAX)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_statements())
+        .ok()?;
+    let mut names = Vec::new();
+    let _ = ast::visit_relations(&statements, |r| {
+        if let Some(ObjectNamePart::Identifier(i)) = r.0.last() {
+            names.push(i.value.to_ascii_lowercase());
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    Some(names)
+}
+
+/// A `COPY … TO STDOUT` as a front door runs it: the query whose rows it
+/// writes, and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CopyOut {
+    /// The rows' query, in PostgreSQL's dialect (`COPY t (a, b)` is
+    /// `SELECT a, b FROM t`).
+    pub query: String,
+    /// CSV, not PostgreSQL's text format.
+    pub csv: bool,
+    /// A first line of column names.
+    pub header: bool,
+    pub delimiter: char,
+    /// How NULL is written.
+    pub null: String,
+    /// CSV's quote and escape characters.
+    pub quote: char,
+    pub escape: char,
+}
+
+/// What a `COPY` statement asks of a front door that only reads: `None`
+/// when `sql` is not a `COPY`; `Some(Err((sqlstate, why)))` when it is one
+/// that cannot be served — into a table (`FROM`), to or from a file or a
+/// program, binary.
+pub fn copy_out(sql: &str) -> Option<Result<CopyOut, (&'static str, String)>> {
+    let statements = Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(NESTING_MAX)
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_statements())
+        .ok()?;
+    let [Statement::Copy {
+        source,
+        to,
+        target,
+        options,
+        legacy_options,
+        ..
+    }] = statements.as_slice()
+    else {
+        return None;
+    };
+    Some(copy_of(source, *to, target, options, legacy_options))
+}
+
+fn copy_of(
+    source: &ast::CopySource,
+    to: bool,
+    target: &ast::CopyTarget,
+    options: &[ast::CopyOption],
+    legacy: &[ast::CopyLegacyOption],
+) -> Result<CopyOut, (&'static str, String)> {
+    use ast::{CopyLegacyCsvOption as Csv, CopyLegacyOption as Legacy, CopyOption as Opt};
+    const READ_ONLY: &str = "25006";
+    const PRIVILEGE: &str = "42501";
+    const UNSUPPORTED: &str = "0A000";
+    if !to {
+        return Err((
+            READ_ONLY,
+            "cannot execute COPY FROM: tabos's SQL is read-only".into(),
+        ));
+    }
+    if !matches!(target, ast::CopyTarget::Stdout) {
+        return Err((
+            PRIVILEGE,
+            "COPY to a file or a program is not allowed: use COPY … TO STDOUT".into(),
+        ));
+    }
+    let query = match source {
+        ast::CopySource::Query(q) => q.to_string(),
+        ast::CopySource::Table {
+            table_name,
+            columns,
+        } if columns.is_empty() => format!("SELECT * FROM {table_name}"),
+        ast::CopySource::Table {
+            table_name,
+            columns,
+        } => format!(
+            "SELECT {} FROM {table_name}",
+            columns
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut out = CopyOut {
+        query,
+        csv: false,
+        header: false,
+        delimiter: '\t',
+        null: "\\N".into(),
+        quote: '"',
+        escape: '"',
+    };
+    let (mut delimiter, mut null) = (None, None);
+    let unsupported = |what: String| Err((UNSUPPORTED, format!("COPY with {what}")));
+    for o in options {
+        match o {
+            Opt::Format(f) => match f.value.to_ascii_lowercase().as_str() {
+                "csv" => out.csv = true,
+                "text" => out.csv = false,
+                other => return unsupported(format!("FORMAT {other}")),
+            },
+            Opt::Header(h) => out.header = *h,
+            Opt::Delimiter(c) => delimiter = Some(*c),
+            Opt::Null(n) => null = Some(n.clone()),
+            Opt::Quote(c) => out.quote = *c,
+            Opt::Escape(c) => out.escape = *c,
+            Opt::Encoding(e)
+                if e.eq_ignore_ascii_case("utf8") || e.eq_ignore_ascii_case("utf-8") => {}
+            other => return unsupported(other.to_string()),
+        }
+    }
+    for o in legacy {
+        match o {
+            Legacy::Csv(csv) => {
+                out.csv = true;
+                for c in csv {
+                    match c {
+                        Csv::Header => out.header = true,
+                        Csv::Quote(q) => out.quote = *q,
+                        Csv::Escape(e) => out.escape = *e,
+                        other => return unsupported(other.to_string()),
+                    }
+                }
+            }
+            Legacy::Header => out.header = true,
+            Legacy::Delimiter(c) => delimiter = Some(*c),
+            Legacy::Null(n) => null = Some(n.clone()),
+            other => return unsupported(other.to_string()),
+        }
+    }
+    if out.csv {
+        out.delimiter = ',';
+        out.null = String::new();
+    }
+    if let Some(d) = delimiter {
+        out.delimiter = d;
+    }
+    if let Some(n) = null {
+        out.null = n;
+    }
+    if matches!(out.delimiter, '\n' | '\r') || (out.csv && out.delimiter == out.quote) {
+        return Err((
+            "22023",
+            "COPY delimiter cannot be a newline or the quote".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// A table's columns and primary key, as its `CREATE TABLE` says.
+#[derive(Debug, Default, PartialEq)]
+pub struct TableShape {
+    /// Name, declared type (empty when none) and whether `NOT NULL` (a
+    /// primary key's columns are).
+    pub columns: Vec<(String, String, bool)>,
+    /// The primary key's columns, in key order (empty: none).
+    pub primary_key: Vec<String>,
+}
+
+/// The [`TableShape`] of a SQLite `CREATE TABLE` statement (what
+/// `sqlite_master.sql` keeps, its ALTERs included); `None` for anything
+/// else.
+pub fn sqlite_table_shape(ddl: &str) -> Option<TableShape> {
+    let statements = Parser::parse_sql(&sqlparser::dialect::SQLiteDialect {}, ddl).ok()?;
+    let [Statement::CreateTable(t)] = statements.as_slice() else {
+        return None;
+    };
+    let column_of = |c: &ast::IndexColumn| match &c.column.expr {
+        Expr::Identifier(i) => Some(i.value.clone()),
+        _ => None,
+    };
+    let mut primary_key: Vec<String> = Vec::new();
+    for c in &t.constraints {
+        if let ast::TableConstraint::PrimaryKey(pk) = c {
+            primary_key = pk.columns.iter().filter_map(column_of).collect();
+        }
+    }
+    for c in &t.columns {
+        if c.options
+            .iter()
+            .any(|o| matches!(o.option, ast::ColumnOption::PrimaryKey(_)))
+        {
+            primary_key = vec![c.name.value.clone()];
+        }
+    }
+    let columns = t
+        .columns
+        .iter()
+        .map(|c| {
+            let not_null = primary_key.contains(&c.name.value)
+                || c.options
+                    .iter()
+                    .any(|o| matches!(o.option, ast::ColumnOption::NotNull));
+            let decl = match c.data_type {
+                ast::DataType::Unspecified => String::new(),
+                ref d => d.to_string(),
+            };
+            (c.name.value.clone(), decl, not_null)
+        })
+        .collect();
+    Some(TableShape {
+        columns,
+        primary_key,
+    })
+}
+
+/// [`output_names`] of parsed `statements`.
+fn names_of(statements: &[Statement]) -> Option<Vec<String>> {
+    only_select(statements)?
+        .projection
+        .iter()
+        .map(|item| match item {
+            SelectItem::ExprWithAlias { alias, .. } => Some(alias.value.clone()),
+            SelectItem::UnnamedExpr(e) => Some(expr_name(e)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The name PostgreSQL gives an unnamed select item `e`.
+fn expr_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(i) => i.value.clone(),
+        Expr::CompoundIdentifier(parts) => parts
+            .last()
+            .map_or_else(|| "?column?".into(), |i| i.value.clone()),
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .and_then(|p| match p {
+                ObjectNamePart::Identifier(i) => Some(i.value.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| "?column?".into()),
+        Expr::Nested(expr) => expr_name(expr),
+        // `x::int` keeps x's name; a cast of something unnamed is named by
+        // its type, as PostgreSQL spells it internally.
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr_name(expr).as_str() {
+            "?column?" => type_column_name(&data_type.to_string()),
+            named => named.into(),
+        },
+        Expr::Value(v) if matches!(v.value, Value::Boolean(_)) => "bool".into(),
+        Expr::Case { .. } => "case".into(),
+        Expr::Exists { .. } => "exists".into(),
+        Expr::Array(_) => "array".into(),
+        _ => "?column?".into(),
+    }
 }
 
 fn unsupported(sql: &str, construct: &str) -> Error {
@@ -272,9 +667,9 @@ fn is_boolean(e: &Expr) -> bool {
 
 /// Rewrites an AST in place, children first; `Break` names what cannot
 /// be translated.
-#[derive(Default)]
 struct Translator {
     changed: bool,
+    mode: Mode,
 }
 
 impl VisitorMut for Translator {
@@ -283,6 +678,13 @@ impl VisitorMut for Translator {
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<String> {
         if let Some(Distinct::On(_)) = select.distinct {
             return ControlFlow::Break("SELECT DISTINCT ON".into());
+        }
+        if self.mode == Mode::Catalog {
+            match unnest_select_list(select) {
+                Ok(true) => self.changed = true,
+                Ok(false) => {}
+                Err(construct) => return ControlFlow::Break(construct),
+            }
         }
         for item in &select.projection {
             let e = match item {
@@ -460,6 +862,67 @@ fn set_returning(f: &Function) -> Option<String> {
     .then_some(name)
 }
 
+/// The table a catalog statement's `unnest` in a select list becomes.
+const UNNESTED: &str = "pg_unnested";
+
+/// In a catalog statement: `unnest(a)` and `generate_subscripts(a, 1)`
+/// in a select list (SQLAlchemy's key queries, over `pg_index.indkey`),
+/// all of the same array `a`, become the value and 1-based position of a
+/// `json_each` over it joined to the FROM list — one row per element, as
+/// PostgreSQL gives. The catalog database defines `pg_array_json`, an
+/// array's text (`1 2`, `{1,2}`, JSON) as JSON. `Ok(false)`: none there.
+fn unnest_select_list(select: &mut ast::Select) -> Result<bool, String> {
+    let mut array: Option<String> = None;
+    for item in &mut select.projection {
+        let e = match item {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
+            _ => continue,
+        };
+        let Expr::Function(f) = e else { continue };
+        let name = plain_name(&f.name).unwrap_or_default();
+        let replacement = match name.as_str() {
+            "unnest" => "value",
+            "generate_subscripts" => "key + 1",
+            _ => continue,
+        };
+        let args = plain_args(f).ok_or_else(|| format!("{name}() with these arguments"))?;
+        let Some(first) = args.first() else {
+            return Err(format!("{name}() with these arguments"));
+        };
+        let this = first.to_string();
+        if array.get_or_insert_with(|| this.clone()) != &this {
+            return Err(format!("{name}() of two arrays in one select list"));
+        }
+        *e = parse_expr(&format!("({UNNESTED}.{replacement})"))
+            .ok_or_else(|| format!("{name}() with these arguments"))?;
+    }
+    let Some(array) = array else {
+        return Ok(false);
+    };
+    let joined = format!("SELECT 1 FROM json_each(pg_array_json({array})) AS {UNNESTED}");
+    let from = match Parser::parse_sql(&PostgreSqlDialect {}, &joined).as_deref() {
+        Ok([Statement::Query(q)]) => match q.body.as_ref() {
+            SetExpr::Select(s) => s.from.clone(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    if from.is_empty() {
+        return Err("unnest() of this array".into());
+    }
+    select.from.extend(from);
+    Ok(true)
+}
+
+/// `text` parsed as one PostgreSQL expression.
+fn parse_expr(text: &str) -> Option<Expr> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(text)
+        .ok()?
+        .parse_expr()
+        .ok()
+}
+
 /// The plain arguments of a call (`None` when one is named, a wildcard or
 /// a subquery).
 fn plain_args(f: &Function) -> Option<Vec<Expr>> {
@@ -567,6 +1030,7 @@ impl Translator {
                     },
                     Some(Target::Call(f)) => call(f, vec![(**inner).clone()]),
                     Some(Target::Same) => Expr::Nested(inner.clone()),
+                    None if self.mode == Mode::Catalog => self.catalog_cast(&name, inner),
                     None => return Err(format!("a cast to {name}")),
                 }
             }
@@ -582,6 +1046,7 @@ impl Translator {
                     },
                     Some(Target::Call(f)) => call(f, vec![lit]),
                     Some(Target::Same) => lit,
+                    None if self.mode == Mode::Catalog => self.catalog_cast(&name, &lit),
                     None => return Err(format!("a literal of type {name}")),
                 }
             }
@@ -682,6 +1147,16 @@ impl Translator {
         }))
     }
 
+    /// A cast to type `name` in a catalog statement ([`Mode::Catalog`]).
+    fn catalog_cast(&self, name: &str, inner: &Expr) -> Expr {
+        let t = name.to_ascii_lowercase();
+        let base = t.rsplit('.').next().unwrap_or("").trim_matches('"');
+        match CATALOG_CASTS.iter().find(|c| **c == base) {
+            Some(c) => call(&format!("pg_cast_{c}"), vec![inner.clone()]),
+            None => Expr::Nested(Box::new(inner.clone())),
+        }
+    }
+
     fn function(&self, f: &Function) -> Result<Option<Expr>, String> {
         let Some(name) = plain_name(&f.name) else {
             return Ok(None);
@@ -719,6 +1194,9 @@ impl Translator {
             "greatest" => call("pg_greatest", args()?),
             "least" => call("pg_least", args()?),
             "string_agg" => Expr::Function(renamed("group_concat")),
+            // Over SQLite's 0 and 1.
+            "bool_and" | "every" => Expr::Function(renamed("min")),
+            "bool_or" => Expr::Function(renamed("max")),
             "array_agg" => Expr::Function(renamed("json_group_array")),
             _ => return Ok(None),
         }))
@@ -1364,5 +1842,90 @@ mod tests {
         let a = translate(sql).unwrap();
         let b = translate(sql).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    #[test]
+    fn catalog_statements_read_casts_and_unnest() {
+        // A user's cast to a catalog type is refused; a catalog
+        // statement's becomes the catalog's function, or nothing.
+        let sql =
+            "SELECT CAST(CAST(a.attrelid AS REGCLASS) AS TEXT), x::oid, 'pg_class'::regclass \
+                   FROM pg_attribute a";
+        assert!(translate(sql).is_err());
+        let t = translate_catalog(sql).unwrap();
+        assert!(t.contains("pg_cast_regclass(a.attrelid)"), "{t}");
+        assert!(t.contains("pg_cast_regclass('pg_class')"), "{t}");
+        assert!(!t.to_ascii_lowercase().contains("oid"), "{t}");
+        // unnest and generate_subscripts of one array: a json_each join.
+        let t = translate_catalog(
+            "SELECT c.conname, unnest(i.indkey) AS attnum, generate_subscripts(i.indkey, 1) AS ord \
+             FROM pg_constraint c JOIN pg_index i ON c.conindid = i.indexrelid",
+        )
+        .unwrap();
+        assert!(
+            t.contains("json_each(pg_array_json(i.indkey)) AS pg_unnested")
+                && t.contains("(pg_unnested.value) AS attnum")
+                && t.contains("(pg_unnested.key + 1) AS ord"),
+            "{t}"
+        );
+        assert!(translate_catalog("SELECT unnest(a), unnest(b) FROM t").is_err());
+        // bool_and over SQLite's 0 and 1.
+        assert_eq!(
+            one("SELECT bool_and(x) FROM (SELECT 1 AS x UNION ALL SELECT 0)"),
+            SqlValue::Integer(0)
+        );
+    }
+
+    #[test]
+    fn result_columns_are_named_as_postgresql_names_them() {
+        let names = output_names(
+            "SELECT a.conrelid, array_agg(CAST(b.attname AS TEXT)) AS cols, min(x), x::int, \
+             CASE WHEN y THEN 1 END, 1 + 2 FROM t",
+        )
+        .unwrap();
+        assert_eq!(names, ["conrelid", "cols", "min", "x", "case", "?column?"]);
+        assert_eq!(
+            output_names("SELECT 1::int, '2'::bigint, true, count(*), (pid), now()").unwrap(),
+            ["int4", "int8", "bool", "count", "pid", "now"]
+        );
+        assert_eq!(output_names("SELECT * FROM t"), None);
+        assert_eq!(
+            &*array_columns("SELECT array_agg(x) AS a, x FROM t"),
+            &[true, false]
+        );
+        assert_eq!(
+            relations_named("WITH w AS (SELECT 1) SELECT * FROM public.node n JOIN w ON true"),
+            Some(vec!["node".to_string(), "w".to_string()])
+        );
+        assert_eq!(relations_named("SELEC nonsense"), None);
+    }
+
+    #[test]
+    fn create_table_statements_give_keys_and_not_null() {
+        // As SQLite keeps a table an ALTER added a column to: after the
+        // key.
+        let shape = sqlite_table_shape(
+            "CREATE TABLE proc (p_key INTEGER NOT NULL, realm TEXT NOT NULL, pid TEXT NOT NULL, \
+             state TEXT CHECK (state IN ('a', 'b')), PRIMARY KEY (p_key, realm, pid), \
+             log_bytes INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID",
+        )
+        .unwrap();
+        assert_eq!(shape.primary_key, ["p_key", "realm", "pid"]);
+        let names: Vec<(&str, bool)> = shape
+            .columns
+            .iter()
+            .map(|(n, _, not_null)| (n.as_str(), *not_null))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("p_key", true),
+                ("realm", true),
+                ("pid", true),
+                ("state", false),
+                ("log_bytes", true)
+            ]
+        );
+        assert_eq!(sqlite_table_shape("CREATE VIEW v AS SELECT 1"), None);
     }
 }

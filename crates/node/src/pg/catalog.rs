@@ -11,13 +11,22 @@
 //! relations of the session's scope: every table and view of the kernel
 //! schema for an operator's `*`, the OS-state views of `tenant_view` for a
 //! realm; their columns come from running each relation's `SELECT *
-//! LIMIT 1` in that scope, their types from the backend's own catalog
-//! (the declared types of SQLite's `CREATE TABLE`, PostgreSQL's
-//! `information_schema.columns`; for a SQLite view, its first row's
-//! values) mapped to what the front door sends: int8, float8, bytea or
-//! text.
+//! LIMIT 1` in that scope, their types, NOT NULL and primary keys from
+//! the backend's own catalog (SQLite's `CREATE TABLE`, read by
+//! [`tabos_store::dialect::sqlite_table_shape`]; PostgreSQL's
+//! `information_schema`; for a SQLite view, its first row's values),
+//! types mapped to what the front door sends: int8, float8, bytea or
+//! text. A primary key is an index (`<table>_pkey`) in `pg_class` and
+//! `pg_index` and a constraint in `pg_constraint`, as PostgreSQL keeps it;
+//! a realm does not see the kernel's own `p_key` ([`HIDDEN`]), in a
+//! column list or a key. Booleans (columns declared BOOLEAN) go out as
+//! `bool`, arrays built by a select item as `text[]`.
 //!
-//! The statement is translated to SQLite first ([`translate`]): schema
+//! The dialect reads the statement first, in its catalog mode
+//! ([`tabos_store::dialect::translate_catalog`]: `reg*` casts become the
+//! catalog's `pg_cast_*` functions — an oid prints as its name, a name
+//! gives its oid —, `unnest` and `generate_subscripts` in a select list a
+//! `json_each` join). Then the catalog's own rewriting ([`translate`]): schema
 //! prefixes dropped (`information_schema.x` becomes `information_schema_x`),
 //! casts (`::regclass`) and `COLLATE pg_catalog.default` removed, `~`,
 //! `!~` and `OPERATOR(pg_catalog.~)` made `REGEXP`, `E'…'` made plain,
@@ -25,8 +34,9 @@
 //! PostgreSQL's functions that catalog queries call given SQLite
 //! definitions ([`functions`]). A catalog statement SQLite still cannot
 //! run (arrays, `generate_series` over them) that reads one of the
-//! relations tabos keeps empty has no rows, which is its answer in
-//! PostgreSQL too; any other is refused with its SQLite error.
+//! relations tabos keeps empty has no rows (with its columns named as
+//! PostgreSQL names them), which is its answer in PostgreSQL too; any
+//! other is refused with its SQLite error.
 
 use std::time::Duration;
 
@@ -54,8 +64,6 @@ const PROGRESS_STEPS: i32 = 10_000;
 const EMPTY: &[&str] = &[
     "pg_attrdef",
     "pg_collation",
-    "pg_index",
-    "pg_constraint",
     "pg_policy",
     "pg_statistic_ext",
     "pg_publication",
@@ -108,8 +116,9 @@ CREATE TABLE pg_attrdef (oid INTEGER, adrelid INTEGER, adnum INTEGER, adbin TEXT
 CREATE TABLE pg_collation (oid INTEGER, collname TEXT, collnamespace INTEGER, collprovider TEXT);
 CREATE TABLE pg_index (indexrelid INTEGER, indrelid INTEGER, indisprimary BOOLEAN,
     indisunique BOOLEAN, indisclustered BOOLEAN, indisvalid BOOLEAN, indisreplident BOOLEAN,
-    indkey TEXT, indnatts INTEGER, indisexclusion BOOLEAN, indimmediate BOOLEAN, indexprs TEXT,
-    indpred TEXT);
+    indkey TEXT, indnatts INTEGER, indnkeyatts INTEGER, indnullsnotdistinct BOOLEAN,
+    indisexclusion BOOLEAN, indimmediate BOOLEAN, indexprs TEXT, indpred TEXT, indoption TEXT,
+    indcollation TEXT, indclass TEXT);
 CREATE TABLE pg_constraint (oid INTEGER, conname TEXT, connamespace INTEGER, contype TEXT,
     condeferrable BOOLEAN, condeferred BOOLEAN, convalidated BOOLEAN, conrelid INTEGER,
     contypid INTEGER, conindid INTEGER, confrelid INTEGER, conkey TEXT, confkey TEXT,
@@ -135,7 +144,8 @@ CREATE TABLE pg_proc (oid INTEGER, proname TEXT, pronamespace INTEGER, prokind T
     prorettype INTEGER, proargtypes TEXT);
 CREATE TABLE pg_foreign_table (ftrelid INTEGER, ftserver INTEGER, ftoptions TEXT);
 CREATE TABLE pg_partitioned_table (partrelid INTEGER, partstrat TEXT, partnatts INTEGER);
-CREATE TABLE pg_sequence (seqrelid INTEGER, seqtypid INTEGER);
+CREATE TABLE pg_sequence (seqrelid INTEGER, seqtypid INTEGER, seqstart INTEGER, seqincrement INTEGER,
+    seqmax INTEGER, seqmin INTEGER, seqcache INTEGER, seqcycle BOOLEAN);
 CREATE TABLE pg_depend (classid INTEGER, objid INTEGER, objsubid INTEGER, refclassid INTEGER,
     refobjid INTEGER, refobjsubid INTEGER, deptype TEXT);
 CREATE TABLE information_schema_schemata (catalog_name TEXT, schema_name TEXT, schema_owner TEXT);
@@ -149,7 +159,7 @@ CREATE TABLE information_schema_columns (table_catalog TEXT, table_schema TEXT, 
     numeric_scale INTEGER, is_identity TEXT, is_generated TEXT, is_updatable TEXT);
 INSERT INTO pg_namespace VALUES (11, 'pg_catalog', 10, NULL), (2200, 'public', 10, NULL),
     (13000, 'information_schema', 10, NULL);
-INSERT INTO pg_am VALUES (2, 'heap', 't');
+INSERT INTO pg_am VALUES (2, 'heap', 't'), (403, 'btree', 'i');
 INSERT INTO pg_roles VALUES (10, 'tabos', 0, 1, 0, 0, 1, 0, -1, NULL, 0, NULL);
 INSERT INTO pg_user VALUES (10, 'tabos', 0);
 INSERT INTO pg_database VALUES (1, 'tabos', 10, 6, 'C.UTF-8', 'C.UTF-8', NULL, 'c', NULL, 1, 0,
@@ -206,9 +216,22 @@ pub fn rows(columns: &[&str], values: Vec<Vec<Value>>) -> tabos_store::Rows {
 struct Relation {
     name: String,
     view: bool,
-    /// Its columns and their type oids.
-    columns: Vec<(String, i64)>,
+    /// Its columns: name, type oid, whether NOT NULL.
+    columns: Vec<Column>,
+    /// Its primary key's columns, in key order (empty: none).
+    primary_key: Vec<String>,
 }
+
+/// One column of a [`Relation`].
+struct Column {
+    name: String,
+    type_oid: i64,
+    not_null: bool,
+}
+
+/// Columns the kernel keeps for itself, not shown to a realm: `p_key`
+/// places a row in its partition and is always its realm's.
+const HIDDEN: &[&str] = &["p_key"];
 
 /// The type oid the front door sends a column of declared type `decl`
 /// as (the store hands every integer and boolean over as an integer).
@@ -229,12 +252,13 @@ fn type_of(decl: &str) -> i64 {
     }
 }
 
-/// Relation `name`'s columns' declared types, by column.
+/// What the backend's own catalog says of relation `name`: each column's
+/// declared type and whether NOT NULL, and its primary key.
 fn declared(
     store: &tabos_store::Store,
     name: &str,
     all: &tabos_store::ReadLimits,
-) -> tabos_store::Result<std::collections::HashMap<String, String>> {
+) -> tabos_store::Result<tabos_store::dialect::TableShape> {
     let name = Value::Text(name.into());
     Ok(match store.kind() {
         // The read path runs no PRAGMA: the table's own CREATE statement
@@ -248,73 +272,56 @@ fn declared(
             .rows
             .first()
             .and_then(|r| r.get::<String>(0).ok())
-            .map(|ddl| create_table_types(&ddl))
+            .and_then(|ddl| tabos_store::dialect::sqlite_table_shape(&ddl))
             .unwrap_or_default(),
-        tabos_store::BackendKind::Postgres => store
-            .query_bounded(
-                "SELECT column_name::text, data_type::text FROM information_schema.columns \
-                 WHERE table_schema = current_schema() AND table_name = $1",
-                &[name],
-                all,
-            )?
-            .rows
-            .iter()
-            .filter_map(|r| Some((r.get::<String>(0).ok()?, r.get::<String>(1).ok()?)))
-            .collect(),
+        tabos_store::BackendKind::Postgres => {
+            let columns = store
+                .query_bounded(
+                    "SELECT column_name::text, data_type::text, (is_nullable = 'NO')::int \
+                     FROM information_schema.columns \
+                     WHERE table_schema = current_schema() AND table_name = $1 \
+                     ORDER BY ordinal_position",
+                    std::slice::from_ref(&name),
+                    all,
+                )?
+                .rows
+                .iter()
+                .filter_map(|r| {
+                    Some((
+                        r.get::<String>(0).ok()?,
+                        r.get::<String>(1).ok()?,
+                        r.get::<i64>(2).ok()? != 0,
+                    ))
+                })
+                .collect();
+            let primary_key = store
+                .query_bounded(
+                    "SELECT k.column_name::text FROM information_schema.table_constraints c \
+                     JOIN information_schema.key_column_usage k \
+                       ON k.constraint_name = c.constraint_name \
+                      AND k.table_schema = c.table_schema AND k.table_name = c.table_name \
+                     WHERE c.constraint_type = 'PRIMARY KEY' \
+                       AND c.table_schema = current_schema() AND c.table_name = $1 \
+                     ORDER BY k.ordinal_position",
+                    &[name],
+                    all,
+                )?
+                .rows
+                .iter()
+                .filter_map(|r| r.get::<String>(0).ok())
+                .collect();
+            tabos_store::dialect::TableShape {
+                columns,
+                primary_key,
+            }
+        }
     })
 }
 
-/// The declared type of each column of a `CREATE TABLE name (…)`
-/// statement (constraints skipped, comments ignored).
-fn create_table_types(ddl: &str) -> std::collections::HashMap<String, String> {
-    let text: String = ddl
-        .lines()
-        .map(|l| l.split("--").next().unwrap_or_default())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let Some(open) = text.find('(') else {
-        return Default::default();
-    };
-    let mut out = std::collections::HashMap::new();
-    let (mut depth, mut start) = (0usize, open + 1);
-    let mut items = Vec::new();
-    for (i, c) in text.char_indices().skip(open) {
-        match c {
-            '(' => depth += 1,
-            ')' if depth == 1 => {
-                items.push(&text[start..i]);
-                break;
-            }
-            ')' => depth -= 1,
-            ',' if depth == 1 => {
-                items.push(&text[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    for item in items {
-        let mut words = item.split_whitespace();
-        let (Some(column), ty) = (words.next(), words.next()) else {
-            continue;
-        };
-        let upper = column.to_ascii_uppercase();
-        if ["PRIMARY", "UNIQUE", "CHECK", "FOREIGN", "CONSTRAINT"].contains(&upper.as_str()) {
-            continue;
-        }
-        out.insert(
-            column.trim_matches('"').to_string(),
-            ty.unwrap_or_default().to_string(),
-        );
-    }
-    out
-}
-
-/// The relations of `scope`, with their columns.
-fn relations(node: &Node, scope: &ReadScope) -> tabos_store::Result<Vec<Relation>> {
-    let store = &node.store;
+/// Every table and view of the kernel schema, whether a view, and
+/// whether in a realm's view (`tenant_view`).
+fn listed(store: &tabos_store::Store) -> tabos_store::Result<Vec<(String, bool, bool)>> {
     let all = tabos_store::ReadLimits::rows(tabos_store::Cap::Truncate(RELATIONS_MAX));
-    // Every table and view of the kernel schema, and whether a view.
     let listed = match store.kind() {
         tabos_store::BackendKind::Sqlite => store.query_bounded(
             "SELECT name, type = 'view' FROM sqlite_master WHERE type IN ('table', 'view') \
@@ -329,24 +336,16 @@ fn relations(node: &Node, scope: &ReadScope) -> tabos_store::Result<Vec<Relation
             &all,
         )?,
     };
-    let shown: Option<Vec<String>> = match scope {
-        ReadScope::All => None,
-        ReadScope::Realm(_) => Some(
-            store
-                .query_bounded("SELECT name FROM tenant_view", &[], &all)?
-                .rows
-                .iter()
-                .filter_map(|r| r.get::<String>(0).ok())
-                .collect(),
-        ),
-    };
+    let realm_view: Vec<String> = store
+        .query_bounded("SELECT name FROM tenant_view", &[], &all)?
+        .rows
+        .iter()
+        .filter_map(|r| r.get::<String>(0).ok())
+        .collect();
     let mut out = Vec::new();
     for r in listed.rows.iter().take(RELATIONS_MAX) {
         let name: String = r.get(0)?;
         let view: i64 = r.get(1)?;
-        if shown.as_ref().is_some_and(|s| !s.contains(&name)) {
-            continue;
-        }
         // A name outside `[a-z_0-9]` is never one of the schema's.
         if !name
             .bytes()
@@ -354,6 +353,37 @@ fn relations(node: &Node, scope: &ReadScope) -> tabos_store::Result<Vec<Relation
         {
             continue;
         }
+        let in_view = realm_view.contains(&name);
+        out.push((name, view != 0, in_view));
+    }
+    Ok(out)
+}
+
+/// The cluster's relations: the kernel's tables and views outside a
+/// realm's view (`node`, `grants`, `credential` …), which an operator
+/// signed in to a realm reads whole.
+pub fn cluster_relations(store: &tabos_store::Store) -> tabos_store::Result<Vec<String>> {
+    Ok(listed(store)?
+        .into_iter()
+        .filter(|(_, _, in_view)| !in_view)
+        .map(|(name, _, _)| name)
+        .collect())
+}
+
+/// The relations of `scope`, with their columns: for a realm, its view,
+/// and the cluster's relations too when `operator` signed in to it.
+fn relations(node: &Node, scope: &ReadScope, operator: bool) -> tabos_store::Result<Vec<Relation>> {
+    let store = &node.store;
+    let all = tabos_store::ReadLimits::rows(tabos_store::Cap::Truncate(RELATIONS_MAX));
+    let mut out = Vec::new();
+    for (name, view, in_view) in listed(store)? {
+        let (scope, realm_scoped) = match scope {
+            ReadScope::All => (ReadScope::All, false),
+            ReadScope::Realm(_) if in_view => (scope.clone(), true),
+            ReadScope::Realm(_) if operator => (ReadScope::All, false),
+            ReadScope::Realm(_) => continue,
+        };
+        let scope = &scope;
         let limits = tabos_store::ReadLimits {
             scope: scope.clone(),
             time_max: Some(node.settings.query_time_max),
@@ -361,36 +391,263 @@ fn relations(node: &Node, scope: &ReadScope) -> tabos_store::Result<Vec<Relation
             ..tabos_store::ReadLimits::rows(tabos_store::Cap::Truncate(1))
         };
         let one = store.query_bounded(&format!("SELECT * FROM {name} LIMIT 1"), &[], &limits)?;
-        let types = declared(store, &name, &all)?;
+        let shape = declared(store, &name, &all)?;
+        let hidden = |c: &str| realm_scoped && HIDDEN.contains(&c);
         let first = one.rows.first();
         let columns = one
             .columns
             .iter()
             .enumerate()
+            .filter(|(_, c)| !hidden(c))
             .map(|(i, c)| {
-                let ty = match (types.get(c), first.and_then(|r| r.values().get(i))) {
-                    (Some(decl), _) => type_of(decl),
-                    (None, Some(Value::Int(_))) => 20,
-                    (None, Some(Value::Real(_))) => 701,
-                    (None, Some(Value::Blob(_))) => 17,
-                    (None, _) => 25,
+                let declared = shape.columns.iter().find(|d| d.0 == *c);
+                let type_oid = match (declared, first.and_then(|r| r.values().get(i))) {
+                    (Some((_, decl, _)), _) if !decl.is_empty() => type_of(decl),
+                    (_, Some(Value::Int(_))) => 20,
+                    (_, Some(Value::Real(_))) => 701,
+                    (_, Some(Value::Blob(_))) => 17,
+                    _ => 25,
                 };
-                (c.clone(), ty)
+                Column {
+                    name: c.clone(),
+                    type_oid,
+                    not_null: declared.is_some_and(|d| d.2),
+                }
             })
+            .collect();
+        // A key is shown as it is, or not at all: a realm's view hides
+        // p_key, and the rest of such a key is still unique within it.
+        let primary_key = shape
+            .primary_key
+            .into_iter()
+            .filter(|c| !hidden(c))
             .collect();
         out.push(Relation {
             name,
-            view: view != 0,
+            view,
             columns,
+            primary_key,
         });
     }
     Ok(out)
 }
 
-/// The SQLite function definitions of the PostgreSQL functions catalog
-/// queries call.
-fn functions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
+/// Relation `i`'s oid.
+fn relation_oid(i: usize) -> i64 {
+    FIRST_OID + i as i64
+}
+
+/// The oid of relation `i`'s primary key index.
+fn key_index_oid(i: usize) -> i64 {
+    FIRST_OID + (RELATIONS_MAX + i) as i64
+}
+
+/// The oid of relation `i`'s primary key constraint.
+fn key_constraint_oid(i: usize) -> i64 {
+    FIRST_OID + (2 * RELATIONS_MAX + i) as i64
+}
+
+/// PostgreSQL's own oids of the catalog relations clients name in casts
+/// (`'pg_class'::regclass`).
+const SYSTEM_RELATIONS: &[(i64, &str)] = &[
+    (1247, "pg_type"),
+    (1249, "pg_attribute"),
+    (1255, "pg_proc"),
+    (1259, "pg_class"),
+    (1262, "pg_database"),
+    (2604, "pg_attrdef"),
+    (2606, "pg_constraint"),
+    (2608, "pg_depend"),
+    (2609, "pg_description"),
+    (2610, "pg_index"),
+    (2611, "pg_inherits"),
+    (2615, "pg_namespace"),
+    (2618, "pg_rewrite"),
+    (2620, "pg_trigger"),
+    (3456, "pg_collation"),
+];
+
+/// The schemas: oid and name.
+const SCHEMAS: &[(i64, &str)] = &[
+    (11, "pg_catalog"),
+    (PUBLIC, "public"),
+    (13000, "information_schema"),
+];
+
+/// A cast of an oid to a `reg*` type prints as the name it stands for;
+/// a cast of a name gives its oid (what the catalog database holds for
+/// either: see [`tabos_store::dialect::Mode::Catalog`]). An unknown name
+/// is an error, as in PostgreSQL; an unknown oid prints as its number.
+fn reg_cast(
+    db: &rusqlite::Connection,
+    type_name: &'static str,
+    known: Vec<(i64, String)>,
+) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    let by_oid: std::collections::HashMap<i64, String> = known.iter().cloned().collect();
+    let by_name: std::collections::HashMap<String, i64> =
+        known.into_iter().map(|(o, n)| (n, o)).collect();
+    db.create_scalar_function(
+        format!("pg_cast_{type_name}").as_str(),
+        1,
+        flags,
+        move |ctx| {
+            use rusqlite::types::{Value as V, ValueRef};
+            Ok(match ctx.get_raw(0) {
+                ValueRef::Integer(oid) => match by_oid.get(&oid) {
+                    Some(n) => V::Text(n.clone()),
+                    None => V::Text(oid.to_string()),
+                },
+                ValueRef::Text(t) => {
+                    let text = String::from_utf8_lossy(t);
+                    let name = text
+                        .trim()
+                        .trim_start_matches("pg_catalog.")
+                        .trim_start_matches("public.")
+                        .trim_matches('"')
+                        .to_string();
+                    match (by_name.get(&name), name.parse::<i64>()) {
+                        (Some(oid), _) => V::Integer(*oid),
+                        (None, Ok(oid)) => V::Integer(oid),
+                        (None, Err(_)) => {
+                            return Err(rusqlite::Error::UserFunctionError(
+                                format!("{type_name} \"{name}\" does not exist").into(),
+                            ))
+                        }
+                    }
+                }
+                _ => V::Null,
+            })
+        },
+    )
+}
+
+/// The SQLite function definitions of the PostgreSQL functions catalog
+/// queries call, over `relations`.
+fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    let mut classes: Vec<(i64, String)> = SYSTEM_RELATIONS
+        .iter()
+        .map(|(o, n)| (*o, n.to_string()))
+        .collect();
+    // Definitions of the primary keys, by index and by constraint oid.
+    let mut index_defs = std::collections::HashMap::new();
+    let mut constraint_defs = std::collections::HashMap::new();
+    for (i, r) in relations.iter().enumerate() {
+        classes.push((relation_oid(i), r.name.clone()));
+        if r.primary_key.is_empty() {
+            continue;
+        }
+        let key = r.primary_key.join(", ");
+        let index = format!("{}_pkey", r.name);
+        classes.push((key_index_oid(i), index.clone()));
+        index_defs.insert(
+            key_index_oid(i),
+            (
+                format!(
+                    "CREATE UNIQUE INDEX {index} ON public.{} USING btree ({key})",
+                    r.name
+                ),
+                r.primary_key.clone(),
+            ),
+        );
+        constraint_defs.insert(key_constraint_oid(i), format!("PRIMARY KEY ({key})"));
+    }
+    reg_cast(db, "regclass", classes)?;
+    reg_cast(
+        db,
+        "regtype",
+        TYPES.iter().map(|t| (t.0, t.1.to_string())).collect(),
+    )?;
+    reg_cast(
+        db,
+        "regnamespace",
+        SCHEMAS.iter().map(|(o, n)| (*o, n.to_string())).collect(),
+    )?;
+    reg_cast(db, "regrole", vec![(10, "tabos".into())])?;
+    reg_cast(db, "regproc", vec![])?;
+    // pg_get_indexdef(index, column, pretty): the whole definition for
+    // column 0, else that key column's name.
+    let index_def = move |ctx: &rusqlite::functions::Context<'_>| {
+        let oid: Option<i64> = ctx.get(0)?;
+        let column: i64 = if ctx.len() > 1 { ctx.get(1)? } else { 0 };
+        Ok(oid
+            .and_then(|o| index_defs.get(&o))
+            .and_then(|(def, cols)| {
+                if column == 0 {
+                    Some(def.clone())
+                } else {
+                    cols.get(usize::try_from(column - 1).ok()?).cloned()
+                }
+            }))
+    };
+    let index_def = std::sync::Arc::new(index_def);
+    for arity in [1, 3] {
+        let f = index_def.clone();
+        db.create_scalar_function("pg_get_indexdef", arity, flags, move |ctx| f(ctx))?;
+    }
+    let constraint_defs = std::sync::Arc::new(constraint_defs);
+    for arity in [1, 2] {
+        let defs = constraint_defs.clone();
+        db.create_scalar_function("pg_get_constraintdef", arity, flags, move |ctx| {
+            let oid: Option<i64> = ctx.get(0)?;
+            Ok(oid.and_then(|o| defs.get(&o).cloned()))
+        })?;
+    }
+    // An array's text — an int2vector's `1 2`, an array's `{1,2}`, JSON —
+    // as a JSON array, for `json_each` (see the dialect's `unnest`).
+    db.create_scalar_function("pg_array_json", 1, flags, |ctx| {
+        use rusqlite::types::ValueRef;
+        let text = match ctx.get_raw(0) {
+            ValueRef::Null => return Ok("[]".to_string()),
+            ValueRef::Integer(n) => return Ok(format!("[{n}]")),
+            ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+            _ => String::new(),
+        };
+        let t = text.trim();
+        if t.starts_with('[') {
+            return Ok(t.to_string());
+        }
+        let items: Vec<serde_json::Value> = t
+            .trim_start_matches('{')
+            .trim_end_matches('}')
+            .split([' ', ','])
+            .filter(|i| !i.is_empty())
+            .map(|i| match i.parse::<i64>() {
+                Ok(n) => n.into(),
+                Err(_) => i.trim_matches('"').to_string().into(),
+            })
+            .collect();
+        Ok(serde_json::Value::Array(items).to_string())
+    })?;
+    // json_build_object(k, v, …) (SQLAlchemy's column query builds
+    // identity options with it), as JSON text.
+    db.create_scalar_function("json_build_object", -1, flags, |ctx| {
+        use rusqlite::types::ValueRef;
+        if ctx.len() % 2 != 0 {
+            return Err(rusqlite::Error::UserFunctionError(
+                "json_build_object takes keys and values in pairs".into(),
+            ));
+        }
+        let mut object = serde_json::Map::new();
+        for i in (0..ctx.len()).step_by(2) {
+            let key = match ctx.get_raw(i) {
+                ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                ValueRef::Integer(n) => n.to_string(),
+                ValueRef::Real(r) => r.to_string(),
+                _ => String::new(),
+            };
+            let value = match ctx.get_raw(i + 1) {
+                ValueRef::Null => serde_json::Value::Null,
+                ValueRef::Integer(n) => n.into(),
+                ValueRef::Real(r) => r.into(),
+                ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
+                ValueRef::Blob(_) => serde_json::Value::Null,
+            };
+            object.insert(key, value);
+        }
+        Ok(serde_json::Value::Object(object).to_string())
+    })?;
     db.create_scalar_function("regexp", 2, flags, |ctx| {
         let pattern: String = ctx.get(0)?;
         let Some(value) = ctx.get::<Option<String>>(1)? else {
@@ -457,14 +714,14 @@ fn functions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
     truth("has_table_privilege", 3)?;
     truth("has_schema_privilege", 2)?;
     truth("pg_relation_is_publishable", 1)?;
+    truth("pg_collation_is_visible", 1)?;
     let nothing = |name: &str, arity: i32| {
         db.create_scalar_function(name, arity, flags, |_| Ok(None::<String>))
     };
     for (name, arity) in [
         ("pg_get_expr", 2),
         ("pg_get_expr", 3),
-        ("pg_get_indexdef", 3),
-        ("pg_get_constraintdef", 2),
+        ("pg_get_serial_sequence", 2),
         ("pg_get_triggerdef", 2),
         ("pg_get_viewdef", 1),
         ("pg_get_viewdef", 2),
@@ -496,7 +753,7 @@ fn functions(db: &rusqlite::Connection) -> rusqlite::Result<()> {
 fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
     let db = rusqlite::Connection::open_in_memory()?;
     db.execute_batch(SCHEMA)?;
-    functions(&db)?;
+    functions(&db, relations)?;
     let tx = db.unchecked_transaction()?;
     for (oid, name, len, category) in TYPES {
         tx.execute(
@@ -507,7 +764,7 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
         )?;
     }
     for (i, r) in relations.iter().enumerate() {
-        let oid = FIRST_OID + i as i64;
+        let oid = relation_oid(i);
         let kind = if r.view { "v" } else { "r" };
         tx.execute(
             "INSERT INTO pg_class (oid, relname, relnamespace, relkind, relowner, relam, \
@@ -515,15 +772,16 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
              relforcerowsecurity, relispartition, reltablespace, reloftype, relpersistence, \
              relreplident, reltoastrelid, reltuples, relpages, relnatts, reltype, relisshared, \
              relhassubclass, relfilenode) \
-             VALUES (?1, ?2, ?3, ?4, 10, ?5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'p', 'd', 0, -1, 0, ?6, 0, \
-             0, 0, ?1)",
+             VALUES (?1, ?2, ?3, ?4, 10, ?5, 0, ?7, 0, 0, 0, 0, 0, 0, 0, 'p', 'd', 0, -1, 0, ?6, \
+             0, 0, 0, ?1)",
             rusqlite::params![
                 oid,
                 r.name,
                 PUBLIC,
                 kind,
                 if r.view { 0 } else { 2 },
-                r.columns.len() as i64
+                r.columns.len() as i64,
+                !r.primary_key.is_empty()
             ],
         )?;
         if r.view {
@@ -533,17 +791,20 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
             )?;
         } else {
             tx.execute(
-                "INSERT INTO pg_tables VALUES ('public', ?1, 'tabos', NULL, 0, 0, 0, 0)",
-                [&r.name],
+                "INSERT INTO pg_tables VALUES ('public', ?1, 'tabos', NULL, ?2, 0, 0, 0)",
+                rusqlite::params![r.name, !r.primary_key.is_empty()],
             )?;
         }
         tx.execute(
             "INSERT INTO information_schema_tables VALUES ('tabos', 'public', ?1, ?2, 'NO', 'NO')",
             rusqlite::params![r.name, if r.view { "VIEW" } else { "BASE TABLE" }],
         )?;
-        for (n, (column, ty)) in r.columns.iter().enumerate() {
-            let typname = TYPES.iter().find(|t| t.0 == *ty).map_or("text", |t| t.1);
-            let data_type = match *ty {
+        for (n, c) in r.columns.iter().enumerate() {
+            let typname = TYPES
+                .iter()
+                .find(|t| t.0 == c.type_oid)
+                .map_or("text", |t| t.1);
+            let data_type = match c.type_oid {
                 20 => "bigint",
                 701 => "double precision",
                 17 => "bytea",
@@ -554,35 +815,99 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
                  attnotnull, attisdropped, atthasdef, attidentity, attgenerated, attcollation, \
                  attstorage, attcompression, attstattarget, attlen, attndims, atthasmissing, \
                  attislocal, attinhcount) \
-                 VALUES (?1, ?2, ?3, -1, ?4, 0, 0, 0, '', '', 0, 'x', '', -1, -1, 0, 0, 1, 0)",
-                rusqlite::params![oid, column, ty, n as i64 + 1],
+                 VALUES (?1, ?2, ?3, -1, ?4, ?5, 0, 0, '', '', 0, 'x', '', -1, -1, 0, 0, 1, 0)",
+                rusqlite::params![oid, c.name, c.type_oid, n as i64 + 1, c.not_null],
             )?;
             tx.execute(
                 "INSERT INTO information_schema_columns VALUES ('tabos', 'public', ?1, ?2, ?3, \
-                 NULL, 'YES', ?4, ?5, NULL, NULL, NULL, 'NO', 'NEVER', 'NO')",
-                rusqlite::params![r.name, column, n as i64 + 1, data_type, typname],
+                 NULL, ?6, ?4, ?5, NULL, NULL, NULL, 'NO', 'NEVER', 'NO')",
+                rusqlite::params![
+                    r.name,
+                    c.name,
+                    n as i64 + 1,
+                    data_type,
+                    typname,
+                    if c.not_null { "NO" } else { "YES" }
+                ],
             )?;
         }
+        // The primary key: its index (a relation of its own) and its
+        // constraint, over the key's column numbers.
+        let attnums: Vec<i64> = r
+            .primary_key
+            .iter()
+            .filter_map(|k| r.columns.iter().position(|c| c.name == *k))
+            .map(|n| n as i64 + 1)
+            .collect();
+        if attnums.is_empty() {
+            continue;
+        }
+        let index = format!("{}_pkey", r.name);
+        tx.execute(
+            "INSERT INTO pg_class (oid, relname, relnamespace, relkind, relowner, relam, \
+             relchecks, relhasindex, relhasrules, relhastriggers, relrowsecurity, \
+             relforcerowsecurity, relispartition, reltablespace, reloftype, relpersistence, \
+             relreplident, reltoastrelid, reltuples, relpages, relnatts, reltype, relisshared, \
+             relhassubclass, relfilenode) \
+             VALUES (?1, ?2, ?3, 'i', 10, 403, 0, 0, 0, 0, 0, 0, 0, 0, 0, 'p', 'n', 0, -1, 0, ?4, \
+             0, 0, 0, ?1)",
+            rusqlite::params![key_index_oid(i), index, PUBLIC, attnums.len() as i64],
+        )?;
+        let indkey = attnums
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(" ");
+        tx.execute(
+            "INSERT INTO pg_index (indexrelid, indrelid, indisprimary, indisunique, \
+             indisclustered, indisvalid, indisreplident, indkey, indnatts, indnkeyatts, \
+             indnullsnotdistinct, indisexclusion, indimmediate, indexprs, indpred, indoption, \
+             indcollation, indclass) \
+             VALUES (?1, ?2, 1, 1, 0, 1, 0, ?3, ?4, ?4, 0, 0, 1, NULL, NULL, ?5, ?5, ?5)",
+            rusqlite::params![
+                key_index_oid(i),
+                oid,
+                indkey,
+                attnums.len() as i64,
+                vec!["0"; attnums.len()].join(" ")
+            ],
+        )?;
+        let conkey = format!(
+            "{{{}}}",
+            attnums
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        tx.execute(
+            "INSERT INTO pg_constraint (oid, conname, connamespace, contype, condeferrable, \
+             condeferred, convalidated, conrelid, contypid, conindid, confrelid, conkey, confkey, \
+             conparentid, conislocal) VALUES (?1, ?2, ?3, 'p', 0, 0, 1, ?4, 0, ?5, 0, ?6, NULL, 0, 1)",
+            rusqlite::params![key_constraint_oid(i), index, PUBLIC, oid, key_index_oid(i), conkey],
+        )?;
     }
     tx.commit()?;
     Ok(db)
 }
 
-/// Answers the catalog statement `sql` for `scope`.
-pub fn answer(
+/// Answers the catalog statement `sql` for `scope` (and, for an
+/// `operator` signed in to a realm, the cluster's relations too).
+pub(super) fn answer(
     node: &Node,
     scope: &ReadScope,
+    operator: bool,
     sql: &str,
     params: &[Value],
-) -> PgWireResult<tabos_store::Rows> {
-    let relations = relations(node, scope).map_err(|e| super::store_error(&e))?;
+) -> PgWireResult<super::Typed> {
+    let relations = relations(node, scope, operator).map_err(|e| super::store_error(&e))?;
     let db = database(&relations)
         .map_err(|e| refused(sqlstate::INTERNAL_ERROR, format!("catalog: {e}")))?;
     confine(&db, node.settings.query_time_max);
-    // PostgreSQL's own constructs SQLite lacks (`= ANY(ARRAY[…])`, casts
-    // to known types, intervals) as for any statement; what the dialect
-    // refuses (a `::regclass`) is left to the catalog's own rewriting.
-    let plain = match tabos_store::dialect::translate(sql) {
+    // PostgreSQL's own constructs SQLite lacks (`= ANY(ARRAY[…])`, casts,
+    // intervals, `unnest` in a select list) through the dialect's catalog
+    // reading; what it cannot read is left to the catalog's own rewriting.
+    let plain = match tabos_store::dialect::translate_catalog(sql) {
         Ok(t) => t.to_string(),
         Err(_) => sql.to_string(),
     };
@@ -603,7 +928,11 @@ pub fn answer(
             // relation tabos keeps empty: no rows, as in PostgreSQL.
             let lower = translated.to_ascii_lowercase();
             if EMPTY.iter().any(|t| names(&lower, t)) {
-                return Ok(rows(&[], Vec::new()));
+                // With its columns, named as PostgreSQL names them: a
+                // client reads a result's shape before its rows.
+                let named = tabos_store::dialect::output_names(sql).unwrap_or_default();
+                let named: Vec<&str> = named.iter().map(String::as_str).collect();
+                return Ok(rows(&named, Vec::new()).into());
             }
             return Err(refused(
                 sqlstate::FEATURE_NOT_SUPPORTED,
@@ -618,6 +947,20 @@ pub fn answer(
         ));
     }
     let columns: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
+    // Booleans: a catalog column declared BOOLEAN, or an item boolean by
+    // its form; arrays: an item that builds one.
+    let by_form = tabos_store::dialect::bool_columns(sql);
+    let bools: std::sync::Arc<[bool]> = stmt
+        .columns()
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            c.decl_type()
+                .is_some_and(|t| t.eq_ignore_ascii_case("boolean"))
+                || by_form.get(i) == Some(&true)
+        })
+        .collect();
+    let arrays = tabos_store::dialect::array_columns(sql);
     let bound: Vec<rusqlite::types::Value> = params
         .iter()
         .map(|v| match v {
@@ -638,9 +981,22 @@ pub fn answer(
         ),
         _ => refused(sqlstate::SYNTAX_OR_ACCESS, e.to_string()),
     };
-    let mut q = stmt
-        .query(rusqlite::params_from_iter(bound))
-        .map_err(sqlite_error)?;
+    // By number, not position: `$n` is what the client bound n-th,
+    // wherever (and whether) translation left it in the statement.
+    for i in 1..=stmt.parameter_count() {
+        let n = stmt
+            .parameter_name(i)
+            .and_then(|name| name.trim_start_matches(['$', '?']).parse::<usize>().ok())
+            .unwrap_or(i);
+        let value = bound.get(n.wrapping_sub(1)).ok_or_else(|| {
+            refused(
+                sqlstate::PROTOCOL_VIOLATION,
+                format!("${n} has no value: {} were bound", bound.len()),
+            )
+        })?;
+        stmt.raw_bind_parameter(i, value).map_err(sqlite_error)?;
+    }
+    let mut q = stmt.raw_query();
     let mut out = Vec::new();
     let mut bytes = 0usize;
     let mut truncated = false;
@@ -671,10 +1027,21 @@ pub fn answer(
             .sum::<usize>();
         out.push(values);
     }
+    // Named as PostgreSQL names them (SQLite names an expression by its
+    // text).
+    let columns = match tabos_store::dialect::output_names(sql) {
+        Some(named) if named.len() == columns.len() => named,
+        _ => columns,
+    };
     let names: Vec<&str> = columns.iter().map(String::as_str).collect();
     let mut result = rows(&names, out);
     result.truncated = truncated;
-    Ok(result)
+    Ok(super::Typed {
+        rows: result,
+        bools,
+        arrays,
+        types: None,
+    })
 }
 
 /// Confines the catalog database to what a tenant's statement may do
@@ -924,16 +1291,36 @@ mod tests {
             .query_row("SELECT length(zeroblob(2000000))", [], |r| r
                 .get::<_, i64>(0))
             .is_err());
-        let types = create_table_types(
+        let shape = tabos_store::dialect::sqlite_table_shape(
             "CREATE TABLE t (\n  a INTEGER NOT NULL, -- a, b: why\n  b TEXT CHECK (b IN ('x', 'y')),\n  \
-             c REAL, PRIMARY KEY (a, b)\n), d BLOB",
-        );
-        assert_eq!(types.len(), 3, "{types:?}");
+             c REAL, d, PRIMARY KEY (a, b)\n)",
+        )
+        .unwrap();
         assert_eq!(
-            (types["a"].as_str(), types["b"].as_str()),
-            ("INTEGER", "TEXT")
+            shape.columns,
+            [
+                ("a".to_string(), "INTEGER".to_string(), true),
+                ("b".to_string(), "TEXT".to_string(), true),
+                ("c".to_string(), "REAL".to_string(), false),
+                ("d".to_string(), String::new(), false),
+            ]
         );
+        assert_eq!(shape.primary_key, ["a", "b"]);
+        let one = tabos_store::dialect::sqlite_table_shape(
+            "CREATE TABLE u (id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT)",
+        )
+        .unwrap();
+        assert_eq!(one.primary_key, ["id"]);
+        assert!(one.columns[0].2, "a key's column is NOT NULL");
         assert!(!names("select * from pg_indexes", "pg_index"));
+    }
+
+    fn column(name: &str, type_oid: i64, not_null: bool) -> Column {
+        Column {
+            name: name.into(),
+            type_oid,
+            not_null,
+        }
     }
 
     #[test]
@@ -942,12 +1329,14 @@ mod tests {
             Relation {
                 name: "proc".into(),
                 view: false,
-                columns: vec![("pid".into(), 25), ("cores".into(), 20)],
+                columns: vec![column("pid", 25, true), column("cores", 20, false)],
+                primary_key: vec!["pid".into()],
             },
             Relation {
                 name: "ps".into(),
                 view: true,
-                columns: vec![("pid".into(), 25)],
+                columns: vec![column("pid", 25, false)],
+                primary_key: vec![],
             },
         ];
         let db = database(&relations).unwrap();
