@@ -2062,6 +2062,105 @@ fn psql_and_psycopg_against(node: &Node) {
         "{described}{}",
         stderr(&o)
     );
+    // psql's \\d+: a table's storage details, a view's definition.
+    let o = psql("acme", &admin, &["-c", "\\d+ proc"]);
+    assert!(
+        o.status.success() && stdout(&o).contains("proc_pkey"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let o = psql("acme", &admin, &["-c", "\\d+ ps"]);
+    assert!(
+        o.status.success()
+            && stdout(&o).contains("View definition:")
+            && stdout(&o).to_ascii_lowercase().contains("from"),
+        "{}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    // pg_dump (PostgreSQL 15's) of a realm's tables: the schema, restored
+    // into a real PostgreSQL, has the columns, types, NOT NULL and key the
+    // front door's catalog shows; a table's rows come back by COPY.
+    let dump = |args: &[&str]| {
+        Command::new("pg_dump")
+            .args([
+                "-h",
+                &host,
+                "-p",
+                &port,
+                "-U",
+                "acme",
+                "-d",
+                "tabos",
+                "--no-owner",
+                "--no-privileges",
+            ])
+            .args(args)
+            .env("PGPASSWORD", &admin)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .unwrap()
+    };
+    let o = dump(&["--schema-only", "-t", "proc", "-t", "kv"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let schema = stdout(&o);
+    assert!(
+        schema.contains("CREATE TABLE public.proc (")
+            && schema.contains("CREATE TABLE public.kv (")
+            && schema.contains("ADD CONSTRAINT proc_pkey PRIMARY KEY (realm, pid)")
+            && !schema.contains("p_key "),
+        "{schema}"
+    );
+    let o = dump(&["--data-only", "-t", "proc"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let data = stdout(&o);
+    assert!(
+        data.contains("COPY public.proc (") && data.contains("\ta1\t"),
+        "{data}"
+    );
+    let restored = tabos_store::testing::pg_database().expect("a PostgreSQL to restore into");
+    let files = tabos_store::testing::TempDir::new("pg-dump");
+    for (name, text) in [("schema.sql", &schema), ("data.sql", &data)] {
+        let file = files.path().join(name);
+        std::fs::write(&file, text).unwrap();
+        let o = Command::new("psql")
+            .args([restored.as_str(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "restoring {name}: {}", stderr(&o));
+    }
+    let columns = "SELECT column_name, data_type, is_nullable FROM information_schema.columns \
+                   WHERE table_name = 'proc' AND table_schema = 'public' ORDER BY ordinal_position";
+    let o = psql("acme", &admin, &["-A", "-t", "-c", columns]);
+    let shown = stdout(&o);
+    let o = Command::new("psql")
+        .args([restored.as_str(), "-X", "-A", "-t", "-c", columns])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), shown, "{}", stderr(&o));
+    assert!(shown.contains("pid|text|NO"), "{shown}");
+    let o = Command::new("psql")
+        .args([
+            restored.as_str(),
+            "-X",
+            "-A",
+            "-t",
+            "-c",
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint \
+             WHERE conrelid = 'proc'::regclass AND contype = 'p'",
+            "-c",
+            "SELECT pid, state FROM proc",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        stdout(&o),
+        "PRIMARY KEY (realm, pid)\na1|exited\n",
+        "{}",
+        stderr(&o)
+    );
     // The operator signed in to a realm: that realm's rows in its view,
     // and the cluster's tables whole.
     let o = psql(

@@ -17,8 +17,9 @@
 //!   blobs bytea. `BEGIN`/`COMMIT`/`ROLLBACK`, `SET`, `RESET`, `DISCARD`
 //!   and `SHOW` are answered here (every statement is its own read-only
 //!   snapshot); `NOTIFY` and anything that writes is refused. Cursors
-//!   ([`cursor`]), `COPY … TO STDOUT` ([`copy`]) and CancelRequest
-//!   ([`cancel`]) are served here too.
+//!   ([`cursor`]), `COPY … TO STDOUT` ([`copy`]), CancelRequest
+//!   ([`cancel`]), SQL's `PREPARE`/`EXECUTE`/`DEALLOCATE` and `LOCK TABLE`
+//!   (pg_dump's) are served here too.
 //! * **Catalog.** A statement naming `pg_catalog` or `information_schema`
 //!   is answered from a catalog of the relations the session may read
 //!   ([`catalog`]), enough for psql's `\d` and `\dt` and Grafana's table
@@ -113,6 +114,8 @@ pub const NOTIFY_QUEUE_MAX: usize = 1_024;
 /// Most cursors (`DECLARE … CURSOR`) a connection holds open at once;
 /// each holds its whole result, bounded as any result is.
 pub const CURSORS_MAX: usize = 8;
+/// Most statements a connection keeps by SQL's `PREPARE`.
+pub const PREPARED_MAX: usize = 64;
 /// The version psql and drivers are told (the catalog answers the
 /// queries of this version's psql).
 pub const SERVER_VERSION: &str = tabos_store::dialect::SERVER_VERSION;
@@ -130,6 +133,8 @@ pub mod sqlstate {
     pub const INVALID_PARAMETER_VALUE: &str = "22023";
     pub const QUERY_CANCELED: &str = "57014";
     pub const DUPLICATE_CURSOR: &str = "42P03";
+    pub const DUPLICATE_PREPARED_STATEMENT: &str = "42P05";
+    pub const INVALID_SQL_STATEMENT_NAME: &str = "26000";
     pub const INVALID_CURSOR_NAME: &str = "34000";
     pub const OBJECT_NOT_IN_PREREQUISITE_STATE: &str = "55000";
     pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
@@ -256,6 +261,8 @@ struct Conn {
     described: Mutex<HashMap<String, (String, Typed)>>,
     /// Open cursors, by name.
     cursors: Mutex<HashMap<String, Cursor>>,
+    /// Statements SQL's `PREPARE` kept, by name.
+    prepared: Mutex<HashMap<String, String>>,
     /// Its cancel key (registered while the connection lives).
     key: Option<cancel::Key>,
     /// The cluster's relations ([`catalog::cluster_relations`]), once
@@ -493,6 +500,76 @@ impl Conn {
                 }
                 Ok(Outcome::Rows(typed))
             }
+            Statement::Prepare => {
+                let Some((name, body)) = tabos_store::dialect::prepare_of(sql) else {
+                    return Err(refused(
+                        sqlstate::SYNTAX_ERROR,
+                        "PREPARE name [(types)] AS statement is what tabos reads",
+                    ));
+                };
+                let mut prepared = lock(&self.prepared);
+                if prepared.contains_key(&name) {
+                    return Err(refused(
+                        sqlstate::DUPLICATE_PREPARED_STATEMENT,
+                        format!("prepared statement \"{name}\" already exists"),
+                    ));
+                }
+                if prepared.len() >= PREPARED_MAX {
+                    return Err(refused(
+                        sqlstate::PROGRAM_LIMIT_EXCEEDED,
+                        format!("a connection keeps at most {PREPARED_MAX} prepared statements"),
+                    ));
+                }
+                prepared.insert(name, body);
+                Ok(Outcome::Response(Response::Execution(Tag::new("PREPARE"))))
+            }
+            Statement::Execute => {
+                let (name, args) = match tabos_store::dialect::execute_of(sql) {
+                    Some(Ok(e)) => e,
+                    Some(Err(what)) => {
+                        return Err(refused(
+                            sqlstate::FEATURE_NOT_SUPPORTED,
+                            format!("EXECUTE takes literal arguments, not {what}"),
+                        ))
+                    }
+                    None => {
+                        return Err(refused(
+                            sqlstate::SYNTAX_ERROR,
+                            "EXECUTE name [(arguments)] is what tabos reads",
+                        ))
+                    }
+                };
+                let body = lock(&self.prepared).get(&name).cloned().ok_or_else(|| {
+                    refused(
+                        sqlstate::INVALID_SQL_STATEMENT_NAME,
+                        format!("prepared statement \"{name}\" does not exist"),
+                    )
+                })?;
+                if classify(&body) != Statement::Query {
+                    return Err(refused(
+                        sqlstate::FEATURE_NOT_SUPPORTED,
+                        "EXECUTE of a prepared statement other than a query",
+                    ));
+                }
+                Ok(Outcome::Rows(self.query(&session, &body, args).await?))
+            }
+            Statement::Deallocate(name) => {
+                let mut prepared = lock(&self.prepared);
+                match name {
+                    None => prepared.clear(),
+                    Some(n) => {
+                        prepared.remove(&n).ok_or_else(|| {
+                            refused(
+                                sqlstate::INVALID_SQL_STATEMENT_NAME,
+                                format!("prepared statement \"{n}\" does not exist"),
+                            )
+                        })?;
+                    }
+                }
+                Ok(Outcome::Response(Response::Execution(Tag::new(
+                    "DEALLOCATE",
+                ))))
+            }
             Statement::Close(name) => {
                 let mut cursors = lock(&self.cursors);
                 match name {
@@ -720,6 +797,12 @@ enum Statement {
     },
     /// `CLOSE name` (`None`: `CLOSE ALL`).
     Close(Option<String>),
+    /// SQL's `PREPARE name AS query` (pg_dump's).
+    Prepare,
+    /// SQL's `EXECUTE name (arguments)`.
+    Execute,
+    /// `DEALLOCATE [PREPARE] name` (`None`: `ALL`).
+    Deallocate(Option<String>),
 }
 
 /// A channel or setting name as PostgreSQL reads an identifier: quoted
@@ -760,6 +843,23 @@ fn classify(sql: &str) -> Statement {
         "declare" => Statement::Declare,
         "fetch" => Statement::Fetch { moving: false },
         "move" => Statement::Fetch { moving: true },
+        // A lock on a read-only snapshot holds nothing back (pg_dump's
+        // LOCK TABLE … IN ACCESS SHARE MODE).
+        "lock" => Statement::Set("LOCK TABLE"),
+        "prepare" => Statement::Prepare,
+        "execute" => Statement::Execute,
+        "deallocate" => {
+            let name = rest
+                .strip_prefix("prepare ")
+                .or_else(|| rest.strip_prefix("PREPARE "))
+                .unwrap_or(rest)
+                .trim();
+            if name.eq_ignore_ascii_case("all") {
+                Statement::Deallocate(None)
+            } else {
+                Statement::Deallocate(Some(identifier(name)))
+            }
+        }
         "close" if rest.eq_ignore_ascii_case("all") => Statement::Close(None),
         "close" => Statement::Close(Some(identifier(rest))),
         _ => Statement::Query,
@@ -1290,6 +1390,7 @@ async fn connection(
         session: Mutex::new(None),
         described: Mutex::new(HashMap::new()),
         cursors: Mutex::new(HashMap::new()),
+        prepared: Mutex::new(HashMap::new()),
         key: cancel::Key::new(),
         cluster: tokio::sync::OnceCell::new(),
         listens: Mutex::new(HashMap::new()),

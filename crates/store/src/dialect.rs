@@ -288,12 +288,26 @@ fn arrays_of(statements: &[Statement]) -> Vec<bool> {
         .projection
         .iter()
         .map(|item| match item {
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                matches!(e, Expr::Array(_)) || fn_named(e, &["array_agg", "array"])
-            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => is_array(e),
             _ => false,
         })
         .collect()
+}
+
+/// Whether `e` builds an array: `ARRAY[…]`, `array_agg`, `ARRAY(…)`, or a
+/// scalar subquery of one of them.
+fn is_array(e: &Expr) -> bool {
+    match unnested(e) {
+        Expr::Array(_) => true,
+        Expr::Subquery(q) => match q.body.as_ref() {
+            SetExpr::Select(s) => matches!(
+                s.projection.as_slice(),
+                [SelectItem::UnnamedExpr(i) | SelectItem::ExprWithAlias { expr: i, .. }] if is_array(i)
+            ),
+            _ => false,
+        },
+        e => fn_named(e, &["array_agg", "array"]),
+    }
 }
 
 /// The one SELECT of `statements` (a UNION's first arm), if that is what
@@ -330,6 +344,79 @@ pub fn relations_named(sql: &str) -> Option<Vec<String>> {
         ControlFlow::<()>::Continue(())
     });
     Some(names)
+}
+
+/// `PREPARE name [(types)] AS statement` (SQL's, as pg_dump sends it):
+/// the name, folded as PostgreSQL folds an identifier, and the statement.
+pub fn prepare_of(sql: &str) -> Option<(String, String)> {
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let [Statement::Prepare {
+        name, statement, ..
+    }] = statements.as_slice()
+    else {
+        return None;
+    };
+    Some((folded(name), statement.to_string()))
+}
+
+/// `EXECUTE name [(arguments)]`: the name and the arguments' values
+/// (`Err` names what is not a literal); `None` when `sql` is not one.
+pub fn execute_of(sql: &str) -> Option<Result<(String, Vec<crate::Value>), String>> {
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).ok()?;
+    let [Statement::Execute {
+        name: Some(name),
+        parameters,
+        immediate: false,
+        ..
+    }] = statements.as_slice()
+    else {
+        return None;
+    };
+    let name = match name.0.as_slice() {
+        [ObjectNamePart::Identifier(i)] => folded(i),
+        _ => return Some(Err(format!("EXECUTE {name}"))),
+    };
+    Some(
+        parameters
+            .iter()
+            .map(literal)
+            .collect::<Result<Vec<_>, _>>()
+            .map(|values| (name, values)),
+    )
+}
+
+/// An identifier as PostgreSQL reads it: quoted as is, else lower case.
+fn folded(i: &Ident) -> String {
+    match i.quote_style {
+        Some(_) => i.value.clone(),
+        None => i.value.to_ascii_lowercase(),
+    }
+}
+
+/// A literal argument's value (a cast of one is the literal).
+fn literal(e: &Expr) -> Result<crate::Value, String> {
+    Ok(match e {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) => crate::Value::Text(s.clone()),
+            Value::Number(n, _) => match n.parse::<i64>() {
+                Ok(i) => crate::Value::Int(i),
+                Err(_) => crate::Value::Real(n.parse().map_err(|_| format!("the number {n}"))?),
+            },
+            Value::Boolean(b) => crate::Value::Int(i64::from(*b)),
+            Value::Null => crate::Value::Null,
+            other => return Err(format!("the argument {other}")),
+        },
+        Expr::Cast { expr, .. } | Expr::Nested(expr) => literal(expr)?,
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => match literal(expr)? {
+            crate::Value::Int(i) => crate::Value::Int(-i),
+            crate::Value::Real(r) => crate::Value::Real(-r),
+            _ => return Err(format!("the argument {e}")),
+        },
+        other => return Err(format!("the argument {other}, which is not a literal")),
+    })
 }
 
 /// A `COPY … TO STDOUT` as a front door runs it: the query whose rows it
@@ -398,22 +485,31 @@ fn copy_of(
             "COPY to a file or a program is not allowed: use COPY … TO STDOUT".into(),
         ));
     }
+    // `public.t` (pg_dump's spelling) is the realm's `t`: every relation
+    // a session sees is in schema public, whichever backend keeps it.
+    let unqualified = |name: &ObjectName| match name.0.as_slice() {
+        [ObjectNamePart::Identifier(schema), table] if schema.value == "public" => {
+            ObjectName(vec![table.clone()])
+        }
+        _ => name.clone(),
+    };
     let query = match source {
         ast::CopySource::Query(q) => q.to_string(),
         ast::CopySource::Table {
             table_name,
             columns,
-        } if columns.is_empty() => format!("SELECT * FROM {table_name}"),
+        } if columns.is_empty() => format!("SELECT * FROM {}", unqualified(table_name)),
         ast::CopySource::Table {
             table_name,
             columns,
         } => format!(
-            "SELECT {} FROM {table_name}",
+            "SELECT {} FROM {}",
             columns
                 .iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
-                .join(", ")
+                .join(", "),
+            unqualified(table_name)
         ),
     };
     let mut out = CopyOut {
@@ -675,6 +771,18 @@ struct Translator {
 impl VisitorMut for Translator {
     type Break = String;
 
+    fn post_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<String> {
+        // `public.t` (pg_dump, SQLAlchemy): tabos's relations are all in
+        // schema public, which SQLite does not have.
+        if let [ObjectNamePart::Identifier(schema), _] = relation.0.as_slice() {
+            if schema.value.eq_ignore_ascii_case("public") {
+                relation.0.remove(0);
+                self.changed = true;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<String> {
         if let Some(Distinct::On(_)) = select.distinct {
             return ControlFlow::Break("SELECT DISTINCT ON".into());
@@ -703,6 +811,30 @@ impl VisitorMut for Translator {
     }
 
     fn post_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<String> {
+        if let TableFactor::UNNEST {
+            alias,
+            array_exprs,
+            with_offset,
+            with_ordinality,
+            ..
+        } = factor
+        {
+            if self.mode != Mode::Catalog {
+                return ControlFlow::Continue(());
+            }
+            let derived = match (array_exprs.as_slice(), *with_offset || *with_ordinality) {
+                ([array], false) => unnest_in_from(array, alias.as_ref()),
+                _ => None,
+            };
+            return match derived {
+                Some(d) => {
+                    *factor = d;
+                    self.changed = true;
+                    ControlFlow::Continue(())
+                }
+                None => ControlFlow::Break("unnest() with these arguments".into()),
+            };
+        }
         let (name, args, alias) = match factor {
             TableFactor::Table {
                 name,
@@ -718,6 +850,45 @@ impl VisitorMut for Translator {
         let Some(fname) = plain_name(name) else {
             return ControlFlow::Continue(());
         };
+        if fname == "unnest" && self.mode == Mode::Catalog {
+            // `pg_catalog.unnest(a) x`, which the parser reads as a table
+            // function rather than its UNNEST.
+            let derived = match args.as_slice() {
+                [FunctionArg::Unnamed(FunctionArgExpr::Expr(array))] => {
+                    unnest_in_from(array, alias.as_ref())
+                }
+                _ => None,
+            };
+            return match derived {
+                Some(d) => {
+                    *factor = d;
+                    self.changed = true;
+                    ControlFlow::Continue(())
+                }
+                None => ControlFlow::Break("unnest() with these arguments".into()),
+            };
+        }
+        if fname == "pg_options_to_table" && self.mode == Mode::Catalog {
+            // Options of foreign tables and servers: tabos has none.
+            let empty = "SELECT 1 FROM (SELECT NULL AS option_name, NULL AS option_value \
+                         WHERE 0) AS pg_options";
+            return match parse_query(empty).and_then(|q| match *q.body {
+                SetExpr::Select(s) => s.from.into_iter().next().map(|t| t.relation),
+                _ => None,
+            }) {
+                Some(mut derived) => {
+                    if let (TableFactor::Derived { alias: a, .. }, Some(given)) =
+                        (&mut derived, alias)
+                    {
+                        *a = Some(given);
+                    }
+                    *factor = derived;
+                    self.changed = true;
+                    ControlFlow::Continue(())
+                }
+                None => ControlFlow::Break("pg_options_to_table".into()),
+            };
+        }
         if fname != "generate_series" {
             return ControlFlow::Continue(());
         }
@@ -809,6 +980,7 @@ enum Target {
 fn target(type_name: &str) -> Option<Target> {
     let t = type_name.to_ascii_lowercase();
     let base = t.split(['(', '[']).next().unwrap_or("").trim();
+    let base = base.strip_prefix("pg_catalog.").unwrap_or(base);
     Some(match base {
         "int" | "integer" | "int2" | "int4" | "int8" | "smallint" | "bigint" | "tinyint"
         | "oid" | "serial" | "bigserial" => Target::Native("INTEGER"),
@@ -912,6 +1084,100 @@ fn unnest_select_list(select: &mut ast::Select) -> Result<bool, String> {
     }
     select.from.extend(from);
     Ok(true)
+}
+
+/// `unnest(a) [AS] alias[(column)]` in a catalog statement's FROM: a
+/// derived table of `a`'s elements, one column named as PostgreSQL names
+/// it (the alias's column, else the alias) — SQLite lets it refer to the
+/// enclosing query's columns, as `unnest` of an outer row's array does.
+fn unnest_in_from(array: &Expr, alias: Option<&ast::TableAlias>) -> Option<TableFactor> {
+    let (name, column) = match alias {
+        Some(a) => (
+            a.name.value.clone(),
+            a.columns
+                .first()
+                .map_or_else(|| a.name.value.clone(), |c| c.name.value.clone()),
+        ),
+        None => ("unnest".to_string(), "unnest".to_string()),
+    };
+    let sql = format!(
+        "SELECT 1 FROM (SELECT value AS {} FROM json_each(pg_array_json({array}))) AS {}",
+        Ident::with_quote('"', column),
+        Ident::with_quote('"', name),
+    );
+    match Parser::parse_sql(&PostgreSqlDialect {}, &sql)
+        .ok()?
+        .as_slice()
+    {
+        [Statement::Query(q)] => match q.body.as_ref() {
+            SetExpr::Select(s) => s.from.first().map(|t| t.relation.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// `ARRAY(subquery)` of one column: its values as a JSON array, as
+/// `ARRAY[…]` and `array_agg` are on SQLite.
+fn array_of_subquery(query: &ast::Query) -> Option<Expr> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    if select.projection.len() != 1 {
+        return None;
+    }
+    let mut inner = query.clone();
+    if let SetExpr::Select(s) = inner.body.as_mut() {
+        let item = match &s.projection[0] {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e.clone(),
+            _ => return None,
+        };
+        s.projection = vec![SelectItem::ExprWithAlias {
+            expr: item,
+            alias: Ident::new("pg_item"),
+        }];
+    }
+    parse_expr(&format!(
+        "(SELECT json_group_array(pg_item) FROM ({inner}) AS pg_array)"
+    ))
+}
+
+/// The operator `OPERATOR(pg_catalog.op)` names, when it is one of the
+/// built-in comparisons.
+fn catalog_operator(parts: &[String]) -> Option<BinaryOperator> {
+    let [schema, op] = parts else {
+        return None;
+    };
+    if !schema.eq_ignore_ascii_case("pg_catalog") {
+        return None;
+    }
+    Some(match op.as_str() {
+        "=" => BinaryOperator::Eq,
+        "<>" | "!=" => BinaryOperator::NotEq,
+        "<" => BinaryOperator::Lt,
+        ">" => BinaryOperator::Gt,
+        "<=" => BinaryOperator::LtEq,
+        ">=" => BinaryOperator::GtEq,
+        "~" => BinaryOperator::PGRegexMatch,
+        "!~" => BinaryOperator::PGRegexNotMatch,
+        "~*" => BinaryOperator::PGRegexIMatch,
+        "!~*" => BinaryOperator::PGRegexNotIMatch,
+        _ => return None,
+    })
+}
+
+/// An integer literal.
+fn number(n: i64) -> Expr {
+    Expr::value(Value::Number(n.to_string(), false))
+}
+
+/// `text` parsed as one PostgreSQL query.
+fn parse_query(text: &str) -> Option<Box<ast::Query>> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(text)
+        .ok()?
+        .parse_query()
+        .ok()
 }
 
 /// `text` parsed as one PostgreSQL expression.
@@ -1021,6 +1287,11 @@ impl Translator {
                     // SQLite's own spelling: left as SQLite reads it.
                     return Ok(None);
                 }
+                if self.mode == Mode::Catalog && name.ends_with("[]") {
+                    // An array literal (`'{1,2}'::oid[]`) stays text, which
+                    // the catalog's array functions read.
+                    return Ok(Some(Expr::Nested(inner.clone())));
+                }
                 match target(&name) {
                     Some(Target::Native(t)) => Expr::Cast {
                         kind: CastKind::Cast,
@@ -1067,6 +1338,20 @@ impl Translator {
                 };
                 call("pg_interval", vec![value])
             }
+            // `OPERATOR(pg_catalog.=)` and its kin (psql's and pg_dump's
+            // spelling, proof against a user's operators): the operator.
+            Expr::BinaryOp {
+                left,
+                op: BinaryOperator::PGCustomBinaryOperator(parts),
+                right,
+            } => match catalog_operator(parts) {
+                Some(op) => Expr::BinaryOp {
+                    left: left.clone(),
+                    op,
+                    right: right.clone(),
+                },
+                None => return Ok(None),
+            },
             Expr::BinaryOp { left, op, right } => {
                 let (l, r) = (left.as_ref(), right.as_ref());
                 match op {
@@ -1129,6 +1414,23 @@ impl Translator {
             Expr::Array(a) => call("json_array", a.elem.clone()),
             Expr::AnyOp {
                 left,
+                compare_op: BinaryOperator::PGCustomBinaryOperator(parts),
+                right,
+                is_some,
+            } => match catalog_operator(parts) {
+                Some(op) => {
+                    let plain = Expr::AnyOp {
+                        left: left.clone(),
+                        compare_op: op,
+                        right: right.clone(),
+                        is_some: *is_some,
+                    };
+                    return Ok(Some(self.rewrite(&plain)?.unwrap_or(plain)));
+                }
+                None => return Ok(None),
+            },
+            Expr::AnyOp {
+                left,
                 compare_op: BinaryOperator::Eq,
                 right,
                 is_some: false,
@@ -1140,8 +1442,39 @@ impl Translator {
                     negated: false,
                     global: false,
                 },
+                // A catalog array column: its elements, as JSON.
+                other if self.mode == Mode::Catalog => Expr::In {
+                    expr: left.clone(),
+                    target: ast::InTarget::Subquery(
+                        parse_query(&format!(
+                            "SELECT value FROM json_each(pg_array_json({other}))"
+                        ))
+                        .ok_or_else(|| "= ANY of this array".to_string())?,
+                    ),
+                    negated: false,
+                    global: false,
+                },
                 _ => return Err("= ANY of something other than ARRAY[…]".into()),
             },
+            // `a[n]` of a catalog array (1-based), or of a name (`typname[0]`,
+            // its first character: PostgreSQL's name is a character array
+            // from 0).
+            Expr::CompoundFieldAccess { root, access_chain } if self.mode == Mode::Catalog => {
+                let [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] =
+                    access_chain.as_slice()
+                else {
+                    return Err("this array access".into());
+                };
+                let zero = matches!(index, Expr::Value(v) if matches!(&v.value, Value::Number(n, _) if n == "0"));
+                if zero {
+                    call("substr", vec![(**root).clone(), number(1), number(1)])
+                } else {
+                    parse_expr(&format!(
+                        "json_extract(pg_array_json({root}), '$[' || (({index}) - 1) || ']')"
+                    ))
+                    .ok_or_else(|| "this array access".to_string())?
+                }
+            }
             Expr::Function(f) => return self.function(f),
             _ => return Ok(None),
         }))
@@ -1161,6 +1494,11 @@ impl Translator {
         let Some(name) = plain_name(&f.name) else {
             return Ok(None);
         };
+        if let ("array", FunctionArguments::Subquery(q)) = (name.as_str(), &f.args) {
+            return array_of_subquery(q)
+                .map(Some)
+                .ok_or_else(|| "ARRAY(subquery) of other than one column".to_string());
+        }
         if f.over.is_some() {
             // A window function: SQLite reads it as PostgreSQL does.
             return Ok(None);
@@ -1869,6 +2207,29 @@ mod tests {
             "{t}"
         );
         assert!(translate_catalog("SELECT unnest(a), unnest(b) FROM t").is_err());
+        // psql's \\d+: ARRAY(subquery) over unnest in FROM, of the outer
+        // row's array.
+        let t = translate_catalog(
+            "SELECT array_to_string(array(select 'toast.' || x from unnest(tc.reloptions) x), ', ') \
+             FROM pg_class tc",
+        )
+        .unwrap();
+        assert!(
+            t.contains("json_group_array(pg_item)")
+                && t.contains("SELECT value AS \"x\" FROM json_each(pg_array_json(tc.reloptions))"),
+            "{t}"
+        );
+        assert_eq!(
+            one(
+                "SELECT (SELECT json_group_array(pg_item) FROM (SELECT x * 2 AS pg_item FROM \
+                 (SELECT 1 AS x UNION ALL SELECT 2)) AS pg_array)"
+            ),
+            SqlValue::Text("[2,4]".into())
+        );
+        assert!(translate("SELECT ARRAY(SELECT 1 AS a, 2 AS b)")
+            .unwrap_err()
+            .to_string()
+            .contains("one column"));
         // bool_and over SQLite's 0 and 1.
         assert_eq!(
             one("SELECT bool_and(x) FROM (SELECT 1 AS x UNION ALL SELECT 0)"),

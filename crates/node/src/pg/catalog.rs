@@ -1,6 +1,7 @@
 //! Enough of PostgreSQL's `pg_catalog` and `information_schema` for psql's
-//! `\d`, `\dt`, `\dv`, `\dn` and `\l`, and for the table pickers of SQL
-//! tools (Grafana's), answered from what the session may read.
+//! `\d`, `\d+`, `\dt`, `\dv`, `\dn` and `\l`, pg_dump, SQLAlchemy's
+//! inspector, JDBC's metadata and the table pickers of SQL tools
+//! (Grafana's), answered from what the session may read.
 //!
 //! A statement naming either schema is not run on the store: it runs on a
 //! private in-memory SQLite database made for it, whose tables are the
@@ -78,28 +79,58 @@ const EMPTY: &[&str] = &[
     "pg_partitioned_table",
     "pg_sequence",
     "pg_depend",
+    // What pg_dump reads besides: extensions, languages, operators,
+    // text search, foreign data, default privileges, casts, event
+    // triggers, initial privileges, security labels, subscriptions.
+    "pg_extension",
+    "pg_language",
+    "pg_operator",
+    "pg_opclass",
+    "pg_opfamily",
+    "pg_amop",
+    "pg_amproc",
+    "pg_ts_parser",
+    "pg_ts_template",
+    "pg_ts_dict",
+    "pg_ts_config",
+    "pg_foreign_data_wrapper",
+    "pg_foreign_server",
+    "pg_default_acl",
+    "pg_conversion",
+    "pg_cast",
+    "pg_range",
+    "pg_transform",
+    "pg_event_trigger",
+    "pg_init_privs",
+    "pg_seclabels",
+    "pg_subscription",
 ];
 
 /// The catalog's tables, as SQLite DDL.
 const SCHEMA: &str = "
-CREATE TABLE pg_namespace (oid INTEGER PRIMARY KEY, nspname TEXT, nspowner INTEGER, nspacl TEXT);
+CREATE TABLE pg_namespace (oid INTEGER PRIMARY KEY, nspname TEXT, nspowner INTEGER, nspacl TEXT,
+    tableoid INTEGER DEFAULT 2615);
 CREATE TABLE pg_class (oid INTEGER PRIMARY KEY, relname TEXT, relnamespace INTEGER, relkind TEXT,
     relowner INTEGER, relam INTEGER, relchecks INTEGER, relhasindex BOOLEAN, relhasrules BOOLEAN,
     relhastriggers BOOLEAN, relrowsecurity BOOLEAN, relforcerowsecurity BOOLEAN,
     relispartition BOOLEAN, reltablespace INTEGER, reloftype INTEGER, relpersistence TEXT,
     relreplident TEXT, reltoastrelid INTEGER, relpartbound TEXT, reloptions TEXT, relacl TEXT,
     reltuples REAL, relpages INTEGER, relnatts INTEGER, reltype INTEGER, relisshared BOOLEAN,
-    relhassubclass BOOLEAN, relfilenode INTEGER);
+    relhassubclass BOOLEAN, relfilenode INTEGER, relfrozenxid INTEGER DEFAULT 0,
+    relminmxid INTEGER DEFAULT 0, relispopulated BOOLEAN DEFAULT 1, tableoid INTEGER DEFAULT 1259);
 CREATE TABLE pg_attribute (attrelid INTEGER, attname TEXT, atttypid INTEGER, atttypmod INTEGER,
     attnum INTEGER, attnotnull BOOLEAN, attisdropped BOOLEAN, atthasdef BOOLEAN, attidentity TEXT,
     attgenerated TEXT, attcollation INTEGER, attstorage TEXT, attcompression TEXT,
     attstattarget INTEGER, attlen INTEGER, attndims INTEGER, atthasmissing BOOLEAN,
-    attislocal BOOLEAN, attinhcount INTEGER, attacl TEXT, attoptions TEXT);
+    attislocal BOOLEAN, attinhcount INTEGER, attacl TEXT, attoptions TEXT, attalign TEXT DEFAULT 'd',
+    attfdwoptions TEXT, attmissingval TEXT, tableoid INTEGER DEFAULT 1249);
 CREATE TABLE pg_type (oid INTEGER PRIMARY KEY, typname TEXT, typnamespace INTEGER, typlen INTEGER,
     typtype TEXT, typcategory TEXT, typcollation INTEGER, typelem INTEGER, typarray INTEGER,
     typbasetype INTEGER, typnotnull BOOLEAN, typtypmod INTEGER, typrelid INTEGER, typowner INTEGER,
-    typinput TEXT, typoutput TEXT, typdelim TEXT, typisdefined BOOLEAN);
-CREATE TABLE pg_am (oid INTEGER PRIMARY KEY, amname TEXT, amtype TEXT);
+    typinput TEXT, typoutput TEXT, typdelim TEXT, typisdefined BOOLEAN, typacl TEXT,
+    typstorage TEXT DEFAULT 'p', typalign TEXT DEFAULT 'd', tableoid INTEGER DEFAULT 1247);
+CREATE TABLE pg_am (oid INTEGER PRIMARY KEY, amname TEXT, amtype TEXT, amhandler INTEGER DEFAULT 0,
+    tableoid INTEGER DEFAULT 2601);
 CREATE TABLE pg_roles (oid INTEGER PRIMARY KEY, rolname TEXT, rolsuper BOOLEAN, rolinherit BOOLEAN,
     rolcreaterole BOOLEAN, rolcreatedb BOOLEAN, rolcanlogin BOOLEAN, rolreplication BOOLEAN,
     rolconnlimit INTEGER, rolvaliduntil TEXT, rolbypassrls BOOLEAN, rolconfig TEXT);
@@ -118,11 +149,11 @@ CREATE TABLE pg_index (indexrelid INTEGER, indrelid INTEGER, indisprimary BOOLEA
     indisunique BOOLEAN, indisclustered BOOLEAN, indisvalid BOOLEAN, indisreplident BOOLEAN,
     indkey TEXT, indnatts INTEGER, indnkeyatts INTEGER, indnullsnotdistinct BOOLEAN,
     indisexclusion BOOLEAN, indimmediate BOOLEAN, indexprs TEXT, indpred TEXT, indoption TEXT,
-    indcollation TEXT, indclass TEXT);
+    indcollation TEXT, indclass TEXT, indisready BOOLEAN DEFAULT 1, indislive BOOLEAN DEFAULT 1);
 CREATE TABLE pg_constraint (oid INTEGER, conname TEXT, connamespace INTEGER, contype TEXT,
     condeferrable BOOLEAN, condeferred BOOLEAN, convalidated BOOLEAN, conrelid INTEGER,
     contypid INTEGER, conindid INTEGER, confrelid INTEGER, conkey TEXT, confkey TEXT,
-    conparentid INTEGER, conislocal BOOLEAN);
+    conparentid INTEGER, conislocal BOOLEAN, tableoid INTEGER DEFAULT 2606);
 CREATE TABLE pg_policy (oid INTEGER, polname TEXT, polrelid INTEGER, polcmd TEXT,
     polpermissive BOOLEAN, polroles TEXT, polqual TEXT, polwithcheck TEXT);
 CREATE TABLE pg_statistic_ext (oid INTEGER, stxrelid INTEGER, stxname TEXT, stxnamespace INTEGER,
@@ -157,9 +188,9 @@ CREATE TABLE information_schema_columns (table_catalog TEXT, table_schema TEXT, 
     column_name TEXT, ordinal_position INTEGER, column_default TEXT, is_nullable TEXT,
     data_type TEXT, udt_name TEXT, character_maximum_length INTEGER, numeric_precision INTEGER,
     numeric_scale INTEGER, is_identity TEXT, is_generated TEXT, is_updatable TEXT);
-INSERT INTO pg_namespace VALUES (11, 'pg_catalog', 10, NULL), (2200, 'public', 10, NULL),
-    (13000, 'information_schema', 10, NULL);
-INSERT INTO pg_am VALUES (2, 'heap', 't'), (403, 'btree', 'i');
+INSERT INTO pg_namespace (oid, nspname, nspowner, nspacl) VALUES (11, 'pg_catalog', 10, NULL),
+    (2200, 'public', 10, NULL), (13000, 'information_schema', 10, NULL);
+INSERT INTO pg_am (oid, amname, amtype) VALUES (2, 'heap', 't'), (403, 'btree', 'i');
 INSERT INTO pg_roles VALUES (10, 'tabos', 0, 1, 0, 0, 1, 0, -1, NULL, 0, NULL);
 INSERT INTO pg_user VALUES (10, 'tabos', 0);
 INSERT INTO pg_database VALUES (1, 'tabos', 10, 6, 'C.UTF-8', 'C.UTF-8', NULL, 'c', NULL, 1, 0,
@@ -182,21 +213,25 @@ const TYPES: &[(i64, &str, i64, &str)] = &[
     (1043, "varchar", -1, "S"),
 ];
 
-/// Whether `sql` reads the catalog (names either schema or a `pg_`
-/// catalog relation).
+/// Whether `sql` reads the catalog: names either schema, or one of the
+/// catalog relations (those of [`SCHEMA`] and [`EMPTY`]) as a word.
 pub fn mentions_catalog(sql: &str) -> bool {
+    use std::sync::OnceLock;
+    static RELATIONS: OnceLock<Vec<String>> = OnceLock::new();
+    let relations = RELATIONS.get_or_init(|| {
+        SCHEMA
+            .split("CREATE TABLE ")
+            .skip(1)
+            .filter_map(|t| t.split_whitespace().next())
+            .map(str::to_string)
+            .chain(EMPTY.iter().map(|t| t.to_string()))
+            .filter(|t| t.starts_with("pg_"))
+            .collect()
+    });
     let lower = sql.to_ascii_lowercase();
     lower.contains("pg_catalog")
         || lower.contains("information_schema")
-        || lower.contains("pg_class")
-        || lower.contains("pg_namespace")
-        || lower.contains("pg_attribute")
-        || lower.contains("pg_type")
-        || lower.contains("pg_tables")
-        || lower.contains("pg_views")
-        || lower.contains("pg_database")
-        || lower.contains("pg_settings")
-        || lower.contains("pg_roles")
+        || (lower.contains("pg_") && relations.iter().any(|r| names(&lower, r)))
 }
 
 /// Rows with the given column names.
@@ -220,6 +255,8 @@ struct Relation {
     columns: Vec<Column>,
     /// Its primary key's columns, in key order (empty: none).
     primary_key: Vec<String>,
+    /// A view's query, as its backend keeps it.
+    definition: Option<String>,
 }
 
 /// One column of a [`Relation`].
@@ -316,6 +353,47 @@ fn declared(
             }
         }
     })
+}
+
+/// View `name`'s query, as the backend keeps it (SQLite: the text after
+/// `AS` of its `CREATE VIEW`; PostgreSQL: `pg_get_viewdef`).
+fn view_definition(
+    store: &tabos_store::Store,
+    name: &str,
+    all: &tabos_store::ReadLimits,
+) -> tabos_store::Result<Option<String>> {
+    let name = Value::Text(name.into());
+    let sql = match store.kind() {
+        tabos_store::BackendKind::Sqlite => {
+            "SELECT sql FROM sqlite_master WHERE type = 'view' AND name = $1"
+        }
+        tabos_store::BackendKind::Postgres => {
+            "SELECT pg_get_viewdef(c.oid, true) FROM pg_class c \
+             WHERE c.relname = $1 AND c.relnamespace = to_regnamespace(current_schema())"
+        }
+    };
+    let text = store
+        .query_bounded(sql, &[name], all)?
+        .rows
+        .first()
+        .and_then(|r| r.get::<String>(0).ok());
+    Ok(text.map(|t| match store.kind() {
+        tabos_store::BackendKind::Sqlite => {
+            use std::sync::OnceLock;
+            static HEADER: OnceLock<regex::Regex> = OnceLock::new();
+            let header = HEADER.get_or_init(|| {
+                regex::Regex::new(
+                    r#"(?is)^\s*CREATE\s+(?:TEMP(?:ORARY)?\s+)?VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?(?:"[^"]*"|\S+?)(?:\s*\([^)]*\))?\s+AS\s"#,
+                )
+                .expect("a valid pattern")
+            });
+            match header.find(&t) {
+                Some(m) => t[m.end()..].trim().to_string(),
+                None => t,
+            }
+        }
+        tabos_store::BackendKind::Postgres => t,
+    }))
 }
 
 /// Every table and view of the kernel schema, whether a view, and
@@ -422,14 +500,46 @@ fn relations(node: &Node, scope: &ReadScope, operator: bool) -> tabos_store::Res
             .into_iter()
             .filter(|c| !hidden(c))
             .collect();
+        let definition = if view {
+            view_definition(store, &name, &all)?
+        } else {
+            None
+        };
         out.push(Relation {
             name,
             view,
             columns,
             primary_key,
+            definition,
         });
     }
     Ok(out)
+}
+
+/// Argument `i` of a catalog function as an oid: an integer, or text of
+/// one (`'16384'`, as psql and pg_dump write oids); `None` otherwise.
+fn oid_arg(ctx: &rusqlite::functions::Context<'_>, i: usize) -> Option<i64> {
+    match ctx.get_raw(i) {
+        rusqlite::types::ValueRef::Integer(n) => Some(n),
+        rusqlite::types::ValueRef::Text(t) => std::str::from_utf8(t).ok()?.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// A type's length (-1: variable), by its oid.
+fn type_len(oid: i64) -> i64 {
+    TYPES.iter().find(|t| t.0 == oid).map_or(-1, |t| t.2)
+}
+
+/// How PostgreSQL stores a type of length `len`: a variable-length one
+/// out of line when large (`x`), a fixed one plain (`p`), as its own
+/// types are; a column keeps its type's.
+fn storage(len: i64) -> &'static str {
+    if len < 0 {
+        "x"
+    } else {
+        "p"
+    }
 }
 
 /// Relation `i`'s oid.
@@ -465,6 +575,28 @@ const SYSTEM_RELATIONS: &[(i64, &str)] = &[
     (2618, "pg_rewrite"),
     (2620, "pg_trigger"),
     (3456, "pg_collation"),
+    (826, "pg_default_acl"),
+    (1213, "pg_tablespace"),
+    (1260, "pg_authid"),
+    (2601, "pg_am"),
+    (2602, "pg_amop"),
+    (2603, "pg_amproc"),
+    (2605, "pg_cast"),
+    (2612, "pg_language"),
+    (2616, "pg_opclass"),
+    (2617, "pg_operator"),
+    (2753, "pg_opfamily"),
+    (3079, "pg_extension"),
+    (3256, "pg_policy"),
+    (3381, "pg_statistic_ext"),
+    (3394, "pg_init_privs"),
+    (3466, "pg_event_trigger"),
+    (3541, "pg_range"),
+    (3576, "pg_transform"),
+    (3596, "pg_seclabel"),
+    (6100, "pg_subscription"),
+    (6104, "pg_publication"),
+    (6106, "pg_publication_rel"),
 ];
 
 /// The schemas: oid and name.
@@ -553,6 +685,19 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
         );
         constraint_defs.insert(key_constraint_oid(i), format!("PRIMARY KEY ({key})"));
     }
+    let views: std::collections::HashMap<i64, String> = relations
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| Some((relation_oid(i), r.definition.clone()?)))
+        .collect();
+    let views = std::sync::Arc::new(views);
+    for arity in [1, 2] {
+        let views = views.clone();
+        db.create_scalar_function("pg_get_viewdef", arity, flags, move |ctx| {
+            let oid = oid_arg(ctx, 0);
+            Ok(oid.and_then(|o| views.get(&o).cloned()))
+        })?;
+    }
     reg_cast(db, "regclass", classes)?;
     reg_cast(
         db,
@@ -569,7 +714,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
     // pg_get_indexdef(index, column, pretty): the whole definition for
     // column 0, else that key column's name.
     let index_def = move |ctx: &rusqlite::functions::Context<'_>| {
-        let oid: Option<i64> = ctx.get(0)?;
+        let oid = oid_arg(ctx, 0);
         let column: i64 = if ctx.len() > 1 { ctx.get(1)? } else { 0 };
         Ok(oid
             .and_then(|o| index_defs.get(&o))
@@ -590,7 +735,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
     for arity in [1, 2] {
         let defs = constraint_defs.clone();
         db.create_scalar_function("pg_get_constraintdef", arity, flags, move |ctx| {
-            let oid: Option<i64> = ctx.get(0)?;
+            let oid = oid_arg(ctx, 0);
             Ok(oid.and_then(|o| defs.get(&o).cloned()))
         })?;
     }
@@ -685,7 +830,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
         ])
         .collect();
     db.create_scalar_function("format_type", 2, flags, move |ctx| {
-        let oid: Option<i64> = ctx.get(0)?;
+        let oid = oid_arg(ctx, 0);
         Ok(oid.and_then(|o| type_names.get(&o).map(|n| n.to_string())))
     })?;
     // psycopg's TypeInfo.fetch (SQLAlchemy asks it for hstore): the oid of
@@ -715,16 +860,44 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
     truth("has_schema_privilege", 2)?;
     truth("pg_relation_is_publishable", 1)?;
     truth("pg_collation_is_visible", 1)?;
+    db.create_scalar_function("pg_is_in_recovery", 0, flags, |_| Ok(false))?;
+    // A schema search path as an array (pg_dump's): the one schema.
+    db.create_scalar_function("current_schemas", 1, flags, |_| Ok("{public}".to_string()))?;
+    db.create_scalar_function("quote_literal", 1, flags, |ctx| {
+        Ok(ctx
+            .get::<Option<String>>(0)?
+            .map(|v| format!("'{}'", v.replace('\'', "''"))))
+    })?;
+    // `array_remove(a, x)`: `a` without `x` (a JSON array here; NULL
+    // stays NULL, as an absent array of options does).
+    db.create_scalar_function("array_remove", 2, flags, |ctx| {
+        let Some(text) = ctx.get::<Option<String>>(0)? else {
+            return Ok(None);
+        };
+        let gone: Option<String> = ctx.get(1)?;
+        Ok(Some(
+            match serde_json::from_str::<Vec<serde_json::Value>>(&text) {
+                Ok(items) => serde_json::Value::Array(
+                    items
+                        .into_iter()
+                        .filter(|v| v.as_str() != gone.as_deref())
+                        .collect(),
+                )
+                .to_string(),
+                Err(_) => text,
+            },
+        ))
+    })?;
     let nothing = |name: &str, arity: i32| {
         db.create_scalar_function(name, arity, flags, |_| Ok(None::<String>))
     };
     for (name, arity) in [
+        // Default privileges: none beyond the owner's, which NULL says.
+        ("acldefault", 2),
         ("pg_get_expr", 2),
         ("pg_get_expr", 3),
         ("pg_get_serial_sequence", 2),
         ("pg_get_triggerdef", 2),
-        ("pg_get_viewdef", 1),
-        ("pg_get_viewdef", 2),
         ("pg_get_partkeydef", 1),
         ("pg_get_statisticsobjdef_columns", 1),
         ("obj_description", 1),
@@ -735,8 +908,26 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
         nothing(name, arity)?;
     }
     db.create_scalar_function("quote_ident", 1, flags, |ctx| ctx.get::<Option<String>>(0))?;
+    // An array (a JSON one here) joined by the separator; NULLs left out.
     db.create_scalar_function("array_to_string", 2, flags, |ctx| {
-        ctx.get::<Option<String>>(0)
+        let Some(text) = ctx.get::<Option<String>>(0)? else {
+            return Ok(None);
+        };
+        let separator = ctx.get::<Option<String>>(1)?.unwrap_or_default();
+        Ok(Some(
+            match serde_json::from_str::<Vec<serde_json::Value>>(&text) {
+                Ok(items) => items
+                    .into_iter()
+                    .filter_map(|v| match v {
+                        serde_json::Value::Null => None,
+                        serde_json::Value::String(s) => Some(s),
+                        other => Some(other.to_string()),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(&separator),
+                Err(_) => text,
+            },
+        ))
     })?;
     db.create_scalar_function("pg_relation_size", 1, flags, |_| Ok(0i64))?;
     db.create_scalar_function("pg_total_relation_size", 1, flags, |_| Ok(0i64))?;
@@ -759,8 +950,9 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
         tx.execute(
             "INSERT INTO pg_type (oid, typname, typnamespace, typlen, typtype, typcategory, \
              typcollation, typelem, typarray, typbasetype, typnotnull, typtypmod, typrelid, \
-             typowner, typisdefined) VALUES (?1, ?2, 11, ?3, 'b', ?4, 0, 0, 0, 0, 0, -1, 0, 10, 1)",
-            rusqlite::params![oid, name, len, category],
+             typowner, typisdefined, typstorage) \
+             VALUES (?1, ?2, 11, ?3, 'b', ?4, 0, 0, 0, 0, 0, -1, 0, 10, 1, ?5)",
+            rusqlite::params![oid, name, len, category, storage(*len)],
         )?;
     }
     for (i, r) in relations.iter().enumerate() {
@@ -815,8 +1007,16 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
                  attnotnull, attisdropped, atthasdef, attidentity, attgenerated, attcollation, \
                  attstorage, attcompression, attstattarget, attlen, attndims, atthasmissing, \
                  attislocal, attinhcount) \
-                 VALUES (?1, ?2, ?3, -1, ?4, ?5, 0, 0, '', '', 0, 'x', '', -1, -1, 0, 0, 1, 0)",
-                rusqlite::params![oid, c.name, c.type_oid, n as i64 + 1, c.not_null],
+                 VALUES (?1, ?2, ?3, -1, ?4, ?5, 0, 0, '', '', 0, ?6, '', -1, ?7, 0, 0, 1, 0)",
+                rusqlite::params![
+                    oid,
+                    c.name,
+                    c.type_oid,
+                    n as i64 + 1,
+                    c.not_null,
+                    storage(type_len(c.type_oid)),
+                    type_len(c.type_oid)
+                ],
             )?;
             tx.execute(
                 "INSERT INTO information_schema_columns VALUES ('tabos', 'public', ?1, ?2, ?3, \
@@ -907,6 +1107,7 @@ pub(super) fn answer(
     // PostgreSQL's own constructs SQLite lacks (`= ANY(ARRAY[…])`, casts,
     // intervals, `unnest` in a select list) through the dialect's catalog
     // reading; what it cannot read is left to the catalog's own rewriting.
+    let sql = &plain_operators(sql);
     let plain = match tabos_store::dialect::translate_catalog(sql) {
         Ok(t) => t.to_string(),
         Err(_) => sql.to_string(),
@@ -1072,6 +1273,20 @@ fn names(sql: &str, table: &str) -> bool {
         let word = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
         !word(before) && !word(after)
     })
+}
+
+/// `OPERATOR(pg_catalog.=)` and the other comparisons psql and pg_dump
+/// spell so, as the plain operator (which the SQL parser reads, before
+/// `ANY` too).
+fn plain_operators(sql: &str) -> std::borrow::Cow<'_, str> {
+    use std::sync::OnceLock;
+    static OPERATOR: OnceLock<regex::Regex> = OnceLock::new();
+    OPERATOR
+        .get_or_init(|| {
+            regex::Regex::new(r"OPERATOR\(pg_catalog\.(=|<>|!=|<=|>=|<|>|!~|~)\)")
+                .expect("a valid pattern")
+        })
+        .replace_all(sql, " $1 ")
 }
 
 /// Rewrites what SQL tools send that SQLite has no grammar for, whole:
@@ -1331,12 +1546,14 @@ mod tests {
                 view: false,
                 columns: vec![column("pid", 25, true), column("cores", 20, false)],
                 primary_key: vec!["pid".into()],
+                definition: None,
             },
             Relation {
                 name: "ps".into(),
                 view: true,
                 columns: vec![column("pid", 25, false)],
                 primary_key: vec![],
+                definition: Some("SELECT pid FROM proc".into()),
             },
         ];
         let db = database(&relations).unwrap();
