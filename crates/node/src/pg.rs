@@ -905,6 +905,7 @@ fn column_type(typed: &Typed, i: usize) -> Type {
         let t = match r.values().get(i) {
             Some(Value::Int(_)) => Type::INT8,
             Some(Value::Real(_)) => Type::FLOAT8,
+            Some(Value::Text(t)) if time_us(t).is_some() => Type::TIMESTAMPTZ,
             Some(Value::Text(_)) => Type::TEXT,
             Some(Value::Blob(_)) => Type::BYTEA,
             _ => continue,
@@ -937,6 +938,72 @@ fn fields(typed: &Typed, format: &Format) -> Arc<Vec<FieldInfo>> {
             })
             .collect(),
     )
+}
+
+/// The µs since the epoch of a time as both stores hand one over — RFC
+/// 3339 in UTC to the µs, `2026-11-27T19:30:00.123456Z` (SQLite's view
+/// columns and translated times; the PostgreSQL store's `timestamptz`) —
+/// and `None` for any other text: a column of them is sent as
+/// `timestamptz`.
+fn time_us(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let shaped = b.len() == 27 && b[10] == b'T' && b[19] == b'.' && b[26] == b'Z';
+    shaped
+        .then(|| tabos_store::dialect::parse_timestamp(text))
+        .flatten()
+}
+
+/// A `timestamptz` as PostgreSQL 15 prints one in UTC with DateStyle ISO:
+/// `2026-11-27 19:30:00.5+00` (the fraction without trailing zeros, none
+/// when whole). Binary: µs since 2000-01-01.
+#[derive(Debug)]
+struct PgTime(i64);
+
+/// [`PgTime`]'s text.
+fn time_text(us: i64) -> String {
+    let iso = tabos_store::rfc3339(us, true);
+    let (date_time, fraction) = iso
+        .trim_end_matches('Z')
+        .split_once('.')
+        .unwrap_or((&iso, ""));
+    let fraction = fraction.trim_end_matches('0');
+    let date_time = date_time.replacen('T', " ", 1);
+    if fraction.is_empty() {
+        format!("{date_time}+00")
+    } else {
+        format!("{date_time}.{fraction}+00")
+    }
+}
+
+impl pgwire::types::ToSqlText for PgTime {
+    fn to_sql_text(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+        _format_options: &pgwire::types::format::FormatOptions,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        out.extend_from_slice(time_text(self.0).as_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+}
+
+impl postgres_types::ToSql for PgTime {
+    fn to_sql(
+        &self,
+        _ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<postgres_types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        /// 2000-01-01, PostgreSQL's epoch, in µs since 1970's.
+        const PG_EPOCH_US: i64 = 946_684_800_000_000;
+        out.extend_from_slice(&(self.0 - PG_EPOCH_US).to_be_bytes());
+        Ok(postgres_types::IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TIMESTAMPTZ
+    }
+
+    postgres_types::to_sql_checked!();
 }
 
 /// A float8 as PostgreSQL 15 prints it: the shortest digits that read
@@ -1018,6 +1085,10 @@ fn encode(enc: &mut DataRowEncoder, ty: &Type, v: &Value) -> PgWireResult<()> {
         (Value::Int(i), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*i as f64)),
         (Value::Real(r), t) if *t == Type::FLOAT8 => enc.encode_field(&PgFloat(*r)),
         (Value::Blob(b), t) if *t == Type::BYTEA => enc.encode_field(b),
+        (Value::Text(s), t) if *t == Type::TIMESTAMPTZ => match time_us(s) {
+            Some(us) => enc.encode_field(&PgTime(us)),
+            None => enc.encode_field(s),
+        },
         (Value::Text(s), _) => enc.encode_field(s),
         (Value::Int(i), _) => enc.encode_field(&i.to_string()),
         (Value::Real(r), _) => enc.encode_field(&r.to_string()),

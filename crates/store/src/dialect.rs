@@ -771,9 +771,42 @@ struct Translator {
 impl VisitorMut for Translator {
     type Break = String;
 
+    fn post_visit_statement(&mut self, statement: &mut Statement) -> ControlFlow<String> {
+        // A tenant's table in PostgreSQL's DDL (a procedure's
+        // `tabos.exec`): `serial` is SQLite's INTEGER (its rowid, counting
+        // up, when the key), and a default that is not a literal is
+        // parenthesized, as SQLite asks (`DEFAULT (pg_now())`).
+        if let Statement::CreateTable(t) = statement {
+            for c in &mut t.columns {
+                let ty = c.data_type.to_string().to_ascii_lowercase();
+                if matches!(
+                    ty.as_str(),
+                    "serial" | "bigserial" | "smallserial" | "serial4" | "serial8" | "serial2"
+                ) {
+                    c.data_type = ast::DataType::Integer(None);
+                    self.changed = true;
+                }
+                for o in &mut c.options {
+                    if let ast::ColumnOption::Default(e) = &mut o.option {
+                        if !matches!(e, Expr::Value(_) | Expr::Nested(_)) {
+                            *e = Expr::Nested(Box::new(e.clone()));
+                            self.changed = true;
+                        }
+                    }
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
     fn post_visit_relation(&mut self, relation: &mut ObjectName) -> ControlFlow<String> {
-        // `public.t` (pg_dump, SQLAlchemy): tabos's relations are all in
-        // schema public, which SQLite does not have.
+        // `public.t` in a catalog statement: the catalog's relations are
+        // all in schema public, which SQLite does not have. (A user's
+        // `public.t` names the kernel's own table, outside a realm's
+        // view, and is refused as such on both backends.)
+        if self.mode != Mode::Catalog {
+            return ControlFlow::Continue(());
+        }
         if let [ObjectNamePart::Identifier(schema), _] = relation.0.as_slice() {
             if schema.value.eq_ignore_ascii_case("public") {
                 relation.0.remove(0);
@@ -2235,6 +2268,34 @@ mod tests {
             one("SELECT bool_and(x) FROM (SELECT 1 AS x UNION ALL SELECT 0)"),
             SqlValue::Integer(0)
         );
+    }
+
+    #[test]
+    fn tenant_tables_take_postgresql_ddl() {
+        let ddl = translate(
+            "CREATE TABLE \"a/events\" (id serial PRIMARY KEY, at timestamptz DEFAULT now(), \
+             ok boolean DEFAULT true, n bigint DEFAULT 0 - 1)",
+        )
+        .unwrap();
+        assert!(
+            ddl.contains("id INTEGER PRIMARY KEY") && ddl.contains("DEFAULT (pg_now())"),
+            "{ddl}"
+        );
+        let conn = Connection::open_in_memory().unwrap();
+        install(&conn).unwrap();
+        conn.execute_batch(&ddl).unwrap();
+        let insert = translate("INSERT INTO \"a/events\" DEFAULT VALUES").unwrap();
+        conn.execute_batch(&format!("{insert}; {insert};")).unwrap();
+        let rows: Vec<(i64, String, i64, i64)> = conn
+            .prepare("SELECT id, at, ok, n FROM \"a/events\" ORDER BY id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(rows.iter().map(|r| r.0).collect::<Vec<_>>(), [1, 2]);
+        assert!(parse_timestamp(&rows[0].1).is_some(), "{rows:?}");
+        assert_eq!((rows[0].2, rows[0].3), (1, -1));
     }
 
     #[test]

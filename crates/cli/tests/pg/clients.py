@@ -61,6 +61,20 @@ c = psycopg.connect(
     host=host, port=port, user=realm, password=token, dbname="tabos", connect_timeout=10
 )
 
+# Times come as timestamptz, in text and in binary.
+import datetime
+
+for binary in (False, True):
+    with c.cursor(binary=binary) as cur:
+        spawned, exited = cur.execute(
+            "SELECT spawned_at, exited_at FROM ps WHERE pid = 'a1'"
+        ).fetchone()
+        assert isinstance(spawned, datetime.datetime), (binary, spawned)
+        assert spawned.utcoffset() == datetime.timedelta(0), (binary, spawned)
+        assert spawned <= exited, (binary, spawned, exited)
+        assert cur.description[0].type_code == 1184, cur.description
+c.rollback()
+
 # A named cursor: DECLARE, FETCH in batches, CLOSE — inside a transaction.
 with c.transaction():
     with c.cursor(name="procs") as cur:

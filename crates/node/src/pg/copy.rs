@@ -16,7 +16,7 @@ use pgwire::messages::copy::CopyData;
 use tabos_store::dialect::CopyOut;
 use tabos_store::Value;
 
-use super::{column_type, float_text, Typed};
+use super::{column_type, float_text, time_text, time_us, Typed};
 
 /// `typed`'s rows as `copy` writes them, one CopyData message a line.
 pub(super) fn copy_response(typed: &Typed, copy: &CopyOut) -> CopyResponse {
@@ -52,6 +52,10 @@ fn text(v: &Value, ty: &Type) -> Option<String> {
         Value::Int(i) if *ty == Type::FLOAT8 => float_text(*i as f64),
         Value::Int(i) => i.to_string(),
         Value::Real(r) => float_text(*r),
+        Value::Text(t) if *ty == Type::TIMESTAMPTZ => match time_us(t) {
+            Some(us) => time_text(us),
+            None => t.clone(),
+        },
         Value::Text(t) => t.clone(),
         Value::Blob(b) if *ty == Type::BYTEA => {
             let mut s = String::with_capacity(2 + 2 * b.len());
@@ -159,6 +163,11 @@ mod tests {
         );
         assert_eq!(text(&Value::Int(1), &Type::BOOL).unwrap(), "t");
         assert_eq!(text(&Value::Real(5.0), &Type::FLOAT8).unwrap(), "5");
+        let at = Value::Text("2026-11-27T19:30:00.500000Z".into());
+        assert_eq!(
+            text(&at, &Type::TIMESTAMPTZ).unwrap(),
+            "2026-11-27 19:30:00.5+00"
+        );
         for (refused, code) in [
             ("COPY ps FROM STDIN", "25006"),
             ("COPY ps TO '/etc/passwd'", "42501"),
