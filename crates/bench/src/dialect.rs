@@ -11,7 +11,7 @@
 //!   own latency through the PostgreSQL front door (one client, the
 //!   `postgres` crate's extended protocol, a prepared statement) — target:
 //!   cached ≤ 5 % of the query;
-//! * an uncached translation of the same point query, and of the fifty-two
+//! * an uncached translation of the same point query, and of the fifty-three
 //!   statements of `crates/cli/tests/pg/dialect.sql`, each against the
 //!   same query latency (reported, no target: a statement is translated
 //!   once per text).

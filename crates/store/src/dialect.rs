@@ -8,12 +8,14 @@
 //! dates and intervals, `now()`, `to_timestamp`, `extract`/`date_part`,
 //! `date_trunc`, interval arithmetic on timestamps, `ILIKE`,
 //! `generate_series` in `FROM`, `GREATEST`/`LEAST`, `string_agg`,
-//! `array_agg`, `ARRAY[…]` and `= ANY(ARRAY[…])`, `AT TIME ZONE 'UTC'`.
+//! `array_agg`, `ARRAY[…]` and `= ANY(ARRAY[…])`, `AT TIME ZONE 'UTC'`,
+//! `DISTINCT ON` (a window function), and a tenant table's `serial` and
+//! default expressions.
 //! What SQLite already reads the same way (`COALESCE`, `NULLIF`,
 //! `FILTER (WHERE …)`, JSON `->`/`->>`, `true`/`false`) passes through. A
-//! construct with no SQLite form (`DISTINCT ON`, a set-returning function
-//! in a select list, a cast to a type SQLite cannot hold) is refused with
-//! its name, as SQLSTATE 0A000.
+//! construct with no SQLite form (`DISTINCT ON` with `*` or in a union, a
+//! set-returning function in a select list, a cast to a type SQLite cannot
+//! hold) is refused with its name, as SQLSTATE 0A000.
 //!
 //! Translation happens before SQLite compiles the statement, so the
 //! authorizer, the read path's limits and the realm's scope see the
@@ -816,10 +818,26 @@ impl VisitorMut for Translator {
         ControlFlow::Continue(())
     }
 
-    fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<String> {
-        if let Some(Distinct::On(_)) = select.distinct {
-            return ControlFlow::Break("SELECT DISTINCT ON".into());
+    fn post_visit_query(&mut self, query: &mut ast::Query) -> ControlFlow<String> {
+        match query.body.as_ref() {
+            SetExpr::Select(s) if matches!(s.distinct, Some(Distinct::On(_))) => {
+                match distinct_on(query) {
+                    Ok(q) => {
+                        *query = q;
+                        self.changed = true;
+                        ControlFlow::Continue(())
+                    }
+                    Err(construct) => ControlFlow::Break(construct),
+                }
+            }
+            SetExpr::SetOperation { .. } if has_distinct_on(&query.body) => {
+                ControlFlow::Break("SELECT DISTINCT ON in a UNION".into())
+            }
+            _ => ControlFlow::Continue(()),
         }
+    }
+
+    fn post_visit_select(&mut self, select: &mut ast::Select) -> ControlFlow<String> {
         if self.mode == Mode::Catalog {
             match unnest_select_list(select) {
                 Ok(true) => self.changed = true,
@@ -1065,6 +1083,94 @@ fn set_returning(f: &Function) -> Option<String> {
             | "jsonb_array_elements"
     )
     .then_some(name)
+}
+
+/// Whether a set operation has a `DISTINCT ON` arm.
+fn has_distinct_on(body: &SetExpr) -> bool {
+    match body {
+        SetExpr::Select(s) => matches!(s.distinct, Some(Distinct::On(_))),
+        SetExpr::SetOperation { left, right, .. } => {
+            has_distinct_on(left) || has_distinct_on(right)
+        }
+        _ => false,
+    }
+}
+
+/// `SELECT DISTINCT ON (k…) items FROM … ORDER BY o…` as SQLite runs it:
+/// each item and order key computed once in a subquery beside
+/// `row_number() OVER (PARTITION BY k… ORDER BY o…)`, and the first row of
+/// each partition kept, ordered by the keys — PostgreSQL's rows.
+fn distinct_on(query: &ast::Query) -> Result<ast::Query, String> {
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return Err("SELECT DISTINCT ON".into());
+    };
+    let Some(Distinct::On(keys)) = &select.distinct else {
+        return Err("SELECT DISTINCT ON".into());
+    };
+    let mut inner = select.clone();
+    inner.distinct = None;
+    let mut outer = Vec::new();
+    let mut projected = Vec::new();
+    for (i, item) in select.projection.iter().enumerate() {
+        let (expr, name) = match item {
+            SelectItem::ExprWithAlias { expr, alias } => (expr, alias.value.clone()),
+            SelectItem::UnnamedExpr(expr) => (expr, expr_name(expr)),
+            _ => return Err("SELECT DISTINCT ON with *".into()),
+        };
+        projected.push(format!("{expr} AS pg_c{i}"));
+        outer.push(format!("pg_c{i} AS {}", Ident::with_quote('"', name)));
+    }
+    let order: Vec<&ast::OrderByExpr> = match query.order_by.as_ref().map(|o| &o.kind) {
+        Some(ast::OrderByKind::Expressions(e)) => e.iter().collect(),
+        Some(ast::OrderByKind::All(_)) => return Err("SELECT DISTINCT ON … ORDER BY ALL".into()),
+        None => Vec::new(),
+    };
+    let mut outer_order = Vec::new();
+    for (k, o) in order.iter().enumerate() {
+        projected.push(format!("{} AS pg_o{k}", o.expr));
+        outer_order.push(
+            o.to_string()
+                .replacen(&o.expr.to_string(), &format!("pg_o{k}"), 1),
+        );
+    }
+    let keys = keys
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let window_order = if order.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ORDER BY {}",
+            order
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    projected.push(format!(
+        "row_number() OVER (PARTITION BY {keys}{window_order}) AS pg_rn"
+    ));
+    inner.projection = Vec::new();
+    let inner =
+        inner
+            .to_string()
+            .replacen("SELECT ", &format!("SELECT {} ", projected.join(", ")), 1);
+    let mut sql = format!(
+        "SELECT {} FROM ({inner}) AS pg_distinct_on WHERE pg_rn = 1",
+        outer.join(", ")
+    );
+    if !outer_order.is_empty() {
+        sql.push_str(&format!(" ORDER BY {}", outer_order.join(", ")));
+    }
+    if let Some(limit) = &query.limit_clause {
+        sql.push_str(&format!(" {limit}"));
+    }
+    let mut rewritten = *parse_query(&sql).ok_or_else(|| "SELECT DISTINCT ON".to_string())?;
+    rewritten.with = query.with.clone();
+    Ok(rewritten)
 }
 
 /// The table a catalog statement's `unnest` in a select list becomes.
@@ -1593,6 +1699,35 @@ pub fn install(conn: &Connection) -> rusqlite::Result<()> {
     conn.create_scalar_function("pg_now", 0, volatile, |_| {
         Ok(crate::rfc3339(crate::now_us(), true))
     })?;
+    // PostgreSQL's numeric functions SQLite's build leaves out (Grafana's
+    // `$__timeGroup` expands to floor(extract(epoch …)/n)*n): a float in,
+    // a float out, NULL for NULL.
+    type Unary = fn(f64) -> f64;
+    let unary: [(&str, Unary); 9] = [
+        ("floor", f64::floor),
+        ("ceil", f64::ceil),
+        ("ceiling", f64::ceil),
+        ("trunc", f64::trunc),
+        ("sqrt", f64::sqrt),
+        ("ln", f64::ln),
+        ("exp", f64::exp),
+        ("log", f64::log10),
+        ("sign", f64::signum),
+    ];
+    for (name, f) in unary {
+        conn.create_scalar_function(name, 1, pure, move |ctx| {
+            Ok(ctx.get::<Option<f64>>(0)?.map(f))
+        })?;
+    }
+    for name in ["power", "pow"] {
+        conn.create_scalar_function(name, 2, pure, |ctx| {
+            let (Some(a), Some(b)) = (ctx.get::<Option<f64>>(0)?, ctx.get::<Option<f64>>(1)?)
+            else {
+                return Ok(None);
+            };
+            Ok(Some(a.powf(b)))
+        })?;
+    }
     conn.create_scalar_function("pg_current_date", 0, volatile, |_| {
         Ok(crate::rfc3339(crate::now_us(), false)[..10].to_string())
     })?;
@@ -2157,7 +2292,11 @@ mod tests {
     #[test]
     fn what_has_no_sqlite_form_is_refused_by_name() {
         for (sql, name) in [
-            ("SELECT DISTINCT ON (a) a, b FROM t", "DISTINCT ON"),
+            ("SELECT DISTINCT ON (a) * FROM t", "DISTINCT ON with *"),
+            (
+                "SELECT DISTINCT ON (a) a FROM t UNION SELECT 1",
+                "DISTINCT ON in a UNION",
+            ),
             (
                 "SELECT generate_series(1, 3)",
                 "generate_series() in a select list",
@@ -2267,6 +2406,28 @@ mod tests {
         assert_eq!(
             one("SELECT bool_and(x) FROM (SELECT 1 AS x UNION ALL SELECT 0)"),
             SqlValue::Integer(0)
+        );
+    }
+
+    #[test]
+    fn numeric_functions_sqlite_leaves_out() {
+        assert_eq!(one("SELECT floor(7.5) * 2"), SqlValue::Real(14.0));
+        assert_eq!(one("SELECT ceil(7.1), power(2, 10)"), SqlValue::Real(8.0));
+        assert_eq!(one("SELECT floor(NULL)"), SqlValue::Null);
+    }
+
+    #[test]
+    fn distinct_on_keeps_the_first_row_of_each_key() {
+        let rows = run(
+            "SELECT DISTINCT ON (k) k, v AS first FROM (SELECT 1 AS k, 3 AS v UNION ALL \
+             SELECT 1, 2 UNION ALL SELECT 2, 5 UNION ALL SELECT 2, 9) t ORDER BY k, v DESC LIMIT 5",
+        );
+        assert_eq!(
+            rows,
+            [
+                [SqlValue::Integer(1), SqlValue::Integer(3)],
+                [SqlValue::Integer(2), SqlValue::Integer(9)]
+            ]
         );
     }
 

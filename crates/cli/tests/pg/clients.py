@@ -42,8 +42,10 @@ assert isinstance(columns["pid"]["type"], sa.Text), columns["pid"]
 pk = insp.get_pk_constraint("proc")
 assert pk["constrained_columns"] == ["realm", "pid"], pk
 assert pk["name"] == "proc_pkey", pk
-ps = {c["name"] for c in insp.get_columns("ps")}
-assert {"pid", "state", "spawned_at", "exited_at"} <= ps, ps
+ps = {c["name"]: c for c in insp.get_columns("ps")}
+assert {"pid", "state", "spawned_at", "exited_at"} <= ps.keys(), ps.keys()
+assert isinstance(ps["spawned_at"]["type"], sa.TIMESTAMP), ps["spawned_at"]
+assert ps["spawned_at"]["type"].timezone, ps["spawned_at"]
 
 # pandas through the engine.
 with engine.connect() as conn:
@@ -74,6 +76,57 @@ for binary in (False, True):
         assert spawned <= exited, (binary, spawned, exited)
         assert cur.description[0].type_code == 1184, cur.description
 c.rollback()
+
+# Grafana's PostgreSQL data source, its SQL replayed as it sends it: the
+# table picker, the column picker, and a time-series panel whose
+# $__timeFilter and $__timeGroup macros Grafana has expanded.
+SEARCH_PATH = """(
+  SELECT
+    CASE WHEN trim(s[i]) = '"$user"' THEN user ELSE trim(s[i]) END
+  FROM
+    generate_series(
+      array_lower(string_to_array(current_setting('search_path'),','),1),
+      array_upper(string_to_array(current_setting('search_path'),','),1)
+    ) as i,
+    string_to_array(current_setting('search_path'),',') s
+  )"""
+GRAFANA_TABLES = f"""SELECT
+    CASE WHEN
+          quote_ident(table_schema) IN {SEARCH_PATH}
+      THEN quote_ident(table_name)
+      ELSE quote_ident(table_schema) || '.' || quote_ident(table_name)
+    END AS "table"
+    FROM information_schema.tables
+    WHERE quote_ident(table_schema) NOT IN ('information_schema',
+                             'pg_catalog',
+                             '_timescaledb_cache')
+    ORDER BY CASE WHEN
+          quote_ident(table_schema) IN {SEARCH_PATH} THEN 0 ELSE 1 END, 1"""
+GRAFANA_COLUMNS = f"""SELECT quote_ident(column_name) AS "column", data_type AS "type"
+    FROM information_schema.columns
+    WHERE
+      CASE WHEN array_length(parse_ident('ps'),1) = 2
+        THEN quote_ident(table_schema) = (parse_ident('ps'))[1]
+          AND quote_ident(table_name) = (parse_ident('ps'))[2]
+        ELSE quote_ident(table_name) = 'ps'
+          AND
+          quote_ident(table_schema) IN {SEARCH_PATH}
+      END"""
+with psycopg.connect(
+    host=host, port=port, user=realm, password=token, dbname="tabos", connect_timeout=10,
+    autocommit=True,
+) as g:
+    picked = [r[0] for r in g.execute(GRAFANA_TABLES)]
+    assert "proc" in picked and "ps" in picked and "credential" not in picked, picked
+    picked = dict(g.execute(GRAFANA_COLUMNS).fetchall())
+    assert picked.get("pid") == "text", picked
+    assert picked.get("spawned_at") == "timestamp with time zone", picked
+    panel = g.execute(
+        "SELECT floor(extract(epoch from spawned_at)/60)*60 AS \"time\", count(*) AS spawns "
+        "FROM ps WHERE spawned_at BETWEEN '2020-01-01T00:00:00Z' AND '2100-01-01T00:00:00Z' "
+        "GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert len(panel) == 1 and panel[0][1] == 1, panel
 
 # A named cursor: DECLARE, FETCH in batches, CLOSE — inside a transaction.
 with c.transaction():

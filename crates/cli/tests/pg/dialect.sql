@@ -54,3 +54,4 @@ SELECT pid FROM proc WHERE exit_status IS NOT DISTINCT FROM 0;
 SELECT count(*) FROM proc WHERE spawn_us < (extract(epoch FROM now()) * 1000000)::bigint;
 SELECT 1 < 2, 'a' ILIKE 'A', NULL IS NULL, 't'::bool, 2 = ANY(ARRAY[1, 2]), false;
 SELECT to_timestamp(86400.5), timestamptz '2026-11-27 19:30:00+00', pid FROM proc;
+SELECT DISTINCT ON (state) state, pid FROM proc ORDER BY state, pid DESC;

@@ -211,6 +211,7 @@ const TYPES: &[(i64, &str, i64, &str)] = &[
     (26, "oid", 4, "N"),
     (701, "float8", 8, "N"),
     (1043, "varchar", -1, "S"),
+    (1184, "timestamptz", 8, "D"),
 ];
 
 /// Whether `sql` reads the catalog: names either schema, or one of the
@@ -274,7 +275,9 @@ const HIDDEN: &[&str] = &["p_key"];
 /// as (the store hands every integer and boolean over as an integer).
 fn type_of(decl: &str) -> i64 {
     let d = decl.to_ascii_lowercase();
-    if d.contains("int") || d.contains("bool") || d.contains("serial") {
+    if d.starts_with("timestamp") {
+        1184
+    } else if d.contains("int") || d.contains("bool") || d.contains("serial") {
         20
     } else if d.contains("real")
         || d.contains("floa")
@@ -484,6 +487,9 @@ fn relations(node: &Node, scope: &ReadScope, operator: bool) -> tabos_store::Res
                     (_, Some(Value::Int(_))) => 20,
                     (_, Some(Value::Real(_))) => 701,
                     (_, Some(Value::Blob(_))) => 17,
+                    // A view's column of times (ps's spawned_at …), as the
+                    // front door sends it.
+                    (_, Some(Value::Text(t))) if super::time_us(t).is_some() => 1184,
                     _ => 25,
                 };
                 Column {
@@ -814,6 +820,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
         (26, "oid"),
         (701, "double precision"),
         (1043, "character varying"),
+        (1184, "timestamp with time zone"),
     ]
     .into_iter()
     .collect();
@@ -827,6 +834,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
             ("int4", 23),
             ("float8", 701),
             ("varchar", 1043),
+            ("timestamptz", 1184),
         ])
         .collect();
     db.create_scalar_function("format_type", 2, flags, move |ctx| {
@@ -1000,6 +1008,7 @@ fn database(relations: &[Relation]) -> rusqlite::Result<rusqlite::Connection> {
                 20 => "bigint",
                 701 => "double precision",
                 17 => "bytea",
+                1184 => "timestamp with time zone",
                 _ => "text",
             };
             tx.execute(
@@ -1107,7 +1116,11 @@ pub(super) fn answer(
     // PostgreSQL's own constructs SQLite lacks (`= ANY(ARRAY[…])`, casts,
     // intervals, `unnest` in a select list) through the dialect's catalog
     // reading; what it cannot read is left to the catalog's own rewriting.
-    let sql = &plain_operators(sql);
+    // What tools send whole (Grafana's search_path subquery), and
+    // psql's and pg_dump's spelled-out operators, first: the SQL parser
+    // reads what is left.
+    let tools = rewrite_tools(sql);
+    let sql = &plain_operators(&tools);
     let plain = match tabos_store::dialect::translate_catalog(sql) {
         Ok(t) => t.to_string(),
         Err(_) => sql.to_string(),
