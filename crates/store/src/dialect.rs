@@ -877,14 +877,7 @@ impl VisitorMut for Translator {
                 ([array], false) => unnest_in_from(array, alias.as_ref()),
                 _ => None,
             };
-            return match derived {
-                Some(d) => {
-                    *factor = d;
-                    self.changed = true;
-                    ControlFlow::Continue(())
-                }
-                None => ControlFlow::Break("unnest() with these arguments".into()),
-            };
+            return self.replace_factor(factor, derived, "unnest() with these arguments");
         }
         let (name, args, alias) = match factor {
             TableFactor::Table {
@@ -910,14 +903,7 @@ impl VisitorMut for Translator {
                 }
                 _ => None,
             };
-            return match derived {
-                Some(d) => {
-                    *factor = d;
-                    self.changed = true;
-                    ControlFlow::Continue(())
-                }
-                None => ControlFlow::Break("unnest() with these arguments".into()),
-            };
+            return self.replace_factor(factor, derived, "unnest() with these arguments");
         }
         if fname == "pg_options_to_table" && self.mode == Mode::Catalog {
             // Options of foreign tables and servers: tabos has none.
@@ -1404,6 +1390,23 @@ fn fn_named(e: &Expr, names: &[&str]) -> bool {
 }
 
 impl Translator {
+    /// Puts `derived` in `factor`'s place, or refuses naming `construct`.
+    fn replace_factor(
+        &mut self,
+        factor: &mut TableFactor,
+        derived: Option<TableFactor>,
+        construct: &str,
+    ) -> ControlFlow<String> {
+        match derived {
+            Some(d) => {
+                *factor = d;
+                self.changed = true;
+                ControlFlow::Continue(())
+            }
+            None => ControlFlow::Break(construct.into()),
+        }
+    }
+
     /// `Ok(Some(new))` to replace `expr`, `Ok(None)` to keep it, `Err` to
     /// refuse the statement naming the construct.
     fn rewrite(&self, expr: &Expr) -> Result<Option<Expr>, String> {

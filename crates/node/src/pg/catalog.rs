@@ -548,6 +548,24 @@ fn storage(len: i64) -> &'static str {
     }
 }
 
+/// Function `name(oid[, pretty])`: `texts`' entry for the oid, NULL for
+/// any other (pg_get_viewdef, pg_get_constraintdef).
+fn by_oid(
+    db: &rusqlite::Connection,
+    name: &str,
+    texts: std::collections::HashMap<i64, String>,
+) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    let texts = std::sync::Arc::new(texts);
+    for arity in [1, 2] {
+        let texts = texts.clone();
+        db.create_scalar_function(name, arity, flags, move |ctx| {
+            Ok(oid_arg(ctx, 0).and_then(|o| texts.get(&o).cloned()))
+        })?;
+    }
+    Ok(())
+}
+
 /// Relation `i`'s oid.
 fn relation_oid(i: usize) -> i64 {
     FIRST_OID + i as i64
@@ -696,14 +714,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
         .enumerate()
         .filter_map(|(i, r)| Some((relation_oid(i), r.definition.clone()?)))
         .collect();
-    let views = std::sync::Arc::new(views);
-    for arity in [1, 2] {
-        let views = views.clone();
-        db.create_scalar_function("pg_get_viewdef", arity, flags, move |ctx| {
-            let oid = oid_arg(ctx, 0);
-            Ok(oid.and_then(|o| views.get(&o).cloned()))
-        })?;
-    }
+    by_oid(db, "pg_get_viewdef", views)?;
     reg_cast(db, "regclass", classes)?;
     reg_cast(
         db,
@@ -737,14 +748,7 @@ fn functions(db: &rusqlite::Connection, relations: &[Relation]) -> rusqlite::Res
         let f = index_def.clone();
         db.create_scalar_function("pg_get_indexdef", arity, flags, move |ctx| f(ctx))?;
     }
-    let constraint_defs = std::sync::Arc::new(constraint_defs);
-    for arity in [1, 2] {
-        let defs = constraint_defs.clone();
-        db.create_scalar_function("pg_get_constraintdef", arity, flags, move |ctx| {
-            let oid = oid_arg(ctx, 0);
-            Ok(oid.and_then(|o| defs.get(&o).cloned()))
-        })?;
-    }
+    by_oid(db, "pg_get_constraintdef", constraint_defs)?;
     // An array's text — an int2vector's `1 2`, an array's `{1,2}`, JSON —
     // as a JSON array, for `json_each` (see the dialect's `unnest`).
     db.create_scalar_function("pg_array_json", 1, flags, |ctx| {
