@@ -187,6 +187,15 @@ pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(5);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 const KEEPALIVE_RETRIES: u32 = 3;
+/// Longest a session may sit in a transaction waiting for its client: the
+/// server then ends it and its locks go. A node cut off from the network
+/// in the middle of a transaction cannot end it, and the server, with
+/// nothing to send, would never notice (its keepalives wait hours): the
+/// rows it had locked — its own lease, the cluster's — would stop every
+/// other node's heartbeat. A store transaction is a procedure that runs
+/// between its statements for at most a second (the sandbox's bound), so
+/// this is far past any live one.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `url` as a connection's settings, with the store's bounds on time where
 /// the URL names none.
@@ -219,7 +228,8 @@ fn connect_once(url: &str, durability: Durability) -> Result<Client> {
     // Times are in UTC at every door, as on SQLite (the dialect module).
     let setup = format!(
         "SET synchronous_commit = {sync}; SET default_transaction_isolation = 'serializable'; \
-         SET TimeZone = 'UTC'"
+         SET TimeZone = 'UTC'; SET idle_in_transaction_session_timeout = {}",
+        IDLE_IN_TRANSACTION_TIMEOUT.as_millis()
     );
     c.batch_execute(&setup).map_err(|e| map_err(&e, &setup))?;
     Ok(c)
@@ -1698,7 +1708,9 @@ fn is_connection_loss(e: &postgres::Error) -> bool {
     match e.as_db_error() {
         Some(db) => {
             let c = db.code().code();
-            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03")
+            // 25P03: the server ended a session idle in its transaction
+            // past IDLE_IN_TRANSACTION_TIMEOUT — the connection is gone.
+            c.starts_with("08") || matches!(c, "57P01" | "57P02" | "57P03" | "25P03")
         }
         None => e.source().is_some_and(|s| s.is::<std::io::Error>()),
     }

@@ -305,3 +305,52 @@ fn a_realms_retries_do_not_hold_another_realms_turn() {
     );
     assert_eq!(b.expect("b waited for a's turn").unwrap(), 2);
 }
+
+/// A node cut off in the middle of a transaction cannot end it, and the
+/// server has nothing to send it that would show the cut: the session is
+/// idle in its transaction, holding its row locks. The server ends such a
+/// session after `IDLE_IN_TRANSACTION_TIMEOUT`, so another node's write to
+/// the same row goes through while the stalled procedure still sleeps —
+/// here a procedure that stops between two statements for three times
+/// that long stands for the cut-off node.
+#[test]
+fn a_session_stalled_in_its_transaction_does_not_hold_its_locks() {
+    let Some(url) = common::pg_database() else {
+        return;
+    };
+    let (store, other_node) = two_nodes_with_doctors(url);
+    let stall = tabos_store::postgres::IDLE_IN_TRANSACTION_TIMEOUT * 3;
+    let locked = Arc::new(Barrier::new(2));
+    let woke = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut first = true;
+    let stalled = store.submit(PKey(0), {
+        let (locked, woke) = (locked.clone(), woke.clone());
+        move |tx: &mut dyn tabos_store::Tx| {
+            tx.execute("UPDATE oncall SET on_call = 1 WHERE doctor = 'alice'", &[])?;
+            if std::mem::take(&mut first) {
+                locked.wait();
+                std::thread::sleep(stall);
+                woke.store(true, Ordering::SeqCst);
+            }
+            Ok::<_, Error>(())
+        }
+    });
+    locked.wait();
+    other_node
+        .call(PKey(0), |tx| {
+            tx.execute("UPDATE oncall SET on_call = 2 WHERE doctor = 'alice'", &[])
+        })
+        .unwrap();
+    assert!(
+        !woke.load(Ordering::SeqCst),
+        "the other node's write waited for the stalled transaction"
+    );
+    // The stalled procedure finds its session ended and runs again on a
+    // new one (its second run does not stall).
+    stalled.wait().unwrap();
+    let rows = store
+        .query("SELECT on_call FROM oncall WHERE doctor = 'alice'", &[])
+        .unwrap();
+    let on_call: i64 = rows.rows[0].get(0).unwrap();
+    assert_eq!(on_call, 1, "the stalled procedure's second run wrote last");
+}
