@@ -526,6 +526,7 @@ fn up_on_postgres_serves_sql() {
     assert_eq!(v["backend"], "postgres");
     // The PostgreSQL protocol front door over a PostgreSQL kernel.
     psql_and_psycopg_against(&node);
+    jdbc_against(&node);
     // And the dashboard, its API and its pages.
     dashboard_api_against(&node);
     dashboard_in_chromium(&node, "procs-postgres.png");
@@ -2357,10 +2358,16 @@ fn the_python_sdk_passes_its_tests() {
 
 /// The PostgreSQL JDBC driver (from `target/test-jars`, which `.ci/run`
 /// fetches) against the PostgreSQL protocol: a prepared statement, a plain
-/// one, `DatabaseMetaData`'s tables and columns, a write refused with
-/// SQLSTATE 25006.
+/// one, `DatabaseMetaData`'s tables, columns (NOT NULL as it is) and
+/// primary key, a write refused with SQLSTATE 25006.
 #[test]
 fn jdbc_reads_the_os_state() {
+    let node = Node::start(&["--pg-listen", "127.0.0.1:0"]);
+    jdbc_against(&node);
+}
+
+/// The checks of [`jdbc_reads_the_os_state`], on `node` (either backend).
+fn jdbc_against(node: &Node) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let jar = root.join("../../target/test-jars/postgresql-42.7.4.jar");
     assert!(
@@ -2368,7 +2375,6 @@ fn jdbc_reads_the_os_state() {
         "{} is missing: `bash .ci/run` fetches it",
         jar.display()
     );
-    let node = Node::start(&["--pg-listen", "127.0.0.1:0"]);
     let (_, port) = node.pg_addr();
     let o = node.tabos(&["spawn", "--pid", "j1", "--wait", "--", "true"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -2388,7 +2394,7 @@ fn jdbc_reads_the_os_state() {
     assert_eq!(
         stdout(&o),
         "proc j1 exited 0\nselect 42 x\ntables have proc true\ncolumns have exit_status true\n\
-         delete refused 25006\n",
+         pid nullable NO\nproc key realm pid\ndelete refused 25006\n",
         "{}",
         stderr(&o)
     );

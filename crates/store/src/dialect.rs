@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rusqlite::functions::{Context, FunctionFlags};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::Connection;
+use sqlparser::ast::visit_expressions_mut;
 use sqlparser::ast::{
     self, BinaryOperator, CastKind, Distinct, Expr, Function, FunctionArg, FunctionArgExpr,
     FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, SelectItem,
@@ -1057,6 +1058,26 @@ fn plain_name(name: &ObjectName) -> Option<String> {
     }
 }
 
+/// Whether `name` is `information_schema._pg_expandarray` (or unqualified).
+fn is_expandarray(name: &ObjectName) -> bool {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .filter_map(|p| match p {
+            ObjectNamePart::Identifier(i) => Some(i.value.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect();
+    matches!(
+        parts
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        ["_pg_expandarray"] | ["information_schema", "_pg_expandarray"]
+    )
+}
+
 /// The set-returning function a select-list call names, if it is one.
 fn set_returning(f: &Function) -> Option<String> {
     let name = plain_name(&f.name)?;
@@ -1175,6 +1196,39 @@ fn unnest_select_list(select: &mut ast::Select) -> Result<bool, String> {
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => e,
             _ => continue,
         };
+        // `information_schema._pg_expandarray(a)` (JDBC's primary keys),
+        // wherever it is in the item: its (x, n) rows as JSON objects, read
+        // by `(…).x` and `(…).n` (see the rewrite of a field access).
+        let mut failed = None;
+        let _ = visit_expressions_mut(e, |inner| {
+            let Expr::Function(f) = inner else {
+                return ControlFlow::<()>::Continue(());
+            };
+            if !is_expandarray(&f.name) {
+                return ControlFlow::Continue(());
+            }
+            let this = match plain_args(f).as_deref() {
+                Some([a]) => a.to_string(),
+                _ => {
+                    failed = Some("_pg_expandarray() with these arguments".to_string());
+                    return ControlFlow::Break(());
+                }
+            };
+            if array.get_or_insert_with(|| this.clone()) != &this {
+                failed = Some("_pg_expandarray() of two arrays in one select list".into());
+                return ControlFlow::Break(());
+            }
+            match parse_expr(&format!(
+                "json_object('x', {UNNESTED}.value, 'n', {UNNESTED}.key + 1)"
+            )) {
+                Some(object) => *inner = object,
+                None => failed = Some("_pg_expandarray()".into()),
+            }
+            ControlFlow::Continue(())
+        });
+        if let Some(construct) = failed {
+            return Err(construct);
+        }
         let Expr::Function(f) = e else { continue };
         let name = plain_name(&f.name).unwrap_or_default();
         let replacement = match name.as_str() {
@@ -1602,6 +1656,18 @@ impl Translator {
             // its first character: PostgreSQL's name is a character array
             // from 0).
             Expr::CompoundFieldAccess { root, access_chain } if self.mode == Mode::Catalog => {
+                // `(composite).field`: the catalog's composites are JSON
+                // objects (`_pg_expandarray`'s, [`unnest_select_list`]).
+                if let [ast::AccessExpr::Dot(Expr::Identifier(field))] = access_chain.as_slice() {
+                    let path = format!("$.{}", field.value.to_ascii_lowercase());
+                    return Ok(Some(call(
+                        "json_extract",
+                        vec![
+                            (**root).clone(),
+                            Expr::value(Value::SingleQuotedString(path)),
+                        ],
+                    )));
+                }
                 let [ast::AccessExpr::Subscript(ast::Subscript::Index { index })] =
                     access_chain.as_slice()
                 else {
@@ -2382,6 +2448,26 @@ mod tests {
             "{t}"
         );
         assert!(translate_catalog("SELECT unnest(a), unnest(b) FROM t").is_err());
+        // JDBC's primary keys: `_pg_expandarray`'s rows as JSON objects,
+        // their fields read with json_extract, inside and outside.
+        let t = translate_catalog(
+            "SELECT * FROM (SELECT (information_schema._pg_expandarray(i.indkey)).n AS key_seq, \
+               information_schema._pg_expandarray(i.indkey) AS keys, a.attnum AS a_attnum \
+               FROM pg_attribute a JOIN pg_index i ON a.attrelid = i.indrelid) result \
+             WHERE result.a_attnum = (result.keys).x",
+        )
+        .unwrap();
+        assert!(
+            t.contains("json_each(pg_array_json(i.indkey)) AS pg_unnested")
+                && t.contains("json_extract((result.keys), '$.x')")
+                && t.contains("'$.n'")
+                && !t.contains("_pg_expandarray"),
+            "{t}"
+        );
+        assert!(translate_catalog(
+            "SELECT information_schema._pg_expandarray(a), information_schema._pg_expandarray(b) FROM t"
+        )
+        .is_err());
         // psql's \\d+: ARRAY(subquery) over unnest in FROM, of the outer
         // row's array.
         let t = translate_catalog(

@@ -33,12 +33,25 @@ public class TabosJdbc {
             }
             System.out.println("tables have proc " + proc);
             int columns = 0;
+            String pidNullable = "?";
             try (ResultSet rs = md.getColumns(null, "public", "proc", "%")) {
                 while (rs.next()) {
-                    columns += rs.getString("COLUMN_NAME").equals("exit_status") ? 1 : 0;
+                    String name = rs.getString("COLUMN_NAME");
+                    columns += name.equals("exit_status") ? 1 : 0;
+                    if (name.equals("pid")) {
+                        pidNullable = rs.getString("IS_NULLABLE");
+                    }
                 }
             }
             System.out.println("columns have exit_status " + (columns == 1));
+            System.out.println("pid nullable " + pidNullable);
+            StringBuilder key = new StringBuilder();
+            try (ResultSet rs = md.getPrimaryKeys(null, "public", "proc")) {
+                while (rs.next()) {
+                    key.append(' ').append(rs.getString("COLUMN_NAME"));
+                }
+            }
+            System.out.println("proc key" + key);
             try (Statement s = c.createStatement()) {
                 s.executeUpdate("DELETE FROM proc");
                 System.out.println("delete was not refused");

@@ -26,8 +26,9 @@
 //! The dialect reads the statement first, in its catalog mode
 //! ([`tabos_store::dialect::translate_catalog`]: `reg*` casts become the
 //! catalog's `pg_cast_*` functions — an oid prints as its name, a name
-//! gives its oid —, `unnest` and `generate_subscripts` in a select list a
-//! `json_each` join). Then the catalog's own rewriting ([`translate`]): schema
+//! gives its oid —, `unnest`, `generate_subscripts` and
+//! `_pg_expandarray` in a select list a `json_each` join, a composite's
+//! `(…).field` a JSON field). Then the catalog's own rewriting ([`translate`]): schema
 //! prefixes dropped (`information_schema.x` becomes `information_schema_x`),
 //! casts (`::regclass`) and `COLLATE pg_catalog.default` removed, `~`,
 //! `!~` and `OPERATOR(pg_catalog.~)` made `REGEXP`, `E'…'` made plain,
