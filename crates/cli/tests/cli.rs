@@ -1778,20 +1778,10 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
     let _ = child.wait();
 }
 
-/// `tabos kv serve` and redis-cli: the Redis commands, the CLI's get, set
-/// and status, bad input, and a clean stop that leaves no proc running.
-#[test]
-fn kv_serve_answers_redis_cli() {
-    let node = Node::start(&["--cores", "8"]);
-    // kvds must listen where clients connect: refused, saying how, until
-    // the operator lets the realm's procs share the host's network.
-    let o = node.tabos(&["kv", "serve", "--listen", "127.0.0.1:0"]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("tabos realm set default --host-network"),
-        "{}",
-        stderr(&o)
-    );
+/// `tabos kv serve` of 4 shards over 2 groups on `node` (whose default
+/// realm it lets share the host's network): the process, the front end's
+/// port and the service's password.
+fn kv_serve(node: &Node) -> (Child, String, String) {
     let o = node.tabos(&["realm", "set", "default", "--host-network"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let mut serve = node
@@ -1817,6 +1807,77 @@ fn kv_serve_answers_redis_cli() {
     assert!(o.status.success(), "{}", stderr(&o));
     let password = stdout(&o).trim().to_string();
     assert_eq!(password.len(), 64, "{password:?}");
+    (serve, port, password)
+}
+
+/// Issue 39, item 1: redis-py with its defaults (RESP3, `HELLO 3 AUTH
+/// default PW`) and `redis-cli -3` against `tabos kv serve` — strings,
+/// options of SET, deadlines, integers as Redis reads them, SELECT,
+/// FLUSHALL, and refusals (`crates/cli/tests/kv/clients.py`).
+#[test]
+fn kv_speaks_to_redis_py_and_redis_cli_3() {
+    let node = Node::start(&["--cores", "8"]);
+    let (mut serve, port, password) = kv_serve(&node);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/kv/clients.py");
+    let o = Command::new(test_python())
+        .arg(&script)
+        .args(["127.0.0.1", &port, &password])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "clients.py failed:\n{}\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(
+        stdout(&o).contains("redis-py: all checks passed"),
+        "{}",
+        stdout(&o)
+    );
+    let cli3 = |args: &[&str]| -> String {
+        let o = Command::new("redis-cli")
+            .args(["-3", "-h", "127.0.0.1", "-p", &port])
+            .args(["--no-auth-warning", "-a", &password])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        assert!(o.status.success(), "redis-cli -3 {args:?}: {}", stderr(&o));
+        stdout(&o).trim().to_string()
+    };
+    assert_eq!(cli3(&["SET", "c3", "v", "EX", "100"]), "OK");
+    assert_eq!(cli3(&["GET", "c3"]), "v");
+    let ttl: i64 = cli3(&["TTL", "c3"]).parse().unwrap();
+    assert!((90..=100).contains(&ttl), "{ttl}");
+    assert_eq!(cli3(&["GET", "nothing"]), "");
+    let hello = cli3(&["HELLO", "3"]);
+    assert!(
+        hello.contains("proto 3") && hello.contains("server redis"),
+        "{hello}"
+    );
+    assert!(cli3(&["SELECT", "5"]).contains("DB index is out of range"));
+    Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(serve.wait().unwrap().success());
+}
+
+/// `tabos kv serve` and redis-cli: the Redis commands, the CLI's get, set
+/// and status, bad input, and a clean stop that leaves no proc running.
+#[test]
+fn kv_serve_answers_redis_cli() {
+    let node = Node::start(&["--cores", "8"]);
+    // kvds must listen where clients connect: refused, saying how, until
+    // the operator lets the realm's procs share the host's network.
+    let o = node.tabos(&["kv", "serve", "--listen", "127.0.0.1:0"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("tabos realm set default --host-network"),
+        "{}",
+        stderr(&o)
+    );
+    let (mut serve, port, password) = kv_serve(&node);
     // Without the password: nothing but PING.
     let o = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port, "GET", "a"])
@@ -1861,7 +1922,7 @@ fn kv_serve_answers_redis_cli() {
     assert!(redis(&["INFO"]).contains("tabos_kv_groups:2"));
     assert!(redis(&["INCR", "a", "b"]).contains("wrong number of arguments"));
     assert!(redis(&["SET", "a", "x"]) == "OK" && redis(&["INCR", "a"]).contains("not an integer"));
-    assert!(redis(&["FLUSHALL"]).contains("unknown command"));
+    assert!(redis(&["LPUSH", "l", "x"]).contains("unknown command"));
 
     // The CLI's clerk sees the same keys.
     let o = node.tabos(&["kv", "get", "n"]);
@@ -1911,6 +1972,248 @@ fn kv_serve_answers_redis_cli() {
         count("SELECT count(*) AS n FROM proc WHERE pid LIKE 'balancer-%'"),
         2
     );
+}
+
+/// Units of Valkey's own test suite (`../shared/third_party/valkey-tests`,
+/// external-server mode, as a Redis Cluster: `--cluster-mode`) that the
+/// service is measured by, each run in the same test against Debian's
+/// redis-server as the reference.
+const VALKEY_UNITS: &[&str] = &["unit/type/incr", "unit/type/string", "unit/expire"];
+
+/// Tests of those units left out (`--skiptest`, on both servers), each
+/// with why it is out of scope (README.md, "Key-value service", says the
+/// same).
+const VALKEY_OUT_OF_SCOPE: &[(&str, &str)] = &[
+    ("INCR fails against a key holding a list", LISTS),
+    ("INCRBYFLOAT fails against a key holding a list", LISTS),
+    ("MGET against non-string key", LISTS),
+    ("SETBIT against key with wrong type", LISTS),
+    ("SETRANGE against key with wrong type", LISTS),
+    ("GETRANGE against wrong key type", LISTS),
+    (
+        "Extended SET GET with incorrect type should result in wrong type error",
+        LISTS,
+    ),
+    ("EXPIRE - write on expire should work", LISTS),
+    (
+        "incr operation should update encoding from raw to int",
+        ENCODING,
+    ),
+    (
+        "decr operation should update encoding from raw to int",
+        ENCODING,
+    ),
+    (
+        "incrby operation should update encoding from raw to int",
+        ENCODING,
+    ),
+    (
+        "decrby operation should update encoding from raw to int",
+        ENCODING,
+    ),
+    ("SETBIT against integer-encoded key", ENCODING),
+    ("GETBIT against integer-encoded key", ENCODING),
+    ("SETRANGE against integer-encoded key", ENCODING),
+    ("APPEND modifies the encoding from int to raw", ENCODING),
+    (
+        "trim on SET with big value",
+        "MEMORY USAGE: Redis's allocator's accounting of a key, which the service does not keep",
+    ),
+    (
+        "Very big payload in GET/SET",
+        "a value is at most 1 MiB (VALUE_BYTES_MAX: one shard-log entry); the test sets 4 MB",
+    ),
+];
+const LISTS: &str =
+    "lists and sets are not among the service's types (strings only; a command on them is unknown)";
+const ENCODING: &str = "OBJECT ENCODING: Redis's internal encodings; the service keeps bytes";
+
+/// Issue 39, item 1: every test of [`VALKEY_UNITS`] that Debian's
+/// redis-server passes, tabos's `kv serve` passes too (those of
+/// [`VALKEY_OUT_OF_SCOPE`] are run on neither). The suite sends no AUTH: a small proxy in
+/// this test gives the service's password at the start of each of its
+/// connections.
+#[test]
+fn valkey_units_pass_on_tabos_as_on_redis_server() {
+    let shared = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
+    let suite = shared.join("third_party/valkey-tests");
+    assert!(
+        suite.join("runtest").exists(),
+        "{} is missing",
+        suite.display()
+    );
+    // It writes beside itself, and shared/ is read-only in CI.
+    let copy = TempDir::new("valkey-tests");
+    let o = Command::new("cp")
+        .arg("-r")
+        .arg(suite.join("tests"))
+        .arg(copy.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // The reference, with nothing kept on disk.
+    let ref_dir = TempDir::new("valkey-ref");
+    let ref_port = free_port().unwrap().to_string();
+    let mut reference = Command::new("redis-server")
+        .args([
+            "--port",
+            &ref_port,
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .arg("--dir")
+        .arg(ref_dir.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server (Debian's redis-server; .ci/run installs it)");
+    let ready = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        Command::new("redis-cli")
+            .args(["-p", &ref_port, "PING"])
+            .output()
+            .is_ok_and(|o| stdout(&o).trim() == "PONG")
+    });
+    assert!(ready, "redis-server did not start");
+    let node = Node::start(&["--cores", "8"]);
+    let (mut serve, port, password) = kv_serve(&node);
+    let proxy = auth_proxy(&format!("127.0.0.1:{port}"), &password);
+    let mut missing = Vec::new();
+    for unit in VALKEY_UNITS {
+        let (theirs, _) = valkey_unit(copy.path(), &ref_port, unit);
+        let (ours, said) = valkey_unit(copy.path(), &proxy.to_string(), unit);
+        let passed_by_reference: Vec<&String> = theirs
+            .iter()
+            .filter(|(_, ok)| *ok)
+            .map(|(name, _)| name)
+            .collect();
+        assert!(
+            passed_by_reference.len() >= 10,
+            "{unit}: the reference passed only {passed_by_reference:?}"
+        );
+        for name in passed_by_reference {
+            if !ours.iter().any(|(n, ok)| n == name && *ok) {
+                missing.push(format!("{unit}: {name}"));
+            }
+        }
+        if !missing.is_empty() {
+            // What the suite said of tabos: the failures' details.
+            eprintln!("{unit} against tabos:\n{said}");
+        }
+        eprintln!(
+            "{unit}: redis-server passed {}, tabos {}",
+            theirs.iter().filter(|(_, ok)| *ok).count(),
+            ours.iter().filter(|(_, ok)| *ok).count()
+        );
+    }
+    assert!(
+        missing.is_empty(),
+        "tests redis-server passes and tabos does not:\n{}",
+        missing.join("\n")
+    );
+    let _ = reference.kill();
+    let _ = reference.wait();
+    Command::new("kill")
+        .args(["-TERM", &serve.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(serve.wait().unwrap().success());
+}
+
+/// Runs Valkey's test unit `unit` (from the suite's copy in `dir`)
+/// against the server at 127.0.0.1:`port`: each test's name and whether
+/// it passed.
+fn valkey_unit(dir: &std::path::Path, port: &str, unit: &str) -> (Vec<(String, bool)>, String) {
+    let o = Command::new("tclsh")
+        .arg("tests/test_helper.tcl")
+        .args(["--host", "127.0.0.1", "--port", port, "--cluster-mode"])
+        .args([
+            "--single",
+            unit,
+            "--clients",
+            "1",
+            "--durable",
+            "--timeout",
+            "600",
+        ])
+        .args(["--tags", "-needs:debug -needs:repl -needs:save"])
+        .args(
+            VALKEY_OUT_OF_SCOPE
+                .iter()
+                .flat_map(|(name, _)| ["--skiptest", name]),
+        )
+        .current_dir(dir)
+        .output()
+        .expect("tclsh (Debian's tcl; .ci/run installs it)");
+    // Colours off: ESC [ … m.
+    let mut plain = String::new();
+    let text = stdout(&o);
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let results = plain
+        .lines()
+        .filter_map(|l| {
+            let (tag, rest) = l.strip_prefix('[')?.split_once("]: ")?;
+            let name = rest
+                .rsplit_once(" (")
+                .map_or(rest, |(n, _)| n)
+                .trim()
+                .to_string();
+            match tag {
+                "ok" => Some((name, true)),
+                "err" | "exception" | "timeout" => Some((name, false)),
+                _ => None,
+            }
+        })
+        .collect();
+    (results, plain)
+}
+
+/// A proxy on a port of its own to `to`, which gives `password` (`AUTH`)
+/// at the start of each connection before passing bytes both ways: for a
+/// client that sends none. Its port.
+fn auth_proxy(to: &str, password: &str) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (to, password) = (to.to_string(), password.to_string());
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { continue };
+            let Ok(mut server) = std::net::TcpStream::connect(&to) else {
+                continue;
+            };
+            let _ = server.write_all(format!("AUTH {password}\r\n").as_bytes());
+            let mut ok = [0u8; 5];
+            if server.read_exact(&mut ok).is_err() || &ok != b"+OK\r\n" {
+                continue;
+            }
+            let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let (mut c1, mut s1) = (client, server);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c1, &mut s1);
+                let _ = s1.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut s2, &mut c2);
+                let _ = c2.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
 }
 
 /// The Python of the test virtualenv `.ci/run` makes (psycopg in it).

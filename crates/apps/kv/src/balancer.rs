@@ -159,6 +159,7 @@ impl Balancer {
                     groups: all,
                     moving: Vec::new(),
                     target: Some(target.shards),
+                    hash_tags: config.hash_tags,
                 };
                 self.write_config(&next, version).await?;
                 continue;
@@ -467,6 +468,7 @@ impl Balancer {
             groups,
             moving: Vec::new(),
             target: None,
+            hash_tags: config.hash_tags,
         };
         self.write_config(&next, version).await
     }

@@ -22,6 +22,7 @@ use tokio::io::BufReader;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
+use crate::command;
 use crate::config::{Config, Layout};
 use crate::resp::{self, Reply};
 use crate::shard::RequestId;
@@ -145,34 +146,46 @@ impl Clerk {
         }
     }
 
-    /// Runs one request (a command and its arguments), spread over the
-    /// groups its keys belong to: errors of the service come back as
-    /// `Reply::Error`, as redis-cli shows them.
+    /// Runs one request (a data command of [`command`] and its
+    /// arguments), spread over the groups its keys belong to if it may be
+    /// split, else refused (`CROSSSLOT`) if its keys are in several
+    /// shards: errors of the service come back as `Reply::Error`, as
+    /// redis-cli shows them.
     pub async fn call(&mut self, args: &[&[u8]]) -> Result<Reply> {
-        let Some(cmd) = args.first() else {
+        let Some(first) = args.first() else {
             return Ok(Reply::err("ERR empty command"));
         };
-        let cmd = String::from_utf8_lossy(cmd).to_ascii_uppercase();
-        let keys: Vec<&[u8]> = match cmd.as_str() {
-            "GET" | "SET" | "INCR" | "DECR" | "INCRBY" | "DECRBY" if args.len() >= 2 => {
-                vec![args[1]]
-            }
-            "MGET" | "DEL" | "EXISTS" if args.len() >= 2 => args[1..].to_vec(),
-            "MSET" if args.len() >= 3 && !args.len().is_multiple_of(2) => {
-                args[1..].iter().step_by(2).copied().collect()
-            }
-            "GET" | "SET" | "INCR" | "DECR" | "INCRBY" | "DECRBY" | "MGET" | "DEL" | "EXISTS"
-            | "MSET" => {
-                return Ok(Reply::err(format!(
-                    "ERR wrong number of arguments for '{}' command",
-                    cmd.to_lowercase()
-                )))
-            }
-            _ => return Ok(Reply::err(format!("ERR unknown command '{cmd}'"))),
+        let Some(spec) = command::lookup(first) else {
+            return Ok(Reply::err(format!(
+                "ERR unknown command '{}'",
+                String::from_utf8_lossy(first)
+            )));
         };
-        let repeatable = matches!(cmd.as_str(), "GET" | "SET" | "MGET" | "EXISTS" | "MSET");
+        if let Err(e) = spec.check_arity(args.len()) {
+            return Ok(e);
+        }
+        let cmd = spec.name;
+        let keys: Vec<&[u8]> = spec
+            .key_positions(args.len())
+            .into_iter()
+            .map(|i| args[i])
+            .collect();
+        if !spec.split {
+            let mut shards = keys.iter().map(|k| self.config.shard_of(k));
+            if let Some(s) = shards.next() {
+                if shards.any(|t| t != s) {
+                    return Ok(Reply::err(
+                        "CROSSSLOT Keys in request don't hash to the same slot",
+                    ));
+                }
+            }
+        }
+        // SET k v and MSET are applied once per request id however often
+        // they are sent; other writes are not sent again.
+        let plain = (cmd == "SET" && args.len() == 3) || cmd == "MSET";
+        let repeatable = spec.repeatable && (spec.access == command::Access::Read || plain);
         // One id for every sending of this request.
-        let once = matches!(cmd.as_str(), "SET" | "MSET").then(|| {
+        let once = plain.then(|| {
             self.seq += 1;
             RequestId {
                 client: self.id,
@@ -182,7 +195,12 @@ impl Clerk {
         let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
             .until(tokio::time::Instant::now() + RETRY_MAX);
         loop {
-            let why = match self.attempt(&cmd, args, &keys, once).await {
+            let tried = if spec.keys == command::Keys::Every {
+                self.every(args).await
+            } else {
+                self.attempt(spec, args, &keys, once).await
+            };
+            let why = match tried {
                 Ok(r) => return Ok(r),
                 Err(Failure::Moved) => {
                     self.reread_config().await?;
@@ -206,11 +224,36 @@ impl Clerk {
         }
     }
 
+    /// One try of a command about the whole keyspace (DBSIZE, KEYS,
+    /// FLUSHALL): sent to every group, integers summed, arrays joined.
+    async fn every(&mut self, args: &[&[u8]]) -> Result<Reply, Failure> {
+        let mut sum = None;
+        let mut items: Option<Vec<Reply>> = None;
+        for g in self.config.groups.clone() {
+            match self.send(g, args).await? {
+                Reply::Error(e) => {
+                    return match classify(e) {
+                        Ok(failure) => Err(failure),
+                        Err(e) => Ok(Reply::Error(e)),
+                    }
+                }
+                Reply::Integer(n) => *sum.get_or_insert(0) += n,
+                Reply::Array(part) => items.get_or_insert_with(Vec::new).extend(part),
+                _ => {}
+            }
+        }
+        Ok(match (sum, items) {
+            (Some(n), _) => Reply::Integer(n),
+            (None, Some(items)) => Reply::Array(items),
+            (None, None) => Reply::ok(),
+        })
+    }
+
     /// One try: the request split by group, each part sent to its group's
     /// leader, the answers put together.
     async fn attempt(
         &mut self,
-        cmd: &str,
+        spec: &command::Spec,
         args: &[&[u8]],
         keys: &[&[u8]],
         once: Option<RequestId>,
@@ -221,7 +264,11 @@ impl Clerk {
         for (i, k) in keys.iter().enumerate() {
             parts.entry(self.config.group_of(k)).or_default().push(i);
         }
-        let single = parts.len() == 1;
+        let single = parts.len() <= 1;
+        if parts.is_empty() {
+            parts.insert(self.config.groups.first().copied().unwrap_or(0), Vec::new());
+        }
+        let stride = spec.stride();
         let mut replies: Vec<(Vec<usize>, Reply)> = Vec::new();
         for (g, idx) in parts {
             let mut req: Vec<&[u8]> = Vec::with_capacity(args.len() + 3);
@@ -233,31 +280,22 @@ impl Clerk {
             } else {
                 req.push(args[0]);
                 for i in &idx {
-                    match cmd {
-                        "MSET" => {
-                            req.push(args[1 + 2 * i]);
-                            req.push(args[2 + 2 * i]);
-                        }
-                        _ => req.push(args[1 + i]),
-                    }
+                    req.extend_from_slice(&args[1 + stride * i..1 + stride * i + stride]);
                 }
             }
             let reply = self.send(g, &req).await?;
-            if let Reply::Error(e) = &reply {
-                let word = e.split(' ').next().unwrap_or_default();
-                match word {
-                    "MOVED" => return Err(Failure::Moved),
-                    "TRYAGAIN" => return Err(Failure::Again(e.clone())),
-                    "UNCERTAIN" => return Err(Failure::Uncertain(e.clone())),
-                    _ => return Ok(reply),
-                }
+            if let Reply::Error(e) = reply {
+                return match classify(e) {
+                    Ok(e) => Err(e),
+                    Err(e) => Ok(Reply::Error(e)),
+                };
             }
             replies.push((idx, reply));
         }
         if single {
             return Ok(replies.pop().expect("one part").1);
         }
-        Ok(match cmd {
+        Ok(match spec.name {
             "MGET" => {
                 let mut out = vec![Reply::Null; keys.len()];
                 for (idx, r) in replies {
@@ -270,13 +308,13 @@ impl Clerk {
                 }
                 Reply::Array(out)
             }
-            "DEL" | "EXISTS" => Reply::Integer(
+            "MSET" => Reply::ok(),
+            _ => Reply::Integer(
                 replies
                     .iter()
                     .map(|(_, r)| if let Reply::Integer(n) = r { *n } else { 0 })
                     .sum(),
             ),
-            _ => Reply::ok(),
         })
     }
 
@@ -338,6 +376,17 @@ impl Clerk {
 /// other's requests as already applied).
 fn random_id() -> Result<u64> {
     crate::config::random("a clerk's id").map(u64::from_le_bytes)
+}
+
+/// A kvd's error: `Ok` the failure to try again on (MOVED, TRYAGAIN,
+/// UNCERTAIN), `Err` the error itself for the caller.
+fn classify(e: String) -> Result<Failure, String> {
+    match e.split(' ').next().unwrap_or_default() {
+        "MOVED" => Ok(Failure::Moved),
+        "TRYAGAIN" => Ok(Failure::Again(e)),
+        "UNCERTAIN" => Ok(Failure::Uncertain(e)),
+        _ => Err(e),
+    }
 }
 
 fn unexpected(r: &Reply) -> Error {

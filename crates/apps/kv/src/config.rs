@@ -40,6 +40,12 @@ pub struct Config {
     /// The map a move in progress ends with (`shards` once it is done).
     #[serde(default)]
     pub target: Option<Vec<u32>>,
+    /// Keys are placed by their hash tag ([`hash_tag`]), as in Redis
+    /// Cluster, so that `{user1}:a` and `{user1}:b` share a shard. Every
+    /// service created since has it; one created before keeps placing by
+    /// the whole key (its keys stay where they are).
+    #[serde(default)]
+    pub hash_tags: bool,
 }
 
 impl Config {
@@ -60,6 +66,7 @@ impl Config {
             groups: (0..groups).collect(),
             moving: Vec::new(),
             target: None,
+            hash_tags: true,
         })
     }
 
@@ -109,7 +116,8 @@ impl Config {
 
     /// The shard of `key`.
     pub fn shard_of(&self, key: &[u8]) -> u32 {
-        shard_of(key, self.shards.len() as u32)
+        let placed_by = if self.hash_tags { hash_tag(key) } else { key };
+        shard_of(placed_by, self.shards.len() as u32)
     }
 
     /// The group serving `key`.
@@ -160,6 +168,7 @@ impl Config {
             groups,
             moving: Vec::new(),
             target: None,
+            hash_tags: self.hash_tags,
         };
         c.check()?;
         Ok(c)
@@ -257,6 +266,21 @@ impl Policy {
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a policy serializes")
     }
+}
+
+/// The part of `key` that places it, as Redis Cluster has it: what is
+/// between its first `{` and the `}` after it if that is not empty, else
+/// the whole key.
+pub fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|b| *b == b'{') {
+        let rest = &key[open + 1..];
+        if let Some(len) = rest.iter().position(|b| *b == b'}') {
+            if len > 0 {
+                return &rest[..len];
+            }
+        }
+    }
+    key
 }
 
 /// FNV-1a: the shard of a key, the same in every clerk and kvd.
@@ -474,6 +498,16 @@ mod tests {
             seen[shard_of(format!("key:{i}").as_bytes(), 8) as usize] += 1;
         }
         assert!(seen.iter().all(|n| *n > 800), "{seen:?}");
+        // Hash tags, as Redis Cluster's.
+        assert_eq!(hash_tag(b"{user1}:a"), b"user1");
+        assert_eq!(hash_tag(b"a{}b{c}"), b"a{}b{c}");
+        assert_eq!(hash_tag(b"a{b"), b"a{b");
+        let c = Config::initial(64, 2).unwrap();
+        assert_eq!(c.shard_of(b"x{t}"), c.shard_of(b"y{t}"));
+        let old = Config::from_json(br#"{"epoch":1,"shards":[0,0,0,0],"groups":[0]}"#).unwrap();
+        assert!(!old.hash_tags, "a service made before keeps its placement");
+        assert_eq!(old.shard_of(b"x{t}"), shard_of(b"x{t}", 4));
+        assert!(c.rebalanced(&[0, 1]).unwrap().hash_tags);
         assert!(validate_service("a/b").is_err());
         assert!(validate_service("main").is_ok());
     }

@@ -1,10 +1,11 @@
 //! The Redis-protocol front end (`tabos kv serve --listen ADDR`): every
 //! connection gets its own [`Clerk`], so redis-cli and redis-benchmark
 //! drive the whole service — keys spread over every group — as if it were
-//! one Redis server, behind the service's password (`redis-cli -a`).
-//! Commands about the connection (PING, ECHO, SELECT,
-//! QUIT, CLIENT, COMMAND, CONFIG) are answered here; DBSIZE and INFO ask
-//! every group.
+//! one Redis server, behind the service's password (`redis-cli -a`, or
+//! `HELLO 3 AUTH default PW` as redis-py sends). Commands about the
+//! connection (HELLO, SELECT, CLIENT, RESET: [`resp::Session`]; PING,
+//! ECHO, QUIT, COMMAND, CONFIG) are answered here; DBSIZE, FLUSHALL and
+//! INFO ask every group.
 
 use tabos_client::Client;
 use tokio::net::TcpListener;
@@ -61,8 +62,27 @@ impl Front {
         match (cmd.as_str(), req.len()) {
             ("PING", 1) => Reply::Simple("PONG".into()),
             ("PING", 2) | ("ECHO", 2) => Reply::Bulk(req[1].clone()),
-            ("QUIT" | "SELECT" | "CLIENT", _) => Reply::ok(),
-            ("COMMAND" | "CONFIG", _) => Reply::Array(Vec::new()),
+            ("QUIT", _) => Reply::ok(),
+            ("TIME", 1) => crate::resp::time_reply(),
+            ("COMMAND", _) => Reply::Array(Vec::new()),
+            // No settings are changed from a connection: CONFIG GET finds
+            // none, CONFIG SET refuses as Redis does an unknown one.
+            ("CONFIG", _) => match req.get(1).map(|s| s.to_ascii_uppercase()).as_deref() {
+                Some(b"GET") => Reply::Array(Vec::new()),
+                Some(b"RESETSTAT") => Reply::ok(),
+                Some(b"SET") => Reply::err(format!(
+                    "ERR Unknown option or number of arguments for CONFIG SET - '{}'",
+                    String::from_utf8_lossy(req.get(2).map_or(&[][..], Vec::as_slice))
+                )),
+                _ => Reply::err("ERR unknown CONFIG subcommand (tabos has GET, SET, RESETSTAT)"),
+            },
+            // The service runs no functions: there are none to list or
+            // flush, and none can be loaded.
+            ("FUNCTION", _) => match req.get(1).map(|s| s.to_ascii_uppercase()).as_deref() {
+                Some(b"FLUSH") => Reply::ok(),
+                Some(b"LIST") => Reply::Array(Vec::new()),
+                _ => Reply::err("ERR tabos's key-value service runs no functions"),
+            },
             ("DBSIZE", 1) => match self.clerk.dbsize().await {
                 Ok(n) => Reply::Integer(n),
                 Err(e) => Reply::err(format!("TRYAGAIN {e}")),

@@ -8,6 +8,11 @@
 //!   lives ([`Session::valid_until`]), so a leader paused past its TTL —
 //!   whose successor may already have taken its shards — answers nothing
 //!   stale when it wakes; it exits once the session is known lost.
+//! * **Commands.** Each is [`command`]'s: a read runs against memory, a
+//!   write's effects are computed there too. A key past its deadline is
+//!   gone at once for every command; the reaper deletes it durably within
+//!   [`REAP_PERIOD`] or so (deadlines are in the log, so they survive a
+//!   kill and a move).
 //! * **Writes.** Requests queue writes for one flusher, which computes
 //!   their effects (INCR reads what earlier writes of the batch left),
 //!   appends one log entry per shard touched — all in one batch RPC, each
@@ -36,6 +41,7 @@ use tabos_client::Client;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::command::{self, Keyspace};
 use crate::config::{Config, Layout};
 use crate::resp::{self, Reply};
 use crate::shard::{self, Contents, Op, RequestId, Taken};
@@ -58,6 +64,13 @@ pub const FLUSH_WRITES_MAX: usize = 4_096;
 pub const CONNECTIONS_MAX: usize = 1_024;
 /// Most writes waiting for a flush (requests wait for room beyond it).
 const PENDING_MAX: usize = 16_384;
+/// How often the reaper deletes keys past their deadline (Redis's
+/// active expiry runs ten times a second too).
+pub const REAP_PERIOD: Duration = Duration::from_millis(100);
+/// Most keys one kvd's answer to KEYS holds.
+pub const KEYS_REPLY_MAX: usize = 100_000;
+/// Most keys one reaping deletes.
+pub const REAP_KEYS_MAX: usize = 1_024;
 
 /// A group's load, as its leader records it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -97,18 +110,29 @@ struct Write {
 }
 
 enum WriteKind {
-    /// Pairs to set; with a clerk's request id, at most once per shard.
-    Set(Vec<(Vec<u8>, Vec<u8>)>, Option<RequestId>),
-    Del(Vec<Vec<u8>>),
-    IncrBy(Vec<u8>, i64),
+    /// A data command (its words, the command first); with a clerk's
+    /// request id, applied at most once per shard (SET and MSET).
+    Command(Vec<Vec<u8>>, Option<RequestId>),
+    /// Keys the reaper found past their deadline: deleted durably if
+    /// they still are.
+    Reap(Vec<Vec<u8>>),
+    /// Every key of every shard it serves goes (FLUSHALL).
+    Flush,
 }
 
 impl WriteKind {
     fn keys(&self) -> Vec<&[u8]> {
         match self {
-            WriteKind::Set(pairs, _) => pairs.iter().map(|(k, _)| k.as_slice()).collect(),
-            WriteKind::Del(keys) => keys.iter().map(Vec::as_slice).collect(),
-            WriteKind::IncrBy(k, _) => vec![k.as_slice()],
+            WriteKind::Command(args, _) => command::lookup(&args[0])
+                .map(|spec| {
+                    spec.key_positions(args.len())
+                        .into_iter()
+                        .map(|i| args[i].as_slice())
+                        .collect()
+                })
+                .unwrap_or_default(),
+            WriteKind::Reap(keys) => keys.iter().map(Vec::as_slice).collect(),
+            WriteKind::Flush => Vec::new(),
         }
     }
 }
@@ -200,6 +224,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         tokio::spawn(kvd.clone().follow_config()),
         tokio::spawn(kvd.clone().resyncer(resyncs)),
         tokio::spawn(kvd.clone().report_load()),
+        tokio::spawn(kvd.clone().reaper()),
     ];
     let accept = kvd.clone().accept(listener);
     let out = tokio::select! {
@@ -366,7 +391,7 @@ impl Kvd {
                 (
                     st.shards
                         .values()
-                        .map(|s| s.contents.pairs.len() as u64)
+                        .map(|s| s.contents.live_len(now_ms()) as u64)
                         .sum(),
                     shards,
                 )
@@ -406,129 +431,87 @@ impl Kvd {
         self.ops.fetch_add(1, Ordering::Relaxed);
         let cmd = String::from_utf8_lossy(&req[0]).to_ascii_uppercase();
         let args = &req[1..];
-        let arity = |ok: bool| -> Option<Reply> {
-            (!ok).then(|| {
-                Reply::err(format!(
-                    "ERR wrong number of arguments for '{}' command",
-                    cmd.to_lowercase()
-                ))
-            })
-        };
         match cmd.as_str() {
             "PING" => match args {
                 [] => Reply::Simple("PONG".into()),
                 [m] => Reply::Bulk(m.clone()),
-                _ => arity(false).expect("an error"),
+                _ => command::wrong_arity("ping"),
             },
-            "ECHO" => arity(args.len() == 1).unwrap_or_else(|| Reply::Bulk(args[0].clone())),
-            "QUIT" | "SELECT" | "CLIENT" => Reply::ok(),
+            "ECHO" if args.len() == 1 => Reply::Bulk(args[0].clone()),
+            "ECHO" => command::wrong_arity("echo"),
+            "QUIT" => Reply::ok(),
+            "TIME" if args.is_empty() => resp::time_reply(),
             "COMMAND" | "CONFIG" => Reply::Array(Vec::new()),
             "INFO" => Reply::Bulk(self.info().into_bytes()),
-            "DBSIZE" => Reply::Integer(
-                self.lock()
-                    .shards
-                    .values()
-                    .map(|s| s.contents.pairs.len() as i64)
-                    .sum(),
-            ),
-            "GET" => match arity(args.len() == 1) {
-                Some(e) => e,
-                None => self.read(args, |pairs| match pairs[0] {
-                    Some(v) => Reply::Bulk(v.clone()),
-                    None => Reply::Null,
-                }),
-            },
-            "MGET" => match arity(!args.is_empty()) {
-                Some(e) => e,
-                None => self.read(args, |pairs| {
-                    Reply::Array(
-                        pairs
-                            .iter()
-                            .map(|v| v.map_or(Reply::Null, |v| Reply::Bulk(v.clone())))
-                            .collect(),
-                    )
-                }),
-            },
-            "EXISTS" => match arity(!args.is_empty()) {
-                Some(e) => e,
-                None => self.read(args, |pairs| {
-                    Reply::Integer(pairs.iter().filter(|v| v.is_some()).count() as i64)
-                }),
-            },
-            "SET" | "MSET" => self.set(&cmd, args, None).await,
             // A clerk's SET or MSET, applied at most once per shard
             // however often it is sent (`TABOS.ONCE <client> <seq> SET k v`).
             "TABOS.ONCE" => match args {
-                [client, seq, inner, rest @ ..] => {
-                    let inner = String::from_utf8_lossy(inner).to_ascii_uppercase();
-                    match (parse_u64(client), parse_u64(seq), inner.as_str()) {
-                        (Some(client), Some(seq), "SET" | "MSET") => {
-                            self.set(&inner, rest, Some(RequestId { client, seq }))
+                [client, seq, rest @ ..] if !rest.is_empty() => {
+                    let inner = String::from_utf8_lossy(&rest[0]).to_ascii_uppercase();
+                    let plain = inner == "MSET" || (inner == "SET" && rest.len() == 3);
+                    match (parse_u64(client), parse_u64(seq), plain) {
+                        (Some(client), Some(seq), true) => {
+                            self.data(rest.to_vec(), Some(RequestId { client, seq }))
                                 .await
                         }
-                        (Some(_), Some(_), _) => {
-                            Reply::err("ERR TABOS.ONCE takes only SET or MSET")
+                        (Some(_), Some(_), false) => {
+                            Reply::err("ERR TABOS.ONCE takes only SET k v or MSET")
                         }
                         _ => Reply::err("ERR TABOS.ONCE takes a client id and a sequence number"),
                     }
                 }
-                _ => arity(false).expect("an error"),
+                _ => command::wrong_arity("tabos.once"),
             },
-            "DEL" => match arity(!args.is_empty()) {
-                Some(e) => e,
-                None => self.write(WriteKind::Del(args.to_vec())).await,
-            },
-            "INCR" | "DECR" => match arity(args.len() == 1) {
-                Some(e) => e,
-                None => {
-                    let d = if cmd == "INCR" { 1 } else { -1 };
-                    self.write(WriteKind::IncrBy(args[0].clone(), d)).await
-                }
-            },
-            "INCRBY" | "DECRBY" => match arity(args.len() == 2) {
-                Some(e) => e,
-                None => match parse_int(&args[1]) {
-                    Some(d) if cmd == "INCRBY" => {
-                        self.write(WriteKind::IncrBy(args[0].clone(), d)).await
-                    }
-                    Some(d) if d != i64::MIN => {
-                        self.write(WriteKind::IncrBy(args[0].clone(), -d)).await
-                    }
-                    _ => Reply::err("ERR value is not an integer or out of range"),
-                },
-            },
-            _ => Reply::err(format!(
-                "ERR unknown command '{}'",
-                String::from_utf8_lossy(&req[0])
-            )),
+            _ => self.data(req, None).await,
         }
     }
 
-    /// SET (`cmd` "SET") or MSET of `args`, once per request `id`.
-    async fn set(&self, cmd: &str, args: &[Vec<u8>], id: Option<RequestId>) -> Reply {
-        let arity = || {
-            Reply::err(format!(
-                "ERR wrong number of arguments for '{}' command",
-                cmd.to_lowercase()
-            ))
+    /// A data command ([`command`]): a read answered from memory, a
+    /// write through the flusher.
+    async fn data(&self, req: Vec<Vec<u8>>, once: Option<RequestId>) -> Reply {
+        let Some(spec) = command::lookup(&req[0]) else {
+            return Reply::err(format!(
+                "ERR unknown command '{}'",
+                String::from_utf8_lossy(&req[0])
+            ));
         };
-        match cmd {
-            "SET" => match args {
-                [k, v] => {
-                    self.write(WriteKind::Set(vec![(k.clone(), v.clone())], id))
-                        .await
+        if let Err(e) = spec.check_arity(req.len()) {
+            return e;
+        }
+        match (spec.access, spec.name) {
+            (_, "DBSIZE") => self.read_all(|st, now| {
+                Reply::Integer(
+                    st.shards
+                        .values()
+                        .map(|s| s.contents.live_len(now) as i64)
+                        .sum(),
+                )
+            }),
+            (_, "KEYS") => self.read_all(|st, now| {
+                let mut keys = Vec::new();
+                for sh in st.shards.values() {
+                    for k in sh.contents.pairs.keys() {
+                        if sh.contents.live(k, now).is_some() && command::glob_match(&req[1], k) {
+                            if keys.len() == KEYS_REPLY_MAX {
+                                return Reply::err(format!(
+                                    "ERR KEYS matches more than {KEYS_REPLY_MAX} keys here; use SCAN"
+                                ));
+                            }
+                            keys.push(Reply::Bulk(k.clone()));
+                        }
+                    }
                 }
-                [_, _, ..] => Reply::err("ERR syntax error (SET takes no options here)"),
-                _ => arity(),
+                Reply::Array(keys)
+            }),
+            (_, "FLUSHALL" | "FLUSHDB") => match req.get(1).map(|a| a.to_ascii_uppercase()) {
+                None => self.write(WriteKind::Flush).await,
+                Some(m) if req.len() == 2 && (m == b"ASYNC" || m == b"SYNC") => {
+                    self.write(WriteKind::Flush).await
+                }
+                Some(_) => Reply::err("ERR syntax error"),
             },
-            _ if args.is_empty() || !args.len().is_multiple_of(2) => arity(),
-            _ => {
-                let pairs = args
-                    .chunks(2)
-                    .map(|p| (p[0].clone(), p[1].clone()))
-                    .collect();
-                self.write(WriteKind::Set(pairs, id)).await
-            }
+            (command::Access::Read, _) => self.read(&req, spec),
+            (command::Access::Write, _) => self.write(WriteKind::Command(req, once)).await,
         }
     }
 
@@ -537,21 +520,30 @@ impl Kvd {
         tokio::time::Instant::now() + LEASE_MARGIN < self.session.valid_until()
     }
 
-    /// Reads `keys` (all in shards it serves) under the lock.
-    fn read(&self, keys: &[Vec<u8>], f: impl FnOnce(&[Option<&Vec<u8>>]) -> Reply) -> Reply {
+    /// Runs read command `req`, all of whose keys must be in shards it
+    /// serves, against memory.
+    fn read(&self, req: &[Vec<u8>], spec: &command::Spec) -> Reply {
         if !self.leading() {
             return Reply::err("TRYAGAIN this kvd's lease is running out");
         }
         let st = self.lock();
-        let mut vals = Vec::with_capacity(keys.len());
-        for k in keys {
-            let s = st.config.shard_of(k);
-            match st.shards.get(&s) {
-                Some(sh) => vals.push(sh.contents.pairs.get(k)),
-                None => return moved(&st.config, s, self.group),
+        for i in spec.key_positions(req.len()) {
+            let s = st.config.shard_of(&req[i]);
+            if !st.shards.contains_key(&s) {
+                return moved(&st.config, s, self.group);
             }
         }
-        f(&vals)
+        let (ops, reply) = command::execute(&Memory(&st), req, now_ms());
+        debug_assert!(ops.is_empty(), "a read left ops");
+        reply
+    }
+
+    /// `f` of everything it serves, at now (ms), if reads may be served.
+    fn read_all(&self, f: impl FnOnce(&State, i64) -> Reply) -> Reply {
+        if !self.leading() {
+            return Reply::err("TRYAGAIN this kvd's lease is running out");
+        }
+        f(&self.lock(), now_ms())
     }
 
     async fn write(&self, kind: WriteKind) -> Reply {
@@ -561,6 +553,33 @@ impl Kvd {
         }
         rx.await
             .unwrap_or_else(|_| Reply::err("TRYAGAIN the kvd is stopping"))
+    }
+
+    /// Deletes durably, every [`REAP_PERIOD`], the keys past their
+    /// deadline (at most [`REAP_KEYS_MAX`] at a time): they are already
+    /// gone for every command; this gives their memory and log back.
+    /// Time is the event here, so this is a timer.
+    async fn reaper(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(REAP_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let keys: Vec<Vec<u8>> = {
+                let st = self.lock();
+                let now = now_ms();
+                let mut keys = Vec::new();
+                for sh in st.shards.values() {
+                    if keys.len() >= REAP_KEYS_MAX {
+                        break;
+                    }
+                    keys.extend(sh.contents.expired(now, REAP_KEYS_MAX - keys.len()));
+                }
+                keys
+            };
+            if !keys.is_empty() {
+                let _ = self.write(WriteKind::Reap(keys)).await;
+            }
+        }
     }
 
     fn info(&self) -> String {
@@ -580,7 +599,7 @@ impl Kvd {
                 .join(","),
             st.shards
                 .values()
-                .map(|s| s.contents.pairs.len())
+                .map(|s| s.contents.live_len(now_ms()))
                 .sum::<usize>(),
         )
     }
@@ -606,39 +625,37 @@ impl Kvd {
         let mut answers: Vec<(Write, Reply, Vec<u32>)> = Vec::new();
         let calls: Vec<(u32, u64, i64, proto::batch_call::Call)>;
         let at_us = now_us();
+        let now = at_us / 1_000;
         {
             let st = self.lock();
-            let mut overlay: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
-            let mut batch_ids: HashSet<(u32, RequestId)> = HashSet::new();
-            let current = |overlay: &HashMap<Vec<u8>, Option<Vec<u8>>>, s: u32, k: &[u8]| {
-                overlay
-                    .get(k)
-                    .cloned()
-                    .unwrap_or_else(|| st.shards[&s].contents.pairs.get(k).cloned())
+            let mut overlay = Overlay {
+                st: &st,
+                changes: HashMap::new(),
+                cleared: HashSet::new(),
             };
+            let mut batch_ids: HashSet<(u32, RequestId)> = HashSet::new();
             for w in batch {
-                let shards: Vec<u32> = w
-                    .kind
-                    .keys()
-                    .iter()
-                    .map(|k| st.config.shard_of(k))
-                    .collect();
+                let mut shards: Vec<u32> = match &w.kind {
+                    WriteKind::Flush => st.shards.keys().copied().collect(),
+                    kind => kind.keys().iter().map(|k| st.config.shard_of(k)).collect(),
+                };
                 if let Some(s) = shards.iter().find(|s| !st.shards.contains_key(s)) {
                     let r = moved(&st.config, *s, self.group);
                     let _ = w.reply.send(r);
                     continue;
                 }
-                let reply = match &w.kind {
-                    WriteKind::Set(pairs, id) => {
+                let (ops, reply) = match &w.kind {
+                    WriteKind::Command(args, id) => {
+                        let (mut ops, reply) = command::execute(&overlay, args, now);
                         // A request sent again whose first sending was
                         // applied to a shard (its reply lost with a killed
                         // leader, or earlier in this batch) is answered,
                         // not applied there a second time.
-                        let mut skip: Vec<u32> = Vec::new();
                         if let Some(id) = id {
                             let mut touched = shards.clone();
                             touched.sort_unstable();
                             touched.dedup();
+                            let mut skip: Vec<u32> = Vec::new();
                             for s in touched {
                                 if st.shards[&s].contents.applied(*id)
                                     || !batch_ids.insert((s, *id))
@@ -651,52 +668,38 @@ impl Kvd {
                                         .push(Op::Done { id: *id, at_us });
                                 }
                             }
+                            ops.retain(|op| {
+                                op.key()
+                                    .is_none_or(|k| !skip.contains(&st.config.shard_of(k)))
+                            });
                         }
-                        for ((k, v), s) in pairs.iter().zip(&shards) {
-                            if skip.contains(s) {
-                                continue;
-                            }
-                            overlay.insert(k.clone(), Some(v.clone()));
-                            by_shard
-                                .entry(*s)
-                                .or_default()
-                                .push(Op::Set(k.clone(), v.clone()));
-                        }
-                        Reply::ok()
+                        (ops, reply)
                     }
-                    WriteKind::Del(keys) => {
-                        let mut n = 0;
-                        for (k, s) in keys.iter().zip(&shards) {
-                            if current(&overlay, *s, k).is_some() {
-                                n += 1;
-                                overlay.insert(k.clone(), None);
-                                by_shard.entry(*s).or_default().push(Op::Del(k.clone()));
-                            }
-                        }
-                        Reply::Integer(n)
+                    WriteKind::Reap(keys) => {
+                        let ops = keys
+                            .iter()
+                            .filter(|k| overlay.stored(k).is_some_and(|(_, d)| d != 0 && d <= now))
+                            .map(|k| Op::Del(k.clone()))
+                            .collect();
+                        (ops, Reply::ok())
                     }
-                    WriteKind::IncrBy(k, d) => {
-                        let s = shards[0];
-                        let now = current(&overlay, s, k);
-                        let n = match now.as_deref().map(parse_int) {
-                            None => Some(0),
-                            Some(Some(n)) => Some(n),
-                            Some(None) => None,
-                        };
-                        match n.and_then(|n| n.checked_add(*d)) {
-                            Some(v) => {
-                                let v_bytes = v.to_string().into_bytes();
-                                overlay.insert(k.clone(), Some(v_bytes.clone()));
-                                by_shard
-                                    .entry(s)
-                                    .or_default()
-                                    .push(Op::Set(k.clone(), v_bytes));
-                                Reply::Integer(v)
-                            }
-                            None => Reply::err("ERR value is not an integer or out of range"),
-                        }
-                    }
+                    WriteKind::Flush => (Vec::new(), Reply::ok()),
                 };
+                if let WriteKind::Flush = w.kind {
+                    for s in &shards {
+                        overlay.clear(*s);
+                        by_shard.entry(*s).or_default().push(Op::Clear);
+                    }
+                }
+                for op in ops {
+                    let Some(k) = op.key() else { continue };
+                    let s = st.config.shard_of(k);
+                    if !shards.contains(&s) {
+                        shards.push(s);
+                    }
+                    overlay.apply(&op);
+                    by_shard.entry(s).or_default().push(op);
+                }
                 answers.push((w, reply, shards));
             }
             calls = by_shard
@@ -801,6 +804,62 @@ impl Kvd {
     }
 }
 
+/// What a kvd serves, as the commands see it.
+struct Memory<'a>(&'a State);
+
+impl command::Keyspace for Memory<'_> {
+    fn stored(&self, k: &[u8]) -> command::Stored {
+        let s = self.0.config.shard_of(k);
+        self.0.shards.get(&s).and_then(|sh| sh.contents.stored(k))
+    }
+}
+
+/// Memory plus the effects of a batch's earlier writes, not yet applied.
+struct Overlay<'a> {
+    st: &'a State,
+    /// Keys the batch changed, as they now are (`None`: deleted).
+    changes: HashMap<Vec<u8>, command::Stored>,
+    /// Shards the batch cleared: their keys not in `changes` are gone.
+    cleared: HashSet<u32>,
+}
+
+impl command::Keyspace for Overlay<'_> {
+    fn stored(&self, k: &[u8]) -> command::Stored {
+        if let Some(c) = self.changes.get(k) {
+            return c.clone();
+        }
+        if self.cleared.contains(&self.st.config.shard_of(k)) {
+            return None;
+        }
+        Memory(self.st).stored(k)
+    }
+}
+
+impl Overlay<'_> {
+    /// Takes in `op` (one with a key).
+    fn apply(&mut self, op: &Op) {
+        use command::Keyspace;
+        let now = match op.key() {
+            Some(k) => self.stored(k),
+            None => return,
+        };
+        let (k, then) = match op {
+            Op::Set(k, v) => (k, Some((v.clone(), now.map_or(0, |(_, d)| d)))),
+            Op::Del(k) => (k, None),
+            Op::Expire(k, d) => (k, now.map(|(v, _)| (v, *d))),
+            Op::Clear | Op::Done { .. } => return,
+        };
+        self.changes.insert(k.clone(), then);
+    }
+
+    /// Takes in a clear of shard `s`.
+    fn clear(&mut self, s: u32) {
+        let config = &self.st.config;
+        self.changes.retain(|k, _| config.shard_of(k) != s);
+        self.cleared.insert(s);
+    }
+}
+
 /// One client connection of a kvd.
 struct Conn(Arc<Kvd>);
 
@@ -827,8 +886,9 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
-fn parse_int(b: &[u8]) -> Option<i64> {
-    std::str::from_utf8(b).ok()?.parse().ok()
+/// The kvd's clock in ms since the epoch: what deadlines are on.
+pub(crate) fn now_ms() -> i64 {
+    now_us() / 1_000
 }
 
 pub(crate) fn now_us() -> i64 {

@@ -18,10 +18,12 @@
 //! * [`service`] — creating a service and running its balancers; its
 //!   status.
 //! * [`resp`] — the Redis protocol.
+//! * [`command`] — the data commands: their contracts and what they do.
 //! * [`linearizability`] — a checker of recorded histories (the tests).
 
 pub mod balancer;
 pub mod clerk;
+pub mod command;
 pub mod config;
 pub mod front;
 pub mod kvd;

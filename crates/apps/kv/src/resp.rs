@@ -1,7 +1,11 @@
-//! The Redis serialization protocol (RESP2), as much as clients of a
-//! key-value store use: requests are arrays of bulk strings (or inline
-//! commands, as typed into telnet); replies are simple strings, errors,
-//! integers, bulk strings, nulls and arrays. Every length a peer sends is
+//! The Redis serialization protocol, RESP2 and RESP3, as much as clients
+//! of a key-value store use: requests are arrays of bulk strings (or
+//! inline commands, as typed into telnet); replies are simple strings,
+//! errors, integers, bulk strings, nulls, arrays and maps, each written as
+//! the connection's protocol version has it (a RESP3 null is `_`, a RESP2
+//! map a flat array). A connection starts at RESP2 and changes with
+//! `HELLO`, which, like `AUTH`, `SELECT` and `CLIENT`, is answered here
+//! for every server ([`serve_connection`]). Every length a peer sends is
 //! bounded before anything is allocated for it.
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -135,6 +139,16 @@ pub enum Reply {
     Bulk(Vec<u8>),
     Null,
     Array(Vec<Reply>),
+    /// Pairs: a RESP3 map, a flat array in RESP2.
+    Map(Vec<(Reply, Reply)>),
+}
+
+/// A connection's protocol version (`HELLO 2|3`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Proto {
+    #[default]
+    Resp2,
+    Resp3,
 }
 
 impl Reply {
@@ -146,8 +160,14 @@ impl Reply {
         Reply::Error(msg.into())
     }
 
-    /// Appends the reply's encoding to `out`.
+    /// Appends the reply's RESP2 encoding to `out` (what a server says
+    /// to a connection that never said `HELLO 3`).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        self.encode_as(Proto::Resp2, out)
+    }
+
+    /// Appends the reply's encoding in protocol `proto` to `out`.
+    pub fn encode_as(&self, proto: Proto, out: &mut Vec<u8>) {
         match self {
             Reply::Simple(s) => {
                 out.push(b'+');
@@ -168,14 +188,31 @@ impl Reply {
                 out.extend_from_slice(b);
                 out.extend_from_slice(b"\r\n");
             }
+            Reply::Null if proto == Proto::Resp3 => out.extend_from_slice(b"_\r\n"),
             Reply::Null => out.extend_from_slice(b"$-1\r\n"),
             Reply::Array(items) => {
                 out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
                 for i in items {
-                    i.encode(out);
+                    i.encode_as(proto, out);
+                }
+            }
+            Reply::Map(pairs) => {
+                let head = match proto {
+                    Proto::Resp3 => format!("%{}\r\n", pairs.len()),
+                    Proto::Resp2 => format!("*{}\r\n", pairs.len() * 2),
+                };
+                out.extend_from_slice(head.as_bytes());
+                for (k, v) in pairs {
+                    k.encode_as(proto, out);
+                    v.encode_as(proto, out);
                 }
             }
         }
+    }
+
+    /// A bulk string of text.
+    pub fn text(s: impl Into<String>) -> Reply {
+        Reply::Bulk(s.into().into_bytes())
     }
 }
 
@@ -211,6 +248,20 @@ fn read_reply_at<'a, R: AsyncBufRead + Unpin + Send>(
         let text = || String::from_utf8_lossy(rest).into_owned();
         Ok(match kind {
             b'+' => Reply::Simple(text()),
+            b'_' => Reply::Null,
+            b'%' => {
+                let n = number(rest, "map")?;
+                if n < 0 || n as usize > ARGS_MAX || depth >= REPLY_DEPTH_MAX {
+                    return Err(ReadError::Protocol("map reply too large".into()));
+                }
+                let mut pairs = Vec::with_capacity(n as usize);
+                for _ in 0..n {
+                    let k = read_reply_at(r, depth + 1).await?;
+                    let v = read_reply_at(r, depth + 1).await?;
+                    pairs.push((k, v));
+                }
+                Reply::Map(pairs)
+            }
             b'-' => Reply::Error(text()),
             b':' => Reply::Integer(number(rest, "integer")?),
             b'$' => {
@@ -330,16 +381,12 @@ where
     }
 }
 
-/// What answers a connection's requests (after its [`Gate`]).
-pub trait Handler {
-    fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send;
-}
-
 /// Serves one connection: requests in order, each through the gate of
-/// `password` and then `h`; requests that came together (pipelined) are
-/// answered in one write. Ends at the client's end of stream, QUIT, a
-/// protocol error (told to the client), [`AUTH_WAIT_MAX`] without
-/// authenticating, or its door closing it.
+/// `password`, then the connection's own commands ([`Session`]), then
+/// `h`; requests that came together (pipelined) are answered in one
+/// write. Ends at the client's end of stream, QUIT, a protocol error
+/// (told to the client), [`AUTH_WAIT_MAX`] without authenticating, or its
+/// door closing it.
 pub async fn serve_connection<H: Handler>(
     sock: tokio::net::TcpStream,
     password: &str,
@@ -349,6 +396,7 @@ pub async fn serve_connection<H: Handler>(
     let (r, mut w) = sock.into_split();
     let mut r = tokio::io::BufReader::new(r);
     let mut gate = Gate::new(password);
+    let mut session = Session::new();
     let mut out = Vec::new();
     let auth_deadline = tokio::time::Instant::now() + AUTH_WAIT_MAX;
     let mut signed_in = false;
@@ -362,22 +410,25 @@ pub async fn serve_connection<H: Handler>(
             Ok(Some(req)) => req,
             Ok(None) | Err(ReadError::Io(_)) => return,
             Err(e) => {
-                Reply::err(format!("ERR {e}")).encode(&mut out);
+                Reply::err(format!("ERR {e}")).encode_as(session.proto, &mut out);
                 let _ = write_all(&mut w, &out).await;
                 return;
             }
         };
         let _busy = standing.ticket.busy();
         let quit = req[0].eq_ignore_ascii_case(b"QUIT");
-        let reply = match gate.check(&req) {
+        let reply = match session.answer(&req, &mut gate) {
             Some(r) => r,
-            None => h.handle(req).await,
+            None => match gate.check(&req) {
+                Some(r) => r,
+                None => h.handle(req).await,
+            },
         };
         if gate.open && !signed_in {
             // Authenticated: no longer counted against its address.
             signed_in = standing.door.ledger.sign_in(&standing.ticket, "").is_ok();
         }
-        reply.encode(&mut out);
+        reply.encode_as(session.proto, &mut out);
         if quit || r.buffer().is_empty() {
             if write_all(&mut w, &out).await.is_err() || quit {
                 return;
@@ -387,9 +438,202 @@ pub async fn serve_connection<H: Handler>(
     }
 }
 
+/// Connection ids, as `CLIENT ID` and `HELLO` give them.
+static CONNECTION_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+/// Longest name `CLIENT SETNAME` keeps.
+pub const CLIENT_NAME_BYTES_MAX: usize = 256;
+
+/// What a connection is, apart from its data: its protocol version, id
+/// and name, and the database it selected (only 0 exists: the service is
+/// one keyspace, as a Redis Cluster is).
+pub struct Session {
+    pub proto: Proto,
+    id: u64,
+    name: Vec<u8>,
+}
+
+impl Default for Session {
+    fn default() -> Session {
+        Session::new()
+    }
+}
+
+impl Session {
+    pub fn new() -> Session {
+        Session {
+            proto: Proto::Resp2,
+            id: CONNECTION_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            name: Vec::new(),
+        }
+    }
+
+    /// Answers the connection's own commands — `HELLO`, `SELECT`,
+    /// `CLIENT ID|SETNAME|GETNAME|SETINFO`, `RESET` — or `None` for the
+    /// rest. `HELLO … AUTH` authenticates through `gate`; the others need
+    /// an open gate, as any command does.
+    pub fn answer(&mut self, req: &[Vec<u8>], gate: &mut Gate<'_>) -> Option<Reply> {
+        let cmd = req[0].to_ascii_uppercase();
+        let args = &req[1..];
+        if cmd == b"HELLO" {
+            return Some(self.hello(args, gate));
+        }
+        if !gate.open {
+            return None; // the gate answers NOAUTH
+        }
+        Some(match cmd.as_slice() {
+            b"SELECT" => match args {
+                [n] => match parse_integer(n) {
+                    Some(0) => Reply::ok(),
+                    Some(_) => Reply::err("ERR DB index is out of range"),
+                    None => Reply::err("ERR value is not an integer or out of range"),
+                },
+                _ => arity("select"),
+            },
+            b"RESET" => {
+                self.proto = Proto::Resp2;
+                self.name.clear();
+                Reply::Simple("RESET".into())
+            }
+            b"CLIENT" => {
+                let sub = args.first().map(|a| a.to_ascii_uppercase());
+                match (sub.as_deref(), args.len()) {
+                    (Some(b"ID"), 1) => Reply::Integer(self.id as i64),
+                    (Some(b"GETNAME"), 1) if self.name.is_empty() => Reply::Null,
+                    (Some(b"GETNAME"), 1) => Reply::Bulk(self.name.clone()),
+                    (Some(b"SETNAME"), 2) => match self.set_name(&args[1]) {
+                        Ok(()) => Reply::ok(),
+                        Err(e) => e,
+                    },
+                    // Libraries' names and versions: accepted, not kept.
+                    (Some(b"SETINFO"), 3) => Reply::ok(),
+                    (Some(b"SETINFO" | b"ID" | b"GETNAME" | b"SETNAME"), _) => arity("client"),
+                    _ => Reply::err(format!(
+                        "ERR unknown subcommand '{}'. Try CLIENT HELP.",
+                        String::from_utf8_lossy(args.first().map_or(&[][..], Vec::as_slice))
+                    )),
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    fn set_name(&mut self, name: &[u8]) -> Result<(), Reply> {
+        if name.len() > CLIENT_NAME_BYTES_MAX || name.iter().any(|b| !(0x21..=0x7e).contains(b)) {
+            return Err(Reply::err(
+                "ERR Client names cannot contain spaces, newlines or special characters.",
+            ));
+        }
+        self.name = name.to_vec();
+        Ok(())
+    }
+
+    /// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+    fn hello(&mut self, args: &[Vec<u8>], gate: &mut Gate<'_>) -> Reply {
+        let mut proto = self.proto;
+        let mut rest = args;
+        if let [v, more @ ..] = args {
+            proto = match parse_integer(v) {
+                Some(2) => Proto::Resp2,
+                Some(3) => Proto::Resp3,
+                Some(_) => return Reply::err("NOPROTO unsupported protocol version"),
+                None => {
+                    return Reply::err("ERR Protocol version is not an integer or out of range")
+                }
+            };
+            rest = more;
+        }
+        let mut name = None;
+        while let [opt, more @ ..] = rest {
+            match (opt.to_ascii_uppercase().as_slice(), more) {
+                (b"AUTH", [user, pass, tail @ ..]) => {
+                    if let Some(refused) = gate.auth(user, pass) {
+                        return refused;
+                    }
+                    rest = tail;
+                }
+                (b"SETNAME", [n, tail @ ..]) => {
+                    name = Some(n.clone());
+                    rest = tail;
+                }
+                _ => {
+                    return Reply::err(format!(
+                        "ERR Syntax error in HELLO option '{}'",
+                        String::from_utf8_lossy(opt)
+                    ))
+                }
+            }
+        }
+        if !gate.open {
+            return Reply::err(
+                "NOAUTH HELLO must be called with the client already authenticated, otherwise \
+                 the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the \
+                 client and select the RESP protocol version at the same time",
+            );
+        }
+        if let Some(n) = name {
+            if let Err(e) = self.set_name(&n) {
+                return e;
+            }
+        }
+        self.proto = proto;
+        Reply::Map(vec![
+            (Reply::text("server"), Reply::text("redis")),
+            (Reply::text("version"), Reply::text(SERVER_VERSION)),
+            (
+                Reply::text("proto"),
+                Reply::Integer(if proto == Proto::Resp3 { 3 } else { 2 }),
+            ),
+            (Reply::text("id"), Reply::Integer(self.id as i64)),
+            (Reply::text("mode"), Reply::text("standalone")),
+            (Reply::text("role"), Reply::text("master")),
+            (Reply::text("modules"), Reply::Array(Vec::new())),
+        ])
+    }
+}
+
+/// `TIME`: this host's clock, as seconds and microseconds (the clock
+/// the service's deadlines are on, to the millisecond).
+pub fn time_reply() -> Reply {
+    let us = crate::now_us();
+    Reply::Array(vec![
+        Reply::text((us / 1_000_000).to_string()),
+        Reply::text((us % 1_000_000).to_string()),
+    ])
+}
+
+/// The Redis version the service answers as (the commands it has are
+/// Redis 7.0's).
+pub const SERVER_VERSION: &str = "7.0.0";
+
+fn arity(cmd: &str) -> Reply {
+    Reply::err(format!("ERR wrong number of arguments for '{cmd}' command"))
+}
+
+/// An integer as Redis reads one (`string2ll`): an optional `-`, then
+/// digits with no leading zero (`0` alone), within 64 bits — no `+`, no
+/// spaces, no `-0`.
+pub fn parse_integer(b: &[u8]) -> Option<i64> {
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let canonical = match digits {
+        [] => false,
+        [b'0'] => digits.len() == b.len(),
+        [first, ..] => *first != b'0' && digits.iter().all(u8::is_ascii_digit),
+    };
+    if !canonical || b.len() > 20 {
+        return None;
+    }
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// What answers a connection's requests (after its [`Gate`]).
+pub trait Handler {
+    fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send;
+}
+
 /// A connection's authentication, as Redis's `requirepass`: until the
-/// client gives the service's password (`AUTH password` or `AUTH default
-/// password`) it may only PING, QUIT or authenticate.
+/// client gives the service's password (`AUTH password`, `AUTH default
+/// password`, or `HELLO … AUTH default password`) it may only PING, QUIT,
+/// HELLO or authenticate.
 pub struct Gate<'a> {
     password: &'a str,
     open: bool,
@@ -403,27 +647,32 @@ impl<'a> Gate<'a> {
         }
     }
 
+    /// Whether the connection has authenticated.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// `user` and `pass` checked: `None` if they open the gate, else the
+    /// refusal. Only the user `default` exists.
+    fn auth(&mut self, user: &[u8], pass: &[u8]) -> Option<Reply> {
+        self.open = user == b"default" && equal(pass, self.password.as_bytes());
+        (!self.open)
+            .then(|| Reply::err("WRONGPASS invalid username-password pair or user is disabled."))
+    }
+
     /// `None`: the request goes on to the handler. `Some(reply)`: it was
     /// answered here.
     pub fn check(&mut self, req: &[Vec<u8>]) -> Option<Reply> {
         let cmd = req[0].to_ascii_uppercase();
         if cmd == b"AUTH" {
-            let given = match req {
-                [_, p] => p.as_slice(),
-                [_, user, p] if user.as_slice() == b"default" => p.as_slice(),
-                [_, _, _] => return Some(Reply::err("WRONGPASS invalid username-password pair")),
-                _ => {
-                    return Some(Reply::err(
-                        "ERR wrong number of arguments for 'auth' command",
-                    ))
+            return Some(
+                match req {
+                    [_, p] => self.auth(b"default", p),
+                    [_, user, p] => self.auth(user, p),
+                    _ => Some(arity("auth")),
                 }
-            };
-            self.open = equal(given, self.password.as_bytes());
-            return Some(if self.open {
-                Reply::ok()
-            } else {
-                Reply::err("WRONGPASS invalid username-password pair")
-            });
+                .unwrap_or_else(Reply::ok),
+            );
         }
         if self.open || cmd == b"PING" || cmd == b"QUIT" {
             return None;

@@ -48,12 +48,30 @@ pub struct RequestId {
 pub enum Op {
     Set(Vec<u8>, Vec<u8>),
     Del(Vec<u8>),
+    /// The key's deadline: when (ms since the epoch, the kvd's clock) it
+    /// expires; 0 takes its deadline away. A `Set` keeps the deadline a
+    /// key has (INCR and APPEND do, as in Redis); a command that discards
+    /// it (SET) follows its `Set` with an `Expire` of 0.
+    Expire(Vec<u8>, i64),
+    /// Every key of the shard goes (FLUSHALL); the requests it
+    /// remembers stay.
+    Clear,
     /// Request `id` is applied by this batch (at `at_us`, µs since the
     /// epoch, when it is forgotten from).
     Done {
         id: RequestId,
         at_us: i64,
     },
+}
+
+impl Op {
+    /// The key the op is about (none for a done or a clear).
+    pub fn key(&self) -> Option<&[u8]> {
+        match self {
+            Op::Set(k, _) | Op::Del(k) | Op::Expire(k, _) => Some(k),
+            Op::Clear | Op::Done { .. } => None,
+        }
+    }
 }
 
 /// A shard's pairs.
@@ -66,10 +84,37 @@ pub type Pairs = HashMap<Vec<u8>, Vec<u8>>;
 #[derive(Debug, Clone, Default)]
 pub struct Contents {
     pub pairs: Pairs,
+    /// Deadlines (ms since the epoch) of the keys that have one: a key
+    /// past its deadline is not there for any command, and is deleted
+    /// durably soon after (the kvd's reaper).
+    pub expires: HashMap<Vec<u8>, i64>,
     pub requests: HashMap<u64, (u64, i64)>,
 }
 
 impl Contents {
+    /// The value of `k` unless it is absent or past its deadline at
+    /// `now_ms`, with its deadline (0: none).
+    pub fn live(&self, k: &[u8], now_ms: i64) -> Option<(&Vec<u8>, i64)> {
+        let v = self.pairs.get(k)?;
+        let deadline = self.expires.get(k).copied().unwrap_or(0);
+        (deadline == 0 || deadline > now_ms).then_some((v, deadline))
+    }
+
+    /// Keys past their deadline at `now_ms`, at most `max`.
+    pub fn expired(&self, now_ms: i64, max: usize) -> Vec<Vec<u8>> {
+        self.expires
+            .iter()
+            .filter(|(_, d)| **d <= now_ms)
+            .take(max)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Keys not past their deadline at `now_ms`.
+    pub fn live_len(&self, now_ms: i64) -> usize {
+        self.pairs.len() - self.expires.values().filter(|d| **d <= now_ms).count()
+    }
+
     /// Whether request `id` is already applied to this shard.
     pub fn applied(&self, id: RequestId) -> bool {
         self.requests
@@ -99,6 +144,19 @@ pub fn apply(contents: &mut Contents, op: &Op) {
         }
         Op::Del(k) => {
             contents.pairs.remove(k);
+            contents.expires.remove(k);
+        }
+        Op::Expire(k, 0) => {
+            contents.expires.remove(k);
+        }
+        Op::Clear => {
+            contents.pairs.clear();
+            contents.expires.clear();
+        }
+        Op::Expire(k, deadline) => {
+            if contents.pairs.contains_key(k) {
+                contents.expires.insert(k.clone(), *deadline);
+            }
         }
         Op::Done { id, at_us } => {
             let e = contents.requests.entry(id.client).or_insert((0, *at_us));
@@ -109,10 +167,12 @@ pub fn apply(contents: &mut Contents, op: &Op) {
     }
 }
 
-/// Encodes a batch: per op a tag (1 set, 2 del, 3 done), then for a set
-/// the key and the value, for a del the key, each length-prefixed (u32
-/// little-endian), and for a done the client, the sequence number and the
-/// time (8 bytes each, little-endian).
+/// Encodes a batch: per op a tag (1 set, 2 del, 3 done, 4 expire, 5
+/// clear), then
+/// for a set the key and the value, for a del the key, each
+/// length-prefixed (u32 little-endian), for a done the client, the
+/// sequence number and the time (8 bytes each, little-endian), and for an
+/// expire the key and the deadline (8 bytes, little-endian).
 pub fn encode(ops: &[Op]) -> Vec<u8> {
     let mut out = Vec::new();
     for op in ops {
@@ -134,6 +194,12 @@ fn encode_op(out: &mut Vec<u8>, op: &Op) {
             out.extend_from_slice(&id.seq.to_le_bytes());
             out.extend_from_slice(&at_us.to_le_bytes());
         }
+        Op::Expire(k, deadline) => {
+            out.push(4);
+            put(out, k);
+            out.extend_from_slice(&deadline.to_le_bytes());
+        }
+        Op::Clear => out.push(5),
     }
 }
 
@@ -144,11 +210,14 @@ fn encode_set(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
 }
 
 /// Encodes a shard's contents as a batch (a snapshot): its pairs as sets,
-/// its requests as dones.
+/// their deadlines as expires, its requests as dones.
 pub fn encode_contents(contents: &Contents) -> Vec<u8> {
     let mut out = Vec::new();
     for (k, v) in &contents.pairs {
         encode_set(&mut out, k, v);
+    }
+    for (k, deadline) in &contents.expires {
+        encode_op(&mut out, &Op::Expire(k.clone(), *deadline));
     }
     for (client, (seq, at_us)) in &contents.requests {
         let id = RequestId {
@@ -207,6 +276,15 @@ pub fn decode(mut bytes: &[u8]) -> Result<Vec<Op>> {
                     at_us: i64::from_le_bytes(word(2)),
                 }
             }
+            4 => {
+                let k = take(&mut bytes)?.to_vec();
+                let Some((deadline, rest)) = bytes.split_first_chunk::<8>() else {
+                    return Err(Error::Corrupt("a log entry is cut short".into()));
+                };
+                bytes = rest;
+                Op::Expire(k, i64::from_le_bytes(*deadline))
+            }
+            5 => Op::Clear,
             t => return Err(Error::Corrupt(format!("unknown op tag {t} in a log entry"))),
         });
     }
@@ -456,6 +534,13 @@ mod tests {
             Op::Del(b"k".to_vec()),
             Op::Set(Vec::new(), vec![0; 300]),
             Op::Done { id, at_us: 1_000 },
+            Op::Set(b"t".to_vec(), b"1".to_vec()),
+            Op::Expire(b"t".to_vec(), 5_000),
+            Op::Expire(b"gone".to_vec(), 5_000),
+            Op::Clear,
+            Op::Set(b"t".to_vec(), b"1".to_vec()),
+            Op::Expire(b"t".to_vec(), 5_000),
+            Op::Set(Vec::new(), vec![0; 300]),
         ];
         let bytes = encode(&ops);
         assert_eq!(decode(&bytes).unwrap(), ops);
@@ -463,15 +548,22 @@ mod tests {
         assert!(decode(&[9]).is_err());
         let mut contents = Contents::default();
         ops.iter().for_each(|o| apply(&mut contents, o));
-        assert_eq!(contents.pairs.len(), 1);
+        assert_eq!(contents.pairs.len(), 2);
+        assert_eq!(contents.expires.len(), 1, "no deadline for a key not there");
+        assert_eq!(contents.live(b"t", 4_999).map(|(_, d)| d), Some(5_000));
+        assert!(contents.live(b"t", 5_000).is_none(), "past its deadline");
+        assert_eq!(contents.expired(5_000, 10), [b"t".to_vec()]);
         assert!(contents.applied(id));
         assert!(contents.applied(RequestId { seq: 2, ..id }));
         assert!(!contents.applied(RequestId { seq: 4, ..id }));
-        let again: Vec<Op> = decode(&encode_contents(&contents)).unwrap();
+        let mut again: Vec<Op> = decode(&encode_contents(&contents)).unwrap();
+        again[..2].sort_by_key(|o| format!("{o:?}"));
         assert_eq!(
             again,
             [
+                Op::Set(b"t".to_vec(), b"1".to_vec()),
                 Op::Set(Vec::new(), vec![0; 300]),
+                Op::Expire(b"t".to_vec(), 5_000),
                 Op::Done { id, at_us: 1_000 }
             ]
         );

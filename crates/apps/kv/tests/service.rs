@@ -243,6 +243,17 @@ fn acknowledged_writes_survive_kills_and_moves_linearizably() {
             panic!("the clients made no progress");
         };
 
+        // Deadlines, durable like the values: one far (it must survive the
+        // kills and the moves below), one near (gone by the end).
+        let mut deadlines = Clerk::new(&client, REALM, SVC).await.unwrap();
+        for set in [
+            &["SET", "far", "x", "EX", "3600"][..],
+            &["SET", "near", "y", "PX", "200"],
+        ] {
+            let args: Vec<&[u8]> = set.iter().map(|a| a.as_bytes()).collect();
+            assert_eq!(deadlines.call(&args).await.unwrap(), Reply::ok());
+        }
+
         // 1. The leading kvd of group 0 is SIGKILLed under load.
         until_writes(50).await;
         let victim = leading_kvd(&mut c, 0).await;
@@ -312,6 +323,14 @@ fn acknowledged_writes_survive_kills_and_moves_linearizably() {
                 action: Action::Read(v),
             });
         }
+        // The deadlines came through the kill, the moves and the restart.
+        let ttl = deadlines.call(&[b"TTL", b"far"]).await.unwrap();
+        assert!(
+            matches!(ttl, Reply::Integer(t) if (1..=3600).contains(&t)),
+            "{ttl:?}"
+        );
+        let near = deadlines.call(&[b"GET", b"near"]).await.unwrap();
+        assert_eq!(near, Reply::Null, "past its deadline");
         sup.stop().await.unwrap();
 
         let history = history.lock().unwrap().clone();

@@ -1,0 +1,127 @@
+"""redis-py, with its defaults, against `tabos kv serve` (issue 39, item 1).
+
+Usage: clients.py HOST PORT PASSWORD. redis-py 8 connects with RESP3
+(`HELLO 3 AUTH default PASSWORD`) and names itself (`CLIENT SETINFO`).
+Prints "redis-py: all checks passed" at the end; any failed check raises.
+"""
+
+import sys
+import time
+
+import redis
+
+host, port, password = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+
+def expect_error(what, fn, words):
+    try:
+        fn()
+    except redis.exceptions.ResponseError as e:
+        assert words in str(e), f"{what}: {e}"
+        return
+    raise AssertionError(f"{what}: no error")
+
+
+r = redis.Redis(host=host, port=port, password=password, decode_responses=True)
+assert r.ping() is True
+conn = r.connection_pool.get_connection()
+assert conn.protocol in (3, "3"), conn.protocol
+assert conn.handshake_metadata is not None, "no HELLO was answered"
+proto = conn.handshake_metadata.get("proto", conn.handshake_metadata.get(b"proto"))
+assert proto == 3, conn.handshake_metadata
+r.connection_pool.release(conn)
+r.flushall()
+assert r.dbsize() == 0
+
+# Strings and SET's options.
+assert r.set("k", "v") is True
+assert r.get("k") == "v"
+assert r.get("missing") is None
+assert r.set("k", "w", nx=True) is None
+assert r.set("absent", "w", xx=True) is None
+assert r.set("k", "w", xx=True, get=True) == "v"
+assert r.set("t", "1", ex=100) is True
+assert 99 <= r.ttl("t") <= 100
+assert 99_000 <= r.pttl("t") <= 100_000
+assert r.set("t", "2", keepttl=True) is True
+assert r.ttl("t") > 0
+assert r.set("t", "3") is True
+assert r.ttl("t") == -1
+assert r.ttl("missing") == -2
+assert r.setnx("nx", "1") is True and r.setnx("nx", "2") is False
+assert r.setex("se", 50, "v") is True and 49 <= r.ttl("se") <= 50
+assert r.psetex("pse", 50_000, "v") is True and r.pttl("pse") > 0
+assert r.getset("k", "x") == "w"
+assert r.getdel("k") == "x" and r.exists("k") == 0
+assert r.append("s", "Hello") == 5 and r.append("s", " World") == 11
+assert r.strlen("s") == 11
+assert r.getrange("s", -5, -1) == "World"
+assert r.setrange("s", 6, "Redis") == 11 and r.get("s") == "Hello Redis"
+assert r.type("s") == "string" and r.type("missing") == "none"
+assert r.mset({"a": "1", "b": "2", "c": "3"}) is True
+assert r.mget("a", "missing", "c") == ["1", None, "3"]
+assert r.exists("a", "b", "missing") == 2
+assert r.delete("a", "b", "missing") == 2
+
+# Integers, exactly as Redis reads them.
+assert r.incr("n") == 1 and r.incrby("n", 41) == 42 and r.decr("n") == 41
+assert r.decrby("n", 1) == 40
+assert r.incrbyfloat("f", 10.5) == 10.5 and r.incrbyfloat("f", 0.1) == 10.6
+for bad in ("012", "+5", " 1", "1 ", "-0", "1.0", "99999999999999999999"):
+    r.set("bad", bad)
+    expect_error(f"INCR of {bad!r}", lambda: r.incr("bad"), "not an integer")
+r.set("max", str(2**63 - 1))
+expect_error("INCR past 2^63-1", lambda: r.incr("max"), "overflow")
+
+# Deadlines: invisible at once when they pass.
+assert r.set("soon", "v", px=100) is True
+assert r.expire("n", 100) is True and 0 < r.ttl("n") <= 100
+assert r.expire("n", 50, gt=True) is False
+assert r.expire("n", 50, lt=True) is True
+assert r.persist("n") is True and r.ttl("n") == -1
+assert r.expire("missing", 10) is False
+assert r.pexpireat("a2", 1) is False
+r.set("at", "v")
+assert r.expireat("at", int(time.time()) + 100) is True and r.ttl("at") > 0
+assert r.expiretime("at") > time.time()
+assert r.getex("at", persist=True) == "v" and r.ttl("at") == -1
+assert r.getex("at", px=100_000) == "v" and r.pttl("at") > 0
+expect_error("SET EX 0", lambda: r.set("z", "v", ex=0), "invalid expire time")
+time.sleep(0.3)
+assert r.get("soon") is None and r.exists("soon") == 0 and r.ttl("soon") == -2
+assert r.expire("at", -1) is True and r.exists("at") == 0
+
+# Only db 0, as a Redis Cluster.
+assert r.execute_command("SELECT", 0) in (True, "OK")
+expect_error("SELECT 5", lambda: r.execute_command("SELECT", 5), "out of range")
+try:
+    redis.Redis(host=host, port=port, password=password, db=5).ping()
+    raise AssertionError("db=5 was accepted")
+except redis.exceptions.ResponseError as e:
+    assert "out of range" in str(e), e
+
+# Sign-in refused with a wrong password, in either protocol.
+for protocol in (2, 3):
+    try:
+        redis.Redis(host=host, port=port, password="wrong", protocol=protocol).ping()
+        raise AssertionError(f"RESP{protocol}: a wrong password was accepted")
+    except redis.exceptions.AuthenticationError:
+        pass
+
+# RESP2, as older clients speak it, sees the same keys.
+r2 = redis.Redis(host=host, port=port, password=password, protocol=2, decode_responses=True)
+assert r2.get("s") == "Hello Redis" and r2.get("missing") is None
+
+# A command the service does not have, and one across shards it refuses.
+expect_error("LPUSH", lambda: r.lpush("l", "x"), "unknown command")
+keys = [f"key{i}" for i in range(16)]
+try:
+    r.msetnx({k: "1" for k in keys})
+    raise AssertionError("MSETNX across shards was accepted")
+except redis.exceptions.ClusterCrossSlotError:
+    pass  # CROSSSLOT, which redis-py knows from Redis Cluster
+assert r.exists(*keys) == 0, "a refused MSETNX set nothing"
+
+r.flushall()
+assert r.dbsize() == 0 and r.get("s") is None
+print("redis-py: all checks passed")
