@@ -1978,7 +1978,12 @@ fn kv_serve_answers_redis_cli() {
 /// external-server mode, as a Redis Cluster: `--cluster-mode`) that the
 /// service is measured by, each run in the same test against Debian's
 /// redis-server as the reference.
-const VALKEY_UNITS: &[&str] = &["unit/type/incr", "unit/type/string", "unit/expire"];
+const VALKEY_UNITS: &[&str] = &[
+    "unit/type/incr",
+    "unit/type/string",
+    "unit/expire",
+    "unit/multi",
+];
 
 /// Tests of those units left out (`--skiptest`, on both servers), each
 /// with why it is out of scope (README.md, "Key-value service", says the
@@ -2019,11 +2024,44 @@ const VALKEY_OUT_OF_SCOPE: &[(&str, &str)] = &[
         "trim on SET with big value",
         "MEMORY USAGE: Redis's allocator's accounting of a key, which the service does not keep",
     ),
+    ("MULTI / EXEC basics", LISTS),
+    ("DISCARD", LISTS),
+    ("MULTI where commands alter argc/argv", LISTS),
+    (
+        "EXEC fails if there are errors while queueing commands #2",
+        CONFIG,
+    ),
+    ("DISCARD should not fail during OOM", CONFIG),
+    (
+        "EXEC with only read commands should not be rejected when OOM",
+        CONFIG,
+    ),
+    (
+        "EXEC with at least one use-memory command should fail",
+        CONFIG,
+    ),
+    ("MULTI with config error", CONFIG),
+    ("MULTI with config set appendonly", CONFIG),
+    ("exec with write commands and state change", CONFIG),
+    ("MULTI and script timeout", SCRIPTS),
+    ("EXEC and script timeout", SCRIPTS),
+    ("MULTI-EXEC body and script timeout", SCRIPTS),
+    ("just EXEC and script timeout", SCRIPTS),
+    ("Blocking commands ignores the timeout", LISTS),
+    ("MULTI with SAVE", PERSISTENCE),
+    ("MULTI with SHUTDOWN", PERSISTENCE),
+    ("MULTI with BGREWRITEAOF", PERSISTENCE),
+    ("MULTI with BGSAVE", PERSISTENCE),
     (
         "Very big payload in GET/SET",
         "a value is at most 1 MiB (VALUE_BYTES_MAX: one shard-log entry); the test sets 4 MB",
     ),
 ];
+const CONFIG: &str = "CONFIG SET (maxmemory, appendonly, …): the service's settings are its \
+                      policy's, not a connection's";
+const SCRIPTS: &str = "EVAL and scripts: the service runs no scripts";
+const PERSISTENCE: &str = "SAVE, BGSAVE, BGREWRITEAOF, SHUTDOWN: every write is durable in the \
+                           kernel database already, and a client does not stop the service";
 const LISTS: &str =
     "lists and sets are not among the service's types (strings only; a command on them is unknown)";
 const ENCODING: &str = "OBJECT ENCODING: Redis's internal encodings; the service keeps bytes";

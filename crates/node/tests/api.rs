@@ -13,9 +13,16 @@ async fn start(config: &Config) -> (tabos_node::Node, Endpoint, tokio::sync::one
     let listener = tabos_node::bind("127.0.0.1:0").await.unwrap();
     let addr = tabos_node::local_addr(&listener).unwrap().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(tabos_node::serve(node.clone(), listener, async {
+    let served = tabos_node::serve(node.clone(), listener, async {
         let _ = stopped.await;
-    }));
+    });
+    tokio::spawn(async move {
+        // A node that fails to start drops its listener, and a client
+        // sees only a reset connection: say why, in the test's output.
+        if let Err(e) = served.await {
+            panic!("the node stopped serving: {e}");
+        }
+    });
     (node, Endpoint::new(addr, token), stop)
 }
 

@@ -224,6 +224,52 @@ impl Clerk {
         }
     }
 
+    /// Sends `req` to the leader of the group of `key` (of the first
+    /// group if none), trying again as [`Clerk::call`] does; a request
+    /// whose outcome is unknown is sent again only if `repeatable`.
+    pub async fn send_for(
+        &mut self,
+        key: Option<&[u8]>,
+        req: &[&[u8]],
+        repeatable: bool,
+    ) -> Result<Reply> {
+        let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
+            .until(tokio::time::Instant::now() + RETRY_MAX);
+        loop {
+            let g = match key {
+                Some(k) => self.config.group_of(k),
+                None => self.config.groups.first().copied().unwrap_or(0),
+            };
+            let tried = match self.send(g, req).await {
+                Ok(Reply::Error(e)) => match classify(e) {
+                    Err(e) => Ok(Reply::Error(e)),
+                    Ok(failure) => Err(failure),
+                },
+                other => other,
+            };
+            let why = match tried {
+                Ok(r) => return Ok(r),
+                Err(Failure::Moved) => {
+                    self.reread_config().await?;
+                    continue;
+                }
+                Err(Failure::Again(why)) => why,
+                Err(Failure::Uncertain(why)) if !repeatable => {
+                    return Err(Error::Unavailable(format!(
+                        "the request may or may not have happened: {why}"
+                    )))
+                }
+                Err(Failure::Uncertain(why)) => why,
+            };
+            if !pauses.wait().await {
+                return Err(Error::Unavailable(format!(
+                    "gave up after {RETRY_MAX:?}: {why}"
+                )));
+            }
+            let _ = self.reread_config().await;
+        }
+    }
+
     /// One try of a command about the whole keyspace (DBSIZE, KEYS,
     /// FLUSHALL): sent to every group, integers summed, arrays joined.
     async fn every(&mut self, args: &[&[u8]]) -> Result<Reply, Failure> {
@@ -361,8 +407,16 @@ impl Clerk {
             r: BufReader::new(r),
             w,
         };
-        match conn.call(&[b"AUTH", self.password.as_bytes()]).await {
-            Ok(Ok(Reply::Simple(_))) => Ok(conn),
+        // RESP3, so that a map (HGETALL's) comes back a map, not a list.
+        let hello: [&[u8]; 5] = [
+            b"HELLO",
+            b"3",
+            b"AUTH",
+            b"default",
+            self.password.as_bytes(),
+        ];
+        match conn.call(&hello).await {
+            Ok(Ok(Reply::Map(_))) => Ok(conn),
             Ok(Ok(r)) => Err(Failure::Again(format!(
                 "{leader} refused the password: {r:?}"
             ))),

@@ -14,7 +14,9 @@
 //! `KEEPTTL`, `INCR`, `APPEND` and `SETRANGE` keep it.
 
 use crate::resp::{parse_integer, Reply};
-use crate::shard::Op;
+use crate::shard::{apply_to, Fields, Op, Value};
+
+pub use crate::shard::Stored;
 
 /// Whether a command only reads or may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +101,7 @@ pub static SPECS: &[Spec] = &[
     spec("KEYS", 2, Read, Every),
     spec("RENAME", 3, Write, Two),
     spec("RENAMENX", 3, Write, Two),
+    spec("COPY", -3, Write, Two),
     once(spec("SET", -3, Write, First)),
     split(once(spec("MSET", -3, Write, Pairs))),
     spec("MSETNX", -3, Write, Pairs),
@@ -123,6 +126,20 @@ pub static SPECS: &[Spec] = &[
     spec("EXPIREAT", -3, Write, First),
     spec("PEXPIREAT", -3, Write, First),
     spec("PERSIST", 2, Write, First),
+    spec("HSET", -4, Write, First),
+    spec("HMSET", -4, Write, First),
+    spec("HSETNX", 4, Write, First),
+    spec("HGET", 3, Read, First),
+    spec("HMGET", -3, Read, First),
+    spec("HDEL", -3, Write, First),
+    spec("HLEN", 2, Read, First),
+    spec("HEXISTS", 3, Read, First),
+    spec("HSTRLEN", 3, Read, First),
+    spec("HKEYS", 2, Read, First),
+    spec("HVALS", 2, Read, First),
+    spec("HGETALL", 2, Read, First),
+    spec("HINCRBY", 4, Write, First),
+    spec("HINCRBYFLOAT", 4, Write, First),
     spec("FLUSHALL", -1, Write, Every),
     spec("FLUSHDB", -1, Write, Every),
 ];
@@ -180,15 +197,13 @@ pub fn wrong_arity(name: &str) -> Reply {
     ))
 }
 
-/// A key's state as stored: its value and deadline (ms since the epoch;
-/// 0: none), whether or not the deadline has passed.
-pub type Stored = Option<(Vec<u8>, i64)>;
-
 /// The keys' state a command runs against.
 pub trait Keyspace {
-    /// Key `k` as stored (see [`Stored`]).
-    fn stored(&self, k: &[u8]) -> Stored;
+    /// Key `k` as stored (see [`Stored`]): its value and deadline.
+    fn stored(&self, k: &[u8]) -> Option<(&Value, i64)>;
 }
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 /// Largest value a write may leave, in bytes (as Redis's
 /// `proto-max-bulk-len`, but the service's).
@@ -233,34 +248,73 @@ enum Deadline {
 
 impl<K: Keyspace> Run<'_, K> {
     /// Key `k` as stored, after this run's ops so far.
-    fn stored(&self, k: &[u8]) -> Stored {
+    fn stored(&self, k: &[u8]) -> Option<(&Value, i64)> {
         match self.changes.get(k) {
-            Some(c) => c.clone(),
+            Some(c) => c.as_ref().map(|(v, d)| (v, *d)),
             None => self.ks.stored(k),
         }
     }
 
     /// Key `k` if it is there now: its value and deadline (0: none).
-    fn live(&self, k: &[u8]) -> Option<(Vec<u8>, i64)> {
+    fn live(&self, k: &[u8]) -> Option<(&Value, i64)> {
         self.stored(k).filter(|(_, d)| *d == 0 || *d > self.now_ms)
     }
 
-    /// Records `op` (one with a key), and what it does.
+    /// Records `op` (one with a key), and what it does (the key copied
+    /// once, at its first change in this run).
     fn push(&mut self, op: Op) {
         if let Some(k) = op.key() {
-            let now = self.stored(k);
-            let then = match &op {
-                Op::Set(_, v) => Some((v.clone(), now.map_or(0, |(_, d)| d))),
-                Op::Expire(_, d) => now.map(|(v, _)| (v, *d)),
-                _ => None,
-            };
-            self.changes.insert(k.to_vec(), then);
+            if !self.changes.contains_key(k) {
+                let now = self.ks.stored(k).map(|(v, d)| (v.clone(), d));
+                self.changes.insert(k.to_vec(), now);
+            }
+            if let Some(slot) = self.changes.get_mut(k) {
+                apply_to(slot, &op);
+            }
         }
         self.ops.push(op);
     }
 
-    fn value(&self, k: &[u8]) -> Option<Vec<u8>> {
-        self.live(k).map(|(v, _)| v)
+    /// String `k` if it is there now; WRONGTYPE if it is not a string.
+    fn value(&self, k: &[u8]) -> Result<Option<Vec<u8>>, Reply> {
+        match self.live(k) {
+            None => Ok(None),
+            Some((Value::Str(v), _)) => Ok(Some(v.clone())),
+            Some(_) => Err(Reply::err(WRONGTYPE)),
+        }
+    }
+
+    /// Hash `k` if it is there now; WRONGTYPE if it is not a hash.
+    fn hash(&self, k: &[u8]) -> Result<Option<&Fields>, Reply> {
+        match self.live(k) {
+            None => Ok(None),
+            Some((Value::Hash(h), _)) => Ok(Some(h)),
+            Some(_) => Err(Reply::err(WRONGTYPE)),
+        }
+    }
+
+    /// Key `k`, whatever its type, if it is there now (copied).
+    fn owned(&self, k: &[u8]) -> Option<(Value, i64)> {
+        self.live(k).map(|(v, d)| (v.clone(), d))
+    }
+
+    /// Writes `v` (either type) at `k` with deadline `d` (0: none).
+    fn put_value(&mut self, k: &[u8], v: Value, d: i64) -> Result<(), Reply> {
+        match v {
+            Value::Str(s) => self.put(k, s, Deadline::At(d)),
+            Value::Hash(h) => {
+                if self.stored(k).is_some() {
+                    self.push(Op::Del(k.to_vec()));
+                }
+                for (f, v) in h {
+                    self.push(Op::HSet(k.to_vec(), f, v));
+                }
+                if d != 0 {
+                    self.push(Op::Expire(k.to_vec(), d));
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Sets `k` to `v`, its deadline as `deadline` says.
@@ -305,22 +359,26 @@ impl<K: Keyspace> Run<'_, K> {
 
     fn dispatch(&mut self, cmd: &str, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         match cmd {
-            "GET" => Ok(self.value(&a[0]).map_or(Reply::Null, Reply::Bulk)),
+            "GET" => Ok(self.value(&a[0])?.map_or(Reply::Null, Reply::Bulk)),
             "MGET" => Ok(Reply::Array(
                 a.iter()
-                    .map(|k| self.value(k).map_or(Reply::Null, Reply::Bulk))
+                    // Not a string: nil, as Redis answers MGET.
+                    .map(|k| match self.live(k) {
+                        Some((Value::Str(v), _)) => Reply::Bulk(v.clone()),
+                        _ => Reply::Null,
+                    })
                     .collect(),
             )),
             "EXISTS" => Ok(Reply::Integer(
                 a.iter().filter(|k| self.live(k).is_some()).count() as i64,
             )),
             "STRLEN" => Ok(Reply::Integer(
-                self.value(&a[0]).map_or(0, |v| v.len() as i64),
+                self.value(&a[0])?.map_or(0, |v| v.len() as i64),
             )),
             "GETRANGE" | "SUBSTR" => self.getrange(a),
             "GETBIT" => {
                 let bit = bit_offset(&a[1])?;
-                let v = self.value(&a[0]).unwrap_or_default();
+                let v = self.value(&a[0])?.unwrap_or_default();
                 let byte = v.get((bit / 8) as usize).copied().unwrap_or(0);
                 Ok(Reply::Integer(i64::from(byte >> (7 - bit % 8) & 1)))
             }
@@ -335,7 +393,7 @@ impl<K: Keyspace> Run<'_, K> {
                 if at >= VALUE_BYTES_MAX {
                     return Err(too_big());
                 }
-                let mut v = self.value(&a[0]).unwrap_or_default();
+                let mut v = self.value(&a[0])?.unwrap_or_default();
                 if v.len() <= at {
                     v.resize(at + 1, 0);
                 }
@@ -350,8 +408,40 @@ impl<K: Keyspace> Run<'_, K> {
                 Ok(Reply::Integer(i64::from(old)))
             }
             "LCS" => self.lcs(a),
+            "COPY" => {
+                let mut replace = false;
+                let mut i = 2;
+                while i < a.len() {
+                    match a[i].to_ascii_uppercase().as_slice() {
+                        b"REPLACE" => replace = true,
+                        b"DB" if i + 1 < a.len() => {
+                            match parse_integer(&a[i + 1]) {
+                                Some(0) => {}
+                                Some(_) => return Err(Reply::err("ERR DB index is out of range")),
+                                None => return Err(Reply::err(NOT_INTEGER)),
+                            }
+                            i += 1;
+                        }
+                        _ => return Err(Reply::err(SYNTAX)),
+                    }
+                    i += 1;
+                }
+                if a[0] == a[1] {
+                    return Err(Reply::err(
+                        "ERR source and destination objects are the same",
+                    ));
+                }
+                let Some((v, d)) = self.owned(&a[0]) else {
+                    return Ok(Reply::Integer(0));
+                };
+                if self.live(&a[1]).is_some() && !replace {
+                    return Ok(Reply::Integer(0));
+                }
+                self.put_value(&a[1], v, d)?;
+                Ok(Reply::Integer(1))
+            }
             "RENAME" | "RENAMENX" => {
-                let Some((v, d)) = self.live(&a[0]) else {
+                let Some((v, d)) = self.owned(&a[0]) else {
                     return Err(Reply::err("ERR no such key"));
                 };
                 if a[0] == a[1] {
@@ -365,7 +455,7 @@ impl<K: Keyspace> Run<'_, K> {
                     return Ok(Reply::Integer(0));
                 }
                 self.delete(&a[0]);
-                self.put(&a[1], v, Deadline::At(d))?;
+                self.put_value(&a[1], v, d)?;
                 Ok(if cmd == "RENAME" {
                     Reply::ok()
                 } else {
@@ -374,13 +464,14 @@ impl<K: Keyspace> Run<'_, K> {
             }
             "TTL" | "PTTL" | "EXPIRETIME" | "PEXPIRETIME" => Ok(self.ttl(cmd, &a[0])),
             "TYPE" => Ok(Reply::Simple(
-                if self.live(&a[0]).is_some() {
-                    "string"
-                } else {
-                    "none"
-                }
-                .into(),
+                self.live(&a[0])
+                    .map_or("none", |(v, _)| v.type_name())
+                    .into(),
             )),
+            "HSET" | "HMSET" | "HSETNX" | "HGET" | "HMGET" | "HDEL" | "HLEN" | "HEXISTS"
+            | "HSTRLEN" | "HKEYS" | "HVALS" | "HGETALL" | "HINCRBY" | "HINCRBYFLOAT" => {
+                self.hash_command(cmd, a)
+            }
             "SET" => self.set(a),
             "SETNX" => {
                 if self.live(&a[0]).is_some() {
@@ -412,12 +503,12 @@ impl<K: Keyspace> Run<'_, K> {
                 Ok(Reply::Integer(1))
             }
             "GETSET" => {
-                let old = self.value(&a[0]);
+                let old = self.value(&a[0])?;
                 self.put(&a[0], a[1].clone(), Deadline::Clear)
                     .map(|()| old.map_or(Reply::Null, Reply::Bulk))
             }
             "GETDEL" => {
-                let old = self.value(&a[0]);
+                let old = self.value(&a[0])?;
                 if old.is_some() {
                     self.delete(&a[0]);
                 }
@@ -425,7 +516,7 @@ impl<K: Keyspace> Run<'_, K> {
             }
             "GETEX" => self.getex(a),
             "APPEND" => {
-                let mut v = self.value(&a[0]).unwrap_or_default();
+                let mut v = self.value(&a[0])?.unwrap_or_default();
                 v.extend_from_slice(&a[1]);
                 let n = v.len() as i64;
                 self.put(&a[0], v, Deadline::Keep)
@@ -458,6 +549,129 @@ impl<K: Keyspace> Run<'_, K> {
         }
     }
 
+    /// The hash commands (`a[0]` the key).
+    fn hash_command(&mut self, cmd: &str, a: &[Vec<u8>]) -> Result<Reply, Reply> {
+        let k = &a[0];
+        let field = |h: Option<&Fields>, f: &[u8]| h.and_then(|h| h.get(f)).cloned();
+        match cmd {
+            "HSET" | "HMSET" => {
+                if a.len() % 2 != 1 {
+                    return Err(wrong_arity(cmd));
+                }
+                let h = self.hash(k)?;
+                let mut new = std::collections::BTreeSet::new();
+                for p in a[1..].chunks(2) {
+                    if h.is_none_or(|h| !h.contains_key(&p[0])) {
+                        new.insert(p[0].clone());
+                    }
+                    if p[0].len() + p[1].len() > VALUE_BYTES_MAX {
+                        return Err(too_big());
+                    }
+                }
+                let size: usize = h.map_or(0, |h| h.iter().map(|(f, v)| f.len() + v.len()).sum());
+                let added: usize = a[1..].chunks(2).map(|p| p[0].len() + p[1].len()).sum();
+                if size + added > VALUE_BYTES_MAX {
+                    return Err(too_big());
+                }
+                for p in a[1..].chunks(2) {
+                    self.push(Op::HSet(k.clone(), p[0].clone(), p[1].clone()));
+                }
+                Ok(if cmd == "HSET" {
+                    Reply::Integer(new.len() as i64)
+                } else {
+                    Reply::ok()
+                })
+            }
+            "HSETNX" => {
+                if field(self.hash(k)?, &a[1]).is_some() {
+                    return Ok(Reply::Integer(0));
+                }
+                self.push(Op::HSet(k.clone(), a[1].clone(), a[2].clone()));
+                Ok(Reply::Integer(1))
+            }
+            "HGET" => Ok(field(self.hash(k)?, &a[1]).map_or(Reply::Null, Reply::Bulk)),
+            "HMGET" => {
+                let h = self.hash(k)?;
+                Ok(Reply::Array(
+                    a[1..]
+                        .iter()
+                        .map(|f| field(h, f).map_or(Reply::Null, Reply::Bulk))
+                        .collect(),
+                ))
+            }
+            "HDEL" => {
+                let Some(h) = self.hash(k)? else {
+                    return Ok(Reply::Integer(0));
+                };
+                let gone: std::collections::BTreeSet<Vec<u8>> = a[1..]
+                    .iter()
+                    .filter(|f| h.contains_key(*f))
+                    .cloned()
+                    .collect();
+                let n = gone.len() as i64;
+                for f in gone {
+                    self.push(Op::HDel(k.clone(), f));
+                }
+                Ok(Reply::Integer(n))
+            }
+            "HLEN" => Ok(Reply::Integer(self.hash(k)?.map_or(0, |h| h.len() as i64))),
+            "HEXISTS" => Ok(Reply::Integer(i64::from(
+                field(self.hash(k)?, &a[1]).is_some(),
+            ))),
+            "HSTRLEN" => Ok(Reply::Integer(
+                field(self.hash(k)?, &a[1]).map_or(0, |v| v.len() as i64),
+            )),
+            "HKEYS" | "HVALS" => Ok(Reply::Array(
+                self.hash(k)?
+                    .into_iter()
+                    .flatten()
+                    .map(|(f, v)| Reply::Bulk(if cmd == "HKEYS" { f } else { v }.clone()))
+                    .collect(),
+            )),
+            "HGETALL" => Ok(Reply::Map(
+                self.hash(k)?
+                    .into_iter()
+                    .flatten()
+                    .map(|(f, v)| (Reply::Bulk(f.clone()), Reply::Bulk(v.clone())))
+                    .collect(),
+            )),
+            "HINCRBY" => {
+                let d = parse_integer(&a[2]).ok_or_else(|| Reply::err(NOT_INTEGER))?;
+                let now = match field(self.hash(k)?, &a[1]) {
+                    None => 0,
+                    Some(v) => parse_integer(&v)
+                        .ok_or_else(|| Reply::err("ERR hash value is not an integer"))?,
+                };
+                let n = now
+                    .checked_add(d)
+                    .ok_or_else(|| Reply::err("ERR increment or decrement would overflow"))?;
+                self.push(Op::HSet(
+                    k.clone(),
+                    a[1].clone(),
+                    n.to_string().into_bytes(),
+                ));
+                Ok(Reply::Integer(n))
+            }
+            _ => {
+                // HINCRBYFLOAT
+                let d = parse_float(&a[2])
+                    .ok_or_else(|| Reply::err("ERR value is not a valid float"))?;
+                let now = match field(self.hash(k)?, &a[1]) {
+                    None => 0.0,
+                    Some(v) => parse_float(&v)
+                        .ok_or_else(|| Reply::err("ERR hash value is not a float"))?,
+                };
+                let n = now + d;
+                if !n.is_finite() {
+                    return Err(Reply::err("ERR increment would produce NaN or Infinity"));
+                }
+                let text = format_float(n).into_bytes();
+                self.push(Op::HSet(k.clone(), a[1].clone(), text.clone()));
+                Ok(Reply::Bulk(text))
+            }
+        }
+    }
+
     /// `SET key value [NX|XX] [GET] [EX s|PX ms|EXAT s|PXAT ms|KEEPTTL]`.
     fn set(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         let (k, v) = (&a[0], &a[1]);
@@ -486,8 +700,10 @@ impl<K: Keyspace> Run<'_, K> {
             }
             i += 1;
         }
-        let old = self.value(k);
-        let there = old.is_some();
+        // With GET, a key that is not a string is WRONGTYPE and nothing
+        // is set; without, SET replaces a key of any type.
+        let old = if get { self.value(k)? } else { None };
+        let there = self.live(k).is_some();
         let reply_of = |did: bool| match (get, did) {
             (true, _) => old.clone().map_or(Reply::Null, Reply::Bulk),
             (false, true) => Reply::ok(),
@@ -513,9 +729,10 @@ impl<K: Keyspace> Run<'_, K> {
             (Some(b"PXAT"), [_, n]) => Some(deadline_at(n, 1, "getex")?),
             _ => return Err(Reply::err(SYNTAX)),
         };
-        let Some((v, now)) = self.live(k) else {
+        let Some(v) = self.value(k)? else {
             return Ok(Reply::Null);
         };
+        let now = self.live(k).map_or(0, |(_, d)| d);
         match deadline {
             Some(d) if d != 0 && d <= self.now_ms => {
                 self.delete(k);
@@ -532,7 +749,7 @@ impl<K: Keyspace> Run<'_, K> {
         let (Some(mut start), Some(mut end)) = (parse_integer(&a[1]), parse_integer(&a[2])) else {
             return Err(Reply::err(NOT_INTEGER));
         };
-        let v = self.value(&a[0]).unwrap_or_default();
+        let v = self.value(&a[0])?.unwrap_or_default();
         let len = v.len() as i64;
         if start < 0 && end < 0 && start > end {
             return Ok(Reply::Bulk(Vec::new()));
@@ -576,8 +793,8 @@ impl<K: Keyspace> Run<'_, K> {
                 "ERR If you want both the length and indexes, please just use IDX.",
             ));
         }
-        let x = self.value(&a[0]).unwrap_or_default();
-        let y = self.value(&a[1]).unwrap_or_default();
+        let x = self.value(&a[0])?.unwrap_or_default();
+        let y = self.value(&a[1])?.unwrap_or_default();
         let (n, m) = (x.len(), y.len());
         if (n + 1).saturating_mul(m + 1) > LCS_CELLS_MAX {
             return Err(Reply::err(format!(
@@ -668,7 +885,7 @@ impl<K: Keyspace> Run<'_, K> {
             None => return Err(Reply::err(NOT_INTEGER)),
         };
         let patch = &a[2];
-        let old = self.value(&a[0]);
+        let old = self.value(&a[0])?;
         if patch.is_empty() {
             return Ok(Reply::Integer(old.map_or(0, |v| v.len() as i64)));
         }
@@ -686,7 +903,7 @@ impl<K: Keyspace> Run<'_, K> {
     }
 
     fn incr_by(&mut self, k: &[u8], d: i64) -> Result<Reply, Reply> {
-        let now = match self.value(k) {
+        let now = match self.value(k)? {
             None => 0,
             Some(v) => parse_integer(&v).ok_or_else(|| Reply::err(NOT_INTEGER))?,
         };
@@ -699,7 +916,7 @@ impl<K: Keyspace> Run<'_, K> {
 
     fn incr_by_float(&mut self, a: &[Vec<u8>]) -> Result<Reply, Reply> {
         let not_float = || Reply::err("ERR value is not a valid float");
-        let now = match self.value(&a[0]) {
+        let now = match self.value(&a[0])? {
             None => 0.0,
             Some(v) => parse_float(&v).ok_or_else(not_float)?,
         };
@@ -948,10 +1165,10 @@ fn format_float(f: f64) -> String {
 }
 
 impl Keyspace for crate::shard::Contents {
-    fn stored(&self, k: &[u8]) -> Stored {
+    fn stored(&self, k: &[u8]) -> Option<(&Value, i64)> {
         self.pairs
             .get(k)
-            .map(|v| (v.clone(), self.expires.get(k).copied().unwrap_or(0)))
+            .map(|v| (v, self.expires.get(k).copied().unwrap_or(0)))
     }
 }
 
@@ -1138,6 +1355,55 @@ mod tests {
     }
 
     #[test]
+    fn hashes_as_redis_keeps_them() {
+        let mut c = Contents::default();
+        assert_eq!(run(&mut c, 0, "HSET h a 1 b 2"), Reply::Integer(2));
+        assert_eq!(run(&mut c, 0, "HSET h a 3 c 4"), Reply::Integer(1));
+        assert_eq!(run(&mut c, 0, "HGET h a"), bulk("3"));
+        assert_eq!(
+            run(&mut c, 0, "HMGET h a x"),
+            Reply::Array(vec![bulk("3"), Reply::Null])
+        );
+        assert_eq!(run(&mut c, 0, "HLEN h"), Reply::Integer(3));
+        assert_eq!(run(&mut c, 0, "TYPE h"), Reply::Simple("hash".into()));
+        assert_eq!(run(&mut c, 0, "HINCRBY h a 10"), Reply::Integer(13));
+        assert_eq!(run(&mut c, 0, "HSETNX h a 0"), Reply::Integer(0));
+        assert_eq!(
+            run(&mut c, 0, "HGETALL h"),
+            Reply::Map(vec![
+                (bulk("a"), bulk("13")),
+                (bulk("b"), bulk("2")),
+                (bulk("c"), bulk("4")),
+            ])
+        );
+        assert_eq!(run(&mut c, 0, "GET h"), Reply::err(WRONGTYPE));
+        assert_eq!(run(&mut c, 0, "INCR h"), Reply::err(WRONGTYPE));
+        run(&mut c, 0, "SET s x");
+        assert_eq!(run(&mut c, 0, "HSET s f v"), Reply::err(WRONGTYPE));
+        assert_eq!(
+            run(&mut c, 0, "MGET h s"),
+            Reply::Array(vec![Reply::Null, bulk("x")])
+        );
+        run(&mut c, 0, "EXPIRE h 100");
+        assert_eq!(run(&mut c, 0, "RENAME h g"), Reply::ok());
+        assert_eq!(run(&mut c, 0, "TTL g"), Reply::Integer(100));
+        assert_eq!(run(&mut c, 0, "HDEL g a b c x"), Reply::Integer(3));
+        assert_eq!(
+            run(&mut c, 0, "EXISTS g"),
+            Reply::Integer(0),
+            "an empty hash goes"
+        );
+        assert!(c.expires.is_empty(), "with its deadline");
+        // A snapshot of a hash reads back the same.
+        run(&mut c, 0, "HSET k f1 v1 f2 v2");
+        let mut again = Contents::default();
+        for op in crate::shard::decode(&crate::shard::encode_contents(&c)).unwrap() {
+            apply(&mut again, &op);
+        }
+        assert_eq!(again.pairs, c.pairs);
+    }
+
+    #[test]
     fn rename_moves_the_value_and_its_deadline() {
         let mut c = Contents::default();
         run(&mut c, 0, "SET a 1 PX 500");
@@ -1149,6 +1415,14 @@ mod tests {
         assert_eq!(run(&mut c, 0, "RENAMENX b c"), Reply::Integer(0));
         assert_eq!(run(&mut c, 0, "RENAME b c"), Reply::ok());
         assert_eq!(run(&mut c, 0, "GET c"), bulk("1"));
+        run(&mut c, 0, "SET d 4 PX 700");
+        assert_eq!(run(&mut c, 0, "COPY d c"), Reply::Integer(0), "c is there");
+        assert_eq!(run(&mut c, 0, "COPY d c REPLACE"), Reply::Integer(1));
+        assert_eq!(run(&mut c, 0, "PTTL c"), Reply::Integer(700));
+        assert_eq!(run(&mut c, 0, "GET d"), bulk("4"), "the source stays");
+        assert!(
+            matches!(run(&mut c, 0, "COPY d e DB 1"), Reply::Error(e) if e.contains("out of range"))
+        );
     }
 
     #[test]

@@ -67,6 +67,13 @@ const PENDING_MAX: usize = 16_384;
 /// How often the reaper deletes keys past their deadline (Redis's
 /// active expiry runs ten times a second too).
 pub const REAP_PERIOD: Duration = Duration::from_millis(100);
+/// Most keys watched at once on a kvd (`WATCH` past it is refused).
+pub const WATCHES_MAX: usize = 65_536;
+/// How long a `WATCH` holds without being renewed: a key watched longer
+/// counts as touched (its transaction's EXEC fails, as after a write).
+pub const WATCH_KEEP: Duration = Duration::from_secs(60);
+/// Most commands in one transaction.
+pub const MULTI_COMMANDS_MAX: usize = 1_024;
 /// Most keys one kvd's answer to KEYS holds.
 pub const KEYS_REPLY_MAX: usize = 100_000;
 /// Most keys one reaping deletes.
@@ -118,6 +125,13 @@ enum WriteKind {
     Reap(Vec<Vec<u8>>),
     /// Every key of every shard it serves goes (FLUSHALL).
     Flush,
+    /// A transaction (MULTI … EXEC), all its keys in one shard: its
+    /// commands run one after another in one batch, one log entry — or
+    /// none of them if a watched key was touched since its token.
+    Multi {
+        watched: Vec<(Vec<u8>, (u64, i64))>,
+        commands: Vec<Vec<Vec<u8>>>,
+    },
 }
 
 impl WriteKind {
@@ -133,6 +147,17 @@ impl WriteKind {
                 .unwrap_or_default(),
             WriteKind::Reap(keys) => keys.iter().map(Vec::as_slice).collect(),
             WriteKind::Flush => Vec::new(),
+            WriteKind::Multi { watched, commands } => watched
+                .iter()
+                .map(|(k, _)| k.as_slice())
+                .chain(commands.iter().flat_map(|args| {
+                    command::lookup(&args[0])
+                        .map(|spec| spec.key_positions(args.len()))
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|i| args[i].as_slice())
+                }))
+                .collect(),
         }
     }
 }
@@ -156,6 +181,52 @@ pub struct Kvd {
     /// Log batches per shard before a snapshot (the policy's, read when it
     /// began to lead).
     compact_at: usize,
+    /// The watched keys (`WATCH`), each with when it was last touched.
+    watches: Mutex<Watches>,
+}
+
+/// Keys watched for transactions: each with the tick of the kvd's touch
+/// clock at which it last changed (or was first watched), and until when
+/// the watch holds. A write to a watched key, its deadline passing and
+/// being reaped, a FLUSHALL of its shard, its shard leaving or being
+/// loaded again all touch it; a token from `TABOS.WATCH` that no longer
+/// matches fails the EXEC.
+#[derive(Default)]
+struct Watches {
+    clock: u64,
+    keys: HashMap<Vec<u8>, Watched>,
+}
+
+struct Watched {
+    touched: u64,
+    until: tokio::time::Instant,
+}
+
+impl Watches {
+    fn touch(&mut self, k: &[u8]) {
+        if let Some(w) = self.keys.get_mut(k) {
+            self.clock += 1;
+            w.touched = self.clock;
+        }
+    }
+
+    /// Touches every watched key of shard `s`.
+    fn touch_shard(&mut self, config: &Config, s: u32) {
+        let keys: Vec<Vec<u8>> = self
+            .keys
+            .keys()
+            .filter(|k| config.shard_of(k) == s)
+            .cloned()
+            .collect();
+        for k in keys {
+            self.touch(&k);
+        }
+    }
+
+    /// Whether key `k` is as it was when `token` was given.
+    fn untouched(&self, k: &[u8], token: u64) -> bool {
+        self.keys.get(k).is_some_and(|w| w.touched == token)
+    }
 }
 
 /// Runs kvd of group `group` until its session is lost or it fails.
@@ -217,6 +288,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         retired: tokio::sync::Notify::new(),
         password: crate::config::read_password(&ctx.client, &ctx.realm, &ctx.layout).await?,
         compact_at,
+        watches: Mutex::new(Watches::default()),
     });
     kvd.apply_config(config).await?;
     let tasks = [
@@ -248,6 +320,11 @@ impl Kvd {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The watches (taken after the state's lock when both are held).
+    fn watches(&self) -> std::sync::MutexGuard<'_, Watches> {
+        self.watches.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Serves `config`: drops the shards no longer the group's, records
     /// that it did, takes and loads the new ones.
     async fn apply_config(&self, config: Config) -> Result<()> {
@@ -259,7 +336,18 @@ impl Kvd {
             if config.epoch < st.config.epoch {
                 return Ok(());
             }
-            st.shards.retain(|s, _| mine.contains(s));
+            let gone: Vec<u32> = st
+                .shards
+                .keys()
+                .filter(|s| !mine.contains(s))
+                .copied()
+                .collect();
+            let mut watches = self.watches();
+            for s in gone {
+                watches.touch_shard(&st.config, s);
+                st.shards.remove(&s);
+            }
+            drop(watches);
             st.config = config;
         }
         if retired {
@@ -313,6 +401,8 @@ impl Kvd {
         }
         let mut st = self.lock();
         if st.config.serves(self.group, s) {
+            // Loaded again: what was watched of it may have changed.
+            self.watches().touch_shard(&st.config, s);
             st.shards.insert(s, served);
         }
         Ok(())
@@ -462,8 +552,73 @@ impl Kvd {
                 }
                 _ => command::wrong_arity("tabos.once"),
             },
+            // A front end's WATCH: a token per key (all in shards it
+            // serves), which its EXEC gives back.
+            "TABOS.WATCH" if !args.is_empty() => self.watch(args),
+            // A front end's EXEC (see [`parse_exec`]).
+            "TABOS.EXEC" => match parse_exec(args) {
+                Ok((watched, commands)) => {
+                    if !self.leading() {
+                        return Reply::err("TRYAGAIN this kvd's lease is running out");
+                    }
+                    let kind = WriteKind::Multi { watched, commands };
+                    let together = {
+                        let st = self.lock();
+                        let mut shards = kind.keys().into_iter().map(|k| st.config.shard_of(k));
+                        let first = shards.next();
+                        shards.all(|s| Some(s) == first)
+                    };
+                    if !together {
+                        return Reply::err("CROSSSLOT Keys in request don't hash to the same slot");
+                    }
+                    self.write(kind).await
+                }
+                Err(e) => e,
+            },
             _ => self.data(req, None).await,
         }
+    }
+
+    /// `TABOS.WATCH key…`: registers (or renews) a watch of each key, and
+    /// answers each key's token: the touch clock's tick and the key's
+    /// deadline if it is there now (else 0).
+    fn watch(&self, keys: &[Vec<u8>]) -> Reply {
+        if !self.leading() {
+            return Reply::err("TRYAGAIN this kvd's lease is running out");
+        }
+        let st = self.lock();
+        for k in keys {
+            let s = st.config.shard_of(k);
+            if !st.shards.contains_key(&s) {
+                return moved(&st.config, s, self.group);
+            }
+        }
+        let mut w = self.watches();
+        let now = tokio::time::Instant::now();
+        w.keys.retain(|_, x| x.until > now);
+        if w.keys.len() + keys.len() > WATCHES_MAX {
+            return Reply::err(format!(
+                "ERR more than {WATCHES_MAX} keys are watched on this kvd; try again later"
+            ));
+        }
+        let mut tokens = Vec::with_capacity(keys.len());
+        for k in keys {
+            let clock = w.clock;
+            let e = w.keys.entry(k.clone()).or_insert(Watched {
+                touched: clock,
+                until: now,
+            });
+            e.until = now + WATCH_KEEP;
+            // With the deadline of a key there now: if it passes before
+            // the EXEC, the key expired while watched, and EXEC fails.
+            let deadline = Memory(&st).stored(k).map_or(0, |(_, d)| d);
+            let deadline = if deadline > now_ms() { deadline } else { 0 };
+            tokens.push(Reply::Array(vec![
+                Reply::Integer(e.touched as i64),
+                Reply::Integer(deadline),
+            ]));
+        }
+        Reply::Array(tokens)
     }
 
     /// A data command ([`command`]): a read answered from memory, a
@@ -684,6 +839,37 @@ impl Kvd {
                         (ops, Reply::ok())
                     }
                     WriteKind::Flush => (Vec::new(), Reply::ok()),
+                    WriteKind::Multi { watched, commands } => {
+                        let watches = self.watches();
+                        // Touched since the token, or by an earlier write
+                        // of this batch (not applied yet): nothing runs.
+                        let touched = watched.iter().any(|(k, (token, deadline))| {
+                            !watches.untouched(k, *token)
+                                || overlay.changes.contains_key(k)
+                                || overlay.cleared.contains(&st.config.shard_of(k))
+                                || (*deadline != 0 && *deadline <= now)
+                        });
+                        drop(watches);
+                        if touched {
+                            (Vec::new(), Reply::Null)
+                        } else {
+                            let mut ops = Vec::new();
+                            let mut replies = Vec::with_capacity(commands.len());
+                            for args in commands {
+                                let (more, reply) = match command::lookup(&args[0]) {
+                                    Some(_) => command::execute(&overlay, args, now),
+                                    None => (Vec::new(), keyless(args)),
+                                };
+                                // The next command sees this one's effects.
+                                for op in &more {
+                                    overlay.apply(op);
+                                }
+                                ops.extend(more);
+                                replies.push(reply);
+                            }
+                            (ops, Reply::Array(replies))
+                        }
+                    }
                 };
                 if let WriteKind::Flush = w.kind {
                     for s in &shards {
@@ -691,13 +877,17 @@ impl Kvd {
                         by_shard.entry(*s).or_default().push(Op::Clear);
                     }
                 }
+                // (A transaction's ops are in the overlay already.)
+                let applied = matches!(w.kind, WriteKind::Multi { .. });
                 for op in ops {
                     let Some(k) = op.key() else { continue };
                     let s = st.config.shard_of(k);
                     if !shards.contains(&s) {
                         shards.push(s);
                     }
-                    overlay.apply(&op);
+                    if !applied {
+                        overlay.apply(&op);
+                    }
                     by_shard.entry(s).or_default().push(op);
                 }
                 answers.push((w, reply, shards));
@@ -754,9 +944,27 @@ impl Kvd {
                     continue;
                 };
                 assert_eq!(sh.next_seq, *q, "one flusher appends to a shard");
+                let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
                 for op in &by_shard[s] {
+                    match op.key() {
+                        Some(k) => watches.touch(k),
+                        // A clear touches the keys it deleted.
+                        None if matches!(op, Op::Clear) => {
+                            let watched: Vec<Vec<u8>> = watches
+                                .keys
+                                .keys()
+                                .filter(|k| sh.contents.pairs.contains_key(*k))
+                                .cloned()
+                                .collect();
+                            for k in watched {
+                                watches.touch(&k);
+                            }
+                        }
+                        None => {}
+                    }
                     shard::apply(&mut sh.contents, op);
                 }
+                drop(watches);
                 sh.next_seq += 1;
                 sh.log_len += 1;
                 if sh.log_len >= self.compact_at && !sh.compacting {
@@ -767,6 +975,10 @@ impl Kvd {
                 }
             }
             for s in &failed {
+                self.watches
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .touch_shard(&st.config, *s);
                 st.shards.remove(s);
             }
         }
@@ -808,7 +1020,7 @@ impl Kvd {
 struct Memory<'a>(&'a State);
 
 impl command::Keyspace for Memory<'_> {
-    fn stored(&self, k: &[u8]) -> command::Stored {
+    fn stored(&self, k: &[u8]) -> Option<(&shard::Value, i64)> {
         let s = self.0.config.shard_of(k);
         self.0.shards.get(&s).and_then(|sh| sh.contents.stored(k))
     }
@@ -824,32 +1036,30 @@ struct Overlay<'a> {
 }
 
 impl command::Keyspace for Overlay<'_> {
-    fn stored(&self, k: &[u8]) -> command::Stored {
+    fn stored(&self, k: &[u8]) -> Option<(&shard::Value, i64)> {
         if let Some(c) = self.changes.get(k) {
-            return c.clone();
+            return c.as_ref().map(|(v, d)| (v, *d));
         }
-        if self.cleared.contains(&self.st.config.shard_of(k)) {
+        let s = self.st.config.shard_of(k);
+        if self.cleared.contains(&s) {
             return None;
         }
-        Memory(self.st).stored(k)
+        self.st.shards.get(&s).and_then(|sh| sh.contents.stored(k))
     }
 }
 
 impl Overlay<'_> {
-    /// Takes in `op` (one with a key).
+    /// Takes in `op` (one with a key): the key copied from memory at its
+    /// first change in the batch.
     fn apply(&mut self, op: &Op) {
-        use command::Keyspace;
-        let now = match op.key() {
-            Some(k) => self.stored(k),
-            None => return,
-        };
-        let (k, then) = match op {
-            Op::Set(k, v) => (k, Some((v.clone(), now.map_or(0, |(_, d)| d)))),
-            Op::Del(k) => (k, None),
-            Op::Expire(k, d) => (k, now.map(|(v, _)| (v, *d))),
-            Op::Clear | Op::Done { .. } => return,
-        };
-        self.changes.insert(k.clone(), then);
+        let Some(k) = op.key() else { return };
+        if !self.changes.contains_key(k) {
+            let now = self.stored(k).map(|(v, d)| (v.clone(), d));
+            self.changes.insert(k.to_vec(), now);
+        }
+        if let Some(slot) = self.changes.get_mut(k) {
+            shard::apply_to(slot, op);
+        }
     }
 
     /// Takes in a clear of shard `s`.
@@ -867,6 +1077,82 @@ impl resp::Handler for Conn {
     fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send {
         let kvd = self.0.clone();
         async move { kvd.handle(req).await }
+    }
+}
+
+/// `TABOS.EXEC` arguments: `N key1 tick1 deadline1 … M argc1 word…
+/// argc2 word…` — the watched keys with their tokens, then M commands,
+/// each its count of words and the words. Every command is a data
+/// command of [`command`] (its arity checked) or PING, ECHO or TIME.
+/// The watched keys of a transaction, each with its token (the touch
+/// clock's tick, the deadline it had).
+pub type WatchedKeys = Vec<(Vec<u8>, (u64, i64))>;
+
+/// A transaction's commands, each its words.
+pub type Commands = Vec<Vec<Vec<u8>>>;
+
+pub fn parse_exec(args: &[Vec<u8>]) -> Result<(WatchedKeys, Commands), Reply> {
+    let bad = || Reply::err("ERR TABOS.EXEC: malformed transaction");
+    let mut it = args.iter();
+    let count = |it: &mut std::slice::Iter<'_, Vec<u8>>| {
+        it.next().and_then(|n| parse_u64(n)).ok_or_else(bad)
+    };
+    let n = count(&mut it)? as usize;
+    if n > args.len() {
+        return Err(bad());
+    }
+    let mut watched = Vec::with_capacity(n);
+    for _ in 0..n {
+        let k = it.next().ok_or_else(bad)?.clone();
+        let tick = count(&mut it)?;
+        let deadline = count(&mut it)? as i64;
+        watched.push((k, (tick, deadline)));
+    }
+    let m = count(&mut it)? as usize;
+    if m > MULTI_COMMANDS_MAX {
+        return Err(Reply::err(format!(
+            "ERR a transaction has at most {MULTI_COMMANDS_MAX} commands"
+        )));
+    }
+    let mut commands = Vec::with_capacity(m);
+    for _ in 0..m {
+        let argc = count(&mut it)? as usize;
+        if argc == 0 || argc > it.len() {
+            return Err(bad());
+        }
+        let words: Vec<Vec<u8>> = it.by_ref().take(argc).cloned().collect();
+        match command::lookup(&words[0]) {
+            Some(spec) => {
+                spec.check_arity(words.len())?;
+                if spec.keys == command::Keys::Every {
+                    return Err(Reply::err(format!(
+                        "ERR {} cannot be in a transaction here",
+                        spec.name
+                    )));
+                }
+            }
+            None if matches!(keyless(&words), Reply::Error(_)) => return Err(keyless(&words)),
+            None => {}
+        }
+        commands.push(words);
+    }
+    if it.next().is_some() {
+        return Err(bad());
+    }
+    Ok((watched, commands))
+}
+
+/// What a transaction's command about no key answers: PING, ECHO, TIME.
+fn keyless(args: &[Vec<u8>]) -> Reply {
+    let cmd = args[0].to_ascii_uppercase();
+    match (cmd.as_slice(), &args[1..]) {
+        (b"PING", []) => Reply::Simple("PONG".into()),
+        (b"PING" | b"ECHO", [m]) => Reply::Bulk(m.clone()),
+        (b"TIME", []) => resp::time_reply(),
+        _ => Reply::err(format!(
+            "ERR '{}' cannot be in a transaction here",
+            String::from_utf8_lossy(&args[0])
+        )),
     }
 }
 
@@ -896,4 +1182,34 @@ pub(crate) fn now_us() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<Vec<u8>> {
+        line.split(' ').map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_transaction_is_read_whole_or_refused() {
+        let (watched, commands) =
+            parse_exec(&words("1 k 7 0 3 3 SET k v 1 PING 2 INCR k")).unwrap();
+        assert_eq!(watched, [(b"k".to_vec(), (7, 0))]);
+        assert_eq!(commands, [words("SET k v"), words("PING"), words("INCR k")]);
+        let (watched, commands) = parse_exec(&words("0 0")).unwrap();
+        assert!(watched.is_empty() && commands.is_empty());
+        for bad in [
+            "1 k 7",            // a watched key without its whole token
+            "0 1 3 SET k",      // fewer words than counted
+            "0 1 2 SET k",      // SET's arity
+            "0 1 1 KEYS",       // the whole keyspace
+            "0 1 1 LPUSH",      // unknown
+            "0 1 1 PING extra", // more than the commands
+            "x",
+        ] {
+            assert!(parse_exec(&words(bad)).is_err(), "{bad}");
+        }
+    }
 }

@@ -56,6 +56,12 @@ pub enum Op {
     /// Every key of the shard goes (FLUSHALL); the requests it
     /// remembers stay.
     Clear,
+    /// Field `1` of hash `0` is set to `2` (a key that is not a hash
+    /// becomes one: the commands check types first).
+    HSet(Vec<u8>, Vec<u8>, Vec<u8>),
+    /// Field `1` of hash `0` goes; a hash left empty goes with its
+    /// deadline, as in Redis.
+    HDel(Vec<u8>, Vec<u8>),
     /// Request `id` is applied by this batch (at `at_us`, µs since the
     /// epoch, when it is forgotten from).
     Done {
@@ -68,14 +74,76 @@ impl Op {
     /// The key the op is about (none for a done or a clear).
     pub fn key(&self) -> Option<&[u8]> {
         match self {
-            Op::Set(k, _) | Op::Del(k) | Op::Expire(k, _) => Some(k),
+            Op::Set(k, _) | Op::Del(k) | Op::Expire(k, _) | Op::HSet(k, _, _) | Op::HDel(k, _) => {
+                Some(k)
+            }
             Op::Clear | Op::Done { .. } => None,
         }
     }
 }
 
-/// A shard's pairs.
-pub type Pairs = HashMap<Vec<u8>, Vec<u8>>;
+/// A hash's fields, in order (so that HGETALL answers the same way every
+/// time).
+pub type Fields = std::collections::BTreeMap<Vec<u8>, Vec<u8>>;
+
+/// A key's value: a string or a hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Str(Vec<u8>),
+    Hash(Fields),
+}
+
+impl Value {
+    /// Its type's name, as TYPE answers.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "string",
+            Value::Hash(_) => "hash",
+        }
+    }
+}
+
+/// A key's value and deadline (ms since the epoch; 0: none), whether or
+/// not the deadline has passed; `None`: no such key.
+pub type Stored = Option<(Value, i64)>;
+
+/// Applies `op` (one with a key) to `slot`, the state of its key.
+pub fn apply_to(slot: &mut Stored, op: &Op) {
+    match op {
+        Op::Set(_, v) => {
+            let d = slot.as_ref().map_or(0, |(_, d)| *d);
+            *slot = Some((Value::Str(v.clone()), d));
+        }
+        Op::Del(_) => *slot = None,
+        Op::Expire(_, d) => {
+            if let Some((_, now)) = slot {
+                *now = *d;
+            }
+        }
+        Op::HSet(_, f, v) => match slot {
+            Some((Value::Hash(h), _)) => {
+                h.insert(f.clone(), v.clone());
+            }
+            _ => {
+                let d = slot.as_ref().map_or(0, |(_, d)| *d);
+                let h = std::iter::once((f.clone(), v.clone())).collect();
+                *slot = Some((Value::Hash(h), d));
+            }
+        },
+        Op::HDel(_, f) => {
+            if let Some((Value::Hash(h), _)) = slot {
+                h.remove(f);
+                if h.is_empty() {
+                    *slot = None;
+                }
+            }
+        }
+        Op::Clear | Op::Done { .. } => {}
+    }
+}
+
+/// A shard's keys.
+pub type Pairs = HashMap<Vec<u8>, Value>;
 
 /// What a shard holds: its pairs, and per clerk the last request applied
 /// (its sequence number and when), so a request sent again after its
@@ -94,7 +162,7 @@ pub struct Contents {
 impl Contents {
     /// The value of `k` unless it is absent or past its deadline at
     /// `now_ms`, with its deadline (0: none).
-    pub fn live(&self, k: &[u8], now_ms: i64) -> Option<(&Vec<u8>, i64)> {
+    pub fn live(&self, k: &[u8], now_ms: i64) -> Option<(&Value, i64)> {
         let v = self.pairs.get(k)?;
         let deadline = self.expires.get(k).copied().unwrap_or(0);
         (deadline == 0 || deadline > now_ms).then_some((v, deadline))
@@ -139,8 +207,37 @@ impl Contents {
 /// Applies `op` to `contents`.
 pub fn apply(contents: &mut Contents, op: &Op) {
     match op {
+        Op::Clear => {
+            contents.pairs.clear();
+            contents.expires.clear();
+        }
+        Op::Done { id, at_us } => {
+            let e = contents.requests.entry(id.client).or_insert((0, *at_us));
+            if id.seq >= e.0 {
+                *e = (id.seq, *at_us);
+            }
+        }
+        // A string set in place: no copy of what was there.
         Op::Set(k, v) => {
-            contents.pairs.insert(k.clone(), v.clone());
+            contents.pairs.insert(k.clone(), Value::Str(v.clone()));
+        }
+        Op::HSet(k, f, v) => match contents.pairs.get_mut(k) {
+            Some(Value::Hash(h)) => {
+                h.insert(f.clone(), v.clone());
+            }
+            _ => {
+                let h = std::iter::once((f.clone(), v.clone())).collect();
+                contents.pairs.insert(k.clone(), Value::Hash(h));
+            }
+        },
+        Op::HDel(k, f) => {
+            if let Some(Value::Hash(h)) = contents.pairs.get_mut(k) {
+                h.remove(f);
+                if h.is_empty() {
+                    contents.pairs.remove(k);
+                    contents.expires.remove(k);
+                }
+            }
         }
         Op::Del(k) => {
             contents.pairs.remove(k);
@@ -149,26 +246,16 @@ pub fn apply(contents: &mut Contents, op: &Op) {
         Op::Expire(k, 0) => {
             contents.expires.remove(k);
         }
-        Op::Clear => {
-            contents.pairs.clear();
-            contents.expires.clear();
-        }
         Op::Expire(k, deadline) => {
             if contents.pairs.contains_key(k) {
                 contents.expires.insert(k.clone(), *deadline);
-            }
-        }
-        Op::Done { id, at_us } => {
-            let e = contents.requests.entry(id.client).or_insert((0, *at_us));
-            if id.seq >= e.0 {
-                *e = (id.seq, *at_us);
             }
         }
     }
 }
 
 /// Encodes a batch: per op a tag (1 set, 2 del, 3 done, 4 expire, 5
-/// clear), then
+/// clear, 6 hash set: key, field, value; 7 hash del: key, field), then
 /// for a set the key and the value, for a del the key, each
 /// length-prefixed (u32 little-endian), for a done the client, the
 /// sequence number and the time (8 bytes each, little-endian), and for an
@@ -200,6 +287,17 @@ fn encode_op(out: &mut Vec<u8>, op: &Op) {
             out.extend_from_slice(&deadline.to_le_bytes());
         }
         Op::Clear => out.push(5),
+        Op::HSet(k, f, v) => {
+            out.push(6);
+            put(out, k);
+            put(out, f);
+            put(out, v);
+        }
+        Op::HDel(k, f) => {
+            out.push(7);
+            put(out, k);
+            put(out, f);
+        }
     }
 }
 
@@ -214,7 +312,14 @@ fn encode_set(out: &mut Vec<u8>, k: &[u8], v: &[u8]) {
 pub fn encode_contents(contents: &Contents) -> Vec<u8> {
     let mut out = Vec::new();
     for (k, v) in &contents.pairs {
-        encode_set(&mut out, k, v);
+        match v {
+            Value::Str(v) => encode_set(&mut out, k, v),
+            Value::Hash(h) => {
+                for (f, v) in h {
+                    encode_op(&mut out, &Op::HSet(k.clone(), f.clone(), v.clone()));
+                }
+            }
+        }
     }
     for (k, deadline) in &contents.expires {
         encode_op(&mut out, &Op::Expire(k.clone(), *deadline));
@@ -285,6 +390,15 @@ pub fn decode(mut bytes: &[u8]) -> Result<Vec<Op>> {
                 Op::Expire(k, i64::from_le_bytes(*deadline))
             }
             5 => Op::Clear,
+            6 => {
+                let k = take(&mut bytes)?.to_vec();
+                let f = take(&mut bytes)?.to_vec();
+                Op::HSet(k, f, take(&mut bytes)?.to_vec())
+            }
+            7 => {
+                let k = take(&mut bytes)?.to_vec();
+                Op::HDel(k, take(&mut bytes)?.to_vec())
+            }
             t => return Err(Error::Corrupt(format!("unknown op tag {t} in a log entry"))),
         });
     }

@@ -122,6 +122,63 @@ except redis.exceptions.ClusterCrossSlotError:
     pass  # CROSSSLOT, which redis-py knows from Redis Cluster
 assert r.exists(*keys) == 0, "a refused MSETNX set nothing"
 
+# Hashes (HGETALL is a RESP3 map, a dict to redis-py).
+assert r.hset("user:1", mapping={"name": "ada", "visits": "1"}) == 2
+assert r.hset("user:1", "lang", "en") == 1
+assert r.hget("user:1", "name") == "ada" and r.hget("user:1", "nope") is None
+assert r.hmget("user:1", ["name", "nope"]) == ["ada", None]
+assert r.hincrby("user:1", "visits", 41) == 42
+assert r.hincrbyfloat("user:1", "score", 1.5) == 1.5
+assert r.hgetall("user:1") == {"name": "ada", "visits": "42", "lang": "en", "score": "1.5"}
+assert sorted(r.hkeys("user:1")) == ["lang", "name", "score", "visits"]
+assert r.hlen("user:1") == 4 and r.hexists("user:1", "lang") and r.hstrlen("user:1", "name") == 3
+assert r.type("user:1") == "hash"
+assert r.hsetnx("user:1", "name", "bob") == 0  # False (RESP2) or 0 (RESP3)
+expect_error("GET of a hash", lambda: r.get("user:1"), "WRONGTYPE")
+expect_error("HSET of a string", lambda: r.hset("s", "f", "v"), "WRONGTYPE")
+assert r.hdel("user:1", "name", "lang", "score", "visits", "nope") == 4
+assert r.exists("user:1") == 0, "an empty hash is no key"
+
+# Transactions, in one shard (keys with one hash tag): MULTI/EXEC as
+# redis-py's pipeline sends it, and WATCH's optimistic check.
+r.set("{acct}:a", 100)
+r.set("{acct}:b", 0)
+with r.pipeline(transaction=True) as p:
+    p.decrby("{acct}:a", 30).incrby("{acct}:b", 30).get("{acct}:a")
+    assert p.execute() == [70, 30, "70"]
+with r.pipeline() as p:
+    p.watch("{acct}:a")
+    balance = int(p.get("{acct}:a"))
+    p.multi()
+    p.set("{acct}:a", balance - 10)
+    assert p.execute() == [True]
+assert r.get("{acct}:a") == "60"
+with r.pipeline() as p:
+    p.watch("{acct}:a")
+    r.set("{acct}:a", 0)  # another client's write
+    p.multi()
+    p.set("{acct}:a", 999)
+    try:
+        p.execute()
+        raise AssertionError("EXEC ran though a watched key changed")
+    except redis.exceptions.WatchError:
+        pass
+assert r.get("{acct}:a") == "0"
+# A runtime error in one command does not undo the others, as in Redis.
+with r.pipeline(transaction=True) as p:
+    p.set("{acct}:s", "x").incr("{acct}:s").set("{acct}:t", "y")
+    out = p.execute(raise_on_error=False)
+    assert out[0] is True and isinstance(out[1], redis.exceptions.ResponseError) and out[2] is True
+# Keys of two shards in one transaction: refused, nothing runs.
+with r.pipeline(transaction=True) as p:
+    p.set("{acct}:a", 1).set("{other}:a", 1)
+    try:
+        p.execute()
+        raise AssertionError("a transaction across shards ran")
+    except (redis.exceptions.ResponseError, redis.exceptions.ClusterCrossSlotError) as e:
+        assert "CROSSSLOT" in str(e) or "slot" in str(e) or "EXECABORT" in str(e), e
+assert r.get("{acct}:a") == "0" and r.get("{other}:a") is None
+
 r.flushall()
 assert r.dbsize() == 0 and r.get("s") is None
 print("redis-py: all checks passed")
