@@ -1942,6 +1942,14 @@ fn kv_serve_answers_redis_cli() {
     let o = node.tabos(&["kv", "status", "--json"]);
     let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(j["config"]["shards"].as_array().unwrap().len(), 4);
+    // The status counts keys as DBSIZE (and INFO) do, at once.
+    let counted: i64 = j["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["keys"].as_i64().unwrap_or_else(|| panic!("{g}")))
+        .sum();
+    assert_eq!(counted.to_string(), redis(&["DBSIZE"]), "{j}");
     // Bad input: a clear error.
     let o = node.tabos(&["kv", "get", "a", "--service", "no/such"]);
     assert!(

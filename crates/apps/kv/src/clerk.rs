@@ -451,6 +451,16 @@ fn unexpected(r: &Reply) -> Error {
 }
 
 impl Clerk {
+    /// Keys group `g`'s leader serves now (its DBSIZE), once.
+    pub async fn keys_of(&mut self, g: u32) -> Result<i64> {
+        match self.send(g, &[b"DBSIZE"]).await {
+            Ok(Reply::Integer(k)) => Ok(k),
+            Ok(r) => Err(unexpected(&r)),
+            Err(Failure::Moved) => Err(Error::Unavailable("config changed".into())),
+            Err(Failure::Again(e) | Failure::Uncertain(e)) => Err(Error::Unavailable(e)),
+        }
+    }
+
     /// Keys in the whole service (DBSIZE of every group's leader).
     pub async fn dbsize(&mut self) -> Result<i64> {
         let mut n = 0;

@@ -224,6 +224,10 @@ pub struct GroupStatus {
     pub shards: Vec<u32>,
     /// The leader's last load report.
     pub load: Option<Load>,
+    /// Its keys now (DBSIZE asked of its leader, as INFO and DBSIZE at
+    /// the front end count them; the load report's are up to a second
+    /// old), if it answered.
+    pub keys: Option<i64>,
 }
 
 /// The service's config and policy, its balancer, and each group's
@@ -259,7 +263,19 @@ pub async fn status(client: &Client, realm: &str, svc: &str) -> Result<Status> {
             leader,
             shards: config.shards_of(*g),
             load,
+            keys: None,
         });
+    }
+    // Each leader's count now, within a bound: a group that does not
+    // answer shows none rather than holding the status up.
+    if let Ok(mut clerk) = crate::clerk::Clerk::new(client, realm, svc).await {
+        for g in &mut groups {
+            let asked = clerk.keys_of(g.group);
+            g.keys = tokio::time::timeout(STATUS_ASK_MAX, asked)
+                .await
+                .ok()
+                .and_then(Result::ok);
+        }
     }
     let policy = match c.name_get(realm, &layout.policy()).await {
         Ok(e) => Policy::from_json(&e.data).ok(),
@@ -280,6 +296,9 @@ pub async fn status(client: &Client, realm: &str, svc: &str) -> Result<Status> {
         groups,
     })
 }
+
+/// Longest `status` waits for one group's leader to count its keys.
+pub const STATUS_ASK_MAX: Duration = Duration::from_secs(2);
 
 /// Waits (at most `max`) until every group of the service has a leader.
 pub async fn until_led(client: &Client, realm: &str, svc: &str, max: Duration) -> Result<()> {
