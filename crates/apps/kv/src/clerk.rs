@@ -192,36 +192,16 @@ impl Clerk {
                 seq: self.seq,
             }
         });
-        let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
-            .until(tokio::time::Instant::now() + RETRY_MAX);
-        loop {
-            let tried = if spec.keys == command::Keys::Every {
-                self.every(args).await
-            } else {
-                self.attempt(spec, args, &keys, once).await
-            };
-            let why = match tried {
-                Ok(r) => return Ok(r),
-                Err(Failure::Moved) => {
-                    self.reread_config().await?;
-                    continue;
-                }
-                Err(Failure::Again(why)) => why,
-                Err(Failure::Uncertain(why)) if !repeatable => {
-                    return Err(Error::Unavailable(format!(
-                        "{cmd} may or may not have happened: {why}"
-                    )))
-                }
-                Err(Failure::Uncertain(why)) => why,
-            };
-            if !pauses.wait().await {
-                return Err(Error::Unavailable(format!(
-                    "gave up after {RETRY_MAX:?}: {why}"
-                )));
+        let target = if spec.keys == command::Keys::Every {
+            Target::Every
+        } else {
+            Target::Split {
+                spec,
+                keys: &keys,
+                once,
             }
-            // The config may have changed while a shard moved.
-            let _ = self.reread_config().await;
-        }
+        };
+        self.retrying(target, args, repeatable, cmd).await
     }
 
     /// Sends `req` to the leader of the group of `key` (of the first
@@ -233,19 +213,40 @@ impl Clerk {
         req: &[&[u8]],
         repeatable: bool,
     ) -> Result<Reply> {
+        self.retrying(Target::One(key), req, repeatable, "the request")
+            .await
+    }
+
+    /// Tries `args` at `target` until it is answered or [`RETRY_MAX`]
+    /// passes: the config read again on MOVED, a pause after TRYAGAIN,
+    /// and after an unknown outcome only if `repeatable` (`what` names
+    /// the request in the error).
+    async fn retrying(
+        &mut self,
+        target: Target<'_>,
+        args: &[&[u8]],
+        repeatable: bool,
+        what: &str,
+    ) -> Result<Reply> {
         let mut pauses = tabos_client::retry::Backoff::new(PAUSE_MIN, PAUSE_MAX)
             .until(tokio::time::Instant::now() + RETRY_MAX);
         loop {
-            let g = match key {
-                Some(k) => self.config.group_of(k),
-                None => self.config.groups.first().copied().unwrap_or(0),
-            };
-            let tried = match self.send(g, req).await {
-                Ok(Reply::Error(e)) => match classify(e) {
-                    Err(e) => Ok(Reply::Error(e)),
-                    Ok(failure) => Err(failure),
-                },
-                other => other,
+            let tried = match &target {
+                Target::Every => self.every(args).await,
+                Target::Split { spec, keys, once } => self.attempt(spec, args, keys, *once).await,
+                Target::One(key) => {
+                    let g = match key {
+                        Some(k) => self.config.group_of(k),
+                        None => self.config.groups.first().copied().unwrap_or(0),
+                    };
+                    match self.send(g, args).await {
+                        Ok(Reply::Error(e)) => match classify(e) {
+                            Err(e) => Ok(Reply::Error(e)),
+                            Ok(failure) => Err(failure),
+                        },
+                        other => other,
+                    }
+                }
             };
             let why = match tried {
                 Ok(r) => return Ok(r),
@@ -256,7 +257,7 @@ impl Clerk {
                 Err(Failure::Again(why)) => why,
                 Err(Failure::Uncertain(why)) if !repeatable => {
                     return Err(Error::Unavailable(format!(
-                        "the request may or may not have happened: {why}"
+                        "{what} may or may not have happened: {why}"
                     )))
                 }
                 Err(Failure::Uncertain(why)) => why,
@@ -266,6 +267,7 @@ impl Clerk {
                     "gave up after {RETRY_MAX:?}: {why}"
                 )));
             }
+            // The config may have changed while a shard moved.
             let _ = self.reread_config().await;
         }
     }
@@ -430,6 +432,20 @@ impl Clerk {
 /// other's requests as already applied).
 fn random_id() -> Result<u64> {
     crate::config::random("a clerk's id").map(u64::from_le_bytes)
+}
+
+/// Where [`Clerk::retrying`] sends a request.
+enum Target<'a> {
+    /// Every group (a command about the whole keyspace).
+    Every,
+    /// Split over the groups of its keys ([`Clerk::call`]).
+    Split {
+        spec: &'static command::Spec,
+        keys: &'a [&'a [u8]],
+        once: Option<RequestId>,
+    },
+    /// The group of this key (the first group if none).
+    One(Option<&'a [u8]>),
 }
 
 /// A kvd's error: `Ok` the failure to try again on (MOVED, TRYAGAIN,
