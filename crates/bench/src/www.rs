@@ -233,6 +233,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             "bench",
             program,
             &format!("127.0.0.1:{tabos_port}"),
+            None,
             2,
             2,
         )

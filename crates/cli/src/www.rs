@@ -31,9 +31,16 @@ enum WwwCommand {
         /// is the page; it gets the request as JSON) or PREFIX=static:DIR
         #[arg(long = "route", value_name = "PREFIX=KIND:TARGET")]
         routes: Vec<String>,
-        /// Where wwd listens (on the node that runs it)
+        /// Where wwd listens (on the node that runs it); beyond loopback
+        /// it needs --tls-cert and --tls-key
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: String,
+        /// Serve HTTPS with this certificate chain (PEM)
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// The certificate's private key (PEM)
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
         /// Fewest worker procs
         #[arg(long, default_value_t = 2)]
         workers: u32,
@@ -50,6 +57,10 @@ enum WwwCommand {
         node: NodeAddr,
     },
 }
+
+/// How long `tabos www serve` waits for its wwd to start before it says
+/// why it has not.
+const PLACE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A `--route` flag: `PREFIX=procedure:NAME` or `PREFIX=static:DIR`.
 fn parse_route(s: &str) -> anyhow::Result<Route> {
@@ -72,12 +83,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         root,
         routes,
         listen,
+        tls_cert,
+        tls_key,
         workers,
         max_workers,
         site,
         realm,
         node,
     } = args.command;
+    let tls = match (&tls_cert, &tls_key) {
+        (Some(cert), Some(key)) => Some(tabos_www::wire::TlsMaterial::from_files(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let max_workers = max_workers.unwrap_or(workers.saturating_mul(4));
     let mut all = vec![Route {
         prefix: "/".into(),
@@ -100,13 +118,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &site,
             program,
             &listen,
+            tls,
             workers,
             max_workers,
         )
         .await?;
+        // Said only once wwd runs: until then nothing answers there, and
+        // the user is told why.
+        let wwd = s.wwd().unwrap_or_default().to_string();
+        let mut c = client.clone();
+        if tokio::time::timeout(PLACE_WAIT, c.wait_start(&realm, &wwd))
+            .await
+            .is_err()
+        {
+            let why = tabos_client::app::unplaced(&client, &realm, &wwd)
+                .await
+                .unwrap_or_else(|| "not started yet".into());
+            eprintln!("site {site}: wwd {wwd} is {why}; waiting (Ctrl-C to stop)");
+            tokio::select! {
+                started = c.wait_start(&realm, &wwd) => { started?; }
+                _ = tokio::signal::ctrl_c() => {
+                    s.stop().await;
+                    return Ok(());
+                }
+            }
+        }
         outln!(
-            "site {site}: wwd {} on http://{listen}/ with {workers}..={max_workers} workers",
-            s.wwd().unwrap_or("?")
+            "site {site}: wwd {wwd} on {scheme}://{listen}/ with {workers}..={max_workers} workers"
         );
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .context("handle SIGTERM")?;

@@ -170,6 +170,64 @@ pub fn host_network_refusal(realm: &str, what: &str) -> String {
     )
 }
 
+/// Why procs of an application (their pids start with `prefix`) have not
+/// started, as a sentence for its user: those not running yet, with what
+/// they ask for and where they wait. `None` when none is waiting. An
+/// empty `realm` is the caller's (a realm's SQL sees only its own rows).
+pub async fn unplaced(client: &Client, realm: &str, prefix: &str) -> Option<String> {
+    let rows = client
+        .clone()
+        .sql_limited(
+            "SELECT pid, class, cores, mem_mb, worker_id FROM proc WHERE ($1 = '' OR realm = $1) \
+             AND state IN ('spawned', 'claimed') AND substr(pid, 1, length($2)) = $2 ORDER BY seq",
+            vec![
+                crate::Value::Text(realm.into()),
+                crate::Value::Text(prefix.into()),
+            ],
+            UNPLACED_SHOWN_MAX as u32 + 1,
+        )
+        .await
+        .ok()?
+        .rows;
+    let text = |v: &Option<crate::Value>| match v {
+        Some(crate::Value::Text(t)) => t.clone(),
+        Some(crate::Value::Int(i)) => i.to_string(),
+        _ => "?".into(),
+    };
+    let shown: Vec<String> = rows
+        .iter()
+        .take(UNPLACED_SHOWN_MAX)
+        .map(|r| {
+            let (pid, class, cores) = (text(&r[0]), text(&r[1]), text(&r[2]));
+            let place = match &r[4] {
+                Some(crate::Value::Text(w)) => format!("waiting on {w}"),
+                _ => "on no node yet".into(),
+            };
+            format!(
+                "{pid} ({class}, {cores} core(s), {} MB, {place})",
+                text(&r[3])
+            )
+        })
+        .collect();
+    if shown.is_empty() {
+        return None;
+    }
+    let more = if rows.len() > UNPLACED_SHOWN_MAX {
+        " and more"
+    } else {
+        ""
+    };
+    Some(format!(
+        "not started yet, waiting for room: {}{more}. An LC proc holds whole \
+         cores and BE procs wait for idle ones; `tabos ps` shows what runs, `tabos status` \
+         each node's cores",
+        shown.join(", ")
+    ))
+}
+
+/// Procs [`unplaced`] names at most.
+pub const UNPLACED_SHOWN_MAX: usize = 4;
+
 /// What an application's procs run: a program and the arguments before
 /// the role (e.g. the `tabos` binary and `kv-task`).
 #[derive(Debug, Clone)]

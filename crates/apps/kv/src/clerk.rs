@@ -234,10 +234,13 @@ impl Clerk {
             let tried = match &target {
                 Target::Every => self.every(args).await,
                 Target::Split { spec, keys, once } => self.attempt(spec, args, keys, *once).await,
-                Target::One(key) => {
-                    let g = match key {
-                        Some(k) => self.config.group_of(k),
-                        None => self.config.groups.first().copied().unwrap_or(0),
+                Target::One(_) | Target::Shard(_) => {
+                    let g = match &target {
+                        Target::One(Some(k)) => self.config.group_of(k),
+                        Target::Shard(s) => {
+                            self.config.shards.get(*s as usize).copied().unwrap_or(0)
+                        }
+                        _ => self.config.groups.first().copied().unwrap_or(0),
                     };
                     match self.send(g, args).await {
                         Ok(Reply::Error(e)) => match classify(e) {
@@ -446,6 +449,8 @@ enum Target<'a> {
     },
     /// The group of this key (the first group if none).
     One(Option<&'a [u8]>),
+    /// The group that serves this shard.
+    Shard(u32),
 }
 
 /// A kvd's error: `Ok` the failure to try again on (MOVED, TRYAGAIN,
@@ -491,5 +496,76 @@ impl Clerk {
             }
         }
         Ok(n)
+    }
+}
+
+/// A connection to one kvd of its own, for a subscriber ([`crate::pubsub`]).
+pub type Link = (BufReader<OwnedReadHalf>, OwnedWriteHalf);
+
+impl Clerk {
+    /// `RANDOMKEY`: a random key of a group picked at random, or of the
+    /// next one if it has none; nil if no group has any.
+    pub async fn random_key(&mut self) -> Result<Reply> {
+        let groups = self.config.groups.clone();
+        let start = crate::config::random::<8>("a random group").map(u64::from_le_bytes)? as usize;
+        for i in 0..groups.len() {
+            let g = groups[start.wrapping_add(i) % groups.len()];
+            match self.send(g, &[b"RANDOMKEY"]).await {
+                Ok(Reply::Null) => continue,
+                Ok(r) => return Ok(r),
+                Err(Failure::Moved) => return Err(Error::Unavailable("config changed".into())),
+                Err(Failure::Again(e) | Failure::Uncertain(e)) => {
+                    return Err(Error::Unavailable(e))
+                }
+            }
+        }
+        Ok(Reply::Null)
+    }
+
+    /// A read about shard `s` (`TABOS.SCAN`), at the group that serves it,
+    /// tried again as [`Clerk::call`] does.
+    pub async fn send_to_shard(&mut self, s: u32, req: &[&[u8]]) -> Result<Reply> {
+        self.retrying(Target::Shard(s), req, true, "the request")
+            .await
+    }
+
+    /// `PUBLISH channel message` to every group's leader, once each (pub/sub
+    /// is at most once: a group without a leader now misses it); the
+    /// subscribers it reached.
+    pub async fn publish(&mut self, channel: &[u8], message: &[u8]) -> i64 {
+        let mut n = 0;
+        for g in self.config.groups.clone() {
+            if let Ok(Reply::Integer(k)) = self.send(g, &[b"PUBLISH", channel, message]).await {
+                n += k;
+            }
+        }
+        n
+    }
+
+    /// A read about the whole service (`PUBSUB …`): sent to every group,
+    /// arrays joined and integers summed, tried again as [`Clerk::call`].
+    pub async fn ask_every(&mut self, args: &[&[u8]]) -> Result<Reply> {
+        self.retrying(Target::Every, args, true, "the request")
+            .await
+    }
+
+    /// A subscriber's connection to the leader of one of the groups (the
+    /// one `pick` falls on, so that subscribers spread), in RESP3.
+    pub async fn link(&mut self, pick: u64) -> Result<Link> {
+        if let Err(e) = self.reread_config().await {
+            return Err(Error::Unavailable(format!("the service's config: {e}")));
+        }
+        let groups = &self.config.groups;
+        let Some(g) = groups
+            .get((pick % groups.len().max(1) as u64) as usize)
+            .copied()
+        else {
+            return Err(Error::Unavailable("the service has no groups".into()));
+        };
+        match self.connect(g).await {
+            Ok(c) => Ok((c.r, c.w)),
+            Err(Failure::Moved) => Err(Error::Unavailable("config changed".into())),
+            Err(Failure::Again(e) | Failure::Uncertain(e)) => Err(Error::Unavailable(e)),
+        }
     }
 }

@@ -99,6 +99,7 @@ pub static SPECS: &[Spec] = &[
     spec("TYPE", 2, Read, First),
     spec("DBSIZE", 1, Read, Every),
     spec("KEYS", 2, Read, Every),
+    spec("RANDOMKEY", 1, Read, Every),
     spec("RENAME", 3, Write, Two),
     spec("RENAMENX", 3, Write, Two),
     spec("COPY", -3, Write, Two),
@@ -1024,6 +1025,11 @@ impl<K: Keyspace> Run<'_, K> {
 /// Whether `s` matches glob `p` as Redis's `stringmatchlen` has it: `*`,
 /// `?`, `[abc]`, `[^a-z]`, and `\` quoting the next byte.
 pub fn glob_match(p: &[u8], s: &[u8]) -> bool {
+    // Redis gives up on a pattern that nests more than this many `*`
+    // (stringmatchlen's guard against abusive patterns): no match.
+    if p.iter().filter(|c| **c == b'*').count() > GLOB_STARS_MAX {
+        return false;
+    }
     // Iterative, with one backtrack point for the last `*`: linear in
     // practice, and never the exponential blow-up of naive recursion.
     let (mut pi, mut si) = (0, 0);
@@ -1081,6 +1087,9 @@ pub fn glob_match(p: &[u8], s: &[u8]) -> bool {
     }
     p[pi..].iter().all(|c| *c == b'*')
 }
+
+/// Most `*` a pattern may hold and match anything, as in Redis.
+pub const GLOB_STARS_MAX: usize = 1_000;
 
 /// The class `[…]` at `p[at]` against `c`: whether it matches and where
 /// the pattern goes on; `None` if it is not closed (then `[` is itself).

@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::command::{self, Keyspace};
 use crate::config::{Config, Layout};
+use crate::pubsub;
 use crate::resp::{self, Reply};
 use crate::shard::{self, Contents, Op, RequestId, Taken};
 use crate::{Ctx, Error, Result};
@@ -76,6 +77,11 @@ pub const WATCH_KEEP: Duration = Duration::from_secs(60);
 pub const MULTI_COMMANDS_MAX: usize = 1_024;
 /// Most keys one kvd's answer to KEYS holds.
 pub const KEYS_REPLY_MAX: usize = 100_000;
+/// Keys one `SCAN` step returns at most (whatever its COUNT).
+pub const SCAN_REPLY_MAX: usize = 10_000;
+/// A shard is scanned in at most about this many steps: each step reads
+/// every key of the shard, so a step returns at least this share of them.
+pub const SCAN_STEPS_PER_SHARD: usize = 64;
 /// Most keys one reaping deletes.
 pub const REAP_KEYS_MAX: usize = 1_024;
 
@@ -183,6 +189,8 @@ pub struct Kvd {
     compact_at: usize,
     /// The watched keys (`WATCH`), each with when it was last touched.
     watches: Mutex<Watches>,
+    /// Its subscribers ([`pubsub`]).
+    broker: Mutex<pubsub::Broker>,
 }
 
 /// Keys watched for transactions: each with the tick of the kvd's touch
@@ -289,6 +297,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         password: crate::config::read_password(&ctx.client, &ctx.realm, &ctx.layout).await?,
         compact_at,
         watches: Mutex::new(Watches::default()),
+        broker: Mutex::new(pubsub::Broker::default()),
     });
     kvd.apply_config(config).await?;
     let tasks = [
@@ -318,6 +327,11 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
 impl Kvd {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The broker (never held with another lock).
+    fn broker(&self) -> std::sync::MutexGuard<'_, pubsub::Broker> {
+        self.broker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The watches (taken after the state's lock when both are held).
@@ -510,7 +524,13 @@ impl Kvd {
             let me = self.clone();
             async move {
                 let password = me.password.clone();
-                resp::serve_connection(sock, &password, &mut Conn(me), standing).await;
+                let mut conn = Conn {
+                    kvd: me,
+                    id: CONN_IDS.fetch_add(1, Ordering::Relaxed),
+                    subs: pubsub::Subscriptions::default(),
+                    pushes: None,
+                };
+                resp::serve_connection(sock, &password, &mut conn, standing).await;
             }
         })
         .await
@@ -533,6 +553,11 @@ impl Kvd {
             "TIME" if args.is_empty() => resp::time_reply(),
             "COMMAND" | "CONFIG" => Reply::Array(Vec::new()),
             "INFO" => Reply::Bulk(self.info().into_bytes()),
+            "PUBLISH" => match args {
+                [channel, message] => Reply::Integer(self.broker().publish(channel, message)),
+                _ => command::wrong_arity("publish"),
+            },
+            "PUBSUB" => self.broker().pubsub(args),
             // A clerk's SET or MSET, applied at most once per shard
             // however often it is sent (`TABOS.ONCE <client> <seq> SET k v`).
             "TABOS.ONCE" => match args {
@@ -552,6 +577,8 @@ impl Kvd {
                 }
                 _ => command::wrong_arity("tabos.once"),
             },
+            // A front end's SCAN, one shard at a time (see [`Kvd::scan`]).
+            "TABOS.SCAN" => self.scan(args),
             // A front end's WATCH: a token per key (all in shards it
             // serves), which its EXEC gives back.
             "TABOS.WATCH" if !args.is_empty() => self.watch(args),
@@ -621,6 +648,78 @@ impl Kvd {
         Reply::Array(tokens)
     }
 
+    /// `TABOS.SCAN shard position count [pattern [type]]`: the live keys of
+    /// `shard` whose [`scan_position`] is at least `position` (and that
+    /// match `pattern` and are of `type`, if given; empty for any), the
+    /// lowest positions first, about `count` of them but never splitting
+    /// one position; with the position to go on from, or -1 when the
+    /// shard is done. A key there for the whole scan is returned at least
+    /// once, as Redis's SCAN guarantees, however the shard changes.
+    fn scan(&self, args: &[Vec<u8>]) -> Reply {
+        let bad = || Reply::err("ERR TABOS.SCAN shard position count [pattern [type]]");
+        let (s, pos, count, pattern, kind) = match args {
+            [s, pos, count, rest @ ..] if rest.len() <= 2 => {
+                match (parse_u64(s), parse_u64(pos), parse_u64(count)) {
+                    (Some(s), Some(pos), Some(count)) => (
+                        s as u32,
+                        pos,
+                        count as usize,
+                        rest.first().filter(|p| !p.is_empty()),
+                        rest.get(1).filter(|t| !t.is_empty()),
+                    ),
+                    _ => return bad(),
+                }
+            }
+            _ => return bad(),
+        };
+        if !self.leading() {
+            return Reply::err("TRYAGAIN this kvd's lease is running out");
+        }
+        let st = self.lock();
+        let Some(sh) = st.shards.get(&s) else {
+            return moved(&st.config, s, self.group);
+        };
+        let now = now_ms();
+        let live = sh.contents.live_len(now);
+        let want = count
+            .max(live / SCAN_STEPS_PER_SHARD)
+            .clamp(1, SCAN_REPLY_MAX);
+        let mut found: Vec<(u64, &Vec<u8>)> = sh
+            .contents
+            .pairs
+            .keys()
+            .filter_map(|k| {
+                let p = scan_position(k);
+                let (v, _) = sh.contents.live(k, now)?;
+                let fits = p >= pos
+                    && pattern.is_none_or(|m| command::glob_match(m, k))
+                    && kind.is_none_or(|t| t.eq_ignore_ascii_case(v.type_name().as_bytes()));
+                fits.then_some((p, k))
+            })
+            .collect();
+        let next = if found.len() > want {
+            // The `want` lowest positions, and every key at the last one.
+            found.select_nth_unstable(want - 1);
+            let last = found[want - 1].0;
+            let (low, high) = found.split_at_mut(want);
+            let mut keep: Vec<(u64, &Vec<u8>)> = low.to_vec();
+            keep.extend(high.iter().filter(|(p, _)| *p == last));
+            found = keep;
+            (last + 1) as i64
+        } else {
+            -1
+        };
+        Reply::Array(vec![
+            Reply::Integer(next),
+            Reply::Array(
+                found
+                    .into_iter()
+                    .map(|(_, k)| Reply::Bulk(k.clone()))
+                    .collect(),
+            ),
+        ])
+    }
+
     /// A data command ([`command`]): a read answered from memory, a
     /// write through the flusher.
     async fn data(&self, req: Vec<Vec<u8>>, once: Option<RequestId>) -> Reply {
@@ -657,6 +756,20 @@ impl Kvd {
                     }
                 }
                 Reply::Array(keys)
+            }),
+            // A live key of one of its shards, picked at random (or nil).
+            (_, "RANDOMKEY") => self.read_all(|st, now| {
+                let live: Vec<&Vec<u8>> = st
+                    .shards
+                    .values()
+                    .flat_map(|sh| sh.contents.pairs.keys().filter(move |k| sh.contents.live(k, now).is_some()))
+                    .collect();
+                match crate::config::random::<8>("a random key").map(u64::from_le_bytes) {
+                    Ok(r) if !live.is_empty() => {
+                        Reply::Bulk(live[(r % live.len() as u64) as usize].clone())
+                    }
+                    _ => Reply::Null,
+                }
             }),
             (_, "FLUSHALL" | "FLUSHDB") => match req.get(1).map(|a| a.to_ascii_uppercase()) {
                 None => self.write(WriteKind::Flush).await,
@@ -1070,13 +1183,83 @@ impl Overlay<'_> {
     }
 }
 
-/// One client connection of a kvd.
-struct Conn(Arc<Kvd>);
+/// Ids of a kvd's connections, for its broker.
+static CONN_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// One client connection of a kvd, and what it subscribed to.
+struct Conn {
+    kvd: Arc<Kvd>,
+    id: u64,
+    subs: pubsub::Subscriptions,
+    /// Its messages, once it subscribed: the broker holds the only sender,
+    /// so the stream ends when the broker drops it.
+    pushes: Option<mpsc::Receiver<Reply>>,
+}
+
+impl Conn {
+    fn subscription(&mut self, kind: pubsub::Kind, subscribe: bool, names: &[Vec<u8>]) -> Reply {
+        if subscribe && names.is_empty() {
+            return command::wrong_arity(if kind == pubsub::Kind::Channel {
+                "subscribe"
+            } else {
+                "psubscribe"
+            });
+        }
+        let mut broker = self.kvd.broker();
+        if !subscribe {
+            let change = self.subs.unsubscribe(kind, names);
+            broker.remove(self.id, kind, &change.names);
+            return change.reply();
+        }
+        match self.subs.subscribe(kind, names) {
+            Ok(change) => {
+                let tx = if self.pushes.is_none() {
+                    let (tx, rx) = mpsc::channel(pubsub::BACKLOG_MAX);
+                    self.pushes = Some(rx);
+                    Some(tx)
+                } else {
+                    None
+                };
+                broker.add(self.id, tx.as_ref(), kind, &change.names);
+                change.reply()
+            }
+            Err(e) => e,
+        }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.kvd.broker().forget(self.id);
+    }
+}
 
 impl resp::Handler for Conn {
     fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send {
-        let kvd = self.0.clone();
-        async move { kvd.handle(req).await }
+        let kvd = self.kvd.clone();
+        let sub = pubsub::Kind::of(&req[0])
+            .map(|(kind, subscribe)| self.subscription(kind, subscribe, &req[1..]));
+        async move {
+            match sub {
+                Some(reply) => reply,
+                None => kvd.handle(req).await,
+            }
+        }
+    }
+
+    fn pushes(&mut self) -> Option<&mut mpsc::Receiver<Reply>> {
+        self.pushes.as_mut()
+    }
+
+    fn subscriptions(&self) -> usize {
+        self.subs.count()
+    }
+
+    fn reset(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        self.kvd.broker().forget(self.id);
+        self.subs = pubsub::Subscriptions::default();
+        self.pushes = None;
+        async {}
     }
 }
 
@@ -1155,6 +1338,26 @@ fn keyless(args: &[Vec<u8>]) -> Reply {
         )),
     }
 }
+
+/// Where a key stands in its shard's SCAN order: 47 bits of a hash of it
+/// that is the same in every kvd and version (FNV-1a, then SplitMix64's
+/// finaliser to spread short keys), so that a cursor stays good across
+/// leader changes and shard moves. The front end puts the shard above
+/// these bits.
+pub fn scan_position(key: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    h >> (64 - SCAN_POSITION_BITS)
+}
+
+/// Bits of a [`scan_position`].
+pub const SCAN_POSITION_BITS: u32 = 47;
 
 /// The reply for a key of shard `s`, which this group does not serve.
 fn moved(config: &Config, s: u32, group: u32) -> Reply {

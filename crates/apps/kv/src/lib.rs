@@ -17,6 +17,8 @@
 //!   removes groups as the load changes, moves shards with mover procs.
 //! * [`service`] — creating a service and running its balancers; its
 //!   status.
+//! * [`pubsub`] — publish/subscribe: a broker in every kvd, PUBLISH to
+//!   all of them.
 //! * [`resp`] — the Redis protocol.
 //! * [`command`] — the data commands: their contracts and what they do.
 //! * [`linearizability`] — a checker of recorded histories (the tests).
@@ -28,6 +30,7 @@ pub mod config;
 pub mod front;
 pub mod kvd;
 pub mod linearizability;
+pub mod pubsub;
 pub mod resp;
 pub mod service;
 pub mod shard;

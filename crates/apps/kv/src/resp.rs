@@ -141,6 +141,12 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// Pairs: a RESP3 map, a flat array in RESP2.
     Map(Vec<(Reply, Reply)>),
+    /// Out of band (a pub/sub message or confirmation): a RESP3 push, an
+    /// array in RESP2. Sent even while `CLIENT REPLY OFF`.
+    Push(Vec<Reply>),
+    /// Several replies to one request, one after another (SUBSCRIBE of
+    /// several channels confirms each); none for a request not answered.
+    Many(Vec<Reply>),
 }
 
 /// A connection's protocol version (`HELLO 2|3`).
@@ -194,6 +200,18 @@ impl Reply {
                 out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
                 for i in items {
                     i.encode_as(proto, out);
+                }
+            }
+            Reply::Push(items) => {
+                let kind = if proto == Proto::Resp3 { '>' } else { '*' };
+                out.extend_from_slice(format!("{kind}{}\r\n", items.len()).as_bytes());
+                for i in items {
+                    i.encode_as(proto, out);
+                }
+            }
+            Reply::Many(replies) => {
+                for r in replies {
+                    r.encode_as(proto, out);
                 }
             }
             Reply::Map(pairs) => {
@@ -277,7 +295,7 @@ fn read_reply_at<'a, R: AsyncBufRead + Unpin + Send>(
                 b.truncate(len as usize);
                 Reply::Bulk(b)
             }
-            b'*' => {
+            b'*' | b'>' => {
                 let n = number(rest, "multibulk")?;
                 if n < 0 {
                     return Ok(Reply::Null);
@@ -289,7 +307,11 @@ fn read_reply_at<'a, R: AsyncBufRead + Unpin + Send>(
                 for _ in 0..n {
                     items.push(read_reply_at(r, depth + 1).await?);
                 }
-                Reply::Array(items)
+                if *kind == b'>' {
+                    Reply::Push(items)
+                } else {
+                    Reply::Array(items)
+                }
             }
             other => {
                 return Err(ReadError::Protocol(format!(
@@ -401,6 +423,32 @@ pub async fn serve_connection<H: Handler>(
     let auth_deadline = tokio::time::Instant::now() + AUTH_WAIT_MAX;
     let mut signed_in = false;
     loop {
+        // Wait for a request to begin, or a message for a subscribed
+        // connection: filling the buffer is cancel-safe (what came stays
+        // in it), reading a request is not, so it is read after.
+        tokio::select! {
+            ready = r.fill_buf() => match ready {
+                Ok(b) if !b.is_empty() => {}
+                _ => return,
+            },
+            push = next_push(h) => {
+                let Some(push) = push else {
+                    // Dropped by its broker: it did not keep up.
+                    Reply::err("ERR this subscriber fell too far behind its messages")
+                        .encode_as(Proto::Resp3, &mut out);
+                    let _ = write_all(&mut w, &out).await;
+                    return;
+                };
+                push.encode_as(session.proto, &mut out);
+                if write_all(&mut w, &out).await.is_err() {
+                    return;
+                }
+                out.clear();
+                continue;
+            }
+            () = standing.ticket.clone().closing() => return,
+            () = tokio::time::sleep_until(auth_deadline), if !signed_in => return,
+        }
         let read = tokio::select! {
             read = read_request(&mut r) => read,
             () = standing.ticket.clone().closing() => return,
@@ -417,23 +465,59 @@ pub async fn serve_connection<H: Handler>(
         };
         let _busy = standing.ticket.busy();
         let quit = req[0].eq_ignore_ascii_case(b"QUIT");
-        let reply = match session.answer(&req, &mut gate) {
-            Some(r) => r,
-            None => match gate.check(&req) {
+        let reply = if let Some(refused) =
+            crate::pubsub::refused_while_subscribed(&req, session.proto, h.subscriptions())
+        {
+            refused
+        } else {
+            if gate.open && req[0].eq_ignore_ascii_case(b"RESET") {
+                h.reset().await;
+            }
+            match session.answer(&req, &mut gate) {
                 Some(r) => r,
-                None => h.handle(req).await,
-            },
+                None => match gate.check(&req) {
+                    Some(r) => r,
+                    None => h.handle(req).await,
+                },
+            }
         };
         if gate.open && !signed_in {
             // Authenticated: no longer counted against its address.
             signed_in = standing.door.ledger.sign_in(&standing.ticket, "").is_ok();
         }
-        reply.encode_as(session.proto, &mut out);
+        if session.quiet() {
+            // CLIENT REPLY OFF or SKIP: only what is pushed is sent.
+            for push in reply.pushes() {
+                push.encode_as(session.proto, &mut out);
+            }
+        } else {
+            reply.encode_as(session.proto, &mut out);
+        }
         if quit || r.buffer().is_empty() {
             if write_all(&mut w, &out).await.is_err() || quit {
                 return;
             }
             out.clear();
+        }
+    }
+}
+
+/// The next message for a subscribed connection (`None`: its broker
+/// dropped it); never, for one that is not.
+async fn next_push<H: Handler>(h: &mut H) -> Option<Reply> {
+    match h.pushes() {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Reply {
+    /// The pushed parts of a reply: what is sent while `CLIENT REPLY OFF`.
+    fn pushes(&self) -> Vec<&Reply> {
+        match self {
+            Reply::Push(_) => vec![self],
+            Reply::Many(rs) => rs.iter().flat_map(Reply::pushes).collect(),
+            _ => Vec::new(),
         }
     }
 }
@@ -450,6 +534,17 @@ pub struct Session {
     pub proto: Proto,
     id: u64,
     name: Vec<u8>,
+    replies: Replies,
+}
+
+/// `CLIENT REPLY`: whether a connection's replies are sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Replies {
+    On,
+    Off,
+    /// `CLIENT REPLY SKIP`: not for itself, nor for the next command.
+    SkipThis,
+    SkipNext,
 }
 
 impl Default for Session {
@@ -464,7 +559,21 @@ impl Session {
             proto: Proto::Resp2,
             id: CONNECTION_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             name: Vec::new(),
+            replies: Replies::On,
         }
+    }
+
+    /// Whether the reply to the request just answered is withheld
+    /// (`CLIENT REPLY OFF|SKIP`).
+    fn quiet(&mut self) -> bool {
+        let (quiet, next) = match self.replies {
+            Replies::On => (false, Replies::On),
+            Replies::Off => (true, Replies::Off),
+            Replies::SkipThis => (true, Replies::SkipNext),
+            Replies::SkipNext => (true, Replies::On),
+        };
+        self.replies = next;
+        quiet
     }
 
     /// Answers the connection's own commands — `HELLO`, `SELECT`,
@@ -492,6 +601,7 @@ impl Session {
             b"RESET" => {
                 self.proto = Proto::Resp2;
                 self.name.clear();
+                self.replies = Replies::On;
                 Reply::Simple("RESET".into())
             }
             b"CLIENT" => {
@@ -506,7 +616,18 @@ impl Session {
                     },
                     // Libraries' names and versions: accepted, not kept.
                     (Some(b"SETINFO"), 3) => Reply::ok(),
-                    (Some(b"SETINFO" | b"ID" | b"GETNAME" | b"SETNAME"), _) => arity("client"),
+                    (Some(b"REPLY"), 2) => {
+                        match args[1].to_ascii_uppercase().as_slice() {
+                            b"ON" => self.replies = Replies::On,
+                            b"OFF" => self.replies = Replies::Off,
+                            b"SKIP" => self.replies = Replies::SkipThis,
+                            _ => return Some(Reply::err("ERR syntax error")),
+                        }
+                        Reply::ok()
+                    }
+                    (Some(b"SETINFO" | b"ID" | b"GETNAME" | b"SETNAME" | b"REPLY"), _) => {
+                        arity("client")
+                    }
                     _ => Reply::err(format!(
                         "ERR unknown subcommand '{}'. Try CLIENT HELP.",
                         String::from_utf8_lossy(args.first().map_or(&[][..], Vec::as_slice))
@@ -628,6 +749,21 @@ pub fn parse_integer(b: &[u8]) -> Option<i64> {
 /// What answers a connection's requests (after its [`Gate`]).
 pub trait Handler {
     fn handle(&mut self, req: Vec<Vec<u8>>) -> impl std::future::Future<Output = Reply> + Send;
+
+    /// Where a subscribed connection's messages come from.
+    fn pushes(&mut self) -> Option<&mut tokio::sync::mpsc::Receiver<Reply>> {
+        None
+    }
+
+    /// Channels and patterns the connection is subscribed to.
+    fn subscriptions(&self) -> usize {
+        0
+    }
+
+    /// `RESET`: subscriptions and transactions end.
+    fn reset(&mut self) -> impl std::future::Future<Output = ()> + Send {
+        async {}
+    }
 }
 
 /// A connection's authentication, as Redis's `requirepass`: until the

@@ -311,7 +311,16 @@ pub async fn until_led(client: &Client, realm: &str, svc: &str, max: Duration) -
         }
         Ok::<_, Error>(())
     };
-    tokio::time::timeout(max, wait)
-        .await
-        .map_err(|_| Error::Unavailable(format!("not every group had a leader within {max:?}")))?
+    match tokio::time::timeout(max, wait).await {
+        Ok(done) => done,
+        Err(_) => {
+            let why = tabos_client::app::unplaced(client, realm, &format!("kvd-{svc}-"))
+                .await
+                .map(|w| format!(": its kvds are {w}"))
+                .unwrap_or_default();
+            Err(Error::Unavailable(format!(
+                "not every group had a leader within {max:?}{why}"
+            )))
+        }
+    }
 }

@@ -9,10 +9,14 @@
 //! * [`pool`] — the pool of workers, grown and shrunk with wwd's load.
 //! * [`route`] — the site's routes (JSON in the namespace), path mapping
 //!   that never leaves a static root, content types.
-//! * [`wire`] — the request and response messages.
+//! * [`wire`] — the request and response messages, and how a file of any
+//!   size is streamed a window at a time.
+//! * [`http`] — validators, conditional requests, ranges and compression,
+//!   decided before a byte of a file is read.
 //! * [`service`] — creating a site and running its procs: wwd with a
 //!   credential scoped to its mailboxes, and the worker pool.
 
+pub mod http;
 pub mod pool;
 pub mod route;
 pub mod service;
@@ -97,8 +101,8 @@ async fn ctx(site: &str) -> Result<Ctx> {
     Ok(env.with(layout))
 }
 
-/// The entry point of a site's procs — `wwd SITE LISTEN`, `worker SITE
-/// WWD` — with
+/// The entry point of a site's procs — `wwd SITE LISTEN [--tls]`, `worker
+/// SITE WWD` — with
 /// `TABOS_ADDR`, `TABOS_REALM`, `TABOS_PID` and `TABOS_TOKEN` from procd.
 /// Returns the proc's exit status.
 pub fn main(args: &[String]) -> i32 {
@@ -106,9 +110,12 @@ pub fn main(args: &[String]) -> i32 {
 }
 
 async fn run(args: &[String]) -> Result<()> {
-    let usage = || Error::Invalid("usage: wwd SITE LISTEN | worker SITE WWD".into());
+    let usage = || Error::Invalid("usage: wwd SITE LISTEN [--tls] | worker SITE WWD".into());
     match args {
-        [role, site, listen] if role == "wwd" => wwd::run(ctx(site).await?, listen).await,
+        [role, site, listen] if role == "wwd" => wwd::run(ctx(site).await?, listen, false).await,
+        [role, site, listen, tls] if role == "wwd" && tls == "--tls" => {
+            wwd::run(ctx(site).await?, listen, true).await
+        }
         [role, site, wwd] if role == "worker" => worker::run(ctx(site).await?, wwd).await,
         _ => Err(usage()),
     }

@@ -59,6 +59,8 @@ pub struct Site {
     site: String,
     program: Program,
     listen: String,
+    /// wwd serves HTTPS with it (sent to its mailbox at each start).
+    tls: Option<crate::wire::TlsMaterial>,
     min: u32,
     max: u32,
     spawned: u64,
@@ -103,18 +105,41 @@ async fn read_load(client: Client, realm: String, mailbox: String, pool: Current
     }
 }
 
+/// Plain HTTP only on loopback: beyond it, what visitors send and get
+/// crosses the network readable (as `tabos up` refuses for its own).
+fn refuse_plaintext_beyond_loopback(listen: &str) -> Result<()> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<_> = listen
+        .to_socket_addrs()
+        .map_err(|e| Error::Invalid(format!("{listen:?} is not host:port: {e}")))?
+        .collect();
+    if addrs.is_empty() || addrs.iter().any(|a| !a.ip().is_loopback()) {
+        return Err(Error::Invalid(format!(
+            "refusing to serve plain HTTP on {listen}: beyond loopback, give a certificate \
+             (--tls-cert and --tls-key), or listen on 127.0.0.1:PORT"
+        )));
+    }
+    Ok(())
+}
+
 impl Site {
-    /// Starts site `site`'s wwd on `listen`, with `min..=max` workers.
+    /// Starts site `site`'s wwd on `listen` — HTTPS with `tls`, which a
+    /// listener beyond loopback must have —, with `min..=max` workers.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
         client: &Client,
         realm: &str,
         site: &str,
         program: Program,
         listen: &str,
+        tls: Option<crate::wire::TlsMaterial>,
         min: u32,
         max: u32,
     ) -> Result<Site> {
         let layout = Layout::new(site)?;
+        if tls.is_none() {
+            refuse_plaintext_beyond_loopback(listen)?;
+        }
         if min == 0 || min > max || max > crate::pool::WORKERS_MAX {
             return Err(Error::Invalid(format!(
                 "workers must satisfy 1 <= min <= max <= {}",
@@ -143,6 +168,7 @@ impl Site {
             site: site.into(),
             program,
             listen: listen.into(),
+            tls,
             min,
             max,
             spawned: 0,
@@ -171,6 +197,9 @@ impl Site {
         let layout = Layout::new(&self.site)?;
         let mut args = self.program.args.clone();
         args.extend(["wwd".to_string(), self.site.clone(), self.listen.clone()]);
+        if self.tls.is_some() {
+            args.push("--tls".into());
+        }
         let p = proto::ProcDescriptor {
             pid: pid.clone(),
             kind: proto::ProcKind::Native.into(),
@@ -184,6 +213,13 @@ impl Site {
             ..Default::default()
         };
         spawn_watched(&self.client, &self.realm, p, self.exits.clone()).await?;
+        if let Some(tls) = &self.tls {
+            let payload = crate::wire::encode(tls, b"");
+            self.client
+                .clone()
+                .send(&self.realm, "", &format!("proc/{pid}"), payload)
+                .await?;
+        }
         self.started = tokio::time::Instant::now();
         self.wwd = Some(pid.clone());
         let pool = Pool::new(

@@ -2,6 +2,12 @@
 //! (one message to the site's request mailbox) and its response (one or
 //! more messages to the wwd's own mailbox, `proc/<wwd>`), each a JSON
 //! header line followed by body bytes.
+//!
+//! A file of any size is streamed: a worker sends at most [`WINDOW_BYTES`]
+//! of it, and says where the rest begins ([`Window`]); wwd asks for the
+//! next window — as a request any worker may take — once its client has
+//! begun to read the last one, so no more than two windows of a response
+//! are ever held, whatever the file's size or the client's speed.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,8 +17,14 @@ use crate::{Error, Result};
 pub const PART_BYTES: usize = 512 << 10;
 /// Largest request body wwd takes.
 pub const REQUEST_BODY_MAX: usize = 256 << 10;
-/// Largest response a worker sends (bigger files answer 413).
-pub const RESPONSE_BYTES_MAX: usize = 64 << 20;
+/// Bytes of a streamed file one window carries.
+pub const WINDOW_BYTES: u64 = 4 << 20;
+/// Largest response a worker sends whole, not in windows (a page, a
+/// compressed file, several ranges).
+pub const WHOLE_BYTES_MAX: usize = 16 << 20;
+/// Parts of one response wwd holds at most: a whole one, or two windows.
+pub const HELD_PARTS_MAX: usize =
+    WHOLE_BYTES_MAX / PART_BYTES + 2 * (WINDOW_BYTES as usize / PART_BYTES) + 1;
 /// Most request headers passed on.
 pub const HEADERS_MAX: usize = 64;
 
@@ -24,6 +36,23 @@ pub struct Request {
     pub path: String,
     pub query: String,
     pub headers: Vec<(String, String)>,
+    /// Set: not a new request, but the next window of a file whose
+    /// response is under way (its id is the response's).
+    #[serde(default)]
+    pub window: Option<Window>,
+}
+
+/// The rest of a streamed file: the request's path, the bytes
+/// `[from, to)` of the file, and the `ETag` it had (a file changed since
+/// is not sent on).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Window {
+    pub path: String,
+    pub from: u64,
+    pub to: u64,
+    pub etag: String,
+    /// The number its first part gets (wwd puts parts in order by it).
+    pub part: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +64,94 @@ pub struct ResponseHead {
     pub part: u32,
     /// The last part.
     pub last: bool,
+    /// Headers of the response (validators, ranges, encoding).
+    #[serde(default)]
+    pub headers: Vec<(String, String)>,
+    /// The body's length, when it is streamed or the answer to HEAD.
+    #[serde(default)]
+    pub length: Option<u64>,
+    /// On the first part of a window: the next window, for wwd to ask.
+    #[serde(default)]
+    pub more: Option<Window>,
+    /// The response cannot go on (the file changed or went away while it
+    /// was being sent): wwd cuts the connection.
+    #[serde(default)]
+    pub broken: bool,
+}
+
+impl ResponseHead {
+    /// A response's first head.
+    pub fn new(id: u64, status: u16, content_type: impl Into<String>) -> ResponseHead {
+        ResponseHead {
+            id,
+            status,
+            content_type: content_type.into(),
+            part: 0,
+            last: false,
+            headers: Vec::new(),
+            length: None,
+            more: None,
+            broken: false,
+        }
+    }
+}
+
+/// A wwd's certificate chain and private key (PEM), the first message its
+/// site's supervisor sends to a wwd started with `--tls`: through wwd's
+/// own mailbox, which only wwd reads — never in its arguments or
+/// environment, which the realm's proc table shows.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct TlsMaterial {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for TlsMaterial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsMaterial { .. }") // never the key
+    }
+}
+
+impl TlsMaterial {
+    /// The material from PEM files, checked as wwd will read it.
+    pub fn from_files(cert: &std::path::Path, key: &std::path::Path) -> Result<TlsMaterial> {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p)
+                .map_err(|e| Error::Invalid(format!("cannot read {}: {e}", p.display())))
+        };
+        let m = TlsMaterial {
+            cert_pem: read(cert)?,
+            key_pem: read(key)?,
+        };
+        m.server_config()?;
+        Ok(m)
+    }
+
+    /// A rustls server configuration (TLS 1.2 and 1.3, HTTP/1.1).
+    pub fn server_config(&self) -> Result<tokio_rustls::rustls::ServerConfig> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Invalid(format!("the TLS certificate: {e}")))?;
+        if certs.is_empty() {
+            return Err(Error::Invalid(
+                "the TLS certificate file holds no certificate".into(),
+            ));
+        }
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| Error::Invalid(format!("the TLS key: {e}")))?;
+        let provider = std::sync::Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+        let mut config = tokio_rustls::rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Invalid(format!("TLS: {e}")))?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(|e| Error::Invalid(format!("the TLS certificate and key: {e}")))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(config)
+    }
 }
 
 /// A header line and a body as one message.
@@ -56,26 +173,26 @@ pub fn decode<T: for<'de> Deserialize<'de>>(msg: &[u8]) -> Result<(T, &[u8])> {
     Ok((head, &msg[nl + 1..]))
 }
 
-/// A response as its messages: the body cut into parts.
-pub fn response(id: u64, status: u16, content_type: &str, body: &[u8]) -> Vec<Vec<u8>> {
+/// A response as its messages: the body cut into parts, from part
+/// `head.part` on; the last one marked last unless `more` follows (the
+/// first one then says where it goes on).
+pub fn response(head: &ResponseHead, body: &[u8], more: Option<Window>) -> Vec<Vec<u8>> {
     let parts: Vec<&[u8]> = if body.is_empty() {
         vec![&[][..]]
     } else {
         body.chunks(PART_BYTES).collect()
     };
     let n = parts.len();
+    let last = more.is_none();
     parts
         .into_iter()
         .enumerate()
         .map(|(i, b)| {
-            let head = ResponseHead {
-                id,
-                status,
-                content_type: content_type.into(),
-                part: i as u32,
-                last: i + 1 == n,
-            };
-            encode(&head, b)
+            let mut h = head.clone();
+            h.part = head.part + i as u32;
+            h.last = last && i + 1 == n;
+            h.more = if i == 0 { more.clone() } else { None };
+            encode(&h, b)
         })
         .collect()
 }
@@ -87,7 +204,7 @@ mod tests {
     #[test]
     fn responses_are_cut_into_parts_and_read_back() {
         let body = vec![7u8; PART_BYTES * 2 + 5];
-        let msgs = response(9, 200, "text/plain", &body);
+        let msgs = response(&ResponseHead::new(9, 200, "text/plain"), &body, None);
         assert_eq!(msgs.len(), 3);
         let mut got = Vec::new();
         for (i, m) in msgs.iter().enumerate() {
@@ -96,7 +213,23 @@ mod tests {
             got.extend_from_slice(b);
         }
         assert_eq!(got, body);
-        assert_eq!(response(1, 404, "text/plain", b"").len(), 1);
+        assert_eq!(
+            response(&ResponseHead::new(1, 404, "text/plain"), b"", None).len(),
+            1
+        );
+        // A window that goes on: none is last, the first says where.
+        let more = Window {
+            path: "/f".into(),
+            from: 10,
+            to: 20,
+            etag: "\"e\"".into(),
+            part: 3,
+        };
+        let msgs = response(&ResponseHead::new(2, 200, "x"), &body, Some(more.clone()));
+        let heads: Vec<ResponseHead> = msgs.iter().map(|m| decode(m).unwrap().0).collect();
+        assert!(heads.iter().all(|h| !h.last));
+        assert_eq!(heads[0].more, Some(more));
+        assert!(heads[1].more.is_none());
         assert!(decode::<ResponseHead>(b"no header").is_err());
     }
 }
@@ -161,6 +294,23 @@ impl Batcher {
             }
         });
         Batcher { tx }
+    }
+
+    /// Queues `msgs` in order and waits until they were all sent.
+    pub async fn send_all(&self, msgs: Vec<tabos_client::proto::Outgoing>) -> Result<(), String> {
+        let mut sent = Vec::with_capacity(msgs.len());
+        for msg in msgs {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.tx
+                .send((msg, tx))
+                .await
+                .map_err(|_| "the sender stopped".to_string())?;
+            sent.push(rx);
+        }
+        for rx in sent {
+            rx.await.map_err(|_| "the sender stopped".to_string())??;
+        }
+        Ok(())
     }
 
     /// Queues `msg` and waits until its batch was sent.

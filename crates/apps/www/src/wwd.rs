@@ -17,14 +17,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Request as HttpRequest, Response as HttpResponse, StatusCode};
 use tabos_client::proto;
 use tabos_client::retry::Backoff;
 use tabos_client::Client;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
-use crate::wire::{self, Request, ResponseHead, HEADERS_MAX, REQUEST_BODY_MAX, RESPONSE_BYTES_MAX};
+use crate::wire::{self, Request, ResponseHead, HEADERS_MAX, HELD_PARTS_MAX, REQUEST_BODY_MAX};
 use crate::{Ctx, Error, Result};
 
 /// Longest a request waits for its worker's answer.
@@ -51,11 +52,23 @@ pub const PAUSE_FIRST: Duration = Duration::from_millis(20);
 /// The longest such pause.
 pub const PAUSE_MAX: Duration = Duration::from_secs(2);
 
-/// A response being put together from its parts.
+/// A response whose parts are coming: its first part's head goes to the
+/// request waiting for it, with the stream its body's parts follow in;
+/// parts that arrive before their turn (the windows of one response may
+/// come from different workers) wait, in order of their numbers.
 struct Pending {
-    tx: oneshot::Sender<(u16, String, Vec<u8>)>,
-    head: Option<ResponseHead>,
-    body: Vec<u8>,
+    head: Option<oneshot::Sender<(ResponseHead, mpsc::Receiver<Part>)>>,
+    body: Option<mpsc::Sender<Part>>,
+    next: u32,
+    early: std::collections::BTreeMap<u32, (ResponseHead, Bytes)>,
+}
+
+/// One part of a response's body.
+struct Part {
+    data: Bytes,
+    /// The next window, to ask for as this part is read.
+    more: Option<wire::Window>,
+    broken: bool,
 }
 
 struct Wwd {
@@ -74,19 +87,44 @@ struct Wwd {
     load: String,
 }
 
-/// Serves HTTP on `listen` until the node or the listener fails.
-pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
+/// Longest a wwd started with `--tls` waits for its certificate.
+pub const TLS_WAIT: Duration = Duration::from_secs(30);
+
+/// The certificate and key its supervisor sends first to its mailbox.
+async fn tls_acceptor(client: &Client, realm: &str, me: &str) -> Result<tokio_rustls::TlsAcceptor> {
+    let mut c = client.clone();
+    let got = c.recv(realm, me, 1, TLS_WAIT.as_millis() as u32).await?;
+    let Some(m) = got.first() else {
+        return Err(Error::Invalid(format!(
+            "no TLS certificate came within {TLS_WAIT:?}"
+        )));
+    };
+    let (material, _) = wire::decode::<wire::TlsMaterial>(&m.payload)?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(
+        material.server_config()?,
+    )))
+}
+
+/// Serves HTTP (HTTPS with `tls`) on `listen` until the node or the
+/// listener fails.
+pub async fn run(ctx: Ctx, listen: &str, tls: bool) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| Error::Invalid(format!("cannot listen on {listen}: {e}")))?;
     let addr = listener
         .local_addr()
         .map_err(|e| Error::Invalid(e.to_string()))?;
-    eprintln!("wwd {}: HTTP on {addr}", ctx.pid);
+    let me = format!("proc/{}", ctx.pid);
+    let tls = match tls {
+        true => Some(tls_acceptor(&ctx.client, &ctx.realm, &me).await?),
+        false => None,
+    };
+    let scheme = if tls.is_some() { "HTTPS" } else { "HTTP" };
+    eprintln!("wwd {}: {scheme} on {addr}", ctx.pid);
     let wwd = Arc::new(Wwd {
         client: ctx.client.clone(),
         realm: ctx.realm.clone(),
-        me: format!("proc/{}", ctx.pid),
+        me: me.clone(),
         requests: ctx.layout.requests(),
         out: wire::Batcher::start(&ctx.client, &ctx.realm, &format!("proc/{}", ctx.pid)),
         next: AtomicU64::new(1),
@@ -116,32 +154,52 @@ pub async fn run(ctx: Ctx, listen: &str) -> Result<()> {
             continue; // over its address's share: closed at once
         }
         let _ = sock.set_nodelay(true);
-        let (w, door) = (wwd.clone(), door.clone());
+        let (w, door, tls) = (wwd.clone(), door.clone(), tls.clone());
         tokio::spawn(async move {
             if let Some(slot) = door.slot(Some(SLOT_WAIT)).await {
-                let io = hyper_util::rt::TokioIo::new(sock);
-                let t = ticket.clone();
-                let svc = hyper::service::service_fn(move |req| {
-                    let (w, busy) = (w.clone(), t.busy());
-                    async move {
-                        let answer = w.serve(req).await;
-                        drop(busy);
-                        answer
+                match tls {
+                    None => serve_connection(w, sock, &ticket).await,
+                    // The handshake, too, within the time a client has
+                    // for its headers.
+                    Some(tls) => {
+                        if let Ok(Ok(sock)) =
+                            tokio::time::timeout(HEADER_WAIT, tls.accept(sock)).await
+                        {
+                            serve_connection(w, sock, &ticket).await;
+                        }
                     }
-                });
-                // A client that never finishes its headers is dropped.
-                let served = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(HEADER_WAIT)
-                    .serve_connection(io, svc);
-                tokio::select! {
-                    _ = served => {}
-                    () = ticket.clone().closing() => {} // closed to make room
                 }
                 drop(slot);
             }
             door.ledger.forget(&ticket);
         });
+    }
+}
+
+/// Serves one connection (plain or TLS) until it ends, or is closed to
+/// make room.
+async fn serve_connection<I>(w: Arc<Wwd>, sock: I, ticket: &Arc<tabos_client::doors::Ticket>)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(sock);
+    let t = ticket.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let (w, busy) = (w.clone(), t.busy());
+        async move {
+            let answer = w.serve(req).await;
+            drop(busy);
+            answer
+        }
+    });
+    // A client that never finishes its headers is dropped.
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HEADER_WAIT)
+        .serve_connection(io, svc);
+    tokio::select! {
+        _ = served => {}
+        () = ticket.clone().closing() => {} // closed to make room
     }
 }
 
@@ -193,6 +251,7 @@ impl Wwd {
         }
     }
 
+    /// Takes in one part of a response, in its turn.
     fn part(&self, payload: &[u8]) {
         let Ok((head, body)) = wire::decode::<ResponseHead>(payload) else {
             return;
@@ -200,54 +259,133 @@ impl Wwd {
         let id = head.id;
         let mut pending = self.pending();
         let Some(p) = pending.get_mut(&id) else {
-            // Its request gave up waiting.
+            // Its request gave up waiting, or its client went away.
             return;
         };
-        if p.body.len() + body.len() > RESPONSE_BYTES_MAX {
-            let p = pending.remove(&id).expect("present");
-            let _ =
-                p.tx.send((502, "text/plain".into(), b"response too large\n".to_vec()));
+        if head.part != p.next {
+            if p.early.len() >= HELD_PARTS_MAX || head.part < p.next {
+                pending.remove(&id); // out of step: cut off
+                return;
+            }
+            p.early
+                .insert(head.part, (head, Bytes::copy_from_slice(body)));
             return;
         }
-        p.body.extend_from_slice(body);
-        let last = head.last;
-        p.head.get_or_insert(head);
-        if last {
-            let p = pending.remove(&id).expect("present");
-            let head = p.head.expect("a head");
-            let _ = p.tx.send((head.status, head.content_type, p.body));
+        let mut ready = vec![(head, Bytes::copy_from_slice(body))];
+        loop {
+            let Some((head, data)) = ready.pop() else {
+                break;
+            };
+            p.next += 1;
+            let last = head.last;
+            let part = Part {
+                data,
+                more: head.more.clone(),
+                broken: head.broken,
+            };
+            if let Some(tx) = p.head.take() {
+                let (body_tx, body_rx) = mpsc::channel(HELD_PARTS_MAX);
+                p.body = Some(body_tx);
+                let _ = tx.send((head, body_rx));
+            }
+            // The channel holds what a worker may send ahead: more is a
+            // response out of step, cut off.
+            let held = p.body.as_ref().is_some_and(|b| b.try_send(part).is_ok());
+            if last || !held {
+                pending.remove(&id);
+                return;
+            }
+            if let Some(next) = p.early.remove(&p.next) {
+                ready.push(next);
+            }
         }
     }
 
     async fn serve(
         self: Arc<Self>,
         req: HttpRequest<hyper::body::Incoming>,
-    ) -> Result<HttpResponse<Full<Bytes>>, Infallible> {
-        let (status, ctype, body) = match self.ask(req).await {
-            Ok(r) => r,
+    ) -> Result<HttpResponse<BoxBody<Bytes, std::io::Error>>, Infallible> {
+        let head_only = req.method() == hyper::Method::HEAD;
+        let (head, body) = match self.clone().ask(req).await {
+            Ok((head, parts)) => {
+                let body = if head_only {
+                    Full::new(Bytes::new())
+                        .map_err(|never| match never {})
+                        .boxed()
+                } else {
+                    Streamed {
+                        parts,
+                        wwd: self.clone(),
+                        id: head.id,
+                        idle: Box::pin(tokio::time::sleep(ANSWER_WAIT)),
+                    }
+                    .boxed()
+                };
+                (head, body)
+            }
             Err((status, msg)) => (
-                status,
-                "text/plain; charset=utf-8".into(),
-                format!("{msg}\n").into_bytes(),
+                ResponseHead::new(0, status, "text/plain; charset=utf-8"),
+                Full::new(Bytes::from(format!("{msg}\n")))
+                    .map_err(|never| match never {})
+                    .boxed(),
             ),
         };
-        let mut resp = HttpResponse::new(Full::new(Bytes::from(body)));
-        *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&ctype) {
-            resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        let mut resp = HttpResponse::new(body);
+        *resp.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let headers = resp.headers_mut();
+        if !head.content_type.is_empty() {
+            if let Ok(v) = hyper::header::HeaderValue::from_str(&head.content_type) {
+                headers.insert(hyper::header::CONTENT_TYPE, v);
+            }
         }
-        resp.headers_mut().insert(
+        for (k, v) in &head.headers {
+            if let (Ok(k), Ok(v)) = (
+                hyper::header::HeaderName::from_bytes(k.as_bytes()),
+                hyper::header::HeaderValue::from_str(v),
+            ) {
+                headers.append(k, v);
+            }
+        }
+        // The length, so that a client knows a streamed body whole (and a
+        // HEAD says what GET would send).
+        if let Some(n) = head.length {
+            headers.insert(
+                hyper::header::CONTENT_LENGTH,
+                hyper::header::HeaderValue::from(n),
+            );
+        }
+        headers.insert(
             hyper::header::SERVER,
             hyper::header::HeaderValue::from_static("tabos-wwd"),
         );
         Ok(resp)
     }
 
+    /// Asks the pool for the next window of response `id`.
+    async fn ask_window(self: Arc<Self>, id: u64, window: wire::Window) {
+        let request = Request {
+            id,
+            method: "GET".into(),
+            path: window.path.clone(),
+            query: String::new(),
+            headers: Vec::new(),
+            window: Some(window),
+        };
+        let msg = proto::Outgoing {
+            to: self.requests.clone(),
+            payload: wire::encode(&request, b""),
+            message_id: String::new(),
+        };
+        if self.out.send(msg).await.is_err() {
+            self.pending().remove(&id); // its body then ends short
+        }
+    }
+
     /// Sends the request to the pool and waits for its answer.
     async fn ask(
         &self,
         req: HttpRequest<hyper::body::Incoming>,
-    ) -> std::result::Result<(u16, String, Vec<u8>), (u16, String)> {
+    ) -> std::result::Result<(ResponseHead, mpsc::Receiver<Part>), (u16, String)> {
         let (parts, body) = req.into_parts();
         let body = tokio::time::timeout(BODY_WAIT, Limited::new(body, REQUEST_BODY_MAX).collect())
             .await
@@ -271,6 +409,7 @@ impl Wwd {
                 .take(HEADERS_MAX)
                 .filter_map(|(k, v)| Some((k.to_string(), v.to_str().ok()?.to_string())))
                 .collect(),
+            window: None,
         };
         let (tx, rx) = oneshot::channel();
         {
@@ -281,9 +420,10 @@ impl Wwd {
             pending.insert(
                 id,
                 Pending {
-                    tx,
-                    head: None,
-                    body: Vec::new(),
+                    head: Some(tx),
+                    body: None,
+                    next: 0,
+                    early: Default::default(),
                 },
             );
             self.peak.fetch_max(pending.len(), Ordering::Relaxed);
@@ -304,5 +444,67 @@ impl Wwd {
                 Err((504, "no worker answered in time".into()))
             }
         }
+    }
+}
+
+/// A response's body as its parts come: the next window asked for as the
+/// first part of the current one is read, so a client reading slowly
+/// holds back the worker, not wwd's memory. A part that does not come
+/// within [`ANSWER_WAIT`], or a response broken off, ends the connection
+/// (the client sees a body shorter than its length).
+struct Streamed {
+    parts: mpsc::Receiver<Part>,
+    wwd: Arc<Wwd>,
+    id: u64,
+    idle: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl hyper::body::Body for Streamed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<hyper::body::Frame<Bytes>, std::io::Error>>>
+    {
+        use std::task::Poll;
+        loop {
+            match self.parts.poll_recv(cx) {
+                Poll::Ready(Some(part)) => {
+                    if part.broken {
+                        return Poll::Ready(Some(Err(std::io::Error::other(
+                            "the file changed while it was being sent",
+                        ))));
+                    }
+                    if let Some(w) = part.more {
+                        tokio::spawn(self.wwd.clone().ask_window(self.id, w));
+                    }
+                    let deadline = tokio::time::Instant::now() + ANSWER_WAIT;
+                    self.idle.as_mut().reset(deadline);
+                    if part.data.is_empty() {
+                        continue;
+                    }
+                    return Poll::Ready(Some(Ok(hyper::body::Frame::data(part.data))));
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => {
+                    return match std::future::Future::poll(self.idle.as_mut(), cx) {
+                        Poll::Ready(()) => Poll::Ready(Some(Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "no worker sent the rest in time",
+                        )))),
+                        Poll::Pending => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Streamed {
+    fn drop(&mut self) {
+        // Its client went away, or it ended: nothing more is taken in.
+        self.wwd.pending().remove(&self.id);
     }
 }

@@ -179,6 +179,72 @@ with r.pipeline(transaction=True) as p:
         assert "CROSSSLOT" in str(e) or "slot" in str(e) or "EXECABORT" in str(e), e
 assert r.get("{acct}:a") == "0" and r.get("{other}:a") is None
 
+# SCAN over every shard: each key once (none is written meanwhile), with
+# MATCH, COUNT and TYPE; and a key there throughout the scan is returned
+# though others come and go.
+r.flushall()
+names = {f"scan:{i}" for i in range(500)}
+r.mset({k: "v" for k in names})
+r.hset("scan:hash", "f", "v")
+seen = []
+cursor = 0
+while True:
+    cursor, page = r.scan(cursor, count=37)
+    seen.extend(page)
+    if cursor == 0:
+        break
+assert sorted(seen) == sorted(names | {"scan:hash"}), (len(seen), len(set(seen)))
+assert set(r.scan_iter(match="scan:1?")) == {f"scan:{i}" for i in range(10, 20)}
+assert list(r.scan_iter(_type="hash")) == ["scan:hash"]
+kept, cursor, churned = set(), 0, 0
+while True:
+    cursor, page = r.scan(cursor, count=50)
+    kept.update(page)
+    r.set(f"churn:{churned}", "x")
+    r.delete(f"churn:{churned - 1}")
+    churned += 1
+    if cursor == 0:
+        break
+assert names <= kept, "a key there for the whole scan was not returned"
+expect_error("SCAN of a bad cursor", lambda: r.scan("x"), "invalid cursor")
+
+# Publish/subscribe (RESP3 pushes to redis-py): channels and patterns,
+# messages from another connection, counts, PUBSUB.
+p = r.pubsub()
+p.subscribe("news")
+p.psubscribe("sport.*")
+for _ in range(2):
+    assert p.get_message(timeout=5)["type"] in ("subscribe", "psubscribe")
+assert r.publish("news", "hello") == 1
+assert r.publish("sport.tennis", "ace") == 1
+assert r.publish("weather", "rain") == 0
+m = p.get_message(timeout=5)
+assert (m["type"], m["channel"], m["data"]) == ("message", "news", "hello"), m
+m = p.get_message(timeout=5)
+assert (m["type"], m["pattern"], m["channel"], m["data"]) == (
+    "pmessage", "sport.*", "sport.tennis", "ace"), m
+assert r.pubsub_channels() == ["news"]
+assert r.pubsub_numsub("news", "weather") == [("news", 1), ("weather", 0)]
+assert r.pubsub_numpat() == 1
+second = r.pubsub()
+second.subscribe("news")
+assert second.get_message(timeout=5)["type"] == "subscribe"
+assert r.publish("news", "both") == 2
+assert p.get_message(timeout=5)["data"] == "both"
+assert second.get_message(timeout=5)["data"] == "both"
+p.unsubscribe("news")
+assert p.get_message(timeout=5)["type"] == "unsubscribe"
+assert r.publish("news", "one") == 1
+second.close()
+p.punsubscribe()
+assert p.get_message(timeout=5)["type"] == "punsubscribe"
+p.close()
+for _ in range(50):  # the closed subscribers' links go
+    if r.publish("news", "none") == 0:
+        break
+    time.sleep(0.1)
+assert r.publish("news", "none") == 0 and r.pubsub_numpat() == 0
+
 r.flushall()
 assert r.dbsize() == 0 and r.get("s") is None
 print("redis-py: all checks passed")
