@@ -10,8 +10,13 @@
 //! kernel looks names up (`Inodes`); attributes are cached by the kernel
 //! for [`TTL`] only, since other clients change the files too.
 //!
+//! Times: utimensat sets a file's access and modification times (touch,
+//! `tar xf`, `cp -p`, `rsync -a`); reads do not move the access time (as
+//! on a noatime mount). `statvfs` (df) reports the realm's storage quota
+//! and use.
+//!
 //! Not supported (EOPNOTSUPP/ENOSYS): hard links, symlinks, special files
-//! (mknod, fifos), extended attributes, locks, and setting times.
+//! (mknod, fifos), extended attributes, locks.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -22,7 +27,7 @@ use anyhow::Context;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use tabos_client::proto::{self, FsStat};
 
@@ -33,6 +38,12 @@ use crate::NodeAddr;
 pub const TTL: Duration = Duration::from_secs(1);
 /// Most bytes one read asks the node for (the API's chunk).
 pub const READ_BYTES_MAX: u32 = 4 << 20;
+/// The block `statvfs` counts in.
+pub const STATFS_BLOCK: u64 = 4096;
+/// What `statvfs` shows free for a realm without a storage quota.
+pub const UNLIMITED_FREE_BYTES: u64 = 1 << 40;
+/// Longest name in a directory (NAME_MAX): a longer one is ENAMETOOLONG.
+pub const NAME_BYTES_MAX: usize = 255;
 /// Most paths the inode table remembers before it forgets them all but
 /// the root (the kernel looks them up again).
 pub const INODES_MAX: usize = 1 << 20;
@@ -191,7 +202,7 @@ fn attr(ino: u64, s: &FsStat) -> FileAttr {
         ino: INodeNo(ino),
         size,
         blocks: size.div_ceil(512),
-        atime: time(s.mtime_us),
+        atime: time(s.atime_us),
         mtime: time(s.mtime_us),
         ctime: time(s.ctime_us),
         crtime: time(s.ctime_us),
@@ -241,6 +252,9 @@ impl TabosFs {
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        if name.len() > NAME_BYTES_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
         let name = name.to_str().ok_or(Errno::EINVAL)?;
         let dir = self.path(parent)?;
         Ok(if dir == "/" {
@@ -355,11 +369,16 @@ impl Filesystem for TabosFs {
         let done = (|| {
             let path = self.path(ino)?;
             let (realm, user) = (self.realm.clone(), self.user_for(req));
-            // Times are the node's to keep: setting them is refused
-            // rather than ignored.
-            if atime.is_some() || mtime.is_some() {
-                return Err(Errno::EOPNOTSUPP);
-            }
+            let wanted = |t: Option<TimeOrNow>| -> Option<Option<i64>> {
+                t.map(|t| match t {
+                    TimeOrNow::Now => None,
+                    TimeOrNow::SpecificTime(t) => Some(match t.duration_since(UNIX_EPOCH) {
+                        Ok(d) => d.as_micros().min(i64::MAX as u128) as i64,
+                        Err(e) => -(e.duration().as_micros().min(i64::MAX as u128) as i64),
+                    }),
+                })
+            };
+            let (atime, mtime) = (wanted(atime), wanted(mtime));
             self.rt
                 .block_on(async {
                     let mut c = self.c();
@@ -372,6 +391,10 @@ impl Filesystem for TabosFs {
                     }
                     if let Some(sz) = size {
                         c.fs_truncate(&realm, &user, &path, sz as i64).await?;
+                    }
+                    // After the size: a truncate moves the mtime too.
+                    if atime.is_some() || mtime.is_some() {
+                        c.fs_set_times(&realm, &user, &path, atime, mtime).await?;
                     }
                     Ok::<_, tabos_client::Error>(())
                 })
@@ -532,6 +555,45 @@ impl Filesystem for TabosFs {
         reply: ReplyEmpty,
     ) {
         reply.ok();
+    }
+
+    /// `statvfs` (df): the realm's storage quota and what it stores, in
+    /// 4 KiB blocks; a realm with no storage quota shows its use and
+    /// [`UNLIMITED_FREE_BYTES`] free.
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let realm = self.realm.clone();
+        let info = self.rt.block_on(async move {
+            let mut c = self.c();
+            let realm = match realm.as_str() {
+                "" => c.who_am_i().await?.default_realm,
+                _ => realm,
+            };
+            let realms = c.list_realms().await?;
+            Ok::<_, tabos_client::Error>(realms.into_iter().find(|r| r.realm == realm))
+        });
+        match info {
+            Ok(Some(r)) => {
+                let used = r.stored_bytes.max(0) as u64;
+                let total = match r.quota_storage_mb {
+                    Some(mb) => (mb.max(0) as u64) << 20,
+                    None => used + UNLIMITED_FREE_BYTES,
+                };
+                let free = total.saturating_sub(used) / STATFS_BLOCK;
+                let blocks = total.div_ceil(STATFS_BLOCK);
+                reply.statfs(
+                    blocks,
+                    free,
+                    free,
+                    0,
+                    0,
+                    STATFS_BLOCK as u32,
+                    NAME_BYTES_MAX as u32,
+                    STATFS_BLOCK as u32,
+                )
+            }
+            Ok(None) => reply.error(Errno::ENOENT),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn readdir(

@@ -178,8 +178,9 @@ pub async fn unplaced(client: &Client, realm: &str, prefix: &str) -> Option<Stri
     let rows = client
         .clone()
         .sql_limited(
-            "SELECT pid, class, cores, mem_mb, worker_id FROM proc WHERE ($1 = '' OR realm = $1) \
-             AND state IN ('spawned', 'claimed') AND substr(pid, 1, length($2)) = $2 ORDER BY seq",
+            "SELECT pid, class, cores, waiting, worker_id FROM ps WHERE ($1 = '' OR realm = $1) \
+             AND state IN ('spawned', 'claimed') AND substr(pid, 1, length($2)) = $2 \
+             ORDER BY spawn_us",
             vec![
                 crate::Value::Text(realm.into()),
                 crate::Value::Text(prefix.into()),
@@ -218,7 +219,7 @@ pub async fn unplaced(client: &Client, realm: &str, prefix: &str) -> Option<Stri
         ""
     };
     Some(format!(
-        "not started yet, waiting for room: {}{more}. An LC proc holds whole \
+        "not started yet: {}{more}. An LC proc holds whole \
          cores and BE procs wait for idle ones; `tabos ps` shows what runs, `tabos status` \
          each node's cores",
         shown.join(", ")

@@ -260,6 +260,37 @@ impl Client {
         Ok(())
     }
 
+    /// Sets `path`'s access and modification times (utimensat): each
+    /// `None` to leave it, `Some(None)` for now, `Some(Some(µs))` for a
+    /// time.
+    pub async fn fs_set_times(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        atime: Option<Option<i64>>,
+        mtime: Option<Option<i64>>,
+    ) -> Result<(), Error> {
+        let set = |t: Option<Option<i64>>| match t {
+            None => (proto::SetTime::Omit, 0),
+            Some(None) => (proto::SetTime::Now, 0),
+            Some(Some(us)) => (proto::SetTime::At, us),
+        };
+        let ((a, a_us), (m, m_us)) = (set(atime), set(mtime));
+        self.fs
+            .set_times(proto::FsTimesRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                atime: a.into(),
+                atime_us: a_us,
+                mtime: m.into(),
+                mtime_us: m_us,
+            })
+            .await?;
+        Ok(())
+    }
+
     pub async fn fs_chown(
         &mut self,
         realm: &str,

@@ -223,6 +223,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/031_ps_times.sql"),
         postgres: include_str!("../schema/postgres/031_ps_times.sql"),
     },
+    Migration {
+        version: 32,
+        name: "fs_atime",
+        sqlite: include_str!("../schema/sqlite/032_fs_atime.sql"),
+        postgres: include_str!("../schema/postgres/032_fs_atime.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -59,6 +59,7 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
         block_size: s.block_size,
         ctime_us: s.ctime_us,
         mtime_us: s.mtime_us,
+        atime_us: s.atime_us,
     }
 }
 
@@ -148,6 +149,22 @@ pub mod ops {
         Ok(proto::Empty {})
     });
 
+    op!(SetTimes(FsTimesRequest) -> Empty, |node, who, r| {
+        let p = checked(&r.path)?;
+        let set = |kind: i32, us: i64| match proto::SetTime::try_from(kind) {
+            Ok(proto::SetTime::Omit) => Ok(fs::SetTime::Omit),
+            Ok(proto::SetTime::Now) => Ok(fs::SetTime::Now),
+            Ok(proto::SetTime::At) => Ok(fs::SetTime::At(us)),
+            _ => Err(tabos_kernel::Error::Invalid("a time is omit, now or at a time".into())),
+        };
+        let (atime, mtime) = (set(r.atime, r.atime_us)?, set(r.mtime, r.mtime_us)?);
+        node.write_as(who, move |tx, who, now| {
+            fs::set_times_tx(tx, who, &p, atime, mtime, now)
+        })
+        .await?;
+        Ok(proto::Empty {})
+    });
+
     op!(Chown(FsChownRequest) -> Empty, |node, who, r| {
         let (p, owner) = (checked(&r.path)?, r.owner);
         node.write_as(who, move |tx, who, now| {
@@ -180,6 +197,7 @@ crate::op::served! {
     read_dir(FsPathRequest) -> FsReadDirResponse = ReadDir;
     chmod(FsChmodRequest) -> Empty = Chmod;
     chown(FsChownRequest) -> Empty = Chown;
+    set_times(FsTimesRequest) -> Empty = SetTimes;
     du(FsDuRequest) -> FsDuResponse = Du;
     @streams {
         async fn read(

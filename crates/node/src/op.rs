@@ -80,7 +80,7 @@ acting!(none:
 );
 acting!(realm and user:
     FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
-    FsReadRequest, FsWriteRequest, FsTruncateRequest,
+    FsTimesRequest, FsReadRequest, FsWriteRequest, FsTruncateRequest,
 );
 
 /// `served! { Service: Trait; method(Request) -> Response = Op; … }`:

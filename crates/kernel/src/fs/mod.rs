@@ -136,6 +136,8 @@ pub struct Stat {
     pub block_size: i64,
     pub ctime_us: i64,
     pub mtime_us: i64,
+    /// Set by utimensat only; the modification time until then.
+    pub atime_us: i64,
 }
 
 /// Who asks: defined with the credentials a caller's user comes from.
@@ -207,6 +209,7 @@ fn root_stat() -> Stat {
         block_size: 0,
         ctime_us: 0,
         mtime_us: 0,
+        atime_us: 0,
     }
 }
 
@@ -214,7 +217,7 @@ fn root_stat() -> Stat {
 macro_rules! stat_columns {
     () => {
         "d_name, content_type, user_name, mode, f_size, block_size, \
-     ctime_us, mtime_us, layout, in_segments"
+     ctime_us, mtime_us, layout, in_segments, COALESCE(atime_us, mtime_us)"
     };
 }
 
@@ -231,6 +234,7 @@ fn stat_from_row(r: &Row) -> Result<Stat> {
         block_size: r.get(5)?,
         ctime_us: r.get(6)?,
         mtime_us: r.get(7)?,
+        atime_us: r.get(10)?,
         storage: match (r.get::<String>(8)?.as_str(), r.get::<i64>(9)?) {
             (_, 1) => Storage::Segments,
             ("parallel", _) => Storage::Parallel,
@@ -396,6 +400,7 @@ fn insert_entry(
         block_size: block,
         ctime_us: now_us,
         mtime_us: now_us,
+        atime_us: now_us,
     })
 }
 
@@ -633,7 +638,7 @@ pub fn readdir_tx(tx: &mut dyn Tx, who: &Caller, dir: &str) -> Result<(Vec<Stat>
     }
     allowed(&d, who, Need::Read)?;
     const LIST: &str = "SELECT d_name, content_type, user_name, mode, f_size, block_size, \
-         ctime_us, mtime_us, layout, in_segments FROM directory \
+         ctime_us, mtime_us, layout, in_segments, COALESCE(atime_us, mtime_us) FROM directory \
          WHERE p_key = $1 AND realm = $2 AND parent = $3 ORDER BY d_name LIMIT 10001";
     debug_assert!(LIST.ends_with(&format!("LIMIT {}", READDIR_MAX + 1)));
     let rows = tx.query(LIST, params![p_key(tx), realm, dir])?;
@@ -1026,6 +1031,77 @@ pub fn chmod_tx(tx: &mut dyn Tx, who: &Caller, path: &str, mode: i64, now_us: i6
     tx.execute(
         "UPDATE directory SET mode = $4, ctime_us = $5 WHERE p_key = $1 AND realm = $2 AND d_name = $3",
         params![p_key(tx), realm, path, mode, now_us],
+    )?;
+    Ok(())
+}
+
+/// Earliest and latest modification times an entry may be given (µs
+/// since the epoch): 1 January 1900 to 1 January 3000, as tar and make
+/// meet them.
+pub const MTIME_MIN_US: i64 = -2_208_988_800_000_000;
+pub const MTIME_MAX_US: i64 = 32_503_680_000_000_000;
+
+/// What utimensat sets one of an entry's times to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SetTime {
+    /// Left as it is (UTIME_OMIT).
+    Omit,
+    /// The time of the change (UTIME_NOW).
+    Now,
+    /// This time (µs since the epoch).
+    At(i64),
+}
+
+/// Procedure body: sets an entry's access and modification times
+/// (utimensat): to given times by its owner or root; to now, also by
+/// whoever may write it — as Linux allows.
+pub fn set_times_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    path: &str,
+    atime: SetTime,
+    mtime: SetTime,
+    now_us: i64,
+) -> Result<()> {
+    let realm = acting(who, Role::Member)?;
+    validate_realm(realm)?;
+    writable(path)?;
+    let st = must(tx, realm, path)?;
+    if (atime, mtime) == (SetTime::Omit, SetTime::Omit) {
+        return Ok(()); // nothing changes, not even the change time
+    }
+    let owner = who.user() == ROOT || who.user() == st.owner;
+    let explicit = matches!(atime, SetTime::At(_)) || matches!(mtime, SetTime::At(_));
+    if !owner {
+        if explicit {
+            return Err(Error::Denied(format!(
+                "only {} (the owner) or root may set the times of {path}",
+                st.owner
+            )));
+        }
+        allowed(&st, who, Need::Write)?;
+    }
+    let value = |t: SetTime, now: i64, was: i64| -> Result<i64> {
+        let t = match t {
+            SetTime::Omit => return Ok(was),
+            SetTime::Now => now,
+            SetTime::At(t) => t,
+        };
+        if !(MTIME_MIN_US..=MTIME_MAX_US).contains(&t) {
+            return Err(Error::Invalid(format!(
+                "a time is within {MTIME_MIN_US}..={MTIME_MAX_US} µs since the epoch"
+            )));
+        }
+        Ok(t)
+    };
+    let (a, m) = (
+        value(atime, now_us, st.atime_us)?,
+        value(mtime, now_us, st.mtime_us)?,
+    );
+    tx.execute(
+        "UPDATE directory SET atime_us = $4, mtime_us = $5, ctime_us = $6 \
+         WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+        params![p_key(tx), realm, path, a, m, now_us],
     )?;
     Ok(())
 }

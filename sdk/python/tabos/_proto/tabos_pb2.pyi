@@ -136,6 +136,13 @@ class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILE_TYPE_DIR: _ClassVar[FileType]
     FILE_TYPE_FILE: _ClassVar[FileType]
 
+class SetTime(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SET_TIME_UNSPECIFIED: _ClassVar[SetTime]
+    SET_TIME_OMIT: _ClassVar[SetTime]
+    SET_TIME_NOW: _ClassVar[SetTime]
+    SET_TIME_AT: _ClassVar[SetTime]
+
 class WorkflowStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     WORKFLOW_STATUS_UNSPECIFIED: _ClassVar[WorkflowStatus]
@@ -250,6 +257,10 @@ WATCH_OP_REMOVE: WatchOp
 FILE_TYPE_UNSPECIFIED: FileType
 FILE_TYPE_DIR: FileType
 FILE_TYPE_FILE: FileType
+SET_TIME_UNSPECIFIED: SetTime
+SET_TIME_OMIT: SetTime
+SET_TIME_NOW: SetTime
+SET_TIME_AT: SetTime
 WORKFLOW_STATUS_UNSPECIFIED: WorkflowStatus
 WORKFLOW_STATUS_ENQUEUED: WorkflowStatus
 WORKFLOW_STATUS_PENDING: WorkflowStatus
@@ -1313,7 +1324,7 @@ class FenceRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
 
 class FsStat(_message.Message):
-    __slots__ = ("path", "type", "owner", "mode", "size", "block_size", "ctime_us", "mtime_us", "layout")
+    __slots__ = ("path", "type", "owner", "mode", "size", "block_size", "ctime_us", "mtime_us", "layout", "atime_us")
     PATH_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -1323,6 +1334,7 @@ class FsStat(_message.Message):
     CTIME_US_FIELD_NUMBER: _ClassVar[int]
     MTIME_US_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    ATIME_US_FIELD_NUMBER: _ClassVar[int]
     path: str
     type: FileType
     owner: str
@@ -1332,7 +1344,8 @@ class FsStat(_message.Message):
     ctime_us: int
     mtime_us: int
     layout: str
-    def __init__(self, path: _Optional[str] = ..., type: _Optional[_Union[FileType, str]] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ...) -> None: ...
+    atime_us: int
+    def __init__(self, path: _Optional[str] = ..., type: _Optional[_Union[FileType, str]] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ..., atime_us: _Optional[int] = ...) -> None: ...
 
 class FsCreateRequest(_message.Message):
     __slots__ = ("realm", "user", "path", "mode", "fence", "parallel")
@@ -1456,6 +1469,24 @@ class FsChmodRequest(_message.Message):
     path: str
     mode: int
     def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[int] = ...) -> None: ...
+
+class FsTimesRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "atime", "atime_us", "mtime", "mtime_us")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ATIME_FIELD_NUMBER: _ClassVar[int]
+    ATIME_US_FIELD_NUMBER: _ClassVar[int]
+    MTIME_FIELD_NUMBER: _ClassVar[int]
+    MTIME_US_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    atime: SetTime
+    atime_us: int
+    mtime: SetTime
+    mtime_us: int
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., atime: _Optional[_Union[SetTime, str]] = ..., atime_us: _Optional[int] = ..., mtime: _Optional[_Union[SetTime, str]] = ..., mtime_us: _Optional[int] = ...) -> None: ...
 
 class FsChownRequest(_message.Message):
     __slots__ = ("realm", "user", "path", "owner")

@@ -2366,6 +2366,11 @@ class FsStub:
                 request_serializer=tabos__pb2.FsChownRequest.SerializeToString,
                 response_deserializer=tabos__pb2.Empty.FromString,
                 _registered_method=True)
+        self.SetTimes = channel.unary_unary(
+                '/tabos.v1.Fs/SetTimes',
+                request_serializer=tabos__pb2.FsTimesRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
         self.Du = channel.unary_unary(
                 '/tabos.v1.Fs/Du',
                 request_serializer=tabos__pb2.FsDuRequest.SerializeToString,
@@ -2448,6 +2453,12 @@ class FsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetTimes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Du(self, request, context):
         """Files and bytes under a path: one SQL query (DBOS Table 2).
         """
@@ -2516,6 +2527,11 @@ def add_FsServicer_to_server(servicer, server):
             'Chown': grpc.unary_unary_rpc_method_handler(
                     servicer.Chown,
                     request_deserializer=tabos__pb2.FsChownRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'SetTimes': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTimes,
+                    request_deserializer=tabos__pb2.FsTimesRequest.FromString,
                     response_serializer=tabos__pb2.Empty.SerializeToString,
             ),
             'Du': grpc.unary_unary_rpc_method_handler(
@@ -2847,6 +2863,33 @@ class Fs:
             target,
             '/tabos.v1.Fs/Chown',
             tabos__pb2.FsChownRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTimes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/SetTimes',
+            tabos__pb2.FsTimesRequest.SerializeToString,
             tabos__pb2.Empty.FromString,
             options,
             channel_credentials,
