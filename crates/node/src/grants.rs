@@ -27,6 +27,10 @@ use tabos_kernel::sched::WorkerSpec;
 use crate::procd::{self, Procd};
 use crate::{Node, ServedRealms};
 
+/// Pauses before following the grants again after a failure.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
 /// How often a withdrawn realm's procd is looked at to see whether it has
 /// finished what it ran (in memory, no database).
 const WITHDRAWN_CHECK: Duration = Duration::from_millis(200);
@@ -50,13 +54,30 @@ pub async fn serve(
     let mut feed = node.store.subscribe(&channel);
     let mut serving: HashMap<String, Serving> = HashMap::new();
     let mut procds = tokio::task::JoinSet::new();
+    let mut retries = tabos_client::retry::Backoff::new(RETRY_FIRST, RETRY_MAX);
     loop {
-        if let Err(e) = follow(&node, &addr, &served, &mut serving, &mut procds).await {
-            eprintln!(
-                "node {}: cannot follow its grants: {e}",
-                node.settings.node_id
-            );
-        }
+        // A failed follow (the store busy, a registration refused) is tried
+        // again after a pause: the grant it missed will not be told again.
+        let failed = match follow(&node, &addr, &served, &mut serving, &mut procds).await {
+            Ok(()) => {
+                retries.reset();
+                false
+            }
+            Err(e) => {
+                eprintln!(
+                    "node {}: cannot follow its grants (trying again): {e}",
+                    node.settings.node_id
+                );
+                true
+            }
+        };
+        let retry = async {
+            if failed {
+                tokio::time::sleep(retries.pause()).await
+            } else {
+                std::future::pending().await
+            }
+        };
         let withdrawn = serving.values().any(|s| s.withdrawn);
         let check = async {
             if withdrawn {
@@ -71,6 +92,7 @@ pub async fn serve(
                 feed = node.store.subscribe(&channel);
             },
             () = check => {}
+            () = retry => {}
             Some(_) = procds.join_next(), if !procds.is_empty() => {}
         }
     }
