@@ -52,6 +52,25 @@ fn sleeper(pid: &str, class: proto::ProcClass) -> proto::ProcDescriptor {
     }
 }
 
+/// Waits for `pid` to start, failing — with its realm's allocation — after
+/// [`START_WAIT`] rather than hanging the run.
+async fn started(c: &mut tabos_client::Client, realm: &str, pid: &str) {
+    match tokio::time::timeout(START_WAIT, c.wait_start(realm, pid)).await {
+        Ok(status) => {
+            status.unwrap();
+        }
+        Err(_) => {
+            let a = c.allocation(realm, 1_000).await;
+            panic!(
+                "{realm}/{pid} did not start within {START_WAIT:?}; its realm's allocation: {a:#?}"
+            );
+        }
+    }
+}
+
+/// Longest a test waits for a proc to start.
+const START_WAIT: Duration = Duration::from_secs(60);
+
 fn granted(a: &proto::RealmAllocation) -> i64 {
     a.grants.iter().map(|g| g.cores).sum()
 }
@@ -96,7 +115,7 @@ async fn an_elastic_realm_grows_with_demand_and_shrinks_when_idle() {
             .unwrap();
     }
     for i in 0..3 {
-        op.wait_start("mr", &format!("p{i}")).await.unwrap();
+        started(&mut op, "mr", &format!("p{i}")).await;
     }
     let a = until(&mut op, "mr", |a| granted(a) == 3).await;
     assert_eq!(a.want_cores, 3);
@@ -221,7 +240,7 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
             .unwrap();
     }
     for i in 0..4 {
-        op.wait_start("batch", &format!("b{i}")).await.unwrap();
+        started(&mut op, "batch", &format!("b{i}")).await;
     }
     until(&mut op, "batch", |a| granted(a) == 4).await;
     // The LC realm's procs start: it took two cores back.
@@ -231,7 +250,7 @@ async fn an_lc_realm_takes_cores_back_from_a_be_realm() {
             .unwrap();
     }
     for i in 0..2 {
-        op.wait_start("web", &format!("w{i}")).await.unwrap();
+        started(&mut op, "web", &format!("w{i}")).await;
     }
     let batch = until(&mut op, "batch", |a| granted(a) == 2).await;
     assert!(
@@ -277,7 +296,7 @@ async fn a_full_grant_still_starts_procs_of_no_cores() {
     op.spawn("batch", sleeper("reducer", proto::ProcClass::Be))
         .await
         .unwrap();
-    op.wait_start("batch", "reducer").await.unwrap();
+    started(&mut op, "batch", "reducer").await;
     let coordinator = proto::ProcDescriptor {
         cores: Some(0),
         ..sleeper("coordinator", proto::ProcClass::Be)
