@@ -67,9 +67,10 @@ impl Backoff {
     }
 }
 
-/// A random number for jitter: std's per-process random hash keys, so no
-/// dependency is needed for numbers that only have to differ.
-fn random() -> u64 {
+/// A random number for jitter (and anything else whose numbers only have
+/// to differ, such as a multipart boundary): std's per-process random hash
+/// keys, so no dependency is needed. Not for secrets.
+pub fn random() -> u64 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
         std::time::UNIX_EPOCH

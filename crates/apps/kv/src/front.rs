@@ -139,6 +139,18 @@ fn encoding_knob(name: &[u8]) -> bool {
             .any(|k| n.contains(k))
 }
 
+/// The names in every group's answer, once each (a channel or pattern
+/// subscribed at several kvds is one).
+fn distinct(names: Vec<Reply>) -> std::collections::BTreeSet<Vec<u8>> {
+    names
+        .into_iter()
+        .filter_map(|n| match n {
+            Reply::Bulk(b) => Some(b),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Commands a front end answers itself, in a transaction too.
 fn front_local(cmd: &[u8]) -> bool {
     pubsub::Kind::of(cmd).is_some()
@@ -563,31 +575,11 @@ impl Front {
         };
         match (sub.as_deref(), reply) {
             (Some(b"CHANNELS"), Ok(Reply::Array(names))) => {
-                let set: std::collections::BTreeSet<Vec<u8>> = names
-                    .into_iter()
-                    .filter_map(|n| {
-                        if let Reply::Bulk(b) = n {
-                            Some(b)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect();
-                Reply::Array(set.into_iter().map(Reply::Bulk).collect())
+                Reply::Array(distinct(names).into_iter().map(Reply::Bulk).collect())
             }
-            (Some(b"NUMPAT"), Ok(Reply::Array(names))) => Reply::Integer(
-                names
-                    .into_iter()
-                    .filter_map(|n| {
-                        if let Reply::Bulk(b) = n {
-                            Some(b)
-                        } else {
-                            None
-                        }
-                    })
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len() as i64,
-            ),
+            (Some(b"NUMPAT"), Ok(Reply::Array(names))) => {
+                Reply::Integer(distinct(names).len() as i64)
+            }
             (Some(b"NUMSUB"), Ok(Reply::Array(parts))) => {
                 // Each group's [channel, n, …], in the order asked.
                 let channels = &req[2..];

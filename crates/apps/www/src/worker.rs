@@ -358,7 +358,7 @@ async fn byteranges(
     size: u64,
     head_only: bool,
 ) -> Vec<Vec<u8>> {
-    let boundary = format!("tabos-{:016x}", random());
+    let boundary = format!("tabos-{:016x}", tabos_client::retry::random());
     let ctype = std::mem::replace(
         &mut head.content_type,
         format!("multipart/byteranges; boundary={boundary}"),
@@ -421,19 +421,6 @@ async fn read(
         }
     }
     Ok(data)
-}
-
-/// A boundary's random part: std's per-process random hash keys.
-fn random() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::UNIX_EPOCH
-            .elapsed()
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.finish()
 }
 
 fn fs_error(e: &tabos_client::Error) -> (u16, String) {

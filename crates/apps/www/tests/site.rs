@@ -94,6 +94,46 @@ fn curl(args: &[&str]) -> (u16, String, Vec<u8>) {
     (status, t.next().unwrap_or_default().to_string(), body)
 }
 
+/// The site's program: this build's `tabos-www-task`.
+fn program() -> Program {
+    Program {
+        path: env!("CARGO_BIN_EXE_tabos-www-task").into(),
+        args: Vec::new(),
+    }
+}
+
+/// Starts site `site` on a free loopback port with `min..=max` workers:
+/// the site, its port and its base URL.
+async fn serve_site(client: &Client, site: &str, min: u32, max: u32) -> (Site, u16, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let s = Site::start(client, REALM, site, program(), &listen, None, min, max)
+        .await
+        .unwrap();
+    (s, port, format!("http://{listen}"))
+}
+
+/// Waits (boundedly) until `url` answers 200: wwd is listening.
+async fn until_answers(url: &str) {
+    for _ in 0..200 {
+        let u = url.to_string();
+        if tokio::task::spawn_blocking(move || curl(&[&u]))
+            .await
+            .unwrap()
+            .0
+            == 200
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("wwd never answered {url}");
+}
+
 fn routes(extra: &[(&str, Handler)]) -> Routes {
     let mut routes = vec![Route {
         prefix: "/".into(),
@@ -173,45 +213,9 @@ fn a_site_answers_curl() {
         service::create(&client, REALM, "t", &routes(&[("/dyn", dynamic.clone())]))
             .await
             .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let base = format!("http://127.0.0.1:{port}");
-        let program = Program {
-            path: env!("CARGO_BIN_EXE_tabos-www-task").into(),
-            args: Vec::new(),
-        };
-        let mut site = Site::start(
-            &client,
-            REALM,
-            "t",
-            program,
-            &format!("127.0.0.1:{port}"),
-            None,
-            2,
-            3,
-        )
-        .await
-        .unwrap();
+        let (mut site, port, base) = serve_site(&client, "t", 2, 3).await;
         let url = move |p: &str| format!("{base}{p}");
-        // Bounded wait for wwd to listen.
-        let mut up = false;
-        for _ in 0..200 {
-            let u = url("/");
-            if tokio::task::spawn_blocking(move || curl(&[&u]))
-                .await
-                .unwrap()
-                .0
-                == 200
-            {
-                up = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(up, "wwd never answered");
+        until_answers(&url("/")).await;
         // wwd's credential reaches its three mailboxes and nothing more
         // (the node enforces a scope: crates/node/tests/auth.rs).
         let wwd = site.wwd().unwrap().to_string();
@@ -508,44 +512,9 @@ fn http_as_browsers_and_caches_expect() {
         service::create(&client, REALM, "h", &routes(&[]))
             .await
             .unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let base = format!("http://127.0.0.1:{port}");
-        let program = Program {
-            path: env!("CARGO_BIN_EXE_tabos-www-task").into(),
-            args: Vec::new(),
-        };
-        let mut site = Site::start(
-            &client,
-            REALM,
-            "h",
-            program,
-            &format!("127.0.0.1:{port}"),
-            None,
-            2,
-            2,
-        )
-        .await
-        .unwrap();
+        let (mut site, _, base) = serve_site(&client, "h", 2, 2).await;
         let url = move |p: &str| format!("{base}{p}");
-        let mut up = false;
-        for _ in 0..200 {
-            let u = url("/page.html");
-            if tokio::task::spawn_blocking(move || curl(&[&u]))
-                .await
-                .unwrap()
-                .0
-                == 200
-            {
-                up = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert!(up, "wwd never answered");
+        until_answers(&url("/page.html")).await;
         let checks = {
             let (url, page) = (url.clone(), page.clone());
             tokio::task::spawn_blocking(move || {
@@ -708,23 +677,10 @@ fn http_as_browsers_and_caches_expect() {
 
         // HTTPS: plain HTTP beyond loopback is refused; with a
         // certificate (openssl's, self-signed) curl verifies and is served.
-        let program = Program {
-            path: env!("CARGO_BIN_EXE_tabos-www-task").into(),
-            args: Vec::new(),
-        };
-        let refused = Site::start(
-            &client,
-            REALM,
-            "h",
-            program.clone(),
-            "0.0.0.0:0",
-            None,
-            1,
-            1,
-        )
-        .await
-        .err()
-        .expect("plain HTTP beyond loopback was accepted");
+        let refused = Site::start(&client, REALM, "h", program(), "0.0.0.0:0", None, 1, 1)
+            .await
+            .err()
+            .expect("plain HTTP beyond loopback was accepted");
         assert!(refused.to_string().contains("--tls-cert"), "{refused}");
         let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
         let o = Command::new("openssl")
@@ -758,7 +714,7 @@ fn http_as_browsers_and_caches_expect() {
             &client,
             REALM,
             "h",
-            program,
+            program(),
             &format!("127.0.0.1:{tls_port}"),
             Some(tls),
             1,
