@@ -210,6 +210,11 @@ async fn serve(
     listen: &str,
     svc: Service,
 ) -> anyhow::Result<()> {
+    // Installed before anything is printed: whoever reads the address and
+    // sends SIGTERM must find it handled (the default action kills the
+    // process without stopping the service's procs).
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("handle SIGTERM")?;
     let client = svc.node.connect().await?;
     let realm = svc.realm.realm.clone();
     let name = svc.service.clone();
@@ -245,8 +250,6 @@ async fn serve(
         realm.clone(),
         name.clone(),
     ));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("handle SIGTERM")?;
     let outcome: anyhow::Result<()> = loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break Ok(()),

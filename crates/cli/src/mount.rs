@@ -712,6 +712,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         config.acl = fuser::SessionACL::All;
     }
     config.n_threads = Some(4);
+    // The signals are taken before the mount is announced: whoever reads
+    // that line and sends SIGTERM must find it handled (the default action
+    // would leave the mount behind with no one serving it).
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("start the signal runtime")?;
+    let (mut term, mut int) = {
+        let _in = signals.enter();
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()).context("handle SIGTERM")?,
+            signal(SignalKind::interrupt()).context("handle SIGINT")?,
+        )
+    };
     let session = fuser::spawn_mount(fs, &args.dir, &config)
         .with_context(|| format!("cannot mount on {}", args.dir.display()))?;
     outln!(
@@ -723,26 +738,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // way the session ends and `join` returns.
     let dir = args.dir.clone();
     std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        else {
-            return;
-        };
-        rt.block_on(async {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            let terminated = async {
-                match term.as_mut() {
-                    Some(t) => {
-                        t.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
+        signals.block_on(async {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                () = terminated => {}
+                _ = int.recv() => {}
+                _ = term.recv() => {}
             }
         });
         unmount(&dir);

@@ -123,6 +123,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_workers,
         )
         .await?;
+        // Installed before anything is printed: whoever reads the URL and
+        // sends SIGTERM must find it handled (the default action kills the
+        // process without stopping the site's procs).
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .context("handle SIGTERM")?;
         // Said only once wwd runs: until then nothing answers there, and
         // the user is told why.
         let wwd = s.wwd().unwrap_or_default().to_string();
@@ -141,13 +146,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     s.stop().await;
                     return Ok(());
                 }
+                _ = term.recv() => {
+                    s.stop().await;
+                    return Ok(());
+                }
             }
         }
         outln!(
             "site {site}: wwd {wwd} on {scheme}://{listen}/ with {workers}..={max_workers} workers"
         );
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .context("handle SIGTERM")?;
         let outcome: anyhow::Result<()> = loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break Ok(()),
