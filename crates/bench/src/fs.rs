@@ -658,7 +658,7 @@ fn table2(
         }
     }
     let who = 7usize;
-    let query = "SELECT count(*), coalesce(sum(f_size), 0) FROM directory \
+    let query = "SELECT count(*), coalesce(sum(f_size), 0) FROM fs_inode \
                  WHERE realm = 't2' AND content_type = 'file' AND user_name = 'u7' \
                  AND f_size >= 20480";
     fn walk(dir: &Path, uid: u32, acc: &mut (i64, i64)) -> std::io::Result<()> {

@@ -83,6 +83,17 @@ enum FsCommand {
     Chmod { mode: String, path: String },
     /// Give an entry to another user (root only)
     Chown { owner: String, path: String },
+    /// Give a file a further name (a hard link), or with -s make a
+    /// symbolic link whose target is TARGET (stored as given)
+    Ln {
+        /// Make a symbolic link instead
+        #[arg(short, long)]
+        symbolic: bool,
+        target: String,
+        path: String,
+    },
+    /// Print a symbolic link's target
+    Readlink { path: String },
 }
 
 fn octal(s: &str) -> anyhow::Result<i64> {
@@ -91,13 +102,14 @@ fn octal(s: &str) -> anyhow::Result<i64> {
 
 fn line(e: &FsStat) -> String {
     format!(
-        "{}{:o} {:<10} {:>12} {}",
-        if e.r#type() == proto::FileType::Dir {
-            "d"
-        } else {
-            "-"
+        "{}{:o} {:>3} {:<10} {:>12} {}",
+        match e.r#type() {
+            proto::FileType::Dir => "d",
+            proto::FileType::Symlink => "l",
+            _ => "-",
         },
         e.mode,
+        e.nlink,
         e.owner,
         e.size,
         e.path
@@ -109,7 +121,8 @@ fn stat_json(s: &tabos_client::proto::FsStat) -> serde_json::Value {
     serde_json::json!({
         "path": s.path, "type": s.r#type().name(), "owner": s.owner,
         "mode": format!("{:o}", s.mode), "size": s.size, "block_size": s.block_size,
-        "layout": s.layout, "changed": crate::output::rfc3339(s.ctime_us),
+        "layout": s.layout, "links": s.nlink, "id": s.id,
+        "changed": crate::output::rfc3339(s.ctime_us),
         "modified": crate::output::rfc3339(s.mtime_us),
     })
 }
@@ -259,6 +272,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 outln!("owner      {}", s.owner);
                 outln!("mode       {:o}", s.mode);
                 outln!("size       {}", s.size);
+                outln!("links      {}", s.nlink);
                 outln!("block size {}", s.block_size);
                 if s.r#type() == proto::FileType::File {
                     outln!("layout     {}", s.layout);
@@ -288,6 +302,27 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 if crate::output::json() {
                     outln!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
                 }
+            }
+            FsCommand::Ln {
+                symbolic,
+                target,
+                path,
+            } => {
+                let st = if symbolic {
+                    c.fs_symlink(&realm, &user, &target, &path).await?
+                } else {
+                    c.fs_link(&realm, &user, &target, &path).await?
+                };
+                if crate::output::json() {
+                    outln!("{}", stat_json(&st));
+                }
+            }
+            FsCommand::Readlink { path } => {
+                let target = c.fs_readlink(&realm, &user, &path).await?;
+                crate::output::emit(
+                    || target.clone(),
+                    || serde_json::json!({"path": path, "target": target}),
+                );
             }
         }
         Ok(())

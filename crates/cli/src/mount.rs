@@ -6,17 +6,26 @@
 //! credential (and `--user`, an operator's only), so the node decides
 //! permissions exactly as for `tabos fs`: the kernel's own permission
 //! checks are off (no `default_permissions`), and whoever uses the mount
-//! acts as that credential. Inode numbers are handed out per path as the
-//! kernel looks names up (`Inodes`); attributes are cached by the kernel
-//! for [`TTL`] only, since other clients change the files too.
+//! acts as that credential. Inode numbers are handed out per file id as
+//! the kernel looks names up (`Inodes`), so the names of one file (hard
+//! links) share one; attributes are cached by the kernel for [`TTL`] only,
+//! since other clients change the files too.
+//!
+//! Open files: `open` (and `create`) opens a node handle on the mount's
+//! names session, checking the mode for the access asked; reads, writes,
+//! ftruncate and fstat go through it, so a file unlinked or renamed over
+//! while open stays readable and writable until its last close, as on a
+//! local filesystem. The session is renewed while the mount runs; if the
+//! mount dies, its handles go when the session lapses (`--session-ttl`).
 //!
 //! Times: utimensat sets a file's access and modification times (touch,
 //! `tar xf`, `cp -p`, `rsync -a`); reads do not move the access time (as
 //! on a noatime mount). `statvfs` (df) reports the realm's storage quota
-//! and use.
+//! and use. Hard links and symbolic links are the node's (`link`,
+//! `symlink`, `readlink`); the Linux VFS follows symlinks.
 //!
-//! Not supported (EOPNOTSUPP/ENOSYS): hard links, symlinks, special files
-//! (mknod, fifos), extended attributes, locks.
+//! Not supported (EOPNOTSUPP/ENOSYS): special files (mknod, fifos),
+//! extended attributes, locks.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -44,9 +53,14 @@ pub const STATFS_BLOCK: u64 = 4096;
 pub const UNLIMITED_FREE_BYTES: u64 = 1 << 40;
 /// Longest name in a directory (NAME_MAX): a longer one is ENAMETOOLONG.
 pub const NAME_BYTES_MAX: usize = 255;
-/// Most paths the inode table remembers before it forgets them all but
-/// the root (the kernel looks them up again).
+/// Most files the inode table remembers before it forgets those not open
+/// (the kernel looks them up again).
 pub const INODES_MAX: usize = 1 << 20;
+/// The mount's names session lapses this long after the mount stops
+/// renewing it (a crash): then the node drops its open handles
+/// (`--session-ttl`, at most [`SESSION_TTL_MAX_SECS`]).
+pub const SESSION_TTL_SECS: u64 = 30;
+pub const SESSION_TTL_MAX_SECS: u64 = 3_600;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,15 +79,32 @@ pub struct Args {
     /// [default: the credential's user]
     #[arg(long, env = "TABOS_USER")]
     user: Option<String>,
+    /// How long the node keeps the handles of files open through this
+    /// mount after the mount stops renewing its session (it died): files
+    /// removed while open are reclaimed then
+    #[arg(long, value_name = "SECONDS", default_value_t = SESSION_TTL_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=SESSION_TTL_MAX_SECS))]
+    session_ttl: u64,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
     node: NodeAddr,
 }
 
-/// Paths by inode number, and back.
+/// One file the kernel knows by inode number: its node id and the names
+/// it was seen under (several for hard links; none once removed while
+/// open).
+struct Inode {
+    id: String,
+    paths: Vec<String>,
+    /// Handles open on it (it is kept while any is).
+    open: usize,
+}
+
+/// Files by inode number, by node id and by path.
 struct Inodes {
-    by_ino: HashMap<u64, String>,
+    nodes: HashMap<u64, Inode>,
+    by_id: HashMap<String, u64>,
     by_path: HashMap<String, u64>,
     next: u64,
 }
@@ -81,36 +112,128 @@ struct Inodes {
 impl Inodes {
     fn new() -> Inodes {
         let mut i = Inodes {
-            by_ino: HashMap::new(),
+            nodes: HashMap::new(),
+            by_id: HashMap::new(),
             by_path: HashMap::new(),
             next: 2,
         };
-        i.by_ino.insert(1, "/".into());
+        i.nodes.insert(
+            1,
+            Inode {
+                id: String::new(),
+                paths: vec!["/".into()],
+                open: 0,
+            },
+        );
+        i.by_id.insert(String::new(), 1);
         i.by_path.insert("/".into(), 1);
         i
     }
 
-    fn ino(&mut self, path: &str) -> u64 {
-        if let Some(i) = self.by_path.get(path) {
-            return *i;
+    /// The inode number of the file `id`, now seen at `path`.
+    fn ino(&mut self, path: &str, id: &str) -> u64 {
+        if path == "/" {
+            return 1;
         }
-        if self.by_ino.len() >= INODES_MAX {
-            *self = Inodes {
-                next: self.next,
-                ..Inodes::new()
-            };
+        match self.by_path.get(path) {
+            Some(&i) if self.nodes.get(&i).is_some_and(|n| n.id == id) => return i,
+            // Another file had this name before: it has it no more.
+            Some(_) => self.forget(path),
+            None => {}
         }
-        let i = self.next;
-        self.next += 1;
-        self.by_ino.insert(i, path.to_string());
+        if self.nodes.len() >= INODES_MAX {
+            self.shrink();
+        }
+        let i = match self.by_id.get(id) {
+            Some(&i) => i,
+            None => {
+                let i = self.next;
+                self.next += 1;
+                self.nodes.insert(
+                    i,
+                    Inode {
+                        id: id.to_string(),
+                        paths: Vec::new(),
+                        open: 0,
+                    },
+                );
+                self.by_id.insert(id.to_string(), i);
+                i
+            }
+        };
+        if let Some(n) = self.nodes.get_mut(&i) {
+            n.paths.push(path.to_string());
+        }
         self.by_path.insert(path.to_string(), i);
         i
     }
 
+    /// A name of `ino` to reach it by.
+    fn path(&self, ino: u64) -> Option<String> {
+        self.nodes.get(&ino).and_then(|n| n.paths.first().cloned())
+    }
+
+    /// `path` names nothing any more.
     fn forget(&mut self, path: &str) {
-        if let Some(i) = self.by_path.remove(path) {
-            self.by_ino.remove(&i);
+        let Some(i) = self.by_path.remove(path) else {
+            return;
+        };
+        if let Some(n) = self.nodes.get_mut(&i) {
+            n.paths.retain(|p| p != path);
         }
+        self.drop_if_unused(i);
+    }
+
+    fn drop_if_unused(&mut self, i: u64) {
+        if i != 1
+            && self
+                .nodes
+                .get(&i)
+                .is_some_and(|n| n.paths.is_empty() && n.open == 0)
+        {
+            if let Some(n) = self.nodes.remove(&i) {
+                self.by_id.remove(&n.id);
+            }
+        }
+    }
+
+    /// Forgets every file not open (and every name): the kernel looks the
+    /// names up again.
+    fn shrink(&mut self) {
+        let open: Vec<(u64, Inode)> = self
+            .nodes
+            .drain()
+            .filter(|(i, n)| *i != 1 && n.open > 0)
+            .map(|(i, n)| {
+                (
+                    i,
+                    Inode {
+                        paths: Vec::new(),
+                        ..n
+                    },
+                )
+            })
+            .collect();
+        let next = self.next;
+        *self = Inodes::new();
+        self.next = next;
+        for (i, n) in open {
+            self.by_id.insert(n.id.clone(), i);
+            self.nodes.insert(i, n);
+        }
+    }
+
+    fn opened(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.open += 1;
+        }
+    }
+
+    fn closed(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.open = n.open.saturating_sub(1);
+        }
+        self.drop_if_unused(ino);
     }
 
     /// `from` (and everything under it) is now `to`.
@@ -125,10 +248,21 @@ impl Inodes {
         for (p, i) in moved {
             self.by_path.remove(&p);
             let new = format!("{to}{}", &p[from.len()..]);
-            self.by_ino.insert(i, new.clone());
+            if let Some(n) = self.nodes.get_mut(&i) {
+                for q in n.paths.iter_mut().filter(|q| **q == p) {
+                    q.clone_from(&new);
+                }
+            }
             self.by_path.insert(new, i);
         }
     }
+}
+
+/// A handle the mount gave the kernel: the node's handle on the file.
+struct Open {
+    ino: u64,
+    handle: tabos_client::fs::FsHandle,
+    user: String,
 }
 
 struct TabosFs {
@@ -140,6 +274,11 @@ struct TabosFs {
     user: Acting,
     rt: tokio::runtime::Runtime,
     inodes: Mutex<Inodes>,
+    /// The names session handles are opened on (renewed while it lives).
+    session: tabos_client::names::Session,
+    /// Open files by the kernel's file handle.
+    open: Mutex<HashMap<u64, Open>>,
+    next_fh: std::sync::atomic::AtomicU64,
 }
 
 /// The errno a failed call means: one per reason (`tabos_client::fault`).
@@ -198,6 +337,11 @@ fn time(us: i64) -> SystemTime {
 fn attr(ino: u64, s: &FsStat) -> FileAttr {
     let dir = s.r#type() == proto::FileType::Dir;
     let size = if dir { 0 } else { s.size.max(0) as u64 };
+    let kind = match s.r#type() {
+        proto::FileType::Dir => FileType::Directory,
+        proto::FileType::Symlink => FileType::Symlink,
+        _ => FileType::RegularFile,
+    };
     FileAttr {
         ino: INodeNo(ino),
         size,
@@ -206,13 +350,9 @@ fn attr(ino: u64, s: &FsStat) -> FileAttr {
         mtime: time(s.mtime_us),
         ctime: time(s.ctime_us),
         crtime: time(s.ctime_us),
-        kind: if dir {
-            FileType::Directory
-        } else {
-            FileType::RegularFile
-        },
+        kind,
         perm: (s.mode & 0o7777) as u16,
-        nlink: if dir { 2 } else { 1 },
+        nlink: if dir { 2 } else { s.nlink.max(0) as u32 },
         uid: uid_of(&s.owner),
         gid: uid_of(&s.owner),
         rdev: 0,
@@ -244,11 +384,98 @@ impl TabosFs {
     }
 
     fn path(&self, ino: INodeNo) -> Result<String, Errno> {
-        self.inodes()
-            .by_ino
-            .get(&u64::from(ino))
-            .cloned()
-            .ok_or(Errno::ENOENT)
+        self.inodes().path(u64::from(ino)).ok_or(Errno::ENOENT)
+    }
+
+    fn realm_user(&self, req: &Request) -> (String, String) {
+        (self.realm.clone(), self.user_for(req))
+    }
+
+    /// The node's handle behind the kernel's `fh`, if the mount gave it.
+    fn handle(&self, fh: FileHandle) -> Option<(tabos_client::fs::FsHandle, String)> {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        open.get(&fh.0).map(|o| (o.handle.clone(), o.user.clone()))
+    }
+
+    /// What a data call on `ino` through `fh` goes to: the handle when the
+    /// mount opened one (it outlives the file's names), else the path.
+    fn target(
+        &self,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+        req: &Request,
+    ) -> Result<(tabos_client::fs::FsTarget, String), Errno> {
+        if let Some((h, user)) = fh.and_then(|fh| self.handle(fh)) {
+            return Ok((tabos_client::fs::FsTarget::Handle(h), user));
+        }
+        match self.path(ino) {
+            Ok(p) => Ok((tabos_client::fs::FsTarget::Path(p), self.user_for(req))),
+            // Removed while open: any handle open on it reaches it.
+            Err(e) => {
+                let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+                open.values()
+                    .find(|o| o.ino == u64::from(ino))
+                    .map(|o| {
+                        (
+                            tabos_client::fs::FsTarget::Handle(o.handle.clone()),
+                            o.user.clone(),
+                        )
+                    })
+                    .ok_or(e)
+            }
+        }
+    }
+
+    /// Opens the file `ino` for `flags`' access: a node handle, numbered
+    /// for the kernel.
+    fn open_file(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        flags: OpenFlags,
+    ) -> Result<FileHandle, Errno> {
+        let path = self.path(ino)?;
+        self.open_path(req, &path, flags, None).map(|(fh, _)| fh)
+    }
+
+    /// Opens `path` (made first, with `create`'s mode, when given): the
+    /// kernel's file handle and the file's attributes.
+    fn open_path(
+        &self,
+        req: &Request,
+        path: &str,
+        flags: OpenFlags,
+        create: Option<i64>,
+    ) -> Result<(FileHandle, FileAttr), Errno> {
+        let (realm, user) = self.realm_user(req);
+        let access = match flags.acc_mode() {
+            fuser::OpenAccMode::O_WRONLY => proto::FsAccess::Write,
+            fuser::OpenAccMode::O_RDWR => proto::FsAccess::ReadWrite,
+            fuser::OpenAccMode::O_RDONLY => proto::FsAccess::Read,
+        };
+        let session = self.session.id().to_string();
+        let (handle, st) = self
+            .rt
+            .block_on(async {
+                self.c()
+                    .fs_open(&realm, &user, path, access, &session, create)
+                    .await
+            })
+            .map_err(|e| errno(&e))?;
+        let fh = self
+            .next_fh
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ino = {
+            let mut inodes = self.inodes();
+            let ino = inodes.ino(path, &st.id);
+            inodes.opened(ino);
+            ino
+        };
+        self.open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(fh, Open { ino, handle, user });
+        Ok((FileHandle(fh), attr(ino, &st)))
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
@@ -272,6 +499,28 @@ impl TabosFs {
         let (realm, path) = (self.realm.clone(), path.to_string());
         self.rt
             .block_on(async move { self.c().fs_stat_as(&realm, user, &path).await })
+            .map_err(|e| errno(&e))
+    }
+
+    /// Stat of `ino`, through `fh`'s handle when there is one.
+    fn stat_of(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: Option<FileHandle>,
+    ) -> Result<FsStat, Errno> {
+        let (at, user) = self.target(ino, fh, req)?;
+        let realm = self.realm.clone();
+        self.rt
+            .block_on(async move {
+                let mut c = self.c();
+                match at {
+                    tabos_client::fs::FsTarget::Path(p) => c.fs_stat_as(&realm, &user, &p).await,
+                    tabos_client::fs::FsTarget::Handle(h) => {
+                        c.fs_stat_handle(&realm, &user, &h).await
+                    }
+                }
+            })
             .map_err(|e| errno(&e))
     }
 
@@ -328,7 +577,7 @@ impl TabosFs {
     /// The entry at `path`, numbered.
     fn entry(&self, req: &Request, path: &str) -> Result<FileAttr, Errno> {
         let s = self.stat(req, path)?;
-        let ino = self.inodes().ino(path);
+        let ino = self.inodes().ino(path, &s.id);
         Ok(attr(ino, &s))
     }
 }
@@ -341,9 +590,71 @@ impl Filesystem for TabosFs {
         }
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.path(ino).and_then(|p| self.stat(req, &p)) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.stat_of(req, ino, fh) {
             Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let done = self.path(ino).and_then(|path| {
+            let (realm, user) = self.realm_user(req);
+            self.rt
+                .block_on(async { self.c().fs_readlink(&realm, &user, &path).await })
+                .map_err(|e| errno(&e))
+        });
+        match done {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let done = (|| {
+            let path = self.child(parent, link_name)?;
+            let target = target.to_str().ok_or(Errno::EINVAL)?;
+            let (realm, user) = self.realm_user(req);
+            self.rt
+                .block_on(async { self.c().fs_symlink(&realm, &user, target, &path).await })
+                .map_err(|e| errno(&e))?;
+            self.entry(req, &path)
+        })();
+        match done {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let done = (|| {
+            let from = self.path(ino)?;
+            let to = self.child(newparent, newname)?;
+            if self.stat(req, &from)?.r#type() == proto::FileType::Dir {
+                return Err(Errno::EPERM); // as Linux: a directory has one name
+            }
+            let (realm, user) = self.realm_user(req);
+            self.rt
+                .block_on(async { self.c().fs_link(&realm, &user, &from, &to).await })
+                .map_err(|e| errno(&e))?;
+            self.entry(req, &to)
+        })();
+        match done {
+            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
     }
@@ -359,7 +670,7 @@ impl Filesystem for TabosFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
@@ -367,7 +678,7 @@ impl Filesystem for TabosFs {
         reply: ReplyAttr,
     ) {
         let done = (|| {
-            let path = self.path(ino)?;
+            let (at, at_user) = self.target(ino, fh, req)?;
             let (realm, user) = (self.realm.clone(), self.user_for(req));
             let wanted = |t: Option<TimeOrNow>| -> Option<Option<i64>> {
                 t.map(|t| match t {
@@ -382,24 +693,32 @@ impl Filesystem for TabosFs {
             self.rt
                 .block_on(async {
                     let mut c = self.c();
-                    if let Some(m) = mode {
-                        c.fs_chmod(&realm, &user, &path, i64::from(m & 0o7777))
-                            .await?;
-                    }
-                    if let Some(u) = uid {
-                        c.fs_chown(&realm, &user, &path, &owner_of(u)).await?;
+                    // Mode and owner by name (the node has no fchmod).
+                    if mode.is_some() || uid.is_some() {
+                        let tabos_client::fs::FsTarget::Path(path) = &at else {
+                            return Ok(Err(Errno::ENOENT));
+                        };
+                        if let Some(m) = mode {
+                            c.fs_chmod(&realm, &user, path, i64::from(m & 0o7777))
+                                .await?;
+                        }
+                        if let Some(u) = uid {
+                            c.fs_chown(&realm, &user, path, &owner_of(u)).await?;
+                        }
                     }
                     if let Some(sz) = size {
-                        c.fs_truncate(&realm, &user, &path, sz as i64).await?;
+                        c.fs_truncate(&realm, &at_user, at.clone(), sz as i64)
+                            .await?;
                     }
                     // After the size: a truncate moves the mtime too.
                     if atime.is_some() || mtime.is_some() {
-                        c.fs_set_times(&realm, &user, &path, atime, mtime).await?;
+                        c.fs_set_times(&realm, &at_user, at.clone(), atime, mtime)
+                            .await?;
                     }
-                    Ok::<_, tabos_client::Error>(())
+                    Ok::<_, tabos_client::Error>(Ok(()))
                 })
-                .map_err(|e| errno(&e))?;
-            self.stat(req, &path)
+                .map_err(|e| errno(&e))??;
+            self.stat_of(req, ino, fh)
         })();
         match done {
             Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
@@ -465,11 +784,41 @@ impl Filesystem for TabosFs {
         }
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.path(ino).and_then(|p| self.stat(req, &p)) {
-            Ok(s) if s.r#type() == proto::FileType::Dir => reply.error(Errno::EISDIR),
-            Ok(_) => reply.opened(FileHandle(0), FopenFlags::empty()),
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.open_file(req, ino, flags) {
+            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
             Err(e) => reply.error(e),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let open = self
+            .open
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&fh.0);
+        let Some(o) = open else {
+            return reply.ok();
+        };
+        let realm = self.realm.clone();
+        let closed = self
+            .rt
+            .block_on(async { self.c().fs_close(&realm, &o.user, &o.handle).await });
+        self.inodes().closed(u64::from(ino));
+        match closed {
+            Ok(()) => reply.ok(),
+            // Closed on the node already (its session lapsed): nothing held.
+            Err(e) if errno(&e) == Errno::ENOENT => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
@@ -477,7 +826,7 @@ impl Filesystem for TabosFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -485,13 +834,13 @@ impl Filesystem for TabosFs {
         reply: ReplyData,
     ) {
         let done = (|| {
-            let path = self.path(ino)?;
-            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let (at, user) = self.target(ino, Some(fh), req)?;
+            let realm = self.realm.clone();
             let len = size.min(READ_BYTES_MAX);
             self.rt
                 .block_on(async {
                     self.c()
-                        .fs_read(&realm, &user, &path, offset as i64, len)
+                        .fs_read(&realm, &user, at, offset as i64, len)
                         .await
                 })
                 .map_err(|e| errno(&e))
@@ -506,7 +855,7 @@ impl Filesystem for TabosFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
@@ -515,14 +864,14 @@ impl Filesystem for TabosFs {
         reply: ReplyWrite,
     ) {
         let done = (|| {
-            let path = self.path(ino)?;
-            let (realm, user) = (self.realm.clone(), self.user_for(req));
+            let (at, user) = self.target(ino, Some(fh), req)?;
+            let realm = self.realm.clone();
             let data = data.to_vec();
             let n = data.len();
             self.rt
                 .block_on(async {
                     self.c()
-                        .fs_write(&realm, &user, &path, offset as i64, data, false)
+                        .fs_write(&realm, &user, at, offset as i64, data, false)
                         .await
                 })
                 .map_err(|e| errno(&e))?;
@@ -611,23 +960,24 @@ impl Filesystem for TabosFs {
                 .rt
                 .block_on(async { self.c().fs_readdir(&realm, &user, &dir).await })
                 .map_err(|e| errno(&e))?;
-            let parent = {
-                let up = dir.rsplit_once('/').map_or("/", |(p, _)| p);
-                let up = if up.is_empty() { "/" } else { up };
-                self.inodes().ino(up)
-            };
+            // `..`'s number: the kernel answers `..` itself; any will do.
+            let parent = self
+                .inodes()
+                .by_path
+                .get(match dir.rsplit_once('/').map_or("/", |(p, _)| p) {
+                    "" => "/",
+                    up => up,
+                })
+                .copied()
+                .unwrap_or(1);
             let mut entries = vec![
                 (u64::from(ino), FileType::Directory, ".".to_string()),
                 (parent, FileType::Directory, "..".to_string()),
             ];
             for e in d.entries {
                 let name = e.path.rsplit('/').next().unwrap_or_default().to_string();
-                let kind = if e.r#type() == proto::FileType::Dir {
-                    FileType::Directory
-                } else {
-                    FileType::RegularFile
-                };
-                entries.push((self.inodes().ino(&e.path), kind, name));
+                let kind = attr(0, &e).kind;
+                entries.push((self.inodes().ino(&e.path, &e.id), kind, name));
             }
             Ok(entries)
         })();
@@ -652,11 +1002,17 @@ impl Filesystem for TabosFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
-        match self.make(req, parent, name, mode & !umask, false) {
-            Ok(a) => reply.created(&TTL, &a, Generation(0), FileHandle(0), FopenFlags::empty()),
+        // Made and opened in one call, as asked even when the new file's
+        // mode would refuse it (open(2) with O_CREAT of a 0444 file writes).
+        let mode = i64::from(mode & !umask & 0o7777);
+        let done = self
+            .child(parent, name)
+            .and_then(|path| self.open_path(req, &path, OpenFlags(flags), Some(mode)));
+        match done {
+            Ok((fh, a)) => reply.created(&TTL, &a, Generation(0), fh, FopenFlags::empty()),
             Err(e) => reply.error(e),
         }
     }
@@ -689,12 +1045,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None if args.allow_other && me.role() == proto::Role::Operator => Acting::PerUid,
         None => Acting::One(String::new()),
     };
+    let session = rt
+        .block_on(tabos_client::names::Session::open(
+            &client,
+            &realm,
+            "",
+            Duration::from_secs(args.session_ttl),
+        ))
+        .context("open the mount's names session")?;
     let fs = TabosFs {
         client,
         realm: realm.clone(),
         user,
         rt,
         inodes: Mutex::new(Inodes::new()),
+        session,
+        open: Mutex::new(HashMap::new()),
+        next_fh: std::sync::atomic::AtomicU64::new(1),
     };
     fs.stat_as("", "/")
         .map_err(|e| anyhow::anyhow!("cannot read the root of realm {realm:?}: {e:?}"))?;

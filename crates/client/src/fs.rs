@@ -7,12 +7,55 @@ use crate::{Client, Error};
 /// Most bytes one Read or Write carries (the node's limit).
 pub const CHUNK_BYTES: usize = 4 << 20;
 
+/// An open file, from [`Client::fs_open`]: it reaches the file after its
+/// last name is removed, until [`Client::fs_close`] or the end of the
+/// session it was opened on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FsHandle(pub String);
+
+/// Which file a read, write, truncate, stat or times call is on: a path
+/// (`&str` converts) or an open handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FsTarget {
+    Path(String),
+    Handle(FsHandle),
+}
+
+impl From<&str> for FsTarget {
+    fn from(p: &str) -> FsTarget {
+        FsTarget::Path(p.to_string())
+    }
+}
+
+impl From<&String> for FsTarget {
+    fn from(p: &String) -> FsTarget {
+        FsTarget::Path(p.clone())
+    }
+}
+
+impl From<&FsHandle> for FsTarget {
+    fn from(h: &FsHandle) -> FsTarget {
+        FsTarget::Handle(h.clone())
+    }
+}
+
+impl FsTarget {
+    /// The request's (path, handle) fields: one of them set.
+    fn fields(self) -> (String, String) {
+        match self {
+            FsTarget::Path(p) => (p, String::new()),
+            FsTarget::Handle(h) => (String::new(), h.0),
+        }
+    }
+}
+
 fn path_request(realm: &str, user: &str, path: &str) -> proto::FsPathRequest {
     proto::FsPathRequest {
         realm: realm.into(),
         user: user.into(),
         path: path.into(),
         fence: None,
+        handle: String::new(),
     }
 }
 
@@ -125,6 +168,119 @@ impl Client {
             .into_inner())
     }
 
+    /// Stat of an open file (also after its last name went: nlink 0).
+    pub async fn fs_stat_handle(
+        &mut self,
+        realm: &str,
+        user: &str,
+        handle: &FsHandle,
+    ) -> Result<FsStat, Error> {
+        let mut req = path_request(realm, user, "");
+        req.handle = handle.0.clone();
+        Ok(self.fs.stat(req).await?.into_inner())
+    }
+
+    /// Gives the file (or symlink) at `path` the further name `new_path`.
+    pub async fn fs_link(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        new_path: &str,
+    ) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .link(proto::FsLinkRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                new_path: new_path.into(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Creates the symbolic link `path` to `target` (stored as given).
+    pub async fn fs_symlink(
+        &mut self,
+        realm: &str,
+        user: &str,
+        target: &str,
+        path: &str,
+    ) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .symlink(proto::FsSymlinkRequest {
+                realm: realm.into(),
+                user: user.into(),
+                target: target.into(),
+                path: path.into(),
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// The target of the symbolic link `path`.
+    pub async fn fs_readlink(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+    ) -> Result<String, Error> {
+        Ok(self
+            .fs
+            .readlink(path_request(realm, user, path))
+            .await?
+            .into_inner()
+            .target)
+    }
+
+    /// Opens `path` for `access` on `session` (the caller's names session):
+    /// the mode is checked now; the handle reaches the file until closed.
+    /// With `create` (a mode; 0: 0644) the file is made first (exclusive)
+    /// and opened whatever that mode, as open(2) with O_CREAT.
+    pub async fn fs_open(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        access: proto::FsAccess,
+        session: &str,
+        create: Option<i64>,
+    ) -> Result<(FsHandle, FsStat), Error> {
+        let r = self
+            .fs
+            .open(proto::FsOpenRequest {
+                realm: realm.into(),
+                user: user.into(),
+                path: path.into(),
+                access: access.into(),
+                session: session.into(),
+                create: create.is_some(),
+                mode: create.unwrap_or(0),
+            })
+            .await?
+            .into_inner();
+        Ok((FsHandle(r.handle), r.stat.unwrap_or_default()))
+    }
+
+    /// Closes a handle; a file whose names are all gone goes with its last.
+    pub async fn fs_close(
+        &mut self,
+        realm: &str,
+        user: &str,
+        handle: &FsHandle,
+    ) -> Result<(), Error> {
+        self.fs
+            .close(proto::FsHandleRequest {
+                realm: realm.into(),
+                user: user.into(),
+                handle: handle.0.clone(),
+            })
+            .await?;
+        Ok(())
+    }
+
     pub async fn fs_readdir(
         &mut self,
         realm: &str,
@@ -143,19 +299,21 @@ impl Client {
         &mut self,
         realm: &str,
         user: &str,
-        path: &str,
+        at: impl Into<FsTarget>,
         offset: i64,
         len: u32,
     ) -> Result<Vec<u8>, Error> {
+        let (path, handle) = at.into().fields();
         Ok(self
             .fs
             .read(proto::FsReadRequest {
                 realm: realm.into(),
                 user: user.into(),
-                path: path.into(),
+                path,
                 offset,
                 len,
                 pid: self.proc_pid.clone(),
+                handle,
             })
             .await?
             .into_inner()
@@ -169,12 +327,12 @@ impl Client {
         &mut self,
         realm: &str,
         user: &str,
-        path: &str,
+        at: impl Into<FsTarget>,
         offset: i64,
         data: Vec<u8>,
         create: bool,
     ) -> Result<i64, Error> {
-        self.write(realm, user, path, offset, data, create, None)
+        self.write(realm, user, at.into(), offset, data, create, None)
             .await
     }
 
@@ -191,7 +349,7 @@ impl Client {
         create: bool,
         fence: proto::Fence,
     ) -> Result<i64, Error> {
-        self.write(realm, user, path, offset, data, create, Some(fence))
+        self.write(realm, user, path.into(), offset, data, create, Some(fence))
             .await
     }
 
@@ -200,23 +358,25 @@ impl Client {
         &mut self,
         realm: &str,
         user: &str,
-        path: &str,
+        at: FsTarget,
         offset: i64,
         data: Vec<u8>,
         create: bool,
         fence: Option<proto::Fence>,
     ) -> Result<i64, Error> {
+        let (path, handle) = at.fields();
         Ok(self
             .fs
             .write(proto::FsWriteRequest {
                 realm: realm.into(),
                 user: user.into(),
-                path: path.into(),
+                path,
                 offset,
                 data,
                 create,
                 fence,
                 pid: self.proc_pid.clone(),
+                handle,
             })
             .await?
             .into_inner()
@@ -227,16 +387,18 @@ impl Client {
         &mut self,
         realm: &str,
         user: &str,
-        path: &str,
+        at: impl Into<FsTarget>,
         size: i64,
     ) -> Result<(), Error> {
+        let (path, handle) = at.into().fields();
         self.fs
             .truncate(proto::FsTruncateRequest {
                 realm: realm.into(),
                 user: user.into(),
-                path: path.into(),
+                path,
                 size,
                 fence: None,
+                handle,
             })
             .await?;
         Ok(())
@@ -267,7 +429,7 @@ impl Client {
         &mut self,
         realm: &str,
         user: &str,
-        path: &str,
+        at: impl Into<FsTarget>,
         atime: Option<Option<i64>>,
         mtime: Option<Option<i64>>,
     ) -> Result<(), Error> {
@@ -277,11 +439,13 @@ impl Client {
             Some(Some(us)) => (proto::SetTime::At, us),
         };
         let ((a, a_us), (m, m_us)) = (set(atime), set(mtime));
+        let (path, handle) = at.into().fields();
         self.fs
             .set_times(proto::FsTimesRequest {
                 realm: realm.into(),
                 user: user.into(),
-                path: path.into(),
+                path,
+                handle,
                 atime: a.into(),
                 atime_us: a_us,
                 mtime: m.into(),

@@ -229,6 +229,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/032_fs_atime.sql"),
         postgres: include_str!("../schema/postgres/032_fs_atime.sql"),
     },
+    Migration {
+        version: 33,
+        name: "fs_inodes",
+        sqlite: include_str!("../schema/sqlite/033_fs_inodes.sql"),
+        postgres: include_str!("../schema/postgres/033_fs_inodes.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -657,6 +657,26 @@ fn sticky(d: Option<&Entry>, e: &Entry, who: &Caller) -> Result<()> {
     }
 }
 
+/// Procedure body: `session` is open and `who`'s — or `who` is an
+/// operator, who may act for any user of the realm (a shared mount binds
+/// every user's handles to its one session) — what the fs asks of a
+/// session its handles are bound to.
+pub(crate) fn own_session_tx(tx: &mut dyn Tx, who: &Caller, session: &str) -> Result<()> {
+    let row = tx.query_opt(
+        "SELECT owner FROM name_session WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![p_key(tx), who.realm(), session],
+    )?;
+    match row {
+        None => Err(Error::NotFound(format!(
+            "session {session} (lapsed or closed)"
+        ))),
+        Some(r) if r.get::<String>(0)? != who.user() && !who.is_operator() => Err(Error::Denied(
+            format!("session {session} is not {}'s", who.user()),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Procedure body: whether `who` may do `op` (see the module's
 /// permissions). Call it in the operation's transaction, before the
 /// operation; a refusal is [`Error::Denied`]. An entry that does not exist

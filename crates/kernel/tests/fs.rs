@@ -251,12 +251,13 @@ fn posix_semantics(b: Backend) {
     assert_eq!(names(s, &root, "/home").unwrap(), ["/home/b", "/home/e"]);
     let st = stat(s, "/home/b").unwrap();
     assert_eq!((st.file_type, st.size, st.mode), (FileType::File, 4, 0o644));
-    // Unlink frees the blocks with the entry.
+    // Unlink frees the blocks with the entry (the file's last name).
+    assert_eq!(st.nlink, 1);
     unlink(s, &root, "/home/b").unwrap();
     let left: i64 = s
         .query(
-            "SELECT count(*) FROM localized_file WHERE f_name = '/home/b'",
-            &[],
+            "SELECT count(*) FROM localized_file WHERE f_id = $1",
+            tabos_store::params![st.id.as_str()],
         )
         .unwrap()
         .iter()

@@ -97,8 +97,8 @@ fn files_survive_sigkill_whole_and_consistent() {
     // than its block size, the last one no longer than the size allows.
     let bad = s
         .query(
-            "SELECT b.f_name, b.block_no FROM localized_file b JOIN directory d \
-             ON d.p_key = b.p_key AND d.realm = b.realm AND d.d_name = b.f_name \
+            "SELECT b.f_id, b.block_no FROM localized_file b JOIN fs_inode d \
+             ON d.p_key = b.p_key AND d.realm = b.realm AND d.f_id = b.f_id \
              WHERE b.block_no * d.block_size >= d.f_size \
              OR length(b.bytes) > d.block_size \
              OR b.block_no * d.block_size + length(b.bytes) > d.f_size",
@@ -108,8 +108,8 @@ fn files_survive_sigkill_whole_and_consistent() {
     assert_eq!(bad.len(), 0, "blocks disagree with their files");
     let orphans = s
         .query(
-            "SELECT f_name FROM localized_file b WHERE NOT EXISTS (SELECT 1 FROM directory d \
-             WHERE d.p_key = b.p_key AND d.realm = b.realm AND d.d_name = b.f_name)",
+            "SELECT f_id FROM localized_file b WHERE NOT EXISTS (SELECT 1 FROM fs_inode d \
+             WHERE d.p_key = b.p_key AND d.realm = b.realm AND d.f_id = b.f_id)",
             &[],
         )
         .unwrap();

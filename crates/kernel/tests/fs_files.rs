@@ -15,6 +15,9 @@ both!(
     large_files_move_to_segments_and_match_a_model,
     removed_files_give_their_storage_back,
     recovery_gives_back_what_a_crash_left,
+    files_are_kept_by_id_while_open,
+    links_and_symlinks_are_entries,
+    files_made_before_inodes_keep_their_data,
 );
 
 const R: &str = "r";
@@ -338,5 +341,408 @@ fn recovery_gives_back_what_a_crash_left(b: Backend) {
         assert_eq!(left.len(), 2, "{left:?}");
         assert!(left.contains(&"fs/other".to_string()));
         assert!(fs.read(&root(), "/keep", 0, 1 << 20).await.unwrap() == bytes(1, 1 << 20));
+    });
+}
+
+fn count(f: &common::Fixture, q: &str) -> i64 {
+    f.store.query(q, &[]).unwrap().rows[0]
+        .get::<i64>(0)
+        .unwrap()
+}
+
+/// Issue 39, item 3: a file removed (unlinked, or renamed over) while a
+/// handle holds it open stays readable and writable through the handle —
+/// in block rows, on every partition and in segments alike — and goes,
+/// storage and all, with the last handle: closed, its session ended, or
+/// swept after a crash left the handle without its session.
+fn files_are_kept_by_id_while_open(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let dir = TempDir::new("open");
+    let dev = device(&dir);
+    let fs = files(&f, Some(dev.clone()));
+    let who = root();
+    let w = who.clone();
+    common::call_in(&f.store, R, move |tx| {
+        tabos_kernel::names::open_session(tx, &w, "s1", 60_000_000, 1)
+    })
+    .unwrap();
+    let open = |path: &str, access: fs::Access| {
+        let (w, p) = (who.clone(), path.to_string());
+        common::call_in(&f.store, R, move |tx| {
+            fs::open_tx(tx, &w, &p, access, "s1", None, 2)
+        })
+        .unwrap()
+        .0
+    };
+    rt().block_on(async {
+        fs.write(&who, "/local", 0, bytes(1, 5000), true, None)
+            .await
+            .unwrap();
+        fs.write(&who, "/big", 0, bytes(2, 200_000), true, None)
+            .await
+            .unwrap();
+        fs.create(&who, "/par", 0o644, true, None).await.unwrap();
+        fs.write(&who, "/par", 0, bytes(3, 50_000), false, None)
+            .await
+            .unwrap();
+        assert_eq!(dev.segments().len(), 1);
+        let handles: Vec<_> = ["/local", "/big", "/par"]
+            .iter()
+            .map(|p| (p.to_string(), open(p, fs::Access::ReadWrite)))
+            .collect();
+        for (p, _) in &handles {
+            fs.unlink(&who, p.as_str(), None).await.unwrap();
+            assert!(matches!(
+                fs.read(&who, p.as_str(), 0, 10).await,
+                Err(Error::NotFound(_))
+            ));
+        }
+        for (i, (p, h)) in handles.iter().enumerate() {
+            let h = h.clone();
+            let st = common::call_in(&f.store, R, {
+                let (w, h) = (who.clone(), h.clone());
+                move |tx| fs::stat_ref_tx(tx, &w, &h.clone().into())
+            })
+            .unwrap();
+            assert_eq!(st.nlink, 0, "{p}");
+            let size = st.size as usize;
+            let whole = fs.read(&who, h.clone(), 0, size).await.unwrap();
+            assert!(whole == bytes(i as u64 + 1, size), "{p} through its handle");
+            fs.write(&who, h.clone(), 10, b"after".to_vec(), false, None)
+                .await
+                .unwrap();
+            assert_eq!(
+                fs.read(&who, h.clone(), 10, 5).await.unwrap(),
+                b"after",
+                "{p}"
+            );
+        }
+        // Still there: the segment of /big, the parallel blocks of /par.
+        assert_eq!(dev.segments().len(), 1);
+        assert!(count(&f, "SELECT count(*) FROM parallel_file") > 0);
+        for (_, h) in &handles {
+            fs.close(&who, h).await.unwrap();
+            // Closed is closed.
+            assert!(matches!(
+                fs.read(&who, h.clone(), 0, 1).await,
+                Err(Error::NotFound(_))
+            ));
+        }
+        assert!(dev.segments().is_empty());
+        for q in [
+            "SELECT count(*) FROM parallel_file",
+            "SELECT count(*) FROM localized_file",
+            "SELECT count(*) FROM fs_extent",
+            "SELECT count(*) FROM fs_inode",
+            "SELECT count(*) FROM fs_open",
+            "SELECT count(*) FROM fs_reclaim",
+        ] {
+            assert_eq!(count(&f, q), 0, "{q}");
+        }
+
+        // Renamed over: the handle keeps the old file, the name the new.
+        fs.write(&who, "/cfg", 0, b"old".to_vec(), true, None)
+            .await
+            .unwrap();
+        let h = open("/cfg", fs::Access::Read);
+        fs.write(&who, "/cfg.tmp", 0, b"new".to_vec(), true, None)
+            .await
+            .unwrap();
+        fs.rename(&who, "/cfg.tmp", "/cfg", None).await.unwrap();
+        assert_eq!(fs.read(&who, h.clone(), 0, 10).await.unwrap(), b"old");
+        assert_eq!(fs.read(&who, "/cfg", 0, 10).await.unwrap(), b"new");
+        // A read-only handle does not write; another user's is not theirs;
+        // an unknown one is not open.
+        let e = fs
+            .write(&who, h.clone(), 0, b"x".to_vec(), false, None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+        let other = common::as_user(R, "bob");
+        let e = fs.read(&other, h.clone(), 0, 1).await.unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+        let e = fs
+            .read(&who, fs::Handle::parse("abc123").unwrap(), 0, 1)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::NotFound(_)), "{e}");
+        assert!(fs::Handle::parse("../x").is_err());
+
+        // The session ends: its handles go, and the nameless file with them.
+        let w = who.clone();
+        let queued = common::call_in(&f.store, R, move |tx| {
+            tabos_kernel::names::close_session(tx, &w, "s1", 3)?;
+            fs::session_ended_tx(tx, R, "s1")
+        })
+        .unwrap();
+        assert_eq!(queued, 0, "a file in block rows queues nothing");
+        assert_eq!(count(&f, "SELECT count(*) FROM fs_open"), 0);
+        assert_eq!(
+            count(&f, "SELECT count(*) FROM fs_inode WHERE nlink = 0"),
+            0
+        );
+
+        // A crash between a session's end and its handles': swept at start.
+        let w = who.clone();
+        common::call_in(&f.store, R, move |tx| {
+            tabos_kernel::names::open_session(tx, &w, "s2", 60_000_000, 4)
+        })
+        .unwrap();
+        let (w, p) = (who.clone(), "/cfg".to_string());
+        common::call_in(&f.store, R, move |tx| {
+            fs::open_tx(tx, &w, &p, fs::Access::Read, "s2", None, 5)
+        })
+        .unwrap();
+        fs.unlink(&who, "/cfg", None).await.unwrap();
+        assert_eq!(
+            count(&f, "SELECT count(*) FROM fs_inode WHERE nlink = 0"),
+            1
+        );
+        common::call_in(&f.store, R, |tx| {
+            tx.execute("DELETE FROM name_session", &[])?;
+            Ok(())
+        })
+        .unwrap();
+        let mut swept = Vec::new();
+        for p in 0..f.store.partitions() {
+            swept.extend(
+                f.store
+                    .call(tabos_store::PKey(p), |tx| fs::sweep_tx(tx, 6))
+                    .unwrap(),
+            );
+        }
+        assert!(swept.is_empty(), "nothing in segments: {swept:?}");
+        assert_eq!(
+            count(&f, "SELECT count(*) FROM fs_inode WHERE nlink = 0"),
+            0
+        );
+        assert_eq!(count(&f, "SELECT count(*) FROM fs_open"), 0);
+        assert_eq!(count(&f, "SELECT count(*) FROM localized_file"), 0);
+        // Opening needs a live session of one's own.
+        let (w, p) = (who.clone(), "/x".to_string());
+        fs.write(&who, "/x", 0, b"x".to_vec(), true, None)
+            .await
+            .unwrap();
+        let e = common::call_in(&f.store, R, move |tx| {
+            fs::open_tx(tx, &w, &p, fs::Access::Read, "s2", None, 6)
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::NotFound(_)), "{e}");
+        // Created and opened at once, its creator writes it though its mode
+        // is read-only (open(2) with O_CREAT); the next opener may not.
+        let w = who.clone();
+        common::call_in(&f.store, R, move |tx| {
+            tabos_kernel::names::open_session(tx, &w, "s3", 60_000_000, 7)
+        })
+        .unwrap();
+        // bob: a member of the realm, not an operator acting as him.
+        use tabos_kernel::auth::{self, Role, Spec};
+        tabos_kernel::realms::create(&f.store, R, tabos_kernel::realms::Scheduler::Fifo).unwrap();
+        let bob = auth::create(&f.store, Spec::realm(R, "bob", Role::Member))
+            .await
+            .unwrap()
+            .1
+            .act(R, "", R)
+            .unwrap();
+        let b = bob.clone();
+        common::call_in(&f.store, R, move |tx| {
+            fs::mkdir_tx(tx, &common::as_user(R, "root"), "/bob", 0o777, 8).map(|_| ())
+        })
+        .unwrap();
+        common::call_in(&f.store, R, move |tx| {
+            tabos_kernel::names::open_session(tx, &b, "sb", 60_000_000, 8)
+        })
+        .unwrap();
+        let b = bob.clone();
+        let (h, _) = common::call_in(&f.store, R, move |tx| {
+            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Write, "sb", Some(0o444), 9)
+        })
+        .unwrap();
+        fs.write(&bob, h.clone(), 0, b"mine".to_vec(), false, None)
+            .await
+            .unwrap();
+        let b = bob.clone();
+        let e = common::call_in(&f.store, R, move |tx| {
+            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Write, "sb", None, 10)
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+        // Another user's session is not bob's to bind handles to.
+        let b = bob.clone();
+        let e = common::call_in(&f.store, R, move |tx| {
+            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Read, "s3", None, 11)
+        })
+        .unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+        fs.close(&bob, &h).await.unwrap();
+    });
+}
+
+/// A procedure body answering a stat, for [`links_and_symlinks_are_entries`].
+type StatStep = Box<dyn FnMut(&mut dyn tabos_store::Tx) -> tabos_kernel::Result<fs::Stat> + Send>;
+
+/// Hard links share one file (its data, mode and times, counted once);
+/// symbolic links are entries of their own whose target is text.
+fn links_and_symlinks_are_entries(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let fs = files(&f, None);
+    let who = root();
+    let call = |g: StatStep| common::call_in(&f.store, R, g);
+    rt().block_on(async {
+        fs.write(&who, "/a", 0, b"shared".to_vec(), true, None)
+            .await
+            .unwrap();
+        let w = who.clone();
+        let st = call(Box::new(move |tx| fs::link_tx(tx, &w, "/a", "/b", 7))).unwrap();
+        assert_eq!(st.nlink, 2);
+        let (w, w2) = (who.clone(), who.clone());
+        let a = call(Box::new(move |tx| fs::stat_tx(tx, &w, "/a"))).unwrap();
+        let b = call(Box::new(move |tx| fs::stat_tx(tx, &w2, "/b"))).unwrap();
+        assert_eq!((a.id.as_str(), a.nlink), (b.id.as_str(), 2));
+        fs.write(&who, "/b", 0, b"SH".to_vec(), false, None)
+            .await
+            .unwrap();
+        assert_eq!(fs.read(&who, "/a", 0, 10).await.unwrap(), b"SHared");
+        // Renaming one name onto the other changes nothing.
+        fs.rename(&who, "/a", "/b", None).await.unwrap();
+        assert_eq!(fs.read(&who, "/a", 0, 10).await.unwrap(), b"SHared");
+        fs.unlink(&who, "/a", None).await.unwrap();
+        assert_eq!(fs.read(&who, "/b", 0, 10).await.unwrap(), b"SHared");
+        let w = who.clone();
+        assert_eq!(
+            call(Box::new(move |tx| fs::stat_tx(tx, &w, "/b")))
+                .unwrap()
+                .nlink,
+            1
+        );
+        // A directory has one name; a name already taken is refused.
+        let w = who.clone();
+        call(Box::new(move |tx| fs::mkdir_tx(tx, &w, "/d", 0o755, 8))).unwrap();
+        let w = who.clone();
+        let e = call(Box::new(move |tx| fs::link_tx(tx, &w, "/d", "/d2", 9))).unwrap_err();
+        assert!(matches!(e, Error::Denied(_)), "{e}");
+        let w = who.clone();
+        let e = call(Box::new(move |tx| fs::link_tx(tx, &w, "/b", "/d", 9))).unwrap_err();
+        assert!(matches!(e, Error::AlreadyExists(_)), "{e}");
+
+        let w = who.clone();
+        let s = call(Box::new(move |tx| {
+            fs::symlink_tx(tx, &w, "../b/x y", "/d/s", 10)
+        }))
+        .unwrap();
+        assert_eq!(
+            (s.file_type, s.size, s.mode),
+            (fs::FileType::Symlink, 8, 0o777)
+        );
+        let w = who.clone();
+        let target =
+            common::call_in(&f.store, R, move |tx| fs::readlink_tx(tx, &w, "/d/s")).unwrap();
+        assert_eq!(target, "../b/x y");
+        let e = fs.read(&who, "/d/s", 0, 1).await.unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        let w = who.clone();
+        let e = common::call_in(&f.store, R, move |tx| fs::readlink_tx(tx, &w, "/b")).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        for bad in [
+            String::new(),
+            "x\0y".to_string(),
+            "x".repeat(fs::SYMLINK_BYTES_MAX + 1),
+        ] {
+            let w = who.clone();
+            let e = call(Box::new(move |tx| fs::symlink_tx(tx, &w, &bad, "/bad", 11))).unwrap_err();
+            assert!(matches!(e, Error::Invalid(_)), "{e}");
+        }
+        // A hard link to a symlink is a second name of the link.
+        let w = who.clone();
+        assert_eq!(
+            call(Box::new(move |tx| fs::link_tx(tx, &w, "/d/s", "/s2", 12)))
+                .unwrap()
+                .file_type,
+            fs::FileType::Symlink
+        );
+        fs.unlink(&who, "/d/s", None).await.unwrap();
+        fs.unlink(&who, "/s2", None).await.unwrap();
+        fs.unlink(&who, "/b", None).await.unwrap();
+        let w = who.clone();
+        common::call_in(&f.store, R, move |tx| fs::rmdir_tx(tx, &w, "/d", 13)).unwrap();
+        for q in [
+            "SELECT count(*) FROM directory",
+            "SELECT count(*) FROM fs_inode",
+            "SELECT count(*) FROM localized_file",
+        ] {
+            assert_eq!(count(&f, q), 0, "{q}");
+        }
+    });
+}
+
+/// A database made before migration 033 (names were files, blocks keyed by
+/// path) opens with its files whole: each gets an id and one name, its
+/// blocks follow it, and renames and removals work on it as on new ones.
+fn files_made_before_inodes_keep_their_data(b: Backend) {
+    let Some((config, _dir)) = b.place() else {
+        return;
+    };
+    let before = tabos_store::Store::open(&config, &tabos_kernel::MIGRATIONS[..32]).unwrap();
+    let pk = tabos_kernel::realm_partition(R, before.partitions());
+    before
+        .call(pk, move |tx| {
+            let p = i64::from(pk.0);
+            for (name, parent, kind, size) in [
+                ("/d", "/", "dir", 0i64),
+                ("/d/f", "/d", "file", 3000),
+                ("/g", "/", "file", 5),
+            ] {
+                tx.execute(
+                    "INSERT INTO directory (p_key, realm, d_name, parent, content_type, user_name, \
+                     mode, f_size, layout, block_size, ctime_us, mtime_us) \
+                     VALUES ($1, 'r', $2, $3, $4, 'root', 420, $5, 'local', 2048, 1, 2)",
+                    &[p.into(), name.into(), parent.into(), kind.into(), size.into()],
+                )?;
+            }
+            for (f, no, bytes) in [
+                ("/d/f", 0i64, vec![b'a'; 2048]),
+                ("/d/f", 1, vec![b'b'; 952]),
+                ("/g", 0, b"hello".to_vec()),
+                // A block no file names (a crash before 033 kept it): gone.
+                ("/nobody", 0, b"stray".to_vec()),
+            ] {
+                tx.execute(
+                    "INSERT INTO localized_file (p_key, realm, f_name, block_no, f_owner, bytes) \
+                     VALUES ($1, 'r', $2, $3, 'root', $4)",
+                    &[p.into(), f.into(), no.into(), bytes.into()],
+                )?;
+            }
+            Ok::<_, tabos_store::Error>(())
+        })
+        .unwrap();
+    drop(before);
+    let store = tabos_kernel::open(&config).unwrap();
+    let f = common::Fixture {
+        store,
+        config,
+        _dir: None,
+    };
+    let fs = files(&f, None);
+    let who = root();
+    rt().block_on(async {
+        let mut want = vec![b'a'; 2048];
+        want.extend(vec![b'b'; 952]);
+        assert!(fs.read(&who, "/d/f", 0, 4000).await.unwrap() == want);
+        assert_eq!(fs.read(&who, "/g", 0, 10).await.unwrap(), b"hello");
+        let w = who.clone();
+        let st = common::call_in(&f.store, R, move |tx| fs::stat_tx(tx, &w, "/d/f")).unwrap();
+        assert_eq!((st.nlink, st.size, st.mtime_us), (1, 3000, 2));
+        assert!(!st.id.is_empty() && !st.id.contains('/'), "{}", st.id);
+        assert_eq!(count(&f, "SELECT count(*) FROM localized_file"), 3);
+        fs.rename(&who, "/d", "/e", None).await.unwrap();
+        assert!(fs.read(&who, "/e/f", 0, 4000).await.unwrap() == want);
+        fs.unlink(&who, "/e/f", None).await.unwrap();
+        fs.unlink(&who, "/g", None).await.unwrap();
+        assert_eq!(count(&f, "SELECT count(*) FROM localized_file"), 0);
+        assert_eq!(
+            count(&f, "SELECT count(*) FROM fs_inode"),
+            1,
+            "the directory"
+        );
     });
 }

@@ -285,6 +285,11 @@ fn counters_match_what_is_stored(b: Backend) {
     rt.block_on(files.unlink(&who, "/f2", None)).unwrap();
     let (root, now) = (common::as_user("r", "root"), tabos_store::now_us());
     call_in(s, "r", move |tx| {
+        // A second name, a symlink, a move: names and files counted apart.
+        tabos_kernel::fs::link_tx(tx, &root, "/f0", "/f0-again", now)?;
+        tabos_kernel::fs::symlink_tx(tx, &root, "a/target/of/some/length", "/ln", now)?;
+        tabos_kernel::fs::rename_tx(tx, &root, "/f0", "/f0-moved-further", now)?;
+        tabos_kernel::fs::unlink_tx(tx, &root, "/f0-again", now)?;
         names::create(tx, &root, "/dir", Kind::Dir, &[], 0, None, None, now)?;
         names::rename(tx, &root, "/n1", "/dir/a-much-longer-name", None, now)?;
         names::remove(tx, &root, "/n2", None, None, now)

@@ -38,8 +38,21 @@ async fn holder_addr(node: &crate::Node, store_id: &str, path: &str) -> Result<S
     }
 }
 
-fn path(p: &str) -> Result<String, Status> {
-    checked(p).map_err(|e| kernel_status(&e))
+/// What a read, write, truncate, stat or times request is on: its path or
+/// its handle, exactly one of them.
+fn target(path: &str, handle: &str) -> Result<fs::FileRef, Status> {
+    file_ref(path, handle).map_err(|e| kernel_status(&e))
+}
+
+/// [`target`] for an operation's body.
+fn file_ref(path: &str, handle: &str) -> tabos_kernel::Result<fs::FileRef> {
+    match (path.is_empty(), handle.is_empty()) {
+        (_, true) => Ok(fs::FileRef::Path(checked(path)?)),
+        (true, false) => Ok(fs::FileRef::Handle(fs::Handle::parse(handle)?)),
+        (false, false) => Err(tabos_kernel::Error::Invalid(
+            "a request names a path or a handle, not both".into(),
+        )),
+    }
 }
 
 /// A request's path, checked, for an operation's body.
@@ -60,6 +73,8 @@ pub fn stat_to_proto(s: Stat) -> proto::FsStat {
         ctime_us: s.ctime_us,
         mtime_us: s.mtime_us,
         atime_us: s.atime_us,
+        id: s.id,
+        nlink: s.nlink,
     }
 }
 
@@ -122,11 +137,57 @@ pub mod ops {
     });
 
     op!(Stat(FsPathRequest) -> FsStat, |node, who, r| {
-        let p = checked(&r.path)?;
+        let t = file_ref(&r.path, &r.handle)?;
         let st = node
-            .read_as(who, move |tx, who, _| fs::stat_tx(tx, who, &p))
+            .read_as(who, move |tx, who, _| fs::stat_ref_tx(tx, who, &t))
             .await?;
         Ok(stat_to_proto(st))
+    });
+
+    op!(Link(FsLinkRequest) -> FsStat, |node, who, r| {
+        let (from, to) = (checked(&r.path)?, checked(&r.new_path)?);
+        let st = node
+            .write_as(who, move |tx, who, now| fs::link_tx(tx, who, &from, &to, now))
+            .await?;
+        Ok(stat_to_proto(st))
+    });
+
+    op!(Symlink(FsSymlinkRequest) -> FsStat, |node, who, r| {
+        let (target, p) = (r.target, checked(&r.path)?);
+        let st = node
+            .write_as(who, move |tx, who, now| fs::symlink_tx(tx, who, &target, &p, now))
+            .await?;
+        Ok(stat_to_proto(st))
+    });
+
+    op!(Readlink(FsPathRequest) -> FsReadlinkResponse, |node, who, r| {
+        let p = checked(&r.path)?;
+        let target = node
+            .read_as(who, move |tx, who, _| fs::readlink_tx(tx, who, &p))
+            .await?;
+        Ok(proto::FsReadlinkResponse { target })
+    });
+
+    op!(Open(FsOpenRequest) -> FsOpenResponse, |node, who, r| {
+        let p = checked(&r.path)?;
+        let access = crate::wire::field("access", r.access)?.unwrap_or(fs::Access::Read);
+        let session = r.session;
+        let create = r.create.then(|| mode_or(r.mode, fs::MODE_FILE_DEFAULT));
+        let (handle, st) = node
+            .write_as(who, move |tx, who, now| {
+                fs::open_tx(tx, who, &p, access, &session, create, now)
+            })
+            .await?;
+        Ok(proto::FsOpenResponse {
+            handle: handle.as_str().to_string(),
+            stat: Some(stat_to_proto(st)),
+        })
+    });
+
+    op!(Close(FsHandleRequest) -> Empty, |node, who, r| {
+        let h = fs::Handle::parse(&r.handle)?;
+        node.files.close(&who, &h).await?;
+        Ok(proto::Empty {})
     });
 
     op!(ReadDir(FsPathRequest) -> FsReadDirResponse, |node, who, r| {
@@ -150,7 +211,7 @@ pub mod ops {
     });
 
     op!(SetTimes(FsTimesRequest) -> Empty, |node, who, r| {
-        let p = checked(&r.path)?;
+        let p = file_ref(&r.path, &r.handle)?;
         let set = |kind: i32, us: i64| match proto::SetTime::try_from(kind) {
             Ok(proto::SetTime::Omit) => Ok(fs::SetTime::Omit),
             Ok(proto::SetTime::Now) => Ok(fs::SetTime::Now),
@@ -159,7 +220,7 @@ pub mod ops {
         };
         let (atime, mtime) = (set(r.atime, r.atime_us)?, set(r.mtime, r.mtime_us)?);
         node.write_as(who, move |tx, who, now| {
-            fs::set_times_tx(tx, who, &p, atime, mtime, now)
+            fs::set_times_tx(tx, who, p.clone(), atime, mtime, now)
         })
         .await?;
         Ok(proto::Empty {})
@@ -198,6 +259,11 @@ crate::op::served! {
     chmod(FsChmodRequest) -> Empty = Chmod;
     chown(FsChownRequest) -> Empty = Chown;
     set_times(FsTimesRequest) -> Empty = SetTimes;
+    link(FsLinkRequest) -> FsStat = Link;
+    symlink(FsSymlinkRequest) -> FsStat = Symlink;
+    readlink(FsPathRequest) -> FsReadlinkResponse = Readlink;
+    open(FsOpenRequest) -> FsOpenResponse = Open;
+    close(FsHandleRequest) -> Empty = Close;
     du(FsDuRequest) -> FsDuResponse = Du;
     @streams {
         async fn read(
@@ -208,17 +274,17 @@ crate::op::served! {
             let who = self.node.caller_of(&request)?;
             let token = crate::forward::bearer(request.metadata())?;
             let r = request.into_inner();
-            let p = path(&r.path)?;
+            let p = target(&r.path, &r.handle)?;
             let read = self
                 .node
                 .files
-                .read(&who, &p, r.offset, r.len as usize)
+                .read(&who, p.clone(), r.offset, r.len as usize)
                 .await;
             let data = match read {
                 Ok(d) => d,
                 // In another node's block store: read (and recorded) there.
                 Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
-                    let addr = holder_addr(&self.node, &store_id, &p).await?;
+                    let addr = holder_addr(&self.node, &store_id, &p.to_string()).await?;
                     let mut fs = crate::forward::fs_at(&addr, &token).await?;
                     let reply = crate::forward::rpc(&addr, fs.read(r)).await?;
                     return Ok(Response::new(reply));
@@ -248,7 +314,7 @@ crate::op::served! {
             let who = self.node.caller_of(&request)?;
             let token = crate::forward::bearer(request.metadata())?;
             let mut r = request.into_inner();
-            let p = path(&r.path)?;
+            let p = target(&r.path, &r.handle)?;
             if r.data.len() > fs::IO_BYTES_MAX {
                 return Err(Status::invalid_argument(format!(
                     "a write is at most {} bytes",
@@ -270,13 +336,13 @@ crate::op::served! {
             let written = self
                 .node
                 .files
-                .write(&who, &p, r.offset, data.clone(), r.create, fence)
+                .write(&who, p.clone(), r.offset, data.clone(), r.create, fence)
                 .await;
             let size = match written {
                 Ok(size) => size,
                 // Written (and recorded) there; nothing was written here.
                 Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
-                    let addr = holder_addr(&self.node, &store_id, &p).await?;
+                    let addr = holder_addr(&self.node, &store_id, &p.to_string()).await?;
                     r.data = std::sync::Arc::try_unwrap(data).unwrap_or_else(|d| (*d).clone());
                     let mut fs = crate::forward::fs_at(&addr, &token).await?;
                     let reply = crate::forward::rpc(&addr, fs.write(r)).await?;
@@ -300,14 +366,14 @@ crate::op::served! {
             let who = self.node.caller_of(&request)?;
             let token = crate::forward::bearer(request.metadata())?;
             let r = request.into_inner();
-            let p = path(&r.path)?;
+            let p = target(&r.path, &r.handle)?;
             let fence = crate::names::fence_from_proto(r.fence.clone())?;
-            let done = self.node.files.truncate(&who, &p, r.size, fence).await;
+            let done = self.node.files.truncate(&who, p.clone(), r.size, fence).await;
             match done {
                 Ok(()) => Ok(Response::new(proto::Empty {})),
                 // Growing a file in another node's block store: done there.
                 Err(tabos_kernel::Error::OnBlockStore { store_id, .. }) => {
-                    let addr = holder_addr(&self.node, &store_id, &p).await?;
+                    let addr = holder_addr(&self.node, &store_id, &p.to_string()).await?;
                     let mut fs = crate::forward::fs_at(&addr, &token).await?;
                     let reply = crate::forward::rpc(&addr, fs.truncate(r)).await?;
                     Ok(Response::new(reply))

@@ -185,11 +185,19 @@ pub mod ops {
     });
 
     op!(CloseSession(SessionRequest) -> CloseSessionResponse, |node, who, r| {
+        let realm = who.realm().to_string();
         let removed = node
             .write_as(who, move |tx, who, now| {
-                names::close_session(tx, who, &r.session, now)
+                let removed = names::close_session(tx, who, &r.session, now)?;
+                // Its open files' handles go with it (in the same commit).
+                let queued = tabos_kernel::fs::session_ended_tx(tx, who.realm(), &r.session)?;
+                Ok((removed, queued))
             })
             .await?;
+        let (removed, queued) = removed;
+        if queued > 0 {
+            node.files.reclaim(&realm).await?;
+        }
         Ok(proto::CloseSessionResponse {
             removed: removed as u64,
         })
@@ -361,10 +369,29 @@ pub async fn reap_sessions(node: Node, mut stop: tokio::sync::watch::Receiver<bo
             let p = tabos_store::PKey(i as u32);
             *due = loop {
                 let got = store
-                    .run(p, move |tx| names::expire_sessions_tx(tx, now))
+                    .run(p, move |tx| {
+                        let e = names::expire_sessions_tx(tx, now)?;
+                        // The ended sessions' open files' handles go in the
+                        // same commit; realms with storage to give back.
+                        let mut reclaim = Vec::new();
+                        for (realm, session) in &e.sessions {
+                            if tabos_kernel::fs::session_ended_tx(tx, realm, session)? > 0 {
+                                reclaim.push(realm.clone());
+                            }
+                        }
+                        Ok::<_, KError>((e, reclaim))
+                    })
                     .await;
                 match got {
-                    Ok(e) => {
+                    Ok((e, reclaim)) => {
+                        for realm in reclaim {
+                            if let Err(err) = node.files.reclaim(&realm).await {
+                                eprintln!(
+                                    "node {}: giving back files of realm {realm}: {err}",
+                                    node.settings.node_id
+                                );
+                            }
+                        }
                         if !e.sessions.is_empty() {
                             eprintln!(
                                 "node {}: sessions expired: {:?} ({} ephemeral entries removed)",

@@ -81,6 +81,7 @@ acting!(none:
 acting!(realm and user:
     FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
     FsTimesRequest, FsReadRequest, FsWriteRequest, FsTruncateRequest,
+    FsLinkRequest, FsSymlinkRequest, FsOpenRequest, FsHandleRequest,
 );
 
 /// `served! { Service: Trait; method(Request) -> Response = Op; … }`:

@@ -51,7 +51,8 @@ wire!(tabos_kernel::realms::Scheduler => Scheduler {
     Fifo => Fifo, Locality => Locality, LeastLoaded => LeastLoaded,
 });
 wire!(tabos_kernel::names::Kind => NameKind { Dir => Dir, File => File, Symlink => Symlink });
-wire!(tabos_kernel::fs::FileType => FileType { Dir => Dir, File => File });
+wire!(tabos_kernel::fs::FileType => FileType { Dir => Dir, File => File, Symlink => Symlink });
+wire!(tabos_kernel::fs::Access => FsAccess { Read => Read, Write => Write, ReadWrite => ReadWrite });
 wire!(tabos_kernel::workflows::Status => WorkflowStatus {
     Enqueued => Enqueued, Pending => Pending, Success => Success,
     Error => Error, Cancelled => Cancelled,
@@ -179,7 +180,7 @@ mod tests {
             |p| p.name(),
         );
         same(
-            &[fs::FileType::Dir, fs::FileType::File],
+            &[fs::FileType::Dir, fs::FileType::File, fs::FileType::Symlink],
             |k| k.as_str().into(),
             |p| p.name(),
         );

@@ -29,20 +29,18 @@
 //! A conflict (another change committed between a plan and its commit)
 //! retries the whole operation, at most [`ATTEMPTS`] times.
 
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tabos_blockio::{CachePolicy, Device};
 use tabos_store::{params, PKey, Store, Tx};
 
 use super::{
-    a_file, allowed, assemble, check_read, check_size, check_write, insert_entry, lookup, p_key,
-    read_local, release_data, set_size, write_local, Blocks, Caller, FileType, Layout, Need, Stat,
-    Storage, MODE_FILE_DEFAULT,
+    assemble, check_read, check_size, check_write, insert_entry, is_file, lookup, p_key,
+    read_local, release_data, resolve, set_size, write_local, Blocks, Caller, FileRef, FileType,
+    Layout, Need, Stat, Storage, MODE_FILE_DEFAULT,
 };
 use crate::auth::Role;
-use crate::names::{check_fence_if_tx, validate_path, Fence};
+use crate::names::{check_fence_if_tx, Fence};
 use crate::{partition, validate_realm, Error, Result};
 
 /// The change-feed channel on which block store `store_id`'s node is told
@@ -133,8 +131,6 @@ pub struct Files {
     store: Store,
     device: Option<Device>,
     settings: Arc<FsSettings>,
-    /// Per-process random seed of new file ids.
-    seed: u64,
 }
 
 impl std::fmt::Debug for Files {
@@ -145,8 +141,6 @@ impl std::fmt::Debug for Files {
             .finish()
     }
 }
-
-static IDS: AtomicU64 = AtomicU64::new(0);
 
 /// What a file's data is, read in a plan.
 #[derive(Debug, Clone)]
@@ -159,15 +153,16 @@ struct Plan {
 
 enum WriteStep {
     Done(i64),
-    Plan(Plan, Option<Vec<u8>>),
+    /// Boxed: a plan is large beside a size.
+    Plan(Box<Plan>, Option<Vec<u8>>),
 }
 
 fn plan(tx: &mut dyn Tx, realm: &str, st: Stat) -> Result<Plan> {
-    let r = tx.query_one(
-        "SELECT f_version, f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, st.path.as_str()],
+    let version: i64 = tx.query_scalar(
+        "SELECT f_version FROM fs_inode WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![p_key(tx), realm, st.id.as_str()],
     )?;
-    let (version, id): (i64, String) = (r.get(0)?, r.get(1)?);
+    let id = st.id.clone();
     let extents = if st.storage == Storage::Segments {
         let rows = tx.query(
             "SELECT ext_no, file_offset, bytes, store_id, segment FROM fs_extent \
@@ -199,11 +194,11 @@ fn plan(tx: &mut dyn Tx, realm: &str, st: Stat) -> Result<Plan> {
 /// Refuses a commit whose plan is out of date (retried by the caller).
 fn still(tx: &mut dyn Tx, realm: &str, p: &Plan) -> Result<()> {
     let r = tx.query_opt(
-        "SELECT f_version, f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, p.st.path.as_str()],
+        "SELECT f_version FROM fs_inode WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![p_key(tx), realm, p.id.as_str()],
     )?;
     match r {
-        Some(r) if r.get::<i64>(0)? == p.version && r.get::<String>(1)? == p.id => Ok(()),
+        Some(r) if r.get::<i64>(0)? == p.version => Ok(()),
         Some(_) => Err(conflict(&p.st.path)),
         None => Err(Error::NotFound(format!(
             "{}: removed during the operation",
@@ -271,9 +266,6 @@ impl Files {
             store,
             device,
             settings: Arc::new(settings),
-            seed: std::collections::hash_map::RandomState::new()
-                .build_hasher()
-                .finish(),
         })
     }
 
@@ -296,17 +288,6 @@ impl Files {
             .map_or_else(String::new, |d| format!("{:016x}", d.id()))
     }
 
-    /// A new file id: unique across processes (random seed), restarts
-    /// (time) and calls (counter).
-    fn new_id(&self) -> String {
-        format!(
-            "{:08x}{:x}{:x}",
-            self.seed as u32,
-            tabos_store::now_us(),
-            IDS.fetch_add(1, Ordering::Relaxed)
-        )
-    }
-
     fn threshold(&self) -> Option<i64> {
         self.device
             .as_ref()
@@ -326,7 +307,7 @@ impl Files {
         let layout = if parallel {
             Layout::Parallel {
                 block_size: self.settings.parallel_block,
-                id: self.new_id(),
+                id: super::new_id(),
             }
         } else {
             Layout::Local {
@@ -341,18 +322,25 @@ impl Files {
         .await
     }
 
-    /// Up to `len` bytes at `offset` (fewer at the end, none past it).
-    pub async fn read(&self, who: &Caller, path: &str, offset: i64, len: usize) -> Result<Vec<u8>> {
+    /// Up to `len` bytes at `offset` (fewer at the end, none past it) of
+    /// the file `target` names.
+    pub async fn read(
+        &self,
+        who: &Caller,
+        target: impl Into<FileRef>,
+        offset: i64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        let target = target.into();
         let realm = super::acting(who, Role::Reader)?;
         validate_realm(realm)?;
-        validate_path(path)?;
+        target.check()?;
         check_read(offset, len)?;
         for _ in 0..ATTEMPTS {
-            let (r, who2, p) = (realm.to_string(), who.clone(), path.to_string());
+            let (r, who2, t) = (realm.to_string(), who.clone(), target.clone());
             // Only reads: on a read connection, not the partition's executor.
             let step = crate::read(&self.store, realm, move |tx| {
-                let st = a_file(tx, &r, &p)?;
-                allowed(&st, &who2, Need::Read)?;
+                let st = is_file(resolve(tx, &r, &who2, &t, Some(Need::Read))?)?;
                 if st.storage == Storage::Local {
                     return Ok(Err(read_local(tx, &r, &st, offset, len)?));
                 }
@@ -376,7 +364,7 @@ impl Files {
                 r => return r,
             }
         }
-        Err(conflict(path))
+        Err(conflict(&target.to_string()))
     }
 
     async fn read_parallel(&self, realm: &str, p: &Plan, offset: i64, end: i64) -> Result<Vec<u8>> {
@@ -464,40 +452,43 @@ impl Files {
     pub async fn write(
         &self,
         who: &Caller,
-        path: &str,
+        target: impl Into<FileRef>,
         offset: i64,
         data: impl Into<Arc<Vec<u8>>>,
         create: bool,
         fence: Option<Fence>,
     ) -> Result<i64> {
+        let target = target.into();
         let realm = super::acting(who, Role::Member)?;
         validate_realm(realm)?;
-        validate_path(path)?;
+        target.check()?;
         let data: Arc<Vec<u8>> = data.into();
-        let end = check_write(path, offset, data.len())?;
+        let end = check_write(&target.to_string(), offset, data.len())?;
         let threshold = self.threshold();
         let local_block = self.settings.local_block;
         for attempt in 0..ATTEMPTS {
-            let (r, who2, p, d, f) = (
+            let (r, who2, t, d, f) = (
                 realm.to_string(),
                 who.clone(),
-                path.to_string(),
+                target.clone(),
                 data.clone(),
                 fence.clone(),
             );
             let step = crate::call(&self.store, realm, move |tx| {
                 let now = fenced(tx, &r, f.as_ref())?;
-                let st = match lookup(tx, &r, &p)? {
-                    None if create => {
+                let st = match &t {
+                    FileRef::Path(p) if create && lookup(tx, &r, p)?.is_none() => {
                         let layout = Layout::Local {
                             block_size: local_block,
                         };
                         let mode = MODE_FILE_DEFAULT;
-                        insert_entry(tx, &r, &p, FileType::File, &layout, &who2, mode, now)?
+                        let st =
+                            insert_entry(tx, &r, p, FileType::File, &layout, &who2, mode, now)?;
+                        super::allowed(&st, &who2, Need::Write)?;
+                        st
                     }
-                    _ => a_file(tx, &r, &p)?,
+                    _ => is_file(resolve(tx, &r, &who2, &t, Some(Need::Write))?)?,
                 };
-                allowed(&st, &who2, Need::Write)?;
                 // Refused before anything is written (a new file included),
                 // not only when the last step commits.
                 crate::realms::check_room_tx(
@@ -512,9 +503,9 @@ impl Files {
                     }
                     Storage::Local => {
                         let old = read_local(tx, &r, &st, 0, st.size as usize)?;
-                        Ok(WriteStep::Plan(plan(tx, &r, st)?, Some(old)))
+                        Ok(WriteStep::Plan(Box::new(plan(tx, &r, st)?), Some(old)))
                     }
-                    _ => Ok(WriteStep::Plan(plan(tx, &r, st)?, None)),
+                    _ => Ok(WriteStep::Plan(Box::new(plan(tx, &r, st)?), None)),
                 }
             })
             .await?;
@@ -522,11 +513,11 @@ impl Files {
                 WriteStep::Done(size) => return Ok(size),
                 WriteStep::Plan(p, old) if p.st.storage == Storage::Parallel => {
                     debug_assert!(old.is_none());
-                    self.write_parallel(realm, p, offset, data.clone(), fence.clone())
+                    self.write_parallel(realm, *p, offset, data.clone(), fence.clone())
                         .await
                 }
                 WriteStep::Plan(p, old) => {
-                    self.write_segments(realm, p, old, offset, data.clone(), fence.clone())
+                    self.write_segments(realm, *p, old, offset, data.clone(), fence.clone())
                         .await
                 }
             };
@@ -537,7 +528,7 @@ impl Files {
                 r => return r,
             }
         }
-        Err(conflict(path))
+        Err(conflict(&target.to_string()))
     }
 
     async fn write_parallel(
@@ -588,7 +579,7 @@ impl Files {
         crate::call(&self.store, realm, move |tx| {
             let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
-            set_size(tx, &r, &p.st.path, new, now)?;
+            set_size(tx, &r, &p.id, new, now)?;
             Ok(new)
         })
         .await
@@ -661,11 +652,7 @@ impl Files {
         fence: Option<Fence>,
     ) -> Result<i64> {
         let dev = self.device_for(&p)?;
-        let id = if old.is_some() {
-            self.new_id()
-        } else {
-            p.id.clone()
-        };
+        let id = p.id.clone();
         let (this, dev2, id2) = (self.clone(), dev.clone(), id.clone());
         let p2 = p.clone();
         let added = tokio::task::spawn_blocking(move || -> Result<Option<Extent>> {
@@ -715,11 +702,11 @@ impl Files {
             still(tx, &r, &p)?;
             let pk = p_key(tx);
             if converting {
-                Blocks::local(&r, &p.st.path).cut(tx, p.st.block_size, 0)?;
+                Blocks::local(&r, &id).cut(tx, p.st.block_size, 0)?;
                 tx.execute(
-                    "UPDATE directory SET f_id = $4, in_segments = 1 \
-                     WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-                    params![pk, r.as_str(), p.st.path.as_str(), id.as_str()],
+                    "UPDATE fs_inode SET in_segments = 1 \
+                     WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+                    params![pk, r.as_str(), id.as_str()],
                 )?;
             }
             if let Some(e) = &added2 {
@@ -738,7 +725,7 @@ impl Files {
                     ],
                 )?;
             }
-            set_size(tx, &r, &p.st.path, size, now)?;
+            set_size(tx, &r, &p.id, size, now)?;
             Ok(size)
         })
         .await;
@@ -770,26 +757,26 @@ impl Files {
     pub async fn truncate(
         &self,
         who: &Caller,
-        path: &str,
+        target: impl Into<FileRef>,
         size: i64,
         fence: Option<Fence>,
     ) -> Result<()> {
+        let target = target.into();
         let realm = super::acting(who, Role::Member)?;
         validate_realm(realm)?;
-        validate_path(path)?;
+        target.check()?;
         check_size(size)?;
         let threshold = self.threshold();
         for attempt in 0..ATTEMPTS {
-            let (r, who2, p, f) = (
+            let (r, who2, t, f) = (
                 realm.to_string(),
                 who.clone(),
-                path.to_string(),
+                target.clone(),
                 fence.clone(),
             );
             let step = crate::call(&self.store, realm, move |tx| {
                 let now = fenced(tx, &r, f.as_ref())?;
-                let st = a_file(tx, &r, &p)?;
-                allowed(&st, &who2, Need::Write)?;
+                let st = is_file(resolve(tx, &r, &who2, &t, Some(Need::Write))?)?;
                 crate::realms::check_room_tx(
                     tx,
                     &r,
@@ -799,9 +786,9 @@ impl Files {
                 match st.storage {
                     Storage::Local if threshold.is_none_or(|t| size <= t) => {
                         if size < st.size {
-                            Blocks::local(&r, &p).cut(tx, st.block_size, size)?;
+                            Blocks::local(&r, &st.id).cut(tx, st.block_size, size)?;
                         }
-                        set_size(tx, &r, &p, size, now)?;
+                        set_size(tx, &r, &st.id, size, now)?;
                         Ok(Err(false))
                     }
                     Storage::Local => {
@@ -821,7 +808,7 @@ impl Files {
                             Some(from) => release_data(tx, &r, &p.st, from)?,
                             None => 0,
                         };
-                        set_size(tx, &r, &p.st.path, size, now)?;
+                        set_size(tx, &r, &p.id, size, now)?;
                         Ok(Err(queued > 0))
                     }
                     _ => Ok(Ok((plan(tx, &r, st)?, None))),
@@ -849,7 +836,7 @@ impl Files {
                 r => return r,
             }
         }
-        Err(conflict(path))
+        Err(conflict(&target.to_string()))
     }
 
     async fn truncate_parallel(
@@ -874,7 +861,7 @@ impl Files {
         crate::call(&self.store, realm, move |tx| {
             let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
-            set_size(tx, &r, &p.st.path, size, now)
+            set_size(tx, &r, &p.id, size, now)
         })
         .await
     }
@@ -888,6 +875,19 @@ impl Files {
             super::unlink_tx(tx, &who, &p, now)
         })
         .await?;
+        if queued > 0 {
+            self.reclaim(realm).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes a handle (see [`super::close_tx`]), then gives back the
+    /// storage of a file that went with it.
+    pub async fn close(&self, who: &Caller, handle: &super::Handle) -> Result<()> {
+        let realm = super::acting(who, Role::Reader)?;
+        let (who2, h) = (who.clone(), handle.clone());
+        let queued =
+            crate::call(&self.store, realm, move |tx| super::close_tx(tx, &who2, &h)).await?;
         if queued > 0 {
             self.reclaim(realm).await?;
         }
@@ -1001,7 +1001,7 @@ impl Files {
                         pending.push(self.store.submit(PKey(part), move |tx| {
                             tx.execute(
                                 "DELETE FROM parallel_file WHERE p_key = $1 AND realm = $2 \
-                                 AND f_name = $3",
+                                 AND f_id = $3",
                                 params![p_key(tx), r.as_str(), id.as_str()],
                             )?;
                             Ok::<_, Error>(())
@@ -1031,11 +1031,19 @@ impl Files {
         }
     }
 
-    /// At start-up: gives back everything queued for reclaim on every
-    /// partition, then deletes `fs/` segments no extent names (a write that
+    /// At start-up: drops handles whose session is gone and deletes files
+    /// without a name that no handle holds ([`super::sweep_tx`]), gives
+    /// back everything queued for reclaim on every partition, then deletes `fs/` segments no extent names (a write that
     /// crashed between allocating and committing). Run before serving.
     pub async fn recover(&self) -> Result<usize> {
         for part in 0..self.store.partitions() {
+            // Handles whose session is gone, and files without a name that
+            // nothing holds open (super::sweep_tx), first: what they let go
+            // of is reclaimed below.
+            let now = tabos_store::now_us();
+            self.store
+                .submit(PKey(part), move |tx| super::sweep_tx(tx, now))
+                .await?;
             self.reclaim_on(PKey(part), None).await?;
         }
         let Some(dev) = &self.device else {
@@ -1076,7 +1084,7 @@ impl Files {
     pub async fn extents(&self, realm: &str, path: &str) -> Result<Vec<Extent>> {
         let (r, p) = (realm.to_string(), path.to_string());
         crate::call(&self.store, realm, move |tx| {
-            let st = a_file(tx, &r, &p)?;
+            let st = super::a_file(tx, &r, &p)?;
             Ok(plan(tx, &r, st)?.extents)
         })
         .await

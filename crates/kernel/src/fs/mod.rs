@@ -1,18 +1,32 @@
-//! The filesystem in tables (DBOS section 4.4, Figure 9): metadata in
-//! `directory`, file data in blocks in `localized_file`, by fully qualified
-//! name, one transaction per operation. Open and close need no state.
+//! The filesystem in tables (DBOS section 4.4, Figure 9): names in
+//! `directory`, what they name in `fs_inode`, file data in blocks keyed by
+//! the file's id, one transaction per operation.
 //!
-//! Tables (migration `006_fs`): `fs_map` (partitions and their hosts),
-//! `fs_user` (a realm's users: home partition and current path),
-//! `directory` (one row per file or directory: owner, mode, size, layout,
-//! block size, times), `localized_file` (a file's blocks; a block never
-//! written — a hole — has no row and reads as zeros) and `parallel_file`
-//! (a parallel file's blocks, each on the partition its block number
-//! picks). Migration `007_fs_data` adds `fs_extent` (large files' data in
-//! blockio segments) and `fs_reclaim` (storage to give back after a
-//! commit). The procedures here are single transactions on the realm's
-//! partition and serve localized files whole; parallel files and files in
-//! segments take several steps, which [`files::Files`] runs.
+//! Tables (migrations `006_fs`, `007_fs_data`, `033_fs_inodes`): `fs_map`
+//! (partitions and their hosts), `fs_user` (a realm's users: home
+//! partition and current path), `directory` (one row per name: its path,
+//! its parent and the id it names), `fs_inode` (one row per directory,
+//! file or symbolic link: type, owner, mode, size, layout, block size,
+//! times, version, number of names, a symlink's target),
+//! `localized_file` (a file's blocks; a block never written — a hole — has
+//! no row and reads as zeros), `parallel_file` (a parallel file's blocks,
+//! each on the partition its block number picks), `fs_extent` (large
+//! files' data in blockio segments), `fs_reclaim` (storage to give back
+//! after a commit) and `fs_open` (open handles). The procedures here are
+//! single transactions on the realm's partition and serve localized files
+//! whole; parallel files and files in segments take several steps, which
+//! [`files::Files`] runs.
+//!
+//! Files by id, as POSIX has them: a file may have several names (hard
+//! links, [`link_tx`]); a rename moves names only; removing a file's last
+//! name while a handle on it is open ([`open_tx`]) leaves it, nameless,
+//! readable and writable through the handle until the last one closes
+//! ([`close_tx`]). A handle belongs to its opener's names session, so a
+//! client that dies without closing loses its handles when the session
+//! lapses ([`session_ended_tx`]); what a crash leaves is swept when a node
+//! starts ([`sweep_tx`]). Symbolic links ([`symlink_tx`]) are stored, not
+//! followed: the mount's callers (the Linux VFS) follow them, and a path
+//! given to the API names the link itself.
 //!
 //! A realm's files, metadata and blocks, are on the realm's partition — the
 //! paper keeps a user's on the user's home partition; a realm's users share
@@ -68,6 +82,15 @@ pub const IO_BYTES_MAX: usize = 4 << 20;
 pub const FILE_BYTES_MAX: i64 = 1 << 40;
 /// Most entries one readdir returns.
 pub const READDIR_MAX: usize = 10_000;
+/// Longest symbolic link target, in bytes (Linux's PATH_MAX less its NUL).
+pub const SYMLINK_BYTES_MAX: usize = 4_095;
+/// Most names one file may have (Linux's ext4 allows 65,000).
+pub const LINKS_MAX: i64 = 65_000;
+/// Most handles one session may hold open (a mount opens a file once per
+/// open descriptor of a process on it).
+pub const HANDLES_PER_SESSION_MAX: i64 = 4_096;
+/// Mode of a symbolic link (its permission bits are never checked).
+pub const MODE_SYMLINK: i64 = 0o777;
 /// Mode of a new file when the caller gives none.
 pub const MODE_FILE_DEFAULT: i64 = 0o644;
 /// Mode of a new directory when the caller gives none.
@@ -80,6 +103,7 @@ pub use crate::auth::USER_BYTES_MAX;
 pub enum FileType {
     Dir,
     File,
+    Symlink,
 }
 
 impl FileType {
@@ -87,6 +111,16 @@ impl FileType {
         match self {
             FileType::Dir => "dir",
             FileType::File => "file",
+            FileType::Symlink => "symlink",
+        }
+    }
+
+    fn parse(s: &str) -> Result<FileType> {
+        match s {
+            "dir" => Ok(FileType::Dir),
+            "file" => Ok(FileType::File),
+            "symlink" => Ok(FileType::Symlink),
+            _ => Err(Error::Invalid(format!("no entry type {s:?}"))),
         }
     }
 }
@@ -126,7 +160,12 @@ impl Storage {
 /// An entry's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stat {
+    /// The name it was looked up by (for an open handle, a label).
     pub path: String,
+    /// What names point at: stable across renames and links.
+    pub id: String,
+    /// How many names it has (0: removed, kept while open).
+    pub nlink: i64,
     pub file_type: FileType,
     /// Where a file's data is ([`Storage::Local`] for a directory).
     pub storage: Storage,
@@ -201,6 +240,8 @@ fn allowed(st: &Stat, who: &Caller, need: Need) -> Result<()> {
 fn root_stat() -> Stat {
     Stat {
         path: "/".into(),
+        id: String::new(),
+        nlink: 1,
         file_type: FileType::Dir,
         storage: Storage::Local,
         owner: ROOT.into(),
@@ -213,33 +254,47 @@ fn root_stat() -> Stat {
     }
 }
 
-/// The columns [`stat_from_row`] reads, as a literal for `concat!`.
-macro_rules! stat_columns {
+/// What [`stat_from_row`] reads of `fs_inode i`, as a literal for
+/// `concat!`; a lookup by name adds `d.d_name` (column 12) from `directory
+/// d` joined by `inode_of_name!`.
+macro_rules! inode_columns {
     () => {
-        "d_name, content_type, user_name, mode, f_size, block_size, \
-     ctime_us, mtime_us, layout, in_segments, COALESCE(atime_us, mtime_us)"
+        "i.content_type, i.user_name, i.mode, i.f_size, i.block_size, i.ctime_us, \
+         i.mtime_us, i.layout, i.in_segments, COALESCE(i.atime_us, i.mtime_us), i.f_id, i.nlink"
     };
 }
 
-fn stat_from_row(r: &Row) -> Result<Stat> {
+/// The join from a name to what it names.
+macro_rules! inode_of_name {
+    () => {
+        " FROM directory d JOIN fs_inode i \
+          ON i.p_key = d.p_key AND i.realm = d.realm AND i.f_id = d.f_id "
+    };
+}
+
+/// A row of [`inode_columns`]; the path is `path`, or column 12 when none
+/// is given.
+fn stat_from_row(r: &Row, path: Option<&str>) -> Result<Stat> {
     Ok(Stat {
-        path: r.get(0)?,
-        file_type: match r.get::<String>(1)?.as_str() {
-            "dir" => FileType::Dir,
-            _ => FileType::File,
+        path: match path {
+            Some(p) => p.to_string(),
+            None => r.get(12)?,
         },
-        owner: r.get(2)?,
-        mode: r.get(3)?,
-        size: r.get(4)?,
-        block_size: r.get(5)?,
-        ctime_us: r.get(6)?,
-        mtime_us: r.get(7)?,
-        atime_us: r.get(10)?,
-        storage: match (r.get::<String>(8)?.as_str(), r.get::<i64>(9)?) {
+        file_type: FileType::parse(&r.get::<String>(0)?)?,
+        owner: r.get(1)?,
+        mode: r.get(2)?,
+        size: r.get(3)?,
+        block_size: r.get(4)?,
+        ctime_us: r.get(5)?,
+        mtime_us: r.get(6)?,
+        atime_us: r.get(9)?,
+        storage: match (r.get::<String>(7)?.as_str(), r.get::<i64>(8)?) {
             (_, 1) => Storage::Segments,
             ("parallel", _) => Storage::Parallel,
             _ => Storage::Local,
         },
+        id: r.get(10)?,
+        nlink: r.get(11)?,
     })
 }
 
@@ -250,12 +305,29 @@ fn lookup(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Option<Stat>> {
     let row = tx.query_opt(
         concat!(
             "SELECT ",
-            stat_columns!(),
-            " FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3"
+            inode_columns!(),
+            ", d.d_name",
+            inode_of_name!(),
+            "WHERE d.p_key = $1 AND d.realm = $2 AND d.d_name = $3"
         ),
         params![p_key(tx), realm, path],
     )?;
-    row.as_ref().map(stat_from_row).transpose()
+    row.as_ref().map(|r| stat_from_row(r, None)).transpose()
+}
+
+/// What `id` is, by id (`label` stands for its path in messages).
+fn inode(tx: &mut dyn Tx, realm: &str, id: &str, label: &str) -> Result<Option<Stat>> {
+    let row = tx.query_opt(
+        concat!(
+            "SELECT ",
+            inode_columns!(),
+            " FROM fs_inode i WHERE i.p_key = $1 AND i.realm = $2 AND i.f_id = $3"
+        ),
+        params![p_key(tx), realm, id],
+    )?;
+    row.as_ref()
+        .map(|r| stat_from_row(r, Some(label)))
+        .transpose()
 }
 
 fn must(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
@@ -294,14 +366,38 @@ fn sticky_allows(d: &Stat, entry: &Stat, who: &Caller) -> Result<()> {
     )))
 }
 
+/// A directory's entries changed: its modification and change times move.
 fn touch(tx: &mut dyn Tx, realm: &str, dir: &str, now_us: i64) -> Result<()> {
     if dir != "/" {
         tx.execute(
-            "UPDATE directory SET mtime_us = $4 WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+            "UPDATE fs_inode SET mtime_us = $4, ctime_us = $4 \
+             WHERE p_key = $1 AND realm = $2 AND f_id = \
+             (SELECT f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3)",
             params![p_key(tx), realm, dir, now_us],
         )?;
     }
     Ok(())
+}
+
+/// A new id for a file, a directory or a handle: unique across processes
+/// (a random seed), restarts (the time) and calls (a counter); at most 48
+/// bytes, so a segment named after it fits blockio's 64.
+pub(crate) fn new_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
+    static SEED: OnceLock<u32> = OnceLock::new();
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish() as u32
+    });
+    format!(
+        "{seed:08x}{:x}{:x}",
+        tabos_store::now_us(),
+        COUNT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn writable(path: &str) -> Result<()> {
@@ -359,39 +455,40 @@ fn insert_entry(
     layout.check()?;
     parent_dir(tx, realm, path, who)?;
     let (block, storage, kind, id) = match (t, layout) {
-        (FileType::Dir, _) => (0, Storage::Local, "local", ""),
         (FileType::File, Layout::Local { block_size }) => {
-            (*block_size, Storage::Local, "local", "")
+            (*block_size, Storage::Local, "local", new_id())
         }
         (FileType::File, Layout::Parallel { block_size, id }) => {
-            (*block_size, Storage::Parallel, "parallel", id.as_str())
+            (*block_size, Storage::Parallel, "parallel", id.clone())
         }
+        _ => (0, Storage::Local, "local", new_id()),
     };
-    let n = tx.execute(
-        "INSERT INTO directory (p_key, realm, d_name, parent, content_type, user_name, mode, \
-         f_size, layout, block_size, ctime_us, mtime_us, f_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, 0, $10, $8, $9, $9, $11) \
-         ON CONFLICT (p_key, realm, d_name) DO NOTHING",
+    if lookup(tx, realm, path)?.is_some() {
+        return Err(Error::AlreadyExists(format!("{path}: file exists")));
+    }
+    let pk = p_key(tx);
+    tx.execute(
+        "INSERT INTO fs_inode (p_key, realm, f_id, content_type, user_name, mode, f_size, \
+         layout, block_size, ctime_us, mtime_us, nlink) \
+         VALUES ($1, $2, $3, $4, $5, $6, 0, $7, $8, $9, $9, 1)",
         params![
-            p_key(tx),
+            pk,
             realm,
-            path,
-            parent_of(path),
+            id.as_str(),
             t.as_str(),
             who.user(),
             mode,
-            block,
-            now_us,
             kind,
-            id
+            block,
+            now_us
         ],
     )?;
-    if n == 0 {
-        return Err(Error::AlreadyExists(format!("{path}: file exists")));
-    }
+    add_name(tx, realm, path, &id)?;
     touch(tx, realm, parent_of(path), now_us)?;
     Ok(Stat {
         path: path.into(),
+        id,
+        nlink: 1,
         file_type: t,
         storage,
         owner: who.user().to_string(),
@@ -402,6 +499,19 @@ fn insert_entry(
         mtime_us: now_us,
         atime_us: now_us,
     })
+}
+
+/// Adds the name `path` for `id` (whose parent was checked).
+fn add_name(tx: &mut dyn Tx, realm: &str, path: &str, id: &str) -> Result<()> {
+    let n = tx.execute(
+        "INSERT INTO directory (p_key, realm, d_name, parent, f_id) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (p_key, realm, d_name) DO NOTHING",
+        params![p_key(tx), realm, path, parent_of(path), id],
+    )?;
+    if n == 0 {
+        return Err(Error::AlreadyExists(format!("{path}: file exists")));
+    }
+    Ok(())
 }
 
 /// Procedure body: creates an empty localized file of 2 KB blocks
@@ -451,14 +561,6 @@ pub fn stat_tx(tx: &mut dyn Tx, who: &Caller, path: &str) -> Result<Stat> {
     must(tx, realm, path)
 }
 
-/// A file's id (`''` for a localized file in block rows).
-fn file_id(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<String> {
-    Ok(tx.query_scalar(
-        "SELECT f_id FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, path],
-    )?)
-}
-
 /// Hands a file's parallel blocks or segments to `fs_reclaim` (given back
 /// after the commit by [`files::Files::reclaim`]); how many entries it
 /// queued.
@@ -466,12 +568,12 @@ fn release_data(tx: &mut dyn Tx, realm: &str, st: &Stat, from_offset: i64) -> Re
     let pk = p_key(tx);
     match st.storage {
         Storage::Local => {
-            Blocks::local(realm, &st.path).delete_from(tx, 0)?;
+            Blocks::local(realm, &st.id).delete_from(tx, 0)?;
             Ok(0)
         }
         Storage::Parallel => {
             debug_assert_eq!(from_offset, 0, "parallel blocks are cut in place");
-            let id = file_id(tx, realm, &st.path)?;
+            let id = st.id.as_str();
             tx.execute(
                 "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
                  VALUES ($1, $2, 'parallel', $3, '') ON CONFLICT DO NOTHING",
@@ -480,7 +582,7 @@ fn release_data(tx: &mut dyn Tx, realm: &str, st: &Stat, from_offset: i64) -> Re
             Ok(1)
         }
         Storage::Segments => {
-            let id = file_id(tx, realm, &st.path)?;
+            let id = st.id.clone();
             // The node of each block store let go of gives it back when told
             // (a file written through one node may be removed through another).
             let stores = tx.query(
@@ -508,18 +610,59 @@ fn release_data(tx: &mut dyn Tx, realm: &str, st: &Stat, from_offset: i64) -> Re
     }
 }
 
-/// Removes an entry; returns how many storage items it queued for reclaim.
+/// Removes the name `st.path`; what it named goes with it when that was
+/// its last name and no handle holds it open. Returns how many storage
+/// items it queued for reclaim.
 fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<usize> {
+    let pk = p_key(tx);
+    tx.execute(
+        "DELETE FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
+        params![pk, realm, st.path.as_str()],
+    )?;
+    touch(tx, realm, parent_of(&st.path), now_us)?;
+    if st.file_type == FileType::Dir {
+        tx.execute(
+            "DELETE FROM fs_inode WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+            params![pk, realm, st.id.as_str()],
+        )?;
+        return Ok(0);
+    }
+    debug_assert!(st.nlink >= 1, "{} has a name, so a link", st.path);
+    tx.execute(
+        "UPDATE fs_inode SET nlink = nlink - 1, ctime_us = $4 \
+         WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![pk, realm, st.id.as_str(), now_us],
+    )?;
+    let st = Stat {
+        nlink: st.nlink - 1,
+        ..st.clone()
+    };
+    release_if_unused(tx, realm, &st)
+}
+
+/// Deletes a file that has no name and no open handle, with its data;
+/// returns how many storage items it queued for reclaim (0 when it stays).
+fn release_if_unused(tx: &mut dyn Tx, realm: &str, st: &Stat) -> Result<usize> {
+    if st.nlink > 0 {
+        return Ok(0);
+    }
+    let pk = p_key(tx);
+    let open = tx.query_opt(
+        "SELECT handle FROM fs_open WHERE p_key = $1 AND realm = $2 AND f_id = $3 LIMIT 1",
+        params![pk, realm, st.id.as_str()],
+    )?;
+    if open.is_some() {
+        return Ok(0);
+    }
     let queued = if st.file_type == FileType::File {
         release_data(tx, realm, st, 0)?
     } else {
         0
     };
     tx.execute(
-        "DELETE FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, st.path.as_str()],
+        "DELETE FROM fs_inode WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![pk, realm, st.id.as_str()],
     )?;
-    touch(tx, realm, parent_of(&st.path), now_us)?;
     Ok(queued)
 }
 
@@ -593,13 +736,21 @@ pub fn rename_tx(
     let to_dir = parent_dir(tx, realm, to, who)?;
     let mut queued = 0;
     if let Some(old) = lookup(tx, realm, to)? {
+        if old.id == st.id {
+            // Two names of one file: POSIX leaves both.
+            return Ok(0);
+        }
         sticky_allows(&to_dir, &old, who)?;
-        match (st.file_type, old.file_type) {
-            (FileType::File, FileType::File) => {}
-            (FileType::Dir, FileType::Dir) if !has_children(tx, realm, to)? => {}
-            (FileType::Dir, FileType::Dir) => return Err(Error::NotEmpty(to.to_string())),
-            (FileType::File, FileType::Dir) => return Err(Error::IsADirectory(to.to_string(), "")),
-            (FileType::Dir, FileType::File) => return Err(Error::NotADirectory(to.to_string())),
+        let (from_dir, to_dir) = (
+            st.file_type == FileType::Dir,
+            old.file_type == FileType::Dir,
+        );
+        match (from_dir, to_dir) {
+            (false, false) => {}
+            (true, true) if !has_children(tx, realm, to)? => {}
+            (true, true) => return Err(Error::NotEmpty(to.to_string())),
+            (false, true) => return Err(Error::IsADirectory(to.to_string(), "")),
+            (true, false) => return Err(Error::NotADirectory(to.to_string())),
         }
         queued = delete_entry(tx, realm, &old, now_us)?;
     }
@@ -607,19 +758,18 @@ pub fn rename_tx(
     let (lo, hi) = subtree_range(from);
     let cut = from.len() as i64 + 1;
     tx.execute(
-        "UPDATE localized_file SET f_name = $4 || substr(f_name, $6) \
-         WHERE p_key = $1 AND realm = $2 AND ((f_name >= $3 AND f_name < $5) OR f_name = $7)",
-        params![pk, realm, lo.as_str(), to, hi.as_str(), cut, from],
-    )?;
-    tx.execute(
         "UPDATE directory SET d_name = $4 || substr(d_name, $6), parent = $4 || substr(parent, $6) \
          WHERE p_key = $1 AND realm = $2 AND d_name >= $3 AND d_name < $5",
         params![pk, realm, lo.as_str(), to, hi.as_str(), cut],
     )?;
     tx.execute(
-        "UPDATE directory SET d_name = $4, parent = $5, ctime_us = $6 \
+        "UPDATE directory SET d_name = $4, parent = $5 \
          WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![pk, realm, from, to, parent_of(to), now_us],
+        params![pk, realm, from, to, parent_of(to)],
+    )?;
+    tx.execute(
+        "UPDATE fs_inode SET ctime_us = $4 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![pk, realm, st.id.as_str(), now_us],
     )?;
     touch(tx, realm, parent_of(from), now_us)?;
     touch(tx, realm, parent_of(to), now_us)?;
@@ -637,12 +787,19 @@ pub fn readdir_tx(tx: &mut dyn Tx, who: &Caller, dir: &str) -> Result<(Vec<Stat>
         return Err(Error::NotADirectory(dir.to_string()));
     }
     allowed(&d, who, Need::Read)?;
-    const LIST: &str = "SELECT d_name, content_type, user_name, mode, f_size, block_size, \
-         ctime_us, mtime_us, layout, in_segments, COALESCE(atime_us, mtime_us) FROM directory \
-         WHERE p_key = $1 AND realm = $2 AND parent = $3 ORDER BY d_name LIMIT 10001";
+    const LIST: &str = concat!(
+        "SELECT ",
+        inode_columns!(),
+        ", d.d_name",
+        inode_of_name!(),
+        "WHERE d.p_key = $1 AND d.realm = $2 AND d.parent = $3 ORDER BY d.d_name LIMIT 10001"
+    );
     debug_assert!(LIST.ends_with(&format!("LIMIT {}", READDIR_MAX + 1)));
     let rows = tx.query(LIST, params![p_key(tx), realm, dir])?;
-    let mut out = rows.iter().map(stat_from_row).collect::<Result<Vec<_>>>()?;
+    let mut out = rows
+        .iter()
+        .map(|r| stat_from_row(r, None))
+        .collect::<Result<Vec<_>>>()?;
     let more = out.len() > READDIR_MAX;
     out.truncate(READDIR_MAX);
     Ok((out, more))
@@ -650,10 +807,18 @@ pub fn readdir_tx(tx: &mut dyn Tx, who: &Caller, dir: &str) -> Result<(Vec<Stat>
 
 fn a_file(tx: &mut dyn Tx, realm: &str, path: &str) -> Result<Stat> {
     let st = must(tx, realm, path)?;
-    if st.file_type != FileType::File {
-        return Err(Error::IsADirectory(path.to_string(), ""));
+    is_file(st)
+}
+
+fn is_file(st: Stat) -> Result<Stat> {
+    match st.file_type {
+        FileType::File => Ok(st),
+        FileType::Dir => Err(Error::IsADirectory(st.path, "")),
+        FileType::Symlink => Err(Error::Invalid(format!(
+            "{} is a symbolic link (the API does not follow links; read its target)",
+            st.path
+        ))),
     }
-    Ok(st)
 }
 
 /// Refuses a file whose data is not in `localized_file`: the single-
@@ -672,9 +837,8 @@ fn must_be_local(st: &Stat) -> Result<()> {
     Ok(())
 }
 
-/// The block rows of one file: `localized_file` keyed by path, or
-/// `parallel_file` keyed by the file's id (on whichever partition the
-/// transaction is on).
+/// The block rows of one file: `localized_file` or `parallel_file` (on
+/// whichever partition the transaction is on), keyed by the file's id.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Blocks<'a> {
     sql: &'static BlockSql,
@@ -699,30 +863,30 @@ macro_rules! block_sql {
             at: concat!(
                 "SELECT bytes FROM ",
                 $table,
-                " WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no = $4"
+                " WHERE p_key = $1 AND realm = $2 AND f_id = $3 AND block_no = $4"
             ),
             range: concat!(
                 "SELECT block_no, bytes FROM ",
                 $table,
-                " WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4 \
+                " WHERE p_key = $1 AND realm = $2 AND f_id = $3 AND block_no >= $4 \
                  AND block_no <= $5 ORDER BY block_no"
             ),
             delete_from: concat!(
                 "DELETE FROM ",
                 $table,
-                " WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no >= $4"
+                " WHERE p_key = $1 AND realm = $2 AND f_id = $3 AND block_no >= $4"
             ),
             put: concat!(
                 "INSERT INTO ",
                 $table,
-                " (p_key, realm, f_name, block_no, f_owner, bytes) \
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, f_name, block_no) \
+                " (p_key, realm, f_id, block_no, f_owner, bytes) \
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (p_key, realm, f_id, block_no) \
                  DO UPDATE SET bytes = excluded.bytes"
             ),
             cut: concat!(
                 "UPDATE ",
                 $table,
-                " SET bytes = $5 WHERE p_key = $1 AND realm = $2 AND f_name = $3 AND block_no = $4"
+                " SET bytes = $5 WHERE p_key = $1 AND realm = $2 AND f_id = $3 AND block_no = $4"
             ),
         }
     };
@@ -732,11 +896,11 @@ static LOCALIZED_SQL: BlockSql = block_sql!("localized_file");
 static PARALLEL_SQL: BlockSql = block_sql!("parallel_file");
 
 impl<'a> Blocks<'a> {
-    pub(crate) fn local(realm: &'a str, path: &'a str) -> Blocks<'a> {
+    pub(crate) fn local(realm: &'a str, id: &'a str) -> Blocks<'a> {
         Blocks {
             sql: &LOCALIZED_SQL,
             realm,
-            key: path,
+            key: id,
         }
     }
 
@@ -872,12 +1036,12 @@ pub(crate) fn assemble(out: &mut [u8], offset: i64, bs: i64, blocks: &[(i64, Vec
 /// version moves on).
 /// Every change of a file's size comes here, so the realm's storage quota
 /// is checked here (a file's size is what it stores, holes included).
-fn set_size(tx: &mut dyn Tx, realm: &str, path: &str, size: i64, now_us: i64) -> Result<()> {
+fn set_size(tx: &mut dyn Tx, realm: &str, id: &str, size: i64, now_us: i64) -> Result<()> {
     crate::realms::metered(tx, realm, |tx| {
         tx.execute(
-            "UPDATE directory SET f_size = $4, mtime_us = $5, f_version = f_version + 1 \
-             WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-            params![p_key(tx), realm, path, size, now_us],
+            "UPDATE fs_inode SET f_size = $4, mtime_us = $5, ctime_us = $5, \
+             f_version = f_version + 1 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+            params![p_key(tx), realm, id, size, now_us],
         )?;
         Ok(())
     })
@@ -943,7 +1107,7 @@ fn read_local(tx: &mut dyn Tx, realm: &str, st: &Stat, offset: i64, len: usize) 
         return Ok(Vec::new());
     }
     let bs = st.block_size;
-    let blocks = Blocks::local(realm, &st.path).range(tx, offset / bs, (end - 1) / bs)?;
+    let blocks = Blocks::local(realm, &st.id).range(tx, offset / bs, (end - 1) / bs)?;
     let mut out = vec![0u8; (end - offset) as usize];
     assemble(&mut out, offset, bs, &blocks);
     Ok(out)
@@ -979,7 +1143,7 @@ fn write_local(
 ) -> Result<i64> {
     must_be_local(st)?;
     let size = st.size.max(offset + data.len() as i64);
-    Blocks::local(realm, &st.path).put(
+    Blocks::local(realm, &st.id).put(
         tx,
         &st.owner,
         st.block_size,
@@ -989,7 +1153,7 @@ fn write_local(
         data,
         |_| true,
     )?;
-    set_size(tx, realm, &st.path, size, now_us)?;
+    set_size(tx, realm, &st.id, size, now_us)?;
     Ok(size)
 }
 
@@ -1010,9 +1174,9 @@ pub fn truncate_tx(
     allowed(&st, who, Need::Write)?;
     must_be_local(&st)?;
     if size < st.size {
-        Blocks::local(realm, path).cut(tx, st.block_size, size)?;
+        Blocks::local(realm, &st.id).cut(tx, st.block_size, size)?;
     }
-    set_size(tx, realm, path, size, now_us)
+    set_size(tx, realm, &st.id, size, now_us)
 }
 
 /// Procedure body: changes an entry's mode (its owner or root only).
@@ -1029,8 +1193,8 @@ pub fn chmod_tx(tx: &mut dyn Tx, who: &Caller, path: &str, mode: i64, now_us: i6
         )));
     }
     tx.execute(
-        "UPDATE directory SET mode = $4, ctime_us = $5 WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, path, mode, now_us],
+        "UPDATE fs_inode SET mode = $4, ctime_us = $5 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![p_key(tx), realm, st.id.as_str(), mode, now_us],
     )?;
     Ok(())
 }
@@ -1058,15 +1222,19 @@ pub enum SetTime {
 pub fn set_times_tx(
     tx: &mut dyn Tx,
     who: &Caller,
-    path: &str,
+    target: impl Into<FileRef>,
     atime: SetTime,
     mtime: SetTime,
     now_us: i64,
 ) -> Result<()> {
     let realm = acting(who, Role::Member)?;
     validate_realm(realm)?;
-    writable(path)?;
-    let st = must(tx, realm, path)?;
+    let target = target.into();
+    if let FileRef::Path(p) = &target {
+        writable(p)?;
+    }
+    let st = resolve(tx, realm, who, &target, None)?;
+    let path = st.path.as_str();
     if (atime, mtime) == (SetTime::Omit, SetTime::Omit) {
         return Ok(()); // nothing changes, not even the change time
     }
@@ -1099,9 +1267,9 @@ pub fn set_times_tx(
         value(mtime, now_us, st.mtime_us)?,
     );
     tx.execute(
-        "UPDATE directory SET atime_us = $4, mtime_us = $5, ctime_us = $6 \
-         WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![p_key(tx), realm, path, a, m, now_us],
+        "UPDATE fs_inode SET atime_us = $4, mtime_us = $5, ctime_us = $6 \
+         WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![p_key(tx), realm, st.id.as_str(), a, m, now_us],
     )?;
     Ok(())
 }
@@ -1112,20 +1280,411 @@ pub fn chown_tx(tx: &mut dyn Tx, who: &Caller, path: &str, owner: &str, now_us: 
     validate_realm(realm)?;
     writable(path)?;
     validate_user(owner)?;
-    must(tx, realm, path)?;
+    let st = must(tx, realm, path)?;
     if who.user() != ROOT {
         return Err(Error::Denied(format!("only root may chown {path}")));
     }
     let pk = p_key(tx);
     tx.execute(
-        "UPDATE directory SET user_name = $4, ctime_us = $5 WHERE p_key = $1 AND realm = $2 AND d_name = $3",
-        params![pk, realm, path, owner, now_us],
+        "UPDATE fs_inode SET user_name = $4, ctime_us = $5 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![pk, realm, st.id.as_str(), owner, now_us],
     )?;
     tx.execute(
-        "UPDATE localized_file SET f_owner = $4 WHERE p_key = $1 AND realm = $2 AND f_name = $3",
-        params![pk, realm, path, owner],
+        "UPDATE localized_file SET f_owner = $4 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![pk, realm, st.id.as_str(), owner],
     )?;
     Ok(())
+}
+
+/// Procedure body: gives the file (or symbolic link) at `existing` the
+/// further name `path` (a hard link). Directories have one name.
+pub fn link_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    existing: &str,
+    path: &str,
+    now_us: i64,
+) -> Result<Stat> {
+    let realm = acting(who, Role::Member)?;
+    validate_realm(realm)?;
+    writable(existing)?;
+    writable(path)?;
+    let st = must(tx, realm, existing)?;
+    if st.file_type == FileType::Dir {
+        return Err(Error::Denied(format!(
+            "{existing} is a directory: a directory has one name"
+        )));
+    }
+    if st.nlink >= LINKS_MAX {
+        return Err(Error::Full(format!(
+            "{existing} has {LINKS_MAX} names, the most a file may have"
+        )));
+    }
+    parent_dir(tx, realm, path, who)?;
+    add_name(tx, realm, path, &st.id)?;
+    touch(tx, realm, parent_of(path), now_us)?;
+    tx.execute(
+        "UPDATE fs_inode SET nlink = nlink + 1, ctime_us = $4 \
+         WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![p_key(tx), realm, st.id.as_str(), now_us],
+    )?;
+    Ok(Stat {
+        path: path.to_string(),
+        nlink: st.nlink + 1,
+        ctime_us: now_us,
+        ..st
+    })
+}
+
+/// Procedure body: creates the symbolic link `path` to `target` (any text
+/// of 1..=[`SYMLINK_BYTES_MAX`] bytes without NUL, stored as given and
+/// never resolved here).
+pub fn symlink_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    target: &str,
+    path: &str,
+    now_us: i64,
+) -> Result<Stat> {
+    let realm = acting(who, Role::Member)?;
+    validate_realm(realm)?;
+    if target.is_empty() || target.len() > SYMLINK_BYTES_MAX || target.contains('\0') {
+        return Err(Error::Invalid(format!(
+            "a symbolic link's target is 1..={SYMLINK_BYTES_MAX} bytes without NUL"
+        )));
+    }
+    let none = Layout::Local {
+        block_size: BLOCK_BYTES_LOCAL,
+    };
+    let st = insert_entry(
+        tx,
+        realm,
+        path,
+        FileType::Symlink,
+        &none,
+        who,
+        MODE_SYMLINK,
+        now_us,
+    )?;
+    let size = target.len() as i64;
+    crate::realms::metered(tx, realm, |tx| {
+        tx.execute(
+            "UPDATE fs_inode SET target = $4, f_size = $5 \
+             WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+            params![p_key(tx), realm, st.id.as_str(), target, size],
+        )?;
+        Ok(())
+    })?;
+    Ok(Stat { size, ..st })
+}
+
+/// Procedure body: the target of the symbolic link `path`.
+pub fn readlink_tx(tx: &mut dyn Tx, who: &Caller, path: &str) -> Result<String> {
+    let realm = acting(who, Role::Reader)?;
+    validate_realm(realm)?;
+    validate_path(path)?;
+    let st = must(tx, realm, path)?;
+    if st.file_type != FileType::Symlink {
+        return Err(Error::Invalid(format!("{path} is not a symbolic link")));
+    }
+    Ok(tx.query_scalar(
+        "SELECT target FROM fs_inode WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![p_key(tx), realm, st.id.as_str()],
+    )?)
+}
+
+/// An open file's handle: what [`open_tx`] returns and [`FileRef::Handle`]
+/// names.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Handle(String);
+
+impl Handle {
+    /// Longest handle, in bytes.
+    pub const BYTES_MAX: usize = 64;
+
+    /// A handle as a client gives it back.
+    pub fn parse(s: &str) -> Result<Handle> {
+        if s.is_empty() || s.len() > Self::BYTES_MAX || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::Invalid(format!("{s:?} is no file handle")));
+        }
+        Ok(Handle(s.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What an open handle allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl Access {
+    /// The permission bits it needs (read 4, write 2), as `fs_open` keeps
+    /// them.
+    fn bits(self) -> i64 {
+        match self {
+            Access::Read => 4,
+            Access::Write => 2,
+            Access::ReadWrite => 6,
+        }
+    }
+}
+
+/// Which file an operation is on: a name, or an open handle (which reaches
+/// the file after its names are gone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileRef {
+    Path(String),
+    Handle(Handle),
+}
+
+impl From<&str> for FileRef {
+    fn from(p: &str) -> FileRef {
+        FileRef::Path(p.to_string())
+    }
+}
+
+impl From<&String> for FileRef {
+    fn from(p: &String) -> FileRef {
+        FileRef::Path(p.clone())
+    }
+}
+
+impl From<String> for FileRef {
+    fn from(p: String) -> FileRef {
+        FileRef::Path(p)
+    }
+}
+
+impl From<Handle> for FileRef {
+    fn from(h: Handle) -> FileRef {
+        FileRef::Handle(h)
+    }
+}
+
+impl std::fmt::Display for FileRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FileRef::Path(p) => f.write_str(p),
+            FileRef::Handle(h) => write!(f, "open file {}", h.0),
+        }
+    }
+}
+
+impl FileRef {
+    /// Checked before anything is looked up.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self {
+            FileRef::Path(p) => validate_path(p),
+            FileRef::Handle(_) => Ok(()),
+        }
+    }
+}
+
+/// The file `target` names, for `who` to `need`: by name, checked against
+/// its mode; by handle, the handle must be `who`'s and opened for `need`
+/// (its mode was checked when it was opened, as POSIX has it).
+fn resolve(
+    tx: &mut dyn Tx,
+    realm: &str,
+    who: &Caller,
+    target: &FileRef,
+    need: Option<Need>,
+) -> Result<Stat> {
+    match target {
+        FileRef::Path(p) => {
+            let st = must(tx, realm, p)?;
+            if let Some(need) = need {
+                allowed(&st, who, need)?;
+            }
+            Ok(st)
+        }
+        FileRef::Handle(h) => {
+            let row = tx.query_opt(
+                "SELECT f_id, user_name, access FROM fs_open \
+                 WHERE p_key = $1 AND realm = $2 AND handle = $3",
+                params![p_key(tx), realm, h.as_str()],
+            )?;
+            let Some(r) = row else {
+                return Err(Error::NotFound(format!(
+                    "{target}: not open (closed, or its session ended)"
+                )));
+            };
+            let (id, user, access): (String, String, i64) = (r.get(0)?, r.get(1)?, r.get(2)?);
+            if user != who.user() {
+                return Err(Error::Denied(format!("{target} is not {}'s", who.user())));
+            }
+            if let Some(need) = need {
+                let need = need as i64 & 6;
+                if access & need != need {
+                    return Err(Error::Denied(format!(
+                        "{target} was not opened for {}",
+                        if need & 2 != 0 { "writing" } else { "reading" }
+                    )));
+                }
+            }
+            inode(tx, realm, &id, &target.to_string())?
+                .ok_or_else(|| Error::NotFound(format!("{target}: gone")))
+        }
+    }
+}
+
+/// Procedure body: opens the file at `path` for `access` on `who`'s
+/// `session` (its mode is checked now, not at each read or write). The
+/// handle keeps the file after its last name is removed, until
+/// [`close_tx`] or the end of the session. With `create` (a mode), the
+/// file is created first (exclusive, a localized file) and opened without
+/// checking that mode — as open(2) with O_CREAT lets a creator write a
+/// file it makes read-only.
+pub fn open_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    path: &str,
+    access: Access,
+    session: &str,
+    create: Option<i64>,
+    now_us: i64,
+) -> Result<(Handle, Stat)> {
+    let realm = acting(
+        who,
+        if access == Access::Read {
+            Role::Reader
+        } else {
+            Role::Member
+        },
+    )?;
+    validate_realm(realm)?;
+    validate_path(path)?;
+    crate::names::own_session_tx(tx, who, session)?;
+    let st = match create {
+        Some(mode) => {
+            let layout = Layout::Local {
+                block_size: BLOCK_BYTES_LOCAL,
+            };
+            insert_entry(tx, realm, path, FileType::File, &layout, who, mode, now_us)?
+        }
+        None => {
+            let st = is_file(must(tx, realm, path)?)?;
+            if matches!(access, Access::Read | Access::ReadWrite) {
+                allowed(&st, who, Need::Read)?;
+            }
+            if matches!(access, Access::Write | Access::ReadWrite) {
+                allowed(&st, who, Need::Write)?;
+            }
+            st
+        }
+    };
+    let pk = p_key(tx);
+    let held: i64 = tx.query_scalar(
+        "SELECT count(*) FROM fs_open WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![pk, realm, session],
+    )?;
+    if held >= HANDLES_PER_SESSION_MAX {
+        return Err(Error::Full(format!(
+            "session {session} holds {HANDLES_PER_SESSION_MAX} open files, the most one may"
+        )));
+    }
+    let handle = Handle(new_id());
+    tx.execute(
+        "INSERT INTO fs_open (p_key, realm, handle, f_id, user_name, session, access, opened_us) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        params![
+            pk,
+            realm,
+            handle.as_str(),
+            st.id.as_str(),
+            who.user(),
+            session,
+            access.bits(),
+            now_us
+        ],
+    )?;
+    Ok((handle, st))
+}
+
+/// Procedure body: closes `who`'s `handle`; a file with no name left goes
+/// with its last handle. Returns how many storage items wait in
+/// `fs_reclaim`.
+pub fn close_tx(tx: &mut dyn Tx, who: &Caller, handle: &Handle) -> Result<usize> {
+    let realm = acting(who, Role::Reader)?;
+    validate_realm(realm)?;
+    let target = FileRef::Handle(handle.clone());
+    let st = resolve(tx, realm, who, &target, None)?;
+    tx.execute(
+        "DELETE FROM fs_open WHERE p_key = $1 AND realm = $2 AND handle = $3",
+        params![p_key(tx), realm, handle.as_str()],
+    )?;
+    release_if_unused(tx, realm, &st)
+}
+
+/// Procedure body: drops the handles of `realm`'s ended `session` (for
+/// whoever ends sessions: the session reaper, a close). Returns how many
+/// storage items wait in `fs_reclaim`.
+pub fn session_ended_tx(tx: &mut dyn Tx, realm: &str, session: &str) -> Result<usize> {
+    let pk = p_key(tx);
+    let rows = tx.query(
+        "SELECT DISTINCT f_id FROM fs_open WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![pk, realm, session],
+    )?;
+    let ids = rows
+        .iter()
+        .map(|r| r.get::<String>(0))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    tx.execute(
+        "DELETE FROM fs_open WHERE p_key = $1 AND realm = $2 AND session = $3",
+        params![pk, realm, session],
+    )?;
+    let mut queued = 0;
+    for id in ids {
+        if let Some(st) = inode(tx, realm, &id, &id)? {
+            queued += release_if_unused(tx, realm, &st)?;
+        }
+    }
+    Ok(queued)
+}
+
+/// Procedure body, when a node starts: drops the partition's handles whose
+/// session is gone or lapsed by `now_us` (its reaper ends it soon: a
+/// crashed node's clients' sessions lapse while it is down) and deletes
+/// the files without a name that no handle holds (also what a crash
+/// between a session's end and its handles' left). Returns the realms
+/// whose storage now waits in `fs_reclaim`.
+pub fn sweep_tx(tx: &mut dyn Tx, now_us: i64) -> Result<Vec<String>> {
+    let pk = p_key(tx);
+    tx.execute(
+        "DELETE FROM fs_open WHERE p_key = $1 AND NOT EXISTS (SELECT 1 FROM name_session s \
+         WHERE s.p_key = fs_open.p_key AND s.realm = fs_open.realm \
+         AND s.session = fs_open.session AND s.expires_us > $2)",
+        params![pk, now_us],
+    )?;
+    let rows = tx.query(
+        "SELECT realm, f_id FROM fs_inode WHERE p_key = $1 AND nlink = 0",
+        params![pk],
+    )?;
+    let mut realms = Vec::new();
+    for r in rows.iter() {
+        let (realm, id): (String, String) = (r.get(0)?, r.get(1)?);
+        if let Some(st) = inode(tx, &realm, &id, &id)? {
+            if release_if_unused(tx, &realm, &st)? > 0 && !realms.contains(&realm) {
+                realms.push(realm);
+            }
+        }
+    }
+    Ok(realms)
+}
+
+/// Procedure body: the metadata of the file `target` names (by handle:
+/// also after its last name went).
+pub fn stat_ref_tx(tx: &mut dyn Tx, who: &Caller, target: &FileRef) -> Result<Stat> {
+    let realm = acting(who, Role::Reader)?;
+    validate_realm(realm)?;
+    target.check()?;
+    resolve(tx, realm, who, target, None)
 }
 
 /// Procedure body: how many files, of how many bytes, are under `path` (or
@@ -1143,7 +1702,13 @@ pub fn du_tx(
     validate_path(path)?;
     let (lo, hi) = subtree_range(path);
     let r = tx.query_one(
-        "SELECT count(*), coalesce(sum(f_size), 0) FROM directory          WHERE p_key = $1 AND realm = $2 AND content_type = 'file'          AND (d_name = $3 OR (d_name >= $4 AND d_name < $5))          AND ($6 = '' OR user_name = $6) AND f_size >= $7",
+        concat!(
+            "SELECT count(*), coalesce(sum(i.f_size), 0)",
+            inode_of_name!(),
+            "WHERE d.p_key = $1 AND d.realm = $2 AND i.content_type = 'file' \
+             AND (d.d_name = $3 OR (d.d_name >= $4 AND d.d_name < $5)) \
+             AND ($6 = '' OR i.user_name = $6) AND i.f_size >= $7"
+        ),
         params![
             p_key(tx),
             realm,
@@ -1166,7 +1731,7 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     let pk = p_key(tx);
     tx.execute(
         "INSERT INTO fs_reclaim (p_key, realm, kind, what, store_id) \
-         SELECT p_key, realm, 'parallel', f_id, '' FROM directory \
+         SELECT p_key, realm, 'parallel', f_id, '' FROM fs_inode \
          WHERE p_key = $1 AND realm = $2 AND content_type = 'file' AND layout = 'parallel' \
          AND in_segments = 0 ON CONFLICT DO NOTHING",
         params![pk, realm],
@@ -1180,6 +1745,13 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     crate::delete_realm_rows(
         tx,
         realm,
-        &["fs_extent", "localized_file", "directory", "fs_user"],
+        &[
+            "fs_extent",
+            "localized_file",
+            "fs_open",
+            "directory",
+            "fs_inode",
+            "fs_user",
+        ],
     )
 }

@@ -135,6 +135,14 @@ class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILE_TYPE_UNSPECIFIED: _ClassVar[FileType]
     FILE_TYPE_DIR: _ClassVar[FileType]
     FILE_TYPE_FILE: _ClassVar[FileType]
+    FILE_TYPE_SYMLINK: _ClassVar[FileType]
+
+class FsAccess(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FS_ACCESS_UNSPECIFIED: _ClassVar[FsAccess]
+    FS_ACCESS_READ: _ClassVar[FsAccess]
+    FS_ACCESS_WRITE: _ClassVar[FsAccess]
+    FS_ACCESS_READ_WRITE: _ClassVar[FsAccess]
 
 class SetTime(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -257,6 +265,11 @@ WATCH_OP_REMOVE: WatchOp
 FILE_TYPE_UNSPECIFIED: FileType
 FILE_TYPE_DIR: FileType
 FILE_TYPE_FILE: FileType
+FILE_TYPE_SYMLINK: FileType
+FS_ACCESS_UNSPECIFIED: FsAccess
+FS_ACCESS_READ: FsAccess
+FS_ACCESS_WRITE: FsAccess
+FS_ACCESS_READ_WRITE: FsAccess
 SET_TIME_UNSPECIFIED: SetTime
 SET_TIME_OMIT: SetTime
 SET_TIME_NOW: SetTime
@@ -1324,7 +1337,7 @@ class FenceRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
 
 class FsStat(_message.Message):
-    __slots__ = ("path", "type", "owner", "mode", "size", "block_size", "ctime_us", "mtime_us", "layout", "atime_us")
+    __slots__ = ("path", "type", "owner", "mode", "size", "block_size", "ctime_us", "mtime_us", "layout", "atime_us", "id", "nlink")
     PATH_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
@@ -1335,6 +1348,8 @@ class FsStat(_message.Message):
     MTIME_US_FIELD_NUMBER: _ClassVar[int]
     LAYOUT_FIELD_NUMBER: _ClassVar[int]
     ATIME_US_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NLINK_FIELD_NUMBER: _ClassVar[int]
     path: str
     type: FileType
     owner: str
@@ -1345,7 +1360,9 @@ class FsStat(_message.Message):
     mtime_us: int
     layout: str
     atime_us: int
-    def __init__(self, path: _Optional[str] = ..., type: _Optional[_Union[FileType, str]] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ..., atime_us: _Optional[int] = ...) -> None: ...
+    id: str
+    nlink: int
+    def __init__(self, path: _Optional[str] = ..., type: _Optional[_Union[FileType, str]] = ..., owner: _Optional[str] = ..., mode: _Optional[int] = ..., size: _Optional[int] = ..., block_size: _Optional[int] = ..., ctime_us: _Optional[int] = ..., mtime_us: _Optional[int] = ..., layout: _Optional[str] = ..., atime_us: _Optional[int] = ..., id: _Optional[str] = ..., nlink: _Optional[int] = ...) -> None: ...
 
 class FsCreateRequest(_message.Message):
     __slots__ = ("realm", "user", "path", "mode", "fence", "parallel")
@@ -1364,16 +1381,84 @@ class FsCreateRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., parallel: _Optional[bool] = ...) -> None: ...
 
 class FsPathRequest(_message.Message):
-    __slots__ = ("realm", "user", "path", "fence")
+    __slots__ = ("realm", "user", "path", "fence", "handle")
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
     path: str
     fence: Fence
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+    handle: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., handle: _Optional[str] = ...) -> None: ...
+
+class FsLinkRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "new_path")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    NEW_PATH_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    new_path: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., new_path: _Optional[str] = ...) -> None: ...
+
+class FsSymlinkRequest(_message.Message):
+    __slots__ = ("realm", "user", "target", "path")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    target: str
+    path: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., target: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+
+class FsReadlinkResponse(_message.Message):
+    __slots__ = ("target",)
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    def __init__(self, target: _Optional[str] = ...) -> None: ...
+
+class FsOpenRequest(_message.Message):
+    __slots__ = ("realm", "user", "path", "access", "session", "create", "mode")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ACCESS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    path: str
+    access: FsAccess
+    session: str
+    create: bool
+    mode: int
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., access: _Optional[_Union[FsAccess, str]] = ..., session: _Optional[str] = ..., create: _Optional[bool] = ..., mode: _Optional[int] = ...) -> None: ...
+
+class FsOpenResponse(_message.Message):
+    __slots__ = ("handle", "stat")
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    STAT_FIELD_NUMBER: _ClassVar[int]
+    handle: str
+    stat: FsStat
+    def __init__(self, handle: _Optional[str] = ..., stat: _Optional[_Union[FsStat, _Mapping]] = ...) -> None: ...
+
+class FsHandleRequest(_message.Message):
+    __slots__ = ("realm", "user", "handle")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    handle: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., handle: _Optional[str] = ...) -> None: ...
 
 class FsRenameRequest(_message.Message):
     __slots__ = ("realm", "user", "to", "fence")
@@ -1397,20 +1482,22 @@ class FsReadDirResponse(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[FsStat, _Mapping]]] = ..., more: _Optional[bool] = ...) -> None: ...
 
 class FsReadRequest(_message.Message):
-    __slots__ = ("realm", "user", "path", "offset", "len", "pid")
+    __slots__ = ("realm", "user", "path", "offset", "len", "pid", "handle")
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     LEN_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
     path: str
     offset: int
     len: int
     pid: str
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., len: _Optional[int] = ..., pid: _Optional[str] = ...) -> None: ...
+    handle: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., len: _Optional[int] = ..., pid: _Optional[str] = ..., handle: _Optional[str] = ...) -> None: ...
 
 class FsReadResponse(_message.Message):
     __slots__ = ("data",)
@@ -1419,7 +1506,7 @@ class FsReadResponse(_message.Message):
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
 
 class FsWriteRequest(_message.Message):
-    __slots__ = ("realm", "user", "path", "offset", "data", "create", "fence", "pid")
+    __slots__ = ("realm", "user", "path", "offset", "data", "create", "fence", "pid", "handle")
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -1428,6 +1515,7 @@ class FsWriteRequest(_message.Message):
     CREATE_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
     path: str
@@ -1436,7 +1524,8 @@ class FsWriteRequest(_message.Message):
     create: bool
     fence: Fence
     pid: str
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., create: _Optional[bool] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., pid: _Optional[str] = ...) -> None: ...
+    handle: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., create: _Optional[bool] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., pid: _Optional[str] = ..., handle: _Optional[str] = ...) -> None: ...
 
 class FsWriteResponse(_message.Message):
     __slots__ = ("size",)
@@ -1445,18 +1534,20 @@ class FsWriteResponse(_message.Message):
     def __init__(self, size: _Optional[int] = ...) -> None: ...
 
 class FsTruncateRequest(_message.Message):
-    __slots__ = ("realm", "user", "path", "size", "fence")
+    __slots__ = ("realm", "user", "path", "size", "fence", "handle")
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
     path: str
     size: int
     fence: Fence
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., size: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ...) -> None: ...
+    handle: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., size: _Optional[int] = ..., fence: _Optional[_Union[Fence, _Mapping]] = ..., handle: _Optional[str] = ...) -> None: ...
 
 class FsChmodRequest(_message.Message):
     __slots__ = ("realm", "user", "path", "mode")
@@ -1471,7 +1562,7 @@ class FsChmodRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., mode: _Optional[int] = ...) -> None: ...
 
 class FsTimesRequest(_message.Message):
-    __slots__ = ("realm", "user", "path", "atime", "atime_us", "mtime", "mtime_us")
+    __slots__ = ("realm", "user", "path", "atime", "atime_us", "mtime", "mtime_us", "handle")
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -1479,6 +1570,7 @@ class FsTimesRequest(_message.Message):
     ATIME_US_FIELD_NUMBER: _ClassVar[int]
     MTIME_FIELD_NUMBER: _ClassVar[int]
     MTIME_US_FIELD_NUMBER: _ClassVar[int]
+    HANDLE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
     path: str
@@ -1486,7 +1578,8 @@ class FsTimesRequest(_message.Message):
     atime_us: int
     mtime: SetTime
     mtime_us: int
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., atime: _Optional[_Union[SetTime, str]] = ..., atime_us: _Optional[int] = ..., mtime: _Optional[_Union[SetTime, str]] = ..., mtime_us: _Optional[int] = ...) -> None: ...
+    handle: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., atime: _Optional[_Union[SetTime, str]] = ..., atime_us: _Optional[int] = ..., mtime: _Optional[_Union[SetTime, str]] = ..., mtime_us: _Optional[int] = ..., handle: _Optional[str] = ...) -> None: ...
 
 class FsChownRequest(_message.Message):
     __slots__ = ("realm", "user", "path", "owner")

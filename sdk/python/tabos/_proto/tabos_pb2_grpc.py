@@ -2371,6 +2371,31 @@ class FsStub:
                 request_serializer=tabos__pb2.FsTimesRequest.SerializeToString,
                 response_deserializer=tabos__pb2.Empty.FromString,
                 _registered_method=True)
+        self.Link = channel.unary_unary(
+                '/tabos.v1.Fs/Link',
+                request_serializer=tabos__pb2.FsLinkRequest.SerializeToString,
+                response_deserializer=tabos__pb2.FsStat.FromString,
+                _registered_method=True)
+        self.Symlink = channel.unary_unary(
+                '/tabos.v1.Fs/Symlink',
+                request_serializer=tabos__pb2.FsSymlinkRequest.SerializeToString,
+                response_deserializer=tabos__pb2.FsStat.FromString,
+                _registered_method=True)
+        self.Readlink = channel.unary_unary(
+                '/tabos.v1.Fs/Readlink',
+                request_serializer=tabos__pb2.FsPathRequest.SerializeToString,
+                response_deserializer=tabos__pb2.FsReadlinkResponse.FromString,
+                _registered_method=True)
+        self.Open = channel.unary_unary(
+                '/tabos.v1.Fs/Open',
+                request_serializer=tabos__pb2.FsOpenRequest.SerializeToString,
+                response_deserializer=tabos__pb2.FsOpenResponse.FromString,
+                _registered_method=True)
+        self.Close = channel.unary_unary(
+                '/tabos.v1.Fs/Close',
+                request_serializer=tabos__pb2.FsHandleRequest.SerializeToString,
+                response_deserializer=tabos__pb2.Empty.FromString,
+                _registered_method=True)
         self.Du = channel.unary_unary(
                 '/tabos.v1.Fs/Du',
                 request_serializer=tabos__pb2.FsDuRequest.SerializeToString,
@@ -2459,6 +2484,36 @@ class FsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Link(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Symlink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Readlink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Open(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Close(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Du(self, request, context):
         """Files and bytes under a path: one SQL query (DBOS Table 2).
         """
@@ -2532,6 +2587,31 @@ def add_FsServicer_to_server(servicer, server):
             'SetTimes': grpc.unary_unary_rpc_method_handler(
                     servicer.SetTimes,
                     request_deserializer=tabos__pb2.FsTimesRequest.FromString,
+                    response_serializer=tabos__pb2.Empty.SerializeToString,
+            ),
+            'Link': grpc.unary_unary_rpc_method_handler(
+                    servicer.Link,
+                    request_deserializer=tabos__pb2.FsLinkRequest.FromString,
+                    response_serializer=tabos__pb2.FsStat.SerializeToString,
+            ),
+            'Symlink': grpc.unary_unary_rpc_method_handler(
+                    servicer.Symlink,
+                    request_deserializer=tabos__pb2.FsSymlinkRequest.FromString,
+                    response_serializer=tabos__pb2.FsStat.SerializeToString,
+            ),
+            'Readlink': grpc.unary_unary_rpc_method_handler(
+                    servicer.Readlink,
+                    request_deserializer=tabos__pb2.FsPathRequest.FromString,
+                    response_serializer=tabos__pb2.FsReadlinkResponse.SerializeToString,
+            ),
+            'Open': grpc.unary_unary_rpc_method_handler(
+                    servicer.Open,
+                    request_deserializer=tabos__pb2.FsOpenRequest.FromString,
+                    response_serializer=tabos__pb2.FsOpenResponse.SerializeToString,
+            ),
+            'Close': grpc.unary_unary_rpc_method_handler(
+                    servicer.Close,
+                    request_deserializer=tabos__pb2.FsHandleRequest.FromString,
                     response_serializer=tabos__pb2.Empty.SerializeToString,
             ),
             'Du': grpc.unary_unary_rpc_method_handler(
@@ -2890,6 +2970,141 @@ class Fs:
             target,
             '/tabos.v1.Fs/SetTimes',
             tabos__pb2.FsTimesRequest.SerializeToString,
+            tabos__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Link(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/Link',
+            tabos__pb2.FsLinkRequest.SerializeToString,
+            tabos__pb2.FsStat.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Symlink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/Symlink',
+            tabos__pb2.FsSymlinkRequest.SerializeToString,
+            tabos__pb2.FsStat.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Readlink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/Readlink',
+            tabos__pb2.FsPathRequest.SerializeToString,
+            tabos__pb2.FsReadlinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Open(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/Open',
+            tabos__pb2.FsOpenRequest.SerializeToString,
+            tabos__pb2.FsOpenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Close(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/Close',
+            tabos__pb2.FsHandleRequest.SerializeToString,
             tabos__pb2.Empty.FromString,
             options,
             channel_credentials,
