@@ -30,7 +30,8 @@ enum ProcedureCommand {
         /// wasm or js (default: from the file's extension)
         #[arg(long)]
         language: Option<String>,
-        /// Memory limit in MiB (wasm) [default: 64]
+        /// Memory limit in MiB, at most 1024: a wasm procedure's linear
+        /// memory, a JS one's heap during its call [default: 64]
         #[arg(long)]
         memory_mib: Option<u64>,
         /// Time limit of one call in milliseconds, at most 60000 [default: 1000]

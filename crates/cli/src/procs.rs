@@ -24,7 +24,8 @@ pub struct SpawnArgs {
     #[arg(long)]
     parent: Option<String>,
     /// native (a program on the node) or wasm (a WASI module's path on the
-    /// node, .wasm or .wat); js is refused until the JavaScript runtime lands
+    /// node, .wasm or .wat); JavaScript runs as stored procedures (`tabos
+    /// procedure install`), not as procs
     #[arg(long, default_value = "native", value_parser = |s: &str| proto::ProcKind::parse("kind", s))]
     kind: proto::ProcKind,
     /// LC (latency-critical: reserves its cores) or BE (best-effort: runs
@@ -60,6 +61,10 @@ pub struct SpawnArgs {
     /// it); the node stops it first, so it never runs twice at once
     #[arg(long)]
     restartable: bool,
+    /// How many times a restartable proc runs again before it fails
+    /// instead [default: 10]
+    #[arg(long, value_name = "N", requires = "restartable")]
+    max_restarts: Option<i64>,
     /// Wait for the proc to exit and exit with its status
     #[arg(long)]
     wait: bool,
@@ -101,6 +106,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         mem_mb: args.mem_mb,
         home_node: args.home_node.clone().unwrap_or_default(),
         restartable: args.restartable,
+        max_restarts: args.max_restarts,
         host_paths: args.host_paths.clone(),
         scope: args.scope.clone(),
     };

@@ -671,6 +671,41 @@ fn spawn_wait_ps_and_logs() {
     let o = node.tabos(&["spawn", "--kind", "wasm", "--", bad.to_str().unwrap()]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("invalid module"), "{}", stderr(&o));
+    // A restartable proc's restart limit (issue 41, item 3), kept with it;
+    // without --restartable, or past 1,000, refused.
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "r1",
+        "--restartable",
+        "--max-restarts",
+        "3",
+        "--wait",
+        "--",
+        "true",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "sql",
+        "--json",
+        "SELECT restartable, max_restarts, restarts FROM proc WHERE pid = 'r1'",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["rows"][0]["max_restarts"], 3, "{v}");
+    assert_eq!(v["rows"][0]["restarts"], 0, "{v}");
+    let o = node.tabos(&["spawn", "--max-restarts", "3", "--", "true"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--restartable"), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "spawn",
+        "--restartable",
+        "--max-restarts",
+        "5000",
+        "--",
+        "true",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("restart limit"), "{}", stderr(&o));
 }
 
 /// `tabos up` also serves on a Unix socket in its data directory: the saved

@@ -56,7 +56,7 @@ names!(ProcState {
 });
 names!(NodeState { Up => "up", Draining => "draining", Left => "left", Lost => "lost" });
 names!(Role { Reader => "reader", Member => "member", Admin => "admin", Operator => "operator" });
-names!(ProcKind { Native => "native", Wasm => "wasm", Js => "js" });
+names!(ProcKind { Native => "native", Wasm => "wasm" });
 names!(ProcClass { Lc => "LC", Be => "BE" });
 names!(Scheduler { Fifo => "fifo", Locality => "locality", LeastLoaded => "least_loaded" });
 names!(AllocManager { Smgr => "smgr", Rmgr => "rmgr" });

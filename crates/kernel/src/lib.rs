@@ -235,6 +235,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/033_fs_inodes.sql"),
         postgres: include_str!("../schema/postgres/033_fs_inodes.sql"),
     },
+    Migration {
+        version: 34,
+        name: "restart_limit",
+        sqlite: include_str!("../schema/sqlite/034_restart_limit.sql"),
+        postgres: include_str!("../schema/postgres/034_restart_limit.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -43,7 +43,6 @@ pub const MEM_MB_MAX: i64 = 1 << 24;
 pub enum Kind {
     Native,
     Wasm,
-    Js,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,7 +87,7 @@ macro_rules! text_enum {
     };
 }
 
-text_enum!(Kind, "kind", Kind::Native => "native", Kind::Wasm => "wasm", Kind::Js => "js");
+text_enum!(Kind, "kind", Kind::Native => "native", Kind::Wasm => "wasm");
 text_enum!(Class, "class", Class::Lc => "LC", Class::Be => "BE");
 text_enum!(State, "state",
     State::Spawned => "spawned", State::Claimed => "claimed", State::Running => "running",
@@ -118,6 +117,9 @@ pub struct Descriptor {
     pub home_node: Option<String>,
     /// Re-queue instead of failing when its node is lost.
     pub restartable: bool,
+    /// How many times a restartable proc is queued again before it fails
+    /// instead (at most [`RESTARTS_MAX`]; [`RESTARTS_DEFAULT`] unless set).
+    pub max_restarts: i64,
     /// The user the proc acts for (its files' owner): its spawner's, taken
     /// from the spawner's credential, never from the request.
     pub user: String,
@@ -134,6 +136,11 @@ pub use crate::realms::{
     host_path_within, validate_host_path, HOST_PATHS_MAX, HOST_PATH_BYTES_MAX,
 };
 
+/// Times a restartable proc is queued again unless its spawner says.
+pub const RESTARTS_DEFAULT: i64 = 10;
+/// Most restarts a proc may be given.
+pub const RESTARTS_MAX: i64 = 1_000;
+
 impl Descriptor {
     /// A one-core latency-critical native proc running `program`.
     pub fn native(program: impl Into<String>) -> Descriptor {
@@ -149,6 +156,7 @@ impl Descriptor {
             mem_mb: 0,
             home_node: None,
             restartable: false,
+            max_restarts: RESTARTS_DEFAULT,
             user: "root".into(),
             host_paths: Vec::new(),
             scope: None,
@@ -157,6 +165,12 @@ impl Descriptor {
 
     /// Checks everything that can be checked without the database.
     pub fn validate(&self) -> Result<()> {
+        if !(0..=RESTARTS_MAX).contains(&self.max_restarts) {
+            return Err(Error::Invalid(format!(
+                "a restart limit is 0..={RESTARTS_MAX}, not {}",
+                self.max_restarts
+            )));
+        }
         if let Some(p) = &self.pid {
             crate::ids::validate_name("pid", p.as_str())?;
         }
@@ -612,9 +626,9 @@ pub fn spawn_tx(
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
                            cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, \
-                           assign_us, user_name, host_paths, scope, host_network) \
+                           assign_us, user_name, host_paths, scope, host_network, max_restarts) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, \
-                 $16, $17, $18, $19, $20, $21)",
+                 $16, $17, $18, $19, $20, $21, $22)",
         params![
             p,
             realm,
@@ -636,7 +650,8 @@ pub fn spawn_tx(
             d.user.as_str(),
             d.host_paths_json(),
             d.scope.as_ref().map(crate::auth::Scope::to_string),
-            policy.host_network && d.kind == Kind::Native
+            policy.host_network && d.kind == Kind::Native,
+            d.max_restarts
         ],
     )
     .map_err(|e| {
@@ -720,11 +735,11 @@ pub struct Claimed {
 }
 
 impl Kind {
-    /// Wasm and js procs run inside procd, which starts them the moment it
+    /// Wasm procs run inside procd, which starts them the moment it
     /// has claimed them: for these, claiming *is* starting, and the claim
     /// transaction records both (one transaction less on the start path).
     pub fn starts_when_claimed(self) -> bool {
-        matches!(self, Kind::Wasm | Kind::Js)
+        matches!(self, Kind::Wasm)
     }
 }
 
@@ -1181,13 +1196,26 @@ pub fn requeue_stopped_tx(
 ) -> Result<bool> {
     let p = i64::from(tx.p_key().0);
     let row = tx.query_opt(
-        "SELECT class, cores, mem_mb, home_node FROM proc WHERE p_key = $1 AND realm = $2 \
+        "SELECT class, cores, mem_mb, home_node, restarts, max_restarts FROM proc \
+         WHERE p_key = $1 AND realm = $2 \
            AND pid = $3 AND worker_id = $4 AND state IN ('claimed', 'running') \
            AND restartable <> 0",
         params![p, realm, pid.as_str(), worker.as_str()],
     )?;
     let Some(r) = row else {
         return Ok(false);
+    };
+    let n = match Restart::of(true, r.get(4)?, r.get(5)?) {
+        Restart::Again(n) => n,
+        spent => {
+            // Its last restart is spent: it fails where it stopped.
+            let why = format!(
+                "{worker}: stopped while its node was cut off{}",
+                spent.why()
+            );
+            exited_tx(tx, realm, pid, State::Failed, None, Some(&why), now_us)?;
+            return Ok(false);
+        }
     };
     let need = need_of(
         r.get::<String>(0)?.parse()?,
@@ -1200,9 +1228,9 @@ pub fn requeue_stopped_tx(
     }
     tx.execute(
         "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
-           claim_us = NULL, start_us = NULL \
+           claim_us = NULL, start_us = NULL, restarts = $4 \
          WHERE p_key = $1 AND realm = $2 AND pid = $3",
-        params![p, realm, pid.as_str()],
+        params![p, realm, pid.as_str(), n],
     )?;
     event_tx(
         tx,
@@ -1281,18 +1309,50 @@ fn give_back_where_tx(
 ) -> Result<()> {
     let p = i64::from(tx.p_key().0);
     let sql = if assigned {
-        "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+        "SELECT pid, restartable, restarts, max_restarts FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
            AND state IN ('spawned', 'claimed', 'running')"
     } else {
-        "SELECT pid, restartable FROM proc WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
+        "SELECT pid, restartable, restarts, max_restarts FROM proc \
+         WHERE p_key = $1 AND realm = $2 AND worker_id = $3 \
            AND state IN ('claimed', 'running')"
     };
     let live = tx.query(sql, params![p, realm, worker.as_str()])?;
     for r in &live {
         let pid: String = r.get(0)?;
-        give_back_one_tx(tx, realm, worker, &pid, r.get(1)?, detail, now_us, out)?;
+        let again = Restart::of(r.get(1)?, r.get(2)?, r.get(3)?);
+        give_back_one_tx(tx, realm, worker, &pid, again, detail, now_us, out)?;
     }
     Ok(())
+}
+
+/// Whether a proc given back runs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Restart {
+    /// Not restartable: it fails.
+    No,
+    /// Queued again: its `n`th restart.
+    Again(i64),
+    /// Restarted `n` times already, its limit: it fails.
+    Spent(i64),
+}
+
+impl Restart {
+    fn of(restartable: bool, restarts: i64, max_restarts: i64) -> Restart {
+        match (restartable, restarts < max_restarts) {
+            (false, _) => Restart::No,
+            (true, true) => Restart::Again(restarts + 1),
+            (true, false) => Restart::Spent(restarts),
+        }
+    }
+
+    /// What a failure says beyond its cause.
+    fn why(self) -> String {
+        match self {
+            Restart::Spent(n) => format!(" (restarted {n} times, its limit)"),
+            _ => String::new(),
+        }
+    }
 }
 
 /// Gives back proc `pid` of `worker`: queued again if `restartable`, else
@@ -1303,30 +1363,31 @@ fn give_back_one_tx(
     realm: &str,
     worker: &WorkerId,
     pid: &str,
-    restartable: bool,
+    again: Restart,
     detail: &str,
     now_us: i64,
     out: &mut Expired,
 ) -> Result<()> {
     let p = i64::from(tx.p_key().0);
-    if restartable {
+    if let Restart::Again(n) = again {
         tx.execute(
             "UPDATE proc SET state = 'spawned', worker_id = NULL, assign_us = NULL, \
-               claim_us = NULL, start_us = NULL \
+               claim_us = NULL, start_us = NULL, restarts = $4 \
              WHERE p_key = $1 AND realm = $2 AND pid = $3",
-            params![p, realm, pid],
+            params![p, realm, pid, n],
         )?;
         event_tx(tx, realm, pid, "requeue", Some(worker.as_str()), now_us)?;
         notify_proc(tx, realm, pid, "spawned")?;
         out.requeued.push(pid.to_string());
     } else {
+        let detail = format!("{detail}{}", again.why());
         exited_tx(
             tx,
             realm,
             &Pid(pid.to_string()),
             State::Failed,
             None,
-            Some(detail),
+            Some(&detail),
             now_us,
         )?;
         out.failed.push(pid.to_string());

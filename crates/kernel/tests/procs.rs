@@ -623,7 +623,69 @@ fn a_node_back_in_time_keeps_its_procs(b: Backend) {
 
 both!(a_node_back_in_time_keeps_its_procs);
 
-both!(lapsed_workers_fail_or_requeue_their_procs);
+both!(
+    lapsed_workers_fail_or_requeue_their_procs,
+    a_restartable_proc_runs_again_at_most_its_limit,
+);
+
+/// Issue 41, item 3: a restartable proc whose node is lost runs again
+/// elsewhere — at most `max_restarts` times; then it fails, saying so.
+/// Limits past RESTARTS_MAX are refused.
+fn a_restartable_proc_runs_again_at_most_its_limit(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let bad = Descriptor {
+            restartable: true,
+            max_restarts: procs::RESTARTS_MAX + 1,
+            ..named("bad")
+        };
+        let e = procs::spawn(&s, "r", bad).await.unwrap_err();
+        assert!(matches!(e, tabos_kernel::Error::Invalid(_)), "{e}");
+        let register = |id: &'static str, node: &'static str| {
+            let s = s.clone();
+            tokio::task::spawn_blocking(move || {
+                procs::register_worker(&s, "r", &worker(id, node, 2)).unwrap();
+            })
+        };
+        register("a", "node-a").await.unwrap();
+        let once = Descriptor {
+            restartable: true,
+            max_restarts: 1,
+            ..named("once")
+        };
+        let pid = procs::spawn(&s, "r", once).await.unwrap().0;
+        // Runs on a; a is lost: queued again (its first restart), on b.
+        for (here, node, next, next_node) in [
+            ("a", "node-a", "b", "node-b"),
+            ("b", "node-b", "c", "node-c"),
+        ] {
+            let wid = WorkerId::new(here).unwrap();
+            procs::claim(&s, "r", &wid, 10, ANY).await.unwrap();
+            procs::started(&s, "r", &pid).await.unwrap();
+            register(next, next_node).await.unwrap();
+            procs::node_lost(&s, node).await.unwrap();
+            let given = procs::give_back_node(&s, node, &format!("{node} lost"))
+                .await
+                .unwrap();
+            let p = procs::get(&s, "r", &pid).unwrap();
+            if here == "a" {
+                assert_eq!(given[0].1.requeued, vec!["once".to_string()]);
+                assert_eq!((p.state, p.worker), (State::Spawned, w("b")));
+            } else {
+                // The second loss: its one restart is spent.
+                assert_eq!(given[0].1.failed, vec!["once".to_string()]);
+                assert_eq!(p.state, State::Failed);
+                let why = p.error.unwrap();
+                assert!(
+                    why.contains("node-b lost") && why.contains("restarted 1 times"),
+                    "{why}"
+                );
+            }
+        }
+    });
+}
 
 /// σOS Figure 3-5: LC procs reserve cores; BE procs reserve nothing and are
 /// claimed only while the procd's utilization is under its target.

@@ -20,8 +20,6 @@
 //!   first write, same cap), the exit status is `proc_exit`'s, a trap fails
 //!   the proc with the trap's message, and Evict stops it at once through
 //!   epoch interruption (there is nothing to clean up, so no grace period).
-//! * `js` procs are refused with a clear error until the JavaScript runtime
-//!   (issue 7) lands; the proc is marked failed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -765,10 +763,6 @@ impl Procd {
         match p.kind {
             Kind::Native => self.run_native(p).await,
             Kind::Wasm => self.run_wasm(p).await,
-            Kind::Js => {
-                let msg = format!("{} procs are not supported by this node yet", p.kind);
-                self.record_exit(&p, State::Failed, None, Some(msg)).await;
-            }
         }
     }
 

@@ -157,6 +157,9 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> KResult<De
         mem_mb: d.mem_mb.unwrap_or(0),
         home_node: (!d.home_node.is_empty()).then_some(d.home_node),
         restartable: d.restartable,
+        max_restarts: d
+            .max_restarts
+            .unwrap_or(tabos_kernel::procs::RESTARTS_DEFAULT),
         user: user.to_string(),
         host_paths: d.host_paths,
         scope: match d.scope.trim() {
@@ -170,12 +173,6 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> KResult<De
             resolve_program(&desc.program).map_err(KError::Invalid)?;
         }
         Kind::Wasm => {}
-        Kind::Js => {
-            return Err(KError::Unimplemented(
-                "JavaScript procs: the QuickJS runtime runs stored procedures only (issue 41)"
-                    .into(),
-            ))
-        }
     }
     Ok(desc)
 }

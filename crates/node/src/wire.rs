@@ -45,7 +45,7 @@ wire!(tabos_kernel::nodes::NodeState => NodeState {
 wire!(tabos_kernel::auth::Role => Role {
     Reader => Reader, Member => Member, Admin => Admin, Operator => Operator,
 });
-wire!(tabos_kernel::procs::Kind => ProcKind { Native => Native, Wasm => Wasm, Js => Js });
+wire!(tabos_kernel::procs::Kind => ProcKind { Native => Native, Wasm => Wasm });
 wire!(tabos_kernel::procs::Class => ProcClass { Lc => Lc, Be => Be });
 wire!(tabos_kernel::realms::Scheduler => Scheduler {
     Fifo => Fifo, Locality => Locality, LeastLoaded => LeastLoaded,
@@ -158,7 +158,7 @@ mod tests {
             |p| p.name(),
         );
         same(
-            &[procs::Kind::Native, procs::Kind::Wasm, procs::Kind::Js],
+            &[procs::Kind::Native, procs::Kind::Wasm],
             |k| k.as_str().into(),
             |p| p.name(),
         );

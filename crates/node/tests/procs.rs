@@ -356,11 +356,12 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
         ),
         (
             "default",
+            // Kind 3 was JavaScript procs, never run: an unknown kind now.
             proto::ProcDescriptor {
-                kind: proto::ProcKind::Js.into(),
+                kind: 3,
                 ..native("main.js", &[])
             },
-            tonic::Code::Unimplemented,
+            tonic::Code::InvalidArgument,
         ),
         (
             "default",

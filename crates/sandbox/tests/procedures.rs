@@ -361,12 +361,16 @@ fn a_tenant_holding_javascript_memory_hurts_only_itself() {
     let mut host = MapHost::default();
     let hog = "var kept = []; function main() { \
                for (let i = 0; i < 48; i++) kept.push(new ArrayBuffer(1 << 20)); return kept.length; }";
+    // 64 MiB for each call: the runtime of a tenant holds at most that.
     let spec = |tenant: &'static str, code: &'static str| ProcSpec {
         tenant,
         name: "p",
         language: Language::Js,
         code_hash: code_hash(code.as_bytes()),
-        limits: short(),
+        limits: Limits {
+            memory_bytes: 64 << 20,
+            ..short()
+        },
     };
     let mut load_hog = |_: &mut MapHost| Ok(hog.as_bytes().to_vec());
     let held = sb
@@ -413,4 +417,39 @@ fn big_wasm_contexts_give_their_memory_back() {
     // 64 KiB more: kept, and the echo goes back to the pool.
     run(&grower(1), &mut host);
     assert_eq!(sb.idle_procedure_contexts(), 1);
+}
+
+/// Issue 41, item 3: a JavaScript procedure gets the memory it was given —
+/// a 10 MB string and 100 MiB of buffers under 256 MiB, the same refused
+/// (out of memory, and the sandbox usable after) under 16 MiB.
+#[test]
+fn js_procedures_get_the_memory_they_are_given() {
+    let sb = Sandbox::new().unwrap();
+    let mut host = MapHost::default();
+    let code = "function main() { const s = 'x'.repeat(10000000); const a = []; \
+                for (let i = 0; i < 100; i++) a.push(new ArrayBuffer(1 << 20)); \
+                return s.length + a.length; }";
+    let spec = |tenant: &'static str, mib: usize| ProcSpec {
+        tenant,
+        name: "big",
+        language: Language::Js,
+        code_hash: code_hash(code.as_bytes()),
+        limits: Limits {
+            memory_bytes: mib << 20,
+            timeout: Duration::from_secs(1),
+        },
+    };
+    let mut load = |_: &mut MapHost| Ok(code.as_bytes().to_vec());
+    let out = sb
+        .call_procedure(&spec("roomy", 256), &mut host, &mut load, b"")
+        .unwrap();
+    assert_eq!(out.result, b"10000100");
+    let e = sb
+        .call_procedure(&spec("tight", 16), &mut host, &mut load, b"")
+        .unwrap_err();
+    assert_eq!(e.kind, FailureKind::OutOfMemory, "{e}");
+    let again = sb
+        .call_procedure(&spec("roomy", 256), &mut host, &mut load, b"")
+        .unwrap();
+    assert_eq!(again.result, b"10000100");
 }

@@ -389,6 +389,8 @@ class Client:
         home_node: Optional[str] = None,
         host_paths: Sequence[str] = (),
         scope: Optional[str] = None,
+        restartable: bool = False,
+        max_restarts: Optional[int] = None,
         realm: str = "",
     ) -> str:
         """Spawns a proc; returns its pid.
@@ -397,7 +399,12 @@ class Client:
         path); ``proc_class`` LC (reserves ``cores``) or BE (runs while the
         node has room; 0 cores for a light proc). ``scope`` limits the
         proc's own credential to mailboxes (``"send:M recv:proc/PID"``).
+        A ``restartable`` proc runs again elsewhere when its node is lost,
+        at most ``max_restarts`` times (the node's default, 10, unless
+        given), then fails.
         """
+        if max_restarts is not None and not restartable:
+            raise errors.InvalidArgument("max_restarts goes with restartable=True")
         d = pb.ProcDescriptor(
             pid=pid or "",
             parent=parent or "",
@@ -410,9 +417,12 @@ class Client:
             home_node=home_node or "",
             host_paths=list(host_paths),
             scope=scope or "",
+            restartable=restartable,
             # `class` is a Python keyword: given by name.
             **{"class": _wire(pb.ProcClass, "proc_class", proc_class)},
         )
+        if max_restarts is not None:
+            d.max_restarts = max_restarts
         return self._call(self._procs.Spawn, pb.SpawnRequest(realm=realm, proc=d)).pid
 
     def wait(self, pid: str, *, until: str = "exit", realm: str = "") -> ProcStatus:

@@ -37,6 +37,21 @@ def test_procs_spawn_wait_logs_evict_ps(client: tabos.Client) -> None:
         client.wait(pid, until="soon")
 
 
+def test_restartable_procs_carry_their_restart_limit(client: tabos.Client) -> None:
+    pid = client.spawn("true", pid=tabos.unique_pid("r"), restartable=True, max_restarts=2)
+    client.wait(pid)
+    rows = client.sql("SELECT restartable, max_restarts, restarts FROM proc WHERE pid = $1", pid)
+    assert rows == [{"restartable": 1, "max_restarts": 2, "restarts": 0}]
+    plain = client.spawn("true", pid=tabos.unique_pid("r"), restartable=True)
+    client.wait(plain)
+    rows = client.sql("SELECT max_restarts FROM proc WHERE pid = $1", plain)
+    assert rows == [{"max_restarts": 10}]
+    with pytest.raises(tabos.InvalidArgument):
+        client.spawn("true", max_restarts=2)
+    with pytest.raises(tabos.InvalidArgument):
+        client.spawn("true", restartable=True, max_restarts=5000)
+
+
 def test_messages_send_recv_and_stream(client: tabos.Client) -> None:
     client.create_mailbox("py-inbox", bytes_max=64)
     with pytest.raises(tabos.AlreadyExists):

@@ -34,7 +34,9 @@
 //!
 //! Runtimes: one per worker thread, sandbox and tenant — a tenant's
 //! retained globals count against its own memory limit, never another's —
-//! with the sandbox's memory limit ([`crate::SandboxConfig::js_runtime_bytes`]),
+//! whose memory limit during a call is the called procedure's
+//! ([`super::Limits::memory_bytes`]; the sandbox's
+//! [`crate::SandboxConfig::js_runtime_bytes`] for a compile check),
 //! a stack limit of [`JS_STACK_BYTES`], and an interrupt handler that stops
 //! a call at its deadline. A thread keeps at most [`JS_RUNTIMES_MAX`]
 //! runtimes (the least recently used goes, with its contexts), a runtime
@@ -459,6 +461,10 @@ pub(crate) fn call(
     );
     let _deadline = Deadline::set(deadline);
     with_worker(sandbox, spec.tenant, |w| {
+        // The call may use its procedure's memory (`procedure install
+        // --memory-mib`), counted over the tenant's whole runtime: what
+        // its other procedures' contexts retain counts too.
+        w.runtime.set_memory_limit(spec.limits.memory_bytes);
         if !w.contexts.contains_key(&key) {
             let code = lend.load()?;
             let made = make_context(&w.runtime, spec.tenant, &code, None)?;

@@ -104,8 +104,8 @@ impl std::str::FromStr for Language {
 /// What one call may use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// wasm: linear memory of the context. JS: the worker's runtime has
-    /// [`crate::SandboxConfig::js_runtime_bytes`], shared by its contexts.
+    /// wasm: linear memory of the context. JS: the heap of the tenant's
+    /// runtime on the worker during the call (shared by its contexts).
     pub memory_bytes: usize,
     /// Wall time of one call, at most [`TIMEOUT_MAX`].
     pub timeout: Duration,

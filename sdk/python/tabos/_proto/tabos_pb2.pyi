@@ -62,7 +62,6 @@ class ProcKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROC_KIND_UNSPECIFIED: _ClassVar[ProcKind]
     PROC_KIND_NATIVE: _ClassVar[ProcKind]
     PROC_KIND_WASM: _ClassVar[ProcKind]
-    PROC_KIND_JS: _ClassVar[ProcKind]
 
 class ProcClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -219,7 +218,6 @@ ALLOC_MANAGER_RMGR: AllocManager
 PROC_KIND_UNSPECIFIED: ProcKind
 PROC_KIND_NATIVE: ProcKind
 PROC_KIND_WASM: ProcKind
-PROC_KIND_JS: ProcKind
 PROC_CLASS_UNSPECIFIED: ProcClass
 PROC_CLASS_LC: ProcClass
 PROC_CLASS_BE: ProcClass
@@ -773,7 +771,7 @@ class DrainNodeResponse(_message.Message):
     def __init__(self, changed: _Optional[bool] = ..., moved: _Optional[_Iterable[_Union[MovedProc, _Mapping]]] = ...) -> None: ...
 
 class ProcDescriptor(_message.Message):
-    __slots__ = ("pid", "parent", "kind", "program", "args", "env", "cores", "mem_mb", "home_node", "restartable", "host_paths", "scope")
+    __slots__ = ("pid", "parent", "kind", "program", "args", "env", "cores", "mem_mb", "home_node", "restartable", "host_paths", "scope", "max_restarts")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -794,6 +792,7 @@ class ProcDescriptor(_message.Message):
     RESTARTABLE_FIELD_NUMBER: _ClassVar[int]
     HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
     pid: str
     parent: str
     kind: ProcKind
@@ -806,7 +805,8 @@ class ProcDescriptor(_message.Message):
     restartable: bool
     host_paths: _containers.RepeatedScalarFieldContainer[str]
     scope: str
-    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[_Union[ProcKind, str]] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., **kwargs) -> None: ...
+    max_restarts: int
+    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[_Union[ProcKind, str]] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., max_restarts: _Optional[int] = ..., **kwargs) -> None: ...
 
 class CreateRealmRequest(_message.Message):
     __slots__ = ("realm", "scheduler", "elastic")
