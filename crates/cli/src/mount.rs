@@ -274,8 +274,10 @@ struct TabosFs {
     user: Acting,
     rt: tokio::runtime::Runtime,
     inodes: Mutex<Inodes>,
-    /// The names session handles are opened on (renewed while it lives).
-    session: tabos_client::names::Session,
+    /// The names session handles are opened on (renewed while it lives);
+    /// `None` for a reader's credential, which may open none: its files
+    /// are read by name.
+    session: Option<tabos_client::names::Session>,
     /// Open files by the kernel's file handle.
     open: Mutex<HashMap<u64, Open>>,
     next_fh: std::sync::atomic::AtomicU64,
@@ -448,12 +450,23 @@ impl TabosFs {
         create: Option<i64>,
     ) -> Result<(FileHandle, FileAttr), Errno> {
         let (realm, user) = self.realm_user(req);
+        let Some(session) = &self.session else {
+            // A reader's mount: no handle, reads by name (the kernel's
+            // FileHandle 0 is none of ours); a create is refused as the
+            // node refuses a reader's.
+            if create.is_some() {
+                return Err(Errno::EACCES);
+            }
+            let st = self.stat_as(&user, path)?;
+            let ino = self.inodes().ino(path, &st.id);
+            return Ok((FileHandle(0), attr(ino, &st)));
+        };
         let access = match flags.acc_mode() {
             fuser::OpenAccMode::O_WRONLY => proto::FsAccess::Write,
             fuser::OpenAccMode::O_RDWR => proto::FsAccess::ReadWrite,
             fuser::OpenAccMode::O_RDONLY => proto::FsAccess::Read,
         };
-        let session = self.session.id().to_string();
+        let session = session.id().to_string();
         let (handle, st) = self
             .rt
             .block_on(async {
@@ -1045,14 +1058,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None if args.allow_other && me.role() == proto::Role::Operator => Acting::PerUid,
         None => Acting::One(String::new()),
     };
-    let session = rt
-        .block_on(tabos_client::names::Session::open(
-            &client,
-            &realm,
-            "",
-            Duration::from_secs(args.session_ttl),
-        ))
-        .context("open the mount's names session")?;
+    let session = match rt.block_on(tabos_client::names::Session::open(
+        &client,
+        &realm,
+        "",
+        Duration::from_secs(args.session_ttl),
+    )) {
+        Ok(s) => Some(s),
+        // A reader may open no session: it reads files by name.
+        Err(e) if e.reason() == Some(tabos_client::fault::ErrorReason::Denied) => {
+            eprintln!(
+                "note: this credential may not open a names session (a reader's): files are \
+                 read by name, so one removed while open can no longer be read"
+            );
+            None
+        }
+        Err(e) => return Err(e).context("open the mount's names session"),
+    };
     let fs = TabosFs {
         client,
         realm: realm.clone(),

@@ -3295,6 +3295,21 @@ fn the_realms_files_mounted() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("Permission denied"), "{}", stderr(&o));
     m.stop();
+    // A reader's mount (a reader opens no names session) reads by name.
+    let o = node.tabos(&["fs", "chmod", "644", "/a/h.txt"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "token", "create", "--role", "reader", "--user", "rex", "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let m = mount(&[], v["token"].as_str().unwrap());
+    assert_eq!(sh("cat a/h.txt"), "he");
+    let o = Command::new("touch")
+        .arg(mnt.join("a/new.txt"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a reader creates nothing");
+    m.stop();
 
     // pjdfstest, built from ../shared/third_party, on an operator's mount
     // every uid may use (each acting as the tabos user of its uid).

@@ -567,6 +567,26 @@ fn files_are_kept_by_id_while_open(b: Backend) {
         })
         .unwrap_err();
         assert!(matches!(e, Error::Denied(_)), "{e}");
+        // A reader opens to read, never to write or to create.
+        let rita = auth::create(&f.store, Spec::realm(R, "rita", Role::Reader))
+            .await
+            .unwrap()
+            .1
+            .act(R, "", R)
+            .unwrap();
+        let r2 = rita.clone();
+        common::call_in(&f.store, R, move |tx| {
+            tabos_kernel::names::open_session(tx, &r2, "sr", 60_000_000, 10)
+        })
+        .unwrap_err();
+        for (access, create) in [(fs::Access::Read, Some(0o644)), (fs::Access::Write, None)] {
+            let r2 = rita.clone();
+            let e = common::call_in(&f.store, R, move |tx| {
+                fs::open_tx(tx, &r2, "/bob/new", access, "sb", create, 10)
+            })
+            .unwrap_err();
+            assert!(matches!(e, Error::Denied(_)), "{e}");
+        }
         // Another user's session is not bob's to bind handles to.
         let b = bob.clone();
         let e = common::call_in(&f.store, R, move |tx| {

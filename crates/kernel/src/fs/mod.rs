@@ -1550,9 +1550,10 @@ pub fn open_tx(
     create: Option<i64>,
     now_us: i64,
 ) -> Result<(Handle, Stat)> {
+    // A reader may open to read; writing or creating is a member's.
     let realm = acting(
         who,
-        if access == Access::Read {
+        if access == Access::Read && create.is_none() {
             Role::Reader
         } else {
             Role::Member
