@@ -74,6 +74,11 @@ pub const OWNER_BYTES_MAX: usize = 128;
 pub const SESSION_TTL_MAX_US: i64 = 3_600 * 1_000_000;
 /// Shortest session TTL.
 pub const SESSION_TTL_MIN_US: i64 = 10_000;
+/// Most sessions a realm may hold open at once: each is a row, and may
+/// hold ephemeral entries and open files' handles
+/// ([`crate::fs::HANDLES_PER_SESSION_MAX`]), so one realm opening
+/// sessions without end would fill the store for every other.
+pub const SESSIONS_PER_REALM_MAX: i64 = 10_000;
 /// Sessions expired per transaction; the reaper runs again for the rest.
 const EXPIRE_SESSIONS_MAX: usize = 64;
 /// The read-only view of a realm's procs.
@@ -954,6 +959,17 @@ pub(crate) fn open_session_tx(
             "a session TTL is {}..={} ms",
             SESSION_TTL_MIN_US / 1000,
             SESSION_TTL_MAX_US / 1000
+        )));
+    }
+    // Counted up to the limit only: the check costs at most that much.
+    const HELD: &str = "SELECT count(*) FROM (SELECT 1 FROM name_session \
+         WHERE p_key = $1 AND realm = $2 LIMIT 10000) held";
+    debug_assert!(HELD.ends_with(&format!("LIMIT {SESSIONS_PER_REALM_MAX}) held")));
+    let held: i64 = tx.query_scalar(HELD, params![p_key(tx), realm])?;
+    if held >= SESSIONS_PER_REALM_MAX {
+        return Err(Error::Full(format!(
+            "realm {realm:?} holds {SESSIONS_PER_REALM_MAX} names sessions, the most it may \
+             (close some, or let them lapse)"
         )));
     }
     let n = tx.execute(

@@ -18,7 +18,48 @@ both!(
     watches_see_each_change_once_in_order,
     epochs_and_fences,
     realms_do_not_see_each_other,
+    a_realm_holds_a_bounded_number_of_sessions,
 );
+
+/// A realm opens at most SESSIONS_PER_REALM_MAX sessions at once (each may
+/// hold entries and file handles); another realm is not held back, and a
+/// closed one makes room.
+fn a_realm_holds_a_bounded_number_of_sessions(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        let now = tabos_store::now_us();
+        let w = root_in(R);
+        names::call(s, R, move |tx| {
+            for i in 0..names::SESSIONS_PER_REALM_MAX {
+                names::open_session(tx, &w, &format!("s{i}"), 60_000_000, now)?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let w = root_in(R);
+        let e = names::call(s, R, move |tx| {
+            names::open_session(tx, &w, "one-more", 60_000_000, now)
+        })
+        .await
+        .unwrap_err();
+        assert!(matches!(e, Error::Full(_)), "{e}");
+        let o = root_in("other");
+        names::call(s, "other", move |tx| {
+            names::open_session(tx, &o, "mine", 60_000_000, now)
+        })
+        .await
+        .unwrap();
+        let w = root_in(R);
+        names::call(s, R, move |tx| {
+            names::close_session(tx, &w, "s0", now)?;
+            names::open_session(tx, &w, "one-more", 60_000_000, now)
+        })
+        .await
+        .unwrap();
+    });
+}
 
 const R: &str = "r";
 
