@@ -34,7 +34,8 @@ enum ProcedureCommand {
         /// memory, a JS one's heap during its call [default: 64]
         #[arg(long)]
         memory_mib: Option<u64>,
-        /// Time limit of one call in milliseconds, at most 60000 [default: 1000]
+        /// Time limit of one call in milliseconds, 1..=1000 (a call holds its
+        /// partition's tenant connection that long at most) [default: 1000]
         #[arg(long)]
         timeout_ms: Option<u32>,
         /// The procedure only reads: calls run on a read connection, never
