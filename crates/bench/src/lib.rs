@@ -24,6 +24,7 @@ pub mod report;
 pub mod sched;
 pub mod served;
 pub mod store;
+pub mod transport;
 pub mod venv;
 pub mod workflows;
 pub mod www;
@@ -76,6 +77,7 @@ pub fn run_suite_on(
         "procedures" => procedures::run(quick)?,
         "mr" => mr::run(quick, input)?,
         "auth" => auth::run(quick)?,
+        "transport" => transport::run(quick)?,
         "dialect" => dialect::run(quick)?,
         "elastic" => elastic::run(quick)?,
         "kv" => kv::run(quick)?,

@@ -22,7 +22,7 @@ struct Cli {
 #[derive(clap::Args)]
 struct SuiteArgs {
     /// Suite to run: store, sched, ipc, names, fs, procedures, mr, auth,
-    /// dialect, elastic, kv, www, workflows, cluster or fair
+    /// dialect, elastic, kv, www, workflows, cluster, fair or transport
     suite: Option<String>,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

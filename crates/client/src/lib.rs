@@ -22,6 +22,7 @@ pub mod codec;
 pub mod doors;
 pub mod fault;
 pub mod fs;
+pub mod local;
 pub mod names;
 pub mod procedures;
 pub mod retry;
@@ -58,6 +59,12 @@ pub enum Error {
         addr: String,
         #[source]
         source: tonic::transport::Error,
+    },
+    #[error("cannot connect to tabos node at {addr}: {source} (is `tabos up` running? set --addr or TABOS_ADDR)")]
+    ConnectLocal {
+        addr: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("invalid node address {0:?}")]
     Address(String),
@@ -203,7 +210,46 @@ impl tonic::service::Interceptor for Bearer {
 pub const AUTHORIZATION: &str = "authorization";
 
 /// A channel that carries the client's credential.
-pub type Transport = InterceptedService<Channel, Bearer>;
+pub type Transport = InterceptedService<Wire, Bearer>;
+
+/// How a client reaches its node: gRPC (HTTP/2 over TCP, TLS, or the
+/// local socket), or the local transport ([`local`]) on the node's local
+/// socket — what a `unix:` address gets. The same calls either way.
+#[derive(Clone, Debug)]
+pub enum Wire {
+    Grpc(Channel),
+    Local(local::LocalChannel),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower::Service<http::Request<tonic::body::Body>> for Wire {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), BoxError>> {
+        match self {
+            Wire::Grpc(c) => c.poll_ready(cx).map_err(Into::into),
+            Wire::Local(l) => l.poll_ready(cx),
+        }
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        match self {
+            Wire::Grpc(c) => {
+                let f = c.call(request);
+                Box::pin(async move { f.await.map_err(Into::into) })
+            }
+            Wire::Local(l) => l.call(request),
+        }
+    }
+}
 
 /// A connection to one tabos node, acting with one credential.
 #[derive(Debug, Clone)]
@@ -295,23 +341,13 @@ impl Client {
             if ca_pem.is_some() || path.is_empty() {
                 return Err(Error::Address(addr.to_string()));
             }
-            let path = std::path::PathBuf::from(path);
-            // The URI is not used to connect, only for the requests'
-            // authority.
-            let channel = tonic::transport::Endpoint::from_static("http://localhost")
-                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-                    let path = path.clone();
-                    async move {
-                        let stream = tokio::net::UnixStream::connect(path).await?;
-                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
-                    }
-                }))
+            let channel = local::LocalChannel::connect(std::path::Path::new(path))
                 .await
-                .map_err(|source| Error::Connect {
+                .map_err(|e| Error::ConnectLocal {
                     addr: addr.to_string(),
-                    source,
+                    source: e,
                 })?;
-            return Ok(Client::from_channel(channel, bearer));
+            return Ok(Client::over(Wire::Local(channel), bearer));
         }
         let uri = match ca_pem {
             Some(_) if !addr.contains("://") => format!("https://{addr}"),
@@ -332,6 +368,28 @@ impl Client {
             addr: addr.to_string(),
             source,
         })?;
+        Ok(Client::from_channel(channel, bearer))
+    }
+
+    /// Connects to the node's local socket at `path` with gRPC (HTTP/2)
+    /// instead of the local transport a `unix:` address gets: what a gRPC
+    /// client of another language does there (and what the benchmarks
+    /// compare the local transport with).
+    pub async fn connect_grpc_unix(path: &std::path::Path, token: &str) -> Result<Client, Error> {
+        let bearer = Bearer::new(token)?;
+        let path = path.to_path_buf();
+        let addr = format!("{UNIX_SCHEME}{}", path.display());
+        // The URI is not used to connect, only for the requests' authority.
+        let channel = tonic::transport::Endpoint::from_static("http://localhost")
+            .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(path).await?;
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+                }
+            }))
+            .await
+            .map_err(|source| Error::Connect { addr, source })?;
         Ok(Client::from_channel(channel, bearer))
     }
 
@@ -363,7 +421,12 @@ impl Client {
 
     /// A client over an existing channel, acting with `bearer`'s credential.
     pub fn from_channel(channel: Channel, bearer: Bearer) -> Client {
-        let channel = InterceptedService::new(channel, bearer);
+        Client::over(Wire::Grpc(channel), bearer)
+    }
+
+    /// A client over `wire`, acting with `bearer`'s credential.
+    pub fn over(wire: Wire, bearer: Bearer) -> Client {
+        let channel = InterceptedService::new(wire, bearer);
         Client {
             tokens: sized!(TokensClient, channel.clone()),
             sql: sized!(SqlClient, channel.clone()),

@@ -141,7 +141,7 @@ impl Default for ExecutorOptions {
 /// went away mid-call (every workflow call is idempotent).
 fn transient(e: &Error) -> bool {
     match e {
-        Error::Connect { .. } => true,
+        Error::Connect { .. } | Error::ConnectLocal { .. } => true,
         Error::Status(s) => {
             matches!(
                 s.code(),

@@ -49,7 +49,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::time::{Instant, Sleep};
 
 /// Most connections a node holds open; past it the node accepts no more
@@ -282,6 +282,9 @@ impl ConnInfo {
 #[derive(Debug)]
 pub struct Conn {
     stream: Stream,
+    /// Bytes read off the stream to tell its protocol, given back to the
+    /// server that speaks it before anything more is read.
+    unread: bytes::Bytes,
     state: Arc<ConnState>,
     /// Fires [`Limits::idle`] after the last call ended.
     idle: Pin<Box<Sleep>>,
@@ -289,8 +292,10 @@ pub struct Conn {
     _slot: tokio::sync::OwnedSemaphorePermit,
 }
 
-/// A connection's byte stream: TCP, or the node's local Unix socket.
-type Stream = tokio_util::either::Either<TcpStream, UnixStream>;
+/// A connection's byte stream: TCP, or the node's local Unix socket
+/// (registered to wake the node only to read: see
+/// [`tabos_client::local::LocalStream`]).
+type Stream = tokio_util::either::Either<TcpStream, tabos_client::local::LocalStream>;
 
 impl AsyncRead for Conn {
     /// Reads; while no call is open, also waits out the idle limit (and,
@@ -303,6 +308,11 @@ impl AsyncRead for Conn {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if !this.unread.is_empty() {
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let read = Pin::new(&mut this.stream).poll_read(cx, buf);
         if read.is_ready() {
             return read;
@@ -365,6 +375,15 @@ impl AsyncWrite for Conn {
     }
     fn is_write_vectored(&self) -> bool {
         self.stream.is_write_vectored()
+    }
+}
+
+impl Conn {
+    /// Gives `bytes` back to be read first (what the local socket read to
+    /// tell gRPC from the local transport).
+    pub(crate) fn unread(&mut self, bytes: bytes::Bytes) {
+        debug_assert!(self.unread.is_empty(), "bytes given back once");
+        self.unread = bytes;
     }
 }
 
@@ -435,12 +454,14 @@ impl Listener {
                 let _ = s.set_nodelay(true);
                 (Stream::Left(s), Source::Ip(peer.ip()))
             }),
-            Listener::Unix(l) => l.accept().await.map(|(s, _)| {
+            Listener::Unix(l) => {
+                let (s, _) = l.accept().await?;
                 // The kernel vouches for the peer's uid; a socket whose
                 // peer is already gone counts as an unknown local one.
                 let uid = s.peer_cred().map_or(u32::MAX, |c| c.uid());
-                (Stream::Right(s), Source::Local(uid))
-            }),
+                let s = tabos_client::local::LocalStream::from_tokio(s)?;
+                Ok((Stream::Right(s), Source::Local(uid)))
+            }
         }
     }
 }
@@ -508,6 +529,7 @@ pub fn incoming_shared(
                     OPEN.fetch_add(1, Ordering::Relaxed);
                     let conn = Conn {
                         stream,
+                        unread: bytes::Bytes::new(),
                         state,
                         idle: Box::pin(tokio::time::sleep(limits.idle)),
                         slots: slots.clone(),

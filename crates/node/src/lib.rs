@@ -35,6 +35,7 @@ pub mod ipc;
 pub mod jail;
 pub mod lease;
 pub mod load;
+pub mod local;
 pub mod managers;
 pub mod names;
 pub mod op;

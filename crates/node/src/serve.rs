@@ -33,8 +33,8 @@ macro_rules! sized {
     };
 }
 use crate::{
-    auth, batch, conn, dashboard, fs, grants, ipc, lease, managers, names, pg, procd, procedures,
-    procs, sql, status, tokens, workflows, Error, Node, JAILS_DIR,
+    auth, batch, conn, dashboard, fs, grants, ipc, lease, local, managers, names, pg, procd,
+    procedures, procs, sql, status, tokens, workflows, Error, Node, JAILS_DIR,
 };
 
 /// Binds `addr` (e.g. `127.0.0.1:7070`, or port 0 for any free port).
@@ -421,10 +421,31 @@ pub async fn serve_with(
         });
     }
 
-    // One router per listener: TCP (with TLS when asked) and the local
-    // socket (never TLS: it does not leave the machine), the same services
-    // and layers, one count of connections.
+    // The API's routes: every service behind the interceptor; a scoped
+    // credential reaches only Ipc and Batch (which checks each call itself).
     let closed = |service: &'static str| guard.closed_to_scoped(service);
+    let routes = tonic::service::Routes::builder()
+        .add_service(InterceptedService::new(tokens, closed("Tokens")))
+        .add_service(InterceptedService::new(sql, closed("Sql")))
+        .add_service(InterceptedService::new(status, closed("Node")))
+        .add_service(InterceptedService::new(procs_service, closed("Procs")))
+        .add_service(InterceptedService::new(ipc_service, guard.clone()))
+        .add_service(InterceptedService::new(names_service, closed("Names")))
+        .add_service(InterceptedService::new(fs_service, closed("Fs")))
+        .add_service(InterceptedService::new(
+            procedures_service,
+            closed("Procedures"),
+        ))
+        .add_service(InterceptedService::new(
+            workflows_service,
+            closed("Workflows"),
+        ))
+        .add_service(InterceptedService::new(batch_service, guard.clone()))
+        .clone()
+        .routes();
+    // One gRPC router per listener: TCP (with TLS when asked) and the
+    // local socket (never TLS: it does not leave the machine), the same
+    // routes and layers, one count of connections.
     let router = |builder: tonic::transport::Server| {
         builder
             .layer(node.request_bytes.clone())
@@ -432,33 +453,7 @@ pub async fn serve_with(
             .max_concurrent_streams(conn::STREAMS_PER_CONNECTION_MAX)
             .http2_keepalive_interval(Some(conn::KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(conn::KEEPALIVE_TIMEOUT))
-            // Every service behind the interceptor; a scoped credential
-            // reaches only Ipc and Batch (which checks each call itself).
-            .add_service(InterceptedService::new(tokens.clone(), closed("Tokens")))
-            .add_service(InterceptedService::new(sql.clone(), closed("Sql")))
-            .add_service(InterceptedService::new(status.clone(), closed("Node")))
-            .add_service(InterceptedService::new(
-                procs_service.clone(),
-                closed("Procs"),
-            ))
-            .add_service(InterceptedService::new(ipc_service.clone(), guard.clone()))
-            .add_service(InterceptedService::new(
-                names_service.clone(),
-                closed("Names"),
-            ))
-            .add_service(InterceptedService::new(fs_service.clone(), closed("Fs")))
-            .add_service(InterceptedService::new(
-                procedures_service.clone(),
-                closed("Procedures"),
-            ))
-            .add_service(InterceptedService::new(
-                workflows_service.clone(),
-                closed("Workflows"),
-            ))
-            .add_service(InterceptedService::new(
-                batch_service.clone(),
-                guard.clone(),
-            ))
+            .add_routes(routes.clone())
     };
     let slots = node.doors.clone();
     let local_slots = slots.clone();
@@ -473,15 +468,28 @@ pub async fn serve_with(
         stop.raise();
         r
     };
+    // The local socket: the local transport's connections served by the
+    // same routes under the same budget layer ([`local`]), gRPC's handed
+    // to a gRPC server of their own.
     let local_served = async {
         let r = match local_listener {
             Some(l) => {
-                router(tonic::transport::Server::builder())
+                let (grpc_tx, grpc_rx) = tokio::sync::mpsc::channel(1);
+                let api = tower::ServiceBuilder::new()
+                    .layer(node.request_bytes.clone())
+                    .service(routes.clone().prepare());
+                let framed = local::serve(
+                    conn::incoming_shared(conn::Listener::Unix(l), options.limits, local_slots),
+                    api,
+                    grpc_tx,
+                    stopping.clone(),
+                );
+                let grpc = router(tonic::transport::Server::builder())
                     .serve_with_incoming_shutdown(
-                        conn::incoming_shared(conn::Listener::Unix(l), options.limits, local_slots),
+                        tokio_stream::wrappers::ReceiverStream::new(grpc_rx),
                         stopped(stopping.clone()),
-                    )
-                    .await
+                    );
+                tokio::join!(framed, grpc).1
             }
             None => return Ok(()),
         };

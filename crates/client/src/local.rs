@@ -1,0 +1,760 @@
+//! The local transport: the node's API on its local Unix socket in
+//! length-prefixed frames instead of HTTP/2 (issue 40, item 1).
+//!
+//! The calls are the gRPC calls of `tabos.proto`, unchanged — the same
+//! paths, the same credential header, the same messages in gRPC's own
+//! length-prefixed encoding, the same status and typed error details at the
+//! end — and the node serves them with the same services, interceptor and
+//! budgets as its gRPC door. Only the framing around them is new: HTTP/2's
+//! HPACK, stream states, windows and settings cost a no-op call most of its
+//! 68 µs on the socket; a frame here is a 9-byte header.
+//!
+//! A connection starts with [`MAGIC`] (a node tells it from HTTP/2's
+//! preface, so gRPC clients keep working on the same socket); from then on
+//! both sides send frames, `len: u32 LE` (the bytes after it) · `id: u32
+//! LE` (the call) · `kind: u8` · payload:
+//!
+//! | kind | from | payload |
+//! |---|---|---|
+//! | `CALL` | client | path (`u16` length, bytes), headers, then the request body (gRPC-framed messages) |
+//! | `CANCEL` | client | — : the call's caller went away; the node drops it |
+//! | `CREDIT` | client | `u32`: that many more `DATA` frames may come |
+//! | `HEADERS` | node | headers: the response began |
+//! | `DATA` | node | a piece of the response body (gRPC-framed messages) |
+//! | `END` | node | trailers (`grpc-status`, `grpc-message`, details): the call ended |
+//! | `GOAWAY` | node | `u32`: the last call id it read; it reads no more |
+//!
+//! Headers are `u16` count · (`u8` name length · name · `u16` value length ·
+//! value)…, at most [`HEADER_BYTES_MAX`] bytes. Calls are multiplexed by id
+//! (a client's ids only go up). A server stream has at most [`WINDOW`]
+//! `DATA` frames unread by the client; the client credits them back as its
+//! caller reads, so a slow reader slows its own stream and no other. A
+//! frame the protocol does not allow closes the connection.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+
+use crate::MESSAGE_BYTES_MAX;
+
+/// What a client sends first on a connection ("TABOS local, version 1").
+pub const MAGIC: &[u8; 8] = b"TABOSLT1";
+/// A frame's header: its length, its call id, its kind.
+pub const FRAME_HEADER_BYTES: usize = 9;
+/// Most bytes of one frame's headers (HTTP/2's default header list size).
+pub const HEADER_BYTES_MAX: usize = 16 << 10;
+/// Most headers in one frame.
+pub const HEADERS_MAX: usize = 64;
+/// Longest call path (`/tabos.v1.Fs/Read`).
+pub const PATH_BYTES_MAX: usize = 256;
+/// Largest frame either side accepts: a whole largest message in its gRPC
+/// framing, with its path and headers.
+pub const FRAME_BYTES_MAX: usize =
+    FRAME_HEADER_BYTES + 2 + PATH_BYTES_MAX + HEADER_BYTES_MAX + 5 + MESSAGE_BYTES_MAX;
+/// The node cuts a response body into `DATA` frames of at most this many
+/// bytes.
+pub const DATA_BYTES_MAX: usize = 1 << 20;
+/// Most `DATA` frames of one call the client has not read yet.
+pub const WINDOW: u32 = 16;
+/// The client credits frames back in batches of this many (a unary
+/// call's one frame never needs a credit).
+pub const CREDIT_BATCH: u32 = WINDOW / 2;
+
+/// A frame's kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    Call = 1,
+    Cancel = 2,
+    Credit = 3,
+    Headers = 4,
+    Data = 5,
+    End = 6,
+    GoAway = 7,
+}
+
+impl Kind {
+    fn of(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Call,
+            2 => Kind::Cancel,
+            3 => Kind::Credit,
+            4 => Kind::Headers,
+            5 => Kind::Data,
+            6 => Kind::End,
+            7 => Kind::GoAway,
+            _ => return None,
+        })
+    }
+}
+
+/// One frame read.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub id: u32,
+    pub kind: Kind,
+    pub payload: Bytes,
+}
+
+/// A frame the protocol does not allow: the connection is closed.
+#[derive(Debug, thiserror::Error)]
+#[error("local transport: {0}")]
+pub struct ProtocolError(pub String);
+
+fn bad(why: impl Into<String>) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, ProtocolError(why.into()))
+}
+
+/// Appends a frame's header for a payload of `len` bytes.
+pub fn put_frame_header(buf: &mut Vec<u8>, id: u32, kind: Kind, len: usize) {
+    debug_assert!(
+        FRAME_HEADER_BYTES + len <= FRAME_BYTES_MAX,
+        "a frame within its bound"
+    );
+    buf.put_u32_le((len + 5) as u32);
+    buf.put_u32_le(id);
+    buf.put_u8(kind as u8);
+}
+
+/// Appends a whole frame.
+pub fn put_frame(buf: &mut Vec<u8>, id: u32, kind: Kind, payload: &[u8]) {
+    put_frame_header(buf, id, kind, payload.len());
+    buf.extend_from_slice(payload);
+}
+
+/// Encodes `headers` (all but those named in `skip`); `Err` past
+/// [`HEADERS_MAX`] or [`HEADER_BYTES_MAX`].
+pub fn encode_headers(headers: &HeaderMap, skip: &[&str]) -> Result<Vec<u8>, ProtocolError> {
+    let mut out = Vec::with_capacity(64);
+    let kept: Vec<_> = headers
+        .iter()
+        .filter(|(k, _)| !skip.contains(&k.as_str()))
+        .collect();
+    if kept.len() > HEADERS_MAX {
+        return Err(ProtocolError(format!(
+            "{} headers, more than the {HEADERS_MAX} a frame may carry",
+            kept.len()
+        )));
+    }
+    out.put_u16_le(kept.len() as u16);
+    for (k, v) in kept {
+        let (k, v) = (k.as_str().as_bytes(), v.as_bytes());
+        if k.len() > u8::MAX as usize || v.len() > u16::MAX as usize {
+            return Err(ProtocolError("a header too long".into()));
+        }
+        out.put_u8(k.len() as u8);
+        out.extend_from_slice(k);
+        out.put_u16_le(v.len() as u16);
+        out.extend_from_slice(v);
+    }
+    if out.len() > HEADER_BYTES_MAX {
+        return Err(ProtocolError(format!(
+            "{} bytes of headers, more than the {HEADER_BYTES_MAX} a frame may carry",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// Decodes headers from the front of `buf`, advancing past them.
+pub fn decode_headers(buf: &mut Bytes) -> Result<HeaderMap, ProtocolError> {
+    let start = buf.len();
+    let short = || ProtocolError("headers cut short".into());
+    if buf.remaining() < 2 {
+        return Err(short());
+    }
+    let n = buf.get_u16_le() as usize;
+    if n > HEADERS_MAX {
+        return Err(ProtocolError(format!(
+            "{n} headers, more than {HEADERS_MAX}"
+        )));
+    }
+    let mut map = HeaderMap::with_capacity(n);
+    for _ in 0..n {
+        if buf.remaining() < 1 {
+            return Err(short());
+        }
+        let kl = buf.get_u8() as usize;
+        if buf.remaining() < kl + 2 {
+            return Err(short());
+        }
+        let k = buf.split_to(kl);
+        let vl = buf.get_u16_le() as usize;
+        if buf.remaining() < vl {
+            return Err(short());
+        }
+        let v = buf.split_to(vl);
+        let name =
+            HeaderName::from_bytes(&k).map_err(|_| ProtocolError("a bad header name".into()))?;
+        let value = HeaderValue::from_maybe_shared(v)
+            .map_err(|_| ProtocolError("a bad header value".into()))?;
+        map.append(name, value);
+    }
+    if start - buf.len() > HEADER_BYTES_MAX {
+        return Err(ProtocolError("headers past their bound".into()));
+    }
+    Ok(map)
+}
+
+/// Reads frames off a byte stream, many per read when they come together.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    io: R,
+    buf: BytesMut,
+    /// Largest frame accepted.
+    max: usize,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(io: R, max: usize) -> FrameReader<R> {
+        FrameReader {
+            io,
+            buf: BytesMut::with_capacity(64 << 10),
+            max,
+        }
+    }
+
+    /// The next frame; `None` at the end of the stream between frames; an
+    /// `InvalidData` error for a frame the protocol does not allow.
+    pub async fn next(&mut self) -> std::io::Result<Option<Frame>> {
+        loop {
+            if let Some(f) = self.parse()? {
+                return Ok(Some(f));
+            }
+            if self.io.read_buf(&mut self.buf).await? == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof))
+                };
+            }
+        }
+    }
+
+    fn parse(&mut self) -> std::io::Result<Option<Frame>> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len < 5 || len + 4 > self.max {
+            return Err(bad(format!("a frame of {len} bytes")));
+        }
+        if self.buf.len() < 4 + len {
+            // Room for the rest of it in one go.
+            self.buf.reserve(4 + len - self.buf.len());
+            return Ok(None);
+        }
+        let mut frame = self.buf.split_to(4 + len).freeze();
+        frame.advance(4);
+        let id = frame.get_u32_le();
+        let kind = Kind::of(frame.get_u8()).ok_or_else(|| bad("a frame of no known kind"))?;
+        Ok(Some(Frame {
+            id,
+            kind,
+            payload: frame,
+        }))
+    }
+
+    /// The byte stream under it.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.io
+    }
+}
+
+/// Request headers the client does not send (the node's side implies
+/// them: every call is gRPC over HTTP/2 semantics).
+const IMPLIED: &[&str] = &["te", "content-type", "user-agent"];
+
+/// A connection pool of one to a node's local socket, as a tower service
+/// of HTTP requests: tonic's generated clients run over it unchanged
+/// ([`crate::Client::connect`] with a `unix:` address). It connects on
+/// the first call and again after the connection is lost.
+#[derive(Clone, Debug)]
+pub struct LocalChannel {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    path: PathBuf,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+}
+
+/// One connection: its write half and its open calls.
+#[derive(Debug)]
+struct Conn {
+    writer: tokio::sync::Mutex<tokio::io::WriteHalf<LocalStream>>,
+    calls: Mutex<Calls>,
+    reader: tokio::task::AbortHandle,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// What the reader hands a call.
+#[derive(Debug)]
+enum Event {
+    Frame(Frame),
+    /// The node read no further than an earlier call: this one was never
+    /// served; send it again on a new connection.
+    Resend,
+}
+
+#[derive(Debug, Default)]
+struct Calls {
+    next: u32,
+    open: HashMap<u32, mpsc::UnboundedSender<Event>>,
+    /// The connection is gone or going (read ended, or the node said
+    /// GOAWAY): no new calls on it.
+    closed: bool,
+}
+
+/// An error a call fails with, as tonic reads it: a status.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn unavailable(why: impl std::fmt::Display) -> BoxError {
+    Box::new(tonic::Status::unavailable(format!(
+        "the node's local socket: {why}"
+    )))
+}
+
+/// How many times a call is sent again after the node said it had not
+/// read it (it closed an idle connection as the call went out).
+const RESENDS_MAX: usize = 3;
+
+impl LocalChannel {
+    /// A channel to the socket at `path`; connects now, so a missing node
+    /// is known at once.
+    pub async fn connect(path: &Path) -> std::io::Result<LocalChannel> {
+        let ch = LocalChannel {
+            shared: Arc::new(Shared {
+                path: path.to_path_buf(),
+                conn: tokio::sync::Mutex::new(None),
+            }),
+        };
+        ch.connection().await?;
+        Ok(ch)
+    }
+
+    /// The open connection, or a new one.
+    async fn connection(&self) -> std::io::Result<Arc<Conn>> {
+        let mut slot = self.shared.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.calls.lock().unwrap_or_else(|e| e.into_inner()).closed {
+                return Ok(c.clone());
+            }
+        }
+        let stream = tokio::net::UnixStream::connect(&self.shared.path).await?;
+        let (read, mut write) = tokio::io::split(LocalStream::from_tokio(stream)?);
+        write.write_all(MAGIC).await?;
+        // The reader holds the calls through a weak link: a connection no
+        // one holds is dropped, its reader aborted.
+        let conn = Arc::new_cyclic(|weak: &std::sync::Weak<Conn>| {
+            let weak = weak.clone();
+            let reader = tokio::spawn(async move {
+                read_frames(FrameReader::new(read, 2 * FRAME_BYTES_MAX), weak).await;
+            });
+            Conn {
+                writer: tokio::sync::Mutex::new(write),
+                calls: Mutex::new(Calls::default()),
+                reader: reader.abort_handle(),
+            }
+        });
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+}
+
+/// The connection's reader: hands each frame to its call.
+async fn read_frames(
+    mut frames: FrameReader<tokio::io::ReadHalf<LocalStream>>,
+    conn: std::sync::Weak<Conn>,
+) {
+    // Ends at the connection's end, or at a frame no node sends (the
+    // connection is not to be trusted then).
+    loop {
+        let Ok(Some(frame)) = frames.next().await else {
+            break;
+        };
+        let Some(conn) = conn.upgrade() else { return };
+        let mut calls = conn.calls.lock().unwrap_or_else(|e| e.into_inner());
+        match frame.kind {
+            Kind::GoAway => {
+                let last = (&frame.payload[..]).try_get_u32_le().unwrap_or(0);
+                calls.closed = true;
+                for (id, tx) in calls.open.iter() {
+                    if *id > last {
+                        let _ = tx.send(Event::Resend);
+                    }
+                }
+                calls.open.retain(|id, _| *id <= last);
+            }
+            Kind::Headers | Kind::Data => {
+                if let Some(tx) = calls.open.get(&frame.id) {
+                    let _ = tx.send(Event::Frame(frame));
+                }
+            }
+            Kind::End => {
+                if let Some(tx) = calls.open.remove(&frame.id) {
+                    let _ = tx.send(Event::Frame(frame));
+                }
+            }
+            Kind::Call | Kind::Cancel | Kind::Credit => break,
+        }
+    }
+    if let Some(conn) = conn.upgrade() {
+        let mut calls = conn.calls.lock().unwrap_or_else(|e| e.into_inner());
+        calls.closed = true;
+        // Dropping the senders fails each open call: the connection was
+        // lost.
+        calls.open.clear();
+    }
+}
+
+impl Conn {
+    /// A new call's id and the events it will get; `None` when the
+    /// connection takes no more calls.
+    fn open(&self) -> Option<(u32, mpsc::UnboundedReceiver<Event>)> {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if calls.closed || calls.next == u32::MAX {
+            calls.closed = true;
+            return None;
+        }
+        calls.next += 1;
+        let id = calls.next;
+        let (tx, rx) = mpsc::unbounded_channel();
+        calls.open.insert(id, tx);
+        Some((id, rx))
+    }
+
+    async fn write(&self, bytes: &[u8]) -> std::io::Result<()> {
+        let r = self.writer.lock().await.write_all(bytes).await;
+        if r.is_err() {
+            self.calls.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        }
+        r
+    }
+
+    /// Writes a small frame from synchronous code (a credit, a cancel).
+    fn send_later(self: &Arc<Self>, id: u32, kind: Kind, payload: Vec<u8>) {
+        let conn = self.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let mut buf = Vec::with_capacity(FRAME_HEADER_BYTES + payload.len());
+                put_frame(&mut buf, id, kind, &payload);
+                let _ = conn.write(&buf).await;
+            });
+        }
+    }
+}
+
+/// An open call: cancelled at the node if dropped before its end.
+#[derive(Debug)]
+struct OpenCall {
+    conn: Arc<Conn>,
+    id: u32,
+}
+
+impl Drop for OpenCall {
+    fn drop(&mut self) {
+        // Still open when its reader drops it: tell the node to drop it.
+        let open = self
+            .conn
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .open
+            .remove(&self.id)
+            .is_some();
+        if open {
+            self.conn.send_later(self.id, Kind::Cancel, Vec::new());
+        }
+    }
+}
+
+/// A response body: the call's `DATA` frames, then its trailers.
+struct LocalBody {
+    events: mpsc::UnboundedReceiver<Event>,
+    call: OpenCall,
+    /// `DATA` frames read and not yet credited back.
+    unacked: u32,
+    done: bool,
+}
+
+impl http_body::Body for LocalBody {
+    type Data = Bytes;
+    type Error = tonic::Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, tonic::Status>>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match this.events.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Event::Frame(f))) => match f.kind {
+                Kind::Data => {
+                    this.unacked += 1;
+                    if this.unacked >= CREDIT_BATCH {
+                        let n = std::mem::take(&mut this.unacked);
+                        this.call.conn.send_later(
+                            this.call.id,
+                            Kind::Credit,
+                            n.to_le_bytes().to_vec(),
+                        );
+                    }
+                    Poll::Ready(Some(Ok(http_body::Frame::data(f.payload))))
+                }
+                Kind::End => {
+                    this.done = true;
+                    let mut p = f.payload;
+                    match decode_headers(&mut p) {
+                        Ok(t) => Poll::Ready(Some(Ok(http_body::Frame::trailers(t)))),
+                        Err(e) => Poll::Ready(Some(Err(tonic::Status::internal(e.to_string())))),
+                    }
+                }
+                _ => {
+                    this.done = true;
+                    Poll::Ready(Some(Err(tonic::Status::internal(
+                        "local transport: a second HEADERS frame",
+                    ))))
+                }
+            },
+            Poll::Ready(Some(Event::Resend)) | Poll::Ready(None) => {
+                this.done = true;
+                Poll::Ready(Some(Err(tonic::Status::unavailable(
+                    "the node's local socket closed during the call",
+                ))))
+            }
+        }
+    }
+}
+
+/// The request's body, whole (a tabos call's request is one message).
+async fn whole(body: tonic::body::Body) -> Result<Bytes, BoxError> {
+    use http_body_util::BodyExt;
+    let mut out = BytesMut::new();
+    let mut body = body;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| -> BoxError { Box::new(e) })?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > 5 + MESSAGE_BYTES_MAX {
+                return Err(Box::new(tonic::Status::resource_exhausted(format!(
+                    "a request of more than {MESSAGE_BYTES_MAX} bytes"
+                ))));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out.freeze())
+}
+
+impl tower::Service<http::Request<tonic::body::Body>> for LocalChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let ch = self.clone();
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let path = parts.uri.path();
+            if path.len() > PATH_BYTES_MAX {
+                return Err(
+                    Box::new(tonic::Status::invalid_argument("a call path too long")) as BoxError,
+                );
+            }
+            let headers = encode_headers(&parts.headers, IMPLIED)
+                .map_err(|e| -> BoxError { Box::new(tonic::Status::invalid_argument(e.0)) })?;
+            let body = whole(body).await?;
+            let len = 2 + path.len() + headers.len() + body.len();
+            let mut resends = 0;
+            loop {
+                let conn = ch.connection().await.map_err(unavailable)?;
+                let Some((id, mut events)) = conn.open() else {
+                    continue; // closed as it was taken: the next one is new
+                };
+                let call = OpenCall {
+                    conn: conn.clone(),
+                    id,
+                };
+                let mut frame = Vec::with_capacity(FRAME_HEADER_BYTES + len);
+                put_frame_header(&mut frame, id, Kind::Call, len);
+                frame.put_u16_le(path.len() as u16);
+                frame.extend_from_slice(path.as_bytes());
+                frame.extend_from_slice(&headers);
+                frame.extend_from_slice(&body);
+                if let Err(e) = conn.write(&frame).await {
+                    return Err(unavailable(e));
+                }
+                drop(frame);
+                match events.recv().await {
+                    Some(Event::Frame(f)) if f.kind == Kind::Headers => {
+                        let mut p = f.payload;
+                        let headers = decode_headers(&mut p).map_err(unavailable)?;
+                        let mut response = http::Response::new(tonic::body::Body::new(LocalBody {
+                            events,
+                            call,
+                            unacked: 0,
+                            done: false,
+                        }));
+                        *response.headers_mut() = headers;
+                        return Ok(response);
+                    }
+                    Some(Event::Frame(f)) if f.kind == Kind::End => {
+                        // A trailers-only response: an error before any
+                        // message.
+                        let mut p = f.payload;
+                        let headers = decode_headers(&mut p).map_err(unavailable)?;
+                        let mut response = http::Response::new(tonic::body::Body::empty());
+                        *response.headers_mut() = headers;
+                        return Ok(response);
+                    }
+                    Some(Event::Resend) if resends < RESENDS_MAX => {
+                        resends += 1;
+                        continue;
+                    }
+                    Some(_) => return Err(unavailable("the node answered out of order")),
+                    None => return Err(unavailable("the connection was lost")),
+                }
+            }
+        })
+    }
+}
+
+/// A Unix stream that wakes its runtime only to read: registered for
+/// readability alone, it writes straight to the socket and registers for
+/// writability only while a write waits for room. (Tokio registers a
+/// socket for both; on a Unix socket every message the peer reads then
+/// wakes the writer's thread for nothing — twice per call, one on each
+/// side, which cost more than everything else a call does.)
+#[derive(Debug)]
+pub struct LocalStream {
+    read: tokio::io::unix::AsyncFd<std::os::unix::net::UnixStream>,
+    /// A duplicate of the socket registered for writability while a write
+    /// waits for room.
+    write_wait: Option<tokio::io::unix::AsyncFd<std::os::unix::net::UnixStream>>,
+}
+
+impl LocalStream {
+    /// Takes over `stream` (made non-blocking); within a Tokio runtime.
+    pub fn new(stream: std::os::unix::net::UnixStream) -> std::io::Result<LocalStream> {
+        stream.set_nonblocking(true)?;
+        Ok(LocalStream {
+            read: register(stream, tokio::io::Interest::READABLE)?,
+            write_wait: None,
+        })
+    }
+
+    /// Takes over a Tokio Unix stream (deregistered first).
+    pub fn from_tokio(stream: tokio::net::UnixStream) -> std::io::Result<LocalStream> {
+        LocalStream::new(stream.into_std()?)
+    }
+}
+
+/// `stream` registered with the runtime for `interest` alone.
+fn register(
+    stream: std::os::unix::net::UnixStream,
+    interest: tokio::io::Interest,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::unix::net::UnixStream>> {
+    // SAFETY: a std UnixStream owns its descriptor, which stays open and
+    // the same for the stream's whole life, and the AsyncFd owns the
+    // stream.
+    Ok(unsafe { tokio::io::unix::AsyncFd::register_with_interest(stream, interest) }?)
+}
+
+impl AsyncRead for LocalStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        use std::io::Read;
+        let this = self.get_mut();
+        loop {
+            let mut guard = match this.read.poll_read_ready(cx) {
+                Poll::Ready(g) => g?,
+                Poll::Pending => return Poll::Pending,
+            };
+            let unfilled = buf.initialize_unfilled();
+            let want = unfilled.len();
+            match guard.try_io(|s| (&mut s.get_ref()).read(unfilled)) {
+                Ok(Ok(n)) => {
+                    // Less than asked: the socket is drained, so the next
+                    // read waits for readiness instead of a failed read
+                    // (as Tokio's own streams do).
+                    if n > 0 && n < want {
+                        guard.clear_ready();
+                    }
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for LocalStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        use std::io::Write;
+        let this = self.get_mut();
+        loop {
+            match (&mut this.read.get_ref()).write(buf) {
+                Ok(n) => {
+                    this.write_wait = None;
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if this.write_wait.is_none() {
+                        let dup = this.read.get_ref().try_clone()?;
+                        this.write_wait = Some(register(dup, tokio::io::Interest::WRITABLE)?);
+                    }
+                    let Some(wait) = this.write_wait.as_ref() else {
+                        continue;
+                    };
+                    match wait.poll_write_ready(cx) {
+                        // Cleared before the write is tried again, so
+                        // room made after that try still wakes us.
+                        Poll::Ready(g) => g?.clear_ready(),
+                        Poll::Pending => return Poll::Pending,
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let _ = self.read.get_ref().shutdown(std::net::Shutdown::Write);
+        Poll::Ready(Ok(()))
+    }
+}

@@ -1,0 +1,225 @@
+//! The local transport on the node's local socket (issue 40, item 1): the
+//! same calls, checks and typed errors as gRPC; large messages and long
+//! streams in pieces under the stream's window; a stream its caller drops
+//! is cancelled at the node; gRPC clients keep working on the same socket;
+//! frames the protocol does not allow close their connection only.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use tabos_client::local::{put_frame, Kind, FRAME_BYTES_MAX, MAGIC, WINDOW};
+use tabos_client::Client;
+use tabos_store::testing::TempDir;
+
+mod common;
+
+/// A bound for a test that would otherwise hang, not a measurement.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// A node with a local socket; its path.
+async fn start(dir: &TempDir) -> (common::Running, std::path::PathBuf) {
+    let socket = dir.path().join("tabos.sock");
+    let options = tabos_node::ServeOptions {
+        local_socket: Some(tabos_node::LocalSocket::bind(&socket).unwrap()),
+        ..Default::default()
+    };
+    (common::start_with(dir, "n1", options).await, socket)
+}
+
+fn unix(socket: &std::path::Path) -> String {
+    format!("{}{}", tabos_client::UNIX_SCHEME, socket.display())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_local_transport_serves_calls_streams_and_errors() {
+    let dir = TempDir::new("local-calls");
+    let (n, socket) = start(&dir).await;
+    let mut c = Client::connect(&unix(&socket), &n.token).await.unwrap();
+    assert_eq!(
+        c.who_am_i().await.unwrap().role(),
+        tabos_client::proto::Role::Operator
+    );
+
+    // A message larger than a DATA frame, both ways.
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    c.fs_write("default", "", "/big", 0, big.clone(), true)
+        .await
+        .unwrap();
+    let back = c
+        .fs_read("default", "", "/big", 0, big.len() as u32)
+        .await
+        .unwrap();
+    assert!(back == big, "3 MB read back as written");
+
+    // A stream of more batches than its window: credited back as read.
+    c.create_mailbox("default", "box", 0, None).await.unwrap();
+    let n_msgs = 3 * WINDOW as usize;
+    let mut stream = c.recv_stream("default", "box", 1).await.unwrap();
+    for i in 0..n_msgs {
+        c.send("default", "", "box", format!("m{i}").into_bytes())
+            .await
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    while got.len() < n_msgs {
+        let batch = tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .expect("the stream went on")
+            .unwrap()
+            .expect("the stream did not end");
+        got.extend(batch.messages.into_iter().map(|m| m.payload));
+    }
+    let want: Vec<Vec<u8>> = (0..n_msgs).map(|i| format!("m{i}").into_bytes()).collect();
+    assert_eq!(got, want);
+    drop(stream);
+
+    // Errors keep their code and typed reason.
+    let e = c.fs_read("default", "", "/nope", 0, 10).await.unwrap_err();
+    assert_eq!(common::code(&e), tonic::Code::NotFound, "{e}");
+    assert_eq!(
+        e.reason(),
+        Some(tabos_client::fault::ErrorReason::NotFound),
+        "{e}"
+    );
+    // A stream refused at once fails at once, as over gRPC.
+    let e = c
+        .recv_stream("default", "no-such-box", 1)
+        .await
+        .unwrap_err();
+    assert_eq!(common::code(&e), tonic::Code::NotFound, "{e}");
+
+    // The credential is checked: none, or a wrong one, is refused.
+    let mut anon = Client::connect(&unix(&socket), "").await.unwrap();
+    let e = anon.who_am_i().await.unwrap_err();
+    assert_eq!(common::code(&e), tonic::Code::Unauthenticated, "{e}");
+    let mut wrong = Client::connect(&unix(&socket), "tabos_0123456789abcdef")
+        .await
+        .unwrap();
+    let e = wrong.who_am_i().await.unwrap_err();
+    assert_eq!(common::code(&e), tonic::Code::Unauthenticated, "{e}");
+
+    // gRPC (HTTP/2) on the same socket is still served.
+    let mut grpc = Client::connect_grpc_unix(&socket, &n.token).await.unwrap();
+    assert_eq!(
+        grpc.who_am_i().await.unwrap().role(),
+        tabos_client::proto::Role::Operator
+    );
+    let back = grpc
+        .fs_read("default", "", "/big", 0, big.len() as u32)
+        .await
+        .unwrap();
+    assert!(back == big, "read back over gRPC on the socket");
+    n.shut_down().await;
+}
+
+/// The open calls of `realm` as `tabos status` shows them.
+async fn realm_calls(c: &mut Client, realm: &str) -> u64 {
+    let s = c.status().await.unwrap();
+    let cap = s
+        .realm_caps
+        .into_iter()
+        .find(|c| c.what == "gRPC calls")
+        .expect("the calls per realm are shown");
+    cap.by_realm.get(realm).copied().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_stream_is_cancelled_at_the_node() {
+    let dir = TempDir::new("local-cancel");
+    let (n, socket) = start(&dir).await;
+    let mut op = n.client().await;
+    let admin = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    let mut c = Client::connect(&unix(&socket), &admin).await.unwrap();
+    c.create_mailbox("", "box", 0, None).await.unwrap();
+    let stream = c.recv_stream("", "box", 1).await.unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while realm_calls(&mut op, "a").await != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stream never opened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(stream);
+    while realm_calls(&mut op, "a").await != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped stream stayed open at the node"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Nothing sent from now on is taken by it.
+    for i in 0..3 {
+        c.send("", "", "box", vec![i]).await.unwrap();
+    }
+    assert_eq!(c.mailbox("", "box").await.unwrap().queued, 3);
+    n.shut_down().await;
+}
+
+/// A raw connection that has sent `bytes`: whether the node closed it
+/// (read to its end) rather than leaving it open.
+fn closed_after(socket: &std::path::Path, bytes: &[u8]) -> bool {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false, // the read timed out: still open
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn frames_the_protocol_does_not_allow_close_their_connection_only() {
+    let dir = TempDir::new("local-bad");
+    let (n, socket) = start(&dir).await;
+    let mut good = Client::connect(&unix(&socket), &n.token).await.unwrap();
+    good.who_am_i().await.unwrap();
+    let mut cases: Vec<(&str, Vec<u8>)> = Vec::new();
+    cases.push(("neither protocol", b"GET / HTTP/1.1\r\n\r\n".to_vec()));
+    let mut unknown_kind = MAGIC.to_vec();
+    unknown_kind.extend_from_slice(&6u32.to_le_bytes());
+    unknown_kind.extend_from_slice(&1u32.to_le_bytes());
+    unknown_kind.extend_from_slice(&[99, 0]);
+    cases.push(("a frame of no known kind", unknown_kind));
+    let mut too_long = MAGIC.to_vec();
+    too_long.extend_from_slice(&(FRAME_BYTES_MAX as u32 + 1).to_le_bytes());
+    cases.push(("a frame past its bound", too_long));
+    let mut node_kind = MAGIC.to_vec();
+    put_frame(&mut node_kind, 1, Kind::End, &[0, 0]);
+    cases.push(("a frame only a node sends", node_kind));
+    let mut bad_call = MAGIC.to_vec();
+    put_frame(&mut bad_call, 1, Kind::Call, &[200, 0, b'/']);
+    cases.push(("a call whose path is cut short", bad_call));
+    let mut ids_down = MAGIC.to_vec();
+    let mut call = Vec::new();
+    call.extend_from_slice(&(b"/tabos.v1.Tokens/WhoAmI".len() as u16).to_le_bytes());
+    call.extend_from_slice(b"/tabos.v1.Tokens/WhoAmI");
+    call.extend_from_slice(&0u16.to_le_bytes());
+    call.extend_from_slice(&[0, 0, 0, 0, 0]);
+    put_frame(&mut ids_down, 5, Kind::Call, &call);
+    put_frame(&mut ids_down, 5, Kind::Call, &call);
+    cases.push(("a call id used again", ids_down));
+    for (what, bytes) in cases {
+        let socket = socket.clone();
+        let closed = tokio::task::spawn_blocking(move || closed_after(&socket, &bytes))
+            .await
+            .unwrap();
+        assert!(closed, "{what}: the node closed the connection");
+        // The node serves others throughout.
+        assert_eq!(
+            good.who_am_i().await.unwrap().role(),
+            tabos_client::proto::Role::Operator,
+            "{what}"
+        );
+    }
+    n.shut_down().await;
+}
