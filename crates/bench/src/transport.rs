@@ -12,10 +12,13 @@
 //! * gRPC (HTTP/2) on the same socket — what it got before, and what a
 //!   gRPC client of another language gets;
 //! * gRPC over TCP loopback;
-//! * the floor: a raw round trip of the same bytes over a Unix socket
+//! * the floors: a raw round trip of the same bytes over a Unix socket
 //!   between two threads doing blocking reads and writes and nothing else
 //!   (no node, no decoding: the fastest honest program for one request and
-//!   one answer across a Unix socket).
+//!   one answer across a Unix socket), with the two threads pinned to one
+//!   core and to two — a client and its node on different cores pay the
+//!   second, a wake-up of the other core per message, which on a virtual
+//!   machine costs tens of microseconds.
 //!
 //! Target: the local transport's median ≤ 15 µs.
 
@@ -69,30 +72,69 @@ async fn noop_round(
     Ok(())
 }
 
+/// Pins the calling thread to `core`; `false` when it cannot be.
+fn pin(core: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is an empty set; pid 0 is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Lets the calling thread run on every core again.
+fn unpin() {
+    // SAFETY: as in `pin`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in 0..libc::CPU_SETSIZE as usize {
+            libc::CPU_SET(c, &mut set);
+        }
+        let _ = libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 /// The floor: `n` round trips of `bytes` bytes each way over a Unix
-/// socket pair, an echoing thread on the other end.
-fn raw_round(bytes: usize, n: usize, into: &mut Samples) -> anyhow::Result<()> {
-    let (mut a, mut b) = std::os::unix::net::UnixStream::pair()?;
+/// socket pair, an echoing thread on the other end; the two threads on
+/// cores `(a, b)` (the same core: a switch on one core per message;
+/// two: a wake-up of the other core per message, what a client and a
+/// node on different cores pay).
+fn raw_round(
+    bytes: usize,
+    n: usize,
+    (a, b): (usize, usize),
+    into: &mut Samples,
+) -> anyhow::Result<()> {
+    let (mut near, mut far) = std::os::unix::net::UnixStream::pair()?;
     let echo = std::thread::spawn(move || {
+        pin(b);
         let mut buf = vec![0u8; bytes];
-        while b.read_exact(&mut buf).is_ok() {
-            if b.write_all(&buf).is_err() {
+        while far.read_exact(&mut buf).is_ok() {
+            if far.write_all(&buf).is_err() {
                 break;
             }
         }
     });
+    let pinned = pin(a);
     let mut buf = vec![7u8; bytes];
-    for i in 0..n + 100 {
-        let t0 = Instant::now();
-        a.write_all(&buf)?;
-        a.read_exact(&mut buf)?;
-        if i >= 100 {
-            into.push(t0.elapsed().as_nanos() as u64);
+    let mut run = || -> anyhow::Result<()> {
+        for i in 0..n + 100 {
+            let t0 = Instant::now();
+            near.write_all(&buf)?;
+            near.read_exact(&mut buf)?;
+            if i >= 100 {
+                into.push(t0.elapsed().as_nanos() as u64);
+            }
         }
+        Ok(())
+    };
+    let r = run();
+    if pinned {
+        unpin();
     }
-    drop(a);
+    drop(near);
     let _ = echo.join();
-    Ok(())
+    r
 }
 
 pub fn run(quick: bool) -> anyhow::Result<Report> {
@@ -149,11 +191,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let (socket2, tcp2, token2) = (socket.clone(), tcp.clone(), token.clone());
     let rounds = sizes.rounds;
     let calls = sizes.calls;
-    let measured = std::thread::spawn(move || -> anyhow::Result<[Samples; 3]> {
+    let two_cores = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+    let measured = std::thread::spawn(move || -> anyhow::Result<[Samples; 5]> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let mut s: [Samples; 3] = Default::default();
+        let mut s: [Samples; 5] = Default::default();
         rt.block_on(async {
             for r in 0..rounds {
                 eprintln!("  no-op call, round {}/{rounds}", r + 1);
@@ -163,6 +206,13 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 {
                     noop_round(way, &tcp2, &socket2, &token2, calls, &mut s[i]).await?;
                 }
+                // The floor in the same rounds, from the same thread, the
+                // node idle meanwhile: a request and an answer about the
+                // local transport's sizes for this call.
+                raw_round(64, calls, (0, 0), &mut s[3])?;
+                if two_cores {
+                    raw_round(64, calls, (0, 1), &mut s[4])?;
+                }
             }
             Ok::<_, anyhow::Error>(())
         })?;
@@ -170,20 +220,23 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the client thread panicked"))??;
-    let [mut local, mut grpc_unix, mut tcp_s] = measured;
+    let [mut local, mut grpc_unix, mut tcp_s, mut raw, mut raw_cross] = measured;
 
-    // The floor, in the same rounds' count: a request and an answer of
-    // the local transport's sizes for this call.
-    let mut raw = Samples::default();
-    for _ in 0..sizes.rounds {
-        raw_round(64, sizes.calls, &mut raw)?;
-    }
-
+    let cross = if two_cores {
+        format!(
+            "{:.1} us with the two threads on two cores (a wake-up of the other core per \
+             message, what a client and a node on different cores pay)",
+            raw_cross.quantile_us(0.5)
+        )
+    } else {
+        "one core only: no cross-core floor".to_string()
+    };
     let note = format!(
         "Tokens.WhoAmI, one call at a time, one client thread with its own runtime, node on a \
          2-thread runtime in the same process, credentials checked; runs: {} alternating \
-         rounds of {} calls each way; stat: quantile of all samples. Floor: raw Unix-socket \
-         round trip of 64 bytes between two blocking threads: {:.1} us median",
+         rounds of {} calls each way and of the floors; stat: quantile of all samples. \
+         Floors, a raw Unix-socket round trip of 64 bytes between two blocking threads: \
+         {:.1} us median with both threads on one core, {cross}",
         sizes.rounds,
         sizes.calls,
         raw.quantile_us(0.5)
@@ -218,14 +271,32 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         );
         report.figures.push(
             Figure::new(
-                format!("raw_unix_round_trip.{label}"),
+                format!("raw_unix_round_trip.one_core.{label}"),
                 round(raw.quantile_us(q), 2),
                 "us",
                 Better::Lower,
             )
             .runs(sizes.rounds as u32, stat)
-            .note("the floor: 64 bytes each way, two threads, blocking reads and writes"),
+            .note(
+                "the floor: 64 bytes each way, two threads pinned to one core, blocking reads \
+                 and writes",
+            ),
         );
+        if two_cores {
+            report.figures.push(
+                Figure::new(
+                    format!("raw_unix_round_trip.two_cores.{label}"),
+                    round(raw_cross.quantile_us(q), 2),
+                    "us",
+                    Better::Lower,
+                )
+                .runs(sizes.rounds as u32, stat)
+                .note(
+                    "the floor across cores: 64 bytes each way, the two threads pinned to two \
+                     cores, blocking reads and writes",
+                ),
+            );
+        }
     }
 
     node_rt.block_on(async {

@@ -8,7 +8,9 @@
 //! [`MAGIC`] is the local transport, HTTP/2's preface goes to the gRPC
 //! server with those bytes given back, anything else is closed.
 //!
-//! Per connection: one reader, and a task per call. A call's response is
+//! Per connection: one task, its reader, with its calls polled in the same
+//! task (a task per call would wake another of the runtime's threads per
+//! call, which costs more than most calls do). A call's response is
 //! written as its frames are ready, all that is ready in one write (a
 //! unary answer's `HEADERS`, `DATA` and `END` go out together). Bounds:
 //! [`conn::STREAMS_PER_CONNECTION_MAX`] calls run at once, up to
@@ -52,8 +54,8 @@ pub const LARGE_REQUEST_BYTES: usize = 64 << 10;
 /// A connection whose peer takes none of a response's bytes for this long
 /// is closed, with its calls.
 pub const WRITE_STALL_MAX: Duration = conn::REQUEST_STALL_MAX;
-/// How long a new connection has to send its first eight bytes (beyond
-/// that, its [`Conn`]'s wait for a credential closes it).
+/// What a new connection is told by (it has until its [`Conn`]'s wait
+/// for a credential to send them).
 const SNIFF_BYTES: usize = MAGIC.len();
 
 /// The HTTP/2 connection preface's first eight bytes.

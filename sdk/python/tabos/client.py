@@ -234,7 +234,8 @@ class Client:
     ``TABOS_TOKEN``, else the credentials file's current context (or
     ``context``), else ``127.0.0.1:7070`` (the token has no default: the
     node refuses calls without one). ``addr`` is ``host:port`` or
-    ``unix:/path/to/tabos.sock``. With ``tls_ca`` (a PEM file) the channel
+    ``unix:/path/to/tabos.sock`` (the node's local socket, spoken to in its
+    local transport). With ``tls_ca`` (a PEM file) the channel
     is TLS. ``timeout`` (seconds) bounds each call that does not wait by
     nature.
 
@@ -271,14 +272,18 @@ class Client:
         ]
         tls_ca = tls_ca or ctx.get("tls_ca") or os.environ.get("TABOS_TLS_CA")
         target = self.addr.removeprefix("http://")
-        if target.startswith("unix:"):
-            # grpcio would send the socket's path as the HTTP/2 :authority,
-            # which is no authority at all (the node refuses the stream);
-            # gRPC's other clients say "localhost" for a Unix socket.
-            options.append(("grpc.default_authority", "localhost"))
         if tls_ca:
             creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
             self._channel = grpc.secure_channel(target.removeprefix("https://"), creds, options)
+        elif target.startswith("unix:"):
+            # The node's local socket: its local transport, the same calls
+            # in frames cheaper than HTTP/2 (``_local``).
+            from ._local import LocalChannel
+
+            try:
+                self._channel = LocalChannel(target.removeprefix("unix:"))
+            except grpc.RpcError as e:
+                raise errors.from_rpc(e) from None
         else:
             self._channel = grpc.insecure_channel(target, options)
         self._procs = rpc.ProcsStub(self._channel)

@@ -46,8 +46,15 @@ class Node:
         token_path = lines[1].removeprefix("operator credential: ").split(" (")[0]
         self.token = Path(token_path).read_text().strip()
 
+        # The node's local socket (a unix: address speaks its local
+        # transport).
+        self.socket = f"unix:{tmp / 'data' / 'tabos.sock'}"
+
+        self.way = "tcp"
+
     def client(self, token: str | None = None) -> tabos.Client:
-        return tabos.Client(self.addr, token or self.token)
+        """A client of this node, the way the test session reaches it."""
+        return tabos.Client(self.socket if self.way == "local" else self.addr, token or self.token)
 
     def cli(self, *args: str) -> str:
         env = dict(os.environ, TABOS_ADDR=self.addr, TABOS_TOKEN=self.token)
@@ -59,9 +66,13 @@ class Node:
         self.proc.wait(timeout=30)
 
 
-@pytest.fixture(scope="session")
-def node(tmp_path_factory: pytest.TempPathFactory):
-    n = Node(tmp_path_factory.mktemp("node"))
+@pytest.fixture(scope="session", params=["tcp", "local"])
+def node(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """A node per way of reaching it: the tests' ``client`` speaks gRPC on
+    TCP to one and the local transport on its socket to the other, so
+    every test runs over both, each on a node of its own."""
+    n = Node(tmp_path_factory.mktemp(f"node-{request.param}"))
+    n.way = request.param
     yield n
     n.stop()
 
