@@ -156,7 +156,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         .enable_all()
         .build()?;
     let socket = dir.path().join(tabos_node::LOCAL_SOCKET_NAME);
-    let (tcp, token, stop, served) = node_rt.block_on(async {
+    let served = node_rt.block_on(async {
         let settings = tabos_node::NodeSettings {
             node_id: "transport".into(),
             logs: dir.path().join("logs"),
@@ -166,26 +166,13 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             .with_partitions(2)
             .with_durability(tabos_store::Durability::Off);
         let node = tabos_node::Node::open_with(&config, settings)?;
-        let token = node.operator_credential("bench transport").await?.token;
-        let listener = tabos_node::bind("127.0.0.1:0").await?;
-        let tcp = tabos_node::local_addr(&listener)
-            .context("no local address")?
-            .to_string();
-        let local = tabos_node::LocalSocket::bind(&socket)?;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = tokio::spawn(tabos_node::serve_with(
-            node,
-            listener,
-            async {
-                let _ = stopped.await;
-            },
-            tabos_node::ServeOptions {
-                local_socket: Some(local),
-                ..Default::default()
-            },
-        ));
-        Ok::<_, anyhow::Error>((tcp, token, stop, served))
+        let options = tabos_node::ServeOptions {
+            local_socket: Some(tabos_node::LocalSocket::bind(&socket)?),
+            ..Default::default()
+        };
+        crate::served::Served::start(node, options).await
     })?;
+    let (tcp, token) = (served.addr.addr.clone(), served.addr.token.clone());
 
     // The client: a thread and a runtime of its own.
     let (socket2, tcp2, token2) = (socket.clone(), tcp.clone(), token.clone());
@@ -300,11 +287,9 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     }
 
     node_rt.block_on(async {
-        let _ = stop.send(());
-        tokio::time::timeout(Duration::from_secs(30), served)
+        tokio::time::timeout(Duration::from_secs(30), served.stop())
             .await
-            .context("the node did not stop")???;
-        Ok::<_, anyhow::Error>(())
+            .context("the node did not stop")?
     })?;
     Ok(report)
 }
