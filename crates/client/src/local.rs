@@ -589,6 +589,10 @@ impl tower::Service<http::Request<tonic::body::Body>> for LocalChannel {
             let mut resends = 0;
             loop {
                 let conn = ch.connection().await.map_err(unavailable)?;
+                // The id is taken with the writer held, so calls go out in
+                // the order of their ids (a node refuses an id lower than
+                // one it has read: its GOAWAY names the last it read).
+                let mut writer = conn.writer.lock().await;
                 let Some((id, mut events)) = conn.open() else {
                     continue; // closed as it was taken: the next one is new
                 };
@@ -602,7 +606,10 @@ impl tower::Service<http::Request<tonic::body::Body>> for LocalChannel {
                 frame.extend_from_slice(path.as_bytes());
                 frame.extend_from_slice(&headers);
                 frame.extend_from_slice(&body);
-                if let Err(e) = conn.write(&frame).await {
+                let wrote = writer.write_all(&frame).await;
+                drop(writer);
+                if let Err(e) = wrote {
+                    conn.calls.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
                     return Err(unavailable(e));
                 }
                 drop(frame);

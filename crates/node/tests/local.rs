@@ -223,3 +223,25 @@ async fn frames_the_protocol_does_not_allow_close_their_connection_only() {
     }
     n.shut_down().await;
 }
+
+/// Calls from many tasks at once on one client share its connection:
+/// each is answered (ids go out in order, so the node never refuses one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_callers_share_one_connection() {
+    let dir = TempDir::new("local-many");
+    let (n, socket) = start(&dir).await;
+    let c = Client::connect(&unix(&socket), &n.token).await.unwrap();
+    let mut callers = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let mut c = c.clone();
+        callers.spawn(async move {
+            for _ in 0..50 {
+                c.who_am_i().await.unwrap();
+            }
+        });
+    }
+    while let Some(r) = callers.join_next().await {
+        r.unwrap();
+    }
+    n.shut_down().await;
+}

@@ -110,14 +110,24 @@ class _Conn:
         self.closed = False
         threading.Thread(target=self._read, daemon=True).start()
 
-    def open(self) -> Optional[tuple[int, queue.SimpleQueue]]:
-        with self.lock:
-            if self.closed:
-                return None
-            self.next += 1
-            q: queue.SimpleQueue = queue.SimpleQueue()
-            self.calls[self.next] = q
-            return self.next, q
+    def start(self, payload: bytes) -> Optional[tuple[int, queue.SimpleQueue]]:
+        """Sends a call: its id and the queue of its events, or None when
+        the connection takes no more calls. The id is taken with the writer
+        held, so calls go out in the order of their ids (a node refuses an
+        id lower than one it has read)."""
+        with self.write_lock:
+            with self.lock:
+                if self.closed:
+                    return None
+                self.next += 1
+                call_id = self.next
+                q: queue.SimpleQueue = queue.SimpleQueue()
+                self.calls[call_id] = q
+            try:
+                self.sock.sendall(struct.pack("<IIB", len(payload) + 5, call_id, CALL) + payload)
+            except OSError:
+                pass  # the reader fails the call with the connection
+        return call_id, q
 
     def send(self, call_id: int, kind: int, payload: bytes) -> None:
         frame = struct.pack("<IIB", len(payload) + 5, call_id, kind) + payload
@@ -195,8 +205,7 @@ class _Call:
         p = path.encode("ascii")
         payload = struct.pack("<H", len(p)) + p + _headers(head) + framed
         for _ in range(3):  # again on a new connection after a GOAWAY
-            self.conn, (self.id, self.q) = channel._open()
-            self.conn.send(self.id, CALL, payload)
+            self.conn, (self.id, self.q) = channel._start(payload)
             first = self._get()
             if first is _LOST:
                 raise LocalError(grpc.StatusCode.UNAVAILABLE, "the node's local socket closed")
@@ -284,21 +293,25 @@ class LocalChannel:
         self._path = path
         self._lock = threading.Lock()
         self._conn: Optional[_Conn] = None
-        self._open()  # a missing node is known at once
+        self._connection()  # a missing node is known at once
 
-    def _open(self) -> tuple[_Conn, tuple[int, queue.SimpleQueue]]:
+    def _connection(self) -> _Conn:
         with self._lock:
-            for _ in range(2):
-                if self._conn is None or self._conn.closed:
-                    try:
-                        self._conn = _Conn(self._path)
-                    except OSError as e:
-                        raise LocalError(grpc.StatusCode.UNAVAILABLE,
-                                         f"cannot connect to {self._path}: {e}") from None
-                opened = self._conn.open()
-                if opened is not None:
-                    return self._conn, opened
-            raise LocalError(grpc.StatusCode.UNAVAILABLE, "the node's local socket closed")
+            if self._conn is None or self._conn.closed:
+                try:
+                    self._conn = _Conn(self._path)
+                except OSError as e:
+                    raise LocalError(grpc.StatusCode.UNAVAILABLE,
+                                     f"cannot connect to {self._path}: {e}") from None
+            return self._conn
+
+    def _start(self, payload: bytes) -> tuple[_Conn, tuple[int, queue.SimpleQueue]]:
+        for _ in range(2):
+            conn = self._connection()
+            started = conn.start(payload)
+            if started is not None:
+                return conn, started
+        raise LocalError(grpc.StatusCode.UNAVAILABLE, "the node's local socket closed")
 
     def unary_unary(self, method: str, request_serializer: Callable, response_deserializer: Callable,
                     **_: Any) -> Callable:
