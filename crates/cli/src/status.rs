@@ -65,7 +65,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ),
             ("busy cores (measured)", format!("{:.2}", s.busy_cores)),
             ("BE admission measures", s.load_source.clone()),
-            ("gRPC connections", s.connections.to_string()),
+            ("API connections (gRPC and local)", s.connections.to_string()),
             ("request bytes held", s.request_bytes_held.to_string()),
         ];
         let mut pairs = pairs.to_vec();

@@ -446,21 +446,28 @@ pub enum Listener {
 }
 
 impl Listener {
-    async fn accept(&self) -> std::io::Result<(Stream, Source)> {
+    /// The next connection; `Ok(None)` for one accepted but unusable
+    /// (dropped, closing it), which says nothing about the listener — an
+    /// `Err` is a failed accept, which does.
+    async fn accept(&self) -> std::io::Result<Option<(Stream, Source)>> {
         match self {
             Listener::Tcp(l) => l.accept().await.map(|(s, peer)| {
                 // Fails only on a socket already gone, which its first
                 // read then reports.
                 let _ = s.set_nodelay(true);
-                (Stream::Left(s), Source::Ip(peer.ip()))
+                Some((Stream::Left(s), Source::Ip(peer.ip())))
             }),
             Listener::Unix(l) => {
                 let (s, _) = l.accept().await?;
                 // The kernel vouches for the peer's uid; a socket whose
                 // peer is already gone counts as an unknown local one.
                 let uid = s.peer_cred().map_or(u32::MAX, |c| c.uid());
-                let s = tabos_client::local::LocalStream::from_tokio(s)?;
-                Ok((Stream::Right(s), Source::Local(uid)))
+                // Registering the socket anew can fail for this socket
+                // alone (the runtime's poller out of room): it is closed,
+                // and the accept loop goes on without a pause.
+                Ok(tabos_client::local::LocalStream::from_tokio(s)
+                    .ok()
+                    .map(|s| (Stream::Right(s), Source::Local(uid))))
             }
         }
     }
@@ -519,7 +526,8 @@ pub fn incoming_shared(
                 a = listener.accept() => a,
             };
             match accepted {
-                Ok((stream, source)) => {
+                Ok(None) => pauses.reset(),
+                Ok(Some((stream, source))) => {
                     pauses.reset();
                     let state = Arc::new(ConnState::new(limits, source));
                     if !slots.door.ledger.admit(&state) {

@@ -369,13 +369,13 @@ impl Node {
         caller: &tabos_kernel::auth::Caller,
     ) -> Vec<tabos_client::proto::DoorUse> {
         vec![
-            doors::door_use("grpc", self.doors.door(), caller),
+            doors::door_use("api", self.doors.door(), caller),
             doors::door_use("postgres", &self.pg_door, caller),
             doors::door_use("dashboard", &self.dashboard_door, caller),
         ]
     }
 
-    /// What each realm holds open beyond its connections (gRPC calls,
+    /// What each realm holds open beyond its connections (API calls,
     /// LISTEN channels, dashboard event streams and sessions) against its
     /// cap, as `caller` may see it.
     pub fn realm_caps(
@@ -386,7 +386,7 @@ impl Node {
             doors::realm_cap(what, c.per_realm(), c.usage(), caller)
         };
         vec![
-            counted("gRPC calls", self.doors.calls()),
+            counted("API calls", self.doors.calls()),
             counted("postgres LISTEN channels", &self.pg_listens),
             counted("dashboard event streams", &self.dashboard_streams),
             doors::realm_cap(

@@ -14,12 +14,14 @@
 //! written as its frames are ready, all that is ready in one write (a
 //! unary answer's `HEADERS`, `DATA` and `END` go out together). Bounds:
 //! [`conn::STREAMS_PER_CONNECTION_MAX`] calls run at once, up to
-//! [`PENDING_CALLS_MAX`] more wait their turn (past that a call is refused
-//! RESOURCE_EXHAUSTED), a large request is decoded before the next frame
-//! is read, a stream runs at most [`WINDOW`] frames ahead of its reader,
+//! [`PENDING_CALLS_MAX`] more holding at most [`PENDING_BYTES_MAX`] wait
+//! their turn (past either a call is refused RESOURCE_EXHAUSTED, and the
+//! connection reads on), a large request that starts at once is decoded
+//! before the next frame is read, a stream runs at most [`WINDOW`] frames ahead of its reader,
 //! and a peer that takes no bytes for [`WRITE_STALL_MAX`] loses the
 //! connection. The connection's idle and sign-in limits are the
-//! [`Conn`]'s own. When the node stops, a connection says `GOAWAY`, takes
+//! [`Conn`]'s own. A call's `grpc-timeout` is honoured as gRPC's server
+//! does. When the node stops, a connection says `GOAWAY`, takes
 //! no new call, and closes once its calls have ended.
 
 use std::collections::{HashMap, VecDeque};
@@ -46,10 +48,18 @@ use crate::conn::{self, Conn, ConnInfo};
 
 /// Most calls of one connection waiting for one of its
 /// [`conn::STREAMS_PER_CONNECTION_MAX`] to end; a call past it is refused.
-pub const PENDING_CALLS_MAX: usize = 1_024;
-/// A request larger than this is decoded before the connection's next
-/// frame is read, so one connection holds at most one large request the
-/// node has not decoded yet (HTTP/2's windows do the same for gRPC).
+pub const PENDING_CALLS_MAX: usize = 256;
+/// Most bytes (frames as read: path, headers, message) the calls waiting
+/// on one connection may hold; a call past it is refused. Waiting calls
+/// are not yet under the node's request-bytes budget, which counts a
+/// call's bytes once it runs, so this is their bound — a connection's
+/// share of the budget, as HTTP/2's windows bound gRPC's.
+pub const PENDING_BYTES_MAX: usize = conn::CONNECTION_REQUEST_BYTES_MAX;
+/// A request larger than this that starts at once is decoded before the
+/// connection's next frame is read, so one connection holds at most one
+/// large running request the node has not decoded yet. A waiting one
+/// does not stop the reader — that could hold back the credit its running
+/// streams wait for — it counts toward [`PENDING_BYTES_MAX`] instead.
 pub const LARGE_REQUEST_BYTES: usize = 64 << 10;
 /// A connection whose peer takes none of a response's bytes for this long
 /// is closed, with its calls.
@@ -140,6 +150,10 @@ async fn tell(mut conn: Conn, grpc: &mpsc::Sender<std::io::Result<Conn>>) -> Opt
 struct Pending {
     id: u32,
     request: http::Request<Body>,
+    /// Its frame's payload, as counted toward [`PENDING_BYTES_MAX`].
+    bytes: usize,
+    /// When its `grpc-timeout`, counted from when it was read, ends.
+    deadline: Option<tokio::time::Instant>,
 }
 
 /// One connection's open calls, as its reader keeps them.
@@ -152,6 +166,25 @@ struct Open {
     /// calls do (the node's work is on its store's threads anyway).
     running: FuturesUnordered<BoxFuture<'static, u32>>,
     waiting: VecDeque<Pending>,
+    /// The bytes of `waiting`'s calls.
+    waiting_bytes: usize,
+}
+
+impl Open {
+    /// Whether a call read now would run at once (none waits before it:
+    /// waiting calls start as soon as there is room).
+    fn has_room(&self) -> bool {
+        self.calls.len() < conn::STREAMS_PER_CONNECTION_MAX as usize
+    }
+
+    /// Takes the waiting call `id` out, if it waits.
+    fn forget_waiting(&mut self, id: u32) {
+        if let Some(i) = self.waiting.iter().position(|p| p.id == id) {
+            if let Some(p) = self.waiting.remove(i) {
+                self.waiting_bytes -= p.bytes;
+            }
+        }
+    }
 }
 
 /// Serves one local-transport connection to its end.
@@ -164,6 +197,7 @@ async fn serve_conn<A: Api>(conn: Conn, api: A, stopping: watch::Receiver<bool>)
         calls: HashMap::new(),
         running: FuturesUnordered::new(),
         waiting: VecDeque::new(),
+        waiting_bytes: 0,
     };
     let mut last_id = 0u32;
     let mut going_away = false;
@@ -193,21 +227,25 @@ async fn serve_conn<A: Api>(conn: Conn, api: A, stopping: watch::Receiver<bool>)
                             break; // ids only go up
                         }
                         last_id = frame.id;
-                        let is_large = frame.payload.len() > LARGE_REQUEST_BYTES;
+                        let bytes = frame.payload.len();
+                        let starts_now = open.has_room();
+                        let is_large = starts_now && bytes > LARGE_REQUEST_BYTES;
                         let Some((request, consumed)) = request_of(frame.payload, &info, is_large)
                         else {
                             break;
                         };
-                        if open.waiting.len() >= PENDING_CALLS_MAX {
-                            writer.refuse(frame.id, tonic::Status::resource_exhausted(format!(
-                                "{} calls open and {PENDING_CALLS_MAX} waiting on one \
-                                 connection, the most it may have",
-                                open.calls.len()
-                            ))).await;
-                            continue;
+                        if !starts_now {
+                            if let Some(status) = queue_full(&open, bytes) {
+                                writer.refuse(frame.id, status).await;
+                                continue;
+                            }
                         }
-                        open.waiting.push_back(Pending { id: frame.id, request });
+                        let deadline = grpc_timeout(request.headers())
+                            .map(|t| tokio::time::Instant::now() + t);
+                        open.waiting.push_back(Pending { id: frame.id, request, bytes, deadline });
+                        open.waiting_bytes += bytes;
                         start_waiting(&mut open, &api, &writer);
+                        debug_assert_eq!(starts_now, !open.waiting.iter().any(|p| p.id == frame.id));
                         // Decoded (or refused) before the next frame is read.
                         large = consumed;
                     }
@@ -215,7 +253,7 @@ async fn serve_conn<A: Api>(conn: Conn, api: A, stopping: watch::Receiver<bool>)
                         if let Some((abort, _)) = open.calls.remove(&frame.id) {
                             abort.abort();
                         } else {
-                            open.waiting.retain(|p| p.id != frame.id);
+                            open.forget_waiting(frame.id);
                         }
                         start_waiting(&mut open, &api, &writer);
                     }
@@ -238,6 +276,7 @@ async fn serve_conn<A: Api>(conn: Conn, api: A, stopping: watch::Receiver<bool>)
             () = raised(stopping.clone()), if !going_away => {
                 going_away = true;
                 open.waiting.clear();
+                open.waiting_bytes = 0;
                 let mut buf = Vec::with_capacity(16);
                 put_frame(&mut buf, 0, Kind::GoAway, &last_id.to_le_bytes());
                 writer.write(buf).await;
@@ -254,12 +293,34 @@ async fn raised(mut flag: watch::Receiver<bool>) {
     let _ = flag.wait_for(|f| *f).await;
 }
 
+/// Why a call of `bytes` that cannot start at once may not wait either,
+/// if it may not.
+fn queue_full(open: &Open, bytes: usize) -> Option<tonic::Status> {
+    if open.waiting.len() >= PENDING_CALLS_MAX {
+        return Some(tonic::Status::resource_exhausted(format!(
+            "{} calls open and {PENDING_CALLS_MAX} waiting on one connection, the most it may have",
+            open.calls.len()
+        )));
+    }
+    if open.waiting_bytes + bytes > PENDING_BYTES_MAX {
+        return Some(tonic::Status::resource_exhausted(format!(
+            "{} calls open and {} waiting with {} bytes on one connection; this call's {bytes} \
+             would pass the {PENDING_BYTES_MAX} bytes its waiting calls may hold",
+            open.calls.len(),
+            open.waiting.len(),
+            open.waiting_bytes
+        )));
+    }
+    None
+}
+
 /// Starts waiting calls while fewer than the most run.
 fn start_waiting<A: Api>(open: &mut Open, api: &A, writer: &Writer) {
-    while open.calls.len() < conn::STREAMS_PER_CONNECTION_MAX as usize {
+    while open.has_room() {
         let Some(p) = open.waiting.pop_front() else {
             return;
         };
+        open.waiting_bytes -= p.bytes;
         let credit = Arc::new(Semaphore::new(WINDOW as usize));
         let (abort, registration) = AbortHandle::new_pair();
         let call = Abortable::new(
@@ -267,12 +328,48 @@ fn start_waiting<A: Api>(open: &mut Open, api: &A, writer: &Writer) {
             registration,
         );
         let id = p.id;
+        let (deadline, writer) = (p.deadline, writer.clone());
         open.running.push(Box::pin(async move {
-            let _ = call.await;
+            match deadline {
+                None => {
+                    let _ = call.await;
+                }
+                // As tonic's server does for gRPC: past its deadline the
+                // call is dropped (and with it what it was waiting for).
+                Some(at) => {
+                    if tokio::time::timeout_at(at, call).await.is_err() {
+                        let status = tonic::Status::deadline_exceeded(
+                            "the call's deadline (grpc-timeout) passed",
+                        );
+                        writer.refuse(id, status).await;
+                    }
+                }
+            }
             id
         }));
         open.calls.insert(p.id, (abort, credit));
     }
+}
+
+/// The `grpc-timeout` of a call's headers, as gRPC defines it (at most
+/// eight digits and a unit); `None` without one or for one that is not
+/// well formed, which tonic's server ignores too.
+fn grpc_timeout(headers: &http::HeaderMap) -> Option<Duration> {
+    let v = headers.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n * 3600),
+        "M" => Duration::from_secs(n * 60),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 /// The HTTP request a `CALL` frame's payload makes, as tonic's server
@@ -364,7 +461,7 @@ impl http_body::Body for Once {
 /// frames.
 #[derive(Clone)]
 struct Writer {
-    io: Arc<tokio::sync::Mutex<WriteHalf<Conn>>>,
+    io: Arc<tokio::sync::Mutex<Out>>,
     /// Raised when a write fails or stalls: the connection is closed.
     dead: watch::Receiver<bool>,
     kill: Arc<watch::Sender<bool>>,
@@ -374,7 +471,11 @@ impl Writer {
     fn new(io: WriteHalf<Conn>) -> Writer {
         let (kill, dead) = watch::channel(false);
         Writer {
-            io: Arc::new(tokio::sync::Mutex::new(io)),
+            io: Arc::new(tokio::sync::Mutex::new(Out {
+                io,
+                rest: Vec::new(),
+                at: 0,
+            })),
             dead,
             kill: Arc::new(kill),
         }
@@ -386,7 +487,7 @@ impl Writer {
             return;
         }
         let wrote = tokio::time::timeout(WRITE_STALL_MAX, async {
-            self.io.lock().await.write_all(&buf).await
+            self.io.lock().await.write(buf).await
         })
         .await;
         if !matches!(wrote, Ok(Ok(()))) {
@@ -399,6 +500,43 @@ impl Writer {
         let mut buf = Vec::new();
         put_end(&mut buf, id, &status.into_http::<()>().headers().clone());
         self.write(buf).await;
+    }
+}
+
+/// The write half and what a write dropped part-way left of its frames.
+///
+/// A call's future can be dropped at any await — cancelled by its
+/// client, past its deadline — and one dropped in the middle of a write
+/// would leave half a frame on the wire, which the peer would read as the
+/// start of the next: so what a write has not yet written stays here, and
+/// the next write finishes it first.
+struct Out {
+    io: WriteHalf<Conn>,
+    rest: Vec<u8>,
+    /// How much of `rest` is written.
+    at: usize,
+}
+
+impl Out {
+    /// Writes what an earlier write left, then `buf`, whole.
+    async fn write(&mut self, buf: Vec<u8>) -> std::io::Result<()> {
+        self.finish().await?;
+        self.rest = buf;
+        self.at = 0;
+        self.finish().await
+    }
+
+    async fn finish(&mut self) -> std::io::Result<()> {
+        while self.at < self.rest.len() {
+            match self.io.write(&self.rest[self.at..]).await? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => self.at += n,
+            }
+        }
+        // Not kept: a buffer can be a whole largest message.
+        self.rest = Vec::new();
+        self.at = 0;
+        Ok(())
     }
 }
 

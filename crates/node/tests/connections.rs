@@ -332,7 +332,7 @@ async fn grpc_door(c: &mut tabos_client::Client) -> tabos_client::proto::DoorUse
     let s = c.status().await.unwrap();
     s.doors
         .into_iter()
-        .find(|d| d.door == "grpc")
+        .find(|d| d.door == "api")
         .expect("the gRPC door is shown")
 }
 
@@ -456,21 +456,6 @@ async fn floods_of_connections_leave_room_for_others() {
     n.shut_down().await;
 }
 
-/// The open calls of `realm` as `tabos status` shows them to `c`.
-async fn realm_calls(c: &mut tabos_client::Client, realm: &str) -> Option<u64> {
-    let s = c.status().await.unwrap();
-    let cap = s
-        .realm_caps
-        .into_iter()
-        .find(|c| c.what == "gRPC calls")
-        .expect("the gRPC calls per realm are shown");
-    assert_eq!(
-        cap.per_realm_max as usize,
-        tabos_node::conn::CALLS_PER_REALM_MAX
-    );
-    cap.by_realm.get(realm).copied()
-}
-
 /// Issue 36, item 2: one realm's open calls over all its connections are
 /// capped — its waits fill the cap, its next call is RESOURCE_EXHAUSTED at
 /// once, another realm is served throughout, and `tabos status` shows the
@@ -509,7 +494,7 @@ async fn a_realms_open_calls_are_capped() {
         waits.spawn(async move { c.recv("", "box", 1, 60_000).await });
     }
     let deadline = std::time::Instant::now() + PATIENCE;
-    while realm_calls(&mut op, "a").await != Some(CALLS_PER_REALM_MAX as u64) {
+    while common::realm_calls(&mut op, "a").await != Some(CALLS_PER_REALM_MAX as u64) {
         assert!(
             std::time::Instant::now() < deadline,
             "the waits never all opened"
@@ -522,13 +507,13 @@ async fn a_realms_open_calls_are_capped() {
     let mut at_b = n.client_with(&b).await;
     assert_eq!(at_b.who_am_i().await.unwrap().realm, "b");
     // b sees its own count only (its status call is open as it is read).
-    assert_eq!(realm_calls(&mut at_b, "a").await, None);
-    assert_eq!(realm_calls(&mut at_b, "b").await, Some(1));
+    assert_eq!(common::realm_calls(&mut at_b, "a").await, None);
+    assert_eq!(common::realm_calls(&mut at_b, "b").await, Some(1));
     // The waits end: a is served again.
     waits.abort_all();
     while waits.join_next().await.is_some() {}
     let deadline = std::time::Instant::now() + PATIENCE;
-    while realm_calls(&mut op, "a").await.unwrap_or(0) >= CALLS_PER_REALM_MAX as u64 {
+    while common::realm_calls(&mut op, "a").await.unwrap_or(0) >= CALLS_PER_REALM_MAX as u64 {
         assert!(
             std::time::Instant::now() < deadline,
             "the waits' calls stayed counted"

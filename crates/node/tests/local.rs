@@ -112,17 +112,6 @@ async fn the_local_transport_serves_calls_streams_and_errors() {
     n.shut_down().await;
 }
 
-/// The open calls of `realm` as `tabos status` shows them.
-async fn realm_calls(c: &mut Client, realm: &str) -> u64 {
-    let s = c.status().await.unwrap();
-    let cap = s
-        .realm_caps
-        .into_iter()
-        .find(|c| c.what == "gRPC calls")
-        .expect("the calls per realm are shown");
-    cap.by_realm.get(realm).copied().unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dropped_stream_is_cancelled_at_the_node() {
     let dir = TempDir::new("local-cancel");
@@ -137,7 +126,7 @@ async fn a_dropped_stream_is_cancelled_at_the_node() {
     c.create_mailbox("", "box", 0, None).await.unwrap();
     let stream = c.recv_stream("", "box", 1).await.unwrap();
     let deadline = std::time::Instant::now() + PATIENCE;
-    while realm_calls(&mut op, "a").await != 1 {
+    while common::realm_calls(&mut op, "a").await.unwrap_or(0) != 1 {
         assert!(
             std::time::Instant::now() < deadline,
             "the stream never opened"
@@ -145,7 +134,7 @@ async fn a_dropped_stream_is_cancelled_at_the_node() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     drop(stream);
-    while realm_calls(&mut op, "a").await != 0 {
+    while common::realm_calls(&mut op, "a").await.unwrap_or(0) != 0 {
         assert!(
             std::time::Instant::now() < deadline,
             "the dropped stream stayed open at the node"
@@ -243,5 +232,185 @@ async fn many_callers_share_one_connection() {
     while let Some(r) = callers.join_next().await {
         r.unwrap();
     }
+    n.shut_down().await;
+}
+
+/// A raw local-transport connection's frames, as a test reads them.
+struct RawConn(std::os::unix::net::UnixStream);
+
+impl RawConn {
+    fn open(socket: &std::path::Path) -> RawConn {
+        let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        // A node that stops reading fails the test rather than hanging it.
+        s.set_write_timeout(Some(PATIENCE)).unwrap();
+        s.write_all(MAGIC).unwrap();
+        RawConn(s)
+    }
+
+    /// Sends call `id` to `path` with `token`'s credential and `message`
+    /// (encoded) as its request.
+    fn call(&mut self, id: u32, path: &str, token: &str, message: &[u8]) {
+        self.call_with(id, path, token, message, &[]);
+    }
+
+    /// [`RawConn::call`] with `extra` headers.
+    fn call_with(
+        &mut self,
+        id: u32,
+        path: &str,
+        token: &str,
+        message: &[u8],
+        extra: &[(&'static str, &str)],
+    ) {
+        let mut headers = tonic::codegen::http::HeaderMap::new();
+        headers.insert(
+            tabos_client::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        for (name, value) in extra {
+            headers.insert(*name, value.parse().unwrap());
+        }
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        payload.extend_from_slice(path.as_bytes());
+        payload.extend_from_slice(&tabos_client::local::encode_headers(&headers, &[]).unwrap());
+        payload.push(0);
+        payload.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        payload.extend_from_slice(message);
+        let mut frame = Vec::new();
+        put_frame(&mut frame, id, Kind::Call, &payload);
+        self.0.write_all(&frame).unwrap();
+    }
+
+    fn cancel(&mut self, id: u32) {
+        let mut frame = Vec::new();
+        put_frame(&mut frame, id, Kind::Cancel, &[]);
+        self.0.write_all(&frame).unwrap();
+    }
+
+    /// Reads frames until call `id` ends: its `grpc-status`. Panics if the
+    /// node closes the connection or says nothing for [`PATIENCE`].
+    fn status_of(&mut self, id: u32) -> i32 {
+        loop {
+            let mut head = [0u8; tabos_client::local::FRAME_HEADER_BYTES];
+            self.0.read_exact(&mut head).expect("the node answers");
+            let len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize - 5;
+            let of = u32::from_le_bytes(head[4..8].try_into().unwrap());
+            let mut payload = vec![0u8; len];
+            self.0.read_exact(&mut payload).unwrap();
+            if of == id && head[8] == Kind::End as u8 {
+                let trailers =
+                    tabos_client::local::decode_headers(&mut bytes::Bytes::from(payload)).unwrap();
+                return trailers["grpc-status"].to_str().unwrap().parse().unwrap();
+            }
+        }
+    }
+}
+
+/// Calls waiting for a running one to end hold at most
+/// `PENDING_BYTES_MAX` bytes (past it a call is refused and the
+/// connection reads on), and a large call that waits does not stop its
+/// connection's reader — which would keep the very cancel that lets it
+/// start from being read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiting_calls_are_bounded_in_bytes_and_never_stop_the_reader() {
+    use prost::Message as _;
+    let dir = TempDir::new("local-waiting");
+    let (n, socket) = start(&dir).await;
+    let mut op = n.client().await;
+    let admin = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    let mut c = Client::connect(&unix(&socket), &admin).await.unwrap();
+    c.create_mailbox("", "box", 0, None).await.unwrap();
+    let running = tabos_node::conn::STREAMS_PER_CONNECTION_MAX;
+    let recv = tabos_client::proto::RecvRequest {
+        mailbox: "box".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // An Empty with an unknown field of 15 MiB: four fit under the waiting
+    // calls' 64 MiB, the fifth does not.
+    let big_field = 15usize << 20;
+    assert!(4 * big_field < tabos_node::local::PENDING_BYTES_MAX);
+    assert!(5 * big_field > tabos_node::local::PENDING_BYTES_MAX);
+    let mut big = vec![(15 << 3) | 2];
+    prost::encoding::encode_varint(big_field as u64, &mut big);
+    big.resize(big.len() + big_field, 7);
+    let statuses = tokio::task::spawn_blocking(move || {
+        let mut raw = RawConn::open(&socket);
+        // Every slot taken by a stream that waits for a message.
+        for id in 1..=running {
+            raw.call(id, "/tabos.v1.Ipc/RecvStream", &admin, &recv);
+        }
+        for id in running + 1..=running + 5 {
+            raw.call(id, "/tabos.v1.Tokens/WhoAmI", &admin, &big);
+        }
+        let refused = raw.status_of(running + 5);
+        // Read only if the reader still reads: it frees a slot, the first
+        // large call starts and is answered.
+        raw.cancel(1);
+        let first = raw.status_of(running + 1);
+        (refused, first)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        (
+            tonic::Code::ResourceExhausted as i32,
+            tonic::Code::Ok as i32
+        ),
+        "the fifth large waiting call refused, the first answered once a slot freed"
+    );
+    // The node serves the realm's other connections throughout.
+    c.who_am_i().await.unwrap();
+    n.shut_down().await;
+}
+
+/// A call's `grpc-timeout` ends it at the node, as gRPC's server does: a
+/// receive that would wait a minute for a message is answered
+/// DEADLINE_EXCEEDED at its 300 ms deadline, and the connection serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_calls_grpc_timeout_ends_it_at_the_node() {
+    use prost::Message as _;
+    let dir = TempDir::new("local-deadline");
+    let (n, socket) = start(&dir).await;
+    let mut op = n.client().await;
+    let admin = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    let mut c = Client::connect(&unix(&socket), &admin).await.unwrap();
+    c.create_mailbox("", "box", 0, None).await.unwrap();
+    let recv = tabos_client::proto::RecvRequest {
+        mailbox: "box".into(),
+        timeout_ms: 60_000,
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let statuses = tokio::task::spawn_blocking(move || {
+        let mut raw = RawConn::open(&socket);
+        raw.call_with(
+            1,
+            "/tabos.v1.Ipc/Recv",
+            &admin,
+            &recv,
+            &[("grpc-timeout", "300m")],
+        );
+        let timed_out = raw.status_of(1);
+        raw.call(2, "/tabos.v1.Tokens/WhoAmI", &admin, &[]);
+        (timed_out, raw.status_of(2))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        (tonic::Code::DeadlineExceeded as i32, tonic::Code::Ok as i32)
+    );
     n.shut_down().await;
 }

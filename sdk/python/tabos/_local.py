@@ -201,6 +201,9 @@ class _Call:
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.done = False
         head = [(k, v.encode() if isinstance(v, str) else v) for k, v in (metadata or ())]
+        if timeout is not None:
+            # The node ends the call at its deadline too, as gRPC's does.
+            head.append(("grpc-timeout", b"%dm" % max(1, min(99_999_999, int(timeout * 1000)))))
         framed = struct.pack(">BI", 0, len(request)) + request
         p = path.encode("ascii")
         payload = struct.pack("<H", len(p)) + p + _headers(head) + framed
@@ -214,7 +217,9 @@ class _Call:
         else:
             raise LocalError(grpc.StatusCode.UNAVAILABLE, "the node is shutting down")
         self.first = first
-        self.buf = b""
+        # A message's pieces gather here; bytearray appends in place (bytes
+        # would copy the whole message at each 1 MiB piece).
+        self.buf = bytearray()
         self.unacked = 0
 
     def _get(self) -> Any:
@@ -250,12 +255,15 @@ class _Call:
                     self.conn.send(self.id, CREDIT, struct.pack("<I", self.unacked))
                     self.unacked = 0
                 self.buf += payload
-                while len(self.buf) >= 5:
-                    _, n = struct.unpack_from(">BI", self.buf, 0)
-                    if len(self.buf) < 5 + n:
+                at = 0
+                while len(self.buf) - at >= 5:
+                    _, n = struct.unpack_from(">BI", self.buf, at)
+                    if len(self.buf) - at < 5 + n:
                         break
-                    msg, self.buf = self.buf[5 : 5 + n], self.buf[5 + n :]
+                    msg = bytes(self.buf[at + 5 : at + 5 + n])
+                    at += 5 + n
                     yield self.deserialize(msg)
+                del self.buf[:at]
                 continue
             self.done = True  # END
             err = _status(_read_headers(payload))

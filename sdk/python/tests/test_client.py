@@ -246,8 +246,8 @@ def test_sql_rows_are_dicts_and_scoped(node, client: tabos.Client) -> None:
 
 def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> None:
     doors = {d["door"]: d for d in client.status()["doors"]}
-    assert set(doors) == {"grpc", "postgres", "dashboard"}
-    grpc = doors["grpc"]
+    assert set(doors) == {"api", "postgres", "dashboard"}
+    grpc = doors["api"]
     assert grpc["open"] >= 1
     assert 0 < grpc["unauthenticated_max"] < grpc["connections_max"]
     assert grpc["by_realm"].get("", 0) >= 1, "this operator's connection is signed in"
@@ -255,19 +255,19 @@ def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> N
     token = node.cli("realm", "create", "pydoors").strip().splitlines()[-1]
     with node.client(token) as tenant:
         status = tenant.status()
-        seen = {d["door"]: d for d in status["doors"]}["grpc"]["by_realm"]
+        seen = {d["door"]: d for d in status["doors"]}["api"]["by_realm"]
         assert seen == {"pydoors": 1}
         # What a realm holds open beyond its connections: its own only. The
         # call that signed the connection in is not counted; this one is.
         caps = {c["what"]: c for c in tenant.status()["realm_caps"]}
         assert set(caps) == {
-            "gRPC calls",
+            "API calls",
             "postgres LISTEN channels",
             "dashboard event streams",
             "dashboard sessions",
         }
-        assert caps["gRPC calls"]["per_realm_max"] == 2048
-        assert caps["gRPC calls"]["by_realm"] == {"pydoors": 1}
+        assert caps["API calls"]["per_realm_max"] == 2048
+        assert caps["API calls"]["by_realm"] == {"pydoors": 1}
         assert caps["postgres LISTEN channels"]["by_realm"] == {}
 
 

@@ -130,3 +130,19 @@ pub fn text(v: &Option<tabos_client::Value>) -> String {
         Some(Value::Null(_)) | None => "NULL".into(),
     }
 }
+
+/// The open API calls of `realm` as `tabos status` shows them to `c`
+/// (`None`: none shown for it); checks the cap shown is the node's.
+pub async fn realm_calls(c: &mut tabos_client::Client, realm: &str) -> Option<u64> {
+    let s = c.status().await.unwrap();
+    let cap = s
+        .realm_caps
+        .into_iter()
+        .find(|c| c.what == "API calls")
+        .expect("the API calls per realm are shown");
+    assert_eq!(
+        cap.per_realm_max as usize,
+        tabos_node::conn::CALLS_PER_REALM_MAX
+    );
+    cap.by_realm.get(realm).copied()
+}
