@@ -21,7 +21,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use tabos_client::Endpoint;
 
 use crate::measure::Samples;
@@ -39,58 +38,38 @@ struct Sizes {
     run: Duration,
 }
 
-struct Served {
+/// A node of the suite: its API (and the same node through its local
+/// socket) with the credential its clients send.
+struct Node {
     endpoint: Endpoint,
-    /// The same node through its local socket.
     local: Endpoint,
-    stop: tokio::sync::oneshot::Sender<()>,
-    served: tokio::task::JoinHandle<Result<(), tabos_node::Error>>,
+    served: crate::served::Served,
     _dir: tabos_store::testing::TempDir,
 }
 
-async fn start(check: bool) -> anyhow::Result<Served> {
+async fn start(check: bool) -> anyhow::Result<Node> {
     let dir = tabos_store::testing::TempDir::new(if check { "bench-auth" } else { "bench-noauth" });
-    let settings = tabos_node::NodeSettings {
-        node_id: if check { "checked" } else { "unchecked" }.into(),
-        logs: dir.path().join("logs"),
-        ..tabos_node::NodeSettings::defaults()
+    let node = crate::served::node(&dir, if check { "checked" } else { "unchecked" })?;
+    let socket = dir.path().join(tabos_node::LOCAL_SOCKET_NAME);
+    let options = tabos_node::ServeOptions {
+        check_credentials: check,
+        local_socket: Some(tabos_node::LocalSocket::bind(&socket)?),
+        ..Default::default()
     };
-    let config = tabos_store::Config::sqlite(dir.path().join("db"))
-        .with_partitions(2)
-        .with_durability(tabos_store::Durability::Off);
-    let node = tabos_node::Node::open_with(&config, settings)?;
-    // The unchecked node sends no token at all (nothing to parse or hash).
+    let served = crate::served::Served::start(node, options).await?;
+    // The unchecked node is sent no token at all (nothing to parse or
+    // hash).
     let token = if check {
-        node.operator_credential("bench auth").await?.token
+        served.addr.token.clone()
     } else {
         String::new()
     };
-    let listener = tabos_node::bind("127.0.0.1:0").await?;
-    let addr = tabos_node::local_addr(&listener)
-        .context("no local address")?
-        .to_string();
-    let socket = dir.path().join(tabos_node::LOCAL_SOCKET_NAME);
-    let local = tabos_node::LocalSocket::bind(&socket)?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(tabos_node::serve_with(
-        node,
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-        tabos_node::ServeOptions {
-            check_credentials: check,
-            local_socket: Some(local),
-            ..Default::default()
-        },
-    ));
-    Ok(Served {
+    Ok(Node {
         local: Endpoint::new(
             format!("{}{}", tabos_client::UNIX_SCHEME, socket.display()),
             token.clone(),
         ),
-        endpoint: Endpoint::new(addr, token),
-        stop,
+        endpoint: Endpoint::new(served.addr.addr.clone(), token),
         served,
         _dir: dir,
     })
@@ -264,8 +243,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         );
 
         for s in [checked, unchecked] {
-            let _ = s.stop.send(());
-            s.served.await??;
+            s.served.stop().await?;
         }
         Ok::<_, anyhow::Error>(())
     })?;

@@ -43,15 +43,7 @@ struct Sizes {
 async fn start(
     dir: &tabos_store::testing::TempDir,
 ) -> anyhow::Result<(Served, std::net::SocketAddr)> {
-    let settings = tabos_node::NodeSettings {
-        node_id: "dialect".into(),
-        logs: dir.path().join("logs"),
-        ..tabos_node::NodeSettings::defaults()
-    };
-    let config = tabos_store::Config::sqlite(dir.path().join("db"))
-        .with_partitions(2)
-        .with_durability(tabos_store::Durability::Off);
-    let node = tabos_node::Node::open_with(&config, settings)?;
+    let node = crate::served::node(dir, "dialect")?;
     let pg = tabos_node::SideListener::bind("127.0.0.1:0", "PostgreSQL protocol").await?;
     let pg_addr = pg.addr();
     let options = tabos_node::ServeOptions {

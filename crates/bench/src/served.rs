@@ -4,6 +4,23 @@
 use anyhow::Context;
 use tabos_client::Endpoint;
 
+/// A node for a suite that measures the API rather than the disk:
+/// embedded SQLite in `dir`, 2 partitions, durability off.
+pub fn node(
+    dir: &tabos_store::testing::TempDir,
+    node_id: &str,
+) -> anyhow::Result<tabos_node::Node> {
+    let settings = tabos_node::NodeSettings {
+        node_id: node_id.into(),
+        logs: dir.path().join("logs"),
+        ..tabos_node::NodeSettings::defaults()
+    };
+    let config = tabos_store::Config::sqlite(dir.path().join("db"))
+        .with_partitions(2)
+        .with_durability(tabos_store::Durability::Off);
+    Ok(tabos_node::Node::open_with(&config, settings)?)
+}
+
 /// A node being served; [`Served::stop`] ends it.
 pub struct Served {
     /// The node's API, with an operator credential.

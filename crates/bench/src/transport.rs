@@ -157,15 +157,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         .build()?;
     let socket = dir.path().join(tabos_node::LOCAL_SOCKET_NAME);
     let served = node_rt.block_on(async {
-        let settings = tabos_node::NodeSettings {
-            node_id: "transport".into(),
-            logs: dir.path().join("logs"),
-            ..tabos_node::NodeSettings::defaults()
-        };
-        let config = tabos_store::Config::sqlite(dir.path().join("db"))
-            .with_partitions(2)
-            .with_durability(tabos_store::Durability::Off);
-        let node = tabos_node::Node::open_with(&config, settings)?;
+        let node = crate::served::node(&dir, "transport")?;
         let options = tabos_node::ServeOptions {
             local_socket: Some(tabos_node::LocalSocket::bind(&socket)?),
             ..Default::default()

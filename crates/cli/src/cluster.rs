@@ -87,10 +87,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 .iter()
                 .map(|(k, v)| vec![k.clone(), v.to_string()])
                 .collect();
-            out!(
-                "{}",
-                crate::output::table(&["setting".into(), "value".into()], &rows)
-            );
+            out!("{}", crate::output::table(&["setting", "value"], &rows));
             let rows: Vec<Vec<String>> = r
                 .leaders
                 .iter()
@@ -105,10 +102,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 .collect();
             if !rows.is_empty() {
                 outln!();
-                let cols: Vec<String> = ["manager", "leader", "epoch", "lease left"]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
+                let cols = ["manager", "leader", "epoch", "lease left"];
                 out!("{}", crate::output::table(&cols, &rows));
             }
             Ok(())
@@ -173,10 +167,7 @@ fn at(us: i64) -> String {
 }
 
 fn print_decisions(d: &[proto::AllocDecision]) {
-    let cols: Vec<String> = ["at (s)", "manager", "realm", "node", "cores", "reason"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let cols = ["at (s)", "manager", "realm", "node", "cores", "reason"];
     let rows: Vec<Vec<String>> = d
         .iter()
         .map(|d| {
@@ -228,10 +219,7 @@ pub fn print_allocation(a: &proto::RealmAllocation) {
             .iter()
             .map(|g| vec![g.node_id.clone(), g.cores.to_string()])
             .collect();
-        out!(
-            "{}",
-            crate::output::table(&["node".into(), "cores".into()], &rows)
-        );
+        out!("{}", crate::output::table(&["node", "cores"], &rows));
     }
     if !a.decisions.is_empty() {
         outln!("\nallocation over time:");

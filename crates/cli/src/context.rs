@@ -38,10 +38,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 outln!("{}", serde_json::Value::Array(v));
                 return Ok(());
             }
-            let cols: Vec<String> = ["current", "name", "address", "realm", "tls"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
+            let cols = ["current", "name", "address", "realm", "tls"];
             let rows: Vec<Vec<String>> = file
                 .contexts
                 .iter()

@@ -95,10 +95,7 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
                     let v: Vec<_> = jobs.iter().map(status_json).collect();
                     outln!("{}", serde_json::Value::Array(v));
                 } else {
-                    let cols: Vec<String> = ["job", "kind", "status", "maps", "reduces", "retries"]
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect();
+                    let cols = ["job", "kind", "status", "maps", "reduces", "retries"];
                     let rows: Vec<Vec<String>> = jobs
                         .iter()
                         .map(|s| {

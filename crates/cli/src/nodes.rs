@@ -86,7 +86,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
             }
             return Ok(());
         }
-        let header: Vec<String> = [
+        let header = [
             "node",
             "state",
             "address",
@@ -98,10 +98,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
             "realms",
             "labels",
             "note",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        ];
         let rows: Vec<Vec<String>> = nodes
             .iter()
             .map(|n| {

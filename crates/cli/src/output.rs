@@ -64,7 +64,8 @@ fn json_value(v: &Option<Value>) -> serde_json::Value {
 }
 
 /// Renders rows as an aligned table with a header rule; numbers right-aligned.
-pub fn table(columns: &[String], rows: &[Vec<String>]) -> String {
+pub fn table(columns: &[impl AsRef<str>], rows: &[Vec<String>]) -> String {
+    let columns: Vec<String> = columns.iter().map(|c| c.as_ref().to_string()).collect();
     let mut widths: Vec<usize> = columns.iter().map(|c| c.chars().count()).collect();
     for r in rows {
         for (i, c) in r.iter().enumerate() {
@@ -99,7 +100,7 @@ pub fn table(columns: &[String], rows: &[Vec<String>]) -> String {
         out.push('\n');
     };
     let mut out = String::new();
-    line(columns, &mut out);
+    line(&columns, &mut out);
     let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
     out.push_str(&rule.join("  "));
     out.push('\n');
@@ -223,7 +224,7 @@ mod tests {
     #[test]
     fn tables_align() {
         let t = table(
-            &["name".into(), "n".into()],
+            &["name", "n"],
             &[
                 vec!["a".into(), "10".into()],
                 vec!["longer".into(), "2".into()],

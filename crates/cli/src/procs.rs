@@ -506,7 +506,7 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
         None => used,
     };
     let mib = |bytes: i64| format!("{:.1}", bytes as f64 / f64::from(1 << 20));
-    let cols: Vec<String> = [
+    let cols = [
         "realm",
         "procs",
         "cores",
@@ -515,10 +515,7 @@ fn print_realms(realms: &[proto::RealmInfo], json: bool) {
         "mailboxes MiB",
         "procedures",
         "network",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
     let rows: Vec<Vec<String>> = realms
         .iter()
         .map(|r| {

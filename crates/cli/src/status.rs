@@ -147,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .collect();
             out!(
                 "{}",
-                crate::output::table(&["field".into(), "value".into()], &rows)
+                crate::output::table(&["field", "value"], &rows)
             );
         }
         Ok(())

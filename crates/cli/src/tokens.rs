@@ -217,13 +217,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     let v: Vec<_> = list.iter().map(json).collect();
                     outln!("{}", serde_json::Value::Array(v));
                 } else {
-                    let cols: Vec<String> = [
+                    let cols = [
                         "id", "realm", "user", "role", "pid", "created", "expires", "revoked",
                         "scope", "note",
-                    ]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
+                    ];
                     let rows: Vec<_> = list.iter().map(row).collect();
                     out!("{}", crate::output::table(&cols, &rows));
                 }

@@ -249,13 +249,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     let v: Vec<_> = list.iter().map(info_json).collect();
                     outln!("{}", serde_json::Value::Array(v));
                 } else {
-                    let cols: Vec<String> = [
+                    let cols = [
                         "workflow", "function", "version", "status", "queue", "executor",
                         "attempts", "created",
-                    ]
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect();
+                    ];
                     let rows: Vec<Vec<String>> = list
                         .iter()
                         .map(|w| {
@@ -315,11 +312,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     outln!("{v}");
                 } else {
                     outln!("{}", info_text(&w));
-                    let cols: Vec<String> =
-                        ["step", "name", "kind", "status", "attempts", "output"]
-                            .iter()
-                            .map(|s| s.to_string())
-                            .collect();
+                    let cols = ["step", "name", "kind", "status", "attempts", "output"];
                     let rows: Vec<Vec<String>> = d
                         .steps
                         .iter()
@@ -574,17 +567,14 @@ fn queues_out(qs: &[proto::QueueInfo]) {
         outln!("{}", serde_json::Value::Array(v));
         return;
     }
-    let cols: Vec<String> = [
+    let cols = [
         "queue",
         "concurrency",
         "per node",
         "rate",
         "enqueued",
         "pending",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    ];
     let rows: Vec<Vec<String>> = qs
         .iter()
         .map(|q| {
@@ -620,10 +610,7 @@ fn schedules_out(ss: &[proto::ScheduleInfo]) {
         outln!("{}", serde_json::Value::Array(v));
         return;
     }
-    let cols: Vec<String> = ["schedule", "workflow", "cron", "version", "queue", "next"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let cols = ["schedule", "workflow", "cron", "version", "queue", "next"];
     let rows: Vec<Vec<String>> = ss
         .iter()
         .map(|s| {

@@ -223,6 +223,28 @@ async fn back_off(attempt: usize) {
 
 const CONFLICT: &str = "changed by another writer during the operation";
 
+/// Runs `once` — a whole operation on `target` — again while it meets a
+/// conflict, at most [`ATTEMPTS`] times: a change backs off first so the
+/// writer it met can finish; a read (`pause` false) goes again at once,
+/// since it only met blocks rewritten under it.
+async fn settled<T, F: std::future::Future<Output = Result<T>>>(
+    target: &FileRef,
+    pause: bool,
+    mut once: impl FnMut() -> F,
+) -> Result<T> {
+    for attempt in 0..ATTEMPTS {
+        match once().await {
+            Err(e) if is_conflict(&e) => {
+                if pause {
+                    back_off(attempt).await;
+                }
+            }
+            r => return r,
+        }
+    }
+    Err(conflict(&target.to_string()))
+}
+
 fn conflict(path: &str) -> Error {
     Error::Conflict(format!("{path}: {CONFLICT}"))
 }
@@ -336,7 +358,8 @@ impl Files {
         validate_realm(realm)?;
         target.check()?;
         check_read(offset, len)?;
-        for _ in 0..ATTEMPTS {
+        let target = &target;
+        settled(target, false, || async move {
             let (r, who2, t) = (realm.to_string(), who.clone(), target.clone());
             // Only reads: on a read connection, not the partition's executor.
             let step = crate::read(&self.store, realm, move |tx| {
@@ -355,16 +378,12 @@ impl Files {
             if end <= offset {
                 return Ok(Vec::new());
             }
-            let got = match p.st.storage {
+            match p.st.storage {
                 Storage::Parallel => self.read_parallel(realm, &p, offset, end).await,
                 _ => self.read_segments(&p, offset, end).await,
-            };
-            match got {
-                Err(e) if is_conflict(&e) => continue,
-                r => return r,
             }
-        }
-        Err(conflict(&target.to_string()))
+        })
+        .await
     }
 
     async fn read_parallel(&self, realm: &str, p: &Plan, offset: i64, end: i64) -> Result<Vec<u8>> {
@@ -466,7 +485,8 @@ impl Files {
         let end = check_write(&target.to_string(), offset, data.len())?;
         let threshold = self.threshold();
         let local_block = self.settings.local_block;
-        for attempt in 0..ATTEMPTS {
+        let (target, data, fence) = (&target, &data, &fence);
+        settled(target, true, || async move {
             let (r, who2, t, d, f) = (
                 realm.to_string(),
                 who.clone(),
@@ -509,8 +529,8 @@ impl Files {
                 }
             })
             .await?;
-            let r = match step {
-                WriteStep::Done(size) => return Ok(size),
+            match step {
+                WriteStep::Done(size) => Ok(size),
                 WriteStep::Plan(p, old) if p.st.storage == Storage::Parallel => {
                     debug_assert!(old.is_none());
                     self.write_parallel(realm, *p, offset, data.clone(), fence.clone())
@@ -520,15 +540,9 @@ impl Files {
                     self.write_segments(realm, *p, old, offset, data.clone(), fence.clone())
                         .await
                 }
-            };
-            match r {
-                Err(e) if is_conflict(&e) => {
-                    back_off(attempt).await;
-                }
-                r => return r,
             }
-        }
-        Err(conflict(&target.to_string()))
+        })
+        .await
     }
 
     async fn write_parallel(
@@ -767,7 +781,8 @@ impl Files {
         target.check()?;
         check_size(size)?;
         let threshold = self.threshold();
-        for attempt in 0..ATTEMPTS {
+        let (target, fence) = (&target, &fence);
+        settled(target, true, || async move {
             let (r, who2, t, f) = (
                 realm.to_string(),
                 who.clone(),
@@ -817,9 +832,11 @@ impl Files {
             .await?;
             // Err: done in the one transaction (and whether it let go of
             // storage); Ok: a plan to carry out.
-            let r = match step {
-                Err(false) => return Ok(()),
-                Err(true) => return self.reclaim(realm).await,
+            match step {
+                Err(false) => Ok(()),
+                // Done; what it let go of is reclaimed (which takes rows
+                // off a queue and meets no conflict).
+                Err(true) => self.reclaim(realm).await,
                 Ok((p, old)) if p.st.storage == Storage::Parallel => {
                     debug_assert!(old.is_none());
                     self.truncate_parallel(realm, p, size, fence.clone()).await
@@ -828,15 +845,9 @@ impl Files {
                     .commit_segments(realm, p, old, Vec::new(), size, fence.clone())
                     .await
                     .map(|_| ()),
-            };
-            match r {
-                Err(e) if is_conflict(&e) => {
-                    back_off(attempt).await;
-                }
-                r => return r,
             }
-        }
-        Err(conflict(&target.to_string()))
+        })
+        .await
     }
 
     async fn truncate_parallel(
