@@ -16,6 +16,7 @@ pub mod ipc;
 pub mod kv;
 pub mod machine;
 pub mod measure;
+pub mod mount;
 pub mod mr;
 pub mod names;
 pub mod plot;
@@ -76,6 +77,7 @@ pub fn run_suite_on(
         "fs" => fs::run(quick)?,
         "procedures" => procedures::run(quick)?,
         "mr" => mr::run(quick, input)?,
+        "mount" => mount::run(quick)?,
         "auth" => auth::run(quick)?,
         "transport" => transport::run(quick)?,
         "dialect" => dialect::run(quick)?,
@@ -86,7 +88,7 @@ pub fn run_suite_on(
         "cluster" => cluster::run(quick)?,
         "fair" => fair::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, procedures, mr, auth, dialect, elastic, kv, www, workflows, cluster, fair")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, mount, procedures, mr, auth, transport, dialect, elastic, kv, www, workflows, cluster, fair")
         }
     };
     let mut report = report;

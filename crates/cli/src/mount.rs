@@ -15,7 +15,14 @@
 //! names session, checking the mode for the access asked; reads, writes,
 //! ftruncate and fstat go through it, so a file unlinked or renamed over
 //! while open stays readable and writable until its last close, as on a
-//! local filesystem. The session is renewed while the mount runs; if the
+//! local filesystem. The kernel keeps a file's pages across opens while
+//! the file's version (change time, modification time, size) is the one
+//! it cached: a file read again is read from memory, and a change made by
+//! another client is seen by the next open (NFS's close-to-open
+//! consistency). Small contiguous writes through one open file are held
+//! and sent together ([`WRITE_BUFFER_BYTES`] a call), before any other
+//! operation of the mount and at the file's close or fsync — which report
+//! a failure of the writes they sent, as NFS's close and fsync do. The session is renewed while the mount runs; if the
 //! mount dies, its handles go when the session lapses (`--session-ttl`).
 //!
 //! Times: utimensat sets a file's access and modification times (touch,
@@ -47,6 +54,13 @@ use crate::NodeAddr;
 pub const TTL: Duration = Duration::from_secs(1);
 /// Most bytes one read asks the node for (the API's chunk).
 pub const READ_BYTES_MAX: u32 = 4 << 20;
+/// Most bytes of one open file's writes held before they are sent (as
+/// one call): contiguous small writes (a program writing 4 KiB at a
+/// time) cost one call per this many bytes instead of one each.
+pub const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Most open files holding buffered writes at once; past it a write goes
+/// to the node at once.
+pub const WRITE_BUFFERS_MAX: usize = 64;
 /// The block `statvfs` counts in.
 pub const STATFS_BLOCK: u64 = 4096;
 /// What `statvfs` shows free for a realm without a storage quota.
@@ -99,6 +113,29 @@ struct Inode {
     paths: Vec<String>,
     /// Handles open on it (it is kept while any is).
     open: usize,
+    /// The version of its contents the kernel's page cache may hold: what
+    /// the node said at its last open through this mount.
+    cached: Option<Version>,
+}
+
+/// A file's contents as of one moment, told apart as NFS's close-to-open
+/// consistency does: its change time (which every write, truncate and
+/// utimensat moves), modification time and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Version {
+    ctime_us: i64,
+    mtime_us: i64,
+    size: i64,
+}
+
+impl Version {
+    fn of(st: &FsStat) -> Version {
+        Version {
+            ctime_us: st.ctime_us,
+            mtime_us: st.mtime_us,
+            size: st.size,
+        }
+    }
 }
 
 /// Files by inode number, by node id and by path.
@@ -123,6 +160,7 @@ impl Inodes {
                 id: String::new(),
                 paths: vec!["/".into()],
                 open: 0,
+                cached: None,
             },
         );
         i.by_id.insert(String::new(), 1);
@@ -155,6 +193,7 @@ impl Inodes {
                         id: id.to_string(),
                         paths: Vec::new(),
                         open: 0,
+                        cached: None,
                     },
                 );
                 self.by_id.insert(id.to_string(), i);
@@ -229,6 +268,16 @@ impl Inodes {
         }
     }
 
+    /// Whether the kernel may keep the pages it has of `ino`, opened now
+    /// at `now`: only if they are of that version (what was cached since
+    /// is what the mount read or wrote of it). Remembers `now` either way:
+    /// without [`FopenFlags::FOPEN_KEEP_CACHE`] the kernel drops the pages.
+    fn keep_cache(&mut self, ino: u64, now: Version) -> bool {
+        self.nodes
+            .get_mut(&ino)
+            .is_some_and(|n| n.cached.replace(now) == Some(now))
+    }
+
     fn closed(&mut self, ino: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.open = n.open.saturating_sub(1);
@@ -258,6 +307,15 @@ impl Inodes {
     }
 }
 
+/// What an open tells the kernel of its cached pages of the file.
+fn keep_flag(keep: bool) -> FopenFlags {
+    if keep {
+        FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
+    }
+}
+
 /// A handle the mount gave the kernel: the node's handle on the file.
 struct Open {
     ino: u64,
@@ -281,6 +339,26 @@ struct TabosFs {
     /// Open files by the kernel's file handle.
     open: Mutex<HashMap<u64, Open>>,
     next_fh: std::sync::atomic::AtomicU64,
+    /// Writes not sent yet, by the kernel's file handle (see
+    /// [`TabosFs::settle`]).
+    buffered: Mutex<HashMap<u64, Buffered>>,
+    /// Held while buffered writes are sent (taken before `buffered`):
+    /// whoever settles after a send began waits for it to end — a close
+    /// must not return, nor the node's handle close, while another
+    /// thread's send of its writes is on its way.
+    sending: Mutex<()>,
+    /// What sending a handle's buffered writes met when another operation
+    /// sent them: the handle's next write, flush (close) or fsync fails
+    /// with it, as NFS reports a write-back error.
+    deferred: Mutex<HashMap<u64, Errno>>,
+}
+
+/// Contiguous writes through one handle, held to be sent as one call.
+struct Buffered {
+    handle: tabos_client::fs::FsHandle,
+    user: String,
+    offset: i64,
+    data: Vec<u8>,
 }
 
 /// The errno a failed call means: one per reason (`tabos_client::fault`).
@@ -428,27 +506,146 @@ impl TabosFs {
         }
     }
 
+    fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends buffered writes as one call.
+    fn send(&self, b: Buffered) -> Result<(), Errno> {
+        let realm = self.realm.clone();
+        let at = tabos_client::fs::FsTarget::Handle(b.handle);
+        self.rt
+            .block_on(async {
+                self.c()
+                    .fs_write(&realm, &b.user, at, b.offset, b.data, false)
+                    .await
+            })
+            .map(|_| ())
+            .map_err(|e| errno(&e))
+    }
+
+    /// Sends every open file's buffered writes, before any operation other
+    /// than a write: whatever this mount does next sees them (other
+    /// clients see them once the file is closed or synced: NFS's
+    /// close-to-open consistency). A failure is kept for its handle.
+    fn settle(&self) {
+        if Self::lock(&self.buffered).is_empty() && self.sending.try_lock().is_ok() {
+            return; // nothing held, nothing on its way
+        }
+        let _sending = Self::lock(&self.sending);
+        let all: Vec<(u64, Buffered)> = Self::lock(&self.buffered).drain().collect();
+        for (fh, b) in all {
+            if let Err(e) = self.send(b) {
+                Self::lock(&self.deferred).insert(fh, e);
+            }
+        }
+    }
+
+    /// [`TabosFs::settle`], then what `fh`'s buffered writes met, if
+    /// anything: what its flush (close) or fsync says.
+    fn settle_handle(&self, fh: FileHandle) -> Result<(), Errno> {
+        self.settle();
+        Self::lock(&self.deferred).remove(&fh.0).map_or(Ok(()), Err)
+    }
+
+    /// A write through `fh`: appended to its buffer when it continues it,
+    /// else the buffer is sent and this write starts the next one (or
+    /// goes at once, when it is large or too many files hold buffers).
+    fn write_through(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        data: &[u8],
+    ) -> Result<(), Errno> {
+        if let Some(e) = Self::lock(&self.deferred).remove(&fh.0) {
+            return Err(e);
+        }
+        let (at, user) = self.target(ino, Some(fh), req)?;
+        let handle = match at {
+            tabos_client::fs::FsTarget::Handle(h) if data.len() < WRITE_BUFFER_BYTES => h,
+            at => {
+                // No handle of ours (a reader's mount) or a large write.
+                self.settle_handle(fh)?;
+                let realm = self.realm.clone();
+                let data = data.to_vec();
+                return self
+                    .rt
+                    .block_on(async {
+                        self.c()
+                            .fs_write(&realm, &user, at, offset, data, false)
+                            .await
+                    })
+                    .map(|_| ())
+                    .map_err(|e| errno(&e));
+            }
+        };
+        {
+            // The common case: this write continues the buffer.
+            let mut bufs = Self::lock(&self.buffered);
+            if let Some(b) = bufs.get_mut(&fh.0) {
+                if b.offset + b.data.len() as i64 == offset
+                    && b.data.len() + data.len() <= WRITE_BUFFER_BYTES
+                {
+                    b.data.extend_from_slice(data);
+                    return Ok(());
+                }
+            }
+        }
+        let _sending = Self::lock(&self.sending);
+        let new = Buffered {
+            handle,
+            user,
+            offset,
+            data: data.to_vec(),
+        };
+        let (before, new) = {
+            let mut bufs = Self::lock(&self.buffered);
+            let before = bufs.remove(&fh.0);
+            if bufs.len() < WRITE_BUFFERS_MAX {
+                bufs.insert(fh.0, new);
+                (before, None)
+            } else {
+                (before, Some(new))
+            }
+        };
+        // In order, with the sending lock held: a settle that follows
+        // waits for both.
+        if let Some(b) = before {
+            self.send(b)?;
+        }
+        match new {
+            Some(b) => self.send(b),
+            None => Ok(()),
+        }
+    }
+
     /// Opens the file `ino` for `flags`' access: a node handle, numbered
-    /// for the kernel.
+    /// for the kernel, and how the kernel is to treat its cached pages.
     fn open_file(
         &self,
         req: &Request,
         ino: INodeNo,
         flags: OpenFlags,
-    ) -> Result<FileHandle, Errno> {
+    ) -> Result<(FileHandle, FopenFlags), Errno> {
         let path = self.path(ino)?;
-        self.open_path(req, &path, flags, None).map(|(fh, _)| fh)
+        self.open_path(req, &path, flags, None)
+            .map(|(fh, _, keep)| (fh, keep))
     }
 
     /// Opens `path` (made first, with `create`'s mode, when given): the
-    /// kernel's file handle and the file's attributes.
+    /// kernel's file handle, the file's attributes, and
+    /// [`FopenFlags::FOPEN_KEEP_CACHE`] when the pages the kernel holds of
+    /// it are of the version opened (close-to-open consistency, as NFS
+    /// has: a change by another client is seen by the next open).
     fn open_path(
         &self,
         req: &Request,
         path: &str,
         flags: OpenFlags,
         create: Option<i64>,
-    ) -> Result<(FileHandle, FileAttr), Errno> {
+    ) -> Result<(FileHandle, FileAttr, FopenFlags), Errno> {
         let (realm, user) = self.realm_user(req);
         let Some(session) = &self.session else {
             // A reader's mount: no handle, reads by name (the kernel's
@@ -458,8 +655,10 @@ impl TabosFs {
                 return Err(Errno::EACCES);
             }
             let st = self.stat_as(&user, path)?;
-            let ino = self.inodes().ino(path, &st.id);
-            return Ok((FileHandle(0), attr(ino, &st)));
+            let mut inodes = self.inodes();
+            let ino = inodes.ino(path, &st.id);
+            let keep = keep_flag(inodes.keep_cache(ino, Version::of(&st)));
+            return Ok((FileHandle(0), attr(ino, &st), keep));
         };
         let access = match flags.acc_mode() {
             fuser::OpenAccMode::O_WRONLY => proto::FsAccess::Write,
@@ -478,17 +677,17 @@ impl TabosFs {
         let fh = self
             .next_fh
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let ino = {
+        let (ino, keep) = {
             let mut inodes = self.inodes();
             let ino = inodes.ino(path, &st.id);
             inodes.opened(ino);
-            ino
+            (ino, inodes.keep_cache(ino, Version::of(&st)))
         };
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(fh, Open { ino, handle, user });
-        Ok((FileHandle(fh), attr(ino, &st)))
+        Ok((FileHandle(fh), attr(ino, &st), keep_flag(keep)))
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
@@ -597,6 +796,7 @@ impl TabosFs {
 
 impl Filesystem for TabosFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.settle();
         match self.child(parent, name).and_then(|p| self.entry(req, &p)) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
@@ -604,6 +804,7 @@ impl Filesystem for TabosFs {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.settle();
         match self.stat_of(req, ino, fh) {
             Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
             Err(e) => reply.error(e),
@@ -611,6 +812,7 @@ impl Filesystem for TabosFs {
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.settle();
         let done = self.path(ino).and_then(|path| {
             let (realm, user) = self.realm_user(req);
             self.rt
@@ -631,6 +833,7 @@ impl Filesystem for TabosFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        self.settle();
         let done = (|| {
             let path = self.child(parent, link_name)?;
             let target = target.to_str().ok_or(Errno::EINVAL)?;
@@ -654,6 +857,7 @@ impl Filesystem for TabosFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.settle();
         let done = (|| {
             let from = self.path(ino)?;
             let to = self.child(newparent, newname)?;
@@ -690,6 +894,7 @@ impl Filesystem for TabosFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.settle();
         let done = (|| {
             let (at, at_user) = self.target(ino, fh, req)?;
             let (realm, user) = (self.realm.clone(), self.user_for(req));
@@ -748,6 +953,7 @@ impl Filesystem for TabosFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.settle();
         match self.make(req, parent, name, mode & !umask, true) {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
@@ -755,6 +961,7 @@ impl Filesystem for TabosFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.settle();
         match self.remove(req, parent, name, false) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -762,6 +969,7 @@ impl Filesystem for TabosFs {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.settle();
         match self.remove(req, parent, name, true) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -778,6 +986,7 @@ impl Filesystem for TabosFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.settle();
         let done = (|| {
             if !flags.is_empty() {
                 return Err(Errno::EINVAL); // RENAME_EXCHANGE, RENAME_NOREPLACE
@@ -798,8 +1007,9 @@ impl Filesystem for TabosFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.settle();
         match self.open_file(req, ino, flags) {
-            Ok(fh) => reply.opened(fh, FopenFlags::empty()),
+            Ok((fh, keep)) => reply.opened(fh, keep),
             Err(e) => reply.error(e),
         }
     }
@@ -814,6 +1024,9 @@ impl Filesystem for TabosFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // Sent at the last close's flush already; whatever a write-back
+        // met since has no one left to be told.
+        let _ = self.settle_handle(fh);
         let open = self
             .open
             .lock()
@@ -846,6 +1059,7 @@ impl Filesystem for TabosFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.settle();
         let done = (|| {
             let (at, user) = self.target(ino, Some(fh), req)?;
             let realm = self.realm.clone();
@@ -876,22 +1090,8 @@ impl Filesystem for TabosFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let done = (|| {
-            let (at, user) = self.target(ino, Some(fh), req)?;
-            let realm = self.realm.clone();
-            let data = data.to_vec();
-            let n = data.len();
-            self.rt
-                .block_on(async {
-                    self.c()
-                        .fs_write(&realm, &user, at, offset as i64, data, false)
-                        .await
-                })
-                .map_err(|e| errno(&e))?;
-            Ok(n)
-        })();
-        match done {
-            Ok(n) => reply.written(n as u32),
+        match self.write_through(req, ino, fh, offset as i64, data) {
+            Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),
         }
     }
@@ -900,29 +1100,36 @@ impl Filesystem for TabosFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write was a committed call already.
-        reply.ok();
+        // close(2): its writes are sent (each a committed call).
+        match self.settle_handle(fh) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn fsync(
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        match self.settle_handle(fh) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
     }
 
     /// `statvfs` (df): the realm's storage quota and what it stores, in
     /// 4 KiB blocks; a realm with no storage quota shows its use and
     /// [`UNLIMITED_FREE_BYTES`] free.
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.settle();
         let realm = self.realm.clone();
         let info = self.rt.block_on(async move {
             let mut c = self.c();
@@ -966,6 +1173,7 @@ impl Filesystem for TabosFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.settle();
         let listed = (|| {
             let dir = self.path(ino)?;
             let (realm, user) = (self.realm.clone(), self.user_for(req));
@@ -1018,6 +1226,7 @@ impl Filesystem for TabosFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.settle();
         // Made and opened in one call, as asked even when the new file's
         // mode would refuse it (open(2) with O_CREAT of a 0444 file writes).
         let mode = i64::from(mode & !umask & 0o7777);
@@ -1025,7 +1234,7 @@ impl Filesystem for TabosFs {
             .child(parent, name)
             .and_then(|path| self.open_path(req, &path, OpenFlags(flags), Some(mode)));
         match done {
-            Ok((fh, a)) => reply.created(&TTL, &a, Generation(0), fh, FopenFlags::empty()),
+            Ok((fh, a, keep)) => reply.created(&TTL, &a, Generation(0), fh, keep),
             Err(e) => reply.error(e),
         }
     }
@@ -1084,6 +1293,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         session,
         open: Mutex::new(HashMap::new()),
         next_fh: std::sync::atomic::AtomicU64::new(1),
+        buffered: Mutex::new(HashMap::new()),
+        sending: Mutex::new(()),
+        deferred: Mutex::new(HashMap::new()),
     };
     fs.stat_as("", "/")
         .map_err(|e| anyhow::anyhow!("cannot read the root of realm {realm:?}: {e:?}"))?;
