@@ -355,6 +355,10 @@ struct TabosFs {
 
 /// Contiguous writes through one handle, held to be sent as one call.
 struct Buffered {
+    /// The file's inode: at most one handle of a file holds writes, so
+    /// writes through two descriptors of it reach the node in the order
+    /// they were made.
+    ino: u64,
     handle: tabos_client::fs::FsHandle,
     user: String,
     offset: i64,
@@ -595,23 +599,39 @@ impl TabosFs {
         }
         let _sending = Self::lock(&self.sending);
         let new = Buffered {
+            ino: u64::from(ino),
             handle,
             user,
             offset,
             data: data.to_vec(),
         };
-        let (before, new) = {
+        let (before, others, new) = {
             let mut bufs = Self::lock(&self.buffered);
             let before = bufs.remove(&fh.0);
+            // Writes another handle of this file holds go first.
+            let others: Vec<u64> = bufs
+                .iter()
+                .filter(|(_, b)| b.ino == new.ino)
+                .map(|(fh, _)| *fh)
+                .collect();
+            let others: Vec<(u64, Buffered)> = others
+                .into_iter()
+                .filter_map(|fh| bufs.remove(&fh).map(|b| (fh, b)))
+                .collect();
             if bufs.len() < WRITE_BUFFERS_MAX {
                 bufs.insert(fh.0, new);
-                (before, None)
+                (before, others, None)
             } else {
-                (before, Some(new))
+                (before, others, Some(new))
             }
         };
         // In order, with the sending lock held: a settle that follows
-        // waits for both.
+        // waits for them.
+        for (other, b) in others {
+            if let Err(e) = self.send(b) {
+                Self::lock(&self.deferred).insert(other, e);
+            }
+        }
         if let Some(b) = before {
             self.send(b)?;
         }
