@@ -94,22 +94,32 @@ impl NodeProc {
     }
 }
 
+/// How long a child asked to stop with SIGTERM has before SIGKILL.
+pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Stops `child` with SIGTERM (a clean stop), or SIGKILL after
+/// [`STOP_GRACE`]; true if it stopped cleanly.
+pub(crate) fn stop_child(child: &mut Child) -> bool {
+    // SAFETY: kill takes no pointers; the pid is our own child's.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    false
+}
+
 impl Drop for NodeProc {
     fn drop(&mut self) {
-        // SIGTERM: a clean stop (procs handed back, leases resigned).
-        // SAFETY: kill takes no pointers; the pid is our own child's.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // A clean stop: procs handed back, leases resigned.
+        stop_child(&mut self.child);
     }
 }
 

@@ -22,7 +22,7 @@
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 
@@ -79,19 +79,10 @@ impl Mounted {
 
 impl Drop for Mounted {
     fn drop(&mut self) {
-        // SAFETY: kill takes no pointers; the pid is our own child's.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        // SIGTERM unmounts; a mount that had to be killed is detached.
+        if crate::elastic::stop_child(&mut self.child) {
+            return;
         }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
         let _ = Command::new("umount")
             .arg("-l")
             .arg(&self.dir)

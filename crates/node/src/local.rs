@@ -240,8 +240,9 @@ async fn serve_conn<A: Api>(conn: Conn, api: A, stopping: watch::Receiver<bool>)
                                 continue;
                             }
                         }
+                        // One past what the clock can hold is none.
                         let deadline = grpc_timeout(request.headers())
-                            .map(|t| tokio::time::Instant::now() + t);
+                            .and_then(|t| tokio::time::Instant::now().checked_add(t));
                         open.waiting.push_back(Pending { id: frame.id, request, bytes, deadline });
                         open.waiting_bytes += bytes;
                         start_waiting(&mut open, &api, &writer);

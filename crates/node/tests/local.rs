@@ -112,18 +112,28 @@ async fn the_local_transport_serves_calls_streams_and_errors() {
     n.shut_down().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_dropped_stream_is_cancelled_at_the_node() {
-    let dir = TempDir::new("local-cancel");
-    let (n, socket) = start(&dir).await;
+/// Realm "a" with a mailbox "box": an operator's client, the realm's
+/// admin credential, and a client of it over the local transport.
+async fn realm_with_mailbox(
+    n: &common::Running,
+    socket: &std::path::Path,
+) -> (Client, String, Client) {
     let mut op = n.client().await;
     let admin = op
         .create_realm("a", tabos_client::proto::Scheduler::Fifo)
         .await
         .unwrap()
         .admin_token;
-    let mut c = Client::connect(&unix(&socket), &admin).await.unwrap();
+    let mut c = Client::connect(&unix(socket), &admin).await.unwrap();
     c.create_mailbox("", "box", 0, None).await.unwrap();
+    (op, admin, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_stream_is_cancelled_at_the_node() {
+    let dir = TempDir::new("local-cancel");
+    let (n, socket) = start(&dir).await;
+    let (mut op, _, mut c) = realm_with_mailbox(&n, &socket).await;
     let stream = c.recv_stream("", "box", 1).await.unwrap();
     let deadline = std::time::Instant::now() + PATIENCE;
     while common::realm_calls(&mut op, "a").await.unwrap_or(0) != 1 {
@@ -318,14 +328,7 @@ async fn waiting_calls_are_bounded_in_bytes_and_never_stop_the_reader() {
     use prost::Message as _;
     let dir = TempDir::new("local-waiting");
     let (n, socket) = start(&dir).await;
-    let mut op = n.client().await;
-    let admin = op
-        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
-        .await
-        .unwrap()
-        .admin_token;
-    let mut c = Client::connect(&unix(&socket), &admin).await.unwrap();
-    c.create_mailbox("", "box", 0, None).await.unwrap();
+    let (_, admin, mut c) = realm_with_mailbox(&n, &socket).await;
     let running = tabos_node::conn::STREAMS_PER_CONNECTION_MAX;
     let recv = tabos_client::proto::RecvRequest {
         mailbox: "box".into(),
@@ -379,14 +382,7 @@ async fn a_calls_grpc_timeout_ends_it_at_the_node() {
     use prost::Message as _;
     let dir = TempDir::new("local-deadline");
     let (n, socket) = start(&dir).await;
-    let mut op = n.client().await;
-    let admin = op
-        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
-        .await
-        .unwrap()
-        .admin_token;
-    let mut c = Client::connect(&unix(&socket), &admin).await.unwrap();
-    c.create_mailbox("", "box", 0, None).await.unwrap();
+    let (_, admin, _) = realm_with_mailbox(&n, &socket).await;
     let recv = tabos_client::proto::RecvRequest {
         mailbox: "box".into(),
         timeout_ms: 60_000,
