@@ -814,21 +814,31 @@ impl TabosFs {
     }
 }
 
+/// Answers a lookup, or a call that made an entry, with what it found.
+fn entry_reply(reply: ReplyEntry, done: Result<FileAttr, Errno>) {
+    match done {
+        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Err(e) => reply.error(e),
+    }
+}
+
+/// Answers a call about inode `ino`'s attributes with what it found.
+fn attr_reply(reply: ReplyAttr, ino: INodeNo, done: Result<FsStat, Errno>) {
+    match done {
+        Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
+        Err(e) => reply.error(e),
+    }
+}
+
 impl Filesystem for TabosFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.settle();
-        match self.child(parent, name).and_then(|p| self.entry(req, &p)) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        entry_reply(reply, self.child(parent, name).and_then(|p| self.entry(req, &p)));
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         self.settle();
-        match self.stat_of(req, ino, fh) {
-            Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
-            Err(e) => reply.error(e),
-        }
+        attr_reply(reply, ino, self.stat_of(req, ino, fh));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -863,10 +873,7 @@ impl Filesystem for TabosFs {
                 .map_err(|e| errno(&e))?;
             self.entry(req, &path)
         })();
-        match done {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        entry_reply(reply, done);
     }
 
     fn link(
@@ -890,10 +897,7 @@ impl Filesystem for TabosFs {
                 .map_err(|e| errno(&e))?;
             self.entry(req, &to)
         })();
-        match done {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        entry_reply(reply, done);
     }
 
     fn setattr(
@@ -958,10 +962,7 @@ impl Filesystem for TabosFs {
                 .map_err(|e| errno(&e))??;
             self.stat_of(req, ino, fh)
         })();
-        match done {
-            Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
-            Err(e) => reply.error(e),
-        }
+        attr_reply(reply, ino, done);
     }
 
     fn mkdir(
@@ -974,10 +975,7 @@ impl Filesystem for TabosFs {
         reply: ReplyEntry,
     ) {
         self.settle();
-        match self.make(req, parent, name, mode & !umask, true) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
+        entry_reply(reply, self.make(req, parent, name, mode & !umask, true));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {

@@ -464,11 +464,18 @@ fn kv_get(
         Ok(None) => return ENOENT,
         Err(e) => return e,
     };
-    put_u32(mem, len_out, value.len() as u32);
-    if value.len() > buf_r.len() {
+    answer(mem, buf_r, len_out, &value)
+}
+
+/// Puts a host call's answer into the module's buffer `buf` (checked
+/// with its length word `len_out` before the call) and its length at
+/// `len_out`: E2BIG, with the length needed there, when it does not fit.
+fn answer(mem: &mut [u8], buf: std::ops::Range<usize>, len_out: i32, bytes: &[u8]) -> i32 {
+    put_u32(mem, len_out, bytes.len() as u32);
+    if bytes.len() > buf.len() {
         return E2BIG;
     }
-    mem[buf_r.start..buf_r.start + value.len()].copy_from_slice(&value);
+    mem[buf.start..buf.start + bytes.len()].copy_from_slice(bytes);
     0
 }
 
@@ -657,12 +664,7 @@ fn sql_query(
         "rows": got.rows.iter().map(|r| r.iter().map(json_of).collect::<Vec<_>>()).collect::<Vec<_>>(),
     })
     .to_string();
-    put_u32(mem, len_out, json.len() as u32);
-    if json.len() > buf_r.len() {
-        return E2BIG;
-    }
-    mem[buf_r.start..buf_r.start + json.len()].copy_from_slice(json.as_bytes());
-    0
+    answer(mem, buf_r, len_out, json.as_bytes())
 }
 
 fn sql_exec(
