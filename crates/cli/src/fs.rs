@@ -1,4 +1,4 @@
-//! `tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du`: files in tables.
+//! `tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|…|watch`: files in tables.
 
 use std::io::Read;
 
@@ -94,6 +94,11 @@ enum FsCommand {
     },
     /// Print a symbolic link's target
     Readlink { path: String },
+    /// Print the realm's file changes as they commit, until interrupted:
+    /// `name PATH` when a name is added or removed (only where you may
+    /// list its directory), `file ID` when a file's data or attributes
+    /// change. Says on stderr when it watches
+    Watch,
 }
 
 fn octal(s: &str) -> anyhow::Result<i64> {
@@ -323,6 +328,25 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     || target.clone(),
                     || serde_json::json!({"path": path, "target": target}),
                 );
+            }
+            FsCommand::Watch => {
+                let mut changes = c.fs_watch(&realm, &user).await?;
+                while let Some(m) = changes.message().await? {
+                    if m.watching {
+                        eprintln!("watching the realm's file changes");
+                    }
+                    for ch in m.changes {
+                        let (kind, what) = match ch.kind() {
+                            proto::FsChangeKind::Name => ("name", ch.path),
+                            proto::FsChangeKind::File => ("file", ch.id),
+                            proto::FsChangeKind::Unspecified => continue,
+                        };
+                        crate::output::emit(
+                            || format!("{kind} {what}"),
+                            || serde_json::json!({"kind": kind, "what": what}),
+                        );
+                    }
+                }
             }
         }
         Ok(())

@@ -8,8 +8,17 @@
 //! checks are off (no `default_permissions`), and whoever uses the mount
 //! acts as that credential. Inode numbers are handed out per file id as
 //! the kernel looks names up (`Inodes`), so the names of one file (hard
-//! links) share one; attributes are cached by the kernel for [`TTL`] only,
-//! since other clients change the files too.
+//! links) share one.
+//!
+//! Entries and attributes: other clients change the files too, so the
+//! mount watches the realm's file changes (the Fs API's `Watch`, from the
+//! change feed) and tells the kernel to drop what it holds of a changed
+//! name or file (FUSE's inval_entry and inval_inode); while the watch is
+//! up the kernel keeps entries and attributes for [`WATCHED_TTL`] (a tree
+//! looked at again — `git status` — is answered from its caches), and for
+//! [`TTL`] while it is down (not yet started, cut off, refused), when every
+//! entry it held is dropped. An answer read while a change came in is kept
+//! for [`TTL`] only ([`Watched`]).
 //!
 //! Open files: `open` (and `create`) opens a node handle on the mount's
 //! names session, checking the mode for the access asked; reads, writes,
@@ -50,8 +59,18 @@ use tabos_client::proto::{self, FsStat};
 use crate::procs::RealmArg;
 use crate::NodeAddr;
 
-/// How long the kernel may keep an entry's or a file's attributes.
+/// How long the kernel may keep an entry's or a file's attributes while
+/// the mount does not watch the realm's changes.
 pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep them while the mount watches (a change
+/// drops them sooner): NFS's longest attribute cache time.
+pub const WATCHED_TTL: Duration = Duration::from_secs(60);
+/// Longest wait before watching again after a watch ended (doubling from
+/// a tenth of a second).
+pub const WATCH_RETRY_MAX: Duration = Duration::from_secs(10);
+/// Longest the mount waits for its watch to begin before it mounts
+/// anyway (on [`TTL`] until the watch begins).
+pub const WATCH_START_WAIT: Duration = Duration::from_secs(5);
 /// Most bytes one read asks the node for (the API's chunk).
 pub const READ_BYTES_MAX: u32 = 4 << 20;
 /// Most bytes of one open file's writes held before they are sent (as
@@ -116,6 +135,11 @@ struct Inode {
     /// The version of its contents the kernel's page cache may hold: what
     /// the node said at its last open through this mount.
     cached: Option<Version>,
+    /// A directory's: the watch's count ([`Watched`]) when a name in it
+    /// was last told changed, and when its listing was last let be cached
+    /// (the kernel keeps a listing while neither moved: FOPEN_CACHE_DIR).
+    dir_changed: u64,
+    dir_listed: Option<u64>,
 }
 
 /// A file's contents as of one moment, told apart as NFS's close-to-open
@@ -144,6 +168,9 @@ struct Inodes {
     by_id: HashMap<String, u64>,
     by_path: HashMap<String, u64>,
     next: u64,
+    /// Where what the kernel must drop goes (the invalidating thread),
+    /// once the mount runs.
+    told: Option<std::sync::mpsc::Sender<Vec<Inval>>>,
 }
 
 impl Inodes {
@@ -153,6 +180,7 @@ impl Inodes {
             by_id: HashMap::new(),
             by_path: HashMap::new(),
             next: 2,
+            told: None,
         };
         i.nodes.insert(
             1,
@@ -161,6 +189,8 @@ impl Inodes {
                 paths: vec!["/".into()],
                 open: 0,
                 cached: None,
+                dir_changed: 0,
+                dir_listed: None,
             },
         );
         i.by_id.insert(String::new(), 1);
@@ -194,6 +224,8 @@ impl Inodes {
                         paths: Vec::new(),
                         open: 0,
                         cached: None,
+                        dir_changed: 0,
+                        dir_listed: None,
                     },
                 );
                 self.by_id.insert(id.to_string(), i);
@@ -237,8 +269,12 @@ impl Inodes {
     }
 
     /// Forgets every file not open (and every name): the kernel looks the
-    /// names up again.
+    /// names up again — told to drop every entry it holds, since the
+    /// numbers they lead to are forgotten.
     fn shrink(&mut self) {
+        if let Some(told) = &self.told {
+            let _ = told.send(self.everything());
+        }
         let open: Vec<(u64, Inode)> = self
             .nodes
             .drain()
@@ -253,13 +289,60 @@ impl Inodes {
                 )
             })
             .collect();
-        let next = self.next;
+        let (next, told) = (self.next, self.told.take());
         *self = Inodes::new();
-        self.next = next;
+        (self.next, self.told) = (next, told);
         for (i, n) in open {
             self.by_id.insert(n.id.clone(), i);
             self.nodes.insert(i, n);
         }
+    }
+
+    /// What the kernel must drop when `change` was made by another client
+    /// (or this one), told at count `told`: a name's entry, and its
+    /// directory's attributes and cached listing; a file's attributes.
+    fn dropped_by(&mut self, change: &proto::FsChange, told: u64, out: &mut Vec<Inval>) {
+        match change.kind() {
+            proto::FsChangeKind::Name => {
+                let path = change.path.as_str();
+                let (dir, name) = match path.rfind('/') {
+                    Some(0) => ("/", &path[1..]),
+                    Some(i) => (&path[..i], &path[i + 1..]),
+                    None => return,
+                };
+                if let Some(&d) = self.by_path.get(dir) {
+                    out.push(Inval::Entry(d, name.into()));
+                    out.push(Inval::Listing(d));
+                    if let Some(n) = self.nodes.get_mut(&d) {
+                        n.dir_changed = told;
+                    }
+                }
+                if let Some(&i) = self.by_path.get(path) {
+                    out.push(Inval::Attrs(i));
+                }
+            }
+            proto::FsChangeKind::File => {
+                if let Some(&i) = self.by_id.get(&change.id) {
+                    out.push(Inval::Attrs(i));
+                }
+            }
+            proto::FsChangeKind::Unspecified => {}
+        }
+    }
+
+    /// Every entry, every file's attributes and every listing the kernel
+    /// may hold.
+    fn everything(&self) -> Vec<Inval> {
+        let mut out: Vec<Inval> = self.nodes.keys().map(|&i| Inval::Listing(i)).collect();
+        for path in self.by_path.keys() {
+            if let Some(i) = path.rfind('/') {
+                let dir = if i == 0 { "/" } else { &path[..i] };
+                if let Some(&d) = self.by_path.get(dir) {
+                    out.push(Inval::Entry(d, path[i + 1..].into()));
+                }
+            }
+        }
+        out
     }
 
     fn opened(&mut self, ino: u64) {
@@ -272,6 +355,16 @@ impl Inodes {
     /// at `now`: only if they are of that version (what was cached since
     /// is what the mount read or wrote of it). Remembers `now` either way:
     /// without [`FopenFlags::FOPEN_KEEP_CACHE`] the kernel drops the pages.
+    /// Whether the kernel cached pages of `ino` at a version other than
+    /// `now`: another client changed it since (its attributes may be old
+    /// too, if the change's note is still on its way).
+    fn changed_since_cached(&self, ino: u64, now: Version) -> bool {
+        self.nodes
+            .get(&ino)
+            .and_then(|n| n.cached)
+            .is_some_and(|c| c != now)
+    }
+
     fn keep_cache(&mut self, ino: u64, now: Version) -> bool {
         self.nodes
             .get_mut(&ino)
@@ -307,6 +400,84 @@ impl Inodes {
     }
 }
 
+/// What the kernel is told to drop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Inval {
+    /// The entry `name` in directory inode `0`.
+    Entry(u64, std::ffi::OsString),
+    /// An inode's attributes (not its pages: those follow the file's
+    /// version at the next open, close-to-open).
+    Attrs(u64),
+    /// An inode's attributes and pages: a directory's cached listing.
+    Listing(u64),
+}
+
+/// Whether the mount is told of the realm's changes now, and a count of
+/// what it was told, so an answer read while a change came in is not
+/// kept long: the kernel drops an entry or attributes it holds when told,
+/// but not those of an answer still on its way to it.
+#[derive(Default)]
+struct Watched {
+    up: std::sync::atomic::AtomicBool,
+    told: std::sync::atomic::AtomicU64,
+    /// The count when the watch last began.
+    up_at: std::sync::atomic::AtomicU64,
+}
+
+impl Watched {
+    /// Where the count is as an operation starts.
+    fn since(&self) -> u64 {
+        self.told.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// How long the kernel may keep what an operation that started at
+    /// `since` read.
+    fn ttl(&self, since: u64) -> Duration {
+        use std::sync::atomic::Ordering::Acquire;
+        if self.up.load(Acquire) && self.told.load(Acquire) == since {
+            WATCHED_TTL
+        } else {
+            TTL
+        }
+    }
+
+    /// A change came in (or the watch began or ended).
+    fn tell(&self) {
+        self.told.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn set_up(&self, up: bool) {
+        self.tell();
+        self.up.store(up, std::sync::atomic::Ordering::Release);
+        self.tell();
+        if up {
+            self.up_at
+                .store(self.since(), std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// Whether the kernel may cache the listing of directory `n`, opened
+    /// now at count `since`, and keep what it cached before: it may cache
+    /// while the watch is up, and keep while no name in it was told
+    /// changed since its last listing began, in this watch.
+    fn listing(&self, n: &mut Inode, since: u64) -> FopenFlags {
+        use std::sync::atomic::Ordering::Acquire;
+        if !self.up.load(Acquire) {
+            n.dir_listed = None;
+            return FopenFlags::empty();
+        }
+        let keep = n
+            .dir_listed
+            .is_some_and(|l| l >= self.up_at.load(Acquire) && n.dir_changed <= l);
+        n.dir_listed = Some(since);
+        if keep {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::FOPEN_CACHE_DIR
+        }
+    }
+}
+
 /// What an open tells the kernel of its cached pages of the file.
 fn keep_flag(keep: bool) -> FopenFlags {
     if keep {
@@ -331,7 +502,10 @@ struct TabosFs {
     /// — an operator's mount shared with `--allow-other`.
     user: Acting,
     rt: tokio::runtime::Runtime,
-    inodes: Mutex<Inodes>,
+    inodes: std::sync::Arc<Mutex<Inodes>>,
+    watched: std::sync::Arc<Watched>,
+    /// The kernel's ear, once the mount runs.
+    notifier: std::sync::Arc<std::sync::OnceLock<fuser::Notifier>>,
     /// The names session handles are opened on (renewed while it lives);
     /// `None` for a reader's credential, which may open none: its files
     /// are read by name.
@@ -442,6 +616,28 @@ fn attr(ino: u64, s: &FsStat) -> FileAttr {
         rdev: 0,
         flags: 0,
         blksize: 4096,
+    }
+}
+
+/// What a lookup of a name that is not there answers, for the kernel to
+/// remember (node id 0: FUSE's negative entry).
+fn no_entry() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        flags: 0,
+        blksize: 0,
     }
 }
 
@@ -675,9 +871,8 @@ impl TabosFs {
                 return Err(Errno::EACCES);
             }
             let st = self.stat_as(&user, path)?;
-            let mut inodes = self.inodes();
-            let ino = inodes.ino(path, &st.id);
-            let keep = keep_flag(inodes.keep_cache(ino, Version::of(&st)));
+            let ino = self.inodes().ino(path, &st.id);
+            let keep = keep_flag(self.keep_cache(ino, &st));
             return Ok((FileHandle(0), attr(ino, &st), keep));
         };
         let access = match flags.acc_mode() {
@@ -697,17 +892,35 @@ impl TabosFs {
         let fh = self
             .next_fh
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (ino, keep) = {
+        let ino = {
             let mut inodes = self.inodes();
             let ino = inodes.ino(path, &st.id);
             inodes.opened(ino);
-            (ino, inodes.keep_cache(ino, Version::of(&st)))
+            ino
         };
+        let keep = self.keep_cache(ino, &st);
         self.open
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(fh, Open { ino, handle, user });
         Ok((FileHandle(fh), attr(ino, &st), keep_flag(keep)))
+    }
+
+    /// Whether the kernel may keep its pages of `ino`, opened now at
+    /// `st`'s version; when another client changed the file since, its
+    /// attributes go too (at once: the note of the change may still be on
+    /// its way), so a read past the size the kernel held asks again.
+    fn keep_cache(&self, ino: u64, st: &FsStat) -> bool {
+        let now = Version::of(st);
+        let mut inodes = self.inodes();
+        if inodes.changed_since_cached(ino, now) {
+            // Safe in a FUSE call: an inode's attributes are dropped
+            // without its lock.
+            if let Some(n) = self.notifier.get() {
+                let _ = n.inval_inode(INodeNo(ino), -1, 0);
+            }
+        }
+        inodes.keep_cache(ino, now)
     }
 
     fn child(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
@@ -814,31 +1027,57 @@ impl TabosFs {
     }
 }
 
-/// Answers a lookup, or a call that made an entry, with what it found.
-fn entry_reply(reply: ReplyEntry, done: Result<FileAttr, Errno>) {
-    match done {
-        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-        Err(e) => reply.error(e),
+impl TabosFs {
+    /// Answers a lookup, or a call that made an entry, with what it found
+    /// (the call started at `since`).
+    fn entry_reply(&self, reply: ReplyEntry, since: u64, done: Result<FileAttr, Errno>) {
+        match done {
+            Ok(a) => reply.entry(&self.watched.ttl(since), &a, Generation(0)),
+            Err(e) => reply.error(e),
+        }
     }
-}
 
-/// Answers a call about inode `ino`'s attributes with what it found.
-fn attr_reply(reply: ReplyAttr, ino: INodeNo, done: Result<FsStat, Errno>) {
-    match done {
-        Ok(s) => reply.attr(&TTL, &attr(u64::from(ino), &s)),
-        Err(e) => reply.error(e),
+    /// Answers a call about inode `ino`'s attributes with what it found.
+    fn attr_reply(&self, reply: ReplyAttr, since: u64, ino: INodeNo, done: Result<FsStat, Errno>) {
+        match done {
+            Ok(s) => reply.attr(&self.watched.ttl(since), &attr(u64::from(ino), &s)),
+            Err(e) => reply.error(e),
+        }
     }
 }
 
 impl Filesystem for TabosFs {
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let since = self.watched.since();
         self.settle();
-        entry_reply(reply, self.child(parent, name).and_then(|p| self.entry(req, &p)));
+        let path = match self.child(parent, name) {
+            Ok(p) => p,
+            Err(e) => return reply.error(e),
+        };
+        match self.entry(req, &path) {
+            // No such name: the kernel may remember that as long as it
+            // would an entry (a creation drops it) — git and make look
+            // for many files that are not there, again and again.
+            Err(Errno::ENOENT) if self.watched.ttl(since) == WATCHED_TTL => {
+                reply.entry(&WATCHED_TTL, &no_entry(), Generation(0));
+            }
+            done => self.entry_reply(reply, since, done),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let since = self.watched.since();
+        let flags = match self.inodes().nodes.get_mut(&u64::from(ino)) {
+            Some(n) => self.watched.listing(n, since),
+            None => FopenFlags::empty(),
+        };
+        reply.opened(FileHandle(0), flags);
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let since = self.watched.since();
         self.settle();
-        attr_reply(reply, ino, self.stat_of(req, ino, fh));
+        self.attr_reply(reply, since, ino, self.stat_of(req, ino, fh));
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
@@ -863,6 +1102,7 @@ impl Filesystem for TabosFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        let since = self.watched.since();
         self.settle();
         let done = (|| {
             let path = self.child(parent, link_name)?;
@@ -873,7 +1113,7 @@ impl Filesystem for TabosFs {
                 .map_err(|e| errno(&e))?;
             self.entry(req, &path)
         })();
-        entry_reply(reply, done);
+        self.entry_reply(reply, since, done);
     }
 
     fn link(
@@ -884,6 +1124,7 @@ impl Filesystem for TabosFs {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let since = self.watched.since();
         self.settle();
         let done = (|| {
             let from = self.path(ino)?;
@@ -897,7 +1138,7 @@ impl Filesystem for TabosFs {
                 .map_err(|e| errno(&e))?;
             self.entry(req, &to)
         })();
-        entry_reply(reply, done);
+        self.entry_reply(reply, since, done);
     }
 
     fn setattr(
@@ -918,6 +1159,7 @@ impl Filesystem for TabosFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let since = self.watched.since();
         self.settle();
         let done = (|| {
             let (at, at_user) = self.target(ino, fh, req)?;
@@ -962,7 +1204,7 @@ impl Filesystem for TabosFs {
                 .map_err(|e| errno(&e))??;
             self.stat_of(req, ino, fh)
         })();
-        attr_reply(reply, ino, done);
+        self.attr_reply(reply, since, ino, done);
     }
 
     fn mkdir(
@@ -974,8 +1216,10 @@ impl Filesystem for TabosFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let since = self.watched.since();
         self.settle();
-        entry_reply(reply, self.make(req, parent, name, mode & !umask, true));
+        let done = self.make(req, parent, name, mode & !umask, true);
+        self.entry_reply(reply, since, done);
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -1244,6 +1488,7 @@ impl Filesystem for TabosFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let since = self.watched.since();
         self.settle();
         // Made and opened in one call, as asked even when the new file's
         // mode would refuse it (open(2) with O_CREAT of a 0444 file writes).
@@ -1252,7 +1497,9 @@ impl Filesystem for TabosFs {
             .child(parent, name)
             .and_then(|path| self.open_path(req, &path, OpenFlags(flags), Some(mode)));
         match done {
-            Ok((fh, a, keep)) => reply.created(&TTL, &a, Generation(0), fh, keep),
+            Ok((fh, a, keep)) => {
+                reply.created(&self.watched.ttl(since), &a, Generation(0), fh, keep)
+            }
             Err(e) => reply.error(e),
         }
     }
@@ -1302,12 +1549,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Err(e) => return Err(e).context("open the mount's names session"),
     };
+    let watch_user = match &user {
+        Acting::One(u) => u.clone(),
+        Acting::PerUid => String::new(),
+    };
+    let (told, to_drop) = std::sync::mpsc::channel::<Vec<Inval>>();
+    let inodes = std::sync::Arc::new(Mutex::new(Inodes::new()));
+    lock(&inodes).told = Some(told.clone());
+    let watched = std::sync::Arc::new(Watched::default());
+    // Watching before mounting, so the first answers are kept long.
+    let (began, watching) = tokio::sync::oneshot::channel();
+    rt.spawn(watch_changes(
+        client.clone(),
+        realm.clone(),
+        watch_user,
+        inodes.clone(),
+        watched.clone(),
+        told,
+        began,
+    ));
+    let watching = rt
+        .block_on(async { tokio::time::timeout(WATCH_START_WAIT, watching).await })
+        .ok()
+        .and_then(Result::ok);
+    let notifier = std::sync::Arc::new(std::sync::OnceLock::new());
     let fs = TabosFs {
+        notifier: notifier.clone(),
         client,
         realm: realm.clone(),
         user,
         rt,
-        inodes: Mutex::new(Inodes::new()),
+        inodes,
+        watched,
         session,
         open: Mutex::new(HashMap::new()),
         next_fh: std::sync::atomic::AtomicU64::new(1),
@@ -1348,10 +1621,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let session = fuser::spawn_mount(fs, &args.dir, &config)
         .with_context(|| format!("cannot mount on {}", args.dir.display()))?;
+    // The kernel is told what to drop by a thread of its own: telling it
+    // waits for the directory's lock, which a FUSE call may hold while it
+    // waits for the mount's threads.
+    let _ = notifier.set(session.notifier());
+    let notifier = session.notifier();
+    std::thread::Builder::new()
+        .name("mount-inval".into())
+        .spawn(move || invalidate(&notifier, &to_drop))
+        .context("start the mount's invalidating thread")?;
     outln!(
-        "realm {}'s files on {} (Ctrl-C or umount to stop)",
+        "realm {}'s files on {}, {} (Ctrl-C or umount to stop)",
         if realm.is_empty() { "default" } else { &realm },
-        args.dir.display()
+        args.dir.display(),
+        match watching {
+            Some(Ok(())) => "kept in step with the realm's changes".to_string(),
+            Some(Err(why)) => format!("kept {TTL:?} at most: {why}"),
+            None => format!("kept {TTL:?} at most until the watch of the realm's changes begins"),
+        }
     );
     // Until a signal (which unmounts) or an umount from outside: either
     // way the session ends and `join` returns.
@@ -1369,6 +1656,111 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Whoever read the first line may be gone by now.
     use std::io::Write;
     let _ = writeln!(std::io::stdout(), "unmounted");
+    Ok(())
+}
+
+fn lock(inodes: &Mutex<Inodes>) -> std::sync::MutexGuard<'_, Inodes> {
+    inodes.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Tells the kernel to drop what it is sent, until the mount ends. A name
+/// or inode it holds nothing of is no error (ENOENT, ignored).
+fn invalidate(notifier: &fuser::Notifier, to_drop: &std::sync::mpsc::Receiver<Vec<Inval>>) {
+    for batch in to_drop {
+        for i in batch {
+            let _ = match &i {
+                Inval::Entry(dir, name) => notifier.inval_entry(INodeNo(*dir), name),
+                Inval::Attrs(ino) => notifier.inval_inode(INodeNo(*ino), -1, 0),
+                Inval::Listing(ino) => notifier.inval_inode(INodeNo(*ino), 0, 0),
+            };
+        }
+    }
+}
+
+/// Watches the realm's file changes for as long as the mount runs, and
+/// has the kernel drop what they make stale; watches again after a watch
+/// ends (backing off to [`WATCH_RETRY_MAX`]), with every entry dropped
+/// and short timeouts meanwhile. A credential that may not watch (a
+/// scoped one) or a node without the call leaves the mount on [`TTL`].
+async fn watch_changes(
+    client: tabos_client::Client,
+    realm: String,
+    user: String,
+    inodes: std::sync::Arc<Mutex<Inodes>>,
+    watched: std::sync::Arc<Watched>,
+    told: std::sync::mpsc::Sender<Vec<Inval>>,
+    began: tokio::sync::oneshot::Sender<Result<(), String>>,
+) {
+    use tabos_client::fault::ErrorReason as R;
+    let mut began = Some(began);
+    let first_wait = Duration::from_millis(100);
+    let mut wait = first_wait;
+    loop {
+        let since = std::time::Instant::now();
+        let ended = watch_once(&client, &realm, &user, &inodes, &watched, &told, &mut began).await;
+        if watched.up.load(std::sync::atomic::Ordering::Acquire) {
+            // Changes from now on go unseen: nothing may be kept long.
+            watched.set_up(false);
+            if told.send(lock(&inodes).everything()).is_err() {
+                return;
+            }
+        }
+        if let Err(e) = &ended {
+            if matches!(e.reason(), Some(R::Denied | R::Unimplemented))
+                || e.code() == Some(tonic::Code::Unimplemented)
+            {
+                let why = format!("the realm's changes cannot be watched ({e})");
+                match began.take() {
+                    Some(b) => {
+                        let _ = b.send(Err(why));
+                    }
+                    None => eprintln!("note: {why}; entries and attributes are kept {TTL:?} now"),
+                }
+                return;
+            }
+        }
+        if since.elapsed() > WATCH_RETRY_MAX {
+            wait = first_wait;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(WATCH_RETRY_MAX);
+    }
+}
+
+/// One watch, until it ends.
+async fn watch_once(
+    client: &tabos_client::Client,
+    realm: &str,
+    user: &str,
+    inodes: &Mutex<Inodes>,
+    watched: &Watched,
+    told: &std::sync::mpsc::Sender<Vec<Inval>>,
+    began: &mut Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+) -> Result<(), tabos_client::Error> {
+    let mut changes = client.clone().fs_watch(realm, user).await?;
+    while let Some(m) = changes.message().await? {
+        if m.watching {
+            watched.set_up(true);
+            if let Some(b) = began.take() {
+                let _ = b.send(Ok(()));
+            }
+            continue;
+        }
+        // Counted first: an answer read before this change and not yet
+        // with the kernel is kept for a short time only.
+        watched.tell();
+        let mut drop = Vec::new();
+        {
+            let mut inodes = lock(inodes);
+            let told = watched.since();
+            for c in &m.changes {
+                inodes.dropped_by(c, told, &mut drop);
+            }
+        }
+        if !drop.is_empty() && told.send(drop).is_err() {
+            return Ok(());
+        }
+    }
     Ok(())
 }
 

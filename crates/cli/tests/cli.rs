@@ -3106,6 +3106,9 @@ const PJDFSTEST_CLAIMED: &[&str] = &[
 struct Mounted {
     child: Option<Child>,
     dir: std::path::PathBuf,
+    /// Its first line: where it mounted, and how long the kernel keeps
+    /// entries and attributes.
+    said: String,
 }
 
 impl Mounted {
@@ -3159,6 +3162,7 @@ fn mount_on(node: &Node, mnt: &std::path::Path, extra: &[&str], token: &str) -> 
     Mounted {
         child: Some(child),
         dir: mnt.to_path_buf(),
+        said: line,
     }
 }
 
@@ -3389,6 +3393,180 @@ fn the_mount_keeps_a_files_pages_until_another_client_changes_it() {
     );
     assert_eq!(resident(), BYTES, "the new version's pages are kept");
     m.stop();
+}
+
+/// Waits until `f` holds, for at most `bound`; fails saying `what` past it.
+/// (A bound on a change being seen, not a measure of time.)
+fn seen_within(bound: std::time::Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + bound;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "not seen within {bound:?}: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Issue 40, item 2: the mount watches the realm's file changes and lets
+/// the kernel keep entries and attributes for a minute (WATCHED_TTL), so
+/// a tree looked at again is answered from the kernel's caches — and what
+/// another client changes is dropped from them when the change is told:
+/// a file's new size and contents, a mode, a rename, a removal and a new
+/// name are each seen through the mount well within the 30 s bound
+/// below, which only the watch's invalidations can meet (without them
+/// each check waits out the 60 s the kernel was let keep what it had).
+#[test]
+fn the_mount_drops_what_another_client_changes() {
+    use std::os::unix::fs::PermissionsExt;
+    const BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+    let dir = TempDir::new("cli-mount-watch");
+    let node = Node::start(&[]);
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = mount_on(&node, &mnt, &[], &node.token);
+    assert!(
+        m.said.contains("kept in step with the realm's changes"),
+        "the watch began before the mount was announced: {:?}",
+        m.said
+    );
+    std::fs::write(mnt.join("a"), "1").unwrap();
+    std::fs::write(mnt.join("b"), "b").unwrap();
+    std::fs::create_dir(mnt.join("d")).unwrap();
+    std::fs::write(mnt.join("d/x"), "x").unwrap();
+    // Looked at through the mount: the kernel holds these now.
+    assert_eq!(std::fs::metadata(mnt.join("a")).unwrap().len(), 1);
+    let mode = |p: &str| std::fs::metadata(mnt.join(p)).map(|m| m.permissions().mode() & 0o777);
+    assert_eq!(mode("b").unwrap(), 0o644);
+    assert!(mnt.join("d/x").exists());
+    assert!(!mnt.join("d/y").exists(), "(a name not there, remembered)");
+    let listed = || -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(mnt.join("d"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    };
+    // Listed twice: the second listing is the kernel's cached one.
+    assert_eq!(listed(), ["x"]);
+    assert_eq!(listed(), ["x"]);
+    let other = |args: &[&str]| {
+        let o = node.tabos(args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    };
+    let local = dir.path().join("five");
+    std::fs::write(&local, "12345").unwrap();
+    other(&["fs", "put", local.to_str().unwrap(), "/a"]);
+    seen_within(BOUND, "a's new size", || {
+        std::fs::metadata(mnt.join("a")).unwrap().len() == 5
+    });
+    assert_eq!(std::fs::read(mnt.join("a")).unwrap(), b"12345");
+    other(&["fs", "chmod", "600", "/b"]);
+    seen_within(BOUND, "b's new mode", || mode("b").unwrap() == 0o600);
+    other(&["fs", "mv", "/b", "/b2"]);
+    seen_within(BOUND, "b renamed", || {
+        !mnt.join("b").exists() && mode("b2").is_ok_and(|m| m == 0o600)
+    });
+    other(&["fs", "rm", "/d/x"]);
+    seen_within(BOUND, "d/x removed", || !mnt.join("d/x").exists());
+    seen_within(BOUND, "d listed without x", || listed().is_empty());
+    other(&["fs", "put", local.to_str().unwrap(), "/d/y"]);
+    seen_within(BOUND, "d listed with y", || listed() == ["y"]);
+    seen_within(BOUND, "d/y made", || mnt.join("d/y").exists());
+    // A name the kernel never looked up (no entry of it to drop): the
+    // cached listing goes all the same.
+    assert_eq!(listed(), ["y"]);
+    other(&["fs", "put", local.to_str().unwrap(), "/d/z"]);
+    seen_within(BOUND, "d listed with z", || listed() == ["y", "z"]);
+    m.stop();
+}
+
+/// `tabos fs watch` tells a user the realm's file changes, but a name
+/// only where that user may list its directory: another user's private
+/// directory's names stay private (the file's id is told: an id names
+/// nothing); the realm's root, who may list everything, is told them.
+#[test]
+fn fs_watch_tells_names_only_where_the_user_may_list() {
+    let node = Node::start(&[]);
+    let o = node.tabos(&["realm", "create", "w"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let admin = last_line(&o);
+    let token_of = |user: &str| {
+        let o = node.tabos(&[
+            "token", "create", "--realm", "w", "--role", "member", "--user", user, "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        v["token"].as_str().unwrap().to_string()
+    };
+    let (ann, bob) = (token_of("ann"), token_of("bob"));
+    let as_ = |token: &str, args: &[&str]| {
+        let o = node
+            .command()
+            .env("TABOS_TOKEN", token)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    };
+    for (user, mode) in [("ann", "755"), ("bob", "700")] {
+        let d = format!("/{user}");
+        as_(&admin, &["fs", "mkdir", &d]);
+        as_(&admin, &["fs", "chown", user, &d]);
+        as_(&admin, &["fs", "chmod", mode, &d]);
+    }
+    let watch = |token: &str| {
+        let mut child = node
+            .command()
+            .env("TABOS_TOKEN", token)
+            .args(["fs", "watch"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = String::new();
+        BufReader::new(child.stderr.take().unwrap())
+            .read_line(&mut said)
+            .unwrap();
+        assert!(said.contains("watching"), "{said:?}");
+        child
+    };
+    let (mut ann_watch, mut root_watch) = (watch(&ann), watch(&admin));
+    let local = TempDir::new("cli-fs-watch");
+    let file = local.path().join("f");
+    std::fs::write(&file, "secret").unwrap();
+    as_(&bob, &["fs", "put", file.to_str().unwrap(), "/bob/secret"]);
+    as_(&ann, &["fs", "put", file.to_str().unwrap(), "/ann/public"]);
+    // Each watch's lines up to ann's change, which committed last.
+    let told = |child: &mut Child| {
+        let mut lines = Vec::new();
+        for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+            let line = line.unwrap();
+            let last = line == "name /ann/public";
+            lines.push(line);
+            if last {
+                break;
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        lines
+    };
+    let to_ann = told(&mut ann_watch);
+    assert!(
+        !to_ann.iter().any(|l| l.contains("secret")),
+        "bob's private name was told to ann: {to_ann:?}"
+    );
+    assert!(
+        to_ann.iter().any(|l| l.starts_with("file ")),
+        "ann is told bob's file changed, by its id: {to_ann:?}"
+    );
+    let to_root = told(&mut root_watch);
+    assert!(
+        to_root.iter().any(|l| l == "name /bob/secret"),
+        "the realm's root is told every name: {to_root:?}"
+    );
 }
 
 /// Issue 40, item 2: small writes through `tabos mount` are held and sent

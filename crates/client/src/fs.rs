@@ -473,6 +473,25 @@ impl Client {
         Ok(())
     }
 
+    /// The realm's file changes from now on (acting as `user`): first a
+    /// message with `watching` set, then the changes in commit order; a
+    /// name only where `user` may list its directory. DATA_LOSS ends a
+    /// watch that fell behind (drop what is cached; watch again).
+    pub async fn fs_watch(
+        &mut self,
+        realm: &str,
+        user: &str,
+    ) -> Result<tonic::Streaming<proto::FsChanges>, Error> {
+        Ok(self
+            .fs
+            .watch(proto::FsWatchRequest {
+                realm: realm.into(),
+                user: user.into(),
+            })
+            .await?
+            .into_inner())
+    }
+
     /// Files and bytes under `path` (optionally one owner's, at least
     /// `min_size` bytes each).
     pub async fn fs_du(

@@ -266,6 +266,20 @@ crate::op::served! {
     close(FsHandleRequest) -> Empty = Close;
     du(FsDuRequest) -> FsDuResponse = Du;
     @streams {
+        type WatchStream = tokio_stream::wrappers::ReceiverStream<Result<proto::FsChanges, Status>>;
+
+        async fn watch(
+            &self,
+            request: Request<proto::FsWatchRequest>,
+        ) -> Result<Response<Self::WatchStream>, Status> {
+            let who = self.node.caller_of(&request)?;
+            let sub = fs::changes::watch(&self.node.store, &who).map_err(|e| kernel_status(&e))?;
+            let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
+            let stopping = self.node.stopping.watch();
+            tokio::spawn(forward_changes(self.node.clone(), who, sub, tx, stopping));
+            Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+        }
+
         async fn read(
             &self,
             request: Request<proto::FsReadRequest>,
@@ -381,6 +395,104 @@ crate::op::served! {
                 Err(e) => Err(kernel_status(&e)),
             }
         }
+    }
+}
+
+/// Messages of a file watch waiting for its client; past it the watch
+/// waits (and the changes wait on its subscription, which is bounded too).
+const WATCH_BUFFER: usize = 64;
+/// Most changes one watch message carries.
+const WATCH_BATCH_MAX: usize = 512;
+
+/// Forwards a realm's file changes that `who` may see to a watcher, in
+/// batches of what has come, until it goes away or falls behind.
+async fn forward_changes(
+    node: Node,
+    who: tabos_kernel::auth::Caller,
+    mut sub: tabos_store::Subscription,
+    tx: tokio::sync::mpsc::Sender<Result<proto::FsChanges, Status>>,
+    stopping: tokio::sync::watch::Receiver<bool>,
+) {
+    use fs::changes::Change;
+    let stopping = crate::stopping(stopping);
+    tokio::pin!(stopping);
+    let watching = proto::FsChanges {
+        watching: true,
+        changes: Vec::new(),
+    };
+    if tx.send(Ok(watching)).await.is_err() {
+        return;
+    }
+    loop {
+        let first = tokio::select! {
+            note = sub.recv() => note,
+            () = tx.closed() => return,
+            () = &mut stopping => {
+                let _ = tx.send(Err(Status::unavailable(
+                    "the node is shutting down; watch again on another node or after restart",
+                ))).await;
+                return;
+            }
+        };
+        let mut notes = vec![first];
+        while notes.len() < WATCH_BATCH_MAX {
+            match sub.try_recv() {
+                Ok(Some(n)) => notes.push(Ok(n)),
+                Ok(None) => break,
+                Err(e) => {
+                    notes.push(Err(e));
+                    break;
+                }
+            }
+        }
+        let mut changes = Vec::with_capacity(notes.len());
+        for note in notes {
+            match note {
+                Ok(n) => changes.extend(Change::parse(&n.payload)),
+                Err(e) => {
+                    let status = match e {
+                        tabos_store::Error::Lagged(n) => Status::data_loss(format!(
+                            "the watch of the realm's files fell {n} changes behind and was \
+                             cut off; drop what is cached and watch again"
+                        )),
+                        e => crate::status_of(&e),
+                    };
+                    let _ = tx.send(Err(status)).await;
+                    return;
+                }
+            }
+        }
+        let seen = node
+            .read_as(who.clone(), move |t, who, _| {
+                fs::changes::visible_tx(t, who, changes.clone())
+            })
+            .await;
+        if seen.as_ref().is_ok_and(Vec::is_empty) {
+            continue;
+        }
+        let message = seen
+            .map(|cs| proto::FsChanges {
+                watching: false,
+                changes: cs.into_iter().map(change_to_proto).collect(),
+            })
+            .map_err(|e| kernel_status(&e));
+        let failed = message.is_err();
+        if tx.send(message).await.is_err() || failed {
+            return;
+        }
+    }
+}
+
+fn change_to_proto(c: fs::changes::Change) -> proto::FsChange {
+    use fs::changes::Change;
+    let (kind, path, id) = match c {
+        Change::Name(p) => (proto::FsChangeKind::Name, p, String::new()),
+        Change::File(id) => (proto::FsChangeKind::File, String::new(), id),
+    };
+    proto::FsChange {
+        kind: kind.into(),
+        path,
+        id,
     }
 }
 

@@ -81,7 +81,7 @@ acting!(none:
 acting!(realm and user:
     FsCreateRequest, FsPathRequest, FsRenameRequest, FsChmodRequest, FsChownRequest,
     FsTimesRequest, FsReadRequest, FsWriteRequest, FsTruncateRequest,
-    FsLinkRequest, FsSymlinkRequest, FsOpenRequest, FsHandleRequest,
+    FsLinkRequest, FsSymlinkRequest, FsOpenRequest, FsHandleRequest, FsWatchRequest,
 );
 
 /// `served! { Service: Trait; method(Request) -> Response = Op; … }`:

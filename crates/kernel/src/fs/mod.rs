@@ -52,6 +52,7 @@
 //! absolute, no empty, `.` or `..` component, no control character, at most
 //! 1,024 bytes.
 
+pub mod changes;
 pub mod files;
 
 use tabos_store::{params, Row, Tx};
@@ -60,6 +61,7 @@ use crate::auth::Role;
 use crate::names::{parent_of, validate_path};
 pub use crate::{call, read};
 use crate::{p_key, subtree_range, validate_realm, Error, Result};
+use changes::{note, Change};
 
 /// The user who may do anything.
 pub use crate::auth::ROOT;
@@ -511,7 +513,7 @@ fn add_name(tx: &mut dyn Tx, realm: &str, path: &str, id: &str) -> Result<()> {
     if n == 0 {
         return Err(Error::AlreadyExists(format!("{path}: file exists")));
     }
-    Ok(())
+    note(tx, realm, Change::Name(path.to_string()))
 }
 
 /// Procedure body: creates an empty localized file of 2 KB blocks
@@ -619,6 +621,7 @@ fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<
         "DELETE FROM directory WHERE p_key = $1 AND realm = $2 AND d_name = $3",
         params![pk, realm, st.path.as_str()],
     )?;
+    note(tx, realm, Change::Name(st.path.clone()))?;
     touch(tx, realm, parent_of(&st.path), now_us)?;
     if st.file_type == FileType::Dir {
         tx.execute(
@@ -633,6 +636,10 @@ fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<
          WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![pk, realm, st.id.as_str(), now_us],
     )?;
+    if st.nlink > 1 {
+        // Its other names' count of names changed.
+        note(tx, realm, Change::File(st.id.clone()))?;
+    }
     let st = Stat {
         nlink: st.nlink - 1,
         ..st.clone()
@@ -771,6 +778,8 @@ pub fn rename_tx(
         "UPDATE fs_inode SET ctime_us = $4 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![pk, realm, st.id.as_str(), now_us],
     )?;
+    note(tx, realm, Change::Name(from.to_string()))?;
+    note(tx, realm, Change::Name(to.to_string()))?;
     touch(tx, realm, parent_of(from), now_us)?;
     touch(tx, realm, parent_of(to), now_us)?;
     Ok(queued)
@@ -1043,7 +1052,7 @@ fn set_size(tx: &mut dyn Tx, realm: &str, id: &str, size: i64, now_us: i64) -> R
              f_version = f_version + 1 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
             params![p_key(tx), realm, id, size, now_us],
         )?;
-        Ok(())
+        note(tx, realm, Change::File(id.to_string()))
     })
 }
 
@@ -1196,7 +1205,7 @@ pub fn chmod_tx(tx: &mut dyn Tx, who: &Caller, path: &str, mode: i64, now_us: i6
         "UPDATE fs_inode SET mode = $4, ctime_us = $5 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![p_key(tx), realm, st.id.as_str(), mode, now_us],
     )?;
-    Ok(())
+    note(tx, realm, Change::File(st.id))
 }
 
 /// Earliest and latest modification times an entry may be given (µs
@@ -1271,7 +1280,7 @@ pub fn set_times_tx(
          WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![p_key(tx), realm, st.id.as_str(), a, m, now_us],
     )?;
-    Ok(())
+    note(tx, realm, Change::File(st.id))
 }
 
 /// Procedure body: gives an entry to another user (root only).
@@ -1293,7 +1302,7 @@ pub fn chown_tx(tx: &mut dyn Tx, who: &Caller, path: &str, owner: &str, now_us: 
         "UPDATE localized_file SET f_owner = $4 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![pk, realm, st.id.as_str(), owner],
     )?;
-    Ok(())
+    note(tx, realm, Change::File(st.id))
 }
 
 /// Procedure body: gives the file (or symbolic link) at `existing` the
@@ -1328,6 +1337,7 @@ pub fn link_tx(
          WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![p_key(tx), realm, st.id.as_str(), now_us],
     )?;
+    note(tx, realm, Change::File(st.id.clone()))?;
     Ok(Stat {
         path: path.to_string(),
         nlink: st.nlink + 1,

@@ -150,6 +150,12 @@ class SetTime(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SET_TIME_NOW: _ClassVar[SetTime]
     SET_TIME_AT: _ClassVar[SetTime]
 
+class FsChangeKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    FS_CHANGE_KIND_UNSPECIFIED: _ClassVar[FsChangeKind]
+    FS_CHANGE_KIND_NAME: _ClassVar[FsChangeKind]
+    FS_CHANGE_KIND_FILE: _ClassVar[FsChangeKind]
+
 class WorkflowStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     WORKFLOW_STATUS_UNSPECIFIED: _ClassVar[WorkflowStatus]
@@ -272,6 +278,9 @@ SET_TIME_UNSPECIFIED: SetTime
 SET_TIME_OMIT: SetTime
 SET_TIME_NOW: SetTime
 SET_TIME_AT: SetTime
+FS_CHANGE_KIND_UNSPECIFIED: FsChangeKind
+FS_CHANGE_KIND_NAME: FsChangeKind
+FS_CHANGE_KIND_FILE: FsChangeKind
 WORKFLOW_STATUS_UNSPECIFIED: WorkflowStatus
 WORKFLOW_STATUS_ENQUEUED: WorkflowStatus
 WORKFLOW_STATUS_PENDING: WorkflowStatus
@@ -1612,6 +1621,32 @@ class FsDuResponse(_message.Message):
     files: int
     bytes: int
     def __init__(self, files: _Optional[int] = ..., bytes: _Optional[int] = ...) -> None: ...
+
+class FsWatchRequest(_message.Message):
+    __slots__ = ("realm", "user")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    user: str
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
+
+class FsChange(_message.Message):
+    __slots__ = ("kind", "path", "id")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
+    kind: FsChangeKind
+    path: str
+    id: str
+    def __init__(self, kind: _Optional[_Union[FsChangeKind, str]] = ..., path: _Optional[str] = ..., id: _Optional[str] = ...) -> None: ...
+
+class FsChanges(_message.Message):
+    __slots__ = ("watching", "changes")
+    WATCHING_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    watching: bool
+    changes: _containers.RepeatedCompositeFieldContainer[FsChange]
+    def __init__(self, watching: _Optional[bool] = ..., changes: _Optional[_Iterable[_Union[FsChange, _Mapping]]] = ...) -> None: ...
 
 class InstallProcedureRequest(_message.Message):
     __slots__ = ("realm", "name", "language", "code", "memory_bytes", "timeout_ms", "read_only")

@@ -2401,6 +2401,11 @@ class FsStub:
                 request_serializer=tabos__pb2.FsDuRequest.SerializeToString,
                 response_deserializer=tabos__pb2.FsDuResponse.FromString,
                 _registered_method=True)
+        self.Watch = channel.unary_stream(
+                '/tabos.v1.Fs/Watch',
+                request_serializer=tabos__pb2.FsWatchRequest.SerializeToString,
+                response_deserializer=tabos__pb2.FsChanges.FromString,
+                _registered_method=True)
 
 
 class FsServicer:
@@ -2521,6 +2526,17 @@ class FsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Watch(self, request, context):
+        """The realm's file changes from now on, for a cache (the mount): first
+        a message with `watching` set (subscribed: every change committed
+        after it follows), then the changes in commit order until the client
+        cancels. A watch that falls too far behind ends with DATA_LOSS: the
+        cache must drop what it holds and watch again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FsServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -2618,6 +2634,11 @@ def add_FsServicer_to_server(servicer, server):
                     servicer.Du,
                     request_deserializer=tabos__pb2.FsDuRequest.FromString,
                     response_serializer=tabos__pb2.FsDuResponse.SerializeToString,
+            ),
+            'Watch': grpc.unary_stream_rpc_method_handler(
+                    servicer.Watch,
+                    request_deserializer=tabos__pb2.FsWatchRequest.FromString,
+                    response_serializer=tabos__pb2.FsChanges.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -3133,6 +3154,33 @@ class Fs:
             '/tabos.v1.Fs/Du',
             tabos__pb2.FsDuRequest.SerializeToString,
             tabos__pb2.FsDuResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Watch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tabos.v1.Fs/Watch',
+            tabos__pb2.FsWatchRequest.SerializeToString,
+            tabos__pb2.FsChanges.FromString,
             options,
             channel_credentials,
             insecure,
