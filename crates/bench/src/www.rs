@@ -264,9 +264,12 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
         fetch(nginx_port, "/file.html")? == file,
         "nginx served other bytes"
     );
+    let (ours, cgi) = (fetch(tabos_port, "/dyn/x")?, fetch(cgi_port, "/dyn/x")?);
     anyhow::ensure!(
-        fetch(tabos_port, "/dyn/x")? == fetch(cgi_port, "/dyn/x")?,
-        "the dynamic pages differ"
+        ours == cgi,
+        "the dynamic pages differ: tabos {:?}, CGI {:?}",
+        String::from_utf8_lossy(&ours),
+        String::from_utf8_lossy(&cgi)
     );
     for (kind, path, peer_port, peer, target) in [
         (

@@ -3,7 +3,10 @@
 //! that it cannot reach the namespace, the files or the procs — and the
 //! pool of workers serving it, grown and shrunk by wwd's load reports; it
 //! starts another wwd (and pool) when one exits, and [`Site::stop`] evicts
-//! them all.
+//! them all. While a wwd runs, the site watches the realm's file changes
+//! and the site's routes for it and tells it on its mailbox
+//! ([`crate::wire::CacheNote`]), so that wwd may keep whole static answers
+//! — it cannot watch itself: its credential reaches its mailboxes only.
 
 use std::sync::{Arc, Mutex};
 
@@ -49,6 +52,14 @@ pub async fn create(client: &Client, realm: &str, site: &str, routes: &Routes) -
     Ok(())
 }
 
+/// How long wwd may keep answers on one word from the site's watch; the
+/// site renews it every third of that.
+pub const CACHE_LEASE: std::time::Duration = std::time::Duration::from_secs(10);
+/// Most changes one note to wwd carries (a path is at most 1 KiB, so a
+/// note stays well within a message); more (a burst of changes) is told
+/// as "drop every answer".
+pub const CACHE_NOTE_CHANGES_MAX: usize = 256;
+
 /// The pool serving the current wwd, shared with the load reader.
 type Current = Arc<Mutex<Option<Arc<Pool>>>>;
 
@@ -73,11 +84,16 @@ pub struct Site {
     pool: Current,
     /// Reads wwd's load reports; stopped with the site.
     reader: tokio::task::JoinHandle<()>,
+    /// Tells the current wwd of the realm's file changes.
+    watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for Site {
     fn drop(&mut self) {
         self.reader.abort();
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
     }
 }
 
@@ -101,6 +117,65 @@ async fn read_load(client: Client, realm: String, mailbox: String, pool: Current
                 }
             }
         }
+        pauses.wait().await;
+    }
+}
+
+/// Tells wwd's mailbox `to` of the realm's file changes and of changes
+/// under the site's directory `root` (its routes), for as long as the site
+/// runs it: a lease while both watches are up, what changed as it
+/// changes, and `Off` when a watch ends (then watches again).
+async fn tell_changes(client: Client, realm: String, root: String, to: String) {
+    use crate::wire::{encode, CacheChange, CacheNote};
+    let note = |change: CacheChange| encode(&CacheNote { cache: change }, b"");
+    let mut pauses = Backoff::new(std::time::Duration::from_millis(100), CACHE_LEASE);
+    loop {
+        let mut c = client.clone();
+        let watched = async {
+            let mut files = c.clone().fs_watch(&realm, crate::FS_USER).await?;
+            let mut routes = c
+                .clone()
+                .watch(&realm, &root, tabos_client::names::WatchMode::Dir)
+                .await?;
+            // Each stream's first message says it watches.
+            files.message().await?;
+            routes.message().await?;
+            let mut renew = tokio::time::interval(CACHE_LEASE / 3);
+            loop {
+                let change = tokio::select! {
+                    _ = renew.tick() => CacheChange::Watching {
+                        lease_ms: CACHE_LEASE.as_millis() as u64,
+                    },
+                    m = files.message() => {
+                        let Some(m) = m? else { break };
+                        let (mut ids, mut paths) = (Vec::new(), Vec::new());
+                        for ch in m.changes {
+                            match ch.kind() {
+                                proto::FsChangeKind::Name => paths.push(ch.path),
+                                _ => ids.push(ch.id),
+                            }
+                        }
+                        if ids.len() + paths.len() > CACHE_NOTE_CHANGES_MAX {
+                            CacheChange::DropAll
+                        } else {
+                            CacheChange::Changed { ids, paths }
+                        }
+                    }
+                    m = routes.message() => {
+                        if m?.is_none() {
+                            break;
+                        }
+                        CacheChange::DropAll
+                    }
+                };
+                c.send(&realm, "", &to, note(change)).await?;
+                pauses.reset();
+            }
+            Ok::<(), tabos_client::Error>(())
+        };
+        let _ = watched.await;
+        // Unwatched: wwd keeps nothing until the watches are back.
+        let _ = c.send(&realm, "", &to, note(CacheChange::Off)).await;
         pauses.wait().await;
     }
 }
@@ -179,6 +254,7 @@ impl Site {
             exited,
             pool,
             reader,
+            watcher: None,
         };
         s.fill().await?;
         Ok(s)
@@ -222,6 +298,14 @@ impl Site {
         }
         self.started = tokio::time::Instant::now();
         self.wwd = Some(pid.clone());
+        if let Some(w) = self.watcher.replace(tokio::spawn(tell_changes(
+            self.client.clone(),
+            self.realm.clone(),
+            layout.root(),
+            format!("proc/{pid}"),
+        ))) {
+            w.abort();
+        }
         let pool = Pool::new(
             &self.client,
             &self.realm,
@@ -314,6 +398,9 @@ impl Site {
 
     /// Evicts the wwd and its workers and waits for them to exit.
     pub async fn stop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
         self.retire_pool();
         let workers = self.workers().await.unwrap_or_default();
         let mut c = self.client.clone();

@@ -3,6 +3,11 @@
 //! more messages to the wwd's own mailbox, `proc/<wwd>`), each a JSON
 //! header line followed by body bytes.
 //!
+//! wwd keeps the whole answers workers mark cacheable (a static file's
+//! `200`, [`CacheTag`]) while its site's supervisor tells it, on the same
+//! mailbox, that it watches the realm's file changes, and drops them as
+//! it is told of changes ([`CacheNote`]).
+//!
 //! A file of any size is streamed: a worker sends at most [`WINDOW_BYTES`]
 //! of it, and says where the rest begins ([`Window`]); wwd asks for the
 //! next window — as a request any worker may take — once its client has
@@ -77,6 +82,53 @@ pub struct ResponseHead {
     /// was being sent): wwd cuts the connection.
     #[serde(default)]
     pub broken: bool,
+    /// Set on a whole static file's answer: wwd may keep it until the
+    /// file changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheTag>,
+}
+
+/// The file a cacheable answer was read from: wwd drops the answer when
+/// told the file or its name changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheTag {
+    /// Its path in tabos fs.
+    pub path: String,
+    /// Its id.
+    pub id: String,
+}
+
+/// What a site's supervisor tells its wwd of the realm's file changes
+/// (through wwd's own mailbox, as the workers' answers come): wwd keeps
+/// answers only while a lease the supervisor renews holds, and drops
+/// those a change makes stale.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheNote {
+    pub cache: CacheChange,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheChange {
+    /// The supervisor watches the realm's file changes: answers may be
+    /// kept for `lease_ms` more (renewed well before it ends).
+    Watching { lease_ms: u64 },
+    /// These files changed (by id), and these names were added or
+    /// removed (an answer read from under one is dropped too).
+    Changed {
+        ids: Vec<String>,
+        paths: Vec<String>,
+    },
+    /// Anything may have changed (the site's routes): drop every answer.
+    DropAll,
+    /// The watch ended: drop every answer and keep none.
+    Off,
+}
+
+impl CacheNote {
+    /// The first bytes of every cache note's message, which no answer's
+    /// header begins with.
+    pub const PREFIX: &'static [u8] = b"{\"cache\":";
 }
 
 impl ResponseHead {
@@ -92,6 +144,7 @@ impl ResponseHead {
             length: None,
             more: None,
             broken: false,
+            cache: None,
         }
     }
 }

@@ -265,6 +265,14 @@ async fn static_file(
                 && !head_only
                 && http::accepts_gzip(header("accept-encoding"))
                 && (http::COMPRESS_BYTES_MIN..=http::COMPRESS_BYTES_MAX).contains(&size);
+            // The whole file in one part: wwd may keep the answer.
+            let tag = wire::CacheTag {
+                path: path.clone(),
+                id: st.id.clone(),
+            };
+            if size <= wire::PART_BYTES as u64 {
+                head.cache = Some(tag);
+            }
             if gzip {
                 return match read(c, realm, &path, 0, size).await {
                     Ok(data) => gzipped(head, &v, &data),

@@ -9,6 +9,15 @@
 //! [`REPORT_EVERY`] that saw requests, it tells the site's load mailbox
 //! the most it had in flight, by which the site's supervisor grows and
 //! shrinks the pool ([`crate::pool`]).
+//!
+//! Kept answers: a whole static file's answer (a worker marks it, with the
+//! file it was read from) is kept in memory, and a later plain `GET` of
+//! the same URL is answered from it, with no mailbox at all, while the
+//! site's supervisor says it watches the realm's file changes (a lease it
+//! renews; [`crate::wire::CacheNote`]). A change to the file, its name or
+//! a directory above it drops the answer; so does any note that comes
+//! while an answer is on its way, which is then not kept (it may have been
+//! read before the change); the lease running out drops them all.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -47,10 +56,164 @@ pub const HEADER_WAIT: Duration = Duration::from_secs(10);
 pub const BODY_WAIT: Duration = Duration::from_secs(10);
 /// How often wwd reports its load (only while it has any, and once after).
 pub const REPORT_EVERY: Duration = Duration::from_millis(250);
+/// Most bytes of answers kept ([`Cache`]).
+pub const CACHE_BYTES_MAX: usize = 64 << 20;
+/// Most answers kept.
+pub const CACHE_ENTRIES_MAX: usize = 16_384;
 /// The first pause before a lost mailbox stream is opened again.
 pub const PAUSE_FIRST: Duration = Duration::from_millis(20);
 /// The longest such pause.
 pub const PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// What makes two requests the same for a kept answer: the URL and
+/// whether the client takes gzip (the worker's only choice by header).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    path: String,
+    query: String,
+    gzip: bool,
+}
+
+impl Key {
+    /// The key of a plain `GET` — no ranges, no conditions, no body —
+    /// which a kept answer may answer; `None` for any other request.
+    fn of(parts: &hyper::http::request::Parts) -> Option<Key> {
+        use hyper::header;
+        if parts.method != hyper::Method::GET {
+            return None;
+        }
+        let h = &parts.headers;
+        let conditional = [
+            header::RANGE,
+            header::IF_RANGE,
+            header::IF_NONE_MATCH,
+            header::IF_MODIFIED_SINCE,
+            header::IF_MATCH,
+            header::IF_UNMODIFIED_SINCE,
+            header::CONTENT_LENGTH,
+            header::TRANSFER_ENCODING,
+        ];
+        if conditional.iter().any(|c| h.contains_key(c)) {
+            return None;
+        }
+        let accept = h
+            .get_all(header::ACCEPT_ENCODING)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect::<Vec<_>>()
+            .join(",");
+        Some(Key {
+            path: parts.uri.path().to_string(),
+            query: parts.uri.query().unwrap_or_default().to_string(),
+            gzip: crate::http::accepts_gzip((!accept.is_empty()).then_some(accept.as_str())),
+        })
+    }
+}
+
+/// A kept answer.
+struct Kept {
+    head: ResponseHead,
+    body: Bytes,
+    file: wire::CacheTag,
+}
+
+/// The answers wwd keeps, and what it was told of changes.
+#[derive(Default)]
+struct Cache {
+    kept: HashMap<Key, Arc<Kept>>,
+    bytes: usize,
+    /// Moves at every note: an answer asked for before it is not kept.
+    told: u64,
+    /// Until when the supervisor's watch vouches for what is kept.
+    until: Option<tokio::time::Instant>,
+}
+
+impl Cache {
+    /// Whether kept answers hold now (dropping them all if the lease ran
+    /// out).
+    fn live(&mut self) -> bool {
+        match self.until {
+            Some(t) if tokio::time::Instant::now() < t => true,
+            Some(_) => {
+                self.drop_all();
+                self.until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn get(&mut self, key: &Key) -> Option<Arc<Kept>> {
+        if !self.live() {
+            return None;
+        }
+        self.kept.get(key).cloned()
+    }
+
+    fn drop_all(&mut self) {
+        self.kept.clear();
+        self.bytes = 0;
+        self.told += 1;
+    }
+
+    /// Keeps an answer asked for at `told`, if nothing was told since.
+    fn keep(&mut self, key: Key, told: u64, head: &ResponseHead, body: &Bytes) {
+        let Some(file) = &head.cache else { return };
+        if told != self.told || !self.live() || body.len() > CACHE_BYTES_MAX / 64 {
+            return;
+        }
+        if self.kept.len() >= CACHE_ENTRIES_MAX || self.bytes + body.len() > CACHE_BYTES_MAX {
+            // Full: start again rather than track what is used least.
+            self.kept.clear();
+            self.bytes = 0;
+        }
+        let mut head = head.clone();
+        head.id = 0;
+        let kept = Kept {
+            head,
+            body: body.clone(),
+            file: file.clone(),
+        };
+        self.bytes += body.len();
+        if let Some(old) = self.kept.insert(key, Arc::new(kept)) {
+            self.bytes -= old.body.len();
+        }
+    }
+
+    /// What the supervisor says.
+    fn note(&mut self, change: wire::CacheChange) {
+        use wire::CacheChange as C;
+        self.told += 1;
+        match change {
+            C::Watching { lease_ms } => {
+                let lease = Duration::from_millis(lease_ms.min(60_000));
+                self.until = Some(tokio::time::Instant::now() + lease);
+            }
+            C::Changed { ids, paths } => {
+                let stale = |k: &Kept| {
+                    ids.contains(&k.file.id)
+                        || paths.iter().any(|p| {
+                            k.file.path == *p
+                                || k.file
+                                    .path
+                                    .strip_prefix(p.as_str())
+                                    .is_some_and(|r| r.starts_with('/'))
+                        })
+                };
+                let before = self.kept.len();
+                self.kept.retain(|_, k| !stale(k));
+                if self.kept.len() != before {
+                    self.bytes = self.kept.values().map(|k| k.body.len()).sum();
+                }
+            }
+            C::DropAll => self.drop_all(),
+            C::Off => {
+                self.drop_all();
+                self.until = None;
+            }
+        }
+    }
+}
 
 /// A response whose parts are coming: its first part's head goes to the
 /// request waiting for it, with the stream its body's parts follow in;
@@ -61,6 +224,9 @@ struct Pending {
     body: Option<mpsc::Sender<Part>>,
     next: u32,
     early: std::collections::BTreeMap<u32, (ResponseHead, Bytes)>,
+    /// Where a whole answer may be kept, and the cache's count of notes
+    /// when it was asked for.
+    keep: Option<(Key, u64)>,
 }
 
 /// One part of a response's body.
@@ -85,6 +251,7 @@ struct Wwd {
     peak: std::sync::atomic::AtomicUsize,
     /// Where load reports go.
     load: String,
+    cache: Mutex<Cache>,
 }
 
 /// Longest a wwd started with `--tls` waits for its certificate.
@@ -131,6 +298,7 @@ pub async fn run(ctx: Ctx, listen: &str, tls: bool) -> Result<()> {
         pending: Mutex::new(HashMap::new()),
         peak: Default::default(),
         load: ctx.layout.load(),
+        cache: Default::default(),
     });
     tokio::spawn(wwd.clone().read_answers());
     tokio::spawn(wwd.clone().report_load());
@@ -208,6 +376,10 @@ impl Wwd {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Reads the answers from wwd's mailbox and completes their requests.
     async fn read_answers(self: Arc<Self>) {
         let mut pauses = Backoff::new(PAUSE_FIRST, PAUSE_MAX);
@@ -217,7 +389,13 @@ impl Wwd {
                 pauses.reset();
                 while let Ok(Some(batch)) = s.message().await {
                     for m in batch.messages {
-                        self.part(&m.payload);
+                        if m.payload.starts_with(wire::CacheNote::PREFIX) {
+                            if let Ok((n, _)) = wire::decode::<wire::CacheNote>(&m.payload) {
+                                self.cache().note(n.cache);
+                            }
+                        } else {
+                            self.part(&m.payload);
+                        }
                     }
                 }
             }
@@ -271,7 +449,13 @@ impl Wwd {
                 .insert(head.part, (head, Bytes::copy_from_slice(body)));
             return;
         }
-        let mut ready = vec![(head, Bytes::copy_from_slice(body))];
+        let body = Bytes::copy_from_slice(body);
+        if head.part == 0 && head.last && head.status == 200 {
+            if let Some((key, told)) = p.keep.take() {
+                self.cache().keep(key, told, &head, &body);
+            }
+        }
+        let mut ready = vec![(head, body)];
         loop {
             let Some((head, data)) = ready.pop() else {
                 break;
@@ -306,12 +490,35 @@ impl Wwd {
         req: HttpRequest<hyper::body::Incoming>,
     ) -> Result<HttpResponse<BoxBody<Bytes, std::io::Error>>, Infallible> {
         let head_only = req.method() == hyper::Method::HEAD;
-        let (head, body) = match self.clone().ask(req).await {
-            Ok((head, parts)) => {
+        let (parts, body) = req.into_parts();
+        let key = Key::of(&parts);
+        if let Some(kept) = key.as_ref().and_then(|k| self.cache().get(k)) {
+            let body = Full::new(kept.body.clone())
+                .map_err(|never| match never {})
+                .boxed();
+            let mut resp = response(&kept.head, body);
+            // Said, as caching proxies say it (nginx's $upstream_cache_status).
+            resp.headers_mut().insert(
+                hyper::header::HeaderName::from_static("x-tabos-cache"),
+                hyper::header::HeaderValue::from_static("hit"),
+            );
+            return Ok(resp);
+        }
+        let req = HttpRequest::from_parts(parts, body);
+        let (head, body) = match self.clone().ask(req, key).await {
+            Ok((head, mut parts)) => {
                 let body = if head_only {
                     Full::new(Bytes::new())
                         .map_err(|never| match never {})
                         .boxed()
+                } else if head.last && head.more.is_none() && !head.broken {
+                    // The whole answer in its one part (on its way with
+                    // the head): sent with its length, not in chunks.
+                    let data = match parts.recv().await {
+                        Some(p) if !p.broken => p.data,
+                        _ => Bytes::new(),
+                    };
+                    Full::new(data).map_err(|never| match never {}).boxed()
                 } else {
                     Streamed {
                         parts,
@@ -330,35 +537,7 @@ impl Wwd {
                     .boxed(),
             ),
         };
-        let mut resp = HttpResponse::new(body);
-        *resp.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        let headers = resp.headers_mut();
-        if !head.content_type.is_empty() {
-            if let Ok(v) = hyper::header::HeaderValue::from_str(&head.content_type) {
-                headers.insert(hyper::header::CONTENT_TYPE, v);
-            }
-        }
-        for (k, v) in &head.headers {
-            if let (Ok(k), Ok(v)) = (
-                hyper::header::HeaderName::from_bytes(k.as_bytes()),
-                hyper::header::HeaderValue::from_str(v),
-            ) {
-                headers.append(k, v);
-            }
-        }
-        // The length, so that a client knows a streamed body whole (and a
-        // HEAD says what GET would send).
-        if let Some(n) = head.length {
-            headers.insert(
-                hyper::header::CONTENT_LENGTH,
-                hyper::header::HeaderValue::from(n),
-            );
-        }
-        headers.insert(
-            hyper::header::SERVER,
-            hyper::header::HeaderValue::from_static("tabos-wwd"),
-        );
-        Ok(resp)
+        Ok(response(&head, body))
     }
 
     /// Asks the pool for the next window of response `id`.
@@ -385,6 +564,7 @@ impl Wwd {
     async fn ask(
         &self,
         req: HttpRequest<hyper::body::Incoming>,
+        key: Option<Key>,
     ) -> std::result::Result<(ResponseHead, mpsc::Receiver<Part>), (u16, String)> {
         let (parts, body) = req.into_parts();
         let body = tokio::time::timeout(BODY_WAIT, Limited::new(body, REQUEST_BODY_MAX).collect())
@@ -412,6 +592,7 @@ impl Wwd {
             window: None,
         };
         let (tx, rx) = oneshot::channel();
+        let keep = key.map(|k| (k, self.cache().told));
         {
             let mut pending = self.pending();
             if pending.len() >= IN_FLIGHT_MAX {
@@ -424,6 +605,7 @@ impl Wwd {
                     body: None,
                     next: 0,
                     early: Default::default(),
+                    keep,
                 },
             );
             self.peak.fetch_max(pending.len(), Ordering::Relaxed);
@@ -445,6 +627,42 @@ impl Wwd {
             }
         }
     }
+}
+
+/// The HTTP response an answer's head and body make.
+fn response(
+    head: &ResponseHead,
+    body: BoxBody<Bytes, std::io::Error>,
+) -> HttpResponse<BoxBody<Bytes, std::io::Error>> {
+    let mut resp = HttpResponse::new(body);
+    *resp.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let headers = resp.headers_mut();
+    if !head.content_type.is_empty() {
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&head.content_type) {
+            headers.insert(hyper::header::CONTENT_TYPE, v);
+        }
+    }
+    for (k, v) in &head.headers {
+        if let (Ok(k), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(k.as_bytes()),
+            hyper::header::HeaderValue::from_str(v),
+        ) {
+            headers.append(k, v);
+        }
+    }
+    // The length, so that a client knows a streamed body whole (and a
+    // HEAD says what GET would send).
+    if let Some(n) = head.length {
+        headers.insert(
+            hyper::header::CONTENT_LENGTH,
+            hyper::header::HeaderValue::from(n),
+        );
+    }
+    headers.insert(
+        hyper::header::SERVER,
+        hyper::header::HeaderValue::from_static("tabos-wwd"),
+    );
+    resp
 }
 
 /// A response's body as its parts come: the next window asked for as the

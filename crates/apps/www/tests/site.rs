@@ -455,6 +455,106 @@ fn big_byte(at: u64) -> u8 {
     (at.wrapping_mul(7919) % 251) as u8
 }
 
+/// Issue 40, item 2: wwd keeps whole static answers and answers a plain
+/// GET again from memory (`x-tabos-cache: hit`), while the site tells it
+/// of the realm's file changes: a file rewritten, a directory above a
+/// kept file renamed, a file removed and the site's routes changed are
+/// each answered anew within the bound below — without the site's notes
+/// the kept answers would be served for as long as it runs.
+#[test]
+fn kept_answers_follow_the_files_they_were_read_from() {
+    const BOUND: Duration = Duration::from_secs(30);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = TempDir::new("www-kept");
+    rt.block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        for d in ["/site", "/site/d", "/site2"] {
+            c.fs_mkdir(REALM, "", d, 0o755).await.unwrap();
+        }
+        put(&mut c, "/site/a.txt", b"v1").await;
+        put(&mut c, "/site/d/b.txt", b"b1").await;
+        put(&mut c, "/site/c.txt", b"c1").await;
+        put(&mut c, "/site2/c.txt", b"c2").await;
+        service::create(&client, REALM, "kept", &routes(&[]))
+            .await
+            .unwrap();
+        let (mut site, _port, base) = serve_site(&client, "kept", 1, 1).await;
+        until_answers(&format!("{base}/a.txt")).await;
+        // Polls `url` until its status and body are `want` and, with
+        // `hit`, it came from what wwd keeps.
+        let seen = |url: String,
+                    want: (u16, Option<&'static [u8]>),
+                    hit: bool,
+                    what: &'static str| async move {
+            let end = std::time::Instant::now() + BOUND;
+            loop {
+                let u = url.clone();
+                let (status, headers, body) = tokio::task::spawn_blocking(move || curl_full(&[&u]))
+                    .await
+                    .unwrap();
+                let kept = header(&headers, "x-tabos-cache") == Some("hit");
+                let matches = status == want.0 && want.1.is_none_or(|b| b == body.as_slice());
+                if matches && (kept || !hit) {
+                    return;
+                }
+                assert!(
+                    std::time::Instant::now() < end,
+                    "{what}: not seen within {BOUND:?} (last: {status} {:?}, kept {kept})",
+                    String::from_utf8_lossy(&body)
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        for (u, b) in [
+            ("/a.txt", &b"v1"[..]),
+            ("/d/b.txt", b"b1"),
+            ("/c.txt", b"c1"),
+        ] {
+            seen(format!("{base}{u}"), (200, Some(b)), true, "kept").await;
+        }
+        // Rewritten by another client.
+        c.fs_write(REALM, "", "/site/a.txt", 0, b"v2".to_vec(), false)
+            .await
+            .unwrap();
+        seen(
+            format!("{base}/a.txt"),
+            (200, Some(b"v2")),
+            false,
+            "a.txt rewritten",
+        )
+        .await;
+        seen(
+            format!("{base}/a.txt"),
+            (200, Some(b"v2")),
+            true,
+            "a.txt kept anew",
+        )
+        .await;
+        // A directory above a kept file renamed.
+        c.fs_rename(REALM, "", "/site/d", "/site/e").await.unwrap();
+        seen(format!("{base}/d/b.txt"), (404, None), false, "d renamed").await;
+        // Removed.
+        c.fs_unlink(REALM, "", "/site/a.txt").await.unwrap();
+        seen(format!("{base}/a.txt"), (404, None), false, "a.txt removed").await;
+        // The routes changed: / now serves /site2.
+        let mut r = routes(&[]);
+        r.routes[0].handler = Handler::Static {
+            root: "/site2".into(),
+        };
+        service::create(&client, REALM, "kept", &r).await.unwrap();
+        seen(
+            format!("{base}/c.txt"),
+            (200, Some(b"c2")),
+            false,
+            "routes changed",
+        )
+        .await;
+        site.stop().await;
+    });
+}
+
 /// Issue 39, item 2: HTTP as browsers and caches expect it, asked with
 /// curl — validators and 304, single and multiple ranges (206, 416,
 /// If-Range), Content-Length on HEAD, gzip when accepted, and a file far

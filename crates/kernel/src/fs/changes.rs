@@ -5,7 +5,8 @@
 //! Every transaction that changes a name or a file says so on the realm's
 //! channel ([`channel`]): a name added or removed ([`Change::Name`], its
 //! path — a rename says both) or a file's attributes or data changed
-//! ([`Change::File`], its id). The notes go out after the commit, in commit
+//! ([`Change::File`], its id; a removal and a rename say the file's id
+//! too, for a watcher not told the name). The notes go out after the commit, in commit
 //! order, like every other note ([`tabos_store::feed`]).
 //!
 //! A watcher ([`watch`]) subscribes first and is then told every change;

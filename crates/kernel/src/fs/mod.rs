@@ -622,6 +622,8 @@ fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<
         params![pk, realm, st.path.as_str()],
     )?;
     note(tx, realm, Change::Name(st.path.clone()))?;
+    // By id too: a watcher that may not list the directory learns it.
+    note(tx, realm, Change::File(st.id.clone()))?;
     touch(tx, realm, parent_of(&st.path), now_us)?;
     if st.file_type == FileType::Dir {
         tx.execute(
@@ -636,10 +638,6 @@ fn delete_entry(tx: &mut dyn Tx, realm: &str, st: &Stat, now_us: i64) -> Result<
          WHERE p_key = $1 AND realm = $2 AND f_id = $3",
         params![pk, realm, st.id.as_str(), now_us],
     )?;
-    if st.nlink > 1 {
-        // Its other names' count of names changed.
-        note(tx, realm, Change::File(st.id.clone()))?;
-    }
     let st = Stat {
         nlink: st.nlink - 1,
         ..st.clone()
@@ -780,6 +778,7 @@ pub fn rename_tx(
     )?;
     note(tx, realm, Change::Name(from.to_string()))?;
     note(tx, realm, Change::Name(to.to_string()))?;
+    note(tx, realm, Change::File(st.id.clone()))?;
     touch(tx, realm, parent_of(from), now_us)?;
     touch(tx, realm, parent_of(to), now_us)?;
     Ok(queued)
