@@ -193,6 +193,16 @@ class WatchEvent:
 
 
 @dataclass(frozen=True)
+class FileChange:
+    """One change a file watch saw: ``kind`` is ``"watching"`` (first,
+    once subscribed), ``"name"`` (a name added or removed: ``what`` is its
+    path) or ``"file"`` (a file's data or attributes: ``what`` is its id)."""
+
+    kind: str
+    what: str
+
+
+@dataclass(frozen=True)
 class FileStat:
     """A file or directory of the realm's tabos fs."""
 
@@ -794,6 +804,21 @@ class Fs:
         else:
             buffered = io.BufferedWriter(raw, CHUNK_BYTES)
         return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding="utf-8")
+
+    def watch(self, *, realm: str = "", user: str = "") -> Iterator[FileChange]:
+        """The realm's file changes as they commit, until the iterator is
+        closed: first ``FileChange("watching", "")`` once subscribed, then
+        each change in commit order — a name only where the user may list
+        its directory. A watch that falls behind the node's change feed raises
+        ``TabosError`` with code ``DATA_LOSS``: drop what was cached from it
+        and watch again."""
+        req = pb.FsWatchRequest(realm=realm, user=user)
+        for m in self._c._stream(self._c._fs.Watch, req):
+            if m.watching:
+                yield FileChange("watching", "")
+            for ch in m.changes:
+                named = ch.kind == pb.FsChangeKind.FS_CHANGE_KIND_NAME
+                yield FileChange(_word(pb.FsChangeKind, ch.kind), ch.path if named else ch.id)
 
     def stat(self, path: str, *, realm: str = "", user: str = "") -> FileStat:
         """A file's or directory's metadata."""

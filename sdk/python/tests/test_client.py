@@ -139,6 +139,19 @@ def test_names_versions_watch_and_election(node, client: tabos.Client) -> None:
     second.close()
 
 
+def test_file_changes_are_watched(client: tabos.Client) -> None:
+    """``fs.watch`` tells a new file's name and then its write (by id), in
+    commit order, after saying it watches."""
+    w = client.fs.watch()
+    assert next(w) == tabos.FileChange("watching", "")
+    client.fs.write_bytes("/watched.txt", b"x")
+    assert next(w) == tabos.FileChange("name", "/watched.txt")
+    then = next(w)
+    assert then.kind == "file" and then.what, then
+    w.close()
+    client.fs.remove("/watched.txt")
+
+
 def test_files_are_file_like(client: tabos.Client) -> None:
     client.fs.mkdir("/py/data", parents=True)
     big = bytes(range(256)) * (40 * 1024 + 3)  # over two write chunks
