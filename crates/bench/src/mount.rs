@@ -119,10 +119,20 @@ impl Bindfs {
 
 impl Drop for Bindfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount")
+        // Lazily if it is still busy (a git of the last round may still
+        // hold it): a full run left it mounted otherwise.
+        let unmounted = Command::new("umount")
             .arg(&self.dir)
             .stderr(Stdio::null())
-            .status();
+            .status()
+            .is_ok_and(|s| s.success());
+        if !unmounted {
+            let _ = Command::new("umount")
+                .arg("-l")
+                .arg(&self.dir)
+                .stderr(Stdio::null())
+                .status();
+        }
     }
 }
 
