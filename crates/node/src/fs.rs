@@ -266,18 +266,18 @@ crate::op::served! {
     close(FsHandleRequest) -> Empty = Close;
     du(FsDuRequest) -> FsDuResponse = Du;
     @streams {
-        type WatchStream = tokio_stream::wrappers::ReceiverStream<Result<proto::FsChanges, Status>>;
+        type WatchStream = crate::streams::Streamed<proto::FsChanges>;
 
         async fn watch(
             &self,
             request: Request<proto::FsWatchRequest>,
         ) -> Result<Response<Self::WatchStream>, Status> {
             let who = self.node.caller_of(&request)?;
+            let held = crate::streams::take_watch(&self.node, &who)?;
             let sub = fs::changes::watch(&self.node.store, &who).map_err(|e| kernel_status(&e))?;
-            let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
-            let stopping = self.node.stopping.watch();
-            tokio::spawn(forward_changes(self.node.clone(), who, sub, tx, stopping));
-            Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(rx)))
+            let (out, streamed) = crate::streams::channel(WATCH_BUFFER, self.node.stopping.watch());
+            tokio::spawn(forward_changes(self.node.clone(), who, sub, out, held));
+            Ok(Response::new(streamed))
         }
 
         async fn read(
@@ -400,44 +400,45 @@ crate::op::served! {
 
 /// Messages of a file watch waiting for its client; past it the watch
 /// waits (and the changes wait on its subscription, which is bounded too).
-const WATCH_BUFFER: usize = 64;
+const WATCH_BUFFER: usize = 16;
 /// Most changes one watch message carries.
 const WATCH_BATCH_MAX: usize = 512;
+/// Most bytes of notes one watch message is made from: with
+/// [`WATCH_BUFFER`], what a watch's stream holds for a client that does
+/// not read (its subscription holds the rest, bounded by the feed).
+const WATCH_BATCH_BYTES_MAX: usize = 64 << 10;
 
 /// Forwards a realm's file changes that `who` may see to a watcher, in
-/// batches of what has come, until it goes away or falls behind.
+/// batches of what has come, until it goes away, falls behind or the node
+/// stops; `_held` is its place among its realm's watches.
 async fn forward_changes(
     node: Node,
     who: tabos_kernel::auth::Caller,
     mut sub: tabos_store::Subscription,
-    tx: tokio::sync::mpsc::Sender<Result<proto::FsChanges, Status>>,
-    stopping: tokio::sync::watch::Receiver<bool>,
+    out: crate::streams::Out<proto::FsChanges>,
+    _held: crate::doors::Taken,
 ) {
     use fs::changes::Change;
-    let stopping = crate::stopping(stopping);
-    tokio::pin!(stopping);
     let watching = proto::FsChanges {
         watching: true,
         changes: Vec::new(),
     };
-    if tx.send(Ok(watching)).await.is_err() {
+    if out.send(watching).await.is_err() {
         return;
     }
     loop {
         let first = tokio::select! {
             note = sub.recv() => note,
-            () = tx.closed() => return,
-            () = &mut stopping => {
-                let _ = tx.send(Err(Status::unavailable(
-                    "the node is shutting down; watch again on another node or after restart",
-                ))).await;
-                return;
-            }
+            _ = out.ended() => return,
         };
         let mut notes = vec![first];
-        while notes.len() < WATCH_BATCH_MAX {
+        let mut bytes = 0;
+        while notes.len() < WATCH_BATCH_MAX && bytes < WATCH_BATCH_BYTES_MAX {
             match sub.try_recv() {
-                Ok(Some(n)) => notes.push(Ok(n)),
+                Ok(Some(n)) => {
+                    bytes += n.payload.len();
+                    notes.push(Ok(n));
+                }
                 Ok(None) => break,
                 Err(e) => {
                     notes.push(Err(e));
@@ -457,28 +458,36 @@ async fn forward_changes(
                         )),
                         e => crate::status_of(&e),
                     };
-                    let _ = tx.send(Err(status)).await;
+                    out.finish(status);
                     return;
                 }
             }
         }
-        let seen = node
-            .read_as(who.clone(), move |t, who, _| {
+        // Names are told only where the caller may list their directory,
+        // which takes a read; a batch of file ids alone needs none.
+        let seen = if changes.iter().any(|c| matches!(c, Change::Name(_))) {
+            node.read_as(who.clone(), move |t, who, _| {
                 fs::changes::visible_tx(t, who, changes.clone())
             })
-            .await;
-        if seen.as_ref().is_ok_and(Vec::is_empty) {
-            continue;
-        }
-        let message = seen
-            .map(|cs| proto::FsChanges {
-                watching: false,
-                changes: cs.into_iter().map(change_to_proto).collect(),
-            })
-            .map_err(|e| kernel_status(&e));
-        let failed = message.is_err();
-        if tx.send(message).await.is_err() || failed {
-            return;
+            .await
+        } else {
+            Ok(changes)
+        };
+        match seen {
+            Ok(cs) if cs.is_empty() => continue,
+            Ok(cs) => {
+                let message = proto::FsChanges {
+                    watching: false,
+                    changes: cs.into_iter().map(change_to_proto).collect(),
+                };
+                if out.send(message).await.is_err() {
+                    return;
+                }
+            }
+            Err(e) => {
+                out.finish(kernel_status(&e));
+                return;
+            }
         }
     }
 }

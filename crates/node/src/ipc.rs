@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tabos_client::proto;
 use tabos_kernel::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
@@ -157,7 +156,7 @@ crate::op::served! {
     peek(RecvRequest) -> RecvResponse = Peek;
     mailbox(MailboxRequest) -> MailboxInfo = Mailbox;
     @streams {
-        type RecvStreamStream = ReceiverStream<Result<proto::RecvResponse, Status>>;
+        type RecvStreamStream = crate::streams::Streamed<proto::RecvResponse>;
 
         async fn recv_stream(
             &self,
@@ -176,39 +175,33 @@ crate::op::served! {
                 .map_err(|e| kernel_status(&e))?;
             // Room for one batch: the next is taken only once the client has
             // read this one (or the transport has buffered it).
-            let (tx, rx) = tokio::sync::mpsc::channel(1);
+            let (out, streamed) = crate::streams::channel(1, self.node.stopping.watch());
             // One receiver for the stream's life (made above): it stays
             // subscribed, so after a batch that emptied the mailbox it waits for
             // the next send without a transaction, and no send falls between
             // subscriptions.
-            let stopping = self.node.stopping.watch();
             tokio::spawn(async move {
                 loop {
-                    let Ok(permit) = tx.reserve().await else {
-                        return; // the client went away
+                    // Room first: a message is taken from the mailbox only
+                    // once it has somewhere to go.
+                    let Ok(permit) = out.reserve().await else {
+                        return; // the client went away, or the node stops
                     };
-                    if *stopping.borrow() {
-                        permit.send(Err(Status::unavailable("the node is shutting down")));
-                        return;
-                    }
                     let stop = async {
-                        tokio::select! {
-                            () = tx.closed() => {}
-                            () = crate::stopping(stopping.clone()) => {}
-                        }
+                        let _ = out.ended().await;
                     };
                     let got = receiver.recv(take, ipc::RECV_WAIT_MAX, stop).await;
                     match got {
                         Ok(got) if got.messages.is_empty() => {}
                         Ok(got) => permit.send(Ok(response(got))),
                         Err(e) => {
-                            permit.send(Err(kernel_status(&e)));
-                            return;
+                            drop(permit);
+                            return out.finish(kernel_status(&e));
                         }
                     }
                 }
             });
-            Ok(Response::new(ReceiverStream::new(rx)))
+            Ok(Response::new(streamed))
         }
     }
 }

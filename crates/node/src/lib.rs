@@ -52,6 +52,7 @@ pub use serve::{
 pub mod size;
 pub mod sql;
 pub mod status;
+pub mod streams;
 pub mod supervise;
 pub mod tokens;
 pub mod wire;
@@ -262,6 +263,8 @@ pub struct Node {
     pub dashboard_door: std::sync::Arc<dashboard::Door>,
     /// The event streams each realm's dashboard sessions hold.
     pub dashboard_streams: std::sync::Arc<doors::PerRealm>,
+    /// The file and name watches each realm's callers hold.
+    pub watches: std::sync::Arc<doors::PerRealm>,
     /// The dashboard's signed-in sessions.
     pub dashboard_sessions: std::sync::Arc<dashboard::Sessions>,
     /// Raised when the node's shutdown begins.
@@ -354,6 +357,7 @@ impl Node {
             pg_listens: pg::listens(),
             dashboard_door: dashboard::door(),
             dashboard_streams: dashboard::streams(),
+            watches: streams::watches(),
             dashboard_sessions: Default::default(),
             stopping: Stopping::default(),
             store,
@@ -389,6 +393,7 @@ impl Node {
             counted("API calls", self.doors.calls()),
             counted("postgres LISTEN channels", &self.pg_listens),
             counted("dashboard event streams", &self.dashboard_streams),
+            counted("watches", &self.watches),
             doors::realm_cap(
                 "dashboard sessions",
                 dashboard::SESSIONS_PER_REALM_MAX,

@@ -14,7 +14,6 @@ use std::time::Duration;
 use tabos_client::proto;
 use tabos_kernel::names::{self, Entry, Fence, Kind};
 use tabos_kernel::Error as KError;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
@@ -218,7 +217,7 @@ crate::op::served! {
     renew_session(SessionRequest) -> SessionResponse = RenewSession;
     close_session(SessionRequest) -> CloseSessionResponse = CloseSession;
     @streams {
-        type WatchStream = ReceiverStream<Result<proto::WatchEvent, Status>>;
+        type WatchStream = crate::streams::Streamed<proto::WatchEvent>;
 
         async fn watch(
             &self,
@@ -237,13 +236,14 @@ crate::op::served! {
                 })
                 .await
                 .map_err(|e| kernel_status(&e))?;
+            let held = crate::streams::take_watch(&self.node, &who)?;
             let store = self.node.store.clone();
-            let (tx, rx) = tokio::sync::mpsc::channel(WATCH_BUFFER);
-            let stopping = self.node.stopping.watch();
+            let (out, streamed) = crate::streams::channel(WATCH_BUFFER, self.node.stopping.watch());
             match mode {
                 proto::WatchMode::Exists | proto::WatchMode::Removed => {
                     let exists = mode == proto::WatchMode::Exists;
                     tokio::spawn(async move {
+                        let _held = held;
                         let waited = async {
                             if exists {
                                 names::wait_exists(&store, &who, &r.path).await.map(|e| {
@@ -266,13 +266,11 @@ crate::op::served! {
                             }
                         };
                         tokio::select! {
-                            got = waited => {
-                                let _ = tx.send(got.map_err(|e| kernel_status(&e))).await;
-                            }
-                            () = tx.closed() => {}
-                            () = crate::stopping(stopping) => {
-                                let _ = tx.send(Err(shutting_down())).await;
-                            }
+                            got = waited => match got {
+                                Ok(event) => { let _ = out.send(event).await; }
+                                Err(e) => out.finish(kernel_status(&e)),
+                            },
+                            _ = out.ended() => {}
                         }
                     });
                 }
@@ -281,67 +279,62 @@ crate::op::served! {
                     let (sub, version) = names::watch_dir(&store, &who, &r.path)
                         .await
                         .map_err(|e| kernel_status(&e))?;
-                    tokio::spawn(forward_dir(sub, r.path, version, tx, stopping));
+                    tokio::spawn(forward_dir(sub, r.path, version, out, held));
                 }
             }
-            Ok(Response::new(ReceiverStream::new(rx)))
+            Ok(Response::new(streamed))
         }
     }
 }
 
-fn shutting_down() -> Status {
-    Status::unavailable("the node is shutting down; watch again on another node or after restart")
-}
-
-/// Forwards a directory's changes to a watcher until it goes away.
+/// Forwards a directory's changes to a watcher until it goes away, falls
+/// behind or the node stops; `_held` is its place among its realm's watches.
 async fn forward_dir(
     mut sub: tabos_store::Subscription,
     dir: String,
     version: i64,
-    tx: tokio::sync::mpsc::Sender<Result<proto::WatchEvent, Status>>,
-    stopping: tokio::sync::watch::Receiver<bool>,
+    out: crate::streams::Out<proto::WatchEvent>,
+    _held: crate::doors::Taken,
 ) {
-    let stopping = crate::stopping(stopping);
-    tokio::pin!(stopping);
     let first = proto::WatchEvent {
         op: proto::WatchOp::Watching.into(),
         path: dir.clone(),
         version,
         entry: None,
     };
-    if tx.send(Ok(first)).await.is_err() {
+    if out.send(first).await.is_err() {
         return;
     }
     loop {
         let note = tokio::select! {
             note = sub.recv() => note,
-            () = tx.closed() => return,
-            () = &mut stopping => {
-                let _ = tx.send(Err(shutting_down())).await;
-                return;
-            }
+            _ = out.ended() => return,
         };
-        let event = match note {
+        let status = match note {
             // Long directory paths share hashed channels: keep only ours.
             Ok(n) => match names::Change::parse(&n.payload) {
-                Some(c) if names::parent_of(&c.path) == dir => Ok(proto::WatchEvent {
-                    op: crate::wire::of_text(&c.op, proto::WatchOp::from_name).into(),
-                    path: c.path,
-                    version: c.version,
-                    entry: None,
-                }),
+                Some(c) if names::parent_of(&c.path) == dir => {
+                    let event = proto::WatchEvent {
+                        op: crate::wire::of_text(&c.op, proto::WatchOp::from_name).into(),
+                        path: c.path,
+                        version: c.version,
+                        entry: None,
+                    };
+                    if out.send(event).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
                 _ => continue,
             },
-            Err(tabos_store::Error::Lagged(n)) => Err(Status::data_loss(format!(
+            Err(tabos_store::Error::Lagged(n)) => Status::data_loss(format!(
                 "the watch of {dir} fell {n} changes behind and was cut off; \
                  read the directory again and watch from its new version"
-            ))),
-            Err(e) => Err(crate::status_of(&e)),
+            )),
+            Err(e) => crate::status_of(&e),
         };
-        let last = event.is_err();
-        if tx.send(event).await.is_err() || last {
-            return;
-        }
+        out.finish(status);
+        return;
     }
 }
 

@@ -77,6 +77,8 @@ async fn log_target(
 
 /// Most bytes of log one FollowLogs message carries.
 pub const FOLLOW_CHUNK_BYTES: usize = 1 << 20;
+/// FollowLogs messages waiting for a client that has not read them.
+const FOLLOW_BUFFER: usize = 4;
 
 /// Reads up to [`FOLLOW_CHUNK_BYTES`] of the log at `path` from `offset`
 /// (nothing when the file does not exist yet).
@@ -449,8 +451,7 @@ crate::op::served! {
             }))
         }
 
-        type FollowLogsStream =
-            tokio_stream::wrappers::ReceiverStream<Result<proto::LogsResponse, Status>>;
+        type FollowLogsStream = crate::streams::Streamed<proto::LogsResponse>;
 
         async fn follow_logs(
             &self,
@@ -462,7 +463,8 @@ crate::op::served! {
                 stream,
                 peer,
             } = log_target(&self.node, request).await?;
-            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            let (out, streamed) =
+                crate::streams::channel(FOLLOW_BUFFER, self.node.stopping.watch());
             // Held by another node: its stream, passed on.
             if let Some((addr, mut peer)) = peer {
                 let mut s = peer
@@ -473,30 +475,25 @@ crate::op::served! {
                     })?;
                 tokio::spawn(async move {
                     loop {
-                        match s.message().await {
+                        let got = tokio::select! {
+                            got = s.message() => got,
+                            _ = out.ended() => return,
+                        };
+                        match got {
                             Ok(Some(m)) => {
-                                if tx.send(Ok(m)).await.is_err() {
+                                if out.send(m).await.is_err() {
                                     return;
                                 }
                             }
                             Ok(None) => return,
-                            Err(e) => {
-                                let _ = tx.send(Err(e)).await;
-                                return;
-                            }
+                            Err(e) => return out.finish(e),
                         }
                     }
                 });
-                return Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-                    rx,
-                )));
+                return Ok(Response::new(streamed));
             }
             let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
-            let (store, realm, stopping) = (
-                self.node.store.clone(),
-                realm.clone(),
-                self.node.stopping.watch(),
-            );
+            let (store, realm) = (self.node.store.clone(), realm.clone());
             tokio::spawn(async move {
                 let mut offset = 0u64;
                 let mut waited_start = false;
@@ -512,16 +509,13 @@ crate::op::served! {
                             data,
                             truncated: offset >= LOG_BYTES_MAX,
                         };
-                        if tx.send(Ok(m)).await.is_err() {
-                            return; // the client went away
+                        if out.send(m).await.is_err() {
+                            return; // the client went away, or the node stops
                         }
                     }
                     let state = match procs::status(&store, &realm, &pid).await {
                         Ok(i) => i.state,
-                        Err(e) => {
-                            let _ = tx.send(Err(kernel_status(&e))).await;
-                            return;
-                        }
+                        Err(e) => return out.finish(kernel_status(&e)),
                     };
                     if state.is_terminal() && crate::procd::follow_log(&path).is_none() {
                         return; // ended, and its writer is done: all was sent
@@ -548,17 +542,11 @@ crate::op::served! {
                     };
                     tokio::select! {
                         () = more => {}
-                        () = tx.closed() => return,
-                        () = crate::stopping(stopping.clone()) => {
-                            let _ = tx.send(Err(Status::unavailable("the node is shutting down"))).await;
-                            return;
-                        }
+                        _ = out.ended() => return,
                     }
                 }
             });
-            Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
-                rx,
-            )))
+            Ok(Response::new(streamed))
         }
     }
 }

@@ -51,6 +51,11 @@ pub async fn bind(addr: &str) -> Result<TcpListener, Error> {
 pub const LOCAL_SOCKET_NAME: &str = "tabos.sock";
 /// Longest path a Unix socket may have (`sun_path` less its NUL).
 pub const LOCAL_SOCKET_PATH_MAX: usize = 107;
+/// How long a stopping node waits for its open calls to end — their
+/// streams end when the stop begins ([`crate::streams`]), and what they
+/// sent last is delivered to clients that read it — before it stops
+/// without them: a client that reads nothing cannot hold a node up.
+pub const DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a node served without a local socket of its own (an embedded
 /// node: tests, the demo) puts the one its jailed procs reach it through:
@@ -508,7 +513,20 @@ pub async fn serve_with(
     tokio::pin!(servers);
     let (tcp_served, local_served) = tokio::select! {
         r = &mut servers => r,
-        () = shutdown => servers.await,
+        () = shutdown => match tokio::time::timeout(DRAIN_MAX, &mut servers).await {
+            Ok(r) => r,
+            // Calls whose clients do not read what is sent to them (their
+            // streams ended on the stop, but what was sent waits on the
+            // client's flow-control window): not waited for any longer.
+            Err(_) => {
+                eprintln!(
+                    "node {}: calls still open {DRAIN_MAX:?} after its shutdown began (their \
+                     clients do not read); stopping without them",
+                    node.settings.node_id
+                );
+                (Ok(()), Ok(()))
+            }
+        },
     };
     let served = tcp_served.and(local_served);
     let failed = tasks.shut_down().await;

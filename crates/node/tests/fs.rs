@@ -292,3 +292,154 @@ async fn reads_and_writes_for_a_proc_are_its_provenance() {
     assert_eq!(code(&e), Code::NotFound);
     n.shut_down().await;
 }
+
+/// A realm holds at most `WATCHES_PER_REALM_MAX` watches (of files and
+/// of names) open on a node: past it a watch is RESOURCE_EXHAUSTED, while
+/// another realm and the operator still watch, and an ended watch gives
+/// its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realm_holds_a_bounded_number_of_watches() {
+    use tabos_client::proto::WatchMode;
+    use tabos_node::streams::WATCHES_PER_REALM_MAX;
+    let dir = TempDir::new("fs-watches");
+    let n = start(&dir, "fs-node").await;
+    let mut op = n.client().await;
+    let admin = |name: &'static str| {
+        let mut op = op.clone();
+        let n = &n;
+        async move {
+            let made = op.create_realm(name, proto::Scheduler::Fifo).await.unwrap();
+            n.client_with(&made.admin_token).await
+        }
+    };
+    let mut a = admin("watchful").await;
+    let mut b = admin("other").await;
+    // Half file watches, half name watches: one count.
+    let mut held = Vec::new();
+    for i in 0..WATCHES_PER_REALM_MAX {
+        if i % 2 == 0 {
+            let mut s = a.fs_watch("", "").await.unwrap();
+            assert!(s.message().await.unwrap().unwrap().watching);
+            held.push(Some((Some(s), None)));
+        } else {
+            let mut s = a.watch("", "/", WatchMode::Dir).await.unwrap();
+            s.message().await.unwrap().unwrap();
+            held.push(Some((None, Some(s))));
+        }
+    }
+    let e = a.fs_watch("", "").await.unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    assert!(e.to_string().contains("watches"), "{e}");
+    let e = a.watch("", "/", WatchMode::Dir).await.unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    // Another realm, and the operator, are not held back by it.
+    let mut s = b.fs_watch("", "").await.unwrap();
+    assert!(s.message().await.unwrap().unwrap().watching);
+    let mut s = op.fs_watch(REALM, "root").await.unwrap();
+    assert!(s.message().await.unwrap().unwrap().watching);
+    let shown = op.status().await.unwrap();
+    let cap = shown
+        .realm_caps
+        .iter()
+        .find(|c| c.what == "watches")
+        .expect("watches are shown among the realms' caps");
+    assert_eq!(cap.per_realm_max as usize, WATCHES_PER_REALM_MAX);
+    assert_eq!(
+        cap.by_realm.get("watchful").copied(),
+        Some(WATCHES_PER_REALM_MAX as u64)
+    );
+    // A watch its client ends gives its place back (once the node has
+    // seen the call go).
+    held[0] = None;
+    let mut again = None;
+    for _ in 0..200 {
+        match a.fs_watch("", "").await {
+            Ok(s) => {
+                again = Some(s);
+                break;
+            }
+            Err(e) => assert_eq!(code(&e), Code::ResourceExhausted, "{e}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(again.is_some(), "the ended watch's place was given back");
+    drop((held, again, s));
+    n.shut_down().await;
+}
+
+/// A watch whose client has stopped reading does not hold a stopping node
+/// up, nor outlive it: the node stops, the watch's task ends (its place
+/// given back), and a client that reads on gets what was sent and then an
+/// error — never a clean end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_its_client_does_not_read_ends_when_the_node_stops() {
+    let dir = TempDir::new("fs-unread-watch");
+    let n = start(&dir, "fs-node").await;
+    let mut op = n.client().await;
+    // A client whose windows are small, so that the node's sends wait on
+    // it after a few changes rather than after megabytes.
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", n.addr))
+        .unwrap()
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(65_535))
+        .connect()
+        .await
+        .unwrap();
+    let mut slow = proto::fs_client::FsClient::with_interceptor(
+        channel,
+        tabos_client::Bearer::new(&n.token).unwrap(),
+    );
+    let mut unread = slow
+        .watch(proto::FsWatchRequest {
+            realm: REALM.into(),
+            user: "root".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(unread.message().await.unwrap().unwrap().watching);
+    // Changes with long names, well past what the stream and the client's
+    // window hold (about 1 MiB), and within what the subscription holds.
+    let mut deep = String::new();
+    for i in 0..3 {
+        deep.push_str(&format!("/{i}{}", "d".repeat(250)));
+        op.fs_mkdir(REALM, "root", &deep, 0).await.unwrap();
+    }
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (mut c, deep) = (op.clone(), deep.clone());
+        writers.push(tokio::spawn(async move {
+            for i in 0..500 {
+                let path = format!("{deep}/{w}-{i:04}-{}", "f".repeat(200));
+                c.fs_create(REALM, "root", &path, 0).await.unwrap();
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    let node = n.node.clone();
+    assert_eq!(node.watches.usage(), vec![(String::new(), 1)]);
+    // Bounded only so that a hang fails the test rather than the run.
+    tokio::time::timeout(std::time::Duration::from_secs(120), n.shut_down())
+        .await
+        .expect("the node stopped with a watch its client does not read");
+    assert!(
+        node.watches.usage().is_empty(),
+        "the unread watch's task ended with the node: {:?}",
+        node.watches.usage()
+    );
+    let mut changes = 0;
+    let end = loop {
+        match unread.message().await {
+            Ok(Some(m)) => changes += m.changes.len(),
+            Ok(None) => panic!("the watch ended cleanly after {changes} changes"),
+            Err(e) => break e,
+        }
+    };
+    assert!(changes > 0, "changes were sent before the stop");
+    // (Its connection outlives the node's server in this process, so the
+    // node's last word reaches it.)
+    assert_eq!(end.code(), Code::Unavailable, "{end}");
+    assert!(end.message().contains("shutting down"), "{end}");
+}

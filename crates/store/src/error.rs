@@ -124,7 +124,10 @@ pub enum Error {
 
     /// A change-feed subscriber fell too far behind and was cut off; it must
     /// re-read the state it watches and subscribe again.
-    #[error("change-feed subscriber lagged behind by more than {0} notifications and was dropped")]
+    #[error(
+        "change-feed subscriber was cut off with {0} notifications unread (its queue full, or notifications lost) \
+         and must re-read what it watches"
+    )]
     Lagged(usize),
 
     #[error("store is shut down")]

@@ -16,13 +16,17 @@
 //! subscription to a channel not yet delivered returns once the database
 //! delivers it.
 //!
-//! Every subscriber has a bounded queue ([`SUBSCRIBER_QUEUE_MAX`]). A subscriber
-//! that falls that far behind is cut off rather than allowed to grow memory
-//! without bound or to stall the writers; its next receive returns
-//! [`Error::Lagged`] and it must re-read and subscribe again.
+//! Every subscriber has a bounded queue: at most [`SUBSCRIBER_QUEUE_MAX`]
+//! notifications and [`SUBSCRIBER_QUEUE_BYTES_MAX`] bytes unread. A
+//! subscriber that falls that far behind is cut off rather than allowed to
+//! grow memory without bound or to stall the writers; its next receive
+//! returns [`Error::Lagged`] and it must re-read and subscribe again. (The
+//! byte bound is what holds a long-lived subscription a tenant opens —
+//! a file watch its client never reads — to a known share of memory:
+//! notifications of long paths would otherwise take 65,536 × 8 KiB.)
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use tokio::sync::mpsc;
@@ -31,6 +35,9 @@ use crate::error::{Error, Result};
 
 /// Queue length of one subscriber, in notifications.
 pub const SUBSCRIBER_QUEUE_MAX: usize = 65_536;
+/// Most bytes one subscriber's unread notifications hold (as counted by
+/// [`Notification::queued_bytes`]).
+pub const SUBSCRIBER_QUEUE_BYTES_MAX: usize = 8 << 20;
 /// Longest channel name, in bytes.
 pub const CHANNEL_BYTES_MAX: usize = 128;
 /// Largest payload, in bytes. PostgreSQL's NOTIFY takes under 8000 bytes
@@ -43,6 +50,13 @@ pub const NOTIFY_PAYLOAD_BYTES_MAX: usize = 7_680;
 pub struct Notification {
     pub channel: String,
     pub payload: String,
+}
+
+impl Notification {
+    /// What one queued copy holds in memory: the value and its two strings.
+    pub fn queued_bytes(&self) -> usize {
+        std::mem::size_of::<Notification>() + self.channel.len() + self.payload.len()
+    }
 }
 
 /// Checks a channel name and payload against the limits. Channels are
@@ -85,7 +99,56 @@ pub(crate) fn queue(notes: &mut Vec<Notification>, channel: &str, payload: &str)
 struct Subscriber {
     id: u64,
     tx: mpsc::Sender<Notification>,
-    lagged: Arc<AtomicBool>,
+    queue: Arc<Queue>,
+}
+
+/// What a subscriber and its subscription share besides the channel: the
+/// bytes unread, and whether (and how far behind) it was cut off.
+#[derive(Default)]
+struct Queue {
+    bytes: AtomicUsize,
+    /// 0 while delivered to; once cut off, 1 + the notifications unread then.
+    cut_off: AtomicUsize,
+}
+
+impl Queue {
+    fn cut_off(&self, unread: usize) {
+        self.cut_off
+            .store(unread.saturating_add(1), Ordering::Release);
+    }
+
+    /// Queues `note` for the subscriber, or cuts it off (false) when its
+    /// queue is full by count or by bytes.
+    fn offer(&self, tx: &mpsc::Sender<Notification>, note: &Notification) -> bool {
+        let bytes = note.queued_bytes();
+        let unread = SUBSCRIBER_QUEUE_MAX - tx.capacity();
+        // Counted before it is sent, so the receiver never takes off more
+        // than was put on.
+        let before = self.bytes.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes > SUBSCRIBER_QUEUE_BYTES_MAX {
+            self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+            self.cut_off(unread);
+            return false;
+        }
+        match tx.try_send(note.clone()) {
+            Ok(()) => true,
+            Err(e) => {
+                self.bytes.fetch_sub(bytes, Ordering::AcqRel);
+                if let mpsc::error::TrySendError::Full(_) = e {
+                    self.cut_off(unread);
+                }
+                false
+            }
+        }
+    }
+
+    fn taken(&self, note: &Notification) {
+        let prev = self.bytes.fetch_sub(note.queued_bytes(), Ordering::AcqRel);
+        debug_assert!(
+            prev >= note.queued_bytes(),
+            "taken once, after it was counted"
+        );
+    }
 }
 
 /// Most a subscription waits for the database to start delivering its
@@ -155,7 +218,7 @@ impl Feed {
     /// returns are delivered; earlier ones are not.
     pub fn subscribe(self: &Arc<Self>, channel: &str) -> Subscription {
         let (tx, rx) = mpsc::channel(SUBSCRIBER_QUEUE_MAX);
-        let lagged = Arc::new(AtomicBool::new(false));
+        let queue = Arc::new(Queue::default());
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let wait_for = {
             let mut st = self.lock();
@@ -165,7 +228,7 @@ impl Feed {
                 .push(Subscriber {
                     id,
                     tx,
-                    lagged: lagged.clone(),
+                    queue: queue.clone(),
                 });
             match self.remote.get() {
                 Some(_) if !st.listened.contains(channel) => {
@@ -186,7 +249,7 @@ impl Feed {
         }
         Subscription {
             rx,
-            lagged,
+            queue,
             id,
             channel: channel.to_string(),
             feed: Arc::downgrade(self),
@@ -207,14 +270,7 @@ impl Feed {
                 let Some(subs) = st.channels.get_mut(&note.channel) else {
                     continue;
                 };
-                subs.retain(|s| match s.tx.try_send(note.clone()) {
-                    Ok(()) => true,
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        s.lagged.store(true, Ordering::Release);
-                        false
-                    }
-                    Err(mpsc::error::TrySendError::Closed(_)) => false,
-                });
+                subs.retain(|s| s.queue.offer(&s.tx, note));
                 if subs.is_empty() {
                     st.channels.remove(&note.channel);
                     if self.remote.get().is_some() {
@@ -237,7 +293,7 @@ impl Feed {
         let mut st = self.lock();
         for subs in st.channels.values() {
             for s in subs {
-                s.lagged.store(true, Ordering::Release);
+                s.queue.cut_off(SUBSCRIBER_QUEUE_MAX - s.tx.capacity());
             }
         }
         st.channels.clear();
@@ -355,7 +411,7 @@ impl Feed {
 /// A live subscription to one channel; dropping it unsubscribes.
 pub struct Subscription {
     rx: mpsc::Receiver<Notification>,
-    lagged: Arc<AtomicBool>,
+    queue: Arc<Queue>,
     id: u64,
     channel: String,
     feed: Weak<Feed>,
@@ -375,27 +431,32 @@ impl Subscription {
     }
 
     fn ended(&self) -> Error {
-        if self.lagged.load(Ordering::Acquire) {
-            Error::Lagged(SUBSCRIBER_QUEUE_MAX)
-        } else {
-            Error::Closed
+        match self.queue.cut_off.load(Ordering::Acquire) {
+            0 => Error::Closed,
+            n => Error::Lagged(n - 1),
+        }
+    }
+
+    fn got(&self, got: Option<Notification>) -> Result<Notification> {
+        match got {
+            Some(n) => {
+                self.queue.taken(&n);
+                Ok(n)
+            }
+            None => Err(self.ended()),
         }
     }
 
     /// Waits for the next notification (async).
     pub async fn recv(&mut self) -> Result<Notification> {
-        match self.rx.recv().await {
-            Some(n) => Ok(n),
-            None => Err(self.ended()),
-        }
+        let got = self.rx.recv().await;
+        self.got(got)
     }
 
     /// Waits for the next notification, blocking the thread.
     pub fn blocking_recv(&mut self) -> Result<Notification> {
-        match crate::block_on(self.rx.recv()) {
-            Some(n) => Ok(n),
-            None => Err(self.ended()),
-        }
+        let got = crate::block_on(self.rx.recv());
+        self.got(got)
     }
 
     /// Whether no notification is queued (a cut-off subscription is not
@@ -407,7 +468,7 @@ impl Subscription {
     /// The next notification if one is already queued.
     pub fn try_recv(&mut self) -> Result<Option<Notification>> {
         match self.rx.try_recv() {
-            Ok(n) => Ok(Some(n)),
+            Ok(n) => self.got(Some(n)).map(Some),
             Err(mpsc::error::TryRecvError::Empty) => Ok(None),
             Err(mpsc::error::TryRecvError::Disconnected) => Err(self.ended()),
         }
@@ -460,6 +521,35 @@ mod tests {
             assert!(s.try_recv().unwrap().is_some());
         }
         assert!(matches!(s.try_recv(), Err(Error::Lagged(_))));
+    }
+
+    #[test]
+    fn a_subscriber_is_cut_off_by_the_bytes_it_holds_unread() {
+        let feed = Feed::new();
+        let mut s = feed.subscribe("c");
+        let big = "p".repeat(NOTIFY_PAYLOAD_BYTES_MAX);
+        let fits = SUBSCRIBER_QUEUE_BYTES_MAX / note("c", &big).queued_bytes();
+        assert!(fits < SUBSCRIBER_QUEUE_MAX, "the byte bound is the one met");
+        // Taking some makes room for as many again.
+        feed.publish(&vec![note("c", &big); fits]);
+        for _ in 0..10 {
+            assert!(s.try_recv().unwrap().is_some());
+        }
+        feed.publish(&vec![note("c", &big); 10]);
+        assert_eq!(
+            feed.subscribers("c"),
+            1,
+            "within its bytes: still delivered to"
+        );
+        feed.publish(&[note("c", &big)]);
+        assert_eq!(feed.subscribers("c"), 0, "one past its bytes: cut off");
+        for _ in 0..fits {
+            assert!(s.try_recv().unwrap().is_some());
+        }
+        match s.try_recv() {
+            Err(Error::Lagged(n)) => assert_eq!(n, fits),
+            other => panic!("expected lagged, got {other:?}"),
+        }
     }
 
     #[test]

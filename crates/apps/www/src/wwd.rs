@@ -60,6 +60,12 @@ pub const REPORT_EVERY: Duration = Duration::from_millis(250);
 pub const CACHE_BYTES_MAX: usize = 64 << 20;
 /// Most answers kept.
 pub const CACHE_ENTRIES_MAX: usize = 16_384;
+/// Largest answer kept: a sixty-fourth of the cache, so that one large
+/// file cannot push out the many small ones it is for.
+pub const KEPT_BYTES_MAX: usize = CACHE_BYTES_MAX / 64;
+/// Longest lease on kept answers the supervisor may give: past it wwd
+/// keeps nothing more until told again, however long a lease it was told.
+pub const CACHE_LEASE_MAX: Duration = Duration::from_secs(60);
 /// The first pause before a lost mailbox stream is opened again.
 pub const PAUSE_FIRST: Duration = Duration::from_millis(20);
 /// The longest such pause.
@@ -159,7 +165,7 @@ impl Cache {
     /// Keeps an answer asked for at `told`, if nothing was told since.
     fn keep(&mut self, key: Key, told: u64, head: &ResponseHead, body: &Bytes) {
         let Some(file) = &head.cache else { return };
-        if told != self.told || !self.live() || body.len() > CACHE_BYTES_MAX / 64 {
+        if told != self.told || !self.live() || body.len() > KEPT_BYTES_MAX {
             return;
         }
         if self.kept.len() >= CACHE_ENTRIES_MAX || self.bytes + body.len() > CACHE_BYTES_MAX {
@@ -186,7 +192,7 @@ impl Cache {
         self.told += 1;
         match change {
             C::Watching { lease_ms } => {
-                let lease = Duration::from_millis(lease_ms.min(60_000));
+                let lease = Duration::from_millis(lease_ms).min(CACHE_LEASE_MAX);
                 self.until = Some(tokio::time::Instant::now() + lease);
             }
             C::Changed { ids, paths } => {
