@@ -21,6 +21,11 @@ const GRAMMAR: &str = "put PATH DATA | get PATH | rm PATH | send TO DATA | recv 
     line per call, in order: `ok ...` or `error CODE: message`. Exits non-zero if any failed."
 )]
 pub struct Args {
+    /// The calls do not depend on one another: the node runs them at once,
+    /// in no set order, and their writes share commits (output stays in
+    /// the lines' order)
+    #[arg(long)]
+    independent: bool,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
@@ -144,7 +149,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(!calls.is_empty(), "no calls on stdin (lines: {GRAMMAR})");
     let results = crate::runtime()?.block_on(async {
         let mut c = args.node.connect().await?;
-        Ok::<_, anyhow::Error>(c.batch(calls).await?)
+        let results = if args.independent {
+            c.batch_independent(calls).await?
+        } else {
+            c.batch(calls).await?
+        };
+        Ok::<_, anyhow::Error>(results)
     })?;
     let mut failed = 0;
     let mut out = std::io::stdout().lock();

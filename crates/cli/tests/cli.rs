@@ -1272,9 +1272,15 @@ fn mailboxes_send_and_recv() {
 
 /// `tabos batch` with `input` on stdin.
 fn batch(node: &Node, input: &str) -> Output {
+    batch_with(node, &[], input)
+}
+
+/// `tabos batch ARGS` with `input` on stdin.
+fn batch_with(node: &Node, args: &[&str], input: &str) -> Output {
     let mut child = node
         .command()
-        .args(["batch"])
+        .arg("batch")
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -1325,6 +1331,29 @@ fn a_batch_from_the_command_line() {
     assert!(stderr(&o).contains("unknown call"), "{}", stderr(&o));
     let o = node.tabos(&["cat", "/never"]);
     assert!(!o.status.success());
+    // Independent calls: run at once, answered in the lines' order.
+    let o = batch_with(
+        &node,
+        &["--independent"],
+        "put /one 1\nput /two 2\nget /missing\nput /three 3\n",
+    );
+    assert!(!o.status.success());
+    assert_eq!(
+        stdout(&o)
+            .lines()
+            .map(|l| l.split(':').next().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "ok version 1",
+            "ok version 1",
+            "error not found",
+            "ok version 1"
+        ],
+        "{}",
+        stdout(&o)
+    );
+    let o = node.tabos(&["cat", "/three"]);
+    assert_eq!(stdout(&o).trim(), "3");
 }
 
 #[test]

@@ -12,6 +12,25 @@ impl Client {
     /// calls after it still run). The calls are not one transaction
     /// together. At most [`BATCH_CALLS_MAX`] calls; a recv may not wait.
     pub async fn batch(&mut self, calls: Vec<Call>) -> Result<Vec<Result<Out, Error>>, Error> {
+        self.run_batch(calls, false).await
+    }
+
+    /// [`Client::batch`] for calls that do not depend on one another: the
+    /// node runs them at once, in no set order, so their transactions
+    /// share its group commits (writes to several paths cost about one
+    /// commit, not one each). The results still come in the calls' order.
+    pub async fn batch_independent(
+        &mut self,
+        calls: Vec<Call>,
+    ) -> Result<Vec<Result<Out, Error>>, Error> {
+        self.run_batch(calls, true).await
+    }
+
+    async fn run_batch(
+        &mut self,
+        calls: Vec<Call>,
+        independent: bool,
+    ) -> Result<Vec<Result<Out, Error>>, Error> {
         let n = calls.len();
         let results = self
             .batch
@@ -20,6 +39,7 @@ impl Client {
                     .into_iter()
                     .map(|c| proto::BatchCall { call: Some(c) })
                     .collect(),
+                independent,
             })
             .await?
             .into_inner()

@@ -7,8 +7,11 @@
 //! limit and error is that service's own. The Batch service is open to
 //! scoped credentials, as Ipc is; the services it fans into are not, and
 //! their operations refuse a scoped caller themselves. Calls run one
-//! after another in the order given; a failure becomes that call's
-//! [`proto::BatchError`] and the next call runs. A batch holds at most
+//! after another in the order given — or, in a batch marked independent,
+//! all at once, so that their transactions share the store's group
+//! commits (a kvd's appends to its shards' logs: one commit, not one per
+//! shard); a failure becomes that call's [`proto::BatchError`] and the
+//! other calls run. A batch holds at most
 //! [`BATCH_CALLS_MAX`] calls, and a recv in it may not wait: a batch takes
 //! as long as its calls' work, never a client-chosen wait.
 
@@ -129,14 +132,27 @@ impl proto::batch_server::Batch for BatchService {
                 req.calls.len()
             )));
         }
-        let mut results = Vec::with_capacity(req.calls.len());
-        for c in req.calls {
-            let result = self.one(&metadata, &caller, c.call).await;
-            results.push(proto::BatchResult {
-                result: Some(result),
-            });
-        }
-        debug_assert_eq!(results.len(), results.capacity());
+        let n = req.calls.len();
+        let results: Vec<Out> = if req.independent {
+            // At most BATCH_CALLS_MAX at once, each bounded as if alone,
+            // their procedures queued together for the group commit.
+            let calls = req
+                .calls
+                .into_iter()
+                .map(|c| self.one(&metadata, &caller, c.call));
+            tabos_store::grouped(futures::future::join_all(calls)).await
+        } else {
+            let mut results = Vec::with_capacity(n);
+            for c in req.calls {
+                results.push(self.one(&metadata, &caller, c.call).await);
+            }
+            results
+        };
+        assert_eq!(results.len(), n, "one result per call");
+        let results = results
+            .into_iter()
+            .map(|r| proto::BatchResult { result: Some(r) })
+            .collect();
         Ok(Response::new(proto::BatchResponse { results }))
     }
 }

@@ -132,3 +132,84 @@ async fn a_batch_runs_each_call_as_alone_in_order() {
     assert_eq!(code(&e), Code::Unauthenticated);
     n.shut_down().await;
 }
+
+/// A batch marked independent runs its calls at once: each still with
+/// its own checks, errors and effects, the results in the calls' order —
+/// and its writes share the store's group commits, where the same calls
+/// in order commit one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_independent_batch_answers_in_order_and_shares_commits() {
+    let dir = TempDir::new("batch-independent");
+    let n = common::start(&dir, "n1").await;
+    let mut op = n.client().await;
+    let admin = op
+        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap()
+        .admin_token;
+    op.create_realm("b", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap();
+    let mut a = n.client_with(&admin).await;
+    const PUTS: usize = 40;
+    let once = |path: &str| {
+        Call::NamesSet(proto::SetNameRequest {
+            realm: String::new(),
+            path: path.into(),
+            data: path.as_bytes().to_vec(),
+            if_version: Some(0),
+            fence: None,
+        })
+    };
+    let mut calls: Vec<Call> = (0..PUTS).map(|i| once(&format!("/i/{i}"))).collect();
+    calls.push(once("/i/0")); // exists by the time it runs, or the other is refused
+    calls.push(put("b", "/theirs", b"x")); // another realm's
+    calls.push(get("", "/i/missing"));
+    a.name_mkdir_all("", "/i").await.unwrap();
+    let before = n.node.store.stats().commits;
+    let results = a.batch_independent(calls).await.unwrap();
+    let commits = n.node.store.stats().commits - before;
+    assert_eq!(results.len(), PUTS + 3);
+    // Of the two creations of /i/0, exactly one; every other path once.
+    let refused_twin = [&results[0], &results[PUTS]]
+        .iter()
+        .filter(|r| r.is_err())
+        .count();
+    assert_eq!(refused_twin, 1, "{:?} / {:?}", results[0], results[PUTS]);
+    for (i, r) in results[1..PUTS].iter().enumerate() {
+        assert!(matches!(r, Ok(Out::NamesSet(_))), "put {}: {r:?}", i + 1);
+    }
+    assert_eq!(
+        code(results[PUTS + 1].as_ref().unwrap_err()),
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        code(results[PUTS + 2].as_ref().unwrap_err()),
+        Code::NotFound
+    );
+    for i in 0..PUTS {
+        let e = a.name_get("", &format!("/i/{i}")).await.unwrap();
+        assert_eq!(e.data, format!("/i/{i}").into_bytes());
+    }
+    assert!(
+        op.name_get("b", "/theirs").await.is_err(),
+        "nothing written for the refused call"
+    );
+    // Shared commits: far fewer than one per write …
+    assert!(
+        (commits as usize) < PUTS / 2,
+        "{commits} commits for {PUTS} independent writes"
+    );
+    // … where the same writes in order take one each.
+    let calls: Vec<Call> = (0..PUTS).map(|i| once(&format!("/j/{i}"))).collect();
+    a.name_mkdir_all("", "/j").await.unwrap();
+    let before = n.node.store.stats().commits;
+    let results = a.batch(calls).await.unwrap();
+    let commits = n.node.store.stats().commits - before;
+    assert!(results.iter().all(Result::is_ok));
+    assert!(
+        commits as usize >= PUTS,
+        "{commits} commits for {PUTS} writes in order"
+    );
+    n.shut_down().await;
+}

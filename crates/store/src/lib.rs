@@ -70,6 +70,19 @@ pub const PARTITIONS_DEFAULT: u32 = PARTITIONS_MAX;
 /// Most procedures waiting for one executor (SQLite) or for the connection
 /// pool (PostgreSQL); past it, submission fails with [`Error::Overloaded`].
 pub const QUEUE_PROCS_MAX: usize = 65_536;
+
+tokio::task_local! {
+    static GROUPED: ();
+}
+
+/// Runs `f` — a task that starts several procedures at once and awaits
+/// them together (`join_all`) — with each [`Store::run`] in it queued for
+/// its partition's executor like a [`Store::submit`], so that they share a
+/// group commit. Without it the first would run alone on the caller's
+/// thread, commit, and only then let the next start: one commit each.
+pub async fn grouped<F: std::future::Future>(f: F) -> F::Output {
+    GROUPED.scope((), f).await
+}
 /// Most rows a single query may return into memory.
 pub const QUERY_ROWS_MAX: usize = 1_000_000;
 
@@ -841,12 +854,18 @@ impl Store {
     /// it blocks the calling worker for the procedure and its commit.
     /// Tenant code (stored procedures with long deadlines) and anything
     /// that must return before its procedure runs use `submit`.
+    ///
+    /// Inside [`grouped`] it is `submit`: there the caller has other
+    /// procedures to start beside this one, which should share its commit.
     pub fn run<T, E, F>(&self, p_key: PKey, f: F) -> Pending<T, E>
     where
         T: Send + 'static,
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
+        if GROUPED.try_with(|_| ()).is_ok() {
+            return self.submit(p_key, f);
+        }
         self.dispatch(p_key, f, |b, job| b.run(job))
     }
 

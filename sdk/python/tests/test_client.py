@@ -278,8 +278,11 @@ def test_status_shows_each_doors_limits_and_use(node, client: tabos.Client) -> N
             "postgres LISTEN channels",
             "dashboard event streams",
             "dashboard sessions",
+            "watches",
         }
         assert caps["API calls"]["per_realm_max"] == 2048
+        assert caps["watches"]["per_realm_max"] == 64
+        assert caps["watches"]["by_realm"] == {}
         assert caps["API calls"]["by_realm"] == {"pydoors": 1}
         assert caps["postgres LISTEN channels"]["by_realm"] == {}
 

@@ -15,8 +15,9 @@
 //!   kill and a move).
 //! * **Writes.** Requests queue writes for one flusher, which computes
 //!   their effects (INCR reads what earlier writes of the batch left),
-//!   appends one log entry per shard touched — all in one batch RPC, each
-//!   fenced by the shard's epoch — and only then applies them in memory
+//!   appends one log entry per shard touched — all in one batch RPC of
+//!   independent calls (so one group commit), each fenced by the shard's
+//!   epoch — and only then applies them in memory
 //!   and replies. So an acknowledged write is in the kernel database
 //!   (surviving a SIGKILL of the kvd), and no read sees a write before it
 //!   is durable. A shard whose append is refused or whose outcome is
@@ -1024,8 +1025,10 @@ impl Kvd {
         for chunk in calls.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
             let shards: Vec<(u32, u64, i64)> =
                 chunk.iter().map(|(s, q, e, _)| (*s, *q, *e)).collect();
+            // Each shard's append stands alone (its own path and fence):
+            // run at once, they share one commit.
             let results = c
-                .batch(chunk.iter().map(|(_, _, _, call)| call.clone()).collect())
+                .batch_independent(chunk.iter().map(|(_, _, _, call)| call.clone()).collect())
                 .await;
             match results {
                 Ok(results) => {

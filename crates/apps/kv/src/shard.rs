@@ -588,7 +588,7 @@ pub async fn snapshot(
                 )
             })
             .collect();
-        for r in c.batch(calls).await? {
+        for r in c.batch_independent(calls).await? {
             match r {
                 Ok(_) => {}
                 Err(e) if e.code() == Some(tonic::Code::NotFound) => {}

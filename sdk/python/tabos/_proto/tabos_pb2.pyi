@@ -1753,10 +1753,12 @@ class BatchCall(_message.Message):
     def __init__(self, names_set: _Optional[_Union[SetNameRequest, _Mapping]] = ..., names_get: _Optional[_Union[NameRequest, _Mapping]] = ..., names_remove: _Optional[_Union[RemoveNameRequest, _Mapping]] = ..., send: _Optional[_Union[SendRequest, _Mapping]] = ..., recv: _Optional[_Union[RecvRequest, _Mapping]] = ..., procedure_call: _Optional[_Union[CallProcedureRequest, _Mapping]] = ..., proc_status: _Optional[_Union[PidRequest, _Mapping]] = ..., fs_stat: _Optional[_Union[FsPathRequest, _Mapping]] = ..., fs_read: _Optional[_Union[FsReadRequest, _Mapping]] = ..., fs_write: _Optional[_Union[FsWriteRequest, _Mapping]] = ..., spawn: _Optional[_Union[SpawnRequest, _Mapping]] = ...) -> None: ...
 
 class BatchRequest(_message.Message):
-    __slots__ = ("calls",)
+    __slots__ = ("calls", "independent")
     CALLS_FIELD_NUMBER: _ClassVar[int]
+    INDEPENDENT_FIELD_NUMBER: _ClassVar[int]
     calls: _containers.RepeatedCompositeFieldContainer[BatchCall]
-    def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ...) -> None: ...
+    independent: bool
+    def __init__(self, calls: _Optional[_Iterable[_Union[BatchCall, _Mapping]]] = ..., independent: _Optional[bool] = ...) -> None: ...
 
 class BatchError(_message.Message):
     __slots__ = ("code", "message", "details")

@@ -3424,7 +3424,10 @@ class BatchStub:
     it, and calls are not one transaction together (a stored procedure is
     that). At most 64 calls (BATCH_CALLS_MAX); a recv in a batch does not
     wait (its timeout_ms must be 0), so a batch never holds its connection for
-    longer than its calls take.
+    longer than its calls take. A batch marked `independent` says its calls
+    do not depend on one another: the node runs them at once, in no set
+    order (their transactions share the store's group commits), and still
+    answers one result per call in the order given.
     """
 
     def __init__(self, channel):
@@ -3449,7 +3452,10 @@ class BatchServicer:
     it, and calls are not one transaction together (a stored procedure is
     that). At most 64 calls (BATCH_CALLS_MAX); a recv in a batch does not
     wait (its timeout_ms must be 0), so a batch never holds its connection for
-    longer than its calls take.
+    longer than its calls take. A batch marked `independent` says its calls
+    do not depend on one another: the node runs them at once, in no set
+    order (their transactions share the store's group commits), and still
+    answers one result per call in the order given.
     """
 
     def Run(self, request, context):
@@ -3483,7 +3489,10 @@ class Batch:
     it, and calls are not one transaction together (a stored procedure is
     that). At most 64 calls (BATCH_CALLS_MAX); a recv in a batch does not
     wait (its timeout_ms must be 0), so a batch never holds its connection for
-    longer than its calls take.
+    longer than its calls take. A batch marked `independent` says its calls
+    do not depend on one another: the node runs them at once, in no set
+    order (their transactions share the store's group commits), and still
+    answers one result per call in the order given.
     """
 
     @staticmethod
