@@ -39,6 +39,8 @@ pub struct Args {
 const CORPUS: [&str; 2] = ["/usr/include", "/usr/share"];
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // The throwaway node's own diagnostics: only what went wrong.
+    crate::up::init_logs(crate::up::LogFormat::Text, "warn")?;
     let t0 = Instant::now();
     let tmp;
     let dir = match &args.data {

@@ -123,9 +123,44 @@ pub struct Args {
     /// segments
     #[arg(long, default_value_t = 1 << 20, value_parser = clap::value_parser!(i64).range(0..=tabos_kernel::fs::files::SEGMENT_THRESHOLD_MAX))]
     segment_threshold: i64,
+    /// How the node's diagnostics are written to stderr: text lines, or
+    /// one JSON object per line (timestamp, level, target, fields, the
+    /// call's span). Which are written: RUST_LOG (e.g. `warn`,
+    /// `info,tabos::rpc=debug` for a line per API call with its method,
+    /// realm, code and duration) [default filter: info]
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// How `tabos up` writes the node's diagnostics.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sends the node's `tracing` events to stderr in `format`, filtered by
+/// RUST_LOG (else `default`); a RUST_LOG that does not parse is refused.
+pub fn init_logs(format: LogFormat, default: &str) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match std::env::var(EnvFilter::DEFAULT_ENV) {
+        Ok(spec) => EnvFilter::try_new(&spec)
+            .map_err(|e| anyhow::anyhow!("RUST_LOG={spec:?} is not a filter: {e}"))?,
+        Err(_) => EnvFilter::new(default),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let set = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().with_current_span(true).try_init(),
+    };
+    set.map_err(|e| anyhow::anyhow!("cannot set up the node's logs: {e}"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    init_logs(args.log_format, "info")?;
     let mut config = match &args.db {
         Some(url) => {
             if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {

@@ -5271,3 +5271,82 @@ fn www_serve_says_why_its_wwd_waits() {
         .unwrap();
     assert!(serve.wait().unwrap().success());
 }
+
+/// Issue 42, item 2: the node's diagnostics are `tracing` events —
+/// `--log-format json` writes one JSON object per line, RUST_LOG filters
+/// them — and with `tabos::rpc=debug` every API call ends with an event
+/// in its span: method, realm, gRPC code and duration. A RUST_LOG that is
+/// not a filter is refused.
+#[test]
+fn the_node_logs_json_lines_with_a_span_per_call() {
+    let home = TempDir::new("cli-logs");
+    let log = home.path().join("node.log");
+    let data = home.path().join("data");
+    let mut child = Command::new(TABOS)
+        .args(["up", "--listen", "127.0.0.1:0", "--log-format", "json"])
+        .args(["--data", data.to_str().unwrap()])
+        .env("RUST_LOG", "info,tabos::rpc=debug")
+        .env("TABOS_CREDENTIALS", home.path().join("credentials.json"))
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let (addr, _) = started(&mut child);
+    let token = std::fs::read_to_string(data.join("operator.token")).unwrap();
+    let tabos = |args: &[&str]| {
+        Command::new(TABOS)
+            .args(args)
+            .env("TABOS_ADDR", &addr)
+            .env("TABOS_TOKEN", token.trim())
+            .env("TABOS_CREDENTIALS", home.path().join("credentials.json"))
+            .output()
+            .unwrap()
+    };
+    let o = tabos(&["status"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = tabos(&["cat", "/nothing-here"]);
+    assert!(!o.status.success());
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(child.wait().unwrap().success());
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let ended = |method: &str| {
+        events
+            .iter()
+            .find(|e| {
+                e["target"] == "tabos::rpc"
+                    && e["fields"]["message"] == "call ended"
+                    && e["span"]["method"] == method
+            })
+            .unwrap_or_else(|| panic!("no end of {method} in {text}"))
+            .clone()
+    };
+    let status = ended("/tabos.v1.Node/Status");
+    assert_eq!(status["level"], "DEBUG");
+    assert_eq!(status["fields"]["code"], "Ok", "{status}");
+    assert!(status["fields"]["duration_us"].is_u64(), "{status}");
+    assert_eq!(status["span"]["realm"], "", "an operator's call: {status}");
+    let missing = ended("/tabos.v1.Names/Get");
+    assert_eq!(missing["fields"]["code"], "NotFound", "{missing}");
+    // RUST_LOG's info lets the node's own events through, with its name.
+    assert!(
+        events
+            .iter()
+            .any(|e| e["level"] == "INFO" && e["fields"]["node"].is_string()),
+        "{text}"
+    );
+
+    let o = Command::new(TABOS)
+        .args(["up", "--listen", "127.0.0.1:0"])
+        .args(["--data", data.to_str().unwrap()])
+        .env("RUST_LOG", "tabos=notalevel")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("is not a filter"), "{}", stderr(&o));
+}

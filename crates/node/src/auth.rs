@@ -269,7 +269,7 @@ impl Auth {
             Ok(Some((h, p))) if h == hash => Some(p),
             Ok(_) => None,
             Err(e) => {
-                eprintln!("credentials: cannot look up {id}: {e}");
+                tracing::warn!("credentials: cannot look up {id}: {e}");
                 None
             }
         };
@@ -329,7 +329,7 @@ impl Auth {
                 // before re-reading, so nothing falls between.
                 let sub = cut_off.then(|| me.inner.store.subscribe(&auth::proc_channel(&id2)));
                 if let Err(e) = me.refresh(&id2) {
-                    eprintln!("credentials: cannot re-read {id2}: {e}");
+                    tracing::warn!("credentials: cannot re-read {id2}: {e}");
                 }
                 sub
             })
@@ -418,7 +418,7 @@ impl Auth {
                         Ok(Some((h, p))) if h == hash => me.follow_proc(h, p, sub),
                         Ok(_) => me.write().remove(&id),
                         Err(e) => {
-                            eprintln!("credentials: cannot re-read {id}: {e}");
+                            tracing::warn!("credentials: cannot re-read {id}: {e}");
                             me.write().remove(&id);
                         }
                     }
@@ -467,7 +467,7 @@ impl Auth {
             let mut sub = self.inner.store.subscribe(auth::CHANGES_CHANNEL);
             let me = self.clone();
             if let Err(e) = blocking(move || me.reload()).await {
-                eprintln!("credentials: reload failed: {e}");
+                tracing::warn!("credentials: reload failed: {e}");
             }
             loop {
                 let n = tokio::select! {
@@ -484,7 +484,7 @@ impl Auth {
                 };
                 let me = self.clone();
                 if let Err(e) = blocking(move || me.refresh(&id)).await {
-                    eprintln!("credentials: refresh failed: {e}");
+                    tracing::warn!("credentials: refresh failed: {e}");
                 }
             }
         }

@@ -16,7 +16,11 @@
 //!
 //! The same layer counts each connection's open calls, from a request's
 //! headers to the end of its response ([`crate::conn::ConnState`]), so that
-//! only a connection with none is closed as idle.
+//! only a connection with none is closed as idle — and runs each call in a
+//! `tracing` span (target [`RPC_TARGET`], level debug) carrying its method
+//! and realm, which ends with an event giving its gRPC code and duration
+//! once the response's last byte is sent. With the target filtered out
+//! (the default) a call pays for one check of the filter.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -33,6 +37,10 @@ use crate::conn::{CallGuard, ConnInfo, ConnState};
 /// Most bytes of requests not yet decoded the node holds at once, over
 /// every connection: sixteen largest messages.
 pub const REQUEST_BYTES_MAX: usize = 16 * tabos_client::MESSAGE_BYTES_MAX;
+
+/// The `tracing` target of the per-call spans and events
+/// (`RUST_LOG=tabos::rpc=debug`).
+pub const RPC_TARGET: &str = "tabos::rpc";
 
 /// The node-wide budget, shared by every connection of its servers.
 #[derive(Clone, Debug)]
@@ -107,6 +115,8 @@ where
         if let Some(c) = conn {
             request.extensions_mut().insert(c.tcp);
         }
+        let traced = tracing::enabled!(target: RPC_TARGET, tracing::Level::DEBUG);
+        let trace = traced.then(|| Trace::start(request.uri().path(), state.clone()));
         let stall = state.as_ref().map(|s| s.limits.request_stall);
         let request = request.map(|body| {
             Body::new(Counted {
@@ -118,15 +128,97 @@ where
                 stall_timer: None,
             })
         });
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await?;
-            // The call stays open until its response's last byte is sent.
-            Ok(match call {
-                Some(call) => response.map(|body| Body::new(Tracked { body, _call: call })),
-                None => response,
-            })
-        })
+        let Some(mut trace) = trace else {
+            let response = self.inner.call(request);
+            return Box::pin(async move {
+                let response = response.await?;
+                // The call stays open until its response's last byte is sent.
+                Ok(match call {
+                    Some(call) => response.map(|body| {
+                        Body::new(Tracked {
+                            body,
+                            _call: Some(call),
+                            trace: None,
+                        })
+                    }),
+                    None => response,
+                })
+            });
+        };
+        let response = trace.span.in_scope(|| self.inner.call(request));
+        let span = trace.span.clone();
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let response = response.await?;
+                // A call refused at once says so in its headers
+                // (trailers-only); one answered, in its trailers.
+                trace.saw(response.headers());
+                Ok(response.map(|body| {
+                    Body::new(Tracked {
+                        body,
+                        _call: call,
+                        trace: Some(trace),
+                    })
+                }))
+            },
+            span,
+        ))
+    }
+}
+
+/// One call's span, and what its end event says.
+struct Trace {
+    span: tracing::Span,
+    started: std::time::Instant,
+    conn: Option<Arc<ConnState>>,
+    code: Option<i32>,
+}
+
+impl Trace {
+    fn start(method: &str, conn: Option<Arc<ConnState>>) -> Trace {
+        let span = tracing::debug_span!(
+            target: RPC_TARGET,
+            "rpc",
+            method,
+            realm = tracing::field::Empty
+        );
+        if let Some(realm) = conn.as_ref().and_then(|c| c.realm.get()) {
+            span.record("realm", &**realm);
+        }
+        Trace {
+            span,
+            started: std::time::Instant::now(),
+            conn,
+            code: None,
+        }
+    }
+
+    fn saw(&mut self, headers: &http::HeaderMap) {
+        if let Some(code) = headers
+            .get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+        {
+            self.code = Some(code);
+        }
+    }
+}
+
+impl Drop for Trace {
+    fn drop(&mut self) {
+        // The first call of a connection signs it in: its realm is known
+        // only now.
+        if let Some(realm) = self.conn.as_ref().and_then(|c| c.realm.get()) {
+            self.span.record("realm", &**realm);
+        }
+        let code = tonic::Code::from_i32(self.code.unwrap_or(tonic::Code::Unknown as i32));
+        tracing::debug!(
+            target: RPC_TARGET,
+            parent: &self.span,
+            code = ?code,
+            duration_us = self.started.elapsed().as_micros() as u64,
+            "call ended"
+        );
     }
 }
 
@@ -134,7 +226,9 @@ where
 /// against its realm) until it is dropped.
 struct Tracked {
     body: Body,
-    _call: (CallGuard, Option<crate::doors::Taken>),
+    _call: Option<(CallGuard, Option<crate::doors::Taken>)>,
+    /// Its span's end, when calls are traced.
+    trace: Option<Trace>,
 }
 
 impl http_body::Body for Tracked {
@@ -145,7 +239,14 @@ impl http_body::Body for Tracked {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+        let me = self.get_mut();
+        let frame = Pin::new(&mut me.body).poll_frame(cx);
+        if let (Some(trace), Poll::Ready(Some(Ok(f)))) = (&mut me.trace, &frame) {
+            if let Some(trailers) = f.trailers_ref() {
+                trace.saw(trailers);
+            }
+        }
+        frame
     }
 
     fn is_end_stream(&self) -> bool {

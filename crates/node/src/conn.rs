@@ -156,7 +156,7 @@ pub struct ConnState {
     /// Closed by the node (to make room) as soon as no call is open on it.
     evicted: std::sync::atomic::AtomicBool,
     /// The realm it signed in for (`""`: operators), once it has.
-    realm: std::sync::OnceLock<Arc<str>>,
+    pub(crate) realm: std::sync::OnceLock<Arc<str>>,
     /// Where it comes from.
     source: Source,
     pub(crate) limits: Limits,
@@ -549,7 +549,7 @@ pub fn incoming_shared(
                 }
                 Err(e) => {
                     let pause = pauses.pause();
-                    eprintln!("accept failed ({e}); pausing {pause:?}");
+                    tracing::warn!("accept failed ({e}); pausing {pause:?}");
                     drop(slot);
                     tokio::select! {
                         () = tx.closed() => return,

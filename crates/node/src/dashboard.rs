@@ -1003,7 +1003,7 @@ pub async fn serve(
         .with_graceful_shutdown(stop)
         .await
     {
-        eprintln!("dashboard: {e}");
+        tracing::error!("dashboard: {e}");
     }
 }
 

@@ -64,10 +64,8 @@ pub async fn serve(
                 false
             }
             Err(e) => {
-                eprintln!(
-                    "node {}: cannot follow its grants (trying again): {e}",
-                    node.settings.node_id
-                );
+                tracing::warn!(
+                    node = %node.settings.node_id, "cannot follow its grants (trying again): {e}");
                 true
             }
         };

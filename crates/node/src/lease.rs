@@ -200,13 +200,13 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
             Err(e) => {
                 if failing_since.is_none() {
                     failing_since = Some(tokio::time::Instant::now());
-                    eprintln!("node {id}: heartbeat failed: {e} (said again when they succeed)");
+                    tracing::warn!(node = %id, "heartbeat failed: {e} (said again when they succeed)");
                 }
                 node.standing.set_leading(false);
                 if fenced.is_none() && renewed.elapsed() >= grace {
                     fenced = Some(fence(&served));
-                    eprintln!(
-                        "node {id}: no lease renewed for {grace:?}: stopped its restartable \
+                    tracing::warn!(
+                        node = %id, "no lease renewed for {grace:?}: stopped its restartable \
                          procs {:?} (the cluster runs them elsewhere)",
                         fenced
                             .as_ref()
@@ -218,8 +218,8 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
         };
         renewed = tokio::time::Instant::now();
         if let Some(since) = failing_since.take() {
-            eprintln!(
-                "node {id}: heartbeats reach the database again after {:.1} s",
+            tracing::info!(
+                node = %id, "heartbeats reach the database again after {:.1} s",
                 since.elapsed().as_secs_f64()
             );
         }
@@ -230,8 +230,8 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
         s.set_leading(out.leading);
         let returned = out.beat.returned;
         if let Some(r) = returned {
-            eprintln!(
-                "node {id}: back after {:.1} s declared lost; its procs {}",
+            tracing::warn!(
+                node = %id, "back after {:.1} s declared lost; its procs {}",
                 r.silent_us as f64 / 1e6,
                 if r.given_back {
                     "had been given back: it stops what it still runs"
@@ -240,7 +240,7 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
                 }
             );
             if let Err(e) = tabos_kernel::procs::node_returned(&node.store, &id).await {
-                eprintln!("node {id}: cannot take its place back: {e}");
+                tracing::error!(node = %id, "cannot take its place back: {e}");
             }
         }
         if let Some(stopped) = fenced.take() {
@@ -250,21 +250,21 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
         }
         for lost in &out.lost {
             match tabos_kernel::procs::node_lost(&node.store, lost).await {
-                Ok(done) => eprintln!(
-                    "node {id}: node {lost} lost (its lease lapsed); its workers are down, \
+                Ok(done) => tracing::warn!(
+                    node = %id, "node {lost} lost (its lease lapsed); its workers are down, \
                      unclaimed procs placed again: {:?}",
                     done.iter()
                         .flat_map(|(r, e)| e.requeued.iter().map(move |p| format!("{r}/{p}")))
                         .collect::<Vec<_>>()
                 ),
-                Err(e) => eprintln!("node {id}: cannot act on the loss of {lost}: {e}"),
+                Err(e) => tracing::error!(node = %id, "cannot act on the loss of {lost}: {e}"),
             }
         }
         for gone in &out.due {
             let detail = format!("node {gone} lost (silent past its grace)");
             match tabos_kernel::procs::give_back_node(&node.store, gone, &detail).await {
-                Ok(done) => eprintln!(
-                    "node {id}: gave back the procs of node {gone}: failed {:?}, re-queued {:?}",
+                Ok(done) => tracing::info!(
+                    node = %id, "gave back the procs of node {gone}: failed {:?}, re-queued {:?}",
                     done.iter()
                         .flat_map(|(r, e)| e.failed.iter().map(move |p| format!("{r}/{p}")))
                         .collect::<Vec<_>>(),
@@ -272,7 +272,7 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
                         .flat_map(|(r, e)| e.requeued.iter().map(move |p| format!("{r}/{p}")))
                         .collect::<Vec<_>>()
                 ),
-                Err(e) => eprintln!("node {id}: cannot give back the procs of {gone}: {e}"),
+                Err(e) => tracing::error!(node = %id, "cannot give back the procs of {gone}: {e}"),
             }
         }
     }
@@ -304,10 +304,8 @@ async fn requeue(node: &Node, stopped: &[(String, Pid)]) {
             })
             .await;
         if let Err(e) = done {
-            eprintln!(
-                "node {}: cannot queue {realm}/{pid} again: {e}",
-                node.settings.node_id
-            );
+            tracing::error!(
+                node = %node.settings.node_id, "cannot queue {realm}/{pid} again: {e}");
         }
     }
 }

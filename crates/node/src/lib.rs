@@ -13,6 +13,12 @@
 //! [`workflows`]; [`procd`], which runs the procs scheduled onto this
 //! node's worker; [`host`], the kernel behind wasm procs' host calls; and
 //! [`supervise`], the background tasks' supervisor.
+//!
+//! Diagnostics are `tracing` events (fields `node` or `worker`), and every
+//! RPC runs in a span carrying its method and realm ([`budget`]); the
+//! process that runs the node (`tabos up`) chooses the filter and the
+//! format. The node never prints.
+#![cfg_attr(not(test), deny(clippy::print_stderr, clippy::print_stdout))]
 
 pub mod auth;
 pub mod batch;

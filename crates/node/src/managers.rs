@@ -47,10 +47,8 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
         }
         match alloc::settings(&store).await {
             Ok(s) => settings = s,
-            Err(e) => eprintln!(
-                "node {}: cannot read allocation settings: {e}",
-                node.settings.node_id
-            ),
+            Err(e) => tracing::warn!(
+                node = %node.settings.node_id, "cannot read allocation settings: {e}"),
         }
         // Whether anything is elastic: with no elastic realm and no
         // elastic node there is nothing to measure over time, so the
@@ -61,7 +59,7 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
                 // Another leader, a conflict, the database away: the next
                 // look starts over.
                 if !matches!(e, tabos_kernel::Error::StaleEpoch { .. }) {
-                    eprintln!("node {}: managers: {e}", node.settings.node_id);
+                    tracing::warn!(node = %node.settings.node_id, "managers: {e}");
                 }
                 true
             }
@@ -91,10 +89,8 @@ pub async fn run(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
         .run(CLUSTER_PARTITION, move |tx| alloc::resign_all_tx(tx, &me))
         .await
     {
-        eprintln!(
-            "node {}: cannot resign its leases: {e}",
-            node.settings.node_id
-        );
+        tracing::warn!(
+            node = %node.settings.node_id, "cannot resign its leases: {e}");
     }
 }
 

@@ -379,17 +379,13 @@ pub async fn reap_sessions(node: Node, mut stop: tokio::sync::watch::Receiver<bo
                     Ok((e, reclaim)) => {
                         for realm in reclaim {
                             if let Err(err) = node.files.reclaim(&realm).await {
-                                eprintln!(
-                                    "node {}: giving back files of realm {realm}: {err}",
-                                    node.settings.node_id
-                                );
+                                tracing::warn!(
+                                    node = %node.settings.node_id, "giving back files of realm {realm}: {err}");
                             }
                         }
                         if !e.sessions.is_empty() {
-                            eprintln!(
-                                "node {}: sessions expired: {:?} ({} ephemeral entries removed)",
-                                node.settings.node_id, e.sessions, e.entries
-                            );
+                            tracing::info!(
+                                node = %node.settings.node_id, "sessions expired: {:?} ({} ephemeral entries removed)", e.sessions, e.entries);
                         }
                         // A full batch leaves lapsed ones behind: go again.
                         if e.next_us.is_some_and(|n| n <= now) {
@@ -399,7 +395,7 @@ pub async fn reap_sessions(node: Node, mut stop: tokio::sync::watch::Receiver<bo
                     }
                     Err(KError::Store(tabos_store::Error::Closed)) => return,
                     Err(e) => {
-                        eprintln!("node {}: session reaper: {e}", node.settings.node_id);
+                        tracing::warn!(node = %node.settings.node_id, "session reaper: {e}");
                         break Some(now + RETRY_AFTER_US);
                     }
                 }

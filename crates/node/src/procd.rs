@@ -345,7 +345,7 @@ impl Procd {
             // Through the kernel, so the proc ends as evicted (and its
             // waiters and job see why).
             if let Err(e) = procs::evict(&self.store, &self.realm, &pid).await {
-                eprintln!("procd {}: cannot evict {pid}: {e}", self.worker);
+                tracing::warn!(worker = %self.worker, "cannot evict {pid}: {e}");
             }
         }
         self.freed.notify_one();
@@ -361,11 +361,8 @@ impl Procd {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if !self.idle() {
-            eprintln!(
-                "procd {}: {} proc(s) still ending after {max:?}",
-                self.worker,
-                self.running.lock().unwrap_or_else(|e| e.into_inner()).len()
-            );
+            tracing::warn!(
+                worker = %self.worker, "{} proc(s) still ending after {max:?}", self.running.lock().unwrap_or_else(|e| e.into_inner()).len());
         }
     }
 
@@ -501,7 +498,7 @@ impl Procd {
             .await
             {
                 Ok(claimed) => self.launch_claimed(claimed),
-                Err(e) => eprintln!("procd {}: claim failed: {e}", self.worker),
+                Err(e) => tracing::warn!(worker = %self.worker, "claim failed: {e}"),
             }
             if missed_placements && self.has_room() {
                 missed_placements = false;
@@ -590,7 +587,7 @@ impl Procd {
                     *steal_at = Some(tokio::time::Instant::now() + Duration::from_micros(wait));
                 }
             }
-            Err(e) => eprintln!("procd {}: steal failed: {e}", self.worker),
+            Err(e) => tracing::warn!(worker = %self.worker, "steal failed: {e}"),
         }
     }
 
@@ -618,10 +615,8 @@ impl Procd {
             match tabos_kernel::auth::revoke_pid(&self.store, &self.realm, &p.pid).await {
                 Ok(ids) => ids.iter().for_each(|id| self.auth.forget(id)),
                 Err(e) => {
-                    eprintln!(
-                        "procd {}: cannot revoke {}'s credential: {e}",
-                        self.worker, p.pid
-                    )
+                    tracing::warn!(
+                        worker = %self.worker, "cannot revoke {}'s credential: {e}", p.pid)
                 }
             }
         }
@@ -699,10 +694,8 @@ impl Procd {
                 self.freed.notify_one()
             }
             Err(e) => {
-                eprintln!(
-                    "procd {}: cannot record the end of {}: {e}",
-                    self.worker, p.pid
-                );
+                tracing::error!(
+                    worker = %self.worker, "cannot record the end of {}: {e}", p.pid);
                 self.freed.notify_one();
             }
         }
@@ -729,11 +722,8 @@ impl Procd {
         }
         for chunk in others.chunks(procs::LOGS_DROPPED_MAX) {
             if let Err(e) = procs::logs_dropped(&self.store, &self.realm, chunk.to_vec()).await {
-                eprintln!(
-                    "procd {}: cannot record the logs dropped for {} procs: {e}",
-                    self.worker,
-                    chunk.len()
-                );
+                tracing::warn!(
+                    worker = %self.worker, "cannot record the logs dropped for {} procs: {e}", chunk.len());
             }
         }
         kept
@@ -859,7 +849,7 @@ impl Procd {
             start_log(s, path)
         });
         if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
-            eprintln!("procd {}: cannot mark {} started: {e}", self.worker, p.pid);
+            tracing::warn!(worker = %self.worker, "cannot mark {} started: {e}", p.pid);
         }
         // The proc is its main process: its exit is the child's (waitpid),
         // not the end of its output. What it left running in its group
@@ -891,10 +881,8 @@ impl Procd {
         )
         .await
         {
-            eprintln!(
-                "procd {}: cannot record {}'s usage: {e}",
-                self.worker, p.pid
-            );
+            tracing::warn!(
+                worker = %self.worker, "cannot record {}'s usage: {e}", p.pid);
         }
         self.untrack(&p.pid);
         let evicted = procs::status(&self.store, &self.realm, &p.pid)
@@ -1018,11 +1006,8 @@ impl Procd {
     /// to take new work.
     async fn rejoin(self: &Arc<Self>) {
         let copies = self.kill_all();
-        eprintln!(
-            "procd {}: declared lost while silent; killed {} proc(s) it still ran, registering again",
-            self.worker,
-            copies
-        );
+        tracing::warn!(
+            worker = %self.worker, "declared lost while silent; killed {} proc(s) it still ran, registering again", copies);
         let spec = tabos_kernel::sched::WorkerSpec {
             worker_id: self.worker.clone(),
             node_id: self.node_id.clone(),
@@ -1036,8 +1021,8 @@ impl Procd {
         .await
         {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => eprintln!("procd {}: cannot register again: {e}", self.worker),
-            Err(e) => eprintln!("procd {}: cannot register again: {e}", self.worker),
+            Ok(Err(e)) => tracing::error!(worker = %self.worker, "cannot register again: {e}"),
+            Err(e) => tracing::error!(worker = %self.worker, "cannot register again: {e}"),
         }
     }
 

@@ -363,13 +363,17 @@ pub async fn serve_with(
         node.lease_terms(),
     )
     .await?;
+    tracing::info!(
+        node = %node.settings.node_id,
+        api = %addr.tcp,
+        realm = %node.settings.realm,
+        "joined the cluster; serving"
+    );
     // Give back file storage a crash left behind, before anyone writes.
     let orphans = node.files.recover().await?;
     if orphans > 0 {
-        eprintln!(
-            "node {}: removed {orphans} block segments no file named (a write cut short)",
-            node.settings.node_id
-        );
+        tracing::info!(
+            node = %node.settings.node_id, "removed {orphans} block segments no file named (a write cut short)");
     }
     // The background tasks, in the order they start; they stop in reverse
     // (the doors, then procd while the heartbeat still holds the lease,
@@ -519,11 +523,9 @@ pub async fn serve_with(
             // streams ended on the stop, but what was sent waits on the
             // client's flow-control window): not waited for any longer.
             Err(_) => {
-                eprintln!(
-                    "node {}: calls still open {DRAIN_MAX:?} after its shutdown began (their \
-                     clients do not read); stopping without them",
-                    node.settings.node_id
-                );
+                tracing::warn!(
+                    node = %node.settings.node_id, "calls still open {DRAIN_MAX:?} after its shutdown began (their \
+                     clients do not read); stopping without them");
                 (Ok(()), Ok(()))
             }
         },
@@ -541,25 +543,22 @@ pub async fn serve_with(
         )
         .await
         {
-            Ok(e) if !(e.failed.is_empty() && e.requeued.is_empty()) => eprintln!(
-                "node {}: stopping; in realm {realm} failed {:?}, re-queued {:?}",
-                node.settings.node_id, e.failed, e.requeued
-            ),
+            Ok(e) if !(e.failed.is_empty() && e.requeued.is_empty()) => tracing::info!(
+                node = %node.settings.node_id, "stopping; in realm {realm} failed {:?}, re-queued {:?}", e.failed, e.requeued),
             Ok(_) => {}
-            Err(e) => eprintln!(
-                "node {}: cannot give back its procs in realm {realm}: {e}",
-                node.settings.node_id
-            ),
+            Err(e) => tracing::error!(
+                node = %node.settings.node_id, "cannot give back its procs in realm {realm}: {e}"),
         }
     }
     if let Err(e) =
         tabos_kernel::nodes::leave(&node.store, &node.settings.node_id, node.started_us).await
     {
-        eprintln!("node {}: cannot record leaving: {e}", node.settings.node_id);
+        tracing::warn!(node = %node.settings.node_id, "cannot record leaving: {e}");
     }
     if let Some(local) = &options.local_socket {
         let _ = std::fs::remove_file(&local.path);
     }
+    tracing::info!(node = %node.settings.node_id, "left the cluster; stopped");
     served?;
     match failed {
         Some(why) => Err(Error::Stopped(why)),
@@ -689,10 +688,8 @@ async fn serve_realms(
                     }
                     Err(why) => {
                         let pause = pauses.pause();
-                        eprintln!(
-                            "node {}: {why}; trying again in {pause:?}",
-                            node.settings.node_id
-                        );
+                        tracing::warn!(
+                            node = %node.settings.node_id, "{why}; trying again in {pause:?}");
                         tokio::select! {
                             _ = realm_stop.changed() => {
                                 served.remove(&realm);
@@ -714,7 +711,7 @@ async fn serve_realms(
                 Err(e) => Err(e),
             };
             if let Err(e) = drained {
-                eprintln!("node {id}: cannot keep realm {realm} drained: {e}");
+                tracing::warn!(node = %id, "cannot keep realm {realm} drained: {e}");
             }
             let procd = procd::Procd::new(
                 node.store.clone(),
@@ -754,7 +751,7 @@ async fn serve_realms(
                 start(r, &mut procds, &mut stops);
             }
         }
-        Ok(Err(e)) => eprintln!("node {}: cannot list realms: {e}", node.settings.node_id),
+        Ok(Err(e)) => tracing::warn!(node = %node.settings.node_id, "cannot list realms: {e}"),
         Err(_) => {}
     }
     loop {

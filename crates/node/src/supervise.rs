@@ -100,8 +100,8 @@ impl Supervisor {
                 }
                 match policy {
                     Policy::Restart => {
-                        eprintln!(
-                            "node {node_id}: task {name} {how}; starting it again in {pause:?}"
+                        tracing::warn!(
+                            node = %node_id, "task {name} {how}; starting it again in {pause:?}"
                         );
                         tokio::select! {
                             () = tokio::time::sleep(pause) => {}
@@ -110,7 +110,7 @@ impl Supervisor {
                         pause = (pause * 2).min(RESTART_PAUSE_MAX);
                     }
                     Policy::Essential => {
-                        eprintln!("node {node_id}: task {name} {how}; the node stops");
+                        tracing::error!(node = %node_id, "task {name} {how}; the node stops");
                         failed
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
@@ -119,7 +119,7 @@ impl Supervisor {
                         return;
                     }
                     Policy::Once => {
-                        eprintln!("node {node_id}: task {name} {how} before the node stopped");
+                        tracing::warn!(node = %node_id, "task {name} {how} before the node stopped");
                         return;
                     }
                 }
@@ -162,7 +162,7 @@ impl Supervisor {
         while let Some(t) = self.tasks.pop() {
             t.stop.send_replace(true);
             if let Err(e) = t.run.await {
-                eprintln!("node {}: task {} ended badly: {e}", self.node_id, t.name);
+                tracing::error!(node = %self.node_id, "task {} ended badly: {e}", t.name);
             }
         }
         self.failed.lock().unwrap_or_else(|e| e.into_inner()).take()

@@ -218,10 +218,8 @@ pub async fn fire_schedules(node: Node, mut stop: tokio::sync::watch::Receiver<b
         let earliest = match fire_once(&node).await {
             Ok(t) => t,
             Err(e) => {
-                eprintln!(
-                    "node {}: cannot fire workflow schedules: {e}",
-                    node.settings.node_id
-                );
+                tracing::warn!(
+                    node = %node.settings.node_id, "cannot fire workflow schedules: {e}");
                 Some(tabos_store::now_us() + 1_000_000)
             }
         };

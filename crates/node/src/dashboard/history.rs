@@ -146,7 +146,7 @@ impl History {
                     }
                     let _ = self.live.send(s);
                 }
-                Err(e) => eprintln!("dashboard: cannot sample utilisation: {e}"),
+                Err(e) => tracing::warn!("dashboard: cannot sample utilisation: {e}"),
             }
         }
     }
