@@ -24,7 +24,8 @@ pub struct Args {
     #[arg(long, default_value = tabos_node::pg::LISTEN_DEFAULT, value_name = "ADDR|none")]
     pg_listen: String,
     /// Address to serve the dashboard on (a web page of the cluster's
-    /// state; sign in with a credential), loopback only; `none` not to
+    /// state; sign in with a credential) and /metrics for Prometheus (an
+    /// operator's credential as Bearer), loopback only; `none` not to
     /// serve it. When the default is taken the node starts without it and
     /// says so
     #[arg(long, default_value = tabos_node::dashboard::LISTEN_DEFAULT, value_name = "ADDR|none")]

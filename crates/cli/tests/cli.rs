@@ -5350,3 +5350,149 @@ fn the_node_logs_json_lines_with_a_span_per_call() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("is not a filter"), "{}", stderr(&o));
 }
+
+/// Kills a child process when dropped (a server a test started).
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `curl -s` of `url` with `headers`: (status code, body).
+fn curl(url: &str, headers: &[String]) -> (u16, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-w", "\n%{http_code}", url]);
+    for h in headers {
+        c.args(["-H", h]);
+    }
+    let o = c.output().expect("curl (installed by .ci/run)");
+    let out = stdout(&o);
+    let (body, code) = out.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_string())
+}
+
+/// Issue 42, item 1: Debian's Prometheus scrapes a node's `/metrics` (an
+/// operator's credential in its `authorization` setting) and answers
+/// queries over what it scraped: procs by realm and state, API calls by
+/// method and code. Without a credential, or with a realm's, the page is
+/// refused.
+#[test]
+fn prometheus_scrapes_the_node_and_answers_over_its_series() {
+    let http = free_port().unwrap();
+    let http_addr = format!("127.0.0.1:{http}");
+    let node = Node::start(&["--http-listen", &http_addr]);
+    let o = node.tabos(&["spawn", "--wait", "--", "/bin/true"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["cat", "/not-here"]);
+    assert!(!o.status.success());
+
+    let url = format!("http://{http_addr}/metrics");
+    let (code, body) = curl(&url, &[]);
+    assert_eq!(code, 401, "{body}");
+    let o = node.tabos(&["realm", "create", "metered"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let admin = last_line(&o);
+    assert!(admin.starts_with("tabos_"), "{}", stdout(&o));
+    let (code, body) = curl(&url, &[format!("Authorization: Bearer {admin}")]);
+    assert_eq!(code, 403, "{body}");
+    let o = node.tabos(&["realm", "set", "metered", "--storage-mib", "64"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (code, body) = curl(&url, &[format!("Authorization: Bearer {}", node.token)]);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.ends_with("# EOF\n"), "OpenMetrics text: {body}");
+    // The Grafana dashboard in the repository uses only series the node
+    // exports.
+    let dashboard = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../ops/grafana/tabos.json"),
+    )
+    .unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&dashboard).unwrap();
+    let mut used = 0;
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            let expr = target["expr"].as_str().unwrap();
+            for (i, _) in expr.match_indices("tabos_") {
+                let name: String = expr[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let family = ["_bucket", "_count", "_sum"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(&name);
+                assert!(
+                    body.contains(&format!("# TYPE {family} ")),
+                    "the dashboard's {name} is not exported: {body}"
+                );
+                used += 1;
+            }
+        }
+    }
+    assert!(used >= 10, "{used} series in the dashboard");
+
+    let dir = TempDir::new("cli-prometheus");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &node.token).unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: tabos\n    \
+             authorization:\n      type: Bearer\n      credentials_file: {}\n    \
+             static_configs:\n      - targets: ['{http_addr}']\n",
+            token_file.display()
+        ),
+    )
+    .unwrap();
+    let prom_port = free_port().unwrap();
+    let _prometheus = Killed(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("tsdb").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{prom_port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("prometheus (installed by .ci/run)"),
+    );
+    // What Prometheus answers for `query` (its result vector), once it has
+    // scraped something for it: asked again until then, within a bound.
+    let query = |q: &str| -> Vec<serde_json::Value> {
+        let url = format!(
+            "http://127.0.0.1:{prom_port}/api/v1/query?query={}",
+            q.replace('{', "%7B")
+                .replace('}', "%7D")
+                .replace('"', "%22")
+                .replace('=', "%3D")
+        );
+        for _ in 0..240 {
+            let (code, body) = curl(&url, &[]);
+            if code == 200 {
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
+                if !result.is_empty() {
+                    return result;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+        panic!("Prometheus had no series for {q} within 60 s");
+    };
+    let value = |r: &serde_json::Value| -> f64 { r["value"][1].as_str().unwrap().parse().unwrap() };
+    let up = query("up{job=\"tabos\"}");
+    assert_eq!(value(&up[0]), 1.0, "the scrape succeeds: {up:?}");
+    let exited = query("tabos_procs{realm=\"default\",state=\"exited\"}");
+    assert!(value(&exited[0]) >= 1.0, "{exited:?}");
+    let spawns =
+        query("tabos_rpc_duration_seconds_count{method=\"/tabos.v1.Procs/Spawn\",code=\"Ok\"}");
+    assert!(value(&spawns[0]) >= 1.0, "{spawns:?}");
+    let missing =
+        query("tabos_rpc_duration_seconds_count{method=\"/tabos.v1.Names/Get\",code=\"NotFound\"}");
+    assert!(value(&missing[0]) >= 1.0, "{missing:?}");
+}

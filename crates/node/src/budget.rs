@@ -47,6 +47,8 @@ pub const RPC_TARGET: &str = "tabos::rpc";
 pub struct RequestBytes {
     held: Arc<AtomicUsize>,
     max: usize,
+    /// Where each call's method, code and duration are counted.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl RequestBytes {
@@ -54,7 +56,14 @@ impl RequestBytes {
         RequestBytes {
             held: Arc::new(AtomicUsize::new(0)),
             max,
+            metrics: None,
         }
+    }
+
+    /// These budgets, each call counted in `metrics` as it ends.
+    pub fn observed_by(mut self, metrics: Arc<crate::metrics::Metrics>) -> RequestBytes {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Bytes held now.
@@ -116,7 +125,9 @@ where
             request.extensions_mut().insert(c.tcp);
         }
         let traced = tracing::enabled!(target: RPC_TARGET, tracing::Level::DEBUG);
-        let trace = traced.then(|| Trace::start(request.uri().path(), state.clone()));
+        let metrics = self.budget.metrics.clone();
+        let trace = (traced || metrics.is_some())
+            .then(|| Trace::start(request.uri().path(), state.clone(), traced, metrics));
         let stall = state.as_ref().map(|s| s.limits.request_stall);
         let request = request.map(|body| {
             Body::new(Counted {
@@ -147,6 +158,7 @@ where
         };
         let response = trace.span.in_scope(|| self.inner.call(request));
         let span = trace.span.clone();
+        // (A disabled span costs nothing to enter.)
         Box::pin(tracing::Instrument::instrument(
             async move {
                 let response = response.await?;
@@ -166,30 +178,46 @@ where
     }
 }
 
-/// One call's span, and what its end event says.
+/// One call's span (disabled unless traced), and what its end says: an
+/// event in the span, and a count in the metrics.
 struct Trace {
     span: tracing::Span,
+    traced: bool,
+    method: String,
     started: std::time::Instant,
     conn: Option<Arc<ConnState>>,
     code: Option<i32>,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Trace {
-    fn start(method: &str, conn: Option<Arc<ConnState>>) -> Trace {
-        let span = tracing::debug_span!(
-            target: RPC_TARGET,
-            "rpc",
-            method,
-            realm = tracing::field::Empty
-        );
+    fn start(
+        method: &str,
+        conn: Option<Arc<ConnState>>,
+        traced: bool,
+        metrics: Option<Arc<crate::metrics::Metrics>>,
+    ) -> Trace {
+        let span = if traced {
+            tracing::debug_span!(
+                target: RPC_TARGET,
+                "rpc",
+                method,
+                realm = tracing::field::Empty
+            )
+        } else {
+            tracing::Span::none()
+        };
         if let Some(realm) = conn.as_ref().and_then(|c| c.realm.get()) {
             span.record("realm", &**realm);
         }
         Trace {
             span,
+            traced,
+            method: method.to_string(),
             started: std::time::Instant::now(),
             conn,
             code: None,
+            metrics,
         }
     }
 
@@ -206,17 +234,24 @@ impl Trace {
 
 impl Drop for Trace {
     fn drop(&mut self) {
+        let took = self.started.elapsed();
+        let code = tonic::Code::from_i32(self.code.unwrap_or(tonic::Code::Unknown as i32));
+        if let Some(m) = &self.metrics {
+            m.observe_call(&self.method, code, took.as_secs_f64());
+        }
+        if !self.traced {
+            return;
+        }
         // The first call of a connection signs it in: its realm is known
         // only now.
         if let Some(realm) = self.conn.as_ref().and_then(|c| c.realm.get()) {
             self.span.record("realm", &**realm);
         }
-        let code = tonic::Code::from_i32(self.code.unwrap_or(tonic::Code::Unknown as i32));
         tracing::debug!(
             target: RPC_TARGET,
             parent: &self.span,
             code = ?code,
-            duration_us = self.started.elapsed().as_micros() as u64,
+            duration_us = took.as_micros() as u64,
             "call ended"
         );
     }

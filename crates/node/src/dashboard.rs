@@ -8,6 +8,8 @@
 //!   loopback only: there is no TLS) serves HTTP/1.1 with axum. The page,
 //!   its script and its style are compiled into the binary
 //!   (`dashboard/assets`): no build step, nothing fetched from anywhere.
+//!   The same listener serves `GET /metrics` to Prometheus with an
+//!   operator's `Bearer` credential ([`crate::metrics`]).
 //! * **Sign-in.** The page asks for a credential, which `POST
 //!   /api/session` checks as every RPC does ([`crate::auth::Auth::check`]).
 //!   A session is a random id in an `HttpOnly`, `SameSite=Strict` cookie;
@@ -907,6 +909,46 @@ async fn events(
     go.await.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// `GET /metrics`: the node's metrics for Prometheus (its `authorization`
+/// setting: a `Bearer` operator credential), in the OpenMetrics text
+/// format ([`crate::metrics`]). Not for the page's session: no cookie.
+async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
+    let go = async {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| {
+                ApiError::unauthorized(
+                    "metrics need an operator's credential: Authorization: Bearer TOKEN",
+                )
+            })?;
+        let principal = app.node.auth.check(token.trim()).ok_or_else(|| {
+            ApiError::unauthorized("that is not a live tabos credential (tabos token create)")
+        })?;
+        if !principal.is_operator() {
+            return Err(ApiError::forbidden(format!(
+                "credential {} is realm {}'s; metrics show every realm and need an operator's",
+                principal.id(),
+                principal.realm()
+            )));
+        }
+        let text = app
+            .node
+            .metrics
+            .scrape(&app.node)
+            .await
+            .map_err(ApiError::internal)?;
+        let mut r = (StatusCode::OK, text).into_response();
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        );
+        Ok::<_, ApiError>(r)
+    };
+    go.await.unwrap_or_else(IntoResponse::into_response)
+}
+
 async fn not_found() -> Response {
     ApiError::new(StatusCode::NOT_FOUND, "no such page").into_response()
 }
@@ -933,6 +975,7 @@ fn router(app: App) -> Router {
         .route("/api/events", get(events))
         .route("/api/fs/ls", post(fs_ls))
         .route("/api/fs/read", post(fs_read))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(|m: Method| async move {
             ApiError::new(

@@ -43,6 +43,7 @@ pub mod lease;
 pub mod load;
 pub mod local;
 pub mod managers;
+pub mod metrics;
 pub mod names;
 pub mod op;
 pub mod pg;
@@ -271,6 +272,8 @@ pub struct Node {
     pub dashboard_streams: std::sync::Arc<doors::PerRealm>,
     /// The file and name watches each realm's callers hold.
     pub watches: std::sync::Arc<doors::PerRealm>,
+    /// What `/metrics` shows.
+    pub metrics: std::sync::Arc<metrics::Metrics>,
     /// The dashboard's signed-in sessions.
     pub dashboard_sessions: std::sync::Arc<dashboard::Sessions>,
     /// Raised when the node's shutdown begins.
@@ -348,6 +351,7 @@ impl Node {
             .map_err(|e| {
                 Error::Startup(format!("log directory {}: {e}", settings.logs.display()))
             })?;
+        let metrics = std::sync::Arc::new(metrics::Metrics::new());
         Ok(Node {
             worker,
             procedures: tabos_kernel::procedures::Procedures::new(store.clone(), sandbox.clone()),
@@ -355,7 +359,8 @@ impl Node {
             files,
             auth,
             confine,
-            request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX),
+            request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX)
+                .observed_by(metrics.clone()),
             load,
             standing: Default::default(),
             doors: conn::Slots::new(),
@@ -364,6 +369,7 @@ impl Node {
             dashboard_door: dashboard::door(),
             dashboard_streams: dashboard::streams(),
             watches: streams::watches(),
+            metrics,
             dashboard_sessions: Default::default(),
             stopping: Stopping::default(),
             store,

@@ -194,6 +194,8 @@ struct Tickets {
 pub struct Feed {
     state: Mutex<State>,
     next_id: AtomicU64,
+    /// Subscribers cut off for falling behind (their queue full), ever.
+    cut_offs: AtomicU64,
     remote: std::sync::OnceLock<Arc<dyn Remote>>,
     tickets: Tickets,
 }
@@ -270,7 +272,13 @@ impl Feed {
                 let Some(subs) = st.channels.get_mut(&note.channel) else {
                     continue;
                 };
-                subs.retain(|s| s.queue.offer(&s.tx, note));
+                subs.retain(|s| {
+                    let kept = s.queue.offer(&s.tx, note);
+                    if !kept && !s.tx.is_closed() {
+                        self.cut_offs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    kept
+                });
                 if subs.is_empty() {
                     st.channels.remove(&note.channel);
                     if self.remote.get().is_some() {
@@ -300,6 +308,11 @@ impl Feed {
         st.listened.clear();
         st.unlistening.clear();
         st.dirty.clear();
+    }
+
+    /// Subscribers cut off so far for falling behind (their queue full).
+    pub fn cut_offs(&self) -> u64 {
+        self.cut_offs.load(Ordering::Relaxed)
     }
 
     /// Number of live subscribers of a channel.

@@ -982,6 +982,11 @@ impl Store {
         self.backend.feed().subscribe(channel)
     }
 
+    /// Change-feed subscribers cut off so far for falling behind.
+    pub fn feed_cut_offs(&self) -> u64 {
+        self.backend.feed().cut_offs()
+    }
+
     /// Whether this process is delivered `channel`'s notifications now
     /// (always on SQLite; on PostgreSQL while it has subscribers for it).
     pub fn feed_delivers(&self, channel: &str) -> bool {
