@@ -5419,7 +5419,7 @@ fn prometheus_scrapes_the_node_and_answers_over_its_series() {
                     .chars()
                     .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                     .collect();
-                let family = ["_bucket", "_count", "_sum"]
+                let family = ["_bucket", "_count", "_sum", "_total"]
                     .iter()
                     .find_map(|s| name.strip_suffix(s))
                     .unwrap_or(&name);
@@ -5489,6 +5489,9 @@ fn prometheus_scrapes_the_node_and_answers_over_its_series() {
     assert_eq!(value(&up[0]), 1.0, "the scrape succeeds: {up:?}");
     let exited = query("tabos_procs{realm=\"default\",state=\"exited\"}");
     assert!(value(&exited[0]) >= 1.0, "{exited:?}");
+    let ended =
+        query("tabos_procs_ended_total{realm=\"default\",kind=\"native\",state=\"exited\"}");
+    assert!(value(&ended[0]) >= 1.0, "{ended:?}");
     let spawns =
         query("tabos_rpc_duration_seconds_count{method=\"/tabos.v1.Procs/Spawn\",code=\"Ok\"}");
     assert!(value(&spawns[0]) >= 1.0, "{spawns:?}");

@@ -232,7 +232,10 @@ fn new_procd(
         },
         node.auth.clone(),
         // Its own busy cores: admission goes by its grant alone.
-        procd::Shared::granted(),
+        procd::Shared {
+            metrics: Some(node.metrics.clone()),
+            ..procd::Shared::granted()
+        },
         node.load.clone(),
         node.confine.clone(),
         Some(grant),

@@ -5,7 +5,8 @@
 //! Two kinds of series:
 //!
 //! * **Counted as they happen**: every API call's duration by method and
-//!   gRPC code (observed where every call passes, [`crate::budget`]).
+//!   gRPC code (observed where every call passes, [`crate::budget`]); the
+//!   procs this node ran that ended, by realm, kind and how (procd).
 //!   Method labels are bounded: a call the node does not serve is
 //!   `unknown`, and past [`METHODS_MAX`] distinct methods the rest are
 //!   `other` — no client can grow the node's memory through a label.
@@ -21,6 +22,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -52,6 +54,7 @@ pub struct Metrics {
     registry: Registry,
     calls: Family<Labels, Histogram, fn() -> Histogram>,
     methods: Mutex<HashSet<String>>,
+    ended: Family<Labels, Counter>,
     procs: Gauges,
     mailboxes: Gauges,
     mailbox_messages: Gauges,
@@ -62,8 +65,8 @@ pub struct Metrics {
     realm_live_procs: Gauges,
     realm_stored_bytes: Gauges,
     realm_quota_storage_bytes: Gauges,
-    store: Gauges,
-    feed_cut_offs: Gauges,
+    store: Family<Labels, Counter>,
+    feed_cut_offs: Family<Labels, Counter>,
     node_cores: Gauges,
     blocks: Gauges,
     connections: Gauges,
@@ -102,6 +105,23 @@ impl Metrics {
              the response's last byte",
             calls.clone(),
         );
+        let ended = Family::<Labels, Counter>::default();
+        registry.register(
+            "procs_ended",
+            "Procs this node ran that ended, by realm, kind and how (exited, failed, evicted)",
+            ended.clone(),
+        );
+        let store = counter(
+            &mut registry,
+            "store_events",
+            "The kernel database in this process since it opened: commits, procedures \
+             committed and failed, retries, notifications",
+        );
+        let feed_cut_offs = counter(
+            &mut registry,
+            "feed_cut_offs",
+            "Change-feed subscribers cut off for falling behind, since the node started",
+        );
         let mut gauge = |name: &str, help: &str| {
             let g = Gauges::default();
             registry.register(name, help, g.clone());
@@ -130,15 +150,8 @@ impl Metrics {
                 "realm_quota_storage_bytes",
                 "Each realm's storage quota in bytes (realms with one)",
             ),
-            store: gauge(
-                "store_events",
-                "The kernel database in this process since it opened: commits, procedures \
-                 committed and failed, retries, notifications",
-            ),
-            feed_cut_offs: gauge(
-                "feed_cut_offs",
-                "Change-feed subscribers cut off for falling behind, since the node started",
-            ),
+            store,
+            feed_cut_offs,
             node_cores: gauge(
                 "node_cores",
                 "This node's cores: offered to procs, and busy (measured, procs and node)",
@@ -147,6 +160,7 @@ impl Metrics {
             connections: gauge("door_connections", "Open connections by door"),
             registry,
             calls,
+            ended,
             methods: Mutex::new(HashSet::new()),
             scrape: tokio::sync::Mutex::new(()),
         }
@@ -174,6 +188,17 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// Counts a proc of `realm` that ended on this node.
+    pub fn proc_ended(&self, realm: &str, kind: &str, state: &str) {
+        self.ended
+            .get_or_create(&labels(&[
+                ("realm", realm),
+                ("kind", kind),
+                ("state", state),
+            ]))
+            .inc();
+    }
+
     /// The metrics now, as OpenMetrics text.
     pub async fn scrape(&self, node: &Node) -> Result<String, String> {
         let _turn = self.scrape.lock().await;
@@ -192,8 +217,6 @@ impl Metrics {
             &self.realm_live_procs,
             &self.realm_stored_bytes,
             &self.realm_quota_storage_bytes,
-            &self.store,
-            &self.feed_cut_offs,
             &self.node_cores,
             &self.blocks,
             &self.connections,
@@ -236,13 +259,12 @@ impl Metrics {
             ("retries", s.retries),
             ("notifications", s.notifications),
         ] {
-            self.store
-                .get_or_create(&labels(&[("event", what)]))
-                .set(n as f64);
+            catch_up(&self.store.get_or_create(&labels(&[("event", what)])), n);
         }
-        self.feed_cut_offs
-            .get_or_create(&Vec::new())
-            .set(node.store.feed_cut_offs() as f64);
+        catch_up(
+            &self.feed_cut_offs.get_or_create(&Vec::new()),
+            node.store.feed_cut_offs(),
+        );
         let id = node.settings.node_id.as_str();
         for (what, v) in [
             ("offered", node.settings.cores as f64),
@@ -274,6 +296,21 @@ impl Metrics {
         let mut text = String::new();
         encode(&mut text, &self.registry).map_err(|e| e.to_string())?;
         Ok(text)
+    }
+}
+
+/// A counter registered in `registry`.
+fn counter(registry: &mut Registry, name: &str, help: &str) -> Family<Labels, Counter> {
+    let c = Family::<Labels, Counter>::default();
+    registry.register(name, help, c.clone());
+    c
+}
+
+/// Brings `counter` up to `total`, a count kept elsewhere that only grows.
+fn catch_up(counter: &Counter, total: u64) {
+    let have = counter.get();
+    if total > have {
+        counter.inc_by(total - have);
     }
 }
 

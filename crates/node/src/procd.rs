@@ -112,6 +112,8 @@ pub struct Procd {
     /// offers all of the node's cores). `None`: a granted worker, whose
     /// grants the cluster manager keeps within the node's cores.
     lc_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Where its procs' ends are counted (`/metrics`).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
     /// Its running procs that are restartable (what it stops itself when
     /// its node has been cut off from the database past its grace).
     restartable: Mutex<std::collections::HashSet<Pid>>,
@@ -132,6 +134,8 @@ pub struct Shared {
     /// The node's cores as LC reservations (see [`Procd`]); `None` for a
     /// granted worker.
     pub lc_slots: Option<Arc<tokio::sync::Semaphore>>,
+    /// Where procs' ends are counted (`/metrics`).
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Shared {
@@ -142,6 +146,7 @@ impl Shared {
             lc_slots: Some(Arc::new(tokio::sync::Semaphore::new(
                 cores.clamp(1, i64::from(u32::MAX >> 3)) as usize,
             ))),
+            metrics: None,
         }
     }
 
@@ -150,6 +155,7 @@ impl Shared {
         Shared {
             busy_cores: Arc::new(AtomicI64::new(0)),
             lc_slots: None,
+            metrics: None,
         }
     }
 }
@@ -264,6 +270,7 @@ impl Procd {
             preemptible: Mutex::new(Vec::new()),
             be_realm,
             lc_slots: shared.lc_slots,
+            metrics: shared.metrics,
             restartable: Mutex::new(Default::default()),
             fenced: Mutex::new(Default::default()),
         })
@@ -637,6 +644,9 @@ impl Procd {
             // Stopped because the node was cut off: queued again, not ended.
             self.freed.notify_one();
             return;
+        }
+        if let Some(m) = &self.metrics {
+            m.proc_ended(&self.realm, p.kind.as_str(), state.as_str());
         }
         // What its logs hold is counted against the realm's storage (with
         // its end, in one transaction); older procs' logs are dropped first

@@ -653,7 +653,10 @@ async fn serve_realms(
     if node.settings.elastic {
         return grants::serve(node, addr, served, stop).await;
     }
-    let shared = procd::Shared::node(node.settings.cores);
+    let shared = procd::Shared {
+        metrics: Some(node.metrics.clone()),
+        ..procd::Shared::node(node.settings.cores)
+    };
     let mut procds = tokio::task::JoinSet::new();
     let mut created = node.store.subscribe(tabos_kernel::realms::CREATED_CHANNEL);
     let mut removed = node.store.subscribe(tabos_kernel::realms::REMOVED_CHANNEL);
