@@ -282,8 +282,8 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 if s.r#type() == proto::FileType::File {
                     outln!("layout     {}", s.layout);
                 }
-                outln!("changed    {}", s.ctime_us);
-                outln!("modified   {}", s.mtime_us);
+                outln!("changed    {}", crate::output::rfc3339(s.ctime_us));
+                outln!("modified   {}", crate::output::rfc3339(s.mtime_us));
             }
             FsCommand::Du {
                 path,

@@ -192,7 +192,8 @@ enum Command {
     Spawn(procs::SpawnArgs),
     /// List procs (a query of the ps view)
     Ps(procs::PsArgs),
-    /// Wait for a proc to exit; exits with its status
+    /// Wait for a proc to exit; exits with its status (125 when tabos
+    /// itself failed: no such proc, no node)
     Wait(procs::PidArgs),
     /// Ask a proc to leave (SIGTERM, then SIGKILL after a grace period)
     Evict(procs::PidArgs),
@@ -275,6 +276,14 @@ fn main() -> std::process::ExitCode {
         eprintln!("error: tabos {name} has no JSON output");
         return std::process::ExitCode::FAILURE;
     }
+    // Commands that exit with a proc's status say their own failures
+    // (no such proc, the node away) with a status no proc's exit is taken
+    // for, as `docker run` does.
+    let passes_status = match &cli.command {
+        Command::Wait(_) => true,
+        Command::Spawn(a) => a.waits(),
+        _ => false,
+    };
     let result = match cli.command {
         Command::MrTask(a) => return a.run(tabos_mr::procs::main),
         Command::KvTask(a) => return a.run(tabos_kv::main),
@@ -332,10 +341,18 @@ fn main() -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}", said_once(&e));
-            std::process::ExitCode::FAILURE
+            if passes_status {
+                std::process::ExitCode::from(OWN_FAILURE_STATUS)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
     }
 }
+
+/// What `tabos wait` and `tabos spawn --wait` exit with when tabos itself
+/// failed rather than the proc (whose status they exit with otherwise).
+const OWN_FAILURE_STATUS: u8 = 125;
 
 /// An error and its causes, each said once: a cause whose text the
 /// message already holds (an error that prints its source, then the

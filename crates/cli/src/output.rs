@@ -111,24 +111,33 @@ pub fn table(columns: &[impl AsRef<str>], rows: &[Vec<String>]) -> String {
 }
 
 /// Prints a query result as a table (or JSON), with a row count.
+/// Each row of `result` as an object of its columns.
+fn row_objects(result: &QueryResult) -> Vec<serde_json::Value> {
+    result
+        .rows
+        .iter()
+        .map(|r| {
+            let obj: serde_json::Map<String, serde_json::Value> = result
+                .columns
+                .iter()
+                .cloned()
+                .zip(r.iter().map(json_value))
+                .collect();
+            serde_json::Value::Object(obj)
+        })
+        .collect()
+}
+
+/// The rows of a listing (`ps`) as a JSON array of objects.
+pub fn print_rows_json(result: &QueryResult) {
+    outln!("{}", serde_json::Value::Array(row_objects(result)));
+}
+
 pub fn print_result(result: &QueryResult, json: bool) {
     if json {
-        let rows: Vec<serde_json::Value> = result
-            .rows
-            .iter()
-            .map(|r| {
-                let obj: serde_json::Map<String, serde_json::Value> = result
-                    .columns
-                    .iter()
-                    .cloned()
-                    .zip(r.iter().map(json_value))
-                    .collect();
-                serde_json::Value::Object(obj)
-            })
-            .collect();
         let doc = serde_json::json!({
             "columns": result.columns,
-            "rows": rows,
+            "rows": row_objects(result),
             "truncated": result.truncated,
         });
         outln!("{doc}");

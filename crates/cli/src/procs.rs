@@ -65,7 +65,8 @@ pub struct SpawnArgs {
     /// instead [default: 10]
     #[arg(long, value_name = "N", requires = "restartable")]
     max_restarts: Option<i64>,
-    /// Wait for the proc to exit and exit with its status
+    /// Wait for the proc to exit and exit with its status (125 when tabos
+    /// itself failed)
     #[arg(long)]
     wait: bool,
     /// Program and its arguments
@@ -75,6 +76,13 @@ pub struct SpawnArgs {
     realm: RealmArg,
     #[command(flatten)]
     node: NodeAddr,
+}
+
+impl SpawnArgs {
+    /// Whether it waits and exits with the proc's status.
+    pub fn waits(&self) -> bool {
+        self.wait
+    }
 }
 
 pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
@@ -195,6 +203,19 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
         let mut filters = Vec::new();
         let every_realm = args.all || realm.is_empty();
         if !every_realm {
+            // A realm that does not exist has no procs to list: said so,
+            // not shown as an empty table.
+            let known = client
+                .sql_limited(
+                    "SELECT realm FROM realm WHERE realm = $1",
+                    vec![Value::Text(realm.clone())],
+                    1,
+                )
+                .await?;
+            anyhow::ensure!(
+                !known.rows.is_empty(),
+                "no realm {realm:?} (tabos realm list shows those there are)"
+            );
             params.push(Value::Text(realm));
             filters.push(format!("realm = ${}", params.len()));
         }
@@ -226,7 +247,13 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
             if every_realm { "realm, " } else { "" },
         );
         let result = client.sql_limited(&sql, params, 10_000).await?;
-        crate::output::print_result(&result, args.json);
+        if args.json || crate::output::json() {
+            // One object per proc, as `docker ps --format json` and
+            // `kubectl get -o json`'s items are.
+            crate::output::print_rows_json(&result);
+        } else {
+            crate::output::print_result(&result, false);
+        }
         Ok(())
     })
 }
@@ -715,6 +742,16 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             } else {
                 print_realms(&one, false);
                 print_stored(&one[0]);
+                // What its native procs may see of the host.
+                let paths = &one[0].host_paths;
+                if paths.is_empty() {
+                    outln!("host paths: none (tabos realm set --allow-host-path PATH)");
+                } else {
+                    outln!("host paths (read-only to its native procs):");
+                    for p in paths {
+                        outln!("  {p}");
+                    }
+                }
                 crate::cluster::print_allocation(&alloc);
             }
             Ok(())

@@ -236,7 +236,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Command::Whoami { node } => {
                 let mut c = node.connect().await?;
                 let me = c.who_am_i().await?;
-                outln!("{}", serde_json::to_string(&json(&me))?);
+                crate::output::emit(
+                    || {
+                        let realm = if me.realm.is_empty() {
+                            "(every realm: an operator)"
+                        } else {
+                            me.realm.as_str()
+                        };
+                        let mut lines = vec![
+                            format!("credential {}", me.id),
+                            format!("realm      {realm}"),
+                            format!("user       {}", me.user),
+                            format!("role       {}", me.role().name()),
+                        ];
+                        if !me.pid.is_empty() {
+                            lines.push(format!("proc       {}", me.pid));
+                        }
+                        if !me.scope.is_empty() {
+                            lines.push(format!("scope      {}", me.scope));
+                        }
+                        if let Some(e) = me.expires_us {
+                            lines.push(format!("expires    {}", crate::output::rfc3339(e)));
+                        }
+                        lines.join("\n")
+                    },
+                    || json(&me),
+                );
             }
         }
         Ok(())
