@@ -34,7 +34,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ("procedures failed", s.procedures_failed.to_string()),
             ("commits", s.commits.to_string()),
             ("retries", s.retries.to_string()),
-            ("started (us since epoch)", s.started_us.to_string()),
+            ("started", crate::output::rfc3339(s.started_us)),
             (
                 "offers procs",
                 format!("{} cores, {} MiB", s.cores, s.mem_mib),
