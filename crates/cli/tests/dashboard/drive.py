@@ -170,6 +170,27 @@ def run(url, token, tabos, screenshot, job, port):
         f"proc {pid} shown as exited",
     )
     page.wait_for(f"document.querySelector('#timeline') && document.querySelector('#timeline').textContent.includes('{pid}')", "the proc on the timeline")
+    # A proc that exited with status 3 is shown as a failure, with its
+    # status, not in the colour of success with an empty reason.
+    out = subprocess.run(
+        [tabos, "spawn", "--", "/bin/sh", "-c", "exit 3"],
+        capture_output=True, text=True, timeout=WAIT_S,
+    )
+    if out.returncode != 0:
+        sys.exit(f"tabos spawn failed: {out.stderr}")
+    bad = out.stdout.split()[0]
+    page.wait_for(
+        f"document.querySelector('#procs tr[data-key=\"{bad}\"]') && document.querySelector('#procs tr[data-key=\"{bad}\"]').innerText.includes('exited 3')",
+        f"proc {bad} shown as exited 3",
+    )
+    page.wait_for(
+        f"document.querySelector('#procs tr[data-key=\"{bad}\"] .state-failed') !== null && document.querySelector('#procs tr[data-key=\"{bad}\"]').innerText.includes('exit status 3')",
+        f"proc {bad} shown as a failure with its reason",
+    )
+    # A path's breadcrumb reads as a path.
+    crumb = page.eval("crumbs('/a/b', () => {}).textContent")
+    if crumb != "/a / b":
+        sys.exit(f"the breadcrumb of /a/b reads {crumb!r}")
     if page.eval("window.__tabosLoad") != "the same load":
         sys.exit("the page was reloaded: the proc must appear without a reload")
 

@@ -23,7 +23,7 @@ function h(tag, attrs, ...children) {
     if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === undefined || c === null || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -156,7 +156,7 @@ function timeline(procs) {
       const bars = [h('rect', { class: 'tl-wait', x: x(p.spawn_us), y: yy, width: Math.max(1, x(start) - x(p.spawn_us)), height: ROW - 3 },
         h('title', {}, `${p.pid} waiting ${((start - p.spawn_us) / 1000).toFixed(1)} ms`))];
       if (p.start_us) {
-        bars.push(h('rect', { class: `tl-${p.state}`, x: x(p.start_us), y: yy, width: Math.max(1, x(end) - x(p.start_us)), height: ROW - 3 },
+        bars.push(h('rect', { class: nonzero(p) ? 'tl-failed' : `tl-${p.state}`, x: x(p.start_us), y: yy, width: Math.max(1, x(end) - x(p.start_us)), height: ROW - 3 },
           h('title', {}, `${p.pid} ${p.state} ${((end - p.start_us) / 1000).toFixed(1)} ms`)));
       }
       return h('g', {}, h('text', { x: 0, y: yy + ROW - 4 }, `${p.pid} ${p.program.split('/').pop()}`.slice(0, 24)), bars);
@@ -273,6 +273,8 @@ views.overview = async (page) => {
 };
 
 const PROC_STATES = ['spawned', 'claimed', 'running', 'exited', 'evicted', 'failed'];
+// A proc that exited with a status other than 0.
+const nonzero = (p) => p.state === 'exited' && p.exit_status !== null && p.exit_status !== undefined && Number(p.exit_status) !== 0;
 
 views.procs = async (page) => {
   const f = state.view.procFilter || (state.view.procFilter = { state: '', kind: '', program: '', since: '' });
@@ -311,7 +313,9 @@ views.procs = async (page) => {
       ORDER BY spawn_us DESC LIMIT 500`, params);
     fill(listBox, procs.length ? table([
       { title: 'pid', key: 'pid' },
-      { title: 'state', key: 'state', cls: (p) => `state-${p.state}` },
+      // An exit with a non-zero status is a failure to whoever reads the
+      // page, whatever the kernel's state name: shown so, with its status.
+      { title: 'state', value: (p) => (nonzero(p) ? `exited ${p.exit_status}` : p.state), cls: (p) => (nonzero(p) ? 'state-failed' : `state-${p.state}`) },
       { title: 'kind', value: (p) => `${p.kind} ${p.class}` },
       { title: 'program', key: 'program' },
       { title: 'cores', key: 'cores', num: true },
@@ -320,7 +324,7 @@ views.procs = async (page) => {
       { title: 'age', value: (p) => age(p.spawn_us) },
       { title: 'ran', value: (p) => (p.start_us ? `${(((p.exit_us || Date.now() * 1000) - p.start_us) / 1e6).toFixed(2)} s` : ''), num: true },
       { title: 'exit', key: 'exit_status', num: true },
-      { title: 'reason', key: 'error', wrap: true },
+      { title: 'reason', value: (p) => p.error || (nonzero(p) ? `exit status ${p.exit_status}` : ''), wrap: true },
     ], procs, (p) => showDetail(p.pid), (p) => p.pid === state.view.pid) : h('p', { class: 'muted' }, 'No procs match.'));
     fill(tlBox, timeline(procs));
     if (state.view.pid) await showDetail(state.view.pid);
