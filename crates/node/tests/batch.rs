@@ -27,10 +27,8 @@ fn get(realm: &str, path: &str) -> Call {
     })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_batch_runs_each_call_as_alone_in_order() {
-    let dir = TempDir::new("batch");
-    let n = common::start(&dir, "n1").await;
+/// Realms `a` and `b` on `n`: the operator's client and `a`'s admin's.
+async fn realms_a_and_b(n: &common::Running) -> (tabos_client::Client, tabos_client::Client) {
     let mut op = n.client().await;
     let admin = op
         .create_realm("a", tabos_client::proto::Scheduler::Fifo)
@@ -40,7 +38,15 @@ async fn a_batch_runs_each_call_as_alone_in_order() {
     op.create_realm("b", tabos_client::proto::Scheduler::Fifo)
         .await
         .unwrap();
-    let mut a = n.client_with(&admin).await;
+    let a = n.client_with(&admin).await;
+    (op, a)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_runs_each_call_as_alone_in_order() {
+    let dir = TempDir::new("batch");
+    let n = common::start(&dir, "n1").await;
+    let (mut op, mut a) = realms_a_and_b(&n).await;
     a.create_mailbox("", "box", 0, None).await.unwrap();
 
     let results = a
@@ -141,16 +147,7 @@ async fn a_batch_runs_each_call_as_alone_in_order() {
 async fn an_independent_batch_answers_in_order_and_shares_commits() {
     let dir = TempDir::new("batch-independent");
     let n = common::start(&dir, "n1").await;
-    let mut op = n.client().await;
-    let admin = op
-        .create_realm("a", tabos_client::proto::Scheduler::Fifo)
-        .await
-        .unwrap()
-        .admin_token;
-    op.create_realm("b", tabos_client::proto::Scheduler::Fifo)
-        .await
-        .unwrap();
-    let mut a = n.client_with(&admin).await;
+    let (mut op, mut a) = realms_a_and_b(&n).await;
     const PUTS: usize = 40;
     let once = |path: &str| {
         Call::NamesSet(proto::SetNameRequest {
