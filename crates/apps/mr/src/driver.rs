@@ -352,6 +352,10 @@ impl Job {
             progress(&p);
             let status = c.name_get(&self.realm, &self.layout.status()).await?.data;
             if status.starts_with(b"done") {
+                // The progress above was read before the status: the last
+                // tasks may have finished in between. What it ended with.
+                let p = self.progress().await?;
+                progress(&p);
                 break Ok(p);
             }
             if let Some(why) = status.strip_prefix(b"failed: ") {
