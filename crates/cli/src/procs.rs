@@ -214,7 +214,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
                 .await?;
             anyhow::ensure!(
                 !known.rows.is_empty(),
-                "no realm {realm:?} (tabos realm list shows those there are)"
+                "no realm {realm:?} (or not yours: tabos realm list shows those you may see)"
             );
             params.push(Value::Text(realm));
             filters.push(format!("realm = ${}", params.len()));
