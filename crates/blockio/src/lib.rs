@@ -118,6 +118,19 @@ pub struct SegmentInfo {
     pub blocks: u64,
 }
 
+/// What [`Device::copy_to`] wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceCopy {
+    /// The copy's size (the device's).
+    pub bytes: u64,
+    /// What it holds besides holes: metadata and non-zero data.
+    pub bytes_written: u64,
+    pub segments: u64,
+}
+
+/// Bytes [`Device::copy_to`] reads and writes at a time.
+const COPY_PIECE_BYTES: usize = 1 << 20;
+
 /// Counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -552,6 +565,68 @@ impl Device {
             .cache
             .invalidate(st.sb.data_start + start, blocks);
         Ok(())
+    }
+
+    /// Copies the block store to a new file `dest` (sparse, the same size,
+    /// block size and identity): its superblock, bitmap and segment table
+    /// as they are now, and every segment's blocks. The caller keeps writes
+    /// out of the segments until it returns (the fs freezes its writers for
+    /// a backup): a block written meanwhile may be copied old or new.
+    /// Creating and deleting segments may go on; one created during the
+    /// copy is not in it, one deleted during it is copied whole.
+    pub fn copy_to(&self, dest: &Path) -> Result<DeviceCopy> {
+        let out = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dest)
+            .map_err(io_err(format!("create {}", dest.display())))?;
+        let (meta, extents, total) = {
+            let st = self.state();
+            let bs = u64::from(st.sb.block_size);
+            let mut meta = vec![0u8; (st.sb.data_start * bs) as usize];
+            self.inner
+                .meta
+                .read_exact_at(&mut meta, 0)
+                .map_err(io_err("read the block store's metadata"))?;
+            let extents: Vec<(u64, u64)> = st
+                .entries
+                .iter()
+                .filter(|e| e.used)
+                .map(|e| ((st.sb.data_start + e.start) * bs, e.blocks * bs))
+                .collect();
+            (meta, extents, st.sb.total_blocks * bs)
+        };
+        out.set_len(total)
+            .map_err(io_err(format!("size {}", dest.display())))?;
+        out.write_all_at(&meta, 0)
+            .map_err(io_err(format!("write {}", dest.display())))?;
+        let mut copied = meta.len() as u64;
+        let mut buf = vec![0u8; COPY_PIECE_BYTES];
+        for (offset, len) in &extents {
+            let mut at = 0;
+            while at < *len {
+                let n = (len - at).min(COPY_PIECE_BYTES as u64) as usize;
+                self.inner
+                    .meta
+                    .read_exact_at(&mut buf[..n], offset + at)
+                    .map_err(io_err("read a segment"))?;
+                // Zeros stay a hole: the copy is as sparse as the data.
+                static ZEROS: [u8; COPY_PIECE_BYTES] = [0; COPY_PIECE_BYTES];
+                if buf[..n] != ZEROS[..n] {
+                    out.write_all_at(&buf[..n], offset + at)
+                        .map_err(io_err(format!("write {}", dest.display())))?;
+                    copied += n as u64;
+                }
+                at += n as u64;
+            }
+        }
+        out.sync_all()
+            .map_err(io_err(format!("sync {}", dest.display())))?;
+        Ok(DeviceCopy {
+            bytes: total,
+            bytes_written: copied,
+            segments: extents.len() as u64,
+        })
     }
 
     /// Every segment, by name.

@@ -309,3 +309,57 @@ fn freed_blocks_come_back_zeroed_and_leaked_bits_are_repaired() {
         Err(Error::NotFound(_))
     ));
 }
+
+/// A copy opens as the same block store: its identity, its segments and
+/// their bytes; a deleted segment's old bytes are not in it, and holes
+/// stay holes.
+#[test]
+fn a_copy_is_the_same_block_store_without_freed_data() {
+    let (d, path) = device("copy", 4096);
+    let dev = Device::open(&path, 64).unwrap();
+    let mut q = Queue::new(&dev, 8).unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8 | 1).collect();
+    for name in ["kept", "gone"] {
+        dev.create_segment(name, "fs", 100).unwrap();
+        let seg = dev.open_segment(name, "fs").unwrap();
+        q.write_bytes(&seg.capability(), 4_096, &data, CachePolicy::Uncached)
+            .unwrap();
+    }
+    q.sync_now().unwrap();
+    let gone = dev
+        .segments()
+        .into_iter()
+        .find(|s| s.name == "gone")
+        .unwrap();
+    dev.delete_segment("gone", "fs").unwrap();
+    let copy_path = d.0.join("copy");
+    let copy = dev.copy_to(&copy_path).unwrap();
+    assert_eq!(copy.segments, 1);
+    assert_eq!(copy.bytes, 4096 * 4096);
+    assert!(copy.bytes_written < 2 * data.len() as u64, "{copy:?}");
+    // Only to a new file.
+    assert!(dev.copy_to(&copy_path).is_err());
+    let raw = std::fs::File::open(&copy_path).unwrap();
+    let mut old = vec![0u8; 4096];
+    raw.read_exact_at(&mut old, (gone.first_block + 1) * 4096)
+        .unwrap();
+    assert!(
+        old.iter().all(|b| *b == 0),
+        "a freed segment's bytes were copied"
+    );
+    let back = Device::open(&copy_path, 64).unwrap();
+    assert_eq!(back.id(), dev.id());
+    assert_eq!(back.segments(), dev.segments());
+    let seg = back.open_segment("kept", "fs").unwrap();
+    let mut q2 = Queue::new(&back, 8).unwrap();
+    let read = q2
+        .read_bytes(
+            &seg.capability(),
+            0,
+            4_096 + data.len(),
+            CachePolicy::Uncached,
+        )
+        .unwrap();
+    assert!(read[..4_096].iter().all(|b| *b == 0));
+    assert_eq!(&read[4_096..], &data[..]);
+}

@@ -16,6 +16,7 @@ macro_rules! outln {
     ($($t:tt)*) => { $crate::output::write_out(format_args!("{}\n", format_args!($($t)*))) };
 }
 
+mod backup;
 mod batch;
 mod cluster;
 mod context;
@@ -186,6 +187,10 @@ enum Command {
     Node(nodes::NodeArgs),
     /// Elastic realms' managers: tabos cluster settings [NAME=VALUE...], tabos cluster decisions
     Cluster(cluster::ClusterArgs),
+    /// Back the node up while it serves (operator, embedded nodes): tabos backup DEST
+    Backup(backup::BackupArgs),
+    /// Make a data directory from a backup: tabos restore SRC --data DIR
+    Restore(backup::RestoreArgs),
     /// Start a throwaway embedded node, run a workload on it and query what it did
     Demo(demo::Args),
     /// Spawn a proc: tabos spawn [--wait] -- PROGRAM ARGS...
@@ -307,6 +312,8 @@ fn main() -> std::process::ExitCode {
         Command::Nodes(a) => nodes::list(a),
         Command::Node(a) => nodes::node(a),
         Command::Cluster(a) => cluster::run(a),
+        Command::Backup(a) => backup::backup(a),
+        Command::Restore(a) => backup::restore(a),
         Command::Demo(a) => demo::run(a),
         Command::Spawn(a) => procs::spawn(a),
         Command::Ps(a) => procs::ps(a),

@@ -5511,3 +5511,377 @@ fn prometheus_scrapes_the_node_and_answers_over_its_series() {
         query("tabos_rpc_duration_seconds_count{method=\"/tabos.v1.Names/Get\",code=\"NotFound\"}");
     assert!(value(&missing[0]) >= 1.0, "{missing:?}");
 }
+
+/// The backup test's chain: op `i` goes to realm `CHAIN[i % 2]`; every
+/// fourth op of a realm first overwrites its `/big` (in block-store
+/// segments) in place with [`big_of`]`(i)`, then every op appends `i` to
+/// the realm's `/log`. Each op is acknowledged before the next starts.
+const CHAIN: [&str; 2] = ["chain-a", "chain-b"];
+/// `/big`'s size: past the node's segment threshold in the test.
+const BIG_BYTES: usize = 256 << 10;
+
+fn big_of(i: u64) -> Vec<u8> {
+    (0..BIG_BYTES as u64)
+        .map(|k| (k.wrapping_mul(31) ^ i.wrapping_mul(0x9E37_79B9)) as u8 | 1)
+        .collect()
+}
+
+fn rewrites_big(i: u64) -> bool {
+    (i / 2).is_multiple_of(4)
+}
+
+/// Checks a node's chain state: both realms' logs hold exactly ops
+/// `0..k` (split by realm), for one `k`, and each `/big` is what the
+/// chain's last rewrite of it before `k` left (or op `k`'s own rewrite,
+/// when the point fell between its two writes). Returns `k`.
+fn chain_point(addr: &str, token: &str) -> u64 {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = tabos_client::Client::connect(addr, token).await.unwrap();
+        let mut ops = Vec::new();
+        for realm in CHAIN {
+            let mut log = Vec::new();
+            c.fs_read_all(realm, "", "/log", &mut log).await.unwrap();
+            assert_eq!(log.len() % 8, 0, "a torn log entry in {realm}");
+            ops.push(
+                log.chunks(8)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+                    .collect::<Vec<_>>(),
+            );
+        }
+        let k = (ops[0].len() + ops[1].len()) as u64;
+        for (r, realm) in CHAIN.iter().enumerate() {
+            let want: Vec<u64> = (0..k).filter(|i| i % 2 == r as u64).collect();
+            assert_eq!(
+                ops[r], want,
+                "{realm}'s log is not the chain's ops before {k}"
+            );
+            let mut big = Vec::new();
+            c.fs_read_all(realm, "", "/big", &mut big).await.unwrap();
+            let last = (0..k).rev().find(|i| i % 2 == r as u64 && rewrites_big(*i));
+            let mut allowed: Vec<Vec<u8>> = vec![last.map_or_else(|| vec![0u8; BIG_BYTES], big_of)];
+            if k % 2 == r as u64 && rewrites_big(k) {
+                allowed.push(big_of(k));
+            }
+            assert!(
+                allowed.contains(&big),
+                "{realm}'s /big is not the chain's at op {k}"
+            );
+        }
+        k
+    })
+}
+
+/// `tabos backup` during a write storm, and `tabos restore`: the restored
+/// node holds the source's state at one point — the chain (two realms on
+/// different partitions, files in tables and in the block store) cut at
+/// one op, and every file a concurrent writer wrote whole. A node killed
+/// (-9) during a backup is whole when it starts again, leaves no backup
+/// that looks complete, and the next backup says what to remove.
+#[test]
+fn a_backup_during_a_write_storm_restores_one_point_and_kill_9_harms_nothing() {
+    let data = TempDir::new("backup-src");
+    let data_dir = data.path().join("node");
+    let up_args = |listen: &str| -> Vec<String> {
+        [
+            "--data",
+            data_dir.to_str().unwrap(),
+            "--listen",
+            listen,
+            "--segment-threshold",
+            "65536",
+            "--blocks-mib",
+            "1024",
+            "--pg-listen",
+            "none",
+            "--http-listen",
+            "none",
+            "--no-context",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let args = up_args("127.0.0.1:0");
+    let mut node = Node::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    for realm in CHAIN.iter().chain(&["bulk"]) {
+        let o = node
+            .command()
+            .args(["realm", "create", realm])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // The two chain realms live on different partitions: the point must
+    // hold across partitions, not only within one.
+    let o = node
+        .command()
+        .args([
+            "--json",
+            "sql",
+            "SELECT DISTINCT p_key FROM realm WHERE realm IN ('chain-a', 'chain-b')",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let distinct: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(
+        distinct["rows"].as_array().map(Vec::len),
+        Some(2),
+        "{distinct}"
+    );
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (addr, token) = (node.addr.clone(), node.token.clone());
+    let chain = {
+        let (stop, addr, token) = (stop.clone(), addr.clone(), token.clone());
+        rt.spawn(async move {
+            let mut c = tabos_client::Client::connect(&addr, &token).await.unwrap();
+            for realm in CHAIN {
+                c.fs_write(realm, "", "/big", 0, vec![0u8; BIG_BYTES], true)
+                    .await
+                    .unwrap();
+            }
+            let mut i = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let realm = CHAIN[(i % 2) as usize];
+                if rewrites_big(i) {
+                    c.fs_write(realm, "", "/big", 0, big_of(i), false)
+                        .await
+                        .unwrap();
+                }
+                let at = (i / 2 * 8) as i64;
+                c.fs_write(realm, "", "/log", at, i.to_le_bytes().to_vec(), true)
+                    .await
+                    .unwrap();
+                i += 1;
+            }
+            i
+        })
+    };
+    // Beside it, whole files of 1 MiB written in pieces in another realm.
+    let bulk = {
+        let (stop, addr, token) = (stop.clone(), addr.clone(), token.clone());
+        rt.spawn(async move {
+            let mut c = tabos_client::Client::connect(&addr, &token).await.unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let path = format!("/f{n}");
+                let body = big_of(n + 1_000_000);
+                for (k, piece) in body.chunks(64 << 10).enumerate() {
+                    c.fs_write(
+                        "bulk",
+                        "",
+                        path.as_str(),
+                        (k * (64 << 10)) as i64,
+                        piece.to_vec(),
+                        true,
+                    )
+                    .await
+                    .unwrap();
+                }
+                n += 1;
+            }
+            n
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let backups = TempDir::new("backup-dest");
+    let dest = backups.path().join("b1");
+    let o = node
+        .command()
+        .args(["backup", dest.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("8 partitions"), "{}", stdout(&o));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ops = rt.block_on(chain).unwrap();
+    let files = rt.block_on(bulk).unwrap();
+    assert!(
+        ops > 20 && files > 2,
+        "a storm: {ops} chain ops, {files} files"
+    );
+    // Not a realm's credential's business, and not over an existing one.
+    let o = node
+        .command()
+        .args(["backup", dest.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
+
+    // Restored: one point of the chain, before its end, and whole files.
+    let restored = backups.path().join("restored");
+    let o = node
+        .command()
+        .args([
+            "restore",
+            dest.to_str().unwrap(),
+            "--data",
+            restored.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let copy = Node::start(&[
+        "--data",
+        restored.to_str().unwrap(),
+        "--pg-listen",
+        "none",
+        "--http-listen",
+        "none",
+        "--no-context",
+    ]);
+    let k = chain_point(&copy.addr, &copy.token);
+    assert!(
+        k > 0 && k < ops,
+        "the point is inside the storm: {k} of {ops}"
+    );
+    rt.block_on(async {
+        let mut c = tabos_client::Client::connect(&copy.addr, &copy.token)
+            .await
+            .unwrap();
+        let listed = c.fs_readdir("bulk", "", "/").await.unwrap();
+        assert!(!listed.entries.is_empty());
+        for e in &listed.entries {
+            let name = e.path.rsplit('/').next().unwrap();
+            let n: u64 = name.trim_start_matches('f').parse().unwrap();
+            let mut body = Vec::new();
+            c.fs_read_all("bulk", "", &e.path, &mut body).await.unwrap();
+            let whole = big_of(n + 1_000_000);
+            // A file the point cut while it was written is a prefix of it.
+            assert!(
+                whole.starts_with(&body),
+                "{} holds what was never written",
+                e.path
+            );
+        }
+    });
+    drop(copy);
+    // The source itself is unchanged in what it acknowledged.
+    assert_eq!(chain_point(&node.addr, &node.token), ops);
+
+    // kill -9 during a backup: big files first, so that the copy takes a
+    // while; the node dies once the backup's partial directory appears.
+    rt.block_on(async {
+        let mut c = tabos_client::Client::connect(&node.addr, &node.token)
+            .await
+            .unwrap();
+        for f in 0..3u64 {
+            for k in 0..(40u64 << 20) / (1 << 20) {
+                let piece: Vec<u8> = big_of(f * 1_000 + k)
+                    .into_iter()
+                    .cycle()
+                    .take(1 << 20)
+                    .collect();
+                c.fs_write(
+                    "bulk",
+                    "",
+                    format!("/large{f}").as_str(),
+                    (k << 20) as i64,
+                    piece,
+                    true,
+                )
+                .await
+                .unwrap();
+            }
+        }
+    });
+    let dest2 = backups.path().join("b2");
+    let partial = backups.path().join("b2.partial");
+    let backing = node
+        .command()
+        .args(["backup", dest2.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waited = std::time::Instant::now();
+    while !partial.exists() {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "no backup began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    // SIGKILL.
+    node.child.kill().unwrap();
+    let _ = node.child.wait();
+    let out = backing.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the backup outlived its node");
+    assert!(!dest2.exists(), "a backup cut off looks complete");
+    drop(node);
+    let node = Node::start(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(
+        chain_point(&node.addr, &node.token),
+        ops,
+        "the source after kill -9"
+    );
+    rt.block_on(async {
+        let mut c = tabos_client::Client::connect(&node.addr, &node.token)
+            .await
+            .unwrap();
+        for f in 0..3u64 {
+            let mut body = Vec::new();
+            c.fs_read_all("bulk", "", &format!("/large{f}"), &mut body)
+                .await
+                .unwrap();
+            assert_eq!(body.len(), 40 << 20);
+            for (k, piece) in body.chunks(1 << 20).enumerate() {
+                let want: Vec<u8> = big_of(f * 1_000 + k as u64)
+                    .into_iter()
+                    .cycle()
+                    .take(1 << 20)
+                    .collect();
+                assert!(piece == want.as_slice(), "/large{f} piece {k} changed");
+            }
+        }
+    });
+    // The cut-off backup is named, not overwritten; once removed, a backup
+    // there is taken, and restores.
+    let o = node
+        .command()
+        .args(["backup", dest2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("cut off; remove it first"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(stderr(&o).matches("error:").count(), 1, "{}", stderr(&o));
+    std::fs::remove_dir_all(&partial).unwrap();
+    let o = node
+        .command()
+        .args(["backup", dest2.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A damaged backup is refused by restore, which makes nothing.
+    let victim = dest2.join("p0.db");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let bad = backups.path().join("bad");
+    let o = node
+        .command()
+        .args([
+            "restore",
+            dest2.to_str().unwrap(),
+            "--data",
+            bad.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("does not match the backup's manifest"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!bad.exists());
+}

@@ -140,7 +140,13 @@ fn code_name(code: tonic::Code) -> &'static str {
         Unavailable => "unavailable",
         DeadlineExceeded => "timed out",
         Aborted => "aborted",
-        _ => "error",
+        Unauthenticated => "unauthenticated",
+        Unimplemented => "not supported",
+        Cancelled => "cancelled",
+        OutOfRange => "out of range",
+        DataLoss => "data loss",
+        // Not "error": the CLI says "error:" before every failure.
+        Internal | Unknown | Ok => "internal error",
     }
 }
 
@@ -885,6 +891,18 @@ impl Client {
             .drain_node(proto::DrainNodeRequest {
                 node_id: node_id.to_string(),
                 drain,
+            })
+            .await?
+            .into_inner())
+    }
+
+    /// Backs the node up into `dest`, a new directory on its machine
+    /// (operator); see the `Backup` RPC.
+    pub async fn backup(&mut self, dest: &str) -> Result<proto::BackupResponse, Error> {
+        Ok(self
+            .node
+            .backup(proto::BackupRequest {
+                dest: dest.to_string(),
             })
             .await?
             .into_inner())

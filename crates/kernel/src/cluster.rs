@@ -6,7 +6,7 @@
 //!
 //! It owns no table: it asks its [`Caller`] first, then calls the modules
 //! that own them ([`crate::realms`], [`crate::nodes`], [`crate::alloc`],
-//! [`crate::procs`], [`crate::teardown`]) — most of which sit below
+//! [`crate::procs`], [`crate::teardown`], [`crate::backup`]) — most of which sit below
 //! authentication in the kernel's layers and so cannot ask it themselves.
 
 use std::collections::BTreeMap;
@@ -46,6 +46,17 @@ pub async fn nodes(store: &Store, who: &Caller) -> Result<Vec<NodeInfo>> {
 pub async fn remove_node(store: &Store, who: &Caller, node_id: &NodeId) -> Result<()> {
     who.may(Role::Operator, USE)?;
     nodes::remove(store, node_id).await
+}
+
+/// Backs this node up into the new directory `dest` on its machine
+/// ([`crate::backup::take`]): an operator's call.
+pub async fn backup(
+    files: &Files,
+    who: &Caller,
+    dest: &std::path::Path,
+) -> Result<crate::backup::Backup> {
+    who.may(Role::Operator, USE)?;
+    crate::backup::take(files, dest).await
 }
 
 /// Drains node `node_id` (`on`) or puts it back ([`procs::drain_node`]):

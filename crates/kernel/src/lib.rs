@@ -17,6 +17,7 @@
 
 pub mod alloc;
 pub mod auth;
+pub mod backup;
 pub mod cluster;
 pub mod cron;
 pub mod fs;

@@ -14,7 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["names", "kv"],
     &["procs", "ipc", "fs"],
     &["procedures", "alloc", "workflows"],
-    &["teardown"],
+    &["teardown", "backup"],
     &["cluster"],
 ];
 

@@ -75,7 +75,7 @@ acting!(realm:
 );
 acting!(none:
     RevokeTokenRequest, Empty, StatusRequest, ListNodesRequest, RemoveNodeRequest,
-    DrainNodeRequest, AllocSettingsRequest, CreateRealmRequest, SetRealmRequest,
+    DrainNodeRequest, AllocSettingsRequest, CreateRealmRequest, SetRealmRequest, BackupRequest,
     RemoveRealmRequest, ListRealmsRequest,
 );
 acting!(realm and user:

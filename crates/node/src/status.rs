@@ -30,6 +30,7 @@ crate::op::served! {
     allocation(AllocationRequest) -> RealmAllocation = Allocation;
     alloc_settings(AllocSettingsRequest) -> AllocSettingsResponse = AllocSettings;
     decisions(DecisionsRequest) -> DecisionsResponse = Decisions;
+    backup(BackupRequest) -> BackupResponse = Backup;
 }
 
 /// The service's operations; [`tabos_kernel::cluster`] checks the caller.
@@ -99,6 +100,28 @@ pub mod ops {
                 .into_iter()
                 .map(|(realm, pid)| proto::MovedProc { realm, pid })
                 .collect(),
+        })
+    });
+
+    op!(Backup(BackupRequest) -> BackupResponse, |node, who, r| {
+        let b = cluster::backup(&node.files, &who, std::path::Path::new(&r.dest)).await?;
+        let (block_store, segments) = b.block_store.unwrap_or_default();
+        Ok(proto::BackupResponse {
+            dest: b.dir.display().to_string(),
+            taken_us: b.taken_us,
+            partitions: b.partitions,
+            files: b
+                .files
+                .into_iter()
+                .map(|f| proto::BackupFile {
+                    name: f.name,
+                    bytes: f.bytes,
+                    sha256: f.sha256,
+                })
+                .collect(),
+            block_store,
+            segments,
+            frozen_us: b.frozen_us,
         })
     });
 

@@ -27,6 +27,7 @@
 //! SQLite each partition is its own database file with its own executor; on
 //! PostgreSQL the same `p_key` is the distribution column.
 
+pub mod backup;
 pub mod dialect;
 pub mod error;
 pub mod fair;
@@ -50,6 +51,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+pub use backup::{PartitionCopy, Snapshot};
 pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
 pub use fair::Share;
 pub use feed::{Notification, Subscription};
@@ -642,6 +644,14 @@ pub trait Backend: Send + Sync {
     fn query(&self, sql: &str, params: &[Value], limits: &value::ReadLimits) -> Result<Rows>;
     fn feed(&self) -> &Arc<feed::Feed>;
     fn stats(&self) -> &Stats;
+    /// One connection per partition, each in a read transaction begun now
+    /// (see [`backup`]); called while every partition's writer is held.
+    fn begin_snapshot(&self) -> Result<Vec<rusqlite::Connection>> {
+        Err(Error::Invalid(format!(
+            "a {} store cannot be snapshotted by tabos",
+            self.kind()
+        )))
+    }
 }
 
 /// A kernel database: the one handle services use. Cheap to clone.

@@ -175,6 +175,8 @@ fn set_busy_handler(conn: &Connection) -> Result<()> {
 pub struct SqliteBackend {
     partitions: u32,
     durability: Durability,
+    /// The store directory (`p<N>.db`).
+    dir: PathBuf,
     /// Per partition, its writer (see "Writer" above).
     writers: Vec<Arc<Partition>>,
     /// Executor and checkpointer threads, joined on drop.
@@ -278,6 +280,7 @@ impl SqliteBackend {
         Ok(SqliteBackend {
             partitions,
             durability: config.durability,
+            dir: dir.clone(),
             writers,
             threads,
             readers: ReadPool::new(dir.clone(), partitions, config.connections, open_reader),
@@ -337,6 +340,11 @@ impl Backend for SqliteBackend {
     }
     fn submit(&self, job: Job) {
         self.write(job, false);
+    }
+    fn begin_snapshot(&self) -> Result<Vec<Connection>> {
+        (0..self.partitions)
+            .map(|p| crate::backup::begin_read(&partition_path(&self.dir, p)))
+            .collect()
     }
     fn run(&self, job: Job) {
         self.write(job, true);

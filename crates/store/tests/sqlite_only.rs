@@ -332,3 +332,86 @@ fn tenant_code_writing_beside_tenant_code_runs_again() {
     assert_eq!(b.wait().unwrap(), 1, "b ran again after a's row");
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// A snapshot taken while a chain of writes moves round every partition
+/// (write `i` on partition `i mod 8`, each acknowledged before the next)
+/// holds a prefix of the chain: every partition read at one point. Read
+/// one after another instead, a partition read later would hold writes
+/// whose predecessors on a partition read earlier are missing.
+#[test]
+fn a_snapshot_reads_every_partition_at_one_point() {
+    const PARTITIONS: u32 = 8;
+    const COPIES: usize = 10;
+    let dir = TempDir::new("snapshot-src");
+    // Durability off: the faster the chain moves, the more a copy read
+    // partition by partition would see it move.
+    let config = Config::sqlite(dir.path())
+        .with_partitions(PARTITIONS)
+        .with_durability(Durability::Off);
+    let store = Store::open(&config, SCHEMA).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let chain = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seq = 0i64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let p = (seq % i64::from(PARTITIONS)) as u32;
+                store
+                    .call(PKey(p), move |tx| {
+                        tx.execute(
+                            "INSERT INTO log (p_key, seq) VALUES ($1, $2)",
+                            params![p, seq],
+                        )
+                    })
+                    .unwrap();
+                seq += 1;
+            }
+            seq
+        })
+    };
+    // Let the chain run, then copy in the middle of it, again and again.
+    let copies: Vec<TempDir> = (0..COPIES)
+        .map(|i| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let snapshot = store.snapshot().unwrap();
+            assert_eq!(snapshot.partitions(), PARTITIONS);
+            let out = TempDir::new(&format!("snapshot-copy{i}"));
+            let files = snapshot.write_to(out.path()).unwrap();
+            assert_eq!(files.len(), PARTITIONS as usize);
+            assert!(files
+                .iter()
+                .all(|f| f.bytes > 0 && f.path.starts_with(out.path())));
+            // Written to new files only.
+            assert!(matches!(
+                snapshot.write_to(out.path()),
+                Err(Error::Invalid(_))
+            ));
+            out
+        })
+        .collect();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written = chain.join().unwrap();
+    drop(store);
+    let mut before = -1;
+    for out in &copies {
+        let copy = Store::open(&Config::sqlite(out.path()), SCHEMA).unwrap();
+        assert_eq!(copy.partitions(), PARTITIONS);
+        let mut seqs: Vec<i64> = copy
+            .query("SELECT seq FROM log ORDER BY seq", &[])
+            .unwrap()
+            .rows
+            .iter()
+            .map(|r| r.get(0).unwrap())
+            .collect();
+        seqs.sort_unstable();
+        let n = seqs.len() as i64;
+        assert!(n > 0 && n < written, "{n} of {written} written");
+        let gap = seqs.iter().zip(0..).find(|(s, i)| **s != *i);
+        assert!(
+            gap.is_none(),
+            "not a prefix of the chain: {gap:?} (seq, expected)"
+        );
+        assert!(n > before, "later copies hold more");
+        before = n;
+    }
+}

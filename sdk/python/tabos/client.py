@@ -388,6 +388,21 @@ class Client:
             ],
         }
 
+    def backup(self, dest: str) -> dict:
+        """Backs the node up into ``dest``, a new directory on its machine
+        (operator; embedded nodes): every partition at one point, the block
+        store and a manifest. Restore with ``tabos restore DEST --data DIR``."""
+        b = self._call(self._node.Backup, pb.BackupRequest(dest=dest))
+        return {
+            "dest": b.dest,
+            "taken_us": b.taken_us,
+            "partitions": b.partitions,
+            "files": [{"name": f.name, "bytes": f.bytes, "sha256": f.sha256} for f in b.files],
+            "block_store": b.block_store,
+            "segments": b.segments,
+            "frozen_us": b.frozen_us,
+        }
+
     # -- procs ----------------------------------------------------------
 
     def spawn(

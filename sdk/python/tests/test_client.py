@@ -372,3 +372,23 @@ def test_the_context_tabos_up_saves_reaches_the_node_over_its_socket(tmp_path, m
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_backup_is_an_operators_and_restores(node, client: tabos.Client, tmp_path) -> None:
+    dest = tmp_path / f"backup-{node.way}"
+    b = client.backup(str(dest))
+    assert b["dest"] == str(dest)
+    assert b["partitions"] >= 1
+    names = {f["name"] for f in b["files"]}
+    assert {f"p{p}.db" for p in range(b["partitions"])} <= names
+    assert (dest / "tabos-backup.json").exists()
+    with pytest.raises(tabos.AlreadyExists):
+        client.backup(str(dest))
+    token = node.cli("realm", "create", f"pybackup{node.way}").strip().splitlines()[-1]
+    with node.client(token) as tenant:
+        with pytest.raises(tabos.PermissionDenied):
+            tenant.backup(str(tmp_path / "theirs"))
+    assert not (tmp_path / "theirs").exists()
+    restored = tmp_path / f"restored-{node.way}"
+    node.cli("restore", str(dest), "--data", str(restored))
+    assert {p.name for p in restored.iterdir()} == names

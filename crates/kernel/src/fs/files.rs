@@ -131,7 +131,15 @@ pub struct Files {
     store: Store,
     device: Option<Device>,
     settings: Arc<FsSettings>,
+    /// Held shared by everything that changes the block store (a write to
+    /// segments from before its data until its commit, a reclaim), and
+    /// exclusively by [`Files::freeze`].
+    changing_blocks: Arc<tokio::sync::RwLock<()>>,
 }
+
+/// While held, nothing changes the block store's segments or their data
+/// ([`Files::freeze`]).
+pub type Frozen = tokio::sync::OwnedRwLockWriteGuard<()>;
 
 impl std::fmt::Debug for Files {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -288,7 +296,16 @@ impl Files {
             store,
             device,
             settings: Arc::new(settings),
+            changing_blocks: Arc::default(),
         })
+    }
+
+    /// Waits for the writes to segments under way to commit and keeps new
+    /// ones (and reclaims) waiting until the guard is dropped: what a
+    /// backup holds while it takes the database's point and copies the
+    /// block store, so that the two agree. Reads go on.
+    pub async fn freeze(&self) -> Frozen {
+        self.changing_blocks.clone().write_owned().await
     }
 
     pub fn settings(&self) -> &FsSettings {
@@ -665,6 +682,7 @@ impl Files {
         size: i64,
         fence: Option<Fence>,
     ) -> Result<i64> {
+        let _changing = self.changing_blocks.read().await;
         let dev = self.device_for(&p)?;
         let id = p.id.clone();
         let (this, dev2, id2) = (self.clone(), dev.clone(), id.clone());
@@ -997,6 +1015,7 @@ impl Files {
             if rows.is_empty() {
                 return Ok(());
             }
+            let _changing = self.changing_blocks.read().await;
             for (r, kind, what, _) in &rows {
                 if kind == "segment" {
                     if let Some(dev) = &self.device {

@@ -779,6 +779,40 @@ class DrainNodeResponse(_message.Message):
     moved: _containers.RepeatedCompositeFieldContainer[MovedProc]
     def __init__(self, changed: _Optional[bool] = ..., moved: _Optional[_Iterable[_Union[MovedProc, _Mapping]]] = ...) -> None: ...
 
+class BackupRequest(_message.Message):
+    __slots__ = ("dest",)
+    DEST_FIELD_NUMBER: _ClassVar[int]
+    dest: str
+    def __init__(self, dest: _Optional[str] = ...) -> None: ...
+
+class BackupFile(_message.Message):
+    __slots__ = ("name", "bytes", "sha256")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    bytes: int
+    sha256: str
+    def __init__(self, name: _Optional[str] = ..., bytes: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class BackupResponse(_message.Message):
+    __slots__ = ("dest", "taken_us", "partitions", "files", "block_store", "segments", "frozen_us")
+    DEST_FIELD_NUMBER: _ClassVar[int]
+    TAKEN_US_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_STORE_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    FROZEN_US_FIELD_NUMBER: _ClassVar[int]
+    dest: str
+    taken_us: int
+    partitions: int
+    files: _containers.RepeatedCompositeFieldContainer[BackupFile]
+    block_store: str
+    segments: int
+    frozen_us: int
+    def __init__(self, dest: _Optional[str] = ..., taken_us: _Optional[int] = ..., partitions: _Optional[int] = ..., files: _Optional[_Iterable[_Union[BackupFile, _Mapping]]] = ..., block_store: _Optional[str] = ..., segments: _Optional[int] = ..., frozen_us: _Optional[int] = ...) -> None: ...
+
 class ProcDescriptor(_message.Message):
     __slots__ = ("pid", "parent", "kind", "program", "args", "env", "cores", "mem_mb", "home_node", "restartable", "host_paths", "scope", "max_restarts")
     class EnvEntry(_message.Message):

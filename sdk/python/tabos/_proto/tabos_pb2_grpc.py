@@ -353,6 +353,11 @@ class NodeStub:
                 request_serializer=tabos__pb2.DecisionsRequest.SerializeToString,
                 response_deserializer=tabos__pb2.DecisionsResponse.FromString,
                 _registered_method=True)
+        self.Backup = channel.unary_unary(
+                '/tabos.v1.Node/Backup',
+                request_serializer=tabos__pb2.BackupRequest.SerializeToString,
+                response_deserializer=tabos__pb2.BackupResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServicer:
@@ -416,6 +421,17 @@ class NodeServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Backup(self, request, context):
+        """Backs this node up into a new directory on its machine (operator):
+        every partition of its database at one point and its block store,
+        while it serves. Embedded (SQLite) nodes only; INVALID_ARGUMENT on
+        PostgreSQL, ALREADY_EXISTS when the directory exists,
+        FAILED_PRECONDITION while another backup runs.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -458,6 +474,11 @@ def add_NodeServicer_to_server(servicer, server):
                     servicer.Decisions,
                     request_deserializer=tabos__pb2.DecisionsRequest.FromString,
                     response_serializer=tabos__pb2.DecisionsResponse.SerializeToString,
+            ),
+            'Backup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Backup,
+                    request_deserializer=tabos__pb2.BackupRequest.FromString,
+                    response_serializer=tabos__pb2.BackupResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -676,6 +697,33 @@ class Node:
             '/tabos.v1.Node/Decisions',
             tabos__pb2.DecisionsRequest.SerializeToString,
             tabos__pb2.DecisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Backup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Node/Backup',
+            tabos__pb2.BackupRequest.SerializeToString,
+            tabos__pb2.BackupResponse.FromString,
             options,
             channel_credentials,
             insecure,
