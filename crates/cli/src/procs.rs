@@ -319,16 +319,87 @@ pub struct LogsArgs {
     /// Keep printing what the proc writes, until it has ended
     #[arg(short, long)]
     follow: bool,
+    /// Only output written since then: an age (10s, 5m, 1h, 2d) or a time
+    /// (RFC 3339, e.g. 2026-11-30T10:00:00Z)
+    #[arg(long, value_name = "AGE|TIME")]
+    since: Option<String>,
+    /// Only the last N lines (with -f: of what is there, then the rest)
+    #[arg(long, value_name = "N")]
+    tail: Option<u32>,
+    /// Start each line with when the proc's node read it (RFC 3339)
+    #[arg(long)]
+    timestamps: bool,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
     node: NodeAddr,
 }
 
-/// `tabos logs PID`: a native proc's kept stdout (or stderr); with
-/// `-f`, followed as it is written.
+/// `--since`: an age before now, or a time; as µs since the epoch.
+fn since_us(s: &str) -> anyhow::Result<i64> {
+    if let Some(us) = tabos_store::dialect::parse_timestamp(s) {
+        return Ok(us);
+    }
+    let ms = crate::tokens::parse_ttl(s).map_err(|_| {
+        anyhow::anyhow!(
+            "--since {s:?}: an age (a number and ms, s, m, h or d) or a time (RFC 3339)"
+        )
+    })?;
+    let ago = i64::try_from(ms.saturating_mul(1_000)).unwrap_or(i64::MAX);
+    Ok(tabos_store::now_us().saturating_sub(ago).max(1))
+}
+
+/// Writes `data` to `out`, each line started with its time when
+/// `timestamps` (a line takes the time of the piece it starts in, from
+/// `marks`; `line_start`: whether `data` begins a line).
+fn write_log(
+    out: &mut impl std::io::Write,
+    data: &[u8],
+    marks: &[proto::LogMark],
+    timestamps: bool,
+    line_start: &mut bool,
+) -> std::io::Result<()> {
+    if !timestamps {
+        out.write_all(data)?;
+        if let Some(last) = data.last() {
+            *line_start = *last == b'\n';
+        }
+        return Ok(());
+    }
+    let mut mark = 0;
+    let mut at = 0;
+    while at < data.len() {
+        while mark + 1 < marks.len() && marks[mark + 1].at as usize <= at {
+            mark += 1;
+        }
+        let end = data[at..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(data.len(), |i| at + i + 1);
+        if *line_start {
+            let t = marks.get(mark).map_or(0, |m| m.time_us);
+            write!(out, "{} ", crate::output::rfc3339(t))?;
+        }
+        out.write_all(&data[at..end])?;
+        *line_start = data[end - 1] == b'\n';
+        at = end;
+    }
+    Ok(())
+}
+
+/// `tabos logs PID`: a proc's stdout (or stderr) as the cluster keeps it,
+/// from any node; with `-f`, followed as it is written.
 pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
     use std::io::Write;
+    let want = tabos_client::LogsWant {
+        since_us: args
+            .since
+            .as_deref()
+            .map(since_us)
+            .transpose()?
+            .unwrap_or(0),
+        tail_lines: args.tail.unwrap_or(0),
+    };
     crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
         let stream = if args.stderr {
@@ -336,38 +407,50 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
         } else {
             proto::LogStream::Stdout
         };
+        let mut line_start = true;
         if args.follow {
             let mut s = client
-                .follow_logs(&args.realm.realm, &args.pid, stream)
+                .follow_logs_with(&args.realm.realm, &args.pid, stream, want)
                 .await?;
-            let mut truncated = false;
             while let Some(m) = s.message().await? {
-                let mut out = std::io::stdout();
-                out.write_all(&m.data)?;
+                let mut out = std::io::stdout().lock();
+                write_log(
+                    &mut out,
+                    &m.data,
+                    &m.marks,
+                    args.timestamps,
+                    &mut line_start,
+                )?;
                 out.flush()?;
-                truncated |= m.truncated;
-            }
-            if truncated {
-                eprintln!("(log truncated: the node keeps the first part only)");
             }
             return Ok(());
         }
-        let r = client.logs(&args.realm.realm, &args.pid, stream).await?;
+        let r = client
+            .logs_with(&args.realm.realm, &args.pid, stream, want)
+            .await?;
         if crate::output::json() {
+            let marks: Vec<_> = r
+                .marks
+                .iter()
+                .map(|m| serde_json::json!({"at": m.at, "time": crate::output::rfc3339(m.time_us)}))
+                .collect();
             let v = serde_json::json!({
                 "pid": args.pid, "stream": stream.name(),
                 "data": String::from_utf8_lossy(&r.data), "truncated": r.truncated,
+                "marks": marks,
             });
             outln!("{v}");
             return Ok(());
         }
-        std::io::stdout().write_all(&r.data)?;
-        if r.truncated {
-            eprintln!(
-                "(log truncated: the node keeps the first {} bytes)",
-                r.data.len()
-            );
-        }
+        let mut out = std::io::stdout().lock();
+        write_log(
+            &mut out,
+            &r.data,
+            &r.marks,
+            args.timestamps,
+            &mut line_start,
+        )?;
+        out.flush()?;
         Ok(())
     })
 }

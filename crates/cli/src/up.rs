@@ -101,9 +101,9 @@ pub struct Args {
     /// and for procs' mailboxes; a send past it is refused as "mailbox full"
     #[arg(long, default_value_t = tabos_kernel::ipc::MAILBOX_BYTES_DEFAULT, value_parser = clap::value_parser!(i64).range(1..=tabos_kernel::ipc::MAILBOX_BYTES_MAX))]
     mailbox_bytes_max: i64,
-    /// MiB of ended procs' logs kept per realm on this node; past it the
-    /// oldest procs' logs are dropped (what logs hold counts against the
-    /// realm's storage quota)
+    /// MiB of procs' logs kept per realm (enforced by the appends of procs
+    /// this node runs); past it the realm's oldest output is dropped first
+    /// (what logs hold counts against the realm's storage quota)
     #[arg(long, default_value_t = tabos_node::procd::LOGS_PER_REALM_MAX >> 20, value_parser = clap::value_parser!(u64).range(0..=1 << 30))]
     logs_per_realm_mib: u64,
     /// Keep delivered messages in the message_log table (for provenance

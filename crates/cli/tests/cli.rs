@@ -589,6 +589,29 @@ fn spawn_wait_ps_and_logs() {
     assert_eq!(line, "two\n");
     assert!(follow.wait().unwrap().success(), "it ends with the proc");
     drop(watchdog);
+    // As kubectl logs: the last lines, since an age or a time, and when
+    // each line was read.
+    let o = node.tabos(&["logs", "--tail", "1", "f1"]);
+    assert_eq!(stdout(&o), "two\n", "{}", stderr(&o));
+    let o = node.tabos(&["logs", "--since", "1h", "f1"]);
+    assert_eq!(stdout(&o), "one\ntwo\n", "{}", stderr(&o));
+    let o = node.tabos(&["logs", "--since", "2999-01-01T00:00:00Z", "f1"]);
+    assert_eq!(stdout(&o), "", "{}", stderr(&o));
+    let o = node.tabos(&["logs", "--timestamps", "f1"]);
+    let stamped = stdout(&o);
+    let lines: Vec<_> = stamped.lines().collect();
+    assert_eq!(lines.len(), 2, "{stamped}");
+    for (l, want) in lines.iter().zip(["one", "two"]) {
+        let (t, rest) = l.split_once(' ').unwrap();
+        assert!(
+            t.starts_with("20") && t.ends_with('Z') && t.contains('T'),
+            "{l}"
+        );
+        assert_eq!(rest, want);
+    }
+    let o = node.tabos(&["logs", "--since", "soon", "f1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--since \"soon\""), "{}", stderr(&o));
     // --json: an array of procs, as docker ps and kubectl give.
     let o = node.tabos(&["ps", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
@@ -850,7 +873,8 @@ fn a_killed_node_has_its_procs_failed() {
     assert!(listed.contains("zone=east"), "{listed}");
     assert_eq!(listed.matches(" up ").count(), 2, "{listed}");
     // Any node answers for the cluster: a proc run on a (FIFO's first
-    // worker with room) has its log read through b, which forwards to a.
+    // worker with room) has its log read through b, from the cluster's
+    // tables.
     let o = b.tabos(&[
         "spawn",
         "--pid",
@@ -931,14 +955,11 @@ fn a_killed_node_has_its_procs_failed() {
             ("b".to_string(), "up".to_string())
         ]
     );
-    // The log kept on the lost node cannot be read now: UNAVAILABLE, said so.
+    // The log of a proc the lost node ran is still read (kept in the
+    // cluster, not on a).
     let o = b.tabos(&["logs", "hello"]);
-    assert!(!o.status.success());
-    assert!(
-        stderr(&o).contains("node a, which is lost"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "hi from a\n");
     let o = b.tabos(&["fs", "cat", "/big"]);
     assert!(!o.status.success());
     assert!(

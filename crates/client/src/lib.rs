@@ -150,6 +150,27 @@ fn code_name(code: tonic::Code) -> &'static str {
     }
 }
 
+/// What of a proc's log to read ([`Client::logs_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogsWant {
+    /// Output read at or after this time (µs since the epoch; 0: all).
+    pub since_us: i64,
+    /// Only the last this many lines (0: all).
+    pub tail_lines: u32,
+}
+
+impl LogsWant {
+    fn request(self, realm: &str, pid: &str, stream: proto::LogStream) -> proto::LogsRequest {
+        proto::LogsRequest {
+            realm: realm.into(),
+            pid: pid.into(),
+            stream: stream.into(),
+            since_us: self.since_us,
+            tail_lines: self.tail_lines,
+        }
+    }
+}
+
 /// One SQL value on the client side.
 pub type Value = proto::value::Kind;
 
@@ -800,13 +821,21 @@ impl Client {
         pid: &str,
         stream: proto::LogStream,
     ) -> Result<tonic::Streaming<proto::LogsResponse>, Error> {
+        self.follow_logs_with(realm, pid, stream, LogsWant::default())
+            .await
+    }
+
+    /// [`follow_logs`](Client::follow_logs) from a time or the last lines.
+    pub async fn follow_logs_with(
+        &mut self,
+        realm: &str,
+        pid: &str,
+        stream: proto::LogStream,
+        want: LogsWant,
+    ) -> Result<tonic::Streaming<proto::LogsResponse>, Error> {
         Ok(self
             .procs
-            .follow_logs(proto::LogsRequest {
-                realm: realm.into(),
-                pid: pid.into(),
-                stream: stream.into(),
-            })
+            .follow_logs(want.request(realm, pid, stream))
             .await?
             .into_inner())
     }
@@ -832,20 +861,28 @@ impl Client {
             .pids)
     }
 
-    /// A native proc's captured stdout or stderr.
+    /// A proc's stdout or stderr as the cluster keeps it.
     pub async fn logs(
         &mut self,
         realm: &str,
         pid: &str,
         stream: proto::LogStream,
     ) -> Result<proto::LogsResponse, Error> {
+        self.logs_with(realm, pid, stream, LogsWant::default())
+            .await
+    }
+
+    /// [`logs`](Client::logs) from a time or the last lines.
+    pub async fn logs_with(
+        &mut self,
+        realm: &str,
+        pid: &str,
+        stream: proto::LogStream,
+        want: LogsWant,
+    ) -> Result<proto::LogsResponse, Error> {
         Ok(self
             .procs
-            .logs(proto::LogsRequest {
-                realm: realm.into(),
-                pid: pid.into(),
-                stream: stream.into(),
-            })
+            .logs(want.request(realm, pid, stream))
             .await?
             .into_inner())
     }

@@ -24,6 +24,7 @@ pub mod fs;
 pub mod ids;
 pub mod ipc;
 pub mod kv;
+pub mod logs;
 pub mod names;
 pub mod nodes;
 pub mod procedures;
@@ -241,6 +242,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "restart_limit",
         sqlite: include_str!("../schema/sqlite/034_restart_limit.sql"),
         postgres: include_str!("../schema/postgres/034_restart_limit.sql"),
+    },
+    Migration {
+        version: 35,
+        name: "proc_log",
+        sqlite: include_str!("../schema/sqlite/035_proc_log.sql"),
+        postgres: include_str!("../schema/postgres/035_proc_log.sql"),
     },
 ];
 

@@ -1842,11 +1842,10 @@ pub async fn claim(
     .await
 }
 
-/// A procd's proc ended: records it ([`exited_tx`]) with the bytes its
-/// logs hold on the node (`log_bytes`, counted against its realm's storage
-/// quota: migration 030) and, in the same transaction, claims what the
-/// worker may run next ([`claim_tx`]) — so a core freed by an exit is
-/// refilled without another round trip.
+/// A procd's proc ended: records it ([`exited_tx`]) and, in the same
+/// transaction, claims what the worker may run next ([`claim_tx`]) — so a
+/// core freed by an exit is refilled without another round trip. (Its
+/// output is in [`crate::logs`] already: a procd appends all of it first.)
 #[allow(clippy::too_many_arguments)]
 pub async fn exited_and_claim(
     store: &Store,
@@ -1855,7 +1854,6 @@ pub async fn exited_and_claim(
     state: State,
     status: Option<i64>,
     error: Option<String>,
-    log_bytes: i64,
     worker: &WorkerId,
     max: i64,
     admission: Admission,
@@ -1868,48 +1866,22 @@ pub async fn exited_and_claim(
         let info = get_tx(tx, r, pid.as_str())?;
         if info.worker.as_ref() == Some(&w) && !info.state.is_terminal() {
             exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
-            if log_bytes > 0 {
-                set_log_bytes_tx(tx, r, &pid, log_bytes)?;
-            }
         }
         claim_tx(tx, r, &w, max, admission, now)
     })
     .await
 }
 
-/// Procedure body: records the bytes proc `pid`'s logs hold on its node
-/// (at its end; 0 once the node dropped them). Not refused over quota: the
-/// logs are already written; the realm's next growth is.
-pub fn set_log_bytes_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, bytes: i64) -> Result<()> {
-    if bytes < 0 {
-        return Err(Error::Invalid(format!("log bytes cannot be {bytes}")));
-    }
+/// Procedure body: proc `pid`'s logs hold `delta` more bytes (less, when
+/// negative): [`crate::logs`]'s, which owns what they hold. Counted
+/// against the realm's storage (migration 030's trigger).
+pub fn add_log_bytes_tx(tx: &mut dyn Tx, realm: &str, pid: &str, delta: i64) -> Result<()> {
     let p = i64::from(tx.p_key().0);
     tx.execute(
-        "UPDATE proc SET log_bytes = $4 WHERE p_key = $1 AND realm = $2 AND pid = $3",
-        params![p, realm, pid.as_str(), bytes],
+        "UPDATE proc SET log_bytes = log_bytes + $4 WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![p, realm, pid, delta],
     )?;
     Ok(())
-}
-
-/// Most procs whose logs one [`logs_dropped`] records.
-pub const LOGS_DROPPED_MAX: usize = 1_000;
-
-/// A node dropped the logs of `pids` (its realm's logs passed the node's
-/// bound): they hold nothing any more.
-pub async fn logs_dropped(store: &Store, realm: &str, pids: Vec<Pid>) -> Result<()> {
-    if pids.len() > LOGS_DROPPED_MAX {
-        return Err(Error::Invalid(format!(
-            "at most {LOGS_DROPPED_MAX} procs' logs are dropped at once"
-        )));
-    }
-    call(store, realm, move |tx, r, _| {
-        for pid in &pids {
-            set_log_bytes_tx(tx, r, pid, 0)?;
-        }
-        Ok(())
-    })
-    .await
 }
 
 pub async fn steal(
@@ -2203,12 +2175,6 @@ pub async fn spawn_burst_for(
 pub async fn status_for(store: &Store, who: &Caller, pid: &Pid) -> Result<ProcInfo> {
     who.may(Role::Reader, USE)?;
     status(store, who.realm(), pid).await
-}
-
-/// [`holder`] for `who` (role reader): where the proc's logs are.
-pub async fn holder_for(store: &Store, who: &Caller, pid: &Pid) -> Result<Option<String>> {
-    who.may(Role::Reader, USE)?;
-    holder(store, who.realm(), pid).await
 }
 
 /// [`wait_start`] for `who` (role reader).

@@ -13,7 +13,7 @@ use tabos_store::Tx;
 
 use crate::fs::files::Files;
 use crate::{
-    auth, fs, ipc, kv, names, procedures, procs, realms, validate_realm, workflows, Result,
+    auth, fs, ipc, kv, logs, names, procedures, procs, realms, validate_realm, workflows, Result,
 };
 
 /// Procedure body: deletes everything of `realm` on its partition; returns
@@ -22,6 +22,7 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     validate_realm(realm)?;
     // procs first: it refuses a realm that still runs something.
     let mut n = procs::remove_realm_tx(tx, realm)?;
+    n += logs::remove_realm_tx(tx, realm)?;
     n += names::remove_realm_tx(tx, realm)?;
     n += fs::remove_realm_tx(tx, realm)?;
     n += kv::remove_realm_tx(tx, realm)?;

@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["auth", "sched"],
     &["names", "kv"],
     &["procs", "ipc", "fs"],
-    &["procedures", "alloc", "workflows"],
+    &["procedures", "alloc", "workflows", "logs"],
     &["teardown", "backup"],
     &["cluster"],
 ];

@@ -543,7 +543,6 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
                 State::Exited,
                 Some(0),
                 None,
-                0,
                 &wa,
                 8,
                 ANY,

@@ -166,15 +166,24 @@ fn workflows_mail_and_logs_count_by_class(b: Backend) {
     .unwrap();
     assert_eq!(usage(s, "r").stored.get(StorageClass::Mail), 5_000);
 
-    // A proc's logs, recorded at its end, until its node drops them.
+    // A proc's logs, as they are appended, until the proc is pruned.
     let (pid, _) = rt
         .block_on(procs::spawn(s, "r", Descriptor::native("/bin/true")))
         .unwrap();
-    let p = pid.clone();
-    call_in(s, "r", move |tx| {
-        procs::set_log_bytes_tx(tx, "r", &p, 12_345)
-    })
-    .unwrap();
+    for n in [12_000usize, 345] {
+        let appended = rt
+            .block_on(tabos_kernel::logs::append(
+                s,
+                "r",
+                &pid,
+                tabos_kernel::logs::Stream::Stdout,
+                tabos_store::now_us(),
+                vec![b'x'; n],
+                tabos_kernel::logs::Limits::default(),
+            ))
+            .unwrap();
+        assert!(!appended.dropped);
+    }
     assert_eq!(usage(s, "r").stored.get(StorageClass::Logs), 12_345);
 
     // Counted equals summed, class by class.
@@ -186,8 +195,21 @@ fn workflows_mail_and_logs_count_by_class(b: Backend) {
         .unwrap();
     assert_eq!(usage(s, "r").stored, summed.stored, "recounted");
 
-    rt.block_on(procs::logs_dropped(s, "r", vec![pid])).unwrap();
+    // Its row pruned, its logs go with it.
+    let p = pid.clone();
+    call_in(s, "r", move |tx| {
+        tx.execute(
+            "DELETE FROM proc WHERE realm = $1 AND pid = $2",
+            tabos_store::params!["r", p.as_str()],
+        )?;
+        Ok(())
+    })
+    .unwrap();
     assert_eq!(usage(s, "r").stored.get(StorageClass::Logs), 0);
+    let left = s
+        .query("SELECT count(*) FROM proc_log WHERE realm = 'r'", &[])
+        .unwrap();
+    assert_eq!(left.rows[0].get::<i64>(0).unwrap(), 0);
 }
 
 /// A change that would pass the storage quota is refused with the quota's

@@ -49,6 +49,7 @@ pub mod op;
 pub mod pg;
 pub mod procd;
 pub mod procedures;
+pub mod proclog;
 pub mod procs;
 pub mod seccomp;
 pub mod serve;

@@ -6,8 +6,9 @@
 //!
 //! * `native` procs are Linux processes: program, args and env from the
 //!   descriptor, plus `TABOS_PID`, `TABOS_REALM` and `TABOS_ADDR` so that the
-//!   proc can call the API. stdout and stderr are kept, up to
-//!   [`LOG_BYTES_MAX`] each, under `<logs>/<realm>/<pid>.{stdout,stderr}`.
+//!   proc can call the API. stdout and stderr are shipped into the
+//!   cluster's log ([`crate::proclog`]; the newest [`LOG_BYTES_MAX`] of
+//!   each kept), all of it before the proc's end is recorded.
 //!   The exit status is recorded (128 + signal number for a signal). A
 //!   native proc runs in its own process group; it has exited when its
 //!   main process has (waitpid, not the end of its output), and whatever
@@ -16,8 +17,7 @@
 //! * `wasm` procs are WASI commands run in-process by the node's
 //!   [`Sandbox`] on a blocking worker thread: the module comes from the
 //!   node's compile cache (the Spawn RPC already compiled it), stdout and
-//!   stderr go to the same log files as a native proc's (created on the
-//!   first write, same cap), the exit status is `proc_exit`'s, a trap fails
+//!   stderr are shipped as a native proc's are, the exit status is `proc_exit`'s, a trap fails
 //!   the proc with the trap's message, and Evict stops it at once through
 //!   epoch interruption (there is nothing to clean up, so no grace period).
 
@@ -30,29 +30,29 @@ use std::time::Duration;
 
 use tabos_kernel::auth::Role;
 use tabos_kernel::ids::{Pid, WorkerId};
+use tabos_kernel::logs::Stream;
 use tabos_kernel::procs::{self, Admission, Class, Kind, ProcInfo, State};
 use tabos_sandbox::{Outcome, RunSpec, Sandbox, StopHandle};
 
 use crate::host::ProcHost;
 use tabos_store::Store;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-/// Bytes of stdout (and of stderr) kept per proc: half the gRPC message
-/// limit, so that `tabos logs` can always return what was kept.
+/// Bytes of stdout (and of stderr) kept per proc, its newest: half the
+/// gRPC message limit, so that `tabos logs` can always return what was
+/// kept (the kernel's bound, [`tabos_kernel::logs::STREAM_BYTES_MAX`]).
 pub const LOG_BYTES_MAX: u64 = (tabos_client::MESSAGE_BYTES_MAX / 2) as u64;
 const _: () = assert!(LOG_BYTES_MAX < tabos_client::MESSAGE_BYTES_MAX as u64);
-/// Bytes of ended procs' logs a node keeps per realm by default
-/// ([`Policy::logs_per_realm_max`]): past it, the oldest procs' logs are
-/// dropped, so a realm's chatty procs cannot fill the node's disk.
-pub const LOGS_PER_REALM_MAX: u64 = 1 << 30;
+const _: () = assert!(LOG_BYTES_MAX == tabos_kernel::logs::STREAM_BYTES_MAX as u64);
+/// Bytes of procs' logs the cluster keeps per realm by default
+/// ([`Policy::logs_per_realm_max`]): past it, the realm's oldest output is
+/// dropped first, so a realm's chatty procs cannot fill the database.
+pub const LOGS_PER_REALM_MAX: u64 = tabos_kernel::logs::REALM_BYTES_DEFAULT as u64;
 /// Time an evicted proc gets to exit after SIGTERM before SIGKILL.
 pub const EVICT_GRACE: Duration = Duration::from_secs(2);
 /// How long a native proc's output is still read after it exited and its
 /// process group was killed (a process that left the group may hold the
 /// pipe open; its further output is lost).
 pub const LOG_DRAIN_MAX: Duration = Duration::from_secs(1);
-/// Bytes read from a proc's stdout or stderr at a time.
-const LOG_CHUNK_BYTES: usize = 64 * 1024;
 /// Procs claimed per claim transaction.
 const CLAIM_BATCH_MAX: i64 = 64;
 
@@ -184,8 +184,9 @@ pub struct Policy {
     pub steal_after: Duration,
     /// Bound and logging of the mailboxes of the procs this procd runs.
     pub mailbox: tabos_kernel::ipc::MailboxOptions,
-    /// Bytes of ended procs' logs kept for the realm on this node
-    /// ([`LOGS_PER_REALM_MAX`] by default); the oldest go first.
+    /// Bytes of the realm's procs' logs kept ([`LOGS_PER_REALM_MAX`] by
+    /// default); the oldest go first. Enforced by the appends this node
+    /// makes.
     pub logs_per_realm_max: u64,
 }
 
@@ -422,11 +423,6 @@ impl Procd {
             .cloned()
     }
 
-    /// Where a proc's captured stream lives.
-    pub fn log_path(logs: &Path, realm: &str, pid: &str, stream: &str) -> PathBuf {
-        logs.join(realm).join(format!("{pid}.{stream}"))
-    }
-
     /// Whether `pid` was claimed by an exit transaction (and forgets it).
     fn forget_claimed(&self, pid: &str) -> bool {
         self.claimed_on_exit
@@ -648,13 +644,6 @@ impl Procd {
         if let Some(m) = &self.metrics {
             m.proc_ended(&self.realm, p.kind.as_str(), state.as_str());
         }
-        // What its logs hold is counted against the realm's storage (with
-        // its end, in one transaction); older procs' logs are dropped first
-        // if the realm's pass the node's bound, so that its end is seen
-        // only once they are.
-        let log_bytes = self
-            .keep_logs(&p.pid, logs_bytes(&self.logs, &self.realm, p.pid.as_str()))
-            .await;
         // The database away (a failover, a cut-off node): the end is
         // recorded once it is back — never lost, and never recorded for a
         // proc the cluster has given back meanwhile (the kernel records an
@@ -669,7 +658,6 @@ impl Procd {
                 state,
                 status,
                 error.clone(),
-                i64::try_from(log_bytes).unwrap_or(i64::MAX),
                 &self.worker,
                 CLAIM_BATCH_MAX,
                 self.admission(),
@@ -711,34 +699,6 @@ impl Procd {
         }
     }
 
-    /// Keeps ended proc `pid`'s `bytes` of logs among its realm's on this
-    /// node; past [`Policy::logs_per_realm_max`], drops the oldest procs'
-    /// logs (`pid`'s last) and records that they hold nothing now. Returns
-    /// the bytes `pid`'s logs still hold.
-    async fn keep_logs(&self, pid: &Pid, bytes: u64) -> u64 {
-        let dir = self.logs.join(&self.realm);
-        let dropped = kept_logs().keep(&dir, pid, bytes, self.policy.logs_per_realm_max);
-        let mut others = Vec::with_capacity(dropped.len());
-        let mut kept = bytes;
-        for (old, files) in dropped {
-            for f in &files {
-                let _ = std::fs::remove_file(f);
-            }
-            if &old == pid {
-                kept = 0;
-            } else {
-                others.push(old);
-            }
-        }
-        for chunk in others.chunks(procs::LOGS_DROPPED_MAX) {
-            if let Err(e) = procs::logs_dropped(&self.store, &self.realm, chunk.to_vec()).await {
-                tracing::warn!(
-                    worker = %self.worker, "cannot record the logs dropped for {} procs: {e}", chunk.len());
-            }
-        }
-        kept
-    }
-
     async fn run_proc(self: Arc<Self>, p: ProcInfo) {
         // An LC proc holds its cores of the node while it runs (see
         // `lc_slots`); it waits here, claimed, while other realms' LC procs
@@ -766,12 +726,24 @@ impl Procd {
         }
     }
 
+    /// Starts shipping `p`'s stdout and stderr into the cluster's log.
+    fn ship_logs(&self, p: &ProcInfo) -> [(crate::proclog::Sink, crate::proclog::Shipped); 2] {
+        let limits = tabos_kernel::logs::Limits {
+            stream_max: tabos_kernel::logs::STREAM_BYTES_MAX,
+            realm_max: i64::try_from(self.policy.logs_per_realm_max).unwrap_or(i64::MAX),
+        };
+        [Stream::Stdout, Stream::Stderr].map(|stream| {
+            crate::proclog::ship(
+                self.store.clone(),
+                self.realm.clone(),
+                p.pid.clone(),
+                stream,
+                limits,
+            )
+        })
+    }
+
     async fn run_native(self: Arc<Self>, p: ProcInfo) {
-        let dir = self.logs.join(&self.realm);
-        if let Err(e) = tokio::fs::create_dir_all(&dir).await {
-            let msg = format!("cannot create log directory {}: {e}", dir.display());
-            return self.record_exit(&p, State::Failed, None, Some(msg)).await;
-        }
         // The proc's own credential: its realm, its spawner's user, role
         // member, and its pid; revoked when the proc ends (record_exit).
         let spec = tabos_kernel::auth::Spec {
@@ -850,14 +822,17 @@ impl Procd {
                 self.clone().evict(p.pid.as_str()).await;
             }
         }
-        let out = child.stdout.take().map(|s| {
-            let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stdout");
-            start_log(s, path)
-        });
-        let err = child.stderr.take().map(|s| {
-            let path = Self::log_path(&self.logs, &self.realm, p.pid.as_str(), "stderr");
-            start_log(s, path)
-        });
+        // Its output into the cluster's log (each sink held by its pipe's
+        // reader only: the shipper ends when the reader does).
+        let [(out_sink, out_ship), (err_sink, err_ship)] = self.ship_logs(&p);
+        let out = child
+            .stdout
+            .take()
+            .map(|s| tokio::spawn(crate::proclog::pipe(s, out_sink)));
+        let err = child
+            .stderr
+            .take()
+            .map(|s| tokio::spawn(crate::proclog::pipe(s, err_sink)));
         if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
             tracing::warn!(worker = %self.worker, "cannot mark {} started: {e}", p.pid);
         }
@@ -872,12 +847,18 @@ impl Procd {
         }) {
             signal_group(os_pid, libc::SIGKILL);
         }
+        let mut readers: Vec<_> = [out, err].into_iter().flatten().collect();
         let drained = async {
-            for h in [out, err].into_iter().flatten() {
+            for h in &mut readers {
                 let _ = h.await;
             }
         };
         let _ = tokio::time::timeout(LOG_DRAIN_MAX, drained).await;
+        // A reader still held open past that lets go of its sink.
+        readers.iter().for_each(tokio::task::JoinHandle::abort);
+        // Its output appended before its end is recorded.
+        out_ship.finish().await;
+        err_ship.finish().await;
         // What is left in its cgroups goes too; then what it used.
         let usage = tokio::task::spawn_blocking(move || confined.finish())
             .await
@@ -937,19 +918,12 @@ impl Procd {
         let evicted = stop.clone();
         let me = self.clone();
         let proc_ = p.clone();
+        let [(out_sink, out_ship), (err_sink, err_ship)] = self.ship_logs(&p);
         let ran = tokio::task::spawn_blocking(move || {
             let program = me
                 .sandbox
                 .compile_file(Path::new(&proc_.program))
                 .map_err(|e| format!("wasm program {}: {e}", proc_.program))?;
-            let log = |stream| {
-                Box::new(LazyLog::new(Self::log_path(
-                    &me.logs,
-                    &me.realm,
-                    proc_.pid.as_str(),
-                    stream,
-                ))) as Box<dyn std::io::Write + Send>
-            };
             let mut args = vec![proc_.program.clone()];
             args.extend(proc_.args.iter().cloned());
             let mut env = proc_.env.clone();
@@ -974,8 +948,8 @@ impl Procd {
             let spec = RunSpec {
                 args,
                 env,
-                stdout: log("stdout"),
-                stderr: log("stderr"),
+                stdout: Box::new(crate::proclog::ShipWriter::new(out_sink)),
+                stderr: Box::new(crate::proclog::ShipWriter::new(err_sink)),
                 memory_bytes: wasm_memory_bytes(proc_.mem_mb),
                 host: Some(Box::new(host)),
             };
@@ -985,6 +959,9 @@ impl Procd {
         })
         .await
         .unwrap_or_else(|e| Err(format!("the wasm worker thread failed: {e}")));
+        // Its output appended before its end is recorded.
+        out_ship.finish().await;
+        err_ship.finish().await;
         self.untrack(&p.pid);
         match ran {
             // Asked to leave, it exited by itself (a host call it was
@@ -1080,178 +1057,6 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
     }
 }
 
-/// The streams a proc's logs are kept in (`<logs>/<realm>/<pid>.<stream>`).
-const LOG_STREAMS: [&str; 2] = ["stdout", "stderr"];
-
-/// Bytes proc `pid`'s logs hold on this node.
-fn logs_bytes(logs: &Path, realm: &str, pid: &str) -> u64 {
-    LOG_STREAMS
-        .iter()
-        .filter_map(|s| std::fs::metadata(Procd::log_path(logs, realm, pid, s)).ok())
-        .map(|m| m.len())
-        .sum()
-}
-
-/// Ended procs' logs kept on this node, per realm's log directory, oldest
-/// first: what [`Procd::keep_logs`] drops from. Process-wide, as the files
-/// are (several procds, or nodes in one process, may share a directory).
-#[derive(Default)]
-struct KeptLogs {
-    dirs: HashMap<PathBuf, KeptDir>,
-}
-
-#[derive(Default)]
-struct KeptDir {
-    total: u64,
-    procs: std::collections::VecDeque<(Pid, u64)>,
-}
-
-/// A proc whose logs were dropped, and its files.
-type Dropped = (Pid, Vec<PathBuf>);
-
-impl KeptLogs {
-    /// Adds ended proc `pid`'s `bytes` in `dir` (read from the directory
-    /// the first time, oldest first by modification time) and returns the
-    /// oldest procs to drop to bring `dir` within `max`.
-    fn keep(&mut self, dir: &Path, pid: &Pid, bytes: u64, max: u64) -> Vec<Dropped> {
-        let kept = self
-            .dirs
-            .entry(dir.to_path_buf())
-            .or_insert_with(|| KeptDir::read(dir, pid));
-        kept.total += bytes;
-        kept.procs.push_back((pid.clone(), bytes));
-        let mut dropped = Vec::new();
-        while kept.total > max {
-            let Some((old, b)) = kept.procs.pop_front() else {
-                break;
-            };
-            kept.total -= b;
-            let files = LOG_STREAMS
-                .iter()
-                .map(|s| dir.join(format!("{}.{s}", old.as_str())))
-                .collect();
-            dropped.push((old, files));
-        }
-        dropped
-    }
-}
-
-impl KeptDir {
-    /// The logs in `dir` of procs other than `except` (which is being
-    /// added), oldest first.
-    fn read(dir: &Path, except: &Pid) -> KeptDir {
-        let mut by_pid: HashMap<String, (u64, std::time::SystemTime)> = HashMap::new();
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some((pid, stream)) = name.rsplit_once('.') else {
-                continue;
-            };
-            let Ok(m) = e.metadata() else { continue };
-            if !LOG_STREAMS.contains(&stream) || pid == except.as_str() {
-                continue;
-            }
-            let at = m.modified().unwrap_or(std::time::UNIX_EPOCH);
-            let entry = by_pid.entry(pid.to_string()).or_insert((0, at));
-            entry.0 += m.len();
-            entry.1 = entry.1.max(at);
-        }
-        let mut procs: Vec<_> = by_pid
-            .into_iter()
-            .filter_map(|(pid, (b, at))| Pid::new(pid).ok().map(|p| (at, p, b)))
-            .collect();
-        procs.sort_by_key(|p| p.0);
-        KeptDir {
-            total: procs.iter().map(|p| p.2).sum(),
-            procs: procs.into_iter().map(|(_, p, b)| (p, b)).collect(),
-        }
-    }
-}
-
-fn kept_logs() -> std::sync::MutexGuard<'static, KeptLogs> {
-    static KEPT: std::sync::OnceLock<Mutex<KeptLogs>> = std::sync::OnceLock::new();
-    KEPT.get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// The native procs' logs being written on this node, by file: how many
-/// bytes each holds so far. `tabos logs -f` ([`follow_log`]) waits on it
-/// instead of polling the file. Process-wide (log files are unique by
-/// path, also across several nodes in one process); an entry lives while
-/// its writer does.
-static LOG_FEEDS: std::sync::OnceLock<
-    std::sync::Mutex<std::collections::HashMap<PathBuf, tokio::sync::watch::Receiver<u64>>>,
-> = std::sync::OnceLock::new();
-
-fn log_feeds() -> std::sync::MutexGuard<
-    'static,
-    std::collections::HashMap<PathBuf, tokio::sync::watch::Receiver<u64>>,
-> {
-    LOG_FEEDS
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-}
-
-/// The feed of the log at `path`, if a proc is writing it now.
-pub fn follow_log(path: &Path) -> Option<tokio::sync::watch::Receiver<u64>> {
-    log_feeds().get(path).cloned()
-}
-
-/// Starts keeping a child's stream in `path` ([`keep_log`]), its feed
-/// registered before this returns — so a follower that sees the proc
-/// started finds it.
-fn start_log(
-    from: impl AsyncRead + Unpin + Send + 'static,
-    path: PathBuf,
-) -> tokio::task::JoinHandle<()> {
-    let (feed, watching) = tokio::sync::watch::channel(0u64);
-    log_feeds().insert(path.clone(), watching);
-    tokio::spawn(keep_log(from, path, feed))
-}
-
-/// Copies a child's stream into `path`, keeping the first LOG_BYTES_MAX
-/// bytes and draining (and dropping) the rest so the child never blocks;
-/// each write is announced on `feed`, which is unregistered when this
-/// ends ([`follow_log`]).
-async fn keep_log(
-    mut from: impl AsyncRead + Unpin,
-    path: PathBuf,
-    feed: tokio::sync::watch::Sender<u64>,
-) {
-    // Gone with the writer: followers see the feed close, and read the
-    // rest.
-    struct Unregister(PathBuf);
-    impl Drop for Unregister {
-        fn drop(&mut self) {
-            log_feeds().remove(&self.0);
-        }
-    }
-    let _unregister = Unregister(path.clone());
-    let Ok(mut file) = tokio::fs::File::create(&path).await else {
-        let _ = tokio::io::copy(&mut from, &mut tokio::io::sink()).await;
-        return;
-    };
-    let mut kept = 0u64;
-    let mut buf = vec![0u8; LOG_CHUNK_BYTES];
-    loop {
-        let n = match from.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let room = LOG_BYTES_MAX.saturating_sub(kept) as usize;
-        if room > 0 {
-            let take = n.min(room);
-            if file.write_all(&buf[..take]).await.is_err() || file.flush().await.is_err() {
-                break;
-            }
-            kept += take as u64;
-            feed.send_replace(kept);
-        }
-    }
-    let _ = file.flush().await;
-}
-
 /// Linear memory a wasm proc may use: its `mem_mb`, or the sandbox's
 /// default when it asked for none.
 fn wasm_memory_bytes(mem_mb: i64) -> usize {
@@ -1264,62 +1069,3 @@ fn wasm_memory_bytes(mem_mb: i64) -> usize {
 
 /// Linear memory of a wasm proc that asked for no memory (mem_mb 0).
 pub const WASM_MEMORY_DEFAULT: usize = 256 << 20;
-
-/// A wasm proc's stdout or stderr: the file is created on the first write
-/// (most procs never write to stderr), the first [`LOG_BYTES_MAX`] bytes are
-/// kept and the rest dropped, like a native proc's.
-struct LazyLog {
-    path: PathBuf,
-    file: Option<std::io::BufWriter<std::fs::File>>,
-    kept: u64,
-    failed: bool,
-}
-
-impl LazyLog {
-    fn new(path: PathBuf) -> LazyLog {
-        LazyLog {
-            path,
-            file: None,
-            kept: 0,
-            failed: false,
-        }
-    }
-}
-
-impl std::io::Write for LazyLog {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let room = LOG_BYTES_MAX.saturating_sub(self.kept) as usize;
-        let take = buf.len().min(room);
-        if take == 0 || self.failed {
-            return Ok(buf.len());
-        }
-        if self.file.is_none() {
-            let opened = self
-                .path
-                .parent()
-                .map_or(Ok(()), std::fs::create_dir_all)
-                .and_then(|()| std::fs::File::create(&self.path));
-            match opened {
-                Ok(f) => self.file = Some(std::io::BufWriter::new(f)),
-                Err(_) => {
-                    self.failed = true;
-                    return Ok(buf.len());
-                }
-            }
-        }
-        if let Some(f) = &mut self.file {
-            if f.write_all(&buf[..take]).is_err() {
-                self.failed = true;
-            }
-        }
-        self.kept += take as u64;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match &mut self.file {
-            Some(f) => f.flush(),
-            None => Ok(()),
-        }
-    }
-}

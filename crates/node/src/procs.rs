@@ -14,7 +14,6 @@ use tabos_kernel::sched::Scheduler;
 use tabos_kernel::{Error as KError, Result as KResult};
 use tonic::{Request, Response, Status};
 
-use crate::procd::{Procd, LOG_BYTES_MAX};
 use crate::{kernel_status, Node};
 
 #[derive(Clone)]
@@ -29,73 +28,60 @@ impl ProcsService {
     }
 }
 
-/// What a Logs or FollowLogs request asks for, checked: the caller's
-/// token (to forward with), the caller, the pid and the stream.
+/// What a Logs or FollowLogs request asks for, checked.
 struct LogTarget {
-    realm: String,
+    who: tabos_kernel::auth::Caller,
     pid: Pid,
-    stream: proto::LogStream,
-    /// The node that ran the proc, when another: its address, and a client
-    /// acting with the caller's own credential. Its logs are there.
-    peer: Option<(String, tabos_client::Client)>,
+    stream: tabos_kernel::logs::Stream,
+    want: tabos_kernel::logs::Want,
 }
 
-/// Whose log a Logs or FollowLogs call asks for, and where it is.
-async fn log_target(
-    node: &Node,
-    request: Request<proto::LogsRequest>,
-) -> Result<LogTarget, Status> {
+/// Whose log a Logs or FollowLogs call asks for. The log is in the
+/// cluster's tables: this node answers, wherever the proc ran.
+fn log_target(node: &Node, request: Request<proto::LogsRequest>) -> Result<LogTarget, Status> {
     let who = node.caller_of(&request)?;
-    let token = crate::forward::bearer(request.metadata())?;
     let r = request.into_inner();
-    let realm = who.realm().to_string();
     let pid = Pid::new(r.pid).map_err(invalid)?;
     let stream = match crate::wire::request_proto("stream", r.stream)? {
-        None => proto::LogStream::Stdout,
-        Some(s) => s,
-    };
-    let holder = procs::holder_for(&node.store, &who, &pid)
-        .await
-        .map_err(|e| kernel_status(&e))?;
-    let mut peer = None;
-    if let Some(holder) = holder {
-        let what = format!("the log of proc {pid}");
-        if let crate::forward::Holder::Peer(addr) =
-            crate::forward::holder(node, &holder, &what).await?
-        {
-            let client = crate::forward::connect(&addr, &token).await?;
-            peer = Some((addr, client));
+        None | Some(proto::LogStream::Stdout | proto::LogStream::Unspecified) => {
+            tabos_kernel::logs::Stream::Stdout
         }
+        Some(proto::LogStream::Stderr) => tabos_kernel::logs::Stream::Stderr,
+    };
+    if r.since_us < 0 {
+        return Err(invalid(format!("since_us cannot be {}", r.since_us)));
     }
     Ok(LogTarget {
-        realm,
+        who,
         pid,
         stream,
-        peer,
+        want: tabos_kernel::logs::Want {
+            since_us: r.since_us,
+            tail_lines: r.tail_lines,
+            ..Default::default()
+        },
     })
 }
 
 /// Most bytes of log one FollowLogs message carries.
-pub const FOLLOW_CHUNK_BYTES: usize = 1 << 20;
+pub const FOLLOW_CHUNK_BYTES: usize = tabos_kernel::logs::FOLLOW_READ_BYTES_MAX;
 /// FollowLogs messages waiting for a client that has not read them.
 const FOLLOW_BUFFER: usize = 4;
 
-/// Reads up to [`FOLLOW_CHUNK_BYTES`] of the log at `path` from `offset`
-/// (nothing when the file does not exist yet).
-async fn read_log_at(path: &std::path::Path, offset: u64) -> Vec<u8> {
-    use tokio::io::{AsyncReadExt, AsyncSeekExt};
-    let Ok(mut f) = tokio::fs::File::open(path).await else {
-        return Vec::new();
-    };
-    if f.seek(std::io::SeekFrom::Start(offset)).await.is_err() {
-        return Vec::new();
+/// A read of a log as the API gives it.
+fn logs_response(r: tabos_kernel::logs::Read) -> proto::LogsResponse {
+    proto::LogsResponse {
+        marks: r
+            .marks
+            .iter()
+            .map(|(at, time_us)| proto::LogMark {
+                at: *at as u64,
+                time_us: *time_us,
+            })
+            .collect(),
+        data: r.data,
+        truncated: r.truncated,
     }
-    let mut buf = Vec::with_capacity(FOLLOW_CHUNK_BYTES.min(64 << 10));
-    let _ = (&mut f)
-        .take(FOLLOW_CHUNK_BYTES as u64)
-        .read_to_end(&mut buf)
-        .await;
-    buf
 }
 
 fn invalid(e: impl std::fmt::Display) -> Status {
@@ -204,14 +190,6 @@ async fn check_modules(node: &Node, ds: &[Descriptor]) -> KResult<()> {
     })
     .await
     .map_err(|e| KError::Invalid(format!("module check task failed: {e}")))?
-}
-
-impl ProcsService {
-    /// Whether `pid` was placed on this node's worker.
-    async fn ran_here(&self, realm: &str, pid: &Pid) -> bool {
-        matches!(procs::status(&self.node.store, realm, pid).await,
-                 Ok(i) if i.worker == Some(self.node.worker_id()))
-    }
 }
 
 pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
@@ -416,39 +394,11 @@ crate::op::served! {
             &self,
             request: Request<proto::LogsRequest>,
         ) -> Result<Response<proto::LogsResponse>, Status> {
-            let LogTarget {
-                realm,
-                pid,
-                stream,
-                peer,
-            } = log_target(&self.node, request).await?;
-            // The logs are on the node that ran the proc: answered there.
-            if let Some((addr, mut peer)) = peer {
-                let reply =
-                    crate::forward::call(&addr, peer.logs(&realm, pid.as_str(), stream)).await?;
-                return Ok(Response::new(reply));
-            }
-            let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
-            let data = match tokio::fs::read(&path).await {
-                Ok(d) => d,
-                // A proc that never wrote to the stream has no file.
-                Err(e)
-                    if e.kind() == std::io::ErrorKind::NotFound
-                        && self.ran_here(&realm, &pid).await =>
-                {
-                    Vec::new()
-                }
-                Err(_) => {
-                    return Err(Status::not_found(format!(
-                        "no {stream} kept for proc {pid} in realm {} on this node",
-                        realm
-                    )))
-                }
-            };
-            Ok(Response::new(proto::LogsResponse {
-                truncated: data.len() as u64 >= LOG_BYTES_MAX,
-                data,
-            }))
+            let t = log_target(&self.node, request)?;
+            let read = tabos_kernel::logs::read_for(&self.node.store, &t.who, &t.pid, t.stream, t.want)
+                .await
+                .map_err(|e| kernel_status(&e))?;
+            Ok(Response::new(logs_response(read)))
         }
 
         type FollowLogsStream = crate::streams::Streamed<proto::LogsResponse>;
@@ -457,91 +407,75 @@ crate::op::served! {
             &self,
             request: Request<proto::LogsRequest>,
         ) -> Result<Response<Self::FollowLogsStream>, Status> {
-            let LogTarget {
-                realm,
-                pid,
-                stream,
-                peer,
-            } = log_target(&self.node, request).await?;
+            let t = log_target(&self.node, request)?;
+            let store = self.node.store.clone();
+            // Told of every append before the first read, so none is
+            // missed between a read and the wait.
+            let mut appended = store.subscribe(&tabos_kernel::logs::channel(t.who.realm(), &t.pid));
+            // Refused at once (no such proc, another realm's) rather than
+            // in the stream.
+            let first = tabos_kernel::logs::read_for(
+                &store,
+                &t.who,
+                &t.pid,
+                t.stream,
+                tabos_kernel::logs::Want {
+                    max_bytes: FOLLOW_CHUNK_BYTES,
+                    ..t.want
+                },
+            )
+            .await
+            .map_err(|e| kernel_status(&e))?;
             let (out, streamed) =
                 crate::streams::channel(FOLLOW_BUFFER, self.node.stopping.watch());
-            // Held by another node: its stream, passed on.
-            if let Some((addr, mut peer)) = peer {
-                let mut s = peer
-                    .follow_logs(&realm, pid.as_str(), stream)
-                    .await
-                    .map_err(|e| {
-                        Status::unavailable(format!("the log of proc {pid} on {addr}: {e}"))
-                    })?;
-                tokio::spawn(async move {
-                    loop {
-                        let got = tokio::select! {
-                            got = s.message() => got,
-                            _ = out.ended() => return,
-                        };
-                        match got {
-                            Ok(Some(m)) => {
-                                if out.send(m).await.is_err() {
-                                    return;
-                                }
-                            }
-                            Ok(None) => return,
-                            Err(e) => return out.finish(e),
-                        }
-                    }
-                });
-                return Ok(Response::new(streamed));
-            }
-            let path = Procd::log_path(&self.node.logs, &realm, pid.as_str(), stream.name());
-            let (store, realm) = (self.node.store.clone(), realm.clone());
             tokio::spawn(async move {
-                let mut offset = 0u64;
-                let mut waited_start = false;
+                let realm = t.who.realm().to_string();
+                let mut after = first.last_seq;
+                let mut next = Some(first);
+                let ended = procs::wait_exit(&store, &realm, &t.pid);
+                tokio::pin!(ended);
+                let mut has_ended = false;
                 loop {
-                    // Everything there is now, in chunks.
-                    loop {
-                        let data = read_log_at(&path, offset).await;
-                        if data.is_empty() {
-                            break;
+                    let read = match next.take() {
+                        Some(r) => r,
+                        None => {
+                            // Whether it has ended before what is there is
+                            // read: an end recorded means all its output
+                            // was appended first.
+                            let over = has_ended
+                                || procs::status(&store, &realm, &t.pid)
+                                    .await
+                                    .is_ok_and(|i| i.state.is_terminal());
+                            let want = tabos_kernel::logs::Want {
+                                after_seq: after,
+                                max_bytes: FOLLOW_CHUNK_BYTES,
+                                ..Default::default()
+                            };
+                            match tabos_kernel::logs::read_for(&store, &t.who, &t.pid, t.stream, want).await {
+                                Ok(r) if r.data.is_empty() && over => return,
+                                Ok(r) => r,
+                                Err(e) => return out.finish(kernel_status(&e)),
+                            }
                         }
-                        offset += data.len() as u64;
-                        let m = proto::LogsResponse {
-                            data,
-                            truncated: offset >= LOG_BYTES_MAX,
-                        };
-                        if out.send(m).await.is_err() {
+                    };
+                    if !read.data.is_empty() {
+                        after = read.last_seq;
+                        if out.send(logs_response(read)).await.is_err() {
                             return; // the client went away, or the node stops
                         }
+                        continue;
                     }
-                    let state = match procs::status(&store, &realm, &pid).await {
-                        Ok(i) => i.state,
-                        Err(e) => return out.finish(kernel_status(&e)),
-                    };
-                    if state.is_terminal() && crate::procd::follow_log(&path).is_none() {
-                        return; // ended, and its writer is done: all was sent
-                    }
-                    // Wait for more: the writer's feed (a native proc running
-                    // here), else its start (once) or its end, from the change
-                    // feed — never by polling the file.
-                    let more = async {
-                        match crate::procd::follow_log(&path) {
-                            Some(mut feed) => {
-                                let seen = *feed.borrow_and_update();
-                                if seen <= offset {
-                                    let _ = feed.changed().await;
-                                }
-                            }
-                            None if !waited_start => {
-                                let _ = procs::wait_start(&store, &realm, &pid).await;
-                                waited_start = true;
-                            }
-                            None => {
-                                let _ = procs::wait_exit(&store, &realm, &pid).await;
+                    // Nothing new: the next append, or the proc's end —
+                    // from the change feed, never by polling.
+                    tokio::select! {
+                        got = appended.recv() => {
+                            // Cut off (fell behind): subscribed again; the
+                            // next read finds what was missed.
+                            if got.is_err() {
+                                appended = store.subscribe(&tabos_kernel::logs::channel(&realm, &t.pid));
                             }
                         }
-                    };
-                    tokio::select! {
-                        () = more => {}
+                        _ = &mut ended, if !has_ended => has_ended = true,
                         _ = out.ended() => return,
                     }
                 }

@@ -424,3 +424,125 @@ async fn files_in_another_nodes_block_store_are_forwarded() {
     drop(c2);
     n2.shut_down().await;
 }
+
+/// A proc's output is in the cluster: followed from another node while it
+/// runs, and read there — whole, by its last lines, since a time, with
+/// when each piece was read — after the proc's node is gone (its local
+/// directory removed too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_procs_logs_outlive_its_node() {
+    use tabos_client::proto::LogStream;
+    use tabos_client::LogsWant;
+    let url = tokio::task::spawn_blocking(tabos_store::testing::pg_database)
+        .await
+        .unwrap();
+    let Some(url) = url else { return };
+    let config = tabos_store::Config::postgres(url).with_partitions(2);
+    let (d1, d2) = (TempDir::new("logs-1"), TempDir::new("logs-2"));
+    let opts = tabos_node::ServeOptions::default;
+    let n1 = common::start_on(&d1, "n1", &config, opts()).await;
+    let n2 = common::start_on(&d2, "n2", &config, opts()).await;
+    let (mut c1, mut c2) = (n1.client().await, n2.client().await);
+    // n2 takes nothing: the proc runs on n1 (once n2 has joined).
+    let joined = std::time::Instant::now();
+    while let Err(e) = c1.drain_node("n2", true).await {
+        assert!(joined.elapsed() < std::time::Duration::from_secs(10), "{e}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let d = tabos_client::proto::ProcDescriptor {
+        pid: "talker".into(),
+        program: "/bin/sh".into(),
+        args: vec![
+            "-c".into(),
+            "echo one; echo two; sleep 1; echo three; echo oops >&2; exec sleep 600".into(),
+        ],
+        ..Default::default()
+    };
+    let placed = c1.spawn("", d).await.unwrap();
+    assert!(placed.worker.contains("n1"), "{}", placed.worker);
+    // Followed through n2 while it runs on n1.
+    let mut follow = c2
+        .follow_logs("", "talker", LogStream::Stdout)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut marks = Vec::new();
+    while !seen.ends_with(b"three\n") {
+        let m = follow
+            .message()
+            .await
+            .unwrap()
+            .expect("the proc still runs");
+        marks.extend(m.marks.iter().map(|k| k.time_us));
+        seen.extend_from_slice(&m.data);
+    }
+    assert_eq!(seen, b"one\ntwo\nthree\n");
+    assert!(
+        marks.len() >= 2 && marks.windows(2).all(|w| w[0] <= w[1]),
+        "{marks:?}"
+    );
+    let before_three = marks[marks.len() - 1] - 1;
+    // n1 goes, and with it everything it kept locally; the follower hears
+    // the end.
+    drop(c1);
+    n1.shut_down().await;
+    std::fs::remove_dir_all(d1.path()).unwrap();
+    assert!(
+        follow.message().await.unwrap().is_none(),
+        "the follow ends with the proc"
+    );
+    let status = c2.proc_status("", "talker").await.unwrap();
+    assert_eq!(status.state().name(), "failed");
+    let all = c2.logs("", "talker", LogStream::Stdout).await.unwrap();
+    assert_eq!(all.data, b"one\ntwo\nthree\n");
+    assert!(!all.truncated);
+    let err = c2.logs("", "talker", LogStream::Stderr).await.unwrap();
+    assert_eq!(err.data, b"oops\n");
+    let tail = c2
+        .logs_with(
+            "",
+            "talker",
+            LogStream::Stdout,
+            LogsWant {
+                tail_lines: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (tail.data.as_slice(), tail.truncated),
+        (&b"three\n"[..], true)
+    );
+    assert_eq!(tail.marks.len(), 1);
+    let since = c2
+        .logs_with(
+            "",
+            "talker",
+            LogStream::Stdout,
+            LogsWant {
+                since_us: before_three + 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(since.data, b"three\n");
+    // Another realm's credential does not read it.
+    let other = c2
+        .create_realm("elsewhere", tabos_client::proto::Scheduler::Fifo)
+        .await
+        .unwrap();
+    let mut theirs = n2.client_with(&other.admin_token).await;
+    let e = theirs
+        .logs("default", "talker", LogStream::Stdout)
+        .await
+        .unwrap_err();
+    assert_ne!(common::code(&e), tonic::Code::Ok);
+    let e = theirs
+        .logs("", "talker", LogStream::Stdout)
+        .await
+        .unwrap_err();
+    assert_eq!(common::code(&e), tonic::Code::NotFound, "{e}");
+    n2.shut_down().await;
+}

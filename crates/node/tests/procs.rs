@@ -255,11 +255,12 @@ async fn stored_logs(c: &mut Client, realm: &str) -> i64 {
         .unwrap()
 }
 
-/// A realm's ended procs' logs on a node are bounded: past the node's
-/// bound the oldest proc's logs are dropped (before the newest's end is
-/// seen), and what they hold is counted as the realm's stored logs.
+/// A realm's procs' logs are bounded: past the realm's bound its oldest
+/// output goes first (the first proc's), and what is kept is counted as
+/// the realm's stored logs. One stream keeps its newest 8 MiB, and says
+/// the rest was rotated out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_realms_logs_are_bounded_on_its_node_and_counted() {
+async fn a_realms_logs_are_bounded_and_counted() {
     let dir = TempDir::new("procd-logs");
     let (_node, addr, stop) =
         start_custom(&dir, 2, |s| s.logs_per_realm_max = 10_000, |_| Ok(())).await;
@@ -274,13 +275,48 @@ async fn a_realms_logs_are_bounded_on_its_node_and_counted() {
     assert_eq!(stored_logs(&mut c, "default").await, 6_002);
     let (_, out, _) = finished_output(&mut c, "default", chatty("second")).await;
     assert_eq!(out.len(), 6_000, "the newest are kept");
-    // 12,004 bytes passed 10,000: the first proc's logs went.
-    let gone = c.logs("default", "first", proto::LogStream::Stdout).await;
-    assert!(
-        gone.as_ref().map_or(true, |l| l.data.is_empty()),
-        "{gone:?}"
-    );
-    assert_eq!(stored_logs(&mut c, "default").await, 6_002);
+    // 12,004 bytes passed 10,000: the first proc's output went first.
+    let gone = c
+        .logs("default", "first", proto::LogStream::Stdout)
+        .await
+        .unwrap();
+    assert!(gone.data.is_empty() && gone.truncated, "{gone:?}");
+    let mut kept = 0i64;
+    for pid in ["first", "second"] {
+        for stream in [proto::LogStream::Stdout, proto::LogStream::Stderr] {
+            kept += c.logs("default", pid, stream).await.unwrap().data.len() as i64;
+        }
+    }
+    assert!((6_002..=10_000).contains(&kept), "{kept}");
+    assert_eq!(stored_logs(&mut c, "default").await, kept);
+    let _ = stop.send(());
+}
+
+/// One stream past 8 MiB keeps its newest 8 MiB, and says the rest was
+/// rotated out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_keeps_its_newest_bytes() {
+    let dir = TempDir::new("procd-long-log");
+    let (_node, addr, stop) = start(&dir, 2).await;
+    let mut c = connect(&addr).await;
+    let (done, out, _) = finished_output(
+        &mut c,
+        "default",
+        proto::ProcDescriptor {
+            pid: "long".into(),
+            ..sh("head -c 9000000 /dev/zero | tr '\\0' x; echo; echo END")
+        },
+    )
+    .await;
+    assert_eq!(done.state().name(), "exited");
+    let r = c
+        .logs("default", "long", proto::LogStream::Stdout)
+        .await
+        .unwrap();
+    assert!(r.truncated, "the beginning was rotated out");
+    let max = tabos_node::procd::LOG_BYTES_MAX;
+    assert!(r.data.len() as u64 <= max && r.data.len() as u64 > max - (64 << 10));
+    assert!(out.ends_with("x\nEND\n"), "{}", &out[out.len() - 10..]);
     let _ = stop.send(());
 }
 
@@ -464,6 +500,7 @@ async fn bad_descriptors_are_refused_and_write_nothing() {
             realm: "default".into(),
             pid: "taken".into(),
             stream: 7,
+            ..Default::default()
         })
         .await
         .unwrap_err();

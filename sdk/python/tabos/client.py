@@ -486,15 +486,34 @@ class Client:
             params.append(state)
         return self.sql(sql + " ORDER BY spawn_us DESC", *params, realm=realm)
 
-    def logs(self, pid: str, stream: str = "stdout", *, realm: str = "") -> bytes:
-        """A native proc's captured ``stdout`` or ``stderr``."""
-        r = self._call(self._procs.Logs, pb.LogsRequest(realm=realm, pid=pid, stream=_wire(pb.LogStream, "stream", stream)))
-        return r.data
+    def logs(
+        self,
+        pid: str,
+        stream: str = "stdout",
+        *,
+        realm: str = "",
+        tail: int = 0,
+        since_us: int = 0,
+    ) -> bytes:
+        """A proc's ``stdout`` or ``stderr`` as the cluster keeps it (its
+        newest 8 MiB), from any node, also after the proc's node is gone:
+        only the last ``tail`` lines, or what was written since
+        ``since_us`` (µs since the epoch), when given."""
+        req = pb.LogsRequest(
+            realm=realm, pid=pid, stream=_wire(pb.LogStream, "stream", stream),
+            tail_lines=tail, since_us=since_us,
+        )
+        return self._call(self._procs.Logs, req).data
 
-    def follow_logs(self, pid: str, stream: str = "stdout", *, realm: str = "") -> Iterator[bytes]:
-        """A proc's log so far, then each piece it writes as it writes it,
-        until it has ended (no polling: the node pushes)."""
-        req = pb.LogsRequest(realm=realm, pid=pid, stream=_wire(pb.LogStream, "stream", stream))
+    def follow_logs(
+        self, pid: str, stream: str = "stdout", *, realm: str = "", tail: int = 0
+    ) -> Iterator[bytes]:
+        """A proc's log so far (or its last ``tail`` lines), then each piece
+        it writes as it writes it, until it has ended (no polling: the node
+        pushes)."""
+        req = pb.LogsRequest(
+            realm=realm, pid=pid, stream=_wire(pb.LogStream, "stream", stream), tail_lines=tail
+        )
         for r in self._stream(self._procs.FollowLogs, req):
             yield r.data
 

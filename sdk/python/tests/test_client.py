@@ -21,6 +21,11 @@ def test_procs_spawn_wait_logs_evict_ps(client: tabos.Client) -> None:
     assert client.logs(pid) == b"hello\n"
     assert client.logs(pid, "stderr") == b"oops\n"
     assert b"".join(client.follow_logs(pid)) == b"hello\n"  # ended: what was kept, then the end"
+    lines = client.spawn("sh", "-c", "echo a; echo b; echo c", pid=tabos.unique_pid("t"))
+    client.wait(lines)
+    assert client.logs(lines, tail=2) == b"b\nc\n"
+    assert b"".join(client.follow_logs(lines, tail=1)) == b"c\n"
+    assert client.logs(lines, since_us=4102444800000000) == b""  # 2100-01-01
     sleeper = client.spawn("sleep", "600", proc_class="BE", cores=0)
     assert client.wait(sleeper, until="start").state == "running"
     client.evict(sleeper)

@@ -1060,22 +1060,36 @@ class PruneResponse(_message.Message):
     def __init__(self, pids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class LogsRequest(_message.Message):
-    __slots__ = ("realm", "pid", "stream")
+    __slots__ = ("realm", "pid", "stream", "since_us", "tail_lines")
     REALM_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    SINCE_US_FIELD_NUMBER: _ClassVar[int]
+    TAIL_LINES_FIELD_NUMBER: _ClassVar[int]
     realm: str
     pid: str
     stream: LogStream
-    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., stream: _Optional[_Union[LogStream, str]] = ...) -> None: ...
+    since_us: int
+    tail_lines: int
+    def __init__(self, realm: _Optional[str] = ..., pid: _Optional[str] = ..., stream: _Optional[_Union[LogStream, str]] = ..., since_us: _Optional[int] = ..., tail_lines: _Optional[int] = ...) -> None: ...
+
+class LogMark(_message.Message):
+    __slots__ = ("at", "time_us")
+    AT_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    at: int
+    time_us: int
+    def __init__(self, at: _Optional[int] = ..., time_us: _Optional[int] = ...) -> None: ...
 
 class LogsResponse(_message.Message):
-    __slots__ = ("data", "truncated")
+    __slots__ = ("data", "truncated", "marks")
     DATA_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    MARKS_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     truncated: bool
-    def __init__(self, data: _Optional[bytes] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    marks: _containers.RepeatedCompositeFieldContainer[LogMark]
+    def __init__(self, data: _Optional[bytes] = ..., truncated: _Optional[bool] = ..., marks: _Optional[_Iterable[_Union[LogMark, _Mapping]]] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()

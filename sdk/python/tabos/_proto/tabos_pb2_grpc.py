@@ -914,7 +914,9 @@ class ProcsServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Logs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A proc's stdout or stderr as the cluster keeps it: any node answers,
+        also after the proc's node is gone.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
