@@ -218,12 +218,18 @@ pub fn cat(args: CatArgs) -> anyhow::Result<()> {
             if !e.session.is_empty() {
                 writeln!(out, "session  {}", e.session)?;
             }
-            writeln!(out, "created  {}", e.created_us)?;
-            writeln!(out, "modified {}", e.modified_us)?;
+            writeln!(out, "created  {}", crate::output::rfc3339(e.created_us))?;
+            writeln!(out, "modified {}", crate::output::rfc3339(e.modified_us))?;
         } else if e.kind() == proto::NameKind::Dir {
             anyhow::bail!("{} is a directory (use tabos ls)", e.path);
         } else {
             out.write_all(&e.data)?;
+            // On a terminal the prompt starts on a line of its own (as
+            // etcdctl's get); piped, the bytes are the entry's, exactly.
+            use std::io::IsTerminal;
+            if !e.data.is_empty() && !e.data.ends_with(b"\n") && std::io::stdout().is_terminal() {
+                writeln!(out)?;
+            }
         }
         Ok(())
     })

@@ -168,8 +168,9 @@ pub struct PsArgs {
     #[arg(long)]
     all: bool,
     /// Only procs in this state (repeatable): spawned, claimed, running,
-    /// exited, evicted, failed
-    #[arg(long = "state", value_name = "STATE", value_parser = ["spawned", "claimed", "running", "exited", "evicted", "failed"])]
+    /// exited, evicted, failed; or waiting (not placed yet, the reason
+    /// column says why)
+    #[arg(long = "state", value_name = "STATE", value_parser = ["spawned", "claimed", "running", "exited", "evicted", "failed", "waiting"])]
     states: Vec<String>,
     /// Only procs spawned within this long, e.g. 90s, 30m, 12h, 7d
     #[arg(long, value_name = "DURATION")]
@@ -220,12 +221,21 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
             filters.push(format!("realm = ${}", params.len()));
         }
         if !args.states.is_empty() {
+            // "waiting" is not a state but what `ps` shows of one: a proc
+            // not placed yet, with its reason.
+            let mut any = Vec::new();
             let mut placeholders = Vec::new();
-            for s in &args.states {
+            for s in args.states.iter().filter(|s| *s != "waiting") {
                 params.push(Value::Text(s.clone()));
                 placeholders.push(format!("${}", params.len()));
             }
-            filters.push(format!("state IN ({})", placeholders.join(", ")));
+            if !placeholders.is_empty() {
+                any.push(format!("state IN ({})", placeholders.join(", ")));
+            }
+            if args.states.iter().any(|s| s == "waiting") {
+                any.push("waiting IS NOT NULL".to_string());
+            }
+            filters.push(format!("({})", any.join(" OR ")));
         }
         if let Some(since) = &args.since {
             let ms = crate::tokens::parse_ttl(since).map_err(|_| {

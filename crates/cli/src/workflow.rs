@@ -160,6 +160,16 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// A step's output as a person reads it: a sleep's is when it wakes (the
+/// kernel records µs since the epoch), shown as a time.
+fn step_output(s: &proto::WorkflowStep) -> String {
+    let out = text(&s.output);
+    match (s.kind(), out.parse::<i64>()) {
+        (proto::StepKind::Sleep, Ok(us)) => format!("until {}", crate::output::rfc3339(us)),
+        _ => out,
+    }
+}
+
 fn info_json(w: &proto::WorkflowInfo) -> serde_json::Value {
     serde_json::json!({
         "workflow_id": w.workflow_id, "name": w.name, "app_version": w.app_version,
@@ -303,6 +313,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                                 "step": s.step, "name": s.name, "kind": s.kind().name(),
                                 "input": text(&s.input),
                                 "status": s.status().name(), "output": text(&s.output),
+                                "wakes": (s.kind() == proto::StepKind::Sleep)
+                                    .then(|| text(&s.output).parse::<i64>().ok().map(crate::output::rfc3339))
+                                    .flatten(),
                                 "error": (!s.error.is_empty()).then_some(&s.error),
                                 "attempts": s.attempts,
                                 "started": time(s.started_us), "ended": time(s.ended_us),
@@ -318,7 +331,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         .iter()
                         .map(|s| {
                             let out = if s.error.is_empty() {
-                                text(&s.output)
+                                step_output(s)
                             } else {
                                 s.error.clone()
                             };

@@ -644,6 +644,24 @@ fn spawn_wait_ps_and_logs() {
     let o = node.tabos(&["ps", "--json", "--state", "exited", "--state", "running"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 3, "job1, f1, s1: {v}");
+    // "waiting", which ps shows as a reason, filters too: s1 holds both
+    // cores, so a second 2-core proc waits.
+    let o = node.tabos(&["spawn", "--pid", "waits", "--cores", "2", "--", "sleep", "600"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["ps", "--json", "--state", "waiting"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let waiting = v.as_array().unwrap();
+    assert_eq!(waiting.len(), 1, "{v}");
+    assert_eq!(waiting[0]["pid"], "waits");
+    assert!(
+        waiting[0]["reason"].as_str().unwrap().contains("waiting"),
+        "{v}"
+    );
+    let o = node.tabos(&["ps", "--json", "--state", "waiting", "--state", "running"]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2, "s1 and waits: {v}");
+    let o = node.tabos(&["evict", "waits"]);
+    assert!(o.status.success(), "{}", stderr(&o));
     let o = node.tabos(&["ps", "--json", "--since", "1ms"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert!(v.as_array().unwrap().is_empty(), "{v}");
@@ -1410,6 +1428,24 @@ fn the_namespace_from_the_command_line() {
     assert_eq!(stdout(&o), "primary=b");
     let o = node.tabos(&["cat", "--stat", "/cfg/db"]);
     assert!(stdout(&o).contains("version  2"), "{}", stdout(&o));
+    let created = stdout(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("created  "))
+        .map(str::to_string)
+        .unwrap_or_default();
+    assert!(
+        created.starts_with("20") && created.ends_with('Z'),
+        "RFC 3339: {created}"
+    );
+    // On a terminal the value ends its line (piped, it is exact, above).
+    let o = Command::new("script")
+        .args(["-qec", &format!("{TABOS} cat /cfg/db"), "/dev/null"])
+        .env("TABOS_ADDR", &node.addr)
+        .env("TABOS_TOKEN", &node.token)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "primary=b\r\n");
     let o = node.tabos(&["put", "-p", "/svc/kv", "--symlink", "127.0.0.1:9999"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = node.tabos(&["ls", "/svc"]);
@@ -4596,6 +4632,22 @@ fn a_queue_whose_running_workflow_lost_its_node_is_not_stuck() {
     let o = n2.tabos(&["workflow", "show", "q-1", "--json"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["steps"][0]["attempts"], 1);
+    // Its durable sleep reads as when it woke, not as microseconds.
+    let sleep = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "sleep")
+        .cloned()
+        .unwrap_or_else(|| panic!("no sleep step: {v}"));
+    let wakes = sleep["wakes"].as_str().unwrap_or_default().to_string();
+    assert!(wakes.starts_with("20") && wakes.ends_with('Z'), "{sleep}");
+    let o = n2.tabos(&["workflow", "show", "q-1"]);
+    assert!(
+        stdout(&o).contains(&format!("until {wakes}")),
+        "{}",
+        stdout(&o)
+    );
     drop(rt_a);
 }
 

@@ -23,17 +23,20 @@
 //!   [`crate::sql::run`] — the same realm scoping, deadline and limits as
 //!   `tabos sql` and the PostgreSQL front door. `POST /api/fs/ls` and
 //!   `/api/fs/read` read files as the credential's user, so files' modes
-//!   apply. `GET /api/history` is the utilisation history ([`history`]).
+//!   apply. `POST /api/logs` is a proc's stdout or stderr (its last
+//!   [`LOG_VIEW_LINES`] lines, at most [`LOG_VIEW_BYTES_MAX`]) from the
+//!   cluster's log, as `tabos logs` reads it. `GET /api/history` is the utilisation history ([`history`]).
 //! * **Live.** `GET /api/events?realm=R&ch=…` is a server-sent-event stream
 //!   of the change-feed channels the page names (the names `LISTEN` takes:
-//!   `procs`, `proc/<pid>`, `mailbox/<name>`, `names/<dir>`, `spawns`) and
+//!   `procs`, `proc/<pid>`, `logs/<pid>`, `mailbox/<name>`, `names/<dir>`,
+//!   `spawns`) and
 //!   of each new utilisation sample. The page re-reads what an event
 //!   concerns; nothing polls. A stream whose follower fell behind the feed
 //!   ends, and the browser's `EventSource` reconnects and re-reads.
 //!
 //! Everything is bounded: [`CONNECTIONS_MAX`], [`SESSIONS_MAX`],
 //! [`EVENT_STREAMS_MAX`], [`BODY_BYTES_MAX`], [`SQL_ROWS_MAX`],
-//! [`FILE_VIEW_BYTES_MAX`].
+//! [`FILE_VIEW_BYTES_MAX`], [`LOG_VIEW_BYTES_MAX`].
 
 pub mod history;
 
@@ -109,6 +112,10 @@ pub const BODY_BYTES_MAX: usize = crate::sql::SQL_BYTES_MAX + 16 * 1024;
 pub const SQL_ROWS_MAX: usize = 10_000;
 /// Most bytes of a file `/api/fs/read` shows.
 pub const FILE_VIEW_BYTES_MAX: usize = 256 * 1024;
+/// Lines of a proc's output `/api/logs` shows, its last.
+pub const LOG_VIEW_LINES: u32 = 500;
+/// Bytes of a proc's output `/api/logs` shows at most (its last).
+pub const LOG_VIEW_BYTES_MAX: usize = 64 * 1024;
 /// How often an idle event stream sends a comment, so that proxies and the
 /// browser keep it open (a keep-alive, not a poll: nothing is read).
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -666,6 +673,60 @@ fn stat_json(s: &tabos_kernel::fs::Stat) -> Json {
     })
 }
 
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LogsRequest {
+    pid: String,
+    #[serde(default)]
+    realm: String,
+    /// "stdout" (the default) or "stderr".
+    #[serde(default)]
+    stream: String,
+}
+
+/// A proc's output, its last lines: what its detail shows (re-read when
+/// the page hears `logs/<pid>` on its event stream).
+async fn logs(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Response {
+    use tabos_kernel::logs::{Stream, Want};
+    let go = async {
+        same_origin(&headers)?;
+        let caller = app.caller(&headers)?;
+        let r = parse::<LogsRequest>(&body)?;
+        let who = caller.act(&app.node, &r.realm)?;
+        let pid = tabos_kernel::ids::Pid::new(r.pid)?;
+        let stream = match r.stream.as_str() {
+            "" | "stdout" => Stream::Stdout,
+            "stderr" => Stream::Stderr,
+            other => {
+                return Err(ApiError::bad(format!(
+                    "no stream {other:?}: stdout or stderr"
+                )))
+            }
+        };
+        let want = Want {
+            tail_lines: LOG_VIEW_LINES,
+            ..Default::default()
+        };
+        let mut read = tabos_kernel::logs::read_for(&app.node.store, &who, &pid, stream, want)
+            .await
+            .map_err(|e| ApiError::from(&e))?;
+        if read.data.len() > LOG_VIEW_BYTES_MAX {
+            let cut = read.data.len() - LOG_VIEW_BYTES_MAX;
+            read.data.drain(..cut);
+            read.truncated = true;
+        }
+        Ok::<_, ApiError>(json_response(
+            StatusCode::OK,
+            json!({
+                "text": String::from_utf8_lossy(&read.data),
+                "truncated": read.truncated,
+                "read_us": read.marks.last().map(|m| m.1),
+            }),
+        ))
+    };
+    go.await.unwrap_or_else(IntoResponse::into_response)
+}
+
 async fn fs_ls(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Response {
     let go = async {
         same_origin(&headers)?;
@@ -975,6 +1036,7 @@ fn router(app: App) -> Router {
         .route("/api/events", get(events))
         .route("/api/fs/ls", post(fs_ls))
         .route("/api/fs/read", post(fs_read))
+        .route("/api/logs", post(logs))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(|m: Method| async move {

@@ -723,6 +723,10 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
             let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::procs::proc_channel(realm, pid.as_str()))
         }
+        Some(("logs", pid)) => {
+            let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| e.to_string())?;
+            Ok(tabos_kernel::logs::channel(realm, &pid))
+        }
         Some(("mailbox", name)) => {
             let a = tabos_kernel::ipc::Address::parse(name).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::ipc::channel(realm, &a))
@@ -737,7 +741,7 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
             Ok(tabos_kernel::names::dir_channel(realm, &dir))
         }
         _ => Err(format!(
-            "unknown channel {channel:?}: LISTEN procs, \"proc/<pid>\", \"mailbox/<name>\", \
+            "unknown channel {channel:?}: LISTEN procs, \"proc/<pid>\", \"logs/<pid>\", \"mailbox/<name>\", \
              \"names/<dir>\", spawns, workflows or \"workflow/<id>\""
         )),
     }

@@ -187,6 +187,29 @@ def run(url, token, tabos, screenshot, job, port):
         f"document.querySelector('#procs tr[data-key=\"{bad}\"] .state-failed') !== null && document.querySelector('#procs tr[data-key=\"{bad}\"]').innerText.includes('exit status 3')",
         f"proc {bad} shown as a failure with its reason",
     )
+    # A proc's detail shows its output, live: a line written after the
+    # detail is open appears without a reload.
+    out = subprocess.run(
+        [tabos, "spawn", "--", "/bin/sh", "-c", "echo first line; echo to stderr >&2; sleep 4; echo second line; sleep 120"],
+        capture_output=True, text=True, timeout=WAIT_S,
+    )
+    if out.returncode != 0:
+        sys.exit(f"tabos spawn failed: {out.stderr}")
+    talker = out.stdout.split()[0]
+    page.wait_for(f"document.querySelector('#procs tr[data-key=\"{talker}\"]')", f"proc {talker} on the page")
+    page.eval(f"document.querySelector('#procs tr[data-key=\"{talker}\"]').click(); true")
+    page.wait_for(
+        "document.querySelector('pre.log-stdout') && document.querySelector('pre.log-stdout').textContent.includes('first line')",
+        f"proc {talker}'s stdout in its detail",
+    )
+    page.wait_for(
+        "document.querySelector('pre.log-stderr').textContent.includes('to stderr')",
+        f"proc {talker}'s stderr in its detail",
+    )
+    page.wait_for(
+        "document.querySelector('pre.log-stdout').textContent.includes('second line')",
+        f"proc {talker}'s later output, live",
+    )
     # A path's breadcrumb reads as a path.
     crumb = page.eval("crumbs('/a/b', () => {}).textContent")
     if crumb != "/a / b":

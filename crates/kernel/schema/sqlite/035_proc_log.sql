@@ -46,3 +46,5 @@ CREATE TRIGGER proc_log_gone AFTER DELETE ON proc BEGIN
 END;
 -- What logs nodes kept as files before: gone with those files.
 UPDATE proc SET log_bytes = 0 WHERE log_bytes <> 0;
+-- A realm's procs' output is in what its SQL sees (tabos sql, psql).
+INSERT INTO tenant_view (name) VALUES ('proc_log');

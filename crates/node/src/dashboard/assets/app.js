@@ -291,13 +291,28 @@ views.procs = async (page) => {
       listBox),
     card('Timeline (spawn → start → exit; grey: waiting)', tlBox),
     detail);
+  // A proc's detail: its events and its output (the last lines of stdout
+  // and stderr, as `tabos logs` reads them), re-read when its log grows.
   const showDetail = async (pid) => {
-    state.view.pid = pid;
-    const ev = await rows(`SELECT at_us, event, detail FROM proc_event
-      WHERE realm = $1 AND pid = $2 ORDER BY seq LIMIT 500`, [state.realm, pid]);
-    fill(detail, card(`Proc ${pid}: events`, table([
-      { title: 'at', value: (e) => time(e.at_us) }, { title: 'event', key: 'event' },
-      { title: 'detail', key: 'detail', wrap: true }], ev)));
+    if (state.view.pid !== pid) {
+      state.view.pid = pid;
+      follow(['procs', `logs/${pid}`]);
+    }
+    const [ev, out, err, p] = await Promise.all([
+      rows(`SELECT at_us, event, detail FROM proc_event
+        WHERE realm = $1 AND pid = $2 ORDER BY seq LIMIT 500`, [state.realm, pid]),
+      api('POST', '/api/logs', { pid, realm: state.realm, stream: 'stdout' }),
+      api('POST', '/api/logs', { pid, realm: state.realm, stream: 'stderr' }),
+      rows('SELECT state, exit_status, error FROM proc WHERE realm = $1 AND pid = $2', [state.realm, pid]),
+    ]);
+    const end = p[0] ? (p[0].error || (p[0].exit_status !== null && p[0].exit_status !== undefined ? `exit status ${p[0].exit_status}` : p[0].state)) : '';
+    const output = (name, o) => card(`${name}${o.truncated ? ' (its last lines)' : ''}`,
+      h('pre', { class: `log log-${name}` }, o.text || '(nothing yet)'));
+    fill(detail,
+      card(`Proc ${pid}: ${end}`, table([
+        { title: 'at', value: (e) => time(e.at_us) }, { title: 'event', key: 'event' },
+        { title: 'detail', key: 'detail', wrap: true }], ev)),
+      output('stdout', out), output('stderr', err));
   };
   state.refresh = async () => {
     const where = ['realm = $1'], params = [state.realm];
@@ -329,7 +344,7 @@ views.procs = async (page) => {
     fill(tlBox, timeline(procs));
     if (state.view.pid) await showDetail(state.view.pid);
   };
-  follow(['procs']);
+  follow(state.view.pid ? ['procs', `logs/${state.view.pid}`] : ['procs']);
 };
 
 views.mr = async (page) => {
