@@ -424,6 +424,13 @@ impl Device {
         self.inner.block_size
     }
 
+    /// The block store's size in bytes (a block device's too, whose file
+    /// length reads 0).
+    pub fn total_bytes(&self) -> u64 {
+        let st = self.state();
+        st.sb.total_blocks * u64::from(st.sb.block_size)
+    }
+
     /// The random identity written at format (tells block stores apart).
     pub fn id(&self) -> u64 {
         self.inner.device_id

@@ -31,8 +31,10 @@ enum Command {
         note: String,
         /// Limit it to mailboxes: space-separated `send:MAILBOX` and
         /// `recv:MAILBOX` grants; it may then send and receive there and do
-        /// nothing else (no names, files, procs, SQL or procedures)
-        /// [default: all the role allows]
+        /// nothing else (no names, files, procs, SQL or procedures). Or
+        /// `metrics` (with --role operator): it may read /metrics and
+        /// nothing else, for a Prometheus server [default: all the role
+        /// allows]
         #[arg(long, default_value = "", value_name = "GRANTS")]
         scope: String,
         /// Also save it as this context of the credentials file (the

@@ -646,7 +646,9 @@ fn spawn_wait_ps_and_logs() {
     assert_eq!(v.as_array().unwrap().len(), 3, "job1, f1, s1: {v}");
     // "waiting", which ps shows as a reason, filters too: s1 holds both
     // cores, so a second 2-core proc waits.
-    let o = node.tabos(&["spawn", "--pid", "waits", "--cores", "2", "--", "sleep", "600"]);
+    let o = node.tabos(&[
+        "spawn", "--pid", "waits", "--cores", "2", "--", "sleep", "600",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = node.tabos(&["ps", "--json", "--state", "waiting"]);
     let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
@@ -5518,9 +5520,46 @@ fn prometheus_scrapes_the_node_and_answers_over_its_series() {
     }
     assert!(used >= 10, "{used} series in the dashboard");
 
+    // Prometheus gets a credential that reads metrics and nothing else.
+    let o = node.tabos(&[
+        "token",
+        "create",
+        "--role",
+        "operator",
+        "--scope",
+        "metrics",
+        "--note",
+        "prometheus",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let scraper = last_line(&o);
+    let o = Command::new(TABOS)
+        .args(["sql", "SELECT 1"])
+        .env("TABOS_ADDR", &node.addr)
+        .env("TABOS_TOKEN", &scraper)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("scoped to metrics"), "{}", stderr(&o));
+    // A realm's credential cannot be scoped to them.
+    let o = node.tabos(&[
+        "token", "create", "--realm", "metered", "--scope", "metrics",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("operator credential's"),
+        "{}",
+        stderr(&o)
+    );
+    // Scraping is all it does: a mailbox-scoped realm credential gets 403
+    // (above: an unscoped admin's).
+    let o = node.tabos(&["token", "create", "--realm", "metered", "--scope", "send:x"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (code, body) = curl(&url, &[format!("Authorization: Bearer {}", last_line(&o))]);
+    assert_eq!(code, 403, "{body}");
     let dir = TempDir::new("cli-prometheus");
     let token_file = dir.path().join("token");
-    std::fs::write(&token_file, &node.token).unwrap();
+    std::fs::write(&token_file, &scraper).unwrap();
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
@@ -5551,7 +5590,8 @@ fn prometheus_scrapes_the_node_and_answers_over_its_series() {
     let query = |q: &str| -> Vec<serde_json::Value> {
         let url = format!(
             "http://127.0.0.1:{prom_port}/api/v1/query?query={}",
-            q.replace('{', "%7B")
+            q.replace('+', "%2B")
+                .replace('{', "%7B")
                 .replace('}', "%7D")
                 .replace('"', "%22")
                 .replace('=', "%3D")
@@ -5583,6 +5623,21 @@ fn prometheus_scrapes_the_node_and_answers_over_its_series() {
     let missing =
         query("tabos_rpc_duration_seconds_count{method=\"/tabos.v1.Names/Get\",code=\"NotFound\"}");
     assert!(value(&missing[0]) >= 1.0, "{missing:?}");
+    // The store's timings by partition, the feed's backlog, the node's
+    // memory.
+    let committed = query("sum(tabos_store_transaction_seconds_count)");
+    assert!(value(&committed[0]) >= 1.0, "{committed:?}");
+    let queued = query("tabos_store_queue_seconds_bucket{partition=\"0\",le=\"+Inf\"}");
+    assert!(value(&queued[0]) >= 1.0, "{queued:?}");
+    let subscribers = query("tabos_feed_unread{what=\"subscribers\"}");
+    assert!(
+        value(&subscribers[0]) >= 1.0,
+        "the node's own waiters: {subscribers:?}"
+    );
+    let resident = query("tabos_node_memory_bytes{what=\"resident\"}");
+    assert!(value(&resident[0]) > 1e6, "{resident:?}");
+    let total = query("tabos_block_store_bytes{what=\"total\"}");
+    assert!(value(&total[0]) > 0.0, "{total:?}");
 }
 
 /// The backup test's chain: op `i` goes to realm `CHAIN[i % 2]`; every

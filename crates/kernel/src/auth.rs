@@ -85,13 +85,16 @@ pub const SCOPE_GRANTS_MAX: usize = 16;
 
 /// What a scoped credential may do, and all it may do: send to the
 /// mailboxes of `send` and receive from (or look at) those of `recv`, in
-/// its realm. Its text form is the grants separated by spaces, each
-/// `send:<address>` or `recv:<address>` (e.g. `send:www-a-requests
-/// recv:proc/www-a-wwd-1`).
+/// its realm, and — an operator's — read the node's metrics (`metrics`).
+/// Its text form is the grants separated by spaces, each
+/// `send:<address>`, `recv:<address>` or `metrics` (e.g.
+/// `send:www-a-requests recv:proc/www-a-wwd-1`, or `metrics` for a
+/// Prometheus server's credential, which can do nothing else).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Scope {
     pub send: std::collections::BTreeSet<Address>,
     pub recv: std::collections::BTreeSet<Address>,
+    pub metrics: bool,
 }
 
 impl Scope {
@@ -107,12 +110,16 @@ impl Scope {
                     "a scope holds at most {SCOPE_GRANTS_MAX} grants"
                 )));
             }
+            if grant == "metrics" {
+                scope.metrics = true;
+                continue;
+            }
             let (set, addr) = match grant.split_once(':') {
                 Some(("send", a)) => (&mut scope.send, a),
                 Some(("recv", a)) => (&mut scope.recv, a),
                 _ => {
                     return Err(Error::Invalid(format!(
-                        "scope grant {grant:?} is not send:<mailbox> or recv:<mailbox>"
+                        "scope grant {grant:?} is not send:<mailbox>, recv:<mailbox> or metrics"
                     )))
                 }
             };
@@ -120,10 +127,26 @@ impl Scope {
         }
         if grants == 0 {
             return Err(Error::Invalid(
-                "a scope grants at least one mailbox (send:<mailbox> or recv:<mailbox>)".into(),
+                "a scope grants at least one mailbox (send:<mailbox> or recv:<mailbox>) or \
+                 metrics"
+                    .into(),
             ));
         }
         Ok(scope)
+    }
+
+    /// What it is scoped to, for messages: "mailboxes", "metrics" or both.
+    pub fn kind(&self) -> &'static str {
+        match (self.send.is_empty() && self.recv.is_empty(), self.metrics) {
+            (false, false) => "mailboxes",
+            (true, _) => "metrics",
+            (false, true) => "mailboxes and metrics",
+        }
+    }
+
+    /// Whether it may read the node's metrics.
+    pub fn may_read_metrics(&self) -> bool {
+        self.metrics
     }
 
     /// Whether it may send to `to`.
@@ -143,7 +166,8 @@ impl fmt::Display for Scope {
             .send
             .iter()
             .map(|a| format!("send:{a}"))
-            .chain(self.recv.iter().map(|a| format!("recv:{a}")));
+            .chain(self.recv.iter().map(|a| format!("recv:{a}")))
+            .chain(self.metrics.then(|| "metrics".to_string()));
         f.write_str(&grants.collect::<Vec<_>>().join(" "))
     }
 }
@@ -465,14 +489,27 @@ impl Spec {
 
     /// Checks the spec's fields.
     pub fn validate(&self) -> Result<()> {
+        // Metrics show every realm: only an operator's credential reads
+        // them, and one scoped so reads them alone (mailboxes belong to a
+        // realm, which an operator's credential does not name).
+        let metrics_only = self
+            .scope
+            .as_ref()
+            .map(|s| s.metrics && s.send.is_empty() && s.recv.is_empty());
         if self.role == Role::Operator {
-            if !self.realm.is_empty() || self.pid.is_some() || self.scope.is_some() {
+            if !self.realm.is_empty() || self.pid.is_some() || metrics_only == Some(false) {
                 return Err(Error::Invalid(
-                    "an operator credential names no realm, no proc and no scope".into(),
+                    "an operator credential names no realm, no proc and no scope but metrics"
+                        .into(),
                 ));
             }
         } else {
             validate_realm(&self.realm)?;
+            if self.scope.as_ref().is_some_and(|s| s.metrics) {
+                return Err(Error::Invalid(
+                    "the metrics scope is an operator credential's (--role operator)".into(),
+                ));
+            }
         }
         validate_user(&self.user)?;
         if self.note.len() > NOTE_BYTES_MAX {
@@ -623,8 +660,9 @@ impl Caller {
     pub fn unscoped(&self, what: &str) -> Result<()> {
         match &self.scope {
             Some(scope) => Err(Error::Denied(format!(
-                "{} is scoped to mailboxes ({scope}) and may not {what}",
-                self.who()
+                "{} is scoped to {} ({scope}) and may not {what}",
+                self.who(),
+                scope.kind()
             ))),
             None => Ok(()),
         }
@@ -694,10 +732,11 @@ impl Caller {
 
     fn scope_allows(&self, ok: impl Fn(&Scope) -> bool, what: &str) -> Result<()> {
         match &self.scope {
-            // The same words as `unscoped`: a scope names mailboxes.
+            // The same words as `unscoped`.
             Some(scope) if !ok(scope) => Err(Error::Denied(format!(
-                "{} is scoped to mailboxes ({scope}) and may not {what}",
-                self.who()
+                "{} is scoped to {} ({scope}) and may not {what}",
+                self.who(),
+                scope.kind()
             ))),
             _ => Ok(()),
         }

@@ -581,9 +581,10 @@ impl tonic::service::Interceptor for Authenticate {
         };
         if let (Some(service), Some(scope)) = (self.closed_to_scoped, &p.scope()) {
             return Err(Status::permission_denied(format!(
-                "credential {} is scoped to mailboxes ({scope}) and may not use the {service} \
+                "credential {} is scoped to {} ({scope}) and may not use the {service} \
                  service",
-                p.id()
+                p.id(),
+                scope.kind()
             )));
         }
         // The connection has a caller now: it may stay past the wait for

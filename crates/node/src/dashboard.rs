@@ -981,7 +981,8 @@ async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or_else(|| {
                 ApiError::unauthorized(
-                    "metrics need an operator's credential: Authorization: Bearer TOKEN",
+                    "metrics need an operator's credential (or one scoped to metrics): \
+                     Authorization: Bearer TOKEN",
                 )
             })?;
         let principal = app.node.auth.check(token.trim()).ok_or_else(|| {
@@ -992,6 +993,15 @@ async fn metrics(State(app): State<App>, headers: HeaderMap) -> Response {
                 "credential {} is realm {}'s; metrics show every realm and need an operator's",
                 principal.id(),
                 principal.realm()
+            )));
+        }
+        // An operator's, unscoped or scoped to metrics (tabos token create
+        // --role operator --scope metrics: a Prometheus server's, which
+        // can do nothing else).
+        if let Some(scope) = principal.scope().filter(|s| !s.may_read_metrics()) {
+            return Err(ApiError::forbidden(format!(
+                "credential {} is scoped ({scope}), without metrics",
+                principal.id()
             )));
         }
         let text = app

@@ -14,18 +14,25 @@
 //!   realm and state, mailboxes and what they hold, names and sessions,
 //!   core grants, each realm's use against its quota (one read-only pass
 //!   over the kernel database); the store's commits and procedures, the
-//!   change feed's cut-offs, the node's busy cores, its block store and its
-//!   doors' connections (in memory). Scrapes take turns, so two scrapers
-//!   never interleave the gauges' refills.
+//!   change feed's cut-offs and what its subscribers have not read, the
+//!   node's busy cores and resident memory, its block store and its doors'
+//!   connections (in memory). Scrapes take turns, so two scrapers never
+//!   interleave the gauges' refills.
+//! * **Timed in the store** ([`StoreTimings`], a collector): per
+//!   partition, how long procedures queued for the partition's writer and
+//!   how long its transactions took, as histograms.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
 use crate::Node;
@@ -68,8 +75,12 @@ pub struct Metrics {
     store: Family<Labels, Counter>,
     feed_cut_offs: Family<Labels, Counter>,
     node_cores: Gauges,
+    node_memory: Gauges,
+    feed_backlog: Gauges,
     blocks: Gauges,
     connections: Gauges,
+    /// The store whose timings the collector reads (set at the first scrape).
+    timings: std::sync::Arc<StoreTimings>,
     /// Scrapes take turns (each clears and refills the gauges).
     scrape: tokio::sync::Mutex<()>,
 }
@@ -122,6 +133,8 @@ impl Metrics {
             "feed_cut_offs",
             "Change-feed subscribers cut off for falling behind, since the node started",
         );
+        let timings = std::sync::Arc::new(StoreTimings::default());
+        registry.register_collector(Box::new(timings.clone()));
         let mut gauge = |name: &str, help: &str| {
             let g = Gauges::default();
             registry.register(name, help, g.clone());
@@ -156,8 +169,18 @@ impl Metrics {
                 "node_cores",
                 "This node's cores: offered to procs, and busy (measured, procs and node)",
             ),
+            node_memory: gauge(
+                "node_memory_bytes",
+                "This node's memory: offered to procs, and resident (the node process)",
+            ),
+            feed_backlog: gauge(
+                "feed_unread",
+                "Change-feed notifications queued for this node's subscribers and not yet \
+                 read: subscribers, notes (all, and the most one subscriber holds), bytes",
+            ),
             blocks: gauge("block_store_bytes", "This node's block store: total, free"),
             connections: gauge("door_connections", "Open connections by door"),
+            timings,
             registry,
             calls,
             ended,
@@ -218,6 +241,8 @@ impl Metrics {
             &self.realm_stored_bytes,
             &self.realm_quota_storage_bytes,
             &self.node_cores,
+            &self.node_memory,
+            &self.feed_backlog,
             &self.blocks,
             &self.connections,
         ] {
@@ -274,10 +299,30 @@ impl Metrics {
                 .get_or_create(&labels(&[("node", id), ("what", what)]))
                 .set(v);
         }
+        for (what, v) in [
+            ("offered", node.settings.mem_mb as f64 * (1u64 << 20) as f64),
+            ("resident", resident_bytes().unwrap_or(0) as f64),
+        ] {
+            self.node_memory
+                .get_or_create(&labels(&[("node", id), ("what", what)]))
+                .set(v);
+        }
+        let b = node.store.feed_backlog();
+        for (what, v) in [
+            ("subscribers", b.subscribers),
+            ("notes", b.unread),
+            ("notes_max", b.unread_max),
+            ("bytes", b.unread_bytes),
+        ] {
+            self.feed_backlog
+                .get_or_create(&labels(&[("what", what)]))
+                .set(v as f64);
+        }
+        let _ = self.timings.store.set(node.store.clone());
         if let Some(d) = node.files.device() {
             let st = d.stats();
             let bs = f64::from(d.block_size());
-            let total = std::fs::metadata(d.path()).map_or(0, |m| m.len()) as f64;
+            let total = d.total_bytes() as f64;
             for (what, v) in [("total", total), ("free", st.free_blocks as f64 * bs)] {
                 self.blocks
                     .get_or_create(&labels(&[("node", id), ("what", what)]))
@@ -405,4 +450,60 @@ fn read_tables(store: &tabos_store::Store) -> Result<Tables, String> {
         }
     }
     Ok(t)
+}
+
+/// The node process's resident memory, from `/proc/self/statm`.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; it touches no memory.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// The store's per-partition timings as two histograms,
+/// `tabos_store_queue_seconds` and `tabos_store_transaction_seconds`, by
+/// partition: read from the store's counters at each scrape.
+#[derive(Debug, Default)]
+pub struct StoreTimings {
+    store: std::sync::OnceLock<tabos_store::Store>,
+}
+
+impl Collector for StoreTimings {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let Some(store) = self.store.get() else {
+            return Ok(());
+        };
+        let timings = store.timings();
+        for (name, help, pick) in [
+            (
+                "store_queue_seconds",
+                "Procedures' wait from submission to the start of their run, by partition",
+                0,
+            ),
+            (
+                "store_transaction_seconds",
+                "Transactions from BEGIN to COMMIT done (a group commit on SQLite, a try on \
+                 PostgreSQL), by partition",
+                1,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for (p, queued, transaction) in &timings {
+                let t = if pick == 0 { queued } else { transaction };
+                let mut buckets: Vec<(f64, u64)> = tabos_store::TIMING_BUCKETS_US
+                    .iter()
+                    .zip(t.counts)
+                    .map(|(us, n)| (*us as f64 / 1e6, n))
+                    .collect();
+                buckets.push((f64::MAX, t.counts[tabos_store::TIMING_BUCKETS_US.len()]));
+                let count = t.counts.iter().sum();
+                let partition = vec![("partition".to_string(), p.0.to_string())];
+                family
+                    .encode_family(&partition)?
+                    .encode_histogram::<Labels>(t.sum_us as f64 / 1e6, count, &buckets, None)?;
+            }
+        }
+        Ok(())
+    }
 }

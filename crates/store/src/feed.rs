@@ -189,6 +189,17 @@ struct Tickets {
     moved: Condvar,
 }
 
+/// What [`Feed::backlog`] counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    pub subscribers: usize,
+    /// Notifications queued for subscribers and not yet read, in all.
+    pub unread: usize,
+    /// The most one subscriber has not read.
+    pub unread_max: usize,
+    pub unread_bytes: usize,
+}
+
 /// The in-process fan-out of committed notifications to subscribers.
 #[derive(Default)]
 pub struct Feed {
@@ -313,6 +324,21 @@ impl Feed {
     /// Subscribers cut off so far for falling behind (their queue full).
     pub fn cut_offs(&self) -> u64 {
         self.cut_offs.load(Ordering::Relaxed)
+    }
+
+    /// What subscribers have not read yet, over every channel: how far
+    /// behind the change feed's readers are.
+    pub fn backlog(&self) -> Backlog {
+        let st = self.lock();
+        let mut b = Backlog::default();
+        for s in st.channels.values().flatten() {
+            let unread = SUBSCRIBER_QUEUE_MAX - s.tx.capacity();
+            b.subscribers += 1;
+            b.unread += unread;
+            b.unread_max = b.unread_max.max(unread);
+            b.unread_bytes += s.queue.bytes.load(Ordering::Relaxed);
+        }
+        b
     }
 
     /// Number of live subscribers of a channel.

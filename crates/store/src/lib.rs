@@ -481,6 +481,8 @@ fn single(mut rows: Vec<Row>, sql: &str) -> Result<Option<Row>> {
 /// Counters kept by a store since it was opened.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Per partition, how long procedures waited and transactions took.
+    pub partitions: Vec<PartitionTimings>,
     /// Procedures that committed.
     pub committed: AtomicU64,
     /// Procedures that failed and were rolled back.
@@ -508,7 +510,75 @@ pub struct StatsSnapshot {
     pub connections: u64,
 }
 
+/// Upper bounds of the store's timing buckets, in µs: 50 µs to 10 s, and
+/// one past the last.
+pub const TIMING_BUCKETS_US: [u64; 16] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000,
+    1_000_000, 2_500_000, 10_000_000,
+];
+
+/// A histogram of durations, counted with atomics (the store has no
+/// metrics library: the node exports these as Prometheus histograms).
+#[derive(Debug, Default)]
+pub struct Timing {
+    /// Per bucket of [`TIMING_BUCKETS_US`], then those past the last.
+    counts: [AtomicU64; TIMING_BUCKETS_US.len() + 1],
+    sum_us: AtomicU64,
+}
+
+/// A copy of a [`Timing`]: per bucket (not cumulative), and the sum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TimingSnapshot {
+    pub counts: [u64; TIMING_BUCKETS_US.len() + 1],
+    pub sum_us: u64,
+}
+
+impl Timing {
+    pub fn observe(&self, d: std::time::Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let i = TIMING_BUCKETS_US
+            .iter()
+            .position(|b| us <= *b)
+            .unwrap_or(TIMING_BUCKETS_US.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> TimingSnapshot {
+        TimingSnapshot {
+            counts: std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed)),
+            sum_us: self.sum_us.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One partition's timings.
+#[derive(Debug, Default)]
+pub struct PartitionTimings {
+    /// From a procedure's submission to the start of its run: how long it
+    /// queued for the partition's writer (or, on PostgreSQL, a connection).
+    pub queued: Timing,
+    /// A transaction from its BEGIN to its COMMIT (or rollback) done: a
+    /// group commit's on SQLite, each procedure's try on PostgreSQL.
+    pub transaction: Timing,
+}
+
 impl Stats {
+    /// Counters for a store of `partitions` partitions.
+    pub fn new(partitions: u32) -> Stats {
+        Stats {
+            partitions: (0..partitions)
+                .map(|_| PartitionTimings::default())
+                .collect(),
+            ..Stats::default()
+        }
+    }
+
+    /// Partition `p`'s timings (none for a partition this store has not).
+    pub fn partition(&self, p: PKey) -> Option<&PartitionTimings> {
+        self.partitions.get(p.0 as usize)
+    }
+
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             committed: self.committed.load(Ordering::Relaxed),
@@ -552,6 +622,8 @@ pub struct Job {
     /// Whether it runs at READ COMMITTED on PostgreSQL
     /// ([`Store::run_read_committed`]).
     pub(crate) read_committed: bool,
+    /// When it was submitted ([`PartitionTimings::queued`]).
+    pub(crate) queued_at: std::time::Instant,
 }
 
 impl Job {
@@ -582,6 +654,7 @@ impl Job {
             done,
             locals,
             read_committed: false,
+            queued_at: std::time::Instant::now(),
         };
         (job, Pending::new(rx))
     }
@@ -823,6 +896,23 @@ impl Store {
         self.backend.stats().snapshot()
     }
 
+    /// Per partition, how long procedures queued and transactions took.
+    pub fn timings(&self) -> Vec<(PKey, TimingSnapshot, TimingSnapshot)> {
+        self.backend
+            .stats()
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(p, t)| {
+                (
+                    PKey(p as u32),
+                    t.queued.snapshot(),
+                    t.transaction.snapshot(),
+                )
+            })
+            .collect()
+    }
+
     /// Checks that `p_key` names a partition of this store.
     pub fn check_partition(&self, p_key: PKey) -> Result<()> {
         let partitions = self.partitions();
@@ -995,6 +1085,11 @@ impl Store {
     /// Change-feed subscribers cut off so far for falling behind.
     pub fn feed_cut_offs(&self) -> u64 {
         self.backend.feed().cut_offs()
+    }
+
+    /// What the change feed's subscribers in this process have not read.
+    pub fn feed_backlog(&self) -> feed::Backlog {
+        self.backend.feed().backlog()
     }
 
     /// Whether this process is delivered `channel`'s notifications now

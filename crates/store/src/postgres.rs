@@ -279,7 +279,7 @@ impl PgBackend {
         let partitions = init_database(&mut first, config.partitions, migrations)?;
 
         let feed = Feed::new();
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats::new(partitions));
         let (listener, remote) = start_listener(url.clone(), feed.clone(), stats.clone())?;
         let queue = Arc::new(JobQueue::new(config.connections));
         let mut workers = Vec::new();
@@ -1182,8 +1182,19 @@ impl Worker {
         let mut counted = None;
         let mut retries = 0u32;
         let mut pause_us = RETRY_PAUSE_MIN_US;
+        // Its own handle: the timings outlive the borrows of `self` below.
+        let stats = self.stats.clone();
+        let timings = stats.partition(job.p_key);
+        if let Some(t) = timings {
+            t.queued.observe(job.queued_at.elapsed());
+        }
         loop {
-            match self.attempt(&mut job, deadline) {
+            let tried = std::time::Instant::now();
+            let attempt = self.attempt(&mut job, deadline);
+            if let Some(t) = timings {
+                t.transaction.observe(tried.elapsed());
+            }
+            match attempt {
                 Attempt::Done(outcome) => {
                     let counter = if outcome.is_ok() {
                         &self.stats.committed

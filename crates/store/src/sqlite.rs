@@ -220,7 +220,7 @@ impl SqliteBackend {
         let partitions = partition_count(dir, config.partitions)?;
 
         let feed = Feed::new();
-        let stats = Arc::new(Stats::default());
+        let stats = Arc::new(Stats::new(partitions));
         let mut conns = Vec::new();
         for p in 0..partitions {
             let conn = open_writer(&partition_path(dir, p), config.durability)?;
@@ -1119,6 +1119,16 @@ impl Executor {
     fn run_batch(&self, batch: &mut Vec<Job>) {
         // Held to the end of the batch's transaction (committed or not).
         let _pass = self.gate.writer_enter();
+        let timings = self.stats.partition(self.p_key);
+        let began = std::time::Instant::now();
+        // Timed whatever way the transaction ends.
+        let _timed = Timed(timings.map(|t| (&t.transaction, began)));
+        if let Some(t) = timings {
+            for job in batch.iter() {
+                t.queued
+                    .observe(began.saturating_duration_since(job.queued_at));
+            }
+        }
         if let Err(e) = self.exec("BEGIN IMMEDIATE") {
             for job in batch.drain(..) {
                 job.finish_err(e.clone());
@@ -1208,6 +1218,11 @@ impl Executor {
     /// the job again, and after [`STALE_RETRIES_MAX`] such retries the job
     /// runs in an immediate transaction, which cannot go stale.
     fn run_tenant(&self, mut job: Job) {
+        let timings = self.stats.partition(self.p_key);
+        if let Some(t) = timings {
+            t.queued.observe(job.queued_at.elapsed());
+        }
+        let _timed = Timed(timings.map(|t| (&t.transaction, std::time::Instant::now())));
         let mut stale = 0;
         loop {
             let immediate = stale >= STALE_RETRIES_MAX;
@@ -1320,6 +1335,17 @@ impl Executor {
             }
             (Ok(_), Err(e)) => Err(job.failure(e)),
             (Err(f), _) => Err(f),
+        }
+    }
+}
+
+/// Observes the time from its start into its timing when dropped.
+struct Timed<'a>(Option<(&'a crate::Timing, std::time::Instant)>);
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if let Some((t, from)) = self.0.take() {
+            t.observe(from.elapsed());
         }
     }
 }
