@@ -253,6 +253,21 @@ def run(url, token, tabos, screenshot, job, port):
         f"job {job}'s phases",
     )
     page.wait_for("document.body.innerText.includes('m0')", f"job {job}'s map task")
+    # A job still marked running whose coordinator has ended is run by
+    # nobody: shown failed, with the coordinator's end, not "running".
+    dead = "jdeadcoord"
+    for args in (
+        ["put", "-p", f"/mr/{dead}/job", '{"kind":"wordcount","maps":2,"reducers":1}'],
+        ["put", f"/mr/{dead}/status", "running"],
+        ["spawn", "--pid", f"{dead}-coord-0", "--wait", "--", "/bin/sh", "-c", "exit 2"],
+    ):
+        subprocess.run([tabos, *args], capture_output=True, text=True, timeout=WAIT_S)
+    page.wait_for(
+        f"document.querySelector('#page tr[data-key=\"{dead}\"]') && "
+        f"document.querySelector('#page tr[data-key=\"{dead}\"] .state-failed') !== null && "
+        f"document.querySelector('#page tr[data-key=\"{dead}\"]').innerText.includes('coordinator {dead}-coord-0 ended (exit status 2)')",
+        f"job {dead}, whose coordinator died, shown failed",
+    )
     print(json.dumps({"pid": pid, "job": job, "screenshot": screenshot}))
 
 

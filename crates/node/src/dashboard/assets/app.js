@@ -368,15 +368,27 @@ views.mr = async (page) => {
       }
     }
     const all = [...jobs.values()].filter((j) => j.kind);
+    // Each job's latest coordinator proc: a job still "running" whose
+    // coordinator has ended is run by nobody — shown failed, with why.
+    const coords = all.length ? await rows(`SELECT pid, state, exit_status, error FROM proc
+      WHERE realm = $1 AND pid LIKE '%-coord-%' ORDER BY spawn_us LIMIT 10000`, [state.realm]) : [];
+    const lastCoord = new Map();
+    for (const c of coords) lastCoord.set(c.pid.slice(0, c.pid.lastIndexOf('-coord-')), c);
     for (const j of all) {
       j.mapsDone = j.tasks.filter((t) => t.task.startsWith('m') && t.state === 'done').length;
       j.reducesDone = j.tasks.filter((t) => t.task.startsWith('r') && t.state === 'done').length;
       j.phase = j.status.startsWith('failed') ? 'failed' : j.status.startsWith('done') ? 'done'
         : j.mapsDone < j.maps ? 'map' : 'reduce';
+      const c = lastCoord.get(j.id);
+      if ((j.phase === 'map' || j.phase === 'reduce') && c && ['exited', 'evicted', 'failed'].includes(c.state)) {
+        j.phase = 'failed';
+        const how = c.error || (c.exit_status !== null && c.exit_status !== undefined ? `exit status ${c.exit_status}` : c.state);
+        j.status = `failed: its coordinator ${c.pid} ended (${how}) and nothing runs the job`;
+      }
     }
     fill(list, all.length ? table([
       { title: 'job', key: 'id' }, { title: 'kind', key: 'kind' },
-      { title: 'phase', key: 'phase' },
+      { title: 'phase', key: 'phase', cls: (j) => (j.phase === 'failed' ? 'state-failed' : '') },
       { title: 'maps', value: (j) => `${j.mapsDone} / ${j.maps}`, num: true },
       { title: 'reduces', value: (j) => `${j.reducesDone} / ${j.reducers}`, num: true },
       { title: 'status', key: 'status', wrap: true },
