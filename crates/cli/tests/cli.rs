@@ -5831,7 +5831,8 @@ fn a_backup_during_a_write_storm_restores_one_point_and_kill_9_harms_nothing() {
         ops > 20 && files > 2,
         "a storm: {ops} chain ops, {files} files"
     );
-    // Not a realm's credential's business, and not over an existing one.
+    // Not over an existing one, nor into a directory that is not there
+    // (said as the caller's mistake, once).
     let o = node
         .command()
         .args(["backup", dest.to_str().unwrap()])
@@ -5839,6 +5840,19 @@ fn a_backup_during_a_write_storm_restores_one_point_and_kill_9_harms_nothing() {
         .unwrap();
     assert!(!o.status.success());
     assert!(stderr(&o).contains("exists"), "{}", stderr(&o));
+    let nowhere = backups.path().join("no-such-dir/b");
+    let o = node
+        .command()
+        .args(["backup", nowhere.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let said = stderr(&o);
+    assert!(
+        said.starts_with("error: invalid argument: ") && said.contains("parent does not exist"),
+        "{said}"
+    );
+    assert_eq!(said.matches("error").count(), 1, "{said}");
 
     // Restored: one point of the chain, before its end, and whole files.
     let restored = backups.path().join("restored");

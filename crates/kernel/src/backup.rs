@@ -136,6 +136,13 @@ pub async fn take(files: &Files, dest: &Path) -> Result<Backup> {
     if dest.exists() {
         return Err(Error::AlreadyExists(format!("{} exists", dest.display())));
     }
+    // A mistake in the path, said as one: not an I/O failure of the node.
+    if !dest.parent().is_some_and(Path::is_dir) {
+        return Err(Error::Invalid(format!(
+            "{} is not in a directory on the node's machine (its parent does not exist)",
+            dest.display()
+        )));
+    }
     let partial = partial_of(dest)?;
     let running = store.local::<Running>();
     let Ok(_one) = running.0.try_lock() else {
