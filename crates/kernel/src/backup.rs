@@ -25,7 +25,7 @@
 //! refused until removed.
 //!
 //! [`restore`] (`tabos restore SRC --data DIR`) checks every file against
-//! the manifest and writes a data directory a node opens as it would its
+//! the manifest as it copies it and writes a data directory a node opens as it would its
 //! own after a crash: what was running at the point is recovered as after a
 //! kill -9 (the node's start-up recovery), segments no table names are
 //! reclaimed, and a new operator credential is minted (a backup holds the
@@ -356,25 +356,13 @@ pub fn read_manifest(src: &Path) -> Result<Backup> {
 }
 
 /// Makes data directory `data` (new, or an empty directory) from the
-/// backup in `src`, after checking every file against the manifest; a
+/// backup in `src`, checking every file against the manifest as it copies
+/// it (a mismatch leaves nothing behind); a
 /// node started on `data` (`tabos up --data DATA`) serves what the source
 /// held at the backup's point. Writes `DATA.partial` first, so a restore
 /// that fails leaves no `data` behind.
 pub fn restore(src: &Path, data: &Path) -> Result<Backup> {
     let backup = read_manifest(src)?;
-    for f in &backup.files {
-        let path = src.join(&f.name);
-        let (bytes, sha256) = digest(&path)?;
-        if bytes != f.bytes || sha256 != f.sha256 {
-            return Err(Error::Invalid(format!(
-                "{} does not match the backup's manifest (damaged or changed since): \
-                 {bytes} bytes, sha256 {sha256}; expected {} bytes, sha256 {}",
-                path.display(),
-                f.bytes,
-                f.sha256
-            )));
-        }
-    }
     match std::fs::read_dir(data) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -396,8 +384,20 @@ pub fn restore(src: &Path, data: &Path) -> Result<Backup> {
     }
     std::fs::create_dir_all(&partial).map_err(io("create", &partial))?;
     let mut scratch = Scratch(Some(partial.clone()));
+    // Each file checked as it is copied (read once): a mismatch stops the
+    // restore, and what it wrote goes with `scratch`.
     for f in &backup.files {
-        copy_sparse(&src.join(&f.name), &partial.join(&f.name))?;
+        let path = src.join(&f.name);
+        let (bytes, sha256) = copy_sparse(&path, &partial.join(&f.name))?;
+        if bytes != f.bytes || sha256 != f.sha256 {
+            return Err(Error::Invalid(format!(
+                "{} does not match the backup's manifest (damaged or changed since): \
+                 {bytes} bytes, sha256 {sha256}; expected {} bytes, sha256 {}",
+                path.display(),
+                f.bytes,
+                f.sha256
+            )));
+        }
     }
     sync_dir(&partial)?;
     // An empty directory given as DATA is replaced.
@@ -466,27 +466,37 @@ fn pieces(path: &Path, mut each: impl FnMut(u64, &[u8]) -> Result<()>) -> Result
 /// A file's length and the SHA-256 of its non-zero pieces, each preceded
 /// by its offset: the same for a file and any sparse or dense copy of it.
 pub fn digest(path: &Path) -> Result<(u64, String)> {
+    digest_with(path, |_, _| Ok(()))
+}
+
+/// [`digest`], giving `each` every non-zero piece on the way.
+fn digest_with(
+    path: &Path,
+    mut each: impl FnMut(u64, &[u8]) -> Result<()>,
+) -> Result<(u64, String)> {
     let mut h = Sha256::new();
     let len = pieces(path, |at, piece| {
         h.update(at.to_le_bytes());
         h.update(piece);
-        Ok(())
+        each(at, piece)
     })?;
     h.update(len.to_le_bytes());
     let sum = h.finalize();
     Ok((len, sum.iter().map(|b| format!("{b:02x}")).collect()))
 }
 
-/// Copies `from` to the new file `to`, leaving holes where `from` has zeros.
-fn copy_sparse(from: &Path, to: &Path) -> Result<()> {
+/// Copies `from` to the new file `to`, leaving holes where `from` has
+/// zeros; `from`'s length and [`digest`].
+fn copy_sparse(from: &Path, to: &Path) -> Result<(u64, String)> {
     let out = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(to)
         .map_err(io("create", to))?;
-    let len = pieces(from, |at, piece| {
+    let (len, sum) = digest_with(from, |at, piece| {
         out.write_all_at(piece, at).map_err(io("write", to))
     })?;
     out.set_len(len).map_err(io("size", to))?;
-    out.sync_all().map_err(io("sync", to))
+    out.sync_all().map_err(io("sync", to))?;
+    Ok((len, sum))
 }

@@ -328,40 +328,51 @@ pub async fn read_for(
 
 fn read_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, stream: Stream, want: Want) -> Result<Read> {
     let p = i64::from(tx.p_key().0);
-    let rows = tx.query(
-        "SELECT seq, at_byte, at_us, data FROM proc_log \
-         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND stream = $4 \
-         AND seq > $5 AND at_us >= $6 ORDER BY seq",
-        params![
-            p,
-            realm,
-            pid.as_str(),
-            stream as i64,
-            want.after_seq,
-            want.since_us
-        ],
-    )?;
     let max = match want.max_bytes {
         0 => STREAM_BYTES_MAX as usize,
         n => n,
     };
-    let mut out = Read::default();
-    // Everything the stream held from its start, unless shown otherwise.
-    let (_, end_byte) = position_tx(tx, realm, pid, stream)?;
-    out.truncated = want.after_seq == 0 && end_byte > 0 && rows.rows.is_empty();
-    let mut first = true;
-    for row in &rows.rows {
-        let (seq, at_byte, at_us, data) = chunk(row)?;
-        if first {
-            // Something before the first chunk read is not here: rotated
-            // out, or before `since` (a follower from its position is not
-            // truncated).
-            out.truncated = want.after_seq == 0 && at_byte > 0;
-            first = false;
+    let chunks = if want.tail_lines > 0 {
+        tail_chunks(tx, realm, pid, stream, want, max)?
+    } else {
+        let rows = tx.query(
+            "SELECT seq, at_byte, at_us, data FROM proc_log \
+             WHERE p_key = $1 AND realm = $2 AND pid = $3 AND stream = $4 \
+             AND seq > $5 AND at_us >= $6 ORDER BY seq",
+            params![
+                p,
+                realm,
+                pid.as_str(),
+                stream as i64,
+                want.after_seq,
+                want.since_us
+            ],
+        )?;
+        let mut chunks = Vec::new();
+        let mut bytes = 0;
+        for row in &rows.rows {
+            let c = chunk(row)?;
+            // What fits in `max`, from the first (a follower reads on).
+            if !chunks.is_empty() && bytes + c.3.len() > max {
+                break;
+            }
+            bytes += c.3.len();
+            chunks.push(c);
         }
-        if !out.data.is_empty() && out.data.len() + data.len() > max {
-            break;
-        }
+        chunks
+    };
+    // Something before the first chunk read is not here: rotated out, or
+    // before `since` (a follower from its position is not truncated).
+    let truncated = want.after_seq == 0
+        && match chunks.first() {
+            Some(c) => c.1 > 0,
+            None => position_tx(tx, realm, pid, stream)?.1 > 0,
+        };
+    let mut out = Read {
+        truncated,
+        ..Read::default()
+    };
+    for (seq, _, at_us, data) in chunks {
         out.marks.push((out.data.len(), at_us));
         out.data.extend_from_slice(&data);
         out.last_seq = seq;
@@ -393,7 +404,63 @@ fn read_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, stream: Stream, want: Want) 
     Ok(out)
 }
 
-fn chunk(row: &Row) -> Result<(i64, i64, i64, Vec<u8>)> {
+/// The newest chunks that hold the last `want.tail_lines` lines (at most
+/// `max` bytes), oldest first: read from the end in batches, never the
+/// whole stream.
+fn tail_chunks(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    stream: Stream,
+    want: Want,
+    max: usize,
+) -> Result<Vec<Chunk>> {
+    let p = i64::from(tx.p_key().0);
+    let (mut picked, mut bytes, mut newlines) = (Vec::new(), 0, 0);
+    let mut before = i64::MAX;
+    'read: loop {
+        let rows = tx.query(
+            "SELECT seq, at_byte, at_us, data FROM proc_log \
+             WHERE p_key = $1 AND realm = $2 AND pid = $3 AND stream = $4 \
+             AND seq > $5 AND at_us >= $6 AND seq < $7 ORDER BY seq DESC LIMIT $8",
+            params![
+                p,
+                realm,
+                pid.as_str(),
+                stream as i64,
+                want.after_seq,
+                want.since_us,
+                before,
+                ROTATE_BATCH
+            ],
+        )?;
+        if rows.rows.is_empty() {
+            break;
+        }
+        for row in &rows.rows {
+            let c = chunk(row)?;
+            before = c.0;
+            if !picked.is_empty() && bytes + c.3.len() > max {
+                break 'read;
+            }
+            bytes += c.3.len();
+            newlines += c.3.iter().filter(|b| **b == b'\n').count();
+            picked.push(c);
+            // One newline more than the lines: the cut is in what is read.
+            if newlines > want.tail_lines as usize {
+                break 'read;
+            }
+        }
+    }
+    picked.reverse();
+    Ok(picked)
+}
+
+/// A chunk as read: seq, where it starts in the stream, when it was
+/// read, its bytes.
+type Chunk = (i64, i64, i64, Vec<u8>);
+
+fn chunk(row: &Row) -> Result<Chunk> {
     Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
 }
 

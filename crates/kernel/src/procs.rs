@@ -233,6 +233,14 @@ impl Descriptor {
                 "only a native proc's credential can be scoped".into(),
             ));
         }
+        // A proc's credential is its realm's: metrics, which show every
+        // realm, are an operator credential's grant (refused here, at the
+        // spawn, not when the credential is minted as the proc starts).
+        if self.scope.as_ref().is_some_and(|s| s.metrics) {
+            return Err(Error::Invalid(
+                "a proc's credential cannot be scoped to metrics (an operator credential's)".into(),
+            ));
+        }
         if !self.host_paths.is_empty() && self.kind != Kind::Native {
             return Err(Error::Invalid("only a native proc sees host paths".into()));
         }
@@ -2244,4 +2252,20 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
         )));
     }
     crate::delete_realm_rows(tx, realm, &["proc_event", "proc", "worker"])
+}
+
+#[cfg(test)]
+mod scope_tests {
+    use super::Descriptor;
+    use crate::auth::Scope;
+
+    #[test]
+    fn a_procs_credential_is_not_scoped_to_metrics() {
+        let mut d = Descriptor::native("/bin/true");
+        d.scope = Some(Scope::parse("send:inbox").unwrap());
+        d.validate().unwrap();
+        d.scope = Some(Scope::parse("metrics").unwrap());
+        let e = d.validate().unwrap_err();
+        assert!(e.to_string().contains("cannot be scoped to metrics"), "{e}");
+    }
 }

@@ -705,16 +705,12 @@ async fn logs(State(app): State<App>, headers: HeaderMap, body: Bytes) -> Respon
         };
         let want = Want {
             tail_lines: LOG_VIEW_LINES,
+            max_bytes: LOG_VIEW_BYTES_MAX,
             ..Default::default()
         };
-        let mut read = tabos_kernel::logs::read_for(&app.node.store, &who, &pid, stream, want)
+        let read = tabos_kernel::logs::read_for(&app.node.store, &who, &pid, stream, want)
             .await
             .map_err(|e| ApiError::from(&e))?;
-        if read.data.len() > LOG_VIEW_BYTES_MAX {
-            let cut = read.data.len() - LOG_VIEW_BYTES_MAX;
-            read.data.drain(..cut);
-            read.truncated = true;
-        }
         Ok::<_, ApiError>(json_response(
             StatusCode::OK,
             json!({

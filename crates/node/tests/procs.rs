@@ -317,6 +317,24 @@ async fn a_stream_keeps_its_newest_bytes() {
     let max = tabos_node::procd::LOG_BYTES_MAX;
     assert!(r.data.len() as u64 <= max && r.data.len() as u64 > max - (64 << 10));
     assert!(out.ends_with("x\nEND\n"), "{}", &out[out.len() - 10..]);
+    // Its last line, followed: read from the end, not the first MiB's.
+    let mut s = c
+        .follow_logs_with(
+            "default",
+            "long",
+            proto::LogStream::Stdout,
+            tabos_client::LogsWant {
+                tail_lines: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut followed = Vec::new();
+    while let Some(m) = s.message().await.unwrap() {
+        followed.extend_from_slice(&m.data);
+    }
+    assert_eq!(followed, b"END\n");
     let _ = stop.send(());
 }
 
