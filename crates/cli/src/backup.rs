@@ -62,7 +62,7 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
                 "segments": b.segments,
                 "frozen_us": b.frozen_us,
             });
-            outln!("{v}");
+            crate::output::doc(&v);
             return Ok(());
         }
         let bytes: u64 = b.files.iter().map(|f| f.bytes).sum();
@@ -105,7 +105,7 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<()> {
             "partitions": b.partitions,
             "files": b.files.len(),
         });
-        outln!("{v}");
+        crate::output::doc(&v);
         return Ok(());
     }
     outln!(

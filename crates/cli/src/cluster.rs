@@ -22,9 +22,6 @@ enum ClusterCommand {
         /// Settings to change, e.g. idle_ms=5000
         #[arg(value_parser = parse_setting)]
         set: Vec<(String, i64)>,
-        /// Print JSON instead of tables
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -37,9 +34,6 @@ enum ClusterCommand {
         /// Most decisions (newest)
         #[arg(long, default_value_t = 50)]
         limit: u32,
-        /// Print JSON (one object per decision) instead of a table
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -57,12 +51,12 @@ fn parse_setting(s: &str) -> Result<(String, i64), String> {
 
 pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
     match args.command {
-        ClusterCommand::Settings { set, json, node } => crate::runtime()?.block_on(async {
+        ClusterCommand::Settings { set, node } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             let r = client.alloc_settings(set.into_iter().collect()).await?;
             let mut settings: Vec<(String, i64)> = r.settings.into_iter().collect();
             settings.sort();
-            if json {
+            if crate::output::json() {
                 let leaders: Vec<serde_json::Value> = r
                     .leaders
                     .iter()
@@ -77,10 +71,7 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
                     .iter()
                     .map(|(k, v)| (k.clone(), serde_json::Value::from(*v)))
                     .collect();
-                outln!(
-                    "{}",
-                    serde_json::json!({ "settings": s, "leaders": leaders })
-                );
+                crate::output::doc(&serde_json::json!({ "settings": s, "leaders": leaders }));
                 return Ok(());
             }
             let rows: Vec<Vec<String>> = settings
@@ -107,20 +98,15 @@ pub fn run(args: ClusterArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }),
-        ClusterCommand::Decisions {
-            realm,
-            limit,
-            json,
-            node,
-        } => crate::runtime()?.block_on(async {
+        ClusterCommand::Decisions { realm, limit, node } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             let d = client
                 .decisions(realm.as_deref().unwrap_or(""), limit)
                 .await?;
-            if json {
-                for one in &d {
-                    outln!("{}", decision_json(one));
-                }
+            if crate::output::json() {
+                // An array, as every listing's JSON is.
+                let v: Vec<_> = d.iter().map(decision_json).collect();
+                crate::output::doc(&serde_json::Value::Array(v));
             } else {
                 print_decisions(&d);
             }

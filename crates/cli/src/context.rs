@@ -35,7 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         })
                     })
                     .collect();
-                outln!("{}", serde_json::Value::Array(v));
+                crate::output::doc(&serde_json::Value::Array(v));
                 return Ok(());
             }
             let cols = ["current", "name", "address", "realm", "tls"];

@@ -161,7 +161,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 };
                 if local.is_some() {
                     if crate::output::json() {
-                        outln!("{}", serde_json::json!({"path": path, "bytes": n}));
+                        crate::output::doc(&serde_json::json!({"path": path, "bytes": n}));
                     } else {
                         eprintln!("{path}: {n} bytes");
                     }
@@ -231,7 +231,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                         c.fs_unlink(&realm, &user, &path).await?;
                     }
                     if crate::output::json() {
-                        outln!("{}", serde_json::json!({"path": path, "removed": 1}));
+                        crate::output::doc(&serde_json::json!({"path": path, "removed": 1}));
                     }
                 }
             }
@@ -257,19 +257,19 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 }
                 if crate::output::json() {
                     let s = c.fs_stat(&realm, &path).await?;
-                    outln!("{}", stat_json(&s));
+                    crate::output::doc(&stat_json(&s));
                 }
             }
             FsCommand::Mv { from, to } => {
                 c.fs_rename(&realm, &user, &from, &to).await?;
                 if crate::output::json() {
-                    outln!("{}", serde_json::json!({"from": from, "to": to}));
+                    crate::output::doc(&serde_json::json!({"from": from, "to": to}));
                 }
             }
             FsCommand::Stat { path } => {
                 let s = c.fs_stat(&realm, &path).await?;
                 if crate::output::json() {
-                    outln!("{}", stat_json(&s));
+                    crate::output::doc(&stat_json(&s));
                     return Ok(());
                 }
                 outln!("path       {}", s.path);
@@ -299,13 +299,13 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
             FsCommand::Chmod { mode, path } => {
                 c.fs_chmod(&realm, &user, &path, octal(&mode)?).await?;
                 if crate::output::json() {
-                    outln!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
+                    crate::output::doc(&stat_json(&c.fs_stat(&realm, &path).await?));
                 }
             }
             FsCommand::Chown { owner, path } => {
                 c.fs_chown(&realm, &user, &path, &owner).await?;
                 if crate::output::json() {
-                    outln!("{}", stat_json(&c.fs_stat(&realm, &path).await?));
+                    crate::output::doc(&stat_json(&c.fs_stat(&realm, &path).await?));
                 }
             }
             FsCommand::Ln {
@@ -319,7 +319,7 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     c.fs_link(&realm, &user, &target, &path).await?
                 };
                 if crate::output::json() {
-                    outln!("{}", stat_json(&st));
+                    crate::output::doc(&stat_json(&st));
                 }
             }
             FsCommand::Readlink { path } => {

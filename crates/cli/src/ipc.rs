@@ -64,7 +64,7 @@ pub fn send(args: SendArgs) -> anyhow::Result<()> {
                 .zip(&sent)
                 .map(|(m, s)| serde_json::json!({"to": m.to, "seq": s.seq, "duplicate": s.duplicate}))
                 .collect();
-            outln!("{}", serde_json::Value::Array(v));
+            crate::output::doc(&serde_json::Value::Array(v));
             return Ok(());
         }
         for (m, s) in messages.iter().zip(sent) {
@@ -95,18 +95,14 @@ pub struct RecvArgs {
     /// Show the first messages without taking them
     #[arg(long)]
     peek: bool,
-    /// Print JSON lines (seq, sender, message_id, sent_us, payload as text)
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
     node: NodeAddr,
 }
 
-fn print_message(m: &proto::Message, json: bool) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    if json {
+fn print_message(m: &proto::Message) -> anyhow::Result<()> {
+    if crate::output::json() {
         let v = serde_json::json!({
             "seq": m.seq,
             "sender": m.sender,
@@ -115,14 +111,17 @@ fn print_message(m: &proto::Message, json: bool) -> anyhow::Result<()> {
             "bytes": m.payload.len(),
             "payload": String::from_utf8_lossy(&m.payload),
         });
-        writeln!(out, "{v}")?;
-    } else {
+        crate::output::doc(&v);
+        return Ok(());
+    }
+    {
+        let mut out = std::io::stdout().lock();
         out.write_all(&m.payload)?;
         if !m.payload.ends_with(b"\n") {
             out.write_all(b"\n")?;
         }
+        out.flush()?;
     }
-    out.flush()?;
     Ok(())
 }
 
@@ -137,7 +136,7 @@ pub fn recv(args: RecvArgs) -> anyhow::Result<()> {
             loop {
                 tokio::select! {
                     batch = stream.message() => match batch? {
-                        Some(b) => for m in &b.messages { print_message(m, args.json)?; },
+                        Some(b) => for m in &b.messages { print_message(m)?; },
                         None => return Ok::<_, anyhow::Error>(true),
                     },
                     _ = tokio::signal::ctrl_c() => return Ok(true),
@@ -152,7 +151,7 @@ pub fn recv(args: RecvArgs) -> anyhow::Result<()> {
                 .await?
         };
         for m in &messages {
-            print_message(m, args.json)?;
+            print_message(m)?;
         }
         Ok(!messages.is_empty())
     })?;
@@ -246,7 +245,7 @@ pub fn mailbox(args: MailboxArgs) -> anyhow::Result<()> {
                         "bytes_max": i.bytes_max, "log_delivered": i.log_delivered,
                         "next_seq": i.next_seq,
                     });
-                    outln!("{v}");
+                    crate::output::doc(&v);
                     return Ok(());
                 }
                 let columns: Vec<String> =

@@ -82,9 +82,6 @@ enum KvCommand {
     },
     /// The shard map, and each group's leader, shards, keys and load
     Status {
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         svc: Service,
     },
@@ -136,15 +133,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let mut clerk = Clerk::new(&client, &svc.realm.realm, &svc.service).await?;
                 clerk.set(key.as_bytes(), value.as_bytes()).await?;
                 if crate::output::json() {
-                    outln!("{}", serde_json::json!({"key": key, "set": true}));
+                    crate::output::doc(&serde_json::json!({"key": key, "set": true}));
                 }
                 Ok(())
             }
-            KvCommand::Status { json, svc } => {
+            KvCommand::Status { svc } => {
                 let client = svc.node.connect().await?;
                 let st = service::status(&client, &svc.realm.realm, &svc.service).await?;
-                if json {
-                    outln!("{}", serde_json::to_string_pretty(&st)?);
+                if crate::output::json() {
+                    crate::output::doc(&serde_json::to_value(&st)?);
                     return Ok(());
                 }
                 outln!(

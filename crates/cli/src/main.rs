@@ -35,6 +35,7 @@ mod procs;
 mod sql;
 mod status;
 mod tokens;
+mod top;
 mod tree;
 mod up;
 mod workflow;
@@ -50,7 +51,11 @@ use clap::{Parser, Subcommand};
     long_about = "tabos keeps every piece of OS state in a transactional database and \
                   runs every OS service as short transactions over it.\n\n\
                   Start a node with `tabos up`, then talk to it with the other commands; \
-                  `tabos demo` shows the whole thing on a throwaway embedded node."
+                  `tabos demo` shows the whole thing on a throwaway embedded node.\n\n\
+                  Exit status: 0 done; 1 failed; 2 a command line it cannot take; \
+                  124 something named (a realm, proc, path, mailbox, workflow) is not \
+                  there; 141 the output's reader went away. `tabos wait` and `spawn \
+                  --wait` exit with the proc's status, and 125 when tabos itself failed."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -63,9 +68,12 @@ struct Cli {
     #[command(flatten)]
     realm: procs::RealmArg,
     /// Print JSON (one object or array; a stream, one per line) instead
-    /// of text: numbers as numbers, times in RFC 3339
+    /// of text: numbers as numbers, times in RFC 3339 (`-o json`)
     #[arg(long, global = true)]
     json: bool,
+    /// Output format: text, wide (more columns in listings), json or yaml
+    #[arg(short = 'o', long = "output", global = true, value_name = "FORMAT")]
+    output: Option<output::Format>,
     /// The fs user to act as (tabos fs; an operator's credential only)
     /// [default: the credential's user]
     #[arg(long, global = true, env = "TABOS_USER")]
@@ -195,8 +203,11 @@ enum Command {
     Demo(demo::Args),
     /// Spawn a proc: tabos spawn [--wait] -- PROGRAM ARGS...
     Spawn(procs::SpawnArgs),
-    /// List procs (a query of the ps view)
+    /// List procs (a query of the ps view; -o wide adds what each uses)
     Ps(procs::PsArgs),
+    /// What each node and the busiest running procs use now (CPU,
+    /// memory), refreshed: tabos top [--once]
+    Top(top::Args),
     /// Wait for a proc to exit; exits with its status (125 when tabos
     /// itself failed: no such proc, no node)
     Wait(procs::PidArgs),
@@ -266,7 +277,16 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    output::set_json(cli.json);
+    let format = match (cli.json, cli.output) {
+        (false, f) => f.unwrap_or(output::Format::Text),
+        (true, None | Some(output::Format::Json)) => output::Format::Json,
+        (true, Some(_)) => {
+            eprintln!("error: --json is -o json: give one format");
+            return std::process::ExitCode::from(USAGE_STATUS);
+        }
+    };
+    output::set_format(format);
+    let documents = output::json();
     // Commands whose output is a running service's log or a script: JSON
     // would be a lie there.
     let no_json = match &cli.command {
@@ -277,8 +297,8 @@ fn main() -> std::process::ExitCode {
         Command::Mount(_) => Some("mount"),
         _ => None,
     };
-    if let (true, Some(name)) = (cli.json, no_json) {
-        eprintln!("error: tabos {name} has no JSON output");
+    if let (true, Some(name)) = (documents, no_json) {
+        eprintln!("error: tabos {name} has no JSON output (nor YAML)");
         return std::process::ExitCode::FAILURE;
     }
     // Commands that exit with a proc's status say their own failures
@@ -317,6 +337,7 @@ fn main() -> std::process::ExitCode {
         Command::Demo(a) => demo::run(a),
         Command::Spawn(a) => procs::spawn(a),
         Command::Ps(a) => procs::ps(a),
+        Command::Top(a) => top::run(a),
         Command::Wait(a) => procs::wait(a),
         Command::Evict(a) => procs::evict(a),
         Command::Logs(a) => procs::logs(a),
@@ -348,7 +369,9 @@ fn main() -> std::process::ExitCode {
         }
         Err(e) => {
             eprintln!("error: {}", said_once(&e));
-            if passes_status {
+            if is_not_found(&e) {
+                std::process::ExitCode::from(NOT_FOUND_STATUS)
+            } else if passes_status {
                 std::process::ExitCode::from(OWN_FAILURE_STATUS)
             } else {
                 std::process::ExitCode::FAILURE
@@ -360,6 +383,46 @@ fn main() -> std::process::ExitCode {
 /// What `tabos wait` and `tabos spawn --wait` exit with when tabos itself
 /// failed rather than the proc (whose status they exit with otherwise).
 const OWN_FAILURE_STATUS: u8 = 125;
+/// What every command exits with when something it named — a realm, a
+/// proc, a path, a mailbox, a workflow, a token — is not there: its own
+/// status, distinct from a failure's (1) and, with `wait`, from the
+/// statuses procs conventionally exit with (as `docker run` keeps 125–127
+/// for its own).
+const NOT_FOUND_STATUS: u8 = 124;
+/// A command line clap would refuse (its own status for usage errors).
+const USAGE_STATUS: u8 = 2;
+
+/// Something a command named is not there, found so by the command itself
+/// (the node says so with its NOT_FOUND code): exits [`NOT_FOUND_STATUS`].
+#[derive(Debug)]
+pub struct NotFound(pub String);
+
+impl std::fmt::Display for NotFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "not found: {}", self.0)
+    }
+}
+
+impl std::error::Error for NotFound {}
+
+/// Whether `e` is, at bottom, "not found": said by the node or the command.
+fn is_not_found(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<NotFound>().is_some()
+            || matches!(
+                c.downcast_ref::<tabos_mr::Error>(),
+                Some(tabos_mr::Error::NotFound(_))
+            )
+            || matches!(
+                c.downcast_ref::<tabos_kv::Error>(),
+                Some(tabos_kv::Error::NotFound(_))
+            )
+            || c.downcast_ref::<tabos_client::Error>()
+                .is_some_and(|e| e.code() == Some(tonic::Code::NotFound))
+            || c.downcast_ref::<tonic::Status>()
+                .is_some_and(|s| s.code() == tonic::Code::NotFound)
+    })
+}
 
 /// An error and its causes, each said once: a cause whose text the
 /// message already holds (an error that prints its source, then the

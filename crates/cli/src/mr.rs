@@ -34,9 +34,6 @@ enum JobKind {
     },
     /// List the realm's jobs: status and progress
     Ls {
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         realm: RealmArg,
         #[command(flatten)]
@@ -46,9 +43,6 @@ enum JobKind {
     Status {
         /// The job's id (printed when it was submitted; tabos mr ls)
         job: String,
-        /// Print JSON instead of text
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         realm: RealmArg,
         #[command(flatten)]
@@ -88,12 +82,12 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
     use tabos_mr::control;
     crate::runtime()?.block_on(async {
         match job {
-            JobKind::Ls { json, realm, node } => {
+            JobKind::Ls { realm, node } => {
                 let c = node.connect().await?;
                 let jobs = control::list(&c, &realm.realm).await?;
-                if *json {
+                if crate::output::json() {
                     let v: Vec<_> = jobs.iter().map(status_json).collect();
-                    outln!("{}", serde_json::Value::Array(v));
+                    crate::output::doc(&serde_json::Value::Array(v));
                 } else {
                     let cols = ["job", "kind", "status", "maps", "reduces", "retries"];
                     let rows: Vec<Vec<String>> = jobs
@@ -112,16 +106,11 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
                     out!("{}", crate::output::table(&cols, &rows));
                 }
             }
-            JobKind::Status {
-                job,
-                json,
-                realm,
-                node,
-            } => {
+            JobKind::Status { job, realm, node } => {
                 let c = node.connect().await?;
                 let s = control::status(&c, &realm.realm, job).await?;
-                if *json {
-                    outln!("{}", status_json(&s));
+                if crate::output::json() {
+                    crate::output::doc(&status_json(&s));
                 } else {
                     outln!(
                         "job {} ({}): {}; maps {}/{}, reduces {}/{}, {} retried attempts",
@@ -259,7 +248,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "maps": done.maps, "reducers": done.reducers, "retries": done.retries,
                 "distinct": out.len(), "total": out.iter().map(|r| r.1).sum::<u64>(), "top": top,
             });
-            outln!("{v}");
+            crate::output::doc(&v);
             return Ok(());
         }
         print_summary(&job, &done).await?;

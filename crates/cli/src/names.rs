@@ -312,7 +312,7 @@ pub fn rm(args: RmArgs) -> anyhow::Result<()> {
             .await
             .map_err(explain)?;
         if crate::output::json() {
-            outln!("{}", serde_json::json!({"path": args.path, "removed": 1}));
+            crate::output::doc(&serde_json::json!({"path": args.path, "removed": 1}));
         }
         Ok(())
     })
@@ -326,7 +326,7 @@ pub fn mv(args: MvArgs) -> anyhow::Result<()> {
             .await
             .map_err(explain)?;
         if crate::output::json() {
-            outln!("{}", serde_json::json!({"from": args.from, "to": args.to}));
+            crate::output::doc(&serde_json::json!({"from": args.from, "to": args.to}));
         }
         Ok(())
     })

@@ -5,9 +5,6 @@ use tabos_client::proto::NodeState;
 
 #[derive(clap::Args)]
 pub struct ListArgs {
-    /// Print JSON (one object per node) instead of a table
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     node: NodeAddr,
 }
@@ -41,52 +38,59 @@ enum NodeCommand {
     },
 }
 
+/// One node as JSON: numbers as numbers, times as µs and RFC 3339.
+fn node_json(n: &tabos_client::proto::NodeInfo) -> serde_json::Value {
+    let realms: Vec<serde_json::Value> = n
+        .realms
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "realm": r.realm, "cores": r.cores, "unused_cores": r.unused_cores,
+                "procs": r.procs,
+            })
+        })
+        .collect();
+    let labels: serde_json::Map<String, serde_json::Value> = n
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
+        .collect();
+    let time = |us: i64| (us != 0).then(|| crate::output::rfc3339(us));
+    serde_json::json!({
+        "node_id": n.node_id,
+        "state": n.state().name(),
+        "address": n.address,
+        "cores": n.cores,
+        "mem_mb": n.mem_mb,
+        "busy_cores": n.busy_cores,
+        "mem_used_bytes": n.mem_used_bytes,
+        "heartbeat_age_ms": n.heartbeat_age_ms,
+        "started_us": n.started_us,
+        "started": time(n.started_us),
+        "left_us": (n.left_us != 0).then_some(n.left_us),
+        "left": time(n.left_us),
+        "draining_us": (n.draining_us != 0).then_some(n.draining_us),
+        "elastic": n.elastic,
+        "lost_us": (n.lost_us != 0).then_some(n.lost_us),
+        "lost": time(n.lost_us),
+        "given_back_us": (n.given_back_us != 0).then_some(n.given_back_us),
+        "note": n.note,
+        "labels": labels,
+        "realms": realms,
+    })
+}
+
 pub fn list(args: ListArgs) -> anyhow::Result<()> {
     crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
         let nodes = client.list_nodes().await?;
-        if args.json {
-            for n in &nodes {
-                let realms: Vec<serde_json::Value> = n
-                    .realms
-                    .iter()
-                    .map(|r| {
-                        serde_json::json!({
-                            "realm": r.realm, "cores": r.cores, "unused_cores": r.unused_cores,
-                            "procs": r.procs,
-                        })
-                    })
-                    .collect();
-                let labels: serde_json::Map<String, serde_json::Value> = n
-                    .labels
-                    .iter()
-                    .map(|(k, v)| (k.clone(), serde_json::Value::from(v.clone())))
-                    .collect();
-                outln!(
-                    "{}",
-                    serde_json::json!({
-                        "node_id": n.node_id,
-                        "state": n.state().name(),
-                        "address": n.address,
-                        "cores": n.cores,
-                        "mem_mb": n.mem_mb,
-                        "busy_cores": n.busy_cores,
-                        "heartbeat_age_ms": n.heartbeat_age_ms,
-                        "started_us": n.started_us,
-                        "left_us": (n.left_us != 0).then_some(n.left_us),
-                        "draining_us": (n.draining_us != 0).then_some(n.draining_us),
-                        "elastic": n.elastic,
-                        "lost_us": (n.lost_us != 0).then_some(n.lost_us),
-                        "given_back_us": (n.given_back_us != 0).then_some(n.given_back_us),
-                        "note": n.note,
-                        "labels": labels,
-                        "realms": realms,
-                    })
-                );
-            }
+        if crate::output::json() {
+            let v: Vec<_> = nodes.iter().map(node_json).collect();
+            crate::output::doc(&serde_json::Value::Array(v));
             return Ok(());
         }
-        let header = [
+        let wide = crate::output::wide();
+        let mut header = vec![
             "node",
             "state",
             "address",
@@ -99,6 +103,10 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
             "labels",
             "note",
         ];
+        if wide {
+            // What it uses of its memory now, and how long it has run.
+            header.extend(["used_mib", "age", "started"]);
+        }
         let rows: Vec<Vec<String>> = nodes
             .iter()
             .map(|n| {
@@ -125,7 +133,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                 let mut labels: Vec<String> =
                     n.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 labels.sort();
-                vec![
+                let mut row = vec![
                     n.node_id.clone(),
                     state,
                     n.address.clone(),
@@ -137,7 +145,16 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                     realms,
                     labels.join(","),
                     n.note.clone(),
-                ]
+                ];
+                if wide {
+                    row.extend([
+                        n.mem_used_bytes
+                            .map_or("-".into(), |b| format!("{:.0}", b as f64 / 1048576.0)),
+                        crate::output::age(n.started_us),
+                        crate::output::rfc3339(n.started_us),
+                    ]);
+                }
+                row
             })
             .collect();
         out!("{}", crate::output::table(&header, &rows));
@@ -162,7 +179,7 @@ pub fn node(args: NodeArgs) -> anyhow::Result<()> {
                 let v = serde_json::json!({
                     "node": node_id, "draining": !undo, "changed": done.changed, "moved": moved,
                 });
-                outln!("{v}");
+                crate::output::doc(&v);
                 return Ok(());
             }
             match (undo, done.changed) {

@@ -130,7 +130,7 @@ fn row_objects(result: &QueryResult) -> Vec<serde_json::Value> {
 
 /// The rows of a listing (`ps`) as a JSON array of objects.
 pub fn print_rows_json(result: &QueryResult) {
-    outln!("{}", serde_json::Value::Array(row_objects(result)));
+    doc(&serde_json::Value::Array(row_objects(result)));
 }
 
 pub fn print_result(result: &QueryResult, json: bool) {
@@ -140,7 +140,7 @@ pub fn print_result(result: &QueryResult, json: bool) {
             "rows": row_objects(result),
             "truncated": result.truncated,
         });
-        outln!("{doc}");
+        self::doc(&doc);
         return;
     }
     let rows: Vec<Vec<String>> = result
@@ -161,22 +161,161 @@ pub fn print_result(result: &QueryResult, json: bool) {
     );
 }
 
-static JSON: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether `--json` was given (anywhere on the command line).
-pub fn set_json(on: bool) {
-    JSON.store(on, std::sync::atomic::Ordering::Relaxed);
+/// How a command prints its results (`--json`, `-o wide|json|yaml`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned tables and lines for people (the default)
+    Text,
+    /// Text, with more columns where a listing has them (ps, nodes)
+    Wide,
+    /// JSON: one object or array (a stream, one per line); numbers as
+    /// numbers, times in RFC 3339
+    Json,
+    /// The same documents as JSON, as YAML (a stream, separated by `---`)
+    Yaml,
 }
 
-/// Whether the output is JSON.
+/// The chosen [`Format`], as its index (set once, before any output).
+static FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// YAML documents printed so far (the second and later are preceded by
+/// `---`, so that a stream is a valid YAML stream).
+static DOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Sets the output format (`--json` is `-o json`).
+pub fn set_format(f: Format) {
+    FORMAT.store(f as u8, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn format() -> Format {
+    match FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Format::Wide,
+        2 => Format::Json,
+        3 => Format::Yaml,
+        _ => Format::Text,
+    }
+}
+
+/// Whether the output is documents (JSON or YAML) rather than text: the
+/// commands build one `serde_json::Value` and [`doc`] prints it.
 pub fn json() -> bool {
-    JSON.load(std::sync::atomic::Ordering::Relaxed)
+    matches!(format(), Format::Json | Format::Yaml)
 }
 
-/// Prints `value` as JSON under `--json`, else `text`.
+/// Whether `-o wide` asked for a listing's extra columns.
+pub fn wide() -> bool {
+    format() == Format::Wide
+}
+
+/// Prints one document in the chosen format: a line of JSON, or YAML.
+pub fn doc(value: &serde_json::Value) {
+    if format() == Format::Yaml {
+        let n = DOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut text = String::new();
+        if n > 0 {
+            text.push_str("---\n");
+        }
+        yaml(value, 0, &mut text);
+        out!("{text}");
+    } else {
+        outln!("{value}");
+    }
+}
+
+/// Writes `v` as block-style YAML at `indent`, ending with a newline.
+/// Strings are always double-quoted with JSON's escapes (a YAML
+/// double-quoted scalar accepts them), so no string is read back as a
+/// number, a boolean or null, and keys are quoted only when plain would
+/// misread them.
+fn yaml(v: &serde_json::Value, indent: usize, out: &mut String) {
+    use serde_json::Value as V;
+    let pad = " ".repeat(indent);
+    match v {
+        V::Object(m) if !m.is_empty() => {
+            for (k, item) in m {
+                out.push_str(&pad);
+                out.push_str(&yaml_key(k));
+                out.push(':');
+                yaml_nested(item, indent, out);
+            }
+        }
+        V::Array(a) if !a.is_empty() => {
+            for item in a {
+                out.push_str(&pad);
+                out.push('-');
+                match item {
+                    // A mapping's first key on the dash's line, the rest
+                    // under it: `- a: 1\n  b: 2`.
+                    V::Object(m) if !m.is_empty() => {
+                        let mut inner = String::new();
+                        yaml(item, indent + 2, &mut inner);
+                        out.push(' ');
+                        out.push_str(&inner[indent + 2..]);
+                    }
+                    _ => yaml_nested(item, indent, out),
+                }
+            }
+        }
+        _ => {
+            out.push_str(&pad);
+            out.push_str(&yaml_scalar(v));
+            out.push('\n');
+        }
+    }
+}
+
+/// After `key:` or `-`: a scalar (or an empty collection) on the same
+/// line, a collection on the lines below, indented.
+fn yaml_nested(v: &serde_json::Value, indent: usize, out: &mut String) {
+    use serde_json::Value as V;
+    match v {
+        V::Object(m) if !m.is_empty() => {
+            out.push('\n');
+            yaml(v, indent + 2, out);
+        }
+        V::Array(a) if !a.is_empty() => {
+            out.push('\n');
+            yaml(v, indent + 2, out);
+        }
+        _ => {
+            out.push(' ');
+            out.push_str(&yaml_scalar(v));
+            out.push('\n');
+        }
+    }
+}
+
+fn yaml_scalar(v: &serde_json::Value) -> String {
+    use serde_json::Value as V;
+    match v {
+        V::Null => "null".into(),
+        V::Object(_) => "{}".into(),
+        V::Array(_) => "[]".into(),
+        // JSON's own text: a number, true/false, or a double-quoted string.
+        other => other.to_string(),
+    }
+}
+
+fn yaml_key(k: &str) -> String {
+    let plain = !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+        && !k.starts_with(['-', '.'])
+        && k.parse::<f64>().is_err()
+        && !matches!(
+            k.to_ascii_lowercase().as_str(),
+            "true" | "false" | "null" | "yes" | "no" | "on" | "off" | "y" | "n" | "~"
+        );
+    if plain {
+        k.to_string()
+    } else {
+        serde_json::Value::from(k).to_string()
+    }
+}
+
+/// Prints `value` as a document under `--json`/`-o json|yaml`, else `text`.
 pub fn emit(text: impl FnOnce() -> String, value: impl FnOnce() -> serde_json::Value) {
     if json() {
-        outln!("{}", value());
+        doc(&value());
     } else {
         outln!("{}", text());
     }
@@ -195,7 +334,9 @@ pub fn listing<E>(
     let mut out = std::io::stdout().lock();
     if json() {
         let v: Vec<_> = entries.iter().map(json_of).collect();
-        return writeln!(out, "{}", serde_json::json!({"entries": v, "more": more}));
+        drop(out);
+        doc(&serde_json::json!({"entries": v, "more": more}));
+        return Ok(());
     }
     for e in entries {
         writeln!(out, "{}", line(e))?;
@@ -210,6 +351,22 @@ pub fn listing<E>(
 /// (`2026-11-24T21:04:38.123456Z`).
 pub fn rfc3339(us: i64) -> String {
     tabos_store::rfc3339(us, true)
+}
+
+/// How long ago `us` (µs since the epoch) was, as kubectl shows ages:
+/// `45s`, `12m`, `3h`, `4d` (the largest unit, truncated).
+pub fn age(us: i64) -> String {
+    duration(tabos_store::now_us().saturating_sub(us).max(0) / 1_000_000)
+}
+
+/// A span in whole seconds as kubectl shows it (see [`age`]).
+pub fn duration(secs: i64) -> String {
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86_400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86_400),
+    }
 }
 
 #[cfg(test)]
@@ -231,6 +388,16 @@ mod tests {
     }
 
     #[test]
+    fn ages_read_like_kubectls() {
+        assert_eq!(duration(0), "0s");
+        assert_eq!(duration(119), "119s");
+        assert_eq!(duration(150), "2m");
+        assert_eq!(duration(7_199), "119m");
+        assert_eq!(duration(7_200), "2h");
+        assert_eq!(duration(3 * 86_400 + 5), "3d");
+    }
+
+    #[test]
     fn tables_align() {
         let t = table(
             &["name", "n"],
@@ -240,5 +407,28 @@ mod tests {
             ],
         );
         assert_eq!(t, "name     n\n------  --\na       10\nlonger   2\n");
+    }
+
+    #[test]
+    fn yaml_is_block_style_with_every_string_quoted() {
+        let v = serde_json::json!({
+            "pid": "p1", "exit": 3, "none": null, "n": "42", "yes": "no",
+            "weird key": "a: b\n\"q\"",
+            "list": [1, {"a": 1, "b": [true]}, [], {}],
+            "nested": {"x": [{"y": "z"}]},
+        });
+        let mut text = String::new();
+        yaml(&v, 0, &mut text);
+        assert_eq!(
+            text,
+            "exit: 3\n\
+             list:\n  - 1\n  - a: 1\n    b:\n      - true\n  - []\n  - {}\n\
+             \"n\": \"42\"\n\
+             nested:\n  x:\n    - \"y\": \"z\"\n\
+             none: null\n\
+             pid: \"p1\"\n\
+             \"weird key\": \"a: b\\n\\\"q\\\"\"\n\
+             \"yes\": \"no\"\n"
+        );
     }
 }

@@ -171,7 +171,7 @@ pub fn run(args: ProcedureArgs) -> anyhow::Result<()> {
                     let v = serde_json::json!({
                         "result": String::from_utf8_lossy(&out.result), "log": out.log,
                     });
-                    outln!("{v}");
+                    crate::output::doc(&v);
                     return Ok(());
                 }
                 for line in &out.log {

@@ -136,7 +136,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         }
         let s = client.wait_exit(&realm, &spawned.pid).await?;
         if crate::output::json() {
-            outln!("{}", status_json(&s));
+            crate::output::doc(&status_json(&s));
         } else {
             eprintln!("{}: {}{}", s.pid, s.state(), exit_text(&s));
         }
@@ -175,13 +175,30 @@ pub struct PsArgs {
     /// Only procs spawned within this long, e.g. 90s, 30m, 12h, 7d
     #[arg(long, value_name = "DURATION")]
     since: Option<String>,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
     node: NodeAddr,
+}
+
+/// A realm that does not exist (or that the credential may not see) has
+/// no procs to list: said so as [`crate::NotFound`], not shown as an
+/// empty table.
+pub async fn ensure_realm(client: &mut tabos_client::Client, realm: &str) -> anyhow::Result<()> {
+    let known = client
+        .sql_limited(
+            "SELECT realm FROM realm WHERE realm = $1",
+            vec![tabos_client::Value::Text(realm.to_string())],
+            1,
+        )
+        .await?;
+    if known.rows.is_empty() {
+        return Err(crate::NotFound(format!(
+            "no realm {realm:?} (or not yours: tabos realm list shows those you may see)"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// `tabos ps` is a query of the `ps` view.
@@ -204,19 +221,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
         let mut filters = Vec::new();
         let every_realm = args.all || realm.is_empty();
         if !every_realm {
-            // A realm that does not exist has no procs to list: said so,
-            // not shown as an empty table.
-            let known = client
-                .sql_limited(
-                    "SELECT realm FROM realm WHERE realm = $1",
-                    vec![Value::Text(realm.clone())],
-                    1,
-                )
-                .await?;
-            anyhow::ensure!(
-                !known.rows.is_empty(),
-                "no realm {realm:?} (or not yours: tabos realm list shows those you may see)"
-            );
+            ensure_realm(&mut client, &realm).await?;
             params.push(Value::Text(realm));
             filters.push(format!("realm = ${}", params.len()));
         }
@@ -249,15 +254,23 @@ pub fn ps(args: PsArgs) -> anyhow::Result<()> {
         } else {
             format!(" WHERE {}", filters.join(" AND "))
         };
+        // -o wide: what kubectl's wide adds — where and how it runs, and
+        // what it uses (measured while it runs; at its end, the total).
+        let wide = if crate::output::wide() {
+            ", kind, mem_mb, restarts, cpu_cores, cpu_us, mem_bytes, peak_mem_bytes, \
+             spawned_at, started_at, exited_at"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT {}pid, parent_pid AS parent, class, state, ($1 - spawn_us) / 1000000 AS age_s, \
-             worker_id AS worker, cores, program, exit_status, coalesce(error, waiting) AS reason \
-             FROM ps{filter} ORDER BY {}spawn_us, pid",
+             worker_id AS worker, cores, program, exit_status, coalesce(error, waiting) AS reason\
+             {wide} FROM ps{filter} ORDER BY {}spawn_us, pid",
             if every_realm { "realm, " } else { "" },
             if every_realm { "realm, " } else { "" },
         );
         let result = client.sql_limited(&sql, params, 10_000).await?;
-        if args.json || crate::output::json() {
+        if crate::output::json() {
             // One object per proc, as `docker ps --format json` and
             // `kubectl get -o json`'s items are.
             crate::output::print_rows_json(&result);
@@ -449,7 +462,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
                 "data": String::from_utf8_lossy(&r.data), "truncated": r.truncated,
                 "marks": marks,
             });
-            outln!("{v}");
+            crate::output::doc(&v);
             return Ok(());
         }
         let mut out = std::io::stdout().lock();
@@ -560,9 +573,6 @@ enum RealmCommand {
     },
     /// Realms with their usage and quotas (an operator sees all)
     List {
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -572,9 +582,6 @@ enum RealmCommand {
     Show {
         /// Realm name
         name: String,
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
         /// Most allocation decisions to show (newest)
         #[arg(long, default_value_t = 20)]
         decisions: u32,
@@ -599,25 +606,38 @@ fn quota_arg(what: &str, v: &Option<String>) -> anyhow::Result<(Option<i64>, boo
     }
 }
 
+/// One realm as a JSON object: usage beside quotas, and its settings.
+fn realm_json(r: &proto::RealmInfo) -> serde_json::Value {
+    serde_json::json!({
+        "realm": r.realm, "live_procs": r.live_procs, "quota_procs": r.quota_procs,
+        "cores": r.cores, "quota_cores": r.quota_cores,
+        "mem_mb": r.mem_mb, "quota_mem_mb": r.quota_mem_mb,
+        "stored_bytes": r.stored_bytes, "quota_storage_mb": r.quota_storage_mb,
+        "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
+        "procedures": r.procedures, "quota_procedures": r.quota_procedures,
+        "host_paths": r.host_paths, "host_network": r.host_network,
+        "scheduler": scheduler_name(r.scheduler),
+        "created": crate::output::rfc3339(r.created_us),
+        "stored": r.stored.iter().map(|s| (class_name(s.class).to_string(), s.bytes.into()))
+            .collect::<serde_json::Map<String, serde_json::Value>>(),
+    })
+}
+
+/// A scheduler's name, as `realm create --scheduler` takes it.
+fn scheduler_name(s: i32) -> &'static str {
+    use proto::Scheduler as S;
+    match S::try_from(s).unwrap_or(S::Unspecified) {
+        S::Fifo => "fifo",
+        S::Locality => "locality",
+        S::LeastLoaded => "least-loaded",
+        S::Unspecified => "unspecified",
+    }
+}
+
 fn print_realms(realms: &[proto::RealmInfo], json: bool) {
     if json {
-        let v: Vec<_> = realms
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "realm": r.realm, "live_procs": r.live_procs, "quota_procs": r.quota_procs,
-                    "cores": r.cores, "quota_cores": r.quota_cores,
-                    "mem_mb": r.mem_mb, "quota_mem_mb": r.quota_mem_mb,
-                    "stored_bytes": r.stored_bytes, "quota_storage_mb": r.quota_storage_mb,
-                    "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
-                    "procedures": r.procedures, "quota_procedures": r.quota_procedures,
-                    "host_paths": r.host_paths, "host_network": r.host_network,
-                    "stored": r.stored.iter().map(|s| (class_name(s.class).to_string(), s.bytes.into()))
-                        .collect::<serde_json::Map<String, serde_json::Value>>(),
-                })
-            })
-            .collect();
-        outln!("{}", serde_json::Value::Array(v));
+        let v: Vec<_> = realms.iter().map(realm_json).collect();
+        crate::output::doc(&serde_json::Value::Array(v));
         return;
     }
     // Each usage beside its quota: "3/8", or "3" with no quota.
@@ -813,26 +833,49 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             );
             Ok(())
         }),
-        RealmCommand::List { json, node } => crate::runtime()?.block_on(async {
+        RealmCommand::List { node } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
-            print_realms(&client.list_realms().await?, json);
+            print_realms(&client.list_realms().await?, crate::output::json());
             Ok(())
         }),
         RealmCommand::Show {
             name,
-            json,
             decisions,
             node,
         } => crate::runtime()?.block_on(async {
             let mut client = node.connect().await?;
             let all = client.list_realms().await?;
             let one: Vec<_> = all.into_iter().filter(|r| r.realm == name).collect();
-            anyhow::ensure!(!one.is_empty(), "no realm {name:?} (or not yours)");
+            if one.is_empty() {
+                return Err(crate::NotFound(format!("no realm {name:?} (or not yours)")).into());
+            }
             let alloc = client.allocation(&name, decisions).await?;
-            if json {
-                print_realms(&one, true);
-                outln!("{}", crate::cluster::allocation_json(&alloc));
+            if crate::output::json() {
+                // One document: the realm, its settings and its allocation.
+                let mut v = realm_json(&one[0]);
+                v["allocation"] = crate::cluster::allocation_json(&alloc);
+                crate::output::doc(&v);
             } else {
+                let r = &one[0];
+                outln!("realm:      {}", r.realm);
+                outln!(
+                    "created:    {} ({} ago)",
+                    crate::output::rfc3339(r.created_us),
+                    crate::output::age(r.created_us)
+                );
+                outln!("scheduler:  {}", scheduler_name(r.scheduler));
+                outln!(
+                    "network:    {}",
+                    if r.host_network {
+                        "the host's (its native procs share it)"
+                    } else {
+                        "its own (each native proc has loopback only)"
+                    }
+                );
+                if let Some(uid) = r.proc_uid {
+                    outln!("proc uid:   {uid} (on this node)");
+                }
+                outln!();
                 print_realms(&one, false);
                 print_stored(&one[0]);
                 // What its native procs may see of the host.
@@ -877,9 +920,6 @@ pub struct PruneArgs {
     /// PIDs)
     #[arg(long, value_name = "DURATION", conflicts_with = "pids")]
     older_than: Option<String>,
-    /// Print JSON instead of text
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     realm: RealmArg,
     #[command(flatten)]
@@ -899,8 +939,8 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<()> {
         let pruned = client
             .prune(&args.realm.realm, args.pids.clone(), older_than_ms)
             .await?;
-        if args.json {
-            outln!("{}", serde_json::json!({ "pruned": pruned }));
+        if crate::output::json() {
+            crate::output::doc(&serde_json::json!({ "pruned": pruned }));
         } else {
             outln!("forgot {} ended procs", pruned.len());
         }

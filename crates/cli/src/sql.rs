@@ -9,9 +9,6 @@ use crate::NodeAddr;
 pub struct Args {
     /// The query (one read-only statement)
     query: String,
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
     /// Most rows to print (the node caps it)
     #[arg(long, default_value_t = 1000)]
     max_rows: u32,
@@ -31,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .sql_in(&args.realm, &args.query, vec![], args.max_rows)
             .await
             .context("query failed")?;
-        crate::output::print_result(&result, args.json);
+        crate::output::print_result(&result, crate::output::json());
         Ok(())
     })
 }

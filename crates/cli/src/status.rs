@@ -4,9 +4,6 @@ use crate::NodeAddr;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Print JSON instead of a table
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
     node: NodeAddr,
 }
@@ -97,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 ),
             ));
         }
-        if args.json {
+        if crate::output::json() {
             // Numbers as numbers, the start as RFC 3339.
             let v = serde_json::json!({
                 "acting_as": {"id": me.id, "realm": me.realm, "user": me.user, "role": me.role().name()},
@@ -139,7 +136,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 })).collect::<Vec<_>>(),
                 "request_bytes_held": s.request_bytes_held,
             });
-            outln!("{v}");
+            crate::output::doc(&v);
         } else {
             let rows: Vec<Vec<String>> = pairs
                 .iter()

@@ -44,9 +44,6 @@ enum Command {
         /// With --save-as: make the saved context the current one
         #[arg(long = "use", requires = "save_as")]
         use_it: bool,
-        /// Print JSON instead of text
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -58,9 +55,6 @@ enum Command {
         /// Include procs' credentials
         #[arg(long)]
         procs: bool,
-        /// Print JSON instead of a table
-        #[arg(long)]
-        json: bool,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -149,7 +143,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 scope,
                 save_as,
                 use_it,
-                json: as_json,
                 node,
             } => {
                 let ttl_ms = ttl.as_deref().map(parse_ttl).transpose()?.unwrap_or(0);
@@ -192,10 +185,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         }
                     );
                 }
-                if as_json {
+                if crate::output::json() {
                     let mut v = json(&info);
                     v["token"] = created.token.into();
-                    outln!("{v}");
+                    crate::output::doc(&v);
                 } else {
                     eprintln!(
                         "credential {} for realm {} as user {}, role {} (shown once, keep it safe):",
@@ -210,14 +203,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Command::List {
                 realm,
                 procs,
-                json: as_json,
                 node,
             } => {
                 let mut c = node.connect().await?;
                 let list = c.list_tokens(&realm, procs).await?;
-                if as_json {
+                if crate::output::json() {
                     let v: Vec<_> = list.iter().map(json).collect();
-                    outln!("{}", serde_json::Value::Array(v));
+                    crate::output::doc(&serde_json::Value::Array(v));
                 } else {
                     let cols = [
                         "id", "realm", "user", "role", "pid", "created", "expires", "revoked",

@@ -257,7 +257,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     .workflows;
                 if crate::output::json() {
                     let v: Vec<_> = list.iter().map(info_json).collect();
-                    outln!("{}", serde_json::Value::Array(v));
+                    crate::output::doc(&serde_json::Value::Array(v));
                 } else {
                     let cols = [
                         "workflow", "function", "version", "status", "queue", "executor",
@@ -322,7 +322,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                             })
                         })
                         .collect();
-                    outln!("{v}");
+                    crate::output::doc(&v);
                 } else {
                     outln!("{}", info_text(&w));
                     let cols = ["step", "name", "kind", "status", "attempts", "output"];
@@ -577,7 +577,7 @@ fn queues_out(qs: &[proto::QueueInfo]) {
                 })
             })
             .collect();
-        outln!("{}", serde_json::Value::Array(v));
+        crate::output::doc(&serde_json::Value::Array(v));
         return;
     }
     let cols = [
@@ -620,7 +620,7 @@ fn schedules_out(ss: &[proto::ScheduleInfo]) {
                 })
             })
             .collect();
-        outln!("{}", serde_json::Value::Array(v));
+        crate::output::doc(&serde_json::Value::Array(v));
         return;
     }
     let cols = ["schedule", "workflow", "cron", "version", "queue", "next"];

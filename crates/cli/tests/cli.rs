@@ -694,10 +694,18 @@ fn spawn_wait_ps_and_logs() {
     let o = node.tabos(&["wait", "nobody"]);
     assert_eq!(
         o.status.code(),
-        Some(125),
-        "tabos's own failure, not a proc's status"
+        Some(124),
+        "not found: its own status, not a proc's, nor tabos's other failures'"
     );
     assert!(stderr(&o).contains("no proc"), "{}", stderr(&o));
+    // tabos's own other failures (no node there) are 125 with wait.
+    let o = node.tabos(&["wait", "--addr", "127.0.0.1:1", "nobody"]);
+    assert_eq!(
+        o.status.code(),
+        Some(125),
+        "tabos's own failure, not a proc's status: {}",
+        stderr(&o)
+    );
     // A wasm proc: a WASI command given as WAT, exiting with 5.
     let wat = dir.path().join("exit5.wat");
     std::fs::write(
@@ -958,10 +966,12 @@ fn a_killed_node_has_its_procs_failed() {
     // The killed node reads as lost (no clean stop), b as up; a lost node
     // can be removed, an up one cannot.
     let o = b.tabos(&["nodes", "--json"]);
-    let states: Vec<(String, String)> = stdout(&o)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+    let listed: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let states: Vec<(String, String)> = listed
+        .as_array()
+        .expect("a list is an array")
+        .iter()
+        .map(|v| {
             (
                 v["node_id"].as_str().unwrap().to_string(),
                 v["state"].as_str().unwrap().to_string(),
@@ -3046,6 +3056,171 @@ fn every_command_speaks_json() {
     }
 }
 
+/// The CLI as kubectl users read it (issue 42, item 6): `-o wide|json|yaml`
+/// (YAML that reads back as the same documents as the JSON), lists as
+/// arrays, one `error:` prefix, "not found" with its own exit status (124)
+/// for every kind of name, distinct from a proc's status and from other
+/// failures, `realm show` with every setting, and `tabos top` with what
+/// nodes and running procs use.
+#[test]
+fn the_cli_reads_like_kubectl() {
+    let node = Node::start(&["--node-id", "k1"]);
+    // A proc that spins and one that sleeps, for top.
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "spin",
+        "--",
+        "sh",
+        "-c",
+        "while :; do :; done",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "spawn", "--pid", "nap", "--mem-mb", "64", "--", "sleep", "600",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // top: the node and its running procs, the spinner's cores measured
+    // (within bounded refreshes: a measurement every 2 s).
+    let mut top = serde_json::Value::Null;
+    for _ in 0..60 {
+        let o = node.tabos(&["top", "--once", "-o", "json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        top = serde_json::from_str(stdout(&o).trim()).unwrap();
+        let spin = top["procs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == "spin")
+            .cloned();
+        if spin.is_some_and(|p| p["cpu_cores"].as_f64().unwrap_or(0.0) > 0.3) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let procs = top["procs"].as_array().unwrap();
+    assert_eq!(procs[0]["pid"], "spin", "the busiest first: {top}");
+    assert!(procs[0]["cpu_cores"].as_f64().unwrap() > 0.3, "{top}");
+    assert!(procs[0]["cpu_us"].as_i64().unwrap() > 0, "{top}");
+    let nap = procs.iter().find(|p| p["pid"] == "nap").expect("nap shown");
+    assert!(nap["mem_bytes"].as_i64().unwrap() > 0, "{top}");
+    assert_eq!(nap["mem_mb"], 64, "{top}");
+    let me = &top["nodes"][0];
+    assert_eq!(me["node_id"], "k1", "{top}");
+    assert!(me["busy_cores"].as_f64().unwrap() > 0.0, "{top}");
+    let o = node.tabos(&["top", "--once"]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("cpu(cores)") && text.contains("memory(MiB)"),
+        "{text}"
+    );
+    assert!(text.contains("spin") && text.contains("k1"), "{text}");
+    // The node's heartbeat carries the memory it and its procs use.
+    let mut used = None;
+    for _ in 0..60 {
+        let o = node.tabos(&["nodes", "--json"]);
+        let listed: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        assert!(listed.is_array(), "a list is an array: {listed}");
+        used = listed[0]["mem_used_bytes"].as_i64();
+        if used.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    assert!(used.unwrap_or(0) > 1 << 20, "{used:?}");
+    // -o wide: more columns where kubectl users look.
+    let o = node.tabos(&["ps", "-o", "wide"]);
+    let header = stdout(&o).lines().next().unwrap_or_default().to_string();
+    for col in ["cpu_cores", "mem_bytes", "restarts", "started_at"] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert!(!stdout(&node.tabos(&["ps"])).contains("cpu_cores"));
+    let o = node.tabos(&["nodes", "-o", "wide"]);
+    assert!(stdout(&o).contains("used_mib"), "{}", stdout(&o));
+    // -o yaml is the JSON's documents, as YAML (read back by PyYAML).
+    let sql = "SELECT 'a: b' AS \"weird key\", '42' AS n, 'yes' AS y, NULL AS z, 3 AS i, \
+               'two' || char(10) || 'lines \"q\"' AS t";
+    let json = stdout(&node.tabos(&["sql", sql, "-o", "json"]));
+    let yaml = stdout(&node.tabos(&["sql", sql, "-o", "yaml"]));
+    let dir = TempDir::new("cli-yaml");
+    std::fs::write(dir.path().join("a.json"), &json).unwrap();
+    std::fs::write(dir.path().join("a.yaml"), &yaml).unwrap();
+    let same = Command::new(test_python())
+        .arg("-c")
+        .arg(
+            "import json, sys, yaml; j = json.load(open(sys.argv[1])); \
+             y = yaml.safe_load(open(sys.argv[2])); \
+             assert j == y, (j, y); print(y['rows'][0]['weird key'])",
+        )
+        .arg(dir.path().join("a.json"))
+        .arg(dir.path().join("a.yaml"))
+        .output()
+        .unwrap();
+    assert!(same.status.success(), "{yaml}\n{}", stderr(&same));
+    assert_eq!(stdout(&same), "a: b\n");
+    let o = node.tabos(&["ps", "--json", "-o", "yaml"]);
+    assert_eq!(o.status.code(), Some(2), "one format: {}", stderr(&o));
+    // realm show: every setting, in text and as one JSON document.
+    let o = node.tabos(&["realm", "show", "default"]);
+    let text = stdout(&o);
+    for line in [
+        "realm:",
+        "created:",
+        "scheduler:  fifo",
+        "network:",
+        "host paths",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
+    let o = node.tabos(&["realm", "show", "default", "-o", "json"]);
+    let shown: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(shown["scheduler"], "fifo", "{shown}");
+    assert!(shown["created"].as_str().unwrap().ends_with('Z'), "{shown}");
+    assert!(shown["allocation"].is_object(), "{shown}");
+    assert!(shown["host_paths"].is_array(), "{shown}");
+    // Not found: its own status, for every kind of name; one `error:`.
+    for args in [
+        vec!["--realm", "nosuch", "ps"],
+        vec!["--realm", "nosuch", "top", "--once"],
+        vec!["realm", "show", "nosuch"],
+        vec!["wait", "nope"],
+        vec!["logs", "nope"],
+        vec!["evict", "nope"],
+        vec!["cat", "/nope"],
+        vec!["fs", "stat", "/nope"],
+        vec!["recv", "nobox"],
+        vec!["workflow", "show", "nowf"],
+        vec!["procedure", "call", "noproc"],
+        vec!["mr", "status", "nojob"],
+        vec!["kv", "get", "k"],
+        vec!["node", "drain", "nonode"],
+        vec!["token", "revoke", "0123456789abcdef"],
+    ] {
+        let o = node.tabos(&args);
+        assert_eq!(o.status.code(), Some(124), "{args:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.starts_with("error: ") && err.matches("error:").count() == 1,
+            "{err}"
+        );
+        assert!(err.contains("not found"), "{args:?}: {err}");
+    }
+    // Other failures are 1; a proc's own status passes through wait (once
+    // the spinner and the sleeper have left the node's two cores).
+    for pid in ["spin", "nap"] {
+        assert!(node.tabos(&["evict", pid]).status.success());
+        node.tabos(&["wait", pid]);
+    }
+    let o = node.tabos(&["realm", "create", "bad name!"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "spawn", "--pid", "three", "--wait", "--", "sh", "-c", "exit 3",
+    ]);
+    assert_eq!(o.status.code(), Some(3));
+    let o = node.tabos(&["wait", "three"]);
+    assert_eq!(o.status.code(), Some(3));
+}
+
 /// pjdfstest files (../shared/third_party/pjdfstest) tabos's mount passes:
 /// the errors and permission rules of mkdir, rmdir, unlink, rename, open,
 /// truncate, ftruncate, chmod, chown, link, symlink and utimensat that
@@ -4686,12 +4861,12 @@ fn workflow_inputs_count_against_the_storage_quota() {
     let o = node.tabos(&["realm", "show", "default", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let shown = stdout(&o);
-    let realms: serde_json::Value = serde_json::from_str(shown.lines().next().unwrap()).unwrap();
-    let stored = &realms[0]["stored"];
+    let realm: serde_json::Value = serde_json::from_str(shown.trim()).unwrap();
+    let stored = &realm["stored"];
     let workflows = stored["workflows"].as_i64().unwrap();
     assert!(workflows >= 900 << 10, "{shown}");
     assert_eq!(
-        realms[0]["stored_bytes"].as_i64().unwrap(),
+        realm["stored_bytes"].as_i64().unwrap(),
         stored
             .as_object()
             .unwrap()
@@ -4939,7 +5114,8 @@ fn the_node_knows_its_size_and_the_database_its_partitions() {
     assert_eq!(v["partitions"], tabos_store::PARTITIONS_DEFAULT, "{v}");
     assert!(v["cgroups"].is_string(), "{v}");
     let o = node.tabos(&["nodes", "--json"]);
-    let me: serde_json::Value = serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    let listed: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let me = &listed[0];
     assert_eq!(me["cores"], cores, "{me}");
     assert_eq!(me["mem_mb"], mem, "{me}");
     // A proc of 2 GiB fits the node (it did not on a 1 GiB default).

@@ -139,10 +139,9 @@ fn ok(o: &Output) {
 /// Node a as `tabos nodes --json` lists it, through `n`.
 fn node_a(n: &Up) -> serde_json::Value {
     let o = n.tabos(&["nodes", "--json"]);
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["node_id"] == "a")
+    serde_json::from_str::<serde_json::Value>(String::from_utf8_lossy(&o.stdout).trim())
+        .ok()
+        .and_then(|v| v.as_array()?.iter().find(|v| v["node_id"] == "a").cloned())
         .unwrap_or_default()
 }
 
@@ -893,8 +892,9 @@ fn pg_auto_failover_promotes_and_the_cluster_carries_on() {
     assert_eq!(failed["n"], 0, "no proc failed");
     let o = a.tabos(&["nodes", "--json"]);
     ok(&o);
-    for l in String::from_utf8_lossy(&o.stdout).lines() {
-        let n: serde_json::Value = serde_json::from_str(l).unwrap();
+    let listed: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    for n in listed.as_array().expect("a list is an array") {
         assert!(
             n["lost_us"].as_i64().unwrap_or(0) == 0,
             "no node declared lost: {n}"

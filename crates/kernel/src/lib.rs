@@ -249,6 +249,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/035_proc_log.sql"),
         postgres: include_str!("../schema/postgres/035_proc_log.sql"),
     },
+    Migration {
+        version: 36,
+        name: "live_usage",
+        sqlite: include_str!("../schema/sqlite/036_live_usage.sql"),
+        postgres: include_str!("../schema/postgres/036_live_usage.sql"),
+    },
 ];
 
 /// Errors of kernel services.

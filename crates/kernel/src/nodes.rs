@@ -162,9 +162,30 @@ pub struct NodeInfo {
     pub elastic: bool,
     /// Cores busy at its last heartbeat (measured).
     pub busy_cores: f64,
+    /// Memory it and its procs used at its last heartbeat (measured).
+    pub mem_used_bytes: Option<i64>,
     /// The realms it serves, with the cores its worker there offers and
     /// those not taken by live LC procs.
     pub realms: Vec<NodeRealm>,
+}
+
+/// What a node measured of itself, carried by its heartbeat.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Measured {
+    /// Cores busy over the last sample.
+    pub busy_cores: f64,
+    /// Memory the node process and its procs use, bytes.
+    pub mem_used_bytes: Option<i64>,
+}
+
+impl Measured {
+    /// Busy cores alone (memory unmeasured).
+    pub fn cores(busy_cores: f64) -> Measured {
+        Measured {
+            busy_cores,
+            mem_used_bytes: None,
+        }
+    }
 }
 
 /// A node's worker in one realm.
@@ -324,17 +345,18 @@ pub fn heartbeat_tx(
     tx: &mut dyn Tx,
     node_id: &str,
     started_us: i64,
-    busy_cores: f64,
+    measured: Measured,
     terms: LeaseTerms,
 ) -> Result<Beat> {
     terms.validate()?;
     let p = i64::from(tx.p_key().0);
     let now = tx.clock_us()?;
-    let busy = if busy_cores.is_finite() {
-        busy_cores.max(0.0)
+    let busy = if measured.busy_cores.is_finite() {
+        measured.busy_cores.max(0.0)
     } else {
         0.0
     };
+    let mem_used = measured.mem_used_bytes.filter(|b| *b >= 0);
     let row = tx.query_opt(
         "SELECT heartbeat_us, lost_us, given_back_us FROM node \
          WHERE p_key = $1 AND node_id = $2 AND started_us = $3 AND state = 'up'",
@@ -356,7 +378,7 @@ pub fn heartbeat_tx(
         None => {
             tx.execute(
                 "UPDATE node SET heartbeat_us = $4, expires_us = $8, lease_us = $5, \
-                   grace_us = $6, busy_cores = $7 \
+                   grace_us = $6, busy_cores = $7, mem_used_bytes = $9 \
                  WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
                 params![
                     p,
@@ -366,7 +388,8 @@ pub fn heartbeat_tx(
                     terms.lease_us,
                     terms.grace_us,
                     busy,
-                    now + terms.lease_us
+                    now + terms.lease_us,
+                    mem_used
                 ],
             )?;
         }
@@ -385,7 +408,7 @@ pub fn heartbeat_tx(
             tx.execute(
                 "UPDATE node SET heartbeat_us = $4, expires_us = $9, lease_us = $5, \
                    grace_us = $6, busy_cores = $7, lost_us = NULL, given_back_us = NULL, \
-                   note = $8 \
+                   note = $8, mem_used_bytes = $10 \
                  WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
                 params![
                     p,
@@ -396,7 +419,8 @@ pub fn heartbeat_tx(
                     terms.grace_us,
                     busy,
                     note.as_str(),
-                    now + terms.lease_us
+                    now + terms.lease_us,
+                    mem_used
                 ],
             )?;
             tx.notify(CHANGED_CHANNEL, node_id)?;
@@ -610,7 +634,8 @@ fn derive_state(
 macro_rules! node_columns {
     () => {
         "node_id, address, cores, mem_mb, labels, state, started_us, heartbeat_us, left_us, \
-         busy_cores, draining_us, elastic, expires_us, lost_us, given_back_us, note"
+         busy_cores, draining_us, elastic, expires_us, lost_us, given_back_us, note, \
+         mem_used_bytes"
     };
 }
 
@@ -642,6 +667,7 @@ fn node_from_row(r: &Row, now_us: i64) -> Result<NodeInfo> {
         lost_us,
         given_back_us: r.get(14)?,
         note: r.get(15)?,
+        mem_used_bytes: r.get(16)?,
         realms: Vec::new(),
     })
 }

@@ -1759,6 +1759,62 @@ pub async fn record_usage(
     .await
 }
 
+/// What a running proc uses now, as its node measured it (`tabos top`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LiveUsage {
+    /// CPU time so far, µs.
+    pub cpu_us: Option<i64>,
+    /// Cores used over the last measuring interval.
+    pub cpu_cores: Option<f64>,
+    /// Memory in use, bytes.
+    pub mem_bytes: Option<i64>,
+}
+
+/// Most procs one [`record_live_usage`] transaction writes (the caller
+/// gives larger sets in batches of this many).
+pub const LIVE_USAGE_BATCH_MAX: usize = 256;
+
+/// Records what running procs of `realm` use now, in one transaction: a
+/// proc that is no longer running keeps what its end recorded.
+pub async fn record_live_usage(
+    store: &Store,
+    realm: &str,
+    samples: Vec<(Pid, LiveUsage)>,
+) -> Result<()> {
+    if samples.len() > LIVE_USAGE_BATCH_MAX {
+        return Err(Error::Invalid(format!(
+            "{} procs' usage in one transaction: at most {LIVE_USAGE_BATCH_MAX}",
+            samples.len()
+        )));
+    }
+    if samples.is_empty() {
+        return Ok(());
+    }
+    let r = realm.to_string();
+    crate::call(store, realm, move |tx| {
+        let k = crate::p_key(tx);
+        let now = tx.clock_us()?;
+        for (pid, u) in &samples {
+            let cores = u.cpu_cores.filter(|c| c.is_finite() && *c >= 0.0);
+            tx.execute(
+                "UPDATE proc SET cpu_us = $4, cpu_cores = $5, mem_bytes = $6, usage_us = $7 \
+                 WHERE p_key = $1 AND realm = $2 AND pid = $3 AND state = 'running'",
+                params![
+                    k,
+                    r.as_str(),
+                    pid.as_str(),
+                    u.cpu_us,
+                    cores,
+                    u.mem_bytes,
+                    now
+                ],
+            )?;
+        }
+        Ok(())
+    })
+    .await
+}
+
 /// Spawns a proc; returns its pid and, if the scheduler placed it at once,
 /// its worker. Awaitable; the pid is chosen before the transaction so a retry
 /// cannot spawn twice.

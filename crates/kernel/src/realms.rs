@@ -628,6 +628,10 @@ pub struct Usage {
     pub host_paths: Vec<String>,
     /// Its native procs share the host's network.
     pub host_network: bool,
+    /// How its procs are placed.
+    pub scheduler: Scheduler,
+    /// When it was created, µs since the epoch.
+    pub created_us: i64,
 }
 
 /// Usage of `realm`, or of every realm when `None`, by name, on the read
@@ -637,10 +641,12 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
     let sql = concat!(
         "SELECT u.realm, u.live_procs, u.quota_procs, u.cores, u.quota_cores, u.mem_mb, \
          u.quota_mem_mb, u.stored_bytes, u.quota_storage_mb, u.mailbox_bytes, \
-         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network, ",
+         u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network, \
+         r.scheduler, r.created_us, ",
         class_columns!(),
         " FROM realm_usage u \
-         JOIN (SELECT realm AS name, host_paths, host_network FROM realm) r ON r.name = u.realm \
+         JOIN (SELECT realm AS name, host_paths, host_network, scheduler, created_us FROM realm) r \
+           ON r.name = u.realm \
          WHERE CAST($1 AS TEXT) IS NULL OR u.realm = $1 ORDER BY u.realm"
     );
     let rows = store.query(sql, params![realm])?;
@@ -666,7 +672,9 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
                 host_paths: serde_json::from_str(&r.get::<String>(13)?)
                     .map_err(|e| Error::Invalid(format!("stored host paths: {e}")))?,
                 host_network: r.get(14)?,
-                stored: Stored::from_row(r, 15)?,
+                scheduler: r.get::<String>(15)?.parse()?,
+                created_us: r.get(16)?,
+                stored: Stored::from_row(r, 17)?,
             })
         })
         .collect()

@@ -70,30 +70,36 @@ fn leases_are_judged_by_the_database_clock_and_each_nodes_own(b: Backend) {
     assert_eq!(due_at(t0 + 6 * S + margin), ["a"]);
     assert!(due_at(t0 + 7 * S + margin).is_empty(), "once");
     // a renews: it learns it was lost and its procs given back, and its
-    // row says so; then it is up again.
-    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.5, short)).unwrap();
+    // row says so; then it is up again. Each beat carries what a measured.
+    let half = nodes::Measured {
+        busy_cores: 0.5,
+        mem_used_bytes: Some(3 << 20),
+    };
+    let idle = nodes::Measured::cores(0.0);
+    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, half, short)).unwrap();
     let back = beat.returned.expect("it had been declared lost");
     assert!(back.given_back);
     assert!(beat.now_us >= t0);
-    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.5, short)).unwrap();
+    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, half, short)).unwrap();
     assert_eq!(beat.returned, None, "told once");
     let listed = nodes::list(&s, None).unwrap();
     let a = listed.iter().find(|n| n.node_id == "a").unwrap();
     assert_eq!(a.state, nodes::NodeState::Up);
     assert!(a.note.contains("given back"), "{}", a.note);
+    assert_eq!((a.busy_cores, a.mem_used_bytes), (0.5, Some(3 << 20)));
     // Another incarnation's heartbeat, and bad terms, are refused.
-    let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 99, 0.0, short)).unwrap_err();
+    let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 99, idle, short)).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)), "{e}");
     let bad = LeaseTerms {
         lease_us: 2 * S,
         grace_us: S,
     };
-    let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.0, bad)).unwrap_err();
+    let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, idle, bad)).unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
     // A node lost and back before its grace kept its procs.
     let t1 = run(&s, |tx| Ok(tx.clock_us()?)).unwrap();
     assert_eq!(lost_at(t1 + 3 * S, t0), ["a"]);
-    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, 0.5, short)).unwrap();
+    let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, half, short)).unwrap();
     assert_eq!(beat.returned.map(|r| r.given_back), Some(false), "{beat:?}");
 }
 

@@ -626,7 +626,90 @@ pub struct Usage {
     pub mem_limit: Option<i64>,
 }
 
+/// Reads what a running proc uses now from its cgroups, or — where it has
+/// none (the node is not root) — from its main process's `/proc` entry.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    unified: Option<PathBuf>,
+    cpuacct: Option<PathBuf>,
+    memory: Option<PathBuf>,
+    v2_memory: bool,
+    /// Its main process, for the fallback.
+    os_pid: u32,
+}
+
+/// What a running proc uses at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sample {
+    /// CPU time so far, µs.
+    pub cpu_us: Option<i64>,
+    /// Memory in use, bytes.
+    pub mem_bytes: Option<i64>,
+}
+
+impl Probe {
+    /// Reads the proc's usage now (blocking: cgroupfs and procfs reads).
+    pub fn sample(&self) -> Sample {
+        let read = |dir: &Option<PathBuf>, file: &str| -> Option<String> {
+            dir.as_ref()
+                .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
+        };
+        let number = |text: Option<String>| text.and_then(|s| s.trim().parse::<i64>().ok());
+        let cpu_us = read(&self.unified, "cpu.stat")
+            .and_then(|s| cgroup::keyed(&s, "usage_usec"))
+            .or_else(|| number(read(&self.cpuacct, "cpuacct.usage")).map(|ns| ns / 1_000));
+        let mem_bytes = if self.v2_memory {
+            number(read(&self.unified, "memory.current"))
+        } else {
+            number(read(&self.memory, "memory.usage_in_bytes"))
+        };
+        let own = (cpu_us.is_none() || mem_bytes.is_none())
+            .then(|| process_usage(self.os_pid))
+            .flatten();
+        Sample {
+            cpu_us: cpu_us.or(own.and_then(|o| o.cpu_us)),
+            mem_bytes: mem_bytes.or(own.and_then(|o| o.mem_bytes)),
+        }
+    }
+}
+
+/// One process's CPU time and resident memory from `/proc/PID/stat`.
+fn process_usage(os_pid: u32) -> Option<Sample> {
+    let stat = std::fs::read_to_string(format!("/proc/{os_pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: the
+    // fields after it start past its last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) and 24 (rss), counted from 1, are
+    // 11, 12 and 21 here (field 3, the state, is at 0).
+    let ticks: i64 = fields.get(11)?.parse::<i64>().ok()? + fields.get(12)?.parse::<i64>().ok()?;
+    let rss_pages: i64 = fields.get(21)?.parse().ok()?;
+    // SAFETY: sysconf takes no pointers.
+    let (hz, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    Some(Sample {
+        cpu_us: (hz > 0).then(|| ticks * 1_000_000 / hz),
+        mem_bytes: Some(rss_pages * page),
+    })
+}
+
 impl Prepared {
+    /// What reads the proc's usage while it runs, once its main process
+    /// is `os_pid`.
+    pub fn probe(&self, os_pid: u32) -> Probe {
+        Probe {
+            unified: self.unified.clone(),
+            cpuacct: self.cpuacct.clone(),
+            memory: self.memory.clone(),
+            v2_memory: self.v2_memory,
+            os_pid,
+        }
+    }
+
     /// Whether the proc runs in a jail.
     pub fn jailed(&self) -> bool {
         self.jail.is_some()
@@ -761,6 +844,20 @@ mod tests {
     /// hierarchies): a process moved into a child cgroup is seen there,
     /// its CPU time is read from `cpu.stat`, its pressure files read,
     /// freezing stops it, and [`end_all`] ends it so the cgroup can go.
+    /// The fallback reads this process's own figures.
+    #[test]
+    fn a_process_usage_is_read_from_proc() {
+        let mut spin = 0u64;
+        for i in 0..2_000_000u64 {
+            spin = spin.wrapping_add(std::hint::black_box(i));
+        }
+        std::hint::black_box(spin);
+        let s = process_usage(std::process::id()).expect("readable");
+        assert!(s.mem_bytes.unwrap() > 1 << 20, "{s:?}");
+        assert!(s.cpu_us.unwrap() >= 0, "{s:?}");
+        assert_eq!(process_usage(u32::MAX), None);
+    }
+
     #[test]
     fn the_unified_tree_works_for_real() {
         let h = Hierarchies::detect();

@@ -108,7 +108,10 @@ struct Outcome {
 async fn beat(node: Node, terms: LeaseTerms) -> Result<Outcome, tabos_kernel::Error> {
     let id = node.settings.node_id.clone();
     let started = node.started_us;
-    let busy = node.load.measured_cores();
+    let measured = nodes::Measured {
+        busy_cores: node.load.measured_cores(),
+        mem_used_bytes: node.load.memory_used_bytes(),
+    };
     let period_us = node.settings.heartbeat.as_micros() as i64;
     let (last_ok, since) = (
         node.standing.last_ok_us.load(Ordering::SeqCst),
@@ -119,7 +122,7 @@ async fn beat(node: Node, terms: LeaseTerms) -> Result<Outcome, tabos_kernel::Er
     // SERIALIZABLE failed each other most of the time.
     node.store
         .run_read_committed(CLUSTER_PARTITION, move |tx| {
-            let beat = nodes::heartbeat_tx(tx, &id, started, busy, terms)?;
+            let beat = nodes::heartbeat_tx(tx, &id, started, measured, terms)?;
             let healthy_since_us = health_after(last_ok, since, beat.now_us, period_us);
             let lead = tabos_kernel::alloc::campaign_tx(
                 tx,

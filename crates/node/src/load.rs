@@ -100,6 +100,15 @@ fn own_cpu_seconds() -> Option<f64> {
     Some(secs(u.ru_utime) + secs(u.ru_stime))
 }
 
+/// The node process's resident memory, from `/proc/self/statm`.
+pub fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system; it touches no memory.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
 /// The machine's busy CPU time (everything but idle and iowait), seconds.
 fn machine_busy_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -136,6 +145,9 @@ pub struct Load {
     state: Mutex<State>,
     /// Told of each new measurement (the busy cores it makes).
     changed: tokio::sync::watch::Sender<f64>,
+    /// Memory each of its procds' running procs use, by worker (each
+    /// procd's last measurement; see `Procd::measure`).
+    procs_memory: Mutex<std::collections::HashMap<String, i64>>,
 }
 
 impl Load {
@@ -148,7 +160,31 @@ impl Load {
                 launches: VecDeque::new(),
             }),
             changed: tokio::sync::watch::channel(0.0).0,
+            procs_memory: Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// Records the memory a procd's running procs use (0 forgets it).
+    pub fn record_procs_memory(&self, worker: &str, bytes: i64) {
+        let mut m = self.procs_memory.lock().unwrap_or_else(|e| e.into_inner());
+        if bytes > 0 {
+            m.insert(worker.to_string(), bytes);
+        } else {
+            m.remove(worker);
+        }
+    }
+
+    /// Memory the node uses: its own resident memory (which holds its wasm
+    /// and JavaScript procs) and its native procs' last measurement.
+    pub fn memory_used_bytes(&self) -> Option<i64> {
+        let own = i64::try_from(resident_bytes()?).ok()?;
+        let procs: i64 = self
+            .procs_memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum();
+        Some(own.saturating_add(procs))
     }
 
     /// What is measured.

@@ -301,7 +301,10 @@ impl Metrics {
         }
         for (what, v) in [
             ("offered", node.settings.mem_mb as f64 * (1u64 << 20) as f64),
-            ("resident", resident_bytes().unwrap_or(0) as f64),
+            (
+                "resident",
+                crate::load::resident_bytes().unwrap_or(0) as f64,
+            ),
         ] {
             self.node_memory
                 .get_or_create(&labels(&[("node", id), ("what", what)]))
@@ -450,15 +453,6 @@ fn read_tables(store: &tabos_store::Store) -> Result<Tables, String> {
         }
     }
     Ok(t)
-}
-
-/// The node process's resident memory, from `/proc/self/statm`.
-fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf reads a constant of the system; it touches no memory.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok()?)
 }
 
 /// The store's per-partition timings as two histograms,

@@ -53,6 +53,8 @@ pub const EVICT_GRACE: Duration = Duration::from_secs(2);
 /// process group was killed (a process that left the group may hold the
 /// pipe open; its further output is lost).
 pub const LOG_DRAIN_MAX: Duration = Duration::from_secs(1);
+/// How often a procd measures what its running native procs use.
+pub const USAGE_INTERVAL: Duration = Duration::from_secs(2);
 /// Procs claimed per claim transaction.
 const CLAIM_BATCH_MAX: i64 = 64;
 
@@ -196,8 +198,8 @@ pub const BE_UTIL_PCT_MAX: u32 = 400;
 /// How to stop a running proc.
 #[derive(Debug, Clone)]
 enum Running {
-    /// A Linux process id.
-    Native(u32),
+    /// A Linux process id, and what reads its usage.
+    Native(u32, crate::confine::Probe),
     /// A wasm run's stop handle, and the notify that ends a host call's wait.
     Wasm(StopHandle, Arc<tokio::sync::Notify>),
 }
@@ -298,7 +300,7 @@ impl Procd {
             if let Some(r) = running.get(&pid) {
                 fenced.insert(pid.clone());
                 match r {
-                    Running::Native(os_pid) => signal_group(*os_pid, libc::SIGKILL),
+                    Running::Native(os_pid, _) => signal_group(*os_pid, libc::SIGKILL),
                     Running::Wasm(stop, woken) => {
                         stop.stop();
                         woken.notify_one();
@@ -391,7 +393,7 @@ impl Procd {
         let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         for r in running.values() {
             match r {
-                Running::Native(os_pid) => signal_group(*os_pid, libc::SIGKILL),
+                Running::Native(os_pid, _) => signal_group(*os_pid, libc::SIGKILL),
                 Running::Wasm(stop, woken) => {
                     stop.stop();
                     woken.notify_one();
@@ -482,6 +484,7 @@ impl Procd {
     /// arms a timer to steal that proc if it is still unclaimed
     /// `steal_after` later (σOS Figure 3-6). Nothing here polls.
     pub async fn run(self: Arc<Self>, shutdown: tokio::sync::watch::Receiver<bool>) {
+        tokio::spawn(self.clone().measure(shutdown.clone()));
         let mut shutdown = shutdown;
         let worker_channel = procs::worker_channel(&self.realm, &self.worker);
         let mut sub = self.store.subscribe(&worker_channel);
@@ -562,6 +565,85 @@ impl Procd {
                         steal_at = None;
                         self.steal(&mut steal_at).await;
                     }
+                }
+            }
+        }
+    }
+
+    /// Measures its running native procs every [`USAGE_INTERVAL`] until
+    /// `stop` changes: their CPU time, the cores they used since the last
+    /// measurement and their memory, written in one transaction (a batch
+    /// of at most [`procs::LIVE_USAGE_BATCH_MAX`]) for `tabos top`, and
+    /// their memory summed into the node's [`Load`](crate::load::Load) for
+    /// its heartbeat. A measurement on a clock, as the node's load is:
+    /// nothing in the database changes when a proc's use does.
+    async fn measure(self: Arc<Self>, mut stop: tokio::sync::watch::Receiver<bool>) {
+        let mut ticks = tokio::time::interval(USAGE_INTERVAL);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Each proc's CPU time at the last measurement, and when.
+        let mut last: HashMap<Pid, (tokio::time::Instant, i64)> = HashMap::new();
+        let key = self.worker.to_string();
+        loop {
+            tokio::select! {
+                _ = stop.changed() => {
+                    self.load.record_procs_memory(&key, 0);
+                    return;
+                }
+                _ = ticks.tick() => {}
+            }
+            let probes: Vec<(Pid, crate::confine::Probe)> = self
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .filter_map(|(pid, r)| match r {
+                    Running::Native(_, probe) => Some((pid.clone(), probe.clone())),
+                    Running::Wasm(..) => None,
+                })
+                .collect();
+            if probes.is_empty() {
+                last.clear();
+                self.load.record_procs_memory(&key, 0);
+                continue;
+            }
+            let now = tokio::time::Instant::now();
+            let samples = tokio::task::spawn_blocking(move || {
+                probes
+                    .into_iter()
+                    .map(|(pid, probe)| (pid, probe.sample()))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            let mut next = HashMap::with_capacity(samples.len());
+            let mut memory = 0i64;
+            let mut live = Vec::with_capacity(samples.len());
+            for (pid, s) in samples {
+                let cores = match (s.cpu_us, last.get(&pid)) {
+                    (Some(cpu), Some(&(then, before))) => {
+                        let wall = now.duration_since(then).as_secs_f64();
+                        (wall > 0.0).then(|| ((cpu - before) as f64 / 1e6 / wall).max(0.0))
+                    }
+                    _ => None,
+                };
+                if let Some(cpu) = s.cpu_us {
+                    next.insert(pid.clone(), (now, cpu));
+                }
+                memory = memory.saturating_add(s.mem_bytes.unwrap_or(0));
+                let usage = procs::LiveUsage {
+                    cpu_us: s.cpu_us,
+                    cpu_cores: cores,
+                    mem_bytes: s.mem_bytes,
+                };
+                live.push((pid, usage));
+            }
+            last = next;
+            self.load.record_procs_memory(&key, memory);
+            for batch in live.chunks(procs::LIVE_USAGE_BATCH_MAX) {
+                if let Err(e) =
+                    procs::record_live_usage(&self.store, &self.realm, batch.to_vec()).await
+                {
+                    tracing::debug!(worker = %self.worker, "cannot record procs' usage: {e}");
                 }
             }
         }
@@ -812,7 +894,7 @@ impl Procd {
             }
         };
         if let Some(os_pid) = child.id() {
-            self.track(&p.pid, Running::Native(os_pid));
+            self.track(&p.pid, Running::Native(os_pid, confined.probe(os_pid)));
             // An eviction requested before the proc was tracked found
             // nothing to signal: honour it now.
             let early = procs::status(&self.store, &self.realm, &p.pid)
@@ -842,7 +924,7 @@ impl Procd {
         // process that left the group may hold the pipe open).
         let status = child.wait().await;
         if let Some(os_pid) = child.id().or(match self.tracked(&p.pid) {
-            Some(Running::Native(pid)) => Some(pid),
+            Some(Running::Native(pid, _)) => Some(pid),
             _ => None,
         }) {
             signal_group(os_pid, libc::SIGKILL);
@@ -1024,13 +1106,13 @@ impl Procd {
                 woken.notify_one();
                 return;
             }
-            Some(Running::Native(os_pid)) => os_pid,
+            Some(Running::Native(os_pid, _)) => os_pid,
         };
         signal_group(os_pid, libc::SIGTERM);
         let me = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(EVICT_GRACE).await;
-            if let Some(Running::Native(still)) = me.tracked(&pid) {
+            if let Some(Running::Native(still, _)) = me.tracked(&pid) {
                 if still == os_pid {
                     signal_group(os_pid, libc::SIGKILL);
                 }

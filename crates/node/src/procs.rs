@@ -212,6 +212,8 @@ fn realm_info(node: &Node, u: tabos_kernel::realms::Usage) -> proto::RealmInfo {
     proto::RealmInfo {
         proc_uid: node.confine.uid_of(&u.realm),
         host_network: u.host_network,
+        scheduler: crate::wire::out(u.scheduler),
+        created_us: u.created_us,
         realm: u.realm,
         live_procs: u.live_procs,
         quota_procs: u.quota.procs,

@@ -259,6 +259,7 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
         lost_us: n.lost_us.unwrap_or(0),
         given_back_us: n.given_back_us.unwrap_or(0),
         note: n.note,
+        mem_used_bytes: n.mem_used_bytes,
         realms: n
             .realms
             .into_iter()

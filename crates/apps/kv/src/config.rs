@@ -412,7 +412,7 @@ pub async fn read(
 ) -> Result<(Config, i64)> {
     match client.clone().name_get(realm, &layout.config()).await {
         Ok(e) => Ok((Config::from_json(&e.data)?, e.version)),
-        Err(e) if e.code() == Some(tonic::Code::NotFound) => Err(Error::Invalid(format!(
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => Err(Error::NotFound(format!(
             "there is no key-value service {} in realm {realm}",
             layout.service()
         ))),

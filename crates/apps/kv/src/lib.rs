@@ -47,6 +47,9 @@ pub const FS_USER: &str = "";
 pub enum Error {
     #[error("invalid: {0}")]
     Invalid(String),
+    /// What was named (a service) is not there.
+    #[error("not found: {0}")]
+    NotFound(String),
     #[error("corrupt shard state: {0}")]
     Corrupt(String),
     /// The tabos API refused or failed a call.

@@ -46,7 +46,7 @@ impl JobStatus {
 
 fn not_found(id: &str, e: tabos_client::Error) -> Error {
     if e.code() == Some(tonic::Code::NotFound) {
-        Error::Invalid(format!(
+        Error::NotFound(format!(
             "no job {id} in this realm (tabos mr ls lists them)"
         ))
     } else {

@@ -43,6 +43,9 @@ pub enum Error {
     },
     #[error("invalid: {0}")]
     Invalid(String),
+    /// What was named (a job) is not there.
+    #[error("not found: {0}")]
+    NotFound(String),
     #[error("corrupt intermediate data: {0}")]
     Corrupt(String),
     /// The tabos API refused or failed a call.
@@ -67,7 +70,7 @@ impl Error {
     /// from.
     pub fn is_the_jobs_fault(&self) -> bool {
         match self {
-            Error::Failed(_) | Error::Invalid(_) | Error::Corrupt(_) => true,
+            Error::Failed(_) | Error::Invalid(_) | Error::NotFound(_) | Error::Corrupt(_) => true,
             Error::Api(e) => matches!(
                 e.code(),
                 Some(

@@ -577,7 +577,7 @@ class NodeRealmInfo(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., cores: _Optional[int] = ..., unused_cores: _Optional[int] = ..., procs: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic", "lost_us", "given_back_us", "note")
+    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic", "lost_us", "given_back_us", "note", "mem_used_bytes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -602,6 +602,7 @@ class NodeInfo(_message.Message):
     LOST_US_FIELD_NUMBER: _ClassVar[int]
     GIVEN_BACK_US_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    MEM_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     cores: int
@@ -619,7 +620,8 @@ class NodeInfo(_message.Message):
     lost_us: int
     given_back_us: int
     note: str
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ...) -> None: ...
+    mem_used_bytes: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ..., mem_used_bytes: _Optional[int] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)
@@ -915,7 +917,7 @@ class RemoveRealmResponse(_message.Message):
     def __init__(self, rows: _Optional[int] = ...) -> None: ...
 
 class RealmInfo(_message.Message):
-    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network", "stored")
+    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network", "stored", "scheduler", "created_us")
     REALM_FIELD_NUMBER: _ClassVar[int]
     LIVE_PROCS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_PROCS_FIELD_NUMBER: _ClassVar[int]
@@ -933,6 +935,8 @@ class RealmInfo(_message.Message):
     PROC_UID_FIELD_NUMBER: _ClassVar[int]
     HOST_NETWORK_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_US_FIELD_NUMBER: _ClassVar[int]
     realm: str
     live_procs: int
     quota_procs: int
@@ -950,7 +954,9 @@ class RealmInfo(_message.Message):
     proc_uid: int
     host_network: bool
     stored: _containers.RepeatedCompositeFieldContainer[StoredBytes]
-    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ..., stored: _Optional[_Iterable[_Union[StoredBytes, _Mapping]]] = ...) -> None: ...
+    scheduler: Scheduler
+    created_us: int
+    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ..., stored: _Optional[_Iterable[_Union[StoredBytes, _Mapping]]] = ..., scheduler: _Optional[_Union[Scheduler, str]] = ..., created_us: _Optional[int] = ...) -> None: ...
 
 class StoredBytes(_message.Message):
     __slots__ = ("bytes",)
