@@ -64,6 +64,7 @@ fn node_json(n: &tabos_client::proto::NodeInfo) -> serde_json::Value {
         "mem_mb": n.mem_mb,
         "busy_cores": n.busy_cores,
         "mem_used_bytes": n.mem_used_bytes,
+        "disk_used_bytes": n.disk_used_bytes,
         "heartbeat_age_ms": n.heartbeat_age_ms,
         "started_us": n.started_us,
         "started": time(n.started_us),
@@ -105,7 +106,7 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
         ];
         if wide {
             // What it uses of its memory now, and how long it has run.
-            header.extend(["used_mib", "age", "started"]);
+            header.extend(["used_mib", "disk_used_mib", "age", "started"]);
         }
         let rows: Vec<Vec<String>> = nodes
             .iter()
@@ -149,6 +150,8 @@ pub fn list(args: ListArgs) -> anyhow::Result<()> {
                 if wide {
                     row.extend([
                         n.mem_used_bytes
+                            .map_or("-".into(), |b| format!("{:.0}", b as f64 / 1048576.0)),
+                        n.disk_used_bytes
                             .map_or("-".into(), |b| format!("{:.0}", b as f64 / 1048576.0)),
                         crate::output::age(n.started_us),
                         crate::output::rfc3339(n.started_us),

@@ -255,6 +255,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/036_live_usage.sql"),
         postgres: include_str!("../schema/postgres/036_live_usage.sql"),
     },
+    Migration {
+        version: 37,
+        name: "dashboard",
+        sqlite: include_str!("../schema/sqlite/037_dashboard.sql"),
+        postgres: include_str!("../schema/postgres/037_dashboard.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -164,6 +164,8 @@ pub struct NodeInfo {
     pub busy_cores: f64,
     /// Memory it and its procs used at its last heartbeat (measured).
     pub mem_used_bytes: Option<i64>,
+    /// Bytes in use in its block store at its last heartbeat.
+    pub disk_used_bytes: Option<i64>,
     /// The realms it serves, with the cores its worker there offers and
     /// those not taken by live LC procs.
     pub realms: Vec<NodeRealm>,
@@ -176,6 +178,8 @@ pub struct Measured {
     pub busy_cores: f64,
     /// Memory the node process and its procs use, bytes.
     pub mem_used_bytes: Option<i64>,
+    /// Bytes in use in its block store (none: it has none).
+    pub disk_used_bytes: Option<i64>,
 }
 
 impl Measured {
@@ -184,6 +188,7 @@ impl Measured {
         Measured {
             busy_cores,
             mem_used_bytes: None,
+            disk_used_bytes: None,
         }
     }
 }
@@ -357,6 +362,7 @@ pub fn heartbeat_tx(
         0.0
     };
     let mem_used = measured.mem_used_bytes.filter(|b| *b >= 0);
+    let disk_used = measured.disk_used_bytes.filter(|b| *b >= 0);
     let row = tx.query_opt(
         "SELECT heartbeat_us, lost_us, given_back_us FROM node \
          WHERE p_key = $1 AND node_id = $2 AND started_us = $3 AND state = 'up'",
@@ -378,7 +384,7 @@ pub fn heartbeat_tx(
         None => {
             tx.execute(
                 "UPDATE node SET heartbeat_us = $4, expires_us = $8, lease_us = $5, \
-                   grace_us = $6, busy_cores = $7, mem_used_bytes = $9 \
+                   grace_us = $6, busy_cores = $7, mem_used_bytes = $9, disk_used_bytes = $10 \
                  WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
                 params![
                     p,
@@ -389,7 +395,8 @@ pub fn heartbeat_tx(
                     terms.grace_us,
                     busy,
                     now + terms.lease_us,
-                    mem_used
+                    mem_used,
+                    disk_used
                 ],
             )?;
         }
@@ -408,7 +415,7 @@ pub fn heartbeat_tx(
             tx.execute(
                 "UPDATE node SET heartbeat_us = $4, expires_us = $9, lease_us = $5, \
                    grace_us = $6, busy_cores = $7, lost_us = NULL, given_back_us = NULL, \
-                   note = $8, mem_used_bytes = $10 \
+                   note = $8, mem_used_bytes = $10, disk_used_bytes = $11 \
                  WHERE p_key = $1 AND node_id = $2 AND started_us = $3",
                 params![
                     p,
@@ -420,7 +427,8 @@ pub fn heartbeat_tx(
                     busy,
                     note.as_str(),
                     now + terms.lease_us,
-                    mem_used
+                    mem_used,
+                    disk_used
                 ],
             )?;
             tx.notify(CHANGED_CHANNEL, node_id)?;
@@ -635,7 +643,7 @@ macro_rules! node_columns {
     () => {
         "node_id, address, cores, mem_mb, labels, state, started_us, heartbeat_us, left_us, \
          busy_cores, draining_us, elastic, expires_us, lost_us, given_back_us, note, \
-         mem_used_bytes"
+         mem_used_bytes, disk_used_bytes"
     };
 }
 
@@ -668,6 +676,7 @@ fn node_from_row(r: &Row, now_us: i64) -> Result<NodeInfo> {
         given_back_us: r.get(14)?,
         note: r.get(15)?,
         mem_used_bytes: r.get(16)?,
+        disk_used_bytes: r.get(17)?,
         realms: Vec::new(),
     })
 }

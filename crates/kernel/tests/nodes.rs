@@ -74,6 +74,7 @@ fn leases_are_judged_by_the_database_clock_and_each_nodes_own(b: Backend) {
     let half = nodes::Measured {
         busy_cores: 0.5,
         mem_used_bytes: Some(3 << 20),
+        disk_used_bytes: Some(5 << 20),
     };
     let idle = nodes::Measured::cores(0.0);
     let beat = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 7, half, short)).unwrap();
@@ -86,7 +87,10 @@ fn leases_are_judged_by_the_database_clock_and_each_nodes_own(b: Backend) {
     let a = listed.iter().find(|n| n.node_id == "a").unwrap();
     assert_eq!(a.state, nodes::NodeState::Up);
     assert!(a.note.contains("given back"), "{}", a.note);
-    assert_eq!((a.busy_cores, a.mem_used_bytes), (0.5, Some(3 << 20)));
+    assert_eq!(
+        (a.busy_cores, a.mem_used_bytes, a.disk_used_bytes),
+        (0.5, Some(3 << 20), Some(5 << 20))
+    );
     // Another incarnation's heartbeat, and bad terms, are refused.
     let e = run(&s, move |tx| nodes::heartbeat_tx(tx, "a", 99, idle, short)).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)), "{e}");

@@ -111,6 +111,13 @@ async fn beat(node: Node, terms: LeaseTerms) -> Result<Outcome, tabos_kernel::Er
     let measured = nodes::Measured {
         busy_cores: node.load.measured_cores(),
         mem_used_bytes: node.load.memory_used_bytes(),
+        disk_used_bytes: node.files.device().map(|d| {
+            let free = d
+                .stats()
+                .free_blocks
+                .saturating_mul(u64::from(d.block_size()));
+            i64::try_from(d.total_bytes().saturating_sub(free)).unwrap_or(i64::MAX)
+        }),
     };
     let period_us = node.settings.heartbeat.as_micros() as i64;
     let (last_ok, since) = (

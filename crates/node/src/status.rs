@@ -260,6 +260,7 @@ fn node_to_proto(n: NodeInfo, now_us: i64) -> proto::NodeInfo {
         given_back_us: n.given_back_us.unwrap_or(0),
         note: n.note,
         mem_used_bytes: n.mem_used_bytes,
+        disk_used_bytes: n.disk_used_bytes,
         realms: n
             .realms
             .into_iter()

@@ -8,13 +8,17 @@ node already up:
 It signs in with TOKEN, opens the procs page, spawns a proc with the
 `tabos` binary TABOS (its environment names the node), waits for that
 proc's row to appear on the page without a reload, checks the other pages
-load and that MapReduce job JOB (done) shows its phases and tasks, and
-saves a screenshot to SCREENSHOT. Every wait is bounded, and is
+load and that MapReduce job JOB (done) shows its phases and tasks, checks
+the overview (the failures count and list, red; every plot's labelled
+axes, gridlines, time ticks, size and hover), and saves screenshots to
+SCREENSHOT and SCREENSHOT with -overview before .png. Every wait is bounded, and is
 woken by the page (a MutationObserver), not by asking again and again.
 Exits non-zero, saying why, on any failure.
 """
 
+import base64
 import json
+import re
 import os
 import shutil
 import socket
@@ -149,7 +153,7 @@ def run(url, token, tabos, screenshot, job, port):
     page.eval(f"document.querySelector('#token').value = {json.dumps(token)}; document.querySelector('#sign-in-button').click(); true")
     page.wait_for("!document.querySelector('#nav').hidden", "the signed-in page")
     # The overview: nodes, realms and the plots.
-    page.wait_for("document.body.innerText.includes('Node utilisation')", "the overview's plots")
+    page.wait_for("document.body.innerText.includes('Node CPU')", "the overview's plots")
     page.wait_for("document.querySelectorAll('#page table').length >= 2", "the nodes and realms tables")
 
     page.eval("location.hash = '#procs'; true")
@@ -235,7 +239,7 @@ def run(url, token, tabos, screenshot, job, port):
         ("files", "Files"),
         ("mr", "MapReduce jobs"),
         ("workflows", "Workflows"),
-        ("overview", "Nodes"),
+        ("overview", "Failures"),
     ):
         page.eval(f"location.hash = '#{view}'; true")
         page.wait_for(
@@ -268,7 +272,70 @@ def run(url, token, tabos, screenshot, job, port):
         f"document.querySelector('#page tr[data-key=\"{dead}\"]').innerText.includes('coordinator {dead}-coord-0 ended (exit status 2)')",
         f"job {dead}, whose coordinator died, shown failed",
     )
+    overview(page, bad)
+    shot = page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    with open(screenshot.replace(".png", "-overview.png"), "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
     print(json.dumps({"pid": pid, "job": job, "screenshot": screenshot}))
+
+
+def overview(page, bad):
+    """The overview answers what is failing and why, and its plots read."""
+    page.eval("location.hash = '#overview'; true")
+    page.wait_for("document.body.dataset.view === 'overview' && document.body.dataset.loaded === 'ok'", "the overview")
+    # The failures count (the exit 3 and the dead coordinator's exit 2 at
+    # least), red, and the failed proc with its exit status and reason.
+    page.wait_for("document.querySelector('#fail-count.bad') && Number(document.querySelector('#fail-count strong').textContent) >= 2", "the failures count, red")
+    page.wait_for(
+        f"document.querySelector('#failures tr[data-key=\"{bad}\"]') && "
+        f"document.querySelector('#failures tr[data-key=\"{bad}\"] .state-failed') !== null && "
+        f"document.querySelector('#failures tr[data-key=\"{bad}\"]').innerText.includes('exit status 3')",
+        f"proc {bad} among the failures with its status",
+    )
+    # The failures over time: a point of at least one failure in a minute.
+    page.wait_for(
+        "state.samples.some((s) => s.realms.some((r) => r.failed > 0)) && "
+        "document.querySelector('#plot-failures polyline') !== null",
+        "the failures-over-time plot with a failure in it",
+    )
+    # Every plot: labelled axes, gridlines, readable ticks, large enough.
+    for plot in ("cpu", "node-memory", "node-disk", "realm-cores", "realm-procs", "realm-memory", "realm-storage", "failures"):
+        sel = f"#plot-{plot} svg.plot"
+        page.wait_for(f"document.querySelector('{sel}') && document.querySelector('{sel} polyline') && document.querySelector('{sel} polyline').getAttribute('points').length > 0", f"the {plot} plot with data")
+        check = page.eval(f"""(() => {{
+          const svg = document.querySelector('{sel}');
+          const ys = [...svg.querySelectorAll('.y-tick')].map((t) => t.textContent);
+          const xs = [...svg.querySelectorAll('.x-tick')].map((t) => t.textContent);
+          return JSON.stringify({{
+            grid: svg.querySelectorAll('.grid').length, ys, xs,
+            ylabel: svg.querySelector('.y-label').textContent,
+            xlabel: svg.querySelector('.x-label').textContent,
+            width: svg.getBoundingClientRect().width,
+          }});
+        }})()""")
+        c = json.loads(check)
+        if c["grid"] < 3 or len(c["ys"]) < 2 or not all(c["ys"]):
+            sys.exit(f"the {plot} plot lacks gridlines or y ticks: {c}")
+        if not c["xs"] or not all(re.fullmatch(r"\d\d:\d\d:\d\d", x) for x in c["xs"]):
+            sys.exit(f"the {plot} plot's time ticks do not read as times: {c}")
+        if not c["ylabel"] or c["xlabel"] != "time (local)":
+            sys.exit(f"the {plot} plot's axes are not labelled: {c}")
+        if c["width"] < 400:
+            sys.exit(f"the {plot} plot is too small to read: {c}")
+    # Memory is plotted in bytes: its ticks say so.
+    ticks = page.eval("[...document.querySelectorAll('#plot-node-memory .y-tick')].map((t) => t.textContent).join(' ')")
+    if "iB" not in ticks:
+        sys.exit(f"the memory plot's ticks have no unit: {ticks}")
+    # Hover: the values at the pointer's time.
+    tip = page.eval("""(() => {
+      const area = document.querySelector('#plot-cpu .hover-area');
+      const r = area.getBoundingClientRect();
+      area.dispatchEvent(new MouseEvent('mousemove', { clientX: r.left + r.width * 0.9, clientY: r.top + r.height / 2, bubbles: true }));
+      const g = document.querySelector('#plot-cpu .hover-tip');
+      return g.getAttribute('visibility') + '|' + g.textContent;
+    })()""")
+    if not tip.startswith("visible|") or "cores" not in tip:
+        sys.exit(f"hovering the CPU plot shows no value: {tip!r}")
 
 
 if __name__ == "__main__":

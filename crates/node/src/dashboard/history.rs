@@ -6,8 +6,13 @@
 //! [`tabos_kernel::nodes::HEARTBEAT_CHANNEL`]), at most once per
 //! [`SAMPLE_EVERY`]: the cluster's own clock wakes the sampler, so it runs
 //! no timer of its own, and a cluster with no node alive takes none. Each
-//! sample is two small reads of the OS state (the `node` table and the
-//! live procs), so it says what `tabos nodes` and `tabos ps` say.
+//! sample is three small reads of the OS state — the `node` table (busy
+//! cores, memory and block store in use, as heartbeats carry them), the
+//! live procs (cores held, memory measured) and the procs that failed
+//! since the last sample (a range of the `proc_by_exit` index) — so it
+//! says what `tabos nodes`, `tabos top` and `tabos ps` say. What each
+//! realm stores is summed over its tables, which costs more: it is read
+//! at most once per [`STORAGE_EVERY`].
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -27,6 +32,12 @@ pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 pub const HISTORY_MAX: usize = 900;
 /// Most nodes and most realms one sample holds.
 pub const SAMPLE_ROWS_MAX: usize = 1_000;
+/// Least time between two reads of what realms store.
+pub const STORAGE_EVERY: Duration = Duration::from_secs(60);
+/// How far behind now the failures a sample counts end: a proc's end is
+/// stamped when its transaction runs and seen once it commits, so a
+/// window that stopped at now would miss one stamped just before.
+pub const FAILURES_SETTLE_US: i64 = 2_000_000;
 
 /// One node at a sample.
 #[derive(Debug, Clone)]
@@ -34,6 +45,11 @@ pub struct NodeSample {
     pub node_id: String,
     pub busy_cores: f64,
     pub cores: i64,
+    /// Memory it offers, MiB, and what it and its procs use, bytes.
+    pub mem_mb: i64,
+    pub mem_used_bytes: Option<i64>,
+    /// Bytes in use in its block store.
+    pub disk_used_bytes: Option<i64>,
 }
 
 /// One realm at a sample: its procs that hold cores (claimed or running),
@@ -44,6 +60,14 @@ pub struct RealmSample {
     pub running: i64,
     pub cores: i64,
     pub waiting: i64,
+    /// Memory its running procs use (as their nodes measured it), bytes.
+    pub mem_bytes: i64,
+    /// Its procs that failed or exited with a status other than 0 in the
+    /// sample's window.
+    pub failed: i64,
+    /// What it stores, bytes: read in some samples only (see
+    /// [`STORAGE_EVERY`]).
+    pub stored_bytes: Option<i64>,
 }
 
 #[derive(Debug, Clone)]
@@ -61,7 +85,13 @@ impl Sample {
         let nodes: Vec<Json> = if all {
             self.nodes
                 .iter()
-                .map(|n| json!({ "node_id": n.node_id, "busy_cores": n.busy_cores, "cores": n.cores }))
+                .map(|n| {
+                    json!({
+                        "node_id": n.node_id, "busy_cores": n.busy_cores, "cores": n.cores,
+                        "mem_mb": n.mem_mb, "mem_used_bytes": n.mem_used_bytes,
+                        "disk_used_bytes": n.disk_used_bytes,
+                    })
+                })
                 .collect()
         } else {
             Vec::new()
@@ -72,7 +102,8 @@ impl Sample {
             .filter(|r| all || r.realm == p.realm())
             .map(|r| {
                 json!({
-                    "realm": r.realm, "running": r.running, "cores": r.cores, "waiting": r.waiting
+                    "realm": r.realm, "running": r.running, "cores": r.cores, "waiting": r.waiting,
+                    "mem_bytes": r.mem_bytes, "failed": r.failed, "stored_bytes": r.stored_bytes,
                 })
             })
             .collect();
@@ -118,6 +149,9 @@ impl History {
         tokio::pin!(stop);
         let mut beats = node.store.subscribe(tabos_kernel::nodes::HEARTBEAT_CHANNEL);
         let mut last: Option<Instant> = None;
+        let mut stored_at: Option<Instant> = None;
+        // The end of the last sample's failure window (µs).
+        let mut failures_from = tabos_store::now_us() - FAILURES_SETTLE_US;
         loop {
             let beat = tokio::select! {
                 () = &mut stop => return,
@@ -134,8 +168,13 @@ impl History {
                 continue;
             }
             last = Some(Instant::now());
-            match sample(&node).await {
+            let storage = stored_at.is_none_or(|t| t.elapsed() >= STORAGE_EVERY);
+            match sample(&node, failures_from, storage).await {
                 Ok(s) => {
+                    failures_from = s.at_us - FAILURES_SETTLE_US;
+                    if storage {
+                        stored_at = Some(Instant::now());
+                    }
                     let s = Arc::new(s);
                     {
                         let mut v = self.samples.lock().unwrap_or_else(|e| e.into_inner());
@@ -160,6 +199,15 @@ fn int(v: &Value) -> i64 {
     }
 }
 
+/// An integer, or none for NULL (not measured).
+fn maybe(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::Real(r) => Some(*r as i64),
+        _ => None,
+    }
+}
+
 fn real(v: &Value) -> f64 {
     match v {
         Value::Int(i) => *i as f64,
@@ -175,7 +223,13 @@ fn text(v: &Value) -> String {
     }
 }
 
-async fn sample(node: &Node) -> Result<Sample, tabos_store::Error> {
+/// One sample at now: failures counted from `failures_from` (µs), what
+/// realms store read when `storage` is set.
+async fn sample(
+    node: &Node,
+    failures_from: i64,
+    storage: bool,
+) -> Result<Sample, tabos_store::Error> {
     let at_us = tabos_store::now_us();
     // Nodes that are up and whose lease has not lapsed. (The sums are
     // cast: PostgreSQL's sum of integers is a numeric.)
@@ -183,7 +237,7 @@ async fn sample(node: &Node) -> Result<Sample, tabos_store::Error> {
     let nodes = crate::sql::run(
         node,
         ReadScope::All,
-        "SELECT node_id, busy_cores, cores FROM node \
+        "SELECT node_id, busy_cores, cores, mem_mb, mem_used_bytes, disk_used_bytes FROM node \
          WHERE state = 'up' AND heartbeat_us >= $1 ORDER BY node_id"
             .into(),
         vec![Value::Int(lapsed)],
@@ -199,6 +253,8 @@ async fn sample(node: &Node) -> Result<Sample, tabos_store::Error> {
                 CAST(coalesce(sum(CASE WHEN p.state IN ('claimed', 'running') \
                                    THEN p.cores ELSE 0 END), 0) AS BIGINT), \
                 CAST(coalesce(sum(CASE WHEN p.state = 'spawned' THEN 1 ELSE 0 END), 0) \
+                     AS BIGINT), \
+                CAST(coalesce(sum(CASE WHEN p.state = 'running' THEN p.mem_bytes ELSE 0 END), 0) \
                      AS BIGINT) \
          FROM realm r LEFT JOIN proc p \
            ON p.p_key = r.p_key AND p.realm = r.realm \
@@ -209,6 +265,42 @@ async fn sample(node: &Node) -> Result<Sample, tabos_store::Error> {
         SAMPLE_ROWS_MAX,
     )
     .await?;
+    let failed = crate::sql::run(
+        node,
+        ReadScope::All,
+        "SELECT realm, count(*) FROM proc \
+         WHERE exit_us >= $1 AND exit_us < $2 \
+           AND (state = 'failed' OR (state = 'exited' AND exit_status <> 0)) \
+         GROUP BY realm"
+            .into(),
+        vec![
+            Value::Int(failures_from),
+            Value::Int(at_us - FAILURES_SETTLE_US),
+        ],
+        SAMPLE_ROWS_MAX,
+    )
+    .await?;
+    let failed: std::collections::HashMap<String, i64> = failed
+        .rows
+        .iter()
+        .map(|r| (text(&r.values()[0]), int(&r.values()[1])))
+        .collect();
+    let stored: std::collections::HashMap<String, i64> = if storage {
+        crate::sql::run(
+            node,
+            ReadScope::All,
+            "SELECT realm, CAST(stored_bytes AS BIGINT) FROM realm_usage".into(),
+            Vec::new(),
+            SAMPLE_ROWS_MAX,
+        )
+        .await?
+        .rows
+        .iter()
+        .map(|r| (text(&r.values()[0]), int(&r.values()[1])))
+        .collect()
+    } else {
+        Default::default()
+    };
     Ok(Sample {
         at_us,
         nodes: nodes
@@ -220,6 +312,9 @@ async fn sample(node: &Node) -> Result<Sample, tabos_store::Error> {
                     node_id: text(&v[0]),
                     busy_cores: real(&v[1]),
                     cores: int(&v[2]),
+                    mem_mb: int(&v[3]),
+                    mem_used_bytes: maybe(&v[4]),
+                    disk_used_bytes: maybe(&v[5]),
                 }
             })
             .collect(),
@@ -228,11 +323,15 @@ async fn sample(node: &Node) -> Result<Sample, tabos_store::Error> {
             .iter()
             .map(|r| {
                 let v = r.values();
+                let realm = text(&v[0]);
                 RealmSample {
-                    realm: text(&v[0]),
                     running: int(&v[1]),
                     cores: int(&v[2]),
                     waiting: int(&v[3]),
+                    mem_bytes: int(&v[4]),
+                    failed: failed.get(&realm).copied().unwrap_or(0),
+                    stored_bytes: stored.get(&realm).copied(),
+                    realm,
                 }
             })
             .collect(),

@@ -577,7 +577,7 @@ class NodeRealmInfo(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., cores: _Optional[int] = ..., unused_cores: _Optional[int] = ..., procs: _Optional[int] = ...) -> None: ...
 
 class NodeInfo(_message.Message):
-    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic", "lost_us", "given_back_us", "note", "mem_used_bytes")
+    __slots__ = ("node_id", "address", "cores", "mem_mb", "labels", "state", "started_us", "heartbeat_us", "heartbeat_age_ms", "left_us", "busy_cores", "realms", "draining_us", "elastic", "lost_us", "given_back_us", "note", "mem_used_bytes", "disk_used_bytes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -603,6 +603,7 @@ class NodeInfo(_message.Message):
     GIVEN_BACK_US_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     MEM_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     address: str
     cores: int
@@ -621,7 +622,8 @@ class NodeInfo(_message.Message):
     given_back_us: int
     note: str
     mem_used_bytes: int
-    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ..., mem_used_bytes: _Optional[int] = ...) -> None: ...
+    disk_used_bytes: int
+    def __init__(self, node_id: _Optional[str] = ..., address: _Optional[str] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[_Union[NodeState, str]] = ..., started_us: _Optional[int] = ..., heartbeat_us: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., left_us: _Optional[int] = ..., busy_cores: _Optional[float] = ..., realms: _Optional[_Iterable[_Union[NodeRealmInfo, _Mapping]]] = ..., draining_us: _Optional[int] = ..., elastic: _Optional[bool] = ..., lost_us: _Optional[int] = ..., given_back_us: _Optional[int] = ..., note: _Optional[str] = ..., mem_used_bytes: _Optional[int] = ..., disk_used_bytes: _Optional[int] = ...) -> None: ...
 
 class ListNodesResponse(_message.Message):
     __slots__ = ("nodes",)

@@ -15,7 +15,7 @@ const $ = (sel) => document.querySelector(sel);
 
 /** An element: h('td', {class: 'num'}, 'text', child, ...). */
 function h(tag, attrs, ...children) {
-  const svg = ['svg', 'g', 'rect', 'line', 'polyline', 'text', 'title'].includes(tag);
+  const svg = ['svg', 'g', 'rect', 'line', 'polyline', 'circle', 'text', 'title'].includes(tag);
   const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag)
     : document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -113,29 +113,133 @@ function fill(el, ...children) {
 
 // ------------------------------------------------------------------ plots
 
-/** A line plot of series [{name, points: [[t_us, v], ...]}]. */
-function linePlot(series, unit) {
-  const W = 640, H = 180, L = 44, R = 8, T = 8, B = 22;
+/** Ticks for [lo, hi]: about `n` round steps (1, 2 or 5 × 10^k). */
+function niceTicks(lo, hi, n) {
+  const span = Math.max(hi - lo, 1e-9);
+  const raw = span / n;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((s) => s >= raw);
+  const ticks = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) ticks.push(+v.toPrecision(12));
+  return ticks;
+}
+
+/** Time ticks (µs) on round seconds or minutes, about `n` of them. */
+function timeTicks(t0, t1, n) {
+  const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600].map((s) => s * 1e6);
+  const step = steps.find((s) => (t1 - t0) / s <= n) || steps[steps.length - 1];
+  const ticks = [];
+  for (let t = Math.ceil(t0 / step) * step; t <= t1; t += step) ticks.push(t);
+  return ticks;
+}
+
+/** `v` in the plot's unit, for a tick or the hover. */
+function inUnit(v, unit) {
+  if (v === null || v === undefined) return '–';
+  if (unit === 'bytes') return bytes(Math.round(v));
+  if (unit === 'cores') return `${(+v).toFixed(v < 10 ? 2 : 1)} cores`;
+  return `${+(+v).toFixed(2)} ${unit}`;
+}
+
+/** A tick label: short (no unit word, binary units for bytes). */
+function tickLabel(v, unit) {
+  if (unit === 'bytes') return bytes(v).replace('.0 ', ' ');
+  return String(+v.toPrecision(6));
+}
+
+function hhmmss(us) {
+  return new Date(us / 1000).toLocaleTimeString([], { hour12: false });
+}
+
+/**
+ * A line plot of series [{name, points: [[t_us, v], ...]}] in `unit`
+ * ('cores', 'procs', 'bytes', 'failures'): labelled axes, gridlines at
+ * round values and times, a legend, and the values at the pointer's time
+ * on hover (a vertical rule and one line per series).
+ */
+function linePlot(series, unit, yLabel, span) {
+  const W = 760, H = 280, L = 76, R = 16, T = 14, B = 46;
   const all = series.flatMap((s) => s.points);
   if (all.length === 0) return h('p', { class: 'muted' }, 'Collecting samples (one per heartbeat)…');
-  const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(...all.map((p) => p[0]), t0 + 1);
-  const vmax = Math.max(1, ...all.map((p) => p[1])) * 1.1;
+  // The time axis: `span` ([from, to] µs) where given, else the data's.
+  const t0 = Math.min(...all.map((p) => p[0]), span ? span[0] : Infinity);
+  const t1 = Math.max(...all.map((p) => p[0]), span ? span[1] : -Infinity, t0 + 1e6);
+  const top = Math.max(unit === 'bytes' ? 1024 : 1, ...all.map((p) => p[1]));
+  // Counts step by whole numbers; bytes by powers of two.
+  const counts = unit === 'procs' || unit === 'failures';
+  const yt = unit === 'bytes' ? byteTicks(top)
+    : niceTicks(0, top * 1.05, 4).filter((v) => !counts || Number.isInteger(v));
+  const vmax = Math.max(yt[yt.length - 1], top);
   const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0);
   const y = (v) => T + (H - T - B) * (1 - v / vmax);
-  const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, class: 'plot', role: 'img' },
+  const grid = [];
+  for (const v of yt) {
+    grid.push(h('line', { class: 'grid', x1: L, y1: y(v), x2: W - R, y2: y(v) }),
+      h('text', { class: 'tick y-tick', x: L - 6, y: y(v) + 4, 'text-anchor': 'end' }, tickLabel(v, unit)));
+  }
+  for (const t of timeTicks(t0, t1, 6)) {
+    // A label near an edge is anchored at that edge, to stay inside.
+    const anchor = x(t) > W - R - 32 ? 'end' : x(t) < L + 32 ? 'start' : 'middle';
+    grid.push(h('line', { class: 'grid', x1: x(t), y1: T, x2: x(t), y2: H - B }),
+      h('text', { class: 'tick x-tick', x: x(t), y: H - B + 16, 'text-anchor': anchor }, hhmmss(t)));
+  }
+  const rule = h('line', { class: 'hover-rule', x1: 0, y1: T, x2: 0, y2: H - B, visibility: 'hidden' });
+  const tip = h('g', { class: 'hover-tip', visibility: 'hidden' });
+  const overlay = h('rect', { class: 'hover-area', x: L, y: T, width: W - L - R, height: H - T - B });
+  const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, class: 'plot', role: 'img', 'data-unit': unit },
+    grid,
     h('line', { class: 'axis', x1: L, y1: H - B, x2: W - R, y2: H - B }),
     h('line', { class: 'axis', x1: L, y1: T, x2: L, y2: H - B }),
-    h('text', { x: 2, y: T + 10 }, `${(vmax).toFixed(1)}`),
-    h('text', { x: 2, y: H - B }, '0'),
-    h('text', { x: L, y: H - 6 }, time(t0)),
-    h('text', { x: W - R - 80, y: H - 6 }, time(t1)),
+    h('text', { class: 'axis-label y-label', x: 14, y: T + (H - T - B) / 2, 'text-anchor': 'middle',
+      transform: `rotate(-90 14 ${T + (H - T - B) / 2})` }, yLabel || unit),
+    h('text', { class: 'axis-label x-label', x: L + (W - L - R) / 2, y: H - 6, 'text-anchor': 'middle' }, 'time (local)'),
     series.map((s, i) => h('polyline', {
       class: `c${i % 8}`,
       points: s.points.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(' '),
-    }, h('title', {}, s.name))));
+    }, h('title', {}, s.name))),
+    // Sparse series (a point a minute, one sample so far) get a dot per
+    // point: a line through one point draws nothing.
+    series.map((s, i) => (s.points.length > 60 ? [] : s.points.map((p) => h('circle', {
+      class: `dot c${i % 8}`, cx: x(p[0]).toFixed(1), cy: y(p[1]).toFixed(1), r: 3,
+    })))),
+    rule, tip, overlay);
+  // Hover: the samples nearest the pointer's time, one line per series.
+  const at = (ev) => {
+    const box = svg.getBoundingClientRect();
+    const px = (ev.clientX - box.left) * W / box.width;
+    return t0 + (Math.min(Math.max(px, L), W - R) - L) / (W - L - R) * (t1 - t0);
+  };
+  const showAt = (t) => {
+    const lines = [h('text', { class: 'tip-time', x: 8, y: 16 }, hhmmss(t))];
+    series.forEach((s, i) => {
+      if (s.points.length === 0) return;
+      const p = s.points.reduce((a, b) => (Math.abs(b[0] - t) < Math.abs(a[0] - t) ? b : a));
+      lines.push(h('text', { class: `tip-value t${i % 8}`, x: 8, y: 32 + 15 * lines.length - 15 }, `${s.name}: ${inUnit(p[1], unit)}`));
+    });
+    const w = 220, hh = 12 + 15 * lines.length;
+    const left = x(t) + w + 12 > W ? x(t) - w - 8 : x(t) + 8;
+    fill(tip, h('rect', { class: 'tip-box', width: w, height: hh, rx: 4 }), lines);
+    tip.setAttribute('transform', `translate(${left.toFixed(1)} ${T + 4})`);
+    for (const el of [rule]) { el.setAttribute('x1', x(t)); el.setAttribute('x2', x(t)); }
+    rule.setAttribute('visibility', 'visible');
+    tip.setAttribute('visibility', 'visible');
+  };
+  overlay.addEventListener('mousemove', (ev) => showAt(at(ev)));
+  overlay.addEventListener('mouseleave', () => {
+    rule.setAttribute('visibility', 'hidden');
+    tip.setAttribute('visibility', 'hidden');
+  });
   const legend = h('div', { class: 'legend' },
-    series.map((s, i) => h('span', {}, h('i', { class: `c${i % 8}` }), `${s.name}`)), h('span', {}, unit));
-  return h('div', {}, svg, legend);
+    series.map((s, i) => h('span', {}, h('i', { class: `c${i % 8}` }), `${s.name}`)));
+  return h('div', { class: 'plot-box' }, svg, legend);
+}
+
+/** Round byte ticks: 0 and multiples of a power of two (KiB to TiB). */
+function byteTicks(top) {
+  let unit = 1024;
+  while (unit * 1024 <= top) unit *= 1024;
+  const ticks = niceTicks(0, (top * 1.05) / unit, 4);
+  return ticks.map((t) => t * unit);
 }
 
 /** Ray's task timeline: per proc, waiting (spawn → start) and running (start → exit). */
@@ -218,41 +322,90 @@ const views = {};
 
 views.overview = async (page) => {
   const op = state.me.operator;
-  const nodesBox = h('div'), realmsBox = h('div'), plots = h('div', { class: 'row' });
-  fill(page, op ? card('Nodes', nodesBox) : null, card('Realms', realmsBox), plots);
+  const nodesBox = h('div'), realmsBox = h('div'), failBox = h('div', { id: 'failures' });
+  const plots = h('div', { class: 'row', id: 'plots' });
+  fill(page, card('Failures', failBox), op ? card('Nodes', nodesBox) : null, card('Realms', realmsBox), plots);
   const history = await api('GET', '/api/history');
   state.samples = history.samples;
   const draw = () => {
-    const byNode = new Map(), byRealm = new Map(), runRealm = new Map();
+    // name → points, for each plotted figure.
+    const figs = {};
+    const add = (fig, name, t, v) => {
+      if (v === null || v === undefined) return;
+      const m = figs[fig] || (figs[fig] = new Map());
+      if (!m.has(name)) m.set(name, []);
+      m.get(name).push([t, Number(v)]);
+    };
+    // Failures per minute: each sample's count into its minute.
+    const perMinute = new Map();
     for (const s of state.samples) {
       for (const n of s.nodes) {
-        if (!byNode.has(n.node_id)) byNode.set(n.node_id, []);
-        byNode.get(n.node_id).push([s.at_us, n.busy_cores]);
+        add('cpu', n.node_id, s.at_us, n.busy_cores);
+        add('nodeMem', n.node_id, s.at_us, n.mem_used_bytes);
+        add('nodeDisk', n.node_id, s.at_us, n.disk_used_bytes);
       }
       for (const r of s.realms) {
-        if (!byRealm.has(r.realm)) { byRealm.set(r.realm, []); runRealm.set(r.realm, []); }
-        byRealm.get(r.realm).push([s.at_us, r.cores]);
-        runRealm.get(r.realm).push([s.at_us, r.running + r.waiting]);
+        add('realmCores', r.realm, s.at_us, r.cores);
+        add('realmProcs', r.realm, s.at_us, r.running + r.waiting);
+        add('realmMem', r.realm, s.at_us, r.mem_bytes);
+        add('realmStored', r.realm, s.at_us, r.stored_bytes);
+        const minute = Math.floor(s.at_us / 60e6) * 60e6;
+        const m = perMinute.get(r.realm) || new Map();
+        m.set(minute, (m.get(minute) || 0) + (r.failed || 0));
+        perMinute.set(r.realm, m);
       }
     }
-    const series = (m) => [...m].map(([name, points]) => ({ name, points }));
+    for (const [realm, m] of perMinute) {
+      for (const [minute, n] of [...m].sort((p, q) => p[0] - q[0])) add('failures', realm, minute, n);
+    }
+    const series = (fig) => [...(figs[fig] || new Map())].map(([name, points]) => ({ name, points }));
+    // Every plot spans the samples' time, the failures' minutes too.
+    const span = state.samples.length
+      ? [state.samples[0].at_us, state.samples[state.samples.length - 1].at_us] : null;
+    const plot = (id, title, fig, unit, label) =>
+      h('div', { class: 'card', id: `plot-${id}` }, h('h2', {}, title), linePlot(series(fig), unit, label, span));
     fill(plots,
-      op ? card('Node utilisation (busy cores, measured)', linePlot(series(byNode), 'cores')) : null,
-      card('Realm cores held by running procs', linePlot(series(byRealm), 'cores')),
-      card('Realm live procs (running and waiting)', linePlot(series(runRealm), 'procs')));
+      plot('failures', 'Failures per minute (procs failed or exited ≠ 0), by realm', 'failures', 'failures', 'failures / min'),
+      op ? plot('cpu', 'Node CPU (busy cores, measured)', 'cpu', 'cores', 'busy cores') : null,
+      op ? plot('node-memory', 'Node memory in use (node and its procs)', 'nodeMem', 'bytes', 'memory') : null,
+      op ? plot('node-disk', 'Node block store in use', 'nodeDisk', 'bytes', 'block store') : null,
+      plot('realm-cores', 'Realm cores held by running procs', 'realmCores', 'cores', 'cores'),
+      plot('realm-procs', 'Realm live procs (running and waiting)', 'realmProcs', 'procs', 'procs'),
+      plot('realm-memory', 'Realm memory used by running procs (measured)', 'realmMem', 'bytes', 'memory'),
+      plot('realm-storage', 'Realm storage (files, names, kv, mail, code, tables)', 'realmStored', 'bytes', 'stored'));
   };
   state.onSample = draw;
   draw();
   state.refresh = async () => {
+    // What is failing, and why: the last hour's failures, newest first.
+    const hour = (Date.now() - 3600e3) * 1000;
+    const failing = `(state = 'failed' OR (state = 'exited' AND exit_status <> 0))`;
+    const [count] = await rows(`SELECT count(*) AS n FROM proc WHERE exit_us >= $1 AND ${failing}`, [hour], op ? '*' : '');
+    const recent = await rows(`SELECT realm, pid, program, state, exit_status, error, exit_us FROM proc
+      WHERE exit_us >= $1 AND ${failing} ORDER BY exit_us DESC LIMIT 10`, [hour], op ? '*' : '');
+    const n = Number(count.n);
+    fill(failBox,
+      h('p', { class: n ? 'fail-count bad' : 'fail-count ok', id: 'fail-count' },
+        h('strong', {}, String(n)), n === 1 ? ' proc failed in the last hour' : ' procs failed in the last hour'),
+      n ? table([
+        { title: 'pid', key: 'pid' }, { title: 'realm', key: 'realm' },
+        { title: 'program', key: 'program' },
+        { title: 'state', value: (p) => (p.state === 'failed' ? 'failed' : 'exited'), cls: () => 'state-failed' },
+        { title: 'exit', value: (p) => show(p.exit_status), num: true, cls: () => 'state-failed' },
+        { title: 'why', value: (p) => p.error || (p.exit_status !== null ? `exit status ${p.exit_status}` : ''), wrap: true },
+        { title: 'ended', value: (p) => `${age(p.exit_us)} ago` },
+      ], recent, (p) => { setRealm(p.realm); state.view.pid = p.pid; location.hash = '#procs'; }) : null);
     if (op) {
       const nodes = await rows(`SELECT node_id, address, cores, mem_mb, state, busy_cores,
-        heartbeat_us, draining_us, elastic FROM node ORDER BY node_id`, [], '*');
+        mem_used_bytes, disk_used_bytes, heartbeat_us, draining_us, elastic FROM node ORDER BY node_id`, [], '*');
       fill(nodesBox, table([
         { title: 'node', key: 'node_id' }, { title: 'address', key: 'address' },
         { title: 'state', value: (n) => n.state === 'up' && n.draining_us ? 'draining' : n.state },
         { title: 'cores', key: 'cores', num: true },
         { title: 'busy', value: (n) => Number(n.busy_cores).toFixed(2), num: true },
         { title: 'memory', value: (n) => `${n.mem_mb} MiB`, num: true },
+        { title: 'memory in use', value: (n) => bytes(n.mem_used_bytes), num: true },
+        { title: 'block store in use', value: (n) => bytes(n.disk_used_bytes), num: true },
         { title: 'heartbeat', value: (n) => age(n.heartbeat_us) + ' ago' },
         { title: 'elastic', value: (n) => (n.elastic ? 'yes' : '') },
       ], nodes));
