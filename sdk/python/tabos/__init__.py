@@ -58,7 +58,17 @@ from .errors import (
     Unimplemented,
 )
 
-from .workflows import Ctx, Executor, StepFailed, StepInfo, Stopped, Workflow
+from .workflows import (
+    Ctx,
+    Executor,
+    StepFailed,
+    StepInfo,
+    Stopped,
+    Workflow,
+    WorkflowCancelled,
+    WorkflowFailed,
+    WorkflowHandle,
+)
 
 __version__ = "0.1.0"
 
@@ -108,6 +118,9 @@ __all__ = [
     "Unimplemented",
     "WatchEvent",
     "Workflow",
+    "WorkflowCancelled",
+    "WorkflowFailed",
+    "WorkflowHandle",
     "credentials_path",
     "unique_pid",
 ]

@@ -19,7 +19,7 @@ import struct
 import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, List, Optional, Tuple, Union
 
 import grpc
 
@@ -79,7 +79,9 @@ def _read_headers(b: bytes) -> list[tuple[str, bytes]]:
 
 def _status(trailers: list[tuple[str, bytes]]) -> Optional[LocalError]:
     """The error ``trailers`` carry, or None for a call that succeeded."""
-    code, message, meta = None, "", []
+    code, message = None, ""
+    # Trailers as grpc gives them: text, or bytes for a "-bin" key.
+    meta: List[Tuple[str, Union[str, bytes]]] = []
     for k, v in trailers:
         if k == "grpc-status":
             code = int(v)

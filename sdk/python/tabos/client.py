@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, Optional, Sequence, Union
 
 import grpc
 
@@ -56,7 +56,7 @@ def _word(enum: Any, v: int) -> str:
     return word if enum is pb.ProcClass else word.lower()
 
 
-def _wire(enum: Any, what: str, word: str) -> int:
+def _wire(enum: Any, what: str, word: str) -> Any:
     """The wire value the kernel's word names; InvalidArgument, listing
     the words, for one that names none (before anything is sent)."""
     prefix = _prefix(enum)
@@ -92,6 +92,34 @@ def _context(name: Optional[str]) -> dict:
     if name and name not in contexts:
         raise errors.NotFound(f"no context {name!r} in {path} (contexts: {', '.join(contexts)})")
     return contexts.get(name, {})
+
+
+#: The channel options of every client: the node's message bound, and a
+#: connection of its own (grpcio otherwise shares one TCP connection among
+#: a process's channels to one address, and a node counts a connection
+#: against the realm of the first credential it carried).
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
+    ("grpc.use_local_subchannel_pool", 1),
+]
+
+
+def _resolve(
+    addr: Optional[str], token: Optional[str], context: Optional[str], tls_ca: Optional[str]
+) -> "tuple[str, str, Optional[str]]":
+    """The address, credential and TLS authority a client uses, defaulted
+    as the CLI's are (see :class:`Client`)."""
+    ctx = {} if (addr and token) else _context(context)
+    addr = addr or os.environ.get("TABOS_ADDR") or ctx.get("addr") or DEFAULT_ADDR
+    token = token or os.environ.get("TABOS_TOKEN") or ctx.get("token")
+    if not token:
+        raise errors.Unauthenticated(
+            "no credential: give token=, set TABOS_TOKEN, or save a context "
+            "(tabos up saves the operator's; tabos token create --save-as NAME)"
+        )
+    tls_ca = tls_ca or ctx.get("tls_ca") or os.environ.get("TABOS_TLS_CA")
+    return addr, token.strip(), tls_ca
 
 
 class ProcState(str, enum.Enum):
@@ -261,30 +289,15 @@ class Client:
         tls_ca: Optional[str] = None,
         timeout: Optional[float] = 30.0,
     ) -> None:
-        ctx = {} if (addr and token) else _context(context)
-        self.addr = addr or os.environ.get("TABOS_ADDR") or ctx.get("addr") or DEFAULT_ADDR
-        token = token or os.environ.get("TABOS_TOKEN") or ctx.get("token")
-        if not token:
-            raise errors.Unauthenticated(
-                "no credential: give token=, set TABOS_TOKEN, or save a context "
-                "(tabos up saves the operator's; tabos token create --save-as NAME)"
-            )
-        self._metadata = (("authorization", f"Bearer {token.strip()}"),)
+        self.addr, token, tls_ca = _resolve(addr, token, context, tls_ca)
+        self._metadata = (("authorization", f"Bearer {token}"),)
         self.timeout = timeout
-        options = [
-            ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-            ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
-            # A connection of its own: grpcio otherwise shares one TCP
-            # connection among a process's channels to one address, and a
-            # node counts a connection against the realm of the first
-            # credential it carried (its per-realm connection limit).
-            ("grpc.use_local_subchannel_pool", 1),
-        ]
-        tls_ca = tls_ca or ctx.get("tls_ca") or os.environ.get("TABOS_TLS_CA")
+        # grpc's channel, or the local transport's (the same calls).
+        self._channel: Any
         target = self.addr.removeprefix("http://")
         if tls_ca:
             creds = grpc.ssl_channel_credentials(root_certificates=Path(tls_ca).read_bytes())
-            self._channel = grpc.secure_channel(target.removeprefix("https://"), creds, options)
+            self._channel = grpc.secure_channel(target.removeprefix("https://"), creds, CHANNEL_OPTIONS)
         elif target.startswith("unix:"):
             # The node's local socket: its local transport, the same calls
             # in frames cheaper than HTTP/2 (``_local``).
@@ -295,7 +308,7 @@ class Client:
             except grpc.RpcError as e:
                 raise errors.from_rpc(e) from None
         else:
-            self._channel = grpc.insecure_channel(target, options)
+            self._channel = grpc.insecure_channel(target, CHANNEL_OPTIONS)
         self._procs = rpc.ProcsStub(self._channel)
         self._ipc = rpc.IpcStub(self._channel)
         self._names = rpc.NamesStub(self._channel)
@@ -307,7 +320,7 @@ class Client:
         self.names = Names(self)
         self.fs = Fs(self)
         self.procedures = Procedures(self)
-        self.mr = MapReduce(self, token.strip())
+        self.mr = MapReduce(self, token)
         from .workflows import Workflows  # imports this module
 
         self.workflows = Workflows(self)
@@ -350,8 +363,7 @@ class Client:
 
     def whoami(self) -> dict:
         """The credential in use: its id, realm, user, role and pid."""
-        t = self._call(self._tokens.WhoAmI, pb.Empty())
-        return {"id": t.id, "realm": t.realm, "user": t.user, "role": _word(pb.Role, t.role), "pid": t.pid}
+        return _whoami(self._call(self._tokens.WhoAmI, pb.Empty()))
 
     def status(self) -> dict:
         """The node's status: version, backend, partitions, load, and each
@@ -433,26 +445,11 @@ class Client:
         at most ``max_restarts`` times (the node's default, 10, unless
         given), then fails.
         """
-        if max_restarts is not None and not restartable:
-            raise errors.InvalidArgument("max_restarts goes with restartable=True")
-        d = pb.ProcDescriptor(
-            pid=pid or "",
-            parent=parent or "",
-            kind=_wire(pb.ProcKind, "kind", kind),
-            program=program,
-            args=list(args),
-            env=dict(env or {}),
-            cores=cores,
-            mem_mb=mem_mb,
-            home_node=home_node or "",
-            host_paths=list(host_paths),
-            scope=scope or "",
-            restartable=restartable,
-            # `class` is a Python keyword: given by name.
-            **{"class": _wire(pb.ProcClass, "proc_class", proc_class)},
+        d = _descriptor(
+            program, args, pid=pid, kind=kind, proc_class=proc_class, cores=cores, mem_mb=mem_mb,
+            env=env, parent=parent, home_node=home_node, host_paths=host_paths, scope=scope,
+            restartable=restartable, max_restarts=max_restarts,
         )
-        if max_restarts is not None:
-            d.max_restarts = max_restarts
         return self._call(self._procs.Spawn, pb.SpawnRequest(realm=realm, proc=d)).pid
 
     def wait(self, pid: str, *, until: str = "exit", realm: str = "") -> ProcStatus:
@@ -546,7 +543,9 @@ class Client:
         returns its sequence number. A ``message_id`` makes a resend from
         the same sender count once."""
         out = pb.Outgoing(to=to, payload=_bytes(payload), message_id=message_id or "")
-        r = self._call(self._ipc.Send, pb.SendRequest(realm=realm, messages=[out], **{"from": sender}))
+        # `from` is a Python keyword: given by name.
+        named: Dict[str, Any] = {"from": sender}
+        r = self._call(self._ipc.Send, pb.SendRequest(realm=realm, messages=[out], **named))
         return r.sent[0].seq if r.sent else 0
 
     def recv(self, mailbox: str, *, max: int = 1, timeout: float = 0, realm: str = "") -> list:
@@ -571,9 +570,58 @@ class Client:
         operator sees every realm unless it names one; a realm's admin
         sees its realm. ``$1``, ``$2``... are ``params``."""
         req = pb.SqlRequest(sql=query, params=[_value(p) for p in params], realm=realm, max_rows=max_rows)
-        r = self._call(self._sql.Query, req)
-        cols = list(r.columns)
-        return [dict(zip(cols, (_from_value(v) for v in row.values))) for row in r.rows]
+        return _rows(self._call(self._sql.Query, req))
+
+
+def _descriptor(
+    program: str,
+    args: Sequence[str],
+    *,
+    pid: Optional[str],
+    kind: str,
+    proc_class: str,
+    cores: int,
+    mem_mb: int,
+    env: Optional[dict],
+    parent: Optional[str],
+    home_node: Optional[str],
+    host_paths: Sequence[str],
+    scope: Optional[str],
+    restartable: bool,
+    max_restarts: Optional[int],
+) -> pb.ProcDescriptor:
+    """A spawn's descriptor (:meth:`Client.spawn`'s arguments), checked."""
+    if max_restarts is not None and not restartable:
+        raise errors.InvalidArgument("max_restarts goes with restartable=True")
+    d = pb.ProcDescriptor(
+        pid=pid or "",
+        parent=parent or "",
+        kind=_wire(pb.ProcKind, "kind", kind),
+        program=program,
+        args=list(args),
+        env=dict(env or {}),
+        cores=cores,
+        mem_mb=mem_mb,
+        home_node=home_node or "",
+        host_paths=list(host_paths),
+        scope=scope or "",
+        restartable=restartable,
+        # `class` is a Python keyword: given by name.
+        **{"class": _wire(pb.ProcClass, "proc_class", proc_class)},
+    )
+    if max_restarts is not None:
+        d.max_restarts = max_restarts
+    return d
+
+
+def _whoami(t: Any) -> dict:
+    return {"id": t.id, "realm": t.realm, "user": t.user, "role": _word(pb.Role, t.role), "pid": t.pid}
+
+
+def _rows(r: Any) -> list:
+    """A SQL answer's rows as dicts."""
+    cols = list(r.columns)
+    return [dict(zip(cols, (_from_value(v) for v in row.values))) for row in r.rows]
 
 
 def _message(m: pb.Message) -> Message:
@@ -888,7 +936,8 @@ class Fs:
 
     def rename(self, src: str, dst: str, *, realm: str = "", user: str = "") -> None:
         """Moves ``src`` to ``dst``."""
-        req = pb.FsRenameRequest(realm=realm, user=user, to=dst, **{"from": src})
+        named: Dict[str, Any] = {"from": src}
+        req = pb.FsRenameRequest(realm=realm, user=user, to=dst, **named)
         self._c._call(self._c._fs.Rename, req)
 
     def read_bytes(self, path: str, *, realm: str = "") -> bytes:

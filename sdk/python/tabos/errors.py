@@ -292,7 +292,7 @@ _BY_REASON: dict[str, type[TabosError]] = {
 
 def _detail(e: grpc.RpcError) -> Any:
     """The ErrorDetail in a failed call's trailers, or None."""
-    trailers = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
+    trailers: Any = e.trailing_metadata() if hasattr(e, "trailing_metadata") else None
     for key, value in trailers or ():
         if key == DETAILS_KEY and isinstance(value, bytes):
             d = pb.ErrorDetail()

@@ -10,31 +10,42 @@ tables::
     client = tabos.Client()
     ex = Executor(client, app_version="v1")
 
-    @ex.workflow("order")
-    def order(ctx, order_id: bytes) -> bytes:
-        ctx.procedure("reserve", order_id)          # exactly once
-        ctx.step("email", lambda step: send_mail(key=step.key))
+    @ex.step(attempts=3)
+    def charge(order: dict) -> dict:                # a step: recorded, run once
+        return payments.charge(order["id"], order["total"])
+
+    @ex.workflow()
+    def order(ctx, order: dict) -> dict:
+        ctx.procedure("reserve", order["id"])       # exactly once, in the step's transaction
+        receipt = charge(order)                     # a decorated step, called as a function
         ctx.sleep(3600)                             # durable
-        return b"done"
+        return {"order": order["id"], "receipt": receipt}
 
     ex.start()                                      # register, keep the lease
-    wid = ex.run("order", b"o-17", workflow_id="order-17")
-    print(ex.result(wid, timeout=60).output)
+    handle = ex.run("order", {"id": "o-17", "total": 12}, workflow_id="order-17")
+    print(handle.get_status().status, handle.get_result(timeout=60))
 
-A workflow function takes a :class:`Ctx` and its input (bytes) and returns
-bytes. It must take the same steps in the same order each time it runs on
-the same input: its steps are replayed by number. Each runs on a thread of
-its own here. Every call is retried while the node cannot be reached
-(``retry_window`` seconds); each is idempotent, so that is safe.
+A workflow function takes a :class:`Ctx` and its input and returns its
+output. Inputs, outputs, step results, messages and events are kept as
+JSON unless the executor's ``serializer`` says ``"pickle"`` (any Python
+object — opt-in: unpickling runs code, so only for data you trust) or
+``"raw"`` (bytes or str in, bytes out). A workflow must take the same
+steps in the same order each time it runs on the same input: its steps
+are replayed by number. Each runs on a thread of its own here. Every call
+is retried while the node cannot be reached (``retry_window`` seconds);
+each is idempotent, so that is safe.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import pickle
 import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeVar, Union, overload
 
 import grpc
 
@@ -59,6 +70,61 @@ _TRANSIENT = {
     grpc.StatusCode.CANCELLED,
     grpc.StatusCode.ABORTED,
 }
+
+
+#: How an executor keeps what its workflows take and give.
+SERIALIZERS = ("json", "pickle", "raw")
+
+
+class _Codec:
+    """Values to bytes and back, as an executor's ``serializer`` says."""
+
+    def __init__(self, kind: str) -> None:
+        if kind not in SERIALIZERS:
+            raise errors.InvalidArgument(f"serializer must be one of {', '.join(SERIALIZERS)}, not {kind!r}")
+        self.kind = kind
+
+    def dumps(self, value: Any) -> bytes:
+        if self.kind == "raw":
+            if value is None:
+                return b""
+            if not isinstance(value, (bytes, bytearray, str)):
+                raise errors.InvalidArgument(
+                    f"serializer='raw' keeps bytes or str, not {type(value).__name__} "
+                    "(serializer='json' or 'pickle' keeps other values)"
+                )
+            return value.encode() if isinstance(value, str) else bytes(value)
+        if self.kind == "pickle":
+            return pickle.dumps(value)
+        try:
+            return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as e:
+            raise errors.InvalidArgument(
+                f"{type(value).__name__} is not JSON ({e}): give JSON values, or "
+                "Executor(serializer='pickle') for any Python object, 'raw' for bytes"
+            ) from None
+
+    def loads(self, data: Optional[bytes]) -> Any:
+        if self.kind == "raw":
+            return data
+        if not data:
+            return None
+        if self.kind == "pickle":
+            return pickle.loads(data)
+        return json.loads(data)
+
+
+class WorkflowFailed(Exception):
+    """The workflow ended in error (``error`` is what it recorded)."""
+
+    def __init__(self, workflow_id: str, error: str) -> None:
+        super().__init__(f"workflow {workflow_id} failed: {error}")
+        self.workflow_id = workflow_id
+        self.error = error
+
+
+class WorkflowCancelled(Exception):
+    """The workflow was cancelled before it finished."""
 
 
 class Stopped(Exception):
@@ -188,10 +254,10 @@ class Ctx:
 
     def _result(self, o: Any) -> bytes:
         if o.status == pb.STEP_STATUS_SUCCESS:
-            return o.output
+            return bytes(o.output)
         raise StepFailed(o.error)
 
-    def _begin(self, step: int, name: str, kind: int, input: bytes = b"") -> Any:
+    def _begin(self, step: int, name: str, kind: "pb.StepKind", input: bytes = b"") -> Any:
         ex = self._ex
         return self._rpc(
             "StepBegin",
@@ -207,7 +273,14 @@ class Ctx:
         )
 
     def _end(
-        self, step: int, outcome: Any, last: bool, name: str, kind: int, attempts: int, input: bytes = b""
+        self,
+        step: int,
+        outcome: Any,
+        last: bool,
+        name: str,
+        kind: "pb.StepKind",
+        attempts: int,
+        input: bytes = b"",
     ) -> Any:
         """Records a step's outcome; a step not begun (no history) whole."""
         ex = self._ex
@@ -230,15 +303,26 @@ class Ctx:
     def step(
         self,
         name: str,
-        fn: Callable[[StepInfo], Payload],
+        fn: Callable[[StepInfo], Any],
         *,
         attempts: int = 1,
         backoff: float = 0.1,
-    ) -> bytes:
+    ) -> Any:
         """Runs ``fn`` as a step, retried up to ``attempts`` times (the
-        pause doubling from ``backoff`` seconds). Its result is recorded;
-        a re-run gets the record instead of running it again. Past its
-        attempts it raises :class:`StepFailed`, recorded."""
+        pause doubling from ``backoff`` seconds). Its result is recorded
+        (in the executor's serializer) and returned; a re-run gets the
+        record instead of running it again. Past its attempts it raises
+        :class:`StepFailed`, recorded."""
+        return self._ex._codec.loads(self._step(name, fn, attempts=attempts, backoff=backoff))
+
+    def _step(
+        self,
+        name: str,
+        fn: Callable[[StepInfo], Any],
+        *,
+        attempts: int,
+        backoff: float,
+    ) -> bytes:
         step = self._step_no()
         ex = self._ex
         attempt = 1
@@ -249,7 +333,7 @@ class Ctx:
                     return self._result(begun.done)
                 attempt = begun.attempt
             try:
-                out = _bytes(fn(StepInfo(key=f"{self.workflow_id}/{step}", attempt=attempt)))
+                out = ex._codec.dumps(fn(StepInfo(key=f"{self.workflow_id}/{step}", attempt=attempt)))
                 ok, err = True, ""
             except Exception as e:  # the step's own failure
                 out, ok, err = b"", False, f"{type(e).__name__}: {e}"
@@ -328,7 +412,7 @@ class Ctx:
         )
         time.sleep(max(0, r.wake_at_us - r.now_us) / 1e6)
 
-    def send(self, to: str, topic: str, payload: Payload) -> None:
+    def send(self, to: str, topic: str, payload: Any) -> None:
         """Sends ``payload`` on ``topic`` to workflow ``to``, once."""
         ex = self._ex
         self._rpc(
@@ -337,14 +421,14 @@ class Ctx:
                 realm=ex.realm,
                 to=to,
                 topic=topic,
-                payload=_bytes(payload),
+                payload=ex._codec.dumps(payload),
                 executor=ex.id,
                 workflow_id=self.workflow_id,
                 step=self._step_no(),
             ),
         )
 
-    def recv(self, topic: str, timeout: float = 60.0) -> Optional[bytes]:
+    def recv(self, topic: str, timeout: float = 60.0) -> Any:
         """The next message on ``topic``, waiting up to ``timeout`` seconds;
         None if none came (recorded too)."""
         ex = self._ex
@@ -365,9 +449,9 @@ class Ctx:
                 wait=True,
             )
             if r.received or left <= WAIT_CHUNK:
-                return r.payload if r.received else None
+                return ex._codec.loads(r.payload) if r.received else None
 
-    def set_event(self, key: str, value: Payload) -> None:
+    def set_event(self, key: str, value: Any) -> None:
         """Publishes ``value`` under ``key`` for this workflow, once."""
         ex = self._ex
         self._rpc(
@@ -378,12 +462,60 @@ class Ctx:
                 workflow_id=self.workflow_id,
                 step=self._step_no(),
                 key=key,
-                value=_bytes(value),
+                value=ex._codec.dumps(value),
             ),
         )
 
 
-Fn = Callable[[Ctx, bytes], Payload]
+Fn = Callable[[Ctx, Any], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The workflow this thread runs (each runs on a thread of its own), for
+# decorated steps called as plain functions.
+_running = threading.local()
+
+
+def current() -> Optional[Ctx]:
+    """The :class:`Ctx` of the workflow running on this thread, if any."""
+    return getattr(_running, "ctx", None)
+
+
+class WorkflowHandle:
+    """A started workflow: its id, its status, and its result once done (as
+    DBOS Transact's handle)."""
+
+    def __init__(self, ex: "Executor", workflow_id: str) -> None:
+        self._ex = ex
+        self.workflow_id = workflow_id
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self.workflow_id!r})"
+
+    def get_status(self) -> "Workflow":
+        """Its row now: status (pending, success, error, cancelled...),
+        attempts, times."""
+        ex = self._ex
+        return Workflow._of(
+            ex._rpc(
+                "Wait",
+                pb.WaitWorkflowRequest(realm=ex.realm, workflow_id=self.workflow_id, timeout_ms=0),
+                wait=True,
+            )
+        )
+
+    def get_result(self, timeout: float = 60.0) -> Any:
+        """Its output once it finishes (decoded), waiting up to ``timeout``
+        seconds: :class:`WorkflowFailed` if it ended in error,
+        :class:`WorkflowCancelled` if cancelled, ``DeadlineExceeded`` if it
+        is still running."""
+        w = self._ex.result(self.workflow_id, timeout=timeout)
+        if w.status == "success":
+            return self._ex._codec.loads(w.output)
+        if w.status == "error":
+            raise WorkflowFailed(self.workflow_id, w.error)
+        if w.status == "cancelled":
+            raise WorkflowCancelled(f"workflow {self.workflow_id} was cancelled")
+        raise errors.DeadlineExceeded(f"workflow {self.workflow_id} is still {w.status} after {timeout} s")
 
 
 class Executor:
@@ -402,6 +534,7 @@ class Executor:
         lease: float = 10.0,
         executor_id: str = "",
         retry_window: float = RETRY_WINDOW,
+        serializer: str = "json",
     ) -> None:
         self.client = client
         self.app_version = app_version
@@ -413,17 +546,50 @@ class Executor:
         self._stop = threading.Event()
         self._threads: List[threading.Thread] = []
         self._started = False
+        self._codec = _Codec(serializer)
 
-    def workflow(self, name: str) -> Callable[[Fn], Fn]:
-        """Declares a workflow function (a decorator)."""
+    @overload
+    def workflow(self, name: Fn) -> Fn: ...
+    @overload
+    def workflow(self, name: Optional[str] = None) -> Callable[[Fn], Fn]: ...
 
-        def register(fn: Fn) -> Fn:
+    def workflow(self, name: Union[None, str, Fn] = None) -> Union[Fn, Callable[[Fn], Fn]]:
+        """Declares a workflow function, named ``name`` or as the function
+        is: ``@ex.workflow()``, ``@ex.workflow("order")`` or
+        ``@ex.workflow``."""
+
+        def register(fn: Fn, as_name: str) -> Fn:
             if self._started:
                 raise errors.FailedPrecondition("declare workflows before start()")
-            self._functions[name] = fn
+            self._functions[as_name] = fn
             return fn
 
-        return register
+        if callable(name):
+            return register(name, name.__name__)
+        return lambda fn: register(fn, name or fn.__name__)
+
+    def step(
+        self, name: Optional[str] = None, *, attempts: int = 1, backoff: float = 0.1
+    ) -> Callable[[F], F]:
+        """Declares a function a step (a decorator, as DBOS's
+        ``@DBOS.step()``): called inside a workflow it runs as a recorded
+        step named ``name`` (or as the function is), retried up to
+        ``attempts`` times, its result kept and returned again on a re-run;
+        called outside any workflow it is a plain call."""
+
+        def decorate(fn: F) -> F:
+            step_name = name or fn.__name__
+
+            @functools.wraps(fn)
+            def run(*args: Any, **kwargs: Any) -> Any:
+                ctx = current()
+                if ctx is None or ctx._ex is not self:
+                    return fn(*args, **kwargs)
+                return ctx.step(step_name, lambda _: fn(*args, **kwargs), attempts=attempts, backoff=backoff)
+
+            return run  # type: ignore[return-value]
+
+        return decorate
 
     def start(self) -> "Executor":
         """Registers with the node and keeps the lease in the background."""
@@ -464,12 +630,15 @@ class Executor:
 
         def run() -> None:
             ctx = Ctx(self, workflow_id, fresh)
+            _running.ctx = ctx
             try:
-                out = _outcome(True, _bytes(fn(ctx, input)))
+                out = _outcome(True, self._codec.dumps(fn(ctx, self._codec.loads(input))))
             except Stopped:
                 return
             except Exception as e:
                 out = _outcome(False, error=f"{type(e).__name__}: {e}")
+            finally:
+                _running.ctx = None
             try:
                 self._rpc(
                     "Finish",
@@ -482,10 +651,12 @@ class Executor:
 
         threading.Thread(target=run, daemon=True, name=f"workflow-{workflow_id}").start()
 
-    def run(self, name: str, input: Payload = b"", *, workflow_id: str = "") -> str:
-        """Starts workflow ``name`` as ``workflow_id`` (empty: a new id) and
-        runs it here; a second start of an id returns it without running it
-        again. Returns the id."""
+    def run(self, name: Union[str, Fn], input: Any = None, *, workflow_id: str = "") -> WorkflowHandle:
+        """Starts workflow ``name`` (or the declared function itself) as
+        ``workflow_id`` (empty: a new id) on ``input`` and runs it here; a
+        second start of an id returns it without running it again. Returns
+        its :class:`WorkflowHandle`."""
+        name = self._name_of(name)
         if name not in self._functions:
             raise errors.InvalidArgument(f"no workflow function {name!r} is declared")
         workflow_id = workflow_id or f"w{uuid.uuid4().hex[:16]}"
@@ -496,20 +667,39 @@ class Executor:
                 workflow_id=workflow_id,
                 name=name,
                 app_version=self.app_version,
-                input=_bytes(input),
+                input=self._codec.dumps(input),
                 executor=self.id,
             ),
         )
         w = r.workflow
         if w.status == pb.WORKFLOW_STATUS_PENDING and w.executor == self.id:
             self._spawn(workflow_id, name, w.input, r.created)
-        return workflow_id
+        return WorkflowHandle(self, workflow_id)
+
+    def _name_of(self, name: Union[str, Fn]) -> str:
+        if isinstance(name, str):
+            return name
+        for n, fn in self._functions.items():
+            if fn is name:
+                return n
+        raise errors.InvalidArgument(f"{getattr(name, '__name__', name)!r} is not a declared workflow")
+
+    def retrieve_workflow(self, workflow_id: str) -> WorkflowHandle:
+        """The handle of workflow ``workflow_id`` (started anywhere)."""
+        return WorkflowHandle(self, workflow_id)
 
     def enqueue(
-        self, queue: str, name: str, input: Payload = b"", *, workflow_id: str = "", priority: int = 0
-    ) -> str:
+        self,
+        queue: str,
+        name: Union[str, Fn],
+        input: Any = None,
+        *,
+        workflow_id: str = "",
+        priority: int = 0,
+    ) -> WorkflowHandle:
         """Enqueues workflow ``name`` in ``queue``; an executor serving the
-        queue runs it. Returns its id."""
+        queue runs it. Returns its :class:`WorkflowHandle`."""
+        name = self._name_of(name)
         workflow_id = workflow_id or f"w{uuid.uuid4().hex[:16]}"
         self._rpc(
             "Start",
@@ -518,16 +708,19 @@ class Executor:
                 workflow_id=workflow_id,
                 name=name,
                 app_version=self.app_version,
-                input=_bytes(input),
+                input=self._codec.dumps(input),
                 queue=queue,
                 priority=priority,
             ),
         )
-        return workflow_id
+        return WorkflowHandle(self, workflow_id)
 
-    def result(self, workflow_id: str, timeout: float = 60.0) -> Workflow:
+    def result(self, workflow_id: Union[str, WorkflowHandle], timeout: float = 60.0) -> Workflow:
         """Waits up to ``timeout`` seconds for the workflow to finish; its
-        row then."""
+        row then (its output as kept: :meth:`WorkflowHandle.get_result`
+        decodes it)."""
+        if isinstance(workflow_id, WorkflowHandle):
+            workflow_id = workflow_id.workflow_id
         until = time.monotonic() + timeout
         while True:
             left = max(0.0, until - time.monotonic())
@@ -586,16 +779,21 @@ class Executor:
 
         self._daemon(loop)
 
-    def send(self, to: str, topic: str, payload: Payload) -> None:
+    def send(self, to: Union[str, WorkflowHandle], topic: str, payload: Any) -> None:
         """Sends ``payload`` on ``topic`` to workflow ``to`` from outside
         any workflow."""
+        if isinstance(to, WorkflowHandle):
+            to = to.workflow_id
         self.client._call(
             self._rpc.stub.Send,
-            pb.WorkflowSendRequest(realm=self.realm, to=to, topic=topic, payload=_bytes(payload)),
+            pb.WorkflowSendRequest(realm=self.realm, to=to, topic=topic, payload=self._codec.dumps(payload)),
         )
 
-    def get_event(self, workflow_id: str, key: str, timeout: float = 60.0) -> Optional[bytes]:
-        """The event ``key`` of a workflow, waiting up to ``timeout``."""
+    def get_event(self, workflow_id: Union[str, WorkflowHandle], key: str, timeout: float = 60.0) -> Any:
+        """The event ``key`` of a workflow, waiting up to ``timeout``; None
+        if it was not set by then."""
+        if isinstance(workflow_id, WorkflowHandle):
+            workflow_id = workflow_id.workflow_id
         until = time.monotonic() + timeout
         while True:
             left = max(0.0, until - time.monotonic())
@@ -607,7 +805,7 @@ class Executor:
                 wait=True,
             )
             if r.set:
-                return r.value
+                return self._codec.loads(r.value)
             if left <= WAIT_CHUNK:
                 return None
 
@@ -640,7 +838,7 @@ class Workflows:
             self._stub.List,
             pb.ListWorkflowsRequest(
                 realm=realm,
-                status=_wire(pb.WorkflowStatus, "status", status) if status else 0,
+                status=_wire(pb.WorkflowStatus, "status", status) if status else pb.WORKFLOW_STATUS_UNSPECIFIED,
                 name=name, queue=queue, app_version=app_version, limit=limit
             ),
         )

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import tabos
-from tabos.workflows import Executor
+from tabos.workflows import Executor, WorkflowFailed
 
 
 def test_steps_run_once_and_a_second_start_is_the_first(node, client: tabos.Client) -> None:
     ran = []
     client.procedures.install("wf_tick", b'function main(a) { tabos.put("t/" + a, "1"); return a; }')
-    ex = Executor(client, app_version="py-v1", lease=5.0)
+    # serializer="raw": the bytes contract, bytes in and out.
+    ex = Executor(client, app_version="py-v1", lease=5.0, serializer="raw")
 
     @ex.workflow("order")
     def order(ctx, data: bytes) -> bytes:
@@ -22,12 +25,12 @@ def test_steps_run_once_and_a_second_start_is_the_first(node, client: tabos.Clie
         return a + b"+" + b
 
     ex.start()
-    wid = ex.run("order", b"o-1", workflow_id="py-order-1")
+    wid = ex.run("order", b"o-1", workflow_id="py-order-1").workflow_id
     w = ex.result(wid, timeout=30)
     assert (w.status, w.output) == ("success", b"reserved+o-1")
     assert ex.get_event(wid, "stage", timeout=5) == b"done"
     # A second start returns the first: nothing runs again.
-    assert ex.run("order", b"o-1", workflow_id="py-order-1") == wid
+    assert ex.run("order", b"o-1", workflow_id="py-order-1").workflow_id == wid
     assert ex.result(wid).status == "success"
     assert ran == [f"{wid}/1"]
     shown = client.workflows.show(wid)
@@ -39,7 +42,7 @@ def test_steps_run_once_and_a_second_start_is_the_first(node, client: tabos.Clie
 
 
 def test_failures_messages_queues_and_operations(node, client: tabos.Client) -> None:
-    ex = Executor(client, app_version="py-v2", lease=5.0)
+    ex = Executor(client, app_version="py-v2", lease=5.0, serializer="raw")
 
     @ex.workflow("flaky")
     def flaky(ctx, _: bytes) -> bytes:
@@ -67,7 +70,7 @@ def test_failures_messages_queues_and_operations(node, client: tabos.Client) -> 
     assert w.status == "error" and "ZeroDivisionError" in w.error
     assert ex.result(ex.run("procs", workflow_id="py-procs"), timeout=60).output == b"0 True"
     assert client.wait("py-procs.s1").exit_status == 0
-    wid = ex.enqueue("py-q", "waits", workflow_id="py-waits")
+    wid = ex.enqueue("py-q", "waits", workflow_id="py-waits").workflow_id
     ex.send(wid, "go", b"hello")
     assert ex.result(wid, timeout=30).output == b"hello"
     forked = client.workflows.fork(wid, from_step=1, new_id="py-waits-2")
@@ -83,3 +86,76 @@ def test_failures_messages_queues_and_operations(node, client: tabos.Client) -> 
     with pytest.raises(tabos.InvalidArgument):
         client.workflows.list(status="done")
     ex.shutdown()
+
+
+def test_json_pickle_decorators_and_handles(node, client: tabos.Client) -> None:
+    """As DBOS Transact's users write workflows: decorated steps called as
+    functions, JSON arguments and results by default (pickle opt-in), and
+    a handle with get_status() and get_result()."""
+    ex = Executor(client, app_version="py-v3", lease=5.0)
+    calls = []
+
+    @ex.step(attempts=2)
+    def price(item: dict) -> dict:
+        calls.append(item["sku"])
+        return {"sku": item["sku"], "cents": 250 * item["qty"]}
+
+    @ex.workflow()
+    def checkout(ctx, order: dict) -> dict:
+        lines = [price(i) for i in order["items"]]
+        ctx.set_event("lines", len(lines))
+        return {"order": order["id"], "total": sum(l["cents"] for l in lines), "lines": lines}
+
+    @ex.workflow
+    def fails(ctx, n: int) -> None:
+        raise ValueError(f"bad {n}")
+
+    @ex.workflow("waits_json")
+    def waits(ctx, _: None) -> dict:
+        return {"got": ctx.recv("go", timeout=30)}
+
+    ex.start()
+    order = {"id": "o-9", "items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 1}]}
+    h = ex.run("checkout", order, workflow_id="py-json-1")
+    assert isinstance(h, tabos.WorkflowHandle) and h.workflow_id == "py-json-1"
+    got = h.get_result(timeout=30)
+    assert got == {"order": "o-9", "total": 750, "lines": [
+        {"sku": "a", "cents": 500}, {"sku": "b", "cents": 250}]}
+    assert h.get_status().status == "success"
+    assert ex.get_event(h, "lines", timeout=5) == 2
+    # Kept as JSON: readable in SQL as it is in Python.
+    row = client.sql("SELECT input, output FROM workflow WHERE workflow_id = $1", "py-json-1")[0]
+    assert json.loads(row["input"]) == order and json.loads(row["output"]) == got
+    # Steps were recorded, named after their functions, and ran once; a
+    # second start (by the function itself) is the first.
+    assert ex.run(checkout, order, workflow_id="py-json-1").get_result(timeout=30) == got
+    assert calls == ["a", "b"]
+    assert [s["name"] for s in client.workflows.show("py-json-1")["steps"]] == ["price", "price", "lines"]
+    # Outside a workflow, a step is a plain call.
+    assert price({"sku": "c", "qty": 4}) == {"sku": "c", "cents": 1000}
+    # Failures: the error, typed.
+    with pytest.raises(WorkflowFailed) as failed:
+        ex.run("fails", 3).get_result(timeout=30)
+    assert "ValueError: bad 3" in failed.value.error
+    # Messages in JSON; a handle from an id.
+    w = ex.run("waits_json", workflow_id="py-json-w")
+    assert ex.retrieve_workflow("py-json-w").get_status().status in ("pending", "success")
+    ex.send(w, "go", {"ok": [1, 2]})
+    assert w.get_result(timeout=30) == {"got": {"ok": [1, 2]}}
+    # Not JSON: refused before anything is stored, saying what to do.
+    with pytest.raises(tabos.InvalidArgument, match="pickle"):
+        ex.run("checkout", {"when": object()})
+    with pytest.raises(tabos.InvalidArgument):
+        Executor(client, app_version="x", serializer="yaml")
+    ex.shutdown()
+
+    # Pickle, opted into: any Python object.
+    px = Executor(client, app_version="py-v4", lease=5.0, serializer="pickle")
+
+    @px.workflow()
+    def span(ctx, r: range) -> frozenset:
+        return frozenset(ctx.step("double", lambda _: [2 * i for i in r]))
+
+    px.start()
+    assert px.run("span", range(3)).get_result(timeout=30) == frozenset({0, 2, 4})
+    px.shutdown()

@@ -1,0 +1,70 @@
+"""The asyncio client (tabos.aio) against a real node, over TCP and over
+the node's local socket."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import tabos
+import tabos.aio
+
+
+def test_the_asyncio_client_does_what_the_client_does(node) -> None:
+    addr = node.socket if node.way == "local" else node.addr
+
+    async def main() -> None:
+        async with tabos.aio.Client(addr, node.token) as c:
+            assert (await c.whoami())["role"] == "operator"
+            # Procs: spawned, waited for and read, several at once.
+            pids = await asyncio.gather(
+                *(c.spawn("sh", "-c", f"echo aio {i}", pid=f"aio-{node.way}-{i}") for i in range(3))
+            )
+            done = await asyncio.gather(*(c.wait(p) for p in pids))
+            assert [s.exit_status for s in done] == [0, 0, 0]
+            assert all(s.state is tabos.ProcState.EXITED for s in done)
+            assert await c.logs(pids[1]) == b"aio 1\n"
+            pieces = [p async for p in c.follow_logs(pids[2])]
+            assert b"".join(pieces) == b"aio 2\n"
+            assert any(r["pid"] == pids[0] for r in await c.ps(state="exited"))
+            # Messages: a stream that wakes as they arrive.
+            box = f"aio-box-{node.way}"
+            await c.create_mailbox(box)
+            await c.send(box, b"three")
+            assert [m.payload for m in await c.recv(box, max=5, timeout=5)] == [b"three"]
+            got: list = []
+
+            async def take() -> None:
+                # Closed when left: an open stream would take what comes next.
+                stream = c.messages(box)
+                try:
+                    async for m in stream:
+                        got.append(m.payload)
+                        if len(got) == 2:
+                            return
+                finally:
+                    await stream.aclose()
+
+            taker = asyncio.create_task(take())
+            assert await c.send(box, b"one") > 0
+            await c.send(box, "two")
+            await asyncio.wait_for(taker, 30)
+            assert got == [b"one", b"two"]
+            await c.remove_mailbox(box)
+            # SQL and a stored procedure.
+            rows = await c.sql("SELECT pid FROM ps WHERE pid = $1", pids[0])
+            assert rows == [{"pid": pids[0]}]
+            name = f"aio_hello_{node.way}"
+            with tabos.Client(addr, node.token) as sync:
+                sync.procedures.install(name, b"function main(a) { return 'hi ' + a; }")
+            assert (await c.call(name, "there")).result == b"hi there"
+            # Refusals are the same typed errors.
+            with pytest.raises(tabos.NotFound):
+                await c.wait("aio-nope")
+            with pytest.raises(tabos.InvalidArgument):
+                await c.spawn("true", kind="cobol")
+            with pytest.raises(tabos.NotFound):
+                await c.workflow("aio-no-workflow")
+
+    asyncio.run(main())
