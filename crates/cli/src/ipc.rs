@@ -108,6 +108,7 @@ fn print_message(m: &proto::Message) -> anyhow::Result<()> {
             "sender": m.sender,
             "message_id": m.message_id,
             "sent_us": m.sent_us,
+            "sent": crate::output::rfc3339(m.sent_us),
             "bytes": m.payload.len(),
             "payload": String::from_utf8_lossy(&m.payload),
         });

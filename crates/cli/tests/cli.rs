@@ -3137,6 +3137,22 @@ fn the_cli_reads_like_kubectl() {
     assert!(!stdout(&node.tabos(&["ps"])).contains("cpu_cores"));
     let o = node.tabos(&["nodes", "-o", "wide"]);
     assert!(stdout(&o).contains("used_mib"), "{}", stdout(&o));
+    // Times in text are RFC 3339, not numbers: token list's created.
+    let o = node.tabos(&["token", "list"]);
+    let rfc3339 = |w: &str| {
+        let b = w.as_bytes();
+        b.len() == 20 && b[4] == b'-' && b[10] == b'T' && b[19] == b'Z'
+    };
+    assert!(
+        stdout(&o)
+            .lines()
+            .nth(2)
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(rfc3339),
+        "{}",
+        stdout(&o)
+    );
     // -o yaml is the JSON's documents, as YAML (read back by PyYAML).
     let sql = "SELECT 'a: b' AS \"weird key\", '42' AS n, 'yes' AS y, NULL AS z, 3 AS i, \
                'two' || char(10) || 'lines \"q\"' AS t";
