@@ -23,6 +23,10 @@ pub struct RestoreArgs {
     /// The data directory to make (new or empty); then `tabos up --data DIR`
     #[arg(long)]
     data: std::path::PathBuf,
+    /// For a backup of a node on PostgreSQL: the empty database to restore
+    /// it into (postgres://...; pg_restore must be installed)
+    #[arg(long, value_name = "URL")]
+    db: Option<String>,
 }
 
 /// `p` from the working directory, without `.` components.
@@ -86,16 +90,27 @@ pub fn backup(args: BackupArgs) -> anyhow::Result<()> {
             "writes to files in the block store waited {} ms",
             b.frozen_us / 1_000
         );
-        outln!(
-            "restore: tabos restore {} --data DIR, then tabos up --data DIR",
-            b.dest
-        );
+        if b.files
+            .iter()
+            .any(|f| f.name == tabos_kernel::backup::DUMP_FILE)
+        {
+            outln!(
+                "restore: tabos restore {} --data DIR --db URL (an empty database), then tabos \
+                 up --data DIR --db URL",
+                b.dest
+            );
+        } else {
+            outln!(
+                "restore: tabos restore {} --data DIR, then tabos up --data DIR",
+                b.dest
+            );
+        }
         Ok(())
     })
 }
 
 pub fn restore(args: RestoreArgs) -> anyhow::Result<()> {
-    let b = tabos_kernel::backup::restore(&args.src, &args.data)
+    let b = tabos_kernel::backup::restore(&args.src, &args.data, args.db.as_deref())
         .with_context(|| format!("cannot restore {}", args.src.display()))?;
     if crate::output::json() {
         let v = serde_json::json!({
@@ -115,6 +130,13 @@ pub fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         b.partitions,
         b.files.len()
     );
-    outln!("start it: tabos up --data {}", b.dir.display());
+    match &args.db {
+        Some(url) => outln!(
+            "start it: tabos up --data {} --db {url} --blocks {}/blocks.dev (if it had a block store)",
+            b.dir.display(),
+            b.dir.display()
+        ),
+        None => outln!("start it: tabos up --data {}", b.dir.display()),
+    }
     Ok(())
 }

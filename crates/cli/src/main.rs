@@ -195,7 +195,7 @@ enum Command {
     Node(nodes::NodeArgs),
     /// Elastic realms' managers: tabos cluster settings [NAME=VALUE...], tabos cluster decisions
     Cluster(cluster::ClusterArgs),
-    /// Back the node up while it serves (operator, embedded nodes): tabos backup DEST
+    /// Back the node up while it serves (operator; on PostgreSQL with pg_dump): tabos backup DEST
     Backup(backup::BackupArgs),
     /// Make a data directory from a backup: tabos restore SRC --data DIR
     Restore(backup::RestoreArgs),

@@ -6219,3 +6219,151 @@ fn a_backup_during_a_write_storm_restores_one_point_and_kill_9_harms_nothing() {
     );
     assert!(!bad.exists());
 }
+
+/// A node on PostgreSQL backs up too (issue 42, item 3): `tabos backup`
+/// runs pg_dump of the cluster's database while the node's writes to
+/// segments are frozen, and copies its block store in the same freeze;
+/// `tabos restore --db` puts the dump into an empty database and makes the
+/// data directory with the block store, and a node on them serves what the
+/// source held at the backup — files in segments and in tables, names,
+/// realms and their credentials. A database that is not empty is refused
+/// and left as it was; a backup through one node of a cluster where
+/// another live node keeps a block store is refused.
+#[test]
+fn a_node_on_postgres_backs_up_with_pg_dump_and_its_block_store() {
+    let Some(url) = tabos_store::testing::pg_database() else {
+        return;
+    };
+    let target = tabos_store::testing::pg_database().expect("a second database");
+    let dir = TempDir::new("pg-backup");
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let up = |db: &str, blocks: &str, id: &str| -> Vec<String> {
+        [
+            "--db",
+            db,
+            "--node-id",
+            id,
+            "--blocks",
+            blocks,
+            "--blocks-mib",
+            "64",
+            "--segment-threshold",
+            "65536",
+            "--pg-listen",
+            "none",
+            "--http-listen",
+            "none",
+            "--no-context",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let args = up(&url, &path("src-blocks.dev"), "pgsrc");
+    let node = Node::start(&strs(&args));
+    let big: Vec<u8> = (0..1u32 << 20).map(|i| (i % 253) as u8).collect();
+    std::fs::write(path("big"), &big).unwrap();
+    for args in [
+        vec!["fs", "put", &path("big"), "/big"],
+        vec!["put", "-p", "/cfg/db", "primary=a"],
+        vec!["realm", "create", "acme"],
+    ] {
+        let o = node.tabos(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let acme = node.tabos(&["token", "create", "--realm", "acme", "--role", "admin"]);
+    assert!(acme.status.success(), "{}", stderr(&acme));
+    let acme = last_line(&acme);
+    // Another live node with a block store of its own: refused, said why.
+    let b_args = up(&url, &path("b-blocks.dev"), "pgb");
+    let b = Node::start(&strs(&b_args));
+    // (Once b has joined: `tabos up` says it serves before it registers.)
+    let mut joined = false;
+    for _ in 0..200 {
+        let o = node.tabos(&["nodes", "--json"]);
+        let listed: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+        if listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["node_id"] == "pgb" && n["state"] == "up")
+        {
+            joined = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(joined, "node pgb never joined");
+    let o = node.tabos(&["backup", &path("refused")]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("pgb") && stderr(&o).contains("block store"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!dir.path().join("refused").exists());
+    assert!(b.stop().success());
+    // The backup.
+    let dest = path("backup");
+    let o = node.tabos(&["backup", &dest]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("--db URL"), "{}", stdout(&o));
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("backup/tabos-backup.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest["backend"], "postgres", "{manifest}");
+    // After the point: changes the backup does not hold.
+    for args in [
+        vec!["put", "/cfg/db", "primary=b"],
+        vec!["fs", "rm", "/big"],
+    ] {
+        let o = node.tabos(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    // Into a database that is not empty (the source's): refused, and the
+    // source is as it was.
+    let o = node.tabos(&["restore", &dest, "--data", &path("r0"), "--db", &url]);
+    assert!(!o.status.success(), "{}", stdout(&o));
+    assert!(!dir.path().join("r0").exists());
+    assert_eq!(stdout(&node.tabos(&["cat", "/cfg/db"])), "primary=b");
+    // Without --db, a PostgreSQL backup is refused; so is an embedded one
+    // with it.
+    let o = node.tabos(&["restore", &dest, "--data", &path("r0")]);
+    assert!(stderr(&o).contains("--db"), "{}", stderr(&o));
+    assert!(node.stop().success());
+    // Restored: a node on the new database and data directory serves the
+    // point.
+    let o = Command::new(TABOS)
+        .args(["restore", &dest, "--data", &path("r1"), "--db", &target])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let args = up(&target, &path("r1/blocks.dev"), "pgsrc");
+    let mut args = strs(&args);
+    let data = path("r1");
+    args.extend(["--data", data.as_str()]);
+    let restored = Node::start(&args);
+    assert_eq!(stdout(&restored.tabos(&["cat", "/cfg/db"])), "primary=a");
+    let o = restored.tabos(&["fs", "cat", "/big"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        o.stdout == big,
+        "the file in segments: {} bytes",
+        o.stdout.len()
+    );
+    // The realm's credential, kept in the database, still works, and its
+    // realm-scoped SQL is made again.
+    let o = restored
+        .command()
+        .env("TABOS_TOKEN", &acme)
+        .args(["sql", "SELECT count(*) AS n FROM proc"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(restored.stop().success());
+}
+
+/// Borrowed strings of owned ones (a command line built from paths).
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}

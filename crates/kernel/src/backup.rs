@@ -31,8 +31,17 @@
 //! reclaimed, and a new operator credential is minted (a backup holds the
 //! database's credentials, hashed, but not the node's credential file).
 //!
-//! PostgreSQL: the database is backed up with its own tools (the README's
-//! operations section); [`take`] refuses it.
+//! PostgreSQL: the database is copied by `pg_dump` (its custom format, one
+//! consistent snapshot) into `DEST/database.dump`, run while this node's
+//! writes to segments are frozen, so its block store — copied in the same
+//! freeze — holds every segment a dumped row names (reclaims wait too).
+//! That holds for the one block store frozen: a backup through one node of
+//! a cluster where other live nodes keep block stores is refused (their
+//! writes would not wait), and a cluster on PostgreSQL runs without block
+//! stores by default. Tenants' per-realm schemas and roles are not dumped:
+//! a node makes them again when a realm first reads. [`restore`] with a
+//! database URL runs `pg_restore` into that (empty) database, in one
+//! transaction, and makes the data directory with the block store.
 
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -50,6 +59,8 @@ pub const MANIFEST: &str = "tabos-backup.json";
 /// The block store's file name in a backup (and in a restored data
 /// directory, where `tabos up` looks for it by default).
 pub const BLOCKS_FILE: &str = "blocks.dev";
+/// The database's file name in a backup of a node on PostgreSQL.
+pub const DUMP_FILE: &str = "database.dump";
 /// The manifest's format; a restore refuses any other.
 pub const FORMAT: u32 = 1;
 /// Digests and copies go by pieces of this size; an all-zero piece is a
@@ -83,6 +94,150 @@ pub struct Backup {
     pub block_store: Option<(String, u64)>,
     /// How long the fs's writes to segments waited, in microseconds.
     pub frozen_us: i64,
+    /// The database it holds: SQLite partitions, or a PostgreSQL dump.
+    pub backend: BackendKind,
+}
+
+/// A PostgreSQL client tool (`pg_dump`, `pg_restore`): in `$TABOS_PG_BIN`,
+/// else `pg_config --bindir`, else the newest `/usr/lib/postgresql/*/bin`
+/// (a dump needs a pg_dump at least as new as the server), else `PATH`.
+pub fn pg_tool(name: &str) -> Result<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("TABOS_PG_BIN") {
+        dirs.push(d.into());
+    }
+    if let Ok(out) = std::process::Command::new("pg_config")
+        .arg("--bindir")
+        .output()
+    {
+        if out.status.success() {
+            dirs.push(String::from_utf8_lossy(&out.stdout).trim().into());
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir("/usr/lib/postgresql") {
+        let mut versions: Vec<(u32, PathBuf)> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| Some((e.file_name().to_str()?.parse().ok()?, e.path().join("bin"))))
+            .collect();
+        versions.sort();
+        dirs.extend(versions.into_iter().rev().map(|(_, d)| d));
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        dirs.extend(std::env::split_paths(&path));
+    }
+    dirs.into_iter()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            Error::Precondition(format!(
+                "{name} is not installed on the node's machine (PostgreSQL's client tools: \
+                 apt-get install postgresql-client, or set TABOS_PG_BIN)"
+            ))
+        })
+}
+
+/// A connection URL without its password, and the password: what a
+/// client tool is given on its command line (which every local user can
+/// read in /proc) and in its environment (`PGPASSWORD`, which they
+/// cannot).
+fn split_password(url: &str) -> (String, Option<String>) {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return (url.to_string(), None);
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let Some(at) = rest[..end].rfind('@') else {
+        return (url.to_string(), None);
+    };
+    match rest[..at].split_once(':') {
+        Some((user, password)) => (
+            format!("{scheme}://{user}@{}", &rest[at + 1..]),
+            Some(password.to_string()),
+        ),
+        None => (url.to_string(), None),
+    }
+}
+
+/// Runs a PostgreSQL client tool on database `url`; its stderr is the
+/// error's message.
+fn run_pg_tool(name: &str, url: &str, args: &[std::ffi::OsString]) -> Result<()> {
+    let tool = pg_tool(name)?;
+    let (url, password) = split_password(url);
+    let mut cmd = std::process::Command::new(&tool);
+    if let Some(p) = password {
+        // Percent-encoded in a URL; the environment takes it plain.
+        cmd.env("PGPASSWORD", percent_decode(&p));
+    }
+    let out = cmd
+        .args(args)
+        .arg(format!("--dbname={url}"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(io("run", &tool))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(Error::Precondition(format!(
+            "{name} failed ({}): {}",
+            out.status,
+            err.trim().chars().take(2_000).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Refuses a backup through this node of a cluster where another live
+/// node keeps a block store: its writes to segments would not wait for
+/// this node's freeze.
+async fn only_block_store(files: &Files) -> Result<()> {
+    let own = files
+        .device()
+        .map(|d| format!("{:016x}", d.id()))
+        .unwrap_or_default();
+    let store = files.store().clone();
+    let others = blocking(move || {
+        let rows = store.query(
+            "SELECT node_id FROM node WHERE state = 'up' AND block_store <> '' \
+             AND block_store <> $1 ORDER BY node_id",
+            &[own.as_str().into()],
+        )?;
+        rows.rows
+            .iter()
+            .map(|r| Ok(r.get::<String>(0)?))
+            .collect::<Result<Vec<String>>>()
+    })
+    .await?;
+    if others.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Precondition(format!(
+        "nodes {} keep files in block stores of their own, whose writes a backup through this \
+         node cannot hold: back up a cluster on PostgreSQL whose nodes run without block stores \
+         (the default with --db), or stop the others first",
+        others.join(", ")
+    )))
 }
 
 /// Only one backup at a time runs on a node.
@@ -118,15 +273,21 @@ impl Drop for Scratch {
 /// Takes a backup of the node whose fs is `files` into the new directory
 /// `dest` (absolute; its parent must exist) while it serves (see the
 /// module's docs). The caller has checked that it may ([`crate::cluster::backup`]).
-pub async fn take(files: &Files, dest: &Path) -> Result<Backup> {
+///
+/// `db_url` is the node's PostgreSQL URL when its database is one (what
+/// `pg_dump` connects to).
+pub async fn take(files: &Files, dest: &Path, db_url: Option<&str>) -> Result<Backup> {
     let store = files.store().clone();
-    if store.kind() != BackendKind::Sqlite {
-        return Err(Error::Invalid(
-            "this node's database is PostgreSQL: back it up with pg_basebackup or pg_dump \
-             (README, Operations)"
-                .into(),
-        ));
-    }
+    let backend = store.kind();
+    let pg_url = match (backend, db_url) {
+        (BackendKind::Sqlite, _) => None,
+        (_, Some(url)) => Some(url.to_string()),
+        (_, None) => {
+            return Err(Error::Precondition(
+                "this node's database is PostgreSQL and the node was not told its URL".into(),
+            ))
+        }
+    };
     if !dest.is_absolute() {
         return Err(Error::Invalid(format!(
             "a backup's destination is an absolute path on the node's machine, not {}",
@@ -142,6 +303,10 @@ pub async fn take(files: &Files, dest: &Path) -> Result<Backup> {
             "{} is not in a directory on the node's machine (its parent does not exist)",
             dest.display()
         )));
+    }
+    if pg_url.is_some() {
+        only_block_store(files).await?;
+        pg_tool("pg_dump")?;
     }
     let partial = partial_of(dest)?;
     let running = store.local::<Running>();
@@ -167,8 +332,32 @@ pub async fn take(files: &Files, dest: &Path) -> Result<Backup> {
     let frozen = files.freeze().await;
     let (device, dir) = (files.device().cloned(), partial.clone());
     let store2 = store.clone();
+    let pg = pg_url.clone();
     let (snapshot, blocks) = blocking(move || {
-        let snapshot = store2.snapshot()?;
+        let snapshot = match &pg {
+            // The database as one snapshot, while no segment is written
+            // or reclaimed: every extent a dumped row names is in the copy.
+            Some(url) => {
+                let file = dir.join(DUMP_FILE);
+                let mut args: Vec<std::ffi::OsString> = [
+                    "--format=custom",
+                    "--no-owner",
+                    "--no-privileges",
+                    // Tenants' views: made again by the node that serves them.
+                    "--exclude-schema=tabos_r_*",
+                    "--exclude-table=tenant_schema",
+                ]
+                .iter()
+                .map(Into::into)
+                .collect();
+                let mut file_arg = std::ffi::OsString::from("--file=");
+                file_arg.push(&file);
+                args.push(file_arg);
+                run_pg_tool("pg_dump", url, &args)?;
+                None
+            }
+            None => Some(store2.snapshot()?),
+        };
         let blocks = match &device {
             Some(dev) => Some((
                 format!("{:016x}", dev.id()),
@@ -185,16 +374,23 @@ pub async fn take(files: &Files, dest: &Path) -> Result<Backup> {
     let frozen_us = frozen_at.elapsed().as_micros() as i64;
     // The partitions, from the snapshot, while the node serves.
     let dir = partial.clone();
-    let taken_us = snapshot.at_us();
-    let partitions = snapshot.partitions();
+    let (taken_us, partitions) = match &snapshot {
+        Some(s) => (s.at_us(), s.partitions()),
+        // The dump's point lies within the freeze.
+        None => (tabos_store::now_us() - frozen_us / 2, store.partitions()),
+    };
     let listed = blocking(move || {
-        let copies = snapshot.write_to(&dir)?;
-        drop(snapshot);
-        let mut names: Vec<String> = copies
-            .iter()
-            .filter_map(|c| c.path.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .collect();
+        let mut names: Vec<String> = match snapshot {
+            Some(snapshot) => {
+                let copies = snapshot.write_to(&dir)?;
+                copies
+                    .iter()
+                    .filter_map(|c| c.path.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect()
+            }
+            None => vec![DUMP_FILE.to_string()],
+        };
         if dir.join(BLOCKS_FILE).exists() {
             names.push(BLOCKS_FILE.to_string());
         }
@@ -218,6 +414,7 @@ pub async fn take(files: &Files, dest: &Path) -> Result<Backup> {
         files: listed,
         block_store: blocks,
         frozen_us,
+        backend,
     };
     let (dir, dest2, manifest) = (partial.clone(), dest.to_path_buf(), manifest_json(&backup));
     blocking(move || {
@@ -260,12 +457,20 @@ fn manifest_json(b: &Backup) -> String {
         "tabos": env!("CARGO_PKG_VERSION"),
         "taken_us": b.taken_us,
         "partitions": b.partitions,
+        "backend": backend_name(b.backend),
         "files": files,
     });
     if let Some((id, segments)) = &b.block_store {
         m["block_store"] = serde_json::json!({"id": id, "segments": segments});
     }
     serde_json::to_string_pretty(&m).unwrap_or_default()
+}
+
+fn backend_name(b: BackendKind) -> &'static str {
+    match b {
+        BackendKind::Sqlite => "sqlite",
+        BackendKind::Postgres => "postgres",
+    }
 }
 
 /// Reads and checks a backup's manifest.
@@ -289,6 +494,12 @@ pub fn read_manifest(src: &Path) -> Result<Backup> {
         .map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))?;
     let bad = |what: &str| Error::Invalid(format!("{}: {what}", path.display()));
     let format = m["format"].as_u64().ok_or_else(|| bad("no format"))?;
+    // (A manifest from before PostgreSQL backups names no backend.)
+    let backend = match m["backend"].as_str().unwrap_or("sqlite") {
+        "sqlite" => BackendKind::Sqlite,
+        "postgres" => BackendKind::Postgres,
+        other => return Err(bad(&format!("backend {other:?}"))),
+    };
     if format != u64::from(FORMAT) {
         return Err(bad(&format!(
             "format {format}; this tabos reads format {FORMAT}"
@@ -307,7 +518,11 @@ pub fn read_manifest(src: &Path) -> Result<Backup> {
                 && !name.contains('/')
                 && name != "."
                 && name != ".."
-                && (name == BLOCKS_FILE || (name.starts_with('p') && name.ends_with(".db")));
+                && (name == BLOCKS_FILE
+                    || match backend {
+                        BackendKind::Sqlite => name.starts_with('p') && name.ends_with(".db"),
+                        BackendKind::Postgres => name == DUMP_FILE,
+                    });
             if !plain {
                 return Err(bad(&format!("a file named {name:?}")));
             }
@@ -327,7 +542,11 @@ pub fn read_manifest(src: &Path) -> Result<Backup> {
         .as_u64()
         .ok_or_else(|| bad("no partitions"))? as u32;
     let dbs = files.iter().filter(|f| f.name != BLOCKS_FILE).count();
-    if partitions == 0 || dbs != partitions as usize {
+    let expected = match backend {
+        BackendKind::Sqlite => partitions as usize,
+        BackendKind::Postgres => 1,
+    };
+    if partitions == 0 || dbs != expected {
         return Err(bad(&format!(
             "{partitions} partitions but {dbs} partition files"
         )));
@@ -352,6 +571,7 @@ pub fn read_manifest(src: &Path) -> Result<Backup> {
         files,
         block_store,
         frozen_us: 0,
+        backend,
     })
 }
 
@@ -361,8 +581,31 @@ pub fn read_manifest(src: &Path) -> Result<Backup> {
 /// node started on `data` (`tabos up --data DATA`) serves what the source
 /// held at the backup's point. Writes `DATA.partial` first, so a restore
 /// that fails leaves no `data` behind.
-pub fn restore(src: &Path, data: &Path) -> Result<Backup> {
+///
+/// A backup of a node on PostgreSQL is restored into `db_url`, an empty
+/// database (`pg_restore` in one transaction: a database that is not empty
+/// is refused and left as it was); the data directory gets its block
+/// store. A backup of an embedded node takes no URL.
+pub fn restore(src: &Path, data: &Path, db_url: Option<&str>) -> Result<Backup> {
     let backup = read_manifest(src)?;
+    match (backup.backend, db_url) {
+        (BackendKind::Sqlite, Some(_)) => {
+            return Err(Error::Invalid(
+                "this backup is of an embedded node (SQLite): restore it without --db".into(),
+            ))
+        }
+        (BackendKind::Sqlite, None) => {}
+        (_, None) => {
+            return Err(Error::Invalid(
+                "this backup is of a node on PostgreSQL: give --db URL, an empty database to \
+                 restore it into"
+                    .into(),
+            ))
+        }
+        (_, Some(_)) => {
+            pg_tool("pg_restore")?;
+        }
+    }
     match std::fs::read_dir(data) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -388,7 +631,12 @@ pub fn restore(src: &Path, data: &Path) -> Result<Backup> {
     // restore, and what it wrote goes with `scratch`.
     for f in &backup.files {
         let path = src.join(&f.name);
-        let (bytes, sha256) = copy_sparse(&path, &partial.join(&f.name))?;
+        // The dump goes to the database, not into the data directory.
+        let (bytes, sha256) = if f.name == DUMP_FILE {
+            digest(&path)?
+        } else {
+            copy_sparse(&path, &partial.join(&f.name))?
+        };
         if bytes != f.bytes || sha256 != f.sha256 {
             return Err(Error::Invalid(format!(
                 "{} does not match the backup's manifest (damaged or changed since): \
@@ -398,6 +646,20 @@ pub fn restore(src: &Path, data: &Path) -> Result<Backup> {
                 f.sha256
             )));
         }
+    }
+    if let Some(url) = db_url {
+        let dump = src.join(DUMP_FILE);
+        let mut args: Vec<std::ffi::OsString> = [
+            "--exit-on-error",
+            "--single-transaction",
+            "--no-owner",
+            "--no-privileges",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        args.push(dump.into_os_string());
+        run_pg_tool("pg_restore", url, &args)?;
     }
     sync_dir(&partial)?;
     // An empty directory given as DATA is replaced.
@@ -499,4 +761,29 @@ fn copy_sparse(from: &Path, to: &Path) -> Result<(u64, String)> {
     out.set_len(len).map_err(io("size", to))?;
     out.sync_all().map_err(io("sync", to))?;
     Ok((len, sum))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_leaves_the_url_for_the_environment() {
+        assert_eq!(
+            split_password("postgres://u:p%40ss@h:5432/db?sslmode=require"),
+            (
+                "postgres://u@h:5432/db?sslmode=require".into(),
+                Some("p%40ss".into())
+            )
+        );
+        assert_eq!(percent_decode("p%40ss"), "p@ss");
+        assert_eq!(
+            split_password("postgres://postgres@127.0.0.1:5/t"),
+            ("postgres://postgres@127.0.0.1:5/t".into(), None)
+        );
+        assert_eq!(
+            split_password("postgres://h/db"),
+            ("postgres://h/db".into(), None)
+        );
+    }
 }

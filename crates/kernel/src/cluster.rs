@@ -54,9 +54,10 @@ pub async fn backup(
     files: &Files,
     who: &Caller,
     dest: &std::path::Path,
+    db_url: Option<&str>,
 ) -> Result<crate::backup::Backup> {
     who.may(Role::Operator, USE)?;
-    crate::backup::take(files, dest).await
+    crate::backup::take(files, dest, db_url).await
 }
 
 /// Drains node `node_id` (`on`) or puts it back ([`procs::drain_node`]):

@@ -237,6 +237,9 @@ impl NodeSettings {
 #[derive(Debug, Clone)]
 pub struct Node {
     pub store: Store,
+    /// Where its kernel database is (a backup of a node on PostgreSQL
+    /// dumps it from there).
+    pub db: tabos_store::Location,
     /// Its procd's worker id in every realm ([`WorkerId::of_node`]).
     worker: WorkerId,
     pub started_us: i64,
@@ -354,6 +357,7 @@ impl Node {
             })?;
         let metrics = std::sync::Arc::new(metrics::Metrics::new());
         Ok(Node {
+            db: config.location.clone(),
             worker,
             procedures: tabos_kernel::procedures::Procedures::new(store.clone(), sandbox.clone()),
             sandbox,

@@ -104,7 +104,11 @@ pub mod ops {
     });
 
     op!(Backup(BackupRequest) -> BackupResponse, |node, who, r| {
-        let b = cluster::backup(&node.files, &who, std::path::Path::new(&r.dest)).await?;
+        let db_url = match &node.db {
+            tabos_store::Location::Postgres(url) => Some(url.as_str()),
+            tabos_store::Location::Sqlite(_) => None,
+        };
+        let b = cluster::backup(&node.files, &who, std::path::Path::new(&r.dest), db_url).await?;
         let (block_store, segments) = b.block_store.unwrap_or_default();
         Ok(proto::BackupResponse {
             dest: b.dir.display().to_string(),

@@ -402,7 +402,8 @@ class Client:
 
     def backup(self, dest: str) -> dict:
         """Backs the node up into ``dest``, a new directory on its machine
-        (operator; embedded nodes): every partition at one point, the block
+        (operator; a node on PostgreSQL: pg_dump of its database, run on its
+        machine): every partition at one point, the block
         store and a manifest. Restore with ``tabos restore DEST --data DIR``."""
         b = self._call(self._node.Backup, pb.BackupRequest(dest=dest))
         return {
