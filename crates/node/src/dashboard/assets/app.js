@@ -362,13 +362,18 @@ views.overview = async (page) => {
     // Every plot spans the samples' time, the failures' minutes too.
     const span = state.samples.length
       ? [state.samples[0].at_us, state.samples[state.samples.length - 1].at_us] : null;
-    const plot = (id, title, fig, unit, label) =>
-      h('div', { class: 'card', id: `plot-${id}` }, h('h2', {}, title), linePlot(series(fig), unit, label, span));
+    // `none`: what an empty plot means once samples have come (e.g. no
+    // node has a block store), rather than "collecting samples".
+    const plot = (id, title, fig, unit, label, none) =>
+      h('div', { class: 'card', id: `plot-${id}` }, h('h2', {}, title),
+        none && span && series(fig).length === 0 ? h('p', { class: 'muted none' }, none)
+          : linePlot(series(fig), unit, label, span));
     fill(plots,
       plot('failures', 'Failures per minute (procs failed or exited ≠ 0), by realm', 'failures', 'failures', 'failures / min'),
       op ? plot('cpu', 'Node CPU (busy cores, measured)', 'cpu', 'cores', 'busy cores') : null,
       op ? plot('node-memory', 'Node memory in use (node and its procs)', 'nodeMem', 'bytes', 'memory') : null,
-      op ? plot('node-disk', 'Node block store in use', 'nodeDisk', 'bytes', 'block store') : null,
+      op ? plot('node-disk', 'Node block store in use', 'nodeDisk', 'bytes', 'block store',
+        'No node keeps a block store: every file\'s data is in the database\'s tables.') : null,
       plot('realm-cores', 'Realm cores held by running procs', 'realmCores', 'cores', 'cores'),
       plot('realm-procs', 'Realm live procs (running and waiting)', 'realmProcs', 'procs', 'procs'),
       plot('realm-memory', 'Realm memory used by running procs (measured)', 'realmMem', 'bytes', 'memory'),
