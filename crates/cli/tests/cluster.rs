@@ -643,7 +643,7 @@ import sys, tabos
 from tabos.workflows import Executor
 addr, token, out, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 c = tabos.Client(addr, token)
-ex = Executor(c, app_version="v1")
+ex = Executor(c, app_version="v1", serializer="raw")
 @ex.workflow("ha")
 def ha(ctx, _input):
     for i in range(steps):
