@@ -38,6 +38,7 @@ each is idempotent, so that is safe.
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 import pickle
@@ -72,20 +73,27 @@ _TRANSIENT = {
 }
 
 
-#: How an executor keeps what its workflows take and give.
-SERIALIZERS = ("json", "pickle", "raw")
+class Serializer(str, enum.Enum):
+    """How an executor keeps what its workflows take and give (a ``str``
+    too: ``serializer="json"`` names it)."""
+
+    JSON = "json"
+    PICKLE = "pickle"
+    RAW = "raw"
 
 
 class _Codec:
     """Values to bytes and back, as an executor's ``serializer`` says."""
 
     def __init__(self, kind: str) -> None:
-        if kind not in SERIALIZERS:
-            raise errors.InvalidArgument(f"serializer must be one of {', '.join(SERIALIZERS)}, not {kind!r}")
-        self.kind = kind
+        try:
+            self.kind = Serializer(kind)
+        except ValueError:
+            words = ", ".join(s.value for s in Serializer)
+            raise errors.InvalidArgument(f"serializer must be one of {words}, not {kind!r}") from None
 
     def dumps(self, value: Any) -> bytes:
-        if self.kind == "raw":
+        if self.kind is Serializer.RAW:
             if value is None:
                 return b""
             if not isinstance(value, (bytes, bytearray, str)):
@@ -94,7 +102,7 @@ class _Codec:
                     "(serializer='json' or 'pickle' keeps other values)"
                 )
             return value.encode() if isinstance(value, str) else bytes(value)
-        if self.kind == "pickle":
+        if self.kind is Serializer.PICKLE:
             return pickle.dumps(value)
         try:
             return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
@@ -105,11 +113,11 @@ class _Codec:
             ) from None
 
     def loads(self, data: Optional[bytes]) -> Any:
-        if self.kind == "raw":
+        if self.kind is Serializer.RAW:
             return data
         if not data:
             return None
-        if self.kind == "pickle":
+        if self.kind is Serializer.PICKLE:
             return pickle.loads(data)
         return json.loads(data)
 
@@ -508,14 +516,15 @@ class WorkflowHandle:
         seconds: :class:`WorkflowFailed` if it ended in error,
         :class:`WorkflowCancelled` if cancelled, ``DeadlineExceeded`` if it
         is still running."""
-        w = self._ex.result(self.workflow_id, timeout=timeout)
-        if w.status == "success":
-            return self._ex._codec.loads(w.output)
-        if w.status == "error":
+        w = self._ex._wait(self.workflow_id, timeout)
+        if w.status == pb.WORKFLOW_STATUS_SUCCESS:
+            return self._ex._codec.loads(w.output if w.has_output else b"")
+        if w.status == pb.WORKFLOW_STATUS_ERROR:
             raise WorkflowFailed(self.workflow_id, w.error)
-        if w.status == "cancelled":
+        if w.status == pb.WORKFLOW_STATUS_CANCELLED:
             raise WorkflowCancelled(f"workflow {self.workflow_id} was cancelled")
-        raise errors.DeadlineExceeded(f"workflow {self.workflow_id} is still {w.status} after {timeout} s")
+        status = _word(pb.WorkflowStatus, w.status)
+        raise errors.DeadlineExceeded(f"workflow {self.workflow_id} is still {status} after {timeout} s")
 
 
 class Executor:
@@ -721,19 +730,22 @@ class Executor:
         decodes it)."""
         if isinstance(workflow_id, WorkflowHandle):
             workflow_id = workflow_id.workflow_id
+        return Workflow._of(self._wait(workflow_id, timeout))
+
+    def _wait(self, workflow_id: str, timeout: float) -> Any:
+        """The workflow's row as the node sends it, once finished or after
+        ``timeout`` seconds (asked again past each of the node's waits)."""
         until = time.monotonic() + timeout
         while True:
             left = max(0.0, until - time.monotonic())
-            w = Workflow._of(
-                self._rpc(
-                    "Wait",
-                    pb.WaitWorkflowRequest(
-                        realm=self.realm, workflow_id=workflow_id, timeout_ms=int(min(left, WAIT_CHUNK) * 1000)
-                    ),
-                    wait=True,
-                )
+            w = self._rpc(
+                "Wait",
+                pb.WaitWorkflowRequest(
+                    realm=self.realm, workflow_id=workflow_id, timeout_ms=int(min(left, WAIT_CHUNK) * 1000)
+                ),
+                wait=True,
             )
-            if w.done or left <= WAIT_CHUNK:
+            if w.status in _FINAL or left <= WAIT_CHUNK:
                 return w
 
     def _claims(self, method: str, queue: str, wait: float) -> None:
