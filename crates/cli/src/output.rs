@@ -175,24 +175,19 @@ pub enum Format {
     Yaml,
 }
 
-/// The chosen [`Format`], as its index (set once, before any output).
-static FORMAT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// The chosen [`Format`] (set once, before any output).
+static FORMAT: std::sync::OnceLock<Format> = std::sync::OnceLock::new();
 /// YAML documents printed so far (the second and later are preceded by
 /// `---`, so that a stream is a valid YAML stream).
 static DOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Sets the output format (`--json` is `-o json`).
 pub fn set_format(f: Format) {
-    FORMAT.store(f as u8, std::sync::atomic::Ordering::Relaxed);
+    let _ = FORMAT.set(f);
 }
 
 fn format() -> Format {
-    match FORMAT.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => Format::Wide,
-        2 => Format::Json,
-        3 => Format::Yaml,
-        _ => Format::Text,
-    }
+    FORMAT.get().copied().unwrap_or(Format::Text)
 }
 
 /// Whether the output is documents (JSON or YAML) rather than text: the

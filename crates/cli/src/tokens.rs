@@ -99,12 +99,7 @@ pub fn parse_ttl(s: &str) -> anyhow::Result<u64> {
 /// A time as RFC 3339 to the second (UTC), as kubectl and etcdctl show
 /// times; `--json` has the µs and the full RFC 3339 too.
 fn time(us: i64) -> String {
-    let full = crate::output::rfc3339(us);
-    // 2026-11-30T04:11:56.627177Z → 2026-11-30T04:11:56Z
-    match full.split_once('.') {
-        Some((seconds, _)) => format!("{seconds}Z"),
-        None => full,
-    }
+    tabos_store::rfc3339(us, false)
 }
 
 fn row(t: &proto::TokenInfo) -> Vec<String> {
