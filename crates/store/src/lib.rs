@@ -73,17 +73,52 @@ pub const PARTITIONS_DEFAULT: u32 = PARTITIONS_MAX;
 /// pool (PostgreSQL); past it, submission fails with [`Error::Overloaded`].
 pub const QUEUE_PROCS_MAX: usize = 65_536;
 
+/// The procedures a [`grouped`] task started during one poll, held to be
+/// handed to their backends together.
+type Held = Arc<std::sync::Mutex<Vec<(Arc<dyn Backend>, Job)>>>;
+
 tokio::task_local! {
-    static GROUPED: ();
+    static GROUPED: Held;
 }
 
 /// Runs `f` — a task that starts several procedures at once and awaits
-/// them together (`join_all`) — with each [`Store::run`] in it queued for
-/// its partition's executor like a [`Store::submit`], so that they share a
-/// group commit. Without it the first would run alone on the caller's
-/// thread, commit, and only then let the next start: one commit each.
+/// them together (`join_all`) — so that they share a group commit: each
+/// [`Store::run`] in it is held, not run, and after each poll of `f`
+/// everything held is queued for its partition's executor at once
+/// ([`Backend::submit_all`]). Without it the first would run alone on the
+/// caller's thread, commit, and only then let the next start: one commit
+/// each. Queued one at a time instead, how many shared a commit would
+/// depend on whether the executor woke before the next arrived — on the
+/// machine's load, not on the caller.
 pub async fn grouped<F: std::future::Future>(f: F) -> F::Output {
-    GROUPED.scope((), f).await
+    let held = Held::default();
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(move |cx| {
+        let out = GROUPED.sync_scope(held.clone(), || f.as_mut().poll(cx));
+        release(&held);
+        out
+    })
+    .await
+}
+
+/// Hands every procedure in `held` to its backend, a backend's together.
+fn release(held: &Held) {
+    let jobs = std::mem::take(&mut *held.lock().unwrap_or_else(|p| p.into_inner()));
+    let mut jobs = jobs.into_iter().peekable();
+    while let Some((backend, job)) = jobs.next() {
+        let mut together = vec![job];
+        while let Some((_, job)) = jobs.next_if(|(b, _)| Arc::ptr_eq(b, &backend)) {
+            together.push(job);
+        }
+        backend.submit_all(together);
+    }
+}
+
+/// Before a thread blocks on a procedure inside a [`grouped`] task (a
+/// [`Pending::wait`]), what the task holds is handed on: the procedure
+/// waited for may be among it.
+pub(crate) fn release_held() {
+    let _ = GROUPED.try_with(release);
 }
 /// Most rows a single query may return into memory.
 pub const QUERY_ROWS_MAX: usize = 1_000_000;
@@ -704,6 +739,13 @@ pub trait Backend: Send + Sync {
     /// Queues a procedure; on a full queue the job is completed with
     /// [`Error::Overloaded`].
     fn submit(&self, job: Job);
+    /// Queues several procedures at once ([`grouped`]): a backend that
+    /// batches commits puts them in the same batch where it can.
+    fn submit_all(&self, jobs: Vec<Job>) {
+        for job in jobs {
+            self.submit(job);
+        }
+    }
     /// Like `submit`, but a backend may run the job on the calling thread,
     /// during this call, when nothing else is running on its partition
     /// (see [`Store::run`]).
@@ -955,16 +997,24 @@ impl Store {
     /// Tenant code (stored procedures with long deadlines) and anything
     /// that must return before its procedure runs use `submit`.
     ///
-    /// Inside [`grouped`] it is `submit`: there the caller has other
-    /// procedures to start beside this one, which should share its commit.
+    /// Inside [`grouped`] it is held and queued with the others the task
+    /// starts, which should share its commit.
     pub fn run<T, E, F>(&self, p_key: PKey, f: F) -> Pending<T, E>
     where
         T: Send + 'static,
         E: ProcedureError,
         F: FnMut(&mut dyn Tx) -> std::result::Result<T, E> + Send + 'static,
     {
-        if GROUPED.try_with(|_| ()).is_ok() {
-            return self.submit(p_key, f);
+        if let Ok(held) = GROUPED.try_with(Arc::clone) {
+            let (job, pending) = Job::of(p_key, self.share.clone(), self.locals.clone(), f);
+            match self.check_partition(p_key) {
+                Ok(()) => held
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((self.backend.clone(), job)),
+                Err(e) => job.finish_err(e),
+            }
+            return pending;
         }
         self.dispatch(p_key, f, |b, job| b.run(job))
     }

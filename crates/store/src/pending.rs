@@ -54,6 +54,7 @@ impl<T: 'static, E: ProcedureError> Pending<T, E> {
     /// briefly first, see [`SPIN_BEFORE_PARK`]). In async code `.await` the
     /// `Pending` instead, so as not to block a worker.
     pub fn wait(mut self) -> Result<T, E> {
+        crate::release_held();
         let until = std::time::Instant::now() + SPIN_BEFORE_PARK;
         loop {
             match self.rx.try_recv() {

@@ -341,6 +341,20 @@ impl Backend for SqliteBackend {
     fn submit(&self, job: Job) {
         self.write(job, false);
     }
+    fn submit_all(&self, jobs: Vec<Job>) {
+        let mut by_partition: Vec<Vec<Job>> = self.writers.iter().map(|_| Vec::new()).collect();
+        for job in jobs {
+            match by_partition.get_mut(job.p_key.0 as usize) {
+                Some(jobs) => jobs.push(job),
+                None => self.write(job, false), // refused as unknown
+            }
+        }
+        for (partition, jobs) in self.writers.iter().zip(by_partition) {
+            if !jobs.is_empty() {
+                partition.submit_all(jobs);
+            }
+        }
+    }
     fn begin_snapshot(&self) -> Result<Vec<Connection>> {
         (0..self.partitions)
             .map(|p| crate::backup::begin_read(&partition_path(&self.dir, p)))
@@ -1672,6 +1686,46 @@ impl Partition {
         let mut batch = vec![job];
         self.writer().run_batch(&mut batch);
         drop(lead);
+    }
+
+    /// Queues `jobs` together under one hold of the lane, so that the
+    /// leader takes them into one batch (whatever leads: handing the lead
+    /// to the executor thread first if no one does).
+    fn submit_all(&self, jobs: Vec<Job>) {
+        let (long, short): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| j.share.long);
+        for job in long {
+            self.tenants.submit(job, false);
+        }
+        if short.is_empty() {
+            return;
+        }
+        let mut lane = self.lane();
+        if lane.closed {
+            drop(lane);
+            for job in short {
+                job.finish_err(Error::Closed);
+            }
+            return;
+        }
+        let mut refused = Vec::new();
+        for job in short {
+            if let Err(full) = lane.queue.push(&job.share.clone(), job) {
+                refused.push(full);
+            }
+        }
+        let hand = !lane.leading && !lane.queue.is_empty();
+        if hand {
+            lane.leading = true;
+            lane.handed = true;
+        }
+        drop(lane);
+        if hand {
+            self.wake.notify_one();
+        }
+        for (job, why) in refused {
+            let e = overloaded(&job, why);
+            job.finish_err(e);
+        }
     }
 
     fn writer(&self) -> std::sync::MutexGuard<'_, Executor> {

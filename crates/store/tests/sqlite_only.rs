@@ -415,3 +415,63 @@ fn a_snapshot_reads_every_partition_at_one_point() {
         before = n;
     }
 }
+
+/// Procedures a `grouped` task starts in one poll share one group commit,
+/// whatever the machine's load: they are queued together, not one at a
+/// time racing the executor (an independent batch's writes took one
+/// commit each on a loaded CI machine when they were). A blocking wait on
+/// one of them inside the task hands them on first, so it cannot hang.
+#[test]
+fn a_grouped_tasks_procedures_share_one_commit() {
+    const WRITES: i64 = 100;
+    let dir = TempDir::new("grouped");
+    let store = Store::open(&Config::sqlite(dir.path()).with_partitions(1), SCHEMA).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let before = store.stats().commits;
+        let writes = (0..WRITES).map(|seq| {
+            store.run(PKey(0), move |tx| {
+                tx.execute("INSERT INTO log (p_key, seq) VALUES (0, $1)", params![seq])
+            })
+        });
+        let results = tabos_store::grouped(async {
+            let writes: Vec<_> = writes.collect();
+            let mut all = Vec::new();
+            for w in writes {
+                all.push(w.await);
+            }
+            all
+        })
+        .await;
+        assert!(
+            results.iter().all(Result::is_ok),
+            "{:?}",
+            results.iter().find(|r| r.is_err())
+        );
+        assert_eq!(
+            store.stats().commits - before,
+            1,
+            "one commit for {WRITES} writes"
+        );
+
+        let waited = tabos_store::grouped(async {
+            let other = store.run(PKey(0), |tx| {
+                tx.execute("INSERT INTO log (p_key, seq) VALUES (0, -1)", &[])
+            });
+            let blocking = store
+                .run(PKey(0), |tx| {
+                    tx.execute("INSERT INTO log (p_key, seq) VALUES (0, -2)", &[])
+                })
+                .wait();
+            (blocking, other.await)
+        })
+        .await;
+        assert!(waited.0.is_ok() && waited.1.is_ok(), "{waited:?}");
+    });
+    let n: i64 = store.query("SELECT count(*) FROM log", &[]).unwrap().rows[0]
+        .get(0)
+        .unwrap();
+    assert_eq!(n, WRITES + 2);
+}
