@@ -201,8 +201,11 @@ enum Command {
     Restore(backup::RestoreArgs),
     /// Start a throwaway embedded node, run a workload on it and query what it did
     Demo(demo::Args),
-    /// Spawn a proc: tabos spawn [--wait] -- PROGRAM ARGS...
+    /// Spawn a proc: tabos spawn [--wait] [--upload PATH] -- PROGRAM ARGS...
     Spawn(procs::SpawnArgs),
+    /// Run your code: upload DIR, spawn CMD in it, print its output, exit
+    /// with its status: tabos run DIR -- CMD ARGS...
+    Run(procs::RunArgs),
     /// List procs (a query of the ps view; -o wide adds what each uses)
     Ps(procs::PsArgs),
     /// What each node and the busiest running procs use now (CPU,
@@ -295,6 +298,8 @@ fn main() -> std::process::ExitCode {
         Command::Completions { .. } => Some("completions"),
         Command::Www(_) => Some("www"),
         Command::Mount(_) => Some("mount"),
+        // The proc's own output, as it writes it.
+        Command::Run(_) => Some("run"),
         _ => None,
     };
     if let (true, Some(name)) = (documents, no_json) {
@@ -307,6 +312,7 @@ fn main() -> std::process::ExitCode {
     let passes_status = match &cli.command {
         Command::Wait(_) => true,
         Command::Spawn(a) => a.waits(),
+        Command::Run(_) => true,
         _ => false,
     };
     let result = match cli.command {
@@ -336,6 +342,7 @@ fn main() -> std::process::ExitCode {
         Command::Restore(a) => backup::restore(a),
         Command::Demo(a) => demo::run(a),
         Command::Spawn(a) => procs::spawn(a),
+        Command::Run(a) => procs::run(a),
         Command::Ps(a) => procs::ps(a),
         Command::Top(a) => top::run(a),
         Command::Wait(a) => procs::wait(a),

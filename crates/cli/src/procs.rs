@@ -15,17 +15,19 @@ pub struct RealmArg {
     pub realm: String,
 }
 
+/// What a proc is given, the same for `spawn` and `run`.
 #[derive(clap::Args)]
-pub struct SpawnArgs {
+pub struct ProcOpts {
     /// Pid to give the proc (default: generated)
     #[arg(long)]
     pid: Option<String>,
     /// Parent pid
     #[arg(long)]
     parent: Option<String>,
-    /// native (a program on the node) or wasm (a WASI module's path on the
-    /// node, .wasm or .wat); JavaScript runs as stored procedures (`tabos
-    /// procedure install`), not as procs
+    /// native (a program on the node, of the realm's files as fs:/PATH, or
+    /// of its uploaded code as ./PATH) or wasm (a WASI module, .wasm or
+    /// .wat, found the same ways); JavaScript runs as stored procedures
+    /// (`tabos procedure install`), not as procs
     #[arg(long, default_value = "native", value_parser = |s: &str| proto::ProcKind::parse("kind", s))]
     kind: proto::ProcKind,
     /// LC (latency-critical: reserves its cores) or BE (best-effort: runs
@@ -65,6 +67,66 @@ pub struct SpawnArgs {
     /// instead [default: 10]
     #[arg(long, value_name = "N", requires = "restartable")]
     max_restarts: Option<i64>,
+}
+
+impl ProcOpts {
+    /// The descriptor of a proc running `command` in uploaded code `code`
+    /// (a content hash, or empty).
+    fn descriptor(
+        &self,
+        command: &[String],
+        code: String,
+    ) -> anyhow::Result<proto::ProcDescriptor> {
+        let mut env = std::collections::HashMap::new();
+        for e in &self.env {
+            let (k, v) = e
+                .split_once('=')
+                .with_context(|| format!("--env takes NAME=VALUE, not {e:?}"))?;
+            env.insert(k.to_string(), v.to_string());
+        }
+        let (program, rest) = command.split_first().context("no program given")?;
+        // With the program's own flags allowed after it, an unknown flag of
+        // spawn's would otherwise become the program.
+        if program.starts_with('-') {
+            anyhow::bail!(
+                "unknown option {program}: options go before the program, and the program \
+                 after -- (tabos spawn [OPTIONS] -- PROGRAM ARGS...)"
+            );
+        }
+        Ok(proto::ProcDescriptor {
+            pid: self.pid.clone().unwrap_or_default(),
+            parent: self.parent.clone().unwrap_or_default(),
+            kind: self.kind.into(),
+            class: self.class.into(),
+            program: program.clone(),
+            args: rest.to_vec(),
+            env,
+            cores: Some(self.cores),
+            mem_mb: self.mem_mb,
+            home_node: self.home_node.clone().unwrap_or_default(),
+            restartable: self.restartable,
+            max_restarts: self.max_restarts,
+            host_paths: self.host_paths.clone(),
+            scope: self.scope.clone(),
+            code,
+        })
+    }
+}
+
+#[derive(clap::Args)]
+pub struct SpawnArgs {
+    #[command(flatten)]
+    proc: ProcOpts,
+    /// Code to run it in: a file or directory of yours, put into the
+    /// realm's files under /code/<its content hash> (once: the same content
+    /// is not uploaded again) and shown to the proc, read-only, as its
+    /// working directory; name a file of it as ./PATH
+    #[arg(long, value_name = "PATH")]
+    upload: Option<std::path::PathBuf>,
+    /// Run it in code uploaded before, by its content hash (as `spawn
+    /// --upload` and `tabos fs ls /code` show it)
+    #[arg(long, value_name = "HASH", conflicts_with = "upload")]
+    code: Option<String>,
     /// Wait for the proc to exit and exit with its status (125 when tabos
     /// itself failed)
     #[arg(long)]
@@ -85,42 +147,31 @@ impl SpawnArgs {
     }
 }
 
+/// Uploads `local` as code (see `tabos_client::code`); its hash.
+async fn upload(
+    client: &mut tabos_client::Client,
+    realm: &str,
+    local: &std::path::Path,
+) -> anyhow::Result<String> {
+    let m = client
+        .upload_code(realm, local)
+        .await
+        .with_context(|| format!("cannot upload {}", local.display()))?;
+    Ok(m.hash)
+}
+
 pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
-    let mut env = std::collections::HashMap::new();
-    for e in &args.env {
-        let (k, v) = e
-            .split_once('=')
-            .with_context(|| format!("--env takes NAME=VALUE, not {e:?}"))?;
-        env.insert(k.to_string(), v.to_string());
-    }
-    let (program, rest) = args.command.split_first().context("no program given")?;
-    // With the program's own flags allowed after it, an unknown flag of
-    // spawn's would otherwise become the program.
-    if program.starts_with('-') {
-        anyhow::bail!(
-            "unknown option {program} of spawn: options go before the program, and the program \
-             after -- (tabos spawn [OPTIONS] -- PROGRAM ARGS...)"
-        );
-    }
-    let desc = proto::ProcDescriptor {
-        pid: args.pid.clone().unwrap_or_default(),
-        parent: args.parent.clone().unwrap_or_default(),
-        kind: args.kind.into(),
-        class: args.class.into(),
-        program: program.clone(),
-        args: rest.to_vec(),
-        env,
-        cores: Some(args.cores),
-        mem_mb: args.mem_mb,
-        home_node: args.home_node.clone().unwrap_or_default(),
-        restartable: args.restartable,
-        max_restarts: args.max_restarts,
-        host_paths: args.host_paths.clone(),
-        scope: args.scope.clone(),
-    };
+    // Checked before anything is uploaded.
+    args.proc.descriptor(&args.command, String::new())?;
     let realm = args.realm.realm.clone();
     let code = crate::runtime()?.block_on(async {
         let mut client = args.node.connect().await?;
+        let code = match (&args.upload, &args.code) {
+            (Some(local), _) => upload(&mut client, &realm, local).await?,
+            (None, Some(hash)) => hash.clone(),
+            (None, None) => String::new(),
+        };
+        let desc = args.proc.descriptor(&args.command, code)?;
         let spawned = client.spawn(&realm, desc).await.context("spawn failed")?;
         if !args.wait {
             let place = if spawned.worker.is_empty() {
@@ -140,10 +191,83 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         } else {
             eprintln!("{}: {}{}", s.pid, s.state(), exit_text(&s));
         }
-        Ok(match (s.state(), s.exit_status) {
-            (ProcState::Exited, Some(code)) => code,
-            _ => 1,
-        })
+        Ok(exit_code(&s))
+    })?;
+    if code != 0 {
+        std::process::exit(code.clamp(1, 255) as i32);
+    }
+    Ok(())
+}
+
+/// The status a command that passes a proc's on exits with: its exit
+/// status, or 1 for a proc that did not exit by itself.
+fn exit_code(s: &proto::ProcStatus) -> i64 {
+    match (s.state(), s.exit_status) {
+        (ProcState::Exited, Some(code)) => code,
+        _ => 1,
+    }
+}
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// A file or directory of yours: uploaded as code (tabos spawn
+    /// --upload) and the proc's working directory
+    dir: std::path::PathBuf,
+    #[command(flatten)]
+    proc: ProcOpts,
+    /// The command, e.g. ./start.sh or python3 main.py
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+    #[command(flatten)]
+    realm: RealmArg,
+    #[command(flatten)]
+    node: NodeAddr,
+}
+
+/// `tabos run DIR -- CMD`: uploads DIR, spawns CMD in it, prints its
+/// stdout and stderr as it writes them and exits with its status (125
+/// when tabos itself failed).
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    args.proc.descriptor(&args.command, String::new())?;
+    let realm = args.realm.realm.clone();
+    let code = crate::runtime()?.block_on(async {
+        let mut client = args.node.connect().await?;
+        let code = upload(&mut client, &realm, &args.dir).await?;
+        let desc = args.proc.descriptor(&args.command, code)?;
+        let spawned = client.spawn(&realm, desc).await.context("spawn failed")?;
+        let pid = spawned.pid;
+        let follow = |stream: proto::LogStream| {
+            let (mut c, realm, pid) = (client.clone(), realm.clone(), pid.clone());
+            async move {
+                use std::io::Write;
+                let want = tabos_client::LogsWant::default();
+                let mut s = c.follow_logs_with(&realm, &pid, stream, want).await?;
+                let mut line_start = true;
+                while let Some(m) = s.message().await? {
+                    let mut out: Box<dyn Write> = if stream == proto::LogStream::Stderr {
+                        Box::new(std::io::stderr().lock())
+                    } else {
+                        Box::new(std::io::stdout().lock())
+                    };
+                    write_log(&mut out, &m.data, &m.marks, false, &mut line_start)?;
+                    out.flush()?;
+                }
+                Ok::<_, anyhow::Error>(())
+            }
+        };
+        // Each stream ends when the proc has ended and its output is all
+        // there.
+        let (out, err) = tokio::join!(
+            follow(proto::LogStream::Stdout),
+            follow(proto::LogStream::Stderr)
+        );
+        out?;
+        err?;
+        let s = client.wait_exit(&realm, &pid).await?;
+        if s.state() != ProcState::Exited || !s.error.is_empty() {
+            eprintln!("{}: {}{}", s.pid, s.state(), exit_text(&s));
+        }
+        Ok::<_, anyhow::Error>(exit_code(&s))
     })?;
     if code != 0 {
         std::process::exit(code.clamp(1, 255) as i32);

@@ -6,8 +6,10 @@ use tabos_store::{Config, Durability};
 #[derive(clap::Args)]
 pub struct Args {
     /// Directory of the embedded SQLite database, of the node's operator
-    /// credential (`operator.token`) and of its local socket (`tabos.sock`,
-    /// which clients on this machine use); with --db, only the last two
+    /// credential (`operator.token`), of its local socket (`tabos.sock`,
+    /// which clients on this machine use) and of its working files (`logs`:
+    /// procs' jails, its copies of uploaded code); with --db, all but the
+    /// first
     #[arg(long, default_value = "./tabos-data")]
     data: String,
     /// A postgres:// URL: keep the kernel database in PostgreSQL instead
@@ -214,12 +216,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bytes_max: args.mailbox_bytes_max,
         log_delivered: args.log_messages,
     };
-    // procs' stdout and stderr are kept beside the embedded database, or in
-    // the temp dir when the database is PostgreSQL.
-    settings.logs = match &args.db {
-        Some(_) => std::env::temp_dir().join(format!("tabos-logs-{}", settings.node_id)),
-        None => std::path::Path::new(&args.data).join("logs"),
-    };
+    // The node's own working files (procs' jails, its copies of uploaded
+    // code) are kept in the data directory whatever the database: each
+    // node's own (a directory in the temp dir named by the node's id would
+    // be shared by two nodes of that id on one machine, as tests run them).
+    settings.logs = std::path::Path::new(&args.data).join("logs");
     let blocks = match (&args.blocks, &args.db) {
         _ if args.no_blocks => None,
         (Some(p), _) => Some(std::path::PathBuf::from(p)),

@@ -902,3 +902,175 @@ fn pg_auto_failover_promotes_and_the_cluster_carries_on() {
     }
     drop((a, b));
 }
+
+/// Code that travels with the request (issue 41, item 1): a shell script
+/// and a statically linked binary that exist on no node — in a directory
+/// of the test's, which no jail shows — run on each of two nodes from the
+/// realm's files; a second run does not copy them again (nor upload
+/// them); a copy changed on a node's disk is found and copied again; and
+/// another realm can neither run nor read them, nor pass off other files
+/// under their hash.
+#[test]
+fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
+    if !tabos_store::testing::is_root() || find_bindir().is_none() {
+        eprintln!("skipped: needs root (jails) and PostgreSQL's server binaries");
+        return;
+    }
+    let pg = TempCluster::start(&ClusterOptions::default()).unwrap();
+    let url = pg.create_database("code").unwrap();
+    let dir = TempDir::new("cluster-code");
+    let app = dir.path().join("app");
+    std::fs::create_dir_all(app.join("bin")).unwrap();
+    std::fs::write(
+        app.join("run.sh"),
+        "#!/bin/sh\necho \"script in $(pwd) on $TABOS_REALM\"\ncat data/words.txt\nexec ./bin/hello\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(app.join("data")).unwrap();
+    std::fs::write(app.join("data/words.txt"), "alpha beta\n").unwrap();
+    // A static binary: it needs nothing of the node's but the kernel.
+    let c = dir.path().join("hello.c");
+    std::fs::write(
+        &c,
+        "#include <stdio.h>\nint main(void){puts(\"static hello\");return 7;}\n",
+    )
+    .unwrap();
+    let built = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(app.join("bin/hello"))
+        .arg(&c)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc -static (gcc and libc6-dev)");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(app.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let start = |id: &str| {
+        Up::start(
+            &[],
+            &[
+                "--db",
+                &url,
+                "--node-id",
+                id,
+                "--data",
+                dir.path().join(id).to_str().unwrap(),
+            ],
+            dir.path(),
+        )
+    };
+    let (a, b) = (start("a"), start("b"));
+    ok(&a.tabos(&["realm", "create", "r", "--scheduler", "locality"]));
+    ok(&a.tabos(&["realm", "create", "r2"]));
+    until(
+        "both nodes serve r",
+        || a.row("SELECT count(*) AS n FROM worker WHERE realm = 'r' AND state = 'up'")["n"] == 2,
+        || {},
+    );
+    let app_s = app.to_str().unwrap();
+    // `tabos run` from a node's client, placed on each node in turn.
+    let run_on = |n: &Up, node: &str| {
+        let o = n.tabos(&[
+            "run",
+            "--realm",
+            "r",
+            "--home-node",
+            node,
+            app_s,
+            "--",
+            "./run.sh",
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(7),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert_eq!(
+            out,
+            "script in /code on r\nalpha beta\nstatic hello\n",
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    run_on(&b, "a");
+    run_on(&a, "b");
+    let listed = |n: &Up, realm: &str| {
+        let o = n.tabos(&["fs", "ls", "--realm", realm, "/code"]);
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let codes = listed(&a, "r");
+    assert_eq!(codes.lines().count(), 1, "one upload: {codes}");
+    let hash = codes.trim().rsplit('/').next().unwrap().to_string();
+    assert_eq!(hash.len(), 64, "{codes}");
+    let cached = |node: &str| dir.path().join(node).join("logs/.code/r").join(&hash);
+    let ino = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .ino()
+    };
+    let (ino_a, ino_b) = (ino(&cached("a")), ino(&cached("b")));
+    // Again on each: neither uploaded nor copied again.
+    run_on(&a, "a");
+    run_on(&a, "b");
+    assert_eq!(listed(&a, "r"), codes);
+    assert_eq!((ino(&cached("a")), ino(&cached("b"))), (ino_a, ino_b));
+    // A copy changed on a's disk is not run: copied again.
+    let script = cached("a").join("run.sh");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(&script, "#!/bin/sh\necho tampered\n").unwrap();
+    run_on(&b, "a");
+    assert_ne!(ino(&cached("a")), ino_a, "copied again");
+    assert_eq!(
+        std::fs::read_to_string(cached("a").join("run.sh")).unwrap(),
+        std::fs::read_to_string(app.join("run.sh")).unwrap()
+    );
+    // Another realm: not there to run, nor to read.
+    let o = a.tabos(&[
+        "spawn", "--realm", "r2", "--code", &hash, "--wait", "--", "./run.sh",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no code"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let path = format!("/code/{hash}/run.sh");
+    assert!(!a
+        .tabos(&["fs", "cat", "--realm", "r2", &path])
+        .status
+        .success());
+    // Nor can it pass off files of its own under that hash: the node that
+    // claims the proc copies them, finds they do not hash to it, and runs
+    // nothing.
+    for p in ["/code".to_string(), format!("/code/{hash}")] {
+        ok(&a.tabos(&["fs", "mkdir", "--realm", "r2", &p]));
+    }
+    let fake = dir.path().join("fake.sh");
+    std::fs::write(&fake, "#!/bin/sh\necho not the uploaded code\n").unwrap();
+    ok(&a.tabos(&[
+        "fs",
+        "put",
+        "--realm",
+        "r2",
+        "--mode",
+        "755",
+        fake.to_str().unwrap(),
+        &path,
+    ]));
+    let o = a.tabos(&[
+        "spawn", "--realm", "r2", "--code", &hash, "--wait", "--", "./run.sh",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("does not hold what its hash says"), "{err}");
+    assert!(!dir.path().join("a/logs/.code/r2").join(&hash).exists());
+    assert!(!dir.path().join("b/logs/.code/r2").join(&hash).exists());
+    drop(pg);
+}

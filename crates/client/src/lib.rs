@@ -18,6 +18,7 @@ pub mod proto {
 
 pub mod app;
 pub mod batch;
+pub mod code;
 pub mod codec;
 pub mod doors;
 pub mod fault;
@@ -76,6 +77,9 @@ pub enum Error {
     /// The node answered with an error; its message says what was wrong.
     #[error("{}: {}", code_name(.0.code()), .0.message())]
     Status(tonic::Status),
+    /// Code that cannot be uploaded ([`code`]).
+    #[error(transparent)]
+    Code(#[from] code::CodeError),
 }
 
 impl Error {

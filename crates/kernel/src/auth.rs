@@ -619,7 +619,7 @@ impl Caller {
     /// A proc procd runs itself, as the claim that starts it makes it
     /// (`procs::ProcInfo::caller`): its realm, its spawner's `user`, role
     /// member (a native proc's credential's), its scope.
-    pub(crate) fn of_started_proc(
+    pub fn of_started_proc(
         realm: &str,
         pid: &Pid,
         user: &str,

@@ -261,6 +261,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/037_dashboard.sql"),
         postgres: include_str!("../schema/postgres/037_dashboard.sql"),
     },
+    Migration {
+        version: 38,
+        name: "code",
+        sqlite: include_str!("../schema/sqlite/038_code.sql"),
+        postgres: include_str!("../schema/postgres/038_code.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -130,6 +130,59 @@ pub struct Descriptor {
     /// `Some`: the proc's credential may do only this (a native proc's;
     /// [`crate::auth::Scope`]).
     pub scope: Option<crate::auth::Scope>,
+    /// `Some`: code uploaded to the realm's files ([`CodeHash::dir`]) that
+    /// the proc runs in, read-only, as its working directory; a relative
+    /// program with a `/` (`./run.sh`) is a file of it.
+    pub code: Option<CodeHash>,
+}
+
+/// Where uploaded code lives in a realm's files: `/code/<hash>/…`.
+pub const CODE_DIR: &str = "/code";
+/// A program named by a path in the realm's files: `fs:/bin/tool`.
+pub const FS_PROGRAM_PREFIX: &str = "fs:";
+
+/// The content hash of a tree of uploaded code: 64 lowercase hex digits,
+/// the SHA-256 of its manifest (`tabos_client::code`), which names every
+/// file with its own SHA-256 and whether it is executable — so the name
+/// says exactly what the files hold, and whoever materialises them checks
+/// it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CodeHash(String);
+
+impl CodeHash {
+    pub fn parse(s: &str) -> Result<CodeHash> {
+        if s.len() == 64
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            Ok(CodeHash(s.to_string()))
+        } else {
+            Err(Error::Invalid(format!(
+                "code {s:?} is not a content hash (64 lowercase hex digits)"
+            )))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Its directory in the realm's files.
+    pub fn dir(&self) -> String {
+        format!("{CODE_DIR}/{}", self.0)
+    }
+}
+
+impl std::fmt::Display for CodeHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The path in the realm's files of a program named `fs:/path`, if it is
+/// one.
+pub fn fs_program(program: &str) -> Option<&str> {
+    program.strip_prefix(FS_PROGRAM_PREFIX)
 }
 
 pub use crate::realms::{
@@ -160,6 +213,7 @@ impl Descriptor {
             user: "root".into(),
             host_paths: Vec::new(),
             scope: None,
+            code: None,
         }
     }
 
@@ -185,6 +239,26 @@ impl Descriptor {
             return Err(Error::Invalid(
                 "program must be non-empty and have no NUL".into(),
             ));
+        }
+        if self.code.is_some()
+            && !self.program.starts_with('/')
+            && self.program.split('/').any(|c| c == "..")
+        {
+            return Err(Error::Invalid(format!(
+                "program {}: a file of uploaded code is named within it, with no ..",
+                self.program
+            )));
+        }
+        if let Some(path) = fs_program(&self.program) {
+            crate::names::validate_path(path)
+                .map_err(|e| Error::Invalid(format!("program {}: {e}", self.program)))?;
+            if self.code.is_some() {
+                return Err(Error::Invalid(format!(
+                    "program {} names a file in the realm's files: it is its own code, \
+                     not a file of uploaded code",
+                    self.program
+                )));
+            }
         }
         // A BE proc may declare 0 cores: a light proc that mostly waits (a
         // coordinator, a watcher) and counts nothing against its worker's
@@ -314,6 +388,8 @@ pub struct ProcInfo {
     pub host_paths: Vec<String>,
     /// Its credential's scope ([`Descriptor::scope`]).
     pub scope: Option<crate::auth::Scope>,
+    /// The uploaded code it runs in ([`Descriptor::code`]).
+    pub code: Option<CodeHash>,
     /// It shares the host's network: its realm allowed it when it was
     /// spawned (else a native proc has a network of its own, loopback
     /// only).
@@ -333,7 +409,7 @@ macro_rules! proc_columns {
     () => {
         "realm, pid, parent_pid, kind, class, program, args, env, cores, mem_mb, \
          state, worker_id, evict_requested, spawn_us, start_us, exit_us, exit_status, error, \
-         user_name, host_paths, scope, host_network, restartable"
+         user_name, host_paths, scope, host_network, restartable, code"
     };
 }
 
@@ -374,6 +450,10 @@ fn proc_from_row(r: &Row) -> Result<ProcInfo> {
             .transpose()?,
         host_network: r.get(21)?,
         restartable: r.get(22)?,
+        code: r
+            .get::<Option<String>>(23)?
+            .map(|c| CodeHash::parse(&c))
+            .transpose()?,
         caller: None,
     })
 }
@@ -634,9 +714,10 @@ pub fn spawn_tx(
     tx.execute(
         "INSERT INTO proc (p_key, realm, pid, seq, parent_pid, kind, class, program, args, env, \
                            cores, mem_mb, home_node, restartable, state, worker_id, spawn_us, \
-                           assign_us, user_name, host_paths, scope, host_network, max_restarts) \
+                           assign_us, user_name, host_paths, scope, host_network, max_restarts, \
+                           code) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, 'spawned', $15, \
-                 $16, $17, $18, $19, $20, $21, $22)",
+                 $16, $17, $18, $19, $20, $21, $22, $23)",
         params![
             p,
             realm,
@@ -659,7 +740,8 @@ pub fn spawn_tx(
             d.host_paths_json(),
             d.scope.as_ref().map(crate::auth::Scope::to_string),
             policy.host_network && d.kind == Kind::Native,
-            d.max_restarts
+            d.max_restarts,
+            d.code.as_ref().map(CodeHash::as_str)
         ],
     )
     .map_err(|e| {

@@ -587,6 +587,12 @@ pub struct Placement<'a> {
     /// Its realm allows it the host's network; otherwise it gets a network
     /// namespace with loopback only.
     pub host_network: bool,
+    /// The node's copy of its uploaded code ([`crate::code`]), bound
+    /// read-only at [`crate::jail::CODE_DIR`].
+    pub code: Option<&'a std::path::Path>,
+    /// That code is its working directory (a tree it was spawned with, not
+    /// the one file of an `fs:` program).
+    pub code_is_cwd: bool,
 }
 
 /// A proc's cgroups, uid and jail, ready for its child.

@@ -234,6 +234,7 @@ fn new_procd(
         // Its own busy cores: admission goes by its grant alone.
         procd::Shared {
             metrics: Some(node.metrics.clone()),
+            code: Some(node.code.clone()),
             ..procd::Shared::granted()
         },
         node.load.clone(),

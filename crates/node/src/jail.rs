@@ -10,7 +10,9 @@
 //!   `random`, `urandom`), its own `/proc` (its pid namespace only) and a
 //!   `/tmp` of its own ([`TMP_BYTES_MAX`], charged to its memory cgroup);
 //! * its working directory, [`WORK_DIR`] (read-write, `HOME`), made for
-//!   it on the node and removed after it;
+//!   it on the node and removed after it — or, for a proc spawned with
+//!   uploaded code, that code at [`CODE_DIR`], read-only (`HOME` stays
+//!   [`WORK_DIR`]);
 //! * the node's local socket at [`NODE_SOCKET`], its way to the node;
 //! * the node's own executable (so a proc may run the tabos CLI) and its
 //!   program, when either is a file outside the system's directories
@@ -76,6 +78,9 @@ pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 pub const NODE_SOCKET: &str = "/run/tabos/node.sock";
 /// The jailed proc's working directory (and `HOME`).
 pub const WORK_DIR: &str = "/tabos";
+/// Where a jailed proc sees its uploaded code, read-only ([`crate::code`]):
+/// its working directory when it was spawned with a tree.
+pub const CODE_DIR: &str = "/code";
 /// Size of a jailed proc's `/tmp`.
 pub const TMP_BYTES_MAX: u64 = 64 << 20;
 /// Size of the tmpfs holding the jail's root (its directories and mount
@@ -201,6 +206,12 @@ impl Plan {
             cstr(under(&root, Path::new(WORK_DIR)))?,
             false,
         ));
+        // Its uploaded code, read-only (the node's copy, checked against
+        // its hash as it was leased: crate::code).
+        if let Some(code) = placement.code {
+            dir_chain(Path::new(CODE_DIR), &mut dirs);
+            binds.push((cstr(code)?, cstr(under(&root, Path::new(CODE_DIR)))?, true));
+        }
         // The program, when it is a file of its own: world-executable
         // regular files only (what any uid could run anyway).
         let mut extra: Vec<(PathBuf, bool)> = Vec::new();
@@ -234,7 +245,7 @@ impl Plan {
                     "host path {h} goes through a symlink: ask for the path it leads to"
                 )));
             }
-            if is_system(&p) || p.starts_with(WORK_DIR) {
+            if is_system(&p) || p.starts_with(WORK_DIR) || p.starts_with(CODE_DIR) {
                 continue; // seen already, or the working directory's place
             }
             match std::fs::metadata(&p) {
@@ -265,7 +276,11 @@ impl Plan {
             tmp_dir: cstr(under(&root, Path::new("/tmp")))?,
             old: cstr(under(&root, Path::new("/.old")))?,
             old_inside: cstr("/.old")?,
-            work_inside: cstr(WORK_DIR)?,
+            work_inside: cstr(if placement.code_is_cwd {
+                CODE_DIR
+            } else {
+                WORK_DIR
+            })?,
             root: cstr(&root)?,
             filter: crate::seccomp::native()
                 .map(|a| crate::seccomp::program(&a))

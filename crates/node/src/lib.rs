@@ -24,6 +24,7 @@ pub mod auth;
 pub mod batch;
 pub mod budget;
 pub mod cgroup;
+pub mod code;
 pub mod confine;
 pub mod conn;
 pub mod dashboard;
@@ -95,6 +96,8 @@ pub enum Error {
 /// Where, under its logs directory, a node makes its procs' jails (roots
 /// and working directories); not a realm's name, which has no dot.
 pub const JAILS_DIR: &str = ".jails";
+/// The code cache's directory in the node's log directory ([`code`]).
+pub const CODE_CACHE_DIR: &str = ".code";
 
 /// What a node is and offers to its realm.
 #[derive(Debug, Clone)]
@@ -278,6 +281,8 @@ pub struct Node {
     pub watches: std::sync::Arc<doors::PerRealm>,
     /// What `/metrics` shows.
     pub metrics: std::sync::Arc<metrics::Metrics>,
+    /// Its copies of uploaded code ([`code`]).
+    pub code: std::sync::Arc<code::Cache>,
     /// The dashboard's signed-in sessions.
     pub dashboard_sessions: std::sync::Arc<dashboard::Sessions>,
     /// Raised when the node's shutdown begins.
@@ -356,7 +361,13 @@ impl Node {
                 Error::Startup(format!("log directory {}: {e}", settings.logs.display()))
             })?;
         let metrics = std::sync::Arc::new(metrics::Metrics::new());
+        let code = code::Cache::new(
+            settings.logs.join(CODE_CACHE_DIR),
+            code::CODE_CACHE_BYTES_MAX,
+        )
+        .map_err(|e| Error::Startup(format!("code cache in {}: {e}", settings.logs.display())))?;
         Ok(Node {
+            code,
             db: config.location.clone(),
             worker,
             procedures: tabos_kernel::procedures::Procedures::new(store.clone(), sandbox.clone()),

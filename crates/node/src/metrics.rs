@@ -74,6 +74,7 @@ pub struct Metrics {
     realm_quota_storage_bytes: Gauges,
     store: Family<Labels, Counter>,
     feed_cut_offs: Family<Labels, Counter>,
+    code: Family<Labels, Counter>,
     node_cores: Gauges,
     node_memory: Gauges,
     feed_backlog: Gauges,
@@ -133,6 +134,12 @@ impl Metrics {
             "feed_cut_offs",
             "Change-feed subscribers cut off for falling behind, since the node started",
         );
+        let code = counter(
+            &mut registry,
+            "code_copies",
+            "Trees of uploaded code this node copied from realms' files into its cache, by why: \
+             first use on the node (new), or its copy found changed on disk (tampered)",
+        );
         let timings = std::sync::Arc::new(StoreTimings::default());
         registry.register_collector(Box::new(timings.clone()));
         let mut gauge = |name: &str, help: &str| {
@@ -165,6 +172,7 @@ impl Metrics {
             ),
             store,
             feed_cut_offs,
+            code,
             node_cores: gauge(
                 "node_cores",
                 "This node's cores: offered to procs, and busy (measured, procs and node)",
@@ -290,6 +298,13 @@ impl Metrics {
             &self.feed_cut_offs.get_or_create(&Vec::new()),
             node.store.feed_cut_offs(),
         );
+        let (copies, tampered) = node.code.counts();
+        for (why, n) in [
+            ("new", copies - tampered.min(copies)),
+            ("tampered", tampered),
+        ] {
+            catch_up(&self.code.get_or_create(&labels(&[("why", why)])), n);
+        }
         let id = node.settings.node_id.as_str();
         for (what, v) in [
             ("offered", node.settings.cores as f64),

@@ -22,7 +22,7 @@
 //!   epoch interruption (there is nothing to clean up, so no grace period).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -116,6 +116,8 @@ pub struct Procd {
     lc_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Where its procs' ends are counted (`/metrics`).
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The node's copies of uploaded code.
+    code: Option<Arc<crate::code::Cache>>,
     /// Its running procs that are restartable (what it stops itself when
     /// its node has been cut off from the database past its grace).
     restartable: Mutex<std::collections::HashSet<Pid>>,
@@ -138,6 +140,8 @@ pub struct Shared {
     pub lc_slots: Option<Arc<tokio::sync::Semaphore>>,
     /// Where procs' ends are counted (`/metrics`).
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The node's copies of uploaded code.
+    pub code: Option<Arc<crate::code::Cache>>,
 }
 
 impl Shared {
@@ -149,6 +153,7 @@ impl Shared {
                 cores.clamp(1, i64::from(u32::MAX >> 3)) as usize,
             ))),
             metrics: None,
+            code: None,
         }
     }
 
@@ -158,6 +163,7 @@ impl Shared {
             busy_cores: Arc::new(AtomicI64::new(0)),
             lc_slots: None,
             metrics: None,
+            code: None,
         }
     }
 }
@@ -274,6 +280,7 @@ impl Procd {
             be_realm,
             lc_slots: shared.lc_slots,
             metrics: shared.metrics,
+            code: shared.code,
             restartable: Mutex::new(Default::default()),
             fenced: Mutex::new(Default::default()),
         })
@@ -841,31 +848,27 @@ impl Procd {
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
-        let mut cmd = tokio::process::Command::new(&p.program);
-        cmd.args(&p.args)
-            .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("TABOS_PID", p.pid.as_str())
-            .env("TABOS_REALM", &self.realm)
-            .env("TABOS_TOKEN", token)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group (pgid = its pid): eviction and the
-            // clean-up after its exit reach every process it started.
-            .process_group(0)
-            .kill_on_drop(true);
+        // Its code, copied from the realm's files into the node's cache
+        // (held until it ends: not evicted while it runs).
+        let lease = match self.lease_code(&p).await {
+            Ok(l) => l,
+            Err(msg) => return self.record_exit(&p, State::Failed, None, Some(msg)).await,
+        };
         // cgroupfs writes are system calls: off the runtime's threads.
         let (confine, realm, pid) = (self.confine.clone(), self.realm.clone(), p.pid.clone());
         let (cores, mem_mb) = (p.cores, p.mem_mb);
         let (program, host_paths) = (p.program.clone(), p.host_paths.clone());
         let socket = self.addr.local.clone();
         let host_network = p.host_network;
+        let code = lease.as_ref().map(|l| (l.dir.clone(), l.file.is_none()));
         let prepared = tokio::task::spawn_blocking(move || {
             let placement = crate::confine::Placement {
                 program: &program,
                 host_paths: &host_paths,
                 node_socket: socket.as_deref(),
                 host_network,
+                code: code.as_ref().map(|(d, _)| d.as_path()),
+                code_is_cwd: code.as_ref().is_some_and(|(_, cwd)| *cwd),
             };
             confine.prepare(&realm, pid.as_str(), cores, mem_mb, &placement)
         })
@@ -878,6 +881,27 @@ impl Procd {
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
+        let mut cmd =
+            tokio::process::Command::new(program_of(&p, lease.as_ref(), confined.jailed()));
+        cmd.args(&p.args)
+            .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("TABOS_PID", p.pid.as_str())
+            .env("TABOS_REALM", &self.realm)
+            .env("TABOS_TOKEN", token)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group (pgid = its pid): eviction and the
+            // clean-up after its exit reach every process it started.
+            .process_group(0)
+            .kill_on_drop(true);
+        // Unjailed, a tree it was spawned with is its working directory
+        // where the node keeps it (a jail has it at CODE_DIR).
+        if let (Some(l), false) = (&lease, confined.jailed()) {
+            if l.file.is_none() {
+                cmd.current_dir(&l.dir);
+            }
+        }
         cmd.env(
             "TABOS_ADDR",
             self.addr.for_native(confined.jailed(), confined.own_user()),
@@ -1001,10 +1025,20 @@ impl Procd {
         let me = self.clone();
         let proc_ = p.clone();
         let [(out_sink, out_ship), (err_sink, err_ship)] = self.ship_logs(&p);
+        let lease = match self.lease_code(&p).await {
+            Ok(l) => l,
+            Err(msg) => {
+                out_ship.finish().await;
+                err_ship.finish().await;
+                self.untrack(&p.pid);
+                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+            }
+        };
+        let module = program_of(&p, lease.as_ref(), false);
         let ran = tokio::task::spawn_blocking(move || {
             let program = me
                 .sandbox
-                .compile_file(Path::new(&proc_.program))
+                .compile_file(&module)
                 .map_err(|e| format!("wasm program {}: {e}", proc_.program))?;
             let mut args = vec![proc_.program.clone()];
             args.extend(proc_.args.iter().cloned());
@@ -1041,6 +1075,7 @@ impl Procd {
         })
         .await
         .unwrap_or_else(|e| Err(format!("the wasm worker thread failed: {e}")));
+        drop(lease);
         // Its output appended before its end is recorded.
         out_ship.finish().await;
         err_ship.finish().await;
@@ -1065,6 +1100,30 @@ impl Procd {
                 self.record_exit(&p, State::Failed, None, Some(msg)).await
             }
         }
+    }
+
+    /// A lease on `p`'s code — a tree it was spawned with, or the file of
+    /// its `fs:` program — copied from the realm's files as its user; `None`
+    /// for a program on the node. The error is the proc's failure.
+    async fn lease_code(&self, p: &ProcInfo) -> Result<Option<crate::code::Lease>, String> {
+        use crate::code::Source;
+        let source = match (&p.code, tabos_kernel::procs::fs_program(&p.program)) {
+            (Some(h), _) => Source::Tree(h.clone()),
+            (None, Some(path)) => Source::File(path.to_string()),
+            (None, None) => return Ok(None),
+        };
+        let cache = self
+            .code
+            .as_ref()
+            .ok_or("this node keeps no code cache: its code cannot run here")?;
+        // Read as its user, unscoped: what its spawner's user may read.
+        let who = tabos_kernel::auth::Caller::of_started_proc(&self.realm, &p.pid, &p.user, None)
+            .map_err(|e| e.to_string())?;
+        cache
+            .lease(&self.files, &who, &source)
+            .await
+            .map(Some)
+            .map_err(|e| format!("its code: {e}"))
     }
 
     /// This worker was declared lost while it was silent (its node stalled,
@@ -1141,6 +1200,26 @@ fn signal_group(pgid: u32, sig: libc::c_int) {
 
 /// Linear memory a wasm proc may use: its `mem_mb`, or the sandbox's
 /// default when it asked for none.
+/// The program to run for `p`: a file of its code (in the jail's view
+/// when `jailed`, else where the node keeps it), or its own.
+fn program_of(p: &ProcInfo, lease: Option<&crate::code::Lease>, jailed: bool) -> PathBuf {
+    let Some(l) = lease else {
+        return PathBuf::from(&p.program);
+    };
+    let base = if jailed {
+        PathBuf::from(crate::jail::CODE_DIR)
+    } else {
+        l.dir.clone()
+    };
+    match &l.file {
+        Some(name) => base.join(name),
+        None if crate::code::in_code(p.kind, true, &p.program) => {
+            base.join(p.program.trim_start_matches("./"))
+        }
+        None => PathBuf::from(&p.program),
+    }
+}
+
 fn wasm_memory_bytes(mem_mb: i64) -> usize {
     if mem_mb <= 0 {
         WASM_MEMORY_DEFAULT

@@ -154,15 +154,73 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> KResult<De
             "" => None,
             s => Some(tabos_kernel::auth::Scope::parse(s)?),
         },
+        code: match d.code.as_str() {
+            "" => None,
+            c => Some(procs::CodeHash::parse(c)?),
+        },
     };
     desc.validate()?;
-    match desc.kind {
-        Kind::Native => {
-            resolve_program(&desc.program).map_err(KError::Invalid)?;
-        }
-        Kind::Wasm => {}
+    // A program of the realm's files or of its uploaded code is found
+    // where the proc runs, by procd (crate::code); one on the node is
+    // checked here.
+    if desc.kind == Kind::Native && on_the_node(&desc) {
+        resolve_program(&desc.program).map_err(KError::Invalid)?;
     }
     Ok(desc)
+}
+
+/// Whether `d`'s program is a file on the node (not of the realm's files
+/// or of its uploaded code).
+pub fn on_the_node(d: &Descriptor) -> bool {
+    procs::fs_program(&d.program).is_none()
+        && !crate::code::in_code(d.kind, d.code.is_some(), &d.program)
+}
+
+/// Refuses a spawn whose code — an uploaded tree, or the file of an `fs:`
+/// program — the caller cannot find in its realm's files: said at once,
+/// not as the proc's failure on whichever node claims it. (That node
+/// reads the code again, as the proc's user, and checks its hash.)
+async fn check_code(
+    node: &Node,
+    who: &tabos_kernel::auth::Caller,
+    ds: &[Descriptor],
+) -> KResult<()> {
+    let mut wanted: Vec<(String, bool)> = ds
+        .iter()
+        .flat_map(|d| {
+            let tree = d.code.as_ref().map(|h| (h.dir(), true));
+            let file = procs::fs_program(&d.program).map(|p| (p.to_string(), false));
+            tree.into_iter().chain(file)
+        })
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    for (path, dir) in wanted {
+        let (w, p) = (who.clone(), path.clone());
+        let st = tabos_kernel::read(&node.store, who.realm(), move |tx| {
+            tabos_kernel::fs::stat_tx(tx, &w, &p)
+        })
+        .await;
+        let is_dir = match st {
+            Ok(s) => s.file_type == tabos_kernel::fs::FileType::Dir,
+            Err(KError::NotFound(_)) => {
+                return Err(KError::NotFound(if dir {
+                    format!("no code {path} in the realm's files (upload it: tabos spawn --upload PATH)")
+                } else {
+                    format!("no program fs:{path} in the realm's files")
+                }))
+            }
+            Err(e) => return Err(e),
+        };
+        if is_dir != dir {
+            return Err(KError::Invalid(if dir {
+                format!("code {path} is not a directory of uploaded code")
+            } else {
+                format!("program fs:{path} is a directory")
+            }));
+        }
+    }
+    Ok(())
 }
 
 /// Compiles the wasm modules of `ds` (once per distinct program, into the
@@ -171,7 +229,7 @@ pub fn descriptor_from_proto(d: proto::ProcDescriptor, user: &str) -> KResult<De
 async fn check_modules(node: &Node, ds: &[Descriptor]) -> KResult<()> {
     let mut programs: Vec<String> = ds
         .iter()
-        .filter(|d| d.kind == Kind::Wasm)
+        .filter(|d| d.kind == Kind::Wasm && on_the_node(d))
         .map(|d| d.program.clone())
         .collect();
     programs.sort();
@@ -261,6 +319,7 @@ pub mod ops {
         let d = descriptor_from_proto(d, who.user())?;
         // Asked before the modules are compiled on the caller's behalf.
         procs::may_spawn(&who, std::slice::from_ref(&d))?;
+        check_code(node, &who, std::slice::from_ref(&d)).await?;
         check_modules(node, std::slice::from_ref(&d)).await?;
         let fence = crate::names::fence_of(r.fence)?;
         Ok(spawned(procs::spawn_for(&node.store, &who, d, fence).await?))
@@ -273,6 +332,7 @@ pub mod ops {
             .map(|d| descriptor_from_proto(d, who.user()))
             .collect::<KResult<Vec<_>>>()?;
         procs::may_spawn(&who, &ds)?;
+        check_code(node, &who, &ds).await?;
         check_modules(node, &ds).await?;
         let spawned_all = procs::spawn_burst_for(&node.store, &who, ds).await?;
         Ok(proto::SpawnBurstResponse {

@@ -655,6 +655,7 @@ async fn serve_realms(
     }
     let shared = procd::Shared {
         metrics: Some(node.metrics.clone()),
+        code: Some(node.code.clone()),
         ..procd::Shared::node(node.settings.cores)
     };
     let mut procds = tokio::task::JoinSet::new();

@@ -12,6 +12,7 @@ A pure-Python package over grpcio, its stubs generated from the node's own
 tabos.proto (see sdk/python/README.md for why).
 """
 
+from . import code
 from .client import (
     CHUNK_BYTES,
     DEFAULT_ADDR,

@@ -434,24 +434,44 @@ class Client:
         scope: Optional[str] = None,
         restartable: bool = False,
         max_restarts: Optional[int] = None,
+        upload: Optional[Union[str, Path]] = None,
+        code: Optional[str] = None,
         realm: str = "",
     ) -> str:
         """Spawns a proc; returns its pid.
 
-        ``kind`` is native (a program on the node) or wasm (a module's
-        path); ``proc_class`` LC (reserves ``cores``) or BE (runs while the
-        node has room; 0 cores for a light proc). ``scope`` limits the
-        proc's own credential to mailboxes (``"send:M recv:proc/PID"``).
-        A ``restartable`` proc runs again elsewhere when its node is lost,
-        at most ``max_restarts`` times (the node's default, 10, unless
-        given), then fails.
+        ``kind`` is native (a program on the node, ``fs:/path`` of the
+        realm's files, or ``./path`` of its code) or wasm (a module, found
+        the same ways); ``proc_class`` LC (reserves ``cores``) or BE (runs
+        while the node has room; 0 cores for a light proc). ``scope``
+        limits the proc's own credential to mailboxes (``"send:M
+        recv:proc/PID"``). A ``restartable`` proc runs again elsewhere when
+        its node is lost, at most ``max_restarts`` times (the node's
+        default, 10, unless given), then fails. ``upload`` (a file or
+        directory of yours) is put into the realm's files as code
+        (:meth:`upload_code`) and is the proc's working directory, read-only;
+        ``code`` names code uploaded before by its hash.
         """
+        if upload is not None and code is not None:
+            raise errors.InvalidArgument("give upload or code, not both")
+        if upload is not None:
+            code = self.upload_code(upload, realm=realm)
         d = _descriptor(
             program, args, pid=pid, kind=kind, proc_class=proc_class, cores=cores, mem_mb=mem_mb,
             env=env, parent=parent, home_node=home_node, host_paths=host_paths, scope=scope,
             restartable=restartable, max_restarts=max_restarts,
         )
+        d.code = code or ""
         return self._call(self._procs.Spawn, pb.SpawnRequest(realm=realm, proc=d)).pid
+
+    def upload_code(self, local: Union[str, Path], *, realm: str = "") -> str:
+        """Puts the file or directory ``local`` into the realm's files as
+        code, under ``/code/<hash>`` (once: the same content is not written
+        again), and returns its content hash, which :meth:`spawn` takes as
+        ``code``. It counts against the realm's storage quota."""
+        from . import code as _code
+
+        return _code.upload(self, os.fspath(local), realm=realm).hash
 
     def wait(self, pid: str, *, until: str = "exit", realm: str = "") -> ProcStatus:
         """Waits until proc ``pid`` has started (``until="start"``), exited

@@ -42,6 +42,34 @@ def test_procs_spawn_wait_logs_evict_ps(client: tabos.Client) -> None:
         client.wait(pid, until="soon")
 
 
+def test_code_travels_with_the_spawn(node, client: tabos.Client, tmp_path) -> None:
+    app = tmp_path / "app"
+    (app / "lib").mkdir(parents=True)
+    run = app / "run.sh"
+    run.write_text("#!/bin/sh\necho \"in $(pwd)\"\ncat lib/words.txt\nexit 5\n")
+    run.chmod(0o755)
+    (app / "lib" / "words.txt").write_text("alpha\n")
+    pid = client.spawn("./run.sh", upload=app, pid=tabos.unique_pid("code"))
+    done = client.wait(pid)
+    assert (done.state, done.exit_status) == ("exited", 5), done.error
+    assert client.logs(pid) == b"in /code\nalpha\n"
+    # The same hash as the Rust client's (the CLI's) for the same tree,
+    # and the same content is not uploaded twice.
+    h = client.upload_code(app)
+    assert len(h) == 64 and h == tabos.code.manifest(str(app)).hash
+    node.cli("spawn", "--upload", str(app), "--wait", "--", "true")
+    listed = [s.path for s in client.fs.ls("/code")]
+    assert listed == [f"/code/{h}"], listed
+    again = client.spawn("sh", "run.sh", code=h)
+    assert client.wait(again).exit_status == 5
+    with pytest.raises(tabos.NotFound):
+        client.spawn("./run.sh", code="0" * 64)
+    with pytest.raises(tabos.InvalidArgument):
+        client.spawn("./run.sh", code="not-a-hash")
+    with pytest.raises(tabos.InvalidArgument):
+        client.spawn("./run.sh", upload=app, code=h)
+
+
 def test_restartable_procs_carry_their_restart_limit(client: tabos.Client) -> None:
     pid = client.spawn("true", pid=tabos.unique_pid("r"), restartable=True, max_restarts=2)
     client.wait(pid)

@@ -818,7 +818,7 @@ class BackupResponse(_message.Message):
     def __init__(self, dest: _Optional[str] = ..., taken_us: _Optional[int] = ..., partitions: _Optional[int] = ..., files: _Optional[_Iterable[_Union[BackupFile, _Mapping]]] = ..., block_store: _Optional[str] = ..., segments: _Optional[int] = ..., frozen_us: _Optional[int] = ...) -> None: ...
 
 class ProcDescriptor(_message.Message):
-    __slots__ = ("pid", "parent", "kind", "program", "args", "env", "cores", "mem_mb", "home_node", "restartable", "host_paths", "scope", "max_restarts")
+    __slots__ = ("pid", "parent", "kind", "program", "args", "env", "cores", "mem_mb", "home_node", "restartable", "host_paths", "scope", "max_restarts", "code")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -840,6 +840,7 @@ class ProcDescriptor(_message.Message):
     HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     MAX_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
     pid: str
     parent: str
     kind: ProcKind
@@ -853,7 +854,8 @@ class ProcDescriptor(_message.Message):
     host_paths: _containers.RepeatedScalarFieldContainer[str]
     scope: str
     max_restarts: int
-    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[_Union[ProcKind, str]] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., max_restarts: _Optional[int] = ..., **kwargs) -> None: ...
+    code: str
+    def __init__(self, pid: _Optional[str] = ..., parent: _Optional[str] = ..., kind: _Optional[_Union[ProcKind, str]] = ..., program: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., home_node: _Optional[str] = ..., restartable: _Optional[bool] = ..., host_paths: _Optional[_Iterable[str]] = ..., scope: _Optional[str] = ..., max_restarts: _Optional[int] = ..., code: _Optional[str] = ..., **kwargs) -> None: ...
 
 class CreateRealmRequest(_message.Message):
     __slots__ = ("realm", "scheduler", "elastic")
