@@ -944,6 +944,7 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
     assert!(built.success(), "cc -static (gcc and libc6-dev)");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(app.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(app.join("cat.wat"), CAT_WAT).unwrap();
     let start = |id: &str| {
         Up::start(
             &[],
@@ -995,6 +996,25 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
     };
     run_on(&b, "a");
     run_on(&a, "b");
+    // A wasm module of the code, given the code as its preopened `.`.
+    let o = b.tabos(&[
+        "run",
+        "--realm",
+        "r",
+        "--home-node",
+        "a",
+        "--kind",
+        "wasm",
+        app_s,
+        "--",
+        "./cat.wat",
+    ]);
+    assert_eq!(
+        (o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()),
+        (Some(0), "alpha beta\n"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let listed = |n: &Up, realm: &str| {
         let o = n.tabos(&["fs", "ls", "--realm", realm, "/code"]);
         String::from_utf8_lossy(&o.stdout).to_string()
@@ -1004,11 +1024,12 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
     let hash = codes.trim().rsplit('/').next().unwrap().to_string();
     assert_eq!(hash.len(), 64, "{codes}");
     let cached = |node: &str| dir.path().join(node).join("logs/.code/r").join(&hash);
+    // A copy is made in a fresh directory: its identity and when its
+    // last entry was made (an inode number alone may be reused at once).
     let ino = |p: &Path| {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(p)
-            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-            .ino()
+        let m = std::fs::metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        (m.ino(), m.mtime(), m.mtime_nsec())
     };
     let (ino_a, ino_b) = (ino(&cached("a")), ino(&cached("b")));
     // Again on each: neither uploaded nor copied again.
@@ -1074,3 +1095,23 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
     assert!(!dir.path().join("b/logs/.code/r2").join(&hash).exists());
     drop(pg);
 }
+
+/// A WASI command that prints `data/words.txt` of its preopened directory.
+const CAT_WAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "path_open" (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "data/words.txt")
+  (func (export "_start")
+    (local $e i32)
+    (local.set $e (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 14) (i32.const 0)
+                              (i64.const -1) (i64.const -1) (i32.const 0) (i32.const 100)))
+    (if (local.get $e) (then (call $exit (local.get $e))))
+    (i32.store (i32.const 200) (i32.const 1024))
+    (i32.store (i32.const 204) (i32.const 256))
+    (drop (call $read (i32.load (i32.const 100)) (i32.const 200) (i32.const 1) (i32.const 300)))
+    (i32.store (i32.const 204) (i32.load (i32.const 300)))
+    (drop (call $write (i32.const 1) (i32.const 200) (i32.const 1) (i32.const 304)))
+    (call $exit (i32.const 0))))"#;

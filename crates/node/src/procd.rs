@@ -1035,6 +1035,11 @@ impl Procd {
             }
         };
         let module = program_of(&p, lease.as_ref(), false);
+        // A tree it was spawned with: its preopened `.`, read-only.
+        let preopen = lease
+            .as_ref()
+            .filter(|l| l.file.is_none())
+            .map(|l| l.dir.clone());
         let ran = tokio::task::spawn_blocking(move || {
             let program = me
                 .sandbox
@@ -1068,6 +1073,7 @@ impl Procd {
                 stderr: Box::new(crate::proclog::ShipWriter::new(err_sink)),
                 memory_bytes: wasm_memory_bytes(proc_.mem_mb),
                 host: Some(Box::new(host)),
+                preopen,
             };
             me.sandbox
                 .run(&program, spec, &stop)

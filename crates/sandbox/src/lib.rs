@@ -32,6 +32,7 @@ pub mod host;
 pub mod procedure;
 pub mod programs;
 mod wasi;
+mod wasi_fs;
 
 pub use host::{Host, HostError, RecvCall, SqlResult, SqlValue};
 pub use procedure::{CallOutput, FailureKind, Language, Limits, ProcError, ProcSpec};
@@ -151,6 +152,9 @@ pub struct RunSpec {
     pub memory_bytes: usize,
     /// What the tabos host functions do; `None` makes them return ENOSYS.
     pub host: Option<Box<dyn Host + Send>>,
+    /// A host directory the proc sees, read-only, as its preopened `.`
+    /// (descriptor 3): its uploaded code. `None`: no files at all.
+    pub preopen: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for RunSpec {
@@ -432,7 +436,12 @@ impl Sandbox {
             )));
         }
         let memory = spec.memory_bytes.min(MEMORY_BYTES_MAX);
-        let ctx = wasi::Ctx::new(spec.args, spec.env, spec.stdout, spec.stderr);
+        let mut ctx = wasi::Ctx::new(spec.args, spec.env, spec.stdout, spec.stderr);
+        if let Some(dir) = &spec.preopen {
+            ctx.tree = Some(wasi_fs::Tree::open(dir).map_err(|e| {
+                Error::Limit(format!("the proc's directory {}: {e}", dir.display()))
+            })?);
+        }
         let limits = StoreLimitsBuilder::new()
             .memory_size(memory)
             .instances(1)

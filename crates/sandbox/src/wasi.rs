@@ -2,9 +2,10 @@
 //!
 //! A proc is a *command*: it reads its arguments and environment, writes to
 //! stdout and stderr (captured into the run's sinks), reads the clocks and
-//! randomness, and exits. It has no files, sockets or preopened directories:
-//! tabos state is reached through tabos host functions (IPC, files and names
-//! arrive with their issues), never through the host's filesystem.
+//! randomness, and exits. It has no sockets, and no files but, when it was
+//! spawned with uploaded code, that code as one read-only preopened
+//! directory ([`crate::wasi_fs`]): tabos state is reached through tabos
+//! host functions, never through the host's filesystem.
 //!
 //! Every other preview1 function is defined with its specification's
 //! signature and returns `ENOSYS`, so modules built by any WASI toolchain
@@ -58,6 +59,8 @@ pub struct Ctx {
     env: Vec<String>,
     stdout: Box<dyn Write + Send>,
     stderr: Box<dyn Write + Send>,
+    /// Its preopened directory, if it has one.
+    pub(crate) tree: Option<crate::wasi_fs::Tree>,
 }
 
 impl Ctx {
@@ -72,6 +75,7 @@ impl Ctx {
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
             stdout,
             stderr,
+            tree: None,
         }
     }
 
@@ -252,23 +256,106 @@ fn random_get(caller: &mut Caller<'_, RunState>, buf: i32, len: i32) -> i32 {
 }
 
 fn fdstat_get(caller: &mut Caller<'_, RunState>, fd: i32, out: i32) -> i32 {
-    // fs_rights: fd_read = 1 << 1, fd_write = 1 << 6.
-    let rights: u64 = match fd {
-        0 => 1 << 1,
-        1 | 2 => 1 << 6,
-        _ => return EBADF,
-    };
-    let Some((mem, _)) = memory(caller) else {
+    let Some((mem, state)) = memory(caller) else {
         return EFAULT;
+    };
+    // fs_rights: fd_read = 1 << 1, fd_write = 1 << 6; filetype 2: a
+    // character device.
+    let (filetype, rights): (u8, u64) = match (fd, &state.wasi.tree) {
+        (0, _) => (2, 1 << 1),
+        (1 | 2, _) => (2, 1 << 6),
+        (_, Some(t)) => match t.fdstat(fd) {
+            Ok(v) => v,
+            Err(e) => return e,
+        },
+        _ => return EBADF,
     };
     let Some(r) = range(mem, out, 24) else {
         return EFAULT;
     };
     let stat = &mut mem[r];
     stat.fill(0);
-    stat[0] = 2; // filetype: character_device
+    stat[0] = filetype;
     stat[8..16].copy_from_slice(&rights.to_le_bytes());
+    // The rights its opens inherit: the same.
+    stat[16..24].copy_from_slice(&rights.to_le_bytes());
     SUCCESS
+}
+
+/// The iovecs at `iovs` (`n` of them) as ranges of `mem`.
+fn iovecs(mem: &[u8], iovs: i32, n: i32) -> Result<Vec<std::ops::Range<usize>>, i32> {
+    if n as u32 > IOVS_MAX {
+        return Err(EINVAL);
+    }
+    let mut out = Vec::with_capacity(n as usize);
+    for i in 0..n as u32 {
+        let at = (iovs as u32)
+            .checked_add(8 * i)
+            .filter(|a| a.checked_add(8).is_some())
+            .ok_or(EFAULT)?;
+        let (Some(ptr), Some(len)) = (get_u32(mem, at as i32), get_u32(mem, (at + 4) as i32))
+        else {
+            return Err(EFAULT);
+        };
+        out.push(range(mem, ptr as i32, len).ok_or(EFAULT)?);
+    }
+    Ok(out)
+}
+
+fn fd_read(caller: &mut Caller<'_, RunState>, fd: i32, iovs: i32, n: i32, read: i32) -> i32 {
+    let Some((mem, state)) = memory(caller) else {
+        return EFAULT;
+    };
+    // stdin is empty: every read is at end of file.
+    if fd == 0 {
+        return ok_or_fault(put_u32(mem, read, 0));
+    }
+    let Some(tree) = state.wasi.tree.as_mut() else {
+        return EBADF;
+    };
+    let bufs = match iovecs(mem, iovs, n) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let mut total: u32 = 0;
+    for r in bufs {
+        let want = r.len();
+        match tree.read(fd, &mut mem[r]) {
+            Ok(got) => {
+                total = total.saturating_add(got as u32);
+                if got < want {
+                    break;
+                }
+            }
+            Err(e) if total == 0 => return e,
+            Err(_) => break,
+        }
+    }
+    ok_or_fault(put_u32(mem, read, total))
+}
+
+/// A guest path (`ptr`, `len`) as bytes.
+fn guest_path(mem: &[u8], ptr: i32, len: i32) -> Result<Vec<u8>, i32> {
+    range(mem, ptr, len as u32)
+        .map(|r| mem[r].to_vec())
+        .ok_or(EFAULT)
+}
+
+/// The preopen's calls: `f` on the tree, or EBADF for a proc without one.
+fn with_tree<T>(
+    caller: &mut Caller<'_, RunState>,
+    f: impl FnOnce(&mut [u8], &mut crate::wasi_fs::Tree) -> Result<T, i32>,
+) -> Result<T, i32> {
+    let (mem, state) = memory(caller).ok_or(EFAULT)?;
+    let tree = state.wasi.tree.as_mut().ok_or(EBADF)?;
+    f(mem, tree)
+}
+
+fn status<T>(r: Result<T, i32>) -> i32 {
+    match r {
+        Ok(_) => SUCCESS,
+        Err(e) => e,
+    }
 }
 
 /// Adds the preview1 functions to `linker`.
@@ -311,37 +398,104 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
     linker.func_wrap(
         MODULE,
         "fd_read",
-        |mut c: Caller<'_, RunState>, fd: i32, _iovs: i32, _n: i32, read: i32| -> i32 {
-            // stdin is empty: every read is at end of file.
-            if fd != 0 {
-                return EBADF;
-            }
-            match memory(&mut c) {
-                Some((mem, _)) => ok_or_fault(put_u32(mem, read, 0)),
-                None => EFAULT,
-            }
+        |mut c: Caller<'_, RunState>, fd: i32, iovs: i32, n: i32, read: i32| -> i32 {
+            fd_read(&mut c, fd, iovs, n, read)
         },
     )?;
     linker.func_wrap(
         MODULE,
         "fd_close",
-        |_: Caller<'_, RunState>, fd: i32| -> i32 {
+        |mut c: Caller<'_, RunState>, fd: i32| -> i32 {
             if (0..=2).contains(&fd) {
-                SUCCESS
-            } else {
-                EBADF
+                return SUCCESS;
             }
+            status(with_tree(&mut c, |_, t| t.close(fd)))
         },
     )?;
     linker.func_wrap(
         MODULE,
         "fd_seek",
-        |_: Caller<'_, RunState>, fd: i32, _off: i64, _whence: i32, _out: i32| -> i32 {
+        |mut c: Caller<'_, RunState>, fd: i32, off: i64, whence: i32, out: i32| -> i32 {
             if (0..=2).contains(&fd) {
-                ESPIPE
-            } else {
-                EBADF
+                return ESPIPE;
             }
+            status(with_tree(&mut c, |mem, t| {
+                let at = t.seek(fd, off, whence)?;
+                put_u64(mem, out, at).then_some(()).ok_or(EFAULT)
+            }))
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "fd_tell",
+        |mut c: Caller<'_, RunState>, fd: i32, out: i32| -> i32 {
+            if (0..=2).contains(&fd) {
+                return ESPIPE;
+            }
+            status(with_tree(&mut c, |mem, t| {
+                let at = t.seek(fd, 0, 1)?;
+                put_u64(mem, out, at).then_some(()).ok_or(EFAULT)
+            }))
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "path_open",
+        |mut c: Caller<'_, RunState>,
+         fd: i32,
+         lookup: i32,
+         path: i32,
+         len: i32,
+         oflags: i32,
+         rights: i64,
+         _inheriting: i64,
+         fdflags: i32,
+         out: i32|
+         -> i32 {
+            status(with_tree(&mut c, |mem, t| {
+                let p = guest_path(mem, path, len)?;
+                let n = t.path_open(fd, lookup, &p, oflags, rights, fdflags)?;
+                put_u32(mem, out, n as u32).then_some(()).ok_or(EFAULT)
+            }))
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "path_filestat_get",
+        |mut c: Caller<'_, RunState>, fd: i32, lookup: i32, path: i32, len: i32, out: i32| -> i32 {
+            status(with_tree(&mut c, |mem, t| {
+                let p = guest_path(mem, path, len)?;
+                let st = t.path_filestat(fd, lookup, &p)?;
+                let r = range(mem, out, 64).ok_or(EFAULT)?;
+                mem[r].copy_from_slice(&st);
+                Ok(())
+            }))
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "fd_filestat_get",
+        |mut c: Caller<'_, RunState>, fd: i32, out: i32| -> i32 {
+            status(with_tree(&mut c, |mem, t| {
+                let st = t.fd_filestat(fd)?;
+                let r = range(mem, out, 64).ok_or(EFAULT)?;
+                mem[r].copy_from_slice(&st);
+                Ok(())
+            }))
+        },
+    )?;
+    linker.func_wrap(
+        MODULE,
+        "fd_readdir",
+        |mut c: Caller<'_, RunState>, fd: i32, buf: i32, len: i32, cookie: i64, used: i32| -> i32 {
+            status(with_tree(&mut c, |mem, t| {
+                let r = range(mem, buf, len as u32).ok_or(EFAULT)?;
+                let got = t.readdir(fd, cookie as u64, r.len())?;
+                mem[r.start..r.start + got.len()].copy_from_slice(&got);
+                put_u32(mem, used, got.len() as u32)
+                    .then_some(())
+                    .ok_or(EFAULT)
+            }))
         },
     )?;
     linker.func_wrap(
@@ -349,17 +503,34 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
         "fd_fdstat_get",
         |mut c: Caller<'_, RunState>, fd: i32, out: i32| -> i32 { fdstat_get(&mut c, fd, out) },
     )?;
-    // No preopened directories: the first fd_prestat_get ends the guest's
-    // scan for them.
+    // The preopened directory, if any, is descriptor 3; EBADF on the
+    // next ends the guest's scan for them.
     linker.func_wrap(
         MODULE,
         "fd_prestat_get",
-        |_: Caller<'_, RunState>, _fd: i32, _out: i32| -> i32 { EBADF },
+        |mut c: Caller<'_, RunState>, fd: i32, out: i32| -> i32 {
+            status(with_tree(&mut c, |mem, t| {
+                let len = t.prestat(fd).ok_or(EBADF)?;
+                // prestat: tag u8 (0: a directory), then its name's length.
+                let ok = put_u32(mem, out, 0) && put_u32(mem, out.wrapping_add(4), len);
+                ok.then_some(()).ok_or(EFAULT)
+            }))
+        },
     )?;
     linker.func_wrap(
         MODULE,
         "fd_prestat_dir_name",
-        |_: Caller<'_, RunState>, _fd: i32, _p: i32, _l: i32| -> i32 { EBADF },
+        |mut c: Caller<'_, RunState>, fd: i32, p: i32, l: i32| -> i32 {
+            status(with_tree(&mut c, |mem, t| {
+                let name = t.prestat_name(fd).ok_or(EBADF)?;
+                if (l as u32 as usize) < name.len() {
+                    return Err(EINVAL);
+                }
+                let r = range(mem, p, name.len() as u32).ok_or(EFAULT)?;
+                mem[r].copy_from_slice(name);
+                Ok(())
+            }))
+        },
     )?;
     linker.func_wrap(
         MODULE,
@@ -408,23 +579,18 @@ fn add_unsupported(linker: &mut Linker<RunState>) -> wasmtime::Result<()> {
         ("fd_datasync", &[I32]),
         ("fd_fdstat_set_flags", &[I32, I32]),
         ("fd_fdstat_set_rights", &[I32, I64, I64]),
-        ("fd_filestat_get", &[I32, I32]),
         ("fd_filestat_set_size", &[I32, I64]),
         ("fd_filestat_set_times", &[I32, I64, I64, I32]),
         ("fd_pread", &[I32, I32, I32, I64, I32]),
         ("fd_pwrite", &[I32, I32, I32, I64, I32]),
-        ("fd_readdir", &[I32, I32, I32, I64, I32]),
         ("fd_renumber", &[I32, I32]),
         ("fd_sync", &[I32]),
-        ("fd_tell", &[I32, I32]),
         ("path_create_directory", &[I32, I32, I32]),
-        ("path_filestat_get", &[I32, I32, I32, I32, I32]),
         (
             "path_filestat_set_times",
             &[I32, I32, I32, I32, I64, I64, I32],
         ),
         ("path_link", &[I32, I32, I32, I32, I32, I32, I32]),
-        ("path_open", &[I32, I32, I32, I32, I32, I64, I64, I32, I32]),
         ("path_readlink", &[I32, I32, I32, I32, I32, I32]),
         ("path_remove_directory", &[I32, I32, I32]),
         ("path_rename", &[I32, I32, I32, I32, I32, I32]),

@@ -41,6 +41,7 @@ fn run_with(sb: &Sandbox, wat: &str, args: &[&str], memory_bytes: usize) -> Run 
         stderr: Box::new(err.clone()),
         memory_bytes,
         host: None,
+        preopen: None,
     };
     let outcome = sb.run(&program, spec, &sb.stop_handle()).expect("runs");
     Run {
@@ -123,14 +124,15 @@ fn a_bad_pointer_in_a_host_call_is_efault_not_a_crash() {
 #[test]
 fn unsupported_wasi_functions_link_and_return_enosys() {
     let sb = Sandbox::new().unwrap();
+    // (path_open is served now, for a proc's preopened code; removing a
+    // file never is.)
     let wat = r#"(module
-      (import "wasi_snapshot_preview1" "path_open"
-        (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+      (import "wasi_snapshot_preview1" "path_unlink_file"
+        (func $unlink (param i32 i32 i32) (result i32)))
       (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
       (memory (export "memory") 1)
       (func (export "_start")
-        (call $exit (call $open (i32.const 3) (i32.const 0) (i32.const 0) (i32.const 0)
-                                (i32.const 0) (i64.const 0) (i64.const 0) (i32.const 0) (i32.const 0)))))"#;
+        (call $exit (call $unlink (i32.const 3) (i32.const 0) (i32.const 0)))))"#;
     assert_eq!(run(&sb, wat).outcome, Outcome::Exited(52), "ENOSYS");
 }
 
@@ -188,6 +190,7 @@ fn an_infinite_loop_is_stopped_from_another_thread() {
             stderr: Box::new(std::io::sink()),
             memory_bytes: 1 << 20,
             host: None,
+            preopen: None,
         };
         sb2.run(&program, spec, &stop2).unwrap()
     });
@@ -346,4 +349,76 @@ fn tabos_name_calls_check_arguments_and_need_a_host() {
         call("(call $wait (i32.const 0) (i32.const 4) (i32.const 1) (i64.const 0))"),
         Outcome::Exited(ENOSYS)
     );
+}
+
+/// Reads `data.txt` of its preopened directory (descriptor 3, named `.`)
+/// to stdout; then tries to leave the directory (`../x`, `/etc/passwd`)
+/// and to create a file, and exits 2, 3 or 4 if any of those is not
+/// refused with ENOTCAPABLE, EROFS and ENOTCAPABLE.
+const READS_ITS_DIR: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_prestat_get" (func $prestat (param i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_prestat_dir_name" (func $dirname (param i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "path_open" (func $open (param i32 i32 i32 i32 i32 i64 i64 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "data.txt")
+  (data (i32.const 16) "../x")
+  (data (i32.const 32) "new")
+  (data (i32.const 48) "/etc/passwd")
+  (func (export "_start")
+    (if (call $prestat (i32.const 3) (i32.const 400)) (then (call $exit (i32.const 10))))
+    (if (i32.ne (i32.load (i32.const 404)) (i32.const 1)) (then (call $exit (i32.const 11))))
+    (drop (call $dirname (i32.const 3) (i32.const 408) (i32.const 1)))
+    (if (i32.ne (i32.load8_u (i32.const 408)) (i32.const 46)) (then (call $exit (i32.const 12))))
+    (if (i32.ne (call $prestat (i32.const 4) (i32.const 400)) (i32.const 8)) (then (call $exit (i32.const 13))))
+    (if (call $open (i32.const 3) (i32.const 1) (i32.const 0) (i32.const 8) (i32.const 0)
+                    (i64.const -1) (i64.const -1) (i32.const 0) (i32.const 100))
+      (then (call $exit (i32.const 1))))
+    (i32.store (i32.const 200) (i32.const 1024))
+    (i32.store (i32.const 204) (i32.const 256))
+    (if (call $read (i32.load (i32.const 100)) (i32.const 200) (i32.const 1) (i32.const 300))
+      (then (call $exit (i32.const 5))))
+    (i32.store (i32.const 204) (i32.load (i32.const 300)))
+    (drop (call $write (i32.const 1) (i32.const 200) (i32.const 1) (i32.const 304)))
+    (if (i32.ne (call $open (i32.const 3) (i32.const 1) (i32.const 16) (i32.const 4) (i32.const 0)
+                    (i64.const -1) (i64.const -1) (i32.const 0) (i32.const 100)) (i32.const 76))
+      (then (call $exit (i32.const 2))))
+    (if (i32.ne (call $open (i32.const 3) (i32.const 1) (i32.const 32) (i32.const 3) (i32.const 1)
+                    (i64.const -1) (i64.const -1) (i32.const 0) (i32.const 100)) (i32.const 69))
+      (then (call $exit (i32.const 3))))
+    (if (i32.ne (call $open (i32.const 3) (i32.const 1) (i32.const 48) (i32.const 11) (i32.const 0)
+                    (i64.const -1) (i64.const -1) (i32.const 0) (i32.const 100)) (i32.const 76))
+      (then (call $exit (i32.const 4))))
+    (call $exit (i32.const 0))))"#;
+
+#[test]
+fn a_proc_reads_its_preopened_directory_and_nothing_beyond_it() {
+    let sb = Sandbox::new().unwrap();
+    let dir = std::env::temp_dir().join(format!("tabos-preopen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("data.txt"), "from the code\n").unwrap();
+    let program = sb.compile(READS_ITS_DIR.as_bytes()).unwrap();
+    let out = Captured::default();
+    let spec = |preopen| RunSpec {
+        args: vec!["reader".into()],
+        env: vec![],
+        stdout: Box::new(out.clone()),
+        stderr: Box::new(std::io::sink()),
+        memory_bytes: 1 << 20,
+        host: None,
+        preopen,
+    };
+    let got = sb
+        .run(&program, spec(Some(dir.clone())), &sb.stop_handle())
+        .unwrap();
+    assert_eq!(got, Outcome::Exited(0));
+    assert_eq!(out.text(), "from the code\n");
+    assert!(!dir.join("new").exists());
+    // Without a directory there is nothing to find.
+    let got = sb.run(&program, spec(None), &sb.stop_handle()).unwrap();
+    assert_eq!(got, Outcome::Exited(10));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
