@@ -1047,6 +1047,35 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
         std::fs::read_to_string(cached("a").join("run.sh")).unwrap(),
         std::fs::read_to_string(app.join("run.sh")).unwrap()
     );
+    // A program of the realm's files, named by its path, on the other node.
+    let tool = dir.path().join("tool.sh");
+    std::fs::write(&tool, "#!/bin/sh\necho \"tool $1 in $(pwd)\"\n").unwrap();
+    ok(&a.tabos(&["fs", "mkdir", "--realm", "r", "/bin"]));
+    ok(&a.tabos(&[
+        "fs",
+        "put",
+        "--realm",
+        "r",
+        "--mode",
+        "755",
+        tool.to_str().unwrap(),
+        "/bin/tool",
+    ]));
+    ok(&a.tabos(&[
+        "spawn",
+        "--realm",
+        "r",
+        "--home-node",
+        "b",
+        "--pid",
+        "tool1",
+        "--wait",
+        "--",
+        "fs:/bin/tool",
+        "x",
+    ]));
+    let o = a.tabos(&["logs", "--realm", "r", "tool1"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "tool x in /tabos\n");
     // Another realm: not there to run, nor to read.
     let o = a.tabos(&[
         "spawn", "--realm", "r2", "--code", &hash, "--wait", "--", "./run.sh",
