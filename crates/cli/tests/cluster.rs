@@ -1047,6 +1047,24 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
         std::fs::read_to_string(cached("a").join("run.sh")).unwrap(),
         std::fs::read_to_string(app.join("run.sh")).unwrap()
     );
+    // Another user of the realm uploads beside the first (/code is the
+    // realm's, sticky, as /tmp is) and runs it as themself.
+    let o = a.tabos(&[
+        "-o", "json", "token", "create", "--realm", "r", "--user", "bob", "--role", "member",
+    ]);
+    ok(&o);
+    let bob: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let bobs = dir.path().join("bobs.sh");
+    std::fs::write(&bobs, "#!/bin/sh\necho bob was here\n").unwrap();
+    std::fs::set_permissions(&bobs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = Command::new(TABOS)
+        .env("TABOS_ADDR", &a.addr)
+        .env("TABOS_TOKEN", bob["token"].as_str().unwrap())
+        .args(["run", bobs.to_str().unwrap(), "--", "./bobs.sh"])
+        .output()
+        .unwrap();
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "bob was here\n");
     // A program of the realm's files, named by its path, on the other node.
     let tool = dir.path().join("tool.sh");
     std::fs::write(&tool, "#!/bin/sh\necho \"tool $1 in $(pwd)\"\n").unwrap();

@@ -31,6 +31,9 @@ use crate::{Client, Error};
 
 /// Where uploaded code lives in a realm's files.
 pub const CODE_DIR: &str = "/code";
+/// `/code`'s mode when an upload makes it: anyone of the realm may add to
+/// it, only an entry's owner remove it.
+pub const CODE_DIR_MODE: i64 = 0o1777;
 /// Most files one upload holds.
 pub const CODE_FILES_MAX: usize = 10_000;
 /// Most bytes one upload holds (its files' contents).
@@ -111,6 +114,8 @@ pub enum CodeError {
     TooBig,
     #[error("{0}: changed while it was uploaded")]
     Changed(PathBuf),
+    #[error("the realm has no {CODE_DIR} yet, and this user may not make it: a realm admin makes it (tabos fs mkdir --mode 1777 {CODE_DIR}), or uploads first")]
+    NoCodeDir,
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CodeError + '_ {
@@ -224,9 +229,16 @@ impl Client {
         if self.fs_stat(realm, &dir).await.is_ok() {
             return Ok(m);
         }
-        match self.fs_mkdir(realm, "", CODE_DIR, 0o755).await {
-            Err(e) if e.code() != Some(tonic::Code::AlreadyExists) => return Err(e),
-            _ => {}
+        // Every user of the realm uploads into it; the sticky bit keeps
+        // each one's trees theirs to remove (as /tmp does).
+        if self.fs_stat(realm, CODE_DIR).await.is_err() {
+            match self.fs_mkdir(realm, "", CODE_DIR, CODE_DIR_MODE).await {
+                Err(e) if e.code() == Some(tonic::Code::PermissionDenied) => {
+                    return Err(CodeError::NoCodeDir.into())
+                }
+                Err(e) if e.code() != Some(tonic::Code::AlreadyExists) => return Err(e),
+                _ => {}
+            }
         }
         let nonce: u64 = rand_u64();
         let staging = format!("{CODE_DIR}/.upload-{nonce:016x}");

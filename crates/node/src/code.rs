@@ -140,6 +140,10 @@ impl Drop for Lease {
         if let Some(s) = st.slots.get_mut(&self.key) {
             debug_assert!(s.users > 0);
             s.users = s.users.saturating_sub(1);
+            // A lease that failed before its tree was there leaves nothing.
+            if s.users == 0 && s.bytes == 0 {
+                st.slots.remove(&self.key);
+            }
         }
     }
 }
@@ -252,29 +256,42 @@ impl Cache {
                 (hash, Some(name))
             }
         };
-        let dir = self.tree_dir(&realm, &hash);
-        let key = (realm.clone(), hash.clone());
-        if self.good(&dir, &hash).await {
-            return Ok(self.take(key, dir, file));
+        // Pinned before it is checked: never evicted between the check
+        // and the proc's start.
+        let lease = self.pin((realm.clone(), hash.clone()), file);
+        if !self.good(&lease.dir, &hash).await {
+            let _copying = self.copying.lock().await;
+            // Another spawn may have copied it meanwhile.
+            if !self.good(&lease.dir, &hash).await {
+                self.copy_in(files, who, source, &lease, &hash).await?;
+            }
         }
-        let _copying = self.copying.lock().await;
-        // Another spawn may have copied it meanwhile.
-        if self.good(&dir, &hash).await {
-            return Ok(self.take(key, dir, file));
-        }
-        if dir.exists() {
+        self.counted(&lease);
+        Ok(lease)
+    }
+
+    /// Copies `source` into the leased place (a copy there that does not
+    /// hash to its name was changed on the node's disk: removed first).
+    async fn copy_in(
+        &self,
+        files: &Files,
+        who: &Caller,
+        source: &Source,
+        lease: &Lease,
+        hash: &str,
+    ) -> Result<(), CodeError> {
+        if lease.dir.exists() {
             self.tampered.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
-                realm = %realm,
+                realm = %who.realm(),
                 "the node's copy of code {hash} changed on disk; copying it again"
             );
-            remove(&dir).await?;
-            self.state().slots.remove(&key);
+            remove(&lease.dir).await?;
         }
         match source {
-            Source::Tree(h) => self.copy_tree(files, who, h).await?,
+            Source::Tree(h) => self.copy_tree(files, who, h).await,
             Source::File(path) => {
-                let name = file.clone().unwrap_or_default();
+                let name = lease.file.clone().unwrap_or_default();
                 let copied = self.copy_file(files, who, path, &name).await?;
                 if copied != hash {
                     return Err(CodeError::Mismatch {
@@ -282,9 +299,9 @@ impl Cache {
                         found: copied,
                     });
                 }
+                Ok(())
             }
         }
-        Ok(self.take(key, dir, file))
     }
 
     /// Whether `dir` holds a tree hashing to `hash`.
@@ -297,27 +314,37 @@ impl Cache {
         found.is_some_and(|m| m.hash == hash)
     }
 
-    /// Leases the tree at `dir` (there and checked), counting it in.
-    fn take(self: &Arc<Self>, key: (String, String), dir: PathBuf, file: Option<String>) -> Lease {
+    /// A lease on the tree `key` names, whether or not it is there yet:
+    /// from now until the lease is dropped it is not evicted.
+    fn pin(self: &Arc<Self>, key: (String, String), file: Option<String>) -> Lease {
+        let dir = self.tree_dir(&key.0, &key.1);
         let mut st = self.state();
         st.clock += 1;
         let now = st.clock;
-        let bytes = dir_bytes(&dir);
         let slot = st.slots.entry(key.clone()).or_insert(Slot {
-            bytes,
+            bytes: 0,
             used: now,
             users: 0,
         });
         slot.used = now;
         slot.users += 1;
         drop(st);
-        self.evict();
         Lease {
             cache: self.clone(),
             key,
             dir,
             file,
         }
+    }
+
+    /// Counts a leased tree, there and checked, against the bound; evicts
+    /// what is over it.
+    fn counted(&self, lease: &Lease) {
+        let bytes = dir_bytes(&lease.dir);
+        if let Some(s) = self.state().slots.get_mut(&lease.key) {
+            s.bytes = bytes;
+        }
+        self.evict();
     }
 
     /// Removes least recently used trees no proc holds while the cache is
@@ -344,8 +371,11 @@ impl Cache {
             }
         }
         for d in gone {
-            if let Err(e) = std::fs::remove_dir_all(&d) {
-                tracing::warn!("cannot evict code {}: {e}", d.display());
+            match std::fs::remove_dir_all(&d) {
+                // A lease that failed before its tree was there.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!("cannot evict code {}: {e}", d.display()),
+                Ok(()) => {}
             }
         }
     }

@@ -127,10 +127,20 @@ def upload(c: "Client", local: str, *, realm: str = "") -> Manifest:
         return m
     except errors.NotFound:
         pass
+    # Every user of the realm uploads into /code; the sticky bit keeps each
+    # one's trees theirs to remove (as /tmp does).
     try:
-        call(fs.Mkdir, pb.FsCreateRequest(realm=realm, path=CODE_DIR, mode=0o755))
-    except errors.AlreadyExists:
-        pass
+        call(fs.Stat, pb.FsPathRequest(realm=realm, path=CODE_DIR))
+    except errors.NotFound:
+        try:
+            call(fs.Mkdir, pb.FsCreateRequest(realm=realm, path=CODE_DIR, mode=0o1777))
+        except errors.AlreadyExists:
+            pass
+        except errors.PermissionDenied as denied:
+            raise errors.PermissionDenied(
+                f"the realm has no {CODE_DIR} yet, and this user may not make it: a realm admin "
+                f"makes it (tabos fs mkdir --mode 1777 {CODE_DIR}), or uploads first"
+            ) from denied
     staging = f"{CODE_DIR}/.upload-{uuid.uuid4().hex[:16]}"
     call(fs.Mkdir, pb.FsCreateRequest(realm=realm, path=staging, mode=0o755))
     single = os.path.isfile(local)
