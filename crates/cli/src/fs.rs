@@ -198,7 +198,8 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 let mut at = 0i64;
                 let mut buf = vec![0u8; CHUNK_BYTES];
                 loop {
-                    let n = read_full(&mut input, &mut buf)?;
+                    let n = tabos_client::code::read_full(&mut input, &mut buf)
+                        .context("cannot read the input")?;
                     if n == 0 {
                         break;
                     }
@@ -351,20 +352,6 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
         }
         Ok(())
     })
-}
-
-/// Reads until `buf` is full or the input ends.
-fn read_full(input: &mut dyn Read, buf: &mut [u8]) -> anyhow::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match input.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e).context("cannot read the input"),
-        }
-    }
-    Ok(n)
 }
 
 /// The realm's files as `rm -r` walks them, as one user.

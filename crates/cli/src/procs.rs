@@ -193,6 +193,12 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
         }
         Ok(exit_code(&s))
     })?;
+    exit_with(code)
+}
+
+/// Ends the process with a proc's status when it is not 0 (clamped to
+/// what an exit status holds).
+fn exit_with(code: i64) -> anyhow::Result<()> {
     if code != 0 {
         std::process::exit(code.clamp(1, 255) as i32);
     }
@@ -269,10 +275,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         Ok::<_, anyhow::Error>(exit_code(&s))
     })?;
-    if code != 0 {
-        std::process::exit(code.clamp(1, 255) as i32);
-    }
-    Ok(())
+    exit_with(code)
 }
 
 fn exit_text(s: &proto::ProcStatus) -> String {

@@ -340,13 +340,16 @@ impl Client {
     }
 }
 
-/// Reads until `buf` is full or the input ends.
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+/// Reads until `buf` is full or the input ends (a read interrupted by a
+/// signal is tried again).
+pub fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut n = 0;
     while n < buf.len() {
-        match r.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
     Ok(n)

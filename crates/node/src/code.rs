@@ -22,8 +22,9 @@
 //!   it at [`crate::jail::CODE_DIR`] (its working directory) through a
 //!   read-only bind.
 //!
-//! One copy runs at a time (the node's disk and the database are what it
-//! spends), under [`FETCH_WAIT_MAX`].
+//! One copy of a realm's runs at a time (the node's disk and the database
+//! are what it spends; another realm's copies do not wait for it), under
+//! [`FETCH_WAIT_MAX`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -116,7 +117,9 @@ pub struct Cache {
     dir: PathBuf,
     max_bytes: u64,
     state: Mutex<State>,
-    copying: tokio::sync::Mutex<()>,
+    /// Per realm, held while that realm's code is copied: one copy of a
+    /// realm's at a time, and one realm's big tree never holds up another's.
+    copying: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Trees copied from realms' files since the node started.
     copies: AtomicU64,
     /// Trees found changed on the node's disk and copied again.
@@ -160,7 +163,7 @@ impl Cache {
             dir,
             max_bytes,
             state: Mutex::new(State::default()),
-            copying: tokio::sync::Mutex::new(()),
+            copying: Mutex::new(HashMap::new()),
             copies: AtomicU64::new(0),
             tampered: AtomicU64::new(0),
         }))
@@ -260,7 +263,14 @@ impl Cache {
         // and the proc's start.
         let lease = self.pin((realm.clone(), hash.clone()), file);
         if !self.good(&lease.dir, &hash).await {
-            let _copying = self.copying.lock().await;
+            let turn = self
+                .copying
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(realm.clone())
+                .or_default()
+                .clone();
+            let _copying = turn.lock().await;
             // Another spawn may have copied it meanwhile.
             if !self.good(&lease.dir, &hash).await {
                 self.copy_in(files, who, source, &lease, &hash).await?;

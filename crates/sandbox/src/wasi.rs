@@ -28,9 +28,8 @@ pub const MODULE: &str = "wasi_snapshot_preview1";
 
 // The preview1 errno values used here.
 const SUCCESS: i32 = 0;
-const EBADF: i32 = 8;
+use crate::wasi_fs::{EBADF, EINVAL};
 const EFAULT: i32 = 21;
-const EINVAL: i32 = 28;
 const ENOSYS: i32 = 52;
 const ESPIPE: i32 = 70;
 
