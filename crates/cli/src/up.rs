@@ -269,6 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         serve_local.then(|| format!("{}{}", tabos_client::UNIX_SCHEME, socket.display()));
     let rt = crate::runtime()?;
     rt.block_on(async move {
+        let stop = shutdown_signal()?;
         let listener = tabos_node::bind(&args.listen).await?;
         if serve_local {
             options.local_socket = Some(tabos_node::LocalSocket::bind(&socket)?);
@@ -353,7 +354,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
         outln!("try: tabos sql \"SELECT * FROM schema_version\"   (Ctrl-C stops)");
-        tabos_node::serve_with(node, listener, shutdown_signal(), options).await?;
+        tabos_node::serve_with(node, listener, stop, options).await?;
         outln!("tabos node stopped");
         Ok(())
     })
@@ -384,19 +385,21 @@ fn refuse_plaintext_beyond_loopback(flag: &str, listen: &str) -> anyhow::Result<
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! {
-                _ = ctrl_c => {}
-                _ = term.recv() => {}
-            }
+/// The signals that stop the node, taken when this is called (not when the
+/// future is first polled): the node registers itself as up before its
+/// serve loop polls the future, and whoever sees it up and sends SIGTERM
+/// must find the signal handled — the default action kills the process,
+/// and it would leave the cluster uncleanly, its lease to lapse.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("handle SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("handle SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
         }
-        Err(_) => {
-            let _ = ctrl_c.await;
-        }
-    }
+    })
 }
 
 /// `KEY=VALUE`.

@@ -154,6 +154,19 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// SIGTERM the moment the node says it serves stops it cleanly: the signal
+/// is handled from before the node announces itself, not from when its
+/// serve loop first waits for it (before, a stop in that window killed it
+/// by the signal's default action, and it left the cluster uncleanly).
+#[test]
+fn a_node_stopped_as_soon_as_it_serves_stops_cleanly() {
+    for _ in 0..3 {
+        let node = Node::start(&[]);
+        let status = node.stop();
+        assert!(status.success(), "{status:?}");
+    }
+}
+
 #[test]
 fn up_sql_status_and_refusals() {
     let dir = TempDir::new("up");
