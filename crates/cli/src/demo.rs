@@ -6,7 +6,8 @@
 //! (/usr/include and /usr/share, text files only; `--input` overrides) —
 //! a coordinator proc, one mapper proc per map task, one reducer proc per
 //! partition, all real processes talking to the node through its API. It
-//! prints the 20 most frequent words and the job's phases, and then asks
+//! prints the 20 most frequent words and the job's phases, runs a user's
+//! own job (the grep example: shell scripts uploaded with it), and asks
 //! the node, in SQL through the same API, about the OS state the job left
 //! behind: its procs, their timings, and their provenance.
 
@@ -80,7 +81,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         node.store.partitions(),
     );
     let exe = std::env::current_exe().context("find the tabos executable")?;
-    let mut submit = Submit::new(Kind::WordCount, inputs.clone(), exe, vec!["mr-task".into()]);
+    let mut submit = Submit::new(
+        Kind::WordCount,
+        inputs.clone(),
+        exe.clone(),
+        vec!["mr-task".into()],
+    );
     submit.reducers = args.reducers;
     submit.task_bytes = args.task_mib.max(1) << 20;
     submit.text_only = true;
@@ -117,7 +123,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
         let shown: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
         outln!(
-            "[1/3] word count over the text files of {} (mappers are LC procs of one core, \
+            "[1/4] word count over the text files of {} (mappers are LC procs of one core, \
              reducers and coordinators BE procs; progress on stderr)",
             shown.join(" ")
         );
@@ -126,7 +132,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         crate::mr::print_summary(&job, &done).await?;
         crate::mr::print_top(&job, &Kind::WordCount, 20).await?;
 
-        outln!("\n[2/3] asking the node about the job, in SQL through its API:\n");
+        user_job(&client, &realm, &dir, &inputs[0], &args, exe).await?;
+
+        outln!("\n[3/4] asking the node about the job, in SQL through its API:\n");
         let mut c = client.clone();
         let role = "CASE substr(pid, $2, 1) WHEN 'm' THEN 'mapper' WHEN 'r' THEN 'reducer' \
                     ELSE 'coordinator' END";
@@ -176,7 +184,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             outln!();
         }
 
-        outln!("[3/3] the namespace and files the job used:");
+        outln!("[4/4] the namespace and files the job used:");
         let listed = c.name_readdir(&realm, &job.layout.root()).await?;
         let names: Vec<&str> = listed
             .entries
@@ -194,6 +202,74 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         server.await??;
         Ok(())
     })
+}
+
+/// The grep example (examples/mr/grep: two shell scripts, built into this
+/// binary) as a user's own job: uploaded to the realm's files, run by the
+/// same coordinator, mapper and reducer procs, over `input`.
+async fn user_job(
+    client: &tabos_client::Client,
+    realm: &str,
+    dir: &std::path::Path,
+    input: &std::path::Path,
+    args: &Args,
+    exe: PathBuf,
+) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    use tabos_mr::stream::{Program, ProgramKind, UserJob};
+    const PATTERN: &str = "#include";
+    outln!(
+        "\n[2/4] your own code: examples/mr/grep, two shell scripts, uploaded to the realm's \
+         files and run by the same procs (`tabos mr run --map map.sh --reduce sum.sh \
+         --arg '{PATTERN}'`) over {}",
+        input.display()
+    );
+    let code = dir.join("grep-example");
+    std::fs::create_dir_all(&code)?;
+    for (name, text) in [
+        ("map.sh", include_str!("../../../examples/mr/grep/map.sh")),
+        ("sum.sh", include_str!("../../../examples/mr/grep/sum.sh")),
+    ] {
+        std::fs::write(code.join(name), text)?;
+        std::fs::set_permissions(code.join(name), std::fs::Permissions::from_mode(0o755))?;
+    }
+    let uploaded = client.clone().upload_code(realm, &code).await?;
+    let script = |path: &str| Program {
+        path: path.into(),
+        kind: ProgramKind::Native,
+    };
+    let job = UserJob {
+        code: uploaded.hash,
+        map: script("map.sh"),
+        reduce: script("sum.sh"),
+        combine: Some(script("sum.sh")),
+        args: vec![PATTERN.into()],
+        time_limit_ms: tabos_mr::stream::TIME_LIMIT_DEFAULT.as_millis() as u64,
+    };
+    let mut submit = Submit::new(job, vec![input.to_path_buf()], exe, vec!["mr-task".into()]);
+    submit.reducers = args.reducers;
+    submit.task_bytes = args.task_mib.max(1) << 20;
+    submit.text_only = true;
+    let (job, done) = crate::mr::run_job(client, realm, submit, false).await?;
+    outln!();
+    crate::mr::print_summary(&job, &done).await?;
+    let text = job.output_bytes().await?.concat();
+    let mut files: Vec<(u64, String)> = String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| {
+            let (file, n) = l.rsplit_once('\t')?;
+            Some((n.parse().ok()?, file.to_string()))
+        })
+        .collect();
+    files.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    outln!(
+        "\n{} files have lines with {PATTERN:?}; the 5 with the most:",
+        files.len()
+    );
+    for (n, file) in files.iter().take(5) {
+        outln!("  {n:>12}  {file}");
+    }
+    Ok(())
 }
 
 /// A query on one line, for printing.

@@ -253,7 +253,7 @@ enum Command {
     Procedure(procedure::ProcedureArgs),
     /// Several calls in one round trip, one per line of stdin (put, get, rm, send, recv, call, status, stat, read, write)
     Batch(batch::Args),
-    /// Run a MapReduce job on the node: tabos mr wordcount|grep --input PATH...
+    /// Run a MapReduce job on the node: tabos mr wordcount|grep --input PATH..., or your own programs: tabos mr run --map M --reduce R --input PATH...
     Mr(mr::Args),
     /// Durable workflows: tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue|schedule
     Workflow(workflow::Args),

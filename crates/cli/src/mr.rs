@@ -1,4 +1,4 @@
-//! `tabos mr wordcount|grep`: a MapReduce job on the node (crates/apps/mr),
+//! `tabos mr wordcount|grep|run`: a MapReduce job on the node (crates/apps/mr) —
 //! with a progress line while it runs and a summary at the end (Ctrl-C
 //! leaves it running, and says how to follow or stop it); `tabos mr
 //! ls|status|cancel|rm` for jobs already submitted; and the hidden `tabos
@@ -29,6 +29,39 @@ enum JobKind {
         /// The byte string to look for
         #[arg(long)]
         pattern: String,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Run your own job: map and reduce programs of your own, wasm or native
+    ///
+    /// Map and reduce are wasm modules, or native programs and scripts,
+    /// that read and print records on stdin and stdout — one
+    /// `key<TAB>value` per line; a map program reads
+    /// `file<TAB>line`, a reducer its records sorted by key. The programs
+    /// are uploaded to the realm's files and run in the tasks' jails; see
+    /// README.md, "MapReduce with your own code"
+    Run {
+        /// The map program: a file of this machine, or with --code a path
+        /// inside DIR
+        #[arg(long, value_name = "PROGRAM")]
+        map: String,
+        /// The reduce program (as --map)
+        #[arg(long, value_name = "PROGRAM")]
+        reduce: String,
+        /// A combine program, run over each map task's records for each
+        /// reducer (as --map)
+        #[arg(long, value_name = "PROGRAM")]
+        combine: Option<String>,
+        /// Upload this directory as the job's code: --map, --reduce and
+        /// --combine are then paths inside it (and may use its other files)
+        #[arg(long, value_name = "DIR")]
+        code: Option<PathBuf>,
+        /// An argument given to every program (repeatable)
+        #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
+        args: Vec<String>,
+        /// Seconds one run of a program may take before its task fails
+        #[arg(long, default_value_t = 600)]
+        time_limit: u64,
         #[command(flatten)]
         common: Common,
     },
@@ -141,8 +174,8 @@ fn control(job: &JobKind) -> anyhow::Result<()> {
                     || serde_json::json!({"job": job, "removed": n}),
                 );
             }
-            JobKind::Wordcount(_) | JobKind::Grep { .. } => {
-                anyhow::bail!("wordcount and grep run a job, they do not control one")
+            JobKind::Wordcount(_) | JobKind::Grep { .. } | JobKind::Run { .. } => {
+                anyhow::bail!("wordcount, grep and run run a job, they do not control one")
             }
         }
         Ok(())
@@ -177,7 +210,8 @@ pub struct Common {
     /// (by default such inputs are left out, and said so in one line)
     #[arg(long)]
     pub strict: bool,
-    /// Results to print (the most frequent words; for grep, files in order)
+    /// Results to print (the most frequent words; for grep, files in
+    /// order; for run, the output's first lines)
     #[arg(long, default_value_t = 20)]
     pub top: usize,
     /// Fault injection for tests: attempt ATTEMPT of task TASK (m0, r1…)
@@ -192,7 +226,7 @@ pub struct Common {
 
 impl Common {
     /// The job this asks for, with the procs run as `tabos mr-task …`.
-    pub fn submit(&self, kind: Kind) -> anyhow::Result<Submit> {
+    pub fn submit(&self, kind: impl Into<tabos_mr::driver::Work>) -> anyhow::Result<Submit> {
         let exe = std::env::current_exe().context("find the tabos executable")?;
         let mut s = Submit::new(kind, self.inputs.clone(), exe, vec!["mr-task".into()]);
         s.reducers = self.reducers;
@@ -223,6 +257,24 @@ impl Common {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    if let JobKind::Run {
+        map,
+        reduce,
+        combine,
+        code,
+        args,
+        time_limit,
+        common,
+    } = &args.job
+    {
+        let programs = Programs {
+            map,
+            reduce,
+            combine: combine.as_deref(),
+            code: code.as_deref(),
+        };
+        return run_user(programs, args, *time_limit, common);
+    }
     let (common, kind) = match &args.job {
         JobKind::Wordcount(c) => (c, Kind::WordCount),
         JobKind::Grep { pattern, common } => (common, Kind::grep(pattern.as_bytes())?),
@@ -412,4 +464,164 @@ pub async fn print_top(job: &Job, kind: &Kind, n: usize) -> anyhow::Result<()> {
         outln!("  {count:>12}  {}", String::from_utf8_lossy(key));
     }
     Ok(())
+}
+
+/// The programs of `tabos mr run`, as given.
+struct Programs<'a> {
+    map: &'a str,
+    reduce: &'a str,
+    combine: Option<&'a str>,
+    code: Option<&'a std::path::Path>,
+}
+
+impl Programs<'_> {
+    /// Uploads the job's code — `--code DIR`, or a tree of the programs'
+    /// files by their names — and says where each program is in it.
+    async fn upload(
+        &self,
+        client: &mut tabos_client::Client,
+        realm: &str,
+    ) -> anyhow::Result<(String, Vec<tabos_mr::stream::Program>)> {
+        use tabos_mr::stream::{Program, ProgramKind};
+        let named: Vec<&str> = [Some(self.map), Some(self.reduce), self.combine]
+            .into_iter()
+            .flatten()
+            .collect();
+        let kind_of = |local: &std::path::Path| -> anyhow::Result<ProgramKind> {
+            let mut head = [0u8; 4];
+            let mut f = std::fs::File::open(local)
+                .with_context(|| format!("cannot open {}", local.display()))?;
+            let n = std::io::Read::read(&mut f, &mut head).unwrap_or(0);
+            Ok(ProgramKind::of(&head[..n]))
+        };
+        if let Some(dir) = self.code {
+            let mut programs = Vec::new();
+            for p in &named {
+                let path = p.trim_start_matches("./").to_string();
+                // Inside the code, checked before anything is read.
+                Program {
+                    path: path.clone(),
+                    kind: ProgramKind::Native,
+                }
+                .validate()?;
+                let kind = kind_of(&dir.join(&path))?;
+                programs.push(Program { path, kind });
+            }
+            let hash = crate::procs::upload(client, realm, dir).await?;
+            return Ok((hash, programs));
+        }
+        // The programs' files, each by its name, in a tree of their own.
+        let tree = std::env::temp_dir().join(format!(
+            "tabos-mr-code-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        ));
+        std::fs::create_dir(&tree).with_context(|| format!("cannot make {}", tree.display()))?;
+        let made = async {
+            let mut programs = Vec::new();
+            let mut names: std::collections::HashMap<String, std::path::PathBuf> =
+                Default::default();
+            for p in &named {
+                let local = std::fs::canonicalize(p).with_context(|| format!("cannot find {p}"))?;
+                anyhow::ensure!(
+                    local.is_file(),
+                    "{p} is not a file (--code DIR uploads a directory)"
+                );
+                let name = local
+                    .file_name()
+                    .and_then(|n| n.to_str())
+                    .with_context(|| format!("{p}: its name is not UTF-8"))?
+                    .to_string();
+                match names.get(&name) {
+                    Some(other) if *other != local => anyhow::bail!(
+                        "{p} and {} have the same name: put them in one directory and give --code",
+                        other.display()
+                    ),
+                    Some(_) => {}
+                    None => {
+                        std::fs::copy(&local, tree.join(&name))
+                            .with_context(|| format!("cannot copy {p}"))?;
+                        names.insert(name.clone(), local.clone());
+                    }
+                }
+                programs.push(Program {
+                    path: name,
+                    kind: kind_of(&local)?,
+                });
+            }
+            let hash = crate::procs::upload(client, realm, &tree).await?;
+            Ok((hash, programs))
+        }
+        .await;
+        let _ = std::fs::remove_dir_all(&tree);
+        made
+    }
+}
+
+/// `tabos mr run`: uploads the programs, runs the job, and prints where
+/// its output is and its first lines.
+fn run_user(
+    programs: Programs<'_>,
+    args: &[String],
+    time_limit: u64,
+    common: &Common,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=tabos_mr::stream::TIME_LIMIT_MAX.as_secs()).contains(&time_limit),
+        "--time-limit is 1..={} seconds",
+        tabos_mr::stream::TIME_LIMIT_MAX.as_secs()
+    );
+    crate::runtime()?.block_on(async {
+        let mut client = common.node.connect().await?;
+        let realm = match common.realm.realm.as_str() {
+            "" => client.who_am_i().await?.default_realm,
+            r => r.to_string(),
+        };
+        let (code, mut found) = programs.upload(&mut client, &realm).await?;
+        let combine = programs.combine.map(|_| found.remove(2));
+        let reduce = found.remove(1);
+        let map = found.remove(0);
+        let job = tabos_mr::stream::UserJob {
+            code,
+            map,
+            reduce,
+            combine,
+            args: args.to_vec(),
+            time_limit_ms: time_limit * 1000,
+        };
+        let submit = common.submit(job)?;
+        let (job, done) = run_job(&client, &realm, submit, true).await?;
+        let parts = job.output_bytes().await?;
+        let lines: Vec<&[u8]> = parts
+            .iter()
+            .flat_map(|p| p.split(|&b| b == b'\n').filter(|l| !l.is_empty()))
+            .collect();
+        if crate::output::json() {
+            let first: Vec<_> = lines
+                .iter()
+                .take(common.top)
+                .map(|l| String::from_utf8_lossy(l).into_owned())
+                .collect();
+            crate::output::doc(&serde_json::json!({
+                "job": job.id(), "seconds": done.elapsed.as_secs_f64(), "bytes": done.bytes,
+                "maps": done.maps, "reducers": done.reducers, "retries": done.retries,
+                "output": (0..job.spec.reducers).map(|k| job.layout.output(k)).collect::<Vec<_>>(),
+                "lines": lines.len(), "first": first,
+            }));
+            return Ok(());
+        }
+        print_summary(&job, &done).await?;
+        outln!(
+            "\n{} output lines; the first {}:",
+            lines.len(),
+            common.top.min(lines.len())
+        );
+        for l in lines.iter().take(common.top) {
+            outln!("  {}", String::from_utf8_lossy(l));
+        }
+        Ok(())
+    })
 }

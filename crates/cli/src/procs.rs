@@ -148,7 +148,7 @@ impl SpawnArgs {
 }
 
 /// Uploads `local` as code (see `tabos_client::code`); its hash.
-async fn upload(
+pub(crate) async fn upload(
     client: &mut tabos_client::Client,
     realm: &str,
     local: &std::path::Path,

@@ -325,6 +325,8 @@ fn corpus(dir: &TempDir) -> std::path::PathBuf {
 fn demo_runs_and_reports() {
     let dir = TempDir::new("demo");
     let root = corpus(&dir);
+    // For the user job's grep (its pattern is "#include").
+    std::fs::write(root.join("c.h"), "#include <a.h>\n#include <b.h>\nint x;\n").unwrap();
     // A file the realm's procs cannot read, as Debian's polkit rules are:
     // left out at planning, said once, and the job runs on the rest. (Not
     // root: procs run as this user, who could read it.)
@@ -352,8 +354,18 @@ fn demo_runs_and_reports() {
     }
     let out = stdout(&o);
     // The top words, counted over the text files only.
-    assert!(out.contains("60 words, 3 distinct"), "{out}");
+    assert!(out.contains("66 words, 8 distinct"), "{out}");
     assert!(out.contains("          30  tabos"), "{out}");
+    // The user's own job: the grep example's scripts, uploaded and run.
+    assert!(
+        out.contains("1 files have lines with \"#include\""),
+        "{out}"
+    );
+    let c_h = root.join("c.h");
+    assert!(
+        out.contains(&format!("{:>12}  {}", 2, c_h.display())),
+        "{out}"
+    );
     // The three queries over the OS state the job left.
     assert!(
         out.contains("Procs per role, kind, class and state"),
@@ -1136,6 +1148,185 @@ fn mapreduce_across_three_nodes_survives_one_killed() {
         assert!(text.contains(&format!("{n:>12}  {w}\n")), "{text}");
     }
     drop((a, b));
+}
+
+/// A user's own MapReduce from the command line, across three nodes on
+/// PostgreSQL with no file system shared between them (issue 41, item 2):
+/// the word count example (Rust compiled to wasm, `--code DIR`) and the
+/// grep example (shell scripts given as local files, the pattern as
+/// `--arg`) over inputs in tabos fs equal the counts computed here; bad
+/// programs are refused before anything runs.
+#[test]
+fn a_users_own_mapreduce_runs_across_three_nodes_from_the_command_line() {
+    let Some(url) = tabos_store::testing::pg_database() else {
+        return;
+    };
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mr");
+    let wasm = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-mr-wordcount-wasm");
+    let o = Command::new("sh")
+        .arg(examples.join("wordcount/build.sh"))
+        .arg(&wasm)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "building the wasm example (rustup target add wasm32-wasip1?): {}",
+        stderr(&o)
+    );
+    let dir = TempDir::new("cli-mr-user");
+    let node = |id: &str| {
+        let blocks = dir.path().join(format!("{id}.blocks"));
+        Node::start(&[
+            "--db",
+            url.as_str(),
+            "--partitions",
+            "1",
+            "--node-id",
+            id,
+            "--cores",
+            "1",
+            "--blocks",
+            blocks.to_str().unwrap(),
+            "--blocks-mib",
+            "128",
+        ])
+    };
+    let (a, b, c) = (node("ua"), node("ub"), node("uc"));
+    let mut words: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut greps: std::collections::BTreeMap<String, u64> = Default::default();
+    assert!(a.tabos(&["fs", "mkdir", "/in"]).status.success());
+    for f in 0..6u64 {
+        let mut text = String::new();
+        for j in 0..100_000u64 {
+            let w = format!("w{}", (f * 7_919 + j * j * 104_729) % 5_000);
+            *words.entry(w.clone()).or_default() += 1;
+            text.push_str(&w);
+            text.push(if j % 12 == 11 { '\n' } else { ' ' });
+        }
+        let lines = text.lines().filter(|l| l.contains("w42")).count() as u64;
+        if lines > 0 {
+            greps.insert(format!("/in/f{f}.txt"), lines);
+        }
+        let local = dir.path().join(format!("f{f}.txt"));
+        std::fs::write(&local, text).unwrap();
+        let o = a.tabos(&[
+            "fs",
+            "put",
+            local.to_str().unwrap(),
+            &format!("/in/f{f}.txt"),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // Every part file of a job, read back through another node.
+    let output = |o: &Output| -> String {
+        assert!(o.status.success(), "{}", stderr(o));
+        let v: serde_json::Value = serde_json::from_str(stdout(o).trim()).unwrap();
+        let mut text = String::new();
+        for part in v["output"].as_array().unwrap() {
+            let got = c.tabos(&["fs", "cat", part.as_str().unwrap()]);
+            assert!(got.status.success(), "{}", stderr(&got));
+            text.push_str(&stdout(&got));
+        }
+        text
+    };
+    let parse = |text: &str| -> std::collections::BTreeMap<String, u64> {
+        text.lines()
+            .map(|l| {
+                let (k, n) = l.split_once('\t').unwrap();
+                (k.to_string(), n.parse().unwrap())
+            })
+            .collect()
+    };
+    let o = b.tabos(&[
+        "mr",
+        "run",
+        "--json",
+        "--code",
+        wasm.to_str().unwrap(),
+        "--map",
+        "map.wasm",
+        "--combine",
+        "sum.wasm",
+        "--reduce",
+        "reduce.wasm",
+        "--in-fs",
+        "--input",
+        "/in",
+        "--task-mib",
+        "1",
+        "--reducers",
+        "3",
+    ]);
+    let text = output(&o);
+    assert_eq!(parse(&text), words);
+    let sql = "SELECT count(DISTINCT worker_id) AS n FROM proc WHERE pid LIKE 'j%-m%'";
+    let o = a.tabos(&["sql", "--json", sql]);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(
+        v["rows"][0]["n"].as_i64().unwrap() >= 2,
+        "map tasks on one node: {v}"
+    );
+    let map = examples.join("grep/map.sh");
+    let sum = examples.join("grep/sum.sh");
+    let o = a.tabos(&[
+        "mr",
+        "run",
+        "--json",
+        "--map",
+        map.to_str().unwrap(),
+        "--reduce",
+        sum.to_str().unwrap(),
+        "--arg",
+        "w42",
+        "--in-fs",
+        "--input",
+        "/in",
+        "--reducers",
+        "2",
+    ]);
+    assert_eq!(parse(&output(&o)), greps);
+    // Refused, saying why, before a job starts.
+    for (args, says) in [
+        (
+            vec!["--map", "/no/such/map", "--reduce", sum.to_str().unwrap()],
+            "/no/such/map",
+        ),
+        (
+            vec![
+                "--code",
+                wasm.to_str().unwrap(),
+                "--map",
+                "../map.wasm",
+                "--reduce",
+                "reduce.wasm",
+            ],
+            "relative path inside the job's code",
+        ),
+        (
+            vec![
+                "--map",
+                map.to_str().unwrap(),
+                "--reduce",
+                sum.to_str().unwrap(),
+                "--time-limit",
+                "0",
+            ],
+            "--time-limit",
+        ),
+    ] {
+        let mut all = vec!["mr", "run", "--in-fs", "--input", "/in"];
+        all.extend(args);
+        let o = a.tabos(&all);
+        assert!(!o.status.success(), "{all:?}");
+        assert!(stderr(&o).contains(says), "{all:?}: {}", stderr(&o));
+    }
+    let o = a.tabos(&["mr", "ls", "--json"]);
+    let jobs: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(jobs.as_array().unwrap().len(), 2, "{jobs}");
+    assert!(
+        jobs.as_array().unwrap().iter().all(|j| j["kind"] == "user"),
+        "{jobs}"
+    );
 }
 
 /// An elastic node, an elastic realm created and shown, the managers'

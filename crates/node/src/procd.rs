@@ -1069,6 +1069,7 @@ impl Procd {
             let spec = RunSpec {
                 args,
                 env,
+                stdin: None,
                 stdout: Box::new(crate::proclog::ShipWriter::new(out_sink)),
                 stderr: Box::new(crate::proclog::ShipWriter::new(err_sink)),
                 memory_bytes: wasm_memory_bytes(proc_.mem_mb),

@@ -39,7 +39,7 @@ pub use procedure::{CallOutput, FailureKind, Language, Limits, ProcError, ProcSp
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -146,6 +146,9 @@ pub struct RunSpec {
     /// argv, program name first.
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// What the module reads from descriptor 0; `None`: at end of file
+    /// from the start (a proc's stdin, like a native proc's /dev/null).
+    pub stdin: Option<Box<dyn Read + Send>>,
     pub stdout: Box<dyn Write + Send>,
     pub stderr: Box<dyn Write + Send>,
     /// Linear memory limit in bytes (at most [`MEMORY_BYTES_MAX`]).
@@ -437,6 +440,7 @@ impl Sandbox {
         }
         let memory = spec.memory_bytes.min(MEMORY_BYTES_MAX);
         let mut ctx = wasi::Ctx::new(spec.args, spec.env, spec.stdout, spec.stderr);
+        ctx.stdin = spec.stdin;
         if let Some(dir) = &spec.preopen {
             ctx.tree = Some(wasi_fs::Tree::open(dir).map_err(|e| {
                 Error::Limit(format!("the proc's directory {}: {e}", dir.display()))

@@ -1,7 +1,8 @@
 //! The WASI preview1 functions a tabos wasm proc gets.
 //!
-//! A proc is a *command*: it reads its arguments and environment, writes to
-//! stdout and stderr (captured into the run's sinks), reads the clocks and
+//! A proc is a *command*: it reads its arguments and environment, reads
+//! stdin (empty, unless its runner gives one: a MapReduce task's records),
+//! writes to stdout and stderr (captured into the run's sinks), reads the clocks and
 //! randomness, and exits. It has no sockets, and no files but, when it was
 //! spawned with uploaded code, that code as one read-only preopened
 //! directory ([`crate::wasi_fs`]): tabos state is reached through tabos
@@ -18,7 +19,7 @@
 //! Guest pointers are bounds-checked against linear memory on every access;
 //! a bad pointer or length gives `EFAULT`, never a host panic.
 
-use std::io::Write;
+use std::io::{Read, Write};
 
 use wasmtime::{Caller, Extern, FuncType, Linker, Val, ValType};
 
@@ -28,7 +29,7 @@ pub const MODULE: &str = "wasi_snapshot_preview1";
 
 // The preview1 errno values used here.
 const SUCCESS: i32 = 0;
-use crate::wasi_fs::{EBADF, EINVAL};
+use crate::wasi_fs::{EBADF, EINVAL, EIO};
 const EFAULT: i32 = 21;
 const ENOSYS: i32 = 52;
 const ESPIPE: i32 = 70;
@@ -56,6 +57,8 @@ pub struct Ctx {
     args: Vec<String>,
     /// `KEY=value` strings.
     env: Vec<String>,
+    /// Descriptor 0: `None` reads as end of file.
+    pub(crate) stdin: Option<Box<dyn Read + Send>>,
     stdout: Box<dyn Write + Send>,
     stderr: Box<dyn Write + Send>,
     /// Its preopened directory, if it has one.
@@ -72,6 +75,7 @@ impl Ctx {
         Ctx {
             args,
             env: env.into_iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            stdin: None,
             stdout,
             stderr,
             tree: None,
@@ -305,9 +309,8 @@ fn fd_read(caller: &mut Caller<'_, RunState>, fd: i32, iovs: i32, n: i32, read: 
     let Some((mem, state)) = memory(caller) else {
         return EFAULT;
     };
-    // stdin is empty: every read is at end of file.
     if fd == 0 {
-        return ok_or_fault(put_u32(mem, read, 0));
+        return read_stdin(mem, state, iovs, n, read);
     }
     let Some(tree) = state.wasi.tree.as_mut() else {
         return EBADF;
@@ -331,6 +334,29 @@ fn fd_read(caller: &mut Caller<'_, RunState>, fd: i32, iovs: i32, n: i32, read: 
         }
     }
     ok_or_fault(put_u32(mem, read, total))
+}
+
+/// `fd_read` on descriptor 0: from the run's stdin, if it has one (else at
+/// end of file), into the first iovec that has room — a short read, as a
+/// pipe gives, which every libc's stdio loops over.
+fn read_stdin(mem: &mut [u8], state: &mut RunState, iovs: i32, n: i32, read: i32) -> i32 {
+    let Some(stdin) = state.wasi.stdin.as_mut() else {
+        return ok_or_fault(put_u32(mem, read, 0));
+    };
+    let bufs = match iovecs(mem, iovs, n) {
+        Ok(b) => b,
+        Err(e) => return e,
+    };
+    let Some(r) = bufs.into_iter().find(|r| !r.is_empty()) else {
+        return ok_or_fault(put_u32(mem, read, 0));
+    };
+    loop {
+        match stdin.read(&mut mem[r.clone()]) {
+            Ok(got) => return ok_or_fault(put_u32(mem, read, got as u32)),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return EIO,
+        }
+    }
 }
 
 /// A guest path (`ptr`, `len`) as bytes.

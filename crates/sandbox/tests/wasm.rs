@@ -37,6 +37,7 @@ fn run_with(sb: &Sandbox, wat: &str, args: &[&str], memory_bytes: usize) -> Run 
     let spec = RunSpec {
         args: args.iter().map(|s| s.to_string()).collect(),
         env: vec![("GREETING".into(), "hi".into())],
+        stdin: None,
         stdout: Box::new(out.clone()),
         stderr: Box::new(err.clone()),
         memory_bytes,
@@ -186,6 +187,7 @@ fn an_infinite_loop_is_stopped_from_another_thread() {
         let spec = RunSpec {
             args: vec!["spin".into()],
             env: vec![],
+            stdin: None,
             stdout: Box::new(std::io::sink()),
             stderr: Box::new(std::io::sink()),
             memory_bytes: 1 << 20,
@@ -405,6 +407,7 @@ fn a_proc_reads_its_preopened_directory_and_nothing_beyond_it() {
     let spec = |preopen| RunSpec {
         args: vec!["reader".into()],
         env: vec![],
+        stdin: None,
         stdout: Box::new(out.clone()),
         stderr: Box::new(std::io::sink()),
         memory_bytes: 1 << 20,
@@ -421,4 +424,55 @@ fn a_proc_reads_its_preopened_directory_and_nothing_beyond_it() {
     let got = sb.run(&program, spec(None), &sb.stop_handle()).unwrap();
     assert_eq!(got, Outcome::Exited(10));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `cat`: copies descriptor 0 to descriptor 1 in reads of at most 7 bytes
+/// (so a long input takes many reads), then exits 0.
+const CAT: &str = r#"(module
+  (import "wasi_snapshot_preview1" "fd_read" (func $fd_read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $fd_write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (block $done
+      (loop $more
+        ;; iovec at 0: buffer 64, length 7; bytes read at 16
+        (i32.store (i32.const 0) (i32.const 64))
+        (i32.store (i32.const 4) (i32.const 7))
+        (br_if $done (call $fd_read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 16)))
+        (br_if $done (i32.eqz (i32.load (i32.const 16))))
+        (i32.store (i32.const 4) (i32.load (i32.const 16)))
+        (drop (call $fd_write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 20)))
+        (br $more)))))"#;
+
+#[test]
+fn a_run_reads_the_stdin_it_is_given_and_none_is_end_of_file() {
+    let sb = Sandbox::new().unwrap();
+    let program = sb.compile(CAT.as_bytes()).unwrap();
+    let input: Vec<u8> = (0..10_000u32)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    let out = Captured::default();
+    let spec = |stdin: Option<Box<dyn std::io::Read + Send>>| RunSpec {
+        args: vec!["cat".into()],
+        env: vec![],
+        stdin,
+        stdout: Box::new(out.clone()),
+        stderr: Box::new(std::io::sink()),
+        memory_bytes: 1 << 20,
+        host: None,
+        preopen: None,
+    };
+    let got = sb
+        .run(
+            &program,
+            spec(Some(Box::new(std::io::Cursor::new(input.clone())))),
+            &sb.stop_handle(),
+        )
+        .unwrap();
+    assert_eq!(got, Outcome::Exited(0));
+    assert_eq!(out.0.lock().unwrap().as_slice(), input.as_slice());
+    out.0.lock().unwrap().clear();
+    let got = sb.run(&program, spec(None), &sb.stop_handle()).unwrap();
+    assert_eq!(got, Outcome::Exited(0));
+    assert!(out.0.lock().unwrap().is_empty());
 }

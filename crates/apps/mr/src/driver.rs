@@ -33,10 +33,29 @@ pub const TASK_BYTES_DEFAULT: u64 = 32 << 20;
 /// Default coordinator session lease.
 pub const SESSION_TTL_DEFAULT: Duration = Duration::from_secs(3);
 
+/// What a job computes: a built-in job, or the user's own programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    BuiltIn(Kind),
+    User(crate::stream::UserJob),
+}
+
+impl From<Kind> for Work {
+    fn from(k: Kind) -> Work {
+        Work::BuiltIn(k)
+    }
+}
+
+impl From<crate::stream::UserJob> for Work {
+    fn from(j: crate::stream::UserJob) -> Work {
+        Work::User(j)
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Submit {
-    pub kind: Kind,
+    pub kind: Work,
     pub inputs: Vec<PathBuf>,
     pub reducers: usize,
     /// Input bytes per map task (small files are packed together).
@@ -64,13 +83,13 @@ impl Submit {
     /// A job with the defaults: 4 reducers, [`TASK_BYTES_DEFAULT`], a
     /// standby coordinator.
     pub fn new(
-        kind: Kind,
+        kind: impl Into<Work>,
         inputs: Vec<PathBuf>,
         program: PathBuf,
         program_args: Vec<String>,
     ) -> Submit {
         Submit {
-            kind,
+            kind: kind.into(),
             inputs,
             reducers: 4,
             task_bytes: TASK_BYTES_DEFAULT,
@@ -182,9 +201,13 @@ impl Job {
             host_paths,
             skipped,
         } = planned;
-        let (kind, pattern) = match &s.kind {
-            Kind::WordCount => ("wordcount", Vec::new()),
-            Kind::Grep { pattern } => ("grep", pattern.clone()),
+        let (kind, pattern, user) = match &s.kind {
+            Work::BuiltIn(Kind::WordCount) => ("wordcount", Vec::new(), None),
+            Work::BuiltIn(Kind::Grep { pattern }) => ("grep", pattern.clone(), None),
+            Work::User(job) => {
+                job.validate()?;
+                ("user", Vec::new(), Some(job.clone()))
+            }
         };
         let spec = Spec {
             id: new_job_id(),
@@ -198,6 +221,7 @@ impl Job {
             pause: s.pause.clone(),
             host_paths,
             inputs_in_fs: s.inputs_in_fs,
+            user,
         };
         let layout = Layout::new(&spec.id);
         let mut c = client.clone();
@@ -477,6 +501,20 @@ impl Job {
     }
 
     /// The job's output: every reducer's part, merged in key order.
+    /// A user job's output: its part files' bytes, reducer by reducer.
+    pub async fn output_bytes(&self) -> Result<Vec<Vec<u8>>> {
+        let mut parts = Vec::with_capacity(self.spec.reducers);
+        for k in 0..self.spec.reducers {
+            let mut bytes = Vec::new();
+            self.client
+                .clone()
+                .fs_read_all(&self.realm, FS_USER, &self.layout.output(k), &mut bytes)
+                .await?;
+            parts.push(bytes);
+        }
+        Ok(parts)
+    }
+
     pub async fn output(&self) -> Result<Vec<(Vec<u8>, u64)>> {
         let mut runs = Vec::with_capacity(self.spec.reducers);
         for k in 0..self.spec.reducers {

@@ -13,6 +13,9 @@
 //!   keys with a count, sorted by key.
 //! * [`task`] — the work of one mapper (a split to one sorted run per
 //!   reducer) and one reducer (runs merged into its output).
+//! * [`stream`] — user jobs: map, combine and reduce as programs of the
+//!   job's uploaded code (native or wasm) speaking records on stdin and
+//!   stdout, run by the same mapper and reducer procs.
 //! * [`direct`] — the same jobs computed in one process, the reference the
 //!   tests compare with.
 //! * [`procs`], [`driver`], [`spec`] — the coordinator, mapper and reducer
@@ -29,6 +32,7 @@ pub mod job;
 pub mod procs;
 pub mod spec;
 pub mod split;
+pub mod stream;
 pub mod task;
 pub mod watch;
 
@@ -51,6 +55,10 @@ pub enum Error {
     /// The tabos API refused or failed a call.
     #[error("{0}")]
     Api(#[from] tabos_client::Error),
+    /// A user's program failed (its status, signal, trap or time limit,
+    /// and its last words).
+    #[error("{0}")]
+    Program(String),
     /// The job failed (a task failed every attempt, or could not be
     /// started at all).
     #[error("the job failed: {0}")]
@@ -70,7 +78,11 @@ impl Error {
     /// from.
     pub fn is_the_jobs_fault(&self) -> bool {
         match self {
-            Error::Failed(_) | Error::Invalid(_) | Error::NotFound(_) | Error::Corrupt(_) => true,
+            Error::Failed(_)
+            | Error::Program(_)
+            | Error::Invalid(_)
+            | Error::NotFound(_)
+            | Error::Corrupt(_) => true,
             Error::Api(e) => matches!(
                 e.code(),
                 Some(

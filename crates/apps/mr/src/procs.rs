@@ -42,7 +42,7 @@ use tokio::sync::mpsc;
 
 use crate::spec::{Announcement, Layout, Spec, Task, TaskState, ATTEMPTS_MAX, FS_USER};
 use crate::watch::{DirWatch, Watched};
-use crate::{format, split, task, Error, Result};
+use crate::{format, split, stream, task, Error, Result};
 
 /// The exit status of a coordinator that stops because it lost its lead,
 /// its session or its node (BSD's `EX_TEMPFAIL`): the job is not at fault,
@@ -239,6 +239,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| Error::Invalid(format!("a worker thread failed: {e}")))?
 }
 
+/// A user job's code: the task's working directory, where procd put it.
+fn code_dir() -> Result<std::path::PathBuf> {
+    std::env::current_dir().map_err(|e| Error::Invalid(format!("no working directory: {e}")))
+}
+
 /// Map task `i`, attempt `attempt`.
 async fn mapper(ctx: Ctx, i: usize, attempt: u32) -> Result<()> {
     let t = Task::Map(i);
@@ -246,8 +251,27 @@ async fn mapper(ctx: Ctx, i: usize, attempt: u32) -> Result<()> {
     let plan = ctx.read_file(&ctx.layout.plan(i)).await?;
     let splits = split::decode_task(&plan)?;
     let bytes_in: u64 = splits.iter().map(|s| s.len).sum();
-    let (kind, reducers) = (ctx.spec.job_kind()?, ctx.spec.reducers);
-    let runs = if ctx.spec.inputs_in_fs {
+    let reducers = ctx.spec.reducers;
+    let runs = if let Some(job) = ctx.spec.user.clone() {
+        // A user job: its map program over the split's records, run in
+        // this proc's working directory — the job's code.
+        let fetched = if ctx.spec.inputs_in_fs {
+            let mut fetched = Vec::with_capacity(splits.len());
+            for sp in &splits {
+                fetched.push(ctx.fetch_split(sp).await?);
+            }
+            Some(fetched)
+        } else {
+            None
+        };
+        blocking(move || {
+            let input = stream::map_input(&splits, fetched.as_deref())?;
+            let mut runner = stream::Runner::new(code_dir()?, &job);
+            stream::map(&mut runner, &job, input, reducers)
+        })
+        .await?
+    } else if ctx.spec.inputs_in_fs {
+        let kind = ctx.spec.job_kind()?;
         // Through the API, from whichever node holds the files.
         let mut fetched = Vec::with_capacity(splits.len());
         for sp in splits {
@@ -256,6 +280,7 @@ async fn mapper(ctx: Ctx, i: usize, attempt: u32) -> Result<()> {
         }
         blocking(move || task::map_fetched(&kind, &fetched, reducers)).await?
     } else {
+        let kind = ctx.spec.job_kind()?;
         blocking(move || task::map_task(&kind, &splits, reducers)).await?
     };
     // The announcements must name only whole files: write every run first.
@@ -327,8 +352,14 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
     drop(watch);
     ctx.pause_point(t, attempt, "output").await?;
     let Reduction { runs, bytes_in, .. } = r;
+    let user = ctx.spec.user.clone();
     let text = blocking(move || {
         let runs: Vec<&[u8]> = runs.values().map(|r| r.as_slice()).collect();
+        if let Some(job) = user {
+            // A user job: what its reduce program prints is the output.
+            let mut runner = stream::Runner::new(code_dir()?, &job);
+            return stream::reduce(&mut runner, &job, &runs);
+        }
         let mut text = Vec::with_capacity(runs.iter().map(|r| r.len()).sum::<usize>() / 2);
         format::merge_with(&runs, |key, count| format::put_text(&mut text, key, count));
         Ok(text)
@@ -382,8 +413,14 @@ impl Reduction {
             self.taken.insert(map);
             return Ok(());
         };
+        // A user job's runs are records of bytes; a built-in's, counts.
+        let check: fn(&[u8]) -> Result<usize> = if ctx.spec.user.is_some() {
+            |b: &[u8]| stream::decode_run(b).map(|r| r.len())
+        } else {
+            format::check
+        };
         let run = match ctx.read_file(&file).await {
-            Ok(mut bytes) => format::unseal(&bytes).and_then(format::check).map(|_| {
+            Ok(mut bytes) => format::unseal(&bytes).and_then(check).map(|_| {
                 let n = bytes.len();
                 bytes.truncate(n - format::SEAL_BYTES);
                 (bytes, n)
@@ -692,6 +729,13 @@ impl<'a> Leader<'a> {
                 Task::Map(_) => ctx.spec.host_paths.clone(),
                 Task::Reduce(_) => Vec::new(),
             },
+            // A user job's tasks run in its code (their working directory).
+            code: ctx
+                .spec
+                .user
+                .as_ref()
+                .map(|u| u.code.clone())
+                .unwrap_or_default(),
             ..Default::default()
         };
         let spawned = ctx

@@ -44,7 +44,7 @@ pub const MAPS_MAX: usize = LISTING_MAX - crate::job::REDUCERS_MAX;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Spec {
     pub id: String,
-    /// `wordcount` or `grep`.
+    /// `wordcount`, `grep`, or `user` (its programs in `user`).
     pub kind: String,
     /// The grep pattern's bytes (empty for word count).
     #[serde(default)]
@@ -71,6 +71,9 @@ pub struct Spec {
     /// through the API.
     #[serde(default)]
     pub inputs_in_fs: bool,
+    /// A user job (`kind` "user"): its code and programs.
+    #[serde(default)]
+    pub user: Option<crate::stream::UserJob>,
 }
 
 /// Stops attempt `attempt` of task `task` at `at` (`start` or `output`):
@@ -101,7 +104,13 @@ impl Spec {
         let s: Spec = serde_json::from_slice(bytes)
             .map_err(|e| Error::Invalid(format!("bad job description: {e}")))?;
         validate_job_id(&s.id)?;
-        s.job_kind()?;
+        match (&s.user, s.kind.as_str()) {
+            (Some(u), "user") => u.validate()?,
+            (None, _) => {
+                s.job_kind()?;
+            }
+            (Some(_), k) => return Err(Error::Invalid(format!("a {k} job has no programs"))),
+        }
         if s.reducers == 0 || s.reducers > crate::job::REDUCERS_MAX {
             return Err(Error::Invalid("bad reducer count".into()));
         }
