@@ -1085,6 +1085,56 @@ class MapReduce:
             args += ["--realm", realm]
         return self._tabos(*args, timeout=timeout)
 
+    def run_programs(
+        self,
+        inputs: Sequence[str],
+        *,
+        map: Union[str, Path],
+        reduce: Union[str, Path],
+        combine: Optional[Union[str, Path]] = None,
+        code: Optional[Union[str, Path]] = None,
+        args: Sequence[str] = (),
+        time_limit: int = 600,
+        in_fs: bool = False,
+        reducers: int = 4,
+        top: int = 20,
+        realm: str = "",
+        timeout: Optional[float] = None,
+    ) -> dict:
+        """Runs a job of your own programs over ``inputs`` and waits for it
+        (``tabos mr run``): ``map``, ``reduce`` and ``combine`` are wasm
+        modules or native programs and scripts speaking the record protocol
+        (``key<TAB>value`` lines on stdin and stdout; README.md, "MapReduce
+        with your own code"). They are files of this machine, uploaded with
+        the job — or, given ``code`` (a directory, uploaded whole), paths
+        inside it. ``args`` go to every program; ``time_limit`` (seconds)
+        bounds each run of one. Returns the job's id, timings, ``output``
+        (its part files in tabos fs, in order) and the ``top`` first lines."""
+        if reducers < 1:
+            raise errors.InvalidArgument("a job has at least one reducer")
+        if not inputs:
+            raise errors.InvalidArgument("a job needs at least one input")
+        cli = ["mr", "run", "--map", str(map), "--reduce", str(reduce)]
+        if combine is not None:
+            cli += ["--combine", str(combine)]
+        if code is not None:
+            cli += ["--code", str(code)]
+        for a in args:
+            cli += ["--arg", a]
+        cli += ["--time-limit", str(time_limit), "--reducers", str(reducers), "--top", str(top)]
+        if in_fs:
+            cli.append("--in-fs")
+        for i in inputs:
+            cli += ["--input", i]
+        if realm:
+            cli += ["--realm", realm]
+        return self._tabos(*cli, timeout=timeout)
+
+    def output(self, result: dict, *, realm: str = "") -> bytes:
+        """A finished job's output (``result`` from :meth:`run_programs`):
+        its part files' bytes, in order."""
+        return b"".join(self._c.fs.read_bytes(p, realm=realm) for p in result["output"])
+
     def jobs(self, *, realm: str = "") -> list:
         """The realm's jobs with their status and progress."""
         return self._tabos("mr", "ls", *(["--realm", realm] if realm else []), timeout=self.CONTROL_TIMEOUT)

@@ -371,6 +371,39 @@ def test_mapreduce_through_the_tabos_binary(node, client: tabos.Client) -> None:
         client.mr.run("sort", ["/x"])
 
 
+def test_a_job_of_your_own_programs(node, client: tabos.Client) -> None:
+    """The grep example's scripts, given by their paths, run as a user job
+    over inputs in tabos fs; a program that fails fails the job, saying
+    why."""
+    import os
+    from pathlib import Path
+
+    os.environ.setdefault("TABOS_BIN", str(__import__("conftest").tabos_bin()))
+    grep = Path(__file__).resolve().parents[3] / "examples" / "mr" / "grep"
+    client.fs.mkdir("/py-mr-user/in", parents=True)
+    client.fs.write_bytes("/py-mr-user/in/a.txt", b"a needle\nno\nneedle again\n")
+    client.fs.write_bytes("/py-mr-user/in/b.txt", b"hay\n")
+    client.fs.write_bytes("/py-mr-user/in/c.txt", b"one needle\n")
+    done = client.mr.run_programs(
+        ["/py-mr-user/in"],
+        map=grep / "map.sh",
+        reduce=grep / "sum.sh",
+        combine=grep / "sum.sh",
+        args=["needle"],
+        in_fs=True,
+        reducers=2,
+    )
+    lines = sorted(client.mr.output(done).decode().splitlines())
+    assert lines == ["/py-mr-user/in/a.txt\t2", "/py-mr-user/in/c.txt\t1"], done
+    assert client.mr.status(done["job"])["kind"] == "user"
+    with pytest.raises(tabos.FailedPrecondition, match="exited with status 1"):
+        client.mr.run_programs(
+            ["/py-mr-user/in"], map="/bin/false", reduce=grep / "sum.sh", in_fs=True, reducers=1
+        )
+    with pytest.raises(tabos.InvalidArgument):
+        client.mr.run_programs(["/x"], map="m", reduce="r", reducers=0)
+
+
 def test_the_context_tabos_up_saves_reaches_the_node_over_its_socket(tmp_path, monkeypatch) -> None:
     """As the README's quick start has it: `tabos up` saves its operator
     credential as the current context, with the node's local socket as its
