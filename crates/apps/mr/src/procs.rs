@@ -415,7 +415,7 @@ impl Reduction {
         };
         // A user job's runs are records of bytes; a built-in's, counts.
         let check: fn(&[u8]) -> Result<usize> = if ctx.spec.user.is_some() {
-            |b: &[u8]| stream::decode_run(b).map(|r| r.len())
+            stream::check_run
         } else {
             format::check
         };

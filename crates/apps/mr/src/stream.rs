@@ -225,8 +225,9 @@ pub fn encode_run(records: &[Record]) -> Vec<u8> {
     out
 }
 
-/// [`encode_run`]'s records back, checked: whole and sorted.
-pub fn decode_run(mut bytes: &[u8]) -> Result<Vec<Record>> {
+/// The records of an [`encode_run`] run, borrowed, in order; `Err` where
+/// it is cut short.
+fn run_records(mut bytes: &[u8]) -> impl Iterator<Item = Result<(&[u8], &[u8])>> {
     fn take<'a>(bytes: &mut &'a [u8]) -> Result<&'a [u8]> {
         let bad = || Error::Corrupt("a user job's run is cut short".into());
         let len = bytes.get(..4).ok_or_else(bad)?;
@@ -235,17 +236,65 @@ pub fn decode_run(mut bytes: &[u8]) -> Result<Vec<Record>> {
         *bytes = &bytes[4 + len..];
         Ok(field)
     }
-    let mut out: Vec<Record> = Vec::new();
-    while !bytes.is_empty() {
-        let k = take(&mut bytes)?.to_vec();
-        let v = take(&mut bytes)?.to_vec();
-        if out
-            .last()
-            .is_some_and(|last| *last > (k.clone(), v.clone()))
-        {
+    std::iter::from_fn(move || {
+        if bytes.is_empty() {
+            return None;
+        }
+        let record = take(&mut bytes).and_then(|k| Ok((k, take(&mut bytes)?)));
+        if record.is_err() {
+            bytes = &[];
+        }
+        Some(record)
+    })
+}
+
+/// Checks a run: whole and sorted; its number of records.
+pub fn check_run(bytes: &[u8]) -> Result<usize> {
+    let mut last: Option<(&[u8], &[u8])> = None;
+    let mut n = 0;
+    for r in run_records(bytes) {
+        let r = r?;
+        if last.is_some_and(|l| l > r) {
             return Err(Error::Corrupt("a user job's run is not sorted".into()));
         }
-        out.push((k, v));
+        last = Some(r);
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// [`encode_run`]'s records back, checked: whole and sorted.
+pub fn decode_run(bytes: &[u8]) -> Result<Vec<Record>> {
+    check_run(bytes)?;
+    run_records(bytes)
+        .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        .collect()
+}
+
+/// Checked runs merged in order (key, then value) into a program's input:
+/// a k-way merge over the runs' bytes, no record copied but into the
+/// output.
+pub fn merge_runs(runs: &[&[u8]]) -> Result<Vec<u8>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    for r in runs {
+        check_run(r)?;
+    }
+    let mut iters: Vec<_> = runs.iter().map(|r| run_records(r)).collect();
+    let mut heap = BinaryHeap::with_capacity(iters.len());
+    for (i, it) in iters.iter_mut().enumerate() {
+        if let Some(r) = it.next() {
+            let (k, v) = r?;
+            heap.push(Reverse((k, v, i)));
+        }
+    }
+    let mut out = Vec::with_capacity(runs.iter().map(|r| r.len()).sum());
+    while let Some(Reverse((k, v, i))) = heap.pop() {
+        put_record(&mut out, k, v);
+        if let Some(r) = iters[i].next() {
+            let (k, v) = r?;
+            heap.push(Reverse((k, v, i)));
+        }
     }
     Ok(out)
 }
@@ -372,8 +421,10 @@ impl Runner {
             .wait()
             .map_err(|e| format!("cannot be waited for: {e}"))?;
         drop(done);
-        let late = watchdog.join().unwrap_or(false);
-        // Nothing it started outlives it.
+        // A run that succeeded as its time ran out succeeded.
+        let late = watchdog.join().unwrap_or(false) && !status.success();
+        // Nothing it started outlives it (what is left of its group keeps
+        // the group's id from being reused until this).
         kill_group();
         let _ = writer.join();
         let _ = tee.join();
@@ -565,13 +616,7 @@ pub fn map(
 /// A reducer's output: its runs' records merged in order, through the
 /// reduce program; what it printed.
 pub fn reduce(runner: &mut Runner, job: &UserJob, runs: &[&[u8]]) -> Result<Vec<u8>> {
-    let mut all = Vec::new();
-    for r in runs {
-        all.extend(decode_run(r)?);
-    }
-    all.sort_unstable();
-    let input = to_stream(&all);
-    drop(all);
+    let input = merge_runs(runs)?;
     runner.run("reduce", &job.reduce, input)
 }
 
@@ -602,6 +647,16 @@ mod tests {
         assert_eq!(parse_records(&to_stream(&sorted)).unwrap(), sorted);
         let run = encode_run(&sorted);
         assert!(decode_run(&run[..run.len() - 1]).is_err());
+        let (a, b) = (
+            encode_run(&sorted[..2]),
+            encode_run(&[(b"b".to_vec(), b"0".to_vec()), (b"z".to_vec(), vec![])]),
+        );
+        let merged = parse_records(&merge_runs(&[&a, &b]).unwrap()).unwrap();
+        let mut want: Vec<Record> = sorted[..2].to_vec();
+        want.extend([(b"b".to_vec(), b"0".to_vec()), (b"z".to_vec(), vec![])]);
+        want.sort();
+        assert_eq!(merged, want);
+        assert!(merge_runs(&[&a, &run[..run.len() - 1]]).is_err());
         let unsorted = encode_run(&[(b"b".to_vec(), vec![])])
             .into_iter()
             .chain(encode_run(&[(b"a".to_vec(), vec![])]))
