@@ -206,6 +206,17 @@ impl Job {
             Work::BuiltIn(Kind::Grep { pattern }) => ("grep", pattern.clone(), None),
             Work::User(job) => {
                 job.validate()?;
+                // Each input line reaches the map program as a record keyed
+                // by its file: refused here, not retried in every mapper.
+                if let Some(bad) = tasks.iter().flatten().find(|sp| {
+                    let p = sp.path.as_os_str().as_encoded_bytes();
+                    p.contains(&b'\t') || p.contains(&b'\n')
+                }) {
+                    return Err(Error::Invalid(format!(
+                        "input {} has a tab or newline in its path: it cannot be a record's key",
+                        bad.path.display()
+                    )));
+                }
                 ("user", Vec::new(), Some(job.clone()))
             }
         };

@@ -247,6 +247,24 @@ fn the_examples_and_an_inverted_index_equal_direct_computations() {
             direct::run(&kind, std::slice::from_ref(&root)).unwrap()
         );
         inverted_index(&c, &dir, &root).await;
+        // An input whose path cannot be a record's key: refused at once.
+        let odd = root.join("small").join("tab\there.txt");
+        std::fs::write(&odd, "x\n").unwrap();
+        let job = UserJob {
+            code: upload(&c, &examples().join("grep")).await,
+            map: program("map.sh", ProgramKind::Native),
+            reduce: program("sum.sh", ProgramKind::Native),
+            combine: None,
+            args: vec!["x".into()],
+            time_limit_ms: 120_000,
+        };
+        let refused = Job::submit(&c, REALM, submit(job, &root)).await;
+        assert!(
+            matches!(&refused, Err(tabos_mr::Error::Invalid(why)) if why.contains("tab or newline")),
+            "{:?}",
+            refused.err()
+        );
+        std::fs::remove_file(&odd).unwrap();
         node.stop().await.unwrap();
     });
 }
