@@ -359,6 +359,13 @@ fn read_stdin(mem: &mut [u8], state: &mut RunState, iovs: i32, n: i32, read: i32
     }
 }
 
+/// Copies `bytes` into guest memory at `ptr` (a filestat's 64 bytes).
+fn put_bytes(mem: &mut [u8], ptr: i32, bytes: &[u8]) -> Result<(), i32> {
+    let r = range(mem, ptr, bytes.len() as u32).ok_or(EFAULT)?;
+    mem[r].copy_from_slice(bytes);
+    Ok(())
+}
+
 /// A guest path (`ptr`, `len`) as bytes.
 fn guest_path(mem: &[u8], ptr: i32, len: i32) -> Result<Vec<u8>, i32> {
     range(mem, ptr, len as u32)
@@ -490,10 +497,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
         |mut c: Caller<'_, RunState>, fd: i32, lookup: i32, path: i32, len: i32, out: i32| -> i32 {
             status(with_tree(&mut c, |mem, t| {
                 let p = guest_path(mem, path, len)?;
-                let st = t.path_filestat(fd, lookup, &p)?;
-                let r = range(mem, out, 64).ok_or(EFAULT)?;
-                mem[r].copy_from_slice(&st);
-                Ok(())
+                put_bytes(mem, out, &t.path_filestat(fd, lookup, &p)?)
             }))
         },
     )?;
@@ -502,10 +506,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<RunState>) -> wasmtime::Result<(
         "fd_filestat_get",
         |mut c: Caller<'_, RunState>, fd: i32, out: i32| -> i32 {
             status(with_tree(&mut c, |mem, t| {
-                let st = t.fd_filestat(fd)?;
-                let r = range(mem, out, 64).ok_or(EFAULT)?;
-                mem[r].copy_from_slice(&st);
-                Ok(())
+                put_bytes(mem, out, &t.fd_filestat(fd)?)
             }))
         },
     )?;
