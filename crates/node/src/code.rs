@@ -276,7 +276,7 @@ impl Cache {
                 self.copy_in(files, who, source, &lease, &hash).await?;
             }
         }
-        self.counted(&lease);
+        self.counted(&lease).await;
         Ok(lease)
     }
 
@@ -348,18 +348,26 @@ impl Cache {
     }
 
     /// Counts a leased tree, there and checked, against the bound; evicts
-    /// what is over it.
-    fn counted(&self, lease: &Lease) {
-        let bytes = dir_bytes(&lease.dir);
+    /// what is over it. The walk and the removals are file system calls:
+    /// off the runtime's threads.
+    async fn counted(&self, lease: &Lease) {
+        let dir = lease.dir.clone();
+        let bytes = tokio::task::spawn_blocking(move || dir_bytes(&dir))
+            .await
+            .unwrap_or(0);
         if let Some(s) = self.state().slots.get_mut(&lease.key) {
             s.bytes = bytes;
         }
-        self.evict();
+        let gone = self.evictions();
+        if !gone.is_empty() {
+            let _ = tokio::task::spawn_blocking(move || remove_trees(gone)).await;
+        }
     }
 
-    /// Removes least recently used trees no proc holds while the cache is
-    /// over its bound.
-    fn evict(&self) {
+    /// Takes out of the cache's count the least recently used trees no
+    /// proc holds while it is over its bound; their directories, for
+    /// [`remove_trees`].
+    fn evictions(&self) -> Vec<PathBuf> {
         let mut gone = Vec::new();
         {
             let mut st = self.state();
@@ -380,14 +388,7 @@ impl Cache {
                 gone.push(self.tree_dir(&key.0, &key.1));
             }
         }
-        for d in gone {
-            match std::fs::remove_dir_all(&d) {
-                // A lease that failed before its tree was there.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => tracing::warn!("cannot evict code {}: {e}", d.display()),
-                Ok(()) => {}
-            }
-        }
+        gone
     }
 
     /// A staging directory of the cache's own.
@@ -607,6 +608,18 @@ fn make_writable(dir: &Path) {
     }
 }
 
+/// Removes evicted trees' directories.
+fn remove_trees(gone: Vec<PathBuf>) {
+    for d in gone {
+        match std::fs::remove_dir_all(&d) {
+            // A lease that failed before its tree was there.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!("cannot evict code {}: {e}", d.display()),
+            Ok(()) => {}
+        }
+    }
+}
+
 /// Bytes of the files under `dir`.
 fn dir_bytes(dir: &Path) -> u64 {
     let mut total = 0;
@@ -648,4 +661,38 @@ async fn readdir(
         tabos_kernel::fs::readdir_tx(tx, &w, &d)
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Over its bound, the cache gives up its least recently used trees
+    /// that no proc holds — and never one that a proc holds, however old.
+    #[test]
+    fn eviction_takes_the_least_recently_used_trees_no_proc_holds() {
+        let dir = std::env::temp_dir().join(format!("tabos-code-evict-{}", std::process::id()));
+        let cache = Cache::new(dir.clone(), 100).unwrap();
+        {
+            let mut st = cache.state();
+            for (hash, bytes, used, users) in
+                [("held", 60, 1, 1), ("old", 30, 2, 0), ("new", 30, 3, 0)]
+            {
+                st.slots
+                    .insert(("r".into(), hash.into()), Slot { bytes, used, users });
+            }
+        }
+        // 120 bytes over a bound of 100: "held" is the oldest but held, so
+        // "old" goes, and the rest fits.
+        assert_eq!(cache.evictions(), vec![dir.join("r").join("old")]);
+        assert_eq!(cache.evictions(), Vec::<PathBuf>::new());
+        let left: Vec<String> = {
+            let st = cache.state();
+            let mut k: Vec<String> = st.slots.keys().map(|(_, h)| h.clone()).collect();
+            k.sort();
+            k
+        };
+        assert_eq!(left, ["held", "new"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
