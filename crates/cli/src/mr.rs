@@ -580,10 +580,12 @@ fn run_user(
             "" => client.who_am_i().await?.default_realm,
             r => r.to_string(),
         };
-        let (code, mut found) = programs.upload(&mut client, &realm).await?;
-        let combine = programs.combine.map(|_| found.remove(2));
-        let reduce = found.remove(1);
-        let map = found.remove(0);
+        // In the order named: map, reduce, then the combiner if any.
+        let (code, found) = programs.upload(&mut client, &realm).await?;
+        let mut found = found.into_iter();
+        let (Some(map), Some(reduce), combine) = (found.next(), found.next(), found.next()) else {
+            anyhow::bail!("a job needs a map and a reduce program");
+        };
         let job = tabos_mr::stream::UserJob {
             code,
             map,

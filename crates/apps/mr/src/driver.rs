@@ -208,14 +208,8 @@ impl Job {
                 job.validate()?;
                 // Each input line reaches the map program as a record keyed
                 // by its file: refused here, not retried in every mapper.
-                if let Some(bad) = tasks.iter().flatten().find(|sp| {
-                    let p = sp.path.as_os_str().as_encoded_bytes();
-                    p.contains(&b'\t') || p.contains(&b'\n')
-                }) {
-                    return Err(Error::Invalid(format!(
-                        "input {} has a tab or newline in its path: it cannot be a record's key",
-                        bad.path.display()
-                    )));
+                for sp in tasks.iter().flatten() {
+                    crate::stream::check_input_path(&sp.path)?;
                 }
                 ("user", Vec::new(), Some(job.clone()))
             }
@@ -511,8 +505,8 @@ impl Job {
         Ok(p)
     }
 
-    /// The job's output: every reducer's part, merged in key order.
-    /// A user job's output: its part files' bytes, reducer by reducer.
+    /// The job's output as it is: its part files' bytes, reducer by
+    /// reducer (a user job's, whatever its reduce program printed).
     pub async fn output_bytes(&self) -> Result<Vec<Vec<u8>>> {
         let mut parts = Vec::with_capacity(self.spec.reducers);
         for k in 0..self.spec.reducers {
@@ -526,16 +520,15 @@ impl Job {
         Ok(parts)
     }
 
+    /// The job's output as records: every reducer's part (`key<TAB>count`
+    /// lines), merged in key order.
     pub async fn output(&self) -> Result<Vec<(Vec<u8>, u64)>> {
-        let mut runs = Vec::with_capacity(self.spec.reducers);
-        for k in 0..self.spec.reducers {
-            let mut text = Vec::new();
-            self.client
-                .clone()
-                .fs_read_all(&self.realm, FS_USER, &self.layout.output(k), &mut text)
-                .await?;
-            runs.push(format::from_text(&text)?);
-        }
+        let runs = self
+            .output_bytes()
+            .await?
+            .iter()
+            .map(|text| format::from_text(text))
+            .collect::<Result<_>>()?;
         Ok(format::merge(runs))
     }
 

@@ -299,19 +299,28 @@ pub fn merge_runs(runs: &[&[u8]]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// An input file's path is the key of its lines' records: no tab, no
+/// newline.
+pub fn check_input_path(path: &Path) -> Result<()> {
+    let key = path.as_os_str().as_encoded_bytes();
+    if key.contains(&b'\t') || key.contains(&b'\n') {
+        return Err(Error::Invalid(format!(
+            "input {} has a tab or newline in its path: it cannot be a record's key",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// A map task's input as records: per line it owns of each split, the
 /// split's file and the line. `fetched` are the splits' bytes when the
 /// inputs are in tabos fs; otherwise the splits are read from the files.
 pub fn map_input(splits: &[Split], fetched: Option<&[Vec<u8>]>) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     for (i, split) in splits.iter().enumerate() {
+        // Checked at submission too; here again for a spec changed since.
+        check_input_path(&split.path)?;
         let key = split.path.as_os_str().as_encoded_bytes();
-        if key.contains(&b'\t') || key.contains(&b'\n') {
-            return Err(Error::Invalid(format!(
-                "input {} has a tab or newline in its path: it cannot be a record's key",
-                split.path.display()
-            )));
-        }
         let mut at_start = true;
         let mut line = |piece: &[u8], ends: bool| {
             if at_start {
