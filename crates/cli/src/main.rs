@@ -255,7 +255,7 @@ enum Command {
     Batch(batch::Args),
     /// Run a MapReduce job on the node: tabos mr wordcount|grep --input PATH..., or your own programs: tabos mr run --map M --reduce R --input PATH...
     Mr(mr::Args),
-    /// Durable workflows: tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue|schedule
+    /// Durable workflows: tabos workflow run|list|show|wait|cancel|resume|fork|retarget|send|queue|schedule
     Workflow(workflow::Args),
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]

@@ -1,7 +1,8 @@
-//! `tabos workflow list|show|wait|cancel|resume|fork|retarget|send|queue|schedule`:
+//! `tabos workflow run|list|show|wait|cancel|resume|fork|retarget|send|queue|schedule`:
 //! durable workflows seen and operated from the shell (the workflows
-//! themselves are code run by executors: `tabos_client::workflows`, or the
-//! Python SDK's `tabos.workflows`).
+//! themselves are code run by executors: `tabos_client::workflows`, the
+//! Python SDK's `tabos.workflows` — or wasm modules `run` starts in procs
+//! of their own, `tabos_client::wfmodule`).
 
 use std::time::Duration;
 
@@ -22,6 +23,11 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Command {
+    /// Run a workflow written as a wasm module: upload it, start its
+    /// function in a proc of its own (restartable: when its node is lost it
+    /// runs again elsewhere, replaying its recorded steps), wait, print its
+    /// output; exits non-zero unless it succeeded
+    Run(RunArgs),
     /// List workflows, newest first
     #[command(alias = "ls")]
     List {
@@ -100,6 +106,49 @@ enum Command {
         #[command(subcommand)]
         command: ScheduleCommand,
     },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The module (a .wasm file of yours), or with --code DIR its path in
+    /// DIR
+    module: std::path::PathBuf,
+    /// The workflow function: the module's first argument
+    #[arg(long)]
+    function: String,
+    /// Upload this directory and run MODULE from it [default: upload the
+    /// module alone]
+    #[arg(long, value_name = "DIR")]
+    code: Option<std::path::PathBuf>,
+    /// Its input [default: empty]
+    #[arg(long, conflicts_with = "input_file")]
+    input: Option<String>,
+    /// Its input, read from a file (- for stdin)
+    #[arg(long, value_name = "PATH")]
+    input_file: Option<std::path::PathBuf>,
+    /// Its id, the idempotency key: a second run of the id is the first
+    /// [default: a new one]
+    #[arg(long)]
+    id: Option<String>,
+    /// [default: the uploaded code's content hash]
+    #[arg(long = "app-version")]
+    app_version: Option<String>,
+    /// How many times its proc runs again when its node is lost, at most
+    /// [default: 10]
+    #[arg(long, value_name = "N")]
+    max_restarts: Option<i64>,
+    /// Its proc's memory, in MB
+    #[arg(long, default_value_t = tabos_client::wfmodule::MEM_MB_DEFAULT)]
+    mem_mb: i64,
+    /// A node to prefer (locality scheduler)
+    #[arg(long)]
+    home_node: Option<String>,
+    /// Print its id and proc, and do not wait for it
+    #[arg(long)]
+    detach: bool,
+    /// Give up waiting after D (it runs on)
+    #[arg(long, default_value = "1h")]
+    timeout: String,
 }
 
 #[derive(clap::Subcommand)]
@@ -220,12 +269,89 @@ fn parse_rate(s: &str) -> anyhow::Result<(i64, i64)> {
     Ok((n, i64::try_from(ms)?))
 }
 
+/// Workflow `id` once it has ended, or as it is after `timeout`.
+async fn wait_for(
+    rpc: &mut proto::workflows_client::WorkflowsClient<tabos_client::Transport>,
+    realm: &str,
+    id: &str,
+    timeout: Duration,
+) -> anyhow::Result<proto::WorkflowInfo> {
+    let until = tokio::time::Instant::now() + timeout;
+    loop {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        let w = rpc
+            .wait(proto::WaitWorkflowRequest {
+                realm: realm.to_string(),
+                workflow_id: id.to_string(),
+                timeout_ms: left.min(Duration::from_secs(30)).as_millis() as u32,
+            })
+            .await
+            .map_err(tabos_client::Error::Status)?
+            .into_inner();
+        if w.status().is_final() || left.is_zero() {
+            return Ok(w);
+        }
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let realm = args.realm.realm;
     crate::runtime()?.block_on(async {
         let c = args.node.connect().await?;
         let mut rpc = c.workflows_rpc();
         match args.command {
+            Command::Run(a) => {
+                let input = match (&a.input, &a.input_file) {
+                    (Some(t), _) => t.clone().into_bytes(),
+                    (None, Some(p)) if p.as_os_str() == "-" => {
+                        let mut b = Vec::new();
+                        std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)?;
+                        b
+                    }
+                    (None, Some(p)) => std::fs::read(p)
+                        .map_err(|e| anyhow::anyhow!("--input-file {}: {e}", p.display()))?,
+                    (None, None) => Vec::new(),
+                };
+                let mut w = match &a.code {
+                    Some(dir) => {
+                        let mut w = tabos_client::wfmodule::ModuleWorkflow::new(dir, &a.function, input);
+                        w.program = Some(a.module.to_string_lossy().into_owned());
+                        w
+                    }
+                    None => tabos_client::wfmodule::ModuleWorkflow::new(&a.module, &a.function, input),
+                };
+                w.id = a.id.clone();
+                w.app_version = a.app_version.clone();
+                w.max_restarts = a.max_restarts;
+                w.mem_mb = a.mem_mb;
+                w.home_node = a.home_node.clone();
+                let timeout = crate::tokens::parse_ttl(&a.timeout)?;
+                let mut c = c.clone();
+                let s = c.start_module_workflow(&realm, w).await?;
+                let id = s.workflow.workflow_id.clone();
+                let what = if s.created { "started" } else { "exists already" };
+                if a.detach {
+                    crate::output::emit(
+                        || format!("workflow {id} {what}, run by proc {}", s.pid),
+                        || serde_json::json!({"workflow_id": id, "pid": s.pid, "created": s.created}),
+                    );
+                    return Ok(());
+                }
+                if !crate::output::json() {
+                    eprintln!("workflow {id} {what}, run by proc {}", s.pid);
+                }
+                let w = wait_for(&mut rpc, &realm, &id, Duration::from_millis(timeout)).await?;
+                crate::output::emit(
+                    || match w.status() {
+                        proto::WorkflowStatus::Success => text(&w.output),
+                        _ => info_text(&w),
+                    },
+                    || info_json(&w),
+                );
+                if w.status() != proto::WorkflowStatus::Success {
+                    anyhow::bail!("workflow {} is {}", w.workflow_id, w.status());
+                }
+            }
             Command::List {
                 status,
                 name,
@@ -349,24 +475,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             Command::Wait { id, timeout } => {
-                let until = tokio::time::Instant::now()
-                    + Duration::from_millis(crate::tokens::parse_ttl(&timeout)?);
-                let w = loop {
-                    let left = until.saturating_duration_since(tokio::time::Instant::now());
-                    let w = rpc
-                        .wait(proto::WaitWorkflowRequest {
-                            realm: realm.clone(),
-                            workflow_id: id.clone(),
-                            timeout_ms: left.min(Duration::from_secs(30)).as_millis() as u32,
-                        })
-                        .await
-                        .map_err(tabos_client::Error::Status)?
-                        .into_inner();
-                    let done = w.status().is_final();
-                    if done || left.is_zero() {
-                        break w;
-                    }
-                };
+                let timeout = Duration::from_millis(crate::tokens::parse_ttl(&timeout)?);
+                let w = wait_for(&mut rpc, &realm, &id, timeout).await?;
                 crate::output::emit(|| info_text(&w), || info_json(&w));
                 if w.status() != proto::WorkflowStatus::Success {
                     anyhow::bail!("workflow {} is {}", w.workflow_id, w.status());

@@ -6571,3 +6571,159 @@ fn a_node_on_postgres_backs_up_with_pg_dump_and_its_block_store() {
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
+
+/// A workflow written as a wasm module (issue 41, item 4), from the
+/// command line: `tabos workflow run` uploads the example module, runs its
+/// function in a proc of its own and prints its output; a second run of
+/// the id is the first (nothing runs again); a failing procedure step, a
+/// missing function, a cancel while the proc waits, a resume and another
+/// realm each get what they should.
+#[test]
+fn a_wasm_workflow_from_the_command_line() {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-workflow-wasm");
+    let o = Command::new("sh")
+        .arg(examples.join("workflow-wasm/build.sh"))
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "building the example: {}", stderr(&o));
+    let module = out.join("workflow.wasm");
+    let module = module.to_str().unwrap();
+    let node = Node::start(&["--pg-listen", "none", "--http-listen", "none"]);
+    for (name, file) in [
+        ("reserve", "workflow-wasm/reserve.js"),
+        ("counter", "counter.js"),
+    ] {
+        let f = examples.join(file);
+        let o = node.tabos(&["procedure", "install", name, f.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let run = |args: &[&str]| {
+        let mut all = vec!["workflow", "run", module];
+        all.extend(args);
+        node.tabos(&all)
+    };
+    let stock = || {
+        let o = node.tabos(&[
+            "sql",
+            "--json",
+            "SELECT CAST(value AS TEXT) AS v FROM kv WHERE key = 'stock/widget'",
+        ]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["rows"][0]["v"].as_str().unwrap_or_default().to_string()
+    };
+    let o = run(&["--function", "order", "--input", "widget 3", "--id", "o1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "3 x widget = 30; left in stock: 7\n");
+    assert!(
+        stderr(&o).contains("workflow o1 started, run by proc"),
+        "{}",
+        stderr(&o)
+    );
+    // The id is its idempotency key: the first's output, nothing run again.
+    let o = run(&["--function", "order", "--input", "widget 3", "--id", "o1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "3 x widget = 30; left in stock: 7\n");
+    assert!(stderr(&o).contains("exists already"), "{}", stderr(&o));
+    assert_eq!(stock(), "7");
+    let o = node.tabos(&["workflow", "show", "o1", "--json"]);
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let steps: Vec<(String, String)> = w["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap().into(),
+                s["kind"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    let want = [
+        ("reserve", "procedure"),
+        ("invoice", "function"),
+        ("sleep", "sleep"),
+    ];
+    assert_eq!(
+        steps,
+        want.map(|(a, b)| (a.to_string(), b.to_string())).to_vec()
+    );
+    assert!(w["executor"].as_str().unwrap().starts_with("proc:"), "{w}");
+    // A procedure step that fails fails the workflow, and changes nothing.
+    let o = run(&["--function", "order", "--input", "widget 30"]);
+    assert!(!o.status.success());
+    assert!(
+        stdout(&o).contains("cannot reserve 30 of widget: 7 in stock"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(stock(), "7");
+    // A proc that ends without finishing its workflow fails it, saying how.
+    let o = run(&["--function", "nope"]);
+    assert!(!o.status.success());
+    assert!(
+        stdout(&o).contains("ended without finishing it: exited with status 2"),
+        "{}",
+        stdout(&o)
+    );
+    // Cancelled while it waits at its gate: its proc is stopped with it.
+    let o = run(&[
+        "--function",
+        "tally",
+        "--input",
+        "4 /gate",
+        "--id",
+        "t1",
+        "--detach",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pid = v["pid"].as_str().unwrap().to_string();
+    let state = |sql: &str| {
+        let o = node.tabos(&["sql", "--json", sql]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["rows"][0].clone()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while state("SELECT count(*) AS n FROM workflow_step WHERE workflow_id = 't1'")["n"] != 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "t1 never reached its gate"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = node.tabos(&["workflow", "cancel", "t1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["wait", &pid]);
+    assert!(!o.status.success());
+    let p = state(&format!("SELECT state FROM proc WHERE pid = '{pid}'"));
+    assert_eq!(p["state"], "evicted", "{p}");
+    // Only its own proc runs it: a resume or a fork says so.
+    let o = node.tabos(&["workflow", "resume", "t1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("run by its own proc"), "{}", stderr(&o));
+    let o = node.tabos(&["workflow", "fork", "t1"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("run by its own proc"), "{}", stderr(&o));
+    // Another realm sees none of it.
+    let o = node.tabos(&["realm", "create", "other"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let other = last_line(&o);
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &other)
+        .args(["workflow", "show", "o1"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &other)
+        .args(["workflow", "cancel", "o1"])
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+}

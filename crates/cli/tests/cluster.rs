@@ -1162,3 +1162,155 @@ const CAT_WAT: &str = r#"(module
     (i32.store (i32.const 204) (i32.load (i32.const 300)))
     (drop (call $write (i32.const 1) (i32.const 200) (i32.const 1) (i32.const 304)))
     (call $exit (i32.const 0))))"#;
+
+/// The workflow example (`examples/workflow-wasm`) built for
+/// wasm32-wasip1 into `dir` with its build script (`.ci/run` adds the
+/// target); the module's path.
+fn workflow_wasm(dir: &Path) -> std::path::PathBuf {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/workflow-wasm");
+    let o = Command::new("sh")
+        .arg(example.join("build.sh"))
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "building the workflow example failed (rustup target add wasm32-wasip1?): {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    dir.join("workflow.wasm")
+}
+
+/// A workflow written as a wasm module (issue 41, item 4), run by a proc
+/// of its own on node a, which is killed with SIGKILL while the workflow
+/// waits halfway: its proc runs again on b, replays the recorded steps, and
+/// the workflow ends with every step run once — each procedure step's
+/// effect (a counter in the realm's key-value table) made exactly once,
+/// each step recorded once.
+#[test]
+fn a_wasm_workflow_survives_its_nodes_kill_and_runs_each_step_once() {
+    if !tabos_store::testing::is_root() || find_bindir().is_none() {
+        eprintln!("skipped: needs root (jails) and PostgreSQL's server binaries");
+        return;
+    }
+    let pg = TempCluster::start(&ClusterOptions::default()).unwrap();
+    let url = pg.create_database("wfkill").unwrap();
+    let dir = TempDir::new("cluster-wf");
+    let module = workflow_wasm(dir.path());
+    let start = |id: &str| {
+        Up::start(
+            &[],
+            &[
+                "--db",
+                &url,
+                "--node-id",
+                id,
+                "--data",
+                dir.path().join(id).to_str().unwrap(),
+            ],
+            dir.path(),
+        )
+    };
+    let (mut a, b) = (start("a"), start("b"));
+    ok(&b.tabos(&["realm", "create", "r", "--scheduler", "locality"]));
+    until(
+        "both nodes serve r",
+        || b.row("SELECT count(*) AS n FROM worker WHERE realm = 'r' AND state = 'up'")["n"] == 2,
+        || {},
+    );
+    let counter = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/counter.js");
+    ok(&b.tabos(&[
+        "procedure",
+        "install",
+        "--realm",
+        "r",
+        "counter",
+        counter.to_str().unwrap(),
+    ]));
+    let o = b.tabos(&[
+        "workflow",
+        "run",
+        "--realm",
+        "r",
+        module.to_str().unwrap(),
+        "--function",
+        "tally",
+        "--input",
+        "6 /gate",
+        "--id",
+        "t",
+        "--home-node",
+        "a",
+        "--detach",
+        "--json",
+    ]);
+    ok(&o);
+    let started: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pid = started["pid"].as_str().unwrap().to_string();
+    let steps = |b: &Up| {
+        b.row(
+            "SELECT count(*) AS n, coalesce(max(attempts), 0) AS most FROM workflow_step \
+             WHERE realm = 'r' AND workflow_id = 't' AND status = 'success'",
+        )
+    };
+    // Three counters and the gate recorded, on a; then a is killed.
+    until(
+        "the workflow waits at its gate on a",
+        || steps(&b)["n"] == 4 && whereabouts(&b, &pid) == ("running".into(), "a.w0".into()),
+        || {},
+    );
+    a.child.kill().unwrap(); // SIGKILL
+    a.child.wait().unwrap();
+    until(
+        "its proc runs again on b",
+        || whereabouts(&b, &pid) == ("running".into(), "b.w0".into()),
+        || {},
+    );
+    ok(&b.tabos(&["put", "--realm", "r", "/gate", "open"]));
+    let o = b.tabos(&["workflow", "wait", "--realm", "r", "t", "--json"]);
+    ok(&o);
+    let w: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(w["output"], "tallied 6", "{w}");
+    assert_eq!(w["executor"], format!("proc:{pid}"), "{w}");
+    // Every step once: seven recorded (six counters, the gate), none tried
+    // twice; every counter at 1.
+    let s = steps(&b);
+    assert_eq!(
+        (s["n"].as_i64(), s["most"].as_i64()),
+        (Some(7), Some(1)),
+        "{s}"
+    );
+    let counts = b.tabos(&[
+        "sql",
+        "--json",
+        "SELECT key, CAST(value AS TEXT) AS v FROM kv WHERE realm = 'r' ORDER BY key",
+    ]);
+    ok(&counts);
+    let v: serde_json::Value = serde_json::from_slice(&counts.stdout).unwrap();
+    let got: Vec<(String, String)> = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let v = r["v"].as_str().unwrap_or_default();
+            // PostgreSQL casts a bytea to its hex form.
+            let v = match v.strip_prefix("\\x") {
+                Some(hex) => (0..hex.len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap() as char)
+                    .collect(),
+                None => v.to_string(),
+            };
+            (r["key"].as_str().unwrap_or_default().to_string(), v)
+        })
+        .collect();
+    let want: Vec<(String, String)> = (1..=6)
+        .map(|i| (format!("count/step-{i}"), "1".to_string()))
+        .collect();
+    assert_eq!(got, want);
+    let starts = b.row(&format!(
+        "SELECT count(*) AS n FROM proc_event WHERE realm = 'r' AND pid = '{pid}' AND event = 'start'"
+    ));
+    assert_eq!(starts["n"], 2, "its proc ran twice, once on each node");
+    drop((b, pg));
+}

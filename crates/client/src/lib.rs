@@ -28,6 +28,7 @@ pub mod names;
 pub mod procedures;
 pub mod retry;
 pub mod states;
+pub mod wfmodule;
 pub mod workflows;
 
 use proto::batch_client::BatchClient;
@@ -80,6 +81,9 @@ pub enum Error {
     /// Code that cannot be uploaded ([`code`]).
     #[error(transparent)]
     Code(#[from] code::CodeError),
+    /// Arguments this client refuses before asking the node.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl Error {

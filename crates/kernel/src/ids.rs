@@ -151,6 +151,24 @@ impl WorkerId {
     }
 }
 
+impl ExecutorId {
+    /// What an executor id that a proc holds begins with: such ids are
+    /// made only here, never registered by a client.
+    pub const PROC_PREFIX: &'static str = "proc:";
+
+    /// The executor that proc `pid` is, running a workflow of its own (a
+    /// wasm workflow module, `crate::workflows::start_in_proc_tx`):
+    /// `proc:<pid>`. Refused when that would be too long.
+    pub fn of_proc(pid: &Pid) -> Result<ExecutorId> {
+        ExecutorId::new(format!("{}{pid}", Self::PROC_PREFIX))
+    }
+
+    /// The proc this executor is, if it is one.
+    pub fn proc(&self) -> Option<&str> {
+        self.0.strip_prefix(Self::PROC_PREFIX)
+    }
+}
+
 /// Where a message goes, or who sent it (`crate::ipc`'s; here so that
 /// lower layers — a credential's scope — can name mailboxes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

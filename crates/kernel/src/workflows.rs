@@ -55,6 +55,21 @@ fn acting(who: &Caller, need: Role) -> Result<&str> {
     Ok(who.realm())
 }
 
+/// [`acting`] as executor `executor` (role member): an executor that is a
+/// proc ([`ExecutorId::of_proc`]) is that proc's alone — no client and no
+/// other proc registers, renews, leaves, claims or steps as it.
+fn acting_for<'a>(who: &'a Caller, executor: &ExecutorId) -> Result<&'a str> {
+    let realm = acting(who, Role::Member)?;
+    if let Some(pid) = executor.proc() {
+        if who.pid().map(|p| p.as_str()) != Some(pid) {
+            return Err(Error::Denied(format!(
+                "executor {executor} is proc {pid}'s own"
+            )));
+        }
+    }
+    Ok(realm)
+}
+
 /// Longest workflow id, function name, version, queue, topic or event key.
 pub const ID_BYTES_MAX: usize = crate::ids::NAME_BYTES_MAX;
 /// Largest input, output, step output, message or event value.
@@ -354,6 +369,12 @@ pub fn register_executor_tx(
         for f in &spec.functions {
             validate_name("workflow function", f)?;
         }
+        if id.proc().is_some() {
+            return Err(Error::Invalid(format!(
+                "executor ids beginning {:?} are procs' own",
+                ExecutorId::PROC_PREFIX
+            )));
+        }
         let lease = check_lease(spec.lease_ms)?;
         let k = p_key(tx);
         let restarted = tx.execute(
@@ -394,7 +415,7 @@ pub fn renew_executor_tx(
     lease_ms: u64,
     now: i64,
 ) -> Result<()> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, id)?;
     let lease = check_lease(lease_ms)?;
     let k = p_key(tx);
     let n = tx.execute(
@@ -411,7 +432,7 @@ pub fn renew_executor_tx(
 /// Procedure body: executor `id` leaves; its pending workflows are up for
 /// recovery at once. Returns how many.
 pub fn leave_executor_tx(tx: &mut dyn Tx, who: &Caller, id: &ExecutorId, now: i64) -> Result<u64> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, id)?;
     let k = p_key(tx);
     tx.execute(
         "DELETE FROM workflow_executor WHERE p_key = $1 AND realm = $2 AND executor = $3",
@@ -490,7 +511,11 @@ pub struct Started {
 /// Procedure body: starts workflow `spec.id`, or returns the one of that
 /// id (a second start is the first's: idempotency by workflow id).
 pub fn start_tx(tx: &mut dyn Tx, who: &Caller, spec: &StartSpec, now: i64) -> Result<Started> {
-    start_in(tx, acting(who, Role::Member)?, who.user(), spec, now)
+    let realm = match &spec.executor {
+        Some(ex) => acting_for(who, ex)?,
+        None => acting(who, Role::Member)?,
+    };
+    start_in(tx, realm, who.user(), spec, now)
 }
 
 /// [`start_tx`] in `realm` for `user` (a caller's, or a schedule's).
@@ -599,6 +624,186 @@ fn start_in(
             workflow: w,
         })
     })
+}
+
+/// Procedure body: starts workflow `spec.id` run by a proc of its own,
+/// spawned in this transaction as `pid` from `d` — a wasm module whose
+/// function `spec.name` is the workflow (issue 41): the proc is the
+/// workflow's executor ([`ExecutorId::of_proc`]), its steps the `tabos`
+/// host calls `wf_*`, and its restarts (a restartable proc runs again
+/// elsewhere when its node is lost) run the function again from the start,
+/// skipping what was recorded. The proc's executor row never lapses, so no
+/// other executor takes the workflow over; the proc's end, when it did not
+/// finish the workflow, fails it ([`proc_ended_tx`]). The module is given
+/// the function's name as its first argument. A second start of the id is
+/// the first's, and spawns nothing.
+pub fn start_in_proc_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    spec: &StartSpec,
+    pid: &crate::ids::Pid,
+    d: &crate::procs::Descriptor,
+    now: i64,
+) -> Result<Started> {
+    let realm = acting(who, Role::Member)?;
+    crate::procs::may_spawn(who, std::slice::from_ref(d))?;
+    if spec.queue.is_some() || spec.executor.is_some() {
+        return Err(Error::Invalid(
+            "a workflow run by a proc of its own is in no queue and has no other executor".into(),
+        ));
+    }
+    if d.kind != crate::procs::Kind::Wasm {
+        return Err(Error::Invalid(
+            "a workflow's proc is a wasm module (its steps are host calls)".into(),
+        ));
+    }
+    validate_name("workflow function", &spec.name)?;
+    if let Some(w) = get_in(tx, realm, &spec.id)? {
+        if w.name != spec.name {
+            return Err(Error::AlreadyExists(format!(
+                "workflow {} exists, running function {}, not {}",
+                spec.id, w.name, spec.name
+            )));
+        }
+        return Ok(Started {
+            created: false,
+            workflow: w,
+        });
+    }
+    let ex = ExecutorId::of_proc(pid)?;
+    let k = p_key(tx);
+    tx.execute(
+        "INSERT INTO workflow_executor (p_key, realm, executor, app_version, functions, node_id, \
+         lease_until_us, started_us) VALUES ($1, $2, $3, $4, $5, '', $6, $7)",
+        params![
+            k,
+            realm,
+            &ex,
+            spec.app_version.as_str(),
+            spec.name.as_str(),
+            PROC_LEASE_UNTIL,
+            now
+        ],
+    )?;
+    let run = StartSpec {
+        executor: Some(ex),
+        ..spec.clone()
+    };
+    let started = start_in(tx, realm, who.user(), &run, now)?;
+    debug_assert!(started.created);
+    let mut d = d.clone();
+    d.args.insert(0, spec.name.clone());
+    d.env.retain(|(k, _)| k != PROC_ENV);
+    d.env.push((PROC_ENV.to_string(), spec.id.to_string()));
+    crate::procs::spawn_tx(tx, realm, pid, &d, now)?;
+    // Where it runs is its proc's business: the row names no node.
+    tx.execute(
+        "UPDATE workflow SET node_id = NULL WHERE p_key = $1 AND realm = $2 AND workflow_id = $3",
+        params![k, realm, spec.id.as_str()],
+    )?;
+    get_in(tx, realm, &spec.id)?
+        .map(|workflow| Started {
+            created: true,
+            workflow,
+        })
+        .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))
+}
+
+/// The lease of a proc that runs a workflow of its own: it never lapses
+/// (the proc's restarts keep the workflow), and no claim waits for it.
+pub const PROC_LEASE_UNTIL: i64 = i64::MAX;
+
+/// The environment variable that tells a workflow's own proc its
+/// workflow's id (and its node that its end may be the workflow's).
+pub const PROC_ENV: &str = "TABOS_WORKFLOW";
+
+/// What a workflow proc's host needs of its workflow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcRun {
+    pub workflow: WorkflowId,
+    pub executor: ExecutorId,
+    pub input: Vec<u8>,
+    /// Its status now: a proc restarted after its workflow ended finds it
+    /// final, and should exit.
+    pub status: Status,
+}
+
+/// The workflow proc `who` (a proc's caller) runs, if any; the proc's node
+/// is recorded as where it runs.
+pub fn proc_run_tx(
+    tx: &mut dyn Tx,
+    who: &Caller,
+    node_id: &str,
+    now: i64,
+) -> Result<Option<ProcRun>> {
+    let realm = acting(who, Role::Member)?;
+    let pid = who
+        .pid()
+        .ok_or_else(|| Error::Invalid("only a proc runs a workflow of its own".into()))?;
+    let ex = ExecutorId::of_proc(pid)?;
+    let k = p_key(tx);
+    let row = tx.query_opt(
+        "SELECT workflow_id, input, status FROM workflow \
+         WHERE p_key = $1 AND realm = $2 AND executor = $3",
+        params![k, realm, &ex],
+    )?;
+    let Some(r) = row else {
+        return Ok(None);
+    };
+    let run = ProcRun {
+        workflow: WorkflowId(r.get(0)?),
+        executor: ex,
+        input: r.get(1)?,
+        status: Status::parse(&r.get::<String>(2)?)?,
+    };
+    if run.status == Status::Pending {
+        tx.execute(
+            "UPDATE workflow SET node_id = $4, updated_us = $5 \
+             WHERE p_key = $1 AND realm = $2 AND workflow_id = $3",
+            params![k, realm, &run.workflow, node_id, now],
+        )?;
+    }
+    Ok(Some(run))
+}
+
+/// Procedure body: proc `pid` of `realm`, which ran a workflow of its own,
+/// has ended for good (`why`); the workflow, if still pending and its, fails
+/// with that reason. Returns whether it did.
+pub fn proc_ended_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &crate::ids::Pid,
+    why: &str,
+    now: i64,
+) -> Result<bool> {
+    let ex = ExecutorId::of_proc(pid)?;
+    let k = p_key(tx);
+    let row = tx.query_opt(
+        "SELECT workflow_id FROM workflow WHERE p_key = $1 AND realm = $2 AND executor = $3 \
+         AND status = 'pending'",
+        params![k, realm, &ex],
+    )?;
+    let Some(r) = row else {
+        return Ok(false);
+    };
+    let id: String = r.get(0)?;
+    let error = Outcome::Error(format!("its proc {pid} ended without finishing it: {why}"));
+    record_finish(tx, realm, &ex, &id, &error, now)?;
+    Ok(true)
+}
+
+/// Refuses to hand workflow `w` to other executors when a proc of its own
+/// runs it: only that proc can.
+fn not_proc_run(w: &Workflow, what: &str) -> Result<()> {
+    match w.executor.clone().map(ExecutorId) {
+        Some(ex) if ex.proc().is_some() => Err(Error::Precondition(format!(
+            "workflow {} is run by its own proc {}, which no executor takes over: {what} it by \
+             starting a new workflow of its module",
+            w.id,
+            ex.proc().unwrap_or_default()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn ensure_queue(tx: &mut dyn Tx, realm: &str, queue: &str, now: i64) -> Result<()> {
@@ -719,7 +924,10 @@ fn orphans(
     let mut retry: Option<i64> = None;
     if out.is_empty() {
         let rows = tx.query_text(
-            &format!("SELECT min(e.lease_until_us) {from} AND e.lease_until_us >= $5"),
+            &format!(
+                "SELECT min(e.lease_until_us) {from} AND e.lease_until_us >= $5 \
+                 AND e.lease_until_us < {PROC_LEASE_UNTIL}"
+            ),
             &p,
         )?;
         if let Some(r) = rows.iter().next() {
@@ -767,7 +975,7 @@ pub fn recover_tx(
     max: usize,
     now: i64,
 ) -> Result<Claimed> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     let ex = live_executor(tx, realm, executor, now)?;
     let (claims, retry_at_us) = orphans(tx, realm, &ex, None, max.min(CLAIM_MAX), now)?;
     for c in &claims {
@@ -824,7 +1032,7 @@ pub fn dequeue_tx(
     max: usize,
     now: i64,
 ) -> Result<Claimed> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     validate_name("queue", queue)?;
     let ex = live_executor(tx, realm, executor, now)?;
     let limits = queue_limits(tx, realm, queue)?;
@@ -1046,7 +1254,7 @@ pub fn step_begin_tx(
     input: &[u8],
     now: i64,
 ) -> Result<Begun> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     crate::realms::metered(tx, realm, |tx| {
         check_step(step)?;
         validate_name("step name", name)?;
@@ -1107,7 +1315,7 @@ pub fn step_end_tx(
     unbegun: Option<&Unbegun>,
     now: i64,
 ) -> Result<Outcome> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     // An error is recorded even over quota (bounded by cut_error): a step
     // that cannot record its failure would leave its workflow stuck.
     crate::realms::metered_if(matches!(outcome, Outcome::Success(_)), tx, realm, |tx| {
@@ -1293,7 +1501,7 @@ pub fn step_procedure_tx(
     now: i64,
     run: &mut dyn FnMut(&mut dyn Tx) -> Result<Vec<u8>>,
 ) -> Result<Outcome> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     crate::realms::metered(tx, realm, |tx| {
         if let Some(o) = before_step(
             tx,
@@ -1339,7 +1547,7 @@ pub fn step_failed_tx(
     last: bool,
     now: i64,
 ) -> Result<Outcome> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     if let Some(o) = before_step(tx, realm, executor, id, step, name, kind)? {
         return Ok(o);
     }
@@ -1387,7 +1595,7 @@ pub fn sleep_tx(
     duration_us: i64,
     now: i64,
 ) -> Result<i64> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     crate::realms::metered(tx, realm, |tx| {
         if !(0..=SLEEP_MAX_US).contains(&duration_us) {
             return Err(Error::Invalid(format!(
@@ -1450,7 +1658,10 @@ pub fn send_tx(
     payload: &[u8],
     now: i64,
 ) -> Result<()> {
-    let realm = acting(who, Role::Member)?;
+    let realm = match from {
+        Some(s) => acting_for(who, &s.executor)?,
+        None => acting(who, Role::Member)?,
+    };
     crate::realms::metered(tx, realm, |tx| {
         validate_name("topic", topic)?;
         check_value("a message", payload)?;
@@ -1520,7 +1731,7 @@ pub fn recv_tx(
     give_up: bool,
     now: i64,
 ) -> Result<Option<Option<Vec<u8>>>> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_name("topic", topic)?;
         check_step(step)?;
@@ -1589,7 +1800,7 @@ pub fn set_event_tx(
     value: &[u8],
     now: i64,
 ) -> Result<()> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     crate::realms::metered(tx, realm, |tx| {
         validate_name("event key", key)?;
         check_value("an event's value", value)?;
@@ -1654,7 +1865,7 @@ pub fn finish_tx(
     outcome: &Outcome,
     now: i64,
 ) -> Result<()> {
-    let realm = acting(who, Role::Member)?;
+    let realm = acting_for(who, executor)?;
     // An error is recorded even over quota, as step_end_tx's.
     crate::realms::metered_if(matches!(outcome, Outcome::Success(_)), tx, realm, |tx| {
         record_finish(tx, realm, executor, id, outcome, now)
@@ -1838,6 +2049,15 @@ pub fn cancel_tx(tx: &mut dyn Tx, who: &Caller, id: &WorkflowId, now: i64) -> Re
          WHERE p_key = $1 AND realm = $2 AND workflow_id = $3",
         params![k, realm, id, now],
     )?;
+    // A proc of its own stops with it, wherever it waits (its steps would
+    // be refused from now on anyway).
+    let own = w.executor.clone().map(ExecutorId);
+    if let Some(pid) = own.as_ref().and_then(|ex| ex.proc()) {
+        match crate::procs::evict_tx(tx, realm, &crate::ids::Pid(pid.to_string()), now) {
+            Ok(()) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
     announce(tx, realm, id, "cancelled")?;
     get_in(tx, realm, id)?.ok_or_else(|| Error::NotFound(id.to_string()))
 }
@@ -1885,6 +2105,7 @@ pub fn resume_tx(
             "workflow {id} succeeded: there is nothing to resume (fork it to run it again)"
         )));
     }
+    not_proc_run(&w, "resume")?;
     let k = p_key(tx);
     if let Some(v) = version {
         validate_name("application version", v)?;
@@ -1934,6 +2155,7 @@ pub fn fork_tx(
         }
         let w = get_in(tx, realm, id)?
             .ok_or_else(|| Error::NotFound(format!("workflow {id} in realm {realm}")))?;
+        not_proc_run(&w, "fork")?;
         if get_in(tx, realm, new_id)?.is_some() {
             return Err(Error::AlreadyExists(format!(
                 "workflow {new_id} in realm {realm}"

@@ -742,7 +742,121 @@ fn the_caller_is_checked_by_the_operation(b: Backend) {
     call_in(s, R, move |tx| wf::retarget_tx(tx, &a, "v1", "v2", T0)).unwrap();
 }
 
+/// A workflow run by a proc of its own (issue 41, item 4): started with
+/// its proc in one transaction, the proc its executor (an id no client may
+/// register), never taken over by a client executor of its version and
+/// function, started once however often it is asked; the proc's end fails
+/// it once, and only a wasm proc may run one.
+fn a_workflow_run_by_its_own_proc(b: Backend) {
+    use tabos_kernel::ids::Pid;
+    use tabos_kernel::procs::{self, Descriptor, Kind};
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    tabos_kernel::realms::create(s, R, tabos_kernel::sched::Scheduler::Fifo).unwrap();
+    let spec = wf::ExecutorSpec {
+        app_version: "m1".into(),
+        functions: vec!["order".into()],
+        node_id: "n1".into(),
+        lease_ms: 60_000,
+    };
+    let sp = spec.clone();
+    let e = call_in(s, R, move |tx| {
+        wf::register_executor_tx(tx, &me(), &eid("proc:p1"), &sp, T0)
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+    let start = StartSpec {
+        id: wid("w1"),
+        name: "order".into(),
+        app_version: "m1".into(),
+        input: b"in".to_vec(),
+        queue: None,
+        priority: 0,
+        executor: None,
+    };
+    let module = Descriptor {
+        kind: Kind::Wasm,
+        class: procs::Class::Be,
+        cores: 0,
+        restartable: true,
+        ..Descriptor::native("/x/wf.wasm")
+    };
+    let (st, d) = (start.clone(), module.clone());
+    let started = call_in(s, R, move |tx| {
+        wf::start_in_proc_tx(tx, &me(), &st, &Pid::new("p1")?, &d, T0)
+    })
+    .unwrap();
+    assert!(started.created);
+    assert_eq!(started.workflow.status, Status::Pending);
+    assert_eq!(started.workflow.executor.as_deref(), Some("proc:p1"));
+    let p = common::rt()
+        .block_on(procs::status(s, R, &Pid::new("p1").unwrap()))
+        .unwrap();
+    assert_eq!(p.args, ["order"]);
+    assert!(p
+        .env
+        .contains(&(wf::PROC_ENV.to_string(), "w1".to_string())));
+    // Asked again: the first, and no second proc.
+    let (st, d) = (start.clone(), module.clone());
+    let again = call_in(s, R, move |tx| {
+        wf::start_in_proc_tx(tx, &me(), &st, &Pid::new("p2")?, &d, T0)
+    })
+    .unwrap();
+    assert!(!again.created);
+    assert!(common::rt()
+        .block_on(procs::status(s, R, &Pid::new("p2").unwrap()))
+        .is_err());
+    // A client executor of its version and function never takes it, however
+    // late it looks.
+    let late = T0 + 1_000_000_000_000;
+    exec(s, "xa", "m1", "n1", 60_000, late);
+    let c = call_in(s, R, move |tx| {
+        wf::recover_tx(tx, &me(), &eid("xa"), 10, late)
+    })
+    .unwrap();
+    assert!(ids(&c).is_empty());
+    // No client steps, renews or leaves as its proc.
+    let e = begin(s, "proc:p1", "w1", 1, "x").unwrap_err();
+    assert!(matches!(e, Error::Denied(_)), "{e}");
+    let e = call_in(s, R, |tx| {
+        wf::leave_executor_tx(tx, &me(), &eid("proc:p1"), T0)
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::Denied(_)), "{e}");
+    // Its proc's end fails it, once.
+    let p1 = Pid::new("p1").unwrap();
+    let ended = call_in(s, R, move |tx| {
+        wf::proc_ended_tx(tx, R, &p1, "exited with status 2", T0)
+    })
+    .unwrap();
+    assert!(ended);
+    let w = get(s, "w1");
+    assert_eq!(w.status, Status::Error);
+    assert!(w.error.unwrap().contains("exited with status 2"));
+    let p1 = Pid::new("p1").unwrap();
+    let again = call_in(s, R, move |tx| wf::proc_ended_tx(tx, R, &p1, "again", T0)).unwrap();
+    assert!(!again);
+    // Only a wasm module runs a workflow of its own.
+    let st = StartSpec {
+        id: wid("w2"),
+        ..start
+    };
+    let e = call_in(s, R, move |tx| {
+        wf::start_in_proc_tx(
+            tx,
+            &me(),
+            &st,
+            &Pid::new("p3")?,
+            &Descriptor::native("/bin/true"),
+            T0,
+        )
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+}
+
 both!(
+    a_workflow_run_by_its_own_proc,
     the_caller_is_checked_by_the_operation,
     schedules_fire_once_each,
     a_restarted_executor_takes_its_workflows_back,

@@ -215,6 +215,7 @@ fn new_procd(
     Procd::new(
         node.store.clone(),
         node.files.clone(),
+        node.procedures.clone(),
         realm,
         WorkerSpec {
             cores,

@@ -41,6 +41,8 @@ pub struct ProcHost {
     taken: std::collections::VecDeque<ipc::Message>,
     /// The receiver of the last other mailbox the proc received from.
     others: Option<(Address, ipc::Receiver)>,
+    /// Its workflow calls, when it runs a workflow of its own.
+    wf: crate::wfproc::WfProc,
 }
 
 /// How long a wasm proc's thread looks for a reply before it sleeps: a
@@ -51,9 +53,12 @@ const SPIN: Duration = Duration::from_micros(200);
 impl ProcHost {
     /// The host of the proc `caller` acts for (its claim made it:
     /// [`tabos_kernel::procs::ProcInfo::caller`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         files: Files,
+        procedures: tabos_kernel::procedures::Procedures,
+        node_id: String,
         caller: Caller,
         opts: MailboxOptions,
         rt: Handle,
@@ -63,7 +68,17 @@ impl ProcHost {
         let pid = caller
             .pid()
             .ok_or_else(|| tabos_kernel::Error::Invalid("a proc's host needs a proc".into()))?;
+        let wf = crate::wfproc::WfProc::new(
+            store.clone(),
+            procedures,
+            caller.clone(),
+            node_id,
+            rt.clone(),
+            stop.clone(),
+            woken.clone(),
+        );
         Ok(ProcHost {
+            wf,
             store,
             files,
             me: Address::proc(pid),
@@ -80,6 +95,10 @@ impl ProcHost {
 }
 
 impl Host for ProcHost {
+    fn workflow(&mut self) -> Option<&mut dyn tabos_sandbox::workflow::WfHost> {
+        Some(&mut self.wf)
+    }
+
     fn fs_read(&mut self, path: &str, offset: i64, len: usize) -> Result<Vec<u8>, HostError> {
         self.rt
             .block_on(self.files.read(&self.caller, path, offset, len))

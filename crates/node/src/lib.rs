@@ -64,6 +64,7 @@ pub mod status;
 pub mod streams;
 pub mod supervise;
 pub mod tokens;
+pub mod wfproc;
 pub mod wire;
 pub mod workflows;
 

@@ -63,6 +63,9 @@ pub struct Procd {
     pub store: Store,
     /// The filesystem wasm procs' file calls use.
     pub files: tabos_kernel::fs::files::Files,
+    /// The realms' stored procedures, which a wasm workflow's procedure
+    /// steps call.
+    pub procedures: tabos_kernel::procedures::Procedures,
     pub realm: String,
     pub worker: WorkerId,
     pub logs: PathBuf,
@@ -241,6 +244,7 @@ impl Procd {
     pub fn new(
         store: Store,
         files: tabos_kernel::fs::files::Files,
+        procedures: tabos_kernel::procedures::Procedures,
         realm: &str,
         spec: tabos_kernel::sched::WorkerSpec,
         logs: PathBuf,
@@ -258,6 +262,7 @@ impl Procd {
         Arc::new(Procd {
             store,
             files,
+            procedures,
             realm: realm.to_string(),
             worker: spec.worker_id,
             mem_mb: spec.mem_mb,
@@ -733,6 +738,12 @@ impl Procd {
         if let Some(m) = &self.metrics {
             m.proc_ended(&self.realm, p.kind.as_str(), state.as_str());
         }
+        if p.env
+            .iter()
+            .any(|(k, _)| k == tabos_kernel::workflows::PROC_ENV)
+        {
+            self.end_workflow(p, state, status, error.as_deref()).await;
+        }
         // The database away (a failover, a cut-off node): the end is
         // recorded once it is back — never lost, and never recorded for a
         // proc the cluster has given back meanwhile (the kernel records an
@@ -784,6 +795,52 @@ impl Procd {
                 tracing::error!(
                     worker = %self.worker, "cannot record the end of {}: {e}", p.pid);
                 self.freed.notify_one();
+            }
+        }
+    }
+
+    /// `p`, which runs a workflow of its own, has ended for good: the
+    /// workflow, unless it finished it, fails with the proc's end (tried
+    /// again while the database is away, as the end itself is).
+    async fn end_workflow(
+        &self,
+        p: &ProcInfo,
+        state: State,
+        status: Option<i64>,
+        error: Option<&str>,
+    ) {
+        let state = state.as_str();
+        let why = match (status, error) {
+            (_, Some(e)) => format!("{state}: {e}"),
+            (Some(s), None) => format!("{state} with status {s}"),
+            (None, None) => state.to_string(),
+        };
+        let mut pauses =
+            tabos_client::retry::Backoff::new(EXIT_RETRY_PAUSE_MIN, EXIT_RETRY_PAUSE_MAX);
+        loop {
+            let (pid, why, realm) = (p.pid.clone(), why.clone(), self.realm.clone());
+            let ended = tabos_kernel::call(&self.store, &self.realm, move |tx| {
+                tabos_kernel::workflows::proc_ended_tx(
+                    tx,
+                    &realm,
+                    &pid,
+                    &why,
+                    tabos_store::now_us(),
+                )
+            })
+            .await;
+            match ended {
+                Err(tabos_kernel::Error::Store(e))
+                    if e.is_unavailable() && !self.stopping.load(Ordering::SeqCst) =>
+                {
+                    pauses.wait().await;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        worker = %self.worker, "cannot end the workflow of {}: {e}", p.pid);
+                    return;
+                }
+                Ok(_) => return,
             }
         }
     }
@@ -1059,6 +1116,8 @@ impl Procd {
             let host = ProcHost::new(
                 me.store.clone(),
                 me.files.clone(),
+                me.procedures.clone(),
+                me.node_id.to_string(),
                 caller,
                 me.policy.mailbox,
                 rt,

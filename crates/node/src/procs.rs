@@ -250,6 +250,22 @@ async fn check_modules(node: &Node, ds: &[Descriptor]) -> KResult<()> {
     .map_err(|e| KError::Invalid(format!("module check task failed: {e}")))?
 }
 
+/// A proc `who` asks to spawn, checked as a spawn checks it — its
+/// descriptor, the caller's right, its code and its module — before
+/// anything is written (a Spawn's, a workflow's own proc's).
+pub(crate) async fn admit(
+    node: &Node,
+    who: &tabos_kernel::auth::Caller,
+    d: proto::ProcDescriptor,
+) -> KResult<Descriptor> {
+    let d = descriptor_from_proto(d, who.user())?;
+    // Asked before the modules are compiled on the caller's behalf.
+    procs::may_spawn(who, std::slice::from_ref(&d))?;
+    check_code(node, who, std::slice::from_ref(&d)).await?;
+    check_modules(node, std::slice::from_ref(&d)).await?;
+    Ok(d)
+}
+
 pub fn status_to_proto(i: &ProcInfo) -> proto::ProcStatus {
     proto::ProcStatus {
         realm: i.realm.clone(),
@@ -316,11 +332,7 @@ pub mod ops {
         let d = r
             .proc
             .ok_or_else(|| KError::Invalid("spawn needs a proc descriptor".into()))?;
-        let d = descriptor_from_proto(d, who.user())?;
-        // Asked before the modules are compiled on the caller's behalf.
-        procs::may_spawn(&who, std::slice::from_ref(&d))?;
-        check_code(node, &who, std::slice::from_ref(&d)).await?;
-        check_modules(node, std::slice::from_ref(&d)).await?;
+        let d = admit(node, &who, d).await?;
         let fence = crate::names::fence_of(r.fence)?;
         Ok(spawned(procs::spawn_for(&node.store, &who, d, fence).await?))
     });

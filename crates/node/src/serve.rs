@@ -720,6 +720,7 @@ async fn serve_realms(
             let procd = procd::Procd::new(
                 node.store.clone(),
                 node.files.clone(),
+                node.procedures.clone(),
                 &realm,
                 node.worker_spec(),
                 node.logs.clone(),

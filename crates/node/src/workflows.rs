@@ -24,6 +24,9 @@ use crate::Node;
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 /// An executor's lease when it does not say.
 pub const LEASE_DEFAULT_MS: u64 = 10_000;
+/// The application version of a workflow run by a proc of its own, when
+/// neither the request nor the proc's code names one.
+pub const PROC_VERSION: &str = "wasm";
 
 #[derive(Clone)]
 pub struct WorkflowsService {
@@ -290,6 +293,82 @@ fn ids(executor: &str, workflow: &str) -> Result<(ExecutorId, WorkflowId)> {
     Ok((ExecutorId::new(executor)?, WorkflowId::new(workflow)?))
 }
 
+/// A workflow's step that is a stored procedure.
+pub(crate) struct ProcedureStep {
+    pub executor: ExecutorId,
+    pub workflow: WorkflowId,
+    pub step: i64,
+    pub procedure: String,
+    pub args: Vec<u8>,
+    /// Its last attempt: a failure is the step's outcome.
+    pub last: bool,
+}
+
+/// Runs step `s` for `who`: the procedure in the transaction that records
+/// the step, exactly once; a failing procedure changed nothing and its
+/// attempt is recorded. The `StepProcedure` operation's and a workflow
+/// proc's ([`crate::wfproc`]).
+pub(crate) async fn step_procedure(
+    store: &tabos_store::Store,
+    procedures: &procedures::Procedures,
+    who: tabos_kernel::auth::Caller,
+    s: ProcedureStep,
+) -> Result<Outcome> {
+    let now = tabos_store::now_us();
+    let realm = who.realm().to_string();
+    let (w, ex, id, name, args, step) = (
+        who.clone(),
+        s.executor.clone(),
+        s.workflow.clone(),
+        s.procedure.clone(),
+        s.args.clone(),
+        s.step,
+    );
+    // The procedure's file calls act for the caller's user.
+    let ran = procedures
+        .run_with(&realm, move |tx, sandbox| {
+            let mut run = |tx: &mut dyn tabos_store::Tx| {
+                // Its declared path first; a read-only one runs on this
+                // transaction as on a read connection.
+                for path in [CallPath::Write, CallPath::Read] {
+                    match procedures::call_tx(tx, sandbox, &w, &name, &args, now, path)? {
+                        Called::Ran(out) => return Ok(out.result),
+                        Called::OtherPath { .. } => continue,
+                    }
+                }
+                Err(Error::Precondition(format!(
+                    "procedure {name} was reinstalled during the call; call it again"
+                )))
+            };
+            wf::step_procedure_tx(tx, &w, &ex, &id, step, &name, &args, now, &mut run)
+        })
+        .await;
+    match ran {
+        Ok(o) => Ok(o),
+        // It failed and changed nothing: the attempt is recorded.
+        Err(e @ Error::Procedure { .. }) => {
+            let error = e.to_string();
+            tabos_kernel::call(store, &realm, move |tx| {
+                wf::step_failed_tx(
+                    tx,
+                    &who,
+                    &s.executor,
+                    &s.workflow,
+                    s.step,
+                    &s.procedure,
+                    StepKind::Procedure,
+                    &s.args,
+                    &error,
+                    s.last,
+                    tabos_store::now_us(),
+                )
+            })
+            .await
+        }
+        Err(e) => Err(e),
+    }
+}
+
 crate::op::served! {
     WorkflowsService: proto::workflows_server::Workflows;
     register_executor(RegisterExecutorRequest) -> ExecutorInfo = RegisterExecutor;
@@ -381,24 +460,50 @@ pub mod ops {
     });
 
     op!(Start(StartWorkflowRequest) -> StartWorkflowResponse, |node, who, r| {
+        let proc_ = match r.proc {
+            Some(d) => Some(crate::procs::admit(node, &who, d).await?),
+            None => None,
+        };
+        let app_version = match (r.app_version.as_str(), &proc_) {
+            ("", Some(d)) => d.code.as_ref().map_or(PROC_VERSION.to_string(), |c| c.to_string()),
+            _ => r.app_version,
+        };
         let spec = wf::StartSpec {
             id: match r.workflow_id.as_str() {
                 "" => new_id()?,
                 _ => WorkflowId::new(r.workflow_id)?,
             },
             name: r.name,
-            app_version: r.app_version,
+            app_version,
             input: r.input,
             queue: opt(r.queue),
             priority: r.priority,
             executor: opt(r.executor).map(ExecutorId::new).transpose()?,
         };
+        let Some(d) = proc_ else {
+            let s = node
+                .write_as(who, move |tx, who, now| wf::start_tx(tx, who, &spec, now))
+                .await?;
+            return Ok(proto::StartWorkflowResponse {
+                created: s.created,
+                workflow: Some(info(s.workflow)),
+                pid: String::new(),
+            });
+        };
+        let pid = d.pid.clone().unwrap_or_else(tabos_kernel::procs::generate_pid);
+        let p = pid.clone();
         let s = node
-            .write_as(who, move |tx, who, now| wf::start_tx(tx, who, &spec, now))
+            .write_as(who, move |tx, who, now| wf::start_in_proc_tx(tx, who, &spec, &p, &d, now))
             .await?;
+        // A second start of the id: the first's proc.
+        let pid = match s.workflow.executor.clone().map(ExecutorId::new).transpose()? {
+            Some(ex) => ex.proc().unwrap_or_default().to_string(),
+            None => pid.into_string(),
+        };
         Ok(proto::StartWorkflowResponse {
             created: s.created,
             workflow: Some(info(s.workflow)),
+            pid,
         })
     });
 
@@ -527,60 +632,16 @@ pub mod ops {
     });
 
     op!(StepProcedure(StepProcedureRequest) -> StepOutcome, |node, who, r| {
-        let now = tabos_store::now_us();
-        let realm = who.realm().to_string();
         let (executor, workflow) = ids(&r.executor, &r.workflow_id)?;
-        let (w, ex, id, name, args) = (
-            who.clone(),
-            executor.clone(),
-            workflow.clone(),
-            r.procedure.clone(),
-            r.args.clone(),
-        );
-        // The procedure's file calls act for the caller's user.
-        let ran = node
-            .procedures
-            .run_with(&realm, move |tx, sandbox| {
-                let mut run = |tx: &mut dyn tabos_store::Tx| {
-                    // Its declared path first; a read-only one runs on this
-                    // transaction as on a read connection.
-                    for path in [CallPath::Write, CallPath::Read] {
-                        match procedures::call_tx(tx, sandbox, &w, &name, &args, now, path)? {
-                            Called::Ran(out) => return Ok(out.result),
-                            Called::OtherPath { .. } => continue,
-                        }
-                    }
-                    Err(Error::Precondition(format!(
-                        "procedure {name} was reinstalled during the call; call it again"
-                    )))
-                };
-                wf::step_procedure_tx(tx, &w, &ex, &id, r.step, &name, &args, now, &mut run)
-            })
-            .await;
-        let o = match ran {
-            Ok(o) => o,
-            // It failed and changed nothing: the attempt is recorded.
-            Err(e @ Error::Procedure { .. }) => {
-                let error = e.to_string();
-                node.write_as(who, move |tx, who, now| {
-                    wf::step_failed_tx(
-                        tx,
-                        who,
-                        &executor,
-                        &workflow,
-                        r.step,
-                        &r.procedure,
-                        StepKind::Procedure,
-                        &r.args,
-                        &error,
-                        r.last,
-                        now,
-                    )
-                })
-                .await?
-            }
-            Err(e) => return Err(e),
+        let step = ProcedureStep {
+            executor,
+            workflow,
+            step: r.step,
+            procedure: r.procedure,
+            args: r.args,
+            last: r.last,
         };
+        let o = step_procedure(&node.store, &node.procedures, who, step).await?;
         Ok(outcome_to_proto(o, false))
     });
 

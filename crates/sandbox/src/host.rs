@@ -330,6 +330,10 @@ pub trait Host {
     fn nop(&mut self) -> u64 {
         0
     }
+    /// The workflow calls ([`crate::workflow`]), when this host offers them.
+    fn workflow(&mut self) -> Option<&mut dyn crate::workflow::WfHost> {
+        None
+    }
 }
 
 /// A SQL value crossing the host boundary.

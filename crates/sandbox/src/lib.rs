@@ -33,6 +33,7 @@ pub mod procedure;
 pub mod programs;
 mod wasi;
 mod wasi_fs;
+pub mod workflow;
 
 pub use host::{Host, HostError, RecvCall, SqlResult, SqlValue};
 pub use procedure::{CallOutput, FailureKind, Language, Limits, ProcError, ProcSpec};
@@ -183,6 +184,8 @@ pub(crate) struct RunState {
     stop: Arc<AtomicBool>,
     /// A stored procedure call's time limit.
     pub(crate) deadline: Option<Instant>,
+    /// A workflow call's answer that did not fit the guest's buffer.
+    pub(crate) wf_kept: Option<workflow::Kept>,
 }
 
 impl RunState {
@@ -291,6 +294,7 @@ impl Sandbox {
         let mut linker = Linker::new(&engine);
         let linked = wasi::add_to_linker(&mut linker)
             .and_then(|()| host::add_to_linker(&mut linker))
+            .and_then(|()| workflow::add_to_linker(&mut linker))
             .and_then(|()| procedure::wasm::add_to_linker(&mut linker));
         linked.map_err(|e| Error::Runtime(format!("{e:#}")))?;
         start_ticker(&engine)?;
@@ -458,6 +462,7 @@ impl Sandbox {
             limits,
             stop: stop.flag.clone(),
             deadline: None,
+            wf_kept: None,
         };
         let mut store = self.new_store(state);
         if stop.is_stopped() {

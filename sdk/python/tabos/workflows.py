@@ -39,6 +39,7 @@ each is idempotent, so that is safe.
 from __future__ import annotations
 
 import enum
+import os
 import functools
 import json
 import pickle
@@ -828,6 +829,17 @@ class Executor:
         self._rpc("LeaveExecutor", pb.ExecutorRequest(realm=self.realm, executor=self.id))
 
 
+@dataclass(frozen=True)
+class ModuleRun:
+    """A workflow started in a proc of its own (:meth:`Workflows.run_module`)."""
+
+    workflow: Workflow
+    #: The proc that runs it.
+    pid: str
+    #: False: a workflow of that id existed, and is returned as it is.
+    created: bool
+
+
 class Workflows:
     """Operating on workflows (what ``tabos workflow`` does):
     ``client.workflows``."""
@@ -882,6 +894,77 @@ class Workflows:
             for s in pages
         ]
         return {"workflow": Workflow._of(d.workflow), "steps": steps}
+
+    def run_module(
+        self,
+        module: Union[str, "os.PathLike[str]"],
+        function: str,
+        input: Payload = b"",
+        *,
+        code: Optional[Union[str, "os.PathLike[str]"]] = None,
+        workflow_id: str = "",
+        app_version: str = "",
+        max_restarts: Optional[int] = None,
+        mem_mb: int = 256,
+        home_node: str = "",
+        realm: str = "",
+    ) -> "ModuleRun":
+        """Starts a workflow written as a wasm module (``tabos workflow
+        run``): ``module`` (a ``.wasm`` file of this machine, or with
+        ``code`` — a directory uploaded whole — its path in it) is uploaded,
+        and its ``function`` runs in a proc of its own, restartable: when
+        its node is lost it runs again elsewhere and replays the steps
+        recorded so far. ``workflow_id`` is its idempotency key: a second
+        start of it returns the first. Returns the workflow's row and its
+        proc's pid; :meth:`wait` waits for its end."""
+        if code is None:
+            tree, program = os.fspath(module), "./" + os.path.basename(os.fspath(module))
+        else:
+            tree, program = os.fspath(code), "./" + os.fspath(module).lstrip("./")
+        if code is None and os.path.isdir(tree):
+            raise errors.InvalidArgument(f"{tree} is a directory: pass it as code= and name the module in it")
+        hash_ = self._client.upload_code(tree, realm=realm)
+        proc = pb.ProcDescriptor(
+            kind=pb.PROC_KIND_WASM,
+            program=program,
+            cores=0,
+            mem_mb=mem_mb,
+            home_node=home_node,
+            restartable=True,
+            code=hash_,
+        )
+        # A proc that mostly waits on the database: best-effort, of no cores
+        # (as the Rust client's tabos_client::wfmodule). `class` is a Python
+        # keyword: set by name.
+        setattr(proc, "class", pb.PROC_CLASS_BE)
+        if max_restarts is not None:
+            proc.max_restarts = max_restarts
+        r = self._client._call(
+            self._stub.Start,
+            pb.StartWorkflowRequest(
+                realm=realm,
+                workflow_id=workflow_id,
+                name=function,
+                app_version=app_version,
+                input=_bytes(input),
+                proc=proc,
+            ),
+        )
+        return ModuleRun(workflow=Workflow._of(r.workflow), pid=r.pid, created=r.created)
+
+    def wait(self, workflow_id: str, *, timeout: float = 60.0, realm: str = "") -> Workflow:
+        """Waits up to ``timeout`` seconds for workflow ``workflow_id`` to
+        finish; its row then."""
+        until = time.monotonic() + timeout
+        while True:
+            left = max(0.0, until - time.monotonic())
+            w = self._client._call(
+                self._stub.Wait,
+                pb.WaitWorkflowRequest(realm=realm, workflow_id=workflow_id, timeout_ms=int(min(left, WAIT_CHUNK) * 1000)),
+                wait=True,
+            )
+            if w.status in _FINAL or left <= WAIT_CHUNK:
+                return Workflow._of(w)
 
     def cancel(self, workflow_id: str, *, realm: str = "") -> Workflow:
         return Workflow._of(

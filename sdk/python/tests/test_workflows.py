@@ -159,3 +159,25 @@ def test_json_pickle_decorators_and_handles(node, client: tabos.Client) -> None:
     px.start()
     assert px.run("span", range(3)).get_result(timeout=30) == frozenset({0, 2, 4})
     px.shutdown()
+
+
+def test_a_workflow_written_as_a_wasm_module(node, client: tabos.Client, tmp_path) -> None:
+    """``client.workflows.run_module``: the example module (Rust compiled to
+    wasm32-wasip1) uploaded and run by a proc of its own."""
+    import pathlib
+    import subprocess
+
+    examples = pathlib.Path(__file__).resolve().parents[3] / "examples"
+    subprocess.run(["sh", str(examples / "workflow-wasm" / "build.sh"), str(tmp_path)], check=True)
+    module = tmp_path / "workflow.wasm"
+    client.procedures.install("reserve", (examples / "workflow-wasm" / "reserve.js").read_bytes())
+    run = client.workflows.run_module(module, "order", "gadget 2", workflow_id=f"py-mod-{node.way}")
+    assert run.created and run.pid and run.workflow.executor == f"proc:{run.pid}"
+    w = client.workflows.wait(run.workflow.workflow_id, timeout=60)
+    assert (w.status, w.output) == ("success", b"2 x gadget = 20; left in stock: 8")
+    again = client.workflows.run_module(module, "order", "gadget 2", workflow_id=f"py-mod-{node.way}")
+    assert (again.created, again.pid) == (False, run.pid)
+    shown = client.workflows.show(w.workflow_id)
+    assert [s["name"] for s in shown["steps"]] == ["reserve", "invoice", "sleep"]
+    with pytest.raises(tabos.errors.InvalidArgument):
+        client.workflows.run_module(tmp_path, "order")

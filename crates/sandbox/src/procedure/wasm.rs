@@ -798,6 +798,7 @@ fn instantiate_with(
             .build(),
         stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         deadline: None,
+        wf_kept: None,
     };
     let mut store = sandbox.new_store(state);
     let instance = program

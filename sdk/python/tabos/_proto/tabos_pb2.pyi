@@ -1935,7 +1935,7 @@ class ExecutorRequest(_message.Message):
     def __init__(self, realm: _Optional[str] = ..., executor: _Optional[str] = ..., lease_ms: _Optional[int] = ...) -> None: ...
 
 class StartWorkflowRequest(_message.Message):
-    __slots__ = ("realm", "workflow_id", "name", "app_version", "input", "queue", "priority", "executor")
+    __slots__ = ("realm", "workflow_id", "name", "app_version", "input", "queue", "priority", "executor", "proc")
     REALM_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -1944,6 +1944,7 @@ class StartWorkflowRequest(_message.Message):
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    PROC_FIELD_NUMBER: _ClassVar[int]
     realm: str
     workflow_id: str
     name: str
@@ -1952,15 +1953,18 @@ class StartWorkflowRequest(_message.Message):
     queue: str
     priority: int
     executor: str
-    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., app_version: _Optional[str] = ..., input: _Optional[bytes] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., executor: _Optional[str] = ...) -> None: ...
+    proc: ProcDescriptor
+    def __init__(self, realm: _Optional[str] = ..., workflow_id: _Optional[str] = ..., name: _Optional[str] = ..., app_version: _Optional[str] = ..., input: _Optional[bytes] = ..., queue: _Optional[str] = ..., priority: _Optional[int] = ..., executor: _Optional[str] = ..., proc: _Optional[_Union[ProcDescriptor, _Mapping]] = ...) -> None: ...
 
 class StartWorkflowResponse(_message.Message):
-    __slots__ = ("created", "workflow")
+    __slots__ = ("created", "workflow", "pid")
     CREATED_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
     created: bool
     workflow: WorkflowInfo
-    def __init__(self, created: _Optional[bool] = ..., workflow: _Optional[_Union[WorkflowInfo, _Mapping]] = ...) -> None: ...
+    pid: str
+    def __init__(self, created: _Optional[bool] = ..., workflow: _Optional[_Union[WorkflowInfo, _Mapping]] = ..., pid: _Optional[str] = ...) -> None: ...
 
 class WorkflowInfo(_message.Message):
     __slots__ = ("workflow_id", "name", "app_version", "status", "queue", "priority", "input", "has_output", "output", "error", "executor", "node_id", "attempts", "user", "forked_from", "created_us", "started_us", "updated_us", "ended_us")
