@@ -792,6 +792,31 @@ pub fn proc_ended_tx(
     Ok(true)
 }
 
+/// Procedure body: [`proc_ended_tx`] for those of `pids` (procs of
+/// `realm`) that have ended — the cluster failed them, their node lost and
+/// their restarts spent — with `why`; a proc queued again is left alone.
+/// Returns how many workflows failed.
+pub fn procs_failed_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pids: &[crate::ids::Pid],
+    why: &str,
+    now: i64,
+) -> Result<u64> {
+    let mut n = 0;
+    for pid in pids {
+        let over = match crate::procs::get_tx(tx, realm, pid.as_str()) {
+            Ok(p) => p.state.is_terminal(),
+            Err(Error::NotFound(_)) => true,
+            Err(e) => return Err(e),
+        };
+        if over && proc_ended_tx(tx, realm, pid, why, now)? {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 /// Refuses to hand workflow `w` to other executors when a proc of its own
 /// runs it: only that proc can.
 fn not_proc_run(w: &Workflow, what: &str) -> Result<()> {

@@ -836,6 +836,31 @@ fn a_workflow_run_by_its_own_proc(b: Backend) {
     let p1 = Pid::new("p1").unwrap();
     let again = call_in(s, R, move |tx| wf::proc_ended_tx(tx, R, &p1, "again", T0)).unwrap();
     assert!(!again);
+    // The cluster's give-back fails a proc for good (its node lost, its
+    // restarts spent): its workflow fails; a proc still live is left alone.
+    let (st, d) = (
+        StartSpec {
+            id: wid("w3"),
+            ..start.clone()
+        },
+        module.clone(),
+    );
+    call_in(s, R, move |tx| {
+        wf::start_in_proc_tx(tx, &me(), &st, &Pid::new("p4")?, &d, T0)
+    })
+    .unwrap();
+    let p4 = || Pid::new("p4").unwrap();
+    let n = call_in(s, R, move |tx| {
+        wf::procs_failed_tx(tx, R, &[p4()], "lost", T0)
+    })
+    .unwrap();
+    assert_eq!((n, get(s, "w3").status), (0, Status::Pending));
+    call_in(s, R, move |tx| procs::evict_tx(tx, R, &p4(), T0)).unwrap();
+    let n = call_in(s, R, move |tx| {
+        wf::procs_failed_tx(tx, R, &[p4()], "lost", T0)
+    })
+    .unwrap();
+    assert_eq!((n, get(s, "w3").status), (1, Status::Error));
     // Only a wasm module runs a workflow of its own.
     let st = StartSpec {
         id: wid("w2"),

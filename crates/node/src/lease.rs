@@ -273,7 +273,9 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
         for gone in &out.due {
             let detail = format!("node {gone} lost (silent past its grace)");
             match tabos_kernel::procs::give_back_node(&node.store, gone, &detail).await {
-                Ok(done) => tracing::info!(
+                Ok(done) => {
+                    fail_workflows(&node, &done, &detail).await;
+                    tracing::info!(
                     node = %id, "gave back the procs of node {gone}: failed {:?}, re-queued {:?}",
                     done.iter()
                         .flat_map(|(r, e)| e.failed.iter().map(move |p| format!("{r}/{p}")))
@@ -281,9 +283,36 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
                     done.iter()
                         .flat_map(|(r, e)| e.requeued.iter().map(move |p| format!("{r}/{p}")))
                         .collect::<Vec<_>>()
-                ),
+                    )
+                }
                 Err(e) => tracing::error!(node = %id, "cannot give back the procs of {gone}: {e}"),
             }
+        }
+    }
+}
+
+/// The procs a lost node's give-back failed may have run workflows of
+/// their own (`workflows::start_in_proc_tx`): those fail too, saying why.
+/// (A later transaction than the give-back's; should this node die in
+/// between, such a workflow stays pending until cancelled.)
+async fn fail_workflows(node: &Node, done: &tabos_kernel::procs::NodeOutcome, why: &str) {
+    for (realm, e) in done {
+        let pids: Vec<Pid> = e
+            .failed
+            .iter()
+            .filter_map(|p| Pid::new(p.as_str()).ok())
+            .collect();
+        if pids.is_empty() {
+            continue;
+        }
+        let (r, why) = (realm.clone(), why.to_string());
+        let failed = tabos_kernel::call(&node.store, realm, move |tx| {
+            tabos_kernel::workflows::procs_failed_tx(tx, &r, &pids, &why, tabos_store::now_us())
+        })
+        .await;
+        if let Err(e) = failed {
+            tracing::error!(
+                node = %node.settings.node_id, "cannot fail the workflows of {realm}'s lost procs: {e}");
         }
     }
 }
@@ -310,7 +339,16 @@ async fn requeue(node: &Node, stopped: &[(String, Pid)]) {
             .store
             .run(p, move |tx| {
                 let now = tabos_store::now_us();
-                tabos_kernel::procs::requeue_stopped_tx(tx, &r, &pid2, &w, now)
+                let requeued = tabos_kernel::procs::requeue_stopped_tx(tx, &r, &pid2, &w, now)?;
+                // Its restarts spent, it failed: so does a workflow it ran.
+                tabos_kernel::workflows::procs_failed_tx(
+                    tx,
+                    &r,
+                    std::slice::from_ref(&pid2),
+                    "stopped while its node was cut off, its restarts spent",
+                    now,
+                )?;
+                Ok::<_, tabos_kernel::Error>(requeued)
             })
             .await;
         if let Err(e) = done {
