@@ -24,10 +24,12 @@ pub struct ProcOpts {
     /// Parent pid
     #[arg(long)]
     parent: Option<String>,
-    /// native (a program on the node, of the realm's files as fs:/PATH, or
-    /// of its uploaded code as ./PATH) or wasm (a WASI module, .wasm or
-    /// .wat, found the same ways); JavaScript runs as stored procedures
-    /// (`tabos procedure install`), not as procs
+    /// native (a program on the node — in the system's directories, under
+    /// an asked --host-path, or in a directory of the operator's `tabos up
+    /// --program-dir` —, of the realm's files as fs:/PATH, or of its
+    /// uploaded code as ./PATH) or wasm (a WASI module, .wasm or .wat,
+    /// found the same ways); JavaScript runs as stored procedures (`tabos
+    /// procedure install`), not as procs
     #[arg(long, default_value = "native", value_parser = |s: &str| proto::ProcKind::parse("kind", s))]
     kind: proto::ProcKind,
     /// LC (latency-critical: reserves its cores) or BE (best-effort: runs

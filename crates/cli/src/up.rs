@@ -91,6 +91,13 @@ pub struct Args {
     /// A database outage shorter than this fails no proc
     #[arg(long, default_value_t = tabos_node::DISCONNECT_GRACE_DEFAULT.as_millis() as u64, value_parser = clap::value_parser!(u64).range(10..=86_400_000))]
     disconnect_grace_ms: u64,
+    /// A directory of programs you installed that any realm's procs may run
+    /// by path (repeatable). Besides these and this tabos executable's own
+    /// directory, a proc runs only the system's programs (/usr, /bin, …),
+    /// code uploaded with its spawn or in the realm's files (fs:/PATH), and
+    /// programs under the host paths its realm is allowed
+    #[arg(long = "program-dir", value_name = "DIR")]
+    program_dirs: Vec<std::path::PathBuf>,
     /// Best-effort procs run while the node's measured busy cores (CPU used
     /// by its procs and itself) are under this percentage of its cores;
     /// latency-critical procs reserve theirs
@@ -209,6 +216,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
     settings.heartbeat = std::time::Duration::from_millis(args.heartbeat_ms);
     settings.disconnect_grace = std::time::Duration::from_millis(args.disconnect_grace_ms);
+    for d in &args.program_dirs {
+        if !d.is_dir() {
+            anyhow::bail!("--program-dir {}: not a directory", d.display());
+        }
+    }
+    settings.program_dirs = args.program_dirs.clone();
     settings.be_util_pct = args.be_util_pct;
     settings.steal_after = std::time::Duration::from_millis(args.steal_after_ms);
     settings.logs_per_realm_max = args.logs_per_realm_mib << 20;

@@ -57,6 +57,11 @@ impl Node {
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
         }
+        // The tests' programs: in temporary directories and the build's
+        // target directory, which the operator allows.
+        let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("..");
+        cmd.arg("--program-dir").arg(std::env::temp_dir());
+        cmd.arg("--program-dir").arg(target);
         cmd.args(args)
             .env("TABOS_CREDENTIALS", home.path().join("credentials.json"))
             .stdout(Stdio::piped())
@@ -6726,4 +6731,67 @@ fn a_wasm_workflow_from_the_command_line() {
         .output()
         .unwrap();
     assert!(stderr(&o).contains("not found"), "{}", stderr(&o));
+}
+
+/// Nothing outside the realm's files and what the operator allowed runs
+/// on a proc's behalf (issue 41, item 1): a script and a module in a
+/// directory no one allowed are refused at spawn, saying what to do; a
+/// file of the node's own data is refused even inside an allowed
+/// directory; the same script runs once the realm is allowed its directory
+/// and the spawn asks for it.
+#[test]
+fn programs_on_the_node_run_only_where_the_operator_allows() {
+    use std::os::unix::fs::PermissionsExt;
+    // Outside the system's directories, the temporary ones and the build's
+    // (which this file's nodes allow for the other tests).
+    let dir = std::path::PathBuf::from(format!("/var/tmp/tabos-programs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tool = dir.join("tool.sh");
+    std::fs::write(&tool, "#!/bin/sh\necho tool ran\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let module = dir.join("m.wat");
+    std::fs::write(
+        &module,
+        "(module (memory (export \"memory\") 1) (func (export \"_start\")))",
+    )
+    .unwrap();
+    let node = Node::start(&["--pg-listen", "none", "--http-listen", "none"]);
+    let o = node.tabos(&["spawn", "--wait", "--", tool.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("outside the system's directories"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("--upload"), "{}", stderr(&o));
+    let o = node.tabos(&["spawn", "--kind", "wasm", "--", module.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("outside the system's directories"),
+        "{}",
+        stderr(&o)
+    );
+    // The node's own data, inside a directory it allows (the temporary one).
+    let own = node.home.path().join("data/operator.token");
+    let o = node.tabos(&["spawn", "--kind", "wasm", "--", own.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("node's own data"), "{}", stderr(&o));
+    // Allowed to the realm and asked for by the spawn: it runs.
+    let d = dir.to_str().unwrap();
+    let o = node.tabos(&["realm", "set", "default", "--allow-host-path", d]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "allowed",
+        "--host-path",
+        d,
+        "--wait",
+        "--",
+        tool.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["logs", "allowed"]);
+    assert_eq!(stdout(&o), "tool ran\n", "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -57,6 +57,9 @@ impl Up {
                 "--disconnect-grace-ms",
                 grace_ms,
             ])
+            // The tests' programs, in temporary directories.
+            .arg("--program-dir")
+            .arg(std::env::temp_dir())
             .env("TABOS_CREDENTIALS", home.join("credentials.json"))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());

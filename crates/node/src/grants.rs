@@ -236,6 +236,7 @@ fn new_procd(
         procd::Shared {
             metrics: Some(node.metrics.clone()),
             code: Some(node.code.clone()),
+            programs: node.programs.clone(),
             ..procd::Shared::granted()
         },
         node.load.clone(),

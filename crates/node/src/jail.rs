@@ -16,7 +16,8 @@
 //! * the node's local socket at [`NODE_SOCKET`], its way to the node;
 //! * the node's own executable (so a proc may run the tabos CLI) and its
 //!   program, when either is a file outside the system's directories
-//!   (read-only at its own path), and the host paths its spawn asked for
+//!   (read-only at its own path; a program only where [`crate::programs`]
+//!   allows it, checked before), and the host paths its spawn asked for
 //!   and its realm allows (read-only at their own paths);
 //!
 //! and nothing else: not the node's data directory, logs or block store,

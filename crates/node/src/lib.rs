@@ -52,6 +52,7 @@ pub mod procd;
 pub mod procedures;
 pub mod proclog;
 pub mod procs;
+pub mod programs;
 pub mod seccomp;
 pub mod serve;
 pub use serve::{
@@ -152,6 +153,10 @@ pub struct NodeSettings {
     /// serves only the realms it is granted cores in, each with a worker of
     /// the granted size (`grants`), and no static realm.
     pub elastic: bool,
+    /// Directories of programs its operator installed, which any realm's
+    /// procs may run besides the system's and their allowed host paths
+    /// ([`programs`]; the node's own executable's directory always is one).
+    pub program_dirs: Vec<PathBuf>,
 }
 
 /// Where a node keeps its block store, and how big.
@@ -233,6 +238,7 @@ impl NodeSettings {
             labels: std::collections::BTreeMap::new(),
             advertise: None,
             elastic: false,
+            program_dirs: Vec::new(),
         }
     }
 }
@@ -261,6 +267,8 @@ pub struct Node {
     pub auth: auth::Auth,
     /// How native procs are confined.
     pub confine: std::sync::Arc<confine::Confine>,
+    /// Which programs on the node procs may run.
+    pub programs: std::sync::Arc<programs::Programs>,
     /// Bytes of requests still arriving, over every connection.
     pub request_bytes: budget::RequestBytes,
     /// The node's measured CPU use, for BE admission.
@@ -361,6 +369,14 @@ impl Node {
             .map_err(|e| {
                 Error::Startup(format!("log directory {}: {e}", settings.logs.display()))
             })?;
+        // The node's own data is never a proc's program.
+        let mut private = vec![settings.logs.clone()];
+        if let tabos_store::Location::Sqlite(dir) = &config.location {
+            private.push(dir.clone());
+        }
+        private.extend(settings.blocks.as_ref().map(|b| b.path.clone()));
+        let programs =
+            std::sync::Arc::new(programs::Programs::new(&settings.program_dirs, &private));
         let metrics = std::sync::Arc::new(metrics::Metrics::new());
         let code = code::Cache::new(
             settings.logs.join(CODE_CACHE_DIR),
@@ -376,6 +392,7 @@ impl Node {
             files,
             auth,
             confine,
+            programs,
             request_bytes: budget::RequestBytes::new(budget::REQUEST_BYTES_MAX)
                 .observed_by(metrics.clone()),
             load,

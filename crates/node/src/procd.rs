@@ -121,6 +121,8 @@ pub struct Procd {
     metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The node's copies of uploaded code.
     code: Option<Arc<crate::code::Cache>>,
+    /// Which programs on the node its procs may run.
+    programs: Arc<crate::programs::Programs>,
     /// Its running procs that are restartable (what it stops itself when
     /// its node has been cut off from the database past its grace).
     restartable: Mutex<std::collections::HashSet<Pid>>,
@@ -145,6 +147,8 @@ pub struct Shared {
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The node's copies of uploaded code.
     pub code: Option<Arc<crate::code::Cache>>,
+    /// Which programs on the node its procs may run.
+    pub programs: Arc<crate::programs::Programs>,
 }
 
 impl Shared {
@@ -157,6 +161,7 @@ impl Shared {
             ))),
             metrics: None,
             code: None,
+            programs: Arc::new(crate::programs::Programs::new(&[], &[])),
         }
     }
 
@@ -167,6 +172,7 @@ impl Shared {
             lc_slots: None,
             metrics: None,
             code: None,
+            programs: Arc::new(crate::programs::Programs::new(&[], &[])),
         }
     }
 }
@@ -286,6 +292,7 @@ impl Procd {
             lc_slots: shared.lc_slots,
             metrics: shared.metrics,
             code: shared.code,
+            programs: shared.programs,
             restartable: Mutex::new(Default::default()),
             fenced: Mutex::new(Default::default()),
         })
@@ -911,6 +918,9 @@ impl Procd {
             Ok(l) => l,
             Err(msg) => return self.record_exit(&p, State::Failed, None, Some(msg)).await,
         };
+        if let Err(msg) = self.may_run(&p, lease.as_ref()) {
+            return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+        }
         // cgroupfs writes are system calls: off the runtime's threads.
         let (confine, realm, pid) = (self.confine.clone(), self.realm.clone(), p.pid.clone());
         let (cores, mem_mb) = (p.cores, p.mem_mb);
@@ -1091,6 +1101,12 @@ impl Procd {
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
+        if let Err(msg) = self.may_run(&p, lease.as_ref()) {
+            out_ship.finish().await;
+            err_ship.finish().await;
+            self.untrack(&p.pid);
+            return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+        }
         let module = program_of(&p, lease.as_ref(), false);
         // A tree it was spawned with: its preopened `.`, read-only.
         let preopen = lease
@@ -1166,6 +1182,23 @@ impl Procd {
                 self.record_exit(&p, State::Failed, None, Some(msg)).await
             }
         }
+    }
+
+    /// Whether `p`'s program may run here: its code (`lease`), or a
+    /// program on the node that this node's rule allows
+    /// ([`crate::programs`]); the error is the proc's failure.
+    fn may_run(&self, p: &ProcInfo, lease: Option<&crate::code::Lease>) -> Result<(), String> {
+        if lease.is_some() {
+            return Ok(());
+        }
+        let program = match p.kind {
+            Kind::Native => crate::procs::resolve_program(&p.program)?,
+            Kind::Wasm => PathBuf::from(&p.program),
+        };
+        self.programs
+            .check(&program, &p.host_paths)
+            .map(drop)
+            .map_err(|e| e.to_string())
     }
 
     /// A lease on `p`'s code — a tree it was spawned with, or the file of

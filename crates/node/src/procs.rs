@@ -250,6 +250,24 @@ async fn check_modules(node: &Node, ds: &[Descriptor]) -> KResult<()> {
     .map_err(|e| KError::Invalid(format!("module check task failed: {e}")))?
 }
 
+/// Refuses a spawn of a program on the node that this node's rule does
+/// not allow ([`crate::programs`]); the node that runs it asks again.
+fn check_programs(node: &Node, ds: &[Descriptor]) -> KResult<()> {
+    for d in ds.iter().filter(|d| on_the_node(d)) {
+        let program = match d.kind {
+            Kind::Native => resolve_program(&d.program).map_err(KError::Invalid)?,
+            Kind::Wasm => PathBuf::from(&d.program),
+        };
+        node.programs
+            .check(&program, &d.host_paths)
+            .map_err(|e| match e {
+                crate::programs::Refused::Missing(m) => KError::Invalid(m),
+                crate::programs::Refused::NotAllowed(m) => KError::Denied(m),
+            })?;
+    }
+    Ok(())
+}
+
 /// A proc `who` asks to spawn, checked as a spawn checks it — its
 /// descriptor, the caller's right, its code and its module — before
 /// anything is written (a Spawn's, a workflow's own proc's).
@@ -261,6 +279,7 @@ pub(crate) async fn admit(
     let d = descriptor_from_proto(d, who.user())?;
     // Asked before the modules are compiled on the caller's behalf.
     procs::may_spawn(who, std::slice::from_ref(&d))?;
+    check_programs(node, std::slice::from_ref(&d))?;
     check_code(node, who, std::slice::from_ref(&d)).await?;
     check_modules(node, std::slice::from_ref(&d)).await?;
     Ok(d)
@@ -344,6 +363,7 @@ pub mod ops {
             .map(|d| descriptor_from_proto(d, who.user()))
             .collect::<KResult<Vec<_>>>()?;
         procs::may_spawn(&who, &ds)?;
+        check_programs(node, &ds)?;
         check_code(node, &who, &ds).await?;
         check_modules(node, &ds).await?;
         let spawned_all = procs::spawn_burst_for(&node.store, &who, ds).await?;

@@ -656,6 +656,7 @@ async fn serve_realms(
     let shared = procd::Shared {
         metrics: Some(node.metrics.clone()),
         code: Some(node.code.clone()),
+        programs: node.programs.clone(),
         ..procd::Shared::node(node.settings.cores)
     };
     let mut procds = tokio::task::JoinSet::new();

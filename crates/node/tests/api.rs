@@ -322,6 +322,12 @@ async fn hostile_queries_are_bounded_and_change_nothing() {
     let dir = TempDir::new("hostile-sql");
     let settings = tabos_node::NodeSettings {
         query_time_max: std::time::Duration::from_millis(300),
+        // The tests' programs and modules: in temporary directories and
+        // the build's target directory (an operator's --program-dir).
+        program_dirs: vec![
+            std::env::temp_dir(),
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(".."),
+        ],
         ..tabos_node::NodeSettings::defaults()
     };
     let node =

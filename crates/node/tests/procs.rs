@@ -45,6 +45,12 @@ async fn start_custom(
         // Long enough that a worker registered by a test without a procd
         // keeps its lease for the whole test.
         heartbeat: std::time::Duration::from_secs(10),
+        // The tests' programs and modules: in temporary directories and
+        // the build's target directory (an operator's --program-dir).
+        program_dirs: vec![
+            std::env::temp_dir(),
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(".."),
+        ],
         ..tabos_node::NodeSettings::defaults()
     };
     tune(&mut settings);

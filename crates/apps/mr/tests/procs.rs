@@ -33,6 +33,12 @@ async fn start(dir: &TempDir) -> Running {
             dir.path().join("blocks.dev"),
             256 << 20,
         )),
+        // The tests' programs and modules: in temporary directories and
+        // the build's target directory (an operator's --program-dir).
+        program_dirs: vec![
+            std::env::temp_dir(),
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(".."),
+        ],
         ..NodeSettings::defaults()
     };
     let node = Node::open_with(&Config::sqlite(dir.path().join("db")), settings).unwrap();
@@ -414,6 +420,12 @@ fn a_job_finishes_across_a_database_failover() {
             logs: dir.path().join("logs"),
             cores: 2,
             be_util_pct: 400,
+            // The tests' programs and modules: in temporary directories and
+            // the build's target directory (an operator's --program-dir).
+            program_dirs: vec![
+                std::env::temp_dir(),
+                std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(".."),
+            ],
             ..NodeSettings::defaults()
         };
         let config = Config::postgres(url).with_partitions(2);

@@ -60,6 +60,12 @@ async fn start(dir: &TempDir, config: Config, id: &str) -> tabos_node::Embedded 
             dir.path().join(format!("blocks-{id}.dev")),
             256 << 20,
         )),
+        // The tests' programs and modules: in temporary directories and
+        // the build's target directory (an operator's --program-dir).
+        program_dirs: vec![
+            std::env::temp_dir(),
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(".."),
+        ],
         ..NodeSettings::defaults()
     };
     let node = Node::open_with(&config, settings).unwrap();

@@ -35,6 +35,12 @@ async fn start_with_blocks(dir: &TempDir, blocks: u64) -> tabos_node::Embedded {
             dir.path().join("blocks.dev"),
             blocks,
         )),
+        // The tests' programs and modules: in temporary directories and
+        // the build's target directory (an operator's --program-dir).
+        program_dirs: vec![
+            std::env::temp_dir(),
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(".."),
+        ],
         ..NodeSettings::defaults()
     };
     let node = Node::open_with(
