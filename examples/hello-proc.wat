@@ -2,7 +2,7 @@
 ;; `inbox` with the host call `tabos.send`, then exits with that call's
 ;; errno (0 when it was sent).
 ;;   tabos mailbox create inbox
-;;   tabos spawn --kind wasm --wait -- examples/hello-proc.wat
+;;   tabos spawn --kind wasm --wait --upload examples/hello-proc.wat -- ./hello-proc.wat
 ;;   tabos recv inbox                             # hello from wasm
 (module
   (import "tabos" "send"

@@ -1,4 +1,4 @@
-//! Two durable workflows in one WASI module (issue 41): run with
+//! Durable workflows in one WASI module (issue 41): run with
 //!
 //!   tabos workflow run workflow.wasm --function order --input "widget 3"
 //!
@@ -7,6 +7,7 @@
 //! and returns the invoice. `tally` calls procedure `counter` once per
 //! step and, halfway, waits at a gate (a name in the namespace): kill its
 //! node while it waits and it goes on elsewhere, every step run once.
+//! `steps` takes N recorded steps in a row (a benchmark's).
 
 mod tabos_workflow;
 
@@ -55,12 +56,26 @@ fn tally(ctx: &mut Ctx, input: Vec<u8>) -> Result<Vec<u8>, Error> {
     Ok(format!("tallied {n}").into_bytes())
 }
 
+/// "N": N recorded steps in sequence, each giving its number (what
+/// `tabos-bench workflows` times).
+fn steps(ctx: &mut Ctx, input: Vec<u8>) -> Result<Vec<u8>, Error> {
+    let n: u32 = String::from_utf8_lossy(&input)
+        .trim()
+        .parse()
+        .map_err(|_| Error::Failed("input: expected a number of steps".into()))?;
+    for i in 1..=n {
+        ctx.step("s", || Ok(i.to_string().into_bytes()))?;
+    }
+    Ok(format!("{n} steps").into_bytes())
+}
+
 fn main() {
     let status = match tabos_workflow::function().as_str() {
         "order" => tabos_workflow::run(order),
         "tally" => tabos_workflow::run(tally),
+        "steps" => tabos_workflow::run(steps),
         other => {
-            eprintln!("no workflow function {other:?} here (order, tally)");
+            eprintln!("no workflow function {other:?} here (order, tally, steps)");
             2
         }
     };

@@ -389,6 +389,20 @@ enum Contest {
 /// installed rustc; its target added once), and grep's scripts.
 fn user_examples() -> anyhow::Result<(PathBuf, PathBuf)> {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/mr");
+    wasm_target()?;
+    let out = std::env::temp_dir().join(format!("tabos-bench-mr-wasm-{}", std::process::id()));
+    let built = Command::new("sh")
+        .arg(examples.join("wordcount/build.sh"))
+        .arg(&out)
+        .status()
+        .context("run examples/mr/wordcount/build.sh")?;
+    anyhow::ensure!(built.success(), "building the wasm word count failed");
+    Ok((out, examples.join("grep")))
+}
+
+/// The installed rustc's wasm32-wasip1 target, added once (what the
+/// examples written in Rust for wasm are built with).
+pub(crate) fn wasm_target() -> anyhow::Result<()> {
     let has_target = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -405,14 +419,7 @@ fn user_examples() -> anyhow::Result<(PathBuf, PathBuf)> {
             .context("cannot run rustup to add the wasm32-wasip1 target")?;
         anyhow::ensure!(ok.success(), "rustup target add wasm32-wasip1 failed");
     }
-    let out = std::env::temp_dir().join(format!("tabos-bench-mr-wasm-{}", std::process::id()));
-    let built = Command::new("sh")
-        .arg(examples.join("wordcount/build.sh"))
-        .arg(&out)
-        .status()
-        .context("run examples/mr/wordcount/build.sh")?;
-    anyhow::ensure!(built.success(), "building the wasm word count failed");
-    Ok((out, examples.join("grep")))
+    Ok(())
 }
 
 fn user_wordcount(dir: &Path) -> Contest {

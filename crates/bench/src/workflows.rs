@@ -16,7 +16,9 @@
 //! per backend:
 //! * `starts`: one-step workflows started and awaited, 16 in flight;
 //! * `steps`: one workflow's steps, in sequence (tabos: function steps,
-//!   and, apart, stored-procedure steps, which are exactly once);
+//!   and, apart, stored-procedure steps, which are exactly once, and the
+//!   function steps of a workflow written as a wasm module, run by a proc
+//!   of its own: `examples/workflow-wasm`);
 //! * `queue_latency`: the time from an enqueue to the workflow's first line
 //!   (DBOS with its default queue polling, 1 s, and polling every 10 ms);
 //! * `recovery`: a process with 1,000 workflows half done is SIGKILLed; the
@@ -249,6 +251,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let script = dir.path().join("dbos_workflows.py");
     std::fs::write(&script, DBOS_SCRIPT)?;
     let exe = crate::tabos_exe()?;
+    let module = workflow_module(dir.path())?;
     let mut report = Report::new("workflows", quick);
     let dbos_version = Command::new(&python)
         .args([
@@ -272,7 +275,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             dbos_url,
             label: "sqlite",
         };
-        measure(&sys, &sizes, &python, &script, &mut report)?;
+        measure(&sys, &sizes, &python, &script, &module, &mut report)?;
     }
     // PostgreSQL: one cluster, a database each.
     match tabos_store::pg_cluster::TempCluster::start(&tabos_store::pg_cluster::ClusterOptions {
@@ -294,7 +297,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 dbos_url: dbos_db,
                 label: "postgres",
             };
-            measure(&sys, &sizes, &python, &script, &mut report)?;
+            measure(&sys, &sizes, &python, &script, &module, &mut report)?;
         }
         Err(e) => report
             .notes
@@ -303,11 +306,26 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     Ok(report)
 }
 
+/// The example workflow module (`examples/workflow-wasm`), built into
+/// `dir` with its build script.
+fn workflow_module(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    crate::mr::wasm_target()?;
+    let build = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/workflow-wasm/build.sh");
+    let built = Command::new("sh")
+        .arg(&build)
+        .arg(dir)
+        .status()
+        .context("run examples/workflow-wasm/build.sh")?;
+    anyhow::ensure!(built.success(), "building the workflow module failed");
+    Ok(dir.join("workflow.wasm"))
+}
+
 fn measure(
     sys: &Systems,
     sizes: &Sizes,
     python: &Path,
     script: &Path,
+    module: &Path,
     report: &mut Report,
 ) -> anyhow::Result<()> {
     let rt = tokio::runtime::Runtime::new()?;
@@ -393,6 +411,28 @@ fn measure(
     };
     let tabos_steps = run_one("many", sizes.steps)?;
     let tabos_proc_steps = run_one("many_procedures", sizes.steps)?;
+    // The same steps from a workflow written as a wasm module, run by a
+    // proc of its own: from the start's request (the module uploaded, the
+    // proc spawned) to its end.
+    let tabos_wasm_steps = rt.block_on(async {
+        let mut c = tabos_client::Client::connect(&addr, &token).await?;
+        let w = tabos_client::wfmodule::ModuleWorkflow::new(
+            module,
+            "steps",
+            sizes.steps.to_string().into_bytes(),
+        );
+        let t0 = Instant::now();
+        let s = c.start_module_workflow("", w).await?;
+        let id = s.workflow.workflow_id;
+        let w = exec.result(&id, Duration::from_secs(600)).await?;
+        anyhow::ensure!(
+            w.status() == tabos_client::proto::WorkflowStatus::Success,
+            "workflow {id}: {} {}",
+            w.status(),
+            w.error
+        );
+        anyhow::Ok(sizes.steps as f64 / t0.elapsed().as_secs_f64())
+    })?;
     let d = dbos(
         python,
         script,
@@ -421,6 +461,17 @@ fn measure(
         .peer("DBOS Transact (its steps)", Some(round(dbos_steps, 0)))
         .runs(1, Stat::Rate)
         .note("tabos's stored-procedure steps run exactly once (the step's record in the procedure's transaction); DBOS's steps are at least once"),
+    );
+    report.figures.push(
+        Figure::new(
+            format!("{l}.steps.wasm_function.per_s"),
+            round(tabos_wasm_steps, 0),
+            "steps/s",
+            Better::Higher,
+        )
+        .peer("DBOS Transact (its steps)", Some(round(dbos_steps, 0)))
+        .runs(1, Stat::Rate)
+        .note("a workflow written as a wasm module and run by a proc of its own (issue 41, item 4): each step two host calls the node records, without an RPC; the time includes uploading the module and spawning its proc. No target: the issue sets none"),
     );
 
     // Enqueue → start.

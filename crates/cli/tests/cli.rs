@@ -3134,13 +3134,17 @@ fn the_readme_examples_run() {
     assert_eq!(stdout(&o), "hello\n", "{}", stderr(&o));
     let o = node.tabos(&["mailbox", "create", "inbox"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // A module of yours travels with the spawn (one on the node runs only
+    // from where its operator allows).
     let o = node.tabos(&[
         "spawn",
         "--kind",
         "wasm",
         "--wait",
-        "--",
+        "--upload",
         &ex("hello-proc.wat"),
+        "--",
+        "./hello-proc.wat",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = node.tabos(&["recv", "inbox"]);

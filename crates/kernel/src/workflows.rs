@@ -726,6 +726,9 @@ pub struct ProcRun {
     /// Its status now: a proc restarted after its workflow ended finds it
     /// final, and should exit.
     pub status: Status,
+    /// Nothing of it is recorded yet: its function steps need not be begun
+    /// (there is nothing to replay), each is recorded whole at its end.
+    pub fresh: bool,
 }
 
 /// The workflow proc `who` (a proc's caller) runs, if any; the proc's node
@@ -750,11 +753,17 @@ pub fn proc_run_tx(
     let Some(r) = row else {
         return Ok(None);
     };
+    let workflow = WorkflowId(r.get(0)?);
+    let recorded = tx.query_opt(
+        "SELECT 1 FROM workflow_step WHERE p_key = $1 AND realm = $2 AND workflow_id = $3 LIMIT 1",
+        params![k, realm, &workflow],
+    )?;
     let run = ProcRun {
-        workflow: WorkflowId(r.get(0)?),
+        workflow,
         executor: ex,
         input: r.get(1)?,
         status: Status::parse(&r.get::<String>(2)?)?,
+        fresh: recorded.is_none(),
     };
     if run.status == Status::Pending {
         tx.execute(

@@ -7,7 +7,9 @@
 //!
 //! Steps are numbered here, in the order the run asks for them; a proc run
 //! again (its node lost) starts from 1 and gets each recorded step's
-//! outcome instead of running it. A call the database cannot take (a
+//! outcome instead of running it. A run of a workflow with nothing recorded
+//! yet records each function step whole at its end (one transaction, as
+//! the Rust and Python executors do: there is nothing to replay). A call the database cannot take (a
 //! failover) is tried again for [`RETRY_WINDOW`]: each is idempotent by its
 //! step number.
 
@@ -44,8 +46,8 @@ pub struct WfProc {
     run: Option<ProcRun>,
     /// The next step's number.
     next: i64,
-    /// The step begun and not yet ended: its number.
-    begun: Option<i64>,
+    /// The step begun and not yet ended: its number and name.
+    begun: Option<(i64, String)>,
 }
 
 impl WfProc {
@@ -81,7 +83,7 @@ impl WfProc {
 
     /// The next step's number, taken.
     fn take_step(&mut self) -> Result<i64, HostError> {
-        if let Some(n) = self.begun {
+        if let Some((n, _)) = &self.begun {
             return Err(HostError::Invalid(format!(
                 "step {n} has not ended: call wf_step_end first"
             )));
@@ -195,7 +197,13 @@ impl WfHost for WfProc {
     fn wf_step(&mut self, name: &str) -> Result<WfBegun, HostError> {
         let run = self.run()?.clone();
         let step = self.take_step()?;
-        let name = name.to_string();
+        if run.fresh {
+            // Nothing to replay: it is recorded whole at its end (one
+            // transaction, as the Rust and Python executors do).
+            self.begun = Some((step, name.to_string()));
+            return Ok(WfBegun::Run);
+        }
+        let (name, begun_name) = (name.to_string(), name.to_string());
         let begun = self.write(move |tx, who, now| {
             wf::step_begin_tx(
                 tx,
@@ -212,7 +220,7 @@ impl WfHost for WfProc {
         match begun.map_err(|e| self.refused(e))? {
             wf::Begun::Done(o) => Ok(WfBegun::Done(outcome(o))),
             wf::Begun::Run { .. } => {
-                self.begun = Some(step);
+                self.begun = Some((step, begun_name));
                 Ok(WfBegun::Run)
             }
         }
@@ -220,11 +228,17 @@ impl WfHost for WfProc {
 
     fn wf_step_end(&mut self, o: WfOutcome) -> Result<(), HostError> {
         let run = self.run()?.clone();
-        let step = self
+        let (step, name) = self
             .begun
             .take()
             .ok_or_else(|| HostError::Invalid("no step has begun: call wf_step first".into()))?;
         let o = kernel_outcome(o);
+        let unbegun = run.fresh.then(|| wf::Unbegun {
+            name,
+            kind: StepKind::Function,
+            input: Vec::new(),
+            attempts: 1,
+        });
         self.write(move |tx, who, now| {
             wf::step_end_tx(
                 tx,
@@ -234,7 +248,7 @@ impl WfHost for WfProc {
                 step,
                 &o,
                 true,
-                None,
+                unbegun.as_ref(),
                 now,
             )
         })
