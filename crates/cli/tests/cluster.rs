@@ -116,6 +116,22 @@ impl Drop for Up {
     }
 }
 
+/// Node `id` over the database at `url`, its data under `dir`.
+fn node_on(url: &str, dir: &TempDir, id: &str) -> Up {
+    Up::start(
+        &[],
+        &[
+            "--db",
+            url,
+            "--node-id",
+            id,
+            "--data",
+            dir.path().join(id).to_str().unwrap(),
+        ],
+        dir.path(),
+    )
+}
+
 /// Processes on this machine whose command line is `argv` (NUL-joined).
 fn processes(argv: &[u8]) -> usize {
     std::fs::read_dir("/proc")
@@ -625,17 +641,45 @@ impl AutoFailover {
 impl Drop for AutoFailover {
     fn drop(&mut self) {
         for k in self.keepers.iter_mut().flatten() {
-            kill9(&format!("-{}", k.id()));
+            // SIGQUIT first: pg_autoctl and its PostgreSQL stop at once,
+            // taking their children with them (a SIGKILL to the postmaster
+            // would leave its workers running on).
+            let group = format!("-{}", k.id());
+            let _ = Command::new("kill")
+                .args(["-QUIT", "--", &group])
+                .stderr(Stdio::null())
+                .status();
+            let gone = Instant::now() + Duration::from_secs(5);
+            while k.try_wait().ok().flatten().is_none() && Instant::now() < gone {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            kill9(&group);
             let _ = k.wait();
         }
         for i in 0..3 {
             if let Ok(pid) = std::fs::read_to_string(self.pgdata(i).join("postmaster.pid")) {
                 if let Some(pid) = pid.lines().next() {
-                    kill9(pid.trim());
+                    stop_postmaster(pid.trim());
                 }
             }
         }
     }
+}
+
+/// Stops a PostgreSQL postmaster and every process of it: SIGQUIT (its
+/// immediate shutdown, which ends its children too — a SIGKILL would leave
+/// them, e.g. pg_auto_failover's health-check worker, running on), then
+/// SIGKILL if it has not ended within a few seconds.
+fn stop_postmaster(pid: &str) {
+    let _ = Command::new("kill")
+        .args(["-QUIT", "--", pid])
+        .stderr(Stdio::null())
+        .status();
+    let gone = Instant::now() + Duration::from_secs(5);
+    while Path::new("/proc").join(pid).exists() && Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill9(pid);
 }
 
 /// The durable workflow of the failover test: steps that each append
@@ -948,20 +992,7 @@ fn uploaded_code_runs_on_every_node_and_only_for_its_realm() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(app.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(app.join("cat.wat"), CAT_WAT).unwrap();
-    let start = |id: &str| {
-        Up::start(
-            &[],
-            &[
-                "--db",
-                &url,
-                "--node-id",
-                id,
-                "--data",
-                dir.path().join(id).to_str().unwrap(),
-            ],
-            dir.path(),
-        )
-    };
+    let start = |id: &str| node_on(&url, &dir, id);
     let (a, b) = (start("a"), start("b"));
     ok(&a.tabos(&["realm", "create", "r", "--scheduler", "locality"]));
     ok(&a.tabos(&["realm", "create", "r2"]));
@@ -1200,20 +1231,7 @@ fn a_wasm_workflow_survives_its_nodes_kill_and_runs_each_step_once() {
     let url = pg.create_database("wfkill").unwrap();
     let dir = TempDir::new("cluster-wf");
     let module = workflow_wasm(dir.path());
-    let start = |id: &str| {
-        Up::start(
-            &[],
-            &[
-                "--db",
-                &url,
-                "--node-id",
-                id,
-                "--data",
-                dir.path().join(id).to_str().unwrap(),
-            ],
-            dir.path(),
-        )
-    };
+    let start = |id: &str| node_on(&url, &dir, id);
     let (mut a, b) = (start("a"), start("b"));
     ok(&b.tabos(&["realm", "create", "r", "--scheduler", "locality"]));
     until(

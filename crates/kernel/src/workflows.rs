@@ -596,17 +596,7 @@ fn start_in(
         let w = get_in(tx, realm, &spec.id)?
             .ok_or_else(|| Error::NotFound(format!("workflow {} just inserted", spec.id)))?;
         if inserted == 0 {
-            // A second start of the id: the first.
-            if w.name != spec.name {
-                return Err(Error::AlreadyExists(format!(
-                    "workflow {} exists, running function {}, not {}",
-                    spec.id, w.name, spec.name
-                )));
-            }
-            return Ok(Started {
-                created: false,
-                workflow: w,
-            });
+            return second_start(w, spec);
         }
         if let Some(q) = &spec.queue {
             tx.notify(&queue_channel(realm, q), &format!("enqueued {}", spec.id))?;
@@ -659,16 +649,7 @@ pub fn start_in_proc_tx(
     }
     validate_name("workflow function", &spec.name)?;
     if let Some(w) = get_in(tx, realm, &spec.id)? {
-        if w.name != spec.name {
-            return Err(Error::AlreadyExists(format!(
-                "workflow {} exists, running function {}, not {}",
-                spec.id, w.name, spec.name
-            )));
-        }
-        return Ok(Started {
-            created: false,
-            workflow: w,
-        });
+        return second_start(w, spec);
     }
     let ex = ExecutorId::of_proc(pid)?;
     let k = p_key(tx);
@@ -838,6 +819,21 @@ fn not_proc_run(w: &Workflow, what: &str) -> Result<()> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// A second start of workflow `w`'s id: the first, unless it asks for
+/// another function.
+fn second_start(w: Workflow, spec: &StartSpec) -> Result<Started> {
+    if w.name != spec.name {
+        return Err(Error::AlreadyExists(format!(
+            "workflow {} exists, running function {}, not {}",
+            spec.id, w.name, spec.name
+        )));
+    }
+    Ok(Started {
+        created: false,
+        workflow: w,
+    })
 }
 
 fn ensure_queue(tx: &mut dyn Tx, realm: &str, queue: &str, now: i64) -> Result<()> {

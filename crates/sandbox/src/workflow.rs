@@ -218,15 +218,32 @@ fn outcome_arg(
     }
 }
 
-fn wf_input(caller: &mut Caller<'_, RunState>, buf: i32, cap: i32, out: i32) -> i32 {
-    let got = match kept(caller, "wf_input", "") {
+/// Answers `call` (of `name`) with the answer kept for it, or with what
+/// `ask` gets from the host: written to `buf`/`out`, or kept when too long.
+#[allow(clippy::too_many_arguments)]
+fn answered(
+    caller: &mut Caller<'_, RunState>,
+    call: &'static str,
+    name: &str,
+    buf: i32,
+    cap: i32,
+    out: i32,
+    ask: impl FnOnce(&mut Caller<'_, RunState>) -> Result<(u32, Vec<u8>), i32>,
+) -> i32 {
+    let got = match kept(caller, call, name) {
         Some(k) => k,
-        None => match with_wf(caller, "wf_input", |h| h.wf_input()) {
-            Ok(run) => (u32::from(run.ended), run.input),
+        None => match ask(caller) {
+            Ok(got) => got,
             Err(errno) => return errno,
         },
     };
-    answer(caller, "wf_input", "", got, buf, cap, out)
+    answer(caller, call, name, got, buf, cap, out)
+}
+
+fn wf_input(caller: &mut Caller<'_, RunState>, buf: i32, cap: i32, out: i32) -> i32 {
+    answered(caller, "wf_input", "", buf, cap, out, |c| {
+        with_wf(c, "wf_input", |h| h.wf_input()).map(|run| (u32::from(run.ended), run.input))
+    })
 }
 
 fn wf_step(
@@ -241,15 +258,12 @@ fn wf_step(
         Ok(n) => n,
         Err(e) => return e,
     };
-    let got = match kept(caller, "wf_step", &name) {
-        Some(k) => k,
-        None => match with_wf(caller, "wf_step", |h| h.wf_step(&name)) {
-            Ok(WfBegun::Run) => (0, Vec::new()),
-            Ok(WfBegun::Done(o)) => outcome_state(o),
-            Err(errno) => return errno,
-        },
-    };
-    answer(caller, "wf_step", &name, got, buf, cap, out)
+    answered(caller, "wf_step", &name, buf, cap, out, |c| {
+        with_wf(c, "wf_step", |h| h.wf_step(&name)).map(|b| match b {
+            WfBegun::Run => (0, Vec::new()),
+            WfBegun::Done(o) => outcome_state(o),
+        })
+    })
 }
 
 fn wf_end(
@@ -286,20 +300,10 @@ fn wf_procedure(
         Ok(n) => n,
         Err(e) => return e,
     };
-    let got = match kept(caller, "wf_procedure", &name) {
-        Some(k) => k,
-        None => {
-            let args = match bytes_arg(caller, args, args_len) {
-                Ok(a) => a,
-                Err(e) => return e,
-            };
-            match with_wf(caller, "wf_procedure", |h| h.wf_procedure(&name, &args)) {
-                Ok(o) => outcome_state(o),
-                Err(errno) => return errno,
-            }
-        }
-    };
-    answer(caller, "wf_procedure", &name, got, buf, cap, out)
+    answered(caller, "wf_procedure", &name, buf, cap, out, |c| {
+        let args = bytes_arg(c, args, args_len)?;
+        with_wf(c, "wf_procedure", |h| h.wf_procedure(&name, &args)).map(outcome_state)
+    })
 }
 
 fn wf_sleep(caller: &mut Caller<'_, RunState>, ms: i64) -> i32 {

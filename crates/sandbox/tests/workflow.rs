@@ -41,6 +41,22 @@ impl Host for TestHost {
     }
 }
 
+/// Runs module `wat` with `host`; how it ended.
+fn run(sb: &Sandbox, wat: &str, host: Option<Box<dyn Host + Send>>) -> Outcome {
+    let program = sb.compile(wat.as_bytes()).expect("compiles");
+    let spec = RunSpec {
+        args: vec!["wf".into()],
+        env: Vec::new(),
+        stdin: None,
+        stdout: Box::new(std::io::sink()),
+        stderr: Box::new(std::io::sink()),
+        memory_bytes: 16 << 20,
+        host,
+        preopen: None,
+    };
+    sb.run(&program, spec, &sb.stop_handle()).expect("runs")
+}
+
 /// Step "s" into a 2-byte buffer (E2BIG), again into 64 bytes (its kept
 /// answer), a finish with a bad flag (EINVAL), then a good finish of the
 /// answer; exits with E2BIG*1000 + second errno*100 + state*10 + length,
@@ -66,19 +82,8 @@ const GUEST: &str = r#"(module
 #[test]
 fn an_answer_too_long_is_kept_for_the_same_call_and_nothing_runs_twice() {
     let sb = Sandbox::new().unwrap();
-    let program = sb.compile(GUEST.as_bytes()).expect("compiles");
     let calls = Arc::new(Mutex::new(Calls::default()));
-    let spec = RunSpec {
-        args: vec!["wf".into()],
-        env: Vec::new(),
-        stdin: None,
-        stdout: Box::new(std::io::sink()),
-        stderr: Box::new(std::io::sink()),
-        memory_bytes: 16 << 20,
-        host: Some(Box::new(TestHost(calls.clone()))),
-        preopen: None,
-    };
-    let outcome = sb.run(&program, spec, &sb.stop_handle()).expect("runs");
+    let outcome = run(&sb, GUEST, Some(Box::new(TestHost(calls.clone()))));
     // EINVAL 28, E2BIG 1, then 0 with state 1 (recorded) and length 5.
     assert_eq!(outcome, Outcome::Exited(28 * 10_000 + 1_000 + 15));
     let calls = calls.lock().unwrap();
@@ -95,18 +100,7 @@ fn without_a_workflow_host_the_calls_are_enosys() {
       (import "wasi_snapshot_preview1" "proc_exit" (func $exit (param i32)))
       (memory (export "memory") 1)
       (func (export "_start") (call $exit (call $sleep (i64.const 1)))))"#;
-    let program = sb.compile(wat.as_bytes()).expect("compiles");
-    let spec = RunSpec {
-        args: vec!["wf".into()],
-        env: Vec::new(),
-        stdin: None,
-        stdout: Box::new(std::io::sink()),
-        stderr: Box::new(std::io::sink()),
-        memory_bytes: 16 << 20,
-        host: None,
-        preopen: None,
-    };
-    let outcome = sb.run(&program, spec, &sb.stop_handle()).expect("runs");
+    let outcome = run(&sb, wat, None);
     assert_eq!(
         outcome,
         Outcome::Exited(tabos_sandbox::host::ENOSYS as u32 as i32)
