@@ -42,6 +42,8 @@ pub struct Programs {
     dirs: Vec<PathBuf>,
     /// The node's own data, never a program (canonical where it exists).
     private: Vec<PathBuf>,
+    /// The system's directories, canonical (made once, not per spawn).
+    system: Vec<PathBuf>,
 }
 
 /// The canonical form of `p`, or `p` itself when it does not exist (yet).
@@ -66,6 +68,10 @@ impl Programs {
         Programs {
             dirs: all,
             private: private.iter().map(|p| canonical(p)).collect(),
+            system: crate::jail::SYSTEM_DIRS
+                .iter()
+                .map(|d| canonical(Path::new(d)))
+                .collect(),
         }
     }
 
@@ -86,9 +92,7 @@ impl Programs {
                 program.display()
             )));
         }
-        let system = crate::jail::SYSTEM_DIRS
-            .iter()
-            .any(|d| real.starts_with(canonical(Path::new(d))));
+        let system = self.system.iter().any(|d| real.starts_with(d));
         let asked = host_paths
             .iter()
             .any(|h| real.starts_with(canonical(Path::new(h))));
