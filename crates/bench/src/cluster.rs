@@ -269,6 +269,7 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
     let dir = tabos_store::testing::TempDir::new("bench-cluster");
     let t0 = Instant::now();
     let mut nodes: Vec<NodeProc> = Vec::with_capacity(n);
+    let programs = dir.path().display().to_string();
     for i in 0..n {
         let (id, hb, grace) = (
             format!("n{i}"),
@@ -293,6 +294,9 @@ fn measure(exe: &Path, n: usize, quick: bool) -> anyhow::Result<Point> {
             "--no-context",
             "--db-connections",
             "4",
+            // Its wasm module is written there (outside the node's data).
+            "--program-dir",
+            &programs,
         ];
         nodes.push(start_node(exe, &args, &dir.path().join(&id))?);
     }

@@ -160,15 +160,18 @@ fn decisions_open(
 }
 
 /// The floor for native procs: spawn `/bin/true` and wait, `n` times.
-fn raw_spawn_wait(n: usize) -> anyhow::Result<Samples> {
+/// `n` spawns and waits of `/bin/true` one after another: each one's time,
+/// and the loop's rate (procs per second).
+fn raw_spawn_wait(n: usize) -> anyhow::Result<(Samples, f64)> {
     let mut s = Samples::default();
+    let started = Instant::now();
     for _ in 0..n {
         let t0 = Instant::now();
         let status = Command::new("/bin/true").status()?;
         anyhow::ensure!(status.success());
         s.push(t0.elapsed().as_nanos() as u64);
     }
-    Ok(s)
+    Ok((s, n as f64 / started.elapsed().as_secs_f64()))
 }
 
 /// The floor for the burst: 720 `/bin/true`, `width` at a time.
@@ -216,6 +219,8 @@ fn procs_on_node(
         cores,
         mem_mb: 1024,
         heartbeat: std::time::Duration::from_secs(1),
+        // The no-op module is written there.
+        program_dirs: vec![dir.to_path_buf()],
         ..tabos_node::NodeSettings::defaults()
     };
     let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("node")), settings)?;
@@ -342,10 +347,10 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let mut best: Option<(f64, String)> = None;
     let filter = std::env::var("TABOS_BENCH_FILTER").unwrap_or_default();
     let only_fig5 = filter == "decisions";
-    // `wasm`: only the wasm proc figures, for profiling.
-    let only_wasm = filter == "wasm";
+    // `procs`: only the proc figures (native and wasm), for profiling.
+    let only_procs = filter == "procs";
     for partitions in [1u32, 2] {
-        if only_wasm {
+        if only_procs {
             break;
         }
         for s in [Scheduler::Fifo, Scheduler::Locality, Scheduler::LeastLoaded] {
@@ -422,7 +427,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     }
     // Native procs: spawn-to-start, the 720 burst, and the raw floor.
     let n = if quick { 50 } else { 300 };
-    let mut floor = raw_spawn_wait(n)?;
+    let (mut floor, floor_rate) = raw_spawn_wait(n)?;
     let floor_p50 = floor.quantile_us(0.5);
     let cores = machine_cores;
     let floor_burst = raw_burst(cores)?;
@@ -581,6 +586,24 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             "{ray_tasks} /bin/true procs spawned in one burst; Ray: {ray_tasks} no-op tasks"
         )),
     ));
+    // Issue 40: the same procs against the same program's spawn+wait loop.
+    report.figures.push(
+        Figure::new(
+            "noop_tasks.native.per_s.vs_posix_spawn",
+            round(native.tasks_per_s, 0),
+            "tasks/s",
+            Better::Higher,
+        )
+        .peer(
+            "raw posix_spawn+waitpid loop of /bin/true",
+            Some(round(floor_rate, 0)),
+        )
+        .runs(1, Stat::Rate)
+        .target("ratio >= 0.3")
+        .note(format!(
+            "{ray_tasks} /bin/true procs in one burst, jailed and confined, {cores} cores; the loop: {n} in a row"
+        )),
+    );
     if let Some((_, name)) = best {
         report.notes.push(format!("highest decision rate: {name}"));
     }

@@ -20,15 +20,17 @@
 //!   or `cgroup.freeze` and a signal to each on kernels without it), its
 //!   CPU time (`cpu.stat`) and its pressure (PSI) go by.
 //!
-//! Joining: the child joins the v1 cgroups itself between fork and exec
-//! (writing `0` — itself — to each `tasks` file: `tasks`, not
-//! `cgroup.procs`, because a thread moving itself skips the kernel's global
-//! threadgroup lock, whose write side waits for an RCU grace period — 8 to
-//! 36 ms a spawn on this kind of virtual machine, measured, against about
-//! 0.1 ms). The unified tree has no such per-thread move for a process, so
-//! a jailed proc is *created* in its unified cgroup instead
-//! (`clone3(CLONE_INTO_CGROUP)`, see [`crate::jail`]), which takes no
-//! lock; only an unjailed confined proc pays for writing `cgroup.procs`.
+//! Joining: the child joins the v1 cgroups itself before exec (writing `0`
+//! — itself — to each `tasks` file: `tasks`, not `cgroup.procs`, because a
+//! thread moving itself skips the kernel's global threadgroup lock, whose
+//! write side waits for an RCU grace period — 8 to 36 ms a spawn on this
+//! kind of virtual machine, measured, against about 0.1 ms). The unified
+//! tree has no such per-thread move for a process, so a jailed proc is
+//! *created* in its unified cgroup instead (`clone3(CLONE_INTO_CGROUP)`),
+//! which takes no lock; only an unjailed confined proc pays for writing
+//! `cgroup.procs`. A jailed proc is started without forking the node
+//! ([`crate::jail`]'s module doc says how, and why only its program joins
+//! the memory cgroup); an unjailed one is forked by tokio's `Command`.
 //!
 //! After the proc ends, whatever is still in its cgroup (a process that left
 //! its process group) is ended, its usage read (CPU time, peak memory,
@@ -110,7 +112,7 @@ fn remove_dead_instances(base: &Path, unified: bool) {
 /// to reap them: `cgroup.kill` where the unified tree has it; else the
 /// cgroup frozen (v2) so nothing forks while each listed process gets
 /// SIGKILL, then thawed.
-fn end_all(dir: &Path, unified: bool) {
+fn end_all(dir: &Path, unified: bool) -> bool {
     let killed = unified && std::fs::write(dir.join("cgroup.kill"), "1").is_ok();
     let frozen = !killed && unified && std::fs::write(dir.join("cgroup.freeze"), "1").is_ok();
     for _ in 0..SWEEPS_MAX {
@@ -121,7 +123,7 @@ fn end_all(dir: &Path, unified: bool) {
             .filter(|&p| p > 1)
             .collect();
         if pids.is_empty() {
-            break;
+            return true;
         }
         if !killed {
             for pid in pids {
@@ -138,6 +140,7 @@ fn end_all(dir: &Path, unified: bool) {
         }
         std::thread::sleep(SWEEP_PAUSE);
     }
+    false
 }
 
 /// This node instance's cgroups in the unified tree.
@@ -406,6 +409,7 @@ impl Confine {
             uid,
             dirs: Vec::new(),
             tasks: Vec::new(),
+            memory_tasks: None,
             unified: None,
             unified_dir_fd: None,
             unified_procs: None,
@@ -418,6 +422,7 @@ impl Confine {
             cpuacct: None,
             mem_limit: None,
             v2_memory: false,
+            launch: None,
         };
         let mut group = |base: &Option<PathBuf>| -> std::io::Result<Option<PathBuf>> {
             let Some(base) = base else { return Ok(None) };
@@ -442,10 +447,16 @@ impl Confine {
             std::fs::write(d.join("cpu.cfs_quota_us"), quota.to_string())?;
         }
         for d in p.dirs.clone() {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(d.join("tasks"))?;
-            p.tasks.push(OwnedFd::from(f));
+            let f = OwnedFd::from(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join("tasks"))?,
+            );
+            if memory.as_ref() == Some(&d) {
+                p.memory_tasks = Some(f);
+            } else {
+                p.tasks.push(f);
+            }
         }
         if let Some(u) = &self.unified {
             let dir = make_dir(&u.dir.join(&name))?;
@@ -603,8 +614,10 @@ pub struct Prepared {
     /// Its v1 cgroups.
     dirs: Vec<PathBuf>,
     /// `tasks` of each, open for the child to write itself into (see the
-    /// module doc for why not `cgroup.procs`).
+    /// module doc for why not `cgroup.procs`); the memory hierarchy's
+    /// apart (a jailed proc's program joins it alone: see jail::launch).
     tasks: Vec<OwnedFd>,
+    memory_tasks: Option<OwnedFd>,
     /// Its cgroup in the unified tree, the directory open (for a jailed
     /// proc's `clone3`) and its `cgroup.procs` open (for a child that
     /// joins by itself).
@@ -620,6 +633,8 @@ pub struct Prepared {
     mem_limit: Option<i64>,
     /// Its memory is accounted in the unified tree (a v2 host).
     v2_memory: bool,
+    /// A jailed proc's started processes' memory ([`crate::jail::Launch`]).
+    launch: Option<crate::jail::Launch>,
 }
 
 /// What a proc used.
@@ -731,39 +746,30 @@ impl Prepared {
         self.unified.as_deref()
     }
 
-    /// Has the child join its cgroups, enter its jail and drop to its uid
-    /// before exec.
+    /// Has the child join its cgroups and drop to its uid before exec (an
+    /// unjailed proc, forked by `cmd`); a jailed one gets its jail's `HOME`
+    /// and `TMPDIR` here and is started by [`Prepared::spawn`].
     pub fn apply(&self, cmd: &mut tokio::process::Command) {
-        let tasks: Vec<RawFd> = self.tasks.iter().map(|f| f.as_raw_fd()).collect();
-        let uid = self.uid;
-        let jail = self.jail.clone();
-        let join = crate::jail::Join {
-            cgroup_dir: self.unified_dir_fd.as_ref().map(|f| f.as_raw_fd()),
-            cgroup_procs: self.unified_procs.as_ref().map(|f| f.as_raw_fd()),
-            lifeline: self.lifeline,
-        };
-        if jail.is_some() {
+        if self.jail.is_some() {
             cmd.env("HOME", crate::jail::WORK_DIR).env("TMPDIR", "/tmp");
+            return;
         }
+        let tasks: Vec<RawFd> = self
+            .tasks
+            .iter()
+            .chain(&self.memory_tasks)
+            .map(|f| f.as_raw_fd())
+            .collect();
+        let uid = self.uid;
+        let procs = self.unified_procs.as_ref().map(|f| f.as_raw_fd());
         // SAFETY: the closure runs in the child between fork and exec and
         // calls only async-signal-safe functions (write, setgroups, setgid,
-        // setuid, the jail's system calls, and errno through
-        // last_os_error) on values prepared before the fork; it allocates
-        // nothing (the Vec and the plan were built before).
+        // setuid, and errno through last_os_error) on values prepared
+        // before the fork; it allocates nothing (the Vec was built before).
         unsafe {
             cmd.pre_exec(move || {
-                for &fd in &tasks {
+                for &fd in tasks.iter().chain(&procs) {
                     // "0" is the writing process: the child itself.
-                    if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if let Some(jail) = &jail {
-                    // Joins the unified cgroup and drops to `uid` inside,
-                    // after building the root.
-                    return jail.enter(uid, &join);
-                }
-                if let Some(fd) = join.cgroup_procs {
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -781,9 +787,69 @@ impl Prepared {
         }
     }
 
+    /// Starts `cmd` (after [`Prepared::apply`]): a jailed proc without
+    /// forking the node ([`crate::jail::launch`]), returning once its
+    /// program's exec has succeeded or failed; any other by `cmd` itself.
+    pub async fn spawn(&mut self, cmd: &mut tokio::process::Command) -> std::io::Result<Child> {
+        let Some(plan) = self.jail.clone() else {
+            return cmd.spawn().map(Child::Forked);
+        };
+        let tasks: Vec<RawFd> = self.tasks.iter().map(|f| f.as_raw_fd()).collect();
+        let join = crate::jail::Join {
+            cgroup_dir: self.unified_dir_fd.as_ref().map(|f| f.as_raw_fd()),
+            memory_tasks: self.memory_tasks.as_ref().map(|f| f.as_raw_fd()),
+            lifeline: self.lifeline,
+        };
+        let started = crate::jail::launch(plan, self.uid, join, tasks, cmd.as_std())?;
+        self.launch = Some(started.launch);
+        // SAFETY: the pidfd is ours and open for as long as the AsyncFd.
+        let pidfd = match unsafe {
+            tokio::io::unix::AsyncFd::register_with_interest(
+                started.pidfd,
+                tokio::io::Interest::READABLE,
+            )
+        } {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: our own child, ended and reaped here.
+                unsafe {
+                    libc::kill(started.pid as libc::pid_t, libc::SIGKILL);
+                    libc::waitpid(started.pid as libc::pid_t, &mut 0, 0);
+                }
+                return Err(e.into());
+            }
+        };
+        let mut child = Jailed {
+            pid: started.pid,
+            pidfd,
+            stdout: Some(started.stdout),
+            stderr: Some(started.stderr),
+            status: None,
+        };
+        // End of file: the program's exec succeeded (the report's write
+        // end was close-on-exec, and P0 and P1 closed theirs); else the
+        // errno of the step that failed.
+        let mut report = tokio::net::unix::pipe::Receiver::from_owned_fd(started.report)?;
+        let mut errno = Vec::with_capacity(4);
+        use tokio::io::AsyncReadExt;
+        report.read_to_end(&mut errno).await?;
+        match <[u8; 4]>::try_from(errno.as_slice()) {
+            Err(_) if errno.is_empty() => Ok(Child::Jailed(child)),
+            Ok(e) => {
+                let _ = child.wait().await; // P0 exits 127 after it
+                Err(std::io::Error::from_raw_os_error(i32::from_ne_bytes(e)))
+            }
+            Err(_) => {
+                let _ = child.wait().await;
+                Err(std::io::Error::other("a torn report from the jail"))
+            }
+        }
+    }
+
     /// Closes the parent's copies of what the child inherited.
     pub fn spawned(&mut self) {
         self.tasks.clear();
+        self.memory_tasks = None;
         self.unified_dir_fd = None;
         self.unified_procs = None;
     }
@@ -791,12 +857,18 @@ impl Prepared {
     /// After the proc ended: ends what is left in its cgroups (a process
     /// that left its process group), reads its usage and removes the
     /// cgroups.
-    pub fn finish(self) -> Usage {
-        match (&self.unified, &self.pids) {
+    pub fn finish(mut self) -> Usage {
+        let emptied = match (&self.unified, &self.pids) {
             (Some(u), _) => end_all(u, true),
             (None, Some(pids)) => end_all(pids, false),
-            (None, None) => {}
+            (None, None) => false,
+        };
+        // Nothing of the proc runs on its first processes' stacks any more
+        // (else they are kept: see Launch's drop).
+        if let (Some(l), true) = (self.launch.as_mut(), emptied) {
+            l.ended();
         }
+        self.launch = None;
         let read = |dir: &Option<PathBuf>, file: &str| -> Option<String> {
             dir.as_ref()
                 .and_then(|d| std::fs::read_to_string(d.join(file)).ok())
@@ -838,6 +910,92 @@ impl Prepared {
             }
         }
         usage
+    }
+}
+
+/// A started native proc's main process.
+pub enum Child {
+    /// Forked by tokio's `Command` (an unjailed proc).
+    Forked(tokio::process::Child),
+    /// P0 of a jailed proc ([`crate::jail::launch`]).
+    Jailed(Jailed),
+}
+
+/// P0 of a jailed proc: its pid, a pidfd to wait on, its output's read
+/// ends; killed if dropped before it ended (as `kill_on_drop`).
+pub struct Jailed {
+    pid: u32,
+    pidfd: tokio::io::unix::AsyncFd<OwnedFd>,
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    status: Option<std::process::ExitStatus>,
+}
+
+/// One of a proc's output streams, read by its node.
+pub type Output = Box<dyn tokio::io::AsyncRead + Send + Unpin>;
+
+impl Child {
+    /// Its OS pid, until it has been waited for.
+    pub fn id(&self) -> Option<u32> {
+        match self {
+            Child::Forked(c) => c.id(),
+            Child::Jailed(j) => j.status.is_none().then_some(j.pid),
+        }
+    }
+
+    /// Its standard output and error, once.
+    pub fn take_output(&mut self) -> [Option<Output>; 2] {
+        match self {
+            Child::Forked(c) => [
+                c.stdout.take().map(|s| Box::new(s) as Output),
+                c.stderr.take().map(|s| Box::new(s) as Output),
+            ],
+            Child::Jailed(j) => [j.stdout.take(), j.stderr.take()].map(|fd| {
+                fd.and_then(|fd| tokio::net::unix::pipe::Receiver::from_owned_fd(fd).ok())
+                    .map(|r| Box::new(r) as Output)
+            }),
+        }
+    }
+
+    /// Waits until it has ended.
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        match self {
+            Child::Forked(c) => c.wait().await,
+            Child::Jailed(j) => j.wait().await,
+        }
+    }
+}
+
+impl Jailed {
+    async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        loop {
+            if let Some(s) = self.status {
+                return Ok(s);
+            }
+            let mut ready = self.pidfd.readable().await?;
+            let mut status: libc::c_int = 0;
+            // SAFETY: `status` lives through the call; the pid is our child.
+            let r = unsafe { libc::waitpid(self.pid as libc::pid_t, &mut status, libc::WNOHANG) };
+            match r {
+                0 => ready.clear_ready(),
+                r if r < 0 => return Err(std::io::Error::last_os_error()),
+                _ => self.status = Some(std::process::ExitStatus::from_raw(status)),
+            }
+        }
+    }
+}
+
+impl Drop for Jailed {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: kill and waitpid on our own child, no pointers kept.
+            unsafe {
+                libc::kill(self.pid as libc::pid_t, libc::SIGKILL);
+                let mut status = 0;
+                libc::waitpid(self.pid as libc::pid_t, &mut status, libc::WNOHANG);
+            }
+        }
     }
 }
 

@@ -23,24 +23,41 @@
 //! and nothing else: not the node's data directory, logs or block store,
 //! not another realm's files or procs.
 //!
-//! How: between fork and exec the child (P0, in the node's namespaces and
-//! cgroup) closes its copy of the node's lifeline and clones P1 into new
-//! namespaces — with `clone3(CLONE_INTO_CGROUP)`, straight into the proc's
-//! cgroup of the unified tree, which takes none of the locks that moving a
-//! process in would (on a kernel without `clone3`, P1 moves itself) — and
+//! How ([`launch`]): the node clones P0 (in the node's namespaces, its v1
+//! cgroups but memory's, leader of the proc's process group), which closes
+//! its copy of the node's lifeline and clones P1 into new namespaces, and
 //! waits for it, passing on its exit status. P1 — pid 1 of the new pid
 //! namespace — brings up its network namespace's loopback, builds the new
 //! root in a tmpfs, pivots into it, and clones P2, then reaps orphans until
 //! P2 ends (when pid 1 ends, the kernel ends every other process of the
-//! namespace); P2 drops to the realm's uid, installs the seccomp filter
-//! and execs the program. Every step between fork and exec is a raw
-//! system call on values prepared before the fork (nothing allocates).
+//! namespace). P2 is cloned straight into the proc's cgroup of the unified
+//! tree (`clone3(CLONE_INTO_CGROUP)`, which takes none of the locks that
+//! moving a process in would; Linux 5.7 or later), joins its v1 memory
+//! cgroup, takes its standard streams, drops to the realm's uid, installs
+//! the seccomp filter and execs the program.
+//!
+//! None of them is a fork of the node. All three share the node's memory
+//! (`CLONE_VM`), each on a stack of its own that the node keeps until the
+//! proc has ended ([`Launch`]); P1 holds still while P2 runs up to its
+//! exec, as vfork does. A fork copied the node's page tables for each of
+//! them, and while P0 and P1 held their copies every page the node wrote
+//! cost it a fault and a TLB flush on every CPU: measured, most of a
+//! native spawn's cost here, and a tax on the node's every thread. Sharing
+//! the memory asks two things. The code P0, P1 and P2 run makes only raw
+//! system calls ([`crate::rawsys`]: no libc, whose errno is the node
+//! thread's and whose `setuid` signals the node's threads) on values made
+//! before the clone, allocating nothing. And P0 and P1 join no memory
+//! cgroup: an out-of-memory kill in one would kill every process sharing
+//! their memory — the node. Only P2 joins the proc's, as its exec leaves
+//! the node's memory behind.
+//!
 //! P0 and P1 close every descriptor they hold (P0 all but the lifeline's
-//! read end), so the node learns of the exec (or its failure) from P2
-//! alone and no pipe is held open by them. P0 ignores SIGTERM, SIGINT and
-//! SIGHUP — an eviction's SIGTERM to the group reaches the program (P2,
-//! not pid 1) and the proc ends when it does — so the node sees the proc
-//! end when the program ends.
+//! read end), so the node learns of the exec (end of file on a pipe whose
+//! write end P2 holds close-on-exec) or of the step that failed (its errno
+//! on that pipe) from P2 alone, and no pipe is held open by them. P0
+//! ignores SIGTERM, SIGINT and SIGHUP — an eviction's SIGTERM to the group
+//! reaches the program (P2, not pid 1) and the proc ends when it does — so
+//! the node sees the proc end when the program ends.
 //!
 //! The lifeline: a pipe whose write end only the node's process holds
 //! ([`crate::confine`]). P0 polls its read end beside P1's pidfd; when the
@@ -291,173 +308,84 @@ impl Plan {
         })
     }
 
-    /// Between fork and exec: enters the jail (see the module doc). Returns
-    /// only in P2, after dropping to `uid`; P0 and P1 never return.
-    ///
-    /// # Safety
-    /// Only between fork and exec, in the child; calls only system calls.
-    pub unsafe fn enter(&self, uid: Option<u32>, join: &Join) -> std::io::Result<()> {
-        // SAFETY: the caller is the child between fork and exec (this fn's contract); every call below is a system call on values made before the fork.
+    /// P1: the new root, pivoted into. Only [`rawsys`] calls: it runs in
+    /// a child sharing the node's memory.
+    fn build_root(&self) -> Result<(), Errno> {
+        let none = std::ptr::null::<libc::c_char>();
+        let data = |c: &CString| c.as_ptr().cast::<libc::c_void>();
+        // SAFETY: every pointer is a CString of this plan, alive while the
+        // child runs (jail::Launch holds the plan until the proc ended).
         unsafe {
-            if let Some((_, write)) = join.lifeline {
-                // Only the node may hold it, or its end would go unheard.
-                libc::close(write);
-            }
-            let mut flags =
-                libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
-            if self.own_network {
-                flags |= libc::CLONE_NEWNET;
-            }
-            let (p1, joined) = match join.cgroup_dir {
-                Some(dir) => match clone_into(flags, dir) {
-                    Ok(pid) => (pid, true),
-                    // A kernel without clone3 (before 5.7): clone, and
-                    // P1 moves itself.
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::E2BIG)) => {
-                        (clone_child(flags)?, false)
-                    }
-                    Err(e) => return Err(e),
-                },
-                None => (clone_child(flags)?, false),
-            };
-            if p1 > 0 {
-                waiter(p1, true, join.lifeline.map(|(read, _)| read)); // P0
-            }
-            // P1: pid 1 of the new namespace.
-            if !joined {
-                if let Some(procs) = join.cgroup_procs {
-                    if libc::write(procs, b"0".as_ptr().cast(), 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-            }
-            if self.own_network {
-                loopback_up()?;
-            }
-            self.build_root()?;
-            let p2 = clone_child(0)?;
-            if p2 > 0 {
-                waiter(p2, false, None); // P1
-            }
-            // P2: the program's process.
-            if let Some(uid) = uid {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(uid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            let prog = libc::sock_fprog {
-                len: self.filter.len() as u16,
-                filter: self.filter.as_ptr().cast_mut(),
-            };
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                || libc::prctl(
-                    libc::PR_SET_SECCOMP,
-                    libc::SECCOMP_MODE_FILTER,
-                    &prog as *const libc::sock_fprog,
-                ) != 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        }
-    }
-
-    /// P1: the new root, pivoted into.
-    unsafe fn build_root(&self) -> std::io::Result<()> {
-        // SAFETY: as for `enter`, whose part this is.
-        unsafe {
-            let check = |r: libc::c_int| {
-                if r == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            };
-            let none = std::ptr::null::<libc::c_char>();
             // Nothing done here propagates back to the node's namespace.
-            check(libc::mount(
+            rawsys::mount(
                 none,
                 c"/".as_ptr(),
                 none,
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
-            ))?;
-            check(libc::mount(
+            )?;
+            rawsys::mount(
                 c"tabos".as_ptr(),
                 self.root.as_ptr(),
                 c"tmpfs".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
-                self.root_data.as_ptr().cast(),
-            ))?;
+                data(&self.root_data),
+            )?;
             // /proc and /tmp are mounted as soon as they are made, so that the
             // host paths asked for under /tmp land on the jail's /tmp.
             for d in &self.dirs {
-                if libc::mkdir(d.as_ptr(), 0o755) != 0
-                    && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
-                {
-                    return Err(std::io::Error::last_os_error());
+                match rawsys::mkdir(d.as_ptr(), 0o755) {
+                    Ok(()) | Err(Errno(libc::EEXIST)) => {}
+                    Err(e) => return Err(e),
                 }
                 if d == &self.proc_dir {
-                    check(libc::mount(
+                    rawsys::mount(
                         c"proc".as_ptr(),
                         self.proc_dir.as_ptr(),
                         c"proc".as_ptr(),
                         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                         std::ptr::null(),
-                    ))?;
+                    )?;
                 } else if d == &self.tmp_dir {
-                    check(libc::mount(
+                    rawsys::mount(
                         c"tmpfs".as_ptr(),
                         self.tmp_dir.as_ptr(),
                         c"tmpfs".as_ptr(),
                         libc::MS_NOSUID | libc::MS_NODEV,
-                        self.tmp_data.as_ptr().cast(),
-                    ))?;
+                        data(&self.tmp_data),
+                    )?;
                 }
             }
             for f in &self.files {
-                let fd = libc::open(
-                    f.as_ptr(),
-                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                    0o644,
-                );
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                libc::close(fd);
+                rawsys::touch(f.as_ptr())?;
             }
             for (target, link) in &self.links {
-                check(libc::symlink(target.as_ptr(), link.as_ptr()))?;
+                rawsys::symlink(target.as_ptr(), link.as_ptr())?;
             }
             for (src, dst, read_only) in &self.binds {
-                check(libc::mount(
+                rawsys::mount(
                     src.as_ptr(),
                     dst.as_ptr(),
                     none,
                     libc::MS_BIND | libc::MS_REC,
                     std::ptr::null(),
-                ))?;
+                )?;
                 if *read_only {
-                    check(libc::mount(
+                    rawsys::mount(
                         none,
                         dst.as_ptr(),
                         none,
                         libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID,
                         std::ptr::null(),
-                    ))?;
+                    )?;
                 }
             }
-            if libc::syscall(libc::SYS_pivot_root, self.root.as_ptr(), self.old.as_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            check(libc::chdir(c"/".as_ptr()))?;
-            check(libc::umount2(self.old_inside.as_ptr(), libc::MNT_DETACH))?;
-            check(libc::rmdir(self.old_inside.as_ptr()))?;
+            rawsys::pivot_root(self.root.as_ptr(), self.old.as_ptr())?;
+            rawsys::chdir(c"/".as_ptr())?;
+            rawsys::umount_detach(self.old_inside.as_ptr())?;
+            rawsys::rmdir(self.old_inside.as_ptr())?;
             // The root's own directories are fixed from here on.
-            check(libc::mount(
+            rawsys::mount(
                 none,
                 c"/".as_ptr(),
                 none,
@@ -467,8 +395,8 @@ impl Plan {
                     | libc::MS_NOSUID
                     | libc::MS_NODEV,
                 std::ptr::null(),
-            ))?;
-            check(libc::chdir(self.work_inside.as_ptr()))
+            )?;
+            rawsys::chdir(self.work_inside.as_ptr())
         }
     }
 }
@@ -499,110 +427,414 @@ pub fn allowed() -> &'static [(&'static str, u32)] {
 /// node holds open across the fork.
 #[derive(Debug, Clone, Copy)]
 pub struct Join {
-    /// Its cgroup of the unified tree (a directory), to be cloned into.
+    /// Its cgroup of the unified tree (a directory), P2 cloned into it.
     pub cgroup_dir: Option<RawFd>,
-    /// That cgroup's `cgroup.procs`, to move into where clone3 is missing.
-    pub cgroup_procs: Option<RawFd>,
+    /// Its v1 memory cgroup's `tasks`, which P2 writes itself into.
+    pub memory_tasks: Option<RawFd>,
     /// The node's lifeline: (read end, write end).
     pub lifeline: Option<(RawFd, RawFd)>,
 }
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-/// `clone_args` of clone3(2), as far as `cgroup` (CLONE_ARGS_SIZE_VER2).
-#[repr(C)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+use crate::rawsys::{self, CloneArgs, Errno, Stack};
+
+/// What the jailed program is run with, made in the node before the clone:
+/// the paths to try in order (one, or the program under each directory of
+/// `PATH`, as execvp would), its arguments and its whole environment.
+#[derive(Debug)]
+struct Exec {
+    candidates: Vec<CString>,
+    _argv: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    _envp: Vec<CString>,
+    envp: Vec<*const libc::c_char>,
 }
 
-/// `CLONE_INTO_CGROUP` (linux/sched.h; not in every libc yet).
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+// SAFETY: the pointers point into the CStrings this Exec owns, which
+// never move (each is its own allocation) and are only read.
+unsafe impl Send for Exec {}
 
-/// A fork-like clone3 with `flags` whose child starts in the cgroup of
-/// directory `cgroup`; 0 in the child.
-unsafe fn clone_into(flags: libc::c_int, cgroup: RawFd) -> std::io::Result<libc::pid_t> {
-    let args = CloneArgs {
-        flags: flags as u32 as u64 | CLONE_INTO_CGROUP,
-        pidfd: 0,
-        child_tid: 0,
-        parent_tid: 0,
-        exit_signal: libc::SIGCHLD as u64,
-        stack: 0,
-        stack_size: 0,
-        tls: 0,
-        set_tid: 0,
-        set_tid_size: 0,
-        cgroup: cgroup as u64,
-    };
-    // SAFETY: clone3 with no stack is fork: the child runs on a copy of
-    // this stack; `args` lives through the call and is as large as said.
-    unsafe {
-        let r = libc::syscall(
-            libc::SYS_clone3,
-            &args as *const CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        );
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
+impl Exec {
+    /// The program, arguments and environment `cmd` would run with: the
+    /// node's environment with `cmd`'s changes.
+    fn of(cmd: &std::process::Command) -> std::io::Result<Exec> {
+        use std::collections::BTreeMap;
+        use std::ffi::OsString;
+        let bytes = |s: &std::ffi::OsStr| {
+            CString::new(s.as_bytes()).map_err(|_| std::io::Error::other("a NUL byte"))
+        };
+        let mut env: BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => env.insert(k.to_owned(), v.to_owned()),
+                None => env.remove(k),
+            };
         }
-        Ok(r as libc::pid_t)
+        let program = cmd.get_program();
+        let candidates = if program.as_bytes().contains(&b'/') {
+            vec![bytes(program)?]
+        } else {
+            let path = env
+                .get(std::ffi::OsStr::new("PATH"))
+                .cloned()
+                .unwrap_or_default();
+            std::env::split_paths(&path)
+                .map(|d| bytes(d.join(program).as_os_str()))
+                .collect::<std::io::Result<_>>()?
+        };
+        let argv_s: Vec<CString> = std::iter::once(program)
+            .chain(cmd.get_args())
+            .map(bytes)
+            .collect::<std::io::Result<_>>()?;
+        let envp_s: Vec<CString> = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.clone();
+                kv.push("=");
+                kv.push(v);
+                bytes(&kv)
+            })
+            .collect::<std::io::Result<_>>()?;
+        let ptrs = |v: &[CString]| {
+            v.iter()
+                .map(|c| c.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        Ok(Exec {
+            candidates,
+            argv: ptrs(&argv_s),
+            envp: ptrs(&envp_s),
+            _argv: argv_s,
+            _envp: envp_s,
+        })
     }
 }
 
-/// A fork-like clone with `flags` (namespaces); 0 in the child.
-unsafe fn clone_child(flags: libc::c_int) -> std::io::Result<libc::pid_t> {
-    // SAFETY: clone without CLONE_VM or a new stack is fork: the child runs on a copy of this stack.
+/// Everything P0, P1 and P2 read, at an address that does not move (boxed)
+/// and kept until the proc has ended ([`Launch`]).
+struct Ctx {
+    plan: std::sync::Arc<Plan>,
+    uid: Option<u32>,
+    join: Join,
+    /// Its v1 cgroups' `tasks`, each written by P0 for itself.
+    tasks: Vec<RawFd>,
+    exec: Exec,
+    /// stdin, stdout and stderr for the program (each ≥ 3).
+    stdio: [RawFd; 3],
+    /// Where a failing step writes its errno (the node reads end of file
+    /// when the program's exec succeeded).
+    report: RawFd,
+    flags: u64,
+    stacks: [Stack; 3],
+}
+
+/// A started jailed proc's memory that its first processes run on: held
+/// until the proc has ended and its cgroup is empty
+/// ([`crate::confine::Prepared::finish`]) — P0 and P1 live as long as the
+/// program, on these stacks, in the node's memory.
+pub struct Launch {
+    ctx: Option<Box<Ctx>>,
+    ended: bool,
+}
+
+impl std::fmt::Debug for Launch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Launch")
+            .field("ended", &self.ended)
+            .finish()
+    }
+}
+
+impl Launch {
+    /// Every process of the proc has ended: its memory may go.
+    pub fn ended(&mut self) {
+        self.ended = true;
+    }
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        if !self.ended {
+            // A process of it may still run on these stacks: unmapping
+            // them would crash it in the node's memory. Kept (and counted
+            // as lost) rather than risked.
+            std::mem::forget(self.ctx.take());
+        }
+    }
+}
+
+/// A jailed proc just started: P0's pid and pidfd, the read ends of its
+/// standard output and error, and whether the program's exec succeeded
+/// (`report`'s read end: end of file, or an errno).
+pub struct Started {
+    pub pid: u32,
+    pub pidfd: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub report: OwnedFd,
+    pub launch: Launch,
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two descriptors, ours from here on.
     unsafe {
-        let r = libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        );
-        if r < 0 {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(r as libc::pid_t)
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// `fd` moved to a descriptor ≥ 3 (so that placing the standard streams
+/// never overwrites another of them), close-on-exec.
+fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= 3 {
+        return Ok(fd);
+    }
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor, ours.
+    unsafe {
+        let n = libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(n))
+    }
+}
+
+/// Starts `cmd`'s program in the jail `plan` as `uid`, joined to its
+/// cgroups (`tasks` of v1, `join` of the unified tree) — without forking
+/// the node: P0, P1 and P2 share the node's memory (`CLONE_VM`, each on a
+/// stack of its own; P2 as vfork does until its exec), so no page table is
+/// copied and no page of the node's is left copy-on-write while the proc
+/// runs. A fork of the node cost milliseconds a proc here (page tables and,
+/// after it, a fault and a cross-CPU TLB flush for every page the node
+/// wrote while P0 and P1 held their copies).
+pub fn launch(
+    plan: std::sync::Arc<Plan>,
+    uid: Option<u32>,
+    join: Join,
+    tasks: Vec<RawFd>,
+    cmd: &std::process::Command,
+) -> std::io::Result<Started> {
+    let exec = Exec::of(cmd)?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let (report_r, report_w) = pipe()?;
+    let null = OwnedFd::from(std::fs::OpenOptions::new().read(true).open("/dev/null")?);
+    let (null, out_w, err_w, report_w) = (
+        above_stdio(null)?,
+        above_stdio(out_w)?,
+        above_stdio(err_w)?,
+        above_stdio(report_w)?,
+    );
+    let mut flags =
+        (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+    if plan.own_network {
+        flags |= libc::CLONE_NEWNET as u64;
+    }
+    let ctx = Box::new(Ctx {
+        plan,
+        uid,
+        join,
+        tasks,
+        exec,
+        stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
+        report: report_w.as_raw_fd(),
+        flags,
+        stacks: [Stack::new()?, Stack::new()?, Stack::new()?],
+    });
+    let mut pidfd: RawFd = -1;
+    let (stack, stack_size) = ctx.stacks[0].span();
+    let args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_PIDFD) as u64,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack,
+        stack_size,
+        ..Default::default()
+    };
+    let arg = &*ctx as *const Ctx as usize;
+    // SAFETY: P0 runs p0 on its own stack, reading `ctx`, which `Launch`
+    // keeps (boxed, never moved) until the proc has ended.
+    let pid = unsafe { rawsys::clone3_run(&args, p0, arg) }?;
+    // The children hold their own copies of these; the node's go.
+    drop((null, out_w, err_w, report_w));
+    // SAFETY: the kernel wrote a new pidfd, ours.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok(Started {
+        pid: pid as u32,
+        pidfd,
+        stdout: out_r,
+        stderr: err_r,
+        report: report_r,
+        launch: Launch {
+            ctx: Some(ctx),
+            ended: false,
+        },
+    })
+}
+
+/// A step of P0, P1 or P2 failed: its errno to the node, and out.
+fn fail(c: &Ctx, e: Errno) -> ! {
+    let b = e.0.to_ne_bytes();
+    // SAFETY: `b` lives through the call.
+    let _ = unsafe { rawsys::write(c.report, b.as_ptr(), b.len()) };
+    rawsys::exit(127)
+}
+
+/// P0: in the node's namespaces, joined to the proc's v1 cgroups, leader
+/// of the proc's process group; starts P1 in the new namespaces (straight
+/// into the proc's unified cgroup) and waits for it.
+unsafe extern "C" fn p0(arg: usize) -> ! {
+    // SAFETY: `arg` is the Ctx `launch` keeps alive for this process.
+    let c = unsafe { &*(arg as *const Ctx) };
+    for &fd in &c.tasks {
+        // "0" is the writing task: P0 itself.
+        // SAFETY: a static byte.
+        if let Err(e) = unsafe { rawsys::write(fd, b"0".as_ptr(), 1) } {
+            fail(c, e);
+        }
+    }
+    if let Some((_, write)) = c.join.lifeline {
+        // Only the node may hold it, or its end would go unheard.
+        rawsys::close(write);
+    }
+    if let Err(e) = rawsys::setpgid_self() {
+        fail(c, e);
+    }
+    let (stack, stack_size) = c.stacks[1].span();
+    let args = CloneArgs {
+        flags: c.flags | libc::CLONE_VM as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack,
+        stack_size,
+        ..Default::default()
+    };
+    // SAFETY: P1 runs on its own stack, reading `c` as P0 does.
+    let p1 = match unsafe { rawsys::clone3_run(&args, p1, arg) } {
+        Ok(pid) => pid as i32,
+        Err(e) => fail(c, e),
+    };
+    waiter(p1, true, c.join.lifeline.map(|(read, _)| read))
+}
+
+/// P1: pid 1 of the new pid namespace; its network's loopback up, the new
+/// root built and pivoted into, then P2 (as vfork: P1 waits until P2's
+/// exec), then reaps until P2 ends.
+unsafe extern "C" fn p1(arg: usize) -> ! {
+    // SAFETY: as p0.
+    let c = unsafe { &*(arg as *const Ctx) };
+    let built = (|| {
+        if c.plan.own_network {
+            loopback_up()?;
+        }
+        c.plan.build_root()
+    })();
+    if let Err(e) = built {
+        fail(c, e);
+    }
+    let (stack, stack_size) = c.stacks[2].span();
+    let mut args = CloneArgs {
+        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack,
+        stack_size,
+        ..Default::default()
+    };
+    if let Some(dir) = c.join.cgroup_dir {
+        args.flags |= rawsys::CLONE_INTO_CGROUP;
+        args.cgroup = dir as u64;
+    }
+    // SAFETY: P2 runs on its own stack; P1 is held until P2's exec.
+    let p2 = match unsafe { rawsys::clone3_run(&args, p2, arg) } {
+        Ok(pid) => pid as i32,
+        Err(e) => fail(c, e),
+    };
+    waiter(p2, false, None)
+}
+
+/// P2: the program's process — its standard streams placed, its uid taken,
+/// its signals as a new process expects, the seccomp filter on, and exec.
+unsafe extern "C" fn p2(arg: usize) -> ! {
+    // SAFETY: as p0.
+    let c = unsafe { &*(arg as *const Ctx) };
+    let e = (|| -> Result<(), Errno> {
+        if let Some(fd) = c.join.memory_tasks {
+            // "0": P2 itself (it shares the node's memory only until its
+            // exec, in a cgroup nothing else is charged to yet).
+            // SAFETY: a static byte.
+            unsafe { rawsys::write(fd, b"0".as_ptr(), 1) }?;
+        }
+        for (i, &fd) in c.stdio.iter().enumerate() {
+            rawsys::dup3(fd, i as RawFd)?;
+        }
+        if let Some(uid) = c.uid {
+            rawsys::setgroups_none()?;
+            rawsys::setgid(uid)?;
+            rawsys::setuid(uid)?;
+        }
+        // The node ignores SIGPIPE (as Rust programs do); a program
+        // expects the default, as std's Command gives it.
+        rawsys::signal(libc::SIGPIPE, libc::SIG_DFL);
+        rawsys::unblock_all();
+        let filter = &c.plan.filter;
+        let prog = libc::sock_fprog {
+            len: filter.len() as u16,
+            filter: filter.as_ptr().cast_mut(),
+        };
+        // SAFETY: `prog` and the filter live through the calls.
+        unsafe {
+            rawsys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0)?;
+            rawsys::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as usize,
+                &prog as *const libc::sock_fprog as usize,
+            )?;
+        }
+        // As execvp: the first that runs; a missing one is passed over.
+        let mut kept = Errno(libc::ENOENT);
+        for path in &c.exec.candidates {
+            // SAFETY: NUL-terminated strings and null-terminated arrays
+            // of them, all in `c`.
+            let e = unsafe {
+                rawsys::execve(path.as_ptr(), c.exec.argv.as_ptr(), c.exec.envp.as_ptr())
+            };
+            match e.0 {
+                libc::ENOENT | libc::ENOTDIR => {}
+                _ if kept.0 == libc::ENOENT => kept = e,
+                _ => {}
+            }
+        }
+        Err(kept)
+    })();
+    match e {
+        Err(e) => fail(c, e),
+        Ok(()) => fail(c, Errno(libc::EINVAL)),
     }
 }
 
 /// P1 in a network namespace of its own: its loopback up (a new namespace
 /// has `lo`, down).
-unsafe fn loopback_up() -> std::io::Result<()> {
-    // SAFETY: socket and ioctl on a request made on this stack.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut req: libc::ifreq = std::mem::zeroed();
-        for (i, b) in b"lo".iter().enumerate() {
-            req.ifr_name[i] = *b as libc::c_char;
-        }
-        let up = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) == 0 && {
-            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) == 0
-        };
-        let err = std::io::Error::last_os_error();
-        libc::close(fd);
-        if up {
-            Ok(())
-        } else {
-            Err(err)
-        }
+fn loopback_up() -> Result<(), Errno> {
+    let fd = rawsys::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC)?;
+    // SAFETY: ifreq is plain data, valid all zeroes.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (i, b) in b"lo".iter().enumerate() {
+        req.ifr_name[i] = *b as libc::c_char;
     }
+    let req_ptr = &mut req as *mut libc::ifreq as usize;
+    // SAFETY: `req` lives through both calls.
+    let up = unsafe {
+        rawsys::ioctl(fd, libc::SIOCGIFFLAGS as libc::c_ulong, req_ptr).and_then(|()| {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            rawsys::ioctl(fd, libc::SIOCSIFFLAGS as libc::c_ulong, req_ptr)
+        })
+    };
+    rawsys::close(fd);
+    up
 }
 
 /// P0 (`outer`) or P1: closes every descriptor (P0 keeps `lifeline`, the
@@ -610,32 +842,25 @@ unsafe fn loopback_up() -> std::io::Result<()> {
 /// whatever else ends in its namespace; P0 also kills `child` when the
 /// lifeline hangs up) and exits as it did: its exit code, or 128 + the
 /// signal that ended it.
-unsafe fn waiter(child: libc::pid_t, outer: bool, lifeline: Option<RawFd>) -> ! {
-    // SAFETY: system calls only, on this process's own descriptors, children and signals.
-    unsafe {
-        match lifeline {
-            Some(keep) => {
-                if keep > 0 {
-                    libc::syscall(libc::SYS_close_range, 0u32, (keep - 1) as u32, 0u32);
-                }
-                libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
+fn waiter(child: i32, outer: bool, lifeline: Option<RawFd>) -> ! {
+    match lifeline {
+        Some(keep) => {
+            if keep > 0 {
+                rawsys::close_range(0, (keep - 1) as u32);
             }
-            None => {
-                libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
-            }
+            rawsys::close_range((keep + 1) as u32, u32::MAX);
         }
-        if outer {
-            for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-                libc::signal(sig, libc::SIG_IGN);
-            }
+        None => rawsys::close_range(0, u32::MAX),
+    }
+    if outer {
+        for sig in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            rawsys::signal(sig, libc::SIG_IGN);
         }
-        // P0 watches the lifeline beside its child: a pidfd becomes
-        // readable when the child ends.
-        let pidfd = match lifeline {
-            Some(_) => libc::syscall(libc::SYS_pidfd_open, child, 0u32) as libc::c_int,
-            None => -1,
-        };
-        if let (Some(line), true) = (lifeline, pidfd >= 0) {
+    }
+    // P0 watches the lifeline beside its child: a pidfd becomes readable
+    // when the child ends.
+    if let Some(line) = lifeline {
+        if let Ok(pidfd) = rawsys::pidfd_open(child) {
             loop {
                 let mut fds = [
                     libc::pollfd {
@@ -649,15 +874,15 @@ unsafe fn waiter(child: libc::pid_t, outer: bool, lifeline: Option<RawFd>) -> ! 
                         revents: 0,
                     },
                 ];
-                if libc::poll(fds.as_mut_ptr(), 2, -1) < 0 {
-                    if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                        continue;
-                    }
-                    break;
+                // SAFETY: `fds` lives through the call.
+                match unsafe { rawsys::poll(fds.as_mut_ptr(), fds.len()) } {
+                    Err(Errno(libc::EINTR)) => continue,
+                    Err(_) => break,
+                    Ok(_) => {}
                 }
                 if fds[0].revents != 0 {
                     // The node is gone: so is its proc.
-                    libc::kill(child, libc::SIGKILL);
+                    rawsys::kill(child, libc::SIGKILL);
                     break;
                 }
                 if fds[1].revents != 0 {
@@ -665,23 +890,19 @@ unsafe fn waiter(child: libc::pid_t, outer: bool, lifeline: Option<RawFd>) -> ! 
                 }
             }
         }
-        loop {
-            let mut status: libc::c_int = 0;
-            let pid = libc::waitpid(if outer { child } else { -1 }, &mut status, 0);
-            if pid < 0 {
-                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                    continue;
+    }
+    loop {
+        match rawsys::wait(if outer { child } else { -1 }) {
+            Err(Errno(libc::EINTR)) => continue,
+            Err(_) => rawsys::exit(127),
+            Ok((pid, _)) if pid != child => continue, // an orphan reaped by pid 1
+            Ok((_, status)) => {
+                if libc::WIFEXITED(status) {
+                    rawsys::exit(libc::WEXITSTATUS(status));
                 }
-                libc::_exit(127);
-            }
-            if pid != child {
-                continue; // an orphan reaped by pid 1
-            }
-            if libc::WIFEXITED(status) {
-                libc::_exit(libc::WEXITSTATUS(status));
-            }
-            if libc::WIFSIGNALED(status) {
-                libc::_exit(128 + libc::WTERMSIG(status));
+                if libc::WIFSIGNALED(status) {
+                    rawsys::exit(128 + libc::WTERMSIG(status));
+                }
             }
         }
     }

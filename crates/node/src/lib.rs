@@ -53,6 +53,7 @@ pub mod procedures;
 pub mod proclog;
 pub mod procs;
 pub mod programs;
+pub mod rawsys;
 pub mod seccomp;
 pub mod serve;
 pub use serve::{

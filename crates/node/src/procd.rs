@@ -974,7 +974,7 @@ impl Procd {
             self.addr.for_native(confined.jailed(), confined.own_user()),
         );
         confined.apply(&mut cmd);
-        let spawned = cmd.spawn();
+        let spawned = confined.spawn(&mut cmd).await;
         confined.spawned();
         let mut child = match spawned {
             Ok(c) => c,
@@ -998,14 +998,9 @@ impl Procd {
         // Its output into the cluster's log (each sink held by its pipe's
         // reader only: the shipper ends when the reader does).
         let [(out_sink, out_ship), (err_sink, err_ship)] = self.ship_logs(&p);
-        let out = child
-            .stdout
-            .take()
-            .map(|s| tokio::spawn(crate::proclog::pipe(s, out_sink)));
-        let err = child
-            .stderr
-            .take()
-            .map(|s| tokio::spawn(crate::proclog::pipe(s, err_sink)));
+        let [out, err] = child.take_output();
+        let out = out.map(|s| tokio::spawn(crate::proclog::pipe(s, out_sink)));
+        let err = err.map(|s| tokio::spawn(crate::proclog::pipe(s, err_sink)));
         if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
             tracing::warn!(worker = %self.worker, "cannot mark {} started: {e}", p.pid);
         }
