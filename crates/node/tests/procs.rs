@@ -1154,6 +1154,22 @@ async fn native_procs_have_their_own_cgroup_and_network() {
     // Refused by its own loopback, which is up (a loopback down would be
     // "Network is unreachable").
     assert!(err.contains("Connection refused"), "{err}");
+    // Each proc's network is its own, never another's, nor the node's.
+    let mut seen = vec![std::fs::read_link("/proc/self/ns/net")
+        .unwrap()
+        .display()
+        .to_string()];
+    for _ in 0..3 {
+        let (done, out, err) =
+            finished_output(&mut c, "default", bash("readlink /proc/self/ns/net")).await;
+        assert_eq!(done.exit_status, Some(0), "{err}");
+        let ns = out.trim().to_string();
+        assert!(
+            ns.starts_with("net:[") && !seen.contains(&ns),
+            "{ns} among {seen:?}"
+        );
+        seen.push(ns);
+    }
 
     // The operator allows the host's network: a new proc reaches the host.
     let info = c
