@@ -918,10 +918,9 @@ impl Procd {
             Ok(l) => l,
             Err(msg) => return self.record_exit(&p, State::Failed, None, Some(msg)).await,
         };
-        if let Err(msg) = self.may_run(&p, lease.as_ref()) {
-            return self.record_exit(&p, State::Failed, None, Some(msg)).await;
-        }
-        // cgroupfs writes are system calls: off the runtime's threads.
+        // The program rule (file system calls) and cgroupfs writes are
+        // system calls: off the runtime's threads, in one hop.
+        let rule = self.may_run(&p, lease.as_ref());
         let (confine, realm, pid) = (self.confine.clone(), self.realm.clone(), p.pid.clone());
         let (cores, mem_mb) = (p.cores, p.mem_mb);
         let (program, host_paths) = (p.program.clone(), p.host_paths.clone());
@@ -929,6 +928,7 @@ impl Procd {
         let host_network = p.host_network;
         let code = lease.as_ref().map(|l| (l.dir.clone(), l.file.is_none()));
         let prepared = tokio::task::spawn_blocking(move || {
+            rule()?;
             let placement = crate::confine::Placement {
                 program: &program,
                 host_paths: &host_paths,
@@ -937,16 +937,15 @@ impl Procd {
                 code: code.as_ref().map(|(d, _)| d.as_path()),
                 code_is_cwd: code.as_ref().is_some_and(|(_, cwd)| *cwd),
             };
-            confine.prepare(&realm, pid.as_str(), cores, mem_mb, &placement)
+            confine
+                .prepare(&realm, pid.as_str(), cores, mem_mb, &placement)
+                .map_err(|e| format!("cannot confine the proc (cgroups, jail): {e}"))
         })
         .await
-        .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+        .unwrap_or_else(|e| Err(e.to_string()));
         let mut confined = match prepared {
             Ok(c) => c,
-            Err(e) => {
-                let msg = format!("cannot confine the proc (cgroups, jail): {e}");
-                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
-            }
+            Err(msg) => return self.record_exit(&p, State::Failed, None, Some(msg)).await,
         };
         let mut cmd =
             tokio::process::Command::new(program_of(&p, lease.as_ref(), confined.jailed()));
@@ -1096,7 +1095,11 @@ impl Procd {
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
-        if let Err(msg) = self.may_run(&p, lease.as_ref()) {
+        let rule = self.may_run(&p, lease.as_ref());
+        let allowed = tokio::task::spawn_blocking(rule)
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        if let Err(msg) = allowed {
             out_ship.finish().await;
             err_ship.finish().await;
             self.untrack(&p.pid);
@@ -1181,19 +1184,35 @@ impl Procd {
 
     /// Whether `p`'s program may run here: its code (`lease`), or a
     /// program on the node that this node's rule allows
-    /// ([`crate::programs`]); the error is the proc's failure.
-    fn may_run(&self, p: &ProcInfo, lease: Option<&crate::code::Lease>) -> Result<(), String> {
-        if lease.is_some() {
-            return Ok(());
+    /// ([`crate::programs`]); the error is the proc's failure. The check
+    /// reads the file system (the program's real path): the returned
+    /// closure is run on a blocking thread.
+    fn may_run(
+        &self,
+        p: &ProcInfo,
+        lease: Option<&crate::code::Lease>,
+    ) -> impl FnOnce() -> Result<(), String> + Send + 'static {
+        let check = lease.is_none().then(|| {
+            (
+                self.programs.clone(),
+                p.kind,
+                p.program.clone(),
+                p.host_paths.clone(),
+            )
+        });
+        move || {
+            let Some((programs, kind, program, host_paths)) = check else {
+                return Ok(());
+            };
+            let program = match kind {
+                Kind::Native => crate::procs::resolve_program(&program)?,
+                Kind::Wasm => PathBuf::from(&program),
+            };
+            programs
+                .check(&program, &host_paths)
+                .map(drop)
+                .map_err(|e| e.to_string())
         }
-        let program = match p.kind {
-            Kind::Native => crate::procs::resolve_program(&p.program)?,
-            Kind::Wasm => PathBuf::from(&p.program),
-        };
-        self.programs
-            .check(&program, &p.host_paths)
-            .map(drop)
-            .map_err(|e| e.to_string())
     }
 
     /// A lease on `p`'s code — a tree it was spawned with, or the file of

@@ -1154,16 +1154,24 @@ async fn native_procs_have_their_own_cgroup_and_network() {
     // Refused by its own loopback, which is up (a loopback down would be
     // "Network is unreachable").
     assert!(err.contains("Connection refused"), "{err}");
-    // Each proc's network is its own, never another's, nor the node's.
-    let mut seen = vec![std::fs::read_link("/proc/self/ns/net")
-        .unwrap()
-        .display()
-        .to_string()];
+    // Each proc's network is its own: procs running at once never share
+    // one, nor the node's. (Only at once: a namespace's inode number is
+    // used again once it has gone.)
+    let node_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let mut pids = Vec::new();
     for _ in 0..3 {
-        let (done, out, err) =
-            finished_output(&mut c, "default", bash("readlink /proc/self/ns/net")).await;
-        assert_eq!(done.exit_status, Some(0), "{err}");
-        let ns = out.trim().to_string();
+        let d = bash("readlink /proc/self/ns/net; sleep 2");
+        pids.push(c.spawn("default", d).await.unwrap().pid);
+    }
+    let mut seen = vec![node_ns.display().to_string()];
+    for pid in &pids {
+        let done = c.wait_exit("default", pid).await.unwrap();
+        let out = c
+            .logs("default", pid, proto::LogStream::Stdout)
+            .await
+            .unwrap();
+        let ns = String::from_utf8_lossy(&out.data).trim().to_string();
+        assert_eq!(done.exit_status, Some(0), "{done:?}");
         assert!(
             ns.starts_with("net:[") && !seen.contains(&ns),
             "{ns} among {seen:?}"
