@@ -1830,15 +1830,26 @@ pub async fn record_usage(
 ) -> Result<()> {
     let (r, p) = (realm.to_string(), pid.clone());
     crate::call(store, realm, move |tx| {
-        let k = crate::p_key(tx);
-        tx.execute(
-            "UPDATE proc SET cpu_us = $4, peak_mem_bytes = $5 \
-             WHERE p_key = $1 AND realm = $2 AND pid = $3",
-            params![k, r.as_str(), p.as_str(), cpu_us, peak_mem_bytes],
-        )?;
-        Ok(())
+        record_usage_tx(tx, &r, &p, cpu_us, peak_mem_bytes)
     })
     .await
+}
+
+/// Procedure body of [`record_usage`].
+pub fn record_usage_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    cpu_us: Option<i64>,
+    peak_mem_bytes: Option<i64>,
+) -> Result<()> {
+    let k = crate::p_key(tx);
+    tx.execute(
+        "UPDATE proc SET cpu_us = $4, peak_mem_bytes = $5 \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![k, realm, pid.as_str(), cpu_us, peak_mem_bytes],
+    )?;
+    Ok(())
 }
 
 /// What a running proc uses now, as its node measured it (`tabos top`).
@@ -1988,10 +1999,23 @@ pub async fn claim(
     .await
 }
 
-/// A procd's proc ended: records it ([`exited_tx`]) and, in the same
-/// transaction, claims what the worker may run next ([`claim_tx`]) — so a
-/// core freed by an exit is refilled without another round trip. (Its
-/// output is in [`crate::logs`] already: a procd appends all of it first.)
+/// What a procd records of an ended proc beside its end, in the same
+/// transaction ([`exited_and_claim`]): what it used, and whether its
+/// credentials go with it (a native proc's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spent {
+    pub cpu_us: Option<i64>,
+    pub peak_mem_bytes: Option<i64>,
+    pub revoke: bool,
+}
+
+/// A procd's proc ended: records it ([`exited_tx`]) with what it `spent`
+/// (its usage, its credentials revoked — whoever holds it now: those are
+/// this copy's) and, in the same transaction, claims what the worker may
+/// run next ([`claim_tx`]) — so a core freed by an exit is refilled without
+/// another round trip, and an end costs one commit. (Its output is in
+/// [`crate::logs`] already: a procd appends all of it first.) Returns the
+/// claim and the credentials revoked.
 #[allow(clippy::too_many_arguments)]
 pub async fn exited_and_claim(
     store: &Store,
@@ -2000,12 +2024,21 @@ pub async fn exited_and_claim(
     state: State,
     status: Option<i64>,
     error: Option<String>,
+    spent: Spent,
     worker: &WorkerId,
     max: i64,
     admission: Admission,
-) -> Result<Claimed> {
+) -> Result<(Claimed, Vec<crate::auth::CredentialId>)> {
     let (pid, w) = (pid.clone(), worker.clone());
     call(store, realm, move |tx, r, now| {
+        let revoked = if spent.revoke {
+            crate::auth::revoke_pid_tx(tx, r, &pid, now)?
+        } else {
+            Vec::new()
+        };
+        if spent.cpu_us.is_some() || spent.peak_mem_bytes.is_some() {
+            record_usage_tx(tx, r, &pid, spent.cpu_us, spent.peak_mem_bytes)?;
+        }
         // A proc this worker no longer holds, or that has ended — failed or
         // placed again when the worker was declared lost — keeps what was
         // recorded: this copy's end is not the proc's.
@@ -2013,7 +2046,7 @@ pub async fn exited_and_claim(
         if info.worker.as_ref() == Some(&w) && !info.state.is_terminal() {
             exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
         }
-        claim_tx(tx, r, &w, max, admission, now)
+        claim_tx(tx, r, &w, max, admission, now).map(|c| (c, revoked))
     })
     .await
 }

@@ -543,6 +543,7 @@ fn lapsed_workers_fail_or_requeue_their_procs(b: Backend) {
                 State::Exited,
                 Some(0),
                 None,
+                procs::Spent::default(),
                 &wa,
                 8,
                 ANY,

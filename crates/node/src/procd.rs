@@ -706,6 +706,29 @@ impl Procd {
         status: Option<i64>,
         error: Option<String>,
     ) {
+        self.record_end(p, state, status, error, None).await
+    }
+
+    /// Revokes proc `pid`'s credentials on their own (when its end is not
+    /// recorded, which revokes them in the same transaction).
+    async fn revoke(&self, pid: &Pid) {
+        match tabos_kernel::auth::revoke_pid(&self.store, &self.realm, pid).await {
+            Ok(ids) => ids.iter().for_each(|id| self.auth.forget(id)),
+            Err(e) => tracing::warn!(
+                worker = %self.worker, "cannot revoke {pid}'s credential: {e}"),
+        }
+    }
+
+    /// [`record_exit`](Self::record_exit) of a proc that ran, with what it
+    /// used (`usage`), recorded in the same transaction as its end.
+    async fn record_end(
+        self: &Arc<Self>,
+        p: &ProcInfo,
+        state: State,
+        status: Option<i64>,
+        error: Option<String>,
+        usage: Option<crate::confine::Usage>,
+    ) {
         let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
         debug_assert!(left >= 0, "busy cores went negative");
         if p.class == Class::Be || self.be_realm {
@@ -714,34 +737,45 @@ impl Procd {
                 .unwrap_or_else(|e| e.into_inner())
                 .retain(|(pid, _)| *pid != p.pid);
         }
-        // The proc's credential dies with it (a wasm proc has none).
-        if p.kind == Kind::Native {
-            match tabos_kernel::auth::revoke_pid(&self.store, &self.realm, &p.pid).await {
-                Ok(ids) => ids.iter().for_each(|id| self.auth.forget(id)),
-                Err(e) => {
-                    tracing::warn!(
-                        worker = %self.worker, "cannot revoke {}'s credential: {e}", p.pid)
-                }
-            }
-        }
+        // The proc's credential dies with it (a wasm proc has none): with
+        // its end's record below, or here when its end is not recorded.
+        let revoke = p.kind == Kind::Native;
         self.restartable
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&p.pid);
-        if self.stopping.load(Ordering::SeqCst) {
-            // Stopped with the node, which gives it back: not its end.
+        let fenced = || {
+            self.fenced
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&p.pid)
+        };
+        // Stopped with the node, which gives it back: not its end. Or
+        // stopped because the node was cut off: queued again, not ended.
+        let (stopping, fenced) = (self.stopping.load(Ordering::SeqCst), fenced());
+        if stopping || fenced {
+            if let Some(u) = usage {
+                let (cpu, mem) = (u.cpu_us, u.peak_mem_bytes);
+                if let Err(e) =
+                    procs::record_usage(&self.store, &self.realm, &p.pid, cpu, mem).await
+                {
+                    tracing::warn!(
+                        worker = %self.worker, "cannot record {}'s usage: {e}", p.pid);
+                }
+            }
+            if revoke {
+                self.revoke(&p.pid).await;
+            }
+            if fenced {
+                self.freed.notify_one();
+            }
             return;
         }
-        if self
-            .fenced
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&p.pid)
-        {
-            // Stopped because the node was cut off: queued again, not ended.
-            self.freed.notify_one();
-            return;
-        }
+        let spent = procs::Spent {
+            cpu_us: usage.and_then(|u| u.cpu_us),
+            peak_mem_bytes: usage.and_then(|u| u.peak_mem_bytes),
+            revoke,
+        };
         if let Some(m) = &self.metrics {
             m.proc_ended(&self.realm, p.kind.as_str(), state.as_str());
         }
@@ -765,6 +799,7 @@ impl Procd {
                 state,
                 status,
                 error.clone(),
+                spent,
                 &self.worker,
                 CLAIM_BATCH_MAX,
                 self.admission(),
@@ -779,6 +814,10 @@ impl Procd {
                 other => break other,
             }
         };
+        let next = next.map(|(claimed, revoked)| {
+            revoked.iter().for_each(|id| self.auth.forget(id));
+            claimed
+        });
         match next {
             Ok(claimed) if !claimed.procs.is_empty() => {
                 let mut set = self
@@ -801,6 +840,10 @@ impl Procd {
             Err(e) => {
                 tracing::error!(
                     worker = %self.worker, "cannot record the end of {}: {e}", p.pid);
+                // Its credential goes all the same.
+                if revoke {
+                    self.revoke(&p.pid).await;
+                }
                 self.freed.notify_one();
             }
         }
@@ -1030,18 +1073,6 @@ impl Procd {
         let usage = tokio::task::spawn_blocking(move || confined.finish())
             .await
             .unwrap_or_default();
-        if let Err(e) = procs::record_usage(
-            &self.store,
-            &self.realm,
-            &p.pid,
-            usage.cpu_us,
-            usage.peak_mem_bytes,
-        )
-        .await
-        {
-            tracing::warn!(
-                worker = %self.worker, "cannot record {}'s usage: {e}", p.pid);
-        }
         self.untrack(&p.pid);
         let evicted = procs::status(&self.store, &self.realm, &p.pid)
             .await
@@ -1059,18 +1090,21 @@ impl Procd {
                         "killed for memory: over its limit of {} MiB",
                         usage.mem_limit.unwrap_or(0) >> 20
                     );
-                    return self.record_exit(&p, State::Failed, code, Some(msg)).await;
+                    return self
+                        .record_end(&p, State::Failed, code, Some(msg), Some(usage))
+                        .await;
                 }
                 let state = if evicted {
                     State::Evicted
                 } else {
                     State::Exited
                 };
-                self.record_exit(&p, state, code, None).await;
+                self.record_end(&p, state, code, None, Some(usage)).await;
             }
             Err(e) => {
                 let msg = format!("waiting for the process failed: {e}");
-                self.record_exit(&p, State::Failed, None, Some(msg)).await;
+                self.record_end(&p, State::Failed, None, Some(msg), Some(usage))
+                    .await;
             }
         }
     }
