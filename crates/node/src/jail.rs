@@ -691,6 +691,13 @@ fn fail(c: &Ctx, e: Errno) -> ! {
 unsafe extern "C" fn p0(arg: usize) -> ! {
     // SAFETY: `arg` is the Ctx `launch` keeps alive for this process.
     let c = unsafe { &*(arg as *const Ctx) };
+    // The node's signal handlers (tokio's, for SIGCHLD, SIGTERM…) would
+    // run here, in the node's memory, when P1 ends: every signal back to
+    // its default (P1 and P2 inherit them). SIGKILL and SIGSTOP cannot be
+    // changed; the kernel refuses them and numbers past the last.
+    for sig in 1..=64 {
+        rawsys::signal(sig, libc::SIG_DFL);
+    }
     for &fd in &c.tasks {
         // "0" is the writing task: P0 itself.
         // SAFETY: a static byte.
