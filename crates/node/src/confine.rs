@@ -846,6 +846,15 @@ impl Prepared {
         }
     }
 
+    /// Its main process ended with `status`. A jailed proc's P0 that
+    /// exited (not killed) did so after reaping P1, which ends only after
+    /// P2: nothing runs on their stacks any more.
+    pub fn reaped(&mut self, status: &std::process::ExitStatus) {
+        if let (Some(l), Some(_)) = (self.launch.as_mut(), status.code()) {
+            l.ended();
+        }
+    }
+
     /// Closes the parent's copies of what the child inherited.
     pub fn spawned(&mut self) {
         self.tasks.clear();

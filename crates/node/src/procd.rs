@@ -1051,6 +1051,9 @@ impl Procd {
         // goes with it; output is then drained for a bounded time (a
         // process that left the group may hold the pipe open).
         let status = child.wait().await;
+        if let Ok(s) = &status {
+            confined.reaped(s);
+        }
         if let Some(os_pid) = child.id().or(match self.tracked(&p.pid) {
             Some(Running::Native(pid, _)) => Some(pid),
             _ => None,
