@@ -527,6 +527,11 @@ struct Ctx {
     /// when the program's exec succeeded).
     report: RawFd,
     flags: u64,
+    /// The descriptors P0 keeps (sorted): the rest of the node's — its
+    /// sockets, its database files — it closes first, so that a starting
+    /// proc never holds one open (a connection the node closes would
+    /// otherwise stay open, unseen by its peer, until P1 and P2 let go).
+    keep: Vec<RawFd>,
     stacks: [Stack; 3],
 }
 
@@ -644,6 +649,22 @@ pub fn launch(
         stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
         report: report_w.as_raw_fd(),
         flags,
+        keep: {
+            let mut keep: Vec<RawFd> = [
+                null.as_raw_fd(),
+                out_w.as_raw_fd(),
+                err_w.as_raw_fd(),
+                report_w.as_raw_fd(),
+            ]
+            .into_iter()
+            .chain(join.memory_tasks)
+            .chain(join.cgroup_dir)
+            .chain(join.lifeline.map(|(read, _)| read))
+            .collect();
+            keep.sort_unstable();
+            keep.dedup();
+            keep
+        },
         stacks: [Stack::new()?, Stack::new()?, Stack::new()?],
     });
     let mut pidfd: RawFd = -1;
@@ -705,10 +726,17 @@ unsafe extern "C" fn p0(arg: usize) -> ! {
             fail(c, e);
         }
     }
-    if let Some((_, write)) = c.join.lifeline {
-        // Only the node may hold it, or its end would go unheard.
-        rawsys::close(write);
+    // Everything else of the node's goes — the lifeline's write end too:
+    // only the node may hold it, or its end would go unheard.
+    let mut next: u32 = 0;
+    for &k in &c.keep {
+        let k = k as u32;
+        if k > next {
+            rawsys::close_range(next, k - 1);
+        }
+        next = k + 1;
     }
+    rawsys::close_range(next, u32::MAX);
     if let Err(e) = rawsys::setpgid_self() {
         fail(c, e);
     }
