@@ -478,16 +478,16 @@ impl Confine {
                 std::fs::write(dir.join("cpu.max"), format!("{quota} {CPU_PERIOD_US}"))?;
             }
             if p.jail.is_some() {
-                // A jailed proc is cloned straight into it.
+                // A jailed proc's program is cloned straight into it.
                 let fd = std::fs::File::open(&dir)?;
                 p.unified_dir_fd = Some(OwnedFd::from(fd));
+            } else {
+                // Without a jail, the child moves itself in.
+                let procs = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))?;
+                p.unified_procs = Some(OwnedFd::from(procs));
             }
-            // Without a jail (or on a kernel without clone3), the child
-            // moves itself in.
-            let procs = std::fs::OpenOptions::new()
-                .write(true)
-                .open(dir.join("cgroup.procs"))?;
-            p.unified_procs = Some(OwnedFd::from(procs));
             p.unified = Some(dir);
         }
         if bytes.is_some() && (memory.is_some() || p.v2_memory) {
@@ -619,8 +619,8 @@ pub struct Prepared {
     tasks: Vec<OwnedFd>,
     memory_tasks: Option<OwnedFd>,
     /// Its cgroup in the unified tree, the directory open (for a jailed
-    /// proc's `clone3`) and its `cgroup.procs` open (for a child that
-    /// joins by itself).
+    /// proc's `clone3`) or its `cgroup.procs` open (for an unjailed child,
+    /// which joins by itself).
     unified: Option<PathBuf>,
     unified_dir_fd: Option<OwnedFd>,
     unified_procs: Option<OwnedFd>,
