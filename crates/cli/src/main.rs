@@ -218,7 +218,7 @@ enum Command {
     Evict(procs::PidArgs),
     /// Print a native proc's kept stdout (or --stderr)
     Logs(procs::LogsArgs),
-    /// Forget ended procs (rows and events): tabos prune [PID...] [--older-than 1h]
+    /// Forget ended procs (rows, events, spent credentials): tabos prune [PID...] [--older-than 1h]
     Prune(procs::PruneArgs),
     /// Manage realms: tabos realm create R (prints its admin credential) | set R --procs N ... | list | show R
     Realm(procs::RealmArgs),

@@ -957,6 +957,20 @@ pub fn revoke_pid_tx(
     Ok(ids)
 }
 
+/// Procedure body: deletes proc `pid`'s revoked credentials, when its row
+/// is pruned ([`crate::procs::prune_tx`]): a native proc's credential is
+/// revoked as it ends, and its row would otherwise stay for ever, one per
+/// proc ever run. Nodes dropped them at the revocation, so no notice is
+/// sent; one still live (which an ended proc should not have) is kept.
+pub fn delete_revoked_of_pid_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<u64> {
+    let p = crate::p_key(tx);
+    Ok(tx.execute(
+        "DELETE FROM credential \
+         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NOT NULL",
+        params![p, realm, pid.as_str()],
+    )?)
+}
+
 /// Revokes proc `pid`'s credentials; returns their ids.
 pub async fn revoke_pid(store: &Store, realm: &str, pid: &Pid) -> Result<Vec<CredentialId>> {
     let (r, p, now) = (realm.to_string(), pid.clone(), tabos_store::now_us());

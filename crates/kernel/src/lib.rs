@@ -267,6 +267,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/038_code.sql"),
         postgres: include_str!("../schema/postgres/038_code.sql"),
     },
+    Migration {
+        version: 39,
+        name: "credential_by_id",
+        sqlite: include_str!("../schema/sqlite/039_credential_by_id.sql"),
+        postgres: include_str!("../schema/postgres/039_credential_by_id.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -2105,13 +2105,13 @@ pub async fn evict(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
 /// Most procs one prune removes.
 pub const PRUNE_MAX: usize = 10_000;
 
-/// Procedure body: forgets ended procs of `realm` — their `proc` rows and
-/// their events — so that the table keeps what runs and what is still of
-/// interest, and a pid can be used again. With `pids`, exactly those
-/// (each must exist, NotFound, and have ended, FailedPrecondition
-/// otherwise; nothing is removed unless all can be); without, every proc
-/// that ended before `ended_before_us` (every ended one when `None`), at
-/// most [`PRUNE_MAX`]. Returns the pids removed.
+/// Procedure body: forgets ended procs of `realm` — their `proc` rows,
+/// their events and their revoked credentials — so that the tables keep
+/// what runs and what is still of interest, and a pid can be used again.
+/// With `pids`, exactly those (each must exist, NotFound, and have ended,
+/// FailedPrecondition otherwise; nothing is removed unless all can be);
+/// without, every proc that ended before `ended_before_us` (every ended one
+/// when `None`), at most [`PRUNE_MAX`]. Returns the pids removed.
 pub fn prune_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -2161,6 +2161,7 @@ pub fn prune_tx(
             params![p, realm, pid.as_str()],
         )?;
         debug_assert_eq!(n, 1, "an ended proc chosen is deleted");
+        crate::auth::delete_revoked_of_pid_tx(tx, realm, pid)?;
     }
     Ok(chosen)
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tabos_kernel::ids::{Pid, WorkerId};
 use tabos_kernel::procs::{self, Admission, Class, Descriptor, State};
 use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
-use tabos_kernel::{realms, Error};
+use tabos_kernel::{auth, realms, Error};
 use tabos_store::Store;
 
 mod common;
@@ -1030,22 +1030,43 @@ both!(draining_a_node_moves_its_unclaimed_procs_only);
 
 /// Pruning forgets ended procs only: named ones (all or nothing: a live
 /// one among them refuses the whole prune), or every ended one; their
-/// events go too, and a pruned pid can be spawned again.
+/// events and their revoked credentials go too (one still live stays), and
+/// a pruned pid can be spawned again.
 fn pruning_forgets_ended_procs_only(b: Backend) {
     let Some(f) = b.open() else { return };
     let s = f.store.clone();
     rt().block_on(async move {
         realms::create(&s, "r", Scheduler::Fifo).unwrap();
         procs::register_worker(&s, "r", &worker("w1", "n1", 4)).unwrap();
+        let pid = |p: &str| Pid::new(p).unwrap();
+        let mut credential = HashMap::new();
         for p in ["a", "b", "live"] {
             procs::spawn(&s, "r", named(p)).await.unwrap();
+            let spec = auth::Spec {
+                pid: Some(pid(p)),
+                ..auth::Spec::realm("r", "root", auth::Role::Member)
+            };
+            let (_, made) = auth::create(&s, spec).await.unwrap();
+            credential.insert(p, made.id().clone());
         }
         for p in ["a", "b"] {
-            procs::exited(&s, "r", &Pid::new(p).unwrap(), State::Exited, Some(0), None)
+            procs::exited(&s, "r", &pid(p), State::Exited, Some(0), None)
                 .await
                 .unwrap();
         }
-        let pid = |p: &str| Pid::new(p).unwrap();
+        // a's credential is revoked as a native proc's is at its end; b's
+        // is left live.
+        auth::revoke_pid(&s, "r", &pid("a")).await.unwrap();
+        let credentials = |p: &str| -> i64 {
+            s.query(
+                "SELECT count(*) FROM credential WHERE id = $1",
+                &[credential[p].as_str().into()],
+            )
+            .unwrap()
+            .rows[0]
+                .get(0)
+                .unwrap()
+        };
         let e = procs::prune(&s, "r", vec![pid("a"), pid("live")], None)
             .await
             .unwrap_err();
@@ -1064,8 +1085,11 @@ fn pruning_forgets_ended_procs_only(b: Backend) {
             .unwrap();
         assert_eq!(pruned, [pid("a")]);
         assert!(procs::get(&s, "r", &pid("a")).is_err());
+        assert_eq!(credentials("a"), 0, "a's revoked credential is pruned");
         let rest = procs::prune(&s, "r", vec![], None).await.unwrap();
         assert_eq!(rest, [pid("b")]);
+        assert_eq!(credentials("b"), 1, "a live credential is kept");
+        assert_eq!(credentials("live"), 1);
         procs::get(&s, "r", &pid("live")).unwrap();
         let events: i64 = s
             .query(
