@@ -152,7 +152,8 @@ pub unsafe fn clone3_run(args: &CloneArgs, main: ChildMain, arg: usize) -> Resul
 }
 
 /// A stack for a [`clone3_run`] child: anonymous memory with a guard
-/// page below it, unmapped when dropped.
+/// page below it, kept for the next child when dropped (up to
+/// [`STACKS_KEPT`]) and unmapped beyond that.
 #[derive(Debug)]
 pub struct Stack {
     base: *mut libc::c_void,
@@ -167,9 +168,27 @@ unsafe impl Sync for Stack {}
 /// Size of each [`Stack`], its guard page included.
 pub const STACK_BYTES: usize = 256 << 10;
 
+/// Stacks kept mapped for reuse once their child has ended: unmapping one
+/// a child wrote costs a TLB shoot-down on every CPU that runs one of the
+/// node's threads (the children share its memory), and mapping it again
+/// page faults; three per proc start. 48 cover 16 procs starting at once
+/// (12 MiB of address space, resident only where a child wrote).
+pub const STACKS_KEPT: usize = 48;
+
+static KEPT: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
+
 impl Stack {
-    /// Maps a new stack (made here, in the node, never in a child).
+    /// A stack: a kept one, or a new mapping (made here, in the node,
+    /// never in a child).
     pub fn new() -> std::io::Result<Stack> {
+        let kept = KEPT.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match kept {
+            Some(stack) => Ok(stack),
+            None => Stack::map(),
+        }
+    }
+
+    fn map() -> std::io::Result<Stack> {
         let len = STACK_BYTES;
         // SAFETY: a fresh anonymous mapping; the lowest page made a guard.
         unsafe {
@@ -202,8 +221,20 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        // SAFETY: our own mapping, no longer used by any child (the owner
-        // drops it only once they have ended: see jail::Launch).
+        // No child uses it any more (the owner drops it only once they
+        // have ended: see jail::Launch), so the next may: kept as it is,
+        // its mapping moved into a new value.
+        let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < STACKS_KEPT {
+            let base = std::mem::replace(&mut self.base, std::ptr::null_mut());
+            kept.push(Stack {
+                base,
+                len: self.len,
+            });
+            return;
+        }
+        drop(kept);
+        // SAFETY: our own mapping, no longer used by any child.
         unsafe {
             libc::munmap(self.base, self.len);
         }
