@@ -4,7 +4,10 @@
 //! Input: the Linux kernel source (Debian's `linux-source-6.1`, installed
 //! with apt-get if missing and unpacked once under `target/bench-data`), or
 //! a directory given with `--input`; `--quick` takes only its `kernel/`,
-//! `fs/` and `mm/` subdirectories when they exist.
+//! `fs/` and `mm/` subdirectories when they exist. The word count runs
+//! again over `/usr/include` (`/usr/include/linux` in `--quick`), whose
+//! distinct words are few next to the kernel source's 12 million: the
+//! `wordcount_few_words.*` figures, the other regime.
 //!
 //! * tabos: an embedded node in-process (SQLite, block store) whose worker
 //!   has 1 core slot, then 2 (σOS's workers: the cores a node offers its
@@ -14,7 +17,8 @@
 //! * The floor: tabos's map and reduce work in plain Rust (read each file,
 //!   split on ASCII whitespace, count with the mapper's FNV-1a hash and no
 //!   allocation per occurrence, sort and write the output), on 1 thread
-//!   and on 2 (files dealt out by size, maps merged at the end).
+//!   and on 2 (files dealt out by size; the counts partitioned by key, each
+//!   partition merged and written by its own thread).
 //! * grep: `grep -r -c` and `rg -c` (ripgrep, installed with apt-get if
 //!   missing) over the same tree, against `tabos mr grep`.
 //! * PySpark `local[2]` (pip-installed into `target/bench-venv`, or
@@ -74,10 +78,7 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
         vec![root.clone()]
     };
     let exe = crate::tabos_exe()?;
-    let files: Vec<(PathBuf, u64)> = tabos_mr::split::plan(&inputs, u64::MAX)?
-        .into_iter()
-        .map(|s| (s.path, s.len))
-        .collect();
+    let files = plan(&inputs)?;
     let bytes: u64 = files.iter().map(|f| f.1).sum();
     let mb = bytes as f64 / 1e6;
     let under: Vec<String> = inputs.iter().map(|p| p.display().to_string()).collect();
@@ -99,52 +100,10 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
         let _ = std::fs::read(f);
     }
 
-    // The floor.
-    let mut floor1 = f64::INFINITY;
-    let mut floor2 = f64::INFINITY;
-    let mut floor_counts: Vec<Records> = Vec::new();
-    let floor_out = tabos_store::testing::TempDir::new("bench-mr-floor");
-    for _ in 0..runs {
-        let t = Instant::now();
-        floor_counts = floor_wordcount(&files, 1, floor_out.path())?;
-        floor1 = floor1.min(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        let c2 = floor_wordcount(&files, 2, floor_out.path())?;
-        floor2 = floor2.min(t.elapsed().as_secs_f64());
-        anyhow::ensure!(
-            c2 == floor_counts,
-            "the 2-thread floor disagrees with the 1-thread one"
-        );
-    }
-    let floor_words: u64 = floor_counts.iter().flatten().map(|r| r.1).sum();
-    let floor_keys: usize = floor_counts.iter().map(Vec::len).sum();
-    println!(
-        "  floor: 1 thread {:.1} MB/s, 2 threads {:.1} MB/s",
-        mb / floor1,
-        mb / floor2
-    );
-
-    // tabos, 1 and 2 core slots.
-    let mut tabos = [f64::INFINITY; 2];
+    let wc = wordcount(&exe, &inputs, &files, runs, task_bytes)?;
+    let (floor_words, floor_keys) = (wc.words, wc.keys);
     let mut tabos_grep = f64::INFINITY;
     let mut grep_total = 0u64;
-    for (slot, cores) in [1i64, 2].into_iter().enumerate() {
-        for _ in 0..runs {
-            let (secs, out) = tabos_job(&exe, &inputs, cores, Kind::WordCount, task_bytes)?;
-            let words: u64 = out.iter().map(|r| r.1).sum();
-            anyhow::ensure!(
-                words == floor_words && out.len() == floor_keys,
-                "tabos counted {words} words ({} distinct), the floor {floor_words} ({})",
-                out.len(),
-                floor_keys
-            );
-            tabos[slot] = tabos[slot].min(secs);
-        }
-        println!(
-            "  tabos wordcount, {cores} core slot(s): {:.1} MB/s",
-            mb / tabos[slot]
-        );
-    }
     for _ in 0..runs {
         let (secs, out) = tabos_job(
             &exe,
@@ -221,77 +180,9 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
         }
     }
 
-    // PySpark local[2].
-    let spark = pyspark_wordcount(&inputs, runs);
-    match &spark {
-        Ok((v, secs, words)) => {
-            println!(
-                "  PySpark {v} local[2]: {:.1} MB/s ({words} words)",
-                mb / secs
-            );
-            report.notes.push(format!(
-                "PySpark {v} local[2], DataFrame API: {words} words (split on ASCII \
-                 whitespace after UTF-8 decoding; tabos and the floor {floor_words} over bytes); \
-                 timed after the session started"
-            ));
-        }
-        Err(e) => {
-            println!("  PySpark: not measured: {e}");
-            report.notes.push(format!("PySpark not measured: {e}"));
-        }
-    }
-
+    push_wordcount(&mut report, "wordcount", &wc);
     let mbps = |secs: f64| round(mb / secs, 1);
-    let wc2 = mbps(tabos[1]);
-    report.figures.push(
-        Figure::new(
-            "wordcount.2workers_vs_pyspark.mb_per_s",
-            wc2,
-            "MB/s",
-            Better::Higher,
-        )
-        .peer(
-            "PySpark local[2]",
-            spark.as_ref().ok().map(|(_, secs, _)| mbps(*secs)),
-        )
-        .runs(runs, Stat::BestOfRuns)
-        .target("ratio >= 5"),
-    );
-    report.figures.push(
-        Figure::new(
-            "wordcount.2workers_vs_floor2.mb_per_s",
-            wc2,
-            "MB/s",
-            Better::Higher,
-        )
-        .peer(
-            "floor: the same work in Rust, 2 threads",
-            Some(mbps(floor2)),
-        )
-        .runs(runs, Stat::BestOfRuns)
-        .target("ratio >= 0.7"),
-    );
-    report.figures.push(
-        Figure::new(
-            "wordcount.1worker_vs_floor1.mb_per_s",
-            mbps(tabos[0]),
-            "MB/s",
-            Better::Higher,
-        )
-        .peer("floor: the same work in Rust, 1 thread", Some(mbps(floor1)))
-        .runs(runs, Stat::BestOfRuns),
-    );
-    report.figures.push(
-        Figure::new(
-            "wordcount.2workers_vs_1worker.mb_per_s",
-            wc2,
-            "MB/s",
-            Better::Higher,
-        )
-        .peer("tabos, 1 worker core", Some(mbps(tabos[0])))
-        .runs(runs, Stat::BestOfRuns)
-        .target("ratio >= 1.8"),
-    );
+    let wc2 = mbps(wc.tabos[1]);
     report.figures.push(
         Figure::new(
             "grep.2workers_vs_grep.mb_per_s",
@@ -336,7 +227,7 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
         )
         .peer(
             "PySpark local[2]",
-            spark.as_ref().ok().map(|(_, secs, _)| mbps(*secs)),
+            wc.spark.as_ref().ok().map(|p| mbps(p.secs)),
         )
         .runs(runs, Stat::BestOfRuns),
     );
@@ -360,7 +251,216 @@ pub fn run(quick: bool, input: Option<&Path>) -> anyhow::Result<Report> {
          submission (planning and writing the split lists included) to the job's done; best of {runs}",
         task_bytes as f64 / f64::from(1 << 20)
     ));
+
+    // The other regime: few distinct words (the issue's second input).
+    let few = Path::new(FEW_WORDS_INPUT);
+    let few_inputs = if quick && few.join("linux").is_dir() {
+        vec![few.join("linux")]
+    } else {
+        vec![few.to_path_buf()]
+    };
+    let few_files = plan(&few_inputs)?;
+    let few_bytes: u64 = few_files.iter().map(|f| f.1).sum();
+    let few_task_bytes = TASK_BYTES_MAX
+        .min(few_bytes / 16)
+        .max(tabos_mr::split::SPLIT_BYTES_MIN);
+    for (f, _) in &few_files {
+        let _ = std::fs::read(f);
+    }
+    let few_note = format!(
+        "second input (few distinct words): {} files, {:.1} MB under {}",
+        few_files.len(),
+        few_bytes as f64 / 1e6,
+        few_inputs[0].display()
+    );
+    println!("mr: {few_note}");
+    report.notes.push(few_note);
+    let few_wc = wordcount(&exe, &few_inputs, &few_files, runs, few_task_bytes)?;
+    push_wordcount(&mut report, "wordcount_few_words", &few_wc);
     Ok(report)
+}
+
+/// The input with few distinct words beside the Linux source's 12 million:
+/// the system's C headers.
+const FEW_WORDS_INPUT: &str = "/usr/include";
+
+/// The files under `inputs`, with their sizes.
+fn plan(inputs: &[PathBuf]) -> anyhow::Result<Vec<(PathBuf, u64)>> {
+    Ok(tabos_mr::split::plan(inputs, u64::MAX)?
+        .into_iter()
+        .map(|s| (s.path, s.len))
+        .collect())
+}
+
+/// PySpark's run: its version, best seconds, words counted.
+struct Spark {
+    version: String,
+    secs: f64,
+    words: u64,
+}
+
+/// One input's word count by every contestant: the floor on 1 and 2
+/// threads, tabos on 1 and 2 core slots, PySpark; best of `runs` each.
+struct WordCount {
+    runs: u32,
+    mb: f64,
+    floor1: f64,
+    floor2: f64,
+    tabos: [f64; 2],
+    spark: Result<Spark, String>,
+    /// Words and distinct words, as the floor counted them (tabos's
+    /// counts are checked equal).
+    words: u64,
+    keys: usize,
+}
+
+/// Measures [`WordCount`] over `inputs` (`files`: their files, already
+/// read once so the page cache holds them).
+fn wordcount(
+    exe: &Path,
+    inputs: &[PathBuf],
+    files: &[(PathBuf, u64)],
+    runs: u32,
+    task_bytes: u64,
+) -> anyhow::Result<WordCount> {
+    let mb = files.iter().map(|f| f.1).sum::<u64>() as f64 / 1e6;
+    let mut floor1 = f64::INFINITY;
+    let mut floor2 = f64::INFINITY;
+    let mut floor_counts: Vec<Records> = Vec::new();
+    let floor_out = tabos_store::testing::TempDir::new("bench-mr-floor");
+    for _ in 0..runs {
+        let t = Instant::now();
+        floor_counts = floor_wordcount(files, 1, floor_out.path())?;
+        floor1 = floor1.min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let c2 = floor_wordcount(files, 2, floor_out.path())?;
+        floor2 = floor2.min(t.elapsed().as_secs_f64());
+        anyhow::ensure!(
+            c2 == floor_counts,
+            "the 2-thread floor disagrees with the 1-thread one"
+        );
+    }
+    let words: u64 = floor_counts.iter().flatten().map(|r| r.1).sum();
+    let keys: usize = floor_counts.iter().map(Vec::len).sum();
+    drop(floor_counts);
+    println!(
+        "  floor: 1 thread {:.1} MB/s, 2 threads {:.1} MB/s ({words} words, {keys} distinct)",
+        mb / floor1,
+        mb / floor2
+    );
+    let mut tabos = [f64::INFINITY; 2];
+    for (slot, cores) in [1i64, 2].into_iter().enumerate() {
+        for _ in 0..runs {
+            let (secs, out) = tabos_job(exe, inputs, cores, Kind::WordCount, task_bytes)?;
+            let counted: u64 = out.iter().map(|r| r.1).sum();
+            anyhow::ensure!(
+                counted == words && out.len() == keys,
+                "tabos counted {counted} words ({} distinct), the floor {words} ({keys})",
+                out.len(),
+            );
+            tabos[slot] = tabos[slot].min(secs);
+        }
+        println!(
+            "  tabos wordcount, {cores} core slot(s): {:.1} MB/s",
+            mb / tabos[slot]
+        );
+    }
+    let spark = pyspark_wordcount(inputs, runs).map(|(version, secs, words)| Spark {
+        version,
+        secs,
+        words,
+    });
+    match &spark {
+        Ok(p) => println!(
+            "  PySpark {} local[2]: {:.1} MB/s ({} words)",
+            p.version,
+            mb / p.secs,
+            p.words
+        ),
+        Err(e) => println!("  PySpark: not measured: {e}"),
+    }
+    Ok(WordCount {
+        runs,
+        mb,
+        floor1,
+        floor2,
+        tabos,
+        spark,
+        words,
+        keys,
+    })
+}
+
+/// The figures of one input's word count, named `{prefix}.…`.
+fn push_wordcount(report: &mut Report, prefix: &str, wc: &WordCount) {
+    let mbps = |secs: f64| round(wc.mb / secs, 1);
+    let runs = wc.runs;
+    let wc2 = mbps(wc.tabos[1]);
+    let counted = format!("{} words, {} distinct", wc.words, wc.keys);
+    match &wc.spark {
+        Ok(p) => report.notes.push(format!(
+            "{prefix}: PySpark {} local[2], DataFrame API: {} words (split on ASCII \
+             whitespace after UTF-8 decoding; tabos and the floor {} over bytes); \
+             timed after the session started",
+            p.version, p.words, wc.words
+        )),
+        Err(e) => report
+            .notes
+            .push(format!("{prefix}: PySpark not measured: {e}")),
+    }
+    report.figures.push(
+        Figure::new(
+            format!("{prefix}.2workers_vs_pyspark.mb_per_s"),
+            wc2,
+            "MB/s",
+            Better::Higher,
+        )
+        .peer(
+            "PySpark local[2]",
+            wc.spark.as_ref().ok().map(|p| mbps(p.secs)),
+        )
+        .runs(runs, Stat::BestOfRuns)
+        .target("ratio >= 5")
+        .note(counted.clone()),
+    );
+    report.figures.push(
+        Figure::new(
+            format!("{prefix}.2workers_vs_floor2.mb_per_s"),
+            wc2,
+            "MB/s",
+            Better::Higher,
+        )
+        .peer(
+            "floor: the same work in Rust, 2 threads, counting partitioned by key",
+            Some(mbps(wc.floor2)),
+        )
+        .runs(runs, Stat::BestOfRuns)
+        .target("ratio >= 0.8"),
+    );
+    report.figures.push(
+        Figure::new(
+            format!("{prefix}.1worker_vs_floor1.mb_per_s"),
+            mbps(wc.tabos[0]),
+            "MB/s",
+            Better::Higher,
+        )
+        .peer(
+            "floor: the same work in Rust, 1 thread",
+            Some(mbps(wc.floor1)),
+        )
+        .runs(runs, Stat::BestOfRuns),
+    );
+    report.figures.push(
+        Figure::new(
+            format!("{prefix}.2workers_vs_1worker.mb_per_s"),
+            wc2,
+            "MB/s",
+            Better::Higher,
+        )
+        .peer("tabos, 1 worker core", Some(mbps(wc.tabos[0])))
+        .runs(runs, Stat::BestOfRuns)
+        .target("ratio >= 1.8"),
+    );
 }
 
 /// What [`tabos_job`] takes: a [`Contest`], or a built-in [`Kind`].
@@ -539,9 +639,13 @@ fn tabos_job(
 /// tabos in between — read each whole file, split on ASCII whitespace
 /// (words cut at the mapper's [`WORD_BYTES_MAX`]), count in the mapper's
 /// own [`Combiner`] (FNV-1a, a key allocated only when first seen, split
-/// over the job's reducers), then sort and write each reducer's output —
-/// on `threads` threads (files dealt out in turn by size, combiners merged
-/// at the end). Returns each reducer's records, sorted by key.
+/// by key over the job's reducers), then sort and write each reducer's
+/// output — on `threads` threads: files dealt out in turn by size, each
+/// thread counting its files into its own combiner and sorting its
+/// partitions, then each partition merged from every thread's, sorted
+/// run by sorted run, and written by a thread of its own (partitioned by
+/// key: no thread merges alone — with 12 million distinct words, merging
+/// is most of the work). Returns each reducer's records, sorted by key.
 fn floor_wordcount(
     files: &[(PathBuf, u64)],
     threads: usize,
@@ -559,11 +663,12 @@ fn floor_wordcount(
                 .collect()
         })
         .collect();
-    let combiners: Vec<Combiner> = std::thread::scope(|s| {
+    // Each thread's partitions, each sorted by key.
+    let counted: Vec<Vec<Records>> = std::thread::scope(|s| {
         let handles: Vec<_> = shares
             .iter()
             .map(|share| {
-                s.spawn(move || -> anyhow::Result<Combiner> {
+                s.spawn(move || -> anyhow::Result<Vec<Records>> {
                     let mut c = Combiner::new(REDUCERS)?;
                     for f in share {
                         let Ok(data) = std::fs::read(f) else { continue };
@@ -576,38 +681,96 @@ fn floor_wordcount(
                             }
                         }
                     }
-                    Ok(c)
+                    Ok(c.into_parts())
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("a floor thread panicked"))?
-            })
+            .map(joined)
             .collect::<anyhow::Result<_>>()
     })?;
-    let mut it = combiners.into_iter();
-    let mut all = it.next().map_or_else(|| Combiner::new(REDUCERS), Ok)?;
-    for c in it {
-        for (k, v) in c.into_parts().into_iter().flatten() {
-            all.emit(&k, v);
+    // Partition r's sorted runs, from every thread.
+    let mut runs: Vec<Vec<Records>> = (0..REDUCERS).map(|_| Vec::new()).collect();
+    for parts in counted {
+        for (r, part) in parts.into_iter().enumerate() {
+            runs[r].push(part);
         }
     }
-    // Each reducer's output, sorted by key, one `word<TAB>count` line each.
-    let parts = all.into_parts();
-    for (r, part) in parts.iter().enumerate() {
-        use std::io::Write as _;
-        let file = std::fs::File::create(out_dir.join(format!("floor.{r}.out")))?;
-        let mut w = std::io::BufWriter::new(file);
-        for (k, v) in part {
-            w.write_all(k)?;
-            writeln!(w, "\t{v}")?;
-        }
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    // Merged and written, the partitions dealt out over the threads.
+    let mut dealt: Vec<Vec<(usize, Vec<Records>)>> = (0..threads).map(|_| Vec::new()).collect();
+    for (r, part_runs) in runs.into_iter().enumerate() {
+        dealt[r % threads].push((r, part_runs));
     }
-    Ok(parts)
+    let mut parts: Vec<(usize, Records)> = std::thread::scope(|s| {
+        let handles: Vec<_> = dealt
+            .into_iter()
+            .map(|mine| {
+                s.spawn(move || -> anyhow::Result<Vec<(usize, Records)>> {
+                    let mut done = Vec::new();
+                    for (r, part_runs) in mine {
+                        let merged = part_runs
+                            .into_iter()
+                            .reduce(merge_counts)
+                            .unwrap_or_default();
+                        write_part(&out_dir.join(format!("floor.{r}.out")), &merged)?;
+                        done.push((r, merged));
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        let per_thread: Vec<Vec<(usize, Records)>> = handles
+            .into_iter()
+            .map(joined)
+            .collect::<anyhow::Result<_>>()?;
+        Ok::<_, anyhow::Error>(per_thread.into_iter().flatten().collect())
+    })?;
+    parts.sort_by_key(|p| p.0);
+    Ok(parts.into_iter().map(|p| p.1).collect())
+}
+
+/// A floor thread's result.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, anyhow::Result<T>>) -> anyhow::Result<T> {
+    h.join()
+        .map_err(|_| anyhow::anyhow!("a floor thread panicked"))?
+}
+
+/// Two runs of records sorted by key, merged into one: a key in both gets
+/// the sum of its counts.
+fn merge_counts(a: Records, b: Records) -> Records {
+    let mut out = Vec::with_capacity(a.len().max(b.len()));
+    let (mut a, mut b) = (a.into_iter().peekable(), b.into_iter().peekable());
+    loop {
+        let next = match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) => match x.0.cmp(&y.0) {
+                std::cmp::Ordering::Less => a.next(),
+                std::cmp::Ordering::Greater => b.next(),
+                std::cmp::Ordering::Equal => {
+                    let (k, n) = a.next().expect("peeked");
+                    let (_, m) = b.next().expect("peeked");
+                    Some((k, n + m))
+                }
+            },
+            (Some(_), None) => a.next(),
+            (None, Some(_)) => b.next(),
+            (None, None) => break,
+        };
+        out.extend(next);
+    }
+    out
+}
+
+/// One reducer's output: a `word<TAB>count` line per record, synced.
+fn write_part(path: &Path, records: &Records) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (k, v) in records {
+        w.write_all(k)?;
+        writeln!(w, "\t{v}")?;
+    }
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(())
 }
 
 /// The fastest of `runs` runs of `f` (wall time, count).
