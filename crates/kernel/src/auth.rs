@@ -769,11 +769,7 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
     if spec.role != Role::Operator {
         crate::realms::scheduler_tx(tx, &spec.realm)?; // NotFound for an unknown realm
         if spec.pid.is_none() {
-            let live: i64 = tx.query_scalar(
-                "SELECT count(*) FROM credential WHERE p_key = $1 AND realm = $2 \
-                 AND pid IS NULL AND revoked_us IS NULL AND (expires_us IS NULL OR expires_us > $3)",
-                params![p, spec.realm.as_str(), now_us],
-            )?;
+            let live: i64 = tx.query_scalar(LIVE_COUNT, params![p, spec.realm.as_str(), now_us])?;
             if live >= CREDENTIALS_PER_REALM_MAX {
                 return Err(Error::Full(format!(
                     "realm {} is over its credential quota: {live} live of {CREDENTIALS_PER_REALM_MAX}",
@@ -911,14 +907,9 @@ pub fn revoke_tx(
 pub async fn revoke(store: &Store, id: &CredentialId, realm: Option<&str>) -> Result<()> {
     // A read on the read path, off the async runtime's threads.
     let (s, i) = (store.clone(), id.clone());
-    let owner = tokio::task::spawn_blocking(move || {
-        s.query(
-            "SELECT realm FROM credential WHERE id = $1",
-            params![i.as_str()],
-        )
-    })
-    .await
-    .map_err(|e| Error::Invalid(format!("credential look-up failed: {e}")))??;
+    let owner = tokio::task::spawn_blocking(move || s.query(OWNER, params![i.as_str()]))
+        .await
+        .map_err(|e| Error::Invalid(format!("credential look-up failed: {e}")))??;
     let Some(owner) = owner.rows.first() else {
         return Err(Error::NotFound(format!("credential {id}")));
     };
@@ -943,11 +934,7 @@ pub fn revoke_pid_tx(
     now_us: i64,
 ) -> Result<Vec<CredentialId>> {
     let p = crate::p_key(tx);
-    let rows = tx.query(
-        "UPDATE credential SET revoked_us = $4 \
-         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NULL RETURNING id",
-        params![p, realm, pid.as_str(), now_us],
-    )?;
+    let rows = tx.query(REVOKE_PID, params![p, realm, pid.as_str(), now_us])?;
     let mut ids = Vec::with_capacity(rows.len());
     for r in rows.iter() {
         let id = CredentialId::new(r.get::<String>(0)?)?;
@@ -964,11 +951,7 @@ pub fn revoke_pid_tx(
 /// sent; one still live (which an ended proc should not have) is kept.
 pub fn delete_revoked_of_pid_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<u64> {
     let p = crate::p_key(tx);
-    Ok(tx.execute(
-        "DELETE FROM credential \
-         WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NOT NULL",
-        params![p, realm, pid.as_str()],
-    )?)
+    Ok(tx.execute(DELETE_REVOKED_OF_PID, params![p, realm, pid.as_str()])?)
 }
 
 /// Revokes proc `pid`'s credentials; returns their ids.
@@ -1028,6 +1011,29 @@ pub fn list(store: &Store, realm: Option<&str>, with_procs: bool) -> Result<Vec<
         .collect()
 }
 
+// The statements run once per proc (its start and end) or per change a
+// node is told of: each must find its rows through an index, never by
+// scanning every credential (one per native proc ever run) — checked by
+// `every_hot_statement_uses_an_index` below.
+const LIVE_COUNT: &str = "SELECT count(*) FROM credential WHERE p_key = $1 AND realm = $2 \
+     AND pid IS NULL AND revoked_us IS NULL AND (expires_us IS NULL OR expires_us > $3)";
+const OWNER: &str = "SELECT realm FROM credential WHERE id = $1";
+// The rows are chosen in a subquery: an UPDATE or DELETE that would find
+// them through an index whose columns it changes does not search it.
+const REVOKE_PID: &str = "UPDATE credential SET revoked_us = $4 WHERE p_key = $1 AND id IN \
+     (SELECT id FROM credential \
+      WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NULL) RETURNING id";
+const DELETE_REVOKED_OF_PID: &str = "DELETE FROM credential WHERE p_key = $1 AND id IN \
+     (SELECT id FROM credential \
+      WHERE p_key = $1 AND realm = $2 AND pid = $3 AND revoked_us IS NOT NULL)";
+
+fn load_one_sql() -> String {
+    format!(
+        "SELECT {COLUMNS} FROM credential WHERE id = $1 AND revoked_us IS NULL \
+         AND (expires_us IS NULL OR expires_us > $2)"
+    )
+}
+
 /// Credential `id` with its hash if it is neither revoked nor expired at
 /// `now_us` (`None`: unknown, revoked or expired), on the read path: how a
 /// node applies one change notification.
@@ -1036,13 +1042,7 @@ pub fn load_one(
     id: &CredentialId,
     now_us: i64,
 ) -> Result<Option<(TokenHash, Principal)>> {
-    let rows = store.query(
-        &format!(
-            "SELECT {COLUMNS} FROM credential WHERE id = $1 AND revoked_us IS NULL \
-             AND (expires_us IS NULL OR expires_us > $2)"
-        ),
-        params![id.as_str(), now_us],
-    )?;
+    let rows = store.query(&load_one_sql(), params![id.as_str(), now_us])?;
     rows.rows
         .first()
         .map(|r| info_of(r).map(|(i, h)| (h, i.principal)))
@@ -1085,6 +1085,47 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// On SQLite (without statistics, as a node runs it), each statement
+    /// run per proc or per credential change searches: none scans the
+    /// table, nor walks the whole partition by its primary key's `p_key`
+    /// alone.
+    #[test]
+    fn every_hot_statement_uses_an_index() {
+        let dir = tabos_store::testing::TempDir::new("auth-plans");
+        let store = crate::open(&tabos_store::Config::sqlite(dir.path())).unwrap();
+        let load_one = load_one_sql();
+        for sql in [
+            LIVE_COUNT,
+            OWNER,
+            REVOKE_PID,
+            DELETE_REVOKED_OF_PID,
+            load_one.as_str(),
+        ] {
+            let explain = format!("EXPLAIN QUERY PLAN {sql}");
+            // As many parameters as the statement takes (the plan does not
+            // depend on their values).
+            let n = (1..=9).filter(|k| sql.contains(&format!("${k}"))).count();
+            let params = vec![tabos_store::Value::Int(0); n];
+            let plan = store
+                .call(PKey(0), move |tx| {
+                    Ok::<_, Error>(tx.query_text(&explain, &params)?)
+                })
+                .unwrap();
+            let steps: Vec<String> = plan.iter().map(|r| r.get::<String>(3).unwrap()).collect();
+            assert!(
+                steps.iter().any(|s| s.starts_with("SEARCH")),
+                "{sql}: {steps:?}"
+            );
+            for step in &steps {
+                let whole_partition = step.ends_with("USING PRIMARY KEY (p_key=?)");
+                assert!(
+                    !step.starts_with("SCAN") && !whole_partition,
+                    "{sql}: {steps:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn tokens_are_well_formed_and_distinct() {

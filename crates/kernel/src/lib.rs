@@ -273,6 +273,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/039_credential_by_id.sql"),
         postgres: include_str!("../schema/postgres/039_credential_by_id.sql"),
     },
+    Migration {
+        version: 40,
+        name: "credential_by_pid",
+        sqlite: include_str!("../schema/sqlite/040_credential_by_pid.sql"),
+        postgres: include_str!("../schema/postgres/040_credential_by_pid.sql"),
+    },
 ];
 
 /// Errors of kernel services.
