@@ -128,23 +128,25 @@ impl Figure {
     /// or `value >= x`.
     pub fn target(mut self, target: &str) -> Figure {
         let parts: Vec<&str> = target.split_whitespace().collect();
-        let met = match parts.as_slice() {
-            [what, op, bound] => {
-                let bound: f64 = bound.parse().unwrap_or(f64::NAN);
-                let x = match *what {
-                    "ratio" => self.ratio,
-                    "value" => Some(self.value),
-                    _ => None,
-                };
-                x.map(|x| match *op {
-                    "<=" => x <= bound,
-                    ">=" => x >= bound,
-                    _ => false,
-                })
-            }
-            _ => None,
+        // A target the report cannot read could never be met.
+        let [what, op, bound] = parts.as_slice() else {
+            panic!("a target the report cannot read: {target:?}");
         };
+        let bound: f64 = bound
+            .parse()
+            .unwrap_or_else(|_| panic!("a target's bound is not a number: {target:?}"));
+        let x = match *what {
+            "ratio" => self.ratio,
+            "value" => Some(self.value),
+            _ => panic!("a target of neither ratio nor value: {target:?}"),
+        };
+        let met = x.map(|x| match *op {
+            "<=" => x <= bound,
+            ">=" => x >= bound,
+            _ => panic!("a target's comparison is neither <= nor >=: {target:?}"),
+        });
         self.target = Some(target.to_string());
+        // An unmeasured peer never meets a ratio target.
         self.met = Some(met.unwrap_or(false));
         self
     }

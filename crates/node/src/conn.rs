@@ -465,7 +465,10 @@ impl Listener {
                 // Registering the socket anew can fail for this socket
                 // alone (the runtime's poller out of room): it is closed,
                 // and the accept loop goes on without a pause.
-                Ok(tabos_client::local::LocalStream::from_tokio(s)
+                Ok(s.into_std()
+                    .and_then(|s| {
+                        tabos_client::local::LocalStream::of(s, tabos_client::local::End::Node)
+                    })
                     .ok()
                     .map(|s| (Stream::Right(s), Source::Local(uid))))
             }
