@@ -7,9 +7,10 @@
 //!   contain the pattern (a byte string), like `grep -r -c` without the
 //!   files that have none.
 //!
-//! Mappers see lines in pieces (see [`crate::split::read_lines`]) and keep
-//! what crosses a piece boundary: the unfinished word, or the last
-//! `pattern.len() - 1` bytes. Map output is combined in the mapper (one
+//! Mappers see lines in pieces (see [`crate::split::read_lines`]; a word
+//! count sees its split's bytes in pieces cut anywhere,
+//! [`crate::split::read_owned`]) and keep what crosses a piece boundary:
+//! the unfinished word, or the last `pattern.len() - 1` bytes. Map output is combined in the mapper (one
 //! count per key and reducer) before it is written.
 
 use std::collections::HashMap;
@@ -42,6 +43,17 @@ impl Kind {
         Ok(Kind::Grep {
             pattern: pattern.to_vec(),
         })
+    }
+
+    /// Whether its mapper needs a split's lines one by one ([`Mapper::piece`]
+    /// with `ends` at each line's end); a word count does not ('\n' is
+    /// whitespace like any other), and takes the split's bytes in pieces
+    /// cut anywhere, with one `ends` at the split's end.
+    pub fn sees_lines(&self) -> bool {
+        match self {
+            Kind::WordCount => false,
+            Kind::Grep { .. } => true,
+        }
     }
 
     /// A mapper for the lines of `path`.

@@ -21,6 +21,8 @@ pub const SPLIT_BYTES_MIN: u64 = 4 << 10;
 /// Longest line handed to a map function; a longer line is handed in
 /// pieces of this size (a single huge line must not need unbounded memory).
 pub const LINE_BYTES_MAX: usize = 1 << 20;
+/// Largest piece [`read_owned`] hands over from a file.
+pub const OWNED_PIECE_BYTES: usize = 1 << 20;
 
 /// A byte range of one input file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -346,6 +348,71 @@ pub fn read_lines(split: &Split, f: impl FnMut(&[u8], bool)) -> Result<()> {
     // (and what finishing its last line may need) spares the allocator.
     let want = (split.len + 1).saturating_add(4096).min(256 << 10) as usize;
     lines_from(BufReader::with_capacity(want, file), split, f).map_err(io(path))
+}
+
+/// Calls `f` with the bytes `split` owns — the lines [`read_lines`] would
+/// give, with their '\n's — in order, in pieces of at most
+/// [`OWNED_PIECE_BYTES`] cut anywhere, not at line ends: for a job that
+/// does not care where lines end (a word count, where '\n' is just
+/// whitespace), without a copy and a call per line.
+pub fn read_owned(split: &Split, f: impl FnMut(&[u8])) -> Result<()> {
+    let path = &split.path;
+    let mut file = File::open(path).map_err(io(path))?;
+    file.seek(SeekFrom::Start(first_byte(split)))
+        .map_err(io(path))?;
+    let want = (split.len + 1)
+        .saturating_add(4096)
+        .min(OWNED_PIECE_BYTES as u64) as usize;
+    owned_from(BufReader::with_capacity(want, file), split, f).map_err(io(path))
+}
+
+/// [`read_owned`] over `bytes`, as [`read_lines_in`] takes them.
+pub fn read_owned_in(bytes: &[u8], split: &Split, f: impl FnMut(&[u8])) -> Result<()> {
+    owned_from(bytes, split, f).map_err(io(&split.path))
+}
+
+/// The bytes `split` owns from `r`, positioned at [`first_byte`]: every
+/// byte from its first owned line's start to its end (all in lines that
+/// start before it), then the rest of the line its end falls in.
+fn owned_from(mut r: impl BufRead, split: &Split, mut f: impl FnMut(&[u8])) -> std::io::Result<()> {
+    let end = split.offset + split.len;
+    let mut pos = first_byte(split);
+    if split.offset > 0 {
+        pos += skip_line(&mut r)?;
+    }
+    let mut last = None;
+    while pos < end {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let take = buf.len().min((end - pos) as usize);
+        f(&buf[..take]);
+        last = Some(buf[take - 1]);
+        r.consume(take);
+        pos += take as u64;
+    }
+    if last.is_none() || last == Some(b'\n') {
+        return Ok(()); // nothing owned, or its last line ended at its end
+    }
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                f(&buf[..=i]);
+                r.consume(i + 1);
+                return Ok(());
+            }
+            None => {
+                let n = buf.len();
+                f(buf);
+                r.consume(n);
+            }
+        }
+    }
 }
 
 /// Where reading `split` starts: one byte early — if that byte is '\n',

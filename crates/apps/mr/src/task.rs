@@ -4,7 +4,7 @@
 
 use crate::format;
 use crate::job::{Combiner, Kind};
-use crate::split::{read_lines, read_lines_in, Split};
+use crate::split::{read_lines, read_lines_in, read_owned, read_owned_in, Split};
 use crate::Result;
 
 /// Maps one split: its intermediate output, one encoded run per reducer.
@@ -18,7 +18,12 @@ pub fn map_task(kind: &Kind, splits: &[Split], reducers: usize) -> Result<Vec<Ve
     let mut out = Combiner::new(reducers)?;
     for split in splits {
         let mut mapper = kind.mapper(&split.path);
-        read_lines(split, |piece, ends| mapper.piece(piece, ends, &mut out))?;
+        if kind.sees_lines() {
+            read_lines(split, |piece, ends| mapper.piece(piece, ends, &mut out))?;
+        } else {
+            read_owned(split, |piece| mapper.piece(piece, false, &mut out))?;
+            mapper.piece(&[], true, &mut out);
+        }
     }
     Ok(out
         .into_parts()
@@ -38,9 +43,14 @@ pub fn map_fetched(
     let mut out = Combiner::new(reducers)?;
     for (split, bytes) in splits {
         let mut mapper = kind.mapper(&split.path);
-        read_lines_in(bytes, split, |piece, ends| {
-            mapper.piece(piece, ends, &mut out)
-        })?;
+        if kind.sees_lines() {
+            read_lines_in(bytes, split, |piece, ends| {
+                mapper.piece(piece, ends, &mut out)
+            })?;
+        } else {
+            read_owned_in(bytes, split, |piece| mapper.piece(piece, false, &mut out))?;
+            mapper.piece(&[], true, &mut out);
+        }
     }
     Ok(out
         .into_parts()

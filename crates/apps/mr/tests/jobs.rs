@@ -163,6 +163,47 @@ fn every_line_is_read_by_exactly_one_split() {
     );
 }
 
+/// A word count's reader hands over exactly the bytes of the lines a
+/// split owns, '\n's included, from a file and from fetched bytes alike.
+#[test]
+fn every_owned_byte_is_read_by_exactly_one_split() {
+    let dir = Dir::new("owned");
+    let mut files = Vec::new();
+    let mut lines = Vec::new();
+    for i in 0..3_000 {
+        lines.extend_from_slice(format!("{i} w{}\n", i % 11).as_bytes());
+        if i % 5 == 0 {
+            lines.extend(std::iter::repeat_n(b'y', 2_000 + i % 7_000));
+            lines.push(b'\n');
+        }
+    }
+    for (name, data) in [
+        ("lines", lines.clone()),
+        ("no_last_newline", [&lines[..], b"tail"].concat()),
+        ("one_line", vec![b'z'; 3 * LINE_BYTES_MAX + 5]),
+        ("newlines", vec![b'\n'; 20_000]),
+    ] {
+        let p = dir.0.join(name);
+        std::fs::write(&p, &data).unwrap();
+        files.push((p, data));
+    }
+    for (p, data) in &files {
+        for split_bytes in [SPLIT_BYTES_MIN, 4_097, 65_536, 1 << 22] {
+            let (mut got, mut fetched) = (Vec::new(), Vec::new());
+            for s in plan(std::slice::from_ref(p), split_bytes).unwrap() {
+                tabos_mr::split::read_owned(&s, |piece| got.extend_from_slice(piece)).unwrap();
+                let from = tabos_mr::split::first_byte(&s) as usize;
+                tabos_mr::split::read_owned_in(&data[from..], &s, |piece| {
+                    fetched.extend_from_slice(piece)
+                })
+                .unwrap();
+            }
+            assert!(got == *data, "{} split {split_bytes}", p.display());
+            assert!(fetched == *data, "{} split {split_bytes}", p.display());
+        }
+    }
+}
+
 #[test]
 fn bad_inputs_are_refused() {
     assert!(plan(&[PathBuf::from("/nonexistent/input")], 1 << 20).is_err());
