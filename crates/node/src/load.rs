@@ -20,7 +20,10 @@
 //! on the machine). The busy cores a procd's admission sees are that
 //! measurement plus the declared cores of procs started too recently to be
 //! in it ([`Load::busy_cores`]), so a burst of claims cannot overshoot
-//! before the next sample shows what the new procs use.
+//! before the next sample shows what the new procs use — less what procs
+//! that ended since its window began were measured using, so the cores a
+//! proc gives back are free at once, not a sample later (a job's BE
+//! reducers start as its last mappers end, not up to a window after).
 //!
 //! Sampling is a measurement on a clock, not a wait for a change the
 //! change feed could announce: nothing in the database changes when a
@@ -35,9 +38,8 @@ use tokio::time::Instant;
 
 /// How often the node measures its CPU use.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
-/// Most recent launches remembered for [`Load::busy_cores`] (a bound on
-/// memory; a claim takes at most 64 procs, so this holds many samples'
-/// worth).
+/// Most running procs and recent ends remembered for [`Load::busy_cores`]
+/// (each; a bound on memory: a proc past it is left to the measurement).
 const LAUNCHES_MAX: usize = 4_096;
 
 /// Where CPU time is read from.
@@ -134,8 +136,13 @@ struct State {
     measured: f64,
     /// Start of that window: a proc launched before it is in the measure.
     window_start: Instant,
-    /// Declared cores of recent launches, oldest first.
-    launches: VecDeque<(Instant, f64)>,
+    /// End of that window (when it was measured).
+    window_end: Instant,
+    /// Running procs by realm and pid: when each was launched and the
+    /// cores it declared.
+    running: std::collections::HashMap<(String, String), (Instant, f64)>,
+    /// Procs ended since the window began: launched, ended, declared cores.
+    ends: VecDeque<(Instant, Instant, f64)>,
 }
 
 /// One node's measured load.
@@ -157,7 +164,9 @@ impl Load {
             state: Mutex::new(State {
                 measured: 0.0,
                 window_start: Instant::now(),
-                launches: VecDeque::new(),
+                window_end: Instant::now(),
+                running: std::collections::HashMap::new(),
+                ends: VecDeque::new(),
             }),
             changed: tokio::sync::watch::channel(0.0).0,
             procs_memory: Mutex::new(std::collections::HashMap::new()),
@@ -196,17 +205,33 @@ impl Load {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Busy cores now: the last measurement plus the declared cores of
-    /// procs launched since its window began.
+    /// Busy cores now: the last measurement, plus the declared cores of
+    /// running procs launched since its window began (not, or only partly,
+    /// in it), less what procs that ended since it began added to it — their
+    /// declared cores over the part of the window they ran in (at most what
+    /// they used): a proc gives its cores back as it ends.
     pub fn busy_cores(&self) -> f64 {
         let s = self.state();
         let pending: f64 = s
-            .launches
-            .iter()
+            .running
+            .values()
             .filter(|(at, _)| *at >= s.window_start)
             .map(|(_, c)| c)
             .sum();
-        s.measured + pending
+        let window = s.window_end.duration_since(s.window_start).as_secs_f64();
+        let gone: f64 = if window > 0.0 {
+            s.ends
+                .iter()
+                .map(|(launched, ended, c)| {
+                    let from = (*launched).max(s.window_start);
+                    let to = (*ended).min(s.window_end);
+                    c * to.saturating_duration_since(from).as_secs_f64() / window
+                })
+                .sum()
+        } else {
+            0.0
+        };
+        (s.measured + pending - gone).max(0.0)
     }
 
     /// The last measurement alone (for `tabos status`).
@@ -214,13 +239,30 @@ impl Load {
         self.state().measured
     }
 
-    /// Records that a proc declaring `cores` was just started.
-    pub fn launched(&self, cores: i64) {
+    /// Records that proc `pid` of `realm`, declaring `cores`, was just
+    /// started.
+    pub fn launched(&self, realm: &str, pid: &str, cores: i64) {
         let mut s = self.state();
-        if s.launches.len() >= LAUNCHES_MAX {
-            s.launches.pop_front();
+        if s.running.len() < LAUNCHES_MAX {
+            let at = Instant::now();
+            s.running.insert(
+                (realm.to_string(), pid.to_string()),
+                (at, cores.max(0) as f64),
+            );
         }
-        s.launches.push_back((Instant::now(), cores.max(0) as f64));
+    }
+
+    /// Records that proc `pid` of `realm` ended (once for each launch).
+    pub fn ended(&self, realm: &str, pid: &str) {
+        let mut s = self.state();
+        let Some((launched, cores)) = s.running.remove(&(realm.to_string(), pid.to_string()))
+        else {
+            return;
+        };
+        if s.ends.len() >= LAUNCHES_MAX {
+            s.ends.pop_front();
+        }
+        s.ends.push_back((launched, Instant::now(), cores));
     }
 
     /// Records a measurement of `cores` busy over the window from
@@ -230,9 +272,14 @@ impl Load {
             let mut s = self.state();
             s.measured = cores;
             s.window_start = window_start;
-            // Launches before the window are in the measurement now.
-            while s.launches.front().is_some_and(|(at, _)| *at < window_start) {
-                s.launches.pop_front();
+            s.window_end = Instant::now().max(window_start);
+            // Procs that ended before the window left no trace in it.
+            while s
+                .ends
+                .front()
+                .is_some_and(|(_, ended, _)| *ended < window_start)
+            {
+                s.ends.pop_front();
             }
             drop(s);
             self.busy_cores()
@@ -280,7 +327,7 @@ mod tests {
     fn a_launch_counts_until_a_measurement_covers_it() {
         let load = Load::new(Source::Machine);
         let before = Instant::now();
-        load.launched(2);
+        load.launched("r", "p", 2);
         assert_eq!(load.busy_cores(), 2.0, "declared until measured");
         // A window that began before the launch saw only part of the
         // proc's run: its declared cores still count.
@@ -294,8 +341,50 @@ mod tests {
         assert_eq!(load.measured_cores(), 0.25);
         // (Launched after that window began: the window was set 1 ms ahead.)
         std::thread::sleep(Duration::from_millis(2));
-        load.launched(1);
+        load.launched("r", "q", 1);
         assert_eq!(load.busy_cores(), 1.25);
+    }
+
+    #[test]
+    fn an_end_gives_back_what_the_proc_added() {
+        let load = Load::new(Source::Machine);
+        load.launched("r", "a", 1);
+        load.launched("r", "b", 1);
+        std::thread::sleep(Duration::from_millis(1));
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        // Both ran through the whole window, measured busy.
+        load.record(2.0, start);
+        assert_eq!(load.busy_cores(), 2.0);
+        load.ended("r", "a");
+        let busy = load.busy_cores();
+        assert!(busy > 0.99 && busy < 1.01, "{busy}");
+        load.ended("r", "b");
+        assert!(load.busy_cores() < 0.01);
+        load.ended("r", "b");
+        load.ended("r", "never");
+        assert!(
+            load.busy_cores() >= 0.0,
+            "never below none, an end counted once"
+        );
+        // Launched after the window began and ended: nothing of it left.
+        load.launched("r", "c", 1);
+        assert!(load.busy_cores() > 0.99);
+        load.ended("r", "c");
+        assert!(load.busy_cores() < 0.01);
+        // Another realm's proc of the same pid is another proc.
+        let load = Load::new(Source::Machine);
+        load.launched("x", "p", 1);
+        load.launched("y", "p", 1);
+        load.ended("x", "p");
+        assert_eq!(load.busy_cores(), 1.0);
+        // A measurement whose window began after an end covers it.
+        let load = Load::new(Source::Machine);
+        load.launched("r", "d", 1);
+        load.ended("r", "d");
+        std::thread::sleep(Duration::from_millis(1));
+        load.record(0.75, Instant::now());
+        assert_eq!(load.busy_cores(), 0.75);
     }
 
     #[tokio::test]

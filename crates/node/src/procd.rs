@@ -482,7 +482,7 @@ impl Procd {
     fn launch(self: &Arc<Self>, procs: Vec<ProcInfo>) {
         for p in procs {
             self.busy_cores.fetch_add(p.cores, Ordering::SeqCst);
-            self.load.launched(p.cores);
+            self.load.launched(&self.realm, p.pid.as_str(), p.cores);
             if p.class == Class::Be || self.be_realm {
                 self.preemptible
                     .lock()
@@ -731,6 +731,8 @@ impl Procd {
     ) {
         let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
         debug_assert!(left >= 0, "busy cores went negative");
+        // As `launch` counted it.
+        self.load.ended(&self.realm, p.pid.as_str());
         if p.class == Class::Be || self.be_realm {
             self.preemptible
                 .lock()
