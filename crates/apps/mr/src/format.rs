@@ -139,18 +139,40 @@ pub fn merge(runs: Vec<Vec<(Vec<u8>, u64)>>) -> Vec<(Vec<u8>, u64)> {
 }
 
 /// The trailer of a sealed file: magic, payload length, FNV-1a-64 hash.
-const SEAL_MAGIC: &[u8; 4] = b"MRv1";
+const SEAL_MAGIC: &[u8; 4] = b"MRv2";
 /// Bytes of the trailer [`seal`] appends.
 pub const SEAL_BYTES: usize = 4 + 8 + 8;
 
-fn fnv64(bytes: &[u8]) -> u64 {
-    crate::job::fnv1a(crate::job::FNV_OFFSET, bytes)
+/// The seal's checksum: four lanes, each taking 8 bytes at a time through
+/// an odd multiply and a rotation (both one-to-one, so any change to a
+/// word changes its lane), folded with FNV-1a, which also takes the last
+/// bytes. It finds damage and cuts, not an adversary (the files are the
+/// job's own); FNV-1a a byte at a time took a few per cent of a word
+/// count's time over every intermediate byte, twice.
+fn checksum(bytes: &[u8]) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut lanes = [0u64, 1, 2, 3].map(|i| crate::job::FNV_OFFSET ^ i);
+    let mut blocks = bytes.chunks_exact(32);
+    for b in &mut blocks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            *lane = (*lane ^ u64::from_le_bytes(w))
+                .wrapping_mul(K)
+                .rotate_left(29);
+        }
+    }
+    let mut h = crate::job::FNV_OFFSET;
+    for lane in lanes {
+        h = crate::job::fnv1a(h, &lane.to_le_bytes());
+    }
+    crate::job::fnv1a(h, blocks.remainder())
 }
 
 /// Appends the trailer that lets a reader tell a whole intermediate file
 /// from a cut or damaged one.
 pub fn seal(mut payload: Vec<u8>) -> Vec<u8> {
-    let (len, hash) = (payload.len() as u64, fnv64(&payload));
+    let (len, hash) = (payload.len() as u64, checksum(&payload));
     payload.extend_from_slice(SEAL_MAGIC);
     payload.extend_from_slice(&len.to_le_bytes());
     payload.extend_from_slice(&hash.to_le_bytes());
@@ -171,7 +193,7 @@ pub fn unseal(bytes: &[u8]) -> Result<&[u8]> {
     n.copy_from_slice(&trailer[4..12]);
     let mut h = [0u8; 8];
     h.copy_from_slice(&trailer[12..20]);
-    if u64::from_le_bytes(n) != payload.len() as u64 || u64::from_le_bytes(h) != fnv64(payload) {
+    if u64::from_le_bytes(n) != payload.len() as u64 || u64::from_le_bytes(h) != checksum(payload) {
         return Err(bad("fails its length or hash check"));
     }
     Ok(payload)
@@ -221,4 +243,33 @@ pub fn from_text(text: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
         out.push((key, count));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_file_reads_back_and_any_cut_or_changed_byte_is_found() {
+        let payload: Vec<u8> = (0..1_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        let sealed = seal(payload.clone());
+        assert_eq!(unseal(&sealed).unwrap(), &payload[..]);
+        assert_eq!(unseal(&seal(Vec::new())).unwrap(), &[] as &[u8]);
+        for cut in [1, 7, SEAL_BYTES, SEAL_BYTES + 1, sealed.len()] {
+            assert!(unseal(&sealed[..sealed.len() - cut]).is_err(), "cut {cut}");
+        }
+        // Every byte of the payload (in the 32-byte blocks and the rest)
+        // and of the trailer, each bit flipped in turn at a few places.
+        for at in (0..sealed.len()).step_by(13).chain([sealed.len() - 1]) {
+            for bit in [0, 3, 7] {
+                let mut bad = sealed.clone();
+                bad[at] ^= 1 << bit;
+                assert!(unseal(&bad).is_err(), "byte {at} bit {bit}");
+            }
+        }
+        // Two words swapped between lanes.
+        let mut swapped = payload.clone();
+        swapped.swap(0, 8);
+        assert_ne!(checksum(&swapped), checksum(&payload));
+    }
 }

@@ -75,8 +75,8 @@ impl Kind {
 pub const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 
 /// FNV-1a over `bytes`, continuing from hash `h` ([`FNV_OFFSET`] to start):
-/// the one FNV of the crate — partitions, the combiner's maps and the seal
-/// of intermediate files.
+/// the one FNV of the crate — partitions, the combiner's tables and the
+/// last fold of the intermediate files' seal.
 pub fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= u64::from(b);
