@@ -274,45 +274,37 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             .runs(sizes.rounds as u32, stat)
             .note("the same calls over gRPC on TCP loopback (remote clients' way)"),
         );
-        report.figures.push(
-            Figure::new(
-                format!("raw_unix_round_trip.one_core.{label}"),
-                round(raw.quantile_us(q), 2),
-                "us",
-                Better::Lower,
-            )
-            .runs(sizes.rounds as u32, stat)
-            .note(
-                "the floor: 64 bytes each way, two threads pinned to one core, blocking reads \
-                 and writes",
-            ),
-        );
+        // The floors, measured in the same rounds.
+        let mut floors = vec![(
+            "one_core",
+            &mut raw,
+            "the floor: 64 bytes each way, two threads pinned to one core, blocking reads and \
+             writes",
+        )];
         if two_cores {
+            floors.push((
+                "two_cores",
+                &mut raw_cross,
+                "the floor across cores: 64 bytes each way, the two threads pinned to two \
+                 cores, blocking reads and writes",
+            ));
+            floors.push((
+                "two_cores_spinning",
+                &mut raw_spin,
+                "the floor across cores without a wake: 64 bytes each way, the two threads \
+                 pinned to two cores, each spinning on non-blocking reads",
+            ));
+        }
+        for (name, samples, note) in floors {
             report.figures.push(
                 Figure::new(
-                    format!("raw_unix_round_trip.two_cores.{label}"),
-                    round(raw_cross.quantile_us(q), 2),
+                    format!("raw_unix_round_trip.{name}.{label}"),
+                    round(samples.quantile_us(q), 2),
                     "us",
                     Better::Lower,
                 )
                 .runs(sizes.rounds as u32, stat)
-                .note(
-                    "the floor across cores: 64 bytes each way, the two threads pinned to two \
-                     cores, blocking reads and writes",
-                ),
-            );
-            report.figures.push(
-                Figure::new(
-                    format!("raw_unix_round_trip.two_cores_spinning.{label}"),
-                    round(raw_spin.quantile_us(q), 2),
-                    "us",
-                    Better::Lower,
-                )
-                .runs(sizes.rounds as u32, stat)
-                .note(
-                    "the floor across cores without a wake: 64 bytes each way, the two \
-                     threads pinned to two cores, each spinning on non-blocking reads",
-                ),
+                .note(note),
             );
         }
     }
