@@ -13,14 +13,23 @@
 //! not applied again over the writes made since (a plain SET sent twice
 //! is not linearizable). A DEL or INCR fails with [`Error::Unavailable`]
 //! instead, as it might have happened.
+//!
+//! Reads go over a [`Pipe`]: one connection to a kvd shared by every clerk
+//! of the process, on which the reads of many clerks go out in one write
+//! and come back, in order, in one read (as Lettuce shares a connection
+//! between threads) — a read costs the kvd a share of a system call, not
+//! two. Writes keep the clerk's own connection: a kvd answers a
+//! connection's requests in turn, and a write waits for its commit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tabos_client::Client;
 use tokio::io::BufReader;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::command;
 use crate::config::{Config, Layout};
@@ -34,6 +43,11 @@ pub const RETRY_MAX: Duration = Duration::from_secs(30);
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const PAUSE_MIN: Duration = Duration::from_millis(5);
 const PAUSE_MAX: Duration = Duration::from_millis(500);
+/// Most reads waiting to go out on one [`Pipe`] (a caller past it waits).
+const PIPE_QUEUE_MAX: usize = 1_024;
+/// Most reads, and bytes, one write of a [`Pipe`] carries.
+const PIPE_BATCH_MAX: usize = 128;
+const PIPE_BATCH_BYTES: usize = 256 << 10;
 
 struct Conn {
     r: BufReader<OwnedReadHalf>,
@@ -61,6 +75,193 @@ impl Conn {
     }
 }
 
+/// What a [`Pipe`] caller gets: the reply, or why the connection failed.
+type Answer = oneshot::Sender<std::result::Result<Reply, String>>;
+
+/// A connection to one kvd for reads, shared by the process's clerks
+/// (see the module's doc). Its writer task sends what is queued in one
+/// write, its reader task hands each reply to the oldest caller waiting;
+/// when either fails, every caller waiting gets the error and the pipe is
+/// left for a new one.
+struct Pipe {
+    queue: mpsc::Sender<(Vec<u8>, Answer)>,
+    broken: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The process's pipes, by kvd address and password.
+static PIPES: Mutex<Vec<(String, String, Weak<Pipe>)>> = Mutex::new(Vec::new());
+/// Per kvd address, held while a pipe to it is opened, so that clerks
+/// starting together share one instead of each opening its own (and a
+/// kvd slow to answer holds up only the clerks that want it).
+type Opening = Arc<tokio::sync::Mutex<()>>;
+static OPENING: Mutex<Vec<(String, Opening)>> = Mutex::new(Vec::new());
+
+impl Pipe {
+    fn usable(&self) -> bool {
+        !self.broken.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The shared pipe to `addr`, opened (and signed in) if there is none.
+    async fn to(addr: &str, password: &str) -> Result<Arc<Pipe>, Failure> {
+        let opening = {
+            let mut all = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|(_, m)| Arc::strong_count(m) > 1);
+            match all.iter().find(|(a, _)| a == addr) {
+                Some((_, m)) => m.clone(),
+                None => {
+                    let m = Opening::default();
+                    all.push((addr.to_string(), m.clone()));
+                    m
+                }
+            }
+        };
+        let _opening = opening.lock().await;
+        {
+            let mut pipes = PIPES.lock().unwrap_or_else(|e| e.into_inner());
+            pipes.retain(|(_, _, p)| p.upgrade().is_some_and(|p| p.usable()));
+            if let Some(p) = pipes
+                .iter()
+                .find(|(a, pw, _)| a == addr && pw == password)
+                .and_then(|(_, _, p)| p.upgrade())
+            {
+                return Ok(p);
+            }
+        }
+        let conn = open(addr, password).await?;
+        let (queue, rx) = mpsc::channel(PIPE_QUEUE_MAX);
+        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiting: Arc<Mutex<VecDeque<Answer>>> = Arc::default();
+        tokio::spawn(pipe_writer(conn.w, rx, waiting.clone(), broken.clone()));
+        tokio::spawn(pipe_reader(conn.r, waiting, broken.clone()));
+        let pipe = Arc::new(Pipe { queue, broken });
+        PIPES.lock().unwrap_or_else(|e| e.into_inner()).push((
+            addr.to_string(),
+            password.to_string(),
+            Arc::downgrade(&pipe),
+        ));
+        Ok(pipe)
+    }
+
+    /// Sends read `req` and waits for its reply, within [`CALL_TIMEOUT`]
+    /// (past it, the pipe is given up: a kvd that does not answer one read
+    /// answers none).
+    async fn call(&self, req: &[&[u8]]) -> std::result::Result<Reply, String> {
+        let mut out = Vec::new();
+        resp::encode_request(req, &mut out);
+        let (tx, rx) = oneshot::channel();
+        let round = async {
+            self.queue
+                .send((out, tx))
+                .await
+                .map_err(|_| "the connection is closed".to_string())?;
+            rx.await
+                .map_err(|_| "the connection is closed".to_string())?
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, round).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.broken
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                Err(format!("no answer within {CALL_TIMEOUT:?}"))
+            }
+        }
+    }
+}
+
+/// A pipe's writer: takes what is queued (at most [`PIPE_BATCH_MAX`]
+/// reads, [`PIPE_BATCH_BYTES`]), records who waits in order, writes it
+/// all at once. Ends when the clerks are gone or the connection fails.
+async fn pipe_writer(
+    mut w: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<(Vec<u8>, Answer)>,
+    waiting: Arc<Mutex<VecDeque<Answer>>>,
+    broken: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut out = Vec::new();
+    while let Some((first, answer)) = rx.recv().await {
+        out.clear();
+        out.extend_from_slice(&first);
+        let mut answers = vec![answer];
+        while answers.len() < PIPE_BATCH_MAX && out.len() < PIPE_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok((req, answer)) => {
+                    out.extend_from_slice(&req);
+                    answers.push(answer);
+                }
+                Err(_) => break,
+            }
+        }
+        if broken.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        // Queued before the bytes go: the reader pops one per reply.
+        waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(answers);
+        if resp::write_all(&mut w, &out).await.is_err() {
+            break;
+        }
+    }
+    broken.store(true, std::sync::atomic::Ordering::Relaxed);
+    // The reader sees the connection end and fails who still waits.
+    let _ = tokio::io::AsyncWriteExt::shutdown(&mut w).await;
+}
+
+/// A pipe's reader: each reply to the oldest caller waiting; on a failed
+/// or ended connection (or a reply nobody asked for), every caller waiting
+/// gets the error.
+async fn pipe_reader(
+    mut r: BufReader<OwnedReadHalf>,
+    waiting: Arc<Mutex<VecDeque<Answer>>>,
+    broken: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let why = loop {
+        match resp::read_reply(&mut r).await {
+            Ok(reply) => {
+                let next = waiting
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .pop_front();
+                match next {
+                    // A caller that gave up has dropped its receiver.
+                    Some(answer) => drop(answer.send(Ok(reply))),
+                    None => break "the kvd sent a reply nobody asked for".to_string(),
+                }
+            }
+            Err(e) => break format!("the kvd's connection failed: {e}"),
+        }
+    };
+    broken.store(true, std::sync::atomic::Ordering::Relaxed);
+    for answer in waiting.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+        let _ = answer.send(Err(why.clone()));
+    }
+}
+
+/// Connects to the kvd at `addr` and signs in with `password`.
+async fn open(addr: &str, password: &str) -> Result<Conn, Failure> {
+    let sock = tokio::time::timeout(CALL_TIMEOUT, TcpStream::connect(addr))
+        .await
+        .map_err(|_| Failure::Again(format!("connecting to {addr} timed out")))?
+        .map_err(|e| Failure::Again(format!("cannot connect to {addr}: {e}")))?;
+    let _ = sock.set_nodelay(true);
+    let (r, w) = sock.into_split();
+    let mut conn = Conn {
+        r: BufReader::new(r),
+        w,
+    };
+    // RESP3, so that a map (HGETALL's) comes back a map, not a list.
+    let hello: [&[u8]; 5] = [b"HELLO", b"3", b"AUTH", b"default", password.as_bytes()];
+    match conn.call(&hello).await {
+        Ok(Ok(Reply::Map(_))) => Ok(conn),
+        Ok(Ok(r)) => Err(Failure::Again(format!(
+            "{addr} refused the password: {r:?}"
+        ))),
+        Ok(Err(e)) => Err(Failure::Again(format!("{addr}: {e}"))),
+        Err(_) => Err(Failure::Again(format!("{addr} did not answer AUTH"))),
+    }
+}
+
 /// A client of one service.
 pub struct Clerk {
     client: Client,
@@ -68,6 +269,8 @@ pub struct Clerk {
     layout: Layout,
     config: Config,
     conns: HashMap<u32, Conn>,
+    /// Per group, the shared connection its reads go over.
+    pipes: HashMap<u32, Arc<Pipe>>,
     /// The service's password, given on every new connection.
     password: String,
     /// This clerk's id in its requests (random).
@@ -98,6 +301,7 @@ impl Clerk {
             layout,
             config,
             conns: HashMap::new(),
+            pipes: HashMap::new(),
             password,
             id: random_id()?,
             seq: 0,
@@ -334,7 +538,11 @@ impl Clerk {
                     req.extend_from_slice(&args[1 + stride * i..1 + stride * i + stride]);
                 }
             }
-            let reply = self.send(g, &req).await?;
+            let reply = if spec.access == command::Access::Read {
+                self.read(g, &req).await?
+            } else {
+                self.send(g, &req).await?
+            };
             if let Reply::Error(e) = reply {
                 return match classify(e) {
                     Ok(e) => Err(e),
@@ -390,44 +598,41 @@ impl Clerk {
         }
     }
 
-    async fn connect(&mut self, g: u32) -> Result<Conn, Failure> {
-        let leader = match self
+    /// The address of group `g`'s leader.
+    async fn leader(&mut self, g: u32) -> Result<String, Failure> {
+        match self
             .client
             .name_get(&self.realm, &self.layout.leader(g))
             .await
         {
-            Ok(e) => String::from_utf8_lossy(&e.data).into_owned(),
+            Ok(e) => Ok(String::from_utf8_lossy(&e.data).into_owned()),
             Err(e) if e.code() == Some(tonic::Code::NotFound) => {
-                return Err(Failure::Again(format!("group {g} has no leader")))
+                Err(Failure::Again(format!("group {g} has no leader")))
             }
-            Err(e) => return Err(Failure::Again(format!("group {g}'s leader: {e}"))),
-        };
-        let sock = tokio::time::timeout(CALL_TIMEOUT, TcpStream::connect(&leader))
-            .await
-            .map_err(|_| Failure::Again(format!("connecting to {leader} timed out")))?
-            .map_err(|e| Failure::Again(format!("cannot connect to {leader}: {e}")))?;
-        let _ = sock.set_nodelay(true);
-        let (r, w) = sock.into_split();
-        let mut conn = Conn {
-            r: BufReader::new(r),
-            w,
-        };
-        // RESP3, so that a map (HGETALL's) comes back a map, not a list.
-        let hello: [&[u8]; 5] = [
-            b"HELLO",
-            b"3",
-            b"AUTH",
-            b"default",
-            self.password.as_bytes(),
-        ];
-        match conn.call(&hello).await {
-            Ok(Ok(Reply::Map(_))) => Ok(conn),
-            Ok(Ok(r)) => Err(Failure::Again(format!(
-                "{leader} refused the password: {r:?}"
-            ))),
-            Ok(Err(e)) => Err(Failure::Again(format!("{leader}: {e}"))),
-            Err(_) => Err(Failure::Again(format!("{leader} did not answer AUTH"))),
+            Err(e) => Err(Failure::Again(format!("group {g}'s leader: {e}"))),
         }
+    }
+
+    async fn connect(&mut self, g: u32) -> Result<Conn, Failure> {
+        let leader = self.leader(g).await?;
+        open(&leader, &self.password).await
+    }
+
+    /// Sends read `req` to group `g`'s leader over the shared [`Pipe`].
+    async fn read(&mut self, g: u32, req: &[&[u8]]) -> Result<Reply, Failure> {
+        let pipe = match self.pipes.get(&g).filter(|p| p.usable()) {
+            Some(p) => p.clone(),
+            None => {
+                let leader = self.leader(g).await?;
+                let p = Pipe::to(&leader, &self.password).await?;
+                self.pipes.insert(g, p.clone());
+                p
+            }
+        };
+        pipe.call(req).await.map_err(|e| {
+            self.pipes.remove(&g);
+            Failure::Uncertain(format!("group {g}'s leader: {e}"))
+        })
     }
 }
 

@@ -517,3 +517,95 @@ fn a_request_sent_again_is_applied_once_even_after_a_kill() {
         node.stop().await.unwrap();
     });
 }
+
+/// Established TCP connections whose local port is `port`, from
+/// /proc/net/tcp (the kvds share the host's network here).
+fn connections_to(port: u16) -> usize {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    tcp.lines()
+        .skip(1)
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = f[1].rsplit(':').next().unwrap();
+            u16::from_str_radix(local_port, 16).unwrap() == port && f[3] == "01"
+        })
+        .count()
+}
+
+/// The reads of many clerks in one process go over one connection to the
+/// kvd (the clerk's pipe), many in flight at once, and each read gets its
+/// own answer — single keys and MGETs, values that differ per key.
+#[test]
+fn the_reads_of_many_clerks_share_one_connection_and_each_gets_its_answer() {
+    const CLERKS: usize = 24;
+    const ROUNDS: usize = 50;
+    let dir = TempDir::new("kv-pipe");
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        service::create(&client, REALM, SVC, 4, 1, &one_group(1, 1_024))
+            .await
+            .unwrap();
+        let mut sup = supervise(&client, 1).await;
+        let l = Layout::new(SVC).unwrap();
+        let addr = c.wait_exists(REALM, &l.leader(0)).await.unwrap().data;
+        let port: u16 = String::from_utf8(addr)
+            .unwrap()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let mut writer = Clerk::new(&client, REALM, SVC).await.unwrap();
+        let value = |i: usize| format!("value of key {i}: {}", "x".repeat(i * 7)).into_bytes();
+        for i in 0..CLERKS {
+            writer
+                .set(format!("key{i}").as_bytes(), &value(i))
+                .await
+                .unwrap();
+        }
+        let readers: Vec<_> = (0..CLERKS)
+            .map(|i| {
+                let client = client.clone();
+                tokio::spawn(async move {
+                    let mut clerk = Clerk::new(&client, REALM, SVC).await.unwrap();
+                    let (me, next) = (format!("key{i}"), format!("key{}", (i + 1) % CLERKS));
+                    for _ in 0..ROUNDS {
+                        let got = clerk.get(me.as_bytes()).await.unwrap();
+                        assert_eq!(got, Some(value(i)), "{me}");
+                        let both = clerk
+                            .call(&[b"MGET", me.as_bytes(), b"nokey", next.as_bytes()])
+                            .await
+                            .unwrap();
+                        assert_eq!(
+                            both,
+                            Reply::Array(vec![
+                                Reply::Bulk(value(i)),
+                                Reply::Null,
+                                Reply::Bulk(value((i + 1) % CLERKS)),
+                            ]),
+                            "MGET {me} nokey {next}"
+                        );
+                    }
+                    clerk
+                })
+            })
+            .collect();
+        let mut clerks = Vec::new();
+        for r in readers {
+            clerks.push(r.await.unwrap());
+        }
+        // The writer's own connection, and the readers' one pipe (while the
+        // clerks live).
+        let open = connections_to(port);
+        assert!(
+            (1..=2).contains(&open),
+            "{CLERKS} reading clerks hold {open} connections to the kvd"
+        );
+        drop(clerks);
+        sup.stop().await.unwrap();
+        drop((c, client));
+        node.stop().await.unwrap();
+    });
+}
