@@ -19,9 +19,11 @@
 //!   2. the shards that change group are marked moving — no group serves
 //!      them — and it waits until each one's old group applied that
 //!      config (or has no leader, whose lease has then run out);
-//!   3. a mover proc per shard takes it (a new shard epoch fences the old
-//!      group for good), folds its log into a snapshot written to a
-//!      temporary file and renamed into place;
+//!   3. a mover proc per shard takes it (a new shard epoch; and if its
+//!      old group never applied the config, a new epoch of that group's
+//!      log, so that no leader of it appends any more), folds what its
+//!      old group's log holds of it into a snapshot written to a temporary
+//!      file and renamed into place, pointing at its new group's log;
 //!   4. the target map becomes the map; removed groups' kvds exit.
 //!
 //!   A new leader finds a move in progress in the config (its target) and
@@ -516,36 +518,56 @@ impl Balancer {
     }
 }
 
-/// A mover: takes shard `s` (fencing whoever served it), folds its log
-/// into a snapshot written to a temporary file and renamed into place, so
+/// A mover: takes shard `s` (fencing whoever served it), folds what its
+/// old group's log holds of it into a snapshot written to a temporary file
+/// and renamed into place, pointing at the end of its new group's log, so
 /// its new group loads it in one read. Does nothing if the config no
 /// longer moves `s` at `epoch` (a deposed balancer's mover).
 pub async fn mover(ctx: Ctx, s: u32, epoch: i64) -> Result<()> {
     let mut c = ctx.client.clone();
     let config = Config::from_json(&c.name_get(&ctx.realm, &ctx.layout.config()).await?.data)?;
-    if config.epoch < epoch || !config.moving.contains(&s) {
+    let target = config
+        .target
+        .as_ref()
+        .and_then(|t| t.get(s as usize).copied());
+    let (Some(to), true) = (target, config.epoch >= epoch && config.moving.contains(&s)) else {
         eprintln!(
             "mover {}: shard {s} is not moving at epoch {epoch}; nothing to do",
             ctx.pid
         );
         return Ok(());
+    };
+    let from = config.shards[s as usize];
+    // The old group dropped the shard and said so once no flush with its
+    // writes was on its way; if it did not (it had no leader), no leader
+    // of it may append from here on.
+    let applied = match c.name_get(&ctx.realm, &ctx.layout.applied(from)).await {
+        Ok(e) => String::from_utf8_lossy(&e.data).parse::<i64>().unwrap_or(0),
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => 0,
+        Err(e) => return Err(e.into()),
+    };
+    if applied < config.epoch {
+        shard::take_group(&mut c, &ctx.realm, &ctx.layout, from).await?;
     }
     shard::prepare(&mut c, &ctx.realm, &ctx.layout, s).await?;
     let taken = shard::take(&mut c, &ctx.realm, &ctx.layout, s).await?;
     let mut loaded = shard::load(&mut c, &ctx.realm, &ctx.layout, s).await?;
-    let upto = loaded.next_seq.saturating_sub(1);
+    // Entries of the new group's log up to here hold nothing of the shard
+    // that is not in the snapshot (a stay there before is in it).
+    let upto = shard::group_log_head(&mut c, &ctx.realm, &ctx.layout, to).await?;
     loaded.contents.forget_old(crate::kvd::now_us());
     shard::snapshot(
         &mut c,
         &ctx.realm,
         &ctx.layout,
         &taken,
+        to,
         upto,
         &loaded.contents,
     )
     .await?;
     eprintln!(
-        "mover {}: shard {s} moved ({} keys, up to log entry {upto})",
+        "mover {}: shard {s} moved from group {from} to {to} ({} keys; group {to}'s log from entry {upto})",
         ctx.pid,
         loaded.contents.pairs.len()
     );

@@ -5,13 +5,17 @@
 //!   epoch, as JSON. Clerks cache it and re-read it when a kvd answers
 //!   `MOVED` (the key's shard is not, or no longer, its group's).
 //! * `/kv/<svc>/groups/<g>/` — group `g`'s election (σOS leader election:
-//!   the `leader` symlink's target is the leading kvd's address).
+//!   the `leader` symlink's target is the leading kvd's address), and its
+//!   log: `log/<seq>`, one entry per write batch of its leader with the ops
+//!   of every shard the batch touched, each append fenced by `log-epoch`
+//!   (advanced by each new leader, so an earlier one appends no more).
 //! * `/kv/<svc>/shard/<s>/` — shard `s`'s durable state: `epoch` (advanced
-//!   by whoever takes the shard: a group's new leader, a mover), `snap`
-//!   (the snapshot: a sequence number and the tabos fs file holding the
-//!   shard's pairs up to it) and `log/<seq>` (batches of writes after the
-//!   snapshot). Every write under it carries the taker's epoch as a fence,
-//!   so once a shard is taken, its previous holder can write nothing more.
+//!   by whoever takes the shard: a group's new leader, a mover) and `snap`
+//!   (the snapshot pointer: the tabos fs file holding the shard's pairs up
+//!   to an entry of a group's log, whose later entries hold its later
+//!   ops). Every write under it carries the taker's epoch as a fence, so
+//!   once a shard is taken, its previous holder can write nothing more.
+//!   (`log/<seq>`: a shard's own log, from before the group logs.)
 
 use serde::{Deserialize, Serialize};
 
@@ -197,8 +201,10 @@ pub struct Policy {
     /// ms (a burst does not grow the service).
     #[serde(default = "grow_after_default")]
     pub grow_after_ms: u64,
-    /// Batches in a shard's log before its kvd folds them into a snapshot
-    /// (1..=[`crate::shard::LOG_COMPACT_MAX`]).
+    /// Group log entries per shard served before a group's leader
+    /// snapshots its shards and trims its log (at most
+    /// [`crate::shard::LOG_COMPACT_MAX`] entries whatever the shards;
+    /// 1..=that).
     #[serde(default = "compact_at_default")]
     pub compact_at: u32,
 }
@@ -355,6 +361,23 @@ impl Layout {
         format!("{}/policy", self.root)
     }
 
+    /// Group `g`'s log: an entry per write batch of its leader, each with
+    /// the ops of every shard the batch touched ([`crate::shard`]).
+    pub fn group_log(&self, g: u32) -> String {
+        format!("{}/log", self.group(g))
+    }
+
+    pub fn group_log_entry(&self, g: u32, seq: u64) -> String {
+        format!("{}/{seq:020}", self.group_log(g))
+    }
+
+    /// Group `g`'s log epoch: raised by each leader of the group as it
+    /// begins (and by a mover whose shard's old group had no leader), so
+    /// that an earlier leader's appends are refused.
+    pub fn group_epoch(&self, g: u32) -> String {
+        format!("{}/log-epoch", self.group(g))
+    }
+
     /// Group `g`'s load report (JSON [`crate::kvd::Load`]).
     pub fn load(&self, g: u32) -> String {
         format!("{}/load", self.group(g))
@@ -373,12 +396,10 @@ impl Layout {
         format!("{}/snap", self.shard(s))
     }
 
+    /// Shard `s`'s own log, kept before the group logs (read and removed
+    /// when the shard is next taken).
     pub fn log(&self, s: u32) -> String {
         format!("{}/log", self.shard(s))
-    }
-
-    pub fn log_entry(&self, s: u32, seq: u64) -> String {
-        format!("{}/{seq:020}", self.log(s))
     }
 
     /// The fs directory of the service's snapshots.
@@ -386,9 +407,10 @@ impl Layout {
         self.root.clone()
     }
 
-    /// Shard `s`'s snapshot file up to `seq`, in tabos fs.
-    pub fn snap_file(&self, s: u32, seq: u64) -> String {
-        format!("{}/s{s}.{seq:020}", self.root)
+    /// Shard `s`'s snapshot file up to entry `seq` of group `g`'s log, in
+    /// tabos fs.
+    pub fn snap_file(&self, s: u32, g: u32, seq: u64) -> String {
+        format!("{}/s{s}.g{g}.{seq:020}", self.root)
     }
 
     /// Where a mover writes a shard's snapshot before renaming it into

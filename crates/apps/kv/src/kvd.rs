@@ -15,17 +15,21 @@
 //!   kill and a move).
 //! * **Writes.** Requests queue writes for one flusher, which computes
 //!   their effects (INCR reads what earlier writes of the batch left),
-//!   appends one log entry per shard touched — all in one batch RPC of
-//!   independent calls (so one group commit), each fenced by the shard's
-//!   epoch — and only then applies them in memory
-//!   and replies. So an acknowledged write is in the kernel database
-//!   (surviving a SIGKILL of the kvd), and no read sees a write before it
-//!   is durable. A shard whose append is refused or whose outcome is
-//!   unknown is dropped and taken and loaded again (its log is the truth).
+//!   appends them as one entry of the group's log — whatever shards they
+//!   touch — fenced by the group's log epoch, and only then applies them
+//!   in memory and replies. So an acknowledged write is in the kernel
+//!   database (surviving a SIGKILL of the kvd), and no read sees a write
+//!   before it is durable. An append refused or with its outcome unknown
+//!   drops every shard: the kvd takes its group's log again (a new epoch
+//!   refuses an append still on its way) and loads its shards again (the
+//!   log is the truth); one refused for a stale epoch means another kvd
+//!   leads, and it exits. Every so many entries it snapshots its shards
+//!   and deletes the entries no shard's pointer needs.
 //! * **The config.** It watches the service's directory and, on a new
 //!   config, drops the shards no longer its group's (and says so in
-//!   `groups/g/applied`, which the balancer waits for before moving
-//!   them), then takes and loads the shards newly its group's.
+//!   `groups/g/applied` once no flush with their writes is on its way —
+//!   the balancer waits for it before moving them), then takes and loads
+//!   the shards newly its group's.
 //! * **Load.** Every [`LOAD_PERIOD`] it records its requests per second in
 //!   `groups/g/load`, which the balancer reads.
 
@@ -36,7 +40,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tabos_client::names::{Election, Group, Session, WatchMode};
-use tabos_client::proto;
+use tabos_client::proto::Fence;
 use tabos_client::retry::Backoff;
 use tabos_client::Client;
 use tokio::net::TcpListener;
@@ -105,16 +109,21 @@ pub struct Load {
 struct Served {
     contents: Contents,
     taken: Taken,
-    next_seq: u64,
-    log_len: usize,
-    /// A snapshot of it is being written (one at a time).
-    compacting: bool,
 }
 
 /// What the kvd serves.
 struct State {
     config: Config,
     shards: HashMap<u32, Served>,
+    /// The fence of the group's log, taken when it began to lead (or
+    /// took the log again).
+    fence: Fence,
+    /// The sequence number of the group log's next entry.
+    next_seq: u64,
+    /// Entries appended since the last snapshots.
+    log_len: usize,
+    /// Snapshots are being written (one round at a time).
+    compacting: bool,
 }
 
 /// A write waiting for the flusher.
@@ -179,14 +188,22 @@ pub struct Kvd {
     state: Mutex<State>,
     writes: mpsc::Sender<Write>,
     ops: AtomicU64,
-    /// Shards to take and load again (an append refused or unknown).
-    resync: mpsc::UnboundedSender<u32>,
+    /// Asks for the group's log and every shard to be taken and loaded
+    /// again (an append refused or with its outcome unknown).
+    resync: mpsc::UnboundedSender<()>,
+    /// Held by the flusher through each flush: a config that drops shards
+    /// is recorded as applied only once no flush with their writes is on
+    /// its way.
+    flushing: tokio::sync::Mutex<()>,
     /// Its group was taken out of service: it exits.
     retired: tokio::sync::Notify,
+    /// An append was refused for a stale epoch: another kvd leads; it
+    /// exits.
+    deposed: tokio::sync::Notify,
     /// What every connection must give first ([`resp::Gate`]).
     password: String,
-    /// Log batches per shard before a snapshot (the policy's, read when it
-    /// began to lead).
+    /// Group log entries per shard served before its shards are
+    /// snapshotted (the policy's, read when it began to lead).
     compact_at: usize,
     /// The watched keys (`WATCH`), each with when it was last touched.
     watches: Mutex<Watches>,
@@ -280,6 +297,9 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
     } as usize;
     let (writes, pending) = mpsc::channel(PENDING_MAX);
     let (resync, resyncs) = mpsc::unbounded_channel();
+    // Its predecessors' appends are refused from here on.
+    let fence = shard::take_group(&mut c, &ctx.realm, &ctx.layout, group).await?;
+    let log = shard::read_group_log(&mut c, &ctx.realm, &ctx.layout, group).await?;
     let kvd = Arc::new(Kvd {
         client: ctx.client.clone(),
         realm: ctx.realm.clone(),
@@ -290,11 +310,17 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         state: Mutex::new(State {
             config: config.clone(),
             shards: HashMap::new(),
+            fence,
+            next_seq: log.last().map_or(1, |(seq, _)| seq + 1),
+            log_len: log.len(),
+            compacting: false,
         }),
         writes,
         ops: AtomicU64::new(0),
         resync,
+        flushing: tokio::sync::Mutex::new(()),
         retired: tokio::sync::Notify::new(),
+        deposed: tokio::sync::Notify::new(),
         password: crate::config::read_password(&ctx.client, &ctx.realm, &ctx.layout).await?,
         compact_at,
         watches: Mutex::new(Watches::default()),
@@ -316,6 +342,9 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
             eprintln!("kvd {}: group {group} is no longer in service", ctx.pid);
             Ok(())
         }
+        _ = kvd.deposed.notified() => Err(Error::Invalid(
+            "an append was refused for a stale epoch: another kvd leads".into(),
+        )),
     };
     for t in tasks {
         t.abort();
@@ -365,6 +394,9 @@ impl Kvd {
             drop(watches);
             st.config = config;
         }
+        // A flush begun before the drop may hold their writes: it ends
+        // before the balancer is told (their mover loads them after).
+        drop(self.flushing.lock().await);
         if retired {
             self.retired.notify_one();
         }
@@ -387,33 +419,39 @@ impl Kvd {
     }
 
     /// Takes and loads shard `s` (if the config still gives it to the
-    /// group), folding a long log into a snapshot.
+    /// group). One with no pointer into the group's log yet is given one
+    /// before it is served — empty if it has no ops, else a snapshot (what
+    /// was written before the group logs, or a pointer into another
+    /// group's log, is folded in) — so its writes from here on are found.
     async fn take_shard(&self, s: u32) -> Result<()> {
         let mut c = self.client.clone();
         shard::prepare(&mut c, &self.realm, &self.layout, s).await?;
         let taken = shard::take(&mut c, &self.realm, &self.layout, s).await?;
-        let loaded = shard::load(&mut c, &self.realm, &self.layout, s).await?;
-        let mut served = Served {
+        let mut loaded = shard::load(&mut c, &self.realm, &self.layout, s).await?;
+        if loaded.group != Some(self.group) || loaded.legacy {
+            // Nothing of it is in the group's log up to here.
+            let upto = self.lock().next_seq - 1;
+            if loaded.group.is_none() && !loaded.legacy {
+                shard::point_empty(&mut c, &self.realm, &self.layout, &taken, self.group, upto)
+                    .await?;
+            } else {
+                loaded.contents.forget_old(now_us());
+                shard::snapshot(
+                    &mut c,
+                    &self.realm,
+                    &self.layout,
+                    &taken,
+                    self.group,
+                    upto,
+                    &loaded.contents,
+                )
+                .await?;
+            }
+        }
+        let served = Served {
             contents: loaded.contents,
             taken,
-            next_seq: loaded.next_seq,
-            log_len: loaded.log_len,
-            compacting: false,
         };
-        if served.log_len >= self.compact_at {
-            let upto = served.next_seq - 1;
-            served.contents.forget_old(now_us());
-            shard::snapshot(
-                &mut c,
-                &self.realm,
-                &self.layout,
-                &served.taken,
-                upto,
-                &served.contents,
-            )
-            .await?;
-            served.log_len = 0;
-        }
         let mut st = self.lock();
         if st.config.serves(self.group, s) {
             // Loaded again: what was watched of it may have changed.
@@ -423,20 +461,34 @@ impl Kvd {
         Ok(())
     }
 
-    async fn resyncer(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<u32>) {
-        while let Some(s) = rx.recv().await {
+    /// Takes the group's log again (a new epoch: an append of this kvd's
+    /// still on its way is refused) and every shard of the group.
+    async fn retake(&self) -> Result<()> {
+        let mut c = self.client.clone();
+        let fence = shard::take_group(&mut c, &self.realm, &self.layout, self.group).await?;
+        let log = shard::read_group_log(&mut c, &self.realm, &self.layout, self.group).await?;
+        let mine = {
+            let mut st = self.lock();
+            st.fence = fence;
+            st.next_seq = log.last().map_or(1, |(seq, _)| seq + 1);
+            st.log_len = log.len();
+            st.config.shards_of(self.group)
+        };
+        for s in mine {
+            if !self.lock().shards.contains_key(&s) {
+                self.take_shard(s).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn resyncer(self: Arc<Self>, mut rx: mpsc::UnboundedReceiver<()>) {
+        while rx.recv().await.is_some() {
+            while rx.try_recv().is_ok() {}
             let mut pauses = Backoff::new(PAUSE_FIRST, PAUSE_MAX);
-            loop {
-                if self.lock().shards.contains_key(&s) {
-                    break;
-                }
-                match self.take_shard(s).await {
-                    Ok(()) => break,
-                    Err(e) => {
-                        eprintln!("kvd {}: cannot take shard {s} again: {e}", self.addr);
-                        pauses.wait().await;
-                    }
-                }
+            while let Err(e) = self.retake().await {
+                eprintln!("kvd {}: cannot take the group's log again: {e}", self.addr);
+                pauses.wait().await;
             }
         }
     }
@@ -884,6 +936,7 @@ impl Kvd {
                     Err(_) => break,
                 }
             }
+            let _flushing = self.flushing.lock().await;
             self.flush(batch).await;
         }
     }
@@ -892,7 +945,7 @@ impl Kvd {
         // 1. Effects, against memory plus the batch's earlier writes.
         let mut by_shard: BTreeMap<u32, Vec<Op>> = BTreeMap::new();
         let mut answers: Vec<(Write, Reply, Vec<u32>)> = Vec::new();
-        let calls: Vec<(u32, u64, i64, proto::batch_call::Call)>;
+        let append: Option<(u64, Fence, Vec<u8>)>;
         let at_us = now_us();
         let now = at_us / 1_000;
         {
@@ -1006,129 +1059,160 @@ impl Kvd {
                 }
                 answers.push((w, reply, shards));
             }
-            calls = by_shard
-                .iter()
-                .map(|(s, ops)| {
-                    let sh = &st.shards[s];
-                    let call =
-                        shard::append_call(&self.realm, &self.layout, &sh.taken, sh.next_seq, ops);
-                    (*s, sh.next_seq, sh.taken.fence.epoch, call)
-                })
-                .collect();
+            append = (!by_shard.is_empty()).then(|| {
+                let entry =
+                    shard::encode_entry(by_shard.iter().map(|(s, ops)| (*s, ops.as_slice())));
+                (st.next_seq, st.fence.clone(), entry)
+            });
         }
-        // 2. Appends, one entry per shard, in batch RPCs.
-        // Refused (not applied), or with the outcome unknown as well.
-        let mut failed: Vec<u32> = Vec::new();
-        let mut uncertain: Vec<u32> = Vec::new();
-        let mut c = self.client.clone();
-        let mut done: Vec<(u32, u64, i64)> = Vec::new();
-        for chunk in calls.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
-            let shards: Vec<(u32, u64, i64)> =
-                chunk.iter().map(|(s, q, e, _)| (*s, *q, *e)).collect();
-            // Each shard's append stands alone (its own path and fence):
-            // run at once, they share one commit.
-            let results = c
-                .batch_independent(chunk.iter().map(|(_, _, _, call)| call.clone()).collect())
-                .await;
-            match results {
-                Ok(results) => {
-                    for ((s, q, e), r) in shards.into_iter().zip(results) {
-                        match r {
-                            Ok(_) => done.push((s, q, e)),
-                            Err(e) => {
-                                eprintln!("kvd {}: append to shard {s} refused: {e}", self.addr);
-                                failed.push(s);
-                            }
-                        }
-                    }
+        // 2. One append to the group's log, whatever shards it touches.
+        let mut outcome: std::result::Result<(), Reply> = Ok(());
+        let mut deposed = false;
+        if let Some((seq, fence, entry)) = append {
+            let mut c = self.client.clone();
+            let path = self.layout.group_log_entry(self.group, seq);
+            match c
+                .name_set(&self.realm, &path, entry, Some(0), Some(fence))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_stale_epoch() => {
+                    eprintln!("kvd {}: append refused: {e}; another kvd leads", self.addr);
+                    // Taking the log again would fence out its leader.
+                    deposed = true;
+                    self.deposed.notify_one();
+                    outcome = Err(Reply::err("TRYAGAIN this kvd no longer leads its group"));
                 }
                 Err(e) => {
-                    eprintln!("kvd {}: appends failed: {e}", self.addr);
-                    failed.extend(shards.iter().map(|(s, _, _)| *s));
-                    uncertain.extend(shards.iter().map(|(s, _, _)| *s));
+                    eprintln!("kvd {}: append of entry {seq} failed: {e}", self.addr);
+                    // Refused (nothing applied) only if the node said why.
+                    outcome = Err(if e.reason().is_some() {
+                        Reply::err("TRYAGAIN the shards are being reloaded")
+                    } else {
+                        Reply::err(
+                            "UNCERTAIN the write's outcome is unknown; the shards are being reloaded",
+                        )
+                    });
                 }
             }
         }
-        // 3. Applied, answered; a failed shard dropped and taken again.
-        let mut compact = Vec::new();
+        // 3. Applied and answered; after a failure, every shard dropped and
+        // the group's log taken again.
+        let mut compact = None;
         {
             let mut st = self.lock();
-            for (s, q, e) in &done {
-                // Dropped meanwhile (a new config), or taken again and
-                // loaded with this batch in it: nothing to apply.
-                let Some(sh) = st.shards.get_mut(s).filter(|sh| sh.taken.fence.epoch == *e) else {
-                    continue;
-                };
-                assert_eq!(sh.next_seq, *q, "one flusher appends to a shard");
+            if outcome.is_ok() && !by_shard.is_empty() {
+                st.next_seq += 1;
+                st.log_len += 1;
                 let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
-                for op in &by_shard[s] {
-                    match op.key() {
-                        Some(k) => watches.touch(k),
-                        // A clear touches the keys it deleted.
-                        None if matches!(op, Op::Clear) => {
-                            let watched: Vec<Vec<u8>> = watches
-                                .keys
-                                .keys()
-                                .filter(|k| sh.contents.pairs.contains_key(*k))
-                                .cloned()
-                                .collect();
-                            for k in watched {
-                                watches.touch(&k);
+                for (s, ops) in &by_shard {
+                    // Dropped meanwhile (a new config): its writes are in
+                    // the log, where its mover finds them.
+                    let Some(sh) = st.shards.get_mut(s) else {
+                        continue;
+                    };
+                    for op in ops {
+                        match op.key() {
+                            Some(k) => watches.touch(k),
+                            // A clear touches the keys it deleted.
+                            None if matches!(op, Op::Clear) => {
+                                let watched: Vec<Vec<u8>> = watches
+                                    .keys
+                                    .keys()
+                                    .filter(|k| sh.contents.pairs.contains_key(*k))
+                                    .cloned()
+                                    .collect();
+                                for k in watched {
+                                    watches.touch(&k);
+                                }
                             }
+                            None => {}
                         }
-                        None => {}
+                        shard::apply(&mut sh.contents, op);
                     }
-                    shard::apply(&mut sh.contents, op);
                 }
                 drop(watches);
-                sh.next_seq += 1;
-                sh.log_len += 1;
-                if sh.log_len >= self.compact_at && !sh.compacting {
-                    sh.contents.forget_old(at_us);
-                    compact.push((*s, sh.taken.clone(), sh.next_seq - 1, sh.contents.clone()));
-                    sh.log_len = 0;
-                    sh.compacting = true;
+                let every = self.compact_at.saturating_mul(st.shards.len().max(1));
+                if st.log_len >= every.min(shard::LOG_COMPACT_MAX as usize) && !st.compacting {
+                    st.compacting = true;
+                    st.log_len = 0;
+                    let upto = st.next_seq - 1;
+                    let shards: Vec<(Taken, Contents)> = st
+                        .shards
+                        .values_mut()
+                        .map(|sh| {
+                            sh.contents.forget_old(at_us);
+                            (sh.taken.clone(), sh.contents.clone())
+                        })
+                        .collect();
+                    compact = Some((upto, st.fence.clone(), st.config.shards.len(), shards));
                 }
-            }
-            for s in &failed {
-                self.watches
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .touch_shard(&st.config, *s);
-                st.shards.remove(s);
+            } else if outcome.is_err() {
+                let dropped: Vec<u32> = st.shards.keys().copied().collect();
+                let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+                for s in dropped {
+                    watches.touch_shard(&st.config, s);
+                }
+                drop(watches);
+                st.shards.clear();
             }
         }
-        for s in &failed {
-            let _ = self.resync.send(*s);
+        if outcome.is_err() && !deposed {
+            let _ = self.resync.send(());
         }
-        for (w, reply, shards) in answers {
-            let reply = if shards.iter().any(|s| uncertain.contains(s)) {
-                Reply::err("UNCERTAIN the write's outcome is unknown; the shard is being reloaded")
-            } else if shards.iter().any(|s| failed.contains(s)) {
-                // Refused: nothing of it was applied (a multi-shard MSET's
-                // other shards may have been: MSET is atomic per shard).
-                Reply::err("TRYAGAIN the shard is being reloaded")
-            } else {
-                reply
+        for (w, reply, _) in answers {
+            let reply = match &outcome {
+                Ok(()) => reply,
+                Err(e) => e.clone(),
             };
             let _ = w.reply.send(reply);
         }
         // Snapshots are written beside the flushes, not in their way: the
         // log after `upto` keeps growing meanwhile, and a load replays it.
-        for (s, taken, upto, contents) in compact {
+        if let Some((upto, fence, shards_total, shards)) = compact {
             let me = self.clone();
             tokio::spawn(async move {
-                let mut c = me.client.clone();
-                if let Err(e) =
-                    shard::snapshot(&mut c, &me.realm, &me.layout, &taken, upto, &contents).await
-                {
-                    eprintln!("kvd {}: cannot snapshot shard {s}: {e}", me.addr);
+                if let Err(e) = me.compact(upto, fence, shards_total, shards).await {
+                    eprintln!("kvd {}: cannot snapshot its shards: {e}", me.addr);
                 }
-                if let Some(sh) = me.lock().shards.get_mut(&s) {
-                    sh.compacting = false;
-                }
+                me.lock().compacting = false;
             });
         }
+    }
+
+    /// Snapshots `shards` (their state at entry `upto` of the group's
+    /// log), then deletes the entries of the log that no shard's pointer
+    /// needs any more (of the service's `shards_total`).
+    async fn compact(
+        &self,
+        upto: u64,
+        fence: Fence,
+        shards_total: usize,
+        shards: Vec<(Taken, Contents)>,
+    ) -> Result<()> {
+        let mut c = self.client.clone();
+        for (taken, contents) in &shards {
+            shard::snapshot(
+                &mut c,
+                &self.realm,
+                &self.layout,
+                taken,
+                self.group,
+                upto,
+                contents,
+            )
+            .await?;
+        }
+        let bound = shard::trim_bound(
+            &mut c,
+            &self.realm,
+            &self.layout,
+            shards_total as u32,
+            self.group,
+        )
+        .await?
+        .map_or(upto, |b| b.min(upto));
+        shard::trim_group_log(&mut c, &self.realm, &self.layout, self.group, bound, &fence).await
     }
 }
 

@@ -1,12 +1,28 @@
 //! A shard's pairs in memory, and their durable state in the kernel
-//! database: a snapshot in tabos fs and a log of write batches in the
-//! namespace after it (see [`crate::config`] for the paths).
+//! database: a snapshot in tabos fs, and the ops after it in its group's
+//! log in the namespace (see [`crate::config`] for the paths).
 //!
-//! Whoever serves a shard first *takes* it ([`take`]): it advances the
-//! shard's epoch and fences the shard's directory at it, so the previous
-//! holder's appends are refused from then on ("stale epoch") — a deposed
-//! kvd, however slow, cannot acknowledge a write that the new holder would
-//! not see. Then it [`load`]s the snapshot and replays the log.
+//! A group's leader appends one entry per write batch to its group's log —
+//! the ops of every shard the batch touched, so a batch costs one append
+//! however many shards it spans — fenced by the group's log epoch, which
+//! each new leader raises ([`take_group`]): a deposed leader, however slow,
+//! cannot acknowledge a write its successor would not see.
+//!
+//! A shard's snapshot pointer ([`Pointer`]) says which group's log holds
+//! the shard's ops after the snapshot, and from which entry. Whoever serves
+//! a shard first *takes* it ([`take`]: a new shard epoch, which fences the
+//! snapshot writes of earlier holders) and [`load`]s it: the snapshot,
+//! then the entries after it in the pointer's group log, its ops only. A
+//! group writes a pointer for a shard before serving it, so every shard
+//! that has ops has a pointer naming the log that holds them; a mover
+//! folds a moving shard into a new snapshot pointing at its new group's
+//! log ([`crate::balancer::mover`]); and a group deletes the entries of its
+//! log that no pointer still needs ([`trim_bound`]).
+//!
+//! Services written before the group logs kept a log per shard
+//! (`shard/<s>/log`, pointer `"<seq> <path>"`): a load replays what is
+//! left of it before the group's log, and the shard is then folded into a
+//! new snapshot and its old log removed.
 
 use std::collections::HashMap;
 
@@ -16,11 +32,11 @@ use tabos_client::Client;
 use crate::config::Layout;
 use crate::{Error, Result, FS_USER};
 
-/// By default a shard's log is folded into a new snapshot once it has
-/// this many batches ([`crate::config::Policy::compact_at`]).
+/// By default a group snapshots its shards once its log has this many
+/// entries per shard it serves ([`crate::config::Policy::compact_at`]).
 pub const LOG_COMPACT_AT: u32 = 1_024;
-/// Most batches a policy may let a log grow to before a snapshot (which
-/// keeps it far under one directory read).
+/// Most entries a group's log grows to before its shards are snapshotted
+/// (which keeps it far under one directory read).
 pub const LOG_COMPACT_MAX: u32 = 4_096;
 /// Most log entries one load reads (a directory read holds 10,000).
 pub const LOG_READ_MAX: usize = 8_192;
@@ -405,6 +421,187 @@ pub fn decode(mut bytes: &[u8]) -> Result<Vec<Op>> {
     Ok(ops)
 }
 
+/// Encodes a group log entry: per shard touched, its number (u32
+/// little-endian), the length of its ops (u32 little-endian) and its ops
+/// ([`encode`]).
+pub fn encode_entry<'a>(parts: impl IntoIterator<Item = (u32, &'a [Op])>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (s, ops) in parts {
+        out.extend_from_slice(&s.to_le_bytes());
+        let ops = encode(ops);
+        put(&mut out, &ops);
+    }
+    out
+}
+
+/// Decodes a group log entry, checking every length.
+pub fn decode_entry(mut bytes: &[u8]) -> Result<Vec<(u32, Vec<Op>)>> {
+    let corrupt = || Error::Corrupt("a group log entry is cut short".into());
+    let mut parts = Vec::new();
+    while !bytes.is_empty() {
+        let Some((head, rest)) = bytes.split_first_chunk::<8>() else {
+            return Err(corrupt());
+        };
+        let s = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+        let n = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+        if rest.len() < n {
+            return Err(corrupt());
+        }
+        parts.push((s, decode(&rest[..n])?));
+        bytes = &rest[n..];
+    }
+    Ok(parts)
+}
+
+/// A group's log taken by its new leader: the fence its appends carry.
+pub async fn take_group(c: &mut Client, realm: &str, layout: &Layout, g: u32) -> Result<Fence> {
+    c.name_mkdir_all(realm, &layout.group_log(g)).await?;
+    let epoch = c.advance_epoch(realm, &layout.group_epoch(g)).await?;
+    let fence = Fence {
+        dir: layout.group_log(g),
+        epoch,
+    };
+    c.fence(realm, fence.clone()).await?;
+    Ok(fence)
+}
+
+/// The entries of group `g`'s log (sequence number and data), in order;
+/// none if it has no log yet.
+pub async fn read_group_log(
+    c: &mut Client,
+    realm: &str,
+    layout: &Layout,
+    g: u32,
+) -> Result<Vec<(u64, Vec<u8>)>> {
+    read_log_dir(c, realm, &layout.group_log(g)).await
+}
+
+async fn read_log_dir(c: &mut Client, realm: &str, dir: &str) -> Result<Vec<(u64, Vec<u8>)>> {
+    let entries = match c.name_readdir(realm, dir).await {
+        Ok(r) => {
+            if r.more || r.entries.len() > LOG_READ_MAX {
+                return Err(Error::Corrupt(format!(
+                    "{dir} has more than {LOG_READ_MAX} entries"
+                )));
+            }
+            r.entries
+        }
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => Vec::new(),
+        Err(e) => return Err(e.into()),
+    };
+    let mut log = Vec::with_capacity(entries.len());
+    for e in entries {
+        let name = e.path.rsplit('/').next().unwrap_or_default();
+        let seq: u64 = name
+            .parse()
+            .map_err(|_| Error::Corrupt(format!("log entry {}", e.path)))?;
+        log.push((seq, e.data));
+    }
+    log.sort_by_key(|(seq, _)| *seq);
+    Ok(log)
+}
+
+/// The last entry of group `g`'s log (0: none).
+pub async fn group_log_head(c: &mut Client, realm: &str, layout: &Layout, g: u32) -> Result<u64> {
+    Ok(read_group_log(c, realm, layout, g)
+        .await?
+        .last()
+        .map_or(0, |(seq, _)| *seq))
+}
+
+/// The entries of group `g`'s log up to which no shard's pointer needs
+/// it: the least entry a pointer into that log starts after (`None`: no
+/// pointer names it). Every shard of the service is asked (`shards` of
+/// them), in batches.
+pub async fn trim_bound(
+    c: &mut Client,
+    realm: &str,
+    layout: &Layout,
+    shards: u32,
+    g: u32,
+) -> Result<Option<u64>> {
+    let mut bound: Option<u64> = None;
+    let all: Vec<u32> = (0..shards).collect();
+    for chunk in all.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
+        let calls = chunk
+            .iter()
+            .map(|s| {
+                tabos_client::proto::batch_call::Call::NamesGet(tabos_client::proto::NameRequest {
+                    realm: realm.into(),
+                    path: layout.snap(*s),
+                })
+            })
+            .collect();
+        for r in c.batch_independent(calls).await? {
+            match r {
+                Ok(tabos_client::proto::batch_result::Result::NamesGet(e)) => {
+                    if let Pointer::Group { group, seq, .. } = Pointer::parse(&e.data)? {
+                        if group == g {
+                            bound = Some(bound.map_or(seq, |b| b.min(seq)));
+                        }
+                    }
+                }
+                Ok(_) => return Err(Error::Corrupt("a get answered with another call".into())),
+                Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(bound)
+}
+
+/// Removes the entries of the log in `dir` up to `upto` (all: `None`),
+/// each removal carrying `fence`.
+async fn remove_entries(
+    c: &mut Client,
+    realm: &str,
+    dir: &str,
+    upto: Option<u64>,
+    fence: &Fence,
+) -> Result<()> {
+    let done: Vec<String> = read_log_dir(c, realm, dir)
+        .await?
+        .into_iter()
+        .filter(|(seq, _)| upto.is_none_or(|u| *seq <= u))
+        .map(|(seq, _)| format!("{dir}/{seq:020}"))
+        .collect();
+    for chunk in done.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
+        let calls = chunk
+            .iter()
+            .map(|p| {
+                tabos_client::proto::batch_call::Call::NamesRemove(
+                    tabos_client::proto::RemoveNameRequest {
+                        realm: realm.into(),
+                        path: p.clone(),
+                        if_version: None,
+                        fence: Some(fence.clone()),
+                    },
+                )
+            })
+            .collect();
+        for r in c.batch_independent(calls).await? {
+            match r {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes group `g`'s log entries up to `upto` (its leader's `fence`).
+pub async fn trim_group_log(
+    c: &mut Client,
+    realm: &str,
+    layout: &Layout,
+    g: u32,
+    upto: u64,
+    fence: &Fence,
+) -> Result<()> {
+    remove_entries(c, realm, &layout.group_log(g), Some(upto), fence).await
+}
+
 /// A shard taken: the fence every write to its state carries.
 #[derive(Debug, Clone)]
 pub struct Taken {
@@ -427,80 +624,135 @@ pub async fn take(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Resul
 #[derive(Debug, Default)]
 pub struct Loaded {
     pub contents: Contents,
-    /// The sequence number of the next log entry.
-    pub next_seq: u64,
-    /// Log entries after the snapshot.
-    pub log_len: usize,
+    /// It has what was written before the group logs (a pointer of the
+    /// old form, or entries in its own log): it is to be folded into a
+    /// new snapshot before it is served.
+    pub legacy: bool,
+    /// The group whose log its pointer names (none: no pointer, or one of
+    /// the old form).
+    pub group: Option<u32>,
 }
 
-/// The snapshot pointer's data: `"<seq> <fs path>"`.
-fn parse_snap(data: &[u8]) -> Result<(u64, String)> {
-    let text = std::str::from_utf8(data).map_err(|_| Error::Corrupt("snapshot pointer".into()))?;
-    let (seq, path) = text
-        .split_once(' ')
-        .ok_or_else(|| Error::Corrupt(format!("snapshot pointer {text:?}")))?;
-    let seq = seq
-        .parse()
-        .map_err(|_| Error::Corrupt(format!("snapshot pointer {text:?}")))?;
-    Ok((seq, path.to_string()))
+/// Where a shard's state is (its snapshot pointer's data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pointer {
+    /// Written before the group logs, `"<seq> <path>"`: the snapshot
+    /// holds the shard's own log up to entry `seq`.
+    Legacy { seq: u64, path: String },
+    /// `"g<group> <seq> <path>"` (`-`: an empty snapshot, no file): the
+    /// snapshot holds the shard up to entry `seq` of group `group`'s log;
+    /// its later ops are in that log's later entries.
+    Group {
+        group: u32,
+        seq: u64,
+        path: Option<String>,
+    },
 }
 
-/// Reads shard `s`'s snapshot and replays its log after it.
+impl Pointer {
+    pub fn parse(data: &[u8]) -> Result<Pointer> {
+        let text =
+            std::str::from_utf8(data).map_err(|_| Error::Corrupt("snapshot pointer".into()))?;
+        let bad = || Error::Corrupt(format!("snapshot pointer {text:?}"));
+        let words: Vec<&str> = text.splitn(3, ' ').collect();
+        match words[..] {
+            [g, seq, path] if g.starts_with('g') => Ok(Pointer::Group {
+                group: g[1..].parse().map_err(|_| bad())?,
+                seq: seq.parse().map_err(|_| bad())?,
+                path: (path != "-").then(|| path.to_string()),
+            }),
+            [seq, ..] => {
+                let (_, path) = text.split_once(' ').ok_or_else(bad)?;
+                Ok(Pointer::Legacy {
+                    seq: seq.parse().map_err(|_| bad())?,
+                    path: path.to_string(),
+                })
+            }
+            [] => Err(bad()),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        match self {
+            Pointer::Legacy { seq, path } => format!("{seq} {path}"),
+            Pointer::Group { group, seq, path } => {
+                format!("g{group} {seq} {}", path.as_deref().unwrap_or("-"))
+            }
+        }
+        .into_bytes()
+    }
+
+    fn path(&self) -> Option<&str> {
+        match self {
+            Pointer::Legacy { path, .. } => Some(path),
+            Pointer::Group { path, .. } => path.as_deref(),
+        }
+    }
+}
+
+/// Shard `s`'s snapshot pointer, if it has one.
+async fn pointer(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<Option<Pointer>> {
+    match c.name_get(realm, &layout.snap(s)).await {
+        Ok(e) => Ok(Some(Pointer::parse(&e.data)?)),
+        Err(e) if e.code() == Some(tonic::Code::NotFound) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reads shard `s`'s snapshot and replays what follows it: what is left of
+/// its own log (services written before the group logs), then its ops in
+/// the entries of its pointer's group log after the snapshot.
 pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<Loaded> {
     let mut out = Loaded::default();
-    let mut snap_seq = 0;
-    match c.name_get(realm, &layout.snap(s)).await {
-        Ok(e) => {
-            let (seq, path) = parse_snap(&e.data)?;
-            let mut bytes = Vec::new();
-            c.fs_read_all(realm, FS_USER, &path, &mut bytes).await?;
-            for op in decode(&bytes)? {
-                apply(&mut out.contents, &op);
-            }
-            snap_seq = seq;
-            out.next_seq = seq + 1;
-        }
-        Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let entries = match c.name_readdir(realm, &layout.log(s)).await {
-        Ok(r) => {
-            if r.more || r.entries.len() > LOG_READ_MAX {
-                return Err(Error::Corrupt(format!(
-                    "shard {s}'s log has more than {LOG_READ_MAX} entries"
-                )));
-            }
-            r.entries
-        }
-        Err(e) if e.code() == Some(tonic::Code::NotFound) => Vec::new(),
-        Err(e) => return Err(e.into()),
-    };
-    let mut log: Vec<(u64, Vec<u8>)> = Vec::with_capacity(entries.len());
-    for e in entries {
-        let name = e.path.rsplit('/').next().unwrap_or_default();
-        let seq: u64 = name
-            .parse()
-            .map_err(|_| Error::Corrupt(format!("log entry {}", e.path)))?;
-        if seq > snap_seq {
-            log.push((seq, e.data));
-        }
-    }
-    log.sort_by_key(|(seq, _)| *seq);
-    for (seq, data) in &log {
-        for op in decode(data)? {
+    let pointer = pointer(c, realm, layout, s).await?;
+    if let Some(path) = pointer.as_ref().and_then(Pointer::path) {
+        let mut bytes = Vec::new();
+        c.fs_read_all(realm, FS_USER, path, &mut bytes).await?;
+        for op in decode(&bytes)? {
             apply(&mut out.contents, &op);
         }
-        out.next_seq = out.next_seq.max(seq + 1);
     }
-    out.next_seq = out.next_seq.max(1);
-    out.log_len = log.len();
+    if let Some(Pointer::Group { group, .. }) = &pointer {
+        out.group = Some(*group);
+    }
+    let after = match &pointer {
+        Some(Pointer::Group { group, seq, .. }) => Some((*group, *seq)),
+        Some(Pointer::Legacy { seq, .. }) => {
+            out.legacy = true;
+            Some((u32::MAX, *seq))
+        }
+        None => None,
+    };
+    if !matches!(pointer, Some(Pointer::Group { .. })) {
+        let from = after.map_or(0, |(_, seq)| seq);
+        for (seq, data) in read_log_dir(c, realm, &layout.log(s)).await? {
+            out.legacy = true;
+            if seq > from {
+                for op in decode(&data)? {
+                    apply(&mut out.contents, &op);
+                }
+            }
+        }
+    }
+    if let Some(Pointer::Group { group, seq, .. }) = pointer {
+        for (at, data) in read_group_log(c, realm, layout, group).await? {
+            if at <= seq {
+                continue;
+            }
+            for (shard, ops) in decode_entry(&data)? {
+                if shard == s {
+                    ops.iter().for_each(|op| apply(&mut out.contents, op));
+                }
+            }
+        }
+    }
     Ok(out)
 }
 
-/// Makes sure shard `s`'s log directory and the service's snapshot
-/// directory exist (once, when the shard is taken, not per snapshot).
+/// Makes sure shard `s`'s directory and the service's snapshot directory
+/// exist (once, when the shard is taken, not per snapshot).
 pub async fn prepare(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<()> {
-    c.name_mkdir_all(realm, &layout.log(s)).await?;
+    c.name_mkdir_all(realm, &layout.shard(s)).await?;
     for dir in ["/kv".to_string(), layout.snap_dir()] {
         match c.fs_mkdir(realm, FS_USER, &dir, 0o755).await {
             Ok(_) => {}
@@ -511,93 +763,71 @@ pub async fn prepare(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Re
     Ok(())
 }
 
-/// The call that appends batch `seq` of shard `t.shard` (for a batch RPC).
-pub fn append_call(
+/// Points shard `t.shard` at entry `seq` of group `g`'s log with an empty
+/// snapshot: for a shard with no ops yet, before it is first served.
+pub async fn point_empty(
+    c: &mut Client,
     realm: &str,
     layout: &Layout,
     t: &Taken,
+    g: u32,
     seq: u64,
-    ops: &[Op],
-) -> tabos_client::proto::batch_call::Call {
-    // A set of a path that must not exist yet (if_version 0): a second
-    // append of the same sequence number is refused, not overwritten.
-    tabos_client::proto::batch_call::Call::NamesSet(tabos_client::proto::SetNameRequest {
-        realm: realm.into(),
-        path: layout.log_entry(t.shard, seq),
-        data: encode(ops),
-        if_version: Some(0),
-        fence: Some(t.fence.clone()),
-    })
+) -> Result<()> {
+    let p = Pointer::Group {
+        group: g,
+        seq,
+        path: None,
+    };
+    c.name_set(
+        realm,
+        &layout.snap(t.shard),
+        p.encode(),
+        None,
+        Some(t.fence.clone()),
+    )
+    .await?;
+    Ok(())
 }
 
-/// Folds shard `t.shard`'s log up to `seq` into a new snapshot of
-/// `contents`:
-/// the file first, then the pointer (fenced), then the old entries and
-/// file go.
+/// Writes a new snapshot of shard `t.shard` holding `contents`, which
+/// are its state up to entry `seq` of group `g`'s log: the file first,
+/// then the pointer (fenced); then what the pointer no longer needs goes
+/// (the old file, and a log of the shard's own from before the group
+/// logs).
 pub async fn snapshot(
     c: &mut Client,
     realm: &str,
     layout: &Layout,
     t: &Taken,
+    g: u32,
     seq: u64,
     contents: &Contents,
 ) -> Result<()> {
     let s = t.shard;
-    let old = match c.name_get(realm, &layout.snap(s)).await {
-        Ok(e) => Some(parse_snap(&e.data)?),
-        Err(e) if e.code() == Some(tonic::Code::NotFound) => None,
-        Err(e) => return Err(e.into()),
-    };
+    let old = pointer(c, realm, layout, s).await?;
     let tmp = layout.snap_tmp(s, t.fence.epoch);
     write_file(c, realm, &tmp, &encode_contents(contents), t).await?;
     // Into place (σOS's movers: a temporary file renamed), then pointed to.
-    let path = layout.snap_file(s, seq);
+    let path = layout.snap_file(s, g, seq);
     c.fs_rename(realm, FS_USER, &tmp, &path).await?;
+    let p = Pointer::Group {
+        group: g,
+        seq,
+        path: Some(path.clone()),
+    };
     c.name_set(
         realm,
         &layout.snap(s),
-        format!("{seq} {path}").into_bytes(),
+        p.encode(),
         None,
         Some(t.fence.clone()),
     )
     .await?;
-    // What the snapshot holds is no longer needed: removed in batches.
-    let r = c.name_readdir(realm, &layout.log(s)).await?;
-    let done: Vec<String> = r
-        .entries
-        .into_iter()
-        .map(|e| e.path)
-        .filter(|p| {
-            p.rsplit('/')
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-                .is_some_and(|n| n <= seq)
-        })
-        .collect();
-    for chunk in done.chunks(tabos_client::batch::BATCH_CALLS_MAX) {
-        let calls = chunk
-            .iter()
-            .map(|p| {
-                tabos_client::proto::batch_call::Call::NamesRemove(
-                    tabos_client::proto::RemoveNameRequest {
-                        realm: realm.into(),
-                        path: p.clone(),
-                        if_version: None,
-                        fence: Some(t.fence.clone()),
-                    },
-                )
-            })
-            .collect();
-        for r in c.batch_independent(calls).await? {
-            match r {
-                Ok(_) => {}
-                Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+    if !matches!(old, Some(Pointer::Group { .. })) {
+        remove_entries(c, realm, &layout.log(s), None, &t.fence).await?;
     }
-    if let Some((_, old_path)) = old.filter(|(_, p)| *p != path) {
-        match c.fs_unlink(realm, FS_USER, &old_path).await {
+    if let Some(old_path) = old.as_ref().and_then(Pointer::path).filter(|p| *p != path) {
+        match c.fs_unlink(realm, FS_USER, old_path).await {
             Ok(()) => {}
             Err(e) if e.code() == Some(tonic::Code::NotFound) => {}
             Err(e) => return Err(e.into()),
@@ -681,6 +911,51 @@ mod tests {
                 Op::Done { id, at_us: 1_000 }
             ]
         );
+    }
+
+    #[test]
+    fn group_log_entries_and_pointers_round_trip_and_corruption_is_caught() {
+        let a = vec![Op::Set(b"k".to_vec(), b"v".to_vec()), Op::Clear];
+        let b = vec![Op::Del(b"x".to_vec())];
+        let bytes = encode_entry([(3, a.as_slice()), (1_000, b.as_slice()), (7, &[][..])]);
+        assert_eq!(
+            decode_entry(&bytes).unwrap(),
+            [(3, a.clone()), (1_000, b.clone()), (7, Vec::new())]
+        );
+        assert!(decode_entry(&[]).unwrap().is_empty());
+        for cut in 1..bytes.len() {
+            // Every cut either ends between shards (a shorter entry, as
+            // written) or is refused.
+            if let Ok(parts) = decode_entry(&bytes[..cut]) {
+                assert!(parts.len() < 3, "cut at {cut}");
+            }
+        }
+        assert!(decode_entry(&bytes[..bytes.len() - 1]).is_err());
+        let mut bad = bytes.clone();
+        bad[4] = 0xff; // the first shard's ops longer than the entry
+        assert!(decode_entry(&bad).is_err());
+
+        for p in [
+            Pointer::Group {
+                group: 2,
+                seq: 40,
+                path: Some("/kv/t/s1.g2.00000000000000000040".into()),
+            },
+            Pointer::Group {
+                group: 0,
+                seq: 0,
+                path: None,
+            },
+            Pointer::Legacy {
+                seq: 9,
+                path: "/kv/t/s1.00000000000000000009".into(),
+            },
+        ] {
+            assert_eq!(Pointer::parse(&p.encode()).unwrap(), p);
+        }
+        for bad in ["", "g1 2", "gx 2 /p", "g1 x /p", "x /p", "12"] {
+            assert!(Pointer::parse(bad.as_bytes()).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -609,3 +609,99 @@ fn the_reads_of_many_clerks_share_one_connection_and_each_gets_its_answer() {
         node.stop().await.unwrap();
     });
 }
+
+/// A service written before the group logs — a log per shard, and a
+/// snapshot pointer `"<seq> <file>"` — is served as it was: a shard with
+/// only its own log, and one with a snapshot, entries it holds (skipped)
+/// and entries after it (replayed). Each is then folded into a snapshot
+/// pointing into its group's log, and its old log removed.
+#[test]
+fn a_service_from_before_the_group_logs_reads_back_and_is_folded() {
+    use tabos_kv::shard::{self, Contents, Op, Pointer};
+    let dir = TempDir::new("kv-legacy");
+    rt().block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        let config = service::create(&client, REALM, SVC, 8, 1, &one_group(1, 1_024))
+            .await
+            .unwrap();
+        let l = Layout::new(SVC).unwrap();
+        // Two keys in two shards.
+        let a = b"alpha".to_vec();
+        let b = (0..100)
+            .map(|i| format!("beta{i}").into_bytes())
+            .find(|k| config.shard_of(k) != config.shard_of(&a))
+            .unwrap();
+        let (sa, sb) = (config.shard_of(&a), config.shard_of(&b));
+        let set = |k: &[u8], v: &str| shard::encode(&[Op::Set(k.to_vec(), v.as_bytes().to_vec())]);
+        for (s, seq, data) in [
+            (sa, 1, set(&a, "a1")),
+            (sa, 2, set(&a, "a2")),
+            (sb, 4, set(&b, "old")),
+            (sb, 6, set(&b, "b6")),
+        ] {
+            c.name_mkdir_all(REALM, &l.log(s)).await.unwrap();
+            let path = format!("{}/{seq:020}", l.log(s));
+            c.name_set(REALM, &path, data, Some(0), None).await.unwrap();
+        }
+        // Shard sb's snapshot holds its log up to entry 5.
+        let mut snap = Contents::default();
+        shard::apply(&mut snap, &Op::Set(b.clone(), b"b5".to_vec()));
+        let file = format!("{}/s{sb}.00000000000000000005", l.snap_dir());
+        for d in ["/kv".to_string(), l.snap_dir()] {
+            let _ = c.fs_mkdir(REALM, "", &d, 0o755).await;
+        }
+        c.fs_write(
+            REALM,
+            "",
+            file.as_str(),
+            0,
+            shard::encode_contents(&snap),
+            true,
+        )
+        .await
+        .unwrap();
+        c.name_set(
+            REALM,
+            &l.snap(sb),
+            format!("5 {file}").into_bytes(),
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+
+        let mut sup = supervise(&client, 1).await;
+        let mut clerk = Clerk::new(&client, REALM, SVC).await.unwrap();
+        assert_eq!(clerk.get(&a).await.unwrap(), Some(b"a2".to_vec()));
+        assert_eq!(clerk.get(&b).await.unwrap(), Some(b"b6".to_vec()));
+        // Folded: pointers into group 0's log, the old logs gone.
+        for s in [sa, sb] {
+            let p = c.name_get(REALM, &l.snap(s)).await.unwrap().data;
+            assert!(
+                matches!(Pointer::parse(&p).unwrap(), Pointer::Group { group: 0, .. }),
+                "shard {s}: {}",
+                String::from_utf8_lossy(&p)
+            );
+            let left = match c.name_readdir(REALM, &l.log(s)).await {
+                Ok(r) => r.entries.len(),
+                Err(e) => {
+                    assert_eq!(e.code(), Some(tonic::Code::NotFound));
+                    0
+                }
+            };
+            assert_eq!(left, 0, "shard {s}'s old log");
+        }
+        // Written after, read back after a restart (from the group's log).
+        clerk.set(&a, b"a3").await.unwrap();
+        sup.stop().await.unwrap();
+        let mut sup = supervise(&client, 1).await;
+        let mut clerk = Clerk::new(&client, REALM, SVC).await.unwrap();
+        assert_eq!(clerk.get(&a).await.unwrap(), Some(b"a3".to_vec()));
+        assert_eq!(clerk.get(&b).await.unwrap(), Some(b"b6".to_vec()));
+        sup.stop().await.unwrap();
+        drop((c, client, clerk));
+        node.stop().await.unwrap();
+    });
+}
