@@ -551,7 +551,7 @@ pub async fn mover(ctx: Ctx, s: u32, epoch: i64) -> Result<()> {
     }
     shard::prepare(&mut c, &ctx.realm, &ctx.layout, s).await?;
     let taken = shard::take(&mut c, &ctx.realm, &ctx.layout, s).await?;
-    let mut loaded = shard::load(&mut c, &ctx.realm, &ctx.layout, s).await?;
+    let mut loaded = shard::load(&mut c, &ctx.realm, &ctx.layout, s, None).await?;
     // Entries of the new group's log up to here hold nothing of the shard
     // that is not in the snapshot (a stay there before is in it).
     let upto = shard::group_log_head(&mut c, &ctx.realm, &ctx.layout, to).await?;

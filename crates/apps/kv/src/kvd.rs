@@ -299,7 +299,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
     let (resync, resyncs) = mpsc::unbounded_channel();
     // Its predecessors' appends are refused from here on.
     let fence = shard::take_group(&mut c, &ctx.realm, &ctx.layout, group).await?;
-    let log = shard::read_group_log(&mut c, &ctx.realm, &ctx.layout, group).await?;
+    let log = shard::GroupLog::read(&mut c, &ctx.realm, &ctx.layout, group).await?;
     let kvd = Arc::new(Kvd {
         client: ctx.client.clone(),
         realm: ctx.realm.clone(),
@@ -311,7 +311,7 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
             config: config.clone(),
             shards: HashMap::new(),
             fence,
-            next_seq: log.last().map_or(1, |(seq, _)| seq + 1),
+            next_seq: log.head() + 1,
             log_len: log.len(),
             compacting: false,
         }),
@@ -326,7 +326,8 @@ pub async fn run(ctx: Ctx, group: u32) -> Result<()> {
         watches: Mutex::new(Watches::default()),
         broker: Mutex::new(pubsub::Broker::default()),
     });
-    kvd.apply_config(config).await?;
+    kvd.apply_config(config, Some(&log)).await?;
+    drop(log);
     let tasks = [
         tokio::spawn(kvd.clone().flusher(pending)),
         tokio::spawn(kvd.clone().follow_config()),
@@ -371,7 +372,9 @@ impl Kvd {
 
     /// Serves `config`: drops the shards no longer the group's, records
     /// that it did, takes and loads the new ones.
-    async fn apply_config(&self, config: Config) -> Result<()> {
+    /// (`known`: the group's log, if read since these shards were last
+    /// served.)
+    async fn apply_config(&self, config: Config, known: Option<&shard::GroupLog>) -> Result<()> {
         let mine = config.shards_of(self.group);
         let epoch = config.epoch;
         let retired = !config.groups.contains(&self.group);
@@ -413,7 +416,7 @@ impl Kvd {
             if self.lock().shards.contains_key(&s) {
                 continue;
             }
-            self.take_shard(s).await?;
+            self.take_shard(s, known).await?;
         }
         Ok(())
     }
@@ -423,11 +426,11 @@ impl Kvd {
     /// before it is served — empty if it has no ops, else a snapshot (what
     /// was written before the group logs, or a pointer into another
     /// group's log, is folded in) — so its writes from here on are found.
-    async fn take_shard(&self, s: u32) -> Result<()> {
+    async fn take_shard(&self, s: u32, known: Option<&shard::GroupLog>) -> Result<()> {
         let mut c = self.client.clone();
         shard::prepare(&mut c, &self.realm, &self.layout, s).await?;
         let taken = shard::take(&mut c, &self.realm, &self.layout, s).await?;
-        let mut loaded = shard::load(&mut c, &self.realm, &self.layout, s).await?;
+        let mut loaded = shard::load(&mut c, &self.realm, &self.layout, s, known).await?;
         if loaded.group != Some(self.group) || loaded.legacy {
             // Nothing of it is in the group's log up to here.
             let upto = self.lock().next_seq - 1;
@@ -466,17 +469,17 @@ impl Kvd {
     async fn retake(&self) -> Result<()> {
         let mut c = self.client.clone();
         let fence = shard::take_group(&mut c, &self.realm, &self.layout, self.group).await?;
-        let log = shard::read_group_log(&mut c, &self.realm, &self.layout, self.group).await?;
+        let log = shard::GroupLog::read(&mut c, &self.realm, &self.layout, self.group).await?;
         let mine = {
             let mut st = self.lock();
             st.fence = fence;
-            st.next_seq = log.last().map_or(1, |(seq, _)| seq + 1);
+            st.next_seq = log.head() + 1;
             st.log_len = log.len();
             st.config.shards_of(self.group)
         };
         for s in mine {
             if !self.lock().shards.contains_key(&s) {
-                self.take_shard(s).await?;
+                self.take_shard(s, Some(&log)).await?;
             }
         }
         Ok(())
@@ -529,7 +532,7 @@ impl Kvd {
             }
         };
         if config.epoch > self.lock().config.epoch {
-            if let Err(e) = self.apply_config(config).await {
+            if let Err(e) = self.apply_config(config, None).await {
                 eprintln!("kvd {}: cannot apply the config: {e}", self.addr);
             }
         }

@@ -434,8 +434,11 @@ pub fn encode_entry<'a>(parts: impl IntoIterator<Item = (u32, &'a [Op])>) -> Vec
     out
 }
 
+/// A group log entry decoded: per shard touched, its ops.
+pub type Entry = Vec<(u32, Vec<Op>)>;
+
 /// Decodes a group log entry, checking every length.
-pub fn decode_entry(mut bytes: &[u8]) -> Result<Vec<(u32, Vec<Op>)>> {
+pub fn decode_entry(mut bytes: &[u8]) -> Result<Entry> {
     let corrupt = || Error::Corrupt("a group log entry is cut short".into());
     let mut parts = Vec::new();
     while !bytes.is_empty() {
@@ -499,6 +502,47 @@ async fn read_log_dir(c: &mut Client, realm: &str, dir: &str) -> Result<Vec<(u64
     }
     log.sort_by_key(|(seq, _)| *seq);
     Ok(log)
+}
+
+/// A group's log, read and decoded once for the loads of several shards
+/// (a leader taking its shards reads it once, not once per shard).
+pub struct GroupLog {
+    pub group: u32,
+    /// Per entry in order: its sequence number and, per shard, its ops.
+    entries: Vec<(u64, Entry)>,
+}
+
+impl GroupLog {
+    pub async fn read(c: &mut Client, realm: &str, layout: &Layout, g: u32) -> Result<GroupLog> {
+        let entries = read_group_log(c, realm, layout, g)
+            .await?
+            .into_iter()
+            .map(|(seq, data)| Ok((seq, decode_entry(&data)?)))
+            .collect::<Result<_>>()?;
+        Ok(GroupLog { group: g, entries })
+    }
+
+    /// Its last entry's sequence number (0: none).
+    pub fn head(&self) -> u64 {
+        self.entries.last().map_or(0, |(seq, _)| *seq)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Shard `s`'s ops in the entries after `seq`, in order.
+    fn ops_after(&self, s: u32, seq: u64) -> impl Iterator<Item = &Op> {
+        self.entries
+            .iter()
+            .filter(move |(at, _)| *at > seq)
+            .flat_map(move |(_, parts)| parts.iter().filter(move |(shard, _)| *shard == s))
+            .flat_map(|(_, ops)| ops.iter())
+    }
 }
 
 /// The last entry of group `g`'s log (0: none).
@@ -701,8 +745,16 @@ async fn pointer(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result
 
 /// Reads shard `s`'s snapshot and replays what follows it: what is left of
 /// its own log (services written before the group logs), then its ops in
-/// the entries of its pointer's group log after the snapshot.
-pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Result<Loaded> {
+/// the entries of its pointer's group log after the snapshot (`known`, if
+/// that is the log the pointer names and it was read since the shard was
+/// last served, else read here).
+pub async fn load(
+    c: &mut Client,
+    realm: &str,
+    layout: &Layout,
+    s: u32,
+    known: Option<&GroupLog>,
+) -> Result<Loaded> {
     let mut out = Loaded::default();
     let pointer = pointer(c, realm, layout, s).await?;
     if let Some(path) = pointer.as_ref().and_then(Pointer::path) {
@@ -735,16 +787,16 @@ pub async fn load(c: &mut Client, realm: &str, layout: &Layout, s: u32) -> Resul
         }
     }
     if let Some(Pointer::Group { group, seq, .. }) = pointer {
-        for (at, data) in read_group_log(c, realm, layout, group).await? {
-            if at <= seq {
-                continue;
+        let read;
+        let log = match known.filter(|l| l.group == group) {
+            Some(l) => l,
+            None => {
+                read = GroupLog::read(c, realm, layout, group).await?;
+                &read
             }
-            for (shard, ops) in decode_entry(&data)? {
-                if shard == s {
-                    ops.iter().for_each(|op| apply(&mut out.contents, op));
-                }
-            }
-        }
+        };
+        log.ops_after(s, seq)
+            .for_each(|op| apply(&mut out.contents, op));
     }
     Ok(out)
 }
