@@ -767,16 +767,17 @@ pub async fn load(
     if let Some(Pointer::Group { group, .. }) = &pointer {
         out.group = Some(*group);
     }
-    let after = match &pointer {
-        Some(Pointer::Group { group, seq, .. }) => Some((*group, *seq)),
+    // Before the group logs: the shard's own log, after an old-form
+    // snapshot's entry (all of it without a snapshot).
+    let own_log_from = match &pointer {
+        Some(Pointer::Group { .. }) => None,
         Some(Pointer::Legacy { seq, .. }) => {
             out.legacy = true;
-            Some((u32::MAX, *seq))
+            Some(*seq)
         }
-        None => None,
+        None => Some(0),
     };
-    if !matches!(pointer, Some(Pointer::Group { .. })) {
-        let from = after.map_or(0, |(_, seq)| seq);
+    if let Some(from) = own_log_from {
         for (seq, data) in read_log_dir(c, realm, &layout.log(s)).await? {
             out.legacy = true;
             if seq > from {
