@@ -48,6 +48,45 @@ impl AlignedBuf {
         AlignedBuf { ptr, len }
     }
 
+    /// A buffer of `len` bytes made of `pieces` (offset, bytes), copied in
+    /// order (a later piece over an earlier), zeros where none lands: only
+    /// the gaps are zeroed, not the whole — a write's buffer is mostly its
+    /// data. Panics if a piece reaches past `len`.
+    pub fn assembled(len: usize, pieces: &[(usize, &[u8])]) -> AlignedBuf {
+        assert!(
+            pieces.iter().all(|(at, b)| at + b.len() <= len),
+            "a piece past the buffer's end"
+        );
+        let layout = Self::layout(len);
+        // SAFETY: the layout has non-zero size.
+        let p = unsafe { std::alloc::alloc(layout) };
+        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        let mut spans: Vec<(usize, usize)> =
+            pieces.iter().map(|(at, b)| (*at, at + b.len())).collect();
+        spans.sort_unstable();
+        let mut covered = 0;
+        let zero = |from: usize, to: usize| {
+            // SAFETY: from < to <= len, within the allocation.
+            unsafe { std::ptr::write_bytes(ptr.as_ptr().add(from), 0, to - from) }
+        };
+        for (from, to) in spans {
+            if from > covered {
+                zero(covered, from);
+            }
+            covered = covered.max(to);
+        }
+        if covered < len {
+            zero(covered, len);
+        }
+        for (at, b) in pieces {
+            // SAFETY: at + b.len() <= len (asserted above); the source is
+            // another allocation.
+            unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), ptr.as_ptr().add(*at), b.len()) }
+        }
+        // Every byte of 0..len is now written: a gap zeroed, the rest copied.
+        AlignedBuf { ptr, len }
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }
@@ -444,10 +483,12 @@ impl Queue {
         while b <= last {
             let n = (last + 1 - b).min(per);
             let (lo, hi) = (b * bs, (b + n) * bs);
-            let mut buf = AlignedBuf::zeroed((n * bs) as usize);
+            // The old partial blocks, then the data over them: the buffer
+            // is written once, not zeroed first.
+            let mut pieces: Vec<(usize, &[u8])> = Vec::with_capacity(3);
             if b == first {
                 if let Some(h) = &head {
-                    buf[..bs as usize].copy_from_slice(h);
+                    pieces.push((0, &h[..]));
                 }
             }
             if b + n - 1 == last {
@@ -455,13 +496,15 @@ impl Queue {
                     .as_ref()
                     .or(if first == last { head.as_ref() } else { None })
                 {
-                    let at = ((last - b) * bs) as usize;
-                    buf[at..at + bs as usize].copy_from_slice(t);
+                    pieces.push((((last - b) * bs) as usize, &t[..]));
                 }
             }
             let (s, e) = (offset.max(lo), end.min(hi));
-            buf[(s - lo) as usize..(e - lo) as usize]
-                .copy_from_slice(&data[(s - offset) as usize..(e - offset) as usize]);
+            pieces.push((
+                (s - lo) as usize,
+                &data[(s - offset) as usize..(e - offset) as usize],
+            ));
+            let buf = AlignedBuf::assembled((n * bs) as usize, &pieces);
             if let Err(e) = self.write(cap, b, buf, policy, b) {
                 self.finish_all()?;
                 return Err(e);
@@ -502,5 +545,32 @@ impl Drop for Queue {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AlignedBuf;
+
+    /// An assembled buffer holds its pieces (a later one over an earlier)
+    /// and zeros everywhere else, like a zeroed buffer copied into.
+    #[test]
+    fn an_assembled_buffer_is_its_pieces_and_zeros_between() {
+        let (a, b, c) = (vec![1u8; 100], vec![2u8; 50], vec![3u8; 10]);
+        let pieces: Vec<(usize, &[u8])> = vec![(200, &a), (250, &b), (0, &c), (400, &[])];
+        let got = AlignedBuf::assembled(512, &pieces);
+        let mut want = AlignedBuf::zeroed(512);
+        for (at, p) in &pieces {
+            want[*at..at + p.len()].copy_from_slice(p);
+        }
+        assert_eq!(&got[..], &want[..]);
+        assert_eq!(got.as_ptr() as usize % super::ALIGN, 0);
+        assert!(AlignedBuf::assembled(4096, &[]).iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    #[should_panic(expected = "past the buffer's end")]
+    fn a_piece_past_the_end_is_refused() {
+        AlignedBuf::assembled(16, &[(10, &[0u8; 7])]);
     }
 }

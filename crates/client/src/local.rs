@@ -867,6 +867,32 @@ impl Spin {
     }
 }
 
+/// One read(2) of `sock` into the unfilled part of `buf`, which is
+/// advanced by what it read. Straight into memory not yet initialised:
+/// `ReadBuf::initialize_unfilled` zeroed the whole room a frame reader
+/// made (a large frame's, on every read) before the socket overwrote it.
+fn read_into(
+    sock: &std::os::unix::net::UnixStream,
+    buf: &mut tokio::io::ReadBuf<'_>,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: read(2) writes at most `len` bytes at the pointer, into the
+    // unfilled part (which is never de-initialised), and only the `n` it
+    // reports are marked initialised and filled.
+    unsafe {
+        let unfilled = buf.unfilled_mut();
+        let n = libc::read(
+            sock.as_raw_fd(),
+            unfilled.as_mut_ptr().cast(),
+            unfilled.len(),
+        );
+        let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+        buf.assume_init(n);
+        buf.advance(n);
+        Ok(n)
+    }
+}
+
 /// `stream` registered with the runtime for `interest` alone.
 fn register(
     stream: std::os::unix::net::UnixStream,
@@ -884,7 +910,6 @@ impl AsyncRead for LocalStream {
         cx: &mut Context<'_>,
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        use std::io::Read;
         let this = self.get_mut();
         loop {
             let mut guard = match this.read.poll_read_ready(cx) {
@@ -902,9 +927,8 @@ impl AsyncRead for LocalStream {
                     return read;
                 }
             };
-            let unfilled = buf.initialize_unfilled();
-            let want = unfilled.len();
-            match guard.try_io(|s| (&mut s.get_ref()).read(unfilled)) {
+            let want = buf.remaining();
+            match guard.try_io(|s| read_into(s.get_ref(), buf)) {
                 Ok(Ok(n)) => {
                     // Less than asked: the socket is drained, so the next
                     // read waits for readiness instead of a failed read
@@ -912,7 +936,6 @@ impl AsyncRead for LocalStream {
                     if n > 0 && n < want {
                         guard.clear_ready();
                     }
-                    buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
                 Ok(Err(e)) => return Poll::Ready(Err(e)),
@@ -927,15 +950,13 @@ impl LocalStream {
     /// [`spin_max`] after the last write if [`Spin`] allows, else (or
     /// when the spin finds nothing) pending.
     fn spin_read(&mut self, buf: &mut tokio::io::ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        use std::io::Read;
         let Some((until, _spinning)) = self.spin.until() else {
             return Poll::Pending;
         };
         loop {
-            match (&mut self.read.get_ref()).read(buf.initialize_unfilled()) {
-                Ok(n) => {
+            match read_into(self.read.get_ref(), buf) {
+                Ok(_) => {
                     self.spin.found();
-                    buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
                 Err(e)

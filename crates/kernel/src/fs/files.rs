@@ -678,7 +678,7 @@ impl Files {
         realm: &str,
         p: Plan,
         old: Option<Vec<u8>>,
-        writes: Vec<(i64, Vec<u8>)>,
+        writes: Vec<(i64, Arc<Vec<u8>>)>,
         size: i64,
         fence: Option<Fence>,
     ) -> Result<i64> {
@@ -701,9 +701,14 @@ impl Files {
             let first = writes.iter().map(|w| w.0).min().unwrap_or(size).min(size);
             let old_capacity: i64 = p2.extents.iter().map(|e| e.bytes).sum();
             let zero_to = first.min(old_capacity);
-            // In pieces of one shared buffer: the gap may be as large as
-            // the extents.
-            let zeros = vec![0u8; ZERO_PIECE_BYTES];
+            // In pieces of one shared buffer (the gap may be as large as
+            // the extents), made only when there is a gap: zeroing it
+            // cost as much as the write it came with.
+            let zeros = if p2.st.size < zero_to {
+                vec![0u8; ZERO_PIECE_BYTES]
+            } else {
+                Vec::new()
+            };
             let mut at = p2.st.size;
             while at < zero_to {
                 let n = (zero_to - at).min(ZERO_PIECE_BYTES as i64);
@@ -711,7 +716,7 @@ impl Files {
                 at += n;
             }
             for (o, b) in &writes {
-                all.push((*o, b));
+                all.push((*o, b.as_slice()));
             }
             debug_assert!(all.iter().all(|(o, b)| o + b.len() as i64 <= capacity));
             let r = Files::put_segments(&dev2, &extents, &all);
@@ -779,7 +784,7 @@ impl Files {
         fence: Option<Fence>,
     ) -> Result<i64> {
         let size = p.st.size.max(offset + data.len() as i64);
-        let writes = vec![(offset, data.to_vec())];
+        let writes = vec![(offset, data)];
         self.commit_segments(realm, p, old, writes, size, fence)
             .await
     }
