@@ -2,11 +2,14 @@
 //! each delivered to exactly one of the pool's workers — and answers each
 //! to the wwd that sent it: a static file read from tabos fs (its path
 //! mapped under the route's root, never outside it), or the page a stored
-//! procedure returns. It reads the routes when it starts and again when
-//! they change (a watch on the site's directory).
+//! procedure returns — the pages among the requests it took at once made
+//! by one batch of independent procedure calls ([`answer_pages`]). It
+//! reads the routes when it starts and again when they change (a watch on
+//! the site's directory).
 
 use std::sync::{Arc, RwLock};
 
+use tabos_client::batch::BATCH_CALLS_MAX;
 use tabos_client::names::WatchMode;
 use tabos_client::proto;
 use tabos_client::Client;
@@ -65,7 +68,12 @@ pub async fn run(ctx: Ctx, wwd: &str) -> Result<()> {
         .await?;
     while let Some(batch) = stream.message().await? {
         let mut answers = Vec::new();
+        let mut pages = Vec::new();
         for m in batch.messages {
+            if let Some(p) = as_page(&routes, &m) {
+                pages.push(p);
+                continue;
+            }
             let (c, realm, routes, out) = (
                 ctx.client.clone(),
                 ctx.realm.clone(),
@@ -76,11 +84,131 @@ pub async fn run(ctx: Ctx, wwd: &str) -> Result<()> {
                 answer(c, &realm, &routes, &out, m).await;
             }));
         }
+        if !pages.is_empty() {
+            let (c, realm, out) = (ctx.client.clone(), ctx.realm.clone(), out.clone());
+            answers.push(tokio::spawn(async move {
+                answer_pages(c, &realm, &out, pages).await;
+            }));
+        }
         for a in answers {
             let _ = a.await;
         }
     }
     Ok(())
+}
+
+/// A request taken that a stored procedure answers.
+struct Page {
+    /// The wwd's mailbox the answer goes to.
+    to: String,
+    req: Request,
+    procedure: String,
+}
+
+/// The wwd mailbox that sent `m`, as the kernel recorded it.
+fn sender(m: &proto::Message) -> String {
+    if m.sender.starts_with("proc/") {
+        m.sender.clone()
+    } else {
+        format!("proc/{}", m.sender)
+    }
+}
+
+/// `m` as a page request, if a procedure answers it (anything else, a
+/// message that does not decode included, is answered alone).
+fn as_page(routes: &RwLock<Routes>, m: &proto::Message) -> Option<Page> {
+    let (req, _body) = wire::decode::<Request>(&m.payload).ok()?;
+    if req.window.is_some() {
+        return None;
+    }
+    let procedure = {
+        let routes = routes.read().unwrap_or_else(|e| e.into_inner());
+        match &routes.find(&req.path)?.0.handler {
+            Handler::Procedure { name } => name.clone(),
+            Handler::Static { .. } => return None,
+        }
+    };
+    Some(Page {
+        to: sender(m),
+        req,
+        procedure,
+    })
+}
+
+/// Answers the pages taken together: their procedure calls go in batches
+/// of independent calls — one round trip and a shared group commit for
+/// up to [`BATCH_CALLS_MAX`] pages, each call still its own transaction,
+/// failing alone — and their answers in one send.
+async fn answer_pages(mut c: Client, realm: &str, out: &wire::Batcher, pages: Vec<Page>) {
+    use tabos_client::proto::batch_call::Call;
+    use tabos_client::proto::batch_result::Result as Out;
+    for chunk in pages.chunks(BATCH_CALLS_MAX) {
+        let calls = chunk
+            .iter()
+            .map(|p| {
+                Call::ProcedureCall(proto::CallProcedureRequest {
+                    realm: realm.into(),
+                    name: p.procedure.clone(),
+                    args: serde_json::to_vec(&p.req).expect("a request serializes"),
+                })
+            })
+            .collect();
+        let results: Vec<std::result::Result<proto::CallProcedureResponse, Option<String>>> =
+            match c.batch_independent(calls).await {
+                Ok(rs) => rs
+                    .into_iter()
+                    .map(|r| match r {
+                        Ok(Out::ProcedureCall(o)) => Ok(o),
+                        Ok(_) => Err(Some("the node answered another call".into())),
+                        Err(e) => Err(not_found_or(&e)),
+                    })
+                    .collect(),
+                Err(e) => chunk.iter().map(|_| Err(Some(e.to_string()))).collect(),
+            };
+        let msgs = chunk
+            .iter()
+            .zip(results)
+            .flat_map(|(p, r)| {
+                page(p.req.id, &p.procedure, r)
+                    .into_iter()
+                    .map(|payload| proto::Outgoing {
+                        to: p.to.clone(),
+                        payload,
+                        message_id: String::new(),
+                    })
+            })
+            .collect();
+        if let Err(e) = out.send_all(msgs).await {
+            eprintln!("worker: cannot answer {} pages: {e}", chunk.len());
+        }
+    }
+}
+
+/// A failed procedure call as [`page`] takes it: `None` when there is no
+/// such procedure, else why it failed.
+fn not_found_or(e: &tabos_client::Error) -> Option<String> {
+    (e.code() != Some(tonic::Code::NotFound)).then(|| e.to_string())
+}
+
+/// The messages of a page's answer: the procedure's result, or why not
+/// (`Err(None)`: no such procedure; `Err(Some(why))`: the call failed).
+fn page(
+    id: u64,
+    name: &str,
+    r: std::result::Result<proto::CallProcedureResponse, Option<String>>,
+) -> Vec<Vec<u8>> {
+    match r {
+        Ok(out) if out.result.len() > WHOLE_BYTES_MAX => {
+            text(id, 502, "the page is larger than this server sends")
+        }
+        Ok(out) => wire::response(
+            &ResponseHead::new(id, 200, "text/html; charset=utf-8"),
+            &out.result,
+            None,
+        ),
+        Err(None) => text(id, 404, &format!("no procedure {name}")),
+        Err(Some(why)) => text(id, 500, &format!("the page failed: {why}")),
+    }
 }
 
 async fn read_routes(ctx: &Ctx) -> Result<Routes> {
@@ -101,11 +229,7 @@ async fn answer(
     m: proto::Message,
 ) {
     // The sender as the kernel recorded it: the wwd's own mailbox.
-    let to = if m.sender.starts_with("proc/") {
-        m.sender.clone()
-    } else {
-        format!("proc/{}", m.sender)
-    };
+    let to = sender(&m);
     let msgs = match wire::decode::<Request>(&m.payload) {
         Ok((req, _body)) => {
             let routes = routes.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -152,20 +276,11 @@ async fn respond(c: &mut Client, realm: &str, routes: &Routes, req: &Request) ->
         Handler::Static { root } => static_file(c, realm, root, rest, req).await,
         Handler::Procedure { name } => {
             let args = serde_json::to_vec(req).expect("a request serializes");
-            match c.procedure_call(realm, name, args).await {
-                Ok(out) if out.result.len() > WHOLE_BYTES_MAX => {
-                    text(req.id, 502, "the page is larger than this server sends")
-                }
-                Ok(out) => wire::response(
-                    &ResponseHead::new(req.id, 200, "text/html; charset=utf-8"),
-                    &out.result,
-                    None,
-                ),
-                Err(e) if e.code() == Some(tonic::Code::NotFound) => {
-                    text(req.id, 404, &format!("no procedure {name}"))
-                }
-                Err(e) => text(req.id, 500, &format!("the page failed: {e}")),
-            }
+            let r = c
+                .procedure_call(realm, name, args)
+                .await
+                .map_err(|e| not_found_or(&e));
+            page(req.id, name, r)
         }
     }
 }

@@ -2,7 +2,8 @@
 //! worker procs running the `tabos-www-task` binary), asked with the real
 //! curl: static files from tabos fs (a directory's index.html, content
 //! types, HEAD, a file larger than one message), a page from a stored
-//! procedure, bad requests (a path leaving the site, a method static files
+//! procedure (many at once, one of them failing), bad requests (a path
+//! leaving the site, a method static files
 //! do not answer, a missing file or procedure), routes changed while it
 //! runs, a worker SIGKILLed while the site serves on, the pool grown by
 //! wwd's load reports and shrunk after, and wwd's credential scoped to its
@@ -98,6 +99,24 @@ fn curl(args: &[&str]) -> (u16, String, Vec<u8>) {
     let mut t = trailer.trim().splitn(2, ' ');
     let status = t.next().unwrap().parse().unwrap_or(0);
     (status, t.next().unwrap_or_default().to_string(), body)
+}
+
+/// `GET path` on its own connection to 127.0.0.1:`port`: the status and
+/// the response's bytes (head and body).
+fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).unwrap();
+    let text = String::from_utf8_lossy(&got).into_owned();
+    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, text)
 }
 
 /// The site's program: this build's `tabos-www-task`.
@@ -213,12 +232,24 @@ fn a_site_answers_curl() {
         c.procedure_install(REALM, "page", "js", page.into(), ProcedureLimits::default())
             .await
             .unwrap();
+        let boom = "function main(req) { throw new Error('no page today'); }";
+        c.procedure_install(REALM, "boom", "js", boom.into(), ProcedureLimits::default())
+            .await
+            .unwrap();
         let dynamic = Handler::Procedure {
             name: "page".into(),
         };
-        service::create(&client, REALM, "t", &routes(&[("/dyn", dynamic.clone())]))
-            .await
-            .unwrap();
+        let failing = Handler::Procedure {
+            name: "boom".into(),
+        };
+        service::create(
+            &client,
+            REALM,
+            "t",
+            &routes(&[("/dyn", dynamic.clone()), ("/boom", failing)]),
+        )
+        .await
+        .unwrap();
         let (mut site, port, base) = serve_site(&client, "t", 2, 3).await;
         let url = move |p: &str| format!("{base}{p}");
         until_answers(&url("/")).await;
@@ -283,6 +314,33 @@ fn a_site_answers_curl() {
             })
         };
         checks.await.unwrap();
+
+        // Pages asked at once are taken together and their procedure
+        // calls made in one batch: each answer is its own request's, and
+        // a call that fails fails its page alone.
+        let asked: Vec<_> = (0..256)
+            .map(|i| {
+                tokio::task::spawn_blocking(move || {
+                    let path = if i % 8 == 0 {
+                        format!("/boom/{i}")
+                    } else {
+                        format!("/dyn/p{i}")
+                    };
+                    (i, http_get(port, &path))
+                })
+            })
+            .collect();
+        for a in asked {
+            let (i, (status, text)) = a.await.unwrap();
+            if i % 8 == 0 {
+                assert_eq!(status, 500, "{text}");
+                assert!(text.contains("the page failed"), "{text}");
+                assert!(text.contains("no page today"), "{text}");
+            } else {
+                assert_eq!(status, 200, "{text}");
+                assert!(text.contains(&format!("<p>GET /dyn/p{i}?</p>")), "{text}");
+            }
+        }
 
         // One address's idle connections fill every slot (issue 36, item
         // 2): a newcomer from another address is still served, the
