@@ -74,28 +74,30 @@ pub struct Install {
 pub struct Procedures {
     store: Store,
     sandbox: Sandbox,
-    /// Whether procedures called so far were declared read-only: which
-    /// path a call tries first. Only a hint — every call checks the
-    /// procedure's row in its own transaction — so it is never stale in a
-    /// way that matters, and it is cleared when it reaches HINTS_MAX.
-    read_only_hints: std::sync::Arc<std::sync::Mutex<Hints>>,
+    /// The path a call of a procedure called before tries first: the
+    /// writer for one that tried to write, else a read connection. Only a
+    /// hint — every call checks the procedure's row in its own
+    /// transaction — so it is never stale in a way that matters, and it is
+    /// cleared when it reaches HINTS_MAX.
+    path_hints: std::sync::Arc<std::sync::Mutex<Hints>>,
 }
 
-/// Read-only flags by realm, then procedure name: looked up with borrowed
+/// First paths by realm, then procedure name: looked up with borrowed
 /// names, so a call allocates no key.
 #[derive(Debug, Default)]
 struct Hints {
-    by_realm: std::collections::HashMap<String, std::collections::HashMap<String, bool>>,
-    /// Flags held, over every realm.
+    by_realm: std::collections::HashMap<String, std::collections::HashMap<String, CallPath>>,
+    /// Paths held, over every realm.
     len: usize,
 }
 
-/// Attempts of one call to find the path its procedure is declared for:
-/// one reinstall between the first attempt and the second changes it;
-/// more changes during one call are left to the caller to retry.
+/// Attempts of one call to find its path: a read connection, the writer
+/// (it tried to write), and one reinstall between attempts that changes
+/// its declaration; more changes during one call are left to the caller
+/// to retry.
 const CALL_PATHS_MAX: usize = 3;
 
-/// Most procedures whose read-only flag a node remembers.
+/// Most procedures whose first path a node remembers.
 const HINTS_MAX: usize = 4_096;
 
 /// Which connection a call runs on.
@@ -103,7 +105,9 @@ const HINTS_MAX: usize = 4_096;
 pub enum CallPath {
     /// The partition's writer, in a transaction of its own.
     Write,
-    /// A read connection ([`Store::read`]): only for read-only procedures.
+    /// A read connection ([`Store::read`]): a read-only procedure's, and
+    /// the first try of any other not known to write — one that tries to
+    /// write there is run again on the writer ([`Called::Wrote`]).
     Read,
 }
 
@@ -112,10 +116,13 @@ pub enum CallPath {
 pub enum Called {
     /// It ran.
     Ran(CallOutput),
-    /// It did not run: it is declared for the other path — read-only
-    /// (`true`; it must not get a write transaction, where it could
-    /// write) or not (`false`; a read connection cannot run it).
+    /// It did not run: it is declared read-only (`true`) and must not get
+    /// a write transaction, where it could write.
     OtherPath { read_only: bool },
+    /// Not declared read-only and tried on a read connection, it tried to
+    /// write: that run is dropped (it changed nothing, and what it made of
+    /// the refusal is not its answer); it is to run on the writer.
+    Wrote,
 }
 
 fn lang_of(s: &str) -> Result<Language> {
@@ -131,23 +138,21 @@ impl Procedures {
         Procedures {
             store,
             sandbox,
-            read_only_hints: Default::default(),
+            path_hints: Default::default(),
         }
     }
 
     fn hints(&self) -> std::sync::MutexGuard<'_, Hints> {
         // Only inserts and lookups happen under this lock.
-        self.read_only_hints
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.path_hints.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The read-only flag the last call of `realm`'s `name` found.
-    fn hint(&self, realm: &str, name: &str) -> Option<bool> {
+    /// The path the last call of `realm`'s `name` ran on.
+    fn hint(&self, realm: &str, name: &str) -> Option<CallPath> {
         self.hints().by_realm.get(realm)?.get(name).copied()
     }
 
-    fn remember(&self, realm: &str, name: &str, read_only: bool) {
+    fn remember(&self, realm: &str, name: &str, path: CallPath) {
         let mut hints = self.hints();
         if hints.len >= HINTS_MAX {
             *hints = Hints::default();
@@ -156,7 +161,7 @@ impl Procedures {
             .by_realm
             .entry(realm.to_string())
             .or_default()
-            .insert(name.to_string(), read_only);
+            .insert(name.to_string(), path);
         if old.is_none() {
             hints.len += 1;
         }
@@ -298,18 +303,17 @@ impl Procedures {
             let (sandbox, who) = (self.sandbox.clone(), who.clone());
             move |tx: &mut dyn Tx| call_tx(tx, &sandbox, &who, &n, &args, now, path)
         };
-        // The path the last call took, then the other one if the
-        // procedure was (re)declared for it meanwhile.
-        let first = match self.hint(realm, name) {
-            Some(true) => CallPath::Read,
-            _ => CallPath::Write,
-        };
+        // The path the last call ran on; a procedure not known to write
+        // is tried on a read connection first (a page, a lookup: no
+        // write transaction, not queued behind the realm's writes), and
+        // runs on the writer once it tries to write.
+        let first = self.hint(realm, name).unwrap_or(CallPath::Read);
         let mut path = first;
         for _ in 0..CALL_PATHS_MAX {
             match self.run_tenant(realm, p, path, call(path)).await? {
                 Called::Ran(out) => {
                     if path != first {
-                        self.remember(realm, name, path == CallPath::Read);
+                        self.remember(realm, name, path);
                     }
                     return Ok(out);
                 }
@@ -320,6 +324,7 @@ impl Procedures {
                         CallPath::Write
                     };
                 }
+                Called::Wrote => path = CallPath::Write,
             }
         }
         // Redeclared between every attempt: the caller may call again.
@@ -412,7 +417,9 @@ pub fn call_tx(
         )?
         .ok_or_else(|| Error::NotFound(format!("procedure {name} in realm {realm}")))?;
     let read_only = row.get::<i64>(4)? != 0;
-    if read_only != (path == CallPath::Read) {
+    // A read-only procedure never gets a write transaction, where it could
+    // write; any other may be tried on a read connection (below).
+    if read_only && path == CallPath::Write {
         return Ok(Called::OtherPath { read_only });
     }
     let language = lang_of(&row.get::<String>(0)?)?;
@@ -474,8 +481,16 @@ pub fn call_tx(
         Ok(out)
     };
     let out = match path {
-        // Nothing to meter: a write on a read connection fails the call.
-        CallPath::Read => run(tx)?,
+        // Nothing to meter: a read connection refuses every write. One
+        // refused to a procedure not declared read-only sends the call to
+        // the writer, whatever the guest made of the refusal.
+        CallPath::Read => {
+            let ran = run(tx);
+            if !read_only && tx.refused_write() {
+                return Ok(Called::Wrote);
+            }
+            ran?
+        }
         // The whole call is metered: a guest that swallowed a quota error
         // of one host call still does not commit past the quota.
         CallPath::Write => crate::realms::metered(tx, realm, run)?,

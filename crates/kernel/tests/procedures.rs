@@ -21,6 +21,7 @@ both!(
     tenant_sql_is_bounded,
     refused_ddl_leaves_nothing_even_when_caught,
     read_only_procedures_read_and_never_write,
+    others_are_tried_on_a_read_connection_and_write_on_the_writer,
     holding_the_write_lock_is_bounded,
 );
 
@@ -669,6 +670,63 @@ fn read_only_procedures_read_and_never_write(b: Backend) {
 
     // Not queued behind the writer: with the realm's partition held by a
     // submitted procedure, a read-only call still completes.
+    let pk = tabos_kernel::realm_partition("a", f.store.partitions());
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let release_rx = std::sync::Mutex::new(release_rx);
+    let mut first = true;
+    let held = f.store.submit(pk, move |_tx| {
+        if std::mem::take(&mut first) {
+            entered_tx.send(()).unwrap();
+            release_rx.lock().unwrap().recv().unwrap();
+        }
+        Ok::<_, tabos_store::Error>(())
+    });
+    entered_rx.recv().unwrap();
+    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
+    release_tx.send(()).unwrap();
+    held.wait().unwrap();
+}
+
+/// A procedure not declared read-only is tried on a read connection
+/// first: one that only reads runs there (not queued behind its
+/// partition's writer); one that tries to write — even one that catches
+/// the refusal and answers anyway — runs again on the writer, where its
+/// write happens once and its answer is the writer's run's.
+fn others_are_tried_on_a_read_connection_and_write_on_the_writer(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    kv::put(&f.store, "a", "k", b"v").unwrap();
+    kv::put(&f.store, "a", "v", b"value").unwrap();
+    install(&rt, &p, "a", "chase", Language::Js, examples::JS_CHASE).unwrap();
+    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"value");
+    kv::put(&f.store, "a", "v", b"newer").unwrap();
+    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
+
+    // Catches the write's refusal on the read connection: not its answer.
+    const CAUGHT: &str = "function main(a) { try { tabos.put('w', a); } \
+                          catch (e) { return 'caught'; } return 'wrote'; }";
+    install(&rt, &p, "a", "caught", Language::Js, CAUGHT).unwrap();
+    for v in [b"x", b"y"] {
+        assert_eq!(call(&rt, &p, "a", "caught", v).unwrap(), b"wrote");
+        assert_eq!(kv::get(&f.store, "a", "w").unwrap(), Some(v.to_vec()));
+    }
+    // A counter counts once per call, the first call's read-path run
+    // dropped; one that read first and writes on a later call writes.
+    const COUNT: &str = "function main(a) { const n = tabos.get('n'); \
+                         if (a === 'peek') return n === null ? 'none' : n; \
+                         const next = String((n === null ? 0 : Number(n)) + 1); \
+                         tabos.put('n', next); return next; }";
+    install(&rt, &p, "a", "count", Language::Js, COUNT).unwrap();
+    assert_eq!(call(&rt, &p, "a", "count", b"peek").unwrap(), b"none");
+    for i in 1..=5 {
+        let got = call(&rt, &p, "a", "count", b"add").unwrap();
+        assert_eq!(got, i.to_string().into_bytes());
+    }
+    assert_eq!(kv::get(&f.store, "a", "n").unwrap(), Some(b"5".to_vec()));
+
+    // Not queued behind the writer: with the realm's partition held by a
+    // submitted procedure, a read-write procedure that only reads still
+    // completes.
     let pk = tabos_kernel::realm_partition("a", f.store.partitions());
     let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();

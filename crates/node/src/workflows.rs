@@ -333,7 +333,9 @@ pub(crate) async fn step_procedure(
                 for path in [CallPath::Write, CallPath::Read] {
                     match procedures::call_tx(tx, sandbox, &w, &name, &args, now, path)? {
                         Called::Ran(out) => return Ok(out.result),
-                        Called::OtherPath { .. } => continue,
+                        // (Wrote cannot come from the writer's transaction,
+                        // which refuses no write.)
+                        Called::OtherPath { .. } | Called::Wrote => continue,
                     }
                 }
                 Err(Error::Precondition(format!(

@@ -392,6 +392,15 @@ pub trait Tx {
             self.dialect()
         )))
     }
+    /// Whether this transaction refused a write: a read transaction
+    /// ([`Store::read`]) answers every statement, notification or tenant
+    /// write that would change the database with [`Error::ReadOnly`], and
+    /// remembers that it did — whatever the caller made of the error — so
+    /// that code tried first on a read connection can be sent to the
+    /// writer instead. A writer's transaction never refuses one.
+    fn refused_write(&self) -> bool {
+        false
+    }
     /// Bytes of the database pages that hold the tables whose names start
     /// with `prefix` (tenant tables: see [`Confinement::table_prefix`]) and
     /// their indexes. A backend without tenant tables holds none: 0.
@@ -850,6 +859,9 @@ impl Tx for WithLocals<'_> {
     }
     fn writing_since(&self) -> Option<std::time::Instant> {
         self.tx.writing_since()
+    }
+    fn refused_write(&self) -> bool {
+        self.tx.refused_write()
     }
     fn locals(&self) -> Option<&Locals> {
         Some(self.locals)

@@ -1288,7 +1288,7 @@ impl Worker {
             Ok(t) => t,
             Err(e) => return Err(job.failure(map_err(&e, "BEGIN READ ONLY"))),
         };
-        let mut tx = PgReadTx(PgTx::new(&mut t, &mut self.statements, job.p_key));
+        let mut tx = PgReadTx(PgTx::new(&mut t, &mut self.statements, job.p_key), false);
         let outcome = job.run_caught(&mut tx);
         let _ = t.rollback();
         outcome
@@ -1612,8 +1612,22 @@ fn server_clock_us(tx: &mut PgTx<'_, '_>) -> Result<i64> {
 }
 
 /// A read-only procedure's transaction: [`PgTx`] without writes or
-/// notifications.
-struct PgReadTx<'a, 'c>(PgTx<'a, 'c>);
+/// notifications; `refused` says one was refused ([`Tx::refused_write`]).
+struct PgReadTx<'a, 'c>(PgTx<'a, 'c>, bool);
+
+impl PgReadTx<'_, '_> {
+    /// `r`, noting a refused write: ours, or the server's refusal in a
+    /// READ ONLY transaction (SQLSTATE 25006).
+    fn noted<T>(&mut self, r: Result<T>) -> Result<T> {
+        let refused = match &r {
+            Err(Error::ReadOnly(_)) => true,
+            Err(Error::Sql(s)) => s.code == SqlCode::Sqlstate("25006".into()),
+            _ => false,
+        };
+        self.1 |= refused;
+        r
+    }
+}
 
 impl Tx for PgReadTx<'_, '_> {
     fn p_key(&self) -> PKey {
@@ -1626,20 +1640,25 @@ impl Tx for PgReadTx<'_, '_> {
         self.execute_text(sql, params)
     }
     fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
-        self.0.query(sql, params)
+        let r = self.0.query(sql, params);
+        self.noted(r)
     }
     fn execute_text(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
-        Err(Error::ReadOnly(format!(
+        self.noted(Err(Error::ReadOnly(format!(
             "a read-only procedure cannot run {sql}; submit it as a procedure instead"
-        )))
+        ))))
     }
     fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        self.0.query_text(sql, params)
+        let r = self.0.query_text(sql, params);
+        self.noted(r)
     }
     fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
-        Err(Error::ReadOnly(format!(
+        self.noted(Err(Error::ReadOnly(format!(
             "a read-only procedure cannot notify {channel}; submit it as a procedure instead"
-        )))
+        ))))
+    }
+    fn refused_write(&self) -> bool {
+        self.1
     }
     fn clock_us(&mut self) -> Result<i64> {
         server_clock_us(&mut self.0)

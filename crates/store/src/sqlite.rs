@@ -1924,6 +1924,18 @@ struct SqliteReadTx<'c> {
     conn: &'c Conn,
     confine: &'c Mutex<Option<Confinement>>,
     p_key: PKey,
+    /// A write was refused ([`Tx::refused_write`]).
+    refused: bool,
+}
+
+impl SqliteReadTx<'_> {
+    /// `r`, noting a refused write.
+    fn noted<T>(&mut self, r: Result<T>) -> Result<T> {
+        if matches!(r, Err(Error::ReadOnly(_))) {
+            self.refused = true;
+        }
+        r
+    }
 }
 
 /// A write a read connection refused, told as a read-only procedure's.
@@ -1954,16 +1966,18 @@ impl Tx for SqliteReadTx<'_> {
     fn query(&mut self, sql: &'static str, params: &[Value]) -> Result<Rows> {
         // A query that writes (INSERT ... RETURNING) is refused by the
         // connection's query_only as SQLITE_READONLY (8).
-        kernel_query(self.conn, sql, params).map_err(|e| read_refusal(e, sql))
+        let r = kernel_query(self.conn, sql, params).map_err(|e| read_refusal(e, sql));
+        self.noted(r)
     }
     fn execute_text(&mut self, sql: &str, _params: &[Value]) -> Result<u64> {
-        Err(read_only_procedure(&format!("run {sql}")))
+        self.noted(Err(read_only_procedure(&format!("run {sql}"))))
     }
     fn query_text(&mut self, sql: &str, params: &[Value]) -> Result<Rows> {
-        text_query(self.conn, sql, params).map_err(|e| read_refusal(e, sql))
+        let r = text_query(self.conn, sql, params).map_err(|e| read_refusal(e, sql));
+        self.noted(r)
     }
     fn notify(&mut self, channel: &str, _payload: &str) -> Result<()> {
-        Err(read_only_procedure(&format!("notify {channel}")))
+        self.noted(Err(read_only_procedure(&format!("notify {channel}"))))
     }
     fn confined(
         &mut self,
@@ -1973,9 +1987,13 @@ impl Tx for SqliteReadTx<'_> {
         max_rows: usize,
     ) -> Result<(Rows, u64)> {
         if scope.write {
-            return Err(read_only_procedure(&format!("run {sql}")));
+            return self.noted(Err(read_only_procedure(&format!("run {sql}"))));
         }
-        confined_on(self.conn, self.confine, sql, params, scope, max_rows)
+        let r = confined_on(self.conn, self.confine, sql, params, scope, max_rows);
+        self.noted(r)
+    }
+    fn refused_write(&self) -> bool {
+        self.refused
     }
 }
 
@@ -1995,6 +2013,7 @@ fn read_on(reader: &PartitionReader, job: &mut Job) -> Outcome {
         conn,
         confine: &reader.confine,
         p_key: job.p_key,
+        refused: false,
     };
     let outcome = job.run_caught(&mut tx);
     // Nothing was written: ending the transaction only lets go of the
