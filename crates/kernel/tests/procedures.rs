@@ -670,22 +670,10 @@ fn read_only_procedures_read_and_never_write(b: Backend) {
 
     // Not queued behind the writer: with the realm's partition held by a
     // submitted procedure, a read-only call still completes.
-    let pk = tabos_kernel::realm_partition("a", f.store.partitions());
-    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
-    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
-    let release_rx = std::sync::Mutex::new(release_rx);
-    let mut first = true;
-    let held = f.store.submit(pk, move |_tx| {
-        if std::mem::take(&mut first) {
-            entered_tx.send(()).unwrap();
-            release_rx.lock().unwrap().recv().unwrap();
-        }
-        Ok::<_, tabos_store::Error>(())
-    });
-    entered_rx.recv().unwrap();
-    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
-    release_tx.send(()).unwrap();
-    held.wait().unwrap();
+    assert_eq!(
+        while_the_writer_is_held(&f, || call(&rt, &p, "a", "chase", b"k")).unwrap(),
+        b"newer"
+    );
 }
 
 /// A procedure not declared read-only is tried on a read connection
@@ -727,12 +715,22 @@ fn others_are_tried_on_a_read_connection_and_write_on_the_writer(b: Backend) {
     // Not queued behind the writer: with the realm's partition held by a
     // submitted procedure, a read-write procedure that only reads still
     // completes.
-    let pk = tabos_kernel::realm_partition("a", f.store.partitions());
+    assert_eq!(
+        while_the_writer_is_held(&f, || call(&rt, &p, "a", "chase", b"k")).unwrap(),
+        b"newer"
+    );
+}
+
+/// What `f` gives while realm `a`'s partition writer is held by a
+/// submitted procedure (released after): a call that waited for the
+/// writer would never return.
+fn while_the_writer_is_held<T>(fx: &common::Fixture, f: impl FnOnce() -> T) -> T {
+    let pk = tabos_kernel::realm_partition("a", fx.store.partitions());
     let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     let release_rx = std::sync::Mutex::new(release_rx);
     let mut first = true;
-    let held = f.store.submit(pk, move |_tx| {
+    let held = fx.store.submit(pk, move |_tx| {
         if std::mem::take(&mut first) {
             entered_tx.send(()).unwrap();
             release_rx.lock().unwrap().recv().unwrap();
@@ -740,9 +738,10 @@ fn others_are_tried_on_a_read_connection_and_write_on_the_writer(b: Backend) {
         Ok::<_, tabos_store::Error>(())
     });
     entered_rx.recv().unwrap();
-    assert_eq!(call(&rt, &p, "a", "chase", b"k").unwrap(), b"newer");
+    let got = f();
     release_tx.send(()).unwrap();
     held.wait().unwrap();
+    got
 }
 
 /// Writes `k`, then spins until stopped.
