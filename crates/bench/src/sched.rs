@@ -285,6 +285,20 @@ fn procs_on_node(
     })
 }
 
+/// The wasm procs' run: a no-op WASI command, spawned as
+/// [`procs_on_node`] spawns.
+fn wasm_on_node(quick: bool, base: &Path, tasks: usize) -> anyhow::Result<OnNode> {
+    let wasm_dir = base.join("wasm");
+    std::fs::create_dir_all(&wasm_dir)?;
+    let module = wasm_dir.join("noop.wat");
+    std::fs::write(&module, WASM_NOOP)?;
+    let module = module.to_string_lossy().into_owned();
+    procs_on_node(quick, &wasm_dir, tasks, move || Descriptor {
+        kind: tabos_kernel::procs::Kind::Wasm,
+        ..Descriptor::native(module.clone())
+    })
+}
+
 /// Ray, installed with pip into the benchmarks' virtualenv
 /// ([`crate::venv`]); returns (version, no-op tasks/s, 720-burst ms) or why
 /// it could not run.
@@ -347,8 +361,10 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     let mut best: Option<(f64, String)> = None;
     let filter = std::env::var("TABOS_BENCH_FILTER").unwrap_or_default();
     let only_fig5 = filter == "decisions";
-    // `procs`: only the proc figures (native and wasm), for profiling.
-    let only_procs = filter == "procs";
+    // `procs`: only the proc figures (native and wasm), for profiling;
+    // `wasm`: only the wasm procs' (and no Ray).
+    let only_wasm = filter == "wasm";
+    let only_procs = filter == "procs" || only_wasm;
     for partitions in [1u32, 2] {
         if only_procs {
             break;
@@ -425,13 +441,29 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             .push("filtered to the decision figures (TABOS_BENCH_FILTER=decisions)".into());
         return Ok(report);
     }
+    let ray_tasks = if quick { 2_000 } else { 10_000 };
+    if only_wasm {
+        let mut wasm = wasm_on_node(quick, &base, ray_tasks)?;
+        println!(
+            "  wasm spawn-to-start p50 {:.0} us p99 {:.0} us; 720 burst {:.1} ms; {ray_tasks} no-op procs at {:.0}/s",
+            wasm.start.quantile_us(0.5),
+            wasm.start.quantile_us(0.99),
+            wasm.burst_ms,
+            wasm.tasks_per_s
+        );
+        report.notes.push(
+            "filtered to the wasm procs, printed only (TABOS_BENCH_FILTER=wasm, for profiling)"
+                .into(),
+        );
+        let _ = std::fs::remove_dir_all(&base);
+        return Ok(report);
+    }
     // Native procs: spawn-to-start, the 720 burst, and the raw floor.
     let n = if quick { 50 } else { 300 };
     let (mut floor, floor_rate) = raw_spawn_wait(n)?;
     let floor_p50 = floor.quantile_us(0.5);
     let cores = machine_cores;
     let floor_burst = raw_burst(cores)?;
-    let ray_tasks = if quick { 2_000 } else { 10_000 };
     // As many /bin/true procs as Ray runs no-op tasks: the same work.
     let native = procs_on_node(quick, &base.join("native"), ray_tasks, || {
         Descriptor::native("/bin/true")
@@ -476,15 +508,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     );
 
     // Wasm procs: the same, with a no-op WASI command run in-process.
-    let wasm_dir = base.join("wasm");
-    std::fs::create_dir_all(&wasm_dir)?;
-    let module = wasm_dir.join("noop.wat");
-    std::fs::write(&module, WASM_NOOP)?;
-    let module = module.to_string_lossy().into_owned();
-    let wasm = procs_on_node(quick, &wasm_dir, ray_tasks, move || Descriptor {
-        kind: tabos_kernel::procs::Kind::Wasm,
-        ..Descriptor::native(module.clone())
-    })?;
+    let wasm = wasm_on_node(quick, &base, ray_tasks)?;
     let mut wasm_start = wasm.start;
     println!(
         "  wasm spawn-to-start p50 {:.0} us p99 {:.0} us; 720 burst {:.1} ms; {ray_tasks} no-op procs at {:.0}/s",

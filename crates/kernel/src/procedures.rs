@@ -77,8 +77,9 @@ pub struct Procedures {
     /// The path a call of a procedure called before tries first: the
     /// writer for one that tried to write, else a read connection. Only a
     /// hint — every call checks the procedure's row in its own
-    /// transaction — so it is never stale in a way that matters, and it is
-    /// cleared when it reaches HINTS_MAX.
+    /// transaction — so it is never stale in a way that matters. Bounded
+    /// per realm ([`HINTS_PER_REALM_MAX`]), so that one realm calling many
+    /// procedures clears only its own hints, never another's.
     path_hints: std::sync::Arc<std::sync::Mutex<Hints>>,
 }
 
@@ -87,8 +88,24 @@ pub struct Procedures {
 #[derive(Debug, Default)]
 struct Hints {
     by_realm: std::collections::HashMap<String, std::collections::HashMap<String, CallPath>>,
-    /// Paths held, over every realm.
-    len: usize,
+}
+
+impl Hints {
+    fn get(&self, realm: &str, name: &str) -> Option<CallPath> {
+        self.by_realm.get(realm)?.get(name).copied()
+    }
+
+    fn remember(&mut self, realm: &str, name: &str, path: CallPath) {
+        if !self.by_realm.contains_key(realm) && self.by_realm.len() >= HINT_REALMS_MAX {
+            self.by_realm.clear();
+        }
+        let own = self.by_realm.entry(realm.to_string()).or_default();
+        if !own.contains_key(name) && own.len() >= HINTS_PER_REALM_MAX {
+            own.clear();
+        }
+        own.insert(name.to_string(), path);
+        debug_assert!(own.len() <= HINTS_PER_REALM_MAX);
+    }
 }
 
 /// Attempts of one call to find its path: a read connection, the writer
@@ -97,8 +114,13 @@ struct Hints {
 /// to retry.
 const CALL_PATHS_MAX: usize = 3;
 
-/// Most procedures whose first path a node remembers.
-const HINTS_MAX: usize = 4_096;
+/// Most procedures of one realm whose first path a node remembers: a
+/// realm past it forgets its own (and only its own) hints.
+const HINTS_PER_REALM_MAX: usize = 1_024;
+/// Most realms whose hints a node keeps. Realms are made by the cluster's
+/// admin, not by tenants, so clearing every realm's hints past it is no
+/// lever for one tenant against another.
+const HINT_REALMS_MAX: usize = 4_096;
 
 /// Which connection a call runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,22 +171,11 @@ impl Procedures {
 
     /// The path the last call of `realm`'s `name` ran on.
     fn hint(&self, realm: &str, name: &str) -> Option<CallPath> {
-        self.hints().by_realm.get(realm)?.get(name).copied()
+        self.hints().get(realm, name)
     }
 
     fn remember(&self, realm: &str, name: &str, path: CallPath) {
-        let mut hints = self.hints();
-        if hints.len >= HINTS_MAX {
-            *hints = Hints::default();
-        }
-        let old = hints
-            .by_realm
-            .entry(realm.to_string())
-            .or_default()
-            .insert(name.to_string(), path);
-        if old.is_none() {
-            hints.len += 1;
-        }
+        self.hints().remember(realm, name, path);
     }
 
     /// Runs tenant code `f` on `path`. Tenant code may run up to its
@@ -783,4 +794,30 @@ impl Host for TxHost<'_> {
 pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     let rows = crate::delete_realm_rows(tx, realm, &["procedure"])?;
     Ok(rows + tx.drop_tables(&crate::realms::tenant_prefix(realm))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A realm calling more procedures than its bound forgets its own
+    /// hints and leaves every other realm's alone.
+    #[test]
+    fn a_realm_past_its_hint_bound_clears_only_its_own() {
+        let mut hints = Hints::default();
+        hints.remember("quiet", "page", CallPath::Write);
+        for i in 0..HINTS_PER_REALM_MAX {
+            hints.remember("busy", &format!("p{i}"), CallPath::Read);
+        }
+        assert_eq!(hints.get("busy", "p0"), Some(CallPath::Read));
+        // One more name than the bound: the busy realm starts over.
+        hints.remember("busy", "one-more", CallPath::Write);
+        assert_eq!(hints.get("busy", "p0"), None);
+        assert_eq!(hints.get("busy", "one-more"), Some(CallPath::Write));
+        assert_eq!(hints.by_realm["busy"].len(), 1);
+        // Known names are updated in place, never clearing.
+        hints.remember("busy", "one-more", CallPath::Read);
+        assert_eq!(hints.by_realm["busy"].len(), 1);
+        assert_eq!(hints.get("quiet", "page"), Some(CallPath::Write));
+    }
 }
