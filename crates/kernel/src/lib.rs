@@ -279,6 +279,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/040_credential_by_pid.sql"),
         postgres: include_str!("../schema/postgres/040_credential_by_pid.sql"),
     },
+    Migration {
+        version: 41,
+        name: "proc_deferred_be",
+        sqlite: include_str!("../schema/sqlite/041_proc_deferred_be.sql"),
+        postgres: include_str!("../schema/postgres/041_proc_deferred_be.sql"),
+    },
 ];
 
 /// Errors of kernel services.

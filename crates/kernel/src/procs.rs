@@ -1077,10 +1077,23 @@ fn assign_cutoff(now_us: i64, steal_after_us: i64) -> i64 {
 
 /// Most deferred procs one transaction looks at when capacity frees.
 pub const DEFERRED_SCAN_MAX: i64 = 64;
+/// Deferred procs looked at first; the rest of [`DEFERRED_SCAN_MAX`] only
+/// while something among them could still be placed. An exit frees one
+/// proc's room: the first deferred proc takes it and reading 63 more rows
+/// to find none fits was most of an exit's transaction (issue 40).
+const DEFERRED_FIRST: i64 = 8;
+const _: () = assert!(DEFERRED_FIRST < DEFERRED_SCAN_MAX);
 
 /// Procedure body: assigns deferred procs of `realm`, oldest first, to
 /// workers with room; returns the `(pid, worker)` pairs assigned. Called by
 /// every transaction that frees capacity.
+///
+/// It looks at the oldest [`DEFERRED_SCAN_MAX`], [`DEFERRED_FIRST`] at
+/// first; the others only if one of them could still be placed — a
+/// worker that may take work (`up`, not draining: what every pick asks)
+/// has a core free, which any LC proc needs, or has any room at all and
+/// a BE proc (which needs none) waits among them. Otherwise none of them
+/// could be placed, so the result is the same as reading them all.
 pub fn assign_deferred_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -1088,13 +1101,14 @@ pub fn assign_deferred_tx(
 ) -> Result<Vec<(String, WorkerId)>> {
     let p = i64::from(tx.p_key().0);
     let scheduler = crate::realms::scheduler_tx(tx, realm)?;
-    // The LIMIT is in the text, not a parameter: SQLite (3.47+) plans with a
-    // bound LIMIT's value and so re-prepares such a statement on every call.
-    const _: () = assert!(DEFERRED_SCAN_MAX == 64);
-    let deferred = tx.query(
-        "SELECT pid, cores, mem_mb, home_node, class FROM proc \
+    // The LIMITs are in the text, not parameters: SQLite (3.47+) plans with
+    // a bound LIMIT's value and so re-prepares such a statement on every
+    // call.
+    const _: () = assert!(DEFERRED_FIRST == 8 && DEFERRED_SCAN_MAX - DEFERRED_FIRST == 56);
+    let first = tx.query(
+        "SELECT pid, cores, mem_mb, home_node, class, seq FROM proc \
          WHERE p_key = $1 AND realm = $2 AND worker_id IS NULL AND state = 'spawned' \
-         ORDER BY seq LIMIT 64",
+         ORDER BY seq LIMIT 8",
         params![p, realm],
     )?;
     let mut assigned = Vec::new();
@@ -1102,20 +1116,22 @@ pub fn assign_deferred_tx(
     // (with the same home) cannot fit either, so it is not asked again.
     // Keeps an exit behind a long queue of equal procs at two picks.
     let mut unplaceable: Vec<Need> = Vec::new();
-    for row in &deferred {
-        let pid: String = row.get(0)?;
-        let class: Class = row.get::<String>(4)?.parse()?;
-        let need = need_of(class, row.get(1)?, row.get(2)?, row.get(3)?);
-        if unplaceable.iter().any(|u| {
-            u.home_node == need.home_node && need.cores >= u.cores && need.mem_mb >= u.mem_mb
-        }) {
-            continue;
-        }
-        let Some(worker) = sched::pick_tx(tx, scheduler, realm, &need)? else {
-            unplaceable.push(need);
-            continue;
-        };
-        {
+    let mut place = |tx: &mut dyn Tx, rows: &tabos_store::Rows| -> Result<Option<i64>> {
+        let mut last = None;
+        for row in rows {
+            last = Some(row.get::<i64>(5)?);
+            let pid: String = row.get(0)?;
+            let class: Class = row.get::<String>(4)?.parse()?;
+            let need = need_of(class, row.get(1)?, row.get(2)?, row.get(3)?);
+            if unplaceable.iter().any(|u| {
+                u.home_node == need.home_node && need.cores >= u.cores && need.mem_mb >= u.mem_mb
+            }) {
+                continue;
+            }
+            let Some(worker) = sched::pick_tx(tx, scheduler, realm, &need)? else {
+                unplaceable.push(need);
+                continue;
+            };
             sched::reserve_tx(tx, realm, &worker, &need)?;
             tx.execute(
                 "UPDATE proc SET worker_id = $4, assign_us = $5 \
@@ -1125,6 +1141,32 @@ pub fn assign_deferred_tx(
             event_tx(tx, realm, &pid, "assign", Some(worker.as_str()), now_us)?;
             notify_assigned(tx, realm, &pid, &worker, &need)?;
             assigned.push((pid, worker));
+        }
+        Ok(last)
+    };
+    let last = place(tx, &first)?;
+    if first.len() as i64 == DEFERRED_FIRST {
+        let last = last.expect("a full first page has a last row");
+        let may_place = tx
+            .query_opt(
+                "SELECT 1 FROM worker \
+                 WHERE p_key = $1 AND realm = $2 AND state = 'up' AND draining = 0 \
+                   AND (unused_capacity >= 1 OR EXISTS (SELECT 1 FROM proc \
+                     WHERE p_key = $1 AND realm = $2 AND worker_id IS NULL \
+                       AND state = 'spawned' AND class = 'BE' AND seq > $3)) \
+                 LIMIT 1",
+                params![p, realm, last],
+            )?
+            .is_some();
+        if may_place {
+            let rest = tx.query(
+                "SELECT pid, cores, mem_mb, home_node, class, seq FROM proc \
+                 WHERE p_key = $1 AND realm = $2 AND worker_id IS NULL AND state = 'spawned' \
+                   AND seq > $3 \
+                 ORDER BY seq LIMIT 56",
+                params![p, realm, last],
+            )?;
+            place(tx, &rest)?;
         }
     }
     Ok(assigned)

@@ -867,6 +867,76 @@ both!(
     unclaimed_procs_are_stolen_after_the_timeout
 );
 
+/// A freed core goes to the oldest deferred proc that fits it, looked for
+/// among the oldest `DEFERRED_SCAN_MAX` — past the first few the exit's
+/// transaction reads at first — and so does a BE proc, which needs no
+/// core, when no core is free.
+fn deferred_procs_past_the_first_look_are_still_placed(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let cores = |pid: &str, cores: i64| Descriptor {
+            cores,
+            ..named(pid)
+        };
+        // Spawned before any worker: all deferred, oldest first.
+        for (pid, n) in [("run1", 1), ("run2", 1)] {
+            procs::spawn(&s, "r", cores(pid, n)).await.unwrap();
+        }
+        for i in 0..8 {
+            procs::spawn(&s, "r", cores(&format!("big{i}"), 2))
+                .await
+                .unwrap();
+        }
+        let be = Descriptor {
+            class: Class::Be,
+            ..named("be")
+        };
+        procs::spawn(&s, "r", be).await.unwrap();
+        procs::spawn(&s, "r", cores("small", 1)).await.unwrap();
+        // Two cores: run1 and run2 take them; the first eight deferred
+        // procs are read, and no core is free after them — but a BE proc
+        // behind them fits.
+        let s2 = s.clone();
+        let assigned = tokio::task::spawn_blocking(move || {
+            procs::register_worker(&s2, "r", &worker("w", "n", 2))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let pids: Vec<&str> = assigned.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(pids, ["run1", "run2", "be"]);
+        assert!(procs::status(&s, "r", &Pid::new("small").unwrap())
+            .await
+            .unwrap()
+            .worker
+            .is_none());
+        // run1 ends: its core fits none of the eight procs of two cores,
+        // but the one-core proc behind them.
+        let wid = WorkerId::new("w").unwrap();
+        let claimed = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap().procs;
+        assert_eq!(claimed.len(), 3);
+        let run1 = Pid::new("run1").unwrap();
+        procs::exited(&s, "r", &run1, State::Exited, Some(0), None)
+            .await
+            .unwrap();
+        let small = procs::status(&s, "r", &Pid::new("small").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(small.worker, Some(wid));
+        for i in 0..8 {
+            let big = procs::status(&s, "r", &Pid::new(format!("big{i}")).unwrap())
+                .await
+                .unwrap();
+            assert_eq!(big.worker, None, "big{i} needs two cores");
+        }
+        assert_eq!(unused(&s, "r")["w"], 0);
+    });
+}
+
+both!(deferred_procs_past_the_first_look_are_still_placed);
+
 both!(unplaced_procs_say_why);
 
 /// The ps view says why a proc waits to be placed, and nothing once placed.
