@@ -286,17 +286,25 @@ fn procs_on_node(
 }
 
 /// The wasm procs' run: a no-op WASI command, spawned as
-/// [`procs_on_node`] spawns.
+/// [`procs_on_node`] spawns; printed.
 fn wasm_on_node(quick: bool, base: &Path, tasks: usize) -> anyhow::Result<OnNode> {
     let wasm_dir = base.join("wasm");
     std::fs::create_dir_all(&wasm_dir)?;
     let module = wasm_dir.join("noop.wat");
     std::fs::write(&module, WASM_NOOP)?;
     let module = module.to_string_lossy().into_owned();
-    procs_on_node(quick, &wasm_dir, tasks, move || Descriptor {
+    let mut wasm = procs_on_node(quick, &wasm_dir, tasks, move || Descriptor {
         kind: tabos_kernel::procs::Kind::Wasm,
         ..Descriptor::native(module.clone())
-    })
+    })?;
+    println!(
+        "  wasm spawn-to-start p50 {:.0} us p99 {:.0} us; 720 burst {:.1} ms; {tasks} no-op procs at {:.0}/s",
+        wasm.start.quantile_us(0.5),
+        wasm.start.quantile_us(0.99),
+        wasm.burst_ms,
+        wasm.tasks_per_s
+    );
+    Ok(wasm)
 }
 
 /// Ray, installed with pip into the benchmarks' virtualenv
@@ -443,14 +451,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     }
     let ray_tasks = if quick { 2_000 } else { 10_000 };
     if only_wasm {
-        let mut wasm = wasm_on_node(quick, &base, ray_tasks)?;
-        println!(
-            "  wasm spawn-to-start p50 {:.0} us p99 {:.0} us; 720 burst {:.1} ms; {ray_tasks} no-op procs at {:.0}/s",
-            wasm.start.quantile_us(0.5),
-            wasm.start.quantile_us(0.99),
-            wasm.burst_ms,
-            wasm.tasks_per_s
-        );
+        wasm_on_node(quick, &base, ray_tasks)?;
         report.notes.push(
             "filtered to the wasm procs, printed only (TABOS_BENCH_FILTER=wasm, for profiling)"
                 .into(),
@@ -510,13 +511,6 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     // Wasm procs: the same, with a no-op WASI command run in-process.
     let wasm = wasm_on_node(quick, &base, ray_tasks)?;
     let mut wasm_start = wasm.start;
-    println!(
-        "  wasm spawn-to-start p50 {:.0} us p99 {:.0} us; 720 burst {:.1} ms; {ray_tasks} no-op procs at {:.0}/s",
-        wasm_start.quantile_us(0.5),
-        wasm_start.quantile_us(0.99),
-        wasm.burst_ms,
-        wasm.tasks_per_s
-    );
     report.figures.push(
         Figure::new(
             "spawn_to_start.wasm.p50_us",

@@ -1145,8 +1145,9 @@ pub fn assign_deferred_tx(
         Ok(last)
     };
     let last = place(tx, &first)?;
-    if first.len() as i64 == DEFERRED_FIRST {
-        let last = last.expect("a full first page has a last row");
+    // A full first page (else every deferred proc was read), and the seq
+    // the rest starts after.
+    if let Some(last) = last.filter(|_| first.len() as i64 == DEFERRED_FIRST) {
         let may_place = tx
             .query_opt(
                 "SELECT 1 FROM worker \
