@@ -316,6 +316,15 @@ struct Node {
 }
 
 fn start_node(rt: &tokio::runtime::Runtime, dir: &Path, blocks: bool) -> anyhow::Result<Node> {
+    start_node_at(rt, dir, blocks, Durability::Full)
+}
+
+fn start_node_at(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    blocks: bool,
+    durability: Durability,
+) -> anyhow::Result<Node> {
     let settings = tabos_node::NodeSettings {
         node_id: "bench-fs".into(),
         logs: dir.join("logs"),
@@ -323,7 +332,7 @@ fn start_node(rt: &tokio::runtime::Runtime, dir: &Path, blocks: bool) -> anyhow:
             .then(|| tabos_node::BlockStoreSettings::new(dir.join("blocks.dev"), 4 << 30)),
         ..tabos_node::NodeSettings::defaults()
     };
-    let config = tabos_store::Config::sqlite(dir.join("db")).with_durability(Durability::Full);
+    let config = tabos_store::Config::sqlite(dir.join("db")).with_durability(durability);
     let node = tabos_node::Node::open_with(&config, settings)?;
     let store = node.store.clone();
     let served = rt.block_on(Served::start(node, Default::default()))?;
@@ -431,6 +440,138 @@ fn figure10(
         }
     }
     Ok(())
+}
+
+// ---- Provenance (issue 43, item 2) ----
+
+/// The realm, file and proc of the provenance figures.
+const PROV_REALM: &str = "prov";
+const PROV_FILE: &str = "/prov";
+const PROV_PID: &str = "reader";
+const PROV_FILE_BYTES: usize = 1 << 20;
+const PROV_IO: usize = 4096;
+/// Runs of each side (alternating), of half a figure-10 point each.
+const PROV_RUNS: u32 = 5;
+
+/// What recording provenance costs a file read and a file write: the same
+/// 4 KiB reads (writes) at random offsets of one 1 MiB file over gRPC, by
+/// clients acting for a proc — each read and write recorded in
+/// `proc_event`, a write's in its own commit, a read's committed before its
+/// data is returned — and by the same clients acting for none, in the same
+/// run, on a node of its own at `tabos up`'s default durability (normal).
+fn provenance(
+    report: &mut Report,
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    size: &Size,
+    filter: &str,
+) -> anyhow::Result<()> {
+    if !(filter.is_empty() || filter.starts_with("provenance")) {
+        return Ok(());
+    }
+    let dir = dir.join("provenance");
+    std::fs::create_dir_all(&dir)?;
+    let node = start_node_at(rt, &dir, false, Durability::Normal)?;
+    tabos_kernel::realms::create(
+        &node.store,
+        PROV_REALM,
+        tabos_kernel::sched::Scheduler::Fifo,
+    )?;
+    rt.block_on(async {
+        let mut c = node.addr.connect().await?;
+        c.fs_write(
+            PROV_REALM,
+            "root",
+            PROV_FILE,
+            0,
+            vec![7u8; PROV_FILE_BYTES],
+            true,
+        )
+        .await?;
+        let proc = tabos_client::proto::ProcDescriptor {
+            pid: PROV_PID.into(),
+            program: "/bin/true".into(),
+            ..Default::default()
+        };
+        c.spawn(PROV_REALM, proc).await?;
+        anyhow::Ok(())
+    })?;
+    let op = |rt: &tokio::runtime::Runtime,
+              c: &mut tabos_client::Client,
+              kind: Kind,
+              pid: &str,
+              rng: &mut Rng| {
+        let mut c = c.clone().acting_for(pid);
+        let at = (rng.below(PROV_FILE_BYTES / PROV_IO) * PROV_IO) as i64;
+        rt.block_on(async {
+            match kind {
+                Kind::Read => {
+                    let d = c.fs_read(PROV_REALM, "root", PROV_FILE, at, PROV_IO as u32);
+                    assert_eq!(d.await.expect("fs_read").len(), PROV_IO);
+                }
+                Kind::Write => {
+                    let w = c.fs_write(
+                        PROV_REALM,
+                        "root",
+                        PROV_FILE,
+                        at,
+                        vec![b'p'; PROV_IO],
+                        false,
+                    );
+                    w.await.expect("fs_write");
+                }
+            }
+        })
+    };
+    for kind in [Kind::Read, Kind::Write] {
+        let k = if kind == Kind::Read { "read" } else { "write" };
+        for clients in [1, 16] {
+            let name = format!("provenance.{k}_4k.{clients}c");
+            if !name.starts_with(filter) {
+                continue;
+            }
+            eprintln!("fs: {name} ...");
+            // Alternating runs, so that neither side gets the warmer ones;
+            // the median of each side's.
+            let (mut on, mut off) = (Vec::new(), Vec::new());
+            for _ in 0..PROV_RUNS {
+                off.push(drive_grpc(
+                    &node.addr,
+                    clients,
+                    size.run / 2,
+                    |rt, c, _, rng| op(rt, c, kind, "", rng),
+                )?);
+                on.push(drive_grpc(
+                    &node.addr,
+                    clients,
+                    size.run / 2,
+                    |rt, c, _, rng| op(rt, c, kind, PROV_PID, rng),
+                )?);
+            }
+            let median = |v: &mut Vec<f64>| {
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let (on, off) = (median(&mut on), median(&mut off));
+            eprintln!("  ops/s recorded {on:.0}, not recorded {off:.0}");
+            report.figures.push(
+                Figure::new(
+                    format!("{name}.ops_per_s"),
+                    round(on, 0),
+                    "ops/s",
+                    Better::Higher,
+                )
+                .peer("without provenance", Some(round(off, 0)))
+                .runs(PROV_RUNS, Stat::MedianOfRuns)
+                .target("ratio >= 0.9")
+                .note(
+                    "the same 4 KiB operations over gRPC acting for a proc (recorded in \
+                     proc_event) and for none; durability normal",
+                ),
+            );
+        }
+    }
+    node.stop(rt)
 }
 
 // ---- Table 1 ----
@@ -1011,6 +1152,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
     table2(&mut report, &rt, &node, &ext4, &filter)?;
     let partitions = node.store.partitions();
     node.stop(&rt)?;
+    provenance(&mut report, &rt, dir.path(), &size, &filter)?;
     blockio_bench(&mut report, dir.path(), &size, &filter)?;
     report.notes.push(format!(
         "same disk: {} ({fs_type}); tabos: embedded node in this process, SQLite, {} partitions, \

@@ -688,6 +688,12 @@ enum RealmCommand {
         /// Give the realm's native procs networks of their own again
         #[arg(long)]
         no_host_network: bool,
+        /// How long to keep the record of what is over — ended procs with
+        /// their events and logs, provenance events, delivered messages of
+        /// logging mailboxes — e.g. 1h, 7d (at least 1s); every node
+        /// removes what is older. `none`: keep until `tabos prune`
+        #[arg(long, value_name = "DURATION")]
+        retention: Option<String>,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -745,6 +751,7 @@ fn realm_json(r: &proto::RealmInfo) -> serde_json::Value {
         "mailbox_bytes": r.mailbox_bytes, "quota_mailbox_mb": r.quota_mailbox_mb,
         "procedures": r.procedures, "quota_procedures": r.quota_procedures,
         "host_paths": r.host_paths, "host_network": r.host_network,
+        "retention_s": r.retention_s,
         "scheduler": scheduler_name(r.scheduler),
         "created": crate::output::rfc3339(r.created_us),
         "stored": r.stored.iter().map(|s| (class_name(s.class).to_string(), s.bytes.into()))
@@ -909,9 +916,29 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             allow_host_paths,
             host_network,
             no_host_network,
+            retention,
             node,
         } => {
             let mut clear = Vec::new();
+            let retention_s = match retention.as_deref() {
+                None => None,
+                Some("none") => {
+                    clear.push("retention".to_string());
+                    None
+                }
+                Some(d) => {
+                    let ms = crate::tokens::parse_ttl(d).map_err(|_| {
+                        anyhow::anyhow!(
+                            "--retention {d:?}: a number and a unit (s, m, h, d), or none"
+                        )
+                    })?;
+                    anyhow::ensure!(
+                        ms >= 1_000 && ms % 1_000 == 0,
+                        "--retention {d:?}: whole seconds, at least 1s"
+                    );
+                    Some(ms as i64 / 1_000)
+                }
+            };
             let host_paths = if allow_host_paths.iter().any(|p| p == "none") {
                 anyhow::ensure!(
                     allow_host_paths.len() == 1,
@@ -944,6 +971,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                     (_, true) => Some(false),
                     _ => None,
                 },
+                retention_s,
             };
             let request = proto::SetRealmRequest { clear, ..request };
             crate::runtime()?.block_on(async {
@@ -1003,6 +1031,13 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                 );
                 if let Some(uid) = r.proc_uid {
                     outln!("proc uid:   {uid} (on this node)");
+                }
+                match r.retention_s {
+                    Some(s) => outln!(
+                        "retention:  {} (ended procs, events, logged messages older are removed)",
+                        crate::output::duration(s)
+                    ),
+                    None => outln!("retention:  none (kept until tabos prune)"),
                 }
                 outln!();
                 print_realms(&one, false);

@@ -3407,6 +3407,24 @@ fn the_cli_reads_like_kubectl() {
     assert!(shown["created"].as_str().unwrap().ends_with('Z'), "{shown}");
     assert!(shown["allocation"].is_object(), "{shown}");
     assert!(shown["host_paths"].is_array(), "{shown}");
+    assert!(text.contains("retention:  none"), "{text}");
+    // A retention: set, shown, refused when malformed or too short, cleared.
+    let o = node.tabos(&["realm", "set", "default", "--retention", "7d"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["realm", "show", "default", "-o", "json"]);
+    let shown: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(shown["retention_s"], 7 * 86_400, "{shown}");
+    let text = stdout(&node.tabos(&["realm", "show", "default"]));
+    assert!(text.contains("retention:  7d"), "{text}");
+    for bad in ["7x", "500ms", "0s"] {
+        let o = node.tabos(&["realm", "set", "default", "--retention", bad]);
+        assert!(!o.status.success(), "{bad}");
+        assert!(stderr(&o).contains("--retention"), "{bad}: {}", stderr(&o));
+    }
+    let o = node.tabos(&["realm", "set", "default", "--retention", "none"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&node.tabos(&["realm", "show", "default"]));
+    assert!(text.contains("retention:  none"), "{text}");
     // Not found: its own status, for every kind of name; one `error:`.
     for args in [
         vec!["--realm", "nosuch", "ps"],

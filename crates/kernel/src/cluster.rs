@@ -149,6 +149,9 @@ pub async fn decisions(
 
 /// What `tabos realm set` may clear besides the quotas.
 pub const CLEAR_HOST_PATHS: &str = "host-paths";
+/// What `tabos realm set` clears to keep a realm's record until pruned by
+/// hand.
+pub const CLEAR_RETENTION: &str = "retention";
 
 /// Creates realm `realm` with its first admin credential (`root`), which
 /// commit together; an elastic realm's policy is set first, so that no
@@ -203,6 +206,9 @@ pub struct RealmChange {
     /// Replaces the allowed host paths when not empty.
     pub host_paths: Vec<String>,
     pub host_network: Option<bool>,
+    /// A new retention ([`realms::Retention`]; cleared by
+    /// [`CLEAR_RETENTION`]).
+    pub retention: Option<realms::Retention>,
 }
 
 /// Changes realm `realm`'s quotas and host access in one transaction: an
@@ -211,12 +217,21 @@ pub async fn set_realm(store: &Store, who: &Caller, realm: &str, c: RealmChange)
     who.may(Role::Operator, "set realms' quotas")?;
     validate_realm(realm)?;
     for what in &c.clear {
-        if !QUOTA_NAMES.contains(&what.as_str()) && what != CLEAR_HOST_PATHS {
+        if !QUOTA_NAMES.contains(&what.as_str())
+            && what != CLEAR_HOST_PATHS
+            && what != CLEAR_RETENTION
+        {
             return Err(Error::Invalid(format!(
-                "what to clear is {CLEAR_HOST_PATHS} or a quota: {}, not {what:?}",
+                "what to clear is {CLEAR_HOST_PATHS}, {CLEAR_RETENTION} or a quota: {}, \
+                 not {what:?}",
                 QUOTA_NAMES.join(", ")
             )));
         }
+    }
+    if c.retention.is_some() && c.clear.iter().any(|x| x == CLEAR_RETENTION) {
+        return Err(Error::Invalid(
+            "a retention is either set or cleared, not both".into(),
+        ));
     }
     let r = realm.to_string();
     crate::call(store, realm, move |tx| {
@@ -243,6 +258,11 @@ pub async fn set_realm(store: &Store, who: &Caller, realm: &str, c: RealmChange)
         }
         if let Some(allowed) = c.host_network {
             realms::set_host_network_tx(tx, &r, allowed)?;
+        }
+        if cleared(CLEAR_RETENTION) {
+            realms::set_retention_tx(tx, &r, None)?;
+        } else if let Some(keep) = c.retention {
+            realms::set_retention_tx(tx, &r, Some(keep))?;
         }
         realms::set_quota_tx(tx, &r, &q)
     })

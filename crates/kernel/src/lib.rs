@@ -30,6 +30,7 @@ pub mod nodes;
 pub mod procedures;
 pub mod procs;
 pub mod realms;
+pub mod retention;
 pub mod sched;
 pub(crate) mod seqs;
 pub mod teardown;
@@ -284,6 +285,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "proc_deferred_be",
         sqlite: include_str!("../schema/sqlite/041_proc_deferred_be.sql"),
         postgres: include_str!("../schema/postgres/041_proc_deferred_be.sql"),
+    },
+    Migration {
+        version: 42,
+        name: "retention",
+        sqlite: include_str!("../schema/sqlite/042_retention.sql"),
+        postgres: include_str!("../schema/postgres/042_retention.sql"),
     },
 ];
 

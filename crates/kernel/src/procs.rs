@@ -2161,6 +2161,19 @@ pub fn prune_tx(
     pids: &[Pid],
     ended_before_us: Option<i64>,
 ) -> Result<Vec<Pid>> {
+    prune_at_most_tx(tx, realm, pids, ended_before_us, PRUNE_MAX)
+}
+
+/// [`prune_tx`], choosing at most `limit` (≤ [`PRUNE_MAX`]) ended procs
+/// when `pids` is empty: what the retention reaper removes in one batch.
+pub fn prune_at_most_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pids: &[Pid],
+    ended_before_us: Option<i64>,
+    limit: usize,
+) -> Result<Vec<Pid>> {
+    debug_assert!(limit <= PRUNE_MAX, "a prune's batch is bounded");
     let p = i64::from(tx.p_key().0);
     let chosen: Vec<Pid> = if pids.is_empty() {
         let rows = tx.query(
@@ -2168,7 +2181,7 @@ pub fn prune_tx(
              AND state IN ('exited', 'evicted', 'failed') \
              AND (CAST($3 AS BIGINT) IS NULL OR coalesce(exit_us, spawn_us) < $3) \
              ORDER BY seq LIMIT $4",
-            params![p, realm, ended_before_us, PRUNE_MAX as i64],
+            params![p, realm, ended_before_us, limit.min(PRUNE_MAX) as i64],
         )?;
         rows.iter()
             .map(|r| r.get::<String>(0).map(Pid))
@@ -2209,6 +2222,27 @@ pub fn prune_tx(
     Ok(chosen)
 }
 
+/// Procedure body: removes at most `limit` of `realm`'s provenance events
+/// recorded before `before_us`, oldest first, whatever their proc's state
+/// (the retention reaper's: a long-running proc's old events go too).
+/// Returns how many.
+pub fn expire_events_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    before_us: i64,
+    limit: usize,
+) -> Result<usize> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "DELETE FROM proc_event WHERE (p_key, realm, pid, seq) IN \
+         (SELECT p_key, realm, pid, seq FROM proc_event \
+          WHERE p_key = $1 AND realm = $2 AND at_us < $3 ORDER BY at_us LIMIT $4)",
+        params![p, realm, before_us, limit as i64],
+    )?;
+    debug_assert!(n as usize <= limit, "at most the batch is removed");
+    Ok(n as usize)
+}
+
 /// Forgets ended procs of `realm` ([`prune_tx`]).
 pub async fn prune(
     store: &Store,
@@ -2247,6 +2281,41 @@ pub async fn record(
         event_tx(tx, r, pid.as_str(), &event, Some(&detail), now)
     })
     .await
+}
+
+/// Procedure body: NotFound unless proc `pid` exists in `realm`.
+pub fn exists_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<()> {
+    let found = tx.query_opt(
+        "SELECT 1 FROM proc WHERE p_key = $1 AND realm = $2 AND pid = $3",
+        params![crate::p_key(tx), realm, pid.as_str()],
+    )?;
+    match found {
+        Some(_) => Ok(()),
+        None => Err(Error::NotFound(format!(
+            "no proc {pid:?} in realm {realm:?}"
+        ))),
+    }
+}
+
+/// Procedure body: records `event` with `detail` for proc `pid` of `realm`
+/// in the caller's transaction — NotFound if there is no such proc, so the
+/// operation it notes rolls back with it: how an operation done for a proc
+/// (a file read or write) leaves its provenance in its own commit. A detail
+/// past [`EVENT_DETAIL_BYTES_MAX`] is cut there.
+pub fn note_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    event: &str,
+    detail: &str,
+    now_us: i64,
+) -> Result<()> {
+    exists_tx(tx, realm, pid)?;
+    let mut cut = detail.len().min(EVENT_DETAIL_BYTES_MAX);
+    while !detail.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    event_tx(tx, realm, pid.as_str(), event, Some(&detail[..cut]), now_us)
 }
 
 /// [`record`] for `who` (role member), who must be able to act for `pid`

@@ -283,6 +283,84 @@ pub fn set_host_network_tx(tx: &mut dyn Tx, realm: &str, allowed: bool) -> Resul
     Ok(())
 }
 
+/// Shortest retention a realm may have: a record kept less than a second
+/// would be gone before most questions about it could be asked.
+pub const RETENTION_MIN_US: i64 = 1_000_000;
+/// Longest retention: about a century (longer is "keep": no retention).
+pub const RETENTION_MAX_US: i64 = 100 * 366 * 86_400 * 1_000_000;
+
+/// How long realm `realm` keeps the record of what is over — ended procs
+/// with their events, logs and spent credentials, provenance events, and
+/// delivered messages — before every node's retention reaper removes it
+/// (`crate::retention`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention(i64);
+
+impl Retention {
+    /// A retention of `us` microseconds, within
+    /// [`RETENTION_MIN_US`]..=[`RETENTION_MAX_US`].
+    pub fn new(us: i64) -> Result<Retention> {
+        if !(RETENTION_MIN_US..=RETENTION_MAX_US).contains(&us) {
+            return Err(Error::Invalid(format!(
+                "a retention is {}s to {}s, not {us}us",
+                RETENTION_MIN_US / 1_000_000,
+                RETENTION_MAX_US / 1_000_000
+            )));
+        }
+        Ok(Retention(us))
+    }
+
+    pub fn as_us(self) -> i64 {
+        self.0
+    }
+}
+
+/// The notification channel a retention change is told on (payload: the
+/// realm), which wakes every node's retention reaper.
+pub const RETENTION_CHANNEL: &str = "realm-retention";
+
+/// Procedure body: sets (or, with `None`, removes) `realm`'s retention.
+pub fn set_retention_tx(tx: &mut dyn Tx, realm: &str, r: Option<Retention>) -> Result<()> {
+    let p = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE realm SET retention_us = $3 WHERE p_key = $1 AND realm = $2",
+        params![p, realm, r.map(Retention::as_us)],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    tx.notify(RETENTION_CHANNEL, realm)?;
+    Ok(())
+}
+
+/// Procedure body: `realm`'s retention (`None`: none, or no such realm).
+pub fn retention_tx(tx: &mut dyn Tx, realm: &str) -> Result<Option<Retention>> {
+    let p = i64::from(tx.p_key().0);
+    let row = tx.query_opt(
+        "SELECT retention_us FROM realm WHERE p_key = $1 AND realm = $2",
+        params![p, realm],
+    )?;
+    Ok(match row {
+        Some(r) => r.get::<Option<i64>>(0)?.map(Retention),
+        None => None,
+    })
+}
+
+/// Procedure body: the realms of this transaction's partition that have a
+/// retention, with it.
+pub fn retained_tx(tx: &mut dyn Tx) -> Result<Vec<(String, Retention)>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        "SELECT realm, retention_us FROM realm WHERE p_key = $1 AND retention_us IS NOT NULL \
+         ORDER BY realm",
+        params![p],
+    )?;
+    rows.rows
+        .iter()
+        .map(|r| Ok((r.get::<String>(0)?, Retention(r.get(1)?))))
+        .collect()
+}
+
 /// What a realm's stored bytes are: the classes `realm show` and the
 /// `realm_usage` view break them into, each kept by the triggers of
 /// migration 030 on the tables named.
@@ -632,6 +710,9 @@ pub struct Usage {
     pub scheduler: Scheduler,
     /// When it was created, µs since the epoch.
     pub created_us: i64,
+    /// How long the record of what is over is kept, in µs ([`Retention`];
+    /// `None`: until pruned by hand).
+    pub retention_us: Option<i64>,
 }
 
 /// Usage of `realm`, or of every realm when `None`, by name, on the read
@@ -651,9 +732,9 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
          u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network, \
          r.scheduler, r.created_us, ",
         class_columns!(),
-        " FROM realm_usage u \
-         JOIN (SELECT p_key, realm AS name, host_paths, host_network, scheduler, created_us \
-               FROM realm) r \
+        ", r.retention_us FROM realm_usage u \
+         JOIN (SELECT p_key, realm AS name, host_paths, host_network, scheduler, created_us, \
+               retention_us FROM realm) r \
            ON r.name = u.realm \
          WHERE r.p_key = $2 AND (CAST($1 AS TEXT) IS NULL OR u.realm = $1) ORDER BY u.realm"
     );
@@ -702,6 +783,7 @@ fn usage_of(rows: &tabos_store::Rows) -> Result<Vec<Usage>> {
                 scheduler: r.get::<String>(15)?.parse()?,
                 created_us: r.get(16)?,
                 stored: Stored::from_row(r, 17)?,
+                retention_us: r.get(17 + StorageClass::ALL.len())?,
             })
         })
         .collect()

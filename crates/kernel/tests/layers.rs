@@ -12,9 +12,10 @@ const LAYERS: &[&[&str]] = &[
     &["realms"],
     &["auth", "sched"],
     &["names", "kv"],
-    &["procs", "ipc", "fs"],
+    &["procs"],
+    &["ipc", "fs"],
     &["procedures", "alloc", "workflows", "logs"],
-    &["teardown", "backup"],
+    &["teardown", "backup", "retention"],
     &["cluster"],
 ];
 

@@ -9,7 +9,6 @@
 
 use tabos_client::proto;
 use tabos_kernel::fs::{self, Stat};
-use tabos_kernel::procs;
 use tonic::{Request, Response, Status};
 
 use crate::{kernel_status, Node};
@@ -289,10 +288,12 @@ crate::op::served! {
             let token = crate::forward::bearer(request.metadata())?;
             let r = request.into_inner();
             let p = target(&r.path, &r.handle)?;
+            // Done for the proc the request names, or the credential's own.
+            let pid = request_pid(&r.pid)?.or_else(|| who.pid().cloned());
             let read = self
                 .node
                 .files
-                .read(&who, p.clone(), r.offset, r.len as usize)
+                .read_for(&who, pid, p.clone(), r.offset, r.len as usize)
                 .await;
             let data = match read {
                 Ok(d) => d,
@@ -305,19 +306,6 @@ crate::op::served! {
                 }
                 Err(e) => return Err(kernel_status(&e)),
             };
-            // Recorded after the read (which changed nothing): an unknown pid
-            // fails the request all the same. A read past the end (how a
-            // reader finds the end) read nothing and is not recorded.
-            if let Some(pid) = request_pid(&r.pid)? {
-                let store = &self.node.store;
-                let done = if data.is_empty() {
-                    procs::check_exists_for(store, &who, &pid).await
-                } else {
-                    let detail = format!("{p} @{} +{}", r.offset, data.len());
-                    procs::record_for(store, &who, &pid, "fs_read", &detail).await
-                };
-                done.map_err(|e| kernel_status(&e))?;
-            }
             Ok(Response::new(proto::FsReadResponse { data }))
         }
 
@@ -336,21 +324,16 @@ crate::op::served! {
                 )));
             }
             let fence = crate::names::fence_from_proto(r.fence.clone())?;
-            // An unknown pid is refused before anything is written.
-            let pid = request_pid(&r.pid)?;
-            if let Some(pid) = &pid {
-                procs::check_exists_for(&self.node.store, &who, pid)
-                    .await
-                    .map_err(|e| kernel_status(&e))?;
-            }
-            let (offset, len) = (r.offset, r.data.len());
+            // Done for the proc the request names, or the credential's own
+            // (an unknown one refuses the write before anything is written).
+            let pid = request_pid(&r.pid)?.or_else(|| who.pid().cloned());
             // Shared, so the request can still be forwarded if the file's data
             // turns out to be in another node's block store.
             let data = std::sync::Arc::new(std::mem::take(&mut r.data));
             let written = self
                 .node
                 .files
-                .write(&who, p.clone(), r.offset, data.clone(), r.create, fence)
+                .write_for(&who, pid, p.clone(), r.offset, data.clone(), r.create, fence)
                 .await;
             let size = match written {
                 Ok(size) => size,
@@ -364,12 +347,6 @@ crate::op::served! {
                 }
                 Err(e) => return Err(kernel_status(&e)),
             };
-            if let Some(pid) = pid {
-                let detail = format!("{p} @{offset} +{len}");
-                procs::record_for(&self.node.store, &who, &pid, "fs_write", &detail)
-                    .await
-                    .map_err(|e| kernel_status(&e))?;
-            }
             Ok(Response::new(proto::FsWriteResponse { size }))
         }
 

@@ -54,6 +54,7 @@ pub mod proclog;
 pub mod procs;
 pub mod programs;
 pub mod rawsys;
+pub mod retention;
 pub mod seccomp;
 pub mod serve;
 pub use serve::{

@@ -307,6 +307,7 @@ fn realm_info(node: &Node, u: tabos_kernel::realms::Usage) -> proto::RealmInfo {
         host_network: u.host_network,
         scheduler: crate::wire::out(u.scheduler),
         created_us: u.created_us,
+        retention_s: u.retention_us.map(|us| us / 1_000_000),
         realm: u.realm,
         live_procs: u.live_procs,
         quota_procs: u.quota.procs,
@@ -401,6 +402,10 @@ pub mod ops {
             clear: r.clear,
             host_paths: r.host_paths,
             host_network: r.host_network,
+            retention: r
+                .retention_s
+                .map(|s| tabos_kernel::realms::Retention::new(s.saturating_mul(1_000_000)))
+                .transpose()?,
         };
         let u = cluster::set_realm(&node.store, &who, &r.realm, change).await?;
         Ok(realm_info(node, u))

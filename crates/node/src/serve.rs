@@ -418,6 +418,12 @@ pub async fn serve_with(
         });
     }
     {
+        let n = node.clone();
+        tasks.spawn("retention reaper", Policy::Restart, move |stop| {
+            crate::retention::reap(n.clone(), stop)
+        });
+    }
+    {
         let (n, served) = (node.clone(), served_realms.clone());
         tasks.spawn("heartbeat", Policy::Essential, move |stop| {
             lease::keep(n.clone(), served.clone(), stop)

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::code;
+use common::{code, printed_token};
 use tabos_client::{proto, Client};
 use tabos_store::testing::TempDir;
 use tonic::Code;
@@ -19,27 +19,6 @@ async fn realm(n: &common::Running, name: &str) -> (Client, String) {
         n.client_with(&created.admin_token).await,
         created.admin_token,
     )
-}
-
-/// The token proc `pid` of `realm` prints to its stdout (87 characters),
-/// once it has.
-async fn printed_token(c: &mut Client, realm: &str, pid: &str) -> String {
-    let mut token = String::new();
-    for _ in 0..200 {
-        token = String::from_utf8(
-            c.logs(realm, pid, proto::LogStream::Stdout)
-                .await
-                .unwrap()
-                .data,
-        )
-        .unwrap();
-        if token.len() == 87 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
-    token
 }
 
 async fn token(c: &mut Client, role: proto::Role, user: &str, ttl_ms: u64) -> proto::CreatedToken {
@@ -1197,4 +1176,90 @@ async fn a_procs_credential_works_on_every_node_and_ends_with_it() {
     n1.shut_down().await;
     n2.shut_down().await;
     drop(pg);
+}
+
+/// A realm's retention (issue 43, item 2): set and cleared by an operator
+/// only, shown with the realm, refused out of range; once set, the node
+/// removes the realm's ended procs as they grow older than it, and keeps
+/// its live ones and every other realm's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realms_retention_is_enforced_by_the_node() {
+    let dir = TempDir::new("auth-retention");
+    let n = common::start(&dir, "n1").await;
+    let (mut admin, _) = realm(&n, "brief").await;
+    let (mut other, _) = realm(&n, "kept").await;
+    let mut op = n.client().await;
+    let set = |retention_s, clear: Vec<&str>| proto::SetRealmRequest {
+        realm: "brief".into(),
+        retention_s,
+        clear: clear.into_iter().map(String::from).collect(),
+        ..Default::default()
+    };
+    let e = admin.set_realm(set(Some(1), vec![])).await.unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    for bad in [0, -5, i64::MAX] {
+        let e = op.set_realm(set(Some(bad), vec![])).await.unwrap_err();
+        assert_eq!(code(&e), Code::InvalidArgument, "{bad}: {e}");
+    }
+    let e = op
+        .set_realm(set(Some(60), vec!["retention"]))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::InvalidArgument, "{e}");
+    assert_eq!(admin.list_realms().await.unwrap()[0].retention_s, None);
+    let proc = |pid: &str, program: &str, args: &[&str]| proto::ProcDescriptor {
+        pid: pid.into(),
+        program: program.into(),
+        args: args.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    };
+    admin
+        .spawn("", proc("live", "sleep", &["600"]))
+        .await
+        .unwrap();
+    for c in [&mut admin, &mut other] {
+        for pid in ["t1", "t2"] {
+            c.spawn("", proc(pid, "true", &[])).await.unwrap();
+            c.wait_exit("", pid).await.unwrap();
+        }
+    }
+    let info = op.set_realm(set(Some(1), vec![])).await.unwrap();
+    assert_eq!(info.retention_s, Some(1));
+    // The reaper looks every second: the ended procs go within a few.
+    let pids = |c: &mut Client| {
+        let mut c = c.clone();
+        async move {
+            // A realm's SQL sees its own procs only.
+            let rows = c
+                .sql("SELECT pid FROM proc ORDER BY pid", vec![])
+                .await
+                .unwrap();
+            rows.rows
+                .iter()
+                .map(|r| common::text(&r[0]))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut left = Vec::new();
+    for _ in 0..300 {
+        left = pids(&mut admin).await;
+        if left == ["live"] {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        left,
+        ["live"],
+        "the ended procs are gone, the live one stays"
+    );
+    assert_eq!(pids(&mut other).await, ["t1", "t2"]);
+    // Cleared: shown as none, and a proc that ends now stays.
+    let info = op.set_realm(set(None, vec!["retention"])).await.unwrap();
+    assert_eq!(info.retention_s, None);
+    admin.evict("", "live").await.unwrap();
+    admin.wait_exit("", "live").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(2_500)).await;
+    assert_eq!(pids(&mut admin).await, ["live"]);
+    n.shut_down().await;
 }

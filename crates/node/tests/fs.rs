@@ -222,6 +222,30 @@ async fn a_wasm_proc_copies_a_file_in_segments() {
         .unwrap();
     assert!(back == data, "the copy differs");
     assert_eq!(c.fs_stat(REALM, "/dst").await.unwrap().layout, "segments");
+    // Its host calls are its provenance: every byte it read of /src and
+    // wrote to /dst, path by path.
+    let rows = c
+        .sql(
+            "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = 'cp' \
+             AND event LIKE 'fs_%' ORDER BY seq",
+            vec![tabos_client::Value::Text(REALM.into())],
+        )
+        .await
+        .unwrap();
+    let mut bytes = std::collections::BTreeMap::<String, usize>::new();
+    for r in &rows.rows {
+        let (event, detail) = (common::text(&r[0]), common::text(&r[1]));
+        let (path, n) = detail.split_once(" @").unwrap();
+        let n: usize = n.split_once(" +").unwrap().1.parse().unwrap();
+        *bytes.entry(format!("{event} {path}")).or_default() += n;
+    }
+    assert_eq!(
+        bytes.into_iter().collect::<Vec<_>>(),
+        [
+            ("fs_read /src".to_string(), data.len()),
+            ("fs_write /dst".to_string(), data.len())
+        ]
+    );
     // A missing source: the proc sees ENOENT (44) from fs_stat.
     c.spawn(REALM, copy("cp2", "/nope", "/dst2")).await.unwrap();
     let st = c.wait_exit(REALM, "cp2").await.unwrap();
@@ -290,6 +314,92 @@ async fn reads_and_writes_for_a_proc_are_its_provenance() {
     );
     let e = ghost.fs_read(REALM, "root", "/f", 0, 5).await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound);
+    n.shut_down().await;
+}
+
+/// A native proc's own credential makes its file reads and writes its
+/// provenance without acting for it explicitly, each recorded with the
+/// path (also one written through an open handle); it cannot act for
+/// another proc (PERMISSION_DENIED, nothing written).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_procs_own_credential_records_its_provenance() {
+    let dir = TempDir::new("fs-proc-cred");
+    let n = start(&dir, "fs-node").await;
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
+    c.fs_write(REALM, "root", "/in", 0, b"input".to_vec(), true)
+        .await
+        .unwrap();
+    for pid in ["worker", "other"] {
+        c.spawn(
+            REALM,
+            proto::ProcDescriptor {
+                pid: pid.into(),
+                program: "sh".into(),
+                args: vec![
+                    "-c".into(),
+                    r#"printf %s "$TABOS_TOKEN"; exec sleep 600"#.into(),
+                ],
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let token = common::printed_token(&mut c, REALM, "worker").await;
+    let mut p = n.client_with(&token).await;
+    assert_eq!(p.proc_pid(), None, "not acting for it explicitly");
+    let data = p.fs_read(REALM, "", "/in", 0, 100).await.unwrap();
+    p.fs_write(REALM, "", "/out", 0, data.to_ascii_uppercase(), true)
+        .await
+        .unwrap();
+    // A read at the end reads nothing and records nothing.
+    assert!(p
+        .fs_read(REALM, "", "/in", 5, 100)
+        .await
+        .unwrap()
+        .is_empty());
+    let mut other = p.clone().acting_for("other");
+    let e = other
+        .fs_write(REALM, "", "/stolen", 0, b"x".to_vec(), true)
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::PermissionDenied, "{e}");
+    assert_eq!(
+        code(&c.fs_stat(REALM, "/stolen").await.unwrap_err()),
+        Code::NotFound
+    );
+    let events = |pid: &'static str| {
+        let mut c = c.clone();
+        async move {
+            let rows = c
+                .sql(
+                    "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = $2 \
+                     AND event LIKE 'fs_%' ORDER BY seq",
+                    vec![
+                        tabos_client::Value::Text(REALM.into()),
+                        tabos_client::Value::Text(pid.into()),
+                    ],
+                )
+                .await
+                .unwrap();
+            rows.rows
+                .iter()
+                .map(|r| format!("{} {}", common::text(&r[0]), common::text(&r[1])))
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        events("worker").await,
+        ["fs_read /in @0 +5", "fs_write /out @0 +5"]
+    );
+    assert!(events("other").await.is_empty());
+    assert_eq!(
+        c.fs_read(REALM, "root", "/out", 0, 10).await.unwrap(),
+        b"INPUT"
+    );
+    for pid in ["worker", "other"] {
+        c.evict(REALM, pid).await.unwrap();
+    }
     n.shut_down().await;
 }
 

@@ -40,6 +40,7 @@ use super::{
     Layout, Need, Stat, Storage, MODE_FILE_DEFAULT,
 };
 use crate::auth::Role;
+use crate::ids::Pid;
 use crate::names::{check_fence_if_tx, Fence};
 use crate::{partition, validate_realm, Error, Result};
 
@@ -122,6 +123,31 @@ fn blocks_err(e: tabos_blockio::Error) -> Error {
         // shrunk meanwhile; the operation's next plan sees how.
         tabos_blockio::Error::NotFound(m) => Error::Conflict(format!("{m}: {CONFLICT}")),
         e => Error::Blocks(e.to_string()),
+    }
+}
+
+/// A provenance event a file operation records for the proc it is done
+/// for, in the transaction that commits the operation.
+/// Its detail is `PATH @OFFSET +BYTES`, the path the file had when the
+/// operation committed (also for one done through an open handle).
+#[derive(Debug, Clone)]
+struct Noted {
+    pid: Pid,
+    event: &'static str,
+    offset: i64,
+}
+
+impl Noted {
+    fn note_tx(
+        &self,
+        tx: &mut dyn Tx,
+        realm: &str,
+        path: &str,
+        bytes: usize,
+        now_us: i64,
+    ) -> Result<()> {
+        let detail = format!("{path} @{} +{bytes}", self.offset);
+        crate::procs::note_tx(tx, realm, &self.pid, self.event, &detail, now_us)
     }
 }
 
@@ -370,37 +396,97 @@ impl Files {
         offset: i64,
         len: usize,
     ) -> Result<Vec<u8>> {
+        self.read_for(who, who.pid().cloned(), target, offset, len)
+            .await
+    }
+
+    /// [`read`](Files::read) done for proc `pid` (one `who` may act for):
+    /// the read is recorded as the proc's provenance event `fs_read`
+    /// (`PATH @OFFSET +BYTES`) — in the read's own transaction when the data
+    /// is in tables (which then runs on the partition's writer, not a read
+    /// connection), in one right after it for data in segments or parallel
+    /// blocks — always committed before the data is returned. A read at or
+    /// past the end reads nothing and records nothing, but the proc must
+    /// exist all the same (NotFound). [`read`](Files::read) is
+    /// done for the proc the caller's credential is (a native proc's, or a
+    /// wasm proc's own calls).
+    pub async fn read_for(
+        &self,
+        who: &Caller,
+        pid: Option<Pid>,
+        target: impl Into<FileRef>,
+        offset: i64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
         let target = target.into();
         let realm = super::acting(who, Role::Reader)?;
         validate_realm(realm)?;
         target.check()?;
         check_read(offset, len)?;
-        let target = &target;
-        settled(target, false, || async move {
-            let (r, who2, t) = (realm.to_string(), who.clone(), target.clone());
-            // Only reads: on a read connection, not the partition's executor.
-            let step = crate::read(&self.store, realm, move |tx| {
+        if let Some(pid) = &pid {
+            who.may_act_for(pid)?;
+        }
+        let noted = pid.map(|pid| Noted {
+            pid,
+            event: "fs_read",
+            offset,
+        });
+        let (target, noted) = (&target, &noted);
+        let (data, path) = settled(target, false, || async move {
+            let (r, who2, t, n) = (
+                realm.to_string(),
+                who.clone(),
+                target.clone(),
+                noted.clone(),
+            );
+            let step = move |tx: &mut dyn Tx| {
                 let st = is_file(resolve(tx, &r, &who2, &t, Some(Need::Read))?)?;
+                if let Some(n) = &n {
+                    crate::procs::exists_tx(tx, &r, &n.pid)?;
+                }
                 if st.storage == Storage::Local {
-                    return Ok(Err(read_local(tx, &r, &st, offset, len)?));
+                    let data = read_local(tx, &r, &st, offset, len)?;
+                    if let Some(n) = n.as_ref().filter(|_| !data.is_empty()) {
+                        n.note_tx(tx, &r, &st.path, data.len(), tabos_store::now_us())?;
+                    }
+                    return Ok(Err(data));
                 }
                 Ok(Ok(plan(tx, &r, st)?))
-            })
-            .await?;
+            };
+            // A read done for a proc commits its note in its own
+            // transaction (on the partition's writer); any other read
+            // takes a read connection, never queued behind writes.
+            let step = if noted.is_some() {
+                crate::call(&self.store, realm, step).await?
+            } else {
+                crate::read(&self.store, realm, step).await?
+            };
             let p = match step {
-                Err(data) => return Ok(data),
+                Err(data) => return Ok((data, None)),
                 Ok(p) => p,
             };
             let end = p.st.size.min(offset.saturating_add(len as i64));
             if end <= offset {
-                return Ok(Vec::new());
+                return Ok((Vec::new(), None));
             }
-            match p.st.storage {
-                Storage::Parallel => self.read_parallel(realm, &p, offset, end).await,
-                _ => self.read_segments(&p, offset, end).await,
-            }
+            let data = match p.st.storage {
+                Storage::Parallel => self.read_parallel(realm, &p, offset, end).await?,
+                _ => self.read_segments(&p, offset, end).await?,
+            };
+            // Read outside the transaction that planned it: noted after.
+            Ok((data, Some(p.st.path)))
         })
-        .await
+        .await?;
+        if let (Some(n), Some(path)) = (noted.clone(), path) {
+            if !data.is_empty() {
+                let (r, bytes) = (realm.to_string(), data.len());
+                crate::call(&self.store, realm, move |tx| {
+                    n.note_tx(tx, &r, &path, bytes, tabos_store::now_us())
+                })
+                .await?;
+            }
+        }
+        Ok(data)
     }
 
     async fn read_parallel(&self, realm: &str, p: &Plan, offset: i64, end: i64) -> Result<Vec<u8>> {
@@ -494,25 +580,60 @@ impl Files {
         create: bool,
         fence: Option<Fence>,
     ) -> Result<i64> {
+        self.write_for(who, who.pid().cloned(), target, offset, data, create, fence)
+            .await
+    }
+
+    /// [`write`](Files::write) done for proc `pid` (one `who` may act
+    /// for): recorded as the proc's provenance event `fs_write` (`PATH
+    /// @OFFSET +BYTES`) in the transaction that commits the write (an
+    /// unknown proc: NotFound, and nothing is written).
+    /// [`write`](Files::write) is done for the proc the caller's credential
+    /// is.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_for(
+        &self,
+        who: &Caller,
+        pid: Option<Pid>,
+        target: impl Into<FileRef>,
+        offset: i64,
+        data: impl Into<Arc<Vec<u8>>>,
+        create: bool,
+        fence: Option<Fence>,
+    ) -> Result<i64> {
         let target = target.into();
         let realm = super::acting(who, Role::Member)?;
         validate_realm(realm)?;
         target.check()?;
+        if let Some(pid) = &pid {
+            who.may_act_for(pid)?;
+        }
         let data: Arc<Vec<u8>> = data.into();
         let end = check_write(&target.to_string(), offset, data.len())?;
+        let noted = pid.map(|pid| Noted {
+            pid,
+            event: "fs_write",
+            offset,
+        });
         let threshold = self.threshold();
         let local_block = self.settings.local_block;
-        let (target, data, fence) = (&target, &data, &fence);
+        let (target, data, fence, noted) = (&target, &data, &fence, &noted);
         settled(target, true, || async move {
-            let (r, who2, t, d, f) = (
+            let (r, who2, t, d, f, n) = (
                 realm.to_string(),
                 who.clone(),
                 target.clone(),
                 data.clone(),
                 fence.clone(),
+                noted.clone(),
             );
             let step = crate::call(&self.store, realm, move |tx| {
                 let now = fenced(tx, &r, f.as_ref())?;
+                if let Some(n) = &n {
+                    // First: an unknown proc refuses the write before it
+                    // creates a file or plans one.
+                    crate::procs::exists_tx(tx, &r, &n.pid)?;
+                }
                 let st = match &t {
                     FileRef::Path(p) if create && lookup(tx, &r, p)?.is_none() => {
                         let layout = Layout::Local {
@@ -536,7 +657,11 @@ impl Files {
                 )?;
                 match st.storage {
                     Storage::Local if threshold.is_none_or(|t| st.size.max(end) <= t) => {
-                        Ok(WriteStep::Done(write_local(tx, &r, &st, offset, &d, now)?))
+                        let size = write_local(tx, &r, &st, offset, &d, now)?;
+                        if let Some(n) = &n {
+                            n.note_tx(tx, &r, &st.path, d.len(), now)?;
+                        }
+                        Ok(WriteStep::Done(size))
                     }
                     Storage::Local => {
                         let old = read_local(tx, &r, &st, 0, st.size as usize)?;
@@ -550,12 +675,12 @@ impl Files {
                 WriteStep::Done(size) => Ok(size),
                 WriteStep::Plan(p, old) if p.st.storage == Storage::Parallel => {
                     debug_assert!(old.is_none());
-                    self.write_parallel(realm, *p, offset, data.clone(), fence.clone())
-                        .await
+                    let (d, f, n) = (data.clone(), fence.clone(), noted.clone());
+                    self.write_parallel(realm, *p, offset, d, f, n).await
                 }
                 WriteStep::Plan(p, old) => {
-                    self.write_segments(realm, *p, old, offset, data.clone(), fence.clone())
-                        .await
+                    let (d, f, n) = (data.clone(), fence.clone(), noted.clone());
+                    self.write_segments(realm, *p, old, offset, d, f, n).await
                 }
             }
         })
@@ -569,9 +694,10 @@ impl Files {
         offset: i64,
         data: Arc<Vec<u8>>,
         fence: Option<Fence>,
+        noted: Option<Noted>,
     ) -> Result<i64> {
         let bs = p.st.block_size;
-        let end = offset + data.len() as i64;
+        let (end, bytes) = (offset + data.len() as i64, data.len());
         let (old, new) = (p.st.size, p.st.size.max(end));
         let parts = self.store.partitions();
         // A write that extends the file cuts leftovers on every partition;
@@ -611,6 +737,9 @@ impl Files {
             let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
             set_size(tx, &r, &p.id, new, now)?;
+            if let Some(n) = &noted {
+                n.note_tx(tx, &r, &p.st.path, bytes, now)?;
+            }
             Ok(new)
         })
         .await
@@ -673,6 +802,7 @@ impl Files {
     /// extents if needed, zeroes what lies between the old size and the
     /// first write past it, writes, syncs, commits (extents, conversion,
     /// size) if the plan still holds.
+    #[allow(clippy::too_many_arguments)]
     async fn commit_segments(
         &self,
         realm: &str,
@@ -681,8 +811,10 @@ impl Files {
         writes: Vec<(i64, Arc<Vec<u8>>)>,
         size: i64,
         fence: Option<Fence>,
+        noted: Option<Noted>,
     ) -> Result<i64> {
         let _changing = self.changing_blocks.read().await;
+        let bytes: usize = writes.iter().map(|w| w.1.len()).sum();
         let dev = self.device_for(&p)?;
         let id = p.id.clone();
         let (this, dev2, id2) = (self.clone(), dev.clone(), id.clone());
@@ -763,6 +895,9 @@ impl Files {
                 )?;
             }
             set_size(tx, &r, &p.id, size, now)?;
+            if let Some(n) = &noted {
+                n.note_tx(tx, &r, &p.st.path, bytes, now)?;
+            }
             Ok(size)
         })
         .await;
@@ -774,6 +909,7 @@ impl Files {
         committed
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn write_segments(
         &self,
         realm: &str,
@@ -782,10 +918,11 @@ impl Files {
         offset: i64,
         data: Arc<Vec<u8>>,
         fence: Option<Fence>,
+        noted: Option<Noted>,
     ) -> Result<i64> {
         let size = p.st.size.max(offset + data.len() as i64);
         let writes = vec![(offset, data)];
-        self.commit_segments(realm, p, old, writes, size, fence)
+        self.commit_segments(realm, p, old, writes, size, fence, noted)
             .await
     }
 
@@ -865,7 +1002,7 @@ impl Files {
                     self.truncate_parallel(realm, p, size, fence.clone()).await
                 }
                 Ok((p, old)) => self
-                    .commit_segments(realm, p, old, Vec::new(), size, fence.clone())
+                    .commit_segments(realm, p, old, Vec::new(), size, fence.clone(), None)
                     .await
                     .map(|_| ()),
             }

@@ -1477,6 +1477,20 @@ pub async fn mailbox(store: &Store, who: &Caller, address: &Address) -> Result<M
         .await
 }
 
+/// Procedure body: removes at most `limit` of `realm`'s logged messages
+/// (`message_log`) received before `before_us`, oldest first (the
+/// retention reaper's). Returns how many.
+pub fn expire_log_tx(tx: &mut dyn Tx, realm: &str, before_us: i64, limit: usize) -> Result<usize> {
+    let n = tx.execute(
+        "DELETE FROM message_log WHERE (p_key, realm, receiver, seq) IN \
+         (SELECT p_key, realm, receiver, seq FROM message_log \
+          WHERE p_key = $1 AND realm = $2 AND recv_us < $3 ORDER BY recv_us LIMIT $4)",
+        params![p_key(tx), realm, before_us, limit as i64],
+    )?;
+    debug_assert!(n as usize <= limit, "at most the batch is removed");
+    Ok(n as usize)
+}
+
 /// Procedure body: deletes `realm`'s mailboxes with their messages, logs and
 /// deduplication state (the realm's removal, [`crate::teardown`]); returns
 /// the rows deleted.

@@ -152,3 +152,24 @@ pub async fn realm_calls(c: &mut tabos_client::Client, realm: &str) -> Option<u6
     );
     cap.by_realm.get(realm).copied()
 }
+
+/// The token proc `pid` of `realm` prints to its stdout (87 characters),
+/// once it has.
+pub async fn printed_token(c: &mut tabos_client::Client, realm: &str, pid: &str) -> String {
+    let mut token = String::new();
+    for _ in 0..200 {
+        token = String::from_utf8(
+            c.logs(realm, pid, tabos_client::proto::LogStream::Stdout)
+                .await
+                .unwrap()
+                .data,
+        )
+        .unwrap();
+        if token.len() == 87 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
+    token
+}
