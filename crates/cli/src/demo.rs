@@ -160,7 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             ),
             (
                 "Provenance: which proc read which file and sent which message",
-                "SELECT e.pid, substr(e.detail, 1, instr(e.detail, ' @') - 1) AS read_file, \
+                "SELECT e.pid, split_part(e.detail, ' @', 1) AS read_file, \
                  CAST(m.payload AS TEXT) AS sent_message \
                  FROM proc_event e JOIN message_log m ON m.realm = e.realm AND m.sender = e.pid \
                  WHERE e.realm = $1 AND e.event = 'fs_read' AND e.pid LIKE $2 \

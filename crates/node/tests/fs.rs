@@ -397,10 +397,66 @@ async fn a_procs_own_credential_records_its_provenance() {
         c.fs_read(REALM, "root", "/out", 0, 10).await.unwrap(),
         b"INPUT"
     );
+    // The README's provenance queries, as written there: lineage of /out,
+    // what root's procs touched in the last hour, and — once /in changes
+    // (by a client acting for no proc) — who read it before.
+    let queries = readme_provenance_queries();
+    assert_eq!(queries.len(), 3, "{queries:#?}");
+    let reader = c.clone();
+    let answer = |sql: String| {
+        let mut c = reader.clone();
+        async move {
+            let rows = c
+                .sql(&sql, vec![])
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let mut got: Vec<String> = rows
+                .rows
+                .iter()
+                .map(|r| r.iter().map(common::text).collect::<Vec<_>>().join(" "))
+                .collect();
+            got.sort();
+            got
+        }
+    };
+    assert_eq!(answer(queries[0].clone()).await, ["worker /in"]);
+    assert_eq!(
+        answer(queries[1].clone()).await,
+        ["fs_read /in", "fs_write /out"]
+    );
+    assert!(
+        answer(queries[2].clone()).await.is_empty(),
+        "nothing changed yet"
+    );
+    c.fs_write(REALM, "root", "/in", 0, b"later".to_vec(), false)
+        .await
+        .unwrap();
+    assert_eq!(answer(queries[2].clone()).await, ["worker /in"]);
     for pid in ["worker", "other"] {
         c.evict(REALM, pid).await.unwrap();
     }
     n.shut_down().await;
+}
+
+/// The SQL blocks of the README's provenance paragraph (from
+/// "**Provenance.**" to "**Retention.**"), one query each.
+fn readme_provenance_queries() -> Vec<String> {
+    let readme = include_str!("../../../README.md");
+    let start = readme.find("**Provenance.**").expect("the paragraph");
+    let end = start + readme[start..].find("**Retention.**").expect("its end");
+    let mut queries = Vec::new();
+    let mut sql = String::new();
+    for line in readme[start..end].lines() {
+        match line.strip_prefix("        ") {
+            Some(code) => {
+                sql.push_str(code);
+                sql.push('\n');
+            }
+            None if !sql.is_empty() => queries.push(std::mem::take(&mut sql)),
+            None => {}
+        }
+    }
+    queries
 }
 
 /// A realm holds at most `WATCHES_PER_REALM_MAX` watches (of files and

@@ -1760,6 +1760,32 @@ fn native_type(t: &str) -> ast::DataType {
 
 // ------------------------------------------------------------ functions
 
+/// PostgreSQL's `split_part`: field `n` of `text` split at `delim` (1-based;
+/// negative from the end; empty past either end). `n` = 0 is an error, as
+/// there.
+fn split_part(text: &str, delim: &str, n: i64) -> std::result::Result<String, String> {
+    if n == 0 {
+        return Err("field position must not be zero".into());
+    }
+    if delim.is_empty() {
+        // PostgreSQL: the whole string is the one field.
+        return Ok(if n == 1 || n == -1 {
+            text.to_string()
+        } else {
+            String::new()
+        });
+    }
+    let fields: Vec<&str> = text.split(delim).collect();
+    let at = if n > 0 {
+        usize::try_from(n - 1).ok()
+    } else {
+        fields.len().checked_sub(n.unsigned_abs() as usize)
+    };
+    Ok(at
+        .and_then(|i| fields.get(i))
+        .map_or_else(String::new, |f| f.to_string()))
+}
+
 /// Installs on `conn` the functions translated SQL calls and the
 /// catalog's session functions (see the module doc).
 pub fn install(conn: &Connection) -> rusqlite::Result<()> {
@@ -1788,6 +1814,34 @@ pub fn install(conn: &Connection) -> rusqlite::Result<()> {
             Ok(ctx.get::<Option<f64>>(0)?.map(f))
         })?;
     }
+    // PostgreSQL's string functions SQLite lacks, by the same names and
+    // meaning: split_part(text, delimiter, n) — the n-th field (1-based;
+    // negative counts from the end; '' past either end) — and
+    // strpos(text, sub), 1-based, 0 when absent. What the README's
+    // provenance queries cut a `PATH @OFFSET +BYTES` detail with.
+    conn.create_scalar_function("split_part", 3, pure, |ctx| {
+        let (Some(text), Some(delim), Some(n)) = (
+            ctx.get::<Option<String>>(0)?,
+            ctx.get::<Option<String>>(1)?,
+            ctx.get::<Option<i64>>(2)?,
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(split_part(&text, &delim, n).map_err(|e| {
+            rusqlite::Error::UserFunctionError(e.into())
+        })?))
+    })?;
+    conn.create_scalar_function("strpos", 2, pure, |ctx| {
+        let (Some(text), Some(sub)) =
+            (ctx.get::<Option<String>>(0)?, ctx.get::<Option<String>>(1)?)
+        else {
+            return Ok(None);
+        };
+        Ok(Some(
+            text.find(&sub)
+                .map_or(0, |at| text[..at].chars().count() as i64 + 1),
+        ))
+    })?;
     for name in ["power", "pow"] {
         conn.create_scalar_function(name, 2, pure, |ctx| {
             let (Some(a), Some(b)) = (ctx.get::<Option<f64>>(0)?, ctx.get::<Option<f64>>(1)?)
@@ -2503,6 +2557,29 @@ mod tests {
         assert_eq!(one("SELECT floor(7.5) * 2"), SqlValue::Real(14.0));
         assert_eq!(one("SELECT ceil(7.1), power(2, 10)"), SqlValue::Real(8.0));
         assert_eq!(one("SELECT floor(NULL)"), SqlValue::Null);
+    }
+
+    /// As PostgreSQL answers them (checked against psql 15).
+    #[test]
+    fn string_functions_sqlite_leaves_out() {
+        let t = |s: &str| SqlValue::Text(s.into());
+        assert_eq!(one("SELECT split_part('/in @0 +5', ' @', 1)"), t("/in"));
+        assert_eq!(one("SELECT split_part('/in @0 +5', ' @', 2)"), t("0 +5"));
+        assert_eq!(one("SELECT split_part('a,b,c', ',', -1)"), t("c"));
+        assert_eq!(one("SELECT split_part('a,b,c', ',', 4)"), t(""));
+        assert_eq!(one("SELECT split_part('a,b,c', ',', -4)"), t(""));
+        assert_eq!(one("SELECT split_part('abc', '', 1)"), t("abc"));
+        assert_eq!(one("SELECT split_part(NULL, ',', 1)"), SqlValue::Null);
+        assert_eq!(one("SELECT strpos('héllo', 'llo')"), SqlValue::Integer(3));
+        assert_eq!(one("SELECT strpos('hello', 'z')"), SqlValue::Integer(0));
+        let conn = Connection::open_in_memory().unwrap();
+        install(&conn).unwrap();
+        let e = conn
+            .query_row("SELECT split_part('a', ',', 0)", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("must not be zero"), "{e}");
     }
 
     #[test]
