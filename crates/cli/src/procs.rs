@@ -690,7 +690,7 @@ enum RealmCommand {
         no_host_network: bool,
         /// How long to keep the record of what is over — ended procs with
         /// their events and logs, provenance events, delivered messages of
-        /// logging mailboxes — e.g. 1h, 7d (at least 1s); every node
+        /// logging mailboxes — e.g. 1h, 7d (at least 1s); the cluster's leader
         /// removes what is older. `none`: keep until `tabos prune`
         #[arg(long, value_name = "DURATION")]
         retention: Option<String>,

@@ -7,8 +7,9 @@
 //! `message_log` ([`ipc::expire_log_tx`]). Each owning module deletes its
 //! own rows; this module only decides what is old and batches the work.
 //!
-//! Every node runs the reaper (`tabos-node`'s `retention.rs`) and expiring
-//! is idempotent, so nodes sharing a database agree. Each batch is one
+//! The cluster's leader runs the reaper (`tabos-node`'s `retention.rs`);
+//! expiring is idempotent, so two nodes that both think they lead agree.
+//! Each batch is one
 //! transaction charged to its realm, at most [`BATCH_MAX`] rows a table, so
 //! a realm with millions of old rows holds its partition's writer no longer
 //! than any other call of its own.

@@ -721,10 +721,14 @@ fn others_are_tried_on_a_read_connection_and_write_on_the_writer(b: Backend) {
     );
 }
 
+/// Longest `f` may take under the held writer: a call that queued behind
+/// it would wait for ever, so the test fails after this instead of hanging.
+const HELD_CALL_MAX: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What `f` gives while realm `a`'s partition writer is held by a
-/// submitted procedure (released after): a call that waited for the
-/// writer would never return.
-fn while_the_writer_is_held<T>(fx: &common::Fixture, f: impl FnOnce() -> T) -> T {
+/// submitted procedure (released after): a call that waits for the writer
+/// fails the test after `HELD_CALL_MAX`.
+fn while_the_writer_is_held<T: Send>(fx: &common::Fixture, f: impl FnOnce() -> T + Send) -> T {
     let pk = tabos_kernel::realm_partition("a", fx.store.partitions());
     let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -738,10 +742,18 @@ fn while_the_writer_is_held<T>(fx: &common::Fixture, f: impl FnOnce() -> T) -> T
         Ok::<_, tabos_store::Error>(())
     });
     entered_rx.recv().unwrap();
-    let got = f();
-    release_tx.send(()).unwrap();
-    held.wait().unwrap();
-    got
+    std::thread::scope(|s| {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        s.spawn(move || {
+            let _ = done_tx.send(f());
+        });
+        let got = done_rx.recv_timeout(HELD_CALL_MAX);
+        // Released either way, so that a call stuck behind it ends and the
+        // scope can join it.
+        release_tx.send(()).unwrap();
+        held.wait().unwrap();
+        got.unwrap_or_else(|_| panic!("the call waited {HELD_CALL_MAX:?} behind the held writer"))
+    })
 }
 
 /// Writes `k`, then spins until stopped.

@@ -6,8 +6,11 @@
 //! of the retention, between a second and a minute), and the list of such
 //! realms is read again on each wake. A retention set or cleared anywhere
 //! is told on [`realms::RETENTION_CHANNEL`], which wakes the reaper at once
-//! (on PostgreSQL the feed carries other nodes' notifications too). Every
-//! node runs one; expiring is idempotent.
+//! (on PostgreSQL the feed carries other nodes' notifications too). Only
+//! the cluster's leader expires (nodes sharing a database would otherwise
+//! delete the same rows at once, and on PostgreSQL retry each other's
+//! conflicts); a node that gains the lead starts at once, one that loses
+//! it stops. Expiring is idempotent, so two leaders for a moment agree.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,9 +27,19 @@ const RETRY_AFTER_US: i64 = 5_000_000;
 pub async fn reap(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
     let store = node.store.clone();
     let mut told = store.subscribe(realms::RETENTION_CHANNEL);
+    let mut leading = node.standing.watch_leading();
     // When each realm with a retention is due (µs), and its retention.
     let mut due: BTreeMap<String, (i64, Retention)> = BTreeMap::new();
     loop {
+        if !*leading.borrow_and_update() {
+            // Not the leader: nothing to do until this node leads.
+            due.clear();
+            tokio::select! {
+                _ = stop.changed() => return,
+                changed = leading.changed() => if changed.is_err() { return },
+            }
+            continue;
+        }
         // The realms with a retention now: new ones are due at once, those
         // whose retention changed by their new pace, cleared ones forgotten.
         let mut listed = BTreeMap::new();
@@ -90,6 +103,7 @@ pub async fn reap(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
                 }
             }
             _ = sleep => {}
+            changed = leading.changed() => if changed.is_err() { return },
         }
     }
 }
