@@ -25,6 +25,7 @@ both!(
     delivered_messages_can_be_logged,
     sends_hand_over_to_waiting_receivers,
     hand_over_loses_nothing_when_receivers_give_up,
+    procs_sends_and_receipts_are_their_provenance,
 );
 
 const REALM: &str = "r";
@@ -936,5 +937,79 @@ fn hand_over_loses_nothing_when_receivers_give_up(b: Backend) {
             .unwrap();
         assert_eq!((info.queued, info.queued_bytes), (0, 0));
         assert_eq!(ipc::local_waiters(s, REALM, &named("churn")), 0);
+    });
+}
+
+/// `pid`'s message events, `EVENT DETAIL`, in order.
+fn message_events(s: &Store, pid: &str) -> Vec<String> {
+    s.query(
+        "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = $2 \
+         AND event IN ('send', 'recv') ORDER BY seq",
+        &[REALM.into(), pid.into()],
+    )
+    .unwrap()
+    .iter()
+    .map(|r| {
+        format!(
+            "{} {}",
+            r.get::<String>(0).unwrap(),
+            r.get::<String>(1).unwrap()
+        )
+    })
+    .collect()
+}
+
+/// A proc's sends (from its own address) and its receipts (of its own
+/// mailbox) are its provenance events, naming the mailbox and the seqs so
+/// that a send and its receipt meet — also when the send hands its
+/// messages straight to the waiting receiver; a client's sends and named
+/// mailboxes note nothing.
+fn procs_sends_and_receipts_are_their_provenance(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        realms::create(s, REALM, Scheduler::Fifo).unwrap();
+        for pid in ["a", "b"] {
+            let mut d = Descriptor::native("/bin/true");
+            d.pid = Some(Pid::new(pid).unwrap());
+            procs::spawn(s, REALM, d).await.unwrap();
+        }
+        // Queued: two messages in one send, received together.
+        let root = common::as_user(REALM, "root");
+        let two = vec![msg("proc/b", b"one"), msg("proc/b", b"three")];
+        ipc::send(s, &root, Some(named("proc/a")), two, OPTS)
+            .await
+            .unwrap();
+        assert_eq!(recv_now(s, "proc/b", 0).await.unwrap().len(), 2);
+        // Handed over: b waits, a sends.
+        let waiter = recv_task(s, "proc/b", Take::default());
+        until_waiting(s, "proc/b", 1).await;
+        send1(s, "proc/a", "proc/b", b"handed").await.unwrap();
+        assert_eq!(waiter.await.unwrap().messages[0].payload, b"handed");
+        // A client's send to b, and a's send to a named mailbox.
+        ipc::send(s, &root, None, vec![msg("proc/b", b"anon")], OPTS)
+            .await
+            .unwrap();
+        ipc::create_mailbox(s, &root, "box", OPTS).await.unwrap();
+        send1(s, "proc/a", "box", b"boxed").await.unwrap();
+        recv_now(s, "box", 0).await.unwrap();
+        assert_eq!(
+            message_events(s, "a"),
+            [
+                "send proc/b #1-2 +8",
+                "send proc/b #3-3 +6",
+                "send box #1-1 +5"
+            ]
+        );
+        // b's receipt of the anonymous message is noted when it takes it.
+        assert_eq!(recv_now(s, "proc/b", 0).await.unwrap().len(), 1);
+        assert_eq!(
+            message_events(s, "b"),
+            [
+                "recv proc/b #1-2 +8",
+                "recv proc/b #3-3 +6",
+                "recv proc/b #4-4 +4"
+            ]
+        );
     });
 }

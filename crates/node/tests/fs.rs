@@ -401,7 +401,7 @@ async fn a_procs_own_credential_records_its_provenance() {
     // what root's procs touched in the last hour, and — once /in changes
     // (by a client acting for no proc) — who read it before.
     let queries = readme_provenance_queries();
-    assert_eq!(queries.len(), 3, "{queries:#?}");
+    assert_eq!(queries.len(), 4, "{queries:#?}");
     let reader = c.clone();
     let answer = |sql: String| {
         let mut c = reader.clone();
@@ -424,14 +424,26 @@ async fn a_procs_own_credential_records_its_provenance() {
         answer(queries[1].clone()).await,
         ["fs_read /in", "fs_write /out"]
     );
+    // Nothing sent yet; then the worker sends what it read to `other`,
+    // which takes it from its mailbox.
+    assert!(answer(queries[2].clone()).await.is_empty());
+    p.send(REALM, "proc/worker", "proc/other", data.clone())
+        .await
+        .unwrap();
+    let took = c.recv(REALM, "proc/other", 10, 0).await.unwrap();
+    assert_eq!(took[0].payload, data);
+    assert_eq!(
+        answer(queries[2].clone()).await,
+        ["worker proc/other other"]
+    );
     assert!(
-        answer(queries[2].clone()).await.is_empty(),
+        answer(queries[3].clone()).await.is_empty(),
         "nothing changed yet"
     );
     c.fs_write(REALM, "root", "/in", 0, b"later".to_vec(), false)
         .await
         .unwrap();
-    assert_eq!(answer(queries[2].clone()).await, ["worker /in"]);
+    assert_eq!(answer(queries[3].clone()).await, ["worker /in"]);
     for pid in ["worker", "other"] {
         c.evict(REALM, pid).await.unwrap();
     }

@@ -480,7 +480,34 @@ fn send_unmetered_tx(
                 opts,
                 now_us,
             )?;
+            let last = first + run.len() as i64 - 1;
+            if let Some(Address::Proc(pid)) = from {
+                note_tx(
+                    tx,
+                    realm,
+                    pid.as_str(),
+                    "send",
+                    &receiver,
+                    (first, last),
+                    bytes,
+                    now_us,
+                )?;
+            }
             if to_waiter {
+                // Received at this commit (see [`handover`]): a proc's
+                // receipt is noted here, as a receive would note it.
+                if let Address::Proc(pid) = to {
+                    note_tx(
+                        tx,
+                        realm,
+                        pid.as_str(),
+                        "recv",
+                        &receiver,
+                        (first, last),
+                        bytes,
+                        now_us,
+                    )?;
+                }
                 for (k, &i) in run.iter().enumerate() {
                     out[i] = Some(Sent {
                         seq: first + k as i64,
@@ -806,7 +833,45 @@ fn take_messages(
         .collect::<Result<Vec<_>>>()?;
     // RETURNING promises no order.
     messages.sort_by_key(|m| m.seq);
+    // A proc's own mailbox: its receipt is its provenance.
+    if let (Some(pid), Some(a), Some(b)) = (
+        receiver.strip_prefix("proc/"),
+        messages.first(),
+        messages.last(),
+    ) {
+        let bytes = messages.iter().map(|m| m.payload.len()).sum();
+        note_tx(
+            tx,
+            realm,
+            pid,
+            "recv",
+            receiver,
+            (a.seq, b.seq),
+            bytes,
+            now_us,
+        )?;
+    }
     Ok(messages)
+}
+
+/// Procedure body: proc `pid`'s provenance event `event` (`send` or
+/// `recv`) for the messages `seqs` (first and last) of `mailbox`,
+/// `bytes` of payload in all: detail `MAILBOX #FIRST-LAST +BYTES`. A send
+/// and the receipt of the same messages name the same mailbox and seqs.
+#[allow(clippy::too_many_arguments)]
+fn note_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &str,
+    event: &str,
+    mailbox: &str,
+    seqs: (i64, i64),
+    bytes: usize,
+    now_us: i64,
+) -> Result<()> {
+    debug_assert!(seqs.0 <= seqs.1, "a range of messages");
+    let detail = format!("{mailbox} #{}-{} +{bytes}", seqs.0, seqs.1);
+    crate::procs::event_tx(tx, realm, pid, event, Some(&detail), now_us)
 }
 
 /// Procedure body: the mailbox's first messages, left in place.
