@@ -1106,20 +1106,7 @@ async fn a_procs_credential_works_on_every_node_and_ends_with_it() {
         .await
         .unwrap();
     for pid in ["p1", "p2"] {
-        op.spawn(
-            "loc",
-            proto::ProcDescriptor {
-                pid: pid.into(),
-                program: "sh".into(),
-                args: vec![
-                    "-c".into(),
-                    r#"printf %s "$TABOS_TOKEN"; exec sleep 600"#.into(),
-                ],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        op.spawn("loc", common::token_printer(pid)).await.unwrap();
     }
     // Whichever node runs a proc (placed or stolen) is `runs`, the other
     // `not`.

@@ -330,20 +330,7 @@ async fn a_procs_own_credential_records_its_provenance() {
         .await
         .unwrap();
     for pid in ["worker", "other"] {
-        c.spawn(
-            REALM,
-            proto::ProcDescriptor {
-                pid: pid.into(),
-                program: "sh".into(),
-                args: vec![
-                    "-c".into(),
-                    r#"printf %s "$TABOS_TOKEN"; exec sleep 600"#.into(),
-                ],
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        c.spawn(REALM, common::token_printer(pid)).await.unwrap();
     }
     let token = common::printed_token(&mut c, REALM, "worker").await;
     let mut p = n.client_with(&token).await;

@@ -153,6 +153,20 @@ pub async fn realm_calls(c: &mut tabos_client::Client, realm: &str) -> Option<u6
     cap.by_realm.get(realm).copied()
 }
 
+/// A native proc `pid` that prints its own token (for a test to act with,
+/// [`printed_token`]) and then sleeps.
+pub fn token_printer(pid: &str) -> tabos_client::proto::ProcDescriptor {
+    tabos_client::proto::ProcDescriptor {
+        pid: pid.into(),
+        program: "sh".into(),
+        args: vec![
+            "-c".into(),
+            r#"printf %s "$TABOS_TOKEN"; exec sleep 600"#.into(),
+        ],
+        ..Default::default()
+    }
+}
+
 /// The token proc `pid` of `realm` prints to its stdout (87 characters),
 /// once it has.
 pub async fn printed_token(c: &mut tabos_client::Client, realm: &str, pid: &str) -> String {
