@@ -2298,10 +2298,10 @@ pub fn exists_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid) -> Result<()> {
 }
 
 /// Procedure body: records `event` with `detail` for proc `pid` of `realm`
-/// in the caller's transaction — NotFound if there is no such proc, so the
-/// operation it notes rolls back with it: how an operation done for a proc
-/// (a file read or write) leaves its provenance in its own commit. A detail
-/// past [`EVENT_DETAIL_BYTES_MAX`] is cut there.
+/// in the caller's transaction, which has already checked the proc with
+/// [`exists_tx`] (NotFound rolls back the operation with it): how an
+/// operation done for a proc (a file read or write) leaves its provenance
+/// in its own commit. A detail past [`EVENT_DETAIL_BYTES_MAX`] is cut there.
 pub fn note_tx(
     tx: &mut dyn Tx,
     realm: &str,
@@ -2310,7 +2310,6 @@ pub fn note_tx(
     detail: &str,
     now_us: i64,
 ) -> Result<()> {
-    exists_tx(tx, realm, pid)?;
     let mut cut = detail.len().min(EVENT_DETAIL_BYTES_MAX);
     while !detail.is_char_boundary(cut) {
         cut -= 1;

@@ -9,8 +9,6 @@
 //! (the client re-reads the directory and watches again, as with etcd's
 //! compaction).
 
-use std::time::Duration;
-
 use tabos_client::proto;
 use tabos_kernel::names::{self, Entry, Fence, Kind};
 use tabos_kernel::Error as KError;
@@ -401,15 +399,7 @@ pub async fn reap_sessions(node: Node, mut stop: tokio::sync::watch::Receiver<bo
                 }
             };
         }
-        let sleep = async {
-            match next.iter().flatten().min() {
-                Some(t) => {
-                    let wait = t.saturating_sub(tabos_store::now_us()).max(0);
-                    tokio::time::sleep(Duration::from_micros(wait as u64)).await
-                }
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = crate::supervise::sleep_until_us(next.iter().flatten().min().copied());
         tokio::select! {
             _ = stop.changed() => return,
             note = opened.recv() => match note.ok().and_then(|n| n.payload.parse::<i64>().ok()) {

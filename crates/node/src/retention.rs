@@ -13,7 +13,6 @@
 //! it stops. Expiring is idempotent, so two leaders for a moment agree.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use tabos_kernel::realms::{self, Retention};
 use tabos_kernel::{retention, Error as KError};
@@ -85,15 +84,7 @@ pub async fn reap(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
                 }
             };
         }
-        let sleep = async {
-            match due.values().map(|(at, _)| *at).min() {
-                Some(t) => {
-                    let wait = t.saturating_sub(tabos_store::now_us()).max(0);
-                    tokio::time::sleep(Duration::from_micros(wait as u64)).await
-                }
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = crate::supervise::sleep_until_us(due.values().map(|(at, _)| *at).min());
         tokio::select! {
             _ = stop.changed() => return,
             note = told.recv() => {

@@ -169,6 +169,19 @@ impl Supervisor {
     }
 }
 
+/// Sleeps until `at_us` (µs since the epoch; at once if past), or for ever
+/// when `None`: the timer of a background task whose next due time is time
+/// itself (the session and retention reapers), raced against its wakes.
+pub(crate) async fn sleep_until_us(at_us: Option<i64>) {
+    match at_us {
+        Some(t) => {
+            let wait = t.saturating_sub(tabos_store::now_us()).max(0);
+            tokio::time::sleep(std::time::Duration::from_micros(wait as u64)).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -481,6 +481,7 @@ impl Files {
             if !data.is_empty() {
                 let (r, bytes) = (realm.to_string(), data.len());
                 crate::call(&self.store, realm, move |tx| {
+                    crate::procs::exists_tx(tx, &r, &n.pid)?;
                     n.note_tx(tx, &r, &path, bytes, tabos_store::now_us())
                 })
                 .await?;
@@ -738,6 +739,7 @@ impl Files {
             still(tx, &r, &p)?;
             set_size(tx, &r, &p.id, new, now)?;
             if let Some(n) = &noted {
+                crate::procs::exists_tx(tx, &r, &n.pid)?;
                 n.note_tx(tx, &r, &p.st.path, bytes, now)?;
             }
             Ok(new)
@@ -896,6 +898,7 @@ impl Files {
             }
             set_size(tx, &r, &p.id, size, now)?;
             if let Some(n) = &noted {
+                crate::procs::exists_tx(tx, &r, &n.pid)?;
                 n.note_tx(tx, &r, &p.st.path, bytes, now)?;
             }
             Ok(size)
