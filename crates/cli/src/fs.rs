@@ -1,6 +1,6 @@
 //! `tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|…|watch`: files in tables.
 
-use std::io::Read;
+use std::io::{Read, Write};
 
 use anyhow::Context;
 use tabos_client::fs::CHUNK_BYTES;
@@ -54,6 +54,13 @@ enum FsCommand {
         /// entries)
         #[arg(short, long)]
         recursive: bool,
+    },
+    /// Create a named pipe (FIFO): `cat` on it waits for a writer's bytes
+    /// and ends when the writers close; `put` to it waits for room
+    Mkfifo {
+        path: String,
+        #[arg(long, default_value = "644")]
+        mode: String,
     },
     /// Create a directory
     Mkdir {
@@ -111,6 +118,7 @@ fn line(e: &FsStat) -> String {
         match e.r#type() {
             proto::FileType::Dir => "d",
             proto::FileType::Symlink => "l",
+            proto::FileType::Fifo => "p",
             _ => "-",
         },
         e.mode,
@@ -143,8 +151,33 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 crate::output::listing(&d.entries, d.more, line, stat_json)?;
             }
             FsCommand::Cat { path } => {
-                c.fs_read_all(&realm, &user, &path, std::io::stdout().lock())
-                    .await?;
+                if c.fs_stat(&realm, &path).await?.r#type() == proto::FileType::Fifo {
+                    // An end of its own: waits for a writer, EOF when they close.
+                    let end = c
+                        .fs_open_pipe(&realm, &user, &path, proto::FsAccess::Read)
+                        .await?;
+                    let mut out = std::io::stdout().lock();
+                    loop {
+                        let got = c
+                            .fs_read(&realm, &user, end.target(), 0, CHUNK_BYTES as u32)
+                            .await?;
+                        if got.is_empty() {
+                            break;
+                        }
+                        out.write_all(&got)?;
+                        out.flush()?;
+                    }
+                    end.close(&mut c, &realm, &user).await?;
+                } else {
+                    c.fs_read_all(&realm, &user, &path, std::io::stdout().lock())
+                        .await?;
+                }
+            }
+            FsCommand::Mkfifo { path, mode } => {
+                let st = c.fs_mkfifo(&realm, &user, &path, octal(&mode)?).await?;
+                if crate::output::json() {
+                    crate::output::doc(&stat_json(&st));
+                }
             }
             FsCommand::Get { path, local } => {
                 let n = match &local {
@@ -188,13 +221,27 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                 } else {
                     c.fs_create(&realm, &user, &path, mode).await
                 };
+                let mut pipe = None;
                 match created {
                     Ok(_) => {}
                     Err(e) if e.code() == Some(tonic::Code::AlreadyExists) => {
-                        c.fs_truncate(&realm, &user, &path, 0).await?;
+                        if c.fs_stat(&realm, &path).await?.r#type() == proto::FileType::Fifo {
+                            // One write end for the whole input: its close
+                            // is the readers' EOF.
+                            let end = c
+                                .fs_open_pipe(&realm, &user, &path, proto::FsAccess::Write)
+                                .await?;
+                            pipe = Some(end);
+                        } else {
+                            c.fs_truncate(&realm, &user, &path, 0).await?;
+                        }
                     }
                     Err(e) => return Err(e.into()),
                 }
+                let target = |at: &Option<tabos_client::fs::PipeEnd>| match at {
+                    Some(end) => end.target(),
+                    None => tabos_client::fs::FsTarget::Path(path.clone()),
+                };
                 let mut at = 0i64;
                 let mut buf = vec![0u8; CHUNK_BYTES];
                 loop {
@@ -203,9 +250,12 @@ pub fn run(args: FsArgs) -> anyhow::Result<()> {
                     if n == 0 {
                         break;
                     }
-                    c.fs_write(&realm, &user, &path, at, buf[..n].to_vec(), false)
+                    c.fs_write(&realm, &user, target(&pipe), at, buf[..n].to_vec(), false)
                         .await?;
                     at += n as i64;
+                }
+                if let Some(end) = pipe {
+                    end.close(&mut c, &realm, &user).await?;
                 }
                 crate::output::emit(
                     || format!("{path}: {at} bytes"),

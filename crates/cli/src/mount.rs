@@ -42,7 +42,14 @@
 //! and use. Hard links and symbolic links are the node's (`link`,
 //! `symlink`, `readlink`); the Linux VFS follows symlinks.
 //!
-//! Not supported (EOPNOTSUPP/ENOSYS): special files (mknod, fifos),
+//! Named pipes: mkfifo makes one of the node's (the kernel's `fs::fifo`), shown as an empty regular file opened direct and
+//! unseekable — Linux serves a FIFO inode's I/O itself, so a real FIFO
+//! would be a pipe of this machine only; this way `cat` on one machine
+//! reads what `echo` writes on another, with the node's pipe semantics
+//! (back-pressure, EOF when the writers close, EPIPE). Their reads and
+//! writes wait on the mount's runtime, not a FUSE thread.
+//!
+//! Not supported (EPERM/ENOSYS): other special files (devices, sockets),
 //! extended attributes, locks.
 
 use std::collections::HashMap;
@@ -104,6 +111,10 @@ fn fuse_threads() -> usize {
         .map_or(2, |n| n.get())
         .clamp(2, FUSE_THREADS_MAX)
 }
+
+/// The file-type bits of a mode, and a FIFO's (Linux's S_IFMT, S_IFIFO).
+const S_IFMT: u32 = 0o170_000;
+const S_IFIFO: u32 = 0o010_000;
 
 /// The block `statvfs` counts in.
 pub const STATFS_BLOCK: u64 = 4096;
@@ -517,6 +528,9 @@ struct Open {
     ino: u64,
     handle: tabos_client::fs::FsHandle,
     user: String,
+    /// A named pipe's: reads and writes go straight to the node, off the
+    /// FUSE thread (they wait for the other end).
+    fifo: bool,
 }
 
 struct TabosFs {
@@ -682,6 +696,7 @@ fn errno(e: &tabos_client::Error) -> Errno {
         R::NotADirectory => Errno::ENOTDIR,
         R::IsADirectory => Errno::EISDIR,
         R::NotEmpty => Errno::ENOTEMPTY,
+        R::BrokenPipe => Errno::EPIPE,
         R::Denied | R::Unauthenticated | R::ReadOnly => Errno::EACCES,
         R::Unimplemented => Errno::ENOSYS,
         R::TimedOut => Errno::ETIMEDOUT,
@@ -721,7 +736,14 @@ fn time(us: i64) -> SystemTime {
 
 fn attr(ino: u64, s: &FsStat) -> FileAttr {
     let dir = s.r#type() == proto::FileType::Dir;
-    let size = if dir { 0 } else { s.size.max(0) as u64 };
+    // A named pipe shows as an empty regular file: Linux serves a FIFO
+    // inode's reads and writes itself on every filesystem (a pipe local to
+    // this machine), so only a regular file's reach the node — and its
+    // other ends on other machines. Its opens are direct and unseekable.
+    let size = match s.r#type() {
+        proto::FileType::Dir | proto::FileType::Fifo => 0,
+        _ => s.size.max(0) as u64,
+    };
     let kind = match s.r#type() {
         proto::FileType::Dir => FileType::Directory,
         proto::FileType::Symlink => FileType::Symlink,
@@ -831,6 +853,15 @@ impl TabosFs {
                     .ok_or(e)
             }
         }
+    }
+
+    /// The node's handle and user of kernel handle `fh`, if it is a named
+    /// pipe's.
+    fn fifo_handle(&self, fh: FileHandle) -> Option<(tabos_client::fs::FsHandle, String)> {
+        let open = Self::lock(&self.open);
+        open.get(&fh.0)
+            .filter(|o| o.fifo)
+            .map(|o| (o.handle.clone(), o.user.clone()))
     }
 
     fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -1022,12 +1053,23 @@ impl TabosFs {
             inodes.opened(ino);
             ino
         };
-        let keep = self.keep_cache(ino, &st);
-        self.open
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(fh, Open { ino, handle, user });
-        Ok((FileHandle(fh), attr(ino, &st), keep_flag(keep)))
+        let fifo = st.r#type() == proto::FileType::Fifo;
+        let flags = if fifo {
+            // No page cache, no offsets: every read and write is the pipe's.
+            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NONSEEKABLE | FopenFlags::FOPEN_STREAM
+        } else {
+            keep_flag(self.keep_cache(ino, &st))
+        };
+        self.open.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            fh,
+            Open {
+                ino,
+                handle,
+                user,
+                fifo,
+            },
+        );
+        Ok((FileHandle(fh), attr(ino, &st), flags))
     }
 
     /// Whether the kernel may keep its pages of `ino`, opened now at
@@ -1240,6 +1282,47 @@ impl Filesystem for TabosFs {
         self.entry_reply(reply, since, done);
     }
 
+    /// mkfifo(1): a named pipe of the node's. Any other special file is
+    /// EPERM, as on a filesystem that does not keep devices. The kernel
+    /// wants the entry it made to be a FIFO; it is answered as one that
+    /// is not kept (TTL 0), so the next lookup finds the regular file the
+    /// mount shows a FIFO as (see `attr`), whose I/O reaches the node.
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.settle();
+        if mode & S_IFMT != S_IFIFO {
+            return reply.error(Errno::EPERM);
+        }
+        let done = (|| {
+            let path = self.child(parent, name)?;
+            let (realm, user) = self.realm_user(req);
+            let perm = i64::from(mode & !umask & 0o7777);
+            self.rt
+                .block_on(async { self.c().fs_mkfifo(&realm, &user, &path, perm).await })
+                .map_err(|e| errno(&e))?;
+            self.entry(req, &path)
+        })();
+        match done {
+            Ok(a) => reply.entry(
+                &Duration::ZERO,
+                &FileAttr {
+                    kind: FileType::NamedPipe,
+                    ..a
+                },
+                Generation(0),
+            ),
+            Err(e) => reply.error(e),
+        }
+    }
+
     fn link(
         &self,
         req: &Request,
@@ -1446,6 +1529,19 @@ impl Filesystem for TabosFs {
         reply: ReplyData,
     ) {
         self.settle();
+        if let Some((handle, user)) = self.fifo_handle(fh) {
+            // Waits for a writer's bytes: on the runtime, not this thread.
+            let (mut c, realm) = (self.c(), self.realm.clone());
+            let at = tabos_client::fs::FsTarget::Handle(handle);
+            let len = size.min(READ_BYTES_MAX);
+            self.rt.spawn(async move {
+                match c.fs_read(&realm, &user, at, 0, len).await {
+                    Ok(data) => reply.data(&data),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            });
+            return;
+        }
         let done = (|| {
             let (at, user) = self.target(ino, Some(fh), req)?;
             let realm = self.realm.clone();
@@ -1476,6 +1572,20 @@ impl Filesystem for TabosFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if let Some((handle, user)) = self.fifo_handle(fh) {
+            // Waits for room: on the runtime, not this thread; all of it
+            // written (or EPIPE), as a blocking pipe write.
+            let (mut c, realm, data) = (self.c(), self.realm.clone(), data.to_vec());
+            let at = tabos_client::fs::FsTarget::Handle(handle);
+            self.rt.spawn(async move {
+                let n = data.len() as u32;
+                match c.fs_write(&realm, &user, at, 0, data, false).await {
+                    Ok(_) => reply.written(n),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            });
+            return;
+        }
         match self.write_through(req, ino, fh, offset as i64, data) {
             Ok(()) => reply.written(data.len() as u32),
             Err(e) => reply.error(e),

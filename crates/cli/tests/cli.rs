@@ -6836,3 +6836,86 @@ fn programs_on_the_node_run_only_where_the_operator_allows() {
     assert_eq!(stdout(&o), "tool ran\n", "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 43, item 3: named pipes. `mkfifo` in one mount makes a FIFO of
+/// the node's; `cat` in a second mount of the same realm (another FUSE
+/// superblock: a kernel FIFO could not join the two) reads what `printf`
+/// writes in the first, and ends when the writer closes; `tabos fs put`
+/// and `tabos fs cat` are ends of the same pipe; `yes` into it stops with
+/// EPIPE once its reader has gone.
+#[test]
+fn named_pipes_through_two_mounts_and_the_cli() {
+    let dir = TempDir::new("cli-mount-fifo");
+    let node = Node::start(&[]);
+    let (m1, m2) = (dir.path().join("m1"), dir.path().join("m2"));
+    std::fs::create_dir(&m1).unwrap();
+    std::fs::create_dir(&m2).unwrap();
+    let _a = mount_on(&node, &m1, &[], &node.token);
+    let _b = mount_on(&node, &m2, &[], &node.token);
+    let sh = |script: &str| {
+        let o = Command::new("bash")
+            .args(["-c", script])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{script}: {}", stderr(&o));
+        stdout(&o)
+    };
+    // A reader started before the writer, in the other mount.
+    let reader = |cmd: &str| {
+        Command::new("bash")
+            .args(["-c", &format!("timeout 60 {cmd}")])
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let ended = |child: std::process::Child| {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "reader: {:?} {}", o.status, stderr(&o));
+        stdout(&o)
+    };
+    sh("mkfifo m1/p");
+    let listed = stdout(&node.tabos(&["fs", "ls", "/"]));
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("p644") && l.ends_with(" /p")),
+        "{listed}"
+    );
+    let cat = reader("cat m2/p");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sh("printf 'hello\\nworld\\n' > m1/p");
+    assert_eq!(ended(cat), "hello\nworld\n");
+
+    // The CLI's ends: put writes into it, cat reads from it.
+    let cat = reader("cat m2/p");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let mut put = node
+        .command()
+        .args(["fs", "put", "-", "/p"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let big: String = (0..20_000).map(|i| format!("{i}\n")).collect(); // > 64 KiB
+    std::io::Write::write_all(&mut put.stdin.take().unwrap(), big.as_bytes()).unwrap();
+    assert!(put.wait().unwrap().success());
+    assert!(ended(cat) == big, "the mount read what tabos fs put wrote");
+    let cat = {
+        let mut c = node.command();
+        c.args(["fs", "cat", "/p"]);
+        c.stdout(Stdio::piped()).spawn().unwrap()
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    sh("echo through-the-mount > m1/p");
+    assert_eq!(ended(cat), "through-the-mount\n");
+
+    // EPIPE: the reader takes 10 bytes and goes; the writer is told.
+    let head = reader("head -c 10 m2/p");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let out = sh("timeout 60 yes > m1/p 2>/dev/null; echo $?");
+    assert_eq!(out.trim(), "1", "yes ends on EPIPE, not by the timeout");
+    assert_eq!(ended(head), "y\ny\ny\ny\ny\n");
+}

@@ -18,7 +18,7 @@ pub use crate::proto::{
 };
 
 /// Every reason, for tables that must cover them all (tests assert it).
-pub const REASONS: [ErrorReason; 24] = [
+pub const REASONS: [ErrorReason; 25] = [
     ErrorReason::Invalid,
     ErrorReason::TooLarge,
     ErrorReason::NotFound,
@@ -43,6 +43,7 @@ pub const REASONS: [ErrorReason; 24] = [
     ErrorReason::ReadOnly,
     ErrorReason::Contended,
     ErrorReason::Internal,
+    ErrorReason::BrokenPipe,
 ];
 
 /// The gRPC code a reason is answered with.
@@ -53,7 +54,9 @@ pub fn code(reason: ErrorReason) -> Code {
         R::NotFound => Code::NotFound,
         R::AlreadyExists => Code::AlreadyExists,
         R::Full | R::OverQuota | R::Overloaded => Code::ResourceExhausted,
-        R::Precondition | R::NotEmpty | R::Conflict | R::Mounted => Code::FailedPrecondition,
+        R::Precondition | R::NotEmpty | R::Conflict | R::Mounted | R::BrokenPipe => {
+            Code::FailedPrecondition
+        }
         R::Denied | R::ReadOnly => Code::PermissionDenied,
         R::Unauthenticated => Code::Unauthenticated,
         R::StaleEpoch | R::ProcedureFailed | R::Contended => Code::Aborted,
@@ -95,7 +98,7 @@ pub fn sqlstate(reason: ErrorReason) -> &'static str {
         R::NotFound => "42704",                                     // undefined_object
         R::AlreadyExists => "42710",                                // duplicate_object
         R::Full | R::OverQuota | R::Overloaded => "53000",          // insufficient_resources
-        R::Precondition | R::NotEmpty | R::Mounted => "55000", // object_not_in_prerequisite_state
+        R::Precondition | R::NotEmpty | R::Mounted | R::BrokenPipe => "55000", // object_not_in_prerequisite_state
         R::Conflict | R::StaleEpoch | R::Contended => "40001", // serialization_failure
         R::Denied => "42501",                                  // insufficient_privilege
         R::Unauthenticated => "28000", // invalid_authorization_specification

@@ -115,6 +115,21 @@ impl Client {
             .into_inner())
     }
 
+    /// Creates a named pipe (exclusive); mode 0: 0644.
+    pub async fn fs_mkfifo(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        mode: i64,
+    ) -> Result<FsStat, Error> {
+        Ok(self
+            .fs
+            .mkfifo(create_request(realm, user, path, mode))
+            .await?
+            .into_inner())
+    }
+
     pub async fn fs_unlink(&mut self, realm: &str, user: &str, path: &str) -> Result<(), Error> {
         self.fs.unlink(path_request(realm, user, path)).await?;
         Ok(())
@@ -536,5 +551,55 @@ impl Client {
             })?;
             at += chunk.len() as i64;
         }
+    }
+}
+
+/// How long the session a [`PipeEnd`] holds its handle on lives without a
+/// renewal (renewed every third of it while held): a client that dies
+/// holding a write end gives the pipe's readers EOF this long after.
+pub const PIPE_SESSION_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// One end of a named pipe, held open on a names session of its own (kept
+/// alive while held), from [`Client::fs_open_pipe`]: a read end waits for
+/// a writer's bytes and reads EOF once the writers that came since it
+/// opened have closed; a write end's close is EOF to the readers.
+#[derive(Debug)]
+pub struct PipeEnd {
+    session: crate::names::Session,
+    handle: FsHandle,
+}
+
+impl PipeEnd {
+    pub fn handle(&self) -> &FsHandle {
+        &self.handle
+    }
+
+    /// What reads and writes through this end are on.
+    pub fn target(&self) -> FsTarget {
+        FsTarget::Handle(self.handle.clone())
+    }
+
+    /// Closes the end and its session.
+    pub async fn close(self, c: &mut Client, realm: &str, user: &str) -> Result<(), Error> {
+        c.fs_close(realm, user, &self.handle).await?;
+        self.session.close().await?;
+        Ok(())
+    }
+}
+
+impl Client {
+    /// Opens an end of the named pipe at `path` (`access` Read or Write).
+    pub async fn fs_open_pipe(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        access: proto::FsAccess,
+    ) -> Result<PipeEnd, Error> {
+        let session = crate::names::Session::open(self, realm, "", PIPE_SESSION_TTL).await?;
+        let (handle, _) = self
+            .fs_open(realm, user, path, access, session.id(), None)
+            .await?;
+        Ok(PipeEnd { session, handle })
     }
 }

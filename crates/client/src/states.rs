@@ -67,7 +67,7 @@ names!(WatchOp {
     Watching => "watching", Exists => "exists", Removed => "removed",
     Create => "create", Set => "set", Remove => "remove",
 });
-names!(FileType { Dir => "dir", File => "file", Symlink => "symlink" });
+names!(FileType { Dir => "dir", File => "file", Symlink => "symlink", Fifo => "fifo" });
 names!(WorkflowStatus {
     Enqueued => "enqueued", Pending => "pending", Success => "success",
     Error => "error", Cancelled => "cancelled",

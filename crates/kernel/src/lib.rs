@@ -292,6 +292,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/042_retention.sql"),
         postgres: include_str!("../schema/postgres/042_retention.sql"),
     },
+    Migration {
+        version: 43,
+        name: "fifo",
+        sqlite: include_str!("../schema/sqlite/043_fifo.sql"),
+        postgres: include_str!("../schema/postgres/043_fifo.sql"),
+    },
 ];
 
 /// Errors of kernel services.
@@ -384,6 +390,9 @@ pub enum Error {
     /// Valid, but not something this node does (yet).
     #[error("not supported: {0}")]
     Unimplemented(String),
+    /// A write to a named pipe whose readers have all gone (EPIPE).
+    #[error("broken pipe: {0}")]
+    BrokenPipe(String),
 }
 
 impl Error {
@@ -406,6 +415,7 @@ impl Error {
             e @ (Error::NotADirectory(_) | Error::IsADirectory(..)) => H::Invalid(e.to_string()),
             Error::StaleEpoch { what, .. } => H::StaleEpoch(what),
             e @ Error::Mounted { .. } => H::Mounted(e.to_string()),
+            Error::BrokenPipe(m) => H::Closed(m),
             Error::Store(e) => H::Invalid(e.to_string()),
             other => H::Other(other.to_string()),
         }

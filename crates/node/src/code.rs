@@ -515,7 +515,7 @@ impl Cache {
                     }
                     FileType::File => self.copy_one(files, who, &path, &dest, &mut budget).await?,
                     // Not part of any tree's hash: the check refuses it.
-                    FileType::Symlink => {}
+                    FileType::Symlink | FileType::Fifo => {}
                 }
             }
         }

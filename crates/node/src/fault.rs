@@ -13,6 +13,7 @@ pub fn kernel_status(e: &tabos_kernel::Error) -> tonic::Status {
         K::Store(s) => status_of(s),
         K::Unavailable(m) => plain(R::Unavailable, m),
         K::Unimplemented(_) => plain(R::Unimplemented, &e.to_string()),
+        K::BrokenPipe(_) => plain(R::BrokenPipe, &e.to_string()),
         K::Invalid(m) => plain(R::Invalid, m),
         K::TooLarge(m) => plain(R::TooLarge, m),
         K::NotFound(m) => plain(R::NotFound, m),

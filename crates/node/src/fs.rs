@@ -159,6 +159,18 @@ pub mod ops {
         Ok(stat_to_proto(st))
     });
 
+    op!(Mkfifo(FsCreateRequest) -> FsStat, |node, who, r| {
+        let (p, mode) = (checked(&r.path)?, mode_or(r.mode, fs::MODE_FILE_DEFAULT));
+        let fence = crate::names::fence_of(r.fence)?;
+        let st = node
+            .write_as(who, move |tx, who, now| {
+                check_fence_if_tx(tx, who.realm(), fence.as_ref(), now)?;
+                fs::fifo::mkfifo_tx(tx, who, &p, mode, now)
+            })
+            .await?;
+        Ok(stat_to_proto(st))
+    });
+
     op!(Readlink(FsPathRequest) -> FsReadlinkResponse, |node, who, r| {
         let p = checked(&r.path)?;
         let target = node
@@ -260,6 +272,7 @@ crate::op::served! {
     set_times(FsTimesRequest) -> Empty = SetTimes;
     link(FsLinkRequest) -> FsStat = Link;
     symlink(FsSymlinkRequest) -> FsStat = Symlink;
+    mkfifo(FsCreateRequest) -> FsStat = Mkfifo;
     readlink(FsPathRequest) -> FsReadlinkResponse = Readlink;
     open(FsOpenRequest) -> FsOpenResponse = Open;
     close(FsHandleRequest) -> Empty = Close;

@@ -132,7 +132,12 @@ impl Host for ProcHost {
             ))
             .map_err(tabos_kernel::Error::into_host)?;
         Ok(FileEntry {
-            kind: u32::from(st.file_type == FileType::File),
+            kind: match st.file_type {
+                FileType::Dir => 0,
+                FileType::File => 1,
+                FileType::Symlink => 2,
+                FileType::Fifo => 3,
+            },
             mode: st.mode as u32,
             size: st.size,
         })

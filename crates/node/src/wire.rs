@@ -51,7 +51,7 @@ wire!(tabos_kernel::realms::Scheduler => Scheduler {
     Fifo => Fifo, Locality => Locality, LeastLoaded => LeastLoaded,
 });
 wire!(tabos_kernel::names::Kind => NameKind { Dir => Dir, File => File, Symlink => Symlink });
-wire!(tabos_kernel::fs::FileType => FileType { Dir => Dir, File => File, Symlink => Symlink });
+wire!(tabos_kernel::fs::FileType => FileType { Dir => Dir, File => File, Symlink => Symlink, Fifo => Fifo });
 wire!(tabos_kernel::fs::Access => FsAccess { Read => Read, Write => Write, ReadWrite => ReadWrite });
 wire!(tabos_kernel::workflows::Status => WorkflowStatus {
     Enqueued => Enqueued, Pending => Pending, Success => Success,
@@ -180,7 +180,12 @@ mod tests {
             |p| p.name(),
         );
         same(
-            &[fs::FileType::Dir, fs::FileType::File, fs::FileType::Symlink],
+            &[
+                fs::FileType::Dir,
+                fs::FileType::File,
+                fs::FileType::Symlink,
+                fs::FileType::Fifo,
+            ],
             |k| k.as_str().into(),
             |p| p.name(),
         );

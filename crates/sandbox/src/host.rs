@@ -44,7 +44,8 @@
 //!     (1) a missing file is created first. The file's new size (i64) goes
 //!     to size_out.
 //! fs_stat(path_ptr, path_len, out) -> errno
-//!     At `out` 16 bytes: the size (i64), the kind (u32: 0 dir, 1 file) and
+//!     At `out` 16 bytes: the size (i64), the kind (u32: 0 dir, 1 file, 2
+//!     symlink, 3 FIFO — read and written by `fs_read`/`fs_write` as a pipe) and
 //!     the mode (u32).
 //! ```
 //!

@@ -946,6 +946,14 @@ class Fs:
                 if not parents:
                     raise
 
+    def mkfifo(self, path: str, *, mode: int = 0o644, realm: str = "", user: str = "") -> FileStat:
+        """Makes a named pipe: ``open(path, "rb").read()`` waits for a
+        writer's bytes and ends at EOF once writers have been and gone (a
+        write by path, or a closed handle); a write waits for room (64 KiB
+        buffered) and raises :class:`BrokenPipe` once its readers have gone."""
+        s = self._c._call(self._c._fs.Mkfifo, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=mode))
+        return FileStat._of(s)
+
     def remove(self, path: str, *, realm: str = "", user: str = "") -> None:
         """Removes a file, or an empty directory."""
         req = pb.FsPathRequest(realm=realm, user=user, path=path)

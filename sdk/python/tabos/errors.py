@@ -200,6 +200,12 @@ class NotEmpty(FailedPrecondition):
     reason = "NOT_EMPTY"
 
 
+class BrokenPipe(FailedPrecondition):
+    """A write to a named pipe whose readers have all closed (EPIPE)."""
+
+    reason = "BROKEN_PIPE"
+
+
 class Conflict(FailedPrecondition):
     """Changed by another writer since it was read (a version, a file's
     data): read it again."""
@@ -281,6 +287,7 @@ _BY_REASON: dict[str, type[TabosError]] = {
         OverQuota,
         Overloaded,
         NotEmpty,
+        BrokenPipe,
         Conflict,
         Mounted,
         ReadOnly,

@@ -214,6 +214,23 @@ def test_files_are_file_like(client: tabos.Client) -> None:
     assert e.value.subject == "/py/data/big.bin"
 
 
+def test_named_pipes(client: tabos.Client) -> None:
+    """A FIFO by path: what is written is read once, in order, then EOF;
+    another process's reader (a thread here) waits for the writer."""
+    import threading
+
+    st = client.fs.mkfifo("/py/pipe")
+    assert st.type == "fifo" and st.size == 0
+    got: list = []
+    reader = threading.Thread(target=lambda: got.append(client.fs.read_bytes("/py/pipe")))
+    reader.start()
+    client.fs.write_bytes("/py/pipe", b"through the pipe")
+    reader.join(60)
+    assert not reader.is_alive() and got == [b"through the pipe"]
+    assert client.fs.read_bytes("/py/pipe") == b"", "drained: EOF"
+    client.fs.remove("/py/pipe")
+
+
 class _Failed(grpc.RpcError):
     """A failed call as grpcio raises it, with a node's ErrorDetail."""
 

@@ -35,7 +35,7 @@ use tabos_blockio::{CachePolicy, Device};
 use tabos_store::{params, PKey, Store, Tx};
 
 use super::{
-    assemble, check_read, check_size, check_write, insert_entry, is_file, lookup, p_key,
+    assemble, check_read, check_size, check_write, fifo, insert_entry, is_file, lookup, p_key,
     read_local, release_data, resolve, set_size, write_local, Blocks, Caller, FileRef, FileType,
     Layout, Need, Stat, Storage, MODE_FILE_DEFAULT,
 };
@@ -185,8 +185,20 @@ struct Plan {
     extents: Vec<Extent>,
 }
 
+/// What a read's first transaction found.
+enum ReadStep {
+    /// The data, read in it (a localized file).
+    Data(Vec<u8>),
+    /// The plan to read it outside (parallel blocks, segments).
+    Plan(Box<Plan>),
+    /// A named pipe, by id: read by [`fifo::waiting`].
+    Fifo(String),
+}
+
 enum WriteStep {
     Done(i64),
+    /// A named pipe, by id: written by [`fifo::waiting`].
+    Fifo(String),
     /// Boxed: a plan is large beside a size.
     Plan(Box<Plan>, Option<Vec<u8>>),
 }
@@ -440,7 +452,11 @@ impl Files {
                 noted.clone(),
             );
             let step = move |tx: &mut dyn Tx| {
-                let st = is_file(resolve(tx, &r, &who2, &t, Some(Need::Read))?)?;
+                let st = resolve(tx, &r, &who2, &t, Some(Need::Read))?;
+                if st.file_type == FileType::Fifo {
+                    return Ok(ReadStep::Fifo(st.id));
+                }
+                let st = is_file(st)?;
                 if let Some(n) = &n {
                     crate::procs::exists_tx(tx, &r, &n.pid)?;
                 }
@@ -449,9 +465,9 @@ impl Files {
                     if let Some(n) = n.as_ref().filter(|_| !data.is_empty()) {
                         n.note_tx(tx, &r, &st.path, data.len(), tabos_store::now_us())?;
                     }
-                    return Ok(Err(data));
+                    return Ok(ReadStep::Data(data));
                 }
-                Ok(Ok(plan(tx, &r, st)?))
+                Ok(ReadStep::Plan(Box::new(plan(tx, &r, st)?)))
             };
             // A read done for a proc commits its note in its own
             // transaction (on the partition's writer); any other read
@@ -462,8 +478,13 @@ impl Files {
                 crate::read(&self.store, realm, step).await?
             };
             let p = match step {
-                Err(data) => return Ok((data, None)),
-                Ok(p) => p,
+                ReadStep::Data(data) => return Ok((data, None)),
+                ReadStep::Fifo(id) => {
+                    let data = self.read_fifo(who, realm, target, &id, len, noted.as_ref());
+                    let data = data.await?;
+                    return Ok((data, None));
+                }
+                ReadStep::Plan(p) => *p,
             };
             let end = p.st.size.min(offset.saturating_add(len as i64));
             if end <= offset {
@@ -488,6 +509,88 @@ impl Files {
             }
         }
         Ok(data)
+    }
+
+    /// Reads up to `len` bytes of FIFO `id` (which `target` named), waiting
+    /// for bytes or EOF ([`fifo`]); noted for the proc in the transaction
+    /// that takes them.
+    async fn read_fifo(
+        &self,
+        who: &Caller,
+        realm: &str,
+        target: &FileRef,
+        id: &str,
+        len: usize,
+        noted: Option<&Noted>,
+    ) -> Result<Vec<u8>> {
+        let (r, who, t, n) = (
+            realm.to_string(),
+            who.clone(),
+            target.clone(),
+            noted.cloned(),
+        );
+        fifo::waiting(&self.store, realm, id, move |tx, mark| {
+            if let Some(n) = &n {
+                crate::procs::exists_tx(tx, &r, &n.pid)?;
+            }
+            let (st, step) = fifo::read_step(tx, &r, &who, &t, mark, len)?;
+            if let (Some(n), fifo::Step::Done(data)) = (&n, &step) {
+                if !data.is_empty() {
+                    n.note_tx(tx, &r, &st.path, data.len(), tabos_store::now_us())?;
+                }
+            }
+            Ok(step)
+        })
+        .await
+    }
+
+    /// Writes all of `data` to FIFO `id` (which `target` named): as much
+    /// as fits a transaction at a time, waiting for room between
+    /// ([`fifo`]); each part noted for the proc in its own transaction.
+    /// Returns the bytes written (all of them: a broken pipe is an error,
+    /// as a blocking write(2)'s EPIPE).
+    async fn write_fifo(
+        &self,
+        who: &Caller,
+        realm: &str,
+        target: &FileRef,
+        id: &str,
+        data: &Arc<Vec<u8>>,
+        noted: Option<&Noted>,
+    ) -> Result<usize> {
+        let mut done = 0;
+        // The mark of a call by path, kept from its first part to its last.
+        let mark = Arc::new(std::sync::Mutex::new(None::<i64>));
+        loop {
+            let (r, who, t, n, d, m) = (
+                realm.to_string(),
+                who.clone(),
+                target.clone(),
+                noted.cloned(),
+                data.clone(),
+                mark.clone(),
+            );
+            done += fifo::waiting(&self.store, realm, id, move |tx, waited| {
+                let now = tabos_store::now_us();
+                if let Some(n) = &n {
+                    crate::procs::exists_tx(tx, &r, &n.pid)?;
+                }
+                let kept = *m.lock().unwrap_or_else(|e| e.into_inner());
+                let (st, step, at) =
+                    fifo::write_step(tx, &r, &who, &t, waited.or(kept), &d[done..], now)?;
+                *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+                if let (Some(n), fifo::Step::Done(wrote)) = (&n, &step) {
+                    if *wrote > 0 {
+                        n.note_tx(tx, &r, &st.path, *wrote, now)?;
+                    }
+                }
+                Ok(step)
+            })
+            .await?;
+            if done >= data.len() {
+                return Ok(done);
+            }
+        }
     }
 
     async fn read_parallel(&self, realm: &str, p: &Plan, offset: i64, end: i64) -> Result<Vec<u8>> {
@@ -646,7 +749,13 @@ impl Files {
                         super::allowed(&st, &who2, Need::Write)?;
                         st
                     }
-                    _ => is_file(resolve(tx, &r, &who2, &t, Some(Need::Write))?)?,
+                    _ => {
+                        let st = resolve(tx, &r, &who2, &t, Some(Need::Write))?;
+                        if st.file_type == FileType::Fifo {
+                            return Ok(WriteStep::Fifo(st.id));
+                        }
+                        is_file(st)?
+                    }
                 };
                 // Refused before anything is written (a new file included),
                 // not only when the last step commits.
@@ -674,6 +783,10 @@ impl Files {
             .await?;
             match step {
                 WriteStep::Done(size) => Ok(size),
+                WriteStep::Fifo(id) => {
+                    let n = self.write_fifo(who, realm, target, &id, data, noted.as_ref());
+                    Ok(n.await? as i64)
+                }
                 WriteStep::Plan(p, old) if p.st.storage == Storage::Parallel => {
                     debug_assert!(old.is_none());
                     let (d, f, n) = (data.clone(), fence.clone(), noted.clone());
@@ -954,7 +1067,12 @@ impl Files {
             );
             let step = crate::call(&self.store, realm, move |tx| {
                 let now = fenced(tx, &r, f.as_ref())?;
-                let st = is_file(resolve(tx, &r, &who2, &t, Some(Need::Write))?)?;
+                let st = resolve(tx, &r, &who2, &t, Some(Need::Write))?;
+                if st.file_type == FileType::Fifo && size == 0 {
+                    // open(2)'s O_TRUNC on a FIFO: nothing to cut.
+                    return Ok(Err(false));
+                }
+                let st = is_file(st)?;
                 crate::realms::check_room_tx(
                     tx,
                     &r,

@@ -53,6 +53,7 @@
 //! 1,024 bytes.
 
 pub mod changes;
+pub mod fifo;
 pub mod files;
 
 use tabos_store::{params, Row, Tx};
@@ -106,6 +107,8 @@ pub enum FileType {
     Dir,
     File,
     Symlink,
+    /// A named pipe ([`fifo`]).
+    Fifo,
 }
 
 impl FileType {
@@ -114,6 +117,7 @@ impl FileType {
             FileType::Dir => "dir",
             FileType::File => "file",
             FileType::Symlink => "symlink",
+            FileType::Fifo => "fifo",
         }
     }
 
@@ -122,6 +126,7 @@ impl FileType {
             "dir" => Ok(FileType::Dir),
             "file" => Ok(FileType::File),
             "symlink" => Ok(FileType::Symlink),
+            "fifo" => Ok(FileType::Fifo),
             _ => Err(Error::Invalid(format!("no entry type {s:?}"))),
         }
     }
@@ -659,10 +664,13 @@ fn release_if_unused(tx: &mut dyn Tx, realm: &str, st: &Stat) -> Result<usize> {
     if open.is_some() {
         return Ok(0);
     }
-    let queued = if st.file_type == FileType::File {
-        release_data(tx, realm, st, 0)?
-    } else {
-        0
+    let queued = match st.file_type {
+        FileType::File => release_data(tx, realm, st, 0)?,
+        FileType::Fifo => {
+            fifo::remove_tx(tx, realm, &st.id)?;
+            0
+        }
+        FileType::Dir | FileType::Symlink => 0,
     };
     tx.execute(
         "DELETE FROM fs_inode WHERE p_key = $1 AND realm = $2 AND f_id = $3",
@@ -824,6 +832,10 @@ fn is_file(st: Stat) -> Result<Stat> {
         FileType::Dir => Err(Error::IsADirectory(st.path, "")),
         FileType::Symlink => Err(Error::Invalid(format!(
             "{} is a symbolic link (the API does not follow links; read its target)",
+            st.path
+        ))),
+        FileType::Fifo => Err(Error::Invalid(format!(
+            "{} is a named pipe (it has no blocks to truncate, copy or place)",
             st.path
         ))),
     }
@@ -1579,7 +1591,12 @@ pub fn open_tx(
             insert_entry(tx, realm, path, FileType::File, &layout, who, mode, now_us)?
         }
         None => {
-            let st = is_file(must(tx, realm, path)?)?;
+            let st = must(tx, realm, path)?;
+            let st = if st.file_type == FileType::Fifo {
+                st
+            } else {
+                is_file(st)?
+            };
             if matches!(access, Access::Read | Access::ReadWrite) {
                 allowed(&st, who, Need::Read)?;
             }
@@ -1599,10 +1616,14 @@ pub fn open_tx(
             "session {session} holds {HANDLES_PER_SESSION_MAX} open files, the most one may"
         )));
     }
+    let mark = match st.file_type {
+        FileType::Fifo => Some(fifo::opened_tx(tx, realm, &st.id, access)?),
+        _ => None,
+    };
     let handle = Handle(new_id());
     tx.execute(
-        "INSERT INTO fs_open (p_key, realm, handle, f_id, user_name, session, access, opened_us) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO fs_open (p_key, realm, handle, f_id, user_name, session, access, opened_us, \
+         fifo_mark) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         params![
             pk,
             realm,
@@ -1611,7 +1632,8 @@ pub fn open_tx(
             who.user(),
             session,
             access.bits(),
-            now_us
+            now_us,
+            mark
         ],
     )?;
     Ok((handle, st))
@@ -1629,6 +1651,9 @@ pub fn close_tx(tx: &mut dyn Tx, who: &Caller, handle: &Handle) -> Result<usize>
         "DELETE FROM fs_open WHERE p_key = $1 AND realm = $2 AND handle = $3",
         params![p_key(tx), realm, handle.as_str()],
     )?;
+    if st.file_type == FileType::Fifo {
+        fifo::closed_tx(tx, realm, &st.id)?;
+    }
     release_if_unused(tx, realm, &st)
 }
 
@@ -1652,6 +1677,9 @@ pub fn session_ended_tx(tx: &mut dyn Tx, realm: &str, session: &str) -> Result<u
     let mut queued = 0;
     for id in ids {
         if let Some(st) = inode(tx, realm, &id, &id)? {
+            if st.file_type == FileType::Fifo {
+                fifo::closed_tx(tx, realm, &st.id)?;
+            }
             queued += release_if_unused(tx, realm, &st)?;
         }
     }
@@ -1758,6 +1786,8 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
         &[
             "fs_extent",
             "localized_file",
+            "fs_fifo_data",
+            "fs_fifo",
             "fs_open",
             "directory",
             "fs_inode",

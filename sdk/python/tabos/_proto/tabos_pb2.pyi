@@ -34,6 +34,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_READ_ONLY: _ClassVar[ErrorReason]
     ERROR_REASON_CONTENDED: _ClassVar[ErrorReason]
     ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+    ERROR_REASON_BROKEN_PIPE: _ClassVar[ErrorReason]
 
 class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -135,6 +136,7 @@ class FileType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FILE_TYPE_DIR: _ClassVar[FileType]
     FILE_TYPE_FILE: _ClassVar[FileType]
     FILE_TYPE_SYMLINK: _ClassVar[FileType]
+    FILE_TYPE_FIFO: _ClassVar[FileType]
 
 class FsAccess(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -208,6 +210,7 @@ ERROR_REASON_UNIMPLEMENTED: ErrorReason
 ERROR_REASON_READ_ONLY: ErrorReason
 ERROR_REASON_CONTENDED: ErrorReason
 ERROR_REASON_INTERNAL: ErrorReason
+ERROR_REASON_BROKEN_PIPE: ErrorReason
 ROLE_UNSPECIFIED: Role
 ROLE_READER: Role
 ROLE_MEMBER: Role
@@ -270,6 +273,7 @@ FILE_TYPE_UNSPECIFIED: FileType
 FILE_TYPE_DIR: FileType
 FILE_TYPE_FILE: FileType
 FILE_TYPE_SYMLINK: FileType
+FILE_TYPE_FIFO: FileType
 FS_ACCESS_UNSPECIFIED: FsAccess
 FS_ACCESS_READ: FsAccess
 FS_ACCESS_WRITE: FsAccess

@@ -2431,6 +2431,11 @@ class FsStub:
                 request_serializer=tabos__pb2.FsSymlinkRequest.SerializeToString,
                 response_deserializer=tabos__pb2.FsStat.FromString,
                 _registered_method=True)
+        self.Mkfifo = channel.unary_unary(
+                '/tabos.v1.Fs/Mkfifo',
+                request_serializer=tabos__pb2.FsCreateRequest.SerializeToString,
+                response_deserializer=tabos__pb2.FsStat.FromString,
+                _registered_method=True)
         self.Readlink = channel.unary_unary(
                 '/tabos.v1.Fs/Readlink',
                 request_serializer=tabos__pb2.FsPathRequest.SerializeToString,
@@ -2551,6 +2556,17 @@ class FsServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Mkfifo(self, request, context):
+        """Creates a named pipe (exclusive; mode 0: 0644). Read, Write, Open and
+        Close work on it as on a file, with a pipe's semantics: a read waits
+        for bytes (at most an hour, then UNAVAILABLE) and returns none at EOF
+        — no write end open, and one opened since the reader's; a write waits
+        for room and fails with BROKEN_PIPE once its readers have gone.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Readlink(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -2663,6 +2679,11 @@ def add_FsServicer_to_server(servicer, server):
             'Symlink': grpc.unary_unary_rpc_method_handler(
                     servicer.Symlink,
                     request_deserializer=tabos__pb2.FsSymlinkRequest.FromString,
+                    response_serializer=tabos__pb2.FsStat.SerializeToString,
+            ),
+            'Mkfifo': grpc.unary_unary_rpc_method_handler(
+                    servicer.Mkfifo,
+                    request_deserializer=tabos__pb2.FsCreateRequest.FromString,
                     response_serializer=tabos__pb2.FsStat.SerializeToString,
             ),
             'Readlink': grpc.unary_unary_rpc_method_handler(
@@ -3095,6 +3116,33 @@ class Fs:
             target,
             '/tabos.v1.Fs/Symlink',
             tabos__pb2.FsSymlinkRequest.SerializeToString,
+            tabos__pb2.FsStat.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Mkfifo(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Fs/Mkfifo',
+            tabos__pb2.FsCreateRequest.SerializeToString,
             tabos__pb2.FsStat.FromString,
             options,
             channel_credentials,
