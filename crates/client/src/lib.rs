@@ -84,6 +84,9 @@ pub enum Error {
     /// Arguments this client refuses before asking the node.
     #[error("{0}")]
     Invalid(String),
+    /// A names call met more symlinks than [`names::HOPS_MAX`] (a loop).
+    #[error("{path}: more than {hops} symlinks to follow (a loop?)")]
+    Hops { path: String, hops: usize },
 }
 
 impl Error {
@@ -302,6 +305,19 @@ pub struct Client {
     /// The proc this client acts for ([`Client::acting_for`]): its file
     /// reads and writes are recorded as that proc's provenance.
     proc_pid: String,
+    /// How this client reaches another node with the same credential (a
+    /// names call following an endpoint symlink, [`names`]); none for a
+    /// client made over a channel it was given.
+    dial: Option<std::sync::Arc<Dial>>,
+}
+
+/// A client's credential and trust, kept to dial another node of its
+/// cluster with them.
+#[derive(Debug)]
+struct Dial {
+    /// Prints no token.
+    bearer: Bearer,
+    ca_pem: Option<Vec<u8>>,
 }
 
 /// Where a node is and the credential to act with there: what a program
@@ -370,7 +386,14 @@ impl Client {
     }
 
     async fn connect_with(addr: &str, token: &str, ca_pem: Option<&[u8]>) -> Result<Client, Error> {
-        let bearer = Bearer::new(token)?;
+        Client::connect_bearer(addr, Bearer::new(token)?, ca_pem).await
+    }
+
+    async fn connect_bearer(
+        addr: &str,
+        bearer: Bearer,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Client, Error> {
         if let Some(path) = addr.strip_prefix(UNIX_SCHEME) {
             // The local socket carries no TLS: it never leaves the machine.
             if ca_pem.is_some() || path.is_empty() {
@@ -382,7 +405,7 @@ impl Client {
                     addr: addr.to_string(),
                     source: e,
                 })?;
-            return Ok(Client::over(Wire::Local(channel), bearer));
+            return Ok(Client::over(Wire::Local(channel), bearer.clone()).dialing(bearer, None));
         }
         let uri = match ca_pem {
             Some(_) if !addr.contains("://") => format!("https://{addr}"),
@@ -403,7 +426,8 @@ impl Client {
             addr: addr.to_string(),
             source,
         })?;
-        Ok(Client::from_channel(channel, bearer))
+        let ca = ca_pem.map(<[u8]>::to_vec);
+        Ok(Client::from_channel(channel, bearer.clone()).dialing(bearer, ca))
     }
 
     /// Connects to the node's local socket at `path` with gRPC (HTTP/2)
@@ -474,7 +498,21 @@ impl Client {
             workflows: sized!(WorkflowsClient, channel.clone()),
             batch: sized!(BatchClient, channel),
             proc_pid: String::new(),
+            dial: None,
         }
+    }
+
+    fn dialing(mut self, bearer: Bearer, ca_pem: Option<Vec<u8>>) -> Client {
+        self.dial = Some(std::sync::Arc::new(Dial { bearer, ca_pem }));
+        self
+    }
+
+    /// A client of the node at `addr` (`host:port`) with this client's
+    /// credential and trust; `None` when this client was made over a
+    /// channel it was given (it has no credential to pass on).
+    pub(crate) async fn dial(&self, addr: &str) -> Option<Result<Client, Error>> {
+        let d = self.dial.as_ref()?;
+        Some(Client::connect_bearer(addr, d.bearer.clone(), d.ca_pem.as_deref()).await)
     }
 
     /// This client acting for proc `pid` (e.g. a proc's own `TABOS_PID`):

@@ -3,6 +3,19 @@
 //! background), [`Election`] (leader election by an ephemeral symlink plus
 //! an epoch and a fence), [`Semaphore`] (WaitStart/WaitExit-style waits) and
 //! [`Group`] (membership as ephemeral entries in a directory).
+//!
+//! Symlinks are followed here, as σOS's client libraries do: the node
+//! never resolves a path through a symlink (it answers MOUNTED with the
+//! symlink, its target and the rest of the path), and `name_get`,
+//! `name_set`, `name_create`, `name_remove` and `name_readdir` go on at
+//! the target — a path target (`/svc/db-v2`) on the same node, an
+//! endpoint (`host:port`) on the node there, with this client's
+//! credential — at most [`HOPS_MAX`] times. An endpoint is followed only
+//! when it is a node of the cluster this client's credential may list
+//! (`ListNodes`): a symlink anyone could write must not send the
+//! credential elsewhere; any other endpoint, or one met by a fenced call
+//! (its fence names a directory of this namespace), comes back as the
+//! MOUNTED error for the caller to handle.
 
 use std::time::Duration;
 
@@ -18,6 +31,77 @@ pub struct Mount {
     pub target: String,
     /// What is left of the path, to resolve at the target.
     pub rest: String,
+}
+
+/// Most symlinks one names call follows (then [`Error::Hops`]): a
+/// namespace's chains are short, a loop is not.
+pub const HOPS_MAX: usize = 8;
+
+/// Where a path goes on past the mount point `m`: a path target on the
+/// same node (the rest joined to it), or an endpoint's root and rest.
+fn joined(target: &str, rest: &str) -> String {
+    let base = target.trim_end_matches('/');
+    match (base.is_empty(), rest.is_empty()) {
+        (true, true) => "/".into(),
+        (_, true) => base.into(),
+        _ => format!("{base}{rest}"),
+    }
+}
+
+/// `host:port` of an address given with or without a scheme.
+fn bare(addr: &str) -> &str {
+    addr.split_once("://")
+        .map_or(addr, |(_, a)| a)
+        .trim_end_matches('/')
+}
+
+impl Client {
+    /// Runs `op` (one names call) on `path`, following the symlinks it
+    /// meets (see the module): `op` gets the client and the path to call.
+    async fn following<T, F, Fut>(&self, path: &str, fenced: bool, mut op: F) -> Result<T, Error>
+    where
+        F: FnMut(Client, String) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        let (mut c, mut at) = (self.clone(), path.to_string());
+        for _ in 0..=HOPS_MAX {
+            let e = match op(c.clone(), at.clone()).await {
+                Err(e) => e,
+                done => return done,
+            };
+            let Some(m) = e.mount() else {
+                return Err(e);
+            };
+            if m.target.starts_with('/') {
+                at = joined(&m.target, &m.rest);
+                continue;
+            }
+            if fenced || !c.is_cluster_node(&m.target).await {
+                return Err(e);
+            }
+            match c.dial(bare(&m.target)).await {
+                Some(next) => c = next?,
+                None => return Err(e),
+            }
+            at = joined("", &m.rest);
+        }
+        Err(Error::Hops {
+            path: path.into(),
+            hops: HOPS_MAX,
+        })
+    }
+
+    /// Whether `endpoint` is the API address of a node this client's
+    /// credential may list.
+    async fn is_cluster_node(&self, endpoint: &str) -> bool {
+        let want = bare(endpoint);
+        match self.clone().list_nodes().await {
+            Ok(nodes) => nodes
+                .iter()
+                .any(|n| !n.address.is_empty() && bare(&n.address) == want),
+            Err(_) => false,
+        }
+    }
 }
 
 /// How to create an entry.
@@ -51,21 +135,21 @@ impl Client {
         data: Vec<u8>,
         opts: CreateOptions,
     ) -> Result<i64, Error> {
-        Ok(self
-            .names
-            .create(proto::CreateNameRequest {
+        let fenced = opts.fence.is_some();
+        self.following(path, fenced, |mut c, path| {
+            let req = proto::CreateNameRequest {
                 realm: realm.into(),
-                path: path.into(),
+                path,
                 kind: kind.into(),
-                data,
-                owner: opts.owner,
+                data: data.clone(),
+                owner: opts.owner.clone(),
                 mode: opts.mode,
-                session: opts.session.unwrap_or_default(),
-                fence: opts.fence,
-            })
-            .await?
-            .into_inner()
-            .version)
+                session: opts.session.clone().unwrap_or_default(),
+                fence: opts.fence.clone(),
+            };
+            async move { Ok(c.names.create(req).await?.into_inner().version) }
+        })
+        .await
     }
 
     /// Creates `path` and any missing directories above it, as directories;
@@ -104,27 +188,25 @@ impl Client {
         if_version: Option<i64>,
         fence: Option<Fence>,
     ) -> Result<i64, Error> {
-        Ok(self
-            .names
-            .set(proto::SetNameRequest {
+        self.following(path, fence.is_some(), |mut c, path| {
+            let req = proto::SetNameRequest {
                 realm: realm.into(),
-                path: path.into(),
-                data,
+                path,
+                data: data.clone(),
                 if_version,
-                fence,
-            })
-            .await?
-            .into_inner()
-            .version)
+                fence: fence.clone(),
+            };
+            async move { Ok(c.names.set(req).await?.into_inner().version) }
+        })
+        .await
     }
 
     /// The entry at `path` (stat and read in one).
     pub async fn name_get(&mut self, realm: &str, path: &str) -> Result<NameEntry, Error> {
-        Ok(self
-            .names
-            .get(name_request(realm, path))
-            .await?
-            .into_inner())
+        self.following(path, false, |mut c, path| async move {
+            Ok(c.names.get(name_request(realm, &path)).await?.into_inner())
+        })
+        .await
     }
 
     /// Removes `path` (a directory only when empty), optionally only at a
@@ -136,15 +218,19 @@ impl Client {
         if_version: Option<i64>,
         fence: Option<Fence>,
     ) -> Result<(), Error> {
-        self.names
-            .remove(proto::RemoveNameRequest {
+        self.following(path, fence.is_some(), |mut c, path| {
+            let req = proto::RemoveNameRequest {
                 realm: realm.into(),
-                path: path.into(),
+                path,
                 if_version,
-                fence,
-            })
-            .await?;
-        Ok(())
+                fence: fence.clone(),
+            };
+            async move {
+                c.names.remove(req).await?;
+                Ok(())
+            }
+        })
+        .await
     }
 
     /// Renames atomically (over an existing file, not a directory).
@@ -172,11 +258,13 @@ impl Client {
         realm: &str,
         path: &str,
     ) -> Result<proto::ReadDirResponse, Error> {
-        Ok(self
-            .names
-            .read_dir(name_request(realm, path))
-            .await?
-            .into_inner())
+        self.following(path, false, |mut c, path| async move {
+            Ok(c.names
+                .read_dir(name_request(realm, &path))
+                .await?
+                .into_inner())
+        })
+        .await
     }
 
     /// AdvanceEpoch: increments the epoch file at `path`; returns the new epoch.

@@ -102,6 +102,71 @@ async fn the_namespace_over_grpc_with_clear_refusals() {
         (m.path.as_str(), m.target.as_str(), m.rest.as_str()),
         ("/svc/db", "10.0.0.7:7070", "/tables/t1")
     );
+    // (Not followed: that endpoint is no node of this cluster, and the
+    // client sends its credential to none but those.)
+
+    // The client follows the symlinks it may (issue 43, item 3): a path
+    // target on this node, an endpoint that is a node of the cluster (with
+    // a connection of its own, the same credential), at most HOPS_MAX.
+    let link = |target: &str| {
+        (
+            proto::NameKind::Symlink,
+            target.as_bytes().to_vec(),
+            CreateOptions::default(),
+        )
+    };
+    c.name_mkdir_all(REALM, "/svc/t").await.unwrap();
+    let (kind, data) = file(b"linked");
+    c.name_create(REALM, "/svc/t/f", kind, data, CreateOptions::default())
+        .await
+        .unwrap();
+    let (k, d, o) = link("/svc/t");
+    c.name_create(REALM, "/svc/alias", k, d, o).await.unwrap();
+    let (k, d, o) = link(&format!("http://{}", n.addr));
+    c.name_create(REALM, "/svc/node", k, d, o).await.unwrap();
+    let got = c.name_get(REALM, "/svc/alias/f").await.unwrap();
+    assert_eq!(
+        (got.path.as_str(), got.data.as_slice()),
+        ("/svc/t/f", &b"linked"[..])
+    );
+    let got = c.name_get(REALM, "/svc/node/svc/alias/f").await.unwrap();
+    assert_eq!(got.path, "/svc/t/f", "through the endpoint, then the path");
+    c.name_set(REALM, "/svc/alias/g", b"via".to_vec(), None, None)
+        .await
+        .unwrap();
+    let listed = c.name_readdir(REALM, "/svc/node/svc/t").await.unwrap();
+    assert!(
+        listed.entries.iter().any(|e| e.path == "/svc/t/g"),
+        "{listed:?}"
+    );
+    c.name_remove(REALM, "/svc/alias/g", None, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        code(&c.name_get(REALM, "/svc/t/g").await.unwrap_err()),
+        Code::NotFound
+    );
+    // A fenced call does not leave this namespace: its fence is of here.
+    let fence = proto::Fence {
+        dir: "/svc".into(),
+        epoch: 0,
+    };
+    let fenced = c
+        .name_set(REALM, "/svc/node/x", b"x".to_vec(), None, Some(fence))
+        .await
+        .unwrap_err();
+    assert!(fenced.mount().is_some(), "{fenced}");
+    // A loop ends after HOPS_MAX symlinks.
+    let (k, d, o) = link("/svc/loop/b");
+    c.name_mkdir_all(REALM, "/svc/loop").await.unwrap();
+    c.name_create(REALM, "/svc/loop/a", k, d, o).await.unwrap();
+    let (k, d, o) = link("/svc/loop/a");
+    c.name_create(REALM, "/svc/loop/b", k, d, o).await.unwrap();
+    let looped = c.name_get(REALM, "/svc/loop/a/x").await.unwrap_err();
+    assert!(
+        matches!(looped, tabos_client::Error::Hops { hops, .. } if hops == tabos_client::names::HOPS_MAX),
+        "{looped}"
+    );
 
     // Paths that escape or are malformed are refused before any work.
     let long = format!("/{}", "x".repeat(300));

@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
 
 import grpc
 
@@ -291,6 +291,9 @@ class Client:
     ) -> None:
         self.addr, token, tls_ca = _resolve(addr, token, context, tls_ca)
         self._metadata = (("authorization", f"Bearer {token}"),)
+        # Kept to dial another node of the cluster with the same credential
+        # (a names call following an endpoint symlink).
+        self._dialing = (token, tls_ca)
         self.timeout = timeout
         # grpc's channel, or the local transport's (the same calls).
         self._channel: Any
@@ -352,6 +355,20 @@ class Client:
     def close(self) -> None:
         """Closes the channel."""
         self._channel.close()
+
+    def _is_cluster_node(self, endpoint: str) -> bool:
+        """Whether ``endpoint`` is the API address of a node this
+        credential may list."""
+        try:
+            nodes = self._call(self._node.ListNodes, pb.ListNodesRequest()).nodes
+        except errors.TabosError:
+            return False
+        return any(n.address and _bare(n.address) == _bare(endpoint) for n in nodes)
+
+    def _dial(self, addr: str) -> "Client":
+        """A client of the node at ``addr`` with this one's credential."""
+        token, tls_ca = self._dialing
+        return Client(addr, token, tls_ca=tls_ca, timeout=self.timeout)
 
     def __enter__(self) -> "Client":
         return self
@@ -670,6 +687,25 @@ def _from_value(v: pb.Value) -> SqlValue:
     return None if kind in (None, "null") else getattr(v, kind)
 
 
+#: Most symlinks one names call follows: a namespace's chains are short,
+#: a loop is not.
+HOPS_MAX = 8
+
+
+def _joined(target: str, rest: str) -> str:
+    """Where a path goes on past a symlink: ``rest`` under ``target`` (an
+    endpoint's root when ``target`` is empty)."""
+    base = target.rstrip("/")
+    if not rest:
+        return base or "/"
+    return base + rest
+
+
+def _bare(addr: str) -> str:
+    """``host:port`` of an address given with or without a scheme."""
+    return addr.split("://", 1)[-1].rstrip("/")
+
+
 class Names:
     """The namespace: files, directories and symlinks with versions,
     sessions, watches and elections (``client.names``)."""
@@ -677,17 +713,47 @@ class Names:
     def __init__(self, c: Client) -> None:
         self._c = c
 
+    def _following(self, path: str, op: Callable[["Client", str], Any]) -> Any:
+        """Runs ``op(client, path)`` (one names call), following the
+        symlinks it meets, as σOS's client libraries do: a path target on
+        this node, an endpoint on that node with this client's credential —
+        but only an endpoint that is a node of the cluster this credential
+        may list (a symlink anyone could write must not send the credential
+        elsewhere; any other comes back as :class:`Mounted`) — at most
+        :data:`HOPS_MAX` times (then :class:`TooManyHops`)."""
+        c, at, dialed = self._c, path, []
+        try:
+            for _ in range(HOPS_MAX + 1):
+                try:
+                    return op(c, at)
+                except errors.Mounted as m:
+                    if m.target.startswith("/"):
+                        at = _joined(m.target, m.rest)
+                        continue
+                    if not c._is_cluster_node(m.target):
+                        raise
+                    c = c._dial(_bare(m.target))
+                    dialed.append(c)
+                    at = _joined("", m.rest)
+            raise errors.TooManyHops(f"{path}: more than {HOPS_MAX} symlinks to follow (a loop?)")
+        finally:
+            for d in dialed:
+                d.close()
+
     def get(self, path: str, *, realm: str = "") -> NameEntry:
-        """The entry at ``path``."""
-        return NameEntry._of(self._c._call(self._c._names.Get, pb.NameRequest(realm=realm, path=path)))
+        """The entry at ``path`` (through the symlinks on the way)."""
+        return NameEntry._of(self._following(path, lambda c, p: c._call(c._names.Get, pb.NameRequest(realm=realm, path=p))))
 
     def set(self, path: str, data: Payload, *, if_version: Optional[int] = None, realm: str = "") -> int:
         """Creates or replaces file ``path``'s data (at ``if_version``
         only, when given); returns the new version."""
-        req = pb.SetNameRequest(realm=realm, path=path, data=_bytes(data))
-        if if_version is not None:
-            req.if_version = if_version
-        return self._c._call(self._c._names.Set, req).version
+        def op(c: Client, p: str) -> int:
+            req = pb.SetNameRequest(realm=realm, path=p, data=_bytes(data))
+            if if_version is not None:
+                req.if_version = if_version
+            return int(c._call(c._names.Set, req).version)
+
+        return int(self._following(path, op))
 
     def create(
         self,
@@ -700,10 +766,13 @@ class Names:
     ) -> int:
         """Creates ``path`` (a file, dir or symlink); with a ``session`` it
         is ephemeral: removed when the session ends."""
-        req = pb.CreateNameRequest(
-            realm=realm, path=path, kind=_wire(pb.NameKind, "kind", kind), data=_bytes(data), session=session or ""
-        )
-        return self._c._call(self._c._names.Create, req).version
+        def op(c: Client, p: str) -> int:
+            req = pb.CreateNameRequest(
+                realm=realm, path=p, kind=_wire(pb.NameKind, "kind", kind), data=_bytes(data), session=session or ""
+            )
+            return int(c._call(c._names.Create, req).version)
+
+        return int(self._following(path, op))
 
     def mkdir(self, path: str, *, realm: str = "") -> None:
         """Creates directory ``path`` and its missing parents."""
@@ -716,14 +785,17 @@ class Names:
 
     def remove(self, path: str, *, if_version: Optional[int] = None, realm: str = "") -> None:
         """Removes ``path`` (an empty directory, a file, a symlink)."""
-        req = pb.RemoveNameRequest(realm=realm, path=path)
-        if if_version is not None:
-            req.if_version = if_version
-        self._c._call(self._c._names.Remove, req)
+        def op(c: Client, p: str) -> None:
+            req = pb.RemoveNameRequest(realm=realm, path=p)
+            if if_version is not None:
+                req.if_version = if_version
+            c._call(c._names.Remove, req)
+
+        self._following(path, op)
 
     def ls(self, path: str = "/", *, realm: str = "") -> list:
         """Directory ``path``'s entries."""
-        r = self._c._call(self._c._names.ReadDir, pb.NameRequest(realm=realm, path=path))
+        r = self._following(path, lambda c, p: c._call(c._names.ReadDir, pb.NameRequest(realm=realm, path=p)))
         return [NameEntry._of(e) for e in r.entries]
 
     def watch(self, path: str, *, mode: str = "dir", realm: str = "") -> Iterator[WatchEvent]:
@@ -832,19 +904,25 @@ class File(io.RawIOBase):
         self._fs, self._path, self._realm, self._user = fs, path, realm, user
         self._mode = mode
         self._pos = 0
+        # A named pipe's reads and writes wait for the other end: no timeout.
+        self._pipe = False
         c = fs._c
         if "w" in mode:
             try:
                 c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
             except errors.AlreadyExists:
-                c._call(c._fs.Truncate, pb.FsTruncateRequest(realm=realm, user=user, path=path, size=0))
+                self._pipe = fs.stat(path, realm=realm).type == "fifo"
+                if not self._pipe:
+                    c._call(c._fs.Truncate, pb.FsTruncateRequest(realm=realm, user=user, path=path, size=0))
         elif "a" in mode:
             try:
-                self._pos = fs.stat(path, realm=realm).size
+                st = fs.stat(path, realm=realm)
+                self._pos, self._pipe = st.size, st.type == "fifo"
             except errors.NotFound:
                 c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
         else:
-            fs.stat(path, realm=realm)  # NotFound now, not at the first read
+            # NotFound now, not at the first read.
+            self._pipe = fs.stat(path, realm=realm).type == "fifo"
 
     def readable(self) -> bool:
         return "r" in self._mode or "+" in self._mode
@@ -859,7 +937,7 @@ class File(io.RawIOBase):
         c = self._fs._c
         n = min(len(b), CHUNK_BYTES)
         req = pb.FsReadRequest(realm=self._realm, user=self._user, path=self._path, offset=self._pos, len=n)
-        data = c._call(c._fs.Read, req).data
+        data = c._call(c._fs.Read, req, wait=self._pipe).data
         b[: len(data)] = data
         self._pos += len(data)
         return len(data)
@@ -872,7 +950,7 @@ class File(io.RawIOBase):
             req = pb.FsWriteRequest(
                 realm=self._realm, user=self._user, path=self._path, offset=self._pos, data=chunk
             )
-            c._call(c._fs.Write, req)
+            c._call(c._fs.Write, req, wait=self._pipe)
             self._pos += len(chunk)
         return len(data)
 

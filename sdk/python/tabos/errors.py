@@ -200,6 +200,14 @@ class NotEmpty(FailedPrecondition):
     reason = "NOT_EMPTY"
 
 
+class TooManyHops(TabosError):
+    """A names call met more symlinks than ``HOPS_MAX`` (a loop); raised by
+    this client, not a node."""
+
+    code = "FAILED_PRECONDITION"
+    reason = "HOPS"
+
+
 class BrokenPipe(FailedPrecondition):
     """A write to a named pipe whose readers have all closed (EPIPE)."""
 

@@ -219,6 +219,7 @@ def test_named_pipes(client: tabos.Client) -> None:
     another process's reader (a thread here) waits for the writer."""
     import threading
 
+    client.fs.mkdir("/py", parents=True)
     st = client.fs.mkfifo("/py/pipe")
     assert st.type == "fifo" and st.size == 0
     got: list = []
@@ -229,6 +230,29 @@ def test_named_pipes(client: tabos.Client) -> None:
     assert not reader.is_alive() and got == [b"through the pipe"]
     assert client.fs.read_bytes("/py/pipe") == b"", "drained: EOF"
     client.fs.remove("/py/pipe")
+
+
+def test_names_follow_symlinks(client: tabos.Client, node: Any) -> None:
+    """A path through a symlink goes on at its target: a path on this node,
+    or an endpoint that is a node of the cluster; any other endpoint comes
+    back as Mounted; a loop ends after HOPS_MAX."""
+    client.names.mkdir("/pyl/real")
+    client.names.create("/pyl/real/f", b"here")
+    client.names.create("/pyl/alias", b"/pyl/real", kind="symlink")
+    client.names.create("/pyl/node", f"http://{node.addr}".encode(), kind="symlink")
+    client.names.create("/pyl/away", b"10.0.0.7:7070", kind="symlink")
+    assert client.names.get("/pyl/alias/f").data == b"here"
+    assert client.names.get("/pyl/node/pyl/alias/f").path == "/pyl/real/f"
+    client.names.set("/pyl/alias/g", b"via")
+    assert [e.path for e in client.names.ls("/pyl/node/pyl/real")] == ["/pyl/real/f", "/pyl/real/g"]
+    client.names.remove("/pyl/node/pyl/alias/g")
+    with pytest.raises(tabos.Mounted) as e:
+        client.names.get("/pyl/away/x")
+    assert (e.value.target, e.value.rest) == ("10.0.0.7:7070", "/x")
+    client.names.create("/pyl/a", b"/pyl/b", kind="symlink")
+    client.names.create("/pyl/b", b"/pyl/a", kind="symlink")
+    with pytest.raises(tabos.TooManyHops):
+        client.names.get("/pyl/a/x")
 
 
 class _Failed(grpc.RpcError):
