@@ -1335,3 +1335,88 @@ fn a_wasm_workflow_survives_its_nodes_kill_and_runs_each_step_once() {
     assert_eq!(starts["n"], 2, "its proc ran twice, once on each node");
     drop((b, pg));
 }
+
+/// `tabos mount DIR` aimed at node `n`, unmounted (lazily) on drop.
+struct Mount {
+    child: Child,
+    dir: std::path::PathBuf,
+}
+
+impl Mount {
+    fn on(n: &Up, dir: &Path) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let mut child = Command::new(TABOS)
+            .env("TABOS_ADDR", &n.addr)
+            .env("TABOS_TOKEN", &n.token)
+            .arg("mount")
+            .arg(dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("files on"), "{line:?}");
+        Mount {
+            child,
+            dir: dir.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Issue 43, item 3: a named pipe joins Linux tools on two nodes — `cat`
+/// in node b's mount reads what `printf` writes in node a's, and ends when
+/// the writer closes. The bytes go through the database, and the reader
+/// on b is woken by a's write over the change feed (PostgreSQL NOTIFY).
+#[test]
+fn a_named_pipe_joins_mounts_on_two_nodes() {
+    if !tabos_store::testing::is_root() || find_bindir().is_none() {
+        eprintln!("skipped: needs root (FUSE) and PostgreSQL's server binaries");
+        return;
+    }
+    let pg = TempCluster::start(&ClusterOptions::default()).unwrap();
+    let url = pg.create_database("fifo").unwrap();
+    let dir = TempDir::new("cluster-fifo");
+    let a = node_on(&url, &dir, "a");
+    let b = node_on(&url, &dir, "b");
+    let _ma = Mount::on(&a, &dir.path().join("ma"));
+    let _mb = Mount::on(&b, &dir.path().join("mb"));
+    let sh = |script: &str| {
+        let o = Command::new("bash")
+            .args(["-c", script])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        ok(&o);
+    };
+    let reader = |cmd: &str| {
+        Command::new("bash")
+            .args(["-c", &format!("timeout 60 {cmd}")])
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let read = |child: Child| {
+        let o = child.wait_with_output().unwrap();
+        ok(&o);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    sh("mkfifo ma/p");
+    for (from, to) in [("ma", "mb"), ("mb", "ma")] {
+        let cat = reader(&format!("cat {to}/p"));
+        std::thread::sleep(Duration::from_millis(300));
+        sh(&format!("printf 'across from {from}\\n' > {from}/p"));
+        assert_eq!(read(cat), format!("across from {from}\n"));
+    }
+}

@@ -215,6 +215,19 @@ fn eof_and_broken_pipe_follow_the_ends(b: Backend) {
         assert_eq!(fs.read(&who, r.clone(), 0, 100).await.unwrap(), b"early");
         // Its end opened after that writer closed: it waits for the next.
         assert!(finishes(fs.read(&who, r.clone(), 0, 100)).await.is_none());
+
+        // A writer's handle that a crash left is swept when a node starts
+        // (its session lapsed): a reader waiting on it reads EOF.
+        session(&f, &who, "s4");
+        let _w = open(&f, &who, "/q", Access::Write, "s4");
+        let pending = {
+            let (fs, who) = (fs.clone(), who.clone());
+            tokio::spawn(async move { fs.read(&who, "/q", 0, 100).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!pending.is_finished(), "a writer is open: no EOF");
+        common::call_in(&f.store, R, |tx| fs::sweep_tx(tx, i64::MAX / 2)).unwrap();
+        assert_eq!(pending.await.unwrap().unwrap(), b"", "EOF after the sweep");
     });
 }
 

@@ -1694,6 +1694,19 @@ pub fn session_ended_tx(tx: &mut dyn Tx, realm: &str, session: &str) -> Result<u
 /// whose storage now waits in `fs_reclaim`.
 pub fn sweep_tx(tx: &mut dyn Tx, now_us: i64) -> Result<Vec<String>> {
     let pk = p_key(tx);
+    // The named pipes whose ends go: their waiters (on any node) look again.
+    let pipes = tx.query(
+        "SELECT DISTINCT o.realm, o.f_id FROM fs_open o JOIN fs_fifo f \
+         ON f.p_key = o.p_key AND f.realm = o.realm AND f.f_id = o.f_id \
+         WHERE o.p_key = $1 AND NOT EXISTS (SELECT 1 FROM name_session s \
+         WHERE s.p_key = o.p_key AND s.realm = o.realm \
+         AND s.session = o.session AND s.expires_us > $2)",
+        params![pk, now_us],
+    )?;
+    for r in pipes.iter() {
+        let (realm, id): (String, String) = (r.get(0)?, r.get(1)?);
+        fifo::closed_tx(tx, &realm, &id)?;
+    }
     tx.execute(
         "DELETE FROM fs_open WHERE p_key = $1 AND NOT EXISTS (SELECT 1 FROM name_session s \
          WHERE s.p_key = fs_open.p_key AND s.realm = fs_open.realm \
