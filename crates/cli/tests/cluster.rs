@@ -1420,3 +1420,96 @@ fn a_named_pipe_joins_mounts_on_two_nodes() {
         assert_eq!(read(cat), format!("across from {from}\n"));
     }
 }
+
+/// Issue 43, item 2: "which files went over the network". A proc on node
+/// a reads /in and sends it from its own address; a proc on node b takes
+/// it from its mailbox. The README's last provenance query, run as
+/// written through node b, names /in, both nodes and the taker.
+#[test]
+fn provenance_says_which_files_went_over_the_network() {
+    if !tabos_store::testing::is_root() || find_bindir().is_none() {
+        eprintln!("skipped: needs root (jails) and PostgreSQL's server binaries");
+        return;
+    }
+    let pg = TempCluster::start(&ClusterOptions::default()).unwrap();
+    let url = pg.create_database("network").unwrap();
+    let dir = TempDir::new("cluster-network");
+    let a = node_on(&url, &dir, "a");
+    let b = node_on(&url, &dir, "b");
+    ok(&b.tabos(&["realm", "create", "r", "--scheduler", "locality"]));
+    until(
+        "both nodes serve r",
+        || b.row("SELECT count(*) AS n FROM worker WHERE realm = 'r' AND state = 'up'")["n"] == 2,
+        || {},
+    );
+    let put = Command::new(TABOS)
+        .env("TABOS_ADDR", &a.addr)
+        .env("TABOS_TOKEN", &a.token)
+        .args(["fs", "--realm", "r", "put", "-", "/in"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut put.stdin.as_ref().unwrap(), b"the input").unwrap();
+    ok(&put.wait_with_output().unwrap());
+    // The taker waits on b for what the reader on a sends it.
+    let taker = format!("exec {TABOS} recv proc/taker --timeout-ms 60000");
+    ok(&b.tabos(&[
+        "spawn",
+        "--realm",
+        "r",
+        "--pid",
+        "taker",
+        "--home-node",
+        "b",
+        "--",
+        "sh",
+        "-c",
+        &taker,
+    ]));
+    let reader = format!("{TABOS} fs cat /in | {TABOS} send proc/taker --from proc/reader");
+    ok(&b.tabos(&[
+        "spawn",
+        "--realm",
+        "r",
+        "--pid",
+        "reader",
+        "--home-node",
+        "a",
+        "--wait",
+        "--",
+        "sh",
+        "-c",
+        &reader,
+    ]));
+    ok(&b.tabos(&["wait", "--realm", "r", "taker"]));
+    let readme = include_str!("../../../README.md");
+    let at = readme.find("-- which files went over the network").unwrap();
+    let from = readme[..at].rfind('\n').unwrap() + 1;
+    let sql: String = readme[from..]
+        .lines()
+        .take_while(|l| l.starts_with("        "))
+        .map(|l| format!("{}\n", l.trim_start()))
+        .collect();
+    let o = b.tabos(&["sql", "--json", "--", &sql]);
+    ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    let row = &rows[0];
+    assert_eq!(
+        (
+            &row["path"],
+            &row["read_on"],
+            &row["taken_on"],
+            &row["taken_by"]
+        ),
+        (
+            &serde_json::json!("/in"),
+            &serde_json::json!("a"),
+            &serde_json::json!("b"),
+            &serde_json::json!("taker")
+        ),
+        "{v}"
+    );
+}

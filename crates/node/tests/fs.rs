@@ -388,7 +388,7 @@ async fn a_procs_own_credential_records_its_provenance() {
     // what root's procs touched in the last hour, and — once /in changes
     // (by a client acting for no proc) — who read it before.
     let queries = readme_provenance_queries();
-    assert_eq!(queries.len(), 4, "{queries:#?}");
+    assert_eq!(queries.len(), 5, "{queries:#?}");
     let reader = c.clone();
     let answer = |sql: String| {
         let mut c = reader.clone();
@@ -431,6 +431,8 @@ async fn a_procs_own_credential_records_its_provenance() {
         .await
         .unwrap();
     assert_eq!(answer(queries[3].clone()).await, ["worker /in"]);
+    // One node: nothing went over the network (the cluster tests have two).
+    assert!(answer(queries[4].clone()).await.is_empty());
     for pid in ["worker", "other"] {
         c.evict(REALM, pid).await.unwrap();
     }
