@@ -40,8 +40,12 @@
 //! notifies its channel ([`channel`]) in the same transaction; a waiting
 //! reader or writer ([`waiting`]) sleeps on that channel, never polls, and
 //! tries again when woken — across nodes, as the change feed goes. A wait
-//! is bounded by [`FIFO_WAIT_MAX`] (then UNAVAILABLE: call again).
+//! is bounded by [`FIFO_WAIT_MAX`] (then UNAVAILABLE: call again). A read
+//! whose caller goes away while its transaction is on its way (which then
+//! commits all the same) puts what it took back at the head ([`unread`]),
+//! as a mailbox's receive does.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tabos_store::{params, Store, Tx};
@@ -344,22 +348,118 @@ pub(super) fn write_step(
     Ok((st, Step::Done(n), mark))
 }
 
+/// What becomes of a finished attempt whose caller went away before it
+/// was answered (its transaction commits all the same): a read's bytes are
+/// put back at the head ([`unread`]); a write's stay written.
+pub(super) type Orphaned<T> = Option<Arc<dyn Fn(T) + Send + Sync>>;
+
+/// One attempt's transaction, awaited; dropped unanswered, its result goes
+/// to its [`Orphaned`] once it commits.
+struct Attempt<T: Send + 'static> {
+    pending: Option<tabos_store::Pending<Step<T>, Error>>,
+    orphaned: Orphaned<T>,
+}
+
+impl<T: Send + 'static> std::future::Future for Attempt<T> {
+    type Output = Result<Step<T>>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let pending = self.pending.as_mut().expect("polled after it was answered");
+        let got = std::task::ready!(std::pin::Pin::new(pending).poll(cx));
+        self.pending = None;
+        std::task::Poll::Ready(got)
+    }
+}
+
+impl<T: Send + 'static> Drop for Attempt<T> {
+    fn drop(&mut self) {
+        let (Some(pending), Some(orphaned)) = (self.pending.take(), self.orphaned.take()) else {
+            return;
+        };
+        let done = move |got: Result<Step<T>>| {
+            if let Ok(Step::Done(v)) = got {
+                orphaned(v);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn(async move { done(pending.await) })),
+            Err(_) => drop(std::thread::spawn(move || done(pending.wait()))),
+        }
+    }
+}
+
+/// The [`Orphaned`] of a read of FIFO `id`: its bytes go back to the head,
+/// in a transaction of their own.
+pub(super) fn unread(store: &Store, realm: &str, id: &str) -> Orphaned<Vec<u8>> {
+    let (store, realm, id) = (store.for_realm(realm), realm.to_string(), id.to_string());
+    Some(Arc::new(move |data: Vec<u8>| {
+        if data.is_empty() {
+            return;
+        }
+        let Ok(pk) = crate::partition(&store, &realm) else {
+            return;
+        };
+        let (r, i) = (realm.clone(), id.clone());
+        drop(store.submit(pk, move |tx| unread_tx(tx, &r, &i, &data)));
+    }))
+}
+
+/// Procedure body: puts `data` back at the head of FIFO `id` (gone: nothing).
+fn unread_tx(tx: &mut dyn Tx, realm: &str, id: &str, data: &[u8]) -> Result<()> {
+    let pk = p_key(tx);
+    let head = tx.query_opt(
+        "SELECT COALESCE((SELECT MIN(seq) FROM fs_fifo_data \
+         WHERE p_key = $1 AND realm = $2 AND f_id = $3), f.next_seq) \
+         FROM fs_fifo f WHERE f.p_key = $1 AND f.realm = $2 AND f.f_id = $3",
+        params![pk, realm, id],
+    )?;
+    let Some(head) = head else {
+        return Ok(());
+    };
+    let seq = head.get::<i64>(0)? - 1;
+    tx.execute(
+        "INSERT INTO fs_fifo_data (p_key, realm, f_id, seq, data) VALUES ($1, $2, $3, $4, $5)",
+        params![pk, realm, id, seq, data.to_vec()],
+    )?;
+    tx.execute(
+        "UPDATE fs_inode SET f_size = f_size + $4 WHERE p_key = $1 AND realm = $2 AND f_id = $3",
+        params![pk, realm, id, data.len() as i64],
+    )?;
+    tx.notify(&channel(realm, id), "unread")?;
+    Ok(())
+}
+
 /// Runs `attempt` (one transaction on the realm's writer) until it is
 /// done, sleeping on FIFO `id`'s channel between attempts — subscribed
 /// before each attempt, so a change committed after it wakes the wait.
-/// At most [`FIFO_WAIT_MAX`] in all (then UNAVAILABLE).
-pub(super) async fn waiting<T, F>(store: &Store, realm: &str, id: &str, attempt: F) -> Result<T>
+/// At most [`FIFO_WAIT_MAX`] in all (then UNAVAILABLE). Dropped while an
+/// attempt's transaction is on its way, what it did goes to `orphaned`.
+pub(super) async fn waiting<T, F>(
+    store: &Store,
+    realm: &str,
+    id: &str,
+    orphaned: Orphaned<T>,
+    attempt: F,
+) -> Result<T>
 where
     T: Send + 'static,
     F: Fn(&mut dyn Tx, Option<i64>) -> Result<Step<T>> + Clone + Send + 'static,
 {
     let chan = channel(realm, id);
+    let pk = crate::partition(store, realm)?;
     let deadline = tokio::time::Instant::now() + FIFO_WAIT_MAX;
     let mut mark = None;
     let mut sub = store.subscribe(&chan);
     loop {
         let once = attempt.clone();
-        match crate::call(store, realm, move |tx| once(tx, mark)).await? {
+        let attempt = Attempt {
+            pending: Some(store.for_realm(realm).run(pk, move |tx| once(tx, mark))),
+            orphaned: orphaned.clone(),
+        };
+        match attempt.await? {
             Step::Done(v) => return Ok(v),
             Step::Wait(m) => mark = Some(m),
         }

@@ -529,7 +529,8 @@ impl Files {
             target.clone(),
             noted.cloned(),
         );
-        fifo::waiting(&self.store, realm, id, move |tx, mark| {
+        let orphaned = fifo::unread(&self.store, realm, id);
+        fifo::waiting(&self.store, realm, id, orphaned, move |tx, mark| {
             if let Some(n) = &n {
                 crate::procs::exists_tx(tx, &r, &n.pid)?;
             }
@@ -570,7 +571,7 @@ impl Files {
                 data.clone(),
                 mark.clone(),
             );
-            done += fifo::waiting(&self.store, realm, id, move |tx, waited| {
+            done += fifo::waiting(&self.store, realm, id, None, move |tx, waited| {
                 let now = tabos_store::now_us();
                 if let Some(n) = &n {
                     crate::procs::exists_tx(tx, &r, &n.pid)?;
