@@ -1,4 +1,4 @@
-//! `tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|…|watch`: files in tables.
+//! `tabos fs ls|cat|put|get|rm|mkfifo|mkdir|mv|stat|du|…|watch`: files in tables.
 
 use std::io::{Read, Write};
 

@@ -246,7 +246,7 @@ enum Command {
     Watch(names::WatchArgs),
     /// Mount the realm's files on a directory (FUSE): tabos mount DIR
     Mount(mount::Args),
-    /// Files in tables: tabos fs ls|cat|put|get|rm|mkdir|mv|stat|du|chmod|chown
+    /// Files in tables: tabos fs ls|cat|put|get|rm|mkfifo|mkdir|mv|stat|du|chmod|chown|ln|watch
     Fs(fs::FsArgs),
     /// Stored procedures (wasm or js) run next to the data, each call one
     /// transaction: tabos procedure install|list|remove|call
