@@ -26,6 +26,7 @@ both!(
     sends_hand_over_to_waiting_receivers,
     hand_over_loses_nothing_when_receivers_give_up,
     procs_sends_and_receipts_are_their_provenance,
+    a_procs_messages_through_named_mailboxes_are_its_provenance,
 );
 
 const REALM: &str = "r";
@@ -1010,6 +1011,93 @@ fn procs_sends_and_receipts_are_their_provenance(b: Backend) {
                 "recv proc/b #3-3 +6",
                 "recv proc/b #4-4 +4"
             ]
+        );
+    });
+}
+
+/// What a proc's own credential sends — from another address than its
+/// own, or from none — and takes from a named mailbox is its provenance as
+/// well, in the send's or receive's own transaction; a receipt it waits
+/// for too (handed over: noted in the sender's transaction, for the proc
+/// the claimed waiter acts for).
+fn a_procs_messages_through_named_mailboxes_are_its_provenance(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = &f.store;
+    rt().block_on(async {
+        realms::create(s, REALM, Scheduler::Fifo).unwrap();
+        for pid in ["a", "b"] {
+            let mut d = Descriptor::native("/bin/true");
+            d.pid = Some(Pid::new(pid).unwrap());
+            procs::spawn(s, REALM, d).await.unwrap();
+        }
+        let proc_caller = |pid: &str| {
+            tabos_kernel::auth::Caller::of_started_proc(
+                REALM,
+                &Pid::new(pid).unwrap(),
+                "root",
+                None,
+            )
+            .unwrap()
+        };
+        let (a, b) = (proc_caller("a"), proc_caller("b"));
+        let root = common::as_user(REALM, "root");
+        ipc::create_mailbox(s, &root, "box", OPTS).await.unwrap();
+        // a sends from no address, then from the named one.
+        ipc::send(s, &a, None, vec![msg("box", b"one")], OPTS)
+            .await
+            .unwrap();
+        ipc::send(s, &a, Some(named("box")), vec![msg("proc/b", b"two")], OPTS)
+            .await
+            .unwrap();
+        // b takes from box with its own credential: queued, then waited for.
+        let took = ipc::recv(
+            s,
+            &b,
+            &named("box"),
+            Take::default(),
+            Duration::ZERO,
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(took.messages[0].payload, b"one");
+        let waiting = {
+            let (s, b) = (s.clone(), b.clone());
+            tokio::spawn(async move {
+                ipc::recv(
+                    &s,
+                    &b,
+                    &named("box"),
+                    Take::default(),
+                    Duration::from_secs(60),
+                    std::future::pending(),
+                )
+                .await
+                .unwrap()
+            })
+        };
+        // Waiting in this process: the send hands it over.
+        until_waiting(s, "box", 1).await;
+        ipc::send(s, &a, None, vec![msg("box", b"three")], OPTS)
+            .await
+            .unwrap();
+        assert_eq!(waiting.await.unwrap().messages[0].payload, b"three");
+        // The root client's own receipt from box notes nothing.
+        ipc::send(s, &root, None, vec![msg("box", b"four")], OPTS)
+            .await
+            .unwrap();
+        recv_now(s, "box", 0).await.unwrap();
+        assert_eq!(
+            message_events(s, "a"),
+            [
+                "send box #1-1 +3",
+                "send proc/b #1-1 +3",
+                "send box #2-2 +5"
+            ]
+        );
+        assert_eq!(
+            message_events(s, "b"),
+            ["recv box #1-1 +3", "recv box #2-2 +5"]
         );
     });
 }

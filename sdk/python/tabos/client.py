@@ -907,22 +907,26 @@ class File(io.RawIOBase):
         # A named pipe's reads and writes wait for the other end: no timeout.
         self._pipe = False
         c = fs._c
+
+        def stat() -> Any:
+            return c._call(c._fs.Stat, pb.FsPathRequest(realm=realm, user=user, path=path))
+
         if "w" in mode:
             try:
                 c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
             except errors.AlreadyExists:
-                self._pipe = fs.stat(path, realm=realm).type == "fifo"
+                self._pipe = stat().type == pb.FILE_TYPE_FIFO
                 if not self._pipe:
                     c._call(c._fs.Truncate, pb.FsTruncateRequest(realm=realm, user=user, path=path, size=0))
         elif "a" in mode:
             try:
-                st = fs.stat(path, realm=realm)
-                self._pos, self._pipe = st.size, st.type == "fifo"
+                st = stat()
+                self._pos, self._pipe = st.size, st.type == pb.FILE_TYPE_FIFO
             except errors.NotFound:
                 c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
         else:
             # NotFound now, not at the first read.
-            self._pipe = fs.stat(path, realm=realm).type == "fifo"
+            self._pipe = stat().type == pb.FILE_TYPE_FIFO
 
     def readable(self) -> bool:
         return "r" in self._mode or "+" in self._mode

@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 use super::{Message, Requeue, Take};
+use crate::ids::Pid;
 
 /// Most receivers of one process waiting on one mailbox with hand-over;
 /// more wait on the change feed alone, as before.
@@ -47,6 +48,8 @@ struct Waiter {
     id: u64,
     take: Take,
     to: oneshot::Sender<Vec<Message>>,
+    /// The proc the receiver acts for: a hand-over is its receipt.
+    actor: Option<Pid>,
 }
 
 impl Waiters {
@@ -63,6 +66,7 @@ impl Waiters {
         channel: &str,
         take: Take,
         requeue: &Arc<Requeue>,
+        actor: Option<Pid>,
     ) -> Option<Waiting> {
         let (to, from) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -71,7 +75,12 @@ impl Waiters {
         if queue.len() >= WAITERS_PER_MAILBOX_MAX {
             return None;
         }
-        queue.push_back(Waiter { id, take, to });
+        queue.push_back(Waiter {
+            id,
+            take,
+            to,
+            actor,
+        });
         Some(Waiting {
             waiters: self.clone(),
             channel: channel.to_string(),
@@ -200,6 +209,11 @@ impl Claim {
     pub(crate) fn deliver(self, messages: Vec<Message>) -> Result<(), Vec<Message>> {
         self.waiter.to.send(messages)
     }
+
+    /// The proc the claimed receiver acts for, if any.
+    pub(crate) fn actor(&self) -> Option<&Pid> {
+        self.waiter.actor.as_ref()
+    }
 }
 
 #[cfg(test)]
@@ -237,8 +251,8 @@ mod tests {
         let (store, _dir) = store();
         let w = Arc::new(Waiters::default());
         let rq = requeue(&store);
-        let mut small = w.wait("c", take(1, 2), &rq).unwrap();
-        let mut big = w.wait("c", take(64, 1 << 20), &rq).unwrap();
+        let mut small = w.wait("c", take(1, 2), &rq, None).unwrap();
+        let mut big = w.wait("c", take(64, 1 << 20), &rq, None).unwrap();
         assert_eq!(w.count("c"), 2);
         // Three bytes do not fit the first waiter's budget: the second gets them.
         let claim = w.claim("c", 1, 3).unwrap();
@@ -261,11 +275,11 @@ mod tests {
         let w = Arc::new(Waiters::default());
         let rq = requeue(&store);
         // Not claimed: stopping returns at once with nothing.
-        let waiting = w.wait("c", take(64, 1 << 20), &rq).unwrap();
+        let waiting = w.wait("c", take(64, 1 << 20), &rq, None).unwrap();
         assert!(waiting.finish().await.is_none());
         assert_eq!(w.count("c"), 0);
         // Claimed: stopping waits for the sender's outcome and returns it.
-        let waiting = w.wait("c", take(64, 1 << 20), &rq).unwrap();
+        let waiting = w.wait("c", take(64, 1 << 20), &rq, None).unwrap();
         let claim = w.claim("c", 1, 3).unwrap();
         let deliver = tokio::spawn(async move {
             tokio::task::yield_now().await;
@@ -276,7 +290,7 @@ mod tests {
         deliver.await.unwrap().unwrap();
         // Claimed and then dropped by a receiver that went away: the
         // sender's delivery fails, so the sender puts the messages back.
-        let waiting = w.wait("c", take(64, 1 << 20), &rq).unwrap();
+        let waiting = w.wait("c", take(64, 1 << 20), &rq, None).unwrap();
         let claim = w.claim("c", 1, 3).unwrap();
         drop(waiting);
         assert_eq!(claim.deliver(vec![message(10)]).unwrap_err()[0].seq, 10);
@@ -288,10 +302,10 @@ mod tests {
         let w = Arc::new(Waiters::default());
         let rq = requeue(&store);
         let held: Vec<Waiting> = (0..WAITERS_PER_MAILBOX_MAX)
-            .map(|_| w.wait("c", take(1, 1), &rq).unwrap())
+            .map(|_| w.wait("c", take(1, 1), &rq, None).unwrap())
             .collect();
-        assert!(w.wait("c", take(1, 1), &rq).is_none());
-        assert!(w.wait("d", take(1, 1), &rq).is_some());
+        assert!(w.wait("c", take(1, 1), &rq, None).is_none());
+        assert!(w.wait("d", take(1, 1), &rq, None).is_some());
         drop(held);
         assert_eq!(w.count("c"), 0);
     }

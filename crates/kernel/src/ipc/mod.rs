@@ -390,39 +390,49 @@ pub fn send_tx(
     opts: &MailboxOptions,
     now_us: i64,
 ) -> Result<Vec<Sent>> {
-    let (sent, _) = send_handing_tx(tx, realm, from, msgs, opts, now_us, &[])?;
+    let (sent, _) = send_handing_tx(tx, realm, from, None, msgs, opts, now_us, &[])?;
     Ok(sent)
 }
 
-/// [`send_tx`]; the messages to a mailbox of `hand` (sorted) that is empty
-/// (see [`reserve`]) are neither queued nor notified, and the second value
-/// names those mailboxes, sorted: the caller owes their messages to the
-/// waiting receivers it claimed.
+/// A mailbox whose waiting receiver a send claimed, and the proc that
+/// receiver acts for (its receipt's provenance).
+type Hand<'a> = (&'a Address, Option<&'a Pid>);
+
+/// [`send_tx`] done by proc `actor` (its credential's): the send is its
+/// provenance even from another address than its own. The messages to a
+/// mailbox of `hand` (sorted) that is empty (see [`reserve`]) are neither
+/// queued nor notified, and the second value names those mailboxes,
+/// sorted: the caller owes their messages to the waiting receivers it
+/// claimed.
+#[allow(clippy::too_many_arguments)]
 fn send_handing_tx(
     tx: &mut dyn Tx,
     realm: &str,
     from: Option<&Address>,
+    actor: Option<&Pid>,
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
-    hand: &[&Address],
+    hand: &[Hand<'_>],
 ) -> Result<(Vec<Sent>, Vec<Address>)> {
     validate_realm(realm)?;
     validate_outgoing(msgs)?;
     crate::realms::metered(tx, realm, |tx| {
-        send_unmetered_tx(tx, realm, from, msgs, opts, now_us, hand)
+        send_unmetered_tx(tx, realm, from, actor, msgs, opts, now_us, hand)
     })
 }
 
 /// [`send_handing_tx`] without the realm's mailbox quota check.
+#[allow(clippy::too_many_arguments)]
 fn send_unmetered_tx(
     tx: &mut dyn Tx,
     realm: &str,
     from: Option<&Address>,
+    actor: Option<&Pid>,
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
-    hand: &[&Address],
+    hand: &[Hand<'_>],
 ) -> Result<(Vec<Sent>, Vec<Address>)> {
     let pk = p_key(tx);
     let sender = from.map(Address::to_string).unwrap_or_default();
@@ -435,14 +445,18 @@ fn send_unmetered_tx(
         by_receiver.entry(&m.to).or_default().push(i);
     }
     // Sorted, as `by_receiver` is: looked up by binary search.
-    debug_assert!(hand.windows(2).all(|w| w[0] < w[1]));
+    debug_assert!(hand.windows(2).all(|w| w[0].0 < w[1].0));
     let mut handed = Vec::new();
     for (to, idx) in &by_receiver {
         let receiver = to.to_string();
         let with_ids = idx.iter().any(|&i| msgs[i].message_id.is_some());
         // Hand-over is for one run (no ids) to a mailbox whose receiver
         // the caller claimed.
-        let hand = !with_ids && hand.binary_search(to).is_ok();
+        let claimed = hand
+            .binary_search_by(|(a, _)| (*a).cmp(to))
+            .ok()
+            .map(|at| hand[at].1);
+        let hand = !with_ids && claimed.is_some();
         let runs: Vec<&[usize]> = if with_ids {
             idx.chunks(1).collect()
         } else {
@@ -481,7 +495,12 @@ fn send_unmetered_tx(
                 now_us,
             )?;
             let last = first + run.len() as i64 - 1;
-            if let Some(Address::Proc(pid)) = from {
+            // From a proc's own address, or by a proc from another: its send.
+            let sender_proc = match from {
+                Some(Address::Proc(pid)) => Some(pid),
+                _ => actor,
+            };
+            if let Some(pid) = sender_proc {
                 note_tx(
                     tx,
                     realm,
@@ -495,8 +514,13 @@ fn send_unmetered_tx(
             }
             if to_waiter {
                 // Received at this commit (see [`handover`]): a proc's
-                // receipt is noted here, as a receive would note it.
-                if let Address::Proc(pid) = to {
+                // receipt — of its own mailbox, or by the claimed waiter's
+                // proc — is noted here, as a receive would note it.
+                let taker = match to {
+                    Address::Proc(pid) => Some(pid),
+                    _ => claimed.flatten(),
+                };
+                if let Some(pid) = taker {
                     note_tx(
                         tx,
                         realm,
@@ -724,6 +748,19 @@ pub fn recv_tx(
     take: &Take,
     now_us: i64,
 ) -> Result<Received> {
+    recv_for_tx(tx, realm, address, take, None, now_us)
+}
+
+/// [`recv_tx`] done by proc `actor` (its credential's): a receipt from
+/// another mailbox than its own is its provenance too.
+pub fn recv_for_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    address: &Address,
+    take: &Take,
+    actor: Option<&Pid>,
+    now_us: i64,
+) -> Result<Received> {
     validate_realm(realm)?;
     check_take(take)?;
     let receiver = address.to_string();
@@ -745,7 +782,7 @@ pub fn recv_tx(
     )?;
     if let Some(row) = all {
         let log = row.get::<i64>(0)? != 0;
-        let messages = take_messages(tx, realm, &receiver, i64::MAX, log, now_us)?;
+        let messages = take_messages(tx, realm, &receiver, i64::MAX, log, actor, now_us)?;
         debug_assert!(!messages.is_empty() && messages.len() <= take.max);
         return Ok(Received {
             messages,
@@ -770,7 +807,7 @@ pub fn recv_tx(
             })
         }
     };
-    let messages = take_messages(tx, realm, &receiver, last, log, now_us)?;
+    let messages = take_messages(tx, realm, &receiver, last, log, actor, now_us)?;
     // The head read and the delete ran in one transaction: same rows.
     debug_assert_eq!(messages.len(), n);
     count_queued(
@@ -811,6 +848,7 @@ fn take_messages(
     receiver: &str,
     last: i64,
     log: bool,
+    actor: Option<&Pid>,
     now_us: i64,
 ) -> Result<Vec<Message>> {
     let pk = p_key(tx);
@@ -833,12 +871,9 @@ fn take_messages(
         .collect::<Result<Vec<_>>>()?;
     // RETURNING promises no order.
     messages.sort_by_key(|m| m.seq);
-    // A proc's own mailbox: its receipt is its provenance.
-    if let (Some(pid), Some(a), Some(b)) = (
-        receiver.strip_prefix("proc/"),
-        messages.first(),
-        messages.last(),
-    ) {
+    // A proc's own mailbox, or a proc taking from another: its receipt.
+    let taker = receiver.strip_prefix("proc/").or(actor.map(Pid::as_str));
+    if let (Some(pid), Some(a), Some(b)) = (taker, messages.first(), messages.last()) {
         let bytes = messages.iter().map(|m| m.payload.len()).sum();
         note_tx(
             tx,
@@ -997,7 +1032,7 @@ pub async fn send_fenced(
 ) -> Result<Vec<Sent>> {
     who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
     let realm = who.realm();
-    let (pk, job) = send_job(store, realm, from, msgs, opts, fence)?;
+    let (pk, job) = send_job(store, realm, from, who.pid().cloned(), msgs, opts, fence)?;
     store.for_realm(realm).run(pk, job).await
 }
 
@@ -1011,7 +1046,7 @@ pub fn send_blocking(
 ) -> Result<Vec<Sent>> {
     who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
     let realm = who.realm();
-    let (pk, job) = send_job(store, realm, from, msgs, opts, None)?;
+    let (pk, job) = send_job(store, realm, from, who.pid().cloned(), msgs, opts, None)?;
     store.for_realm(realm).run(pk, job).wait()
 }
 
@@ -1028,6 +1063,7 @@ fn send_job(
     store: &Store,
     realm: &str,
     from: Option<Address>,
+    actor: Option<Pid>,
     msgs: Vec<Outgoing>,
     opts: MailboxOptions,
     fence: Option<crate::names::Fence>,
@@ -1044,8 +1080,20 @@ fn send_job(
             .iter()
             .filter_map(|h| Some((h, waiters.claim(&h.chan, h.count, h.bytes)?)))
             .collect();
-        let claimed: Vec<&Address> = claims.iter().map(|(h, _)| &h.address).collect();
-        let (sent, handed) = send_handing_tx(tx, &r, from.as_ref(), &msgs, &opts, now, &claimed)?;
+        let claimed: Vec<Hand<'_>> = claims
+            .iter()
+            .map(|(h, c)| (&h.address, c.actor()))
+            .collect();
+        let (sent, handed) = send_handing_tx(
+            tx,
+            &r,
+            from.as_ref(),
+            actor.as_ref(),
+            &msgs,
+            &opts,
+            now,
+            &claimed,
+        )?;
         // A claim whose mailbox was not empty, dropped, wakes its receiver
         // to wait again.
         for (h, claim) in claims {
@@ -1245,6 +1293,10 @@ pub struct Receiver {
     spin: Duration,
     /// Where this receiver waits for hand-overs while it waits.
     waiters: Arc<Waiters>,
+    /// The proc this receiver's credential is, if any: its receipts are
+    /// its provenance, whether taken ([`recv_for_tx`]) or handed over (the
+    /// sender's transaction notes them for the claimed waiter's proc).
+    actor: Option<Pid>,
     requeue: Arc<Requeue>,
 }
 
@@ -1342,6 +1394,7 @@ impl Receiver {
             dirty: true,
             spin: Duration::ZERO,
             waiters: store.local::<Waiters>(),
+            actor: who.pid().cloned(),
             requeue: Arc::new(Requeue::new(store, pk, realm, address.clone())),
         })
     }
@@ -1371,8 +1424,8 @@ impl Receiver {
     }
 
     fn job(&self, take: Take) -> impl FnMut(&mut dyn Tx) -> Result<Received> + Send + 'static {
-        let (r, a) = (self.realm.clone(), self.address.clone());
-        move |tx| recv_tx(tx, &r, &a, &take, tabos_store::now_us())
+        let (r, a, p) = (self.realm.clone(), self.address.clone(), self.actor.clone());
+        move |tx| recv_for_tx(tx, &r, &a, &take, p.as_ref(), tabos_store::now_us())
     }
 
     /// What a transaction's result means for waiting: `Some` to return it.
@@ -1425,7 +1478,9 @@ impl Receiver {
             }
             // The mailbox was empty as of the last receive, and any send
             // since is on the subscription: wait for either.
-            let mut waiting = self.waiters.wait(&self.chan, take, &self.requeue);
+            let mut waiting =
+                self.waiters
+                    .wait(&self.chan, take, &self.requeue, self.actor.clone());
             let woke = tokio::select! {
                 messages = hand_over(&mut waiting) => Woke::Handed(messages),
                 note = self.sub.recv() => Woke::Note(note),
@@ -1481,7 +1536,9 @@ impl Receiver {
             } else if wait.is_zero() {
                 return Ok(Received::default());
             }
-            let mut waiting = self.waiters.wait(&self.chan, take, &self.requeue);
+            let mut waiting =
+                self.waiters
+                    .wait(&self.chan, take, &self.requeue, self.actor.clone());
             // A reply usually comes within microseconds: look before sleeping.
             let spin_until = std::time::Instant::now() + self.spin;
             while !self.spin.is_zero() && std::time::Instant::now() < spin_until {
