@@ -1305,10 +1305,11 @@ impl Filesystem for TabosFs {
             let path = self.child(parent, name)?;
             let (realm, user) = self.realm_user(req);
             let perm = i64::from(mode & !umask & 0o7777);
-            self.rt
+            let st = self
+                .rt
                 .block_on(async { self.c().fs_mkfifo(&realm, &user, &path, perm).await })
                 .map_err(|e| errno(&e))?;
-            self.entry(req, &path)
+            Ok(attr(self.inodes().ino(&path, &st.id), &st))
         })();
         match done {
             Ok(a) => reply.entry(

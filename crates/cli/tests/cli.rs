@@ -6876,6 +6876,23 @@ fn named_pipes_through_two_mounts_and_the_cli() {
         assert!(o.status.success(), "reader: {:?} {}", o.status, stderr(&o));
         stdout(&o)
     };
+    // A reader's end is open once the pipe has counted its open: only then
+    // is the writer started (a reader whose end opens after a writer has
+    // come and gone reads its bytes, then waits for the next writer).
+    let readers_opened = |n: i64| {
+        let q = "SELECT f.reader_opens AS n FROM fs_fifo f JOIN directory d \
+                 ON d.realm = f.realm AND d.f_id = f.f_id WHERE d.d_name = '/p'";
+        for _ in 0..1_200 {
+            let o = node.tabos(&["sql", "--json", q]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+            if v["rows"][0]["n"] == n {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("the pipe's reader number {n} never opened");
+    };
     sh("mkfifo m1/p");
     let listed = stdout(&node.tabos(&["fs", "ls", "/"]));
     assert!(
@@ -6885,13 +6902,13 @@ fn named_pipes_through_two_mounts_and_the_cli() {
         "{listed}"
     );
     let cat = reader("cat m2/p");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    readers_opened(1);
     sh("printf 'hello\\nworld\\n' > m1/p");
     assert_eq!(ended(cat), "hello\nworld\n");
 
     // The CLI's ends: put writes into it, cat reads from it.
     let cat = reader("cat m2/p");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    readers_opened(2);
     let mut put = node
         .command()
         .args(["fs", "put", "-", "/p"])
@@ -6908,13 +6925,13 @@ fn named_pipes_through_two_mounts_and_the_cli() {
         c.args(["fs", "cat", "/p"]);
         c.stdout(Stdio::piped()).spawn().unwrap()
     };
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    readers_opened(3);
     sh("echo through-the-mount > m1/p");
     assert_eq!(ended(cat), "through-the-mount\n");
 
     // EPIPE: the reader takes 10 bytes and goes; the writer is told.
     let head = reader("head -c 10 m2/p");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    readers_opened(4);
     let out = sh("timeout 60 yes > m1/p 2>/dev/null; echo $?");
     assert_eq!(out.trim(), "1", "yes ends on EPIPE, not by the timeout");
     assert_eq!(ended(head), "y\ny\ny\ny\ny\n");

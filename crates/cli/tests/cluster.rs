@@ -1412,10 +1412,26 @@ fn a_named_pipe_joins_mounts_on_two_nodes() {
         ok(&o);
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
+    // Only once the pipe has counted the reader's open is the writer
+    // started (a reader whose end opens after a writer has come and gone
+    // reads its bytes, then waits for the next writer).
+    let readers_opened = |n: i64| {
+        until(
+            "the reader's end is open",
+            || {
+                a.row(
+                    "SELECT f.reader_opens AS n FROM fs_fifo f JOIN directory d \
+                     ON d.realm = f.realm AND d.f_id = f.f_id WHERE d.d_name = '/p'",
+                )["n"]
+                    == n
+            },
+            || {},
+        )
+    };
     sh("mkfifo ma/p");
-    for (from, to) in [("ma", "mb"), ("mb", "ma")] {
+    for (n, (from, to)) in [(1, ("ma", "mb")), (2, ("mb", "ma"))] {
         let cat = reader(&format!("cat {to}/p"));
-        std::thread::sleep(Duration::from_millis(300));
+        readers_opened(n);
         sh(&format!("printf 'across from {from}\\n' > {from}/p"));
         assert_eq!(read(cat), format!("across from {from}\n"));
     }
