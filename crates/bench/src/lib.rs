@@ -4,7 +4,7 @@
 //!
 //! Suites: [`store`], [`sched`], [`ipc`], [`names`], [`fs`], [`procedures`],
 //! [`mr`], [`auth`], [`dialect`], [`elastic`], [`kv`], [`www`], [`workflows`], [`cluster`],
-//! [`fair`].
+//! [`fair`], [`graphs`].
 
 pub mod auth;
 pub mod cluster;
@@ -12,6 +12,7 @@ pub mod dialect;
 pub mod elastic;
 pub mod fair;
 pub mod fs;
+pub mod graphs;
 pub mod ipc;
 pub mod kv;
 pub mod machine;
@@ -87,8 +88,9 @@ pub fn run_suite_on(
         "workflows" => workflows::run(quick)?,
         "cluster" => cluster::run(quick)?,
         "fair" => fair::run(quick)?,
+        "graphs" => graphs::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, mount, procedures, mr, auth, transport, dialect, elastic, kv, www, workflows, cluster, fair")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, mount, procedures, mr, auth, transport, dialect, elastic, kv, www, workflows, cluster, fair, graphs")
         }
     };
     let mut report = report;

@@ -23,6 +23,7 @@ mod context;
 mod credentials;
 mod demo;
 mod fs;
+mod graph;
 mod ipc;
 mod kv;
 mod mount;
@@ -257,6 +258,8 @@ enum Command {
     Mr(mr::Args),
     /// Durable workflows: tabos workflow run|list|show|wait|cancel|resume|fork|retarget|send|queue|schedule
     Workflow(workflow::Args),
+    /// Task graphs of procedures and workflows, each task run as its inputs complete: tabos graph submit|show|wait|cancel|ls
+    Graph(graph::Args),
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]
     MrTask(TaskArgs),
@@ -365,6 +368,7 @@ fn main() -> std::process::ExitCode {
         Command::Fs(a) => fs::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Procedure(a) => procedure::run(a),
+        Command::Graph(a) => graph::run(a),
         Command::Batch(a) => batch::run(a),
     };
     match result {

@@ -1415,6 +1415,117 @@ fn elastic_realms_from_the_command_line() {
 }
 
 #[test]
+fn a_task_graph_from_the_command_line_survives_kill_9() {
+    let dir = TempDir::new("cli-graph");
+    let data = dir.path().join("data");
+    let start = || Node::start(&["--data", data.to_str().unwrap(), "--heartbeat-ms", "200"]);
+    let node = start();
+    let code = dir.path().join("code");
+    std::fs::create_dir_all(&code).unwrap();
+    let procedures = [
+        // ~50 ms of work, counted in the realm's table (so a second run
+        // of any task would show), then its argument back.
+        (
+            "slow",
+            "function main(a) { const t = Date.now(); while (Date.now() - t < 50) {} \
+             tabos.put('runs', String(Number(tabos.get('runs') || '0') + 1)); \
+             return String(JSON.parse(a)[0]); }",
+        ),
+        (
+            "sum",
+            "function main(a) { return String(JSON.parse(a).reduce((x, y) => x + y, 0)); }",
+        ),
+        (
+            "runs",
+            "function main(a) { return tabos.get('runs') || '0'; }",
+        ),
+    ];
+    for (name, js) in procedures {
+        let f = code.join(format!("{name}.js"));
+        std::fs::write(&f, js).unwrap();
+        let o = node.tabos(&["procedure", "install", name, f.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    // 40 slow leaves, a sum of them all.
+    let mut tasks: Vec<serde_json::Value> = (0..40)
+        .map(|i| serde_json::json!({"id": format!("s{i}"), "procedure": "slow", "args": [i]}))
+        .collect();
+    let all: Vec<_> = (0..40)
+        .map(|i| serde_json::json!({"$task": format!("s{i}")}))
+        .collect();
+    tasks.push(serde_json::json!({"id": "total", "procedure": "sum", "args": all}));
+    let file = dir.path().join("graph.json");
+    std::fs::write(&file, serde_json::json!({"tasks": tasks}).to_string()).unwrap();
+    let o = node.tabos(&["graph", "submit", file.to_str().unwrap(), "--id", "leaves"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "leaves");
+    // Killed mid-graph: once some tasks have ended, none after the last.
+    let ended = |node: &Node| -> u64 {
+        let o = node.tabos(&["graph", "show", "leaves", "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["ended"].as_u64().unwrap()
+    };
+    let mut waited = 0;
+    while ended(&node) < 5 {
+        waited += 1;
+        assert!(waited < 600, "no task ended");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let before = ended(&node);
+    let pid = node.child.id().to_string();
+    Command::new("kill").args(["-KILL", &pid]).status().unwrap();
+    drop(node);
+    // A new node on the same data (a new node id): the dead node's claims
+    // are given back once it is declared lost, and the graph ends.
+    let node = start();
+    let o = node.tabos(&["graph", "wait", "leaves", "--timeout", "300"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), (0..40).sum::<i32>().to_string());
+    // Each task's effect once, across the kill.
+    let o = node.tabos(&["procedure", "call", "runs"]);
+    assert_eq!(stdout(&o).trim(), "40", "ended {before} before the kill");
+    let o = node.tabos(&["graph", "show", "leaves"]);
+    let shown = stdout(&o);
+    assert!(
+        shown.starts_with("graph leaves success (41 of 41 tasks ended)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("total            procedure success"),
+        "{shown}"
+    );
+    // A failing graph: wait exits 1 and says why; cancel, ls, bad input.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"tasks": [{"id": "a", "procedure": "nosuch", "args": []}]}"#,
+    )
+    .unwrap();
+    let o = node.tabos(&["graph", "submit", bad.to_str().unwrap(), "--wait"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    assert!(stderr(&o).contains("procedure nosuch"), "{}", stderr(&o));
+    std::fs::write(
+        &bad,
+        r#"{"tasks": [{"id": "a", "procedure": "sum", "args": [{"$task": "b"}]}]}"#,
+    )
+    .unwrap();
+    let o = node.tabos(&["graph", "submit", bad.to_str().unwrap()]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not submitted before it"),
+        "{}",
+        stderr(&o)
+    );
+    let o = node.tabos(&["graph", "cancel", "leaves"]);
+    assert!(!o.status.success(), "an ended graph has nothing to cancel");
+    let o = node.tabos(&["graph", "ls", "--status", "success"]);
+    assert!(stdout(&o).contains("leaves"), "{}", stdout(&o));
+    let o = node.tabos(&["graph", "ls", "--status", "done"]);
+    assert!(!o.status.success());
+}
+
+#[test]
 fn mailboxes_send_and_recv() {
     let dir = TempDir::new("cli-ipc");
     let data = dir.path().join("data");

@@ -57,11 +57,13 @@ fn the_quick_start_runs_as_written() {
     let work = dir.path().join("checkout");
     std::fs::create_dir_all(work.join("examples")).unwrap();
     std::fs::copy(repo().join("README.md"), work.join("README.md")).unwrap();
-    std::fs::copy(
-        repo().join("examples/counter.js"),
-        work.join("examples/counter.js"),
-    )
-    .unwrap();
+    for f in ["counter.js", "sum.js", "graph.json"] {
+        std::fs::copy(
+            repo().join("examples").join(f),
+            work.join("examples").join(f),
+        )
+        .unwrap();
+    }
     let bin = Path::new(TABOS).parent().unwrap();
     let path = format!(
         "{}:{}:{}",
@@ -138,7 +140,12 @@ fn the_quick_start_runs_as_written() {
     assert!(said_by("tabos send inbox").contains("first message"));
     assert!(said_by("tabos put -p /cfg/db").contains("primary=a"));
     assert!(said_by("tabos fs mkdir").contains("readme.md"));
-    assert!(said_by("tabos procedure install").trim_end().ends_with('1'));
+    assert!(said_by("tabos procedure install counter")
+        .trim_end()
+        .ends_with('1'));
+    assert!(said_by("tabos procedure install sum")
+        .trim_end()
+        .ends_with("\n20"));
     assert!(said_by("tabos sql").contains("hello"));
     assert!(said_by("PGPASSWORD").contains("proc"));
     assert!(said_by("python3").contains("hello"));

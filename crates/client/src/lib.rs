@@ -23,6 +23,7 @@ pub mod codec;
 pub mod doors;
 pub mod fault;
 pub mod fs;
+pub mod graphs;
 pub mod local;
 pub mod names;
 pub mod procedures;
@@ -33,6 +34,7 @@ pub mod workflows;
 
 use proto::batch_client::BatchClient;
 use proto::fs_client::FsClient;
+use proto::graphs_client::GraphsClient;
 use proto::ipc_client::IpcClient;
 use proto::names_client::NamesClient;
 use proto::node_client::NodeClient;
@@ -87,6 +89,9 @@ pub enum Error {
     /// A names call met more symlinks than [`names::HOPS_MAX`] (a loop).
     #[error("{path}: more than {hops} symlinks to follow (a loop?)")]
     Hops { path: String, hops: usize },
+    /// A graph's task failed or was cancelled ([`graphs::Graph::get`]).
+    #[error("{0}")]
+    Task(String),
 }
 
 impl Error {
@@ -300,6 +305,7 @@ pub struct Client {
     names: NamesClient<Transport>,
     fs: FsClient<Transport>,
     procedures: ProceduresClient<Transport>,
+    graphs: GraphsClient<Transport>,
     batch: BatchClient<Transport>,
     workflows: WorkflowsClient<Transport>,
     /// The proc this client acts for ([`Client::acting_for`]): its file
@@ -495,6 +501,7 @@ impl Client {
             names: sized!(NamesClient, channel.clone()),
             fs: sized!(FsClient, channel.clone()),
             procedures: sized!(ProceduresClient, channel.clone()),
+            graphs: sized!(GraphsClient, channel.clone()),
             workflows: sized!(WorkflowsClient, channel.clone()),
             batch: sized!(BatchClient, channel),
             proc_pid: String::new(),

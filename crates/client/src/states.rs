@@ -5,8 +5,9 @@
 //! are all made from it, so the two directions cannot drift apart.
 
 use crate::proto::{
-    AllocManager, FileType, LogStream, NameKind, NodeState, ProcClass, ProcKind, ProcState, Role,
-    Scheduler, StepKind, StepStatus, WatchMode, WatchOp, WorkflowStatus,
+    AllocManager, FileType, GraphStatus, LogStream, NameKind, NodeState, ProcClass, ProcKind,
+    ProcState, Role, Scheduler, StepKind, StepStatus, TaskKind, TaskStatus, WatchMode, WatchOp,
+    WorkflowStatus,
 };
 
 /// `name()`, `from_name()`, `NAMES` and `parse()` (the unspecified value reads "unknown": a newer node's value,
@@ -77,6 +78,14 @@ names!(StepKind {
     Send => "send", Recv => "recv", SetEvent => "set_event", GetEvent => "get_event",
 });
 names!(StepStatus { Running => "running", Success => "success", Error => "error" });
+names!(TaskKind { Procedure => "procedure", Workflow => "workflow" });
+names!(GraphStatus {
+    Running => "running", Success => "success", Error => "error", Cancelled => "cancelled",
+});
+names!(TaskStatus {
+    Waiting => "waiting", Ready => "ready", Running => "running", Success => "success",
+    Error => "error", Cancelled => "cancelled",
+});
 
 impl ProcState {
     /// Whether the proc has ended: exited, evicted or failed.

@@ -562,6 +562,9 @@ enum Origin {
     /// A proc procd runs itself (wasm), started by the claim that made
     /// this caller: it acts for its spawner's user without a credential.
     Proc(Pid),
+    /// A task of a graph (`graphs`), run by the node's scheduler for the
+    /// user who submitted the graph, without a credential.
+    Task(String),
 }
 
 impl Caller {
@@ -612,7 +615,7 @@ impl Caller {
     pub fn credential(&self) -> Option<&CredentialId> {
         match &self.origin {
             Origin::Credential(id) => Some(id),
-            Origin::Proc(_) => None,
+            Origin::Proc(_) | Origin::Task(_) => None,
         }
     }
 
@@ -636,10 +639,26 @@ impl Caller {
         })
     }
 
+    /// A graph's task as the scheduler runs it (`graphs`): in `realm`,
+    /// for `user` (the graph's submitter), role member, unscoped, no proc.
+    /// `task` (`<graph>/<task>`) names it in refusals.
+    pub fn of_graph_task(realm: &str, user: &str, task: &str) -> Result<Caller> {
+        validate_user(user)?;
+        Ok(Caller {
+            realm: RealmName::new(realm)?,
+            user: user.to_string(),
+            role: Role::Member,
+            pid: None,
+            scope: None,
+            origin: Origin::Task(task.to_string()),
+        })
+    }
+
     fn who(&self) -> String {
         match &self.origin {
             Origin::Credential(id) => format!("credential {id}"),
             Origin::Proc(pid) => format!("proc {pid}"),
+            Origin::Task(task) => format!("task {task}"),
         }
     }
 

@@ -21,6 +21,7 @@ pub mod backup;
 pub mod cluster;
 pub mod cron;
 pub mod fs;
+pub mod graphs;
 pub mod ids;
 pub mod ipc;
 pub mod kv;
@@ -297,6 +298,12 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "fifo",
         sqlite: include_str!("../schema/sqlite/043_fifo.sql"),
         postgres: include_str!("../schema/postgres/043_fifo.sql"),
+    },
+    Migration {
+        version: 44,
+        name: "graph",
+        sqlite: include_str!("../schema/sqlite/044_graph.sql"),
+        postgres: include_str!("../schema/postgres/044_graph.sql"),
     },
 ];
 

@@ -13,7 +13,8 @@ use tabos_store::Tx;
 
 use crate::fs::files::Files;
 use crate::{
-    auth, fs, ipc, kv, logs, names, procedures, procs, realms, validate_realm, workflows, Result,
+    auth, fs, graphs, ipc, kv, logs, names, procedures, procs, realms, validate_realm, workflows,
+    Result,
 };
 
 /// Procedure body: deletes everything of `realm` on its partition; returns
@@ -30,6 +31,7 @@ pub fn remove_realm_tx(tx: &mut dyn Tx, realm: &str) -> Result<u64> {
     n += procedures::remove_realm_tx(tx, realm)?;
     n += auth::remove_realm_tx(tx, realm)?;
     n += workflows::remove_realm_tx(tx, realm)?;
+    n += graphs::remove_realm_tx(tx, realm)?;
     n += realms::remove_tx(tx, realm)?;
     Ok(n)
 }

@@ -1928,10 +1928,18 @@ fn record_finish(
     Ok(())
 }
 
+/// Channel raised when a workflow ends — success, error or cancelled
+/// (payload: its realm): what waits on workflows of several realms (a
+/// graph's workflow tasks, `graphs::settle_workflows_tx`) follows.
+pub const ENDED_CHANNEL: &str = "workflows/ended";
+
 /// Tells workflow `id`'s channel, and its queue's, that its status is now
 /// `status`.
 fn announce(tx: &mut dyn Tx, realm: &str, id: &str, status: &str) -> Result<()> {
     tx.notify(&workflow_channel(realm, id), &format!("status {status}"))?;
+    if matches!(status, "success" | "error" | "cancelled") {
+        tx.notify(ENDED_CHANNEL, realm)?;
+    }
     tx.notify(&workflows_channel(realm), &format!("{id} {status}"))?;
     if let Some(w) = get_in(tx, realm, id)? {
         if let Some(q) = &w.queue {

@@ -15,6 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["procs"],
     &["ipc", "fs"],
     &["procedures", "alloc", "workflows", "logs"],
+    &["graphs"],
     &["teardown", "backup", "retention"],
     &["cluster"],
 ];

@@ -37,6 +37,7 @@ pub use fault::{kernel_status, status_of, store_reason};
 pub mod forward;
 pub mod fs;
 pub mod grants;
+pub mod graphs;
 pub mod host;
 pub mod ipc;
 pub mod jail;

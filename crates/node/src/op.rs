@@ -72,6 +72,7 @@ acting!(realm:
     WaitWorkflowRequest, ListWorkflowsRequest, WorkflowRequest, ResumeWorkflowRequest,
     ForkWorkflowRequest, RetargetRequest, SetQueueRequest, ScheduleInfo, ListSchedulesRequest,
     RemoveScheduleRequest, ListQueuesRequest,
+    SubmitGraphRequest, AddTasksRequest, GraphRequest, WaitGraphRequest, ListGraphsRequest,
 );
 acting!(none:
     RevokeTokenRequest, Empty, StatusRequest, ListNodesRequest, RemoveNodeRequest,

@@ -718,6 +718,9 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
     if channel == "workflows" {
         return Ok(tabos_kernel::workflows::workflows_channel(realm));
     }
+    if channel == "graphs" {
+        return Ok(tabos_kernel::graphs::graphs_channel(realm));
+    }
     match channel.split_once('/') {
         Some(("proc", pid)) => {
             let pid = tabos_kernel::ids::Pid::new(pid).map_err(|e| e.to_string())?;
@@ -735,6 +738,10 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
             tabos_kernel::ids::WorkflowId::new(id).map_err(|e| e.to_string())?;
             Ok(tabos_kernel::workflows::workflow_channel(realm, id))
         }
+        Some(("graph", id)) => {
+            tabos_kernel::ids::validate_name("graph id", id).map_err(|e| e.to_string())?;
+            Ok(tabos_kernel::graphs::graph_channel(realm, id))
+        }
         Some(("names", dir)) => {
             let dir = format!("/{}", dir.trim_start_matches('/'));
             tabos_kernel::names::validate_path(&dir).map_err(|e| e.to_string())?;
@@ -742,7 +749,7 @@ pub fn feed_channel(realm: &str, channel: &str) -> Result<String, String> {
         }
         _ => Err(format!(
             "unknown channel {channel:?}: LISTEN procs, \"proc/<pid>\", \"logs/<pid>\", \"mailbox/<name>\", \
-             \"names/<dir>\", spawns, workflows or \"workflow/<id>\""
+             \"names/<dir>\", spawns, workflows, \"workflow/<id>\", graphs or \"graph/<id>\""
         )),
     }
 }

@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 
 use tabos_client::proto::batch_server::BatchServer;
 use tabos_client::proto::fs_server::FsServer;
+use tabos_client::proto::graphs_server::GraphsServer;
 use tabos_client::proto::ipc_server::IpcServer;
 use tabos_client::proto::names_server::NamesServer;
 use tabos_client::proto::node_server::NodeServer;
@@ -33,8 +34,8 @@ macro_rules! sized {
     };
 }
 use crate::{
-    auth, batch, conn, dashboard, fs, grants, ipc, lease, local, managers, names, pg, procd,
-    procedures, procs, sql, status, tokens, workflows, Error, Node, JAILS_DIR,
+    auth, batch, conn, dashboard, fs, grants, graphs, ipc, lease, local, managers, names, pg,
+    procd, procedures, procs, sql, status, tokens, workflows, Error, Node, JAILS_DIR,
 };
 
 /// Binds `addr` (e.g. `127.0.0.1:7070`, or port 0 for any free port).
@@ -324,6 +325,7 @@ pub async fn serve_with(
         WorkflowsServer,
         workflows::WorkflowsService::new(node.clone())
     );
+    let graphs_service = sized!(GraphsServer, graphs::GraphsService::new(node.clone()));
     let batch_service = sized!(BatchServer, batch);
 
     // The node's own realm exists before anyone is served; its worker and
@@ -400,6 +402,12 @@ pub async fn serve_with(
         });
     }
     {
+        let n = node.clone();
+        tasks.spawn("graph scheduler", Policy::Restart, move |stop| {
+            graphs::schedule(n.clone(), stop)
+        });
+    }
+    {
         let auth = node.auth.clone();
         tasks.spawn("credentials follower", Policy::Restart, move |stop| {
             auth.clone().follow(stop)
@@ -455,6 +463,7 @@ pub async fn serve_with(
             workflows_service,
             closed("Workflows"),
         ))
+        .add_service(InterceptedService::new(graphs_service, closed("Graphs")))
         .add_service(InterceptedService::new(batch_service, guard.clone()))
         .clone()
         .routes();

@@ -61,6 +61,14 @@ wire!(tabos_kernel::workflows::StepKind => StepKind {
     Function => Function, Procedure => Procedure, Proc => Proc, Sleep => Sleep,
     Send => Send, Recv => Recv, SetEvent => SetEvent, GetEvent => GetEvent,
 });
+wire!(tabos_kernel::graphs::Kind => TaskKind { Procedure => Procedure, Workflow => Workflow });
+wire!(tabos_kernel::graphs::GraphStatus => GraphStatus {
+    Running => Running, Success => Success, Error => Error, Cancelled => Cancelled,
+});
+wire!(tabos_kernel::graphs::TaskStatus => TaskStatus {
+    Waiting => Waiting, Ready => Ready, Running => Running, Success => Success,
+    Error => Error, Cancelled => Cancelled,
+});
 wire!(tabos_kernel::realms::StorageClass => StorageClass {
     Kv => Kv, Names => Names, Files => Files, Mail => QueuedMail,
     Delivered => DeliveredMail, Code => Code, Workflows => Workflows, Tables => Tables,
@@ -115,7 +123,7 @@ pub fn of_text<P: Default>(word: &str, from_name: fn(&str) -> Option<P>) -> P {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tabos_kernel::{auth, fs, names, nodes, procs, realms, workflows};
+    use tabos_kernel::{auth, fs, graphs, names, nodes, procs, realms, workflows};
 
     /// Each value's wire name is the kernel's word for it, and it comes
     /// back as itself.
@@ -206,6 +214,30 @@ mod tests {
                 SK::Recv,
                 SK::SetEvent,
                 SK::GetEvent,
+            ],
+            |k| k.as_str().into(),
+            |p| p.name(),
+        );
+        same(
+            &[graphs::Kind::Procedure, graphs::Kind::Workflow],
+            |k| k.as_str().into(),
+            |p| p.name(),
+        );
+        use graphs::GraphStatus as G;
+        same(
+            &[G::Running, G::Success, G::Error, G::Cancelled],
+            |k| k.as_str().into(),
+            |p| p.name(),
+        );
+        use graphs::TaskStatus as T;
+        same(
+            &[
+                T::Waiting,
+                T::Ready,
+                T::Running,
+                T::Success,
+                T::Error,
+                T::Cancelled,
             ],
             |k| k.as_str().into(),
             |p| p.name(),

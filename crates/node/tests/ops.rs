@@ -20,6 +20,7 @@ const SERVED_BY_OPS: &[(&str, usize)] = &[
     ("tokens.rs", 4),
     ("status.rs", 8),
     ("sql.rs", 1),
+    ("graphs.rs", 7),
 ];
 
 /// Handlers of those services still checked at the door (none: every

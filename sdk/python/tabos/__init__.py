@@ -61,6 +61,7 @@ from .errors import (
     Unimplemented,
 )
 
+from .graphs import Graph, Graphs, GraphInfo, ObjectRef, RemoteFunction, TaskFailed, TaskInfo
 from .workflows import (
     Ctx,
     Executor,
@@ -109,6 +110,13 @@ __all__ = [
     "ProcStatus",
     "Procedure",
     "ProcedureFailed",
+    "Graph",
+    "GraphInfo",
+    "Graphs",
+    "ObjectRef",
+    "RemoteFunction",
+    "TaskFailed",
+    "TaskInfo",
     "ReadOnly",
     "ResourceExhausted",
     "Session",

@@ -327,6 +327,9 @@ class Client:
         from .workflows import Workflows  # imports this module
 
         self.workflows = Workflows(self)
+        from .graphs import Graphs
+
+        self.graphs = Graphs(self)
 
     # -- plumbing -------------------------------------------------------
 

@@ -11,7 +11,7 @@ proc's row to appear on the page without a reload, checks the other pages
 load and that MapReduce job JOB (done) shows its phases and tasks, checks
 the overview (the failures count and list, red; every plot's labelled
 axes, gridlines, time ticks, size and hover), and saves screenshots to
-SCREENSHOT and SCREENSHOT with -overview before .png. Every wait is bounded, and is
+SCREENSHOT and SCREENSHOT with -overview (and -graph) before .png. Every wait is bounded, and is
 woken by the page (a MutationObserver), not by asking again and again.
 Exits non-zero, saying why, on any failure.
 """
@@ -239,6 +239,7 @@ def run(url, token, tabos, screenshot, job, port):
         ("files", "Files"),
         ("mr", "MapReduce jobs"),
         ("workflows", "Workflows"),
+        ("graphs", "Task graphs"),
         ("overview", "Failures"),
     ):
         page.eval(f"location.hash = '#{view}'; true")
@@ -249,6 +250,29 @@ def run(url, token, tabos, screenshot, job, port):
         if page.eval("document.body.dataset.loaded") != "ok" or page.eval("!!document.querySelector('#page .error')"):
             sys.exit(f"the {view} page failed: {page.eval('document.body.innerText')[:2000]}")
         page.wait_for(f"document.querySelector('#page h2').textContent.startsWith('{marker}')", f"the {view} page's heading")
+    # A task graph: its row, then, picked, its tasks drawn (a box per
+    # task, a line per edge) in the colours of their states.
+    add = os.path.join(tempfile.mkdtemp(), "add.js")
+    with open(add, "w") as f:
+        f.write("function main(a) { return String(JSON.parse(a).reduce((x, y) => x + y, 0)); }")
+    subprocess.run([tabos, "procedure", "install", "dash-add", add], check=True, capture_output=True, timeout=WAIT_S)
+    spec = {"tasks": [{"id": "a", "procedure": "dash-add", "args": [1]},
+                      {"id": "b", "procedure": "dash-add", "args": [2]},
+                      {"id": "c", "procedure": "dash-add", "args": [{"$task": "a"}, {"$task": "b"}]}]}
+    done = subprocess.run([tabos, "graph", "submit", "-", "--id", "dash-graph", "--wait"], input=json.dumps(spec),
+                          capture_output=True, text=True, timeout=WAIT_S)
+    if done.stdout.strip() != "3":
+        sys.exit(f"the graph gave {done.stdout!r} {done.stderr!r}")
+    page.eval("location.hash = '#graphs'; true")
+    page.wait_for("document.querySelector('#page tr[data-key=\"dash-graph\"]')", "the graph's row")
+    page.eval("document.querySelector('#page tr[data-key=\"dash-graph\"]').click(); true")
+    page.wait_for(
+        "document.querySelectorAll('#dag rect.tl-exited').length === 3 && document.querySelectorAll('#dag line').length === 2",
+        "the graph drawn: 3 tasks ended, 2 edges",
+    )
+    shot = page.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+    with open(screenshot.replace(".png", "-graph.png"), "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
     # The job: its row, then (the only job, so chosen) its phases and tasks.
     page.eval("location.hash = '#mr'; true")
     page.wait_for(f"document.querySelector('#page tr[data-key=\"{job}\"]')", f"job {job}'s row")

@@ -185,6 +185,30 @@ class StepStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STEP_STATUS_RUNNING: _ClassVar[StepStatus]
     STEP_STATUS_SUCCESS: _ClassVar[StepStatus]
     STEP_STATUS_ERROR: _ClassVar[StepStatus]
+
+class TaskKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_KIND_UNSPECIFIED: _ClassVar[TaskKind]
+    TASK_KIND_PROCEDURE: _ClassVar[TaskKind]
+    TASK_KIND_WORKFLOW: _ClassVar[TaskKind]
+
+class GraphStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    GRAPH_STATUS_UNSPECIFIED: _ClassVar[GraphStatus]
+    GRAPH_STATUS_RUNNING: _ClassVar[GraphStatus]
+    GRAPH_STATUS_SUCCESS: _ClassVar[GraphStatus]
+    GRAPH_STATUS_ERROR: _ClassVar[GraphStatus]
+    GRAPH_STATUS_CANCELLED: _ClassVar[GraphStatus]
+
+class TaskStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATUS_UNSPECIFIED: _ClassVar[TaskStatus]
+    TASK_STATUS_WAITING: _ClassVar[TaskStatus]
+    TASK_STATUS_READY: _ClassVar[TaskStatus]
+    TASK_STATUS_RUNNING: _ClassVar[TaskStatus]
+    TASK_STATUS_SUCCESS: _ClassVar[TaskStatus]
+    TASK_STATUS_ERROR: _ClassVar[TaskStatus]
+    TASK_STATUS_CANCELLED: _ClassVar[TaskStatus]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_INVALID: ErrorReason
 ERROR_REASON_TOO_LARGE: ErrorReason
@@ -304,6 +328,21 @@ STEP_STATUS_UNSPECIFIED: StepStatus
 STEP_STATUS_RUNNING: StepStatus
 STEP_STATUS_SUCCESS: StepStatus
 STEP_STATUS_ERROR: StepStatus
+TASK_KIND_UNSPECIFIED: TaskKind
+TASK_KIND_PROCEDURE: TaskKind
+TASK_KIND_WORKFLOW: TaskKind
+GRAPH_STATUS_UNSPECIFIED: GraphStatus
+GRAPH_STATUS_RUNNING: GraphStatus
+GRAPH_STATUS_SUCCESS: GraphStatus
+GRAPH_STATUS_ERROR: GraphStatus
+GRAPH_STATUS_CANCELLED: GraphStatus
+TASK_STATUS_UNSPECIFIED: TaskStatus
+TASK_STATUS_WAITING: TaskStatus
+TASK_STATUS_READY: TaskStatus
+TASK_STATUS_RUNNING: TaskStatus
+TASK_STATUS_SUCCESS: TaskStatus
+TASK_STATUS_ERROR: TaskStatus
+TASK_STATUS_CANCELLED: TaskStatus
 
 class ErrorDetail(_message.Message):
     __slots__ = ("reason", "subject", "stale_epoch", "over_quota", "mounted")
@@ -2405,3 +2444,161 @@ class ListQueuesResponse(_message.Message):
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
     def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
+
+class GraphTask(_message.Message):
+    __slots__ = ("id", "kind", "target", "args", "dynamic", "attempts_max", "queue", "version")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    DYNAMIC_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_MAX_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: TaskKind
+    target: str
+    args: bytes
+    dynamic: bool
+    attempts_max: int
+    queue: str
+    version: str
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., target: _Optional[str] = ..., args: _Optional[bytes] = ..., dynamic: _Optional[bool] = ..., attempts_max: _Optional[int] = ..., queue: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+
+class SubmitGraphRequest(_message.Message):
+    __slots__ = ("realm", "graph_id", "tasks", "result", "held")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    graph_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[GraphTask]
+    result: str
+    held: bool
+    def __init__(self, realm: _Optional[str] = ..., graph_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[GraphTask, _Mapping]]] = ..., result: _Optional[str] = ..., held: _Optional[bool] = ...) -> None: ...
+
+class AddTasksRequest(_message.Message):
+    __slots__ = ("realm", "graph_id", "tasks")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    graph_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[GraphTask]
+    def __init__(self, realm: _Optional[str] = ..., graph_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[GraphTask, _Mapping]]] = ...) -> None: ...
+
+class GraphRequest(_message.Message):
+    __slots__ = ("realm", "graph_id")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    graph_id: str
+    def __init__(self, realm: _Optional[str] = ..., graph_id: _Optional[str] = ...) -> None: ...
+
+class GraphInfo(_message.Message):
+    __slots__ = ("graph_id", "status", "user", "result_task", "output", "error", "parent_graph", "parent_task", "created_us", "ended_us", "tasks", "ended", "held")
+    GRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    RESULT_TASK_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    PARENT_GRAPH_FIELD_NUMBER: _ClassVar[int]
+    PARENT_TASK_FIELD_NUMBER: _ClassVar[int]
+    CREATED_US_FIELD_NUMBER: _ClassVar[int]
+    ENDED_US_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    graph_id: str
+    status: GraphStatus
+    user: str
+    result_task: str
+    output: bytes
+    error: str
+    parent_graph: str
+    parent_task: str
+    created_us: int
+    ended_us: int
+    tasks: int
+    ended: int
+    held: bool
+    def __init__(self, graph_id: _Optional[str] = ..., status: _Optional[_Union[GraphStatus, str]] = ..., user: _Optional[str] = ..., result_task: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., parent_graph: _Optional[str] = ..., parent_task: _Optional[str] = ..., created_us: _Optional[int] = ..., ended_us: _Optional[int] = ..., tasks: _Optional[int] = ..., ended: _Optional[int] = ..., held: _Optional[bool] = ...) -> None: ...
+
+class TaskInfo(_message.Message):
+    __slots__ = ("id", "kind", "target", "status", "deps", "attempts", "node_id", "child", "output", "error", "created_us", "started_us", "ended_us")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    DEPS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CHILD_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    CREATED_US_FIELD_NUMBER: _ClassVar[int]
+    STARTED_US_FIELD_NUMBER: _ClassVar[int]
+    ENDED_US_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    kind: TaskKind
+    target: str
+    status: TaskStatus
+    deps: _containers.RepeatedScalarFieldContainer[str]
+    attempts: int
+    node_id: str
+    child: str
+    output: bytes
+    error: str
+    created_us: int
+    started_us: int
+    ended_us: int
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., target: _Optional[str] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., deps: _Optional[_Iterable[str]] = ..., attempts: _Optional[int] = ..., node_id: _Optional[str] = ..., child: _Optional[str] = ..., output: _Optional[bytes] = ..., error: _Optional[str] = ..., created_us: _Optional[int] = ..., started_us: _Optional[int] = ..., ended_us: _Optional[int] = ...) -> None: ...
+
+class ShowGraphResponse(_message.Message):
+    __slots__ = ("graph", "tasks")
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    graph: GraphInfo
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
+    def __init__(self, graph: _Optional[_Union[GraphInfo, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ...) -> None: ...
+
+class WaitGraphRequest(_message.Message):
+    __slots__ = ("realm", "graph_id", "task", "timeout_ms")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    graph_id: str
+    task: str
+    timeout_ms: int
+    def __init__(self, realm: _Optional[str] = ..., graph_id: _Optional[str] = ..., task: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class WaitGraphResponse(_message.Message):
+    __slots__ = ("ended", "graph", "task")
+    ENDED_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ended: bool
+    graph: GraphInfo
+    task: TaskInfo
+    def __init__(self, ended: _Optional[bool] = ..., graph: _Optional[_Union[GraphInfo, _Mapping]] = ..., task: _Optional[_Union[TaskInfo, _Mapping]] = ...) -> None: ...
+
+class ListGraphsRequest(_message.Message):
+    __slots__ = ("realm", "status", "limit")
+    REALM_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    realm: str
+    status: GraphStatus
+    limit: int
+    def __init__(self, realm: _Optional[str] = ..., status: _Optional[_Union[GraphStatus, str]] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListGraphsResponse(_message.Message):
+    __slots__ = ("graphs",)
+    GRAPHS_FIELD_NUMBER: _ClassVar[int]
+    graphs: _containers.RepeatedCompositeFieldContainer[GraphInfo]
+    def __init__(self, graphs: _Optional[_Iterable[_Union[GraphInfo, _Mapping]]] = ...) -> None: ...

@@ -4849,3 +4849,350 @@ class Workflows:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class GraphsStub:
+    """Task graphs (issue 43, item 1; kernel::graphs): tasks — stored
+    procedures, or workflows — whose arguments take other tasks' outputs,
+    run by the nodes' schedulers as each task's inputs are complete, each
+    procedure task in one transaction with its output (exactly once).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.Submit = channel.unary_unary(
+                '/tabos.v1.Graphs/Submit',
+                request_serializer=tabos__pb2.SubmitGraphRequest.SerializeToString,
+                response_deserializer=tabos__pb2.GraphInfo.FromString,
+                _registered_method=True)
+        self.AddTasks = channel.unary_unary(
+                '/tabos.v1.Graphs/AddTasks',
+                request_serializer=tabos__pb2.AddTasksRequest.SerializeToString,
+                response_deserializer=tabos__pb2.GraphInfo.FromString,
+                _registered_method=True)
+        self.Close = channel.unary_unary(
+                '/tabos.v1.Graphs/Close',
+                request_serializer=tabos__pb2.GraphRequest.SerializeToString,
+                response_deserializer=tabos__pb2.GraphInfo.FromString,
+                _registered_method=True)
+        self.Show = channel.unary_unary(
+                '/tabos.v1.Graphs/Show',
+                request_serializer=tabos__pb2.GraphRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ShowGraphResponse.FromString,
+                _registered_method=True)
+        self.Wait = channel.unary_unary(
+                '/tabos.v1.Graphs/Wait',
+                request_serializer=tabos__pb2.WaitGraphRequest.SerializeToString,
+                response_deserializer=tabos__pb2.WaitGraphResponse.FromString,
+                _registered_method=True)
+        self.Cancel = channel.unary_unary(
+                '/tabos.v1.Graphs/Cancel',
+                request_serializer=tabos__pb2.GraphRequest.SerializeToString,
+                response_deserializer=tabos__pb2.GraphInfo.FromString,
+                _registered_method=True)
+        self.List = channel.unary_unary(
+                '/tabos.v1.Graphs/List',
+                request_serializer=tabos__pb2.ListGraphsRequest.SerializeToString,
+                response_deserializer=tabos__pb2.ListGraphsResponse.FromString,
+                _registered_method=True)
+
+
+class GraphsServicer:
+    """Task graphs (issue 43, item 1; kernel::graphs): tasks — stored
+    procedures, or workflows — whose arguments take other tasks' outputs,
+    run by the nodes' schedulers as each task's inputs are complete, each
+    procedure task in one transaction with its output (exactly once).
+    """
+
+    def Submit(self, request, context):
+        """A second submit of a graph id returns the first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddTasks(self, request, context):
+        """Adds tasks to a running graph (they may take its tasks, ended or not).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Close(self, request, context):
+        """A held graph: no more tasks; it ends once its tasks have.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Show(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Wait(self, request, context):
+        """Waits up to timeout_ms (at most a minute) for the graph, or one of
+        its tasks, to end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Cancel(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def List(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_GraphsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'Submit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Submit,
+                    request_deserializer=tabos__pb2.SubmitGraphRequest.FromString,
+                    response_serializer=tabos__pb2.GraphInfo.SerializeToString,
+            ),
+            'AddTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddTasks,
+                    request_deserializer=tabos__pb2.AddTasksRequest.FromString,
+                    response_serializer=tabos__pb2.GraphInfo.SerializeToString,
+            ),
+            'Close': grpc.unary_unary_rpc_method_handler(
+                    servicer.Close,
+                    request_deserializer=tabos__pb2.GraphRequest.FromString,
+                    response_serializer=tabos__pb2.GraphInfo.SerializeToString,
+            ),
+            'Show': grpc.unary_unary_rpc_method_handler(
+                    servicer.Show,
+                    request_deserializer=tabos__pb2.GraphRequest.FromString,
+                    response_serializer=tabos__pb2.ShowGraphResponse.SerializeToString,
+            ),
+            'Wait': grpc.unary_unary_rpc_method_handler(
+                    servicer.Wait,
+                    request_deserializer=tabos__pb2.WaitGraphRequest.FromString,
+                    response_serializer=tabos__pb2.WaitGraphResponse.SerializeToString,
+            ),
+            'Cancel': grpc.unary_unary_rpc_method_handler(
+                    servicer.Cancel,
+                    request_deserializer=tabos__pb2.GraphRequest.FromString,
+                    response_serializer=tabos__pb2.GraphInfo.SerializeToString,
+            ),
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=tabos__pb2.ListGraphsRequest.FromString,
+                    response_serializer=tabos__pb2.ListGraphsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tabos.v1.Graphs', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tabos.v1.Graphs', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Graphs:
+    """Task graphs (issue 43, item 1; kernel::graphs): tasks — stored
+    procedures, or workflows — whose arguments take other tasks' outputs,
+    run by the nodes' schedulers as each task's inputs are complete, each
+    procedure task in one transaction with its output (exactly once).
+    """
+
+    @staticmethod
+    def Submit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/Submit',
+            tabos__pb2.SubmitGraphRequest.SerializeToString,
+            tabos__pb2.GraphInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/AddTasks',
+            tabos__pb2.AddTasksRequest.SerializeToString,
+            tabos__pb2.GraphInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Close(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/Close',
+            tabos__pb2.GraphRequest.SerializeToString,
+            tabos__pb2.GraphInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Show(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/Show',
+            tabos__pb2.GraphRequest.SerializeToString,
+            tabos__pb2.ShowGraphResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Wait(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/Wait',
+            tabos__pb2.WaitGraphRequest.SerializeToString,
+            tabos__pb2.WaitGraphResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Cancel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/Cancel',
+            tabos__pb2.GraphRequest.SerializeToString,
+            tabos__pb2.GraphInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tabos.v1.Graphs/List',
+            tabos__pb2.ListGraphsRequest.SerializeToString,
+            tabos__pb2.ListGraphsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -653,6 +653,94 @@ function wfChannels() {
   return state.view.wf ? ['workflows', `workflow/${state.view.wf}`] : ['workflows'];
 }
 
+const GRAPH_STATES = ['running', 'success', 'error', 'cancelled'];
+/** A task's status as the proc states' colours have it. */
+const taskState = (t) => ({ success: 'exited', error: 'failed', cancelled: 'evicted', running: 'running', ready: 'claimed', waiting: 'spawned' }[t.status] || '');
+/** Most tasks a graph's drawing shows (a larger graph: its table only). */
+const GRAPH_DRAWN_MAX = 400;
+
+/** A task graph drawn in layers: a task one layer right of the
+ * furthest task it takes; edges from each task to those taking it. */
+function dag(tasks, edges) {
+  if (tasks.length === 0) return h('p', { class: 'muted' }, 'No tasks.');
+  if (tasks.length > GRAPH_DRAWN_MAX) return h('p', { class: 'muted' }, `${tasks.length} tasks: too many to draw (at most ${GRAPH_DRAWN_MAX}); the table below has them.`);
+  const byId = new Map(tasks.map((t) => [t.task, t]));
+  const takes = new Map(tasks.map((t) => [t.task, []]));
+  for (const e of edges) if (takes.has(e.dst) && byId.has(e.src)) takes.get(e.dst).push(e.src);
+  const layer = new Map();
+  for (const t of tasks) { // submission order: what a task takes came before it
+    layer.set(t.task, Math.max(0, ...takes.get(t.task).map((s) => (layer.get(s) ?? 0) + 1)));
+  }
+  const cols = [];
+  for (const t of tasks) (cols[layer.get(t.task)] ||= []).push(t.task);
+  const BW = 110, BH = 22, GX = 50, GY = 8;
+  const rowsMax = Math.max(...cols.map((c) => c.length));
+  const W = cols.length * (BW + GX), H = rowsMax * (BH + GY) + GY;
+  const pos = new Map();
+  cols.forEach((c, i) => c.forEach((id, j) => pos.set(id, [i * (BW + GX) + 4, GY + j * (BH + GY) + (rowsMax - c.length) * (BH + GY) / 2])));
+  const lines = [];
+  for (const [dst, srcs] of takes) for (const src of srcs) {
+    const [x1, y1] = pos.get(src), [x2, y2] = pos.get(dst);
+    lines.push(h('line', { class: 'dag-edge', x1: x1 + BW, y1: y1 + BH / 2, x2, y2: y2 + BH / 2 }));
+  }
+  const boxes = tasks.map((t) => {
+    const [x, y] = pos.get(t.task);
+    return h('g', {}, h('rect', { class: `tl-${taskState(t)}`, x, y, width: BW, height: BH, rx: 4 },
+      h('title', {}, `${t.task}: ${t.kind} ${t.target} — ${t.status}${t.error ? ': ' + t.error : ''}`)),
+      h('text', { class: 'dag-label', x: x + 6, y: y + 15 }, `${t.task} ${t.target}`.slice(0, 18)));
+  });
+  return h('svg', { viewBox: `0 0 ${W} ${H}`, width: Math.min(W, 1200), role: 'img', id: 'dag' }, lines, boxes);
+}
+
+views.graphs = async (page) => {
+  const f = state.view.graphFilter || (state.view.graphFilter = { status: '' });
+  const listBox = h('div', { id: 'graphs' }), detail = h('div');
+  const sel = h('select', {}, h('option', { value: '' }, 'any'), GRAPH_STATES.map((s) => h('option', { value: s }, s)));
+  sel.value = f.status;
+  sel.addEventListener('change', () => { f.status = sel.value; schedule(); });
+  fill(page, card('Task graphs', h('div', { class: 'filters' }, h('label', {}, 'status ', sel)), listBox), detail);
+  const gState = (g) => ({ success: 'exited', error: 'failed', cancelled: 'evicted', running: 'running' }[g.status] || '');
+  state.refresh = async () => {
+    const where = ['realm = $1'], params = [state.realm];
+    if (f.status) { params.push(f.status); where.push(`status = $${params.length}`); }
+    const gs = await rows(`SELECT graph_id, status, user_name, parent_graph, parent_task, created_us, ended_us, error,
+      (SELECT count(*) FROM graph_task t WHERE t.realm = g.realm AND t.graph_id = g.graph_id) AS tasks,
+      (SELECT count(*) FROM graph_task t WHERE t.realm = g.realm AND t.graph_id = g.graph_id
+        AND t.status IN ('success', 'error', 'cancelled')) AS ended
+      FROM graph g WHERE ${where.join(' AND ')} ORDER BY created_us DESC LIMIT 200`, params);
+    fill(listBox, gs.length ? table([
+      { title: 'graph', key: 'graph_id' },
+      { title: 'status', key: 'status', cls: (g) => `state-${gState(g)}` },
+      { title: 'tasks', value: (g) => `${g.ended} / ${g.tasks}`, num: true },
+      { title: 'child of', value: (g) => (g.parent_graph ? `${g.parent_graph}/${g.parent_task}` : '') },
+      { title: 'user', key: 'user_name' },
+      { title: 'created', value: (g) => time(g.created_us) },
+      { title: 'took', value: (g) => (g.ended_us ? `${((g.ended_us - g.created_us) / 1e3).toFixed(1)} ms` : ''), num: true },
+      { title: 'error', key: 'error', wrap: true },
+    ], gs, (g) => { state.view.graph = g.graph_id; follow(graphChannels()); }, (g) => g.graph_id === state.view.graph)
+      : h('p', { class: 'muted' }, 'No task graphs (tabos graph submit, client.graphs).'));
+    if (!state.view.graph) { fill(detail); return; }
+    const tasks = await rows(`SELECT task, kind, target, status, attempts, node_id, child, error, started_us, ended_us
+      FROM graph_task WHERE realm = $1 AND graph_id = $2 ORDER BY seq LIMIT 2000`, [state.realm, state.view.graph]);
+    const edges = tasks.length <= GRAPH_DRAWN_MAX ? await rows(`SELECT src, dst FROM graph_edge
+      WHERE realm = $1 AND graph_id = $2 LIMIT 20000`, [state.realm, state.view.graph]) : [];
+    fill(detail, card(`Graph ${state.view.graph}`, dag(tasks, edges),
+      table([
+        { title: 'task', key: 'task' }, { title: 'kind', key: 'kind' }, { title: 'target', key: 'target' },
+        { title: 'status', key: 'status', cls: (t) => `state-${taskState(t)}` },
+        { title: 'runs', key: 'attempts', num: true }, { title: 'node', key: 'node_id' },
+        { title: 'child', key: 'child' },
+        { title: 'took', value: (t) => (t.ended_us && t.started_us ? `${((t.ended_us - t.started_us) / 1000).toFixed(1)} ms` : ''), num: true },
+        { title: 'error', key: 'error', wrap: true },
+      ], tasks)));
+  };
+  follow(graphChannels());
+};
+
+function graphChannels() {
+  return state.view.graph ? ['graphs', `graph/${state.view.graph}`] : ['graphs'];
+}
+
 views.mailboxes = async (page) => {
   const list = h('div'), msgs = h('div');
   fill(page, card('Mailboxes', list), msgs);

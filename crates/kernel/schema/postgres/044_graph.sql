@@ -1,0 +1,78 @@
+-- Task graphs (issue 43, item 1; kernel::graphs): see the SQLite
+-- migration of the same number for what each table holds.
+
+-- A graph: who submitted it (its tasks act for that user), its status
+-- ('running', then 'success', 'error' or 'cancelled'), the task whose
+-- output is its own (none: an empty output), whether it is held open (a
+-- client adds tasks until it closes it: it does not end before), and —
+-- a child graph, which a dynamic task made — the task of its parent graph
+-- that waits for it.
+CREATE TABLE graph (
+    p_key        INTEGER NOT NULL,
+    realm        TEXT    NOT NULL,
+    graph_id     TEXT    NOT NULL,
+    user_name    TEXT    NOT NULL,
+    status       TEXT    NOT NULL CHECK (status IN ('running', 'success', 'error', 'cancelled')),
+    result_task  TEXT,
+    held         BIGINT NOT NULL DEFAULT 0,
+    output       BYTEA,
+    error        TEXT,
+    parent_graph TEXT,
+    parent_task  TEXT,
+    depth        BIGINT NOT NULL DEFAULT 0,
+    created_us   BIGINT NOT NULL,
+    ended_us     BIGINT,
+    PRIMARY KEY (p_key, realm, graph_id)
+);
+CREATE INDEX graph_by_status ON graph (p_key, realm, status, created_us);
+
+-- A task: a stored procedure to call or a workflow to run (kind, target),
+-- its arguments (a JSON array in which {"$task": id} stands for that
+-- task's output), how many of the tasks it takes are not done
+-- (deps_left), and its state: 'waiting' (for them), 'ready', 'running'
+-- (claimed by node_id, or — child set — waiting for its child graph or
+-- workflow), then 'success' with output, 'error' or 'cancelled' (node_id
+-- then says which node ran it).
+CREATE TABLE graph_task (
+    p_key        INTEGER NOT NULL,
+    realm        TEXT    NOT NULL,
+    graph_id     TEXT    NOT NULL,
+    task         TEXT    NOT NULL,
+    kind         TEXT    NOT NULL CHECK (kind IN ('procedure', 'workflow')),
+    target       TEXT    NOT NULL,
+    args         BYTEA    NOT NULL,
+    dynamic      BIGINT NOT NULL DEFAULT 0,
+    queue        TEXT,
+    app_version  TEXT,
+    status       TEXT    NOT NULL CHECK (status IN ('waiting', 'ready', 'running', 'success', 'error', 'cancelled')),
+    deps_left    BIGINT NOT NULL CHECK (deps_left >= 0),
+    attempts     BIGINT NOT NULL DEFAULT 0,
+    attempts_max BIGINT NOT NULL CHECK (attempts_max >= 1),
+    node_id      TEXT,
+    child        TEXT,
+    output       BYTEA,
+    error        TEXT,
+    seq          BIGINT NOT NULL,
+    created_us   BIGINT NOT NULL,
+    started_us   BIGINT,
+    ended_us     BIGINT,
+    PRIMARY KEY (p_key, realm, graph_id, task)
+);
+-- The scheduler's scan (ready tasks of a partition, realm by realm, in
+-- order), a node's claims (given back when it is lost), a graph's
+-- unfinished tasks.
+CREATE INDEX graph_task_ready ON graph_task (p_key, status, realm, created_us, seq);
+CREATE INDEX graph_task_by_node ON graph_task (p_key, node_id);
+CREATE INDEX graph_task_by_status ON graph_task (p_key, realm, graph_id, status);
+
+-- An edge: task dst takes task src's output.
+CREATE TABLE graph_edge (
+    p_key    INTEGER NOT NULL,
+    realm    TEXT    NOT NULL,
+    graph_id TEXT    NOT NULL,
+    src      TEXT    NOT NULL,
+    dst      TEXT    NOT NULL,
+    PRIMARY KEY (p_key, realm, graph_id, src, dst)
+);
+
+INSERT INTO tenant_view (name) VALUES ('graph'), ('graph_task'), ('graph_edge');

@@ -1,0 +1,474 @@
+//! Task graphs (kernel::graphs, issue 43 item 1), on SQLite and
+//! PostgreSQL, driven as a node's scheduler drives them (claim, run,
+//! record a failure): fan-out and fan-in with data between tasks, each
+//! procedure task's effects exactly once — through failures, retries, a
+//! node's claims given back and a run refused after them — dynamic tasks
+//! making child graphs, held graphs, cancellation, realms apart, bad input.
+
+use serde_json::json;
+use tabos_kernel::graphs::{self, Claimed, GraphSpec, GraphStatus, Ran, TaskSpec, TaskStatus};
+use tabos_kernel::procedures::{Install, Procedures};
+use tabos_kernel::Error;
+use tabos_sandbox::procedure::{Language, Limits};
+use tabos_sandbox::Sandbox;
+
+mod common;
+use common::Backend;
+
+both!(
+    fan_out_and_fan_in_carry_outputs_once,
+    failures_are_retried_then_end_the_graph,
+    a_lost_nodes_claims_run_elsewhere_exactly_once,
+    dynamic_tasks_make_child_graphs,
+    held_graphs_take_tasks_until_closed,
+    cancelling_stops_what_waits_and_refuses_what_runs,
+    graphs_are_apart_by_realm_and_bad_input_changes_nothing,
+);
+
+const R: &str = "g";
+const NODE: &str = "n1";
+
+struct Fx {
+    f: common::Fixture,
+    sandbox: Sandbox,
+}
+
+fn setup(b: Backend) -> Option<Fx> {
+    let f = b.open()?;
+    let sandbox = Sandbox::new().unwrap();
+    let p = Procedures::new(f.store.clone(), sandbox.clone());
+    let rt = common::rt();
+    let js = [
+        // The sum of its arguments; counts its runs in the realm's table.
+        (
+            "add",
+            "function main(a) { const n = Number(tabos.get('runs') || '0') + 1; \
+             tabos.put('runs', String(n)); \
+             return String(JSON.parse(a).reduce((x, y) => x + y, 0)); }",
+        ),
+        // Writes, then fails: its write must never be seen.
+        (
+            "bad",
+            "function main(a) { tabos.put('bad', 'written'); throw new Error('boom'); }",
+        ),
+        // A child graph summing [lo, hi) by halves, down to ranges of 2.
+        (
+            "split",
+            r#"function main(arg) {
+              const [lo, hi] = JSON.parse(arg);
+              if (hi - lo <= 2) { let s = 0; for (let i = lo; i < hi; i++) s += i; return String(s); }
+              const mid = Math.floor((lo + hi) / 2);
+              return JSON.stringify({"$tasks": [
+                {"id": "l", "procedure": "split", "dynamic": true, "args": [lo, mid]},
+                {"id": "r", "procedure": "split", "dynamic": true, "args": [mid, hi]},
+                {"id": "s", "procedure": "add", "args": [{"$task": "l"}, {"$task": "r"}]}],
+                "$result": "s"});
+            }"#,
+        ),
+        ("text", "function main(a) { return 'not json'; }"),
+    ];
+    for realm in [R, "other"] {
+        for (name, code) in js {
+            rt.block_on(p.install(
+                &common::as_user(realm, "root"),
+                Install {
+                    name: name.into(),
+                    language: Language::Js,
+                    code: code.as_bytes().to_vec(),
+                    limits: Limits {
+                        memory_bytes: 16 << 20,
+                        timeout: std::time::Duration::from_millis(500),
+                    },
+                    read_only: false,
+                },
+            ))
+            .unwrap();
+        }
+    }
+    Some(Fx { f, sandbox })
+}
+
+fn who() -> tabos_kernel::auth::Caller {
+    common::as_user(R, "alice")
+}
+
+fn submit(fx: &Fx, id: &str, spec: GraphSpec) -> Result<graphs::Graph, Error> {
+    let (w, id) = (who(), id.to_string());
+    common::call_in(&fx.f.store, R, move |tx| {
+        graphs::submit_tx(tx, &w, &id, &spec, 1)
+    })
+}
+
+fn claim(fx: &Fx, node: &str) -> Vec<Claimed> {
+    let node = node.to_string();
+    common::call_in(&fx.f.store, R, move |tx| {
+        graphs::claim_tx(tx, &node, 256, 2)
+    })
+    .unwrap()
+}
+
+fn run(fx: &Fx, c: &Claimed, node: &str) -> Result<Ran, Error> {
+    let (s, c, node) = (fx.sandbox.clone(), c.clone(), node.to_string());
+    common::call_in(&fx.f.store, R, move |tx| {
+        graphs::run_tx(tx, &s, &c, &node, 3)
+    })
+}
+
+fn failed(fx: &Fx, c: &Claimed, node: &str, e: &Error) {
+    let (c, node, e) = (c.clone(), node.to_string(), e.clone());
+    common::call_in(&fx.f.store, R, move |tx| {
+        graphs::failed_tx(tx, &c, &node, &e, 4)
+    })
+    .unwrap()
+}
+
+/// Runs what is ready until nothing is, as a node's scheduler would;
+/// returns how many runs there were.
+fn drain(fx: &Fx) -> usize {
+    let mut runs = 0;
+    loop {
+        let claimed = claim(fx, NODE);
+        if claimed.is_empty() {
+            return runs;
+        }
+        for c in claimed {
+            runs += 1;
+            if let Err(e) = run(fx, &c, NODE) {
+                failed(fx, &c, NODE, &e);
+            }
+        }
+    }
+}
+
+fn show(fx: &Fx, id: &str) -> (graphs::Graph, Vec<graphs::Task>) {
+    let (w, id) = (who(), id.to_string());
+    common::call_in(&fx.f.store, R, move |tx| graphs::show_tx(tx, &w, &id)).unwrap()
+}
+
+fn kv(fx: &Fx, key: &str) -> Option<String> {
+    let key = key.to_string();
+    common::call_in(&fx.f.store, R, move |tx| {
+        tabos_kernel::kv::get_tx(tx, R, &key)
+    })
+    .unwrap()
+    .map(|v| String::from_utf8(v).unwrap())
+}
+
+fn add(id: &str, args: serde_json::Value) -> TaskSpec {
+    TaskSpec::procedure(id, "add", args)
+}
+
+fn r(id: &str) -> serde_json::Value {
+    json!({ "$task": id })
+}
+
+fn fan_out_and_fan_in_carry_outputs_once(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    // 20 leaves, a join of all of them, a last step after it.
+    let mut tasks: Vec<TaskSpec> = (0..20)
+        .map(|i| add(&format!("l{i}"), json!([i, 1])))
+        .collect();
+    let all: Vec<_> = (0..20).map(|i| r(&format!("l{i}"))).collect();
+    tasks.push(add("join", serde_json::Value::Array(all)));
+    tasks.push(add("last", json!([r("join"), r("l0"), 1000])));
+    let g = submit(
+        &fx,
+        "fan",
+        GraphSpec {
+            tasks,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((g.status, g.tasks, g.ended), (GraphStatus::Running, 22, 0));
+    // Only the leaves are ready; the join waits for all 20.
+    let (_, ts) = show(&fx, "fan");
+    let ready = ts.iter().filter(|t| t.status == TaskStatus::Ready).count();
+    assert_eq!(ready, 20);
+    assert_eq!(ts[20].deps.len(), 20);
+    assert_eq!(drain(&fx), 22, "each task ran once");
+    let (g, ts) = show(&fx, "fan");
+    // sum(i + 1 for i < 20) = 210; 210 + 1 + 1000.
+    assert_eq!(g.status, GraphStatus::Success);
+    assert_eq!(g.output.as_deref(), Some(&b"1211"[..]));
+    assert!(ts
+        .iter()
+        .all(|t| t.status == TaskStatus::Success && t.attempts == 1));
+    assert_eq!(
+        kv(&fx, "runs").as_deref(),
+        Some("22"),
+        "effects exactly once"
+    );
+    // A second submit of the id is the first.
+    let again = submit(
+        &fx,
+        "fan",
+        GraphSpec {
+            tasks: vec![add("x", json!([1]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!((again.status, again.tasks), (GraphStatus::Success, 22));
+}
+
+fn failures_are_retried_then_end_the_graph(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    let mut bad = TaskSpec::procedure("b", "bad", json!([r("a")]));
+    bad.attempts_max = 2;
+    submit(
+        &fx,
+        "f",
+        GraphSpec {
+            tasks: vec![
+                add("a", json!([1])),
+                bad,
+                add("c", json!([r("b")])),
+                add("d", json!([5])),
+            ],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drain(&fx);
+    let (g, ts) = show(&fx, "f");
+    assert_eq!(g.status, GraphStatus::Error);
+    assert!(
+        g.error.as_deref().unwrap().contains("task b"),
+        "{:?}",
+        g.error
+    );
+    let st: Vec<_> = ts
+        .iter()
+        .map(|t| (t.id.as_str(), t.status, t.attempts))
+        .collect();
+    assert_eq!(st[1], ("b", TaskStatus::Error, 2), "tried twice");
+    assert_eq!(
+        st[2],
+        ("c", TaskStatus::Cancelled, 0),
+        "what takes it never runs"
+    );
+    assert_eq!(
+        kv(&fx, "bad"),
+        None,
+        "a failed run's writes are rolled back"
+    );
+    // A missing procedure is not tried again; a non-JSON output a task
+    // takes fails the taker.
+    submit(
+        &fx,
+        "m",
+        GraphSpec {
+            tasks: vec![TaskSpec::procedure("a", "nosuch", json!([]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    submit(
+        &fx,
+        "t",
+        GraphSpec {
+            tasks: vec![
+                TaskSpec::procedure("a", "text", json!([])),
+                add("b", json!([r("a")])),
+            ],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drain(&fx);
+    let (g, ts) = show(&fx, "m");
+    assert_eq!((g.status, ts[0].attempts), (GraphStatus::Error, 1));
+    let (g, ts) = show(&fx, "t");
+    assert_eq!(g.status, GraphStatus::Error);
+    assert!(ts[1].error.as_deref().unwrap().contains("not JSON"));
+}
+
+fn a_lost_nodes_claims_run_elsewhere_exactly_once(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    submit(
+        &fx,
+        "l",
+        GraphSpec {
+            tasks: vec![add("a", json!([1, 2])), add("b", json!([r("a"), 3]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    // Node "dead" claims a and is lost before it commits a run.
+    let claimed = claim(&fx, "dead");
+    assert_eq!(claimed.len(), 1);
+    assert!(
+        claim(&fx, NODE).is_empty(),
+        "a claimed task is no one else's"
+    );
+    let n = common::call_in(&fx.f.store, R, |tx| graphs::requeue_node_tx(tx, "dead")).unwrap();
+    assert_eq!(n, 1);
+    let mine = claim(&fx, NODE);
+    assert_eq!(mine.len(), 1);
+    assert_eq!(mine[0].attempt, 2);
+    // The lost node comes back and tries its old claim: refused.
+    let e = run(&fx, &claimed[0], "dead").unwrap_err();
+    assert!(matches!(e, Error::Precondition(_)), "{e}");
+    // Its failure's record changes nothing either.
+    failed(&fx, &claimed[0], "dead", &e);
+    assert_eq!(run(&fx, &mine[0], NODE).unwrap(), Ran::Done);
+    drain(&fx);
+    let (g, _) = show(&fx, "l");
+    assert_eq!(
+        (g.status, g.output.as_deref()),
+        (GraphStatus::Success, Some(&b"6"[..]))
+    );
+    assert_eq!(kv(&fx, "runs").as_deref(), Some("2"));
+}
+
+fn dynamic_tasks_make_child_graphs(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    let mut root = TaskSpec::procedure("x", "split", json!([0, 20]));
+    root.dynamic = true;
+    submit(
+        &fx,
+        "d",
+        GraphSpec {
+            tasks: vec![root, add("y", json!([r("x"), 1]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drain(&fx);
+    let (g, ts) = show(&fx, "d");
+    assert_eq!(g.status, GraphStatus::Success);
+    assert_eq!(g.output.as_deref(), Some(&b"191"[..]), "sum(0..20) + 1");
+    assert_eq!(ts[0].child.as_deref(), Some("d:x"));
+    let (child, cts) = show(&fx, "d:x");
+    assert_eq!(child.parent, Some(("d".into(), "x".into())));
+    assert_eq!(cts.len(), 3);
+    // Without `dynamic`, the same answer is just an output.
+    submit(
+        &fx,
+        "s",
+        GraphSpec {
+            tasks: vec![TaskSpec::procedure("x", "split", json!([0, 20]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drain(&fx);
+    let (g, _) = show(&fx, "s");
+    assert!(g.output.unwrap().starts_with(b"{\"$tasks\""));
+}
+
+fn held_graphs_take_tasks_until_closed(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    let g = submit(
+        &fx,
+        "h",
+        GraphSpec {
+            held: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(g.held);
+    let add_tasks = |tasks: Vec<TaskSpec>| {
+        let w = who();
+        common::call_in(&fx.f.store, R, move |tx| {
+            graphs::add_tasks_tx(tx, &w, "h", &tasks, 5)
+        })
+    };
+    add_tasks(vec![add("a", json!([1, 2]))]).unwrap();
+    drain(&fx);
+    assert_eq!(show(&fx, "h").0.status, GraphStatus::Running, "held open");
+    // A later task takes an ended one.
+    add_tasks(vec![add("b", json!([r("a"), 10]))]).unwrap();
+    drain(&fx);
+    let w = who();
+    let g = common::call_in(&fx.f.store, R, move |tx| graphs::close_tx(tx, &w, "h", 6)).unwrap();
+    assert_eq!(g.status, GraphStatus::Success);
+    assert_eq!(
+        g.output.as_deref(),
+        Some(&b"13"[..]),
+        "its last task's output"
+    );
+    let e = add_tasks(vec![add("c", json!([]))]).unwrap_err();
+    assert!(matches!(e, Error::Precondition(_)), "{e}");
+}
+
+fn cancelling_stops_what_waits_and_refuses_what_runs(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    submit(
+        &fx,
+        "c",
+        GraphSpec {
+            tasks: vec![add("a", json!([1])), add("b", json!([r("a")]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let claimed = claim(&fx, NODE);
+    let w = who();
+    let g = common::call_in(&fx.f.store, R, move |tx| graphs::cancel_tx(tx, &w, "c", 5)).unwrap();
+    assert_eq!(g.status, GraphStatus::Cancelled);
+    let e = run(&fx, &claimed[0], NODE).unwrap_err();
+    assert!(matches!(e, Error::Precondition(_)), "{e}");
+    assert_eq!(kv(&fx, "runs"), None);
+    let (_, ts) = show(&fx, "c");
+    assert!(ts.iter().all(|t| t.status == TaskStatus::Cancelled));
+    assert!(claim(&fx, NODE).is_empty());
+    // Cancelling again is harmless; a finished graph has nothing to cancel.
+    let w = who();
+    common::call_in(&fx.f.store, R, move |tx| graphs::cancel_tx(tx, &w, "c", 6)).unwrap();
+}
+
+fn graphs_are_apart_by_realm_and_bad_input_changes_nothing(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    submit(
+        &fx,
+        "mine",
+        GraphSpec {
+            tasks: vec![add("a", json!([1]))],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let other = common::as_user("other", "alice");
+    let o = other.clone();
+    let seen = common::call_in(&fx.f.store, "other", move |tx| {
+        graphs::get_tx(tx, &o, "mine")
+    });
+    assert_eq!(seen.unwrap(), None, "another realm's graph is not there");
+    let o = other.clone();
+    let e = common::call_in(&fx.f.store, "other", move |tx| {
+        graphs::cancel_tx(tx, &o, "mine", 1)
+    })
+    .unwrap_err();
+    assert!(matches!(e, Error::NotFound(_)), "{e}");
+    // Bad graphs: each refused, none stored.
+    let bad = [
+        vec![add("a", json!([r("zz")]))],
+        vec![add("a", json!([])), add("a", json!([]))],
+        vec![add("a b", json!([]))],
+        vec![add("a", json!({"not": "an array"}))],
+        vec![add("a", json!([r("b")])), add("b", json!([r("a")]))],
+        vec![],
+    ];
+    for (i, tasks) in bad.into_iter().enumerate() {
+        let e = submit(
+            &fx,
+            &format!("bad{i}"),
+            GraphSpec {
+                tasks,
+                ..Default::default()
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, Error::Invalid(_) | Error::AlreadyExists(_)),
+            "{i}: {e}"
+        );
+        let (w, id) = (who(), format!("bad{i}"));
+        let g = common::call_in(&fx.f.store, R, move |tx| graphs::get_tx(tx, &w, &id)).unwrap();
+        assert_eq!(g, None, "{i}: nothing stored");
+    }
+    assert_eq!(drain(&fx), 1, "only the good graph's task ran");
+}
