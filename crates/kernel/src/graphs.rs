@@ -76,7 +76,7 @@ pub const ATTEMPTS_DEFAULT: u32 = 3;
 pub const DEPTH_MAX: i64 = 8;
 /// Most tasks one claim takes, and most of one realm in a claim.
 pub const CLAIM_MAX: usize = 256;
-pub const CLAIM_PER_REALM_MAX: usize = 64;
+pub const CLAIM_PER_REALM_MAX: usize = CLAIM_MAX;
 /// Most realms one claim looks at.
 pub const CLAIM_REALMS_MAX: usize = 64;
 /// Most tasks (and edges) one show returns, most graphs one list returns.
@@ -99,6 +99,43 @@ pub fn graphs_channel(realm: &str) -> String {
 /// <status>`) and the graph's (`status <status>`).
 pub fn graph_channel(realm: &str, id: &str) -> String {
     crate::bounded_channel("graph/", &format!("{realm}/{id}"))
+}
+
+/// What a graph's channel ([`graph_channel`]) says: one of its tasks
+/// ended, or it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Announcement {
+    Task { id: String, status: TaskStatus },
+    Graph(GraphStatus),
+}
+
+impl Announcement {
+    fn payload(&self) -> String {
+        match self {
+            Announcement::Task { id, status } => format!("task {id} {}", status.as_str()),
+            Announcement::Graph(s) => format!("status {}", s.as_str()),
+        }
+    }
+
+    /// A payload of the graph's channel; `None` for one this kernel did
+    /// not write.
+    pub fn parse(payload: &str) -> Option<Announcement> {
+        let mut words = payload.split(' ');
+        match (words.next()?, words.next()?, words.next()) {
+            ("task", id, Some(s)) => Some(Announcement::Task {
+                id: id.to_string(),
+                status: TaskStatus::parse(s).ok()?,
+            }),
+            ("status", s, None) => Some(Announcement::Graph(GraphStatus::parse(s).ok()?)),
+            _ => None,
+        }
+    }
+}
+
+/// Announces `a` on graph `graph`'s channel.
+fn announce(tx: &mut dyn Tx, realm: &str, graph: &str, a: Announcement) -> Result<()> {
+    tx.notify(&graph_channel(realm, graph), &a.payload())?;
+    Ok(())
 }
 
 /// A task's kind.
@@ -737,6 +774,19 @@ fn get_in(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<Option<Graph>> {
     row.map(|r| graph_of(tx, realm, &r)).transpose()
 }
 
+/// Procedure body: graph `id`'s status, if it exists (one row, not its
+/// tasks' counts: what a wait asks each time it is woken).
+pub fn status_tx(tx: &mut dyn Tx, who: &Caller, id: &str) -> Result<Option<GraphStatus>> {
+    let realm = acting(who, Role::Reader)?;
+    let k = p_key(tx);
+    tx.query_opt(
+        "SELECT status FROM graph WHERE p_key = $1 AND realm = $2 AND graph_id = $3",
+        params![k, realm, id],
+    )?
+    .map(|r| GraphStatus::parse(&r.get::<String>(0)?))
+    .transpose()
+}
+
 /// Procedure body: graph `id`, if any.
 pub fn get_tx(tx: &mut dyn Tx, who: &Caller, id: &str) -> Result<Option<Graph>> {
     get_in(tx, acting(who, Role::Reader)?, id)
@@ -1150,22 +1200,30 @@ fn complete(
             "task {graph}/{task} ended while not running"
         )));
     }
-    let after = tx.execute(
-        "UPDATE graph_task SET deps_left = deps_left - 1 \
-         WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND status = 'waiting' \
-           AND task IN (SELECT dst FROM graph_edge \
-                        WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND src = $4)",
+    // Each task that takes it, by its key (a statement over the graph's
+    // waiting tasks would scan them all, per task: a graph's run would
+    // cost the square of its size).
+    let after = tx.query(
+        "SELECT dst FROM graph_edge WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND src = $4",
         params![k, realm, graph, task],
     )?;
-    if after > 0 {
-        let ready = tx.execute(
-            "UPDATE graph_task SET status = 'ready' \
-             WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND status = 'waiting' \
-               AND deps_left = 0 \
-               AND task IN (SELECT dst FROM graph_edge \
-                            WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND src = $4)",
-            params![k, realm, graph, task],
-        )?;
+    if !after.is_empty() {
+        let mut ready = 0;
+        for r in &after {
+            let dst: String = r.get(0)?;
+            tx.execute(
+                "UPDATE graph_task SET deps_left = deps_left - 1 \
+                 WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND task = $4 \
+                   AND status = 'waiting'",
+                params![k, realm, graph, dst.as_str()],
+            )?;
+            ready += tx.execute(
+                "UPDATE graph_task SET status = 'ready' \
+                 WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND task = $4 \
+                   AND status = 'waiting' AND deps_left = 0",
+                params![k, realm, graph, dst.as_str()],
+            )?;
+        }
         if ready > 0 {
             tx.notify(READY_CHANNEL, realm)?;
         }
@@ -1179,18 +1237,19 @@ fn complete(
             )?
             .is_some();
         if !unfinished {
-            tx.notify(
-                &graph_channel(realm, graph),
-                &format!("task {task} success"),
-            )?;
+            let ended = Announcement::Task {
+                id: task.into(),
+                status: TaskStatus::Success,
+            };
+            announce(tx, realm, graph, ended)?;
             return end_if_done(tx, realm, graph, now);
         }
     }
-    tx.notify(
-        &graph_channel(realm, graph),
-        &format!("task {task} success"),
-    )?;
-    Ok(())
+    let ended = Announcement::Task {
+        id: task.into(),
+        status: TaskStatus::Success,
+    };
+    announce(tx, realm, graph, ended)
 }
 
 /// Ends graph `graph` with its result's output, unless it is held open.
@@ -1263,15 +1322,15 @@ enum Ended {
 /// ends the task of its parent that waits for it.
 fn end_graph(tx: &mut dyn Tx, realm: &str, graph: &str, how: Ended, now: i64) -> Result<()> {
     let k = p_key(tx);
-    let (status, output, error): (&str, Value, Value) = match &how {
-        Ended::Success(o) => ("success", Value::Blob(o.clone()), Value::Null),
-        Ended::Error(e) => ("error", Value::Null, Value::Text(cut_error(e))),
-        Ended::Cancelled => ("cancelled", Value::Null, Value::Null),
+    let (status, output, error): (GraphStatus, Value, Value) = match &how {
+        Ended::Success(o) => (GraphStatus::Success, Value::Blob(o.clone()), Value::Null),
+        Ended::Error(e) => (GraphStatus::Error, Value::Null, Value::Text(cut_error(e))),
+        Ended::Cancelled => (GraphStatus::Cancelled, Value::Null, Value::Null),
     };
     let n = tx.execute(
         "UPDATE graph SET status = $4, output = $5, error = $6, ended_us = $7 \
          WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND status = 'running'",
-        params![k, realm, graph, status, output, error, now],
+        params![k, realm, graph, status.as_str(), output, error, now],
     )?;
     if n == 0 {
         return Ok(());
@@ -1306,8 +1365,11 @@ fn end_graph(tx: &mut dyn Tx, realm: &str, graph: &str, how: Ended, now: i64) ->
             }
         }
     }
-    tx.notify(&graph_channel(realm, graph), &format!("status {status}"))?;
-    tx.notify(&graphs_channel(realm), &format!("{graph} {status}"))?;
+    announce(tx, realm, graph, Announcement::Graph(status))?;
+    tx.notify(
+        &graphs_channel(realm),
+        &format!("{graph} {}", status.as_str()),
+    )?;
     // A child graph: the task that waits for it ends with it.
     let parent = tx.query_one(
         "SELECT parent_graph, parent_task FROM graph WHERE p_key = $1 AND realm = $2 AND graph_id = $3",
@@ -1368,7 +1430,15 @@ fn fail_for_good(
          WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND task = $4",
         params![k, realm, graph, task, cut_error(error), now],
     )?;
-    tx.notify(&graph_channel(realm, graph), &format!("task {task} error"))?;
+    announce(
+        tx,
+        realm,
+        graph,
+        Announcement::Task {
+            id: task.into(),
+            status: TaskStatus::Error,
+        },
+    )?;
     end_graph(
         tx,
         realm,

@@ -23,8 +23,11 @@ use tokio::time::Instant;
 
 use crate::Node;
 
-/// Most tasks one node runs at once (claimed and not yet committed).
+/// Most tasks one node has claimed and not yet run.
 pub const RUNNING_MAX: usize = 512;
+/// How long one batch of tasks runs before it commits (well within the
+/// store's bound on tenant code holding the write lock).
+pub const BATCH_TIME: Duration = Duration::from_millis(5);
 /// Longest wait of one Wait call.
 pub const WAIT_MAX: Duration = Duration::from_secs(60);
 /// How long the scheduler rests after a database error before it tries
@@ -201,7 +204,10 @@ crate::op::served! {
 }
 
 /// Waits for graph `r.graph_id` (or its task `r.task`) to end, sleeping on
-/// the graph's channel (subscribed before the first look).
+/// the graph's channel (subscribed before the first look). Woken by every
+/// task's end, it looks again only at what concerns it — the graph's end,
+/// or its own task's — so a wait costs one read per look, not one per task
+/// of the graph.
 async fn wait(
     node: &Node,
     who: tabos_kernel::auth::Caller,
@@ -212,69 +218,149 @@ async fn wait(
     let mut sub = node.store.subscribe(&channel);
     let mut stopping = node.stopping.watch();
     loop {
+        // A look: has it ended?
         let (id, task) = (r.graph_id.clone(), r.task.clone());
-        let (g, t) = node
+        let ended = node
             .read_as(who.clone(), move |tx, who, _| {
-                let g = graphs::get_tx(tx, who, &id)?.ok_or_else(|| {
+                let status = graphs::status_tx(tx, who, &id)?.ok_or_else(|| {
                     Error::NotFound(format!("graph {id} in realm {}", who.realm()))
                 })?;
-                let t = match task.as_str() {
-                    "" => None,
-                    t => Some(
-                        graphs::task_tx(tx, who, &id, t)?
-                            .ok_or_else(|| Error::NotFound(format!("task {t} of graph {id}")))?,
-                    ),
-                };
-                Ok((g, t))
+                Ok(match task.as_str() {
+                    "" => status != graphs::GraphStatus::Running,
+                    t => graphs::task_tx(tx, who, &id, t)?
+                        .ok_or_else(|| Error::NotFound(format!("task {t} of graph {id}")))?
+                        .status
+                        .is_final(),
+                })
             })
             .await?;
-        let ended = match &t {
-            Some(t) => t.status.is_final(),
-            None => g.status != graphs::GraphStatus::Running,
-        };
         if ended || Instant::now() >= deadline {
+            let (id, task) = (r.graph_id.clone(), r.task.clone());
+            let (g, t) = node
+                .read_as(who.clone(), move |tx, who, _| {
+                    let g = graphs::get_tx(tx, who, &id)?
+                        .ok_or_else(|| Error::NotFound(format!("graph {id}")))?;
+                    let t = match task.as_str() {
+                        "" => None,
+                        t => graphs::task_tx(tx, who, &id, t)?,
+                    };
+                    Ok((g, t))
+                })
+                .await?;
             return Ok(proto::WaitGraphResponse {
                 ended,
                 graph: Some(graph_info(g)),
                 task: t.map(task_info),
             });
         }
-        tokio::select! {
-            n = sub.recv() => if n.is_err() {
-                sub = node.store.subscribe(&channel);
-            },
-            () = tokio::time::sleep_until(deadline) => {}
-            _ = stopping.wait_for(|s| *s) => {
-                return Err(Error::Unavailable("the node is stopping".into()))
+        // Sleeps until something that concerns it is announced.
+        loop {
+            tokio::select! {
+                n = sub.recv() => match n {
+                    Ok(n) => {
+                        let concerns = match graphs::Announcement::parse(&n.payload) {
+                            Some(graphs::Announcement::Task { id, .. }) => id == r.task,
+                            Some(graphs::Announcement::Graph(_)) | None => true,
+                        };
+                        if concerns {
+                            break;
+                        }
+                    }
+                    Err(_) => {
+                        sub = node.store.subscribe(&channel);
+                        break;
+                    }
+                },
+                () = tokio::time::sleep_until(deadline) => break,
+                _ = stopping.wait_for(|s| *s) => {
+                    return Err(Error::Unavailable("the node is stopping".into()))
+                }
             }
         }
     }
 }
 
-/// One claimed task's run and, if it failed, its record.
-async fn run_one(node: Node, p: PKey, c: Claimed) {
+/// What a batch's transaction did: how many of its claims it ran (a
+/// prefix), or at which one it failed and why.
+enum Batch {
+    Ran(usize),
+    FailedAt(usize, Error),
+}
+
+/// Runs claims `claims` (of one realm, on partition `p`) in batches: each
+/// batch one transaction of tenant code, its tasks one after the other
+/// until [`BATCH_TIME`] has passed — a commit per batch, not per task. A
+/// task that fails rolls its whole batch back (a savepoint would keep the
+/// notifications and after-commit hand-overs the failed procedure made):
+/// the tasks before it run again as a batch of their own, and its failure
+/// is recorded alone ([`graphs::failed_tx`]). A batch the database could
+/// not take (a failover) is tried again after [`RETRY_PAUSE`]: its claims
+/// stay this node's meanwhile.
+async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> usize {
+    let n = claims.len();
     let id = node.settings.node_id.clone();
-    let store = node.store.for_tenant_code(&c.realm);
-    let (sandbox, claim, me) = (node.sandbox.clone(), c.clone(), id.clone());
-    let ran = store
-        .submit(p, move |tx| {
-            graphs::run_tx(tx, &sandbox, &claim, &me, tabos_store::now_us())
-        })
-        .await;
-    let Err(e) = ran else { return };
-    let stopping = *node.stopping.watch().borrow();
-    if matches!(e, Error::Store(_)) && stopping {
-        return; // given back at the next start
+    let mut limit = usize::MAX;
+    while !claims.is_empty() {
+        let store = node.store.for_tenant_code(&claims[0].realm);
+        let (sandbox, batch, me) = (node.sandbox.clone(), claims.clone(), id.clone());
+        let max = limit.min(batch.len());
+        let failed = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let failed_in = failed.clone();
+        let ran = store
+            .submit(p, move |tx| {
+                let start = std::time::Instant::now();
+                for (i, c) in batch[..max].iter().enumerate() {
+                    if i > 0 && start.elapsed() >= BATCH_TIME {
+                        return Ok(i);
+                    }
+                    if let Err(e) = graphs::run_tx(tx, &sandbox, c, &me, tabos_store::now_us()) {
+                        *failed_in.lock().unwrap_or_else(|p| p.into_inner()) = Some((i, e.clone()));
+                        return Err(e);
+                    }
+                }
+                Ok(max)
+            })
+            .await;
+        let outcome = match ran {
+            Ok(done) => Batch::Ran(done),
+            Err(e) => match failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                Some((i, e)) => Batch::FailedAt(i, e),
+                // It failed past its tasks: at its commit.
+                None => Batch::FailedAt(usize::MAX, e),
+            },
+        };
+        match outcome {
+            Batch::Ran(done) => {
+                claims.drain(..done);
+                limit = usize::MAX;
+            }
+            // The database's failure, not a task's (or one past every task).
+            Batch::FailedAt(_, e @ Error::Store(_)) | Batch::FailedAt(usize::MAX, e) => {
+                if *node.stopping.watch().borrow() {
+                    return n; // given back at the next start
+                }
+                tracing::warn!(node = %id, "cannot run graph tasks now ({e}); trying again");
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Batch::FailedAt(0, e) => {
+                let (c, me) = (claims.remove(0), id.clone());
+                let recorded = node
+                    .store
+                    .run(p, move |tx| {
+                        graphs::failed_tx(tx, &c, &me, &e, tabos_store::now_us())
+                    })
+                    .await;
+                if let Err(e) = recorded {
+                    tracing::warn!(node = %id, "cannot record a task's failure: {e}");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                limit = usize::MAX;
+            }
+            // The tasks before the failing one, as a batch of their own.
+            Batch::FailedAt(i, _) => limit = i.max(1),
+        }
     }
-    let failed = node
-        .store
-        .run(p, move |tx| {
-            graphs::failed_tx(tx, &c, &id, &e, tabos_store::now_us())
-        })
-        .await;
-    if let Err(e) = failed {
-        tracing::warn!(node = %node.settings.node_id, "cannot record a task's failure: {e}");
-    }
+    n
 }
 
 /// The node's task scheduler (see the module doc); ends when `stop` is
@@ -301,9 +387,14 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         }
     }
     let mut running = FuturesUnordered::new();
+    // The tasks claimed and not yet run.
+    let mut in_flight = 0usize;
     // Realms whose workflows ended: their workflow tasks are settled.
     let mut settle: VecDeque<String> = VecDeque::new();
-    let mut look = true;
+    // The partitions to claim on: all at first, then those a readying
+    // commit named (its payload is the realm) or whose last claim was full.
+    let mut due: std::collections::BTreeSet<PKey> = partitions.iter().copied().collect();
+    let partition_of = |realm: &str| tabos_kernel::realm_partition(realm, node.store.partitions());
     // Lost nodes whose claims were given back.
     let mut given_back = std::collections::BTreeSet::new();
     let mut check_lost = false;
@@ -321,13 +412,11 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                 tracing::warn!(node = %me, realm, "cannot settle workflow tasks: {e}");
             }
         }
-        if look && running.len() < RUNNING_MAX / 2 {
-            look = false;
-            for &p in &partitions {
-                let (me2, max) = (
-                    me.clone(),
-                    (RUNNING_MAX - running.len()).min(graphs::CLAIM_MAX),
-                );
+        // Claims while there is room (half of it: the runs under way keep
+        // the store's group commits full meanwhile).
+        if in_flight < RUNNING_MAX / 2 {
+            for p in std::mem::take(&mut due) {
+                let (me2, max) = (me.clone(), (RUNNING_MAX - in_flight).min(graphs::CLAIM_MAX));
                 match node
                     .store
                     .run(p, move |tx| {
@@ -337,26 +426,48 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                 {
                     Ok(claimed) => {
                         // A full claim: there may be more.
-                        look |= claimed.len() == max;
+                        if claimed.len() == max {
+                            due.insert(p);
+                        }
+                        // One batch runner per realm claimed.
+                        let mut by_realm: std::collections::BTreeMap<String, Vec<Claimed>> =
+                            Default::default();
                         for c in claimed {
-                            running.push(run_one(node.clone(), p, c));
+                            by_realm.entry(c.realm.clone()).or_default().push(c);
+                        }
+                        for (_, cs) in by_realm {
+                            in_flight += cs.len();
+                            running.push(run_claims(node.clone(), p, cs));
                         }
                     }
                     Err(e) => {
                         tracing::warn!(node = %me, "cannot claim graph tasks: {e}");
                         tokio::time::sleep(RETRY_PAUSE).await;
-                        look = true;
+                        due.insert(p);
                     }
                 }
             }
         }
         let mut stopped = false;
         tokio::select! {
-            Some(()) = running.next(), if !running.is_empty() => look = true,
+            // A run's end makes room (a claim waiting for it is `due`).
+            Some(n) = running.next(), if !running.is_empty() => in_flight -= n,
             n = ready.recv() => {
-                look = true;
-                if n.is_err() {
-                    ready = node.store.subscribe(graphs::READY_CHANNEL);
+                // Every readying commit queued so far: one claim for all.
+                let mut n = n.map(Some);
+                loop {
+                    match n {
+                        Ok(Some(note)) => {
+                            due.insert(partition_of(&note.payload));
+                        }
+                        Ok(None) => break,
+                        Err(_) => {
+                            ready = node.store.subscribe(graphs::READY_CHANNEL);
+                            due.extend(partitions.iter().copied());
+                            break;
+                        }
+                    }
+                    n = ready.try_recv();
                 }
             }
             n = lost.recv() => {

@@ -111,3 +111,19 @@ def test_a_workflow_task_runs_on_an_executor(procs: tabos.Client) -> None:
         assert tasks[1].kind == pb.TASK_KIND_WORKFLOW and tasks[1].child == f"{g.graph_id}:w"
     finally:
         ex.shutdown()
+
+
+def test_a_failing_task_beside_others_changes_nothing_of_theirs(procs: tabos.Client) -> None:
+    count = "function main(a) { tabos.put('py-n', String(Number(tabos.get('py-n') || '0') + 1)); return '1'; }"
+    procs.procedures.install("py-count", count)
+    procs.procedures.install("py-half", "function main(a) { tabos.put('py-half', 'x'); throw new Error('half'); }")
+    procs.procedures.install("py-get", "function main(k) { return tabos.get(k) || 'none'; }")
+    before = int(procs.procedures.call("py-get", "py-n").result.decode().replace("none", "0"))
+    # Submitted together, the node runs them in the same batches.
+    bad = procs.graphs.submit([graphs.task("h", procedure="py-half", attempts_max=2)])
+    good = procs.graphs.submit([graphs.task(f"c{i}", procedure="py-count") for i in range(40)])
+    assert procs.graphs.output(good.graph_id) == 1
+    with pytest.raises(tabos.TaskFailed):
+        procs.graphs.output(bad.graph_id)
+    assert int(procs.procedures.call("py-get", "py-n").result) == before + 40
+    assert procs.procedures.call("py-get", "py-half").result == b"none"
