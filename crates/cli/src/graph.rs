@@ -2,9 +2,10 @@
 //!
 //! A graph file is JSON: `{"tasks": [{"id": "a", "procedure": "add",
 //! "args": [1, 2]}, {"id": "b", "procedure": "add", "args": [{"$task":
-//! "a"}, 3]}], "result": "b"}` — a task names a `procedure` or a
-//! `workflow` (with its `queue` and `version`), may be `dynamic` and
-//! set `attempts_max`.
+//! "a"}, 3]}], "result": "b"}` — a task names a `procedure`, a
+//! `workflow` (with its `queue` and `version`) or a `proc` (a program,
+//! with its `argv`, `wasm` for a module), may be `dynamic` and set
+//! `attempts_max`.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -82,11 +83,22 @@ fn read_graph(path: &str) -> anyhow::Result<(Vec<GraphTask>, String)> {
     let mut out = Vec::with_capacity(tasks.len());
     for t in tasks {
         let text = |k: &str| t.get(k).and_then(Json::as_str).unwrap_or("").to_string();
-        let (kind, target) = match (t.get("procedure"), t.get("workflow")) {
-            (Some(_), None) => (proto::TaskKind::Procedure, text("procedure")),
-            (None, Some(_)) => (proto::TaskKind::Workflow, text("workflow")),
-            _ => anyhow::bail!("{path}: task {t} names one \"procedure\" or one \"workflow\""),
+        let (kind, target) = match (t.get("procedure"), t.get("workflow"), t.get("proc")) {
+            (Some(_), None, None) => (proto::TaskKind::Procedure, text("procedure")),
+            (None, Some(_), None) => (proto::TaskKind::Workflow, text("workflow")),
+            (None, None, Some(_)) => (proto::TaskKind::Proc, text("proc")),
+            _ => {
+                anyhow::bail!("{path}: task {t} names one \"procedure\", \"workflow\" or \"proc\"")
+            }
         };
+        let argv = match t.get("argv") {
+            None => Vec::new(),
+            Some(a) => a
+                .as_array()
+                .and_then(|a| a.iter().map(|v| v.as_str().map(String::from)).collect())
+                .with_context(|| format!("{path}: task {t}'s \"argv\" is an array of strings"))?,
+        };
+        let wasm = t.get("wasm").and_then(Json::as_bool).unwrap_or(false);
         out.push(GraphTask {
             id: text("id"),
             kind: kind.into(),
@@ -102,6 +114,13 @@ fn read_graph(path: &str) -> anyhow::Result<(Vec<GraphTask>, String)> {
                 .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
             queue: text("queue"),
             version: text("version"),
+            argv,
+            proc_kind: if wasm {
+                proto::ProcKind::Wasm
+            } else {
+                proto::ProcKind::Native
+            }
+            .into(),
         });
     }
     let result = v.get("result").and_then(Json::as_str).unwrap_or("");

@@ -1526,6 +1526,81 @@ fn a_task_graph_from_the_command_line_survives_kill_9() {
 }
 
 #[test]
+fn proc_tasks_take_and_give_outputs() {
+    let dir = TempDir::new("cli-graph-procs");
+    let data = dir.path().join("data");
+    let node = Node::start(&["--data", data.to_str().unwrap()]);
+    let sum = dir.path().join("sum.js");
+    std::fs::write(
+        &sum,
+        "function main(a) { return String(JSON.parse(a).reduce((x, y) => x + y, 0)); }",
+    )
+    .unwrap();
+    let o = node.tabos(&["procedure", "install", "sum", sum.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // A procedure's output into a proc (its arguments in its environment),
+    // the proc's stdout into a procedure.
+    let graph = serde_json::json!({"tasks": [
+        {"id": "a", "procedure": "sum", "args": [1, 2]},
+        {"id": "p", "proc": "/bin/sh", "argv": ["-c",
+            "echo \"$TABOS_TASK_ARGS\" | tr -d '[]' | awk -F, '{print $1 * $2}'"],
+         "args": [{"$task": "a"}, 4]},
+        {"id": "b", "procedure": "sum", "args": [{"$task": "p"}, 10]},
+    ]});
+    let file = dir.path().join("graph.json");
+    std::fs::write(&file, graph.to_string()).unwrap();
+    let o = node.tabos(&[
+        "graph",
+        "submit",
+        file.to_str().unwrap(),
+        "--id",
+        "mixed",
+        "--wait",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "22", "(1 + 2) * 4 + 10");
+    let o = node.tabos(&["graph", "show", "mixed", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let p = &v["task_list"][1];
+    assert_eq!(
+        (p["kind"].as_str(), p["child"].as_str()),
+        (Some("proc"), Some("mixed:p:1"))
+    );
+    let o = node.tabos(&["logs", "mixed:p:1"]);
+    assert_eq!(stdout(&o), "12\n", "the proc's own log");
+    // A proc that fails runs again, then fails its graph.
+    let bad = serde_json::json!({"tasks": [
+        {"id": "x", "proc": "/bin/sh", "argv": ["-c", "exit 3"], "attempts_max": 2},
+    ]});
+    std::fs::write(&file, bad.to_string()).unwrap();
+    let o = node.tabos(&[
+        "graph",
+        "submit",
+        file.to_str().unwrap(),
+        "--id",
+        "bad",
+        "--wait",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("exited with status 3"),
+        "{}",
+        stderr(&o)
+    );
+    let o = node.tabos(&["ps", "--json"]);
+    let ps = stdout(&o);
+    assert!(
+        ps.contains("bad:x:1") && ps.contains("bad:x:2"),
+        "two runs, two procs: {ps}"
+    );
+    // A program the node does not allow is refused at submit.
+    let nope = serde_json::json!({"tasks": [{"id": "x", "proc": "", "argv": []}]});
+    std::fs::write(&file, nope.to_string()).unwrap();
+    let o = node.tabos(&["graph", "submit", file.to_str().unwrap()]);
+    assert!(!o.status.success());
+}
+
+#[test]
 fn mailboxes_send_and_recv() {
     let dir = TempDir::new("cli-ipc");
     let data = dir.path().join("data");

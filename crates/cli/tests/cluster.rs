@@ -1529,3 +1529,86 @@ fn provenance_says_which_files_went_over_the_network() {
         "{v}"
     );
 }
+
+/// Issue 43, item 1: a task graph on two `tabos up` nodes over one
+/// PostgreSQL. Both nodes' schedulers take its tasks (a claim takes what
+/// one batch runs, so slow tasks spread); node a is SIGKILLed mid-graph;
+/// b finishes it once a is declared lost, and every task's effect is
+/// counted once.
+#[test]
+fn a_task_graph_spreads_over_two_nodes_and_survives_ones_kill() {
+    if find_bindir().is_none() {
+        eprintln!("skipped: needs PostgreSQL's server binaries");
+        return;
+    }
+    let pg = TempCluster::start(&ClusterOptions::default()).unwrap();
+    let url = pg.create_database("graphs").unwrap();
+    let dir = TempDir::new("cluster-graph");
+    let mut a = node_on(&url, &dir, "a");
+    let b = node_on(&url, &dir, "b");
+    let code = |name: &str, js: &str| {
+        let f = dir.path().join(format!("{name}.js"));
+        std::fs::write(&f, js).unwrap();
+        ok(&a.tabos(&["procedure", "install", name, f.to_str().unwrap()]));
+    };
+    // ~30 ms of work, counted in the realm's key-value table (a second
+    // run of any task would show).
+    code(
+        "slow",
+        "function main(a) { const t = Date.now(); while (Date.now() - t < 30) {} \
+         tabos.put('runs', String(Number(tabos.get('runs') || '0') + 1)); return '1'; }",
+    );
+    code(
+        "runs",
+        "function main(a) { return tabos.get('runs') || '0'; }",
+    );
+    code(
+        "total",
+        "function main(a) { return String(JSON.parse(a).reduce((x, y) => x + y, 0)); }",
+    );
+    let mut tasks: Vec<serde_json::Value> = (0..120)
+        .map(|i| serde_json::json!({"id": format!("s{i}"), "procedure": "slow", "args": [i]}))
+        .collect();
+    let all: Vec<_> = (0..120)
+        .map(|i| serde_json::json!({"$task": format!("s{i}")}))
+        .collect();
+    tasks.push(serde_json::json!({"id": "sum", "procedure": "total", "args": all}));
+    let file = dir.path().join("graph.json");
+    std::fs::write(&file, serde_json::json!({"tasks": tasks}).to_string()).unwrap();
+    ok(&b.tabos(&["graph", "submit", file.to_str().unwrap(), "--id", "spread"]));
+    // Both nodes run its tasks.
+    let ran_on = |n: &Up, node: &str| {
+        n.row(&format!(
+            "SELECT count(*) AS n FROM graph_task WHERE graph_id = 'spread' \
+             AND status = 'success' AND node_id = '{node}'"
+        ))["n"]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    until(
+        "both nodes have run tasks",
+        || ran_on(&b, "a") > 0 && ran_on(&b, "b") > 0,
+        || {},
+    );
+    a.child.kill().unwrap(); // SIGKILL, mid-graph
+    a.child.wait().unwrap();
+    let o = b.tabos(&["graph", "wait", "spread", "--timeout", "120"]);
+    ok(&o);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "120");
+    let o = b.tabos(&["procedure", "call", "runs"]);
+    ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "120",
+        "each task's effect once"
+    );
+    let ran =
+        b.row("SELECT count(*) AS n FROM graph_task WHERE graph_id = 'spread' AND attempts > 1");
+    eprintln!(
+        "tasks run on a {}, on b {}, claimed more than once {}",
+        ran_on(&b, "a"),
+        ran_on(&b, "b"),
+        ran["n"]
+    );
+    drop(pg);
+}

@@ -38,6 +38,27 @@ pub fn procedure_task(id: &str, procedure: &str, args: &Json) -> GraphTask {
     }
 }
 
+/// A proc task: `id` spawns `program` with `argv` (a native program; a
+/// wasm module with `wasm`), `args` (JSON, references resolved) in its
+/// environment as `TABOS_TASK_ARGS`; its stdout is its output once it
+/// exits 0.
+pub fn proc_task(id: &str, program: &str, argv: &[&str], args: &Json, wasm: bool) -> GraphTask {
+    GraphTask {
+        id: id.into(),
+        kind: proto::TaskKind::Proc.into(),
+        target: program.into(),
+        args: args.to_string().into_bytes(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        proc_kind: if wasm {
+            proto::ProcKind::Wasm
+        } else {
+            proto::ProcKind::Native
+        }
+        .into(),
+        ..GraphTask::default()
+    }
+}
+
 /// `{"$task": id}`: what an argument is that takes task `id`'s output.
 pub fn task_ref(id: &str) -> Json {
     serde_json::json!({ "$task": id })

@@ -78,7 +78,7 @@ names!(StepKind {
     Send => "send", Recv => "recv", SetEvent => "set_event", GetEvent => "get_event",
 });
 names!(StepStatus { Running => "running", Success => "success", Error => "error" });
-names!(TaskKind { Procedure => "procedure", Workflow => "workflow" });
+names!(TaskKind { Procedure => "procedure", Workflow => "workflow", Proc => "proc" });
 names!(GraphStatus {
     Running => "running", Success => "success", Error => "error", Cancelled => "cancelled",
 });

@@ -5,8 +5,8 @@
 //! data between them.
 //!
 //! Tables (migration 044, on the realm's partition): `graph`,
-//! `graph_task`, `graph_edge`. A task is a stored procedure to call or a
-//! workflow to run; its arguments are a JSON array in which
+//! `graph_task`, `graph_edge`. A task is a stored procedure to call, a
+//! workflow to run or a proc to spawn; its arguments are a JSON array in which
 //! `{"$task": "<id>"}` stands for that task's output (which must then be
 //! JSON), and each such reference is an edge. A task names only tasks
 //! submitted before it, so a graph is acyclic by construction.
@@ -35,8 +35,15 @@
 //!   ([`add_tasks_tx`]).
 //! * **Workflows.** A task of kind workflow starts a durable workflow
 //!   (in a queue, by function name and version) with the task's arguments
-//!   as its input, and ends when the workflow does ([`settle_workflows_tx`],
+//!   as its input, and ends when the workflow does ([`settle_children_tx`],
 //!   on `workflows::ENDED_CHANNEL`); the workflow's recovery is its own.
+//! * **Procs.** A task of kind proc spawns its program (native, or a wasm
+//!   module) in its run's transaction, pid `<graph>:<task>:<run>`, with
+//!   its arguments as JSON in [`TASK_ARGS_ENV`]; it ends with the proc's
+//!   stdout once the proc exits 0 ([`settle_children_tx`], on
+//!   `procs::ENDED_CHANNEL`). Another end — an exit status, an eviction, a
+//!   lost node failing the proc — is a failed run, tried again while the
+//!   task has runs left (a new proc).
 //! * **Cancellation** ends a graph, its waiting and running tasks, its
 //!   child graphs and its workflows; a run under way is refused at its
 //!   commit.
@@ -52,7 +59,7 @@ use tabos_sandbox::Sandbox;
 use tabos_store::{params, Dialect, Row, Tx, Value};
 
 use crate::auth::{Caller, Role};
-use crate::ids::{validate_name, WorkflowId};
+use crate::ids::{validate_name, Pid, WorkflowId};
 use crate::procedures::{self, CallPath, Called};
 use crate::workflows;
 use crate::{p_key, Error, Result};
@@ -84,6 +91,12 @@ pub const SHOW_TASKS_MAX: usize = 10_000;
 pub const LIST_MAX: usize = 1_000;
 /// Longest recorded error (longer ones are cut).
 pub const ERROR_BYTES_MAX: usize = 4 * 1024;
+/// The environment variable a proc task's arguments are in (JSON), and
+/// their most bytes there (an environment string's room).
+pub const TASK_ARGS_ENV: &str = "TABOS_TASK_ARGS";
+pub const PROC_ARGS_BYTES_MAX: usize = 64 * 1024;
+/// Most entries of a proc task's argv.
+pub const ARGV_MAX: usize = 256;
 
 /// Channel raised when tasks become ready on a partition (payload: the
 /// realm): every node's scheduler claims then.
@@ -145,6 +158,10 @@ pub enum Kind {
     Procedure,
     /// A durable workflow, started in a queue with the arguments as input.
     Workflow,
+    /// A proc (a native program or a wasm module) spawned with the
+    /// arguments in its environment ([`TASK_ARGS_ENV`]); its stdout is its
+    /// output once it exits 0.
+    Proc,
 }
 
 impl Kind {
@@ -152,6 +169,7 @@ impl Kind {
         match self {
             Kind::Procedure => "procedure",
             Kind::Workflow => "workflow",
+            Kind::Proc => "proc",
         }
     }
 
@@ -159,6 +177,7 @@ impl Kind {
         match s {
             "procedure" => Ok(Kind::Procedure),
             "workflow" => Ok(Kind::Workflow),
+            "proc" => Ok(Kind::Proc),
             _ => Err(Error::Invalid(format!("unknown task kind {s:?}"))),
         }
     }
@@ -253,6 +272,9 @@ pub struct TaskSpec {
     /// A workflow's queue and application version.
     pub queue: Option<String>,
     pub app_version: Option<String>,
+    /// A proc's arguments (its argv after the program) and kind.
+    pub argv: Vec<String>,
+    pub proc_kind: crate::procs::Kind,
 }
 
 impl TaskSpec {
@@ -267,21 +289,33 @@ impl TaskSpec {
             attempts_max: 0,
             queue: None,
             app_version: None,
+            argv: Vec::new(),
+            proc_kind: crate::procs::Kind::Native,
         }
     }
 
     /// The spec a dynamic task's answer (or a client's JSON) gives:
-    /// `{"id", "procedure"|"workflow", "args", "dynamic", "attempts_max",
-    /// "queue", "version"}`.
+    /// `{"id", "procedure"|"workflow"|"proc", "args", "dynamic",
+    /// "attempts_max", "queue", "version", "argv", "wasm"}`.
     pub fn from_json(v: &Json) -> Result<TaskSpec> {
         let bad = |why: &str| Error::Invalid(format!("a task {why}"));
         let o = v.as_object().ok_or_else(|| bad("is a JSON object"))?;
         let text = |k: &str| o.get(k).and_then(Json::as_str).map(String::from);
         let id = text("id").ok_or_else(|| bad("has an \"id\""))?;
-        let (kind, target) = match (text("procedure"), text("workflow")) {
-            (Some(p), None) => (Kind::Procedure, p),
-            (None, Some(w)) => (Kind::Workflow, w),
-            _ => return Err(bad("names one \"procedure\" or one \"workflow\"")),
+        let (kind, target) = match (text("procedure"), text("workflow"), text("proc")) {
+            (Some(p), None, None) => (Kind::Procedure, p),
+            (None, Some(w), None) => (Kind::Workflow, w),
+            (None, None, Some(p)) => (Kind::Proc, p),
+            _ => return Err(bad("names one \"procedure\", \"workflow\" or \"proc\"")),
+        };
+        let argv = match o.get("argv") {
+            None => Vec::new(),
+            Some(Json::Array(a)) => a
+                .iter()
+                .map(|v| v.as_str().map(String::from))
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| bad("has an \"argv\" of strings"))?,
+            Some(_) => return Err(bad("has an \"argv\" of strings")),
         };
         let attempts_max = match o.get("attempts_max") {
             None => 0,
@@ -299,7 +333,60 @@ impl TaskSpec {
             attempts_max,
             queue: text("queue"),
             app_version: text("version"),
+            argv,
+            proc_kind: if o.get("wasm").and_then(Json::as_bool).unwrap_or(false) {
+                crate::procs::Kind::Wasm
+            } else {
+                crate::procs::Kind::Native
+            },
         })
+    }
+
+    /// The proc a proc task spawns, as `user` with `args` (JSON) in its
+    /// environment — checked when the task is submitted, spawned when it
+    /// runs.
+    fn descriptor(
+        &self,
+        user: &str,
+        pid: Option<Pid>,
+        args: &[u8],
+    ) -> Result<crate::procs::Descriptor> {
+        if self.argv.len() > ARGV_MAX {
+            return Err(Error::Invalid(format!(
+                "task {}: an argv of {} entries exceeds {ARGV_MAX}",
+                self.id,
+                self.argv.len()
+            )));
+        }
+        if args.len() > PROC_ARGS_BYTES_MAX {
+            return Err(Error::TooLarge(format!(
+                "task {}: a proc's arguments of {} bytes exceed {PROC_ARGS_BYTES_MAX}",
+                self.id,
+                args.len()
+            )));
+        }
+        let args = String::from_utf8(args.to_vec())
+            .map_err(|_| Error::Invalid(format!("task {}: arguments are not UTF-8", self.id)))?;
+        let d = crate::procs::Descriptor {
+            pid,
+            parent: None,
+            kind: self.proc_kind,
+            class: crate::procs::Class::Lc,
+            program: self.target.clone(),
+            args: self.argv.clone(),
+            env: vec![(TASK_ARGS_ENV.to_string(), args)],
+            cores: 1,
+            mem_mb: 0,
+            home_node: None,
+            restartable: false,
+            max_restarts: 0,
+            user: user.to_string(),
+            host_paths: Vec::new(),
+            scope: None,
+            code: None,
+        };
+        d.validate()?;
+        Ok(d)
     }
 }
 
@@ -470,6 +557,7 @@ fn resolve(args: &Json, outputs: &BTreeMap<String, Json>) -> Json {
 fn insert_tasks(
     tx: &mut dyn Tx,
     realm: &str,
+    user: &str,
     graph: &str,
     tasks: &[TaskSpec],
     now: i64,
@@ -501,7 +589,13 @@ fn insert_tasks(
     let mut ready = 0;
     for t in tasks {
         validate_name("task id", &t.id)?;
-        validate_name("task target", &t.target)?;
+        match t.kind {
+            // A program's path (the spawn checks it, below).
+            Kind::Proc => {
+                t.descriptor(user, None, b"[]")?;
+            }
+            _ => validate_name("task target", &t.target)?,
+        }
         if t.attempts_max > ATTEMPTS_MAX {
             return Err(Error::Invalid(format!(
                 "task {}: attempts_max {} exceeds {ATTEMPTS_MAX}",
@@ -518,7 +612,7 @@ fn insert_tasks(
             )));
         }
         let (queue, version) = match t.kind {
-            Kind::Procedure => (None, None),
+            Kind::Procedure | Kind::Proc => (None, None),
             Kind::Workflow => {
                 let q = t.queue.as_deref().ok_or_else(|| {
                     Error::Invalid(format!("workflow task {} names its queue", t.id))
@@ -588,8 +682,8 @@ fn insert_tasks(
         };
         let n = tx.execute(
             "INSERT INTO graph_task (p_key, realm, graph_id, task, kind, target, args, dynamic, \
-             queue, app_version, status, deps_left, attempts_max, seq, created_us) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) \
+             queue, app_version, status, deps_left, attempts_max, seq, created_us, argv, proc_kind) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
              ON CONFLICT (p_key, realm, graph_id, task) DO NOTHING",
             params![
                 k,
@@ -606,7 +700,9 @@ fn insert_tasks(
                 left,
                 i64::from(attempts_max),
                 seq,
-                now
+                now,
+                (t.kind == Kind::Proc).then(|| Json::from(t.argv.clone()).to_string()),
+                (t.kind == Kind::Proc).then(|| t.proc_kind.as_str())
             ],
         )?;
         if n == 0 {
@@ -682,7 +778,7 @@ fn make_graph(
     if n == 0 {
         return Ok(false);
     }
-    if insert_tasks(tx, realm, id, &spec.tasks, now)? > 0 {
+    if insert_tasks(tx, realm, user, id, &spec.tasks, now)? > 0 {
         tx.notify(READY_CHANNEL, realm)?;
     }
     tx.notify(&graphs_channel(realm), &format!("{id} running"))?;
@@ -725,7 +821,7 @@ pub fn add_tasks_tx(
                 g.status.as_str()
             )));
         }
-        if insert_tasks(tx, realm, id, tasks, now)? > 0 {
+        if insert_tasks(tx, realm, who.user(), id, tasks, now)? > 0 {
             tx.notify(READY_CHANNEL, realm)?;
         }
         get_in(tx, realm, id)?.ok_or_else(|| Error::Precondition(format!("graph {id}")))
@@ -967,6 +1063,8 @@ struct Running {
     queue: Option<String>,
     app_version: Option<String>,
     depth: i64,
+    argv: Option<String>,
+    proc_kind: Option<String>,
 }
 
 /// The claim `c` of node `node_id`, still its own: else the run is refused.
@@ -974,7 +1072,8 @@ fn still_claimed(tx: &mut dyn Tx, c: &Claimed, node_id: &str) -> Result<Running>
     let k = p_key(tx);
     let r = tx
         .query_opt(
-            "SELECT g.user_name, t.target, t.args, t.dynamic, t.queue, t.app_version, g.depth \
+            "SELECT g.user_name, t.target, t.args, t.dynamic, t.queue, t.app_version, g.depth, \
+             t.argv, t.proc_kind \
              FROM graph_task t JOIN graph g \
                ON g.p_key = t.p_key AND g.realm = t.realm AND g.graph_id = t.graph_id \
              WHERE t.p_key = $1 AND t.realm = $2 AND t.graph_id = $3 AND t.task = $4 \
@@ -1003,6 +1102,8 @@ fn still_claimed(tx: &mut dyn Tx, c: &Claimed, node_id: &str) -> Result<Running>
         queue: r.get(4)?,
         app_version: r.get(5)?,
         depth: r.get(6)?,
+        argv: r.get(7)?,
+        proc_kind: r.get(8)?,
     })
 }
 
@@ -1145,6 +1246,22 @@ pub fn run_tx(
             workflows::start_tx(tx, &who, &spec, now)?;
             waits_on(tx, c, &id)?;
             Ok(Ran::Waits(id.to_string()))
+        }
+        Kind::Proc => {
+            let argv: Vec<String> = serde_json::from_str(t.argv.as_deref().unwrap_or("[]"))
+                .map_err(|e| Error::Precondition(format!("task {}'s stored argv: {e}", c.task)))?;
+            let spec = TaskSpec {
+                argv,
+                proc_kind: t.proc_kind.as_deref().unwrap_or("native").parse()?,
+                ..TaskSpec::procedure(&c.task, &t.target, Json::Null)
+            };
+            // A pid per run: a run that failed leaves its proc's record.
+            let pid = Pid::new(format!("{}:{}:{}", c.graph, c.task, c.attempt))?;
+            let d = spec.descriptor(&t.user, Some(pid.clone()), &args)?;
+            crate::procs::may_spawn(&who, std::slice::from_ref(&d))?;
+            crate::procs::spawn_tx(tx, &c.realm, &pid, &d, now)?;
+            waits_on(tx, c, &pid)?;
+            Ok(Ran::Waits(pid.to_string()))
         }
     }
 }
@@ -1362,6 +1479,10 @@ fn end_graph(tx: &mut dyn Tx, realm: &str, graph: &str, how: Ended, now: i64) ->
                         Err(e) => return Err(e),
                     }
                 }
+                Kind::Proc => match crate::procs::evict_tx(tx, realm, &Pid::new(child)?, now) {
+                    Ok(()) | Err(Error::NotFound(_)) | Err(Error::Precondition(_)) => {}
+                    Err(e) => return Err(e),
+                },
             }
         }
     }
@@ -1460,7 +1581,7 @@ pub fn failed_tx(
     now: i64,
 ) -> Result<()> {
     let k = p_key(tx);
-    let row = tx.query_opt(
+    let still = tx.query_opt(
         "SELECT attempts_max FROM graph_task WHERE p_key = $1 AND realm = $2 AND graph_id = $3 \
          AND task = $4 AND status = 'running' AND node_id = $5 AND attempts = $6 AND child IS NULL",
         params![
@@ -1472,9 +1593,9 @@ pub fn failed_tx(
             c.attempt
         ],
     )?;
-    let Some(row) = row else {
+    if still.is_none() {
         return Ok(());
-    };
+    }
     let text = error.to_string();
     // What no run will mend is not tried again: bad arguments, a missing
     // procedure, a refusal.
@@ -1482,20 +1603,8 @@ pub fn failed_tx(
         error,
         Error::Invalid(_) | Error::NotFound(_) | Error::Denied(_) | Error::TooLarge(_)
     );
-    if c.attempt < row.get::<i64>(0)? && !lasting {
-        tx.execute(
-            "UPDATE graph_task SET status = 'ready', node_id = NULL, error = $5 \
-             WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND task = $4",
-            params![
-                k,
-                c.realm.as_str(),
-                c.graph.as_str(),
-                c.task.as_str(),
-                cut_error(&text)
-            ],
-        )?;
-        tx.notify(READY_CHANNEL, &c.realm)?;
-        return Ok(());
+    if !lasting {
+        return run_failed(tx, &c.realm, &c.graph, &c.task, &text, now);
     }
     fail_for_good(tx, &c.realm, &c.graph, &c.task, &text, now)
 }
@@ -1541,10 +1650,14 @@ pub fn requeue_node_tx(tx: &mut dyn Tx, node_id: &str) -> Result<u64> {
     Ok(n)
 }
 
-/// Procedure body: the workflow tasks of `realm` whose workflows have
-/// ended end with them (a success's output, else an error). Returns how
-/// many.
-pub fn settle_workflows_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<u64> {
+/// Procedure body: the tasks of `realm` waiting for a workflow or a proc
+/// that has ended end with it — a workflow's success with its output, a
+/// proc's exit 0 with its stdout; a failed workflow fails its task, a
+/// failed proc (an exit status not 0, evicted, failed) is a failed run,
+/// tried again while the task has runs left. Returns how many. Run when
+/// `workflows::ENDED_CHANNEL` or `procs::ENDED_CHANNEL` names the realm,
+/// and at a scheduler's start (what ended while no node listened).
+pub fn settle_children_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<u64> {
     let k = p_key(tx);
     let rows = tx.query(
         "SELECT t.graph_id, t.task, w.workflow_id, w.status, w.output, w.error \
@@ -1558,14 +1671,96 @@ pub fn settle_workflows_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<u64
     for r in &rows {
         let (graph, task, wf, status): (String, String, String, String) =
             (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-        let how = match status.as_str() {
-            "success" => Ended::Success(r.get::<Option<Vec<u8>>>(4)?.unwrap_or_default()),
-            "error" => Ended::Error(r.get::<Option<String>>(5)?.unwrap_or_default()),
+        let how = match workflows::Status::parse(&status)? {
+            workflows::Status::Success => {
+                Ended::Success(r.get::<Option<Vec<u8>>>(4)?.unwrap_or_default())
+            }
+            workflows::Status::Error => {
+                Ended::Error(r.get::<Option<String>>(5)?.unwrap_or_default())
+            }
             _ => Ended::Cancelled,
         };
         child_ended(tx, realm, &graph, &task, &wf, how, now)?;
     }
-    Ok(rows.len() as u64)
+    let procs = tx.query(
+        "SELECT t.graph_id, t.task, p.pid, p.state, p.exit_status, p.error \
+         FROM graph_task t JOIN proc p \
+           ON p.p_key = t.p_key AND p.realm = t.realm AND p.pid = t.child \
+         WHERE t.p_key = $1 AND t.realm = $2 AND t.status = 'running' AND t.kind = 'proc' \
+           AND p.state IN ('exited', 'evicted', 'failed') \
+         LIMIT $3",
+        params![k, realm, CLAIM_MAX as i64],
+    )?;
+    for r in &procs {
+        let (graph, task, pid, state): (String, String, String, String) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        let status: Option<i64> = r.get(4)?;
+        match (state.parse::<crate::procs::State>()?, status) {
+            (crate::procs::State::Exited, Some(0)) => {
+                let out = crate::logs::head_tx(
+                    tx,
+                    realm,
+                    &Pid::new(&pid)?,
+                    crate::logs::Stream::Stdout,
+                    VALUE_BYTES_MAX,
+                )?;
+                complete(tx, realm, &graph, &task, &out, now)?;
+            }
+            (st, status) => {
+                let why = match (status, r.get::<Option<String>>(5)?) {
+                    (Some(s), _) => format!("proc {pid} exited with status {s}"),
+                    (None, Some(e)) => format!("proc {pid} {st}: {e}"),
+                    (None, None) => format!("proc {pid} {st}"),
+                };
+                run_failed(tx, realm, &graph, &task, &why, now)?;
+            }
+        }
+    }
+    Ok((rows.len() + procs.len()) as u64)
+}
+
+/// Procedure body (a scheduler's, at its start; on one partition): the
+/// realms with a task that waits for a workflow or a proc.
+pub fn waiting_realms_tx(tx: &mut dyn Tx) -> Result<Vec<String>> {
+    let k = p_key(tx);
+    tx.query(
+        "SELECT DISTINCT realm FROM graph_task WHERE p_key = $1 AND status = 'running' \
+         AND child IS NOT NULL AND kind IN ('workflow', 'proc') LIMIT $2",
+        params![k, CLAIM_REALMS_MAX as i64],
+    )?
+    .iter()
+    .map(|r| r.get(0))
+    .collect::<std::result::Result<_, _>>()
+    .map_err(Error::from)
+}
+
+/// A run of task `task` failed with `error` (its proc's, or its
+/// transaction's): ready again while it has runs left, else it and its
+/// graph end in error.
+fn run_failed(
+    tx: &mut dyn Tx,
+    realm: &str,
+    graph: &str,
+    task: &str,
+    error: &str,
+    now: i64,
+) -> Result<()> {
+    let k = p_key(tx);
+    let r = tx.query_one(
+        "SELECT attempts, attempts_max FROM graph_task WHERE p_key = $1 AND realm = $2 \
+         AND graph_id = $3 AND task = $4",
+        params![k, realm, graph, task],
+    )?;
+    if r.get::<i64>(0)? < r.get::<i64>(1)? {
+        tx.execute(
+            "UPDATE graph_task SET status = 'ready', node_id = NULL, child = NULL, error = $5 \
+             WHERE p_key = $1 AND realm = $2 AND graph_id = $3 AND task = $4",
+            params![k, realm, graph, task, cut_error(error)],
+        )?;
+        tx.notify(READY_CHANNEL, realm)?;
+        return Ok(());
+    }
+    fail_for_good(tx, realm, graph, task, error, now)
 }
 
 /// Procedure body (realm teardown): removes every graph of `realm`.

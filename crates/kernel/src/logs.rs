@@ -326,6 +326,33 @@ pub async fn read_for(
     .await
 }
 
+/// Procedure body: the first `max` bytes of proc `pid`'s `stream` as kept
+/// (a graph's proc task's output is its stdout).
+pub fn head_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    pid: &Pid,
+    stream: Stream,
+    max: usize,
+) -> Result<Vec<u8>> {
+    let p = i64::from(tx.p_key().0);
+    let rows = tx.query(
+        "SELECT data FROM proc_log WHERE p_key = $1 AND realm = $2 AND pid = $3 AND stream = $4 \
+         ORDER BY seq",
+        params![p, realm, pid.as_str(), stream as i64],
+    )?;
+    let mut out = Vec::new();
+    for r in &rows.rows {
+        let data: Vec<u8> = r.get(0)?;
+        let room = max.saturating_sub(out.len());
+        out.extend_from_slice(&data[..data.len().min(room)]);
+        if out.len() >= max {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 fn read_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, stream: Stream, want: Want) -> Result<Read> {
     let p = i64::from(tx.p_key().0);
     let max = match want.max_bytes {

@@ -471,6 +471,11 @@ pub fn procs_channel(realm: &str) -> String {
     format!("procs/{realm}")
 }
 
+/// Channel raised when a proc ends — exited, evicted or failed (payload:
+/// its realm): what waits on procs of several realms (a graph's proc
+/// tasks, `graphs::settle_children_tx`) follows.
+pub const ENDED_CHANNEL: &str = "procs/ended";
+
 /// Notifies proc `pid`'s transition `what` on its channel and on its
 /// realm's ([`procs_channel`]).
 fn notify_proc(tx: &mut dyn Tx, realm: &str, pid: &str, what: &str) -> Result<()> {
@@ -1806,6 +1811,9 @@ pub fn exited_tx(
     )?;
     event_tx(tx, realm, pid.as_str(), state.as_str(), error, now_us)?;
     notify_proc(tx, realm, pid.as_str(), state.as_str())?;
+    if state.is_terminal() {
+        tx.notify(ENDED_CHANNEL, realm)?;
+    }
     match (&info.worker, info.class) {
         (Some(w), Class::Lc) => {
             sched::release_tx(tx, realm, w, info.cores, info.mem_mb)?;

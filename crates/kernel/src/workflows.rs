@@ -1930,7 +1930,7 @@ fn record_finish(
 
 /// Channel raised when a workflow ends — success, error or cancelled
 /// (payload: its realm): what waits on workflows of several realms (a
-/// graph's workflow tasks, `graphs::settle_workflows_tx`) follows.
+/// graph's workflow tasks, `graphs::settle_children_tx`) follows.
 pub const ENDED_CHANNEL: &str = "workflows/ended";
 
 /// Tells workflow `id`'s channel, and its queue's, that its status is now

@@ -23,6 +23,7 @@ both!(
     held_graphs_take_tasks_until_closed,
     cancelling_stops_what_waits_and_refuses_what_runs,
     graphs_are_apart_by_realm_and_bad_input_changes_nothing,
+    a_proc_task_spawns_its_proc_and_cancelling_evicts_it,
 );
 
 const R: &str = "g";
@@ -471,4 +472,65 @@ fn graphs_are_apart_by_realm_and_bad_input_changes_nothing(b: Backend) {
         assert_eq!(g, None, "{i}: nothing stored");
     }
     assert_eq!(drain(&fx), 1, "only the good graph's task ran");
+}
+
+fn a_proc_task_spawns_its_proc_and_cancelling_evicts_it(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    tabos_kernel::realms::create(&fx.f.store, R, tabos_kernel::realms::Scheduler::Fifo).unwrap();
+    let mut p = TaskSpec::procedure("p", "/bin/sh", json!([r("a"), "x"]));
+    p.kind = graphs::Kind::Proc;
+    p.argv = vec!["-c".into(), "sleep 600".into()];
+    submit(
+        &fx,
+        "pg",
+        GraphSpec {
+            tasks: vec![add("a", json!([1, 2])), p],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    drain(&fx);
+    let (_, ts) = show(&fx, "pg");
+    assert_eq!(ts[1].status, TaskStatus::Running, "{:?}", ts[1].error);
+    assert_eq!(ts[1].child.as_deref(), Some("pg:p:1"), "a pid per run");
+    let proc = |fx: &Fx| {
+        fx.f.store
+            .query(
+                "SELECT state, env FROM proc WHERE realm = 'g' AND pid = 'pg:p:1'",
+                &[],
+            )
+            .unwrap()
+            .rows
+            .first()
+            .map(|r| (r.get::<String>(0).unwrap(), r.get::<String>(1).unwrap()))
+            .unwrap()
+    };
+    let (state, env) = proc(&fx);
+    assert_eq!(state, "spawned");
+    assert!(
+        env.contains("TABOS_TASK_ARGS") && env.contains("[3,\\\"x\\\"]"),
+        "{env}"
+    );
+    // Claimed again by nobody: a proc task waits for its proc, not a node.
+    assert!(claim(&fx, NODE).is_empty());
+    let w = who();
+    common::call_in(&fx.f.store, R, move |tx| graphs::cancel_tx(tx, &w, "pg", 9)).unwrap();
+    assert_eq!(
+        proc(&fx).0,
+        "evicted",
+        "cancelling the graph evicts its proc"
+    );
+    // A proc the task's user may not run is refused at submit.
+    let mut bad = TaskSpec::procedure("p", "", json!([]));
+    bad.kind = graphs::Kind::Proc;
+    let e = submit(
+        &fx,
+        "nope",
+        GraphSpec {
+            tasks: vec![bad],
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
 }

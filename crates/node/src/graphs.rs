@@ -1,11 +1,15 @@
 //! The `Graphs` service ([`tabos_kernel::graphs`]) and the node's task
 //! scheduler.
 //!
-//! The scheduler ([`schedule`]) claims ready tasks on every partition and
-//! runs each in a transaction of its own on its realm's partition, as
-//! tenant code (charged to the realm, sharing the executor with other
-//! realms' procedures by run time); many run at once, so the store commits
-//! them together. It sleeps on [`graphs::READY_CHANNEL`] when nothing is
+//! The scheduler ([`schedule`]) claims ready tasks on the partitions whose
+//! commits readied some, and runs them in batches ([`run_claims`]): one
+//! transaction of tenant code per batch (charged to the realm, sharing the
+//! tenant connections with other realms' procedures by run time), each
+//! task's run, output and readying of the tasks after it inside it. A
+//! claim takes what one batch runs in [`BATCH_TIME`] (by what tasks took
+//! lately), at most [`LANES_MAX`] batch runners at once, so a node holds
+//! no more than it is about to run and slow tasks spread over the
+//! cluster's nodes. It sleeps on [`graphs::READY_CHANNEL`] when nothing is
 //! ready — no polling — and is woken by any node's commit that readies a
 //! task, by a lost node (its claims given back) and by workflows' ends
 //! (a graph's workflow tasks end with them). At its start it gives back
@@ -23,8 +27,9 @@ use tokio::time::Instant;
 
 use crate::Node;
 
-/// Most tasks one node has claimed and not yet run.
-pub const RUNNING_MAX: usize = 512;
+/// Most batch runners (lanes) one node runs at once; each holds the
+/// claims of one realm on one partition, run one batch after another.
+pub const LANES_MAX: usize = 4;
 /// How long one batch of tasks runs before it commits (well within the
 /// store's bound on tenant code holding the write lock).
 pub const BATCH_TIME: Duration = Duration::from_millis(5);
@@ -92,6 +97,8 @@ fn task_spec(t: proto::GraphTask) -> Result<TaskSpec> {
             .map_err(|e| Error::Invalid(format!("task {}: arguments are not JSON: {e}", t.id)))?,
     };
     let opt = |s: String| (!s.is_empty()).then_some(s);
+    let proc_kind = crate::wire::field::<tabos_kernel::procs::Kind>("proc kind", t.proc_kind)?
+        .unwrap_or(tabos_kernel::procs::Kind::Native);
     Ok(TaskSpec {
         id: t.id,
         kind,
@@ -101,6 +108,8 @@ fn task_spec(t: proto::GraphTask) -> Result<TaskSpec> {
         attempts_max: t.attempts_max,
         queue: opt(t.queue),
         app_version: opt(t.version),
+        argv: t.argv,
+        proc_kind,
     })
 }
 
@@ -296,8 +305,10 @@ enum Batch {
 /// is recorded alone ([`graphs::failed_tx`]). A batch the database could
 /// not take (a failover) is tried again after [`RETRY_PAUSE`]: its claims
 /// stay this node's meanwhile.
-async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> usize {
-    let n = claims.len();
+/// Returns how long its tasks took (the batches' time, per task run).
+async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Duration> {
+    let n = claims.len() as u32;
+    let started = std::time::Instant::now();
     let id = node.settings.node_id.clone();
     let mut limit = usize::MAX;
     while !claims.is_empty() {
@@ -337,7 +348,7 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> usize {
             // The database's failure, not a task's (or one past every task).
             Batch::FailedAt(_, e @ Error::Store(_)) | Batch::FailedAt(usize::MAX, e) => {
                 if *node.stopping.watch().borrow() {
-                    return n; // given back at the next start
+                    return None; // given back at the next start
                 }
                 tracing::warn!(node = %id, "cannot run graph tasks now ({e}); trying again");
                 tokio::time::sleep(RETRY_PAUSE).await;
@@ -360,7 +371,7 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> usize {
             Batch::FailedAt(i, _) => limit = i.max(1),
         }
     }
-    n
+    Some(started.elapsed() / n.max(1))
 }
 
 /// The node's task scheduler (see the module doc); ends when `stop` is
@@ -370,6 +381,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     let mut ready = node.store.subscribe(graphs::READY_CHANNEL);
     let mut lost = node.store.subscribe(tabos_kernel::nodes::CHANGED_CHANNEL);
     let mut ended = node.store.subscribe(tabos_kernel::workflows::ENDED_CHANNEL);
+    let mut procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL);
     let partitions: Vec<PKey> = (0..node.store.partitions()).map(PKey).collect();
     // What this node claimed before it stopped (a crash) is anyone's again.
     for &p in &partitions {
@@ -387,10 +399,14 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         }
     }
     let mut running = FuturesUnordered::new();
-    // The tasks claimed and not yet run.
-    let mut in_flight = 0usize;
-    // Realms whose workflows ended: their workflow tasks are settled.
-    let mut settle: VecDeque<String> = VecDeque::new();
+    // What a task takes, as the last runs went (a moving average): a claim
+    // takes what one batch runs in its time, so that a node holds no more
+    // tasks than it is about to run, and slow tasks spread over the nodes.
+    let mut per_task = Duration::from_millis(1);
+    // Realms whose workflows or procs ended: their tasks that wait for
+    // them are settled — at the start, every realm with such a task (what
+    // ended while no node listened).
+    let mut settle: VecDeque<String> = waiting_realms(&node).await.into();
     // The partitions to claim on: all at first, then those a readying
     // commit named (its payload is the realm) or whose last claim was full.
     let mut due: std::collections::BTreeSet<PKey> = partitions.iter().copied().collect();
@@ -405,7 +421,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         while let Some(realm) = settle.pop_front() {
             let r = realm.clone();
             let settled = tabos_kernel::call(&node.store, &realm, move |tx| {
-                graphs::settle_workflows_tx(tx, &r, tabos_store::now_us())
+                graphs::settle_children_tx(tx, &r, tabos_store::now_us())
             })
             .await;
             if let Err(e) = settled {
@@ -414,9 +430,14 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         }
         // Claims while there is room (half of it: the runs under way keep
         // the store's group commits full meanwhile).
-        if in_flight < RUNNING_MAX / 2 {
+        if running.len() < LANES_MAX {
             for p in std::mem::take(&mut due) {
-                let (me2, max) = (me.clone(), (RUNNING_MAX - in_flight).min(graphs::CLAIM_MAX));
+                if running.len() >= LANES_MAX {
+                    due.insert(p);
+                    continue;
+                }
+                let per_batch = (BATCH_TIME.as_nanos() / per_task.as_nanos().max(1)) as usize;
+                let (me2, max) = (me.clone(), per_batch.clamp(1, graphs::CLAIM_MAX));
                 match node
                     .store
                     .run(p, move |tx| {
@@ -436,7 +457,6 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                             by_realm.entry(c.realm.clone()).or_default().push(c);
                         }
                         for (_, cs) in by_realm {
-                            in_flight += cs.len();
                             running.push(run_claims(node.clone(), p, cs));
                         }
                     }
@@ -451,7 +471,11 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         let mut stopped = false;
         tokio::select! {
             // A run's end makes room (a claim waiting for it is `due`).
-            Some(n) = running.next(), if !running.is_empty() => in_flight -= n,
+            Some(took) = running.next(), if !running.is_empty() => {
+                if let Some(t) = took {
+                    per_task = (per_task * 3 + t) / 4;
+                }
+            }
             n = ready.recv() => {
                 // Every readying commit queued so far: one claim for all.
                 let mut n = n.map(Some);
@@ -484,6 +508,14 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                 }
                 Err(_) => ended = node.store.subscribe(tabos_kernel::workflows::ENDED_CHANNEL),
             },
+            n = procs_ended.recv() => match n {
+                Ok(n) => {
+                    if !settle.contains(&n.payload) {
+                        settle.push_back(n.payload);
+                    }
+                }
+                Err(_) => procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL),
+            },
             _ = stop.wait_for(|s| *s) => stopped = true,
         }
         if stopped {
@@ -493,6 +525,19 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
             return;
         }
     }
+}
+
+/// The realms with a task waiting for a workflow or a proc, on every
+/// partition.
+async fn waiting_realms(node: &Node) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in 0..node.store.partitions() {
+        match node.store.read(PKey(p), graphs::waiting_realms_tx).await {
+            Ok(realms) => out.extend(realms),
+            Err(e) => tracing::warn!(node = %node.settings.node_id, "cannot list graph tasks: {e}"),
+        }
+    }
+    out
 }
 
 /// Gives back the graph tasks of every node declared lost and not given

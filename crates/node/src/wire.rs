@@ -61,7 +61,9 @@ wire!(tabos_kernel::workflows::StepKind => StepKind {
     Function => Function, Procedure => Procedure, Proc => Proc, Sleep => Sleep,
     Send => Send, Recv => Recv, SetEvent => SetEvent, GetEvent => GetEvent,
 });
-wire!(tabos_kernel::graphs::Kind => TaskKind { Procedure => Procedure, Workflow => Workflow });
+wire!(tabos_kernel::graphs::Kind => TaskKind {
+    Procedure => Procedure, Workflow => Workflow, Proc => Proc,
+});
 wire!(tabos_kernel::graphs::GraphStatus => GraphStatus {
     Running => Running, Success => Success, Error => Error, Cancelled => Cancelled,
 });
@@ -219,7 +221,11 @@ mod tests {
             |p| p.name(),
         );
         same(
-            &[graphs::Kind::Procedure, graphs::Kind::Workflow],
+            &[
+                graphs::Kind::Procedure,
+                graphs::Kind::Workflow,
+                graphs::Kind::Proc,
+            ],
             |k| k.as_str().into(),
             |p| p.name(),
         );

@@ -1,5 +1,5 @@
-"""Task graphs (``client.graphs``): tasks — stored procedures, or
-workflows — whose arguments take other tasks' outputs, run by the nodes as
+"""Task graphs (``client.graphs``): tasks — stored procedures, workflows
+or procs — whose arguments take other tasks' outputs, run by the nodes as
 each task's inputs complete; each procedure task runs in one transaction
 with its output, exactly once.
 
@@ -111,22 +111,30 @@ def task(
     attempts_max: int = 0,
     queue: str = "",
     version: str = "",
+    proc: str = "",
+    argv: Sequence[str] = (),
+    wasm: bool = False,
 ) -> pb.GraphTask:
-    """A task: ``procedure`` (or ``workflow``, with its ``queue`` and
-    ``version``) called with ``args``, in which :func:`ref` stands for
-    another task's output."""
-    if bool(procedure) == bool(workflow):
-        raise errors.InvalidArgument(f"task {id} names one procedure or one workflow")
-    kind = pb.TASK_KIND_PROCEDURE if procedure else pb.TASK_KIND_WORKFLOW
+    """A task: ``procedure``, ``workflow`` (with its ``queue`` and
+    ``version``) or ``proc`` (a program, with its ``argv``; ``wasm`` for a
+    module: it gets the arguments as JSON in ``TABOS_TASK_ARGS``, and its
+    stdout is its output once it exits 0) called with ``args``, in which
+    :func:`ref` stands for another task's output."""
+    named = [(k, t) for k, t in ((pb.TASK_KIND_PROCEDURE, procedure), (pb.TASK_KIND_WORKFLOW, workflow), (pb.TASK_KIND_PROC, proc)) if t]
+    if len(named) != 1:
+        raise errors.InvalidArgument(f"task {id} names one procedure, workflow or proc")
+    kind, target = named[0]
     return pb.GraphTask(
         id=id,
         kind=kind,
-        target=procedure or workflow,
+        target=target,
         args=json.dumps(list(args)).encode(),
         dynamic=dynamic,
         attempts_max=attempts_max,
         queue=queue,
         version=version,
+        argv=list(argv),
+        proc_kind=pb.PROC_KIND_WASM if wasm else pb.PROC_KIND_NATIVE,
     )
 
 
@@ -145,6 +153,9 @@ def _of_dict(t: dict) -> pb.GraphTask:
         attempts_max=t.get("attempts_max", 0),
         queue=t.get("queue", ""),
         version=t.get("version", ""),
+        proc=t.get("proc", ""),
+        argv=t.get("argv", ()),
+        wasm=t.get("wasm", False),
     )
 
 

@@ -127,3 +127,15 @@ def test_a_failing_task_beside_others_changes_nothing_of_theirs(procs: tabos.Cli
         procs.graphs.output(bad.graph_id)
     assert int(procs.procedures.call("py-get", "py-n").result) == before + 40
     assert procs.procedures.call("py-get", "py-half").result == b"none"
+
+
+def test_a_proc_task_gives_its_stdout(procs: tabos.Client) -> None:
+    g = procs.graphs.submit(
+        [
+            graphs.task("n", proc="/bin/sh", argv=["-c", 'echo "$TABOS_TASK_ARGS" | tr -d "[]"'], args=[7]),
+            graphs.task("m", procedure="py-add", args=[graphs.ref("n"), 1]),
+        ]
+    )
+    assert procs.graphs.output(g.graph_id) == 8
+    _, tasks = procs.graphs.show(g.graph_id)
+    assert tasks[0].kind == pb.TASK_KIND_PROC and tasks[0].child == f"{g.graph_id}:n:1"

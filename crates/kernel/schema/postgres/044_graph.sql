@@ -26,24 +26,28 @@ CREATE TABLE graph (
 );
 CREATE INDEX graph_by_status ON graph (p_key, realm, status, created_us);
 
--- A task: a stored procedure to call or a workflow to run (kind, target),
+-- A task: a stored procedure to call, a workflow to run or a proc to
+-- spawn (kind, target: the procedure, the function, the program; a proc's
+-- argv and proc_kind, 'native' or 'wasm'),
 -- its arguments (a JSON array in which {"$task": id} stands for that
 -- task's output), how many of the tasks it takes are not done
 -- (deps_left), and its state: 'waiting' (for them), 'ready', 'running'
--- (claimed by node_id, or — child set — waiting for its child graph or
--- workflow), then 'success' with output, 'error' or 'cancelled' (node_id
+-- (claimed by node_id, or — child set — waiting for its child graph,
+-- workflow or proc), then 'success' with output, 'error' or 'cancelled' (node_id
 -- then says which node ran it).
 CREATE TABLE graph_task (
     p_key        INTEGER NOT NULL,
     realm        TEXT    NOT NULL,
     graph_id     TEXT    NOT NULL,
     task         TEXT    NOT NULL,
-    kind         TEXT    NOT NULL CHECK (kind IN ('procedure', 'workflow')),
+    kind         TEXT    NOT NULL CHECK (kind IN ('procedure', 'workflow', 'proc')),
     target       TEXT    NOT NULL,
     args         BYTEA    NOT NULL,
     dynamic      BIGINT NOT NULL DEFAULT 0,
     queue        TEXT,
     app_version  TEXT,
+    argv         TEXT,
+    proc_kind    TEXT,
     status       TEXT    NOT NULL CHECK (status IN ('waiting', 'ready', 'running', 'success', 'error', 'cancelled')),
     deps_left    BIGINT NOT NULL CHECK (deps_left >= 0),
     attempts     BIGINT NOT NULL DEFAULT 0,

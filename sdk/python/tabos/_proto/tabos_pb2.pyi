@@ -191,6 +191,7 @@ class TaskKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_KIND_UNSPECIFIED: _ClassVar[TaskKind]
     TASK_KIND_PROCEDURE: _ClassVar[TaskKind]
     TASK_KIND_WORKFLOW: _ClassVar[TaskKind]
+    TASK_KIND_PROC: _ClassVar[TaskKind]
 
 class GraphStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -331,6 +332,7 @@ STEP_STATUS_ERROR: StepStatus
 TASK_KIND_UNSPECIFIED: TaskKind
 TASK_KIND_PROCEDURE: TaskKind
 TASK_KIND_WORKFLOW: TaskKind
+TASK_KIND_PROC: TaskKind
 GRAPH_STATUS_UNSPECIFIED: GraphStatus
 GRAPH_STATUS_RUNNING: GraphStatus
 GRAPH_STATUS_SUCCESS: GraphStatus
@@ -2446,7 +2448,7 @@ class ListQueuesResponse(_message.Message):
     def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ...) -> None: ...
 
 class GraphTask(_message.Message):
-    __slots__ = ("id", "kind", "target", "args", "dynamic", "attempts_max", "queue", "version")
+    __slots__ = ("id", "kind", "target", "args", "dynamic", "attempts_max", "queue", "version", "argv", "proc_kind")
     ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -2455,6 +2457,8 @@ class GraphTask(_message.Message):
     ATTEMPTS_MAX_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    PROC_KIND_FIELD_NUMBER: _ClassVar[int]
     id: str
     kind: TaskKind
     target: str
@@ -2463,7 +2467,9 @@ class GraphTask(_message.Message):
     attempts_max: int
     queue: str
     version: str
-    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., target: _Optional[str] = ..., args: _Optional[bytes] = ..., dynamic: _Optional[bool] = ..., attempts_max: _Optional[int] = ..., queue: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    proc_kind: ProcKind
+    def __init__(self, id: _Optional[str] = ..., kind: _Optional[_Union[TaskKind, str]] = ..., target: _Optional[str] = ..., args: _Optional[bytes] = ..., dynamic: _Optional[bool] = ..., attempts_max: _Optional[int] = ..., queue: _Optional[str] = ..., version: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., proc_kind: _Optional[_Union[ProcKind, str]] = ...) -> None: ...
 
 class SubmitGraphRequest(_message.Message):
     __slots__ = ("realm", "graph_id", "tasks", "result", "held")

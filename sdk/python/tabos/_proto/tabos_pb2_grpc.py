@@ -4853,7 +4853,7 @@ class Workflows:
 
 class GraphsStub:
     """Task graphs (issue 43, item 1; kernel::graphs): tasks — stored
-    procedures, or workflows — whose arguments take other tasks' outputs,
+    procedures, workflows or procs — whose arguments take other tasks' outputs,
     run by the nodes' schedulers as each task's inputs are complete, each
     procedure task in one transaction with its output (exactly once).
     """
@@ -4903,7 +4903,7 @@ class GraphsStub:
 
 class GraphsServicer:
     """Task graphs (issue 43, item 1; kernel::graphs): tasks — stored
-    procedures, or workflows — whose arguments take other tasks' outputs,
+    procedures, workflows or procs — whose arguments take other tasks' outputs,
     run by the nodes' schedulers as each task's inputs are complete, each
     procedure task in one transaction with its output (exactly once).
     """
@@ -5003,7 +5003,7 @@ def add_GraphsServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class Graphs:
     """Task graphs (issue 43, item 1; kernel::graphs): tasks — stored
-    procedures, or workflows — whose arguments take other tasks' outputs,
+    procedures, workflows or procs — whose arguments take other tasks' outputs,
     run by the nodes' schedulers as each task's inputs are complete, each
     procedure task in one transaction with its output (exactly once).
     """
