@@ -759,6 +759,43 @@ fn pg_auto_failover_promotes_and_the_cluster_carries_on() {
 
     // A proc running through the failover, not restartable.
     ok(&a.tabos(&["spawn", "--pid", "sleeper", "--", "sleep", "40"]));
+    // A task graph running through it: 300 tasks of ~30 ms, each counted
+    // in the realm's key-value table (exactly once, whatever the outage).
+    for (name, js) in [
+        (
+            "slow",
+            "function main(a) { const t = Date.now(); while (Date.now() - t < 30) {} \
+             tabos.put('runs', String(Number(tabos.get('runs') || '0') + 1)); return '1'; }",
+        ),
+        (
+            "runs",
+            "function main(a) { return tabos.get('runs') || '0'; }",
+        ),
+        (
+            "total",
+            "function main(a) { return String(JSON.parse(a).reduce((x, y) => x + y, 0)); }",
+        ),
+    ] {
+        let f = dir.path().join(format!("{name}.js"));
+        std::fs::write(&f, js).unwrap();
+        ok(&a.tabos(&["procedure", "install", name, f.to_str().unwrap()]));
+    }
+    let mut tasks: Vec<serde_json::Value> = (0..300)
+        .map(|i| serde_json::json!({"id": format!("s{i}"), "procedure": "slow", "args": [i]}))
+        .collect();
+    let all: Vec<_> = (0..300)
+        .map(|i| serde_json::json!({"$task": format!("s{i}")}))
+        .collect();
+    tasks.push(serde_json::json!({"id": "sum", "procedure": "total", "args": all}));
+    let graph_file = dir.path().join("graph.json");
+    std::fs::write(&graph_file, serde_json::json!({"tasks": tasks}).to_string()).unwrap();
+    ok(&b.tabos(&[
+        "graph",
+        "submit",
+        graph_file.to_str().unwrap(),
+        "--id",
+        "through",
+    ]));
     // MapReduce input: known word counts.
     let input = dir.path().join("input");
     std::fs::create_dir_all(&input).unwrap();
@@ -928,6 +965,21 @@ fn pg_auto_failover_promotes_and_the_cluster_carries_on() {
     let steps: Vec<&str> = steps.lines().collect();
     let want: Vec<String> = (0..30).map(|i| i.to_string()).collect();
     assert_eq!(steps, want, "each step once, in order");
+
+    let o = b.tabos(&["graph", "wait", "through", "--timeout", "300"]);
+    ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "300",
+        "the graph's answer"
+    );
+    let o = a.tabos(&["procedure", "call", "runs"]);
+    ok(&o);
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        "300",
+        "each graph task's effect once, through the failover"
+    );
 
     ok(&a.tabos(&["wait", "sleeper"]));
     let row = a.row("SELECT state, exit_status FROM proc WHERE pid = 'sleeper'");

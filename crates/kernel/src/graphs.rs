@@ -994,15 +994,41 @@ pub struct Claimed {
 
 /// Procedure body (a node's scheduler, on one partition): claims up to
 /// `max` ready tasks for node `node_id`, at most
-/// [`CLAIM_PER_REALM_MAX`] of a realm, realms in turn. On PostgreSQL the
-/// rows another node is claiming are skipped, not waited for.
-pub fn claim_tx(tx: &mut dyn Tx, node_id: &str, max: usize, now: i64) -> Result<Vec<Claimed>> {
+/// [`CLAIM_PER_REALM_MAX`] of a realm, realms in turn from the one after
+/// `after` (the last realm the caller claimed from; "" at first). On
+/// PostgreSQL the rows another node is claiming are skipped, not waited
+/// for.
+pub fn claim_tx(
+    tx: &mut dyn Tx,
+    node_id: &str,
+    max: usize,
+    after: &str,
+    now: i64,
+) -> Result<Vec<Claimed>> {
     let k = p_key(tx);
     let max = max.clamp(1, CLAIM_MAX);
-    let realms = tx.query(
-        "SELECT DISTINCT realm FROM graph_task WHERE p_key = $1 AND status = 'ready' LIMIT $2",
-        params![k, CLAIM_REALMS_MAX as i64],
-    )?;
+    // Realms in turn: those after the last one claimed from (`after`),
+    // then from the first — so no realm waits behind more than
+    // CLAIM_REALMS_MAX others, however many have tasks ready.
+    let mut realms: Vec<String> = tx
+        .query(
+            "SELECT DISTINCT realm FROM graph_task WHERE p_key = $1 AND status = 'ready' \
+             AND realm > $2 ORDER BY realm LIMIT $3",
+            params![k, after, CLAIM_REALMS_MAX as i64],
+        )?
+        .iter()
+        .map(|r| r.get(0))
+        .collect::<std::result::Result<_, _>>()?;
+    if realms.len() < CLAIM_REALMS_MAX {
+        let from_start = tx.query(
+            "SELECT DISTINCT realm FROM graph_task WHERE p_key = $1 AND status = 'ready' \
+             AND realm <= $2 ORDER BY realm LIMIT $3",
+            params![k, after, (CLAIM_REALMS_MAX - realms.len()) as i64],
+        )?;
+        for r in &from_start {
+            realms.push(r.get(0)?);
+        }
+    }
     let per_realm = (max / realms.len().max(1)).clamp(1, CLAIM_PER_REALM_MAX);
     let select = match tx.dialect() {
         Dialect::Sqlite => {
@@ -1017,8 +1043,7 @@ pub fn claim_tx(tx: &mut dyn Tx, node_id: &str, max: usize, now: i64) -> Result<
         }
     };
     let mut out = Vec::new();
-    for r in &realms {
-        let realm: String = r.get(0)?;
+    for realm in realms {
         for t in &tx.query(select, params![k, realm.as_str(), per_realm as i64])? {
             let (graph, task): (String, String) = (t.get(0)?, t.get(1)?);
             let attempt = t.get::<i64>(3)? + 1;

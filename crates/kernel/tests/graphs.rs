@@ -24,6 +24,7 @@ both!(
     cancelling_stops_what_waits_and_refuses_what_runs,
     graphs_are_apart_by_realm_and_bad_input_changes_nothing,
     a_proc_task_spawns_its_proc_and_cancelling_evicts_it,
+    claims_take_realms_in_turn,
 );
 
 const R: &str = "g";
@@ -103,7 +104,7 @@ fn submit(fx: &Fx, id: &str, spec: GraphSpec) -> Result<graphs::Graph, Error> {
 fn claim(fx: &Fx, node: &str) -> Vec<Claimed> {
     let node = node.to_string();
     common::call_in(&fx.f.store, R, move |tx| {
-        graphs::claim_tx(tx, &node, 256, 2)
+        graphs::claim_tx(tx, &node, 256, "", 2)
     })
     .unwrap()
 }
@@ -533,4 +534,48 @@ fn a_proc_task_spawns_its_proc_and_cancelling_evicts_it(b: Backend) {
     )
     .unwrap_err();
     assert!(matches!(e, Error::Invalid(_)), "{e}");
+}
+
+fn claims_take_realms_in_turn(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    // Three realms on R's partition, each with tasks ready.
+    let here = tabos_kernel::realm_partition(R, fx.f.store.partitions());
+    let realms: Vec<String> = (0..100)
+        .map(|i| format!("q{i:02}"))
+        .filter(|r| tabos_kernel::realm_partition(r, fx.f.store.partitions()) == here)
+        .take(3)
+        .collect();
+    assert_eq!(realms.len(), 3);
+    for realm in &realms {
+        let w = common::as_user(realm, "alice");
+        let spec = GraphSpec {
+            tasks: (0..5).map(|i| add(&format!("t{i}"), json!([i]))).collect(),
+            ..Default::default()
+        };
+        common::call_in(&fx.f.store, realm, move |tx| {
+            graphs::submit_tx(tx, &w, "x", &spec, 1)
+        })
+        .unwrap();
+    }
+    let claim_after = |after: &str| {
+        let after = after.to_string();
+        common::call_in(&fx.f.store, R, move |tx| {
+            graphs::claim_tx(tx, NODE, 1, &after, 2)
+        })
+        .unwrap()
+        .into_iter()
+        .map(|c| c.realm)
+        .collect::<Vec<_>>()
+    };
+    // One task a claim: each realm in turn, then round again.
+    let mut after = String::new();
+    let mut order = Vec::new();
+    for _ in 0..6 {
+        let got = claim_after(&after);
+        assert_eq!(got.len(), 1);
+        after = got[0].clone();
+        order.push(after.clone());
+    }
+    let want: Vec<String> = realms.iter().chain(realms.iter()).cloned().collect();
+    assert_eq!(order, want);
 }

@@ -411,6 +411,9 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     // commit named (its payload is the realm) or whose last claim was full.
     let mut due: std::collections::BTreeSet<PKey> = partitions.iter().copied().collect();
     let partition_of = |realm: &str| tabos_kernel::realm_partition(realm, node.store.partitions());
+    // Per partition, the realm claimed from last: the next claim starts
+    // after it (realms in turn).
+    let mut cursor: std::collections::BTreeMap<PKey, String> = Default::default();
     // Lost nodes whose claims were given back.
     let mut given_back = std::collections::BTreeSet::new();
     let mut check_lost = false;
@@ -438,14 +441,18 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                 }
                 let per_batch = (BATCH_TIME.as_nanos() / per_task.as_nanos().max(1)) as usize;
                 let (me2, max) = (me.clone(), per_batch.clamp(1, graphs::CLAIM_MAX));
+                let after = cursor.get(&p).cloned().unwrap_or_default();
                 match node
                     .store
                     .run(p, move |tx| {
-                        graphs::claim_tx(tx, &me2, max, tabos_store::now_us())
+                        graphs::claim_tx(tx, &me2, max, &after, tabos_store::now_us())
                     })
                     .await
                 {
                     Ok(claimed) => {
+                        if let Some(last) = claimed.last() {
+                            cursor.insert(p, last.realm.clone());
+                        }
                         // A full claim: there may be more.
                         if claimed.len() == max {
                             due.insert(p);
