@@ -201,7 +201,7 @@ class Graphs:
         """Cancels graph ``graph_id`` and what runs under it."""
         return _graph(self._c._call(self._stub.Cancel, pb.GraphRequest(realm=realm, graph_id=graph_id)))
 
-    def list(self, *, status: int = pb.GRAPH_STATUS_UNSPECIFIED, limit: int = 100, realm: str = "") -> list:
+    def list(self, *, status: "pb.GraphStatus" = pb.GRAPH_STATUS_UNSPECIFIED, limit: int = 100, realm: str = "") -> list:
         """The realm's graphs, newest first."""
         r = self._c._call(self._stub.List, pb.ListGraphsRequest(realm=realm, status=status, limit=limit))
         return [_graph(g) for g in r.graphs]
