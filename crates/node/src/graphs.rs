@@ -292,7 +292,8 @@ async fn wait(
 /// What a batch's transaction did: how many of its claims it ran (a
 /// prefix), or at which one it failed and why.
 enum Batch {
-    Ran(usize),
+    /// It ran this many, taking this long to (its commit aside).
+    Ran(usize, Duration),
     FailedAt(usize, Error),
 }
 
@@ -305,10 +306,13 @@ enum Batch {
 /// is recorded alone ([`graphs::failed_tx`]). A batch the database could
 /// not take (a failover) is tried again after [`RETRY_PAUSE`]: its claims
 /// stay this node's meanwhile.
-/// Returns how long its tasks took (the batches' time, per task run).
+/// Returns how long a task took to run, on average (`None`: the node is
+/// stopping).
 async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Duration> {
     let n = claims.len() as u32;
-    let started = std::time::Instant::now();
+    // What its tasks took to run (the batches' own time: not the waits for
+    // a tenant connection, nor the commits).
+    let mut busy = Duration::ZERO;
     let id = node.settings.node_id.clone();
     let mut limit = usize::MAX;
     while !claims.is_empty() {
@@ -322,18 +326,18 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Dur
                 let start = std::time::Instant::now();
                 for (i, c) in batch[..max].iter().enumerate() {
                     if i > 0 && start.elapsed() >= BATCH_TIME {
-                        return Ok(i);
+                        return Ok((i, start.elapsed()));
                     }
                     if let Err(e) = graphs::run_tx(tx, &sandbox, c, &me, tabos_store::now_us()) {
                         *failed_in.lock().unwrap_or_else(|p| p.into_inner()) = Some((i, e.clone()));
                         return Err(e);
                     }
                 }
-                Ok(max)
+                Ok((max, start.elapsed()))
             })
             .await;
         let outcome = match ran {
-            Ok(done) => Batch::Ran(done),
+            Ok((done, took)) => Batch::Ran(done, took),
             Err(e) => match failed.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 Some((i, e)) => Batch::FailedAt(i, e),
                 // It failed past its tasks: at its commit.
@@ -341,8 +345,9 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Dur
             },
         };
         match outcome {
-            Batch::Ran(done) => {
+            Batch::Ran(done, took) => {
                 claims.drain(..done);
+                busy += took;
                 limit = usize::MAX;
             }
             // The database's failure, not a task's (or one past every task).
@@ -371,7 +376,7 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Dur
             Batch::FailedAt(i, _) => limit = i.max(1),
         }
     }
-    Some(started.elapsed() / n.max(1))
+    Some(busy / n.max(1))
 }
 
 /// The node's task scheduler (see the module doc); ends when `stop` is
@@ -402,7 +407,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     // What a task takes, as the last runs went (a moving average): a claim
     // takes what one batch runs in its time, so that a node holds no more
     // tasks than it is about to run, and slow tasks spread over the nodes.
-    let mut per_task = Duration::from_millis(1);
+    let mut per_task = Duration::from_micros(200);
     // Realms whose workflows or procs ended: their tasks that wait for
     // them are settled — at the start, every realm with such a task (what
     // ended while no node listened).
