@@ -38,6 +38,9 @@ pub const WAIT_MAX: Duration = Duration::from_secs(60);
 /// How long the scheduler rests after a database error before it tries
 /// again (the database is failing over, or gone).
 const RETRY_PAUSE: Duration = Duration::from_millis(500);
+/// How long a batch the database keeps failing is tried again before its
+/// first task's run counts as failed (a failover takes 10–30 s).
+const RETRY_WINDOW: Duration = Duration::from_secs(120);
 
 #[derive(Clone)]
 pub struct GraphsService {
@@ -313,6 +316,8 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Dur
     // What its tasks took to run (the batches' own time: not the waits for
     // a tenant connection, nor the commits).
     let mut busy = Duration::ZERO;
+    // Since when the database has failed this runner's batches.
+    let mut outage: Option<std::time::Instant> = None;
     let id = node.settings.node_id.clone();
     let mut limit = usize::MAX;
     while !claims.is_empty() {
@@ -346,34 +351,51 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Dur
         };
         match outcome {
             Batch::Ran(done, took) => {
+                outage = None;
                 claims.drain(..done);
                 busy += took;
                 limit = usize::MAX;
             }
-            // The database's failure, not a task's (or one past every task).
-            Batch::FailedAt(_, e @ Error::Store(_)) | Batch::FailedAt(usize::MAX, e) => {
+            // The database's failure, not a task's (or one past every
+            // task): tried again for RETRY_WINDOW, then the first task's.
+            Batch::FailedAt(_, e @ Error::Store(_)) | Batch::FailedAt(usize::MAX, e)
+                if outage.get_or_insert_with(std::time::Instant::now).elapsed() < RETRY_WINDOW =>
+            {
                 if *node.stopping.watch().borrow() {
                     return None; // given back at the next start
                 }
                 tracing::warn!(node = %id, "cannot run graph tasks now ({e}); trying again");
                 tokio::time::sleep(RETRY_PAUSE).await;
             }
-            Batch::FailedAt(0, e) => {
-                let (c, me) = (claims.remove(0), id.clone());
+            Batch::FailedAt(0, e) | Batch::FailedAt(usize::MAX, e) => {
+                outage = None;
+                let (c, me) = (claims[0].clone(), id.clone());
                 let recorded = node
                     .store
                     .run(p, move |tx| {
                         graphs::failed_tx(tx, &c, &me, &e, tabos_store::now_us())
                     })
                     .await;
-                if let Err(e) = recorded {
-                    tracing::warn!(node = %id, "cannot record a task's failure: {e}");
-                    tokio::time::sleep(RETRY_PAUSE).await;
+                match recorded {
+                    Ok(()) => {
+                        claims.remove(0);
+                    }
+                    // Kept, and run again: its claim is still this node's.
+                    Err(e) => {
+                        tracing::warn!(node = %id, "cannot record a task's failure: {e}");
+                        if *node.stopping.watch().borrow() {
+                            return None;
+                        }
+                        tokio::time::sleep(RETRY_PAUSE).await;
+                    }
                 }
                 limit = usize::MAX;
             }
             // The tasks before the failing one, as a batch of their own.
-            Batch::FailedAt(i, _) => limit = i.max(1),
+            Batch::FailedAt(i, _) => {
+                outage = None;
+                limit = i.max(1);
+            }
         }
     }
     Some(busy / n.max(1))
