@@ -845,7 +845,7 @@ views.sql = async (page) => {
     h('p', {}, h('button', { id: 'sql-run', onclick: run }, 'Run'), ' ',
       state.me.operator ? h('label', {}, all, ' every realm') : null),
     out,
-    h('p', { class: 'muted' }, 'Tables: proc, ps, proc_event, realm, realm_usage, worker, mailbox, message, name_entry, directory, procedure, kv, node (operator).')));
+    h('p', { class: 'muted' }, 'Tables: proc, ps, proc_event, realm, realm_usage, worker, mailbox, message, name_entry, directory, procedure, kv, workflow, graph, graph_task, graph_edge, node (operator).')));
   state.refresh = null;
   follow([]);
 };
