@@ -448,18 +448,30 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         if std::mem::take(&mut check_lost) {
             give_back_lost(&node, &mut given_back).await;
         }
+        // What the database refused now is tried again after a pause
+        // (nothing else may come to wake this loop while it is away).
+        let mut refused = false;
+        let mut unsettled = Vec::new();
         while let Some(realm) = settle.pop_front() {
             let r = realm.clone();
             let settled = tabos_kernel::call(&node.store, &realm, move |tx| {
                 graphs::settle_children_tx(tx, &r, tabos_store::now_us())
             })
             .await;
-            if let Err(e) = settled {
-                tracing::warn!(node = %me, realm, "cannot settle workflow tasks: {e}");
+            match settled {
+                // One look settles a bounded number: there may be more.
+                Ok(n) if n >= graphs::CLAIM_MAX as u64 => settle.push_back(realm),
+                Ok(_) => {}
+                Err(e @ Error::Store(_)) => {
+                    tracing::warn!(node = %me, realm, "cannot settle graph tasks now: {e}");
+                    unsettled.push(realm);
+                    refused = true;
+                }
+                Err(e) => tracing::error!(node = %me, realm, "cannot settle graph tasks: {e}"),
             }
         }
-        // Claims while there is room (half of it: the runs under way keep
-        // the store's group commits full meanwhile).
+        settle.extend(unsettled);
+        // Claims while a runner is free.
         if running.len() < LANES_MAX {
             for p in std::mem::take(&mut due) {
                 if running.len() >= LANES_MAX {
@@ -496,7 +508,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                     }
                     Err(e) => {
                         tracing::warn!(node = %me, "cannot claim graph tasks: {e}");
-                        tokio::time::sleep(RETRY_PAUSE).await;
+                        refused = true;
                         due.insert(p);
                     }
                 }
@@ -504,6 +516,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         }
         let mut stopped = false;
         tokio::select! {
+            () = tokio::time::sleep(RETRY_PAUSE), if refused => {}
             // A run's end makes room (a claim waiting for it is `due`).
             Some(took) = running.next(), if !running.is_empty() => {
                 if let Some(t) = took {
