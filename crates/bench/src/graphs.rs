@@ -164,17 +164,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Ray's wall times (ms) for the tree and the fan, `runs` each.
-fn ray_peer(sizes: &Sizes) -> Result<(String, Vec<f64>, Vec<f64>), String> {
+/// Runs Ray script `script` with `args` in the bench virtualenv; the JSON
+/// object of its last line that is one (Ray's own logs go to its stdout
+/// too), or why there is none.
+fn ray_json(script: &str, args: &[String]) -> Result<serde_json::Value, String> {
     let python = crate::venv::python_with("ray", "ray")?;
     let out = Command::new(python)
-        .args([
-            "-c",
-            RAY_SCRIPT,
-            &sizes.leaves.to_string(),
-            &sizes.fan.to_string(),
-            &sizes.runs.to_string(),
-        ])
+        .arg("-c")
+        .arg(script)
+        .args(args)
         .output()
         .map_err(|e| format!("running Ray: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -193,8 +191,19 @@ fn ray_peer(sizes: &Sizes) -> Result<(String, Vec<f64>, Vec<f64>), String> {
                     .join(" | ")
             )
         })?;
-    let v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("bad Ray output {line:?}: {e}"))?;
+    serde_json::from_str(line).map_err(|e| format!("bad Ray output {line:?}: {e}"))
+}
+
+/// Ray's wall times (ms) for the tree and the fan, `runs` each.
+fn ray_peer(sizes: &Sizes) -> Result<(String, Vec<f64>, Vec<f64>), String> {
+    let v = ray_json(
+        RAY_SCRIPT,
+        &[
+            sizes.leaves.to_string(),
+            sizes.fan.to_string(),
+            sizes.runs.to_string(),
+        ],
+    )?;
     let ms = |k: &str| -> Vec<f64> {
         v[k].as_array()
             .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
@@ -350,29 +359,7 @@ fn node_kill(exe: &Path, base: &Path, tasks: usize) -> anyhow::Result<(f64, u64)
 
 /// Ray's node kill ([`RAY_RECOVERY`]): its version and seconds.
 fn ray_node_kill(tasks: usize) -> Result<(String, f64), String> {
-    let python = crate::venv::python_with("ray", "ray")?;
-    let out = Command::new(python)
-        .args(["-c", RAY_RECOVERY, &tasks.to_string()])
-        .output()
-        .map_err(|e| format!("running Ray: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .ok_or_else(|| {
-            format!(
-                "Ray did not report: {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            )
-        })?;
-    let v: serde_json::Value =
-        serde_json::from_str(line).map_err(|e| format!("bad Ray output {line:?}: {e}"))?;
+    let v = ray_json(RAY_RECOVERY, &[tasks.to_string()])?;
     if v["total"].as_u64() != Some(tasks as u64) {
         return Err(format!("Ray returned {} results of {tasks}", v["total"]));
     }

@@ -644,15 +644,7 @@ pub fn set_want_tx(
 }
 
 fn bounded(reason: &str) -> String {
-    let mut r = reason.to_string();
-    if r.len() > REASON_BYTES_MAX {
-        let mut cut = REASON_BYTES_MAX;
-        while !r.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        r.truncate(cut);
-    }
-    r
+    crate::utf8_prefix(reason, REASON_BYTES_MAX).to_string()
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -477,11 +477,7 @@ fn cut_error(e: &str) -> String {
     if e.len() <= ERROR_BYTES_MAX {
         return e.to_string();
     }
-    let mut end = ERROR_BYTES_MAX;
-    while !e.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &e[..end])
+    format!("{}…", crate::utf8_prefix(e, ERROR_BYTES_MAX))
 }
 
 /// A new graph id: `g` and 16 hex digits.

@@ -537,6 +537,16 @@ pub(crate) fn p_key(tx: &dyn tabos_store::Tx) -> i64 {
     i64::from(tx.p_key().0)
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a
+/// character's boundary (what a bounded text column keeps of a longer one).
+pub(crate) fn utf8_prefix(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 /// A change-feed channel named `{prefix}{name}`, or, when that is longer
 /// than the feed allows, `{prefix}#{hash}` (FNV-1a 64 of the whole name):
 /// two names sharing a hashed channel only cost a spurious wake-up.
@@ -578,6 +588,18 @@ pub fn validate_realm(realm: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_prefix_ends_on_a_characters_boundary() {
+        assert_eq!(
+            utf8_prefix("héllo", 2),
+            "h",
+            "é is two bytes: not cut in half"
+        );
+        assert_eq!(utf8_prefix("héllo", 3), "hé");
+        assert_eq!(utf8_prefix("abc", 10), "abc");
+        assert_eq!(utf8_prefix("", 0), "");
+    }
 
     #[test]
     fn realm_partition_is_stable_and_in_range() {

@@ -2318,11 +2318,8 @@ pub fn note_tx(
     detail: &str,
     now_us: i64,
 ) -> Result<()> {
-    let mut cut = detail.len().min(EVENT_DETAIL_BYTES_MAX);
-    while !detail.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    event_tx(tx, realm, pid.as_str(), event, Some(&detail[..cut]), now_us)
+    let detail = crate::utf8_prefix(detail, EVENT_DETAIL_BYTES_MAX);
+    event_tx(tx, realm, pid.as_str(), event, Some(detail), now_us)
 }
 
 /// [`record`] for `who` (role member), who must be able to act for `pid`
