@@ -30,8 +30,8 @@ pub struct Args {
 #[derive(clap::Subcommand)]
 enum Command {
     /// Submit a graph from a JSON file (- for stdin) and print its id; its
-    /// tasks run as their inputs complete, each procedure task in one
-    /// transaction with its output
+    /// tasks (procedures, workflows, procs) run as their inputs complete,
+    /// each procedure task in one transaction with its output
     Submit {
         file: String,
         /// The graph's id (a second submit of it is the first): default, a
@@ -54,8 +54,8 @@ enum Command {
         #[arg(long)]
         timeout: Option<u64>,
     },
-    /// Cancel a graph: its waiting and running tasks, child graphs and
-    /// workflows
+    /// Cancel a graph: its waiting and running tasks, child graphs,
+    /// workflows and procs
     Cancel { id: String },
     /// List the realm's graphs, newest first
     Ls {

@@ -258,7 +258,7 @@ enum Command {
     Mr(mr::Args),
     /// Durable workflows: tabos workflow run|list|show|wait|cancel|resume|fork|retarget|send|queue|schedule
     Workflow(workflow::Args),
-    /// Task graphs of procedures and workflows, each task run as its inputs complete: tabos graph submit|show|wait|cancel|ls
+    /// Task graphs of procedures, workflows and procs, each task run as its inputs complete: tabos graph submit|show|wait|cancel|ls
     Graph(graph::Args),
     /// One proc of a MapReduce job (what `tabos mr` spawns)
     #[command(hide = true)]
