@@ -141,22 +141,31 @@ fn fan(width: usize) -> Vec<GraphTask> {
 async fn run_graph(c: &mut Client, tasks: Vec<GraphTask>) -> anyhow::Result<Duration> {
     let t = Instant::now();
     let g = c.graph_submit("", "", tasks, "", false).await?;
+    ended_well(c, &g.graph_id).await?;
+    Ok(t.elapsed())
+}
+
+/// Waits for graph `id` to end; an error unless it succeeded.
+async fn ended_well(c: &mut Client, id: &str) -> anyhow::Result<()> {
     loop {
-        let w = c
-            .graph_wait("", &g.graph_id, "", Duration::from_secs(60))
-            .await?;
+        let w = c.graph_wait("", id, "", Duration::from_secs(60)).await?;
         if w.ended {
             let g = w.graph.unwrap_or_default();
             anyhow::ensure!(
                 g.status() == GraphStatus::Success,
-                "graph {} {}: {}",
-                g.graph_id,
+                "graph {id} {}: {}",
                 g.status(),
                 g.error
             );
-            return Ok(t.elapsed());
+            return Ok(());
         }
     }
+}
+
+/// The runs of [`WORK_JS`] counted so far.
+async fn runs_counted(c: &mut Client) -> anyhow::Result<u64> {
+    let runs = c.procedure_call("", "runs", Vec::new()).await?;
+    Ok(String::from_utf8_lossy(&runs.result).parse()?)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -268,20 +277,9 @@ fn recovery(exe: &Path, base: &Path, tasks: usize) -> anyhow::Result<(f64, u64, 
     let node = start_node(exe, &args, &data)?;
     let (secs, runs) = rt.block_on(async {
         let mut c = Client::connect(&node.addr, &node.token).await?;
-        loop {
-            let w = c
-                .graph_wait("", "recover", "", Duration::from_secs(60))
-                .await?;
-            if w.ended {
-                let g = w.graph.unwrap_or_default();
-                anyhow::ensure!(g.status() == GraphStatus::Success, "{}", g.error);
-                break;
-            }
-        }
+        ended_well(&mut c, "recover").await?;
         let secs = t.elapsed().as_secs_f64();
-        let runs = c.procedure_call("", "runs", Vec::new()).await?;
-        let runs: u64 = String::from_utf8_lossy(&runs.result).parse()?;
-        anyhow::Ok((secs, runs))
+        anyhow::Ok((secs, runs_counted(&mut c).await?))
     })?;
     drop(node);
     Ok((secs, runs, ended_before))
@@ -337,20 +335,9 @@ fn node_kill(exe: &Path, base: &Path, tasks: usize) -> anyhow::Result<(f64, u64)
         }
         a.kill9();
         let t = Instant::now();
-        loop {
-            let w = c
-                .graph_wait("", "kill", "", Duration::from_secs(60))
-                .await?;
-            if w.ended {
-                let g = w.graph.unwrap_or_default();
-                anyhow::ensure!(g.status() == GraphStatus::Success, "{}", g.error);
-                break;
-            }
-        }
+        ended_well(&mut c, "kill").await?;
         let secs = t.elapsed().as_secs_f64();
-        let runs = c.procedure_call("", "runs", Vec::new()).await?;
-        let runs: u64 = String::from_utf8_lossy(&runs.result).parse()?;
-        anyhow::Ok((secs, runs))
+        anyhow::Ok((secs, runs_counted(&mut c).await?))
     })?;
     drop(b);
     drop(pg);

@@ -1671,6 +1671,20 @@ pub fn requeue_node_tx(tx: &mut dyn Tx, node_id: &str) -> Result<u64> {
     Ok(n)
 }
 
+/// Node `node_id` is lost (the cluster's leader, once, beside
+/// `procs::node_lost`) or starts again: [`requeue_node_tx`] on every
+/// partition. Returns how many tasks it gave back.
+pub async fn requeue_node(store: &tabos_store::Store, node_id: &str) -> Result<u64> {
+    let mut n = 0;
+    for p in 0..store.partitions() {
+        let id = node_id.to_string();
+        n += store
+            .run(tabos_store::PKey(p), move |tx| requeue_node_tx(tx, &id))
+            .await?;
+    }
+    Ok(n)
+}
+
 /// Procedure body: the tasks of `realm` waiting for a workflow or a proc
 /// that has ended end with it — a workflow's success with its output, a
 /// proc's exit 0 with its stdout; a failed workflow fails its task, a

@@ -11,9 +11,10 @@
 //! no more than it is about to run and slow tasks spread over the
 //! cluster's nodes. It sleeps on [`graphs::READY_CHANNEL`] when nothing is
 //! ready — no polling — and is woken by any node's commit that readies a
-//! task, by a lost node (its claims given back) and by workflows' ends
-//! (a graph's workflow tasks end with them). At its start it gives back
-//! what this node claimed before a crash.
+//! task (the cluster's leader giving a lost node's claims back among
+//! them: `lease.rs`) and by workflows' and procs' ends (the tasks waiting
+//! for them end with them). At its start it gives back what this node
+//! claimed before a crash.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -406,24 +407,14 @@ async fn run_claims(node: Node, p: PKey, mut claims: Vec<Claimed>) -> Option<Dur
 pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) {
     let me = node.settings.node_id.clone();
     let mut ready = node.store.subscribe(graphs::READY_CHANNEL);
-    let mut lost = node.store.subscribe(tabos_kernel::nodes::CHANGED_CHANNEL);
     let mut ended = node.store.subscribe(tabos_kernel::workflows::ENDED_CHANNEL);
     let mut procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL);
     let partitions: Vec<PKey> = (0..node.store.partitions()).map(PKey).collect();
     // What this node claimed before it stopped (a crash) is anyone's again.
-    for &p in &partitions {
-        let mine = me.clone();
-        match node
-            .store
-            .run(p, move |tx| graphs::requeue_node_tx(tx, &mine))
-            .await
-        {
-            Ok(0) => {}
-            Ok(n) => {
-                tracing::info!(node = %me, "gave back {n} graph tasks claimed before a restart")
-            }
-            Err(e) => tracing::warn!(node = %me, "cannot give back graph tasks: {e}"),
-        }
+    match graphs::requeue_node(&node.store, &me).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(node = %me, "gave back {n} graph tasks claimed before a restart"),
+        Err(e) => tracing::warn!(node = %me, "cannot give back graph tasks: {e}"),
     }
     let mut running = FuturesUnordered::new();
     // What a task takes, as the last runs went (a moving average): a claim
@@ -441,13 +432,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     // Per partition, the realm claimed from last: the next claim starts
     // after it (realms in turn).
     let mut cursor: std::collections::BTreeMap<PKey, String> = Default::default();
-    // Lost nodes whose claims were given back.
-    let mut given_back = std::collections::BTreeSet::new();
-    let mut check_lost = false;
     loop {
-        if std::mem::take(&mut check_lost) {
-            give_back_lost(&node, &mut given_back).await;
-        }
         // What the database refused now is tried again after a pause
         // (nothing else may come to wake this loop while it is away).
         let mut refused = false;
@@ -541,12 +526,6 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                     n = ready.try_recv();
                 }
             }
-            n = lost.recv() => {
-                match n {
-                    Ok(_) => check_lost = true,
-                    Err(_) => lost = node.store.subscribe(tabos_kernel::nodes::CHANGED_CHANNEL),
-                }
-            }
             n = ended.recv() => match n {
                 Ok(n) => {
                     if !settle.contains(&n.payload) {
@@ -585,49 +564,4 @@ async fn waiting_realms(node: &Node) -> Vec<String> {
         }
     }
     out
-}
-
-/// Gives back the graph tasks of every node declared lost and not given
-/// back yet (`given`: a node's change woke the scheduler). A lost node's
-/// runs are refused should it try to commit them.
-async fn give_back_lost(node: &Node, given: &mut std::collections::BTreeSet<String>) {
-    let store = node.store.clone();
-    let listed = tokio::task::spawn_blocking(move || tabos_kernel::nodes::list(&store, None)).await;
-    let lost = match listed {
-        Ok(Ok(nodes)) => nodes
-            .into_iter()
-            .filter(|n| n.lost_us.is_some() && n.state == tabos_kernel::nodes::NodeState::Lost)
-            .map(|n| n.node_id)
-            .collect::<std::collections::BTreeSet<_>>(),
-        Ok(Err(e)) => {
-            tracing::warn!(node = %node.settings.node_id, "cannot list nodes: {e}");
-            return;
-        }
-        Err(e) => {
-            tracing::warn!(node = %node.settings.node_id, "cannot list nodes: {e}");
-            return;
-        }
-    };
-    // One that came back and is lost again is given back again.
-    given.retain(|id| lost.contains(id));
-    for id in lost {
-        if !given.insert(id.clone()) {
-            continue;
-        }
-        for p in 0..node.store.partitions() {
-            let lost = id.clone();
-            let given = node
-                .store
-                .run(PKey(p), move |tx| graphs::requeue_node_tx(tx, &lost))
-                .await;
-            match given {
-                Ok(0) => {}
-                Ok(n) => tracing::warn!(
-                    node = %node.settings.node_id, "gave back {n} graph tasks of lost node {id}"),
-                Err(e) => {
-                    tracing::warn!(node = %node.settings.node_id, "cannot give back tasks: {e}")
-                }
-            }
-        }
-    }
 }

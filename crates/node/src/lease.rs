@@ -259,6 +259,15 @@ pub async fn keep(node: Node, served: ServedRealms, mut stop: tokio::sync::watch
             requeue(&node, &stopped).await;
         }
         for lost in &out.lost {
+            // Its claimed graph tasks are anyone's: it committed none of
+            // their runs, and its late ones are refused.
+            match tabos_kernel::graphs::requeue_node(&node.store, lost).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::warn!(node = %id, "gave back {n} graph tasks of lost node {lost}")
+                }
+                Err(e) => tracing::error!(node = %id, "cannot give back {lost}'s graph tasks: {e}"),
+            }
             match tabos_kernel::procs::node_lost(&node.store, lost).await {
                 Ok(done) => tracing::warn!(
                     node = %id, "node {lost} lost (its lease lapsed); its workers are down, \
