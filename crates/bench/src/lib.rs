@@ -6,6 +6,7 @@
 //! [`mr`], [`auth`], [`dialect`], [`elastic`], [`kv`], [`www`], [`workflows`], [`cluster`],
 //! [`fair`], [`graphs`].
 
+pub mod analytics;
 pub mod auth;
 pub mod cluster;
 pub mod dialect;
@@ -89,8 +90,9 @@ pub fn run_suite_on(
         "cluster" => cluster::run(quick)?,
         "fair" => fair::run(quick)?,
         "graphs" => graphs::run(quick)?,
+        "analytics" => analytics::run(quick)?,
         other => {
-            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, mount, procedures, mr, auth, transport, dialect, elastic, kv, www, workflows, cluster, fair, graphs")
+            anyhow::bail!("unknown benchmark suite {other:?}; suites: store, sched, ipc, names, fs, mount, procedures, mr, auth, transport, dialect, elastic, kv, www, workflows, cluster, fair, graphs, analytics")
         }
     };
     let mut report = report;

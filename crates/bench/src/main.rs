@@ -22,8 +22,8 @@ struct Cli {
 #[derive(clap::Args)]
 struct SuiteArgs {
     /// Suite to run: store, sched, ipc, names, fs, mount, procedures, mr,
-    /// auth, dialect, elastic, kv, www, workflows, cluster, fair, graphs
-    /// or transport
+    /// auth, dialect, elastic, kv, www, workflows, cluster, fair, graphs,
+    /// analytics or transport
     suite: Option<String>,
     /// Fewer samples, same figures, under a minute
     #[arg(long)]

@@ -186,7 +186,8 @@ impl TaskArgs {
 enum Command {
     /// Start a node: open the kernel database and serve the gRPC API
     Up(up::Args),
-    /// Run a read-only SQL query on the node and print the result
+    /// Run a read-only SQL query on the node and print the result (scans of
+    /// large kernel tables run on the columnar engine, with SQLite's answers)
     Sql(sql::Args),
     /// Show what the node runs on and what it has done
     Status(status::Args),

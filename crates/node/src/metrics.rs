@@ -127,7 +127,8 @@ impl Metrics {
             &mut registry,
             "store_events",
             "The kernel database in this process since it opened: commits, procedures \
-             committed and failed, retries, notifications",
+             committed and failed, retries, notifications, queries the columnar engine \
+             answered and table snapshots it loaded",
         );
         let feed_cut_offs = counter(
             &mut registry,
@@ -291,6 +292,8 @@ impl Metrics {
             ("failed", s.failed),
             ("retries", s.retries),
             ("notifications", s.notifications),
+            ("columnar_answered", node.store.columnar_stats().answered),
+            ("columnar_loads", node.store.columnar_stats().loads),
         ] {
             catch_up(&self.store.get_or_create(&labels(&[("event", what)])), n);
         }

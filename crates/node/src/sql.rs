@@ -103,6 +103,8 @@ pub async fn run(
         time_max: Some(node.settings.query_time_max),
         cancel: Some(cancel),
         scope,
+        // Scans over large tables go to the columnar engine.
+        engine: tabos_store::Engine::Auto,
     };
     tokio::task::spawn_blocking(move || store.query_bounded(&sql, &params, &limits))
         .await

@@ -1763,7 +1763,7 @@ fn native_type(t: &str) -> ast::DataType {
 /// PostgreSQL's `split_part`: field `n` of `text` split at `delim` (1-based;
 /// negative from the end; empty past either end). `n` = 0 is an error, as
 /// there.
-fn split_part(text: &str, delim: &str, n: i64) -> std::result::Result<String, String> {
+pub(crate) fn split_part(text: &str, delim: &str, n: i64) -> std::result::Result<String, String> {
     if n == 0 {
         return Err("field position must not be zero".into());
     }

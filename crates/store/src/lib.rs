@@ -28,6 +28,7 @@
 //! PostgreSQL the same `p_key` is the distribution column.
 
 pub mod backup;
+pub mod columnar;
 pub mod dialect;
 pub mod error;
 pub mod fair;
@@ -52,6 +53,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use backup::{PartitionCopy, Snapshot};
+pub use columnar::Engine;
 pub use error::{Error, ProcedureError, Result, SqlCode, SqlError};
 pub use fair::Share;
 pub use feed::{Notification, Subscription};
@@ -768,6 +770,10 @@ pub trait Backend: Send + Sync {
     fn query(&self, sql: &str, params: &[Value], limits: &value::ReadLimits) -> Result<Rows>;
     fn feed(&self) -> &Arc<feed::Feed>;
     fn stats(&self) -> &Stats;
+    /// What the columnar engine has done (nothing, but on SQLite).
+    fn columnar_stats(&self) -> columnar::Stats {
+        columnar::Stats::default()
+    }
     /// One connection per partition, each in a read transaction begun now
     /// (see [`backup`]); called while every partition's writer is held.
     fn begin_snapshot(&self) -> Result<Vec<rusqlite::Connection>> {
@@ -1137,6 +1143,11 @@ impl Store {
             params,
             &value::ReadLimits::rows(value::Cap::Truncate(max_rows.min(QUERY_ROWS_MAX))),
         )
+    }
+
+    /// What the columnar engine has answered and loaded so far.
+    pub fn columnar_stats(&self) -> columnar::Stats {
+        self.backend.columnar_stats()
     }
 
     /// Subscribes to a change-feed channel (see [`feed`]).

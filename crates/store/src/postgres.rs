@@ -506,6 +506,14 @@ impl Backend for PgBackend {
         }
     }
     fn query(&self, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
+        // PostgreSQL answers with its own executor (Auto is PostgreSQL's).
+        if limits.engine == crate::columnar::Engine::Columnar {
+            return Err(Error::Invalid(
+                "the columnar engine is the embedded (SQLite) backend's; PostgreSQL runs \
+                 its own executor"
+                    .into(),
+            ));
+        }
         let (done, rx) = tokio::sync::oneshot::channel();
         let job = PgJob::Read {
             sql: sql.to_string(),

@@ -140,6 +140,8 @@ thread_local! {
 /// checkpointer and the backstop above take its place.)
 fn wal_hook(_wal: &rusqlite::hooks::Wal, pages: std::os::raw::c_int) -> rusqlite::Result<()> {
     WAL_PAGES.with(|p| p.set(pages));
+    // The commit is visible: count the changed tables' changes.
+    crate::columnar::changes::published();
     Ok(())
 }
 /// How long a connection waits on a lock held by SQLite's own housekeeping
@@ -185,6 +187,8 @@ pub struct SqliteBackend {
     /// Per partition, read connections for [`Store::read`](crate::Store::read).
     partition_readers: Vec<ReadPool<PartitionReader>>,
     scoped: ReadPool<ScopedReader>,
+    /// The columnar engine for read-path analytics ([`crate::columnar`]).
+    columnar: crate::columnar::Columnar,
     feed: Arc<Feed>,
     stats: Arc<Stats>,
     _lock: File,
@@ -293,6 +297,7 @@ impl SqliteBackend {
                 config.connections.min(SCOPED_READERS_MAX),
                 ScopedReader::open,
             ),
+            columnar: crate::columnar::Columnar::new(dir, partitions),
             feed,
             stats,
             _lock: lock,
@@ -384,13 +389,13 @@ impl Backend for SqliteBackend {
         match &limits.scope {
             ReadScope::All => {
                 let conn = self.readers.get()?;
-                let rows = read_query(&conn, sql, params, limits);
+                let rows = read_query(&conn, sql, params, limits, &self.columnar);
                 self.readers.put(conn);
                 rows
             }
             ReadScope::Realm(realm) => {
                 let reader = self.scoped.get()?;
-                let rows = scoped_query(&reader, realm, sql, params, limits);
+                let rows = scoped_query(&reader, realm, sql, params, limits, &self.columnar);
                 self.scoped.put(reader);
                 rows
             }
@@ -398,6 +403,9 @@ impl Backend for SqliteBackend {
     }
     fn feed(&self) -> &Arc<Feed> {
         &self.feed
+    }
+    fn columnar_stats(&self) -> crate::columnar::Stats {
+        self.columnar.stats()
     }
     fn stats(&self) -> &Stats {
         &self.stats
@@ -572,6 +580,9 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     crate::dialect::install(&conn).map_err(|e| map_err(e, "install the dialect's functions"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
     conn.wal_hook(Some(wal_hook));
+    // Which tables each transaction changes, for the columnar engine's
+    // snapshots (published by the WAL hook once committed).
+    crate::columnar::changes::watch(&conn);
     Ok(conn)
 }
 
@@ -2264,7 +2275,13 @@ fn user_sql(sql: &str) -> Result<String> {
     Ok(to_sqlite(&translated).into_owned())
 }
 
-fn read_query(conn: &Connection, sql: &str, params: &[Value], limits: &ReadLimits) -> Result<Rows> {
+fn read_query(
+    conn: &Connection,
+    sql: &str,
+    params: &[Value],
+    limits: &ReadLimits,
+    columnar: &crate::columnar::Columnar,
+) -> Result<Rows> {
     if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
         return Err(read_only_refusal(sql));
     }
@@ -2283,7 +2300,27 @@ fn read_query(conn: &Connection, sql: &str, params: &[Value], limits: &ReadLimit
     if !stmt.readonly() {
         return Err(read_only_refusal(sql));
     }
+    if let Some(rows) = on_columnar(&stmt, sql, params, limits, columnar) {
+        return rows;
+    }
     bounded_run(conn, &mut stmt, sql, params, limits)
+}
+
+/// The columnar engine's answer to a statement SQLite has compiled (in
+/// the caller's scope), if it gives one ([`crate::columnar`]).
+fn on_columnar(
+    stmt: &rusqlite::Statement<'_>,
+    sql: &str,
+    params: &[Value],
+    limits: &ReadLimits,
+    columnar: &crate::columnar::Columnar,
+) -> Option<Result<Rows>> {
+    if limits.engine == crate::columnar::Engine::RowStore || stmt.parameter_count() != params.len()
+    {
+        return None;
+    }
+    let columns: Arc<[String]> = stmt.column_names().into_iter().map(String::from).collect();
+    columnar.run(sql, params, limits, &columns)
 }
 
 /// A query for one realm on a scoped reader (see [`crate::scoped`]).
@@ -2293,6 +2330,7 @@ fn scoped_query(
     sql: &str,
     params: &[Value],
     limits: &ReadLimits,
+    columnar: &crate::columnar::Columnar,
 ) -> Result<Rows> {
     if crate::sql::is_write_keyword(&crate::sql::first_keyword(sql)) {
         return Err(read_only_refusal(sql));
@@ -2318,6 +2356,9 @@ fn scoped_query(
             return Err(Error::OutOfScope(format!(
                 "EXPLAIN is refused in realm-scoped SQL: {sql}"
             )));
+        }
+        if let Some(rows) = on_columnar(&stmt, sql, params, limits, columnar) {
+            return rows;
         }
         bounded_run(&reader.conn, &mut stmt, sql, params, limits)
     })();

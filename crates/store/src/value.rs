@@ -263,6 +263,8 @@ pub struct ReadLimits {
     pub cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Whose rows the query sees.
     pub scope: ReadScope,
+    /// Which engine may answer it ([`crate::columnar`]).
+    pub engine: crate::columnar::Engine,
 }
 
 /// Whose rows a read-path query sees.
@@ -297,6 +299,7 @@ impl ReadLimits {
             time_max: None,
             cancel: None,
             scope: ReadScope::All,
+            engine: crate::columnar::Engine::RowStore,
         }
     }
 
