@@ -20,6 +20,10 @@
 //!   in-memory tables loaded from the same rows) in the same run. The
 //!   first query with a cold snapshot is its own figure. Targets: ≥ 10×
 //!   SQLite (ratio ≤ 0.1) and within 2× DuckDB (ratio ≤ 2).
+//!
+//! For a profile (`perf record -p`): `TABOS_ANALYTICS_LOOP=<query name>`
+//! runs that query on the columnar engine over and over for 30 s once the
+//! snapshots are warm, and ends the suite without writing its result.
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::io::Write;
@@ -511,6 +515,20 @@ fn queries(report: &mut Report, quick: bool) -> anyhow::Result<()> {
     // Warm every snapshot the queries read.
     for q in &qs {
         timed(&store, q, Engine::Columnar)?;
+    }
+    if let Ok(name) = std::env::var("TABOS_ANALYTICS_LOOP") {
+        let q = qs
+            .iter()
+            .find(|q| q.name == name)
+            .with_context(|| format!("no query {name}"))?;
+        println!("looping {name} for 30 s (pid {})", std::process::id());
+        let t = Instant::now();
+        let mut n = 0;
+        while t.elapsed() < Duration::from_secs(30) {
+            timed(&store, q, Engine::Columnar)?;
+            n += 1;
+        }
+        anyhow::bail!("profiling run: {n} runs of {name}, no result written");
     }
     let duck = match duckdb(dir.path(), &qs, runs) {
         Ok(d) => Ok(d),

@@ -7122,3 +7122,119 @@ fn named_pipes_through_two_mounts_and_the_cli() {
     assert_eq!(out.trim(), "1", "yes ends on EPIPE, not by the timeout");
     assert_eq!(ended(head), "y\ny\ny\ny\ny\n");
 }
+
+/// Issue 43, item 4: `tabos sql` and psql over a large kernel table are
+/// answered by the columnar engine — the node's metrics count them — with
+/// SQLite's own answer, and a realm admin's query sees only the realm's
+/// rows there too.
+#[test]
+fn analytics_over_a_large_table_from_the_command_line_and_psql() {
+    let home = TempDir::new("cli-analytics");
+    let data = home.path().join("data");
+    // 120,000 provenance events in the node's own database, written
+    // before it starts (as if it had run for a while).
+    {
+        let store = tabos_kernel::open(&tabos_store::Config::sqlite(&data)).unwrap();
+        for (realm, events) in [("acme", 100_000i64), ("other", 20_000)] {
+            let p = tabos_kernel::realm_partition(realm, store.partitions());
+            store
+                .run(p, move |tx| {
+                    for i in 0..events {
+                        let event = ["fs_read", "fs_write", "send"][(i % 3) as usize];
+                        tx.execute(
+                            "INSERT INTO proc_event (p_key, realm, pid, seq, at_us, event, detail) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                            &[
+                                tabos_store::Value::Int(p.0 as i64),
+                                tabos_store::Value::Text(realm.into()),
+                                tabos_store::Value::Text(format!("p{}", i % 50)),
+                                tabos_store::Value::Int(i),
+                                tabos_store::Value::Int(i * 10),
+                                tabos_store::Value::Text(event.into()),
+                                tabos_store::Value::Text(format!("/f{} @0 +1", i % 7)),
+                            ],
+                        )?;
+                    }
+                    Ok::<_, tabos_store::Error>(())
+                })
+                .wait()
+                .unwrap();
+        }
+    }
+    let http = free_port().unwrap();
+    let http_addr = format!("127.0.0.1:{http}");
+    let node = Node::start(&[
+        "--data",
+        data.to_str().unwrap(),
+        "--http-listen",
+        &http_addr,
+        "--pg-listen",
+        "127.0.0.1:0",
+    ]);
+    let answered = || {
+        let (code, body) = curl(
+            &format!("http://{http_addr}/metrics"),
+            &[format!("Authorization: Bearer {}", node.token)],
+        );
+        assert_eq!(code, 200, "{body}");
+        body.lines()
+            .find(|l| l.contains("event=\"columnar_answered\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no columnar_answered series: {body}"))
+    };
+    let sql = "SELECT realm, event, count(*) AS n, count(DISTINCT pid) AS pids \
+               FROM proc_event GROUP BY realm, event ORDER BY realm, event";
+    let before = answered();
+    let o = node.tabos(&["sql", "--json", sql]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(answered(), before + 1.0, "{}", stdout(&o));
+    let text = rows.to_string();
+    assert!(text.contains("acme") && text.contains("other"), "{text}");
+    assert!(text.contains("33334") && text.contains("6667"), "{text}");
+    // psql through the front door: the same engine, the same answer.
+    let (host, port) = node.pg_addr();
+    let o = Command::new("psql")
+        .args([
+            "-h", &host, "-p", &port, "-U", "*", "-d", "tabos", "-X", "-A", "-t",
+        ])
+        .args(["-v", "ON_ERROR_STOP=1", "-c", sql])
+        .env("PGPASSWORD", &node.token)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o).lines().collect::<Vec<_>>(),
+        vec![
+            "acme|fs_read|33334|50",
+            "acme|fs_write|33333|50",
+            "acme|send|33333|50",
+            "other|fs_read|6667|50",
+            "other|fs_write|6667|50",
+            "other|send|6666|50",
+        ]
+    );
+    assert_eq!(answered(), before + 2.0);
+    // A realm's admin: its own rows only.
+    let o = node.tabos(&["realm", "create", "acme"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let admin = last_line(&o);
+    let o = node
+        .command()
+        .env("TABOS_TOKEN", &admin)
+        .args([
+            "sql",
+            "--json",
+            "SELECT realm, count(*) FROM proc_event GROUP BY realm",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("acme") && text.contains("100000") && !text.contains("other"),
+        "{text}"
+    );
+    assert_eq!(answered(), before + 3.0);
+}

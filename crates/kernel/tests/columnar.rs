@@ -453,3 +453,60 @@ fn postgres_answers_with_its_own_executor(b: Backend) {
         (b, other) => panic!("{b:?}: {other:?}"),
     }
 }
+
+#[test]
+fn a_table_written_faster_than_read_is_left_to_sqlite() {
+    let f = Backend::Sqlite.open().unwrap();
+    let s = &f.store;
+    fill(s);
+    let all = ReadScope::All;
+    let sql = "SELECT event, count(*) FROM proc_event GROUP BY event ORDER BY event";
+    let p = tabos_kernel::realm_partition("a", s.partitions());
+    let mut n = 0;
+    let mut write = || {
+        n += 1;
+        let seq = 1_000_000 + n;
+        s.run(p, move |tx| {
+            tx.execute(
+                "INSERT INTO proc_event (p_key, realm, pid, seq, at_us, event) \
+                 VALUES ($1, 'a', 'p1', $2, 5, 'spawn')",
+                &[Value::Int(p.0 as i64), Value::Int(seq)],
+            )
+        })
+        .wait()
+        .unwrap();
+    };
+    // Each query below: (answered by the columnar engine?, loads so far).
+    let mut seen = Vec::new();
+    let mut ask = |s: &Store| {
+        let before = s.columnar_stats();
+        let auto = query(s, &all, Engine::Auto, sql, &[]);
+        same(&query(s, &all, Engine::RowStore, sql, &[]), &auto, sql);
+        let after = s.columnar_stats();
+        seen.push((after.answered > before.answered, after.loads > before.loads));
+    };
+    ask(s); // loads
+    write();
+    ask(s); // its snapshot went stale unread: SQLite, once
+    ask(s); // loads again
+    write();
+    ask(s); // stale unread again: SQLite twice
+    ask(s);
+    ask(s); // loads
+    ask(s); // read again: kept, and the table's turns are forgotten
+    write();
+    ask(s); // stale but read twice before: loads at once
+    assert_eq!(
+        seen,
+        vec![
+            (true, true),
+            (false, false),
+            (true, true),
+            (false, false),
+            (false, false),
+            (true, true),
+            (true, false),
+            (true, true),
+        ]
+    );
+}

@@ -226,8 +226,9 @@ impl SqliteBackend {
         let feed = Feed::new();
         let stats = Arc::new(Stats::new(partitions));
         let mut conns = Vec::new();
+        let counts = crate::columnar::changes::Counts::leaked();
         for p in 0..partitions {
-            let conn = open_writer(&partition_path(dir, p), config.durability)?;
+            let conn = open_writer(&partition_path(dir, p), config.durability, counts)?;
             init_partition(&conn, p, partitions, migrations)?;
             conns.push(conn);
         }
@@ -251,7 +252,7 @@ impl SqliteBackend {
             );
             let open_tenant: OpenTenant = Box::new(move || {
                 Ok(Executor::new(
-                    open_writer(&path, durability)?,
+                    open_writer(&path, durability, counts)?,
                     of.clone(),
                     true,
                 ))
@@ -297,7 +298,7 @@ impl SqliteBackend {
                 config.connections.min(SCOPED_READERS_MAX),
                 ScopedReader::open,
             ),
-            columnar: crate::columnar::Columnar::new(dir, partitions),
+            columnar: crate::columnar::Columnar::new(dir, partitions, counts),
             feed,
             stats,
             _lock: lock,
@@ -564,7 +565,11 @@ pub fn writer_pragmas(durability: Durability) -> String {
     )
 }
 
-fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
+fn open_writer(
+    path: &Path,
+    durability: Durability,
+    counts: &'static crate::columnar::changes::Counts,
+) -> Result<Connection> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -582,7 +587,7 @@ fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
     conn.wal_hook(Some(wal_hook));
     // Which tables each transaction changes, for the columnar engine's
     // snapshots (published by the WAL hook once committed).
-    crate::columnar::changes::watch(&conn);
+    crate::columnar::changes::watch(&conn, counts);
     Ok(conn)
 }
 

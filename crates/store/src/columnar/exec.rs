@@ -128,7 +128,50 @@ pub struct Ctx<'a> {
 
 /// A function's output dictionary (its index in [`Ctx::dicts`]) and its
 /// memo: input code → output code.
-type SplitMemo = (usize, HashMap<u32, u32>);
+type SplitMemo = (usize, Memo);
+
+/// Input code → output code of a function over texts: a vector indexed
+/// by code for a dictionary of up to [`DENSE_MEMO_CODES_MAX`] codes (no
+/// hashing), a hash map past it.
+enum Memo {
+    Dense(Vec<u32>),
+    Sparse(HashMap<u32, u32>),
+}
+
+/// Largest dictionary whose memo is a vector (64 MiB of codes).
+const DENSE_MEMO_CODES_MAX: usize = 16 << 20;
+
+impl Memo {
+    fn for_codes(n: usize) -> Memo {
+        if n <= DENSE_MEMO_CODES_MAX {
+            Memo::Dense(vec![UNSEEN; n])
+        } else {
+            Memo::Sparse(HashMap::new())
+        }
+    }
+
+    fn get(&mut self, c: u32) -> Option<u32> {
+        match self {
+            Memo::Dense(v) => v.get(c as usize).copied().filter(|&o| o != UNSEEN),
+            Memo::Sparse(m) => m.get(&c).copied(),
+        }
+    }
+
+    fn put(&mut self, c: u32, o: u32) {
+        match self {
+            Memo::Dense(v) => {
+                if c as usize >= v.len() {
+                    // A local dictionary grew since: room for its codes.
+                    v.resize(c as usize + 1, UNSEEN);
+                }
+                v[c as usize] = o;
+            }
+            Memo::Sparse(m) => {
+                m.insert(c, o);
+            }
+        }
+    }
+}
 
 /// A relation: row ids per FROM table, all the same length.
 struct Rel {
@@ -250,17 +293,29 @@ impl<'a> Ctx<'a> {
                 )
             }
             PExpr::InList(x, list, negated) => {
-                let any = PExpr::Or(
-                    list.iter()
-                        .map(|i| PExpr::Cmp(CmpOp::Eq, x.clone(), Box::new(i.clone())))
-                        .collect(),
-                );
-                let e = if *negated {
-                    PExpr::Not(Box::new(any))
-                } else {
-                    any
-                };
-                self.eval(&e, b)?
+                // x = a OR x = b …, three-valued, with x gathered once.
+                let xv = self.eval(x, b)?;
+                let mut acc = vec![0u8; b.len];
+                for item in list {
+                    let eq = self.compare(CmpOp::Eq, &xv, &self.eval(item, b)?, b.len);
+                    for (a, v) in acc.iter_mut().zip(eq) {
+                        *a = match (*a, v) {
+                            (1, _) | (_, 1) => 1,
+                            (2, _) | (_, 2) => 2,
+                            _ => 0,
+                        };
+                    }
+                }
+                if *negated {
+                    acc.iter_mut().for_each(|a| {
+                        *a = match *a {
+                            0 => 1,
+                            1 => 0,
+                            n => n,
+                        }
+                    });
+                }
+                Vector::Bool(acc)
             }
             PExpr::SplitPart(x, delim, n) => {
                 let v = self.eval(x, b)?;
@@ -293,30 +348,43 @@ impl<'a> Ctx<'a> {
             Some((d, _)) => *d,
             None => {
                 let mut dicts = self.dicts.borrow_mut();
+                let memo = Memo::for_codes(dicts[from].dict().len());
                 dicts.push(DictSlot::Local(Dict::new()));
                 let d = dicts.len() - 1;
-                split.insert(key, (d, HashMap::new()));
+                split.insert(key, (d, memo));
                 d
             }
         };
         let memo = &mut split.get_mut(&key).expect("just put").1;
         let mut dicts = self.dicts.borrow_mut();
         let mut out = Vec::with_capacity(codes.len());
+        let mut field = String::new();
         for c in codes {
             if c == NULL_CODE {
                 out.push(NULL_CODE);
                 continue;
             }
-            let o = match memo.get(&c) {
-                Some(&o) => o,
+            let o = match memo.get(c) {
+                Some(o) => o,
                 None => {
-                    let s = crate::dialect::split_part(dicts[from].dict().get(c), delim, n)
-                        .map_err(|e| Fail::Unsupported(super::table::Unsupported(e)))?;
+                    let text = dicts[from].dict().get(c);
+                    field.clear();
+                    if n > 0 && !delim.is_empty() {
+                        // The common case without the general function's
+                        // vector of every field: PostgreSQL's field n, or
+                        // "" past the end.
+                        field.push_str(text.split(delim).nth(n as usize - 1).unwrap_or(""));
+                    } else {
+                        field.push_str(
+                            &crate::dialect::split_part(text, delim, n)
+                                .map_err(|e| Fail::Unsupported(super::table::Unsupported(e)))?,
+                        );
+                    }
                     let DictSlot::Local(d) = &mut dicts[out_dict] else {
                         unreachable!("split_part interns into a local dictionary")
                     };
-                    let o = d.intern(&s);
-                    memo.insert(c, o);
+                    let o = d.intern(&field);
+                    memo.put(c, o);
                     o
                 }
             };

@@ -90,14 +90,23 @@ pub struct Stats {
 /// its snapshots.
 pub(crate) struct Columnar {
     dir: PathBuf,
+    /// The store's per-table change counts, kept by its writers' hooks.
+    counts: &'static changes::Counts,
     partitions: u32,
     /// The connection snapshots are read on (partition 0 as `main`, the
     /// others attached as `p1` …), opened at first use.
     loader: Mutex<Option<Connection>>,
+    /// Another such connection for planning (the catalogue) and the
+    /// bounded row counts, so no query waits on another's load to be
+    /// planned — nor to be sent to SQLite.
+    catalog: Mutex<Option<Connection>>,
     snapshots: Mutex<HashMap<String, Arc<TableSnap>>>,
     /// Tables found to have fewer than [`ROWS_MIN`] rows, at which change
     /// count.
     small: Mutex<HashMap<String, u64>>,
+    /// Per table written to faster than read: SQLite's turns before the
+    /// next load.
+    backoffs: Mutex<HashMap<String, Backoff>>,
     answered: AtomicU64,
     loads: AtomicU64,
     rows_loaded: AtomicU64,
@@ -110,13 +119,16 @@ impl std::fmt::Debug for Columnar {
 }
 
 impl Columnar {
-    pub(crate) fn new(dir: &Path, partitions: u32) -> Columnar {
+    pub(crate) fn new(dir: &Path, partitions: u32, counts: &'static changes::Counts) -> Columnar {
         Columnar {
             dir: dir.to_path_buf(),
+            counts,
             partitions,
             loader: Mutex::new(None),
+            catalog: Mutex::new(None),
             snapshots: Mutex::new(HashMap::new()),
             small: Mutex::new(HashMap::new()),
+            backoffs: Mutex::new(HashMap::new()),
             answered: AtomicU64::new(0),
             loads: AtomicU64::new(0),
             rows_loaded: AtomicU64::new(0),
@@ -182,8 +194,8 @@ impl Columnar {
             ReadScope::Realm(r) => Some(r.as_str()),
         };
         let mut plan = {
-            let mut guard = self.loader()?;
-            let conn = guard.as_mut().expect("opened by loader()");
+            let mut guard = self.connection(&self.catalog)?;
+            let conn = guard.as_mut().expect("opened by connection()");
             let catalog = Catalog { conn, realm };
             plan::plan(sql, params, &catalog)?
         };
@@ -222,7 +234,7 @@ impl Columnar {
         if limits.engine == Engine::Auto && !self.any_large(&wanted, check)? {
             return table::unsupported("no table large enough");
         }
-        let snaps = self.snapshots_for(&wanted, check)?;
+        let snaps = self.snapshots_for(&wanted, limits.engine, check)?;
         let slots = plan.slots.iter().map(|s| snaps[&s.table].clone()).collect();
         let ctx = exec::Ctx::new(slots, check);
         let want = limits.cap.rows().saturating_add(1);
@@ -245,8 +257,12 @@ impl Columnar {
         Ok(out)
     }
 
-    fn loader(&self) -> Result<std::sync::MutexGuard<'_, Option<Connection>>> {
-        let mut guard = self.loader.lock().unwrap_or_else(PoisonError::into_inner);
+    /// `which` of the engine's connections, opened at first use.
+    fn connection<'a>(
+        &self,
+        which: &'a Mutex<Option<Connection>>,
+    ) -> Result<std::sync::MutexGuard<'a, Option<Connection>>> {
+        let mut guard = which.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {
             *guard = Some(open_loader(&self.dir, self.partitions)?);
         }
@@ -268,7 +284,7 @@ impl Columnar {
         check: &dyn Fn() -> Result<()>,
     ) -> table::FResult<bool> {
         for table in wanted.keys() {
-            let generation = changes::generation(table);
+            let generation = self.counts.generation(table);
             if let Some(s) = self.cached(table) {
                 if s.generation == generation {
                     if s.rows >= ROWS_MIN {
@@ -283,8 +299,8 @@ impl Columnar {
             }
             drop(small);
             check()?;
-            let guard = self.loader()?;
-            let conn = guard.as_ref().expect("opened by loader()");
+            let guard = self.connection(&self.catalog)?;
+            let conn = guard.as_ref().expect("opened by connection()");
             let q = format!("\"{}\"", table.replace('"', "\"\""));
             let union = self
                 .schemas()
@@ -308,6 +324,13 @@ impl Columnar {
         Ok(false)
     }
 
+    fn backoff(&self, table: &str) -> BackoffGuard<'_> {
+        BackoffGuard {
+            map: self.backoffs.lock().unwrap_or_else(PoisonError::into_inner),
+            table: table.to_string(),
+        }
+    }
+
     fn cached(&self, table: &str) -> Option<Arc<TableSnap>> {
         self.snapshots
             .lock()
@@ -322,19 +345,45 @@ impl Columnar {
     fn snapshots_for(
         &self,
         wanted: &HashMap<String, Vec<(String, Ty)>>,
+        engine: Engine,
         check: &dyn Fn() -> Result<()>,
     ) -> table::FResult<HashMap<String, Arc<TableSnap>>> {
         let mut out = HashMap::new();
         let mut to_load = Vec::new();
         for (table, cols) in wanted {
-            match self.cached(table) {
-                Some(s)
-                    if s.generation == changes::generation(table)
-                        && cols.iter().all(|(c, _)| s.columns.contains_key(c)) =>
-                {
+            let cached = self.cached(table);
+            let current = cached
+                .as_ref()
+                .is_some_and(|s| s.generation == self.counts.generation(table));
+            match cached {
+                Some(s) if current && cols.iter().all(|(c, _)| s.columns.contains_key(c)) => {
+                    s.uses.fetch_add(1, Ordering::Relaxed);
+                    self.backoff(table).clear();
                     out.insert(table.clone(), s);
                 }
                 old => {
+                    if engine == Engine::Auto {
+                        // A table written to faster than its snapshots are
+                        // read again would cost a load per query: after a
+                        // snapshot that went stale unread, SQLite answers
+                        // 1, 2, 4 … 64 queries before the next load.
+                        let unread = old
+                            .as_ref()
+                            .is_some_and(|o| !current && o.uses.load(Ordering::Relaxed) == 0);
+                        let mut b = self.backoff(table);
+                        if unread {
+                            b.stale_unread();
+                            self.snapshots
+                                .lock()
+                                .unwrap_or_else(PoisonError::into_inner)
+                                .remove(table);
+                        }
+                        if b.skip() {
+                            return table::unsupported(format!(
+                                "{table} changes faster than its snapshots are read"
+                            ));
+                        }
+                    }
                     // Load what the old snapshot held too, so the next
                     // query of its columns need not load again.
                     let mut cols = cols.clone();
@@ -352,14 +401,14 @@ impl Columnar {
         if to_load.is_empty() {
             return Ok(out);
         }
-        let guard = self.loader()?;
-        let conn = guard.as_ref().expect("opened by loader()");
+        let guard = self.connection(&self.loader)?;
+        let conn = guard.as_ref().expect("opened by connection()");
         let schemas = self.schemas();
         // Change counts before the read transaction starts: a commit the
         // snapshot misses counts after them.
         let generations: Vec<u64> = to_load
             .iter()
-            .map(|(t, _)| changes::generation(t))
+            .map(|(t, _)| self.counts.generation(t))
             .collect();
         conn.execute_batch("BEGIN")
             .map_err(|e| crate::sqlite::map_err(e, "BEGIN"))?;
@@ -403,6 +452,57 @@ impl Columnar {
             snapshots.retain(|name, _| out.contains_key(name));
         }
         Ok(out)
+    }
+}
+
+/// Most queries SQLite answers for a table between loads of a snapshot
+/// that keeps going stale unread.
+pub const BACKOFF_QUERIES_MAX: u32 = 64;
+
+/// A table's turns for SQLite (see [`Columnar::snapshots_for`]).
+#[derive(Debug, Default, Clone, Copy)]
+struct Backoff {
+    /// Queries SQLite answers before the next load.
+    left: u32,
+    /// What `left` was set to last.
+    last: u32,
+}
+
+/// One table's [`Backoff`], held.
+struct BackoffGuard<'a> {
+    map: std::sync::MutexGuard<'a, HashMap<String, Backoff>>,
+    table: String,
+}
+
+impl BackoffGuard<'_> {
+    fn entry(&mut self) -> &mut Backoff {
+        if self.map.len() >= 1_024 && !self.map.contains_key(&self.table) {
+            self.map.clear();
+        }
+        self.map.entry(self.table.clone()).or_default()
+    }
+
+    /// A snapshot went stale before a second query read it.
+    fn stale_unread(&mut self) {
+        let b = self.entry();
+        b.last = (b.last * 2).clamp(1, BACKOFF_QUERIES_MAX);
+        b.left = b.last;
+    }
+
+    /// Whether SQLite takes this query (and one turn).
+    fn skip(&mut self) -> bool {
+        let b = self.entry();
+        if b.left > 0 {
+            b.left -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A snapshot was read again: loads pay off for this table.
+    fn clear(&mut self) {
+        self.map.remove(&self.table);
     }
 }
 

@@ -182,6 +182,8 @@ pub struct TableSnap {
     pub dict: Arc<Dict>,
     /// The table's change count ([`super::changes`]) read before loading.
     pub generation: u64,
+    /// Queries that read it after the one that loaded it.
+    pub uses: std::sync::atomic::AtomicU64,
 }
 
 impl TableSnap {
@@ -376,6 +378,7 @@ pub fn load(
         columns,
         dict: Arc::new(dict),
         generation,
+        uses: std::sync::atomic::AtomicU64::new(0),
     };
     if snap.bytes() > bytes_max {
         return Err(Fail::Error(Error::Limit {
