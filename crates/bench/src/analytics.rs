@@ -440,23 +440,7 @@ fn duckdb(dir: &Path, qs: &[Q], runs: u32) -> Result<serde_json::Value, String> 
     let out = child
         .wait_with_output()
         .map_err(|e| format!("DuckDB: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .ok_or_else(|| {
-            format!(
-                "DuckDB did not report: {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            )
-        })?;
-    serde_json::from_str(line).map_err(|e| format!("bad DuckDB output {line:?}: {e}"))
+    crate::venv::last_json_line(&out, "DuckDB")
 }
 
 fn limits(engine: Engine) -> ReadLimits {

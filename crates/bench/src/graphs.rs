@@ -184,23 +184,7 @@ fn ray_json(script: &str, args: &[String]) -> Result<serde_json::Value, String> 
         .args(args)
         .output()
         .map_err(|e| format!("running Ray: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .ok_or_else(|| {
-            format!(
-                "Ray did not report: {}",
-                String::from_utf8_lossy(&out.stderr)
-                    .lines()
-                    .rev()
-                    .take(5)
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            )
-        })?;
-    serde_json::from_str(line).map_err(|e| format!("bad Ray output {line:?}: {e}"))
+    crate::venv::last_json_line(&out, "Ray")
 }
 
 /// Ray's wall times (ms) for the tree and the fan, `runs` each.

@@ -46,3 +46,26 @@ pub fn python_with(package: &str, module: &str) -> Result<PathBuf, String> {
     }
     Ok(python)
 }
+
+/// The last line of a peer script's standard output that is a JSON
+/// object, parsed; or why there is none (`who` and the last lines of its
+/// standard error).
+pub fn last_json_line(out: &std::process::Output, who: &str) -> Result<serde_json::Value, String> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .ok_or_else(|| {
+            format!(
+                "{who} did not report: {}",
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .rev()
+                    .take(5)
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            )
+        })?;
+    serde_json::from_str(line).map_err(|e| format!("bad {who} output {line:?}: {e}"))
+}

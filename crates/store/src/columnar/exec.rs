@@ -249,41 +249,22 @@ impl<'a> Ctx<'a> {
             PExpr::And(xs) => {
                 let mut acc = vec![1u8; b.len];
                 for x in xs {
-                    let v = truth(&self.eval(x, b)?, b.len);
-                    for (a, v) in acc.iter_mut().zip(v) {
-                        *a = match (*a, v) {
-                            (0, _) | (_, 0) => 0,
-                            (2, _) | (_, 2) => 2,
-                            _ => 1,
-                        };
-                    }
+                    and3(&mut acc, truth(&self.eval(x, b)?, b.len));
                 }
                 Vector::Bool(acc)
             }
             PExpr::Or(xs) => {
                 let mut acc = vec![0u8; b.len];
                 for x in xs {
-                    let v = truth(&self.eval(x, b)?, b.len);
-                    for (a, v) in acc.iter_mut().zip(v) {
-                        *a = match (*a, v) {
-                            (1, _) | (_, 1) => 1,
-                            (2, _) | (_, 2) => 2,
-                            _ => 0,
-                        };
-                    }
+                    or3(&mut acc, self.truth_of(x, b)?);
                 }
                 Vector::Bool(acc)
             }
-            PExpr::Not(x) => Vector::Bool(
-                truth(&self.eval(x, b)?, b.len)
-                    .into_iter()
-                    .map(|v| match v {
-                        0 => 1,
-                        1 => 0,
-                        n => n,
-                    })
-                    .collect(),
-            ),
+            PExpr::Not(x) => {
+                let mut v = self.truth_of(x, b)?;
+                not3(&mut v);
+                Vector::Bool(v)
+            }
             PExpr::IsNull(x, negated) => {
                 let v = self.eval(x, b)?;
                 Vector::Bool(
@@ -297,23 +278,13 @@ impl<'a> Ctx<'a> {
                 let xv = self.eval(x, b)?;
                 let mut acc = vec![0u8; b.len];
                 for item in list {
-                    let eq = self.compare(CmpOp::Eq, &xv, &self.eval(item, b)?, b.len);
-                    for (a, v) in acc.iter_mut().zip(eq) {
-                        *a = match (*a, v) {
-                            (1, _) | (_, 1) => 1,
-                            (2, _) | (_, 2) => 2,
-                            _ => 0,
-                        };
-                    }
+                    or3(
+                        &mut acc,
+                        self.compare(CmpOp::Eq, &xv, &self.eval(item, b)?, b.len),
+                    );
                 }
                 if *negated {
-                    acc.iter_mut().for_each(|a| {
-                        *a = match *a {
-                            0 => 1,
-                            1 => 0,
-                            n => n,
-                        }
-                    });
+                    not3(&mut acc);
                 }
                 Vector::Bool(acc)
             }
@@ -391,6 +362,10 @@ impl<'a> Ctx<'a> {
             out.push(o);
         }
         Ok(Vector::Text(out, out_dict))
+    }
+
+    fn truth_of(&self, e: &PExpr, b: &Batch<'_>) -> FResult<Vec<u8>> {
+        Ok(truth(&self.eval(e, b)?, b.len))
     }
 
     /// `l op r`, three-valued.
@@ -1348,6 +1323,39 @@ fn nth_field<'t>(text: &'t str, delim: &str, n: usize) -> &'t str {
         &text[start..]
     } else {
         ""
+    }
+}
+
+/// `acc AND v`, row by row, in three-valued logic (0, 1, 2 = NULL).
+fn and3(acc: &mut [u8], v: Vec<u8>) {
+    for (a, v) in acc.iter_mut().zip(v) {
+        *a = match (*a, v) {
+            (0, _) | (_, 0) => 0,
+            (2, _) | (_, 2) => 2,
+            _ => 1,
+        };
+    }
+}
+
+/// `acc OR v`, row by row, in three-valued logic.
+fn or3(acc: &mut [u8], v: Vec<u8>) {
+    for (a, v) in acc.iter_mut().zip(v) {
+        *a = match (*a, v) {
+            (1, _) | (_, 1) => 1,
+            (2, _) | (_, 2) => 2,
+            _ => 0,
+        };
+    }
+}
+
+/// `NOT v`, in place: NULL stays NULL.
+fn not3(v: &mut [u8]) {
+    for a in v {
+        *a = match *a {
+            0 => 1,
+            1 => 0,
+            n => n,
+        };
     }
 }
 
