@@ -510,3 +510,27 @@ fn a_table_written_faster_than_read_is_left_to_sqlite() {
         ]
     );
 }
+
+#[test]
+fn a_join_past_the_engines_bound_stops_there_and_sqlite_keeps_its_deadline() {
+    let f = Backend::Sqlite.open().unwrap();
+    let s = &f.store;
+    fill(s);
+    // Every event of a realm with every other: 7.2 billion pairs. The
+    // engine stops at its bound (not at memory's end) and says so.
+    let sql = "SELECT count(*) FROM proc_event a JOIN proc_event b ON a.realm = b.realm";
+    let a = ReadScope::Realm("a".into());
+    match s.query_bounded(sql, &[], &limits(&a, Engine::Columnar)) {
+        Err(Error::Invalid(why)) => assert!(why.contains("rows of a join"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Auto leaves it to SQLite, which its deadline stops.
+    let short = ReadLimits {
+        time_max: Some(Duration::from_secs(2)),
+        ..limits(&a, Engine::Auto)
+    };
+    assert!(matches!(
+        s.query_bounded(sql, &[], &short),
+        Err(Error::Timeout(_))
+    ));
+}

@@ -20,18 +20,20 @@ use hashbrown::{HashMap, HashSet};
 
 use super::plan::{AggKind, CmpOp, ETy, JoinKind, PExpr, Plan, Scalar};
 use super::table::{
-    unsupported, Column, Data, Dict, FResult, Fail, TableSnap, ABSENT_CODE, CHUNK_ROWS, NO_ROW,
-    NULL_CODE,
+    past, unsupported, Column, Data, Dict, FResult, Fail, TableSnap, ABSENT_CODE, CHUNK_ROWS,
+    NO_ROW, NULL_CODE,
 };
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::value::Value;
 
-/// Most rows a join may produce (before its WHERE conditions).
-pub const JOIN_ROWS_MAX: usize = 100_000_000;
+/// Most rows a join may produce (before its WHERE conditions): counted
+/// as pairs are found, so a join on a key shared by most rows stops
+/// here rather than filling memory.
+pub const JOIN_ROWS_MAX: usize = 20_000_000;
 /// Most groups one aggregation keeps.
 pub const GROUPS_MAX: usize = 20_000_000;
 /// Most rows gathered for sorting or DISTINCT.
-pub const SORT_ROWS_MAX: usize = 50_000_000;
+pub const SORT_ROWS_MAX: usize = 10_000_000;
 
 const UNSEEN: u32 = u32::MAX - 2;
 
@@ -408,19 +410,7 @@ impl<'a> Ctx<'a> {
             | (Vector::Const(Scalar::Text(s), _), Vector::Text(a, da)) => {
                 if equality {
                     let code = self.dicts.borrow()[*da].dict().code(s);
-                    a.iter()
-                        .map(|&c| {
-                            if c == NULL_CODE {
-                                2
-                            } else {
-                                holds(if c == code {
-                                    Ordering::Equal
-                                } else {
-                                    Ordering::Less
-                                })
-                            }
-                        })
-                        .collect()
+                    codes_equal(a, std::iter::repeat(code), holds)
                 } else {
                     let dicts = self.dicts.borrow();
                     let d = dicts[*da].dict();
@@ -438,21 +428,7 @@ impl<'a> Ctx<'a> {
             }
             (Vector::Text(a, da), Vector::Text(b, db)) => {
                 if equality {
-                    let b2 = self.translate(*db, *da, b);
-                    a.iter()
-                        .zip(&b2)
-                        .map(|(&x, &y)| {
-                            if x == NULL_CODE || y == NULL_CODE {
-                                2
-                            } else {
-                                holds(if x == y {
-                                    Ordering::Equal
-                                } else {
-                                    Ordering::Less
-                                })
-                            }
-                        })
-                        .collect()
+                    codes_equal(a, self.translate(*db, *da, b), holds)
                 } else {
                     let dicts = self.dicts.borrow();
                     let (fa, fb) = (dicts[*da].dict(), dicts[*db].dict());
@@ -689,6 +665,12 @@ impl<'a> Ctx<'a> {
                 while at != u32::MAX {
                     pairs.push(if build_left { (at, probe) } else { (probe, at) });
                     at = next[at as usize];
+                    if pairs.len().is_multiple_of(CHUNK_ROWS) {
+                        if out.len + pairs.len() > JOIN_ROWS_MAX {
+                            return Err(past("rows of a join", JOIN_ROWS_MAX));
+                        }
+                        (self.check)()?;
+                    }
                 }
             }
             if !j.on.is_empty() && !pairs.is_empty() {
@@ -736,11 +718,7 @@ impl<'a> Ctx<'a> {
             }));
             out.len += pairs.len();
             if out.len > JOIN_ROWS_MAX {
-                return Err(Fail::Error(Error::Limit {
-                    what: "columnar join",
-                    limit: JOIN_ROWS_MAX as u64,
-                    detail: "rows of an intermediate result".into(),
-                }));
+                return Err(past("rows of a join", JOIN_ROWS_MAX));
             }
             start = end;
         }
@@ -861,11 +839,7 @@ pub fn execute(ctx: &Ctx<'_>, plan: &Plan, want: usize) -> FResult<Vec<Vec<Value
                 }
                 got += end - start;
                 if got > SORT_ROWS_MAX {
-                    return Err(Fail::Error(Error::Limit {
-                        what: "columnar result",
-                        limit: SORT_ROWS_MAX as u64,
-                        detail: "rows to sort or make distinct".into(),
-                    }));
+                    return Err(past("rows to sort or make distinct", SORT_ROWS_MAX));
                 }
                 start = end;
             }
@@ -961,11 +935,7 @@ fn aggregate(ctx: &Ctx<'_>, plan: &Plan, rel: &Rel) -> FResult<Vec<Vector>> {
                     count += 1;
                     fresh.push(i);
                     if count > GROUPS_MAX {
-                        return Err(Fail::Error(Error::Limit {
-                            what: "columnar aggregation",
-                            limit: GROUPS_MAX as u64,
-                            detail: "groups".into(),
-                        }));
+                        return Err(past("groups", GROUPS_MAX));
                     }
                 }
                 *slot = id;
@@ -1324,6 +1294,27 @@ fn nth_field<'t>(text: &'t str, delim: &str, n: usize) -> &'t str {
     } else {
         ""
     }
+}
+
+/// `=` or `<>` (as `holds` says) of texts coded in one dictionary, row
+/// by row: a code absent from it equals no code in it.
+fn codes_equal(
+    a: &[u32],
+    b: impl IntoIterator<Item = u32>,
+    holds: impl Fn(Ordering) -> u8,
+) -> Vec<u8> {
+    a.iter()
+        .zip(b)
+        .map(|(&x, y)| {
+            if x == NULL_CODE || y == NULL_CODE {
+                2
+            } else if x == y {
+                holds(Ordering::Equal)
+            } else {
+                holds(Ordering::Less)
+            }
+        })
+        .collect()
 }
 
 /// `acc AND v`, row by row, in three-valued logic (0, 1, 2 = NULL).

@@ -27,7 +27,8 @@
 //! schema's `tenant_view` names. The deadline and the cancel flag are
 //! checked every chunk, loading included; rows and bytes are cut as on
 //! SQLite; snapshots are bounded by [`CACHE_BYTES_MAX`], joins, groups
-//! and sorts by their own limits.
+//! and sorts by their own limits — past one, SQLite answers under `Auto`
+//! (within the query's deadline) and a forced query is refused.
 //!
 //! **Fresh, never stale.** A snapshot is kept while its table has not
 //! changed: every writer connection's pre-update hook notes the tables a

@@ -134,9 +134,9 @@ pub struct OrderKey {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub slots: Vec<Slot>,
+    /// WHERE conjuncts on one table are in its slot's `filters`; the
+    /// rest in the join step that brings their last table.
     pub joins: Vec<JoinStep>,
-    /// WHERE conjuncts over slot 0 and nothing else when there are no
-    /// joins are in `slots[0].filters`; the rest are in the join steps.
     pub grouped: Option<Grouping>,
     pub outputs: Vec<PExpr>,
     pub distinct: bool,

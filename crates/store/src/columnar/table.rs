@@ -59,6 +59,15 @@ impl From<Unsupported> for Fail {
     }
 }
 
+/// A bound of the engine reached: SQLite answers instead under
+/// `Engine::Auto` (within the query's own deadline), and a forced
+/// columnar query is refused with this reason.
+pub fn past(what: &str, limit: usize) -> Fail {
+    Fail::Unsupported(Unsupported(format!(
+        "{what} past the engine's limit of {limit}"
+    )))
+}
+
 /// Shorthand for an [`Unsupported`] failure.
 pub fn unsupported<T>(why: impl Into<String>) -> std::result::Result<T, Fail> {
     Err(Fail::Unsupported(Unsupported(why.into())))
@@ -301,11 +310,10 @@ pub fn load(
         if n.is_multiple_of(LOAD_CHECK_ROWS) {
             check()?;
             if n.saturating_mul(per_row) + dict.bytes() > bytes_max {
-                return Err(Fail::Error(Error::Limit {
-                    what: "columnar snapshot",
-                    limit: bytes_max as u64,
-                    detail: format!("bytes of table {table}"),
-                }));
+                return Err(past(
+                    &format!("bytes of table {table}'s snapshot"),
+                    bytes_max,
+                ));
             }
         }
         if n > TABLE_ROWS_MAX {
@@ -381,11 +389,10 @@ pub fn load(
         uses: std::sync::atomic::AtomicU64::new(0),
     };
     if snap.bytes() > bytes_max {
-        return Err(Fail::Error(Error::Limit {
-            what: "columnar snapshot",
-            limit: bytes_max as u64,
-            detail: format!("bytes of table {table}"),
-        }));
+        return Err(past(
+            &format!("bytes of table {table}'s snapshot"),
+            bytes_max,
+        ));
     }
     Ok(snap)
 }
