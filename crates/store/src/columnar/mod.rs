@@ -263,7 +263,14 @@ impl Columnar {
         &self,
         which: &'a Mutex<Option<Connection>>,
     ) -> Result<std::sync::MutexGuard<'a, Option<Connection>>> {
-        let mut guard = which.lock().unwrap_or_else(PoisonError::into_inner);
+        self.opened(which.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A held connection slot, opened if it was not yet.
+    fn opened<'a>(
+        &self,
+        mut guard: std::sync::MutexGuard<'a, Option<Connection>>,
+    ) -> Result<std::sync::MutexGuard<'a, Option<Connection>>> {
         if guard.is_none() {
             *guard = Some(open_loader(&self.dir, self.partitions)?);
         }
@@ -402,7 +409,19 @@ impl Columnar {
         if to_load.is_empty() {
             return Ok(out);
         }
-        let guard = self.connection(&self.loader)?;
+        // One load at a time. Under Auto no query waits for another's
+        // load (perhaps another realm's, as long as its deadline): SQLite
+        // answers it now. A forced query waits.
+        let guard = match engine {
+            Engine::Auto => match self.loader.try_lock() {
+                Ok(g) => self.opened(g)?,
+                Err(std::sync::TryLockError::Poisoned(p)) => self.opened(p.into_inner())?,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return table::unsupported("another query is loading a snapshot")
+                }
+            },
+            _ => self.connection(&self.loader)?,
+        };
         let conn = guard.as_ref().expect("opened by connection()");
         let schemas = self.schemas();
         // Change counts before the read transaction starts: a commit the
