@@ -61,18 +61,22 @@ pub const DRAIN_MAX: std::time::Duration = std::time::Duration::from_secs(10);
 /// Where a node served without a local socket of its own (an embedded
 /// node: tests, the demo) puts the one its jailed procs reach it through:
 /// beside their jails, or — past the length a socket path may have — in
-/// the temp dir.
+/// the temp dir. Named per node served in this process: embedded nodes
+/// with default settings share their logs directory (it is named after
+/// the process), and tests serve several at once — a fixed name made the
+/// second one's start fail with "address in use" while the first served.
 fn private_socket_path(node: &Node) -> std::path::PathBuf {
-    let beside = node.settings.logs.join(JAILS_DIR).join("node.sock");
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let beside = node
+        .settings
+        .logs
+        .join(JAILS_DIR)
+        .join(format!("node-{n}.sock"));
     if beside.as_os_str().len() <= LOCAL_SOCKET_PATH_MAX {
         return beside;
     }
-    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    std::env::temp_dir().join(format!(
-        "tabos-{}-{}.sock",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ))
+    std::env::temp_dir().join(format!("tabos-{}-{n}.sock", std::process::id()))
 }
 
 /// A node's local Unix socket, bound (so clients may connect from then on)

@@ -36,6 +36,8 @@ pub const GROUPS_MAX: usize = 20_000_000;
 pub const SORT_ROWS_MAX: usize = 10_000_000;
 
 const UNSEEN: u32 = u32::MAX - 2;
+/// A code whose field test has not been made yet.
+const FIELD_UNSEEN: u8 = 3;
 
 /// A vector of values: a batch's worth of one expression.
 #[derive(Debug, Clone)]
@@ -125,6 +127,9 @@ pub struct Ctx<'a> {
     split: RefCell<HashMap<usize, SplitMemo>>,
     /// (from, to) dictionaries → code translation.
     translations: RefCell<HashMap<(usize, usize), Vec<u32>>>,
+    /// `split_part(x, d, 1) = 'text'` node → its truth by x's code
+    /// ([`FIELD_UNSEEN`] until looked at).
+    field_tests: RefCell<HashMap<usize, Vec<u8>>>,
     check: &'a dyn Fn() -> Result<()>,
 }
 
@@ -192,6 +197,7 @@ impl<'a> Ctx<'a> {
             dicts: RefCell::new(dicts),
             split: RefCell::new(HashMap::new()),
             translations: RefCell::new(HashMap::new()),
+            field_tests: RefCell::new(HashMap::new()),
             check,
         }
     }
@@ -245,6 +251,9 @@ impl<'a> Ctx<'a> {
             }
             PExpr::Lit(s) => Vector::Const(s.clone(), b.len),
             PExpr::Cmp(op, l, r) => {
+                if let Some(v) = self.field_test(e, *op, l, r, b)? {
+                    return Ok(Vector::Bool(v));
+                }
                 let (l, r) = (self.eval(l, b)?, self.eval(r, b)?);
                 Vector::Bool(self.compare(*op, &l, &r, b.len))
             }
@@ -364,6 +373,65 @@ impl<'a> Ctx<'a> {
             out.push(o);
         }
         Ok(Vector::Text(out, out_dict))
+    }
+
+    /// `split_part(x, d, 1) = 'text'` (or `<>`) without making the field:
+    /// the provenance queries' "rows about this path" test, which would
+    /// otherwise scan every nearly-unique detail to its delimiter and
+    /// intern its field. Only the text's first `len(text) + len(d)` bytes
+    /// are looked at ([`first_field_is`]), once per code. `None` when `e`
+    /// is not of that shape or `x` is not coded text (the general path).
+    fn field_test(
+        &self,
+        e: &PExpr,
+        op: CmpOp,
+        l: &PExpr,
+        r: &PExpr,
+        b: &Batch<'_>,
+    ) -> FResult<Option<Vec<u8>>> {
+        let (x, delim, want) = match (l, r) {
+            (PExpr::SplitPart(x, d, 1), PExpr::Lit(Scalar::Text(s)))
+            | (PExpr::Lit(Scalar::Text(s)), PExpr::SplitPart(x, d, 1))
+                if !d.is_empty() && matches!(op, CmpOp::Eq | CmpOp::Ne) =>
+            {
+                (x, d, s)
+            }
+            _ => return Ok(None),
+        };
+        let Vector::Text(codes, from) = self.eval(x, b)? else {
+            return Ok(None);
+        };
+        let dicts = self.dicts.borrow();
+        let dict = dicts[from].dict();
+        let mut tests = self.field_tests.borrow_mut();
+        let memo = tests
+            .entry(e as *const PExpr as usize)
+            .or_insert_with(|| vec![FIELD_UNSEEN; dict.len()]);
+        if memo.len() < dict.len() {
+            // x is a local dictionary that grew since.
+            memo.resize(dict.len(), FIELD_UNSEEN);
+        }
+        let (delim, want) = (delim.as_bytes(), want.as_bytes());
+        let eq = u8::from(op == CmpOp::Eq);
+        Ok(Some(
+            codes
+                .iter()
+                .map(|&c| {
+                    if c == NULL_CODE {
+                        return 2;
+                    }
+                    let m = &mut memo[c as usize];
+                    if *m == FIELD_UNSEEN {
+                        *m = u8::from(first_field_is(dict.get(c).as_bytes(), delim, want));
+                    }
+                    if *m == 1 {
+                        eq
+                    } else {
+                        1 - eq
+                    }
+                })
+                .collect(),
+        ))
     }
 
     fn truth_of(&self, e: &PExpr, b: &Batch<'_>) -> FResult<Vec<u8>> {
@@ -1296,6 +1364,22 @@ fn nth_field<'t>(text: &'t str, delim: &str, n: usize) -> &'t str {
     }
 }
 
+/// Whether field 1 of `text` split at `delim` (not empty) is `want`,
+/// looking at no more than `want.len() + delim.len()` bytes: it is iff
+/// `text` starts with `want` and the delimiter's first occurrence is
+/// right after it (or there is none and `text` is `want`) — and any
+/// occurrence starting before that point ends inside that window.
+fn first_field_is(text: &[u8], delim: &[u8], want: &[u8]) -> bool {
+    if !text.starts_with(want) {
+        return false;
+    }
+    let window = &text[..text.len().min(want.len() + delim.len())];
+    match window.windows(delim.len()).position(|w| w == delim) {
+        Some(i) => i == want.len(),
+        None => text.len() == want.len(),
+    }
+}
+
 /// `=` or `<>` (as `holds` says) of texts coded in one dictionary, row
 /// by row: a code absent from it equals no code in it.
 fn codes_equal(
@@ -1604,7 +1688,44 @@ fn col_of(e: &PExpr) -> &str {
 
 #[cfg(test)]
 mod tests {
-    use super::nth_field;
+    use super::{first_field_is, nth_field};
+
+    #[test]
+    fn first_field_is_is_nth_field_one_compared() {
+        let texts = [
+            "/in @0 +5",
+            "/in",
+            "/in @",
+            "/i",
+            "",
+            " @",
+            "/in  @0",
+            "/inx @0",
+            "baaa",
+            "baa",
+            "ba",
+            "aab",
+            "abab",
+            "x @@ y",
+            "é→é→",
+            "é",
+            "/f12 @3",
+            "/f1 @3",
+        ];
+        let delims = [" @", "aa", "ab", "→", "@", "a"];
+        let wants = ["/in", "", "b", "ba", "a", "é", "/f1", "/f12", "x", " "];
+        for text in texts {
+            for delim in delims {
+                for want in wants {
+                    assert_eq!(
+                        first_field_is(text.as_bytes(), delim.as_bytes(), want.as_bytes()),
+                        nth_field(text, delim, 1) == want,
+                        "{text:?} {delim:?} {want:?}"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn nth_field_is_split_part_for_positive_fields() {
