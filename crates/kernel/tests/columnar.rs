@@ -534,3 +534,57 @@ fn a_join_past_the_engines_bound_stops_there_and_sqlite_keeps_its_deadline() {
         Err(Error::Timeout(_))
     ));
 }
+
+/// Under `Auto` no query waits for another's snapshot load (perhaps
+/// another realm's, for as long as its deadline): while the loader is
+/// held, an operator's and a realm's queries are answered by SQLite and
+/// load nothing. A forced query waits for the loader and answers once it
+/// is free.
+#[test]
+fn under_auto_no_query_waits_for_another_querys_load() {
+    let f = Backend::Sqlite.open().unwrap();
+    let s = &f.store;
+    fill(s);
+    let sql = "SELECT event, count(*) FROM proc_event GROUP BY event ORDER BY event";
+    let scopes = [ReadScope::All, ReadScope::Realm("a".into())];
+    let want: Vec<Rows> = scopes
+        .iter()
+        .map(|scope| query(s, scope, Engine::RowStore, sql, &[]))
+        .collect();
+    // How long a query may take before the test says it waited: far
+    // longer than SQLite takes, so only waiting for the loader reaches it.
+    const WAITED: Duration = Duration::from_secs(120);
+    std::thread::scope(|t| {
+        let (forced_tx, forced_rx) = std::sync::mpsc::channel();
+        s.with_columnar_loads_held(|| {
+            let before = s.columnar_stats();
+            for (scope, want) in scopes.iter().zip(&want) {
+                let (tx, rx) = std::sync::mpsc::channel();
+                t.spawn(move || tx.send(query(s, scope, Engine::Auto, sql, &[])));
+                let auto = rx
+                    .recv_timeout(WAITED)
+                    .expect("an Auto query waited for another query's load");
+                same(want, &auto, sql);
+            }
+            let after = s.columnar_stats();
+            assert_eq!(
+                (after.answered, after.loads),
+                (before.answered, before.loads),
+                "SQLite answered, nothing was loaded"
+            );
+            let forced_tx = forced_tx.clone();
+            t.spawn(move || forced_tx.send(query(s, &ReadScope::All, Engine::Columnar, sql, &[])));
+            // It cannot end while the loader is held.
+            assert!(
+                forced_rx.recv_timeout(Duration::from_millis(300)).is_err(),
+                "a forced query answered without the loader"
+            );
+        });
+        let forced = forced_rx
+            .recv_timeout(WAITED)
+            .expect("the forced query ends");
+        same(&want[0], &forced, sql);
+        let end = s.columnar_stats();
+        assert!(end.loads > 0 && end.answered > 0, "the engine answered it");
+    });
+}

@@ -774,6 +774,11 @@ pub trait Backend: Send + Sync {
     fn columnar_stats(&self) -> columnar::Stats {
         columnar::Stats::default()
     }
+    /// Runs `f` while the columnar engine's snapshot loader is held, as
+    /// a long load holds it (tests).
+    fn with_columnar_loads_held(&self, f: &mut dyn FnMut()) {
+        f()
+    }
     /// One connection per partition, each in a read transaction begun now
     /// (see [`backup`]); called while every partition's writer is held.
     fn begin_snapshot(&self) -> Result<Vec<rusqlite::Connection>> {
@@ -1148,6 +1153,14 @@ impl Store {
     /// What the columnar engine has answered and loaded so far.
     pub fn columnar_stats(&self) -> columnar::Stats {
         self.backend.columnar_stats()
+    }
+
+    /// Runs `f` while the columnar engine's snapshot loader is held, as a
+    /// long load of another query holds it: for tests of what waits for a
+    /// load and what does not.
+    #[doc(hidden)]
+    pub fn with_columnar_loads_held(&self, mut f: impl FnMut()) {
+        self.backend.with_columnar_loads_held(&mut f)
     }
 
     /// Subscribes to a change-feed channel (see [`feed`]).

@@ -408,6 +408,9 @@ impl Backend for SqliteBackend {
     fn columnar_stats(&self) -> crate::columnar::Stats {
         self.columnar.stats()
     }
+    fn with_columnar_loads_held(&self, f: &mut dyn FnMut()) {
+        self.columnar.with_loader_held(f)
+    }
     fn stats(&self) -> &Stats {
         &self.stats
     }

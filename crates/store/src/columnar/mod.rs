@@ -136,6 +136,12 @@ impl Columnar {
         }
     }
 
+    /// Runs `f` holding the loader, as a load does.
+    pub(crate) fn with_loader_held(&self, f: &mut dyn FnMut()) {
+        let _held = self.loader.lock().unwrap_or_else(|p| p.into_inner());
+        f()
+    }
+
     pub(crate) fn stats(&self) -> Stats {
         Stats {
             answered: self.answered.load(Ordering::Relaxed),
