@@ -7063,8 +7063,9 @@ fn named_pipes_through_two_mounts_and_the_cli() {
         stdout(&o)
     };
     // A reader's end is open once the pipe has counted its open: only then
-    // is the writer started (a reader whose end opens after a writer has
-    // come and gone reads its bytes, then waits for the next writer).
+    // is the writer started, so the reader sees a live stream (one whose
+    // end opens after a writer has come and gone reads its bytes, then
+    // EOF: tested below).
     let readers_opened = |n: i64| {
         let q = "SELECT f.reader_opens AS n FROM fs_fifo f JOIN directory d \
                  ON d.realm = f.realm AND d.f_id = f.f_id WHERE d.d_name = '/p'";
@@ -7115,9 +7116,16 @@ fn named_pipes_through_two_mounts_and_the_cli() {
     sh("echo through-the-mount > m1/p");
     assert_eq!(ended(cat), "through-the-mount\n");
 
+    // The writer first, gone before any reader: its bytes wait in the
+    // durable FIFO, and a reader that comes later reads them and ends
+    // (a kernel pipe's writer would have waited for it in open(2)).
+    sh("echo written-first > m1/p");
+    let cat = reader("cat m2/p");
+    assert_eq!(ended(cat), "written-first\n");
+
     // EPIPE: the reader takes 10 bytes and goes; the writer is told.
     let head = reader("head -c 10 m2/p");
-    readers_opened(4);
+    readers_opened(5);
     let out = sh("timeout 60 yes > m1/p 2>/dev/null; echo $?");
     assert_eq!(out.trim(), "1", "yes ends on EPIPE, not by the timeout");
     assert_eq!(ended(head), "y\ny\ny\ny\ny\n");

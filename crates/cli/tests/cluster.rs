@@ -1465,8 +1465,9 @@ fn a_named_pipe_joins_mounts_on_two_nodes() {
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
     // Only once the pipe has counted the reader's open is the writer
-    // started (a reader whose end opens after a writer has come and gone
-    // reads its bytes, then waits for the next writer).
+    // started, so the reader sees a live stream across nodes (one whose
+    // end opens after a writer has come and gone reads its bytes, then
+    // EOF).
     let readers_opened = |n: i64| {
         until(
             "the reader's end is open",

@@ -640,15 +640,17 @@ impl Caller {
     }
 
     /// A graph's task as the scheduler runs it (`graphs`): in `realm`,
-    /// for `user` (the graph's submitter), role member, unscoped, no proc.
-    /// `task` (`<graph>/<task>`) names it in refusals.
-    pub fn of_graph_task(realm: &str, user: &str, task: &str) -> Result<Caller> {
+    /// for `user` (the graph's submitter), role member, unscoped, acting
+    /// for `pid` — the proc that submitted the graph, whose provenance its
+    /// tasks' reads, writes and messages are — or for no proc. `task`
+    /// (`<graph>/<task>`) names it in refusals.
+    pub fn of_graph_task(realm: &str, user: &str, task: &str, pid: Option<Pid>) -> Result<Caller> {
         validate_user(user)?;
         Ok(Caller {
             realm: RealmName::new(realm)?,
             user: user.to_string(),
             role: Role::Member,
-            pid: None,
+            pid,
             scope: None,
             origin: Origin::Task(task.to_string()),
         })

@@ -729,6 +729,7 @@ fn make_graph(
     tx: &mut dyn Tx,
     realm: &str,
     user: &str,
+    pid: Option<&str>,
     id: &str,
     spec: &GraphSpec,
     parent: Option<(&str, &str)>,
@@ -755,8 +756,8 @@ fn make_graph(
     let k = p_key(tx);
     let n = tx.execute(
         "INSERT INTO graph (p_key, realm, graph_id, user_name, status, result_task, held, \
-         parent_graph, parent_task, depth, created_us) \
-         VALUES ($1, $2, $3, $4, 'running', $5, $6, $7, $8, $9, $10) \
+         parent_graph, parent_task, depth, created_us, pid) \
+         VALUES ($1, $2, $3, $4, 'running', $5, $6, $7, $8, $9, $10, $11) \
          ON CONFLICT (p_key, realm, graph_id) DO NOTHING",
         params![
             k,
@@ -768,7 +769,8 @@ fn make_graph(
             parent.map(|p| p.0),
             parent.map(|p| p.1),
             depth,
-            now
+            now,
+            pid
         ],
     )?;
     if n == 0 {
@@ -793,7 +795,8 @@ pub fn submit_tx(
 ) -> Result<Graph> {
     let realm = acting(who, Role::Member)?;
     crate::realms::metered(tx, realm, |tx| {
-        make_graph(tx, realm, who.user(), id, spec, None, 0, now)?;
+        let pid = who.pid().map(Pid::as_str);
+        make_graph(tx, realm, who.user(), pid, id, spec, None, 0, now)?;
         get_in(tx, realm, id)?.ok_or_else(|| Error::Precondition(format!("graph {id} just made")))
     })
 }
@@ -1086,6 +1089,8 @@ struct Running {
     depth: i64,
     argv: Option<String>,
     proc_kind: Option<String>,
+    /// The proc the graph acts for (its submitter's), if any.
+    pid: Option<String>,
 }
 
 /// The claim `c` of node `node_id`, still its own: else the run is refused.
@@ -1094,7 +1099,7 @@ fn still_claimed(tx: &mut dyn Tx, c: &Claimed, node_id: &str) -> Result<Running>
     let r = tx
         .query_opt(
             "SELECT g.user_name, t.target, t.args, t.dynamic, t.queue, t.app_version, g.depth, \
-             t.argv, t.proc_kind \
+             t.argv, t.proc_kind, g.pid \
              FROM graph_task t JOIN graph g \
                ON g.p_key = t.p_key AND g.realm = t.realm AND g.graph_id = t.graph_id \
              WHERE t.p_key = $1 AND t.realm = $2 AND t.graph_id = $3 AND t.task = $4 \
@@ -1125,6 +1130,7 @@ fn still_claimed(tx: &mut dyn Tx, c: &Claimed, node_id: &str) -> Result<Running>
         depth: r.get(6)?,
         argv: r.get(7)?,
         proc_kind: r.get(8)?,
+        pid: r.get(9)?,
     })
 }
 
@@ -1196,13 +1202,16 @@ pub fn run_tx(
     let t = still_claimed(tx, c, node_id)?;
     let args = resolved_args(tx, c, &t.args)?;
     let path = format!("{}/{}", c.graph, c.task);
-    let who = Caller::of_graph_task(&c.realm, &t.user, &path)?;
+    let acts_for = t.pid.clone().map(Pid::new).transpose()?;
+    let who = Caller::of_graph_task(&c.realm, &t.user, &path, acts_for)?;
     match c.kind {
         Kind::Procedure => {
             let mut out = None;
             for path in [CallPath::Write, CallPath::Read] {
                 match procedures::call_tx(tx, sandbox, &who, &t.target, &args, now, path)? {
-                    Called::Ran(o) => {
+                    Called::Ran(o, unrecorded) => {
+                        // A writer's transaction records its proc's events.
+                        debug_assert!(unrecorded.is_empty(), "recorded in the batch");
                         out = Some(o.result);
                         break;
                     }
@@ -1239,6 +1248,7 @@ pub fn run_tx(
                             tx,
                             &c.realm,
                             &t.user,
+                            t.pid.as_deref(),
                             &child,
                             &spec,
                             Some((&c.graph, &c.task)),
@@ -1494,7 +1504,8 @@ fn end_graph(tx: &mut dyn Tx, realm: &str, graph: &str, how: Ended, now: i64) ->
             match Kind::parse(&kind)? {
                 Kind::Procedure => end_graph(tx, realm, &child, Ended::Cancelled, now)?,
                 Kind::Workflow => {
-                    let who = Caller::of_graph_task(realm, &user, &format!("{graph}/{task}"))?;
+                    let task = format!("{graph}/{task}");
+                    let who = Caller::of_graph_task(realm, &user, &task, None)?;
                     match workflows::cancel_tx(tx, &who, &WorkflowId::new(child)?, now) {
                         Ok(_) | Err(Error::NotFound(_)) | Err(Error::Precondition(_)) => {}
                         Err(e) => return Err(e),

@@ -305,6 +305,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/044_graph.sql"),
         postgres: include_str!("../schema/postgres/044_graph.sql"),
     },
+    Migration {
+        version: 45,
+        name: "graph_pid",
+        sqlite: include_str!("../schema/sqlite/045_graph_pid.sql"),
+        postgres: include_str!("../schema/postgres/045_graph_pid.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -20,6 +20,14 @@
 //!
 //! Inside a transaction nothing waits: `recv` takes a message that is there
 //! or reports none; files must be local (one-partition) files.
+//!
+//! Provenance: a procedure called by a proc (its credential's, or a graph
+//! task acting for the proc that submitted its graph) acts for that proc,
+//! so its file reads and writes, sends and receipts are the proc's
+//! `proc_event` rows as its own calls would be — in the call's own
+//! transaction; a read-path call's reads, which a read connection cannot
+//! record, are committed in a writer transaction right after it, before
+//! its answer is returned ([`Unrecorded`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +42,9 @@ use crate::fs::{self, Caller, FileType};
 
 /// What procedures' operations refuse to a scoped credential.
 const USE: &str = "use procedures";
+/// Most file reads one call by a proc on the read path may make: each is a
+/// provenance event held until the call ends.
+pub const EVENTS_PER_CALL_MAX: usize = 10_000;
 use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use crate::kv::{self, SCAN_LIMITS};
 use crate::{p_key, partition, validate_realm, Error, Result};
@@ -136,8 +147,9 @@ pub enum CallPath {
 /// What [`call_tx`] did.
 #[derive(Debug)]
 pub enum Called {
-    /// It ran.
-    Ran(CallOutput),
+    /// It ran; on a read connection, with the calling proc's provenance
+    /// events it could not record there.
+    Ran(CallOutput, Unrecorded),
     /// It did not run: it is declared read-only (`true`) and must not get
     /// a write transaction, where it could write.
     OtherPath { read_only: bool },
@@ -145,6 +157,36 @@ pub enum Called {
     /// write: that run is dropped (it changed nothing, and what it made of
     /// the refusal is not its answer); it is to run on the writer.
     Wrote,
+}
+
+/// Provenance events of a call on a read connection (its file reads, for
+/// the proc it acts for) that the connection refused to record: whoever
+/// returns the call's answer commits them first ([`Unrecorded::record`]).
+/// Empty for a call on a writer's transaction, which records its own.
+#[derive(Debug, Default)]
+#[must_use = "a proc's provenance is to be recorded before the call's answer goes"]
+pub struct Unrecorded(Vec<Noted>);
+
+/// One provenance event a procedure's host call owes its proc.
+#[derive(Debug, Clone)]
+struct Noted {
+    pid: crate::ids::Pid,
+    event: &'static str,
+    detail: String,
+}
+
+impl Unrecorded {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Procedure body: records the events, in order.
+    pub fn record(&self, tx: &mut dyn Tx, realm: &str, now_us: i64) -> Result<()> {
+        for n in &self.0 {
+            crate::procs::note_tx(tx, realm, &n.pid, n.event, &n.detail, now_us)?;
+        }
+        Ok(())
+    }
 }
 
 fn lang_of(s: &str) -> Result<Language> {
@@ -322,9 +364,15 @@ impl Procedures {
         let mut path = first;
         for _ in 0..CALL_PATHS_MAX {
             match self.run_tenant(realm, p, path, call(path)).await? {
-                Called::Ran(out) => {
+                Called::Ran(out, unrecorded) => {
                     if path != first {
                         self.remember(realm, name, path);
+                    }
+                    if !unrecorded.is_empty() {
+                        // The proc's reads, before it learns what it read.
+                        let r = realm.to_string();
+                        crate::call(&self.store, realm, move |tx| unrecorded.record(tx, &r, now))
+                            .await?;
                     }
                     return Ok(out);
                 }
@@ -458,6 +506,8 @@ pub fn call_tx(
             deadline: std::time::Instant::now() + limits.timeout,
             failed: None,
             wrote_tables: false,
+            reads: Vec::new(),
+            path,
         };
         let ran = sandbox.call_procedure(&spec, &mut host, &mut TxHost::code, args);
         // A store error inside a host call (a failed statement, a conflict to
@@ -486,10 +536,11 @@ pub fn call_tx(
             name: name.to_string(),
             error,
         })?;
+        let reads = std::mem::take(&mut host.reads);
         if host.wrote_tables {
             crate::realms::measure_tenant_tables_tx(tx, realm)?;
         }
-        Ok(out)
+        Ok((out, Unrecorded(reads)))
     };
     let out = match path {
         // Nothing to meter: a read connection refuses every write. One
@@ -500,13 +551,25 @@ pub fn call_tx(
             if !read_only && tx.refused_write() {
                 return Ok(Called::Wrote);
             }
-            ran?
+            let (out, reads) = ran?;
+            // A writer's transaction run as a read path (a workflow's or a
+            // graph's read-only procedure) records them here; a read
+            // connection refuses, and they go back to the caller.
+            match reads.record(tx, realm, now_us) {
+                Ok(()) => (out, Unrecorded::default()),
+                Err(Error::Store(tabos_store::Error::ReadOnly(_))) => (out, reads),
+                Err(e) => return Err(e),
+            }
         }
         // The whole call is metered: a guest that swallowed a quota error
         // of one host call still does not commit past the quota.
-        CallPath::Write => crate::realms::metered(tx, realm, run)?,
+        CallPath::Write => {
+            let (out, reads) = crate::realms::metered(tx, realm, run)?;
+            reads.record(tx, realm, now_us)?;
+            (out, Unrecorded::default())
+        }
     };
-    Ok(Called::Ran(out))
+    Ok(Called::Ran(out.0, out.1))
 }
 
 /// The host a procedure gets: its realm's state, through the transaction
@@ -526,6 +589,13 @@ pub struct TxHost<'a> {
     /// Whether tenant SQL may have changed the realm's tables (their size
     /// is measured again for the storage quota after the call).
     wrote_tables: bool,
+    /// On the read path, the file reads done for the caller's proc, to be
+    /// recorded after the run (a read connection cannot; see
+    /// [`Unrecorded`]). On the writer each is recorded as it is done, so
+    /// its seq orders it among the call's writes and sends (the README's
+    /// lineage query compares them).
+    reads: Vec<Noted>,
+    path: CallPath,
 }
 
 // The largest scan a procedure may ask for is one the kernel offers.
@@ -627,10 +697,10 @@ impl Host for TxHost<'_> {
         id: Option<&str>,
     ) -> std::result::Result<(), HostError> {
         let msgs = self.result(Outgoing::to_each(to, payload, id))?;
-        let sent = ipc::send_tx(
+        let sent = ipc::send_for_tx(
             self.tx,
             self.realm,
-            None,
+            self.who.pid(),
             &msgs,
             &MailboxOptions::default(),
             self.now_us,
@@ -652,7 +722,14 @@ impl Host for TxHost<'_> {
         let got = if call.peek {
             ipc::peek_tx(self.tx, self.realm, &address, &take)
         } else {
-            ipc::recv_tx(self.tx, self.realm, &address, &take, self.now_us)
+            ipc::recv_for_tx(
+                self.tx,
+                self.realm,
+                &address,
+                &take,
+                self.who.pid(),
+                self.now_us,
+            )
         };
         let got = self.ipc_result(got)?;
         if let Some(n) = got.next_bytes {
@@ -676,7 +753,34 @@ impl Host for TxHost<'_> {
         len: usize,
     ) -> std::result::Result<Vec<u8>, HostError> {
         let r = fs::read_tx(self.tx, self.who, path, offset, len);
-        self.result(r)
+        let data = self.result(r)?;
+        if let (Some(pid), false) = (self.who.pid(), data.is_empty()) {
+            let detail = fs::event_detail(path, offset, data.len());
+            if self.path == CallPath::Write {
+                let noted = crate::procs::note_tx(
+                    self.tx,
+                    self.realm,
+                    pid,
+                    "fs_read",
+                    &detail,
+                    self.now_us,
+                );
+                self.result(noted)?;
+                return Ok(data);
+            }
+            if self.reads.len() >= EVENTS_PER_CALL_MAX {
+                return Err(HostError::Invalid(format!(
+                    "a procedure called by a proc reads at most {EVENTS_PER_CALL_MAX} times \
+                     (each is the proc's provenance)"
+                )));
+            }
+            self.reads.push(Noted {
+                pid: pid.clone(),
+                event: "fs_read",
+                detail,
+            });
+        }
+        Ok(data)
     }
 
     fn fs_write(
@@ -697,7 +801,14 @@ impl Host for TxHost<'_> {
             }
         }
         let r = fs::write_tx(self.tx, &who, path, offset, data, self.now_us);
-        self.result(r)
+        let size = self.result(r)?;
+        if let (Some(pid), false) = (who.pid(), data.is_empty()) {
+            let detail = fs::event_detail(path, offset, data.len());
+            let noted =
+                crate::procs::note_tx(self.tx, self.realm, pid, "fs_write", &detail, self.now_us);
+            self.result(noted)?;
+        }
+        Ok(size)
     }
 
     fn fs_stat(&mut self, path: &str) -> std::result::Result<FileEntry, HostError> {

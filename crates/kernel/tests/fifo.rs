@@ -213,9 +213,24 @@ fn eof_and_broken_pipe_follow_the_ends(b: Backend) {
         close(&f, &who, &w);
         assert_eq!(size(&f, "/q"), 5);
         let r = open(&f, &who, "/q", Access::Read, "s3");
-        assert_eq!(fs.read(&who, r.clone(), 0, 100).await.unwrap(), b"early");
-        // Its end opened after that writer closed: it waits for the next.
+        // Its end opened after that writer closed, on its bytes: they, then
+        // EOF (`echo early > q; cat q` ends).
+        assert_eq!(fs.read(&who, r.clone(), 0, 2).await.unwrap(), b"ea");
+        assert_eq!(fs.read(&who, r.clone(), 0, 100).await.unwrap(), b"rly");
+        assert_eq!(fs.read(&who, r.clone(), 0, 100).await.unwrap(), b"");
+        close(&f, &who, &r);
+        // A reader opened on the empty FIFO, its writers gone, waits for
+        // the next writer (open(2) would), and reads its bytes.
+        let r = open(&f, &who, "/q", Access::Read, "s3");
         assert!(finishes(fs.read(&who, r.clone(), 0, 100)).await.is_none());
+        let w = open(&f, &who, "/q", Access::Write, "s3");
+        fs.write(&who, w.clone(), 0, b"late".to_vec(), false, None)
+            .await
+            .unwrap();
+        assert_eq!(fs.read(&who, r.clone(), 0, 100).await.unwrap(), b"late");
+        close(&f, &who, &w);
+        assert_eq!(fs.read(&who, r.clone(), 0, 100).await.unwrap(), b"");
+        close(&f, &who, &r);
 
         // A writer's handle that a crash left is swept when a node starts
         // (its session lapsed): a reader waiting on it reads EOF.

@@ -25,6 +25,7 @@ both!(
     graphs_are_apart_by_realm_and_bad_input_changes_nothing,
     a_proc_task_spawns_its_proc_and_cancelling_evicts_it,
     claims_take_realms_in_turn,
+    a_procs_graph_acts_for_it,
 );
 
 const R: &str = "g";
@@ -68,6 +69,18 @@ fn setup(b: Backend) -> Option<Fx> {
             }"#,
         ),
         ("text", "function main(a) { return 'not json'; }"),
+        // Copies file a[0] to a[1].
+        (
+            "copy",
+            "function main(a) { const [from, to] = JSON.parse(a); \
+             tabos.write(to, tabos.read(from)); return JSON.stringify(to); }",
+        ),
+        // A child graph of one copy.
+        (
+            "fan",
+            r#"function main(a) { return JSON.stringify({"$tasks": [
+                {"id": "c", "procedure": "copy", "args": JSON.parse(a)}]}); }"#,
+        ),
     ];
     for realm in [R, "other"] {
         for (name, code) in js {
@@ -578,4 +591,96 @@ fn claims_take_realms_in_turn(b: Backend) {
     }
     let want: Vec<String> = realms.iter().chain(realms.iter()).cloned().collect();
     assert_eq!(order, want);
+}
+
+/// Issue 43, item 2: a graph submitted with a proc's credential acts for
+/// that proc — `graph.pid`, its child graphs' too — so its procedure
+/// tasks' file reads and writes are the proc's `proc_event` rows, in the
+/// order they ran, and the README's lineage query follows them; a graph
+/// submitted by a client acting for no proc records none.
+fn a_procs_graph_acts_for_it(b: Backend) {
+    let Some(fx) = setup(b) else { return };
+    let s = fx.f.store.clone();
+    let pid = tabos_kernel::ids::Pid::new("driver").unwrap();
+    let root = common::as_user(R, "root");
+    common::rt().block_on(common::realm_with_proc_and_file(
+        &s, R, &pid, "/in", b"input",
+    ));
+    let mut fan = TaskSpec::procedure("fan", "fan", json!(["/mid", "/out", r("first")]));
+    fan.dynamic = true;
+    let spec = GraphSpec {
+        tasks: vec![
+            TaskSpec::procedure("first", "copy", json!(["/in", "/mid"])),
+            fan,
+        ],
+        ..Default::default()
+    };
+    let by_proc = tabos_kernel::auth::Caller::of_started_proc(R, &pid, "root", None).unwrap();
+    let sp = spec.clone();
+    common::call_in(&s, R, move |tx| {
+        graphs::submit_tx(tx, &by_proc, "p", &sp, 1)
+    })
+    .unwrap();
+    drain(&fx);
+    let (g, _) = show(&fx, "p");
+    assert_eq!(g.status, GraphStatus::Success, "{g:?}");
+    let acts_for = |id: &str| -> Option<String> {
+        s.query(
+            "SELECT pid FROM graph WHERE realm = $1 AND graph_id = $2",
+            tabos_store::params![R, id],
+        )
+        .unwrap()
+        .rows[0]
+            .get(0)
+            .unwrap()
+    };
+    assert_eq!(acts_for("p").as_deref(), Some("driver"));
+    assert_eq!(
+        acts_for("p:fan").as_deref(),
+        Some("driver"),
+        "a child graph's too"
+    );
+    let events = || -> Vec<(String, String)> {
+        s.query(
+            "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = 'driver' \
+             AND event LIKE 'fs_%' ORDER BY seq",
+            tabos_store::params![R],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+        .collect()
+    };
+    let e = |ev: &str, d: &str| (ev.to_string(), d.to_string());
+    assert_eq!(
+        events(),
+        [
+            e("fs_read", "/in @0 +5"),
+            e("fs_write", "/mid @0 +5"),
+            e("fs_read", "/mid @0 +5"),
+            e("fs_write", "/out @0 +5"),
+        ]
+    );
+    // The README's lineage query, as written: /out's writer and its inputs.
+    let lineage = s
+        .query(
+            "SELECT DISTINCT w.pid, split_part(r.detail, ' @', 1) AS input \
+               FROM proc_event w JOIN proc_event r \
+                 ON r.realm = w.realm AND r.pid = w.pid AND r.event = 'fs_read' AND r.seq < w.seq \
+              WHERE w.event = 'fs_write' AND split_part(w.detail, ' @', 1) = '/out' \
+              ORDER BY 2",
+            tabos_store::params![],
+        )
+        .unwrap();
+    let inputs: Vec<(String, String)> = lineage
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+        .collect();
+    assert_eq!(inputs, [e("driver", "/in"), e("driver", "/mid")]);
+    // The same graph by a client acting for no proc: nothing recorded.
+    common::call_in(&s, R, move |tx| graphs::submit_tx(tx, &root, "q", &spec, 1)).unwrap();
+    drain(&fx);
+    assert_eq!(show(&fx, "q").0.status, GraphStatus::Success);
+    assert_eq!(acts_for("q"), None);
+    assert_eq!(events().len(), 4, "the graph of no proc noted nothing");
 }

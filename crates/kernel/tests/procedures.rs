@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use tabos_kernel::auth::Caller;
+use tabos_kernel::ids::Pid;
 use tabos_kernel::procedures::{Install, Procedures};
 use tabos_kernel::{ipc, kv, Error};
 use tabos_sandbox::procedure::{examples, FailureKind, Language, Limits};
@@ -23,6 +25,7 @@ both!(
     read_only_procedures_read_and_never_write,
     others_are_tried_on_a_read_connection_and_write_on_the_writer,
     holding_the_write_lock_is_bounded,
+    a_procs_calls_are_its_provenance,
 );
 
 fn limits() -> Limits {
@@ -799,4 +802,88 @@ fn holding_the_write_lock_is_bounded(b: Backend) {
         assert_eq!(failure_kind(&e), FailureKind::Timeout, "{e}");
         assert!(!e.to_string().contains("write lock"), "{e}");
     }
+}
+
+/// Issue 43, item 2: a procedure called by a proc acts for it — its file
+/// reads and writes, sends and receipts are the proc's `proc_event` rows,
+/// as the proc's own calls would be: a read-write procedure's in its own
+/// transaction, a read-only one's (run on a read connection, which cannot
+/// record) committed before the call returns. The same procedures called
+/// by a client acting for no proc record nothing.
+fn a_procs_calls_are_its_provenance(b: Backend) {
+    let Some((f, p, rt)) = setup(b) else { return };
+    let s = f.store.clone();
+    let root = common::as_user("a", "root");
+    let pid = Pid::new("worker-1").unwrap();
+    rt.block_on(async {
+        common::realm_with_proc_and_file(&s, "a", &pid, "/in", b"input").await;
+        ipc::create_mailbox(&s, &root, "inbox", ipc::MailboxOptions::default())
+            .await
+            .unwrap();
+    });
+    install(
+        &rt,
+        &p,
+        "a",
+        "relay",
+        Language::Js,
+        "function main() { const d = tabos.read('/in'); tabos.write('/out', d); \
+         tabos.send('inbox', d); const m = tabos.recv('inbox'); return m.data; }",
+    )
+    .unwrap();
+    install_read_only(
+        &rt,
+        &p,
+        "a",
+        "peek",
+        "function main() { return tabos.read('/in'); }",
+    )
+    .unwrap();
+    let events = || -> Vec<(String, String)> {
+        s.query(
+            "SELECT event, detail FROM proc_event WHERE realm = 'a' AND pid = $1 \
+             AND event NOT IN ('spawn', 'assign') ORDER BY seq",
+            tabos_store::params![pid.as_str()],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0).unwrap(), r.get(1).unwrap()))
+        .collect()
+    };
+    let by_client = |name: &str| call(&rt, &p, "a", name, b"").unwrap();
+    // A client acting for no proc: nothing recorded.
+    assert_eq!(by_client("relay"), b"input");
+    assert_eq!(by_client("peek"), b"input");
+    assert_eq!(events(), Vec::<(String, String)>::new());
+    // The proc's credential.
+    let proc_caller = Caller::of_started_proc("a", &pid, "root", None).unwrap();
+    let by_proc = |name: &str| {
+        rt.block_on(p.call(&proc_caller, name, Vec::new()))
+            .unwrap()
+            .result
+    };
+    assert_eq!(by_proc("relay"), b"input");
+    let relayed = events();
+    let names: Vec<&str> = relayed.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(
+        names,
+        ["fs_read", "fs_write", "send", "recv"],
+        "{relayed:?}"
+    );
+    assert_eq!(relayed[0].1, "/in @0 +5");
+    assert_eq!(relayed[1].1, "/out @0 +5");
+    assert_eq!(
+        relayed[2].1, relayed[3].1,
+        "the send and its receipt name the same message"
+    );
+    assert!(relayed[2].1.starts_with("inbox #"), "{relayed:?}");
+    // Read-only, on a read connection: its read is recorded all the same,
+    // before the answer, and nothing else.
+    assert_eq!(by_proc("peek"), b"input");
+    let after = events();
+    assert_eq!(after.len(), relayed.len() + 1, "{after:?}");
+    assert_eq!(
+        after.last().unwrap(),
+        &("fs_read".to_string(), "/in @0 +5".to_string())
+    );
 }

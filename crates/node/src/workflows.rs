@@ -332,7 +332,11 @@ pub(crate) async fn step_procedure(
                 // transaction as on a read connection.
                 for path in [CallPath::Write, CallPath::Read] {
                     match procedures::call_tx(tx, sandbox, &w, &name, &args, now, path)? {
-                        Called::Ran(out) => return Ok(out.result),
+                        Called::Ran(out, unrecorded) => {
+                            // A writer's transaction records its proc's events.
+                            debug_assert!(unrecorded.is_empty(), "recorded in the step");
+                            return Ok(out.result);
+                        }
                         // (Wrote cannot come from the writer's transaction,
                         // which refuses no write.)
                         Called::OtherPath { .. } | Called::Wrote => continue,

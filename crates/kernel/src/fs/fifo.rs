@@ -20,7 +20,11 @@
 //! * **End of file.** A read of an empty FIFO returns no bytes — EOF —
 //!   once no write end is open and one has been opened since the reader's
 //!   own end was (or was open then); before any writer came it waits, as
-//!   open(2) of a FIFO waits for the other end.
+//!   open(2) of a FIFO waits for the other end. A read end opened when no
+//!   writer is open but bytes wait (their writers came and went: a
+//!   durable FIFO's writer does not wait for a reader) reads them, then
+//!   EOF — `echo hi > p; cat p` prints `hi` and ends; on an empty FIFO it
+//!   waits for a writer, as open(2) would.
 //! * **Broken pipe.** A write with no read end open, after a reader that
 //!   came since the writer's end was opened has gone, fails with
 //!   [`Error::BrokenPipe`] (EPIPE). Before any reader came, writes fill the
@@ -129,8 +133,18 @@ fn counters(tx: &mut dyn Tx, realm: &str, id: &str) -> Result<(i64, i64, i64)> {
 /// end opened and returns the handle's mark — for a read end, the write
 /// ends opened before it that were not open then (so EOF needs a writer
 /// that came after, or one open now to close); for a write end, the same
-/// of readers.
-pub(super) fn opened_tx(tx: &mut dyn Tx, realm: &str, id: &str, access: Access) -> Result<i64> {
+/// of readers. A read end opened on bytes `held` by writers all gone is
+/// measured from before the last of them, so it reads those bytes and
+/// then EOF: with a durable FIFO the writer did not wait for a reader
+/// (`echo hi > p; cat p` prints `hi` and ends), where a kernel pipe's
+/// writer would have waited in open(2) for `cat`.
+pub(super) fn opened_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    id: &str,
+    held: i64,
+    access: Access,
+) -> Result<i64> {
     let (readers, writers) = ends_open(tx, realm, id)?;
     let (reader_opens, writer_opens, _) = counters(tx, realm, id)?;
     let (reads, writes) = match access {
@@ -146,6 +160,7 @@ pub(super) fn opened_tx(tx: &mut dyn Tx, realm: &str, id: &str, access: Access) 
     tx.notify(&channel(realm, id), "open")?;
     Ok(match access {
         Access::Write => reader_opens - readers,
+        _ if writers == 0 && held > 0 && writer_opens > 0 => writer_opens - 1,
         _ => writer_opens - writers,
     })
 }

@@ -146,7 +146,7 @@ impl Noted {
         bytes: usize,
         now_us: i64,
     ) -> Result<()> {
-        let detail = format!("{path} @{} +{bytes}", self.offset);
+        let detail = super::event_detail(path, self.offset, bytes);
         crate::procs::note_tx(tx, realm, &self.pid, self.event, &detail, now_us)
     }
 }

@@ -1101,6 +1101,12 @@ fn check_size(size: i64) -> Result<()> {
     Ok(())
 }
 
+/// A file event's provenance detail (`proc_event.detail` of `fs_read` and
+/// `fs_write`): `PATH @OFFSET +BYTES`, what the README's queries split.
+pub fn event_detail(path: &str, offset: i64, bytes: usize) -> String {
+    format!("{path} @{offset} +{bytes}")
+}
+
 /// Procedure body: up to `len` bytes at `offset` of a localized file (fewer
 /// at the end of the file, none past it); holes read as zeros.
 pub fn read_tx(
@@ -1617,7 +1623,7 @@ pub fn open_tx(
         )));
     }
     let mark = match st.file_type {
-        FileType::Fifo => Some(fifo::opened_tx(tx, realm, &st.id, access)?),
+        FileType::Fifo => Some(fifo::opened_tx(tx, realm, &st.id, st.size, access)?),
         _ => None,
     };
     let handle = Handle(new_id());

@@ -394,6 +394,20 @@ pub fn send_tx(
     Ok(sent)
 }
 
+/// [`send_tx`] done by proc `actor`, from no address (a procedure it
+/// called): the send is its provenance.
+pub fn send_for_tx(
+    tx: &mut dyn Tx,
+    realm: &str,
+    actor: Option<&Pid>,
+    msgs: &[Outgoing],
+    opts: &MailboxOptions,
+    now_us: i64,
+) -> Result<Vec<Sent>> {
+    let (sent, _) = send_handing_tx(tx, realm, None, actor, msgs, opts, now_us, &[])?;
+    Ok(sent)
+}
+
 /// A mailbox whose waiting receiver a send claimed, and the proc that
 /// receiver acts for (its receipt's provenance).
 type Hand<'a> = (&'a Address, Option<&'a Pid>);

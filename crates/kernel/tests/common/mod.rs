@@ -104,3 +104,28 @@ pub fn caller(realm: &str, user: &str) -> tabos_kernel::Result<tabos_kernel::aut
 pub fn as_user(realm: &str, user: &str) -> tabos_kernel::auth::Caller {
     caller(realm, user).unwrap()
 }
+
+/// A realm of `realm` with a (never placed) proc `pid` and a file `path`
+/// of `data` that root made: what a provenance test acts on.
+pub async fn realm_with_proc_and_file(
+    s: &Store,
+    realm: &str,
+    pid: &tabos_kernel::ids::Pid,
+    path: &str,
+    data: &[u8],
+) {
+    use tabos_kernel::fs::files::{Files, FsSettings};
+    tabos_kernel::realms::create(s, realm, tabos_kernel::sched::Scheduler::Fifo).unwrap();
+    let d = tabos_kernel::procs::Descriptor {
+        pid: Some(pid.clone()),
+        ..tabos_kernel::procs::Descriptor::native("/bin/true")
+    };
+    tabos_kernel::procs::spawn(s, realm, d).await.unwrap();
+    let root = as_user(realm, "root");
+    let files = Files::new(s.clone(), None, FsSettings::default()).unwrap();
+    files.create(&root, path, 0o644, false, None).await.unwrap();
+    files
+        .write(&root, path, 0, data.to_vec(), false, None)
+        .await
+        .unwrap();
+}
