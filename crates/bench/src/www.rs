@@ -33,10 +33,22 @@ const FILE_BYTES: usize = 4 << 10;
 const PAGE_JS: &str = "function main(req) { const r = JSON.parse(req); \
                        return '<p>hello ' + r.path + '</p>'; }";
 
+/// nginx, stopped when dropped: SIGTERM first, so its master stops its
+/// workers (a SIGKILL to the master alone left them running), then
+/// SIGKILL if it has not ended within a few seconds.
 struct Killed(Child);
 
 impl Drop for Killed {
     fn drop(&mut self) {
+        // SAFETY: a signal to our own child, which we have not reaped.
+        unsafe { libc::kill(self.0.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -287,6 +299,15 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             "ratio >= 5",
         ),
     ] {
+        // TABOS_BENCH_FILTER=dynamic (or static) runs that kind alone (a
+        // profile of one path).
+        if !kind.contains(
+            std::env::var("TABOS_BENCH_FILTER")
+                .unwrap_or_default()
+                .as_str(),
+        ) {
+            continue;
+        }
         for conns in CONNECTIONS {
             let (mut t, mut p) = (Vec::new(), Vec::new());
             for _ in 0..runs {
