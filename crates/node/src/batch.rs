@@ -55,6 +55,14 @@ fn part<T>(metadata: &tonic::metadata::MetadataMap, caller: &Arc<Principal>, msg
     Request::from_parts(metadata.clone(), extensions, msg)
 }
 
+/// Is this the multi-threaded runtime (where `block_in_place` may run)?
+fn multi_threaded() -> bool {
+    matches!(
+        tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+    )
+}
+
 /// A call's failure, as its result.
 fn failed(s: Status) -> Out {
     Out::Error(proto::BatchError {
@@ -136,11 +144,29 @@ impl proto::batch_server::Batch for BatchService {
         let results: Vec<Out> = if req.independent {
             // At most BATCH_CALLS_MAX at once, each bounded as if alone,
             // their procedures queued together for the group commit.
+            let procedures = req
+                .calls
+                .iter()
+                .filter(|c| matches!(c.call, Some(Call::ProcedureCall(_))))
+                .count();
             let calls = req
                 .calls
                 .into_iter()
                 .map(|c| self.one(&metadata, &caller, c.call));
-            tabos_store::grouped(futures::future::join_all(calls)).await
+            let all = tabos_store::grouped(futures::future::join_all(calls));
+            if procedures > 1 && multi_threaded() {
+                // Each procedure call runs its tenant code on the thread
+                // that polls it, in a `block_in_place` of its own: one per
+                // call handed this worker's other tasks to another thread
+                // and back (a wake each way). Here the batch takes this
+                // thread once, and its calls' own `block_in_place`s, off a
+                // worker, cost nothing. Its other calls still wait
+                // asynchronously; every call is bounded as if alone.
+                let rt = tokio::runtime::Handle::current();
+                tokio::task::block_in_place(|| rt.block_on(all))
+            } else {
+                all.await
+            }
         } else {
             let mut results = Vec::with_capacity(n);
             for c in req.calls {

@@ -210,3 +210,72 @@ async fn an_independent_batch_answers_in_order_and_shares_commits() {
     );
     n.shut_down().await;
 }
+
+/// Procedure calls in an independent batch (as a www worker makes its
+/// pages): each runs as if alone — one that only reads, one that writes,
+/// one that fails (its write undone), one that is not there — beside name
+/// writes that still share their commits, the results in the calls'
+/// order; the same batch again gives the same answers (the reader's path
+/// learned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn procedure_calls_in_an_independent_batch_run_as_alone() {
+    let dir = TempDir::new("batch-procedures");
+    let n = common::start(&dir, "n1").await;
+    let (_op, mut a) = realms_a_and_b(&n).await;
+    let js = [
+        ("page", "function main(a) { return '<p>' + a + '</p>'; }"),
+        (
+            "count",
+            "function main(a) { const n = Number(tabos.get('n') || '0') + 1; \
+                   tabos.put('n', String(n)); return String(n); }",
+        ),
+        (
+            "bad",
+            "function main(a) { tabos.put('bad', 'x'); throw new Error('boom'); }",
+        ),
+    ];
+    for (name, code) in js {
+        a.procedure_install("", name, "js", code.as_bytes().to_vec(), Default::default())
+            .await
+            .unwrap();
+    }
+    let call = |name: &str, args: &str| {
+        Call::ProcedureCall(proto::CallProcedureRequest {
+            realm: String::new(),
+            name: name.into(),
+            args: args.as_bytes().to_vec(),
+        })
+    };
+    const PUTS: usize = 20;
+    a.name_mkdir_all("", "/p").await.unwrap();
+    for round in 0..2 {
+        let mut calls = vec![
+            call("page", "x"),
+            call("count", ""),
+            call("bad", ""),
+            call("missing", ""),
+            call("page", "y"),
+        ];
+        calls.extend((0..PUTS).map(|i| put("", &format!("/p/{round}-{i}"), b"v")));
+        let before = n.node.store.stats().commits;
+        let results = a.batch_independent(calls).await.unwrap();
+        let commits = n.node.store.stats().commits - before;
+        let result = |i: usize| match &results[i] {
+            Ok(Out::ProcedureCall(o)) => String::from_utf8(o.result.clone()).unwrap(),
+            other => panic!("call {i}: {other:?}"),
+        };
+        assert_eq!(result(0), "<p>x</p>");
+        assert_eq!(result(1), (round + 1).to_string(), "counted once per call");
+        assert!(results[2].is_err(), "{:?}", results[2]);
+        assert_eq!(code(results[3].as_ref().unwrap_err()), Code::NotFound);
+        assert_eq!(result(4), "<p>y</p>");
+        assert!(results[5..]
+            .iter()
+            .all(|r| matches!(r, Ok(Out::NamesSet(_)))));
+        assert!(
+            (commits as usize) < PUTS / 2,
+            "{commits} commits for {PUTS} independent writes beside the procedures"
+        );
+    }
+    assert!(a.name_get("", "/p/1-19").await.is_ok());
+}
