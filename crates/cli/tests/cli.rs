@@ -2306,14 +2306,22 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
         }
     }
     drop(idle);
-    let o = Command::new(TABOS)
+    // Bounded: a node that never accepts again fails the test, not hangs it.
+    let o = Command::new("timeout")
+        .arg("120")
+        .arg(TABOS)
         .env("TABOS_CREDENTIALS", &creds)
         .env("TABOS_ADDR", &addr)
         .env("TABOS_TOKEN", &token)
         .args(["status"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        o.status.success(),
+        "the node did not serve again within 120 s ({:?}): {}",
+        o.status,
+        stderr(&o)
+    );
     let _ = child.kill();
     let _ = child.wait();
 }
