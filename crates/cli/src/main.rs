@@ -185,6 +185,9 @@ impl TaskArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Start a node: open the kernel database and serve the gRPC API
+    ///
+    /// The node raises its soft open-files limit (RLIMIT_NOFILE) to the
+    /// hard one; the procs it starts get the limit it was given.
     Up(up::Args),
     /// Run a read-only SQL query on the node and print the result (scans of
     /// large kernel tables run on the columnar engine, with SQLite's answers)

@@ -263,6 +263,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         options = options.with_tls_files(cert, key)?;
     }
+    // Descriptors for CONNECTIONS_MAX clients beside the store's pools:
+    // the soft limit up to the hard one (procs get the old one back).
+    let nofile = tabos_store::descriptors::raise_soft_limit();
+    tracing::info!("file descriptors: up to {nofile}");
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
     // The local socket, by its absolute path: the saved context reaches it

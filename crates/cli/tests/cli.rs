@@ -51,8 +51,21 @@ fn started(child: &mut Child) -> (String, Vec<String>) {
 
 impl Node {
     fn start(args: &[&str]) -> Node {
+        Node::start_under(&[], args)
+    }
+
+    /// [`Node::start`], `tabos up` run by `wrapper` (a program and its
+    /// arguments that execs the rest, as prlimit(1) does).
+    fn start_under(wrapper: &[&str], args: &[&str]) -> Node {
         let home = TempDir::new("cli-home");
-        let mut cmd = Command::new(TABOS);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(TABOS);
+                c
+            }
+            None => Command::new(TABOS),
+        };
         cmd.arg("up");
         if !args.contains(&"--listen") {
             cmd.args(["--listen", "127.0.0.1:0"]);
@@ -2324,6 +2337,40 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
     );
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A node raises its soft descriptor limit to the hard one (a default soft
+/// limit of 1,024 is fewer than its connection cap), and the procs it
+/// starts get back the limit it was given.
+#[test]
+fn a_node_raises_its_descriptor_limit_and_its_procs_get_the_old_one() {
+    let node = Node::start_under(&["prlimit", "--nofile=512:"], &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", node.child.id())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap_or_else(|| panic!("{limits}"));
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (soft, hard) = (fields[3], fields[4]);
+    let hard_n: u64 = hard.parse().unwrap_or_else(|_| panic!("{line}"));
+    assert!(
+        hard_n > 512,
+        "this test needs a hard limit above 512: {line}"
+    );
+    assert_eq!(soft, hard, "the node's own: {line}");
+    let o = node.tabos(&[
+        "spawn",
+        "--pid",
+        "limits",
+        "--wait",
+        "--",
+        "/bin/sh",
+        "-c",
+        "ulimit -Sn; ulimit -Hn",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["logs", "limits"]);
+    assert_eq!(stdout(&o), format!("512\n{hard}\n"));
 }
 
 /// `tabos kv serve` of 4 shards over 2 groups on `node` (whose default

@@ -762,12 +762,18 @@ impl Prepared {
             .collect();
         let uid = self.uid;
         let procs = self.unified_procs.as_ref().map(|f| f.as_raw_fd());
+        // The descriptor limit the node was given, not the one it raised.
+        let nofile = tabos_store::descriptors::inherited_limit();
         // SAFETY: the closure runs in the child between fork and exec and
-        // calls only async-signal-safe functions (write, setgroups, setgid,
-        // setuid, and errno through last_os_error) on values prepared
-        // before the fork; it allocates nothing (the Vec was built before).
+        // calls only async-signal-safe functions (write, setrlimit,
+        // setgroups, setgid, setuid, and errno through last_os_error) on
+        // values prepared before the fork; it allocates nothing (the Vec
+        // was built before).
         unsafe {
             cmd.pre_exec(move || {
+                if let Some((soft, hard)) = nofile {
+                    crate::rawsys::set_nofile(soft, hard)?;
+                }
                 for &fd in tasks.iter().chain(&procs) {
                     // "0" is the writing process: the child itself.
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {

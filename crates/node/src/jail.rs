@@ -532,6 +532,9 @@ struct Ctx {
     /// proc never holds one open (a connection the node closes would
     /// otherwise stay open, unseen by its peer, until P1 and P2 let go).
     keep: Vec<RawFd>,
+    /// The descriptor limit the program gets: the one the node was given
+    /// before it raised its own ([`tabos_store::descriptors`]).
+    nofile: Option<(u64, u64)>,
     stacks: [Stack; 3],
 }
 
@@ -665,6 +668,7 @@ pub fn launch(
             keep.dedup();
             keep
         },
+        nofile: tabos_store::descriptors::inherited_limit(),
         stacks: [Stack::new()?, Stack::new()?, Stack::new()?],
     });
     let mut pidfd: RawFd = -1;
@@ -805,6 +809,9 @@ unsafe extern "C" fn p2(arg: usize) -> ! {
         }
         for (i, &fd) in c.stdio.iter().enumerate() {
             rawsys::dup3(fd, i as RawFd)?;
+        }
+        if let Some((soft, hard)) = c.nofile {
+            rawsys::set_nofile(soft, hard)?;
         }
         if let Some(uid) = c.uid {
             rawsys::setgroups_none()?;

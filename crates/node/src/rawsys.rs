@@ -506,6 +506,31 @@ pub fn setuid(uid: u32) -> Result<(), Errno> {
     unsafe { syscall(libc::SYS_setuid, [uid as usize, 0, 0, 0, 0, 0]) }.map(drop)
 }
 
+/// Sets this process's `RLIMIT_NOFILE` to `soft` and `hard` (prlimit64
+/// on itself: no memory but the struct on this stack).
+pub fn set_nofile(soft: u64, hard: u64) -> Result<(), Errno> {
+    let limit = libc::rlimit64 {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: the kernel reads `limit`, which lives through the call, and
+    // writes nothing (no old-limit pointer).
+    unsafe {
+        syscall(
+            libc::SYS_prlimit64,
+            [
+                0,
+                libc::RLIMIT_NOFILE as usize,
+                &limit as *const libc::rlimit64 as usize,
+                0,
+                0,
+                0,
+            ],
+        )
+    }
+    .map(drop)
+}
+
 /// # Safety
 /// `arg2` and `arg3` as `option` asks.
 pub unsafe fn prctl(option: i32, arg2: usize, arg3: usize) -> Result<(), Errno> {

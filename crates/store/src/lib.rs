@@ -29,6 +29,7 @@
 
 pub mod backup;
 pub mod columnar;
+pub mod descriptors;
 pub mod dialect;
 pub mod error;
 pub mod fair;

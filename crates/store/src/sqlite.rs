@@ -288,14 +288,23 @@ impl SqliteBackend {
             dir: dir.clone(),
             writers,
             threads,
-            readers: ReadPool::new(dir.clone(), partitions, config.connections, open_reader),
+            readers: ReadPool::new(
+                dir.clone(),
+                partitions,
+                config.connections,
+                partitions,
+                open_reader,
+            ),
             partition_readers: (0..partitions)
-                .map(|p| ReadPool::new(dir.clone(), p, config.connections, open_partition_reader))
+                .map(|p| {
+                    ReadPool::new(dir.clone(), p, config.connections, 1, open_partition_reader)
+                })
                 .collect(),
             scoped: ReadPool::new(
                 dir.clone(),
                 partitions,
                 config.connections.min(SCOPED_READERS_MAX),
+                partitions,
                 ScopedReader::open,
             ),
             columnar: crate::columnar::Columnar::new(dir, partitions, counts),
@@ -2049,21 +2058,33 @@ fn read_on(reader: &PartitionReader, job: &mut Job) -> Outcome {
 /// A bounded pool of read-only connections: plain readers over all
 /// partitions or realm-scoped ones ([`ScopedReader`]) — `arg` is then the
 /// partition count —, or one partition's readers (`arg`: the partition).
+/// Past its first connection it grows only while the process keeps
+/// descriptors free ([`crate::descriptors`]).
 struct ReadPool<T> {
     dir: PathBuf,
     arg: u32,
     max: usize,
+    /// Descriptors one connection holds (a database file and its WAL per
+    /// partition it opens).
+    cost: usize,
     open: fn(&Path, u32) -> Result<T>,
     state: Mutex<(Vec<T>, usize)>,
     freed: Condvar,
 }
 
 impl<T> ReadPool<T> {
-    fn new(dir: PathBuf, arg: u32, max: usize, open: fn(&Path, u32) -> Result<T>) -> Self {
+    fn new(
+        dir: PathBuf,
+        arg: u32,
+        max: usize,
+        partitions: u32,
+        open: fn(&Path, u32) -> Result<T>,
+    ) -> Self {
         ReadPool {
             dir,
             arg,
             max,
+            cost: 2 * partitions as usize,
             open,
             state: Mutex::new((Vec::new(), 0)),
             freed: Condvar::new(),
@@ -2076,12 +2097,24 @@ impl<T> ReadPool<T> {
             if let Some(c) = state.0.pop() {
                 return Ok(c);
             }
-            if state.1 < self.max {
+            // The first connection is always tried (without it the pool
+            // cannot serve at all); later ones only with descriptors to
+            // spare, else this waits for one in use.
+            let room = match state.1 {
+                n if n >= self.max => None,
+                0 => Some(None),
+                _ => crate::descriptors::reserve(self.cost).map(Some),
+            };
+            if let Some(room) = room {
                 state.1 += 1;
                 drop(state);
                 let opened = (self.open)(&self.dir, self.arg);
+                drop(room);
                 if opened.is_err() {
                     self.state.lock().unwrap_or_else(|p| p.into_inner()).1 -= 1;
+                    // A waiter may open in its place (this one was
+                    // counted as open while it tried).
+                    self.freed.notify_one();
                 }
                 return opened;
             }
