@@ -461,6 +461,18 @@ pub fn open(config: &Config) -> Result<Store> {
     Ok(Store::open(config, MIGRATIONS)?)
 }
 
+/// Whether this thread runs on tokio's multi-threaded runtime, the one
+/// where `block_in_place` may run (it panics on a current-thread runtime,
+/// and outside one there is nothing to step out of): the one test of every
+/// caller that runs blocking work — tenant code, a store read — on the
+/// thread that polls it.
+pub fn may_block_in_place() -> bool {
+    matches!(
+        tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+    )
+}
+
 /// Longest realm name, in bytes.
 pub const REALM_BYTES_MAX: usize = 64;
 

@@ -39,15 +39,15 @@ use tabos_store::{params, Confinement, Store, Tx, Value};
 
 use crate::auth::Role;
 use crate::fs::{self, Caller, FileType};
+use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
+use crate::kv::{self, SCAN_LIMITS};
+use crate::{p_key, partition, validate_realm, Error, Result};
 
 /// What procedures' operations refuse to a scoped credential.
 const USE: &str = "use procedures";
 /// Most file reads one call by a proc on the read path may make: each is a
 /// provenance event held until the call ends.
 pub const EVENTS_PER_CALL_MAX: usize = 10_000;
-use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
-use crate::kv::{self, SCAN_LIMITS};
-use crate::{p_key, partition, validate_realm, Error, Result};
 
 /// What `list` reports about one procedure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,10 +237,7 @@ impl Procedures {
         path: CallPath,
         f: impl FnMut(&mut dyn Tx) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let multi = matches!(
-            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
-            Ok(tokio::runtime::RuntimeFlavor::MultiThread)
-        );
+        let multi = crate::may_block_in_place();
         let store = self.store.for_tenant_code(realm);
         match (path, multi) {
             (CallPath::Read, true) => tokio::task::block_in_place(|| store.read(p, f).wait()),

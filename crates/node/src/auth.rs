@@ -531,11 +531,10 @@ impl Auth {
 /// async runtime's way where it has other worker threads
 /// (`block_in_place`), run as is on a single-threaded runtime or none.
 fn blocking_here<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
+    if tabos_kernel::may_block_in_place() {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
     }
 }
 

@@ -55,14 +55,6 @@ fn part<T>(metadata: &tonic::metadata::MetadataMap, caller: &Arc<Principal>, msg
     Request::from_parts(metadata.clone(), extensions, msg)
 }
 
-/// Is this the multi-threaded runtime (where `block_in_place` may run)?
-fn multi_threaded() -> bool {
-    matches!(
-        tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread)
-    )
-}
-
 /// A call's failure, as its result.
 fn failed(s: Status) -> Out {
     Out::Error(proto::BatchError {
@@ -154,7 +146,7 @@ impl proto::batch_server::Batch for BatchService {
                 .into_iter()
                 .map(|c| self.one(&metadata, &caller, c.call));
             let all = tabos_store::grouped(futures::future::join_all(calls));
-            if procedures > 1 && multi_threaded() {
+            if procedures > 1 && tabos_kernel::may_block_in_place() {
                 // Each procedure call runs its tenant code on the thread
                 // that polls it, in a `block_in_place` of its own: one per
                 // call handed this worker's other tasks to another thread

@@ -1376,11 +1376,7 @@ fn program_of(p: &ProcInfo, lease: Option<&crate::code::Lease>, jailed: bool) ->
 /// ~100 µs of a ~650 µs cycle per proc in a burst). A panic in `f` is an
 /// error either way (the proc fails; its end is still recorded).
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
-    let multi = matches!(
-        tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread)
-    );
-    if multi {
+    if tabos_kernel::may_block_in_place() {
         tokio::task::block_in_place(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
             .map_err(|_| "it panicked".to_string())
     } else {
