@@ -10,7 +10,8 @@
 //! the node served what it had and never accepted again. A pool past its
 //! first connection now grows only while at least [`free_min`] descriptors
 //! stay free after the opening; otherwise its callers wait for a pooled
-//! connection, as they do when the pool is full.
+//! connection, as they do when the pool is full. A partition's tenant
+//! connections, opened as tenant code needs them, follow the same rule.
 //!
 //! A server raises its soft limit to the hard one at start
 //! ([`raise_soft_limit`], as Go's runtime does): a default soft limit of

@@ -1512,6 +1512,23 @@ struct TenantState {
     closed: bool,
 }
 
+impl TenantState {
+    /// How many jobs may run at once now: [`TENANT_CONNECTIONS`], or
+    /// only the connections opened where one more (its database file and
+    /// WAL) would leave the process too few descriptors free
+    /// ([`crate::descriptors`]). A check, not a reservation: the free
+    /// margin absorbs the few openings that may race it.
+    fn slots(&self) -> usize {
+        let more = self.opened < TENANT_CONNECTIONS && self.idle.is_empty();
+        let asked = more && self.opened > 0 && self.queue.has_long();
+        if asked && crate::descriptors::reserve(2).is_none() {
+            self.opened
+        } else {
+            TENANT_CONNECTIONS
+        }
+    }
+}
+
 /// Opens one more tenant connection of a partition.
 type OpenTenant = Box<dyn Fn() -> Result<Executor> + Send + Sync>;
 
@@ -1542,15 +1559,17 @@ impl Tenants {
             drop(st);
             return job.finish_err(Error::Closed);
         }
-        let free = !st.idle.is_empty() || st.opened < TENANT_CONNECTIONS;
-        let run_here = inline && !st.queue.has_long() && free;
+        // Here only if nothing waits before it (the pop below then takes
+        // this job, if a connection is free or may be opened).
+        let run_here = inline && !st.queue.has_long();
         if let Err((job, why)) = st.queue.push(&job.share.clone(), job) {
             drop(st);
             let e = overloaded(&job, why);
             return job.finish_err(e);
         }
         if run_here {
-            if let Some((realm, job)) = st.queue.pop_long_within(TENANT_CONNECTIONS) {
+            let slots = st.slots();
+            if let Some((realm, job)) = st.queue.pop_long_within(slots) {
                 return self.run(st, realm, job);
             }
         }
@@ -1604,7 +1623,8 @@ impl Tenants {
     fn thread(&self) {
         let mut st = self.state();
         loop {
-            if let Some((realm, job)) = st.queue.pop_long_within(TENANT_CONNECTIONS) {
+            let slots = st.slots();
+            if let Some((realm, job)) = st.queue.pop_long_within(slots) {
                 self.run(st, realm, job);
                 st = self.state();
                 continue;

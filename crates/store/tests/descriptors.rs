@@ -1,5 +1,6 @@
-//! The SQLite backend's read pools under a low descriptor limit: they stop
-//! growing while the process still has descriptors to spare, so a server
+//! The SQLite backend's read pools and tenant connections under a low
+//! descriptor limit: they stop growing while the process still has
+//! descriptors to spare, so a server
 //! over the store can still accept connections (see
 //! `tabos_store::descriptors`). Its own test binary: it lowers the whole
 //! process's `RLIMIT_NOFILE`.
@@ -68,4 +69,32 @@ fn read_pools_leave_descriptors_free_under_a_low_limit() {
         .read(PKey(0), |_tx| Ok::<_, Error>(()))
         .wait()
         .unwrap();
+
+    // Tenant code's connections (up to three per partition, two
+    // descriptors each): room for the margin and one more after the first.
+    // (One test, not two: both set the process's limit.)
+    let tenant = store.for_tenant_code("r");
+    tenant.call(PKey(1), |_tx| Ok::<_, Error>(())).unwrap();
+    let soft = open_descriptors() + margin + 3;
+    set_soft_limit(soft);
+    // Two realms: a realm alone may not take a partition's last slot.
+    let jobs: Vec<_> = (0..6)
+        .map(|i| {
+            let tenant = store.for_tenant_code(if i % 2 == 0 { "r" } else { "q" });
+            std::thread::spawn(move || {
+                tenant.call(PKey(1), |_tx| {
+                    std::thread::sleep(Duration::from_millis(100));
+                    Ok::<_, Error>(())
+                })
+            })
+        })
+        .collect();
+    for j in jobs {
+        j.join().unwrap().expect("every job runs");
+    }
+    let free = soft.saturating_sub(open_descriptors());
+    assert!(
+        free >= margin,
+        "{free} descriptors free of {soft} after tenant code, fewer than the margin {margin}"
+    );
 }
