@@ -200,24 +200,29 @@ impl<T> FairQueue<T> {
         self.pop_long_within(1)
     }
 
+    /// The realm whose item [`pop_long_within`](Self::pop_long_within)
+    /// would take now, if any (nothing is taken).
+    pub fn next_long_within(&self, slots: usize) -> Option<Arc<str>> {
+        if self.running >= slots {
+            return None;
+        }
+        let last_slot = slots > 1 && self.running + 1 == slots;
+        let running_by = &self.running_by;
+        self.shares
+            .iter()
+            .filter(|(_, q)| !q.longs.is_empty())
+            .filter(|(r, _)| !last_slot || running_by.get(*r).is_none_or(|&n| n == 0))
+            .min_by_key(|(_, q)| (q.used_us, q.joined))
+            .map(|(r, _)| r.clone())
+    }
+
     /// [`pop_long`](Self::pop_long) where `slots` long items may run at
     /// once (a pool's connections): none while they are all taken, and
     /// the last free one only for a realm running none — so a realm that
     /// fills the others cannot make another realm's call wait for one of
     /// its own to end.
     pub fn pop_long_within(&mut self, slots: usize) -> Option<(Arc<str>, T)> {
-        if self.running >= slots {
-            return None;
-        }
-        let last_slot = slots > 1 && self.running + 1 == slots;
-        let running_by = &self.running_by;
-        let realm = self
-            .shares
-            .iter()
-            .filter(|(_, q)| !q.longs.is_empty())
-            .filter(|(r, _)| !last_slot || running_by.get(*r).is_none_or(|&n| n == 0))
-            .min_by_key(|(_, q)| (q.used_us, q.joined))
-            .map(|(r, _)| r.clone())?;
+        let realm = self.next_long_within(slots)?;
         let q = self.shares.get_mut(&realm)?;
         self.vtime_us = self.vtime_us.max(q.used_us);
         let item = q.longs.pop_front()?;
@@ -321,7 +326,10 @@ mod tests {
             q.pop_long_within(3).is_none(),
             "a may not take the last slot"
         );
+        assert_eq!(q.next_long_within(3), None, "the peek agrees");
         q.push(&long("b"), "b0".to_string()).unwrap();
+        assert_eq!(q.next_long_within(3).as_deref(), Some("b"));
+        assert_eq!(q.len(), 3, "a peek takes nothing");
         assert_eq!(q.pop_long_within(3).unwrap().1, "b0");
         assert!(q.pop_long_within(3).is_none(), "all three taken");
         // One slot free, the last: a and b each run one, so it waits for a

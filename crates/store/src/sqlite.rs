@@ -1513,19 +1513,22 @@ struct TenantState {
 }
 
 impl TenantState {
-    /// How many jobs may run at once now: [`TENANT_CONNECTIONS`], or
-    /// only the connections opened where one more (its database file and
-    /// WAL) would leave the process too few descriptors free
-    /// ([`crate::descriptors`]). A check, not a reservation: the free
-    /// margin absorbs the few openings that may race it.
-    fn slots(&self) -> usize {
-        let more = self.opened < TENANT_CONNECTIONS && self.idle.is_empty();
-        let asked = more && self.opened > 0 && self.queue.has_long();
-        if asked && crate::descriptors::reserve(2).is_none() {
-            self.opened
-        } else {
-            TENANT_CONNECTIONS
+    /// The next job to run, if a connection is free for it: an idle one,
+    /// or one more (up to [`TENANT_CONNECTIONS`]) — past the first only
+    /// while opening it (its database file and WAL) leaves the process
+    /// enough descriptors free ([`crate::descriptors`]); else the job waits
+    /// for a connection open to be freed. The check is made only when a
+    /// job would open one (a check, not a reservation: the free margin
+    /// absorbs the few openings that may race it).
+    fn pop(&mut self) -> Option<(Arc<str>, Job)> {
+        let opens = self.idle.is_empty() && self.opened > 0;
+        if opens
+            && self.queue.next_long_within(TENANT_CONNECTIONS).is_some()
+            && crate::descriptors::reserve(2).is_none()
+        {
+            return None;
         }
+        self.queue.pop_long_within(TENANT_CONNECTIONS)
     }
 }
 
@@ -1568,8 +1571,7 @@ impl Tenants {
             return job.finish_err(e);
         }
         if run_here {
-            let slots = st.slots();
-            if let Some((realm, job)) = st.queue.pop_long_within(slots) {
+            if let Some((realm, job)) = st.pop() {
                 return self.run(st, realm, job);
             }
         }
@@ -1623,8 +1625,7 @@ impl Tenants {
     fn thread(&self) {
         let mut st = self.state();
         loop {
-            let slots = st.slots();
-            if let Some((realm, job)) = st.queue.pop_long_within(slots) {
+            if let Some((realm, job)) = st.pop() {
                 self.run(st, realm, job);
                 st = self.state();
                 continue;
