@@ -1517,18 +1517,22 @@ impl TenantState {
     /// or one more (up to [`TENANT_CONNECTIONS`]) — past the first only
     /// while opening it (its database file and WAL) leaves the process
     /// enough descriptors free ([`crate::descriptors`]); else the job waits
-    /// for a connection open to be freed. The check is made only when a
-    /// job would open one (a check, not a reservation: the free margin
-    /// absorbs the few openings that may race it).
-    fn pop(&mut self) -> Option<(Arc<str>, Job)> {
-        let opens = self.idle.is_empty() && self.opened > 0;
-        if opens
+    /// for a connection open to be freed. The descriptors are asked for
+    /// only when a job would open one, and held (the [`Opening`]) until
+    /// [`Tenants::run`] has opened it, so two openings cannot both take
+    /// the last room.
+    ///
+    /// [`Opening`]: crate::descriptors::Opening
+    fn pop(&mut self) -> Option<(Arc<str>, Job, Option<crate::descriptors::Opening>)> {
+        let mut room = None;
+        if self.idle.is_empty()
+            && self.opened > 0
             && self.queue.next_long_within(TENANT_CONNECTIONS).is_some()
-            && crate::descriptors::reserve(2).is_none()
         {
-            return None;
+            room = Some(crate::descriptors::reserve(2)?);
         }
-        self.queue.pop_long_within(TENANT_CONNECTIONS)
+        let (realm, job) = self.queue.pop_long_within(TENANT_CONNECTIONS)?;
+        Some((realm, job, room))
     }
 }
 
@@ -1571,8 +1575,8 @@ impl Tenants {
             return job.finish_err(e);
         }
         if run_here {
-            if let Some((realm, job)) = st.pop() {
-                return self.run(st, realm, job);
+            if let Some((realm, job, room)) = st.pop() {
+                return self.run(st, realm, job, room);
             }
         }
         drop(st);
@@ -1582,7 +1586,13 @@ impl Tenants {
     /// Runs `job` of `realm` (popped, so counted as running) on a free
     /// connection, on this thread; then frees the connection, charges the
     /// run time and wakes a thread for what may now run.
-    fn run(&self, mut st: std::sync::MutexGuard<'_, TenantState>, realm: Arc<str>, job: Job) {
+    fn run(
+        &self,
+        mut st: std::sync::MutexGuard<'_, TenantState>,
+        realm: Arc<str>,
+        job: Job,
+        room: Option<crate::descriptors::Opening>,
+    ) {
         debug_assert!(st.idle.len() <= st.opened && st.opened <= TENANT_CONNECTIONS);
         // Taken under the lock, opened (file system work) outside it; the
         // lock is released on every path before the job runs.
@@ -1598,6 +1608,8 @@ impl Tenants {
             // The pop said a slot was free: a broken invariant, not a panic.
             None => Err(Error::Internal("no tenant connection free".into())),
         };
+        // Opened (now counted in /proc/self/fd) or not: the room is given up.
+        drop(room);
         let conn = match conn {
             Ok(c) => c,
             Err(e) => {
@@ -1625,8 +1637,8 @@ impl Tenants {
     fn thread(&self) {
         let mut st = self.state();
         loop {
-            if let Some((realm, job)) = st.pop() {
-                self.run(st, realm, job);
+            if let Some((realm, job, room)) = st.pop() {
+                self.run(st, realm, job, room);
                 st = self.state();
                 continue;
             }
