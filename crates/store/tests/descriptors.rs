@@ -27,6 +27,24 @@ fn set_soft_limit(soft: usize) {
     }
 }
 
+/// Runs `job(i)` for `i` in `0..n`, each on a thread of its own, all at
+/// once; each must succeed.
+fn at_once(n: usize, job: impl Fn(usize) -> Result<(), Error> + Send + Sync + 'static) {
+    let job = std::sync::Arc::new(job);
+    let threads: Vec<_> = (0..n)
+        .map(|i| {
+            let job = job.clone();
+            std::thread::spawn(move || job(i))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap().expect("every call is served");
+    }
+}
+
+/// Each call holds its connection this long, so that they overlap.
+const HOLD: Duration = Duration::from_millis(100);
+
 #[test]
 fn read_pools_leave_descriptors_free_under_a_low_limit() {
     let dir = TempDir::new("descriptors");
@@ -43,28 +61,21 @@ fn read_pools_leave_descriptors_free_under_a_low_limit() {
     set_soft_limit(soft);
     // Sixteen reads at once on one partition, each holding its connection
     // a while: without the bound the pool opens all eight.
-    let readers: Vec<_> = (0..16)
-        .map(|_| {
-            let store = store.clone();
-            std::thread::spawn(move || {
-                store
-                    .read(PKey(0), |_tx| {
-                        std::thread::sleep(Duration::from_millis(100));
-                        Ok::<_, Error>(())
-                    })
-                    .wait()
+    let readers = store.clone();
+    at_once(16, move |_| {
+        readers
+            .read(PKey(0), |_tx| {
+                std::thread::sleep(HOLD);
+                Ok::<_, Error>(())
             })
-        })
-        .collect();
-    for r in readers {
-        r.join().unwrap().expect("every read is served");
-    }
+            .wait()
+    });
     let free = soft.saturating_sub(open_descriptors());
     assert!(
         free >= margin,
         "{free} descriptors free of {soft}, fewer than the margin {margin}"
     );
-    // And with descriptors to spare again, reads still run.
+    // A read after them runs on the connections the pool kept.
     store
         .read(PKey(0), |_tx| Ok::<_, Error>(()))
         .wait()
@@ -79,20 +90,15 @@ fn read_pools_leave_descriptors_free_under_a_low_limit() {
     set_soft_limit(soft);
     // Three realms: a partition's last slot is only for a realm running
     // none, so fewer could not fill its three.
-    let jobs: Vec<_> = (0..6)
-        .map(|i| {
-            let tenant = store.for_tenant_code(["r", "q", "s"][i % 3]);
-            std::thread::spawn(move || {
-                tenant.call(PKey(1), |_tx| {
-                    std::thread::sleep(Duration::from_millis(100));
-                    Ok::<_, Error>(())
-                })
+    let tenants = store.clone();
+    at_once(6, move |i| {
+        tenants
+            .for_tenant_code(["r", "q", "s"][i % 3])
+            .call(PKey(1), |_tx| {
+                std::thread::sleep(HOLD);
+                Ok::<_, Error>(())
             })
-        })
-        .collect();
-    for j in jobs {
-        j.join().unwrap().expect("every job runs");
-    }
+    });
     let free = soft.saturating_sub(open_descriptors());
     assert!(
         free >= margin,
