@@ -27,7 +27,8 @@
 //! cgroups but memory's, leader of the proc's process group), which closes
 //! its copy of the node's lifeline and clones P1 into new namespaces, and
 //! waits for it, passing on its exit status. P1 — pid 1 of the new pid
-//! namespace — brings up its network namespace's loopback, builds the new
+//! namespace — joins a network namespace made ahead ([`crate::netns`]) or
+//! brings up the loopback of the one its clone made, builds the new
 //! root in a tmpfs, pivots into it, and clones P2, then reaps orphans until
 //! P2 ends (when pid 1 ends, the kernel ends every other process of the
 //! namespace). P2 is cloned straight into the proc's cgroup of the unified
@@ -527,6 +528,9 @@ struct Ctx {
     /// when the program's exec succeeded).
     report: RawFd,
     flags: u64,
+    /// A network namespace made ahead ([`crate::netns`]) for P1 to join,
+    /// loopback up: then `flags` asks for none.
+    netns: Option<RawFd>,
     /// The descriptors P0 keeps (sorted): the rest of the node's — its
     /// sockets, its database files — it closes first, so that a starting
     /// proc never holds one open (a connection the node closes would
@@ -640,7 +644,14 @@ pub fn launch(
     );
     let mut flags =
         (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
-    if plan.own_network {
+    // A network of its own: one made ahead if one is ready, else made by
+    // the clone (the kernel's half millisecond on the way to the exec).
+    let netns = if plan.own_network {
+        crate::netns::take()
+    } else {
+        None
+    };
+    if plan.own_network && netns.is_none() {
         flags |= libc::CLONE_NEWNET as u64;
     }
     let ctx = Box::new(Ctx {
@@ -652,6 +663,7 @@ pub fn launch(
         stdio: [null.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()],
         report: report_w.as_raw_fd(),
         flags,
+        netns: netns.as_ref().map(|f| f.as_raw_fd()),
         keep: {
             let mut keep: Vec<RawFd> = [
                 null.as_raw_fd(),
@@ -660,6 +672,7 @@ pub fn launch(
                 report_w.as_raw_fd(),
             ]
             .into_iter()
+            .chain(netns.as_ref().map(|f| f.as_raw_fd()))
             .chain(join.memory_tasks)
             .chain(join.cgroup_dir)
             .chain(join.lifeline.map(|(read, _)| read))
@@ -686,7 +699,7 @@ pub fn launch(
     // keeps (boxed, never moved) until the proc has ended.
     let pid = unsafe { rawsys::clone3_run(&args, p0, arg) }?;
     // The children hold their own copies of these; the node's go.
-    drop((null, out_w, err_w, report_w));
+    drop((null, out_w, err_w, report_w, netns));
     // SAFETY: the kernel wrote a new pidfd, ours.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(Started {
@@ -767,8 +780,14 @@ unsafe extern "C" fn p1(arg: usize) -> ! {
     // SAFETY: as p0.
     let c = unsafe { &*(arg as *const Ctx) };
     let built = (|| {
-        if c.plan.own_network {
-            loopback_up()?;
+        match c.netns {
+            // Made ahead, loopback up; P2 must not hold it.
+            Some(fd) => {
+                rawsys::setns(fd, libc::CLONE_NEWNET)?;
+                rawsys::close(fd);
+            }
+            None if c.plan.own_network => loopback_up()?,
+            None => {}
         }
         c.plan.build_root()
     })();
@@ -858,9 +877,9 @@ unsafe extern "C" fn p2(arg: usize) -> ! {
     }
 }
 
-/// P1 in a network namespace of its own: its loopback up (a new namespace
-/// has `lo`, down).
-fn loopback_up() -> Result<(), Errno> {
+/// Loopback up in this process's (or thread's) network namespace, a new
+/// one (which has `lo`, down): P1's, or one [`crate::netns`] makes ahead.
+pub(crate) fn loopback_up() -> Result<(), Errno> {
     let fd = rawsys::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC)?;
     // SAFETY: ifreq is plain data, valid all zeroes.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };

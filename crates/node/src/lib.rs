@@ -47,6 +47,7 @@ pub mod local;
 pub mod managers;
 pub mod metrics;
 pub mod names;
+pub mod netns;
 pub mod op;
 pub mod pg;
 pub mod procd;

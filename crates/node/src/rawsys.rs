@@ -597,6 +597,12 @@ pub unsafe fn ioctl(fd: RawFd, request: libc::c_ulong, arg: usize) -> Result<(),
     .map(drop)
 }
 
+/// Joins the namespace `fd` (of kind `nstype`, e.g. `CLONE_NEWNET`).
+pub fn setns(fd: RawFd, nstype: i32) -> Result<(), Errno> {
+    // SAFETY: no memory.
+    unsafe { syscall(libc::SYS_setns, [fd as usize, nstype as usize, 0, 0, 0, 0]) }.map(drop)
+}
+
 pub fn socket(domain: i32, ty: i32) -> Result<RawFd, Errno> {
     // SAFETY: no memory.
     unsafe { syscall(libc::SYS_socket, [domain as usize, ty as usize, 0, 0, 0, 0]) }
