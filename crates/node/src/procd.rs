@@ -951,13 +951,6 @@ impl Procd {
             scope: p.scope.clone(),
             ..tabos_kernel::auth::Spec::realm(&self.realm, &p.user, Role::Member)
         };
-        let token = match self.auth.create(spec).await {
-            Ok((m, _)) => m.token,
-            Err(e) => {
-                let msg = format!("cannot make the proc's credential: {e}");
-                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
-            }
-        };
         // Its code, copied from the realm's files into the node's cache
         // (held until it ends: not evicted while it runs).
         let lease = match self.lease_code(&p).await {
@@ -973,7 +966,7 @@ impl Procd {
         let socket = self.addr.local.clone();
         let host_network = p.host_network;
         let code = lease.as_ref().map(|l| (l.dir.clone(), l.file.is_none()));
-        let prepared = tokio::task::spawn_blocking(move || {
+        let prepare = tokio::task::spawn_blocking(move || {
             rule()?;
             let placement = crate::confine::Placement {
                 program: &program,
@@ -986,9 +979,22 @@ impl Procd {
             confine
                 .prepare(&realm, pid.as_str(), cores, mem_mb, &placement)
                 .map_err(|e| format!("cannot confine the proc (cgroups, jail): {e}"))
-        })
-        .await
-        .unwrap_or_else(|e| Err(e.to_string()));
+        });
+        // The credential's transaction and the confinement's system calls
+        // at once: both are on the way to the exec, and neither needs the
+        // other. (Refused, its credential goes with the end recorded.)
+        let (token, prepared) = tokio::join!(self.auth.create(spec), prepare);
+        let prepared = prepared.unwrap_or_else(|e| Err(e.to_string()));
+        let token = match token {
+            Ok((m, _)) => m.token,
+            Err(e) => {
+                if let Ok(confined) = prepared {
+                    let _ = tokio::task::spawn_blocking(move || confined.finish()).await;
+                }
+                let msg = format!("cannot make the proc's credential: {e}");
+                return self.record_exit(&p, State::Failed, None, Some(msg)).await;
+            }
+        };
         let mut confined = match prepared {
             Ok(c) => c,
             Err(msg) => return self.record_exit(&p, State::Failed, None, Some(msg)).await,
@@ -1029,25 +1035,30 @@ impl Procd {
                 return self.record_exit(&p, State::Failed, None, Some(msg)).await;
             }
         };
-        if let Some(os_pid) = child.id() {
+        let tracked = child.id().inspect(|&os_pid| {
             self.track(&p.pid, Running::Native(os_pid, confined.probe(os_pid)));
-            // An eviction requested before the proc was tracked found
-            // nothing to signal: honour it now.
-            let early = procs::status(&self.store, &self.realm, &p.pid)
-                .await
-                .is_ok_and(|i| i.evict_requested);
-            if early {
-                self.clone().evict(p.pid.as_str()).await;
-            }
-        }
+        });
         // Its output into the cluster's log (each sink held by its pipe's
         // reader only: the shipper ends when the reader does).
         let [(out_sink, out_ship), (err_sink, err_ship)] = self.ship_logs(&p);
         let [out, err] = child.take_output();
         let out = out.map(|s| tokio::spawn(crate::proclog::pipe(s, out_sink)));
         let err = err.map(|s| tokio::spawn(crate::proclog::pipe(s, err_sink)));
-        if let Err(e) = procs::started(&self.store, &self.realm, &p.pid).await {
+        // Its start recorded, and an eviction requested before it was
+        // tracked (which found nothing to signal) looked for — at once: a
+        // write and a read, neither waiting for the other.
+        let early = async {
+            tracked.is_some()
+                && procs::status(&self.store, &self.realm, &p.pid)
+                    .await
+                    .is_ok_and(|i| i.evict_requested)
+        };
+        let (marked, early) = tokio::join!(procs::started(&self.store, &self.realm, &p.pid), early);
+        if let Err(e) = marked {
             tracing::warn!(worker = %self.worker, "cannot mark {} started: {e}", p.pid);
+        }
+        if early {
+            self.clone().evict(p.pid.as_str()).await;
         }
         // The proc is its main process: its exit is the child's (waitpid),
         // not the end of its output. What it left running in its group
