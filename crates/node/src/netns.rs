@@ -84,7 +84,17 @@ pub fn take() -> Option<OwnedFd> {
 }
 
 /// The pool's thread: keeps [`READY_MAX`] namespaces ready until it fails.
+/// It runs only on CPU time nothing else wants (`SCHED_IDLE`): making a
+/// namespace right after a proc took one competed with that proc's own
+/// start for this machine's cores; under a burst that leaves none spare,
+/// procs make their own as before.
 fn fill(p: &'static Pool) {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` outlives the call; 0 is this thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::debug!("the network namespaces' thread keeps its priority: {e}");
+    }
     let stop = |why: String| {
         tracing::warn!("network namespaces are made as procs start from here on: {why}");
         let mut st = p.state.lock().unwrap_or_else(|e| e.into_inner());
