@@ -4,13 +4,13 @@
 //! A proc whose realm does not share the host's network gets a network
 //! namespace of its own, with loopback only. The kernel takes about half a
 //! millisecond here to make one (`copy_net_ns`: the loopback device, its
-//! sysctl tables, the per-namespace state of every protocol) — a quarter
-//! of a native proc's spawn-to-start when it is made in the `clone3` that
-//! starts the proc, on the way to its exec. So a thread of the node's
-//! makes them beforehand, up to [`READY_MAX`] at a time: it enters a new
-//! namespace (`unshare(CLONE_NEWNET)`), brings its loopback up, keeps a
-//! descriptor of it and goes back to the node's. A proc's P1 joins a ready
-//! one (`setns`) instead of asking for a new one in its `clone3`.
+//! sysctl tables, the per-namespace state of every protocol), which was
+//! spent in the `clone3` that starts the proc, on the way to its exec. So
+//! a thread of the node's makes them beforehand, up to [`READY_MAX`] at a
+//! time and only on CPU time nothing else wants (`SCHED_IDLE`): it enters
+//! a new namespace (`unshare(CLONE_NEWNET)`), brings its loopback up,
+//! keeps a descriptor of it and goes back to the node's. A proc's P1 joins
+//! a ready one (`setns`) instead of asking for a new one in its `clone3`.
 //!
 //! Each namespace is fresh, made for one proc and given to one only: none
 //! is used again (a proc's sockets may outlive it in TIME_WAIT, and one
@@ -45,6 +45,7 @@ struct State {
     ready: Vec<OwnedFd>,
     /// The thread has stopped (it failed once): none is made again.
     stopped: bool,
+    /// The thread was started (by the first `take`).
     started: bool,
 }
 
