@@ -428,17 +428,30 @@ pub mod ops {
         Pid::new(r.pid.clone())
     }
 
+    // A wait ends when the node stops (UNAVAILABLE: ask again, here once
+    // it is back or at another node), as a watch's stream does: the node
+    // drains its calls before it stops its procs, so a wait for one of
+    // them would otherwise hold its stop for the whole drain.
     macro_rules! wait_op {
         ($name:ident, $wait:path) => {
             op!($name(PidRequest) -> ProcStatus, |node, who, r| {
-                Ok(status_to_proto(&$wait(&node.store, &who, &pid(&r)?).await?))
+                let pid = pid(&r)?;
+                tokio::select! {
+                    s = $wait(&node.store, &who, &pid) => Ok(status_to_proto(&s?)),
+                    () = node.stopping.raised() => {
+                        Err(tabos_kernel::Error::Unavailable("the node is stopping".into()))
+                    }
+                }
             });
         };
     }
     wait_op!(WaitStart, procs::wait_start_for);
     wait_op!(WaitExit, procs::wait_exit_for);
     wait_op!(WaitEvict, procs::wait_evict_for);
-    wait_op!(Status, procs::status_for);
+
+    op!(Status(PidRequest) -> ProcStatus, |node, who, r| {
+        Ok(status_to_proto(&procs::status_for(&node.store, &who, &pid(&r)?).await?))
+    });
 
     op!(Started(PidRequest) -> Empty, |node, who, r| {
         procs::started_for(&node.store, &who, &pid(&r)?).await?;

@@ -1263,3 +1263,53 @@ async fn lc_cores_are_reserved_on_the_node_across_realms() {
     );
     let _ = stop.send(());
 }
+
+/// A node's stop ends the waits in flight: a wait for a running proc's
+/// exit is told UNAVAILABLE (the node is stopping) and a receive on an
+/// empty mailbox comes back empty. Before, neither ended until the node's
+/// drain gave up on them (then the wait answered with the proc's end,
+/// recorded after the drain, and the receive lost its connection): a
+/// `tabos wait` held every stop of its node for ten seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_node_ends_the_waits_in_flight() {
+    let dir = TempDir::new("stop-waits");
+    let (node, addr, stop) = start(&dir, 2).await;
+    let mut c = connect(&addr).await;
+    let pid = c
+        .spawn("default", native("/bin/sleep", &["600"]))
+        .await
+        .unwrap()
+        .pid;
+    c.wait_start("default", &pid).await.unwrap();
+    c.create_mailbox("default", "idle", 0, None).await.unwrap();
+    let (mut w, mut r) = (c.clone(), c.clone());
+    let channel = tabos_kernel::procs::proc_channel("default", &pid);
+    let before = node.store.feed_subscribers(&channel);
+    let wait = tokio::spawn(async move { w.wait_exit("default", &pid).await });
+    // Ten minutes, far past the drain: only the stop can end it soon.
+    let recv = tokio::spawn(async move { r.recv("default", "idle", 1, 600_000).await });
+    // Both calls are in and waiting before the node is stopped.
+    let idle = tabos_kernel::ipc::Address::parse("idle").unwrap();
+    for _ in 0..100_000 {
+        if node.store.feed_subscribers(&channel) > before
+            && tabos_kernel::ipc::local_waiters(&node.store, "default", &idle) == 1
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_micros(100)).await;
+    }
+    assert!(
+        node.store.feed_subscribers(&channel) > before,
+        "the wait never waited"
+    );
+    assert_eq!(
+        tabos_kernel::ipc::local_waiters(&node.store, "default", &idle),
+        1,
+        "the receive never waited"
+    );
+    let _ = stop.send(());
+    let e = wait.await.unwrap().unwrap_err();
+    assert_eq!(e.code(), Some(tonic::Code::Unavailable), "{e}");
+    assert!(e.to_string().contains("stopping"), "{e}");
+    assert_eq!(recv.await.unwrap().unwrap(), Vec::new());
+}

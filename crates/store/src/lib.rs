@@ -1184,6 +1184,12 @@ impl Store {
     pub fn feed_delivers(&self, channel: &str) -> bool {
         self.backend.feed().delivered(channel)
     }
+
+    /// How many of this process's subscriptions to `channel` are live: a
+    /// waiter's, once it waits (what a test waits for before it acts).
+    pub fn feed_subscribers(&self, channel: &str) -> usize {
+        self.backend.feed().subscribers(channel)
+    }
 }
 
 /// Runs a future to completion on the calling thread, parking it between
