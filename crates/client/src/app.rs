@@ -99,10 +99,30 @@ pub async fn spawn_watched(
     c.spawn(realm, proc).await?;
     let (realm, p) = (realm.to_string(), pid.clone());
     tokio::spawn(async move {
-        let _ = c.wait_exit(&realm, &p).await;
+        until_exited(&mut c, &realm, &p).await;
         let _ = exits.send(p);
     });
     Ok(pid)
+}
+
+/// The first pause before a wait cut short is asked again.
+const WAIT_PAUSE_FIRST: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest such pause.
+const WAIT_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Returns once proc `pid` has ended, or cannot be waited for (not there,
+/// not the caller's to see). A wait cut short ([`Error::is_cut_short`]:
+/// the node or its database away for a while, the node stopping) is asked
+/// again: taken for the proc's end, it had a supervisor start a second
+/// copy of a proc still running, or lose sight of it.
+pub async fn until_exited(c: &mut Client, realm: &str, pid: &str) {
+    let mut pauses = crate::retry::Backoff::new(WAIT_PAUSE_FIRST, WAIT_PAUSE_MAX);
+    while let Err(e) = c.wait_exit(realm, pid).await {
+        if !e.is_cut_short() {
+            return;
+        }
+        pauses.wait().await;
+    }
 }
 
 /// A proc that lived less than this was failing, not done.

@@ -117,6 +117,22 @@ impl Error {
         self.detail().map(|d| d.reason())
     }
 
+    /// Whether the call was cut short rather than answered: the node not
+    /// reached, or away (or its database) for a while, or stopping — so
+    /// that asking again, there or at another node, will do. An answer
+    /// (not found, denied, invalid…) is not.
+    pub fn is_cut_short(&self) -> bool {
+        use tonic::Code;
+        match self {
+            Error::Connect { .. } | Error::ConnectLocal { .. } => true,
+            Error::Status(s) => matches!(
+                s.code(),
+                Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Unknown
+            ),
+            _ => false,
+        }
+    }
+
     /// The request carried a fence older than its directory's epoch.
     pub fn is_stale_epoch(&self) -> bool {
         self.reason() == Some(fault::ErrorReason::StaleEpoch)
@@ -1173,5 +1189,33 @@ impl Client {
             })
             .await?
             .into_inner())
+    }
+}
+
+#[cfg(test)]
+mod cut_short_tests {
+    use super::Error;
+
+    /// A wait cut short is asked again; an answer is not.
+    #[test]
+    fn cut_short_is_the_node_away_not_its_answer() {
+        for s in [
+            tonic::Status::unavailable("the node is stopping"),
+            tonic::Status::deadline_exceeded("late"),
+            tonic::Status::aborted("lost"),
+            tonic::Status::unknown("h2 protocol error"),
+        ] {
+            assert!(Error::Status(s.clone()).is_cut_short(), "{s}");
+        }
+        for s in [
+            tonic::Status::not_found("no proc"),
+            tonic::Status::permission_denied("not yours"),
+            tonic::Status::invalid_argument("bad pid"),
+            tonic::Status::resource_exhausted("too many"),
+        ] {
+            assert!(!Error::Status(s.clone()).is_cut_short(), "{s}");
+        }
+        assert!(!Error::Invalid("x".into()).is_cut_short());
+        assert!(!Error::Address("x".into()).is_cut_short());
     }
 }

@@ -366,7 +366,13 @@ impl Job {
         let watch_coordinator = |pid: String| {
             let (mut c, realm, tx) = (client.clone(), realm.clone(), tx.clone());
             tokio::spawn(async move {
-                let _ = c.wait_exit(&realm, &pid).await;
+                // Told only once the coordinator has ended (or is not
+                // there): a wait cut short — its node or the database away
+                // in a failover, the node stopping — is asked again. Told
+                // at once, the loop below found the coordinator still
+                // running, kept it, and never heard of its end: a job
+                // whose coordinators then handed over had none, for ever.
+                tabos_client::app::until_exited(&mut c, &realm, &pid).await;
                 let _ = tx.send(Ev::CoordinatorEnded);
             })
         };

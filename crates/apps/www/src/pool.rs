@@ -214,7 +214,7 @@ impl Pool {
         let me = self.clone();
         let born = Instant::now();
         tokio::spawn(async move {
-            let _ = c.wait_exit(&me.realm, &pid).await;
+            tabos_client::app::until_exited(&mut c, &me.realm, &pid).await;
             let wait = me.lock().backoff.after_exit(born.elapsed());
             tokio::time::sleep(wait).await;
             let was = {
