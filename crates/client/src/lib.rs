@@ -118,17 +118,24 @@ impl Error {
     }
 
     /// Whether the call was cut short rather than answered: the node not
-    /// reached, or away (or its database) for a while, or stopping — so
-    /// that asking again, there or at another node, will do. An answer
-    /// (not found, denied, invalid…) is not.
+    /// reached, or gone mid-call, or away (or its database) for a while,
+    /// or stopping — so that asking again, there or at another node, will
+    /// do for an idempotent call. An answer (not found, denied, invalid…)
+    /// is not. The one rule for every retry loop of the client's.
     pub fn is_cut_short(&self) -> bool {
         use tonic::Code;
         match self {
             Error::Connect { .. } | Error::ConnectLocal { .. } => true,
-            Error::Status(s) => matches!(
-                s.code(),
-                Code::Unavailable | Code::DeadlineExceeded | Code::Aborted | Code::Unknown
-            ),
+            Error::Status(s) => {
+                matches!(
+                    s.code(),
+                    Code::Unavailable
+                        | Code::Unknown
+                        | Code::Cancelled
+                        | Code::Aborted
+                        | Code::DeadlineExceeded
+                ) || (s.code() == Code::Internal && fault::from_transport(s))
+            }
             _ => false,
         }
     }

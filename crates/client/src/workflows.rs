@@ -137,19 +137,10 @@ impl Default for ExecutorOptions {
     }
 }
 
-/// Whether a failed call may be sent again: the node was not reached, or
-/// went away mid-call (every workflow call is idempotent).
+/// Whether a failed call may be sent again ([`Error::is_cut_short`]; every
+/// workflow call is idempotent).
 fn transient(e: &Error) -> bool {
-    match e {
-        Error::Connect { .. } | Error::ConnectLocal { .. } => true,
-        Error::Status(s) => {
-            matches!(
-                s.code(),
-                Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Aborted
-            ) || (s.code() == Code::Internal && crate::fault::from_transport(s))
-        }
-        _ => false,
-    }
+    e.is_cut_short()
 }
 
 /// A workflow running here: its task, and a flag raised when it ends
