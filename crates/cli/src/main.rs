@@ -216,8 +216,9 @@ enum Command {
     /// What each node and the busiest running procs use now (CPU,
     /// memory), refreshed: tabos top [--once]
     Top(top::Args),
-    /// Wait for a proc to exit; exits with its status (125 when tabos
-    /// itself failed: no such proc, no node)
+    /// Wait for a proc to exit, through a failover or its node's restart
+    /// (up to 3 min); exits with its status (125 when tabos itself
+    /// failed: no such proc, no node)
     Wait(procs::PidArgs),
     /// Ask a proc to leave (SIGTERM, then SIGKILL after a grace period)
     Evict(procs::PidArgs),

@@ -187,7 +187,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
             );
             return Ok::<_, anyhow::Error>(0);
         }
-        let s = client.wait_exit(&realm, &spawned.pid).await?;
+        let s = tabos_client::app::exit_of(&client, &realm, &spawned.pid).await?;
         if crate::output::json() {
             crate::output::doc(&status_json(&s));
         } else {
@@ -271,7 +271,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
         out?;
         err?;
-        let s = client.wait_exit(&realm, &pid).await?;
+        let s = tabos_client::app::exit_of(&client, &realm, &pid).await?;
         if s.state() != ProcState::Exited || !s.error.is_empty() {
             eprintln!("{}: {}{}", s.pid, s.state(), exit_text(&s));
         }
@@ -431,11 +431,14 @@ fn status_json(s: &proto::ProcStatus) -> serde_json::Value {
     })
 }
 
-/// `tabos wait PID`: WaitExit; exits with the proc's status.
+/// `tabos wait PID`: WaitExit, asked again through an outage
+/// ([`tabos_client::app::exit_of`]); exits with the proc's status.
 pub fn wait(args: PidArgs) -> anyhow::Result<()> {
     let s = crate::runtime()?.block_on(async {
-        let mut client = args.node.connect().await?;
-        Ok::<_, anyhow::Error>(client.wait_exit(&args.realm.realm, &args.pid).await?)
+        let client = args.node.connect().await?;
+        Ok::<_, anyhow::Error>(
+            tabos_client::app::exit_of(&client, &args.realm.realm, &args.pid).await?,
+        )
     })?;
     crate::output::emit(
         || format!("{}: {}{}", s.pid, s.state(), exit_text(&s)),

@@ -1427,6 +1427,37 @@ fn elastic_realms_from_the_command_line() {
     assert!(node.stop().success());
 }
 
+/// `tabos wait` rides through its node's clean stop and restart (an
+/// outage, as in a failover): the answer is the proc's end — failed, "node
+/// … stopped", exit 1 — not the outage (125). Without the retry it exits
+/// 125 with "the node is stopping".
+#[test]
+fn tabos_wait_rides_through_its_node_restarting() {
+    let dir = TempDir::new("cli-wait-restart");
+    let data = dir.path().join("data");
+    let listen = format!("127.0.0.1:{}", free_port().unwrap());
+    let start = || Node::start(&["--data", data.to_str().unwrap(), "--listen", &listen]);
+    let node = start();
+    let o = node.tabos(&["spawn", "--pid", "long", "--", "sleep", "60"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let waiter = node
+        .command()
+        .args(["wait", "long"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The wait is in flight before the node stops.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(node.stop().success());
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let node = start();
+    let o = waiter.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("long: failed"), "{}", stdout(&o));
+    assert!(node.stop().success());
+}
+
 #[test]
 fn a_task_graph_from_the_command_line_survives_kill_9() {
     let dir = TempDir::new("cli-graph");

@@ -125,6 +125,58 @@ pub async fn until_exited(c: &mut Client, realm: &str, pid: &str) {
     }
 }
 
+/// How long [`through_outage`]'s callers keep asking: longer than a
+/// database failover (pg_auto_failover promoted a standby 52 s after its
+/// primary died, in CI) or a node's restart, short enough that a client
+/// of a node that is gone for good is told so within minutes.
+pub const OUTAGE_MAX: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// An error that can say its call was cut short rather than answered
+/// ([`Error::is_cut_short`]); the applications' own errors, which carry
+/// the client's, say so too.
+pub trait CutShort {
+    fn is_cut_short(&self) -> bool;
+}
+
+impl CutShort for Error {
+    fn is_cut_short(&self) -> bool {
+        Error::is_cut_short(self)
+    }
+}
+
+/// `call`'s answer, asked again (backed off) while it is cut short, for
+/// at most `outage`; then its last answer, whatever it is. Only for calls
+/// that may be sent twice: reads, and writes whose second sending changes
+/// nothing — or says "exists", which the caller must be able to take as
+/// its own first sending (a name only it would create).
+pub async fn through_outage<T, E: CutShort, Fut>(
+    outage: std::time::Duration,
+    mut call: impl FnMut() -> Fut,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut pauses = crate::retry::Backoff::new(WAIT_PAUSE_FIRST, WAIT_PAUSE_MAX)
+        .until(tokio::time::Instant::now() + outage);
+    loop {
+        match call().await {
+            Err(e) if e.is_cut_short() && pauses.wait().await => {}
+            answer => return answer,
+        }
+    }
+}
+
+/// Proc `pid`'s end ([`Client::wait_exit`]), waited for through an
+/// outage of up to [`OUTAGE_MAX`] — a failover, its node restarting — as
+/// `tabos wait` does: the proc's end is the answer, not the outage.
+pub async fn exit_of(client: &Client, realm: &str, pid: &str) -> Result<proto::ProcStatus, Error> {
+    through_outage(OUTAGE_MAX, || {
+        let mut c = client.clone();
+        async move { c.wait_exit(realm, pid).await }
+    })
+    .await
+}
+
 /// A proc that lived less than this was failing, not done.
 pub const QUICK_EXIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The longest wait before starting a proc again.
@@ -308,5 +360,48 @@ mod tests {
         within(b.after_exit(quick), RESTART_WAIT_MAX);
         assert_eq!(b.after_exit(QUICK_EXIT), Duration::ZERO);
         within(b.after_exit(quick), Duration::from_millis(250));
+    }
+
+    /// A call cut short is asked again until it is answered — and only
+    /// then; an answer, good or bad, is returned at once; an outage longer
+    /// than the bound ends with the last cut-short error.
+    #[tokio::test]
+    async fn calls_are_asked_again_through_an_outage_and_no_longer() {
+        let away = || Error::Status(tonic::Status::unavailable("the database is unavailable"));
+        let mut calls = 0;
+        let r: Result<u32, Error> = through_outage(Duration::from_secs(60), || {
+            calls += 1;
+            let n = calls;
+            async move {
+                if n < 3 {
+                    Err(away())
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 3);
+
+        let mut calls = 0;
+        let r: Result<u32, Error> = through_outage(Duration::from_secs(60), || {
+            calls += 1;
+            async { Err(Error::Status(tonic::Status::not_found("no such proc"))) }
+        })
+        .await;
+        assert_eq!(r.unwrap_err().code(), Some(tonic::Code::NotFound));
+        assert_eq!(calls, 1, "an answer is not asked again");
+
+        let mut calls = 0;
+        let r: Result<u32, Error> = through_outage(Duration::from_millis(300), || {
+            calls += 1;
+            async { Err(away()) }
+        })
+        .await;
+        assert!(r.unwrap_err().is_cut_short());
+        assert!(
+            (2..20).contains(&calls),
+            "asked again while the bound lasted, then given up: {calls} calls"
+        );
     }
 }

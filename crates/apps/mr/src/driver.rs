@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tabos_client::app::{through_outage, OUTAGE_MAX};
 use tabos_client::names::CreateOptions;
 use tabos_client::proto::{self, ProcState};
 use tabos_client::Client;
@@ -162,6 +163,22 @@ fn ok_if_exists<T>(r: Result<T, tabos_client::Error>) -> Result<()> {
     }
 }
 
+/// `call` on a clone of `client`, asked again while it is cut short — the
+/// node or its database away in a failover — for up to
+/// [`OUTAGE_MAX`](tabos_client::app::OUTAGE_MAX). A job's submission and
+/// its driver's reads and writes are all safe to send twice: the names and
+/// files a submission creates are its job's alone (its id is new), so
+/// "exists" after a call cut short is its own first sending.
+async fn again<T, Fut>(
+    client: &Client,
+    mut call: impl FnMut(Client) -> Fut,
+) -> std::result::Result<T, tabos_client::Error>
+where
+    Fut: std::future::Future<Output = std::result::Result<T, tabos_client::Error>>,
+{
+    tabos_client::app::through_outage(tabos_client::app::OUTAGE_MAX, || call(client.clone())).await
+}
+
 impl Job {
     /// Plans `s`'s input and starts the job on the node.
     pub async fn submit(client: &Client, realm: &str, s: Submit) -> Result<Job> {
@@ -229,48 +246,77 @@ impl Job {
             user,
         };
         let layout = Layout::new(&spec.id);
-        let mut c = client.clone();
+        // Every step below is asked again through an outage (`again`), and
+        // "exists" is taken as done: the job's names are its own.
         // Files: /mr is shared by the realm's users (01777, sticky: whoever
         // submits first makes it, and each job's tree under it is its
         // submitter's alone to remove).
-        ok_if_exists(c.fs_mkdir(realm, FS_USER, "/mr", 0o1777).await)?;
+        ok_if_exists(
+            again(client, |mut c| async move {
+                c.fs_mkdir(realm, FS_USER, "/mr", 0o1777).await
+            })
+            .await,
+        )?;
         for d in ["", "/plan", "/inter", "/out"] {
-            c.fs_mkdir(realm, FS_USER, &format!("{}{d}", layout.root()), 0o755)
-                .await?;
+            let dir = &format!("{}{d}", layout.root());
+            ok_if_exists(
+                again(client, |mut c| async move {
+                    c.fs_mkdir(realm, FS_USER, dir, 0o755).await
+                })
+                .await,
+            )?;
         }
         for (i, t) in tasks.iter().enumerate() {
             let plan = split::encode_task(t);
+            let path = &layout.plan(i);
             for (n, chunk) in plan.chunks(tabos_client::fs::CHUNK_BYTES).enumerate() {
+                // At its offset: written twice, the same bytes.
                 let at = (n * tabos_client::fs::CHUNK_BYTES) as i64;
-                c.fs_write(realm, FS_USER, &layout.plan(i), at, chunk.to_vec(), true)
-                    .await?;
+                again(client, |mut c| async move {
+                    c.fs_write(realm, FS_USER, path, at, chunk.to_vec(), true)
+                        .await
+                })
+                .await?;
             }
         }
         // Names.
         let mut dirs = vec![layout.tasks(), layout.reruns(), layout.election()];
         dirs.push(format!("{}/paused", layout.root()));
         dirs.extend((0..s.reducers).map(|k| layout.reducer_dir(k)));
-        for d in dirs {
-            c.name_mkdir_all(realm, &d).await?;
-        }
-        c.name_create(
-            realm,
-            &layout.spec(),
-            tabos_client::proto::NameKind::File,
-            spec.to_json(),
-            CreateOptions::default(),
-        )
-        .await?;
-        c.name_create(
-            realm,
-            &layout.status(),
-            tabos_client::proto::NameKind::File,
-            b"running".to_vec(),
-            CreateOptions::default(),
-        )
-        .await?;
-        c.create_mailbox(realm, &layout.mailbox(), 0, Some(true))
+        for d in &dirs {
+            again(
+                client,
+                |mut c| async move { c.name_mkdir_all(realm, d).await },
+            )
             .await?;
+        }
+        let spec_json = &spec.to_json();
+        for (path, data) in [
+            (layout.spec(), spec_json.as_slice()),
+            (layout.status(), b"running".as_slice()),
+        ] {
+            let path = &path;
+            ok_if_exists(
+                again(client, |mut c| async move {
+                    c.name_create(
+                        realm,
+                        path,
+                        tabos_client::proto::NameKind::File,
+                        data.to_vec(),
+                        CreateOptions::default(),
+                    )
+                    .await
+                })
+                .await,
+            )?;
+        }
+        let mailbox = &layout.mailbox();
+        ok_if_exists(
+            again(client, |mut c| async move {
+                c.create_mailbox(realm, mailbox, 0, Some(true)).await
+            })
+            .await,
+        )?;
         let task_bytes = tasks
             .iter()
             .map(|t| t.iter().map(|s| s.len).sum())
@@ -332,7 +378,14 @@ impl Job {
             cores: Some(0),
             ..Default::default()
         };
-        self.client.clone().spawn(&self.realm, p).await?;
+        // Its pid is new to the job: "exists" is this spawn's own.
+        let (p, realm) = (&p, self.realm.as_str());
+        ok_if_exists(
+            again(&self.client, |mut c| async move {
+                c.spawn(realm, p.clone()).await
+            })
+            .await,
+        )?;
         Ok(pid)
     }
 
@@ -349,7 +402,11 @@ impl Job {
         let mut c = self.client.clone();
         let mut watches = Vec::new();
         for dir in [self.layout.tasks(), self.layout.root()] {
-            let mut w = crate::watch::DirWatch::open(&c, &self.realm, &dir).await?;
+            let (realm, dir) = (self.realm.as_str(), dir.as_str());
+            let mut w = through_outage(OUTAGE_MAX, || {
+                crate::watch::DirWatch::open(&self.client, realm, dir)
+            })
+            .await?;
             let tx = tx.clone();
             watches.push(tokio::spawn(async move {
                 // A change, or a watch cut off and opened again: either
@@ -382,14 +439,27 @@ impl Job {
         for pid in &live {
             watch_coordinator(pid.clone());
         }
+        // The job's state is read (and written) through an outage: the
+        // job runs on through a failover, and so does its driver.
+        let (client, realm, status_path) = (
+            self.client.clone(),
+            self.realm.clone(),
+            self.layout.status(),
+        );
+        let (realm, status_path) = (realm.as_str(), status_path.as_str());
+        let status_of = || {
+            again(&client, move |mut c| async move {
+                c.name_get(realm, status_path).await
+            })
+        };
         let result = loop {
-            let p = self.progress().await?;
+            let p = through_outage(OUTAGE_MAX, || self.progress()).await?;
             progress(&p);
-            let status = c.name_get(&self.realm, &self.layout.status()).await?.data;
+            let status = status_of().await?.data;
             if status.starts_with(b"done") {
                 // The progress above was read before the status: the last
                 // tasks may have finished in between. What it ended with.
-                let p = self.progress().await?;
+                let p = through_outage(OUTAGE_MAX, || self.progress()).await?;
                 progress(&p);
                 break Ok(p);
             }
@@ -410,7 +480,11 @@ impl Job {
                     let mut still = Vec::new();
                     let mut own_failure = None;
                     for pid in live {
-                        let st = c.proc_status(&self.realm, &pid).await?;
+                        let st = again(&client, |mut c| {
+                            let pid = pid.as_str();
+                            async move { c.proc_status(realm, pid).await }
+                        })
+                        .await?;
                         match coordinator_end(&st) {
                             None => still.push(pid),
                             Some(CoordinatorEnd::TakenAway) => {}
@@ -422,7 +496,7 @@ impl Job {
                         }
                     }
                     live = still;
-                    let status = c.name_get(&self.realm, &self.layout.status()).await?.data;
+                    let status = status_of().await?.data;
                     if status != b"running" {
                         continue; // the status says how it ended
                     }
@@ -478,7 +552,11 @@ impl Job {
     /// Marks the job failed (unless it ended meanwhile) and stops whatever
     /// of it still runs.
     async fn fail(&self, why: &str) -> Result<()> {
-        crate::control::fail(&self.client, &self.realm, &self.spec.id, why).await?;
+        // Sent twice, the second finds the job failed already.
+        through_outage(OUTAGE_MAX, || {
+            crate::control::fail(&self.client, &self.realm, &self.spec.id, why)
+        })
+        .await?;
         Ok(())
     }
 

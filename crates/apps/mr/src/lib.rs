@@ -70,6 +70,14 @@ pub enum Error {
     Interrupted(String),
 }
 
+impl tabos_client::app::CutShort for Error {
+    /// A call of the tabos API cut short (not answered): asked again by
+    /// the driver through an outage.
+    fn is_cut_short(&self) -> bool {
+        matches!(self, Error::Api(e) if e.is_cut_short())
+    }
+}
+
 impl Error {
     /// Whether the job itself is at fault — its spec, its inputs, what its
     /// realm allows — so that another coordinator would fail the same way.
