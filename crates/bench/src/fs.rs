@@ -446,6 +446,9 @@ fn figure10(
 
 /// The realm, file, proc and mailbox of the provenance figures.
 const PROV_REALM: &str = "prov";
+/// A realm that records what clients acting for no proc do too
+/// (`--provenance all`), with the same file and mailbox.
+const PROV_ALL_REALM: &str = "prov-all";
 const PROV_FILE: &str = "/prov";
 const PROV_PID: &str = "reader";
 const PROV_MAILBOX: &str = "plain";
@@ -479,18 +482,37 @@ impl ProvOp {
     }
 }
 
-/// One provenance operation by client `c`, recorded or not.
+/// Who does a provenance figure's operations.
+#[derive(Clone, Copy, PartialEq)]
+enum ProvSide {
+    /// A client acting for a proc: recorded.
+    Proc,
+    /// A client acting for no proc in a realm that records clients:
+    /// recorded.
+    Client,
+    /// A client acting for no proc in a realm that records procs only:
+    /// not recorded.
+    Unrecorded,
+}
+
+/// One provenance operation by client `c`, on `side`.
 fn prov_op(
     rt: &tokio::runtime::Runtime,
     c: &mut tabos_client::Client,
     op: ProvOp,
-    recorded: bool,
+    side: ProvSide,
     rng: &mut Rng,
 ) {
-    let mut c = c.clone().acting_for(if recorded { PROV_PID } else { "" });
+    let mut c = c
+        .clone()
+        .acting_for(if side == ProvSide::Proc { PROV_PID } else { "" });
+    let realm = match side {
+        ProvSide::Client => PROV_ALL_REALM,
+        _ => PROV_REALM,
+    };
     let at = (rng.below(PROV_FILE_BYTES / PROV_IO) * PROV_IO) as i64;
     let proc_box = format!("proc/{PROV_PID}");
-    let (from, mailbox) = if recorded {
+    let (from, mailbox) = if side == ProvSide::Proc {
         (proc_box.as_str(), proc_box.as_str())
     } else {
         ("", PROV_MAILBOX)
@@ -498,21 +520,19 @@ fn prov_op(
     rt.block_on(async {
         match op {
             ProvOp::Read => {
-                let d = c.fs_read(PROV_REALM, "root", PROV_FILE, at, PROV_IO as u32);
+                let d = c.fs_read(realm, "root", PROV_FILE, at, PROV_IO as u32);
                 assert_eq!(d.await.expect("fs_read").len(), PROV_IO);
             }
             ProvOp::Write => {
                 let data = vec![b'p'; PROV_IO];
-                let w = c.fs_write(PROV_REALM, "root", PROV_FILE, at, data, false);
+                let w = c.fs_write(realm, "root", PROV_FILE, at, data, false);
                 w.await.expect("fs_write");
             }
             ProvOp::Message => {
                 let payload = vec![b'm'; PROV_MESSAGE];
-                c.send(PROV_REALM, from, mailbox, payload)
-                    .await
-                    .expect("send");
+                c.send(realm, from, mailbox, payload).await.expect("send");
                 // With several clients another may take it: counted all the same.
-                c.recv(PROV_REALM, mailbox, 1, 0).await.expect("recv");
+                c.recv(realm, mailbox, 1, 0).await.expect("recv");
             }
         }
     })
@@ -537,17 +557,22 @@ fn provenance(
     let dir = dir.join("provenance");
     std::fs::create_dir_all(&dir)?;
     let node = start_node_at(rt, &dir, false, Durability::Normal)?;
-    tabos_kernel::realms::create(
-        &node.store,
-        PROV_REALM,
-        tabos_kernel::sched::Scheduler::Fifo,
-    )?;
+    for realm in [PROV_REALM, PROV_ALL_REALM] {
+        tabos_kernel::realms::create(&node.store, realm, tabos_kernel::sched::Scheduler::Fifo)?;
+    }
     rt.block_on(async {
         let mut c = node.addr.connect().await?;
-        let file = vec![7u8; PROV_FILE_BYTES];
-        c.fs_write(PROV_REALM, "root", PROV_FILE, 0, file, true)
-            .await?;
-        c.create_mailbox(PROV_REALM, PROV_MAILBOX, 0, None).await?;
+        for realm in [PROV_REALM, PROV_ALL_REALM] {
+            let file = vec![7u8; PROV_FILE_BYTES];
+            c.fs_write(realm, "root", PROV_FILE, 0, file, true).await?;
+            c.create_mailbox(realm, PROV_MAILBOX, 0, None).await?;
+        }
+        c.set_realm(tabos_client::proto::SetRealmRequest {
+            realm: PROV_ALL_REALM.into(),
+            provenance: Some(tabos_client::proto::Provenance::All.into()),
+            ..Default::default()
+        })
+        .await?;
         // Alive for the whole run: its mailbox takes messages while it lives.
         let proc = tabos_client::proto::ProcDescriptor {
             pid: PROV_PID.into(),
@@ -558,9 +583,16 @@ fn provenance(
         c.spawn(PROV_REALM, proc).await?;
         anyhow::Ok(())
     })?;
-    for op in [ProvOp::Read, ProvOp::Write, ProvOp::Message] {
+    let figures = [ProvOp::Read, ProvOp::Write, ProvOp::Message]
+        .into_iter()
+        .flat_map(|op| [(op, ProvSide::Proc), (op, ProvSide::Client)]);
+    for (op, side) in figures {
         for clients in [1, 16] {
-            let name = format!("provenance.{}.{clients}c", op.name());
+            let by = match side {
+                ProvSide::Client => "clients.",
+                _ => "",
+            };
+            let name = format!("provenance.{by}{}.{clients}c", op.name());
             if !name.starts_with(filter) {
                 continue;
             }
@@ -573,13 +605,13 @@ fn provenance(
                     &node.addr,
                     clients,
                     size.run / 2,
-                    |rt, c, _, rng| prov_op(rt, c, op, false, rng),
+                    |rt, c, _, rng| prov_op(rt, c, op, ProvSide::Unrecorded, rng),
                 )?);
                 on.push(drive_grpc(
                     &node.addr,
                     clients,
                     size.run / 2,
-                    |rt, c, _, rng| prov_op(rt, c, op, true, rng),
+                    |rt, c, _, rng| prov_op(rt, c, op, side, rng),
                 )?);
             }
             let median = |v: &mut Vec<f64>| {
@@ -598,11 +630,18 @@ fn provenance(
                 .peer("without provenance", Some(round(off, 0)))
                 .runs(PROV_RUNS, Stat::MedianOfRuns)
                 .target("ratio >= 0.9")
-                .note(
-                    "the same operations over gRPC, recorded in proc_event and not \
-                     (acting for a proc or none; a message from and to a proc's mailbox, \
-                     or from no address through a named one); durability normal",
-                ),
+                .note(match side {
+                    ProvSide::Client => {
+                        "the same operations over gRPC by a client acting for no proc, \
+                         recorded in proc_event (a realm with --provenance all) and not \
+                         (a realm with procs, the default); durability normal"
+                    }
+                    _ => {
+                        "the same operations over gRPC, recorded in proc_event and not \
+                         (acting for a proc or none; a message from and to a proc's mailbox, \
+                         or from no address through a named one); durability normal"
+                    }
+                }),
             );
         }
     }

@@ -697,6 +697,13 @@ enum RealmCommand {
         /// removes what is older. `none`: keep until `tabos prune`
         #[arg(long, value_name = "DURATION")]
         retention: Option<String>,
+        /// What provenance (`proc_event`) records: `procs` (the default),
+        /// or `all` — also the file reads and writes, sends and receipts of
+        /// clients acting for no proc (a user's shell, the SDKs, the mount
+        /// outside a proc), as pid `@USER/CREDENTIAL`; each such file read
+        /// then commits a write
+        #[arg(long, value_name = "procs|all", value_parser = ["procs", "all"])]
+        provenance: Option<String>,
         #[command(flatten)]
         node: NodeAddr,
     },
@@ -755,6 +762,7 @@ fn realm_json(r: &proto::RealmInfo) -> serde_json::Value {
         "procedures": r.procedures, "quota_procedures": r.quota_procedures,
         "host_paths": r.host_paths, "host_network": r.host_network,
         "retention_s": r.retention_s,
+        "provenance": r.provenance().name(),
         "scheduler": scheduler_name(r.scheduler),
         "created": crate::output::rfc3339(r.created_us),
         "stored": r.stored.iter().map(|s| (class_name(s.class).to_string(), s.bytes.into()))
@@ -920,6 +928,7 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
             host_network,
             no_host_network,
             retention,
+            provenance,
             node,
         } => {
             let mut clear = Vec::new();
@@ -975,6 +984,14 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                     _ => None,
                 },
                 retention_s,
+                provenance: provenance
+                    .as_deref()
+                    .map(|p| {
+                        proto::Provenance::from_name(p)
+                            .map(i32::from)
+                            .ok_or_else(|| anyhow::anyhow!("--provenance {p:?}: procs or all"))
+                    })
+                    .transpose()?,
             };
             let request = proto::SetRealmRequest { clear, ..request };
             crate::runtime()?.block_on(async {
@@ -1042,6 +1059,13 @@ pub fn realm(args: RealmArgs) -> anyhow::Result<()> {
                     ),
                     None => outln!("retention:  none (kept until tabos prune)"),
                 }
+                outln!(
+                    "provenance: {}",
+                    match r.provenance() {
+                        proto::Provenance::All => "all (what procs and clients do is recorded)",
+                        _ => "procs (what procs do is recorded)",
+                    }
+                );
                 outln!();
                 print_realms(&one, false);
                 print_stored(&one[0]);

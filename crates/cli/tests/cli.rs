@@ -3697,6 +3697,40 @@ fn the_cli_reads_like_kubectl() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&node.tabos(&["realm", "show", "default"]));
     assert!(text.contains("retention:  none"), "{text}");
+    // Provenance of clients acting for no proc: off by default, on with
+    // `all` — `tabos fs cat` by hand is then recorded as the user's.
+    assert!(text.contains("provenance: procs"), "{text}");
+    let local = node.home.path().join("note.txt");
+    std::fs::write(&local, "by hand").unwrap();
+    let o = node.tabos(&["fs", "put", local.to_str().unwrap(), "/note"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["realm", "set", "default", "--provenance", "all"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = node.tabos(&["realm", "show", "default", "-o", "json"]);
+    let shown: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(shown["provenance"], "all", "{shown}");
+    let o = node.tabos(&["fs", "cat", "/note"]);
+    assert_eq!(stdout(&o), "by hand", "{}", stderr(&o));
+    let o = node.tabos(&[
+        "sql",
+        "--json",
+        "--",
+        "SELECT pid, event, detail FROM proc_event WHERE pid LIKE '@%'",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{v}");
+    assert!(
+        rows[0]["pid"].as_str().unwrap().starts_with("@root/"),
+        "{v}"
+    );
+    assert_eq!(rows[0]["event"], "fs_read", "{v}");
+    assert_eq!(rows[0]["detail"], "/note @0 +7", "{v}");
+    let o = node.tabos(&["realm", "set", "default", "--provenance", "sometimes"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let o = node.tabos(&["realm", "set", "default", "--provenance", "procs"]);
+    assert!(o.status.success(), "{}", stderr(&o));
     // Not found: its own status, for every kind of name; one `error:`.
     for args in [
         vec!["--realm", "nosuch", "ps"],

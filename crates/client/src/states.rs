@@ -6,8 +6,8 @@
 
 use crate::proto::{
     AllocManager, FileType, GraphStatus, LogStream, NameKind, NodeState, ProcClass, ProcKind,
-    ProcState, Role, Scheduler, StepKind, StepStatus, TaskKind, TaskStatus, WatchMode, WatchOp,
-    WorkflowStatus,
+    ProcState, Provenance, Role, Scheduler, StepKind, StepStatus, TaskKind, TaskStatus, WatchMode,
+    WatchOp, WorkflowStatus,
 };
 
 /// `name()`, `from_name()`, `NAMES` and `parse()` (the unspecified value reads "unknown": a newer node's value,
@@ -60,6 +60,7 @@ names!(Role { Reader => "reader", Member => "member", Admin => "admin", Operator
 names!(ProcKind { Native => "native", Wasm => "wasm" });
 names!(ProcClass { Lc => "LC", Be => "BE" });
 names!(Scheduler { Fifo => "fifo", Locality => "locality", LeastLoaded => "least_loaded" });
+names!(Provenance { Procs => "procs", All => "all" });
 names!(AllocManager { Smgr => "smgr", Rmgr => "rmgr" });
 names!(LogStream { Stdout => "stdout", Stderr => "stderr" });
 names!(NameKind { Dir => "dir", File => "file", Symlink => "symlink" });

@@ -534,6 +534,18 @@ fn partition_of(realm: &str, partitions: u32) -> PKey {
     }
 }
 
+/// Whom a provenance event names ([`Caller::actor`]); what its events
+/// take is `procs`'s (it owns `proc_event`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Actor {
+    /// A proc: every event of its is recorded.
+    Proc(Pid),
+    /// A client acting for no proc (`@USER/CREDENTIAL`): its file reads
+    /// and writes, sends and receipts are recorded when its realm's
+    /// provenance is `all`.
+    Client(String),
+}
+
 /// The user who may do anything in a realm's files and names.
 pub const ROOT: &str = "root";
 
@@ -654,6 +666,22 @@ impl Caller {
             scope: None,
             origin: Origin::Task(task.to_string()),
         })
+    }
+
+    /// Whom a provenance event of an operation done for `pid` (one this
+    /// caller may act for), or for no proc, names: the proc; else this
+    /// client — `@USER/CREDENTIAL`, or `@USER/task:GRAPH/TASK` for a
+    /// graph's task acting for no proc (`@` is never in a pid).
+    pub fn actor(&self, pid: Option<Pid>) -> Actor {
+        match pid {
+            Some(pid) => Actor::Proc(pid),
+            None => Actor::Client(match &self.origin {
+                Origin::Credential(id) => format!("@{}/{id}", self.user),
+                Origin::Task(task) => format!("@{}/task:{task}", self.user),
+                // A proc procd runs always acts for itself.
+                Origin::Proc(pid) => return Actor::Proc(pid.clone()),
+            }),
+        }
     }
 
     fn who(&self) -> String {

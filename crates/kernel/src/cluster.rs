@@ -209,6 +209,8 @@ pub struct RealmChange {
     /// A new retention ([`realms::Retention`]; cleared by
     /// [`CLEAR_RETENTION`]).
     pub retention: Option<realms::Retention>,
+    /// What its provenance records (`None`: left as it is).
+    pub provenance: Option<realms::Provenance>,
 }
 
 /// Changes realm `realm`'s quotas and host access in one transaction: an
@@ -263,6 +265,9 @@ pub async fn set_realm(store: &Store, who: &Caller, realm: &str, c: RealmChange)
             realms::set_retention_tx(tx, &r, None)?;
         } else if let Some(keep) = c.retention {
             realms::set_retention_tx(tx, &r, Some(keep))?;
+        }
+        if let Some(p) = c.provenance {
+            realms::set_provenance_tx(tx, &r, p)?;
         }
         realms::set_quota_tx(tx, &r, &q)
     })

@@ -311,6 +311,12 @@ pub const MIGRATIONS: &[Migration] = &[
         sqlite: include_str!("../schema/sqlite/045_graph_pid.sql"),
         postgres: include_str!("../schema/postgres/045_graph_pid.sql"),
     },
+    Migration {
+        version: 46,
+        name: "client_provenance",
+        sqlite: include_str!("../schema/sqlite/046_client_provenance.sql"),
+        postgres: include_str!("../schema/postgres/046_client_provenance.sql"),
+    },
 ];
 
 /// Errors of kernel services.

@@ -694,10 +694,11 @@ impl Host for TxHost<'_> {
         id: Option<&str>,
     ) -> std::result::Result<(), HostError> {
         let msgs = self.result(Outgoing::to_each(to, payload, id))?;
+        let actor = self.who.actor(self.who.pid().cloned());
         let sent = ipc::send_for_tx(
             self.tx,
             self.realm,
-            self.who.pid(),
+            Some(&actor),
             &msgs,
             &MailboxOptions::default(),
             self.now_us,
@@ -719,12 +720,13 @@ impl Host for TxHost<'_> {
         let got = if call.peek {
             ipc::peek_tx(self.tx, self.realm, &address, &take)
         } else {
+            let actor = self.who.actor(self.who.pid().cloned());
             ipc::recv_for_tx(
                 self.tx,
                 self.realm,
                 &address,
                 &take,
-                self.who.pid(),
+                Some(&actor),
                 self.now_us,
             )
         };

@@ -2322,6 +2322,53 @@ pub fn note_tx(
     event_tx(tx, realm, pid.as_str(), event, Some(detail), now_us)
 }
 
+pub use crate::auth::Actor;
+
+/// What an actor's events take: `proc_event` is this module's.
+impl Actor {
+    /// Procedure body: NotFound for a proc that is not in `realm` (a
+    /// client always is).
+    pub fn check_tx(&self, tx: &mut dyn Tx, realm: &str) -> Result<()> {
+        match self {
+            Actor::Proc(pid) => exists_tx(tx, realm, pid),
+            Actor::Client(_) => Ok(()),
+        }
+    }
+
+    /// Procedure body: whether `realm` records this actor's events — a
+    /// proc's always, a client's as the realm says.
+    pub fn recorded_tx(&self, tx: &mut dyn Tx, realm: &str) -> Result<bool> {
+        Ok(match self {
+            Actor::Proc(_) => true,
+            Actor::Client(_) => {
+                crate::realms::provenance_tx(tx, realm)? == crate::realms::Provenance::All
+            }
+        })
+    }
+
+    /// Procedure body: [`note_tx`] for this actor, if its realm records it
+    /// ([`recorded_tx`](Self::recorded_tx)).
+    pub fn note_tx(
+        &self,
+        tx: &mut dyn Tx,
+        realm: &str,
+        event: &str,
+        detail: &str,
+        now_us: i64,
+    ) -> Result<()> {
+        match self {
+            Actor::Proc(pid) => note_tx(tx, realm, pid, event, detail, now_us),
+            Actor::Client(who) => {
+                if self.recorded_tx(tx, realm)? {
+                    let detail = crate::utf8_prefix(detail, EVENT_DETAIL_BYTES_MAX);
+                    event_tx(tx, realm, who, event, Some(detail), now_us)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// [`record`] for `who` (role member), who must be able to act for `pid`
 /// (its own proc's credential, or one that is not a proc's): what a door
 /// records when a request says it is done for a proc.

@@ -283,6 +283,66 @@ pub fn set_host_network_tx(tx: &mut dyn Tx, realm: &str, allowed: bool) -> Resul
     Ok(())
 }
 
+/// What a realm's provenance (`proc_event`) records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provenance {
+    /// What procs do (the default).
+    #[default]
+    Procs,
+    /// Also the file reads and writes, sends and receipts of clients
+    /// acting for no proc — each such file read then commits a write, so
+    /// it is the operator's choice.
+    All,
+}
+
+impl Provenance {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provenance::Procs => "procs",
+            Provenance::All => "all",
+        }
+    }
+}
+
+impl std::str::FromStr for Provenance {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Provenance> {
+        match s {
+            "procs" => Ok(Provenance::Procs),
+            "all" => Ok(Provenance::All),
+            _ => Err(Error::Invalid(format!("provenance {s:?} is procs or all"))),
+        }
+    }
+}
+
+/// Procedure body: sets what `realm`'s provenance records — an operator's
+/// decision, like its retention.
+pub fn set_provenance_tx(tx: &mut dyn Tx, realm: &str, p: Provenance) -> Result<()> {
+    let pk = i64::from(tx.p_key().0);
+    let n = tx.execute(
+        "UPDATE realm SET provenance = $3 WHERE p_key = $1 AND realm = $2",
+        params![pk, realm, p.as_str()],
+    )?;
+    if n == 0 {
+        return Err(Error::NotFound(format!("unknown realm {realm:?}")));
+    }
+    Ok(())
+}
+
+/// Procedure body: what `realm`'s provenance records (the default for no
+/// such realm: its operations fail on their own).
+pub fn provenance_tx(tx: &mut dyn Tx, realm: &str) -> Result<Provenance> {
+    let pk = i64::from(tx.p_key().0);
+    let row = tx.query_opt(
+        "SELECT provenance FROM realm WHERE p_key = $1 AND realm = $2",
+        params![pk, realm],
+    )?;
+    match row {
+        Some(r) => r.get::<String>(0)?.parse(),
+        None => Ok(Provenance::default()),
+    }
+}
+
 /// Shortest retention a realm may have: a record kept less than a second
 /// would be gone before most questions about it could be asked.
 pub const RETENTION_MIN_US: i64 = 1_000_000;
@@ -713,6 +773,8 @@ pub struct Usage {
     /// How long the record of what is over is kept, in µs ([`Retention`];
     /// `None`: until pruned by hand).
     pub retention_us: Option<i64>,
+    /// What its provenance records.
+    pub provenance: Provenance,
 }
 
 /// Usage of `realm`, or of every realm when `None`, by name, on the read
@@ -732,9 +794,9 @@ pub fn usage(store: &Store, realm: Option<&str>) -> Result<Vec<Usage>> {
          u.quota_mailbox_mb, u.procedures, u.quota_procedures, r.host_paths, r.host_network, \
          r.scheduler, r.created_us, ",
         class_columns!(),
-        ", r.retention_us FROM realm_usage u \
+        ", r.retention_us, r.provenance FROM realm_usage u \
          JOIN (SELECT p_key, realm AS name, host_paths, host_network, scheduler, created_us, \
-               retention_us FROM realm) r \
+               retention_us, provenance FROM realm) r \
            ON r.name = u.realm \
          WHERE r.p_key = $2 AND (CAST($1 AS TEXT) IS NULL OR u.realm = $1) ORDER BY u.realm"
     );
@@ -784,6 +846,7 @@ fn usage_of(rows: &tabos_store::Rows) -> Result<Vec<Usage>> {
                 created_us: r.get(16)?,
                 stored: Stored::from_row(r, 17)?,
                 retention_us: r.get(17 + StorageClass::ALL.len())?,
+                provenance: r.get::<String>(18 + StorageClass::ALL.len())?.parse()?,
             })
         })
         .collect()

@@ -308,6 +308,7 @@ fn realm_info(node: &Node, u: tabos_kernel::realms::Usage) -> proto::RealmInfo {
         scheduler: crate::wire::out(u.scheduler),
         created_us: u.created_us,
         retention_s: u.retention_us.map(|us| us / 1_000_000),
+        provenance: crate::wire::out(u.provenance),
         realm: u.realm,
         live_procs: u.live_procs,
         quota_procs: u.quota.procs,
@@ -406,6 +407,11 @@ pub mod ops {
                 .retention_s
                 .map(|s| tabos_kernel::realms::Retention::new(s.saturating_mul(1_000_000)))
                 .transpose()?,
+            provenance: r
+                .provenance
+                .map(|v| crate::wire::field("provenance", v))
+                .transpose()?
+                .flatten(),
         };
         let u = cluster::set_realm(&node.store, &who, &r.realm, change).await?;
         Ok(realm_info(node, u))

@@ -50,6 +50,7 @@ wire!(tabos_kernel::procs::Class => ProcClass { Lc => Lc, Be => Be });
 wire!(tabos_kernel::realms::Scheduler => Scheduler {
     Fifo => Fifo, Locality => Locality, LeastLoaded => LeastLoaded,
 });
+wire!(tabos_kernel::realms::Provenance => Provenance { Procs => Procs, All => All });
 wire!(tabos_kernel::names::Kind => NameKind { Dir => Dir, File => File, Symlink => Symlink });
 wire!(tabos_kernel::fs::FileType => FileType { Dir => Dir, File => File, Symlink => Symlink, Fifo => Fifo });
 wire!(tabos_kernel::fs::Access => FsAccess { Read => Read, Write => Write, ReadWrite => ReadWrite });
@@ -180,6 +181,11 @@ mod tests {
         use realms::Scheduler as Sch;
         same(
             &[Sch::Fifo, Sch::Locality, Sch::LeastLoaded],
+            |k| k.as_str().into(),
+            |p| p.name(),
+        );
+        same(
+            &[realms::Provenance::Procs, realms::Provenance::All],
             |k| k.as_str().into(),
             |p| p.name(),
         );

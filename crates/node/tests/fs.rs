@@ -317,6 +317,157 @@ async fn reads_and_writes_for_a_proc_are_its_provenance() {
     n.shut_down().await;
 }
 
+/// A client acting for no proc (a user's shell, the SDKs, the mount
+/// outside a proc) leaves no event while its realm's provenance is
+/// `procs` (the default); with `all`, each of its reads, writes, sends and
+/// receipts is recorded as `@USER/CREDENTIAL` — a small file read in its
+/// transaction, a large one after it — and `procs` again stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_realm_may_record_what_clients_acting_for_no_proc_do() {
+    let dir = TempDir::new("fs-client-provenance");
+    let n = start(&dir, "fs-node").await;
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
+    let me = c.who_am_i().await.unwrap();
+    let clients_events = |c: &mut Client| {
+        let mut c = c.clone();
+        async move {
+            let rows = c
+                .sql(
+                    "SELECT pid, event, detail FROM proc_event WHERE realm = $1 \
+                     AND pid LIKE '@%' ORDER BY seq",
+                    vec![tabos_client::Value::Text(REALM.into())],
+                )
+                .await
+                .unwrap();
+            rows.rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} {} {}",
+                        common::text(&r[0]),
+                        common::text(&r[1]),
+                        common::text(&r[2])
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let set = |c: &mut Client, p: proto::Provenance| {
+        let mut c = c.clone();
+        async move {
+            c.set_realm(proto::SetRealmRequest {
+                realm: REALM.into(),
+                provenance: Some(p.into()),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let big = vec![7u8; 2 << 20];
+    c.fs_write(REALM, "root", "/small", 0, b"hello".to_vec(), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.fs_read(REALM, "root", "/small", 0, 5).await.unwrap(),
+        b"hello"
+    );
+    assert!(
+        clients_events(&mut c).await.is_empty(),
+        "procs: the default"
+    );
+
+    let info = set(&mut c, proto::Provenance::All).await;
+    assert_eq!(info.provenance(), proto::Provenance::All);
+    c.fs_write(REALM, "root", "/small", 0, b"HELLO".to_vec(), true)
+        .await
+        .unwrap();
+    assert_eq!(
+        c.fs_read(REALM, "root", "/small", 1, 3).await.unwrap(),
+        b"ELL"
+    );
+    c.fs_write(REALM, "root", "/big", 0, big.clone(), true)
+        .await
+        .unwrap();
+    let read = c
+        .fs_read(REALM, "root", "/big", 4096, 65_536)
+        .await
+        .unwrap();
+    assert_eq!(read, &big[4096..4096 + 65_536]);
+    // Past the end: nothing read, nothing recorded.
+    assert!(c
+        .fs_read(REALM, "root", "/small", 5, 5)
+        .await
+        .unwrap()
+        .is_empty());
+    let actor = format!("@root/{}", me.id);
+    assert_eq!(
+        clients_events(&mut c).await,
+        [
+            format!("{actor} fs_write /small @0 +5"),
+            format!("{actor} fs_read /small @1 +3"),
+            format!("{actor} fs_write /big @0 +{}", big.len()),
+            format!("{actor} fs_read /big @4096 +65536"),
+        ]
+    );
+
+    // Its messages too: a send and its receipt, taken from the mailbox or
+    // handed over to a receive waiting for it, name the same messages.
+    c.create_mailbox(REALM, "inbox", 0, None).await.unwrap();
+    c.send(REALM, "", "inbox", b"one".to_vec()).await.unwrap();
+    assert_eq!(c.recv(REALM, "inbox", 10, 0).await.unwrap().len(), 1);
+    let waiting = {
+        let mut c = c.clone();
+        tokio::spawn(async move { c.recv(REALM, "inbox", 10, 10_000).await.unwrap() })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    c.send(REALM, "", "inbox", b"two".to_vec()).await.unwrap();
+    assert_eq!(waiting.await.unwrap()[0].payload, b"two");
+    let events = clients_events(&mut c).await;
+    assert_eq!(events.len(), 8, "{events:#?}");
+    let sends: Vec<_> = events[4..]
+        .iter()
+        .filter_map(|e| e.strip_prefix(&format!("{actor} send ")))
+        .collect();
+    let receipts: Vec<_> = events[4..]
+        .iter()
+        .filter_map(|e| e.strip_prefix(&format!("{actor} recv ")))
+        .collect();
+    assert_eq!(sends.len(), 2, "{events:#?}");
+    assert_eq!(sends, receipts, "{events:#?}");
+    assert!(sends[0].ends_with(" +3"), "{events:#?}");
+
+    // The README's query of what user root touched, by procs or by hand.
+    let sql = readme_provenance_queries().remove(5);
+    let rows = c.sql(&sql, vec![]).await.unwrap();
+    let mut got: Vec<String> = rows
+        .rows
+        .iter()
+        .map(|r| r.iter().map(common::text).collect::<Vec<_>>().join(" "))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            format!("{actor} fs_read /big"),
+            format!("{actor} fs_read /small"),
+            format!("{actor} fs_write /big"),
+            format!("{actor} fs_write /small"),
+        ]
+    );
+
+    let info = set(&mut c, proto::Provenance::Procs).await;
+    assert_eq!(info.provenance(), proto::Provenance::Procs);
+    c.fs_read(REALM, "root", "/small", 0, 5).await.unwrap();
+    c.send(REALM, "", "inbox", b"three".to_vec()).await.unwrap();
+    assert_eq!(
+        clients_events(&mut c).await.len(),
+        8,
+        "procs again: no more"
+    );
+    n.shut_down().await;
+}
+
 /// A native proc's own credential makes its file reads and writes its
 /// provenance without acting for it explicitly, each recorded with the
 /// path (also one written through an open handle); it cannot act for
@@ -388,7 +539,7 @@ async fn a_procs_own_credential_records_its_provenance() {
     // what root's procs touched in the last hour, and — once /in changes
     // (by a client acting for no proc) — who read it before.
     let queries = readme_provenance_queries();
-    assert_eq!(queries.len(), 5, "{queries:#?}");
+    assert_eq!(queries.len(), 6, "{queries:#?}");
     let reader = c.clone();
     let answer = |sql: String| {
         let mut c = reader.clone();

@@ -42,6 +42,7 @@ use super::{
 use crate::auth::Role;
 use crate::ids::Pid;
 use crate::names::{check_fence_if_tx, Fence};
+use crate::procs::Actor;
 use crate::{partition, validate_realm, Error, Result};
 
 /// The change-feed channel on which block store `store_id`'s node is told
@@ -126,13 +127,14 @@ fn blocks_err(e: tabos_blockio::Error) -> Error {
     }
 }
 
-/// A provenance event a file operation records for the proc it is done
-/// for, in the transaction that commits the operation.
+/// A provenance event a file operation records for whom it is done for
+/// (a proc, or a client acting for none when its realm records clients:
+/// [`Actor`]), in the transaction that commits the operation.
 /// Its detail is `PATH @OFFSET +BYTES`, the path the file had when the
 /// operation committed (also for one done through an open handle).
 #[derive(Debug, Clone)]
 struct Noted {
-    pid: Pid,
+    actor: Actor,
     event: &'static str,
     offset: i64,
 }
@@ -147,7 +149,7 @@ impl Noted {
         now_us: i64,
     ) -> Result<()> {
         let detail = super::event_detail(path, self.offset, bytes);
-        crate::procs::note_tx(tx, realm, &self.pid, self.event, &detail, now_us)
+        self.actor.note_tx(tx, realm, self.event, &detail, now_us)
     }
 }
 
@@ -187,10 +189,12 @@ struct Plan {
 
 /// What a read's first transaction found.
 enum ReadStep {
-    /// The data, read in it (a localized file).
-    Data(Vec<u8>),
-    /// The plan to read it outside (parallel blocks, segments).
-    Plan(Box<Plan>),
+    /// The data, read in it (a localized file), and the file's path when
+    /// a note is owed for it after the transaction (a client's read).
+    Data(Vec<u8>, Option<String>),
+    /// The plan to read it outside (parallel blocks, segments), and
+    /// whether the read is to be noted after.
+    Plan(Box<Plan>, bool),
     /// A named pipe, by id: read by [`fifo::waiting`].
     Fifo(String),
 }
@@ -438,11 +442,17 @@ impl Files {
         if let Some(pid) = &pid {
             who.may_act_for(pid)?;
         }
-        let noted = pid.map(|pid| Noted {
-            pid,
+        let noted = Noted {
+            actor: who.actor(pid),
             event: "fs_read",
             offset,
-        });
+        };
+        // A proc's read commits its note in its own transaction (on the
+        // partition's writer); a client's is noted, if its realm says so,
+        // in one right after it — its read, like every other read that
+        // notes nothing, takes a read connection, never queued behind
+        // writes.
+        let on_writer = matches!(noted.actor, Actor::Proc(_));
         let (target, noted) = (&target, &noted);
         let (data, path) = settled(target, false, || async move {
             let (r, who2, t, n) = (
@@ -457,34 +467,32 @@ impl Files {
                     return Ok(ReadStep::Fifo(st.id));
                 }
                 let st = is_file(st)?;
-                if let Some(n) = &n {
-                    crate::procs::exists_tx(tx, &r, &n.pid)?;
-                }
+                n.actor.check_tx(tx, &r)?;
+                let mut recorded = n.actor.recorded_tx(tx, &r)?;
                 if st.storage == Storage::Local {
                     let data = read_local(tx, &r, &st, offset, len)?;
-                    if let Some(n) = n.as_ref().filter(|_| !data.is_empty()) {
+                    if on_writer && !data.is_empty() {
                         n.note_tx(tx, &r, &st.path, data.len(), tabos_store::now_us())?;
+                        recorded = false;
                     }
-                    return Ok(ReadStep::Data(data));
+                    let after = recorded.then(|| st.path.clone());
+                    return Ok(ReadStep::Data(data, after));
                 }
-                Ok(ReadStep::Plan(Box::new(plan(tx, &r, st)?)))
+                Ok(ReadStep::Plan(Box::new(plan(tx, &r, st)?), recorded))
             };
-            // A read done for a proc commits its note in its own
-            // transaction (on the partition's writer); any other read
-            // takes a read connection, never queued behind writes.
-            let step = if noted.is_some() {
+            let step = if on_writer {
                 crate::call(&self.store, realm, step).await?
             } else {
                 crate::read(&self.store, realm, step).await?
             };
-            let p = match step {
-                ReadStep::Data(data) => return Ok((data, None)),
+            let (p, recorded) = match step {
+                ReadStep::Data(data, after) => return Ok((data, after)),
                 ReadStep::Fifo(id) => {
-                    let data = self.read_fifo(who, realm, target, &id, len, noted.as_ref());
+                    let data = self.read_fifo(who, realm, target, &id, len, noted);
                     let data = data.await?;
                     return Ok((data, None));
                 }
-                ReadStep::Plan(p) => *p,
+                ReadStep::Plan(p, recorded) => (*p, recorded),
             };
             let end = p.st.size.min(offset.saturating_add(len as i64));
             if end <= offset {
@@ -495,14 +503,15 @@ impl Files {
                 _ => self.read_segments(&p, offset, end).await?,
             };
             // Read outside the transaction that planned it: noted after.
-            Ok((data, Some(p.st.path)))
+            Ok((data, recorded.then_some(p.st.path)))
         })
         .await?;
-        if let (Some(n), Some(path)) = (noted.clone(), path) {
+        // `path`: a note owed after the read's transaction.
+        if let Some(path) = path {
             if !data.is_empty() {
-                let (r, bytes) = (realm.to_string(), data.len());
+                let (r, bytes, n) = (realm.to_string(), data.len(), noted.clone());
                 crate::call(&self.store, realm, move |tx| {
-                    crate::procs::exists_tx(tx, &r, &n.pid)?;
+                    n.actor.check_tx(tx, &r)?;
                     n.note_tx(tx, &r, &path, bytes, tabos_store::now_us())
                 })
                 .await?;
@@ -521,21 +530,19 @@ impl Files {
         target: &FileRef,
         id: &str,
         len: usize,
-        noted: Option<&Noted>,
+        noted: &Noted,
     ) -> Result<Vec<u8>> {
         let (r, who, t, n) = (
             realm.to_string(),
             who.clone(),
             target.clone(),
-            noted.cloned(),
+            noted.clone(),
         );
         let orphaned = fifo::unread(&self.store, realm, id);
         fifo::waiting(&self.store, realm, id, orphaned, move |tx, mark| {
-            if let Some(n) = &n {
-                crate::procs::exists_tx(tx, &r, &n.pid)?;
-            }
+            n.actor.check_tx(tx, &r)?;
             let (st, step) = fifo::read_step(tx, &r, &who, &t, mark, len)?;
-            if let (Some(n), fifo::Step::Done(data)) = (&n, &step) {
+            if let fifo::Step::Done(data) = &step {
                 if !data.is_empty() {
                     n.note_tx(tx, &r, &st.path, data.len(), tabos_store::now_us())?;
                 }
@@ -557,7 +564,7 @@ impl Files {
         target: &FileRef,
         id: &str,
         data: &Arc<Vec<u8>>,
-        noted: Option<&Noted>,
+        noted: &Noted,
     ) -> Result<usize> {
         let mut done = 0;
         // The mark of a call by path, kept from its first part to its last.
@@ -567,20 +574,18 @@ impl Files {
                 realm.to_string(),
                 who.clone(),
                 target.clone(),
-                noted.cloned(),
+                noted.clone(),
                 data.clone(),
                 mark.clone(),
             );
             done += fifo::waiting(&self.store, realm, id, None, move |tx, waited| {
                 let now = tabos_store::now_us();
-                if let Some(n) = &n {
-                    crate::procs::exists_tx(tx, &r, &n.pid)?;
-                }
+                n.actor.check_tx(tx, &r)?;
                 let kept = *m.lock().unwrap_or_else(|e| e.into_inner());
                 let (st, step, at) =
                     fifo::write_step(tx, &r, &who, &t, waited.or(kept), &d[done..], now)?;
                 *m.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
-                if let (Some(n), fifo::Step::Done(wrote)) = (&n, &step) {
+                if let fifo::Step::Done(wrote) = &step {
                     if *wrote > 0 {
                         n.note_tx(tx, &r, &st.path, *wrote, now)?;
                     }
@@ -715,11 +720,11 @@ impl Files {
         }
         let data: Arc<Vec<u8>> = data.into();
         let end = check_write(&target.to_string(), offset, data.len())?;
-        let noted = pid.map(|pid| Noted {
-            pid,
+        let noted = Noted {
+            actor: who.actor(pid),
             event: "fs_write",
             offset,
-        });
+        };
         let threshold = self.threshold();
         let local_block = self.settings.local_block;
         let (target, data, fence, noted) = (&target, &data, &fence, &noted);
@@ -734,11 +739,9 @@ impl Files {
             );
             let step = crate::call(&self.store, realm, move |tx| {
                 let now = fenced(tx, &r, f.as_ref())?;
-                if let Some(n) = &n {
-                    // First: an unknown proc refuses the write before it
-                    // creates a file or plans one.
-                    crate::procs::exists_tx(tx, &r, &n.pid)?;
-                }
+                // First: an unknown proc refuses the write before it
+                // creates a file or plans one.
+                n.actor.check_tx(tx, &r)?;
                 let st = match &t {
                     FileRef::Path(p) if create && lookup(tx, &r, p)?.is_none() => {
                         let layout = Layout::Local {
@@ -769,9 +772,7 @@ impl Files {
                 match st.storage {
                     Storage::Local if threshold.is_none_or(|t| st.size.max(end) <= t) => {
                         let size = write_local(tx, &r, &st, offset, &d, now)?;
-                        if let Some(n) = &n {
-                            n.note_tx(tx, &r, &st.path, d.len(), now)?;
-                        }
+                        n.note_tx(tx, &r, &st.path, d.len(), now)?;
                         Ok(WriteStep::Done(size))
                     }
                     Storage::Local => {
@@ -785,7 +786,7 @@ impl Files {
             match step {
                 WriteStep::Done(size) => Ok(size),
                 WriteStep::Fifo(id) => {
-                    let n = self.write_fifo(who, realm, target, &id, data, noted.as_ref());
+                    let n = self.write_fifo(who, realm, target, &id, data, noted);
                     Ok(n.await? as i64)
                 }
                 WriteStep::Plan(p, old) if p.st.storage == Storage::Parallel => {
@@ -809,7 +810,7 @@ impl Files {
         offset: i64,
         data: Arc<Vec<u8>>,
         fence: Option<Fence>,
-        noted: Option<Noted>,
+        noted: Noted,
     ) -> Result<i64> {
         let bs = p.st.block_size;
         let (end, bytes) = (offset + data.len() as i64, data.len());
@@ -852,10 +853,8 @@ impl Files {
             let now = fenced(tx, &r, fence.as_ref())?;
             still(tx, &r, &p)?;
             set_size(tx, &r, &p.id, new, now)?;
-            if let Some(n) = &noted {
-                crate::procs::exists_tx(tx, &r, &n.pid)?;
-                n.note_tx(tx, &r, &p.st.path, bytes, now)?;
-            }
+            noted.actor.check_tx(tx, &r)?;
+            noted.note_tx(tx, &r, &p.st.path, bytes, now)?;
             Ok(new)
         })
         .await
@@ -1011,8 +1010,9 @@ impl Files {
                 )?;
             }
             set_size(tx, &r, &p.id, size, now)?;
+            // None: a truncation, done for no one.
             if let Some(n) = &noted {
-                crate::procs::exists_tx(tx, &r, &n.pid)?;
+                n.actor.check_tx(tx, &r)?;
                 n.note_tx(tx, &r, &p.st.path, bytes, now)?;
             }
             Ok(size)
@@ -1035,11 +1035,11 @@ impl Files {
         offset: i64,
         data: Arc<Vec<u8>>,
         fence: Option<Fence>,
-        noted: Option<Noted>,
+        noted: Noted,
     ) -> Result<i64> {
         let size = p.st.size.max(offset + data.len() as i64);
         let writes = vec![(offset, data)];
-        self.commit_segments(realm, p, old, writes, size, fence, noted)
+        self.commit_segments(realm, p, old, writes, size, fence, Some(noted))
             .await
     }
 

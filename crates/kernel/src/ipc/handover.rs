@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::oneshot;
 
 use super::{Message, Requeue, Take};
-use crate::ids::Pid;
+use crate::auth::Actor;
 
 /// Most receivers of one process waiting on one mailbox with hand-over;
 /// more wait on the change feed alone, as before.
@@ -48,8 +48,8 @@ struct Waiter {
     id: u64,
     take: Take,
     to: oneshot::Sender<Vec<Message>>,
-    /// The proc the receiver acts for: a hand-over is its receipt.
-    actor: Option<Pid>,
+    /// Whom the receiver acts for: a hand-over is its receipt.
+    actor: Option<Actor>,
 }
 
 impl Waiters {
@@ -66,7 +66,7 @@ impl Waiters {
         channel: &str,
         take: Take,
         requeue: &Arc<Requeue>,
-        actor: Option<Pid>,
+        actor: Option<Actor>,
     ) -> Option<Waiting> {
         let (to, from) = oneshot::channel();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -210,8 +210,8 @@ impl Claim {
         self.waiter.to.send(messages)
     }
 
-    /// The proc the claimed receiver acts for, if any.
-    pub(crate) fn actor(&self) -> Option<&Pid> {
+    /// Whom the claimed receiver acts for.
+    pub(crate) fn actor(&self) -> Option<&Actor> {
         self.waiter.actor.as_ref()
     }
 }

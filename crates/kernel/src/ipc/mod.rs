@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use tabos_store::{params, PKey, Row, Store, Tx};
 
-use crate::auth::{Caller, Role};
+use crate::auth::{Actor, Caller, Role};
 use crate::ids::Pid;
 use crate::{p_key, partition, validate_realm, Error, Result};
 use handover::{Claim, Waiters, Waiting};
@@ -394,12 +394,12 @@ pub fn send_tx(
     Ok(sent)
 }
 
-/// [`send_tx`] done by proc `actor`, from no address (a procedure it
+/// [`send_tx`] done for `actor`, from no address (a procedure it
 /// called): the send is its provenance.
 pub fn send_for_tx(
     tx: &mut dyn Tx,
     realm: &str,
-    actor: Option<&Pid>,
+    actor: Option<&Actor>,
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
@@ -408,11 +408,11 @@ pub fn send_for_tx(
     Ok(sent)
 }
 
-/// A mailbox whose waiting receiver a send claimed, and the proc that
+/// A mailbox whose waiting receiver a send claimed, and whom that
 /// receiver acts for (its receipt's provenance).
-type Hand<'a> = (&'a Address, Option<&'a Pid>);
+type Hand<'a> = (&'a Address, Option<&'a Actor>);
 
-/// [`send_tx`] done by proc `actor` (its credential's): the send is its
+/// [`send_tx`] done for `actor` (a proc, or a client): the send is its
 /// provenance even from another address than its own. The messages to a
 /// mailbox of `hand` (sorted) that is empty (see [`reserve`]) are neither
 /// queued nor notified, and the second value names those mailboxes,
@@ -423,7 +423,7 @@ fn send_handing_tx(
     tx: &mut dyn Tx,
     realm: &str,
     from: Option<&Address>,
-    actor: Option<&Pid>,
+    actor: Option<&Actor>,
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
@@ -442,7 +442,7 @@ fn send_unmetered_tx(
     tx: &mut dyn Tx,
     realm: &str,
     from: Option<&Address>,
-    actor: Option<&Pid>,
+    actor: Option<&Actor>,
     msgs: &[Outgoing],
     opts: &MailboxOptions,
     now_us: i64,
@@ -509,16 +509,21 @@ fn send_unmetered_tx(
                 now_us,
             )?;
             let last = first + run.len() as i64 - 1;
-            // From a proc's own address, or by a proc from another: its send.
-            let sender_proc = match from {
-                Some(Address::Proc(pid)) => Some(pid),
+            // From a proc's own address, or by a proc (or a client) from
+            // another: its send.
+            let own;
+            let by = match from {
+                Some(Address::Proc(pid)) => {
+                    own = Actor::Proc(pid.clone());
+                    Some(&own)
+                }
                 _ => actor,
             };
-            if let Some(pid) = sender_proc {
+            if let Some(by) = by {
                 note_tx(
                     tx,
                     realm,
-                    pid.as_str(),
+                    by,
                     "send",
                     &receiver,
                     (first, last),
@@ -530,15 +535,19 @@ fn send_unmetered_tx(
                 // Received at this commit (see [`handover`]): a proc's
                 // receipt — of its own mailbox, or by the claimed waiter's
                 // proc — is noted here, as a receive would note it.
+                let own;
                 let taker = match to {
-                    Address::Proc(pid) => Some(pid),
+                    Address::Proc(pid) => {
+                        own = Actor::Proc(pid.clone());
+                        Some(&own)
+                    }
                     _ => claimed.flatten(),
                 };
-                if let Some(pid) = taker {
+                if let Some(taker) = taker {
                     note_tx(
                         tx,
                         realm,
-                        pid.as_str(),
+                        taker,
                         "recv",
                         &receiver,
                         (first, last),
@@ -765,14 +774,14 @@ pub fn recv_tx(
     recv_for_tx(tx, realm, address, take, None, now_us)
 }
 
-/// [`recv_tx`] done by proc `actor` (its credential's): a receipt from
+/// [`recv_tx`] done for `actor` (a proc, or a client): a receipt from
 /// another mailbox than its own is its provenance too.
 pub fn recv_for_tx(
     tx: &mut dyn Tx,
     realm: &str,
     address: &Address,
     take: &Take,
-    actor: Option<&Pid>,
+    actor: Option<&Actor>,
     now_us: i64,
 ) -> Result<Received> {
     validate_realm(realm)?;
@@ -862,7 +871,7 @@ fn take_messages(
     receiver: &str,
     last: i64,
     log: bool,
-    actor: Option<&Pid>,
+    actor: Option<&Actor>,
     now_us: i64,
 ) -> Result<Vec<Message>> {
     let pk = p_key(tx);
@@ -885,14 +894,18 @@ fn take_messages(
         .collect::<Result<Vec<_>>>()?;
     // RETURNING promises no order.
     messages.sort_by_key(|m| m.seq);
-    // A proc's own mailbox, or a proc taking from another: its receipt.
-    let taker = receiver.strip_prefix("proc/").or(actor.map(Pid::as_str));
-    if let (Some(pid), Some(a), Some(b)) = (taker, messages.first(), messages.last()) {
+    // A proc's own mailbox, or a proc (or a client) taking from another:
+    // its receipt.
+    let own = receiver
+        .strip_prefix("proc/")
+        .map(|pid| Actor::Proc(Pid(pid.to_string())));
+    let taker = own.as_ref().or(actor);
+    if let (Some(taker), Some(a), Some(b)) = (taker, messages.first(), messages.last()) {
         let bytes = messages.iter().map(|m| m.payload.len()).sum();
         note_tx(
             tx,
             realm,
-            pid,
+            taker,
             "recv",
             receiver,
             (a.seq, b.seq),
@@ -903,15 +916,16 @@ fn take_messages(
     Ok(messages)
 }
 
-/// Procedure body: proc `pid`'s provenance event `event` (`send` or
-/// `recv`) for the messages `seqs` (first and last) of `mailbox`,
+/// Procedure body: `actor`'s provenance event `event` (`send` or `recv`;
+/// a client's only where its realm records clients: [`Actor::note_tx`])
+/// for the messages `seqs` (first and last) of `mailbox`,
 /// `bytes` of payload in all: detail `MAILBOX #FIRST-LAST +BYTES`. A send
 /// and the receipt of the same messages name the same mailbox and seqs.
 #[allow(clippy::too_many_arguments)]
 fn note_tx(
     tx: &mut dyn Tx,
     realm: &str,
-    pid: &str,
+    actor: &Actor,
     event: &str,
     mailbox: &str,
     seqs: (i64, i64),
@@ -920,7 +934,7 @@ fn note_tx(
 ) -> Result<()> {
     debug_assert!(seqs.0 <= seqs.1, "a range of messages");
     let detail = format!("{mailbox} #{}-{} +{bytes}", seqs.0, seqs.1);
-    crate::procs::event_tx(tx, realm, pid, event, Some(&detail), now_us)
+    actor.note_tx(tx, realm, event, &detail, now_us)
 }
 
 /// Procedure body: the mailbox's first messages, left in place.
@@ -1046,7 +1060,15 @@ pub async fn send_fenced(
 ) -> Result<Vec<Sent>> {
     who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
     let realm = who.realm();
-    let (pk, job) = send_job(store, realm, from, who.pid().cloned(), msgs, opts, fence)?;
+    let (pk, job) = send_job(
+        store,
+        realm,
+        from,
+        Some(who.actor(who.pid().cloned())),
+        msgs,
+        opts,
+        fence,
+    )?;
     store.for_realm(realm).run(pk, job).await
 }
 
@@ -1060,7 +1082,15 @@ pub fn send_blocking(
 ) -> Result<Vec<Sent>> {
     who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
     let realm = who.realm();
-    let (pk, job) = send_job(store, realm, from, who.pid().cloned(), msgs, opts, None)?;
+    let (pk, job) = send_job(
+        store,
+        realm,
+        from,
+        Some(who.actor(who.pid().cloned())),
+        msgs,
+        opts,
+        None,
+    )?;
     store.for_realm(realm).run(pk, job).wait()
 }
 
@@ -1077,7 +1107,7 @@ fn send_job(
     store: &Store,
     realm: &str,
     from: Option<Address>,
-    actor: Option<Pid>,
+    actor: Option<Actor>,
     msgs: Vec<Outgoing>,
     opts: MailboxOptions,
     fence: Option<crate::names::Fence>,
@@ -1307,10 +1337,11 @@ pub struct Receiver {
     spin: Duration,
     /// Where this receiver waits for hand-overs while it waits.
     waiters: Arc<Waiters>,
-    /// The proc this receiver's credential is, if any: its receipts are
-    /// its provenance, whether taken ([`recv_for_tx`]) or handed over (the
-    /// sender's transaction notes them for the claimed waiter's proc).
-    actor: Option<Pid>,
+    /// Whom this receiver acts for (its credential's proc, else its
+    /// client): its receipts are its provenance, whether taken
+    /// ([`recv_for_tx`]) or handed over (the sender's transaction notes
+    /// them for the claimed waiter's actor).
+    actor: Option<Actor>,
     requeue: Arc<Requeue>,
 }
 
@@ -1408,7 +1439,7 @@ impl Receiver {
             dirty: true,
             spin: Duration::ZERO,
             waiters: store.local::<Waiters>(),
-            actor: who.pid().cloned(),
+            actor: Some(who.actor(who.pid().cloned())),
             requeue: Arc::new(Requeue::new(store, pk, realm, address.clone())),
         })
     }
