@@ -37,7 +37,7 @@ use tabos_sandbox::procedure::{code_hash, validate_name, Language, Limits, ProcS
 use tabos_sandbox::{CallOutput, Host, HostError, RecvCall, Sandbox};
 use tabos_store::{params, Confinement, Store, Tx, Value};
 
-use crate::auth::Role;
+use crate::auth::{Actor, Role};
 use crate::fs::{self, Caller, FileType};
 use crate::ipc::{self, Address, MailboxOptions, Outgoing, Take};
 use crate::kv::{self, SCAN_LIMITS};
@@ -160,17 +160,18 @@ pub enum Called {
 }
 
 /// Provenance events of a call on a read connection (its file reads, for
-/// the proc it acts for) that the connection refused to record: whoever
+/// the proc it acts for, or its client where the realm records clients)
+/// that the connection refused to record: whoever
 /// returns the call's answer commits them first ([`Unrecorded::record`]).
 /// Empty for a call on a writer's transaction, which records its own.
 #[derive(Debug, Default)]
 #[must_use = "a proc's provenance is to be recorded before the call's answer goes"]
 pub struct Unrecorded(Vec<Noted>);
 
-/// One provenance event a procedure's host call owes its proc.
+/// One provenance event a procedure's host call owes whom it acts for.
 #[derive(Debug, Clone)]
 struct Noted {
-    pid: crate::ids::Pid,
+    actor: Actor,
     event: &'static str,
     detail: String,
 }
@@ -183,7 +184,7 @@ impl Unrecorded {
     /// Procedure body: records the events, in order.
     pub fn record(&self, tx: &mut dyn Tx, realm: &str, now_us: i64) -> Result<()> {
         for n in &self.0 {
-            crate::procs::note_tx(tx, realm, &n.pid, n.event, &n.detail, now_us)?;
+            n.actor.note_tx(tx, realm, n.event, &n.detail, now_us)?;
         }
         Ok(())
     }
@@ -504,6 +505,7 @@ pub fn call_tx(
             failed: None,
             wrote_tables: false,
             reads: Vec::new(),
+            recorded_for: None,
             path,
         };
         let ran = sandbox.call_procedure(&spec, &mut host, &mut TxHost::code, args);
@@ -586,12 +588,17 @@ pub struct TxHost<'a> {
     /// Whether tenant SQL may have changed the realm's tables (their size
     /// is measured again for the storage quota after the call).
     wrote_tables: bool,
-    /// On the read path, the file reads done for the caller's proc, to be
+    /// On the read path, the file reads done for whom the call is
+    /// recorded for ([`TxHost::recorded_for`]), to be
     /// recorded after the run (a read connection cannot; see
     /// [`Unrecorded`]). On the writer each is recorded as it is done, so
     /// its seq orders it among the call's writes and sends (the README's
     /// lineage query compares them).
     reads: Vec<Noted>,
+    /// Whom the call's file calls are recorded for — its proc, or its
+    /// client where the realm records clients — once asked (`None`
+    /// inside: recorded for no one).
+    recorded_for: Option<Option<Actor>>,
     path: CallPath,
 }
 
@@ -599,6 +606,18 @@ pub struct TxHost<'a> {
 const _: () = assert!(SCAN_LIMITS[3] == tabos_sandbox::procedure::SCAN_ROWS_MAX);
 
 impl TxHost<'_> {
+    /// Whom the call's file reads and writes are recorded for (asked of
+    /// the realm once a call, for a client; a proc's always are).
+    fn recorded_for(&mut self) -> Result<Option<Actor>> {
+        if let Some(known) = &self.recorded_for {
+            return Ok(known.clone());
+        }
+        let actor = self.who.actor(self.who.pid().cloned());
+        let recorded = actor.recorded_tx(self.tx, self.realm)?.then_some(actor);
+        self.recorded_for = Some(recorded.clone());
+        Ok(recorded)
+    }
+
     /// The procedure's code (read on a context miss).
     fn code(&mut self) -> std::result::Result<Vec<u8>, String> {
         let k = p_key(self.tx);
@@ -753,28 +772,25 @@ impl Host for TxHost<'_> {
     ) -> std::result::Result<Vec<u8>, HostError> {
         let r = fs::read_tx(self.tx, self.who, path, offset, len);
         let data = self.result(r)?;
-        if let (Some(pid), false) = (self.who.pid(), data.is_empty()) {
+        if data.is_empty() {
+            return Ok(data);
+        }
+        let recorded_for = self.recorded_for();
+        if let Some(actor) = self.result(recorded_for)? {
             let detail = fs::event_detail(path, offset, data.len());
             if self.path == CallPath::Write {
-                let noted = crate::procs::note_tx(
-                    self.tx,
-                    self.realm,
-                    pid,
-                    "fs_read",
-                    &detail,
-                    self.now_us,
-                );
+                let noted = actor.note_tx(self.tx, self.realm, "fs_read", &detail, self.now_us);
                 self.result(noted)?;
                 return Ok(data);
             }
             if self.reads.len() >= EVENTS_PER_CALL_MAX {
                 return Err(HostError::Invalid(format!(
-                    "a procedure called by a proc reads at most {EVENTS_PER_CALL_MAX} times \
-                     (each is the proc's provenance)"
+                    "a procedure whose reads are recorded (called by a proc, or where \
+                     clients are recorded) reads at most {EVENTS_PER_CALL_MAX} times"
                 )));
             }
             self.reads.push(Noted {
-                pid: pid.clone(),
+                actor,
                 event: "fs_read",
                 detail,
             });
@@ -801,10 +817,13 @@ impl Host for TxHost<'_> {
         }
         let r = fs::write_tx(self.tx, &who, path, offset, data, self.now_us);
         let size = self.result(r)?;
-        if let (Some(pid), false) = (who.pid(), data.is_empty()) {
+        if data.is_empty() {
+            return Ok(size);
+        }
+        let recorded_for = self.recorded_for();
+        if let Some(actor) = self.result(recorded_for)? {
             let detail = fs::event_detail(path, offset, data.len());
-            let noted =
-                crate::procs::note_tx(self.tx, self.realm, pid, "fs_write", &detail, self.now_us);
+            let noted = actor.note_tx(self.tx, self.realm, "fs_write", &detail, self.now_us);
             self.result(noted)?;
         }
         Ok(size)

@@ -437,6 +437,66 @@ async fn a_realm_may_record_what_clients_acting_for_no_proc_do() {
     assert_eq!(sends, receipts, "{events:#?}");
     assert!(sends[0].ends_with(" +3"), "{events:#?}");
 
+    // A stored procedure it calls acts for it too: the procedure's reads
+    // (on a read connection, recorded before the answer) and writes.
+    c.procedure_install(
+        REALM,
+        "copy",
+        "js",
+        b"function main() { tabos.write('/copy', tabos.read('/small')); return 'ok'; }".to_vec(),
+        tabos_client::procedures::ProcedureLimits::default(),
+    )
+    .await
+    .unwrap();
+    c.procedure_install(
+        REALM,
+        "peek",
+        "js",
+        b"function main() { return tabos.read('/small'); }".to_vec(),
+        tabos_client::procedures::ProcedureLimits::default(),
+    )
+    .await
+    .unwrap();
+    let called = c.procedure_call(REALM, "copy", vec![]).await.unwrap();
+    assert_eq!(called.result, b"ok");
+    let called = c.procedure_call(REALM, "peek", vec![]).await.unwrap();
+    assert_eq!(called.result, b"HELLO");
+    let events = clients_events(&mut c).await;
+    assert_eq!(
+        events[8..],
+        [
+            format!("{actor} fs_read /small @0 +5"),
+            format!("{actor} fs_write /copy @0 +5"),
+            format!("{actor} fs_read /small @0 +5"),
+        ]
+    );
+
+    // So does a graph it submits: its procedure tasks' calls, as
+    // `@USER/task:GRAPH/TASK`.
+    c.graph_submit(
+        REALM,
+        "g1",
+        vec![tabos_client::graphs::procedure_task(
+            "t1",
+            "peek",
+            &serde_json::json!([]),
+        )],
+        "",
+        false,
+    )
+    .await
+    .unwrap();
+    let waited = c
+        .graph_wait(REALM, "g1", "", std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(waited.graph.unwrap().status(), proto::GraphStatus::Success);
+    let events = clients_events(&mut c).await;
+    assert_eq!(
+        events[11..],
+        ["@root/task:g1/t1 fs_read /small @0 +5".to_string()]
+    );
+
     // The README's query of what user root touched, by procs or by hand.
     let sql = readme_provenance_queries().remove(5);
     let rows = c.sql(&sql, vec![]).await.unwrap();
@@ -452,7 +512,9 @@ async fn a_realm_may_record_what_clients_acting_for_no_proc_do() {
             format!("{actor} fs_read /big"),
             format!("{actor} fs_read /small"),
             format!("{actor} fs_write /big"),
+            format!("{actor} fs_write /copy"),
             format!("{actor} fs_write /small"),
+            "@root/task:g1/t1 fs_read /small".to_string(),
         ]
     );
 
@@ -460,9 +522,11 @@ async fn a_realm_may_record_what_clients_acting_for_no_proc_do() {
     assert_eq!(info.provenance(), proto::Provenance::Procs);
     c.fs_read(REALM, "root", "/small", 0, 5).await.unwrap();
     c.send(REALM, "", "inbox", b"three".to_vec()).await.unwrap();
+    c.procedure_call(REALM, "copy", vec![]).await.unwrap();
+    c.procedure_call(REALM, "peek", vec![]).await.unwrap();
     assert_eq!(
         clients_events(&mut c).await.len(),
-        8,
+        12,
         "procs again: no more"
     );
     n.shut_down().await;
