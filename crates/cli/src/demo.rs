@@ -74,6 +74,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ..tabos_node::NodeSettings::defaults()
     };
     let (cores, realm) = (settings.cores, settings.realm.clone());
+    // A node, as `tabos up` serves one: its descriptors up to the hard
+    // limit (its procs get the old one back).
+    let _ = tabos_store::descriptors::raise_soft_limit();
     let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("db")), settings)
         .context("open the kernel database")?;
     outln!(

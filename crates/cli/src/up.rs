@@ -265,8 +265,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     // Descriptors for CONNECTIONS_MAX clients beside the store's pools:
     // the soft limit up to the hard one (procs get the old one back).
-    let nofile = tabos_store::descriptors::raise_soft_limit();
-    tracing::info!("file descriptors: up to {nofile}");
+    match tabos_store::descriptors::raise_soft_limit() {
+        Some(nofile) => tracing::info!("file descriptors: up to {nofile}"),
+        None => tracing::warn!("file descriptors: the limit cannot be read (getrlimit failed)"),
+    }
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
     // The local socket, by its absolute path: the saved context reaches it

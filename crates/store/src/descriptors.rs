@@ -43,14 +43,14 @@ fn get_limit() -> Option<libc::rlimit> {
 }
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit; returns
-/// the soft limit in force after (the old one if it cannot be raised).
-/// Call once, at the start of a server, before it starts programs.
-pub fn raise_soft_limit() -> u64 {
-    let Some(limit) = get_limit() else {
-        return 0;
-    };
+/// the soft limit in force after (the old one if it cannot be raised), or
+/// `None` where the limit cannot be read. Call once, at the start of a
+/// process that serves a node (`tabos up`, `tabos demo`), before it
+/// starts programs.
+pub fn raise_soft_limit() -> Option<u64> {
+    let limit = get_limit()?;
     if limit.rlim_cur >= limit.rlim_max {
-        return limit.rlim_cur;
+        return Some(limit.rlim_cur);
     }
     let raised = libc::rlimit {
         rlim_cur: limit.rlim_max,
@@ -58,10 +58,10 @@ pub fn raise_soft_limit() -> u64 {
     };
     // SAFETY: setrlimit reads the struct we pass.
     if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        return limit.rlim_cur;
+        return Some(limit.rlim_cur);
     }
     let _ = INHERITED.set((limit.rlim_cur, limit.rlim_max));
-    raised.rlim_cur
+    Some(raised.rlim_cur)
 }
 
 /// The soft and hard `RLIMIT_NOFILE` programs this process starts should
