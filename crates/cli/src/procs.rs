@@ -187,7 +187,7 @@ pub fn spawn(args: SpawnArgs) -> anyhow::Result<()> {
             );
             return Ok::<_, anyhow::Error>(0);
         }
-        let s = tabos_client::app::exit_of(&client, &realm, &spawned.pid).await?;
+        let s = exit_through_outage(&client, &realm, &spawned.pid).await?;
         if crate::output::json() {
             crate::output::doc(&status_json(&s));
         } else {
@@ -271,7 +271,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         );
         out?;
         err?;
-        let s = tabos_client::app::exit_of(&client, &realm, &pid).await?;
+        let s = exit_through_outage(&client, &realm, &pid).await?;
         if s.state() != ProcState::Exited || !s.error.is_empty() {
             eprintln!("{}: {}{}", s.pid, s.state(), exit_text(&s));
         }
@@ -431,14 +431,31 @@ fn status_json(s: &proto::ProcStatus) -> serde_json::Value {
     })
 }
 
+/// Proc `pid`'s end, waited for through an outage of up to 3 minutes
+/// ([`tabos_client::app::exit_of`]), saying so once on stderr.
+async fn exit_through_outage(
+    client: &tabos_client::Client,
+    realm: &str,
+    pid: &str,
+) -> Result<proto::ProcStatus, tabos_client::Error> {
+    let mut said = false;
+    tabos_client::app::exit_of(client, realm, pid, |e| {
+        if !std::mem::replace(&mut said, true) {
+            eprintln!(
+                "tabos: {e}; waiting for {pid} to end, asking again for up to {} s",
+                tabos_client::app::OUTAGE_MAX.as_secs()
+            );
+        }
+    })
+    .await
+}
+
 /// `tabos wait PID`: WaitExit, asked again through an outage
-/// ([`tabos_client::app::exit_of`]); exits with the proc's status.
+/// ([`exit_through_outage`]); exits with the proc's status.
 pub fn wait(args: PidArgs) -> anyhow::Result<()> {
     let s = crate::runtime()?.block_on(async {
         let client = args.node.connect().await?;
-        Ok::<_, anyhow::Error>(
-            tabos_client::app::exit_of(&client, &args.realm.realm, &args.pid).await?,
-        )
+        Ok::<_, anyhow::Error>(exit_through_outage(&client, &args.realm.realm, &args.pid).await?)
     })?;
     crate::output::emit(
         || format!("{}: {}{}", s.pid, s.state(), exit_text(&s)),

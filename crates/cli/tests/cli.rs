@@ -1455,6 +1455,13 @@ fn tabos_wait_rides_through_its_node_restarting() {
     let o = waiter.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stdout(&o).starts_with("long: failed"), "{}", stdout(&o));
+    // It said once that it waits out the outage.
+    assert_eq!(
+        stderr(&o).matches("asking again").count(),
+        1,
+        "{}",
+        stderr(&o)
+    );
     assert!(node.stop().success());
 }
 

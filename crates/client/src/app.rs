@@ -151,7 +151,20 @@ impl CutShort for Error {
 /// its own first sending (a name only it would create).
 pub async fn through_outage<T, E: CutShort, Fut>(
     outage: std::time::Duration,
+    call: impl FnMut() -> Fut,
+) -> Result<T, E>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    through_outage_told(outage, call, |_| {}).await
+}
+
+/// [`through_outage`], `told` of each answer cut short before it is asked
+/// again (a command says once that it waits out an outage).
+pub async fn through_outage_told<T, E: CutShort, Fut>(
+    outage: std::time::Duration,
     mut call: impl FnMut() -> Fut,
+    mut told: impl FnMut(&E),
 ) -> Result<T, E>
 where
     Fut: std::future::Future<Output = Result<T, E>>,
@@ -160,7 +173,12 @@ where
         .until(tokio::time::Instant::now() + outage);
     loop {
         match call().await {
-            Err(e) if e.is_cut_short() && pauses.wait().await => {}
+            Err(e) if e.is_cut_short() => {
+                if !pauses.wait().await {
+                    return Err(e);
+                }
+                told(&e);
+            }
             answer => return answer,
         }
     }
@@ -168,13 +186,19 @@ where
 
 /// Proc `pid`'s end ([`Client::wait_exit`]), waited for through an
 /// outage of up to [`OUTAGE_MAX`] — a failover, its node restarting — as
-/// `tabos wait` does: the proc's end is the answer, not the outage.
-pub async fn exit_of(client: &Client, realm: &str, pid: &str) -> Result<proto::ProcStatus, Error> {
-    through_outage(OUTAGE_MAX, || {
+/// `tabos wait` does: the proc's end is the answer, not the outage;
+/// `told` of each answer cut short.
+pub async fn exit_of(
+    client: &Client,
+    realm: &str,
+    pid: &str,
+    told: impl FnMut(&Error),
+) -> Result<proto::ProcStatus, Error> {
+    let call = || {
         let mut c = client.clone();
         async move { c.wait_exit(realm, pid).await }
-    })
-    .await
+    };
+    through_outage_told(OUTAGE_MAX, call, told).await
 }
 
 /// A proc that lived less than this was failing, not done.
