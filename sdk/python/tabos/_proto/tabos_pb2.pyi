@@ -77,6 +77,12 @@ class Scheduler(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCHEDULER_LOCALITY: _ClassVar[Scheduler]
     SCHEDULER_LEAST_LOADED: _ClassVar[Scheduler]
 
+class Provenance(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROVENANCE_UNSPECIFIED: _ClassVar[Provenance]
+    PROVENANCE_PROCS: _ClassVar[Provenance]
+    PROVENANCE_ALL: _ClassVar[Provenance]
+
 class StorageClass(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STORAGE_CLASS_UNSPECIFIED: _ClassVar[StorageClass]
@@ -259,6 +265,9 @@ SCHEDULER_UNSPECIFIED: Scheduler
 SCHEDULER_FIFO: Scheduler
 SCHEDULER_LOCALITY: Scheduler
 SCHEDULER_LEAST_LOADED: Scheduler
+PROVENANCE_UNSPECIFIED: Provenance
+PROVENANCE_PROCS: Provenance
+PROVENANCE_ALL: Provenance
 STORAGE_CLASS_UNSPECIFIED: StorageClass
 STORAGE_CLASS_KV: StorageClass
 STORAGE_CLASS_NAMES: StorageClass
@@ -930,7 +939,7 @@ class CreateRealmResponse(_message.Message):
     def __init__(self, admin_token: _Optional[str] = ..., admin_token_id: _Optional[str] = ...) -> None: ...
 
 class SetRealmRequest(_message.Message):
-    __slots__ = ("realm", "procs", "cores", "mem_mb", "clear", "storage_mb", "mailbox_mb", "procedures", "host_paths", "host_network", "retention_s")
+    __slots__ = ("realm", "procs", "cores", "mem_mb", "clear", "storage_mb", "mailbox_mb", "procedures", "host_paths", "host_network", "retention_s", "provenance")
     REALM_FIELD_NUMBER: _ClassVar[int]
     PROCS_FIELD_NUMBER: _ClassVar[int]
     CORES_FIELD_NUMBER: _ClassVar[int]
@@ -942,6 +951,7 @@ class SetRealmRequest(_message.Message):
     HOST_PATHS_FIELD_NUMBER: _ClassVar[int]
     HOST_NETWORK_FIELD_NUMBER: _ClassVar[int]
     RETENTION_S_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     procs: int
     cores: int
@@ -953,7 +963,8 @@ class SetRealmRequest(_message.Message):
     host_paths: _containers.RepeatedScalarFieldContainer[str]
     host_network: bool
     retention_s: int
-    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[int] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., clear: _Optional[_Iterable[str]] = ..., storage_mb: _Optional[int] = ..., mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., host_network: _Optional[bool] = ..., retention_s: _Optional[int] = ...) -> None: ...
+    provenance: Provenance
+    def __init__(self, realm: _Optional[str] = ..., procs: _Optional[int] = ..., cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., clear: _Optional[_Iterable[str]] = ..., storage_mb: _Optional[int] = ..., mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., host_network: _Optional[bool] = ..., retention_s: _Optional[int] = ..., provenance: _Optional[_Union[Provenance, str]] = ...) -> None: ...
 
 class RemoveRealmRequest(_message.Message):
     __slots__ = ("realm",)
@@ -968,7 +979,7 @@ class RemoveRealmResponse(_message.Message):
     def __init__(self, rows: _Optional[int] = ...) -> None: ...
 
 class RealmInfo(_message.Message):
-    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network", "stored", "scheduler", "created_us", "retention_s")
+    __slots__ = ("realm", "live_procs", "quota_procs", "cores", "quota_cores", "mem_mb", "quota_mem_mb", "stored_bytes", "quota_storage_mb", "mailbox_bytes", "quota_mailbox_mb", "procedures", "quota_procedures", "host_paths", "proc_uid", "host_network", "stored", "scheduler", "created_us", "retention_s", "provenance")
     REALM_FIELD_NUMBER: _ClassVar[int]
     LIVE_PROCS_FIELD_NUMBER: _ClassVar[int]
     QUOTA_PROCS_FIELD_NUMBER: _ClassVar[int]
@@ -989,6 +1000,7 @@ class RealmInfo(_message.Message):
     SCHEDULER_FIELD_NUMBER: _ClassVar[int]
     CREATED_US_FIELD_NUMBER: _ClassVar[int]
     RETENTION_S_FIELD_NUMBER: _ClassVar[int]
+    PROVENANCE_FIELD_NUMBER: _ClassVar[int]
     realm: str
     live_procs: int
     quota_procs: int
@@ -1009,7 +1021,8 @@ class RealmInfo(_message.Message):
     scheduler: Scheduler
     created_us: int
     retention_s: int
-    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ..., stored: _Optional[_Iterable[_Union[StoredBytes, _Mapping]]] = ..., scheduler: _Optional[_Union[Scheduler, str]] = ..., created_us: _Optional[int] = ..., retention_s: _Optional[int] = ...) -> None: ...
+    provenance: Provenance
+    def __init__(self, realm: _Optional[str] = ..., live_procs: _Optional[int] = ..., quota_procs: _Optional[int] = ..., cores: _Optional[int] = ..., quota_cores: _Optional[int] = ..., mem_mb: _Optional[int] = ..., quota_mem_mb: _Optional[int] = ..., stored_bytes: _Optional[int] = ..., quota_storage_mb: _Optional[int] = ..., mailbox_bytes: _Optional[int] = ..., quota_mailbox_mb: _Optional[int] = ..., procedures: _Optional[int] = ..., quota_procedures: _Optional[int] = ..., host_paths: _Optional[_Iterable[str]] = ..., proc_uid: _Optional[int] = ..., host_network: _Optional[bool] = ..., stored: _Optional[_Iterable[_Union[StoredBytes, _Mapping]]] = ..., scheduler: _Optional[_Union[Scheduler, str]] = ..., created_us: _Optional[int] = ..., retention_s: _Optional[int] = ..., provenance: _Optional[_Union[Provenance, str]] = ...) -> None: ...
 
 class StoredBytes(_message.Message):
     __slots__ = ("bytes",)
