@@ -127,6 +127,29 @@ fn blocks_err(e: tabos_blockio::Error) -> Error {
     }
 }
 
+/// Whether each realm recorded clients' reads when last seen (its
+/// `provenance`): where a client's read of it goes — on the writer, noted
+/// in the read's own transaction, or on a read connection. Only a hint:
+/// the transaction asks the realm itself, and a stale answer costs one
+/// read a second transaction (or a writer's turn), never a note. One
+/// entry a realm this process has served a client's read of.
+#[derive(Debug, Default)]
+struct RecordsClients(std::sync::Mutex<std::collections::HashMap<String, bool>>);
+
+impl RecordsClients {
+    fn get(&self, realm: &str) -> bool {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(realm).copied().unwrap_or(false)
+    }
+
+    fn set(&self, realm: &str, records: bool) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.get(realm) != Some(&records) {
+            seen.insert(realm.to_string(), records);
+        }
+    }
+}
+
 /// A provenance event a file operation records for whom it is done for
 /// (a proc, or a client acting for none when its realm records clients:
 /// [`Actor`]), in the transaction that commits the operation.
@@ -447,19 +470,25 @@ impl Files {
             event: "fs_read",
             offset,
         };
-        // A proc's read commits its note in its own transaction (on the
-        // partition's writer); a client's is noted, if its realm says so,
-        // in one right after it — its read, like every other read that
-        // notes nothing, takes a read connection, never queued behind
-        // writes.
-        let on_writer = matches!(noted.actor, Actor::Proc(_));
-        let (target, noted) = (&target, &noted);
+        // A read that is recorded commits its note in its own transaction,
+        // on the partition's writer: a proc's always, a client's where its
+        // realm was last seen recording clients ([`RecordsClients`]). Any
+        // other read takes a read connection, never queued behind writes —
+        // and, should its realm turn out to record it after all, is noted
+        // in a transaction right after it.
+        let hints = self.store.local::<RecordsClients>();
+        let on_writer = match &noted.actor {
+            Actor::Proc(_) => true,
+            Actor::Client(_) => hints.get(realm),
+        };
+        let (target, noted, hints) = (&target, &noted, &hints);
         let (data, path) = settled(target, false, || async move {
-            let (r, who2, t, n) = (
+            let (r, who2, t, n, h) = (
                 realm.to_string(),
                 who.clone(),
                 target.clone(),
                 noted.clone(),
+                hints.clone(),
             );
             let step = move |tx: &mut dyn Tx| {
                 let st = resolve(tx, &r, &who2, &t, Some(Need::Read))?;
@@ -469,9 +498,12 @@ impl Files {
                 let st = is_file(st)?;
                 n.actor.check_tx(tx, &r)?;
                 let mut recorded = n.actor.recorded_tx(tx, &r)?;
+                if let Actor::Client(_) = &n.actor {
+                    h.set(&r, recorded);
+                }
                 if st.storage == Storage::Local {
                     let data = read_local(tx, &r, &st, offset, len)?;
-                    if on_writer && !data.is_empty() {
+                    if on_writer && recorded && !data.is_empty() {
                         n.note_tx(tx, &r, &st.path, data.len(), tabos_store::now_us())?;
                         recorded = false;
                     }
