@@ -684,6 +684,12 @@ impl Caller {
         }
     }
 
+    /// [`Caller::actor`] of what it does for its own proc, if any: whom
+    /// the events of a call that names no other proc name.
+    pub fn own_actor(&self) -> Actor {
+        self.actor(self.pid.clone())
+    }
+
     fn who(&self) -> String {
         match &self.origin {
             Origin::Credential(id) => format!("credential {id}"),

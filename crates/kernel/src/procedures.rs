@@ -612,7 +612,7 @@ impl TxHost<'_> {
         if let Some(known) = &self.recorded_for {
             return Ok(known.clone());
         }
-        let actor = self.who.actor(self.who.pid().cloned());
+        let actor = self.who.own_actor();
         let recorded = actor.recorded_tx(self.tx, self.realm)?.then_some(actor);
         self.recorded_for = Some(recorded.clone());
         Ok(recorded)
@@ -713,7 +713,7 @@ impl Host for TxHost<'_> {
         id: Option<&str>,
     ) -> std::result::Result<(), HostError> {
         let msgs = self.result(Outgoing::to_each(to, payload, id))?;
-        let actor = self.who.actor(self.who.pid().cloned());
+        let actor = self.who.own_actor();
         let sent = ipc::send_for_tx(
             self.tx,
             self.realm,
@@ -739,7 +739,7 @@ impl Host for TxHost<'_> {
         let got = if call.peek {
             ipc::peek_tx(self.tx, self.realm, &address, &take)
         } else {
-            let actor = self.who.actor(self.who.pid().cloned());
+            let actor = self.who.own_actor();
             ipc::recv_for_tx(
                 self.tx,
                 self.realm,

@@ -26,6 +26,7 @@ use std::str::FromStr;
 
 use tabos_store::{params, Dialect, Row, Store, Tx};
 
+pub use crate::auth::Actor;
 use crate::auth::{Caller, Role};
 use crate::ids::{Pid, WorkerId};
 use crate::sched::{self, Need, WorkerSpec};
@@ -2321,8 +2322,6 @@ pub fn note_tx(
     let detail = crate::utf8_prefix(detail, EVENT_DETAIL_BYTES_MAX);
     event_tx(tx, realm, pid.as_str(), event, Some(detail), now_us)
 }
-
-pub use crate::auth::Actor;
 
 /// What an actor's events take: `proc_event` is this module's.
 impl Actor {

@@ -165,7 +165,7 @@ fn ok_if_exists<T>(r: Result<T, tabos_client::Error>) -> Result<()> {
 
 /// `call` on a clone of `client`, asked again while it is cut short — the
 /// node or its database away in a failover — for up to
-/// [`OUTAGE_MAX`](tabos_client::app::OUTAGE_MAX). A job's submission and
+/// [`OUTAGE_MAX`]. A job's submission and
 /// its driver's reads and writes are all safe to send twice: the names and
 /// files a submission creates are its job's alone (its id is new), so
 /// "exists" after a call cut short is its own first sending.
@@ -176,7 +176,7 @@ async fn again<T, Fut>(
 where
     Fut: std::future::Future<Output = std::result::Result<T, tabos_client::Error>>,
 {
-    tabos_client::app::through_outage(tabos_client::app::OUTAGE_MAX, || call(client.clone())).await
+    through_outage(OUTAGE_MAX, || call(client.clone())).await
 }
 
 impl Job {

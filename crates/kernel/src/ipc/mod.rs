@@ -1060,15 +1060,7 @@ pub async fn send_fenced(
 ) -> Result<Vec<Sent>> {
     who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
     let realm = who.realm();
-    let (pk, job) = send_job(
-        store,
-        realm,
-        from,
-        Some(who.actor(who.pid().cloned())),
-        msgs,
-        opts,
-        fence,
-    )?;
+    let (pk, job) = send_job(store, realm, from, Some(who.own_actor()), msgs, opts, fence)?;
     store.for_realm(realm).run(pk, job).await
 }
 
@@ -1082,15 +1074,7 @@ pub fn send_blocking(
 ) -> Result<Vec<Sent>> {
     who.may_send_all(from.as_ref(), msgs.iter().map(|m| &m.to))?;
     let realm = who.realm();
-    let (pk, job) = send_job(
-        store,
-        realm,
-        from,
-        Some(who.actor(who.pid().cloned())),
-        msgs,
-        opts,
-        None,
-    )?;
+    let (pk, job) = send_job(store, realm, from, Some(who.own_actor()), msgs, opts, None)?;
     store.for_realm(realm).run(pk, job).wait()
 }
 
@@ -1439,7 +1423,7 @@ impl Receiver {
             dirty: true,
             spin: Duration::ZERO,
             waiters: store.local::<Waiters>(),
-            actor: Some(who.actor(who.pid().cloned())),
+            actor: Some(who.own_actor()),
             requeue: Arc::new(Requeue::new(store, pk, realm, address.clone())),
         })
     }
