@@ -77,8 +77,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A node, as `tabos up` serves one: its descriptors up to the hard
     // limit (its procs get the old one back).
     let _ = tabos_store::descriptors::raise_soft_limit();
-    let node = tabos_node::Node::open_with(&Config::sqlite(dir.join("db")), settings)
-        .context("open the kernel database")?;
+    let config = Config::sqlite(dir.join("db"));
+    tabos_store::descriptors::room_to_serve(config.descriptors_at_rest()?)?;
+    let node =
+        tabos_node::Node::open_with(&config, settings).context("open the kernel database")?;
     outln!(
         "  kernel database: SQLite, {} partitions; one worker of {cores} cores in realm `{realm}`",
         node.store.partitions(),

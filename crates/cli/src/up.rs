@@ -269,6 +269,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(nofile) => tracing::info!("file descriptors: up to {nofile}"),
         None => tracing::warn!("file descriptors: the limit cannot be read (getrlimit failed)"),
     }
+    // Below what the node holds at rest and room to accept, whichever
+    // opening came first would keep the descriptors clients free, and the
+    // node would stop accepting for good: refused before anything is
+    // created, with what to do.
+    tabos_store::descriptors::room_to_serve(config.descriptors_at_rest()?)?;
     let node = tabos_node::Node::open_with(&config, settings)
         .context("cannot open the kernel database")?;
     // The local socket, by its absolute path: the saved context reaches it

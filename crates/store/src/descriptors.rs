@@ -13,6 +13,15 @@
 //! connection, as they do when the pool is full. A partition's tenant
 //! connections, opened as tenant code needs them, follow the same rule.
 //!
+//! A node holds some descriptors whatever it does — each partition's
+//! writer and checkpointer and the first connection of each pool — and
+//! what it holds is kept: under a limit below that, whichever opening came
+//! first after client connections closed kept their descriptors, and the
+//! node, serving nothing, never accepted again. A server therefore checks
+//! at start that its limit leaves [`free_min`] free beyond what it holds at
+//! rest ([`room_to_serve`]), and refuses to start otherwise, as
+//! PostgreSQL's postmaster does ("insufficient file descriptors").
+//!
 //! A server raises its soft limit to the hard one at start
 //! ([`raise_soft_limit`], as Go's runtime does): a default soft limit of
 //! 1,024 is fewer descriptors than the node's connection cap alone. The
@@ -77,8 +86,83 @@ fn usage() -> Option<(usize, usize)> {
     let soft = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
     // The listing's own descriptor is counted, then closed: one too many,
     // which errs on the side of keeping descriptors free.
-    let open = std::fs::read_dir("/proc/self/fd").ok()?.count();
+    let open = match std::fs::read_dir("/proc/self/fd") {
+        Ok(listing) => listing.count(),
+        // Out of descriptors: every one is open. (Taken as "cannot be
+        // read", this let a pool grow into the first descriptors freed.)
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => soft,
+        Err(_) => return None,
+    };
     Some((soft, open))
+}
+
+/// Descriptors a server takes beside its store's and its clients': its
+/// listeners, the runtime's poller, standard streams and logs, the block
+/// device, and what spawning a proc or reading a cgroup file opens for a
+/// moment. (An idle node with every door open holds 22.)
+pub const SERVING: usize = 32;
+
+/// A soft limit too low for a server: what it holds at rest, and what it
+/// needs in all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TooFew {
+    pub soft: usize,
+    /// The store's connections at rest ([`crate::Config::descriptors_at_rest`]).
+    pub store: usize,
+    /// The store's, [`SERVING`], and [`free_min`] of the limit for clients.
+    pub needed: usize,
+}
+
+impl std::fmt::Display for TooFew {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} file descriptors are too few to serve: the kernel database's connections \
+             hold {} at rest, serving takes up to {SERVING} more, and {} must stay free for \
+             clients; raise the limit (ulimit -n) to at least {}, or create the database with \
+             fewer partitions (--partitions)",
+            self.soft,
+            self.store,
+            free_min(self.soft),
+            // The margin grows with the limit: the least that suffices.
+            least_soft(self.store)
+        )
+    }
+}
+
+impl std::error::Error for TooFew {}
+
+/// Whether a soft limit of `soft` serves a store holding `store` at rest.
+pub fn room_under(soft: usize, store: usize) -> Result<(), TooFew> {
+    let needed = store + SERVING + free_min(soft);
+    if soft < needed {
+        return Err(TooFew {
+            soft,
+            store,
+            needed,
+        });
+    }
+    Ok(())
+}
+
+/// The least soft limit [`room_under`] accepts for `store`.
+fn least_soft(store: usize) -> usize {
+    let mut soft = store + SERVING + FREE_MIN;
+    while room_under(soft, store).is_err() {
+        soft += 1;
+    }
+    soft
+}
+
+/// Whether this process's soft limit (once raised, [`raise_soft_limit`])
+/// serves a store holding `store` descriptors at rest: what it holds, what
+/// serving takes, and [`free_min`] free for accepting clients. `Ok` where
+/// the limit cannot be read.
+pub fn room_to_serve(store: usize) -> Result<(), TooFew> {
+    match get_limit() {
+        Some(limit) => room_under(usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX), store),
+        None => Ok(()),
+    }
 }
 
 /// Descriptors promised to openings under way ([`Opening`]): not yet in
@@ -123,6 +207,22 @@ mod tests {
         assert_eq!(free_min(96), FREE_MIN);
         assert_eq!(free_min(1_024), 128);
         assert_eq!(free_min(0), FREE_MIN);
+    }
+
+    #[test]
+    fn a_server_needs_its_store_serving_and_the_free_margin() {
+        // 8 partitions of SQLite hold 105 at rest: 96 is too few.
+        let e = room_under(96, 105).unwrap_err();
+        assert_eq!(e.needed, 105 + SERVING + FREE_MIN);
+        let said = e.to_string();
+        assert!(said.contains("at least 169"), "{said}");
+        assert!(room_under(169, 105).is_ok());
+        assert!(room_under(168, 105).is_err());
+        // The margin is an eighth of a larger limit.
+        let least = least_soft(400);
+        assert_eq!(least, 493, "432 + 493 / 8");
+        assert!(room_under(least, 400).is_ok() && room_under(least - 1, 400).is_err());
+        assert!(room_under(1_024, 105).is_ok());
     }
 
     #[test]

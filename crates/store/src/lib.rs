@@ -226,6 +226,19 @@ pub struct Config {
 }
 
 impl Config {
+    /// File descriptors the store this opens holds however idle it is:
+    /// what a server checks its limit against
+    /// ([`descriptors::room_to_serve`]) before opening it. Fails as
+    /// opening would on a partition count the database does not have.
+    pub fn descriptors_at_rest(&self) -> Result<usize> {
+        match &self.location {
+            Location::Sqlite(dir) => sqlite::descriptors_at_rest(dir, self.partitions),
+            // A socket per pooled connection (the pool may open them all)
+            // and the LISTEN connection's.
+            Location::Postgres(_) => Ok(self.connections + 1),
+        }
+    }
+
     /// An embedded store in `dir` (its partitions: see
     /// [`Config::partitions`]), `normal` durability.
     pub fn sqlite(dir: impl Into<PathBuf>) -> Config {

@@ -115,6 +115,14 @@ use crate::{
 
 /// Most procedures in one group commit.
 pub const BATCH_PROCS_MAX: usize = 4_096;
+/// Descriptors one partition holds at rest: its writer's database, WAL and
+/// shared-memory files, and the database and WAL of its checkpointer and
+/// of the first connection of each read pool over it (its own readers, the
+/// all-partition and realm-scoped readers, the columnar loader) — kept
+/// once opened. More readers are opened only with descriptors to spare
+/// ([`crate::descriptors::reserve`]).
+const DESCRIPTORS_PER_PARTITION: usize = 3 + 2 * 5;
+
 /// Realm-scoped readers open at once (tenants' `tabos sql`), at most.
 const SCOPED_READERS_MAX: usize = 4;
 /// Prepared statements cached per connection.
@@ -427,6 +435,13 @@ impl Backend for SqliteBackend {
 
 pub(crate) fn partition_path(dir: &Path, p: u32) -> PathBuf {
     dir.join(format!("p{p}.db"))
+}
+
+/// Descriptors a store in `dir` holds at rest once opened with `asked`
+/// partitions ([`crate::Config::descriptors_at_rest`]): its partitions'
+/// and the directory's LOCK file.
+pub(crate) fn descriptors_at_rest(dir: &Path, asked: Option<u32>) -> Result<usize> {
+    Ok(partition_count(dir, asked)? as usize * DESCRIPTORS_PER_PARTITION + 1)
 }
 
 /// The partitions to open in `dir`: as many as its files (a directory
