@@ -436,6 +436,84 @@ class Client:
             "frozen_us": b.frozen_us,
         }
 
+    # -- realms ---------------------------------------------------------
+
+    def realms(self) -> list:
+        """Realms with their usage, quotas and settings, as dicts (see
+        :meth:`realm`): every realm for an operator, the caller's own
+        otherwise."""
+        r = self._call(self._procs.ListRealms, pb.ListRealmsRequest())
+        return [_realm(i) for i in r.realms]
+
+    def realm(self, name: str) -> dict:
+        """Realm ``name``: its ``live_procs``, ``cores``, ``mem_mb``,
+        ``stored_bytes`` (and by class in ``stored``), ``mailbox_bytes``,
+        ``procedures``, each quota (``quota_procs`` ... ``None``: none),
+        ``host_paths``, ``host_network``, ``scheduler``, ``retention_s``
+        (``None``: kept until pruned), ``provenance`` (``"procs"`` or
+        ``"all"``) and ``created_us``. NotFound if the caller sees no such
+        realm."""
+        for r in self.realms():
+            if r["realm"] == name:
+                return r
+        raise errors.NotFound(f"no realm {name!r} (or not one this credential may see)")
+
+    def create_realm(self, name: str, *, scheduler: str = "fifo") -> dict:
+        """Creates realm ``name`` (operator) placing its procs by
+        ``scheduler`` (fifo, locality, least_loaded); returns its first
+        admin credential, ``{"token", "id"}`` — shown once."""
+        r = self._call(
+            self._procs.CreateRealm,
+            pb.CreateRealmRequest(realm=name, scheduler=_wire(pb.Scheduler, "scheduler", scheduler)),
+        )
+        return {"token": r.admin_token, "id": r.admin_token_id}
+
+    def set_realm(
+        self,
+        name: str,
+        *,
+        procs: Optional[int] = None,
+        cores: Optional[int] = None,
+        mem_mb: Optional[int] = None,
+        storage_mb: Optional[int] = None,
+        mailbox_mb: Optional[int] = None,
+        procedures: Optional[int] = None,
+        host_paths: Optional[list] = None,
+        host_network: Optional[bool] = None,
+        retention_s: Optional[int] = None,
+        provenance: Optional[str] = None,
+        clear: Sequence[str] = (),
+    ) -> dict:
+        """Sets realm ``name``'s quotas and settings (operator), as ``tabos
+        realm set`` does: what is given changes, the rest stays; ``clear``
+        removes quotas ("procs", "cores", "memory", "storage", "mailbox",
+        "procedures"), the host paths ("host-paths") or the retention
+        ("retention"). ``provenance`` is ``"procs"`` (what procs do, the
+        default) or ``"all"`` (also what clients acting for no proc read,
+        write, send and receive). Returns the realm as :meth:`realm`
+        gives it."""
+        req = pb.SetRealmRequest(realm=name, clear=list(clear), host_paths=list(host_paths or []))
+        for field_name, value in (
+            ("procs", procs),
+            ("cores", cores),
+            ("mem_mb", mem_mb),
+            ("storage_mb", storage_mb),
+            ("mailbox_mb", mailbox_mb),
+            ("procedures", procedures),
+            ("host_network", host_network),
+            ("retention_s", retention_s),
+        ):
+            if value is not None:
+                setattr(req, field_name, value)
+        if provenance is not None:
+            req.provenance = _wire(pb.Provenance, "provenance", provenance)
+        return _realm(self._call(self._procs.SetRealm, req))
+
+    def remove_realm(self, name: str) -> int:
+        """Deletes realm ``name`` and everything of it (operator; refused
+        while it has live procs); returns the rows deleted."""
+        return self._call(self._procs.RemoveRealm, pb.RemoveRealmRequest(realm=name)).rows
+
     # -- procs ----------------------------------------------------------
 
     def spawn(
@@ -653,6 +731,38 @@ def _descriptor(
     if max_restarts is not None:
         d.max_restarts = max_restarts
     return d
+
+
+def _realm(r: pb.RealmInfo) -> dict:
+    """A realm's usage, quotas and settings as a dict (``None`` for an
+    absent quota, retention or proc uid)."""
+
+    def opt(name: str) -> Optional[int]:
+        return getattr(r, name) if r.HasField(name) else None
+
+    return {
+        "realm": r.realm,
+        "live_procs": r.live_procs,
+        "quota_procs": opt("quota_procs"),
+        "cores": r.cores,
+        "quota_cores": opt("quota_cores"),
+        "mem_mb": r.mem_mb,
+        "quota_mem_mb": opt("quota_mem_mb"),
+        "stored_bytes": r.stored_bytes,
+        "stored": {_word(pb.StorageClass, getattr(b, "class")): b.bytes for b in r.stored},
+        "quota_storage_mb": opt("quota_storage_mb"),
+        "mailbox_bytes": r.mailbox_bytes,
+        "quota_mailbox_mb": opt("quota_mailbox_mb"),
+        "procedures": r.procedures,
+        "quota_procedures": opt("quota_procedures"),
+        "host_paths": list(r.host_paths),
+        "host_network": r.host_network,
+        "proc_uid": opt("proc_uid"),
+        "scheduler": _word(pb.Scheduler, r.scheduler),
+        "created_us": r.created_us,
+        "retention_s": opt("retention_s"),
+        "provenance": _word(pb.Provenance, r.provenance),
+    }
 
 
 def _whoami(t: Any) -> dict:

@@ -499,3 +499,46 @@ def test_backup_is_an_operators_and_restores(node, client: tabos.Client, tmp_pat
     restored = tmp_path / f"restored-{node.way}"
     node.cli("restore", str(dest), "--data", str(restored))
     assert {p.name for p in restored.iterdir()} == names
+
+
+def test_an_operator_manages_realms_and_their_provenance(node, client: tabos.Client) -> None:
+    """Realms from Python as `tabos realm` has them: create, show, set
+    (quotas, retention, provenance), clear, remove; a tenant sees its own
+    and may change none."""
+    made = client.create_realm("pyrealms", scheduler="least_loaded")
+    assert made["token"].startswith("tabos_") and made["id"]
+    r = client.realm("pyrealms")
+    assert (r["scheduler"], r["provenance"], r["retention_s"], r["quota_procs"]) == (
+        "least_loaded",
+        "procs",
+        None,
+        None,
+    )
+    r = client.set_realm("pyrealms", procs=7, retention_s=3600, provenance="all")
+    assert (r["quota_procs"], r["retention_s"], r["provenance"]) == (7, 3600, "all")
+    assert r["quota_cores"] is None, "what is not given stays"
+    shown = json.loads(node.cli("realm", "show", "pyrealms", "-o", "json"))
+    assert shown["provenance"] == "all", shown
+    # With "all", what the tenant's own client reads and writes is
+    # recorded under its credential.
+    with node.client(made["token"]) as tenant:
+        tenant.fs.write_bytes("/p.txt", b"recorded")
+        assert tenant.fs.read_bytes("/p.txt") == b"recorded"
+        events = [
+            row["event"]
+            for row in tenant.sql("SELECT event FROM proc_event WHERE pid LIKE '@root/%' ORDER BY seq")
+        ]
+        assert "fs_write" in events and "fs_read" in events, events
+        assert [x["realm"] for x in tenant.realms()] == ["pyrealms"]
+        with pytest.raises(tabos.NotFound):
+            tenant.realm("default")
+        with pytest.raises(tabos.PermissionDenied):
+            tenant.set_realm("pyrealms", procs=100)
+    with pytest.raises(tabos.InvalidArgument):
+        client.set_realm("pyrealms", provenance="sometimes")
+    assert client.realm("pyrealms")["provenance"] == "all", "a refused setting changes nothing"
+    r = client.set_realm("pyrealms", clear=["procs", "retention"], provenance="procs")
+    assert (r["quota_procs"], r["retention_s"], r["provenance"]) == (None, None, "procs")
+    assert client.remove_realm("pyrealms") > 0
+    with pytest.raises(tabos.NotFound):
+        client.realm("pyrealms")
