@@ -2398,6 +2398,34 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
     let _ = child.wait();
 }
 
+/// A node that accepts a connection and never answers on it — out of
+/// descriptors, wedged, or a black hole in between — fails the command
+/// once a keep-alive ping goes unanswered, saying so, instead of leaving
+/// it waiting for ever.
+#[test]
+fn a_node_that_never_answers_fails_the_call_instead_of_hanging_it() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        // Accepted and held, never read.
+        let held: Vec<_> = silent.incoming().map_while(Result::ok).collect();
+        drop(held);
+    });
+    let o = Command::new("timeout")
+        .arg("120")
+        .arg(TABOS)
+        .args(["status", "--addr", &addr])
+        .env("TABOS_TOKEN", "tabos_0123456789abcdef_00")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unavailable") && stderr(&o).contains("keep-alive timed out"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// Under a limit below what its database holds at rest and room to
 /// accept, a node does not start (it would serve until its first
 /// exhaustion and never accept again): it says what it needs, creates

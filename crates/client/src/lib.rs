@@ -54,6 +54,19 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:7070";
 pub const UNIX_SCHEME: &str = "unix:";
 /// Largest gRPC message a client or node accepts, in bytes.
 pub const MESSAGE_BYTES_MAX: usize = 16 << 20;
+/// Longest a TCP connection to a node may take to open (and its TLS
+/// handshake): a node cut off from the network fails the connect within
+/// this, not after the kernel's two minutes of SYN retries.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// A TCP connection to a node is pinged (HTTP/2 PING) this often, busy or
+/// idle, and closed — its calls failing UNAVAILABLE, which
+/// [`app::through_outage`] and the supervisors ask again — when a ping is
+/// not answered within [`KEEPALIVE_TIMEOUT`]: a node partitioned away, or
+/// one that accepted the connection at the kernel's door and never served
+/// it, is not waited for forever. (The node pings its clients likewise.)
+pub const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Errors of the client library.
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +91,7 @@ pub enum Error {
     #[error("{0} is not set (run as a tabos proc)")]
     NotAProc(&'static str),
     /// The node answered with an error; its message says what was wrong.
-    #[error("{}: {}", code_name(.0.code()), .0.message())]
+    #[error("{}: {}", code_name(.0.code()), status_text(.0))]
     Status(tonic::Status),
     /// Code that cannot be uploaded ([`code`]).
     #[error(transparent)]
@@ -165,6 +178,23 @@ impl From<tonic::Status> for Error {
     fn from(s: tonic::Status) -> Error {
         Error::Status(s)
     }
+}
+
+/// A status's message, followed — where this client's own transport made
+/// it and the node said nothing ("http2 error", "transport error") — by
+/// the transport's reasons ("keep-alive timed out", "Connection refused").
+fn status_text(s: &tonic::Status) -> String {
+    let mut text = s.message().to_string();
+    let mut cause = std::error::Error::source(s);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn code_name(code: tonic::Code) -> &'static str {
@@ -442,7 +472,11 @@ impl Client {
         };
         let mut endpoint = Channel::from_shared(uri)
             .map_err(|_| Error::Address(addr.to_string()))?
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         if let Some(ca) = ca_pem {
             let tls = tonic::transport::ClientTlsConfig::new()
                 .ca_certificate(tonic::transport::Certificate::from_pem(ca));
