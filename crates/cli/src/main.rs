@@ -187,7 +187,10 @@ enum Command {
     /// Start a node: open the kernel database and serve the gRPC API
     ///
     /// The node raises its soft open-files limit (RLIMIT_NOFILE) to the
-    /// hard one; the procs it starts get the limit it was given.
+    /// hard one; the procs it starts get the limit it was given. Under a
+    /// limit below what its database holds at rest, what serving takes and
+    /// an eighth free for clients (169 for SQLite's 8 partitions), it does
+    /// not start: it says the least limit that serves.
     Up(up::Args),
     /// Run a read-only SQL query on the node and print the result (scans of
     /// large kernel tables run on the columnar engine, with SQLite's answers)

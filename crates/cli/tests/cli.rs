@@ -2315,21 +2315,24 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
     let dir = TempDir::new("cli-fds");
     let data = dir.path().join("data");
     let creds = dir.path().join("credentials.json");
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 96 && exec {TABOS} up --listen 127.0.0.1:0 --no-blocks --partitions 2 \
+    // Killed however the test ends (a panic too).
+    let mut child = Killed(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n 96 && exec {TABOS} up --listen 127.0.0.1:0 --no-blocks --partitions 2 \
              --data {}",
-            data.display()
-        ))
-        .env("TABOS_CREDENTIALS", &creds)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (addr, _) = started(&mut child);
+                data.display()
+            ))
+            .env("TABOS_CREDENTIALS", &creds)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let (addr, _) = started(&mut child.0);
     let (tx, errs) = std::sync::mpsc::channel();
-    let err = child.stderr.take().unwrap();
+    let err = child.0.stderr.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(err).lines().map_while(Result::ok) {
             let _ = tx.send(line);
@@ -2384,8 +2387,7 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
         .output()
         .unwrap();
     if !o.status.success() {
-        let _ = child.kill();
-        let _ = child.wait();
+        drop(child); // what it said up to its end
         said.extend(errs.try_iter());
         panic!(
             "the node did not serve again within 120 s ({:?}): {}\nthe node said: {}",
@@ -2394,8 +2396,6 @@ fn out_of_file_descriptors_the_node_backs_off_and_recovers() {
             said.join("\n")
         );
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A node that accepts a connection and never answers on it — out of
@@ -2460,11 +2460,9 @@ fn a_node_refuses_to_start_with_too_few_descriptors() {
     );
     assert!(!data.join("p0.db").exists(), "nothing is created");
     // Two partitions fit: it serves.
-    let mut child = up("", "--partitions 2");
-    let (addr, _) = started(&mut child);
+    let mut child = Killed(up("", "--partitions 2"));
+    let (addr, _) = started(&mut child.0);
     assert!(!addr.is_empty());
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 /// A node raises its soft descriptor limit to the hard one (a default soft
