@@ -119,8 +119,9 @@ impl std::fmt::Display for TooFew {
             f,
             "{} file descriptors are too few to serve: the kernel database's connections \
              hold {} at rest, serving takes up to {SERVING} more, and {} must stay free for \
-             clients; raise the limit (ulimit -n) to at least {}, or create the database with \
-             fewer partitions (--partitions)",
+             clients; raise the limit (ulimit -n) to at least {}, or have the database hold \
+             fewer (a new SQLite database with fewer --partitions, a smaller PostgreSQL pool \
+             with --db-connections)",
             self.soft,
             self.store,
             free_min(self.soft),
