@@ -14,7 +14,10 @@
 //! closes one that is alive but unused — while one with a call open, however
 //! long it waits (a receive, a watch), stays. A connection none of whose
 //! calls has presented a good credential is closed sooner, after
-//! [`Limits::auth_wait`].
+//! [`Limits::auth_wait`]. One the server ends in good order (its side
+//! shut after its last frames) is read to the peer's close for up to
+//! [`LINGER_MAX`] first, so that the kernel does not reset it under the
+//! peer's unread last frames.
 //!
 //! Who holds the slots (issue 36, item 2; [`Slots`] keeps the count): a
 //! connection is *unauthenticated* from its accept until one of its calls
@@ -108,6 +111,21 @@ pub const CONNECTION_REQUEST_BYTES_MAX: usize = 4 * tabos_client::MESSAGE_BYTES_
 /// it held is given back (a client that sent most of a message and
 /// stalled).
 pub const REQUEST_STALL_MAX: Duration = Duration::from_secs(30);
+/// After the node ends a connection in good order (its last frames
+/// written, its side shut), how long it goes on reading — and discarding —
+/// what the peer still sends before it closes the socket. A socket closed
+/// with bytes unread is reset by the kernel, and a reset peer fails its
+/// next write (EPIPE) before it has read the node's last frames: a watch
+/// the node's stop ended reached its client as "broken pipe" instead of
+/// its status (CI of 5e40dc9). nginx's lingering close, for the same
+/// reason. The peer closing its side ends the wait sooner.
+pub const LINGER_MAX: Duration = Duration::from_secs(2);
+/// Most bytes a lingering connection reads and discards before it is
+/// closed anyway.
+pub const LINGER_BYTES_MAX: usize = 1 << 20;
+/// Most connections lingering at once (each holds a file descriptor,
+/// though no longer a slot); past it one closes at once.
+pub const LINGERING_MAX: usize = 256;
 
 /// The limits a server applies to its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,7 +299,11 @@ impl ConnInfo {
 /// slots until it is dropped.
 #[derive(Debug)]
 pub struct Conn {
-    stream: Stream,
+    /// Always `Some` but in its drop, which hands it to [`linger`].
+    stream: Option<Stream>,
+    /// The server shut its side (its last frames are out): see
+    /// [`LINGER_MAX`].
+    shut_down: bool,
     /// Bytes read off the stream to tell its protocol, given back to the
     /// server that speaks it before anything more is read.
     unread: bytes::Bytes,
@@ -313,7 +335,7 @@ impl AsyncRead for Conn {
             buf.put_slice(&this.unread.split_to(n));
             return Poll::Ready(Ok(()));
         }
-        let read = Pin::new(&mut this.stream).poll_read(cx, buf);
+        let read = Pin::new(this.stream_mut()).poll_read(cx, buf);
         if read.is_ready() {
             return read;
         }
@@ -358,27 +380,41 @@ impl AsyncWrite for Conn {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        Pin::new(self.get_mut().stream_mut()).poll_write(cx, buf)
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        Pin::new(self.get_mut().stream_mut()).poll_flush(cx)
     }
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        let this = self.get_mut();
+        let shut = Pin::new(this.stream_mut()).poll_shutdown(cx);
+        this.shut_down |= matches!(shut, Poll::Ready(Ok(())));
+        shut
     }
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        Pin::new(self.get_mut().stream_mut()).poll_write_vectored(cx, bufs)
     }
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        self.stream_ref().is_write_vectored()
     }
 }
 
 impl Conn {
+    fn stream_ref(&self) -> &Stream {
+        self.stream
+            .as_ref()
+            .expect("a connection's stream is taken only as it drops")
+    }
+    fn stream_mut(&mut self) -> &mut Stream {
+        self.stream
+            .as_mut()
+            .expect("a connection's stream is taken only as it drops")
+    }
+
     /// Gives `bytes` back to be read first (what the local socket read to
     /// tell gRPC from the local transport).
     pub(crate) fn unread(&mut self, bytes: bytes::Bytes) {
@@ -390,7 +426,7 @@ impl Conn {
 impl tonic::transport::server::Connected for Conn {
     type ConnectInfo = ConnInfo;
     fn connect_info(&self) -> ConnInfo {
-        let tcp = match &self.stream {
+        let tcp = match self.stream_ref() {
             Stream::Left(s) => s.connect_info(),
             Stream::Right(_) => tonic::transport::server::TcpConnectInfo {
                 local_addr: None,
@@ -417,7 +453,48 @@ impl Drop for Conn {
     fn drop(&mut self) {
         OPEN.fetch_sub(1, Ordering::Relaxed);
         self.slots.door.ledger.forget(&self.state);
+        if let Some(stream) = self.stream.take().filter(|_| self.shut_down) {
+            linger(stream);
+        }
     }
+}
+
+/// Connections lingering now (see [`LINGER_MAX`]).
+static LINGERING: AtomicUsize = AtomicUsize::new(0);
+
+/// Reads and discards what the peer of a connection the server shut
+/// still sends, until it closes its side, for at most [`LINGER_MAX`] and
+/// [`LINGER_BYTES_MAX`], then closes it; closes it at once when
+/// [`LINGERING_MAX`] linger already or no runtime runs.
+fn linger(mut stream: Stream) {
+    struct Lingering;
+    impl Drop for Lingering {
+        fn drop(&mut self) {
+            LINGERING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    if LINGERING.fetch_add(1, Ordering::Relaxed) >= LINGERING_MAX {
+        LINGERING.fetch_sub(1, Ordering::Relaxed);
+        return;
+    }
+    let lingering = Lingering;
+    runtime.spawn(async move {
+        let _lingering = lingering;
+        let mut discard = vec![0u8; 16 << 10];
+        let _ = tokio::time::timeout(LINGER_MAX, async {
+            let mut read = 0;
+            while read < LINGER_BYTES_MAX {
+                match tokio::io::AsyncReadExt::read(&mut stream, &mut discard).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => read += n,
+                }
+            }
+        })
+        .await;
+    });
 }
 
 /// [`incoming_with`] the default [`Limits`].
@@ -539,7 +616,8 @@ pub fn incoming_shared(
                     }
                     OPEN.fetch_add(1, Ordering::Relaxed);
                     let conn = Conn {
-                        stream,
+                        stream: Some(stream),
+                        shut_down: false,
                         unread: bytes::Bytes::new(),
                         state,
                         idle: Box::pin(tokio::time::sleep(limits.idle)),
@@ -563,4 +641,54 @@ pub fn incoming_shared(
         }
     });
     tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_stream::StreamExt;
+
+    /// The peer sent bytes the server never read, and reads the server's
+    /// last bytes only after the server closed: without the lingering
+    /// close the kernel resets the connection and the peer's next write
+    /// fails (EPIPE) with most of them unread.
+    #[tokio::test]
+    async fn a_connection_the_server_shut_lingers_so_its_peer_reads_its_last_bytes() {
+        const LAST: usize = 64 << 10;
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut incoming = Box::pin(incoming(listener));
+        let mut peer = TcpStream::connect(addr).await.unwrap();
+        let mut conn = incoming.next().await.unwrap().unwrap();
+        peer.write_all(b"unread by the server").await.unwrap();
+        let server = tokio::spawn(async move {
+            conn.write_all(&vec![7u8; LAST]).await.unwrap();
+            conn.shutdown().await.unwrap();
+            assert!(conn.shut_down);
+            drop(conn);
+        });
+        // Only the kernel's buffers hold what the server wrote so far:
+        // the peer reads nothing until the server has closed.
+        let mut window = vec![0u8; 4 << 10];
+        let n = peer.read(&mut window).await.unwrap();
+        server.await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut got = n;
+        loop {
+            // As an HTTP/2 peer does: credit for what it read.
+            peer.write_all(b"credit")
+                .await
+                .unwrap_or_else(|e| panic!("a write after {got} of {LAST} bytes: {e}"));
+            match peer.read(&mut window).await {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) => panic!("a read after {got} of {LAST} bytes: {e}"),
+            }
+        }
+        assert_eq!(
+            got, LAST,
+            "the peer read all the server's bytes, then its close"
+        );
+    }
 }
