@@ -2426,6 +2426,31 @@ fn a_node_that_never_answers_fails_the_call_instead_of_hanging_it() {
     );
 }
 
+/// The same over the node's local socket: a node that left the
+/// connection in the socket's backlog (it never accepts) fails the
+/// command once a keep-alive ping of the local transport goes unanswered.
+#[test]
+fn a_local_socket_never_served_fails_the_call_instead_of_hanging_it() {
+    let dir = TempDir::new("cli-silent-socket");
+    let path = dir.path().join("tabos.sock");
+    // Listening, never accepting: connections wait in the backlog, their
+    // bytes unread.
+    let _silent = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let o = Command::new("timeout")
+        .arg("120")
+        .arg(TABOS)
+        .args(["status", "--addr", &format!("unix:{}", path.display())])
+        .env("TABOS_TOKEN", "tabos_0123456789abcdef_00")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unavailable") && stderr(&o).contains("keep-alive ping"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// Under a limit below what its database holds at rest and room to
 /// accept, a node does not start (it would serve until its first
 /// exhaustion and never accept again): it says what it needs, creates

@@ -23,6 +23,8 @@
 //! | `DATA` | node | a piece of the response body (gRPC-framed messages) |
 //! | `END` | node | trailers (`grpc-status`, `grpc-message`, details): the call ended |
 //! | `GOAWAY` | node | `u32`: the last call id it read; it reads no more |
+//! | `PING` | client | at most [`PING_BYTES_MAX`] bytes, id 0: answer me |
+//! | `PONG` | node | the `PING`'s payload and id |
 //!
 //! Headers are `u16` count · (`u8` name length · name · `u16` value length ·
 //! value)…, at most [`HEADER_BYTES_MAX`] bytes. Calls are multiplexed by id
@@ -30,6 +32,14 @@
 //! `DATA` frames unread by the client; the client credits them back as its
 //! caller reads, so a slow reader slows its own stream and no other. A
 //! frame the protocol does not allow closes the connection.
+//!
+//! A client pings a connection that has been quiet for
+//! [`crate::KEEPALIVE_INTERVAL`], busy or idle, and drops it — failing its
+//! calls UNAVAILABLE — when nothing comes back within
+//! [`crate::KEEPALIVE_TIMEOUT`]: a node that left the connection in the
+//! socket's backlog (out of descriptors) or stopped serving it is not
+//! waited for forever, as over TCP. A node needs no pings of its own here:
+//! a client process's end closes its socket.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -66,6 +76,8 @@ pub const WINDOW: u32 = 16;
 /// The client credits frames back in batches of this many (a unary
 /// call's one frame never needs a credit).
 pub const CREDIT_BATCH: u32 = WINDOW / 2;
+/// Largest `PING` payload (the node echoes it).
+pub const PING_BYTES_MAX: usize = 8;
 
 /// A frame's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +90,8 @@ pub enum Kind {
     Data = 5,
     End = 6,
     GoAway = 7,
+    Ping = 8,
+    Pong = 9,
 }
 
 impl Kind {
@@ -90,6 +104,8 @@ impl Kind {
             5 => Kind::Data,
             6 => Kind::End,
             7 => Kind::GoAway,
+            8 => Kind::Ping,
+            9 => Kind::Pong,
             _ => return None,
         })
     }
@@ -308,6 +324,8 @@ enum Event {
     /// The node read no further than an earlier call: this one was never
     /// served; send it again on a new connection.
     Resend,
+    /// The connection was given up, for this reason.
+    Lost(&'static str),
 }
 
 #[derive(Debug, Default)]
@@ -355,6 +373,11 @@ impl LocalChannel {
             }
         }
         let stream = tokio::net::UnixStream::connect(&self.shared.path).await?;
+        // What the reader shuts the socket with when it gives the
+        // connection up, failing writes that wait on a node not reading.
+        let socket = std::os::unix::net::UnixStream::from(
+            std::os::fd::AsFd::as_fd(&stream).try_clone_to_owned()?,
+        );
         let (read, mut write) = tokio::io::split(LocalStream::from_tokio(stream)?);
         write.write_all(MAGIC).await?;
         // The reader holds the calls through a weak link: a connection no
@@ -362,7 +385,7 @@ impl LocalChannel {
         let conn = Arc::new_cyclic(|weak: &std::sync::Weak<Conn>| {
             let weak = weak.clone();
             let reader = tokio::spawn(async move {
-                read_frames(FrameReader::new(read, 2 * FRAME_BYTES_MAX), weak).await;
+                read_frames(FrameReader::new(read, 2 * FRAME_BYTES_MAX), weak, socket).await;
             });
             Conn {
                 writer: tokio::sync::Mutex::new(write),
@@ -375,20 +398,51 @@ impl LocalChannel {
     }
 }
 
-/// The connection's reader: hands each frame to its call.
+/// The connection's reader: hands each frame to its call, and pings the
+/// node when the connection has been quiet (see the module's doc).
 async fn read_frames(
     mut frames: FrameReader<tokio::io::ReadHalf<LocalStream>>,
     conn: std::sync::Weak<Conn>,
+    socket: std::os::unix::net::UnixStream,
 ) {
-    // Ends at the connection's end, or at a frame no node sends (the
-    // connection is not to be trusted then).
+    let mut heard = tokio::time::Instant::now();
+    let mut pinged = false;
+    let quiet = tokio::time::sleep(crate::KEEPALIVE_INTERVAL);
+    tokio::pin!(quiet);
+    // Why the connection was given up, when it was not simply lost.
+    let mut given_up = None;
+    // Ends at the connection's end, at a frame no node sends (the
+    // connection is not to be trusted then), or at a ping unanswered.
     loop {
-        let Ok(Some(frame)) = frames.next().await else {
+        let next = tokio::select! {
+            biased;
+            // Cancel-safe: what was read stays in the reader's buffer.
+            f = frames.next() => f,
+            () = &mut quiet => {
+                let wait = if pinged { crate::KEEPALIVE_TIMEOUT } else { crate::KEEPALIVE_INTERVAL };
+                if heard.elapsed() < wait {
+                    quiet.as_mut().reset(heard + wait);
+                } else if pinged {
+                    given_up = Some("no answer to a keep-alive ping (the node does not serve its socket)");
+                    break;
+                } else {
+                    let Some(conn) = conn.upgrade() else { return };
+                    conn.send_later(0, Kind::Ping, Vec::new());
+                    pinged = true;
+                    quiet.as_mut().reset(tokio::time::Instant::now() + crate::KEEPALIVE_TIMEOUT);
+                }
+                continue;
+            }
+        };
+        let Ok(Some(frame)) = next else {
             break;
         };
+        heard = tokio::time::Instant::now();
+        pinged = false;
         let Some(conn) = conn.upgrade() else { return };
         let mut calls = conn.calls.lock().unwrap_or_else(|e| e.into_inner());
         match frame.kind {
+            Kind::Pong => {}
             Kind::GoAway => {
                 let last = (&frame.payload[..]).try_get_u32_le().unwrap_or(0);
                 calls.closed = true;
@@ -409,14 +463,21 @@ async fn read_frames(
                     let _ = tx.send(Event::Frame(frame));
                 }
             }
-            Kind::Call | Kind::Cancel | Kind::Credit => break,
+            Kind::Call | Kind::Cancel | Kind::Credit | Kind::Ping => break,
         }
     }
+    // Writes waiting on a node that does not read fail now, too.
+    let _ = socket.shutdown(std::net::Shutdown::Both);
     if let Some(conn) = conn.upgrade() {
         let mut calls = conn.calls.lock().unwrap_or_else(|e| e.into_inner());
         calls.closed = true;
         // Dropping the senders fails each open call: the connection was
         // lost.
+        for tx in calls.open.values() {
+            if let Some(why) = given_up {
+                let _ = tx.send(Event::Lost(why));
+            }
+        }
         calls.open.clear();
     }
 }
@@ -533,6 +594,12 @@ impl http_body::Body for LocalBody {
                     ))))
                 }
             },
+            Poll::Ready(Some(Event::Lost(why))) => {
+                this.done = true;
+                Poll::Ready(Some(Err(tonic::Status::unavailable(format!(
+                    "the node's local socket, during the call: {why}"
+                )))))
+            }
             Poll::Ready(Some(Event::Resend)) | Poll::Ready(None) => {
                 this.done = true;
                 Poll::Ready(Some(Err(tonic::Status::unavailable(
@@ -639,6 +706,7 @@ impl tower::Service<http::Request<tonic::body::Body>> for LocalChannel {
                         resends += 1;
                         continue;
                     }
+                    Some(Event::Lost(why)) => return Err(unavailable(why)),
                     Some(_) => return Err(unavailable("the node answered out of order")),
                     None => return Err(unavailable("the connection was lost")),
                 }

@@ -34,7 +34,7 @@ use futures::future::{AbortHandle, Abortable, BoxFuture};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tabos_client::local::{
     decode_headers, encode_headers, put_frame, put_frame_header, FrameReader, Kind, DATA_BYTES_MAX,
-    FRAME_BYTES_MAX, MAGIC, PATH_BYTES_MAX, WINDOW,
+    FRAME_BYTES_MAX, FRAME_HEADER_BYTES, MAGIC, PATH_BYTES_MAX, PING_BYTES_MAX, WINDOW,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -266,8 +266,15 @@ async fn serve_conn<A: Api>(conn: Conn, api: A, stopping: watch::Receiver<bool>)
                             credit.add_permits((n as usize).min(room));
                         }
                     }
+                    // Answered at once, whatever else waits: the client
+                    // gives a connection up when a ping goes unanswered.
+                    Kind::Ping if frame.payload.len() <= PING_BYTES_MAX => {
+                        let mut buf = Vec::with_capacity(FRAME_HEADER_BYTES + PING_BYTES_MAX);
+                        put_frame(&mut buf, frame.id, Kind::Pong, &frame.payload);
+                        writer.write(buf).await;
+                    }
                     // A client never sends these.
-                    Kind::Headers | Kind::Data | Kind::End | Kind::GoAway => break,
+                    Kind::Ping | Kind::Pong | Kind::Headers | Kind::Data | Kind::End | Kind::GoAway => break,
                 }
             }
             Some(id) = open.running.next(), if !open.running.is_empty() => {

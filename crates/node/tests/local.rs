@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use tabos_client::local::{put_frame, Kind, FRAME_BYTES_MAX, MAGIC, WINDOW};
+use tabos_client::local::{put_frame, Kind, FRAME_BYTES_MAX, MAGIC, PING_BYTES_MAX, WINDOW};
 use tabos_client::Client;
 use tabos_store::testing::TempDir;
 
@@ -207,6 +207,12 @@ async fn frames_the_protocol_does_not_allow_close_their_connection_only() {
     put_frame(&mut ids_down, 5, Kind::Call, &call);
     put_frame(&mut ids_down, 5, Kind::Call, &call);
     cases.push(("a call id used again", ids_down));
+    let mut big_ping = MAGIC.to_vec();
+    put_frame(&mut big_ping, 0, Kind::Ping, &[0; PING_BYTES_MAX + 1]);
+    cases.push(("a ping past its bound", big_ping));
+    let mut client_pong = MAGIC.to_vec();
+    put_frame(&mut client_pong, 0, Kind::Pong, &[]);
+    cases.push(("a pong from a client", client_pong));
     for (what, bytes) in cases {
         let socket = socket.clone();
         let closed = tokio::task::spawn_blocking(move || closed_after(&socket, &bytes))
@@ -220,6 +226,51 @@ async fn frames_the_protocol_does_not_allow_close_their_connection_only() {
             "{what}"
         );
     }
+    n.shut_down().await;
+}
+
+/// A ping is answered with its payload at once, while a call of the same
+/// connection waits (the client's keep-alive: a connection whose pings go
+/// unanswered is given up).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ping_is_answered_while_a_call_waits() {
+    use prost::Message as _;
+    let dir = TempDir::new("local-ping");
+    let (n, socket) = start(&dir).await;
+    let mut op = Client::connect(&unix(&socket), &n.token).await.unwrap();
+    op.create_mailbox("default", "quiet", 0, None)
+        .await
+        .unwrap();
+    let token = n.token.clone();
+    let answered = tokio::task::spawn_blocking(move || {
+        let mut raw = RawConn::open(&socket);
+        // A receive on an empty mailbox: open until its wait ends.
+        let recv = tabos_client::proto::RecvRequest {
+            realm: "default".into(),
+            mailbox: "quiet".into(),
+            max: 1,
+            timeout_ms: 60_000,
+        };
+        raw.call(1, "/tabos.v1.Ipc/Recv", &token, &recv.encode_to_vec());
+        let mut ping = Vec::new();
+        put_frame(&mut ping, 0, Kind::Ping, b"12345678");
+        raw.0.write_all(&ping).unwrap();
+        let mut head = [0u8; tabos_client::local::FRAME_HEADER_BYTES];
+        raw.0
+            .read_exact(&mut head)
+            .expect("the node answers the ping");
+        let len = u32::from_le_bytes(head[0..4].try_into().unwrap()) as usize - 5;
+        let mut payload = vec![0u8; len];
+        raw.0.read_exact(&mut payload).unwrap();
+        (
+            head[8],
+            u32::from_le_bytes(head[4..8].try_into().unwrap()),
+            payload,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answered, (Kind::Pong as u8, 0, b"12345678".to_vec()));
     n.shut_down().await;
 }
 
