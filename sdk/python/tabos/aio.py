@@ -45,8 +45,10 @@ from .client import (
     _bytes,
     _descriptor,
     _message,
+    _realm,
     _resolve,
     _rows,
+    _set_realm_request,
     _value,
     _whoami,
     _wire,
@@ -126,6 +128,42 @@ class Client:
     async def whoami(self) -> dict:
         """The credential in use: its id, realm, user, role and pid."""
         return _whoami(await self._call(self._tokens.WhoAmI, pb.Empty()))
+
+    # -- realms ---------------------------------------------------------
+
+    async def realms(self) -> list:
+        """Realms with their usage, quotas and settings, as dicts (see
+        :meth:`tabos.Client.realm`): every realm for an operator, the
+        caller's own otherwise."""
+        r = await self._call(self._procs.ListRealms, pb.ListRealmsRequest())
+        return [_realm(i) for i in r.realms]
+
+    async def realm(self, name: str) -> dict:
+        """Realm ``name`` as :meth:`tabos.Client.realm` gives it; NotFound
+        if the caller sees no such realm."""
+        for r in await self.realms():
+            if r["realm"] == name:
+                return r
+        raise errors.NotFound(f"no realm {name!r} (or not one this credential may see)")
+
+    async def create_realm(self, name: str, *, scheduler: str = "fifo") -> dict:
+        """Creates realm ``name`` (operator); returns its first admin
+        credential, ``{"token", "id"}`` — shown once."""
+        r = await self._call(
+            self._procs.CreateRealm,
+            pb.CreateRealmRequest(realm=name, scheduler=_wire(pb.Scheduler, "scheduler", scheduler)),
+        )
+        return {"token": r.admin_token, "id": r.admin_token_id}
+
+    async def set_realm(self, name: str, **settings: Any) -> dict:
+        """Sets realm ``name``'s quotas and settings (operator), with the
+        keywords of :meth:`tabos.Client.set_realm`; returns the realm."""
+        return _realm(await self._call(self._procs.SetRealm, _set_realm_request(name, **settings)))
+
+    async def remove_realm(self, name: str) -> int:
+        """Deletes realm ``name`` and everything of it (operator; refused
+        while it has live procs); returns the rows deleted."""
+        return (await self._call(self._procs.RemoveRealm, pb.RemoveRealmRequest(realm=name))).rows
 
     # -- procs ----------------------------------------------------------
 

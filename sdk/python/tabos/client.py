@@ -492,21 +492,20 @@ class Client:
         default) or ``"all"`` (also what clients acting for no proc read,
         write, send and receive). Returns the realm as :meth:`realm`
         gives it."""
-        req = pb.SetRealmRequest(realm=name, clear=list(clear), host_paths=list(host_paths or []))
-        for field_name, value in (
-            ("procs", procs),
-            ("cores", cores),
-            ("mem_mb", mem_mb),
-            ("storage_mb", storage_mb),
-            ("mailbox_mb", mailbox_mb),
-            ("procedures", procedures),
-            ("host_network", host_network),
-            ("retention_s", retention_s),
-        ):
-            if value is not None:
-                setattr(req, field_name, value)
-        if provenance is not None:
-            req.provenance = _wire(pb.Provenance, "provenance", provenance)
+        req = _set_realm_request(
+            name,
+            procs=procs,
+            cores=cores,
+            mem_mb=mem_mb,
+            storage_mb=storage_mb,
+            mailbox_mb=mailbox_mb,
+            procedures=procedures,
+            host_paths=host_paths,
+            host_network=host_network,
+            retention_s=retention_s,
+            provenance=provenance,
+            clear=clear,
+        )
         return _realm(self._call(self._procs.SetRealm, req))
 
     def remove_realm(self, name: str) -> int:
@@ -731,6 +730,41 @@ def _descriptor(
     if max_restarts is not None:
         d.max_restarts = max_restarts
     return d
+
+
+def _set_realm_request(
+    name: str,
+    *,
+    procs: Optional[int] = None,
+    cores: Optional[int] = None,
+    mem_mb: Optional[int] = None,
+    storage_mb: Optional[int] = None,
+    mailbox_mb: Optional[int] = None,
+    procedures: Optional[int] = None,
+    host_paths: Optional[list] = None,
+    host_network: Optional[bool] = None,
+    retention_s: Optional[int] = None,
+    provenance: Optional[str] = None,
+    clear: Sequence[str] = (),
+) -> pb.SetRealmRequest:
+    """The request of :meth:`Client.set_realm` (both clients build it
+    here): what is given is set, the rest left as it is."""
+    req = pb.SetRealmRequest(realm=name, clear=list(clear), host_paths=list(host_paths or []))
+    for field_name, value in (
+        ("procs", procs),
+        ("cores", cores),
+        ("mem_mb", mem_mb),
+        ("storage_mb", storage_mb),
+        ("mailbox_mb", mailbox_mb),
+        ("procedures", procedures),
+        ("host_network", host_network),
+        ("retention_s", retention_s),
+    ):
+        if value is not None:
+            setattr(req, field_name, value)
+    if provenance is not None:
+        req.provenance = _wire(pb.Provenance, "provenance", provenance)
+    return req
 
 
 def _realm(r: pb.RealmInfo) -> dict:

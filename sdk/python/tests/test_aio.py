@@ -68,3 +68,36 @@ def test_the_asyncio_client_does_what_the_client_does(node) -> None:
                 await c.workflow("aio-no-workflow")
 
     asyncio.run(main())
+
+
+def test_an_operator_manages_realms_from_asyncio(node) -> None:
+    """Realms from the asyncio client as from the synchronous one: create,
+    show, set, a refused setting changing nothing, clear, remove; a tenant
+    sees its own realm only and may change none."""
+    addr = node.socket if node.way == "local" else node.addr
+    name = f"aiorealm{node.way}"
+
+    async def main() -> None:
+        async with tabos.aio.Client(addr, node.token) as c:
+            made = await c.create_realm(name, scheduler="locality")
+            assert made["token"].startswith("tabos_") and made["id"]
+            r = await c.set_realm(name, procs=5, retention_s=60, provenance="all")
+            assert (r["quota_procs"], r["retention_s"], r["provenance"], r["scheduler"]) == (5, 60, "all", "locality")
+            with pytest.raises(tabos.InvalidArgument):
+                await c.set_realm(name, provenance="sometimes")
+            with pytest.raises(TypeError):
+                await c.set_realm(name, colour="blue")
+            assert (await c.realm(name))["provenance"] == "all", "a refused setting changes nothing"
+            async with tabos.aio.Client(addr, made["token"]) as tenant:
+                assert [x["realm"] for x in await tenant.realms()] == [name]
+                with pytest.raises(tabos.PermissionDenied):
+                    await tenant.set_realm(name, procs=100)
+                with pytest.raises(tabos.NotFound):
+                    await tenant.realm("default")
+            r = await c.set_realm(name, clear=["procs", "retention"])
+            assert (r["quota_procs"], r["retention_s"]) == (None, None)
+            assert await c.remove_realm(name) > 0
+            with pytest.raises(tabos.NotFound):
+                await c.realm(name)
+
+    asyncio.run(main())
