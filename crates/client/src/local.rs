@@ -471,10 +471,10 @@ async fn read_frames(
     if let Some(conn) = conn.upgrade() {
         let mut calls = conn.calls.lock().unwrap_or_else(|e| e.into_inner());
         calls.closed = true;
-        // Dropping the senders fails each open call: the connection was
-        // lost.
-        for tx in calls.open.values() {
-            if let Some(why) = given_up {
+        // Each open call fails: told why where the connection was given
+        // up, else by its sender dropped (the connection was lost).
+        if let Some(why) = given_up {
+            for tx in calls.open.values() {
                 let _ = tx.send(Event::Lost(why));
             }
         }

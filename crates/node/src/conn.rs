@@ -668,8 +668,8 @@ mod tests {
             assert!(conn.shut_down);
             drop(conn);
         });
-        // Only the kernel's buffers hold what the server wrote so far:
-        // the peer reads nothing until the server has closed.
+        // The peer reads a first piece, then nothing more until the
+        // server has closed with the peer's bytes still unread.
         let mut window = vec![0u8; 4 << 10];
         let n = peer.read(&mut window).await.unwrap();
         server.await.unwrap();
