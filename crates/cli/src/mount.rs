@@ -36,6 +36,13 @@
 //! NFS's close and fsync do. The session is renewed while the mount runs; if the
 //! mount dies, its handles go when the session lapses (`--session-ttl`).
 //!
+//! Provenance: each open names the Linux process behind it (pid, uid,
+//! executable: [`host_caller`]) in the node's `fs_open` event, so "which
+//! program read it" has an answer also when the kernel's page cache
+//! answers the reads themselves and they never reach the node. A reader's
+//! mount (no session, no handles) opens nothing on the node: its callers
+//! are not named.
+//!
 //! Times: utimensat sets a file's access and modification times (touch,
 //! `tar xf`, `cp -p`, `rsync -a`); reads do not move the access time (as
 //! on a noatime mount). `statvfs` (df) reports the realm's storage quota
@@ -714,6 +721,48 @@ fn errno(e: &tabos_client::Error) -> Errno {
 
 /// The uid a tabos owner shows as: `root` 0, a number itself, anyone else
 /// nobody.
+/// The process behind a FUSE request, as the open's provenance names it:
+/// its pid and uid, and its executable's path (its command name when the
+/// path cannot be read: a process gone, or one of another user's that
+/// this mount may not look at), cut to what the node takes. `None` for a
+/// request with no process of this pid namespace behind it (pid 0).
+fn host_caller(req: &Request) -> Option<proto::FsHostCaller> {
+    // The kernel gives the calling *thread*'s id; the process is its
+    // thread group (the tid itself if it is gone by now).
+    let tid = req.pid();
+    if tid == 0 {
+        return None;
+    }
+    let pid = std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+        .unwrap_or(tid);
+    let program = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .map(|p| p.to_string_lossy().into_owned())
+        .or_else(|_| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim_end().to_string())
+        })
+        .unwrap_or_default();
+    let mut program: String = program.chars().filter(|c| !c.is_control()).collect();
+    if program.is_empty() {
+        program = "?".into();
+    }
+    let mut cut = program.len().min(tabos_kernel::fs::HOST_PROGRAM_BYTES_MAX);
+    while !program.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    program.truncate(cut);
+    Some(proto::FsHostCaller {
+        pid,
+        uid: req.uid(),
+        program,
+    })
+}
+
 fn uid_of(owner: &str) -> u32 {
     match owner {
         "root" => 0,
@@ -1036,11 +1085,16 @@ impl TabosFs {
             fuser::OpenAccMode::O_RDONLY => proto::FsAccess::Read,
         };
         let session = session.id().to_string();
+        let how = tabos_client::fs::FsOpen {
+            access,
+            create,
+            host: host_caller(req),
+        };
         let (handle, st) = self
             .rt
             .block_on(async {
                 self.c()
-                    .fs_open(&realm, &user, path, access, &session, create)
+                    .fs_open_for(&realm, &user, path, &session, how)
                     .await
             })
             .map_err(|e| errno(&e))?;

@@ -4343,6 +4343,76 @@ fn the_mount_keeps_a_files_pages_until_another_client_changes_it() {
     m.stop();
 }
 
+/// Issue 43, item 2, the mount's callers: with the realm recording
+/// clients, each open through the mount is an `fs_open` event naming the
+/// Linux process behind it — its pid, uid and executable — also when the
+/// reads themselves are answered by the kernel's page cache (the second
+/// `cat` below): a file written by this test and read twice by `cat`.
+#[test]
+fn the_mount_names_the_linux_process_behind_each_open() {
+    let dir = TempDir::new("cli-mount-opens");
+    let node = Node::start(&[]);
+    let o = node.tabos(&["realm", "set", "default", "--provenance", "all"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let m = mount_on(&node, &mnt, &[], &node.token);
+    let file = mnt.join("notes");
+    std::fs::write(&file, "seen by cat").unwrap();
+    let cat = || {
+        let child = Command::new("cat")
+            .arg(&file)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("cat");
+        let pid = child.id();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(stdout(&o), "seen by cat");
+        pid
+    };
+    let (first, second) = (cat(), cat());
+    let opens = || {
+        let o = node.tabos(&[
+            "sql",
+            "--json",
+            "--",
+            "SELECT pid, detail FROM proc_event WHERE event = 'fs_open' ORDER BY seq",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                assert!(r["pid"].as_str().unwrap().starts_with("@root/"), "{r}");
+                r["detail"].as_str().unwrap().to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    let cat_exe = std::fs::canonicalize(
+        std::env::split_paths(&std::env::var_os("PATH").unwrap())
+            .map(|d| d.join("cat"))
+            .find(|p| p.exists())
+            .unwrap(),
+    )
+    .unwrap();
+    let me = std::fs::canonicalize(std::env::current_exe().unwrap()).unwrap();
+    // This test's own uid: /proc/self belongs to it.
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    let got = opens();
+    let by = |pid: u32, access: &str, exe: &std::path::Path| {
+        format!("/notes @{access} by pid {pid} uid {uid} {}", exe.display())
+    };
+    let want_write = by(std::process::id(), "w", &me);
+    assert!(got.contains(&want_write), "{want_write:?} in {got:#?}");
+    for pid in [first, second] {
+        let want = by(pid, "r", &cat_exe);
+        assert!(got.contains(&want), "{want:?} in {got:#?}");
+    }
+    m.stop();
+}
+
 /// Waits until `f` holds, for at most `bound`; fails saying `what` past it.
 /// (A bound on a change being seen, not a measure of time.)
 fn seen_within(bound: std::time::Duration, what: &str, mut f: impl FnMut() -> bool) {

@@ -13,6 +13,16 @@ pub const CHUNK_BYTES: usize = 4 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FsHandle(pub String);
 
+/// How [`Client::fs_open_for`] opens a file: for what, made first with a
+/// mode or not, and for which process of this host (`None`: the client
+/// itself).
+#[derive(Debug, Clone)]
+pub struct FsOpen {
+    pub access: proto::FsAccess,
+    pub create: Option<i64>,
+    pub host: Option<proto::FsHostCaller>,
+}
+
 /// Which file a read, write, truncate, stat or times call is on: a path
 /// (`&str` converts) or an open handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -263,16 +273,42 @@ impl Client {
         session: &str,
         create: Option<i64>,
     ) -> Result<(FsHandle, FsStat), Error> {
+        self.fs_open_for(
+            realm,
+            user,
+            path,
+            session,
+            FsOpen {
+                access,
+                create,
+                host: None,
+            },
+        )
+        .await
+    }
+
+    /// [`fs_open`](Client::fs_open) as `how` says, naming the process of
+    /// this host the file is opened for (`tabos mount`: the one behind
+    /// the FUSE request) in the open's provenance event.
+    pub async fn fs_open_for(
+        &mut self,
+        realm: &str,
+        user: &str,
+        path: &str,
+        session: &str,
+        how: FsOpen,
+    ) -> Result<(FsHandle, FsStat), Error> {
         let r = self
             .fs
             .open(proto::FsOpenRequest {
                 realm: realm.into(),
                 user: user.into(),
                 path: path.into(),
-                access: access.into(),
+                access: how.access.into(),
                 session: session.into(),
-                create: create.is_some(),
-                mode: create.unwrap_or(0),
+                create: how.create.is_some(),
+                mode: how.create.unwrap_or(0),
+                host: how.host,
             })
             .await?
             .into_inner();

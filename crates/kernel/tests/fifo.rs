@@ -46,7 +46,7 @@ fn session(f: &common::Fixture, who: &Caller, s: &str) {
 fn open(f: &common::Fixture, who: &Caller, path: &str, access: Access, s: &str) -> Handle {
     let (w, p, s) = (who.clone(), path.to_string(), s.to_string());
     common::call_in(&f.store, R, move |tx| {
-        fs::open_tx(tx, &w, &p, access, &s, None, 2)
+        fs::open_tx(tx, &w, &p, access, &s, None, None, 2)
     })
     .unwrap()
     .0

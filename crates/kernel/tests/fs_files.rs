@@ -369,7 +369,7 @@ fn files_are_kept_by_id_while_open(b: Backend) {
     let open = |path: &str, access: fs::Access| {
         let (w, p) = (who.clone(), path.to_string());
         common::call_in(&f.store, R, move |tx| {
-            fs::open_tx(tx, &w, &p, access, "s1", None, 2)
+            fs::open_tx(tx, &w, &p, access, "s1", None, None, 2)
         })
         .unwrap()
         .0
@@ -490,7 +490,7 @@ fn files_are_kept_by_id_while_open(b: Backend) {
         .unwrap();
         let (w, p) = (who.clone(), "/cfg".to_string());
         common::call_in(&f.store, R, move |tx| {
-            fs::open_tx(tx, &w, &p, fs::Access::Read, "s2", None, 5)
+            fs::open_tx(tx, &w, &p, fs::Access::Read, "s2", None, None, 5)
         })
         .unwrap();
         fs.unlink(&who, "/cfg", None).await.unwrap();
@@ -524,7 +524,7 @@ fn files_are_kept_by_id_while_open(b: Backend) {
             .await
             .unwrap();
         let e = common::call_in(&f.store, R, move |tx| {
-            fs::open_tx(tx, &w, &p, fs::Access::Read, "s2", None, 6)
+            fs::open_tx(tx, &w, &p, fs::Access::Read, "s2", None, None, 6)
         })
         .unwrap_err();
         assert!(matches!(e, Error::NotFound(_)), "{e}");
@@ -555,7 +555,16 @@ fn files_are_kept_by_id_while_open(b: Backend) {
         .unwrap();
         let b = bob.clone();
         let (h, _) = common::call_in(&f.store, R, move |tx| {
-            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Write, "sb", Some(0o444), 9)
+            fs::open_tx(
+                tx,
+                &b,
+                "/bob/ro",
+                fs::Access::Write,
+                "sb",
+                Some(0o444),
+                None,
+                9,
+            )
         })
         .unwrap();
         fs.write(&bob, h.clone(), 0, b"mine".to_vec(), false, None)
@@ -563,7 +572,7 @@ fn files_are_kept_by_id_while_open(b: Backend) {
             .unwrap();
         let b = bob.clone();
         let e = common::call_in(&f.store, R, move |tx| {
-            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Write, "sb", None, 10)
+            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Write, "sb", None, None, 10)
         })
         .unwrap_err();
         assert!(matches!(e, Error::Denied(_)), "{e}");
@@ -582,7 +591,7 @@ fn files_are_kept_by_id_while_open(b: Backend) {
         for (access, create) in [(fs::Access::Read, Some(0o644)), (fs::Access::Write, None)] {
             let r2 = rita.clone();
             let e = common::call_in(&f.store, R, move |tx| {
-                fs::open_tx(tx, &r2, "/bob/new", access, "sb", create, 10)
+                fs::open_tx(tx, &r2, "/bob/new", access, "sb", create, None, 10)
             })
             .unwrap_err();
             assert!(matches!(e, Error::Denied(_)), "{e}");
@@ -590,7 +599,7 @@ fn files_are_kept_by_id_while_open(b: Backend) {
         // Another user's session is not bob's to bind handles to.
         let b = bob.clone();
         let e = common::call_in(&f.store, R, move |tx| {
-            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Read, "s3", None, 11)
+            fs::open_tx(tx, &b, "/bob/ro", fs::Access::Read, "s3", None, None, 11)
         })
         .unwrap_err();
         assert!(matches!(e, Error::Denied(_)), "{e}");

@@ -184,9 +184,13 @@ pub mod ops {
         let access = crate::wire::field("access", r.access)?.unwrap_or(fs::Access::Read);
         let session = r.session;
         let create = r.create.then(|| mode_or(r.mode, fs::MODE_FILE_DEFAULT));
+        let host = r
+            .host
+            .map(|h| fs::HostCaller::new(h.pid, h.uid, &h.program))
+            .transpose()?;
         let (handle, st) = node
             .write_as(who, move |tx, who, now| {
-                fs::open_tx(tx, who, &p, access, &session, create, now)
+                fs::open_tx(tx, who, &p, access, &session, create, host.as_ref(), now)
             })
             .await?;
         Ok(proto::FsOpenResponse {

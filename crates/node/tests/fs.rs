@@ -329,28 +329,13 @@ async fn a_realm_may_record_what_clients_acting_for_no_proc_do() {
     let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
     let me = c.who_am_i().await.unwrap();
     let clients_events = |c: &mut Client| {
-        let mut c = c.clone();
-        async move {
-            let rows = c
-                .sql(
-                    "SELECT pid, event, detail FROM proc_event WHERE realm = $1 \
-                     AND pid LIKE '@%' ORDER BY seq",
-                    vec![tabos_client::Value::Text(REALM.into())],
-                )
-                .await
-                .unwrap();
-            rows.rows
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} {} {}",
-                        common::text(&r[0]),
-                        common::text(&r[1]),
-                        common::text(&r[2])
-                    )
-                })
-                .collect::<Vec<_>>()
-        }
+        rows_text(
+            c.clone(),
+            "SELECT pid, event, detail FROM proc_event WHERE realm = $1 \
+             AND pid LIKE '@%' ORDER BY seq",
+            vec![tabos_client::Value::Text(REALM.into())],
+            " ",
+        )
     };
     let set = |c: &mut Client, p: proto::Provenance| {
         let mut c = c.clone();
@@ -571,24 +556,16 @@ async fn a_procs_own_credential_records_its_provenance() {
         Code::NotFound
     );
     let events = |pid: &'static str| {
-        let mut c = c.clone();
-        async move {
-            let rows = c
-                .sql(
-                    "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = $2 \
-                     AND event LIKE 'fs_%' ORDER BY seq",
-                    vec![
-                        tabos_client::Value::Text(REALM.into()),
-                        tabos_client::Value::Text(pid.into()),
-                    ],
-                )
-                .await
-                .unwrap();
-            rows.rows
-                .iter()
-                .map(|r| format!("{} {}", common::text(&r[0]), common::text(&r[1])))
-                .collect::<Vec<_>>()
-        }
+        rows_text(
+            c.clone(),
+            "SELECT event, detail FROM proc_event WHERE realm = $1 AND pid = $2 \
+             AND event IN ('fs_read', 'fs_write') ORDER BY seq",
+            vec![
+                tabos_client::Value::Text(REALM.into()),
+                tabos_client::Value::Text(pid.into()),
+            ],
+            " ",
+        )
     };
     assert_eq!(
         events("worker").await,
@@ -603,7 +580,7 @@ async fn a_procs_own_credential_records_its_provenance() {
     // what root's procs touched in the last hour, and — once /in changes
     // (by a client acting for no proc) — who read it before.
     let queries = readme_provenance_queries();
-    assert_eq!(queries.len(), 6, "{queries:#?}");
+    assert_eq!(queries.len(), 7, "{queries:#?}");
     let reader = c.clone();
     let answer = |sql: String| {
         let mut c = reader.clone();
@@ -652,6 +629,129 @@ async fn a_procs_own_credential_records_its_provenance() {
         c.evict(REALM, pid).await.unwrap();
     }
     n.shut_down().await;
+}
+
+/// Opening a handle is a provenance event, `fs_open` (`PATH @r|w|rw`),
+/// and a client opening for a process of its host (`tabos mount`, for the
+/// one behind a FUSE request) names it — pid, uid, program — as the
+/// README's query reads it back; a malformed host caller (pid 0, a program
+/// empty, too long or with a control character) is INVALID_ARGUMENT and
+/// opens and records nothing; a realm recording procs only records no
+/// client's open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_is_provenance_naming_the_host_process_it_is_for() {
+    use tabos_client::fs::FsOpen;
+    let dir = TempDir::new("fs-open-provenance");
+    let n = start(&dir, "fs-node").await;
+    let mut c = Client::connect(&n.addr, &n.token).await.unwrap();
+    let me = c.who_am_i().await.unwrap();
+    let actor = format!("@root/{}", me.id);
+    let opens = |c: &Client| {
+        rows_text(
+            c.clone(),
+            "SELECT pid, detail FROM proc_event WHERE realm = $1 \
+             AND event = 'fs_open' ORDER BY seq",
+            vec![tabos_client::Value::Text(REALM.into())],
+            " ",
+        )
+    };
+    let handles = |c: &Client| rows_text(c.clone(), "SELECT count(*) FROM fs_open", vec![], "");
+    c.fs_write(REALM, "root", "/small", 0, b"hello".to_vec(), true)
+        .await
+        .unwrap();
+    let session =
+        tabos_client::names::Session::open(&c, REALM, "root", std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+    let host = |pid: u32, program: &str| proto::FsHostCaller {
+        pid,
+        uid: 1000,
+        program: program.into(),
+    };
+    let open = |c: &mut Client, access: proto::FsAccess, h: Option<proto::FsHostCaller>| {
+        let (mut c, session) = (c.clone(), session.id().to_string());
+        async move {
+            let how = FsOpen {
+                access,
+                create: None,
+                host: h,
+            };
+            c.fs_open_for(REALM, "root", "/small", &session, how).await
+        }
+    };
+    // Procs only, the default: a client's open is not recorded.
+    open(
+        &mut c,
+        proto::FsAccess::Read,
+        Some(host(4242, "/usr/bin/cat")),
+    )
+    .await
+    .unwrap();
+    assert!(opens(&c).await.is_empty());
+
+    c.set_realm(proto::SetRealmRequest {
+        realm: REALM.into(),
+        provenance: Some(proto::Provenance::All.into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    open(
+        &mut c,
+        proto::FsAccess::Read,
+        Some(host(4242, "/usr/bin/cat")),
+    )
+    .await
+    .unwrap();
+    open(&mut c, proto::FsAccess::ReadWrite, None)
+        .await
+        .unwrap();
+    let held = handles(&c).await;
+    for bad in [
+        host(0, "/usr/bin/cat"),
+        host(7, ""),
+        host(7, &"x".repeat(tabos_kernel::fs::HOST_PROGRAM_BYTES_MAX + 1)),
+        host(7, "/usr/bin/cat\n/etc/forged @w"),
+    ] {
+        let e = open(&mut c, proto::FsAccess::Write, Some(bad.clone()))
+            .await
+            .unwrap_err();
+        assert_eq!(code(&e), Code::InvalidArgument, "{bad:?}: {e}");
+    }
+    assert_eq!(handles(&c).await, held, "refused: nothing opened");
+    assert_eq!(
+        opens(&c).await,
+        [
+            format!("{actor} /small @r by pid 4242 uid 1000 /usr/bin/cat"),
+            format!("{actor} /small @rw"),
+        ]
+    );
+    // The README's query: which Linux processes opened /small, for what.
+    let sql = readme_provenance_queries().remove(6);
+    assert_eq!(
+        rows_text(c.clone(), &sql, vec![], " | ").await,
+        [format!("{actor} | r | pid 4242 uid 1000 /usr/bin/cat")]
+    );
+    session.close().await.unwrap();
+    n.shut_down().await;
+}
+
+/// The rows `sql` answers, each its columns' text joined by `sep`.
+async fn rows_text(
+    mut c: Client,
+    sql: impl AsRef<str>,
+    params: Vec<tabos_client::Value>,
+    sep: &str,
+) -> Vec<String> {
+    let sql = sql.as_ref();
+    let rows = c
+        .sql(sql, params)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    rows.rows
+        .iter()
+        .map(|r| r.iter().map(common::text).collect::<Vec<_>>().join(sep))
+        .collect()
 }
 
 /// The SQL blocks of the README's provenance paragraph (from

@@ -1460,6 +1460,91 @@ impl Access {
             Access::ReadWrite => 6,
         }
     }
+
+    /// As an `fs_open` event's detail says it: `r`, `w` or `rw`.
+    fn word(self) -> &'static str {
+        match self {
+            Access::Read => "r",
+            Access::Write => "w",
+            Access::ReadWrite => "rw",
+        }
+    }
+}
+
+/// The longest program a [`HostCaller`] may name, in bytes (Linux's
+/// `PATH_MAX` is 4,096; an executable's path past this is cut by the
+/// client, not refused by the node).
+pub const HOST_PROGRAM_BYTES_MAX: usize = 256;
+
+/// The Linux process of the client's host a client opens a file for, when
+/// that is not the client itself: `tabos mount` names the process behind
+/// each FUSE open. The client's word, recorded in the open's provenance
+/// event ([`open_detail`]); it widens nothing — the open is checked as the
+/// credential's, whoever the client says it acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCaller {
+    pid: u32,
+    uid: u32,
+    program: String,
+}
+
+impl HostCaller {
+    /// A process `pid` (not 0) of user `uid` running `program` (its
+    /// executable's path: 1..=[`HOST_PROGRAM_BYTES_MAX`] bytes, no control
+    /// characters — the detail is one line a query splits).
+    pub fn new(pid: u32, uid: u32, program: &str) -> Result<HostCaller> {
+        if pid == 0 {
+            return Err(Error::Invalid(
+                "a host caller's pid is not 0 (the client's host has no such process)".into(),
+            ));
+        }
+        if program.is_empty() || program.len() > HOST_PROGRAM_BYTES_MAX {
+            return Err(Error::Invalid(format!(
+                "a host caller's program is 1..={HOST_PROGRAM_BYTES_MAX} bytes, not {}",
+                program.len()
+            )));
+        }
+        if program.chars().any(char::is_control) {
+            return Err(Error::Invalid(
+                "a host caller's program has no control characters".into(),
+            ));
+        }
+        Ok(HostCaller {
+            pid,
+            uid,
+            program: program.to_string(),
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+}
+
+/// An `fs_open` event's provenance detail: `PATH @ACCESS` (`r`, `w` or
+/// `rw`), then ` by pid PID uid UID PROGRAM` when the client named the
+/// host process it opened for — so `split_part(detail, ' @', 1)` is the
+/// path for every file event, and `split_part(detail, ' by ', 2)` the
+/// Linux process.
+pub fn open_detail(path: &str, access: Access, host: Option<&HostCaller>) -> String {
+    match host {
+        None => format!("{path} @{}", access.word()),
+        Some(h) => format!(
+            "{path} @{} by pid {} uid {} {}",
+            access.word(),
+            h.pid,
+            h.uid,
+            h.program
+        ),
+    }
 }
 
 /// Which file an operation is on: a name, or an open handle (which reaches
@@ -1568,6 +1653,13 @@ fn resolve(
 /// file is created first (exclusive, a localized file) and opened without
 /// checking that mode — as open(2) with O_CREAT lets a creator write a
 /// file it makes read-only.
+///
+/// The open is a provenance event, `fs_open` ([`open_detail`], naming
+/// `host` when the client opens for a process of its host), committed with
+/// it: a proc's always, a client's when its realm records clients — so a
+/// read the kernel's page cache answers behind a mount, which never
+/// reaches the node, is still known by the open that let it happen.
+#[allow(clippy::too_many_arguments)] // open(2)'s own, and who it is for
 pub fn open_tx(
     tx: &mut dyn Tx,
     who: &Caller,
@@ -1575,6 +1667,7 @@ pub fn open_tx(
     access: Access,
     session: &str,
     create: Option<i64>,
+    host: Option<&HostCaller>,
     now_us: i64,
 ) -> Result<(Handle, Stat)> {
     // A reader may open to read; writing or creating is a member's.
@@ -1641,6 +1734,15 @@ pub fn open_tx(
             now_us,
             mark
         ],
+    )?;
+    let actor = who.actor(who.pid().cloned());
+    actor.check_tx(tx, realm)?;
+    actor.note_tx(
+        tx,
+        realm,
+        "fs_open",
+        &open_detail(&st.path, access, host),
+        now_us,
     )?;
     Ok((handle, st))
 }

@@ -1554,7 +1554,7 @@ class FsReadlinkResponse(_message.Message):
     def __init__(self, target: _Optional[str] = ...) -> None: ...
 
 class FsOpenRequest(_message.Message):
-    __slots__ = ("realm", "user", "path", "access", "session", "create", "mode")
+    __slots__ = ("realm", "user", "path", "access", "session", "create", "mode", "host")
     REALM_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
@@ -1562,6 +1562,7 @@ class FsOpenRequest(_message.Message):
     SESSION_FIELD_NUMBER: _ClassVar[int]
     CREATE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
     realm: str
     user: str
     path: str
@@ -1569,7 +1570,18 @@ class FsOpenRequest(_message.Message):
     session: str
     create: bool
     mode: int
-    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., access: _Optional[_Union[FsAccess, str]] = ..., session: _Optional[str] = ..., create: _Optional[bool] = ..., mode: _Optional[int] = ...) -> None: ...
+    host: FsHostCaller
+    def __init__(self, realm: _Optional[str] = ..., user: _Optional[str] = ..., path: _Optional[str] = ..., access: _Optional[_Union[FsAccess, str]] = ..., session: _Optional[str] = ..., create: _Optional[bool] = ..., mode: _Optional[int] = ..., host: _Optional[_Union[FsHostCaller, _Mapping]] = ...) -> None: ...
+
+class FsHostCaller(_message.Message):
+    __slots__ = ("pid", "uid", "program")
+    PID_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    uid: int
+    program: str
+    def __init__(self, pid: _Optional[int] = ..., uid: _Optional[int] = ..., program: _Optional[str] = ...) -> None: ...
 
 class FsOpenResponse(_message.Message):
     __slots__ = ("handle", "stat")
