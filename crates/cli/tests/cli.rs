@@ -7441,6 +7441,69 @@ fn named_pipes_through_two_mounts_and_the_cli() {
     assert_eq!(ended(head), "y\ny\ny\ny\ny\n");
 }
 
+/// Issue 43, item 3, under the fault: a pipe's writer whose mount is
+/// killed (kill -9, so nothing is closed) gives the reader in another
+/// mount what it wrote and then EOF, once the dead mount's session lapses
+/// (`--session-ttl 2`) — `cat` ends by itself, well before the 60 s its
+/// `timeout` allows — and the pipe works again for a new writer.
+#[test]
+fn a_pipes_writer_killed_with_its_mount_gives_its_reader_eof() {
+    let dir = TempDir::new("cli-mount-fifo-kill");
+    let node = Node::start(&[]);
+    let (m1, m2) = (dir.path().join("m1"), dir.path().join("m2"));
+    std::fs::create_dir(&m1).unwrap();
+    std::fs::create_dir(&m2).unwrap();
+    let writer_mount = mount_on(&node, &m1, &["--session-ttl", "2"], &node.token);
+    let _reader_mount = mount_on(&node, &m2, &[], &node.token);
+    let status = Command::new("mkfifo").arg(m1.join("p")).status().unwrap();
+    assert!(status.success());
+    let cat = || {
+        Command::new("timeout")
+            .arg("60")
+            .arg("cat")
+            .arg(m2.join("p"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut reader = cat();
+    // The writer holds its end open after its first line, until killed.
+    let mut writer = Command::new("bash")
+        .args([
+            "-c",
+            "exec 3> m1/p; echo before-the-kill >&3; exec sleep 600",
+        ])
+        .current_dir(dir.path())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(reader.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "before-the-kill\n");
+    writer_mount.kill();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "", "nothing after the writer's last line");
+    let status = reader.wait().unwrap();
+    assert!(
+        status.success(),
+        "cat ends on EOF, not by its timeout: {status:?}"
+    );
+    let _ = writer.kill();
+    let _ = writer.wait();
+    // A new writer, through the reader's own mount, and a new reader.
+    let reader = cat();
+    let status = Command::new("bash")
+        .args(["-c", "echo after > m2/p"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let o = reader.wait_with_output().unwrap();
+    assert!(o.status.success(), "{:?}", o.status);
+    assert_eq!(stdout(&o), "after\n");
+}
+
 /// Issue 43, item 4: `tabos sql` and psql over a large kernel table are
 /// answered by the columnar engine — the node's metrics count them — with
 /// SQLite's own answer, and a realm admin's query sees only the realm's
