@@ -37,15 +37,21 @@ from ._proto import tabos_pb2 as pb
 from ._proto import tabos_pb2_grpc as rpc
 from .client import (
     CHANNEL_OPTIONS,
+    CHUNK_BYTES,
     CallResult,
+    FileChange,
+    FileStat,
     Message,
     Payload,
     ProcStatus,
     SqlValue,
     _bytes,
     _descriptor,
+    _file_changes,
     _message,
+    _mkdir_paths,
     _realm,
+    _rename_request,
     _resolve,
     _rows,
     _set_realm_request,
@@ -92,6 +98,8 @@ class Client:
         self._procedures = rpc.ProceduresStub(self._channel)
         self._tokens = rpc.TokensStub(self._channel)
         self._workflows = rpc.WorkflowsStub(self._channel)
+        self._fs = rpc.FsStub(self._channel)
+        self.fs = Fs(self)
 
     # -- plumbing -------------------------------------------------------
 
@@ -307,3 +315,86 @@ class Client:
             loop_left -= chunk
             if w.done or loop_left <= 0:
                 return w
+
+
+class Fs:
+    """The realm's files (``client.fs``) for asyncio, as the credential's
+    user: the synchronous :class:`tabos.client.Fs`'s calls, awaited, with
+    whole files read and written (``read_bytes``, ``write_bytes``) in
+    place of ``open``."""
+
+    def __init__(self, c: Client) -> None:
+        self._c = c
+
+    async def stat(self, path: str, *, realm: str = "", user: str = "") -> FileStat:
+        """A file's or directory's metadata."""
+        s = await self._c._call(self._c._fs.Stat, pb.FsPathRequest(realm=realm, user=user, path=path))
+        return FileStat._of(s)
+
+    async def ls(self, path: str = "/", *, realm: str = "", user: str = "") -> list:
+        """A directory's entries."""
+        r = await self._c._call(self._c._fs.ReadDir, pb.FsPathRequest(realm=realm, user=user, path=path))
+        return [FileStat._of(s) for s in r.entries]
+
+    async def mkdir(
+        self, path: str, *, mode: int = 0o755, parents: bool = False, realm: str = "", user: str = ""
+    ) -> None:
+        """Makes a directory (and its missing parents with ``parents``)."""
+        for p in _mkdir_paths(path, parents):
+            try:
+                await self._c._call(self._c._fs.Mkdir, pb.FsCreateRequest(realm=realm, user=user, path=p, mode=mode))
+            except errors.AlreadyExists:
+                if not parents:
+                    raise
+
+    async def mkfifo(self, path: str, *, mode: int = 0o644, realm: str = "", user: str = "") -> FileStat:
+        """Makes a named pipe (see :meth:`tabos.client.Fs.mkfifo`)."""
+        req = pb.FsCreateRequest(realm=realm, user=user, path=path, mode=mode)
+        return FileStat._of(await self._c._call(self._c._fs.Mkfifo, req))
+
+    async def remove(self, path: str, *, realm: str = "", user: str = "") -> None:
+        """Removes a file, or an empty directory."""
+        req = pb.FsPathRequest(realm=realm, user=user, path=path)
+        s = await self._c._call(self._c._fs.Stat, req)
+        await self._c._call(self._c._fs.Rmdir if s.type == pb.FILE_TYPE_DIR else self._c._fs.Unlink, req)
+
+    async def rename(self, src: str, dst: str, *, realm: str = "", user: str = "") -> None:
+        """Moves ``src`` to ``dst``."""
+        await self._c._call(self._c._fs.Rename, _rename_request(src, dst, realm, user))
+
+    async def read_bytes(self, path: str, *, realm: str = "", user: str = "") -> bytes:
+        """The whole file, read in chunks of at most 4 MiB; of a named pipe,
+        what its writers write until EOF (each read waits for them)."""
+        st = await self.stat(path, realm=realm, user=user)
+        pipe = st.type == "fifo"
+        out = bytearray()
+        while True:
+            req = pb.FsReadRequest(realm=realm, user=user, path=path, offset=len(out), len=CHUNK_BYTES)
+            data = (await self._c._call(self._c._fs.Read, req, wait=pipe)).data
+            if not data:
+                return bytes(out)
+            out += data
+
+    async def write_bytes(self, path: str, data: bytes, *, realm: str = "", user: str = "") -> None:
+        """Replaces the file with ``data`` (made 0644 if it is not there);
+        into a named pipe, writes ``data`` (each write waits for room)."""
+        c, pipe = self._c, False
+        try:
+            await c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
+        except errors.AlreadyExists:
+            pipe = (await self.stat(path, realm=realm, user=user)).type == "fifo"
+            if not pipe:
+                await c._call(c._fs.Truncate, pb.FsTruncateRequest(realm=realm, user=user, path=path, size=0))
+        for at in range(0, len(data), CHUNK_BYTES):
+            chunk = data[at : at + CHUNK_BYTES]
+            req = pb.FsWriteRequest(realm=realm, user=user, path=path, offset=at, data=chunk)
+            await c._call(c._fs.Write, req, wait=pipe)
+
+    async def watch(self, *, realm: str = "", user: str = "") -> AsyncIterator[FileChange]:
+        """The realm's file changes as they commit (see
+        :meth:`tabos.client.Fs.watch`): an async generator, to be closed
+        when no longer read."""
+        req = pb.FsWatchRequest(realm=realm, user=user)
+        async for m in self._c._stream(self._c._fs.Watch, req):
+            for change in _file_changes(m):
+                yield change

@@ -1118,6 +1118,30 @@ class File(io.RawIOBase):
         return self._pos
 
 
+def _file_changes(m: pb.FsChanges) -> Iterator[FileChange]:
+    """What one message of a file watch tells, in order."""
+    if m.watching:
+        yield FileChange("watching", "")
+    for ch in m.changes:
+        named = ch.kind == pb.FsChangeKind.FS_CHANGE_KIND_NAME
+        yield FileChange(_word(pb.FsChangeKind, ch.kind), ch.path if named else ch.id)
+
+
+def _mkdir_paths(path: str, parents: bool) -> list:
+    """The directories a mkdir of ``path`` makes, in order: it alone, or
+    with ``parents`` every ancestor too."""
+    if not parents:
+        return [path]
+    parts = [p for p in path.split("/") if p]
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _rename_request(src: str, dst: str, realm: str, user: str) -> pb.FsRenameRequest:
+    # `from` is a Python keyword: the field is given by name.
+    named: Dict[str, Any] = {"from": src}
+    return pb.FsRenameRequest(realm=realm, user=user, to=dst, **named)
+
+
 class Fs:
     """The realm's files (``client.fs``), as the credential's user."""
 
@@ -1146,11 +1170,7 @@ class Fs:
         and watch again."""
         req = pb.FsWatchRequest(realm=realm, user=user)
         for m in self._c._stream(self._c._fs.Watch, req):
-            if m.watching:
-                yield FileChange("watching", "")
-            for ch in m.changes:
-                named = ch.kind == pb.FsChangeKind.FS_CHANGE_KIND_NAME
-                yield FileChange(_word(pb.FsChangeKind, ch.kind), ch.path if named else ch.id)
+            yield from _file_changes(m)
 
     def stat(self, path: str, *, realm: str = "", user: str = "") -> FileStat:
         """A file's or directory's metadata."""
@@ -1164,11 +1184,7 @@ class Fs:
 
     def mkdir(self, path: str, *, mode: int = 0o755, parents: bool = False, realm: str = "", user: str = "") -> None:
         """Makes a directory (and its missing parents with ``parents``)."""
-        todo = [path]
-        if parents:
-            parts = [p for p in path.split("/") if p]
-            todo = ["/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)]
-        for p in todo:
+        for p in _mkdir_paths(path, parents):
             try:
                 self._c._call(self._c._fs.Mkdir, pb.FsCreateRequest(realm=realm, user=user, path=p, mode=mode))
             except errors.AlreadyExists:
@@ -1194,9 +1210,7 @@ class Fs:
 
     def rename(self, src: str, dst: str, *, realm: str = "", user: str = "") -> None:
         """Moves ``src`` to ``dst``."""
-        named: Dict[str, Any] = {"from": src}
-        req = pb.FsRenameRequest(realm=realm, user=user, to=dst, **named)
-        self._c._call(self._c._fs.Rename, req)
+        self._c._call(self._c._fs.Rename, _rename_request(src, dst, realm, user))
 
     def read_bytes(self, path: str, *, realm: str = "") -> bytes:
         """The whole file."""

@@ -101,3 +101,55 @@ def test_an_operator_manages_realms_from_asyncio(node) -> None:
                 await c.realm(name)
 
     asyncio.run(main())
+
+
+def test_files_from_asyncio(node) -> None:
+    """The realm's files from the asyncio client: a directory tree made,
+    a file larger than one 4 MiB read written and read back whole, listed,
+    statted, renamed and removed; a named pipe read while another task
+    writes it; a watch that sees a change; the synchronous client sees the
+    same files, and a missing one is NotFound."""
+    addr = node.socket if node.way == "local" else node.addr
+    top = f"/aio-files-{node.way}"
+    data = bytes(range(256)) * (5 * 4096 + 7)  # 5 MiB and a bit: two reads
+
+    async def main() -> None:
+        async with tabos.aio.Client(addr, node.token) as c:
+            await c.fs.mkdir(f"{top}/a/b", parents=True)
+            with pytest.raises(tabos.AlreadyExists):
+                await c.fs.mkdir(f"{top}/a")
+            await c.fs.write_bytes(f"{top}/a/b/big", data)
+            assert await c.fs.read_bytes(f"{top}/a/b/big") == data
+            await c.fs.write_bytes(f"{top}/a/b/big", b"short now")
+            assert await c.fs.read_bytes(f"{top}/a/b/big") == b"short now", "write_bytes replaces"
+            st = await c.fs.stat(f"{top}/a/b/big")
+            assert (st.type, st.size) == ("file", 9)
+            await c.fs.rename(f"{top}/a/b/big", f"{top}/a/small")
+            assert [e.path for e in await c.fs.ls(f"{top}/a")] == [f"{top}/a/b", f"{top}/a/small"]
+            with tabos.Client(addr, node.token) as sync:
+                assert sync.fs.read_bytes(f"{top}/a/small") == b"short now"
+
+            # A named pipe: the reader waits for the writer's bytes and EOF.
+            await c.fs.mkfifo(f"{top}/p")
+            reader = asyncio.create_task(c.fs.read_bytes(f"{top}/p"))
+            await asyncio.sleep(0.3)
+            assert not reader.done(), "the reader waits for a writer"
+            await c.fs.write_bytes(f"{top}/p", b"through the pipe")
+            assert await asyncio.wait_for(reader, 30) == b"through the pipe"
+
+            # A watch sees a change made after it started.
+            watch = c.fs.watch()
+            assert (await watch.__anext__()).kind == "watching"
+            await c.fs.write_bytes(f"{top}/seen", b"x")
+            change = await asyncio.wait_for(watch.__anext__(), 30)
+            assert change.kind in ("name", "data"), change
+            await watch.aclose()
+
+            for p in [f"{top}/seen", f"{top}/p", f"{top}/a/small", f"{top}/a/b", f"{top}/a", top]:
+                await c.fs.remove(p)
+            with pytest.raises(tabos.NotFound):
+                await c.fs.stat(top)
+            with pytest.raises(tabos.NotFound):
+                await c.fs.read_bytes(f"{top}/nope")
+
+    asyncio.run(main())
