@@ -143,6 +143,41 @@ struct State {
     running: std::collections::HashMap<(String, String), (Instant, f64)>,
     /// Procs ended since the window began: launched, ended, declared cores.
     ends: VecDeque<(Instant, Instant, f64)>,
+    /// The declared cores of the running procs launched since the window
+    /// began, and what the ends give back of the window: kept as they
+    /// change and made again at each measurement, so that
+    /// [`Load::busy_cores`], asked at every claim, costs the same with
+    /// thousands of procs running or just ended as with none.
+    pending: f64,
+    gone: f64,
+}
+
+impl State {
+    /// What an end gives back of the window: the proc's declared cores
+    /// over the part of the window it ran in.
+    fn given_back(&self, (launched, ended, cores): (Instant, Instant, f64)) -> f64 {
+        let window = self
+            .window_end
+            .duration_since(self.window_start)
+            .as_secs_f64();
+        if window <= 0.0 {
+            return 0.0;
+        }
+        let from = launched.max(self.window_start);
+        let to = ended.min(self.window_end);
+        cores * to.saturating_duration_since(from).as_secs_f64() / window
+    }
+
+    /// `pending` and `gone` made again from the procs (a new window).
+    fn recount(&mut self) {
+        self.pending = self
+            .running
+            .values()
+            .filter(|(at, _)| *at >= self.window_start)
+            .map(|(_, c)| c)
+            .sum();
+        self.gone = self.ends.iter().map(|e| self.given_back(*e)).sum();
+    }
 }
 
 /// One node's measured load.
@@ -167,6 +202,8 @@ impl Load {
                 window_end: Instant::now(),
                 running: std::collections::HashMap::new(),
                 ends: VecDeque::new(),
+                pending: 0.0,
+                gone: 0.0,
             }),
             changed: tokio::sync::watch::channel(0.0).0,
             procs_memory: Mutex::new(std::collections::HashMap::new()),
@@ -212,26 +249,7 @@ impl Load {
     /// they used): a proc gives its cores back as it ends.
     pub fn busy_cores(&self) -> f64 {
         let s = self.state();
-        let pending: f64 = s
-            .running
-            .values()
-            .filter(|(at, _)| *at >= s.window_start)
-            .map(|(_, c)| c)
-            .sum();
-        let window = s.window_end.duration_since(s.window_start).as_secs_f64();
-        let gone: f64 = if window > 0.0 {
-            s.ends
-                .iter()
-                .map(|(launched, ended, c)| {
-                    let from = (*launched).max(s.window_start);
-                    let to = (*ended).min(s.window_end);
-                    c * to.saturating_duration_since(from).as_secs_f64() / window
-                })
-                .sum()
-        } else {
-            0.0
-        };
-        (s.measured + pending - gone).max(0.0)
+        (s.measured + s.pending - s.gone).max(0.0)
     }
 
     /// The last measurement alone (for `tabos status`).
@@ -244,11 +262,19 @@ impl Load {
     pub fn launched(&self, realm: &str, pid: &str, cores: i64) {
         let mut s = self.state();
         if s.running.len() < LAUNCHES_MAX {
-            let at = Instant::now();
-            s.running.insert(
-                (realm.to_string(), pid.to_string()),
-                (at, cores.max(0) as f64),
-            );
+            let (at, cores) = (Instant::now(), cores.max(0) as f64);
+            let before = s
+                .running
+                .insert((realm.to_string(), pid.to_string()), (at, cores));
+            // The same proc launched again replaces its first launch.
+            if let Some((was, c)) = before {
+                if was >= s.window_start {
+                    s.pending -= c;
+                }
+            }
+            if at >= s.window_start {
+                s.pending += cores;
+            }
         }
     }
 
@@ -259,10 +285,17 @@ impl Load {
         else {
             return;
         };
-        if s.ends.len() >= LAUNCHES_MAX {
-            s.ends.pop_front();
+        if launched >= s.window_start {
+            s.pending -= cores;
         }
-        s.ends.push_back((launched, Instant::now(), cores));
+        if s.ends.len() >= LAUNCHES_MAX {
+            if let Some(first) = s.ends.pop_front() {
+                s.gone -= s.given_back(first);
+            }
+        }
+        let end = (launched, Instant::now(), cores);
+        s.gone += s.given_back(end);
+        s.ends.push_back(end);
     }
 
     /// Records a measurement of `cores` busy over the window from
@@ -281,6 +314,7 @@ impl Load {
             {
                 s.ends.pop_front();
             }
+            s.recount();
             drop(s);
             self.busy_cores()
         };
@@ -385,6 +419,45 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1));
         load.record(0.75, Instant::now());
         assert_eq!(load.busy_cores(), 0.75);
+    }
+
+    /// What `busy_cores` keeps as procs come and go is what counting them
+    /// all again gives, across launches, relaunches, ends and windows.
+    #[test]
+    fn the_kept_sums_are_what_a_recount_gives() {
+        let load = Load::new(Source::Machine);
+        let agrees = |load: &Load| {
+            let kept = load.busy_cores();
+            load.state().recount();
+            let counted = load.busy_cores();
+            assert!(
+                (kept - counted).abs() < 1e-9,
+                "kept {kept}, counted {counted}"
+            );
+        };
+        for i in 0..200 {
+            load.launched("r", &format!("p{i}"), i % 3);
+        }
+        agrees(&load);
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_millis(5));
+        for i in 0..100 {
+            load.ended("r", &format!("p{i}"));
+        }
+        load.record(1.5, start);
+        agrees(&load);
+        for i in 100..150 {
+            load.ended("r", &format!("p{i}"));
+            load.launched("r", &format!("q{i}"), 2);
+        }
+        load.launched("r", "p199", 1); // launched again
+        agrees(&load);
+        std::thread::sleep(Duration::from_millis(2));
+        load.record(0.5, Instant::now());
+        for i in 150..200 {
+            load.ended("r", &format!("p{i}"));
+        }
+        agrees(&load);
     }
 
     #[tokio::test]

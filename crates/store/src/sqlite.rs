@@ -177,9 +177,24 @@ fn busy_handler(calls: i32) -> bool {
     true
 }
 
-fn set_busy_handler(conn: &Connection) -> Result<()> {
+/// What every connection of the store has: the busy handler, and the
+/// query planner's stability guarantee (`SQLITE_DBCONFIG_ENABLE_QPSG`).
+/// Without it SQLite plans a statement from the values bound when it was
+/// prepared where they could matter (a `LIMIT $N`; a `$N` compared with a
+/// partial index's `WHERE`) and marks it expired at each new binding of
+/// them, so such a statement was compiled again at every call — measured:
+/// both of the graph scheduler's settling queries at every proc's end, a
+/// tenth of the partition executor's time in a burst of wasm procs. With
+/// it, a statement keeps the plan it was prepared with.
+fn configure_connection(conn: &Connection) -> Result<()> {
     conn.busy_handler(Some(busy_handler))
-        .map_err(|e| map_err(e, "busy_handler"))
+        .map_err(|e| map_err(e, "busy_handler"))?;
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map_err(|e| map_err(e, "SQLITE_DBCONFIG_ENABLE_QPSG"))?;
+    Ok(())
 }
 
 pub struct SqliteBackend {
@@ -467,7 +482,7 @@ fn start_checkpointer(
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .map_err(|e| map_err(e, "open checkpointer"))?;
-    set_busy_handler(&conn)?;
+    configure_connection(&conn)?;
     let (tx, rx) = sync_channel::<()>(1);
     let handle = std::thread::Builder::new()
         .name(format!("tabos-ckpt-p{p}"))
@@ -607,7 +622,7 @@ fn open_writer(
     let pragmas = writer_pragmas(durability);
     conn.execute_batch(&pragmas)
         .map_err(|e| map_err(e, &pragmas))?;
-    set_busy_handler(&conn)?;
+    configure_connection(&conn)?;
     // Tenant SQL (stored procedures) runs on the writer too.
     crate::dialect::install(&conn).map_err(|e| map_err(e, "install the dialect's functions"))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_MAX);
@@ -2184,7 +2199,7 @@ impl<T> ReadPool<T> {
 /// reply can carry ever built (a `randomblob(250000000)` fails instead of
 /// allocating).
 pub(crate) fn prepare_reader(conn: &Connection) -> Result<()> {
-    set_busy_handler(conn)?;
+    configure_connection(conn)?;
     crate::dialect::install(conn).map_err(|e| map_err(e, "install the dialect's functions"))?;
     conn.set_limit(
         rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
