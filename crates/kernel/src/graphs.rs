@@ -1765,6 +1765,23 @@ pub fn settle_children_tx(tx: &mut dyn Tx, realm: &str, now: i64) -> Result<u64>
     Ok((rows.len() + procs.len()) as u64)
 }
 
+/// Procedure body (read-only): whether `realm` has a task waiting for a
+/// workflow or a proc — what [`settle_children_tx`] would look at. The
+/// scheduler asks it on a read connection at each end its realm sees, so
+/// that a realm with no graph waiting costs its partition's writer nothing
+/// when its procs end (a task's child is recorded in the transaction that
+/// starts the child, before the child can end).
+pub fn waits_on_children_tx(tx: &mut dyn Tx, realm: &str) -> Result<bool> {
+    let k = p_key(tx);
+    Ok(tx
+        .query_opt(
+            "SELECT 1 FROM graph_task WHERE p_key = $1 AND status = 'running' AND realm = $2 \
+             AND child IS NOT NULL AND kind IN ('workflow', 'proc') LIMIT 1",
+            params![k, realm],
+        )?
+        .is_some())
+}
+
 /// Procedure body (a scheduler's, at its start; on one partition): the
 /// realms with a task that waits for a workflow or a proc.
 pub fn waiting_realms_tx(tx: &mut dyn Tx) -> Result<Vec<String>> {

@@ -438,6 +438,16 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
         let mut refused = false;
         let mut unsettled = Vec::new();
         while let Some(realm) = settle.pop_front() {
+            // Most ends are of procs and workflows no graph waits for:
+            // looked at on a read connection, they cost the writer nothing.
+            let r = realm.clone();
+            let waits = tabos_kernel::read(&node.store, &realm, move |tx| {
+                graphs::waits_on_children_tx(tx, &r)
+            })
+            .await;
+            if matches!(waits, Ok(false)) {
+                continue;
+            }
             let r = realm.clone();
             let settled = tabos_kernel::call(&node.store, &realm, move |tx| {
                 graphs::settle_children_tx(tx, &r, tabos_store::now_us())
