@@ -326,6 +326,10 @@ class Fs:
     def __init__(self, c: Client) -> None:
         self._c = c
 
+    async def _is_pipe(self, path: str, realm: str, user: str) -> bool:
+        s = await self._c._call(self._c._fs.Stat, pb.FsPathRequest(realm=realm, user=user, path=path))
+        return bool(s.type == pb.FILE_TYPE_FIFO)
+
     async def stat(self, path: str, *, realm: str = "", user: str = "") -> FileStat:
         """A file's or directory's metadata."""
         s = await self._c._call(self._c._fs.Stat, pb.FsPathRequest(realm=realm, user=user, path=path))
@@ -365,8 +369,7 @@ class Fs:
     async def read_bytes(self, path: str, *, realm: str = "", user: str = "") -> bytes:
         """The whole file, read in chunks of at most 4 MiB; of a named pipe,
         what its writers write until EOF (each read waits for them)."""
-        st = await self.stat(path, realm=realm, user=user)
-        pipe = st.type == "fifo"
+        pipe = await self._is_pipe(path, realm, user)
         out = bytearray()
         while True:
             req = pb.FsReadRequest(realm=realm, user=user, path=path, offset=len(out), len=CHUNK_BYTES)
@@ -382,7 +385,7 @@ class Fs:
         try:
             await c._call(c._fs.Create, pb.FsCreateRequest(realm=realm, user=user, path=path, mode=0o644))
         except errors.AlreadyExists:
-            pipe = (await self.stat(path, realm=realm, user=user)).type == "fifo"
+            pipe = await self._is_pipe(path, realm, user)
             if not pipe:
                 await c._call(c._fs.Truncate, pb.FsTruncateRequest(realm=realm, user=user, path=path, size=0))
         for at in range(0, len(data), CHUNK_BYTES):
