@@ -719,8 +719,6 @@ fn errno(e: &tabos_client::Error) -> Errno {
     }
 }
 
-/// The uid a tabos owner shows as: `root` 0, a number itself, anyone else
-/// nobody.
 /// The process behind a FUSE request, as the open's provenance names it:
 /// its pid and uid, and its executable's path (its command name when the
 /// path cannot be read: a process gone, or one of another user's that
@@ -763,6 +761,8 @@ fn host_caller(req: &Request) -> Option<proto::FsHostCaller> {
     })
 }
 
+/// The uid a tabos owner shows as: `root` 0, a number itself, anyone else
+/// nobody.
 fn uid_of(owner: &str) -> u32 {
     match owner {
         "root" => 0,

@@ -1515,18 +1515,6 @@ impl HostCaller {
             program: program.to_string(),
         })
     }
-
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    pub fn uid(&self) -> u32 {
-        self.uid
-    }
-
-    pub fn program(&self) -> &str {
-        &self.program
-    }
 }
 
 /// An `fs_open` event's provenance detail: `PATH @ACCESS` (`r`, `w` or
