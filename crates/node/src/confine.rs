@@ -168,6 +168,10 @@ pub struct Confine {
     /// Where jails' roots and working directories are made (`None`: no
     /// jails).
     jails: Option<PathBuf>,
+    /// The root most jails share, made at the first jailed proc (`None`
+    /// in it: it could not be made here, and every root is laid out for
+    /// its proc).
+    template: std::sync::OnceLock<Option<std::sync::Arc<crate::jail::Template>>>,
     /// The write end of the node's lifeline: held by the node alone, so
     /// that it closes — and every jailed proc's first process hears it —
     /// when the node's process ends in any way ([`crate::jail`]).
@@ -188,6 +192,7 @@ impl Confine {
             cpuacct: None,
             unified: None,
             jails: None,
+            template: std::sync::OnceLock::new(),
             lifeline: None,
             off: vec![why.to_string()],
         }
@@ -301,6 +306,25 @@ impl Confine {
         self.uids.then(|| uid_for(realm))
     }
 
+    /// The jails' shared root ([`crate::jail::Template`]), made by the
+    /// first call — with the node socket's mount point if `with_socket`
+    /// — or `None` if it cannot be made here (said once in the log).
+    fn template(
+        &self,
+        run: &Path,
+        with_socket: bool,
+    ) -> Option<&std::sync::Arc<crate::jail::Template>> {
+        self.template
+            .get_or_init(|| match crate::jail::Template::make(run, with_socket) {
+                Ok(t) => Some(std::sync::Arc::new(t)),
+                Err(e) => {
+                    tracing::warn!("each jail's root is laid out for its proc: no template ({e})");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
     /// Whether native procs run jailed.
     pub fn jailed(&self) -> bool {
         self.jails.is_some()
@@ -381,6 +405,13 @@ impl Confine {
                 std::env::consts::ARCH
             ));
             lines.push("ended within moments if the node's process dies (a lifeline)".into());
+            if let Some(Some(_)) = self.template.get() {
+                lines.push(
+                    "jails without host paths, code or a program of their own copy one root \
+                     made once (a template)"
+                        .into(),
+                );
+            }
         }
         lines.extend(self.off.iter().cloned());
         lines
@@ -400,7 +431,11 @@ impl Confine {
         let uid = self.uids.then(|| uid_for(realm));
         let jail = match &self.jails {
             Some(run) => Some(std::sync::Arc::new(crate::jail::Plan::new(
-                run, &name, uid, placement,
+                run,
+                &name,
+                uid,
+                placement,
+                self.template(run, placement.node_socket.is_some()),
             )?)),
             None => None,
         };
@@ -433,7 +468,13 @@ impl Confine {
         let memory = group(&self.memory)?;
         let pids = group(&self.pids)?;
         let cpu = group(&self.cpu)?;
-        let cpuacct = group(&self.cpuacct)?;
+        // A proc's CPU time comes from its unified cgroup where there is
+        // one (`cpu.stat`): a v1 cpuacct cgroup would be made, joined (a
+        // migration) and removed for a number never read.
+        let cpuacct = match &self.unified {
+            Some(_) => None,
+            None => group(&self.cpuacct)?,
+        };
         let bytes = (mem_mb > 0).then(|| mem_mb.saturating_mul(1 << 20));
         let quota = (cores > 0).then(|| cores * CPU_PERIOD_US);
         if let (Some(m), Some(bytes)) = (&memory, bytes) {

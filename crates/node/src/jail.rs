@@ -28,10 +28,12 @@
 //! its copy of the node's lifeline and clones P1 into new namespaces, and
 //! waits for it, passing on its exit status. P1 — pid 1 of the new pid
 //! namespace — joins a network namespace made ahead ([`crate::netns`]) or
-//! brings up the loopback of the one its clone made, builds the new
-//! root in a tmpfs, pivots into it, and clones P2, then reaps orphans until
-//! P2 ends (when pid 1 ends, the kernel ends every other process of the
-//! namespace). P2 is cloned straight into the proc's cgroup of the unified
+//! brings up the loopback of the one its clone made, enters its root —
+//! a copy of the node's [`Template`] with its own `/proc`, `/tmp`,
+//! working directory and socket, or, for a proc with host paths, code or
+//! a program of its own, a root built for it in a tmpfs and pivoted into
+//! — and clones P2, then reaps orphans until P2 ends (when pid 1 ends,
+//! the kernel ends every other process of the namespace). P2 is cloned straight into the proc's cgroup of the unified
 //! tree (`clone3(CLONE_INTO_CGROUP)`, which takes none of the locks that
 //! moving a process in would; Linux 5.7 or later), joins its v1 memory
 //! cgroup, takes its standard streams, drops to the realm's uid, installs
@@ -39,8 +41,10 @@
 //!
 //! None of them is a fork of the node. All three share the node's memory
 //! (`CLONE_VM`), each on a stack of its own that the node keeps until the
-//! proc has ended ([`Launch`]); P1 holds still while P2 runs up to its
-//! exec, as vfork does. A fork copied the node's page tables for each of
+//! proc has ended ([`Launch`]); P1 goes on while P2 runs up to its exec
+//! (no `CLONE_VFORK`: P1 closes its copy of the exec's report pipe at
+//! once, so the node hears of the exec from P2 alone, without waiting for
+//! P1 to be scheduled again after it). A fork copied the node's page tables for each of
 //! them, and while P0 and P1 held their copies every page the node wrote
 //! cost it a fault and a TLB flush on every CPU: measured, most of a
 //! native spawn's cost here, and a tax on the node's every thread. Sharing
@@ -106,9 +110,16 @@ pub const TMP_BYTES_MAX: u64 = 64 << 20;
 /// points only).
 const ROOT_BYTES_MAX: u64 = 1 << 20;
 
-/// Everything the child needs, made before the fork.
+/// At most this many mounts a proc adds to the node's template root (its
+/// working directory and the node's socket): P1 keeps their detached
+/// copies in an array on its stack, allocating nothing.
+const TEMPLATE_MOUNTS_MAX: usize = 2;
+
+/// A jail's root as mounts to make: a tmpfs at `root` with its
+/// directories, mount-point files and symlinks, and the binds into it,
+/// then pivoted into and made read-only ([`Root::build`]).
 #[derive(Debug)]
-pub struct Plan {
+struct Root {
     root: CString,
     root_data: CString,
     tmp_data: CString,
@@ -117,16 +128,298 @@ pub struct Plan {
     links: Vec<(CString, CString)>,
     /// (source, target, read-only)
     binds: Vec<(CString, CString, bool)>,
-    proc_dir: CString,
-    tmp_dir: CString,
+    /// Where a proc's own `/proc` and `/tmp` are mounted as they are made
+    /// (none in the template: those are each proc's).
+    proc_dir: Option<CString>,
+    tmp_dir: Option<CString>,
     old: CString,
-    old_inside: CString,
+}
+
+/// A root being laid out at `root` on the host.
+struct Layout {
+    root: PathBuf,
+    dirs: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+    links: Vec<(CString, CString)>,
+    binds: Vec<(CString, CString, bool)>,
+}
+
+impl Layout {
+    /// The system's directories (read-only), the devices, `/dev`'s links
+    /// and the mount points every jail has: `/proc`, `/tmp`,
+    /// [`WORK_DIR`], and `/.old` (pivoted through, then removed).
+    fn new(root: &Path) -> std::io::Result<Layout> {
+        let mut l = Layout {
+            root: root.to_path_buf(),
+            dirs: Vec::new(),
+            files: Vec::new(),
+            links: Vec::new(),
+            binds: Vec::new(),
+        };
+        for d in SYSTEM_DIRS {
+            let host = Path::new(d);
+            let Ok(meta) = std::fs::symlink_metadata(host) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                let link = cstr(l.inside(host))?;
+                l.links.push((cstr(std::fs::read_link(host)?)?, link));
+            } else if meta.is_dir() {
+                l.dir(host);
+                l.bind(host, host, true)?;
+            }
+        }
+        l.dir(Path::new("/dev"));
+        for d in DEVICES {
+            let host = Path::new("/dev").join(d);
+            if host.exists() {
+                l.files.push(l.inside(&host));
+                l.bind(&host, &host, false)?;
+            }
+        }
+        for (target, link) in [
+            ("/proc/self/fd", "/dev/fd"),
+            ("/proc/self/fd/0", "/dev/stdin"),
+            ("/proc/self/fd/1", "/dev/stdout"),
+            ("/proc/self/fd/2", "/dev/stderr"),
+        ] {
+            let link = cstr(l.inside(Path::new(link)))?;
+            l.links.push((cstr(target)?, link));
+        }
+        for d in ["/proc", "/tmp", WORK_DIR, "/.old"] {
+            l.dir(Path::new(d));
+        }
+        Ok(l)
+    }
+
+    /// `path` inside the root.
+    fn inside(&self, path: &Path) -> PathBuf {
+        under(&self.root, path)
+    }
+
+    /// Every ancestor of `p` inside the root, in order, once.
+    fn dir(&mut self, p: &Path) {
+        let mut acc = PathBuf::from("/");
+        for c in p.components().skip(1) {
+            acc.push(c);
+            let inside = self.inside(&acc);
+            if !self.dirs.contains(&inside) {
+                self.dirs.push(inside);
+            }
+        }
+    }
+
+    /// A file's mount point at `p`, its directories first.
+    fn file(&mut self, p: &Path) {
+        if let Some(parent) = p.parent() {
+            self.dir(parent);
+        }
+        self.files.push(self.inside(p));
+    }
+
+    /// Host path `src` bound at `at` inside the root.
+    fn bind(&mut self, src: &Path, at: &Path, read_only: bool) -> std::io::Result<()> {
+        self.binds
+            .push((cstr(src)?, cstr(self.inside(at))?, read_only));
+        Ok(())
+    }
+
+    /// The host files and directories of `extra`, read-only at their own
+    /// paths.
+    fn extras(&mut self, extra: &[(PathBuf, bool)]) -> std::io::Result<()> {
+        for (p, is_dir) in extra {
+            if *is_dir {
+                self.dir(p);
+            } else {
+                self.file(p);
+            }
+            self.bind(p, p, true)?;
+        }
+        Ok(())
+    }
+
+    /// The mounts to make; a proc's own `/proc` and `/tmp` too when
+    /// `proc_and_tmp`.
+    fn finish(self, proc_and_tmp: bool) -> std::io::Result<Root> {
+        let mine = |p: &str| -> std::io::Result<Option<CString>> {
+            proc_and_tmp
+                .then(|| cstr(under(&self.root, Path::new(p))))
+                .transpose()
+        };
+        Ok(Root {
+            root_data: cstr(format!("mode=0755,size={ROOT_BYTES_MAX}"))?,
+            tmp_data: cstr(format!("mode=1777,size={TMP_BYTES_MAX}"))?,
+            proc_dir: mine("/proc")?,
+            tmp_dir: mine("/tmp")?,
+            old: cstr(under(&self.root, Path::new("/.old")))?,
+            dirs: self.dirs.iter().map(cstr).collect::<std::io::Result<_>>()?,
+            files: self
+                .files
+                .iter()
+                .map(cstr)
+                .collect::<std::io::Result<_>>()?,
+            root: cstr(&self.root)?,
+            links: self.links,
+            binds: self.binds,
+        })
+    }
+}
+
+/// The host files a proc sees besides the system's directories, each
+/// read-only at its own path, with whether it is a directory: its program
+/// when that is a file of its own, the node's executable (so a proc may
+/// run the tabos CLI, which finds the node through TABOS_ADDR and
+/// TABOS_TOKEN), and the host paths its spawn asked for.
+fn extras(program: &str, host_paths: &[String]) -> std::io::Result<Vec<(PathBuf, bool)>> {
+    use std::os::unix::fs::PermissionsExt;
+    // World-executable regular files only (what any uid could run anyway).
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o001 != 0)
+    };
+    let mut extra: Vec<(PathBuf, bool)> = Vec::new();
+    if program.contains('/') {
+        let p = PathBuf::from(program);
+        if runnable(&p) && p.is_absolute() && !is_system(&p) {
+            extra.push((p, false));
+        }
+    }
+    if let Ok(me) = std::env::current_exe() {
+        if runnable(&me) && !is_system(&me) && !extra.iter().any(|(p, _)| p == &me) {
+            extra.push((me, false));
+        }
+    }
+    let mut asked: Vec<&String> = host_paths.iter().collect();
+    asked.sort_by_key(|p| p.len()); // a directory before what is under it
+    for h in asked {
+        let p = PathBuf::from(h);
+        // The realm's allowance is checked on the path's text; a symlink on
+        // the way would bind whatever it points to.
+        if std::fs::canonicalize(&p).is_ok_and(|c| c != p) {
+            return Err(std::io::Error::other(format!(
+                "host path {h} goes through a symlink: ask for the path it leads to"
+            )));
+        }
+        if is_system(&p) || p.starts_with(WORK_DIR) || p.starts_with(CODE_DIR) {
+            continue; // seen already, or the working directory's place
+        }
+        match std::fs::metadata(&p) {
+            Ok(m) if m.is_dir() => extra.push((p, true)),
+            Ok(_) => extra.push((p, false)),
+            Err(_) => {} // not there: the proc will find nothing
+        }
+    }
+    Ok(extra)
+}
+
+/// The root most jailed procs share, built once per node: the system's
+/// directories, the devices, `/dev`'s links, the node's executable and
+/// the mount points of a proc's own mounts, read-only, in a mount
+/// namespace of its own that only this descriptor keeps.
+///
+/// Laying a root out cost every proc some forty system calls (a tmpfs,
+/// its directories, a bind and a read-only remount for each system
+/// directory, a pivot and the unmount of the node's whole tree), about
+/// half a millisecond of its start here, and as much again for the kernel
+/// to take apart after it. A proc whose jail has nothing of its own but
+/// its working directory and the node's socket (no uploaded code, no
+/// program file outside the system's directories, no host paths) has its
+/// P1 join this namespace and copy it (`setns`, `unshare(CLONE_NEWNS)`:
+/// the copy's root is the template's root), then mount its `/proc` and
+/// `/tmp` and move in its own two mounts, copied from the node's tree
+/// before it left it (`open_tree`, `move_mount`) — eight calls. A proc
+/// with more lays its root out as before (the template has no mount
+/// point for what others do not have: a jail shows nothing it does not
+/// use).
+#[derive(Debug)]
+pub struct Template {
+    ns: OwnedFd,
+    /// Whether it has the node socket's mount point.
+    with_socket: bool,
+    /// The host files and directories it has beyond the system's (the
+    /// node's executable).
+    extras: Vec<(PathBuf, bool)>,
+}
+
+impl Template {
+    /// Builds the template under `base` (a directory of the node's; the
+    /// root's tmpfs is mounted on `base/template` in the template's own
+    /// namespace only), with the node socket's mount point if
+    /// `with_socket`. On a thread of its own: it leaves the node's mount
+    /// namespace, builds, pivots and ends.
+    pub fn make(base: &Path, with_socket: bool) -> std::io::Result<Template> {
+        let dir = base.join("template");
+        std::fs::create_dir_all(&dir)?;
+        let extras = extras("", &[])?;
+        let mut l = Layout::new(&dir)?;
+        if with_socket {
+            l.file(Path::new(NODE_SOCKET));
+        }
+        l.extras(&extras)?;
+        let root = l.finish(false)?;
+        let built = std::thread::scope(|s| {
+            s.spawn(|| -> std::io::Result<OwnedFd> {
+                // Its own file system context and mount namespace: the
+                // node's other threads keep theirs.
+                rawsys::unshare(libc::CLONE_FS | libc::CLONE_NEWNS)?;
+                let ns = OwnedFd::from(std::fs::File::open("/proc/thread-self/ns/mnt")?);
+                // A kernel without open_tree (before 5.2) cannot use it.
+                // SAFETY: a NUL-terminated path of this function's.
+                let probe = unsafe { rawsys::open_tree_clone(root.root.as_ptr()) }?;
+                rawsys::close(probe);
+                root.build()?;
+                Ok(ns)
+            })
+            .join()
+        });
+        let ns = built.map_err(|_| std::io::Error::other("the template's thread panicked"))??;
+        Ok(Template {
+            ns,
+            with_socket,
+            extras,
+        })
+    }
+
+    /// Whether a proc with `extra` host files, and the node's socket if
+    /// `with_socket`, can have this root.
+    fn fits(&self, with_socket: bool, extra: &[(PathBuf, bool)]) -> bool {
+        self.with_socket == with_socket && self.extras == extra
+    }
+}
+
+/// How a proc's root is made in its P1.
+#[derive(Debug)]
+enum How {
+    /// Laid out for this proc alone.
+    Built(Root),
+    /// The node's [`Template`], copied, with this proc's own mounts
+    /// (host source, target inside; writable), at most
+    /// [`TEMPLATE_MOUNTS_MAX`].
+    Template {
+        template: std::sync::Arc<Template>,
+        mounts: Vec<(CString, CString)>,
+        tmp_data: CString,
+    },
+}
+
+/// Everything the child needs, made before the fork.
+#[derive(Debug)]
+pub struct Plan {
+    how: How,
     work_inside: CString,
-    filter: Vec<libc::sock_filter>,
+    filter: &'static [libc::sock_filter],
     /// A network namespace of its own (loopback only).
     own_network: bool,
     /// The host directories made for the proc, removed after it.
     pub made: Vec<PathBuf>,
+}
+
+/// The seccomp program of this architecture's allow-list, made once.
+fn filter() -> Option<&'static [libc::sock_filter]> {
+    static PROGRAM: std::sync::OnceLock<Option<Vec<libc::sock_filter>>> =
+        std::sync::OnceLock::new();
+    PROGRAM
+        .get_or_init(|| crate::seccomp::native().map(|a| crate::seccomp::program(&a)))
+        .as_deref()
 }
 
 fn cstr(p: impl AsRef<Path>) -> std::io::Result<CString> {
@@ -144,177 +437,164 @@ fn is_system(path: &Path) -> bool {
 }
 
 impl Plan {
-    /// The jail of a proc whose root and working directory are made under
-    /// `base` (a directory of the node's) as `name`, owned by `uid`,
-    /// running its placement's program, seeing its host paths read-only
-    /// and the node's socket at [`NODE_SOCKET`].
+    /// The jail of a proc whose working directory (and root, unless it
+    /// can have the node's `template`) are made under `base` (a directory
+    /// of the node's) as `name`, owned by `uid`, running its placement's
+    /// program, seeing its host paths read-only and the node's socket at
+    /// [`NODE_SOCKET`].
     pub fn new(
         base: &Path,
         name: &str,
         uid: Option<u32>,
         placement: &crate::confine::Placement<'_>,
+        template: Option<&std::sync::Arc<Template>>,
     ) -> std::io::Result<Plan> {
-        let (program, host_paths) = (placement.program, placement.host_paths);
-        let root = base.join("roots").join(name);
         let work = base.join("work").join(name);
-        std::fs::create_dir_all(&root)?;
         std::fs::create_dir_all(&work)?;
         if let Some(uid) = uid {
             std::os::unix::fs::chown(&work, Some(uid), Some(uid))?;
         }
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o700))?;
-        let mut dirs: Vec<PathBuf> = Vec::new();
-        let mut files: Vec<PathBuf> = Vec::new();
-        let mut links = Vec::new();
-        let mut binds = Vec::new();
-        // Every ancestor of `p` inside the root, in order, once.
-        let dir_chain = |p: &Path, dirs: &mut Vec<PathBuf>| {
-            let mut acc = PathBuf::from("/");
-            for c in p.components().skip(1) {
-                acc.push(c);
-                let inside = under(&root, &acc);
-                if !dirs.contains(&inside) {
-                    dirs.push(inside);
+        let extra = extras(placement.program, placement.host_paths)?;
+        let socket = placement.node_socket;
+        let mut made = vec![work.clone()];
+        let fits = |t: &&std::sync::Arc<Template>| {
+            placement.code.is_none() && t.fits(socket.is_some(), &extra)
+        };
+        let how = match template.filter(fits) {
+            Some(t) => {
+                // The node's local socket, the proc's way to its node
+                // (writable: connecting is a write; the node checks every
+                // call's credential), and its working directory.
+                let mut mounts = Vec::with_capacity(TEMPLATE_MOUNTS_MAX);
+                if let Some(s) = socket {
+                    mounts.push((cstr(s)?, cstr(NODE_SOCKET)?));
                 }
+                mounts.push((cstr(&work)?, cstr(WORK_DIR)?));
+                assert!(mounts.len() <= TEMPLATE_MOUNTS_MAX);
+                How::Template {
+                    template: t.clone(),
+                    mounts,
+                    tmp_data: cstr(format!("mode=1777,size={TMP_BYTES_MAX}"))?,
+                }
+            }
+            None => {
+                let root = base.join("roots").join(name);
+                std::fs::create_dir_all(&root)?;
+                made.insert(0, root.clone());
+                let mut l = Layout::new(&root)?;
+                if let Some(s) = socket {
+                    let inside = Path::new(NODE_SOCKET);
+                    l.file(inside);
+                    l.bind(s, inside, false)?;
+                }
+                l.bind(&work, Path::new(WORK_DIR), false)?;
+                // Its uploaded code, read-only (the node's copy, checked
+                // against its hash as it was leased: crate::code).
+                if let Some(code) = placement.code {
+                    l.dir(Path::new(CODE_DIR));
+                    l.bind(code, Path::new(CODE_DIR), true)?;
+                }
+                l.extras(&extra)?;
+                How::Built(l.finish(true)?)
             }
         };
-        for d in SYSTEM_DIRS {
-            let host = Path::new(d);
-            let Ok(meta) = std::fs::symlink_metadata(host) else {
-                continue;
-            };
-            if meta.file_type().is_symlink() {
-                links.push((cstr(std::fs::read_link(host)?)?, cstr(under(&root, host))?));
-            } else if meta.is_dir() {
-                dir_chain(host, &mut dirs);
-                binds.push((cstr(host)?, cstr(under(&root, host))?, true));
-            }
-        }
-        dir_chain(Path::new("/dev"), &mut dirs);
-        for d in DEVICES {
-            let host = Path::new("/dev").join(d);
-            if host.exists() {
-                files.push(under(&root, &host));
-                binds.push((cstr(&host)?, cstr(under(&root, &host))?, false));
-            }
-        }
-        for (target, link) in [
-            ("/proc/self/fd", "/dev/fd"),
-            ("/proc/self/fd/0", "/dev/stdin"),
-            ("/proc/self/fd/1", "/dev/stdout"),
-            ("/proc/self/fd/2", "/dev/stderr"),
-        ] {
-            links.push((cstr(target)?, cstr(under(&root, Path::new(link)))?));
-        }
-        for d in ["/proc", "/tmp", WORK_DIR, "/.old"] {
-            dir_chain(Path::new(d), &mut dirs);
-        }
-        // The node's local socket, the proc's way to its node (writable:
-        // connecting is a write; the node checks every call's credential).
-        if let Some(socket) = placement.node_socket {
-            let inside = Path::new(NODE_SOCKET);
-            if let Some(parent) = inside.parent() {
-                dir_chain(parent, &mut dirs);
-            }
-            files.push(under(&root, inside));
-            binds.push((cstr(socket)?, cstr(under(&root, inside))?, false));
-        }
-        binds.push((
-            cstr(&work)?,
-            cstr(under(&root, Path::new(WORK_DIR)))?,
-            false,
-        ));
-        // Its uploaded code, read-only (the node's copy, checked against
-        // its hash as it was leased: crate::code).
-        if let Some(code) = placement.code {
-            dir_chain(Path::new(CODE_DIR), &mut dirs);
-            binds.push((cstr(code)?, cstr(under(&root, Path::new(CODE_DIR)))?, true));
-        }
-        // The program, when it is a file of its own: world-executable
-        // regular files only (what any uid could run anyway).
-        let mut extra: Vec<(PathBuf, bool)> = Vec::new();
-        if program.contains('/') {
-            let p = PathBuf::from(program);
-            use std::os::unix::fs::PermissionsExt;
-            let runnable = std::fs::metadata(&p)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o001 != 0);
-            if runnable && p.is_absolute() && !is_system(&p) {
-                extra.push((p, false));
-            }
-        }
-        // The node's own executable too: a proc may run the tabos CLI,
-        // which finds the node through TABOS_ADDR and TABOS_TOKEN.
-        if let Ok(me) = std::env::current_exe() {
-            use std::os::unix::fs::PermissionsExt;
-            let runnable = std::fs::metadata(&me)
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o001 != 0);
-            if runnable && !is_system(&me) && !extra.iter().any(|(p, _)| p == &me) {
-                extra.push((me, false));
-            }
-        }
-        let mut asked: Vec<&String> = host_paths.iter().collect();
-        asked.sort_by_key(|p| p.len()); // a directory before what is under it
-        for h in asked {
-            let p = PathBuf::from(h);
-            // The realm's allowance is checked on the path's text; a
-            // symlink on the way would bind whatever it points to.
-            if std::fs::canonicalize(&p).is_ok_and(|c| c != p) {
-                return Err(std::io::Error::other(format!(
-                    "host path {h} goes through a symlink: ask for the path it leads to"
-                )));
-            }
-            if is_system(&p) || p.starts_with(WORK_DIR) || p.starts_with(CODE_DIR) {
-                continue; // seen already, or the working directory's place
-            }
-            match std::fs::metadata(&p) {
-                Ok(m) if m.is_dir() => extra.push((p, true)),
-                Ok(_) => extra.push((p, false)),
-                Err(_) => {} // not there: the proc will find nothing
-            }
-        }
-        for (p, is_dir) in extra {
-            if is_dir {
-                dir_chain(&p, &mut dirs);
-            } else {
-                if let Some(parent) = p.parent() {
-                    dir_chain(parent, &mut dirs);
-                }
-                files.push(under(&root, &p));
-            }
-            binds.push((cstr(&p)?, cstr(under(&root, &p))?, true));
-        }
         Ok(Plan {
-            root_data: cstr(format!("mode=0755,size={ROOT_BYTES_MAX}"))?,
-            tmp_data: cstr(format!("mode=1777,size={TMP_BYTES_MAX}"))?,
-            dirs: dirs.iter().map(cstr).collect::<std::io::Result<_>>()?,
-            files: files.iter().map(cstr).collect::<std::io::Result<_>>()?,
-            links,
-            binds,
-            proc_dir: cstr(under(&root, Path::new("/proc")))?,
-            tmp_dir: cstr(under(&root, Path::new("/tmp")))?,
-            old: cstr(under(&root, Path::new("/.old")))?,
-            old_inside: cstr("/.old")?,
+            how,
             work_inside: cstr(if placement.code_is_cwd {
                 CODE_DIR
             } else {
                 WORK_DIR
             })?,
-            root: cstr(&root)?,
-            filter: crate::seccomp::native()
-                .map(|a| crate::seccomp::program(&a))
+            filter: filter()
                 .ok_or_else(|| std::io::Error::other("no seccomp list for this architecture"))?,
             own_network: !placement.host_network,
-            made: vec![root, work],
+            made,
         })
     }
 
-    /// P1: the new root, pivoted into. Only [`rawsys`] calls: it runs in
-    /// a child sharing the node's memory.
-    fn build_root(&self) -> Result<(), Errno> {
+    /// Whether P1 is cloned into a new mount namespace (a root built for
+    /// the proc alone), rather than joining the template's and copying it.
+    fn new_mount_namespace(&self) -> bool {
+        matches!(self.how, How::Built(_))
+    }
+
+    /// The template's namespace, which P0 keeps open for P1.
+    fn template_ns(&self) -> Option<RawFd> {
+        match &self.how {
+            How::Template { template, .. } => Some(template.ns.as_raw_fd()),
+            How::Built(_) => None,
+        }
+    }
+
+    /// P1: the proc's root, entered, and its working directory. Only
+    /// [`rawsys`] calls: it runs in a child sharing the node's memory.
+    fn enter_root(&self) -> Result<(), Errno> {
+        match &self.how {
+            How::Built(root) => root.build()?,
+            How::Template {
+                template,
+                mounts,
+                tmp_data,
+            } => enter_template(template, mounts, tmp_data)?,
+        }
+        // SAFETY: a CString of this plan.
+        unsafe { rawsys::chdir(self.work_inside.as_ptr()) }
+    }
+}
+
+/// P1's root from the template: this proc's own mounts copied from the
+/// node's tree while P1 is still in it, the template's namespace joined
+/// and copied, `/proc` and `/tmp` mounted and the copies moved in.
+fn enter_template(
+    template: &Template,
+    mounts: &[(CString, CString)],
+    tmp_data: &CString,
+) -> Result<(), Errno> {
+    let mut trees: [RawFd; TEMPLATE_MOUNTS_MAX] = [-1; TEMPLATE_MOUNTS_MAX];
+    // SAFETY: every pointer is a CString of the plan, alive while the
+    // child runs (jail::Launch holds the plan until the proc ended).
+    unsafe {
+        for (tree, (src, _)) in trees.iter_mut().zip(mounts) {
+            *tree = rawsys::open_tree_clone(src.as_ptr())?;
+        }
+        let ns = template.ns.as_raw_fd();
+        rawsys::setns(ns, libc::CLONE_NEWNS)?;
+        rawsys::close(ns);
+        // A copy of the template's namespace, this proc's alone: what it
+        // mounts from here reaches neither the template nor another proc.
+        rawsys::unshare(libc::CLONE_NEWNS)?;
+        rawsys::mount(
+            c"proc".as_ptr(),
+            c"/proc".as_ptr(),
+            c"proc".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            std::ptr::null(),
+        )?;
+        rawsys::mount(
+            c"tmpfs".as_ptr(),
+            c"/tmp".as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            tmp_data.as_ptr().cast(),
+        )?;
+        for (&tree, (_, target)) in trees.iter().zip(mounts) {
+            rawsys::move_mount_to(tree, target.as_ptr())?;
+            rawsys::close(tree);
+        }
+    }
+    Ok(())
+}
+
+impl Root {
+    /// Mounts the root, pivots into it and makes it read-only. Only
+    /// [`rawsys`] calls: it runs in a child sharing the node's memory (and
+    /// on the template's thread).
+    fn build(&self) -> Result<(), Errno> {
         let none = std::ptr::null::<libc::c_char>();
         let data = |c: &CString| c.as_ptr().cast::<libc::c_void>();
-        // SAFETY: every pointer is a CString of this plan, alive while the
+        // SAFETY: every pointer is a CString of this root, alive while the
         // child runs (jail::Launch holds the plan until the proc ended).
         unsafe {
             // Nothing done here propagates back to the node's namespace.
@@ -332,25 +612,25 @@ impl Plan {
                 libc::MS_NOSUID | libc::MS_NODEV,
                 data(&self.root_data),
             )?;
-            // /proc and /tmp are mounted as soon as they are made, so that the
-            // host paths asked for under /tmp land on the jail's /tmp.
+            // /proc and /tmp are mounted as soon as they are made, so that
+            // the host paths asked for under /tmp land on the jail's /tmp.
             for d in &self.dirs {
                 match rawsys::mkdir(d.as_ptr(), 0o755) {
                     Ok(()) | Err(Errno(libc::EEXIST)) => {}
                     Err(e) => return Err(e),
                 }
-                if d == &self.proc_dir {
+                if self.proc_dir.as_ref() == Some(d) {
                     rawsys::mount(
                         c"proc".as_ptr(),
-                        self.proc_dir.as_ptr(),
+                        d.as_ptr(),
                         c"proc".as_ptr(),
                         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                         std::ptr::null(),
                     )?;
-                } else if d == &self.tmp_dir {
+                } else if self.tmp_dir.as_ref() == Some(d) {
                     rawsys::mount(
                         c"tmpfs".as_ptr(),
-                        self.tmp_dir.as_ptr(),
+                        d.as_ptr(),
                         c"tmpfs".as_ptr(),
                         libc::MS_NOSUID | libc::MS_NODEV,
                         data(&self.tmp_data),
@@ -383,8 +663,8 @@ impl Plan {
             }
             rawsys::pivot_root(self.root.as_ptr(), self.old.as_ptr())?;
             rawsys::chdir(c"/".as_ptr())?;
-            rawsys::umount_detach(self.old_inside.as_ptr())?;
-            rawsys::rmdir(self.old_inside.as_ptr())?;
+            rawsys::umount_detach(c"/.old".as_ptr())?;
+            rawsys::rmdir(c"/.old".as_ptr())?;
             // The root's own directories are fixed from here on.
             rawsys::mount(
                 none,
@@ -396,8 +676,7 @@ impl Plan {
                     | libc::MS_NOSUID
                     | libc::MS_NODEV,
                 std::ptr::null(),
-            )?;
-            rawsys::chdir(self.work_inside.as_ptr())
+            )
         }
     }
 }
@@ -619,7 +898,7 @@ fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
 /// Starts `cmd`'s program in the jail `plan` as `uid`, joined to its
 /// cgroups (`tasks` of v1, `join` of the unified tree) — without forking
 /// the node: P0, P1 and P2 share the node's memory (`CLONE_VM`, each on a
-/// stack of its own; P2 as vfork does until its exec), so no page table is
+/// stack of its own), so no page table is
 /// copied and no page of the node's is left copy-on-write while the proc
 /// runs. A fork of the node cost milliseconds a proc here (page tables and,
 /// after it, a fault and a cross-CPU TLB flush for every page the node
@@ -642,8 +921,11 @@ pub fn launch(
         above_stdio(err_w)?,
         above_stdio(report_w)?,
     );
-    let mut flags =
-        (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+    let mut flags = (libc::CLONE_NEWPID | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+    // A mount namespace of its own now, or P1 copies the template's.
+    if plan.new_mount_namespace() {
+        flags |= libc::CLONE_NEWNS as u64;
+    }
     // A network of its own: one made ahead if one is ready, else made by
     // the clone (the kernel's half millisecond on the way to the exec).
     let netns = if plan.own_network {
@@ -654,6 +936,7 @@ pub fn launch(
     if plan.own_network && netns.is_none() {
         flags |= libc::CLONE_NEWNET as u64;
     }
+    let template_ns = plan.template_ns();
     let ctx = Box::new(Ctx {
         plan,
         uid,
@@ -673,6 +956,7 @@ pub fn launch(
             ]
             .into_iter()
             .chain(netns.as_ref().map(|f| f.as_raw_fd()))
+            .chain(template_ns)
             .chain(join.memory_tasks)
             .chain(join.cgroup_dir)
             .chain(join.lifeline.map(|(read, _)| read))
@@ -773,9 +1057,8 @@ unsafe extern "C" fn p0(arg: usize) -> ! {
     waiter(p1, true, c.join.lifeline.map(|(read, _)| read))
 }
 
-/// P1: pid 1 of the new pid namespace; its network's loopback up, the new
-/// root built and pivoted into, then P2 (as vfork: P1 waits until P2's
-/// exec), then reaps until P2 ends.
+/// P1: pid 1 of the new pid namespace; its network's loopback up, its
+/// root entered, then P2, then reaps until P2 ends.
 unsafe extern "C" fn p1(arg: usize) -> ! {
     // SAFETY: as p0.
     let c = unsafe { &*(arg as *const Ctx) };
@@ -789,14 +1072,14 @@ unsafe extern "C" fn p1(arg: usize) -> ! {
             None if c.plan.own_network => loopback_up()?,
             None => {}
         }
-        c.plan.build_root()
+        c.plan.enter_root()
     })();
     if let Err(e) = built {
         fail(c, e);
     }
     let (stack, stack_size) = c.stacks[2].span();
     let mut args = CloneArgs {
-        flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64,
+        flags: libc::CLONE_VM as u64,
         exit_signal: libc::SIGCHLD as u64,
         stack,
         stack_size,
@@ -806,7 +1089,7 @@ unsafe extern "C" fn p1(arg: usize) -> ! {
         args.flags |= rawsys::CLONE_INTO_CGROUP;
         args.cgroup = dir as u64;
     }
-    // SAFETY: P2 runs on its own stack; P1 is held until P2's exec.
+    // SAFETY: P2 runs on its own stack (P1 goes on to wait on its own).
     let p2 = match unsafe { rawsys::clone3_run(&args, p2, arg) } {
         Ok(pid) => pid as i32,
         Err(e) => fail(c, e),

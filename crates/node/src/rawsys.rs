@@ -597,6 +597,60 @@ pub unsafe fn ioctl(fd: RawFd, request: libc::c_ulong, arg: usize) -> Result<(),
     .map(drop)
 }
 
+/// A new namespace of each kind in `flags` for this process
+/// (`CLONE_NEWNS`: a copy of the mount namespace it is in).
+pub fn unshare(flags: i32) -> Result<(), Errno> {
+    // SAFETY: no memory.
+    unsafe { syscall(libc::SYS_unshare, [flags as usize, 0, 0, 0, 0, 0]) }.map(drop)
+}
+
+/// A detached copy of the mount at `path` and every mount under it
+/// (`open_tree(OPEN_TREE_CLONE | AT_RECURSIVE)`, Linux 5.2), as a
+/// close-on-exec descriptor for [`move_mount_to`].
+///
+/// # Safety
+/// `path` NUL-terminated.
+pub unsafe fn open_tree_clone(path: *const libc::c_char) -> Result<RawFd, Errno> {
+    let flags = libc::OPEN_TREE_CLONE | libc::OPEN_TREE_CLOEXEC | libc::AT_RECURSIVE as u32;
+    // SAFETY: as the caller promises.
+    unsafe {
+        syscall(
+            libc::SYS_open_tree,
+            [
+                libc::AT_FDCWD as usize,
+                path as usize,
+                flags as usize,
+                0,
+                0,
+                0,
+            ],
+        )
+    }
+    .map(|fd| fd as RawFd)
+}
+
+/// Attaches the detached mount `tree` ([`open_tree_clone`]) at `target`.
+///
+/// # Safety
+/// `target` NUL-terminated.
+pub unsafe fn move_mount_to(tree: RawFd, target: *const libc::c_char) -> Result<(), Errno> {
+    // SAFETY: as the caller promises; the empty path is a static C string.
+    unsafe {
+        syscall(
+            libc::SYS_move_mount,
+            [
+                tree as usize,
+                c"".as_ptr() as usize,
+                libc::AT_FDCWD as usize,
+                target as usize,
+                libc::MOVE_MOUNT_F_EMPTY_PATH as usize,
+                0,
+            ],
+        )
+    }
+    .map(drop)
+}
+
 /// Joins the namespace `fd` (of kind `nstype`, e.g. `CLONE_NEWNET`).
 pub fn setns(fd: RawFd, nstype: i32) -> Result<(), Errno> {
     // SAFETY: no memory.

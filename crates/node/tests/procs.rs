@@ -1073,6 +1073,88 @@ async fn native_procs_are_jailed() {
     let _ = stop.send(());
 }
 
+/// Jailed procs that copy the node's template root (no host paths, code
+/// or program of their own: `jail::Template`) see nothing of each other: a
+/// proc's `/tmp`, working directory and mounts are its own while another
+/// runs beside it, and the shared root stays read-only and as it was for
+/// the procs after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn procs_copying_the_template_root_see_nothing_of_each_other() {
+    let dir = TempDir::new("template");
+    let (node, addr, stop) = start(&dir, 2).await;
+    if !node.confine.jailed() {
+        eprintln!(
+            "no jail here ({:?}): nothing to test",
+            node.confine.describe()
+        );
+        let _ = stop.send(());
+        return;
+    }
+    let mut c = connect(&addr).await;
+    // What a proc sees of its root: /tmp, its working directory, whether
+    // it may write the root, and its mounts (each line: its mount point,
+    // and the source's path within its file system).
+    let look = "ls -A /tmp | tr '\\n' ' '; echo '|'; ls -A . | tr '\\n' ' '; echo '|'; \
+                touch /new 2>/dev/null && echo root-writable || echo root-read-only; \
+                cut -d' ' -f4,5 /proc/self/mountinfo | sort";
+    // A holder writes into its /tmp and working directory, and waits.
+    let holder = c
+        .spawn(
+            "default",
+            proto::ProcDescriptor {
+                pid: "holder".into(),
+                ..sh("echo mine > /tmp/held && echo mine > held && sleep 30")
+            },
+        )
+        .await
+        .unwrap();
+    let held = dir
+        .path()
+        .join("logs")
+        .join(tabos_node::JAILS_DIR)
+        .join("work/default.holder/held");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !held.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the holder never wrote"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let seen = |pid: &str| proto::ProcDescriptor {
+        pid: pid.into(),
+        ..sh(look)
+    };
+    let (done, beside, err) = finished_output(&mut c, "default", seen("beside")).await;
+    assert_eq!(done.exit_status, Some(0), "{err}");
+    let parts: Vec<&str> = beside.splitn(3, '|').collect();
+    assert_eq!(parts[0].trim(), "", "another proc's /tmp shows: {beside}");
+    assert_eq!(parts[1].trim(), "", "another proc's work shows: {beside}");
+    assert!(parts[2].starts_with("\nroot-read-only\n"), "{beside}");
+    assert!(!beside.contains("default.holder"), "{beside}");
+    assert!(beside.contains("/work/default.beside /tabos"), "{beside}");
+    assert!(
+        node.confine
+            .describe()
+            .iter()
+            .any(|l| l.contains("template")),
+        "no template root was made: {:?}",
+        node.confine.describe()
+    );
+    c.evict("default", &holder.pid).await.unwrap();
+    c.wait_exit("default", &holder.pid).await.unwrap();
+    // After it: the same root, with nothing of the holder's or the
+    // looker's — the same mounts but for its own working directory.
+    let (done, after, err) = finished_output(&mut c, "default", seen("after")).await;
+    assert_eq!(done.exit_status, Some(0), "{err}");
+    assert_eq!(
+        after.replace("default.after", "default.beside"),
+        beside,
+        "the root changed between procs"
+    );
+    let _ = stop.send(());
+}
+
 /// A spawn no live worker of the realm could ever hold is refused (it would
 /// wait forever), and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
