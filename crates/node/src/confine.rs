@@ -168,6 +168,10 @@ pub struct Confine {
     /// Where jails' roots and working directories are made (`None`: no
     /// jails).
     jails: Option<PathBuf>,
+    /// This node instance's name (`<node-id>.<os pid>.<n>`): what its
+    /// realms' kept network namespaces are filed under ([`crate::netns`]),
+    /// so that two nodes in one process never trade them.
+    instance: String,
     /// The root most jails share, made at the first jailed proc (`None`
     /// in it: it could not be made here, and every root is laid out for
     /// its proc).
@@ -192,6 +196,7 @@ impl Confine {
             cpuacct: None,
             unified: None,
             jails: None,
+            instance: String::new(),
             template: std::sync::OnceLock::new(),
             lifeline: None,
             off: vec![why.to_string()],
@@ -220,6 +225,7 @@ impl Confine {
             std::process::id(),
             INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
+        c.instance = me.clone();
         let hierarchies = Hierarchies::detect();
         c.mode = hierarchies.mode();
         let mut v1 = |name: &str| -> Option<PathBuf> {
@@ -440,7 +446,9 @@ impl Confine {
             None => None,
         };
         let mut p = Prepared {
+            network_key: format!("{}/{realm}", self.instance),
             jail,
+            netns: None,
             uid,
             dirs: Vec::new(),
             tasks: Vec::new(),
@@ -650,7 +658,13 @@ pub struct Placement<'a> {
 /// A proc's cgroups, uid and jail, ready for its child.
 #[derive(Debug)]
 pub struct Prepared {
+    /// Its node instance and realm: whose procs its network namespace may
+    /// go to after it ([`crate::netns`]).
+    network_key: String,
     jail: Option<std::sync::Arc<crate::jail::Plan>>,
+    /// The network namespace a jailed proc joined, given back to its
+    /// realm's pool once nothing of it is left ([`crate::netns`]).
+    netns: Option<OwnedFd>,
     uid: Option<u32>,
     /// Its v1 cgroups.
     dirs: Vec<PathBuf>,
@@ -847,8 +861,10 @@ impl Prepared {
             memory_tasks: self.memory_tasks.as_ref().map(|f| f.as_raw_fd()),
             lifeline: self.lifeline,
         };
-        let started = crate::jail::launch(plan, self.uid, join, tasks, cmd.as_std())?;
+        let started =
+            crate::jail::launch(plan, &self.network_key, self.uid, join, tasks, cmd.as_std())?;
         self.launch = Some(started.launch);
+        self.netns = started.netns;
         // SAFETY: the pidfd is ours and open for as long as the AsyncFd.
         let pidfd = match unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(
@@ -923,6 +939,11 @@ impl Prepared {
         // (else they are kept: see Launch's drop).
         if let (Some(l), true) = (self.launch.as_mut(), emptied) {
             l.ended();
+        }
+        // Its network, for the realm's next proc — only when nothing of it
+        // runs there any more (else closed here).
+        if let (Some(fd), true) = (self.netns.take(), emptied) {
+            crate::netns::give_back(&self.network_key, fd);
         }
         self.launch = None;
         let read = |dir: &Option<PathBuf>, file: &str| -> Option<String> {

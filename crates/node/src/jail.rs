@@ -862,6 +862,10 @@ impl Drop for Launch {
 pub struct Started {
     pub pid: u32,
     pub pidfd: OwnedFd,
+    /// The network namespace it joined, made ahead or kept from an ended
+    /// proc of its realm ([`crate::netns`]): given back once nothing of
+    /// the proc is left.
+    pub netns: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub report: OwnedFd,
@@ -895,7 +899,8 @@ fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
     }
 }
 
-/// Starts `cmd`'s program in the jail `plan` as `uid`, joined to its
+/// Starts `cmd`'s program in the jail `plan` as `uid` (a proc whose network
+/// namespace is filed under `network_key`, [`crate::netns::take_for`]), joined to its
 /// cgroups (`tasks` of v1, `join` of the unified tree) — without forking
 /// the node: P0, P1 and P2 share the node's memory (`CLONE_VM`, each on a
 /// stack of its own), so no page table is
@@ -905,6 +910,7 @@ fn above_stdio(fd: OwnedFd) -> std::io::Result<OwnedFd> {
 /// wrote while P0 and P1 held their copies).
 pub fn launch(
     plan: std::sync::Arc<Plan>,
+    network_key: &str,
     uid: Option<u32>,
     join: Join,
     tasks: Vec<RawFd>,
@@ -929,7 +935,7 @@ pub fn launch(
     // A network of its own: one made ahead if one is ready, else made by
     // the clone (the kernel's half millisecond on the way to the exec).
     let netns = if plan.own_network {
-        crate::netns::take()
+        crate::netns::take_for(network_key)
     } else {
         None
     };
@@ -983,12 +989,13 @@ pub fn launch(
     // keeps (boxed, never moved) until the proc has ended.
     let pid = unsafe { rawsys::clone3_run(&args, p0, arg) }?;
     // The children hold their own copies of these; the node's go.
-    drop((null, out_w, err_w, report_w, netns));
+    drop((null, out_w, err_w, report_w));
     // SAFETY: the kernel wrote a new pidfd, ours.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     Ok(Started {
         pid: pid as u32,
         pidfd,
+        netns,
         stdout: out_r,
         stderr: err_r,
         report: report_r,

@@ -12,12 +12,22 @@
 //! keeps a descriptor of it and goes back to the node's. A proc's P1 joins
 //! a ready one (`setns`) instead of asking for a new one in its `clone3`.
 //!
-//! Each namespace is fresh, made for one proc and given to one only: none
-//! is used again (a proc's sockets may outlive it in TIME_WAIT, and one
-//! proc's network is never another's). While none is ready — the first
-//! proc, a burst larger than the pool, a host where the thread could not
-//! make one — a proc gets its namespace in its `clone3` as before, so
-//! nothing ever waits for this thread.
+//! A namespace is given to one proc at a time, and only ever to procs of
+//! one realm: once a proc has ended and nothing of it is left (its cgroup
+//! emptied), its namespace is kept for its realm's next proc
+//! ([`give_back`], [`take_for`]; at most [`KEPT_PER_REALM_MAX`] a realm,
+//! [`KEPT_MAX`] in all, the oldest let go). Making one was the largest
+//! single cost of a burst of native procs (perf: `copy_net_ns` and the
+//! sysctl tables it registers, about a quarter of all samples, between
+//! this thread and the clones that found none ready). What a proc leaves
+//! in its network after its processes are gone — sockets in TIME_WAIT, its
+//! loopback's counters — it could not change beyond (a jailed proc holds
+//! no capability in it), and only a later proc of its own realm sees it;
+//! another realm's never does. While none is ready — the first proc, a
+//! burst larger than the pool, a host where the thread could not make one
+//! — a proc's namespace is made at once on a short-lived thread of its own
+//! (so that it too can be kept), or, where that fails, by its `clone3`; so
+//! nothing ever waits for the pool's thread.
 //!
 //! The thread starts with the first proc that asks and stops for good at
 //! its first failure (said once in the log): a namespace it could not
@@ -30,6 +40,10 @@ use std::sync::{Condvar, Mutex, OnceLock};
 /// Most namespaces kept ready: enough for the procs of a spawn that come
 /// close together; each costs the kernel tens of KiB while it waits.
 pub const READY_MAX: usize = 4;
+/// Most namespaces kept for one realm's next procs after its procs ended.
+pub const KEPT_PER_REALM_MAX: usize = 8;
+/// Most namespaces kept after their procs, all realms together.
+pub const KEPT_MAX: usize = 64;
 
 /// The pool: namespaces ready, and whether its thread still makes them.
 struct Pool {
@@ -43,6 +57,8 @@ struct Pool {
 #[derive(Default)]
 struct State {
     ready: Vec<OwnedFd>,
+    /// Namespaces whose proc ended, with its realm, oldest first.
+    kept: std::collections::VecDeque<(String, OwnedFd)>,
     /// The thread has stopped (it failed once): none is made again.
     stopped: bool,
     /// The thread was started (by the first `take`).
@@ -84,6 +100,58 @@ pub fn take() -> Option<OwnedFd> {
     fd
 }
 
+/// A network namespace for a proc of `realm` (as its node files it: the
+/// node instance and the realm's name): one a proc of the realm ended in
+/// ([`give_back`]), else one made ahead ([`take`]), else one made now on
+/// a thread of its own (so that it too can be kept after its proc).
+/// `None` only where none can be made that way.
+pub fn take_for(realm: &str) -> Option<OwnedFd> {
+    {
+        let mut st = pool().state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = st.kept.iter().rposition(|(r, _)| r == realm) {
+            return st.kept.remove(i).map(|(_, fd)| fd);
+        }
+    }
+    take().or_else(|| match made_now() {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            tracing::debug!("a network namespace made by the proc's clone: {e}");
+            None
+        }
+    })
+}
+
+/// A new network namespace with its loopback up, made by a thread that
+/// ends in it (nothing has to go back to the node's).
+fn made_now() -> std::io::Result<OwnedFd> {
+    std::thread::Builder::new()
+        .name("tabos-netns-now".into())
+        .spawn(|| {
+            // SAFETY: no memory; changes this short-lived thread's only.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            crate::jail::loopback_up().map_err(std::io::Error::from)?;
+            open_own()
+        })?
+        .join()
+        .map_err(|_| std::io::Error::other("the namespace's thread panicked"))?
+}
+
+/// The namespace `fd` of a proc of `realm` that has ended, nothing of it
+/// left running: kept for the realm's next proc, within the bounds (else
+/// closed, and the kernel takes it apart).
+pub fn give_back(realm: &str, fd: OwnedFd) {
+    let mut st = pool().state.lock().unwrap_or_else(|e| e.into_inner());
+    if st.kept.iter().filter(|(r, _)| r == realm).count() >= KEPT_PER_REALM_MAX {
+        return;
+    }
+    st.kept.push_back((realm.to_string(), fd));
+    while st.kept.len() > KEPT_MAX {
+        st.kept.pop_front();
+    }
+}
+
 /// The pool's thread: keeps [`READY_MAX`] namespaces ready until it fails.
 /// It runs only on CPU time nothing else wants (`SCHED_IDLE`): making a
 /// namespace right after a proc took one competed with that proc's own
@@ -101,6 +169,7 @@ fn fill(p: &'static Pool) {
         let mut st = p.state.lock().unwrap_or_else(|e| e.into_inner());
         st.stopped = true;
         st.ready.clear();
+        st.kept.clear();
         p.made.notify_all();
     };
     let home = match open_own() {
@@ -215,6 +284,47 @@ mod tests {
         let fd = take().expect("a namespace made ahead");
         assert_ne!(inode(&fd), inode(&home));
         assert!(loopback_is_up(&fd));
+    }
+
+    /// A namespace given back goes to the next proc of its realm only,
+    /// within the bounds.
+    #[test]
+    fn a_namespace_given_back_goes_to_its_realm_only() {
+        let home = open_own().expect("our namespace");
+        let realm = format!("kept-{}", std::process::id());
+        let fd = make(&home).expect("a namespace (making one needs root)");
+        let ino = inode(&fd);
+        give_back(&realm, fd);
+        // Another realm never gets it (it gets a fresh one, or none).
+        if let Some(other) = take_for(&format!("{realm}-other")) {
+            assert_ne!(inode(&other), ino);
+        }
+        let again = take_for(&realm).expect("the realm's namespace");
+        assert_eq!(inode(&again), ino);
+        assert!(loopback_is_up(&again));
+        // Bounded: past the realm's most, one given back is let go.
+        let made: Vec<OwnedFd> = (0..KEPT_PER_REALM_MAX + 1)
+            .map(|_| make(&home).expect("a namespace"))
+            .collect();
+        let last = inode(made.last().expect("made"));
+        for fd in made {
+            give_back(&realm, fd);
+        }
+        let kept = {
+            let st = pool().state.lock().unwrap();
+            let of_realm: Vec<u64> = st
+                .kept
+                .iter()
+                .filter(|(r, _)| *r == realm)
+                .map(|(_, fd)| inode(fd))
+                .collect();
+            assert!(st.kept.len() <= KEPT_MAX);
+            of_realm
+        };
+        assert_eq!(kept.len(), KEPT_PER_REALM_MAX);
+        assert!(!kept.contains(&last), "one past the realm's most was kept");
+        let mut st = pool().state.lock().unwrap();
+        st.kept.retain(|(r, _)| *r != realm);
     }
 
     /// Namespaces made by the pool's thread are new ones — not the

@@ -1155,6 +1155,48 @@ async fn procs_copying_the_template_root_see_nothing_of_each_other() {
     let _ = stop.send(());
 }
 
+/// A jailed proc's network namespace, once nothing of the proc is left,
+/// is kept for its realm's next proc (`netns::give_back`): never for
+/// another realm's, which gets one of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_namespace_is_kept_for_its_realms_next_proc_only() {
+    let dir = TempDir::new("netns-kept");
+    let (node, addr, stop) = start(&dir, 2).await;
+    if !node.confine.jailed() {
+        eprintln!(
+            "no jail here ({:?}): nothing to test",
+            node.confine.describe()
+        );
+        let _ = stop.send(());
+        return;
+    }
+    let mut c = connect(&addr).await;
+    c.create_realm("other", proto::Scheduler::Fifo)
+        .await
+        .unwrap();
+    let mut network = async |realm: &str| {
+        let (done, out, err) =
+            finished_output(&mut c, realm, sh("readlink /proc/self/ns/net")).await;
+        assert_eq!(done.exit_status, Some(0), "{err}");
+        out.trim().to_string()
+    };
+    let first = network("default").await;
+    let other = network("other").await;
+    let again = network("default").await;
+    assert!(first.starts_with("net:["), "{first}");
+    assert_ne!(
+        other, first,
+        "another realm's proc got this realm's network"
+    );
+    assert_eq!(
+        again, first,
+        "the realm's network was not kept for its next proc"
+    );
+    let node_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_ne!(node_ns.display().to_string(), first);
+    let _ = stop.send(());
+}
+
 /// A spawn no live worker of the realm could ever hold is refused (it would
 /// wait forever), and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1188,7 +1230,8 @@ async fn a_spawn_larger_than_every_worker_is_refused() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn native_procs_have_their_own_cgroup_and_network() {
     let dir = TempDir::new("cgroup-net");
-    let (node, addr, stop) = start(&dir, 2).await;
+    // Three cores: the three procs below run at once (a core each).
+    let (node, addr, stop) = start(&dir, 3).await;
     if !node.confine.jailed() {
         eprintln!("skipped: no jail here ({:?})", node.confine.describe());
         let _ = stop.send(());
@@ -1242,8 +1285,17 @@ async fn native_procs_have_their_own_cgroup_and_network() {
     let node_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
     let mut pids = Vec::new();
     for _ in 0..3 {
-        let d = bash("readlink /proc/self/ns/net; sleep 2");
+        let d = bash("readlink /proc/self/ns/net; sleep 5");
         pids.push(c.spawn("default", d).await.unwrap().pid);
+    }
+    // At once: each started while the others run (a realm's network is
+    // kept for its next proc once one has ended: netns::give_back).
+    for pid in &pids {
+        c.wait_start("default", pid).await.unwrap();
+    }
+    for pid in &pids {
+        let s = c.proc_status("default", pid).await.unwrap();
+        assert_eq!(s.state().name(), "running", "{s:?}");
     }
     let mut seen = vec![node_ns.display().to_string()];
     for pid in &pids {
