@@ -326,7 +326,8 @@ fn extras(program: &str, host_paths: &[String]) -> std::io::Result<Vec<(PathBuf,
 /// P1 join this namespace and copy it (`setns`, `unshare(CLONE_NEWNS)`:
 /// the copy's root is the template's root), then mount its `/proc` and
 /// `/tmp` and move in its own two mounts, copied from the node's tree
-/// before it left it (`open_tree`, `move_mount`) — eight calls. A proc
+/// before it left it (`open_tree`, `move_mount`, each made private) — ten
+/// calls. A proc
 /// with more lays its root out as before (the template has no mount
 /// point for what others do not have: a jail shows nothing it does not
 /// use).
@@ -582,6 +583,17 @@ fn enter_template(
         for (&tree, (_, target)) in trees.iter().zip(mounts) {
             rawsys::move_mount_to(tree, target.as_ptr())?;
             rawsys::close(tree);
+            // Copied while P1 was in the node's namespace, where a host
+            // (systemd's) shares its mounts: a copy is a peer of its source.
+            // Made private, as a laid-out root's binds are, so no mount
+            // event crosses between the host and the jail either way.
+            rawsys::mount(
+                std::ptr::null(),
+                target.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )?;
         }
     }
     Ok(())

@@ -1155,6 +1155,92 @@ async fn procs_copying_the_template_root_see_nothing_of_each_other() {
     let _ = stop.send(());
 }
 
+/// Where the host shares its mounts (as systemd does), a proc copying the
+/// template root still shares no mount event with the host: its working
+/// directory is copied from the host's tree (`open_tree`), which makes the
+/// copy a peer of its source until the jail makes it private. Here the
+/// node's log directory (and so the jails' working directories) is a
+/// shared mount of the test's; a mount the host makes under the proc's
+/// working directory while it runs must not appear in the jail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mount_the_host_makes_later_does_not_reach_a_jail() {
+    let dir = TempDir::new("propagation");
+    let logs = dir.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    };
+    /// Unmounted (lazily) however the test ends.
+    struct Mounted(String);
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .args(["-l", &self.0])
+                .status();
+        }
+    }
+    let logs_s = logs.display().to_string();
+    run(&["mount", "-t", "tmpfs", "tabos-test", &logs_s]);
+    let _logs = Mounted(logs_s.clone());
+    run(&["mount", "--make-shared", &logs_s]);
+    let (node, addr, stop) = start(&dir, 2).await;
+    if !node.confine.jailed() {
+        let _ = stop.send(());
+        eprintln!(
+            "no jail here ({:?}): nothing to test",
+            node.confine.describe()
+        );
+        return;
+    }
+    let mut c = connect(&addr).await;
+    let watcher = c
+        .spawn(
+            "default",
+            proto::ProcDescriptor {
+                pid: "watcher".into(),
+                ..sh("touch ready; while [ ! -e go ]; do sleep 0.05; done; \
+                      grep -c ' /tabos/sub ' /proc/self/mountinfo; true")
+            },
+        )
+        .await
+        .unwrap();
+    let work = logs
+        .join(tabos_node::JAILS_DIR)
+        .join("work/default.watcher");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !work.join("ready").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the watcher never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let sub = work.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let sub_s = sub.display().to_string();
+    run(&["mount", "-t", "tmpfs", "tabos-host-later", &sub_s]);
+    let sub_mount = Mounted(sub_s);
+    std::fs::write(work.join("go"), "").unwrap();
+    let done = c.wait_exit("default", &watcher.pid).await.unwrap();
+    let out = c
+        .logs("default", &watcher.pid, proto::LogStream::Stdout)
+        .await
+        .unwrap();
+    drop(sub_mount);
+    assert_eq!(done.exit_status, Some(0), "{done:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.data),
+        "0\n",
+        "the host's later mount reached the jail"
+    );
+    let _ = stop.send(());
+    drop(node);
+}
+
 /// A jailed proc's network namespace, once nothing of the proc is left,
 /// is kept for its realm's next proc (`netns::give_back`): never for
 /// another realm's, which gets one of its own.
