@@ -620,8 +620,11 @@ fn lifeline() -> std::io::Result<(OwnedFd, OwnedFd)> {
 impl Drop for Confine {
     /// The node's own cgroup directories go with it (once its procs' are
     /// gone: a directory with children or tasks refuses, and stays for the
-    /// next node to remove).
+    /// next node to remove), and its realms' kept network namespaces.
     fn drop(&mut self) {
+        if !self.instance.is_empty() {
+            crate::netns::forget(&format!("{}/", self.instance));
+        }
         for d in [&self.memory, &self.pids, &self.cpu, &self.cpuacct]
             .into_iter()
             .flatten()

@@ -152,6 +152,13 @@ pub fn give_back(realm: &str, fd: OwnedFd) {
     }
 }
 
+/// Lets go of the namespaces kept under every key starting with `prefix`
+/// (a node instance's, as it stops: none of its realms' procs will ask).
+pub fn forget(prefix: &str) {
+    let mut st = pool().state.lock().unwrap_or_else(|e| e.into_inner());
+    st.kept.retain(|(key, _)| !key.starts_with(prefix));
+}
+
 /// The pool's thread: keeps [`READY_MAX`] namespaces ready until it fails.
 /// It runs only on CPU time nothing else wants (`SCHED_IDLE`): making a
 /// namespace right after a proc took one competed with that proc's own
@@ -323,8 +330,10 @@ mod tests {
         };
         assert_eq!(kept.len(), KEPT_PER_REALM_MAX);
         assert!(!kept.contains(&last), "one past the realm's most was kept");
-        let mut st = pool().state.lock().unwrap();
-        st.kept.retain(|(r, _)| *r != realm);
+        // A node that stops lets go of its realms' (keys under its name).
+        forget(&realm);
+        let st = pool().state.lock().unwrap();
+        assert!(!st.kept.iter().any(|(r, _)| r.starts_with(&realm)));
     }
 
     /// Namespaces made by the pool's thread are new ones — not the

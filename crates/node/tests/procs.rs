@@ -10,6 +10,25 @@ async fn start(dir: &TempDir, cores: i64) -> (Node, Endpoint, tokio::sync::onesh
     start_with(dir, cores, |_| Ok(())).await
 }
 
+/// [`start`], when the node jails native procs here (root, x86-64 or
+/// aarch64, namespaces): else the node is stopped, the reason printed and
+/// `None` returned.
+async fn start_jailed(
+    dir: &TempDir,
+    cores: i64,
+) -> Option<(Node, Endpoint, tokio::sync::oneshot::Sender<()>)> {
+    let (node, addr, stop) = start(dir, cores).await;
+    if node.confine.jailed() {
+        return Some((node, addr, stop));
+    }
+    eprintln!(
+        "no jail here ({:?}): nothing to test",
+        node.confine.describe()
+    );
+    let _ = stop.send(());
+    None
+}
+
 /// Opens a node, runs `prepare` on its store, then serves.
 async fn start_with(
     dir: &TempDir,
@@ -1081,15 +1100,9 @@ async fn native_procs_are_jailed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn procs_copying_the_template_root_see_nothing_of_each_other() {
     let dir = TempDir::new("template");
-    let (node, addr, stop) = start(&dir, 2).await;
-    if !node.confine.jailed() {
-        eprintln!(
-            "no jail here ({:?}): nothing to test",
-            node.confine.describe()
-        );
-        let _ = stop.send(());
+    let Some((node, addr, stop)) = start_jailed(&dir, 2).await else {
         return;
-    }
+    };
     let mut c = connect(&addr).await;
     // What a proc sees of its root: /tmp, its working directory, whether
     // it may write the root, and its mounts (each line: its mount point,
@@ -1187,15 +1200,9 @@ async fn a_mount_the_host_makes_later_does_not_reach_a_jail() {
     run(&["mount", "-t", "tmpfs", "tabos-test", &logs_s]);
     let _logs = Mounted(logs_s.clone());
     run(&["mount", "--make-shared", &logs_s]);
-    let (node, addr, stop) = start(&dir, 2).await;
-    if !node.confine.jailed() {
-        let _ = stop.send(());
-        eprintln!(
-            "no jail here ({:?}): nothing to test",
-            node.confine.describe()
-        );
+    let Some((node, addr, stop)) = start_jailed(&dir, 2).await else {
         return;
-    }
+    };
     let mut c = connect(&addr).await;
     let watcher = c
         .spawn(
@@ -1247,15 +1254,9 @@ async fn a_mount_the_host_makes_later_does_not_reach_a_jail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_network_namespace_is_kept_for_its_realms_next_proc_only() {
     let dir = TempDir::new("netns-kept");
-    let (node, addr, stop) = start(&dir, 2).await;
-    if !node.confine.jailed() {
-        eprintln!(
-            "no jail here ({:?}): nothing to test",
-            node.confine.describe()
-        );
-        let _ = stop.send(());
+    let Some((_node, addr, stop)) = start_jailed(&dir, 2).await else {
         return;
-    }
+    };
     let mut c = connect(&addr).await;
     c.create_realm("other", proto::Scheduler::Fifo)
         .await
