@@ -48,7 +48,8 @@ pub const CHANGES_CHANNEL: &str = "auth/credentials";
 
 /// Change-feed channel told when proc credential `id` is revoked or
 /// deleted (payload: the id): listened to only by the nodes that honour
-/// it at that moment.
+/// it at that moment. Nothing else is said on it, and neither is undone:
+/// a notification there means the credential is gone for good.
 pub fn proc_channel(id: &CredentialId) -> String {
     format!("auth/credential/{id}")
 }
@@ -868,8 +869,17 @@ pub fn create_tx(tx: &mut dyn Tx, spec: &Spec, minted: &Minted, now_us: i64) -> 
 /// Creates a credential: mints its token and records it. The token is in
 /// the result and nowhere else; the principal is the one the row makes.
 pub async fn create(store: &Store, spec: Spec) -> Result<(Minted, Principal)> {
+    create_minted(store, spec, mint()?).await
+}
+
+/// [`create`] of a credential minted already ([`mint`]): its id is known
+/// before it is committed (a node subscribes to its channel first).
+pub async fn create_minted(
+    store: &Store,
+    spec: Spec,
+    minted: Minted,
+) -> Result<(Minted, Principal)> {
     spec.validate()?;
-    let minted = mint()?;
     let now = tabos_store::now_us();
     let (s, m) = (spec.clone(), minted.clone());
     let principal = store

@@ -1756,7 +1756,11 @@ fn need_of(class: Class, cores: i64, mem_mb: i64, home_node: Option<String>) -> 
 }
 
 /// Procedure body: σOS `Started`: claimed → running.
-pub fn started_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<()> {
+/// Procedure body: a claimed proc's program has started. Returns whether
+/// an eviction was requested before (which its worker, having nothing to
+/// signal then, carries out now) — read in this transaction, so the worker
+/// needs no read of its own.
+pub fn started_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Result<bool> {
     let p = i64::from(tx.p_key().0);
     let info = get_tx(tx, realm, pid.as_str())?;
     if info.state != State::Claimed {
@@ -1771,7 +1775,7 @@ pub fn started_tx(tx: &mut dyn Tx, realm: &str, pid: &Pid, now_us: i64) -> Resul
     )?;
     event_tx(tx, realm, pid.as_str(), "start", None, now_us)?;
     notify_proc(tx, realm, pid.as_str(), State::Running.as_str())?;
-    Ok(())
+    Ok(info.evict_requested)
 }
 
 /// Procedure body: σOS `Exited` (and eviction and failure): a live proc
@@ -2052,13 +2056,43 @@ pub async fn claim(
 }
 
 /// What a procd records of an ended proc beside its end, in the same
-/// transaction ([`exited_and_claim`]): what it used, and whether its
-/// credentials go with it (a native proc's).
+/// transaction ([`exited_and_claim`]): what it used, whether its
+/// credentials go with it (a native proc's), and whether it ran to its
+/// end — exited or was killed — so that an eviction requested meanwhile
+/// decides its state ([`ran_to_end`]) in that transaction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Spent {
     pub cpu_us: Option<i64>,
     pub peak_mem_bytes: Option<i64>,
     pub revoke: bool,
+    pub ran: bool,
+}
+
+/// The end recorded for a proc that ran to its end as its worker saw it
+/// (`state`, `error`: exited, or failed for memory): `evicted`, with no
+/// error, when an eviction had been requested — its kill was the eviction.
+pub fn ran_to_end(
+    state: State,
+    error: Option<String>,
+    evict_requested: bool,
+) -> (State, Option<String>) {
+    if evict_requested {
+        (State::Evicted, None)
+    } else {
+        (state, error)
+    }
+}
+
+/// What [`exited_and_claim`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Ended {
+    /// What the worker claimed to run next.
+    pub claimed: Claimed,
+    /// The credentials revoked with the end.
+    pub revoked: Vec<crate::auth::CredentialId>,
+    /// The state recorded; `None` where this copy's end was not the
+    /// proc's (the worker no longer held it, or it had ended).
+    pub state: Option<State>,
 }
 
 /// A procd's proc ended: records it ([`exited_tx`]) with what it `spent`
@@ -2066,8 +2100,7 @@ pub struct Spent {
 /// this copy's) and, in the same transaction, claims what the worker may
 /// run next ([`claim_tx`]) — so a core freed by an exit is refilled without
 /// another round trip, and an end costs one commit. (Its output is in
-/// [`crate::logs`] already: a procd appends all of it first.) Returns the
-/// claim and the credentials revoked.
+/// [`crate::logs`] already: a procd appends all of it first.)
 #[allow(clippy::too_many_arguments)]
 pub async fn exited_and_claim(
     store: &Store,
@@ -2080,7 +2113,7 @@ pub async fn exited_and_claim(
     worker: &WorkerId,
     max: i64,
     admission: Admission,
-) -> Result<(Claimed, Vec<crate::auth::CredentialId>)> {
+) -> Result<Ended> {
     let (pid, w) = (pid.clone(), worker.clone());
     call(store, realm, move |tx, r, now| {
         let revoked = if spent.revoke {
@@ -2095,10 +2128,21 @@ pub async fn exited_and_claim(
         // placed again when the worker was declared lost — keeps what was
         // recorded: this copy's end is not the proc's.
         let info = get_tx(tx, r, pid.as_str())?;
-        if info.worker.as_ref() == Some(&w) && !info.state.is_terminal() {
+        let recorded = if info.worker.as_ref() == Some(&w) && !info.state.is_terminal() {
+            let (state, error) = match spent.ran {
+                true => ran_to_end(state, error.clone(), info.evict_requested),
+                false => (state, error.clone()),
+            };
             exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
-        }
-        claim_tx(tx, r, &w, max, admission, now).map(|c| (c, revoked))
+            Some(state)
+        } else {
+            None
+        };
+        claim_tx(tx, r, &w, max, admission, now).map(|claimed| Ended {
+            claimed,
+            revoked,
+            state: recorded,
+        })
     })
     .await
 }
@@ -2129,7 +2173,8 @@ pub async fn steal(
     .await
 }
 
-pub async fn started(store: &Store, realm: &str, pid: &Pid) -> Result<()> {
+/// [`started_tx`]: whether an eviction was requested before it started.
+pub async fn started(store: &Store, realm: &str, pid: &Pid) -> Result<bool> {
     let pid = pid.clone();
     call(store, realm, move |tx, r, now| started_tx(tx, r, &pid, now)).await
 }
@@ -2542,7 +2587,7 @@ pub async fn wait_evict_for(store: &Store, who: &Caller, pid: &Pid) -> Result<Pr
 pub async fn started_for(store: &Store, who: &Caller, pid: &Pid) -> Result<()> {
     who.may(Role::Member, USE)?;
     who.may_act_for(pid)?;
-    started(store, who.realm(), pid).await
+    started(store, who.realm(), pid).await.map(|_| ())
 }
 
 /// [`exited`] for `who` (role member), who must be able to act for `pid`:

@@ -455,6 +455,98 @@ both!(
     no_proc_runs_twice_and_capacity_is_conserved,
 );
 
+/// An eviction requested before a proc started is said by its start's
+/// transaction (its worker had nothing to signal then); the end of a proc
+/// that ran is decided in its end's transaction: `evicted` if an eviction
+/// was requested, else what its worker saw — and a worker's end that is
+/// not "ran to its end" is recorded as given.
+fn the_start_and_the_end_read_the_eviction(b: Backend) {
+    let Some(f) = b.open() else { return };
+    let s = f.store.clone();
+    rt().block_on(async move {
+        realms::create(&s, "r", Scheduler::Fifo).unwrap();
+        let s2 = s.clone();
+        tokio::task::spawn_blocking(move || procs::register_worker(&s2, "r", &worker("w", "n", 4)))
+            .await
+            .unwrap()
+            .unwrap();
+        let wid = WorkerId::new("w").unwrap();
+        let mut pids = Vec::new();
+        for name in ["early", "plain", "oom", "given"] {
+            pids.push(procs::spawn(&s, "r", named(name)).await.unwrap().0);
+        }
+        let claimed = procs::claim(&s, "r", &wid, 10, ANY).await.unwrap().procs;
+        assert_eq!(claimed.len(), 4);
+        let [early, plain, oom, given] = &pids[..] else {
+            unreachable!()
+        };
+        procs::evict(&s, "r", early).await.unwrap();
+        assert!(
+            procs::started(&s, "r", early).await.unwrap(),
+            "evicted before"
+        );
+        for pid in [plain, oom, given] {
+            assert!(!procs::started(&s, "r", pid).await.unwrap());
+        }
+        procs::evict(&s, "r", given).await.unwrap();
+        let ran = procs::Spent {
+            ran: true,
+            ..procs::Spent::default()
+        };
+        let cases = [
+            (early, State::Exited, None, ran, State::Evicted, None),
+            (plain, State::Exited, None, ran, State::Exited, None),
+            (
+                oom,
+                State::Failed,
+                Some("memory"),
+                ran,
+                State::Failed,
+                Some("memory"),
+            ),
+            (
+                given,
+                State::Failed,
+                Some("lost"),
+                procs::Spent::default(),
+                State::Failed,
+                Some("lost"),
+            ),
+        ];
+        for (pid, seen, error, spent, recorded, kept) in cases {
+            let ended = procs::exited_and_claim(
+                &s,
+                "r",
+                pid,
+                seen,
+                Some(0),
+                error.map(String::from),
+                spent,
+                &wid,
+                8,
+                ANY,
+            )
+            .await
+            .unwrap();
+            assert_eq!(ended.state, Some(recorded), "{pid}");
+            let info = procs::get(&s, "r", pid).unwrap();
+            assert_eq!(
+                (info.state, info.error.as_deref()),
+                (recorded, kept),
+                "{pid}"
+            );
+        }
+        // Ended already: a second end is not this copy's, and changes nothing.
+        let again =
+            procs::exited_and_claim(&s, "r", plain, State::Failed, None, None, ran, &wid, 8, ANY)
+                .await
+                .unwrap();
+        assert_eq!(again.state, None);
+        assert_eq!(procs::get(&s, "r", plain).unwrap().state, State::Exited);
+    });
+}
+both!(the_start_and_the_end_read_the_eviction);
+
 /// A node declared lost: its worker is marked down and its unclaimed procs
 /// placed elsewhere at once; once its grace has passed its procs are given
 /// back — failed (waiters woken) or, if restartable, placed again on a live

@@ -322,12 +322,17 @@ impl Auth {
     /// forgotten, which also aborts this task).
     async fn follow_one(self, id: CredentialId, mut sub: Subscription) {
         loop {
-            let cut_off = sub.recv().await.is_err();
+            if sub.recv().await.is_ok() {
+                // Its channel says only that it is gone (revoked or
+                // deleted: `auth::proc_channel`), which is final.
+                self.write().remove(&id);
+                return;
+            }
+            // Cut off (the listener reconnected): subscribed again before
+            // it is read again, so that nothing falls between.
             let (me, id2) = (self.clone(), id.clone());
             let again = tokio::task::spawn_blocking(move || {
-                // Cut off (the listener reconnected): subscribe again
-                // before re-reading, so nothing falls between.
-                let sub = cut_off.then(|| me.inner.store.subscribe(&auth::proc_channel(&id2)));
+                let sub = me.inner.store.subscribe(&auth::proc_channel(&id2));
                 if let Err(e) = me.refresh(&id2) {
                     tracing::warn!("credentials: cannot re-read {id2}: {e}");
                 }
@@ -335,8 +340,7 @@ impl Auth {
             })
             .await;
             match again {
-                Ok(Some(s)) => sub = s,
-                Ok(None) => {}
+                Ok(s) => sub = s,
                 Err(_) => return,
             }
             let live = self.inner.live.read().unwrap_or_else(|e| e.into_inner());
@@ -380,12 +384,26 @@ impl Auth {
     }
 
     /// Creates a credential and makes it usable on this node at once.
+    ///
+    /// A proc's is followed from its commit on. Where the change feed
+    /// delivers at once (SQLite's, in this process) its channel is
+    /// subscribed to before the commit: no revocation can fall between,
+    /// and no re-read is needed. Elsewhere subscribing is a round trip
+    /// (PostgreSQL's LISTEN), made after the commit ([`Auth::remember`]).
     pub async fn create(
         &self,
         spec: auth::Spec,
     ) -> Result<(auth::Minted, Arc<Principal>), tabos_kernel::Error> {
-        let (minted, principal) = auth::create(&self.inner.store, spec).await?;
-        self.remember(minted.hash, principal.clone());
+        let store = &self.inner.store;
+        let minted = auth::mint()?;
+        let channel = auth::proc_channel(&minted.id);
+        let early = (spec.pid.is_some() && store.feed_delivers(&channel))
+            .then(|| store.subscribe(&channel));
+        let (minted, principal) = auth::create_minted(store, spec, minted).await?;
+        match early {
+            Some(sub) => self.follow_proc(minted.hash, principal.clone(), sub),
+            None => self.remember(minted.hash, principal.clone()),
+        }
         Ok((minted, Arc::new(principal)))
     }
 

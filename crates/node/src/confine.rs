@@ -986,7 +986,11 @@ impl Prepared {
         }
         if let Some(jail) = &self.jail {
             for d in &jail.made {
-                let _ = std::fs::remove_dir_all(d);
+                // Most procs leave their directory empty: one rmdir, not a
+                // walk of it.
+                if std::fs::remove_dir(d).is_err() {
+                    let _ = std::fs::remove_dir_all(d);
+                }
             }
         }
         usage

@@ -707,7 +707,7 @@ impl Procd {
         status: Option<i64>,
         error: Option<String>,
     ) {
-        self.record_end(p, state, status, error, None).await
+        self.record_end(p, state, status, error, None, false).await
     }
 
     /// Revokes proc `pid`'s credentials on their own (when its end is not
@@ -721,7 +721,9 @@ impl Procd {
     }
 
     /// [`record_exit`](Self::record_exit) of a proc that ran, with what it
-    /// used (`usage`), recorded in the same transaction as its end.
+    /// used (`usage`), recorded in the same transaction as its end; `ran`:
+    /// it ran to its end, and an eviction requested meanwhile makes that
+    /// end `evicted` ([`procs::ran_to_end`]).
     async fn record_end(
         self: &Arc<Self>,
         p: &ProcInfo,
@@ -729,6 +731,7 @@ impl Procd {
         status: Option<i64>,
         error: Option<String>,
         usage: Option<crate::confine::Usage>,
+        ran: bool,
     ) {
         let left = self.busy_cores.fetch_sub(p.cores, Ordering::SeqCst) - p.cores;
         debug_assert!(left >= 0, "busy cores went negative");
@@ -774,18 +777,27 @@ impl Procd {
             }
             return;
         }
-        let spent = procs::Spent {
+        let mut spent = procs::Spent {
             cpu_us: usage.and_then(|u| u.cpu_us),
             peak_mem_bytes: usage.and_then(|u| u.peak_mem_bytes),
             revoke,
+            ran,
         };
-        if let Some(m) = &self.metrics {
-            m.proc_ended(&self.realm, p.kind.as_str(), state.as_str());
-        }
+        let (mut state, mut error) = (state, error);
         if p.env
             .iter()
             .any(|(k, _)| k == tabos_kernel::workflows::PROC_ENV)
         {
+            // Its workflow is told its end before the end is recorded (so
+            // that a crash between them leaves nothing stuck): the
+            // eviction is read here, and the end recorded as told.
+            if ran {
+                let evicted = procs::status(&self.store, &self.realm, &p.pid)
+                    .await
+                    .is_ok_and(|i| i.evict_requested);
+                (state, error) = procs::ran_to_end(state, error, evicted);
+                spent.ran = false;
+            }
             self.end_workflow(p, state, status, error.as_deref()).await;
         }
         // The database away (a failover, a cut-off node): the end is
@@ -817,9 +829,12 @@ impl Procd {
                 other => break other,
             }
         };
-        let next = next.map(|(claimed, revoked)| {
-            revoked.iter().for_each(|id| self.auth.forget(id));
-            claimed
+        let next = next.map(|ended| {
+            ended.revoked.iter().for_each(|id| self.auth.forget(id));
+            if let (Some(m), Some(state)) = (&self.metrics, ended.state) {
+                m.proc_ended(&self.realm, p.kind.as_str(), state.as_str());
+            }
+            ended.claimed
         });
         match next {
             Ok(claimed) if !claimed.procs.is_empty() => {
@@ -1044,21 +1059,16 @@ impl Procd {
         let [out, err] = child.take_output();
         let out = out.map(|s| tokio::spawn(crate::proclog::pipe(s, out_sink)));
         let err = err.map(|s| tokio::spawn(crate::proclog::pipe(s, err_sink)));
-        // Its start recorded, and an eviction requested before it was
-        // tracked (which found nothing to signal) looked for — at once: a
-        // write and a read, neither waiting for the other.
-        let early = async {
-            tracked.is_some()
-                && procs::status(&self.store, &self.realm, &p.pid)
-                    .await
-                    .is_ok_and(|i| i.evict_requested)
-        };
-        let (marked, early) = tokio::join!(procs::started(&self.store, &self.realm, &p.pid), early);
-        if let Err(e) = marked {
-            tracing::warn!(worker = %self.worker, "cannot mark {} started: {e}", p.pid);
-        }
-        if early {
-            self.clone().evict(p.pid.as_str()).await;
+        // Its start recorded; the same transaction says whether an
+        // eviction was requested before it was tracked (which found
+        // nothing to signal then). One requested later finds it tracked.
+        match procs::started(&self.store, &self.realm, &p.pid).await {
+            Ok(early) => {
+                if early && tracked.is_some() {
+                    self.clone().evict(p.pid.as_str()).await;
+                }
+            }
+            Err(e) => tracing::warn!(worker = %self.worker, "cannot mark {} started: {e}", p.pid),
         }
         // The proc is its main process: its exit is the child's (waitpid),
         // not the end of its output. What it left running in its group
@@ -1091,10 +1101,9 @@ impl Procd {
             .await
             .unwrap_or_default();
         self.untrack(&p.pid);
-        let evicted = procs::status(&self.store, &self.realm, &p.pid)
-            .await
-            .map(|i| i.evict_requested)
-            .unwrap_or(false);
+        // It ran to its end: exited, or failed for memory — unless an
+        // eviction was requested, which the end's transaction reads
+        // (`procs::ran_to_end`).
         match status {
             Ok(s) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -1102,25 +1111,22 @@ impl Procd {
                     .code()
                     .map(i64::from)
                     .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)));
-                if usage.oom_killed && !evicted {
-                    let msg = format!(
-                        "killed for memory: over its limit of {} MiB",
-                        usage.mem_limit.unwrap_or(0) >> 20
-                    );
-                    return self
-                        .record_end(&p, State::Failed, code, Some(msg), Some(usage))
-                        .await;
-                }
-                let state = if evicted {
-                    State::Evicted
-                } else {
-                    State::Exited
+                let (state, msg) = match usage.oom_killed {
+                    true => (
+                        State::Failed,
+                        Some(format!(
+                            "killed for memory: over its limit of {} MiB",
+                            usage.mem_limit.unwrap_or(0) >> 20
+                        )),
+                    ),
+                    false => (State::Exited, None),
                 };
-                self.record_end(&p, state, code, None, Some(usage)).await;
+                self.record_end(&p, state, code, msg, Some(usage), true)
+                    .await;
             }
             Err(e) => {
                 let msg = format!("waiting for the process failed: {e}");
-                self.record_end(&p, State::Failed, None, Some(msg), Some(usage))
+                self.record_end(&p, State::Failed, None, Some(msg), Some(usage), false)
                     .await;
             }
         }
