@@ -102,6 +102,13 @@ pub const ARGV_MAX: usize = 256;
 /// realm): every node's scheduler claims then.
 pub const READY_CHANNEL: &str = "graphs/ready";
 
+/// Channel raised when a task starts waiting for a workflow or a proc
+/// (payload: the realm): a scheduler settles the ends of those
+/// ([`settle_children_tx`]) only in realms where a task waits — known
+/// from this channel and from [`waiting_realms_tx`] at its start — not
+/// with a read at every end.
+pub const WAITING_CHANNEL: &str = "graphs/waiting";
+
 /// Channel of `realm`'s graphs: each one made or ended (payload `<id>
 /// <status>`), what a dashboard's list follows.
 pub fn graphs_channel(realm: &str) -> String {
@@ -1275,7 +1282,7 @@ pub fn run_tx(
                 executor: None,
             };
             workflows::start_tx(tx, &who, &spec, now)?;
-            waits_on(tx, c, &id)?;
+            waits_for_end(tx, c, id.as_str())?;
             Ok(Ran::Waits(id.to_string()))
         }
         Kind::Proc => {
@@ -1291,7 +1298,7 @@ pub fn run_tx(
             let d = spec.descriptor(&t.user, Some(pid.clone()), &args)?;
             crate::procs::may_spawn(&who, std::slice::from_ref(&d))?;
             crate::procs::spawn_tx(tx, &c.realm, &pid, &d, now)?;
-            waits_on(tx, c, &pid)?;
+            waits_for_end(tx, c, pid.as_str())?;
             Ok(Ran::Waits(pid.to_string()))
         }
     }
@@ -1306,6 +1313,15 @@ fn dynamic_spec(out: &[u8]) -> Result<Option<GraphSpec>> {
         return Ok(None);
     }
     GraphSpec::from_json(&v, "$").map(Some)
+}
+
+/// Claim `c` now waits for `child`, a workflow or a proc, whose end is
+/// settled by a scheduler ([`settle_children_tx`]): told on
+/// [`WAITING_CHANNEL`].
+fn waits_for_end(tx: &mut dyn Tx, c: &Claimed, child: &str) -> Result<()> {
+    waits_on(tx, c, child)?;
+    tx.notify(WAITING_CHANNEL, c.realm.as_str())?;
+    Ok(())
 }
 
 /// Claim `c` now waits for `child` (its node no longer holds it).

@@ -13,10 +13,11 @@
 //! ready — no polling — and is woken by any node's commit that readies a
 //! task (the cluster's leader giving a lost node's claims back among
 //! them: `lease.rs`) and by workflows' and procs' ends (the tasks waiting
-//! for them end with them). At its start it gives back what this node
+//! for them end with them) in the realms where a task waits for one
+//! ([`graphs::WAITING_CHANNEL`]). At its start it gives back what this node
 //! claimed before a crash.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -409,6 +410,9 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     let mut ready = node.store.subscribe(graphs::READY_CHANNEL);
     let mut ended = node.store.subscribe(tabos_kernel::workflows::ENDED_CHANNEL);
     let mut procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL);
+    // Subscribed before the realms with waiting tasks are read, so that
+    // none starts waiting unseen between.
+    let mut waits = node.store.subscribe(graphs::WAITING_CHANNEL);
     let partitions: Vec<PKey> = (0..node.store.partitions()).map(PKey).collect();
     // What this node claimed before it stopped (a crash) is anyone's again.
     match graphs::requeue_node(&node.store, &me).await {
@@ -424,7 +428,15 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     // Realms whose workflows or procs ended: their tasks that wait for
     // them are settled — at the start, every realm with such a task (what
     // ended while no node listened).
-    let mut settle: VecDeque<String> = waiting_realms(&node).await.into();
+    let (realms, complete) = waiting_realms(&node).await;
+    // The realms where a task may wait for a workflow or a proc: an end
+    // elsewhere needs no look (`graphs::WAITING_CHANNEL` adds a realm; a
+    // look that finds none there takes it out — a task that starts waiting
+    // after that look is told on the channel after its commit). `None`:
+    // not known (a partition could not be read, or had more such realms
+    // than one read returns) — every end is looked at.
+    let mut waiting: Option<HashSet<String>> = complete.then(|| realms.iter().cloned().collect());
+    let mut settle: VecDeque<String> = realms.into();
     // The partitions to claim on: all at first, then those a readying
     // commit named (its payload is the realm) or whose last claim was full.
     let mut due: std::collections::BTreeSet<PKey> = partitions.iter().copied().collect();
@@ -446,6 +458,9 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
             })
             .await;
             if matches!(waits, Ok(false)) {
+                if let Some(w) = &mut waiting {
+                    w.remove(&realm);
+                }
                 continue;
             }
             let r = realm.clone();
@@ -509,7 +524,8 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                 }
             }
         }
-        let mut stopped = false;
+        let (mut stopped, mut relist, mut waits_now) = (false, false, Vec::new());
+        let may_wait = |realm: &String| waiting.as_ref().is_none_or(|w| w.contains(realm));
         tokio::select! {
             () = tokio::time::sleep(RETRY_PAUSE), if refused => {}
             // A run's end makes room (a claim waiting for it is `due`).
@@ -538,7 +554,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
             }
             n = ended.recv() => match n {
                 Ok(n) => {
-                    if !settle.contains(&n.payload) {
+                    if may_wait(&n.payload) && !settle.contains(&n.payload) {
                         settle.push_back(n.payload);
                     }
                 }
@@ -546,12 +562,25 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
             },
             n = procs_ended.recv() => match n {
                 Ok(n) => {
-                    if !settle.contains(&n.payload) {
+                    if may_wait(&n.payload) && !settle.contains(&n.payload) {
                         settle.push_back(n.payload);
                     }
                 }
                 Err(_) => procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL),
             },
+            n = waits.recv() => {
+                // A task now waits: settled at once too (its child may have
+                // ended before this was read).
+                match n {
+                    Ok(n) => waits_now.push(n.payload),
+                    Err(_) => {
+                        // Notes were missed: known again from a read made
+                        // once subscribed again (below).
+                        waits = node.store.subscribe(graphs::WAITING_CHANNEL);
+                        relist = true;
+                    }
+                }
+            }
             _ = stop.wait_for(|s| *s) => stopped = true,
         }
         if stopped {
@@ -560,18 +589,38 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
             while running.next().await.is_some() {}
             return;
         }
+        if relist {
+            let (realms, complete) = waiting_realms(&node).await;
+            waiting = complete.then(HashSet::new);
+            waits_now.extend(realms);
+        }
+        for realm in waits_now {
+            if let Some(w) = &mut waiting {
+                w.insert(realm.clone());
+            }
+            if !settle.contains(&realm) {
+                settle.push_back(realm);
+            }
+        }
     }
 }
 
 /// The realms with a task waiting for a workflow or a proc, on every
-/// partition.
-async fn waiting_realms(node: &Node) -> Vec<String> {
-    let mut out = Vec::new();
+/// partition, and whether that is all of them (each partition read, none
+/// at the most one read returns).
+async fn waiting_realms(node: &Node) -> (Vec<String>, bool) {
+    let (mut out, mut complete) = (Vec::new(), true);
     for p in 0..node.store.partitions() {
         match node.store.read(PKey(p), graphs::waiting_realms_tx).await {
-            Ok(realms) => out.extend(realms),
-            Err(e) => tracing::warn!(node = %node.settings.node_id, "cannot list graph tasks: {e}"),
+            Ok(realms) => {
+                complete &= realms.len() < graphs::CLAIM_REALMS_MAX;
+                out.extend(realms);
+            }
+            Err(e) => {
+                complete = false;
+                tracing::warn!(node = %node.settings.node_id, "cannot list graph tasks: {e}");
+            }
         }
     }
-    out
+    (out, complete)
 }
