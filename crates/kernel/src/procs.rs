@@ -2129,10 +2129,8 @@ pub async fn exited_and_claim(
         // recorded: this copy's end is not the proc's.
         let info = get_tx(tx, r, pid.as_str())?;
         let recorded = if info.worker.as_ref() == Some(&w) && !info.state.is_terminal() {
-            let (state, error) = match spent.ran {
-                true => ran_to_end(state, error.clone(), info.evict_requested),
-                false => (state, error.clone()),
-            };
+            let (state, error) =
+                ran_to_end(state, error.clone(), spent.ran && info.evict_requested);
             exited_tx(tx, r, &pid, state, status, error.as_deref(), now)?;
             Some(state)
         } else {

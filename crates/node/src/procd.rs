@@ -727,9 +727,9 @@ impl Procd {
     async fn record_end(
         self: &Arc<Self>,
         p: &ProcInfo,
-        state: State,
+        mut state: State,
         status: Option<i64>,
-        error: Option<String>,
+        mut error: Option<String>,
         usage: Option<crate::confine::Usage>,
         ran: bool,
     ) {
@@ -783,7 +783,6 @@ impl Procd {
             revoke,
             ran,
         };
-        let (mut state, mut error) = (state, error);
         if p.env
             .iter()
             .any(|(k, _)| k == tabos_kernel::workflows::PROC_ENV)
