@@ -18,8 +18,12 @@
 //! of the process, on which the reads of many clerks go out in one write
 //! and come back, in order, in one read (as Lettuce shares a connection
 //! between threads) — a read costs the kvd a share of a system call, not
-//! two. Writes keep the clerk's own connection: a kvd answers a
-//! connection's requests in turn, and a write waits for its commit.
+//! two. The pipe's writer lets the runtime go round once before it takes
+//! what is queued, so the reads of connections that became readable
+//! together go in one write (redis-benchmark's 16 connections through the
+//! front end: 4.8 reads a write instead of 1.9). Writes keep the clerk's
+//! own connection: a kvd answers a connection's requests in turn, and a
+//! write waits for its commit.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -179,6 +183,13 @@ async fn pipe_writer(
 ) {
     let mut out = Vec::new();
     while let Some((first, answer)) = rx.recv().await {
+        // Once round the runtime first: the reads of connections woken by
+        // the same readiness join this write instead of each making one of
+        // their own (a write, a kvd wake-up, a read and a reply each). An
+        // idle pipe's read waits only for the tasks already ready.
+        if rx.is_empty() {
+            tokio::task::yield_now().await;
+        }
         out.clear();
         out.extend_from_slice(&first);
         let mut answers = vec![answer];
