@@ -412,7 +412,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
     let mut procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL);
     // Subscribed before the realms with waiting tasks are read, so that
     // none starts waiting unseen between.
-    let mut waits = node.store.subscribe(graphs::WAITING_CHANNEL);
+    let mut started_waiting = node.store.subscribe(graphs::WAITING_CHANNEL);
     let partitions: Vec<PKey> = (0..node.store.partitions()).map(PKey).collect();
     // What this node claimed before it stopped (a crash) is anyone's again.
     match graphs::requeue_node(&node.store, &me).await {
@@ -568,7 +568,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                 }
                 Err(_) => procs_ended = node.store.subscribe(tabos_kernel::procs::ENDED_CHANNEL),
             },
-            n = waits.recv() => {
+            n = started_waiting.recv() => {
                 // A task now waits: settled at once too (its child may have
                 // ended before this was read).
                 match n {
@@ -576,7 +576,7 @@ pub async fn schedule(node: Node, mut stop: tokio::sync::watch::Receiver<bool>) 
                     Err(_) => {
                         // Notes were missed: known again from a read made
                         // once subscribed again (below).
-                        waits = node.store.subscribe(graphs::WAITING_CHANNEL);
+                        started_waiting = node.store.subscribe(graphs::WAITING_CHANNEL);
                         relist = true;
                     }
                 }
