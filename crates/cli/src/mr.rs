@@ -8,7 +8,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use anyhow::Context;
-use tabos_mr::driver::{Job, Progress, Submit};
+use tabos_mr::driver::{Job, Order, Progress, Submit};
 use tabos_mr::job::Kind;
 
 use crate::procs::RealmArg;
@@ -286,19 +286,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let realm = &common.realm.realm;
         let (job, done) = run_job(&client, realm, submit, true).await?;
         if crate::output::json() {
-            let mut out = job.output().await?;
-            if matches!(kind, Kind::WordCount) {
-                out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-            }
-            let top: Vec<_> = out
+            let sum = job.summary(common.top, order_of(&kind)).await?;
+            let top: Vec<_> = sum
+                .top
                 .iter()
-                .take(common.top)
                 .map(|(k, n)| serde_json::json!({"key": String::from_utf8_lossy(k), "count": n}))
                 .collect();
             let v = serde_json::json!({
                 "job": job.id(), "seconds": done.elapsed.as_secs_f64(), "bytes": done.bytes,
                 "maps": done.maps, "reducers": done.reducers, "retries": done.retries,
-                "distinct": out.len(), "total": out.iter().map(|r| r.1).sum::<u64>(), "top": top,
+                "distinct": sum.records, "total": sum.total, "top": top,
             });
             crate::output::doc(&v);
             return Ok(());
@@ -442,25 +439,31 @@ pub async fn print_summary(job: &Job, p: &Progress) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Which of a built-in job's records come first: the most frequent
+/// words, or grep's files in order.
+fn order_of(kind: &Kind) -> Order {
+    match kind {
+        Kind::WordCount => Order::MostFrequent,
+        Kind::Grep { .. } => Order::ByKey,
+    }
+}
+
 /// The top `n` results: the most frequent words, or grep's files in order.
 pub async fn print_top(job: &Job, kind: &Kind, n: usize) -> anyhow::Result<()> {
-    let mut out = job.output().await?;
-    let total = out.len();
+    let sum = job.summary(n, order_of(kind)).await?;
+    let (records, total) = (sum.records, sum.total);
     if matches!(kind, Kind::WordCount) {
-        out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        let words: u64 = out.iter().map(|r| r.1).sum();
         outln!(
-            "\n{words} words, {total} distinct; the {} most frequent:",
-            n.min(total)
+            "\n{total} words, {records} distinct; the {} most frequent:",
+            n.min(records)
         );
     } else {
-        let lines: u64 = out.iter().map(|r| r.1).sum();
         outln!(
-            "\n{lines} matching lines in {total} files; the first {}:",
-            n.min(total)
+            "\n{total} matching lines in {records} files; the first {}:",
+            n.min(records)
         );
     }
-    for (key, count) in out.iter().take(n) {
+    for (key, count) in &sum.top {
         outln!("  {count:>12}  {}", String::from_utf8_lossy(key));
     }
     Ok(())

@@ -616,6 +616,46 @@ impl Job {
         Ok(format::merge(runs))
     }
 
+    /// What the job's output adds up to, read part by part with only the
+    /// first `n` records (in `order`) kept: a word count's output can
+    /// hold millions of keys, and showing twenty of them needs neither a
+    /// copy of each nor a sort of all. The reducers' parts hold disjoint
+    /// keys (each key has one reducer), so no two records add up.
+    pub async fn summary(&self, n: usize, order: Order) -> Result<Summary> {
+        let parts = self.output_bytes().await?;
+        let (mut records, mut total) = (0usize, 0u64);
+        let mut first: std::collections::BinaryHeap<Ranked<'_>> =
+            std::collections::BinaryHeap::with_capacity(n.saturating_add(1).min(SUMMARY_KEEP_MAX));
+        for part in &parts {
+            for r in format::text_records(part) {
+                let (key, count) = r?;
+                records += 1;
+                total = total.saturating_add(count);
+                if n == 0 {
+                    continue;
+                }
+                let ranked = Ranked { order, key, count };
+                // The heap's top is the last of those kept.
+                if first.len() < n {
+                    first.push(ranked);
+                } else if first.peek().is_some_and(|last| ranked < *last) {
+                    first.pop();
+                    first.push(ranked);
+                }
+            }
+        }
+        let top = first
+            .into_sorted_vec()
+            .into_iter()
+            .map(|r| (r.key.into_owned(), r.count))
+            .collect();
+        Ok(Summary {
+            records,
+            total,
+            top,
+        })
+    }
+
     /// The job's phases from the proc table, in one SQL query: per phase
     /// (coordinate, map, reduce) its procs (attempts), the span from its
     /// first spawn to its last exit, and the procs' summed run time.
@@ -898,4 +938,63 @@ fn host_paths_of(inputs: &[PathBuf]) -> Result<Vec<String>> {
         )));
     }
     Ok(paths)
+}
+
+/// Records a [`Job::summary`] keeps at most before it is asked for more
+/// than that (the heap grows as it needs beyond it).
+const SUMMARY_KEEP_MAX: usize = 4_096;
+
+/// Which records [`Job::summary`] keeps: a word count's most frequent
+/// (ties by key), or the first by key (grep's files).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    MostFrequent,
+    ByKey,
+}
+
+/// A job's output, summed up ([`Job::summary`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Its records (distinct keys).
+    pub records: usize,
+    /// Their counts, added up.
+    pub total: u64,
+    /// The first records in the order asked, first first.
+    pub top: Vec<(Vec<u8>, u64)>,
+}
+
+/// A record as [`Job::summary`] ranks it: less is first.
+struct Ranked<'a> {
+    order: Order,
+    key: std::borrow::Cow<'a, [u8]>,
+    count: u64,
+}
+
+impl Ranked<'_> {
+    fn rank(&self) -> (std::cmp::Reverse<u64>, &[u8]) {
+        match self.order {
+            Order::MostFrequent => (std::cmp::Reverse(self.count), &self.key),
+            Order::ByKey => (std::cmp::Reverse(0), &self.key),
+        }
+    }
+}
+
+impl PartialEq for Ranked<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.rank() == other.rank()
+    }
+}
+
+impl Eq for Ranked<'_> {}
+
+impl PartialOrd for Ranked<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked<'_> {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.rank().cmp(&other.rank())
+    }
 }

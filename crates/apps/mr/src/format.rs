@@ -212,37 +212,50 @@ pub fn to_text(records: &[(Vec<u8>, u64)]) -> Vec<u8> {
 
 /// Parses [`to_text`]'s output.
 pub fn from_text(text: &[u8]) -> Result<Vec<(Vec<u8>, u64)>> {
-    let mut out = Vec::new();
-    for line in text.split(|&b| b == b'\n') {
-        if line.is_empty() {
+    text_records(text)
+        .map(|r| r.map(|(k, c)| (k.into_owned(), c)))
+        .collect()
+}
+
+/// [`to_text`]'s records, read in place: a key is copied only if it has
+/// an escape to undo.
+pub fn text_records(
+    text: &[u8],
+) -> impl Iterator<Item = Result<(std::borrow::Cow<'_, [u8]>, u64)>> {
+    text.split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(text_record)
+}
+
+fn text_record(line: &[u8]) -> Result<(std::borrow::Cow<'_, [u8]>, u64)> {
+    let tab = line
+        .iter()
+        .rposition(|&b| b == b'\t')
+        .ok_or_else(|| Error::Corrupt("an output line has no tab".into()))?;
+    let count = std::str::from_utf8(&line[tab + 1..])
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| Error::Corrupt("an output line's count is not a number".into()))?;
+    let escaped = &line[..tab];
+    if !escaped.contains(&b'\\') {
+        return Ok((std::borrow::Cow::Borrowed(escaped), count));
+    }
+    let mut key = Vec::with_capacity(tab);
+    let mut it = escaped.iter();
+    while let Some(&b) = it.next() {
+        if b != b'\\' {
+            key.push(b);
             continue;
         }
-        let tab = line
-            .iter()
-            .rposition(|&b| b == b'\t')
-            .ok_or_else(|| Error::Corrupt("an output line has no tab".into()))?;
-        let count = std::str::from_utf8(&line[tab + 1..])
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .ok_or_else(|| Error::Corrupt("an output line's count is not a number".into()))?;
-        let mut key = Vec::with_capacity(tab);
-        let mut it = line[..tab].iter();
-        while let Some(&b) = it.next() {
-            if b != b'\\' {
-                key.push(b);
-                continue;
-            }
-            key.push(match it.next() {
-                Some(b't') => b'\t',
-                Some(b'n') => b'\n',
-                Some(b'r') => b'\r',
-                Some(b'\\') => b'\\',
-                _ => return Err(Error::Corrupt("a bad escape in an output key".into())),
-            });
-        }
-        out.push((key, count));
+        key.push(match it.next() {
+            Some(b't') => b'\t',
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b'\\') => b'\\',
+            _ => return Err(Error::Corrupt("a bad escape in an output key".into())),
+        });
     }
-    Ok(out)
+    Ok((std::borrow::Cow::Owned(key), count))
 }
 
 #[cfg(test)]

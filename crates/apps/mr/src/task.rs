@@ -25,11 +25,7 @@ pub fn map_task(kind: &Kind, splits: &[Split], reducers: usize) -> Result<Vec<Ve
             mapper.piece(&[], true, &mut out);
         }
     }
-    Ok(out
-        .into_parts()
-        .iter()
-        .map(|records| format::encode(records))
-        .collect())
+    Ok(out.into_encoded())
 }
 
 /// [`map_task`] over splits already fetched: each with its file's bytes
@@ -52,11 +48,7 @@ pub fn map_fetched(
             mapper.piece(&[], true, &mut out);
         }
     }
-    Ok(out
-        .into_parts()
-        .iter()
-        .map(|records| format::encode(records))
-        .collect())
+    Ok(out.into_encoded())
 }
 
 /// Reduces one partition: checks the mappers' runs and merges them

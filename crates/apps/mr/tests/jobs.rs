@@ -216,3 +216,49 @@ fn bad_inputs_are_refused() {
     format::put(&mut out, b"a", 1);
     assert!(format::decode(&out).is_err(), "out of order");
 }
+
+/// The combiner's counts and order equal a plain ordered map's, for keys
+/// kept in their slot and in the arena alike: lengths around the inline
+/// bound, keys that are others' prefixes, zero and high bytes (which a
+/// zero-padded key must not confuse with a shorter one), across
+/// partitions; and its encoding is the format's.
+#[test]
+fn combiner_counts_and_orders_like_a_map() {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for len in [1usize, 2, 7, 8, 15, 16, 17, 24, 40, 300] {
+        for fill in [b'a', 0u8, 0xff] {
+            let mut k = vec![fill; len];
+            keys.push(k.clone());
+            k[0] = b'z';
+            keys.push(k.clone());
+            k.push(0);
+            keys.push(k.clone());
+            k.pop();
+            k.pop();
+            keys.push(k);
+        }
+    }
+    keys.retain(|k| !k.is_empty());
+    for reducers in [1usize, 3] {
+        let mut c = tabos_mr::job::Combiner::new(reducers).unwrap();
+        let mut want: Vec<BTreeMap<Vec<u8>, u64>> = vec![BTreeMap::new(); reducers];
+        for (i, k) in keys.iter().enumerate() {
+            let n = (i % 5 + 1) as u64;
+            for _ in 0..(i % 3 + 1) {
+                c.emit(k, n);
+                *want[tabos_mr::job::partition(k, reducers)]
+                    .entry(k.clone())
+                    .or_default() += n;
+            }
+        }
+        let want: Vec<Vec<(Vec<u8>, u64)>> =
+            want.into_iter().map(|m| m.into_iter().collect()).collect();
+        let mut again = tabos_mr::job::Combiner::new(reducers).unwrap();
+        for (k, n) in want.iter().flatten() {
+            again.emit(k, *n);
+        }
+        let encoded: Vec<Vec<u8>> = want.iter().map(|r| format::encode(r)).collect();
+        assert_eq!(c.into_parts(), want, "{reducers} reducers");
+        assert_eq!(again.into_encoded(), encoded, "{reducers} reducers");
+    }
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tabos_client::names::CreateOptions;
 use tabos_client::{Client, Value};
 use tabos_mr::direct;
-use tabos_mr::driver::{Job, Submit};
+use tabos_mr::driver::{Job, Order, Submit};
 use tabos_mr::job::Kind;
 use tabos_mr::spec::{Pause, Task, TaskState, FS_USER};
 use tabos_node::{Node, NodeSettings};
@@ -130,8 +130,29 @@ fn submit(kind: Kind, inputs: Vec<PathBuf>) -> Submit {
 async fn run_to_end(c: &Client, s: Submit) -> (Job, BTreeMap<Vec<u8>, u64>) {
     let mut job = Job::submit(c, REALM, s).await.unwrap();
     job.wait(|_| {}).await.unwrap();
-    let out = job.output().await.unwrap().into_iter().collect();
+    let out: BTreeMap<Vec<u8>, u64> = job.output().await.unwrap().into_iter().collect();
+    summed_up_as_the_output(&job, &out).await;
     (job, out)
+}
+
+/// A job's summary (what `tabos mr` prints) agrees with its whole output:
+/// its records and total, and its first records in either order.
+async fn summed_up_as_the_output(job: &Job, out: &BTreeMap<Vec<u8>, u64>) {
+    let total: u64 = out.values().sum();
+    let mut frequent: Vec<(Vec<u8>, u64)> = out.iter().map(|(k, c)| (k.clone(), *c)).collect();
+    frequent.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let by_key: Vec<(Vec<u8>, u64)> = out.iter().map(|(k, c)| (k.clone(), *c)).collect();
+    for n in [0usize, 1, 5, out.len() + 1] {
+        for (order, all) in [(Order::MostFrequent, &frequent), (Order::ByKey, &by_key)] {
+            let sum = job.summary(n, order).await.unwrap();
+            assert_eq!(
+                (sum.records, sum.total),
+                (out.len(), total),
+                "{order:?} {n}"
+            );
+            assert_eq!(sum.top, all[..n.min(all.len())], "{order:?} {n}");
+        }
+    }
 }
 
 async fn task_state(c: &Client, job: &Job, t: Task) -> TaskState {
