@@ -192,44 +192,38 @@ impl Combiner {
         let r = (h % self.parts.len() as u64) as usize;
         debug_assert_eq!(r, partition(key, self.parts.len()));
         let th = h.rotate_left(32);
-        let part = &mut self.parts[r];
+        let Part { table, arena } = &mut self.parts[r];
         let len = key.len();
-        if len <= INLINE_KEY_BYTES {
-            let mut padded = [0u8; INLINE_KEY_BYTES];
+        let inline = len <= INLINE_KEY_BYTES;
+        let mut padded = [0u8; INLINE_KEY_BYTES];
+        if inline {
             padded[..len].copy_from_slice(key);
-            let want = u128::from_ne_bytes(padded);
-            let same = |s: &Slot| s.len as usize == len && u128::from_ne_bytes(s.key) == want;
-            match part.table.find_mut(th, same) {
-                Some(s) => s.count += n,
-                None => {
-                    let slot = Slot {
-                        hash: th,
-                        count: n,
-                        len: len as u32,
-                        key: padded,
-                    };
-                    part.table.insert_unique(th, slot, |s| s.hash);
-                }
-            }
-        } else {
-            let arena = &part.arena;
-            let same = |s: &Slot| s.len as usize == len && &arena[s.at()..s.at() + len] == key;
-            match part.table.find_mut(th, same) {
-                Some(s) => s.count += n,
-                None => {
-                    let mut at = [0u8; INLINE_KEY_BYTES];
-                    at[..8].copy_from_slice(&(part.arena.len() as u64).to_le_bytes());
-                    part.arena.extend_from_slice(key);
-                    let slot = Slot {
-                        hash: th,
-                        count: n,
-                        len: len as u32,
-                        key: at,
-                    };
-                    part.table.insert_unique(th, slot, |s| s.hash);
-                }
-            }
         }
+        let want = u128::from_ne_bytes(padded);
+        let found = if inline {
+            table.find_mut(th, |s| {
+                s.len as usize == len && u128::from_ne_bytes(s.key) == want
+            })
+        } else {
+            table.find_mut(th, |s| {
+                s.len as usize == len && &arena[s.at()..s.at() + len] == key
+            })
+        };
+        if let Some(s) = found {
+            s.count += n;
+            return;
+        }
+        if !inline {
+            padded[..8].copy_from_slice(&(arena.len() as u64).to_le_bytes());
+            arena.extend_from_slice(key);
+        }
+        let slot = Slot {
+            hash: th,
+            count: n,
+            len: len as u32,
+            key: padded,
+        };
+        table.insert_unique(th, slot, |s| s.hash);
     }
 
     /// Each reducer's records, sorted by key.
