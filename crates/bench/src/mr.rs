@@ -638,8 +638,9 @@ fn tabos_job(
 /// The floor: the work of tabos's mappers and reducers with nothing of
 /// tabos in between — read each whole file, split on ASCII whitespace
 /// (words cut at the mapper's [`WORD_BYTES_MAX`]), count in the mapper's
-/// own [`Combiner`] (FNV-1a, a key allocated only when first seen, split
-/// by key over the job's reducers), then sort and write each reducer's
+/// own [`Combiner`] (FNV-1a, short keys in their table slots and long
+/// ones in an arena, split by key over the job's reducers; each key copied
+/// out once, for the merge), then sort and write each reducer's
 /// output — on `threads` threads: files dealt out in turn by size, each
 /// thread counting its files into its own combiner and sorting its
 /// partitions, then each partition merged from every thread's, sorted

@@ -940,8 +940,8 @@ fn host_paths_of(inputs: &[PathBuf]) -> Result<Vec<String>> {
     Ok(paths)
 }
 
-/// Records a [`Job::summary`] keeps at most before it is asked for more
-/// than that (the heap grows as it needs beyond it).
+/// Records [`Job::summary`] makes room for up front: asked for more (a
+/// large `--top`), its heap grows only as records come.
 const SUMMARY_KEEP_MAX: usize = 4_096;
 
 /// Which records [`Job::summary`] keeps: a word count's most frequent
