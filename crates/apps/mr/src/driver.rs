@@ -625,7 +625,7 @@ impl Job {
         let parts = self.output_bytes().await?;
         let (mut records, mut total) = (0usize, 0u64);
         let mut first: std::collections::BinaryHeap<Ranked<'_>> =
-            std::collections::BinaryHeap::with_capacity(n.saturating_add(1).min(SUMMARY_KEEP_MAX));
+            std::collections::BinaryHeap::with_capacity(n.min(SUMMARY_RESERVE_MAX));
         for part in &parts {
             for r in format::text_records(part) {
                 let (key, count) = r?;
@@ -940,9 +940,11 @@ fn host_paths_of(inputs: &[PathBuf]) -> Result<Vec<String>> {
     Ok(paths)
 }
 
-/// Records [`Job::summary`] makes room for up front: asked for more (a
-/// large `--top`), its heap grows only as records come.
-const SUMMARY_KEEP_MAX: usize = 4_096;
+/// Records [`Job::summary`] makes room for up front, at most: asked for
+/// more (a large `--top`), its heap grows only as records come. (It never
+/// holds more than `n`: a record pushed past that takes the last one's
+/// place.)
+const SUMMARY_RESERVE_MAX: usize = 4_096;
 
 /// Which records [`Job::summary`] keeps: a word count's most frequent
 /// (ties by key), or the first by key (grep's files).
@@ -974,6 +976,7 @@ impl Ranked<'_> {
     fn rank(&self) -> (std::cmp::Reverse<u64>, &[u8]) {
         match self.order {
             Order::MostFrequent => (std::cmp::Reverse(self.count), &self.key),
+            // By key alone: every record's count ranks the same.
             Order::ByKey => (std::cmp::Reverse(0), &self.key),
         }
     }
