@@ -154,23 +154,53 @@ impl Part {
         }
     }
 
-    /// Its slots, sorted by key (byte order).
+    /// Its slots, sorted by key (byte order). What is sorted is a compact
+    /// record per slot holding its key's first [`INLINE_KEY_BYTES`] as a
+    /// big-endian integer (a long key's read from the arena once, here):
+    /// a comparison reads neither slots nor arena unless two long keys
+    /// share those bytes — in the Linux source most distinct words are
+    /// long, and comparing them in the arena was a third of the sort.
     fn sorted(&mut self) -> Vec<Slot> {
-        let mut slots: Vec<Slot> = std::mem::take(&mut self.table).into_iter().collect();
-        // Zero-padded keys compare as big-endian integers in byte order,
-        // up to their length (a key that is another's prefix followed by
-        // zero bytes pads to the same integer, and is the longer one).
-        slots.sort_unstable_by(|a, b| {
-            if a.inline() && b.inline() {
-                u128::from_be_bytes(a.key)
-                    .cmp(&u128::from_be_bytes(b.key))
-                    .then(a.len.cmp(&b.len))
-            } else {
-                self.key(a).cmp(self.key(b))
-            }
+        let slots: Vec<Slot> = std::mem::take(&mut self.table).into_iter().collect();
+        let mut order: Vec<SortKey> = slots
+            .iter()
+            .enumerate()
+            .map(|(at, s)| {
+                let mut leading = [0u8; INLINE_KEY_BYTES];
+                let key = self.key(s);
+                let n = key.len().min(INLINE_KEY_BYTES);
+                leading[..n].copy_from_slice(&key[..n]);
+                SortKey {
+                    leading: u128::from_be_bytes(leading),
+                    len: s.len,
+                    at,
+                }
+            })
+            .collect();
+        // Zero-padded, equal leading bytes mean equal keys up to the
+        // shorter one's length: the shorter is a prefix of the other (and
+        // first), unless both are long — then the rest decides.
+        order.sort_unstable_by(|a, b| {
+            a.leading.cmp(&b.leading).then_with(|| {
+                let long = |k: &SortKey| k.len as usize > INLINE_KEY_BYTES;
+                if long(a) && long(b) {
+                    let rest = |k: &SortKey| &self.key(&slots[k.at])[INLINE_KEY_BYTES..];
+                    rest(a).cmp(rest(b))
+                } else {
+                    a.len.cmp(&b.len)
+                }
+            })
         });
-        slots
+        order.iter().map(|k| slots[k.at]).collect()
     }
+}
+
+/// What [`Part::sorted`] sorts: a slot's key's leading bytes, its length,
+/// and where the slot is.
+struct SortKey {
+    leading: u128,
+    len: u32,
+    at: usize,
 }
 
 impl Combiner {

@@ -166,16 +166,46 @@ impl Ctx {
     /// Writes `data` as file `path` (replacing it), in API-sized chunks.
     async fn write_file(&self, path: &str, data: &[u8]) -> Result<()> {
         let mut c = self.client.clone();
-        match c.fs_unlink(&self.realm, FS_USER, path).await {
-            Err(e) if e.code() != Some(tonic::Code::NotFound) => return Err(e.into()),
-            _ => {}
-        }
-        c.fs_create(&self.realm, FS_USER, path, 0).await?;
+        self.create_empty(&mut c, path).await?;
         for (n, chunk) in data.chunks(CHUNK_BYTES).enumerate() {
             let at = (n * CHUNK_BYTES) as i64;
             c.fs_write(&self.realm, FS_USER, path, at, chunk.to_vec(), false)
                 .await?;
         }
+        Ok(())
+    }
+
+    /// Writes the pieces `pieces` brings, in order, as file `path`
+    /// (replacing it), each as it comes; returns the bytes written. A piece
+    /// of at most [`CHUNK_BYTES`] goes as it is, with no copy.
+    async fn write_pieces(&self, path: &str, mut pieces: mpsc::Receiver<Vec<u8>>) -> Result<usize> {
+        let mut c = self.client.clone();
+        self.create_empty(&mut c, path).await?;
+        let mut at = 0usize;
+        while let Some(piece) = pieces.recv().await {
+            let n = piece.len();
+            if n <= CHUNK_BYTES {
+                c.fs_write(&self.realm, FS_USER, path, at as i64, piece, false)
+                    .await?;
+            } else {
+                for (i, chunk) in piece.chunks(CHUNK_BYTES).enumerate() {
+                    let off = (at + i * CHUNK_BYTES) as i64;
+                    c.fs_write(&self.realm, FS_USER, path, off, chunk.to_vec(), false)
+                        .await?;
+                }
+            }
+            at += n;
+        }
+        Ok(at)
+    }
+
+    /// Makes `path` an empty file, whatever was there.
+    async fn create_empty(&self, c: &mut Client, path: &str) -> Result<()> {
+        match c.fs_unlink(&self.realm, FS_USER, path).await {
+            Err(e) if e.code() != Some(tonic::Code::NotFound) => return Err(e.into()),
+            _ => {}
+        }
+        c.fs_create(&self.realm, FS_USER, path, 0).await?;
         Ok(())
     }
 
@@ -188,6 +218,15 @@ impl Ctx {
         Ok(out)
     }
 }
+
+/// A reducer hands its output to the writer in pieces of about this many
+/// bytes (a line, at most twice [`format::KEY_BYTES_MAX`] and a count,
+/// past it: a piece stays within one write's [`CHUNK_BYTES`]).
+const OUTPUT_PIECE_BYTES: usize = 1 << 20;
+const _: () = assert!(OUTPUT_PIECE_BYTES + 2 * format::KEY_BYTES_MAX + 32 <= CHUNK_BYTES);
+/// Pieces of a reducer's output waiting for the writer, at most: the merge
+/// waits beyond it.
+const OUTPUT_PIECES_QUEUED: usize = 4;
 
 /// Bytes read past a split's end per request while looking for the end of
 /// its last line.
@@ -352,26 +391,50 @@ async fn reducer(ctx: Ctx, k: usize, attempt: u32) -> Result<()> {
     drop(watch);
     ctx.pause_point(t, attempt, "output").await?;
     let Reduction { runs, bytes_in, .. } = r;
-    let user = ctx.spec.user.clone();
-    let text = blocking(move || {
-        let runs: Vec<&[u8]> = runs.values().map(|r| r.as_slice()).collect();
-        if let Some(job) = user {
-            // A user job: what its reduce program prints is the output.
-            let mut runner = stream::Runner::new(code_dir()?, &job);
-            return stream::reduce(&mut runner, &job, &runs);
-        }
-        let mut text = Vec::with_capacity(runs.iter().map(|r| r.len()).sum::<usize>() / 2);
-        format::merge_with(&runs, |key, count| format::put_text(&mut text, key, count));
-        Ok(text)
-    })
-    .await?;
     let tmp = ctx.layout.output_tmp(k, attempt);
-    ctx.write_file(&tmp, &text).await?;
+    let bytes_out = if let Some(job) = ctx.spec.user.clone() {
+        // A user job: what its reduce program prints is the output.
+        let text = blocking(move || {
+            let runs: Vec<&[u8]> = runs.values().map(|r| r.as_slice()).collect();
+            let mut runner = stream::Runner::new(code_dir()?, &job);
+            stream::reduce(&mut runner, &job, &runs)
+        })
+        .await?;
+        ctx.write_file(&tmp, &text).await?;
+        text.len()
+    } else {
+        // The merge hands its text over in pieces, written as they come:
+        // the node stores one piece while the next is merged, and the
+        // reducer never holds its whole output.
+        let (tx, rx) = mpsc::channel::<Vec<u8>>(OUTPUT_PIECES_QUEUED);
+        let merged = blocking(move || {
+            let runs: Vec<&[u8]> = runs.values().map(|r| r.as_slice()).collect();
+            let room = OUTPUT_PIECE_BYTES + OUTPUT_PIECE_BYTES / 4;
+            let mut piece = Vec::with_capacity(room);
+            // False once the writer has stopped (it failed, and says why).
+            let mut open = true;
+            format::merge_with(&runs, |key, count| {
+                if open {
+                    format::put_text(&mut piece, key, count);
+                    if piece.len() >= OUTPUT_PIECE_BYTES {
+                        let full = std::mem::replace(&mut piece, Vec::with_capacity(room));
+                        open = tx.blocking_send(full).is_ok();
+                    }
+                }
+            });
+            if open && !piece.is_empty() {
+                let _ = tx.blocking_send(piece);
+            }
+            Ok(())
+        });
+        let (merged, written) = tokio::join!(merged, ctx.write_pieces(&tmp, rx));
+        merged?;
+        written?
+    };
     c.fs_rename(&ctx.realm, FS_USER, &tmp, &ctx.layout.output(k))
         .await?;
     ctx.report(format!(
-        "reduce r{k} a{attempt}: {bytes_in} bytes in, {} bytes out",
-        text.len()
+        "reduce r{k} a{attempt}: {bytes_in} bytes in, {bytes_out} bytes out"
     ))
     .await
 }
