@@ -654,15 +654,8 @@ fn floor_wordcount(
 ) -> anyhow::Result<Vec<Records>> {
     let mut order: Vec<&(PathBuf, u64)> = files.iter().collect();
     order.sort_by_key(|f| std::cmp::Reverse(f.1));
-    let shares: Vec<Vec<&PathBuf>> = (0..threads)
-        .map(|t| {
-            order
-                .iter()
-                .skip(t)
-                .step_by(threads)
-                .map(|f| &f.0)
-                .collect()
-        })
+    let shares: Vec<Vec<&(PathBuf, u64)>> = (0..threads)
+        .map(|t| order.iter().skip(t).step_by(threads).copied().collect())
         .collect();
     // Each thread's partitions, each sorted by key.
     let counted: Vec<Vec<Records>> = std::thread::scope(|s| {
@@ -671,7 +664,7 @@ fn floor_wordcount(
             .map(|share| {
                 s.spawn(move || -> anyhow::Result<Vec<Records>> {
                     let mut c = Combiner::new(REDUCERS)?;
-                    for f in share {
+                    for (f, _) in share {
                         let Ok(data) = std::fs::read(f) else { continue };
                         for w in data
                             .split(|b| b.is_ascii_whitespace())
@@ -765,12 +758,19 @@ fn merge_counts(a: Records, b: Records) -> Records {
 /// One reducer's output: a `word<TAB>count` line per record, synced.
 fn write_part(path: &Path, records: &Records) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    // Lines as a reducer writes them (tabos_mr::format::put_text), written
+    // a megabyte at a time.
+    let mut f = std::fs::File::create(path)?;
+    let mut text = Vec::with_capacity(2 << 20);
     for (k, v) in records {
-        w.write_all(k)?;
-        writeln!(w, "\t{v}")?;
+        tabos_mr::format::put_text(&mut text, k, *v);
+        if text.len() >= 1 << 20 {
+            f.write_all(&text)?;
+            text.clear();
+        }
     }
-    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    f.write_all(&text)?;
+    f.sync_all()?;
     Ok(())
 }
 

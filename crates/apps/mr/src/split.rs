@@ -114,22 +114,65 @@ pub fn plan_as(
             mut files,
             mut skipped,
         } = walk;
-        // Opened, as the mappers will open them.
-        files.retain(|(path, _)| match File::open(path) {
-            Ok(f) => !text_only || looks_like_text(f),
-            Err(e) => {
-                skipped.push(Skipped {
-                    path: path.clone(),
-                    why: reason(&e),
-                });
-                false
-            }
-        });
+        // Opened, as the mappers will open them — tens of thousands of
+        // files for a source tree, so on a few threads (made by this one,
+        // they check with its identity).
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, PLAN_THREADS_MAX);
+        let per_thread = files.len().div_ceil(threads).max(PLAN_FILES_PER_THREAD_MIN);
+        let opened: Vec<Walk> = std::thread::scope(|s| {
+            let checks: Vec<_> = files
+                .chunks(per_thread)
+                .map(|chunk| s.spawn(move || open_all(chunk, text_only)))
+                .collect();
+            checks
+                .into_iter()
+                .map(|c| {
+                    c.join()
+                        .map_err(|_| Error::Invalid("planning the inputs failed".into()))
+                })
+                .collect::<Result<_>>()
+        })?;
+        files = Vec::with_capacity(files.len());
+        for o in opened {
+            files.extend(o.files);
+            skipped.extend(o.skipped);
+        }
         Ok(Planned {
             splits: cut(files, split_bytes),
             skipped,
         })
     })?
+}
+
+/// Most threads [`plan_as`] opens the inputs on.
+const PLAN_THREADS_MAX: usize = 4;
+/// Fewest inputs worth a thread of their own in [`plan_as`].
+const PLAN_FILES_PER_THREAD_MIN: usize = 2_048;
+
+/// Opens each of `files` as a mapper will: those it can (and, if
+/// `text_only`, that look like text) are kept, those it cannot skipped.
+fn open_all(files: &[(PathBuf, u64)], text_only: bool) -> Walk {
+    let mut kept = Vec::with_capacity(files.len());
+    let mut skipped = Vec::new();
+    for (path, len) in files {
+        match File::open(path) {
+            Ok(f) => {
+                if !text_only || looks_like_text(f) {
+                    kept.push((path.clone(), *len));
+                }
+            }
+            Err(e) => skipped.push(Skipped {
+                path: path.clone(),
+                why: reason(&e),
+            }),
+        }
+    }
+    Walk {
+        files: kept,
+        skipped,
+    }
 }
 
 fn check_split_bytes(split_bytes: u64) -> Result<()> {
@@ -300,25 +343,45 @@ impl Walk {
             Err(e) => return self.skip(path, &e),
         };
         if meta.is_file() {
-            if self.files.len() >= FILES_MAX {
-                return Err(Error::Invalid(format!("more than {FILES_MAX} input files")));
-            }
-            self.files.push((path.to_path_buf(), meta.len()));
+            self.file(path.to_path_buf(), meta.len())?;
         } else if meta.is_dir() {
-            let listed = std::fs::read_dir(path).and_then(|d| {
-                d.map(|e| e.map(|e| e.path()))
-                    .collect::<std::io::Result<Vec<_>>>()
-            });
-            let mut entries = match listed {
-                Ok(entries) => entries,
-                Err(e) => return self.skip(path, &e),
-            };
-            entries.sort();
-            for e in entries {
-                self.walk(&e)?;
-            }
+            self.walk_dir(path)?;
         }
         // Symlinks, sockets, devices: not inputs.
+        Ok(())
+    }
+
+    /// The regular files under directory `dir`, in name order. An entry's
+    /// kind comes with the listing and a file's size from a look-up
+    /// relative to the directory: no walk of its whole path per entry.
+    fn walk_dir(&mut self, dir: &Path) -> Result<()> {
+        let listed = std::fs::read_dir(dir).and_then(|d| d.collect::<std::io::Result<Vec<_>>>());
+        let mut entries = match listed {
+            Ok(entries) => entries,
+            Err(e) => return self.skip(dir, &e),
+        };
+        // Within one directory a path's order is its name's.
+        entries.sort_by_cached_key(|e| e.file_name());
+        for e in entries {
+            let path = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => self.walk_dir(&path)?,
+                Ok(t) if t.is_file() => match e.metadata() {
+                    Ok(m) => self.file(path, m.len())?,
+                    Err(err) => self.skip(&path, &err)?,
+                },
+                Ok(_) => {} // symlinks, sockets, devices: not inputs
+                Err(err) => self.skip(&path, &err)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, path: PathBuf, len: u64) -> Result<()> {
+        if self.files.len() >= FILES_MAX {
+            return Err(Error::Invalid(format!("more than {FILES_MAX} input files")));
+        }
+        self.files.push((path, len));
         Ok(())
     }
 

@@ -262,3 +262,52 @@ fn combiner_counts_and_orders_like_a_map() {
         assert_eq!(again.into_encoded(), encoded, "{reducers} reducers");
     }
 }
+
+#[test]
+fn planning_many_files_as_a_uid_checks_each_with_its_identity_in_name_order() {
+    use std::os::unix::fs::PermissionsExt;
+    use tabos_mr::split::{plan_as, Reader};
+    if !tabos_store::testing::is_root() {
+        eprintln!("skipped: not root, so planning cannot take another uid");
+        return;
+    }
+    // Enough files that the opens are checked on several threads.
+    let dir = Dir::new("plan-uid");
+    let mut want_kept = Vec::new();
+    let mut want_skipped = Vec::new();
+    for i in 0..6_000 {
+        let sub = dir.0.join(format!("d{}", i % 7));
+        std::fs::create_dir_all(&sub).unwrap();
+        let path = sub.join(format!("f{i:05}"));
+        std::fs::write(&path, format!("word{i}\n")).unwrap();
+        if i % 997 == 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            want_skipped.push(path);
+        } else {
+            want_kept.push(path);
+        }
+    }
+    // A directory the uid may not enter: skipped whole, as itself.
+    let private = dir.0.join("d3").join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::write(private.join("inside"), b"x\n").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    want_skipped.push(private.clone());
+    want_kept.sort();
+    want_skipped.sort();
+
+    let input = std::slice::from_ref(&dir.0);
+    let planned = plan_as(input, 1 << 20, false, Reader::Uid(65_534)).unwrap();
+    let kept: Vec<PathBuf> = planned.splits.iter().map(|s| s.path.clone()).collect();
+    assert_eq!(kept, want_kept, "kept, in name order");
+    let mut skipped: Vec<PathBuf> = planned.skipped.iter().map(|s| s.path.clone()).collect();
+    skipped.sort();
+    assert_eq!(skipped, want_skipped);
+    assert!(planned.skipped.iter().all(|s| s.why == "permission denied"));
+    // Root itself reads every one, in the same order as the whole walk.
+    let mine = plan_as(input, 1 << 20, false, Reader::Me).unwrap();
+    assert!(mine.skipped.is_empty());
+    assert_eq!(mine.splits, plan(input, 1 << 20).unwrap());
+    assert_eq!(mine.splits.len(), 6_001);
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
