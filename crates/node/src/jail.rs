@@ -339,6 +339,20 @@ pub struct Template {
     /// The host files and directories it has beyond the system's (the
     /// node's executable).
     extras: Vec<(PathBuf, bool)>,
+    /// Each extra's identity when it was bound: a bind mount holds the
+    /// file it was made of, so once its path names another file (the
+    /// tabos binary upgraded in place) a proc must not be given the old
+    /// one — it was, until the node restarted.
+    bound: Vec<Option<FileId>>,
+}
+
+/// A file's device and inode.
+type FileId = (u64, u64);
+
+/// What `p` names now, if anything.
+fn file_id(p: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl Template {
@@ -351,6 +365,7 @@ impl Template {
         let dir = base.join("template");
         std::fs::create_dir_all(&dir)?;
         let extras = extras("", &[])?;
+        let bound = extras.iter().map(|(p, _)| file_id(p)).collect();
         let mut l = Layout::new(&dir)?;
         if with_socket {
             l.file(Path::new(NODE_SOCKET));
@@ -377,13 +392,22 @@ impl Template {
             ns,
             with_socket,
             extras,
+            bound,
         })
     }
 
     /// Whether a proc with `extra` host files, and the node's socket if
-    /// `with_socket`, can have this root.
+    /// `with_socket`, can have this root: the same files, still the ones
+    /// it bound (a proc whose program was replaced since has its root
+    /// laid out afresh).
     fn fits(&self, with_socket: bool, extra: &[(PathBuf, bool)]) -> bool {
-        self.with_socket == with_socket && self.extras == extra
+        self.with_socket == with_socket
+            && self.extras == extra
+            && self
+                .extras
+                .iter()
+                .zip(&self.bound)
+                .all(|((p, _), was)| file_id(p) == *was)
     }
 }
 
@@ -1268,5 +1292,38 @@ fn waiter(child: i32, outer: bool, lifeline: Option<RawFd>) -> ! {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_template_does_not_fit_once_its_program_is_replaced() {
+        let dir = tabos_store::testing::TempDir::new("jail-template-fits");
+        let program = dir.path().join("prog");
+        std::fs::write(&program, b"old").unwrap();
+        let extra = vec![(program.clone(), false)];
+        let t = Template {
+            ns: OwnedFd::from(std::fs::File::open("/dev/null").unwrap()),
+            with_socket: true,
+            extras: extra.clone(),
+            bound: vec![file_id(&program)],
+        };
+        assert!(t.fits(true, &extra));
+        assert!(!t.fits(false, &extra));
+        assert!(!t.fits(true, &[]));
+        // Written in place: the same file, still bound.
+        std::fs::write(&program, b"patched").unwrap();
+        assert!(t.fits(true, &extra));
+        // Replaced (as cargo and package managers do: a new file renamed
+        // over the path), or gone: not the file the template holds.
+        let new = dir.path().join("prog.new");
+        std::fs::write(&new, b"new").unwrap();
+        std::fs::rename(&new, &program).unwrap();
+        assert!(!t.fits(true, &extra));
+        std::fs::remove_file(&program).unwrap();
+        assert!(!t.fits(true, &extra));
     }
 }
