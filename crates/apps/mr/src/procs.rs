@@ -176,24 +176,22 @@ impl Ctx {
     }
 
     /// Writes the pieces `pieces` brings, in order, as file `path`
-    /// (replacing it), each as it comes; returns the bytes written. A piece
-    /// of at most [`CHUNK_BYTES`] goes as it is, with no copy.
+    /// (replacing it), each as it comes and as it is (no copy); returns
+    /// the bytes written. Each piece is one write: at most
+    /// [`CHUNK_BYTES`], as the reducer makes them.
     async fn write_pieces(&self, path: &str, mut pieces: mpsc::Receiver<Vec<u8>>) -> Result<usize> {
         let mut c = self.client.clone();
         self.create_empty(&mut c, path).await?;
         let mut at = 0usize;
         while let Some(piece) = pieces.recv().await {
             let n = piece.len();
-            if n <= CHUNK_BYTES {
-                c.fs_write(&self.realm, FS_USER, path, at as i64, piece, false)
-                    .await?;
-            } else {
-                for (i, chunk) in piece.chunks(CHUNK_BYTES).enumerate() {
-                    let off = (at + i * CHUNK_BYTES) as i64;
-                    c.fs_write(&self.realm, FS_USER, path, off, chunk.to_vec(), false)
-                        .await?;
-                }
+            if n > CHUNK_BYTES {
+                return Err(Error::Invalid(format!(
+                    "an output piece of {n} bytes is more than one write takes"
+                )));
             }
+            c.fs_write(&self.realm, FS_USER, path, at as i64, piece, false)
+                .await?;
             at += n;
         }
         Ok(at)
