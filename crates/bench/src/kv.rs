@@ -390,6 +390,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
             c.clone(),
             realm.clone(),
             "fig64".into(),
+            tabos_kv::front::default_threads(),
         ));
         let n = if quick { 20_000 } else { 100_000 };
         let (mut fs, mut fg, mut rs, mut rg) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());

@@ -64,6 +64,11 @@ enum KvCommand {
         /// Where to serve the Redis protocol (redis-cli -p PORT)
         #[arg(long, default_value = "127.0.0.1:6380")]
         listen: String,
+        /// Threads the Redis front end serves on, each connection whole on
+        /// one (an event loop each, as nginx's workers) [default: half the
+        /// cores, at least 1; at most 64]
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=tabos_kv::loops::LOOPS_MAX as i64))]
+        threads: Option<u16>,
         #[command(flatten)]
         svc: Service,
     },
@@ -99,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 grow_at,
                 shrink_at,
                 listen,
+                threads,
                 svc,
             } => {
                 let policy = Policy {
@@ -109,7 +115,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     shrink_ops: shrink_at,
                     ..Policy::default()
                 };
-                serve(shards, groups, &policy, &listen, svc).await
+                let threads = threads.map_or_else(tabos_kv::front::default_threads, usize::from);
+                serve(shards, groups, &policy, &listen, threads, svc).await
             }
             KvCommand::Get { key, svc } => {
                 let client = svc.node.connect().await?;
@@ -205,6 +212,7 @@ async fn serve(
     groups: u32,
     policy: &Policy,
     listen: &str,
+    threads: usize,
     svc: Service,
 ) -> anyhow::Result<()> {
     // Installed before anything is printed: whoever reads the address and
@@ -246,6 +254,7 @@ async fn serve(
         client.clone(),
         realm.clone(),
         name.clone(),
+        threads,
     ));
     let outcome: anyhow::Result<()> = loop {
         tokio::select! {

@@ -15,7 +15,7 @@
 //! instead, as it might have happened.
 //!
 //! Reads go over a [`Pipe`]: one connection to a kvd shared by every clerk
-//! of the process, on which the reads of many clerks go out in one write
+//! of the process (of its event loop, on the front end's [`crate::loops`]), on which the reads of many clerks go out in one write
 //! and come back, in order, in one read (as Lettuce shares a connection
 //! between threads) — a read costs the kvd a share of a system call, not
 //! two. The pipe's writer lets the runtime go round once before it takes
@@ -82,39 +82,95 @@ impl Conn {
 /// What a [`Pipe`] caller gets: the reply, or why the connection failed.
 type Answer = oneshot::Sender<std::result::Result<Reply, String>>;
 
+/// How often a pipe's watchdog looks for a read unanswered past
+/// [`CALL_TIMEOUT`]: a read fails at most this long after it.
+const PIPE_WATCH_PERIOD: Duration = Duration::from_millis(2_500);
+
 /// A connection to one kvd for reads, shared by the process's clerks
 /// (see the module's doc). Its writer task sends what is queued in one
 /// write, its reader task hands each reply to the oldest caller waiting;
 /// when either fails, every caller waiting gets the error and the pipe is
-/// left for a new one.
+/// left for a new one. Its watchdog gives it up when a read written has
+/// waited [`CALL_TIMEOUT`] for its answer, or a write that long to go out
+/// (a kvd that does not answer one read answers none) — one timer a pipe,
+/// not one a read: a timer set per read woke the runtime's driver each
+/// time (an eventfd write, half a system call per GET through the front
+/// end).
 struct Pipe {
     queue: mpsc::Sender<(Vec<u8>, Answer)>,
-    broken: Arc<std::sync::atomic::AtomicBool>,
+    shared: Arc<Shared>,
 }
 
-/// The process's pipes, by kvd address and password.
-static PIPES: Mutex<Vec<(String, String, Weak<Pipe>)>> = Mutex::new(Vec::new());
-/// Per kvd address, held while a pipe to it is opened, so that clerks
-/// starting together share one instead of each opening its own (and a
-/// kvd slow to answer holds up only the clerks that want it).
+/// What a pipe's writer, reader and watchdog share.
+#[derive(Default)]
+struct Shared {
+    /// Callers whose reads were written, oldest first, each with when.
+    waiting: Mutex<VecDeque<(Answer, tokio::time::Instant)>>,
+    /// Since when the writer has been writing (`None`: it is not).
+    writing_since: Mutex<Option<tokio::time::Instant>>,
+    broken: std::sync::atomic::AtomicBool,
+}
+
+impl Shared {
+    fn broken(&self) -> bool {
+        self.broken.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn set_broken(&self) {
+        self.broken
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Every caller waiting gets `why`.
+    fn fail_waiting(&self, why: &str) {
+        let waiting = std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()));
+        for (answer, _) in waiting {
+            let _ = answer.send(Err(why.to_string()));
+        }
+    }
+}
+
+/// Whose pipes a clerk shares: those of its event loop's clerks
+/// ([`crate::loops`]: the pipe's tasks run on that loop, so a read wakes
+/// no other thread), else the whole process's.
+type Scope = Option<u64>;
+/// Which pipe a clerk takes: by kvd address, password and scope.
+#[derive(PartialEq, Eq)]
+struct PipeKey {
+    addr: String,
+    password: String,
+    scope: Scope,
+}
+/// The process's pipes.
+static PIPES: Mutex<Vec<(PipeKey, Weak<Pipe>)>> = Mutex::new(Vec::new());
+/// Per kvd address and scope, held while a pipe to it is opened, so that
+/// clerks starting together share one instead of each opening its own
+/// (and a kvd slow to answer holds up only the clerks that want it).
 type Opening = Arc<tokio::sync::Mutex<()>>;
-static OPENING: Mutex<Vec<(String, Opening)>> = Mutex::new(Vec::new());
+static OPENING: Mutex<Vec<(String, Scope, Opening)>> = Mutex::new(Vec::new());
 
 impl Pipe {
     fn usable(&self) -> bool {
-        !self.broken.load(std::sync::atomic::Ordering::Relaxed)
+        !self.shared.broken()
     }
 
-    /// The shared pipe to `addr`, opened (and signed in) if there is none.
+    /// The shared pipe to `addr` (the caller's loop's, off the loops the
+    /// process's), opened (and signed in) if there is none.
     async fn to(addr: &str, password: &str) -> Result<Arc<Pipe>, Failure> {
+        let scope = crate::loops::current();
+        let key = PipeKey {
+            addr: addr.to_string(),
+            password: password.to_string(),
+            scope,
+        };
         let opening = {
             let mut all = OPENING.lock().unwrap_or_else(|e| e.into_inner());
-            all.retain(|(_, m)| Arc::strong_count(m) > 1);
-            match all.iter().find(|(a, _)| a == addr) {
-                Some((_, m)) => m.clone(),
+            all.retain(|(_, _, m)| Arc::strong_count(m) > 1);
+            match all.iter().find(|(a, sc, _)| a == addr && *sc == scope) {
+                Some((_, _, m)) => m.clone(),
                 None => {
                     let m = Opening::default();
-                    all.push((addr.to_string(), m.clone()));
+                    all.push((addr.to_string(), scope, m.clone()));
                     m
                 }
             }
@@ -122,53 +178,46 @@ impl Pipe {
         let _opening = opening.lock().await;
         {
             let mut pipes = PIPES.lock().unwrap_or_else(|e| e.into_inner());
-            pipes.retain(|(_, _, p)| p.upgrade().is_some_and(|p| p.usable()));
+            pipes.retain(|(_, p)| p.upgrade().is_some_and(|p| p.usable()));
             if let Some(p) = pipes
                 .iter()
-                .find(|(a, pw, _)| a == addr && pw == password)
-                .and_then(|(_, _, p)| p.upgrade())
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, p)| p.upgrade())
             {
                 return Ok(p);
             }
         }
         let conn = open(addr, password).await?;
         let (queue, rx) = mpsc::channel(PIPE_QUEUE_MAX);
-        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let waiting: Arc<Mutex<VecDeque<Answer>>> = Arc::default();
-        tokio::spawn(pipe_writer(conn.w, rx, waiting.clone(), broken.clone()));
-        tokio::spawn(pipe_reader(conn.r, waiting, broken.clone()));
-        let pipe = Arc::new(Pipe { queue, broken });
-        PIPES.lock().unwrap_or_else(|e| e.into_inner()).push((
-            addr.to_string(),
-            password.to_string(),
-            Arc::downgrade(&pipe),
+        let shared = Arc::new(Shared::default());
+        let writer = tokio::spawn(pipe_writer(conn.w, rx, shared.clone()));
+        let reader = tokio::spawn(pipe_reader(conn.r, shared.clone()));
+        tokio::spawn(pipe_watchdog(
+            shared.clone(),
+            writer.abort_handle(),
+            reader.abort_handle(),
         ));
+        let pipe = Arc::new(Pipe { queue, shared });
+        PIPES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, Arc::downgrade(&pipe)));
         Ok(pipe)
     }
 
-    /// Sends read `req` and waits for its reply, within [`CALL_TIMEOUT`]
-    /// (past it, the pipe is given up: a kvd that does not answer one read
-    /// answers none).
+    /// Sends read `req` and waits for its reply: within [`CALL_TIMEOUT`]
+    /// and [`PIPE_WATCH_PERIOD`] (past it, the watchdog gives the pipe
+    /// up).
     async fn call(&self, req: &[&[u8]]) -> std::result::Result<Reply, String> {
         let mut out = Vec::new();
         resp::encode_request(req, &mut out);
         let (tx, rx) = oneshot::channel();
-        let round = async {
-            self.queue
-                .send((out, tx))
-                .await
-                .map_err(|_| "the connection is closed".to_string())?;
-            rx.await
-                .map_err(|_| "the connection is closed".to_string())?
-        };
-        match tokio::time::timeout(CALL_TIMEOUT, round).await {
-            Ok(r) => r,
-            Err(_) => {
-                self.broken
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                Err(format!("no answer within {CALL_TIMEOUT:?}"))
-            }
-        }
+        self.queue
+            .send((out, tx))
+            .await
+            .map_err(|_| "the connection is closed".to_string())?;
+        rx.await
+            .map_err(|_| "the connection is closed".to_string())?
     }
 }
 
@@ -178,8 +227,7 @@ impl Pipe {
 async fn pipe_writer(
     mut w: OwnedWriteHalf,
     mut rx: mpsc::Receiver<(Vec<u8>, Answer)>,
-    waiting: Arc<Mutex<VecDeque<Answer>>>,
-    broken: Arc<std::sync::atomic::AtomicBool>,
+    shared: Arc<Shared>,
 ) {
     let mut out = Vec::new();
     while let Some((first, answer)) = rx.recv().await {
@@ -202,19 +250,30 @@ async fn pipe_writer(
                 Err(_) => break,
             }
         }
-        if broken.load(std::sync::atomic::Ordering::Relaxed) {
+        if shared.broken() {
             break;
         }
         // Queued before the bytes go: the reader pops one per reply.
-        waiting
+        let now = tokio::time::Instant::now();
+        shared
+            .waiting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .extend(answers);
-        if resp::write_all(&mut w, &out).await.is_err() {
+            .extend(answers.into_iter().map(|a| (a, now)));
+        *shared
+            .writing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(now);
+        let written = resp::write_all(&mut w, &out).await;
+        *shared
+            .writing_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        if written.is_err() {
             break;
         }
     }
-    broken.store(true, std::sync::atomic::Ordering::Relaxed);
+    shared.set_broken();
     // The reader sees the connection end and fails who still waits.
     let _ = tokio::io::AsyncWriteExt::shutdown(&mut w).await;
 }
@@ -222,30 +281,63 @@ async fn pipe_writer(
 /// A pipe's reader: each reply to the oldest caller waiting; on a failed
 /// or ended connection (or a reply nobody asked for), every caller waiting
 /// gets the error.
-async fn pipe_reader(
-    mut r: BufReader<OwnedReadHalf>,
-    waiting: Arc<Mutex<VecDeque<Answer>>>,
-    broken: Arc<std::sync::atomic::AtomicBool>,
-) {
+async fn pipe_reader(mut r: BufReader<OwnedReadHalf>, shared: Arc<Shared>) {
     let why = loop {
         match resp::read_reply(&mut r).await {
             Ok(reply) => {
-                let next = waiting
+                let next = shared
+                    .waiting
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .pop_front();
                 match next {
                     // A caller that gave up has dropped its receiver.
-                    Some(answer) => drop(answer.send(Ok(reply))),
+                    Some((answer, _)) => drop(answer.send(Ok(reply))),
                     None => break "the kvd sent a reply nobody asked for".to_string(),
                 }
             }
             Err(e) => break format!("the kvd's connection failed: {e}"),
         }
     };
-    broken.store(true, std::sync::atomic::Ordering::Relaxed);
-    for answer in waiting.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-        let _ = answer.send(Err(why.clone()));
+    shared.set_broken();
+    shared.fail_waiting(&why);
+}
+
+/// A pipe's watchdog: every [`PIPE_WATCH_PERIOD`], whether the oldest
+/// read written, or the write going out, is [`CALL_TIMEOUT`] old; if so
+/// the pipe is given up — its writer and reader stopped (the connection
+/// closes; callers still queued see it closed) and every caller waiting
+/// told. Ends with the pipe.
+async fn pipe_watchdog(
+    shared: Arc<Shared>,
+    writer: tokio::task::AbortHandle,
+    reader: tokio::task::AbortHandle,
+) {
+    loop {
+        tokio::time::sleep(PIPE_WATCH_PERIOD).await;
+        if shared.broken() {
+            return;
+        }
+        let late = |t: &tokio::time::Instant| t.elapsed() >= CALL_TIMEOUT;
+        let stuck = shared
+            .waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .front()
+            .is_some_and(|(_, t)| late(t))
+            || shared
+                .writing_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+                .is_some_and(late);
+        if stuck {
+            shared.set_broken();
+            writer.abort();
+            reader.abort();
+            shared.fail_waiting(&format!("no answer within {CALL_TIMEOUT:?}"));
+            return;
+        }
     }
 }
 
@@ -291,6 +383,7 @@ pub struct Clerk {
 }
 
 /// How one attempt went wrong.
+#[derive(Debug)]
 enum Failure {
     /// Nothing happened; try again after re-reading the config.
     Moved,
@@ -783,5 +876,115 @@ impl Clerk {
             Err(Failure::Moved) => Err(Error::Unavailable("config changed".into())),
             Err(Failure::Again(e) | Failure::Uncertain(e)) => Err(Error::Unavailable(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A stand-in kvd on loopback: signs every connection in (HELLO), then
+    /// answers its first `answered` reads with `+OK` and the rest never.
+    async fn kvd(answered: usize) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            loop {
+                let (sock, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let (r, mut w) = sock.into_split();
+                    let mut r = BufReader::new(r);
+                    let mut n = 0;
+                    while let Ok(Some(req)) = resp::read_request(&mut r).await {
+                        let reply = if req[0] == b"HELLO" {
+                            Reply::Map(Vec::new())
+                        } else if n < answered {
+                            n += 1;
+                            Reply::ok()
+                        } else {
+                            continue;
+                        };
+                        let mut out = Vec::new();
+                        reply.encode_as(resp::Proto::Resp3, &mut out);
+                        w.write_all(&out).await.unwrap();
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// A kvd that stops answering: the read waiting fails once the
+    /// watchdog sees it [`CALL_TIMEOUT`] old (within a watch period), the
+    /// pipe is given up, and the next clerk gets a new one that works.
+    #[tokio::test(start_paused = true)]
+    async fn a_pipe_whose_kvd_stops_answering_is_given_up() {
+        let addr = kvd(1).await;
+        let pipe = Pipe::to(&addr, "pw").await.unwrap();
+        assert!(matches!(pipe.call(&[b"GET", b"a"]).await, Ok(Reply::Simple(s)) if s == "OK"));
+        let t0 = tokio::time::Instant::now();
+        let e = tokio::time::timeout(CALL_TIMEOUT * 3, pipe.call(&[b"GET", b"b"]))
+            .await
+            .expect("the watchdog gives the pipe up")
+            .unwrap_err();
+        let waited = t0.elapsed();
+        assert!(e.contains("no answer within"), "{e}");
+        assert!(
+            waited >= CALL_TIMEOUT && waited <= CALL_TIMEOUT + PIPE_WATCH_PERIOD,
+            "{waited:?}"
+        );
+        assert!(!pipe.usable());
+        // Queued after the pipe broke: told at once, never left waiting.
+        assert!(pipe.call(&[b"GET", b"c"]).await.is_err());
+        let again = Pipe::to(&addr, "pw").await.unwrap();
+        assert!(!Arc::ptr_eq(&pipe, &again));
+        assert!(matches!(
+            again.call(&[b"GET", b"a"]).await,
+            Ok(Reply::Simple(_))
+        ));
+    }
+
+    /// Clerks off the loops share the process's pipe to a kvd; clerks on
+    /// an event loop share that loop's, which no other loop uses.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn clerks_share_one_pipe_per_loop() {
+        let addr = kvd(usize::MAX).await;
+        let p1 = Pipe::to(&addr, "pw").await.unwrap();
+        let p2 = Pipe::to(&addr, "pw").await.unwrap();
+        assert!(Arc::ptr_eq(&p1, &p2));
+        let loops = crate::loops::Loops::start(2, "test-loop").unwrap();
+        let (got_tx, mut got) = mpsc::channel(3);
+        let mut releases = Vec::new();
+        for _ in 0..3 {
+            let (release, released) = oneshot::channel::<()>();
+            releases.push(release);
+            let (addr, got_tx) = (addr.clone(), got_tx.clone());
+            // Held until released, so the loops' counts spread them.
+            loops.spawn(move || async move {
+                let pipe = Pipe::to(&addr, "pw").await.unwrap();
+                let _ = got_tx.send((crate::loops::current(), pipe)).await;
+                let _ = released.await;
+            });
+        }
+        let mut on = Vec::new();
+        for _ in 0..3 {
+            on.push(got.recv().await.unwrap());
+        }
+        on.sort_by_key(|(l, _)| *l);
+        let (a, b, c) = (&on[0], &on[1], &on[2]);
+        assert!(a.0.is_some() && c.0.is_some());
+        assert_eq!(a.0, b.0, "three connections over two loops: two share one");
+        assert_ne!(b.0, c.0);
+        assert!(Arc::ptr_eq(&a.1, &b.1), "one loop, one pipe");
+        assert!(!Arc::ptr_eq(&b.1, &c.1), "another loop, another pipe");
+        assert!(!Arc::ptr_eq(&a.1, &p1) && !Arc::ptr_eq(&c.1, &p1));
+        for (_, p) in &on {
+            assert!(matches!(
+                p.call(&[b"GET", b"k"]).await,
+                Ok(Reply::Simple(_))
+            ));
+        }
+        drop(releases);
     }
 }

@@ -576,19 +576,24 @@ impl Kvd {
     }
 
     async fn accept(self: Arc<Self>, listener: TcpListener) -> Result<()> {
-        resp::accept_loop(listener, CONNECTIONS_MAX, |sock, standing| {
-            let me = self.clone();
-            async move {
-                let password = me.password.clone();
-                let mut conn = Conn {
-                    kvd: me,
-                    id: CONN_IDS.fetch_add(1, Ordering::Relaxed),
-                    subs: pubsub::Subscriptions::default(),
-                    pushes: None,
-                };
-                resp::serve_connection(sock, &password, &mut conn, standing).await;
-            }
-        })
+        resp::accept_loop(
+            listener,
+            CONNECTIONS_MAX,
+            resp::Threads::Caller,
+            move |sock, standing| {
+                let me = self.clone();
+                async move {
+                    let password = me.password.clone();
+                    let mut conn = Conn {
+                        kvd: me,
+                        id: CONN_IDS.fetch_add(1, Ordering::Relaxed),
+                        subs: pubsub::Subscriptions::default(),
+                        pushes: None,
+                    };
+                    resp::serve_connection(sock, &password, &mut conn, standing).await;
+                }
+            },
+        )
         .await
         .map_err(|e| Error::Invalid(format!("accept: {e}")))
     }

@@ -19,7 +19,8 @@
 //!   status.
 //! * [`pubsub`] — publish/subscribe: a broker in every kvd, PUBLISH to
 //!   all of them.
-//! * [`resp`] — the Redis protocol.
+//! * [`resp`] — the Redis protocol; [`loops`] — the single-threaded
+//!   runtimes the front end spreads its connections over.
 //! * [`command`] — the data commands: their contracts and what they do.
 //! * [`linearizability`] — a checker of recorded histories (the tests).
 
@@ -30,6 +31,7 @@ pub mod config;
 pub mod front;
 pub mod kvd;
 pub mod linearizability;
+pub mod loops;
 pub mod pubsub;
 pub mod resp;
 pub mod service;

@@ -334,19 +334,37 @@ pub struct Standing {
     pub door: std::sync::Arc<Door>,
 }
 
+/// Where a door serves its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// On the caller's runtime, a task each.
+    Caller,
+    /// On this many [`crate::loops`] of its own (1 ..=
+    /// [`crate::loops::LOOPS_MAX`]), each connection whole on one; they
+    /// stop when the accepting ends.
+    Loops(usize),
+}
+
 /// Accepts connections on `listener` for ever, each served by `serve` on a
-/// task of its own, at most `max` at once — a quarter of them not yet
-/// authenticated, [`UNAUTHENTICATED_PER_SOURCE_MAX`] from one address:
-/// one more is told why and closed, and the rest are served on.
+/// task of its own (where `threads` says), at most `max` at once — a
+/// quarter of them not yet authenticated, [`UNAUTHENTICATED_PER_SOURCE_MAX`]
+/// from one address: one more is told why and closed, and the rest are
+/// served on.
 pub async fn accept_loop<F, Fut>(
     listener: tokio::net::TcpListener,
     max: usize,
+    threads: Threads,
     serve: F,
 ) -> std::io::Result<()>
 where
-    F: Fn(tokio::net::TcpStream, Standing) -> Fut,
+    F: Fn(tokio::net::TcpStream, Standing) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    let loops = match threads {
+        Threads::Caller => None,
+        Threads::Loops(n) => Some(crate::loops::Loops::start(n, "resp-loop")?),
+    };
+    let serve = std::sync::Arc::new(serve);
     use tabos_client::doors::{DoorLimits, Source, Ticket};
     let door = std::sync::Arc::new(Door::new(
         max,
@@ -387,19 +405,41 @@ where
             }
         };
         let _ = sock.set_nodelay(true);
-        let served = serve(
-            sock,
-            Standing {
-                ticket: ticket.clone(),
-                door: door.clone(),
-            },
-        );
+        let standing = Standing {
+            ticket: ticket.clone(),
+            door: door.clone(),
+        };
         let door = door.clone();
-        tokio::spawn(async move {
-            served.await;
-            door.ledger.forget(&ticket);
-            drop(slot);
-        });
+        match &loops {
+            None => {
+                let served = serve(sock, standing);
+                tokio::spawn(async move {
+                    served.await;
+                    door.ledger.forget(&ticket);
+                    drop(slot);
+                });
+            }
+            Some(loops) => {
+                // Registered again on the loop's own runtime.
+                let sock = match sock.into_std() {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("a connection could not be handed to a loop: {e}");
+                        door.ledger.forget(&ticket);
+                        continue;
+                    }
+                };
+                let serve = serve.clone();
+                loops.spawn(move || async move {
+                    match tokio::net::TcpStream::from_std(sock) {
+                        Ok(sock) => serve(sock, standing).await,
+                        Err(e) => eprintln!("a loop could not take a connection: {e}"),
+                    }
+                    door.ledger.forget(&ticket);
+                    drop(slot);
+                });
+            }
+        }
     }
 }
 
@@ -871,9 +911,14 @@ mod tests {
     async fn unauthenticated_connections_are_capped_per_address_and_in_time() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        tokio::spawn(accept_loop(listener, 1_024, |sock, standing| async move {
-            serve_connection(sock, "pw", &mut Echo, standing).await;
-        }));
+        tokio::spawn(accept_loop(
+            listener,
+            1_024,
+            Threads::Caller,
+            |sock, standing| async move {
+                serve_connection(sock, "pw", &mut Echo, standing).await;
+            },
+        ));
         let mut held = Vec::new();
         for _ in 0..UNAUTHENTICATED_PER_SOURCE_MAX {
             let mut s = connect_from([127, 0, 0, 2], port).await;
@@ -904,6 +949,65 @@ mod tests {
         assert_eq!(n, 0);
         // The authenticated one is still served.
         assert_eq!(ask(&mut other, "GET\r\n").await, "$3\r\nGET\r\n");
+    }
+
+    /// Answers every request with the name of the thread serving it.
+    struct Who;
+    impl Handler for Who {
+        async fn handle(&mut self, _req: Vec<Vec<u8>>) -> Reply {
+            Reply::Bulk(
+                std::thread::current()
+                    .name()
+                    .unwrap_or_default()
+                    .as_bytes()
+                    .to_vec(),
+            )
+        }
+    }
+
+    /// A door on event loops serves each connection on one loop's thread,
+    /// a new one on the loop serving fewest; when its accepting ends, the
+    /// loops stop and close what they served.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn connections_on_loops_are_spread_and_closed_with_the_door() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let door = tokio::spawn(accept_loop(
+            listener,
+            1_024,
+            Threads::Loops(2),
+            |sock, standing| async move {
+                serve_connection(sock, "pw", &mut Who, standing).await;
+            },
+        ));
+        let mut held = Vec::new();
+        let mut names = Vec::new();
+        for _ in 0..4 {
+            let mut s = connect_from([127, 0, 0, 1], port).await;
+            assert_eq!(ask(&mut s, "AUTH pw\r\n").await, "+OK\r\n");
+            names.push(ask(&mut s, "WHO\r\n").await);
+            held.push(s);
+        }
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "$11\r\nresp-loop-0\r\n",
+                "$11\r\nresp-loop-0\r\n",
+                "$11\r\nresp-loop-1\r\n",
+                "$11\r\nresp-loop-1\r\n"
+            ]
+        );
+        door.abort();
+        let _ = door.await;
+        for mut s in held {
+            let mut buf = [0u8; 16];
+            let n = tokio::time::timeout(std::time::Duration::from_secs(30), s.read(&mut buf))
+                .await
+                .expect("closed with the door")
+                .unwrap_or(0);
+            assert_eq!(n, 0);
+        }
     }
 
     async fn parse(bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>, ReadError> {
