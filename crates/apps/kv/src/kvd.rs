@@ -68,6 +68,13 @@ pub const LOAD_PERIOD: Duration = Duration::from_secs(1);
 pub const FLUSH_WRITES_MAX: usize = 4_096;
 /// Most client connections a kvd serves at once.
 pub const CONNECTIONS_MAX: usize = 1_024;
+/// Event loops a kvd serves its connections on ([`crate::loops`]): one,
+/// as Redis serves its clients on one thread — a group grows by groups,
+/// not threads. Its reads are answered there without waking another
+/// thread (its writes go to the flusher on the process's runtime): on a
+/// kvd pinned to one core, 10 % more GETs and 9 % more SETs through the
+/// front end than on the process's 2-worker runtime.
+pub const CONNECTION_LOOPS: usize = 1;
 /// Most writes waiting for a flush (requests wait for room beyond it).
 const PENDING_MAX: usize = 16_384;
 /// How often the reaper deletes keys past their deadline (Redis's
@@ -579,7 +586,7 @@ impl Kvd {
         resp::accept_loop(
             listener,
             CONNECTIONS_MAX,
-            resp::Threads::Caller,
+            resp::Threads::Loops(CONNECTION_LOOPS),
             move |sock, standing| {
                 let me = self.clone();
                 async move {
