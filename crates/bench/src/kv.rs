@@ -421,6 +421,7 @@ pub fn run(quick: bool) -> anyhow::Result<Report> {
                 )
                 .peer("redis-server (AOF, everysec)", Some(round(r, 0)))
                 .runs(runs, Stat::MedianOfRuns)
+                .target("ratio >= 0.5")
                 .note(format!(
                     "redis-benchmark -t {test} -c 16 -r 16000 -d {VALUE_BYTES} -n {n}, against \
                      the Redis front end of tabos kv serve (a clerk per connection) and against \
