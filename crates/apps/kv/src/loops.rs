@@ -5,8 +5,9 @@
 //! the loop's other connections stay on that thread, so a request wakes
 //! no other thread — on a multi-threaded runtime a reply read by one
 //! worker was handed to a connection on the other (a futex or eventfd
-//! wake-up, a context switch). The front end serves on these; a kvd,
-//! pinned to its core, on its own runtime.
+//! wake-up, a context switch). The front end serves on `--threads` of
+//! these; a kvd on one ([`crate::kvd::CONNECTION_LOOPS`]), its flusher
+//! and watches on the process's runtime.
 //!
 //! Dropping the [`Loops`] stops them: each runtime ends, and with it the
 //! connections it served.
