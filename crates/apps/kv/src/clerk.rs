@@ -15,8 +15,9 @@
 //! instead, as it might have happened.
 //!
 //! Reads go over a [`Pipe`]: one connection to a kvd shared by every clerk
-//! of the process (of its event loop, on the front end's [`crate::loops`]), on which the reads of many clerks go out in one write
-//! and come back, in order, in one read (as Lettuce shares a connection
+//! of the process (of its event loop, on the front end's
+//! [`crate::loops`]), on which the reads of many clerks go out in one
+//! write and come back, in order, in one read (as Lettuce shares a connection
 //! between threads) — a read costs the kvd a share of a system call, not
 //! two. The pipe's writer lets the runtime go round once before it takes
 //! what is queued, so the reads of connections that became readable
@@ -135,7 +136,7 @@ impl Shared {
 /// no other thread), else the whole process's.
 type Scope = Option<u64>;
 /// Which pipe a clerk takes: by kvd address, password and scope.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct PipeKey {
     addr: String,
     password: String,
@@ -143,11 +144,11 @@ struct PipeKey {
 }
 /// The process's pipes.
 static PIPES: Mutex<Vec<(PipeKey, Weak<Pipe>)>> = Mutex::new(Vec::new());
-/// Per kvd address and scope, held while a pipe to it is opened, so that
-/// clerks starting together share one instead of each opening its own
-/// (and a kvd slow to answer holds up only the clerks that want it).
+/// Per pipe key, held while that pipe is opened, so that clerks starting
+/// together share one instead of each opening its own (and a kvd slow to
+/// answer holds up only the clerks that want it).
 type Opening = Arc<tokio::sync::Mutex<()>>;
-static OPENING: Mutex<Vec<(String, Scope, Opening)>> = Mutex::new(Vec::new());
+static OPENING: Mutex<Vec<(PipeKey, Opening)>> = Mutex::new(Vec::new());
 
 impl Pipe {
     fn usable(&self) -> bool {
@@ -165,12 +166,12 @@ impl Pipe {
         };
         let opening = {
             let mut all = OPENING.lock().unwrap_or_else(|e| e.into_inner());
-            all.retain(|(_, _, m)| Arc::strong_count(m) > 1);
-            match all.iter().find(|(a, sc, _)| a == addr && *sc == scope) {
-                Some((_, _, m)) => m.clone(),
+            all.retain(|(_, m)| Arc::strong_count(m) > 1);
+            match all.iter().find(|(k, _)| *k == key) {
+                Some((_, m)) => m.clone(),
                 None => {
                     let m = Opening::default();
-                    all.push((addr.to_string(), scope, m.clone()));
+                    all.push((key.clone(), m.clone()));
                     m
                 }
             }

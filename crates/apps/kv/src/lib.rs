@@ -20,7 +20,7 @@
 //! * [`pubsub`] — publish/subscribe: a broker in every kvd, PUBLISH to
 //!   all of them.
 //! * [`resp`] — the Redis protocol; [`loops`] — the single-threaded
-//!   runtimes the front end spreads its connections over.
+//!   runtimes the front end and each kvd serve their connections on.
 //! * [`command`] — the data commands: their contracts and what they do.
 //! * [`linearizability`] — a checker of recorded histories (the tests).
 

@@ -360,12 +360,12 @@ where
     F: Fn(tokio::net::TcpStream, Standing) -> Fut + Send + Sync + 'static,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
+    use tabos_client::doors::{DoorLimits, Source, Ticket};
     let loops = match threads {
         Threads::Caller => None,
         Threads::Loops(n) => Some(crate::loops::Loops::start(n, "resp-loop")?),
     };
     let serve = std::sync::Arc::new(serve);
-    use tabos_client::doors::{DoorLimits, Source, Ticket};
     let door = std::sync::Arc::new(Door::new(
         max,
         DoorLimits {
