@@ -9,7 +9,7 @@ use tabos_kernel::procs::Class;
 use tabos_kernel::Error;
 use tabos_store::Store;
 
-mod common;
+use crate::common;
 use common::{rt, Backend};
 
 fn run<T: Send + 'static>(

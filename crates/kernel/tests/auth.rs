@@ -8,7 +8,7 @@ use tabos_kernel::ids::Pid;
 use tabos_kernel::sched::Scheduler;
 use tabos_kernel::{realms, Error};
 
-mod common;
+use crate::common;
 use common::Backend;
 
 both!(

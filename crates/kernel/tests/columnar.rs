@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tabos_store::{Cap, Engine, Error, ReadLimits, ReadScope, Rows, Store, Value};
 
-mod common;
+use crate::common;
 use common::Backend;
 
 /// Events per realm: together above the engine's `ROWS_MIN`, so `Auto`

@@ -10,7 +10,7 @@ use tabos_kernel::fs::files::{Files, FsSettings};
 use tabos_kernel::fs::{self, Access, Caller, FileType, Handle};
 use tabos_kernel::Error;
 
-mod common;
+use crate::common;
 use common::{rt, Backend};
 
 both!(

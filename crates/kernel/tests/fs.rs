@@ -5,7 +5,7 @@ use tabos_kernel::fs::{self, Caller, FileType, Stat, BLOCK_BYTES_LOCAL};
 use tabos_kernel::Error;
 use tabos_store::{Store, Tx};
 
-mod common;
+use crate::common;
 use common::Backend;
 
 both!(

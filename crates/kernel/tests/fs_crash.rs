@@ -10,7 +10,7 @@ use tabos_kernel::fs::{self, BLOCK_BYTES_LOCAL};
 use tabos_store::testing::TempDir;
 use tabos_store::{Config, Store};
 
-mod common;
+use crate::common;
 
 const REALM: &str = "r";
 const FILES: u64 = 4;
@@ -67,7 +67,7 @@ fn files_survive_sigkill_whole_and_consistent() {
     drop(open(dir.path())); // migrate before the child starts
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "crash_child_writer",
+            common::test_name(module_path!(), "crash_child_writer").as_str(),
             "--exact",
             "--nocapture",
             "--test-threads=1",

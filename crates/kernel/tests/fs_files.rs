@@ -7,7 +7,7 @@ use tabos_kernel::fs::{self, Caller, Storage};
 use tabos_kernel::Error;
 use tabos_store::testing::TempDir;
 
-mod common;
+use crate::common;
 use common::{rt, Backend};
 
 both!(

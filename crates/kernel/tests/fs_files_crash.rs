@@ -13,7 +13,7 @@ use tabos_kernel::fs::Storage;
 use tabos_store::testing::TempDir;
 use tabos_store::{Config, Store};
 
-mod common;
+use crate::common;
 
 const REALM: &str = "r";
 const PATHS: [&str; 3] = ["/s0", "/s1", "/p"];
@@ -81,7 +81,7 @@ fn appends_survive_sigkill_whole_and_consistent() {
     drop(open(dir.path())); // migrate and format before the child starts
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "crash_child_appender",
+            common::test_name(module_path!(), "crash_child_appender").as_str(),
             "--exact",
             "--nocapture",
             "--test-threads=1",

@@ -12,7 +12,7 @@ use tabos_kernel::Error;
 use tabos_sandbox::procedure::{Language, Limits};
 use tabos_sandbox::Sandbox;
 
-mod common;
+use crate::common;
 use common::Backend;
 
 both!(

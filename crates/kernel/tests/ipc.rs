@@ -11,7 +11,7 @@ use tabos_kernel::sched::Scheduler;
 use tabos_kernel::{realms, Error};
 use tabos_store::Store;
 
-mod common;
+use crate::common;
 use common::{rt, Backend, Fixture};
 
 both!(

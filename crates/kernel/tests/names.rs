@@ -7,7 +7,7 @@ use tabos_kernel::names::{self, Entry, Fence, Kind};
 use tabos_kernel::Error;
 use tabos_store::Store;
 
-mod common;
+use crate::common;
 use common::{rt, Backend};
 
 both!(

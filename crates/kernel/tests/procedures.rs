@@ -11,7 +11,7 @@ use tabos_kernel::{ipc, kv, Error};
 use tabos_sandbox::procedure::{examples, FailureKind, Language, Limits};
 use tabos_sandbox::Sandbox;
 
-mod common;
+use crate::common;
 use common::Backend;
 
 both!(

@@ -10,7 +10,7 @@ use tabos_kernel::sched::{self, Scheduler, WorkerSpec};
 use tabos_kernel::{auth, realms, Error};
 use tabos_store::Store;
 
-mod common;
+use crate::common;
 use common::{rt, Backend};
 
 fn worker(id: &str, node: &str, cores: i64) -> WorkerSpec {

@@ -19,7 +19,7 @@ use tabos_sandbox::Sandbox;
 use tabos_store::testing::TempDir;
 use tabos_store::{params, Store};
 
-mod common;
+use crate::common;
 use common::{call_in, rt, Backend};
 
 both!(

@@ -13,7 +13,7 @@ use tabos_kernel::retention::{self, Expired, BATCH_MAX};
 use tabos_kernel::sched::Scheduler;
 use tabos_store::{PKey, Store};
 
-mod common;
+use crate::common;
 use common::{rt, Backend};
 
 both!(

@@ -9,7 +9,7 @@ use tabos_kernel::sched::Scheduler;
 use tabos_kernel::{kv, realms};
 use tabos_store::{Cap, Error, ReadLimits, ReadScope, Rows, Store, Value};
 
-mod common;
+use crate::common;
 use common::Backend;
 
 both!(a_realm_sees_only_its_own_rows);

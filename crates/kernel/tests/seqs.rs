@@ -7,7 +7,7 @@ use tabos_kernel::sched::Scheduler;
 use tabos_kernel::Error;
 use tabos_store::Store;
 
-mod common;
+use crate::common;
 use common::{call_in, Backend, Fixture};
 
 both!(

@@ -4,7 +4,7 @@
 //! on both backends. Time is passed in, so leases and rate periods are
 //! tested without waiting.
 
-mod common;
+use crate::common;
 
 use common::{call_in, Backend};
 use tabos_kernel::ids::{ExecutorId, WorkflowId};

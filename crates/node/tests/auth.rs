@@ -3,7 +3,7 @@
 //! realm, or beyond its role, is PERMISSION_DENIED; and none of these
 //! changes anything.
 
-mod common;
+use crate::common;
 
 use common::{code, printed_token};
 use tabos_client::{proto, Client};

@@ -3,7 +3,7 @@
 //! credential reaches only its realm in a batch too; bad batches are
 //! refused whole and change nothing.
 
-mod common;
+use crate::common;
 
 use common::code;
 use tabos_client::batch::BATCH_CALLS_MAX;

@@ -13,7 +13,7 @@ use tabos_client::MESSAGE_BYTES_MAX;
 use tabos_node::conn::{Limits, CONNECTION_REQUEST_BYTES_MAX};
 use tabos_store::testing::TempDir;
 
-mod common;
+use crate::common;
 
 const REALM: &str = "default";
 /// Far longer than any limit below: a bound for a test that would

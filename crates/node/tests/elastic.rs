@@ -5,7 +5,7 @@
 //! reason. (Waits here look at the allocation until it changes, bounded:
 //! the managers decide on their own time.)
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

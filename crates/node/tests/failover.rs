@@ -5,7 +5,7 @@
 //! wait through it, every acknowledged message arrives exactly once, and
 //! any request that could not complete said UNAVAILABLE.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! The Fs service over gRPC on an in-process node: files end to end,
 //! permissions between users, du as one query, and clear refusals.
 
-mod common;
+use crate::common;
 
 use common::{code, start};
 use tabos_client::fault::{ErrorReason, More};

@@ -1,7 +1,7 @@
 //! IPC over gRPC and between wasm procs, on an in-process node over an
 //! embedded store.
 
-mod common;
+use crate::common;
 
 use common::{code, start};
 use tabos_client::{proto, Client};

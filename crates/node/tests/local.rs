@@ -11,7 +11,7 @@ use tabos_client::local::{put_frame, Kind, FRAME_BYTES_MAX, MAGIC, PING_BYTES_MA
 use tabos_client::Client;
 use tabos_store::testing::TempDir;
 
-mod common;
+use crate::common;
 
 /// A bound for a test that would otherwise hang, not a measurement.
 const PATIENCE: Duration = Duration::from_secs(120);

@@ -2,7 +2,7 @@
 //! semaphores, groups), fences on other services, and the split-brain test:
 //! two contender processes, the leader paused and then killed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::BufRead;
@@ -591,7 +591,7 @@ impl Contender {
     fn start(addr: &str, token: &str, name: &str) -> Contender {
         let mut child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "contender_process",
+                common::test_name(module_path!(), "contender_process").as_str(),
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",

@@ -3,7 +3,7 @@
 //! and records a clean stop; listing is scoped to the caller's realm;
 //! removing is the operator's, and only of a node that is not up.
 
-mod common;
+use crate::common;
 
 use common::code;
 use tabos_store::testing::TempDir;

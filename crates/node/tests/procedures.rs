@@ -2,7 +2,7 @@
 //! call and remove; bad code refused at install; a failing call is ABORTED
 //! and changes nothing while the node serves on; chase in one call.
 
-mod common;
+use crate::common;
 
 use common::{code, start};
 use tabos_client::procedures::ProcedureLimits;

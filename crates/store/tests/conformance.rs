@@ -1,7 +1,7 @@
 //! The backend conformance suite: every test runs on SQLite and on PostgreSQL
 //! and must behave identically on both.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Barrier};
 

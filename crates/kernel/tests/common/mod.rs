@@ -129,3 +129,12 @@ pub async fn realm_with_proc_and_file(
         .await
         .unwrap();
 }
+
+/// The name libtest knows a test of this binary by, to run it alone in a
+/// child process (`--exact`): its module's path without the crate's name.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    let (_, module) = module_path
+        .split_once("::")
+        .expect("a test in a module of the tests' binary");
+    format!("{module}::{test}")
+}

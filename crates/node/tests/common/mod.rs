@@ -187,3 +187,12 @@ pub async fn printed_token(c: &mut tabos_client::Client, realm: &str, pid: &str)
     assert_eq!(token.len(), 87, "the proc printed its token: {token:?}");
     token
 }
+
+/// The name libtest knows a test of this binary by, to run it alone in a
+/// child process (`--exact`): its module's path without the crate's name.
+pub fn test_name(module_path: &str, test: &str) -> String {
+    let (_, module) = module_path
+        .split_once("::")
+        .expect("a test in a module of the tests' binary");
+    format!("{module}::{test}")
+}
