@@ -3,9 +3,10 @@
 //! [`GROW_PER_WORKER`] per worker (as wwd reports them, at most once per
 //! [`GROW_GAP`]), shrinks by one when the most requests in flight over
 //! [`SHRINK_AFTER`] would have fit in one worker fewer, and replaces a
-//! worker that exits. Workers exit on their own when their wwd is gone;
-//! the pool is then [retired](Pool::retire) and another made for the next
-//! wwd.
+//! worker that exits — telling wwd first, when it went on its own
+//! ([`WorkerGone`]), so that wwd asks again for what it had taken.
+//! Workers exit on their own when their wwd is gone; the pool is then
+//! [retired](Pool::retire) and another made for the next wwd.
 //!
 //! The pool runs in the site's supervisor ([`crate::service::Site`]), not
 //! in wwd: wwd's credential may not spawn (it reaches only its mailboxes),
@@ -19,6 +20,7 @@ use tabos_client::Client;
 use tokio::time::Instant;
 
 use crate::service::Program;
+use crate::wire::WorkerGone;
 use crate::{Error, Result};
 
 /// Requests in flight per worker before another is started.
@@ -180,6 +182,25 @@ impl Pool {
         Box::pin(async move { self.spawn().await })
     }
 
+    /// Tells wwd that worker `pid` is gone ([`WorkerGone`]). Not told
+    /// (wwd unreachable, its mailbox full): its requests then wait out
+    /// their time, as before there was this note.
+    async fn tell_gone(&self, c: &mut Client, pid: &str) {
+        let note = crate::wire::encode(
+            &WorkerGone {
+                worker_gone: pid.to_string(),
+            },
+            b"",
+        );
+        let to = format!("proc/{}", self.wwd);
+        if let Err(e) = c.send(&self.realm, "", &to, note).await {
+            eprintln!(
+                "site: cannot tell wwd {} that worker {pid} is gone: {e}",
+                self.wwd
+            );
+        }
+    }
+
     async fn spawn(self: &Arc<Self>) -> Result<()> {
         if self.is_retired() {
             return Ok(());
@@ -215,6 +236,11 @@ impl Pool {
         let born = Instant::now();
         tokio::spawn(async move {
             tabos_client::app::until_exited(&mut c, &me.realm, &pid).await;
+            // Still one of the pool's (not evicted): it went on its own,
+            // and wwd asks again for what it may have taken.
+            if !me.is_retired() && me.lock().workers.contains(&pid) {
+                me.tell_gone(&mut c, &pid).await;
+            }
             let wait = me.lock().backoff.after_exit(born.elapsed());
             tokio::time::sleep(wait).await;
             let was = {

@@ -8,6 +8,10 @@
 //! mailbox, that it watches the realm's file changes, and drops them as
 //! it is told of changes ([`CacheNote`]).
 //!
+//! The supervisor also tells wwd when one of its workers exited on its own
+//! ([`WorkerGone`]): a request that worker had taken is answered by no
+//! one, so wwd asks again for what is still unanswered and may be.
+//!
 //! A file of any size is streamed: a worker sends at most [`WINDOW_BYTES`]
 //! of it, and says where the rest begins ([`Window`]); wwd asks for the
 //! next window — as a request any worker may take — once its client has
@@ -129,6 +133,21 @@ impl CacheNote {
     /// The first bytes of every cache note's message, which no answer's
     /// header begins with.
     pub const PREFIX: &'static [u8] = b"{\"cache\":";
+}
+
+/// What a site's supervisor tells its wwd when a worker of the pool
+/// exited without being told to (killed, crashed): whatever requests it
+/// had taken will not be answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerGone {
+    /// The worker's pid.
+    pub worker_gone: String,
+}
+
+impl WorkerGone {
+    /// The first bytes of every such message, which no answer's header
+    /// and no cache note begins with.
+    pub const PREFIX: &'static [u8] = b"{\"worker_gone\":";
 }
 
 impl ResponseHead {

@@ -18,6 +18,17 @@
 //! a directory above it drops the answer; so does any note that comes
 //! while an answer is on its way, which is then not kept (it may have been
 //! read before the change); the lease running out drops them all.
+//!
+//! Asked again: a worker that dies takes with it the requests it had
+//! taken from the request mailbox (a message is received once, by one
+//! worker). When the supervisor says a worker went on its own
+//! ([`wire::WorkerGone`]), wwd sends again every request still without a
+//! word of its answer whose method is idempotent (RFC 9110 section 9.2.2,
+//! as nginx's `proxy_next_upstream` retries only those), under a new id —
+//! an answer to the old id, from a worker that was only slow, is then
+//! dropped. It cannot tell which requests the dead worker held, so a live
+//! worker's may be done twice; each is asked again at most
+//! [`ASK_AGAIN_MAX`] times.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -66,6 +77,13 @@ pub const KEPT_BYTES_MAX: usize = CACHE_BYTES_MAX / 64;
 /// Longest lease on kept answers the supervisor may give: past it wwd
 /// keeps nothing more until told again, however long a lease it was told.
 pub const CACHE_LEASE_MAX: Duration = Duration::from_secs(60);
+/// Most times one request is sent again after workers died.
+pub const ASK_AGAIN_MAX: u32 = 2;
+/// Largest request body kept to send again; a request with a larger one
+/// is not sent again. Kept bodies are at most [`IN_FLIGHT_MAX`] times
+/// this (64 MiB).
+pub const ASK_AGAIN_BYTES_MAX: usize = 16 << 10;
+
 /// The first pause before a lost mailbox stream is opened again.
 pub const PAUSE_FIRST: Duration = Duration::from_millis(20);
 /// The longest such pause.
@@ -233,6 +251,23 @@ struct Pending {
     /// Where a whole answer may be kept, and the cache's count of notes
     /// when it was asked for.
     keep: Option<(Key, u64)>,
+    /// The id it was first asked under, by which its asker gives up on it
+    /// (it is under another once asked again).
+    first: u64,
+    /// The request and its body, to ask again if a worker dies; `None`
+    /// when it may not be ([`may_ask_again`]).
+    again: Option<(Request, Bytes)>,
+    /// Times it was asked again.
+    asked_again: u32,
+}
+
+/// Whether a request may be sent to a second worker: an idempotent method
+/// (RFC 9110 section 9.2.2) and a body small enough to keep.
+fn may_ask_again(method: &str, body: &[u8]) -> bool {
+    matches!(
+        method,
+        "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE"
+    ) && body.len() <= ASK_AGAIN_BYTES_MAX
 }
 
 /// One part of a response's body.
@@ -399,6 +434,8 @@ impl Wwd {
                             if let Ok((n, _)) = wire::decode::<wire::CacheNote>(&m.payload) {
                                 self.cache().note(n.cache);
                             }
+                        } else if m.payload.starts_with(wire::WorkerGone::PREFIX) {
+                            tokio::spawn(self.clone().ask_again());
                         } else {
                             self.part(&m.payload);
                         }
@@ -406,6 +443,66 @@ impl Wwd {
                 }
             }
             pauses.wait().await;
+        }
+    }
+
+    /// Sends again, under new ids, the requests still without a word of
+    /// their answer that may be ([`Pending::again`]), at most
+    /// [`ASK_AGAIN_MAX`] times each: a worker died, and may have taken
+    /// them.
+    async fn ask_again(self: Arc<Self>) {
+        let msgs: Vec<proto::Outgoing> = {
+            let mut pending = self.pending();
+            let unanswered: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| {
+                    p.head.is_some()
+                        && p.next == 0
+                        && p.early.is_empty()
+                        && p.again.is_some()
+                        && p.asked_again < ASK_AGAIN_MAX
+                })
+                .map(|(id, _)| *id)
+                .collect();
+            unanswered
+                .into_iter()
+                .filter_map(|old| {
+                    let mut p = pending.remove(&old)?;
+                    let id = self.next.fetch_add(1, Ordering::Relaxed);
+                    let payload = p.again.as_ref().map(|(request, body)| {
+                        let request = Request {
+                            id,
+                            ..request.clone()
+                        };
+                        wire::encode(&request, body)
+                    });
+                    p.asked_again += 1;
+                    pending.insert(id, p);
+                    Some(proto::Outgoing {
+                        to: self.requests.clone(),
+                        payload: payload?,
+                        message_id: String::new(),
+                    })
+                })
+                .collect()
+        };
+        if msgs.is_empty() {
+            return;
+        }
+        eprintln!(
+            "wwd: a worker is gone; asking again for {} requests",
+            msgs.len()
+        );
+        // Not sent: they wait out their time, as they would have.
+        let _ = self.out.send_all(msgs).await;
+    }
+
+    /// Gives up on the request first asked as `first`, under whatever id
+    /// it is now.
+    fn forget(&self, first: u64) {
+        let mut pending = self.pending();
+        if pending.remove(&first).is_none() {
+            pending.retain(|_, p| p.first != first);
         }
     }
 
@@ -597,6 +694,7 @@ impl Wwd {
                 .collect(),
             window: None,
         };
+        let again = may_ask_again(&request.method, &body).then(|| (request.clone(), body.clone()));
         let (tx, rx) = oneshot::channel();
         let keep = key.map(|k| (k, self.cache().told));
         {
@@ -612,6 +710,9 @@ impl Wwd {
                     next: 0,
                     early: Default::default(),
                     keep,
+                    first: id,
+                    again,
+                    asked_again: 0,
                 },
             );
             self.peak.fetch_max(pending.len(), Ordering::Relaxed);
@@ -622,13 +723,13 @@ impl Wwd {
             message_id: String::new(),
         };
         if let Err(e) = self.out.send(msg).await {
-            self.pending().remove(&id);
+            self.forget(id);
             return Err((503, format!("the request could not be queued: {e}")));
         }
         match tokio::time::timeout(ANSWER_WAIT, rx).await {
             Ok(Ok(r)) => Ok(r),
             _ => {
-                self.pending().remove(&id);
+                self.forget(id);
                 Err((504, "no worker answered in time".into()))
             }
         }

@@ -5,7 +5,8 @@
 //! procedure (many at once, one of them failing), bad requests (a path
 //! leaving the site, a method static files
 //! do not answer, a missing file or procedure), routes changed while it
-//! runs, a worker SIGKILLed while the site serves on, the pool grown by
+//! runs, a worker SIGKILLed while the site serves on (and one killed
+//! holding requests, which wwd asks again for), the pool grown by
 //! wwd's load reports and shrunk after, and wwd's credential scoped to its
 //! mailboxes; and HTTP as caches and browsers expect it (validators and
 //! 304, ranges, HEAD's length, gzip, a 1 GiB file streamed, HTTPS).
@@ -468,6 +469,78 @@ fn a_site_answers_curl() {
         assert!(service::create(&client, REALM, "a/b", &routes(&[]))
             .await
             .is_err());
+        site.stop().await;
+        drop((c, client));
+        node.stop().await.unwrap();
+    });
+}
+
+/// A worker that dies holding requests it took from the site's request
+/// mailbox (stopped with SIGSTOP while they came, then SIGKILLed): the
+/// supervisor tells wwd the worker is gone, wwd asks again, and the other
+/// worker answers every one — none waits out `ANSWER_WAIT` for a 504.
+#[test]
+fn requests_a_dead_worker_held_are_asked_again() {
+    let dir = TempDir::new("www-ask-again");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let node = start(&dir).await;
+        let client = node.client().await.unwrap();
+        let mut c = client.clone();
+        c.fs_mkdir(REALM, "", "/site", 0o755).await.unwrap();
+        put(&mut c, "/site/index.html", b"<h1>home</h1>").await;
+        // A page from a procedure: never a kept answer, always a worker's.
+        let page = "function main(req) { return '<p>' + JSON.parse(req).path + '</p>'; }";
+        c.procedure_install(REALM, "page", "js", page.into(), ProcedureLimits::default())
+            .await
+            .unwrap();
+        let dynamic = Handler::Procedure {
+            name: "page".into(),
+        };
+        service::create(&client, REALM, "t", &routes(&[("/dyn", dynamic)]))
+            .await
+            .unwrap();
+        let (mut site, _port, base) = serve_site(&client, "t", 2, 2).await;
+        until_answers(&format!("{base}/dyn/up")).await;
+        let mut workers = Vec::new();
+        for _ in 0..600 {
+            workers = site.workers().await.unwrap();
+            if workers.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(workers.len(), 2, "{workers:?}");
+        let victim = workers[0].clone();
+        let stopped = tabos_store::testing::os_pids_of_proc(&victim);
+        assert!(!stopped.is_empty());
+        for p in &stopped {
+            let stop = Command::new("kill")
+                .args(["-STOP", &p.to_string()])
+                .status();
+            assert!(stop.unwrap().success());
+        }
+        let asks: Vec<_> = (0..8)
+            .map(|i| {
+                let u = format!("{base}/dyn/{i}");
+                tokio::task::spawn_blocking(move || curl(&[&u]))
+            })
+            .collect();
+        // The stopped worker takes its turn of them (the node hands each
+        // request to the receiver waiting longest) and answers none.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let answered = asks.iter().filter(|a| a.is_finished()).count();
+        assert!(answered < asks.len(), "the stopped worker took no request");
+        assert!(kill_proc(&victim) > 0);
+        for (i, a) in asks.into_iter().enumerate() {
+            let (status, _, body) = a.await.unwrap();
+            assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+            assert_eq!(body, format!("<p>/dyn/{i}</p>").into_bytes());
+        }
         site.stop().await;
         drop((c, client));
         node.stop().await.unwrap();
