@@ -1,7 +1,7 @@
 //! The backend conformance suite: every test runs on SQLite and on PostgreSQL
 //! and must behave identically on both.
 
-use crate::common;
+mod common;
 
 use std::sync::{Arc, Barrier};
 

@@ -1,7 +1,7 @@
 //! Behaviour specific to the PostgreSQL backend: serialization failures are
 //! retried until both transactions' effects are correct.
 
-use crate::common;
+mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Barrier};

@@ -1,7 +1,7 @@
 //! Behaviour specific to the embedded SQLite backend: crash recovery,
 //! readers that never wait for the writer, and the data-directory lock.
 
-use crate::common;
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
