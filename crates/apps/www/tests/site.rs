@@ -143,6 +143,27 @@ async fn serve_site(client: &Client, site: &str, min: u32, max: u32) -> (Site, u
     (s, port, format!("http://{listen}"))
 }
 
+/// The tests' runtime: two workers, as the machine has two cores.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Waits (boundedly) until `site` has `n` workers, and returns them.
+async fn until_workers(site: &Site, n: usize, what: &str) -> Vec<String> {
+    for _ in 0..600 {
+        let w = site.workers().await.unwrap();
+        if w.len() == n {
+            return w;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("never {n} workers ({what})");
+}
+
 /// Waits (boundedly) until `url` answers 200: wwd is listening.
 async fn until_answers(url: &str) {
     for _ in 0..200 {
@@ -211,11 +232,7 @@ async fn silent_connections(
 #[test]
 fn a_site_answers_curl() {
     let dir = TempDir::new("www-site");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let node = start(&dir).await;
         let client = node.client().await.unwrap();
@@ -396,20 +413,7 @@ fn a_site_answers_curl() {
 
         // A worker SIGKILLed: the site serves on (the other), and its pool
         // starts another.
-        let until_workers = |n: usize, what: &'static str| {
-            let site = &site;
-            async move {
-                for _ in 0..600 {
-                    let w = site.workers().await.unwrap();
-                    if w.len() == n {
-                        return w;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                panic!("never {n} workers ({what})");
-            }
-        };
-        let before = until_workers(2, "at first").await;
+        let before = until_workers(&site, 2, "at first").await;
         let victim = before[0].clone();
         assert!(kill_proc(&victim) > 0);
         for _ in 0..5 {
@@ -456,7 +460,7 @@ fn a_site_answers_curl() {
         assert!(grew, "the pool never grew under load");
         // Idle, it shrinks back (one worker per SHRINK_AFTER) to its
         // minimum of two.
-        until_workers(2, "after the load").await;
+        until_workers(&site, 2, "after the load").await;
 
         // Bad input to the site's creation changes nothing.
         let bad = Routes {
@@ -482,11 +486,7 @@ fn a_site_answers_curl() {
 #[test]
 fn requests_a_dead_worker_held_are_asked_again() {
     let dir = TempDir::new("www-ask-again");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let node = start(&dir).await;
         let client = node.client().await.unwrap();
@@ -506,15 +506,7 @@ fn requests_a_dead_worker_held_are_asked_again() {
             .unwrap();
         let (mut site, _port, base) = serve_site(&client, "t", 2, 2).await;
         until_answers(&format!("{base}/dyn/up")).await;
-        let mut workers = Vec::new();
-        for _ in 0..600 {
-            workers = site.workers().await.unwrap();
-            if workers.len() == 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        assert_eq!(workers.len(), 2, "{workers:?}");
+        let workers = until_workers(&site, 2, "at first").await;
         let victim = workers[0].clone();
         let stopped = tabos_store::testing::os_pids_of_proc(&victim);
         assert!(!stopped.is_empty());
@@ -710,11 +702,7 @@ fn http_as_browsers_and_caches_expect() {
     );
     let big_len = big_mib << 20;
     let dir = TempDir::new("www-http");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let node = start_with_blocks(&dir, (big_len + (256 << 20)) as _).await;
         let client = node.client().await.unwrap();
